@@ -1,0 +1,298 @@
+"""The HLO object graph: instructions, computations, modules.
+
+Instructions refer to their operands directly (a graph, not names), so passes
+can rewrite in place. Identity is object identity; ``structurally_equal``
+compares two modules the way ``parse(print(m)) == m`` means it: same names,
+opcodes, shapes, operands, attributes and constants, in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import numpy as np
+
+from heron.hlo.attributes import ComputationRef
+from heron.hlo.errors import HloVerifyError, SourceLocation
+from heron.hlo.shapes import ArrayShape, Shape
+
+Literal = Any  # np.ndarray for arrays, tuple[Literal, ...] for tuples
+
+
+@attrs.define(eq=False, repr=False)
+class Instruction:
+    """One HLO instruction.
+
+    ``attributes`` holds every ``name=value`` after the operand list, in text
+    order, with typed values (see ``heron.hlo.attributes``). A constant's value
+    is ``literal`` (a numpy array of the shape's dtype, or a tuple of them); a
+    parameter's index is ``parameter_number``.
+    """
+
+    name: str
+    opcode: str
+    shape: Shape
+    operands: list[Instruction] = attrs.field(factory=list)
+    attributes: dict[str, Any] = attrs.field(factory=dict)
+    literal: Literal | None = None
+    parameter_number: int | None = None
+    location: SourceLocation | None = None
+    parent: Computation | None = None
+
+    def __repr__(self) -> str:
+        return f"<Instruction {self.name} = {self.shape} {self.opcode}>"
+
+    # -- convenience ---------------------------------------------------------
+    @property
+    def array_shape(self) -> ArrayShape:
+        """The shape, asserting it is an array (most ops)."""
+        if not isinstance(self.shape, ArrayShape):
+            raise HloVerifyError(
+                f"'{self.name}' ({self.opcode}) has tuple shape {self.shape} where an array is needed",
+                self.location,
+            )
+        return self.shape
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attributes.get(name, default)
+
+    def called_computations(self) -> list[Computation]:
+        """Computations this instruction calls, in attribute order."""
+        result: list[Computation] = []
+        for value in self.attributes.values():
+            refs = value if isinstance(value, tuple) else (value,)
+            for ref in refs:
+                if isinstance(ref, ComputationRef) and ref.computation is not None:
+                    result.append(ref.computation)
+        return result
+
+    def called(self, attribute: str) -> Computation:
+        """The computation named by attribute ``attribute`` (e.g. ``to_apply``)."""
+        ref = self.attributes.get(attribute)
+        if not isinstance(ref, ComputationRef) or ref.computation is None:
+            raise HloVerifyError(
+                f"'{self.name}' ({self.opcode}) needs attribute {attribute}=<computation>",
+                self.location,
+            )
+        return ref.computation
+
+
+@attrs.define(eq=False, repr=False)
+class Computation:
+    """A named list of instructions with one root.
+
+    ``instructions`` is in text order (operands may appear after their users
+    in text; ``post_order`` gives a def-before-use order). ``parameters`` is
+    indexed by parameter number.
+    """
+
+    name: str
+    instructions: list[Instruction] = attrs.field(factory=list)
+    root: Instruction | None = None
+    is_entry: bool = False
+    location: SourceLocation | None = None
+    #: Text of the computation's attributes after its signature, kept verbatim
+    #: (e.g. ``execution_thread="main"``); empty when none.
+    trailing_attributes: str = ""
+
+    def __repr__(self) -> str:
+        return f"<Computation {self.name} ({len(self.instructions)} instructions)>"
+
+    @property
+    def parameters(self) -> list[Instruction]:
+        params = [i for i in self.instructions if i.opcode == "parameter"]
+        params.sort(key=lambda i: i.parameter_number if i.parameter_number is not None else -1)
+        return params
+
+    @property
+    def root_instruction(self) -> Instruction:
+        if self.root is None:
+            raise HloVerifyError(f"computation '{self.name}' has no root", self.location)
+        return self.root
+
+    def instruction(self, name: str) -> Instruction:
+        for inst in self.instructions:
+            if inst.name == name:
+                return inst
+        raise KeyError(f"no instruction '{name}' in computation '{self.name}'")
+
+    def add(self, instruction: Instruction) -> Instruction:
+        instruction.parent = self
+        self.instructions.append(instruction)
+        return instruction
+
+    def users(self) -> dict[Instruction, list[Instruction]]:
+        """Map from each instruction to its users (in instruction order, with repeats)."""
+        result: dict[Instruction, list[Instruction]] = {i: [] for i in self.instructions}
+        for inst in self.instructions:
+            for op in inst.operands:
+                result.setdefault(op, []).append(inst)
+        return result
+
+    def post_order(self) -> list[Instruction]:
+        """Every instruction after all its operands (root last when reachable).
+
+        Raises ``HloVerifyError`` naming an instruction on a cycle if there is one.
+        """
+        order: list[Instruction] = []
+        state: dict[int, int] = {}  # id -> 1 visiting, 2 done
+        for start in self.instructions:
+            if state.get(id(start)) == 2:
+                continue
+            stack: list[tuple[Instruction, int]] = [(start, 0)]
+            state[id(start)] = 1
+            while stack:
+                inst, next_operand = stack[-1]
+                if next_operand < len(inst.operands):
+                    stack[-1] = (inst, next_operand + 1)
+                    op = inst.operands[next_operand]
+                    s = state.get(id(op))
+                    if s == 1:
+                        raise HloVerifyError(
+                            f"cycle in computation '{self.name}': '{op.name}' depends on itself"
+                            f" (through '{inst.name}')",
+                            op.location,
+                        )
+                    if s is None:
+                        state[id(op)] = 1
+                        stack.append((op, 0))
+                else:
+                    stack.pop()
+                    state[id(inst)] = 2
+                    order.append(inst)
+        if self.root is not None and order and order[-1] is not self.root:
+            # Keep the root last: unused instructions come before it.
+            order.remove(self.root)
+            order.append(self.root)
+        return order
+
+
+@attrs.define(eq=False, repr=False)
+class Module:
+    """An HLO module: computations in text order, one of them the entry.
+
+    ``header`` keeps the ``HloModule`` line's attributes (typed where heron
+    reads them, ``RawAttribute`` otherwise). ``sections`` keeps the debug
+    sections of recent dumps (FileNames, FunctionNames, FileLocations,
+    StackFrames) as ``(title, lines)`` so printing gives them back.
+    ``fusion_under_test`` is set when the text had no ENTRY (the corpus form):
+    it names the fusion computation the synthesised entry calls.
+    """
+
+    name: str
+    computations: list[Computation] = attrs.field(factory=list)
+    header: dict[str, Any] = attrs.field(factory=dict)
+    sections: list[tuple[str, tuple[str, ...]]] = attrs.field(factory=list)
+    fusion_under_test: str | None = None
+    source: str = "<string>"
+
+    def __repr__(self) -> str:
+        return f"<Module {self.name} ({len(self.computations)} computations)>"
+
+    @property
+    def entry(self) -> Computation:
+        for comp in self.computations:
+            if comp.is_entry:
+                return comp
+        raise HloVerifyError(f"module '{self.name}' has no ENTRY computation")
+
+    def computation(self, name: str) -> Computation:
+        for comp in self.computations:
+            if comp.name == name:
+                return comp
+        raise KeyError(f"no computation '{name}' in module '{self.name}'")
+
+    def instructions(self) -> Iterator[Instruction]:
+        for comp in self.computations:
+            yield from comp.instructions
+
+    def structurally_equal(self, other: Module) -> bool:
+        return structural_difference(self, other) is None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Module) and self.structurally_equal(other)
+
+    __hash__ = object.__hash__
+
+
+# -- structural comparison ---------------------------------------------------
+
+
+def structural_difference(a: Module, b: Module) -> str | None:
+    """Describe the first difference between two modules, or None if equal."""
+    if a.name != b.name:
+        return f"module name {a.name!r} != {b.name!r}"
+    if a.header != b.header:
+        return f"header {a.header!r} != {b.header!r}"
+    if a.sections != b.sections:
+        return "debug sections differ"
+    if a.fusion_under_test != b.fusion_under_test:
+        return f"fusion_under_test {a.fusion_under_test!r} != {b.fusion_under_test!r}"
+    if [c.name for c in a.computations] != [c.name for c in b.computations]:
+        return "computation names or order differ"
+    for ca, cb in zip(a.computations, b.computations):
+        diff = _computation_difference(ca, cb)
+        if diff is not None:
+            return f"computation {ca.name}: {diff}"
+    return None
+
+
+def _computation_difference(a: Computation, b: Computation) -> str | None:
+    if a.is_entry != b.is_entry:
+        return "ENTRY flag differs"
+    if (a.root.name if a.root else None) != (b.root.name if b.root else None):
+        return "root differs"
+    if a.trailing_attributes != b.trailing_attributes:
+        return "computation attributes differ"
+    if len(a.instructions) != len(b.instructions):
+        return f"{len(a.instructions)} != {len(b.instructions)} instructions"
+    for ia, ib in zip(a.instructions, b.instructions):
+        diff = _instruction_difference(ia, ib)
+        if diff is not None:
+            return f"instruction {ia.name}: {diff}"
+    return None
+
+
+def _instruction_difference(a: Instruction, b: Instruction) -> str | None:
+    if a.name != b.name:
+        return f"name {a.name} != {b.name}"
+    if a.opcode != b.opcode:
+        return f"opcode {a.opcode} != {b.opcode}"
+    if a.shape != b.shape:
+        return f"shape {a.shape} != {b.shape}"
+    if [o.name for o in a.operands] != [o.name for o in b.operands]:
+        return "operands differ"
+    if a.parameter_number != b.parameter_number:
+        return "parameter number differs"
+    if list(a.attributes) != list(b.attributes):
+        return f"attribute names {list(a.attributes)} != {list(b.attributes)}"
+    for key, va in a.attributes.items():
+        vb = b.attributes[key]
+        if va != vb:
+            return f"attribute {key}: {va!r} != {vb!r}"
+    if not literals_identical(a.literal, b.literal):
+        return "constant values differ"
+    return None
+
+
+def literals_identical(a: Literal | None, b: Literal | None) -> bool:
+    """Bit-for-bit equality of constants (so NaN == NaN, and -0.0 != 0.0)."""
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (
+            isinstance(a, tuple)
+            and isinstance(b, tuple)
+            and len(a) == len(b)
+            and all(literals_identical(x, y) for x, y in zip(a, b))
+        )
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.itemsize == 0 or a.size == 0:
+        return True
+    return a.tobytes() == b.tobytes()
+
