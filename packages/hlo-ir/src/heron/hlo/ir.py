@@ -50,7 +50,8 @@ class Instruction:
         """The shape, asserting it is an array (most ops)."""
         if not isinstance(self.shape, ArrayShape):
             raise HloVerifyError(
-                f"'{self.name}' ({self.opcode}) has tuple shape {self.shape} where an array is needed",
+                f"'{self.name}' ({self.opcode}) has tuple shape {self.shape}"
+                " where an array is needed",
                 self.location,
             )
         return self.shape
@@ -295,4 +296,3 @@ def literals_identical(a: Literal | None, b: Literal | None) -> bool:
     if a.dtype.itemsize == 0 or a.size == 0:
         return True
     return a.tobytes() == b.tobytes()
-

@@ -82,8 +82,14 @@ _TABLE: list[OpcodeInfo] = [
         "batch-norm-grad batch-norm-inference batch-norm-training scaled-dot",
     ),
     *_ops(Category.CONTROL, VARIADIC, "call conditional fusion while custom-call"),
-    *_ops(Category.CONTROL, VARIADIC, "opt-barrier optimization-barrier add-dependency after-all domain"),
-    *_ops(Category.LEAF, 0, "constant iota parameter partition-id replica-id rng-get-and-update-state"),
+    *_ops(
+        Category.CONTROL,
+        VARIADIC,
+        "opt-barrier optimization-barrier add-dependency after-all domain",
+    ),
+    *_ops(
+        Category.LEAF, 0, "constant iota parameter partition-id replica-id rng-get-and-update-state"
+    ),
     *_ops(Category.OTHER, VARIADIC, "rng rng-bit-generator"),
     *_ops(
         Category.COLLECTIVE,
