@@ -8,6 +8,7 @@ value                        example in HLO text
 ===========================  =================================================
 ``int``                      ``index=0``, ``iota_dimension=1``
 ``bool``                     ``is_stable=true``, ``unique_indices=true``
+``float``                    ``epsilon=0.001`` (batch-norm)
 ``str``                      ``direction=GT``, ``kind=kLoop`` (a bare word)
 ``QuotedString``             ``custom_call_target="foo"``
 ``tuple[int, ...]``          ``dimensions={0,1}``, ``slice_sizes={1,4}``

@@ -47,34 +47,37 @@ _TABLE: list[OpcodeInfo] = [
     *_ops(
         Category.ELEMENTWISE_UNARY,
         1,
-        "abs acos acosh asin asinh atanh cbrt ceil clz convert bitcast-convert cosh"
+        "abs acos acosh asin asinh atanh cbrt ceil count-leading-zeros convert bitcast-convert cosh"
         " cosine erf exponential exponential-minus-one floor imag is-finite log"
         " log-plus-one logistic negate not popcnt real reduce-precision"
-        " round-nearest-afz round-nearest-even rsqrt sign sinh sine sqrt tan tanh"
-        " stochastic-convert",
+        " round-nearest-afz round-nearest-even rsqrt sign sinh sine sqrt tan tanh",
     ),
     *_ops(
         Category.ELEMENTWISE_BINARY,
         2,
         "add and atan2 compare complex divide maximum minimum multiply or power"
-        " remainder shift-left shift-right-arithmetic shift-right-logical subtract xor",
+        " remainder shift-left shift-right-arithmetic shift-right-logical subtract xor"
+        # stochastic-convert(operand, random_bits): elementwise with two operands.
+        " stochastic-convert",
     ),
     *_ops(Category.ELEMENTWISE_TERNARY, 3, "clamp select"),
     *_ops(
         Category.DATA_MOVEMENT,
         1,
         "bitcast broadcast copy reshape reverse slice transpose get-tuple-element"
-        " dynamic-reshape get-dimension-size",
+        " get-dimension-size",
     ),
     *_ops(Category.DATA_MOVEMENT, 2, "pad set-dimension-size"),
     *_ops(
         Category.DATA_MOVEMENT,
         VARIADIC,
-        "concatenate dynamic-slice dynamic-update-slice gather scatter tuple",
+        "concatenate dynamic-reshape dynamic-slice dynamic-update-slice gather scatter tuple",
     ),
     *_ops(Category.REDUCTION, VARIADIC, "reduce reduce-window sort map topk"),
     *_ops(Category.REDUCTION, 3, "select-and-scatter"),
-    *_ops(Category.LINALG, 2, "dot convolution triangular-solve ragged-dot"),
+    *_ops(Category.LINALG, 2, "dot convolution triangular-solve"),
+    # ragged-dot(lhs, rhs, group_sizes)
+    *_ops(Category.LINALG, 3, "ragged-dot"),
     *_ops(Category.LINALG, 1, "cholesky fft"),
     *_ops(
         Category.LINALG,

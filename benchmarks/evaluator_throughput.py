@@ -1,0 +1,166 @@
+"""Throughput of the reference evaluator against plain numpy.
+
+Two figures, each the median of several runs:
+
+1. a chain of ten elementwise ops (add, multiply, tanh, exponential, maximum,
+   convert to bf16 and back, subtract, multiply, add) on f32[4096,4096]
+   (16M elements), evaluated with ``evaluate_module`` and, as the baseline
+   measured in the same process, written directly in numpy;
+2. a reduce (sum over the minor dimension) of an f32[4096,4096] input, against
+   ``numpy.add.reduce``.
+
+The ratio says what the interpreter costs over the numpy it is made of: the
+driver's per-instruction work, the shape checks, and numerics choices (the
+pairwise reduction tree).
+
+Run: ``python benchmarks/evaluator_throughput.py [--size N] [--repeats R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import ml_dtypes
+import numpy as np
+
+from heron.hlo.attributes import ComputationRef
+from heron.hlo.evaluator import evaluate_module
+from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.shapes import array_shape, scalar_shape
+
+
+class _Builder:
+    """Just enough to write the two modules by hand (no parser needed)."""
+
+    def __init__(self, name: str):
+        self.computation = Computation(name)
+        self._count = 0
+        self._params = 0
+
+    def add(self, opcode: str, shape, *operands: Instruction, **attributes) -> Instruction:
+        self._count += 1
+        literal = attributes.pop("literal", None)
+        inst = Instruction(
+            f"{opcode}.{self._count}", opcode, shape, list(operands), attributes, literal=literal
+        )
+        if opcode == "parameter":
+            inst.parameter_number = self._params
+            self._params += 1
+        self.computation.add(inst)
+        self.computation.root = inst
+        return inst
+
+
+def elementwise_chain_module(n: int) -> Module:
+    f32 = array_shape("f32", (n, n))
+    bf16 = array_shape("bf16", (n, n))
+    b = _Builder("chain")
+    x = b.add("parameter", f32)
+    y = b.add("parameter", f32)
+    a = b.add("add", f32, x, y)
+    m = b.add("multiply", f32, a, x)
+    t = b.add("tanh", f32, m)
+    e = b.add("exponential", f32, t)
+    mx = b.add("maximum", f32, e, y)
+    lo = b.add("convert", bf16, mx)
+    hi = b.add("convert", f32, lo)
+    s = b.add("subtract", f32, hi, x)
+    sq = b.add("multiply", f32, s, s)
+    b.add("add", f32, sq, y)
+    b.computation.is_entry = True
+    return Module("elementwise_chain", [b.computation])
+
+
+def elementwise_chain_numpy(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    a = x + y
+    m = a * x
+    t = np.tanh(m)
+    e = np.exp(t)
+    mx = np.maximum(e, y)
+    hi = mx.astype(ml_dtypes.bfloat16).astype(np.float32)
+    s = hi - x
+    return s * s + y
+
+
+def reduce_module(n: int) -> Module:
+    add = _Builder("add")
+    p = add.add("parameter", scalar_shape("f32"))
+    q = add.add("parameter", scalar_shape("f32"))
+    add.add("add", scalar_shape("f32"), p, q)
+    b = _Builder("main")
+    x = b.add("parameter", array_shape("f32", (n, n)))
+    zero = b.add("constant", scalar_shape("f32"), literal=np.zeros((), np.float32))
+    b.add(
+        "reduce",
+        array_shape("f32", (n,)),
+        x,
+        zero,
+        dimensions=(1,),
+        to_apply=ComputationRef("add", add.computation),
+    )
+    b.computation.is_entry = True
+    return Module("reduce", [add.computation, b.computation])
+
+
+def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def report(label: str, elements: int, evaluator_s: float, numpy_s: float) -> None:
+    print(
+        f"{label}: evaluator {elements / evaluator_s / 1e6:8.1f} M elements/s"
+        f" ({evaluator_s * 1e3:7.1f} ms), numpy {elements / numpy_s / 1e6:8.1f} M elements/s"
+        f" ({numpy_s * 1e3:7.1f} ms), evaluator/numpy time ratio {evaluator_s / numpy_s:5.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=4096, help="n for the f32[n,n] inputs")
+    parser.add_argument("--repeats", type=int, default=5, help="runs per figure (median)")
+    args = parser.parse_args()
+    n = args.size
+    repeats = max(3, args.repeats)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+    y = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+
+    chain = elementwise_chain_module(n)
+    got = evaluate_module(chain, [x, y])
+    want = elementwise_chain_numpy(x, y)
+    # numpy's f32 tanh/exp may differ from the evaluator's correctly rounded ones by
+    # an ulp, which the bf16 round trip can turn into one bf16 ulp (2**-8 relative).
+    if not np.allclose(got, want, rtol=2e-2, atol=2e-2):
+        raise SystemExit("elementwise chain: evaluator and numpy disagree")
+    differ = np.count_nonzero(got != want)
+    print(f"elementwise chain: {differ} of {n * n} results differ from numpy's (by <= a bf16 ulp)")
+    report(
+        f"elementwise chain (10 ops, f32[{n},{n}])",
+        n * n,
+        median_seconds(lambda: evaluate_module(chain, [x, y]), repeats),
+        median_seconds(lambda: elementwise_chain_numpy(x, y), repeats),
+    )
+
+    reduce = reduce_module(n)
+    got = evaluate_module(reduce, [x])
+    want = np.add.reduce(x, axis=1, dtype=np.float64)
+    if not np.allclose(got, want, rtol=1e-4, atol=1e-3):
+        raise SystemExit("reduce: evaluator and numpy disagree")
+    report(
+        f"reduce (sum over dim 1, f32[{n},{n}])",
+        n * n,
+        median_seconds(lambda: evaluate_module(reduce, [x]), repeats),
+        median_seconds(lambda: np.add.reduce(x, axis=1), repeats),
+    )
+
+
+if __name__ == "__main__":
+    main()

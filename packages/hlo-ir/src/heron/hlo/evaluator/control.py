@@ -1,0 +1,196 @@
+"""Calls and control flow: fusion, call, while, conditional; tokens and barriers.
+
+Also the deliberate refusals: operations that need a device, other replicas,
+the host or randomness (custom-call, collectives, infeed/outfeed, send/recv,
+rng) have no reference value, and say so naming the instruction.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from heron.hlo.attributes import ComputationRef
+from heron.hlo.evaluator.interpreter import (
+    MAX_WHILE_ITERATIONS_ENV,
+    TOKEN,
+    instruction_error,
+    unsupported,
+)
+from heron.hlo.ir import Computation, Instruction, Literal
+from heron.hlo.opcodes import OPCODES, Category
+from heron.hlo.shapes import Shape, TupleShape
+
+if TYPE_CHECKING:
+    from heron.hlo.evaluator.interpreter import Evaluator
+
+
+def _fusion(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    return ev.call(inst.called("calls"), ops)
+
+
+def _call(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    return ev.call(inst.called("to_apply"), ops)
+
+
+def _vector_call(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    (callee,) = inst.called_computations()
+    return ev.run(callee, ops, vector=True)
+
+
+def _truth(inst: Instruction, value: Literal, what: str) -> bool:
+    array = np.asarray(value)
+    if array.shape != ():
+        raise instruction_error(
+            inst, f"{what} returned {array.dtype}{list(array.shape)}, not pred[]"
+        )
+    return bool(array)
+
+
+def _while(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    """Run the body while the condition holds, at most ``max_while_iterations`` times."""
+    condition = inst.called("condition")
+    body = inst.called("body")
+    (state,) = ops
+    limit = ev.options.max_while_iterations
+    for _ in range(limit):
+        if not _truth(inst, ev.call(condition, [state]), f"condition '{condition.name}'"):
+            return state
+        state = ev.call(body, [state])
+    if not _truth(inst, ev.call(condition, [state]), f"condition '{condition.name}'"):
+        return state
+    raise instruction_error(
+        inst,
+        f"loop still running after {limit} iterations: stopped (the limit is"
+        f" EvaluatorOptions.max_while_iterations, or {MAX_WHILE_ITERATIONS_ENV})",
+    )
+
+
+def _branches(inst: Instruction) -> list[Computation]:
+    refs = inst.attributes.get("branch_computations")
+    if refs is not None:
+        refs = refs if isinstance(refs, tuple) else (refs,)
+        comps = [r.computation for r in refs if isinstance(r, ComputationRef)]
+        if len(comps) != len(refs) or any(c is None for c in comps) or not comps:
+            raise instruction_error(inst, "branch_computations are not resolved computations")
+        return comps  # type: ignore[return-value]
+    return [inst.called("true_computation"), inst.called("false_computation")]
+
+
+def _conditional(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    """A pred picks branch 0 (true) or 1 (false); an index out of range picks the last."""
+    selector = np.asarray(ops[0])
+    branches = _branches(inst)
+    if len(ops) != len(branches) + 1:
+        raise instruction_error(
+            inst, f"{len(branches)} branches need {len(branches) + 1} operands, got {len(ops)}"
+        )
+    if selector.dtype == np.bool_:
+        index = 0 if bool(selector) else 1
+    else:
+        index = int(selector.astype(np.int64))
+        if not 0 <= index < len(branches):
+            index = len(branches) - 1
+    return ev.call(branches[index], [ops[index + 1]])
+
+
+def _after_all(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    return TOKEN
+
+
+def _pass_through(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    return ops[0]
+
+
+def _opt_barrier(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    return ops[0] if len(ops) == 1 else tuple(ops)
+
+
+def _single_device_id(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    # The evaluator models one device: replica 0 of partition 0.
+    return np.zeros((), dtype=inst.array_shape.numpy_dtype)
+
+
+def _zeros(shape: Shape) -> Literal:
+    if isinstance(shape, TupleShape):
+        return tuple(_zeros(e) for e in shape.elements)
+    return TOKEN if shape.is_token else np.zeros(shape.dims, dtype=shape.numpy_dtype)
+
+
+def _context(inst: Instruction, first: int) -> tuple[Literal, ...]:
+    """Zero values for the context elements of an async op's tuple shape (from ``first``)."""
+    shape = inst.shape
+    if not isinstance(shape, TupleShape) or len(shape.elements) < first:
+        raise instruction_error(inst, f"expected a tuple of at least {first} elements, got {shape}")
+    return tuple(_zeros(e) for e in shape.elements[first:])
+
+
+def _copy_start(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    # (destination, source, context): the copy has happened once it "starts".
+    return (ops[0], ops[0], *_context(inst, 2))
+
+
+def _async_start(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    # ((operands), result, context...): the wrapped computation runs synchronously.
+    (callee,) = inst.called_computations()
+    return (tuple(ops), ev.call(callee, ops), *_context(inst, 2))
+
+
+def _done(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    value = ops[0]
+    index = 0 if inst.opcode == "copy-done" else 1
+    if not isinstance(value, tuple) or len(value) <= index:
+        raise instruction_error(inst, "operand is not the tuple its start op produces")
+    return value[index]
+
+
+def _refuse(why: str):
+    def handler(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+        raise unsupported(inst, why)
+
+    return handler
+
+
+_NEEDS_DEVICES = "it communicates between devices, and the evaluator models one device"
+
+HANDLERS = {
+    "fusion": _fusion,
+    "call": _call,
+    "while": _while,
+    "conditional": _conditional,
+    "after-all": _after_all,
+    "add-dependency": _pass_through,
+    "domain": _pass_through,
+    "opt-barrier": _opt_barrier,
+    "optimization-barrier": _opt_barrier,
+    "replica-id": _single_device_id,
+    "copy-start": _copy_start,
+    "copy-done": _done,
+    "async-start": _async_start,
+    "async-update": _pass_through,
+    "async-done": _done,
+    "partition-id": _single_device_id,
+    "custom-call": _refuse("custom-call targets are opaque to the reference evaluator"),
+    "rng": _refuse("random number generation has no reference value"),
+    "rng-bit-generator": _refuse("random bit generation has no reference value"),
+    "rng-get-and-update-state": _refuse("random number generation has no reference value"),
+    "infeed": _refuse("it reads from the host"),
+    "outfeed": _refuse("it writes to the host"),
+    "send": _refuse(_NEEDS_DEVICES),
+    "send-done": _refuse(_NEEDS_DEVICES),
+    "recv": _refuse(_NEEDS_DEVICES),
+    "recv-done": _refuse(_NEEDS_DEVICES),
+    **{
+        name: _refuse(_NEEDS_DEVICES)
+        for name, info in OPCODES.items()
+        if info.category is Category.COLLECTIVE
+    },
+}
+
+VECTOR_HANDLERS = {
+    "call": _vector_call,
+    "fusion": _vector_call,
+    "opt-barrier": _opt_barrier,
+    "optimization-barrier": _opt_barrier,
+}
