@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-import pytest
-
 from heron.hlo import parser as parser_module
 from heron.hlo.ir import structural_difference
 from heron.hlo.parser import parse_module, parse_module_file
 from heron.hlo.printer import print_module
 
-CORPUS = Path(os.environ.get("HERON_CORPUS", "/work/shared/corpus")) / "xla"
-FILES = sorted(CORPUS.rglob("*.hlo"))
+
+def test_the_corpus_is_there(corpus_dir):
+    assert len(list(corpus_dir.rglob("*.hlo"))) >= 100, (
+        f"expected the XLA corpus under {corpus_dir}"
+    )
 
 
-def test_the_corpus_is_there():
-    assert len(FILES) >= 100, f"expected the XLA corpus under {CORPUS}"
-
-
-@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(CORPUS)))
-def test_corpus_file_round_trips(path, monkeypatch):
+def test_corpus_file_round_trips(corpus_file, monkeypatch):
+    path = corpus_file
     module = parse_module_file(path)
     text = print_module(module)
     again = parse_module(text, str(path))

@@ -14,8 +14,14 @@ from heron.hlo.errors import (
     SourceLocation,
     UnsupportedError,
 )
+from heron.hlo.evaluator import evaluate_module, flatten_literal, random_arguments
 from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.parser import parse_module, parse_module_file, parse_shape
+from heron.hlo.printer import print_module
 from heron.hlo.shapes import ArrayShape, Layout, Shape, TupleShape
+from heron.hlo.verifier import verify_module
+
+__version__ = "0.1.0"
 
 __all__ = [
     "ArrayShape",
@@ -33,4 +39,12 @@ __all__ = [
     "SourceLocation",
     "TupleShape",
     "UnsupportedError",
+    "evaluate_module",
+    "flatten_literal",
+    "parse_module",
+    "parse_module_file",
+    "parse_shape",
+    "print_module",
+    "random_arguments",
+    "verify_module",
 ]

@@ -3,13 +3,16 @@
 convert (all checked bit-for-bit against XLA:CPU through jax):
 
 * float -> integer truncates towards zero and saturates to the target range;
-  NaN -> 0; negative -> 0 for unsigned targets.
+  NaN -> 0; negative -> 0 for unsigned targets. The saturation test uses the
+  integer bounds converted to the source type, so f4e2m1fn 6.0 -> s4 is 7
+  (7 itself converts to 6.0).
 * integer -> integer keeps the low bits (two's-complement wrap), any width.
 * integer -> f32/f64 rounds once to nearest even; integer -> any narrower
   float goes through f32 (so s64 -> bf16 can double-round, as XLA does).
 * float -> float rounds to nearest even; overflow follows the target format
   (inf, NaN for the ``fn`` formats without inf, saturation for f4e2m1fn),
-  exactly as ml_dtypes does from f32. From f64, XLA rounds once to f16 and
+  exactly as ml_dtypes does from f32, except that XLA turns every NaN into
+  f4e2m1fn's -0 (ml_dtypes gives +0 for -NaN). From f64, XLA rounds once to f16 and
   to the fp8/f4 formats (we narrow to f32 with round-to-odd first, which is
   equivalent), but goes through f32 for bf16 (double rounding, reproduced).
   f64 -> f8e8m0fnu: XLA turns every value below 2^-127 (the smallest e8m0
@@ -91,7 +94,7 @@ def _convert(x: np.ndarray, src: ElementType, to: ElementType) -> np.ndarray:
         if to is ElementType.F64:
             return value.astype(np.float64)
         as_f32 = value.astype(np.float32)
-        return as_f32 if to is ElementType.F32 else as_f32.astype(to.numpy_dtype)
+        return as_f32 if to is ElementType.F32 else fs.from_f32(as_f32, to)
     return ints.from_codes(value.astype(np.uint64), to)
 
 
@@ -107,14 +110,14 @@ def _float_to_float(x: np.ndarray, src: ElementType, to: ElementType) -> np.ndar
         return x.astype(np.float64)
     if src is not ElementType.F64:
         # Every narrower float is exact in f32, and ml_dtypes rounds from f32 like XLA.
-        return x.astype(np.float32).astype(to.numpy_dtype)
+        return fs.from_f32(x.astype(np.float32), to)
     if to is ElementType.F32:
         return x.astype(np.float32)
     if to is ElementType.BF16:
         return x.astype(np.float32).astype(to.numpy_dtype)
     if to is ElementType.F16:
         return x.astype(np.float16)  # numpy rounds f64 -> f16 once
-    narrowed = fs.f64_to_f32_round_to_odd(x).astype(to.numpy_dtype)
+    narrowed = fs.from_f32(fs.f64_to_f32_round_to_odd(x), to)
     if to is ElementType.F8E8M0FNU:
         nan = np.array(np.nan, dtype=np.float32).astype(to.numpy_dtype)
         narrowed = np.where(np.abs(x) < _E8M0_MIN, nan, narrowed)
@@ -211,6 +214,7 @@ def _from_bits(codes: np.ndarray, et: ElementType) -> np.ndarray:
 
 
 def stochastic_convert(x: np.ndarray, random: np.ndarray, to: ElementType) -> np.ndarray:
+    """XLA ``stochastic-convert`` of float ``x`` to a signed integer type, given random bits."""
     x = np.asarray(x)
     src = element_type_of(x, "stochastic-convert")
     rnd_t = element_type_of(random, "stochastic-convert")
@@ -218,6 +222,10 @@ def stochastic_convert(x: np.ndarray, random: np.ndarray, to: ElementType) -> np
         raise HloEvaluationError(
             f"stochastic-convert from {src} (random {rnd_t}) to {to} is not supported: XLA "
             "only defines float -> signed integer with an unsigned random operand"
+        )
+    if np.shape(random) != x.shape:
+        raise HloEvaluationError(
+            f"stochastic-convert: random operand dims {np.shape(random)} differ from {x.shape}"
         )
     if rnd_t.bit_width != src.bit_width:
         raise HloEvaluationError(
@@ -233,7 +241,9 @@ def stochastic_convert(x: np.ndarray, random: np.ndarray, to: ElementType) -> np
         # fraction * 2^bits is exact; converting it to the unsigned random type truncates.
         threshold = _convert(fraction * float(2**rnd_t.bit_width), ElementType.F64, rnd_t)
         round_up = ints.values(random, rnd_t) < ints.values(threshold, rnd_t)
-        truncated = ints.values(_convert(whole, ElementType.F64, to), to).astype(np.uint64)
+        # floor() of a value of the source type is exact in that type; convert from there.
+        whole_src = _convert(whole, ElementType.F64, src)
+        truncated = ints.values(_convert(whole_src, src, to), to).astype(np.uint64)
         bumped = np.where(round_up, truncated + np.uint64(1), truncated)
         result = np.where(negative, np.uint64(0) - bumped, bumped)
         lo, hi = -(2 ** (width - 1)), 2 ** (width - 1) - 1

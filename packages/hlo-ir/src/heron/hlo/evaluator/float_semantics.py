@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from heron.hlo.element_types import ElementType
+from heron.hlo.errors import HloEvaluationError
 
 #: (exponent bits, explicit mantissa bits) of the IEEE-like formats XLA rounds in.
 _IEEE_LAYOUT: dict[ElementType, tuple[int, int]] = {
@@ -40,6 +41,18 @@ def compute_dtype(et: ElementType) -> np.dtype:
     return np.dtype(np.float64) if et is ElementType.F64 else np.dtype(np.float32)
 
 
+def from_f32(values: np.ndarray, et: ElementType) -> np.ndarray:
+    """Round f32 values to ``et`` as XLA's convert does (ml_dtypes, plus one fix-up).
+
+    f4e2m1fn has no NaN; XLA maps every NaN to its -0 encoding, whereas
+    ml_dtypes picks the zero's sign from the NaN's.
+    """
+    out = np.asarray(values, dtype=np.float32).astype(et.numpy_dtype)
+    if et is ElementType.F4E2M1FN:
+        out = np.where(np.isnan(values), np.array(-0.0, dtype=et.numpy_dtype), out)
+    return out
+
+
 def round_to_type(values: np.ndarray, et: ElementType) -> np.ndarray:
     """Round a float64 result to ``et`` the way XLA does: first to the compute type, then to ``et``.
 
@@ -51,7 +64,7 @@ def round_to_type(values: np.ndarray, et: ElementType) -> np.ndarray:
         rounded = np.asarray(values, dtype=np.float64).astype(compute_dtype(et))
         if et in (ElementType.F32, ElementType.F64):
             return rounded
-        return rounded.astype(et.numpy_dtype)
+        return from_f32(rounded, et)
 
 
 def apply_real(fn: Callable[..., np.ndarray], operands: list[np.ndarray], et: ElementType):
@@ -122,6 +135,33 @@ def float_minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 # -- bit patterns -------------------------------------------------------------
+
+#: Types whose signaling NaNs reach XLA's f32/f64 arithmetic unquieted: widening
+#: bf16 is a shift, while f16 and the fp8 formats are widened by instructions that
+#: quiet them (checked on XLA:CPU: pow(sNaN, 0) is NaN in bf16/f32/f64, 1 in f16).
+_SIGNALING_NAN_QUIET_BIT = {ElementType.BF16: 6, ElementType.F32: 22, ElementType.F64: 51}
+
+
+def is_signaling_nan(x: np.ndarray, et: ElementType) -> np.ndarray:
+    """True where ``x`` is a NaN whose quiet bit is clear (only where XLA keeps it so)."""
+    x = np.asarray(x)
+    quiet_bit = _SIGNALING_NAN_QUIET_BIT.get(et)
+    if quiet_bit is None:
+        return np.zeros(x.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        nan = np.isnan(x.astype(np.float64))
+    return nan & ((float_bits(x, et) >> np.uint64(quiet_bit)) & np.uint64(1) == 0)
+
+
+def power(x: np.ndarray, y: np.ndarray, et: ElementType) -> np.ndarray:
+    """pow with C/IEEE special cases; a signaling NaN still poisons x^0 and 1^y (IEEE 754)."""
+    result = apply_real(np.power, [x, y], et)
+    with np.errstate(invalid="ignore"):
+        x64, y64 = np.asarray(x).astype(np.float64), np.asarray(y).astype(np.float64)
+    poisoned = (is_signaling_nan(x, et) & (y64 == 0)) | ((x64 == 1) & is_signaling_nan(y, et))
+    if poisoned.any():
+        result = np.where(poisoned, np.array(np.nan, dtype=result.dtype), result)
+    return result
 
 
 def float_bits(x: np.ndarray, et: ElementType) -> np.ndarray:
@@ -196,7 +236,7 @@ def reduce_precision(
     XLA:CPU, e.g. f8e5m2fnuz 2^-16 survives reduce-precision(5, 2)).
     """
     if exponent_bits < 1 or mantissa_bits < 0:
-        raise ValueError(
+        raise HloEvaluationError(
             f"reduce-precision needs exponent_bits >= 1 and mantissa_bits >= 0, "
             f"got ({exponent_bits}, {mantissa_bits})"
         )
@@ -206,7 +246,7 @@ def reduce_precision(
     with np.errstate(all="ignore"):
         wide = np.asarray(x).astype(np.float32).astype(carrier.numpy_dtype)
         reduced = _reduce_precision_native(wide, carrier, exponent_bits, mantissa_bits)
-        return reduced.astype(np.float32).astype(et.numpy_dtype)
+        return from_f32(reduced.astype(np.float32), et)
 
 
 def _reduce_precision_native(

@@ -1,0 +1,54 @@
+"""``heron plugins``: the installed hero emitters and backends, and where they come from."""
+
+from __future__ import annotations
+
+import argparse
+
+from heron.cli.common import CommandError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plugins",
+        help="list installed hero emitters and backends",
+        description=(
+            "List the plugins registered in the heron.emitters and heron.backends entry-point"
+            " groups, with the distribution each comes from and, for backends, whether it"
+            " can run here."
+        ),
+    )
+    parser.set_defaults(handler=run)
+
+
+def _origin(table, name: str) -> str:
+    origin = table.origin(name)
+    if origin is None:
+        return "registered in code"
+    return f"{origin.distribution} {origin.version} ({origin.entry_point} = {origin.value})"
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from heron.emitters.registry import load_emitters
+        from heron.runtime.core.registry import load_backends
+    except ImportError as exc:
+        raise CommandError(
+            f"{exc}: install heron-emitters-core and heron-runtime-core (the heron meta"
+            " distribution depends on both)"
+        ) from exc
+    emitters = load_emitters()
+    print("hero emitters (entry-point group heron.emitters):")
+    if not len(emitters):
+        print("  (none installed)")
+    for spec in emitters.specs:
+        print(f"  {spec.name}  priority {spec.priority}  from {_origin(emitters, spec.name)}")
+    backends = load_backends()
+    print("backends (entry-point group heron.backends):")
+    if not len(backends):
+        print("  (none installed)")
+    for spec in backends.specs:
+        status = backends.availability(spec.name)
+        state = "available" if status.available else "unavailable"
+        print(f"  {spec.name}  priority {spec.priority}  from {_origin(backends, spec.name)}")
+        print(f"      {state}: {status.reason}")
+    return 0

@@ -1,0 +1,6 @@
+"""heron-example-plugin: a third-party heron plugin, as small as one can be.
+
+``emitter`` registers a hero emitter in the ``heron.emitters`` group and
+``backend`` a backend in the ``heron.backends`` group; see this folder's
+pyproject.toml for the entry points.
+"""
