@@ -9,6 +9,8 @@ Two figures, each the median of several runs:
 2. a reduce (sum over the minor dimension) of an f32[4096,4096] input, against
    ``numpy.add.reduce``.
 
+The modules are written as HLO text and parsed (parse time is not counted).
+
 The ratio says what the interpreter costs over the numpy it is made of: the
 driver's per-instruction work, the shape checks, and numerics choices (the
 pairwise reduction tree).
@@ -26,52 +28,31 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 
-from heron.hlo.attributes import ComputationRef
 from heron.hlo.evaluator import evaluate_module
-from heron.hlo.ir import Computation, Instruction, Module
-from heron.hlo.shapes import array_shape, scalar_shape
-
-
-class _Builder:
-    """Just enough to write the two modules by hand (no parser needed)."""
-
-    def __init__(self, name: str):
-        self.computation = Computation(name)
-        self._count = 0
-        self._params = 0
-
-    def add(self, opcode: str, shape, *operands: Instruction, **attributes) -> Instruction:
-        self._count += 1
-        literal = attributes.pop("literal", None)
-        inst = Instruction(
-            f"{opcode}.{self._count}", opcode, shape, list(operands), attributes, literal=literal
-        )
-        if opcode == "parameter":
-            inst.parameter_number = self._params
-            self._params += 1
-        self.computation.add(inst)
-        self.computation.root = inst
-        return inst
+from heron.hlo.ir import Module
+from heron.hlo.parser import parse_module
 
 
 def elementwise_chain_module(n: int) -> Module:
-    f32 = array_shape("f32", (n, n))
-    bf16 = array_shape("bf16", (n, n))
-    b = _Builder("chain")
-    x = b.add("parameter", f32)
-    y = b.add("parameter", f32)
-    a = b.add("add", f32, x, y)
-    m = b.add("multiply", f32, a, x)
-    t = b.add("tanh", f32, m)
-    e = b.add("exponential", f32, t)
-    mx = b.add("maximum", f32, e, y)
-    lo = b.add("convert", bf16, mx)
-    hi = b.add("convert", f32, lo)
-    s = b.add("subtract", f32, hi, x)
-    sq = b.add("multiply", f32, s, s)
-    b.add("add", f32, sq, y)
-    b.computation.is_entry = True
-    return Module("elementwise_chain", [b.computation])
+    return parse_module(
+        f"""HloModule elementwise_chain
+
+ENTRY chain {{
+  x = f32[{n},{n}] parameter(0)
+  y = f32[{n},{n}] parameter(1)
+  a = f32[{n},{n}] add(x, y)
+  m = f32[{n},{n}] multiply(a, x)
+  t = f32[{n},{n}] tanh(m)
+  e = f32[{n},{n}] exponential(t)
+  mx = f32[{n},{n}] maximum(e, y)
+  lo = bf16[{n},{n}] convert(mx)
+  hi = f32[{n},{n}] convert(lo)
+  s = f32[{n},{n}] subtract(hi, x)
+  sq = f32[{n},{n}] multiply(s, s)
+  ROOT r = f32[{n},{n}] add(sq, y)
+}}
+"""
+    )
 
 
 def elementwise_chain_numpy(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -86,23 +67,22 @@ def elementwise_chain_numpy(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def reduce_module(n: int) -> Module:
-    add = _Builder("add")
-    p = add.add("parameter", scalar_shape("f32"))
-    q = add.add("parameter", scalar_shape("f32"))
-    add.add("add", scalar_shape("f32"), p, q)
-    b = _Builder("main")
-    x = b.add("parameter", array_shape("f32", (n, n)))
-    zero = b.add("constant", scalar_shape("f32"), literal=np.zeros((), np.float32))
-    b.add(
-        "reduce",
-        array_shape("f32", (n,)),
-        x,
-        zero,
-        dimensions=(1,),
-        to_apply=ComputationRef("add", add.computation),
+    return parse_module(
+        f"""HloModule reduce
+
+add {{
+  p = f32[] parameter(0)
+  q = f32[] parameter(1)
+  ROOT s = f32[] add(p, q)
+}}
+
+ENTRY main {{
+  x = f32[{n},{n}] parameter(0)
+  zero = f32[] constant(0)
+  ROOT r = f32[{n}] reduce(x, zero), dimensions={{1}}, to_apply=add
+}}
+"""
     )
-    b.computation.is_entry = True
-    return Module("reduce", [add.computation, b.computation])
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
