@@ -22,6 +22,7 @@ from heron.hlo.plugin_loading import PluginError
 COMMANDS = (
     "heron.cli.parse",
     "heron.cli.run",
+    "heron.cli.indexing",
     "heron.cli.plugins",
 )
 

@@ -281,8 +281,11 @@ def _format(expr: AffineExpr, dim_names, symbol_names, context: _Prec) -> str:
         else:
             text = f"{lhs} + {_format(rhs, dim_names, symbol_names, _Prec.MUL)}"
         return f"({text})" if context > _Prec.ADD else text
-    lhs = _format(expr.lhs, dim_names, symbol_names, _Prec.MUL)
-    # The right side of a multiplicative op is bracketed unless it is an atom.
+    # As the seeds write them: a chain of products needs no brackets (a * b * c),
+    # but a compound left side of floordiv/ceildiv/mod is bracketed
+    # ((th_x * 4) mod 1024), and so is the right side unless it is an atom.
+    lhs_context = _Prec.MUL if expr.kind is BinaryKind.MUL else _Prec.ATOM
+    lhs = _format(expr.lhs, dim_names, symbol_names, lhs_context)
     rhs = _format(expr.rhs, dim_names, symbol_names, _Prec.ATOM)
     text = f"{lhs} {expr.kind.value} {rhs}"
     return f"({text})" if context > _Prec.MUL or (

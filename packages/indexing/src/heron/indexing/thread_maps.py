@@ -1,0 +1,308 @@
+"""Thread-to-output maps: which output element each GPU thread of a loop kernel writes.
+
+The loop emitter launches a 1-d grid and gives every thread a contiguous run
+of ``vector_size`` elements (so loads and stores can be vectorised), optionally
+several such runs ``unroll`` grid-strides apart. Numbering the threads
+``linear = ((chunk_id * blocks + block) * threads + th_x) * vector_size +
+vector_index`` and reading that number as a row-major (layout-order) index of
+the output gives the thread-to-output map, e.g. for bf16[6,512,4096]::
+
+    (th_x, bl_x)[vector_index] -> (bl_x floordiv 4096, (bl_x floordiv 8) mod 512,
+        (bl_x mod 8) * 512 + th_x * 4 + vector_index),
+    domain: th_x in [0, 127], bl_x in [0, 24575], vector_index in [0, 3]
+
+When the grid covers more elements than the output has (the last block is
+partial) the map carries the bounds check ``linear in [0, elements - 1]`` as a
+constraint; when it covers the output exactly there is none.
+
+The delinearisation is done here with exact mixed-radix arithmetic rather
+than left as ``(linear floordiv s) mod n`` for the simplifier: the launch
+parameters make the linear index a positional number (each term's
+coefficient divides the next stride or is divided by it), and exploiting that
+directly gives the seeds' form without depending on how clever the general
+simplifier is. Where the strides do not line up (a minor dimension of 300
+with 512 elements per block) the plain floordiv/mod form is kept, which is
+still exact, and ``simplify`` is applied when it is available.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import attrs
+
+from heron.hlo.shapes import ArrayShape
+from heron.indexing.affine import AffineExpr, Constant, Dim, Symbol, add, floordiv, mod, mul
+from heron.indexing.indexing_map import IndexingError, IndexingMap, Variable
+from heron.indexing.interval import Interval
+
+#: Threads per block of the loop emitter: four warps, one per warp scheduler
+#: of an SM, the default XLA uses for elementwise kernels.
+DEFAULT_THREADS_PER_BLOCK = 128
+
+#: Below this many elements vectorising does not pay (the grid would not even
+#: fill the GPU); it is the number of threads a mid-size GPU keeps resident
+#: (1536 per SM x 84 SMs). A device-specific figure; pass the real one if known.
+DEFAULT_MIN_ELEMENTS_TO_VECTORIZE = 1536 * 84
+
+#: The most blocks CUDA allows along x; beyond it the grid grows a y dimension.
+MAX_BLOCKS_X = 2**31 - 1
+
+#: Widest vector access the loop emitter asks for, in bits (one 128-bit load).
+MAX_VECTOR_BITS = 128
+
+
+@attrs.frozen
+class LaunchDimensions:
+    """A kernel's grid: ``block_x * block_y`` blocks of ``thread_x`` threads."""
+
+    block_x: int
+    thread_x: int
+    block_y: int = 1
+
+    def __attrs_post_init__(self) -> None:
+        if min(self.block_x, self.thread_x, self.block_y) < 1:
+            raise IndexingError(f"launch dimensions must be positive: {self}")
+
+    @property
+    def num_blocks(self) -> int:
+        return self.block_x * self.block_y
+
+    @property
+    def num_threads(self) -> int:
+        return self.num_blocks * self.thread_x
+
+    def __str__(self) -> str:
+        blocks = f"{self.block_x}" if self.block_y == 1 else f"{self.block_x}x{self.block_y}"
+        return f"blocks={blocks} threads={self.thread_x}"
+
+
+def choose_vector_size(
+    shape: ArrayShape, min_elements_to_vectorize: int = DEFAULT_MIN_ELEMENTS_TO_VECTORIZE
+) -> int:
+    """The elements per thread the loop emitter reads/writes as one vector.
+
+    Four when the physical minor dimension is a multiple of four, else two
+    when it is even, capped so a vector is at most 128 bits (two for 64-bit
+    types); one when the minor dimension allows neither (a vector must not
+    straddle rows) or the output is too small to benefit. Sub-byte types get
+    at least enough elements per thread to fill a byte, so no two threads
+    write the same byte.
+    """
+    bits = shape.element_type.bit_width
+    dims = shape.dims
+    if not dims or bits <= 0:
+        return 1
+    minor = dims[shape.minor_to_major[0]]
+    elements = math.prod(dims)
+    byte_fill = 8 // bits if bits < 8 else 1
+    size = 1
+    if elements >= min_elements_to_vectorize:
+        cap = max(1, min(4, MAX_VECTOR_BITS // bits))
+        for candidate in (4, 2):
+            if candidate <= cap and minor % candidate == 0:
+                size = candidate
+                break
+    if size < byte_fill and minor % byte_fill == 0:
+        size = byte_fill
+    return size
+
+
+def choose_loop_launch(
+    shape: ArrayShape,
+    *,
+    threads_per_block: int = DEFAULT_THREADS_PER_BLOCK,
+    min_elements_to_vectorize: int = DEFAULT_MIN_ELEMENTS_TO_VECTORIZE,
+    max_blocks_x: int = MAX_BLOCKS_X,
+) -> tuple[LaunchDimensions, int, int]:
+    """Launch dimensions, vector size and unroll factor for a loop kernel over ``shape``.
+
+    Threads per block are ``min(threads_per_block, work items)`` so tiny
+    outputs do not launch idle threads; blocks are the ceiling of the work
+    items over the threads, split into a y dimension when beyond what x may
+    hold. The unroll factor is 1: each thread handles one vector (XLA unrolls
+    by vectorising; the ``unroll`` argument of the map is for callers that
+    want several grid-strided chunks per thread).
+    """
+    if shape.is_tuple or shape.is_token:
+        raise IndexingError(f"a loop kernel needs an array output, not {shape}")
+    vector_size = choose_vector_size(shape, min_elements_to_vectorize)
+    elements = max(1, math.prod(shape.dims))
+    work_items = math.ceil(elements / vector_size)
+    threads = max(1, min(threads_per_block, work_items))
+    blocks = math.ceil(work_items / threads)
+    block_y = math.ceil(blocks / max_blocks_x)
+    block_x = math.ceil(blocks / block_y)
+    return LaunchDimensions(block_x=block_x, thread_x=threads, block_y=block_y), vector_size, 1
+
+
+# -- mixed-radix delinearisation ---------------------------------------------
+
+
+@attrs.frozen
+class _Term:
+    """``coefficient * ((base floordiv divisor) mod modulus)`` with a known size.
+
+    ``size`` is the number of values the bracket takes (it ranges over
+    ``[0, size - 1]``); ``modulus`` 0 means no mod.
+    """
+
+    coefficient: int
+    base: AffineExpr
+    size: int
+    divisor: int = 1
+    modulus: int = 0
+
+    def value(self) -> AffineExpr:
+        expr = floordiv(self.base, Constant(self.divisor))
+        if self.modulus:
+            expr = mod(expr, Constant(self.modulus))
+        return mul(expr, Constant(self.coefficient))
+
+    @property
+    def max(self) -> int:
+        return self.coefficient * (self.size - 1)
+
+
+def _sum(terms: Sequence[_Term]) -> AffineExpr:
+    result: AffineExpr = Constant(0)
+    for term in terms:
+        result = add(result, term.value())
+    return result
+
+
+def _divmod_terms(terms: Sequence[_Term], divisor: int) -> tuple[list[_Term], list[_Term]]:
+    """Split ``sum(terms) = divisor * quotient + remainder`` with 0 <= remainder < divisor.
+
+    Exact whenever every coefficient is a multiple or a divisor of
+    ``divisor`` and the remainders add up to less than it (the positional
+    case); otherwise falls back to one opaque floordiv/mod term each.
+    """
+    quotient: list[_Term] = []
+    remainder: list[_Term] = []
+    ok = True
+    for term in terms:
+        if term.size <= 1:
+            continue
+        c = term.coefficient
+        if c % divisor == 0:
+            quotient.append(attrs.evolve(term, coefficient=c // divisor))
+        elif divisor % c == 0 and term.modulus == 0:
+            k = divisor // c
+            if term.size <= k:
+                remainder.append(term)
+            else:
+                quotient.append(
+                    attrs.evolve(
+                        term, coefficient=1, divisor=term.divisor * k, size=math.ceil(term.size / k)
+                    )
+                )
+                remainder.append(attrs.evolve(term, modulus=k, size=k))
+        else:
+            ok = False
+            break
+    if ok and sum(t.max for t in remainder) < divisor:
+        return quotient, remainder
+    total = _sum(terms)
+    top = sum(t.max for t in terms)
+    q = _Term(1, floordiv(total, Constant(divisor)), top // divisor + 1)
+    r = _Term(1, mod(total, Constant(divisor)), min(divisor, top + 1))
+    return [q], [r]
+
+
+def loop_thread_to_output_map(
+    dims: Sequence[int],
+    launch: LaunchDimensions,
+    vector_size: int = 1,
+    unroll: int = 1,
+    *,
+    minor_to_major: Sequence[int] | None = None,
+    simplify: bool = True,
+) -> IndexingMap:
+    """The map ``(th_x, bl_x[, bl_y])[chunk_id?, vector_index?] -> output index``.
+
+    ``chunk_id`` (present when ``unroll > 1``) selects which of the thread's
+    grid-strided chunks; ``vector_index`` (present when ``vector_size > 1``)
+    the element inside its vector. The output index is the linear thread
+    number delinearised in layout order (row-major when ``minor_to_major`` is
+    None), with a bounds constraint when the grid over-covers the output.
+    """
+    dims = tuple(int(d) for d in dims)
+    if any(d < 1 for d in dims):
+        raise IndexingError(f"thread map for an empty output {list(dims)}")
+    if vector_size < 1 or unroll < 1:
+        raise IndexingError(f"vector size {vector_size} and unroll {unroll} must be positive")
+    rank = len(dims)
+    order = tuple(range(rank - 1, -1, -1)) if minor_to_major is None else tuple(minor_to_major)
+    if sorted(order) != list(range(rank)):
+        raise IndexingError(f"layout {list(order)} is not a permutation of {rank} dimensions")
+    elements = math.prod(dims)
+
+    dimensions = [
+        Variable("th_x", Interval(0, launch.thread_x - 1)),
+        Variable("bl_x", Interval(0, launch.block_x - 1)),
+    ]
+    if launch.block_y > 1:
+        dimensions.append(Variable("bl_y", Interval(0, launch.block_y - 1)))
+    range_vars: list[Variable] = []
+    chunk = vector = None
+    if unroll > 1:
+        chunk = Symbol(len(range_vars))
+        range_vars.append(Variable("chunk_id", Interval(0, unroll - 1)))
+    if vector_size > 1:
+        vector = Symbol(len(range_vars))
+        range_vars.append(Variable("vector_index", Interval(0, vector_size - 1)))
+
+    # The linear index as positional terms, most significant first.
+    per_thread = vector_size
+    per_block = launch.thread_x * per_thread
+    terms: list[_Term] = []
+    if chunk is not None:
+        terms.append(_Term(launch.num_blocks * per_block, chunk, unroll))
+    if launch.block_y > 1:
+        terms.append(_Term(launch.block_x * per_block, Dim(2), launch.block_y))
+    terms.append(_Term(per_block, Dim(1), launch.block_x))
+    terms.append(_Term(per_thread, Dim(0), launch.thread_x))
+    if vector is not None:
+        terms.append(_Term(1, vector, vector_size))
+    covered = unroll * launch.num_blocks * per_block
+    if covered < elements:
+        raise IndexingError(
+            f"launch ({launch}, vector {vector_size}, unroll {unroll}) covers {covered} elements;"
+            f" the output {list(dims)} has {elements}"
+        )
+
+    # Delinearise from the physical minor dimension outwards.
+    results: list[AffineExpr] = [Constant(0)] * rank
+    remaining = [t for t in terms if t.size > 1]
+    physical = list(order)  # minor first
+    for position, logical in enumerate(physical):
+        if position == rank - 1:
+            results[logical] = _sum(remaining)  # the bounds constraint keeps it in range
+            break
+        remaining, digit = _divmod_terms(remaining, dims[logical])
+        results[logical] = _sum(digit)
+
+    constraints: tuple[tuple[AffineExpr, Interval], ...] = ()
+    if covered > elements:
+        constraints = ((_sum([t for t in terms if t.size > 1]), Interval(0, elements - 1)),)
+    result = IndexingMap(tuple(dimensions), tuple(results), tuple(range_vars), (), constraints)
+    return _maybe_simplify(result) if simplify else result
+
+
+def _maybe_simplify(indexing_map: IndexingMap) -> IndexingMap:
+    """Run the general simplifier when it is installed (it is written separately)."""
+    try:
+        from heron.indexing.simplifier import simplify
+    except ImportError:
+        return indexing_map
+    return simplify(indexing_map)
+
+
+def thread_map_for_shape(shape: ArrayShape, **launch_options: int) -> IndexingMap:
+    """``choose_loop_launch`` then ``loop_thread_to_output_map``: the loop emitter's map."""
+    launch, vector_size, unroll = choose_loop_launch(shape, **launch_options)
+    return loop_thread_to_output_map(
+        shape.dims, launch, vector_size, unroll, minor_to_major=shape.minor_to_major
+    )

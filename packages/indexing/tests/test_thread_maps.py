@@ -1,0 +1,143 @@
+"""Thread-to-output maps of the loop emitter: the seeds' GELU map and the bijection property.
+
+The property that makes a loop kernel correct is that its in-bounds
+(thread, block, symbol) points hit every output element exactly once; the
+tests enumerate small domains and check exactly that.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from heron.hlo.shapes import ArrayShape, Layout, array_shape
+from heron.indexing.indexing_map import IndexingError
+from heron.indexing.thread_maps import (
+    LaunchDimensions,
+    choose_loop_launch,
+    choose_vector_size,
+    loop_thread_to_output_map,
+    thread_map_for_shape,
+)
+
+GELU = (
+    "(th_x, bl_x)[vector_index] -> (bl_x floordiv 4096, (bl_x floordiv 8) mod 512,"
+    " (bl_x mod 8) * 512 + th_x * 4 + vector_index),"
+    " domain: th_x in [0, 127], bl_x in [0, 24575], vector_index in [0, 3]"
+)
+
+
+def test_gelu_map_matches_the_seeds():
+    shape = array_shape("bf16", (6, 512, 4096))
+    launch, vector_size, unroll = choose_loop_launch(shape)
+    assert (launch, vector_size, unroll) == (LaunchDimensions(24576, 128), 4, 1)
+    assert loop_thread_to_output_map(shape.dims, launch, vector_size, unroll).format() == GELU
+    assert thread_map_for_shape(shape).format() == GELU
+
+
+def test_gelu_map_without_the_general_simplifier_is_the_same():
+    launch = LaunchDimensions(block_x=24576, thread_x=128)
+    assert loop_thread_to_output_map((6, 512, 4096), launch, 4, simplify=False).format() == GELU
+
+
+def test_vector_size_rules():
+    big = 1 << 20
+    assert choose_vector_size(array_shape("f32", (big // 300, 300))) == 4
+    assert choose_vector_size(array_shape("f32", (big // 6, 6))) == 2
+    assert choose_vector_size(array_shape("f32", (big // 7, 7))) == 1
+    assert choose_vector_size(array_shape("f64", (big // 8, 8))) == 2  # 128-bit vectors
+    assert choose_vector_size(array_shape("f32", (20,))) == 1  # too small to pay
+    assert choose_vector_size(array_shape("s4", (20,))) == 2  # whole bytes per thread
+    assert choose_vector_size(array_shape("f32", (20, 40, 300))) == 4  # corpus vectorize_x4
+
+
+def test_vector_size_uses_the_physical_minor_dimension():
+    # Logical minor 300 (a multiple of 4) but physical minor 7: no vectors.
+    logical = array_shape("f32", (1 << 15, 7, 300))
+    shape = ArrayShape(logical.element_type, logical.dims, Layout((1, 2, 0)))
+    assert choose_vector_size(shape) == 1
+
+
+def test_small_output_uses_one_block_of_exactly_its_size():
+    launch, vector_size, unroll = choose_loop_launch(array_shape("f32", (20,)))
+    assert (launch, vector_size, unroll) == (LaunchDimensions(1, 20), 1, 1)
+    assert thread_map_for_shape(array_shape("f32", (20,))).format() == (
+        "(th_x, bl_x) -> (th_x), domain: th_x in [0, 19], bl_x in [0, 0]"
+    )
+
+
+def test_grid_beyond_the_x_limit_grows_a_y_dimension():
+    # The corpus test broadcast_constant_block_dim_limit: 1207959552 x 2 blocks.
+    launch, vector_size, _ = choose_loop_launch(array_shape("bf16", (24, 2048, 2048, 3, 4096)))
+    assert (launch.block_x, launch.block_y, launch.thread_x, vector_size) == (1207959552, 2, 128, 4)
+
+
+def test_partial_last_block_gets_a_bounds_constraint():
+    m = loop_thread_to_output_map((3, 5), LaunchDimensions(2, 8), 1, simplify=False)
+    assert len(m.constraints) == 1
+    expr, bounds = m.constraints[0]
+    assert (bounds.lower, bounds.upper) == (0, 14)
+    assert "bl_x * 8 + th_x in [0, 14]" in m.format()
+
+
+def test_exact_cover_has_no_constraint():
+    m = loop_thread_to_output_map((4, 8), LaunchDimensions(2, 4), 4, simplify=False)
+    assert m.constraints == ()
+
+
+def test_launch_that_does_not_cover_the_output_is_rejected():
+    with pytest.raises(IndexingError, match="covers 24 elements"):
+        loop_thread_to_output_map((6, 10), LaunchDimensions(3, 4), 2)
+
+
+def _assert_bijection(dims, indexing_map):
+    seen = {}
+    for point_dims, point_syms in indexing_map.domain_points():
+        index = indexing_map.evaluate(point_dims, point_syms)
+        assert all(0 <= i < n for i, n in zip(index, dims)), (index, dims)
+        assert index not in seen, f"{index} written by {seen[index]} and {(point_dims, point_syms)}"
+        seen[index] = (point_dims, point_syms)
+    assert len(seen) == math.prod(dims)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    dims=st.lists(st.integers(1, 7), min_size=1, max_size=3),
+    threads=st.integers(1, 8),
+    vector_size=st.sampled_from([1, 2, 4]),
+    unroll=st.integers(1, 3),
+    extra_blocks=st.integers(0, 1),
+    block_y=st.integers(1, 2),
+    simplify=st.booleans(),
+    layout_seed=st.randoms(use_true_random=False),
+)
+def test_in_bounds_points_cover_every_output_index_once(
+    dims, threads, vector_size, unroll, extra_blocks, block_y, simplify, layout_seed
+):
+    elements = math.prod(dims)
+    blocks = math.ceil(elements / (threads * vector_size * unroll)) + extra_blocks
+    block_x = math.ceil(blocks / block_y)
+    launch = LaunchDimensions(block_x=block_x, thread_x=threads, block_y=block_y)
+    order = list(range(len(dims)))
+    layout_seed.shuffle(order)
+    m = loop_thread_to_output_map(
+        dims, launch, vector_size, unroll, minor_to_major=order, simplify=simplify
+    )
+    _assert_bijection(dims, m)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    dims=st.lists(st.integers(1, 12), min_size=1, max_size=3),
+    element_type=st.sampled_from(["f32", "bf16", "f64", "s8", "s4"]),
+)
+def test_chosen_launch_is_a_bijection(dims, element_type):
+    shape = array_shape(element_type, tuple(dims))
+    launch_dims, vector_size, unroll = choose_loop_launch(
+        shape, threads_per_block=8, min_elements_to_vectorize=1
+    )
+    m = loop_thread_to_output_map(shape.dims, launch_dims, vector_size, unroll)
+    _assert_bijection(shape.dims, m)
