@@ -1,11 +1,47 @@
-"""heron.indexing: indexing maps and the analyses built on them (skeleton).
+"""heron.indexing: indexing maps and the analyses built on them.
 
-What will live here (see ARCHITECTURE.md): affine expressions; ``IndexingMap``
-with dimensions, range and runtime symbols and constraints; its simplifier and
-interval analysis; the HLO indexing analysis (output-to-input maps per op and
-through whole fusions); and the thread-to-output maps the emitters start from.
-Nothing of that exists yet in this version: importing the package only tells
-that the distribution is installed.
+Everything in codegen and cost modelling asks "which input element does this
+output element read?"; the answer is an ``IndexingMap`` (an affine map with a
+domain). This package holds:
+
+- ``affine``: affine expressions over dimensions and symbols;
+- ``interval``, ``indexing_map``: ranges and the map itself (dimensions, range
+  and runtime symbols, constraints), with its text form (``parser``);
+- ``range_analysis``, ``simplifier``, ``composition``: interval analysis, the
+  range-aware simplifier, composition of maps;
+- ``hlo_indexing``, ``fusion_indexing``: output-to-input maps per HLO op and
+  through whole fused computations;
+- ``thread_maps``: launch dimensions and the loop emitter's thread-to-output map;
+- ``mlir_text``: conversion to and from MLIR ``affine_map`` text for emission.
 """
 
+from heron.indexing.affine import AffineExpr, Constant, Dim, Symbol
+from heron.indexing.composition import compose
+from heron.indexing.fusion_indexing import fusion_input_maps
+from heron.indexing.hlo_indexing import input_to_output_map, output_to_input_maps
+from heron.indexing.indexing_map import IndexingError, IndexingMap, Variable
+from heron.indexing.interval import Interval
+from heron.indexing.parser import parse_affine_expr, parse_indexing_map
+from heron.indexing.simplifier import is_known_empty, rescale_symbols, simplify
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "AffineExpr",
+    "Constant",
+    "Dim",
+    "IndexingError",
+    "IndexingMap",
+    "Interval",
+    "Symbol",
+    "Variable",
+    "compose",
+    "fusion_input_maps",
+    "input_to_output_map",
+    "is_known_empty",
+    "output_to_input_maps",
+    "parse_affine_expr",
+    "parse_indexing_map",
+    "rescale_symbols",
+    "simplify",
+]

@@ -417,3 +417,49 @@ def remove_unused_symbols(indexing_map: IndexingMap) -> IndexingMap:
         tuple(symbols[i] for i in keep if i >= n_range),
         tuple((rewrite(e), r) for e, r in indexing_map.constraints),
     )
+
+
+def rescale_symbols(indexing_map: IndexingMap) -> IndexingMap:
+    """Replace a range symbol held to one residue by a denser one.
+
+    A constraint ``s mod c in [k, k]`` says only every c-th value of ``s`` is
+    in the domain. Substituting ``s = s' * c + k`` (with ``s'`` over the values
+    that remain) drops the constraint and lets the simplifier reason about
+    ``s'`` directly, e.g. a strided slice feeding a loop. The image of every
+    dimension point is unchanged, but the symbol now counts the remaining
+    values, so this is a separate step from ``simplify``, which keeps every
+    variable's meaning; the result is simplified.
+    """
+    current = simplify(indexing_map)
+    n_range = len(current.range_vars)
+    for position, (expr, interval) in enumerate(current.constraints):
+        if not (
+            interval.is_point
+            and isinstance(expr, Binary)
+            and expr.kind is BinaryKind.MOD
+            and isinstance(expr.lhs, Symbol)
+            and expr.lhs.index < n_range
+            and isinstance(expr.rhs, Constant)
+            and expr.rhs.value > 0
+        ):
+            continue
+        index, stride, residue = expr.lhs.index, expr.rhs.value, interval.lower
+        old = current.range_vars[index].bounds
+        new_bounds = Interval(-((residue - old.lower) // stride), (old.upper - residue) // stride)
+        symbols = [Symbol(i) for i in range(current.num_symbols)]
+        symbols[index] = Symbol(index) * stride + residue
+        range_vars = list(current.range_vars)
+        range_vars[index] = Variable(range_vars[index].name, new_bounds)
+        rescaled = IndexingMap(
+            current.dimensions,
+            tuple(replace(e, symbols=symbols) for e in current.results),
+            tuple(range_vars),
+            current.runtime_vars,
+            tuple(
+                (replace(e, symbols=symbols), r)
+                for i, (e, r) in enumerate(current.constraints)
+                if i != position
+            ),
+        )
+        return rescale_symbols(rescaled)
+    return current
