@@ -1,0 +1,52 @@
+"""Creating MLIR contexts that know the ``heron_gpu`` dialect.
+
+Emitters, tests and the pass pipeline all need the same set of dialects. The
+IRDL dialect must be loaded exactly once per context: a second
+``irdl.load_dialects`` for the same names aborts the process inside MLIR, so
+:func:`ensure_dialect_loaded` checks the registry first.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import irdl
+
+from heron.emitters.dialect.irdl_source import DIALECT_NAME, IRDL_TEXT
+
+# The upstream dialects the emitters and the lowering pipeline use.
+UPSTREAM_DIALECTS = (
+    "builtin",
+    "func",
+    "arith",
+    "math",
+    "scf",
+    "tensor",
+    "vector",
+    "gpu",
+    "llvm",
+    "nvvm",
+    "rocdl",
+    "complex",
+)
+
+
+def ensure_dialect_loaded(context: ir.Context) -> None:
+    """Load the ``heron_gpu`` IRDL dialect into ``context`` unless it is there already."""
+    if context.is_registered_operation(f"{DIALECT_NAME}.loop"):
+        return
+    with context, ir.Location.unknown(context):
+        definition = ir.Module.parse(IRDL_TEXT)
+        irdl.load_dialects(definition)
+
+
+def make_context() -> ir.Context:
+    """A fresh context with the upstream dialects loaded and ``heron_gpu`` registered.
+
+    Loading the upstream dialects eagerly (rather than on first parse) makes
+    builders that create ops directly work without a parse step first.
+    """
+    context = ir.Context()
+    for name in UPSTREAM_DIALECTS:
+        context.dialects[name]  # noqa: B018 - indexing loads the dialect
+    ensure_dialect_loaded(context)
+    return context

@@ -1,0 +1,201 @@
+"""The NVVM backend: a ``gpu.module`` of kernels -> PTX (and, with ptxas, cubin).
+
+The steps, each reported to ``dump(stage, text)`` when one is given:
+
+1. MLIR: ``expand-strided-metadata``, ``lower-affine``, ``arith-expand``,
+   ``convert-scf-to-cf``, ``convert-gpu-to-nvvm`` nested on the gpu.module
+   (bare-pointer memref arguments by default: a kernel takes one pointer per
+   buffer, as XLA's do), ``reconcile-unrealized-casts``.
+2. ``mlir.dialects.llvm.translate_module_to_llvmir`` on the gpu.module's
+   contents: kernels come out with LLVM's ``ptx_kernel`` calling convention
+   (from the ``nvvm.kernel`` attribute the conversion sets).
+3. llvmlite (LLVM 22, like the bindings): libdevice is linked in only when the
+   IR calls ``__nv_*`` functions, then every symbol but the kernels is made
+   internal so that the O3 pipeline (which includes NVVMReflect, through the
+   target machine) drops the unused part of libdevice; without that the PTX
+   carries all of it (about 21,000 lines for one tanh).
+4. The NVPTX target machine (``cpu=sm_XX``, ``+ptxNN``) prints PTX.
+
+MLIR and llvmlite are imported inside the functions: a runtime-only install
+(no ``[compile]`` extra) can still import this package and run cubins/PTX.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import attrs
+
+from heron.hlo.errors import UnsupportedError
+from heron.runtime.cuda.compiler_mlir import (
+    COMPILE_EXTRA,
+    CompilerUnavailableError,
+    Dump,
+    lower_gpu_module,
+    nvvm_steps,
+)
+from heron.runtime.cuda.compiler_tools import (
+    PtxasError,
+    ToolNotFoundError,
+    assemble_cubin,
+    find_libdevice,
+    find_ptxas,
+    validate_ptx,
+)
+
+__all__ = [
+    "CompiledKernels",
+    "CompilerUnavailableError",
+    "PtxasError",
+    "ToolNotFoundError",
+    "assemble_cubin",
+    "compile_to_ptx",
+    "find_libdevice",
+    "find_ptxas",
+    "llvm_ir_to_ptx",
+    "lower_to_llvm_ir",
+    "ptx_version_for",
+    "validate_ptx",
+]
+
+NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
+KERNEL_ATTRS = ("nvvm.kernel", "gpu.kernel")
+_ARCH = re.compile(r"sm_(\d+)[af]?")
+
+
+@attrs.frozen
+class CompiledKernels:
+    """PTX for one gpu.module, the names of its ``.entry`` kernels, and the target."""
+
+    ptx: str
+    kernel_names: tuple[str, ...]
+    arch: str
+
+
+def ptx_version_for(arch: str) -> int:
+    """The PTX ISA version (times ten) to emit for ``arch``.
+
+    The lowest version that supports the architecture, but at least 8.0:
+    ptxas from CUDA 12 and 13 accepts it, and it has everything the
+    lowering emits for sm_80 and sm_90.
+    """
+    match = _ARCH.fullmatch(arch)
+    if match is None:
+        raise UnsupportedError(f"not an NVIDIA architecture name: {arch!r} (expected e.g. sm_90)")
+    number = int(match.group(1))
+    if number >= 120:
+        return 87
+    if number >= 100:
+        return 86
+    return 80
+
+
+def lower_to_llvm_ir(
+    module: Any,
+    *,
+    index_bitwidth: int = 64,
+    bare_pointers: bool = True,
+    dump: Dump | None = None,
+) -> tuple[str, tuple[str, ...]]:
+    """MLIR (text or ``mlir.ir.Module``) -> (LLVM IR text, kernel names)."""
+    return lower_gpu_module(
+        module, nvvm_steps(index_bitwidth, bare_pointers), KERNEL_ATTRS, dump=dump
+    )
+
+
+@functools.cache
+def _llvmlite() -> Any:
+    try:
+        import llvmlite.binding as llvm
+    except ImportError as exc:
+        raise CompilerUnavailableError(
+            f"generating PTX needs llvmlite ({exc}); install {COMPILE_EXTRA!r}"
+        ) from exc
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    return llvm
+
+
+@functools.cache
+def _libdevice_bitcode() -> bytes:
+    return find_libdevice().read_bytes()
+
+
+def llvm_ir_to_ptx(
+    llvm_ir: str,
+    kernel_names: tuple[str, ...],
+    arch: str = "sm_90",
+    *,
+    opt_level: int = 3,
+    dump: Dump | None = None,
+) -> str:
+    """LLVM IR (NVPTX flavour) -> PTX, linking the part of libdevice it uses."""
+    llvm = _llvmlite()
+    version = ptx_version_for(arch)
+    target = llvm.Target.from_triple(NVPTX_TRIPLE)
+    machine = target.create_target_machine(cpu=arch, features=f"+ptx{version}", opt=opt_level)
+    try:
+        module = llvm.parse_assembly(llvm_ir)
+    except RuntimeError as exc:
+        raise UnsupportedError(f"llvmlite could not parse the LLVM IR: {exc}") from exc
+    module.triple = NVPTX_TRIPLE
+    module.data_layout = str(machine.target_data)
+    if any(f.is_declaration and f.name.startswith("__nv_") for f in module.functions):
+        libdevice = llvm.parse_bitcode(_libdevice_bitcode())
+        libdevice.triple = module.triple
+        libdevice.data_layout = module.data_layout
+        module.link_in(libdevice)
+    _internalise_all_but(module, set(kernel_names))
+    module.verify()
+    tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    builder = llvm.create_pass_builder(machine, tuning)
+    builder.getModulePassManager().run(module, builder)
+    if dump is not None:
+        dump("llvm-ir-optimised", str(module))
+    unresolved = sorted(
+        f.name
+        for f in module.functions
+        if f.is_declaration and not f.name.startswith("llvm.") and f.name != "vprintf"
+    )
+    if unresolved:
+        raise UnsupportedError(
+            f"the kernels call functions with no definition: {', '.join(unresolved)}"
+        )
+    ptx = machine.emit_assembly(module)
+    if dump is not None:
+        dump("ptx", ptx)
+    return ptx
+
+
+def _internalise_all_but(module: Any, keep: set[str]) -> None:
+    """Give internal linkage to every defined symbol not in ``keep``.
+
+    That is what lets global DCE remove the libdevice functions nobody calls
+    (and inline the ones that are called).
+    """
+    for function in module.functions:
+        if not function.is_declaration and function.name not in keep:
+            function.linkage = "internal"
+    for variable in module.global_variables:
+        if not variable.is_declaration and variable.name not in keep:
+            variable.linkage = "internal"
+
+
+def compile_to_ptx(
+    module: Any,
+    arch: str = "sm_90",
+    *,
+    opt_level: int = 3,
+    index_bitwidth: int = 64,
+    bare_pointers: bool = True,
+    dump: Dump | None = None,
+) -> CompiledKernels:
+    """MLIR holding one ``gpu.module`` -> PTX for ``arch`` (e.g. ``sm_80``, ``sm_90``)."""
+    ptx_version_for(arch)  # reject a bad name before any work
+    llvm_ir, kernels = lower_to_llvm_ir(
+        module, index_bitwidth=index_bitwidth, bare_pointers=bare_pointers, dump=dump
+    )
+    ptx = llvm_ir_to_ptx(llvm_ir, kernels, arch, opt_level=opt_level, dump=dump)
+    return CompiledKernels(ptx=ptx, kernel_names=kernels, arch=arch)

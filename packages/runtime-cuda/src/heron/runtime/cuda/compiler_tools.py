@@ -1,0 +1,113 @@
+"""Finding and running the CUDA tools that come from the ``nvidia-cuda-nvcc`` wheel.
+
+``ptxas`` (PTX -> cubin, and the only real judge of whether PTX is valid)
+and ``libdevice.10.bc`` (the math library the NVVM lowering calls into) both
+ship in that wheel, under ``site-packages/nvidia/cu13/`` (``nvidia/cuda_nvcc/``
+in the CUDA 12 wheels). Neither needs a GPU. ``HERON_PTXAS`` and
+``HERON_LIBDEVICE`` override the search, for machines with a system CUDA.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from heron.runtime.cuda.compiler_mlir import COMPILE_EXTRA
+
+# Where the NVIDIA wheels put the toolkit, relative to the ``nvidia`` namespace package.
+_TOOLKIT_DIRS = ("cu13", "cu12", "cuda_nvcc")
+
+
+class ToolNotFoundError(FileNotFoundError):
+    """ptxas or libdevice is not installed where heron looks for it."""
+
+
+class PtxasError(RuntimeError):
+    """ptxas rejected the PTX; the message quotes ptxas."""
+
+    def __init__(self, message: str, ptxas_output: str):
+        super().__init__(message)
+        self.ptxas_output = ptxas_output
+
+
+def _nvidia_roots() -> list[Path]:
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [Path(p) for p in spec.submodule_search_locations]
+
+
+def _candidates(relative: str) -> list[Path]:
+    return [root / d / relative for root in _nvidia_roots() for d in _TOOLKIT_DIRS]
+
+
+def find_ptxas() -> Path:
+    """The ptxas executable: ``$HERON_PTXAS``, the nvidia wheel, then ``PATH``."""
+    override = os.environ.get("HERON_PTXAS")
+    if override:
+        return Path(override)
+    for path in _candidates("bin/ptxas"):
+        if path.is_file():
+            return path
+    found = shutil.which("ptxas")
+    if found:
+        return Path(found)
+    raise ToolNotFoundError(
+        "ptxas not found: install the 'nvidia-cuda-nvcc' wheel (part of"
+        f" {COMPILE_EXTRA!r}), put ptxas on PATH, or set HERON_PTXAS"
+    )
+
+
+def find_libdevice() -> Path:
+    """``libdevice.10.bc``: ``$HERON_LIBDEVICE``, the nvidia wheel, then ``$CUDA_HOME``."""
+    override = os.environ.get("HERON_LIBDEVICE")
+    if override:
+        return Path(override)
+    relative = "nvvm/libdevice/libdevice.10.bc"
+    candidates = _candidates(relative)
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if cuda_home:
+        candidates.append(Path(cuda_home) / relative)
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise ToolNotFoundError(
+        "libdevice.10.bc not found (math ops lower to libdevice calls): install the"
+        f" 'nvidia-cuda-nvcc' wheel (part of {COMPILE_EXTRA!r}) or set HERON_LIBDEVICE"
+    )
+
+
+def _run_ptxas(ptx: str, arch: str, extra: tuple[str, ...], keep_output: bool) -> bytes:
+    """Run ptxas on ``ptx``; the cubin's bytes when ``keep_output``, else ``b""``."""
+    ptxas = find_ptxas()
+    with tempfile.TemporaryDirectory(prefix="heron-ptxas-") as tmp:
+        source = Path(tmp) / "kernel.ptx"
+        source.write_text(ptx)
+        output = Path(tmp) / "kernel.cubin" if keep_output else Path(os.devnull)
+        result = subprocess.run(
+            [str(ptxas), "--gpu-name", arch, *extra, "-o", str(output), str(source)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            message = (result.stderr or result.stdout).strip()
+            raise PtxasError(
+                f"ptxas rejected the PTX for {arch} (exit {result.returncode}):\n{message}",
+                message,
+            )
+        return output.read_bytes() if keep_output else b""
+
+
+def validate_ptx(ptx: str, arch: str = "sm_90") -> None:
+    """Assemble ``ptx`` for ``arch`` and throw the result away; raise ``PtxasError`` if rejected."""
+    _run_ptxas(ptx, arch, (), keep_output=False)
+
+
+def assemble_cubin(ptx: str, arch: str = "sm_90", opt_level: int = 3) -> bytes:
+    """Assemble ``ptx`` to a cubin for ``arch`` with ptxas (``-O{opt_level}``)."""
+    return _run_ptxas(ptx, arch, (f"-O{opt_level}",), keep_output=True)

@@ -1,0 +1,180 @@
+"""The NVVM backend on the CPU: MLIR gpu.module -> PTX, judged by ptxas."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from heron.hlo.errors import UnsupportedError
+from heron.runtime.cuda.compiler import (
+    CompiledKernels,
+    PtxasError,
+    assemble_cubin,
+    compile_to_ptx,
+    find_ptxas,
+    lower_to_llvm_ir,
+    ptx_version_for,
+    validate_ptx,
+)
+
+VECTOR_ADD = """
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @vector_add(%a: memref<1000xf32>, %b: memref<1000xf32>, %c: memref<1000xf32>)
+        kernel {
+      %tid = gpu.thread_id x
+      %bid = gpu.block_id x
+      %bdim = gpu.block_dim x
+      %base = arith.muli %bid, %bdim : index
+      %i = arith.addi %base, %tid : index
+      %n = arith.constant 1000 : index
+      %in_bounds = arith.cmpi ult, %i, %n : index
+      scf.if %in_bounds {
+        %x = memref.load %a[%i] : memref<1000xf32>
+        %y = memref.load %b[%i] : memref<1000xf32>
+        %s = arith.addf %x, %y : f32
+        memref.store %s, %c[%i] : memref<1000xf32>
+      }
+      gpu.return
+    }
+  }
+}
+"""
+
+TANH_VEC4 = """
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @tanh_vec4(%a: memref<4096xf32>, %c: memref<4096xf32>) kernel {
+      %tid = gpu.thread_id x
+      %bid = gpu.block_id x
+      %bdim = gpu.block_dim x
+      %base = arith.muli %bid, %bdim : index
+      %t = arith.addi %base, %tid : index
+      %four = arith.constant 4 : index
+      %i = arith.muli %t, %four : index
+      %n = arith.constant 4096 : index
+      %in_bounds = arith.cmpi ult, %i, %n : index
+      scf.if %in_bounds {
+        %x = vector.load %a[%i] {alignment = 16} : memref<4096xf32>, vector<4xf32>
+        %y = math.tanh %x : vector<4xf32>
+        vector.store %y, %c[%i] {alignment = 16} : memref<4096xf32>, vector<4xf32>
+      }
+      gpu.return
+    }
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_vector_add_becomes_ptx_that_ptxas_accepts(arch):
+    compiled = compile_to_ptx(VECTOR_ADD, arch)
+    assert isinstance(compiled, CompiledKernels)
+    assert compiled.kernel_names == ("vector_add",)
+    assert compiled.arch == arch
+    assert f".target {arch}" in compiled.ptx
+    assert ".visible .entry vector_add(" in compiled.ptx
+    assert compiled.ptx.count(".param .u64") == 3  # bare pointers, one per buffer
+    validate_ptx(compiled.ptx, arch)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_tanh_links_only_the_needed_part_of_libdevice(arch):
+    compiled = compile_to_ptx(TANH_VEC4, arch)
+    ptx = compiled.ptx
+    validate_ptx(ptx, arch)
+    assert ".entry tanh_vec4(" in ptx
+    # LLVM 22 prints untyped 32-bit vector accesses as .b32 (older LLVMs: .f32).
+    assert re.search(r"ld\.global\.v4\.[bf]32", ptx)
+    assert re.search(r"st\.global\.v4\.[bf]32", ptx)
+    # All of libdevice would be ~21,000 lines; one tanh inlined four times is ~120.
+    assert len(ptx.splitlines()) < 2000
+    assert "__nv_" not in ptx
+    assert ".func" not in ptx  # nothing but the kernel survives internalisation
+    assert "__nvvm_reflect" not in ptx
+
+
+def test_every_stage_is_dumped_in_order():
+    stages: dict[str, str] = {}
+    compile_to_ptx(TANH_VEC4, "sm_90", dump=stages.__setitem__)
+    assert list(stages) == [
+        "input",
+        "expand-strided-metadata",
+        "lower-affine",
+        "arith-expand",
+        "convert-scf-to-cf",
+        "convert-gpu-to-nvvm",
+        "reconcile-unrealized-casts",
+        "llvm-ir",
+        "llvm-ir-optimised",
+        "ptx",
+    ]
+    assert "scf.if" in stages["input"] and "scf.if" not in stages["convert-scf-to-cf"]
+    assert "llvm.call @__nv_tanhf" in stages["convert-gpu-to-nvvm"]
+    assert "define ptx_kernel void @tanh_vec4(ptr" in stages["llvm-ir"]
+    assert "declare float @__nv_tanhf" in stages["llvm-ir"]
+    assert "__nv_tanhf" not in stages["llvm-ir-optimised"]  # inlined from libdevice
+
+
+def test_cubin_is_an_elf_for_the_gpu():
+    compiled = compile_to_ptx(VECTOR_ADD, "sm_90")
+    cubin = assemble_cubin(compiled.ptx, "sm_90")
+    assert cubin[:4] == b"\x7fELF"
+    assert int.from_bytes(cubin[18:20], "little") == 190  # EM_CUDA
+    assert b"vector_add" in cubin
+
+
+def test_invalid_ptx_is_rejected_quoting_ptxas():
+    bad = compile_to_ptx(VECTOR_ADD, "sm_90").ptx.replace("add.s64", "add.bogus64", 1)
+    with pytest.raises(PtxasError, match="ptxas rejected the PTX for sm_90") as info:
+        validate_ptx(bad, "sm_90")
+    assert "error   : " in str(info.value)  # ptxas's own words, with the line number
+    assert re.search(r"kernel\.ptx, line \d+; error", str(info.value))
+    assert info.value.ptxas_output in str(info.value)
+
+
+def test_ptxas_is_found_in_the_nvidia_wheel():
+    assert find_ptxas().name == "ptxas"
+
+
+def test_ptx_versions_and_bad_arch():
+    assert ptx_version_for("sm_80") == 80
+    assert ptx_version_for("sm_90a") == 80
+    assert ptx_version_for("sm_100") == 86
+    with pytest.raises(UnsupportedError, match="NVIDIA architecture"):
+        compile_to_ptx(VECTOR_ADD, "gfx942")
+
+
+def test_llvm_dialect_kernels_pass_through():
+    source = """
+    module attributes {gpu.container_module} {
+      gpu.module @kernels {
+        llvm.func @store_one(%p: !llvm.ptr) attributes {nvvm.kernel} {
+          %one = llvm.mlir.constant(1.0 : f32) : f32
+          llvm.store %one, %p : f32, !llvm.ptr
+          llvm.return
+        }
+      }
+    }
+    """
+    compiled = compile_to_ptx(source, "sm_80")
+    assert compiled.kernel_names == ("store_one",)
+    validate_ptx(compiled.ptx, "sm_80")
+
+
+def test_bad_inputs_get_clear_errors():
+    with pytest.raises(UnsupportedError, match="exactly one gpu.module"):
+        lower_to_llvm_ir("module {}")
+    no_kernel = VECTOR_ADD.replace("kernel {", "{")
+    with pytest.raises(UnsupportedError, match="no kernel"):
+        lower_to_llvm_ir(no_kernel)
+
+
+def test_a_missing_compile_extra_is_named(monkeypatch):
+    from heron.runtime.cuda.compiler import CompilerUnavailableError
+
+    monkeypatch.setitem(sys.modules, "mlir", None)
+    with pytest.raises(CompilerUnavailableError, match=r"heron-runtime-cuda\[compile\]"):
+        compile_to_ptx(VECTOR_ADD, "sm_90")

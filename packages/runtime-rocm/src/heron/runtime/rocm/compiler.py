@@ -1,0 +1,213 @@
+"""The ROCDL backend: a ``gpu.module`` of kernels -> an AMDGPU code object (HSACO).
+
+The steps, each reported to ``dump(stage, text)`` when one is given:
+
+1. MLIR: math ops are expanded and made LLVM intrinsics first (see
+   ``compiler_mlir.rocdl_steps``: ROCDL would call OCML, which is not
+   available), then the same structural lowering as the NVVM backend with
+   ``convert-gpu-to-rocdl{chipset=gfxNNN}`` nested on the gpu.module.
+   Kernels with no ``rocdl.flat_work_group_size`` get ``1,max_block_size``
+   (the translation's default is 1,256: a launch with more threads fails).
+2. ``translate_module_to_llvmir``: kernels get the ``amdgpu_kernel``
+   calling convention. The bindings' LLVM has no AMDGPU target, so:
+3. llvmlite (LLVM 22, with AMDGPU): link the OCKL shims
+   (``compiler_shims``), refuse what the AMDGPU code generator cannot do
+   without device libraries (``check_supported``: some of those abort the
+   process inside LLVM), internalise all but the kernels, O3, and emit an
+   object for ``cpu=gfxNNN``. Code generation changes the module it runs on,
+   so the assembly dump runs on a copy.
+4. ``ld.lld -shared`` (from ziglang) links the loadable code object.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from heron.hlo.errors import UnsupportedError
+from heron.runtime.rocm.compiler_mlir import (
+    COMPILE_EXTRA,
+    CompilerUnavailableError,
+    Dump,
+    lower_gpu_module,
+    rocdl_steps,
+)
+from heron.runtime.rocm.compiler_shims import OCKL_SHIMS, SHIMMED
+from heron.runtime.rocm.compiler_tools import (
+    EM_AMDGPU,
+    LinkError,
+    ToolNotFoundError,
+    elf_machine,
+    link_hsaco,
+)
+
+__all__ = [
+    "EM_AMDGPU",
+    "CompilerUnavailableError",
+    "LinkError",
+    "ToolNotFoundError",
+    "check_supported",
+    "compile_to_hsaco",
+    "elf_machine",
+    "llvm_ir_to_object",
+    "lower_to_llvm_ir",
+]
+
+AMDGPU_TRIPLE = "amdgcn-amd-amdhsa"
+KERNEL_ATTRS = ("rocdl.kernel", "gpu.kernel")
+_ARCH = re.compile(r"gfx[0-9a-f]{3,4}")
+
+# Intrinsics the AMDGPU code generator expands to instructions for f16/f32
+# but not for f64 (it has no libcalls: "no libcall available", or an abort
+# in instruction selection for llvm.sin.f64).
+_F32_ONLY = frozenset({"exp", "exp2", "exp10", "log", "log2", "log10", "sin", "cos", "pow"})
+# Intrinsics it does not expand at all.
+_NEVER = frozenset({"tan", "tanh", "asin", "acos", "atan", "atan2", "sinh", "cosh", "powi"})
+_OCML = re.compile(r"__ocml_([a-z0-9]+)_(f16|f32|f64)")
+_INTRINSIC = re.compile(r"llvm\.([a-z0-9]+)\.(.+)")
+
+
+def lower_to_llvm_ir(
+    module: Any,
+    arch: str = "gfx942",
+    *,
+    index_bitwidth: int = 64,
+    bare_pointers: bool = True,
+    max_block_size: int = 1024,
+    dump: Dump | None = None,
+) -> tuple[str, tuple[str, ...]]:
+    """MLIR (text or ``mlir.ir.Module``) -> (LLVM IR text, kernel names)."""
+    _check_arch(arch)
+    return lower_gpu_module(
+        module,
+        rocdl_steps(arch, index_bitwidth, bare_pointers),
+        KERNEL_ATTRS,
+        dump=dump,
+        default_kernel_attrs={"rocdl.flat_work_group_size": f"1,{max_block_size}"},
+    )
+
+
+def _check_arch(arch: str) -> None:
+    if _ARCH.fullmatch(arch) is None:
+        raise UnsupportedError(f"not an AMDGPU architecture name: {arch!r} (expected e.g. gfx942)")
+
+
+@functools.cache
+def _llvmlite() -> Any:
+    try:
+        import llvmlite.binding as llvm
+    except ImportError as exc:
+        raise CompilerUnavailableError(
+            f"generating AMDGPU code needs llvmlite ({exc}); install {COMPILE_EXTRA!r}"
+        ) from exc
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    return llvm
+
+
+def check_supported(module: Any) -> None:
+    """Raise ``UnsupportedError`` for calls the code object could not resolve.
+
+    ``module`` is an llvmlite module after the shims are linked: any other
+    function it declares would be an undefined symbol (OCML/OCKL routines
+    come from ROCm's device libraries, which heron does not use), and some
+    math intrinsics have no AMDGPU expansion.
+    """
+    problems: list[str] = []
+    for function in module.functions:
+        if not function.is_declaration:
+            continue
+        name = function.name
+        match = _INTRINSIC.fullmatch(name)
+        if match is None:
+            if not name.startswith("llvm."):
+                problems.append(f"call to {name}{_device_lib_hint(name)}")
+            continue
+        base, types = match.groups()
+        if base in _NEVER or (base in _F32_ONLY and "f64" in types):
+            problems.append(f"{name} (no AMDGPU expansion without the ROCm device libraries)")
+    if problems:
+        raise UnsupportedError(
+            "the ROCm backend cannot compile these kernels: " + "; ".join(sorted(problems))
+        )
+
+
+def _device_lib_hint(name: str) -> str:
+    """Name the math op behind an OCML call: ``__ocml_sin_f32`` came from math.sin on f32."""
+    match = _OCML.fullmatch(name)
+    if match is None:
+        return " (not defined anywhere heron links)"
+    return (
+        f" (math.{match.group(1)} on {match.group(2)}: an OCML routine from the ROCm device"
+        " libraries, which heron does not link)"
+    )
+
+
+def llvm_ir_to_object(
+    llvm_ir: str,
+    kernel_names: tuple[str, ...],
+    arch: str = "gfx942",
+    *,
+    opt_level: int = 3,
+    dump: Dump | None = None,
+) -> bytes:
+    """LLVM IR (AMDGPU flavour) -> a relocatable AMDGPU ELF object."""
+    llvm = _llvmlite()
+    _check_arch(arch)
+    target = llvm.Target.from_triple(AMDGPU_TRIPLE)
+    machine = target.create_target_machine(cpu=arch, opt=opt_level, reloc="pic")
+    try:
+        module = llvm.parse_assembly(llvm_ir)
+    except RuntimeError as exc:
+        raise UnsupportedError(f"llvmlite could not parse the LLVM IR: {exc}") from exc
+    module.triple = AMDGPU_TRIPLE
+    module.data_layout = str(machine.target_data)
+    if any(f.is_declaration and f.name in SHIMMED for f in module.functions):
+        shims = llvm.parse_assembly(OCKL_SHIMS)
+        shims.triple = module.triple
+        shims.data_layout = module.data_layout
+        module.link_in(shims)
+    check_supported(module)
+    keep = set(kernel_names)
+    for function in module.functions:
+        if not function.is_declaration and function.name not in keep:
+            function.linkage = "internal"
+    module.verify()
+    tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    builder = llvm.create_pass_builder(machine, tuning)
+    builder.getModulePassManager().run(module, builder)
+    if dump is not None:
+        dump("llvm-ir-optimised", str(module))
+        copy = llvm.parse_assembly(str(module))
+        copy.triple, copy.data_layout = module.triple, module.data_layout
+        dump("amdgcn-asm", machine.emit_assembly(copy))
+    return machine.emit_object(module)
+
+
+def compile_to_hsaco(
+    module: Any,
+    arch: str = "gfx942",
+    *,
+    opt_level: int = 3,
+    index_bitwidth: int = 64,
+    bare_pointers: bool = True,
+    max_block_size: int = 1024,
+    dump: Dump | None = None,
+) -> bytes:
+    """MLIR holding one ``gpu.module`` -> a loadable AMDGPU code object for ``arch``."""
+    llvm_ir, kernels = lower_to_llvm_ir(
+        module,
+        arch,
+        index_bitwidth=index_bitwidth,
+        bare_pointers=bare_pointers,
+        max_block_size=max_block_size,
+        dump=dump,
+    )
+    obj = llvm_ir_to_object(llvm_ir, kernels, arch, opt_level=opt_level, dump=dump)
+    hsaco = link_hsaco(obj)
+    if elf_machine(hsaco) != EM_AMDGPU:
+        raise LinkError(
+            f"the linked code object is not an AMDGPU ELF (e_machine {elf_machine(hsaco)})"
+        )
+    return hsaco
