@@ -78,8 +78,8 @@ def install_editable(session: nox.Session, *extra: str) -> None:
     for folder in PACKAGES:
         # The GPU runtimes' compilers (MLIR -> PTX / HSACO) are an optional extra:
         # a runtime installed alone must not need MLIR. The test suite tests them.
-        extra = "[compile]" if folder in ("runtime-cuda", "runtime-rocm") else ""
-        args += ["-e", f"packages/{folder}{extra}"]
+        extras = "[compile]" if folder in ("runtime-cuda", "runtime-rocm") else ""
+        args += ["-e", f"packages/{folder}{extras}"]
     session.install(*args, "-e", ".", *extra)
 
 
