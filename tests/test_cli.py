@@ -50,16 +50,6 @@ ENTRY main {
 """
 
 
-@pytest.fixture
-def hlo(tmp_path):
-    def write(text: str, name: str = "module.hlo") -> str:
-        path = tmp_path / name
-        path.write_text(text)
-        return str(path)
-
-    return write
-
-
 def heron(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()

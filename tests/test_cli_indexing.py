@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from heron.cli.main import main
 
 FUSED = """\
@@ -48,16 +46,6 @@ ENTRY main {
   ROOT r = f32[3,2]{1,0} transpose(x), dimensions={1,0}
 }
 """
-
-
-@pytest.fixture
-def hlo(tmp_path):
-    def write(text: str, name: str = "module.hlo") -> str:
-        path = tmp_path / name
-        path.write_text(text)
-        return str(path)
-
-    return write
 
 
 def heron(capsys, *argv: str) -> tuple[int, str, str]:

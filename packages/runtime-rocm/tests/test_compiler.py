@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,53 +16,17 @@ from heron.runtime.rocm.compiler import (
     lower_to_llvm_ir,
 )
 
-VECTOR_ADD = """
-module attributes {gpu.container_module} {
-  gpu.module @kernels {
-    gpu.func @vector_add(%a: memref<1000xf32>, %b: memref<1000xf32>, %c: memref<1000xf32>)
-        kernel {
-      %tid = gpu.thread_id x
-      %bid = gpu.block_id x
-      %bdim = gpu.block_dim x
-      %base = arith.muli %bid, %bdim : index
-      %i = arith.addi %base, %tid : index
-      %n = arith.constant 1000 : index
-      %in_bounds = arith.cmpi ult, %i, %n : index
-      scf.if %in_bounds {
-        %x = memref.load %a[%i] : memref<1000xf32>
-        %y = memref.load %b[%i] : memref<1000xf32>
-        %s = arith.addf %x, %y : f32
-        memref.store %s, %c[%i] : memref<1000xf32>
-      }
-      gpu.return
-    }
-  }
-}
-"""
+#: Test kernels shared with the other GPU backend's tests (tests/data/mlir at the repo root).
+_KERNELS = Path(__file__).resolve().parents[3] / "tests" / "data" / "mlir"
 
-TANH_VEC4 = """
-module attributes {gpu.container_module} {
-  gpu.module @kernels {
-    gpu.func @tanh_vec4(%a: memref<4096xf32>, %c: memref<4096xf32>) kernel {
-      %tid = gpu.thread_id x
-      %bid = gpu.block_id x
-      %bdim = gpu.block_dim x
-      %base = arith.muli %bid, %bdim : index
-      %t = arith.addi %base, %tid : index
-      %four = arith.constant 4 : index
-      %i = arith.muli %t, %four : index
-      %n = arith.constant 4096 : index
-      %in_bounds = arith.cmpi ult, %i, %n : index
-      scf.if %in_bounds {
-        %x = vector.load %a[%i] {alignment = 16} : memref<4096xf32>, vector<4xf32>
-        %y = math.tanh %x : vector<4xf32>
-        vector.store %y, %c[%i] {alignment = 16} : memref<4096xf32>, vector<4xf32>
-      }
-      gpu.return
-    }
-  }
-}
-"""
+
+def _kernel(name: str) -> str:
+    return (_KERNELS / f"{name}.mlir").read_text()
+
+
+VECTOR_ADD = _kernel("vector_add")
+
+TANH_VEC4 = _kernel("tanh_vec4")
 
 UNARY = """
 module attributes {gpu.container_module} {
