@@ -35,8 +35,9 @@ from heron.hlo.element_types import ElementType
 ScalarBuilder = Callable[[list[ir.Value]], Sequence[ir.Value]]
 
 HOST_LOWERING = (
-    "builtin.module(convert-complex-to-standard,arith-expand{include-bf16=true},convert-scf-to-cf,"
-    "convert-math-to-llvm,finalize-memref-to-llvm,convert-arith-to-llvm,"
+    "builtin.module(convert-complex-to-standard,arith-expand{include-bf16=true},"
+    "convert-scf-to-cf,"
+    "convert-math-to-llvm,convert-math-to-libm,finalize-memref-to-llvm,convert-arith-to-llvm,"
     "convert-complex-to-llvm,convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},"
     "convert-cf-to-llvm,reconcile-unrealized-casts)"
 )
@@ -203,6 +204,9 @@ def jit(module: ir.Module, name: str, pre_lowering: Callable[[ir.Module], None] 
     """Lower ``module`` to LLVM, JIT it for the host, return a ctypes-callable ``name``."""
     if pre_lowering is not None:
         pre_lowering(module)
+    from heron.emitters.testing.naive_indexing import lower_apply_indexing_naively
+
+    lower_apply_indexing_naively(module)
     passmanager.PassManager.parse(HOST_LOWERING).run(module.operation)
     leftovers = sorted(
         {op.name for op in _all_ops(module) if not op.name.startswith(("llvm.", "builtin."))}
