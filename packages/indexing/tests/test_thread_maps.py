@@ -141,3 +141,98 @@ def test_chosen_launch_is_a_bijection(dims, element_type):
     )
     m = loop_thread_to_output_map(shape.dims, launch_dims, vector_size, unroll)
     _assert_bijection(shape.dims, m)
+
+
+# -- the fusion-level choice (XLA's loop fusion unroll factor) -----------------
+
+
+def _computation(text: str):
+    from heron.hlo.parser import parse_module
+
+    return parse_module(text).entry
+
+
+def test_wide_inputs_cap_the_vector_at_128_bits():
+    big = 1 << 20
+    out = array_shape("bf16", (big // 8, 8))
+    assert choose_vector_size(out) == 4
+    assert choose_vector_size(out, max_element_bits=64) == 2  # an f64 input: 2 x 64 bits
+    assert choose_vector_size(out, max_element_bits=128) == 1  # c128
+    assert choose_vector_size(out, vectorize=False) == 1
+
+
+def test_narrowest_output_decides_the_byte_fill():
+    # An f32 output too small to vectorise, beside an s2 output: 4 per thread.
+    shape = array_shape("f32", (64,))
+    assert choose_vector_size(shape) == 1
+    assert choose_vector_size(shape, smallest_output_bits=2) == 4
+    assert choose_vector_size(shape, smallest_output_bits=4, vectorize=False) == 2
+
+
+def test_fusion_limits_of_the_corpus_cases():
+    from heron.indexing.thread_maps import fusion_vectorization_limits
+
+    convert = _computation(
+        "HloModule m\nENTRY e {\n  p = f64[1024,1024] parameter(0)\n"
+        "  ROOT c = bf16[1024,1024] convert(p)\n}\n"
+    )
+    assert fusion_vectorization_limits(convert) == (64, 16, True)
+    launch, vector_size, unroll = choose_loop_launch(
+        convert.root_instruction.shape, max_element_bits=64
+    )
+    assert (vector_size, unroll) == (2, 1)
+    assert launch == LaunchDimensions(block_x=4096, thread_x=128)
+
+    variadic = _computation(
+        "HloModule m\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+        "  c = f32[] parameter(2)\n  d = f32[] parameter(3)\n  s = f32[] add(a, c)\n"
+        "  t = f32[] add(b, d)\n  ROOT r = (f32[], f32[]) tuple(s, t)\n}\n"
+        "ENTRY e {\n  p = f32[3,4,5] parameter(0)\n  q = f32[3,4,5] parameter(1)\n"
+        "  z = f32[] constant(0)\n"
+        "  ROOT r = (f32[4], f32[4]) reduce(p, q, z, z), dimensions={0,2}, to_apply=add\n}\n"
+    )
+    assert fusion_vectorization_limits(variadic) == (32, 32, False)
+
+
+def test_corpus_vectorize_files(corpus_dir):
+    """XLA's CHECK lines: vector<4xf32> for f32[20,40,300], no vectors for f32[20]."""
+    from heron.hlo.parser import parse_module_file
+    from heron.indexing.thread_maps import fusion_vectorization_limits
+
+    expected = {"vectorize_x4.hlo": 4, "vectorize_x1_too_small.hlo": 1}
+    for name, size in expected.items():
+        module = parse_module_file(corpus_dir / "common" / "loop" / name)
+        computation = module.entry.root_instruction.called("calls")
+        widest, narrowest, may = fusion_vectorization_limits(computation)
+        shape = computation.root_instruction.shape
+        _, vector_size, _ = choose_loop_launch(
+            shape, max_element_bits=widest, smallest_output_bits=narrowest, vectorize=may
+        )
+        assert vector_size == size, name
+
+
+def test_bounds_check_is_on_whole_vectors_when_they_divide_the_output():
+    """vectorize_x4: 240000 elements in 469 blocks of 512; the check must not use vector_index."""
+    m = thread_map_for_shape(array_shape("f32", (20, 40, 300)))
+    assert len(m.constraints) == 1
+    expr, bounds = m.constraints[0]
+    assert "vector_index" not in expr.format(["th_x", "bl_x"], ["vector_index"])
+    assert (bounds.lower, bounds.upper) == (0, 59999)
+    _assert_bijection_sampled(m, (20, 40, 300))
+
+
+def _assert_bijection_sampled(indexing_map, dims):
+    """Every in-domain point of the last two blocks hits a distinct in-range element."""
+    seen = set()
+    last = indexing_map.dimensions[1].bounds.upper
+    for bl_x in (last - 1, last):
+        for th_x in range(indexing_map.dimensions[0].bounds.upper + 1):
+            for vector_index in range(4):
+                point = ((th_x, bl_x), (vector_index,))
+                if not indexing_map.in_domain(*point):
+                    continue
+                index = indexing_map.evaluate(*point)
+                assert all(0 <= i < n for i, n in zip(index, dims))
+                assert index not in seen
+                seen.add(index)
+    assert len(seen) == 240000 - 467 * 512

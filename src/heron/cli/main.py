@@ -23,6 +23,8 @@ COMMANDS = (
     "heron.cli.parse",
     "heron.cli.run",
     "heron.cli.indexing",
+    "heron.cli.emit",
+    "heron.cli.compile",
     "heron.cli.plugins",
 )
 

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from heron.hlo.ir import Computation
 from heron.hlo.shapes import ArrayShape
 from heron.indexing.affine import AffineExpr, Constant, Dim, Symbol, add, floordiv, mod, mul
 from heron.indexing.indexing_map import IndexingError, IndexingMap, Variable
@@ -79,27 +80,44 @@ class LaunchDimensions:
 
 
 def choose_vector_size(
-    shape: ArrayShape, min_elements_to_vectorize: int = DEFAULT_MIN_ELEMENTS_TO_VECTORIZE
+    shape: ArrayShape,
+    min_elements_to_vectorize: int = DEFAULT_MIN_ELEMENTS_TO_VECTORIZE,
+    *,
+    max_element_bits: int | None = None,
+    smallest_output_bits: int | None = None,
+    vectorize: bool = True,
 ) -> int:
     """The elements per thread the loop emitter reads/writes as one vector.
 
     Four when the physical minor dimension is a multiple of four, else two
     when it is even, capped so a vector is at most 128 bits (two for 64-bit
     types); one when the minor dimension allows neither (a vector must not
-    straddle rows) or the output is too small to benefit. Sub-byte types get
-    at least enough elements per thread to fill a byte, so no two threads
-    write the same byte.
+    straddle rows) or the output is too small to benefit. This is XLA's
+    loop-fusion unroll factor: in its MLIR emitters the unrolled elements of
+    a thread are one vector.
+
+    ``max_element_bits`` is the widest element type the kernel reads or
+    writes (default: the output's): a vector of it must fit in 128 bits, so
+    an f64 input caps a bf16 output's vectors at two. ``vectorize=False``
+    (a fusion whose ops defeat vectorisation, see
+    :func:`fusion_vectorization_limits`) keeps one element per thread.
+
+    Sub-byte outputs get at least enough elements per thread to fill a byte
+    (``smallest_output_bits``, default the output's width, is the narrowest
+    output of a multi-output fusion), so no two threads write the same byte.
     """
     bits = shape.element_type.bit_width
     dims = shape.dims
     if not dims or bits <= 0:
         return 1
+    widest = max(bits, max_element_bits or 0)
+    narrowest = smallest_output_bits if smallest_output_bits else bits
     minor = dims[shape.minor_to_major[0]]
     elements = math.prod(dims)
-    byte_fill = 8 // bits if bits < 8 else 1
+    byte_fill = 8 // narrowest if 0 < narrowest < 8 else 1
     size = 1
-    if elements >= min_elements_to_vectorize:
-        cap = max(1, min(4, MAX_VECTOR_BITS // bits))
+    if vectorize and elements >= min_elements_to_vectorize:
+        cap = max(1, min(4, MAX_VECTOR_BITS // widest))
         for candidate in (4, 2):
             if candidate <= cap and minor % candidate == 0:
                 size = candidate
@@ -109,12 +127,53 @@ def choose_vector_size(
     return size
 
 
+#: Ops after which XLA does not vectorise a loop fusion (their code is too
+#: large to replicate per vector element, or they read with no locality).
+VECTORIZATION_BLOCKERS = frozenset({"dot", "sort"})
+
+#: A concatenate with more operands than this keeps one element per thread
+#: (XLA's empirical limit: more causes register spilling).
+MAX_CONCAT_OPERANDS_FOR_VECTORIZATION = 10
+
+
+def fusion_vectorization_limits(computation: Computation) -> tuple[int, int, bool]:
+    """``(widest element bits, narrowest output bits, may vectorise)`` of a fused computation.
+
+    The widest type among the parameters and outputs bounds the vector size
+    (128-bit accesses); the narrowest output decides how many sub-byte
+    elements one thread must write; ops that XLA's ``MayPreventVectorization``
+    lists (dot, sort, a concatenate of more than ten operands, a variadic
+    reduce) turn vectorisation off.
+    """
+    widest = 0
+    for parameter in computation.parameters:
+        for leaf in parameter.shape.leaves():
+            if not leaf.is_token:
+                widest = max(widest, leaf.element_type.bit_width)
+    outputs = [leaf for leaf in computation.root_instruction.shape.leaves() if not leaf.is_token]
+    narrowest = min((leaf.element_type.bit_width for leaf in outputs), default=0)
+    widest = max([widest, *(leaf.element_type.bit_width for leaf in outputs)])
+    may_vectorize = True
+    for inst in computation.instructions:
+        if inst.opcode in VECTORIZATION_BLOCKERS:
+            may_vectorize = False
+        elif inst.opcode == "concatenate":
+            if len(inst.operands) > MAX_CONCAT_OPERANDS_FOR_VECTORIZATION:
+                may_vectorize = False
+        elif inst.opcode == "reduce" and inst.shape.is_tuple:
+            may_vectorize = False
+    return widest, narrowest, may_vectorize
+
+
 def choose_loop_launch(
     shape: ArrayShape,
     *,
     threads_per_block: int = DEFAULT_THREADS_PER_BLOCK,
     min_elements_to_vectorize: int = DEFAULT_MIN_ELEMENTS_TO_VECTORIZE,
     max_blocks_x: int = MAX_BLOCKS_X,
+    max_element_bits: int | None = None,
+    smallest_output_bits: int | None = None,
+    vectorize: bool = True,
 ) -> tuple[LaunchDimensions, int, int]:
     """Launch dimensions, vector size and unroll factor for a loop kernel over ``shape``.
 
@@ -123,11 +182,19 @@ def choose_loop_launch(
     items over the threads, split into a y dimension when beyond what x may
     hold. The unroll factor is 1: each thread handles one vector (XLA unrolls
     by vectorising; the ``unroll`` argument of the map is for callers that
-    want several grid-strided chunks per thread).
+    want several grid-strided chunks per thread). ``max_element_bits``,
+    ``smallest_output_bits`` and ``vectorize`` go to :func:`choose_vector_size`
+    (:func:`fusion_vectorization_limits` computes them for a fusion).
     """
     if shape.is_tuple or shape.is_token:
         raise IndexingError(f"a loop kernel needs an array output, not {shape}")
-    vector_size = choose_vector_size(shape, min_elements_to_vectorize)
+    vector_size = choose_vector_size(
+        shape,
+        min_elements_to_vectorize,
+        max_element_bits=max_element_bits,
+        smallest_output_bits=smallest_output_bits,
+        vectorize=vectorize,
+    )
     elements = max(1, math.prod(shape.dims))
     work_items = math.ceil(elements / vector_size)
     threads = max(1, min(threads_per_block, work_items))
@@ -286,9 +353,30 @@ def loop_thread_to_output_map(
 
     constraints: tuple[tuple[AffineExpr, Interval], ...] = ()
     if covered > elements:
-        constraints = ((_sum([t for t in terms if t.size > 1]), Interval(0, elements - 1)),)
+        constraints = (_bounds_constraint(terms, vector_size, elements),)
     result = IndexingMap(tuple(dimensions), tuple(results), tuple(range_vars), (), constraints)
     return _maybe_simplify(result) if simplify else result
+
+
+def _bounds_constraint(
+    terms: Sequence[_Term], vector_size: int, elements: int
+) -> tuple[AffineExpr, Interval]:
+    """The bounds check of a partial last block, on whole vectors where that is exact.
+
+    When the vector size divides the element count, a vector is either all
+    in bounds or all out, so the check is on the work item (the linear index
+    without ``vector_index``, divided by the vector size): it then does not
+    depend on ``vector_index``, and the loop over a vector needs no
+    per-element condition, which is what lets its loads and stores become
+    vector accesses (XLA's simplifier makes the same rewrite).
+    """
+    live = [t for t in terms if t.size > 1]
+    if vector_size > 1 and elements % vector_size == 0:
+        outer = [t for t in live if t.coefficient % vector_size == 0 and t.coefficient > 1]
+        if len(outer) == len(live) - 1:  # everything but the vector_index term
+            scaled = [attrs.evolve(t, coefficient=t.coefficient // vector_size) for t in outer]
+            return _sum(scaled), Interval(0, elements // vector_size - 1)
+    return _sum(live), Interval(0, elements - 1)
 
 
 def _maybe_simplify(indexing_map: IndexingMap) -> IndexingMap:

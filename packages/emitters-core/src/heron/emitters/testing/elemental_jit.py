@@ -14,6 +14,7 @@ arrays, so a test compares the result with the reference evaluator.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -40,6 +41,17 @@ def _linear_index(indices: Sequence[ir.Value], dims: Sequence[int]) -> ir.Value:
     return linear
 
 
+def _enclosing_blocks(block: ir.Block) -> list[ir.Block]:
+    """``block`` and every block that encloses it (whose earlier values dominate it)."""
+    blocks = []
+    while True:
+        blocks.append(block)
+        owner = block.owner
+        if owner is None or owner.operation.parent is None:
+            return blocks
+        block = owner.operation.block
+
+
 class _HostEmission:
     """Resolves operands for ``emit_instruction`` inside the host function."""
 
@@ -64,11 +76,17 @@ class _HostEmission:
             raw = memref.LoadOp(buffer, [_linear_index(indices, shape.dims)]).result
             element = shape.element_type
             return [host_jit._to_scalar(raw, element, scalar_type(element))]
+        # A value emitted inside a region (an scf.if branch of pad or
+        # concatenate) may only be reused where its block encloses the
+        # insertion point; elsewhere it is emitted again.
         key = (id(inst), tuple(indices))
         memo = self.scopes[-1]
-        if key not in memo:
-            memo[key] = emit_instruction(inst, indices, self.ctx)
-        return memo[key]
+        here = _enclosing_blocks(ir.InsertionPoint.current.block)
+        entry = memo.get(key)
+        if entry is None or entry[1] not in here:
+            entry = (emit_instruction(inst, indices, self.ctx), here[0])
+            memo[key] = entry
+        return entry[0]
 
     def call(self, computation: Computation, scalars: Sequence[ir.Value]) -> list[ir.Value]:
         """Emit ``computation`` inline with its parameters bound to ``scalars``."""
@@ -140,36 +158,34 @@ def run_computation(computation: Computation, inputs: Sequence[np.ndarray]) -> l
 
 
 def _emit_nest(emission, computation, dims, outs, out_elements, memory) -> None:
-    index = ir.IndexType.get()
-    induction: list[ir.Value] = []
-    points = []
-    for size in dims:
-        lower = arith.ConstantOp(index, 0).result
-        upper = arith.ConstantOp(index, size).result
-        step = arith.ConstantOp(index, 1).result
-        loop = scf.ForOp(lower, upper, step)
-        points.append(ir.InsertionPoint(loop.body))
-        points[-1].__enter__()
-        induction.append(loop.induction_variable)
+    """The loop nest over the output; insertion points are always left, even on errors."""
     from heron.emitters.elemental import emit_instruction
 
-    root = computation.root_instruction
-    if root.opcode == "tuple":
-        values = []
-        for operand in root.operands:
-            values += emission.resolve(operand, induction)
-    elif root.opcode == "parameter":
-        values = emission.resolve(root, induction)
-    else:
-        values = emit_instruction(root, induction, emission.ctx)
-    linear = _linear_index(induction, dims)
-    n_in = len(memory) - len(outs)
-    for k, value in enumerate(values):
-        stored = host_jit._from_scalar(value, out_elements[k], memory[n_in + k])
-        memref.StoreOp(stored, outs[k], [linear])
-    for point in reversed(points):
-        scf.YieldOp([])
-        point.__exit__(None, None, None)
+    index = ir.IndexType.get()
+    induction: list[ir.Value] = []
+    with contextlib.ExitStack() as stack:
+        for size in dims:
+            lower = arith.ConstantOp(index, 0).result
+            upper = arith.ConstantOp(index, size).result
+            step = arith.ConstantOp(index, 1).result
+            loop = scf.ForOp(lower, upper, step)
+            stack.enter_context(ir.InsertionPoint(loop.body))
+            stack.callback(lambda: scf.YieldOp([]))
+            induction.append(loop.induction_variable)
+        root = computation.root_instruction
+        if root.opcode == "tuple":
+            values = []
+            for operand in root.operands:
+                values += emission.resolve(operand, induction)
+        elif root.opcode == "parameter":
+            values = emission.resolve(root, induction)
+        else:
+            values = emit_instruction(root, induction, emission.ctx)
+        linear = _linear_index(induction, dims)
+        n_in = len(memory) - len(outs)
+        for k, value in enumerate(values):
+            stored = host_jit._from_scalar(value, out_elements[k], memory[n_in + k])
+            memref.StoreOp(stored, outs[k], [linear])
 
 
 def run_hlo(text: str, inputs: Sequence[np.ndarray], computation: str | None = None):

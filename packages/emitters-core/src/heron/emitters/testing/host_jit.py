@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -174,6 +175,33 @@ def build_elementwise_function(
     return module
 
 
+#: Scalar math ops that convert-math-to-llvm expands inaccurately (expm1 as exp(x) - 1),
+#: mapped to the libm routines (f32 name, f64 name) the host calls instead.
+_LIBM_ROUTINES = {"math.expm1": ("expm1f", "expm1"), "math.log1p": ("log1pf", "log1p")}
+
+
+def _call_libm_for_accuracy(module: ir.Module) -> None:
+    """Replace scalar f32/f64 ``math.expm1``/``math.log1p`` by calls of libm's routines."""
+    declared: set[str] = set()
+    for op in _all_ops(module):
+        routines = _LIBM_ROUTINES.get(op.name)
+        if routines is None:
+            continue
+        value_type = op.results[0].type
+        if value_type not in (ir.F32Type.get(), ir.F64Type.get()):
+            continue
+        name = routines[0] if value_type == ir.F32Type.get() else routines[1]
+        if name not in declared:
+            with ir.InsertionPoint.at_block_begin(module.body):
+                declaration = func.FuncOp(name, ir.FunctionType.get([value_type], [value_type]))
+                declaration.attributes["sym_visibility"] = ir.StringAttr.get("private")
+            declared.add(name)
+        with ir.InsertionPoint(op), op.location:
+            call = func.CallOp([value_type], ir.FlatSymbolRefAttr.get(name), [op.operands[0]])
+        op.results[0].replace_all_uses_with(call.result)
+        op.erase()
+
+
 def _all_ops(module: ir.Module) -> list[ir.Operation]:
     found: list[ir.Operation] = []
 
@@ -204,9 +232,12 @@ def jit(module: ir.Module, name: str, pre_lowering: Callable[[ir.Module], None] 
     """Lower ``module`` to LLVM, JIT it for the host, return a ctypes-callable ``name``."""
     if pre_lowering is not None:
         pre_lowering(module)
+    from heron.emitters.testing.host_constants import lower_tensor_constants
     from heron.emitters.testing.naive_indexing import lower_apply_indexing_naively
 
     lower_apply_indexing_naively(module)
+    lower_tensor_constants(module)
+    _call_libm_for_accuracy(module)
     passmanager.PassManager.parse(HOST_LOWERING).run(module.operation)
     leftovers = sorted(
         {op.name for op in _all_ops(module) if not op.name.startswith(("llvm.", "builtin."))}
@@ -214,7 +245,7 @@ def jit(module: ir.Module, name: str, pre_lowering: Callable[[ir.Module], None] 
     if leftovers:  # translating them would crash the process instead of raising
         raise ValueError(f"ops left after lowering to LLVM: {', '.join(leftovers)}\n{module}")
     text = llvm_dialect.translate_module_to_llvmir(module.operation)
-    if "fptrunc double" in text and " to half" in text:
+    if re.search(r"fptrunc (<\d+ x )?double[^\n]* to (<\d+ x )?half", text):
         # x86 needs the compiler-rt routine __truncdfhf2, which is not in the process
         raise ValueError("the host JIT cannot truncate f64 to f16 (no __truncdfhf2 on the host)")
     llvm = _llvm()

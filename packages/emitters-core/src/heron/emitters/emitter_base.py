@@ -1,0 +1,650 @@
+"""The emitter base: what every hero emitter shares, from a fusion to an ``emitted`` module.
+
+A hero emitter (loop, transpose, reduction, ...) only decides how the entry
+function iterates and where results go. Everything else is the same for all
+of them and lives here (docs/pipeline.md, stage ``emitted``):
+
+- a fresh MLIR context and module per fusion;
+- the fused computation partitioned (``heron.partitioner.partition``) with the
+  emitter's heroes, and every subgraph emitted as a private ``func.func``
+  with the partitioner's signature (one tensor per fusion parameter, one
+  index per output dimension, injected hero values; one scalar per root
+  leaf), its body elemental code (``heron.emitters.elemental``) whose operands
+  come from ``tensor.extract`` of a parameter, the same function, or a
+  ``heron_gpu.pure_call`` of the subgraph that computes them;
+- every scalar computation the fusion calls (reducers, map bodies) as a
+  private ``func.func`` of scalars;
+- the entry function: fusion parameters then output tensors, returning the
+  outputs, with ``heron.kernel``, ``heron.block_size`` and ``heron.grid_size``,
+  and the thread and block ids the hero's loop is indexed by;
+- verification (MLIR's verifier and ``verify_xla_ops``), so a broken emitter
+  is caught where it is, not three passes later.
+
+Errors: an op with no lowering, or any failure while emitting an op, is an
+``UnsupportedError`` naming the fusion and the op (and the op's source line).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import ClassVar
+
+import attrs
+from mlir import ir
+from mlir.dialects import func, gpu, tensor
+
+from heron.emitters import mlir_types
+from heron.emitters.dialect import make_context, pure_call_op, verify_xla_ops
+from heron.emitters.elemental import ElementalContext, emit_instruction
+from heron.hlo.errors import HloError, UnsupportedError
+from heron.hlo.ir import Computation, Instruction
+from heron.hlo.shapes import ArrayShape, Shape
+from heron.indexing.thread_maps import LaunchDimensions
+from heron.partitioner import PartitionedComputation, Subgraph, function_name, partition
+from heron.partitioner.subgraph import leaf_shapes
+
+__all__ = [
+    "EmittedKernel",
+    "EntryFunction",
+    "FusionEmitter",
+    "KernelArgument",
+    "fusion_output_shapes",
+]
+
+Values = list[ir.Value]
+
+
+@attrs.frozen
+class KernelArgument:
+    """One buffer of the kernel's ABI: a fusion parameter (leaf) or an output."""
+
+    name: str
+    shape: ArrayShape
+    is_output: bool
+
+
+@attrs.frozen
+class EmittedKernel:
+    """An emitted fusion: the ``emitted``-stage module and what a launcher needs to know.
+
+    ``name`` is the entry function's symbol; ``arguments`` are the entry's
+    tensors in order (parameters, then outputs). ``module`` lives in its own
+    context (``module.context``) and is changed in place by the passes.
+    """
+
+    name: str
+    fusion_name: str
+    emitter: str
+    launch: LaunchDimensions
+    arguments: tuple[KernelArgument, ...]
+    module: ir.Module = attrs.field(eq=False, repr=False)
+
+
+def fusion_output_shapes(fusion: Instruction) -> tuple[ArrayShape, ...]:
+    """The fusion's outputs: the array leaves of its shape, in order."""
+    return tuple(leaf_shapes(fusion.shape))
+
+
+def _leaf_count(shape: Shape) -> int:
+    return len(leaf_shapes(shape))
+
+
+class _Memo:
+    """Values computed per key, reusable only where they dominate.
+
+    A lowering may resolve an operand inside a region (a reduce's loop body);
+    a value created there must not be reused after the region. Each entry
+    remembers the block it was created in and is found again only from that
+    block or blocks nested in it.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple, list[tuple[ir.Block, Values]]] = {}
+
+    @staticmethod
+    def _ancestry(block: ir.Block) -> list[ir.Block]:
+        chain = [block]
+        while True:
+            owner = block.owner
+            if owner is None or owner.name in ("func.func", "builtin.module"):
+                return chain
+            parent = owner.operation.block
+            if parent is None:
+                return chain
+            chain.append(parent)
+            block = parent
+
+    def get(self, key: tuple) -> Values | None:
+        entries = self._entries.get(key)
+        if not entries:
+            return None
+        chain = self._ancestry(ir.InsertionPoint.current.block)
+        for block, values in entries:
+            if any(block == b for b in chain):
+                return values
+        return None
+
+    def put(self, key: tuple, values: Values) -> Values:
+        self._entries.setdefault(key, []).append((ir.InsertionPoint.current.block, values))
+        return values
+
+
+def _key(indices: Sequence[ir.Value]) -> tuple[ir.Value, ...]:
+    return tuple(indices)
+
+
+class _ModuleEmitter:
+    """Builds the functions of one fusion's module; shared by the entry and the subgraphs."""
+
+    def __init__(self, fusion: Instruction, partitioned: PartitionedComputation) -> None:
+        self.fusion = fusion
+        self.fusion_name = fusion.name
+        self.computation = partitioned.computation
+        self.partitioned = partitioned
+        self.entry_name = function_name(fusion.name)
+        self.taken: set[str] = {self.entry_name}
+        self.subgraph_functions: dict[int, func.FuncOp] = {}
+        self.subgraph_of_root: dict[int, Subgraph] = {}
+        self.computation_functions: dict[int, func.FuncOp] = {}
+        self.parameter_leaves: dict[int, tuple[int, int]] = {}  # id(param) -> (first, count)
+        self.call_memo = _Memo()
+        position = 0
+        for param in self.computation.parameters:
+            count = _leaf_count(param.shape)
+            self.parameter_leaves[id(param)] = (position, count)
+            position += count
+
+    # -- names and declarations ----------------------------------------------
+
+    def unique(self, name: str) -> str:
+        candidate, suffix = name, 1
+        while candidate in self.taken:
+            candidate = f"{name}_{suffix}"
+            suffix += 1
+        self.taken.add(candidate)
+        return candidate
+
+    def error(self, inst: Instruction | None, why: str) -> UnsupportedError:
+        if inst is None:
+            return UnsupportedError(f"fusion '{self.fusion_name}': {why}", self.fusion.location)
+        return UnsupportedError(
+            f"fusion '{self.fusion_name}': cannot emit {inst.opcode} '{inst.name}'"
+            f" ({inst.shape}): {why}",
+            inst.location or self.fusion.location,
+        )
+
+    def tensor_types(self) -> list[ir.Type]:
+        return [
+            mlir_types.tensor_type(leaf)
+            for param in self.computation.parameters
+            for leaf in leaf_shapes(param.shape)
+        ]
+
+    def declare_subgraph(self, sub: Subgraph) -> func.FuncOp:
+        signature = sub.signature
+        index = mlir_types.index_type()
+        inputs = [
+            *(mlir_types.tensor_type(shape) for _, shape in signature.tensor_params),
+            *([index] * len(signature.index_ranges)),
+            *(mlir_types.scalar_type(shape.element_type) for _, shape in signature.injected),
+        ]
+        results = [mlir_types.scalar_type(shape.element_type) for _, shape in signature.results]
+        function = func.FuncOp(self.unique(sub.name), ir.FunctionType.get(inputs, results))
+        function.sym_visibility = ir.StringAttr.get("private")
+        function.add_entry_block()
+        self.subgraph_functions[id(sub)] = function
+        for root in sub.roots:
+            self.subgraph_of_root.setdefault(id(root), sub)
+        return function
+
+    def declare_computation(self, computation: Computation) -> func.FuncOp:
+        inputs = [
+            mlir_types.scalar_type(leaf.element_type)
+            for param in computation.parameters
+            for leaf in leaf_shapes(param.shape)
+        ]
+        results = [
+            mlir_types.scalar_type(leaf.element_type)
+            for leaf in leaf_shapes(computation.root_instruction.shape)
+        ]
+        name = self.unique(function_name(computation.name))
+        function = func.FuncOp(name, ir.FunctionType.get(inputs, results))
+        function.sym_visibility = ir.StringAttr.get("private")
+        function.add_entry_block()
+        self.computation_functions[id(computation)] = function
+        return function
+
+    # -- calls -----------------------------------------------------------------
+
+    def call_computation(self, computation: Computation, scalars: Sequence[ir.Value]) -> Values:
+        """``pure_call`` of a scalar computation's function (a reducer, a map body)."""
+        function = self.computation_functions.get(id(computation))
+        if function is None:
+            raise self.error(None, f"computation '{computation.name}' was not declared")
+        types = list(function.type.results)
+        return list(pure_call_op(function, list(scalars), types).results)
+
+    def call_subgraph(
+        self,
+        sub: Subgraph,
+        tensors: Sequence[ir.Value],
+        indices: Sequence[ir.Value],
+        injected: Sequence[ir.Value] = (),
+    ) -> Values:
+        """``pure_call`` of a subgraph's function; one value per root leaf (memoised)."""
+        function = self.subgraph_functions[id(sub)]
+        if len(indices) != len(sub.signature.index_ranges):
+            raise self.error(
+                sub.roots[0],
+                f"function {sub.name} takes {len(sub.signature.index_ranges)} indices,"
+                f" called with {len(indices)}",
+            )
+        key = (id(sub), _key(tensors), _key(indices), _key(injected))
+        found = self.call_memo.get(key)
+        if found is not None:
+            return found
+        types = list(function.type.results)
+        call = pure_call_op(function, [*tensors, *indices, *injected], types)
+        return self.call_memo.put(key, list(call.results))
+
+    def root_values(
+        self,
+        inst: Instruction,
+        tensors: Sequence[ir.Value],
+        indices: Sequence[ir.Value],
+        sub: Subgraph | None = None,
+    ) -> Values:
+        """The values (one per leaf) of ``inst``, computed by calling its subgraph."""
+        if sub is None:
+            try:
+                sub = self.partitioned.subgraph_of(inst)
+            except KeyError as exc:
+                raise self.error(inst, str(exc)) from exc
+        results = self.call_subgraph(sub, tensors, indices)
+        offset = 0
+        for root in sub.roots:
+            count = _leaf_count(root.shape)
+            if root is inst:
+                return results[offset : offset + count]
+            offset += count
+        raise self.error(inst, f"it is not a root of {sub.name}, which computes it")
+
+    def extract_parameter(
+        self, param: Instruction, tensors: Sequence[ir.Value], indices: Sequence[ir.Value]
+    ) -> Values:
+        """A fusion parameter's element(s) at ``indices``: ``tensor.extract`` + ``to_scalar``."""
+        first, count = self.parameter_leaves[id(param)]
+        values = []
+        for leaf, source in zip(leaf_shapes(param.shape), tensors[first : first + count]):
+            if len(indices) != leaf.rank:
+                raise self.error(
+                    param, f"read with {len(indices)} indices, but it has rank {leaf.rank}"
+                )
+            element = tensor.extract(source, list(indices))
+            values.append(mlir_types.to_scalar(element, leaf.element_type))
+        return values
+
+    # -- bodies ---------------------------------------------------------------------
+
+    def emit_subgraph_body(self, sub: Subgraph) -> None:
+        function = self.subgraph_functions[id(sub)]
+        block = function.entry_block
+        args = list(block.arguments)
+        n_tensors = len(sub.signature.tensor_params)
+        n_indices = len(sub.signature.index_ranges)
+        tensors = args[:n_tensors]
+        indices = args[n_tensors : n_tensors + n_indices]
+        injected_values = args[n_tensors + n_indices :]
+        injected: dict[int, Values] = {}
+        position = 0
+        for hero in sub.injected:
+            count = _leaf_count(hero.shape)
+            injected[id(hero)] = injected_values[position : position + count]
+            position += count
+        scope = _SubgraphScope(self, sub, tensors, injected)
+        with ir.InsertionPoint(block):
+            results: Values = []
+            for root in sub.roots:
+                if len(indices) != _rank(root.shape):
+                    raise self.error(
+                        root,
+                        f"a root of {sub.name} with rank {_rank(root.shape)} in a function"
+                        f" indexed by {len(indices)} indices",
+                    )
+                results.extend(scope.emit(root, indices))
+            self.check_results(sub.roots, results, function)
+            func.ReturnOp(results)
+
+    def emit_computation_body(self, computation: Computation) -> None:
+        function = self.computation_functions[id(computation)]
+        block = function.entry_block
+        args = list(block.arguments)
+        params: dict[int, Values] = {}
+        position = 0
+        for param in computation.parameters:
+            count = _leaf_count(param.shape)
+            params[id(param)] = args[position : position + count]
+            position += count
+        scope = _ScalarScope(self, computation, params)
+        root = computation.root_instruction
+        with ir.InsertionPoint(block):
+            results = scope.resolve(root, [])
+            self.check_results([root], results, function)
+            func.ReturnOp(results)
+
+    def check_results(
+        self, roots: Sequence[Instruction], results: Values, function: func.FuncOp
+    ) -> None:
+        expected = list(function.type.results)
+        got = [v.type for v in results]
+        if got != expected:
+            names = ", ".join(f"{r.opcode} '{r.name}'" for r in roots)
+            raise self.error(
+                roots[0],
+                f"the lowering of {names} gave values of types"
+                f" ({', '.join(map(str, got))}), expected ({', '.join(map(str, expected))})",
+            )
+
+    def emit_one(self, inst: Instruction, indices: Sequence[ir.Value], ctx: ElementalContext):
+        """``emit_instruction`` with any non-HLO failure reported against the op and fusion."""
+        try:
+            values = emit_instruction(inst, indices, ctx)
+        except HloError:
+            raise
+        except Exception as exc:  # a lowering's bug must still name the op and fusion
+            raise self.error(inst, f"{type(exc).__name__}: {exc}") from exc
+        expected = _leaf_count(inst.shape)
+        if len(values) != expected:
+            raise self.error(
+                inst, f"its lowering returned {len(values)} values, expected {expected}"
+            )
+        return values
+
+
+def _rank(shape: Shape) -> int:
+    return leaf_shapes(shape)[0].rank
+
+
+class _SubgraphScope:
+    """Operand resolution inside one subgraph function (see ``resolve``)."""
+
+    def __init__(
+        self,
+        emitter: _ModuleEmitter,
+        sub: Subgraph,
+        tensors: Values,
+        injected: dict[int, Values],
+    ) -> None:
+        self.emitter = emitter
+        self.sub = sub
+        self.members = {id(inst) for inst in sub.instructions}
+        self.tensors = tensors
+        self.injected = injected
+        self.memo = _Memo()
+        self.context = ElementalContext(
+            resolve=self.resolve,
+            call=emitter.call_computation,
+            fusion_name=emitter.fusion_name,
+        )
+
+    def emit(self, inst: Instruction, indices: Sequence[ir.Value]) -> Values:
+        key = (id(inst), _key(indices))
+        found = self.memo.get(key)
+        if found is not None:
+            return found
+        return self.memo.put(key, self.emitter.emit_one(inst, indices, self.context))
+
+    def resolve(self, operand: Instruction, indices: Sequence[ir.Value]) -> Values:
+        """An operand's element at ``indices``.
+
+        A fusion parameter is read from its tensor; an injected hero is the
+        function's argument; an instruction of this subgraph is emitted here
+        (once per distinct index); anything else is a call of its subgraph.
+        """
+        if id(operand) in self.injected:
+            return self.injected[id(operand)]
+        if operand.opcode == "parameter" and id(operand) in self.emitter.parameter_leaves:
+            key = ("param", id(operand), _key(indices))
+            found = self.memo.get(key)
+            if found is not None:
+                return found
+            values = self.emitter.extract_parameter(operand, self.tensors, indices)
+            return self.memo.put(key, values)
+        if id(operand) in self.members:
+            return self.emit(operand, indices)
+        return self.emitter.root_values(operand, self.tensors, indices)
+
+
+class _ScalarScope:
+    """Operand resolution inside a scalar computation (reducer, map body): no indices."""
+
+    def __init__(
+        self, emitter: _ModuleEmitter, computation: Computation, params: dict[int, Values]
+    ) -> None:
+        self.emitter = emitter
+        self.computation = computation
+        self.params = params
+        self.memo: dict[int, Values] = {}
+        self.context = ElementalContext(
+            resolve=self.resolve,
+            call=emitter.call_computation,
+            fusion_name=emitter.fusion_name,
+        )
+
+    def resolve(self, operand: Instruction, indices: Sequence[ir.Value]) -> Values:
+        if id(operand) in self.params:
+            return self.params[id(operand)]
+        found = self.memo.get(id(operand))
+        if found is not None:
+            return found
+        if operand.opcode == "tuple":
+            values = [v for o in operand.operands for v in self.resolve(o, indices)]
+        else:
+            values = self.emitter.emit_one(operand, indices, self.context)
+        self.memo[id(operand)] = values
+        return values
+
+
+class EntryFunction:
+    """The entry function under construction, as a hero emitter's ``emit_entry`` sees it.
+
+    ``parameters`` are the fusion parameters' tensors (leaves, in parameter
+    order), ``outputs`` the output tensors (destination passing: only
+    ``tensor.insert`` into them, and return what that gives), ``thread_ids``
+    and ``block_ids`` the ``gpu.thread_id``/``gpu.block_id`` values (x, then y
+    where the launch has one). The insertion point is the entry block, after
+    the ids; ``emit_entry`` returns the final output tensors.
+    """
+
+    def __init__(
+        self,
+        emitter: _ModuleEmitter,
+        function: func.FuncOp,
+        launch: LaunchDimensions,
+        thread_ids: Values,
+        block_ids: Values,
+    ) -> None:
+        self._emitter = emitter
+        self.function = function
+        self.launch = launch
+        args = list(function.entry_block.arguments)
+        n_params = sum(count for _, count in emitter.parameter_leaves.values())
+        self.parameters: Values = args[:n_params]
+        self.outputs: Values = args[n_params:]
+        self.thread_ids = thread_ids
+        self.block_ids = block_ids
+        self.partitioned = emitter.partitioned
+        self.fusion = emitter.fusion
+        self.computation = emitter.computation
+
+    @property
+    def fusion_name(self) -> str:
+        return self._emitter.fusion_name
+
+    @property
+    def output_shapes(self) -> tuple[ArrayShape, ...]:
+        return fusion_output_shapes(self.fusion)
+
+    def value_of(self, inst: Instruction, indices: Sequence[ir.Value]) -> Values:
+        """``inst``'s element(s) at ``indices``: a parameter is read, anything else called."""
+        if inst.opcode == "parameter" and id(inst) in self._emitter.parameter_leaves:
+            return self._emitter.extract_parameter(inst, self.parameters, indices)
+        return self._emitter.root_values(inst, self.parameters, indices)
+
+    def call_subgraph(
+        self, sub: Subgraph, indices: Sequence[ir.Value], injected: Sequence[ir.Value] = ()
+    ) -> Values:
+        """``pure_call`` of ``sub``'s function with the entry's tensors: one value per root leaf."""
+        return self._emitter.call_subgraph(sub, self.parameters, indices, injected)
+
+    def call_computation(self, computation: Computation, scalars: Sequence[ir.Value]) -> Values:
+        return self._emitter.call_computation(computation, scalars)
+
+    def error(self, inst: Instruction | None, why: str) -> UnsupportedError:
+        return self._emitter.error(inst, why)
+
+
+def called_computations(computation: Computation) -> list[Computation]:
+    """Every computation reached from ``computation``'s instructions, callees first."""
+    order: list[Computation] = []
+    seen: set[int] = set()
+
+    def visit(comp: Computation) -> None:
+        for inst in comp.instructions:
+            for callee in inst.called_computations():
+                if id(callee) not in seen:
+                    seen.add(id(callee))
+                    visit(callee)
+                    order.append(callee)
+
+    visit(computation)
+    return order
+
+
+class FusionEmitter(abc.ABC):
+    """A hero emitter for one fusion instruction.
+
+    Subclasses set ``name``, say how the kernel is launched
+    (``launch_dimensions``) and which instructions are heroes (``heroes``;
+    a loop fusion has none), and write the entry function's body
+    (``emit_entry``). ``emit`` does the rest (see the module docstring).
+    """
+
+    name: ClassVar[str] = "?"
+
+    def __init__(self, fusion: Instruction) -> None:
+        if fusion.opcode != "fusion":
+            raise UnsupportedError(
+                f"'{fusion.name}' is a {fusion.opcode}, not a fusion", fusion.location
+            )
+        self.fusion = fusion
+        self.computation = fusion.called("calls")
+
+    @abc.abstractmethod
+    def launch_dimensions(self) -> LaunchDimensions:
+        """Blocks and threads per block of the kernel."""
+
+    def heroes(self) -> tuple[Instruction, ...]:
+        """Instructions the partitioner must treat as heroes (none for a loop fusion)."""
+        return ()
+
+    @abc.abstractmethod
+    def emit_entry(self, entry: EntryFunction) -> Values:
+        """Build the entry function's body; return the final output tensors, in order."""
+
+    # -- the shared part ------------------------------------------------------------
+
+    def arguments(self) -> tuple[KernelArgument, ...]:
+        params = [
+            KernelArgument(f"{param.name}_{k}" if param.shape.is_tuple else param.name, leaf, False)
+            for param in self.computation.parameters
+            for k, leaf in enumerate(leaf_shapes(param.shape))
+        ]
+        outputs = [
+            KernelArgument(f"out{k}", leaf, True)
+            for k, leaf in enumerate(fusion_output_shapes(self.fusion))
+        ]
+        return (*params, *outputs)
+
+    def emit(self) -> EmittedKernel:
+        """The fusion as an ``emitted``-stage module (docs/pipeline.md)."""
+        try:
+            partitioned = partition(self.computation, self.heroes())
+        except HloError:
+            raise
+        except Exception as exc:
+            raise UnsupportedError(
+                f"fusion '{self.fusion.name}': partitioning failed: {exc}", self.fusion.location
+            ) from exc
+        launch = self.launch_dimensions()
+        context = make_context()
+        with context, ir.Location.unknown():
+            module = ir.Module.create()
+            emitter = _ModuleEmitter(self.fusion, partitioned)
+            entry = self._declare_entry(module, emitter, launch)
+            with ir.InsertionPoint(module.body):
+                for sub in partitioned.subgraphs:
+                    emitter.declare_subgraph(sub)
+                computations = called_computations(self.computation)
+                for computation in computations:
+                    emitter.declare_computation(computation)
+            for sub in partitioned.subgraphs:
+                emitter.emit_subgraph_body(sub)
+            for computation in computations:
+                emitter.emit_computation_body(computation)
+            self._emit_entry_body(entry, emitter, launch)
+            self._verify(module)
+        return EmittedKernel(
+            name=emitter.entry_name,
+            fusion_name=self.fusion.name,
+            emitter=self.name,
+            launch=launch,
+            arguments=self.arguments(),
+            module=module,
+        )
+
+    def _declare_entry(
+        self, module: ir.Module, emitter: _ModuleEmitter, launch: LaunchDimensions
+    ) -> func.FuncOp:
+        outputs = [mlir_types.tensor_type(s) for s in fusion_output_shapes(self.fusion)]
+        inputs = [*emitter.tensor_types(), *outputs]
+        with ir.InsertionPoint(module.body):
+            function = func.FuncOp(emitter.entry_name, ir.FunctionType.get(inputs, outputs))
+            function.attributes["heron.kernel"] = ir.UnitAttr.get()
+            function.attributes["heron.block_size"] = ir.DenseI64ArrayAttr.get(
+                [launch.thread_x, 1, 1]
+            )
+            function.attributes["heron.grid_size"] = ir.DenseI64ArrayAttr.get(
+                [launch.block_x, launch.block_y, 1]
+            )
+            function.add_entry_block()
+        return function
+
+    def _emit_entry_body(
+        self, function: func.FuncOp, emitter: _ModuleEmitter, launch: LaunchDimensions
+    ) -> None:
+        with ir.InsertionPoint(function.entry_block):
+            thread_ids = [gpu.thread_id(gpu.Dimension.x, upper_bound=launch.thread_x)]
+            block_ids = [gpu.block_id(gpu.Dimension.x, upper_bound=launch.block_x)]
+            if launch.block_y > 1:
+                block_ids.append(gpu.block_id(gpu.Dimension.y, upper_bound=launch.block_y))
+            entry = EntryFunction(emitter, function, launch, thread_ids, block_ids)
+            results = list(self.emit_entry(entry))
+            expected = [v.type for v in entry.outputs]
+            if [v.type for v in results] != expected:
+                raise emitter.error(
+                    None,
+                    f"the {self.name} emitter returned {len(results)} tensors of the wrong"
+                    " types for the outputs",
+                )
+            func.ReturnOp(results)
+
+    def _verify(self, module: ir.Module) -> None:
+        try:
+            verify_xla_ops(module)
+        except Exception as exc:
+            raise UnsupportedError(
+                f"fusion '{self.fusion.name}': the {self.name} emitter produced invalid IR: {exc}",
+                self.fusion.location,
+            ) from exc

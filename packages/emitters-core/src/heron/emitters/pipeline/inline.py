@@ -1,0 +1,209 @@
+"""The ``inline`` pass: inline subgraph functions that are small or called once.
+
+The partitioner outlines every subgraph into a private function called with
+``heron_gpu.pure_call``; that keeps emission linear in the size of the fusion,
+but a call per element is a poor kernel. Like XLA's inliner, this pass inlines
+a call when its callee is small (at most :data:`SMALL_FUNCTION_OPS` ops) or
+called exactly once, so that shared subgraphs used at several different
+indices stay functions while everything else folds into the entry function.
+Callees are processed before their callers (post-order over the call graph),
+so a caller sees its callees' final bodies. Private functions that nothing
+refers to any more are erased afterwards.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from mlir import ir
+
+from heron.emitters.ir_utils import block_ops, clone_block_into, mapped, walk_ops
+from heron.emitters.pipeline.manager import Pass, PipelineOptions
+from heron.hlo.errors import UnsupportedError
+
+PURE_CALL = "heron_gpu.pure_call"
+
+#: A callee with at most this many ops (nested ones included, terminator excluded)
+#: is inlined at every call site.
+SMALL_FUNCTION_OPS = 30
+
+_SYMBOL_TABLES = ("builtin.module", "gpu.module")
+
+
+def _symbol_name(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["sym_name"]).value
+
+
+def _callee_name(call: ir.Operation) -> str:
+    return ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+
+
+def _is_private(function: ir.Operation) -> bool:
+    if "sym_visibility" not in function.attributes:
+        return False
+    return ir.StringAttr(function.attributes["sym_visibility"]).value == "private"
+
+
+def _functions(table: ir.Operation) -> dict[str, ir.Operation]:
+    """The ``func.func`` ops directly inside one symbol table, by name."""
+    body = table.regions[0].blocks[0]
+    return {_symbol_name(op): op for op in block_ops(body) if op.name == "func.func"}
+
+
+def _body_size(function: ir.Operation) -> int:
+    """Ops in the function's body, nested ones included, terminators of the entry excluded."""
+    return len(walk_ops(function)) - 2  # the func.func itself and its return
+
+
+def _symbol_refs(attribute: ir.Attribute, found: set[str]) -> None:
+    if isinstance(attribute, ir.FlatSymbolRefAttr):
+        found.add(attribute.value)
+    elif isinstance(attribute, ir.SymbolRefAttr):
+        found.add(ir.SymbolRefAttr(attribute).value[0])
+    elif isinstance(attribute, ir.ArrayAttr):
+        for item in attribute:
+            _symbol_refs(item, found)
+
+
+def _referenced_symbols(root: ir.Operation) -> set[str]:
+    """Every symbol some op under ``root`` names in an attribute (callee, reducer...)."""
+    found: set[str] = set()
+    for op in walk_ops(root):
+        attributes = op.attributes
+        for i in range(len(attributes)):
+            named = attributes[i]
+            if named.name != "sym_name":
+                _symbol_refs(named.attr, found)
+    return found
+
+
+class _CallGraph:
+    """Who calls whom in one symbol table, kept up to date while inlining.
+
+    Built with one walk of the table; inlining a call only moves counts (the
+    caller loses the call and gains the callee's calls), so no decision
+    rescans the module. ``edges[f]`` counts the ``pure_call`` ops inside ``f``
+    by callee; ``counts[g]`` counts every ``pure_call`` of ``g`` in the table.
+    """
+
+    def __init__(self, table: ir.Operation, functions: dict[str, ir.Operation]) -> None:
+        self.functions = functions
+        self.calls: dict[str, list[ir.Operation]] = {}
+        self.edges: dict[str, Counter[str]] = {}
+        for name, function in functions.items():
+            self.calls[name] = walk_ops(function, PURE_CALL)
+            self.edges[name] = Counter(_callee_name(c) for c in self.calls[name])
+        self.counts: Counter[str] = Counter(_callee_name(c) for c in walk_ops(table, PURE_CALL))
+        self._sizes: dict[str, int] = {}
+
+    def post_order(self) -> list[str]:
+        """Function names, callees before callers; calls on a cycle are never inlined."""
+        order: list[str] = []
+        state: dict[str, int] = {}  # 1: on the stack, 2: done
+
+        def visit(name: str) -> None:
+            state[name] = 1
+            for callee in self.edges[name]:
+                if callee in self.functions and callee not in state:
+                    visit(callee)
+            state[name] = 2
+            order.append(name)
+
+        for name in self.functions:
+            if name not in state:
+                visit(name)
+        return order
+
+    def reaches(self, start: str, target: str) -> bool:
+        """Whether ``start`` calls ``target``, directly or not (inlining it would recurse)."""
+        seen: set[str] = set()
+        stack = [start]
+        while stack:
+            name = stack.pop()
+            if name == target:
+                return True
+            if name in seen or name not in self.functions:
+                continue
+            seen.add(name)
+            stack.extend(callee for callee, n in self.edges[name].items() if n > 0)
+        return False
+
+    def body_size(self, name: str) -> int:
+        size = self._sizes.get(name)
+        if size is None:
+            size = self._sizes[name] = _body_size(self.functions[name])
+        return size
+
+    def inlined(self, caller: str, callee: str) -> None:
+        """Record that one call of ``callee`` in ``caller`` was replaced by its body."""
+        self.edges[caller][callee] -= 1
+        self.counts[callee] -= 1
+        self.edges[caller].update(self.edges[callee])
+        self.counts.update(self.edges[callee])
+        self._sizes.pop(caller, None)
+
+
+def inline_call(call: ir.Operation, callee: ir.Operation) -> None:
+    """Replace ``call`` by a copy of ``callee``'s body, results by what it returns."""
+    blocks = list(callee.regions[0].blocks)
+    if len(blocks) != 1:
+        raise UnsupportedError(
+            f"inline: cannot inline @{_symbol_name(callee)}: its body has {len(blocks)} blocks"
+        )
+    entry = blocks[0]
+    mapping: dict[ir.Value, ir.Value] = dict(zip(entry.arguments, call.operands, strict=True))
+    with ir.InsertionPoint(call):
+        terminator = clone_block_into(entry, mapping)
+    if terminator is None or terminator.name != "func.return":
+        raise UnsupportedError(f"inline: @{_symbol_name(callee)} does not end in func.return")
+    for old, new in zip(call.results, mapped(terminator.operands, mapping), strict=True):
+        old.replace_all_uses_with(new)
+    call.erase()
+
+
+def _inline_table(table: ir.Operation) -> None:
+    functions = _functions(table)
+    graph = _CallGraph(table, functions)
+    for name in graph.post_order():
+        # The caller's calls as they are now: calls cloned in from its callees are kept.
+        for call in graph.calls[name]:
+            callee_name = _callee_name(call)
+            callee = functions.get(callee_name)
+            if callee is None or graph.reaches(callee_name, name):
+                continue
+            if not list(callee.regions[0].blocks):
+                continue  # a declaration: nothing to inline
+            small = graph.body_size(callee_name) <= SMALL_FUNCTION_OPS
+            if small or graph.counts[callee_name] == 1:
+                inline_call(call, callee)
+                graph.inlined(name, callee_name)
+    _erase_unreferenced(table)
+
+
+def _erase_unreferenced(table: ir.Operation) -> None:
+    """Drop private functions no op refers to, until none is left (they may refer to others)."""
+    while True:
+        used = _referenced_symbols(table)
+        dead = [
+            op for name, op in _functions(table).items() if _is_private(op) and name not in used
+        ]
+        if not dead:
+            return
+        for op in dead:
+            op.erase()
+
+
+def run(module: ir.Module, options: PipelineOptions) -> None:
+    """Inline in every symbol table of the module (the module and any ``gpu.module``)."""
+    # Collect first: inlining erases ops that a lazy walk would still visit.
+    tables = [op for op in walk_ops(module.operation) if op.name in _SYMBOL_TABLES]
+    for table in tables:
+        _inline_table(table)
+
+
+PASS = Pass(
+    name="inline",
+    run=run,
+    description="inline pure_calls of small or once-called functions (post-order); "
+    "erase unused private functions",
+)

@@ -1,0 +1,300 @@
+"""Building blocks for the math approximations: typed arith builders and IEEE bit tricks.
+
+Every approximation in ``math_*`` is written once for f32 and f64, scalar or
+vector: :class:`Kit` holds the float type being computed in (and the integer
+type of the same width and shape) and builds splat constants, arithmetic,
+comparisons and the bit manipulations (exponent extraction, ``2^k``
+construction) that range reductions need. Keeping these in one place is what
+lets each function read as its algorithm.
+
+Only ``arith`` ops are built here, plus two LLVM intrinsics that both GPU
+backends and the host lower to instructions without any library
+(``llvm.sqrt`` and ``llvm.fma``; see ``expand_math`` for why ``math.sqrt``
+itself is not used).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+from mlir import ir
+from mlir.dialects import arith
+from mlir.dialects import llvm as llvm_dialect
+
+Value = ir.Value
+
+
+@attrs.frozen
+class FloatFormat:
+    """The IEEE parameters of a binary float format."""
+
+    width: int
+    mantissa: int  # stored fraction bits
+
+    @property
+    def bias(self) -> int:
+        return (1 << (self.width - self.mantissa - 2)) - 1
+
+    @property
+    def exponent_mask(self) -> int:
+        return ((1 << (self.width - 1 - self.mantissa)) - 1) << self.mantissa
+
+
+F32 = FloatFormat(32, 23)
+F64 = FloatFormat(64, 52)
+
+
+def _shape_like(template: ir.Type, element: ir.Type) -> ir.Type:
+    if isinstance(template, ir.VectorType):
+        return ir.VectorType.get(list(template.shape), element)
+    return element
+
+
+def element_of(t: ir.Type) -> ir.Type:
+    """The element type of a vector type, or ``t`` itself."""
+    return ir.VectorType(t).element_type if isinstance(t, ir.VectorType) else t
+
+
+class Kit:
+    """Builders for one float type ``ftype`` (f32 or f64, scalar or vector), at the
+    current insertion point."""
+
+    def __init__(self, ftype: ir.Type) -> None:
+        element = element_of(ftype)
+        if isinstance(element, ir.F32Type):
+            self.fmt = F32
+        elif isinstance(element, ir.F64Type):
+            self.fmt = F64
+        else:
+            raise TypeError(f"Kit computes in f32 or f64, not {element}")
+        self.ftype = ftype
+        self.felement = element
+        self.ielement = ir.IntegerType.get_signless(self.fmt.width)
+        self.itype = _shape_like(ftype, self.ielement)
+        self.btype = _shape_like(ftype, ir.IntegerType.get_signless(1))
+        self.is_f64 = self.fmt.width == 64
+
+    # -- constants ---------------------------------------------------------------------------
+
+    def c(self, value: float) -> Value:
+        """A float constant (splat for vectors)."""
+        attr = ir.FloatAttr.get(self.felement, float(value))
+        if isinstance(self.ftype, ir.VectorType):
+            attr = ir.DenseElementsAttr.get_splat(self.ftype, attr)
+        return arith.ConstantOp(self.ftype, attr).result
+
+    def ci(self, value: int) -> Value:
+        """An integer constant of the float's width (two's complement)."""
+        width = self.fmt.width
+        value &= (1 << width) - 1
+        if value >= 1 << (width - 1):
+            value -= 1 << width
+        attr = ir.IntegerAttr.get(self.ielement, value)
+        if isinstance(self.itype, ir.VectorType):
+            attr = ir.DenseElementsAttr.get_splat(self.itype, attr)
+        return arith.ConstantOp(self.itype, attr).result
+
+    def from_bits_const(self, bits: int) -> Value:
+        return self.bitcast_f(self.ci(bits))
+
+    def inf(self) -> Value:
+        return self.c(float("inf"))
+
+    def nan(self) -> Value:
+        return self.c(float("nan"))
+
+    # -- float arithmetic --------------------------------------------------------------------
+
+    def add(self, a: Value, b: Value) -> Value:
+        return arith.AddFOp(a, b).result
+
+    def sub(self, a: Value, b: Value) -> Value:
+        return arith.SubFOp(a, b).result
+
+    def mul(self, a: Value, b: Value) -> Value:
+        return arith.MulFOp(a, b).result
+
+    def div(self, a: Value, b: Value) -> Value:
+        return arith.DivFOp(a, b).result
+
+    def neg(self, a: Value) -> Value:
+        return arith.NegFOp(a).result
+
+    def fma(self, a: Value, b: Value, c: Value) -> Value:
+        """``a*b + c`` rounded once (``llvm.intr.fma``: an instruction on every target)."""
+        return llvm_dialect.intr_fma(a, b, c)
+
+    def sqrt(self, a: Value) -> Value:
+        """Correctly rounded square root through the ``llvm.sqrt`` intrinsic."""
+        return llvm_dialect.CallIntrinsicOp(
+            a.type, ir.StringAttr.get("llvm.sqrt"), [a], [], []
+        ).results[0]
+
+    def poly(self, x: Value, coeffs: Sequence[float]) -> Value:
+        """Horner evaluation of ``sum(coeffs[i] * x**i)``."""
+        acc = self.c(coeffs[-1])
+        for coeff in reversed(coeffs[:-1]):
+            acc = self.add(self.mul(acc, x), self.c(coeff))
+        return acc
+
+    def min(self, a: Value, b: Value) -> Value:
+        return arith.MinimumFOp(a, b).result
+
+    def max(self, a: Value, b: Value) -> Value:
+        return arith.MaximumFOp(a, b).result
+
+    # -- comparisons and selection -----------------------------------------------------------
+
+    def cmp(self, predicate: str, a: Value, b: Value) -> Value:
+        pred = getattr(arith.CmpFPredicate, predicate.upper())
+        return arith.CmpFOp(pred, a, b).result
+
+    def lt(self, a: Value, b: Value) -> Value:
+        return self.cmp("olt", a, b)
+
+    def le(self, a: Value, b: Value) -> Value:
+        return self.cmp("ole", a, b)
+
+    def gt(self, a: Value, b: Value) -> Value:
+        return self.cmp("ogt", a, b)
+
+    def ge(self, a: Value, b: Value) -> Value:
+        return self.cmp("oge", a, b)
+
+    def eq(self, a: Value, b: Value) -> Value:
+        return self.cmp("oeq", a, b)
+
+    def isnan(self, a: Value) -> Value:
+        return self.cmp("uno", a, a)
+
+    def select(self, cond: Value, a: Value, b: Value) -> Value:
+        return arith.SelectOp(cond, a, b).result
+
+    def band(self, a: Value, b: Value) -> Value:
+        return arith.AndIOp(a, b).result
+
+    def bor(self, a: Value, b: Value) -> Value:
+        return arith.OrIOp(a, b).result
+
+    def bnot(self, a: Value) -> Value:
+        attr = ir.IntegerAttr.get(ir.IntegerType.get_signless(1), 1)
+        if isinstance(a.type, ir.VectorType):
+            attr = ir.DenseElementsAttr.get_splat(a.type, attr)
+        ones = arith.ConstantOp(a.type, attr).result
+        return arith.XOrIOp(a, ones).result
+
+    # -- integers and bits -------------------------------------------------------------------
+
+    def bits(self, x: Value) -> Value:
+        return arith.BitcastOp(self.itype, x).result
+
+    def bitcast_f(self, i: Value) -> Value:
+        return arith.BitcastOp(self.ftype, i).result
+
+    def iadd(self, a: Value, b: Value) -> Value:
+        return arith.AddIOp(a, b).result
+
+    def isub(self, a: Value, b: Value) -> Value:
+        return arith.SubIOp(a, b).result
+
+    def iand(self, a: Value, b: Value) -> Value:
+        return arith.AndIOp(a, b).result
+
+    def ior(self, a: Value, b: Value) -> Value:
+        return arith.OrIOp(a, b).result
+
+    def ixor(self, a: Value, b: Value) -> Value:
+        return arith.XOrIOp(a, b).result
+
+    def shl(self, a: Value, n: int) -> Value:
+        return arith.ShLIOp(a, self.ci(n)).result
+
+    def ashr(self, a: Value, n: int) -> Value:
+        return arith.ShRSIOp(a, self.ci(n)).result
+
+    def icmp(self, predicate: str, a: Value, b: Value) -> Value:
+        return arith.CmpIOp(getattr(arith.CmpIPredicate, predicate), a, b).result
+
+    def to_int(self, x: Value) -> Value:
+        """fptosi to the same-width integer (``x`` must be integral and in range)."""
+        return arith.FPToSIOp(self.itype, x).result
+
+    def to_float(self, i: Value) -> Value:
+        return arith.SIToFPOp(self.ftype, i).result
+
+    # -- IEEE helpers --------------------------------------------------------------------------
+
+    def abs(self, x: Value) -> Value:
+        """|x| by clearing the sign bit (exact, no library)."""
+        return self.bitcast_f(self.iand(self.bits(x), self.ci((1 << (self.fmt.width - 1)) - 1)))
+
+    def sign_bit(self, x: Value) -> Value:
+        return self.iand(self.bits(x), self.ci(1 << (self.fmt.width - 1)))
+
+    def copysign(self, magnitude: Value, sign_of: Value) -> Value:
+        """``magnitude`` with the sign bit of ``sign_of`` (exact, no library)."""
+        mag = self.iand(self.bits(magnitude), self.ci((1 << (self.fmt.width - 1)) - 1))
+        return self.bitcast_f(self.ior(mag, self.sign_bit(sign_of)))
+
+    def xorsign(self, x: Value, sign_of: Value) -> Value:
+        """``x`` with its sign flipped where ``sign_of`` is negative."""
+        return self.bitcast_f(self.ixor(self.bits(x), self.sign_bit(sign_of)))
+
+    def signbit_set(self, x: Value) -> Value:
+        return self.icmp("slt", self.bits(x), self.ci(0))
+
+    def pow2i(self, k: Value) -> Value:
+        """``2**k`` for an integer ``k`` (same-width int) with normal result (exact)."""
+        return self.bitcast_f(self.shl(self.iadd(k, self.ci(self.fmt.bias)), self.fmt.mantissa))
+
+    def ldexp(self, x: Value, k: Value) -> Value:
+        """``x * 2**k`` for ``|k| <= 2*bias+mantissa`` in two exact steps (one final rounding).
+
+        Splitting ``k`` in halves keeps both factors normal, so results that
+        are subnormal or overflow are rounded or saturated once, correctly.
+        """
+        half = self.ashr(k, 1)
+        rest = self.isub(k, half)
+        return self.mul(self.mul(x, self.pow2i(half)), self.pow2i(rest))
+
+    def round_int(self, x: Value) -> Value:
+        """Nearest integer (ties to even) as a float, for ``|x| < 2**(mantissa-1)``.
+
+        Adding and subtracting 1.5 * 2**mantissa makes the float adder round.
+        """
+        shifter = self.c(1.5 * 2.0**self.fmt.mantissa)
+        return self.sub(self.add(x, shifter), shifter)
+
+    def frexp(self, x: Value) -> tuple[Value, Value]:
+        """``(m, e)`` with ``x = m * 2**e``, ``m`` in [1, 2) (``e`` int), for finite ``x > 0``.
+
+        Subnormals are scaled up first, so ``e`` is exact for them too.
+        """
+        fmt = self.fmt
+        tiny = self.lt(x, self.c(2.0 ** (1 - fmt.bias)))
+        scaled = self.select(tiny, self.mul(x, self.c(2.0 ** (fmt.mantissa + 1))), x)
+        bits = self.bits(scaled)
+        exp_field = arith.ShRUIOp(bits, self.ci(fmt.mantissa)).result
+        e = self.isub(exp_field, self.ci(fmt.bias))
+        e = self.select(tiny, self.isub(e, self.ci(fmt.mantissa + 1)), e)
+        m_bits = self.ior(
+            self.iand(bits, self.ci((1 << fmt.mantissa) - 1)), self.ci(fmt.bias << fmt.mantissa)
+        )
+        return self.bitcast_f(m_bits), e
+
+    def split_high(self, x: Value) -> Value:
+        """``x`` with the low half of its mantissa cleared: ``hi*hi`` is then exact."""
+        drop = (self.fmt.mantissa + 2) // 2  # keep 12 of 24 / 26 of 53 bits
+        return self.bitcast_f(self.iand(self.bits(x), self.ci(~((1 << drop) - 1))))
+
+    def keep_zero(self, x: Value, result: Value) -> Value:
+        """``x`` itself where ``x`` is +-0 (so odd functions keep the sign of zero)."""
+        return self.select(self.eq(x, self.c(0.0)), x, result)
+
+    def nan_if(self, cond: Value, result: Value) -> Value:
+        return self.select(cond, self.nan(), result)
+
+    def pass_nan(self, x: Value, result: Value) -> Value:
+        """``x`` where it is NaN (propagate the input NaN), else ``result``."""
+        return self.select(self.isnan(x), x, result)

@@ -1,0 +1,309 @@
+"""Exponentials, logarithms and the functions built on them, as arith code (f32 and f64).
+
+Algorithms (fdlibm's structure, our own polynomials):
+
+- exp: ``x = k*ln2 + r`` (Cody-Waite: ``ln2`` split so ``k*ln2_hi`` is exact),
+  ``|r| <= ln2/2``, Taylor polynomial of ``e^r`` (degree 7 for f32, 13 for f64;
+  truncation below 0.15 ulp), then ``2^k`` applied in two exact halves so
+  that subnormal and overflowing results round once.
+- expm1: the same reduction, ``expm1(r)`` as ``r + r^2*P(r)``, then
+  ``2^k*expm1(r) + (2^k - 1)``; no cancellation for small ``x`` (``k = 0``).
+- log: ``x = m*2^e`` with ``m`` in [sqrt(1/2), sqrt(2)), ``f = m - 1``,
+  ``s = f/(2+f)``, ``log(1+f) = f - (hfsq - s*(hfsq + R(s^2)))`` with ``R``
+  the series of ``2*atanh(s)/s - 2``; ``e*ln2`` added in two parts.
+- log1p: ``u = 1 + x``, ``log(u) * x/(u - 1)`` (exact compensation of the
+  rounding of ``u``, Goldberg/Kahan).
+- sinh, cosh, tanh, asinh, acosh, atanh: fdlibm's identities on top of these.
+- pow: f32 computes ``exp(y*log|x|)`` in f64 (one rounding); f64 in f64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import arith
+
+from heron.emitters.pipeline.math_common import Kit
+
+Value = ir.Value
+
+_LN2 = math.log(2.0)
+_LOG2E = 1.0 / _LN2
+# ln2 split: hi has few significant bits so k*hi is exact (fdlibm's values for f64).
+_LN2_HI = {32: 0.693145751953125, 64: 6.93147180369123816490e-01}
+_LN2_LO = {32: 1.428606765330187045e-06, 64: 1.90821492927058770002e-10}
+_LOG10_2_HI = {32: 0.301025390625, 64: 3.01029995663611771306e-01}
+_LOG10_2_LO = {32: 4.6050389811980175e-06, 64: 3.69423907715893078616e-13}
+_INV_LN10 = 1.0 / math.log(10.0)
+# Clamp ranges for the exp argument: beyond them the result is 0 or inf anyway.
+_EXP_RANGE = {32: (-104.0, 90.0), 64: (-746.0, 711.0)}
+# Taylor degree for e^r, |r| <= ln2/2.
+_EXP_DEGREE = {32: 7, 64: 13}
+# Terms of R(z) = sum 2 z^n / (2n+1), z = s^2 <= 0.0295.
+_LOG_TERMS = {32: 4, 64: 10}
+# Above it sinh/cosh are exp(|x|)/2, tanh(x) is +-1 to the last bit.
+_HYPERBOLIC_BIG = {32: 9.0, 64: 22.0}
+
+
+def _exp_coeffs(degree: int) -> list[float]:
+    return [1.0 / math.factorial(n) for n in range(degree + 1)]
+
+
+def _reduce(kit: Kit, x: Value) -> tuple[Value, Value]:
+    """``(k, r)``: ``x = k*ln2 + r``, ``k`` an integer-valued float, ``|r| <= ln2/2``."""
+    w = kit.fmt.width
+    kf = kit.round_int(kit.mul(x, kit.c(_LOG2E)))
+    r = kit.sub(kit.sub(x, kit.mul(kf, kit.c(_LN2_HI[w]))), kit.mul(kf, kit.c(_LN2_LO[w])))
+    return kf, r
+
+
+def exp_core(kit: Kit, x: Value, x_lo: Value | None = None, scale_log2: int = 0) -> Value:
+    """``e^(x + x_lo) * 2^scale_log2`` for finite ``x`` (clamped here), ``x_lo`` tiny."""
+    lo, hi = _EXP_RANGE[kit.fmt.width]
+    x = kit.min(kit.max(x, kit.c(lo)), kit.c(hi))
+    kf, r = _reduce(kit, x)
+    if x_lo is not None:
+        r = kit.add(r, x_lo)
+    p = kit.poly(r, _exp_coeffs(_EXP_DEGREE[kit.fmt.width]))
+    k = kit.to_int(kf)
+    if scale_log2:
+        k = kit.iadd(k, kit.ci(scale_log2))
+    return kit.ldexp(p, k)
+
+
+def _finite_or_zero(kit: Kit, x: Value) -> Value:
+    return kit.select(kit.isnan(x), kit.c(0.0), x)
+
+
+def exp(kit: Kit, x: Value) -> Value:
+    return kit.pass_nan(x, exp_core(kit, _finite_or_zero(kit, x)))
+
+
+def exp2(kit: Kit, x: Value) -> Value:
+    w = kit.fmt.width
+    lo, hi = (-152.0, 130.0) if w == 32 else (-1080.0, 1026.0)
+    xs = kit.min(kit.max(_finite_or_zero(kit, x), kit.c(lo)), kit.c(hi))
+    kf = kit.round_int(xs)
+    r = kit.mul(kit.sub(xs, kf), kit.c(_LN2))
+    p = kit.poly(r, _exp_coeffs(_EXP_DEGREE[w]))
+    return kit.pass_nan(x, kit.ldexp(p, kit.to_int(kf)))
+
+
+def expm1(kit: Kit, x: Value) -> Value:
+    fmt = kit.fmt
+    lo, hi = _EXP_RANGE[fmt.width]
+    xs = kit.min(kit.max(_finite_or_zero(kit, x), kit.c(lo)), kit.c(hi))
+    kf, r = _reduce(kit, xs)
+    coeffs = _exp_coeffs(_EXP_DEGREE[fmt.width] + 1)[2:]
+    em1r = kit.add(r, kit.mul(kit.mul(r, r), kit.poly(r, coeffs)))
+    k = kit.to_int(kf)
+    limit = fmt.mantissa + 2
+    k_mid = kit.select(kit.le(kit.abs(kf), kit.c(float(limit))), k, kit.ci(0))
+    t = kit.pow2i(k_mid)
+    mid = kit.add(kit.mul(t, em1r), kit.sub(t, kit.c(1.0)))
+    big = kit.ldexp(kit.add(em1r, kit.c(1.0)), k)
+    result = kit.select(kit.gt(kf, kit.c(float(limit))), big, mid)
+    result = kit.select(kit.lt(kf, kit.c(float(-limit))), kit.c(-1.0), result)
+    return kit.pass_nan(x, kit.keep_zero(x, result))
+
+
+def log_parts(kit: Kit, x: Value) -> tuple[Value, Value]:
+    """``(e, log(m))`` as floats with ``x = m*2^e``, for finite ``x > 0``."""
+    m, e = kit.frexp(x)
+    big = kit.gt(m, kit.c(math.sqrt(2.0)))
+    m = kit.select(big, kit.mul(m, kit.c(0.5)), m)
+    e = kit.select(big, kit.iadd(e, kit.ci(1)), e)
+    f = kit.sub(m, kit.c(1.0))
+    s = kit.div(f, kit.add(kit.c(2.0), f))
+    z = kit.mul(s, s)
+    terms = _LOG_TERMS[kit.fmt.width]
+    big_r = kit.mul(z, kit.poly(z, [2.0 / (2 * n + 3) for n in range(terms)]))
+    hfsq = kit.mul(kit.c(0.5), kit.mul(f, f))
+    logm = kit.sub(f, kit.sub(hfsq, kit.mul(s, kit.add(hfsq, big_r))))
+    return kit.to_float(e), logm
+
+
+def _log_special(kit: Kit, x: Value, result: Value) -> Value:
+    """IEEE/numpy special values of every logarithm: NaN, <0, 0, +inf."""
+    result = kit.select(kit.eq(x, kit.c(0.0)), kit.c(-math.inf), result)
+    result = kit.select(kit.eq(x, kit.inf()), kit.inf(), result)
+    result = kit.nan_if(kit.lt(x, kit.c(0.0)), result)
+    return kit.pass_nan(x, result)
+
+
+def _log_argument(kit: Kit, x: Value) -> Value:
+    ok = kit.band(kit.gt(x, kit.c(0.0)), kit.lt(x, kit.inf()))
+    return kit.select(ok, x, kit.c(1.0))
+
+
+def log_finite(kit: Kit, x: Value) -> Value:
+    """log for finite ``x > 0`` (no special values)."""
+    w = kit.fmt.width
+    e, logm = log_parts(kit, x)
+    tail = kit.add(logm, kit.mul(e, kit.c(_LN2_LO[w])))
+    return kit.add(kit.mul(e, kit.c(_LN2_HI[w])), tail)
+
+
+def log(kit: Kit, x: Value) -> Value:
+    return _log_special(kit, x, log_finite(kit, _log_argument(kit, x)))
+
+
+def log2(kit: Kit, x: Value) -> Value:
+    e, logm = log_parts(kit, _log_argument(kit, x))
+    return _log_special(kit, x, kit.add(e, kit.mul(logm, kit.c(_LOG2E))))
+
+
+def log10(kit: Kit, x: Value) -> Value:
+    w = kit.fmt.width
+    e, logm = log_parts(kit, _log_argument(kit, x))
+    tail = kit.add(kit.mul(logm, kit.c(_INV_LN10)), kit.mul(e, kit.c(_LOG10_2_LO[w])))
+    return _log_special(kit, x, kit.add(kit.mul(e, kit.c(_LOG10_2_HI[w])), tail))
+
+
+def log1p(kit: Kit, x: Value) -> Value:
+    u = kit.add(kit.c(1.0), x)
+    d = kit.sub(u, kit.c(1.0))
+    safe_d = kit.select(kit.eq(d, kit.c(0.0)), kit.c(1.0), d)
+    logu = log(kit, u)
+    result = kit.mul(logu, kit.div(x, safe_d))
+    result = kit.select(kit.eq(d, kit.c(0.0)), x, result)
+    result = kit.select(kit.eq(x, kit.inf()), kit.inf(), result)
+    result = kit.select(kit.eq(u, kit.c(0.0)), kit.c(-math.inf), result)
+    return kit.pass_nan(x, result)
+
+
+def sinh(kit: Kit, x: Value) -> Value:
+    a = kit.abs(x)
+    t = expm1(kit, kit.min(a, kit.c(_HYPERBOLIC_BIG[kit.fmt.width])))
+    small = kit.mul(kit.c(0.5), kit.add(t, kit.div(t, kit.add(t, kit.c(1.0)))))
+    large = exp_core(kit, _finite_or_zero(kit, a), scale_log2=-1)
+    r = kit.select(kit.lt(a, kit.c(_HYPERBOLIC_BIG[kit.fmt.width])), small, large)
+    return kit.pass_nan(x, kit.keep_zero(x, kit.copysign(r, x)))
+
+
+def cosh(kit: Kit, x: Value) -> Value:
+    a = _finite_or_zero(kit, kit.abs(x))
+    e = exp_core(kit, kit.min(a, kit.c(_HYPERBOLIC_BIG[kit.fmt.width])))
+    small = kit.add(kit.mul(kit.c(0.5), e), kit.div(kit.c(0.5), e))
+    large = exp_core(kit, a, scale_log2=-1)
+    r = kit.select(kit.lt(a, kit.c(_HYPERBOLIC_BIG[kit.fmt.width])), small, large)
+    return kit.pass_nan(x, r)
+
+
+def tanh(kit: Kit, x: Value) -> Value:
+    a = kit.abs(x)
+    t = expm1(kit, kit.mul(kit.c(2.0), kit.min(a, kit.c(_HYPERBOLIC_BIG[kit.fmt.width]))))
+    below = kit.div(t, kit.add(t, kit.c(2.0)))
+    above = kit.sub(kit.c(1.0), kit.div(kit.c(2.0), kit.add(t, kit.c(2.0))))
+    r = kit.select(kit.lt(a, kit.c(1.0)), below, above)
+    return kit.pass_nan(x, kit.keep_zero(x, kit.copysign(r, x)))
+
+
+def asinh(kit: Kit, x: Value) -> Value:
+    a = kit.abs(x)
+    huge_limit = 2.0**28 if kit.is_f64 else 2.0**12
+    huge = kit.gt(a, kit.c(huge_limit))
+    a2 = kit.mul(a, a)
+    root = kit.sqrt(kit.add(a2, kit.c(1.0)))
+    mid_arg = kit.add(kit.mul(kit.c(2.0), a), kit.div(kit.c(1.0), kit.add(root, a)))
+    big_log = kit.add(
+        log(kit, kit.select(huge, a, mid_arg)), kit.select(huge, kit.c(_LN2), kit.c(0.0))
+    )
+    small = log1p(kit, kit.add(a, kit.div(a2, kit.add(kit.c(1.0), root))))
+    r = kit.select(kit.gt(a, kit.c(2.0)), big_log, small)
+    return kit.pass_nan(x, kit.keep_zero(x, kit.copysign(r, x)))
+
+
+def acosh(kit: Kit, x: Value) -> Value:
+    huge_limit = 2.0**28 if kit.is_f64 else 2.0**12
+    huge = kit.gt(x, kit.c(huge_limit))
+    root = kit.sqrt(kit.sub(kit.mul(x, x), kit.c(1.0)))
+    mid_arg = kit.sub(kit.mul(kit.c(2.0), x), kit.div(kit.c(1.0), kit.add(x, root)))
+    big_log = kit.add(
+        log(kit, kit.select(huge, x, mid_arg)), kit.select(huge, kit.c(_LN2), kit.c(0.0))
+    )
+    t = kit.sub(x, kit.c(1.0))
+    small = log1p(kit, kit.add(t, kit.sqrt(kit.add(kit.mul(kit.c(2.0), t), kit.mul(t, t)))))
+    r = kit.select(kit.gt(x, kit.c(2.0)), big_log, small)
+    r = kit.nan_if(kit.lt(x, kit.c(1.0)), r)
+    return kit.pass_nan(x, r)
+
+
+def atanh(kit: Kit, x: Value) -> Value:
+    a = kit.abs(x)
+    one_minus = kit.sub(kit.c(1.0), a)
+    two_a = kit.add(a, a)
+    small_arg = kit.add(two_a, kit.div(kit.mul(two_a, a), one_minus))
+    large_arg = kit.div(two_a, one_minus)
+    arg = kit.select(kit.lt(a, kit.c(0.5)), small_arg, large_arg)
+    r = kit.mul(kit.c(0.5), log1p(kit, arg))
+    r = kit.nan_if(kit.gt(a, kit.c(1.0)), r)
+    return kit.pass_nan(x, kit.keep_zero(x, kit.copysign(r, x)))
+
+
+def _cbrt_seed_coeffs() -> list[float]:
+    nodes = 4.5 + 3.5 * np.cos(np.pi * (np.arange(16) + 0.5) / 16)
+    return [float(c) for c in np.polynomial.polynomial.polyfit(nodes, np.cbrt(nodes), 3)]
+
+
+_CBRT_SEED = _cbrt_seed_coeffs()
+
+
+def cbrt(kit: Kit, x: Value) -> Value:
+    """Cube root: ``|x| = m*2^(3q+r)``, seed cubic on [1, 8), Newton steps, ``*2^q``."""
+    a = kit.abs(x)
+    ok = kit.band(kit.gt(a, kit.c(0.0)), kit.lt(a, kit.inf()))
+    m, e = kit.frexp(kit.select(ok, a, kit.c(1.0)))
+    three = kit.ci(3)
+    q = arith.FloorDivSIOp(e, three).result
+    rem = kit.isub(e, arith.MulIOp(q, three).result)
+    mm = kit.mul(m, kit.pow2i(rem))  # in [1, 8)
+    y = kit.poly(mm, _CBRT_SEED)
+    for _ in range(4 if kit.is_f64 else 3):
+        y = kit.mul(kit.add(kit.add(y, y), kit.div(mm, kit.mul(y, y))), kit.c(1.0 / 3.0))
+    r = kit.copysign(kit.mul(y, kit.pow2i(q)), x)
+    r = kit.select(ok, r, x)  # +-0, +-inf and NaN are their own cube roots
+    return r
+
+
+def _is_integer(kit: Kit, y: Value) -> tuple[Value, Value]:
+    """``(y is an integer, y is an odd integer)`` for any ``y`` (false for NaN/inf)."""
+    fmt = kit.fmt
+    a = kit.abs(y)
+    small = kit.lt(a, kit.c(2.0 ** (fmt.mantissa - 1)))
+    rounded = kit.round_int(kit.select(small, y, kit.c(0.0)))
+    integral = kit.bor(
+        kit.band(small, kit.eq(rounded, y)), kit.bnot(kit.bor(small, kit.cmp("uge", a, kit.inf())))
+    )
+    fits = kit.lt(a, kit.c(2.0 ** (fmt.mantissa + 1)))
+    as_int = kit.to_int(kit.select(fits, y, kit.c(0.0)))
+    odd_bit = kit.icmp("ne", kit.iand(as_int, kit.ci(1)), kit.ci(0))
+    return integral, kit.band(integral, kit.band(fits, odd_bit))
+
+
+def pow_f64(kit: Kit, x: Value, y: Value) -> Value:
+    """``x**y`` with numpy's special cases; ``kit`` must be f64 (f32 callers extend)."""
+    ax = kit.abs(x)
+    integral, odd = _is_integer(kit, y)
+    logx = log_finite(kit, _log_argument(kit, ax))
+    prod = kit.mul(y, logx)
+    magnitude = kit.pass_nan(prod, exp_core(kit, _finite_or_zero(kit, prod)))
+    # |x| = 0 or inf: the limits of exp(y*log|x|), by the signs of y and log|x|.
+    zero_or_inf = kit.bor(kit.eq(ax, kit.c(0.0)), kit.eq(ax, kit.inf()))
+    grows = kit.icmp("eq", kit.eq(ax, kit.inf()), kit.gt(y, kit.c(0.0)))
+    magnitude = kit.select(zero_or_inf, kit.select(grows, kit.inf(), kit.c(0.0)), magnitude)
+    # y = +-inf: 0 or inf by whether |x| < 1 (|x| = 1 gives 1).
+    y_inf = kit.eq(kit.abs(y), kit.inf())
+    inf_grows = kit.icmp("eq", kit.gt(ax, kit.c(1.0)), kit.gt(y, kit.c(0.0)))
+    magnitude = kit.select(y_inf, kit.select(inf_grows, kit.inf(), kit.c(0.0)), magnitude)
+    magnitude = kit.select(kit.eq(ax, kit.c(1.0)), kit.c(1.0), magnitude)
+    negative = kit.signbit_set(x)
+    result = kit.select(kit.band(negative, odd), kit.neg(magnitude), magnitude)
+    bad = kit.band(kit.band(negative, kit.bnot(integral)), kit.bnot(y_inf))
+    bad = kit.band(bad, kit.gt(ax, kit.c(0.0)))
+    bad = kit.band(bad, kit.lt(ax, kit.inf()))
+    result = kit.nan_if(kit.bor(bad, kit.bor(kit.isnan(x), kit.isnan(y))), result)
+    result = kit.select(kit.eq(x, kit.c(1.0)), kit.c(1.0), result)
+    return kit.select(kit.eq(y, kit.c(0.0)), kit.c(1.0), result)

@@ -1,0 +1,125 @@
+"""erf, erfc and the rounding functions, as arith code (f32 and f64).
+
+- erf on ``|x| < 0.5``: its Taylor series ``x*P(x^2)`` (7 terms f32, 13 f64).
+- erfc on ``x >= 0.5``: ``exp(-x^2) * G(x)`` with ``G`` fitted piecewise
+  (math_coefficients: [0.5, 1.5), [1.5, 3), then in ``1/x`` up to the
+  underflow point); ``exp(-x^2)`` is evaluated as ``exp(-hi*hi - lo)`` with
+  ``hi*hi`` exact, so the error of squaring ``x`` does not grow with ``x``.
+  erf elsewhere is ``1 - erfc``, erfc elsewhere ``1 - erf`` or ``2 - erfc(-x)``.
+- floor, ceil, trunc, round, roundeven: through the integer of the same width
+  (``|x| < 2^mantissa``; larger values are integers already), signs of zero kept.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mlir import ir
+
+from heron.emitters.pipeline import math_coefficients as coeffs
+from heron.emitters.pipeline.math_common import Kit
+from heron.emitters.pipeline.math_exp_log import exp_core
+
+Value = ir.Value
+
+_ERF_TERMS = {32: 7, 64: 13}
+# erfc(x) is 0 (after rounding) above these.
+_ERFC_LIMIT = {32: 10.1, 64: 27.5}
+
+
+def _erf_small(kit: Kit, x: Value) -> Value:
+    n_terms = _ERF_TERMS[kit.fmt.width]
+    series = [
+        2.0 / math.sqrt(math.pi) * (-1.0) ** n / (math.factorial(n) * (2 * n + 1))
+        for n in range(n_terms)
+    ]
+    return kit.mul(x, kit.poly(kit.mul(x, x), series))
+
+
+def _erfc_large(kit: Kit, a: Value) -> Value:
+    """erfc(a) for ``a >= 0.5`` (finite; 0 above the underflow limit)."""
+    limit = _ERFC_LIMIT[kit.fmt.width]
+    ac = kit.min(a, kit.c(limit))
+    if kit.is_f64:
+        g1, g2 = coeffs.ERFC_G1_F64, coeffs.ERFC_G2_F64
+    else:
+        g1, g2 = coeffs.ERFC_G1_F32, coeffs.ERFC_G2_F32
+    p1 = kit.poly(kit.sub(ac, kit.c(coeffs.ERFC_G1_CENTRE)), g1)
+    p2 = kit.poly(kit.sub(ac, kit.c(coeffs.ERFC_G2_CENTRE)), g2)
+    u = kit.div(kit.c(1.0), ac)
+    if kit.is_f64:
+        ha = kit.poly(kit.sub(u, kit.c(coeffs.ERFC_H3A_CENTRE)), coeffs.ERFC_H3A_F64)
+        hb = kit.poly(kit.sub(u, kit.c(coeffs.ERFC_H3B_CENTRE)), coeffs.ERFC_H3B_F64)
+        h = kit.select(kit.lt(ac, kit.c(6.0)), ha, hb)
+    else:
+        h = kit.poly(kit.sub(u, kit.c(coeffs.ERFC_H3_CENTRE)), coeffs.ERFC_H3_F32)
+    p3 = kit.mul(h, u)
+    g = kit.select(kit.lt(ac, kit.c(1.5)), p1, kit.select(kit.lt(ac, kit.c(3.0)), p2, p3))
+    hi = kit.split_high(ac)
+    lo = kit.mul(kit.sub(ac, hi), kit.add(ac, hi))
+    e = exp_core(kit, kit.neg(kit.mul(hi, hi)), kit.neg(lo))
+    return kit.select(kit.gt(a, kit.c(limit)), kit.c(0.0), kit.mul(e, g))
+
+
+def erf(kit: Kit, x: Value) -> Value:
+    a = kit.abs(x)
+    finite_a = kit.select(kit.isnan(a), kit.c(0.0), a)
+    large = kit.sub(kit.c(1.0), _erfc_large(kit, kit.max(finite_a, kit.c(0.5))))
+    r = kit.select(kit.lt(a, kit.c(0.5)), _erf_small(kit, x), kit.copysign(large, x))
+    return kit.pass_nan(x, r)
+
+
+def erfc(kit: Kit, x: Value) -> Value:
+    a = kit.abs(x)
+    finite_a = kit.select(kit.isnan(a), kit.c(0.0), a)
+    tail = _erfc_large(kit, kit.max(finite_a, kit.c(0.5)))
+    middle = kit.sub(kit.c(1.0), _erf_small(kit, x))
+    r = kit.select(kit.lt(x, kit.c(0.0)), kit.sub(kit.c(2.0), tail), tail)
+    r = kit.select(kit.lt(a, kit.c(0.5)), middle, r)
+    return kit.pass_nan(x, r)
+
+
+def _truncated(kit: Kit, x: Value) -> tuple[Value, Value, Value]:
+    """``(big, t, ti)``: ``big`` where ``x`` is integral already (or NaN/inf); else
+    ``t = trunc(x)`` as float and ``ti`` as integer."""
+    big = kit.cmp("uge", kit.abs(x), kit.c(2.0**kit.fmt.mantissa))
+    ti = kit.to_int(kit.select(big, kit.c(0.0), x))
+    return big, kit.to_float(ti), ti
+
+
+def _finish(kit: Kit, x: Value, big: Value, result: Value) -> Value:
+    return kit.select(big, x, kit.copysign(result, x))
+
+
+def trunc(kit: Kit, x: Value) -> Value:
+    big, t, _ = _truncated(kit, x)
+    return _finish(kit, x, big, t)
+
+
+def floor(kit: Kit, x: Value) -> Value:
+    big, t, _ = _truncated(kit, x)
+    r = kit.select(kit.gt(t, x), kit.sub(t, kit.c(1.0)), t)
+    return _finish(kit, x, big, r)
+
+
+def ceil(kit: Kit, x: Value) -> Value:
+    big, t, _ = _truncated(kit, x)
+    r = kit.select(kit.lt(t, x), kit.add(t, kit.c(1.0)), t)
+    return _finish(kit, x, big, r)
+
+
+def round_half_away(kit: Kit, x: Value) -> Value:
+    big, t, _ = _truncated(kit, x)
+    frac = kit.abs(kit.sub(x, t))
+    step = kit.copysign(kit.c(1.0), x)
+    r = kit.select(kit.ge(frac, kit.c(0.5)), kit.add(t, step), t)
+    return _finish(kit, x, big, r)
+
+
+def round_even(kit: Kit, x: Value) -> Value:
+    big, t, ti = _truncated(kit, x)
+    frac = kit.abs(kit.sub(x, t))
+    odd = kit.icmp("ne", kit.iand(ti, kit.ci(1)), kit.ci(0))
+    up = kit.bor(kit.gt(frac, kit.c(0.5)), kit.band(kit.eq(frac, kit.c(0.5)), odd))
+    r = kit.select(up, kit.add(t, kit.copysign(kit.c(1.0), x)), t)
+    return _finish(kit, x, big, r)

@@ -1,0 +1,223 @@
+"""Trigonometric functions and their inverses, as arith code (f32 and f64).
+
+- sin, cos, tan: ``x = k*pi/2 + r`` computed in f64 with fdlibm's four-part
+  ``pi/2`` (33 + 33 + 33 + 53 bits; ``k*pio2_1`` is exact for ``|k| < 2^20``), so
+  the reduction is accurate for ``|x| < 2^20*pi/2`` (about 1.6e6); beyond it
+  the absolute error of ``r`` grows like ``|x|*2^-72`` (no Payne-Hanek
+  reduction). f32 inputs are reduced in f64 and evaluated in f32. Taylor
+  polynomials on ``|r| <= pi/4`` (sin to r^9 / r^17, cos to r^10 / r^18).
+- atan: fdlibm's five intervals (reductions by 0.5, 1, 1.5 and ``1/x``, all
+  exact-constant), then ``t + t*z*Q(z)`` with a fitted ``Q`` (math_coefficients).
+- atan2: ``atan(min/max)`` of the magnitudes, then the octant and quadrant
+  corrections with ``pi/2`` and ``pi`` in two parts; IEEE special cases.
+- asin, acos: ``t + t*z*Q(z)`` on ``|t| <= 0.5``, and ``asin(x) = pi/2 -
+  2*asin(sqrt((1-|x|)/2))`` above (``1-|x|`` is exact there).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import arith
+
+from heron.emitters.pipeline import math_coefficients as coeffs
+from heron.emitters.pipeline.math_common import Kit
+
+Value = ir.Value
+
+_PIO2_1 = 1.57079632673412561417e00
+_PIO2_2 = 6.07710050630396597660e-11
+_PIO2_3 = 2.02226624871116645580e-21
+_PIO2_3T = 8.47842766036889956997e-32
+_SIN_TAYLOR = {32: 9, 64: 17}
+_COS_TAYLOR = {32: 10, 64: 18}
+
+# (hi, lo) of atan(0.5), pi/4, atan(1.5), pi/2 (fdlibm's values).
+_ATAN_HI = (4.63647609000806093515e-01, 7.85398163397448278999e-01,
+            9.82793723247329054082e-01, 1.57079632679489655800e00)  # fmt: skip
+_ATAN_LO = (2.26987774529616870924e-17, 3.06161699786838301793e-17,
+            1.39033110312309984516e-17, 6.12323399573676603587e-17)  # fmt: skip
+_PIO2_HI, _PIO2_LO = _ATAN_HI[3], _ATAN_LO[3]
+_PI_HI, _PI_LO = 2 * _PIO2_HI, 2 * _PIO2_LO
+
+
+def _split(kit: Kit, hi: float, lo: float) -> tuple[float, float]:
+    """A (hi, lo) f64 pair re-split for ``kit``'s precision."""
+    if kit.is_f64:
+        return hi, lo
+    head = float(np.float32(hi))
+    return head, float(np.float32((hi - head) + lo))
+
+
+def _series(kit: Kit, first: int, last: int) -> list[float]:
+    """Coefficients of z^0.. of the sin (first=1) or cos (first=2) Taylor tail."""
+    return [
+        (-1.0) ** (n + first - 1) / math.factorial(first + 2 * n)
+        for n in range((last - first) // 2 + 1)
+        if first + 2 * n <= last
+    ]
+
+
+def _reduce_pio2(kit: Kit, x: Value) -> tuple[Value, Value]:
+    """``(q, r)``: ``x = k*pi/2 + r`` with ``q = k mod 4`` (int of kit's width), ``r`` in kit."""
+    if kit.is_f64:
+        k64 = kit
+    else:
+        ftype = (
+            ir.VectorType.get(list(ir.VectorType(kit.ftype).shape), ir.F64Type.get())
+            if isinstance(kit.ftype, ir.VectorType)
+            else ir.F64Type.get()
+        )
+        k64 = Kit(ftype)
+        x = arith.ExtFOp(ftype, x).result
+    kf = k64.round_int(k64.mul(x, k64.c(2.0 / math.pi)))
+    r = k64.sub(x, k64.mul(kf, k64.c(_PIO2_1)))
+    r = k64.sub(r, k64.mul(kf, k64.c(_PIO2_2)))
+    r = k64.sub(r, k64.mul(kf, k64.c(_PIO2_3)))
+    r = k64.sub(r, k64.mul(kf, k64.c(_PIO2_3T)))
+    # k mod 4 from the low bits of k (k is an exact integer here; huge k is even-ish noise).
+    small = k64.lt(k64.abs(kf), k64.c(2.0**52))
+    q = k64.iand(k64.to_int(k64.select(small, kf, k64.c(0.0))), k64.ci(3))
+    if not kit.is_f64:
+        r = arith.TruncFOp(kit.ftype, r).result
+        q = arith.TruncIOp(kit.itype, q).result
+    return q, r
+
+
+def _sin_cos_poly(kit: Kit, r: Value) -> tuple[Value, Value]:
+    w = kit.fmt.width
+    z = kit.mul(r, r)
+    sin_tail = _series(kit, 1, _SIN_TAYLOR[w])[1:]  # -1/3!, 1/5!, ...
+    s = kit.add(r, kit.mul(kit.mul(r, z), kit.poly(z, sin_tail)))
+    cos_tail = _series(kit, 2, _COS_TAYLOR[w])  # -1/2!, 1/4!, ...
+    c = kit.add(kit.c(1.0), kit.mul(z, kit.poly(z, cos_tail)))
+    return s, c
+
+
+def _trig(kit: Kit, x: Value, which: str) -> Value:
+    finite = kit.lt(kit.abs(x), kit.inf())
+    xs = kit.select(finite, x, kit.c(0.0))
+    q, r = _reduce_pio2(kit, xs)
+    s, c = _sin_cos_poly(kit, r)
+    q_odd = kit.icmp("ne", kit.iand(q, kit.ci(1)), kit.ci(0))
+    q_high = kit.icmp("ne", kit.iand(q, kit.ci(2)), kit.ci(0))
+    if which == "sin":  # q: s, c, -s, -c
+        v = kit.select(q_odd, c, s)
+        result = kit.select(q_high, kit.neg(v), v)
+    elif which == "cos":  # q: c, -s, -c, s
+        v = kit.select(q_odd, s, c)
+        flip = arith.XOrIOp(q_odd, q_high).result
+        result = kit.select(flip, kit.neg(v), v)
+    else:  # tan: s/c for even q, -c/s for odd q
+        result = kit.select(q_odd, kit.neg(kit.div(c, s)), kit.div(s, c))
+    if which != "cos":
+        result = kit.keep_zero(x, result)
+    return kit.pass_nan(x, kit.nan_if(kit.bnot(finite), result))
+
+
+def sin(kit: Kit, x: Value) -> Value:
+    return _trig(kit, x, "sin")
+
+
+def cos(kit: Kit, x: Value) -> Value:
+    return _trig(kit, x, "cos")
+
+
+def tan(kit: Kit, x: Value) -> Value:
+    return _trig(kit, x, "tan")
+
+
+def _q_poly(kit: Kit, table_f32: tuple[float, ...], table_f64: tuple[float, ...], t: Value):
+    z = kit.mul(t, t)
+    q = kit.poly(z, table_f64 if kit.is_f64 else table_f32)
+    return kit.mul(kit.mul(t, z), q)  # t*z*Q(z): add t to it
+
+
+def atan_nonneg(kit: Kit, a: Value) -> Value:
+    """atan for ``a >= 0`` (inf included)."""
+    one, two = kit.c(1.0), kit.c(2.0)
+    bounds = [kit.lt(a, kit.c(v)) for v in (7 / 16, 11 / 16, 19 / 16, 39 / 16)]
+    # Candidates per interval (numerator, denominator), chosen from the largest down.
+    num = kit.neg(one)
+    den = a
+    num = kit.select(bounds[3], kit.sub(a, kit.c(1.5)), num)
+    den = kit.select(bounds[3], kit.add(one, kit.mul(kit.c(1.5), a)), den)
+    num = kit.select(bounds[2], kit.sub(a, one), num)
+    den = kit.select(bounds[2], kit.add(a, one), den)
+    num = kit.select(bounds[1], kit.sub(kit.mul(two, a), one), num)
+    den = kit.select(bounds[1], kit.add(two, a), den)
+    num = kit.select(bounds[0], a, num)
+    den = kit.select(bounds[0], one, den)
+    t = kit.div(num, den)
+    base_hi, base_lo = kit.c(0.0), kit.c(0.0)
+    for i in (3, 2, 1, 0):
+        hi, lo = _split(kit, _ATAN_HI[i], _ATAN_LO[i])
+        if i == 3:
+            base_hi, base_lo = kit.c(hi), kit.c(lo)
+        else:
+            base_hi = kit.select(bounds[i + 1], kit.c(hi), base_hi)
+            base_lo = kit.select(bounds[i + 1], kit.c(lo), base_lo)
+    base_hi = kit.select(bounds[0], kit.c(0.0), base_hi)
+    base_lo = kit.select(bounds[0], kit.c(0.0), base_lo)
+    tail = _q_poly(kit, coeffs.ATAN_Q_F32, coeffs.ATAN_Q_F64, t)
+    return kit.add(base_hi, kit.add(base_lo, kit.add(t, tail)))
+
+
+def atan(kit: Kit, x: Value) -> Value:
+    r = atan_nonneg(kit, kit.abs(x))
+    return kit.pass_nan(x, kit.keep_zero(x, kit.copysign(r, x)))
+
+
+def atan2(kit: Kit, y: Value, x: Value) -> Value:
+    ax, ay = kit.abs(x), kit.abs(y)
+    num = kit.min(ax, ay)
+    den = kit.max(ax, ay)
+    both_zero = kit.eq(den, kit.c(0.0))
+    both_inf = kit.eq(num, kit.inf())
+    ratio = kit.div(num, kit.select(both_zero, kit.c(1.0), den))
+    ratio = kit.select(both_inf, kit.c(1.0), ratio)
+    t = atan_nonneg(kit, ratio)
+    pio2_hi, pio2_lo = _split(kit, _PIO2_HI, _PIO2_LO)
+    pi_hi, pi_lo = _split(kit, _PI_HI, _PI_LO)
+    t = kit.select(kit.gt(ay, ax), kit.add(kit.sub(kit.c(pio2_hi), t), kit.c(pio2_lo)), t)
+    t = kit.select(kit.signbit_set(x), kit.add(kit.sub(kit.c(pi_hi), t), kit.c(pi_lo)), t)
+    result = kit.copysign(t, y)
+    return kit.nan_if(kit.bor(kit.isnan(x), kit.isnan(y)), result)
+
+
+def _asin_small(kit: Kit, t: Value) -> Value:
+    """asin(t) for ``|t| <= 0.5``: ``t + t*z*Q(z)``."""
+    return kit.add(t, _q_poly(kit, coeffs.ASIN_Q_F32, coeffs.ASIN_Q_F64, t))
+
+
+def asin(kit: Kit, x: Value) -> Value:
+    a = kit.abs(x)
+    z = kit.mul(kit.sub(kit.c(1.0), a), kit.c(0.5))
+    s = kit.sqrt(z)
+    pio2_hi, pio2_lo = _split(kit, _PIO2_HI, _PIO2_LO)
+    p = _asin_small(kit, s)
+    big = kit.sub(kit.c(pio2_hi), kit.sub(kit.add(p, p), kit.c(pio2_lo)))
+    r = kit.select(kit.le(a, kit.c(0.5)), _asin_small(kit, a), big)
+    r = kit.nan_if(kit.gt(a, kit.c(1.0)), r)
+    return kit.pass_nan(x, kit.keep_zero(x, kit.copysign(r, x)))
+
+
+def acos(kit: Kit, x: Value) -> Value:
+    a = kit.abs(x)
+    pio2_hi, pio2_lo = _split(kit, _PIO2_HI, _PIO2_LO)
+    pi_hi, pi_lo = _split(kit, _PI_HI, _PI_LO)
+    # |x| <= 0.5: pi/2 - asin(x)
+    mid_tail = _q_poly(kit, coeffs.ASIN_Q_F32, coeffs.ASIN_Q_F64, x)
+    mid = kit.sub(kit.c(pio2_hi), kit.add(x, kit.sub(mid_tail, kit.c(pio2_lo))))
+    # |x| > 0.5: s = sqrt((1-|x|)/2); x > 0: 2*asin(s); x < 0: pi - 2*asin(s)
+    z = kit.mul(kit.sub(kit.c(1.0), a), kit.c(0.5))
+    s = kit.sqrt(z)
+    p = _asin_small(kit, s)
+    two_p = kit.add(p, p)
+    negative = kit.sub(kit.c(pi_hi), kit.sub(two_p, kit.c(pi_lo)))
+    r = kit.select(kit.lt(x, kit.c(0.0)), negative, two_p)
+    r = kit.select(kit.le(a, kit.c(0.5)), mid, r)
+    r = kit.nan_if(kit.gt(a, kit.c(1.0)), r)
+    return kit.pass_nan(x, r)

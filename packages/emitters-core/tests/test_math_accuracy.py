@@ -1,0 +1,142 @@
+"""Accuracy of the expand-math approximations on the host (LLVM JIT) against numpy, in ulps.
+
+Each op is expanded by the pass, JIT-compiled for the host and applied to
+many points: log-uniform magnitudes over the op's domain, points near 0,
+near range-reduction edges, huge arguments and special values. The
+reference is numpy in float64 for f32 results and in x87 long double for f64
+results (mpmath for erf/erfc). The bounds are the table in expand_math's
+docstring.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import mpmath
+import numpy as np
+import pytest
+from mlir.dialects import math as math_dialect
+
+from heron.emitters.ir_utils import walk_ops
+from heron.emitters.pipeline import expand_math
+from heron.emitters.testing.host_jit import run_elementwise
+from heron.hlo.element_types import ElementType
+
+SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0]
+
+
+def _expand_checked(module) -> None:
+    expand_math.expand_module(module)
+    left = {op.name for op in walk_ops(module.operation) if op.name.startswith("math.")}
+    assert left <= expand_math.NATIVE_MATH, left
+
+
+def run_op(op_class, element: ElementType, *inputs: np.ndarray) -> np.ndarray:
+    (out,) = run_elementwise(
+        lambda args: [op_class(*args).result],
+        [element] * len(inputs),
+        [element],
+        [np.asarray(x, dtype=element.numpy_dtype) for x in inputs],
+        pre_lowering=_expand_checked,
+    )
+    return out
+
+
+def log_uniform(rng, lo: float, hi: float, n: int, signed: bool = True) -> np.ndarray:
+    mags = np.exp(rng.uniform(math.log(lo), math.log(hi), n))
+    if signed:
+        mags *= rng.choice([-1.0, 1.0], n)
+    return mags
+
+
+def ulp_error(out: np.ndarray, ref, dtype) -> np.ndarray:
+    """|out - ref| in ulps of ref rounded to ``dtype``; inf where the special values differ."""
+    ref_hi = np.asarray(ref, dtype=np.longdouble)
+    rounded = ref_hi.astype(dtype)
+    out_l = out.astype(np.longdouble)
+    err = np.zeros(out.shape, dtype=np.float64)
+    special = ~np.isfinite(rounded) | ~np.isfinite(out)
+    same = (np.isnan(rounded) & np.isnan(out)) | (rounded == out)
+    err[special & ~same] = np.inf
+    regular = ~special
+    spacing = np.spacing(np.abs(rounded[regular])).astype(np.longdouble)
+    err[regular] = np.abs(out_l[regular] - ref_hi[regular]) / spacing
+    return err
+
+
+def _ld(fn):
+    return lambda x: fn(np.asarray(x, dtype=np.longdouble))
+
+
+def _mp(fn):
+    def reference(x):
+        with mpmath.workdps(40):
+            values = []
+            for v in np.asarray(x, dtype=np.float64):
+                if np.isnan(v):
+                    values.append(np.nan)
+                elif np.isinf(v):
+                    values.append(float(fn(mpmath.mpf(v))))
+                else:
+                    values.append(np.longdouble(mpmath.nstr(fn(mpmath.mpf(float(v))), 25)))
+            return np.array(values, dtype=np.longdouble)
+
+    return reference
+
+
+# op: (math op class, reference, domain (lo, hi magnitudes), signed, extra points, f32 bound,
+#      f64 bound)
+CASES = {
+    "exp": (math_dialect.ExpOp, np.exp, (1e-8, 720), True, [88.72, 709.78, -103.9, -745.1], 2, 2),
+    "exp2": (math_dialect.Exp2Op, np.exp2, (1e-8, 1100), True, [127.99, -149.5, 1023.9], 2, 2),
+    "expm1": (math_dialect.ExpM1Op, np.expm1, (1e-10, 720), True, [0.3465, -0.3466, 1e-30], 2, 2),
+    "log": (math_dialect.LogOp, np.log, (1e-300, 1e300), True, [1.0000001, 0.9999999, 1e-40], 1, 1),
+    "log2": (math_dialect.Log2Op, np.log2, (1e-300, 1e300), True, [8.0, 1024.0, 0.125], 3, 3),
+    "log10": (math_dialect.Log10Op, np.log10, (1e-300, 1e300), True, [10.0, 1000.0], 3, 3),
+    "log1p": (math_dialect.Log1pOp, np.log1p, (1e-20, 1e30), True, [-0.999999, 1e-30], 2, 2),
+    "sin": (math_dialect.SinOp, np.sin, (1e-10, 1e6), True, [math.pi, math.pi / 2, 1e5], 2, 2),
+    "cos": (math_dialect.CosOp, np.cos, (1e-10, 1e6), True, [math.pi, math.pi / 2, 1e5], 2, 2),
+    "tan": (math_dialect.TanOp, np.tan, (1e-10, 1e6), True, [math.pi / 4, 1.5], 4, 3),
+    "atan": (math_dialect.AtanOp, np.arctan, (1e-20, 1e20), True, [7 / 16, 11 / 16, 39 / 16], 1, 1),
+    "asin": (math_dialect.AsinOp, np.arcsin, (1e-10, 1.2), True, [0.5, 0.4999, 0.99999], 3, 3),
+    "acos": (math_dialect.AcosOp, np.arccos, (1e-10, 1.2), True, [0.5, -0.5, -0.99999], 3, 3),
+    "sinh": (math_dialect.SinhOp, np.sinh, (1e-10, 720), True, [8.99, 9.01, 21.9, 710.4], 3, 3),
+    "cosh": (math_dialect.CoshOp, np.cosh, (1e-10, 720), True, [8.99, 9.01, 21.9, 710.4], 3, 3),
+    "tanh": (math_dialect.TanhOp, np.tanh, (1e-10, 40), True, [0.99, 1.01, 0.55], 3, 3),
+    "asinh": (math_dialect.AsinhOp, np.arcsinh, (1e-20, 1e300), True, [2.0, 4096.5], 3, 3),
+    "acosh": (math_dialect.AcoshOp, np.arccosh, (0.5, 1e300), False, [1.0, 1.0001, 2.001], 3, 3),
+    "atanh": (math_dialect.AtanhOp, np.arctanh, (1e-12, 1.1), True, [0.49999, 0.999999], 3, 3),
+    "cbrt": (math_dialect.CbrtOp, np.cbrt, (1e-300, 1e300), True, [8.0, 27.0, 1e-40], 2, 2),
+}
+
+
+@pytest.mark.parametrize("element", [ElementType.F32, ElementType.F64], ids=["f32", "f64"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_unary_accuracy(name, element):
+    op_class, reference, (lo, hi), signed, extra, bound32, bound64 = CASES[name]
+    dtype = element.numpy_dtype
+    info = np.finfo(dtype)
+    rng = np.random.default_rng(zlib.crc32(f"{name}{element.value}".encode()))
+    hi = min(hi, float(info.max))
+    lo = max(lo, float(info.tiny))
+    x = np.concatenate(
+        [
+            log_uniform(rng, lo, hi, 3000, signed),
+            rng.uniform(-1, 1, 500) * (1 if signed else 3),
+            np.array(SPECIALS + extra, dtype=np.float64),
+        ]
+    ).astype(dtype)
+    with np.errstate(all="ignore"):
+        out = run_op(op_class, element, x)
+        if element is ElementType.F32:
+            ref = reference(x.astype(np.float64))
+        else:
+            ref = _ld(reference)(x)
+        err = ulp_error(out, ref, dtype)
+    bound = bound32 if element is ElementType.F32 else bound64
+    worst = int(np.argmax(err))
+    assert err[worst] <= bound, (
+        f"{name} {element.value}: {err[worst]:.2f} ulp at x={x[worst]!r}: "
+        f"got {out[worst]!r}, want {ref[worst]!r}"
+    )

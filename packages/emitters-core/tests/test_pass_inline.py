@@ -1,0 +1,230 @@
+"""The inline pass: which calls are inlined, in what order, what is erased, and semantics kept."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from mlir import ir
+from mlir.dialects import arith, func, gpu, math, scf, tensor
+
+from heron.emitters.dialect import (
+    loop_op,
+    make_context,
+    pure_call_op,
+    shuffle_reduce_op,
+    verify_xla_ops,
+)
+from heron.emitters.ir_utils import walk_ops
+from heron.emitters.pipeline import PipelineOptions
+from heron.emitters.pipeline.inline import PASS, SMALL_FUNCTION_OPS
+from heron.emitters.testing.host_jit import jit
+
+GELU_MAP = (
+    "(th_x, bl_x)[vector_index] -> (bl_x floordiv 4096, (bl_x floordiv 8) mod 512, "
+    "(bl_x mod 8) * 512 + th_x * 4 + vector_index), "
+    "domain: th_x in [0, 127], bl_x in [0, 24575], vector_index in [0, 3]"
+)
+
+
+@pytest.fixture
+def ctx():
+    context = make_context()
+    with context, ir.Location.unknown(context):
+        yield context
+
+
+def _private(name: str, inputs, results) -> func.FuncOp:
+    op = func.FuncOp(name, ir.FunctionType.get(inputs, results))
+    op.sym_visibility = ir.StringAttr.get("private")
+    return op
+
+
+def gelu_module() -> ir.Module:
+    """The seeds' emitted GELU: a loop over the thread map calling @gelu (arith body)."""
+    bf16, f32 = ir.BF16Type.get(), ir.F32Type.get()
+    index = ir.IndexType.get()
+    t = ir.RankedTensorType.get([6, 512, 4096], bf16)
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        main = func.FuncOp("main", ir.FunctionType.get([t, t], [t]))
+        gelu = _private("gelu", [t, index, index, index], [bf16])
+    with ir.InsertionPoint(gelu.add_entry_block()):
+        x, i, j, k = gelu.arguments
+        e = arith.extf(f32, tensor.extract(x, [i, j, k]))
+        c = [arith.constant(f32, v) for v in (0.5, 1.0, 0.7978845608, 0.044715)]
+        cube = arith.mulf(arith.mulf(e, e), e)
+        inner = arith.mulf(arith.addf(e, arith.mulf(cube, c[3])), c[2])
+        result = arith.mulf(e, arith.mulf(arith.addf(math.tanh(inner), c[1]), c[0]))
+        func.ReturnOp([arith.truncf(bf16, result)])
+    with ir.InsertionPoint(main.add_entry_block()):
+        inp, out = main.arguments
+        tid = gpu.thread_id(gpu.Dimension.x, upper_bound=128)
+        bid = gpu.block_id(gpu.Dimension.x, upper_bound=24576)
+
+        def body(symbols, idx, iters):
+            value = pure_call_op(gelu, [inp, *idx], [bf16]).results[0]
+            return [tensor.insert(value, iters[0], idx)]
+
+        loop = loop_op(GELU_MAP, [tid, bid], [out], body)
+        func.ReturnOp([loop.results[0]])
+    return module
+
+
+def _run(module: ir.Module) -> None:
+    verify_xla_ops(module)
+    PASS.run(module, PipelineOptions())
+    module.operation.verify()
+    verify_xla_ops(module)
+
+
+def _function_names(module: ir.Module) -> list[str]:
+    return [
+        ir.StringAttr(op.attributes["sym_name"]).value
+        for op in module.body.operations
+        if op.operation.name == "func.func"
+    ]
+
+
+def test_gelu_becomes_one_function(ctx):
+    module = gelu_module()
+    _run(module)
+    assert _function_names(module) == ["main"]
+    assert not walk_ops(module.operation, "heron_gpu.pure_call")
+    (loop,) = walk_ops(module.operation, "heron_gpu.loop")
+    names = [op.name for op in walk_ops(loop)]
+    assert names.count("tensor.extract") == 1 and names.count("math.tanh") == 1
+    # the extract reads the loop's map results (the call's index operands were mapped)
+    (extract,) = walk_ops(loop, "tensor.extract")
+    block_args = list(loop.regions[0].blocks[0].arguments)
+    assert list(extract.operands)[1:] == block_args[1:4]
+
+
+def _big_body(block_args, n_ops: int) -> ir.Value:
+    value = block_args[0]
+    for _ in range(n_ops):
+        value = arith.addf(value, block_args[-1])
+    return value
+
+
+def _call_module(callee_ops: int, n_calls: int) -> ir.Module:
+    """@main calls private @f (``callee_ops`` adds) ``n_calls`` times."""
+    f32 = ir.F32Type.get()
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        main = func.FuncOp("main", ir.FunctionType.get([f32, f32], [f32]))
+        f = _private("f", [f32, f32], [f32])
+    with ir.InsertionPoint(f.add_entry_block()):
+        func.ReturnOp([_big_body(list(f.arguments), callee_ops)])
+    with ir.InsertionPoint(main.add_entry_block()):
+        value = main.arguments[0]
+        for _ in range(n_calls):
+            value = pure_call_op(f, [value, main.arguments[1]], [f32]).results[0]
+        func.ReturnOp([value])
+    return module
+
+
+@pytest.mark.parametrize(
+    ("callee_ops", "n_calls", "inlined"),
+    [
+        (SMALL_FUNCTION_OPS, 3, True),  # small: inlined at every call
+        (SMALL_FUNCTION_OPS + 5, 1, True),  # big but called once
+        (SMALL_FUNCTION_OPS + 5, 2, False),  # big and shared: stays a function
+    ],
+)
+def test_inlining_rule(ctx, callee_ops, n_calls, inlined):
+    module = _call_module(callee_ops, n_calls)
+    _run(module)
+    calls = walk_ops(module.operation, "heron_gpu.pure_call")
+    if inlined:
+        assert not calls and _function_names(module) == ["main"]
+        assert len(walk_ops(module.operation, "arith.addf")) == callee_ops * n_calls
+    else:
+        assert len(calls) == n_calls and _function_names(module) == ["main", "f"]
+
+
+def test_post_order_and_nested_regions(ctx):
+    """main -> a (inside an scf.for) -> b (inside a heron_gpu.loop): all inlined, callees first."""
+    f32, index = ir.F32Type.get(), ir.IndexType.get()
+    t = ir.RankedTensorType.get([4], f32)
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        main = func.FuncOp("main", ir.FunctionType.get([t, f32], [t]))
+        a = _private("a", [t, f32], [t])
+        b = _private("b", [f32, index], [f32])
+        unused = _private("unused", [f32], [f32])
+    with ir.InsertionPoint(unused.add_entry_block()):
+        func.ReturnOp([unused.arguments[0]])
+    with ir.InsertionPoint(b.add_entry_block()):
+        x, i = b.arguments
+        as_f32 = arith.uitofp(f32, arith.index_cast(ir.IntegerType.get_signless(32), i))
+        func.ReturnOp([_big_body([arith.addf(x, as_f32), x], SMALL_FUNCTION_OPS + 1)])
+    with ir.InsertionPoint(a.add_entry_block()):
+        out, x = a.arguments
+
+        def body(symbols, idx, iters):
+            value = pure_call_op(b, [x, idx[0]], [f32]).results[0]
+            return [tensor.insert(value, iters[0], idx)]
+
+        loop = loop_op(
+            "(d0) -> (d0), domain: d0 in [0, 3]", [arith.constant(index, 0)], [out], body
+        )
+        func.ReturnOp([loop.results[0]])
+    with ir.InsertionPoint(main.add_entry_block()):
+        c0, c1 = arith.constant(index, 0), arith.constant(index, 1)
+        for_op = scf.ForOp(c0, c1, c1, [main.arguments[0]])
+        with ir.InsertionPoint(for_op.body):
+            call = pure_call_op(a, [for_op.inner_iter_args[0], main.arguments[1]], [t])
+            scf.YieldOp([call.results[0]])
+        func.ReturnOp([for_op.results[0]])
+    _run(module)
+    assert _function_names(module) == ["main"]
+    (loop,) = walk_ops(module.operation, "heron_gpu.loop")
+    assert loop.parent.name == "scf.for"
+    assert len(walk_ops(loop, "arith.addf")) == SMALL_FUNCTION_OPS + 2
+
+
+def test_reducer_of_shuffle_reduce_is_kept(ctx):
+    f32 = ir.F32Type.get()
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        main = func.FuncOp("main", ir.FunctionType.get([f32], [f32]))
+        add = _private("add", [f32, f32], [f32])
+    with ir.InsertionPoint(add.add_entry_block()):
+        func.ReturnOp([arith.addf(*add.arguments)])
+    with ir.InsertionPoint(main.add_entry_block()):
+        func.ReturnOp([shuffle_reduce_op([main.arguments[0]], 16, "add").results[0]])
+    _run(module)
+    assert _function_names(module) == ["main", "add"]
+
+
+def test_inlined_code_computes_the_same(ctx):
+    """Host-JIT a chain of small scalar functions before and after inlining."""
+    f32 = ir.F32Type.get()
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        main = func.FuncOp("main", ir.FunctionType.get([f32, f32], [f32]))
+        square = _private("square", [f32], [f32])
+        combine = _private("combine", [f32, f32], [f32])
+    with ir.InsertionPoint(square.add_entry_block()):
+        func.ReturnOp([arith.mulf(square.arguments[0], square.arguments[0])])
+    with ir.InsertionPoint(combine.add_entry_block()):
+        x, y = combine.arguments
+        sq = pure_call_op(square, [y], [f32]).results[0]
+        func.ReturnOp([arith.subf(arith.mulf(x, sq), y)])
+    with ir.InsertionPoint(main.add_entry_block()):
+        x, y = main.arguments
+        first = pure_call_op(combine, [x, y], [f32]).results[0]
+        second = pure_call_op(combine, [first, x], [f32]).results[0]
+        func.ReturnOp([second])
+    main.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+    _run(module)
+    assert _function_names(module) == ["main"]
+    address = jit(module, "main")
+    compiled = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_float, ctypes.c_float)(address)
+    rng = np.random.default_rng(0)
+    for x, y in rng.uniform(-3, 3, size=(20, 2)).astype(np.float32):
+        first = np.float32(x * np.float32(y * y) - y)
+        expected = np.float32(first * np.float32(x * x) - x)
+        assert np.float32(compiled(float(x), float(y))) == expected

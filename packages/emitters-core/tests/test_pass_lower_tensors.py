@@ -1,0 +1,223 @@
+"""lower-tensors: the gpu.module kernel, memory types, shared memory, atomics, calls.
+
+Structure is checked on the printed IR; the element-kind kernel (pred, s4, fp8,
+f4, c64, array constants of each) is also run on the host: its gpu.func body is
+moved into a host function taking the thread id, JIT-compiled, run for every
+thread and compared with numpy/ml_dtypes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from mlir import ir
+from mlir.dialects import func
+
+from heron.emitters import ir_utils
+from heron.emitters.dialect import make_context
+from heron.emitters.pipeline import PipelineOptions, lower_tensors
+from heron.emitters.testing.host_jit import jit
+from heron.hlo.errors import UnsupportedError
+
+
+def _load_inputs():
+    """The shared inputs module next to this file (pytest runs with --import-mode=importlib)."""
+    path = Path(__file__).with_name("vector_pipeline_inputs.py")
+    spec = importlib.util.spec_from_file_location("vector_pipeline_inputs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_inputs = _load_inputs()
+
+
+def _lowered(text: str, target: str = "cuda") -> str:
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        lower_tensors.run(module, PipelineOptions(target=target))
+        module.operation.verify()
+        return str(module)
+
+
+def test_gelu_becomes_a_gpu_module_kernel_with_vector_accesses():
+    out = _lowered(_inputs.gelu_lower_input())
+    assert out.startswith("module attributes {gpu.container_module} {")
+    assert "gpu.module @fusion_module {" in out
+    assert (
+        "gpu.func @fusion(%arg0: memref<12582912xbf16>, %arg1: memref<12582912xbf16>) kernel"
+        " attributes {known_block_size = array<i32: 128, 1, 1>,"
+        " known_grid_size = array<i32: 24576, 1, 1>}" in out
+    )
+    assert out.count("vector.load") == 1 and out.count("vector.store") == 1
+    assert "{alignment = 8 : i64} : memref<12582912xbf16>, vector<4xbf16>" in out
+    assert "gpu.return" in out
+    assert "tensor" not in out and "func.func" not in out and "heron" not in out
+
+
+def test_element_kinds_use_their_memory_types():
+    out = _lowered(_inputs.elements_lower_input())
+    assert (
+        "gpu.func @elements(%arg0: memref<16xi8>, %arg1: memref<8xi8>, %arg2: memref<16xi8>,"
+        " %arg3: memref<8xi8>, %arg4: memref<16xcomplex<f32>>, %arg5: memref<16xi8>,"
+        " %arg6: memref<8xi8>, %arg7: memref<16xi8>, %arg8: memref<8xi8>,"
+        " %arg9: memref<16xcomplex<f32>>) kernel" in out
+    )
+    assert "tensor" not in out
+    assert "arith.cmpi ne" in out  # pred loads
+    assert "arith.extui %8 : i1 to i8" in out or "i1 to i8" in out  # pred store
+    assert "f8E4M3FN" not in out and "f4E2M1FN" not in out  # the bitcasts disappeared
+    assert out.count("arith.trunci") == 3 and "i8 to i4" in out  # s4 x2, f4 loads
+    # two sub-byte stores (s4, f4), each clearing then setting bits atomically
+    assert out.count("memref.atomic_rmw andi") == 2 and out.count("memref.atomic_rmw ori") == 2
+    assert out.count("memref.global") == 4 and out.count("memref.get_global") == 4
+
+
+def test_array_constants_in_memory_layout():
+    with make_context(), ir.Location.unknown():
+        pred = ir.Attribute.parse("dense<[true, false, true, true]> : tensor<4xi1>")
+        assert list(np.array(lower_tensors.memory_constant(pred))) == [1, 0, 1, 1]
+        s4 = ir.Attribute.parse("dense<[1, -2, 7, -8, 3]> : tensor<5xi4>")
+        packed = np.array(lower_tensors.memory_constant(s4)).astype(np.uint8)
+        assert list(packed) == [0xE1, 0x87, 0x03]  # low nibble first, padded
+        values = [1.0, -2.5, 448.0, 0.015625]
+        f8 = ir.Attribute.parse(f"dense<{values}> : tensor<4xf8E4M3FN>")
+        bits = np.array(values, dtype=ml_dtypes.float8_e4m3fn).view(np.uint8)
+        assert list(np.array(lower_tensors.memory_constant(f8)).astype(np.uint8)) == list(bits)
+        f4_values = [0.5, -6.0, 1.5, 3.0]
+        f4 = ir.Attribute.parse(f"dense<{f4_values}> : tensor<4xf4E2M1FN>")
+        nibbles = np.array(f4_values, dtype=ml_dtypes.float4_e2m1fn).view(np.uint8) & 0xF
+        expected = [int(nibbles[0] | nibbles[1] << 4), int(nibbles[2] | nibbles[3] << 4)]
+        assert list(np.array(lower_tensors.memory_constant(f4)).astype(np.uint8)) == expected
+
+
+def _host_module(lowered: ir.Module) -> ir.Module:
+    """The gpu.func as ``func.func @kernel(%tid: index, buffers...)``, with the globals."""
+    gpu_module = next(
+        op.operation for op in lowered.body.operations if op.operation.name == "gpu.module"
+    )
+    host = ir.Module.create()
+    ops = ir_utils.block_ops(gpu_module.regions[0].blocks[0])
+    kernel = next(op for op in ops if op.name == "gpu.func")
+    body = kernel.regions[0].blocks[0]
+    index = ir.IndexType.get()
+    with ir.InsertionPoint(host.body):
+        for op in ops:
+            if op.name == "memref.global":
+                op.clone()
+        function = func.FuncOp(
+            "kernel", ir.FunctionType.get([index, *[a.type for a in body.arguments]], [])
+        )
+    block = function.add_entry_block()
+    mapping = dict(zip(body.arguments, list(block.arguments)[1:], strict=True))
+    with ir.InsertionPoint(block):
+        for op in ir_utils.block_ops(body):
+            if op.name == "gpu.thread_id":
+                mapping[op.results[0]] = block.arguments[0]
+            elif op.name == "gpu.return":
+                func.ReturnOp([])
+            else:
+                new = ir_utils.clone_with_mapping(op, mapping)
+                mapping.update(zip(op.results, new.results, strict=True))
+    host.operation.verify()
+    return host
+
+
+def _pack4(nibbles: np.ndarray) -> np.ndarray:
+    nibbles = nibbles.astype(np.uint8) & 0xF
+    return (nibbles[0::2] | (nibbles[1::2] << 4)).astype(np.uint8)
+
+
+def _unpack4(packed: np.ndarray) -> np.ndarray:
+    return np.stack([packed & 0xF, packed >> 4], axis=1).reshape(-1)
+
+
+def test_element_kinds_run_on_the_host_like_numpy():
+    rng = np.random.default_rng(0)
+    n = 16
+    pred = rng.integers(0, 2, n).astype(np.uint8)
+    s4 = rng.integers(-8, 8, n)
+    f8 = rng.integers(0, 256, n).astype(np.uint8)
+    f4 = rng.integers(0, 16, n).astype(np.uint8)
+    c = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
+    garbage = rng.integers(0, 256, 8).astype(np.uint8)  # packed outputs start dirty
+    buffers = [
+        pred.copy(),
+        _pack4(s4),
+        f8.copy(),
+        _pack4(f4),
+        c.copy(),
+        np.zeros(n, np.uint8),
+        garbage.copy(),
+        np.zeros(n, np.uint8),
+        garbage[::-1].copy(),
+        np.zeros(n, np.complex64),
+    ]
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(_inputs.elements_lower_input())
+        lower_tensors.run(module, PipelineOptions())
+        address = jit(_host_module(module), "kernel")
+    kernel = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * len(buffers))(address)
+    for tid in range(n):
+        kernel(tid, *[b.ctypes.data for b in buffers])
+
+    ptable = np.array([1, 0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 0, 1, 0], np.uint8)
+    s4table = np.array([1, -2, 3, -4, 5, -6, 7, -8, 0, 1, 2, 3, 4, 5, 6, 7])
+    f8table = np.arange(1, 17, dtype=np.float32).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    ctable = np.tile(np.array([1 + 2j, 3 + 4j, 5 + 6j, 7 + 8j], np.complex64), 4)
+    s4_sum = (s4 + s4table) & 0xF
+    np.testing.assert_array_equal(buffers[5], pred ^ ptable)
+    np.testing.assert_array_equal(_unpack4(buffers[6]), s4_sum)
+    np.testing.assert_array_equal(buffers[7], f8 ^ f8table)
+    np.testing.assert_array_equal(_unpack4(buffers[8]), (f4 ^ s4_sum) & 0xF)
+    np.testing.assert_array_equal(buffers[9], ctable.imag + 1j * c.real)
+
+
+@pytest.mark.parametrize(("target", "warp"), [("cuda", 32), ("rocm", 64)])
+def test_shared_memory_atomics_shuffles_and_surviving_functions(target, warp):
+    out = _lowered(_inputs.reduction_lower_input(), target)
+    assert "func.func private @scale(%arg0: memref<16xf32>, %arg1: index, %arg2: f32) -> f32" in out
+    assert "func.func private @add(%arg0: f32, %arg1: f32) -> f32" in out
+    assert out.index("gpu.module") < out.index("func.func private @scale")
+    assert "func.call @scale(%arg0, %thread_id_x, %cst)" in out
+    assert "workgroup(%arg3 : memref<16xi32, #gpu.address_space<workgroup>>) kernel" in out
+    assert out.count("gpu.barrier") == 1
+    assert out.count("gpu.shuffle  xor") == 4 and out.count("func.call @add") == 4
+    assert f"%c{warp}_i32 = arith.constant {warp} : i32" in out
+    assert "memref.atomic_rmw addf" in out  # cur + x: one atomic instruction
+    assert "memref.generic_atomic_rmw %arg2" in out  # cur * x on i32: a CAS loop
+    assert out.count("scf.if") == 2  # predicated extract and insert
+    assert "heron_gpu" not in out and "tensor" not in out
+
+
+def test_float_atomic_without_an_atomic_instruction_is_refused():
+    text = _inputs.reduction_lower_input().replace(
+        "%n = arith.addf %cur, %sc : f32", "%n = arith.mulf %cur, %sc : f32"
+    )
+    with pytest.raises(UnsupportedError, match=r"heron_gpu.atomic_rmw in fusion 'reduce'"):
+        _lowered(text)
+
+
+def test_leftover_apply_indexing_is_refused_with_the_op_and_fusion():
+    text = _inputs.flat_loop()
+    with pytest.raises(UnsupportedError, match=r"heron_gpu.apply_indexing in fusion 'fusion'"):
+        _lowered(text)
+
+
+def test_multi_dimensional_tensors_are_refused():
+    text = """
+func.func @k(%a: tensor<4x4xf32>) -> tensor<4x4xf32>
+    attributes {heron.kernel, heron.block_size = array<i64: 4>, heron.grid_size = array<i64: 1>} {
+  %c0 = arith.constant 0 : index
+  %x = tensor.extract %a[%c0, %c0] : tensor<4x4xf32>
+  %r = tensor.insert %x into %a[%c0, %c0] : tensor<4x4xf32>
+  return %r : tensor<4x4xf32>
+}
+"""
+    with pytest.raises(UnsupportedError, match=r"tensor<4x4xf32> of @k in fusion 'k' is not 1-D"):
+        _lowered(text)

@@ -1,0 +1,214 @@
+"""vectorize-loads-stores on hand-written flatten-tensors IR: what must and must not change."""
+
+from __future__ import annotations
+
+import pytest
+from mlir import ir
+
+from heron.emitters import ir_utils
+from heron.emitters.dialect import make_context, verify_xla_ops
+from heron.emitters.pipeline import PipelineOptions, vectorize
+from heron.indexing import Dim, Symbol, parse_indexing_map
+
+
+def _load_inputs():
+    """The shared inputs module next to this file (pytest runs with --import-mode=importlib)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).with_name("vector_pipeline_inputs.py")
+    spec = importlib.util.spec_from_file_location("vector_pipeline_inputs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_inputs = _load_inputs()
+flat_loop, gelu_flat = _inputs.flat_loop, _inputs.gelu_flat
+
+
+def _vectorized(text: str) -> tuple[str, str]:
+    """(input as printed, output as printed) after the pass; the output is verified."""
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        before = str(module)
+        vectorize.run(module, PipelineOptions())
+        verify_xla_ops(module)
+        return before, str(module)
+
+
+def _ops(text: str, name: str) -> list[ir.Operation]:
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        return [str(op) for op in ir_utils.walk_ops(module.operation, name)]
+
+
+def test_gelu_becomes_one_vector_read_and_write_and_the_loop_carries_the_vector():
+    _, out = _vectorized(gelu_flat())
+    reads = _ops(out, "vector.transfer_read")
+    writes = _ops(out, "vector.transfer_write")
+    assert len(reads) == 1 and len(writes) == 1
+    assert "tensor<12582912xbf16>, vector<4xbf16>" in reads[0]
+    assert "in_bounds = [true]" in reads[0] and "in_bounds = [true]" in writes[0]
+    assert "vector<4xbf16>, tensor<12582912xbf16>" in writes[0]
+    assert not _ops(out, "tensor.extract") and not _ops(out, "tensor.insert")
+    loops = _ops(out, "scf.for")
+    assert len(loops) == 1
+    assert "-> (tensor<12582912xbf16>, vector<4xbf16>)" in loops[0]
+    assert "dense<0.000000e+00> : vector<4xbf16>" in out  # the carried vector's init
+    # The read is hoisted before the loop, the write follows it, both at the base index
+    # (the map applied at vector_index = 0).
+    assert out.index("vector.transfer_read") < out.index("scf.for") < out.index("transfer_write")
+    (base,) = _ops(out, "heron_gpu.apply_indexing")
+    assert "%c0" in base and "th_x * 4 + bl_x * 512 + vector_index" in base
+    extract = _ops(out, "vector.extract")
+    insert = _ops(out, "vector.insert")
+    assert len(extract) == 1 and len(insert) == 1
+    assert "bf16 from vector<4xbf16>" in extract[0]
+    assert "bf16 into vector<4xbf16>" in insert[0]
+
+
+def test_guard_on_the_thread_only_is_kept_around_the_hoisted_accesses():
+    _, out = _vectorized(flat_loop(guard="invariant"))
+    assert len(_ops(out, "vector.transfer_read")) == 1
+    assert len(_ops(out, "vector.transfer_write")) == 1
+    ifs = _ops(out, "scf.if")
+    # one guard around the read, the loop's own, one around the write
+    assert len(ifs) == 3
+    read_guard = next(i for i in ifs if "vector.transfer_read" in i)
+    write_guard = next(i for i in ifs if "vector.transfer_write" in i)
+    assert "-> (vector<4xbf16>)" in read_guard
+    assert "dense<0.000000e+00>" in read_guard  # no read for threads out of bounds
+    assert "-> (tensor<12582912xbf16>)" in write_guard
+
+
+@pytest.mark.parametrize("size", [2, 8])
+def test_other_vector_sizes(size):
+    index_map = (
+        f"(th_x, bl_x, v) -> (th_x * {size} + bl_x * {128 * size} + v), "
+        f"domain: th_x in [0, 127], bl_x in [0, 99], v in [0, {size - 1}]"
+    )
+    _, out = _vectorized(flat_loop(index_map, element="f32", size=size, length=12800 * size))
+    (read,) = _ops(out, "vector.transfer_read")
+    assert f"vector<{size}xf32>" in read
+    assert len(_ops(out, "vector.transfer_write")) == 1
+
+
+def test_loop_variable_as_a_symbol_and_a_mod_term_in_the_base():
+    index_map = (
+        "(th_x, bl_x)[v] -> ((th_x * 4) mod 256 + bl_x * 256 + v), "
+        "domain: th_x in [0, 127], bl_x in [0, 99], v in [0, 3]"
+    )
+    _, out = _vectorized(flat_loop(index_map, element="f32", length=25600))
+    assert len(_ops(out, "vector.transfer_read")) == 1
+    assert len(_ops(out, "vector.transfer_write")) == 1
+
+
+STRIDE_2 = (
+    "(th_x, bl_x, v) -> (th_x * 8 + bl_x * 1024 + v * 2), "
+    "domain: th_x in [0, 127], bl_x in [0, 24575], v in [0, 3]"
+)
+UNALIGNED = (
+    "(th_x, bl_x, v) -> (th_x * 4 + bl_x * 512 + v + 1), "
+    "domain: th_x in [0, 127], bl_x in [0, 24575], v in [0, 3]"
+)
+ODD_STRIDE = (
+    "(th_x, bl_x, v) -> (th_x * 2 + bl_x * 512 + v), "
+    "domain: th_x in [0, 127], bl_x in [0, 24575], v in [0, 3]"
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(flat_loop(STRIDE_2, length=4 * 12582912), id="index-stride-2"),
+        pytest.param(flat_loop(UNALIGNED, length=12582916), id="base-not-multiple-of-4"),
+        pytest.param(flat_loop(ODD_STRIDE), id="thread-stride-2-with-4-elements"),
+        pytest.param(flat_loop(element="i4"), id="sub-byte-i4"),
+        pytest.param(flat_loop(element="i1"), id="pred"),
+        pytest.param(flat_loop(element="f8E4M3FN"), id="fp8"),
+        pytest.param(flat_loop(guard="variant"), id="bounds-check-depends-on-v"),
+        pytest.param(flat_loop(size=3), id="three-elements"),
+    ],
+)
+def test_not_vectorized(text):
+    if "f8E4M3FN" in text:
+        text = text.replace("arith.muli %e, %e : f8E4M3FN", "arith.select %true, %e, %e : f8E4M3FN")
+        text = text.replace(
+            "%c0 = arith.constant 0 : index",
+            "%c0 = arith.constant 0 : index\n    %true = arith.constant true",
+        )
+    before, after = _vectorized(text)
+    assert after == before
+    assert "vector." not in after
+
+
+def test_complex_elements_are_not_vectorized():
+    text = flat_loop(element="f32").replace("f32", "complex<f32>")
+    text = text.replace("arith.mulf %e, %e : complex<f32>", "complex.mul %e, %e : complex<f32>")
+    before, after = _vectorized(text)
+    assert after == before
+
+
+def test_contiguous_base_uses_the_domain():
+    m = parse_indexing_map("(d0)[s0] -> (d0 * 4 + s0), domain: d0 in [0, 9], s0 in [0, 3]")
+    assert vectorize.contiguous_base(m, Symbol(0), 4)
+    assert vectorize.contiguous_base(m, Symbol(0), 2)
+    assert not vectorize.contiguous_base(m, Symbol(0), 8)
+    assert not vectorize.contiguous_base(m, Dim(0), 4)  # d0 has stride 4, not 1
+    # (d0 mod 2) * 4: a multiple of 4 only through the mod's own multiplier
+    m = parse_indexing_map("(d0, d1) -> ((d0 mod 2) * 4 + d1), domain: d0 in [0, 9], d1 in [0, 3]")
+    assert vectorize.contiguous_base(m, Dim(1), 4)
+    # d0 floordiv 2 is not a multiple of anything
+    m = parse_indexing_map("(d0, d1) -> (d0 floordiv 2 + d1), domain: d0 in [0, 9], d1 in [0, 3]")
+    assert not vectorize.contiguous_base(m, Dim(1), 4)
+    # but if its range is a single multiple of 4 after simplification, it is
+    m = parse_indexing_map(
+        "(d0, d1) -> ((d0 floordiv 16) * 4 + d1), domain: d0 in [0, 9], d1 in [0, 3]"
+    )
+    assert vectorize.contiguous_base(m, Dim(1), 4)
+
+
+_GUARD_MAP = (
+    "(th_x, bl_x)[v] -> ({expr}), domain: th_x in [0, 127], bl_x in [0, 24575], v in [0, 3]"
+)
+
+
+def _guarded_by_apply(expr: str) -> str:
+    """flat_loop's guarded form whose check is an apply_indexing with %v among its operands."""
+    text = flat_loop(guard="invariant")
+    check = (
+        f'%g = "heron_gpu.apply_indexing"(%tid, %bid, %v) '
+        f'{{indexing_map = "{_GUARD_MAP.format(expr=expr)}"}} : (index, index, index) -> index\n'
+        "      %ok = arith.cmpi ult, %g, %c1000 : index"
+    )
+    old = "%ok = arith.cmpi ult, %tid, %c100 : index"
+    assert old in text
+    return text.replace(old, check)
+
+
+def test_guard_whose_map_does_not_use_the_loop_variable_is_invariant():
+    """The loop variable is an operand of the check, but no map result uses its symbol."""
+    _, out = _vectorized(_guarded_by_apply("th_x + bl_x * 128"))
+    assert len(_ops(out, "vector.transfer_read")) == 1
+    assert len(_ops(out, "vector.transfer_write")) == 1
+    assert not _ops(out, "tensor.extract") and not _ops(out, "tensor.insert")
+    # the hoisted check (before the loop) is evaluated with the symbol at its lower bound
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(out)
+        (loop,) = ir_utils.walk_ops(module.operation, "scf.for")
+        checks = [
+            a
+            for a in ir_utils.walk_ops(module.operation, "heron_gpu.apply_indexing")
+            if "th_x + bl_x * 128)" in str(a)
+        ]
+        hoisted = [a for a in checks if a.parent.name == "func.func"]
+        assert len(hoisted) == 1
+        symbol = hoisted[0].operands[2]
+        assert symbol.owner.name == "arith.constant"
+        assert ir.IntegerAttr(symbol.owner.attributes["value"]).value == 0
+
+
+def test_guard_whose_map_uses_the_loop_variable_is_not_hoisted():
+    before, after = _vectorized(_guarded_by_apply("th_x + bl_x * 128 + v"))
+    assert after == before
