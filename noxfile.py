@@ -40,7 +40,8 @@ CORE = tuple(p for p in PACKAGES if p not in ("runtime-cuda", "runtime-rocm"))
 GPU_MARKERS = "gpu or cuda or rocm"
 RUFF = "ruff==0.17.6"
 JAX = "jax==0.10.2"
-TEST_TOOLS = ("pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5")
+# mpmath: high-precision references for the math approximations' error bounds.
+TEST_TOOLS = ("pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5", "mpmath>=1.3")
 
 
 def _project(folder: Path) -> dict:

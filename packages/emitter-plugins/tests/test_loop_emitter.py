@@ -294,3 +294,68 @@ def test_corpus_vector_width_in_the_final_ptx(corpus_dir, name, expected):
     kinds = {re.sub(r"\.(?:f32|b32)$", "", a) for a in accesses}
     assert kinds == expected, accesses
     assert all(a.endswith((".f32", ".b32")) for a in accesses), accesses
+
+
+PARAMETER_ROOT = """HloModule m
+fusion {
+  p0 = f32[4,8] parameter(0)
+  p1 = f32[4,8] parameter(1)
+  e = f32[4,8] add(p0, p1)
+  ROOT t = (f32[4,8], f32[4,8]) tuple(e, p0)
+}
+ENTRY main {
+  p0 = f32[4,8] parameter(0)
+  p1 = f32[4,8] parameter(1)
+  ROOT f = (f32[4,8], f32[4,8]) fusion(p0, p1), kind=kLoop, calls=fusion
+}
+"""
+
+
+def test_parameter_as_an_output_is_copied_from_its_tensor():
+    """``tuple(e, p0)``: the second output is p0's element read at the output's indices."""
+    kernel = emit_one(PARAMETER_ROOT)
+    entry = functions(kernel.module)["f"]
+    p0, p1, out0, out1 = list(entry.regions[0].blocks[0].arguments)
+    [loop] = walk_ops(entry, "heron_gpu.loop")
+    body = loop.regions[0].blocks[0]
+    d0, d1, iter0, iter1 = list(body.arguments)
+    [extract] = [op for op in walk_ops(loop, "tensor.extract") if op.operands[0] == p0]
+    assert list(extract.operands)[1:] == [d0, d1]
+    inserts = walk_ops(loop, "tensor.insert")
+    assert len(inserts) == 2
+    copied = next(op for op in inserts if op.operands[1] == iter1)
+    assert copied.operands[0] == extract.results[0] and list(copied.operands)[2:] == [d0, d1]
+    assert list(loop.operands)[2:] == [out0, out1]
+    # The add is still a call of its subgraph, which reads both parameters.
+    [call] = walk_ops(loop, "heron_gpu.pure_call")
+    assert list(call.operands)[:2] == [p0, p1]
+
+    from heron.compiler import compile_module
+
+    (compiled,) = compile_module(parse_module(PARAMETER_ROOT), "cuda", "sm_90", assemble=False)
+    assert compiled.backend.kernel_names == ("f",)
+    ptx = compiled.ptx
+    # One thread per element: p0 and p1 loaded once, p0 + p1 stored, and p0's loaded
+    # register stored unchanged (the copy), in that output order.
+    loaded = re.findall(r"ld\.global\.(?:b|f)32\s+(%r\d+)", ptx)
+    add = re.search(r"add\.rn\.f32\s+(%r\d+), (%r\d+), (%r\d+);", ptx)
+    stored = re.findall(r"st\.global\.(?:b|f)32\s+\[[^\]]+\],\s*(%r\d+);", ptx)
+    assert add is not None and len(loaded) == 2
+    total, first, second = add.groups()
+    assert {first, second} == set(loaded)
+    assert stored == [total, _loaded_from_param(ptx, "f_param_0")]
+
+
+def _loaded_from_param(ptx: str, param: str) -> str:
+    """The register a ``ld.global`` fills from kernel parameter ``param`` (pointer + offset)."""
+    pointer = re.search(rf"ld\.param\.[bu]64\s+(%rd\d+), \[{param}\];", ptx).group(1)
+    derived = {pointer}
+    for dest, source in re.findall(r"(?:cvta\.to\.global\.u64|add\.s64)\s+(%rd\d+), (%rd\d+)", ptx):
+        if source in derived:
+            derived.add(dest)
+    [register] = [
+        r
+        for r, address in re.findall(r"ld\.global\.[bf]32\s+(%r\d+), \[(%rd\d+)\]", ptx)
+        if address in derived
+    ]
+    return register

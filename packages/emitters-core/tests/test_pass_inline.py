@@ -228,3 +228,89 @@ def test_inlined_code_computes_the_same(ctx):
         first = np.float32(x * np.float32(y * y) - y)
         expected = np.float32(first * np.float32(x * x) - x)
         assert np.float32(compiled(float(x), float(y))) == expected
+
+
+# -- the call-graph bookkeeping against the plain rescanning algorithm ----------------------
+
+
+def _reference_inline(module: ir.Module) -> None:
+    """The rule stated naively: rescan the module for every decision (slow, obviously right)."""
+    from heron.emitters.pipeline import inline as impl
+
+    def calls_in(op):
+        return [impl._callee_name(c) for c in walk_ops(op, "heron_gpu.pure_call")]
+
+    def reaches(functions, start, target):
+        seen, stack = set(), [start]
+        while stack:
+            name = stack.pop()
+            if name == target:
+                return True
+            if name not in seen and name in functions:
+                seen.add(name)
+                stack.extend(calls_in(functions[name]))
+        return False
+
+    table = module.operation
+    functions = impl._functions(table)
+    order, state = [], set()
+
+    def visit(name):
+        state.add(name)
+        for callee in calls_in(functions[name]):
+            if callee in functions and callee not in state:
+                visit(callee)
+        order.append(name)
+
+    for name in functions:
+        if name not in state:
+            visit(name)
+    for name in order:
+        for call in walk_ops(functions[name], "heron_gpu.pure_call"):
+            callee = impl._callee_name(call)
+            if reaches(functions, callee, name):
+                continue
+            small = len(walk_ops(functions[callee])) - 2 <= SMALL_FUNCTION_OPS
+            if small or calls_in(table).count(callee) == 1:
+                impl.inline_call(call, functions[callee])
+    while True:
+        used = set(calls_in(table))
+        dead = [
+            op for n, op in impl._functions(table).items() if impl._is_private(op) and n not in used
+        ]
+        if not dead:
+            return
+        for op in dead:
+            op.erase()
+
+
+def _random_call_module(seed: int) -> ir.Module:
+    """main and private scalar functions of random sizes calling each other (cycles too)."""
+    rng = np.random.default_rng(seed)
+    f32 = ir.F32Type.get()
+    n = int(rng.integers(3, 8))
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        main = func.FuncOp("main", ir.FunctionType.get([f32], [f32]))
+        functions = [_private(f"f{i}", [f32], [f32]) for i in range(n)]
+    for i, function in enumerate([main, *functions]):
+        with ir.InsertionPoint(function.add_entry_block()):
+            value = function.arguments[0]
+            for _ in range(int(rng.choice([1, 5, SMALL_FUNCTION_OPS + 3]))):
+                value = arith.addf(value, value)
+            # mostly calls to later functions; sometimes back (a cycle) or to itself
+            for _ in range(int(rng.integers(0, 4))):
+                low = min(i, n - 1)
+                j = int(rng.integers(low, n)) if rng.random() < 0.8 else int(rng.integers(0, n))
+                value = pure_call_op(functions[j], [value], [f32]).results[0]
+            func.ReturnOp([value])
+    return module
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_inlining_matches_the_rescanning_reference(ctx, seed):
+    expected = _random_call_module(seed)
+    _reference_inline(expected)
+    module = _random_call_module(seed)
+    _run(module)
+    assert str(module) == str(expected)

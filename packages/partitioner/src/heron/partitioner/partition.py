@@ -155,6 +155,10 @@ def partition(
 
     root_subgraphs: list[Subgraph] = []
     for root in roots:
+        if not is_partitioned(root, computation):
+            # A fusion parameter as an output (``tuple(e, p0)``): no function computes
+            # it, the emitter reads the output's element straight from the parameter.
+            continue
         sub = to_epilogue.get(root) or to_subgraph[root]
         if not any(sub is s for s in root_subgraphs):
             root_subgraphs.append(sub)

@@ -17,7 +17,9 @@ class PartitionedComputation:
     ``subgraphs`` holds the main subgraphs (every partitioned instruction not
     only in an epilogue, exactly once) followed by the epilogues.
     ``root_subgraphs`` are the subgraphs that compute the fusion's outputs, in
-    root order (an epilogue where a root comes after a hero). ``duplicated``
+    root order (an epilogue where a root comes after a hero); an output that is
+    a fusion parameter itself has none: it is a ``tensor.extract`` of the
+    parameter at the output's indices. ``duplicated``
     names the instructions computed both in a main subgraph and in an epilogue.
     Parameters are function arguments and a root tuple is the kernel's ABI, so
     neither is in any subgraph.

@@ -10,6 +10,7 @@ first and then these rules, so a caller gets one entry point.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from mlir import ir
@@ -47,11 +48,17 @@ def _fmt(types: Sequence[ir.Type]) -> str:
     return "(" + ", ".join(str(t) for t in types) + ")"
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str) -> IndexingMap:
+    """Maps are immutable, and passes read the same map text many times over."""
+    return parse_indexing_map(text)
+
+
 def op_indexing_map(op: ir.Operation) -> IndexingMap:
     """Parse the op's ``indexing_map`` string attribute into an IndexingMap."""
     text = ir.StringAttr(op.attributes[INDEXING_MAP_ATTR]).value
     try:
-        return parse_indexing_map(text)
+        return _parse_cached(text)
     except IndexingError as exc:
         raise _fail(op, f"bad indexing map {text!r}: {exc}") from exc
 

@@ -17,7 +17,7 @@ from collections import Counter
 
 from mlir import ir
 
-from heron.emitters.ir_utils import block_ops, clone_block_into, mapped, walk_ops
+from heron.emitters.ir_utils import block_ops, walk_ops
 from heron.emitters.pipeline.manager import Pass, PipelineOptions
 from heron.hlo.errors import UnsupportedError
 
@@ -95,6 +95,7 @@ class _CallGraph:
             self.edges[name] = Counter(_callee_name(c) for c in self.calls[name])
         self.counts: Counter[str] = Counter(_callee_name(c) for c in walk_ops(table, PURE_CALL))
         self._sizes: dict[str, int] = {}
+        self._components: dict[str, int] | None = None
 
     def post_order(self) -> list[str]:
         """Function names, callees before callers; calls on a cycle are never inlined."""
@@ -115,18 +116,20 @@ class _CallGraph:
         return order
 
     def reaches(self, start: str, target: str) -> bool:
-        """Whether ``start`` calls ``target``, directly or not (inlining it would recurse)."""
-        seen: set[str] = set()
-        stack = [start]
-        while stack:
-            name = stack.pop()
-            if name == target:
-                return True
-            if name in seen or name not in self.functions:
-                continue
-            seen.add(name)
-            stack.extend(callee for callee, n in self.edges[name].items() if n > 0)
-        return False
+        """Whether ``start`` calls ``target``, directly or not (inlining it would recurse).
+
+        Asked only for a call ``target -> start``, so it holds exactly when both
+        lie in one strongly connected component of the call graph. Inlining
+        never changes the components: it replaces an edge ``f -> g`` between
+        two components (``g`` does not reach ``f``) by ``g``'s edges, which
+        keeps every path that does not end at ``g``, so every cycle.
+        """
+        if self._components is None:
+            self._components = _components(self.functions, self.edges)
+        component = self._components.get(start)
+        return start == target or (
+            component is not None and component == self._components.get(target)
+        )
 
     def body_size(self, name: str) -> int:
         size = self._sizes.get(name)
@@ -143,22 +146,102 @@ class _CallGraph:
         self._sizes.pop(caller, None)
 
 
+def _components(
+    functions: dict[str, ir.Operation], edges: dict[str, Counter[str]]
+) -> dict[str, int]:
+    """Strongly connected component number of each function (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    component: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    count = 0
+    for root in functions:
+        if root in index:
+            continue
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            name, callees = work[-1]
+            advanced = False
+            for callee in callees:
+                if callee not in functions or edges[name][callee] <= 0:
+                    continue
+                if callee not in index:
+                    index[callee] = low[callee] = len(index)
+                    stack.append(callee)
+                    on_stack.add(callee)
+                    work.append((callee, iter(edges[callee])))
+                    advanced = True
+                    break
+                if callee in on_stack:
+                    low[name] = min(low[name], index[callee])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[name])
+            if low[name] == index[name]:
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component[member] = count
+                    if member == name:
+                        break
+                count += 1
+    return component
+
+
+def _top_level_ops(function: ir.Operation) -> list[ir.Operation]:
+    """The ops of the one block of ``function``'s (or a module's) region, in order.
+
+    Found with a walk that does not descend, which hands out plain
+    ``ir.Operation`` objects: iterating ``block.operations`` builds an OpView
+    per op, and for ops of a dialect with no Python module every one of them
+    costs a failed import.
+    """
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op == function:
+            return ir.WalkResult.ADVANCE
+        found.append(op)
+        return ir.WalkResult.SKIP
+
+    function.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
 def inline_call(call: ir.Operation, callee: ir.Operation) -> None:
-    """Replace ``call`` by a copy of ``callee``'s body, results by what it returns."""
+    """Replace ``call`` by a copy of ``callee``'s body, results by what it returns.
+
+    The callee is cloned once, as a whole (MLIR remaps the values defined inside
+    it), next to the call; its arguments are replaced by the call's operands
+    and its ops moved before the call, so no op is cloned or remapped one by one.
+    """
     blocks = list(callee.regions[0].blocks)
     if len(blocks) != 1:
         raise UnsupportedError(
             f"inline: cannot inline @{_symbol_name(callee)}: its body has {len(blocks)} blocks"
         )
-    entry = blocks[0]
-    mapping: dict[ir.Value, ir.Value] = dict(zip(entry.arguments, call.operands, strict=True))
-    with ir.InsertionPoint(call):
-        terminator = clone_block_into(entry, mapping)
-    if terminator is None or terminator.name != "func.return":
+    copy = callee.operation.clone(ip=ir.InsertionPoint(call)).operation
+    ops = _top_level_ops(copy)
+    if not ops or ops[-1].name != "func.return":
+        copy.erase()
         raise UnsupportedError(f"inline: @{_symbol_name(callee)} does not end in func.return")
-    for old, new in zip(call.results, mapped(terminator.operands, mapping), strict=True):
+    entry = copy.regions[0].blocks[0]
+    for argument, operand in zip(entry.arguments, call.operands, strict=True):
+        argument.replace_all_uses_with(operand)
+    *body, terminator = ops
+    for op in body:
+        op.move_before(call)
+    for old, new in zip(call.results, terminator.operands, strict=True):
         old.replace_all_uses_with(new)
     call.erase()
+    copy.erase()
 
 
 def _inline_table(table: ir.Operation) -> None:
@@ -181,16 +264,33 @@ def _inline_table(table: ir.Operation) -> None:
 
 
 def _erase_unreferenced(table: ir.Operation) -> None:
-    """Drop private functions no op refers to, until none is left (they may refer to others)."""
+    """Drop private functions no op refers to, until none is left (they may refer to others).
+
+    The symbols each top-level op refers to are collected once; erasing a
+    function only removes its references.
+    """
+    used_by_table: set[str] = set()
+    attributes = table.attributes
+    for i in range(len(attributes)):
+        if attributes[i].name != "sym_name":
+            _symbol_refs(attributes[i].attr, used_by_table)
+    top_level = _top_level_ops(table)
+    refs = [_referenced_symbols(op) for op in top_level]
+    alive = set(range(len(top_level)))
+    candidates = {
+        i: _symbol_name(op)
+        for i, op in enumerate(top_level)
+        if op.name == "func.func" and _is_private(op)
+    }
     while True:
-        used = _referenced_symbols(table)
-        dead = [
-            op for name, op in _functions(table).items() if _is_private(op) and name not in used
-        ]
+        used = used_by_table.union(*(refs[i] for i in alive))
+        dead = [i for i, name in candidates.items() if name not in used]
         if not dead:
             return
-        for op in dead:
-            op.erase()
+        for i in dead:
+            del candidates[i]
+            alive.discard(i)
+            top_level[i].erase()
 
 
 def run(module: ir.Module, options: PipelineOptions) -> None:
