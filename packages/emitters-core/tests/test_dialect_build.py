@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from mlir import ir
-from mlir.dialects import arith, func, gpu, math, tensor
+from mlir.dialects import arith, func
 
 from heron.emitters.dialect import (
     DIALECT_NAME,
@@ -17,23 +17,17 @@ from heron.emitters.dialect import (
     apply_indexing_op,
     atomic_rmw_op,
     ensure_dialect_loaded,
-    loop_op,
     make_context,
     op_indexing_map,
     predicated_extract_op,
     predicated_insert_op,
-    pure_call_op,
     shuffle_reduce_op,
     sync_threads_op,
     verify_xla_ops,
 )
+from heron.emitters.ir_utils import walk_ops
+from heron.emitters.testing.seed_modules import GELU_MAP, gelu_emitted_module
 from heron.indexing import parse_indexing_map
-
-GELU_MAP = (
-    "(th_x, bl_x)[vector_index] -> (bl_x floordiv 4096, (bl_x floordiv 8) mod 512, "
-    "(bl_x mod 8) * 512 + th_x * 4 + vector_index), "
-    "domain: th_x in [0, 127], bl_x in [0, 24575], vector_index in [0, 3]"
-)
 
 
 @pytest.fixture(scope="module")
@@ -41,36 +35,6 @@ def ctx():
     context = make_context()
     with context, ir.Location.unknown(context):
         yield context
-
-
-def _gelu_module() -> ir.Module:
-    """The seeds' loop-emitter GELU: a loop over the thread map calling @gelu per element."""
-    bf16 = ir.BF16Type.get()
-    index = ir.IndexType.get()
-    t = ir.RankedTensorType.get([6, 512, 4096], bf16)
-    module = ir.Module.create()
-    with ir.InsertionPoint(module.body):
-        gelu = func.FuncOp("gelu", ir.FunctionType.get([t, index, index, index], [bf16]))
-        gelu.sym_visibility = ir.StringAttr.get("private")
-        main = func.FuncOp("main", ir.FunctionType.get([t, t], [t]))
-    with ir.InsertionPoint(gelu.add_entry_block()):
-        x, i, j, k = gelu.arguments
-        elem = tensor.extract(x, [i, j, k])
-        half = arith.constant(bf16, 0.5)
-        func.ReturnOp([arith.mulf(elem, arith.mulf(half, math.tanh(elem)))])
-    with ir.InsertionPoint(main.add_entry_block()):
-        inp, out = main.arguments
-        tid = gpu.thread_id(gpu.Dimension.x)
-        bid = gpu.block_id(gpu.Dimension.x)
-
-        def body(symbols, idx, iters):
-            assert len(symbols) == 1 and len(idx) == 3 and len(iters) == 1
-            value = pure_call_op(gelu, [inp, *idx], [bf16]).results[0]
-            return [tensor.insert(value, iters[0], idx)]
-
-        loop = loop_op(GELU_MAP, [tid, bid], [out], body)
-        func.ReturnOp([loop.results[0]])
-    return module
 
 
 def test_make_context_registers_every_op(ctx):
@@ -81,8 +45,14 @@ def test_make_context_registers_every_op(ctx):
 
 
 def test_gelu_loop_builds_verifies_and_round_trips(ctx):
-    module = _gelu_module()
+    module = gelu_emitted_module("half_tanh", bounded_ids=False, callee_first=True)
     verify_xla_ops(module)
+    (built,) = walk_ops(module.operation, "heron_gpu.loop")
+    # the body builder got 1 range symbol, 3 map results and 1 iter_arg
+    index = ir.IndexType.get()
+    body_types = [a.type for a in built.regions[0].blocks[0].arguments]
+    assert body_types[:4] == [index] * 4 and len(body_types) == 5
+    assert isinstance(body_types[4], ir.RankedTensorType)
     text = module.operation.get_asm()
     assert '"heron_gpu.loop"' in text and '"heron_gpu.pure_call"' in text
     assert "callee = @gelu" in text

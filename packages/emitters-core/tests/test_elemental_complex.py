@@ -13,13 +13,12 @@ inputs stay off the branch cuts (both components at least 0.05 from zero).
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import pytest
 
+from heron.emitters.testing.elemental_cases import rng_for, run_both
 from heron.emitters.testing.elemental_jit import run_hlo
-from heron.hlo import UnsupportedError, evaluate_module, parse_module
+from heron.hlo import UnsupportedError
 from heron.hlo.element_types import ElementType as E
 
 COMPLEX = [E.C64, E.C128]
@@ -55,21 +54,11 @@ TOLERANCE = {E.C64: 2.0**-17, E.C128: 2.0**-45}
 LOOSER = {"atan2": 16.0, "power": 16.0, "cbrt": 16.0}
 
 
-def rng_for(*key: object) -> np.random.Generator:
-    return np.random.default_rng(zlib.crc32(repr(key).encode()))
-
-
 def hlo(root: str, params: list[tuple[E, int]], result: str) -> str:
     lines = [f"  %p{k} = {et.value}[{n}] parameter({k})" for k, (et, n) in enumerate(params)]
     signature = ", ".join(f"p{k}: {et.value}[{n}]" for k, (et, n) in enumerate(params))
     body = "\n".join(lines)
     return f"%f ({signature}) -> {result} {{\n{body}\n  ROOT %r = {result} {root}\n}}\n"
-
-
-def run_both(text: str, inputs: list[np.ndarray]):
-    got = run_hlo(text, inputs)
-    want = evaluate_module(parse_module(text), inputs)
-    return got, (list(want) if isinstance(want, tuple) else [want])
 
 
 def off_cuts(et: E, n: int, rng: np.random.Generator, scale: float = 3.0) -> np.ndarray:

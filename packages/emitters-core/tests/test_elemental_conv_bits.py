@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from heron.emitters.testing.elemental_cases import NARROW_FLOATS, WIDE_FLOATS, run_both
 from heron.emitters.testing.elemental_jit import run_hlo
-from heron.hlo import evaluate_module, parse_module
 from heron.hlo.element_types import ElementType as E
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.evaluator import float_semantics as fs
@@ -62,9 +62,7 @@ def patterns(et: E, rng: np.random.Generator, count: int = 4000) -> np.ndarray:
 
 
 def check(text: str, inputs: list[np.ndarray], result_types: list[E]) -> None:
-    got = run_hlo(text, inputs)
-    want = evaluate_module(parse_module(text), inputs)
-    want = list(want) if isinstance(want, tuple) else [want]
+    got, want = run_both(text, inputs)
     assert len(got) == len(want) == len(result_types)
     for g, w, et in zip(got, want, result_types, strict=True):
         w = np.asarray(w)
@@ -190,8 +188,7 @@ def test_bitcast_pred_from_bytes() -> None:
 # -- reduce-precision ---------------------------------------------------------
 
 BUDGETS = [(5, 10), (8, 7), (5, 2), (4, 3), (2, 1), (1, 0), (8, 23), (11, 52), (3, 5), (6, 0)]
-FLOATS = [E.F16, E.BF16, E.F32, E.F64, E.F8E4M3FN, E.F8E5M2, E.F8E4M3FNUZ, E.F8E5M2FNUZ,
-          E.F8E4M3B11FNUZ, E.F8E8M0FNU, E.F4E2M1FN]  # fmt: skip
+FLOATS = WIDE_FLOATS + NARROW_FLOATS
 
 
 @pytest.mark.parametrize("et", FLOATS, ids=lambda t: t.value)

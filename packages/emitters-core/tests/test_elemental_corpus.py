@@ -46,21 +46,32 @@ APPROXIMATE = {
 }
 
 
-def _corpus_root() -> Path:
-    import os
-
-    override = os.environ.get("HERON_CORPUS")
-    if override:
-        return Path(override).resolve()
-    return Path(__file__).resolve().parents[4] / "shared" / "corpus" / "xla"
-
-
-def _corpus_files() -> list[Path]:
-    root = _corpus_root()
+def _corpus_files(corpus: Path) -> list[Path]:
     files: list[Path] = []
     for sub in CORPUS_DIRS:
-        files += sorted((root / sub).glob("*.hlo"))
+        files += sorted((corpus / sub).glob("*.hlo"))
     return files
+
+
+def _find_corpus(config: pytest.Config) -> Path:
+    """The corpus, found (or failed for) by the repository's conftest.py, the one place that knows.
+
+    Its ``corpus_dir`` fixture comes too late for parametrizing, so its
+    ``find_corpus`` is called through the plugin manager (tests cannot import
+    conftest modules under ``--import-mode=importlib``).
+    """
+    conftest = (config.rootpath / "conftest.py").resolve()
+    for plugin in config.pluginmanager.get_plugins():
+        if Path(getattr(plugin, "__file__", "") or "").resolve() == conftest:
+            return plugin.find_corpus()
+    raise LookupError(f"{conftest} is not loaded: cannot find heron's corpus")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``path`` over the corpus files of :data:`CORPUS_DIRS`."""
+    if "path" in metafunc.fixturenames:
+        files = _corpus_files(_find_corpus(metafunc.config))
+        metafunc.parametrize("path", files, ids=[f"{p.parent.name}/{p.stem}" for p in files])
 
 
 # -- the harness's missing piece: tensor constants --------------------------------------------
@@ -170,7 +181,6 @@ def assert_same(actual: np.ndarray, expected: np.ndarray, rtol: float, name: str
     assert np.all(equal), f"{name}: {got[~equal][:8]} != {want[~equal][:8]}"
 
 
-@pytest.mark.parametrize("path", _corpus_files(), ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_corpus_loop_fusion(path: Path) -> None:
     module = parse_module(path.read_text())
     computation = _fusion_computation(module)
@@ -189,5 +199,5 @@ def test_corpus_loop_fusion(path: Path) -> None:
             assert_same(value, expected[k], rtol, f"{path.stem} output {k}")
 
 
-def test_corpus_is_present() -> None:
-    assert len(_corpus_files()) >= 30
+def test_corpus_is_present(corpus_dir: Path) -> None:
+    assert len(_corpus_files(corpus_dir)) >= 30

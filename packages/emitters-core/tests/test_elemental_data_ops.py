@@ -19,57 +19,17 @@ from mlir.dialects import arith, func, scf
 from heron.emitters.dialect import make_context
 from heron.emitters.elemental import ElementalContext, emit_instruction
 from heron.emitters.ir_utils import walk_ops
+from heron.emitters.testing.elemental_cases import check, random_bits, resolution_sites
 from heron.emitters.testing.elemental_jit import run_hlo
-from heron.hlo import UnsupportedError, evaluate_module, parse_module
+from heron.hlo import UnsupportedError, parse_module
 from heron.hlo.element_types import ElementType as E
 
 DTYPES = [E.F32, E.BF16, E.S8, E.PRED, E.S4, E.F8E4M3FN]
 
 
-def random_values(element: E, dims, rng: np.random.Generator) -> np.ndarray:
-    """Random bit patterns of ``element`` (NaNs, infinities, subnormals included)."""
-    dims = tuple(dims)
-    if element.is_pred:
-        return rng.integers(0, 2, size=dims).astype(bool)
-    width = element.bit_width
-    if element.is_integral:
-        lo = -(1 << (width - 1)) if element.is_signed_integral else 0
-        return rng.integers(lo, lo + (1 << width), size=dims).astype(element.numpy_dtype)
-    if element.is_complex:
-        part = element.component_type
-        out = np.empty(dims, element.numpy_dtype)
-        out.real = random_values(part, dims, rng)
-        out.imag = random_values(part, dims, rng)
-        return out
-    storage = np.dtype(f"uint{max(8, width)}")
-    bits = rng.integers(0, 1 << width, size=dims, dtype=np.uint64).astype(storage)
-    return bits.view(element.numpy_dtype)
-
-
-def assert_identical(actual: np.ndarray, expected: np.ndarray) -> None:
-    """Equal values for integers and pred, equal bits for floats (NaN payloads too)."""
-    expected = np.asarray(expected)
-    assert actual.shape == expected.shape
-    assert actual.dtype == expected.dtype
-    element = E.from_numpy(expected.dtype)
-    if element.is_integral or element.is_pred:
-        np.testing.assert_array_equal(actual, expected)
-        return
-    a = np.ascontiguousarray(actual).view(np.uint8)
-    b = np.ascontiguousarray(expected).view(np.uint8)
-    if element.bit_width < 8:
-        a, b = a & 0xF, b & 0xF
-    np.testing.assert_array_equal(a, b)
-
-
-def check(text: str, inputs) -> list[np.ndarray]:
-    actual = run_hlo(text, inputs)
-    expected = evaluate_module(parse_module(text), inputs)
-    expected = list(expected) if isinstance(expected, tuple) else [expected]
-    assert len(actual) == len(expected)
-    for a, b in zip(actual, expected, strict=True):
-        assert_identical(a, b)
-    return actual
+def _sites(text: str, rank: int) -> dict[str, list[str]]:
+    """Where the root's operands are resolved; they are i32 and no computation is called."""
+    return resolution_sites(text, rank, lambda: ir.IntegerType.get_signless(32))
 
 
 # -- constants -------------------------------------------------------------------------------
@@ -236,7 +196,7 @@ fusion {{
   ROOT p = {t}[{out}] pad(p0, v), padding={padding}
 }}"""
     rng = np.random.default_rng(11)
-    check(text, [random_values(element, (3, 4), rng), random_values(element, (), rng)])
+    check(text, [random_bits(element, (3, 4), rng), random_bits(element, (), rng)])
 
 
 def test_pad_with_constant_value_and_epilogue() -> None:
@@ -268,7 +228,7 @@ fusion {{
 }}"""
     rng = np.random.default_rng(12)
     dims = [(2, 3), (2, 1), (2, 0), (2, 4), (2, 2)]
-    check(text, [random_values(element, d, rng) for d in dims])
+    check(text, [random_bits(element, d, rng) for d in dims])
 
 
 def test_concatenate_outer_dimension_with_layouts() -> None:
@@ -280,7 +240,7 @@ fusion {
   ROOT r = f32[6,4]{0,1} concatenate(a, b, c), dimensions={0}
 }"""
     rng = np.random.default_rng(13)
-    check(text, [random_values(E.F32, d, rng) for d in [(1, 4), (3, 4), (2, 4)]])
+    check(text, [random_bits(E.F32, d, rng) for d in [(1, 4), (3, 4), (2, 4)]])
 
 
 # -- dynamic-slice and dynamic-update-slice ----------------------------------------------
@@ -311,7 +271,7 @@ fusion {{
 }}"""
     dtype = E(index_type).numpy_dtype
     rng = np.random.default_rng(14)
-    inputs = [random_values(element, (5, 6), rng), *(np.asarray(s).astype(dtype) for s in starts)]
+    inputs = [random_bits(element, (5, 6), rng), *(np.asarray(s).astype(dtype) for s in starts)]
     check(text, inputs)
 
 
@@ -341,8 +301,8 @@ fusion {{
     dtype = E(index_type).numpy_dtype
     rng = np.random.default_rng(15)
     inputs = [
-        random_values(element, (4, 5), rng),
-        random_values(element, (2, 3), rng),
+        random_bits(element, (4, 5), rng),
+        random_bits(element, (2, 3), rng),
         *(np.asarray(s).astype(dtype) for s in starts),
     ]
     check(text, inputs)
@@ -360,8 +320,8 @@ fusion {
     rng = np.random.default_rng(16)
     for i1 in (-1, 0, 1, 2, 7):
         inputs = [
-            random_values(E.C64, (2, 3), rng),
-            random_values(E.C64, (2, 2), rng),
+            random_bits(E.C64, (2, 3), rng),
+            random_bits(E.C64, (2, 2), rng),
             np.int32(5),
             np.int32(i1),
         ]
@@ -382,7 +342,7 @@ fusion {
     rng = np.random.default_rng(17)
     indices = rng.integers(-40, 60, (10, 2)).astype(np.int32)
     indices[0] = [2**31 - 1, -(2**31)]
-    check(text, [random_values(E.F32, (30, 20), rng), indices])
+    check(text, [random_bits(E.F32, (30, 20), rng), indices])
 
 
 @pytest.mark.parametrize("index_type", ["s32", "u8", "s64", "u32"])
@@ -398,7 +358,7 @@ fusion {{
     dtype = E(index_type).numpy_dtype
     info = np.iinfo(dtype)
     indices = np.array([[info.max], [info.min], [3]]).astype(dtype)
-    check(text, [random_values(E.BF16, (5, 4), rng), indices])
+    check(text, [random_bits(E.BF16, (5, 4), rng), indices])
 
 
 def test_gather_implicit_index_vector_dim() -> None:
@@ -411,7 +371,7 @@ fusion {
 }"""
     rng = np.random.default_rng(19)
     indices = np.array([[0, 6], [-1, 3]], np.int32)
-    check(text, [random_values(E.S8, (7, 3), rng), indices])
+    check(text, [random_bits(E.S8, (7, 3), rng), indices])
 
 
 def test_gather_with_batching_dims() -> None:
@@ -425,7 +385,7 @@ fusion {
 }"""
     rng = np.random.default_rng(20)
     indices = rng.integers(-2, 7, (2, 4, 1)).astype(np.int32)
-    check(text, [random_values(E.F32, (2, 5, 3), rng), indices])
+    check(text, [random_bits(E.F32, (2, 5, 3), rng), indices])
 
 
 # -- tuples and map --------------------------------------------------------------------
@@ -447,9 +407,9 @@ fusion {
 }"""
     rng = np.random.default_rng(21)
     inputs = [
-        random_values(E.S32, (4,), rng),
-        random_values(E.S32, (4,), rng),
-        random_values(E.U8, (4,), rng),
+        random_bits(E.S32, (4,), rng),
+        random_bits(E.S32, (4,), rng),
+        random_bits(E.U8, (4,), rng),
     ]
     check(text, inputs)
 
@@ -470,7 +430,7 @@ fusion {
   ROOT m = s32[3,4] map(p0, p1), dimensions={0,1}, to_apply=body
 }"""
     rng = np.random.default_rng(22)
-    check(text, [random_values(E.S32, (3, 4), rng), random_values(E.S32, (3, 4), rng)])
+    check(text, [random_bits(E.S32, (3, 4), rng), random_bits(E.S32, (3, 4), rng)])
 
 
 def test_float8_values_are_moved_as_bits() -> None:
@@ -486,47 +446,20 @@ fusion {
     np.testing.assert_array_equal(out[0].view(np.uint8), values.view(np.uint8))
 
 
-def _resolution_sites(text: str, rank: int) -> dict[str, list[str]]:
-    """Emit the root of ``text`` by hand; for each operand, the ops enclosing its resolution."""
-    module = parse_module(text)
-    root = module.computation(module.fusion_under_test).root_instruction
-    sites: dict[str, list[str]] = {}
-    with make_context(), ir.Location.unknown():
-        ir_module = ir.Module.create()
-        index = ir.IndexType.get()
-        i32 = ir.IntegerType.get_signless(32)
-        with ir.InsertionPoint(ir_module.body):
-            function = func.FuncOp("f", ir.FunctionType.get([index] * rank + [i32], []))
-            block = function.add_entry_block()
-        args = list(block.arguments)
-
-        def resolve(inst, indices):
-            owner = ir.InsertionPoint.current.block.owner
-            sites.setdefault(inst.name, []).append(owner.operation.name)
-            return [args[-1]]
-
-        ctx = ElementalContext(resolve=resolve, call=None)
-        with ir.InsertionPoint(block):
-            emit_instruction(root, args[:rank], ctx)
-            func.ReturnOp([])
-        ir_module.operation.verify()
-    return sites
-
-
 def test_selected_operands_are_resolved_only_in_their_branch() -> None:
-    sites = _resolution_sites(
+    sites = _sites(
         "fusion {\n p0 = s32[3] parameter(0)\n v = s32[] parameter(1)\n"
         " ROOT p = s32[7] pad(p0, v), padding=2_2\n}",
         1,
     )
     assert sites == {"p0": ["scf.if"], "v": ["scf.if"]}
-    sites = _resolution_sites(
+    sites = _sites(
         "fusion {\n a = s32[2] parameter(0)\n b = s32[3] parameter(1)\n c = s32[1] parameter(2)\n"
         " ROOT r = s32[6] concatenate(a, b, c), dimensions={0}\n}",
         1,
     )
     assert sites == {"a": ["scf.if"], "b": ["scf.if"], "c": ["scf.if"]}
-    sites = _resolution_sites(
+    sites = _sites(
         "fusion {\n p = s32[4] parameter(0)\n u = s32[2] parameter(1)\n"
         " i = s32[] parameter(2)\n ROOT r = s32[4] dynamic-update-slice(p, u, i)\n}",
         1,

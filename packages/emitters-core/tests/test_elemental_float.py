@@ -12,27 +12,18 @@ f4 are tested exhaustively.
 from __future__ import annotations
 
 import itertools
-import zlib
 
 import ml_dtypes
 import numpy as np
 import pytest
 
+from heron.emitters.testing.elemental_cases import NARROW_FLOATS, WIDE_FLOATS, rng_for, run_both
 from heron.emitters.testing.elemental_jit import run_hlo
-from heron.hlo import UnsupportedError, evaluate_module, parse_module
+from heron.hlo import UnsupportedError, parse_module
 from heron.hlo.element_types import ElementType as E
 from heron.hlo.evaluator.float_semantics import total_order_keys
 
-WIDE = [E.F16, E.BF16, E.F32, E.F64]
-NARROW = [
-    E.F8E4M3FN,
-    E.F8E5M2,
-    E.F8E4M3FNUZ,
-    E.F8E5M2FNUZ,
-    E.F8E4M3B11FNUZ,
-    E.F8E8M0FNU,
-    E.F4E2M1FN,
-]
+WIDE, NARROW = WIDE_FLOATS, NARROW_FLOATS
 FLOATS = WIDE + NARROW
 
 EXACT_UNARY = [
@@ -76,11 +67,6 @@ BOUNDED = {"logistic", "sine", "cosine", "tanh", "erf", "atan2", "acos", "asin"}
 DIRECTIONS = ["EQ", "NE", "LT", "LE", "GT", "GE"]
 
 
-def rng_for(*key: object) -> np.random.Generator:
-    """A generator seeded by the test's parameters: the same inputs on every run and worker."""
-    return np.random.default_rng(zlib.crc32(repr(key).encode()))
-
-
 # -- helpers ----------------------------------------------------------------------------
 
 
@@ -105,14 +91,6 @@ def hlo(root: str, params: list[tuple[E, tuple[int, ...]]], result: str) -> str:
     )
     body = "\n".join(lines)
     return f"%f ({signature}) -> {result} {{\n{body}\n  ROOT %r = {result} {root}\n}}\n"
-
-
-def run_both(text: str, inputs: list[np.ndarray]):
-    """(emitted result leaves, evaluator result leaves)."""
-    got = run_hlo(text, inputs)
-    want = evaluate_module(parse_module(text), inputs)
-    want = list(want) if isinstance(want, tuple) else [want]
-    return got, want
 
 
 def all_codes(et: E) -> np.ndarray:

@@ -20,51 +20,11 @@ from heron.emitters.dialect import make_context
 from heron.emitters.elemental import ElementalContext, emit_instruction
 from heron.emitters.elemental.index_ops import output_to_input_maps
 from heron.emitters.ir_utils import walk_ops
-from heron.emitters.testing.elemental_jit import run_hlo
-from heron.hlo import evaluate_module, parse_module
+from heron.emitters.testing.elemental_cases import check, random_bits
+from heron.hlo import parse_module
 from heron.hlo.element_types import ElementType as E
 
 DTYPES = [E.F32, E.BF16, E.S8, E.PRED, E.S4, E.F8E4M3FN]
-
-
-def random_values(element: E, dims, rng: np.random.Generator) -> np.ndarray:
-    """Random bit patterns of ``element`` (every NaN, infinity and subnormal can appear)."""
-    dims = tuple(dims)
-    if element.is_pred:
-        return rng.integers(0, 2, size=dims).astype(bool)
-    width = element.bit_width
-    if element.is_integral:
-        lo = -(1 << (width - 1)) if element.is_signed_integral else 0
-        return rng.integers(lo, lo + (1 << width), size=dims).astype(element.numpy_dtype)
-    storage = np.dtype(f"uint{max(8, width)}")
-    bits = rng.integers(0, 1 << width, size=dims, dtype=np.uint64).astype(storage)
-    return bits.view(element.numpy_dtype)
-
-
-def assert_identical(actual: np.ndarray, expected: np.ndarray) -> None:
-    """Equal values for integers and pred, equal bits for floats (NaN payloads too)."""
-    expected = np.asarray(expected)
-    assert actual.shape == expected.shape
-    assert actual.dtype == expected.dtype
-    element = E.from_numpy(expected.dtype)
-    if element.is_integral or element.is_pred:
-        np.testing.assert_array_equal(actual, expected)
-        return
-    a = np.ascontiguousarray(actual).view(np.uint8)
-    b = np.ascontiguousarray(expected).view(np.uint8)
-    if element.bit_width < 8:
-        a, b = a & 0xF, b & 0xF
-    np.testing.assert_array_equal(a, b)
-
-
-def check(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    actual = run_hlo(text, inputs)
-    expected = evaluate_module(parse_module(text), inputs)
-    expected = list(expected) if isinstance(expected, tuple) else [expected]
-    assert len(actual) == len(expected)
-    for a, b in zip(actual, expected, strict=True):
-        assert_identical(a, b)
-    return actual
 
 
 @pytest.mark.parametrize("element", DTYPES, ids=str)
@@ -80,7 +40,7 @@ fusion {{
   c = {t}[7,3] copy(s)
   ROOT v = {t}[7,3] reverse(c), dimensions={{0,1}}
 }}"""
-    check(text, [random_values(element, (2, 3), np.random.default_rng(1))])
+    check(text, [random_bits(element, (2, 3), np.random.default_rng(1))])
 
 
 @pytest.mark.parametrize("element", DTYPES, ids=str)
@@ -105,7 +65,7 @@ fusion {{
   p0 = {t}[{src}] parameter(0)
   ROOT r = {t}[{dst}] reshape(p0)
 }}"""
-    check(text, [random_values(element, source, np.random.default_rng(2))])
+    check(text, [random_bits(element, source, np.random.default_rng(2))])
 
 
 @pytest.mark.parametrize("element", [E.F32, E.S4, E.PRED], ids=str)
@@ -120,7 +80,7 @@ fusion {{
   ROOT t = ({t}[2,4,3], {t}[2,4,3]) tuple(a, b)
 }}"""
     rng = np.random.default_rng(3)
-    check(text, [random_values(element, (), rng), random_values(element, (3, 2), rng)])
+    check(text, [random_bits(element, (), rng), random_bits(element, (3, 2), rng)])
 
 
 @pytest.mark.parametrize("element", [E.F32, E.BF16, E.S8], ids=str)
@@ -133,7 +93,7 @@ fusion {{
   t = {t}[5,3,4]{{0,1,2}} transpose(c), dimensions={{2,0,1}}
   ROOT s = {t}[2,3,2]{{1,0,2}} slice(t), slice={{[1:5:2], [0:3], [1:4:2]}}
 }}"""
-    check(text, [random_values(element, (3, 4, 5), np.random.default_rng(4))])
+    check(text, [random_bits(element, (3, 4, 5), np.random.default_rng(4))])
 
 
 @pytest.mark.parametrize(
@@ -154,7 +114,7 @@ def test_bitcast_follows_layouts_and_keeps_bits(source: str, target: str) -> Non
     )
     shape = module.computations[-1].parameters[0].array_shape
     text = f"fusion {{\n p0 = {source} parameter(0)\n ROOT b = {target} bitcast(p0)\n}}"
-    check(text, [random_values(shape.element_type, shape.dims, np.random.default_rng(5))])
+    check(text, [random_bits(shape.element_type, shape.dims, np.random.default_rng(5))])
 
 
 def test_bitcast_then_arithmetic_corpus_form() -> None:
@@ -164,7 +124,7 @@ fusion {
   bitcast = s16[4,5] bitcast(input)
   ROOT x = s16[4,5] xor(bitcast, bitcast)
 }"""
-    out = check(text, [random_values(E.F16, (20,), np.random.default_rng(6))])
+    out = check(text, [random_bits(E.F16, (20,), np.random.default_rng(6))])
     assert not out[0].any()
 
 
@@ -178,7 +138,7 @@ fusion {
   ROOT g = s8[3] get-tuple-element(c), index=1
 }"""
     rng = np.random.default_rng(7)
-    check(text, [random_values(E.S8, (3,), rng), random_values(E.S8, (3,), rng)])
+    check(text, [random_bits(E.S8, (3,), rng), random_bits(E.S8, (3,), rng)])
 
 
 # -- the emitted IR ------------------------------------------------------------------------------

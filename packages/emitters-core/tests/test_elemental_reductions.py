@@ -15,12 +15,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 from mlir import ir
-from mlir.dialects import func
 
-from heron.emitters.dialect import make_context
-from heron.emitters.elemental import ElementalContext, emit_instruction
-from heron.emitters.testing.elemental_jit import run_hlo
-from heron.hlo import evaluate_module, parse_module
+from heron.emitters.testing.elemental_cases import check as check_against_evaluator
+from heron.emitters.testing.elemental_cases import resolution_sites
 from heron.hlo.element_types import ElementType as E
 
 
@@ -59,13 +56,7 @@ def compare(actual: np.ndarray, expected: np.ndarray, rtol: float = 0.0) -> None
 
 
 def check(text: str, inputs, rtol: float = 0.0) -> list[np.ndarray]:
-    actual = run_hlo(text, inputs)
-    expected = evaluate_module(parse_module(text), inputs)
-    expected = list(expected) if isinstance(expected, tuple) else [expected]
-    assert len(actual) == len(expected)
-    for a, b in zip(actual, expected, strict=True):
-        compare(a, b, rtol)
-    return actual
+    return check_against_evaluator(text, inputs, lambda a, b: compare(a, b, rtol))
 
 
 def _binary(name: str, op: str, t: str) -> str:
@@ -450,35 +441,12 @@ fusion {
 
 
 def _resolution_sites(text: str, rank: int) -> dict[str, list[str]]:
-    """Emit the root of ``text`` by hand; for each operand, the ops enclosing its resolution."""
-    module = parse_module(text)
-    computation = module.computation(module.fusion_under_test)
-    root = computation.root_instruction
-    sites: dict[str, list[str]] = {}
-    with make_context(), ir.Location.unknown():
-        ir_module = ir.Module.create()
-        index = ir.IndexType.get()
-        with ir.InsertionPoint(ir_module.body):
-            function = func.FuncOp(
-                "f", ir.FunctionType.get([index] * rank + [ir.F32Type.get()], [])
-            )
-            block = function.add_entry_block()
-        args = list(block.arguments)
+    """Where the root's operands are resolved; they are f32, a reducer returns its first half."""
 
-        def resolve(inst, indices):
-            owner = ir.InsertionPoint.current.block.owner
-            sites.setdefault(inst.name, []).append(owner.operation.name)
-            return [args[-1]]
+    def call(computation, scalars):
+        return scalars[: len(scalars) // 2]
 
-        def call(computation, scalars):
-            return scalars[: len(scalars) // 2]
-
-        ctx = ElementalContext(resolve=resolve, call=call)
-        with ir.InsertionPoint(block):
-            emit_instruction(root, args[:rank], ctx)
-            func.ReturnOp([])
-        ir_module.operation.verify()
-    return sites
+    return resolution_sites(text, rank, ir.F32Type.get, call)
 
 
 def test_reduce_and_dot_operands_are_resolved_inside_the_loops() -> None:

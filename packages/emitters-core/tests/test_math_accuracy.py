@@ -18,29 +18,10 @@ import numpy as np
 import pytest
 from mlir.dialects import math as math_dialect
 
-from heron.emitters.ir_utils import walk_ops
-from heron.emitters.pipeline import expand_math
-from heron.emitters.testing.host_jit import run_elementwise
+from heron.emitters.testing.math_accuracy import run_op, ulp_error
 from heron.hlo.element_types import ElementType
 
 SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0]
-
-
-def _expand_checked(module) -> None:
-    expand_math.expand_module(module)
-    left = {op.name for op in walk_ops(module.operation) if op.name.startswith("math.")}
-    assert left <= expand_math.NATIVE_MATH, left
-
-
-def run_op(op_class, element: ElementType, *inputs: np.ndarray) -> np.ndarray:
-    (out,) = run_elementwise(
-        lambda args: [op_class(*args).result],
-        [element] * len(inputs),
-        [element],
-        [np.asarray(x, dtype=element.numpy_dtype) for x in inputs],
-        pre_lowering=_expand_checked,
-    )
-    return out
 
 
 def log_uniform(rng, lo: float, hi: float, n: int, signed: bool = True) -> np.ndarray:
@@ -48,21 +29,6 @@ def log_uniform(rng, lo: float, hi: float, n: int, signed: bool = True) -> np.nd
     if signed:
         mags *= rng.choice([-1.0, 1.0], n)
     return mags
-
-
-def ulp_error(out: np.ndarray, ref, dtype) -> np.ndarray:
-    """|out - ref| in ulps of ref rounded to ``dtype``; inf where the special values differ."""
-    ref_hi = np.asarray(ref, dtype=np.longdouble)
-    rounded = ref_hi.astype(dtype)
-    out_l = out.astype(np.longdouble)
-    err = np.zeros(out.shape, dtype=np.float64)
-    special = ~np.isfinite(rounded) | ~np.isfinite(out)
-    same = (np.isnan(rounded) & np.isnan(out)) | (rounded == out)
-    err[special & ~same] = np.inf
-    regular = ~special
-    spacing = np.spacing(np.abs(rounded[regular])).astype(np.longdouble)
-    err[regular] = np.abs(out_l[regular] - ref_hi[regular]) / spacing
-    return err
 
 
 def _ld(fn):

@@ -13,6 +13,8 @@ from heron.emitters.ir_utils import walk_ops
 from heron.emitters.pipeline import expand_math
 from heron.emitters.pipeline.manager import PipelineOptions, run_upstream
 from heron.emitters.testing.host_jit import run_elementwise
+from heron.emitters.testing.kernels import hsaco_stages, kernel_after, ptx_and_stages
+from heron.emitters.testing.math_accuracy import expand_checked
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 
@@ -21,10 +23,7 @@ _UINT = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
 
 
 def _expand_checked(module: ir.Module) -> None:
-    expand_math.expand_module(module)
-    names = {op.name for op in walk_ops(module.operation)}
-    assert "arith.remf" not in names
-    assert {n for n in names if n.startswith("math.")} <= expand_math.NATIVE_MATH
+    expand_checked(module, gone={"arith.remf"})
 
 
 def _remf(element: ElementType, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -222,30 +221,17 @@ KERNEL = """module attributes {gpu.container_module} {
 }"""
 
 
-def _expanded_kernel() -> str:
-    with make_context(), ir.Location.unknown():
-        module = ir.Module.parse(KERNEL)
-        expand_math.PASS.run(module, PipelineOptions())
-        module.operation.verify()
-        assert "arith.remf" not in {op.name for op in walk_ops(module.operation)}
-        return str(module)
+def _expand_without_remf(module: ir.Module) -> None:
+    expand_math.PASS.run(module, PipelineOptions())
+    assert "arith.remf" not in {op.name for op in walk_ops(module.operation)}
 
 
 def test_kernel_compiles_to_ptx_without_libdevice():
-    from heron.runtime.cuda.compiler import compile_to_ptx
-    from heron.runtime.cuda.compiler_tools import validate_ptx
-
-    stages: dict[str, str] = {}
-    compiled = compile_to_ptx(_expanded_kernel(), "sm_90", dump=stages.__setitem__)
+    ptx, stages = ptx_and_stages(kernel_after(KERNEL, _expand_without_remf), "sm_90")
     assert "__nv_" not in stages["llvm-ir"]
-    assert "__nv_" not in compiled.ptx and "rem.u64" in compiled.ptx
-    validate_ptx(compiled.ptx, "sm_90")
+    assert "__nv_" not in ptx and "rem.u64" in ptx
 
 
 def test_kernel_compiles_to_hsaco_without_ocml():
-    from heron.runtime.rocm.compiler import EM_AMDGPU, compile_to_hsaco, elf_machine
-
-    stages: dict[str, str] = {}
-    hsaco = compile_to_hsaco(_expanded_kernel(), "gfx942", dump=stages.__setitem__)
+    stages = hsaco_stages(kernel_after(KERNEL, _expand_without_remf), "gfx942")
     assert "__ocml_" not in stages["llvm-ir"]
-    assert elf_machine(hsaco) == EM_AMDGPU

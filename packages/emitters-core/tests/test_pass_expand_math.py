@@ -16,27 +16,10 @@ from heron.emitters.ir_utils import walk_ops
 from heron.emitters.pipeline import expand_math
 from heron.emitters.pipeline.manager import PipelineOptions, run_upstream
 from heron.emitters.testing.host_jit import run_elementwise
+from heron.emitters.testing.kernels import hsaco_stages, kernel_after, ptx_and_stages
+from heron.emitters.testing.math_accuracy import expand_checked, run_op, ulp_error
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
-
-
-def _sibling(name: str):
-    """The helpers of the accuracy tests (tests/ is not a package)."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_accuracy = _sibling("test_math_accuracy")
-_expand_checked, run_op, ulp_error = (
-    _accuracy._expand_checked,
-    _accuracy.run_op,
-    _accuracy.ulp_error,
-)
 
 F32, F64 = ElementType.F32, ElementType.F64
 _UNARY_OPS = [
@@ -145,7 +128,7 @@ def _binary(op_class, element, x, y):
         [element, element],
         [element],
         [np.asarray(x, element.numpy_dtype), np.asarray(y, element.numpy_dtype)],
-        pre_lowering=_expand_checked,
+        pre_lowering=expand_checked,
     )
     return out
 
@@ -273,7 +256,7 @@ def test_copysign_rsqrt_fma_fpowi_ipowi():
         [F64] * 3,
         [F64],
         [np.array([1 + 2**-30]), np.array([1 - 2**-30]), np.array([-1.0])],
-        pre_lowering=_expand_checked,
+        pre_lowering=expand_checked,
     )
     assert fma[0] == -(2.0**-60)  # a single rounding: mul+add would give 0
     i32 = ElementType.S32
@@ -284,7 +267,7 @@ def test_copysign_rsqrt_fma_fpowi_ipowi():
         [i32, i32],
         [i32],
         [base, expo],
-        pre_lowering=_expand_checked,
+        pre_lowering=expand_checked,
     )
     np.testing.assert_array_equal(ipow, [1024, -27, 1, 1, -1, 1, 0, 0])
     (fpow,) = run_elementwise(
@@ -292,7 +275,7 @@ def test_copysign_rsqrt_fma_fpowi_ipowi():
         [F32, i32],
         [F32],
         [np.array([2.0, -2.0, 0.5, 0.0], np.float32), np.array([3, 3, -2, -1], np.int32)],
-        pre_lowering=_expand_checked,
+        pre_lowering=expand_checked,
     )
     np.testing.assert_array_equal(fpow, [8.0, -8.0, 4.0, np.inf])
 
@@ -324,7 +307,7 @@ def test_vector_types_match_scalar_results():
         return [vector.ExtractOp(t, [], [2]).result]
 
     def lower(module):
-        _expand_checked(module)
+        expand_checked(module)
         run_upstream(module, "builtin.module(convert-vector-to-llvm)")
 
     (out,) = run_elementwise(body, [F32], [F32], [x], pre_lowering=lower)
@@ -365,28 +348,14 @@ KERNEL = """module attributes {gpu.container_module} {
 
 
 def _expanded_kernel() -> str:
-    with make_context(), ir.Location.unknown():
-        module = ir.Module.parse(KERNEL)
-        expand_math.PASS.run(module, PipelineOptions())
-        module.operation.verify()
-        return str(module)
+    return kernel_after(KERNEL, lambda module: expand_math.PASS.run(module, PipelineOptions()))
 
 
 def test_kernel_compiles_to_ptx_without_libdevice():
-    from heron.runtime.cuda.compiler import compile_to_ptx
-    from heron.runtime.cuda.compiler_tools import validate_ptx
-
-    stages: dict[str, str] = {}
-    compiled = compile_to_ptx(_expanded_kernel(), "sm_90", dump=stages.__setitem__)
+    ptx, stages = ptx_and_stages(_expanded_kernel(), "sm_90")
     assert "__nv_" not in stages["llvm-ir"]
-    assert "__nv_" not in compiled.ptx
-    validate_ptx(compiled.ptx, "sm_90")
+    assert "__nv_" not in ptx
 
 
 def test_kernel_compiles_to_hsaco_without_ocml():
-    from heron.runtime.rocm.compiler import EM_AMDGPU, compile_to_hsaco, elf_machine
-
-    stages: dict[str, str] = {}
-    hsaco = compile_to_hsaco(_expanded_kernel(), "gfx942", dump=stages.__setitem__)
-    assert "__ocml_" not in stages["llvm-ir"]
-    assert elf_machine(hsaco) == EM_AMDGPU
+    assert "__ocml_" not in hsaco_stages(_expanded_kernel(), "gfx942")["llvm-ir"]

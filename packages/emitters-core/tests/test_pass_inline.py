@@ -7,11 +7,10 @@ import ctypes
 import numpy as np
 import pytest
 from mlir import ir
-from mlir.dialects import arith, func, gpu, math, scf, tensor
+from mlir.dialects import arith, func, scf, tensor
 
 from heron.emitters.dialect import (
     loop_op,
-    make_context,
     pure_call_op,
     shuffle_reduce_op,
     verify_xla_ops,
@@ -20,56 +19,13 @@ from heron.emitters.ir_utils import walk_ops
 from heron.emitters.pipeline import PipelineOptions
 from heron.emitters.pipeline.inline import PASS, SMALL_FUNCTION_OPS
 from heron.emitters.testing.host_jit import jit
-
-GELU_MAP = (
-    "(th_x, bl_x)[vector_index] -> (bl_x floordiv 4096, (bl_x floordiv 8) mod 512, "
-    "(bl_x mod 8) * 512 + th_x * 4 + vector_index), "
-    "domain: th_x in [0, 127], bl_x in [0, 24575], vector_index in [0, 3]"
-)
-
-
-@pytest.fixture
-def ctx():
-    context = make_context()
-    with context, ir.Location.unknown(context):
-        yield context
+from heron.emitters.testing.seed_modules import gelu_emitted_module
 
 
 def _private(name: str, inputs, results) -> func.FuncOp:
     op = func.FuncOp(name, ir.FunctionType.get(inputs, results))
     op.sym_visibility = ir.StringAttr.get("private")
     return op
-
-
-def gelu_module() -> ir.Module:
-    """The seeds' emitted GELU: a loop over the thread map calling @gelu (arith body)."""
-    bf16, f32 = ir.BF16Type.get(), ir.F32Type.get()
-    index = ir.IndexType.get()
-    t = ir.RankedTensorType.get([6, 512, 4096], bf16)
-    module = ir.Module.create()
-    with ir.InsertionPoint(module.body):
-        main = func.FuncOp("main", ir.FunctionType.get([t, t], [t]))
-        gelu = _private("gelu", [t, index, index, index], [bf16])
-    with ir.InsertionPoint(gelu.add_entry_block()):
-        x, i, j, k = gelu.arguments
-        e = arith.extf(f32, tensor.extract(x, [i, j, k]))
-        c = [arith.constant(f32, v) for v in (0.5, 1.0, 0.7978845608, 0.044715)]
-        cube = arith.mulf(arith.mulf(e, e), e)
-        inner = arith.mulf(arith.addf(e, arith.mulf(cube, c[3])), c[2])
-        result = arith.mulf(e, arith.mulf(arith.addf(math.tanh(inner), c[1]), c[0]))
-        func.ReturnOp([arith.truncf(bf16, result)])
-    with ir.InsertionPoint(main.add_entry_block()):
-        inp, out = main.arguments
-        tid = gpu.thread_id(gpu.Dimension.x, upper_bound=128)
-        bid = gpu.block_id(gpu.Dimension.x, upper_bound=24576)
-
-        def body(symbols, idx, iters):
-            value = pure_call_op(gelu, [inp, *idx], [bf16]).results[0]
-            return [tensor.insert(value, iters[0], idx)]
-
-        loop = loop_op(GELU_MAP, [tid, bid], [out], body)
-        func.ReturnOp([loop.results[0]])
-    return module
 
 
 def _run(module: ir.Module) -> None:
@@ -88,7 +44,7 @@ def _function_names(module: ir.Module) -> list[str]:
 
 
 def test_gelu_becomes_one_function(ctx):
-    module = gelu_module()
+    module = gelu_emitted_module("tanh")
     _run(module)
     assert _function_names(module) == ["main"]
     assert not walk_ops(module.operation, "heron_gpu.pure_call")

@@ -9,8 +9,6 @@ thread and compared with numpy/ml_dtypes.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -21,20 +19,9 @@ from mlir.dialects import func
 from heron.emitters import ir_utils
 from heron.emitters.dialect import make_context
 from heron.emitters.pipeline import PipelineOptions, lower_tensors
+from heron.emitters.testing import vector_pipeline_inputs as _inputs
 from heron.emitters.testing.host_jit import jit
 from heron.hlo.errors import UnsupportedError
-
-
-def _load_inputs():
-    """The shared inputs module next to this file (pytest runs with --import-mode=importlib)."""
-    path = Path(__file__).with_name("vector_pipeline_inputs.py")
-    spec = importlib.util.spec_from_file_location("vector_pipeline_inputs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_inputs = _load_inputs()
 
 
 def _lowered(text: str, target: str = "cuda") -> str:

@@ -13,14 +13,12 @@ import re
 import numpy as np
 import pytest
 from mlir import ir
-from mlir.dialects import arith, func, gpu, memref, scf, tensor
+from mlir.dialects import arith, func, gpu, memref, scf
 
 from heron.emitters.dialect import (
     apply_indexing_op,
-    loop_op,
     make_context,
     op_indexing_map,
-    pure_call_op,
     verify_xla_ops,
 )
 from heron.emitters.ir_utils import walk_ops
@@ -34,47 +32,8 @@ from heron.emitters.pipeline import (
 )
 from heron.emitters.pipeline.narrow_index import PASS
 from heron.emitters.testing.host_jit import jit
+from heron.emitters.testing.seed_modules import gelu_emitted_module
 from heron.indexing import parse_indexing_map
-
-GELU_MAP = (
-    "(th_x, bl_x)[vector_index] -> (bl_x floordiv 4096, (bl_x floordiv 8) mod 512, "
-    "(bl_x mod 8) * 512 + th_x * 4 + vector_index), "
-    "domain: th_x in [0, 127], bl_x in [0, 24575], vector_index in [0, 3]"
-)
-
-
-@pytest.fixture
-def ctx():
-    context = make_context()
-    with context, ir.Location.unknown(context):
-        yield context
-
-
-def gelu_module() -> ir.Module:
-    bf16 = ir.BF16Type.get()
-    index = ir.IndexType.get()
-    t = ir.RankedTensorType.get([6, 512, 4096], bf16)
-    module = ir.Module.create()
-    with ir.InsertionPoint(module.body):
-        main = func.FuncOp("main", ir.FunctionType.get([t, t], [t]))
-        gelu = func.FuncOp("gelu", ir.FunctionType.get([t, index, index, index], [bf16]))
-        gelu.sym_visibility = ir.StringAttr.get("private")
-    with ir.InsertionPoint(gelu.add_entry_block()):
-        x, i, j, k = gelu.arguments
-        e = tensor.extract(x, [i, j, k])
-        func.ReturnOp([arith.mulf(e, arith.mulf(e, e))])
-    with ir.InsertionPoint(main.add_entry_block()):
-        inp, out = main.arguments
-        tid = gpu.thread_id(gpu.Dimension.x, upper_bound=128)
-        bid = gpu.block_id(gpu.Dimension.x, upper_bound=24576)
-
-        def body(symbols, idx, iters):
-            value = pure_call_op(gelu, [inp, *idx], [bf16]).results[0]
-            return [tensor.insert(value, iters[0], idx)]
-
-        loop = loop_op(GELU_MAP, [tid, bid], [out], body)
-        func.ReturnOp([loop.results[0]])
-    return module
 
 
 def _names(module: ir.Module) -> list[str]:
@@ -82,7 +41,7 @@ def _names(module: ir.Module) -> list[str]:
 
 
 def test_gelu_through_the_first_passes(ctx):
-    module = gelu_module()
+    module = gelu_emitted_module()
     stages: dict[str, str] = {}
     passes = [inline.PASS, lower_loops.PASS, flatten_tensors.PASS, simplify_indexing.PASS, PASS]
 

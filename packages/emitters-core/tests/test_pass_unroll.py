@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 from mlir import ir
 
 from heron.emitters import ir_utils
 from heron.emitters.dialect import make_context, verify_xla_ops
 from heron.emitters.pipeline import PipelineOptions, unroll, vectorize
-
-
-def _load_inputs():
-    """The shared inputs module next to this file (pytest runs with --import-mode=importlib)."""
-    path = Path(__file__).with_name("vector_pipeline_inputs.py")
-    spec = importlib.util.spec_from_file_location("vector_pipeline_inputs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_inputs = _load_inputs()
+from heron.emitters.testing import vector_pipeline_inputs as _inputs
 
 
 def _names(module: ir.Module, name: str) -> list[ir.Operation]:

@@ -8,23 +8,8 @@ from mlir import ir
 from heron.emitters import ir_utils
 from heron.emitters.dialect import make_context, verify_xla_ops
 from heron.emitters.pipeline import PipelineOptions, vectorize
+from heron.emitters.testing.vector_pipeline_inputs import flat_loop, gelu_flat
 from heron.indexing import Dim, Symbol, parse_indexing_map
-
-
-def _load_inputs():
-    """The shared inputs module next to this file (pytest runs with --import-mode=importlib)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).with_name("vector_pipeline_inputs.py")
-    spec = importlib.util.spec_from_file_location("vector_pipeline_inputs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_inputs = _load_inputs()
-flat_loop, gelu_flat = _inputs.flat_loop, _inputs.gelu_flat
 
 
 def _vectorized(text: str) -> tuple[str, str]:

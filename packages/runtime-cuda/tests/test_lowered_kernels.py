@@ -2,43 +2,23 @@
 memory, shuffles and calls become PTX that ptxas accepts for sm_80 and sm_90.
 
 The inputs are the hand-written lower-tensors inputs of the pipeline tests
-(packages/emitters-core/tests/vector_pipeline_inputs.py), lowered by the pass here.
+(heron.emitters.testing.vector_pipeline_inputs), lowered by the pass here.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import pytest
-from mlir import ir
 
-from heron.emitters.dialect import make_context
 from heron.emitters.pipeline import PipelineOptions, lower_tensors
-from heron.runtime.cuda.compiler import compile_to_ptx, validate_ptx
-
-_INPUTS = Path(__file__).resolve().parents[2] / "emitters-core" / "tests"
-
-
-def _load_inputs():
-    path = _INPUTS / "vector_pipeline_inputs.py"
-    spec = importlib.util.spec_from_file_location("vector_pipeline_inputs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_inputs = _load_inputs()
+from heron.emitters.testing import vector_pipeline_inputs as _inputs
+from heron.emitters.testing.kernels import kernel_after, ptx_and_stages
 
 
 def _ptx(text: str, arch: str) -> str:
-    with make_context(), ir.Location.unknown():
-        module = ir.Module.parse(text)
-        lower_tensors.run(module, PipelineOptions(target="cuda"))
-        ptx = compile_to_ptx(module, arch).ptx
-    validate_ptx(ptx, arch)
-    return ptx
+    lowered = kernel_after(text, lambda m: lower_tensors.run(m, PipelineOptions(target="cuda")))
+    return ptx_and_stages(lowered, arch)[0]
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

@@ -2,44 +2,22 @@
 memory, shuffles and calls become HSACO for gfx90a and gfx942.
 
 The inputs are the hand-written lower-tensors inputs of the pipeline tests
-(packages/emitters-core/tests/vector_pipeline_inputs.py), lowered by the pass here.
+(heron.emitters.testing.vector_pipeline_inputs), lowered by the pass here.
 """
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-from mlir import ir
 
-from heron.emitters.dialect import make_context
 from heron.emitters.pipeline import PipelineOptions, lower_tensors
-from heron.runtime.rocm.compiler import EM_AMDGPU, compile_to_hsaco, elf_machine
-
-_INPUTS = Path(__file__).resolve().parents[2] / "emitters-core" / "tests"
-
-
-def _load_inputs():
-    path = _INPUTS / "vector_pipeline_inputs.py"
-    spec = importlib.util.spec_from_file_location("vector_pipeline_inputs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_inputs = _load_inputs()
+from heron.emitters.testing import vector_pipeline_inputs as _inputs
+from heron.emitters.testing.kernels import hsaco_stages, kernel_after
 
 
 def _stages(text: str, arch: str) -> dict[str, str]:
     """Every dumped stage of compiling ``text`` (after lower-tensors) for ``arch``."""
-    stages: dict[str, str] = {}
-    with make_context(), ir.Location.unknown():
-        module = ir.Module.parse(text)
-        lower_tensors.run(module, PipelineOptions(target="rocm"))
-        hsaco = compile_to_hsaco(module, arch, dump=lambda name, s: stages.__setitem__(name, s))
-    assert elf_machine(hsaco) == EM_AMDGPU
-    return stages
+    lowered = kernel_after(text, lambda m: lower_tensors.run(m, PipelineOptions(target="rocm")))
+    return hsaco_stages(lowered, arch)
 
 
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])

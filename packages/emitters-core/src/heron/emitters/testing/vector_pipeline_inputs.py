@@ -1,6 +1,7 @@
 """Hand-written IR at the input stages of vectorize-loads-stores, unroll-loops and lower-tensors.
 
-Shared by test_pass_vectorize.py, test_pass_unroll.py and test_pass_lower_tensors.py:
+Shared by the emitters-core pass tests (vectorize, unroll, lower-tensors) and the
+backends' lowered-kernel tests (runtime-cuda, runtime-rocm):
 the seeds' GELU after flatten-tensors (xla-gpu-emitters.md, "Flatten tensors"),
 variants that must not be vectorized, and kernels at the lower-tensors input
 stage (no apply_indexing, index arithmetic) for every element kind.

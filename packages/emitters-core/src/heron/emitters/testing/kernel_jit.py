@@ -1,0 +1,401 @@
+"""Run a ``lower-tensors``-stage loop kernel on the host CPU, every thread of its grid.
+
+Why: until a GPU (or the interpreter device) runs heron's kernels, nothing else
+checks that what the whole pipeline makes of a fusion computes the right values.
+The ``lower-tensors`` stage is the last backend-neutral one (docs/pipeline.md):
+a ``gpu.module`` whose ``gpu.func ... kernel`` takes one static memref per
+buffer. :func:`run_lowered_kernel` turns that kernel into a host
+``func.func`` that loops over every block id and thread id (an ``scf.for``
+nest, block z/y/x outermost, thread z/y/x innermost) with the kernel body
+cloned inside, JIT-compiles it with :func:`heron.emitters.testing.host_jit.jit`
+and runs it on numpy arrays converted to the buffers' memory representation.
+
+Memory representation (docs/pipeline.md, "memory after lower-tensors"): each
+buffer holds its array in the physical order of the HLO layout (the shape's
+``minor_to_major``, most major dimension first); ``pred`` is one byte, 0 or
+1; the fp8 family travels as its bits in ``uint8``; sub-byte types (s4, u4,
+s2, u2, f4e2m1fn) are packed, element k in bits ``(k*w) % 8`` of byte
+``k*w // 8``, low bits first; complex is numpy complex.
+
+Threads run one after the other. That is only right for loop kernels, whose
+threads do not talk to each other: a kernel with ``gpu.barrier``,
+``gpu.shuffle`` or workgroup memory is refused with an ``UnsupportedError``.
+Output buffers are filled with a ``poison`` byte before the run, so a caller
+can find elements the kernel never wrote (run twice with two poison bytes and
+compare, see :func:`run_lowered_kernel`).
+
+This is a test aid: it needs llvmlite (the ``[compile]`` extras).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from collections.abc import Sequence
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import arith, func, scf
+
+from heron.emitters import ir_utils
+from heron.emitters.pipeline.manager import run_upstream
+from heron.emitters.testing.host_jit import jit
+from heron.hlo.element_types import ElementType
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.shapes import ArrayShape
+
+__all__ = [
+    "HOST_FUNCTION",
+    "from_memory",
+    "host_module",
+    "memory_size",
+    "run_lowered_kernel",
+    "to_memory",
+]
+
+#: The symbol of the host function that runs the whole grid.
+HOST_FUNCTION = "heron_host_grid"
+
+_DIMENSIONS = ("x", "y", "z")
+#: GPU ops that make a kernel's threads depend on each other: not a loop kernel.
+_COOPERATIVE = frozenset(
+    {"gpu.barrier", "gpu.shuffle", "gpu.subgroup_reduce", "gpu.all_reduce", "gpu.lane_id"}
+)
+#: Element counts above this are refused (the host would need the memory).
+MAX_HOST_ELEMENTS = 1 << 28
+
+
+# -- memory representation ---------------------------------------------------------
+
+
+def _check_layout(shape: ArrayShape) -> None:
+    suffix = shape.layout.suffix if shape.layout is not None else ""
+    if suffix and not all(part.startswith("E(") for part in suffix.split(":") if part):
+        raise UnsupportedError(
+            f"kernel_jit: layout {shape.layout} of {shape.element_type.name.lower()}"
+            f"{list(shape.dims)} has tiling; only minor_to_major orders are supported"
+        )
+
+
+def _major_to_minor(shape: ArrayShape) -> tuple[int, ...]:
+    _check_layout(shape)
+    return tuple(reversed(shape.minor_to_major))
+
+
+def memory_size(shape: ArrayShape) -> int:
+    """The buffer's memref length: elements, or bytes for packed sub-byte types."""
+    count = max(shape.num_elements, 1)
+    if shape.element_type.is_sub_byte:
+        return (count * shape.element_type.bit_width + 7) // 8
+    return count
+
+
+def _memory_dtype(element: ElementType) -> np.dtype:
+    if element.is_complex:
+        return np.dtype(element.numpy_dtype)
+    if element is ElementType.PRED or element.is_sub_byte or element.bit_width == 8:
+        return np.dtype(np.uint8)
+    return np.dtype(element.numpy_dtype)
+
+
+def to_memory(values: np.ndarray, shape: ArrayShape) -> np.ndarray:
+    """Logical numpy ``values`` of ``shape`` -> the flat buffer the kernel reads."""
+    element = shape.element_type
+    array = np.asarray(values, dtype=element.numpy_dtype).reshape(shape.dims)
+    flat = np.ascontiguousarray(np.transpose(array, _major_to_minor(shape))).reshape(-1)
+    if element is ElementType.PRED:
+        return flat.astype(np.uint8)
+    if element.is_sub_byte:
+        width = element.bit_width
+        bits = flat.view(np.uint8).astype(np.uint32) & ((1 << width) - 1)
+        per_byte = 8 // width
+        padded = np.zeros(memory_size(shape) * per_byte, np.uint32)
+        padded[: bits.size] = bits
+        lanes = padded.reshape(-1, per_byte) << (np.arange(per_byte, dtype=np.uint32) * width)
+        return np.bitwise_or.reduce(lanes, axis=1).astype(np.uint8)
+    if element.is_complex:
+        return flat.copy()
+    return flat.view(_memory_dtype(element)).copy()
+
+
+def from_memory(buffer: np.ndarray, shape: ArrayShape) -> np.ndarray:
+    """The kernel's flat ``buffer`` -> logical numpy values of ``shape``.
+
+    Raises ``ValueError`` for a ``pred`` byte that is neither 0 nor 1 (a
+    store the kernel never made, or a wrong one).
+    """
+    element = shape.element_type
+    count = shape.num_elements
+    if element is ElementType.PRED:
+        raw = buffer[:count]
+        bad = np.flatnonzero(raw > 1)
+        if bad.size:
+            raise ValueError(
+                f"pred buffer holds {bad.size} bytes that are neither 0 nor 1, first at"
+                f" physical index {bad[0]}: {raw[bad[0]]:#x}"
+            )
+        flat = raw.astype(bool)
+    elif element.is_sub_byte:
+        width = element.bit_width
+        per_byte = 8 // width
+        shifts = np.arange(per_byte, dtype=np.uint8) * width
+        lanes = (buffer[:, None] >> shifts) & ((1 << width) - 1)
+        raw = lanes.reshape(-1)[:count].astype(np.uint8)
+        if element.is_signed_integral:
+            signed = raw.astype(np.int8) - ((raw >> (width - 1)) << width).astype(np.int8)
+            flat = signed.astype(element.numpy_dtype)
+        elif element.is_floating:
+            flat = raw.view(element.numpy_dtype)
+        else:
+            flat = raw.astype(element.numpy_dtype)
+    else:
+        flat = buffer[:count].view(element.numpy_dtype)
+    order = _major_to_minor(shape)
+    physical = flat.reshape([shape.dims[d] for d in order])
+    return np.ascontiguousarray(np.transpose(physical, np.argsort(order)))
+
+
+def _poisoned(shape: ArrayShape, poison: int) -> np.ndarray:
+    """An output buffer of ``shape`` with every byte ``poison``."""
+    dtype = _memory_dtype(shape.element_type)
+    return np.full(memory_size(shape) * dtype.itemsize, poison & 0xFF, np.uint8).view(dtype)
+
+
+def _element_of(values: np.ndarray) -> ElementType:
+    for element in ElementType:
+        if not element.is_token and np.dtype(element.numpy_dtype) == values.dtype:
+            return element
+    raise UnsupportedError(f"kernel_jit: no HLO element type for numpy dtype {values.dtype}")
+
+
+# -- the host function ---------------------------------------------------------------
+
+
+def _kernel_of(lowered: ir.Module) -> tuple[ir.Operation, list[ir.Operation]]:
+    """The gpu.func kernel and the other ops of the (single) gpu.module."""
+    modules = [op.operation for op in lowered.body.operations if op.operation.name == "gpu.module"]
+    if len(modules) != 1:
+        raise UnsupportedError(
+            f"kernel_jit: expected one gpu.module (the lower-tensors stage), found {len(modules)}"
+        )
+    ops = ir_utils.block_ops(modules[0].regions[0].blocks[0])
+    kernels = [op for op in ops if op.name == "gpu.func" and "gpu.kernel" in op.attributes]
+    if len(kernels) != 1:
+        raise UnsupportedError(f"kernel_jit: expected one gpu.func kernel, found {len(kernels)}")
+    return kernels[0], [op for op in ops if op.name != "gpu.func"]
+
+
+def _dimension(op: ir.Operation) -> int:
+    text = str(op.attributes["dimension"])  # "#gpu<dim x>"
+    return _DIMENSIONS.index(text.rstrip(">").split()[-1])
+
+
+def _check_loop_kernel(kernel: ir.Operation, name: str) -> None:
+    inputs = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value).inputs
+    body = kernel.regions[0].blocks
+    if len(body) != 1:
+        raise UnsupportedError(f"kernel_jit: kernel @{name} has {len(body)} blocks, expected 1")
+    if len(body[0].arguments) != len(inputs):
+        raise UnsupportedError(
+            f"kernel_jit: kernel @{name} uses workgroup or private memory; this harness runs"
+            " loop kernels only (threads run one after the other)"
+        )
+    for op in ir_utils.walk_ops(kernel):
+        if op.name in _COOPERATIVE:
+            raise UnsupportedError(
+                f"kernel_jit: kernel @{name} uses {op.name}; this harness runs loop kernels"
+                " only (threads run one after the other, so they cannot cooperate)"
+            )
+        for value in (*op.operands, *op.results):
+            if isinstance(value.type, ir.MemRefType) and "workgroup" in str(value.type):
+                raise UnsupportedError(
+                    f"kernel_jit: kernel @{name} uses workgroup memory ({value.type}); this"
+                    " harness runs loop kernels only"
+                )
+
+
+def host_module(
+    lowered: ir.Module, grid: Sequence[int], block: Sequence[int]
+) -> tuple[ir.Module, list[ir.MemRefType]]:
+    """The kernel of ``lowered`` as ``func.func @heron_host_grid(buffers...)`` over the grid.
+
+    Returns the host module (in ``lowered``'s context; ``lowered`` is not
+    changed) and the buffer types. Must be called inside that context.
+    """
+    grid = _three(grid, "grid")
+    block = _three(block, "block")
+    kernel, others = _kernel_of(lowered)
+    name = ir.StringAttr(kernel.attributes["sym_name"]).value
+    _check_loop_kernel(kernel, name)
+    _check_known_sizes(kernel, name, grid, block)
+    body = kernel.regions[0].blocks[0]
+    buffer_types = [a.type for a in body.arguments]
+    for t in buffer_types:
+        if not isinstance(t, ir.MemRefType) or not ir.ShapedType(t).has_static_shape:
+            raise UnsupportedError(
+                f"kernel_jit: kernel @{name} argument {t} is not a static memref"
+            )
+    host = ir.Module.create()
+    with ir.InsertionPoint(host.body):
+        for op in others:
+            if op.name not in ("memref.global", "func.func"):
+                raise UnsupportedError(f"kernel_jit: unexpected {op.name} in the gpu.module")
+            op.clone()
+        function = func.FuncOp(HOST_FUNCTION, ir.FunctionType.get(buffer_types, []))
+    entry = function.add_entry_block()
+    mapping: dict[ir.Value, ir.Value] = dict(zip(body.arguments, entry.arguments, strict=True))
+    with ir.InsertionPoint(entry):
+        with contextlib.ExitStack() as loops:
+            ids = _loop_nest(loops, grid, block)  # block z, y, x, thread z, y, x
+            block_ids, thread_ids = ids[2::-1], ids[:2:-1]
+            _clone_body(body, name, mapping, block_ids, thread_ids, grid, block)
+        func.ReturnOp([])
+    host.operation.verify()
+    return host, buffer_types
+
+
+def _three(sizes: Sequence[int], what: str) -> tuple[int, int, int]:
+    sizes = tuple(int(s) for s in sizes)
+    if not 1 <= len(sizes) <= 3 or min(sizes) < 1:
+        raise UnsupportedError(f"kernel_jit: {what} {sizes} must be 1 to 3 positive sizes")
+    return (*sizes, *(1,) * (3 - len(sizes)))  # type: ignore[return-value]
+
+
+def _check_known_sizes(kernel: ir.Operation, name: str, grid, block) -> None:
+    for attribute, sizes in (("known_grid_size", grid), ("known_block_size", block)):
+        if attribute in kernel.attributes:
+            known = tuple(int(v) for v in ir.DenseI32ArrayAttr(kernel.attributes[attribute]))
+            if known != tuple(sizes):
+                raise UnsupportedError(
+                    f"kernel_jit: kernel @{name} has {attribute} {known}, launched with {sizes}"
+                )
+
+
+def _loop_nest(loops: contextlib.ExitStack, grid, block) -> list[ir.Value]:
+    """Six nested scf.for (block z, y, x, thread z, y, x), entered on ``loops``.
+
+    The insertion point moves into the innermost body; closing ``loops``
+    terminates every body with its ``scf.yield``, innermost first.
+    """
+    index = ir.IndexType.get()
+    zero = arith.ConstantOp(index, 0).result
+    one = arith.ConstantOp(index, 1).result
+    ivs = []
+    for size in (*reversed(grid), *reversed(block)):
+        loop = scf.ForOp(zero, arith.ConstantOp(index, size).result, one)
+        loops.enter_context(ir.InsertionPoint(loop.body))
+        loops.callback(scf.YieldOp, [])  # runs before this insertion point is left
+        ivs.append(loop.induction_variable)
+    return ivs
+
+
+def _clone_body(body: ir.Block, name: str, mapping, block_ids, thread_ids, grid, block) -> None:
+    """The kernel's ops at the insertion point: launch ids mapped, gpu.return dropped."""
+    for op in ir_utils.block_ops(body):
+        if op.name == "gpu.return":
+            if len(op.operands):
+                raise UnsupportedError(f"kernel_jit: kernel @{name} returns values")
+            continue
+        replacement = _launch_value(op, block_ids, thread_ids, grid, block)
+        if replacement is not None:
+            mapping[op.results[0]] = replacement
+            continue
+        if op.name.startswith("gpu."):
+            raise UnsupportedError(
+                f"kernel_jit: kernel @{name} uses {op.name}, which this harness does not run"
+            )
+        new = ir_utils.clone_with_mapping(op, mapping)
+        mapping.update(zip(op.results, new.results, strict=True))
+
+
+def _launch_value(op, block_ids, thread_ids, grid, block) -> ir.Value | None:
+    """What ``gpu.block_id``/``thread_id``/``block_dim``/``grid_dim`` become on the host."""
+    index = ir.IndexType.get()
+    if op.name == "gpu.block_id":
+        return block_ids[_dimension(op)]
+    if op.name == "gpu.thread_id":
+        return thread_ids[_dimension(op)]
+    if op.name == "gpu.block_dim":
+        return arith.ConstantOp(index, block[_dimension(op)]).result
+    if op.name == "gpu.grid_dim":
+        return arith.ConstantOp(index, grid[_dimension(op)]).result
+    return None
+
+
+def _lower_vectors(module: ir.Module) -> None:
+    """vector.load/store/extract/from_elements -> LLVM before the host pipeline runs."""
+    run_upstream(module, "builtin.module(convert-vector-to-scf,convert-vector-to-llvm)")
+
+
+# -- running ---------------------------------------------------------------------------
+
+
+def run_lowered_kernel(
+    lowered: ir.Module,
+    inputs: Sequence[np.ndarray],
+    output_shapes: Sequence[ArrayShape],
+    grid: Sequence[int],
+    block: Sequence[int],
+    *,
+    input_shapes: Sequence[ArrayShape] | None = None,
+    poison: int = 0xA5,
+) -> list[np.ndarray]:
+    """Run the kernel of ``lowered`` (lower-tensors stage) for every thread; the outputs.
+
+    ``inputs`` are logical numpy arrays, one per input buffer; their HLO
+    shapes (element type and layout) are ``input_shapes``, by default the
+    element type of each array's dtype in row-major order. ``output_shapes``
+    give the output buffers' shapes. ``grid``/``block`` are the launch sizes
+    (x, y, z; missing ones are 1) and must match the kernel's
+    ``known_grid_size``/``known_block_size``. Output buffers start filled with
+    the byte ``poison``: an element the kernel never writes comes back as
+    those bits (or, for pred, as a ``ValueError``), so running with two
+    different poison bytes and comparing finds it.
+
+    ``lowered`` is not changed. Raises ``UnsupportedError`` for a kernel that
+    is not a loop kernel (barriers, shuffles, workgroup memory).
+    """
+    inputs = [np.asarray(x) for x in inputs]
+    if input_shapes is None:
+        input_shapes = [
+            ArrayShape(_element_of(x), tuple(x.shape))
+            for x in inputs  # row-major
+        ]
+    shapes = [*input_shapes, *output_shapes]
+    for shape in shapes:
+        if shape.num_elements > MAX_HOST_ELEMENTS:
+            raise UnsupportedError(
+                f"kernel_jit: buffer {shape} has {shape.num_elements} elements, more than the"
+                f" host harness allows ({MAX_HOST_ELEMENTS})"
+            )
+    buffers = [to_memory(x, s) for x, s in zip(inputs, input_shapes, strict=True)]
+    buffers += [_poisoned(s, poison) for s in output_shapes]
+    with lowered.context, ir.Location.unknown():
+        host, types = host_module(lowered, grid, block)
+        if len(types) != len(buffers):
+            raise UnsupportedError(
+                f"kernel_jit: the kernel takes {len(types)} buffers, given"
+                f" {len(inputs)} inputs and {len(output_shapes)} outputs"
+            )
+        for k, (t, buffer, shape) in enumerate(zip(types, buffers, shapes, strict=True)):
+            memref = ir.MemRefType(t)
+            bits = ir.ShapedType(t).element_type
+            width = _bits_of(bits)
+            if memref.shape[0] != buffer.size or width != buffer.dtype.itemsize * 8:
+                raise UnsupportedError(
+                    f"kernel_jit: buffer {k} ({shape}) is {buffer.size} x {buffer.dtype} in"
+                    f" memory, the kernel takes {t}"
+                )
+        address = jit(host, HOST_FUNCTION, _lower_vectors)
+    signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(buffers))
+    signature(address)(*(b.ctypes.data for b in buffers))
+    outputs = buffers[len(inputs) :]
+    return [from_memory(b, s) for b, s in zip(outputs, output_shapes, strict=True)]
+
+
+def _bits_of(element: ir.Type) -> int:
+    if isinstance(element, ir.ComplexType):
+        return 2 * _bits_of(element.element_type)
+    if isinstance(element, ir.IntegerType):
+        return element.width
+    return ir.FloatType(element).width
