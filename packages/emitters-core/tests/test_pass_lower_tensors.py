@@ -1,27 +1,24 @@
 """lower-tensors: the gpu.module kernel, memory types, shared memory, atomics, calls.
 
 Structure is checked on the printed IR; the element-kind kernel (pred, s4, fp8,
-f4, c64, array constants of each) is also run on the host: its gpu.func body is
-moved into a host function taking the thread id, JIT-compiled, run for every
-thread and compared with numpy/ml_dtypes.
+f4, c64, array constants of each) is also run on the host for every thread
+(``heron.emitters.testing.kernel_jit``) and compared with numpy/ml_dtypes.
 """
 
 from __future__ import annotations
-
-import ctypes
 
 import ml_dtypes
 import numpy as np
 import pytest
 from mlir import ir
-from mlir.dialects import func
 
-from heron.emitters import ir_utils
 from heron.emitters.dialect import make_context
 from heron.emitters.pipeline import PipelineOptions, lower_tensors
 from heron.emitters.testing import vector_pipeline_inputs as _inputs
-from heron.emitters.testing.host_jit import jit
+from heron.emitters.testing.kernel_jit import run_lowered_kernel
+from heron.hlo.element_types import ElementType as E
 from heron.hlo.errors import UnsupportedError
+from heron.hlo.shapes import ArrayShape
 
 
 def _lowered(text: str, target: str = "cuda") -> str:
@@ -83,86 +80,39 @@ def test_array_constants_in_memory_layout():
         assert list(np.array(lower_tensors.memory_constant(f4)).astype(np.uint8)) == expected
 
 
-def _host_module(lowered: ir.Module) -> ir.Module:
-    """The gpu.func as ``func.func @kernel(%tid: index, buffers...)``, with the globals."""
-    gpu_module = next(
-        op.operation for op in lowered.body.operations if op.operation.name == "gpu.module"
-    )
-    host = ir.Module.create()
-    ops = ir_utils.block_ops(gpu_module.regions[0].blocks[0])
-    kernel = next(op for op in ops if op.name == "gpu.func")
-    body = kernel.regions[0].blocks[0]
-    index = ir.IndexType.get()
-    with ir.InsertionPoint(host.body):
-        for op in ops:
-            if op.name == "memref.global":
-                op.clone()
-        function = func.FuncOp(
-            "kernel", ir.FunctionType.get([index, *[a.type for a in body.arguments]], [])
-        )
-    block = function.add_entry_block()
-    mapping = dict(zip(body.arguments, list(block.arguments)[1:], strict=True))
-    with ir.InsertionPoint(block):
-        for op in ir_utils.block_ops(body):
-            if op.name == "gpu.thread_id":
-                mapping[op.results[0]] = block.arguments[0]
-            elif op.name == "gpu.return":
-                func.ReturnOp([])
-            else:
-                new = ir_utils.clone_with_mapping(op, mapping)
-                mapping.update(zip(op.results, new.results, strict=True))
-    host.operation.verify()
-    return host
-
-
-def _pack4(nibbles: np.ndarray) -> np.ndarray:
-    nibbles = nibbles.astype(np.uint8) & 0xF
-    return (nibbles[0::2] | (nibbles[1::2] << 4)).astype(np.uint8)
-
-
-def _unpack4(packed: np.ndarray) -> np.ndarray:
-    return np.stack([packed & 0xF, packed >> 4], axis=1).reshape(-1)
-
-
 def test_element_kinds_run_on_the_host_like_numpy():
     rng = np.random.default_rng(0)
     n = 16
-    pred = rng.integers(0, 2, n).astype(np.uint8)
+    pred = rng.integers(0, 2, n).astype(bool)
     s4 = rng.integers(-8, 8, n)
     f8 = rng.integers(0, 256, n).astype(np.uint8)
     f4 = rng.integers(0, 16, n).astype(np.uint8)
     c = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
-    garbage = rng.integers(0, 256, 8).astype(np.uint8)  # packed outputs start dirty
-    buffers = [
-        pred.copy(),
-        _pack4(s4),
-        f8.copy(),
-        _pack4(f4),
-        c.copy(),
-        np.zeros(n, np.uint8),
-        garbage.copy(),
-        np.zeros(n, np.uint8),
-        garbage[::-1].copy(),
-        np.zeros(n, np.complex64),
+    kinds = [E.PRED, E.S4, E.F8E4M3FN, E.F4E2M1FN, E.C64]
+    shapes = [ArrayShape(kind, (n,)) for kind in kinds]
+    inputs = [
+        pred,
+        s4.astype(ml_dtypes.int4),
+        f8.view(ml_dtypes.float8_e4m3fn),
+        f4.view(ml_dtypes.float4_e2m1fn),
+        c,
     ]
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(_inputs.elements_lower_input())
         lower_tensors.run(module, PipelineOptions())
-        address = jit(_host_module(module), "kernel")
-    kernel = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * len(buffers))(address)
-    for tid in range(n):
-        kernel(tid, *[b.ctypes.data for b in buffers])
+    # the packed outputs start dirty (poison): the stores must clear their bits
+    out = run_lowered_kernel(module, inputs, shapes, (1,), (n,), input_shapes=shapes)
 
-    ptable = np.array([1, 0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 0, 1, 0], np.uint8)
+    ptable = np.array([1, 0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 0, 1, 0], bool)
     s4table = np.array([1, -2, 3, -4, 5, -6, 7, -8, 0, 1, 2, 3, 4, 5, 6, 7])
     f8table = np.arange(1, 17, dtype=np.float32).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
     ctable = np.tile(np.array([1 + 2j, 3 + 4j, 5 + 6j, 7 + 8j], np.complex64), 4)
     s4_sum = (s4 + s4table) & 0xF
-    np.testing.assert_array_equal(buffers[5], pred ^ ptable)
-    np.testing.assert_array_equal(_unpack4(buffers[6]), s4_sum)
-    np.testing.assert_array_equal(buffers[7], f8 ^ f8table)
-    np.testing.assert_array_equal(_unpack4(buffers[8]), (f4 ^ s4_sum) & 0xF)
-    np.testing.assert_array_equal(buffers[9], ctable.imag + 1j * c.real)
+    np.testing.assert_array_equal(out[0], pred ^ ptable)
+    np.testing.assert_array_equal(out[1].astype(np.int64) & 0xF, s4_sum)
+    np.testing.assert_array_equal(out[2].view(np.uint8), f8 ^ f8table)
+    np.testing.assert_array_equal(out[3].view(np.uint8) & 0xF, (f4 ^ s4_sum) & 0xF)
+    np.testing.assert_array_equal(out[4], ctable.imag + 1j * c.real)
 
 
 @pytest.mark.parametrize(("target", "warp"), [("cuda", 32), ("rocm", 64)])

@@ -33,6 +33,7 @@ import contextlib
 import ctypes
 from collections.abc import Sequence
 
+import attrs
 import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, scf
@@ -46,10 +47,13 @@ from heron.hlo.shapes import ArrayShape
 
 __all__ = [
     "HOST_FUNCTION",
+    "HostKernel",
+    "compile_lowered_kernel",
     "from_memory",
     "host_module",
     "memory_size",
     "run_lowered_kernel",
+    "share_pure_calls",
     "to_memory",
 ]
 
@@ -152,7 +156,7 @@ def from_memory(buffer: np.ndarray, shape: ArrayShape) -> np.ndarray:
         flat = buffer[:count].view(element.numpy_dtype)
     order = _major_to_minor(shape)
     physical = flat.reshape([shape.dims[d] for d in order])
-    return np.ascontiguousarray(np.transpose(physical, np.argsort(order)))
+    return np.transpose(physical, np.argsort(order)).copy()  # not ascontiguousarray: 0-d stays 0-d
 
 
 def _poisoned(shape: ArrayShape, poison: int) -> np.ndarray:
@@ -240,6 +244,12 @@ def host_module(
         for op in others:
             if op.name not in ("memref.global", "func.func"):
                 raise UnsupportedError(f"kernel_jit: unexpected {op.name} in the gpu.module")
+            for inner in ir_utils.walk_ops(op):
+                if inner.name.startswith("gpu."):
+                    raise UnsupportedError(
+                        f"kernel_jit: {inner.name} in a function the kernel @{name} calls;"
+                        " this harness runs loop kernels only"
+                    )
             op.clone()
         function = func.FuncOp(HOST_FUNCTION, ir.FunctionType.get(buffer_types, []))
     entry = function.add_entry_block()
@@ -322,12 +332,159 @@ def _launch_value(op, block_ids, thread_ids, grid, block) -> ir.Value | None:
     return None
 
 
-def _lower_vectors(module: ir.Module) -> None:
-    """vector.load/store/extract/from_elements -> LLVM before the host pipeline runs."""
+#: Ops that write memory: a function holding one (or calling one that does) is not pure.
+_WRITES = frozenset(
+    {
+        "memref.store",
+        "memref.atomic_rmw",
+        "memref.generic_atomic_rmw",
+        "vector.store",
+        "vector.transfer_write",
+    }
+)
+
+
+def _pure_functions(module: ir.Module) -> set[str]:
+    """The ``func.func`` symbols of ``module`` that write no memory, calls included."""
+    functions = {
+        ir.StringAttr(op.attributes["sym_name"]).value: op
+        for op in ir_utils.block_ops(module.body)
+        if op.name == "func.func"
+    }
+    writes: dict[str, bool] = {}
+
+    def writes_memory(name: str, active: frozenset[str]) -> bool:
+        if name not in writes:
+            if name not in functions or name in active:
+                return True  # a declaration or recursion: assume the worst
+            ops = ir_utils.walk_ops(functions[name])
+            writes[name] = any(op.name in _WRITES for op in ops) or any(
+                writes_memory(_callee(op), active | {name}) for op in ops if op.name == "func.call"
+            )
+        return writes[name]
+
+    return {name for name in functions if not writes_memory(name, frozenset())}
+
+
+def _callee(call: ir.Operation) -> str:
+    return ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+
+
+def share_pure_calls(module: ir.Module) -> int:
+    """Replace each ``func.call`` of a pure function by an identical dominating one; the count.
+
+    The surviving functions of a lower-tensors module are the callees of
+    ``pure_call``s; one function may call the same callee with the same
+    operands many times, so without sharing the calls the work per thread
+    grows exponentially with the nesting (``mof_reshapes.hlo``: six million
+    calls per thread). The device backends get the sharing from LLVM O3
+    (readonly calls are CSE'd, then inlined); the host JIT does not optimize
+    the IR, so it is done here, as the GPU compiler would.
+    """
+    pure = _pure_functions(module)
+    shared = 0
+
+    def visit_region(region: ir.Region, seen: dict) -> None:
+        nonlocal shared
+        for block in region.blocks:
+            scope = dict(seen)  # calls in outer blocks dominate this one
+            for op in ir_utils.block_ops(block):
+                if op.name == "func.call" and _callee(op) in pure:
+                    key = (_callee(op), tuple(op.operands))
+                    earlier = scope.get(key)
+                    if earlier is not None:
+                        for old, new in zip(op.results, earlier.results, strict=True):
+                            old.replace_all_uses_with(new)
+                        op.erase()
+                        shared += 1
+                        continue
+                    scope[key] = op
+                for nested in op.regions:
+                    visit_region(nested, scope)
+
+    for op in ir_utils.block_ops(module.body):
+        if op.name == "func.func":
+            for region in op.regions:
+                visit_region(region, {})
+    return shared
+
+
+def _prepare_for_host(module: ir.Module) -> None:
+    """Share pure calls, then vector ops -> LLVM, before host_jit's own lowering runs."""
+    share_pure_calls(module)
     run_upstream(module, "builtin.module(convert-vector-to-scf,convert-vector-to-llvm)")
 
 
 # -- running ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class HostKernel:
+    """A lower-tensors kernel JIT-compiled for the host: call it on numpy inputs, many times."""
+
+    input_shapes: tuple[ArrayShape, ...]
+    output_shapes: tuple[ArrayShape, ...]
+    address: int = attrs.field(repr=False)
+
+    def __call__(self, inputs: Sequence[np.ndarray], poison: int = 0xA5) -> list[np.ndarray]:
+        """Run every thread once on ``inputs`` (logical arrays); the outputs, logical.
+
+        Output buffers start filled with the byte ``poison`` (see
+        :func:`run_lowered_kernel`).
+        """
+        if len(inputs) != len(self.input_shapes):
+            raise UnsupportedError(
+                f"kernel_jit: the kernel takes {len(self.input_shapes)} inputs, given {len(inputs)}"
+            )
+        buffers = [to_memory(x, s) for x, s in zip(inputs, self.input_shapes, strict=True)]
+        outputs = [_poisoned(s, poison) for s in self.output_shapes]
+        signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(buffers) + len(outputs)))
+        signature(self.address)(*(b.ctypes.data for b in (*buffers, *outputs)))
+        return [from_memory(b, s) for b, s in zip(outputs, self.output_shapes, strict=True)]
+
+
+def compile_lowered_kernel(
+    lowered: ir.Module,
+    input_shapes: Sequence[ArrayShape],
+    output_shapes: Sequence[ArrayShape],
+    grid: Sequence[int],
+    block: Sequence[int],
+) -> HostKernel:
+    """JIT the kernel of ``lowered`` (lower-tensors stage) over the launch ``grid`` x ``block``.
+
+    ``input_shapes``/``output_shapes`` are the buffers' HLO shapes (element
+    type and layout), checked against the kernel's memref arguments.
+    ``grid``/``block`` are the launch sizes (x, y, z; missing ones are 1) and
+    must match the kernel's ``known_grid_size``/``known_block_size``.
+    ``lowered`` is not changed. Raises ``UnsupportedError`` for a kernel that
+    is not a loop kernel (barriers, shuffles, workgroup memory) or buffers
+    that do not fit.
+    """
+    shapes = [*input_shapes, *output_shapes]
+    for shape in shapes:
+        if shape.num_elements > MAX_HOST_ELEMENTS:
+            raise UnsupportedError(
+                f"kernel_jit: buffer {shape} has {shape.num_elements} elements, more than the"
+                f" host harness allows ({MAX_HOST_ELEMENTS})"
+            )
+    with lowered.context, ir.Location.unknown():
+        host, types = host_module(lowered, grid, block)
+        if len(types) != len(shapes):
+            raise UnsupportedError(
+                f"kernel_jit: the kernel takes {len(types)} buffers, given"
+                f" {len(input_shapes)} inputs and {len(output_shapes)} outputs"
+            )
+        for k, (t, shape) in enumerate(zip(types, shapes, strict=True)):
+            length = ir.MemRefType(t).shape[0]
+            width = _bits_of(ir.ShapedType(t).element_type)
+            dtype = _memory_dtype(shape.element_type)
+            if length != memory_size(shape) or width != dtype.itemsize * 8:
+                raise UnsupportedError(
+                    f"kernel_jit: buffer {k} ({shape}) is {memory_size(shape)} x {dtype} in"
+                    f" memory, the kernel takes {t}"
+                )
+        address = jit(host, HOST_FUNCTION, _prepare_for_host)
+    return HostKernel(tuple(input_shapes), tuple(output_shapes), address)
 
 
 def run_lowered_kernel(
@@ -345,52 +502,18 @@ def run_lowered_kernel(
     ``inputs`` are logical numpy arrays, one per input buffer; their HLO
     shapes (element type and layout) are ``input_shapes``, by default the
     element type of each array's dtype in row-major order. ``output_shapes``
-    give the output buffers' shapes. ``grid``/``block`` are the launch sizes
-    (x, y, z; missing ones are 1) and must match the kernel's
-    ``known_grid_size``/``known_block_size``. Output buffers start filled with
-    the byte ``poison``: an element the kernel never writes comes back as
-    those bits (or, for pred, as a ``ValueError``), so running with two
-    different poison bytes and comparing finds it.
-
-    ``lowered`` is not changed. Raises ``UnsupportedError`` for a kernel that
-    is not a loop kernel (barriers, shuffles, workgroup memory).
+    give the output buffers' shapes. ``grid``/``block``: see
+    :func:`compile_lowered_kernel`. Output buffers start filled with the byte
+    ``poison``: an element the kernel never writes comes back as those bits
+    (or, for pred, as a ``ValueError``), so running with two different poison
+    bytes and comparing finds it. To run one kernel on several inputs, compile
+    it once with :func:`compile_lowered_kernel`.
     """
     inputs = [np.asarray(x) for x in inputs]
     if input_shapes is None:
-        input_shapes = [
-            ArrayShape(_element_of(x), tuple(x.shape))
-            for x in inputs  # row-major
-        ]
-    shapes = [*input_shapes, *output_shapes]
-    for shape in shapes:
-        if shape.num_elements > MAX_HOST_ELEMENTS:
-            raise UnsupportedError(
-                f"kernel_jit: buffer {shape} has {shape.num_elements} elements, more than the"
-                f" host harness allows ({MAX_HOST_ELEMENTS})"
-            )
-    buffers = [to_memory(x, s) for x, s in zip(inputs, input_shapes, strict=True)]
-    buffers += [_poisoned(s, poison) for s in output_shapes]
-    with lowered.context, ir.Location.unknown():
-        host, types = host_module(lowered, grid, block)
-        if len(types) != len(buffers):
-            raise UnsupportedError(
-                f"kernel_jit: the kernel takes {len(types)} buffers, given"
-                f" {len(inputs)} inputs and {len(output_shapes)} outputs"
-            )
-        for k, (t, buffer, shape) in enumerate(zip(types, buffers, shapes, strict=True)):
-            memref = ir.MemRefType(t)
-            bits = ir.ShapedType(t).element_type
-            width = _bits_of(bits)
-            if memref.shape[0] != buffer.size or width != buffer.dtype.itemsize * 8:
-                raise UnsupportedError(
-                    f"kernel_jit: buffer {k} ({shape}) is {buffer.size} x {buffer.dtype} in"
-                    f" memory, the kernel takes {t}"
-                )
-        address = jit(host, HOST_FUNCTION, _lower_vectors)
-    signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(buffers))
-    signature(address)(*(b.ctypes.data for b in buffers))
-    outputs = buffers[len(inputs) :]
-    return [from_memory(b, s) for b, s in zip(outputs, output_shapes, strict=True)]
+        input_shapes = [ArrayShape(_element_of(x), tuple(x.shape)) for x in inputs]
+    kernel = compile_lowered_kernel(lowered, input_shapes, output_shapes, grid, block)
+    return kernel(inputs, poison)
 
 
 def _bits_of(element: ir.Type) -> int:

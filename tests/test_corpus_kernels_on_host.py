@@ -1,0 +1,477 @@
+"""Acceptance: every loop-hero corpus kernel computes what the reference evaluator computes.
+
+For each file of ``common/loop`` and ``gpu/convert`` in the corpus (the root
+conftest's ``corpus_dir``), every fusion is compiled by ``heron.compiler`` down
+to the ``lower-tensors`` stage for CUDA, and the kernel is run on the host for
+every block and thread (``heron.emitters.testing.kernel_jit``) on random inputs
+with edge values (zeros of both signs, infinities, NaN, subnormals, the
+largest finite values, integer minima and maxima: indices out of range test
+the clamping of gather and dynamic-update-slice). The outputs are compared
+with ``heron.hlo.evaluator.evaluate_computation`` of the fused computation:
+
+* bitwise for integers, pred, fp8/f4 and every float output that does not
+  depend on a transcendental op (NaN matches any NaN);
+* within the error bound of expand-math's approximation (the table in
+  ``heron.emitters.pipeline.expand_math``; one ulp more for f64, where the
+  reference is libm's float64 routine, itself up to an ulp off; several
+  transcendental ops in a chain add their bounds) for float outputs that do.
+
+Each kernel runs twice, its output buffers first filled with the byte 0xA5
+and then 0x5A: an element that the kernel never writes comes back with
+different bits (or, for pred, as a byte that is not 0/1) and fails the test.
+
+``broadcast_constant_block_dim_limit.hlo`` (1.2e12 elements, the reason for a
+two-dimensional grid) cannot run on a host: it is compiled and its launch and
+buffer checked, and a copy of the fusion with the same ops and rank but small
+dims is run instead. Nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+import attrs
+import ml_dtypes
+import numpy as np
+import pytest
+from mlir import ir
+
+from heron.compiler import fusions_of, lower
+from heron.compiler.driver import emit_one
+from heron.emitters.dialect import make_context
+from heron.emitters.pipeline import PipelineOptions, lower_tensors
+from heron.emitters.testing import vector_pipeline_inputs
+from heron.emitters.testing.kernel_jit import compile_lowered_kernel, from_memory, to_memory
+from heron.hlo import ElementType, parse_module, print_module
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.evaluator import evaluate_computation
+from heron.hlo.evaluator.random_inputs import random_array
+from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.parser import parse_module_file
+from heron.hlo.shapes import ArrayShape, Layout, Shape, TupleShape
+from heron.indexing.thread_maps import LaunchDimensions
+
+LOOP_FOLDERS = ("common/loop", "gpu/convert")
+#: Fusions with a buffer larger than this run as a shrunken copy (see the module docstring).
+HOST_ELEMENT_LIMIT = 1 << 22
+POISONS = (0xA5, 0x5A)
+
+#: Max ulps (f32, f64) of expand-math's approximations, from expand_math's docstring.
+ULP_BOUNDS: dict[str, tuple[int, int]] = {
+    "exponential": (2, 2),
+    "exponential-minus-one": (2, 2),
+    "log": (1, 1),
+    "log-plus-one": (2, 2),
+    "sine": (2, 2),
+    "cosine": (2, 2),
+    "tan": (4, 3),
+    "atan2": (2, 2),
+    "asin": (3, 3),
+    "acos": (3, 3),
+    "sinh": (3, 3),
+    "cosh": (3, 3),
+    "tanh": (3, 3),
+    "asinh": (3, 3),
+    "acosh": (3, 3),
+    "atanh": (3, 3),
+    "erf": (2, 2),
+    "cbrt": (2, 2),
+    "power": (1, 2),
+    "rsqrt": (1, 1),
+}
+#: f16/bf16 results: the f32 result rounded once more.
+NARROW_ULPS = 1
+#: The f64 reference (numpy's libm routines) is itself up to this many ulps off.
+F64_REFERENCE_ULPS = 1
+
+
+def _corpus_guess() -> Path:
+    """Where the root conftest looks for the corpus (only to name the test cases)."""
+    override = os.environ.get("HERON_CORPUS")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "xla"
+
+
+def _loop_files() -> list[str]:
+    root = _corpus_guess()
+    files = [
+        str(path.relative_to(root))
+        for folder in LOOP_FOLDERS
+        for path in sorted((root / folder).glob("*.hlo"))
+    ]
+    # No corpus: one case, which fails through the corpus_dir fixture with the fix.
+    return files or ["<corpus missing>"]
+
+
+@pytest.fixture(params=_loop_files())
+def loop_file(request, corpus_dir) -> Path:
+    path = corpus_dir / request.param
+    assert path.is_file(), f"{path} is not in the corpus"
+    return path
+
+
+# -- inputs with edge values ---------------------------------------------------------
+
+
+def _float_values(element: ElementType, count: int, rng: np.random.Generator) -> np.ndarray:
+    """Random floats of ``element``: a third in [-1, 1), a third of any magnitude, edges."""
+    dtype = element.numpy_dtype
+    if element.bit_width <= 8:  # every bit pattern, NaNs included
+        return rng.integers(0, 1 << element.bit_width, count).astype(np.uint8).view(dtype)
+    info = ml_dtypes.finfo(dtype)
+    edges = np.array(
+        [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, float(info.max), -float(info.max)]
+        + [float(info.tiny), -float(info.tiny), float(info.smallest_subnormal), 2.0, -2.0],
+        np.float64,
+    )
+    unit = rng.uniform(-1.0, 1.0, count)
+    exponents = rng.uniform(math.log2(float(info.tiny)), math.log2(float(info.max)), count)
+    wide = np.exp2(exponents) * rng.choice([-1.0, 1.0], count)
+    with np.errstate(over="ignore"):
+        values = np.where(rng.random(count) < 0.5, unit, wide).astype(dtype)
+    chosen = rng.random(count) < 0.15
+    values[chosen] = rng.choice(edges, int(chosen.sum())).astype(dtype)
+    return values
+
+
+def _integer_values(element: ElementType, count: int, rng: np.random.Generator) -> np.ndarray:
+    width = element.bit_width
+    low, high = (
+        (-(1 << (width - 1)), (1 << (width - 1)) - 1)
+        if element.is_signed_integral
+        else (
+            0,
+            (1 << width) - 1,
+        )
+    )
+    values = rng.integers(low, high, count, dtype=np.int64, endpoint=True)
+    small = rng.random(count) < 0.5  # valid indices and small operands too
+    values[small] = rng.integers(max(low, -2), min(high, 8), int(small.sum()), endpoint=True)
+    edges = np.array([low, high, 0, min(high, 1), max(low, -1)], np.int64)
+    chosen = rng.random(count) < 0.1
+    values[chosen] = rng.choice(edges, int(chosen.sum()))
+    if width == 64 and not element.is_signed_integral:
+        return values.astype(np.uint64)
+    return values.astype(element.numpy_dtype)
+
+
+def _random_array(shape: ArrayShape, rng: np.random.Generator) -> np.ndarray:
+    element = shape.element_type
+    count = shape.num_elements
+    if element is ElementType.PRED:
+        flat = rng.integers(0, 2, count).astype(bool)
+    elif element.is_complex:
+        part = element.component_type
+        flat = np.empty(count, element.numpy_dtype)
+        flat.real = _float_values(part, count, rng)
+        flat.imag = _float_values(part, count, rng)
+    elif element.is_floating:
+        flat = _float_values(element, count, rng)
+    else:
+        flat = _integer_values(element, count, rng)
+    return np.asarray(flat.reshape(shape.dims), element.numpy_dtype)
+
+
+# -- what each output depends on --------------------------------------------------------
+
+
+def _output_sources(root: Instruction) -> list[Instruction]:
+    """The instruction producing each array leaf of ``root`` (tuples looked through)."""
+    if root.opcode == "tuple":
+        return [leaf for operand in root.operands for leaf in _output_sources(operand)]
+    if isinstance(root.shape, TupleShape):
+        return [root] * len(list(root.shape.leaves()))
+    return [root]
+
+
+def _opcodes_reaching(instruction: Instruction) -> list[str]:
+    """Opcodes of ``instruction`` and everything it depends on (called computations too)."""
+    seen: set[int] = set()
+    opcodes: list[str] = []
+    stack = [instruction]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        opcodes.append(current.opcode)
+        stack.extend(current.operands)
+        for called in current.called_computations():
+            stack.extend(called.instructions)
+    return opcodes
+
+
+def _ulp_bound(source: Instruction, element: ElementType) -> int:
+    """Allowed ulps for an output produced by ``source`` (0: bitwise)."""
+    bound = 0
+    for opcode in _opcodes_reaching(source):
+        if opcode in ULP_BOUNDS:
+            f32, f64 = ULP_BOUNDS[opcode]
+            if element in (ElementType.F32, ElementType.C64):
+                bound += f32
+            elif element in (ElementType.F64, ElementType.C128):
+                bound += f64 + F64_REFERENCE_ULPS
+            else:
+                bound += NARROW_ULPS
+    return bound
+
+
+# -- comparison -----------------------------------------------------------------------
+
+
+def _ordered(values: np.ndarray) -> np.ndarray:
+    """Float bits as integers ordered like the floats (ulp distance = difference)."""
+    width = values.dtype.itemsize * 8
+    bits = values.view(f"uint{width}").astype(np.int64 if width < 64 else object)
+    sign = 1 << (width - 1)
+    negative = bits >= sign
+    return np.where(negative, -(bits - sign), bits)
+
+
+def _mismatches(kernel: np.ndarray, reference: np.ndarray, ulps: int) -> tuple[np.ndarray, list]:
+    """Flat indices where ``kernel`` and ``reference`` differ beyond ``ulps``, and the distances."""
+    if kernel.dtype != reference.dtype or kernel.shape != reference.shape:
+        raise AssertionError(
+            f"kernel gave {kernel.dtype}{kernel.shape}, reference {reference.dtype}"
+            f"{reference.shape}"
+        )
+    if np.issubdtype(kernel.dtype, np.complexfloating):
+        real, dist_r = _mismatches(kernel.real.copy(), reference.real.copy(), ulps)
+        imag, dist_i = _mismatches(kernel.imag.copy(), reference.imag.copy(), ulps)
+        bad = np.union1d(real, imag)
+        return bad, [max(dist_r + dist_i, default=0)] * len(bad)
+    a = kernel.reshape(-1)
+    b = reference.reshape(-1)
+    if kernel.dtype == np.bool_ or np.issubdtype(kernel.dtype, np.integer):
+        bad = np.flatnonzero(a != b)
+        return bad, [0] * len(bad)
+    if kernel.dtype.itemsize == 1 or kernel.dtype.name.startswith(("int", "uint")):
+        a_bits = a.view(np.uint8) if kernel.dtype.itemsize == 1 else a.astype(np.int64)
+        b_bits = b.view(np.uint8) if kernel.dtype.itemsize == 1 else b.astype(np.int64)
+        nan = np.isnan(a.astype(np.float32)) & np.isnan(b.astype(np.float32))
+        bad = np.flatnonzero((a_bits != b_bits) & ~nan)
+        return bad, [0] * len(bad)
+    nan_a = np.isnan(a.astype(np.float64))
+    nan_b = np.isnan(b.astype(np.float64))
+    distance = np.abs(_ordered(a) - _ordered(b))
+    distance = np.where(nan_a | nan_b, np.where(nan_a & nan_b, 0, 1 << 62), distance)
+    bad = np.flatnonzero(distance > ulps)
+    return bad, [int(distance[i]) for i in bad]
+
+
+def _describe(values: np.ndarray, index: int) -> str:
+    value = values.reshape(-1)[index]
+    if values.dtype.itemsize <= 8 and not np.issubdtype(values.dtype, np.complexfloating):
+        bits = np.asarray(value).view(f"uint{values.dtype.itemsize * 8}")
+        return f"{value!r} ({int(bits):#x})"
+    return repr(value)
+
+
+def _leaves(value) -> list[np.ndarray]:
+    if isinstance(value, tuple):
+        return [leaf for element in value for leaf in _leaves(element)]
+    return [np.asarray(value)]
+
+
+# -- running one fusion ---------------------------------------------------------------
+
+
+def _launch(kernel) -> tuple[tuple[int, int], tuple[int]]:
+    return (kernel.launch.block_x, kernel.launch.block_y), (kernel.launch.thread_x,)
+
+
+def _check_fusion(fusion: Instruction, label: str, seed: int) -> list[str]:
+    """Compile ``fusion`` to lower-tensors and check its kernel; the problems found."""
+    kernel = emit_one(fusion)
+    lowered = lower(kernel, "cuda", stop_after="lower-tensors")
+    return _check_kernel(fusion, kernel, lowered, label, seed)
+
+
+def _check_kernel(fusion, kernel, lowered, label: str, seed: int) -> list[str]:
+    """Run the lowered kernel on two input sets, twice each; the problems found.
+
+    The input sets: edge values (:func:`_random_array`), and the evaluator's
+    own moderate ones (floats in [-1, 1), integers in [0, 8)), under which
+    reductions and dots stay finite.
+    """
+    computation: Computation = fusion.called("calls")
+    input_shapes = [a.shape for a in kernel.arguments if not a.is_output]
+    output_shapes = [a.shape for a in kernel.arguments if a.is_output]
+    grid, block = _launch(kernel)
+    host = compile_lowered_kernel(lowered, input_shapes, output_shapes, grid, block)
+    sources = _output_sources(computation.root_instruction)
+    assert len(output_shapes) == len(sources), label
+    rng = np.random.default_rng(seed)
+    input_sets = {
+        "edge inputs": [_random_array(shape, rng) for shape in input_shapes],
+        "moderate inputs": [random_array(shape, rng) for shape in input_shapes],
+    }
+    problems: list[str] = []
+    for name, args in input_sets.items():
+        expected = _leaves(evaluate_computation(computation, args))
+        assert len(expected) == len(output_shapes), label
+        runs = [host(args, poison) for poison in POISONS]
+        for k, shape in enumerate(output_shapes):
+            where = f"{label}, {name}: output {k} ({shape}, from {sources[k].opcode}"
+            where += f" '{sources[k].name}')"
+            problems += _compare(where, runs[0][k], runs[1][k], expected[k], sources[k], shape)
+    return problems
+
+
+def _compare(where, first, second, expected, source, shape: ArrayShape) -> list[str]:
+    """Unwritten elements (the two runs differ) or differences from the reference."""
+    unwritten, _ = _mismatches(first, second, 0)
+    if unwritten.size:
+        return [
+            f"{where}: {unwritten.size} of {shape.num_elements} elements never written (they"
+            f" keep the poison), first at {_position(int(unwritten[0]), shape)}"
+        ]
+    bound = _ulp_bound(source, shape.element_type)
+    bad, distances = _mismatches(first, expected, bound)
+    if not bad.size:
+        return []
+    i = int(bad[0])
+    return [
+        f"{where}: {bad.size} of {shape.num_elements} elements differ"
+        f" ({'bitwise' if bound == 0 else f'by more than {bound} ulps'}); first at"
+        f" {_position(i, shape)}: kernel {_describe(first, i)}, reference"
+        f" {_describe(expected, i)} ({distances[0]} ulps); max {max(distances)} ulps"
+    ]
+
+
+def _position(flat_index: int, shape: ArrayShape) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(flat_index, shape.dims)) if shape.dims else ()
+
+
+def _largest_buffer(fusion: Instruction) -> int:
+    shapes = [*(o.shape for o in fusion.operands), fusion.shape]
+    return max(leaf.num_elements for shape in shapes for leaf in _array_leaves(shape))
+
+
+def _array_leaves(shape: Shape) -> list[ArrayShape]:
+    return list(shape.leaves()) if isinstance(shape, TupleShape) else [shape]
+
+
+#: Ops whose meaning does not depend on the dims of their (same-shaped) operands.
+_SHAPE_FREE = frozenset(
+    {"parameter", "constant", "broadcast", "convert", "add", "multiply", "negate", "subtract"}
+)
+SMALL_DIMS = (2, 3, 5, 3, 7, 2)
+
+
+def _shrunk(module: Module, fusion: Instruction) -> Instruction:
+    """A copy of ``fusion`` with the same ops and rank but small dims (huge fusions only).
+
+    Only for fusions of elementwise ops and broadcasts of scalars, where every
+    array has the root's dims: their meaning does not depend on the sizes.
+    """
+    computation: Computation = fusion.called("calls")
+    dims = computation.root_instruction.shape.dims
+    for instruction in computation.instructions:
+        shape = instruction.shape
+        assert instruction.opcode in _SHAPE_FREE, f"cannot shrink {instruction.opcode}"
+        assert isinstance(shape, ArrayShape) and shape.dims in ((), dims), instruction.name
+        if instruction.opcode == "broadcast":
+            assert instruction.operands[0].shape.dims == (), "only scalar broadcasts shrink"
+        if instruction.opcode == "constant":
+            assert shape.dims == (), "only scalar constants shrink"
+    small = SMALL_DIMS[: len(dims)]
+    old = "[" + ",".join(str(d) for d in dims) + "]"
+    new = "[" + ",".join(str(d) for d in small) + "]"
+    text = print_module(module)
+    assert old in text
+    module = parse_module(text.replace(old, new), source="shrunk")
+    (small_fusion,) = fusions_of(module)
+    assert small_fusion.called("calls").root_instruction.shape.dims == small
+    return small_fusion
+
+
+def _check_huge_compile(fusion: Instruction) -> None:
+    """The huge fusion compiles; its buffer and launch cover every element."""
+    kernel = emit_one(fusion)
+    lowered = lower(kernel, "cuda", stop_after="lower-tensors")
+    (output,) = [a.shape for a in kernel.arguments if a.is_output]
+    text = str(lowered)
+    assert f"memref<{output.num_elements}x" in text
+    launch = kernel.launch
+    assert launch.block_y > 1  # the x dimension of the grid alone cannot hold it
+    assert launch.block_x < 2**31 and launch.thread_x <= 1024
+    assert launch.num_threads * 8 >= output.num_elements  # at most 8 elements a thread
+    sizes = re.search(r"known_grid_size = array<i32: (\d+), (\d+), 1>", text)
+    assert sizes is not None
+    assert (int(sizes[1]), int(sizes[2])) == (launch.block_x, launch.block_y)
+
+
+def test_loop_kernels_compute_what_the_evaluator_computes(loop_file):
+    module = parse_module_file(loop_file)
+    problems: list[str] = []
+    fusions = fusions_of(module)
+    assert fusions
+    for number, fusion in enumerate(fusions):
+        label = f"{loop_file.name} fusion '{fusion.name}'"
+        if _largest_buffer(fusion) > HOST_ELEMENT_LIMIT:
+            _check_huge_compile(fusion)
+            fusion = _shrunk(module, fusion)
+            label += " (shrunk)"
+        problems += _check_fusion(fusion, label, seed=number)
+    assert not problems, "\n".join(problems)
+
+
+# -- the harness itself: memory layout, refusals, and that it catches wrong kernels ------
+
+
+def test_memory_layout_follows_minor_to_major_and_packs_sub_byte_types():
+    column_major = ArrayShape(ElementType.F32, (2, 3), Layout((0, 1)))
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    memory = to_memory(values, column_major)
+    np.testing.assert_array_equal(memory, values.T.reshape(-1))
+    np.testing.assert_array_equal(from_memory(memory, column_major), values)
+    s4 = ArrayShape(ElementType.S4, (5,))
+    packed = to_memory(np.array([1, -2, 7, -8, 3], ml_dtypes.int4), s4)
+    assert list(packed) == [0xE1, 0x87, 0x03]  # low nibble first, as lower-tensors packs
+    assert list(from_memory(packed, s4).astype(int)) == [1, -2, 7, -8, 3]
+    with pytest.raises(ValueError, match="neither 0 nor 1"):
+        from_memory(np.array([1, 0xA5], np.uint8), ArrayShape(ElementType.PRED, (2,)))
+
+
+def test_kernels_with_barriers_or_shared_memory_are_refused():
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(vector_pipeline_inputs.reduction_lower_input())
+        lower_tensors.run(module, PipelineOptions())
+    f32 = ArrayShape(ElementType.F32, (16,))
+    with pytest.raises(UnsupportedError, match="loop kernels only"):
+        compile_lowered_kernel(module, [f32], [f32, ArrayShape(ElementType.S32, (16,))], [1], [16])
+
+
+def _negate_kernel(corpus_dir: Path, edit, threads: int | None = None):
+    """vectorize_x1_too_small's kernel (y = -x, one thread per element), its text edited."""
+    module = parse_module_file(corpus_dir / "common" / "loop" / "vectorize_x1_too_small.hlo")
+    (fusion,) = fusions_of(module)
+    kernel = emit_one(fusion)
+    text = edit(str(lower(kernel, "cuda", stop_after="lower-tensors")))
+    lowered = ir.Module.parse(text, context=make_context())
+    if threads is not None:
+        kernel = attrs.evolve(kernel, launch=LaunchDimensions(1, threads))
+    return fusion, kernel, lowered
+
+
+def test_the_check_catches_a_wrong_value(corpus_dir):
+    fusion, kernel, lowered = _negate_kernel(
+        corpus_dir, lambda text: text.replace("arith.negf", "math.absf")
+    )
+    (problem, *_) = _check_kernel(fusion, kernel, lowered, "absf for negf", seed=0)
+    assert "output 0 (f32[20], from negate 'neg')" in problem and "elements differ" in problem
+
+
+def test_the_check_catches_an_element_never_written(corpus_dir):
+    fusion, kernel, lowered = _negate_kernel(
+        corpus_dir,
+        lambda text: text.replace("block_size = array<i32: 20,", "block_size = array<i32: 19,"),
+        threads=19,
+    )
+    (problem, *_) = _check_kernel(fusion, kernel, lowered, "19 threads for 20", seed=0)
+    assert "1 of 20 elements never written" in problem and "first at (19,)" in problem
