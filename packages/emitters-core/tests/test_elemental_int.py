@@ -26,7 +26,6 @@ from heron.emitters.elemental import (
     ElementalContext,
     emit_instruction,
     int_ops,
-    supported_opcodes,
 )
 from heron.emitters.testing.elemental_jit import run_hlo
 from heron.emitters.testing.host_jit import run_elementwise
@@ -196,11 +195,6 @@ def _emitter(text: str, inputs: list[np.ndarray], out: ElementType, refused: boo
     return lambda: run_hlo(text, inputs)[0]
 
 
-def _need_registered(opcode: str) -> None:
-    if opcode not in supported_opcodes():
-        pytest.skip(f"'{opcode}' is registered by float_ops.py, which has not landed yet")
-
-
 # -- the three shared functions, called directly -------------------------------------------
 
 
@@ -315,7 +309,6 @@ def test_clz_spelling_shares_the_lowering() -> None:
 @pytest.mark.parametrize("et", TYPES, ids=str)
 @pytest.mark.parametrize("opcode", SHARED_BINARY)
 def test_shared_binary_through_emitter(opcode: str, et: ElementType) -> None:
-    _need_registered(opcode)
     lhs, rhs = _pairs(et, seed=17)
     text = _binary_text(opcode, et, lhs.size)
     refused = _refused(opcode, et)
@@ -325,7 +318,6 @@ def test_shared_binary_through_emitter(opcode: str, et: ElementType) -> None:
 @pytest.mark.parametrize("et", TYPES, ids=str)
 @pytest.mark.parametrize("opcode", SHARED_UNARY)
 def test_shared_unary_through_emitter(opcode: str, et: ElementType) -> None:
-    _need_registered(opcode)
     x = _unary_inputs(et, seed=19)
     text = _unary_text(opcode, et, x.size)
     refused = _refused(opcode, et)
@@ -335,7 +327,6 @@ def test_shared_unary_through_emitter(opcode: str, et: ElementType) -> None:
 @pytest.mark.parametrize("et", TYPES, ids=str)
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_compare_through_emitter(direction: str, et: ElementType) -> None:
-    _need_registered("compare")
     lhs, rhs = _pairs(et, seed=23)
     text = _binary_text("compare", et, lhs.size, f", direction={direction}")
     run = _emitter(text, [lhs, rhs], ElementType.PRED, refused=False)
@@ -345,7 +336,6 @@ def test_compare_through_emitter(direction: str, et: ElementType) -> None:
 @pytest.mark.parametrize("et", TYPES, ids=str)
 def test_clamp_through_emitter(et: ElementType) -> None:
     """float_ops.py's clamp uses integer_binary's maximum and minimum for integers and pred."""
-    _need_registered("clamp")
     rng = np.random.default_rng(29)
     codes = _edge_codes(et, rng)
     pick = [int(rng.integers(0, len(codes))) for _ in range(3 * 256)]
