@@ -50,7 +50,22 @@ def corpus_dir() -> Path:
     return find_corpus()
 
 
+#: Corpus folders whose files the loop emitter must handle (the hero named by the folder).
+LOOP_HERO_FOLDERS = ("common/loop", "gpu/convert")
+
+
+@pytest.fixture
+def loop_hero_folders() -> tuple[str, ...]:
+    return LOOP_HERO_FOLDERS
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "loop_corpus_file" in metafunc.fixturenames:
+        location = find_corpus()
+        files = [f for d in LOOP_HERO_FOLDERS for f in sorted((location / d).glob("*.hlo"))]
+        metafunc.parametrize(
+            "loop_corpus_file", files, ids=[str(f.relative_to(location)) for f in files]
+        )
     if "corpus_file" in metafunc.fixturenames:
         location = find_corpus()
         files = sorted(location.rglob("*.hlo"))

@@ -11,56 +11,24 @@ is skipped.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-import pytest
-
 from heron.compiler import compile_backend, fusions_of, lower
 from heron.compiler.driver import emit_one
 from heron.hlo.parser import parse_module_file
 
-LOOP_FOLDERS = ("common/loop", "gpu/convert")
 CUDA_ARCHS = ("sm_80", "sm_90")
 ROCM_ARCHS = ("gfx90a", "gfx942")
 EM_AMDGPU = 224
 
 
-def _corpus_guess() -> Path:
-    """Where the root conftest looks for the corpus (only to name the test cases)."""
-    override = os.environ.get("HERON_CORPUS")
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "xla"
-
-
-def _loop_files() -> list[str]:
-    root = _corpus_guess()
-    files = [
-        str(path.relative_to(root))
-        for folder in LOOP_FOLDERS
-        for path in sorted((root / folder).glob("*.hlo"))
-    ]
-    # No corpus: one case, which fails through the corpus_dir fixture with the fix.
-    return files or ["<corpus missing>"]
-
-
-@pytest.fixture(params=_loop_files())
-def loop_file(request, corpus_dir) -> Path:
-    path = corpus_dir / request.param
-    assert path.is_file(), f"{path} is not in the corpus"
-    return path
-
-
-def test_loop_corpus_has_the_expected_files(corpus_dir):
-    names = {p.name for folder in LOOP_FOLDERS for p in (corpus_dir / folder).glob("*.hlo")}
+def test_loop_corpus_has_the_expected_files(loop_hero_folders, corpus_dir):
+    names = {p.name for folder in loop_hero_folders for p in (corpus_dir / folder).glob("*.hlo")}
     assert {"vectorize_x4.hlo", "mof_reshapes.hlo", "f4e2m1fn_intrinsics.hlo"} <= names
 
 
-def test_compiles_to_ptx_accepted_by_ptxas(loop_file):
+def test_compiles_to_ptx_accepted_by_ptxas(loop_corpus_file):
     from heron.runtime.cuda.compiler import validate_ptx
 
-    module = parse_module_file(loop_file)
+    module = parse_module_file(loop_corpus_file)
     for fusion in fusions_of(module):
         kernel = emit_one(fusion)
         lowered = str(lower(kernel, "cuda"))
@@ -71,8 +39,8 @@ def test_compiles_to_ptx_accepted_by_ptxas(loop_file):
             validate_ptx(result.ptx, arch)  # raises PtxasError with ptxas's message
 
 
-def test_compiles_to_an_hsaco(loop_file):
-    module = parse_module_file(loop_file)
+def test_compiles_to_an_hsaco(loop_corpus_file):
+    module = parse_module_file(loop_corpus_file)
     for fusion in fusions_of(module):
         kernel = emit_one(fusion)
         lowered = str(lower(kernel, "rocm"))

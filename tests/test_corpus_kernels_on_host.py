@@ -29,7 +29,6 @@ dims is run instead. Nothing is skipped.
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 
@@ -54,7 +53,6 @@ from heron.hlo.parser import parse_module_file
 from heron.hlo.shapes import ArrayShape, Layout, Shape, TupleShape
 from heron.indexing.thread_maps import LaunchDimensions
 
-LOOP_FOLDERS = ("common/loop", "gpu/convert")
 #: Fusions with a buffer larger than this run as a shrunken copy (see the module docstring).
 HOST_ELEMENT_LIMIT = 1 << 22
 POISONS = (0xA5, 0x5A)
@@ -86,32 +84,6 @@ ULP_BOUNDS: dict[str, tuple[int, int]] = {
 NARROW_ULPS = 1
 #: The f64 reference (numpy's libm routines) is itself up to this many ulps off.
 F64_REFERENCE_ULPS = 1
-
-
-def _corpus_guess() -> Path:
-    """Where the root conftest looks for the corpus (only to name the test cases)."""
-    override = os.environ.get("HERON_CORPUS")
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "xla"
-
-
-def _loop_files() -> list[str]:
-    root = _corpus_guess()
-    files = [
-        str(path.relative_to(root))
-        for folder in LOOP_FOLDERS
-        for path in sorted((root / folder).glob("*.hlo"))
-    ]
-    # No corpus: one case, which fails through the corpus_dir fixture with the fix.
-    return files or ["<corpus missing>"]
-
-
-@pytest.fixture(params=_loop_files())
-def loop_file(request, corpus_dir) -> Path:
-    path = corpus_dir / request.param
-    assert path.is_file(), f"{path} is not in the corpus"
-    return path
 
 
 # -- inputs with edge values ---------------------------------------------------------
@@ -406,13 +378,13 @@ def _check_huge_compile(fusion: Instruction) -> None:
     assert (int(sizes[1]), int(sizes[2])) == (launch.block_x, launch.block_y)
 
 
-def test_loop_kernels_compute_what_the_evaluator_computes(loop_file):
-    module = parse_module_file(loop_file)
+def test_loop_kernels_compute_what_the_evaluator_computes(loop_corpus_file):
+    module = parse_module_file(loop_corpus_file)
     problems: list[str] = []
     fusions = fusions_of(module)
     assert fusions
     for number, fusion in enumerate(fusions):
-        label = f"{loop_file.name} fusion '{fusion.name}'"
+        label = f"{loop_corpus_file.name} fusion '{fusion.name}'"
         if _largest_buffer(fusion) > HOST_ELEMENT_LIMIT:
             _check_huge_compile(fusion)
             fusion = _shrunk(module, fusion)
