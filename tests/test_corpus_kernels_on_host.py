@@ -43,12 +43,13 @@ from heron.compiler.driver import emit_one
 from heron.emitters.dialect import make_context
 from heron.emitters.pipeline import PipelineOptions, lower_tensors
 from heron.emitters.testing import vector_pipeline_inputs
-from heron.emitters.testing.kernel_jit import compile_lowered_kernel, from_memory, to_memory
+from heron.emitters.testing.kernel_jit import compile_lowered_kernel
 from heron.hlo import ElementType, parse_module, print_module
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.evaluator import evaluate_computation
 from heron.hlo.evaluator.random_inputs import random_array
 from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.memory_layout import from_memory, to_memory
 from heron.hlo.parser import parse_module_file
 from heron.hlo.shapes import ArrayShape, Layout, Shape, TupleShape
 from heron.indexing.thread_maps import LaunchDimensions

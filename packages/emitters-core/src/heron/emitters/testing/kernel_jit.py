@@ -43,6 +43,17 @@ from heron.emitters.pipeline.manager import run_upstream
 from heron.emitters.testing.host_jit import jit
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
+from heron.hlo.memory_layout import (
+    from_memory,
+    memory_size,
+    to_memory,
+)
+from heron.hlo.memory_layout import (
+    memory_dtype as _memory_dtype,
+)
+from heron.hlo.memory_layout import (
+    poisoned as _poisoned,
+)
 from heron.hlo.shapes import ArrayShape
 
 __all__ = [
@@ -67,102 +78,6 @@ _COOPERATIVE = frozenset(
 )
 #: Element counts above this are refused (the host would need the memory).
 MAX_HOST_ELEMENTS = 1 << 28
-
-
-# -- memory representation ---------------------------------------------------------
-
-
-def _check_layout(shape: ArrayShape) -> None:
-    suffix = shape.layout.suffix if shape.layout is not None else ""
-    if suffix and not all(part.startswith("E(") for part in suffix.split(":") if part):
-        raise UnsupportedError(
-            f"kernel_jit: layout {shape.layout} of {shape.element_type.name.lower()}"
-            f"{list(shape.dims)} has tiling; only minor_to_major orders are supported"
-        )
-
-
-def _major_to_minor(shape: ArrayShape) -> tuple[int, ...]:
-    _check_layout(shape)
-    return tuple(reversed(shape.minor_to_major))
-
-
-def memory_size(shape: ArrayShape) -> int:
-    """The buffer's memref length: elements, or bytes for packed sub-byte types."""
-    count = max(shape.num_elements, 1)
-    if shape.element_type.is_sub_byte:
-        return (count * shape.element_type.bit_width + 7) // 8
-    return count
-
-
-def _memory_dtype(element: ElementType) -> np.dtype:
-    if element.is_complex:
-        return np.dtype(element.numpy_dtype)
-    if element is ElementType.PRED or element.is_sub_byte or element.bit_width == 8:
-        return np.dtype(np.uint8)
-    return np.dtype(element.numpy_dtype)
-
-
-def to_memory(values: np.ndarray, shape: ArrayShape) -> np.ndarray:
-    """Logical numpy ``values`` of ``shape`` -> the flat buffer the kernel reads."""
-    element = shape.element_type
-    array = np.asarray(values, dtype=element.numpy_dtype).reshape(shape.dims)
-    flat = np.ascontiguousarray(np.transpose(array, _major_to_minor(shape))).reshape(-1)
-    if element is ElementType.PRED:
-        return flat.astype(np.uint8)
-    if element.is_sub_byte:
-        width = element.bit_width
-        bits = flat.view(np.uint8).astype(np.uint32) & ((1 << width) - 1)
-        per_byte = 8 // width
-        padded = np.zeros(memory_size(shape) * per_byte, np.uint32)
-        padded[: bits.size] = bits
-        lanes = padded.reshape(-1, per_byte) << (np.arange(per_byte, dtype=np.uint32) * width)
-        return np.bitwise_or.reduce(lanes, axis=1).astype(np.uint8)
-    if element.is_complex:
-        return flat.copy()
-    return flat.view(_memory_dtype(element)).copy()
-
-
-def from_memory(buffer: np.ndarray, shape: ArrayShape) -> np.ndarray:
-    """The kernel's flat ``buffer`` -> logical numpy values of ``shape``.
-
-    Raises ``ValueError`` for a ``pred`` byte that is neither 0 nor 1 (a
-    store the kernel never made, or a wrong one).
-    """
-    element = shape.element_type
-    count = shape.num_elements
-    if element is ElementType.PRED:
-        raw = buffer[:count]
-        bad = np.flatnonzero(raw > 1)
-        if bad.size:
-            raise ValueError(
-                f"pred buffer holds {bad.size} bytes that are neither 0 nor 1, first at"
-                f" physical index {bad[0]}: {raw[bad[0]]:#x}"
-            )
-        flat = raw.astype(bool)
-    elif element.is_sub_byte:
-        width = element.bit_width
-        per_byte = 8 // width
-        shifts = np.arange(per_byte, dtype=np.uint8) * width
-        lanes = (buffer[:, None] >> shifts) & ((1 << width) - 1)
-        raw = lanes.reshape(-1)[:count].astype(np.uint8)
-        if element.is_signed_integral:
-            signed = raw.astype(np.int8) - ((raw >> (width - 1)) << width).astype(np.int8)
-            flat = signed.astype(element.numpy_dtype)
-        elif element.is_floating:
-            flat = raw.view(element.numpy_dtype)
-        else:
-            flat = raw.astype(element.numpy_dtype)
-    else:
-        flat = buffer[:count].view(element.numpy_dtype)
-    order = _major_to_minor(shape)
-    physical = flat.reshape([shape.dims[d] for d in order])
-    return np.transpose(physical, np.argsort(order)).copy()  # not ascontiguousarray: 0-d stays 0-d
-
-
-def _poisoned(shape: ArrayShape, poison: int) -> np.ndarray:
-    """An output buffer of ``shape`` with every byte ``poison``."""
-    dtype = _memory_dtype(shape.element_type)
-    return np.full(memory_size(shape) * dtype.itemsize, poison & 0xFF, np.uint8).view(dtype)
 
 
 def _element_of(values: np.ndarray) -> ElementType:

@@ -1,0 +1,1 @@
+"""What each operation means: one module per dialect family, registered in ``engine.SEMANTICS``."""

@@ -1,0 +1,142 @@
+"""Structured control flow and calls: ``scf.if``, ``scf.for``, ``scf.while``, ``func.call``.
+
+Divergence (see :mod:`~..engine`): a condition or bound that differs
+between active lanes splits the mask; results are merged lane by lane.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from heron.runtime.core.interpreter.engine import Frame, semantics
+from heron.runtime.core.interpreter.program import Op
+from heron.runtime.core.interpreter.types import VectorType, parse_type
+
+
+def _uniform_truth(frame: Frame, condition) -> bool | None:
+    """The condition's value when every active lane agrees, else None."""
+    condition = np.asarray(condition)
+    if condition.ndim == 0:
+        return bool(condition)
+    active = condition if frame.mask is None else condition[frame.mask]
+    if active.size == 0:
+        return False
+    if active.all():
+        return True
+    if not active.any():
+        return False
+    return None
+
+
+def merge(choose: np.ndarray, first, second, type_text: str):
+    """Per lane: ``first`` where ``choose``, else ``second`` (vectors: the whole vector)."""
+    vtype = parse_type(type_text)
+    if hasattr(first, "memory") or hasattr(second, "memory"):
+        if first is not second:
+            raise ValueError("a divergent branch yields different memrefs")
+        return first
+    trailing = len(vtype.shape) if isinstance(vtype, VectorType) else 0
+    pick = choose.reshape(choose.shape + (1,) * trailing)
+    return np.where(pick, first, second)
+
+
+@semantics("scf.if")
+def scf_if(frame: Frame, op: Op) -> None:
+    condition = frame.operand(op, 0)
+    then_region, else_region = op.regions
+    has_else = bool(else_region.blocks)
+    truth = _uniform_truth(frame, condition)
+    if truth is True:
+        frame.set_results(op, *frame.run_region(then_region, []))
+        return
+    if truth is False:
+        if has_else:
+            frame.set_results(op, *frame.run_region(else_region, []))
+        return
+    condition = np.broadcast_to(np.asarray(condition, np.bool_), (frame.lanes.size,))
+    active = frame.active()
+    then_values = frame.run_region(then_region, [], active & condition)
+    else_values = frame.run_region(else_region, [], active & ~condition) if has_else else []
+    frame.set_results(
+        op,
+        *(
+            merge(condition, t, e, type_text)
+            for t, e, type_text in zip(then_values, else_values, op.result_types, strict=True)
+        ),
+    )
+
+
+@semantics("scf.for")
+def scf_for(frame: Frame, op: Op) -> None:
+    lower, upper, step, *initial = frame.operands(op)
+    (body,) = op.regions
+    iv_dtype = parse_type(op.operand_types[0]).dtype
+    unsigned = bool(op.attributes.get("unsignedCmp", False))
+    values = list(initial)
+    bounds = [np.asarray(b) for b in (lower, upper, step)]
+    if all(b.ndim == 0 for b in bounds):
+        lo, hi, st = (int(b) for b in bounds)
+        if unsigned:
+            bits = iv_dtype.itemsize * 8
+            lo, hi = lo % (1 << bits), hi % (1 << bits)
+        if st <= 0:
+            raise frame.unsupported(op, f"step {st} is not positive")
+        for iv in range(lo, hi, st):
+            values = frame.run_region(body, [iv_dtype.type(iv), *values])
+        frame.set_results(op, *values)
+        return
+    _divergent_for(frame, op, bounds, values, iv_dtype)
+
+
+def _divergent_for(frame: Frame, op: Op, bounds, values, iv_dtype) -> None:
+    lanes = frame.lanes.size
+    lower, upper, step = (np.broadcast_to(b, (lanes,)).astype(iv_dtype) for b in bounds)
+    if np.any(step[frame.active()] <= 0):
+        raise frame.unsupported(op, "a step that is not positive")
+    iv = lower.copy()
+    active = frame.active()
+    (body,) = op.regions
+    result_types = op.result_types
+    while True:
+        running = active & (iv < upper)
+        if not running.any():
+            break
+        new = frame.run_region(body, [iv, *values], running)
+        values = [
+            merge(running, n, v, t) for n, v, t in zip(new, values, result_types, strict=True)
+        ]
+        iv = np.where(running, iv + step, iv)
+    frame.set_results(op, *values)
+
+
+@semantics("scf.while")
+def scf_while(frame: Frame, op: Op) -> None:
+    before, after = op.regions
+    values = frame.operands(op)
+    active = frame.active().copy()
+    results: list | None = None
+    types = op.result_types
+    while True:
+        condition, *forwarded = frame.run_region(before, values, active)
+        condition = np.broadcast_to(np.asarray(condition, np.bool_), (frame.lanes.size,))
+        leaving = active & ~condition
+        if results is None:
+            results = list(forwarded)
+        else:
+            results = [
+                merge(leaving, f, r, t) for f, r, t in zip(forwarded, results, types, strict=True)
+            ]
+        active = active & condition
+        if not active.any():
+            break
+        values = frame.run_region(after, forwarded, active)
+    frame.set_results(op, *results)
+
+
+@semantics("func.call")
+def func_call(frame: Frame, op: Op) -> None:
+    name = op.attributes["callee"]
+    function = frame.launch.program.functions.get(name)
+    if function is None:
+        raise frame.unsupported(op, f"calls '{name}', which the program does not define")
+    frame.set_results(op, *frame.call(function, frame.operands(op)))
