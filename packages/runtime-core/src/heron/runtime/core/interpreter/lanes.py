@@ -85,7 +85,7 @@ def _unravel(linear: np.ndarray, sizes: Dim3, dimension: int) -> np.ndarray:
 
 
 def batches(grid: Dim3, block: Dim3, max_lanes: int, warp_size: int = 32):
-    """LaneSpaces covering the grid in order, each at most ``max_lanes`` lanes (one block at least)."""
+    """LaneSpaces covering the grid in order, each of at most ``max_lanes`` lanes (or one block)."""
     threads = block[0] * block[1] * block[2]
     blocks = grid[0] * grid[1] * grid[2]
     per_batch = max(1, max_lanes // threads)
