@@ -137,7 +137,8 @@ class Device(abc.ABC):
 
     def upload(self, data: np.ndarray | bytes, label: str = "") -> DeviceBuffer:
         """A new buffer holding ``data``'s bytes."""
-        raw = memoryview(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data)
-        buffer = self.allocate(raw.nbytes, label)
+        if isinstance(data, np.ndarray):  # as bytes: memoryview refuses ml_dtypes' types
+            data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        buffer = self.allocate(memoryview(data).nbytes, label)
         self.copy_to_device(buffer, data)
         return buffer

@@ -37,7 +37,10 @@ if TYPE_CHECKING:
 __all__ = [
     "MemRef",
     "Memory",
+    "atomic_targets",
     "barrier",
+    "count_bit_writes",
+    "flat_index",
     "globals_of",
     "lane_rows",
     "read",
@@ -47,6 +50,7 @@ __all__ = [
 
 NO_LANE = -1
 SEVERAL_LANES = -2
+ATOMIC_LANES = -3
 
 
 class Memory:
@@ -315,6 +319,12 @@ def count_bit_writes(memory: Memory, byte_positions: np.ndarray, bits: np.ndarra
 
 
 # -- the shared-memory sanitizer ------------------------------------------------------------
+#
+# Per element of a shared memory (and per block), since the block's last barrier:
+# ``writer`` is the thread that wrote it (NO_LANE: none; ATOMIC_LANES: atomic updates,
+# which do not race with each other but do with plain accesses of other threads), and
+# ``reader`` the thread that read it (SEVERAL_LANES: more than one). ``written`` says
+# whether any thread ever wrote it (a read of an element never written is a finding).
 
 
 def _lane_ids(frame: Frame, active: np.ndarray | None, width: int) -> np.ndarray:
@@ -322,38 +332,89 @@ def _lane_ids(frame: Frame, active: np.ndarray | None, width: int) -> np.ndarray
     return np.repeat(threads[:, None], width, axis=1)
 
 
-def _lane_of(frame: Frame, active: np.ndarray | None, k: int) -> int:
-    return int(k if active is None else active[k])
+def _access_of(active: np.ndarray | None, lane: int) -> int:
+    """The row of the access arrays that belongs to batch lane ``lane``."""
+    return lane if active is None else int(np.searchsorted(active, lane))
 
 
-def _report(frame, op, active, problems: np.ndarray, message) -> None:
-    """Raise for the first accessing lane (row ``k`` of ``problems``) with a problem."""
+def _report(frame, op, active, problems: np.ndarray, kind: str, detail) -> None:
+    """Raise ``kind`` for the first accessing lane (row ``k`` of ``problems``) with a problem."""
     per_access = problems.any(axis=1)
-    first = np.flatnonzero(per_access)
-    if first.size == 0:
+    if not per_access.any():
         return
+    first = np.flatnonzero(per_access)
     bad = np.zeros(frame.lanes.size, np.bool_)
     bad[active[first] if active is not None else first] = True
-    frame.fail(message[0], op, bad, message[1])
+    frame.fail(kind, op, bad, detail)
 
 
-def _check_shared_read(frame, op, ref, rows, positions, active) -> None:
-    memory = ref.memory
-    r = np.asarray(rows)[..., None] if np.ndim(rows) else np.zeros((positions.shape[0], 1), int)
-    written = memory.written[r, positions]
+def _rows_for(rows, positions: np.ndarray) -> np.ndarray:
+    """Each access's memory row, shaped to broadcast against ``positions``."""
+    if np.ndim(rows):
+        return np.asarray(rows)[:, None]
+    return np.full((positions.shape[0], 1), int(rows), np.int64)
+
+
+def _several_lanes(keys: np.ndarray, lanes: np.ndarray) -> np.ndarray:
+    """Per access: whether another thread of the same op touches the same key (vectorised)."""
+    if keys.size < 2:
+        return np.zeros(keys.shape, np.bool_)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    starts_mask = np.empty(keys.size, np.bool_)
+    starts_mask[0] = True
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=starts_mask[1:])
+    if starts_mask.all():
+        return np.zeros(keys.shape, np.bool_)
+    starts = np.flatnonzero(starts_mask)
+    sorted_lanes = lanes[order]
+    differs = np.minimum.reduceat(sorted_lanes, starts) != np.maximum.reduceat(sorted_lanes, starts)
+    out = np.empty(keys.shape, np.bool_)
+    out[order] = differs[np.cumsum(starts_mask) - 1]
+    return out
+
+
+def _describe_thread(thread: int) -> str:
+    if thread == ATOMIC_LANES:
+        return "atomic updates of other threads"
+    if thread == SEVERAL_LANES:
+        return "several threads"
+    return f"thread {thread}"
+
+
+def _check_initialised(frame, op, ref, written: np.ndarray, active) -> None:
     _report(
         frame,
         op,
         active,
         ~written,
-        (
-            "uninitialised-shared-read",
-            lambda lane: (
-                f"reads an element of shared memory '{memory.name}' ({ref.type}) that"
-                " no thread of the block has written"
-            ),
+        "uninitialised-shared-read",
+        lambda lane: (
+            f"reads an element of shared memory '{ref.memory.name}' ({ref.type}) that"
+            " no thread of the block has written"
         ),
     )
+
+
+def _conflict_detail(ref, active, positions, conflict, other, verb: str):
+    """A message naming the element and the other thread of the first conflict of ``lane``."""
+
+    def detail(lane: int) -> str:
+        k = _access_of(active, lane)
+        j = int(np.flatnonzero(conflict[k])[0])
+        return (
+            f"{verb} element {int(positions[k, j])} of shared memory '{ref.memory.name}'"
+            f" ({ref.type}), which {_describe_thread(int(other[k, j]))} of the block"
+            " accessed with no barrier in between"
+        )
+
+    return detail
+
+
+def _check_shared_read(frame, op, ref, rows, positions, active) -> None:
+    memory = ref.memory
+    r = _rows_for(rows, positions)
+    _check_initialised(frame, op, ref, memory.written[r, positions], active)
     me = _lane_ids(frame, active, positions.shape[1])
     writer = memory.writer[r, positions]
     racing = (writer != NO_LANE) & (writer != me)
@@ -362,55 +423,89 @@ def _check_shared_read(frame, op, ref, rows, positions, active) -> None:
         op,
         active,
         racing,
-        (
-            "shared-memory-race",
-            lambda lane: (
-                f"reads an element of shared memory '{memory.name}' that thread"
-                f" {int(writer[np.flatnonzero(racing.any(axis=1))[0]].max())} of the block wrote"
-                " with no barrier in between"
-            ),
-        ),
+        "shared-memory-race",
+        _conflict_detail(ref, active, positions, racing, writer, "reads"),
     )
-    reader = memory.reader[r, positions]
     key = (r * memory.reader.shape[1] + positions).reshape(-1)
-    updated = np.where((reader == NO_LANE) | (reader == me), me, SEVERAL_LANES).reshape(-1)
-    unique, first, counts = np.unique(key, return_index=True, return_counts=True)
-    shared_in_op = np.zeros_like(updated, np.bool_)
-    if np.any(counts > 1):
-        lanes_per_key = {}
-        for k, lane in zip(key, me.reshape(-1), strict=True):
-            lanes_per_key.setdefault(int(k), set()).add(int(lane))
-        shared_in_op = np.array([len(lanes_per_key[int(k)]) > 1 for k in key])
-    updated = np.where(shared_in_op, SEVERAL_LANES, updated)
+    mine = me.reshape(-1)
     flat_reader = memory.reader.reshape(-1)
-    flat_reader[key] = updated
+    previous = flat_reader[key]
+    alone = ((previous == NO_LANE) | (previous == mine)) & ~_several_lanes(key, mine)
+    flat_reader[key] = np.where(alone, mine, SEVERAL_LANES)
 
 
 def _check_shared_write(frame, op, ref, rows, positions, active) -> None:
     memory = ref.memory
-    r = np.asarray(rows)[..., None] if np.ndim(rows) else np.zeros((positions.shape[0], 1), int)
+    r = _rows_for(rows, positions)
     me = _lane_ids(frame, active, positions.shape[1])
     writer = memory.writer[r, positions]
     reader = memory.reader[r, positions]
     key = (r * memory.writer.shape[1] + positions).reshape(-1)
-    unique, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
-    twice = (counts[inverse] > 1).reshape(positions.shape)
-    racing = ((writer != NO_LANE) & (writer != me)) | ((reader != NO_LANE) & (reader != me)) | twice
+    together = _several_lanes(key, me.reshape(-1)).reshape(positions.shape)
+    wrote = (writer != NO_LANE) & (writer != me)
+    read_ = (reader != NO_LANE) & (reader != me)
+    racing = wrote | read_ | together
+    other = np.where(wrote, writer, np.where(read_, reader, SEVERAL_LANES))
     _report(
         frame,
         op,
         active,
         racing,
-        (
-            "shared-memory-race",
-            lambda lane: (
-                f"writes an element of shared memory '{memory.name}' that another"
-                " thread of the block read or wrote with no barrier in between"
-            ),
-        ),
+        "shared-memory-race",
+        _conflict_detail(ref, active, positions, racing, other, "writes"),
     )
     memory.writer.reshape(-1)[key] = me.reshape(-1)
     memory.written.reshape(-1)[key] = True
+
+
+def _check_shared_atomic(frame, op, ref, rows, cols, lanes) -> None:
+    """An atomic update reads and writes: it races with plain accesses of other threads."""
+    memory = ref.memory
+    positions = cols[:, None]
+    r = rows[:, None]
+    _check_initialised(frame, op, ref, memory.written[r, positions], lanes)
+    me = _lane_ids(frame, lanes, 1)
+    writer = memory.writer[r, positions]
+    reader = memory.reader[r, positions]
+    wrote = (writer >= 0) & (writer != me)
+    read_ = (reader != NO_LANE) & (reader != me)
+    racing = wrote | read_
+    _report(
+        frame,
+        op,
+        lanes,
+        racing,
+        "shared-memory-race",
+        _conflict_detail(ref, lanes, positions, racing, np.where(wrote, writer, reader), "updates"),
+    )
+    memory.writer[rows, cols] = ATOMIC_LANES
+
+
+def atomic_targets(frame: Frame, op: Op, ref: MemRef, flat) -> tuple[np.ndarray, ...]:
+    """``(lanes, rows, columns)`` of an atomic update by the active lanes at element ``flat``.
+
+    ``flat`` must be bounds-checked (:func:`flat_index`). The update is
+    checked (constant memory; shared memory: uninitialised, races with plain
+    accesses) and counted as one write of its element per lane (global
+    memory); the caller then reads and writes ``ref.elements()[rows, columns]``.
+    """
+    memory = ref.memory
+    lanes = np.flatnonzero(frame.active())
+    if memory.constant and lanes.size:
+        frame.fail(
+            "write-to-constant",
+            op,
+            np.ones(frame.lanes.size, np.bool_),
+            lambda lane: f"'{memory.name}' is a constant global",
+        )
+    size = frame.lanes.size
+    rows = np.broadcast_to(np.asarray(lane_rows(frame, ref), np.int64), (size,))[lanes]
+    cols = np.broadcast_to(np.asarray(flat, np.int64), (size,))[lanes]
+    if memory.written is not None and lanes.size:
+        _check_shared_atomic(frame, op, ref, rows, cols, lanes)
+    if memory.writes is not None:
+        _count(memory.writes, cols[:, None], ref.type.dtype.itemsize, ref.type.size)
+    return lanes, rows, cols
 
 
 def barrier(launch: Launch, blocks: np.ndarray) -> None:

@@ -133,10 +133,61 @@ def scf_while(frame: Frame, op: Op) -> None:
     frame.set_results(op, *results)
 
 
+#: Operations after which a function is not pure (its calls cannot be shared).
+_EFFECTS = (
+    "memref.store",
+    "vector.store",
+    "memref.atomic_rmw",
+    "memref.generic_atomic_rmw",
+    "gpu.barrier",
+    "gpu.shuffle",
+    "memref.alloca",
+    "vector.maskedstore",
+)
+
+
+def _is_pure(frame: Frame, name: str) -> bool:
+    """Whether calls of ``name`` (and what it calls) have no effect: their results can be shared."""
+    cache = frame.launch.state.setdefault("pure_functions", {})
+    if name not in cache:
+        cache[name] = False  # a recursive call is not shared
+        function = frame.launch.program.functions[name]
+        pure = True
+        stack = [function.body]
+        while stack and pure:
+            for block in stack.pop().blocks:
+                for inner in block.ops:
+                    if inner.name in _EFFECTS or (
+                        inner.name == "func.call"
+                        and not _is_pure(frame, inner.attributes["callee"])
+                    ):
+                        pure = False
+                    stack.extend(inner.regions)
+        cache[name] = pure
+    return cache[name]
+
+
 @semantics("func.call")
 def func_call(frame: Frame, op: Op) -> None:
+    """Run the callee; a pure callee called again with the very same values is not rerun.
+
+    heron's surviving subgraph functions are pure and are often called
+    several times with the same operands (nested calls multiply that); the
+    GPU's compiler folds those calls, and so does the interpreter, keyed on
+    the identity of the argument arrays and of the mask.
+    """
     name = op.attributes["callee"]
     function = frame.launch.program.functions.get(name)
     if function is None:
         raise frame.unsupported(op, f"calls '{name}', which the program does not define")
-    frame.set_results(op, *frame.call(function, frame.operands(op)))
+    arguments = frame.operands(op)
+    if not _is_pure(frame, name):
+        frame.set_results(op, *frame.call(function, arguments))
+        return
+    memo = frame.__dict__.setdefault("_pure_calls", {})
+    key = (name, id(frame.mask), *(id(a) for a in arguments))
+    hit = memo.get(key)
+    if hit is None:
+        hit = (arguments, frame.mask, frame.call(function, arguments))  # keeps the ids alive
+        memo[key] = hit
+    frame.set_results(op, *hit[2])
