@@ -1,7 +1,7 @@
 """heron's sessions: `nox` runs the test suite (lint, tests, isolation, oracle).
 
     nox                  the default sessions below: what CI runs (.ci/run)
-    nox -s demo          the main job: `heron run` on the GELU example, checked against numpy
+    nox -s demo          the main job: `heron run` on the GELU example (backend auto), checked
     nox -s tests         the CPU test suite (every package, the CLI, the plugin fixture)
     nox -s oracle        heron's evaluator against XLA:CPU through jax
     nox -s isolation     each package installed alone in a fresh environment
@@ -241,7 +241,12 @@ def rocm(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """The main job: parse and run the GELU example on the reference backend, then check it."""
+    """The main job: `heron run` on the GELU example, backend auto (the interpreter on CI).
+
+    The run prints the backend it chose (and why not the others), each kernel's
+    emitter, launch and times, the outputs, and (--check) agreement with the
+    reference evaluator; check_gelu.py then checks the output against GELU in float64.
+    """
     session.install(*(f"./packages/{f}" for f in local_closure(*CORE)), ".")
     output = Path(session.create_tmp()) / "gelu-out.npz"
     session.run("heron", "parse", "examples/gelu.hlo")
@@ -250,9 +255,10 @@ def demo(session: nox.Session) -> None:
         "run",
         "examples/gelu.hlo",
         "--backend",
-        "reference",
+        "auto",
         "--seed",
         "0",
+        "--check",
         "--output",
         str(output),
     )

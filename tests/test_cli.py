@@ -106,6 +106,8 @@ def test_corpus_file_parses(corpus_dir, capsys):
 
 
 # -- run -------------------------------------------------------------------------
+# These are about the reference evaluator path and the npz files; tests/test_cli_run.py
+# has the device backends (auto, interpreter, cuda, rocm) and --check.
 
 
 def test_run_with_inputs_writes_outputs(hlo, capsys, tmp_path):
@@ -115,7 +117,15 @@ def test_run_with_inputs_writes_outputs(hlo, capsys, tmp_path):
     np.savez(inputs, arg0=x, arg1=y)
     output = tmp_path / "out.npz"
     code, out, err = heron(
-        capsys, "run", hlo(ADD), "--inputs", str(inputs), "--output", str(output)
+        capsys,
+        "run",
+        "--backend",
+        "reference",
+        hlo(ADD),
+        "--inputs",
+        str(inputs),
+        "--output",
+        str(output),
     )
     assert (code, err) == (0, "")
     with np.load(output) as data:
@@ -133,7 +143,15 @@ def test_run_bf16_tuple_round_trips_through_npz(hlo, capsys, tmp_path):
     np.savez(inputs, arg0=x)
     output = tmp_path / "out.npz"
     code, _, err = heron(
-        capsys, "run", hlo(TUPLE_BF16), "--inputs", str(inputs), "--output", str(output)
+        capsys,
+        "run",
+        "--backend",
+        "reference",
+        hlo(TUPLE_BF16),
+        "--inputs",
+        str(inputs),
+        "--output",
+        str(output),
     )
     assert (code, err) == (0, "")
     with np.load(output) as data:
@@ -148,7 +166,9 @@ def test_run_bf16_tuple_round_trips_through_npz(hlo, capsys, tmp_path):
 def test_run_accepts_save_inputs_files(hlo, capsys, tmp_path):
     inputs = tmp_path / "in.npz"
     save_inputs(inputs, [np.array([1, 2, 3, 4], ml_dtypes.bfloat16)])
-    code, out, err = heron(capsys, "run", hlo(TUPLE_BF16), "--inputs", str(inputs))
+    code, out, err = heron(
+        capsys, "run", "--backend", "reference", hlo(TUPLE_BF16), "--inputs", str(inputs)
+    )
     assert (code, err) == (0, "")
     assert "out1  bf16[4]  min -4  max -1" in out
 
@@ -156,7 +176,9 @@ def test_run_accepts_save_inputs_files(hlo, capsys, tmp_path):
 def test_run_refuses_inexact_inputs(hlo, capsys, tmp_path):
     inputs = tmp_path / "in.npz"
     np.savez(inputs, arg0=np.array([1.0, 0.1, 2.0, 3.0], np.float32))
-    code, out, err = heron(capsys, "run", hlo(TUPLE_BF16), "--inputs", str(inputs))
+    code, out, err = heron(
+        capsys, "run", "--backend", "reference", hlo(TUPLE_BF16), "--inputs", str(inputs)
+    )
     assert code == 2 and out == ""
     assert "arg0 (parameter 0 'x', bf16[4])" in err
     assert "float32 value 0.1 at index (1,) is not exactly representable as bf16" in err
@@ -166,10 +188,10 @@ def test_run_refuses_inexact_inputs(hlo, capsys, tmp_path):
 def test_run_refuses_wrong_shapes_and_missing_arguments(hlo, capsys, tmp_path):
     inputs = tmp_path / "in.npz"
     np.savez(inputs, arg0=np.zeros((3, 2), np.float32), arg1=np.zeros((2, 3), np.float32))
-    code, _, err = heron(capsys, "run", hlo(ADD), "--inputs", str(inputs))
+    code, _, err = heron(capsys, "run", "--backend", "reference", hlo(ADD), "--inputs", str(inputs))
     assert code == 2 and "array has shape (3, 2), expected (2, 3)" in err
     np.savez(inputs, arg0=np.zeros((2, 3), np.float32))
-    code, _, err = heron(capsys, "run", hlo(ADD), "--inputs", str(inputs))
+    code, _, err = heron(capsys, "run", "--backend", "reference", hlo(ADD), "--inputs", str(inputs))
     assert code == 2 and "no array 'arg1'" in err
 
 
@@ -177,7 +199,7 @@ def test_random_inputs_are_deterministic_per_seed(hlo, capsys):
     path = hlo(SCALE)
 
     def summary(*extra):
-        code, out, err = heron(capsys, "run", path, *extra)
+        code, out, err = heron(capsys, "run", "--backend", "reference", path, *extra)
         assert (code, err) == (0, "")
         return [line for line in out.splitlines() if not line.startswith("evaluated in")]
 
@@ -195,29 +217,40 @@ def test_random_inputs_match_the_evaluator(hlo, capsys, tmp_path):
     from heron.hlo.parser import parse_module
 
     output = tmp_path / "out.npz"
-    code, _, err = heron(capsys, "run", hlo(SCALE), "--seed", "3", "--output", str(output))
+    code, _, err = heron(
+        capsys, "run", "--backend", "reference", hlo(SCALE), "--seed", "3", "--output", str(output)
+    )
     assert (code, err) == (0, "")
     (x,) = random_arguments(parse_module(SCALE), seed=3)
     (result,) = load_outputs(output)
     assert np.array_equal(result, x * np.float32(3))
 
 
-def test_other_backends_are_not_implemented_yet(hlo, capsys):
-    code, out, err = heron(capsys, "run", hlo(ADD), "--backend", "cuda")
-    assert code == 2 and out == ""
-    assert "backend 'cuda' is not implemented yet in this version of heron" in err
-    assert "available: reference" in err
+def test_unknown_backend_is_refused_by_the_parser(hlo, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", hlo(ADD), "--backend", "tpu"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'tpu'" in err and "'interpreter'" in err and "'reference'" in err
 
 
 def test_seed_with_inputs_is_refused(hlo, capsys, tmp_path):
     inputs = tmp_path / "in.npz"
     np.savez(inputs, arg0=np.zeros((2, 3), np.float32), arg1=np.zeros((2, 3), np.float32))
-    code, _, err = heron(capsys, "run", hlo(ADD), "--inputs", str(inputs), "--seed", "1")
+    code, _, err = heron(
+        capsys, "run", "--backend", "reference", hlo(ADD), "--inputs", str(inputs), "--seed", "1"
+    )
     assert code == 2 and "--seed only applies to random arguments" in err
 
 
 def test_corpus_fusion_without_entry_runs(corpus_dir, capsys):
-    code, out, err = heron(capsys, "run", str(corpus_dir / "common" / "loop" / "acos_f64.hlo"))
+    code, out, err = heron(
+        capsys,
+        "run",
+        "--backend",
+        "reference",
+        str(corpus_dir / "common" / "loop" / "acos_f64.hlo"),
+    )
     assert code == 0, err
     assert "arg0  p0  f64[256]" in out
     assert "out0  f64[256]" in out

@@ -1,0 +1,222 @@
+"""``heron run`` on device backends: auto selection, the interpreter, unfused modules, --check.
+
+The interpreter is always available, so these run everywhere; CUDA and ROCm
+are not usable on CI (heron's GPU devices are not implemented yet), which the
+auto-selection and --backend cuda tests rely on through the registry's own
+availability reasons rather than through hard-coded text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from heron.cli.main import main
+from heron.cli.run import compare, ulp_distance
+from heron.hlo.evaluator import evaluate_module, flatten_literal, random_arguments
+from heron.hlo.npz_io import load_outputs, save_inputs
+from heron.hlo.parser import parse_module
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: A JAX-style module: no fusions, elementwise ops, broadcasts of a vector and a
+#: scalar constant, a tuple root.
+UNFUSED = """\
+HloModule jit_f
+
+ENTRY main.10 {
+  Arg_0.1 = f32[4,32]{1,0} parameter(0)
+  Arg_1.2 = f32[32]{0} parameter(1)
+  broadcast.3 = f32[4,32]{1,0} broadcast(Arg_1.2), dimensions={1}
+  add.4 = f32[4,32]{1,0} add(Arg_0.1, broadcast.3)
+  constant.5 = f32[] constant(0.5)
+  broadcast.6 = f32[4,32]{1,0} broadcast(constant.5), dimensions={}
+  multiply.7 = f32[4,32]{1,0} multiply(add.4, broadcast.6)
+  subtract.8 = f32[4,32]{1,0} subtract(multiply.7, Arg_0.1)
+  maximum.9 = f32[4,32]{1,0} maximum(subtract.8, broadcast.6)
+  ROOT tuple.10 = (f32[4,32]{1,0}, f32[4,32]{1,0}) tuple(maximum.9, add.4)
+}
+"""
+
+WITH_DOT = """\
+HloModule jit_matmul
+
+ENTRY main {
+  a = f32[4,8]{1,0} parameter(0)
+  b = f32[8,2]{1,0} parameter(1)
+  ROOT dot.3 = f32[4,2]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def heron(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def small_gelu() -> str:
+    """examples/gelu.hlo (the seeds' GELU) at bf16[2,4,128]: the same module, fewer elements."""
+    text = (ROOT / "examples" / "gelu.hlo").read_text()
+    assert "bf16[6,512,4096] parameter(0)" in text
+    return text.replace("6,512,4096", "2,4,128")
+
+
+def _availability(name: str) -> str:
+    from heron.runtime.core.registry import load_backends
+
+    status = load_backends().availability(name)
+    assert not status.available, f"{name} is available here; these tests expect it is not"
+    return status.reason
+
+
+def test_gelu_runs_on_the_interpreter_and_agrees_with_the_reference(hlo, capsys, tmp_path):
+    output = tmp_path / "out.npz"
+    path = hlo(small_gelu(), "gelu.hlo")
+    code, out, err = heron(
+        capsys, "run", path, "--backend", "interpreter", "--output", str(output), "--check"
+    )
+    assert (code, err) == (0, ""), out
+    assert "backend interpreter" in out and "device: heron interpreter" in out
+    kernel_line = next(line for line in out.splitlines() if line.startswith("  fusion  "))
+    assert "emitter loop" in kernel_line and "grid " in kernel_line and "block " in kernel_line
+    assert "compile " in kernel_line and "run " in kernel_line
+    assert "out0  bf16[2,4,128]" in out
+    assert "agree: every output within the tolerance" in out
+    (y,) = load_outputs(output)
+    module = parse_module(small_gelu())
+    (x,) = random_arguments(module, seed=0)
+    reference = (
+        0.5
+        * x.astype(np.float64)
+        * (1 + np.tanh(0.79785 * (x.astype(np.float64) + 0.044708 * x.astype(np.float64) ** 3)))
+    )
+    assert y.dtype == ml_dtypes.bfloat16
+    assert np.max(np.abs(y.astype(np.float64) - reference)) < 2.0**-5
+
+
+def test_unfused_module_runs_fusion_by_fusion(hlo, capsys, tmp_path):
+    output = tmp_path / "out.npz"
+    code, out, err = heron(
+        capsys, "run", hlo(UNFUSED), "--backend", "interpreter", "--seed", "4", "--output",
+        str(output),
+    )  # fmt: skip
+    assert (code, err) == (0, ""), out
+    kernels = [line.split()[0] for line in out.split("kernels:\n")[1].split("outputs:")[0]
+               .splitlines()]  # fmt: skip
+    assert kernels == [
+        "broadcast.3",
+        "add.4",
+        "broadcast.6",
+        "multiply.7",
+        "subtract.8",
+        "maximum.9",
+    ]
+    assert "ran 6 kernel(s)" in out
+    module = parse_module(UNFUSED)
+    expected = flatten_literal(evaluate_module(module, random_arguments(module, seed=4)))
+    results = load_outputs(output)
+    assert len(results) == 2
+    for actual, reference in zip(results, expected, strict=True):
+        assert np.array_equal(actual, reference)
+
+
+def test_inputs_and_outputs_round_trip_on_the_interpreter(hlo, capsys, tmp_path):
+    x = np.linspace(-1, 1, 128, dtype=np.float32).reshape(4, 32)
+    v = np.arange(32, dtype=np.float32) / 8
+    inputs, output = tmp_path / "in.npz", tmp_path / "out.npz"
+    save_inputs(inputs, [x, v])
+    code, out, err = heron(
+        capsys, "run", hlo(UNFUSED), "--backend", "interpreter", "--inputs", str(inputs),
+        "--output", str(output),
+    )  # fmt: skip
+    assert (code, err) == (0, ""), out
+    assert f"parameters (from {inputs}):" in out
+    first, second = load_outputs(output)
+    added = x + v[None, :]
+    assert np.array_equal(second, added)
+    assert np.array_equal(first, np.maximum(added * np.float32(0.5) - x, np.float32(0.5)))
+
+
+def test_auto_says_it_chose_the_interpreter_and_why_not_the_gpus(hlo, capsys):
+    code, out, err = heron(capsys, "run", hlo(UNFUSED), "--backend", "auto")
+    assert (code, err) == (0, ""), out
+    assert "backend interpreter" in out
+    assert "auto chose interpreter; not taken:" in out
+    assert f"  cuda: {_availability('cuda')}" in out
+    assert f"  rocm: {_availability('rocm')}" in out
+    # auto is the default, and it never picks the test fixture's 'example' backend.
+    code, default_out, _ = heron(capsys, "run", hlo(UNFUSED))
+    assert code == 0 and "auto chose interpreter" in default_out
+    assert "example" not in default_out
+
+
+def test_cuda_without_a_gpu_exits_nonzero_with_the_reason(hlo, capsys):
+    code, out, err = heron(capsys, "run", hlo(UNFUSED), "--backend", "cuda")
+    assert code != 0 and out == ""
+    assert "backend 'cuda' is not available here" in err
+    assert _availability("cuda") in err
+
+
+def test_a_dot_is_refused_by_name(hlo, capsys):
+    code, out, err = heron(capsys, "run", hlo(WITH_DOT), "--backend", "interpreter")
+    assert code == 2
+    assert "'dot.3' (dot, f32[4,2]" in err and "no heron emitter handles dot" in err
+    assert "Traceback" not in err
+
+
+def test_check_reports_agreement_per_output(hlo, capsys):
+    code, out, err = heron(capsys, "run", hlo(UNFUSED), "--backend", "interpreter", "--check")
+    assert (code, err) == (0, ""), out
+    check = out.split("check against the reference evaluator")[1]
+    assert "  out0  max 0 ulp, max |difference| 0" in check
+    assert "  out1  max 0 ulp, max |difference| 0" in check
+
+
+def test_check_with_the_reference_backend_is_refused(hlo, capsys):
+    code, _, err = heron(capsys, "run", hlo(UNFUSED), "--backend", "reference", "--check")
+    assert code == 2 and "--check compares a device backend" in err
+
+
+# -- the comparison itself ------------------------------------------------------------------
+
+
+def test_ulp_distance_orders_floats_across_zero():
+    one = np.float32(1)
+    a = np.array([one, np.float32(-0.0), np.nan, np.nan, -one], np.float32)
+    b = np.array([np.nextafter(one, np.float32(2)), 0.0, np.nan, 1.0, one], np.float32)
+    distance = ulp_distance(a, b)
+    assert distance[:3].tolist() == [1.0, 0.0, 0.0]
+    assert distance[3] == np.inf
+    assert distance[4] == 2 * 0x3F800000
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16])
+def test_compare_tolerates_a_few_ulps_and_not_more(dtype):
+    base = np.linspace(0.5, 4, 16).astype(dtype)
+    unsigned = np.uint16 if base.dtype.itemsize == 2 else np.uint32
+
+    def ulps_up(k: int) -> np.ndarray:
+        return (base.view(unsigned) + unsigned(k)).view(base.dtype)
+
+    assert compare(ulps_up(4), base).agrees
+    assert "max 4 ulp" in compare(ulps_up(4), base).summary
+    bumped = ulps_up(64)  # at 0.5 and above, 64 ulps exceed 4 epsilons too
+    assert compare(base.copy(), base).agrees
+    assert not compare(bumped, base).agrees
+    result = compare(bumped, base)
+    assert "outside the tolerance, first at (" in result.summary
+
+
+def test_compare_is_exact_for_integers_and_preds():
+    a = np.arange(10, dtype=np.int32)
+    b = a.copy()
+    assert compare(a, b).summary == "identical"
+    b[3] += 1
+    result = compare(a, b)
+    assert not result.agrees and "1 of 10 elements differ" in result.summary
+    assert not compare(np.array([True, False]), np.array([True, True])).agrees
+    assert not compare(a.astype(np.int64), a).agrees  # a type mismatch never agrees

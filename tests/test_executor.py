@@ -1,0 +1,182 @@
+"""heron.executor: outlining unfused modules, and running entry computations on the interpreter.
+
+Results are compared with heron's reference evaluator on the same arguments;
+the ops used (add, multiply, negate, broadcast, f32) round the same way on
+both, so the comparison is exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from heron.executor import outline_module, run_module
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.evaluator import evaluate_module, flatten_literal, random_arguments
+from heron.hlo.parser import parse_module
+from heron.hlo.printer import print_module
+
+#: As JAX prints a jitted function: no fusions, a tuple root.
+UNFUSED = (
+    "HloModule jit_f, entry_computation_layout="
+    "{(f32[8,16]{1,0}, f32[16]{0})->(f32[8,16]{1,0}, f32[8,16]{1,0})}\n"
+    + """
+
+ENTRY main.9 {
+  Arg_0.1 = f32[8,16]{1,0} parameter(0)
+  Arg_1.2 = f32[16]{0} parameter(1)
+  broadcast.3 = f32[8,16]{1,0} broadcast(Arg_1.2), dimensions={1}
+  add.4 = f32[8,16]{1,0} add(Arg_0.1, broadcast.3)
+  constant.5 = f32[] constant(2)
+  broadcast.6 = f32[8,16]{1,0} broadcast(constant.5), dimensions={}
+  multiply.7 = f32[8,16]{1,0} multiply(add.4, broadcast.6)
+  negate.8 = f32[8,16]{1,0} negate(multiply.7)
+  ROOT tuple.9 = (f32[8,16]{1,0}, f32[8,16]{1,0}) tuple(multiply.7, negate.8)
+}
+"""
+)
+
+WITH_DOT = """\
+HloModule jit_g
+
+ENTRY main {
+  a = f32[4,8]{1,0} parameter(0)
+  b = f32[8,2]{1,0} parameter(1)
+  n = f32[4,8]{1,0} negate(a)
+  ROOT d = f32[4,2]{1,0} dot(n, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+HOST_ONLY = """\
+HloModule host_only
+
+ENTRY main {
+  x = f32[2,3]{1,0} parameter(0)
+  y = s32[4]{0} parameter(1)
+  t = (f32[2,3]{1,0}, s32[4]{0}) tuple(x, y)
+  g = f32[2,3]{1,0} get-tuple-element(t), index=0
+  b = f32[3,2]{0,1} bitcast(g)
+  c = s32[] constant(7)
+  ROOT r = (f32[3,2]{0,1}, s32[4]{0}, s32[]) tuple(b, y, c)
+}
+"""
+
+
+def _interpreter():
+    from heron.runtime.core.registry import load_backends
+
+    return load_backends().create_device("interpreter")
+
+
+# -- outline -----------------------------------------------------------------------------
+
+
+def test_outline_gives_each_computing_instruction_a_loop_fusion():
+    module = parse_module(UNFUSED)
+    outlined = outline_module(module)
+    entry = outlined.entry
+    opcodes = {inst.name: inst.opcode for inst in entry.instructions}
+    assert opcodes == {
+        "Arg_0.1": "parameter",
+        "Arg_1.2": "parameter",
+        "broadcast.3": "fusion",
+        "add.4": "fusion",
+        "constant.5": "constant",
+        "broadcast.6": "fusion",
+        "multiply.7": "fusion",
+        "negate.8": "fusion",
+        "tuple.9": "tuple",
+    }
+    add = entry.instruction("add.4")
+    assert add.attr("kind") == "kLoop"
+    body = add.called("calls")
+    assert body.name == "fused_add.4"
+    assert [p.shape for p in body.parameters] == [o.shape for o in add.operands]
+    assert body.root_instruction.opcode == "add"
+    assert body.root_instruction.operands == body.parameters
+    # The fusion's operands are the outlined producers, not the original instructions.
+    assert add.operands[1] is entry.instruction("broadcast.3")
+    # The original module is untouched, and the result prints and parses back the same.
+    assert all(inst.opcode != "fusion" for inst in module.entry.instructions)
+    assert parse_module(print_module(outlined)) == outlined
+
+
+def test_outline_shares_one_parameter_for_a_repeated_operand():
+    module = parse_module(
+        "HloModule sq\n\nENTRY main {\n  x = f32[8] parameter(0)\n"
+        "  ROOT m = f32[8] multiply(x, x)\n}\n"
+    )
+    fusion = outline_module(module).entry.root_instruction
+    assert fusion.opcode == "fusion" and len(fusion.operands) == 1
+    body = fusion.called("calls")
+    (parameter,) = body.parameters
+    assert body.root_instruction.operands == [parameter, parameter]
+
+
+def test_outline_keeps_a_fused_module_as_it_is():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "examples" / "gelu.hlo").read_text()
+    module = parse_module(text)
+    outlined = outline_module(module)
+    assert [i.opcode for i in outlined.entry.instructions] == ["parameter", "fusion"]
+    assert outlined.entry.root_instruction.called("calls").name == "gelu"
+    assert len(outlined.computations) == len(module.computations)
+
+
+def test_outline_refuses_a_dot_naming_it():
+    with pytest.raises(UnsupportedError) as error:
+        outline_module(parse_module(WITH_DOT))
+    message = str(error.value)
+    assert "'d' (dot, f32[4,2]" in message
+    assert "no heron emitter handles dot" in message
+
+
+def test_outline_skips_dead_instructions():
+    text = WITH_DOT.replace("ROOT d = ", "d = ").replace("  n = ", "  ROOT n = ")
+    outlined = outline_module(parse_module(text))
+    assert [i.name for i in outlined.entry.instructions] == ["a", "b", "n"]
+
+
+# -- the sequential executor --------------------------------------------------------------
+
+
+def test_host_ops_run_without_kernels():
+    module = parse_module(HOST_ONLY)
+    arguments = random_arguments(module, seed=1)
+    result = run_module(module, arguments, _interpreter(), "interpreter")
+    assert result.kernels == ()
+    expected = flatten_literal(evaluate_module(module, arguments))
+    assert len(result.outputs) == 3
+    for actual, reference in zip(result.outputs, expected, strict=True):
+        assert actual.dtype == reference.dtype and np.array_equal(actual, reference)
+    # The bitcast to [3,2] with layout {0,1} reads the row-major [2,3] buffer: a transpose.
+    assert np.array_equal(result.outputs[0], arguments[0].T)
+
+
+def test_unfused_module_runs_kernel_by_kernel_on_the_interpreter():
+    module = parse_module(UNFUSED)
+    arguments = random_arguments(module, seed=3)
+    seen = []
+    result = run_module(module, arguments, _interpreter(), "interpreter", on_kernel=seen.append)
+    assert [k.fusion_name for k in result.kernels] == [
+        "broadcast.3",
+        "add.4",
+        "broadcast.6",
+        "multiply.7",
+        "negate.8",
+    ]
+    assert list(result.kernels) == seen
+    assert all(k.emitter == "loop" and k.run_seconds >= 0 for k in result.kernels)
+    assert all(k.grid[0] * k.block[0] >= 1 for k in result.kernels)
+    expected = flatten_literal(evaluate_module(module, arguments))
+    assert len(result.outputs) == 2
+    for actual, reference in zip(result.outputs, expected, strict=True):
+        assert actual.dtype == np.float32
+        assert np.array_equal(actual, reference)
+
+
+def test_wrong_argument_count_is_refused():
+    module = parse_module(UNFUSED)
+    with pytest.raises(UnsupportedError, match="takes 2 arguments, given 1"):
+        run_module(module, random_arguments(module)[:1], _interpreter(), "interpreter")
