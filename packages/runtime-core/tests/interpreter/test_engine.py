@@ -228,3 +228,43 @@ def test_a_grid_runs_in_several_batches_with_the_same_result():
     for max_lanes in (1 << 18, 30, 1):
         (out,), _, _ = run(text, [], [4000], grid=(100,), block=(10,), max_lanes=max_lanes)
         assert np.array_equal(out.view(np.int32), np.arange(1000))
+
+
+SHARED_CALLS = """
+module attributes {gpu.container_module} {
+  gpu.module @m {
+    func.func private @first(%a: memref<64xf32>) -> f32 {
+      %c0 = arith.constant 0 : index
+      %v = memref.load %a[%c0] : memref<64xf32>
+      return %v : f32
+    }
+    gpu.func @k(%a: memref<64xf32>, %b: memref<64xf32>) kernel attributes
+        {known_block_size = array<i32: 1, 1, 1>, known_grid_size = array<i32: 1, 1, 1>} {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %c2 = arith.constant 2 : index
+      %x = func.call @first(%a) : (memref<64xf32>) -> f32
+      %y = func.call @first(%a) : (memref<64xf32>) -> f32
+      %s = arith.addf %x, %y : f32
+      memref.store %s, %a[%c0] : memref<64xf32>
+      %z = func.call @first(%a) : (memref<64xf32>) -> f32
+      memref.store %x, %b[%c0] : memref<64xf32>
+      memref.store %y, %b[%c1] : memref<64xf32>
+      memref.store %z, %b[%c2] : memref<64xf32>
+      gpu.return
+    }
+  }
+}
+"""
+
+
+def test_pure_calls_are_shared_until_memory_changes():
+    x = np.full(64, 1.5, np.float32)
+    device = InterpreterDevice()
+    kernel = device.load_kernel(compile_kernel_image(SHARED_CALLS))
+    a, b = device.upload(x), device.allocate(256)
+    device.launch(kernel, (1,), (1,), [a, b])
+    out = device.copy_from_device(b).view(np.float32)
+    assert list(out[:3]) == [1.5, 1.5, 3.0]
+    # The second call was shared, the third (after the store) was not: two reads in all.
+    assert device.access_counts(a).reads[:4].tolist() == [2, 2, 2, 2]

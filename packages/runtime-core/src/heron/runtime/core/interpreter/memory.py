@@ -221,6 +221,12 @@ def check_alignment(frame: Frame, op: Op, ref: MemRef, flat, alignment: int | No
         )
 
 
+def mutated(frame: Frame) -> None:
+    """Note that memory changed: results of pure calls made before may read stale values."""
+    state = frame.launch.state
+    state["memory_generation"] = state.get("memory_generation", 0) + 1
+
+
 # -- reads and writes ------------------------------------------------------------------------
 
 
@@ -281,6 +287,7 @@ def read(frame: Frame, op: Op, ref: MemRef, flat, width: int = 1) -> np.ndarray:
 def write(frame: Frame, op: Op, ref: MemRef, flat, values, width: int = 1) -> None:
     """Store ``values`` (per lane; ``width`` elements each when a vector) at element ``flat``."""
     memory = ref.memory
+    mutated(frame)
     if memory.constant:
         frame.fail(
             "write-to-constant",
@@ -489,6 +496,7 @@ def atomic_targets(frame: Frame, op: Op, ref: MemRef, flat) -> tuple[np.ndarray,
     accesses) and counted as one write of its element per lane (global
     memory); the caller then reads and writes ``ref.elements()[rows, columns]``.
     """
+    mutated(frame)
     memory = ref.memory
     lanes = np.flatnonzero(frame.active())
     if memory.constant and lanes.size:

@@ -174,7 +174,8 @@ def func_call(frame: Frame, op: Op) -> None:
     heron's surviving subgraph functions are pure and are often called
     several times with the same operands (nested calls multiply that); the
     GPU's compiler folds those calls, and so does the interpreter, keyed on
-    the identity of the argument arrays and of the mask.
+    the identity of the argument arrays and of the mask, and on memory not
+    having changed since (a store or atomic in between starts afresh).
     """
     name = op.attributes["callee"]
     function = frame.launch.program.functions.get(name)
@@ -185,7 +186,8 @@ def func_call(frame: Frame, op: Op) -> None:
         frame.set_results(op, *frame.call(function, arguments))
         return
     memo = frame.__dict__.setdefault("_pure_calls", {})
-    key = (name, id(frame.mask), *(id(a) for a in arguments))
+    generation = frame.launch.state.get("memory_generation", 0)
+    key = (name, generation, id(frame.mask), *(id(a) for a in arguments))
     hit = memo.get(key)
     if hit is None:
         hit = (arguments, frame.mask, frame.call(function, arguments))  # keeps the ids alive
