@@ -28,7 +28,6 @@ dims is run instead. Nothing is skipped.
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
@@ -44,11 +43,14 @@ from heron.emitters.dialect import make_context
 from heron.emitters.pipeline import PipelineOptions, lower_tensors
 from heron.emitters.testing import vector_pipeline_inputs
 from heron.emitters.testing.kernel_jit import compile_lowered_kernel
-from heron.hlo import ElementType, parse_module, print_module
+from heron.harness.check import shrunk_fusion
+from heron.harness.inputs import edge_array
+from heron.harness.tolerance import mismatches, output_sources, ulp_bound
+from heron.hlo import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.evaluator import evaluate_computation
 from heron.hlo.evaluator.random_inputs import random_array
-from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.ir import Computation, Instruction
 from heron.hlo.memory_layout import from_memory, to_memory
 from heron.hlo.parser import parse_module_file
 from heron.hlo.shapes import ArrayShape, Layout, Shape, TupleShape
@@ -58,182 +60,17 @@ from heron.indexing.thread_maps import LaunchDimensions
 HOST_ELEMENT_LIMIT = 1 << 22
 POISONS = (0xA5, 0x5A)
 
-#: Max ulps (f32, f64) of expand-math's approximations, from expand_math's docstring.
-ULP_BOUNDS: dict[str, tuple[int, int]] = {
-    "exponential": (2, 2),
-    "exponential-minus-one": (2, 2),
-    "log": (1, 1),
-    "log-plus-one": (2, 2),
-    "sine": (2, 2),
-    "cosine": (2, 2),
-    "tan": (4, 3),
-    "atan2": (2, 2),
-    "asin": (3, 3),
-    "acos": (3, 3),
-    "sinh": (3, 3),
-    "cosh": (3, 3),
-    "tanh": (3, 3),
-    "asinh": (3, 3),
-    "acosh": (3, 3),
-    "atanh": (3, 3),
-    "erf": (2, 2),
-    "cbrt": (2, 2),
-    "power": (1, 2),
-    "rsqrt": (1, 1),
-}
-#: f16/bf16 results: the f32 result rounded once more.
-NARROW_ULPS = 1
-#: The f64 reference (numpy's libm routines) is itself up to this many ulps off.
-F64_REFERENCE_ULPS = 1
-
-
-# -- inputs with edge values ---------------------------------------------------------
-
-
-def _float_values(element: ElementType, count: int, rng: np.random.Generator) -> np.ndarray:
-    """Random floats of ``element``: a third in [-1, 1), a third of any magnitude, edges."""
-    dtype = element.numpy_dtype
-    if element.bit_width <= 8:  # every bit pattern, NaNs included
-        return rng.integers(0, 1 << element.bit_width, count).astype(np.uint8).view(dtype)
-    info = ml_dtypes.finfo(dtype)
-    edges = np.array(
-        [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, float(info.max), -float(info.max)]
-        + [float(info.tiny), -float(info.tiny), float(info.smallest_subnormal), 2.0, -2.0],
-        np.float64,
-    )
-    unit = rng.uniform(-1.0, 1.0, count)
-    exponents = rng.uniform(math.log2(float(info.tiny)), math.log2(float(info.max)), count)
-    wide = np.exp2(exponents) * rng.choice([-1.0, 1.0], count)
-    with np.errstate(over="ignore"):
-        values = np.where(rng.random(count) < 0.5, unit, wide).astype(dtype)
-    chosen = rng.random(count) < 0.15
-    values[chosen] = rng.choice(edges, int(chosen.sum())).astype(dtype)
-    return values
-
-
-def _integer_values(element: ElementType, count: int, rng: np.random.Generator) -> np.ndarray:
-    width = element.bit_width
-    low, high = (
-        (-(1 << (width - 1)), (1 << (width - 1)) - 1)
-        if element.is_signed_integral
-        else (
-            0,
-            (1 << width) - 1,
-        )
-    )
-    values = rng.integers(low, high, count, dtype=np.int64, endpoint=True)
-    small = rng.random(count) < 0.5  # valid indices and small operands too
-    values[small] = rng.integers(max(low, -2), min(high, 8), int(small.sum()), endpoint=True)
-    edges = np.array([low, high, 0, min(high, 1), max(low, -1)], np.int64)
-    chosen = rng.random(count) < 0.1
-    values[chosen] = rng.choice(edges, int(chosen.sum()))
-    if width == 64 and not element.is_signed_integral:
-        return values.astype(np.uint64)
-    return values.astype(element.numpy_dtype)
-
-
-def _random_array(shape: ArrayShape, rng: np.random.Generator) -> np.ndarray:
-    element = shape.element_type
-    count = shape.num_elements
-    if element is ElementType.PRED:
-        flat = rng.integers(0, 2, count).astype(bool)
-    elif element.is_complex:
-        part = element.component_type
-        flat = np.empty(count, element.numpy_dtype)
-        flat.real = _float_values(part, count, rng)
-        flat.imag = _float_values(part, count, rng)
-    elif element.is_floating:
-        flat = _float_values(element, count, rng)
-    else:
-        flat = _integer_values(element, count, rng)
-    return np.asarray(flat.reshape(shape.dims), element.numpy_dtype)
-
-
-# -- what each output depends on --------------------------------------------------------
-
-
-def _output_sources(root: Instruction) -> list[Instruction]:
-    """The instruction producing each array leaf of ``root`` (tuples looked through)."""
-    if root.opcode == "tuple":
-        return [leaf for operand in root.operands for leaf in _output_sources(operand)]
-    if isinstance(root.shape, TupleShape):
-        return [root] * len(list(root.shape.leaves()))
-    return [root]
-
-
-def _opcodes_reaching(instruction: Instruction) -> list[str]:
-    """Opcodes of ``instruction`` and everything it depends on (called computations too)."""
-    seen: set[int] = set()
-    opcodes: list[str] = []
-    stack = [instruction]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        opcodes.append(current.opcode)
-        stack.extend(current.operands)
-        for called in current.called_computations():
-            stack.extend(called.instructions)
-    return opcodes
-
-
-def _ulp_bound(source: Instruction, element: ElementType) -> int:
-    """Allowed ulps for an output produced by ``source`` (0: bitwise)."""
-    bound = 0
-    for opcode in _opcodes_reaching(source):
-        if opcode in ULP_BOUNDS:
-            f32, f64 = ULP_BOUNDS[opcode]
-            if element in (ElementType.F32, ElementType.C64):
-                bound += f32
-            elif element in (ElementType.F64, ElementType.C128):
-                bound += f64 + F64_REFERENCE_ULPS
-            else:
-                bound += NARROW_ULPS
-    return bound
-
-
-# -- comparison -----------------------------------------------------------------------
-
-
-def _ordered(values: np.ndarray) -> np.ndarray:
-    """Float bits as integers ordered like the floats (ulp distance = difference)."""
-    width = values.dtype.itemsize * 8
-    bits = values.view(f"uint{width}").astype(np.int64 if width < 64 else object)
-    sign = 1 << (width - 1)
-    negative = bits >= sign
-    return np.where(negative, -(bits - sign), bits)
+#: Inputs and tolerances are heron.harness's (the library behind ``heron check``).
+_random_array = edge_array
+_output_sources = output_sources
+_ulp_bound = ulp_bound
+_shrunk = shrunk_fusion
 
 
 def _mismatches(kernel: np.ndarray, reference: np.ndarray, ulps: int) -> tuple[np.ndarray, list]:
     """Flat indices where ``kernel`` and ``reference`` differ beyond ``ulps``, and the distances."""
-    if kernel.dtype != reference.dtype or kernel.shape != reference.shape:
-        raise AssertionError(
-            f"kernel gave {kernel.dtype}{kernel.shape}, reference {reference.dtype}"
-            f"{reference.shape}"
-        )
-    if np.issubdtype(kernel.dtype, np.complexfloating):
-        real, dist_r = _mismatches(kernel.real.copy(), reference.real.copy(), ulps)
-        imag, dist_i = _mismatches(kernel.imag.copy(), reference.imag.copy(), ulps)
-        bad = np.union1d(real, imag)
-        return bad, [max(dist_r + dist_i, default=0)] * len(bad)
-    a = kernel.reshape(-1)
-    b = reference.reshape(-1)
-    if kernel.dtype == np.bool_ or np.issubdtype(kernel.dtype, np.integer):
-        bad = np.flatnonzero(a != b)
-        return bad, [0] * len(bad)
-    if kernel.dtype.itemsize == 1 or kernel.dtype.name.startswith(("int", "uint")):
-        a_bits = a.view(np.uint8) if kernel.dtype.itemsize == 1 else a.astype(np.int64)
-        b_bits = b.view(np.uint8) if kernel.dtype.itemsize == 1 else b.astype(np.int64)
-        nan = np.isnan(a.astype(np.float32)) & np.isnan(b.astype(np.float32))
-        bad = np.flatnonzero((a_bits != b_bits) & ~nan)
-        return bad, [0] * len(bad)
-    nan_a = np.isnan(a.astype(np.float64))
-    nan_b = np.isnan(b.astype(np.float64))
-    distance = np.abs(_ordered(a) - _ordered(b))
-    distance = np.where(nan_a | nan_b, np.where(nan_a & nan_b, 0, 1 << 62), distance)
-    bad = np.flatnonzero(distance > ulps)
-    return bad, [int(distance[i]) for i in bad]
+    found = mismatches(kernel, reference, ulps)
+    return found.indices, [int(d) for d in found.distances]
 
 
 def _describe(values: np.ndarray, index: int) -> str:
@@ -327,40 +164,6 @@ def _largest_buffer(fusion: Instruction) -> int:
 
 def _array_leaves(shape: Shape) -> list[ArrayShape]:
     return list(shape.leaves()) if isinstance(shape, TupleShape) else [shape]
-
-
-#: Ops whose meaning does not depend on the dims of their (same-shaped) operands.
-_SHAPE_FREE = frozenset(
-    {"parameter", "constant", "broadcast", "convert", "add", "multiply", "negate", "subtract"}
-)
-SMALL_DIMS = (2, 3, 5, 3, 7, 2)
-
-
-def _shrunk(module: Module, fusion: Instruction) -> Instruction:
-    """A copy of ``fusion`` with the same ops and rank but small dims (huge fusions only).
-
-    Only for fusions of elementwise ops and broadcasts of scalars, where every
-    array has the root's dims: their meaning does not depend on the sizes.
-    """
-    computation: Computation = fusion.called("calls")
-    dims = computation.root_instruction.shape.dims
-    for instruction in computation.instructions:
-        shape = instruction.shape
-        assert instruction.opcode in _SHAPE_FREE, f"cannot shrink {instruction.opcode}"
-        assert isinstance(shape, ArrayShape) and shape.dims in ((), dims), instruction.name
-        if instruction.opcode == "broadcast":
-            assert instruction.operands[0].shape.dims == (), "only scalar broadcasts shrink"
-        if instruction.opcode == "constant":
-            assert shape.dims == (), "only scalar constants shrink"
-    small = SMALL_DIMS[: len(dims)]
-    old = "[" + ",".join(str(d) for d in dims) + "]"
-    new = "[" + ",".join(str(d) for d in small) + "]"
-    text = print_module(module)
-    assert old in text
-    module = parse_module(text.replace(old, new), source="shrunk")
-    (small_fusion,) = fusions_of(module)
-    assert small_fusion.called("calls").root_instruction.shape.dims == small
-    return small_fusion
 
 
 def _check_huge_compile(fusion: Instruction) -> None:

@@ -25,6 +25,7 @@ COMMANDS = (
     "heron.cli.indexing",
     "heron.cli.emit",
     "heron.cli.compile",
+    "heron.cli.check",
     "heron.cli.plugins",
 )
 

@@ -247,8 +247,19 @@ def _element_positions(flat, lanes: np.ndarray | None, size: int, width: int) ->
 
 
 def _count(counter: np.ndarray, positions: np.ndarray, itemsize: int, size: int) -> None:
-    per_element = np.bincount(positions.reshape(-1), minlength=size)[:size].astype(np.uint32)
-    counter[: size * itemsize].reshape(size, itemsize)[...] += per_element[:, None]
+    """Add one access per entry of ``positions`` (element indices) to each byte's counter.
+
+    Few accesses into a large buffer (the common case: one small load of a
+    big input) touch only their elements; many use one ``bincount``.
+    """
+    per_byte = counter[: size * itemsize].reshape(size, itemsize)
+    flat = positions.reshape(-1)
+    if flat.size * 8 < size:
+        touched, times = np.unique(flat, return_counts=True)
+        per_byte[touched] += times.astype(np.uint32)[:, None]
+        return
+    per_element = np.bincount(flat, minlength=size)[:size].astype(np.uint32)
+    per_byte += per_element[:, None]
 
 
 def read(frame: Frame, op: Op, ref: MemRef, flat, width: int = 1) -> np.ndarray:
@@ -266,9 +277,9 @@ def read(frame: Frame, op: Op, ref: MemRef, flat, width: int = 1) -> np.ndarray:
     if np.ndim(rows) == 0 and flat.ndim == 0 and active is None:
         value = elements[0, int(flat) : int(flat) + width]
         if memory.reads is not None:
-            positions = np.arange(int(flat), int(flat) + width)[None, :]
-            per_lane = np.repeat(positions, lanes_count, axis=0)
-            _count(memory.reads, per_lane, ref.type.dtype.itemsize, ref.type.size)
+            itemsize = ref.type.dtype.itemsize
+            start = int(flat) * itemsize
+            memory.reads[start : start + width * itemsize] += np.uint32(lanes_count)
         return value.copy() if width > 1 else value[0].copy()
     positions = _element_positions(flat, active, lanes_count, width)
     row_index = rows if np.ndim(rows) == 0 else (rows if active is None else rows[active])

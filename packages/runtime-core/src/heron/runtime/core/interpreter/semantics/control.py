@@ -167,15 +167,29 @@ def _is_pure(frame: Frame, name: str) -> bool:
     return cache[name]
 
 
+#: Arguments up to this many elements are compared by value, larger ones by identity.
+_BY_VALUE = 1 << 12
+
+
+def _identity(value) -> object:
+    """What makes two call arguments the same: small arrays by value, the rest by object."""
+    if isinstance(value, np.ndarray) and value.size <= _BY_VALUE:
+        return (value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, np.generic):
+        return (value.dtype.str, (), value.tobytes())
+    return id(value)
+
+
 @semantics("func.call")
 def func_call(frame: Frame, op: Op) -> None:
     """Run the callee; a pure callee called again with the very same values is not rerun.
 
     heron's surviving subgraph functions are pure and are often called
     several times with the same operands (nested calls multiply that); the
-    GPU's compiler folds those calls, and so does the interpreter, keyed on
-    the identity of the argument arrays and of the mask, and on memory not
-    having changed since (a store or atomic in between starts afresh).
+    GPU's compiler folds those calls, and so does the interpreter, across the
+    whole batch, keyed on the argument values (small arrays) or the argument
+    arrays themselves (large ones), the mask, and on memory not having
+    changed since (a store or atomic in between starts afresh).
     """
     name = op.attributes["callee"]
     function = frame.launch.program.functions.get(name)
@@ -185,9 +199,9 @@ def func_call(frame: Frame, op: Op) -> None:
     if not _is_pure(frame, name):
         frame.set_results(op, *frame.call(function, arguments))
         return
-    memo = frame.__dict__.setdefault("_pure_calls", {})
+    memo = frame.launch.state.setdefault("pure_calls", {})
     generation = frame.launch.state.get("memory_generation", 0)
-    key = (name, generation, id(frame.mask), *(id(a) for a in arguments))
+    key = (name, generation, id(frame.mask), *(_identity(a) for a in arguments))
     hit = memo.get(key)
     if hit is None:
         hit = (arguments, frame.mask, frame.call(function, arguments))  # keeps the ids alive

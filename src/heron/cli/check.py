@@ -1,0 +1,72 @@
+"""``heron check FILE.hlo``: do the file's kernels compute what the reference evaluator computes?
+
+For every fusion (or ``--fusion NAME``): compile for ``--backend`` (default
+the interpreter), run on two input sets (edge values, moderate values),
+compare each output with heron's reference evaluator (bitwise, or within the
+documented ulp bounds of approximated transcendental ops), and check that
+every output element was written (exactly once for loop-family emitters and
+the RUN line's ``--bijection_outputs``) and the ``--bijection_inputs`` read
+exactly once. Prints one line per fusion, a line per problem, and a
+summary; exits 0 when everything agrees, 1 otherwise, 2 for a request that
+cannot be served (no such file or fusion, a backend not available here).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from heron.cli.common import CommandError, load_module
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from heron.harness.check import DEFAULT_MAX_ELEMENTS
+
+    parser = subparsers.add_parser(
+        "check",
+        help="run a module's kernels and compare them with the reference evaluator",
+        description=(
+            "Compile every fusion of an HLO file, run it on a device on random inputs with"
+            " edge values, and compare with heron's reference evaluator; also check that every"
+            " output element is written (exactly once where the emitter is a bijection) and the"
+            " RUN line's gpu_test_correctness bijection flags. Exit status 1 when a kernel"
+            " disagrees."
+        ),
+    )
+    parser.add_argument("file", metavar="FILE.hlo", help="HLO text (a module or a corpus file)")
+    parser.add_argument(
+        "--backend",
+        default="interpreter",
+        choices=("interpreter", "cuda", "rocm"),
+        help="where the kernels run (default: interpreter)",
+    )
+    parser.add_argument("--fusion", metavar="NAME", help="only this fusion")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument(
+        "--max-elements",
+        type=int,
+        default=DEFAULT_MAX_ELEMENTS,
+        metavar="N",
+        help=f"refuse fusions with a buffer of more elements (default {DEFAULT_MAX_ELEMENTS})",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from heron.compiler.fusions import selected_fusions
+    from heron.harness.check import CheckOptions, check_fusions
+    from heron.harness.run_lines import RunLineError, parse_run_lines
+
+    if args.max_elements < 1:
+        raise CommandError(f"--max-elements {args.max_elements}: must be positive")
+    module = load_module(args.file)
+    try:
+        spec = parse_run_lines(Path(args.file).read_text(), Path(args.file).name)
+    except RunLineError as exc:
+        raise CommandError(str(exc)) from exc
+    options = CheckOptions(args.backend, args.fusion, args.seed, args.max_elements)
+    fusions = selected_fusions(module, args.fusion)
+    report = check_fusions(fusions, Path(args.file).name, options, spec, module=module)
+    print(report.text())
+    return report.exit_code

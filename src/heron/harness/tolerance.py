@@ -1,0 +1,241 @@
+"""How closely a kernel's output must match the reference evaluator's.
+
+* Integers, pred, fp8/f4, and every float output that does not depend on a
+  transcendental op: bitwise (any NaN matches any NaN). heron's kernels
+  compute such ops exactly as the evaluator does (IEEE arithmetic, the same
+  rounding), so any difference is a bug.
+* Float outputs that depend on transcendental ops: within the error bound of
+  expand-math's approximation of each (:data:`ULP_BOUNDS`, from the table in
+  ``heron.emitters.pipeline.expand_math``). For f64 add one ulp
+  (:data:`F64_REFERENCE_ULPS`): the reference is libm's float64 routine,
+  itself up to an ulp off. f16/bf16 results are the f32 result rounded once
+  more (:data:`NARROW_ULPS`). Several such ops in a chain add their bounds.
+* A corpus file's RUN line may give ``--abs_error_bound`` / ``--rel_error_bound``:
+  an element within either of them is accepted too, as XLA's
+  ``gpu_test_correctness`` accepts it.
+
+Distances are counted in ulps of the output type (:func:`ordered`), so they
+mean the same for tiny and huge values.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from heron.hlo import ElementType
+from heron.hlo.ir import Instruction
+from heron.hlo.shapes import TupleShape
+
+__all__ = [
+    "F64_REFERENCE_ULPS",
+    "NARROW_ULPS",
+    "ULP_BOUNDS",
+    "Mismatches",
+    "describe_value",
+    "mismatches",
+    "opcodes_reaching",
+    "ordered",
+    "output_sources",
+    "ulp_bound",
+]
+
+#: Max ulps (f32, f64) of expand-math's approximations, from expand_math's docstring.
+ULP_BOUNDS: dict[str, tuple[int, int]] = {
+    "exponential": (2, 2),
+    "exponential-minus-one": (2, 2),
+    "log": (1, 1),
+    "log-plus-one": (2, 2),
+    "sine": (2, 2),
+    "cosine": (2, 2),
+    "tan": (4, 3),
+    "atan2": (2, 2),
+    "asin": (3, 3),
+    "acos": (3, 3),
+    "sinh": (3, 3),
+    "cosh": (3, 3),
+    "tanh": (3, 3),
+    "asinh": (3, 3),
+    "acosh": (3, 3),
+    "atanh": (3, 3),
+    "erf": (2, 2),
+    "cbrt": (2, 2),
+    "power": (1, 2),
+    "rsqrt": (1, 1),
+}
+#: f16/bf16 results: the f32 result rounded once more.
+NARROW_ULPS = 1
+#: The f64 reference (numpy's libm routines) is itself up to this many ulps off.
+F64_REFERENCE_ULPS = 1
+#: The distance of values no ulp bound accepts: a NaN against a number, and any
+#: difference in a bitwise-compared type (integers, pred, fp8/f4).
+NAN_DISTANCE = 1 << 62
+
+
+# -- what each output depends on --------------------------------------------------------
+
+
+def output_sources(root: Instruction) -> list[Instruction]:
+    """The instruction producing each array leaf of ``root`` (tuples looked through)."""
+    if root.opcode == "tuple":
+        return [leaf for operand in root.operands for leaf in output_sources(operand)]
+    if isinstance(root.shape, TupleShape):
+        return [root] * len(list(root.shape.leaves()))
+    return [root]
+
+
+def opcodes_reaching(instruction: Instruction) -> list[str]:
+    """Opcodes of ``instruction`` and everything it depends on (called computations too)."""
+    seen: set[int] = set()
+    opcodes: list[str] = []
+    stack = [instruction]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        opcodes.append(current.opcode)
+        stack.extend(current.operands)
+        for called in current.called_computations():
+            stack.extend(called.instructions)
+    return opcodes
+
+
+def ulp_bound(source: Instruction, element: ElementType) -> int:
+    """Allowed ulps for an output of type ``element`` produced by ``source`` (0: bitwise)."""
+    if not element.is_floating and not element.is_complex:
+        return 0
+    if element.bit_width <= 8:
+        return 0
+    bound = 0
+    for opcode in opcodes_reaching(source):
+        if opcode in ULP_BOUNDS:
+            f32, f64 = ULP_BOUNDS[opcode]
+            if element in (ElementType.F32, ElementType.C64):
+                bound += f32
+            elif element in (ElementType.F64, ElementType.C128):
+                bound += f64 + F64_REFERENCE_ULPS
+            else:
+                bound += NARROW_ULPS
+    return bound
+
+
+# -- comparison -----------------------------------------------------------------------
+
+
+def ordered(values: np.ndarray) -> np.ndarray:
+    """Float bits as integers ordered like the floats (ulp distance = difference).
+
+    -0.0 sits one below +0.0, so that a bitwise comparison (0 ulps) tells the
+    zeros apart, as IEEE arithmetic does (``negate(0.0)`` is ``-0.0``).
+    """
+    width = values.dtype.itemsize * 8
+    bits = values.view(f"uint{width}").astype(np.int64 if width < 64 else object)
+    sign = 1 << (width - 1)
+    negative = bits >= sign
+    return np.where(negative, -(bits - sign) - 1, bits)
+
+
+@attrs.frozen
+class Mismatches:
+    """Flat (logical, row-major) indices where two arrays differ too much, and by how much.
+
+    ``distances`` are ulps for floats; :data:`NAN_DISTANCE` when one side
+    only is a NaN, and for any difference of a bitwise-compared type.
+    """
+
+    indices: np.ndarray
+    distances: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return int(self.indices.size)
+
+
+@attrs.frozen
+class ErrorBounds:
+    """A RUN line's ``--abs_error_bound`` / ``--rel_error_bound`` (None: not given)."""
+
+    absolute: float | None = None
+    relative: float | None = None
+
+    def accepts(self, kernel: np.ndarray, reference: np.ndarray) -> np.ndarray:
+        """Per element: within the absolute or the relative bound (False where none given)."""
+        if self.absolute is None and self.relative is None:
+            return np.zeros(kernel.shape, np.bool_)
+        a = kernel.astype(np.complex128 if np.iscomplexobj(kernel) else np.float64)
+        b = reference.astype(a.dtype)
+        with np.errstate(all="ignore"):
+            error = np.abs(a - b)
+            ok = np.zeros(kernel.shape, np.bool_)
+            if self.absolute is not None:
+                ok |= error <= self.absolute
+            if self.relative is not None:
+                ok |= error <= self.relative * np.abs(b)
+        return ok
+
+
+def _check_same_form(kernel: np.ndarray, reference: np.ndarray) -> None:
+    if kernel.dtype != reference.dtype or kernel.shape != reference.shape:
+        raise ValueError(
+            f"the kernel gave {kernel.dtype}{list(kernel.shape)}, the reference"
+            f" {reference.dtype}{list(reference.shape)}"
+        )
+
+
+def _float_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Ulp distances of two flat float arrays of a type wider than 8 bits (NaN = NaN)."""
+    nan_a = np.isnan(a.astype(np.float64))
+    nan_b = np.isnan(b.astype(np.float64))
+    distance = np.abs(ordered(a) - ordered(b))
+    return np.where(nan_a | nan_b, np.where(nan_a & nan_b, 0, NAN_DISTANCE), distance)
+
+
+def _distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per-element distance of two flat arrays of one dtype (0 = equal)."""
+    if np.issubdtype(a.dtype, np.complexfloating):
+        real = _distances(a.real.copy(), b.real.copy())
+        imag = _distances(a.imag.copy(), b.imag.copy())
+        return np.maximum(real.astype(object), imag.astype(object))
+    if a.dtype == np.bool_ or np.issubdtype(a.dtype, np.integer):
+        return np.where(a != b, NAN_DISTANCE, 0).astype(np.int64)
+    if a.dtype.itemsize == 1:  # fp8 and f4 (as ml_dtypes): bitwise, any NaN matches any NaN
+        nan = np.isnan(a.astype(np.float32)) & np.isnan(b.astype(np.float32))
+        different = a.view(np.uint8) != b.view(np.uint8)
+        return np.where(different & ~nan, NAN_DISTANCE, 0).astype(np.int64)
+    return _float_distances(a, b)
+
+
+def mismatches(
+    kernel: np.ndarray,
+    reference: np.ndarray,
+    ulps: int,
+    bounds: ErrorBounds | None = None,
+) -> Mismatches:
+    """Where ``kernel`` differs from ``reference`` by more than ``ulps`` (and ``bounds``)."""
+    _check_same_form(kernel, reference)
+    a = np.ascontiguousarray(kernel).reshape(-1)
+    b = np.ascontiguousarray(reference).reshape(-1)
+    distance = _distances(a, b)
+    bad = np.asarray(distance > ulps, np.bool_)
+    if bounds is not None and bad.any():
+        bad &= ~bounds.accepts(a, b)
+    indices = np.flatnonzero(bad)
+    return Mismatches(indices, np.asarray([int(d) for d in distance[indices]], np.int64))
+
+
+def describe_value(values: np.ndarray, index: int) -> str:
+    """Element ``index`` (flat) of ``values`` with its bits, e.g. ``-0.0 (0x80000000)``."""
+    value = values.reshape(-1)[index]
+    if values.dtype.itemsize <= 8 and not np.issubdtype(values.dtype, np.complexfloating):
+        bits = np.asarray(value).view(f"uint{values.dtype.itemsize * 8}")
+        return f"{_plain(value)} ({int(bits):#x})"
+    return _plain(value)
+
+
+def _plain(value) -> str:
+    """A scalar without numpy's ``np.float32(...)`` wrapping."""
+    item = value.item() if hasattr(value, "item") else value
+    if isinstance(item, float | int | bool | complex):
+        return repr(item)
+    return str(value)

@@ -1,0 +1,90 @@
+"""Acceptance: ``heron check`` (as a library call) agrees on every loop-hero corpus file.
+
+Also the hand-written edge cases of tests/data/check (odd sizes, a layout
+change, sub-byte types, 64-bit integers, several outputs, RUN-line bijection
+flags), the refusal of a fusion too large for the host, and 64-bit index
+math in a kernel whose buffer exceeds 2**31 elements (compiled, not run).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from heron.compiler import fusions_of, lower
+from heron.compiler.driver import emit_one
+from heron.harness import CheckOptions, check_file, check_fusions, shrunk_fusion
+from heron.hlo import parse_module
+from heron.hlo.parser import parse_module_file
+
+DATA = Path(__file__).parent / "data" / "check"
+HUGE = "broadcast_constant_block_dim_limit.hlo"
+
+
+def test_loop_corpus_file_agrees(loop_corpus_file):
+    if loop_corpus_file.name == HUGE:
+        report = check_file(loop_corpus_file)
+        assert report.exit_code == 1
+        (fusion,) = report.fusions
+        assert [f.kind for f in fusion.findings] == ["refused"]
+        assert "too large for the interpreter" in report.text()
+        assert "1236950581248 elements, more than --max-elements" in report.text()
+        module = parse_module_file(loop_corpus_file)
+        (big,) = fusions_of(module)
+        small = shrunk_fusion(module, big)
+        report = check_fusions([small], f"{HUGE} (shrunk)")
+    else:
+        report = check_file(loop_corpus_file)
+    assert report.ok, report.text()
+    assert report.fusions and all(f.input_sets == 2 for f in report.fusions)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.hlo")))
+def test_hand_written_edge_case_agrees(name):
+    report = check_file(DATA / name)
+    assert report.ok, report.text()
+    assert report.text().endswith("all agree")
+
+
+def test_the_data_files_cover_the_edge_cases():
+    names = {p.name for p in DATA.glob("*.hlo")}
+    assert {"odd_size_f32.hlo", "sub_byte_s4.hlo", "iota_compare_64.hlo"} <= names
+    assert {"multi_output.hlo", "bijection_flags.hlo", "f4e2m1fn_convert.hlo"} <= names
+
+
+def test_bijection_flags_are_verified_and_reported():
+    text = check_file(DATA / "bijection_flags.hlo").text()
+    assert "inputs sub:0 read once, inputs sub:1 read once" in text
+    assert "input abs:0 not measured (comes from subtract 'sub'" in text
+    assert "outputs sub written once, outputs abs written once" in text
+
+
+def _lowered(text: str) -> str:
+    (fusion,) = fusions_of(parse_module(text, source="huge index"))
+    report = check_fusions([fusion], "huge index", CheckOptions())
+    assert "too large for the interpreter" in report.text()  # refused, not attempted
+    return str(lower(emit_one(fusion), "cuda", stop_after="lower-tensors"))
+
+
+def test_kernels_over_2_to_the_32_elements_index_with_i64():
+    """5e9 elements cannot run on the host; the element index must be 64-bit (``index``)."""
+    text = _lowered(
+        "wide {\n  %p = s8[5,1000000000] parameter(0)\n  ROOT %n = s8[5,1000000000] negate(%p)\n}\n"
+    )
+    assert "memref<5000000000xi8>" in text
+    # The block's offset (block id times elements per block) is formed in index, not i32.
+    assert re.search(r"arith\.muli %block_id_x, %\w+ : index", text), text
+    assert not re.search(r"index_castui %block_id_x : index to i32", text), text
+
+
+def test_kernels_between_2_to_the_31_and_32_use_unsigned_i32_casts():
+    """3e9 elements: i32 index math is exact only if read back as unsigned (index_castui)."""
+    text = _lowered(
+        "wide {\n  %p = f16[3,1000000000] parameter(0)\n"
+        "  ROOT %n = f16[3,1000000000] negate(%p)\n}\n"
+    )
+    assert "memref<3000000000xf16>" in text
+    casts = re.findall(r"arith\.(index_cast\w*) %\w+ : i32 to index", text)
+    assert casts and set(casts) == {"index_castui"}, casts
