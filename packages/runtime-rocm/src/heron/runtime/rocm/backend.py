@@ -8,32 +8,23 @@ unavailable, saying why, and ``auto`` falls back to the interpreter.
 
 from __future__ import annotations
 
-from heron.runtime.core.device import DeviceError
+from heron.runtime.core.gpu_backend import compile_only_backend
 from heron.runtime.core.hookspecs import BackendSpec, hookimpl
 
-NOT_YET = "heron's ROCm device (kernel launches) is not implemented yet; use the interpreter"
 
-
-def _available() -> tuple[bool, str]:
+def _probe():
     from heron.runtime.rocm.driver import probe
 
-    status = probe()
-    if not status.available:
-        return False, status.reason
-    return False, f"{status.reason}; but {NOT_YET}"
-
-
-def _device():
-    raise DeviceError(NOT_YET)
+    return probe()
 
 
 @hookimpl
 def heron_backend_specs() -> BackendSpec:
-    return BackendSpec(
+    return compile_only_backend(
         name="rocm",
+        platform="ROCm",
         priority=20,
-        is_available=_available,
-        device_factory=_device,
+        probe=_probe,
         compiler="heron.runtime.rocm.backend:compile_kernel_image",
         description="ROCm GPUs (an HSACO)",
     )
