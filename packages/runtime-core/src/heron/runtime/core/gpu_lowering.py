@@ -37,6 +37,26 @@ def import_mlir(extra: str) -> tuple[Any, Any, Any]:
     return ir, passmanager, llvm
 
 
+def backend_steps(name: str, conversion: str) -> list[tuple[str, str]]:
+    """The steps every GPU backend runs, with its ``gpu.module`` conversion ``name`` in place.
+
+    ``expand-strided-metadata`` and ``lower-affine`` come first because the
+    indexing code arrives as ``affine.apply`` and memref views; structured
+    control flow must be CFG before the backend's gpu conversion (NVVM or
+    ROCDL, ``conversion`` being its pass with options), which turns
+    gpu/arith/math/memref/vector ops into the LLVM dialect and the target's
+    own; the casts it leaves between index and i64 are reconciled last.
+    """
+    return [
+        ("expand-strided-metadata", "builtin.module(expand-strided-metadata)"),
+        ("lower-affine", "builtin.module(lower-affine)"),
+        ("arith-expand", "builtin.module(arith-expand)"),
+        ("convert-scf-to-cf", "builtin.module(convert-scf-to-cf)"),
+        (name, f"builtin.module(gpu.module({conversion}))"),
+        ("reconcile-unrealized-casts", "builtin.module(reconcile-unrealized-casts)"),
+    ]
+
+
 def lower_gpu_module(
     module: Any,
     steps: list[tuple[str, str]],

@@ -8,9 +8,9 @@ bindings, and importing this module must not be what breaks it.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
 
-from heron.runtime.core.gpu_lowering import CompilerUnavailableError, Dump
+from heron.runtime.core.gpu_lowering import CompilerUnavailableError, Dump, backend_steps
 from heron.runtime.core.gpu_lowering import lower_gpu_module as _lower_gpu_module
 
 COMPILE_EXTRA = "heron-runtime-rocm[compile]"
@@ -37,31 +37,12 @@ def rocdl_steps(chipset: str, index_bitwidth: int, bare_pointers: bool) -> list[
     )
     return [
         ("math-expand-ops", "builtin.module(gpu.module(math-expand-ops))"),
-        ("expand-strided-metadata", "builtin.module(expand-strided-metadata)"),
-        ("lower-affine", "builtin.module(lower-affine)"),
-        ("arith-expand", "builtin.module(arith-expand)"),
-        ("convert-scf-to-cf", "builtin.module(convert-scf-to-cf)"),
-        ("convert-gpu-to-rocdl", f"builtin.module(gpu.module({gpu_to_rocdl}))"),
-        ("reconcile-unrealized-casts", "builtin.module(reconcile-unrealized-casts)"),
+        *backend_steps("convert-gpu-to-rocdl", gpu_to_rocdl),
     ]
 
 
-def lower_gpu_module(
-    module: Any,
-    steps: list[tuple[str, str]],
-    kernel_attrs: tuple[str, ...],
-    dump: Dump | None = None,
-    default_kernel_attrs: dict[str, str] | None = None,
-) -> tuple[str, tuple[str, ...]]:
-    """The shared lowering (``heron.runtime.core.gpu_lowering``), naming this backend's extra."""
-    return _lower_gpu_module(
-        module,
-        steps,
-        kernel_attrs,
-        extra=COMPILE_EXTRA,
-        dump=dump,
-        default_kernel_attrs=default_kernel_attrs,
-    )
+#: The shared lowering (``heron.runtime.core.gpu_lowering``), naming this backend's extra.
+lower_gpu_module = functools.partial(_lower_gpu_module, extra=COMPILE_EXTRA)
 
 
 __all__ = ["COMPILE_EXTRA", "CompilerUnavailableError", "Dump", "lower_gpu_module"]
