@@ -8,6 +8,8 @@ who calls whom with which operands.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from mlir import ir
 from mlir.dialects import tensor
@@ -277,3 +279,39 @@ def test_non_fusion_is_rejected():
     inst = parse_module(LOG_TRANSPOSE_ADD).entry.parameters[0]
     with pytest.raises(UnsupportedError, match="'p' is a parameter, not a fusion"):
         IdentityEmitter(inst)
+
+
+class InPlaceEmitter(IdentityEmitter):
+    """The identity emitter, declaring its first output as parameter 0's buffer."""
+
+    aliases: dict[int, int] = {0: 0}
+
+    def output_aliases(self) -> dict[int, int]:
+        return dict(self.aliases)
+
+
+def test_in_place_outputs_are_recorded_on_the_kernel():
+    fusion = fusion_of(
+        "f {\n  p = f32[8] parameter(0)\n  q = f32[8] parameter(1)\n"
+        "  ROOT a = f32[8] add(p, q)\n}\n"
+    )
+    assert IdentityEmitter(fusion).emit().output_aliases == {}
+    assert InPlaceEmitter(fusion).emit().output_aliases == {0: 0}
+
+
+@pytest.mark.parametrize(
+    ("aliases", "message"),
+    [
+        ({0: 1}, "output 0 (f32[8]) cannot alias parameter q (s32[8]): the buffers differ"),
+        ({1: 0}, "aliases output 1 with parameter 0, but the kernel has 1 outputs"),
+    ],
+)
+def test_an_impossible_alias_is_refused_naming_the_buffers(aliases, message):
+    fusion = fusion_of(
+        "f {\n  p = f32[8] parameter(0)\n  q = s32[8] parameter(1)\n"
+        "  c = f32[8] convert(q)\n  ROOT a = f32[8] add(p, c)\n}\n"
+    )
+    emitter = InPlaceEmitter(fusion)
+    emitter.aliases = aliases
+    with pytest.raises(UnsupportedError, match=re.escape(message)):
+        emitter.emit()

@@ -43,6 +43,8 @@ class DeviceKernel:
     input_shapes: tuple[ArrayShape, ...]
     output_shapes: tuple[ArrayShape, ...]
     compile_seconds: float
+    #: Output index -> input index of an in-place output (see ``EmittedKernel.output_aliases``).
+    output_aliases: dict[int, int] = attrs.field(factory=dict, hash=False)
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -100,6 +102,7 @@ def compile_for_backend(
         input_shapes=tuple(a.shape for a in kernel.arguments if not a.is_output),
         output_shapes=tuple(a.shape for a in kernel.arguments if a.is_output),
         compile_seconds=time.perf_counter() - start,
+        output_aliases=dict(kernel.output_aliases),
     )
 
 
@@ -109,7 +112,9 @@ def run_on_device(
     """Launch ``kernel`` on ``device`` with logical ``inputs``; the outputs and access counts.
 
     Output buffers are fresh allocations (on the interpreter, filled with
-    poison bytes). ``loaded`` is a kernel already loaded on ``device``
+    poison bytes), except an in-place output (``kernel.output_aliases``),
+    which starts as a copy of the input it aliases: the kernel writes only
+    what changes, as when XLA gives the output the operand's buffer. ``loaded`` is a kernel already loaded on ``device``
     (to launch one image several times without loading it again).
     """
     if len(inputs) != len(kernel.input_shapes):
@@ -124,7 +129,9 @@ def run_on_device(
         for k, (x, shape) in enumerate(zip(inputs, kernel.input_shapes, strict=True))
     ]
     out_buffers = [
-        device.allocate(memory_bytes(shape), f"output {k}")
+        device.upload(to_memory(inputs[kernel.output_aliases[k]], shape), f"output {k}")
+        if k in kernel.output_aliases
+        else device.allocate(memory_bytes(shape), f"output {k}")
         for k, shape in enumerate(kernel.output_shapes)
     ]
     start = time.perf_counter()

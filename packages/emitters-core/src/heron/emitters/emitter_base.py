@@ -71,6 +71,10 @@ class EmittedKernel:
     ``name`` is the entry function's symbol; ``arguments`` are the entry's
     tensors in order (parameters, then outputs). ``module`` lives in its own
     context (``module.context``) and is changed in place by the passes.
+    ``output_aliases`` maps an output (its index among the outputs) to the
+    parameter leaf whose buffer it is: an in-place kernel (dynamic-update-slice,
+    scatter) writes only what changes, so whoever launches it must hand it a
+    buffer that already holds that parameter, as XLA's buffer sharing does.
     """
 
     name: str
@@ -79,6 +83,7 @@ class EmittedKernel:
     launch: LaunchDimensions
     arguments: tuple[KernelArgument, ...]
     module: ir.Module = attrs.field(eq=False, repr=False)
+    output_aliases: dict[int, int] = attrs.field(factory=dict, hash=False)
 
 
 def fusion_output_shapes(fusion: Instruction) -> tuple[ArrayShape, ...]:
@@ -549,6 +554,37 @@ class FusionEmitter(abc.ABC):
         """Instructions the partitioner must treat as heroes (none for a loop fusion)."""
         return ()
 
+    def output_aliases(self) -> dict[int, int]:
+        """Outputs updated in place: output index -> the parameter leaf index it aliases.
+
+        Empty for a kernel that writes every output element. An in-place
+        emitter writes only the elements it changes; the output buffer must
+        then hold the parameter's data before the launch (see ``EmittedKernel``).
+        """
+        return {}
+
+    def _checked_aliases(self) -> dict[int, int]:
+        aliases = dict(self.output_aliases())
+        arguments = self.arguments()
+        params = [a for a in arguments if not a.is_output]
+        outputs = [a for a in arguments if a.is_output]
+        for out, param in aliases.items():
+            if not (0 <= out < len(outputs) and 0 <= param < len(params)):
+                raise UnsupportedError(
+                    f"fusion '{self.fusion.name}': the {self.name} emitter aliases output {out}"
+                    f" with parameter {param}, but the kernel has {len(outputs)} outputs and"
+                    f" {len(params)} parameter buffers",
+                    self.fusion.location,
+                )
+            if outputs[out].shape != params[param].shape:
+                raise UnsupportedError(
+                    f"fusion '{self.fusion.name}': output {out} ({outputs[out].shape}) cannot"
+                    f" alias parameter {params[param].name} ({params[param].shape}): the"
+                    " buffers differ",
+                    self.fusion.location,
+                )
+        return aliases
+
     @abc.abstractmethod
     def emit_entry(self, entry: EntryFunction) -> Values:
         """Build the entry function's body; return the final output tensors, in order."""
@@ -602,6 +638,7 @@ class FusionEmitter(abc.ABC):
             launch=launch,
             arguments=self.arguments(),
             module=module,
+            output_aliases=self._checked_aliases(),
         )
 
     def _declare_entry(

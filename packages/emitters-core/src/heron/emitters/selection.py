@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 
+import attrs
+
 from heron.emitters.emitter_base import EmittedKernel
 from heron.emitters.hookspecs import EmitterSpec
 from heron.emitters.registry import EmitterRegistry, load_emitters
@@ -34,12 +36,5 @@ def emit_fusion(fusion: Instruction, registry: EmitterRegistry | None = None) ->
     spec = select_emitter(fusion, registry)
     kernel = spec.factory(fusion).emit()
     if kernel.emitter != spec.name:  # the class's name and the registered name may differ
-        kernel = EmittedKernel(
-            name=kernel.name,
-            fusion_name=kernel.fusion_name,
-            emitter=spec.name,
-            launch=kernel.launch,
-            arguments=kernel.arguments,
-            module=kernel.module,
-        )
+        kernel = attrs.evolve(kernel, emitter=spec.name)
     return kernel
