@@ -114,8 +114,9 @@ def run_on_device(
     Output buffers are fresh allocations (on the interpreter, filled with
     poison bytes), except an in-place output (``kernel.output_aliases``),
     which starts as a copy of the input it aliases: the kernel writes only
-    what changes, as when XLA gives the output the operand's buffer. ``loaded`` is a kernel already loaded on ``device``
-    (to launch one image several times without loading it again).
+    what changes, as when XLA gives the output the operand's buffer.
+    ``loaded`` is a kernel already loaded on ``device`` (to launch one image
+    several times without loading it again).
     """
     if len(inputs) != len(kernel.input_shapes):
         raise UnsupportedError(
