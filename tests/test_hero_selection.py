@@ -1,0 +1,60 @@
+"""Every corpus fusion gets the emitter its folder names (XLA's own choice)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from heron.compiler import fusions_of
+from heron.emitters.fusion_analysis import fusion_kind
+from heron.hlo.parser import parse_module_file
+
+CORPUS = Path("/work/shared/corpus/xla")
+EMITTER_OF_FOLDER = {
+    "common/loop": "loop",
+    "gpu/convert": "loop",
+    "gpu/transpose": "transpose",
+    "gpu/reduce_row": "reduce_row",
+    "gpu/reduce_multirow": "reduce_multirow",
+    "gpu/reduce_column": "reduce_column",
+    "gpu/reduce_column_small": "reduce_column_small",
+    "gpu/scatter": "scatter",
+    "common/concatenate": "concatenate",
+    "gpu/concatenate": "concatenate",
+    "common/dynamic_update_slice": "dynamic_update_slice",
+}
+FILES_PER_FOLDER = {
+    "common/loop": 30,
+    "gpu/convert": 1,
+    "gpu/transpose": 22,
+    "gpu/reduce_row": 13,
+    "gpu/reduce_multirow": 4,
+    "gpu/reduce_column": 6,
+    "gpu/reduce_column_small": 3,
+    "gpu/scatter": 12,
+    "common/concatenate": 6,
+    "gpu/concatenate": 2,
+    "common/dynamic_update_slice": 6,
+}
+FILES = sorted(CORPUS.glob("*/*/*.hlo"))
+
+
+def _folder(path: Path) -> str:
+    return f"{path.parent.parent.name}/{path.parent.name}"
+
+
+def test_every_file_is_seen_per_folder():
+    counts: dict[str, int] = {}
+    for path in FILES:
+        counts[_folder(path)] = counts.get(_folder(path), 0) + 1
+    assert counts == FILES_PER_FOLDER
+    assert len(FILES) == 105
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f"{_folder(p)}/{p.stem}" for p in FILES])
+def test_fusion_kind_matches_folder(path: Path):
+    expected = EMITTER_OF_FOLDER[_folder(path)]
+    fusions = fusions_of(parse_module_file(path))
+    assert fusions
+    assert [fusion_kind(f) for f in fusions] == [expected] * len(fusions)
