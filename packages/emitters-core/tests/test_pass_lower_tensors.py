@@ -132,14 +132,6 @@ def test_shared_memory_atomics_shuffles_and_surviving_functions(target, warp):
     assert "heron_gpu" not in out and "tensor" not in out
 
 
-def test_float_atomic_without_an_atomic_instruction_is_refused():
-    text = _inputs.reduction_lower_input().replace(
-        "%n = arith.addf %cur, %sc : f32", "%n = arith.mulf %cur, %sc : f32"
-    )
-    with pytest.raises(UnsupportedError, match=r"heron_gpu.atomic_rmw in fusion 'reduce'"):
-        _lowered(text)
-
-
 def test_leftover_apply_indexing_is_refused_with_the_op_and_fusion():
     text = _inputs.flat_loop()
     with pytest.raises(UnsupportedError, match=r"heron_gpu.apply_indexing in fusion 'fusion'"):

@@ -38,6 +38,7 @@ from heron.compiler.device_kernels import DeviceKernel, compile_for_backend, run
 from heron.compiler.fusions import fusions_of, selected_fusions
 from heron.harness.inputs import input_sets
 from heron.harness.run_lines import RunLineError, RunSpec, parse_run_lines
+from heron.harness.scatter_inputs import keep_scatter_promises
 from heron.harness.tolerance import (
     ErrorBounds,
     describe_value,
@@ -535,7 +536,10 @@ def _run_sets(state: _FusionCheck, device, options: CheckOptions, number: int) -
     kernel, report = state.kernel, state.report
     computation = state.fusion.called("calls")
     rng = np.random.default_rng([options.seed, number])
-    sets = input_sets(list(kernel.input_shapes), rng)
+    sets = {
+        name: keep_scatter_promises(computation, args, rng)
+        for name, args in input_sets(list(kernel.input_shapes), rng).items()
+    }
     report.input_sets = len(sets)
     try:
         loaded = device.load_kernel(kernel.image)

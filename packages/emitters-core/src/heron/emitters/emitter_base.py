@@ -554,6 +554,15 @@ class FusionEmitter(abc.ABC):
         """Instructions the partitioner must treat as heroes (none for a loop fusion)."""
         return ()
 
+    def unemitted_heroes(self) -> tuple[Instruction, ...]:
+        """Heroes whose own subgraph function is not emitted.
+
+        A hero that the entry function implements itself and that has no
+        elemental lowering (the scatter of the scatter emitter) is listed
+        here: only the subgraphs around it become functions.
+        """
+        return ()
+
     def output_aliases(self) -> dict[int, int]:
         """Outputs updated in place: output index -> the parameter leaf index it aliases.
 
@@ -614,18 +623,24 @@ class FusionEmitter(abc.ABC):
                 f"fusion '{self.fusion.name}': partitioning failed: {exc}", self.fusion.location
             ) from exc
         launch = self.launch_dimensions()
+        skipped = {id(hero) for hero in self.unemitted_heroes()}
+        subgraphs = [
+            sub
+            for sub in partitioned.subgraphs
+            if not all(id(root) in skipped for root in sub.roots)
+        ]
         context = make_context()
         with context, ir.Location.unknown():
             module = ir.Module.create()
             emitter = _ModuleEmitter(self.fusion, partitioned)
             entry = self._declare_entry(module, emitter, launch)
             with ir.InsertionPoint(module.body):
-                for sub in partitioned.subgraphs:
+                for sub in subgraphs:
                     emitter.declare_subgraph(sub)
                 computations = called_computations(self.computation)
                 for computation in computations:
                     emitter.declare_computation(computation)
-            for sub in partitioned.subgraphs:
+            for sub in subgraphs:
                 emitter.emit_subgraph_body(sub)
             for computation in computations:
                 emitter.emit_computation_body(computation)

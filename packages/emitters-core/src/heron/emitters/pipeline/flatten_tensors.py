@@ -237,7 +237,7 @@ def flatten_dense(text: str, old: ir.RankedTensorType, where: str = "constant") 
     return f"dense<[{', '.join(elements[i] for i in order)}]> : {new}"
 
 
-_CONSTANT_VALUE = re.compile(r"<\{value = (.*)\}> : \(\) -> ", re.DOTALL)
+_CONSTANT_VALUE = re.compile(r"<\{value = (.*?)\}>(?: \{.*\})? : \(\) -> ", re.DOTALL)
 
 
 def _flatten_constant(op: ir.Operation) -> None:

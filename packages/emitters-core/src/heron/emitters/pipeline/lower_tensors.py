@@ -637,40 +637,81 @@ def _predicated_extract(lw: _Lowering, op: ir.Operation) -> None:
 
 
 def _atomic_rmw(lw: _Lowering, op: ir.Operation) -> None:
+    """``heron_gpu.atomic_rmw`` -> one native atomic, or a compare-and-swap loop.
+
+    A body ``current <op> x`` with a native kind becomes ``memref.atomic_rmw``
+    (for any width the kind supports: f16, bf16, f64, i8 to i64); a body that
+    ignores the current value is an atomic exchange (``assign``). Anything
+    else is ``memref.generic_atomic_rmw`` (a CAS loop). LLVM's ``cmpxchg``
+    takes integers only, so a float element is updated through an integer
+    view of its buffer, the body bitcasting around the combiner.
+    """
     tensor, *indices = op.operands
     element = _element(tensor)
     if len(indices) != 1:
         raise lw.unsupported(op, "tensors must be 1-D (run flatten-tensors first)")
     if memory_type(element) != element or is_packed(element):
+        raise lw.unsupported(
+            op,
+            f"atomic updates of {element} elements are not supported (they are stored as"
+            f" {memory_type(element)}{', packed' if is_packed(element) else ''})",
+        )
+    if not isinstance(element, ir.IntegerType | ir.FloatType):
         raise lw.unsupported(op, f"atomic updates of {element} elements are not supported")
     buffer = lw.get(tensor)
     index = lw.get(indices[0])
     body = op.regions[0].blocks[0]
     current = body.arguments[0]
-    ops = ir_utils.block_ops(body)
-    simple = _simple_atomic(ops, current)
+    simple = _simple_atomic(ir_utils.block_ops(body), current)
     if simple is not None:
         kind, operand = simple
         memref.AtomicRMWOp(getattr(arith.AtomicRMWKind, kind), lw.get(operand), buffer, [index])
     elif isinstance(element, ir.IntegerType):
-        generic = memref.GenericAtomicRMWOp(element, buffer, [index])
-        block = generic.regions[0].blocks.append(element)
-        lw.values[current] = block.arguments[0]
-        with ir.InsertionPoint(block):
-            terminator = lw.lower_block(body)
-            memref.AtomicYieldOp(lw.get(terminator.operands[0]))
+        _generic_atomic(lw, body, buffer, index, element)
     else:
-        raise lw.unsupported(
-            op,
-            "a floating-point atomic update must be one of "
-            + ", ".join(sorted(k for k in _ATOMIC_KINDS if k.endswith("f")))
-            + " of the current value and a value computed outside the update",
-        )
+        _float_generic_atomic(lw, body, buffer, index, element)
     lw.values[op.results[0]] = buffer
 
 
+def _generic_atomic(
+    lw: _Lowering, body: ir.Block, buffer: ir.Value, index: ir.Value, element: ir.Type
+) -> None:
+    """A CAS loop on an integer element: the body lowered into the loop's region."""
+    generic = memref.GenericAtomicRMWOp(element, buffer, [index])
+    block = generic.regions[0].blocks.append(element)
+    lw.values[body.arguments[0]] = block.arguments[0]
+    with ir.InsertionPoint(block):
+        terminator = lw.lower_block(body)
+        memref.AtomicYieldOp(lw.get(terminator.operands[0]))
+
+
+def _float_generic_atomic(
+    lw: _Lowering, body: ir.Block, buffer: ir.Value, index: ir.Value, element: ir.Type
+) -> None:
+    """A CAS loop on a float element through the integer view of its buffer."""
+    bits = ir.IntegerType.get_signless(_bit_width(element))
+    source = ir.MemRefType(buffer.type)
+    view_type = ir.MemRefType.get(list(source.shape), bits, memory_space=source.memory_space)
+    view = arith.BitcastOp(view_type, buffer).result
+    generic = memref.GenericAtomicRMWOp(bits, view, [index])
+    block = generic.regions[0].blocks.append(bits)
+    with ir.InsertionPoint(block):
+        lw.values[body.arguments[0]] = arith.BitcastOp(element, block.arguments[0]).result
+        terminator = lw.lower_block(body)
+        memref.AtomicYieldOp(arith.BitcastOp(bits, lw.get(terminator.operands[0])).result)
+
+
 def _simple_atomic(ops: list[ir.Operation], current: ir.Value) -> tuple[str, ir.Value] | None:
-    """``(kind, operand)`` when the body is ``yield(current <op> operand)``, else None."""
+    """``(kind, operand)`` when the body is ``yield(current <op> operand)`` or ``yield(x)``.
+
+    ``yield(x)`` with ``x`` computed outside the body is an exchange
+    (``assign``): the update ignores the current value.
+    """
+    if len(ops) == 1:
+        (yielded,) = ops[0].operands
+        if yielded != current and not _defined_in(yielded, ops[0].operation.block):
+            return "assign", yielded
+        return None
     if len(ops) != 2:
         return None
     combine, terminator = ops
@@ -687,6 +728,13 @@ def _simple_atomic(ops: list[ir.Operation], current: ir.Value) -> tuple[str, ir.
     if rhs == current and lhs != current:
         return kind, lhs
     return None
+
+
+def _defined_in(value: ir.Value, block: ir.Block) -> bool:
+    """Whether ``value`` is an argument of ``block`` or the result of an op in it."""
+    if isinstance(value, ir.BlockArgument):
+        return value.owner == block
+    return value.owner.operation.block == block
 
 
 def _shuffle_reduce(lw: _Lowering, op: ir.Operation) -> None:

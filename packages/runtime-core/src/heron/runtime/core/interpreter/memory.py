@@ -118,6 +118,21 @@ class MemRef:
         return f"MemRef({self.memory.name}, {self.type})"
 
 
+def reinterpret(ref: MemRef, type_text: str) -> MemRef:
+    """``ref``'s memory seen as ``type_text`` (``arith.bitcast`` of a memref).
+
+    The element width must stay the same: a compare-and-swap loop on a float
+    buffer works on its integer view, and both views share the bytes (and
+    their access counts).
+    """
+    target = parse_type(type_text)
+    if not isinstance(target, MemRefType) or target.size != ref.type.size:
+        raise InterpreterError(f"cannot view {ref.type} as {type_text}")
+    if target.dtype.itemsize != ref.type.dtype.itemsize:
+        raise InterpreterError(f"cannot view {ref.type} as {type_text}: the widths differ")
+    return MemRef(ref.memory, target)
+
+
 def global_memref(buffer: np.ndarray, type_text: str, name: str) -> MemRef:
     """A kernel argument: the device buffer ``buffer`` (uint8, counted) as ``type_text``."""
     memref_type = parse_type(type_text)

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from heron.runtime.core.interpreter import memory
 from heron.runtime.core.interpreter.engine import Frame, semantics
 from heron.runtime.core.interpreter.program import Op
 from heron.runtime.core.interpreter.types import (
@@ -729,6 +730,10 @@ def inttofp(frame: Frame, op: Op) -> None:
 
 @semantics("arith.bitcast")
 def bitcast(frame: Frame, op: Op) -> None:
+    value = frame.operand(op, 0)
+    if isinstance(value, memory.MemRef):  # a buffer seen with another element type
+        frame.set_result(op, memory.reinterpret(value, op.result_types[0]))
+        return
     source = element_type(op.operand_types[0])
     target = element_type(op.result_types[0])
     frame.set_result(op, bitcast_value(frame.operand(op, 0), source, target))

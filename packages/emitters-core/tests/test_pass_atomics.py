@@ -1,0 +1,81 @@
+"""lower-tensors' atomics per type: native kinds, exchange, CAS loops over integer bits.
+
+Each case is lowered and then compiled for sm_80 (ptxas) and gfx942, since
+the point of the integer view is that LLVM's cmpxchg accepts it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from mlir import ir
+
+from heron.compiler import compile_backend
+from heron.emitters.dialect import make_context
+from heron.emitters.pipeline import PipelineOptions, lower_tensors
+
+TEMPLATE = """
+func.func @k(%a: tensor<64x{t}>, %v: tensor<64x{t}>) -> tensor<64x{t}>
+    attributes {{heron.kernel, heron.block_size = array<i64: 64>,
+                heron.grid_size = array<i64: 1>}} {{
+  %t = gpu.thread_id x
+  %c0 = arith.constant 0 : index
+  %x = tensor.extract %v[%t] : tensor<64x{t}>
+  %r = "heron_gpu.atomic_rmw"(%a, %c0) ({{
+  ^bb0(%cur: {t}):
+    {body}
+  }}) : (tensor<64x{t}>, index) -> tensor<64x{t}>
+  return %r : tensor<64x{t}>
+}}
+"""
+
+
+def _lowered(t: str, body: str, target: str = "cuda") -> str:
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(TEMPLATE.format(t=t, body=body))
+        lower_tensors.run(module, PipelineOptions(target=target))
+        module.operation.verify()
+        return str(module)
+
+
+def _compiles(text: str) -> None:
+    from heron.runtime.cuda.compiler import validate_ptx
+
+    validate_ptx(compile_backend(text, "cuda", "sm_80", assemble=False).ptx, "sm_80")
+    assert compile_backend(text, "rocm", "gfx942").hsaco[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize(
+    ("t", "bits"), [("f32", "i32"), ("f16", "i16"), ("bf16", "i16"), ("f64", "i64")]
+)
+def test_float_cas_goes_through_the_integer_view(t, bits):
+    body = f'%n = arith.mulf %cur, %x : {t}\n    "gpu.yield"(%n) : ({t}) -> ()'
+    out = _lowered(t, body)
+    assert f"arith.bitcast %arg0 : memref<64x{t}> to memref<64x{bits}>" in out
+    assert f"memref.generic_atomic_rmw %1[%c0] : memref<64x{bits}>" in out
+    _compiles(out)
+
+
+@pytest.mark.parametrize(
+    ("t", "kind"),
+    [("f16", "addf"), ("bf16", "addf"), ("f64", "addf"), ("i64", "maxs"), ("i8", "addi")],
+)
+def test_native_kinds_for_every_width(t, kind):
+    op = {"addf": "arith.addf", "maxs": "arith.maxsi", "addi": "arith.addi"}[kind]
+    body = f'%n = {op} %cur, %x : {t}\n    "gpu.yield"(%n) : ({t}) -> ()'
+    out = _lowered(t, body)
+    assert f"memref.atomic_rmw {kind}" in out and "generic_atomic_rmw" not in out
+    _compiles(out)
+
+
+@pytest.mark.parametrize("t", ["f32", "i16"])
+def test_a_body_ignoring_the_current_value_is_an_exchange(t):
+    out = _lowered(t, f'"gpu.yield"(%x) : ({t}) -> ()')
+    assert "memref.atomic_rmw assign" in out
+    _compiles(out)
+
+
+def test_i8_cas_compiles():
+    body = '%n = arith.muli %cur, %x : i8\n    "gpu.yield"(%n) : (i8) -> ()'
+    out = _lowered("i8", body)
+    assert "memref.generic_atomic_rmw %arg0[%c0] : memref<64xi8>" in out
+    _compiles(out)
