@@ -196,3 +196,16 @@ def test_element_counts_of_sub_byte_types_use_bits_where_written_bitwise():
     assert list(counts) == [1, 0, 1, 1, 1]  # bytes 1 and 2 were whole-byte stores
     s2 = element_counts(np.array([1, 0], np.uint32), None, _shape(ElementType.S2, 6))
     assert list(s2) == [1, 1, 1, 1, 0, 0]
+
+
+def test_transcendental_bounds_are_also_met_normwise():
+    """exp(x) + p near 0 keeps exp's absolute error: measured against the output's largest value."""
+    from heron.harness.tolerance import mismatches
+
+    reference = np.array([10.0, 1e-3], np.float32)
+    step = float(np.spacing(np.float32(10.0)))
+    close = np.array([10.0, 1e-3 + 2 * step], np.float32)
+    far = np.array([10.0, 1e-3 + 4 * step], np.float32)
+    assert mismatches(close, reference, 2).count == 0
+    assert mismatches(far, reference, 2).indices.tolist() == [1]
+    assert mismatches(close, reference, 0).indices.tolist() == [1]  # bitwise stays bitwise

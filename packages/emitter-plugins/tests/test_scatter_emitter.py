@@ -19,12 +19,13 @@ from heron.emitters import selection
 from heron.emitters.hookspecs import EmitterSpec
 from heron.emitters.registry import EmitterRegistry
 from heron.harness import check_file
+from heron.harness.corpus import default_corpus
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.parser import parse_module, parse_module_file
 from heron.plugins.scatter import ScatterEmitter
 from heron.runtime.core.interpreter.device import InterpreterDevice
 
-CORPUS = Path("/work/shared/corpus/xla/gpu/scatter")
+CORPUS = default_corpus() / "gpu" / "scatter"
 EDGES = Path(__file__).resolve().parents[3] / "tests" / "data" / "check"
 FILES = sorted(CORPUS.glob("*.hlo")) + sorted(EDGES.glob("scatter_*.hlo"))
 

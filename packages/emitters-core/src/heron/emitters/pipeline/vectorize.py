@@ -451,7 +451,10 @@ class _Rewriter:
         body = new.regions[0].blocks[0]
         iv = body.arguments[0]
         vector_args = list(body.arguments)[1 + n_old :]
-        carried: list[ir.Value] = []
+        # (value, result position) per store: a guarded store's vector leaves its
+        # scf.if as an extra result. Two stores in one scf.if rebuild it twice and
+        # the first rebuild's op is erased, so results are looked up only at the end.
+        pending: list[tuple[ir.Value, int | None]] = []
         for (number, access), vector_arg in zip(stores, vector_args, strict=True):
             insert = access.op
             tensor_arg = body.arguments[1 + number]
@@ -460,11 +463,14 @@ class _Rewriter:
             insert.results[0].replace_all_uses_with(tensor_arg)
             _erase_with_unused_index(insert)
             if access.guards:
-                if_op = _enclosing_if(inserted)
-                if_op = _if_with_extra_result(if_op, inserted, vector_arg)
-                carried.append(if_op.results[len(if_op.results) - 1])
+                if_op = _if_with_extra_result(_enclosing_if(inserted), inserted, vector_arg)
+                pending.append((inserted, len(if_op.results) - 1))
             else:
-                carried.append(inserted)
+                pending.append((inserted, None))
+        carried = [
+            value if position is None else _enclosing_if(value).results[position]
+            for value, position in pending
+        ]
         terminator = ir_utils.block_ops(body)[-1]
         with ir.InsertionPoint(terminator):
             scf.YieldOp([*terminator.operands, *carried])

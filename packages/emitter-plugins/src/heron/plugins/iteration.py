@@ -1,0 +1,227 @@
+"""What the loop-like hero emitters share: launches over a shape, maps and small index helpers.
+
+Concatenate, in-place dynamic-update-slice and input slices are the loop
+emitter with a different iteration space (the RFC's "Emitters" section): the
+threads walk the largest concatenate operand, the update, or the sliced input
+instead of the output. This module computes the launch and thread map for such
+a space, the map from a hero's index to a root's index through an epilogue,
+and the index arithmetic (clamping, comparisons) the emitters need.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import attrs
+from mlir import ir
+from mlir.dialects import arith
+
+from heron.emitters.dialect.irdl_source import MAX_ITER_ARGS
+from heron.emitters.emitter_base import EntryFunction
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.ir import Computation, Instruction
+from heron.hlo.shapes import ArrayShape
+from heron.indexing import IndexingMap, Interval, compose, input_to_output_map, simplify
+from heron.indexing.affine import AffineExpr
+from heron.indexing.thread_maps import (
+    DEFAULT_THREADS_PER_BLOCK,
+    MAX_BLOCKS_X,
+    LaunchDimensions,
+    choose_vector_size,
+    fusion_vectorization_limits,
+    loop_thread_to_output_map,
+)
+from heron.partitioner.subgraph import leaf_shapes
+
+__all__ = [
+    "Iteration",
+    "Write",
+    "add_constraints",
+    "chunks",
+    "clamp_index",
+    "epilogue_map",
+    "fusion_writes",
+    "index_constant",
+    "loop_iteration",
+]
+
+
+@attrs.frozen
+class Iteration:
+    """A loop kernel over ``shape``: its launch, elements per thread and thread map."""
+
+    shape: ArrayShape
+    launch: LaunchDimensions
+    vector_size: int
+    thread_map: IndexingMap
+
+
+def loop_iteration(
+    shape: ArrayShape,
+    computation: Computation,
+    *,
+    vector_divisor: int | None = None,
+    vector_size: int | None = None,
+) -> Iteration:
+    """The loop emitter's launch and thread map, but over ``shape`` instead of the output.
+
+    The vector size is the loop emitter's choice for ``shape`` (limited by the
+    fusion's widest type and vectorisation blockers), reduced to a divisor of
+    ``vector_divisor`` when given (a concatenate's vectors must not straddle
+    two operands), or exactly ``vector_size`` when given.
+    """
+    if shape.num_elements == 0:
+        raise UnsupportedError(f"cannot launch a loop over the empty shape {shape}")
+    if vector_size is None:
+        widest, narrowest, may_vectorize = fusion_vectorization_limits(computation)
+        vector_size = choose_vector_size(
+            shape,
+            max_element_bits=widest,
+            smallest_output_bits=narrowest,
+            vectorize=may_vectorize,
+        )
+        if vector_divisor is not None:
+            vector_size = math.gcd(vector_size, vector_divisor)
+    work_items = math.ceil(shape.num_elements / vector_size)
+    threads = max(1, min(DEFAULT_THREADS_PER_BLOCK, work_items))
+    blocks = math.ceil(work_items / threads)
+    block_y = math.ceil(blocks / MAX_BLOCKS_X)
+    launch = LaunchDimensions(
+        block_x=math.ceil(blocks / block_y), thread_x=threads, block_y=block_y
+    )
+    thread_map = loop_thread_to_output_map(
+        shape.dims, launch, vector_size, 1, minor_to_major=shape.minor_to_major
+    )
+    return Iteration(shape, launch, vector_size, thread_map)
+
+
+def add_constraints(
+    indexing_map: IndexingMap, constraints: Sequence[tuple[AffineExpr, Interval]]
+) -> IndexingMap:
+    """``indexing_map`` restricted to where every ``(expr, interval)`` holds, simplified."""
+    if not constraints:
+        return indexing_map
+    return simplify(
+        attrs.evolve(indexing_map, constraints=(*indexing_map.constraints, *constraints))
+    )
+
+
+def _path_to(
+    root: Instruction, hero: Instruction, dead_ends: set[int] | None = None
+) -> list[tuple[Instruction, int]] | None:
+    """(user, operand index) steps from ``hero`` up to ``root``, or None when unreachable.
+
+    ``dead_ends`` remembers instructions that do not reach the hero, so a
+    diamond-shaped epilogue is not walked once per path.
+    """
+    if root is hero:
+        return []
+    dead_ends = set() if dead_ends is None else dead_ends
+    if id(root) in dead_ends:
+        return None
+    for k, operand in enumerate(root.operands):
+        below = _path_to(operand, hero, dead_ends)
+        if below is not None:
+            return [*below, (root, k)]
+    dead_ends.add(id(root))
+    return None
+
+
+def epilogue_map(hero: Instruction, root: Instruction) -> IndexingMap:
+    """Map from ``hero``'s index to the index of ``root`` that it produces.
+
+    The epilogue between them must be a bijection on elements (elementwise
+    ops, bitcasts, reshapes, transposes, ...): the emitter writes one root
+    element per hero element, so an epilogue that broadcasts, slices or
+    reduces the hero's value cannot be emitted this way and is refused.
+    """
+    hero_shape = _array_shape(hero)
+    result = IndexingMap.identity(hero_shape.dims)
+    path = _path_to(root, hero)
+    if path is None:
+        raise UnsupportedError(
+            f"root '{root.name}' does not use the hero {hero.opcode} '{hero.name}'", root.location
+        )
+    for user, k in path:
+        step = input_to_output_map(user, k)
+        if step.range_vars or step.runtime_vars or step.constraints:
+            raise UnsupportedError(
+                f"{user.opcode} '{user.name}' after the hero '{hero.name}' does not map each"
+                f" hero element to one element of '{root.name}' ({step.format()})",
+                user.location,
+            )
+        result = compose(result, step)
+    if _array_shape(root).num_elements != hero_shape.num_elements:
+        raise UnsupportedError(
+            f"root '{root.name}' ({root.shape}) does not have the element count of its hero"
+            f" '{hero.name}' ({hero.shape})",
+            root.location,
+        )
+    return simplify(result)
+
+
+def _array_shape(inst: Instruction) -> ArrayShape:
+    leaves = leaf_shapes(inst.shape)
+    if len(leaves) != 1:
+        raise UnsupportedError(
+            f"{inst.opcode} '{inst.name}' has shape {inst.shape}; an array is needed here",
+            inst.location,
+        )
+    return leaves[0]
+
+
+@attrs.frozen
+class Write:
+    """One root of the fusion and the output positions (leaf indices) it fills."""
+
+    root: Instruction
+    positions: tuple[int, ...]
+
+
+def fusion_writes(computation: Computation) -> list[Write]:
+    """The root tuple's operands (or the single root) with their output positions, in order."""
+    root = computation.root_instruction
+    operands = root.operands if root.opcode == "tuple" else [root]
+    writes: list[Write] = []
+    position = 0
+    for operand in operands:
+        count = len(leaf_shapes(operand.shape))
+        writes.append(Write(operand, tuple(range(position, position + count))))
+        position += count
+    return writes
+
+
+def chunks(writes: Sequence[Write], entry: EntryFunction) -> list[list[Write]]:
+    """``writes`` split into groups of at most ``MAX_ITER_ARGS`` outputs (one loop each)."""
+    groups: list[list[Write]] = [[]]
+    count = 0
+    for write in writes:
+        if len(write.positions) > MAX_ITER_ARGS:
+            raise entry.error(
+                write.root, f"{len(write.positions)} outputs from one root exceed {MAX_ITER_ARGS}"
+            )
+        if count + len(write.positions) > MAX_ITER_ARGS:
+            groups.append([])
+            count = 0
+        groups[-1].append(write)
+        count += len(write.positions)
+    return [group for group in groups if group]
+
+
+def index_constant(value: int) -> ir.Value:
+    return arith.constant(ir.IndexType.get(), value)
+
+
+def clamp_index(value: ir.Value, upper: int, unsigned: bool) -> ir.Value:
+    """An integer start index as an ``index`` clamped to ``[0, upper]``, as HLO specifies.
+
+    Unsigned indices are never negative, so only the upper bound applies
+    (and they are zero-extended, not sign-extended).
+    """
+    index_type = ir.IndexType.get()
+    if unsigned:
+        index = arith.index_castui(index_type, value)
+        return arith.minui(index, index_constant(upper))
+    index = arith.index_cast(index_type, value)
+    return arith.maxsi(arith.minsi(index, index_constant(upper)), index_constant(0))

@@ -1,0 +1,382 @@
+"""The transpose emitter's geometry: normalised transposes, heroes, tiles and index maps.
+
+Pure index arithmetic, no MLIR: what ``transpose.py`` needs to decide which
+instructions are transpose heroes and how 128 threads of a block walk one
+shared-memory tile.
+
+A transpose is *normalised* in physical (major-to-minor) order: size-1
+dimensions are dropped and input dimensions that stay adjacent in the output
+are merged, so ``f32[20,160,170]{0,2,1}`` is the 3-D 021 transpose
+``[20,160,170] -> [20,170,160]``. The normalised input is a row-major reshape
+of the operand's physical order, and the normalised output one of the
+result's, which is how normalised indices become real ones (``physical_index``).
+
+The tile covers two normalised input dimensions: ``a`` (read along, the input's
+minor one) and ``b`` (written along, the one that becomes the output's minor).
+When the minor dimension does not move (102), it is carried whole inside the
+tile and ``a``/``b`` are the second-minor ones (XLA's
+``MostMinorDimensionUnchanged``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import attrs
+
+from heron.hlo.ir import Instruction
+from heron.hlo.opcodes import is_elementwise
+from heron.hlo.shapes import ArrayShape
+from heron.indexing import IndexingMap, Interval, Variable, simplify
+from heron.indexing.affine import AffineExpr, Constant, Dim, Symbol
+from heron.indexing.hlo_indexing import reshape_exprs
+
+#: Threads per block (XLA's kNumThreadsPerBlock); 4 rows of 32 threads.
+THREADS = 128
+#: Lanes along a tile row: one logical warp.
+ROW_THREADS = 32
+ROWS = THREADS // ROW_THREADS
+#: Static shared memory a block may use (bytes), the portable CUDA limit.
+SHARED_MEMORY_LIMIT = 48 * 1024
+#: Largest carried minor dimension, in bytes (XLA keeps 102 transposes small).
+MAX_CARRIED_BYTES = 8
+
+# Ops an epilogue (hero -> root) or a search for the hero may pass through.
+_LAYOUT_OPS = frozenset({"bitcast", "reshape"})
+_SAME_INDEX_OPS = frozenset({"copy", "convert", "bitcast-convert"})
+
+
+@attrs.frozen
+class Normalised:
+    """A transpose in normalised form: ``output[j] = input[permutation[j]]``."""
+
+    dims: tuple[int, ...]
+    permutation: tuple[int, ...]
+
+    @property
+    def output_dims(self) -> tuple[int, ...]:
+        return tuple(self.dims[p] for p in self.permutation)
+
+
+def physical_order(shape: ArrayShape) -> list[int]:
+    """Logical dimensions from the most major to the most minor."""
+    return list(reversed(shape.minor_to_major))
+
+
+def normalise(transpose: Instruction) -> Normalised | None:
+    """The normalised form of a transpose, or None when it moves no data (a bitcast)."""
+    operand = transpose.operands[0].shape
+    result = transpose.shape
+    if not isinstance(operand, ArrayShape) or not isinstance(result, ArrayShape):
+        return None
+    dimensions = tuple(transpose.attributes["dimensions"])
+    in_order = physical_order(operand)
+    position = {d: k for k, d in enumerate(in_order)}
+    sizes = [operand.dims[d] for d in in_order]
+    moved = [position[dimensions[d]] for d in physical_order(result)]
+    kept = [k for k in moved if sizes[k] != 1]
+    if not kept:
+        return None
+    groups: list[list[int]] = []
+    for k in kept:
+        if groups and groups[-1][-1] + 1 == k:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    by_input = sorted(range(len(groups)), key=lambda g: groups[g][0])
+    dims = tuple(math.prod(sizes[k] for k in groups[g]) for g in by_input)
+    rank_of = {g: n for n, g in enumerate(by_input)}
+    permutation = tuple(rank_of[g] for g in range(len(groups)))
+    if permutation == tuple(range(len(dims))):
+        return None
+    return Normalised(dims, permutation)
+
+
+def physical_index(
+    exprs: Sequence[AffineExpr], sizes: Sequence[int], shape: ArrayShape
+) -> list[AffineExpr]:
+    """``shape``'s logical index of the element at row-major index ``exprs`` of ``sizes``.
+
+    ``sizes`` has ``shape``'s element count; it is read as a reshape of the
+    shape's physical order (normalised shapes and bitcasts are exactly that).
+    """
+    order = physical_order(shape)
+    physical = reshape_exprs(list(exprs), list(sizes), [shape.dims[d] for d in order])
+    results: list[AffineExpr] = [Constant(0)] * shape.rank
+    for position, d in enumerate(order):
+        results[d] = physical[position]
+    return results
+
+
+# -- heroes -----------------------------------------------------------------------------
+
+
+def _moves_index(inst: Instruction) -> bool:
+    """Whether an op between hero and root changes how indices correspond."""
+    return inst.opcode in _LAYOUT_OPS
+
+
+def is_transpose_hero(inst: Instruction) -> bool:
+    return inst.opcode == "transpose" and normalise(inst) is not None
+
+
+def find_transpose_hero(root: Instruction) -> tuple[Instruction, list[Instruction]] | None:
+    """The transpose a root is computed from, and the ops from it up to the root.
+
+    Follows bitcasts, reshapes, copies, converts and elementwise ops whose one
+    operand leads to a transpose (the others, read at the root's index, are
+    fine: broadcasts, parameters, constants). None when there is no such
+    transpose or more than one operand leads to one.
+    """
+    path: list[Instruction] = []
+    current = root
+    while True:
+        if is_transpose_hero(current):
+            return current, list(reversed(path))
+        passes = (
+            current.opcode in _LAYOUT_OPS
+            or current.opcode in _SAME_INDEX_OPS
+            or is_elementwise(current.opcode)
+        )
+        if not passes or not isinstance(current.shape, ArrayShape):
+            return None
+        leading = [o for o in current.operands if _leads_to_transpose(o, set())]
+        if len(leading) != 1:
+            return None
+        path.append(current)
+        current = leading[0]
+
+
+def _leads_to_transpose(inst: Instruction, seen: set[int]) -> bool:
+    if id(inst) in seen:
+        return False
+    seen.add(id(inst))
+    if is_transpose_hero(inst):
+        return True
+    passes = (
+        inst.opcode in _LAYOUT_OPS or inst.opcode in _SAME_INDEX_OPS or is_elementwise(inst.opcode)
+    )
+    return passes and any(_leads_to_transpose(o, seen) for o in inst.operands)
+
+
+def epilogue_index(
+    hero: Instruction, path: Sequence[Instruction], hero_index: Sequence[AffineExpr]
+) -> list[AffineExpr]:
+    """A root's index from its hero's index, through the ops of ``path`` (hero to root)."""
+    index = list(hero_index)
+    shape = hero.shape
+    for inst in path:
+        target = inst.shape
+        if inst.opcode == "bitcast":
+            index = physical_index(
+                _row_major(index, shape), [shape.dims[d] for d in physical_order(shape)], target
+            )
+        elif inst.opcode == "reshape":
+            index = reshape_exprs(index, list(shape.dims), list(target.dims))
+        shape = target
+    return index
+
+
+def _row_major(index: Sequence[AffineExpr], shape: ArrayShape) -> list[AffineExpr]:
+    """A logical index of ``shape`` listed in its physical order (major first)."""
+    return [index[d] for d in physical_order(shape)]
+
+
+# -- tiles ------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Tiling:
+    """How one block covers a tile of the normalised input.
+
+    ``size`` is the tile edge along ``a`` and ``b`` (32 times ``vector``);
+    ``carried`` the size of the unmoved minor dimension kept whole (1 when
+    there is none); ``vector`` the consecutive elements one thread reads (along
+    ``a``) and writes (along ``b``).
+    """
+
+    spec: Normalised
+    a: int
+    b: int
+    carried: int
+    vector: int
+
+    @property
+    def size(self) -> int:
+        return ROW_THREADS * (1 if self.carried > 1 else self.vector)
+
+    @property
+    def rank(self) -> int:
+        return len(self.spec.dims)
+
+    @property
+    def tile(self) -> tuple[int, ...]:
+        tile = [1] * self.rank
+        tile[self.a] = tile[self.b] = self.size
+        if self.carried > 1:
+            tile[-1] = self.carried
+        return tuple(tile)
+
+    @property
+    def block_counts(self) -> tuple[int, ...]:
+        return tuple(-(-n // t) for n, t in zip(self.spec.dims, self.tile, strict=True))
+
+    @property
+    def num_blocks(self) -> int:
+        return math.prod(self.block_counts)
+
+    @property
+    def inner(self) -> int:
+        """Elements a thread handles per loop step: its vector, or the carried dimension."""
+        return self.carried if self.carried > 1 else self.vector
+
+    @property
+    def steps(self) -> int:
+        """Loop steps per thread: the tile's rows over the block's ``ROWS`` rows."""
+        return self.size // ROWS
+
+    @property
+    def shmem_shape(self) -> tuple[int, ...]:
+        """``[b][a (+1 padding)]`` (and the carried dimension): see ``shared_index``."""
+        shape = [self.size, self.size + 1]
+        if self.carried > 1:
+            shape.append(self.carried)
+        return tuple(shape)
+
+
+def choose_tiling(spec: Normalised, element_bits: int, heroes: int) -> Tiling:
+    """The tile for ``spec``: 32x32, widened for narrow types when the shapes allow.
+
+    XLA packs 8- and 16-bit elements so that one thread moves a 32-bit word per
+    access; here a thread moves ``vector`` consecutive elements (2 for 16-bit,
+    4 for 8-bit) along ``a`` when reading and along ``b`` when writing, the
+    tile growing to 64x64 or 128x128 as in XLA's packed transpose. That needs
+    both tiled dimensions divisible by the vector and the tiles of all heroes
+    in shared memory.
+    """
+    rank = len(spec.dims)
+    perm = spec.permutation
+    if perm[-1] != rank - 1:
+        a, b, carried = rank - 1, perm[-1], 1
+    else:
+        a, b, carried = rank - 2, perm[-2], spec.dims[-1]
+    bytes_per = max(1, element_bits // 8)
+    vector = 1
+    if carried == 1 and element_bits in (8, 16):
+        vector = 32 // element_bits
+        while vector > 1:
+            tiling = Tiling(spec, a, b, carried, vector)
+            fits = heroes * _shmem_bytes(tiling, bytes_per) <= SHARED_MEMORY_LIMIT
+            if fits and spec.dims[a] % vector == 0 and spec.dims[b] % vector == 0:
+                break
+            vector //= 2
+    return Tiling(spec, a, b, carried, vector)
+
+
+def _shmem_bytes(tiling: Tiling, bytes_per: int) -> int:
+    return math.prod(tiling.shmem_shape) * bytes_per
+
+
+def shmem_bytes(tiling: Tiling, element_bits: int) -> int:
+    return _shmem_bytes(tiling, max(1, element_bits // 8))
+
+
+# -- maps -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class TileMaps:
+    """The read and write phases' index expressions over ``(th_x, bl_x)[step, inner]``.
+
+    ``read_input`` / ``write_output`` are normalised input / output indices,
+    ``read_shared`` / ``write_shared`` the shared-memory tile's indices, and
+    ``read_bounds`` / ``write_bounds`` the partial-tile constraints.
+    """
+
+    dimensions: tuple[Variable, ...]
+    range_vars: tuple[Variable, ...]
+    read_input: tuple[AffineExpr, ...]
+    read_shared: tuple[AffineExpr, ...]
+    read_bounds: tuple[tuple[AffineExpr, Interval], ...]
+    write_output: tuple[AffineExpr, ...]
+    write_shared: tuple[AffineExpr, ...]
+    write_bounds: tuple[tuple[AffineExpr, Interval], ...]
+
+    def map(
+        self, results: Sequence[AffineExpr], bounds: Sequence[tuple[AffineExpr, Interval]] = ()
+    ) -> IndexingMap:
+        return simplify(
+            IndexingMap(self.dimensions, tuple(results), self.range_vars, (), tuple(bounds))
+        )
+
+
+def tile_maps(tiling: Tiling) -> TileMaps:
+    """Both phases' maps (see the module docstring for the thread arrangement).
+
+    Thread ``t`` is lane ``t % 32`` of row ``t // 32``; step ``s`` moves the 4
+    rows by 4. Reading, lanes run along ``a`` (``inner`` consecutive elements
+    each); writing, along ``b``. Shared memory is ``[b][a][carried]`` with ``a``
+    padded by one, so a write-phase warp (consecutive ``b``) hits 32 banks.
+    """
+    th, bl = Dim(0), Dim(1)
+    step, inner = Symbol(0), Symbol(1)
+    spec = tiling.spec
+    counts = tiling.block_counts
+    block: list[AffineExpr] = []
+    stride = tiling.num_blocks
+    for count in counts:
+        stride //= count
+        block.append(Constant(0) if count == 1 else (bl // stride) % count)
+    tile = tiling.tile
+    lane = th % ROW_THREADS
+    row = step * ROWS + th // ROW_THREADS
+    carried = tiling.carried > 1
+    along = lane * (1 if carried else tiling.vector) + (Constant(0) if carried else inner)
+    along_base = lane * tiling.vector  # ``along`` without the vector element
+
+    def indices(a_off: AffineExpr, b_off: AffineExpr) -> list[AffineExpr]:
+        result = [block[i] * tile[i] for i in range(tiling.rank)]
+        result[tiling.a] = result[tiling.a] + a_off
+        result[tiling.b] = result[tiling.b] + b_off
+        if carried:
+            result[-1] = inner
+        return result
+
+    def bounds(
+        index: list[AffineExpr], vector_dim: int, base: AffineExpr
+    ) -> list[tuple[AffineExpr, Interval]]:
+        found = []
+        for i in (tiling.a, tiling.b):
+            n = spec.dims[i]
+            if n % tile[i] == 0:
+                continue
+            if i == vector_dim and tiling.vector > 1 and not carried:
+                # A whole vector is in or out (n is a multiple of it): no per-element test.
+                found.append((block[i] * tile[i] + base, Interval(0, n - tiling.vector)))
+            else:
+                found.append((index[i], Interval(0, n - 1)))
+        return found
+
+    read_input = indices(along, row)
+    write_input = indices(row, along)
+    write_output = [write_input[p] for p in spec.permutation]
+    shared_tail = [inner] if carried else []
+    dims = (
+        Variable("th_x", Interval(0, THREADS - 1)),
+        Variable("bl_x", Interval(0, tiling.num_blocks - 1)),
+    )
+    range_vars = (
+        Variable("step", Interval(0, tiling.steps - 1)),
+        Variable("inner", Interval(0, tiling.inner - 1)),
+    )
+    return TileMaps(
+        dimensions=dims,
+        range_vars=range_vars,
+        read_input=tuple(read_input),
+        read_shared=(row, along, *shared_tail),
+        read_bounds=tuple(bounds(read_input, tiling.a, along_base)),
+        write_output=tuple(write_output),
+        write_shared=(along, row, *shared_tail),
+        write_bounds=tuple(bounds(write_input, tiling.b, along_base)),
+    )
