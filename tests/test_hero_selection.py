@@ -58,3 +58,14 @@ def test_fusion_kind_matches_folder(path: Path):
     fusions = fusions_of(parse_module_file(path))
     assert fusions
     assert [fusion_kind(f) for f in fusions] == [expected] * len(fusions)
+
+
+def test_every_installed_emitter_declines_what_is_not_a_fusion():
+    """claims() on a non-fusion is False for every hero, never an analysis error."""
+    from heron.emitters.registry import load_emitters
+
+    registry = load_emitters()
+    heroes = {"loop", "transpose", "scatter", "concatenate", "dynamic_update_slice"}
+    assert heroes | {"input_slices", "reduce_row", "reduce_column"} <= set(registry.names())
+    for spec in registry.specs:
+        assert spec.claims(object()) is False, spec.name

@@ -72,10 +72,23 @@ class DeviceRun:
     seconds: float
 
 
+#: The pipeline target whose warp the interpreter emulates, by warp size.
+INTERPRETER_TARGET_BY_WARP = {32: "cuda", 64: "rocm"}
+
+
 def compile_for_backend(
-    fusion: Instruction, backend: str = "interpreter", arch: str | None = None
+    fusion: Instruction,
+    backend: str = "interpreter",
+    arch: str | None = None,
+    *,
+    warp_size: int | None = None,
 ) -> DeviceKernel:
-    """Emit ``fusion``, run heron's passes and the backend's compiler (from its plugin)."""
+    """Emit ``fusion``, run heron's passes and the backend's compiler (from its plugin).
+
+    ``warp_size`` (the interpreter only) lowers for the target with that warp:
+    a kernel lowered for 32-lane warps shuffles with width 32, which leaves
+    the upper half of a 64-lane wavefront out.
+    """
     from heron.runtime.core.registry import load_backends
 
     if backend not in PIPELINE_TARGET:
@@ -83,8 +96,13 @@ def compile_for_backend(
             f"unknown backend {backend!r} (expected one of {', '.join(PIPELINE_TARGET)})"
         )
     start = time.perf_counter()
+    target = PIPELINE_TARGET[backend]
+    if backend == "interpreter" and warp_size is not None:
+        if warp_size not in INTERPRETER_TARGET_BY_WARP:
+            raise UnsupportedError(f"the interpreter has no target with {warp_size}-lane warps")
+        target = INTERPRETER_TARGET_BY_WARP[warp_size]
     kernel = emit_one(fusion)
-    lowered = lower(kernel, PIPELINE_TARGET[backend], stop_after="lower-tensors")
+    lowered = lower(kernel, target, stop_after="lower-tensors")
     compiler = load_backends().load_compiler(backend)
     extra = {"arch": arch} if arch is not None else {}
     try:

@@ -13,6 +13,11 @@
   The bound is also met norm-wise: an absolute error of that many ulps of the
   output's largest finite magnitude is accepted, since an approximation's
   error survives cancellation in a later add (``exp(x) + p`` near 0).
+* Float outputs of a reduction emitter that depend on a reduce: the kernel
+  sums in its own order, so the moderate inputs are compared within
+  ``1e-4 * max(1, |reference|)`` (3e-2 for 16-bit types:
+  :func:`reassociation_bounds`) and the edge inputs, where the order decides
+  between overflow, cancellation and NaN, only for write coverage.
 * A corpus file's RUN line may give ``--abs_error_bound`` / ``--rel_error_bound``:
   an element within either of them is accepted too, as XLA's
   ``gpu_test_correctness`` accepts it.
@@ -176,6 +181,28 @@ class ErrorBounds:
             if self.relative is not None:
                 ok |= error <= self.relative * np.abs(b)
         return ok
+
+
+#: Relative tolerance of a float reduction computed in another order (XLA's test default
+#: for 32/64-bit; 16-bit types keep about 3 decimal digits).
+REASSOCIATION_TOLERANCE = {16: 3e-2, 32: 1e-4, 64: 1e-4}
+
+
+def reassociation_bounds(element: ElementType, given: ErrorBounds) -> ErrorBounds | None:
+    """Bounds for a float output a parallel reduction computes in its own order.
+
+    A tree of partial sums cannot match the reference's sequential sum bit
+    for bit; the error allowed is ``t * max(1, |reference|)`` (absolute and
+    relative ``t``), or the RUN line's bounds where those are wider. None for
+    types whose reductions are exact in any order (integers, pred) or that
+    this does not cover (fp8, f4, complex: compared as usual).
+    """
+    if not element.is_floating or element.bit_width not in REASSOCIATION_TOLERANCE:
+        return None
+    t = REASSOCIATION_TOLERANCE[element.bit_width]
+    return ErrorBounds(
+        absolute=max(t, given.absolute or 0.0), relative=max(t, given.relative or 0.0)
+    )
 
 
 def _check_same_form(kernel: np.ndarray, reference: np.ndarray) -> None:

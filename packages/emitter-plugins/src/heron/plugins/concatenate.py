@@ -292,9 +292,9 @@ class ConcatenateEmitter(FusionEmitter):
 
 def _claims(fusion: object) -> bool:
     """Fusions whose hero, as XLA chooses it, is a concatenate."""
-    from heron.emitters.fusion_analysis import fusion_kind
+    from heron.emitters.fusion_analysis import is_kind
 
-    return fusion_kind(fusion) == "concatenate"
+    return is_kind(fusion, "concatenate")
 
 
 @hookimpl

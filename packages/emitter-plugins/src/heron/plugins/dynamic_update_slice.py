@@ -225,9 +225,9 @@ def _constant_start(operand: Instruction) -> int | None:
 
 def _claims(fusion: object) -> bool:
     """Fusions that XLA emits as an in-place dynamic-update-slice."""
-    from heron.emitters.fusion_analysis import fusion_kind
+    from heron.emitters.fusion_analysis import is_kind
 
-    return fusion_kind(fusion) == "dynamic_update_slice"
+    return is_kind(fusion, "dynamic_update_slice")
 
 
 @hookimpl

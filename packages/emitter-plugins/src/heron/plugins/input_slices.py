@@ -158,9 +158,9 @@ def _compare(predicate: str, value: ir.Value, bound: int) -> ir.Value:
 
 def _claims(fusion: object) -> bool:
     """Fusions whose roots XLA emits as input slices."""
-    from heron.emitters.fusion_analysis import fusion_kind
+    from heron.emitters.fusion_analysis import is_kind
 
-    return fusion_kind(fusion) == "input_slices"
+    return is_kind(fusion, "input_slices")
 
 
 @hookimpl

@@ -127,9 +127,9 @@ def _atomic_capable(shape: ArrayShape) -> bool:
 
 
 def _claims(fusion: object) -> bool:
-    from heron.emitters.fusion_analysis import fusion_kind
+    from heron.emitters.fusion_analysis import is_kind
 
-    return fusion_kind(fusion) == "scatter"
+    return is_kind(fusion, "scatter")
 
 
 class ScatterEmitter(FusionEmitter):

@@ -417,7 +417,7 @@ def _claims(fusion: object) -> bool:
     """Fusions whose XLA hero is a transpose (hero selection's verdict)."""
     from heron.emitters import fusion_analysis
 
-    return fusion_analysis.fusion_kind(fusion) == "transpose"
+    return fusion_analysis.is_kind(fusion, "transpose")
 
 
 @hookimpl

@@ -506,6 +506,17 @@ class EntryFunction:
     def call_computation(self, computation: Computation, scalars: Sequence[ir.Value]) -> Values:
         return self._emitter.call_computation(computation, scalars)
 
+    def computation_function(self, computation: Computation) -> func.FuncOp:
+        """The private ``func.func`` of a scalar computation (a reducer, for ``shuffle_reduce``)."""
+        function = self._emitter.computation_functions.get(id(computation))
+        if function is None:
+            raise self.error(None, f"computation '{computation.name}' was not declared")
+        return function
+
+    def unique_name(self, name: str) -> str:
+        """A symbol name not yet taken in the module (for functions an emitter adds)."""
+        return self._emitter.unique(name)
+
     def error(self, inst: Instruction | None, why: str) -> UnsupportedError:
         return self._emitter.error(inst, why)
 

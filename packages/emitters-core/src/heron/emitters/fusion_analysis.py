@@ -774,3 +774,13 @@ def analyse_fusion(fusion: Instruction) -> FusionAnalysis:
 def fusion_kind(fusion: Instruction) -> str:
     """The emitter name XLA would use for ``fusion`` (one of ``EMITTER_NAMES``)."""
     return analyse_fusion(fusion).kind
+
+
+def is_kind(fusion: object, name: str) -> bool:
+    """Whether ``fusion`` is a fusion instruction XLA would emit with ``name``.
+
+    What an emitter plugin's ``claims`` returns: anything that is not a fusion
+    instruction is claimed by nobody (the registry then names it), never an
+    exception from the analysis.
+    """
+    return getattr(fusion, "opcode", None) == "fusion" and fusion_kind(fusion) == name
