@@ -61,8 +61,8 @@ MID_SIZE = (
     ),
     (
         "reduce_column_small",
-        ADD + "f {\n  p = f32[1024,256,4] parameter(0)\n  z = f32[] constant(0)\n"
-        "  ROOT r = f32[1024,4] reduce(p, z), dimensions={1}, to_apply=add\n}",
+        ADD + "f {\n  p = f32[1024,128,8] parameter(0)\n  z = f32[] constant(0)\n"
+        "  ROOT r = f32[1024,8] reduce(p, z), dimensions={1}, to_apply=add\n}",
     ),
     (
         "concatenate",
