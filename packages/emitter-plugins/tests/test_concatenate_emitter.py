@@ -15,13 +15,9 @@ from pathlib import Path
 import pytest
 from mlir import ir
 
-import heron.plugins.loop as loop_plugin
 from heron.compiler import compile_backend, fusions_of, lower
-from heron.emitters import selection
 from heron.emitters.emitter_base import EmittedKernel
-from heron.emitters.hookspecs import EmitterSpec
 from heron.emitters.ir_utils import walk_ops
-from heron.emitters.registry import EmitterRegistry
 from heron.harness import check_file, check_fusions
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.parser import parse_module, parse_module_file
@@ -46,18 +42,6 @@ EDGE_CASES = ("concat_minor_odd.hlo", "concat_size1_pieces.hlo")
 #: Known to fail with every emitter (the loop emitter too): exp(x) + y cancels to
 #: within 8 ulps of the tolerance; the harness's tolerance model, not this emitter.
 TOLERANCE_ISSUE = {"common/concatenate/epilogue_side_param.hlo"}
-
-
-@pytest.fixture
-def force_emitter(monkeypatch):
-    def force(name, factory):
-        specs = [(s, None) for s in loop_plugin.heron_emitter_specs()]
-        specs.append(
-            (EmitterSpec(name=name, priority=100, claims=lambda f: True, factory=factory), None)
-        )
-        monkeypatch.setattr(selection, "default_registry", lambda: EmitterRegistry(specs))
-
-    return force
 
 
 def test_the_corpus_folders_hold_exactly_the_listed_files(corpus_dir):

@@ -16,12 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import heron.plugins.loop as loop_plugin
 from heron.compiler import compile_backend, fusions_of, lower
 from heron.compiler.device_kernels import compile_for_backend, run_on_device
-from heron.emitters import selection
-from heron.emitters.hookspecs import EmitterSpec
-from heron.emitters.registry import EmitterRegistry
 from heron.harness import check_file
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.parser import parse_module, parse_module_file
@@ -41,18 +37,6 @@ CORPUS = (
 )
 EDGE_CASES = ("dus_clamped_starts.hlo", "dus_runtime_clamp.hlo")
 FILES = [*(f"{FOLDER}/{n}" for n in CORPUS), *(f"edge/{n}" for n in EDGE_CASES)]
-
-
-@pytest.fixture
-def force_emitter(monkeypatch):
-    def force(name, factory):
-        specs = [(s, None) for s in loop_plugin.heron_emitter_specs()]
-        specs.append(
-            (EmitterSpec(name=name, priority=100, claims=lambda f: True, factory=factory), None)
-        )
-        monkeypatch.setattr(selection, "default_registry", lambda: EmitterRegistry(specs))
-
-    return force
 
 
 def _file(path: str, corpus_dir: Path) -> Path:

@@ -12,12 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import heron.plugins.loop as loop_plugin
 from heron.compiler import compile_backend, fusions_of, lower
-from heron.emitters import selection
-from heron.emitters.hookspecs import EmitterSpec
 from heron.emitters.ir_utils import walk_ops
-from heron.emitters.registry import EmitterRegistry
 from heron.harness import check_file, check_fusions
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.parser import parse_module, parse_module_file
@@ -27,18 +23,6 @@ from heron.runtime.core.interpreter.device import InterpreterDevice
 REPO = Path(__file__).resolve().parents[3]
 DATA = REPO / "tests" / "data" / "check"
 EDGE_CASES = ("slices_s4_overlap.hlo", "slices_three_shapes.hlo")
-
-
-@pytest.fixture
-def force_emitter(monkeypatch):
-    def force(name, factory):
-        specs = [(s, None) for s in loop_plugin.heron_emitter_specs()]
-        specs.append(
-            (EmitterSpec(name=name, priority=100, claims=lambda f: True, factory=factory), None)
-        )
-        monkeypatch.setattr(selection, "default_registry", lambda: EmitterRegistry(specs))
-
-    return force
 
 
 def test_the_edge_cases_are_the_listed_files():

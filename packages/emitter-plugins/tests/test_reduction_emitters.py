@@ -25,12 +25,8 @@ from pathlib import Path
 
 import pytest
 
-import heron.plugins.loop as loop_plugin
 from heron.compiler import compile_backend, fusions_of, lower
 from heron.compiler.driver import emit_one
-from heron.emitters import selection
-from heron.emitters.hookspecs import EmitterSpec
-from heron.emitters.registry import EmitterRegistry
 from heron.harness import check_file
 from heron.harness.corpus import default_corpus
 from heron.hlo.parser import parse_module_file
@@ -46,18 +42,6 @@ FILES = [(folder, p.name) for folder in FOLDERS for p in sorted((CORPUS / folder
 SLOW = {"f32_32_v2.hlo", "odd_sizes.hlo"}
 EDGE_FILES = sorted(p.name for p in DATA.glob("reduce_*.hlo"))
 EM_AMDGPU = 224
-
-
-@pytest.fixture
-def force_emitter(monkeypatch):
-    def force(name, factory):
-        specs = [(s, None) for s in loop_plugin.heron_emitter_specs()]
-        specs.append(
-            (EmitterSpec(name=name, priority=100, claims=lambda f: True, factory=factory), None)
-        )
-        monkeypatch.setattr(selection, "default_registry", lambda: EmitterRegistry(specs))
-
-    return force
 
 
 def _factory(name: str):

@@ -12,12 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import heron.plugins.loop as loop_plugin
 from heron.compiler import compile_backend, fusions_of, lower
 from heron.compiler.driver import emit_one
-from heron.emitters import selection
-from heron.emitters.hookspecs import EmitterSpec
-from heron.emitters.registry import EmitterRegistry
 from heron.harness import check_file
 from heron.harness.corpus import default_corpus
 from heron.hlo.errors import UnsupportedError
@@ -31,17 +27,8 @@ FILES = sorted(CORPUS.glob("*.hlo")) + sorted(EDGES.glob("scatter_*.hlo"))
 
 
 @pytest.fixture
-def force_scatter(monkeypatch):
-    specs = [(s, None) for s in loop_plugin.heron_emitter_specs()]
-    specs.append(
-        (
-            EmitterSpec(
-                name="scatter", priority=100, claims=lambda f: True, factory=ScatterEmitter
-            ),
-            None,
-        )
-    )
-    monkeypatch.setattr(selection, "default_registry", lambda: EmitterRegistry(specs))
+def force_scatter(force_emitter):
+    force_emitter("scatter", ScatterEmitter)
 
 
 def test_the_files_are_there():

@@ -15,12 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import heron.plugins.loop as loop_plugin
 from heron.compiler import fusions_of
 from heron.compiler.driver import emit_one
-from heron.emitters import selection
-from heron.emitters.hookspecs import EmitterSpec
-from heron.emitters.registry import EmitterRegistry
 from heron.harness.check import check_file
 from heron.harness.corpus import CUDA_ARCHS, ROCM_ARCHS, compile_corpus_file, default_corpus
 from heron.hlo.parser import parse_module, parse_module_file
@@ -33,18 +29,6 @@ EDGE_CASES = Path(__file__).resolve().parents[3] / "tests" / "data" / "check"
 CORPUS_FILES = sorted(CORPUS.glob("*.hlo"))
 EDGE_FILES = sorted(EDGE_CASES.glob("transpose_*.hlo"))
 SHRUNK = {"multiple_roots_one_shmem_transpose.hlo"}
-
-
-@pytest.fixture
-def force_emitter(monkeypatch):
-    def force(name, factory):
-        specs = [(s, None) for s in loop_plugin.heron_emitter_specs()]
-        specs.append(
-            (EmitterSpec(name=name, priority=100, claims=lambda f: True, factory=factory), None)
-        )
-        monkeypatch.setattr(selection, "default_registry", lambda: EmitterRegistry(specs))
-
-    return force
 
 
 @pytest.fixture
