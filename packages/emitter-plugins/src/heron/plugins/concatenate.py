@@ -54,26 +54,11 @@ __all__ = ["ConcatenateEmitter", "find_concatenate_hero", "heron_emitter_specs"]
 
 
 def find_concatenate_hero(root: Instruction) -> Instruction | None:
-    """The concatenate that ``root`` is computed from, looking through what follows it.
+    """The concatenate ``root`` is computed from (hero selection's ``find_hero``), if any."""
+    from heron.emitters.fusion_analysis import find_hero
 
-    Every path from ``root`` towards the parameters stops at the first
-    concatenate; the hero is that concatenate when all paths that find one
-    find the same. None when there is none or more than one.
-    """
-    found: list[Instruction] = []
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        inst = stack.pop()
-        if id(inst) in seen:
-            continue
-        seen.add(id(inst))
-        if inst.opcode == "concatenate":
-            if not any(inst is f for f in found):
-                found.append(inst)
-            continue
-        stack.extend(inst.operands)
-    return found[0] if len(found) == 1 else None
+    hero = find_hero(root)
+    return hero if hero.opcode == "concatenate" else None
 
 
 def _axis(concat: Instruction) -> int:

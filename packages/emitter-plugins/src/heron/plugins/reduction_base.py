@@ -30,6 +30,7 @@ Warps are logical warps of 32 lanes (shuffle distances <= 16), correct on
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Sequence
 
@@ -50,6 +51,7 @@ from heron.emitters.dialect import (
 )
 from heron.emitters.dialect.irdl_source import MAX_ITER_ARGS
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter, fusion_output_shapes
+from heron.emitters.fusion_analysis import ReductionDimensions, reduction_dimensions
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction
@@ -85,41 +87,25 @@ class VariantMismatch(UnsupportedError):
     """The fusion's reduction does not have the shape this variant needs (see reduction.py)."""
 
 
-@attrs.frozen
-class ReductionDimensions:
-    """XLA's collapsed reduction shape: ``dimensions`` is [major, middle, minor]."""
-
-    is_row_reduction: bool
-    dimensions: tuple[int, int, int]
-
-
 def _physical_dims(shape: ArrayShape) -> list[int]:
     """The shape's dimension numbers, major to minor."""
     return list(reversed(shape.minor_to_major))
 
 
 def collapse_reduction(reduce: Instruction) -> ReductionDimensions:
-    """The reduce's operand collapsed to [major, middle, minor] runs (see the module doc)."""
+    """The reduce's operand collapsed to [major, middle, minor] (hero selection's rule).
+
+    The emitters need the reduced and kept dimensions to form alternating
+    runs in physical order (at most three); anything else is refused here,
+    naming the reduce, rather than emitted wrongly.
+    """
     operand = leaf_shapes(reduce.operands[0].shape)[0]
     reduced = set(reduce.attr("dimensions", ()))
-    runs: list[list] = []  # [is_reduced, size]
-    for d in _physical_dims(operand):
-        size = operand.dims[d]
-        if size == 1:
-            continue
-        kind = d in reduced
-        if runs and runs[-1][0] == kind:
-            runs[-1][1] *= size
-        else:
-            runs.append([kind, size])
-    if not runs:
-        return ReductionDimensions(True, (1, 1, 1))
-    if len(runs) > 3:
+    kinds = [d in reduced for d in _physical_dims(operand) if operand.dims[d] != 1]
+    runs = sum(1 for i, kind in enumerate(kinds) if i == 0 or kinds[i - 1] != kind)
+    if runs > 3:
         raise _not_contiguous(reduce)
-    # Runs alternate, so the minor run decides the kind and missing runs are size 1:
-    # row [reduced, kept, reduced], column [kept, reduced, kept].
-    sizes = [1] * (3 - len(runs)) + [size for _, size in runs]
-    return ReductionDimensions(bool(runs[-1][0]), (sizes[0], sizes[1], sizes[2]))
+    return reduction_dimensions(reduce)
 
 
 def _not_contiguous(reduce: Instruction) -> UnsupportedError:
@@ -290,10 +276,11 @@ class ReductionEmitterBase(FusionEmitter):
         self.plan()
 
     # -- variant hooks ---------------------------------------------------------------
+    @abc.abstractmethod
     def plan(self) -> None:
         """Choose ``threads``, ``blocks``, ``vector_size`` and the variant's tiling."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def input_map(self) -> ThreadMap:
         """Per-thread input walk: collapsed coordinates, 3 per unrolled vector element.
 
@@ -301,11 +288,10 @@ class ReductionEmitterBase(FusionEmitter):
         is ``base + s_last`` (the vectorize pass turns the reads into one vector
         load); otherwise ``vector_size`` coordinates, one per element.
         """
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def combine(self, state: GroupState) -> list[ir.Value]:
         """Combine ``state.partials`` across threads and write the group's outputs."""
-        raise NotImplementedError
 
     # -- FusionEmitter ---------------------------------------------------------------
     def launch_dimensions(self) -> LaunchDimensions:
