@@ -33,9 +33,13 @@ PACKAGES = (
     "emitters-core",
     "emitter-plugins",
     "runtime-core",
+    "runtime-interpreter",
+    "compiler",
     "runtime-cuda",
     "runtime-rocm",
 )
+#: Packages whose compile side is an extra (the device side runs without MLIR).
+COMPILE_EXTRA = ("runtime-interpreter", "runtime-cuda", "runtime-rocm")
 CORE = tuple(p for p in PACKAGES if p not in ("runtime-cuda", "runtime-rocm"))
 GPU_MARKERS = "gpu or cuda or rocm"
 RUFF = "ruff==0.17.6"
@@ -79,15 +83,16 @@ def install_editable(session: nox.Session, *extra: str) -> None:
     for folder in PACKAGES:
         # The GPU runtimes' compilers (MLIR -> PTX / HSACO) are an optional extra:
         # a runtime installed alone must not need MLIR. The test suite tests them.
-        extras = "[compile]" if folder in ("runtime-cuda", "runtime-rocm") else ""
+        extras = "[compile]" if folder in COMPILE_EXTRA else ""
         args += ["-e", f"packages/{folder}{extras}"]
     session.install(*args, "-e", ".", *extra)
 
 
 def install_test_environment(session: nox.Session) -> None:
     """What collecting packages/*/tests and tests/ needs: everything, the plugin
-    fixture, the test tools, and jax (some hlo-ir tests compare with XLA:CPU)."""
-    install_editable(session, "./tests/plugin_fixture", JAX, *TEST_TOOLS)
+    fixture, the test aids (tests/support, never shipped), the test tools, and jax
+    (some hlo-ir tests compare with XLA:CPU)."""
+    install_editable(session, "./tests/plugin_fixture", "-e", "./tests/support", JAX, *TEST_TOOLS)
 
 
 @nox.session
@@ -152,6 +157,23 @@ ISOLATION = {
         ["heron.runtime.core"],
         ["heron-hlo-ir", "heron-runtime-core"],
     ),
+    "runtime-interpreter": (
+        ["runtime-interpreter"],
+        ["heron.runtime.core", "heron.runtime.interpreter"],
+        ["heron-hlo-ir", "heron-runtime-core", "heron-runtime-interpreter"],
+    ),
+    "compiler": (
+        ["compiler"],
+        ["heron.compiler"],
+        [
+            "heron-hlo-ir",
+            "heron-indexing",
+            "heron-partitioner",
+            "heron-emitters-core",
+            "heron-runtime-core",
+            "heron-compiler",
+        ],
+    ),
     "runtime-cuda": (
         ["runtime-cuda"],
         ["heron.runtime.core", "heron.runtime.cuda"],
@@ -174,17 +196,18 @@ def isolation(session: nox.Session, target: str) -> None:
     """One package in a fresh environment: it installs, imports, and pulls nothing extra."""
     check = ["python", "-I", "tests/isolation_check.py"]
     if target == "runtime-editable":
-        # heron.runtime is a namespace spread over three distributions; editable
+        # heron.runtime is a namespace spread over four distributions; editable
         # installs put each src/ directory on sys.path, the case a regular
         # heron/runtime/__init__.py would break.
-        folders = local_closure("runtime-cuda", "runtime-rocm")
+        folders = local_closure("runtime-interpreter", "runtime-cuda", "runtime-rocm")
         session.install(*(arg for f in folders for arg in ("-e", f"packages/{f}")))
         session.run(
             *check,
             "--import",
-            "heron.runtime.core,heron.runtime.cuda,heron.runtime.rocm",
+            "heron.runtime.core,heron.runtime.interpreter,heron.runtime.cuda,heron.runtime.rocm",
             "--expect",
-            "heron-hlo-ir,heron-runtime-core,heron-runtime-cuda,heron-runtime-rocm",
+            "heron-hlo-ir,heron-runtime-core,heron-runtime-interpreter,heron-runtime-cuda,"
+            "heron-runtime-rocm",
             "--forbid",
             ",".join(COMPILER_SIDE),
         )

@@ -173,7 +173,7 @@ def test_an_input_read_twice_breaks_the_input_bijection(capsys, monkeypatch, x4)
 
 
 def test_a_sanitizer_error_is_reported(capsys, monkeypatch, x4):
-    from heron.runtime.core.interpreter.errors import SanitizerError
+    from heron.runtime.interpreter.errors import SanitizerError
 
     def fault(device, kernel, inputs, *, loaded=None):
         raise SanitizerError("out-of-bounds", "kernel 'fusion', thread (3, 0, 0): index 240000")

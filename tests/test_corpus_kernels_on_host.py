@@ -3,7 +3,7 @@
 For each file of ``common/loop`` and ``gpu/convert`` in the corpus (the root
 conftest's ``corpus_dir``), every fusion is compiled by ``heron.compiler`` down
 to the ``lower-tensors`` stage for CUDA, and the kernel is run on the host for
-every block and thread (``heron.emitters.testing.kernel_jit``) on random inputs
+every block and thread (``heron_test_support.kernel_jit``) on random inputs
 with edge values (zeros of both signs, infinities, NaN, subnormals, the
 largest finite values, integer minima and maxima: indices out of range test
 the clamping of gather and dynamic-update-slice). The outputs are compared
@@ -35,14 +35,14 @@ import attrs
 import ml_dtypes
 import numpy as np
 import pytest
+from heron_test_support import vector_pipeline_inputs
+from heron_test_support.kernel_jit import compile_lowered_kernel
 from mlir import ir
 
 from heron.compiler import fusions_of, lower
 from heron.compiler.driver import emit_one
 from heron.emitters.dialect import make_context
 from heron.emitters.pipeline import PipelineOptions, lower_tensors
-from heron.emitters.testing import vector_pipeline_inputs
-from heron.emitters.testing.kernel_jit import compile_lowered_kernel
 from heron.harness.check import shrunk_fusion
 from heron.harness.inputs import edge_array
 from heron.harness.tolerance import mismatches, output_sources, ulp_bound

@@ -1,4 +1,5 @@
-"""heron.executor: outlining unfused modules, and running entry computations on the interpreter.
+"""The outline pass (unfused modules get a fusion per instruction) and the sequential
+executor (entry computations run on the interpreter).
 
 Results are compared with heron's reference evaluator on the same arguments;
 the ops used (add, multiply, negate, broadcast, f32) round the same way on
@@ -10,11 +11,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from heron.executor import outline_module, run_module
+from heron.compiler.sequential import run_module
+from heron.emitters.elemental.core import supported_opcodes
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.evaluator import evaluate_module, flatten_literal, random_arguments
 from heron.hlo.parser import parse_module
+from heron.hlo.passes.outline import outline_module as _outline
 from heron.hlo.printer import print_module
+
+
+def outline_module(module):
+    """The outline pass with the loop emitter's opcodes, as the executor runs it."""
+    return _outline(module, supported_opcodes())
+
 
 #: As JAX prints a jitted function: no fusions, a tuple root.
 UNFUSED = (

@@ -1,8 +1,8 @@
 """The interpreter device and the host JIT compute the same bits for every loop-hero kernel.
 
 Two independent executions of one lowered kernel: the interpreter
-(``heron.runtime.core.interpreter``: numpy, lane-parallel, its own meaning of
-each op) and ``heron.emitters.testing.kernel_jit`` (the kernel compiled by
+(``heron.runtime.interpreter``: numpy, lane-parallel, its own meaning of
+each op) and ``heron_test_support.kernel_jit`` (the kernel compiled by
 LLVM for the host CPU, every thread in turn). For every fusion of every file
 of the loop-hero corpus (``common/loop``, ``gpu/convert``) both run on the
 same inputs, drawn with edge values as in ``test_corpus_kernels_on_host``
@@ -18,15 +18,15 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
+from heron_test_support.kernel_jit import compile_lowered_kernel
 
 from heron.compiler import fusions_of, lower
 from heron.compiler.driver import emit_one
-from heron.emitters.testing.kernel_jit import compile_lowered_kernel
 from heron.hlo.memory_layout import from_memory, memory_size, to_memory
 from heron.hlo.memory_layout import memory_dtype as _memory_dtype
 from heron.hlo.parser import parse_module_file
-from heron.runtime.core.interpreter.capture import compile_kernel_image
-from heron.runtime.core.interpreter.device import InterpreterDevice
+from heron.runtime.interpreter.capture import compile_kernel_image
+from heron.runtime.interpreter.device import InterpreterDevice
 
 
 def _host_test_module():

@@ -22,7 +22,7 @@ from heron.harness import check_file, check_fusions
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.parser import parse_module, parse_module_file
 from heron.plugins.concatenate import ConcatenateEmitter, heron_emitter_specs
-from heron.runtime.core.interpreter.device import InterpreterDevice
+from heron.runtime.interpreter.device import InterpreterDevice
 
 REPO = Path(__file__).resolve().parents[3]
 DATA = REPO / "tests" / "data" / "check"

@@ -22,7 +22,7 @@ from heron.harness import check_file
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.parser import parse_module, parse_module_file
 from heron.plugins.dynamic_update_slice import DynamicUpdateSliceEmitter, heron_emitter_specs
-from heron.runtime.core.interpreter.device import InterpreterDevice
+from heron.runtime.interpreter.device import InterpreterDevice
 
 REPO = Path(__file__).resolve().parents[3]
 DATA = REPO / "tests" / "data" / "check"

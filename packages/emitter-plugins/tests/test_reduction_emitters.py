@@ -31,7 +31,7 @@ from heron.harness import check_file
 from heron.harness.corpus import default_corpus
 from heron.hlo.parser import parse_module_file
 from heron.plugins import reduction
-from heron.runtime.core.interpreter.device import InterpreterDevice
+from heron.runtime.interpreter.device import InterpreterDevice
 
 ROOT = Path(__file__).resolve().parents[3]
 CORPUS = default_corpus() / "gpu"

@@ -19,7 +19,7 @@ from heron.harness.corpus import default_corpus
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.parser import parse_module, parse_module_file
 from heron.plugins.scatter import ScatterEmitter
-from heron.runtime.core.interpreter.device import InterpreterDevice
+from heron.runtime.interpreter.device import InterpreterDevice
 
 CORPUS = default_corpus() / "gpu" / "scatter"
 EDGES = Path(__file__).resolve().parents[3] / "tests" / "data" / "check"

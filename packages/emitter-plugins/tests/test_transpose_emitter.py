@@ -22,7 +22,7 @@ from heron.harness.corpus import CUDA_ARCHS, ROCM_ARCHS, compile_corpus_file, de
 from heron.hlo.parser import parse_module, parse_module_file
 from heron.plugins.transpose import TransposeEmitter, heron_emitter_specs
 from heron.plugins.transpose_tiling import normalise
-from heron.runtime.core.interpreter.device import InterpreterDevice
+from heron.runtime.interpreter.device import InterpreterDevice
 
 CORPUS = default_corpus() / "gpu" / "transpose"
 EDGE_CASES = Path(__file__).resolve().parents[3] / "tests" / "data" / "check"

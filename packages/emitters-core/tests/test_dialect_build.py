@@ -7,6 +7,7 @@ round-trip test parses into a fresh one, as another process would.
 from __future__ import annotations
 
 import pytest
+from heron_test_support.seed_modules import GELU_MAP, gelu_emitted_module
 from mlir import ir
 from mlir.dialects import arith, func
 
@@ -26,7 +27,6 @@ from heron.emitters.dialect import (
     verify_xla_ops,
 )
 from heron.emitters.ir_utils import walk_ops
-from heron.emitters.testing.seed_modules import GELU_MAP, gelu_emitted_module
 from heron.indexing import parse_indexing_map
 
 

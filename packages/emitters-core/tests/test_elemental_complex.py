@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from heron_test_support.elemental_cases import rng_for, run_both
+from heron_test_support.elemental_jit import run_hlo
 
-from heron.emitters.testing.elemental_cases import rng_for, run_both
-from heron.emitters.testing.elemental_jit import run_hlo
 from heron.hlo import UnsupportedError
 from heron.hlo.element_types import ElementType as E
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from heron_test_support.elemental_cases import NARROW_FLOATS, WIDE_FLOATS, run_both
+from heron_test_support.elemental_jit import run_hlo
 
-from heron.emitters.testing.elemental_cases import NARROW_FLOATS, WIDE_FLOATS, run_both
-from heron.emitters.testing.elemental_jit import run_hlo
 from heron.hlo.element_types import ElementType as E
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.evaluator import float_semantics as fs

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from heron_test_support.elemental_jit import run_hlo
+from heron_test_support.host_jit import run_elementwise
 
 from heron.emitters.elemental.conv_small_float import FORMATS
 from heron.emitters.elemental.conversions import from_f32, to_f32
-from heron.emitters.testing.elemental_jit import run_hlo
-from heron.emitters.testing.host_jit import run_elementwise
 from heron.hlo import evaluate_module, parse_module
 from heron.hlo.element_types import ElementType as E
 from heron.hlo.evaluator import float_semantics as fs

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from heron_test_support.elemental_jit import run_hlo
 
-from heron.emitters.testing.elemental_jit import run_hlo
 from heron.hlo import evaluate_module, parse_module
 from heron.hlo.element_types import ElementType as E
 from heron.hlo.evaluator import float_semantics as fs

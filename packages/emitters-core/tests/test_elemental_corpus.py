@@ -2,7 +2,7 @@
 
 Every ``common/loop/*.hlo`` and ``gpu/convert/*.hlo`` file is a small loop
 fusion: each is parsed, its fused computation run element by element through
-:func:`heron.emitters.testing.elemental_jit.run_computation` on random
+:func:`heron_test_support.elemental_jit.run_computation` on random
 inputs, and every output leaf compared with the reference evaluator run on
 the same computation -- bit for bit (any NaN matching any NaN), except for
 the files whose results go through libm functions or a dot's summation order
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from heron_test_support.elemental_jit import run_computation
 
-from heron.emitters.testing.elemental_jit import run_computation
 from heron.hlo import parse_module
 from heron.hlo.attributes import SliceRange
 from heron.hlo.evaluator import EvaluatorOptions, evaluate_computation

@@ -4,7 +4,7 @@ the evaluator, bit for bit.
 
 Array constants are ``arith.constant dense<...>`` tensors read with
 ``tensor.extract`` (the host harness bufferizes them, see
-``heron.emitters.testing.host_constants``). Start indices are fed out-of-bounds values of
+``heron_test_support.host_constants``). Start indices are fed out-of-bounds values of
 several integer types to check the evaluator's clamping.
 """
 
@@ -13,14 +13,14 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from heron_test_support.elemental_cases import check, random_bits, resolution_sites
+from heron_test_support.elemental_jit import run_hlo
 from mlir import ir
 from mlir.dialects import arith, func, scf
 
 from heron.emitters.dialect import make_context
 from heron.emitters.elemental import ElementalContext, emit_instruction
 from heron.emitters.ir_utils import walk_ops
-from heron.emitters.testing.elemental_cases import check, random_bits, resolution_sites
-from heron.emitters.testing.elemental_jit import run_hlo
 from heron.hlo import UnsupportedError, parse_module
 from heron.hlo.element_types import ElementType as E
 

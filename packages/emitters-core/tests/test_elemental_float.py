@@ -16,9 +16,9 @@ import itertools
 import ml_dtypes
 import numpy as np
 import pytest
+from heron_test_support.elemental_cases import NARROW_FLOATS, WIDE_FLOATS, rng_for, run_both
+from heron_test_support.elemental_jit import run_hlo
 
-from heron.emitters.testing.elemental_cases import NARROW_FLOATS, WIDE_FLOATS, rng_for, run_both
-from heron.emitters.testing.elemental_jit import run_hlo
 from heron.hlo import UnsupportedError, parse_module
 from heron.hlo.element_types import ElementType as E
 from heron.hlo.evaluator.float_semantics import total_order_keys

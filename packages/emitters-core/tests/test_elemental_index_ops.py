@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from heron_test_support.elemental_cases import check, random_bits
 from mlir import ir
 from mlir.dialects import func
 
@@ -20,7 +21,6 @@ from heron.emitters.dialect import make_context
 from heron.emitters.elemental import ElementalContext, emit_instruction
 from heron.emitters.elemental.index_ops import output_to_input_maps
 from heron.emitters.ir_utils import walk_ops
-from heron.emitters.testing.elemental_cases import check, random_bits
 from heron.hlo import parse_module
 from heron.hlo.element_types import ElementType as E
 

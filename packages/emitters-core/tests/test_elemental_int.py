@@ -21,14 +21,14 @@ import zlib
 
 import numpy as np
 import pytest
+from heron_test_support.elemental_jit import run_hlo
+from heron_test_support.host_jit import run_elementwise
 
 from heron.emitters.elemental import (
     ElementalContext,
     emit_instruction,
     int_ops,
 )
-from heron.emitters.testing.elemental_jit import run_hlo
-from heron.emitters.testing.host_jit import run_elementwise
 from heron.hlo import (
     ElementType,
     HloEvaluationError,

@@ -14,10 +14,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from heron_test_support.elemental_cases import check as check_against_evaluator
+from heron_test_support.elemental_cases import resolution_sites
 from mlir import ir
 
-from heron.emitters.testing.elemental_cases import check as check_against_evaluator
-from heron.emitters.testing.elemental_cases import resolution_sites
 from heron.hlo.element_types import ElementType as E
 
 

@@ -16,9 +16,9 @@ import zlib
 import mpmath
 import numpy as np
 import pytest
+from heron_test_support.math_accuracy import run_op, ulp_error
 from mlir.dialects import math as math_dialect
 
-from heron.emitters.testing.math_accuracy import run_op, ulp_error
 from heron.hlo.element_types import ElementType
 
 SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0]

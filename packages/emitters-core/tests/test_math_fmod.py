@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from heron_test_support.host_jit import run_elementwise
+from heron_test_support.kernels import hsaco_stages, kernel_after, ptx_and_stages
+from heron_test_support.math_accuracy import expand_checked
 from mlir import ir
 from mlir.dialects import arith, func, vector
 
@@ -12,9 +15,6 @@ from heron.emitters.dialect import make_context
 from heron.emitters.ir_utils import walk_ops
 from heron.emitters.pipeline import expand_math
 from heron.emitters.pipeline.manager import PipelineOptions, run_upstream
-from heron.emitters.testing.host_jit import run_elementwise
-from heron.emitters.testing.kernels import hsaco_stages, kernel_after, ptx_and_stages
-from heron.emitters.testing.math_accuracy import expand_checked
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 

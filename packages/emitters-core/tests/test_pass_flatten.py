@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+from heron_test_support.seed_modules import gelu_emitted_module
 from mlir import ir
 from mlir.dialects import arith, func, scf, tensor
 
@@ -24,7 +25,6 @@ from heron.emitters.pipeline import PipelineOptions
 from heron.emitters.pipeline import inline as inline_pass
 from heron.emitters.pipeline import lower_loops as lower_loops_pass
 from heron.emitters.pipeline.flatten_tensors import PASS
-from heron.emitters.testing.seed_modules import gelu_emitted_module
 from heron.hlo.errors import UnsupportedError
 from heron.indexing import parse_indexing_map
 

@@ -6,6 +6,8 @@ import ctypes
 
 import numpy as np
 import pytest
+from heron_test_support.host_jit import jit
+from heron_test_support.seed_modules import gelu_emitted_module
 from mlir import ir
 from mlir.dialects import arith, func, scf, tensor
 
@@ -18,8 +20,6 @@ from heron.emitters.dialect import (
 from heron.emitters.ir_utils import walk_ops
 from heron.emitters.pipeline import PipelineOptions
 from heron.emitters.pipeline.inline import PASS, SMALL_FUNCTION_OPS
-from heron.emitters.testing.host_jit import jit
-from heron.emitters.testing.seed_modules import gelu_emitted_module
 
 
 def _private(name: str, inputs, results) -> func.FuncOp:

@@ -12,6 +12,7 @@ import random
 
 import numpy as np
 import pytest
+from heron_test_support.seed_modules import GELU_MAP, gelu_emitted_module
 from mlir import ir
 from mlir.dialects import arith, func, gpu, scf, tensor
 
@@ -24,7 +25,6 @@ from heron.emitters.ir_utils import walk_ops
 from heron.emitters.pipeline import PipelineOptions
 from heron.emitters.pipeline import inline as inline_pass
 from heron.emitters.pipeline.lower_loops import PASS
-from heron.emitters.testing.seed_modules import GELU_MAP, gelu_emitted_module
 from heron.indexing import parse_indexing_map
 
 

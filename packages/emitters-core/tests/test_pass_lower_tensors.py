@@ -2,7 +2,7 @@
 
 Structure is checked on the printed IR; the element-kind kernel (pred, s4, fp8,
 f4, c64, array constants of each) is also run on the host for every thread
-(``heron.emitters.testing.kernel_jit``) and compared with numpy/ml_dtypes.
+(``heron_test_support.kernel_jit``) and compared with numpy/ml_dtypes.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from heron_test_support import vector_pipeline_inputs as _inputs
+from heron_test_support.kernel_jit import run_lowered_kernel
 from mlir import ir
 
 from heron.emitters.dialect import make_context
 from heron.emitters.pipeline import PipelineOptions, lower_tensors
-from heron.emitters.testing import vector_pipeline_inputs as _inputs
-from heron.emitters.testing.kernel_jit import run_lowered_kernel
 from heron.hlo.element_types import ElementType as E
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.shapes import ArrayShape

@@ -12,6 +12,8 @@ import re
 
 import numpy as np
 import pytest
+from heron_test_support.host_jit import jit
+from heron_test_support.seed_modules import gelu_emitted_module
 from mlir import ir
 from mlir.dialects import arith, func, gpu, memref, scf
 
@@ -31,8 +33,6 @@ from heron.emitters.pipeline import (
     simplify_indexing,
 )
 from heron.emitters.pipeline.narrow_index import PASS
-from heron.emitters.testing.host_jit import jit
-from heron.emitters.testing.seed_modules import gelu_emitted_module
 from heron.indexing import parse_indexing_map
 
 

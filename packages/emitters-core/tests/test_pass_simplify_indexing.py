@@ -12,6 +12,8 @@ import random
 
 import numpy as np
 import pytest
+from heron_test_support.host_jit import jit
+from heron_test_support.seed_modules import gelu_emitted_module
 from mlir import ir
 from mlir.dialects import arith, func, memref
 
@@ -22,8 +24,6 @@ from heron.emitters.dialect import (
 from heron.emitters.ir_utils import walk_ops
 from heron.emitters.pipeline import PipelineOptions, flatten_tensors, inline, lower_loops
 from heron.emitters.pipeline.simplify_indexing import PASS
-from heron.emitters.testing.host_jit import jit
-from heron.emitters.testing.seed_modules import gelu_emitted_module
 from heron.indexing import IndexingMap, compose, parse_indexing_map
 
 

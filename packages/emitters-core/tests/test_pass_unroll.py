@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from heron_test_support import vector_pipeline_inputs as _inputs
 from mlir import ir
 
 from heron.emitters import ir_utils
 from heron.emitters.dialect import make_context, verify_xla_ops
 from heron.emitters.pipeline import PipelineOptions, unroll, vectorize
-from heron.emitters.testing import vector_pipeline_inputs as _inputs
 
 
 def _names(module: ir.Module, name: str) -> list[ir.Operation]:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from heron_test_support.vector_pipeline_inputs import flat_loop, gelu_flat
 from mlir import ir
 
 from heron.emitters import ir_utils
 from heron.emitters.dialect import make_context, verify_xla_ops
 from heron.emitters.pipeline import PipelineOptions, vectorize
-from heron.emitters.testing.vector_pipeline_inputs import flat_loop, gelu_flat
 from heron.indexing import Dim, Symbol, parse_indexing_map
 
 

@@ -2,7 +2,7 @@
 memory, shuffles and calls become PTX that ptxas accepts for sm_80 and sm_90.
 
 The inputs are the hand-written lower-tensors inputs of the pipeline tests
-(heron.emitters.testing.vector_pipeline_inputs), lowered by the pass here.
+(heron_test_support.vector_pipeline_inputs), lowered by the pass here.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from heron_test_support import vector_pipeline_inputs as _inputs
+from heron_test_support.kernels import kernel_after, ptx_and_stages
 
 from heron.emitters.pipeline import PipelineOptions, lower_tensors
-from heron.emitters.testing import vector_pipeline_inputs as _inputs
-from heron.emitters.testing.kernels import kernel_after, ptx_and_stages
 
 
 def _ptx(text: str, arch: str) -> str:

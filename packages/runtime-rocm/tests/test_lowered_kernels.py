@@ -2,16 +2,16 @@
 memory, shuffles and calls become HSACO for gfx90a and gfx942.
 
 The inputs are the hand-written lower-tensors inputs of the pipeline tests
-(heron.emitters.testing.vector_pipeline_inputs), lowered by the pass here.
+(heron_test_support.vector_pipeline_inputs), lowered by the pass here.
 """
 
 from __future__ import annotations
 
 import pytest
+from heron_test_support import vector_pipeline_inputs as _inputs
+from heron_test_support.kernels import hsaco_stages, kernel_after
 
 from heron.emitters.pipeline import PipelineOptions, lower_tensors
-from heron.emitters.testing import vector_pipeline_inputs as _inputs
-from heron.emitters.testing.kernels import hsaco_stages, kernel_after
 
 
 def _stages(text: str, arch: str) -> dict[str, str]:

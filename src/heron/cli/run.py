@@ -6,9 +6,9 @@ Backends:
   that is available here; the report says which was taken and why each one
   before it was not (its availability reason).
 - ``interpreter``, ``cuda``, ``rocm``: that device; it must be available. The
-  entry computation runs fusion by fusion (:mod:`heron.executor.sequential`);
+  entry computation runs fusion by fusion (:mod:`heron.compiler.sequential`);
   a module that is not fused yet (as JAX prints it) first gets a fusion per
-  computing instruction (:mod:`heron.executor.outline`).
+  computing instruction (:mod:`heron.hlo.passes.outline`).
 - ``reference``: heron's HLO reference evaluator (numpy on the CPU).
 
 Arguments come from an .npz file (``arg0``, ``arg1``, ... in parameter order)
@@ -198,7 +198,7 @@ def _evaluate(module, arguments) -> tuple[list, float]:
 
 
 def _run_on_device(module, arguments, source: str, requested: str) -> list[np.ndarray]:
-    from heron.executor.sequential import FusionRunError, KernelRecord, run_module
+    from heron.compiler.sequential import FusionRunError, KernelRecord, run_module
 
     choice = choose_backend(requested)
     device = _create_device(choice.name)

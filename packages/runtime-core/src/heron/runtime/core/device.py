@@ -1,7 +1,7 @@
 """The device interface: what every backend's device implements.
 
 A device is a place where compiled kernels run: the interpreter (a GPU
-emulated on the CPU, :mod:`heron.runtime.core.interpreter`), a CUDA GPU, a
+emulated on the CPU, :mod:`heron.runtime.interpreter`), a CUDA GPU, a
 ROCm GPU. Everything above the device (the correctness harness, ``heron
 run``, later the thunk runtime) talks to it only through this interface, so
 the same code runs a fusion on any of them:
@@ -58,7 +58,7 @@ class KernelImage:
     """Device code for one kernel, as a backend's compiler made it.
 
     ``format`` says what ``data`` is: ``"heron-interpreter"`` (the program
-    of :mod:`heron.runtime.core.interpreter.program`, JSON), ``"ptx"``,
+    of :mod:`heron.runtime.interpreter.program`, JSON), ``"ptx"``,
     ``"cubin"``, ``"hsaco"``. ``kernel_name`` is the symbol to launch.
     """
 

@@ -1,4 +1,4 @@
-"""The NVVM backend's MLIR passes; the shared lowering is heron.runtime.core.gpu_lowering.
+"""The NVVM backend's MLIR passes; the shared lowering is heron.emitters.pipeline.gpu_lowering.
 
 Kept apart from ``compiler.py`` so that the steps (one pass pipeline per
 step, each dumpable) read in order, and so that nothing here is imported
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 
-from heron.runtime.core.gpu_lowering import CompilerUnavailableError, Dump, backend_steps
-from heron.runtime.core.gpu_lowering import lower_gpu_module as _lower_gpu_module
+from heron.emitters.pipeline.gpu_lowering import CompilerUnavailableError, Dump, backend_steps
+from heron.emitters.pipeline.gpu_lowering import lower_gpu_module as _lower_gpu_module
 
 COMPILE_EXTRA = "heron-runtime-cuda[compile]"
 
@@ -19,7 +19,7 @@ COMPILE_EXTRA = "heron-runtime-cuda[compile]"
 def nvvm_steps(index_bitwidth: int, bare_pointers: bool) -> list[tuple[str, str]]:
     """``(stage name, pass pipeline)`` pairs, run one at a time so each can be dumped.
 
-    The shared steps (``heron.runtime.core.gpu_lowering.backend_steps``) with
+    The shared steps (``heron.emitters.pipeline.gpu_lowering.backend_steps``) with
     ``convert-gpu-to-nvvm`` as the conversion, which turns math ops into
     libdevice calls (heron's expand-math leaves none).
     """
@@ -31,7 +31,7 @@ def nvvm_steps(index_bitwidth: int, bare_pointers: bool) -> list[tuple[str, str]
     return backend_steps("convert-gpu-to-nvvm", gpu_to_nvvm)
 
 
-#: The shared lowering (``heron.runtime.core.gpu_lowering``), naming this backend's extra.
+#: The shared lowering (``heron.emitters.pipeline.gpu_lowering``), naming this backend's extra.
 lower_gpu_module = functools.partial(_lower_gpu_module, extra=COMPILE_EXTRA)
 
 

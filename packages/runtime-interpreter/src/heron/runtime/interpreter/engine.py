@@ -1,0 +1,301 @@
+"""The SIMT engine: runs a program's kernel over a grid, one numpy operation per IR operation.
+
+How a launch runs (see :mod:`~.lanes` for how values are laid out):
+
+- The grid is cut into batches of whole blocks (:func:`~.lanes.batches`); a
+  batch runs the kernel body once, every operation applied to every lane of
+  the batch at once. Blocks of one batch run in lockstep, batches one after
+  the other: a legal schedule, since blocks may not wait for each other.
+- Divergent control flow runs under a *mask* (:attr:`Frame.mask`, ``None``
+  when every lane is active): an ``scf.if`` whose condition differs between
+  active lanes runs both regions, each under its part of the mask, and
+  merges their results lane by lane; a loop whose bounds differ runs until
+  its last lane is done, each lane's iteration under the lanes still in it.
+  Arithmetic is computed on inactive lanes too (its results are never
+  used); anything with an effect (memory, barriers, shuffles) and anything
+  that can fault (a division) looks at the mask.
+- Operations are looked up by name in :data:`SEMANTICS`, filled by the
+  modules of :mod:`~.semantics` with the :func:`semantics` decorator. A
+  program with an operation that has no entry is refused before it runs,
+  with an error naming the operation (:func:`check_supported`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from heron.runtime.core.device import Dim3
+from heron.runtime.interpreter.errors import (
+    InterpreterError,
+    SanitizerError,
+    UnsupportedOperationError,
+)
+from heron.runtime.interpreter.lanes import LaneSpace, batches
+from heron.runtime.interpreter.program import Block, Function, Op, Program, Region
+from heron.runtime.interpreter.types import AnyType, VectorType, parse_type
+
+__all__ = [
+    "SEMANTICS",
+    "TERMINATORS",
+    "Frame",
+    "Launch",
+    "check_supported",
+    "run_kernel",
+    "semantics",
+]
+
+Handler = Callable[["Frame", Op], None]
+
+#: Operation name -> how it runs.
+SEMANTICS: dict[str, Handler] = {}
+#: Operations that end a block: running a region returns their operands.
+TERMINATORS = frozenset(
+    {"scf.yield", "scf.condition", "func.return", "gpu.return", "memref.atomic_yield"}
+)
+#: Modules of heron.runtime.interpreter.semantics that register handlers.
+_SEMANTIC_MODULES = (
+    "arith",
+    "math",
+    "complex",
+    "llvm",
+    "control",
+    "gpu",
+    "memory",
+    "vector",
+    "atomics",
+)
+#: Lanes per batch: large enough that numpy's per-call cost is small, small
+#: enough that a batch's values fit comfortably in memory.
+DEFAULT_MAX_LANES = 1 << 18
+
+
+def semantics(*names: str) -> Callable[[Handler], Handler]:
+    """Register the decorated function as the meaning of the operations ``names``."""
+
+    def register(handler: Handler) -> Handler:
+        for name in names:
+            if name in SEMANTICS:
+                raise ValueError(f"operation '{name}' has two meanings in the interpreter")
+            SEMANTICS[name] = handler
+        return handler
+
+    return register
+
+
+def load_semantics() -> None:
+    """Import every semantics module (idempotent)."""
+    for name in _SEMANTIC_MODULES:
+        importlib.import_module(f"heron.runtime.interpreter.semantics.{name}")
+
+
+def check_supported(program: Program) -> None:
+    """Refuse a program with an operation the interpreter does not implement."""
+    load_semantics()
+    for function, op in program.walk():
+        if op.name not in SEMANTICS and op.name not in TERMINATORS:
+            raise UnsupportedOperationError(
+                f"the interpreter does not support operation '{op.name}'"
+                f" ({op.describe()} in function '{function.name}' of"
+                f" '{program.module_name}'); docs/interpreter.md lists the operations it runs"
+            )
+        for type_text in (*op.operand_types, *op.result_types):
+            try:
+                parse_type(type_text)
+            except ValueError as exc:
+                raise UnsupportedOperationError(
+                    f"{exc} ({op.describe()} in function '{function.name}')"
+                ) from None
+
+
+class Launch:
+    """What every frame of one kernel launch shares: program, lanes of the batch, memory."""
+
+    def __init__(
+        self,
+        program: Program,
+        kernel: Function,
+        lanes: LaneSpace,
+        globals_memory: dict[str, Any],
+    ) -> None:
+        self.program = program
+        self.kernel = kernel
+        self.lanes = lanes
+        #: memref.global name -> its memory (shared by every batch of the launch).
+        self.globals_memory = globals_memory
+        #: Free for semantics modules to keep per-batch state in (shared memory trackers...).
+        self.state: dict[str, Any] = {}
+
+    @property
+    def kernel_name(self) -> str:
+        return self.kernel.name
+
+
+class Frame:
+    """One function activation over the lanes of a batch: SSA values and the active mask."""
+
+    def __init__(self, launch: Launch, function: Function, mask: np.ndarray | None = None):
+        self.launch = launch
+        self.function = function
+        self.values: dict[int, Any] = {}
+        #: Active lanes (bool, one per lane), or None when all are.
+        self.mask = mask
+
+    # -- values -------------------------------------------------------------------------
+    @property
+    def lanes(self) -> LaneSpace:
+        return self.launch.lanes
+
+    def __getitem__(self, value_id: int) -> Any:
+        return self.values[value_id]
+
+    def operands(self, op: Op) -> list[Any]:
+        return [self.values[v] for v in op.operands]
+
+    def operand(self, op: Op, index: int) -> Any:
+        return self.values[op.operands[index]]
+
+    def set_results(self, op: Op, *values: Any) -> None:
+        if len(values) != len(op.results):
+            raise InterpreterError(
+                f"{op.describe()}: {len(values)} results computed, {len(op.results)} expected"
+            )
+        for value_id, value in zip(op.results, values, strict=True):
+            self.values[value_id] = value
+
+    def set_result(self, op: Op, value: Any) -> None:
+        self.values[op.results[0]] = value
+
+    @staticmethod
+    def type_of(text: str) -> AnyType:
+        return parse_type(text)
+
+    def active(self) -> np.ndarray:
+        """The mask as a bool array, one element per lane."""
+        if self.mask is None:
+            return np.ones(self.lanes.size, np.bool_)
+        return self.mask
+
+    def per_lane(self, value: Any, type_text: str) -> np.ndarray:
+        """``value`` with its lane axis materialised: shape ``(lanes,) + vector shape``."""
+        vtype = parse_type(type_text)
+        trailing = vtype.shape if isinstance(vtype, VectorType) else ()
+        array = np.asarray(value)
+        return np.broadcast_to(array, (self.lanes.size, *trailing))
+
+    # -- running regions ------------------------------------------------------------------
+    def run_block(self, block: Block, arguments: Sequence[Any]) -> list[Any]:
+        """Bind ``arguments`` to ``block``'s arguments, run it, return its terminator's operands."""
+        if len(arguments) != len(block.arguments):
+            raise InterpreterError(
+                f"a block of '{self.function.name}' takes {len(block.arguments)} arguments,"
+                f" given {len(arguments)}"
+            )
+        for value_id, value in zip(block.arguments, arguments, strict=True):
+            self.values[value_id] = value
+        for op in block.ops:
+            if op.name in TERMINATORS:
+                return self.operands(op)
+            SEMANTICS[op.name](self, op)
+        return []
+
+    def run_region(
+        self, region: Region, arguments: Sequence[Any], mask: np.ndarray | None | str = "same"
+    ) -> list[Any]:
+        """Run a single-block region under ``mask`` (default: this frame's); its yielded values."""
+        if len(region.blocks) != 1:
+            raise UnsupportedOperationError(
+                f"a region with {len(region.blocks)} blocks in '{self.function.name}':"
+                " the interpreter runs structured control flow only (scf, before scf-to-cf)"
+            )
+        if isinstance(mask, str):
+            return self.run_block(region.entry, arguments)
+        saved = self.mask
+        self.mask = mask
+        try:
+            return self.run_block(region.entry, arguments)
+        finally:
+            self.mask = saved
+
+    def call(self, function: Function, arguments: Sequence[Any]) -> list[Any]:
+        """Run ``function`` under this frame's mask; its returned values."""
+        callee = Frame(self.launch, function, self.mask)
+        return callee.run_region(function.body, arguments)
+
+    # -- errors ---------------------------------------------------------------------------
+    def fail(self, kind: str, op: Op, bad: np.ndarray, detail: Callable[[int], str]) -> None:
+        """Raise a SanitizerError if any active lane is in ``bad``, naming the first one."""
+        bad = np.broadcast_to(np.asarray(bad, np.bool_), (self.lanes.size,))
+        if self.mask is not None:
+            bad = bad & self.mask
+        lanes = np.flatnonzero(bad)
+        if lanes.size == 0:
+            return
+        lane = int(lanes[0])
+        raise SanitizerError(
+            kind,
+            f"kernel '{self.launch.kernel_name}', {op.describe()} in '{self.function.name}',"
+            f" {self.lanes.describe(lane)}: {detail(lane)}"
+            + (f" ({lanes.size} threads in all)" if lanes.size > 1 else ""),
+        )
+
+    def unsupported(self, op: Op, why: str) -> UnsupportedOperationError:
+        return UnsupportedOperationError(
+            f"kernel '{self.launch.kernel_name}', {op.describe()} in '{self.function.name}': {why}"
+        )
+
+
+def run_kernel(
+    program: Program,
+    kernel_name: str,
+    grid: Dim3,
+    block: Dim3,
+    arguments: Sequence[Any],
+    *,
+    globals_memory: dict[str, Any] | None = None,
+    max_lanes: int = DEFAULT_MAX_LANES,
+    warp_size: int = 32,
+) -> None:
+    """Run ``kernel_name`` of ``program`` over ``grid`` x ``block`` on ``arguments``.
+
+    ``arguments`` are the kernel's memref arguments, already bound to memory
+    (:class:`heron.runtime.interpreter.memory.MemRef` values), in order;
+    the workgroup attributions get fresh shared memory for every block.
+    """
+    from heron.runtime.interpreter import memory
+
+    check_supported(program)
+    if kernel_name not in program.functions or not program.functions[kernel_name].kernel:
+        raise InterpreterError(
+            f"'{program.module_name}' has no kernel '{kernel_name}' (kernels:"
+            f" {', '.join(program.kernels) or 'none'})"
+        )
+    kernel = program.functions[kernel_name]
+    for what, declared, given in (
+        ("block", kernel.known_block_size, block),
+        ("grid", kernel.known_grid_size, grid),
+    ):
+        if declared is not None and tuple(declared) != tuple(given):
+            raise InterpreterError(
+                f"kernel '{kernel_name}' was compiled for a {what} of {tuple(declared)},"
+                f" launched with {tuple(given)}"
+            )
+    parameter_types = kernel.argument_types
+    if len(arguments) != len(parameter_types):
+        raise InterpreterError(
+            f"kernel '{kernel_name}' takes {len(parameter_types)} buffers, given {len(arguments)}"
+        )
+    if globals_memory is None:
+        globals_memory = memory.globals_of(program)
+    workgroup_types = kernel.body.entry.argument_types[len(parameter_types) :]
+    with np.errstate(all="ignore"):
+        for lanes in batches(grid, block, max_lanes, warp_size):
+            launch = Launch(program, kernel, lanes, globals_memory)
+            shared = [
+                memory.shared_memref(launch, parse_type(t), f"workgroup {i}")
+                for i, t in enumerate(workgroup_types)
+            ]
+            Frame(launch, kernel).run_region(kernel.body, [*arguments, *shared])
