@@ -27,6 +27,7 @@ from heron.compiler.driver import (
 )
 from heron.compiler.dumps import DumpWriter, stage_file_name
 from heron.compiler.fusions import find_fusion, fusions_of
+from heron.compiler.target import Target, default_target, presets
 
 __all__ = [
     "DEFAULT_ARCH",
@@ -42,4 +43,7 @@ __all__ = [
     "fusions_of",
     "lower",
     "stage_file_name",
+    "Target",
+    "default_target",
+    "presets",
 ]

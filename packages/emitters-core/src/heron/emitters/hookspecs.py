@@ -18,39 +18,23 @@ heron's own emitters (heron-emitter-plugins) register exactly this way.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 import pluggy
 
-from heron.hlo.plugin_loading import PROJECT
+from heron.hlo.plugin_loading import (
+    PROJECT,
+    check_callable,
+    check_int,
+    check_spec_name,
+)
 
 GROUP = "heron.emitters"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
-
-_NAME = re.compile(r"[a-z][a-z0-9_.-]*\Z")
-
-
-def _check_name(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(
-            f"{attribute.name} must be a lower-case identifier such as 'loop' or 'my-emitter',"
-            f" got {value!r}"
-        )
-
-
-def _check_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{attribute.name} must be an int, got {type(value).__name__} {value!r}")
-
-
-def _check_callable(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not callable(value):
-        raise TypeError(f"{attribute.name} must be callable, got {type(value).__name__}")
 
 
 @attrs.frozen
@@ -65,10 +49,10 @@ class EmitterSpec:
     ``factory(fusion)`` builds the emitter object for one fusion.
     """
 
-    name: str = attrs.field(validator=_check_name)
-    priority: int = attrs.field(validator=_check_int)
-    claims: Callable[[Any], bool] = attrs.field(validator=_check_callable)
-    factory: Callable[[Any], Any] = attrs.field(validator=_check_callable)
+    name: str = attrs.field(validator=check_spec_name)
+    priority: int = attrs.field(validator=check_int)
+    claims: Callable[[Any], bool] = attrs.field(validator=check_callable)
+    factory: Callable[[Any], Any] = attrs.field(validator=check_callable)
     description: str = ""
 
 

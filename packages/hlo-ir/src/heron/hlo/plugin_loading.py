@@ -21,7 +21,9 @@ signature validation of implementations stay pluggy's.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import re
 from collections.abc import Iterable, Sequence
 from types import ModuleType
 from typing import Any, Generic, TypeVar
@@ -37,6 +39,50 @@ T = TypeVar("T")
 
 class PluginError(Exception):
     """A plugin could not be loaded, returned something invalid, or was not found."""
+
+
+# ---------------------------------------------------------------------------
+# attrs validators both groups' specs use (EmitterSpec, BackendSpec).
+# ---------------------------------------------------------------------------
+_SPEC_NAME = re.compile(r"[a-z][a-z0-9_.-]*\Z")
+_REFERENCE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*\Z")
+
+
+def check_spec_name(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """A plugin name: a lower-case identifier ('loop', 'my-emitter', 'cuda')."""
+    if not isinstance(value, str) or not _SPEC_NAME.match(value):
+        raise ValueError(
+            f"{attribute.name} must be a lower-case identifier such as 'loop' or 'my-emitter',"
+            f" got {value!r}"
+        )
+
+
+def check_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """An int that is not a bool (a priority)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{attribute.name} must be an int, got {type(value).__name__} {value!r}")
+
+
+def check_callable(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not callable(value):
+        raise TypeError(f"{attribute.name} must be callable, got {type(value).__name__}")
+
+
+def check_reference(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """None or a ``"module:attribute"`` string (imported only when used)."""
+    if value is not None and (not isinstance(value, str) or not _REFERENCE.match(value)):
+        raise ValueError(
+            f"{attribute.name} must be None or a 'module:attribute' string, got {value!r}"
+        )
+
+
+def resolve_reference(reference: str) -> Any:
+    """The object a ``"module:attribute"`` string names (``attribute`` may be dotted)."""
+    module_name, _, attribute = reference.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        target = getattr(target, part)
+    return target
 
 
 @attrs.frozen

@@ -24,46 +24,24 @@ its backends must still load and run there.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 import pluggy
 
-from heron.hlo.plugin_loading import PROJECT
+from heron.hlo.plugin_loading import (
+    PROJECT,
+    check_callable,
+    check_int,
+    check_reference,
+    check_spec_name,
+)
 
 GROUP = "heron.backends"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
-
-_NAME = re.compile(r"[a-z][a-z0-9_.-]*\Z")
-_REFERENCE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*\Z")
-
-
-def _check_name(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(
-            f"{attribute.name} must be a lower-case identifier such as 'cuda', got {value!r}"
-        )
-
-
-def _check_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{attribute.name} must be an int, got {type(value).__name__} {value!r}")
-
-
-def _check_callable(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not callable(value):
-        raise TypeError(f"{attribute.name} must be callable, got {type(value).__name__}")
-
-
-def _check_reference(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None and (not isinstance(value, str) or not _REFERENCE.match(value)):
-        raise ValueError(
-            f"{attribute.name} must be None or a 'module:attribute' string, got {value!r}"
-        )
 
 
 @attrs.frozen
@@ -79,11 +57,11 @@ class BackendSpec:
     no backend is named.
     """
 
-    name: str = attrs.field(validator=_check_name)
-    priority: int = attrs.field(validator=_check_int)
-    is_available: Callable[[], tuple[bool, str]] = attrs.field(validator=_check_callable)
-    device_factory: Callable[[], Any] = attrs.field(validator=_check_callable)
-    compiler: str | None = attrs.field(default=None, validator=_check_reference)
+    name: str = attrs.field(validator=check_spec_name)
+    priority: int = attrs.field(validator=check_int)
+    is_available: Callable[[], tuple[bool, str]] = attrs.field(validator=check_callable)
+    device_factory: Callable[[], Any] = attrs.field(validator=check_callable)
+    compiler: str | None = attrs.field(default=None, validator=check_reference)
     description: str = ""
 
 

@@ -1,0 +1,442 @@
+"""``Target``: the one frozen description of the GPU a module is compiled for.
+
+Launch bounds, shared-memory budgets, warp width, the PTX ISA to declare and the
+cost model's bandwidth all depend on the device. Scattering them as constants
+("32 lanes", "48 KiB", "sm_90") makes a second device a hunt through the code;
+reading them from one ``Target`` makes it a new preset file.
+
+Presets are data, not code: one TOML file per device under ``presets/`` (package
+data), each naming where its numbers come from, so a number can be checked against
+its source without reading Python. The numbers follow XLA's GpuTargetConfig specs
+(``xla/backends/gpu/target_config/specs``) so heron and XLA reason about the same
+machine.
+
+Bad input (an unknown preset, an arch of the wrong backend, a negative size) raises
+``UnsupportedError`` naming the field and the value, which the CLI prints as-is.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from heron.hlo.errors import UnsupportedError
+
+__all__ = ["BACKENDS", "Target", "default_target", "ptx_isa_version", "presets"]
+
+BACKENDS = ("cuda", "rocm")
+
+# The preset a backend compiles for when nothing more is said: the newest chip
+# heron is tested against on each side.
+_DEFAULT_PRESET = {"cuda": "h100", "rocm": "mi300x"}
+
+_ARCH_PATTERN = {
+    "cuda": re.compile(r"sm_(?P<number>[1-9]\d+)(?P<suffix>[af]?)"),
+    "rocm": re.compile(r"gfx(?P<major>[0-9a-f]+?)(?P<minor>[0-9a-f])(?P<stepping>[0-9a-f])"),
+}
+_ARCH_SPELLING = {"cuda": "sm_<digits>[a|f] (e.g. sm_90a)", "rocm": "gfx<hex> (e.g. gfx942)"}
+
+# Lowest PTX ISA version (times ten) that accepts each SM newer than PTX 8.0 covers,
+# from the PTX ISA release notes (LLVM's NVPTX.td carries the same table). Family
+# targets ("sm_100f") arrived with PTX 8.8.
+_PTX_ISA_FOR_SM = {88: 90, 100: 86, 101: 86, 103: 88, 110: 90, 120: 87, 121: 88}
+_PTX_ISA_FLOOR = 80  # heron emits PTX 8.0 constructs, so never declare less.
+_ROCM_CODE_OBJECT_VERSION = 5
+
+
+def _arch_backend(arch: object) -> str:
+    """The backend an arch name belongs to; UnsupportedError when it names none."""
+    if isinstance(arch, str):
+        for backend, pattern in _ARCH_PATTERN.items():
+            if pattern.fullmatch(arch):
+                return backend
+    spellings = " or ".join(_ARCH_SPELLING.values())
+    raise UnsupportedError(f"unknown GPU arch {arch!r} (expected {spellings})")
+
+
+def _sm_number(arch: str) -> tuple[int, str] | None:
+    """``"sm_90a"`` -> ``(90, "a")``; None when ``arch`` is not a CUDA arch."""
+    match = _ARCH_PATTERN["cuda"].fullmatch(arch) if isinstance(arch, str) else None
+    return (int(match["number"]), match["suffix"]) if match else None
+
+
+def ptx_isa_version(arch: str) -> int:
+    """The PTX ISA version, times ten, to declare for a CUDA ``arch``.
+
+    The lowest version ptxas accepts for the arch, but at least 8.0: sm_80 and sm_90
+    give 80, sm_100 86, sm_120 87, sm_103 and family targets 88, sm_110 90.
+    """
+    parsed = _sm_number(arch)
+    if parsed is None:
+        raise UnsupportedError(f"ptx_isa_version needs a CUDA arch, got {arch!r}")
+    number, suffix = parsed
+    isa = _PTX_ISA_FOR_SM.get(number, 87 if number >= 120 else 86 if number >= 100 else 80)
+    if suffix == "f":
+        isa = max(isa, 88)
+    return max(isa, _PTX_ISA_FLOOR)
+
+
+def _compute_capability_of(arch: str) -> tuple[int, int] | None:
+    parsed = _sm_number(arch)
+    return None if parsed is None else divmod(parsed[0], 10)
+
+
+def _default_compute_capability(target: Target) -> tuple[int, int] | None:
+    # Runs before the validators, so a bad arch must not raise here: they report it.
+    return _compute_capability_of(target.arch) if target.backend == "cuda" else None
+
+
+def _default_isa_version(target: Target) -> int:
+    if target.backend == "cuda" and _sm_number(target.arch) is not None:
+        return ptx_isa_version(target.arch)
+    return _ROCM_CODE_OBJECT_VERSION if target.backend == "rocm" else _PTX_ISA_FLOOR
+
+
+def _to_compute_capability(value: object) -> object:
+    """TOML and device queries give a list; the field holds a (hashable) tuple."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+# --- validators: each raises UnsupportedError naming the field and the value -------------
+
+
+def _positive_int(target: Target, attribute: attrs.Attribute, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UnsupportedError(
+            f"target field {attribute.name} must be a positive integer, got {value!r}"
+        )
+
+
+def _positive_number(target: Target, attribute: attrs.Attribute, value: object) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        raise UnsupportedError(
+            f"target field {attribute.name} must be a positive number, got {value!r}"
+        )
+
+
+def _text(target: Target, attribute: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, str):
+        raise UnsupportedError(f"target field {attribute.name} must be a string, got {value!r}")
+
+
+def _backend(target: Target, attribute: attrs.Attribute, value: object) -> None:
+    if value not in BACKENDS:
+        raise UnsupportedError(
+            f"target field backend must be one of {', '.join(BACKENDS)}, got {value!r}"
+        )
+
+
+def _arch(target: Target, attribute: attrs.Attribute, value: object) -> None:
+    pattern = _ARCH_PATTERN[target.backend]
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise UnsupportedError(
+            f"target field arch must be a {target.backend} arch "
+            f"{_ARCH_SPELLING[target.backend]}, got {value!r}"
+        )
+
+
+def _warp_size(target: Target, attribute: attrs.Attribute, value: object) -> None:
+    if isinstance(value, bool) or value not in (32, 64):
+        raise UnsupportedError(f"target field warp_size must be 32 or 64, got {value!r}")
+
+
+def _compute_capability(target: Target, attribute: attrs.Attribute, value: object) -> None:
+    expected = _default_compute_capability(target)
+    if value != expected:
+        raise UnsupportedError(
+            f"target field compute_capability must be {expected!r} for "
+            f"{target.backend} arch {target.arch}, got {value!r}"
+        )
+
+
+def _isa_version(target: Target, attribute: attrs.Attribute, value: object) -> None:
+    _positive_int(target, attribute, value)
+    if target.backend == "cuda" and value < (lowest := ptx_isa_version(target.arch)):
+        raise UnsupportedError(
+            f"target field isa_version must be at least {lowest} (PTX {lowest / 10:.1f}) "
+            f"for {target.arch}, got {value!r}"
+        )
+
+
+def _int_field() -> Any:
+    return attrs.field(validator=_positive_int)
+
+
+@attrs.frozen(kw_only=True)
+class Target:
+    """A GPU as the compiler sees it: what it may launch, hold and expect.
+
+    Sizes are in bytes, bandwidth in bytes/s; "core" is an SM (CUDA) or a CU (ROCm),
+    "warp" a warp or a wavefront. Fields mirror XLA's ``GpuDeviceInfoProto`` so a
+    preset reads against its spec line by line. Keyword-only: two dozen positional
+    numbers would be a bug magnet.
+    """
+
+    name: str = attrs.field(validator=_text)
+    """Preset name (``"h100"``), ``"h100@sm_90a"`` for a preset with another arch,
+    ``"device:<arch>"`` for a queried device."""
+    backend: str = attrs.field(validator=_backend)
+    arch: str = attrs.field(validator=_arch)
+    """The code-generation target: ``sm_90``, ``sm_90a``, ``gfx942``..."""
+    warp_size: int = attrs.field(validator=_warp_size)
+    core_count: int = _int_field()
+    threads_per_block_limit: int = _int_field()
+    threads_per_core_limit: int = _int_field()
+    shared_memory_per_block: int = _int_field()
+    """What a block gets without opting in (the static ``__shared__`` limit)."""
+    shared_memory_per_block_optin: int = _int_field()
+    """What a block may get after raising its dynamic shared-memory attribute."""
+    shared_memory_per_core: int = _int_field()
+    registers_per_core_limit: int = _int_field()
+    registers_per_block_limit: int = _int_field()
+    l2_cache_size: int = _int_field()
+    memory_bandwidth: int = _int_field()
+    clock_rate_ghz: float = attrs.field(validator=_positive_number)
+    device_memory_size: int = _int_field()
+    block_dim_limit_x: int = _int_field()
+    block_dim_limit_y: int = _int_field()
+    block_dim_limit_z: int = _int_field()
+    compute_capability: tuple[int, int] | None = attrs.field(
+        default=attrs.Factory(_default_compute_capability, takes_self=True),
+        converter=_to_compute_capability,
+        validator=_compute_capability,
+    )
+    """``(major, minor)`` for CUDA, derived from ``arch``; None for ROCm."""
+    isa_version: int = attrs.field(
+        default=attrs.Factory(_default_isa_version, takes_self=True), validator=_isa_version
+    )
+    """CUDA: the PTX ISA version times ten (80 = PTX 8.0); ROCm: the code object version."""
+    description: str = attrs.field(default="", validator=_text)
+    source: str = attrs.field(default="", validator=_text)
+    """Where the numbers come from, so they can be checked."""
+
+    def __attrs_post_init__(self) -> None:
+        # Limits that contradict each other would make launch-bound arithmetic lie.
+        self._require_at_most("shared_memory_per_block", "shared_memory_per_block_optin")
+        self._require_at_most("shared_memory_per_block_optin", "shared_memory_per_core")
+        self._require_at_most("threads_per_block_limit", "threads_per_core_limit")
+        self._require_at_most("registers_per_block_limit", "registers_per_core_limit")
+        if self.threads_per_block_limit % self.warp_size:
+            raise UnsupportedError(
+                f"target field threads_per_block_limit ({self.threads_per_block_limit}) "
+                f"must be a multiple of warp_size ({self.warp_size})"
+            )
+
+    def _require_at_most(self, small: str, large: str) -> None:
+        if getattr(self, small) > getattr(self, large):
+            raise UnsupportedError(
+                f"target field {small} ({getattr(self, small)}) must not exceed "
+                f"{large} ({getattr(self, large)})"
+            )
+
+    # --- construction --------------------------------------------------------------------
+
+    @classmethod
+    def preset(cls, name: str) -> Target:
+        """The preset called ``name`` (case-insensitive), e.g. ``Target.preset("h100")``."""
+        known = _presets()
+        found = known.get(name.lower()) if isinstance(name, str) else None
+        if found is None:
+            raise UnsupportedError(
+                f"unknown target preset {name!r} (known presets: {', '.join(known)})"
+            )
+        return found
+
+    @classmethod
+    def for_arch(cls, arch: str) -> Target:
+        """The preset compiled for ``arch``, or the closest one of its backend.
+
+        ``sm_80`` is the A100, ``gfx942`` the MI300X. An arch with no preset keeps the
+        closest preset's numbers with the arch replaced (``"h100@sm_90a"``): the
+        limits of a sibling chip are a better guess than none, and naming the
+        preset in the result says whose numbers they are.
+        """
+        backend = _arch_backend(arch)
+        candidates = [t for t in _presets().values() if t.backend == backend]
+        for target in candidates:
+            if target.arch == arch:
+                return target
+        closest = min(candidates, key=lambda t: _arch_distance(arch, t.arch))
+        return closest._with_arch(arch)
+
+    @classmethod
+    def resolve(cls, target: str | None, arch: str | None, backend: str | None = None) -> Target:
+        """What ``--target TARGET --arch ARCH`` mean on the command line.
+
+        ``target`` names a preset, or a backend (``"cuda"``/``"rocm"``) for that
+        backend's default preset; ``arch``, when given, replaces the preset's arch and
+        must belong to the same backend. A backend name with an arch picks the preset
+        of that arch (``resolve("cuda", "sm_80")`` is the A100, not an H100 told it is
+        an sm_80, whose 227 KiB of shared memory an A100 does not have). With only
+        ``arch``, the arch picks; with neither, the default of ``backend`` (or CUDA).
+        ``backend``, when given, must agree with what the others name.
+        """
+        if backend is not None and backend not in BACKENDS:
+            raise UnsupportedError(
+                f"unknown backend {backend!r} (expected one of {', '.join(BACKENDS)})"
+            )
+        if target in BACKENDS:
+            if backend is not None and target != backend:
+                raise UnsupportedError(f"--target {target} contradicts backend {backend}")
+            backend, target = target, None
+        if target is None:
+            if arch is None:
+                return default_target(backend or "cuda")
+            chosen = cls.for_arch(arch)
+        else:
+            chosen = cls.preset(target)
+            if arch is not None and arch != chosen.arch:
+                arch_backend = _arch_backend(arch)
+                if arch_backend != chosen.backend:
+                    raise UnsupportedError(
+                        f"arch {arch!r} is a {arch_backend} arch, but target "
+                        f"{chosen.name!r} is a {chosen.backend} device"
+                    )
+                chosen = chosen._with_arch(arch)
+        if backend is not None and chosen.backend != backend:
+            raise UnsupportedError(
+                f"target {chosen.name!r} is a {chosen.backend} device, not {backend}"
+            )
+        return chosen
+
+    @classmethod
+    def from_device(cls, properties: Mapping[str, object]) -> Target:
+        """A Target for a real device, from its queried properties.
+
+        ``properties`` uses the field names as keys (a runtime maps
+        ``cuDeviceGetAttribute`` / ``hipDeviceProp_t`` onto them); ``arch`` is
+        required and may carry ROCm feature flags (``"gfx90a:sramecc+:xnack-"``),
+        which are dropped. A number the runtime cannot query falls back to the
+        closest preset of the same arch, and ``source`` says which ones did.
+        """
+        field_names = set(attrs.fields_dict(cls))
+        unknown = sorted(set(properties) - field_names)
+        if unknown:
+            raise UnsupportedError(f"unknown device properties: {', '.join(unknown)}")
+        if "arch" not in properties:
+            raise UnsupportedError("device properties must include arch")
+        raw_arch = properties["arch"]
+        arch = raw_arch.split(":", 1)[0] if isinstance(raw_arch, str) else raw_arch
+        backend = _arch_backend(arch)
+        if properties.get("backend", backend) != backend:
+            raise UnsupportedError(
+                f"device property backend {properties['backend']!r} contradicts arch {arch!r}"
+            )
+        fallback = cls.for_arch(arch)
+        values = {key: _plain(value) for key, value in properties.items()}
+        values.update(name=f"device:{arch}", backend=backend, arch=arch)
+        borrowed = sorted(field_names - set(values) - {"compute_capability", "isa_version"})
+        for key in borrowed:
+            values[key] = getattr(fallback, key)
+        if "description" in borrowed:
+            values["description"] = f"device with arch {arch}"
+        if "source" in borrowed:
+            numbers = [key for key in borrowed if key not in ("description", "source")]
+            values["source"] = "device properties" + (
+                f"; {', '.join(numbers)} from preset {fallback.name}" if numbers else ""
+            )
+        return cls(**values)
+
+    def _with_arch(self, arch: str) -> Target:
+        """This device's numbers, compiled for another arch of the same backend."""
+        return attrs.evolve(
+            self,
+            name=f"{self.name.split('@', 1)[0]}@{arch}",
+            arch=arch,
+            compute_capability=_compute_capability_of(arch) if self.backend == "cuda" else None,
+            isa_version=ptx_isa_version(arch) if self.backend == "cuda" else self.isa_version,
+            description=f"{self.description} (arch {arch})",
+        )
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def summary(self) -> str:
+        """One line for ``heron targets``: the numbers that most change code generation."""
+        cores = "SMs" if self.backend == "cuda" else "CUs"
+        shared = f"{_kib(self.shared_memory_per_block)} shared/block"
+        if self.shared_memory_per_block_optin != self.shared_memory_per_block:
+            shared += f" ({_kib(self.shared_memory_per_block_optin)} opt-in)"
+        return (
+            f"{self.name}: {self.backend} {self.arch}, {self.core_count} {cores}, "
+            f"warp {self.warp_size}, {shared}, {self.memory_bandwidth / 1e12:.2f} TB/s"
+        )
+
+
+def _kib(size: int) -> str:
+    return f"{size // 1024} KiB" if size % 1024 == 0 else f"{size / 1024:.1f} KiB"
+
+
+def _plain(value: object) -> object:
+    """Device queries may hand back numpy scalars or lists; store plain Python values."""
+    if isinstance(value, list | tuple):
+        return tuple(_plain(item) for item in value)
+    if hasattr(value, "item") and callable(value.item):  # a numpy scalar
+        return value.item()
+    return value
+
+
+def _arch_distance(arch: str, other: str) -> tuple[int, int]:
+    """How far ``other`` is from ``arch`` (same backend): another major first, then the rest.
+
+    Same-major chips share a feature set (sm_89 has no sm_90 TMA; gfx908 is CDNA like
+    gfx90a), so they are preferred over a numerically nearer chip of another major.
+    Ties keep preset order, which ``min`` does.
+    """
+    if arch.startswith("sm_"):
+        (number, _), (other_number, _) = _sm_number(arch), _sm_number(other)
+        (major, minor), (other_major, other_minor) = divmod(number, 10), divmod(other_number, 10)
+    else:
+        a, b = _ARCH_PATTERN["rocm"].fullmatch(arch), _ARCH_PATTERN["rocm"].fullmatch(other)
+        major, other_major = int(a["major"], 16), int(b["major"], 16)
+        minor = int(a["minor"] + a["stepping"], 16)
+        other_minor = int(b["minor"] + b["stepping"], 16)
+    return abs(major - other_major), abs(minor - other_minor)
+
+
+# --- presets -----------------------------------------------------------------------------
+
+
+@functools.cache
+def _presets() -> dict[str, Target]:
+    """Every preset file, parsed and validated once, in name order (the ``heron targets``
+    order). Callers get this dict only through copies or single lookups."""
+    folder = importlib.resources.files(__package__).joinpath("presets")
+    loaded: dict[str, Target] = {}
+    files = sorted(
+        (entry for entry in folder.iterdir() if entry.name.endswith(".toml")),
+        key=lambda entry: entry.name,
+    )
+    for entry in files:
+        name = entry.name.removesuffix(".toml")
+        data = tomllib.loads(entry.read_text(encoding="utf-8"))
+        allowed = set(attrs.fields_dict(Target)) - {"name"}
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise UnsupportedError(
+                f"preset file {entry.name}: unexpected keys {', '.join(unknown)} "
+                "(the file name is the preset name)"
+            )
+        loaded[name] = Target(name=name, **data)
+    return loaded
+
+
+def presets() -> dict[str, Target]:
+    """All presets by name, in name order (a fresh dict: changing it changes nothing)."""
+    return dict(_presets())
+
+
+def default_target(backend: str = "cuda") -> Target:
+    """The preset a backend compiles for when no target is named: h100, or mi300x."""
+    if backend not in _DEFAULT_PRESET:
+        raise UnsupportedError(
+            f"unknown backend {backend!r} (expected one of {', '.join(BACKENDS)})"
+        )
+    return Target.preset(_DEFAULT_PRESET[backend])
