@@ -31,8 +31,13 @@ def select_emitter(fusion: Instruction, registry: EmitterRegistry | None = None)
     return (registry or default_registry()).select(fusion)
 
 
-def emit_fusion(fusion: Instruction, registry: EmitterRegistry | None = None) -> EmittedKernel:
-    """Select the emitter for ``fusion`` and emit it (stage ``emitted`` of docs/pipeline.md)."""
+def emit_fusion(
+    fusion: Instruction, target: object | None = None, registry: EmitterRegistry | None = None
+) -> EmittedKernel:
+    """Select the emitter for ``fusion`` and emit it (stage ``emitted`` of docs/pipeline.md).
+
+    ``target`` (an ``EmitterTarget``) is the device the fusion is emitted for.
+    """
     spec = select_emitter(fusion, registry)
     kernel = spec.factory(fusion).emit()
     if kernel.emitter != spec.name:  # the class's name and the registered name may differ
