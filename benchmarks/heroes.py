@@ -1,10 +1,11 @@
 """Compile time and interpreter time per hero emitter.
 
 Compile time: every corpus file, grouped by the hero its folder names; each
-fusion is emitted, taken through heron's passes and compiled to PTX for
-sm_90 (no ptxas) ``--runs`` times, the file's figure being the median. Per
-hero the table gives the median file and the worst file. The baseline, in
-the same run, is the loop emitter forced onto the same fusions (the naive
+fusion is compiled for the h100 preset (sm_90) to PTX, through
+``heron.compiler.compile_fusion`` up to its ``ptx`` stage (no ptxas),
+``--runs`` times, the file's figure being the median. Per hero the table gives
+the median file and the worst file. The baseline, in the same run, is the loop
+emitter (alone in the emitter registry) on the same fusions (the naive
 code every hero replaces): the ratio is what the hero's structure (shared
 memory, shuffles, atomics, several loops) costs the compiler.
 
@@ -20,19 +21,22 @@ Run: ``python benchmarks/heroes.py [--runs N] [--only compile|interpreter]``.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from heron.compiler import compile_backend, fusions_of, lower
-from heron.compiler.device_kernels import compile_for_backend, run_on_device
+from heron.compiler import Target, compile_fusion, fusions_of, run_on_device
 from heron.emitters import selection
-from heron.emitters.registry import EmitterRegistry, load_emitters
+from heron.emitters.registry import EmitterRegistry
 from heron.harness.corpus import corpus_files, default_corpus, expected_emitter
 from heron.hlo.evaluator import evaluate_module, random_arguments
 from heron.hlo.parser import parse_module, parse_module_file
-from heron.runtime.core.registry import load_backends
+from heron.runtime.core.registry import default_backends
+
+#: The device every figure is for (sm_90; the interpreter emulates its 32-lane warps).
+TARGET = Target.preset("h100")
 
 ADD = "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n"
 
@@ -95,30 +99,16 @@ def _median(action: Callable[[], object], runs: int) -> float:
     return statistics.median(times)
 
 
+@functools.cache
 def _loop_only() -> EmitterRegistry:
-    full = load_emitters()
+    """The installed emitters with only the loop emitter left (the baseline's registry)."""
+    full = selection.default_registry()
     return EmitterRegistry([(s, None) for s in full.specs if s.name == "loop"])
 
 
-class _Forced:
-    """Within the block, every fusion is emitted by the loop emitter (the baseline)."""
-
-    def __enter__(self):
-        self.saved = selection.default_registry
-        registry = _loop_only()
-        selection.default_registry = lambda: registry
-        return self
-
-    def __exit__(self, *exc):
-        selection.default_registry = self.saved
-
-
-def _compile_all(fusions) -> None:
-    from heron.compiler.driver import emit_one
-
+def _compile_all(fusions, emitters: EmitterRegistry | None = None) -> None:
     for fusion in fusions:
-        kernel = emit_one(fusion)
-        compile_backend(lower(kernel, "cuda"), "cuda", "sm_90", assemble=False)
+        compile_fusion(fusion, TARGET, stop_after="ptx", emitters=emitters)
 
 
 def _time_or_none(action: Callable[[], object], runs: int) -> float | None:
@@ -133,8 +123,7 @@ def compile_table(runs: int) -> None:
     for path in corpus_files(default_corpus()):
         fusions = fusions_of(parse_module_file(path))
         hero_time = _median(lambda f=fusions: _compile_all(f), runs)
-        with _Forced():
-            loop_time = _time_or_none(lambda f=fusions: _compile_all(f), runs)
+        loop_time = _time_or_none(lambda f=fusions: _compile_all(f, _loop_only()), runs)
         per_hero[expected_emitter(path)].append((hero_time, loop_time, path.name))
     print(f"compile time per hero (emit + passes + PTX for sm_90; median of {runs} per file)")
     print(
@@ -154,9 +143,9 @@ def compile_table(runs: int) -> None:
         )
 
 
-def _interpreter_run(fusion, arguments, runs: int) -> float:
-    kernel = compile_for_backend(fusion, "interpreter")
-    device = load_backends().create_device("interpreter")
+def _interpreter_run(fusion, arguments, runs: int, emitters=None) -> float:
+    kernel = compile_fusion(fusion, TARGET, "interpreter", emitters=emitters)
+    device = default_backends().create_device("interpreter", TARGET)
     loaded = device.load_kernel(kernel.image)
     return _median(lambda: run_on_device(device, kernel, arguments, loaded=loaded), runs)
 
@@ -177,18 +166,17 @@ def interpreter_table(runs: int) -> None:
             arguments[2] = arguments[2] * 0 + 100
             arguments[3] = arguments[3] * 0
         elements = sum(a.size for a in arguments)
-        chosen = selection.select_emitter(fusion).name
+        chosen = selection.select_emitter(selection.analyse_fusion(fusion, TARGET)).name
         reference = _median(lambda m=module, a=arguments: evaluate_module(m, a), runs)
         try:
             seconds = f"{_interpreter_run(fusion, arguments, runs):.3f}"
             ratio = f"{float(seconds) / reference:.1f}"
         except Exception as exc:
             seconds, ratio = f"({type(exc).__name__})", "-"
-        with _Forced():
-            try:
-                loop: float | None = _interpreter_run(fusion, arguments, runs)
-            except Exception:
-                loop = None
+        try:
+            loop: float | None = _interpreter_run(fusion, arguments, runs, _loop_only())
+        except Exception:
+            loop = None
         loop_text = f"{loop:.3f}" if loop is not None else "-"
         print(
             f"{hero:<22}{chosen:<22}{elements:>10}{seconds:>9}{loop_text:>9}{reference:>13.3f}"

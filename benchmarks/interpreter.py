@@ -2,7 +2,8 @@
 
 For each shape (the seeds' bf16[6,512,4096], 12.6M elements, and a
 1M-element bf16[1024,1024]) the GELU module of examples/gelu.hlo is compiled
-once for the interpreter (compile time reported apart), then run ``--runs``
+once for the interpreter emulating the h100 preset (compile time reported
+apart), then run ``--runs``
 times through :func:`heron.compiler.device_kernels.run_on_device` (upload,
 launch, download: what ``heron run`` pays per kernel). The figure is the
 median; the reference evaluator's median on the same input, measured in the
@@ -24,16 +25,17 @@ import statistics
 import time
 from pathlib import Path
 
-from heron.compiler import fusions_of
-from heron.compiler.device_kernels import compile_for_backend, run_on_device
+from heron.compiler import Target, compile_fusion, fusions_of, run_on_device
 from heron.hlo.evaluator import evaluate_module, random_arguments
 from heron.hlo.parser import parse_module
-from heron.runtime.core.registry import load_backends
+from heron.runtime.core.registry import default_backends
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_SHAPE = (6, 512, 4096)
 #: (label, dims): the seeds' shape, and 2**20 elements.
 SHAPES = (("seeds' GELU", SEED_SHAPE), ("1M elements", (1024, 1024)))
+#: The device the interpreter emulates (warps of 32).
+TARGET = "h100"
 
 
 def gelu_text(dims: tuple[int, ...]) -> str:
@@ -58,10 +60,11 @@ def measure(dims: tuple[int, ...], runs: int) -> dict[str, object]:
     row: dict[str, object] = {"dims": dims, "elements": elements}
     row["reference"] = _median_seconds(lambda: evaluate_module(module, arguments), runs)
     try:
-        kernel = compile_for_backend(fusions_of(module)[0], "interpreter")
-        row["compile"] = kernel.compile_seconds
+        target = Target.preset(TARGET)
+        kernel = compile_fusion(fusions_of(module)[0], target, "interpreter")
+        row["compile"] = kernel.seconds
         row["launch"] = f"{kernel.grid[0]}x{kernel.block[0]}"
-        device = load_backends().create_device("interpreter")
+        device = default_backends().create_device("interpreter", target)
         loaded = device.load_kernel(kernel.image)
         row["interpreter"] = _median_seconds(
             lambda: run_on_device(device, kernel, arguments, loaded=loaded), runs

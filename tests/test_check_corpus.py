@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from heron.compiler import fusions_of, lower
-from heron.compiler.driver import emit_one
+from heron.compiler import Target, compile_fusion, fusions_of
 from heron.harness import CheckOptions, check_file, check_fusions
 from heron.harness.corpus import check_corpus_file
 from heron.hlo import parse_module
@@ -61,7 +60,7 @@ def _lowered(text: str) -> str:
     (fusion,) = fusions_of(parse_module(text, source="huge index"))
     report = check_fusions([fusion], "huge index", CheckOptions())
     assert "too large for the interpreter" in report.text()  # refused, not attempted
-    return str(lower(emit_one(fusion), "cuda", stop_after="lower-tensors"))
+    return str(compile_fusion(fusion, Target.preset("h100"), stop_after="lower-tensors").module)
 
 
 def test_kernels_over_2_to_the_32_elements_index_with_i64():

@@ -8,9 +8,9 @@ from __future__ import annotations
 from mlir import ir
 
 from heron.cli.main import main
-from heron.compiler.driver import pass_names
 from heron.emitters.dialect import make_context, verify_xla_ops
 from heron.emitters.elemental import core
+from heron.emitters.pipeline import pass_names
 
 SCALE = """\
 HloModule scale
@@ -183,23 +183,25 @@ def test_compile_argument_errors(capsys, hlo, tmp_path):
     assert "2 fusions are compiled (a, b)" in err
     code, out, err = heron(capsys, "compile", path, "--target", "cuda", "--arch", "gfx942")
     assert code == 2
-    assert "not an NVIDIA architecture" in err
+    assert "not an NVIDIA architecture" in err and len(err.splitlines()) == 1
     code, out, err = heron(capsys, "compile", str(tmp_path / "missing.hlo"), "--target", "rocm")
     assert code == 2
     assert "no such file" in err
 
 
-def test_compile_module_api_records_every_stage(tmp_path):
-    from heron.compiler import compile_module
+def test_compile_fusion_api_records_every_stage(tmp_path):
+    from heron.compiler import DumpWriter, Target, compile_fusion, fusions_of
     from heron.hlo.parser import parse_module
 
-    [compiled] = compile_module(
-        parse_module(SCALE), "cuda", "sm_90", dump_dir=tmp_path, assemble=False
+    [fusion] = fusions_of(parse_module(SCALE))
+    compiled = compile_fusion(
+        fusion, Target.preset("h100"), dump=DumpWriter(tmp_path, "f"), stop_after="ptx"
     )
     stages = [stage for stage, _ in compiled.timings]
-    assert stages == ["emit", *pass_names()[1:], "backend-mlir", "llvm-ptx"]
+    assert stages == ["emit", *pass_names()[1:], "llvm-ir", "ptx"]
     assert all(seconds >= 0 for _, seconds in compiled.timings)
-    assert compiled.cubin is None and ".entry f(" in compiled.ptx
-    assert [ext for ext, _ in compiled.artifacts()] == ["ptx"]
+    assert compiled.image.format == "ptx" and ".entry f(" in compiled.image.data.decode()
+    assert [(a.extension, a.loadable) for a in compiled.artefacts] == [("ll", False), ("ptx", True)]
+    assert [a.extension for a in compiled.device_code()] == ["ptx"]
     assert (compiled.fusion_name, compiled.kernel_name, compiled.emitter) == ("f", "f", "loop")
     assert len(list(tmp_path.glob("f.*"))) >= len(pass_names()) + 2

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from heron.cli.main import main
-from heron.cli.run import compare, ulp_distance
+from heron.cli.run import compare
 from heron.hlo.evaluator import evaluate_module, flatten_literal, random_arguments
 from heron.hlo.npz_io import load_outputs, save_inputs
 from heron.hlo.parser import parse_module
@@ -184,14 +184,15 @@ def test_check_with_the_reference_backend_is_refused(hlo, capsys):
 # -- the comparison itself ------------------------------------------------------------------
 
 
-def test_ulp_distance_orders_floats_across_zero():
+def test_compare_counts_ulps_with_the_harness_and_zeros_agree():
     one = np.float32(1)
-    a = np.array([one, np.float32(-0.0), np.nan, np.nan, -one], np.float32)
-    b = np.array([np.nextafter(one, np.float32(2)), 0.0, np.nan, 1.0, one], np.float32)
-    distance = ulp_distance(a, b)
-    assert distance[:3].tolist() == [1.0, 0.0, 0.0]
-    assert distance[3] == np.inf
-    assert distance[4] == 2 * 0x3F800000
+    a = np.array([one, np.float32(-0.0), np.nan, -np.float32(1e-45)], np.float32)
+    b = np.array([np.nextafter(one, np.float32(2)), 0.0, np.nan, np.float32(1e-45)], np.float32)
+    result = compare(a, b)
+    assert result.agrees and result.summary.startswith("max 2 ulp,")  # across zero: 2 steps
+    assert compare(np.array([-0.0]), np.array([0.0])).summary.startswith("max 0 ulp,")
+    nan = compare(np.array([np.nan], np.float32), np.array([1.0], np.float32))
+    assert not nan.agrees and nan.summary.startswith("max inf ulp,")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16])

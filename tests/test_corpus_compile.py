@@ -3,9 +3,10 @@
 The files are every ``.hlo`` under the corpus (the root conftest's
 ``corpus_dir``; a missing corpus fails the test). Each fusion is emitted
 through the installed emitter plugins (the registry, as ``heron`` uses it),
-the chosen emitter must be the one the folder names, and the lowered module
-must compile: PTX that ptxas accepts for sm_80 and sm_90, and an HSACO (an
-AMDGPU ELF) for gfx942 (``heron.harness.corpus.compile_corpus_file``). A file
+the chosen emitter must be the one the folder names, and the fusion must
+compile through every backend stage for the a100, h100 and mi300x presets:
+PTX that ptxas accepts for sm_80 and sm_90, and an HSACO (an AMDGPU ELF) for
+gfx942 (``heron.harness.corpus.compile_corpus_file``). A file
 that fails shows the compiler's own error (which names the fusion and the op):
 nothing is skipped.
 """
@@ -15,10 +16,9 @@ from __future__ import annotations
 from collections import Counter
 
 from heron.harness.corpus import (
-    CUDA_ARCHS,
     FOLDER_EMITTER,
-    ROCM_ARCHS,
     compile_corpus_file,
+    corpus_targets,
     expected_emitter,
 )
 
@@ -48,4 +48,12 @@ def test_selects_the_folders_hero_and_compiles_for_both_vendors(corpus_file):
     chosen, produced = compile_corpus_file(corpus_file)
     assert chosen, "no fusion found"
     assert set(chosen) == {expected_emitter(corpus_file)}
-    assert produced == [*CUDA_ARCHS, *ROCM_ARCHS] * len(chosen)
+    assert produced == [target.arch for target in corpus_targets()] * len(chosen)
+
+
+def test_the_corpus_targets_are_the_presets_of_its_archs():
+    assert [(t.name, t.arch) for t in corpus_targets()] == [
+        ("a100", "sm_80"),
+        ("h100", "sm_90"),
+        ("mi300x", "gfx942"),
+    ]

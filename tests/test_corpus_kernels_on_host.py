@@ -39,8 +39,7 @@ from heron_test_support import vector_pipeline_inputs
 from heron_test_support.kernel_jit import compile_lowered_kernel
 from mlir import ir
 
-from heron.compiler import fusions_of, lower
-from heron.compiler.driver import emit_one
+from heron.compiler import Target, compile_fusion, fusions_of
 from heron.emitters.dialect import make_context
 from heron.emitters.pipeline import PipelineOptions, lower_tensors
 from heron.harness.check import shrunk_fusion
@@ -96,9 +95,8 @@ def _launch(kernel) -> tuple[tuple[int, int], tuple[int]]:
 
 def _check_fusion(fusion: Instruction, label: str, seed: int) -> list[str]:
     """Compile ``fusion`` to lower-tensors and check its kernel; the problems found."""
-    kernel = emit_one(fusion)
-    lowered = lower(kernel, "cuda", stop_after="lower-tensors")
-    return _check_kernel(fusion, kernel, lowered, label, seed)
+    kernel = compile_fusion(fusion, Target.preset("h100"), stop_after="lower-tensors")
+    return _check_kernel(fusion, kernel, kernel.module, label, seed)
 
 
 def _check_kernel(fusion, kernel, lowered, label: str, seed: int) -> list[str]:
@@ -168,10 +166,9 @@ def _array_leaves(shape: Shape) -> list[ArrayShape]:
 
 def _check_huge_compile(fusion: Instruction) -> None:
     """The huge fusion compiles; its buffer and launch cover every element."""
-    kernel = emit_one(fusion)
-    lowered = lower(kernel, "cuda", stop_after="lower-tensors")
+    kernel = compile_fusion(fusion, Target.preset("h100"), stop_after="lower-tensors")
     (output,) = [a.shape for a in kernel.arguments if a.is_output]
-    text = str(lowered)
+    text = str(kernel.module)
     assert f"memref<{output.num_elements}x" in text
     launch = kernel.launch
     assert launch.block_y > 1  # the x dimension of the grid alone cannot hold it
@@ -227,8 +224,8 @@ def _negate_kernel(corpus_dir: Path, edit, threads: int | None = None):
     """vectorize_x1_too_small's kernel (y = -x, one thread per element), its text edited."""
     module = parse_module_file(corpus_dir / "common" / "loop" / "vectorize_x1_too_small.hlo")
     (fusion,) = fusions_of(module)
-    kernel = emit_one(fusion)
-    text = edit(str(lower(kernel, "cuda", stop_after="lower-tensors")))
+    kernel = compile_fusion(fusion, Target.preset("h100"), stop_after="lower-tensors")
+    text = edit(str(kernel.module))
     lowered = ir.Module.parse(text, context=make_context())
     if threads is not None:
         kernel = attrs.evolve(kernel, launch=LaunchDimensions(1, threads))

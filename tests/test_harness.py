@@ -16,7 +16,9 @@ from heron.harness import (
     ordered,
     parse_run_lines,
     ulp_bound,
+    ulp_distance,
 )
+from heron.harness.tolerance import NAN_DISTANCE
 from heron.hlo import ElementType, parse_module
 from heron.hlo.shapes import ArrayShape, Layout
 
@@ -78,16 +80,29 @@ def test_input_sets_are_edge_then_moderate_and_repeatable():
 def test_ordered_counts_ulps_across_zero():
     values = np.array([-np.float32(1e-45), -0.0, 0.0, 1e-45, 1.0], np.float32)
     keys = ordered(values)
-    assert list(np.diff(keys)) == [1, 1, 1, int(keys[4] - keys[3])]
+    assert list(np.diff(keys)) == [1, 0, 1, int(keys[4] - keys[3])]  # -0 and +0: one value
     assert keys[4] - keys[3] > 1000
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16])
+def test_ulp_distance_of_the_zeros_is_0_and_across_zero_counts_every_step(dtype):
+    tiny = np.finfo(dtype).smallest_subnormal if dtype != ml_dtypes.bfloat16 else None
+    if tiny is None:
+        tiny = np.array([1], np.uint16).view(ml_dtypes.bfloat16)[0]
+    a = np.array([0.0, -0.0, -0.0, tiny, -tiny, np.nan, np.nan], dtype)
+    b = np.array([-0.0, 0.0, -0.0, -tiny, 0.0, np.nan, 1.0], dtype)
+    assert [int(d) for d in ulp_distance(a, b)] == [0, 0, 0, 2, 1, 0, NAN_DISTANCE]
 
 
 def test_bitwise_comparison_tells_zeros_apart_and_lets_nans_match():
     kernel = np.array([0.0, np.nan, 1.0, 2.0], np.float32)
     reference = np.array([-0.0, -np.nan, 1.0, np.nextafter(np.float32(2), 3)], np.float32)
     found = mismatches(kernel, reference, ulps=0)
-    assert list(found.indices) == [0, 3] and list(found.distances) == [1, 1]
+    # +0 and -0 are 0 ulps apart, but a bitwise comparison sees the sign.
+    assert list(found.indices) == [0, 3] and list(found.distances) == [0, 1]
     assert mismatches(kernel, reference, ulps=1).count == 0
+    complex_zeros = mismatches(np.array([0j]), np.array([complex(0.0, -0.0)]), ulps=0)
+    assert list(complex_zeros.indices) == [0]
 
 
 def test_nan_against_a_number_fails_any_ulp_bound():

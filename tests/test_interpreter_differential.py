@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 from heron_test_support.kernel_jit import compile_lowered_kernel
 
-from heron.compiler import fusions_of, lower
-from heron.compiler.driver import emit_one
+from heron.compiler import Target, compile_fusion, fusions_of
 from heron.hlo.memory_layout import from_memory, memory_size, to_memory
 from heron.hlo.memory_layout import memory_dtype as _memory_dtype
 from heron.hlo.parser import parse_module_file
@@ -89,8 +88,8 @@ def _bits(values: np.ndarray) -> np.ndarray:
 
 
 def _differences(label: str, fusion, seed: int) -> list[str]:
-    kernel = emit_one(fusion)
-    lowered = lower(kernel, "cuda", stop_after="lower-tensors")
+    kernel = compile_fusion(fusion, Target.preset("h100"), stop_after="lower-tensors")
+    lowered = kernel.module
     input_shapes = [a.shape for a in kernel.arguments if not a.is_output]
     output_shapes = [a.shape for a in kernel.arguments if a.is_output]
     launch = kernel.launch

@@ -20,7 +20,7 @@ import pytest
 from heron.emitters.hookspecs import EmitterSpec
 from heron.emitters.registry import EmitterRegistry, load_emitters
 from heron.hlo.plugin_loading import PluginError, PluginOrigin
-from heron.runtime.core.hookspecs import BackendSpec
+from heron.runtime.core.hookspecs import BackendSpec, Stage
 from heron.runtime.core.registry import BackendRegistry, load_backends
 
 _counter = itertools.count()
@@ -29,6 +29,36 @@ _counter = itertools.count()
 @attrs.frozen
 class FakeFusion:
     name: str
+
+
+@attrs.frozen
+class FakeAnalysis:
+    """What the registry hands to ``claims``: a fusion's analysis (here only its fusion)."""
+
+    fusion: FakeFusion
+
+
+def _analysis(name: str) -> FakeAnalysis:
+    return FakeAnalysis(FakeFusion(name))
+
+
+#: A real fusion for the registry and the example emitter: x * 2 over f32[4, 8].
+EXAMPLE_MODULE = """HloModule m
+double {
+  p = f32[4,8] parameter(0)
+  ROOT d = f32[4,8] add(p, p)
+}
+ENTRY main {
+  a = f32[4,8] parameter(0)
+  ROOT {name} = f32[4,8] fusion(a), kind=kLoop, calls=double
+}
+"""
+
+
+def _real_fusion(name: str):
+    from heron.hlo.parser import parse_module
+
+    return parse_module(EXAMPLE_MODULE.replace("{name}", name)).entry.root_instruction
 
 
 def _fixture_installed() -> None:
@@ -89,33 +119,53 @@ def test_installed_fixture_emitter_is_found_through_its_entry_point():
     )
     spec = registry.get("example")
     assert spec.priority == 5
-    assert registry.select(FakeFusion("example_fusion")) is spec
-    emitter = spec.factory(FakeFusion("example_fusion"))
+
+
+def test_the_fixture_emitter_claims_an_analysis_and_emits_its_kernel():
+    """The third-party contract end to end: claims(analysis), factory(analysis), emit."""
+    from heron.compiler.target import Target
+    from heron.emitters.fusion_analysis import analyse_fusion
+    from heron.emitters.selection import emit_fusion
+
+    _fixture_installed()
+    h100 = Target.preset("h100")
+    registry = load_emitters()
+    spec = registry.get("example")
+    fusion = _real_fusion("example_double")
+    analysis = analyse_fusion(fusion, h100)
+    assert analysis.kind == "loop"  # XLA's choice; the example outranks the loop emitter
+    assert registry.select(analysis) is spec
+    emitter = spec.factory(analysis)
     assert type(emitter).__name__ == "ExampleEmitter"
-    assert emitter.fusion.name == "example_fusion"
+    assert (emitter.fusion, emitter.analysis, emitter.target) == (fusion, analysis, h100)
+    kernel = emit_fusion(fusion, h100, registry)
+    assert kernel.emitter == "example" and kernel.launch.num_threads == 32
+    assert registry.select(analyse_fusion(_real_fusion("other"), h100)).name == "loop"
+    assert not spec.claims(fusion)  # a fusion is not its analysis
+    only = EmitterRegistry([(spec, None)])
     with pytest.raises(PluginError, match="no hero emitter claims fusion 'other'"):
-        registry.select(FakeFusion("other"))
+        only.select(analyse_fusion(_real_fusion("other"), h100))
 
 
-def test_installed_fixture_backend_is_found_and_its_compiler_loads_lazily():
+def test_installed_fixture_backend_is_found_and_its_stages_load_lazily():
     _fixture_installed()
     registry = load_backends()
     assert "example" in registry
     assert registry.origin("example").distribution == "heron-example-plugin"
     status = registry.availability("example")
     assert status.available and "always available" in status.reason
-    device = registry.create_device("example")
+    device = registry.create_device("example", target="a target")
+    assert device.target == "a target"
     device.launch("artefact")
     assert device.launched == ["artefact"]
-    compiler = registry.load_compiler("example")
-    assert compiler.__module__ == "heron_example_plugin.compiler"
-    assert compiler(FakeModule("m", [FakeFusion("c")])) == {"module": "m", "computations": ["c"]}
-
-
-@attrs.frozen
-class FakeModule:
-    name: str
-    computations: list
+    spec = registry.get("example")
+    assert [(s.name, s.function, s.extension) for s in spec.stages] == [
+        ("listing", "heron_example_plugin.compiler:listing", "txt"),
+        ("image", "heron_example_plugin.compiler:image", None),
+    ]
+    stages = registry.load_stages("example")
+    assert [s.run.__module__ for s in stages] == ["heron_example_plugin.compiler"] * 2
+    assert registry.load_stages("example") is stages  # imported once per registry
 
 
 # -- broken plugins ------------------------------------------------------------
@@ -279,49 +329,49 @@ def test_groups_are_separate(plugin_dir):
 
 
 BACKEND_SOURCE = """
-    from heron.runtime.core.hookspecs import BackendSpec, hookimpl
+    from heron.runtime.core.hookspecs import BackendSpec, Stage, hookimpl
 
     @hookimpl
     def heron_backend_specs():
         return [BackendSpec(name="lazy", priority=3, is_available=lambda: (True, "ok"),
-                            device_factory=object, compiler="{compiler}")]
+                            device_factory=object, stages=[Stage("code", "{function}")])]
 """
 
 
-def test_backend_compiler_is_imported_only_when_asked_for(plugin_dir):
+def test_backend_stages_are_imported_only_when_asked_for(plugin_dir):
     fake_distribution(
         plugin_dir,
         "heron-lazy-backend",
-        BACKEND_SOURCE.replace("{compiler}", "heron_no_such_mlir_module:compile"),
+        BACKEND_SOURCE.replace("{function}", "heron_no_such_mlir_module:compile"),
         {"heron.backends": "{module}"},
     )
-    registry = load_backends(path=[str(plugin_dir)])  # loads fine without the compiler
+    registry = load_backends(path=[str(plugin_dir)])  # loads fine without the stage's module
     assert registry.select().name == "lazy"
     with pytest.raises(PluginError) as info:
-        registry.load_compiler("lazy")
+        registry.load_stages("lazy")
     message = str(info.value)
-    assert "heron-lazy-backend 0.1" in message
+    assert "heron-lazy-backend 0.1" in message and "stage 'code'" in message
     assert "heron_no_such_mlir_module" in message and "ModuleNotFoundError" in message
 
 
-def test_backend_compiler_that_is_not_callable_is_reported(plugin_dir):
+def test_backend_stage_that_is_not_callable_is_reported(plugin_dir):
     fake_distribution(
         plugin_dir,
         "heron-odd-backend",
-        BACKEND_SOURCE.replace("{compiler}", "math:pi"),
+        BACKEND_SOURCE.replace("{function}", "math:pi"),
         {"heron.backends": "{module}"},
     )
-    with pytest.raises(PluginError, match="compiler 'math:pi' is a float, not a function"):
-        load_backends(path=[str(plugin_dir)]).load_compiler("lazy")
+    with pytest.raises(PluginError, match=r"stage 'code' \('math:pi'\) is a float, not a function"):
+        load_backends(path=[str(plugin_dir)]).load_stages("lazy")
 
 
-def _backend(name, priority, available=(True, "ok"), compiler=None):
+def _backend(name, priority, available=(True, "ok"), stages=()):
     return BackendSpec(
         name=name,
         priority=priority,
         is_available=lambda: available,
-        device_factory=lambda: f"device of {name}",
-        compiler=compiler,
+        device_factory=lambda target: f"device of {name} for {target}",
+        stages=stages,
     )
 
 
@@ -335,13 +385,13 @@ def test_backend_selection_prefers_priority_among_available_backends():
     )
     assert registry.names() == ["fast", "medium", "slow"]
     assert registry.select().name == "medium"
-    assert registry.create_device("slow") == "device of slow"
+    assert registry.create_device("slow", "h100") == "device of slow for h100"
     with pytest.raises(PluginError, match="'fast' .* is not available: no driver found"):
         registry.select("fast")
     with pytest.raises(PluginError, match=r"no heron.backends plugin named 'gpu' .*medium"):
         registry.select("gpu")
-    with pytest.raises(PluginError, match="has no compiler"):
-        registry.load_compiler("slow")
+    with pytest.raises(PluginError, match="declares no compile stages"):
+        registry.load_stages("slow")
 
 
 def test_no_available_backend_lists_every_reason():
@@ -378,8 +428,9 @@ def test_backend_availability_that_raises_is_reported():
         ("priority", True, TypeError),
         ("priority", 1.5, TypeError),
         ("is_available", "yes", TypeError),
-        ("compiler", "no_colon", ValueError),
-        ("compiler", "a:b:c", ValueError),
+        ("stages", "pkg:fn", TypeError),
+        ("stages", [object()], TypeError),
+        ("stages", [Stage("a", "m:f"), Stage("a", "m:g")], ValueError),
     ],
 )
 def test_backend_spec_rejects_bad_fields(field, value, error):
@@ -389,25 +440,66 @@ def test_backend_spec_rejects_bad_fields(field, value, error):
         BackendSpec(**fields)
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"name": "LLVM", "function": "m:f"}, "name must be a lower-case identifier"),
+        ({"name": "ptx", "function": "no_colon"}, "function must be"),
+        ({"name": "ptx", "function": None}, "function must be a 'module:attribute'"),
+        ({"name": "ptx", "function": "m:f", "extension": ".ptx"}, "extension must be None"),
+        ({"name": "ptx", "function": "m:f", "extension": ""}, "extension must be None"),
+    ],
+)
+def test_stage_rejects_bad_fields(fields, message):
+    with pytest.raises(ValueError, match=message):
+        Stage(**fields)
+
+
 # -- emitters --------------------------------------------------------------------
 
 
-def _emitter(name, priority, claims=lambda fusion: True):
-    return EmitterSpec(name=name, priority=priority, claims=claims, factory=lambda f: (name, f))
+def _emitter(name, priority, claims=lambda analysis: True):
+    return EmitterSpec(name=name, priority=priority, claims=claims, factory=lambda a: (name, a))
+
+
+def _named(prefix):
+    return lambda analysis: analysis.fusion.name.startswith(prefix)
 
 
 def test_emitter_selection_takes_the_highest_priority_claimant():
     registry = EmitterRegistry(
         [
             (_emitter("loop", 0), None),
-            (_emitter("reduction", 10, lambda f: f.name.startswith("reduce")), None),
-            (_emitter("transpose", 10, lambda f: f.name.startswith("transpose")), None),
+            (_emitter("reduction", 10, _named("reduce")), None),
+            (_emitter("transpose", 10, _named("transpose")), None),
         ]
     )
-    assert registry.select(FakeFusion("reduce_1")).name == "reduction"
-    assert registry.select(FakeFusion("transpose_1")).name == "transpose"
-    assert registry.select(FakeFusion("add_1")).name == "loop"
-    assert [s.name for s in registry.claimants(FakeFusion("reduce_1"))] == ["reduction", "loop"]
+    assert registry.select(_analysis("reduce_1")).name == "reduction"
+    assert registry.select(_analysis("transpose_1")).name == "transpose"
+    assert registry.select(_analysis("add_1")).name == "loop"
+    assert [s.name for s in registry.claimants(_analysis("reduce_1"))] == ["reduction", "loop"]
+
+
+def test_a_factory_must_build_the_emitter_its_spec_names():
+    """What emitted a kernel is what the kernel says: no relabelling, a plugin error instead."""
+    from heron.compiler.target import Target
+    from heron.emitters.selection import emit_fusion
+    from heron.plugins.loop import LoopEmitter
+
+    spec = EmitterSpec(name="honest", priority=1, claims=lambda a: True, factory=LoopEmitter)
+    registry = EmitterRegistry([(spec, None)])
+    with pytest.raises(
+        PluginError,
+        match=r"'honest' \(registered in code\): its factory built the emitter 'loop'"
+        r" \(LoopEmitter\), not 'honest'",
+    ):
+        emit_fusion(_real_fusion("f"), Target.preset("h100"), registry)
+
+
+def test_what_is_not_an_analysis_is_claimed_by_no_installed_emitter():
+    registry = load_emitters()
+    with pytest.raises(PluginError, match="no hero emitter claims fusion 'f'"):
+        registry.select(_real_fusion("f"))
 
 
 def test_emitter_tie_is_an_error_naming_both():
@@ -415,24 +507,24 @@ def test_emitter_tie_is_an_error_naming_both():
     with pytest.raises(
         PluginError, match=r"claimed by several emitters at priority 3.*'one'.*'two'"
     ):
-        registry.select(FakeFusion("f"))
+        registry.select(_analysis("f"))
 
 
 def test_emitter_claims_must_return_a_bool():
     registry = EmitterRegistry([(_emitter("vague", 1, lambda f: "yes"), None)])
     with pytest.raises(PluginError, match=r"claims\(\) returned str 'yes', expected a bool"):
-        registry.select(FakeFusion("f"))
+        registry.select(_analysis("f"))
 
 
 def test_emitter_claims_raising_is_reported():
-    def claims(fusion):
+    def claims(analysis):
         raise KeyError("kind")
 
     registry = EmitterRegistry([(_emitter("fragile", 1, claims), None)])
     with pytest.raises(
         PluginError, match=r"'fragile' \(registered in code\): claims\(\) raised KeyError"
     ):
-        registry.select(FakeFusion("f"))
+        registry.select(_analysis("f"))
 
 
 @pytest.mark.parametrize(

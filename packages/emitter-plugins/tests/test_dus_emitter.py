@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from heron_test_support.analysis import H100, analysed, artefact_text, compile_everywhere
 
-from heron.compiler import compile_backend, fusions_of, lower
-from heron.compiler.device_kernels import compile_for_backend, run_on_device
+from heron.compiler import compile_emitted, compile_fusion, fusions_of, target_for_device
+from heron.compiler.device_kernels import run_on_device
 from heron.harness import check_file
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.parser import parse_module, parse_module_file
@@ -58,16 +59,9 @@ def test_check_agrees_with_the_reference(path, corpus_dir, force_emitter):
 
 @pytest.mark.parametrize("path", FILES)
 def test_compiles_for_nvidia_and_amd(path, corpus_dir):
-    from heron.runtime.cuda.compiler import validate_ptx
-
     for fusion in fusions_of(parse_module_file(_file(path, corpus_dir))):
-        kernel = DynamicUpdateSliceEmitter(fusion).emit()
-        ptx_module = str(lower(kernel, "cuda"))
-        for arch in ("sm_80", "sm_90"):
-            result = compile_backend(ptx_module, "cuda", arch, assemble=False)
-            validate_ptx(result.ptx, arch)
-        rocm_module = str(lower(DynamicUpdateSliceEmitter(fusion).emit(), "rocm"))
-        assert compile_backend(rocm_module, "rocm", "gfx942").hsaco[:4] == b"\x7fELF"
+        compiled = compile_everywhere(DynamicUpdateSliceEmitter, fusion)
+        assert all(k.emitter == "dynamic_update_slice" for k in compiled)
 
 
 def _element_writes(counts, shape) -> np.ndarray:
@@ -87,8 +81,8 @@ def _element_writes(counts, shape) -> np.ndarray:
 
 
 def _run(fusion, inputs, warp_size=32):
-    kernel = compile_for_backend(fusion)
     device = InterpreterDevice(warp_size=warp_size)
+    kernel = compile_fusion(fusion, target_for_device(device, "interpreter"), "interpreter")
     return kernel, run_on_device(device, kernel, inputs)
 
 
@@ -129,7 +123,7 @@ def test_int4_writes_only_the_update_nibbles(corpus_dir, force_emitter):
 
 def test_multi_output_aliases_each_operand(corpus_dir):
     [fusion] = fusions_of(parse_module_file(corpus_dir / FOLDER / "mof.hlo"))
-    emitter = DynamicUpdateSliceEmitter(fusion)
+    emitter = DynamicUpdateSliceEmitter(analysed(fusion))
     assert emitter.output_aliases() == {0: 0, 1: 2}
     assert emitter.iteration.shape.dims == (1, 11, 12)  # the update, not the operand
     assert emitter.launch_dimensions().num_threads == 2 * 128
@@ -139,10 +133,9 @@ def test_multi_output_aliases_each_operand(corpus_dir):
     ("name", "stores"), [("vectorize_x4.hlo", 4), ("vectorize_x1_too_small.hlo", 1)]
 )
 def test_update_stores_are_vectorised_when_the_update_allows(corpus_dir, name, stores):
-    from heron.runtime.cuda.compiler import compile_to_ptx
-
     [fusion] = fusions_of(parse_module_file(corpus_dir / FOLDER / name))
-    ptx = compile_to_ptx(lower(DynamicUpdateSliceEmitter(fusion).emit(), "cuda"), "sm_90").ptx
+    kernel = DynamicUpdateSliceEmitter(analysed(fusion)).emit()
+    ptx = artefact_text(compile_emitted(kernel, H100, stop_after="ptx"), "ptx")
     found = set(re.findall(r"\bst\.global(?:\.[a-z0-9]+)+", ptx))
     assert found == ({"st.global.v4.b32"} if stores == 4 else {"st.global.b32"})
 
@@ -167,7 +160,7 @@ ENTRY main {
 def test_an_operand_that_is_not_a_parameter_is_refused_by_name():
     [fusion] = fusions_of(parse_module(NOT_IN_PLACE, "not_in_place.hlo"))
     with pytest.raises(UnsupportedError, match="updates negate 'n', not a fusion parameter"):
-        DynamicUpdateSliceEmitter(fusion)
+        DynamicUpdateSliceEmitter(analysed(fusion))
 
 
 def test_the_spec_claims_at_priority_ten():

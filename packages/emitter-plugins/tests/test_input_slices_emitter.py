@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from heron_test_support.analysis import analysed, compile_everywhere
 
-from heron.compiler import compile_backend, fusions_of, lower
+from heron.compiler import fusions_of
 from heron.emitters.ir_utils import walk_ops
 from heron.harness import check_file, check_fusions
 from heron.hlo.errors import UnsupportedError
@@ -46,21 +47,13 @@ def test_a_64_lane_wavefront_gives_the_same_result(force_emitter):
 
 @pytest.mark.parametrize("name", EDGE_CASES)
 def test_compiles_for_nvidia_and_amd(name):
-    from heron.runtime.cuda.compiler import validate_ptx
-
     for fusion in fusions_of(parse_module_file(DATA / name)):
-        kernel = InputSlicesEmitter(fusion).emit()
-        ptx_module = str(lower(kernel, "cuda"))
-        for arch in ("sm_80", "sm_90"):
-            result = compile_backend(ptx_module, "cuda", arch, assemble=False)
-            validate_ptx(result.ptx, arch)
-        rocm_module = str(lower(InputSlicesEmitter(fusion).emit(), "rocm"))
-        assert compile_backend(rocm_module, "rocm", "gfx942").hsaco[:4] == b"\x7fELF"
+        compile_everywhere(InputSlicesEmitter, fusion)
 
 
 def test_one_loop_over_the_input_computes_it_once():
     [fusion] = fusions_of(parse_module_file(DATA / "slices_three_shapes.hlo"))
-    emitter = InputSlicesEmitter(fusion)
+    emitter = InputSlicesEmitter(analysed(fusion))
     assert emitter.iteration.shape.dims == (10, 37)
     assert emitter.iteration.vector_size == 1
     kernel = emitter.emit()
@@ -73,7 +66,7 @@ def test_one_loop_over_the_input_computes_it_once():
 
 def test_sub_byte_slices_fill_a_byte_per_thread():
     [fusion] = fusions_of(parse_module_file(DATA / "slices_s4_overlap.hlo"))
-    assert InputSlicesEmitter(fusion).iteration.vector_size == 2
+    assert InputSlicesEmitter(analysed(fusion)).iteration.vector_size == 2
 
 
 MIXED = """HloModule m
@@ -115,7 +108,7 @@ ENTRY main {
 def test_unsupported_fusions_are_refused_by_name(text, message):
     [fusion] = fusions_of(parse_module(text, "bad.hlo"))
     with pytest.raises(UnsupportedError, match=message):
-        InputSlicesEmitter(fusion)
+        InputSlicesEmitter(analysed(fusion))
 
 
 def test_the_spec_claims_at_priority_ten():

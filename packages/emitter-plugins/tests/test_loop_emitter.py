@@ -15,8 +15,10 @@ import re
 
 import numpy as np
 import pytest
+from heron_test_support.analysis import H100, analysed, artefact_text
 from mlir import ir
 
+from heron.compiler import compile_fusion
 from heron.emitters.emitter_base import EmittedKernel
 from heron.emitters.ir_utils import walk_ops
 from heron.emitters.pipeline import PipelineOptions, heron_passes, run_passes
@@ -64,11 +66,12 @@ SEED_MAP = (
 
 
 def emit_one(text: str) -> EmittedKernel:
-    return emit_fusion(parse_module(text, "test.hlo").entry.root_instruction)
+    return emit_fusion(parse_module(text, "test.hlo").entry.root_instruction, H100)
 
 
-def lower(kernel: EmittedKernel, target: str, stop_after: str | None = None) -> ir.Module:
-    return run_passes(kernel.module, heron_passes(), PipelineOptions(target), stop_after=stop_after)
+def lower(kernel: EmittedKernel, target=H100, stop_after: str | None = None) -> ir.Module:
+    options = PipelineOptions.for_target(target)
+    return run_passes(kernel.module, heron_passes(), options, stop_after=stop_after)
 
 
 def functions(module: ir.Module) -> dict[str, ir.Operation]:
@@ -106,7 +109,7 @@ def test_gelu_emits_the_seed_structure():
 
 def test_gelu_is_one_function_after_inlining():
     kernel = emit_one(GELU)
-    lower(kernel, "cuda", stop_after="inline")
+    lower(kernel, stop_after="inline")
     funcs = functions(kernel.module)
     assert list(funcs) == ["fusion"]
     assert walk_ops(kernel.module.operation, "heron_gpu.pure_call") == []
@@ -119,7 +122,7 @@ def test_gelu_ptx_has_four_wide_vector_loads_and_stores():
     kernel = emit_one(GELU)
     from heron.runtime.cuda.compiler import compile_to_ptx
 
-    result = compile_to_ptx(lower(kernel, "cuda"), "sm_90")
+    result = compile_to_ptx(lower(kernel), "sm_90")
     accesses = sorted(set(re.findall(r"\b(?:ld|st)\.global(?:\.[a-z0-9]+)+", result.ptx)))
     assert accesses == ["ld.global.v4.b16", "st.global.v4.b16"]
     assert result.kernel_names == ("fusion",)
@@ -240,7 +243,7 @@ def test_vector_size_follows_the_corpus_choices(corpus_dir):
     }
     for name, symbol in expected.items():
         module = parse_module_file(corpus_dir / "common" / "loop" / name)
-        emitter = LoopEmitter(module.entry.root_instruction)
+        emitter = LoopEmitter(analysed(module.entry.root_instruction))
         text = emitter.thread_map().format()
         if symbol is None:
             assert "vector_index" not in text
@@ -254,9 +257,10 @@ def test_the_registry_selects_loop_for_any_fusion():
     origin = registry.origin("loop")
     assert (origin.distribution, origin.value) == ("heron-emitter-plugins", "heron.plugins.loop")
     fusion = parse_module(GELU).entry.root_instruction
-    spec = select_emitter(fusion)
+    spec = select_emitter(analysed(fusion))
     assert (spec.name, spec.priority, spec.factory) == ("loop", 0, LoopEmitter)
-    # Not a fusion instruction: not claimed.
+    # Anything but an analysis is not claimed: a fusion, or another instruction.
+    assert not spec.claims(fusion)
     assert not spec.claims(parse_module(GELU).entry.parameters[0])
 
 
@@ -284,12 +288,11 @@ def _global_accesses(ptx: str) -> list[str]:
     ],
 )
 def test_corpus_vector_width_in_the_final_ptx(corpus_dir, name, expected):
-    from heron.compiler import compile_module
     from heron.hlo.parser import parse_module_file
 
     module = parse_module_file(corpus_dir / "common" / "loop" / name)
-    (compiled,) = compile_module(module, "cuda", "sm_90", assemble=False)
-    accesses = _global_accesses(compiled.ptx)
+    compiled = compile_fusion(module.entry.root_instruction, H100, stop_after="ptx")
+    accesses = _global_accesses(artefact_text(compiled, "ptx"))
     # the element type is f32, which PTX may spell .f32 or .b32
     kinds = {re.sub(r"\.(?:f32|b32)$", "", a) for a in accesses}
     assert kinds == expected, accesses
@@ -330,11 +333,10 @@ def test_parameter_as_an_output_is_copied_from_its_tensor():
     [call] = walk_ops(loop, "heron_gpu.pure_call")
     assert list(call.operands)[:2] == [p0, p1]
 
-    from heron.compiler import compile_module
-
-    (compiled,) = compile_module(parse_module(PARAMETER_ROOT), "cuda", "sm_90", assemble=False)
-    assert compiled.backend.kernel_names == ("f",)
-    ptx = compiled.ptx
+    fusion = parse_module(PARAMETER_ROOT).entry.root_instruction
+    compiled = compile_fusion(fusion, H100, stop_after="ptx")
+    assert compiled.kernel_name == "f"
+    ptx = artefact_text(compiled, "ptx")
     # One thread per element: p0 and p1 loaded once, p0 + p1 stored, and p0's loaded
     # register stored unchanged (the copy), in that output order.
     loaded = re.findall(r"ld\.global\.(?:b|f)32\s+(%r\d+)", ptx)

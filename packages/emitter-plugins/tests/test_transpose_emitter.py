@@ -14,14 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from heron_test_support.analysis import H100, analysed
 
-from heron.compiler import fusions_of
-from heron.compiler.driver import emit_one
+from heron.compiler import compile_fusion, fusions_of
+from heron.emitters.transposes import normalise_transpose
 from heron.harness.check import check_file
-from heron.harness.corpus import CUDA_ARCHS, ROCM_ARCHS, compile_corpus_file, default_corpus
+from heron.harness.corpus import CORPUS_TARGETS, compile_corpus_file, default_corpus
 from heron.hlo.parser import parse_module, parse_module_file
 from heron.plugins.transpose import TransposeEmitter, heron_emitter_specs
-from heron.plugins.transpose_tiling import normalise
 from heron.runtime.interpreter.device import InterpreterDevice
 
 CORPUS = default_corpus() / "gpu" / "transpose"
@@ -83,7 +83,8 @@ def test_compiles_to_ptx_and_hsaco(transpose, request):
     path = request.node.callspec.params["transpose"]
     chosen, produced = compile_corpus_file(path)
     assert chosen == ("transpose",)
-    assert produced == [*CUDA_ARCHS, *ROCM_ARCHS]
+    assert produced == ["sm_80", "sm_90", "gfx942"]
+    assert len(CORPUS_TARGETS) == 3
 
 
 @pytest.mark.parametrize(
@@ -96,7 +97,7 @@ def test_compiles_to_ptx_and_hsaco(transpose, request):
     ],
 )
 def test_emitted_ir_has_a_padded_shared_tile_and_a_barrier(name, tile):
-    text = str(TransposeEmitter(_fusion(CORPUS / name)).emit().module)
+    text = str(TransposeEmitter(analysed(_fusion(CORPUS / name))).emit().module)
     assert text.count("heron_gpu.allocate_shared") == 1
     assert f"-> {tile}" in text
     assert "heron_gpu.sync_threads" in text
@@ -105,14 +106,14 @@ def test_emitted_ir_has_a_padded_shared_tile_and_a_barrier(name, tile):
 
 def test_several_heroes_get_one_tile_each_and_side_outputs_none():
     path = CORPUS / "packed_transpose_multiple_heroes.hlo"
-    heroes = str(TransposeEmitter(_fusion(path)).emit().module)
+    heroes = str(TransposeEmitter(analysed(_fusion(path))).emit().module)
     assert heroes.count("heron_gpu.allocate_shared") == 3
-    single = TransposeEmitter(_fusion(CORPUS / "multiple_roots_one_shmem_transpose.hlo"))
+    single = TransposeEmitter(analysed(_fusion(CORPUS / "multiple_roots_one_shmem_transpose.hlo")))
     assert [t.name for t in single.transposes] == ["shmem_transpose"]
 
 
 def test_launch_is_128_threads_over_tiles():
-    emitter = TransposeEmitter(_fusion(EDGE_CASES / "transpose_partial_tile.hlo"))
+    emitter = TransposeEmitter(analysed(_fusion(EDGE_CASES / "transpose_partial_tile.hlo")))
     launch = emitter.launch_dimensions()
     assert launch.thread_x == 128
     assert launch.block_x == 3 * 2  # ceil(65/32) x ceil(33/32)
@@ -120,25 +121,27 @@ def test_launch_is_128_threads_over_tiles():
 
 def test_normalisation_merges_and_drops_dimensions():
     fusion = _fusion(CORPUS / "transpose_201_simplified_to_021.hlo")
-    spec = normalise(fusion.called("calls").root_instruction)
+    spec = normalise_transpose(fusion.called("calls").root_instruction)
     assert (spec.dims, spec.permutation) == ((6400, 32), (1, 0))
     fusion = _fusion(CORPUS / "packed_transpose_s16.hlo")
-    spec = normalise(fusion.called("calls").root_instruction)
+    spec = normalise_transpose(fusion.called("calls").root_instruction)
     assert (spec.dims, spec.permutation) == ((2, 4, 64, 10, 6), (1, 0, 4, 3, 2))
 
 
 def test_a_fusion_without_a_transpose_is_refused():
     text = "HloModule m\n\nf {\n  %p = f32[4,4] parameter(0)\n  ROOT %n = f32[4,4] negate(%p)\n}\n"
     fusion = fusions_of(parse_module(text, "none.hlo"))[0]
-    with pytest.raises(Exception, match="no transpose hero"):
-        TransposeEmitter(fusion)
+    with pytest.raises(Exception, match="found no tiled transpose in this fusion .*'loop'"):
+        TransposeEmitter(analysed(fusion))
 
 
 def test_spec_claims_at_priority_10():
     (spec,) = heron_emitter_specs()
     assert (spec.name, spec.priority, spec.factory) == ("transpose", 10, TransposeEmitter)
+    fusion = _fusion(CORPUS / "transpose_10.hlo")
+    assert spec.claims(analysed(fusion)) and not spec.claims(fusion)
 
 
-def test_emit_one_uses_the_forced_emitter(transpose):
-    kernel = emit_one(_fusion(CORPUS / "transpose_10.hlo"))
+def test_compile_uses_the_forced_emitter(transpose):
+    kernel = compile_fusion(_fusion(CORPUS / "transpose_10.hlo"), H100, stop_after="emitted")
     assert kernel.emitter == "transpose"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from heron_test_support.analysis import analysed
 from mlir import ir
 from mlir.dialects import tensor
 
@@ -42,8 +43,7 @@ class IdentityEmitter(FusionEmitter):
         return LaunchDimensions(block_x=1, thread_x=self.first().num_elements)
 
     def emit_entry(self, entry: EntryFunction) -> list[ir.Value]:
-        root = self.computation.root_instruction
-        roots = root.operands if root.opcode == "tuple" else [root]
+        roots = self.analysis.roots
         thread_map = loop_thread_to_output_map(self.first().dims, self.launch_dimensions())
 
         def body(symbols, indices, outs):
@@ -92,7 +92,7 @@ ENTRY main {
 
 
 def test_seed_split_gives_one_function_per_subgraph_wired_by_pure_calls():
-    kernel = IdentityEmitter(fusion_of(LOG_TRANSPOSE_ADD)).emit()
+    kernel = IdentityEmitter(analysed(fusion_of(LOG_TRANSPOSE_ADD))).emit()
     funcs = functions(kernel)
     assert list(funcs) == ["f", "fusion_add", "fusion_log"]
     # log is read at (i, j) and, through the transpose, at (j, i): two calls, swapped indices.
@@ -113,7 +113,7 @@ def test_seed_split_gives_one_function_per_subgraph_wired_by_pure_calls():
 
 
 def test_signatures_entry_abi_and_attributes():
-    kernel = IdentityEmitter(fusion_of(LOG_TRANSPOSE_ADD)).emit()
+    kernel = IdentityEmitter(analysed(fusion_of(LOG_TRANSPOSE_ADD))).emit()
     funcs = functions(kernel)
     assert str(funcs["f"].attributes["function_type"]) == (
         "(tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>"
@@ -142,7 +142,7 @@ def test_signatures_entry_abi_and_attributes():
 
 
 def test_emitted_module_round_trips_and_verifies():
-    kernel = IdentityEmitter(fusion_of(LOG_TRANSPOSE_ADD)).emit()
+    kernel = IdentityEmitter(analysed(fusion_of(LOG_TRANSPOSE_ADD))).emit()
     text = str(kernel.module)
     with make_context():
         again = ir.Module.parse(text)
@@ -169,7 +169,7 @@ ENTRY main {
 
 
 def test_layouts_scalars_and_tuple_outputs():
-    kernel = IdentityEmitter(fusion_of(MIXED_TYPES)).emit()
+    kernel = IdentityEmitter(analysed(fusion_of(MIXED_TYPES))).emit()
     funcs = functions(kernel)
     layout = "tensor<4x6xbf16, {minor_to_major = array<i64: 0, 1>}>"
     assert str(funcs["f"].attributes["function_type"]) == (
@@ -215,7 +215,7 @@ def test_scalar_computations_become_functions_called_through_the_context(monkeyp
     monkeypatch.setitem(core._LOWERINGS, "map", fake_map)
     fusion = fusion_of(MAPPED)
     assert [c.name for c in called_computations(fusion.called("calls"))] == ["times_two"]
-    kernel = IdentityEmitter(fusion).emit()
+    kernel = IdentityEmitter(analysed(fusion)).emit()
     funcs = functions(kernel)
     assert str(funcs["times_two"].attributes["function_type"]) == "(f32) -> f32"
     assert str(funcs["times_two"].attributes["sym_visibility"]) == '"private"'
@@ -228,7 +228,7 @@ def test_scalar_computations_become_functions_called_through_the_context(monkeyp
 def test_unsupported_op_names_the_fusion_the_op_and_the_line(monkeypatch):
     monkeypatch.delitem(core._LOWERINGS, "log", raising=False)
     with pytest.raises(UnsupportedError) as info:
-        IdentityEmitter(fusion_of(LOG_TRANSPOSE_ADD)).emit()
+        IdentityEmitter(analysed(fusion_of(LOG_TRANSPOSE_ADD))).emit()
     message = str(info.value)
     assert "fusion 'f'" in message
     assert "log 'log'" in message
@@ -242,7 +242,7 @@ def test_a_lowering_that_crashes_is_reported_against_its_op(monkeypatch):
 
     monkeypatch.setitem(core._LOWERINGS, "add", broken)
     with pytest.raises(UnsupportedError, match=r"fusion 'f': cannot emit add 'add' .*KeyError"):
-        IdentityEmitter(fusion_of(LOG_TRANSPOSE_ADD)).emit()
+        IdentityEmitter(analysed(fusion_of(LOG_TRANSPOSE_ADD))).emit()
 
 
 def test_values_are_reused_only_where_they_dominate(monkeypatch):
@@ -263,22 +263,35 @@ def test_values_are_reused_only_where_they_dominate(monkeypatch):
         return [arith.AddFOp(loop.results[0], outer).result]
 
     monkeypatch.setitem(core._LOWERINGS, "add", add_in_region)
-    kernel = IdentityEmitter(fusion_of(LOG_TRANSPOSE_ADD)).emit()  # verifies dominance
+    kernel = IdentityEmitter(analysed(fusion_of(LOG_TRANSPOSE_ADD))).emit()  # verifies dominance
     assert len(calls_in(functions(kernel)["fusion_add"])) == 2
 
 
 def test_emitting_twice_gives_independent_modules():
-    a = IdentityEmitter(fusion_of(LOG_TRANSPOSE_ADD)).emit()
-    b = IdentityEmitter(fusion_of(LOG_TRANSPOSE_ADD)).emit()
+    a = IdentityEmitter(analysed(fusion_of(LOG_TRANSPOSE_ADD))).emit()
+    b = IdentityEmitter(analysed(fusion_of(LOG_TRANSPOSE_ADD))).emit()
     assert a.module.context is not b.module.context
     assert str(a.module) == str(b.module)
     assert a == b  # the module is not part of equality
 
 
-def test_non_fusion_is_rejected():
-    inst = parse_module(LOG_TRANSPOSE_ADD).entry.parameters[0]
-    with pytest.raises(UnsupportedError, match="'p' is a parameter, not a fusion"):
+def test_an_emitter_is_built_from_an_analysis_only():
+    inst = parse_module(LOG_TRANSPOSE_ADD).entry.root_instruction
+    with pytest.raises(UnsupportedError, match="built from a fusion's analysis.*not from Instr"):
         IdentityEmitter(inst)
+
+
+class CombiningEmitter(IdentityEmitter):
+    """The identity emitter, declaring that it may write an element more than once."""
+
+    writes_each_element_once = False
+
+
+def test_the_kernel_records_the_emitter_s_name_and_write_promise():
+    fusion = fusion_of(LOG_TRANSPOSE_ADD)
+    kernel = IdentityEmitter(analysed(fusion)).emit()
+    assert (kernel.emitter, kernel.writes_each_element_once) == ("identity-test", True)
+    assert CombiningEmitter(analysed(fusion)).emit().writes_each_element_once is False
 
 
 class InPlaceEmitter(IdentityEmitter):
@@ -295,8 +308,8 @@ def test_in_place_outputs_are_recorded_on_the_kernel():
         "f {\n  p = f32[8] parameter(0)\n  q = f32[8] parameter(1)\n"
         "  ROOT a = f32[8] add(p, q)\n}\n"
     )
-    assert IdentityEmitter(fusion).emit().output_aliases == {}
-    assert InPlaceEmitter(fusion).emit().output_aliases == {0: 0}
+    assert IdentityEmitter(analysed(fusion)).emit().output_aliases == {}
+    assert InPlaceEmitter(analysed(fusion)).emit().output_aliases == {0: 0}
 
 
 @pytest.mark.parametrize(
@@ -311,7 +324,7 @@ def test_an_impossible_alias_is_refused_naming_the_buffers(aliases, message):
         "f {\n  p = f32[8] parameter(0)\n  q = s32[8] parameter(1)\n"
         "  c = f32[8] convert(q)\n  ROOT a = f32[8] add(p, c)\n}\n"
     )
-    emitter = InPlaceEmitter(fusion)
+    emitter = InPlaceEmitter(analysed(fusion))
     emitter.aliases = aliases
     with pytest.raises(UnsupportedError, match=re.escape(message)):
         emitter.emit()

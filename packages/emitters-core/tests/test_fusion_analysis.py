@@ -1,16 +1,20 @@
-"""Edges of each hero-selection rule, on inline HLO."""
+"""Edges of each hero-selection rule, on inline HLO, and what the analysis holds."""
 
 from __future__ import annotations
 
 import re
 
+import attrs
+import pytest
+from heron_test_support.analysis import H100, MI300X, analysed
+
 from heron.compiler import fusions_of
-from heron.emitters.fusion_analysis import (
-    find_hero,
-    fusion_kind,
-    reduction_dimensions,
-    tiled_transpose,
-)
+from heron.emitters.fusion_analysis import FusionAnalysis, analyse_fusion, claims_kind
+from heron.emitters.fusion_graph import FusionGraph
+from heron.emitters.heroes import find_hero
+from heron.emitters.reductions import reduction_dimensions
+from heron.emitters.transposes import normalise_transpose, tiled_transpose
+from heron.hlo.errors import UnsupportedError
 from heron.hlo.parser import parse_module
 
 ADD = "add {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b)\n}\n"
@@ -30,8 +34,8 @@ def _fusion(body: str, params: str):
     return fusions_of(parse_module(text))[0]
 
 
-def _kind(body: str, params: str) -> str:
-    return fusion_kind(_fusion(body, params))
+def _kind(body: str, params: str, target=H100) -> str:
+    return analysed(_fusion(body, params), target).kind
 
 
 def test_transpose_big_enough_is_tiled():
@@ -39,7 +43,10 @@ def test_transpose_big_enough_is_tiled():
     fusion = _fusion(body, "f32[64,128]")
     desc = tiled_transpose(fusion.called("calls").root_instruction)
     assert desc is not None and desc.dimensions == (64, 128) and desc.permutation == (1, 0)
-    assert fusion_kind(fusion) == "transpose"
+    analysis = analysed(fusion)
+    assert analysis.kind == "transpose"
+    assert analysis.transpose.heroes == (fusion.called("calls").root_instruction,)
+    assert analysis.transpose.normalised.output_dims == (128, 64)
 
 
 def test_transpose_too_small_falls_back_to_loop():
@@ -62,7 +69,9 @@ def test_hero_found_through_elementwise_chain():
         " ROOT n = f32[128,64] negate(t)"
     )
     fusion = _fusion(body, "f32[64,128]")
-    assert find_hero(fusion.called("calls").root_instruction).opcode == "transpose"
+    computation = fusion.called("calls")
+    assert find_hero(computation.root_instruction, FusionGraph(computation)).opcode == "transpose"
+    assert [h.opcode for h in analysed(fusion).heroes] == ["transpose"]
 
 
 def test_reduction_to_scalar_is_row():
@@ -73,7 +82,8 @@ def test_reduction_to_scalar_is_row():
     fusion = _fusion(body, "f32[4096]")
     dims = reduction_dimensions(fusion.called("calls").root_instruction)
     assert dims.is_row_reduction and dims.dimensions == (1, 1, 4096)
-    assert fusion_kind(fusion) == "reduce_row"
+    analysis = analysed(fusion)
+    assert analysis.kind == "reduce_row" and analysis.reduction.dimensions == dims
 
 
 def test_short_rows_are_multi_row():
@@ -163,3 +173,144 @@ def test_input_slices():
 
     assert _kind(slices("f32[64]"), "f32[64]; f32[64]") == "input_slices"
     assert _kind(slices("f32[48]"), "f32[64]; f32[48]") == "loop"
+
+
+# -- bug: a reduction of every dimension to a scalar is a row reduction ---------------------
+
+
+@pytest.mark.parametrize("element", ["f32", "f16"])
+def test_a_reduction_of_everything_to_a_scalar_is_a_row_reduction_however_long(element):
+    """Not race free (300000 > 1024 * 16), but its own root: XLA's IsRealReductionHero."""
+    body = (
+        f" p = {element}[1000,300] parameter(0)\n c = {element}[] constant(0)\n"
+        f" ROOT r = {element}[] reduce(p, c), dimensions={{0,1}}, to_apply=add"
+    )
+    analysis = analysed(_fusion(body, f"{element}[1000,300]"))
+    assert analysis.kind == "reduce_row"
+    assert analysis.reduction.dimensions.dimensions == (1, 1, 300000)
+    assert analysis.reduction.dimensions.is_row_reduction
+
+
+def test_a_long_reduction_with_an_epilogue_is_not_a_reduction_hero():
+    """An epilogue needs a race-free reduction (XLA's IsRealReductionHero): loop."""
+    body = (
+        " p = f32[1000,300] parameter(0)\n c = f32[] constant(0)\n"
+        " r = f32[] reduce(p, c), dimensions={0,1}, to_apply=add\n ROOT n = f32[] negate(r)"
+    )
+    assert _kind(body, "f32[1000,300]") == "loop"
+
+
+# -- transposes are normalised in physical order -----------------------------------------------
+
+
+def test_a_transpose_into_the_layout_that_undoes_it_is_a_bitcast():
+    """f32[768,288]{0,1} holds its elements in f32[288,768]{1,0}'s order: no data moves."""
+    body = (
+        " p = f32[288,768]{1,0} parameter(0)\n"
+        " ROOT t = f32[768,288]{0,1} transpose(p), dimensions={1,0}"
+    )
+    fusion = _fusion(body, "f32[288,768]{1,0}")
+    assert normalise_transpose(fusion.called("calls").root_instruction) is None
+    assert analysed(fusion).kind == "loop"
+
+
+def test_a_transpose_is_normalised_in_the_physical_order_of_its_layouts():
+    body = (
+        " p = f32[20,160,170]{0,2,1} parameter(0)\n"
+        " ROOT t = f32[20,160,170]{2,1,0} transpose(p), dimensions={0,1,2}"
+    )
+    spec = normalise_transpose(
+        _fusion(body, "f32[20,160,170]{0,2,1}").called("calls").root_instruction
+    )
+    # Physically [160][170][20] -> [20][160][170]: one 2-D swap of 160*170 and 20.
+    assert spec is not None and spec.dims == (160 * 170, 20) and spec.permutation == (1, 0)
+
+
+@pytest.mark.parametrize(
+    ("dims", "permutation", "out_dims"),
+    [((16, 64, 128), (0, 2, 1), (16, 128, 64)), ((16, 64, 128), (2, 1, 0), (128, 64, 16))],
+)
+def test_plain_3d_transposes_are_transpose_heroes(dims, permutation, out_dims):
+    shape = f"f32[{','.join(map(str, dims))}]"
+    out = f"f32[{','.join(map(str, out_dims))}]"
+    body = (
+        f" p = {shape} parameter(0)\n"
+        f" ROOT t = {out} transpose(p), dimensions={{{','.join(map(str, permutation))}}}"
+    )
+    analysis = analysed(_fusion(body, shape))
+    assert analysis.kind == "transpose"
+    assert analysis.transpose.normalised.permutation == permutation
+
+
+# -- the analysis object ----------------------------------------------------------------------
+
+
+def test_the_analysis_holds_roots_heroes_and_output_positions():
+    body = (
+        " p = f32[64,128] parameter(0)\n c = f32[] constant(0)\n"
+        " r = f32[64] reduce(p, c), dimensions={1}, to_apply=add\n"
+        " e = f32[64,128] exponential(p)\n"
+        " ROOT t = (f32[64], f32[64,128], f32[64]) tuple(r, e, r)"
+    )
+    fusion = _fusion(body, "f32[64,128]")
+    analysis = analysed(fusion)
+    computation = fusion.called("calls")
+    assert analysis.fusion is fusion and analysis.target is H100
+    assert analysis.computation is computation
+    assert [r.name for r in analysis.roots] == ["r", "e", "r"]
+    assert [h.name for h in analysis.heroes] == ["r", "e", "r"]
+    assert analysis.output_positions == ((0,), (1,), (2,))
+    assert [h.name for h in analysis.reduction.heroes] == ["r"]
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        analysis.kind = "loop"
+
+
+def test_each_analysis_has_its_own_graph():
+    """No cache outlives an analysis: a second analysis sees the computation as it is now."""
+    body = " p = f32[64,128] parameter(0)\n ROOT t = f32[128,64] transpose(p), dimensions={1,0}"
+    fusion = _fusion(body, "f32[64,128]")
+    first, second = analysed(fusion), analysed(fusion)
+    assert first.graph is not second.graph
+    assert first.graph.computation is fusion.called("calls")
+
+
+def test_warp_size_is_the_target_s():
+    """XLA reads WarpSize(device): a 48-element row is a reduction on 32 lanes, not on 64."""
+    body = (
+        " p = f32[4096,48] parameter(0)\n c = f32[] constant(0)\n"
+        " ROOT r = f32[4096] reduce(p, c), dimensions={1}, to_apply=add"
+    )
+    assert _kind(body, "f32[4096,48]", H100) == "reduce_row"
+    assert _kind(body, "f32[4096,48]", MI300X) == "loop"
+
+
+def test_core_count_is_the_target_s():
+    """The multi-row vector shrinks until every core has a block: more cores, smaller vectors."""
+    body = (
+        " p = f32[4096,16] parameter(0)\n c = f32[] constant(0)\n"
+        " ROOT r = f32[4096] reduce(p, c), dimensions={1}, to_apply=add"
+    )
+    fusion = _fusion(body, "f32[4096,16]")
+    few = analysed(fusion, attrs.evolve(H100, core_count=8))
+    many = analysed(fusion, attrs.evolve(H100, core_count=1000))
+    assert few.kind == many.kind == "reduce_multirow"
+    assert few.reduction.vector_size > many.reduction.vector_size
+
+
+def test_analysing_what_is_not_a_fusion_or_without_a_target_is_refused():
+    body = " p = f32[8] parameter(0)\n ROOT n = f32[8] negate(p)"
+    fusion = _fusion(body, "f32[8]")
+    with pytest.raises(UnsupportedError, match="'p' is a parameter, not a fusion"):
+        analyse_fusion(fusion.called("calls").parameters[0], H100)
+    with pytest.raises(UnsupportedError, match="lacks backend, arch, warp_size"):
+        analyse_fusion(fusion, object())
+
+
+def test_claims_kind_declines_anything_but_an_analysis():
+    body = " p = f32[8] parameter(0)\n ROOT n = f32[8] negate(p)"
+    fusion = _fusion(body, "f32[8]")
+    loop = claims_kind("loop")
+    assert loop(analysed(fusion)) is True
+    assert claims_kind("transpose")(analysed(fusion)) is False
+    assert loop(fusion) is False and loop(object()) is False
+    assert isinstance(analysed(fusion), FusionAnalysis)

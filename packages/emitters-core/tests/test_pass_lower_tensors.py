@@ -24,7 +24,8 @@ from heron.hlo.shapes import ArrayShape
 def _lowered(text: str, target: str = "cuda") -> str:
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
-        lower_tensors.run(module, PipelineOptions(target=target))
+        options = PipelineOptions(backend=target, warp_size=64 if target == "rocm" else 32)
+        lower_tensors.run(module, options)
         module.operation.verify()
         return str(module)
 

@@ -17,7 +17,9 @@ from heron.emitters.pipeline import PipelineOptions, lower_tensors
 
 
 def _ptx(text: str, arch: str) -> str:
-    lowered = kernel_after(text, lambda m: lower_tensors.run(m, PipelineOptions(target="cuda")))
+    lowered = kernel_after(
+        text, lambda m: lower_tensors.run(m, PipelineOptions(backend="cuda", warp_size=32))
+    )
     return ptx_and_stages(lowered, arch)[0]
 
 

@@ -16,7 +16,9 @@ from heron.emitters.pipeline import PipelineOptions, lower_tensors
 
 def _stages(text: str, arch: str) -> dict[str, str]:
     """Every dumped stage of compiling ``text`` (after lower-tensors) for ``arch``."""
-    lowered = kernel_after(text, lambda m: lower_tensors.run(m, PipelineOptions(target="rocm")))
+    lowered = kernel_after(
+        text, lambda m: lower_tensors.run(m, PipelineOptions(backend="rocm", warp_size=64))
+    )
     return hsaco_stages(lowered, arch)
 
 

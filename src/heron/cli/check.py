@@ -1,7 +1,8 @@
 """``heron check FILE.hlo``: do the file's kernels compute what the reference evaluator computes?
 
-For every fusion (or ``--fusion NAME``): compile for ``--backend`` (default
-the interpreter), run on two input sets (edge values, moderate values),
+For every fusion (or ``--fusion NAME``): compile for the ``--target`` device
+(``--arch``; default h100) through ``--backend`` (default the interpreter,
+which emulates that device's warps), run on two input sets (edge values, moderate values),
 compare each output with heron's reference evaluator (bitwise, or within the
 documented ulp bounds of approximated transcendental ops), and check that
 every output element was written (exactly once for loop-family emitters and
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from heron.cli.common import CommandError, load_module
+from heron.cli.common import CommandError, add_target_arguments, load_module, resolve_target
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=("interpreter", "cuda", "rocm"),
         help="where the kernels run (default: interpreter)",
     )
+    add_target_arguments(parser, "the kernels are compiled for (the interpreter emulates it)")
     parser.add_argument("--fusion", metavar="NAME", help="only this fusion")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument(
@@ -65,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
         spec = parse_run_lines(Path(args.file).read_text(), Path(args.file).name)
     except RunLineError as exc:
         raise CommandError(str(exc)) from exc
-    options = CheckOptions(args.backend, args.fusion, args.seed, args.max_elements)
+    target = resolve_target(args, None if args.backend == "interpreter" else args.backend)
+    options = CheckOptions(args.backend, args.fusion, args.seed, args.max_elements, target)
     fusions = selected_fusions(module, args.fusion)
     report = check_fusions(fusions, Path(args.file).name, options, spec, module=module)
     print(report.text())

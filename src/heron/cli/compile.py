@@ -1,11 +1,14 @@
-"""``heron compile FILE.hlo --target cuda|rocm``: device code for every fusion of a module.
+"""``heron compile FILE.hlo [--target NAME] [--arch ARCH]``: device code for every fusion.
 
-Writes ``<fusion>.ptx`` (and ``<fusion>.cubin`` when ptxas is installed) or
-``<fusion>.hsaco`` per fusion into the current directory, or where ``-o``
-says: a directory (existing, or given with a trailing '/'), or a file name
-when one fusion is compiled. ``--dump-dir`` adds every stage's IR
+Each fusion goes through :func:`heron.compiler.compile_fusion` for the Target
+(emission, heron's passes, the backend's stages). Writes the device code the
+stages made, ``<fusion>.ptx`` (and ``<fusion>.cubin`` when ptxas is installed)
+or ``<fusion>.hsaco``, into the current directory, or where ``-o`` says: a
+directory (existing, or given with a trailing '/'), or a file name when one
+fusion is compiled. ``--dump-dir`` adds every stage's text
 (``<fusion>.<NN>.<stage>.mlir/.ll/.ptx``). One line per fusion reports the
-emitter, the launch, the files and the time each stage took.
+emitter, the launch, the files, the time each stage took, and any stage that
+was skipped, with the reason.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from heron.cli.common import CommandError, load_module
+from heron.cli.common import CommandError, add_target_arguments, load_module, resolve_target
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,14 +24,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "compile",
         help="compile a module's fusions to PTX/cubin (cuda) or an HSACO (rocm)",
         description=(
-            "Compile every fusion of an HLO module's entry computation (emission, heron's"
-            " passes, the NVVM or ROCDL backend) and write the device code, one file per"
-            " fusion."
+            "Compile every fusion of an HLO module's entry computation for a target device"
+            " (emission, heron's passes, the backend's stages: NVVM to PTX and cubin, or ROCDL"
+            " to an HSACO) and write the device code, one file per fusion and kind."
         ),
     )
     parser.add_argument("file", metavar="FILE.hlo", help="HLO text, as XLA or JAX dump it")
-    parser.add_argument("--target", required=True, choices=("cuda", "rocm"))
-    parser.add_argument("--arch", help="GPU architecture (default sm_90 for cuda, gfx942 for rocm)")
+    add_target_arguments(parser, "to compile for")
     parser.add_argument("--fusion", metavar="NAME", help="only this fusion")
     parser.add_argument("--dump-dir", metavar="DIR", help="write the IR after every stage here")
     parser.add_argument(
@@ -38,15 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="output file (one fusion) or directory (default: the current directory)",
     )
     parser.set_defaults(handler=run)
-
-
-def _check_arch(target: str, arch: str | None) -> None:
-    if arch is None:
-        return
-    if target == "cuda" and not arch.startswith("sm_"):
-        raise CommandError(f"--arch {arch}: not an NVIDIA architecture (expected e.g. sm_90)")
-    if target == "rocm" and not arch.startswith("gfx"):
-        raise CommandError(f"--arch {arch}: not an AMDGPU architecture (expected e.g. gfx942)")
 
 
 def _destinations(output: str | None, names: list[str]) -> tuple[Path, str | None]:
@@ -64,38 +57,44 @@ def _destinations(output: str | None, names: list[str]) -> tuple[Path, str | Non
     return path.parent, path.name
 
 
-def run(args: argparse.Namespace) -> int:
-    from heron.compiler.driver import compile_kernel
-    from heron.compiler.dumps import DumpWriter
-    from heron.compiler.fusions import selected_fusions
+def _file_name(fusion: str, single: str | None, extension: str, known: set[str]) -> str:
+    """``<fusion>.<ext>``, or ``-o``'s name with ``ext`` in place of a device-code suffix."""
     from heron.partitioner import function_name
 
-    _check_arch(args.target, args.arch)
+    if single is None:
+        return f"{function_name(fusion)}.{extension}"
+    stem = Path(single)
+    base = stem.stem if stem.suffix.lstrip(".") in known else stem.name
+    return f"{base}.{extension}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from heron.compiler import DumpWriter, compile_fusion, selected_fusions
+
+    target = resolve_target(args)
     module = load_module(args.file)
     fusions = selected_fusions(module, args.fusion)
     directory, single = _destinations(args.output, [f.name for f in fusions])
     directory.mkdir(parents=True, exist_ok=True)
     for fusion in fusions:
         dump = DumpWriter(args.dump_dir, fusion.name) if args.dump_dir else None
-        compiled = compile_kernel(fusion, args.target, args.arch, dump=dump)
+        compiled = compile_fusion(fusion, target, dump=dump)
+        code = compiled.device_code()
+        known = {artefact.extension for artefact in code}
         written = []
-        for extension, data in compiled.artifacts():
-            if single is not None:
-                stem = Path(single)
-                known = stem.suffix in (".ptx", ".cubin", ".hsaco")
-                name = f"{stem.stem if known else stem.name}.{extension}"
-            else:
-                name = f"{function_name(fusion.name)}.{extension}"
-            path = directory / name
-            path.write_bytes(data)
-            written.append(f"{path} ({len(data)} bytes)")
+        for artefact in code:
+            path = directory / _file_name(fusion.name, single, artefact.extension, known)
+            path.write_bytes(artefact.data)
+            written.append(f"{path} ({len(artefact.data)} bytes)")
         stages = ", ".join(f"{stage} {seconds * 1000:.1f}" for stage, seconds in compiled.timings)
         print(
             f"fusion {compiled.fusion_name}: {compiled.emitter} emitter, kernel"
-            f" {compiled.kernel_name} for {compiled.arch}, {compiled.launch}"
+            f" {compiled.kernel_name} for {target.arch} ({target.name}), {compiled.launch}"
         )
         print(f"  wrote {'; '.join(written)}")
-        print(f"  {compiled.total_seconds * 1000:.1f} ms ({stages} ms)")
+        print(f"  {compiled.seconds * 1000:.1f} ms ({stages} ms)")
+        for record in compiled.skipped:
+            print(f"  skipped {record.name}: {record.skipped}")
         if dump is not None:
             print(f"  dumped {len(dump.written)} stages to {args.dump_dir}")
     return 0

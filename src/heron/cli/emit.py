@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from heron.cli.common import load_module
+from heron.cli.common import CommandError, add_target_arguments, load_module, resolve_target
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,34 +40,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print the IR after emission and after every pass",
     )
-    parser.add_argument(
-        "--target",
-        choices=("cuda", "rocm"),
-        default="cuda",
-        help="the target the passes prepare for (default cuda)",
-    )
+    add_target_arguments(parser, "the passes prepare the kernel for")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from heron.compiler.driver import emit_one, lower
-    from heron.compiler.fusions import selected_fusions
+    from heron.compiler import compile_fusion, selected_fusions
+    from heron.emitters.pipeline import pass_names
 
+    target = resolve_target(args)
+    stop = args.after or ("lower-tensors" if args.print_ir_after_all else "emitted")
+    if stop not in pass_names():
+        raise CommandError(
+            f"--after {stop}: unknown pass {stop!r}; the passes are: {', '.join(pass_names())}"
+            " ('heron compile --dump-dir' shows the backend's stages too)"
+        )
     module = load_module(args.file)
     fusions = selected_fusions(module, args.fusion)
     out = sys.stdout
+    dump = None
+    if args.print_ir_after_all:
+
+        def dump(stage: str, text: str) -> None:
+            out.write(f"// -----// IR after {stage} //----- //\n{text}\n")
+
     for fusion in fusions:
         if len(fusions) > 1:
             out.write(f"// ===== fusion {fusion.name} =====\n")
-        kernel = emit_one(fusion)
-        if args.print_ir_after_all:
-
-            def dump(stage: str, text: str) -> None:
-                out.write(f"// -----// IR after {stage} //----- //\n{text}\n")
-
-            lower(kernel, args.target, dump=dump)
-            continue
-        stop = args.after or "emitted"
-        lowered = lower(kernel, args.target, stop_after=stop)
-        out.write(f"{lowered}\n")
+        compiled = compile_fusion(fusion, target, dump=dump, stop_after=stop)
+        if not args.print_ir_after_all:
+            out.write(f"{compiled.module}\n")
     return 0

@@ -2,7 +2,8 @@
 
 One line per (fused parameter, distinct access): ``NAME: MAP``, the simplified
 map from the fusion's output index to the index it reads in that parameter.
-``--threads`` adds the loop emitter's thread-to-output map (``threads: MAP``).
+``--threads`` adds the loop emitter's thread-to-output map (``threads: MAP``)
+for the ``--target``/``--arch`` device, whose block-size limit bounds the launch.
 This is the quickest way to see what the indexing analysis makes of a
 fusion, e.g. whether a transpose's reads are recognised or a broadcast's
 dimension dropped.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from heron.cli.common import CommandError, load_module
+from heron.cli.common import CommandError, add_target_arguments, load_module, resolve_target
 from heron.hlo.ir import Computation, Instruction, Module
 
 
@@ -40,17 +41,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also print the loop emitter's thread-to-output map ('threads: MAP')",
     )
+    add_target_arguments(parser, "whose launch limits --threads uses")
     parser.set_defaults(handler=run)
 
 
-def fusions_of(module: Module) -> list[Instruction]:
-    """Every fusion instruction of the module, in text order."""
+def fusion_instructions(module: Module) -> list[Instruction]:
+    """Every fusion instruction of the module, in any computation, in text order.
+
+    Not ``heron.compiler.fusions_of`` (the entry computation's fusions, the
+    kernels a compile makes): any fusion can be analysed, wherever it is called.
+    """
     return [inst for inst in module.instructions() if inst.opcode == "fusion"]
 
 
 def select_computation(module: Module, name: str | None) -> tuple[str, Computation]:
     """The fused computation to analyse and a label for it; CommandError for an unknown name."""
-    fusions = fusions_of(module)
+    fusions = fusion_instructions(module)
     if name is None:
         root = module.entry.root_instruction
         if root.opcode == "fusion":
@@ -64,8 +70,12 @@ def select_computation(module: Module, name: str | None) -> tuple[str, Computati
     raise CommandError(f"no fusion named '{name}' in {module.source}; fusions: {known}")
 
 
-def indexing_lines(computation: Computation, threads: bool = False) -> list[str]:
-    """The ``NAME: MAP`` lines for ``computation`` (and ``threads: MAP`` when asked)."""
+def indexing_lines(computation: Computation, threads: bool = False, target=None) -> list[str]:
+    """The ``NAME: MAP`` lines for ``computation`` (and ``threads: MAP`` when asked).
+
+    ``target`` (a ``heron.compiler.Target``; default h100) bounds the loop
+    emitter's block size, as the loop emitter does (``heron.plugins.loop``).
+    """
     from heron.indexing.fusion_indexing import fusion_input_maps
 
     maps = fusion_input_maps(computation)
@@ -74,23 +84,29 @@ def indexing_lines(computation: Computation, threads: bool = False) -> list[str]
         for indexing_map in maps[parameter]:
             lines.append(f"{parameter.name}: {indexing_map.format()}")
     if threads:
-        from heron.indexing.thread_maps import thread_map_for_shape
+        from heron.compiler.target import Target
+        from heron.indexing.thread_maps import DEFAULT_THREADS_PER_BLOCK, thread_map_for_shape
 
+        target = target or Target.resolve(None, None)
         shape = computation.root_instruction.shape
         leaves = list(shape.leaves())
         if not leaves:
             raise CommandError(f"computation '{computation.name}' has no array output")
-        lines.append(f"threads: {thread_map_for_shape(leaves[0]).format()}")
+        block = min(DEFAULT_THREADS_PER_BLOCK, target.threads_per_block_limit)
+        lines.append(
+            f"threads: {thread_map_for_shape(leaves[0], threads_per_block=block).format()}"
+        )
     return lines
 
 
 def run(args: argparse.Namespace) -> int:
     from heron.indexing.indexing_map import IndexingError
 
+    target = resolve_target(args)
     module = load_module(args.file)
     _, computation = select_computation(module, args.fusion)
     try:
-        lines = indexing_lines(computation, threads=args.threads)
+        lines = indexing_lines(computation, threads=args.threads, target=target)
     except IndexingError as err:
         raise CommandError(f"{args.file}: {err}") from err
     sys.stdout.write("".join(line + "\n" for line in lines))

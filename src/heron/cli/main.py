@@ -27,6 +27,7 @@ COMMANDS = (
     "heron.cli.compile",
     "heron.cli.check",
     "heron.cli.plugins",
+    "heron.cli.targets",
 )
 
 EXIT_INPUT_ERROR = 2

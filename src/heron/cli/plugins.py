@@ -1,4 +1,8 @@
-"""``heron plugins``: the installed hero emitters and backends, and where they come from."""
+"""``heron plugins``: the installed hero emitters and backends, and where they come from.
+
+For each backend also whether it can run here (its own reason) and its compile
+stages, in order, with the kind of file each makes.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "List the plugins registered in the heron.emitters and heron.backends entry-point"
             " groups, with the distribution each comes from and, for backends, whether it"
-            " can run here."
+            " can run here and the stages that compile for it."
         ),
     )
     parser.set_defaults(handler=run)
@@ -51,4 +55,14 @@ def run(args: argparse.Namespace) -> int:
         state = "available" if status.available else "unavailable"
         print(f"  {spec.name}  priority {spec.priority}  from {_origin(backends, spec.name)}")
         print(f"      {state}: {status.reason}")
+        print(f"      stages: {describe_stages(spec.stages)}")
     return 0
+
+
+def describe_stages(stages) -> str:
+    """``llvm-ir (.ll) -> ptx (.ptx) -> cubin (.cubin)``, or why there are none."""
+    if not stages:
+        return "none (it runs artefacts compiled elsewhere)"
+    return " -> ".join(
+        f"{stage.name} (.{stage.extension})" if stage.extension else stage.name for stage in stages
+    )

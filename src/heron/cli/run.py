@@ -11,6 +11,11 @@ Backends:
   computing instruction (:mod:`heron.hlo.passes.outline`).
 - ``reference``: heron's HLO reference evaluator (numpy on the CPU).
 
+``--target NAME`` / ``--arch ARCH`` name the device the kernels are compiled
+for (default h100): the GPU to run on, or the one the interpreter emulates
+(``--backend interpreter --target mi300x`` runs warps of 64). With a target,
+``auto`` considers that target's backend, then the interpreter.
+
 Arguments come from an .npz file (``arg0``, ``arg1``, ... in parameter order)
 or, without one, are drawn at random from a seed, so that a run is
 reproducible. Results go to an .npz file (``out0``, ``out1``, ... over the
@@ -36,7 +41,7 @@ import time
 import attrs
 import numpy as np
 
-from heron.cli.common import CommandError, load_module
+from heron.cli.common import CommandError, add_target_arguments, load_module, resolve_target
 
 BACKENDS = ("auto", "interpreter", "reference", "cuda", "rocm")
 #: The device backends ``auto`` chooses among, in order of preference.
@@ -66,6 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         " whichever is available first), a device backend by name, or 'reference'"
         " (heron's HLO reference evaluator)",
     )
+    add_target_arguments(parser, "the kernels are compiled for (the interpreter emulates it)")
     parser.add_argument(
         "--inputs",
         metavar="IN.npz",
@@ -100,14 +106,17 @@ class Choice:
     passed_over: tuple[str, ...] = ()
 
 
-def choose_backend(requested: str) -> Choice:
-    """The device backend for ``requested`` (``auto`` or a name); CommandError if unusable."""
-    from heron.hlo.plugin_loading import PluginError
-    from heron.runtime.core.registry import load_backends
+def choose_backend(requested: str, candidates: tuple[str, ...] = DEVICE_BACKENDS) -> Choice:
+    """The device backend for ``requested`` (``auto`` or a name); CommandError if unusable.
 
-    registry = load_backends()
+    ``auto`` takes the first available of ``candidates``.
+    """
+    from heron.hlo.plugin_loading import PluginError
+    from heron.runtime.core.registry import default_backends
+
+    registry = default_backends()
     installed = set(registry.names())
-    candidates = DEVICE_BACKENDS if requested == "auto" else (requested,)
+    candidates = candidates if requested == "auto" else (requested,)
     passed_over = []
     for name in candidates:
         if name not in installed:
@@ -127,12 +136,12 @@ def choose_backend(requested: str) -> Choice:
     raise CommandError(f"backend '{requested}' is not available here: {passed_over[0]}")
 
 
-def _create_device(name: str):
+def _create_device(name: str, target):
     from heron.runtime.core.device import DeviceError
-    from heron.runtime.core.registry import load_backends
+    from heron.runtime.core.registry import default_backends
 
     try:
-        return load_backends().create_device(name)
+        return default_backends().create_device(name, target)
     except DeviceError as exc:
         raise CommandError(f"backend '{name}': cannot open its device: {exc}") from exc
 
@@ -159,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         _print_outputs(leaves)
         print(f"evaluated in {elapsed:.2f} s")
     else:
-        leaves = _run_on_device(module, arguments, source, args.backend)
+        leaves = _run_on_device(module, arguments, source, args)
     if args.output is not None:
         from heron.hlo.npz_io import save_outputs
 
@@ -197,13 +206,30 @@ def _evaluate(module, arguments) -> tuple[list, float]:
     return flatten_literal(result), time.perf_counter() - start
 
 
-def _run_on_device(module, arguments, source: str, requested: str) -> list[np.ndarray]:
+def _choose_target(args: argparse.Namespace) -> tuple[Choice, object]:
+    """The backend that runs (``auto`` resolved) and the Target its kernels are compiled for."""
+    requested = args.backend
+    named = args.target is not None or args.arch is not None
+    if requested == "auto":
+        candidates = DEVICE_BACKENDS
+        if named:  # that target's GPU, else the interpreter emulating it
+            candidates = (resolve_target(args).backend, "interpreter")
+        choice = choose_backend(requested, candidates)
+    else:
+        choice = choose_backend(requested)
+    gpu = choice.name if choice.name in ("cuda", "rocm") else None
+    return choice, resolve_target(args, gpu)
+
+
+def _run_on_device(module, arguments, source: str, args: argparse.Namespace) -> list[np.ndarray]:
     from heron.compiler.sequential import FusionRunError, KernelRecord, run_module
 
-    choice = choose_backend(requested)
-    device = _create_device(choice.name)
+    requested = args.backend
+    choice, target = _choose_target(args)
+    device = _create_device(choice.name, target)
     print(f"module {module.name}: entry {module.entry.name}, backend {choice.name}")
     print(f"device: {device.description}")
+    print(f"target: {target.summary()}")
     if requested == "auto":
         print(f"auto chose {choice.name}; not taken:" if choice.passed_over else "auto:")
         for line in choice.passed_over:
@@ -215,7 +241,7 @@ def _run_on_device(module, arguments, source: str, requested: str) -> list[np.nd
         print(f"  {describe_kernel(record)}", flush=True)
 
     try:
-        result = run_module(module, arguments, device, choice.name, on_kernel=report)
+        result = run_module(module, arguments, device, choice.name, target=target, on_kernel=report)
     except FusionRunError as exc:
         raise CommandError(str(exc)) from exc
     if not result.kernels:
@@ -312,31 +338,15 @@ def _is_float(dtype: np.dtype) -> bool:
     return True
 
 
-def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Units in the last place between same-typed floats (+0 and -0 are 0 apart; any NaN: inf)."""
-    import ml_dtypes
-
-    bits = ml_dtypes.finfo(a.dtype).bits
-    unsigned = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
-    sign = np.uint64(1) << np.uint64(bits - 1)
-
-    def ordered(x: np.ndarray) -> np.ndarray:
-        raw = np.ascontiguousarray(x).view(unsigned).astype(np.uint64)
-        magnitude = (raw & (sign - np.uint64(1))).astype(np.float64)
-        return np.where(raw & sign, -magnitude, magnitude)
-
-    distance = np.abs(ordered(a) - ordered(b))
-    nan_a, nan_b = np.isnan(a.astype(np.float64)), np.isnan(b.astype(np.float64))
-    distance = np.where(nan_a | nan_b, np.inf, distance)
-    return np.where(nan_a & nan_b, 0.0, distance)
-
-
 def _compare_floats(actual: np.ndarray, expected: np.ndarray) -> Agreement:
     import ml_dtypes
 
+    from heron.harness.tolerance import NAN_DISTANCE, ulp_distance
+
     if actual.size == 0:
         return Agreement(True, "empty")
-    ulps = ulp_distance(actual, expected)
+    distance = ulp_distance(actual, expected)
+    ulps = np.where(distance >= NAN_DISTANCE, np.inf, distance.astype(np.float64))
     a, e = actual.astype(np.float64), expected.astype(np.float64)
     with np.errstate(invalid="ignore"):
         difference = np.where(np.isnan(a) & np.isnan(e), 0.0, np.abs(a - e))

@@ -1,7 +1,8 @@
 """heron.harness: does a kernel compute what the reference evaluator computes?
 
 - :mod:`~heron.harness.inputs`: random inputs with edge values per element type;
-- :mod:`~heron.harness.tolerance`: how closely outputs must match (bitwise, or ulps);
+- :mod:`~heron.harness.tolerance`: how closely outputs must match (bitwise, or ulps),
+  and the one ulp distance (``ulp_distance``, which ``heron run --check`` uses too);
 - :mod:`~heron.harness.run_lines`: a corpus file's ``gpu_test_correctness`` flags;
 - :mod:`~heron.harness.check`: ``check_file`` / ``check_fusion``, the ``heron check`` core.
 """
@@ -20,7 +21,14 @@ from heron.harness.check import (
 )
 from heron.harness.inputs import edge_array, float_values, input_sets, integer_values
 from heron.harness.run_lines import RunLineError, RunSpec, parse_run_lines
-from heron.harness.tolerance import ErrorBounds, mismatches, ordered, output_sources, ulp_bound
+from heron.harness.tolerance import (
+    ErrorBounds,
+    mismatches,
+    ordered,
+    output_sources,
+    ulp_bound,
+    ulp_distance,
+)
 
 __all__ = [
     "DEFAULT_MAX_ELEMENTS",
@@ -45,4 +53,5 @@ __all__ = [
     "parse_run_lines",
     "shrunk_fusion",
     "ulp_bound",
+    "ulp_distance",
 ]

@@ -1,7 +1,7 @@
 """Does a fusion's kernel compute what the reference evaluator computes? (``heron check``)
 
-For each fusion of a file: compile it for a backend
-(:func:`heron.compiler.device_kernels.compile_for_backend`), run it on two
+For each fusion of a file: compile it for a Target through a backend
+(:func:`heron.compiler.compile_fusion`), run it on two
 input sets (:mod:`~heron.harness.inputs`), compare every output with
 ``heron.hlo.evaluator`` within the tolerance of :mod:`~heron.harness.tolerance`,
 and check how the kernel touched memory:
@@ -34,8 +34,10 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from heron.compiler.device_kernels import DeviceKernel, compile_for_backend, run_on_device
+from heron.compiler.device_kernels import run_on_device, target_for_device
+from heron.compiler.driver import CompiledKernel, compile_fusion
 from heron.compiler.fusions import fusions_of, selected_fusions
+from heron.compiler.target import Target
 from heron.harness.inputs import input_sets
 from heron.harness.run_lines import RunLineError, RunSpec, parse_run_lines
 from heron.harness.scatter_inputs import keep_scatter_promises
@@ -73,18 +75,22 @@ __all__ = [
 
 #: Largest buffer (elements) a check runs: the interpreter and the evaluator run on the host.
 DEFAULT_MAX_ELEMENTS = 1 << 26
-#: Emitters that may write an output element more than once (all others must not).
-MULTI_WRITE_EMITTER_WORDS = ("reduction", "reduce", "scatter")
 
 
 @attrs.frozen
 class CheckOptions:
-    """What ``heron check`` was asked: backend, one fusion or all, seed, size limit."""
+    """What ``heron check`` was asked: backend, one fusion or all, seed, size limit, target.
+
+    ``target`` is the device the kernels are compiled for; None: the default
+    for the device they run on (:func:`heron.compiler.target_for_device`: h100
+    for the interpreter's 32-lane warps, mi300x for 64).
+    """
 
     backend: str = "interpreter"
     fusion: str | None = None
     seed: int = 0
     max_elements: int = DEFAULT_MAX_ELEMENTS
+    target: Target | None = None
 
 
 @attrs.frozen
@@ -330,10 +336,6 @@ def _resolve_input(label: str, operand: Instruction) -> _InputBijection:
     )
 
 
-def _emitter_writes_once(emitter: str) -> bool:
-    return not any(word in emitter for word in MULTI_WRITE_EMITTER_WORDS)
-
-
 # -- comparing and counting ----------------------------------------------------------------
 
 
@@ -374,7 +376,9 @@ def _compare(
     how = "bitwise" if ulps == 0 else f"by more than {ulps} ulps"
     tail = ""
     if ulps or np.issubdtype(expected.dtype, np.floating) and expected.dtype.itemsize > 1:
-        tail = f" ({int(distances[0])} ulps; max {int(distances.max())})"
+        first_distance = int(distances[0])
+        what = f"{first_distance} ulps" if first_distance else "zeros of opposite sign"
+        tail = f" ({what}; max {int(distances.max())})"
     message = (
         f"{label}, {set_name}: {indices.size} of {expected.size} elements differ ({how});"
         f" first at {position}: kernel {describe_value(kernel, first)}, reference"
@@ -457,7 +461,7 @@ class _FusionCheck:
     """The state of checking one fusion (the steps of :func:`check_fusion`)."""
 
     fusion: Instruction
-    kernel: DeviceKernel
+    kernel: CompiledKernel
     report: FusionReport
     plan: _Plan
     sources: list[Instruction]
@@ -507,9 +511,8 @@ def check_fusion(
         )
         return report
     try:
-        kernel = compile_for_backend(
-            fusion, options.backend, warp_size=getattr(device, "warp_size", None)
-        )
+        target = target_for_device(device, options.backend, options.target)
+        kernel = compile_fusion(fusion, target, options.backend)
     except HloError as exc:
         report.findings.append(Finding("error", f"compile: {exc}"))
         return report
@@ -568,7 +571,7 @@ def _run_sets(state: _FusionCheck, device, options: CheckOptions, number: int) -
 
 def _check_run(state: _FusionCheck, set_name: str, run, expected: list[np.ndarray]) -> None:
     kernel, plan = state.kernel, state.plan
-    once_by_emitter = _emitter_writes_once(kernel.emitter)
+    once_by_emitter = kernel.writes_each_element_once  # the emitter's own promise
     flagged = {k: hero for hero, outputs in plan.outputs.items() for k in outputs}
     for k, shape in enumerate(kernel.output_shapes):
         source = state.sources[k]
@@ -658,11 +661,11 @@ def _bijection_notes(state: _FusionCheck, device) -> None:
 # -- files and lists of fusions -----------------------------------------------------------
 
 
-def _create_device(backend: str):
-    """The backend's device; PluginError (saying why) when it is not available here."""
-    from heron.runtime.core.registry import load_backends
+def _create_device(backend: str, target: Target | None):
+    """The backend's device for ``target``; PluginError (saying why) when it is not available."""
+    from heron.runtime.core.registry import default_backends
 
-    return load_backends().create_device(backend)
+    return default_backends().create_device(backend, target)
 
 
 def check_fusions(
@@ -689,7 +692,7 @@ def check_fusions(
                     f"RUN line names hero '{hero}', which is in no fusion ({names})"
                 )
     if device is None:
-        device = _create_device(options.backend)
+        device = _create_device(options.backend, options.target)
     for number, fusion in enumerate(fusions):
         computation = fusion.called("calls")
         own = RunSpec(

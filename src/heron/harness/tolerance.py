@@ -22,13 +22,16 @@
   an element within either of them is accepted too, as XLA's
   ``gpu_test_correctness`` accepts it.
 
-Distances are counted in ulps of the output type (:func:`ordered`), so they
-mean the same for tiny and huge values.
+Distances are counted in ulps of the output type (:func:`ulp_distance`), so
+they mean the same for tiny and huge values. +0 and -0 are the same value, 0
+ulps apart; a bitwise comparison still tells them apart (``negate(0.0)`` is
+``-0.0``), by their sign, not by a distance.
 """
 
 from __future__ import annotations
 
 import attrs
+import ml_dtypes
 import numpy as np
 
 from heron.hlo import ElementType
@@ -46,6 +49,7 @@ __all__ = [
     "ordered",
     "output_sources",
     "ulp_bound",
+    "ulp_distance",
 ]
 
 #: Max ulps (f32, f64) of expand-math's approximations, from expand_math's docstring.
@@ -132,16 +136,45 @@ def ulp_bound(source: Instruction, element: ElementType) -> int:
 
 
 def ordered(values: np.ndarray) -> np.ndarray:
-    """Float bits as integers ordered like the floats (ulp distance = difference).
+    """Float bits as integers ordered like the floats: neighbours differ by 1.
 
-    -0.0 sits one below +0.0, so that a bitwise comparison (0 ulps) tells the
-    zeros apart, as IEEE arithmetic does (``negate(0.0)`` is ``-0.0``).
+    Sign and magnitude become one signed number, so +0.0 and -0.0 (the same
+    value) are both 0 and the smallest subnormals either side of zero are -1
+    and 1. The sign is the type's top bit (bit 3 of a byte holding an f4).
+    64-bit types give Python integers (their differences need 64 bits).
     """
     width = values.dtype.itemsize * 8
-    bits = values.view(f"uint{width}").astype(np.int64 if width < 64 else object)
-    sign = 1 << (width - 1)
+    raw = np.ascontiguousarray(values).view(f"uint{width}")
+    bits = raw.astype(np.int64 if width < 64 else object)
+    sign = 1 << (ml_dtypes.finfo(values.dtype).bits - 1)
     negative = bits >= sign
-    return np.where(negative, -(bits - sign) - 1, bits)
+    return np.where(negative, -(bits - sign), bits)
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Units in the last place between two same-typed float arrays, per element.
+
+    The number of steps between neighbouring values of the type from one to
+    the other (:func:`ordered`): 0 for equal values, +0 and -0 included; 1 for
+    neighbours; 2 for the smallest subnormals either side of zero. Any NaN
+    against any NaN is 0 apart, a NaN against a number :data:`NAN_DISTANCE`.
+    """
+    nan_a = np.isnan(a.astype(np.float64))
+    nan_b = np.isnan(b.astype(np.float64))
+    distance = np.abs(ordered(a) - ordered(b))
+    return np.where(nan_a | nan_b, np.where(nan_a & nan_b, 0, NAN_DISTANCE), distance)
+
+
+def _zero_signs_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per element: both zero, of opposite signs (what a bitwise comparison must still see)."""
+    if np.issubdtype(a.dtype, np.complexfloating):
+        return _zero_signs_differ(a.real.copy(), b.real.copy()) | _zero_signs_differ(
+            a.imag.copy(), b.imag.copy()
+        )
+    if a.dtype == np.bool_ or np.issubdtype(a.dtype, np.integer) or a.dtype.itemsize == 1:
+        return np.zeros(a.shape, np.bool_)  # exact or bitwise already
+    wide_a, wide_b = a.astype(np.float64), b.astype(np.float64)
+    return (wide_a == 0) & (wide_b == 0) & (np.signbit(wide_a) != np.signbit(wide_b))
 
 
 @attrs.frozen
@@ -213,14 +246,6 @@ def _check_same_form(kernel: np.ndarray, reference: np.ndarray) -> None:
         )
 
 
-def _float_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Ulp distances of two flat float arrays of a type wider than 8 bits (NaN = NaN)."""
-    nan_a = np.isnan(a.astype(np.float64))
-    nan_b = np.isnan(b.astype(np.float64))
-    distance = np.abs(ordered(a) - ordered(b))
-    return np.where(nan_a | nan_b, np.where(nan_a & nan_b, 0, NAN_DISTANCE), distance)
-
-
 def _distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per-element distance of two flat arrays of one dtype (0 = equal)."""
     if np.issubdtype(a.dtype, np.complexfloating):
@@ -233,7 +258,7 @@ def _distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         nan = np.isnan(a.astype(np.float32)) & np.isnan(b.astype(np.float32))
         different = a.view(np.uint8) != b.view(np.uint8)
         return np.where(different & ~nan, NAN_DISTANCE, 0).astype(np.int64)
-    return _float_distances(a, b)
+    return ulp_distance(a, b)
 
 
 def _within_normwise(a: np.ndarray, b: np.ndarray, ulps: int) -> np.ndarray:
@@ -261,12 +286,18 @@ def mismatches(
     ulps: int,
     bounds: ErrorBounds | None = None,
 ) -> Mismatches:
-    """Where ``kernel`` differs from ``reference`` by more than ``ulps`` (and ``bounds``)."""
+    """Where ``kernel`` differs from ``reference`` by more than ``ulps`` (and ``bounds``).
+
+    With ``ulps`` 0 the comparison is bitwise: zeros of opposite sign differ
+    too (at a distance of 0 ulps).
+    """
     _check_same_form(kernel, reference)
     a = np.ascontiguousarray(kernel).reshape(-1)
     b = np.ascontiguousarray(reference).reshape(-1)
     distance = _distances(a, b)
     bad = np.asarray(distance > ulps, np.bool_)
+    if ulps == 0:
+        bad |= _zero_signs_differ(a, b)
     if ulps > 0 and bad.any():
         bad &= ~_within_normwise(a, b, ulps)
     if bounds is not None and bad.any():

@@ -1,17 +1,18 @@
 """A backend whose device records what it is asked to run.
 
-Its compiler is named by a string and lives in a separate module, imported
-only when asked for: that is how a real backend keeps MLIR off machines that
-only run artefacts.
+Its stages are named by strings and live in a separate module, imported only
+when something compiles: that is how a real backend keeps MLIR off machines
+that only run artefacts.
 """
 
-from heron.runtime.core.hookspecs import BackendSpec, hookimpl
+from heron.runtime.core.hookspecs import BackendSpec, Stage, hookimpl
 
 
 class ExampleDevice:
     name = "example"
 
-    def __init__(self):
+    def __init__(self, target=None):
+        self.target = target
         self.launched = []
 
     def launch(self, artefact):
@@ -29,5 +30,8 @@ def heron_backend_specs():
         priority=0,
         is_available=is_available,
         device_factory=ExampleDevice,
-        compiler="heron_example_plugin.compiler:compile_module",
+        stages=(
+            Stage("listing", "heron_example_plugin.compiler:listing", extension="txt"),
+            Stage("image", "heron_example_plugin.compiler:image"),
+        ),
     )

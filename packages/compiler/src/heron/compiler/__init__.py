@@ -1,49 +1,49 @@
-"""heron.compiler: the compile driver, from an HLO module to device code per fusion.
+"""heron.compiler: the Target, and compiling a fusion for it through a backend.
 
-The steps for every fusion of the entry computation (``fusions_of``):
+- :mod:`~heron.compiler.target`: :class:`Target`, the frozen description of
+  a GPU (presets, ``Target.resolve`` for ``--target/--arch``, a real device);
+- :mod:`~heron.compiler.driver`: :func:`compile_fusion`, the one compile
+  driver: emission for the Target, heron's passes, then the backend's declared
+  stages (``heron.runtime.core.hookspecs``), timed, dumped and checked in order,
+  to a :class:`CompiledKernel` holding the KernelImage a device loads;
+- :mod:`~heron.compiler.device_kernels`: running a compiled kernel on a device;
+- :mod:`~heron.compiler.sequential`: a module's entry computation, fusion by
+  fusion, on a device (``heron run``);
+- :mod:`~heron.compiler.fusions`: which fusions of a module are compiled;
+- :mod:`~heron.compiler.dumps`: every stage of a fusion written to a directory.
 
-1. ``emit``: hero selection and emission (``heron.emitters.selection``), the
-   ``emitted`` stage of docs/pipeline.md;
-2. ``lower``: heron's passes (``heron.emitters.pipeline.heron_passes``), up to
-   ``lower-tensors`` or the pass named by ``stop_after``;
-3. a backend: NVVM to PTX (and a cubin when ptxas is found) or ROCDL to an
-   HSACO (``heron.runtime.cuda.compiler`` / ``heron.runtime.rocm.compiler``).
-
-``compile_module`` runs all three, records how long each stage took per
-fusion, and can dump every stage to a directory as
-``<fusion>.<NN>.<stage>.mlir`` / ``.ll`` / ``.ptx`` / ``.s``.
+Importing this package does not import MLIR; compiling does.
 """
 
+from heron.compiler.device_kernels import DeviceRun, run_on_device, target_for_device
 from heron.compiler.driver import (
-    DEFAULT_ARCH,
-    TARGETS,
-    BackendResult,
-    CompiledFusion,
-    compile_backend,
-    compile_kernel,
-    compile_module,
-    emit,
-    lower,
+    Artefact,
+    CompiledKernel,
+    StageRecord,
+    compile_emitted,
+    compile_fusion,
+    stage_names,
 )
 from heron.compiler.dumps import DumpWriter, stage_file_name
-from heron.compiler.fusions import find_fusion, fusions_of
+from heron.compiler.fusions import find_fusion, fusions_of, selected_fusions
 from heron.compiler.target import Target, default_target, presets
 
 __all__ = [
-    "DEFAULT_ARCH",
-    "TARGETS",
-    "BackendResult",
-    "CompiledFusion",
+    "Artefact",
+    "CompiledKernel",
+    "DeviceRun",
     "DumpWriter",
-    "compile_backend",
-    "compile_kernel",
-    "compile_module",
-    "emit",
+    "StageRecord",
+    "Target",
+    "compile_emitted",
+    "compile_fusion",
+    "default_target",
     "find_fusion",
     "fusions_of",
-    "lower",
-    "stage_file_name",
-    "Target",
-    "default_target",
     "presets",
+    "run_on_device",
+    "selected_fusions",
+    "stage_file_name",
+    "stage_names",
+    "target_for_device",
 ]

@@ -1,58 +1,33 @@
-"""A fusion compiled for a backend's device, and one run of it there.
+"""Running a compiled kernel on a device, and the Target a device's kernels are compiled for.
 
 This is what the correctness harness (``heron check``) and the sequential
-executor (``heron run``) share: :func:`compile_for_backend` takes a fusion
-through heron (emit, heron's passes, the backend's compiler) to a
-:class:`~heron.runtime.core.device.KernelImage`; :func:`run_on_device`
+executor (``heron run``) share once :func:`heron.compiler.compile_fusion` has
+made a :class:`~heron.compiler.driver.CompiledKernel`: :func:`run_on_device`
 uploads logical numpy inputs in the memory representation
 (:mod:`heron.hlo.memory_layout`), launches, and brings the outputs back as
 logical arrays. On the interpreter device the run also says how often each
 buffer's bytes were read and written (:class:`DeviceRun`).
+:func:`target_for_device` answers "which Target?" when a caller names none.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
 
-from heron.compiler.driver import emit_one, lower
+from heron.compiler.target import BACKENDS, Target, default_target
 from heron.hlo.errors import UnsupportedError
-from heron.hlo.ir import Instruction
 from heron.hlo.memory_layout import from_memory, memory_bytes, to_memory
 from heron.hlo.shapes import ArrayShape
-from heron.indexing.thread_maps import LaunchDimensions
 
-__all__ = ["DeviceKernel", "DeviceRun", "compile_for_backend", "run_on_device"]
+if TYPE_CHECKING:
+    from heron.compiler.driver import CompiledKernel
 
-#: The heron pipeline's target for each backend (the interpreter behaves like an NVIDIA GPU).
-PIPELINE_TARGET = {"interpreter": "cuda", "cuda": "cuda", "rocm": "rocm"}
-
-
-@attrs.frozen
-class DeviceKernel:
-    """One fusion's kernel for one backend, with what is needed to launch it."""
-
-    fusion_name: str
-    emitter: str
-    backend: str
-    image: object  # heron.runtime.core.device.KernelImage
-    launch: LaunchDimensions
-    input_shapes: tuple[ArrayShape, ...]
-    output_shapes: tuple[ArrayShape, ...]
-    compile_seconds: float
-    #: Output index -> input index of an in-place output (see ``EmittedKernel.output_aliases``).
-    output_aliases: dict[int, int] = attrs.field(factory=dict, hash=False)
-
-    @property
-    def grid(self) -> tuple[int, int, int]:
-        return (self.launch.block_x, self.launch.block_y, 1)
-
-    @property
-    def block(self) -> tuple[int, int, int]:
-        return (self.launch.thread_x, 1, 1)
+__all__ = ["DeviceRun", "run_on_device", "target_for_device"]
 
 
 @attrs.frozen
@@ -72,60 +47,32 @@ class DeviceRun:
     seconds: float
 
 
-#: The pipeline target whose warp the interpreter emulates, by warp size.
-INTERPRETER_TARGET_BY_WARP = {32: "cuda", 64: "rocm"}
+def target_for_device(device: object, backend: str, target: Target | None = None) -> Target:
+    """The Target kernels for ``device`` (of ``backend``) are compiled for.
 
-
-def compile_for_backend(
-    fusion: Instruction,
-    backend: str = "interpreter",
-    arch: str | None = None,
-    *,
-    warp_size: int | None = None,
-) -> DeviceKernel:
-    """Emit ``fusion``, run heron's passes and the backend's compiler (from its plugin).
-
-    ``warp_size`` (the interpreter only) lowers for the target with that warp:
-    a kernel lowered for 32-lane warps shuffles with width 32, which leaves
-    the upper half of a 64-lane wavefront out.
+    ``target`` when given, else: a GPU backend's default preset (``cuda``:
+    h100, ``rocm``: mi300x); for a device that emulates a GPU (the
+    interpreter), the default preset whose warps are as wide as the device's,
+    since a kernel lowered for 32-lane warps shuffles with width 32 and leaves
+    the upper half of a 64-lane wavefront out. A given ``target`` whose warps
+    differ from the device's is refused for the same reason.
     """
-    from heron.runtime.core.registry import load_backends
-
-    if backend not in PIPELINE_TARGET:
+    lanes = getattr(device, "warp_size", None)
+    if target is None:
+        if backend in BACKENDS:
+            return default_target(backend)
+        matching = [default_target(b) for b in BACKENDS if default_target(b).warp_size == lanes]
+        target = matching[0] if matching else Target.resolve(None, None)
+    if lanes is not None and lanes != target.warp_size:
         raise UnsupportedError(
-            f"unknown backend {backend!r} (expected one of {', '.join(PIPELINE_TARGET)})"
+            f"the {backend} device runs warps of {lanes} lanes, but target {target.name!r}"
+            f" has warps of {target.warp_size}"
         )
-    start = time.perf_counter()
-    target = PIPELINE_TARGET[backend]
-    if backend == "interpreter" and warp_size is not None:
-        if warp_size not in INTERPRETER_TARGET_BY_WARP:
-            raise UnsupportedError(f"the interpreter has no target with {warp_size}-lane warps")
-        target = INTERPRETER_TARGET_BY_WARP[warp_size]
-    kernel = emit_one(fusion)
-    lowered = lower(kernel, target, stop_after="lower-tensors")
-    compiler = load_backends().load_compiler(backend)
-    extra = {"arch": arch} if arch is not None else {}
-    try:
-        image = compiler(lowered, kernel.name, **extra)
-    except (ValueError, RuntimeError) as exc:
-        raise UnsupportedError(
-            f"fusion '{kernel.fusion_name}': the {backend} compiler failed: {exc}"
-        ) from exc
-    return DeviceKernel(
-        fusion_name=kernel.fusion_name,
-        emitter=kernel.emitter,
-        backend=backend,
-        image=image,
-        launch=kernel.launch,
-        input_shapes=tuple(a.shape for a in kernel.arguments if not a.is_output),
-        output_shapes=tuple(a.shape for a in kernel.arguments if a.is_output),
-        compile_seconds=time.perf_counter() - start,
-        output_aliases=dict(kernel.output_aliases),
-    )
+    return target
 
 
 def run_on_device(
-    device, kernel: DeviceKernel, inputs: Sequence[np.ndarray], *, loaded=None
+    device, kernel: CompiledKernel, inputs: Sequence[np.ndarray], *, loaded=None
 ) -> DeviceRun:
     """Launch ``kernel`` on ``device`` with logical ``inputs``; the outputs and access counts.
 
@@ -142,6 +89,11 @@ def run_on_device(
             f" given {len(inputs)}"
         )
     if loaded is None:
+        if kernel.image is None:
+            raise UnsupportedError(
+                f"fusion '{kernel.fusion_name}' was compiled without an image to run"
+                f" (its last stage: {kernel.stages[-1].name})"
+            )
         loaded = device.load_kernel(kernel.image)
     in_buffers = [
         device.upload(to_memory(x, shape), f"input {k}")

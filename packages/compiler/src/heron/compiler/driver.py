@@ -1,341 +1,363 @@
-"""The compile driver: emit, heron passes, backend, with timings and dumps per fusion.
+"""The compile driver: one fusion, for one Target, through one backend, to a KernelImage.
 
-Each stage is a separate function so that callers can stop anywhere
-(``heron emit --after PASS``), reuse a lowered module for several
-architectures (the corpus test compiles each fusion for two of them), or time
-the stages one by one (``benchmarks/compile_time.py``). Timings are wall-clock
-seconds, recorded in pipeline order: ``emit``, one entry per heron pass,
-then the backend's ``backend-mlir`` (MLIR to LLVM IR), ``llvm-ptx`` or
-``llvm-object`` (llvmlite O3 and code generation) and ``ptxas`` or ``link``.
+:func:`compile_fusion` is the only way heron compiles a fusion; ``heron
+compile``, ``heron emit``, ``heron check``, ``heron run`` and the benchmarks
+all call it. It runs, in order:
 
-Dumps go through a ``dump(stage, text)`` callback (``DumpWriter`` writes files).
+1. ``emit``: hero selection and emission for the Target
+   (``heron.emitters.selection.emit_fusion``): the ``emitted`` stage;
+2. heron's passes (``heron.emitters.pipeline.heron_passes``) through
+   ``run_passes``, the one pass loop, with ``PipelineOptions`` built from the
+   Target, each pass timed, verified and dumped, up to ``lower-tensors``;
+3. the backend's stages, as its ``BackendSpec`` declares them (the contract is
+   in ``heron.runtime.core.hookspecs``): each timed, given the dump callback,
+   and checked: an artefact stage returns text, bytes or a KernelImage, and the
+   last stage that runs returns the KernelImage a device loads. A stage that
+   raises ``StageSkipped`` (ptxas is not installed) is reported as skipped,
+   with its reason, and the compile goes on.
+
+``stop_after`` names the last stage to run: ``emitted``, a heron pass, or one of
+the backend's stages. The backend is the Target's own (``cuda``, ``rocm``)
+unless another is named: the interpreter compiles for the Target it emulates.
+
+Registries are loaded once per process (``default_registry`` for emitters,
+``default_backends`` for backends); tests pass their own.
+
+MLIR is imported when a compile starts, not when this module is: the CLI
+imports ``heron.compiler`` for the Target alone (``heron targets``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from heron.compiler.dumps import DumpWriter
-from heron.compiler.fusions import selected_fusions
-from heron.emitters.emitter_base import EmittedKernel, KernelArgument
+from heron.compiler.target import Target
 from heron.hlo.errors import HloError, UnsupportedError
-from heron.hlo.ir import Instruction, Module
+from heron.hlo.plugin_loading import PluginError
+from heron.hlo.shapes import ArrayShape
 from heron.indexing.thread_maps import LaunchDimensions
+from heron.runtime.core.device import KernelImage
+from heron.runtime.core.hookspecs import BackendSpec, StageContext, StageSkipped
+from heron.runtime.core.registry import BackendRegistry, default_backends
+
+if TYPE_CHECKING:
+    from heron.emitters.emitter_base import EmittedKernel, KernelArgument
+    from heron.emitters.pipeline import Pass
+    from heron.emitters.registry import EmitterRegistry
+    from heron.hlo.ir import Instruction
 
 __all__ = [
-    "DEFAULT_ARCH",
-    "TARGETS",
-    "BackendResult",
-    "CompiledFusion",
-    "compile_backend",
-    "compile_kernel",
-    "compile_module",
-    "emit",
-    "lower",
+    "Artefact",
+    "CompiledKernel",
+    "Dump",
+    "StageRecord",
+    "compile_emitted",
+    "compile_fusion",
+    "stage_names",
 ]
 
+#: Receives (stage name, text) for every stage and step that makes text.
 Dump = Callable[[str, str], None]
-Timings = dict[str, float]
 
-TARGETS = ("cuda", "rocm")
-DEFAULT_ARCH = {"cuda": "sm_90", "rocm": "gfx942"}
-
-
-@attrs.frozen
-class BackendResult:
-    """What a backend made of one lowered module: PTX (+ cubin) or an HSACO."""
-
-    target: str
-    arch: str
-    kernel_names: tuple[str, ...]
-    ptx: str | None = None
-    cubin: bytes | None = None
-    hsaco: bytes | None = None
+#: The stage name of emission's timing (its module is dumped as ``emitted``).
+EMIT = "emit"
 
 
 @attrs.frozen
-class CompiledFusion:
-    """One fusion compiled for one target: device code, ABI, launch, and stage timings."""
+class StageRecord:
+    """How one stage went: its wall-clock seconds, or why it was skipped."""
+
+    name: str
+    seconds: float
+    #: The stage's reason when it did not run (``StageSkipped``), else None.
+    skipped: str | None = None
+
+
+@attrs.frozen
+class Artefact:
+    """What an artefact stage made, as the bytes of the file ``heron compile`` writes."""
+
+    stage: str
+    extension: str
+    data: bytes = attrs.field(repr=lambda d: f"<{len(d)} bytes>")
+    #: A KernelImage: code a device loads (PTX, cubin, HSACO), not an intermediate.
+    loadable: bool = False
+
+
+@attrs.frozen(eq=False)
+class CompiledKernel:
+    """One fusion compiled for one Target by one backend, and what launching it needs.
+
+    ``module`` is the MLIR module after the last heron stage that ran (the
+    ``lower-tensors`` stage after a full compile). ``image`` is the last
+    KernelImage a backend stage made (None when the compile stopped before
+    one). ``stages`` lists emission, every heron pass and every backend stage
+    that was reached, in order.
+    """
 
     fusion_name: str
     kernel_name: str
     emitter: str
-    target: str
-    arch: str
+    target: Target
+    backend: str
     launch: LaunchDimensions
     arguments: tuple[KernelArgument, ...]
-    backend: BackendResult
-    timings: tuple[tuple[str, float], ...]
+    module: Any = attrs.field(repr=False)
+    image: KernelImage | None
+    artefacts: tuple[Artefact, ...]
+    stages: tuple[StageRecord, ...]
+    #: Output index -> input index of an in-place output (``EmittedKernel.output_aliases``).
+    output_aliases: Mapping[int, int] = attrs.field(factory=dict)
+    #: The emitter's promise that each output element is written once
+    #: (``EmittedKernel.writes_each_element_once``).
+    writes_each_element_once: bool = True
 
     @property
-    def ptx(self) -> str | None:
-        return self.backend.ptx
+    def grid(self) -> tuple[int, int, int]:
+        return (self.launch.block_x, self.launch.block_y, 1)
 
     @property
-    def cubin(self) -> bytes | None:
-        return self.backend.cubin
+    def block(self) -> tuple[int, int, int]:
+        return (self.launch.thread_x, 1, 1)
 
     @property
-    def hsaco(self) -> bytes | None:
-        return self.backend.hsaco
+    def input_shapes(self) -> tuple[ArrayShape, ...]:
+        return tuple(a.shape for a in self.arguments if not a.is_output)
 
     @property
-    def total_seconds(self) -> float:
-        return sum(seconds for _, seconds in self.timings)
+    def output_shapes(self) -> tuple[ArrayShape, ...]:
+        return tuple(a.shape for a in self.arguments if a.is_output)
 
-    def artifacts(self) -> list[tuple[str, bytes]]:
-        """``(extension, bytes)`` of every device-code file: ptx and cubin, or hsaco."""
-        found: list[tuple[str, bytes]] = []
-        if self.backend.ptx is not None:
-            found.append(("ptx", self.backend.ptx.encode()))
-        if self.backend.cubin is not None:
-            found.append(("cubin", self.backend.cubin))
-        if self.backend.hsaco is not None:
-            found.append(("hsaco", self.backend.hsaco))
-        return found
+    @property
+    def seconds(self) -> float:
+        """The whole compile: emission, passes and backend stages."""
+        return sum(record.seconds for record in self.stages)
 
+    @property
+    def timings(self) -> tuple[tuple[str, float], ...]:
+        """``(stage, seconds)`` of every stage that ran, in order."""
+        return tuple((r.name, r.seconds) for r in self.stages if r.skipped is None)
 
-def _check_target(target: str) -> None:
-    if target not in TARGETS:
-        raise UnsupportedError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
+    @property
+    def skipped(self) -> tuple[StageRecord, ...]:
+        return tuple(record for record in self.stages if record.skipped is not None)
 
-
-def emit(module: Module, fusion_name: str | None = None) -> list[EmittedKernel]:
-    """Emit the fusion ``fusion_name`` (default: every fusion of the entry computation)."""
-    return [emit_one(fusion) for fusion in selected_fusions(module, fusion_name)]
+    def device_code(self) -> tuple[Artefact, ...]:
+        """The artefacts a device loads (``.ptx`` and ``.cubin``, or ``.hsaco``), in order."""
+        return tuple(artefact for artefact in self.artefacts if artefact.loadable)
 
 
-def emit_one(fusion: Instruction) -> EmittedKernel:
-    """Select the hero emitter for ``fusion`` and emit it."""
+@attrs.frozen
+class _Plan:
+    """What a compile will run, checked before any work: the backend and the stop."""
+
+    backends: BackendRegistry
+    backend: BackendSpec
+    passes: tuple[Pass, ...]
+    stop_after: str | None
+
+    @property
+    def stops_in_heron(self) -> bool:
+        return self.stop_after is not None and self.stop_after in _heron_stage_names(self.passes)
+
+
+def _heron_stage_names(passes: tuple[Pass, ...]) -> list[str]:
+    return ["emitted", *(p.name for p in passes)]
+
+
+def _plan(
+    target: Target, backend: str | None, stop_after: str | None, backends: BackendRegistry | None
+) -> _Plan:
+    from heron.emitters.pipeline import heron_passes
+
+    if not isinstance(target, Target):
+        raise TypeError(f"target must be a heron.compiler.Target, got {type(target).__name__}")
+    registry = backends if backends is not None else default_backends()
+    spec = registry.get(backend or target.backend)
+    passes = tuple(heron_passes())
+    heron_names = _heron_stage_names(passes)
+    backend_stages = [stage.name for stage in spec.stages]
+    if stop_after is not None and stop_after not in (*heron_names, *backend_stages):
+        backend_part = (
+            f"; then the {spec.name} backend's stages: {', '.join(backend_stages)}"
+            if backend_stages
+            else ""
+        )
+        raise UnsupportedError(
+            f"unknown pass {stop_after!r}; the passes are: {', '.join(heron_names)}{backend_part}"
+        )
+    return _Plan(registry, spec, passes, stop_after)
+
+
+def stage_names(backend: str, *, backends: BackendRegistry | None = None) -> list[str]:
+    """Every stage a compile through ``backend`` goes through, in order (``stop_after`` values)."""
+    from heron.emitters.pipeline import heron_passes
+
+    registry = backends if backends is not None else default_backends()
+    spec = registry.get(backend)
+    return [*_heron_stage_names(tuple(heron_passes())), *(stage.name for stage in spec.stages)]
+
+
+def compile_fusion(
+    fusion: Instruction,
+    target: Target,
+    backend: str | None = None,
+    *,
+    dump: Dump | None = None,
+    stop_after: str | None = None,
+    emitters: EmitterRegistry | None = None,
+    backends: BackendRegistry | None = None,
+) -> CompiledKernel:
+    """Compile ``fusion`` for ``target`` through ``backend`` (default: the Target's own).
+
+    See the module docstring for the steps. ``dump(stage, text)`` hears every
+    stage's text; ``stop_after`` names the last stage; ``emitters`` and
+    ``backends`` replace the installed registries. Errors about the fusion
+    (what no emitter or backend can compile) are ``UnsupportedError`` naming
+    the fusion and the stage; a broken plugin is a ``PluginError``.
+    """
     from heron.emitters.selection import emit_fusion
 
-    return emit_fusion(fusion)
+    plan = _plan(target, backend, stop_after, backends)
+    start = time.perf_counter()
+    kernel = emit_fusion(fusion, target, registry=emitters)
+    emitted = StageRecord(EMIT, time.perf_counter() - start)
+    return _compile(kernel, target, plan, dump, [emitted])
 
 
-def _passes():
-    try:
-        from heron.emitters.pipeline import heron_passes
-
-        return heron_passes()
-    except ImportError as exc:
-        raise UnsupportedError(
-            f"heron's pass pipeline is incomplete in this installation: {exc}"
-        ) from exc
-
-
-def pass_names() -> list[str]:
-    """``emitted`` and every heron pass, in order (the names ``stop_after`` accepts)."""
-    return ["emitted", *(p.name for p in _passes())]
-
-
-def lower(
+def compile_emitted(
     kernel: EmittedKernel,
-    target: str = "cuda",
-    stop_after: str | None = None,
+    target: Target,
+    backend: str | None = None,
+    *,
     dump: Dump | None = None,
-    timings: Timings | None = None,
-):
-    """Run heron's passes on ``kernel.module`` in place (and return it).
+    stop_after: str | None = None,
+    backends: BackendRegistry | None = None,
+) -> CompiledKernel:
+    """:func:`compile_fusion` from an already emitted kernel (emitted for ``target``).
 
-    ``stop_after`` names the last stage (``emitted`` runs none); ``dump``
-    receives ``emitted`` and the module after each pass; ``timings`` gets
-    one entry per pass run.
+    For tests and tools that build the kernel themselves (a forced emitter);
+    the kernel's module is changed in place by heron's passes.
     """
-    from mlir import ir
+    return _compile(kernel, target, _plan(target, backend, stop_after, backends), dump, [])
 
+
+def _compile(
+    kernel: EmittedKernel,
+    target: Target,
+    plan: _Plan,
+    dump: Dump | None,
+    records: list[StageRecord],
+) -> CompiledKernel:
     from heron.emitters.pipeline import PipelineOptions, run_passes
 
-    _check_target(target)
-    module = kernel.module
-    if stop_after == "emitted":
-        if dump is not None:
-            dump("emitted", str(module))
-        return module
-    passes = _passes()
-    names = [p.name for p in passes]
-    if stop_after is not None and stop_after not in names:
-        raise UnsupportedError(
-            f"unknown pass {stop_after!r}; the passes are: emitted, {', '.join(names)}"
-        )
-    options = PipelineOptions(target=target)
-    if dump is not None:
-        dump("emitted", str(module))
-    for step in passes:
-        start = time.perf_counter()
-        try:
-            run_passes(module, [step], options)
-        except HloError as exc:
-            raise UnsupportedError(f"fusion '{kernel.fusion_name}': {exc.message}") from exc
-        except (ir.MLIRError, ValueError, RuntimeError) as exc:
-            raise UnsupportedError(
-                f"fusion '{kernel.fusion_name}': pass {step.name!r} failed: {exc}"
-            ) from exc
-        if timings is not None:
-            timings[step.name] = time.perf_counter() - start
-        if dump is not None:
-            dump(step.name, str(module))
-        if step.name == stop_after:
-            break
-    return module
-
-
-def _backend_dump(dump: Dump | None) -> Dump | None:
-    """The backend's dump minus its ``input`` stage (the same text as ``lower-tensors``)."""
-    if dump is None:
-        return None
-
-    def forward(stage: str, text: str) -> None:
-        if stage != "input":
-            dump(stage, text)
-
-    return forward
-
-
-def compile_backend(
-    lowered,
-    target: str = "cuda",
-    arch: str | None = None,
-    *,
-    assemble: bool = True,
-    dump: Dump | None = None,
-    timings: Timings | None = None,
-    fusion_name: str = "?",
-) -> BackendResult:
-    """A ``lower-tensors``-stage module (or its text) -> PTX (+ cubin) or an HSACO.
-
-    With ``assemble`` a CUDA compile also runs ptxas to a cubin when ptxas is
-    installed (and skips it quietly when it is not).
-    """
-    _check_target(target)
-    arch = arch or DEFAULT_ARCH[target]
-    timings = timings if timings is not None else {}
-    backend_dump = _backend_dump(dump)
+    heron_stop = plan.stop_after if plan.stops_in_heron else None
     try:
-        if target == "cuda":
-            return _compile_cuda(lowered, arch, assemble, backend_dump, timings)
-        return _compile_rocm(lowered, arch, backend_dump, timings)
+        run_passes(
+            kernel.module,
+            plan.passes,
+            PipelineOptions.for_target(target),
+            dump=dump,
+            stop_after=heron_stop,
+            on_pass=lambda name, seconds: records.append(StageRecord(name, seconds)),
+        )
     except HloError as exc:
-        raise UnsupportedError(
-            f"fusion '{fusion_name}': {target} backend ({arch}): {exc.message}"
-        ) from exc
-    except ImportError as exc:
-        raise UnsupportedError(
-            f"the {target} backend is not installed ({exc}); install heron[{target}]"
-        ) from exc
-    except (RuntimeError, OSError, ValueError) as exc:
-        raise UnsupportedError(
-            f"fusion '{fusion_name}': {target} backend ({arch}) failed: {exc}"
-        ) from exc
-
-
-def _compile_cuda(lowered, arch, assemble, dump, timings) -> BackendResult:
-    from heron.runtime.cuda.compiler import (
-        ToolNotFoundError,
-        assemble_cubin,
-        find_ptxas,
-        llvm_ir_to_ptx,
-        lower_to_llvm_ir,
-        ptx_version_for,
-    )
-
-    ptx_version_for(arch)
-    start = time.perf_counter()
-    llvm_ir, kernels = lower_to_llvm_ir(lowered, dump=dump)
-    middle = time.perf_counter()
-    ptx = llvm_ir_to_ptx(llvm_ir, kernels, arch, dump=dump)
-    end = time.perf_counter()
-    timings["backend-mlir"] = middle - start
-    timings["llvm-ptx"] = end - middle
-    cubin = None
-    if assemble:
-        try:
-            find_ptxas()
-        except ToolNotFoundError:
-            pass
-        else:
-            cubin = assemble_cubin(ptx, arch)
-            timings["ptxas"] = time.perf_counter() - end
-    return BackendResult("cuda", arch, kernels, ptx=ptx, cubin=cubin)
-
-
-def _compile_rocm(lowered, arch, dump, timings) -> BackendResult:
-    from heron.runtime.rocm.compiler import (
-        EM_AMDGPU,
-        elf_machine,
-        llvm_ir_to_object,
-        lower_to_llvm_ir,
-    )
-    from heron.runtime.rocm.compiler_tools import link_hsaco
-
-    start = time.perf_counter()
-    llvm_ir, kernels = lower_to_llvm_ir(lowered, arch, dump=dump)
-    middle = time.perf_counter()
-    obj = llvm_ir_to_object(llvm_ir, kernels, arch, dump=dump)
-    end = time.perf_counter()
-    hsaco = link_hsaco(obj)
-    if elf_machine(hsaco) != EM_AMDGPU:
-        raise UnsupportedError(f"the linked code object is not an AMDGPU ELF ({arch})")
-    timings["backend-mlir"] = middle - start
-    timings["llvm-object"] = end - middle
-    timings["link"] = time.perf_counter() - end
-    return BackendResult("rocm", arch, kernels, hsaco=hsaco)
-
-
-def compile_kernel(
-    fusion: Instruction,
-    target: str = "cuda",
-    arch: str | None = None,
-    *,
-    dump: Dump | None = None,
-    assemble: bool = True,
-) -> CompiledFusion:
-    """One fusion through every stage (see the module docstring)."""
-    _check_target(target)
-    arch = arch or DEFAULT_ARCH[target]
-    timings: Timings = {}
-    start = time.perf_counter()
-    kernel = emit_one(fusion)
-    timings["emit"] = time.perf_counter() - start
-    lowered = lower(kernel, target, dump=dump, timings=timings)
-    backend = compile_backend(
-        lowered,
-        target,
-        arch,
-        assemble=assemble,
-        dump=dump,
-        timings=timings,
-        fusion_name=kernel.fusion_name,
-    )
-    return CompiledFusion(
+        raise UnsupportedError(f"fusion '{kernel.fusion_name}': {exc.message}") from exc
+    image, artefacts = None, []
+    if not plan.stops_in_heron:
+        image, artefacts = _run_backend(kernel, target, plan, dump, records)
+    return CompiledKernel(
         fusion_name=kernel.fusion_name,
         kernel_name=kernel.name,
         emitter=kernel.emitter,
         target=target,
-        arch=arch,
+        backend=plan.backend.name,
         launch=kernel.launch,
-        arguments=kernel.arguments,
-        backend=backend,
-        timings=tuple(timings.items()),
+        arguments=tuple(kernel.arguments),
+        module=kernel.module,
+        image=image,
+        artefacts=tuple(artefacts),
+        stages=tuple(records),
+        output_aliases=dict(kernel.output_aliases),
+        writes_each_element_once=kernel.writes_each_element_once,
     )
 
 
-def compile_module(
-    module: Module,
-    target: str = "cuda",
-    arch: str | None = None,
-    dump_dir: Path | str | None = None,
-    *,
-    fusion_name: str | None = None,
-    assemble: bool = True,
-) -> list[CompiledFusion]:
-    """Compile every fusion of ``module``'s entry computation (or the one named)."""
-    _check_target(target)
-    results = []
-    for fusion in selected_fusions(module, fusion_name):
-        dump = DumpWriter(dump_dir, fusion.name) if dump_dir is not None else None
-        results.append(compile_kernel(fusion, target, arch, dump=dump, assemble=assemble))
-    return results
+def _run_backend(
+    kernel: EmittedKernel,
+    target: Target,
+    plan: _Plan,
+    dump: Dump | None,
+    records: list[StageRecord],
+) -> tuple[KernelImage | None, list[Artefact]]:
+    """The backend's stages on the ``lower-tensors`` module: the image and the artefacts."""
+    name = plan.backend.name
+    stages = plan.backends.load_stages(name)
+    context = StageContext(target, kernel.name, kernel.fusion_name, dump)
+    value: Any = kernel.module
+    image: KernelImage | None = None
+    artefacts: list[Artefact] = []
+    last_ran = "lower-tensors"
+    for stage in stages:
+        start = time.perf_counter()
+        try:
+            output = stage.run(value, context)
+        except StageSkipped as skipped:
+            reason = str(skipped) or "skipped by the backend"
+            records.append(StageRecord(stage.name, time.perf_counter() - start, reason))
+            continue
+        except Exception as exc:
+            error = _stage_error(exc, kernel.fusion_name, name, stage.name, target)
+            if error is exc:
+                raise
+            raise error from exc
+        records.append(StageRecord(stage.name, time.perf_counter() - start))
+        last_ran = stage.name
+        if stage.stage.extension is not None:
+            artefacts.append(_artefact(plan, stage.name, stage.stage.extension, output))
+        if isinstance(output, KernelImage):
+            image = output
+        value = output
+        if stage.name == plan.stop_after:
+            return image, artefacts
+    if not isinstance(value, KernelImage):
+        raise PluginError(
+            f"{plan.backends.describe(name)}: its last stage that ran, '{last_ran}', returned a"
+            f" {type(value).__name__}, not a KernelImage"
+        )
+    return image, artefacts
+
+
+def _stage_error(
+    exc: Exception, fusion: str, backend: str, stage: str, target: Target
+) -> Exception:
+    """A stage's failure as one line naming the fusion, the backend, the stage and the arch.
+
+    Anything that is not a known kind of failure (a bug in a stage) is kept.
+    """
+    where = f"fusion '{fusion}': {backend} stage '{stage}' ({target.arch})"
+    if isinstance(exc, HloError):
+        return UnsupportedError(f"{where}: {exc.message}")
+    if isinstance(exc, ImportError):
+        return UnsupportedError(f"the {backend} backend cannot compile here: {exc}")
+    if isinstance(exc, RuntimeError | OSError | ValueError):
+        return UnsupportedError(f"{where} failed: {exc}")
+    return exc
+
+
+def _artefact(plan: _Plan, stage: str, extension: str, output: object) -> Artefact:
+    if isinstance(output, KernelImage):
+        return Artefact(stage, extension, output.data, loadable=True)
+    if isinstance(output, str):
+        return Artefact(stage, extension, output.encode())
+    if isinstance(output, bytes | bytearray):
+        return Artefact(stage, extension, bytes(output))
+    raise PluginError(
+        f"{plan.backends.describe(plan.backend.name)}: stage '{stage}' declares the artefact"
+        f" extension '{extension}' but returned a {type(output).__name__} (expected str, bytes"
+        " or a KernelImage)"
+    )

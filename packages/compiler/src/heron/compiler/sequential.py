@@ -2,8 +2,8 @@
 
 The simplest executor that gives a whole module's results from device kernels:
 no streams, no buffer reuse, no overlap. Each fusion instruction is compiled
-for the backend (:func:`heron.compiler.device_kernels.compile_for_backend`)
-and launched (:func:`~heron.compiler.device_kernels.run_on_device`) with its
+for the Target by the backend (:func:`heron.compiler.compile_fusion`) and
+launched (:func:`~heron.compiler.device_kernels.run_on_device`) with its
 operands' values; parameters, constants, tuples, get-tuple-element and bitcasts
 are evaluated on the host, where they cost nothing. Modules that are not fused
 yet are outlined first (:mod:`heron.hlo.passes.outline`, an HLO pass), so anything else in the
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
@@ -26,6 +26,10 @@ from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.outline import HOST_OPCODES, describe, outline_module
 from heron.hlo.shapes import ArrayShape, Shape
+
+if TYPE_CHECKING:
+    from heron.compiler.driver import CompiledKernel
+    from heron.compiler.target import Target
 
 __all__ = ["FusionRunError", "KernelRecord", "SequentialRun", "run_module"]
 
@@ -69,20 +73,26 @@ def run_module(
     device: Any,
     backend: str,
     *,
-    compile_fusion: Callable[..., Any] | None = None,
+    target: Target | None = None,
+    compiler: Callable[[Instruction, Target, str], CompiledKernel] | None = None,
     on_kernel: Callable[[KernelRecord], None] | None = None,
 ) -> SequentialRun:
     """Evaluate ``module``'s entry on ``device`` (a :class:`heron.runtime.core.device.Device`).
 
-    ``backend`` names the compiler (``interpreter``, ``cuda``, ``rocm``);
-    ``compile_fusion`` replaces :func:`compile_for_backend` (tests, caching);
-    ``on_kernel`` hears of each kernel as soon as it has run (progress output).
+    ``backend`` names the backend whose stages compile the kernels
+    (``interpreter``, ``cuda``, ``rocm``); ``target`` the device they are
+    compiled for (default: :func:`~heron.compiler.device_kernels.target_for_device`);
+    ``compiler(fusion, target, backend)`` replaces :func:`compile_fusion`
+    (tests, caching); ``on_kernel`` hears of each kernel as soon as it has run
+    (progress output).
     """
-    from heron.compiler.device_kernels import compile_for_backend, run_on_device
+    from heron.compiler.device_kernels import run_on_device, target_for_device
+    from heron.compiler.driver import compile_fusion
     from heron.emitters.elemental.core import supported_opcodes
     from heron.runtime.core.device import DeviceError
 
-    compile_fusion = compile_fusion or compile_for_backend
+    compiler = compiler or compile_fusion
+    target = target_for_device(device, backend, target)
     start = time.perf_counter()
     outlined = outline_module(module, supported_opcodes())
     entry = outlined.entry
@@ -97,7 +107,7 @@ def run_module(
     for inst in entry.post_order():
         operands = [values[id(operand)] for operand in inst.operands]
         if inst.opcode == "fusion":
-            kernel = compile_fusion(inst, backend)
+            kernel = compiler(inst, target, backend)
             inputs = [_array_operand(inst, k, value) for k, value in enumerate(operands)]
             try:
                 run = run_on_device(device, kernel, inputs)
@@ -110,7 +120,7 @@ def run_module(
                 emitter=kernel.emitter,
                 grid=tuple(kernel.grid),
                 block=tuple(kernel.block),
-                compile_seconds=kernel.compile_seconds,
+                compile_seconds=kernel.seconds,
                 run_seconds=run.seconds,
             )
             records.append(record)

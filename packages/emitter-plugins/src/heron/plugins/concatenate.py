@@ -31,6 +31,7 @@ from mlir.dialects import tensor
 from heron.emitters import mlir_types
 from heron.emitters.dialect import apply_indexing_op, loop_op
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter, fusion_output_shapes
+from heron.emitters.fusion_analysis import FusionAnalysis, claims_kind
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
@@ -50,15 +51,7 @@ from heron.plugins.iteration import (
     loop_iteration,
 )
 
-__all__ = ["ConcatenateEmitter", "find_concatenate_hero", "heron_emitter_specs"]
-
-
-def find_concatenate_hero(root: Instruction) -> Instruction | None:
-    """The concatenate ``root`` is computed from (hero selection's ``find_hero``), if any."""
-    from heron.emitters.fusion_analysis import find_hero
-
-    hero = find_hero(root)
-    return hero if hero.opcode == "concatenate" else None
+__all__ = ["ConcatenateEmitter", "heron_emitter_specs"]
 
 
 def _axis(concat: Instruction) -> int:
@@ -102,14 +95,15 @@ class ConcatenateEmitter(FusionEmitter):
 
     name = "concatenate"
 
-    def __init__(self, fusion: Instruction) -> None:
-        super().__init__(fusion)
-        self.writes: list[Write] = fusion_writes(self.computation)
+    def __init__(self, analysis: FusionAnalysis) -> None:
+        super().__init__(analysis)
+        fusion = self.fusion
+        self.writes: list[Write] = fusion_writes(analysis)
         self.root_heroes: dict[int, Instruction] = {}
         heroes: list[Instruction] = []
         for write in self.writes:
-            hero = find_concatenate_hero(write.root)
-            if hero is None:
+            hero = analysis.hero_of(write.root)
+            if hero.opcode != "concatenate":
                 raise UnsupportedError(
                     f"fusion '{fusion.name}': root {write.root.opcode} '{write.root.name}' is not"
                     " computed from exactly one concatenate",
@@ -138,7 +132,7 @@ class ConcatenateEmitter(FusionEmitter):
         vector_divisor = math.gcd(*self.pieces)
         try:
             self.iteration: Iteration = loop_iteration(
-                self.largest, self.computation, vector_divisor=vector_divisor
+                self.largest, self.computation, self.target, vector_divisor=vector_divisor
             )
         except Exception as exc:
             raise UnsupportedError(f"fusion '{fusion.name}': {exc}", fusion.location) from exc
@@ -275,20 +269,13 @@ class ConcatenateEmitter(FusionEmitter):
         return entry.call_subgraph(sub, indices, injected)
 
 
-def _claims(fusion: object) -> bool:
-    """Fusions whose hero, as XLA chooses it, is a concatenate."""
-    from heron.emitters.fusion_analysis import is_kind
-
-    return is_kind(fusion, "concatenate")
-
-
 @hookimpl
 def heron_emitter_specs() -> list[EmitterSpec]:
     return [
         EmitterSpec(
             name="concatenate",
             priority=10,
-            claims=_claims,
+            claims=claims_kind("concatenate"),
             factory=ConcatenateEmitter,
             description="one loop per concatenate operand over the largest operand",
         )

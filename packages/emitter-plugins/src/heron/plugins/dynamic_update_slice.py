@@ -23,6 +23,7 @@ from mlir.dialects import tensor
 from heron.emitters import mlir_types
 from heron.emitters.dialect import apply_indexing_op, loop_op
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter, fusion_output_shapes
+from heron.emitters.fusion_analysis import FusionAnalysis, claims_kind, dynamic_update_slice_of
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
@@ -46,26 +47,19 @@ __all__ = ["DynamicUpdateSliceEmitter", "heron_emitter_specs"]
 OPERAND, UPDATE, FIRST_INDEX = 0, 1, 2
 
 
-def find_dus(root: Instruction) -> Instruction | None:
-    """The dynamic-update-slice ``root`` is, or is a chain of bitcasts of; else None."""
-    inst = root
-    while inst.opcode == "bitcast":
-        inst = inst.operands[0]
-    return inst if inst.opcode == "dynamic-update-slice" else None
-
-
 class DynamicUpdateSliceEmitter(FusionEmitter):
     """One loop over the update; every root's window written in place."""
 
     name = "dynamic_update_slice"
 
-    def __init__(self, fusion: Instruction) -> None:
-        super().__init__(fusion)
-        self.writes: list[Write] = fusion_writes(self.computation)
+    def __init__(self, analysis: FusionAnalysis) -> None:
+        super().__init__(analysis)
+        fusion = self.fusion
+        self.writes: list[Write] = fusion_writes(analysis)
         outputs = fusion_output_shapes(fusion)
         self.dus: dict[int, Instruction] = {}
         for write in self.writes:
-            dus = find_dus(write.root)
+            dus = dynamic_update_slice_of(write.root)
             if dus is None or len(write.positions) != 1:
                 raise UnsupportedError(
                     f"fusion '{fusion.name}': root {write.root.opcode} '{write.root.name}' is"
@@ -87,7 +81,7 @@ class DynamicUpdateSliceEmitter(FusionEmitter):
                 fusion.location,
             )
         try:
-            self.iteration: Iteration = loop_iteration(self.update, self.computation)
+            self.iteration: Iteration = loop_iteration(self.update, self.computation, self.target)
         except Exception as exc:
             raise UnsupportedError(f"fusion '{fusion.name}': {exc}", fusion.location) from exc
 
@@ -223,20 +217,13 @@ def _constant_start(operand: Instruction) -> int | None:
     return int(flat[0]) if flat.size == 1 else None
 
 
-def _claims(fusion: object) -> bool:
-    """Fusions that XLA emits as an in-place dynamic-update-slice."""
-    from heron.emitters.fusion_analysis import is_kind
-
-    return is_kind(fusion, "dynamic_update_slice")
-
-
 @hookimpl
 def heron_emitter_specs() -> list[EmitterSpec]:
     return [
         EmitterSpec(
             name="dynamic_update_slice",
             priority=10,
-            claims=_claims,
+            claims=claims_kind("dynamic_update_slice"),
             factory=DynamicUpdateSliceEmitter,
             description="in-place dynamic-update-slice: a loop over the update",
         )

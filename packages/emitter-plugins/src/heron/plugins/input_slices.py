@@ -23,6 +23,7 @@ from mlir.dialects import arith, tensor
 from heron.emitters import mlir_types
 from heron.emitters.dialect import apply_indexing_op, loop_op, predicated_insert_op
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter, fusion_output_shapes
+from heron.emitters.fusion_analysis import FusionAnalysis, claims_kind
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.hlo.attributes import SliceRange
 from heron.hlo.errors import UnsupportedError
@@ -41,9 +42,10 @@ class InputSlicesEmitter(FusionEmitter):
 
     name = "input_slices"
 
-    def __init__(self, fusion: Instruction) -> None:
-        super().__init__(fusion)
-        self.writes: list[Write] = fusion_writes(self.computation)
+    def __init__(self, analysis: FusionAnalysis) -> None:
+        super().__init__(analysis)
+        fusion = self.fusion
+        self.writes: list[Write] = fusion_writes(analysis)
         for write in self.writes:
             if write.root.opcode != "slice":
                 raise UnsupportedError(
@@ -63,10 +65,12 @@ class InputSlicesEmitter(FusionEmitter):
                 )
         narrowest = min(shape.element_type.bit_width for shape in fusion_output_shapes(fusion))
         per_byte = math.ceil(8 / narrowest) if narrowest < 8 else 1
-        minor = self.input.dims[self.input.minor_to_major[0]] if self.input.dims else 1
+        minor = self.input.dims[self.input.major_to_minor[-1]] if self.input.dims else 1
         vector = per_byte if minor % per_byte == 0 else 1
         try:
-            self.iteration: Iteration = iterate(self.input, self.computation, vector_size=vector)
+            self.iteration: Iteration = iterate(
+                self.input, self.computation, self.target, vector_size=vector
+            )
         except Exception as exc:
             raise UnsupportedError(f"fusion '{fusion.name}': {exc}", fusion.location) from exc
 
@@ -156,20 +160,13 @@ def _compare(predicate: str, value: ir.Value, bound: int) -> ir.Value:
     return arith.cmpi(kind, value, index_constant(bound))
 
 
-def _claims(fusion: object) -> bool:
-    """Fusions whose roots XLA emits as input slices."""
-    from heron.emitters.fusion_analysis import is_kind
-
-    return is_kind(fusion, "input_slices")
-
-
 @hookimpl
 def heron_emitter_specs() -> list[EmitterSpec]:
     return [
         EmitterSpec(
             name="input_slices",
             priority=10,
-            claims=_claims,
+            claims=claims_kind("input_slices"),
             factory=InputSlicesEmitter,
             description="slice roots of one input, written in one loop over the input",
         )

@@ -19,6 +19,8 @@ from mlir.dialects import arith
 
 from heron.emitters.dialect.irdl_source import MAX_ITER_ARGS
 from heron.emitters.emitter_base import EntryFunction
+from heron.emitters.fusion_analysis import FusionAnalysis
+from heron.emitters.target import EmitterTarget
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.shapes import ArrayShape
@@ -60,6 +62,7 @@ class Iteration:
 def loop_iteration(
     shape: ArrayShape,
     computation: Computation,
+    target: EmitterTarget,
     *,
     vector_divisor: int | None = None,
     vector_size: int | None = None,
@@ -69,7 +72,8 @@ def loop_iteration(
     The vector size is the loop emitter's choice for ``shape`` (limited by the
     fusion's widest type and vectorisation blockers), reduced to a divisor of
     ``vector_divisor`` when given (a concatenate's vectors must not straddle
-    two operands), or exactly ``vector_size`` when given.
+    two operands), or exactly ``vector_size`` when given. Blocks have the loop
+    emitter's 128 threads, fewer on a target that allows fewer.
     """
     if shape.num_elements == 0:
         raise UnsupportedError(f"cannot launch a loop over the empty shape {shape}")
@@ -84,7 +88,8 @@ def loop_iteration(
         if vector_divisor is not None:
             vector_size = math.gcd(vector_size, vector_divisor)
     work_items = math.ceil(shape.num_elements / vector_size)
-    threads = max(1, min(DEFAULT_THREADS_PER_BLOCK, work_items))
+    per_block = min(DEFAULT_THREADS_PER_BLOCK, target.threads_per_block_limit)
+    threads = max(1, min(per_block, work_items))
     blocks = math.ceil(work_items / threads)
     block_y = math.ceil(blocks / MAX_BLOCKS_X)
     launch = LaunchDimensions(
@@ -179,17 +184,12 @@ class Write:
     positions: tuple[int, ...]
 
 
-def fusion_writes(computation: Computation) -> list[Write]:
-    """The root tuple's operands (or the single root) with their output positions, in order."""
-    root = computation.root_instruction
-    operands = root.operands if root.opcode == "tuple" else [root]
-    writes: list[Write] = []
-    position = 0
-    for operand in operands:
-        count = len(leaf_shapes(operand.shape))
-        writes.append(Write(operand, tuple(range(position, position + count))))
-        position += count
-    return writes
+def fusion_writes(analysis: FusionAnalysis) -> list[Write]:
+    """The fusion's roots with the output positions they fill, in order (from the analysis)."""
+    return [
+        Write(root, positions)
+        for root, positions in zip(analysis.roots, analysis.output_positions, strict=True)
+    ]
 
 
 def chunks(writes: Sequence[Write], entry: EntryFunction) -> list[list[Write]]:

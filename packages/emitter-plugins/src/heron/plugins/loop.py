@@ -29,6 +29,7 @@ from heron.emitters import mlir_types
 from heron.emitters.dialect import apply_indexing_op, loop_op
 from heron.emitters.dialect.irdl_source import MAX_ITER_ARGS
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter, fusion_output_shapes
+from heron.emitters.fusion_analysis import FusionAnalysis
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
@@ -37,12 +38,12 @@ from heron.indexing import Dim, IndexingError, IndexingMap, Interval, Variable, 
 from heron.indexing.affine import AffineExpr, Constant
 from heron.indexing.hlo_indexing import reshape_exprs
 from heron.indexing.thread_maps import (
+    DEFAULT_THREADS_PER_BLOCK,
     LaunchDimensions,
     choose_loop_launch,
     fusion_vectorization_limits,
     loop_thread_to_output_map,
 )
-from heron.partitioner.subgraph import leaf_shapes
 
 __all__ = ["LoopEmitter", "heron_emitter_specs", "reindex_map"]
 
@@ -53,8 +54,8 @@ def reindex_map(source: ArrayShape, target: ArrayShape) -> IndexingMap:
     Both shapes have the same element count; the index is linearised in
     ``source``'s layout order and delinearised in ``target``'s.
     """
-    source_order = list(reversed(source.minor_to_major))  # major to minor
-    target_order = list(reversed(target.minor_to_major))
+    source_order = source.major_to_minor
+    target_order = target.major_to_minor
     physical = reshape_exprs(
         [Dim(d) for d in source_order],
         [source.dims[d] for d in source_order],
@@ -81,8 +82,9 @@ class LoopEmitter(FusionEmitter):
 
     name = "loop"
 
-    def __init__(self, fusion: Instruction) -> None:
-        super().__init__(fusion)
+    def __init__(self, analysis: FusionAnalysis) -> None:
+        super().__init__(analysis)
+        fusion = self.fusion
         outputs = fusion_output_shapes(fusion)
         if not outputs:
             raise UnsupportedError(
@@ -112,6 +114,9 @@ class LoopEmitter(FusionEmitter):
                 max_element_bits=widest,
                 smallest_output_bits=narrowest,
                 vectorize=may_vectorize,
+                threads_per_block=min(
+                    DEFAULT_THREADS_PER_BLOCK, self.target.threads_per_block_limit
+                ),
             )
         except IndexingError as exc:
             raise UnsupportedError(f"fusion '{fusion.name}': {exc}", fusion.location) from exc
@@ -131,15 +136,11 @@ class LoopEmitter(FusionEmitter):
 
     def _writes(self) -> list[tuple[Instruction, list[int]]]:
         """(root, output positions of its leaves) in output order."""
-        root = self.computation.root_instruction
-        operands = root.operands if root.opcode == "tuple" else [root]
-        writes: list[tuple[Instruction, list[int]]] = []
-        position = 0
-        for operand in operands:
-            count = len(leaf_shapes(operand.shape))
-            writes.append((operand, list(range(position, position + count))))
-            position += count
-        return writes
+        analysis = self.analysis
+        return [
+            (root, list(positions))
+            for root, positions in zip(analysis.roots, analysis.output_positions, strict=True)
+        ]
 
     def emit_entry(self, entry: EntryFunction) -> list[ir.Value]:
         outputs = entry.output_shapes
@@ -216,13 +217,13 @@ class LoopEmitter(FusionEmitter):
         return [chunk for chunk in chunks if chunk]
 
 
-def _claims(fusion: object) -> bool:
-    """Every fusion instruction: the loop emitter is the fallback for all of them.
+def _claims(analysis: object) -> bool:
+    """Every fusion's analysis, whatever its kind: the loop emitter is the fallback.
 
-    Only HLO fusion instructions (``opcode == "fusion"``) are claimed, so that an
-    object that is not a fusion still gets the registry's "no emitter" error.
+    Only analyses are claimed, so that anything else still gets the registry's
+    "no emitter" error.
     """
-    return getattr(fusion, "opcode", None) == "fusion"
+    return isinstance(analysis, FusionAnalysis)
 
 
 @hookimpl

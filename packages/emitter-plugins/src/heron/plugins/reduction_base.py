@@ -24,8 +24,13 @@ are needed and the outputs need no initialisation: XLA makes the same choice
 to the tree-reduction rewrite); here a very long row or column is instead
 walked by more iterations per thread.
 
-Warps are logical warps of 32 lanes (shuffle distances <= 16), correct on
-64-lane AMD wavefronts too (issue 6's "Warp size").
+The reduce heroes, their collapsed dimensions and the variant (with its
+parameters) come from the fusion's analysis
+(``heron.emitters.fusion_analysis.FusionAnalysis.reduction``); the variant
+built is the one the analysis chose, so no emitter here second-guesses it.
+
+Warps are logical warps of ``LOGICAL_WARP_SIZE`` lanes (see there), whatever
+the target's warp size.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ from heron.emitters.dialect import (
 )
 from heron.emitters.dialect.irdl_source import MAX_ITER_ARGS
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter, fusion_output_shapes
-from heron.emitters.fusion_analysis import ReductionDimensions, reduction_dimensions
+from heron.emitters.fusion_analysis import FusionAnalysis
+from heron.emitters.reductions import ReductionDescription, ReductionDimensions
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction
@@ -61,71 +67,32 @@ from heron.indexing.thread_maps import LaunchDimensions
 from heron.partitioner.subgraph import leaf_shapes
 
 __all__ = [
-    "WARP_SIZE",
+    "LOGICAL_WARP_SIZE",
     "Expr",
     "Group",
     "ReductionDimensions",
     "ReductionEmitterBase",
     "ThreadMap",
-    "VariantMismatch",
-    "collapse_reduction",
-    "find_reduce_hero",
     "vector_size_for",
 ]
 
-#: Logical warp size of the emitted code (the lowering passes the hardware width).
-WARP_SIZE = 32
+#: The warp the emitted reductions are written for: 32 lanes, shuffles of distance
+#: at most 16, shared-memory tiles of 32 partials. A design constant of these
+#: emitters, not the device's warp (``target.warp_size``, which hero selection
+#: reads as XLA does): a 32-lane logical warp is correct on NVIDIA's 32-lane warps
+#: and on AMD's 64-lane wavefronts alike (a wavefront holds two logical warps,
+#: and the lowering shuffles with the hardware width), so one kernel shape
+#: serves both vendors. Multi-row segments are the exception: their width is
+#: the analysis's (up to the target's warp), see ``reduction_row``.
+LOGICAL_WARP_SIZE = 32
 #: XLA's preferred block size for row reductions (threads per block target).
 THREADS_PER_BLOCK_TARGET = 256
-#: Most threads along a row (XLA's MinThreadsXRowReduction for current GPUs).
+#: Most threads the row emitter puts along one row (a design choice of this
+#: emitter; hero selection's race-free bound uses XLA's MinThreadsXRowReduction,
+#: 1024, and a longer row is walked with more iterations per thread).
 MAX_ROW_THREADS = 512
 
 Expr = AffineExpr
-
-
-class VariantMismatch(UnsupportedError):
-    """The fusion's reduction does not have the shape this variant needs (see reduction.py)."""
-
-
-def _physical_dims(shape: ArrayShape) -> list[int]:
-    """The shape's dimension numbers, major to minor."""
-    return list(reversed(shape.minor_to_major))
-
-
-def collapse_reduction(reduce: Instruction) -> ReductionDimensions:
-    """The reduce's operand collapsed to [major, middle, minor] (hero selection's rule).
-
-    The emitters need the reduced and kept dimensions to form alternating
-    runs in physical order (at most three); anything else is refused here,
-    naming the reduce, rather than emitted wrongly.
-    """
-    operand = leaf_shapes(reduce.operands[0].shape)[0]
-    reduced = set(reduce.attr("dimensions", ()))
-    kinds = [d in reduced for d in _physical_dims(operand) if operand.dims[d] != 1]
-    runs = sum(1 for i, kind in enumerate(kinds) if i == 0 or kinds[i - 1] != kind)
-    if runs > 3:
-        raise _not_contiguous(reduce)
-    return reduction_dimensions(reduce)
-
-
-def _not_contiguous(reduce: Instruction) -> UnsupportedError:
-    return UnsupportedError(
-        f"reduce '{reduce.name}' ({reduce.shape}): the reduced and kept dimensions of its"
-        f" operand do not form [reduced, kept, reduced] or [kept, reduced, kept] runs",
-        reduce.location,
-    )
-
-
-def find_reduce_hero(root: Instruction) -> Instruction | None:
-    """The reduce a root's value comes from through trivial ops, if any (XLA's hero).
-
-    Hero selection's ``find_hero`` (XLA's FindNonTrivialHero) decides, so the
-    emitter and the choice of emitter agree on which roots are reductions.
-    """
-    from heron.emitters import fusion_analysis
-
-    hero = fusion_analysis.find_hero(root)
-    return hero if hero.opcode == "reduce" else None
 
 
 def _is_constant_like(inst: Instruction) -> bool:
@@ -181,7 +148,7 @@ def delinearise(linear: Expr, sizes: Sequence[int]) -> list[Expr]:
 
 def physical_index(linear: Expr, shape: ArrayShape) -> list[Expr]:
     """The logical index of the element at physical position ``linear`` of ``shape``."""
-    order = _physical_dims(shape)
+    order = shape.major_to_minor
     coords = delinearise(linear, [shape.dims[d] for d in order])
     logical: list[Expr] = [Constant(0)] * shape.rank
     for d, expr in zip(order, coords, strict=True):
@@ -237,34 +204,29 @@ class ReductionEmitterBase(FusionEmitter):
     partial values -> the written outputs).
     """
 
-    def __init__(self, fusion: Instruction) -> None:
-        super().__init__(fusion)
-        self.outputs = fusion_output_shapes(fusion)
-        self.root_list = self._root_operands()
-        self.hero_of = {id(r): find_reduce_hero(r) for r in self.root_list}
-        heroes: list[Instruction] = []
-        for root in self.root_list:
-            hero = self.hero_of[id(root)]
-            if hero is not None and all(hero is not h for h in heroes):
-                heroes.append(hero)
-        if not heroes:
-            raise UnsupportedError(
-                f"fusion '{fusion.name}': the {self.name} emitter needs a reduce hero; no root"
-                " reaches a reduce",
-                fusion.location,
+    #: Not promised: an output element is the combination of many threads'
+    #: partial values, and its owner is picked by predicates the checker cannot
+    #: see, so a checker must not hold these kernels to one write per element.
+    writes_each_element_once = False
+
+    def __init__(self, analysis: FusionAnalysis) -> None:
+        super().__init__(analysis)
+        reduction = analysis.reduction
+        if reduction is None:
+            raise self.error(
+                f"hero selection found no reduction hero it could emit as a reduction (the"
+                f" fusion's kind is {analysis.kind!r}); the reduction emitters emit the"
+                " reduction the analysis describes"
             )
-        self.all_heroes = heroes
-        self.dims = collapse_reduction(heroes[0])
-        for hero in heroes[1:]:
-            other = collapse_reduction(hero)
-            if other != self.dims:
-                raise UnsupportedError(
-                    f"fusion '{fusion.name}': reduce '{hero.name}' collapses to"
-                    f" {other.dimensions} (row: {other.is_row_reduction}), the first hero"
-                    f" '{heroes[0].name}' to {self.dims.dimensions}"
-                    f" (row: {self.dims.is_row_reduction})",
-                    hero.location,
-                )
+        self.reduction: ReductionDescription = reduction
+        self.outputs = fusion_output_shapes(self.fusion)
+        self.root_list = list(analysis.roots)
+        self.hero_of: dict[int, Instruction | None] = {
+            id(root): hero if any(hero is h for h in reduction.heroes) else None
+            for root, hero in zip(analysis.roots, analysis.heroes, strict=True)
+        }
+        self.all_heroes = list(reduction.heroes)
+        self.dims: ReductionDimensions = reduction.dimensions
         self.input_elements = math.prod(self.dims.dimensions)
         self.groups = self._groups()
         self.threads = 1
@@ -323,23 +285,18 @@ class ReductionEmitterBase(FusionEmitter):
         return list(branch.results)
 
     # -- roots, outputs and groups -------------------------------------------------------
-    def _root_operands(self) -> list[Instruction]:
-        root = self.computation.root_instruction
-        return list(root.operands) if root.opcode == "tuple" else [root]
-
     def writes(self, root: Instruction) -> list[tuple[int, int]]:
         """``(leaf of root, output position)`` for every output written from ``root``.
 
         A root may appear several times in the root tuple: each copy is an output.
         """
-        result: list[tuple[int, int]] = []
-        position = 0
-        for operand in self.root_list:
-            count = len(leaf_shapes(operand.shape))
-            if operand is root:
-                result.extend((leaf, position + leaf) for leaf in range(count))
-            position += count
-        return result
+        analysis = self.analysis
+        return [
+            (leaf, position)
+            for operand, positions in zip(analysis.roots, analysis.output_positions, strict=True)
+            if operand is root
+            for leaf, position in enumerate(positions)
+        ]
 
     def _groups(self) -> list[Group]:
         """Roots joined when they share an instruction other than a constant (XLA's groups).
@@ -401,13 +358,10 @@ class ReductionEmitterBase(FusionEmitter):
             inst.location or self.fusion.location,
         )
 
-    def mismatch(self, why: str) -> VariantMismatch:
+    def shape_error(self, why: str) -> UnsupportedError:
+        """The analysis describes a reduction this variant cannot emit (a forced emitter)."""
         hero = self.all_heroes[0]
-        return VariantMismatch(
-            f"fusion '{self.fusion.name}': the {self.name} emitter cannot emit reduce"
-            f" '{hero.name}' ({hero.shape}): {why}",
-            hero.location or self.fusion.location,
-        )
+        return self.error(f"it cannot emit reduce '{hero.name}' ({hero.shape}): {why}", hero)
 
     def kept_elements(self) -> int:
         major, _, minor = self.dims.dimensions
@@ -473,7 +427,7 @@ class ReductionEmitterBase(FusionEmitter):
         """The reduce's logical output index of kept position ``kept``."""
         operand = leaf_shapes(hero.operands[0].shape)[0]
         reduced = set(hero.attr("dimensions", ()))
-        kept_dims = [d for d in _physical_dims(operand) if d not in reduced]
+        kept_dims = [d for d in operand.major_to_minor if d not in reduced]
         coords = dict(zip(kept_dims, delinearise(kept, [operand.dims[d] for d in kept_dims])))
         return [coords[d] for d in sorted(coords)]
 

@@ -22,8 +22,8 @@ from mlir import ir
 from heron.indexing import Interval
 from heron.plugins.reduction_base import (
     BLOCK,
+    LOGICAL_WARP_SIZE,
     THREAD,
-    WARP_SIZE,
     GroupState,
     ReductionEmitterBase,
     ThreadMap,
@@ -33,7 +33,8 @@ from heron.plugins.reduction_base import (
 
 __all__ = ["ColumnReductionEmitter", "SmallColumnReductionEmitter"]
 
-TILE = WARP_SIZE
+#: The column tile's edge: one logical warp of threads per tile row and column.
+TILE = LOGICAL_WARP_SIZE
 
 
 class ColumnReductionEmitter(ReductionEmitterBase):
@@ -43,10 +44,15 @@ class ColumnReductionEmitter(ReductionEmitterBase):
 
     def plan(self) -> None:
         if self.dims.is_row_reduction:
-            raise self.mismatch("it is a row reduction, not a column one")
+            raise self.shape_error("it is a row reduction, not a column one")
         major, reduced, minor = self.dims.dimensions
         self.vector_size = vector_size_for(self.computation, self.all_heroes, minor, TILE)
         self.threads = TILE * TILE
+        if self.threads > self.target.threads_per_block_limit:
+            raise self.shape_error(
+                f"its {TILE} x {TILE} thread tile exceeds the {self.target.arch} limit of"
+                f" {self.target.threads_per_block_limit} threads per block"
+            )
         self.rows_per_thread = -(-reduced // TILE)
         self.blocks_per_row = -(-minor // (TILE * self.vector_size))
         self.blocks = major * self.blocks_per_row
@@ -83,7 +89,7 @@ class ColumnReductionEmitter(ReductionEmitterBase):
         minor = self.dims.dimensions[2]
         for vi in range(v):
             values = state.read_tiles(tiles, state.apply([y, x * v + vi]))
-            reduced = state.shuffle(values, WARP_SIZE // 2)
+            reduced = state.shuffle(values, LOGICAL_WARP_SIZE // 2)
             column = self._column(y)
             kept = major_id * minor + column * v + vi
             owner = [(x, Interval(0, 0)), (column, Interval(0, minor // v - 1))]
@@ -98,13 +104,14 @@ class SmallColumnReductionEmitter(ReductionEmitterBase):
 
     def plan(self) -> None:
         if self.dims.is_row_reduction:
-            raise self.mismatch("it is a row reduction, not a column one")
+            raise self.shape_error("it is a row reduction, not a column one")
         major, reduced, minor = self.dims.dimensions
-        if WARP_SIZE % minor:
-            raise self.mismatch(
-                f"its kept minor dimension {minor} does not divide the warp ({WARP_SIZE})",
-            )
         threads = 128
+        if threads % minor:
+            raise self.shape_error(
+                f"its kept minor dimension {minor} does not divide the block's {threads}"
+                " threads, so a thread would not keep to one column",
+            )
         vector = vector_size_for(self.computation, self.all_heroes, reduced * minor, TILE)
         shared_rows = vector * threads // minor
         while shared_rows > TILE and vector > 1:
@@ -138,7 +145,9 @@ class SmallColumnReductionEmitter(ReductionEmitterBase):
     def combine(self, state: GroupState) -> list[ir.Value]:
         v = self.vector_size
         minor = self.dims.dimensions[2]
-        padding = 0 if (self.threads == WARP_SIZE and v == 1) else -(-minor // (self.threads * v))
+        padding = (
+            0 if (self.threads == LOGICAL_WARP_SIZE and v == 1) else -(-minor // (self.threads * v))
+        )
         tiles = state.tiles((self.shared_rows, minor + padding))
         for vi in range(v):
             position = THREAD * v + vi

@@ -8,24 +8,25 @@ the first warp of the row reduces those (another shuffle). Small rows leave
 room in the block for several rows (``threads_kept``, up to 256 threads).
 
 Multi-row (XLA's ``MultiRowReductionFusion``): a row (a power of two of at
-most 32 * vector_size elements) is one segment of ``R / vector_size`` lanes;
+most warp * vector_size elements) is one segment of ``R / vector_size`` lanes;
 the shuffle reduces within segments only, and lane 0 of each segment writes.
-No shared memory.
+No shared memory. The vector size is the analysis's (hero selection chose
+the variant with it), so a segment spans at most the target's warp: up to 64
+lanes on a 64-lane wavefront, where the lowering shuffles across the whole
+wavefront.
 """
 
 from __future__ import annotations
-
-import math
 
 from mlir import ir
 
 from heron.indexing import Interval
 from heron.plugins.reduction_base import (
     BLOCK,
+    LOGICAL_WARP_SIZE,
     MAX_ROW_THREADS,
     THREAD,
     THREADS_PER_BLOCK_TARGET,
-    WARP_SIZE,
     GroupState,
     ReductionEmitterBase,
     ThreadMap,
@@ -34,9 +35,6 @@ from heron.plugins.reduction_base import (
 )
 
 __all__ = ["MultiRowReductionEmitter", "RowReductionEmitter"]
-
-#: Minimum number of blocks a multi-row reduction aims for (a GPU's SM count).
-MIN_DESIRED_BLOCKS = 132
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -56,9 +54,9 @@ class RowReductionEmitter(ReductionEmitterBase):
 
     def plan(self) -> None:
         if not self.dims.is_row_reduction:
-            raise self.mismatch("it is a column reduction, not a row one")
+            raise self.shape_error("it is a column reduction, not a row one")
         _, kept, minor = self.dims.dimensions
-        reduced_threads = min(MAX_ROW_THREADS, _round_up(-(-minor // 16), WARP_SIZE))
+        reduced_threads = min(MAX_ROW_THREADS, _round_up(-(-minor // 16), LOGICAL_WARP_SIZE))
         kept_threads = 1
         if reduced_threads * 2 <= THREADS_PER_BLOCK_TARGET:
             kept_threads = _threads_kept(kept, reduced_threads)
@@ -71,7 +69,7 @@ class RowReductionEmitter(ReductionEmitterBase):
         self.minor_tile = -(-(minor // self.vector_size) // reduced_threads)
         self.threads = kept_threads * reduced_threads
         self.blocks = -(-kept // kept_threads)
-        self.warps_per_row = reduced_threads // WARP_SIZE
+        self.warps_per_row = reduced_threads // LOGICAL_WARP_SIZE
         self.vector_in_loop = True
 
     def input_map(self) -> ThreadMap:
@@ -91,20 +89,20 @@ class RowReductionEmitter(ReductionEmitterBase):
 
     def combine(self, state: GroupState) -> list[ir.Value]:
         reduced = self._partials_combined(state)
-        reduced = state.shuffle(reduced, WARP_SIZE // 2)
+        reduced = state.shuffle(reduced, LOGICAL_WARP_SIZE // 2)
         reduced_id = THREAD % self.reduced_threads
         kept_id = THREAD // self.reduced_threads
         if self.warps_per_row > 1:
-            width = self.warps_per_row + (1 if self.warps_per_row % WARP_SIZE == 0 else 0)
+            width = self.warps_per_row + (1 if self.warps_per_row % LOGICAL_WARP_SIZE == 0 else 0)
             tiles = state.tiles((self.kept_threads, width))
-            write_index = state.apply([kept_id, reduced_id // WARP_SIZE])
-            lane_zero = state.condition([(THREAD % WARP_SIZE, Interval(0, 0))])
+            write_index = state.apply([kept_id, reduced_id // LOGICAL_WARP_SIZE])
+            lane_zero = state.condition([(THREAD % LOGICAL_WARP_SIZE, Interval(0, 0))])
             state.write_tiles(tiles, reduced, write_index, lane_zero)
             tiles = state.sync(tiles)
-            read_index = state.apply([kept_id, reduced_id % WARP_SIZE])
+            read_index = state.apply([kept_id, reduced_id % LOGICAL_WARP_SIZE])
             has_value = state.condition([(reduced_id, Interval(0, self.warps_per_row - 1))])
             reduced = state.read_tiles(tiles, read_index, has_value)
-            reduced = state.shuffle(reduced, WARP_SIZE // 2)
+            reduced = state.shuffle(reduced, LOGICAL_WARP_SIZE // 2)
         row = BLOCK * self.kept_threads + kept_id
         state.write_results(reduced, row, [(reduced_id, Interval(0, 0))])
         return state.outputs
@@ -126,21 +124,13 @@ class MultiRowReductionEmitter(RowReductionEmitter):
     name = "reduce_multirow"
 
     def plan(self) -> None:
-        if not self.dims.is_row_reduction:
-            raise self.mismatch("it is a column reduction, not a row one")
-        _, kept, minor = self.dims.dimensions
-        if minor & (minor - 1):
-            raise self.mismatch(f"its reduced row of {minor} is not a power of two")
-        vector = min(minor, self._max_vector_size())
-        if minor > WARP_SIZE * vector:
-            raise self.mismatch(
-                f"its reduced row of {minor} does not fit one warp of {WARP_SIZE} lanes"
-                f" reading {vector} elements each",
+        vector = self.reduction.vector_size
+        if not self.dims.is_row_reduction or vector is None:
+            raise self.shape_error(
+                f"hero selection chose {self.analysis.kind!r}, not a multi-row reduction with"
+                " its vector size"
             )
-        while vector > 1 and minor <= WARP_SIZE * (vector // 2):
-            if self._blocks_for(vector) >= MIN_DESIRED_BLOCKS:
-                break
-            vector //= 2
+        _, kept, minor = self.dims.dimensions
         self.vector_size = vector
         self.reduced_threads = minor // vector
         self.kept_threads = _threads_kept(kept, self.reduced_threads)
@@ -149,29 +139,6 @@ class MultiRowReductionEmitter(RowReductionEmitter):
         self.minor_tile = 1
         self.warps_per_row = 1
         self.vector_in_loop = True
-
-    def _blocks_for(self, vector: int) -> int:
-        _, kept, minor = self.dims.dimensions
-        return -(-kept // _threads_kept(kept, minor // vector))
-
-    def _max_vector_size(self) -> int:
-        """XLA's bound: 64 bits over the narrowest input or output, 16 bytes if any is >= 32."""
-        bits_in = [
-            max(leaf.element_type.bit_width, 8)
-            for p in self.computation.parameters
-            for leaf in p.shape.leaves()
-        ]
-        bits_out = [max(leaf.element_type.bit_width, 8) for leaf in self.outputs]
-        smallest_in = min(bits_in, default=None)
-        smallest_out = min(bits_out, default=32)
-        smallest = min(smallest_in or smallest_out, smallest_out)
-        largest = max(smallest_in or smallest_out, smallest_out)
-        vector = max(1, 64 // smallest)
-        if largest >= 32:
-            vector = min(vector, max(1, 128 // largest))
-        if any(h.shape.is_tuple for h in self.all_heroes):
-            vector = 1
-        return 2 ** int(math.log2(vector))
 
     def input_map(self) -> ThreadMap:
         major, kept, _ = self.dims.dimensions

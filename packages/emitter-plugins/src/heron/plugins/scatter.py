@@ -34,6 +34,7 @@ from mlir.dialects import arith, scf, tensor
 from heron.emitters import mlir_types
 from heron.emitters.dialect import atomic_rmw_op, loop_op
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter
+from heron.emitters.fusion_analysis import FusionAnalysis, claims_kind
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
@@ -41,6 +42,7 @@ from heron.hlo.shapes import ArrayShape
 from heron.indexing import IndexingError, IndexingMap, Interval, Variable
 from heron.indexing.affine import Symbol
 from heron.indexing.thread_maps import (
+    DEFAULT_THREADS_PER_BLOCK,
     LaunchDimensions,
     choose_loop_launch,
     loop_thread_to_output_map,
@@ -126,20 +128,16 @@ def _atomic_capable(shape: ArrayShape) -> bool:
     return not (element.is_floating and element.bit_width <= 8)
 
 
-def _claims(fusion: object) -> bool:
-    from heron.emitters.fusion_analysis import is_kind
-
-    return is_kind(fusion, "scatter")
-
-
 class ScatterEmitter(FusionEmitter):
     """Scatter: one thread per update element (or one thread for serialised scatters)."""
 
     name = "scatter"
+    #: Updates with the same scatter index combine into one element.
+    writes_each_element_once = False
 
-    def __init__(self, fusion: Instruction) -> None:
-        super().__init__(fusion)
-        root = self.computation.root_instruction
+    def __init__(self, analysis: FusionAnalysis) -> None:
+        super().__init__(analysis)
+        root = analysis.roots[0]
         if root.opcode != "scatter":
             raise self._error(
                 f"the scatter emitter needs the scatter as the fusion root, not {root.opcode}"
@@ -170,7 +168,13 @@ class ScatterEmitter(FusionEmitter):
             return LaunchDimensions(block_x=1, thread_x=1), 1
         shape = self.description.update_shape
         try:
-            launch, vector_size, _ = choose_loop_launch(shape, vectorize=False)
+            launch, vector_size, _ = choose_loop_launch(
+                shape,
+                vectorize=False,
+                threads_per_block=min(
+                    DEFAULT_THREADS_PER_BLOCK, self.target.threads_per_block_limit
+                ),
+            )
         except IndexingError as exc:
             raise self._error(str(exc)) from exc
         return launch, vector_size
@@ -336,7 +340,7 @@ def heron_emitter_specs() -> list[EmitterSpec]:
         EmitterSpec(
             name="scatter",
             priority=10,
-            claims=_claims,
+            claims=claims_kind("scatter"),
             factory=ScatterEmitter,
             description="scatter: one thread per update element, atomics or plain writes",
         )

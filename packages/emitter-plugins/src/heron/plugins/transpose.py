@@ -40,24 +40,22 @@ from heron.emitters.dialect import (
 )
 from heron.emitters.dialect.irdl_source import MAX_ITER_ARGS, MAX_SYNC_TENSORS
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter, fusion_output_shapes
+from heron.emitters.fusion_analysis import FusionAnalysis, claims_kind
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
+from heron.emitters.transposes import NormalisedTranspose
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
 from heron.hlo.shapes import ArrayShape
 from heron.indexing import IndexingMap
+from heron.indexing.affine import AffineExpr, replace
 from heron.indexing.thread_maps import MAX_BLOCKS_X, LaunchDimensions
 from heron.partitioner.subgraph import leaf_shapes
+from heron.plugins.iteration import epilogue_map
 from heron.plugins.transpose_tiling import (
-    MAX_CARRIED_BYTES,
-    SHARED_MEMORY_LIMIT,
     THREADS,
-    Normalised,
     TileMaps,
     Tiling,
     choose_tiling,
-    epilogue_index,
-    find_transpose_hero,
-    normalise,
     physical_index,
     shmem_bytes,
     tile_maps,
@@ -69,19 +67,23 @@ Values = list[ir.Value]
 
 
 class _Root:
-    """One fusion root: its output positions and, for a transposed root, hero and path."""
+    """One fusion root: its output position and, for a transposed root, its hero and epilogue.
+
+    ``epilogue`` maps the hero's index to the root's (None when the root is
+    the hero itself); a root without a hero is a side output.
+    """
 
     def __init__(
         self,
         inst: Instruction,
         position: int,
         hero: Instruction | None,
-        path: list[Instruction],
+        epilogue: IndexingMap | None,
     ) -> None:
         self.inst = inst
         self.position = position
         self.hero = hero
-        self.path = path
+        self.epilogue = epilogue
 
 
 class TransposeEmitter(FusionEmitter):
@@ -89,72 +91,60 @@ class TransposeEmitter(FusionEmitter):
 
     name = "transpose"
 
-    def __init__(self, fusion: Instruction) -> None:
-        super().__init__(fusion)
-        self.roots = self._classify_roots()
-        self.transposes: list[Instruction] = []
-        for root in self.roots:
-            if root.hero is not None and all(root.hero is not t for t in self.transposes):
-                self.transposes.append(root.hero)
-        if not self.transposes:
-            raise UnsupportedError(
-                f"fusion '{fusion.name}': the transpose emitter found no transpose hero"
-                " (a transpose reached from a root through elementwise ops and bitcasts)",
-                fusion.location,
+    def __init__(self, analysis: FusionAnalysis) -> None:
+        super().__init__(analysis)
+        description = analysis.transpose
+        if description is None:
+            raise self.error(
+                f"hero selection found no tiled transpose in this fusion (its kind is"
+                f" {analysis.kind!r}); the transpose emitter tiles the transpose the analysis"
+                " describes"
             )
+        self.transposes: list[Instruction] = list(description.heroes)
         if len(self.transposes) > MAX_SYNC_TENSORS:
-            raise UnsupportedError(
-                f"fusion '{fusion.name}': {len(self.transposes)} transpose heroes exceed"
-                f" {MAX_SYNC_TENSORS}",
-                fusion.location,
-            )
-        spec = normalise(self.transposes[0])
-        assert spec is not None
-        self.spec: Normalised = spec
+            raise self.error(f"{len(self.transposes)} transpose heroes exceed {MAX_SYNC_TENSORS}")
+        self.spec: NormalisedTranspose = description.normalised
         self.input_shape = self.transposes[0].operands[0].shape
+        self.roots = self._classify_roots()
         bits = max(self._shared_bits(t) for t in self.transposes)
-        self.tiling: Tiling = choose_tiling(spec, bits, len(self.transposes))
+        self.shared_memory_limit = self.target.shared_memory_per_block
+        self.tiling: Tiling = choose_tiling(
+            self.spec, bits, len(self.transposes), self.shared_memory_limit
+        )
         self._check_limits(bits)
-        self._check_side_outputs()
         self.maps: TileMaps = tile_maps(self.tiling)
 
     # -- analysis --------------------------------------------------------------------
 
     def _classify_roots(self) -> list[_Root]:
-        """Every root with its transpose hero; heroes unlike the first become side outputs."""
-        root = self.computation.root_instruction
-        operands = root.operands if root.opcode == "tuple" else [root]
+        """Every root with its tiled hero and epilogue map, or as a side output."""
+        analysis = self.analysis
         roots: list[_Root] = []
-        first: Normalised | None = None
-        for position, inst in enumerate(operands):
-            if len(leaf_shapes(inst.shape)) != 1:
-                raise UnsupportedError(
-                    f"fusion '{self.fusion.name}': root {inst.opcode} '{inst.name}' has a tuple"
-                    f" shape {inst.shape}; the transpose emitter writes arrays",
-                    inst.location or self.fusion.location,
+        for inst, hero, positions in zip(
+            analysis.roots, analysis.heroes, analysis.output_positions, strict=True
+        ):
+            if len(positions) != 1:
+                raise self.error(
+                    f"root {inst.opcode} '{inst.name}' has a tuple shape {inst.shape}; the"
+                    " transpose emitter writes arrays",
+                    inst,
                 )
-            found = find_transpose_hero(inst)
-            hero, path = (None, []) if found is None else found
-            if hero is not None and not _tileable(hero):
-                hero, path = None, []  # a 102 transpose with a wide minor dimension
-            if hero is not None:
-                spec = normalise(hero)
-                same_input = first is None or (
-                    hero.operands[0].shape.num_elements == self._first_input_elements(roots)
-                )
-                if first is None:
-                    first = spec
-                elif spec != first or not same_input:
-                    hero, path = None, []  # not tiled with the others: a side output
-            roots.append(_Root(inst, position, hero, path))
+            (position,) = positions
+            if not any(hero is t for t in self.transposes):
+                if inst.array_shape.num_elements != self.input_shape.num_elements:
+                    raise self.error(
+                        f"side output {inst.opcode} '{inst.name}' ({inst.shape}) is not a"
+                        f" bitcast of the transpose input {self.input_shape}",
+                        inst,
+                    )
+                roots.append(_Root(inst, position, None, None))
+                continue
+            try:
+                epilogue = None if inst is hero else epilogue_map(hero, inst)
+            except UnsupportedError as exc:
+                raise self.error(f"its epilogue cannot be tiled: {exc.message}", inst) from exc
+            roots.append(_Root(inst, position, hero, epilogue))
         return roots
-
-    @staticmethod
-    def _first_input_elements(roots: list[_Root]) -> int:
-        for root in roots:
-            if root.hero is not None:
-                return root.hero.operands[0].shape.num_elements
-        return -1
 
     @staticmethod
     def _shared_bits(transpose: Instruction) -> int:
@@ -165,38 +155,14 @@ class TransposeEmitter(FusionEmitter):
 
     def _check_limits(self, bits: int) -> None:
         tiling = self.tiling
-        where = self.fusion.location
         total = len(self.transposes) * shmem_bytes(tiling, bits)
-        if total > SHARED_MEMORY_LIMIT:
-            raise UnsupportedError(
-                f"fusion '{self.fusion.name}': {len(self.transposes)} transpose tiles need"
-                f" {total} bytes of shared memory (limit {SHARED_MEMORY_LIMIT})",
-                where,
+        if total > self.shared_memory_limit:
+            raise self.error(
+                f"{len(self.transposes)} transpose tiles need {total} bytes of shared memory"
+                f" ({self.target.arch}'s limit per block is {self.shared_memory_limit})"
             )
         if tiling.num_blocks > MAX_BLOCKS_X:
-            raise UnsupportedError(
-                f"fusion '{self.fusion.name}': {tiling.num_blocks} blocks exceed {MAX_BLOCKS_X}",
-                where,
-            )
-
-    def _check_side_outputs(self) -> None:
-        elements = self.input_shape.num_elements
-        for root in self.roots:
-            if root.hero is not None:
-                if root.inst.shape.num_elements != root.hero.shape.num_elements:
-                    raise UnsupportedError(
-                        f"fusion '{self.fusion.name}': root {root.inst.opcode}"
-                        f" '{root.inst.name}' ({root.inst.shape}) is not a bitcast of its"
-                        f" transpose hero '{root.hero.name}' ({root.hero.shape})",
-                        root.inst.location or self.fusion.location,
-                    )
-            elif root.inst.shape.num_elements != elements:
-                raise UnsupportedError(
-                    f"fusion '{self.fusion.name}': side output {root.inst.opcode}"
-                    f" '{root.inst.name}' ({root.inst.shape}) is not a bitcast of the transpose"
-                    f" input {self.input_shape}",
-                    root.inst.location or self.fusion.location,
-                )
+            raise self.error(f"{tiling.num_blocks} blocks exceed {MAX_BLOCKS_X}")
 
     # -- FusionEmitter ---------------------------------------------------------------
 
@@ -294,11 +260,9 @@ class TransposeEmitter(FusionEmitter):
         shared_map = maps.map(maps.write_shared)
         root_maps = [
             None
-            if r.hero is first and not r.path
+            if r.hero is first and r.epilogue is None
             else maps.map(
-                epilogue_index(
-                    r.hero, r.path, physical_index(maps.write_output, output_dims, r.hero.shape)
-                )
+                _compose(r.epilogue, physical_index(maps.write_output, output_dims, r.hero.shape))
             )
             for r in roots
         ]
@@ -319,7 +283,7 @@ class TransposeEmitter(FusionEmitter):
                     index = list(apply_indexing_op(root_map, dims, symbols).results)
                     value = (
                         self._epilogue(entry, root, index, hero_values)
-                        if root.path
+                        if root.epilogue is not None
                         else hero_values[id(root.hero)]
                     )
                 element = mlir_types.to_element(value, root.inst.shape.element_type)
@@ -402,22 +366,11 @@ def _from_shared(value: ir.Value, element) -> ir.Value:
     return arith.trunci(scalar, value)
 
 
-def _tileable(transpose: Instruction) -> bool:
-    """Whether a transpose hero fits a tile (its unmoved minor dimension is small)."""
-    spec = normalise(transpose)
-    if spec is None:
-        return False
-    if spec.permutation[-1] != len(spec.dims) - 1:
-        return True
-    bits = max(8, transpose.shape.element_type.bit_width)
-    return spec.dims[-1] * bits <= 8 * MAX_CARRIED_BYTES
-
-
-def _claims(fusion: object) -> bool:
-    """Fusions whose XLA hero is a transpose (hero selection's verdict)."""
-    from heron.emitters import fusion_analysis
-
-    return fusion_analysis.is_kind(fusion, "transpose")
+def _compose(epilogue: IndexingMap | None, hero_index: list[AffineExpr]) -> list[AffineExpr]:
+    """The root's index: ``epilogue`` (hero index -> root index) applied to ``hero_index``."""
+    if epilogue is None:
+        return hero_index
+    return [replace(expr, dims=hero_index) for expr in epilogue.results]
 
 
 @hookimpl
@@ -426,7 +379,7 @@ def heron_emitter_specs() -> list[EmitterSpec]:
         EmitterSpec(
             name="transpose",
             priority=10,
-            claims=_claims,
+            claims=claims_kind("transpose"),
             factory=TransposeEmitter,
             description="shared-memory tiled transpose (coalesced reads and writes)",
         )

@@ -1,15 +1,11 @@
-"""The transpose emitter's geometry: normalised transposes, heroes, tiles and index maps.
+"""The transpose emitter's geometry: tiles and index maps over the normalised transpose.
 
-Pure index arithmetic, no MLIR: what ``transpose.py`` needs to decide which
-instructions are transpose heroes and how 128 threads of a block walk one
-shared-memory tile.
-
-A transpose is *normalised* in physical (major-to-minor) order: size-1
-dimensions are dropped and input dimensions that stay adjacent in the output
-are merged, so ``f32[20,160,170]{0,2,1}`` is the 3-D 021 transpose
-``[20,160,170] -> [20,170,160]``. The normalised input is a row-major reshape
-of the operand's physical order, and the normalised output one of the
-result's, which is how normalised indices become real ones (``physical_index``).
+Pure index arithmetic, no MLIR: how 128 threads of a block walk one
+shared-memory tile of the transpose that hero selection found and normalised
+(``heron.emitters.transposes.NormalisedTranspose``, in the fusion's analysis).
+The normalised input is a row-major reshape of the operand's physical order,
+and the normalised output one of the result's, which is how normalised indices
+become real ones (``physical_index``).
 
 The tile covers two normalised input dimensions: ``a`` (read along, the input's
 minor one) and ``b`` (written along, the one that becomes the output's minor).
@@ -25,8 +21,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from heron.hlo.ir import Instruction
-from heron.hlo.opcodes import is_elementwise
+from heron.emitters.transposes import NormalisedTranspose
 from heron.hlo.shapes import ArrayShape
 from heron.indexing import IndexingMap, Interval, Variable, simplify
 from heron.indexing.affine import AffineExpr, Constant, Dim, Symbol
@@ -34,63 +29,11 @@ from heron.indexing.hlo_indexing import reshape_exprs
 
 #: Threads per block (XLA's kNumThreadsPerBlock); 4 rows of 32 threads.
 THREADS = 128
-#: Lanes along a tile row: one logical warp.
+#: Lanes along a tile row: one per shared-memory bank (32 banks of 32 bits), so a
+#: row of the tile is read or written in one conflict-free access. A tile shape,
+#: not the device's warp: a 64-lane wavefront covers two rows.
 ROW_THREADS = 32
 ROWS = THREADS // ROW_THREADS
-#: Static shared memory a block may use (bytes), the portable CUDA limit.
-SHARED_MEMORY_LIMIT = 48 * 1024
-#: Largest carried minor dimension, in bytes (XLA keeps 102 transposes small).
-MAX_CARRIED_BYTES = 8
-
-# Ops an epilogue (hero -> root) or a search for the hero may pass through.
-_LAYOUT_OPS = frozenset({"bitcast", "reshape"})
-_SAME_INDEX_OPS = frozenset({"copy", "convert", "bitcast-convert"})
-
-
-@attrs.frozen
-class Normalised:
-    """A transpose in normalised form: ``output[j] = input[permutation[j]]``."""
-
-    dims: tuple[int, ...]
-    permutation: tuple[int, ...]
-
-    @property
-    def output_dims(self) -> tuple[int, ...]:
-        return tuple(self.dims[p] for p in self.permutation)
-
-
-def physical_order(shape: ArrayShape) -> list[int]:
-    """Logical dimensions from the most major to the most minor."""
-    return list(reversed(shape.minor_to_major))
-
-
-def normalise(transpose: Instruction) -> Normalised | None:
-    """The normalised form of a transpose, or None when it moves no data (a bitcast)."""
-    operand = transpose.operands[0].shape
-    result = transpose.shape
-    if not isinstance(operand, ArrayShape) or not isinstance(result, ArrayShape):
-        return None
-    dimensions = tuple(transpose.attributes["dimensions"])
-    in_order = physical_order(operand)
-    position = {d: k for k, d in enumerate(in_order)}
-    sizes = [operand.dims[d] for d in in_order]
-    moved = [position[dimensions[d]] for d in physical_order(result)]
-    kept = [k for k in moved if sizes[k] != 1]
-    if not kept:
-        return None
-    groups: list[list[int]] = []
-    for k in kept:
-        if groups and groups[-1][-1] + 1 == k:
-            groups[-1].append(k)
-        else:
-            groups.append([k])
-    by_input = sorted(range(len(groups)), key=lambda g: groups[g][0])
-    dims = tuple(math.prod(sizes[k] for k in groups[g]) for g in by_input)
-    rank_of = {g: n for n, g in enumerate(by_input)}
-    permutation = tuple(rank_of[g] for g in range(len(groups)))
-    if permutation == tuple(range(len(dims))):
-        return None
-    return Normalised(dims, permutation)
 
 
 def physical_index(
@@ -101,86 +44,12 @@ def physical_index(
     ``sizes`` has ``shape``'s element count; it is read as a reshape of the
     shape's physical order (normalised shapes and bitcasts are exactly that).
     """
-    order = physical_order(shape)
+    order = shape.major_to_minor
     physical = reshape_exprs(list(exprs), list(sizes), [shape.dims[d] for d in order])
     results: list[AffineExpr] = [Constant(0)] * shape.rank
     for position, d in enumerate(order):
         results[d] = physical[position]
     return results
-
-
-# -- heroes -----------------------------------------------------------------------------
-
-
-def _moves_index(inst: Instruction) -> bool:
-    """Whether an op between hero and root changes how indices correspond."""
-    return inst.opcode in _LAYOUT_OPS
-
-
-def is_transpose_hero(inst: Instruction) -> bool:
-    return inst.opcode == "transpose" and normalise(inst) is not None
-
-
-def find_transpose_hero(root: Instruction) -> tuple[Instruction, list[Instruction]] | None:
-    """The transpose a root is computed from, and the ops from it up to the root.
-
-    Follows bitcasts, reshapes, copies, converts and elementwise ops whose one
-    operand leads to a transpose (the others, read at the root's index, are
-    fine: broadcasts, parameters, constants). None when there is no such
-    transpose or more than one operand leads to one.
-    """
-    path: list[Instruction] = []
-    current = root
-    while True:
-        if is_transpose_hero(current):
-            return current, list(reversed(path))
-        passes = (
-            current.opcode in _LAYOUT_OPS
-            or current.opcode in _SAME_INDEX_OPS
-            or is_elementwise(current.opcode)
-        )
-        if not passes or not isinstance(current.shape, ArrayShape):
-            return None
-        leading = [o for o in current.operands if _leads_to_transpose(o, set())]
-        if len(leading) != 1:
-            return None
-        path.append(current)
-        current = leading[0]
-
-
-def _leads_to_transpose(inst: Instruction, seen: set[int]) -> bool:
-    if id(inst) in seen:
-        return False
-    seen.add(id(inst))
-    if is_transpose_hero(inst):
-        return True
-    passes = (
-        inst.opcode in _LAYOUT_OPS or inst.opcode in _SAME_INDEX_OPS or is_elementwise(inst.opcode)
-    )
-    return passes and any(_leads_to_transpose(o, seen) for o in inst.operands)
-
-
-def epilogue_index(
-    hero: Instruction, path: Sequence[Instruction], hero_index: Sequence[AffineExpr]
-) -> list[AffineExpr]:
-    """A root's index from its hero's index, through the ops of ``path`` (hero to root)."""
-    index = list(hero_index)
-    shape = hero.shape
-    for inst in path:
-        target = inst.shape
-        if inst.opcode == "bitcast":
-            index = physical_index(
-                _row_major(index, shape), [shape.dims[d] for d in physical_order(shape)], target
-            )
-        elif inst.opcode == "reshape":
-            index = reshape_exprs(index, list(shape.dims), list(target.dims))
-        shape = target
-    return index
-
-
-def _row_major(index: Sequence[AffineExpr], shape: ArrayShape) -> list[AffineExpr]:
-    """A logical index of ``shape`` listed in its physical order (major first)."""
-    return [index[d] for d in physical_order(shape)]
 
 
 # -- tiles ------------------------------------------------------------------------------
@@ -196,7 +65,7 @@ class Tiling:
     ``a``) and writes (along ``b``).
     """
 
-    spec: Normalised
+    spec: NormalisedTranspose
     a: int
     b: int
     carried: int
@@ -245,7 +114,9 @@ class Tiling:
         return tuple(shape)
 
 
-def choose_tiling(spec: Normalised, element_bits: int, heroes: int) -> Tiling:
+def choose_tiling(
+    spec: NormalisedTranspose, element_bits: int, heroes: int, shared_memory_limit: int
+) -> Tiling:
     """The tile for ``spec``: 32x32, widened for narrow types when the shapes allow.
 
     XLA packs 8- and 16-bit elements so that one thread moves a 32-bit word per
@@ -253,7 +124,7 @@ def choose_tiling(spec: Normalised, element_bits: int, heroes: int) -> Tiling:
     4 for 8-bit) along ``a`` when reading and along ``b`` when writing, the
     tile growing to 64x64 or 128x128 as in XLA's packed transpose. That needs
     both tiled dimensions divisible by the vector and the tiles of all heroes
-    in shared memory.
+    in ``shared_memory_limit`` bytes.
     """
     rank = len(spec.dims)
     perm = spec.permutation
@@ -267,7 +138,7 @@ def choose_tiling(spec: Normalised, element_bits: int, heroes: int) -> Tiling:
         vector = 32 // element_bits
         while vector > 1:
             tiling = Tiling(spec, a, b, carried, vector)
-            fits = heroes * _shmem_bytes(tiling, bytes_per) <= SHARED_MEMORY_LIMIT
+            fits = heroes * _shmem_bytes(tiling, bytes_per) <= shared_memory_limit
             if fits and spec.dims[a] % vector == 0 and spec.dims[b] % vector == 0:
                 break
             vector //= 2

@@ -37,6 +37,7 @@ from mlir.dialects import func, gpu, tensor
 from heron.emitters import mlir_types
 from heron.emitters.dialect import make_context, pure_call_op, verify_xla_ops
 from heron.emitters.elemental import ElementalContext, emit_instruction
+from heron.emitters.fusion_analysis import FusionAnalysis
 from heron.hlo.errors import HloError, UnsupportedError
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.shapes import ArrayShape, Shape
@@ -75,6 +76,9 @@ class EmittedKernel:
     parameter leaf whose buffer it is: an in-place kernel (dynamic-update-slice,
     scatter) writes only what changes, so whoever launches it must hand it a
     buffer that already holds that parameter, as XLA's buffer sharing does.
+    ``emitter`` is the name of the emitter that emitted it, and
+    ``writes_each_element_once`` that emitter's promise (``FusionEmitter``'s
+    class variable), which a checker may hold the kernel to.
     """
 
     name: str
@@ -84,6 +88,7 @@ class EmittedKernel:
     arguments: tuple[KernelArgument, ...]
     module: ir.Module = attrs.field(eq=False, repr=False)
     output_aliases: dict[int, int] = attrs.field(factory=dict, hash=False)
+    writes_each_element_once: bool = True
 
 
 def fusion_output_shapes(fusion: Instruction) -> tuple[ArrayShape, ...]:
@@ -539,23 +544,46 @@ def called_computations(computation: Computation) -> list[Computation]:
 
 
 class FusionEmitter(abc.ABC):
-    """A hero emitter for one fusion instruction.
+    """A hero emitter for one fusion, built from the fusion's analysis.
 
     Subclasses set ``name``, say how the kernel is launched
     (``launch_dimensions``) and which instructions are heroes (``heroes``;
     a loop fusion has none), and write the entry function's body
     (``emit_entry``). ``emit`` does the rest (see the module docstring).
+
+    ``analysis`` (``heron.emitters.fusion_analysis.FusionAnalysis``) holds
+    everything hero selection found: the roots, their heroes, the normalised
+    transpose or the collapsed reduction, and the target; an emitter reads
+    them there instead of searching again. ``target`` is the analysis's target
+    (warp size, core count, shared-memory limits).
     """
 
     name: ClassVar[str] = "?"
+    #: Whether every output element is written by exactly one thread, once. An
+    #: emitter whose threads combine into an element (reductions' partial
+    #: results, scatter's updates) sets False; ``heron check`` then does not
+    #: count a second write of an element as a bug.
+    writes_each_element_once: ClassVar[bool] = True
 
-    def __init__(self, fusion: Instruction) -> None:
-        if fusion.opcode != "fusion":
+    def __init__(self, analysis: FusionAnalysis) -> None:
+        if not isinstance(analysis, FusionAnalysis):
             raise UnsupportedError(
-                f"'{fusion.name}' is a {fusion.opcode}, not a fusion", fusion.location
+                f"the {self.name} emitter is built from a fusion's analysis"
+                f" (heron.emitters.fusion_analysis.analyse_fusion), not from"
+                f" {type(analysis).__name__} {getattr(analysis, 'name', analysis)!r}"
             )
-        self.fusion = fusion
-        self.computation = fusion.called("calls")
+        self.analysis = analysis
+        self.target = analysis.target
+        self.fusion = analysis.fusion
+        self.computation = analysis.computation
+
+    def error(self, why: str, inst: Instruction | None = None) -> UnsupportedError:
+        """An ``UnsupportedError`` naming the fusion, this emitter and ``inst`` (if any)."""
+        where = "" if inst is None else f" {inst.opcode} '{inst.name}' ({inst.shape}):"
+        location = (inst.location if inst is not None else None) or self.fusion.location
+        return UnsupportedError(
+            f"fusion '{self.fusion.name}': the {self.name} emitter:{where} {why}", location
+        )
 
     @abc.abstractmethod
     def launch_dimensions(self) -> LaunchDimensions:
@@ -665,6 +693,7 @@ class FusionEmitter(abc.ABC):
             arguments=self.arguments(),
             module=module,
             output_aliases=self._checked_aliases(),
+            writes_each_element_once=self.writes_each_element_once,
         )
 
     def _declare_entry(

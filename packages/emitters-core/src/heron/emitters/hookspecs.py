@@ -11,7 +11,10 @@ where ``my_package.my_module`` implements the hook below::
 
     @hookimpl
     def heron_emitter_specs():
-        return [EmitterSpec(name="my_emitter", priority=10, claims=..., factory=...)]
+        return [EmitterSpec(name="my_emitter", priority=10, claims=..., factory=MyEmitter)]
+
+with ``claims(analysis) -> bool`` and ``MyEmitter(analysis)`` a ``FusionEmitter``
+(see ``EmitterSpec``).
 
 heron's own emitters (heron-emitter-plugins) register exactly this way.
 """
@@ -41,12 +44,18 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 class EmitterSpec:
     """One hero emitter as a plugin offers it.
 
-    ``claims(fusion)`` says whether this emitter can emit ``fusion`` (a fusion
-    instruction, ``heron.hlo.ir.Instruction``); it must return a bool and not
-    modify the fusion. Among the emitters that claim a fusion, the highest
-    ``priority`` wins, so a specialised emitter outranks a general one (the
-    loop emitter, which claims everything elementwise, should sit low).
-    ``factory(fusion)`` builds the emitter object for one fusion.
+    ``claims(analysis)`` says whether this emitter can emit the fusion that
+    ``analysis`` describes (a ``heron.emitters.fusion_analysis.FusionAnalysis``:
+    the fusion, the target, XLA's ``kind`` and every root's hero, computed once
+    for all emitters); it must return a bool, and False, not an exception, for
+    anything that is not such an analysis. ``heron.emitters.fusion_analysis
+    .claims_kind("transpose")`` is the claims function of an emitter that takes
+    what XLA would give its transpose emitter. Among the emitters that claim an
+    analysis, the highest ``priority`` wins, so a specialised emitter outranks a
+    general one (the loop emitter, which claims every fusion, sits at 0).
+    ``factory(analysis)`` builds the emitter object for that one fusion (a
+    ``heron.emitters.emitter_base.FusionEmitter`` whose ``name`` is this
+    spec's ``name``: the kernel reports who really emitted it).
     """
 
     name: str = attrs.field(validator=check_spec_name)

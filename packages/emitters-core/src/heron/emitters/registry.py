@@ -1,7 +1,9 @@
 """The installed hero emitters, and the choice of one for a fusion.
 
 ``load_emitters()`` reads the ``heron.emitters`` entry-point group; ``select``
-asks every emitter whether it claims a fusion and keeps the highest priority.
+asks every emitter whether it claims a fusion's analysis (``heron.emitters
+.fusion_analysis.FusionAnalysis``, computed once and shown to all of them) and
+keeps the highest priority.
 Two emitters claiming the same fusion at the same priority is an error, not a
 coin toss: which one wins must not depend on installation order.
 """
@@ -20,12 +22,12 @@ class EmitterRegistry(PluginTable[EmitterSpec]):
     def __init__(self, entries: Iterable[tuple[EmitterSpec, PluginOrigin | None]] = ()):
         super().__init__(GROUP, entries)
 
-    def claimants(self, fusion: Any) -> list[EmitterSpec]:
-        """Emitters that claim ``fusion``, best first."""
+    def claimants(self, analysis: Any) -> list[EmitterSpec]:
+        """Emitters that claim ``analysis`` (a fusion's analysis), best first."""
         result = []
         for spec in self.specs:
             try:
-                claimed = spec.claims(fusion)
+                claimed = spec.claims(analysis)
             except Exception as exc:
                 raise PluginError(
                     f"{self.describe(spec.name)}: claims() raised {type(exc).__name__}: {exc}"
@@ -39,10 +41,14 @@ class EmitterRegistry(PluginTable[EmitterSpec]):
                 result.append(spec)
         return result
 
-    def select(self, fusion: Any) -> EmitterSpec:
-        """The emitter for ``fusion``: the claimant with the highest priority."""
-        candidates = self.claimants(fusion)
-        label = getattr(fusion, "name", repr(fusion))
+    def select(self, analysis: Any) -> EmitterSpec:
+        """The emitter for the fusion ``analysis`` describes: the highest-priority claimant.
+
+        Anything that is not an analysis of a fusion is claimed by no emitter, so
+        it gets the "no hero emitter claims" error naming it.
+        """
+        candidates = self.claimants(analysis)
+        label = _label(analysis)
         if not candidates:
             known = ", ".join(self.names()) or "none installed"
             raise PluginError(f"no hero emitter claims fusion '{label}' (emitters: {known})")
@@ -53,6 +59,12 @@ class EmitterRegistry(PluginTable[EmitterSpec]):
                 f" {candidates[0].priority}: " + "; ".join(self.describe(s.name) for s in tied)
             )
         return candidates[0]
+
+
+def _label(analysis: Any) -> str:
+    """The fusion's name for an error message (an analysis's fusion, or the object itself)."""
+    fusion = getattr(analysis, "fusion", analysis)
+    return getattr(fusion, "name", None) or repr(analysis)
 
 
 def load_emitters(path: Sequence[str] | None = None) -> EmitterRegistry:

@@ -1,4 +1,11 @@
-"""Hero selection: which installed emitter emits a fusion, and emitting it with that one.
+"""Hero selection: analyse a fusion once, pick the installed emitter that claims it, emit.
+
+``emit_fusion(fusion, target)`` is the whole of stage ``emitted``
+(docs/pipeline.md): ``analyse_fusion`` computes the fusion's analysis for the
+target once; every installed emitter sees that same analysis in ``claims``;
+the highest-priority claimant's ``factory`` builds the emitter from it; the
+kernel it emits names that emitter. Nothing is relabelled: a factory whose
+emitter calls itself something else than its spec is a plugin error.
 
 The registry (``heron.emitters.registry``) reads the ``heron.emitters``
 entry-point group; loading it scans installed distributions, so the default
@@ -10,14 +17,15 @@ from __future__ import annotations
 
 import functools
 
-import attrs
-
 from heron.emitters.emitter_base import EmittedKernel
+from heron.emitters.fusion_analysis import FusionAnalysis, analyse_fusion
 from heron.emitters.hookspecs import EmitterSpec
 from heron.emitters.registry import EmitterRegistry, load_emitters
+from heron.emitters.target import EmitterTarget
 from heron.hlo.ir import Instruction
+from heron.hlo.plugin_loading import PluginError
 
-__all__ = ["default_registry", "emit_fusion", "select_emitter"]
+__all__ = ["analyse_fusion", "default_registry", "emit_fusion", "select_emitter"]
 
 
 @functools.cache
@@ -26,20 +34,34 @@ def default_registry() -> EmitterRegistry:
     return load_emitters()
 
 
-def select_emitter(fusion: Instruction, registry: EmitterRegistry | None = None) -> EmitterSpec:
-    """The emitter spec for ``fusion``: the highest-priority claimant (``PluginError`` if none)."""
-    return (registry or default_registry()).select(fusion)
+def select_emitter(
+    analysis: FusionAnalysis, registry: EmitterRegistry | None = None
+) -> EmitterSpec:
+    """The emitter spec for the analysed fusion: the highest-priority claimant.
+
+    ``PluginError`` when no emitter claims it (anything that is not a fusion's
+    analysis is claimed by none) or two claim it at the same priority.
+    """
+    return (registry or default_registry()).select(analysis)
 
 
 def emit_fusion(
-    fusion: Instruction, target: object | None = None, registry: EmitterRegistry | None = None
+    fusion: Instruction, target: EmitterTarget, registry: EmitterRegistry | None = None
 ) -> EmittedKernel:
-    """Select the emitter for ``fusion`` and emit it (stage ``emitted`` of docs/pipeline.md).
+    """Analyse ``fusion`` for ``target``, select its emitter and emit it (stage ``emitted``).
 
-    ``target`` (an ``EmitterTarget``) is the device the fusion is emitted for.
+    ``target`` is any ``EmitterTarget`` (``heron.compiler.Target``). The kernel's
+    ``emitter`` is the name of the emitter that emitted it.
     """
-    spec = select_emitter(fusion, registry)
-    kernel = spec.factory(fusion).emit()
-    if kernel.emitter != spec.name:  # the class's name and the registered name may differ
-        kernel = attrs.evolve(kernel, emitter=spec.name)
-    return kernel
+    analysis = analyse_fusion(fusion, target)
+    spec = select_emitter(analysis, registry)
+    emitter = spec.factory(analysis)
+    built = getattr(emitter, "name", None)
+    if built != spec.name:
+        origin = (registry or default_registry()).describe(spec.name)
+        raise PluginError(
+            f"fusion '{fusion.name}': {origin}: its factory built the emitter"
+            f" {built!r} ({type(emitter).__name__}), not {spec.name!r}; a factory must build"
+            " the emitter its spec names"
+        )
+    return emitter.emit()

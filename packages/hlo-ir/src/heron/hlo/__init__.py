@@ -1,7 +1,16 @@
-"""heron.hlo: the HLO IR, its text form, its verifier and its reference evaluator.
+"""heron.hlo: the HLO IR, its text form, its verifier, its reference evaluator and HLO passes.
 
-The names below are the package's public surface; everything else is an
-implementation module that later packages may import but should not need to.
+The bottom of heron's dependency graph (docs/architecture.md): it imports no
+other heron package and no MLIR, so the HLO tools run with numpy and
+ml_dtypes alone. Besides the names below (the public surface) it holds:
+
+- ``heron.hlo.passes``: target-independent HLO passes, one module each
+  (``outline``: each computing instruction of an unfused entry computation
+  becomes a fusion of its own);
+- ``heron.hlo.memory_layout``, ``heron.hlo.npz_io``: arrays in an HLO
+  layout's memory order, and .npz inputs and outputs;
+- ``heron.hlo.plugin_loading``: the entry-point loader that both plugin
+  groups (``heron.emitters``, ``heron.backends``) share.
 """
 
 from heron.hlo.element_types import ElementType

@@ -94,6 +94,15 @@ class ArrayShape:
         return self.layout.minor_to_major
 
     @property
+    def major_to_minor(self) -> tuple[int, ...]:
+        """The physical order: dimension numbers from the most major to the most minor.
+
+        The order the elements lie in memory (``reversed(minor_to_major)``),
+        size-1 dimensions included; a caller that ignores them filters them out.
+        """
+        return tuple(reversed(self.minor_to_major))
+
+    @property
     def is_dynamic(self) -> bool:
         return any(self.dynamic)
 

@@ -9,39 +9,49 @@ every stage, and lets a plugin insert its own passes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import attrs
 from mlir import ir
 
+from heron.emitters.target import EmitterTarget
 from heron.hlo.errors import UnsupportedError
 
 #: Receives (stage name, IR text) after every pass.
 Dump = Callable[[str, str], None]
+#: Receives (pass name, seconds) after every pass: the time it took, verification included.
+OnPass = Callable[[str, float], None]
 
-TARGETS = ("cuda", "rocm")
+
+def _warp_size(options: PipelineOptions, attribute: attrs.Attribute, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value & (value - 1):
+        raise UnsupportedError(f"warp_size must be a positive power of two, got {value!r}")
+
+
+def _backend(options: PipelineOptions, attribute: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise UnsupportedError(f"backend must be a name such as 'cuda', got {value!r}")
 
 
 @attrs.frozen
 class PipelineOptions:
-    """What the heron passes need to know about the target.
+    """What heron's passes need to know about the device they prepare a kernel for.
 
-    ``target`` is ``cuda`` or ``rocm``; passes that differ between them (warp
-    size, which math a backend lowers natively) read it here.
+    Built from the compile's Target (:meth:`for_target`), so that no pass keeps
+    a device fact of its own. ``backend`` is the GPU family the lowering goes
+    on to (``cuda``, ``rocm``); ``warp_size`` the lanes of a warp or wavefront,
+    which shuffles and warp-level reductions are written for. The defaults are
+    an NVIDIA GPU's, for tests that build options by hand.
     """
 
-    target: str = "cuda"
+    backend: str = attrs.field(default="cuda", validator=_backend)
+    warp_size: int = attrs.field(default=32, validator=_warp_size)
 
-    def __attrs_post_init__(self) -> None:
-        if self.target not in TARGETS:
-            raise UnsupportedError(
-                f"unknown target {self.target!r} (expected one of {', '.join(TARGETS)})"
-            )
-
-    @property
-    def warp_size(self) -> int:
-        """Threads per warp (NVIDIA) or wavefront (AMD CDNA: 64)."""
-        return 32 if self.target == "cuda" else 64
+    @classmethod
+    def for_target(cls, target: EmitterTarget) -> PipelineOptions:
+        """The options for ``target`` (a ``heron.compiler.Target``, or anything alike)."""
+        return cls(backend=target.backend, warp_size=target.warp_size)
 
 
 @attrs.frozen
@@ -65,12 +75,15 @@ def run_passes(
     dump: Dump | None = None,
     stop_after: str | None = None,
     verify: bool = True,
+    on_pass: OnPass | None = None,
 ) -> ir.Module:
     """Run ``passes`` in order on ``module`` (in place), reporting each stage to ``dump``.
 
     ``stop_after`` names the last pass to run (an unknown name is an error,
     listing the known ones). With ``verify`` the module is verified after each
     pass, so a broken pass is named by the error instead of surfacing later.
+    ``on_pass(name, seconds)`` hears how long each pass took (the compile
+    driver's per-stage timings), verification included, dumping not.
     """
     names = [p.name for p in passes]
     if stop_after is not None and stop_after not in names and stop_after != "emitted":
@@ -83,6 +96,7 @@ def run_passes(
         return module
     with module.context, ir.Location.unknown():
         for step in passes:
+            start = time.perf_counter()
             try:
                 step.run(module, options)
             except UnsupportedError:
@@ -96,6 +110,8 @@ def run_passes(
                     raise PassFailure(
                         f"pass {step.name!r} produced invalid IR: {exc}\n{module}"
                     ) from exc
+            if on_pass is not None:
+                on_pass(step.name, time.perf_counter() - start)
             if dump is not None:
                 dump(step.name, str(module))
             if step.name == stop_after:

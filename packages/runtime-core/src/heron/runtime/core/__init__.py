@@ -1,19 +1,24 @@
-"""heron.runtime.core: the target-independent runtime.
+"""heron.runtime.core: what every backend and device shares, with no compiler.
 
-``heron.runtime`` is a namespace shared by three distributions:
-heron-runtime-core (this package, ``heron.runtime.core``), heron-runtime-cuda
-(``heron.runtime.cuda``) and heron-runtime-rocm (``heron.runtime.rocm``). It
-has no ``__init__.py`` so that each of them can be installed, editable or not,
-without the others; see the README's "Package layout".
+``heron.runtime`` is a namespace shared by four distributions:
+heron-runtime-core (this package), heron-runtime-interpreter
+(``heron.runtime.interpreter``), heron-runtime-cuda (``heron.runtime.cuda``)
+and heron-runtime-rocm (``heron.runtime.rocm``). It has no ``__init__.py``, so
+that each of them can be installed, editable or not, without the others.
 
-Today this package holds the plugin contract for backends:
-``heron.runtime.core.hookspecs`` (the ``heron_backend_specs`` hook and
-``BackendSpec``) and ``heron.runtime.core.registry`` (loading the
-``heron.backends`` entry-point group and choosing a backend).
+- ``device``: the device interface (``Device``, ``DeviceBuffer``,
+  ``KernelImage``): allocate, copy in and out, load a kernel image, launch;
+- ``hookspecs``: the plugin contract for backends (the ``heron_backend_specs``
+  hook, ``BackendSpec``, and its ``Stage`` list from a ``lower-tensors``
+  module to a KernelImage);
+- ``registry``: loading the ``heron.backends`` entry-point group and choosing
+  a backend;
+- ``driver_probe``, ``gpu_backend``: what the CUDA and ROCm backends share
+  (is there a driver; the spec of a backend that compiles but cannot launch yet).
 
-What will live here too (see ARCHITECTURE.md): thunks and thunk emission, the
-command-buffer conversion pass, executables and their serialised artefact, the
-device interface, and the interpreter device (a SIMT emulator on the CPU).
+It imports heron.hlo only, never MLIR, llvmlite or heron's compile side (the
+import-linter contracts check it): a machine that only runs compiled kernels
+needs none of them. Thunks and executables are the next issues.
 """
 
 __version__ = "0.1.0"

@@ -8,7 +8,7 @@ the same code runs a fusion on any of them:
 
 1. ``allocate(nbytes)`` device memory, ``copy_to_device`` the inputs (their
    bytes in the memory representation of :mod:`heron.hlo.memory_layout`);
-2. ``load_kernel(image)`` a :class:`KernelImage` the backend's compiler made;
+2. ``load_kernel(image)`` a :class:`KernelImage` the backend's stages made;
 3. ``launch(kernel, grid, block, buffers)``: one buffer per kernel argument,
    in the kernel's argument order (inputs, then outputs);
 4. ``synchronize()``, then ``copy_from_device`` the outputs.
@@ -55,7 +55,7 @@ def as_dim3(sizes: Sequence[int] | int, what: str = "size") -> Dim3:
 
 @attrs.frozen
 class KernelImage:
-    """Device code for one kernel, as a backend's compiler made it.
+    """Device code for one kernel, as a backend's stages made it.
 
     ``format`` says what ``data`` is: ``"heron-interpreter"`` (the program
     of :mod:`heron.runtime.interpreter.program`, JSON), ``"ptx"``,

@@ -1,31 +1,66 @@
 """The plugin contract for backends (entry-point group ``heron.backends``).
 
-A backend is a target: a way to turn the shared MLIR pipeline's output into
-device code (its *compiler*) and a device that runs that code. A distribution
-adds one by declaring, in its pyproject.toml::
+A backend is a way to turn heron's MLIR pipeline output into device code (its
+*stages*) and a device that runs that code. A distribution adds one by
+declaring, in its pyproject.toml::
 
     [project.entry-points."heron.backends"]
     my_backend = "my_package.backend"
 
 where ``my_package.backend`` implements the hook below::
 
-    from heron.runtime.core.hookspecs import BackendSpec, hookimpl
+    from heron.runtime.core.hookspecs import BackendSpec, Stage, hookimpl
 
     @hookimpl
     def heron_backend_specs():
-        return BackendSpec(name="my_backend", priority=10, is_available=...,
-                           device_factory=..., compiler="my_package.compile:compile")
+        return BackendSpec(
+            name="my_backend", priority=10, is_available=..., device_factory=...,
+            stages=(
+                Stage("llvm-ir", "my_package.stages:to_llvm_ir", extension="ll"),
+                Stage("binary", "my_package.stages:to_binary", extension="bin"),
+            ),
+        )
 
-The compiler is named by a ``"module:attribute"`` string and imported only
-when something asks to compile, never when the plugin is loaded: a machine
-that only runs serialised executables has no MLIR or llvmlite installed, and
-its backends must still load and run there.
+Stages, as Triton's backends ``add_stages``: an ordered list of named steps
+from the ``lower-tensors``-stage MLIR module (the last backend-neutral stage of
+heron's pipeline) to device code. heron's compile driver
+(``heron.compiler.compile_fusion``) runs them after heron's own passes, times
+each one, hands it the dump callback, and checks what it returns.
+
+The stage contract
+------------------
+
+``fn(previous, context) -> output``
+
+* ``previous``: for the first stage, the ``lower-tensors``-stage
+  ``mlir.ir.Module`` (read it, print it, clone it: it is the module the driver
+  reports as the fusion's last heron stage, so do not change it); for the
+  others, what the stage before returned.
+* ``context``: a :class:`StageContext`: the target (:class:`StageTarget`), the
+  kernel's and the fusion's names, and ``dump(name, text)`` for any text the
+  stage makes on the way (its own steps, its product), or None.
+* ``output``: anything the next stage takes. A stage with an ``extension``
+  makes an artefact: it returns ``str`` (text), ``bytes``, or a
+  :class:`~heron.runtime.core.device.KernelImage` (code a device loads), whose
+  bytes are the artefact. The last stage that runs must return a KernelImage.
+* A stage that cannot run here but need not (ptxas is not installed, and PTX
+  alone is loadable) raises :class:`StageSkipped` with the reason: the driver
+  reports the reason and hands ``previous`` to the next stage unchanged. Any
+  other failure is an exception: ``heron.hlo.errors.UnsupportedError`` for
+  code the backend cannot compile, ``ImportError`` when the compile-side
+  dependencies are missing.
+
+A stage names its function by a ``"module:attribute"`` string, imported only
+when something compiles, never when the plugin is loaded: a machine that only
+runs serialised executables has no MLIR or llvmlite installed, and its
+backends must still load and run there. For the same reason this package never
+imports MLIR: the first stage's argument is typed ``Any``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import pluggy
@@ -38,10 +73,114 @@ from heron.hlo.plugin_loading import (
     check_spec_name,
 )
 
+__all__ = [
+    "GROUP",
+    "BackendSpec",
+    "Dump",
+    "Stage",
+    "StageContext",
+    "StageSkipped",
+    "StageTarget",
+    "heron_backend_specs",
+    "hookimpl",
+    "hookspec",
+]
+
 GROUP = "heron.backends"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
+
+#: Receives (name, text) of a step's result, for ``--dump-dir`` and tests.
+Dump = Callable[[str, str], None]
+
+_EXTENSION_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+
+
+class StageSkipped(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a stage that cannot run here and need not; the message says why.
+
+    The driver reports the stage as skipped with that reason and gives the
+    previous stage's output to the next stage (see the module docstring).
+    """
+
+
+@runtime_checkable
+class StageTarget(Protocol):
+    """What a stage may read about the device (a subset of ``heron.compiler.Target``).
+
+    runtime-core sits below heron-compiler, so it cannot name that class; any
+    object with these attributes will do.
+    """
+
+    #: ``"cuda"`` or ``"rocm"``: the GPU family the code is for (the interpreter
+    #: emulates one).
+    backend: str
+    #: ``sm_90``, ``gfx942``, ...
+    arch: str
+    warp_size: int
+    threads_per_block_limit: int
+    #: CUDA: the PTX ISA version times ten; ROCm: the code object version.
+    isa_version: int
+
+
+@attrs.frozen
+class StageContext:
+    """What every stage of one compile gets besides the previous stage's output."""
+
+    target: StageTarget
+    #: The kernel's symbol (the emitted kernel's name): the one to keep, and to launch.
+    kernel_name: str
+    #: The fusion the kernel was emitted for (for error messages).
+    fusion_name: str
+    #: ``dump(name, text)`` for the texts the stage makes, or None when nobody listens.
+    dump: Dump | None = None
+
+
+def _check_extension(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not value or not set(value) <= _EXTENSION_CHARACTERS:
+        raise ValueError(
+            f"{attribute.name} must be None or a file extension without the dot"
+            f" ('ptx', 'hsaco'), got {value!r}"
+        )
+
+
+def _check_required_reference(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is None:
+        raise ValueError(f"{attribute.name} must be a 'module:attribute' string, got None")
+    check_reference(instance, attribute, value)
+
+
+@attrs.frozen
+class Stage:
+    """One named step of a backend, from the previous stage's output to its own.
+
+    ``function`` is the ``"module:attribute"`` of ``fn(previous, context)``
+    (see the module docstring), imported lazily. ``extension`` is the file
+    extension of what the stage makes when that is an artefact (``ll``,
+    ``ptx``, ``cubin``, ``o``, ``hsaco``), None when it is not.
+    """
+
+    name: str = attrs.field(validator=check_spec_name)
+    function: str = attrs.field(validator=_check_required_reference)
+    extension: str | None = attrs.field(default=None, validator=_check_extension)
+    description: str = ""
+
+
+def _to_stages(value: Any) -> Any:
+    """A list of stages becomes a tuple (the spec is frozen and hashable)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _check_stages(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(s, Stage) for s in value):
+        raise TypeError(f"{attribute.name} must be a sequence of Stage, got {value!r}")
+    names = [stage.name for stage in value]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"{attribute.name}: more than one stage is named {', '.join(repeated)}")
 
 
 @attrs.frozen
@@ -51,17 +190,21 @@ class BackendSpec:
     ``is_available()`` returns ``(True, description)`` or ``(False, reason)``,
     the reason being something a user can act on ("no CUDA driver found
     (...)"); it must not raise when the hardware or driver is missing.
-    ``device_factory()`` opens the device. ``compiler``, when given, is the
-    ``"module:attribute"`` of the function that lowers to this target; it is
-    imported lazily (see the module docstring). Higher ``priority`` wins when
-    no backend is named.
+    ``device_factory(target)`` opens the device, for the ``heron.compiler.Target``
+    the kernels are compiled for (None: the backend's own choice); a device that
+    emulates a GPU (the interpreter) takes its warp size from it. ``stages``
+    turn a ``lower-tensors`` module into device code (the module docstring); a
+    backend without stages can only run what was compiled elsewhere. Higher
+    ``priority`` wins when no backend is named.
     """
 
     name: str = attrs.field(validator=check_spec_name)
     priority: int = attrs.field(validator=check_int)
     is_available: Callable[[], tuple[bool, str]] = attrs.field(validator=check_callable)
-    device_factory: Callable[[], Any] = attrs.field(validator=check_callable)
-    compiler: str | None = attrs.field(default=None, validator=check_reference)
+    device_factory: Callable[[Any], Any] = attrs.field(validator=check_callable)
+    stages: tuple[Stage, ...] = attrs.field(
+        default=(), converter=_to_stages, validator=_check_stages
+    )
     description: str = ""
 
 

@@ -1,21 +1,40 @@
-"""The installed backends, their availability, and the choice of one.
+"""The installed backends, their availability, their stages, and the choice of one.
 
-``load_backends()`` reads the ``heron.backends`` entry-point group. A backend
-that is installed may still be unusable here (no driver, no device): that is
-not an error until someone selects it, and then the error says why.
+``load_backends()`` reads the ``heron.backends`` entry-point group, which scans
+every installed distribution's metadata: ``default_backends()`` does that once
+per process and keeps the result, and everything that compiles or runs uses
+it. Tests and tools that need another set (fake distributions on a temporary
+path) call ``load_backends(path)`` or build a ``BackendRegistry`` themselves.
+
+A backend that is installed may still be unusable here (no driver, no device):
+that is not an error until someone selects it, and then the error says why.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
 
-from heron.hlo.plugin_loading import PluginError, PluginOrigin, PluginTable, load_specs
+from heron.hlo.plugin_loading import (
+    PluginError,
+    PluginOrigin,
+    PluginTable,
+    load_specs,
+    resolve_reference,
+)
 from heron.runtime.core import hookspecs
-from heron.runtime.core.hookspecs import GROUP, BackendSpec
+from heron.runtime.core.hookspecs import GROUP, BackendSpec, Stage
+
+__all__ = [
+    "Availability",
+    "BackendRegistry",
+    "LoadedStage",
+    "default_backends",
+    "load_backends",
+]
 
 
 @attrs.frozen
@@ -24,9 +43,23 @@ class Availability:
     reason: str
 
 
+@attrs.frozen
+class LoadedStage:
+    """A stage with its function imported: ``run(previous, context)``."""
+
+    stage: Stage
+    run: Callable[[Any, Any], Any]
+
+    @property
+    def name(self) -> str:
+        return self.stage.name
+
+
 class BackendRegistry(PluginTable[BackendSpec]):
     def __init__(self, entries: Iterable[tuple[BackendSpec, PluginOrigin | None]] = ()):
         super().__init__(GROUP, entries)
+        # Stage functions by backend, imported on first use (they may need MLIR).
+        self._loaded_stages: dict[str, tuple[LoadedStage, ...]] = {}
 
     def availability(self, name: str) -> Availability:
         spec = self.get(name)
@@ -64,32 +97,62 @@ class BackendRegistry(PluginTable[BackendSpec]):
         detail = "; ".join(reasons) if reasons else "none is installed"
         raise PluginError(f"no {GROUP} backend is available ({detail})")
 
-    def create_device(self, name: str | None = None) -> Any:
-        return self.select(name).device_factory()
+    def create_device(self, name: str | None = None, target: Any = None) -> Any:
+        """A device of the backend ``name`` (or the best available one) for ``target``.
 
-    def load_compiler(self, name: str) -> Callable[..., Any]:
-        """Import the backend's compiler (only now: it may need MLIR)."""
+        ``target`` is the ``heron.compiler.Target`` the kernels are compiled
+        for; None leaves the choice to the backend (see ``BackendSpec``).
+        """
+        return self.select(name).device_factory(target)
+
+    def load_stages(self, name: str) -> tuple[LoadedStage, ...]:
+        """The backend's stages with their functions imported (only now: they may need MLIR).
+
+        Imported once per registry; a backend without stages, or a stage whose
+        function cannot be imported or is not callable, is a ``PluginError``
+        naming the backend's distribution and the stage.
+        """
+        if name in self._loaded_stages:
+            return self._loaded_stages[name]
         spec = self.get(name)
-        if spec.compiler is None:
-            raise PluginError(f"{self.describe(name)} has no compiler (it can only run artefacts)")
-        module_name, _, attribute = spec.compiler.partition(":")
-        try:
-            target: Any = importlib.import_module(module_name)
-            for part in attribute.split("."):
-                target = getattr(target, part)
-        except Exception as exc:
+        if not spec.stages:
             raise PluginError(
-                f"{self.describe(name)}: cannot load its compiler '{spec.compiler}':"
-                f" {type(exc).__name__}: {exc}"
-            ) from exc
-        if not callable(target):
-            raise PluginError(
-                f"{self.describe(name)}: compiler '{spec.compiler}' is a"
-                f" {type(target).__name__}, not a function"
+                f"{self.describe(name)} declares no compile stages (it can only run artefacts)"
             )
-        return target
+        loaded = []
+        for stage in spec.stages:
+            try:
+                function = resolve_reference(stage.function)
+            except Exception as exc:
+                raise PluginError(
+                    f"{self.describe(name)}: cannot load stage '{stage.name}'"
+                    f" ('{stage.function}'): {type(exc).__name__}: {exc}"
+                ) from exc
+            if not callable(function):
+                raise PluginError(
+                    f"{self.describe(name)}: stage '{stage.name}' ('{stage.function}') is a"
+                    f" {type(function).__name__}, not a function"
+                )
+            loaded.append(LoadedStage(stage, function))
+        self._loaded_stages[name] = tuple(loaded)
+        return self._loaded_stages[name]
 
 
 def load_backends(path: Sequence[str] | None = None) -> BackendRegistry:
-    """Every backend registered through the entry points on ``path`` (default ``sys.path``)."""
+    """Every backend registered through the entry points on ``path`` (default ``sys.path``).
+
+    Scans the installed distributions each time; see ``default_backends``.
+    """
     return BackendRegistry(load_specs(GROUP, hookspecs, "heron_backend_specs", BackendSpec, path))
+
+
+@functools.cache
+def default_backends() -> BackendRegistry:
+    """The backends installed in this environment, loaded on first use and then kept.
+
+    Loading scans every installed distribution's entry points, which costs more
+    than compiling a small fusion; the compile driver, ``heron run`` and
+    ``heron check`` all ask for backends, so they share this one registry
+    (and the stage functions it has imported).
+    """
+    return load_backends()

@@ -1,15 +1,24 @@
 """heron.runtime.cuda: the CUDA backend.
 
-- ``driver``: whether a CUDA driver and device are present and, if not, why
-  (the GPU tests skip with that line).
-- ``compiler``: the NVVM tail of the pipeline, a ``gpu.module`` to PTX
-  (libdevice linked and internalised) and optionally cubin through ptxas. It
-  needs the ``heron-runtime-cuda[compile]`` extra (MLIR, llvmlite, ptxas) and
-  imports it lazily: running a compiled artefact must not need a compiler.
+Device side (cuda-python only; no MLIR or llvmlite, which the import-linter
+contracts check):
 
-Still to come (see ARCHITECTURE.md): the CUDA device through cuda-python
-(module load, launches, CUDA graphs) and the ``heron.backends`` registration;
-nothing is registered until the backend can run what it compiles.
+- ``driver``: whether a CUDA driver and device are present and, if not, why
+  (the GPU tests skip with that line);
+- ``backend``: the ``heron.backends`` plugin; its stages are named by
+  ``"module:attribute"`` strings, imported only when something compiles.
+
+Compile side (the ``heron-runtime-cuda[compile]`` extra: MLIR, llvmlite,
+ptxas from nvidia-cuda-nvcc):
+
+- ``stages``: the backend's stages, ``lower-tensors`` MLIR -> LLVM IR -> PTX
+  -> cubin (skipped, saying why, without ptxas);
+- ``compiler``, ``compiler_mlir``, ``compiler_tools``: the NVVM lowering
+  (libdevice linked and internalised when used), PTX printing, ptxas.
+
+Still to come: the CUDA device through cuda-python (module load, launches,
+CUDA graphs). Until then the backend compiles but reports itself unavailable,
+saying why, and ``auto`` falls back to the interpreter.
 """
 
 __version__ = "0.1.0"

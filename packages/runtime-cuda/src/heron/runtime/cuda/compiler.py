@@ -129,11 +129,17 @@ def llvm_ir_to_ptx(
     arch: str = "sm_90",
     *,
     opt_level: int = 3,
+    ptx_version: int | None = None,
     dump: Dump | None = None,
 ) -> str:
-    """LLVM IR (NVPTX flavour) -> PTX, linking the part of libdevice it uses."""
+    """LLVM IR (NVPTX flavour) -> PTX, linking the part of libdevice it uses.
+
+    ``ptx_version`` (times ten) is the PTX ISA to declare; the compile driver
+    passes its Target's ``isa_version``, callers without a Target get
+    :func:`ptx_version_for` ``(arch)``.
+    """
     llvm = _llvmlite()
-    version = ptx_version_for(arch)
+    version = ptx_version_for(arch) if ptx_version is None else ptx_version
     target = llvm.Target.from_triple(NVPTX_TRIPLE)
     machine = target.create_target_machine(cpu=arch, features=f"+ptx{version}", opt=opt_level)
     try:

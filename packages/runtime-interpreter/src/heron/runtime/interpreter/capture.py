@@ -1,10 +1,10 @@
 """MLIR module (``lower-tensors`` stage) -> :class:`~.program.Program`: the interpreter's compiler.
 
 This is the only module of the interpreter that imports MLIR, and it does so
-only when called: the interpreter backend names it as its compiler
-(``heron.runtime.interpreter.capture:compile_kernel_image``), which the
-backend registry imports lazily, so a machine without MLIR can still run a
-captured program.
+only when called: the interpreter backend names its stage
+(``heron.runtime.interpreter.capture:capture_stage``), which the backend
+registry imports lazily, so a machine without MLIR can still run a captured
+program.
 
 Attributes become JSON values (:func:`attribute_value`): integers, floats
 (``{"bits": "0x7fc00001"}`` when the text is a hexadecimal bit pattern, so
@@ -35,13 +35,22 @@ from heron.runtime.interpreter.program import (
 )
 from heron.runtime.interpreter.types import MemRefType, parse_type
 
-__all__ = ["attribute_value", "capture_module", "compile_kernel_image"]
+__all__ = ["attribute_value", "capture_module", "capture_stage", "compile_kernel_image"]
 
 _HEX_FLOAT = re.compile(r"(0x[0-9A-Fa-f]+)\s*:")
 
 
+def capture_stage(lowered, context) -> KernelImage:
+    """The interpreter backend's one stage (``heron.runtime.core.hookspecs``): the image.
+
+    The program does not depend on the Target: the device emulates its warp
+    width at run time, and heron's passes already lowered for it.
+    """
+    return compile_kernel_image(lowered, context.kernel_name)
+
+
 def compile_kernel_image(lowered, kernel_name: str | None = None) -> KernelImage:
-    """The backend compiler hook: a lower-tensors module (or its text) -> a KernelImage."""
+    """A lower-tensors module (or its text) -> a KernelImage of the kernel ``kernel_name``."""
     program = capture_module(lowered)
     kernels = program.kernels
     if kernel_name is None:

@@ -52,6 +52,8 @@ def link_hsaco(object_code: bytes) -> bytes:
 
     ``--no-undefined`` turns a call to a function nobody defines (an OCML
     routine, say) into a link error here instead of a load failure on the GPU.
+    The result is checked to be an AMDGPU ELF (:func:`elf_machine`): this is
+    the one place an HSACO is made, so the one place that checks it.
     """
     with tempfile.TemporaryDirectory(prefix="heron-lld-") as tmp:
         obj = Path(tmp) / "kernel.o"
@@ -66,7 +68,14 @@ def link_hsaco(object_code: bytes) -> bytes:
         if result.returncode != 0:
             message = (result.stderr or result.stdout).strip()
             raise LinkError(f"ld.lld failed to link the AMDGPU code object:\n{message}")
-        return out.read_bytes()
+        hsaco = out.read_bytes()
+    try:
+        machine = elf_machine(hsaco)
+    except ValueError as exc:
+        raise LinkError(f"ld.lld wrote something that is not an ELF image: {exc}") from exc
+    if machine != EM_AMDGPU:
+        raise LinkError(f"the linked code object is not an AMDGPU ELF (e_machine {machine})")
+    return hsaco
 
 
 def elf_machine(image: bytes) -> int:

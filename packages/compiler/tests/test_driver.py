@@ -1,0 +1,279 @@
+"""The compile driver: emission, heron's passes, then a backend's declared stages, in one order.
+
+Small backends are declared here, in code, with their stage functions in a
+module written to a temporary directory (a stage is named by a
+"module:attribute" string, as a plugin's is); the real backends (CUDA, ROCm,
+the interpreter) and the installed example plugin go through the same loop.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from heron.compiler import (
+    CompiledKernel,
+    Target,
+    compile_emitted,
+    compile_fusion,
+    fusions_of,
+    stage_names,
+    target_for_device,
+)
+from heron.emitters.pipeline import pass_names
+from heron.hlo import parse_module
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.plugin_loading import PluginError
+from heron.runtime.core.hookspecs import BackendSpec, Stage
+from heron.runtime.core.registry import BackendRegistry, default_backends
+
+SCALE = """\
+HloModule scale
+
+fused_scale {
+  x = f32[64,32] parameter(0)
+  c = f32[] constant(3)
+  b = f32[64,32] broadcast(c), dimensions={}
+  ROOT m = f32[64,32] multiply(x, b)
+}
+
+ENTRY main {
+  x = f32[64,32] parameter(0)
+  ROOT f = f32[64,32] fusion(x), kind=kLoop, calls=fused_scale
+}
+"""
+
+#: Stage functions of the small backends below; CALLS records what each was given.
+STAGES_MODULE = """
+    from heron.runtime.core.device import KernelImage
+    from heron.runtime.core.hookspecs import StageSkipped
+
+    CALLS = []
+
+    def text(module, context):
+        CALLS.append(("text", type(module).__name__, context.target.name, context.kernel_name))
+        body = f"{context.kernel_name} for {context.target.arch}"
+        if context.dump is not None:
+            context.dump("text-step", body)
+        return body
+
+    def skip(previous, context):
+        CALLS.append(("skip", previous))
+        raise StageSkipped("the tool is not installed here")
+
+    def binary(previous, context):
+        CALLS.append(("binary", previous))
+        return previous.encode()
+
+    def image(previous, context):
+        CALLS.append(("image", previous))
+        return KernelImage("tiny", context.kernel_name, previous + b"!")
+
+    def not_an_image(previous, context):
+        return 42
+
+    def fails(previous, context):
+        raise ValueError("the assembler said no")
+"""
+
+
+@pytest.fixture
+def stages_module(tmp_path, monkeypatch):
+    """The name of a fresh module holding ``STAGES_MODULE`` (on sys.path for this test)."""
+    name = f"heron_tiny_stages_{abs(hash(tmp_path)) % 10**8}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(STAGES_MODULE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def _backend(module: str, *stages: tuple[str, str | None]) -> BackendRegistry:
+    """A registry with one backend, ``tiny``, of the given (function, extension) stages."""
+    spec = BackendSpec(
+        name="tiny",
+        priority=0,
+        is_available=lambda: (True, "here"),
+        device_factory=lambda target: None,
+        stages=[Stage(fn.replace("_", "-"), f"{module}:{fn}", ext) for fn, ext in stages],
+    )
+    return BackendRegistry([(spec, None)])
+
+
+def _fusion():
+    (fusion,) = fusions_of(parse_module(SCALE))
+    return fusion
+
+
+def _calls(module: str) -> list:
+    import importlib
+
+    return importlib.import_module(module).CALLS
+
+
+H100 = Target.preset("h100")
+
+
+def test_the_backends_stages_run_in_order_with_timings_and_dumps(stages_module):
+    backends = _backend(stages_module, ("text", "txt"), ("binary", "bin"), ("image", "img"))
+    dumps: list[tuple[str, str]] = []
+    compiled = compile_fusion(
+        _fusion(), H100, "tiny", dump=lambda *d: dumps.append(d), backends=backends
+    )
+    assert isinstance(compiled, CompiledKernel)
+    names = [r.name for r in compiled.stages]
+    assert names == ["emit", *pass_names()[1:], "text", "binary", "image"]
+    assert all(r.seconds >= 0 and r.skipped is None for r in compiled.stages)
+    assert compiled.seconds == pytest.approx(sum(r.seconds for r in compiled.stages))
+    # Every heron stage is dumped by the pass loop, then the stages' own texts.
+    assert [name for name, _ in dumps] == [*pass_names(), "text-step"]
+    assert dumps[-1][1] == "f for sm_90"
+    assert _calls(stages_module) == [
+        ("text", "Module", "h100", "f"),  # the lower-tensors mlir.ir.Module
+        ("binary", "f for sm_90"),
+        ("image", b"f for sm_90"),
+    ]
+    assert compiled.image.format == "tiny" and compiled.image.data == b"f for sm_90!"
+    assert [(a.stage, a.extension, a.data, a.loadable) for a in compiled.artefacts] == [
+        ("text", "txt", b"f for sm_90", False),
+        ("binary", "bin", b"f for sm_90", False),
+        ("image", "img", b"f for sm_90!", True),
+    ]
+    assert compiled.device_code() == compiled.artefacts[-1:]
+    assert (compiled.backend, compiled.target, compiled.emitter) == ("tiny", H100, "loop")
+    assert "gpu.module" in str(compiled.module)  # the lower-tensors stage
+    assert compiled.grid == (compiled.launch.block_x, compiled.launch.block_y, 1)
+    assert [shape.dims for shape in compiled.input_shapes] == [(64, 32)]
+
+
+def test_a_skipped_stage_is_reported_and_the_next_gets_its_input(stages_module):
+    backends = _backend(
+        stages_module, ("text", None), ("skip", "obj"), ("binary", None), ("image", None)
+    )
+    compiled = compile_fusion(_fusion(), H100, "tiny", backends=backends)
+    (skipped,) = compiled.skipped
+    assert (skipped.name, skipped.skipped) == ("skip", "the tool is not installed here")
+    assert [r.name for r in compiled.stages][-4:] == ["text", "skip", "binary", "image"]
+    assert ("binary", "f for sm_90") in _calls(stages_module)
+    assert "skip" not in dict(compiled.timings)
+    assert compiled.artefacts == ()  # the skipped stage made nothing
+
+
+def test_ptxas_missing_skips_the_cubin_stage_and_says_why(monkeypatch):
+    from heron.runtime.cuda import stages
+    from heron.runtime.cuda.compiler_tools import ToolNotFoundError
+
+    def missing():
+        raise ToolNotFoundError("ptxas not found: install the 'nvidia-cuda-nvcc' wheel")
+
+    monkeypatch.setattr(stages, "find_ptxas", missing)
+    compiled = compile_fusion(_fusion(), Target.preset("a100"))
+    assert [(r.name, r.skipped) for r in compiled.skipped] == [
+        ("cubin", "ptxas not found: install the 'nvidia-cuda-nvcc' wheel")
+    ]
+    assert compiled.image.format == "ptx" and ".target sm_80" in compiled.image.data.decode()
+    assert [a.extension for a in compiled.device_code()] == ["ptx"]
+
+
+def test_with_ptxas_the_cuda_backend_makes_ptx_and_a_cubin():
+    compiled = compile_fusion(_fusion(), H100)
+    assert [a.extension for a in compiled.artefacts] == ["ll", "ptx", "cubin"]
+    assert compiled.image.format == "cubin" and compiled.image.data[:4] == b"\x7fELF"
+    assert not compiled.skipped
+
+
+def test_the_rocm_backend_makes_an_amdgpu_code_object_for_the_targets_arch():
+    compiled = compile_fusion(_fusion(), Target.preset("mi250x"))
+    assert [a.extension for a in compiled.artefacts] == ["ll", "o", "hsaco"]
+    assert compiled.image.format == "hsaco" and b"gfx90a" in compiled.image.data
+    assert int.from_bytes(compiled.image.data[18:20], "little") == 224  # EM_AMDGPU
+
+
+def test_stop_after_a_heron_pass_or_a_backend_stage():
+    inlined = compile_fusion(_fusion(), H100, stop_after="inline")
+    assert inlined.image is None and inlined.artefacts == ()
+    assert [r.name for r in inlined.stages] == ["emit", "inline"]
+    assert "heron_gpu.pure_call" not in str(inlined.module)
+    emitted = compile_fusion(_fusion(), H100, stop_after="emitted")
+    assert [r.name for r in emitted.stages] == ["emit"]
+    ptx = compile_fusion(_fusion(), H100, stop_after="ptx")
+    assert ptx.image.format == "ptx" and [r.name for r in ptx.stages][-2:] == ["llvm-ir", "ptx"]
+
+
+def test_an_unknown_stop_lists_every_stage():
+    with pytest.raises(UnsupportedError) as info:
+        compile_fusion(_fusion(), H100, stop_after="no-such-pass")
+    message = str(info.value)
+    assert "unknown pass 'no-such-pass'" in message
+    assert "emitted, inline" in message and "cuda backend's stages: llvm-ir, ptx, cubin" in message
+    assert stage_names("cuda")[-3:] == ["llvm-ir", "ptx", "cubin"]
+    assert stage_names("cuda")[: len(pass_names())] == pass_names()
+
+
+def test_the_last_stage_must_make_an_image(stages_module):
+    backends = _backend(stages_module, ("text", None))
+    with pytest.raises(PluginError, match="stage that ran, 'text', returned a str, not a Kernel"):
+        compile_fusion(_fusion(), H100, "tiny", backends=backends)
+
+
+def test_an_artefact_stage_must_make_text_bytes_or_an_image(stages_module):
+    backends = _backend(stages_module, ("not_an_image", "bin"))
+    with pytest.raises(PluginError, match="stage 'not-an-image' declares the artefact extension"):
+        compile_fusion(_fusion(), H100, "tiny", backends=backends)
+
+
+def test_a_failing_stage_names_the_fusion_the_backend_the_stage_and_the_arch(stages_module):
+    backends = _backend(stages_module, ("text", None), ("fails", None))
+    with pytest.raises(UnsupportedError) as info:
+        compile_fusion(_fusion(), Target.preset("a100"), "tiny", backends=backends)
+    assert str(info.value) == (
+        "error: fusion 'f': tiny stage 'fails' (sm_80) failed: the assembler said no"
+    )
+
+
+def test_unknown_backend_is_a_plugin_error():
+    with pytest.raises(PluginError, match="no heron.backends plugin named 'tpu'"):
+        compile_fusion(_fusion(), H100, "tpu")
+
+
+def test_compile_emitted_starts_from_a_kernel_emitted_elsewhere():
+    from heron.emitters.selection import emit_fusion
+
+    kernel = emit_fusion(_fusion(), H100)
+    compiled = compile_emitted(kernel, H100, "interpreter")
+    assert compiled.stages[0].name == "inline"  # no emission in this compile
+    assert compiled.image.format == "heron-interpreter"
+
+
+def test_the_installed_example_backend_compiles_through_its_stages():
+    compiled = compile_fusion(_fusion(), Target.preset("mi300x"), "example")
+    assert [r.name for r in compiled.stages][-2:] == ["listing", "image"]
+    assert compiled.image.format == "example-listing"
+    assert compiled.image.data.startswith(b"// kernel f for gfx942\n")
+
+
+def test_the_interpreter_compiles_for_and_emulates_the_targets_warps():
+    mi300x = Target.preset("mi300x")
+    device = default_backends().create_device("interpreter", mi300x)
+    assert device.warp_size == 64
+    assert default_backends().create_device("interpreter", H100).warp_size == 32
+    assert target_for_device(device, "interpreter") == mi300x  # the default of its warp
+    assert target_for_device(device, "interpreter", Target.preset("mi250x")).name == "mi250x"
+    with pytest.raises(UnsupportedError, match="warps of 64 lanes, but target 'h100'"):
+        target_for_device(device, "interpreter", H100)
+    assert target_for_device(object(), "rocm") == mi300x
+
+
+def test_registries_are_loaded_once_per_process(monkeypatch):
+    from heron.emitters import registry as emitter_registry
+    from heron.emitters.selection import default_registry
+    from heron.runtime.core import registry as backend_registry
+
+    default_backends(), default_registry()  # loaded (and kept) by now
+
+    def rescan(*args, **kwargs):
+        raise AssertionError("entry points scanned again")
+
+    monkeypatch.setattr(backend_registry, "load_backends", rescan)
+    monkeypatch.setattr(emitter_registry, "load_emitters", rescan)
+    for _ in range(2):
+        compile_fusion(_fusion(), H100, "interpreter")

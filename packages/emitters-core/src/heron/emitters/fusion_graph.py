@@ -1,0 +1,70 @@
+"""A fused computation as hero selection walks it: its roots, and who uses what inside it.
+
+This is XLA's ``HloFusionAdaptor`` for a single fusion: a fusion parameter is
+*outside* the fusion (hero searches stop there) and the root tuple is not a
+user (its operands are the roots). The users map is built once, when the
+graph is built; the graph is built once per fusion analysis and lives on it
+(``FusionAnalysis.graph``), so it can never outlive or disagree with the
+computation it describes.
+
+``fusion_roots`` is the one definition of "the roots of a fusion" and
+``output_positions`` of which outputs each root fills; emitters read both
+from the analysis instead of recomputing them.
+"""
+
+from __future__ import annotations
+
+from heron.hlo.ir import Computation, Instruction
+
+__all__ = ["FusionGraph", "fusion_roots", "output_positions"]
+
+
+def fusion_roots(computation: Computation) -> tuple[Instruction, ...]:
+    """The roots of a fused computation: the root tuple's operands, else the root itself.
+
+    An instruction listed twice in the root tuple is two roots: each is an output.
+    """
+    root = computation.root_instruction
+    return tuple(root.operands) if root.opcode == "tuple" else (root,)
+
+
+def output_positions(roots: tuple[Instruction, ...]) -> tuple[tuple[int, ...], ...]:
+    """For each root, the indices of the fusion outputs (array leaves) it fills, in order.
+
+    A root of tuple shape (a variadic reduce) fills one output per leaf.
+    """
+    positions: list[tuple[int, ...]] = []
+    start = 0
+    for root in roots:
+        count = sum(1 for _ in root.shape.leaves())
+        positions.append(tuple(range(start, start + count)))
+        start += count
+    return tuple(positions)
+
+
+class FusionGraph:
+    """Users inside a fused computation, as ``HloFusionAdaptor`` sees them."""
+
+    def __init__(self, computation: Computation) -> None:
+        self.computation = computation
+        root = computation.root_instruction
+        self.root_tuple = root if root.opcode == "tuple" else None
+        self.roots = fusion_roots(computation)
+        # Keyed by id(): the graph holds the computation, so the instructions outlive it.
+        self._users: dict[int, list[Instruction]] = {}
+        for inst in computation.instructions:
+            if inst is self.root_tuple:
+                continue
+            for operand in inst.operands:
+                users = self._users.setdefault(id(operand), [])
+                if not any(u is inst for u in users):
+                    users.append(inst)
+
+    def users(self, inst: Instruction) -> list[Instruction]:
+        """The instructions inside the fusion that read ``inst`` (not the root tuple)."""
+        return self._users.get(id(inst), [])
+
+    @staticmethod
+    def inside(inst: Instruction) -> bool:
+        """Whether a hero search may step onto ``inst`` (parameters are outside)."""
+        return inst.opcode != "parameter"

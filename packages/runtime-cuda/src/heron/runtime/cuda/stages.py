@@ -1,0 +1,59 @@
+"""The CUDA backend's stages: ``lower-tensors`` MLIR -> LLVM IR -> PTX -> cubin.
+
+Each function follows the stage contract of ``heron.runtime.core.hookspecs``
+(``fn(previous, context)``) and is named, not imported, by the backend's spec
+(``heron.runtime.cuda.backend``): this module needs the ``[compile]`` extra.
+The work is done by ``heron.runtime.cuda.compiler``; a stage adds what a
+compile of one fusion for one Target needs: the Target's arch and PTX ISA, the
+check that the module holds exactly the fusion's kernel, and a KernelImage.
+
+ptxas is optional: PTX is itself loadable (the driver JIT-compiles it), so
+without ptxas the ``cubin`` stage is skipped, and says why. This is the one
+place that decides it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from heron.hlo.errors import UnsupportedError
+from heron.runtime.core.device import KernelImage
+from heron.runtime.core.gpu_backend import lowering_dump
+from heron.runtime.core.hookspecs import StageContext, StageSkipped
+from heron.runtime.cuda.compiler import llvm_ir_to_ptx, lower_to_llvm_ir
+from heron.runtime.cuda.compiler_tools import ToolNotFoundError, assemble_cubin, find_ptxas
+
+__all__ = ["to_cubin", "to_llvm_ir", "to_ptx"]
+
+
+def to_llvm_ir(module: Any, context: StageContext) -> str:
+    """The ``lower-tensors`` module -> NVVM LLVM IR holding the fusion's one kernel."""
+    llvm_ir, kernels = lower_to_llvm_ir(module, dump=lowering_dump(context))
+    if kernels != (context.kernel_name,):
+        raise UnsupportedError(
+            f"the LLVM IR holds kernels {', '.join(kernels)}; expected only {context.kernel_name}"
+        )
+    return llvm_ir
+
+
+def to_ptx(llvm_ir: str, context: StageContext) -> KernelImage:
+    """LLVM IR -> PTX for the Target's arch and PTX ISA (a loadable image)."""
+    target = context.target
+    ptx = llvm_ir_to_ptx(
+        llvm_ir,
+        (context.kernel_name,),
+        target.arch,
+        ptx_version=target.isa_version,
+        dump=context.dump,
+    )
+    return KernelImage("ptx", context.kernel_name, ptx.encode())
+
+
+def to_cubin(ptx: KernelImage, context: StageContext) -> KernelImage:
+    """PTX -> a cubin through ptxas; skipped, with the reason, when ptxas is not installed."""
+    try:
+        find_ptxas()
+    except ToolNotFoundError as exc:
+        raise StageSkipped(str(exc)) from exc
+    cubin = assemble_cubin(ptx.data.decode(), context.target.arch)
+    return KernelImage("cubin", context.kernel_name, cubin)
