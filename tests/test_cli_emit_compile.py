@@ -5,28 +5,13 @@ The commands run in-process through ``heron.cli.main.main``.
 
 from __future__ import annotations
 
+from heron_test_support.hlo_modules import SCALE
 from mlir import ir
 
 from heron.cli.main import main
 from heron.emitters.dialect import make_context, verify_xla_ops
 from heron.emitters.elemental import core
 from heron.emitters.pipeline import pass_names
-
-SCALE = """\
-HloModule scale
-
-fused_scale {
-  x = f32[64,32] parameter(0)
-  c = f32[] constant(3)
-  b = f32[64,32] broadcast(c), dimensions={}
-  ROOT m = f32[64,32] multiply(x, b)
-}
-
-ENTRY main {
-  x = f32[64,32] parameter(0)
-  ROOT f = f32[64,32] fusion(x), kind=kLoop, calls=fused_scale
-}
-"""
 
 TWO_FUSIONS = """\
 HloModule two

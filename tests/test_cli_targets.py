@@ -7,25 +7,10 @@ The commands run in-process through ``heron.cli.main.main``.
 from __future__ import annotations
 
 import pytest
+from heron_test_support.hlo_modules import SCALE
 
 from heron.cli.main import main
 from heron.compiler import Target, presets
-
-SCALE = """\
-HloModule scale
-
-fused_scale {
-  x = f32[64,32] parameter(0)
-  c = f32[] constant(3)
-  b = f32[64,32] broadcast(c), dimensions={}
-  ROOT m = f32[64,32] multiply(x, b)
-}
-
-ENTRY main {
-  x = f32[64,32] parameter(0)
-  ROOT f = f32[64,32] fusion(x), kind=kLoop, calls=fused_scale
-}
-"""
 
 #: A row reduction: its kernel shuffles within a warp, so the warp width matters.
 ROW_SUM = """\

@@ -39,7 +39,7 @@ RUNTIMES = ("runtime-interpreter", "runtime-cuda", "runtime-rocm")
 TEST_ONLY = {"heron-test-support": "tests/support", "heron-example-plugin": "tests/plugin_fixture"}
 #: Packages that have no ``__version__`` attribute yet (the distribution version is still
 #: checked): heron.hlo predates the rule; the other two came with issue 12's move.
-NO_VERSION_ATTRIBUTE = {"hlo-ir", "compiler", "runtime-interpreter"}
+NO_VERSION_ATTRIBUTE = {"hlo-ir"}
 
 #: The heron distributions each one may depend on (ARCHITECTURE.md: hlo-ir <- indexing
 #: <- partitioner <- emitters-core <- emitter-plugins; runtime-core needs hlo-ir only;

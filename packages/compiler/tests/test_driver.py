@@ -11,6 +11,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from heron_test_support.hlo_modules import SCALE
 
 from heron.compiler import (
     CompiledKernel,
@@ -27,22 +28,6 @@ from heron.hlo.errors import UnsupportedError
 from heron.hlo.plugin_loading import PluginError
 from heron.runtime.core.hookspecs import BackendSpec, Stage
 from heron.runtime.core.registry import BackendRegistry, default_backends
-
-SCALE = """\
-HloModule scale
-
-fused_scale {
-  x = f32[64,32] parameter(0)
-  c = f32[] constant(3)
-  b = f32[64,32] broadcast(c), dimensions={}
-  ROOT m = f32[64,32] multiply(x, b)
-}
-
-ENTRY main {
-  x = f32[64,32] parameter(0)
-  ROOT f = f32[64,32] fusion(x), kind=kLoop, calls=fused_scale
-}
-"""
 
 #: Stage functions of the small backends below; CALLS records what each was given.
 STAGES_MODULE = """

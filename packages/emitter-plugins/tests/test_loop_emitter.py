@@ -122,7 +122,7 @@ def test_gelu_ptx_has_four_wide_vector_loads_and_stores():
     kernel = emit_one(GELU)
     from heron.runtime.cuda.compiler import compile_to_ptx
 
-    result = compile_to_ptx(lower(kernel), "sm_90")
+    result = compile_to_ptx(lower(kernel), "sm_90", ptx_version=80)
     accesses = sorted(set(re.findall(r"\b(?:ld|st)\.global(?:\.[a-z0-9]+)+", result.ptx)))
     assert accesses == ["ld.global.v4.b16", "st.global.v4.b16"]
     assert result.kernel_names == ("fusion",)

@@ -118,7 +118,7 @@ def _index_kernel(map_text: str, elements: int, grid: int) -> ir.Module:
 
 def _ptx(module: ir.Module) -> str:
     compiler = pytest.importorskip("heron.runtime.cuda.compiler")
-    return compiler.compile_to_ptx(module, "sm_90").ptx
+    return compiler.compile_to_ptx(module, "sm_90", ptx_version=80).ptx
 
 
 def _index_instructions(ptx: str) -> list[str]:

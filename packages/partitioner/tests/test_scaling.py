@@ -1,4 +1,9 @@
-"""No exponential blow-up: chains of multi-user pads partition in linear time and size."""
+"""No exponential blow-up: chains of multi-user pads partition into linear size.
+
+Wall-clock time is not asserted (timed tests fail under load and prove
+little); a recursive partitioner's blow-up shows in the sizes asserted here,
+and benchmarks measure the time.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ def chained_pads(n: int, size: int = 8) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_thirty_chained_multi_user_pads_partition_in_well_under_a_second(check, emissions):
+def test_thirty_chained_multi_user_pads_partition_into_one_function_per_pad(check, emissions):
     comp = parse_module(chained_pads(30)).computation("fused_computation")
     start = time.perf_counter()
     pc = partition(comp)
@@ -33,7 +38,6 @@ def test_thirty_chained_multi_user_pads_partition_in_well_under_a_second(check, 
         f"partitioned 30 chained multi-user pads ({len(comp.instructions)} instructions,"
         f" {len(pc.subgraphs)} subgraphs) in {elapsed * 1000:.1f} ms"
     )
-    assert elapsed < 1.0
     check(pc)
     # One function per pad (its two users read it at different indices), the root's, and
     # one for the pad value that all thirty pad functions read.
@@ -51,15 +55,16 @@ def test_thirty_chained_multi_user_pads_partition_in_well_under_a_second(check, 
     assert total == len(comp.instructions) - 1
 
 
-def test_partition_time_grows_linearly():
-    def run(n: int) -> float:
+def test_partition_size_grows_linearly(emissions):
+    def size(n: int) -> tuple[int, int]:
         comp = parse_module(chained_pads(n)).computation("fused_computation")
-        start = time.perf_counter()
-        partition(comp)
-        return time.perf_counter() - start
+        pc = partition(comp)
+        emitted = sum(sum(emissions(sub).values()) for sub in pc.subgraphs)
+        return len(pc.subgraphs), emitted
 
-    run(10)  # warm up imports and caches
-    small, large = run(20), run(80)
-    print(f"20 pads: {small * 1000:.1f} ms, 80 pads: {large * 1000:.1f} ms")
-    # Linear would be 4x; allow noise, but an exponential (or quadratic) algorithm fails.
-    assert large < 12 * small + 0.05
+    for n in (20, 80):
+        subgraphs, emitted = size(n)
+        # One function per pad, the root's and the pad value's; each of the 4n + 1
+        # computing instructions emitted once (a recursive emitter would emit 2**n).
+        assert subgraphs == n + 2
+        assert emitted == 4 * n + 1

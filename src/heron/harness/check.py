@@ -54,7 +54,7 @@ from heron.hlo import parse_module, print_module
 from heron.hlo.errors import HloError
 from heron.hlo.evaluator import evaluate_computation
 from heron.hlo.ir import Computation, Instruction, Module
-from heron.hlo.memory_layout import memory_dtype, memory_size
+from heron.hlo.memory_layout import logical_elements, memory_dtype, memory_size
 from heron.hlo.opcodes import Category, is_elementwise, opcode_info
 from heron.hlo.parser import parse_module_file
 from heron.hlo.shapes import ArrayShape, Shape, TupleShape
@@ -183,13 +183,6 @@ class CheckReport:
 # -- counts per element ------------------------------------------------------------------
 
 
-def _physical_to_logical(flat: np.ndarray, shape: ArrayShape) -> np.ndarray:
-    """Values in the buffer's element order (its layout) -> a logical array of ``shape``."""
-    order = tuple(reversed(shape.minor_to_major))
-    physical = flat.reshape([shape.dims[d] for d in order])
-    return np.transpose(physical, np.argsort(order)).copy()
-
-
 def element_counts(
     byte_counts: np.ndarray, bit_counts: np.ndarray | None, shape: ArrayShape
 ) -> np.ndarray:
@@ -213,7 +206,7 @@ def element_counts(
     else:
         itemsize = memory_dtype(element).itemsize
         flat = byte_counts[: count * itemsize].reshape(count, itemsize).min(axis=1)
-    return _physical_to_logical(flat, shape)
+    return logical_elements(flat, shape)
 
 
 # -- the fusion's structure: outputs, heroes ---------------------------------------------

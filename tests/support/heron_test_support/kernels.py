@@ -30,10 +30,12 @@ def kernel_after(text: str, step: Callable[[ir.Module], None]) -> str:
 
 def ptx_and_stages(text: str, arch: str) -> tuple[str, dict[str, str]]:
     """The PTX of ``text`` for ``arch`` (checked by ptxas) and every stage the compiler dumped."""
+    from heron.compiler.target import ptx_isa_version
     from heron.runtime.cuda.compiler import compile_to_ptx, validate_ptx
 
     stages: dict[str, str] = {}
-    ptx = compile_to_ptx(text, arch, dump=stages.__setitem__).ptx
+    version = ptx_isa_version(arch)
+    ptx = compile_to_ptx(text, arch, ptx_version=version, dump=stages.__setitem__).ptx
     validate_ptx(ptx, arch)
     return ptx, stages
 

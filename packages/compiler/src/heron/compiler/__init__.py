@@ -15,6 +15,8 @@
 Importing this package does not import MLIR; compiling does.
 """
 
+__version__ = "0.1.0"
+
 from heron.compiler.device_kernels import DeviceRun, run_on_device, target_for_device
 from heron.compiler.driver import (
     Artefact,

@@ -41,7 +41,10 @@ _ARCH_PATTERN = {
     "cuda": re.compile(r"sm_(?P<number>[1-9]\d+)(?P<suffix>[af]?)"),
     "rocm": re.compile(r"gfx(?P<major>[0-9a-f]+?)(?P<minor>[0-9a-f])(?P<stepping>[0-9a-f])"),
 }
-_ARCH_SPELLING = {"cuda": "sm_<digits>[a|f] (e.g. sm_90a)", "rocm": "gfx<hex> (e.g. gfx942)"}
+_ARCH_SPELLING = {
+    "cuda": "sm_ and two or three digits, optionally a or f (e.g. sm_90a)",
+    "rocm": "gfx and at least three hex digits (e.g. gfx942)",
+}
 
 # Lowest PTX ISA version (times ten) that accepts each SM newer than PTX 8.0 covers,
 # from the PTX ISA release notes (LLVM's NVPTX.td carries the same table). Family

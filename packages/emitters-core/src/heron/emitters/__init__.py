@@ -1,15 +1,21 @@
-"""heron.emitters: what every hero emitter shares.
+"""heron.emitters: what every hero emitter shares, from a fusion to LLVM IR.
 
-Today this package holds the plugin contract for hero emitters:
-``heron.emitters.hookspecs`` (the ``heron_emitter_specs`` hook and
-``EmitterSpec``) and ``heron.emitters.registry`` (loading the ``heron.emitters``
-entry-point group and choosing the emitter for a fusion).
-
-What will live here too (see ARCHITECTURE.md): the ``xla_gpu``-style ops
-(loop, apply_indexing, pure_call, allocate_shared, sync_threads,
-shuffle_reduce, atomic_rmw, predicated_insert/extract...), elemental
-HLO-to-MLIR emission, the emitter base class, the MLIR pass pipeline and the
-kernel ABI.
+- fusion analysis (:mod:`.fusion_analysis`, with :mod:`.heroes`,
+  :mod:`.fusion_graph`, :mod:`.transposes`, :mod:`.reductions`): the hero XLA
+  would choose for a fusion on a target, computed once and handed to the
+  emitters; the device facts it reads are the :class:`.target.EmitterTarget`
+  protocol (``heron.compiler.Target`` satisfies it);
+- the plugin contract (:mod:`.hookspecs`: ``EmitterSpec``, whose ``claims`` and
+  ``factory`` take that analysis), the registry of the ``heron.emitters``
+  entry-point group (:mod:`.registry`) and the choice of an emitter
+  (:mod:`.selection`: ``emit_fusion(fusion, target)``);
+- the ``heron_gpu`` dialect (:mod:`.dialect`: loop, apply_indexing, pure_call,
+  allocate_shared, sync_threads, shuffle_reduce, atomic_rmw,
+  predicated_insert/extract), elemental HLO-to-MLIR emission
+  (:mod:`.elemental`) and the emitter base class (:mod:`.emitter_base`);
+- heron's MLIR pass pipeline (:mod:`.pipeline`), down to ``lower-tensors``, and
+  the backend-neutral ``gpu.module`` -> LLVM IR lowering the GPU backends'
+  stages share (:mod:`.pipeline.gpu_lowering`).
 """
 
 __version__ = "0.1.0"

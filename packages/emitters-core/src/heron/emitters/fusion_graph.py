@@ -7,25 +7,17 @@ graph is built; the graph is built once per fusion analysis and lives on it
 (``FusionAnalysis.graph``), so it can never outlive or disagree with the
 computation it describes.
 
-``fusion_roots`` is the one definition of "the roots of a fusion" and
-``output_positions`` of which outputs each root fills; emitters read both
-from the analysis instead of recomputing them.
+"The roots of a fusion" is ``heron.partitioner.fusion_roots`` (re-exported
+here) and ``output_positions`` says which outputs each root fills; emitters
+read both from the analysis instead of recomputing them.
 """
 
 from __future__ import annotations
 
 from heron.hlo.ir import Computation, Instruction
+from heron.partitioner import fusion_roots
 
 __all__ = ["FusionGraph", "fusion_roots", "output_positions"]
-
-
-def fusion_roots(computation: Computation) -> tuple[Instruction, ...]:
-    """The roots of a fused computation: the root tuple's operands, else the root itself.
-
-    An instruction listed twice in the root tuple is two roots: each is an output.
-    """
-    root = computation.root_instruction
-    return tuple(root.operands) if root.opcode == "tuple" else (root,)
 
 
 def output_positions(roots: tuple[Instruction, ...]) -> tuple[tuple[int, ...], ...]:

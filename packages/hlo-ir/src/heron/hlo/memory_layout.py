@@ -38,9 +38,23 @@ def _check_layout(shape: ArrayShape) -> None:
         )
 
 
-def _major_to_minor(shape: ArrayShape) -> tuple[int, ...]:
+def physical_elements(values: np.ndarray, shape: ArrayShape) -> np.ndarray:
+    """A logical array of ``shape`` -> its elements in memory order (1-D, same dtype).
+
+    The element order of the layout, before any encoding (sub-byte packing,
+    pred bytes): what a bitcast reinterprets and a buffer holds.
+    """
     _check_layout(shape)
-    return tuple(reversed(shape.minor_to_major))
+    array = np.asarray(values).reshape(shape.dims)
+    return np.ascontiguousarray(np.transpose(array, shape.major_to_minor)).reshape(-1)
+
+
+def logical_elements(flat: np.ndarray, shape: ArrayShape) -> np.ndarray:
+    """Inverse of :func:`physical_elements`: elements in memory order -> a logical array."""
+    _check_layout(shape)
+    order = shape.major_to_minor
+    physical = np.asarray(flat)[: shape.num_elements].reshape([shape.dims[d] for d in order])
+    return np.transpose(physical, np.argsort(order)).copy()  # not ascontiguousarray: 0-d stays 0-d
 
 
 def memory_size(shape: ArrayShape) -> int:
@@ -62,8 +76,7 @@ def memory_dtype(element: ElementType) -> np.dtype:
 def to_memory(values: np.ndarray, shape: ArrayShape) -> np.ndarray:
     """Logical numpy ``values`` of ``shape`` -> the flat buffer the kernel reads."""
     element = shape.element_type
-    array = np.asarray(values, dtype=element.numpy_dtype).reshape(shape.dims)
-    flat = np.ascontiguousarray(np.transpose(array, _major_to_minor(shape))).reshape(-1)
+    flat = physical_elements(np.asarray(values, dtype=element.numpy_dtype), shape)
     if element is ElementType.PRED:
         return flat.astype(np.uint8)
     if element.is_sub_byte:
@@ -111,9 +124,7 @@ def from_memory(buffer: np.ndarray, shape: ArrayShape) -> np.ndarray:
             flat = raw.astype(element.numpy_dtype)
     else:
         flat = buffer[:count].view(element.numpy_dtype)
-    order = _major_to_minor(shape)
-    physical = flat.reshape([shape.dims[d] for d in order])
-    return np.transpose(physical, np.argsort(order)).copy()  # not ascontiguousarray: 0-d stays 0-d
+    return logical_elements(flat, shape)
 
 
 def poisoned(shape: ArrayShape, poison: int) -> np.ndarray:

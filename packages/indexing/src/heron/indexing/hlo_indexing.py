@@ -172,17 +172,12 @@ def reshape_exprs(
     return result
 
 
-def _physical_order(shape: ArrayShape) -> list[int]:
-    """Logical dimensions from major to minor in memory."""
-    return list(reversed(shape.minor_to_major))
-
-
 def _bitcast_exprs(
     out_shape: ArrayShape, in_shape: ArrayShape, exprs: Sequence[AffineExpr]
 ) -> list[AffineExpr]:
     """Indices into ``in_shape`` of the element at ``exprs`` in ``out_shape`` (same buffer)."""
-    out_order = _physical_order(out_shape)
-    in_order = _physical_order(in_shape)
+    out_order = out_shape.major_to_minor
+    in_order = in_shape.major_to_minor
     physical = reshape_exprs(
         [exprs[d] for d in out_order],
         [out_shape.dims[d] for d in out_order],

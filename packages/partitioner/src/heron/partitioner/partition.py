@@ -17,7 +17,7 @@ from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction
 from heron.partitioner.colouring import colour
 from heron.partitioner.partitioned import PartitionedComputation
-from heron.partitioner.regions import find_regions, fusion_roots, is_partitioned
+from heron.partitioner.regions import distinct_roots, find_regions, is_partitioned
 from heron.partitioner.subgraph import Subgraph, function_name, make_signature
 
 __all__ = ["partition"]
@@ -88,7 +88,7 @@ def partition(
     regions = find_regions(computation, hero_set)
     order = computation.post_order()
     users = computation.users()
-    roots = fusion_roots(computation)
+    roots = distinct_roots(computation)
     root_set = set(roots)
 
     main_order = [i for i in order if i in regions.main]

@@ -22,19 +22,27 @@ import attrs
 
 from heron.hlo.ir import Computation, Instruction
 
-__all__ = ["Regions", "fusion_roots", "find_regions"]
+__all__ = ["Regions", "distinct_roots", "find_regions", "fusion_roots"]
 
 
-def fusion_roots(computation: Computation) -> list[Instruction]:
-    """The instructions whose values are the fusion's outputs (a root tuple's operands)."""
+def fusion_roots(computation: Computation) -> tuple[Instruction, ...]:
+    """The roots of a fused computation: the root tuple's operands, else the root itself.
+
+    The one definition of "the roots of a fusion" (hero selection uses it
+    too). An instruction listed twice in the root tuple is two roots: each is
+    an output.
+    """
     root = computation.root_instruction
-    if root.opcode == "tuple":
-        unique: list[Instruction] = []
-        for operand in root.operands:
-            if not any(operand is u for u in unique):
-                unique.append(operand)
-        return unique
-    return [root]
+    return tuple(root.operands) if root.opcode == "tuple" else (root,)
+
+
+def distinct_roots(computation: Computation) -> list[Instruction]:
+    """``fusion_roots`` without repeats, in order: the instructions that compute outputs."""
+    unique: list[Instruction] = []
+    for root in fusion_roots(computation):
+        if not any(root is u for u in unique):
+            unique.append(root)
+    return unique
 
 
 def is_partitioned(inst: Instruction, computation: Computation) -> bool:
@@ -87,7 +95,7 @@ def find_regions(computation: Computation, heroes: frozenset[Instruction]) -> Re
     def users_of(inst: Instruction) -> list[Instruction]:
         return [u for u in users.get(inst, []) if u in partitioned]
 
-    roots = fusion_roots(computation)
+    roots = distinct_roots(computation)
     after_heroes = _closure((u for h in heroes for u in users_of(h)), users_of, frozenset())
     dependent_roots = [r for r in roots if r in after_heroes and r not in heroes]
     main_starts = [*heroes, *(r for r in roots if r not in dependent_roots)]

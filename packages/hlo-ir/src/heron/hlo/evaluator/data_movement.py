@@ -22,6 +22,7 @@ from heron.hlo.evaluator.interpreter import (
     instruction_error,
 )
 from heron.hlo.ir import Instruction, Literal
+from heron.hlo.memory_layout import logical_elements, physical_elements
 from heron.hlo.shapes import ArrayShape
 
 if TYPE_CHECKING:
@@ -87,19 +88,6 @@ def pad_array(x: np.ndarray, value: Any, config: Sequence[tuple[int, int, int]])
     out = np.full(sizes, value, dtype=x.dtype)
     out[tuple(places)] = x
     return out[tuple(crops)]
-
-
-def logical_to_physical(x: np.ndarray, shape: ArrayShape) -> np.ndarray:
-    """The array's elements in memory order for ``shape``'s layout (1-D)."""
-    major_to_minor = tuple(reversed(shape.minor_to_major))
-    return np.transpose(x, major_to_minor).reshape(-1)
-
-
-def physical_to_logical(flat: np.ndarray, shape: ArrayShape) -> np.ndarray:
-    """Inverse of ``logical_to_physical``: memory order -> logical index order."""
-    major_to_minor = tuple(reversed(shape.minor_to_major))
-    physical = flat.reshape([shape.dims[d] for d in major_to_minor])
-    return np.transpose(physical, np.argsort(major_to_minor))
 
 
 def _bits(flat: np.ndarray, et: ElementType) -> np.ndarray:
@@ -199,9 +187,9 @@ def _bitcast(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
         raise instruction_error(
             inst, f"bitcast from {src_shape} to {dst_shape} changes the size in bits"
         )
-    flat = logical_to_physical(ops[0], src_shape)
+    flat = physical_elements(ops[0], src_shape)
     flat = reinterpret(flat, src_shape.element_type, dst_shape.element_type)
-    return physical_to_logical(flat, dst_shape)
+    return logical_elements(flat, dst_shape)
 
 
 def _transpose(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:

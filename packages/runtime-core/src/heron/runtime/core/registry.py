@@ -123,6 +123,14 @@ class BackendRegistry(PluginTable[BackendSpec]):
         for stage in spec.stages:
             try:
                 function = resolve_reference(stage.function)
+            except ImportError as exc:
+                origin = self.origin(name)
+                extra = f"{origin.distribution}[compile]" if origin else "its [compile] extra"
+                raise PluginError(
+                    f"{self.describe(name)}: cannot load stage '{stage.name}'"
+                    f" ('{stage.function}'): {exc}. Compiling for this backend needs its"
+                    f" compile side: install {extra}"
+                ) from exc
             except Exception as exc:
                 raise PluginError(
                     f"{self.describe(name)}: cannot load stage '{stage.name}'"

@@ -51,12 +51,12 @@ __all__ = [
     "PtxasError",
     "ToolNotFoundError",
     "assemble_cubin",
+    "check_arch",
     "compile_to_ptx",
     "find_libdevice",
     "find_ptxas",
     "llvm_ir_to_ptx",
     "lower_to_llvm_ir",
-    "ptx_version_for",
     "validate_ptx",
 ]
 
@@ -74,22 +74,10 @@ class CompiledKernels:
     arch: str
 
 
-def ptx_version_for(arch: str) -> int:
-    """The PTX ISA version (times ten) to emit for ``arch``.
-
-    The lowest version that supports the architecture, but at least 8.0:
-    ptxas from CUDA 12 and 13 accepts it, and it has everything the
-    lowering emits for sm_80 and sm_90.
-    """
-    match = _ARCH.fullmatch(arch)
-    if match is None:
+def check_arch(arch: str) -> None:
+    """Refuse a name that is not an NVIDIA architecture (``sm_80``, ``sm_90a``, ...)."""
+    if _ARCH.fullmatch(arch) is None:
         raise UnsupportedError(f"not an NVIDIA architecture name: {arch!r} (expected e.g. sm_90)")
-    number = int(match.group(1))
-    if number >= 120:
-        return 87
-    if number >= 100:
-        return 86
-    return 80
 
 
 def lower_to_llvm_ir(
@@ -128,18 +116,19 @@ def llvm_ir_to_ptx(
     kernel_names: tuple[str, ...],
     arch: str = "sm_90",
     *,
+    ptx_version: int,
     opt_level: int = 3,
-    ptx_version: int | None = None,
     dump: Dump | None = None,
 ) -> str:
     """LLVM IR (NVPTX flavour) -> PTX, linking the part of libdevice it uses.
 
-    ``ptx_version`` (times ten) is the PTX ISA to declare; the compile driver
-    passes its Target's ``isa_version``, callers without a Target get
-    :func:`ptx_version_for` ``(arch)``.
+    ``ptx_version`` (times ten) is the PTX ISA to declare: the Target's
+    ``isa_version`` (``heron.compiler.Target``, the one table of which PTX
+    an architecture needs).
     """
+    check_arch(arch)
     llvm = _llvmlite()
-    version = ptx_version_for(arch) if ptx_version is None else ptx_version
+    version = ptx_version
     target = llvm.Target.from_triple(NVPTX_TRIPLE)
     machine = target.create_target_machine(cpu=arch, features=f"+ptx{version}", opt=opt_level)
     try:
@@ -193,15 +182,22 @@ def compile_to_ptx(
     module: Any,
     arch: str = "sm_90",
     *,
+    ptx_version: int,
     opt_level: int = 3,
     index_bitwidth: int = 64,
     bare_pointers: bool = True,
     dump: Dump | None = None,
 ) -> CompiledKernels:
-    """MLIR holding one ``gpu.module`` -> PTX for ``arch`` (e.g. ``sm_80``, ``sm_90``)."""
-    ptx_version_for(arch)  # reject a bad name before any work
+    """MLIR holding one ``gpu.module`` -> PTX for ``arch`` (e.g. ``sm_80``, ``sm_90``).
+
+    ``ptx_version`` is the PTX ISA (times ten) to declare, e.g. a Target's
+    ``isa_version``.
+    """
+    check_arch(arch)  # reject a bad name before any work
     llvm_ir, kernels = lower_to_llvm_ir(
         module, index_bitwidth=index_bitwidth, bare_pointers=bare_pointers, dump=dump
     )
-    ptx = llvm_ir_to_ptx(llvm_ir, kernels, arch, opt_level=opt_level, dump=dump)
+    ptx = llvm_ir_to_ptx(
+        llvm_ir, kernels, arch, ptx_version=ptx_version, opt_level=opt_level, dump=dump
+    )
     return CompiledKernels(ptx=ptx, kernel_names=kernels, arch=arch)

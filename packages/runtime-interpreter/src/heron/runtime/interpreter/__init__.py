@@ -20,4 +20,6 @@ docs/interpreter.md describes the execution model and lists the operations.
 
 from heron.runtime.interpreter.device import InterpreterDevice
 
+__version__ = "0.1.0"
+
 __all__ = ["InterpreterDevice"]

@@ -231,13 +231,13 @@ LIBM_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 
 def _erf(x: np.ndarray, complement: bool) -> np.ndarray:
-    """erf/erfc in float64: scipy's when installed, else libm's through Python."""
-    try:
-        from scipy import special
-    except ImportError:
-        function = pymath.erfc if complement else pymath.erf
-        return np.frompyfunc(function, 1, 1)(x).astype(np.float64)
-    return special.erfc(x) if complement else special.erf(x)
+    """erf/erfc in float64, always libm's through Python.
+
+    Not scipy's, even where it happens to be installed: the interpreter's
+    results must not depend on what else is in the environment.
+    """
+    function = pymath.erfc if complement else pymath.erf
+    return np.frompyfunc(function, 1, 1)(x).astype(np.float64)
 
 
 def apply_unary(name: str, value: np.ndarray) -> np.ndarray:
