@@ -50,7 +50,7 @@ def test_an_unknown_fusion_or_file_is_an_input_error(capsys, x4, tmp_path):
 
 def test_a_fusion_over_max_elements_is_refused(capsys, x4):
     code, out, _ = _run(capsys, x4, "--max-elements", "1000")
-    assert code == 1
+    assert code == 2  # a refusal, not a disagreement (issue 13's contract)
     assert ": REFUSED" in out
     assert "too large for the interpreter: parameter 0 'input' (f32[20,40,300]) has 240000" in out
 

@@ -8,15 +8,26 @@ documented ulp bounds of approximated transcendental ops), and check that
 every output element was written (exactly once for loop-family emitters and
 the RUN line's ``--bijection_outputs``) and the ``--bijection_inputs`` read
 exactly once. Prints one line per fusion, a line per problem, and a
-summary; exits 0 when everything agrees, 1 otherwise, 2 for a request that
-cannot be served (no such file or fusion, a backend not available here).
+summary; exits 0 when everything agrees, 1 when a kernel disagrees (or fails),
+2 for a request that cannot be served (no such file or fusion, a backend not
+available here, or when the only problems are fusions refused as too large
+rather than checked).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from heron.cli.common import CommandError, add_target_arguments, load_module, resolve_target
+from heron.cli.common import (
+    CommandError,
+    add_target_arguments,
+    load_module,
+    refuse_tiled_layouts,
+    resolve_target,
+)
+
+#: The exit status of a check whose fusions were refused (too large), not compared.
+EXIT_REFUSED = 2
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -59,12 +70,14 @@ def run(args: argparse.Namespace) -> int:
     from heron.compiler.fusions import selected_fusions
     from heron.harness.check import CheckOptions, check_fusions
     from heron.harness.run_lines import RunLineError, parse_run_lines
+    from heron.hlo.parser import read_hlo_text
 
     if args.max_elements < 1:
         raise CommandError(f"--max-elements {args.max_elements}: must be positive")
     module = load_module(args.file)
+    refuse_tiled_layouts(module, "heron check")
     try:
-        spec = parse_run_lines(Path(args.file).read_text(), Path(args.file).name)
+        spec = parse_run_lines(read_hlo_text(args.file), Path(args.file).name)
     except RunLineError as exc:
         raise CommandError(str(exc)) from exc
     target = resolve_target(args, None if args.backend == "interpreter" else args.backend)
@@ -72,4 +85,14 @@ def run(args: argparse.Namespace) -> int:
     fusions = selected_fusions(module, args.fusion)
     report = check_fusions(fusions, Path(args.file).name, options, spec, module=module)
     print(report.text())
+    return exit_code(report)
+
+
+def exit_code(report) -> int:
+    """0 all agree; 2 when the only problems are refusals (too large); else 1 (disagreement)."""
+    if report.ok:
+        return 0
+    kinds = {finding.kind for finding in report.findings}
+    if not report.errors and kinds == {"refused"}:
+        return EXIT_REFUSED
     return report.exit_code

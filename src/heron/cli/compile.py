@@ -5,7 +5,9 @@ Each fusion goes through :func:`heron.compiler.compile_fusion` for the Target
 stages made, ``<fusion>.ptx`` (and ``<fusion>.cubin`` when ptxas is installed)
 or ``<fusion>.hsaco``, into the current directory, or where ``-o`` says: a
 directory (existing, or given with a trailing '/'), or a file name when one
-fusion is compiled. ``--dump-dir`` adds every stage's text
+fusion is compiled. Destinations are checked before anything is compiled, and
+each file is written atomically (a temporary file beside it, then a rename).
+``--dump-dir`` adds every stage's text
 (``<fusion>.<NN>.<stage>.mlir/.ll/.ptx``). One line per fusion reports the
 emitter, the launch, the files, the time each stage took, and any stage that
 was skipped, with the reason.
@@ -16,7 +18,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from heron.cli.common import CommandError, add_target_arguments, load_module, resolve_target
+from heron.cli.common import (
+    CommandError,
+    add_target_arguments,
+    check_output_directory,
+    check_output_file,
+    load_module,
+    refuse_tiled_layouts,
+    resolve_target,
+    write_atomically,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,17 +54,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _destinations(output: str | None, names: list[str]) -> tuple[Path, str | None]:
-    """(directory, file stem or None): where the artifacts of ``names`` go."""
+    """(directory, file stem or None): where the artifacts of ``names`` go.
+
+    Checked before anything is compiled: the directory exists (or, for ``-o DIR/``,
+    can be made) and is writable; a file name is not a directory or a device.
+    """
     if output is None:
-        return Path.cwd(), None
+        directory = Path.cwd()
+        check_output_directory(directory, "the current directory")
+        return directory, None
     path = Path(output)
     if output.endswith(("/", "\\")) or path.is_dir():
+        check_output_directory(path, f"-o {output}", create=True)
         return path, None
     if len(names) != 1:
         raise CommandError(
             f"-o {output}: {len(names)} fusions are compiled ({', '.join(names)}); give a"
             " directory, or --fusion NAME"
         )
+    check_output_file(path, "-o")
     return path.parent, path.name
 
 
@@ -73,9 +92,11 @@ def run(args: argparse.Namespace) -> int:
 
     target = resolve_target(args)
     module = load_module(args.file)
+    refuse_tiled_layouts(module, "heron compile")
     fusions = selected_fusions(module, args.fusion)
     directory, single = _destinations(args.output, [f.name for f in fusions])
-    directory.mkdir(parents=True, exist_ok=True)
+    if args.dump_dir:
+        check_output_directory(Path(args.dump_dir), f"--dump-dir {args.dump_dir}", create=True)
     for fusion in fusions:
         dump = DumpWriter(args.dump_dir, fusion.name) if args.dump_dir else None
         compiled = compile_fusion(fusion, target, dump=dump)
@@ -84,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         written = []
         for artefact in code:
             path = directory / _file_name(fusion.name, single, artefact.extension, known)
-            path.write_bytes(artefact.data)
+            write_atomically(path, artefact.data, "-o" if args.output is not None else "output")
             written.append(f"{path} ({len(artefact.data)} bytes)")
         stages = ", ".join(f"{stage} {seconds * 1000:.1f}" for stage, seconds in compiled.timings)
         print(

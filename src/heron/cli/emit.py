@@ -12,7 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from heron.cli.common import CommandError, add_target_arguments, load_module, resolve_target
+from heron.cli.common import (
+    CommandError,
+    add_target_arguments,
+    load_module,
+    refuse_tiled_layouts,
+    resolve_target,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
             " ('heron compile --dump-dir' shows the backend's stages too)"
         )
     module = load_module(args.file)
+    refuse_tiled_layouts(module, "heron emit")
     fusions = selected_fusions(module, args.fusion)
     out = sys.stdout
     dump = None

@@ -37,11 +37,20 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import attrs
 import numpy as np
 
-from heron.cli.common import CommandError, add_target_arguments, load_module, resolve_target
+from heron.cli.common import (
+    CommandError,
+    add_target_arguments,
+    atomic_output,
+    check_output_file,
+    load_module,
+    refuse_tiled_layouts,
+    resolve_target,
+)
 
 BACKENDS = ("auto", "interpreter", "reference", "cuda", "rocm")
 #: The device backends ``auto`` chooses among, in order of preference.
@@ -160,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
             " it makes no sense with --backend reference"
         )
     module = load_module(args.file)
+    if args.output is not None:
+        check_output_file(Path(args.output), "--output")
     arguments, source = _arguments(module, args)
     if args.backend == "reference":
         print(f"module {module.name}: entry {module.entry.name}, backend reference")
@@ -172,7 +183,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         from heron.hlo.npz_io import save_outputs
 
-        save_outputs(args.output, leaves)
+        with atomic_output(Path(args.output), "--output") as temporary:
+            save_outputs(temporary, leaves)
         print(f"wrote {len(leaves)} output(s) to {args.output}")
     if args.check:
         expected, elapsed = _evaluate(module, arguments)
@@ -224,6 +236,7 @@ def _choose_target(args: argparse.Namespace) -> tuple[Choice, object]:
 def _run_on_device(module, arguments, source: str, args: argparse.Namespace) -> list[np.ndarray]:
     from heron.compiler.sequential import FusionRunError, KernelRecord, run_module
 
+    refuse_tiled_layouts(module, "heron run on a device")
     requested = args.backend
     choice, target = _choose_target(args)
     device = _create_device(choice.name, target)

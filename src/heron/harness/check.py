@@ -54,6 +54,7 @@ from heron.hlo import parse_module, print_module
 from heron.hlo.errors import HloError
 from heron.hlo.evaluator import evaluate_computation
 from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.memory_budget import MemoryBudgetError
 from heron.hlo.memory_layout import logical_elements, memory_dtype, memory_size
 from heron.hlo.opcodes import Category, is_elementwise, opcode_info
 from heron.hlo.parser import parse_module_file
@@ -507,7 +508,7 @@ def check_fusion(
         target = target_for_device(device, options.backend, options.target)
         kernel = compile_fusion(fusion, target, options.backend)
     except HloError as exc:
-        report.findings.append(Finding("error", f"compile: {exc}"))
+        report.findings.append(Finding(_kind_of(exc), f"compile: {exc}"))
         return report
     report.emitter = kernel.emitter
     sources = output_sources(computation.root_instruction)
@@ -532,6 +533,12 @@ def check_fusion(
     return report
 
 
+def _kind_of(exc: Exception) -> str:
+    """``refused`` for an allocation over the memory budget (the input's size, not a
+    kernel's fault: exit 2, like a fusion over --max-elements), ``error`` otherwise."""
+    return "refused" if isinstance(exc, MemoryBudgetError) else "error"
+
+
 def _run_sets(state: _FusionCheck, device, options: CheckOptions, number: int) -> None:
     kernel, report = state.kernel, state.report
     computation = state.fusion.called("calls")
@@ -550,13 +557,13 @@ def _run_sets(state: _FusionCheck, device, options: CheckOptions, number: int) -
         try:
             run = run_on_device(device, kernel, args, loaded=loaded)
         except (DeviceError, HloError) as exc:
-            report.findings.append(Finding("error", f"{set_name}: {exc}", input_set=set_name))
+            report.findings.append(Finding(_kind_of(exc), f"{set_name}: {exc}", input_set=set_name))
             return
         try:
             expected = _leaves(evaluate_computation(computation, args))
         except HloError as exc:
             report.findings.append(
-                Finding("error", f"{set_name}: the reference evaluator failed: {exc}")
+                Finding(_kind_of(exc), f"{set_name}: the reference evaluator failed: {exc}")
             )
             return
         _check_run(state, set_name, run, expected)

@@ -135,8 +135,38 @@ def parse_module(text: str, source: str = "<string>") -> Module:
 
 
 def parse_module_file(path: str | Path) -> Module:
+    """Parse the HLO file at ``path`` (UTF-8; HloParseError at the first byte that is not)."""
     path = Path(path)
-    return parse_module(path.read_text(encoding="utf-8"), source=str(path))
+    return parse_module(read_hlo_text(path), source=str(path))
+
+
+def read_hlo_text(path: str | Path) -> str:
+    """The text of an HLO file: UTF-8, else HloParseError at the line and column of the bad byte."""
+    from heron.hlo import memory_budget
+
+    path = Path(path)
+    # The bytes and their decoded text, before the parser's own objects.
+    memory_budget.check(2 * path.stat().st_size, f"reading {path}")
+    return decode_hlo_text(path.read_bytes(), str(path))
+
+
+def decode_hlo_text(data: bytes, source: str) -> str:
+    """``data`` decoded as UTF-8; HloParseError pointing at the first invalid byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = exc.start
+    line_start = data.rfind(b"\n", 0, bad) + 1
+    line_end = data.find(b"\n", bad)
+    line_bytes = data[line_start : len(data) if line_end < 0 else line_end]
+    before = data[line_start:bad].decode("utf-8", errors="replace")
+    location = SourceLocation(
+        source,
+        data.count(b"\n", 0, bad) + 1,
+        len(before) + 1,
+        line_bytes.decode("utf-8", errors="replace"),
+    )
+    raise HloParseError(f"invalid UTF-8: byte 0x{data[bad]:02x} (HLO text must be UTF-8)", location)
 
 
 def parse_shape(text: str) -> Shape:

@@ -31,13 +31,12 @@ from typing import Any
 import attrs
 import numpy as np
 
+from heron.hlo import memory_budget
 from heron.hlo.errors import HloError, HloEvaluationError, HloInputError, UnsupportedError
 from heron.hlo.ir import Computation, Instruction, Literal, Module
 from heron.hlo.opcodes import is_elementwise
 from heron.hlo.shapes import ArrayShape, Shape, TupleShape
 
-#: Default for ``EvaluatorOptions.max_bytes``: results above it are refused.
-DEFAULT_MAX_BYTES = 4 * 2**30
 #: Default for ``EvaluatorOptions.max_while_iterations``. Generous (real loops
 #: in test programs run tens to thousands of iterations) but finite, so a loop
 #: whose condition never turns false is reported instead of hanging forever.
@@ -80,18 +79,26 @@ def _env_int(name: str, default: int) -> int:
     return value
 
 
+def _default_max_bytes() -> int:
+    """``HERON_EVALUATOR_MAX_BYTES`` when set, else the memory budget."""
+    if os.environ.get(MAX_BYTES_ENV, "").strip():
+        return _env_int(MAX_BYTES_ENV, 0)
+    return memory_budget.budget()
+
+
 @attrs.frozen
 class EvaluatorOptions:
     """Limits of one evaluation.
 
     ``max_bytes``: the largest result (bytes, all tuple leaves together) one
-    instruction may produce; default 4 GiB or ``HERON_EVALUATOR_MAX_BYTES``.
+    instruction may produce; default ``HERON_EVALUATOR_MAX_BYTES`` when set, else
+    heron's memory budget (:mod:`heron.hlo.memory_budget`).
     ``max_while_iterations``: how many times one ``while`` may run its body
     before evaluation stops with an error naming it; default 1,000,000 or
     ``HERON_EVALUATOR_MAX_WHILE_ITERATIONS``.
     """
 
-    max_bytes: int = attrs.field(factory=lambda: _env_int(MAX_BYTES_ENV, DEFAULT_MAX_BYTES))
+    max_bytes: int = attrs.field(factory=lambda: _default_max_bytes())
     max_while_iterations: int = attrs.field(
         factory=lambda: _env_int(MAX_WHILE_ITERATIONS_ENV, DEFAULT_MAX_WHILE_ITERATIONS)
     )
@@ -490,10 +497,15 @@ class Evaluator:
             raise self._too_big(inst, shape if shape is not None else inst.shape, size)
 
     def _too_big(self, inst: Instruction, shape: Shape, size: int) -> HloError:
+        limit = self.options.max_bytes
+        if os.environ.get(MAX_BYTES_ENV, "").strip():
+            how = f"raise it with {MAX_BYTES_ENV}"
+        else:
+            how = f"raise it with --memory-budget or {memory_budget.ENV}"
         return instruction_error(
             inst,
-            f"result {shape} needs {size} bytes, over the evaluator's limit of"
-            f" {self.options.max_bytes} bytes (raise it with {MAX_BYTES_ENV})",
+            f"result {shape} needs {memory_budget.format_size(size)}, over the"
+            f" evaluator's limit of {memory_budget.format_size(limit)} ({how})",
         )
 
     # -- the walk ---------------------------------------------------------------

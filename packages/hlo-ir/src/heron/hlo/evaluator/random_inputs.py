@@ -6,6 +6,9 @@ printed and read back is the same), integers in [0, 8) (small enough to be a
 valid index into any dimension the corpus uses, and within the range of
 every integer type after clamping), random preds, complex numbers from two
 such floats, and ``TOKEN`` for tokens.
+
+``random_arguments`` checks the memory budget (:mod:`heron.hlo.memory_budget`)
+before drawing anything: the arguments and the generator's temporaries.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import functools
 
 import numpy as np
 
+from heron.hlo import memory_budget
 from heron.hlo.element_types import ElementType
 from heron.hlo.evaluator.interpreter import TOKEN
 from heron.hlo.ir import Literal, Module
@@ -86,7 +90,35 @@ def random_literal(shape: Shape, rng: np.random.Generator) -> Literal:
     return random_array(shape, rng)
 
 
+#: Bytes per element the generator holds beside the result while drawing one
+#: array (int64 draws, or int32/int64 numerators and their float conversion).
+_TEMPORARY_BYTES_PER_ELEMENT = 16
+
+
+def random_arguments_bytes(module: Module) -> int:
+    """Host bytes ``random_arguments`` needs at its peak: every argument, plus temporaries."""
+    leaves = [
+        leaf
+        for p in module.entry.parameters
+        for leaf in p.shape.leaves()
+        if isinstance(leaf, ArrayShape) and not leaf.is_token
+    ]
+    if not leaves:
+        return 0
+    total = sum(leaf.num_elements * leaf.element_type.byte_width for leaf in leaves)
+    largest = max(leaf.num_elements for leaf in leaves)
+    return total + largest * _TEMPORARY_BYTES_PER_ELEMENT
+
+
 def random_arguments(module: Module, seed: int = 0) -> list[Literal]:
-    """Random arguments for ``module``'s entry, one per parameter, deterministic in ``seed``."""
+    """Random arguments for ``module``'s entry, one per parameter, deterministic in ``seed``.
+
+    MemoryBudgetError (before anything is drawn) if they do not fit the memory budget.
+    """
+    memory_budget.check(
+        random_arguments_bytes(module),
+        f"random arguments for the {len(module.entry.parameters)} parameter(s) of"
+        f" '{module.entry.name}'",
+    )
     rng = np.random.default_rng(seed)
     return [random_literal(p.shape, rng) for p in module.entry.parameters]

@@ -8,7 +8,11 @@ read and written since the buffer was filled, which the correctness harness
 uses to report elements never written and to check bijections exactly.
 
 Fresh allocations hold a poison byte (0xA5), as uninitialised GPU memory
-holds garbage.
+holds garbage. Each allocation is checked against heron's memory budget
+(:mod:`heron.hlo.memory_budget`) first: the buffer's bytes and its two access
+counters (:data:`BYTES_PER_BYTE` host bytes per device byte), plus what the
+device's live buffers already hold; over it, ``MemoryBudgetError`` and nothing
+is allocated.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
+from heron.hlo import memory_budget
 from heron.runtime.core.device import (
     Device,
     DeviceBuffer,
@@ -32,6 +37,8 @@ from heron.runtime.interpreter.program import FORMAT, Program
 __all__ = ["AccessCounts", "InterpreterDevice", "POISON"]
 
 POISON = 0xA5
+#: Host bytes per byte of device memory: the data and its read and write counters (uint32).
+BYTES_PER_BYTE = 9
 
 
 @attrs.frozen
@@ -47,6 +54,7 @@ class AccessCounts:
 class _Storage:
     data: np.ndarray
     memory: memory.Memory
+    freed: bool = False
 
 
 @attrs.frozen
@@ -66,6 +74,8 @@ class InterpreterDevice(Device):
             raise DeviceError(f"warp size must be 32 or 64, not {warp_size}")
         self.warp_size = warp_size
         self.max_lanes = max_lanes
+        #: Host bytes held by live buffers (allocated and not freed).
+        self.live_bytes = 0
 
     @property
     def description(self) -> str:
@@ -74,12 +84,27 @@ class InterpreterDevice(Device):
     def allocate(self, nbytes: int, label: str = "") -> DeviceBuffer:
         if nbytes < 0:
             raise DeviceError(f"cannot allocate {nbytes} bytes")
+        host_bytes = nbytes * BYTES_PER_BYTE
+        held = f" and the {self.live_bytes} bytes of live buffers" if self.live_bytes else ""
+        memory_budget.check(
+            self.live_bytes + host_bytes,
+            f"interpreter buffer '{label or 'buffer'}' of {nbytes} bytes (with its access"
+            f" counters{held})",
+        )
         data = np.full(nbytes, POISON, np.uint8)
         storage = _Storage(
             data,
             memory.Memory(label or "buffer", "global", data.reshape(1, -1), count_accesses=True),
         )
+        self.live_bytes += host_bytes
         return DeviceBuffer(self, nbytes, storage, label)
+
+    def free(self, buffer: DeviceBuffer) -> None:
+        """Forget ``buffer`` in the budget's account (numpy frees it with its last reference)."""
+        storage = self._storage(buffer)
+        if not storage.freed:
+            storage.freed = True
+            self.live_bytes = max(0, self.live_bytes - buffer.nbytes * BYTES_PER_BYTE)
 
     def _storage(self, buffer: DeviceBuffer) -> _Storage:
         if buffer.device is not self:
