@@ -151,3 +151,50 @@ func.func @k(%a: tensor<4x4xf32>) -> tensor<4x4xf32>
 """
     with pytest.raises(UnsupportedError, match=r"tensor<4x4xf32> of @k in fusion 'k' is not 1-D"):
         _lowered(text)
+
+
+def _sub_byte_kernel() -> str:
+    """An s4 shared tile written, updated atomically and read back; an s2 atomic add."""
+    sync = _inputs.segments(1, _inputs.MAX_SYNC_TENSORS)
+    return f"""
+module {{
+  func.func @k(%in: tensor<16xi4>, %out: tensor<16xi2>) -> tensor<16xi2>
+      attributes {{heron.kernel, heron.block_size = array<i64: 16, 1, 1>,
+                  heron.grid_size = array<i64: 1, 1, 1>}} {{
+    %tid = gpu.thread_id x upper_bound 16
+    %c0 = arith.constant 0 : index
+    %v = tensor.extract %in[%tid] : tensor<16xi4>
+    %sh = "heron_gpu.allocate_shared"() : () -> tensor<16xi4>
+    %sh1 = tensor.insert %v into %sh[%tid] : tensor<16xi4>
+    %sh2 = "heron_gpu.sync_threads"(%sh1) {{operandSegmentSizes = array<i32: {sync}>,
+        resultSegmentSizes = array<i32: {sync}>}} : (tensor<16xi4>) -> tensor<16xi4>
+    %sh3 = "heron_gpu.atomic_rmw"(%sh2, %c0) ({{
+    ^bb0(%cur: i4):
+      %s = arith.muli %cur, %v : i4
+      gpu.yield %s : i4
+    }}) : (tensor<16xi4>, index) -> tensor<16xi4>
+    %w = tensor.extract %sh3[%c0] : tensor<16xi4>
+    %n = arith.trunci %w : i4 to i2
+    %o = "heron_gpu.atomic_rmw"(%out, %tid) ({{
+    ^bb0(%cur: i2):
+      %s = arith.addi %cur, %n : i2
+      gpu.yield %s : i2
+    }}) : (tensor<16xi2>, index) -> tensor<16xi2>
+    return %o : tensor<16xi2>
+  }}
+}}
+"""
+
+
+def test_sub_byte_shared_memory_is_widened_and_packed_atomics_are_byte_cas_loops():
+    """Shared s4: one i8 per element, plain stores (no RMW of a byte nothing wrote yet).
+
+    A global s2 atomic: a CAS loop on its whole byte (the other three elements kept);
+    a shared s4 atomic: a CAS loop on the element's own byte.
+    """
+    out = _lowered(_sub_byte_kernel())
+    assert "workgroup(%arg2 : memref<16xi8, #gpu.address_space<workgroup>>) kernel" in out
+    assert "memref.atomic_rmw" not in out  # no andi/ori read-modify-write of a packed byte
+    assert out.count("memref.generic_atomic_rmw %arg1") == 1
+    assert out.count("memref.generic_atomic_rmw %arg2") == 1
+    assert "memref<4xi8>" in out  # the s2 output stays packed: 16 elements in 4 bytes

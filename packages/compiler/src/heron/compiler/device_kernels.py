@@ -99,9 +99,11 @@ def run_on_device(
         device.upload(to_memory(x, shape), f"input {k}")
         for k, (x, shape) in enumerate(zip(inputs, kernel.input_shapes, strict=True))
     ]
+    # An in-place output starts as the bytes of the input it aliases, in the input's
+    # own layout: a bitcast root (f32[20,30]{0,1} -> f32[600]) shares the buffer, not the shape.
     out_buffers = [
-        device.upload(to_memory(inputs[kernel.output_aliases[k]], shape), f"output {k}")
-        if k in kernel.output_aliases
+        device.upload(to_memory(inputs[a], kernel.input_shapes[a]), f"output {k}")
+        if (a := kernel.output_aliases.get(k)) is not None
         else device.allocate(memory_bytes(shape), f"output {k}")
         for k, shape in enumerate(kernel.output_shapes)
     ]

@@ -22,7 +22,12 @@ from mlir.dialects import tensor
 
 from heron.emitters import mlir_types
 from heron.emitters.dialect import apply_indexing_op, loop_op
-from heron.emitters.emitter_base import EntryFunction, FusionEmitter, fusion_output_shapes
+from heron.emitters.emitter_base import (
+    EntryFunction,
+    FusionEmitter,
+    fusion_output_shapes,
+    same_buffer,
+)
 from heron.emitters.fusion_analysis import FusionAnalysis, claims_kind, dynamic_update_slice_of
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.hlo.errors import UnsupportedError
@@ -30,6 +35,7 @@ from heron.hlo.ir import Instruction
 from heron.hlo.shapes import ArrayShape
 from heron.indexing import IndexingMap, Interval, Variable
 from heron.indexing.affine import AffineExpr, Dim
+from heron.indexing.thread_maps import LaunchDimensions
 from heron.partitioner.subgraph import leaf_shapes
 from heron.plugins.iteration import (
     Iteration,
@@ -80,10 +86,17 @@ class DynamicUpdateSliceEmitter(FusionEmitter):
                 f"fusion '{fusion.name}': two outputs update the same parameter in place",
                 fusion.location,
             )
+        # An empty update changes nothing: the output is the operand (in place), and
+        # the kernel (one thread) writes nothing.
+        self.empty = self.update.num_elements == 0
+        if self.empty:
+            self._launch = LaunchDimensions(1, 1)
+            return
         try:
             self.iteration: Iteration = loop_iteration(self.update, self.computation, self.target)
         except Exception as exc:
             raise UnsupportedError(f"fusion '{fusion.name}': {exc}", fusion.location) from exc
+        self._launch = self.iteration.launch
 
     def _check(self, dus: Instruction) -> None:
         update = dus.operands[UPDATE].shape
@@ -111,7 +124,7 @@ class DynamicUpdateSliceEmitter(FusionEmitter):
                 f" {param.opcode} '{param.name}', not a fusion parameter; it cannot be in place",
                 dus.location,
             )
-        if param.shape.is_tuple or param.shape != output:
+        if param.shape.is_tuple or not same_buffer(param.shape, output):
             raise UnsupportedError(
                 f"fusion '{self.fusion.name}': output {output} of '{root.name}' cannot share"
                 f" the buffer of parameter '{param.name}' ({param.shape})",
@@ -129,7 +142,7 @@ class DynamicUpdateSliceEmitter(FusionEmitter):
     # -- FusionEmitter ------------------------------------------------------------------
 
     def launch_dimensions(self):
-        return self.iteration.launch
+        return self._launch
 
     def heroes(self) -> tuple[Instruction, ...]:
         unique: list[Instruction] = []
@@ -138,10 +151,16 @@ class DynamicUpdateSliceEmitter(FusionEmitter):
                 unique.append(dus)
         return tuple(unique)
 
+    def unemitted_heroes(self) -> tuple[Instruction, ...]:
+        """With an empty update nothing reads the DUS elementally (its window is empty)."""
+        return self.heroes() if self.empty else ()
+
     def output_aliases(self) -> dict[int, int]:
         return dict(self._aliases)
 
     def emit_entry(self, entry: EntryFunction) -> list[ir.Value]:
+        if self.empty:
+            return list(entry.outputs)
         dims = [entry.thread_ids[0], *entry.block_ids]
         results = list(entry.outputs)
         # Start indices are scalars, the same for every thread: read and clamp them once,

@@ -12,7 +12,11 @@ Multi-output fusions write every root in the same loop. Roots may have
 different shapes with the same element count (``mof_reshapes``): each
 root's index is the first root's, linearised in the first root's layout and
 delinearised in the root's own, so every root is walked in its physical
-order. Outputs with different element counts are not a loop fusion.
+order. Outputs with different element counts are not a loop fusion, except
+that outputs with zero elements are never written: beside other outputs they
+are left out of the loop, and alone they get a kernel of one thread that
+writes nothing (XLA launches none). This emitter is where heron handles
+empty outputs; ``analyse_fusion`` sends every all-empty fusion here.
 
 The emitter claims every fusion at priority 0: any specialised emitter
 (transpose, reduction, ...) outranks it.
@@ -92,8 +96,9 @@ class LoopEmitter(FusionEmitter):
                 f" has shape {fusion.shape}",
                 fusion.location,
             )
-        self.first = outputs[0]
-        counts = {shape.num_elements for shape in outputs}
+        # The loop walks the first output with elements; empty outputs get no write.
+        self.first = next((s for s in outputs if s.num_elements), outputs[0])
+        counts = {shape.num_elements for shape in outputs} - {0} or {0}
         if len(counts) != 1:
             shapes = ", ".join(str(s) for s in outputs)
             raise UnsupportedError(
@@ -102,11 +107,12 @@ class LoopEmitter(FusionEmitter):
                 fusion.location,
             )
         if self.first.num_elements == 0:
-            raise UnsupportedError(
-                f"fusion '{fusion.name}': the loop emitter cannot emit an empty output"
-                f" {self.first}",
-                fusion.location,
-            )
+            # Nothing to write (analyse_fusion sends every fusion whose outputs are
+            # all empty here): a kernel of one thread whose body does nothing.
+            # XLA launches no kernel; a launch that does no work keeps the
+            # compile -> image -> run path the same for every fusion.
+            self._launch, self.vector_size, self.unroll = LaunchDimensions(1, 1), 1, 1
+            return
         widest, narrowest, may_vectorize = fusion_vectorization_limits(self.computation)
         try:
             self._launch, self.vector_size, self.unroll = choose_loop_launch(
@@ -137,12 +143,16 @@ class LoopEmitter(FusionEmitter):
     def _writes(self) -> list[tuple[Instruction, list[int]]]:
         """(root, output positions of its leaves) in output order."""
         analysis = self.analysis
+        shapes = fusion_output_shapes(self.fusion)
         return [
             (root, list(positions))
             for root, positions in zip(analysis.roots, analysis.output_positions, strict=True)
+            if any(shapes[k].num_elements for k in positions)
         ]
 
     def emit_entry(self, entry: EntryFunction) -> list[ir.Value]:
+        if self.first.num_elements == 0:
+            return list(entry.outputs)  # zero elements: no loop, no write
         outputs = entry.output_shapes
         writes = self._writes()
         dims = [entry.thread_ids[0], *entry.block_ids]

@@ -12,8 +12,10 @@ element:
   a plain ``tensor.insert`` (the current value is read from the operand);
 - otherwise a ``heron_gpu.atomic_rmw`` whose body is the combiner; the
   lowering turns it into a native atomic or a compare-and-swap loop;
+- a sub-byte element (s2, s4, u2, u4, f4e2m1fn) is an ``atomic_rmw`` too,
+  lowered to a compare-and-swap loop on the byte that holds it;
 - several operands (variadic scatter) with non-unique indices, and element
-  types no atomic can update (sub-byte, fp8, pred, complex): one thread
+  types no atomic can update (fp8, pred, complex): one thread
   applies every update in update order. An atomic covers one value, and a
   variadic combiner must see all of an element's values at once; doing the
   updates serially is correct and keeps XLA's update order.
@@ -121,9 +123,16 @@ class ScatterDescription:
 
 
 def _atomic_capable(shape: ArrayShape) -> bool:
-    """Element types an atomic update can handle (native atomics or a CAS loop)."""
+    """Element types an atomic update can handle (native atomics or a CAS loop).
+
+    Sub-byte types (s2, s4, u2, u4, f4e2m1fn) can: ``lower-tensors`` updates a
+    packed element with a compare-and-swap loop on its whole byte, which keeps
+    the byte's other elements (updated concurrently by other threads) intact.
+    """
     element = shape.element_type
-    if element.name == "PRED" or element.is_sub_byte or element.is_complex:
+    if element.is_sub_byte:
+        return True
+    if element.name == "PRED" or element.is_complex:
         return False
     return not (element.is_floating and element.bit_width <= 8)
 
@@ -150,8 +159,8 @@ class ScatterEmitter(FusionEmitter):
                     f"scatter '{root.name}' updates {operand.opcode} '{operand.name}' in place;"
                     " its operands must be fusion parameters"
                 )
-        if self.description.update_shape.num_elements == 0:
-            raise self._error(f"scatter '{root.name}' has no updates")
+        # No updates: the output is the operand (in place), and the kernel writes nothing.
+        self.empty = self.description.update_shape.num_elements == 0
         self.serial = not self.description.unique_indices and (
             len(self.description.operands) > 1
             or not _atomic_capable(self.description.operand_shape)
@@ -164,7 +173,7 @@ class ScatterEmitter(FusionEmitter):
     # -- launch and iteration ---------------------------------------------------------
 
     def _choose_launch(self) -> tuple[LaunchDimensions, int]:
-        if self.serial:
+        if self.serial or self.empty:
             return LaunchDimensions(block_x=1, thread_x=1), 1
         shape = self.description.update_shape
         try:
@@ -214,6 +223,8 @@ class ScatterEmitter(FusionEmitter):
         return (self.description.scatter,)
 
     def emit_entry(self, entry: EntryFunction) -> list[ir.Value]:
+        if self.empty:
+            return list(entry.outputs)  # aliased: the operand's values are the result
         dims = [entry.thread_ids[0], *entry.block_ids]
 
         def body(symbols, update_index, outputs):
@@ -322,10 +333,12 @@ class ScatterEmitter(FusionEmitter):
                 for v, s, out in zip(new, shapes, outputs, strict=True)
             ]
         (update,) = updates
+        (element,) = (s.element_type for s in shapes)
 
         def body(current: ir.Value) -> ir.Value:
-            (result,) = entry.call_computation(combiner, [current, update])
-            return result
+            scalar = mlir_types.to_scalar(current, element)
+            (result,) = entry.call_computation(combiner, [scalar, update])
+            return mlir_types.to_element(result, element)
 
         return [atomic_rmw_op(outputs[0], target, body).result]
 

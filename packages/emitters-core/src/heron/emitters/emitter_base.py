@@ -51,6 +51,7 @@ __all__ = [
     "FusionEmitter",
     "KernelArgument",
     "fusion_output_shapes",
+    "same_buffer",
 ]
 
 Values = list[ir.Value]
@@ -94,6 +95,18 @@ class EmittedKernel:
 def fusion_output_shapes(fusion: Instruction) -> tuple[ArrayShape, ...]:
     """The fusion's outputs: the array leaves of its shape, in order."""
     return tuple(leaf_shapes(fusion.shape))
+
+
+def same_buffer(a: Shape, b: Shape) -> bool:
+    """Whether arrays of shapes ``a`` and ``b`` can be one buffer: same element type and count.
+
+    What an in-place output needs from the parameter it aliases. Dimensions and
+    layouts may differ: a bitcast (``f32[20,30] -> f32[600]``) moves no bytes,
+    so a dynamic-update-slice reaching the root through one is still in place.
+    """
+    if a.is_tuple or b.is_tuple:
+        return a == b
+    return a.element_type == b.element_type and a.num_elements == b.num_elements
 
 
 def _leaf_count(shape: Shape) -> int:
@@ -624,7 +637,7 @@ class FusionEmitter(abc.ABC):
                     f" {len(params)} parameter buffers",
                     self.fusion.location,
                 )
-            if outputs[out].shape != params[param].shape:
+            if not same_buffer(outputs[out].shape, params[param].shape):
                 raise UnsupportedError(
                     f"fusion '{self.fusion.name}': output {out} ({outputs[out].shape}) cannot"
                     f" alias parameter {params[param].name} ({params[param].shape}): the"

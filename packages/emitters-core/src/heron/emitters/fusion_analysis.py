@@ -35,6 +35,7 @@ from heron.emitters.target import EmitterTarget
 from heron.emitters.transposes import TransposeDescription, tiled_transpose
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction
+from heron.partitioner.subgraph import leaf_shapes
 
 __all__ = [
     "FUSION_KINDS",
@@ -42,6 +43,7 @@ __all__ = [
     "analyse_fusion",
     "claims_kind",
     "dynamic_update_slice_of",
+    "has_no_output_elements",
 ]
 
 #: The emitter kinds XLA decides between (``EmitterFusionKind`` and the reduction
@@ -291,6 +293,12 @@ def _check_inputs(fusion: object, target: object) -> Computation:
     return fusion.called("calls")
 
 
+def has_no_output_elements(fusion: Instruction) -> bool:
+    """Whether every array output of ``fusion`` has zero elements (nothing to write)."""
+    leaves = leaf_shapes(fusion.shape)
+    return bool(leaves) and all(leaf.num_elements == 0 for leaf in leaves)
+
+
 def analyse_fusion(fusion: Instruction, target: EmitterTarget) -> FusionAnalysis:
     """``HloFusionAnalysis`` + ``GetEmitterFusionKind`` + the emitter factories, once.
 
@@ -299,6 +307,10 @@ def analyse_fusion(fusion: Instruction, target: EmitterTarget) -> FusionAnalysis
     input slices or loop; one scatter root picks scatter; a concatenate hero
     picks concatenate; a loop fusion whose roots are DUSes updating an
     aliasable parameter picks dynamic_update_slice; everything else is loop.
+    A fusion whose outputs all have zero elements is loop before anything else
+    (the loop emitter writes nothing, see ``heron.plugins.loop``); a reduce of
+    an input with zero elements is never a reduction hero
+    (``is_reduction_from_or_to_contiguous_dimensions``).
     """
     computation = _check_inputs(fusion, target)
     graph = FusionGraph(computation)
@@ -310,6 +322,11 @@ def analyse_fusion(fusion: Instruction, target: EmitterTarget) -> FusionAnalysis
             fusion, target, kind, roots, heroes, output_positions(roots), graph, **extra
         )
 
+    if has_no_output_elements(fusion):
+        # Zero-size outputs: no work at all. XLA launches nothing; heron gives
+        # the loop emitter an empty kernel (one thread that writes nothing),
+        # so no hero's plan ever divides by an empty extent.
+        return result("loop")
     reduction = describe_reduction(roots, heroes, computation.parameters, target)
     if reduction is not None:
         kind, description = reduction

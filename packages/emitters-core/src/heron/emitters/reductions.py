@@ -175,10 +175,16 @@ def is_reduction_from_or_to_contiguous_dimensions(inst: Instruction, target: Emi
     Whether the reduction is race free is not part of this test (XLA keeps it
     for ``IsRealReductionHero``): a reduce of every dimension to a scalar is a
     row reduction however long it is.
+
+    A reduce of an input with zero elements is not one either: it has nothing
+    to reduce (every output element is the init value, or there is no output
+    element), which the loop emitter writes with no reduction plan at all.
     """
     if inst.opcode != "reduce":
         return False
     shape, kept, reduced = _kept_and_reduced(inst)
+    if shape.num_elements == 0:
+        return False
     if not (_consecutive(shape, kept) or _consecutive(shape, reduced)):
         return False
     return unnested_reduction_faster_than_elemental(reduction_dimensions(inst), target)

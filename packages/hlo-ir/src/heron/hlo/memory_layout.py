@@ -74,8 +74,15 @@ def memory_dtype(element: ElementType) -> np.dtype:
 
 
 def to_memory(values: np.ndarray, shape: ArrayShape) -> np.ndarray:
-    """Logical numpy ``values`` of ``shape`` -> the flat buffer the kernel reads."""
+    """Logical numpy ``values`` of ``shape`` -> the flat buffer the kernel reads.
+
+    A shape with zero elements still has a one-element buffer (``memory_size``:
+    the kernel's ``memref<1xT>``, never read): it is returned zero-filled, so
+    an upload always matches the memref the kernel was compiled for.
+    """
     element = shape.element_type
+    if shape.num_elements == 0:
+        return np.zeros(memory_size(shape), memory_dtype(element))
     flat = physical_elements(np.asarray(values, dtype=element.numpy_dtype), shape)
     if element is ElementType.PRED:
         return flat.astype(np.uint8)

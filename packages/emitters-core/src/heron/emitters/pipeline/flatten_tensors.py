@@ -28,6 +28,7 @@ import re
 from collections.abc import Sequence
 
 from mlir import ir
+from mlir.dialects import arith
 
 from heron.emitters.dialect import apply_indexing_op
 from heron.emitters.ir_utils import walk_ops
@@ -151,7 +152,13 @@ def _rewrite_access(op: ir.Operation) -> None:
     if len(indices) != tensor_type.rank:
         raise _unsupported(op, f"{len(indices)} indices for {tensor_type}")
     with ir.InsertionPoint(op):
-        index = linear_index(tensor_type, indices)
+        if 0 in tensor_type.shape:
+            # No element to reach: the access never runs (it sits in a zero-trip
+            # loop or a loop over an empty output). The tensor's buffer is the
+            # one-element placeholder (flat_type), so index 0 is still in bounds.
+            index = arith.ConstantOp(ir.IndexType.get(), 0).result
+        else:
+            index = linear_index(tensor_type, indices)
         new = ir.Operation.create(
             op.name,
             results=[r.type for r in op.results],

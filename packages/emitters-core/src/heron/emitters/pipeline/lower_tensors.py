@@ -23,7 +23,11 @@ an fp8 insert, disappears: the value is already the integer bits), and
 sub-byte types (``i4``, ``i2``, ``f4E2M1FN``) are packed into bytes, low bits
 first; storing one is two ``memref.atomic_rmw`` (``andi`` to clear its bits,
 ``ori`` to set them) on the containing byte, because two threads may write
-neighbours within one byte.
+neighbours within one byte. Shared memory (``allocate_shared``) is the
+exception: there sub-byte elements are widened to one ``i8`` each (a plain
+store, ``trunci`` after a load), as the emitters already count them in their
+shared-memory budgets; a packed shared byte would be read by the
+read-modify-write before any thread had written it.
 """
 
 from __future__ import annotations
@@ -103,12 +107,18 @@ def memory_type(element: ir.Type) -> ir.Type:
     return element
 
 
-def memref_type(tensor_type: ir.Type, memory_space: ir.Attribute | None = None) -> ir.MemRefType:
-    """``memref<N x memory type>`` for a 1-D static tensor (packed bytes for sub-byte types)."""
+def memref_type(
+    tensor_type: ir.Type, memory_space: ir.Attribute | None = None, *, widened: bool = False
+) -> ir.MemRefType:
+    """``memref<N x memory type>`` for a 1-D static tensor (packed bytes for sub-byte types).
+
+    ``widened``: sub-byte elements one per byte instead (shared memory, see
+    ``_Lowering.workgroup_buffer``).
+    """
     tensor = ir.RankedTensorType(tensor_type)
     element = tensor.element_type
     size = tensor.shape[0]
-    if is_packed(element):
+    if is_packed(element) and not widened:
         size = -(-size * _bit_width(element) // 8)
     return ir.MemRefType.get([size], memory_type(element), memory_space=memory_space)
 
@@ -335,6 +345,9 @@ class _Lowering:
     # -- element access -----------------------------------------------------------------
     def load(self, buffer: ir.Value, element: ir.Type, index: ir.Value) -> ir.Value:
         """One element of ``buffer`` (in memory layout) as its register type."""
+        if is_packed(element) and _is_workgroup(buffer):  # widened: one element a byte
+            loaded = memref.LoadOp(buffer, [index]).result
+            return arith.trunci(ir.IntegerType.get_signless(_bit_width(element)), loaded)
         if is_packed(element):
             width = _bit_width(element)
             byte, shift = _packed_position(index, width)
@@ -350,6 +363,9 @@ class _Lowering:
     def store(self, value: ir.Value, buffer: ir.Value, element: ir.Type, index: ir.Value) -> None:
         """Store ``value`` (register type) as one element of ``buffer``."""
         i8 = ir.IntegerType.get_signless(8)
+        if is_packed(element) and _is_workgroup(buffer):  # widened: a plain byte store
+            memref.StoreOp(arith.extui(i8, value), buffer, [index])
+            return
         if is_packed(element):
             width = _bit_width(element)
             byte, shift = _packed_position(index, width)
@@ -393,11 +409,19 @@ class _Lowering:
 
     # -- shared memory ------------------------------------------------------------------
     def workgroup_buffer(self, op: ir.Operation, tensor_type: ir.Type) -> ir.Value:
+        """A shared-memory buffer (a workgroup attribution of the kernel).
+
+        Sub-byte elements are stored widened, one a byte: threads then write
+        neighbouring elements without a read-modify-write of a shared byte
+        (which would read shared memory before anything wrote it, and race).
+        """
         if self.kernel is None or not self._in_kernel(op):
             raise self.unsupported(op, "shared memory can only be allocated in the kernel")
         space = ir.Attribute.parse("#gpu.address_space<workgroup>")
         block = self.kernel.regions[0].blocks[0]
-        arg = block.add_argument(memref_type(tensor_type, space), ir.Location.unknown())
+        arg = block.add_argument(
+            memref_type(tensor_type, space, widened=True), ir.Location.unknown()
+        )
         count = 0
         if WORKGROUP_ATTRIBUTIONS in self.kernel.attributes:
             count = ir.IntegerAttr(self.kernel.attributes[WORKGROUP_ATTRIBUTIONS]).value
@@ -414,6 +438,12 @@ class _Lowering:
         return current is not None and current == self.entry
 
 
+def _is_workgroup(buffer: ir.Value) -> bool:
+    """Whether ``buffer`` is a shared-memory (workgroup) memref."""
+    space = ir.MemRefType(buffer.type).memory_space
+    return space is not None and "workgroup" in str(space)
+
+
 def _packed_position(index: ir.Value, width: int) -> tuple[ir.Value, ir.Value]:
     """(byte index, bit offset as i8) of packed element ``index`` of ``width`` bits."""
     per_byte = 8 // width
@@ -426,9 +456,7 @@ def _packed_position(index: ir.Value, width: int) -> tuple[ir.Value, ir.Value]:
 
 def _constant_text(op: ir.Operation) -> str:
     """The value of ``arith.constant`` as attribute text without its type (``dense<...>``)."""
-    text = op.get_asm(assume_verified=True)  # the module is mid-rewrite: do not verify
-    head = "arith.constant "
-    return _untyped(text[text.index(head) + len(head) :])
+    return _untyped(str(op.attributes["value"]))  # complex too: heron.emitters.callbacks
 
 
 def _untyped(text: str) -> str:
@@ -644,12 +672,21 @@ def _atomic_rmw(lw: _Lowering, op: ir.Operation) -> None:
     ignores the current value is an atomic exchange (``assign``). Anything
     else is ``memref.generic_atomic_rmw`` (a CAS loop). LLVM's ``cmpxchg``
     takes integers only, so a float element is updated through an integer
-    view of its buffer, the body bitcasting around the combiner.
+    view of its buffer, the body bitcasting around the combiner. A packed
+    sub-byte element (i2, i4, f4E2M1FN) is updated by a CAS loop on its whole
+    byte: the loop extracts the element's bits, applies the body and merges
+    the result back, leaving the byte's other elements as they are.
     """
     tensor, *indices = op.operands
     element = _element(tensor)
     if len(indices) != 1:
         raise lw.unsupported(op, "tensors must be 1-D (run flatten-tensors first)")
+    if is_packed(element):
+        _packed_generic_atomic(
+            lw, op.regions[0].blocks[0], lw.get(tensor), lw.get(indices[0]), element
+        )
+        lw.values[op.results[0]] = lw.get(tensor)
+        return
     if memory_type(element) != element or is_packed(element):
         raise lw.unsupported(
             op,
@@ -683,6 +720,34 @@ def _generic_atomic(
     with ir.InsertionPoint(block):
         terminator = lw.lower_block(body)
         memref.AtomicYieldOp(lw.get(terminator.operands[0]))
+
+
+def _packed_generic_atomic(
+    lw: _Lowering, body: ir.Block, buffer: ir.Value, index: ir.Value, element: ir.Type
+) -> None:
+    """A CAS loop on the byte holding packed element ``index``; the other bits are kept.
+
+    In shared memory the element has its byte to itself (widened): shift 0.
+    """
+    width = _bit_width(element)
+    i8 = ir.IntegerType.get_signless(8)
+    bits = ir.IntegerType.get_signless(width)
+    if _is_workgroup(buffer):
+        byte, shift = index, ir_utils.int_constant(0, 8)
+    else:
+        byte, shift = _packed_position(index, width)
+    keep = arith.xori(
+        arith.shli(ir_utils.int_constant((1 << width) - 1, 8), shift), ir_utils.int_constant(-1, 8)
+    )
+    generic = memref.GenericAtomicRMWOp(i8, buffer, [byte])
+    block = generic.regions[0].blocks.append(i8)
+    with ir.InsertionPoint(block):
+        old = block.arguments[0]
+        # The element's bits in registers (fp4 is held as its integer bits, see register_type).
+        lw.values[body.arguments[0]] = arith.trunci(bits, arith.shrui(old, shift))
+        terminator = lw.lower_block(body)
+        new = arith.shli(arith.extui(i8, lw.get(terminator.operands[0])), shift)
+        memref.AtomicYieldOp(arith.ori(arith.andi(old, keep), new))
 
 
 def _float_generic_atomic(
