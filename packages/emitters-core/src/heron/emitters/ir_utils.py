@@ -12,6 +12,8 @@ from collections.abc import Iterator, Mapping
 from mlir import ir
 from mlir.dialects import arith
 
+from heron.emitters.callbacks import walk
+
 ValueMap = Mapping[ir.Value, ir.Value]
 
 
@@ -27,7 +29,7 @@ def walk_ops(root: ir.Operation | ir.OpView, name: str | None = None) -> list[ir
             found.append(op)
         return ir.WalkResult.ADVANCE
 
-    root.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    walk(root, visit, ir.WalkOrder.PRE_ORDER, name="walk_ops")
     return found
 
 
@@ -49,7 +51,7 @@ def remap_operands(root: ir.Operation, mapping: ValueMap) -> None:
                 operands[i] = replacement
         return ir.WalkResult.ADVANCE
 
-    root.walk(visit)
+    walk(root, visit, name="remap_operands")
 
 
 def clone_with_mapping(

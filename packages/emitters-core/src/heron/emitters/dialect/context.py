@@ -14,6 +14,7 @@ import types
 from mlir import ir
 from mlir.dialects import irdl
 
+from heron.emitters import callbacks
 from heron.emitters.dialect.irdl_source import DIALECT_NAME, IRDL_TEXT
 
 # The upstream dialects the emitters and the lowering pipeline use.
@@ -62,6 +63,7 @@ def make_context() -> ir.Context:
     Loading the upstream dialects eagerly (rather than on first parse) makes
     builders that create ops directly work without a parse step first.
     """
+    callbacks.install_attribute_casters()  # no attribute cast may abort the process
     context = ir.Context()
     for name in UPSTREAM_DIALECTS:
         context.dialects[name]  # noqa: B018 - indexing loads the dialect

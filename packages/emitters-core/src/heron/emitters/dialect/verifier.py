@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from mlir import ir
 
+from heron.emitters.callbacks import walk
 from heron.emitters.dialect.irdl_source import (
     CALLEE_ATTR,
     DIALECT_NAME,
@@ -265,6 +266,6 @@ def verify_xla_ops(module: ir.Module | ir.Operation) -> None:
                 return ir.WalkResult.INTERRUPT
         return ir.WalkResult.ADVANCE
 
-    root.walk(visit)
+    walk(root, visit, name="verify_xla_ops")
     if errors:
         raise errors[0]

@@ -16,7 +16,9 @@ Two rules shape the code:
 
 Array constants become one ``arith.constant dense<...>`` tensor per function
 (hoisted to the entry block and shared by equal constants), read with
-``tensor.extract``; scalars and splats become scalar constants.
+``tensor.extract``; scalars and splats become scalar constants. A complex
+array constant becomes two float ones (real and imaginary parts) and a
+``complex.create``.
 """
 
 from __future__ import annotations
@@ -295,8 +297,27 @@ def _constant(inst: Instruction, indices: Sequence[ir.Value], ctx: ElementalCont
         raise unsupported(ctx, inst, "an element of an empty constant")
     if _is_splat(flat, element):
         return [scalar_constant(flat[0], element)]
+    if element.is_complex:
+        # Two float constants, the real and the imaginary parts: no dense complex
+        # attribute travels down the pipeline (memref globals of complex elements
+        # reach neither the interpreter nor LLVM).
+        part = element.component_type
+        numbers = literal.astype(element.numpy_dtype)
+        real, imaginary = (
+            _array_element(np.ascontiguousarray(p), part, indices)
+            for p in (numbers.real, numbers.imag)
+        )
+        return [complex_dialect.CreateOp(element_type(element), real, imaginary).result]
+    return [_array_element(literal, element, indices)]
+
+
+def _array_element(literal: np.ndarray, element: ElementType, indices: Sequence[ir.Value]):
+    """The element of a (real) array literal at ``indices``: a scalar constant for a splat."""
+    flat = literal.reshape(-1)
+    if _is_splat(flat, element):
+        return scalar_constant(flat[0], element)
     value = tensor.ExtractOp(_dense_constant(literal, element), list(indices)).result
-    return [to_scalar(value, element)]
+    return to_scalar(value, element)
 
 
 def _literal_leaves(literal) -> list:

@@ -17,6 +17,7 @@ from collections import Counter
 
 from mlir import ir
 
+from heron.emitters.callbacks import walk
 from heron.emitters.ir_utils import block_ops, walk_ops
 from heron.emitters.pipeline.manager import Pass, PipelineOptions
 from heron.hlo.errors import UnsupportedError
@@ -211,7 +212,7 @@ def _top_level_ops(function: ir.Operation) -> list[ir.Operation]:
         found.append(op)
         return ir.WalkResult.SKIP
 
-    function.walk(visit, ir.WalkOrder.PRE_ORDER)
+    walk(function, visit, ir.WalkOrder.PRE_ORDER, name="inline: top-level ops")
     return found
 
 

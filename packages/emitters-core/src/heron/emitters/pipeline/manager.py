@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import attrs
 from mlir import ir
 
+from heron.emitters.callbacks import CallbackError
 from heron.emitters.target import EmitterTarget
 from heron.hlo.errors import UnsupportedError
 
@@ -99,6 +100,8 @@ def run_passes(
             start = time.perf_counter()
             try:
                 step.run(module, options)
+            except CallbackError as exc:  # raised in a callback MLIR called: name the pass too
+                raise PassFailure(f"pass {step.name!r}: {exc.message}", exc.location) from exc
             except UnsupportedError:
                 raise
             except Exception as exc:

@@ -16,6 +16,7 @@ from mlir import ir
 from mlir.dialects import arith
 
 from heron.emitters import ir_utils
+from heron.emitters.callbacks import walk
 from heron.emitters.pipeline.manager import Pass, PipelineOptions, run_upstream
 
 MAX_TRIP_COUNT = 8
@@ -81,7 +82,7 @@ def unroll_all(root: ir.Operation) -> int:
             loops.append(op)
         return ir.WalkResult.ADVANCE
 
-    root.walk(visit, ir.WalkOrder.POST_ORDER)
+    walk(root, visit, ir.WalkOrder.POST_ORDER, name="unroll: find loops")
     for loop in loops:
         count = trip_count(loop)
         if count is None or count > MAX_TRIP_COUNT or body_size(loop) > MAX_BODY_OPS:
