@@ -113,6 +113,12 @@ def test_a_bad_arch_is_refused_before_any_work():
         compile_to_ptx(VECTOR_ADD, "gfx942", ptx_version=80)
 
 
+def test_a_processor_llvm_does_not_know_is_one_error_and_no_warnings(capfd):
+    with pytest.raises(UnsupportedError, match="does not know the processor 'sm_10'"):
+        compile_to_ptx(VECTOR_ADD, "sm_10", ptx_version=80)
+    assert "not a recognized processor" not in capfd.readouterr().err
+
+
 def test_llvm_dialect_kernels_pass_through():
     source = """
     module attributes {gpu.container_module} {

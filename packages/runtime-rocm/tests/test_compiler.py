@@ -157,3 +157,9 @@ def test_the_runtime_package_imports_without_mlir(monkeypatch):
         monkeypatch.delitem(sys.modules, name, raising=False)
     module = importlib.import_module("heron.runtime.rocm.compiler")
     assert callable(module.compile_to_hsaco)
+
+
+def test_a_processor_llvm_does_not_know_is_one_error_and_no_warnings(capfd):
+    with pytest.raises(UnsupportedError, match="does not know the processor 'gfx999'"):
+        compile_to_hsaco(_kernel("vector_add"), "gfx999")
+    assert "not a recognized processor" not in capfd.readouterr().err

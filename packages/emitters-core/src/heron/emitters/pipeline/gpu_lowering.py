@@ -130,3 +130,37 @@ def _single_gpu_module(work: Any) -> Any:
             f"expected exactly one gpu.module in the MLIR module, found {len(found)}"
         )
     return found[0].operation
+
+
+def target_machine(llvm: Any, triple: str, cpu: str, **options: Any) -> Any:
+    """LLVM's target machine for ``cpu``, refusing a processor LLVM does not know.
+
+    For an unknown processor (``sm_10``, ``gfx999``) LLVM does not fail: it
+    prints "is not a recognized processor" on the process's stderr, several
+    times, ignores the name and compiles for a generic one, so the error would
+    surface later (in ptxas, or on the device) behind lines of warnings. The
+    warnings are captured here, at the file-descriptor level where LLVM writes
+    them, and turned into one error naming the processor. ``llvm`` is
+    ``llvmlite.binding``, passed in by the backend (only the backends' compile
+    sides import llvmlite).
+    """
+    import os
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as captured:
+        saved = os.dup(2)
+        os.dup2(captured.fileno(), 2)
+        try:
+            machine = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, **options)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        warnings = captured.read().decode(errors="replace")
+    if "is not a recognized processor" in warnings:
+        raise UnsupportedError(f"LLVM's {triple} backend does not know the processor {cpu!r}")
+    if warnings.strip():  # anything else LLVM said goes where it was going
+        sys.stderr.write(warnings)
+    return machine

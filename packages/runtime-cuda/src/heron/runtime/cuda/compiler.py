@@ -28,6 +28,7 @@ from typing import Any
 
 import attrs
 
+from heron.emitters.pipeline.gpu_lowering import target_machine
 from heron.hlo.errors import UnsupportedError
 from heron.runtime.cuda.compiler_mlir import (
     COMPILE_EXTRA,
@@ -129,8 +130,7 @@ def llvm_ir_to_ptx(
     check_arch(arch)
     llvm = _llvmlite()
     version = ptx_version
-    target = llvm.Target.from_triple(NVPTX_TRIPLE)
-    machine = target.create_target_machine(cpu=arch, features=f"+ptx{version}", opt=opt_level)
+    machine = target_machine(llvm, NVPTX_TRIPLE, arch, features=f"+ptx{version}", opt=opt_level)
     try:
         module = llvm.parse_assembly(llvm_ir)
     except RuntimeError as exc:

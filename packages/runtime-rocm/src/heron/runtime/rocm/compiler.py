@@ -26,6 +26,7 @@ import functools
 import re
 from typing import Any
 
+from heron.emitters.pipeline.gpu_lowering import target_machine
 from heron.hlo.errors import UnsupportedError
 from heron.runtime.rocm.compiler_mlir import (
     COMPILE_EXTRA,
@@ -156,8 +157,7 @@ def llvm_ir_to_object(
     """LLVM IR (AMDGPU flavour) -> a relocatable AMDGPU ELF object."""
     llvm = _llvmlite()
     _check_arch(arch)
-    target = llvm.Target.from_triple(AMDGPU_TRIPLE)
-    machine = target.create_target_machine(cpu=arch, opt=opt_level, reloc="pic")
+    machine = target_machine(llvm, AMDGPU_TRIPLE, arch, opt=opt_level, reloc="pic")
     try:
         module = llvm.parse_assembly(llvm_ir)
     except RuntimeError as exc:
