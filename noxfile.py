@@ -8,6 +8,8 @@
     nox -s lint          ruff check, ruff format --check, lint-imports (pyproject's contracts)
     nox -s cuda / rocm   the tests that need a GPU (they skip, saying why, without one)
     nox -s bench         benchmarks/*.py
+    nox -s fuzz          the fuzzer (tests/fuzz): corpus mutants, generated fusions, bad npz
+                         (`nox -s fuzz -- --cases 10000 --seed 1` for a long run)
 
 Extra arguments after `--` go to pytest, e.g. `nox -s tests -- -k npz -x`.
 """
@@ -362,3 +364,28 @@ def bench(session: nox.Session) -> None:
     install_editable(session)
     for script in scripts:
         session.run("python", str(script.relative_to(ROOT)), *session.posargs)
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """The fuzzer (tests/fuzz/heron_fuzz): corpus mutants, generated fusions, bad npz.
+
+    Deterministic (a seed and a case index make a case); each case runs in a
+    subprocess under time and memory limits.
+
+    Not a default session (CI runs its bounded sample, tests/test_fuzz_sample.py).
+    Arguments after `--` go to the fuzzer (`--cases 10000 --seed 1`, `--jobs 2`,
+    `--replay DIR/case.json`); findings go to .nox/fuzz/tmp/findings unless
+    `--findings DIR` says otherwise. Exits non-zero when there is a finding.
+    """
+    install_editable(session)
+    args = list(session.posargs)
+    if "--findings" not in args:
+        args += ["--findings", str(Path(session.create_tmp()) / "findings")]
+    session.run(
+        "python",
+        "-m",
+        "heron_fuzz",
+        *args,
+        env={"PYTHONPATH": str(ROOT / "tests" / "fuzz")},
+    )

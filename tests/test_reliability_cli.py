@@ -357,3 +357,14 @@ def test_heron_check_over_the_budget_is_a_refusal_not_a_disagreement(capsys):
     code, out, err = heron(capsys, "--memory-budget", "4M", "check", DATA / "check_over_budget.hlo")
     assert code == 2, (out, err)
     assert "REFUSED" in out and "memory budget of 4.00 MiB" in out
+
+
+def test_heron_check_of_a_fusion_compile_refuses_exits_2_like_compile(capsys):
+    """Fuzz finding generated-s1-1849: check reported FAILED (exit 1) where compile exits 2.
+
+    Under 64-lane warps this fusion is a loop fusion with outputs of different sizes,
+    which the loop emitter refuses.
+    """
+    hlo = Path(__file__).resolve().parent / "data" / "check" / "reduce_side_output.hlo"
+    code, out, _ = heron(capsys, "check", hlo, "--target", "mi300x")
+    assert code == 2 and "REFUSED" in out and "compile:" in out

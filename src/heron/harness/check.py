@@ -508,7 +508,8 @@ def check_fusion(
         target = target_for_device(device, options.backend, options.target)
         kernel = compile_fusion(fusion, target, options.backend)
     except HloError as exc:
-        report.findings.append(Finding(_kind_of(exc), f"compile: {exc}"))
+        # A fusion heron cannot compile is refused, as `heron compile` refuses it (exit 2).
+        report.findings.append(Finding("refused", f"compile: {exc}"))
         return report
     report.emitter = kernel.emitter
     sources = output_sources(computation.root_instruction)

@@ -173,8 +173,8 @@ def tiled_transpose(inst: Instruction) -> TransposeDescription | None:
     dim below 8 stays a loop), and both swapped dims must be >= 4 with a
     product >= 256.
     """
-    if inst.opcode != "transpose":
-        return None
+    if inst.opcode != "transpose" or inst.array_shape.num_elements == 0:
+        return None  # a transpose of nothing moves nothing: never a tiled hero
     spec = normalise_transpose(inst)
     if spec is None:
         return None

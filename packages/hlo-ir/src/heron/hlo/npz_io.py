@@ -41,6 +41,7 @@ import lzma
 import os
 import re
 import stat
+import tokenize
 import warnings
 import zipfile
 import zlib
@@ -168,7 +169,9 @@ class _Member:
                 self.header_bytes = f.tell()
         except _READ_ERRORS as exc:
             raise HloInputError(f"{self.label}: cannot be read: {exc}") from exc
-        except ValueError as exc:
+        except (ValueError, SyntaxError, TypeError, RecursionError, tokenize.TokenError) as exc:
+            # numpy parses the header's dict with the tokenizer and ast: a damaged
+            # header can fail in any of them.
             raise HloInputError(f"{self.label}: bad NPY header: {exc}") from exc
         self.shape, self.fortran, self.dtype = header
         if self.dtype.hasobject:

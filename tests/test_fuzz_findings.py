@@ -1,0 +1,97 @@
+"""Open findings of the fuzzer (tests/fuzz), each a strict xfail with its reproducer.
+
+Each test runs heron in a subprocess (a finding may abort the process) and
+asserts the contract: exit 0, 1 or 2, no traceback. ``strict=True``: the day
+the bug is fixed the test passes, the xfail fails, and whoever fixed it
+removes the marker, keeping the test as the regression test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPRODUCERS = Path(__file__).resolve().parent / "fuzz" / "reproducers"
+
+
+def _heron(*args: str) -> subprocess.CompletedProcess:
+    code = "import sys; from heron.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="fuzz finding generated-s1-97: an s4 sum to a scalar, then added to an s4[]"
+    " parameter, aborts LLVM's AMDGPU instruction selection (SIGABRT, 'Invalid truncate"
+    " node, src < dst!') when compiled for mi300x",
+)
+def test_rocm_s4_reduce_then_add_compiles_or_is_refused(tmp_path: Path) -> None:
+    hlo = REPRODUCERS / "rocm_s4_reduce_then_add_sigabrt.hlo"
+    result = _heron("compile", str(hlo), "--target", "mi300x", "-o", f"{tmp_path}/")
+    assert result.returncode in (0, 2), (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="fuzz finding mutation-s1-585 (the corpus file unchanged): `heron --memory-budget"
+    " 256M check` reaches about 2 GiB of RSS (inputs and reference results for two bf16"
+    " buffers of 92 MB) before the interpreter refuses a buffer over the budget",
+)
+def test_check_stays_near_the_memory_budget(corpus_dir: Path) -> None:
+    hlo = corpus_dir / "gpu" / "transpose" / "multiple_roots_one_shmem_transpose.hlo"
+    # The child reports its own high-water mark (VmHWM): ru_maxrss survives execve,
+    # so measured from here it would include this pytest worker's own peak.
+    code = (
+        "import sys\nfrom heron.cli.main import main\ntry:\n    code = main(sys.argv[1:])\n"
+        "finally:\n    hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')]\n"
+        "    sys.stderr.write('\\n' + hwm[0])\nsys.exit(code)"
+    )
+    argv = [sys.executable, "-c", code, "--memory-budget", "256M", "check", str(hlo)]
+    result = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert result.returncode in (0, 1, 2), result.stderr[-2000:]
+    peak_mib = int(result.stderr.strip().splitlines()[-1].split()[1]) // 1024
+    # The budget plus heron's libraries (about 300 MiB) and some slack.
+    assert peak_mib < 256 + 1024, f"peak RSS {peak_mib} MiB under a 256 MiB budget"
+
+
+def test_a_transpose_with_a_zero_size_dimension_compiles(tmp_path: Path) -> None:
+    """Fixed fuzz finding mutation-s1-687 (ZeroDivisionError in the packed-tile rule):
+    a transpose of nothing is never a tiled hero, so it gets the empty loop kernel."""
+    hlo = REPRODUCERS / "transpose_zero_size_dim_zerodivision.hlo"
+    result = _heron("compile", str(hlo), "--target", "h100", "-o", f"{tmp_path}/")
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    result = _heron("check", str(hlo))
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr[-2000:])
+
+
+def test_an_npy_header_with_unbalanced_braces_is_refused() -> None:
+    """Fixed fuzz finding npz-s1-671 (tokenize.TokenError from numpy's header parser)."""
+    result = _heron(
+        "run",
+        str(REPRODUCERS / "npz_target.hlo"),
+        "--backend",
+        "reference",
+        "--inputs",
+        str(REPRODUCERS / "npz_header_unbalanced_braces.npz"),
+    )
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "member 'arg0.npy': bad NPY header" in result.stderr
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="fuzz notes mutation-s1-300, -639, -729, -768 (corpus reductions left unchanged):"
+    " `heron run --check` exits 1 (36 ulps) on a valid f32 column reduction that"
+    " `heron check` passes; its 4-ulp tolerance ignores the order of summation",
+)
+def test_run_check_agrees_on_a_valid_corpus_reduction(corpus_dir: Path) -> None:
+    hlo = corpus_dir / "gpu" / "reduce_column" / "vectorize_x2_f32.hlo"
+    result = _heron("run", str(hlo), "--backend", "interpreter", "--seed", "0", "--check")
+    assert result.returncode == 0, result.stdout[-2000:] if result.stdout else result.stderr
