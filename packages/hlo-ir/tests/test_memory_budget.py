@@ -64,6 +64,24 @@ def test_refusal_says_what_was_needed_and_the_budget():
     assert format_size(2473901162496) == "2.25 TiB (2473901162496 bytes)"
 
 
+def test_reservations_count_against_every_check_inside_them():
+    memory_budget.set_budget(2**20)
+    with memory_budget.reserve(600_000, "the input sets"):
+        assert memory_budget.reserved() == 600_000
+        memory_budget.check(400_000, "fits beside it")
+        with pytest.raises(MemoryBudgetError, match=r"buffer would need .* beside .*the input sets"):
+            memory_budget.check(500_000, "buffer")
+        with pytest.raises(MemoryBudgetError):
+            with memory_budget.reserve(500_000, "a second reservation"):
+                pass
+        assert memory_budget.reserved() == 600_000
+    assert memory_budget.reserved() == 0
+    with pytest.raises(RuntimeError), memory_budget.reserve(10, "released on an exception"):
+        raise RuntimeError
+    assert memory_budget.reserved() == 0
+    memory_budget.check(2**20, "all of it, once released")
+
+
 BIG = """
 ENTRY e {
   p = f32[2147483648] parameter(0)

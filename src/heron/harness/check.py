@@ -38,19 +38,17 @@ from heron.compiler.device_kernels import run_on_device, target_for_device
 from heron.compiler.driver import CompiledKernel, compile_fusion
 from heron.compiler.fusions import fusions_of, selected_fusions
 from heron.compiler.target import Target
-from heron.harness.inputs import input_sets
+from heron.harness.inputs import GENERATION_BYTES_PER_ELEMENT, INPUT_SET_NAMES, input_sets
 from heron.harness.run_lines import RunLineError, RunSpec, parse_run_lines
 from heron.harness.scatter_inputs import keep_scatter_promises
 from heron.harness.tolerance import (
     ErrorBounds,
+    OutputTolerance,
     describe_value,
-    mismatches,
-    opcodes_reaching,
     output_sources,
-    reassociation_bounds,
-    ulp_bound,
+    output_tolerance,
 )
-from heron.hlo import parse_module, print_module
+from heron.hlo import memory_budget, parse_module, print_module
 from heron.hlo.errors import HloError
 from heron.hlo.evaluator import evaluate_computation
 from heron.hlo.ir import Computation, Instruction, Module
@@ -353,12 +351,12 @@ def _compare(
     set_name: str,
     kernel: np.ndarray,
     expected: np.ndarray,
-    ulps: int,
-    bounds: ErrorBounds,
+    tolerance: OutputTolerance,
     skip: np.ndarray | None,
 ) -> Finding | None:
     """A ``values`` finding for output ``k``, or None when it agrees (``skip``: unwritten)."""
-    found = mismatches(kernel, expected, ulps, bounds)
+    ulps = tolerance.ulps
+    found = tolerance.mismatches(kernel, expected)
     indices, distances = found.indices, found.distances
     if skip is not None and indices.size:
         keep = ~skip.reshape(-1)[indices]
@@ -368,6 +366,8 @@ def _compare(
     first = int(indices[0])
     position = _position(first, expected.shape)
     how = "bitwise" if ulps == 0 else f"by more than {ulps} ulps"
+    if tolerance.reordered:
+        how += ", beyond the reassociation bounds"
     tail = ""
     if ulps or np.issubdtype(expected.dtype, np.floating) and expected.dtype.itemsize > 1:
         first_distance = int(distances[0])
@@ -540,7 +540,38 @@ def _kind_of(exc: Exception) -> str:
     return "refused" if isinstance(exc, MemoryBudgetError) else "error"
 
 
+def _host_bytes(shape: ArrayShape) -> int:
+    """Bytes of ``shape`` as a numpy array on the host (a sub-byte element takes a byte)."""
+    return shape.num_elements * np.dtype(shape.element_type.numpy_dtype).itemsize
+
+
+def host_bytes_of_a_check(kernel: CompiledKernel) -> int:
+    """Host bytes one check of ``kernel`` holds at once, besides the device's buffers.
+
+    Both input sets (made before the first runs), the generator's temporaries
+    while it draws the largest input (:data:`GENERATION_BYTES_PER_ELEMENT`), and
+    per output the kernel's result copied back and the reference's result.
+    """
+    inputs = [_host_bytes(shape) for shape in kernel.input_shapes]
+    outputs = [_host_bytes(shape) for shape in kernel.output_shapes]
+    largest = max((shape.num_elements for shape in kernel.input_shapes), default=0)
+    sets = len(INPUT_SET_NAMES)
+    return sets * sum(inputs) + largest * GENERATION_BYTES_PER_ELEMENT + 2 * sum(outputs)
+
+
 def _run_sets(state: _FusionCheck, device, options: CheckOptions, number: int) -> None:
+    need = host_bytes_of_a_check(state.kernel)
+    what = f"the input sets and results of checking '{state.report.name}'"
+    try:
+        with memory_budget.reserve(need, what):
+            _run_sets_within_budget(state, device, options, number)
+    except MemoryBudgetError as exc:
+        state.report.findings.append(Finding("refused", str(exc)))
+
+
+def _run_sets_within_budget(
+    state: _FusionCheck, device, options: CheckOptions, number: int
+) -> None:
     kernel, report = state.kernel, state.report
     computation = state.fusion.called("calls")
     rng = np.random.default_rng([options.seed, number])
@@ -567,13 +598,16 @@ def _run_sets(state: _FusionCheck, device, options: CheckOptions, number: int) -
                 Finding(_kind_of(exc), f"{set_name}: the reference evaluator failed: {exc}")
             )
             return
-        _check_run(state, set_name, run, expected)
+        _check_run(state, set_name, run, expected, args)
 
 
-def _check_run(state: _FusionCheck, set_name: str, run, expected: list[np.ndarray]) -> None:
+def _check_run(
+    state: _FusionCheck, set_name: str, run, expected: list[np.ndarray], args: list
+) -> None:
     kernel, plan = state.kernel, state.plan
     once_by_emitter = kernel.writes_each_element_once  # the emitter's own promise
     flagged = {k: hero for hero, outputs in plan.outputs.items() for k in outputs}
+    computation = state.fusion.called("calls")
     for k, shape in enumerate(kernel.output_shapes):
         source = state.sources[k]
         label = _output_label(k, shape, source)
@@ -593,24 +627,26 @@ def _check_run(state: _FusionCheck, set_name: str, run, expected: list[np.ndarra
             for finding in _write_findings(k, label, set_name, per_element, once, why):
                 if not (in_place and finding.kind == "unwritten"):
                     state.add(finding)
-        ulps = ulp_bound(source, shape.element_type)
-        bounds = state.bounds
-        if not once_by_emitter and "reduce" in opcodes_reaching(source):
-            reordered = reassociation_bounds(shape.element_type, bounds)
-            if reordered is not None:  # a float reduction: the order of the sum is the kernel's
-                if set_name == "edge inputs":
-                    note = (
-                        f"{label}: float reduction compared on moderate inputs only (on edge"
-                        " inputs the summation order decides overflow and NaN)"
-                    )
-                    if note not in state.report.notes:
-                        state.report.notes.append(note)
-                    continue
-                bounds = reordered
-        state.add(
-            _compare(k, label, set_name, run.outputs[k], expected[k], ulps, bounds, unwritten)
+        tolerance = output_tolerance(
+            source,
+            shape.element_type,
+            state.bounds,
+            reordering=not once_by_emitter,
+            # Edge inputs are not compared for a reordered sum: no bound to evaluate.
+            reduction=None if set_name == "edge inputs" else (source, computation, args),
         )
-    computation = state.fusion.called("calls")
+        if tolerance.reordered and set_name == "edge inputs":
+            # A float reduction: the order of the sum is the kernel's.
+            note = (
+                f"{label}: float reduction compared on moderate inputs only (on edge"
+                " inputs the summation order decides overflow and NaN)"
+            )
+            if note not in state.report.notes:
+                state.report.notes.append(note)
+            continue
+        state.add(
+            _compare(k, label, set_name, run.outputs[k], expected[k], tolerance, unwritten)
+        )
     for bijection in plan.inputs:
         if bijection.parameter is None:
             continue

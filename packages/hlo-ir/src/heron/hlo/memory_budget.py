@@ -7,6 +7,13 @@ raises :class:`MemoryBudgetError` (an ``HloInputError``: the CLI prints one
 line and exits 2) saying how much would have been needed and what the budget
 is, instead of a ``MemoryError`` or the kernel's OOM killer.
 
+Work that holds several allocations at once (``heron check``: two input sets,
+their temporaries, the kernel's and the reference's results, and the
+interpreter's buffers beside them) takes a :func:`reserve` for what it will
+hold before making any of it; every :func:`check` inside counts the
+reservations already held, so the budget bounds what is alive together, not
+each allocation alone.
+
 The budget, in order of precedence:
 
 1. :func:`set_budget` (the ``heron --memory-budget SIZE`` option);
@@ -22,8 +29,10 @@ A SIZE is a number of bytes with an optional binary suffix: ``512M``,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator
 
 from heron.hlo.errors import HloInputError
 
@@ -38,6 +47,8 @@ _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*([KMGTP]?)(?:I?B)
 
 _override: int | None = None
 _default: int | None = None
+#: Reservations held now (see :func:`reserve`): what each is for and its bytes.
+_reservations: list[tuple[str, int]] = []
 
 
 class MemoryBudgetError(HloInputError):
@@ -119,11 +130,42 @@ def source() -> str:
     return f"the default, {DEFAULT_FRACTION:.0%} of the available memory"
 
 
+def reserved() -> int:
+    """Bytes held by the reservations open now."""
+    return sum(nbytes for _, nbytes in _reservations)
+
+
 def check(nbytes: int, what: str) -> None:
-    """Refuse (MemoryBudgetError) to allocate ``nbytes`` for ``what`` over the budget."""
+    """Refuse (MemoryBudgetError) to allocate ``nbytes`` for ``what`` over the budget.
+
+    The reservations held now count against the budget too: the message names
+    them, since they, not ``what`` alone, may be what does not fit.
+    """
     limit = budget()
-    if nbytes > limit:
+    held = reserved()
+    if nbytes + held > limit:
+        beside = ""
+        if held:
+            names = "; ".join(f"{name}: {format_size(size)}" for name, size in _reservations)
+            beside = f" beside {format_size(held)} already reserved ({names})"
         raise MemoryBudgetError(
-            f"{what} would need {format_size(nbytes)}, over the memory budget of"
+            f"{what} would need {format_size(nbytes)}{beside}, over the memory budget of"
             f" {format_size(limit)} ({source()}; set it with --memory-budget or {ENV})"
         )
+
+
+@contextlib.contextmanager
+def reserve(nbytes: int, what: str) -> Iterator[None]:
+    """Hold ``nbytes`` of the budget for ``what`` while the block runs.
+
+    Checked on entry like an allocation (MemoryBudgetError before anything is
+    made); every :func:`check` inside sees it as already in use. Released on
+    exit, however the block ends.
+    """
+    check(nbytes, what)
+    entry = (what, nbytes)
+    _reservations.append(entry)
+    try:
+        yield
+    finally:
+        _reservations.remove(entry)
