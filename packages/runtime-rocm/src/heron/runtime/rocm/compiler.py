@@ -18,6 +18,18 @@ The steps, each reported to ``dump(stage, text)`` when one is given:
    so the assembly dump runs on a copy.
 4. ``ld.lld -shared`` (from ziglang) links the loadable code object, checked to
    be an AMDGPU ELF (``compiler_tools.link_hsaco``).
+
+Sub-byte integers (s2/s4/u2/u4, ``i2``/``i4`` in LLVM) stay scalar on AMDGPU.
+LLVM's vectorizers turn heron's scalar ``trunc i8 to i4`` and ``i4``
+arithmetic (an s4 reduction loop, say) into ``trunc <N x i8> to <N x i4>``
+feeding ``<N x i4>`` ops; the AMDGPU type legaliser keeps the ``<N x i8>``
+source and promotes the ``<N x i4>`` result to a type at least as wide, so the
+truncate it rebuilds does not narrow, and LLVM aborts the process in
+instruction selection (SelectionDAG's assertion "Invalid truncate node, src <
+dst!"). ``llvm_ir_to_object`` therefore optimises again, with the loop and SLP
+vectorizers off, a module to which they gave such vectors, and refuses
+(``UnsupportedError``) one that still has them: they never reach the code
+generator.
 """
 
 from __future__ import annotations
@@ -52,6 +64,7 @@ __all__ = [
     "check_supported",
     "compile_to_hsaco",
     "elf_machine",
+    "has_sub_byte_vectors",
     "llvm_ir_to_object",
     "lower_to_llvm_ir",
 ]
@@ -68,6 +81,9 @@ _F32_ONLY = frozenset({"exp", "exp2", "exp10", "log", "log2", "log10", "sin", "c
 _NEVER = frozenset({"tan", "tanh", "asin", "acos", "atan", "atan2", "sinh", "cosh", "powi"})
 _OCML = re.compile(r"__ocml_([a-z0-9]+)_(f16|f32|f64)")
 _INTRINSIC = re.compile(r"llvm\.([a-z0-9]+)\.(.+)")
+# A vector of sub-byte integers (<4 x i4>, <vscale x 8 x i2>; i1 masks are fine),
+# which the AMDGPU code generator cannot legalise (see the module docstring).
+_SUB_BYTE_VECTOR = re.compile(r"<\s*(?:vscale\s+x\s+)?\d+\s+x\s+i([2-7])\s*>")
 
 
 def lower_to_llvm_ir(
@@ -158,6 +174,43 @@ def llvm_ir_to_object(
     llvm = _llvmlite()
     _check_arch(arch)
     machine = target_machine(llvm, AMDGPU_TRIPLE, arch, opt=opt_level, reloc="pic")
+    module = _optimised_module(llvm, machine, llvm_ir, kernel_names, opt_level, vectorize=True)
+    if has_sub_byte_vectors(str(module)):
+        # The vectorizers made <N x i4> (or i2...) vectors: do it again without them.
+        module = _optimised_module(llvm, machine, llvm_ir, kernel_names, opt_level, vectorize=False)
+        found = has_sub_byte_vectors(str(module))
+        if found:
+            raise UnsupportedError(
+                "the ROCm backend cannot compile these kernels: vectors of sub-byte integers"
+                f" ({', '.join(found)}), which the AMDGPU code generator cannot legalise"
+            )
+    if dump is not None:
+        dump("llvm-ir-optimised", str(module))
+        copy = llvm.parse_assembly(str(module))
+        copy.triple, copy.data_layout = module.triple, module.data_layout
+        dump("amdgcn-asm", machine.emit_assembly(copy))
+    return machine.emit_object(module)
+
+
+def has_sub_byte_vectors(llvm_ir: str) -> list[str]:
+    """The vector types of sub-byte integers (``<4 x i4>``) in ``llvm_ir``, sorted; [] if none."""
+    return sorted({" ".join(m.group(0).split()) for m in _SUB_BYTE_VECTOR.finditer(llvm_ir)})
+
+
+def _optimised_module(
+    llvm: Any,
+    machine: Any,
+    llvm_ir: str,
+    kernel_names: tuple[str, ...],
+    opt_level: int,
+    *,
+    vectorize: bool,
+) -> Any:
+    """``llvm_ir`` parsed, shims linked, checked, non-kernels internalised, and optimised.
+
+    ``vectorize=False`` turns LLVM's loop and SLP vectorizers off (the rest of
+    the ``opt_level`` pipeline is unchanged).
+    """
     try:
         module = llvm.parse_assembly(llvm_ir)
     except RuntimeError as exc:
@@ -176,14 +229,12 @@ def llvm_ir_to_object(
             function.linkage = "internal"
     module.verify()
     tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    if not vectorize:
+        tuning.loop_vectorization = False
+        tuning.slp_vectorization = False
     builder = llvm.create_pass_builder(machine, tuning)
     builder.getModulePassManager().run(module, builder)
-    if dump is not None:
-        dump("llvm-ir-optimised", str(module))
-        copy = llvm.parse_assembly(str(module))
-        copy.triple, copy.data_layout = module.triple, module.data_layout
-        dump("amdgcn-asm", machine.emit_assembly(copy))
-    return machine.emit_object(module)
+    return module
 
 
 def compile_to_hsaco(
