@@ -16,6 +16,7 @@ import pytest
 
 from heron.cli.main import main
 from heron.cli.run import compare
+from heron.harness.tolerance import OutputTolerance
 from heron.hlo.evaluator import evaluate_module, flatten_literal, random_arguments
 from heron.hlo.npz_io import load_outputs, save_inputs
 from heron.hlo.parser import parse_module
@@ -188,28 +189,33 @@ def test_compare_counts_ulps_with_the_harness_and_zeros_agree():
     one = np.float32(1)
     a = np.array([one, np.float32(-0.0), np.nan, -np.float32(1e-45)], np.float32)
     b = np.array([np.nextafter(one, np.float32(2)), 0.0, np.nan, np.float32(1e-45)], np.float32)
-    result = compare(a, b)
+    result = compare(a, b, OutputTolerance(ulps=2))
     assert result.agrees and result.summary.startswith("max 2 ulp,")  # across zero: 2 steps
+    assert not compare(a, b).agrees  # the default is bitwise
     assert compare(np.array([-0.0]), np.array([0.0])).summary.startswith("max 0 ulp,")
     nan = compare(np.array([np.nan], np.float32), np.array([1.0], np.float32))
     assert not nan.agrees and nan.summary.startswith("max inf ulp,")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16])
-def test_compare_tolerates_a_few_ulps_and_not_more(dtype):
+def test_compare_tolerates_the_ulps_it_is_given_and_not_more(dtype):
     base = np.linspace(0.5, 4, 16).astype(dtype)
     unsigned = np.uint16 if base.dtype.itemsize == 2 else np.uint32
 
     def ulps_up(k: int) -> np.ndarray:
         return (base.view(unsigned) + unsigned(k)).view(base.dtype)
 
-    assert compare(ulps_up(4), base).agrees
-    assert "max 4 ulp" in compare(ulps_up(4), base).summary
-    bumped = ulps_up(64)  # at 0.5 and above, 64 ulps exceed 4 epsilons too
+    four = OutputTolerance(ulps=4)
+    assert compare(ulps_up(4), base, four).agrees
+    assert "max 4 ulp" in compare(ulps_up(4), base, four).summary
+    assert not compare(ulps_up(4), base).agrees  # bitwise by default
+    bumped = ulps_up(64)  # beyond 4 ulps of the largest value too (the norm-wise bound)
     assert compare(base.copy(), base).agrees
-    assert not compare(bumped, base).agrees
-    result = compare(bumped, base)
-    assert "outside the tolerance, first at (" in result.summary
+    assert not compare(bumped, base, four).agrees
+    result = compare(bumped, base, four)
+    assert (
+        "outside the tolerance, first at (0,)" in result.summary and "(64 ulps)" in result.summary
+    )
 
 
 def test_compare_is_exact_for_integers_and_preds():

@@ -1,9 +1,10 @@
-"""Open findings of the fuzzer (tests/fuzz), each a strict xfail with its reproducer.
+"""Findings of the fuzzer (tests/fuzz), each with its reproducer: the regression tests.
 
 Each test runs heron in a subprocess (a finding may abort the process) and
-asserts the contract: exit 0, 1 or 2, no traceback. ``strict=True``: the day
-the bug is fixed the test passes, the xfail fails, and whoever fixed it
-removes the marker, keeping the test as the regression test.
+asserts the contract: exit 0, 1 or 2, no traceback. An open finding is added
+here as a strict xfail (``strict=True``: the day the bug is fixed the test
+passes, the xfail fails, and whoever fixed it removes the marker, keeping the
+test as the regression test); none is open now.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 REPRODUCERS = Path(__file__).resolve().parent / "fuzz" / "reproducers"
 
@@ -81,13 +80,10 @@ def test_an_npy_header_with_unbalanced_braces_is_refused() -> None:
     assert "member 'arg0.npy': bad NPY header" in result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fuzz notes mutation-s1-300, -639, -729, -768 (corpus reductions left unchanged):"
-    " `heron run --check` exits 1 (36 ulps) on a valid f32 column reduction that"
-    " `heron check` passes; its 4-ulp tolerance ignores the order of summation",
-)
 def test_run_check_agrees_on_a_valid_corpus_reduction(corpus_dir: Path) -> None:
+    """Fixed fuzz notes mutation-s1-300, -639, -729, -768: `heron run --check` exited 1
+    (36 ulps) on a valid f32 column reduction that `heron check` passes; both now make
+    one tolerance decision (heron.harness.tolerance.output_tolerance)."""
     hlo = corpus_dir / "gpu" / "reduce_column" / "vectorize_x2_f32.hlo"
     result = _heron("run", str(hlo), "--backend", "interpreter", "--seed", "0", "--check")
     assert result.returncode == 0, result.stdout[-2000:] if result.stdout else result.stderr

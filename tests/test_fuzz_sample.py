@@ -1,6 +1,6 @@
 """CI's bounded sample of the fuzzer (tests/fuzz/heron_fuzz; docs/reliability.md, "Fuzzing").
 
-A fixed seed and 48 cases (16 corpus mutants, 16 generated fusions, 16 damaged
+A fixed seed and 300 cases (100 corpus mutants, 100 generated fusions, 100 damaged
 npz archives), each in its own subprocess under the fuzzer's time and memory
 limits, must give zero findings: no internal error, traceback, signal, hang,
 multi-line refusal or allocation past the budget, and no disagreement on a
@@ -22,7 +22,7 @@ from heron_fuzz.runner import Options, run, summary  # noqa: E402
 
 #: Fixed: the sample must be the same cases on every CI run.
 SEED = 20261124
-CASES = 48
+CASES = 300
 
 
 def test_the_fuzz_sample_has_no_findings(corpus_dir: Path, tmp_path: Path) -> None:

@@ -368,3 +368,23 @@ def test_heron_check_of_a_fusion_compile_refuses_exits_2_like_compile(capsys):
     hlo = Path(__file__).resolve().parent / "data" / "check" / "reduce_side_output.hlo"
     code, out, _ = heron(capsys, "check", hlo, "--target", "mi300x")
     assert code == 2 and "REFUSED" in out and "compile:" in out
+
+
+# -- the interpreter's work limit --------------------------------------------------------
+
+
+def test_a_launch_past_the_interpreter_work_limit_is_a_refusal(capsys, monkeypatch):
+    """Fuzz finding mutation-s1-1080 (a valid reduction whose every thread loops over the
+    whole input: hours on the interpreter, a timeout in the fuzzer): with a work limit
+    the launch stops, and `heron check` and `heron run` refuse it (exit 2) saying so."""
+    monkeypatch.setenv("HERON_INTERPRETER_MAX_WORK", "1000")
+    code, out, err = heron(capsys, "check", GELU)
+    assert code == 2, (out, err)
+    assert "REFUSED" in out and "work limit of 1,000 (HERON_INTERPRETER_MAX_WORK)" in out
+    assert "1 refused: " in out and "failed" not in out.splitlines()[-1]
+    code, out, err = heron(capsys, "run", GELU, "--backend", "interpreter")
+    assert code == 2, (out, err)
+    assert "work limit" in one_error(err)
+    monkeypatch.delenv("HERON_INTERPRETER_MAX_WORK")
+    code, out, err = heron(capsys, "check", GELU)
+    assert code == 0, (out, err)

@@ -17,9 +17,10 @@ real registry. What is checked here:
   bitwise (their reducers are exact in any order).
 
 Float sums depend on the association order: the harness compares float
-reduction outputs within ``heron.harness.tolerance.reassociation_bounds`` on
-moderate inputs and only for write coverage on edge inputs; integer, pred
-and non-reduction outputs stay bitwise.
+reduction outputs within the reassociation bounds of
+``heron.harness.tolerance.output_tolerance`` on moderate inputs and only for
+write coverage on edge inputs; integer, pred and non-reduction outputs stay
+bitwise.
 """
 
 from __future__ import annotations

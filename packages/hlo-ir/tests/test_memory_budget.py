@@ -69,7 +69,8 @@ def test_reservations_count_against_every_check_inside_them():
     with memory_budget.reserve(600_000, "the input sets"):
         assert memory_budget.reserved() == 600_000
         memory_budget.check(400_000, "fits beside it")
-        with pytest.raises(MemoryBudgetError, match=r"buffer would need .* beside .*the input sets"):
+        beside = r"buffer would need .* beside .*the input sets"
+        with pytest.raises(MemoryBudgetError, match=beside):
             memory_budget.check(500_000, "buffer")
         with pytest.raises(MemoryBudgetError):
             with memory_budget.reserve(500_000, "a second reservation"):

@@ -23,14 +23,17 @@ flattened result tuple); the element-type convention for both files is in
 ``heron.hlo.npz_io``.
 
 ``--check`` also evaluates the module with the reference evaluator and compares
-each output. Integers and preds must be identical. A float element agrees when
-it is within :data:`CHECK_ULPS` units in the last place of the output type from
-the reference value, or when the difference is at most :data:`CHECK_ULPS`
-epsilons of the type (ulps measured at 1.0: results near zero from a
-cancellation, e.g. GELU's ``1 + tanh`` for negative inputs, differ by more ulps
-than their size shows); NaN agrees with NaN only. Complex values compare their
-real and imaginary parts that way. Any element outside that makes the command
-exit 1.
+each output under the tolerance ``heron check`` uses, decided by the one
+function both call (:func:`heron.harness.tolerance.output_tolerance`):
+bitwise for exact ops, ulp bounds for outputs depending on transcendental ops,
+reassociation bounds for float reductions that a reduction kernel sums in its
+own order, and the file's RUN-line ``--abs_error_bound`` /
+``--rel_error_bound`` where it has one. Each output is judged as ``heron
+check`` judges the fusion that computes it, on the same values; in a chain of
+kernels, what the kernels before it may change (their ulps, a reordered sum)
+is added. Any element outside the tolerance makes the command exit 1; the
+report names the output, how many elements differ, the first, both values and
+their distance.
 """
 
 from __future__ import annotations
@@ -56,8 +59,6 @@ BACKENDS = ("auto", "interpreter", "reference", "cuda", "rocm")
 #: The device backends ``auto`` chooses among, in order of preference.
 DEVICE_BACKENDS = ("cuda", "rocm", "interpreter")
 PREVIEW = 4
-#: --check's tolerance for float outputs (see the module docstring).
-CHECK_ULPS = 4
 EXIT_DISAGREEMENT = 1
 
 
@@ -99,7 +100,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--check",
         action="store_true",
         help="compare the results with the reference evaluator; exit 1 on disagreement"
-        f" (integers exact, floats within {CHECK_ULPS} ulps or {CHECK_ULPS} epsilons)",
+        " (under heron check's tolerance: bitwise, ulp bounds for transcendental ops,"
+        " reassociation bounds for reductions, the RUN line's error bounds)",
     )
     parser.set_defaults(handler=run)
 
@@ -169,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
             " it makes no sense with --backend reference"
         )
     module = load_module(args.file)
+    given = _run_line_bounds(args.file) if args.check else None
     if args.output is not None:
         check_output_file(Path(args.output), "--output")
     arguments, source = _arguments(module, args)
@@ -179,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
         _print_outputs(leaves)
         print(f"evaluated in {elapsed:.2f} s")
     else:
-        leaves = _run_on_device(module, arguments, source, args)
+        leaves, ran = _run_on_device(module, arguments, source, args)
     if args.output is not None:
         from heron.hlo.npz_io import save_outputs
 
@@ -189,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         expected, elapsed = _evaluate(module, arguments)
         print(f"check against the reference evaluator ({elapsed:.2f} s):")
-        if not print_agreement(leaves, expected):
+        tolerances = output_tolerances(ran.module, ran.reorders, arguments, given)
+        if not print_agreement(leaves, expected, tolerances):
             print("DISAGREE: results differ from the reference evaluator beyond the tolerance")
             return EXIT_DISAGREEMENT
         print("agree: every output within the tolerance")
@@ -233,7 +237,19 @@ def _choose_target(args: argparse.Namespace) -> tuple[Choice, object]:
     return choice, resolve_target(args, gpu)
 
 
-def _run_on_device(module, arguments, source: str, args: argparse.Namespace) -> list[np.ndarray]:
+@attrs.frozen
+class _Ran:
+    """What --check needs of a device run: the module that ran (outlined), and per
+    fusion (by name) whether its kernel may reduce in its own order."""
+
+    module: object
+    reorders: dict[str, bool]
+
+
+def _run_on_device(
+    module, arguments, source: str, args: argparse.Namespace
+) -> tuple[list[np.ndarray], _Ran]:
+    from heron.compiler.driver import compile_fusion
     from heron.compiler.sequential import FusionRunError, KernelRecord, run_module
 
     refuse_tiled_layouts(module, "heron run on a device")
@@ -253,8 +269,23 @@ def _run_on_device(module, arguments, source: str, args: argparse.Namespace) -> 
     def report(record: KernelRecord) -> None:
         print(f"  {describe_kernel(record)}", flush=True)
 
+    reorders: dict[str, bool] = {}
+
+    def compiler(fusion, target, backend):
+        kernel = compile_fusion(fusion, target, backend)
+        reorders[fusion.name] = not kernel.writes_each_element_once  # a reduction emitter
+        return kernel
+
     try:
-        result = run_module(module, arguments, device, choice.name, target=target, on_kernel=report)
+        result = run_module(
+            module,
+            arguments,
+            device,
+            choice.name,
+            target=target,
+            compiler=compiler,
+            on_kernel=report,
+        )
     except FusionRunError as exc:
         raise CommandError(str(exc)) from exc
     if not result.kernels:
@@ -265,7 +296,7 @@ def _run_on_device(module, arguments, source: str, args: argparse.Namespace) -> 
         f"ran {len(result.kernels)} kernel(s) in {result.seconds:.2f} s"
         f" ({device_seconds:.2f} s on the device)"
     )
-    return list(result.outputs)
+    return list(result.outputs), _Ran(result.module, reorders)
 
 
 def describe_kernel(record) -> str:
@@ -304,21 +335,148 @@ class Agreement:
     summary: str
 
 
-def print_agreement(actual: list, expected: list) -> bool:
-    """Print a line per output; True when every one agrees."""
+def _run_line_bounds(file: str):
+    """The file's RUN-line ``--abs_error_bound`` / ``--rel_error_bound`` (empty without)."""
+    from heron.harness.run_lines import RunLineError, parse_run_lines
+    from heron.harness.tolerance import ErrorBounds
+
+    path = Path(file)
+    try:
+        spec = parse_run_lines(path.read_text(), path.name)
+    except (OSError, UnicodeDecodeError):
+        return ErrorBounds()
+    except RunLineError as exc:
+        raise CommandError(str(exc)) from exc
+    return ErrorBounds(spec.abs_error_bound, spec.rel_error_bound)
+
+
+def _producer(source, leaf: int):
+    """(fusion, its output leaf) that computes an entry output, or None (not a kernel's)."""
+    while source.opcode in ("bitcast", "get-tuple-element"):
+        if source.opcode == "get-tuple-element":
+            inner = source.operands[0]
+            if inner.opcode == "tuple":
+                source = inner.operands[source.attr("index")]
+                leaf = 0
+                continue
+            if inner.opcode == "fusion":
+                return inner, int(source.attr("index"))
+            return None
+        source = source.operands[0]
+    return (source, leaf) if source.opcode == "fusion" else None
+
+
+def _fusions_reaching(instruction) -> list:
+    """The fusion instructions ``instruction`` is or depends on (within its computation)."""
+    seen: set[int] = set()
+    found, stack = [], [instruction]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if current.opcode == "fusion":
+            found.append(current)
+        stack.extend(current.operands)
+    return found
+
+
+def _value_of(entry, instruction, arguments) -> np.ndarray:
+    """The reference value of an entry instruction (the arguments a fusion was given)."""
+    from heron.hlo.evaluator import evaluate_computation
+    from heron.hlo.ir import Computation
+
+    if instruction.opcode == "parameter":
+        return arguments[instruction.parameter_number]
+    view = Computation(f"{entry.name}.value", list(entry.instructions), instruction)
+    return evaluate_computation(view, list(arguments))
+
+
+def _cached(cache: dict, entry, instruction, arguments):
+    if id(instruction) not in cache:
+        cache[id(instruction)] = _value_of(entry, instruction, arguments)
+    return cache[id(instruction)]
+
+
+def output_tolerances(module, reorders: dict[str, bool], arguments, given) -> list:
+    """Per flattened entry output: :func:`heron.harness.tolerance.output_tolerance`.
+
+    An output computed by a fusion is judged as ``heron check`` judges that
+    fusion on the values it was given; fusions before it widen that by their
+    own ulps and by a reordered sum (see the module docstring).
+    """
+    from heron.harness.tolerance import (
+        ErrorBounds,
+        OutputTolerance,
+        output_sources,
+        output_tolerance,
+        ulp_bound,
+    )
+    from heron.hlo.errors import HloError
+    from heron.hlo.shapes import TupleShape
+
+    given = given or ErrorBounds()
+    entry = module.entry
+    root = entry.root_instruction
+    shapes = list(root.shape.leaves()) if isinstance(root.shape, TupleShape) else [root.shape]
+    sources = output_sources(root)
+    tolerances = []
+    cache: dict[int, object] = {}  # the values of the fusions' operands, by id
+    for k, (source, shape) in enumerate(zip(sources, shapes, strict=False)):
+        element = shape.element_type
+        leaf = sum(1 for s in sources[:k] if s is source)  # a tuple-shaped root's leaves
+        produced = _producer(source, leaf)
+        upstream = _fusions_reaching(source)
+        reordering = any(reorders.get(f.name, False) for f in upstream)
+        if produced is None:
+            tolerances.append(output_tolerance(source, element, given, reordering=reordering))
+            continue
+        fusion, j = produced
+        computation = fusion.called("calls")
+        inner = output_sources(computation.root_instruction)[j]
+        try:
+            values = [_cached(cache, entry, operand, arguments) for operand in fusion.operands]
+        except HloError:  # e.g. over the memory budget: no per-element summation bound
+            values = None
+        own = reorders.get(fusion.name, False)
+        reduction = (inner, computation, values) if values is not None else None
+        tolerance = output_tolerance(inner, element, given, reordering=own, reduction=reduction)
+        before = [f for f in upstream if f is not fusion]
+        if before:  # what the kernels before this one may have changed
+            ulps = max(tolerance.ulps, ulp_bound(source, element))
+            if not tolerance.reordered and reordering:
+                wider = output_tolerance(source, element, given, reordering=True)
+                tolerance = OutputTolerance(ulps, wider.bounds, wider.reordered)
+            else:
+                tolerance = attrs.evolve(tolerance, ulps=ulps)
+        tolerances.append(tolerance)
+    return tolerances
+
+
+def print_agreement(actual: list, expected: list, tolerances: list | None = None) -> bool:
+    """Print a line per output; True when every one agrees (``tolerances``: per output)."""
     if len(actual) != len(expected):
         print(f"  {len(actual)} outputs, the reference has {len(expected)}")
         return False
+    tolerances = list(tolerances or [])
+    tolerances += [None] * (len(expected) - len(tolerances))  # bitwise where none was decided
     every = True
-    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        result = compare(a, e)
+    for i, (a, e, t) in enumerate(zip(actual, expected, tolerances, strict=True)):
+        result = compare(a, e, t)
         every &= result.agrees
         print(f"  out{i}  {result.summary}")
     return every
 
 
-def compare(actual: object, expected: object) -> Agreement:
-    """``actual`` against the reference ``expected``, under --check's tolerance."""
+def compare(actual: object, expected: object, tolerance=None) -> Agreement:
+    """``actual`` against the reference ``expected`` under ``tolerance`` (default bitwise).
+
+    ``tolerance`` is a :class:`heron.harness.tolerance.OutputTolerance`, as
+    :func:`output_tolerances` decides it.
+    """
+    from heron.harness.tolerance import OutputTolerance
+
+    tolerance = tolerance or OutputTolerance()
     if not isinstance(expected, np.ndarray) or not isinstance(actual, np.ndarray):
         same = type(actual) is type(expected)
         return Agreement(same, "no value (token)" if same else "kinds differ")
@@ -328,17 +486,31 @@ def compare(actual: object, expected: object) -> Agreement:
             f"{_type_name(actual)}{list(actual.shape)} where the reference is"
             f" {_type_name(expected)}{list(expected.shape)}",
         )
-    if expected.dtype.kind == "c":
-        parts = [_compare_floats(f(actual), f(expected)) for f in (np.real, np.imag)]
-        return Agreement(
-            all(p.agrees for p in parts), "real: " + "; imag: ".join(p.summary for p in parts)
+    if actual.size == 0:
+        return Agreement(True, "empty")
+    found = tolerance.mismatches(actual, expected)
+    if expected.dtype.kind == "c" or _is_float(expected.dtype):
+        summary = _float_summary(actual, expected) + f" ({tolerance.describe()})"
+    elif found.count:
+        summary = f"{found.count} of {expected.size} elements differ (must be exact)"
+    else:
+        summary = "identical"
+    if found.count:
+        from heron.harness.tolerance import NAN_DISTANCE, describe_value
+
+        first = int(found.indices[0])
+        index = tuple(int(i) for i in np.unravel_index(first, expected.shape))
+        distance = int(found.distances[0])
+        how = "NaN against a number" if distance >= NAN_DISTANCE else f"{distance} ulps"
+        if not (expected.dtype.kind == "c" or _is_float(expected.dtype)):
+            how = "must be exact"
+        summary += (
+            f"; {found.count} of {expected.size} outside the tolerance, first at {index}:"
+            f" {describe_value(actual, first)} where the reference has"
+            f" {describe_value(expected, first)} ({how})"
         )
-    if _is_float(expected.dtype):
-        return _compare_floats(actual, expected)
-    differ = int(np.count_nonzero(actual != expected))
-    if differ:
-        return Agreement(False, f"{differ} of {expected.size} elements differ (must be exact)")
-    return Agreement(True, "identical")
+        return Agreement(False, summary)
+    return Agreement(True, summary)
 
 
 def _is_float(dtype: np.dtype) -> bool:
@@ -351,33 +523,27 @@ def _is_float(dtype: np.dtype) -> bool:
     return True
 
 
-def _compare_floats(actual: np.ndarray, expected: np.ndarray) -> Agreement:
-    import ml_dtypes
-
+def _float_summary(actual: np.ndarray, expected: np.ndarray) -> str:
+    """``max N ulp, max |difference| D`` (complex: over the real and imaginary parts)."""
     from heron.harness.tolerance import NAN_DISTANCE, ulp_distance
 
-    if actual.size == 0:
-        return Agreement(True, "empty")
-    distance = ulp_distance(actual, expected)
-    ulps = np.where(distance >= NAN_DISTANCE, np.inf, distance.astype(np.float64))
-    a, e = actual.astype(np.float64), expected.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        difference = np.where(np.isnan(a) & np.isnan(e), 0.0, np.abs(a - e))
-        difference = np.where(a == e, 0.0, difference)  # same-signed infinities
-    difference = np.where(np.isnan(difference), np.inf, difference)
-    epsilon = float(ml_dtypes.finfo(actual.dtype).eps)
-    bad = (ulps > CHECK_ULPS) & (difference > CHECK_ULPS * epsilon)
-    worst_ulps = float(ulps.max())
-    summary = f"max {worst_ulps:.0f} ulp, max |difference| {float(difference.max()):.3g}"
-    if bad.any():
-        first = np.unravel_index(int(np.flatnonzero(bad)[0]), actual.shape)
-        index = tuple(int(i) for i in first)
-        summary += (
-            f"; {int(bad.sum())} of {actual.size} outside the tolerance, first at {index}:"
-            f" {float(a[first])!r} where the reference has {float(e[first])!r}"
-        )
-        return Agreement(False, summary)
-    return Agreement(True, summary)
+    if expected.dtype.kind == "c":
+        parts = [(np.real(actual).copy(), np.real(expected).copy())]
+        parts.append((np.imag(actual).copy(), np.imag(expected).copy()))
+    else:
+        parts = [(actual, expected)]
+    worst_ulps, worst_difference = 0.0, 0.0
+    for a, e in parts:
+        distance = ulp_distance(a, e)
+        ulps = np.where(distance >= NAN_DISTANCE, np.inf, distance.astype(np.float64))
+        wide_a, wide_e = a.astype(np.float64), e.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            difference = np.where(np.isnan(wide_a) & np.isnan(wide_e), 0.0, np.abs(wide_a - wide_e))
+            difference = np.where(wide_a == wide_e, 0.0, difference)  # same-signed infinities
+        difference = np.where(np.isnan(difference), np.inf, difference)
+        worst_ulps = max(worst_ulps, float(ulps.max()))
+        worst_difference = max(worst_difference, float(difference.max()))
+    return f"max {worst_ulps:.0f} ulp, max |difference| {worst_difference:.3g}"
 
 
 # -- the results summary ---------------------------------------------------------------

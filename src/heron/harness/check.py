@@ -57,7 +57,7 @@ from heron.hlo.memory_layout import logical_elements, memory_dtype, memory_size
 from heron.hlo.opcodes import Category, is_elementwise, opcode_info
 from heron.hlo.parser import parse_module_file
 from heron.hlo.shapes import ArrayShape, Shape, TupleShape
-from heron.runtime.core.device import DeviceError
+from heron.runtime.core.device import DeviceError, DeviceLimitError
 
 __all__ = [
     "DEFAULT_MAX_ELEMENTS",
@@ -129,12 +129,16 @@ class FusionReport:
     def ok(self) -> bool:
         return not self.findings
 
+    @property
+    def refused(self) -> bool:
+        """Not checked because heron refused it (too large, a limit, cannot compile)."""
+        return any(f.kind == "refused" for f in self.findings)
+
     def lines(self, label: str) -> list[str]:
         emitter = f"{self.emitter} emitter, " if self.emitter else ""
         outputs = f"{self.outputs} output{'s' if self.outputs != 1 else ''}"
         sets = f"{self.input_sets} input set{'s' if self.input_sets != 1 else ''}"
-        refused = any(f.kind == "refused" for f in self.findings)
-        verdict = "OK" if self.ok else ("REFUSED" if refused else "FAILED")
+        verdict = "OK" if self.ok else ("REFUSED" if self.refused else "FAILED")
         head = f"{label}: fusion '{self.name}' ({emitter}{self.backend}): {sets}, {outputs}"
         return [
             f"{head}: {verdict}",
@@ -169,11 +173,14 @@ class CheckReport:
             lines += fusion.lines(self.label)
         count = len(self.fusions)
         plural = "fusion" if count == 1 else "fusions"
-        failed = [f"'{f.name}'" for f in self.fusions if not f.ok]
+        refused = [f"'{f.name}'" for f in self.fusions if f.refused]
+        failed = [f"'{f.name}'" for f in self.fusions if not f.ok and not f.refused]
         if self.ok:
             lines.append(f"check: {count} {plural}, all agree")
-        elif failed:
-            lines.append(f"check: {count} {plural}, {len(failed)} failed: {', '.join(failed)}")
+        elif failed or refused:
+            parts = [f"{len(failed)} failed: {', '.join(failed)}"] if failed else []
+            parts += [f"{len(refused)} refused: {', '.join(refused)}"] if refused else []
+            lines.append(f"check: {count} {plural}, {'; '.join(parts)}")
         else:
             lines.append(f"check: {count} {plural}, {len(self.errors)} error(s) in the file")
         return "\n".join(lines)
@@ -535,9 +542,10 @@ def check_fusion(
 
 
 def _kind_of(exc: Exception) -> str:
-    """``refused`` for an allocation over the memory budget (the input's size, not a
-    kernel's fault: exit 2, like a fusion over --max-elements), ``error`` otherwise."""
-    return "refused" if isinstance(exc, MemoryBudgetError) else "error"
+    """``refused`` for an allocation over the memory budget or a launch past a limit the
+    user set (the input's size, not a kernel's fault: exit 2, like a fusion over
+    --max-elements), ``error`` otherwise."""
+    return "refused" if isinstance(exc, MemoryBudgetError | DeviceLimitError) else "error"
 
 
 def _host_bytes(shape: ArrayShape) -> int:
@@ -644,9 +652,7 @@ def _check_run(
             if note not in state.report.notes:
                 state.report.notes.append(note)
             continue
-        state.add(
-            _compare(k, label, set_name, run.outputs[k], expected[k], tolerance, unwritten)
-        )
+        state.add(_compare(k, label, set_name, run.outputs[k], expected[k], tolerance, unwritten))
     for bijection in plan.inputs:
         if bijection.parameter is None:
             continue

@@ -14,10 +14,29 @@
   output's largest finite magnitude is accepted, since an approximation's
   error survives cancellation in a later add (``exp(x) + p`` near 0).
 * Float outputs of a reduction emitter that depend on a reduce: the kernel
-  sums in its own order, so the moderate inputs are compared within
-  ``1e-4 * max(1, |reference|)`` (3e-2 for 16-bit types:
-  :func:`reassociation_bounds`) and the edge inputs, where the order decides
-  between overflow, cancellation and NaN, only for write coverage.
+  sums in its own order, so the moderate inputs are compared within the
+  reassociation bounds (:func:`output_tolerance`), and the edge inputs, where
+  the order decides between overflow, cancellation and NaN, only for write
+  coverage. An element is accepted within either of:
+
+  - ``t * max(1, |reference|)`` (absolute and relative ``t``: 1e-4 for 32/64-bit
+    outputs, XLA's test default, 3e-2 for 16-bit: :func:`reassociation_bounds`);
+  - the error bound of two summation orders (:func:`summation_bound`),
+    ``(n - 1 + ceil(log2 n)) u sum|x_i|`` per output element, ``n`` the
+    elements reduced into it, ``x_i`` the reduce's operand values (evaluated
+    on the same inputs), ``u`` the unit roundoff of the reduce's own type, the
+    type every partial sum is rounded to (2^-8 for bf16, 2^-11 for f16,
+    2^-24 for f32; fp8 reductions are covered too). The kernel's order, any
+    order, is within ``(n-1) u sum|x_i|`` of the exact sum (to first order);
+    the reference's pairwise tree (``heron.hlo.evaluator.reductions``) within
+    ``ceil(log2 n) u sum|x_i|``. Plus one ulp of each type the sum is
+    converted to afterwards (1 for an integer type). Only for a plain
+    add reducer (one operand) whose result reaches the output through
+    converts, copies, negates and absolute values; other reducers (max, min: exact in any order) get
+    the first bound only. For 16-bit accumulators and more than ~128
+    elements the bound exceeds ``sum|x_i|`` (the worst case is that bad): a
+    dropped element is then no longer caught on values, a plainly wrong one
+    (twice the sum, a wrong sign of a one-signed sum) still is.
 * A corpus file's RUN line may give ``--abs_error_bound`` / ``--rel_error_bound``:
   an element within either of them is accepted too, as XLA's
   ``gpu_test_correctness`` accepts it.
@@ -30,11 +49,14 @@ ulps apart; a bitwise comparison still tells them apart (``negate(0.0)`` is
 
 from __future__ import annotations
 
+import math
+
 import attrs
 import ml_dtypes
 import numpy as np
 
 from heron.hlo import ElementType
+from heron.hlo.errors import HloError
 from heron.hlo.ir import Instruction
 from heron.hlo.shapes import TupleShape
 
@@ -42,12 +64,17 @@ __all__ = [
     "F64_REFERENCE_ULPS",
     "NARROW_ULPS",
     "ULP_BOUNDS",
+    "ErrorBounds",
     "Mismatches",
+    "OutputTolerance",
     "describe_value",
     "mismatches",
     "opcodes_reaching",
     "ordered",
     "output_sources",
+    "output_tolerance",
+    "reassociation_bounds",
+    "summation_bound",
     "ulp_bound",
     "ulp_distance",
 ]
@@ -199,10 +226,13 @@ class ErrorBounds:
 
     absolute: float | None = None
     relative: float | None = None
+    #: An absolute bound per element (flat, row-major, or one value for all):
+    #: :func:`summation_bound`'s, for a reduction summed in another order.
+    per_element: np.ndarray | None = attrs.field(default=None, eq=False)
 
     def accepts(self, kernel: np.ndarray, reference: np.ndarray) -> np.ndarray:
-        """Per element: within the absolute or the relative bound (False where none given)."""
-        if self.absolute is None and self.relative is None:
+        """Per element: within the absolute, the relative or the per-element bound."""
+        if self.absolute is None and self.relative is None and self.per_element is None:
             return np.zeros(kernel.shape, np.bool_)
         a = kernel.astype(np.complex128 if np.iscomplexobj(kernel) else np.float64)
         b = reference.astype(a.dtype)
@@ -213,6 +243,9 @@ class ErrorBounds:
                 ok |= error <= self.absolute
             if self.relative is not None:
                 ok |= error <= self.relative * np.abs(b)
+            if self.per_element is not None:
+                bound = np.asarray(self.per_element, np.float64)
+                ok |= error <= (bound.reshape(kernel.shape) if bound.size > 1 else bound)
         return ok
 
 
@@ -236,6 +269,156 @@ def reassociation_bounds(element: ElementType, given: ErrorBounds) -> ErrorBound
     return ErrorBounds(
         absolute=max(t, given.absolute or 0.0), relative=max(t, given.relative or 0.0)
     )
+
+
+#: Ops that carry a reduce's result to an output element for element, moving two values
+#: no further apart (the bound follows; a convert adds its own rounding).
+_CARRIERS = frozenset({"convert", "copy", "negate", "abs"})
+
+
+def _plain_add(reduce: Instruction) -> bool:
+    """A one-operand reduce whose reducer is ``add(parameter, parameter)``."""
+    if len(reduce.operands) != 2:
+        return False
+    reducer = reduce.called("to_apply")
+    root = reducer.root_instruction
+    return root.opcode == "add" and all(o.opcode == "parameter" for o in root.operands)
+
+
+def _reduce_feeding(source: Instruction) -> tuple[Instruction, list[Instruction]] | None:
+    """The reduce ``source`` is computed from through carriers only, and the carriers."""
+    carriers = []
+    current = source
+    while current.opcode in _CARRIERS and len(current.operands) == 1:
+        carriers.append(current)
+        current = current.operands[0]
+    if current.opcode != "reduce":
+        return None
+    return current, carriers
+
+
+def _summed_reduce(
+    source: Instruction,
+) -> tuple[Instruction, list[Instruction], ElementType] | None:
+    """(reduce, carriers, its type) when :func:`summation_bound` covers ``source``."""
+    found = _reduce_feeding(source)
+    if found is None:
+        return None
+    reduce, carriers = found
+    if isinstance(reduce.shape, TupleShape) or not _plain_add(reduce):
+        return None
+    element = reduce.shape.element_type
+    if not element.is_floating or element.is_complex:
+        return None
+    return reduce, carriers, element
+
+
+def unit_roundoff(element: ElementType) -> float:
+    """Half the epsilon of a float type: the largest relative error of one rounding."""
+    return float(ml_dtypes.finfo(element.numpy_dtype).eps) / 2
+
+
+def summation_bound(source: Instruction, computation, args) -> np.ndarray | None:
+    """Per element of ``source``'s output: how far two summation orders may differ.
+
+    ``(n - 1 + ceil(log2 n)) u sum|x_i|`` over the elements ``x_i`` reduced
+    into it (see the module docstring), ``x`` the reduce's operand evaluated by the reference
+    evaluator from ``args`` (the arguments of ``computation``, the fused
+    computation holding ``source``), plus one ulp of the output type when a
+    convert after it (1 for an integer type). None when ``source`` is not a plain-add float
+    reduce reaching the output through converts, copies, negates and absolute values.
+    """
+    from heron.hlo.evaluator import evaluate_computation
+    from heron.hlo.ir import Computation
+
+    summed = _summed_reduce(source)
+    if summed is None:
+        return None
+    reduce, carriers, element = summed
+    operand = reduce.operands[0]
+    dims = tuple(int(d) for d in reduce.attr("dimensions"))
+    view = Computation(
+        f"{computation.name}.operand_of_{reduce.name}", list(computation.instructions), operand
+    )
+    try:
+        values = np.asarray(evaluate_computation(view, list(args)))
+    except HloError:  # e.g. over the memory budget: the fixed bounds only
+        return None
+    with np.errstate(all="ignore"):
+        magnitudes = np.abs(values.astype(np.float64)).sum(axis=dims)
+    n = int(np.prod([values.shape[d] for d in dims], dtype=np.int64)) if dims else 1
+    # Any order (the kernel's) and the reference's pairwise tree, each against the exact sum.
+    steps = max(n - 1, 0) + (math.ceil(math.log2(n)) if n > 1 else 0)
+    bound = steps * unit_roundoff(element) * magnitudes
+    for carrier in reversed(carriers):  # from the reduce outwards
+        if carrier.opcode != "convert":
+            continue  # copy, negate, abs: exact, and no wider apart
+        to = carrier.shape.element_type
+        if to.is_floating and not to.is_complex:
+            # A convert rounds both sums once more: one ulp of its type at the larger.
+            with np.errstate(all="ignore"):
+                top = (magnitudes + bound).astype(to.numpy_dtype)
+                bound = bound + np.abs(np.spacing(top).astype(np.float64))
+        elif not to.is_floating:
+            bound = bound + 1.0  # a convert to an integer type truncates both sums
+    return np.where(np.isnan(bound), np.inf, bound).reshape(-1)
+
+
+@attrs.frozen
+class OutputTolerance:
+    """How one output is compared: ulps, bounds, and whether its sum's order may differ.
+
+    ``reordered``: a float reduction the kernel sums in its own order (the
+    reassociation bounds apply; edge inputs are compared for coverage only).
+    """
+
+    ulps: int = 0
+    bounds: ErrorBounds = ErrorBounds()
+    reordered: bool = False
+
+    def mismatches(self, kernel: np.ndarray, reference: np.ndarray) -> Mismatches:
+        return mismatches(kernel, reference, self.ulps, self.bounds)
+
+    def describe(self) -> str:
+        """A few words: ``bitwise``, ``2 ulps``, ``reassociation bounds``, RUN-line bounds."""
+        parts = [f"{self.ulps} ulps"] if self.ulps else []
+        if self.reordered:
+            parts.append("reassociation bounds")
+        else:
+            if self.bounds.absolute is not None:
+                parts.append(f"abs {self.bounds.absolute:g}")
+            if self.bounds.relative is not None:
+                parts.append(f"rel {self.bounds.relative:g}")
+        return ", ".join(parts) or "bitwise"
+
+
+def output_tolerance(
+    source: Instruction,
+    element: ElementType,
+    given: ErrorBounds | None = None,
+    *,
+    reordering: bool = False,
+    reduction: tuple[Instruction, object, object] | None = None,
+) -> OutputTolerance:
+    """The tolerance of an output of type ``element`` produced by ``source``: the one decision.
+
+    ``heron check`` and ``heron run --check`` both ask this. ``given``: the RUN
+    line's bounds. ``reordering``: the kernel computing it (or one it depends
+    on) may reduce in its own order (a reduction emitter, which does not write
+    each element once). ``reduction``: ``(source, computation, args)`` inside
+    the fusion computing the output, for the per-element
+    :func:`summation_bound` (evaluated only with it; without it only
+    :func:`reassociation_bounds` apply).
+    """
+    given = given or ErrorBounds()
+    ulps = ulp_bound(source, element)
+    if not reordering or "reduce" not in opcodes_reaching(source):
+        return OutputTolerance(ulps, given)
+    wide = reassociation_bounds(element, given)
+    if wide is None and _summed_reduce(source) is None:
+        return OutputTolerance(ulps, given)
+    sound = summation_bound(*reduction) if reduction is not None else None
+    return OutputTolerance(ulps, attrs.evolve(wide or given, per_element=sound), reordered=True)
 
 
 def _check_same_form(kernel: np.ndarray, reference: np.ndarray) -> None:

@@ -33,6 +33,12 @@ def parse_args(argv: list[str] | None) -> tuple[Options, Path | None]:
     parser.add_argument("--budget", default="256M", help="heron --memory-budget per command")
     parser.add_argument("--address-space", default="4G", help="RLIMIT_AS of each worker")
     parser.add_argument(
+        "--work-limit",
+        default="3e8",
+        help="HERON_INTERPRETER_MAX_WORK for each command (lane-operations per launch;"
+        " 0: none). A launch past it is a note, not a finding",
+    )
+    parser.add_argument(
         "--corpus",
         type=Path,
         default=Path(os.environ["HERON_CORPUS"])
@@ -57,6 +63,7 @@ def parse_args(argv: list[str] | None) -> tuple[Options, Path | None]:
         timeout=args.timeout,
         budget=args.budget,
         address_space=args.address_space,
+        work_limit=None if args.work_limit in ("", "0") else args.work_limit,
         corpus=args.corpus,
         findings_dir=args.findings,
     )

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from heron_fuzz.worker import WORK_LIMIT_ENV
+
 #: `file:line:col: error: ...`, then the offending line and a caret line.
 _LOCATED = re.compile(r"^\S.*:\d+:\d+: error: ")
 _CARET = re.compile(r"^\s*\^[~^]*\s*$")
@@ -19,7 +21,7 @@ _CARET = re.compile(r"^\s*\^[~^]*\s*$")
 class Finding:
     """One broken promise of one command of one case."""
 
-    kind: str  # internal-error, traceback, exit-N, signal, timeout, multi-line, memory, ...
+    kind: str  # internal-error, traceback, exit-N, signal, timeout, multi-line, memory, slow...
     command: int | None  # index into the case's commands; None: the whole process
     message: str
 
@@ -86,11 +88,17 @@ def judge_command(
             found.append(Finding("memory", index, stderr))
     if status == 1:
         found.append(Finding("disagreement", index, _disagreement(stdout, stderr)))
+    if status == 2 and WORK_LIMIT_ENV in stdout + stderr:
+        found.append(Finding("slow", index, _work_limit_line(stdout + "\n" + stderr)))
     if peak_rss > rss_limit:
         found.append(
             Finding("memory", index, f"peak RSS {peak_rss >> 20} MiB over {rss_limit >> 20} MiB")
         )
     return found
+
+
+def _work_limit_line(text: str) -> str:
+    return next(line.strip() for line in text.splitlines() if WORK_LIMIT_ENV in line)
 
 
 def _disagreement(stdout: str, stderr: str) -> str:

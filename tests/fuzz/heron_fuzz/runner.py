@@ -1,21 +1,26 @@
 """Drives a run: builds cases from (seed, index), runs each in a worker, judges, reports.
 
-Cases run in parallel (threads waiting on subprocesses), each in its own
-directory; a case with a finding is copied into the findings directory with
-its files, its ``case.json`` and one-command replays.
+Cases run in parallel (threads, each waiting on a child of its own zygote:
+:mod:`heron_fuzz.zygote`), each in its own directory; a case with a finding
+is copied into the findings directory with its files, its ``case.json`` and
+one-command replays.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
+import queue
+import select
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,7 +30,7 @@ from typing import TextIO
 from heron_fuzz import generate, mutations, npz_cases
 from heron_fuzz.cases import KINDS, Case, case_rng, hlo_commands
 from heron_fuzz.findings import Finding, judge_command
-from heron_fuzz.worker import size_in_bytes
+from heron_fuzz.worker import WORK_LIMIT_ENV, size_in_bytes
 
 FUZZ_ROOT = Path(__file__).resolve().parent.parent
 REPO_ROOT = FUZZ_ROOT.parent.parent
@@ -44,6 +49,8 @@ class Options:
     timeout: float = 60.0
     budget: str = "256M"
     address_space: str = "4G"
+    #: The interpreter's work limit (lane-operations per launch): about 10 s on one core.
+    work_limit: str | None = "3e8"
     #: Peak RSS allowed: the budget plus what heron's libraries take before any input.
     rss_slack: str = "1G"
     corpus: Path = DEFAULT_CORPUS
@@ -93,34 +100,117 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
-def run_case(case: Case, options: Options, workdir: Path) -> Outcome:
-    """Write the case's files, run the worker under a timeout, judge every command."""
+class Zygote:
+    """One :mod:`heron_fuzz.zygote` process: runs a case in a forked child, under a timeout."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "heron_fuzz.zygote"],
+            env=_worker_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self._buffer = b""
+
+    def _reply(self, timeout: float | None) -> dict | None:
+        """The next reply line; None if ``timeout`` passes first. EOFError if the zygote died."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise EOFError("the fuzz zygote exited")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, request: dict, timeout: float) -> tuple[int, bool]:
+        """Run one case; its exit status (``-SIGNAL`` for a signal) and whether it timed out."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(request) + "\n").encode())
+        self.proc.stdin.flush()
+        started = self._reply(None)
+        assert started is not None
+        pid = started["pid"]
+        ended = self._reply(timeout)
+        if ended is not None:
+            return ended["status"], False
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)  # the child's session: it and anything it started
+        ended = self._reply(None)
+        assert ended is not None
+        return ended["status"], True
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class ZygotePool:
+    """A zygote per job, handed to one case at a time; one that died is replaced."""
+
+    def __init__(self) -> None:
+        self._idle: queue.SimpleQueue[Zygote] = queue.SimpleQueue()
+        self._all: list[Zygote] = []
+        self._lock = threading.Lock()
+
+    def run(self, request: dict, timeout: float) -> tuple[int, bool]:
+        try:
+            zygote = self._idle.get_nowait()
+        except queue.Empty:
+            zygote = Zygote()
+            with self._lock:
+                self._all.append(zygote)
+        try:
+            result = zygote.run(request, timeout)
+        except (EOFError, OSError):
+            zygote.close()
+            raise
+        self._idle.put(zygote)
+        return result
+
+    def close(self) -> None:
+        for zygote in self._all:
+            zygote.close()
+
+
+def run_case(case: Case, options: Options, workdir: Path, pool: ZygotePool) -> Outcome:
+    """Write the case's files, run it in a zygote's child under a timeout, judge every command."""
     case_dir = workdir / case.name
     case_dir.mkdir(parents=True, exist_ok=True)
     for name, data in case.files.items():
         (case_dir / name).write_bytes(data)
     (case_dir / "case.json").write_text(json.dumps(case.to_json()))
     results = case_dir / "results.jsonl"
-    command = [sys.executable, "-m", "heron_fuzz.worker", str(case_dir), str(results)]
-    command += ["--budget", options.budget, "--address-space", options.address_space]
+    stderr_path = case_dir / "worker.stderr"
+    request = {
+        "case_dir": str(case_dir),
+        "results": str(results),
+        "stderr": str(stderr_path),
+        "budget": options.budget,
+        "address_space": options.address_space,
+        "work_limit": options.work_limit,
+    }
     outcome = Outcome(case)
     started = time.monotonic()
-    proc = subprocess.Popen(
-        command,
-        env=_worker_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # so that a timeout ends the worker and its children
-    )
     try:
-        _, raw_err = proc.communicate(timeout=options.timeout)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, raw_err = proc.communicate()
-        timed_out = True
+        returncode, timed_out = pool.run(request, options.timeout)
+    except (EOFError, OSError) as exc:
+        returncode, timed_out = 70, False
+        stderr_path.write_text(f"the zygote failed: {exc}\n")
     outcome.seconds = time.monotonic() - started
-    proc_err = raw_err.decode("utf-8", "replace")
+    proc_err = stderr_path.read_text("utf-8", "replace") if stderr_path.exists() else ""
     rss_limit = size_in_bytes(options.budget) + size_in_bytes(options.rss_slack)
     last_started: int | None = None
     records = results.read_text().splitlines() if results.exists() else []
@@ -140,18 +230,22 @@ def run_case(case: Case, options: Options, workdir: Path) -> Outcome:
             rss_limit,
         ):
             # A generated fusion is valid by construction: its disagreement is a wrong kernel.
-            note = finding.kind == "disagreement" and case.kind != "generated"
+            # A launch past the work limit is slow, not wrong: listed, so that a kernel
+            # that should be fast but loops for long does not go unseen.
+            note = finding.kind == "slow" or (
+                finding.kind == "disagreement" and case.kind != "generated"
+            )
             (outcome.notes if note else outcome.findings).append(finding)
     if timed_out:
         outcome.findings.append(
             Finding("timeout", last_started, f"no result after {options.timeout:g} s")
         )
-    elif proc.returncode < 0:
-        name = signal.Signals(-proc.returncode).name
+    elif returncode < 0:
+        name = signal.Signals(-returncode).name
         outcome.findings.append(Finding("signal", last_started, f"{name}: {_tail(proc_err)}"))
-    elif proc.returncode != 0:
+    elif returncode != 0:
         outcome.findings.append(
-            Finding("worker-failed", last_started, f"exit {proc.returncode}: {_tail(proc_err)}")
+            Finding("worker-failed", last_started, f"exit {returncode}: {_tail(proc_err)}")
         )
     elif "Traceback" in proc_err:
         outcome.findings.append(Finding("traceback", None, proc_err))
@@ -167,7 +261,10 @@ def replay_commands(case: Case, where: Path, options: Options) -> list[str]:
     out = []
     for template in case.commands:
         argv = [part.replace("{dir}", str(where)) for part in template]
-        out.append(shlex.join(["heron", "--memory-budget", options.budget, *argv]))
+        heron = shlex.join(["heron", "--memory-budget", options.budget, *argv])
+        out.append(
+            f"{WORK_LIMIT_ENV}={options.work_limit} {heron}" if options.work_limit else heron
+        )
     return out
 
 
@@ -184,6 +281,7 @@ def save_finding(outcome: Outcome, options: Options, stream: TextIO) -> None:
     case_replay = "PYTHONPATH=tests/fuzz " + shlex.join(
         ["python", "-m", "heron_fuzz", "--replay", str(where.resolve() / "case.json")]
         + ["--budget", options.budget, "--address-space", options.address_space]
+        + ["--work-limit", options.work_limit or "0"]
     )
     for finding in outcome.findings + outcome.notes:
         stream.write(
@@ -230,9 +328,10 @@ def run(
         options.findings_dir.mkdir(parents=True, exist_ok=True)
         stream = (options.findings_dir / "findings.jsonl").open("a")
     workdir = Path(tempfile.mkdtemp(prefix="heron-fuzz-"))
+    zygotes = ZygotePool()
     try:
         with ThreadPoolExecutor(max_workers=options.jobs) as pool:
-            futures = [pool.submit(run_case, case, options, workdir) for case in cases]
+            futures = [pool.submit(run_case, case, options, workdir, zygotes) for case in cases]
             for n, future in enumerate(futures, 1):
                 outcome = future.result()
                 outcomes.append(outcome)
@@ -245,6 +344,7 @@ def run(
                         f"[{n}/{len(cases)}] {outcome.case.name} {outcome.statuses}{flag}", file=log
                     )
     finally:
+        zygotes.close()
         shutil.rmtree(workdir, ignore_errors=True)
         if stream is not None:
             stream.close()
@@ -278,7 +378,10 @@ def summary(outcomes: list[Outcome], seconds: float) -> str:
         for signature in sorted({f.signature for f in outcome.notes}):
             notes[signature].append(outcome)
     if notes:
-        lines.append("notes (disagreements on mutants that verify; not contract breaches):")
+        lines.append(
+            "notes (disagreements on mutants that verify, launches past the work limit;"
+            " not contract breaches):"
+        )
         for signature, group in sorted(notes.items(), key=lambda kv: -len(kv[1])):
             names = ", ".join(o.case.name for o in group[:5]) + (" ..." if len(group) > 5 else "")
             lines.append(f"  [{len(group)}] {signature}\n      {names}")

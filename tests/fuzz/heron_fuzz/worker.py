@@ -8,6 +8,11 @@ is recorded as a JSON line *before* it starts and again when it ends: if the
 process dies, the parent knows which command killed it.
 
     python -m heron_fuzz.worker CASE_DIR RESULTS.jsonl --budget 256M --address-space 4G
+
+The runner does not start this module per case: its zygote
+(:mod:`heron_fuzz.zygote`), which has imported heron once, forks a child per
+case that calls :func:`run_case_dir`. Running the module by hand is for
+debugging one case outside the runner.
 """
 
 from __future__ import annotations
@@ -16,11 +21,15 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import resource
 import sys
 import time
 from pathlib import Path
 
+#: The interpreter's work limit (heron.runtime.interpreter.engine.WORK_LIMIT_ENV), named
+#: here so that setting it needs no heron import.
+WORK_LIMIT_ENV = "HERON_INTERPRETER_MAX_WORK"
 #: Kept of each command's stderr: enough for a message and the start of a traceback.
 STDERR_KEEP = 4000
 
@@ -76,22 +85,30 @@ def run_command(argv: list[str]) -> tuple[int | str, str, str]:
     return status, err.getvalue(), out.getvalue()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="heron_fuzz.worker")
-    parser.add_argument("case_dir", type=Path)
-    parser.add_argument("results", type=Path)
-    parser.add_argument("--budget", default="256M", help="heron's --memory-budget")
-    parser.add_argument("--address-space", default="4G", help="RLIMIT_AS of this process")
-    args = parser.parse_args(argv)
+def run_case_dir(
+    case_dir: str | Path,
+    results_path: str | Path,
+    budget: str = "256M",
+    address_space: str = "4G",
+    work_limit: str | None = None,
+) -> int:
+    """Run every command of the case in ``case_dir``, recording each in ``results_path``.
 
-    limit = size_in_bytes(args.address_space)
-    # Before heron is imported: its libraries' reservations count against it too.
+    Sets this process's address-space limit first, and the interpreter's work
+    limit (``HERON_INTERPRETER_MAX_WORK``) when given: a launch past it is a
+    refusal that says so, which the runner lists as a note, where an unlimited
+    one would be a timeout indistinguishable from a hang.
+    """
+    case_dir, results_path = Path(case_dir), Path(results_path)
+    limit = size_in_bytes(address_space)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    commands = json.loads((args.case_dir / "case.json").read_text())["commands"]
-    with args.results.open("w") as results:
+    if work_limit:
+        os.environ[WORK_LIMIT_ENV] = work_limit
+    commands = json.loads((case_dir / "case.json").read_text())["commands"]
+    with results_path.open("w") as results:
         for i, template in enumerate(commands):
-            command = [part.replace("{dir}", str(args.case_dir)) for part in template]
-            argv_ = ["--memory-budget", args.budget, *command]
+            command = [part.replace("{dir}", str(case_dir)) for part in template]
+            argv_ = ["--memory-budget", budget, *command]
             results.write(json.dumps({"event": "start", "i": i, "argv": argv_}) + "\n")
             results.flush()
             started = time.monotonic()
@@ -112,6 +129,20 @@ def main(argv: list[str] | None = None) -> int:
             if i == 0 and command[0] == "parse" and status == 2:
                 break
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="heron_fuzz.worker")
+    parser.add_argument("case_dir", type=Path)
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--budget", default="256M", help="heron's --memory-budget")
+    parser.add_argument("--address-space", default="4G", help="RLIMIT_AS of this process")
+    parser.add_argument("--work-limit", default=None, help=f"{WORK_LIMIT_ENV} for the commands")
+    args = parser.parse_args(argv)
+    # Before heron is imported: its libraries' reservations count against the limit too.
+    return run_case_dir(
+        args.case_dir, args.results, args.budget, args.address_space, args.work_limit
+    )
 
 
 if __name__ == "__main__":

@@ -268,3 +268,49 @@ def test_pure_calls_are_shared_until_memory_changes():
     assert list(out[:3]) == [1.5, 1.5, 3.0]
     # The second call was shared, the third (after the store) was not: two reads in all.
     assert device.access_counts(a).reads[:4].tolist() == [2, 2, 2, 2]
+
+
+LOOP = kernel_text(
+    "%a: memref<64xf32>, %b: memref<64xf32>",
+    """
+      %t = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %n = arith.constant 1000 : index
+      %init = memref.load %a[%t] : memref<64xf32>
+      %sum = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %init) -> (f32) {
+        %next = arith.addf %acc, %init : f32
+        scf.yield %next : f32
+      }
+      memref.store %sum, %b[%t] : memref<64xf32>""",
+)
+
+
+def test_a_launch_past_the_work_limit_stops_with_a_refusal_naming_the_limit():
+    from heron.runtime.core.device import DeviceLimitError
+    from heron.runtime.interpreter.engine import OPERATION_OVERHEAD_LANES
+    from heron.runtime.interpreter.errors import WorkLimitError
+
+    x = np.ones(64, np.float32)
+    (out,), _, _ = run(LOOP, [x], [256], work_limit=10**9)
+    assert np.array_equal(out.view(np.float32), np.full(64, 1001, np.float32))
+    # 1000 iterations of a two-operation body over 64 lanes: over 128,000 lane-operations.
+    per_iteration = 2 * (64 + OPERATION_OVERHEAD_LANES)
+    with pytest.raises(WorkLimitError, match=r"kernel 'k': stopped after .* work limit of 100,000"):
+        run(LOOP, [x], [256], work_limit=100_000)
+    assert issubclass(WorkLimitError, DeviceLimitError)
+    # Deterministic: it stops at the same count every time, just past the limit.
+    with pytest.raises(WorkLimitError) as first:
+        run(LOOP, [x], [256], work_limit=100_000)
+    done = int(str(first.value).split("after ")[1].split(" ")[0].replace(",", ""))
+    assert 100_000 < done <= 100_000 + per_iteration + 10 * (64 + OPERATION_OVERHEAD_LANES)
+
+
+def test_the_work_limit_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("HERON_INTERPRETER_MAX_WORK", "2e5")
+    assert InterpreterDevice().work_limit == 200_000
+    monkeypatch.setenv("HERON_INTERPRETER_MAX_WORK", "lots")
+    with pytest.raises(DeviceError, match="HERON_INTERPRETER_MAX_WORK='lots'"):
+        InterpreterDevice()
+    monkeypatch.delenv("HERON_INTERPRETER_MAX_WORK")
+    assert InterpreterDevice().work_limit is None

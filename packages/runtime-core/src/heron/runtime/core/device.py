@@ -29,6 +29,7 @@ __all__ = [
     "Device",
     "DeviceBuffer",
     "DeviceError",
+    "DeviceLimitError",
     "Dim3",
     "KernelImage",
     "LoadedKernel",
@@ -40,6 +41,14 @@ Dim3 = tuple[int, int, int]
 
 class DeviceError(RuntimeError):
     """A device operation failed; the message says which, on which device, and why."""
+
+
+class DeviceLimitError(DeviceError):
+    """A launch stopped at a limit the user set (the interpreter's work limit).
+
+    Neither the kernel's fault nor heron's: like an input over the memory
+    budget, it is a refusal (exit status 2), not a disagreement or a bug.
+    """
 
 
 def as_dim3(sizes: Sequence[int] | int, what: str = "size") -> Dim3:

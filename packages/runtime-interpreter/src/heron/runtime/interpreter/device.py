@@ -13,10 +13,17 @@ holds garbage. Each allocation is checked against heron's memory budget
 counters (:data:`BYTES_PER_BYTE` host bytes per device byte), plus what the
 device's live buffers already hold; over it, ``MemoryBudgetError`` and nothing
 is allocated.
+
+A launch may be given a work limit, in lane-operations
+(:class:`~.engine.WorkCounter`): ``work_limit``, else the environment variable
+``HERON_INTERPRETER_MAX_WORK``; past it the launch stops with a
+``WorkLimitError``, a refusal (exit status 2) that says so, rather than
+running for hours. Unset, there is no limit.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import attrs
@@ -64,16 +71,39 @@ class _Kernel:
     globals_memory: dict
 
 
+def _work_limit_from_env() -> int | None:
+    text = os.environ.get(engine.WORK_LIMIT_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(float(text))
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise DeviceError(
+            f"environment variable {engine.WORK_LIMIT_ENV}={text!r}: a work limit is a"
+            " positive number of lane-operations (1e10, 20000000000)"
+        )
+    return value
+
+
 class InterpreterDevice(Device):
     """See the module docstring. ``warp_size`` 32 (NVIDIA) or 64 (AMD wavefronts)."""
 
     backend = "interpreter"
 
-    def __init__(self, warp_size: int = 32, max_lanes: int = engine.DEFAULT_MAX_LANES) -> None:
+    def __init__(
+        self,
+        warp_size: int = 32,
+        max_lanes: int = engine.DEFAULT_MAX_LANES,
+        work_limit: int | None = None,
+    ) -> None:
         if warp_size not in (32, 64):
             raise DeviceError(f"warp size must be 32 or 64, not {warp_size}")
         self.warp_size = warp_size
         self.max_lanes = max_lanes
+        #: Lane-operations one launch may do (None: no limit); see the module docstring.
+        self.work_limit = work_limit if work_limit is not None else _work_limit_from_env()
         #: Host bytes held by live buffers (allocated and not freed).
         self.live_bytes = 0
 
@@ -172,6 +202,7 @@ class InterpreterDevice(Device):
             globals_memory=loaded.globals_memory,
             max_lanes=self.max_lanes,
             warp_size=self.warp_size,
+            work_limit=self.work_limit,
         )
 
     def synchronize(self) -> None:

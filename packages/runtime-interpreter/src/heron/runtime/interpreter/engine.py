@@ -33,6 +33,7 @@ from heron.runtime.interpreter.errors import (
     InterpreterError,
     SanitizerError,
     UnsupportedOperationError,
+    WorkLimitError,
 )
 from heron.runtime.interpreter.lanes import LaneSpace, batches
 from heron.runtime.interpreter.program import Block, Function, Op, Program, Region
@@ -71,6 +72,12 @@ _SEMANTIC_MODULES = (
 #: Lanes per batch: large enough that numpy's per-call cost is small, small
 #: enough that a batch's values fit comfortably in memory.
 DEFAULT_MAX_LANES = 1 << 18
+#: The environment variable that sets the interpreter device's work limit (lane-operations
+#: per launch, :class:`WorkCounter`); unset, a launch runs however long it takes.
+WORK_LIMIT_ENV = "HERON_INTERPRETER_MAX_WORK"
+#: What one operation's fixed cost counts in lanes (:class:`WorkCounter`): measured, an
+#: operation over a warp of 32 lanes costs about as much as 100 lanes of a wide batch.
+OPERATION_OVERHEAD_LANES = 64
 
 
 def semantics(*names: str) -> Callable[[Handler], Handler]:
@@ -111,6 +118,36 @@ def check_supported(program: Program) -> None:
                 ) from None
 
 
+class WorkCounter:
+    """The work one launch has done, in lane-operations, against an optional limit.
+
+    A lane-operation is one operation run for one lane of a batch (inactive
+    lanes included: the interpreter computes them too); every operation also
+    counts :data:`OPERATION_OVERHEAD_LANES` for its fixed cost (Python
+    dispatch, a few microseconds, which dominates when a batch has few lanes).
+    So the count is what the interpreter's time is proportional to (about 25
+    to 30 million per second on one core), and deterministic: the same launch
+    stops at the same place on every machine. The limit turns a launch
+    that would take hours on the CPU (a valid kernel whose every thread loops
+    over the whole input) into a :class:`WorkLimitError` that says so, instead
+    of something indistinguishable from a hang. ``None``: no limit.
+    """
+
+    def __init__(self, kernel_name: str, limit: int | None) -> None:
+        self.kernel_name = kernel_name
+        self.limit = limit
+        self.done = 0
+
+    def add(self, lane_operations: int) -> None:
+        self.done += lane_operations
+        if self.limit is not None and self.done > self.limit:
+            raise WorkLimitError(
+                f"kernel '{self.kernel_name}': stopped after {self.done:,} lane-operations,"
+                f" over the interpreter's work limit of {self.limit:,} ({WORK_LIMIT_ENV});"
+                " the launch is too long to interpret under that limit"
+            )
+
+
 class Launch:
     """What every frame of one kernel launch shares: program, lanes of the batch, memory."""
 
@@ -120,10 +157,13 @@ class Launch:
         kernel: Function,
         lanes: LaneSpace,
         globals_memory: dict[str, Any],
+        work: WorkCounter | None = None,
     ) -> None:
         self.program = program
         self.kernel = kernel
         self.lanes = lanes
+        #: Shared by every batch of the launch.
+        self.work = work or WorkCounter(kernel.name, None)
         #: memref.global name -> its memory (shared by every batch of the launch).
         self.globals_memory = globals_memory
         #: Free for semantics modules to keep per-batch state in (shared memory trackers...).
@@ -196,6 +236,7 @@ class Frame:
             )
         for value_id, value in zip(block.arguments, arguments, strict=True):
             self.values[value_id] = value
+        self.launch.work.add(len(block.ops) * (self.lanes.size + OPERATION_OVERHEAD_LANES))
         for op in block.ops:
             if op.name in TERMINATORS:
                 return self.operands(op)
@@ -258,12 +299,14 @@ def run_kernel(
     globals_memory: dict[str, Any] | None = None,
     max_lanes: int = DEFAULT_MAX_LANES,
     warp_size: int = 32,
+    work_limit: int | None = None,
 ) -> None:
     """Run ``kernel_name`` of ``program`` over ``grid`` x ``block`` on ``arguments``.
 
     ``arguments`` are the kernel's memref arguments, already bound to memory
     (:class:`heron.runtime.interpreter.memory.MemRef` values), in order;
     the workgroup attributions get fresh shared memory for every block.
+    ``work_limit``: lane-operations the launch may do (:class:`WorkCounter`).
     """
     from heron.runtime.interpreter import memory
 
@@ -291,9 +334,10 @@ def run_kernel(
     if globals_memory is None:
         globals_memory = memory.globals_of(program)
     workgroup_types = kernel.body.entry.argument_types[len(parameter_types) :]
+    work = WorkCounter(kernel_name, work_limit)
     with np.errstate(all="ignore"):
         for lanes in batches(grid, block, max_lanes, warp_size):
-            launch = Launch(program, kernel, lanes, globals_memory)
+            launch = Launch(program, kernel, lanes, globals_memory, work)
             shared = [
                 memory.shared_memref(launch, parse_type(t), f"workgroup {i}")
                 for i, t in enumerate(workgroup_types)

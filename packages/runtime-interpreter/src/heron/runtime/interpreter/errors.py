@@ -9,13 +9,19 @@ names the kernel, the operation and the first thread that did it.
 
 from __future__ import annotations
 
-from heron.runtime.core.device import DeviceError
+from heron.runtime.core.device import DeviceError, DeviceLimitError
 
-__all__ = ["InterpreterError", "SanitizerError", "UnsupportedOperationError"]
+__all__ = ["InterpreterError", "SanitizerError", "UnsupportedOperationError", "WorkLimitError"]
 
 
 class InterpreterError(DeviceError):
     """The interpreter cannot run a program (or a launch of it)."""
+
+
+class WorkLimitError(InterpreterError, DeviceLimitError):
+    """A launch did more work than the interpreter's work limit allows (see
+    :class:`heron.runtime.interpreter.engine.WorkCounter`): a valid kernel, too long
+    to interpret under the limit the user set."""
 
 
 class UnsupportedOperationError(InterpreterError):

@@ -27,9 +27,10 @@ source and promotes the ``<N x i4>`` result to a type at least as wide, so the
 truncate it rebuilds does not narrow, and LLVM aborts the process in
 instruction selection (SelectionDAG's assertion "Invalid truncate node, src <
 dst!"). ``llvm_ir_to_object`` therefore optimises again, with the loop and SLP
-vectorizers off, a module to which they gave such vectors, and refuses
+vectorizers off, a module to which they gave such truncates, and refuses
 (``UnsupportedError``) one that still has them: they never reach the code
-generator.
+generator. Other sub-byte vectors are fine and stay (``load <16 x i2>`` then
+``extractelement``, which O3 makes of heron's packed s2 loads).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ __all__ = [
     "check_supported",
     "compile_to_hsaco",
     "elf_machine",
-    "has_sub_byte_vectors",
+    "sub_byte_vector_truncates",
     "llvm_ir_to_object",
     "lower_to_llvm_ir",
 ]
@@ -81,9 +82,11 @@ _F32_ONLY = frozenset({"exp", "exp2", "exp10", "log", "log2", "log10", "sin", "c
 _NEVER = frozenset({"tan", "tanh", "asin", "acos", "atan", "atan2", "sinh", "cosh", "powi"})
 _OCML = re.compile(r"__ocml_([a-z0-9]+)_(f16|f32|f64)")
 _INTRINSIC = re.compile(r"llvm\.([a-z0-9]+)\.(.+)")
-# A vector of sub-byte integers (<4 x i4>, <vscale x 8 x i2>; i1 masks are fine),
-# which the AMDGPU code generator cannot legalise (see the module docstring).
-_SUB_BYTE_VECTOR = re.compile(r"<\s*(?:vscale\s+x\s+)?\d+\s+x\s+i([2-7])\s*>")
+# A truncate to a vector of sub-byte integers (`trunc <4 x i8> %v to <4 x i4>`; i1
+# masks are fine), which the AMDGPU code generator cannot legalise (module docstring).
+_SUB_BYTE_VECTOR_TRUNCATE = re.compile(
+    r"=\s*trunc\s+<[^>]*>\s+\S+\s+to\s+(<\s*(?:vscale\s+x\s+)?\d+\s+x\s+i[2-7]\s*>)"
+)
 
 
 def lower_to_llvm_ir(
@@ -175,14 +178,15 @@ def llvm_ir_to_object(
     _check_arch(arch)
     machine = target_machine(llvm, AMDGPU_TRIPLE, arch, opt=opt_level, reloc="pic")
     module = _optimised_module(llvm, machine, llvm_ir, kernel_names, opt_level, vectorize=True)
-    if has_sub_byte_vectors(str(module)):
-        # The vectorizers made <N x i4> (or i2...) vectors: do it again without them.
+    if sub_byte_vector_truncates(str(module)):
+        # The vectorizers truncated to <N x i4> (or i2...) vectors: again without them.
         module = _optimised_module(llvm, machine, llvm_ir, kernel_names, opt_level, vectorize=False)
-        found = has_sub_byte_vectors(str(module))
+        found = sub_byte_vector_truncates(str(module))
         if found:
             raise UnsupportedError(
-                "the ROCm backend cannot compile these kernels: vectors of sub-byte integers"
-                f" ({', '.join(found)}), which the AMDGPU code generator cannot legalise"
+                "the ROCm backend cannot compile these kernels: truncates to vectors of"
+                f" sub-byte integers ({', '.join(found)}), which the AMDGPU code generator"
+                " cannot legalise"
             )
     if dump is not None:
         dump("llvm-ir-optimised", str(module))
@@ -192,9 +196,10 @@ def llvm_ir_to_object(
     return machine.emit_object(module)
 
 
-def has_sub_byte_vectors(llvm_ir: str) -> list[str]:
-    """The vector types of sub-byte integers (``<4 x i4>``) in ``llvm_ir``, sorted; [] if none."""
-    return sorted({" ".join(m.group(0).split()) for m in _SUB_BYTE_VECTOR.finditer(llvm_ir)})
+def sub_byte_vector_truncates(llvm_ir: str) -> list[str]:
+    """The sub-byte vector types (``<4 x i4>``) ``llvm_ir`` truncates to, sorted; [] if none."""
+    found = _SUB_BYTE_VECTOR_TRUNCATE.finditer(llvm_ir)
+    return sorted({" ".join(m.group(1).split()) for m in found})
 
 
 def _optimised_module(

@@ -1,0 +1,302 @@
+"""``heron run --check`` and ``heron check`` decide agreement with one tolerance.
+
+Both ask :func:`heron.harness.tolerance.output_tolerance`; these tests hold
+them to it on corpus reductions that ``run --check``'s former 4-ulp tolerance
+rejected, on the fuzzer's bf16 sums (generated-s1-454, -1669: valid sums in
+another order that the former 3e-2 bound for 16-bit types rejected), and
+check that the reassociation bound still catches a wrong sum (a dropped
+element, a plainly wrong value) for f32 and bf16.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import heron.cli.run as run_command
+from heron.cli.main import main
+from heron.harness import CheckOptions, check_file
+from heron.harness.tolerance import (
+    ErrorBounds,
+    OutputTolerance,
+    output_tolerance,
+    summation_bound,
+)
+from heron.hlo.evaluator import evaluate_computation
+from heron.hlo.parser import parse_module
+
+BF16 = ml_dtypes.bfloat16
+
+#: generated-s1-454: a bf16 sum of a transposed bf16[4,128] to a scalar.
+CASE_454 = """\
+HloModule generated
+
+add_bf16 {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT sum = bf16[] add(a, b)
+}
+
+fused_computation {
+  p0 = bf16[4,128]{1,0} parameter(0)
+  transpose.1 = bf16[128,4]{1,0} transpose(p0), dimensions={1,0}
+  zero.2 = bf16[]{} constant(0)
+  ROOT reduce.3 = bf16[]{} reduce(transpose.1, zero.2), dimensions={0,1}, to_apply=add_bf16
+}
+
+ENTRY main {
+  p0 = bf16[4,128]{1,0} parameter(0)
+  ROOT fusion = bf16[]{} fusion(p0), kind=kInput, calls=fused_computation
+}
+"""
+
+#: generated-s1-1669: u32 -> bf16, a column sum of 129, converted to f16 then f64.
+CASE_1669 = """\
+HloModule generated
+
+add_bf16 {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT sum = bf16[] add(a, b)
+}
+
+fused_computation {
+  p0 = u32[129,64,2]{2,1,0} parameter(0)
+  convert.1 = bf16[129,64,2]{2,1,0} convert(p0)
+  zero.2 = bf16[]{} constant(0)
+  reduce.3 = bf16[64,2]{1,0} reduce(convert.1, zero.2), dimensions={0}, to_apply=add_bf16
+  convert.4 = f16[64,2]{1,0} convert(reduce.3)
+  ROOT convert.5 = f64[64,2]{1,0} convert(convert.4)
+}
+
+ENTRY main {
+  p0 = u32[129,64,2]{2,1,0} parameter(0)
+  ROOT fusion = f64[64,2]{1,0} fusion(p0), kind=kInput, calls=fused_computation
+}
+"""
+
+
+def _sum_module(element: str, n: int) -> str:
+    return f"""\
+HloModule sum
+
+add {{
+  a = {element}[] parameter(0)
+  b = {element}[] parameter(1)
+  ROOT sum = {element}[] add(a, b)
+}}
+
+fused_computation {{
+  p0 = {element}[{n}]{{0}} parameter(0)
+  zero = {element}[] constant(0)
+  ROOT reduce = {element}[] reduce(p0, zero), dimensions={{0}}, to_apply=add
+}}
+
+ENTRY main {{
+  p0 = {element}[{n}]{{0}} parameter(0)
+  ROOT fusion = {element}[] fusion(p0), kind=kInput, calls=fused_computation
+}}
+"""
+
+
+def heron(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+# -- the two commands agree ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "gpu/reduce_column/vectorize_x2_f32.hlo",
+        "gpu/reduce_column_small/f32_8_v2.hlo",
+        "gpu/reduce_row/variadic_f32.hlo",
+        "gpu/reduce_multirow/f16_v4.hlo",
+    ],
+)
+def test_run_check_agrees_on_valid_corpus_reductions(corpus_dir: Path, capsys, relative):
+    path = str(corpus_dir / relative)
+    assert check_file(path).ok
+    code, out, err = heron(
+        capsys, "run", path, "--backend", "interpreter", "--seed", "0", "--check"
+    )
+    assert (code, err) == (0, ""), out
+    assert "(reassociation bounds)" in out and "agree: every output within the tolerance" in out
+
+
+@pytest.mark.parametrize("text", [CASE_454, CASE_1669], ids=["s1-454", "s1-1669"])
+def test_the_fuzzers_bf16_sums_agree_in_both_commands(tmp_path, capsys, text):
+    path = _write(tmp_path, "case.hlo", text)
+    report = check_file(path, CheckOptions(seed=0))
+    assert report.ok, report.text()
+    for seed in ("0", "1", "2"):
+        code, out, _ = heron(
+            capsys, "run", path, "--backend", "interpreter", "--seed", seed, "--check"
+        )
+        assert code == 0, out
+
+
+def test_run_check_decides_as_check_does_for_a_single_fusion():
+    module = parse_module(CASE_1669)
+    argument = np.random.default_rng(0).integers(0, 8, (129, 64, 2)).astype(np.uint32)
+    (tolerance,) = run_command.output_tolerances(module, {"fusion": True}, [argument], None)
+    computation = module.entry.root_instruction.called("calls")
+    source = computation.root_instruction
+    direct = output_tolerance(
+        source,
+        source.shape.element_type,
+        ErrorBounds(),
+        reordering=True,
+        reduction=(source, computation, [argument]),
+    )
+    assert (tolerance.ulps, tolerance.reordered) == (direct.ulps, direct.reordered) == (0, True)
+    assert np.array_equal(tolerance.bounds.per_element, direct.bounds.per_element)
+    # A loop kernel (each element written once) is compared bitwise, by both.
+    (loop,) = run_command.output_tolerances(module, {"fusion": False}, [argument], None)
+    assert loop == OutputTolerance() and not loop.reordered
+
+
+def test_run_check_uses_the_run_lines_bounds(tmp_path):
+    text = "// RUN: gpu_test_correctness %s --abs_error_bound=0.5\n" + _sum_module("f32", 8)
+    bounds = run_command._run_line_bounds(_write(tmp_path, "bounded.hlo", text))
+    assert bounds == ErrorBounds(absolute=0.5)
+    assert run_command._run_line_bounds(_write(tmp_path, "plain.hlo", _sum_module("f32", 8))) == (
+        ErrorBounds()
+    )
+
+
+def test_run_check_reports_a_wrong_output_and_exits_1(corpus_dir, capsys, monkeypatch):
+    original = run_command._run_on_device
+
+    def off_by_one(*args, **kwargs):
+        leaves, ran = original(*args, **kwargs)
+        wrong = leaves[0].copy()
+        wrong[3] += 1.0  # far beyond the reordering of a sum of moderate values
+        return [wrong, *leaves[1:]], ran
+
+    monkeypatch.setattr(run_command, "_run_on_device", off_by_one)
+    path = str(corpus_dir / "gpu/reduce_column/vectorize_x2_f32.hlo")
+    code, out, _ = heron(capsys, "run", path, "--backend", "interpreter", "--seed", "0", "--check")
+    assert code == 1, out
+    check = out.split("check against the reference evaluator")[1]
+    line = next(x for x in check.splitlines() if x.startswith("  out0"))
+    assert "(reassociation bounds); 1 of 64 outside the tolerance, first at (3,):" in line
+    assert "where the reference has" in line and "ulps)" in line
+    assert "DISAGREE" in out
+
+
+# -- the reassociation bound ----------------------------------------------------------------
+
+
+def _pairwise(values: np.ndarray, dtype) -> float:
+    """A tree sum, every partial sum rounded to ``dtype`` (another valid order)."""
+    level = [dtype(v) for v in values]
+    while len(level) > 1:
+        pairs = [dtype(float(a) + float(b)) for a, b in zip(level[::2], level[1::2], strict=False)]
+        level = pairs + ([level[-1]] if len(level) % 2 else [])
+    return float(level[0])
+
+
+def _tolerance_and_reference(element: str, x: np.ndarray) -> tuple[OutputTolerance, np.ndarray]:
+    module = parse_module(_sum_module(element, x.size))
+    computation = module.entry.root_instruction.called("calls")
+    source = computation.root_instruction
+    tolerance = output_tolerance(
+        source,
+        source.shape.element_type,
+        ErrorBounds(),
+        reordering=True,
+        reduction=(source, computation, [x]),
+    )
+    return tolerance, np.asarray(evaluate_computation(computation, [x]))
+
+
+@pytest.mark.parametrize(
+    ("element", "dtype", "n"),
+    [("f32", np.float32, 512), ("bf16", BF16, 8), ("f16", np.float16, 16)],
+)
+def test_the_bound_accepts_another_order_and_catches_a_wrong_sum(element, dtype, n):
+    rng = np.random.default_rng(7)
+    x = rng.uniform(0.5, 1.0, n).astype(dtype)  # one-signed: a dropped element shows
+    tolerance, reference = _tolerance_and_reference(element, x)
+    assert tolerance.reordered
+
+    def accepted(value: float) -> bool:
+        return tolerance.mismatches(np.asarray(value, dtype), reference).count == 0
+
+    assert accepted(_pairwise(x, dtype))
+    assert accepted(float(reference))
+    largest = int(np.argmax(x.astype(np.float64)))
+    dropped = _pairwise(np.delete(x, largest), dtype)
+    assert not accepted(dropped)
+    assert not accepted(2 * float(reference))
+    assert not accepted(-float(reference))
+
+
+def test_the_bound_scales_with_the_elements_and_their_magnitudes():
+    x = np.full(8, 0.75, BF16)
+    module = parse_module(_sum_module("bf16", 8))
+    computation = module.entry.root_instruction.called("calls")
+    source = computation.root_instruction
+    bound = summation_bound(source, computation, [x])
+    assert bound.shape == (1,) and bound[0] == pytest.approx((7 + 3) * 2.0**-8 * 6.0)
+    doubled = summation_bound(source, computation, [x * BF16(2)])
+    assert doubled[0] == pytest.approx(2 * bound[0])
+
+
+def test_a_max_reduction_gets_no_summation_bound():
+    text = _sum_module("f32", 8).replace(
+        "ROOT sum = f32[] add(a, b)", "ROOT sum = f32[] maximum(a, b)"
+    )
+    module = parse_module(text)
+    computation = module.entry.root_instruction.called("calls")
+    source = computation.root_instruction
+    assert summation_bound(source, computation, [np.ones(8, np.float32)]) is None
+
+
+def test_the_summation_bound_follows_negates_and_each_convert(tmp_path: Path) -> None:
+    """Fuzz sample finding generated-s20261124-199: an f16 sum of 128, negated, converted
+    to f64 and negated again, 3 f16 ulps from the reference: two valid summation orders,
+    refused because the bound stopped at the negate."""
+    hlo = tmp_path / "negated_sum.hlo"
+    hlo.write_text(NEGATED_F16_SUM)
+    for argv in (["check", str(hlo)], ["run", str(hlo), "--backend", "interpreter", "--check"]):
+        for seed in ("0", "1", "2"):
+            code = main([*argv, "--seed", seed])
+            assert code == 0, (argv, seed)
+
+
+NEGATED_F16_SUM = """HloModule negated_sum
+
+add_f16 {
+  a = f16[] parameter(0)
+  b = f16[] parameter(1)
+  ROOT sum = f16[] add(a, b)
+}
+
+fused_computation {
+  p0 = f16[32,4]{1,0} parameter(0)
+  zero = f16[] constant(0)
+  reduce = f16[] reduce(p0, zero), dimensions={0,1}, to_apply=add_f16
+  negate = f16[] negate(reduce)
+  convert = f64[] convert(negate)
+  ROOT negate.1 = f64[] negate(convert)
+}
+
+ENTRY main {
+  p0 = f16[32,4]{1,0} parameter(0)
+  ROOT fusion = f64[] fusion(p0), kind=kInput, calls=fused_computation
+}
+"""
