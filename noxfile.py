@@ -8,6 +8,8 @@
     nox -s lint          ruff check, ruff format --check, lint-imports (pyproject's contracts)
     nox -s cuda / rocm   the tests that need a GPU (they skip, saying why, without one)
     nox -s bench         benchmarks/*.py
+    nox -s xla-reference the XLA:GPU reference table (tests/data/xla_reference.json): every
+                         corpus file compiled by XLA, deviceless, and by heron (heron[xla])
     nox -s fuzz          the fuzzer (tests/fuzz): corpus mutants, generated fusions, bad npz
                          (`nox -s fuzz -- --cases 10000 --seed 1` for a long run)
 
@@ -16,6 +18,7 @@ Extra arguments after `--` go to pytest, e.g. `nox -s tests -- -k npz -x`.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -39,10 +42,13 @@ PACKAGES = (
     "compiler",
     "runtime-cuda",
     "runtime-rocm",
+    "xla-compare",
 )
 #: Packages whose compile side is an extra (the device side runs without MLIR).
 COMPILE_EXTRA = ("runtime-interpreter", "runtime-cuda", "runtime-rocm")
-CORE = tuple(p for p in PACKAGES if p not in ("runtime-cuda", "runtime-rocm"))
+#: What the meta distribution installs: not the GPU runtimes (extras cuda, rocm) nor
+#: xla-compare (extra xla, with XLA itself).
+CORE = tuple(p for p in PACKAGES if p not in ("runtime-cuda", "runtime-rocm", "xla-compare"))
 GPU_MARKERS = "gpu or cuda or rocm"
 RUFF = "ruff==0.17.6"
 IMPORT_LINTER = "import-linter==2.16"
@@ -70,7 +76,8 @@ def local_closure(*folders: str) -> list[str]:
         if folder in order:
             return
         for requirement in _project(ROOT / "packages" / folder).get("dependencies", []):
-            name = requirement.split("==")[0].strip()
+            # "heron-runtime-cuda[compile]==0.1.0" needs the runtime-cuda folder.
+            name = requirement.split("==")[0].split("[")[0].strip()
             if name in _DIST_TO_FOLDER:
                 visit(_DIST_TO_FOLDER[name])
         order.append(folder)
@@ -80,15 +87,16 @@ def local_closure(*folders: str) -> list[str]:
     return order
 
 
-def install_editable(session: nox.Session, *extra: str) -> None:
-    """Every package editable, the meta distribution (the `heron` command), and ``extra``."""
+def install_editable(session: nox.Session, *extra: str, meta: str = ".") -> None:
+    """Every package editable, the meta distribution (the `heron` command; ``meta`` names
+    it with its extras, e.g. ".[xla]"), and ``extra``."""
     args: list[str] = []
     for folder in PACKAGES:
         # The GPU runtimes' compilers (MLIR -> PTX / HSACO) are an optional extra:
         # a runtime installed alone must not need MLIR. The test suite tests them.
         extras = "[compile]" if folder in COMPILE_EXTRA else ""
         args += ["-e", f"packages/{folder}{extras}"]
-    session.install(*args, "-e", ".", *extra)
+    session.install(*args, "-e", meta, *extra)
 
 
 def install_test_environment(session: nox.Session) -> None:
@@ -162,6 +170,7 @@ IMPORT_NAMES = {
     "emitter-plugins": "heron.plugins",
     "compiler": "heron.compiler",
     **{f"runtime-{r}": f"heron.runtime.{r}" for r in ("core", "interpreter", "cuda", "rocm")},
+    "xla-compare": "heron.xla_compare",
 }
 _EMITTER_STACK = ["heron-hlo-ir", "heron-indexing", "heron-partitioner", "heron-emitters-core"]
 
@@ -207,6 +216,20 @@ ISOLATION = {
         ["heron.compiler"],
         [*_EMITTER_STACK, "heron-runtime-core", "heron-compiler"],
         ["llvmlite", *JAX_ONLY_IN_TESTS],
+    ),
+    # XLA itself (jaxlib, the PJRT plugin) comes with the meta distribution's extra
+    # heron[xla], never with the package.
+    "xla-compare": (
+        ["xla-compare"],
+        ["heron.xla_compare"],
+        [
+            *_EMITTER_STACK,
+            "heron-runtime-core",
+            "heron-compiler",
+            "heron-runtime-cuda",
+            "heron-xla-compare",
+        ],
+        JAX_ONLY_IN_TESTS,
     ),
     **{
         runtime: (
@@ -364,6 +387,27 @@ def bench(session: nox.Session) -> None:
     install_editable(session)
     for script in scripts:
         session.run("python", str(script.relative_to(ROOT)), *session.posargs)
+
+
+@nox.session(name="xla-reference")
+def xla_reference(session: nox.Session) -> None:
+    """The XLA reference table, tests/data/xla_reference.json (docs/xla.md).
+
+    Installs heron with its extra heron[xla] (XLA:GPU through the jax CUDA PJRT
+    plugin; or set HERON_XLA_PYTHON to a Python that has it) and compiles every
+    corpus file with XLA, deviceless, and with heron for an H100: launches,
+    shared memory, registers, PTX measures. The table is committed; the tests
+    (tests/test_xla_reference.py) read it and need no XLA. Not a default session.
+    Arguments after `--` go to `python -m heron.xla_compare.reference`.
+    """
+    install_editable(session, meta=".[xla]")
+    corpus = os.environ.get("HERON_CORPUS") or str(ROOT.parent / "shared" / "corpus" / "xla")
+    args = list(session.posargs)
+    if "--output" not in args:
+        args += ["--output", str(ROOT / "tests" / "data" / "xla_reference.json")]
+    if "--corpus" not in args:
+        args += ["--corpus", corpus]
+    session.run("python", "-m", "heron.xla_compare.reference", *args)
 
 
 @nox.session

@@ -31,6 +31,7 @@ PACKAGES = {
     "runtime-interpreter": ("heron-runtime-interpreter", "heron.runtime.interpreter"),
     "runtime-cuda": ("heron-runtime-cuda", "heron.runtime.cuda"),
     "runtime-rocm": ("heron-runtime-rocm", "heron.runtime.rocm"),
+    "xla-compare": ("heron-xla-compare", "heron.xla_compare"),
 }
 #: The meta distribution's own packages (src/heron).
 META_IMPORTS = ("heron.cli", "heron.harness")
@@ -67,7 +68,12 @@ ALLOWED = {
     "heron-runtime-interpreter": {"heron-hlo-ir", "heron-runtime-core"},
     "heron-runtime-cuda": {"heron-hlo-ir", "heron-runtime-core"},
     "heron-runtime-rocm": {"heron-hlo-ir", "heron-runtime-core"},
+    # heron xla: heron's compiler and CUDA backend beside XLA:GPU (which runs in a
+    # subprocess, installed by the meta distribution's extra heron[xla]).
+    "heron-xla-compare": {"heron-hlo-ir", "heron-compiler", "heron-runtime-cuda"},
 }
+#: Distributions the meta distribution installs only through an extra.
+EXTRA_ONLY = {"heron-runtime-cuda", "heron-runtime-rocm", "heron-xla-compare"}
 #: What a runtime's [compile] extra may add: the shared gpu.module lowering and the
 #: heron_gpu dialect live in emitters-core; never the compiler or the plugins.
 ALLOWED_IN_COMPILE_EXTRA = {"heron-emitters-core"}
@@ -150,10 +156,17 @@ def test_runtime_namespace_spans_four_distributions():
 def test_meta_distribution_pulls_the_core_packages():
     project = _pyproject(ROOT)
     names = {_requirement_name(r) for r in project["dependencies"]}
-    core = {d for d, _ in PACKAGES.values()} - {"heron-runtime-cuda", "heron-runtime-rocm"}
+    core = {d for d, _ in PACKAGES.values()} - EXTRA_ONLY
     assert core <= names
+    assert names.isdisjoint(EXTRA_ONLY)
     extras = project["optional-dependencies"]
-    assert extras == {"cuda": ["heron-runtime-cuda==0.1.0"], "rocm": ["heron-runtime-rocm==0.1.0"]}
+    assert set(extras) == {"cuda", "rocm", "xla"}
+    assert extras["cuda"] == ["heron-runtime-cuda==0.1.0"]
+    assert extras["rocm"] == ["heron-runtime-rocm==0.1.0"]
+    # heron[xla]: the comparison package, and XLA:GPU itself (jaxlib, the PJRT plugin).
+    xla = {_requirement_name(r): r for r in extras["xla"]}
+    assert xla["heron-xla-compare"] == "heron-xla-compare==0.1.0"
+    assert {"jaxlib", "jax-cuda13-pjrt", "nvidia-cuda-nvcc"} <= set(xla)
     assert project["scripts"] == {"heron": "heron.cli.main:main"}
 
 

@@ -38,6 +38,7 @@ COMMANDS = (
     "heron.cli.check",
     "heron.cli.plugins",
     "heron.cli.targets",
+    "heron.cli.xla",
 )
 
 EXIT_DISAGREEMENT = 1

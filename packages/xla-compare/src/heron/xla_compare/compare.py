@@ -1,0 +1,192 @@
+"""One module, compiled by XLA:GPU and by heron for the same target, kernel beside kernel.
+
+:func:`compare_file` parses the module with heron, prints it whole for XLA
+(:mod:`heron.xla_compare.module_text`), compiles it with XLA in a worker
+process and with heron fusion by fusion, measures both PTX with one ptxas
+(``ptxas -v``: registers, spills, shared memory), and pairs each heron fusion
+with the XLA kernel that computes the same instructions (the fused
+computations' instruction names, XLA's ``.N`` suffixes aside).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from heron.hlo.ir import Module
+from heron.xla_compare.heron_side import HeronKernel, compile_with_heron
+from heron.xla_compare.install import XlaInstallation, find_xla
+from heron.xla_compare.module_text import is_prefused, xla_module_text, xla_options
+from heron.xla_compare.targets import TARGETS, target_config
+from heron.xla_compare.xla_side import XlaCompile, XlaCompileError, XlaKernel, compile_with_xla
+
+#: What XLA does differently on a machine without a GPU (said with every comparison).
+DEVICELESS_NOTE = (
+    "XLA compiled deviceless (a target config, no GPU): no autotuning, so dots become Triton"
+    " GEMM fusions with default tiles and softmax/layer-norm-like fusions become Triton"
+    " fusions; loop, reduction, transpose, concatenate, scatter and dynamic-update-slice"
+    " kernels are the ones XLA emits on a real device."
+)
+
+
+@dataclass
+class Pair:
+    """A heron fusion and the XLA kernel computing the same instructions (either may be None)."""
+
+    heron: HeronKernel | None
+    xla: XlaKernel | None
+
+    @property
+    def same_launch(self) -> bool | None:
+        if self.heron is None or self.xla is None or self.heron.error:
+            return None
+        return (self.heron.blocks, self.heron.threads) == (self.xla.blocks, self.xla.threads)
+
+
+@dataclass
+class Comparison:
+    file: str
+    target: str
+    pairs: list[Pair] = field(default_factory=list)
+    xla: XlaCompile | None = None
+    xla_error: str | None = None
+    ptxas: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"(\.\d+)+$", "", name)
+
+
+def _overlap(heron: HeronKernel, xla: XlaKernel) -> int:
+    return len({_normal(n) for n in heron.fused_names} & {_normal(n) for n in xla.fused_names})
+
+
+def pair_kernels(heron: list[HeronKernel], xla: list[XlaKernel]) -> list[Pair]:
+    """Each heron fusion with the unpaired XLA kernel sharing most fused instruction names;
+    a lone heron fusion and a lone XLA fusion kernel pair regardless. XLA kernels
+    left over follow, unpaired."""
+    left = [k for k in xla if k.fusion is not None] or list(xla)
+    pairs = []
+    for kernel in heron:
+        scored = sorted(((_overlap(kernel, x), i) for i, x in enumerate(left)), reverse=True)
+        if scored and (scored[0][0] > 0 or (len(heron) == 1 and len(left) == 1)):
+            pairs.append(Pair(kernel, left.pop(scored[0][1])))
+        else:
+            pairs.append(Pair(kernel, None))
+    paired = {id(p.xla) for p in pairs if p.xla is not None}
+    pairs += [Pair(None, k) for k in xla if id(k) not in paired]
+    return pairs
+
+
+def _ptxas():
+    from heron.runtime.cuda.compiler_tools import ToolNotFoundError, find_ptxas
+
+    try:
+        return find_ptxas()
+    except ToolNotFoundError:
+        return None
+
+
+def measure_resources(comparison: Comparison) -> None:
+    """``ptxas -v`` on both sides' PTX with one ptxas (each PTX for its own .target)."""
+    from heron.runtime.cuda.ptx_statistics import PtxasInfoError, ptxas_resource_usage
+
+    ptxas = _ptxas()
+    if ptxas is None:
+        comparison.notes.append("ptxas not found: no registers, spills or shared memory")
+        return
+    comparison.ptxas = str(ptxas)
+    usage = {}
+    if comparison.xla is not None:
+        for name, text in comparison.xla.ptx.items():
+            try:
+                usage[name] = ptxas_resource_usage(text, ptxas)
+            except PtxasInfoError as exc:
+                comparison.notes.append(f"XLA's {name}: {exc}")
+    for pair in comparison.pairs:
+        if pair.xla is not None and pair.xla.ptx_file in usage:
+            pair.xla.resources = usage[pair.xla.ptx_file].get(pair.xla.name)
+        if pair.heron is not None and pair.heron.ptx:
+            try:
+                found = ptxas_resource_usage(pair.heron.ptx, ptxas)
+            except PtxasInfoError as exc:
+                comparison.notes.append(f"heron's {pair.heron.fusion}: {exc}")
+                continue
+            pair.heron.resources = found.get(pair.heron.kernel)
+
+
+def compare_file(
+    path: str | Path,
+    target: str = "h100",
+    fusion: str | None = None,
+    installation: XlaInstallation | None = None,
+    dump_dir: Path | None = None,
+    heron_full: bool = True,
+) -> Comparison:
+    """:func:`compare_module` on the module in ``path`` (parsed and verified by heron)."""
+    from heron.hlo.parser import parse_module_file
+    from heron.hlo.verifier import verify_module
+
+    module = parse_module_file(Path(path))
+    verify_module(module)
+    return compare_module(module, str(path), target, fusion, installation, dump_dir, heron_full)
+
+
+def compare_module(
+    module: Module,
+    label: str,
+    target: str = "h100",
+    fusion: str | None = None,
+    installation: XlaInstallation | None = None,
+    dump_dir: Path | None = None,
+    heron_full: bool = True,
+) -> Comparison:
+    """Compile ``module`` with XLA and with heron for ``target``; pair and measure the kernels.
+
+    XlaNotInstalledError when XLA is not installed (before any work). An XLA
+    failure does not raise: ``xla_error`` says it, heron's side is still there.
+    ``fusion`` keeps heron's side (and the pairs) to that fusion; XLA compiles
+    the whole module. ``heron_full=False`` stops heron after emission (launches only).
+    """
+    if target not in TARGETS:
+        raise ValueError(f"no XLA target spec for {target!r} (known: {', '.join(TARGETS)})")
+    installation = installation or find_xla()
+    if fusion is not None:
+        from heron.compiler import selected_fusions
+
+        selected_fusions(module, fusion)  # an unknown name is refused before XLA runs
+    comparison = Comparison(label, target, notes=[DEVICELESS_NOTE])
+    try:
+        comparison.xla = compile_with_xla(
+            xla_module_text(module),
+            target_config(target),
+            installation,
+            xla_options(module),
+            dump_dir=dump_dir,
+        )
+    except XlaCompileError as exc:
+        comparison.xla_error = str(exc)
+    heron = compile_with_heron(module, target, fusion, full=heron_full)
+    xla_kernels = comparison.xla.kernels if comparison.xla is not None else []
+    pairs = pair_kernels(heron, xla_kernels)
+    if fusion is not None:
+        pairs = [p for p in pairs if p.heron is not None]
+    comparison.pairs = pairs
+    if heron_full:
+        measure_resources(comparison)
+    if not is_prefused(module) and comparison.xla is not None:
+        names = ", ".join(k.name for k in comparison.xla.kernels) or "none"
+        comparison.notes.append(
+            "the module has no fusions: XLA ran its whole pipeline and made these kernels"
+            f" ({names}; its optimized HLO is in --dump-dir); heron compiled the entry"
+            " computation as one fusion"
+        )
+    for pair in pairs:
+        if pair.xla is not None and pair.xla.backend_kind and "triton" in pair.xla.backend_kind:
+            comparison.notes.append(
+                f"XLA kernel {pair.xla.name} is a Triton fusion ({pair.xla.backend_kind}):"
+                " with a GPU, autotuning would pick its tiles"
+            )
+    return comparison

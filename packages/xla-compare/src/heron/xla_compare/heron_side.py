@@ -1,0 +1,94 @@
+"""heron's side: each fusion of the module compiled for the target, measured like XLA's.
+
+Every fusion goes through ``heron.compiler.compile_fusion`` for the CUDA
+Target of the same name (h100, a100): emission, heron's passes, LLVM IR,
+PTX. Its PTX is measured with ``heron.runtime.cuda.ptx_statistics``, and its
+resource usage comes from the same ptxas that measures XLA's PTX.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from heron.hlo.ir import Instruction, Module
+from heron.runtime.cuda.ptx_statistics import KernelStatistics, ResourceUsage, kernel_statistics
+
+
+@dataclass
+class HeronKernel:
+    """One fusion as heron compiled it (``error`` set when heron refused it)."""
+
+    fusion: str
+    kernel: str = ""
+    emitter: str = ""
+    grid: tuple[int, int, int] = (0, 0, 0)
+    block: tuple[int, int, int] = (0, 0, 0)
+    fused_names: frozenset[str] = frozenset()
+    stats: KernelStatistics | None = None
+    resources: ResourceUsage | None = None
+    ptx: str = ""
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def blocks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def shared_memory(self) -> int | None:
+        return self.resources.shared_memory if self.resources is not None else None
+
+
+def fused_names(fusion: Instruction) -> frozenset[str]:
+    """The names of the instructions ``fusion`` calls (parameters left out)."""
+    names: set[str] = set()
+    for computation in fusion.called_computations():
+        names.update(i.name for i in computation.instructions if i.opcode != "parameter")
+    return frozenset(names)
+
+
+def heron_target(name: str):
+    """heron's Target preset ``name`` (a CUDA device)."""
+    from heron.compiler import Target
+
+    return Target.preset(name)
+
+
+def compile_with_heron(
+    module: Module, target_name: str, fusion: str | None = None, *, full: bool = True
+) -> list[HeronKernel]:
+    """Each fusion of ``module`` (or only ``fusion``) compiled for ``target_name``.
+
+    ``full=False`` stops after emission (the launch only, no PTX).
+    """
+    from heron.compiler import compile_fusion, selected_fusions
+    from heron.hlo.errors import HloError
+
+    target = heron_target(target_name)
+    kernels = []
+    for instruction in selected_fusions(module, fusion):
+        kernel = HeronKernel(instruction.name, fused_names=fused_names(instruction))
+        try:
+            compiled = compile_fusion(
+                instruction, target, "cuda", stop_after=None if full else "emitted"
+            )
+        except HloError as exc:
+            kernel.error = str(exc).splitlines()[0]
+            kernels.append(kernel)
+            continue
+        kernel.seconds = compiled.seconds
+        kernel.kernel = compiled.kernel_name
+        kernel.emitter = compiled.emitter
+        kernel.grid = compiled.grid
+        kernel.block = compiled.block
+        for artefact in compiled.artefacts:
+            if artefact.extension == "ptx":
+                kernel.ptx = artefact.data.decode()
+        if kernel.ptx:
+            kernel.stats = kernel_statistics(kernel.ptx).get(compiled.kernel_name)
+        kernels.append(kernel)
+    return kernels

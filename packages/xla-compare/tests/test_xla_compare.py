@@ -1,0 +1,217 @@
+"""heron.xla_compare without XLA: the module text, the worker's protobuf edit, the dump
+parser, the kernel pairing, finding XLA, and a whole comparison against a fake XLA
+that replays a dump the real one made (tests/data/scatter_add_dump: gpu/scatter/add.hlo,
+jax-cuda13-pjrt 0.12.0.1, H100)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from heron.hlo.parser import parse_module
+from heron.xla_compare import XlaNotInstalledError, find_xla, target_config
+from heron.xla_compare.compare import DEVICELESS_NOTE, compare_module, pair_kernels
+from heron.xla_compare.heron_side import HeronKernel
+from heron.xla_compare.install import XlaInstallation
+from heron.xla_compare.module_text import is_prefused, with_default_layouts, xla_module_text
+from heron.xla_compare.report import comparison_record, format_comparison
+from heron.xla_compare.worker import _fields, without_debug_options
+from heron.xla_compare.xla_side import (
+    XlaKernel,
+    fatal_line,
+    kernel_name,
+    parse_fusions,
+    parse_thunk_sequence,
+    read_dump,
+)
+
+DUMP = Path(__file__).parent / "data" / "scatter_add_dump"
+
+SCATTER = """
+add {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  ROOT sum = f32[] add(p0, p1)
+}
+scatter {
+  operand = f32[10,5] parameter(0)
+  indices = s32[24,1] parameter(1)
+  update = f32[24,2,3] parameter(2)
+  ROOT scatter = f32[10,5] scatter(operand, indices, update), update_window_dims={1,2},
+    inserted_window_dims={}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+    unique_indices=false, to_apply=add
+}
+"""
+
+
+def test_default_layouts_are_added_where_missing():
+    text = "p = f32[10,5] parameter(0)\nq = s4[3]{0} parameter(1)\nr = f32[] add(a, b)"
+    assert with_default_layouts(text) == (
+        "p = f32[10,5]{1,0} parameter(0)\nq = s4[3]{0} parameter(1)\nr = f32[] add(a, b)"
+    )
+
+
+def test_a_bare_fusion_is_printed_with_its_entry():
+    module = parse_module(SCATTER)
+    text = xla_module_text(module)
+    assert "\nENTRY " in text
+    assert "fusion(" in text and "kind=kLoop" in text
+    assert "f32[24,2,3]{2,1,0}" in text
+    assert is_prefused(module)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def test_the_debug_options_are_dropped_from_the_compile_options():
+    build = _field(3, b"debug" * 40) + _varint(4 << 3) + _varint(1) + _field(2, b"layout")
+    options = _field(1, b"argument") + _field(3, build) + _varint(4 << 3) + _varint(1)
+    stripped = without_debug_options(options)
+    fields = [(n, w) for n, w, *_ in _fields(stripped)]
+    assert fields == [(1, 2), (3, 2), (4, 0)]
+    (inner,) = [stripped[p:e] for n, _, _, p, e in _fields(stripped) if n == 3]
+    assert [(n, w) for n, w, *_ in _fields(inner)] == [(4, 0), (2, 2)]
+
+
+def test_the_dump_is_read():
+    thunks = (DUMP / "module_0000.add.thunk_sequence.txt").read_text()
+    (kernel,) = parse_thunk_sequence(thunks)
+    assert kernel.name == "loop_scatter_fusion"
+    assert (kernel.grid, kernel.block, kernel.shared_memory) == ((2, 1, 1), (128, 1, 1), 0)
+    hlo = (DUMP / "module_0000.add.sm_9.0a_gpu_after_optimizations.txt").read_text()
+    fusions = parse_fusions(hlo)
+    assert set(fusions) == {"loop_scatter_fusion"}
+    assert fusions["loop_scatter_fusion"]["fused_names"] >= {"scatter"}
+    result = read_dump(DUMP, {"seconds": 0.5, "plugin_version": "0.12.0.1"})
+    (kernel,) = result.kernels
+    assert kernel.fusion == "loop_scatter_fusion" and kernel.kind == "kLoop"
+    assert kernel.stats is not None and kernel.stats.atomics == 1
+    assert kernel.ptx_file in result.ptx
+    assert kernel_name("fusion.1") == "fusion_1"
+
+
+def test_a_check_failure_is_one_line():
+    stderr = "I1124 info\nF1124 08:00:00 1 shape.cc:12] Check failed: layout\n*** Check failure"
+    assert fatal_line(stderr) == "F1124 08:00:00 1 shape.cc:12] Check failed: layout"
+    assert fatal_line("nothing fatal") is None
+
+
+def test_kernels_pair_by_fused_instruction_names():
+    heron = [
+        HeronKernel("a", fused_names=frozenset({"x", "y"})),
+        HeronKernel("b", fused_names=frozenset({"z"})),
+    ]
+    xla = [
+        XlaKernel("k1", (1, 1, 1), (32, 1, 1), 0, "f1", fused_names=frozenset({"z.1"})),
+        XlaKernel("k2", (1, 1, 1), (32, 1, 1), 0, "f2", fused_names=frozenset({"y.2", "x"})),
+        XlaKernel("k3", (1, 1, 1), (32, 1, 1), 0, "f3", fused_names=frozenset({"w"})),
+    ]
+    pairs = pair_kernels(heron, xla)
+    assert [(p.heron and p.heron.fusion, p.xla and p.xla.name) for p in pairs] == [
+        ("a", "k2"),
+        ("b", "k1"),
+        (None, "k3"),
+    ]
+
+
+def test_find_xla(tmp_path):
+    with pytest.raises(XlaNotInstalledError, match=r"pip install 'heron\[xla\]'"):
+        find_xla({"HERON_XLA_PYTHON": str(tmp_path / "missing")})
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    found = find_xla({"HERON_XLA_PYTHON": str(python), "HERON_XLA_PLUGIN": "/p.so"})
+    assert found == XlaInstallation(str(python), "/p.so")
+
+
+def test_the_target_configs_are_xla_specs():
+    assert "core_count: 132" in target_config("h100")
+    assert "core_count: 108" in target_config("a100")
+
+
+def fake_xla(folder: Path, dump: Path) -> XlaInstallation:
+    """A 'Python' that answers the worker's request by copying a real XLA dump."""
+    script = folder / "fake-xla-python"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import json, shutil, sys, pathlib\n"
+        "request = json.loads(sys.stdin.read())\n"
+        f"for f in pathlib.Path({str(dump)!r}).iterdir():\n"
+        "    shutil.copy(f, pathlib.Path(request['dump_dir']) / f.name)\n"
+        "print(json.dumps({'ok': True, 'seconds': 0.25, 'plugin_version': 'fake',"
+        " 'jaxlib_version': 'fake', 'pjrt_api': '0.0'}))\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return XlaInstallation(str(script))
+
+
+def test_a_comparison_against_a_replayed_xla_dump(tmp_path):
+    pytest.importorskip("mlir")
+    module = parse_module(SCATTER)
+    comparison = compare_module(module, "add.hlo", "h100", installation=fake_xla(tmp_path, DUMP))
+    assert comparison.xla_error is None
+    (pair,) = comparison.pairs
+    assert pair.heron.emitter == "scatter"
+    assert pair.xla.name == "loop_scatter_fusion"
+    assert pair.same_launch is True  # 2 blocks of 128 threads on both sides
+    record = comparison_record(comparison)
+    assert record["pairs"][0]["xla"]["launch"] == "2x128"
+    assert record["pairs"][0]["heron"]["instructions"] > 0
+    if comparison.ptxas:
+        assert record["pairs"][0]["xla"]["registers"] > 0
+        assert record["pairs"][0]["heron"]["registers"] > 0
+    text = format_comparison(comparison)
+    assert "launch (blocks x threads)" in text and "same" in text
+    assert DEVICELESS_NOTE in text
+    json.dumps(record)
+
+
+def test_an_xla_abort_is_reported_not_raised(tmp_path):
+    script = tmp_path / "crashing-python"
+    script.write_text(
+        "#!/bin/sh\necho 'F1124 08:00:00 1 hlo.cc:1] Check failed: has_layout' >&2\nkill -ABRT $$\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    module = parse_module(SCATTER)
+    comparison = compare_module(
+        module, "add.hlo", installation=XlaInstallation(str(script)), heron_full=False
+    )
+    assert comparison.xla_error == (
+        f"XLA aborted (killed by signal {int(signal.SIGABRT)}):"
+        " F1124 08:00:00 1 hlo.cc:1] Check failed: has_layout"
+    )
+    assert comparison.pairs[0].xla is None
+
+
+def test_the_reference_table_of_a_corpus(tmp_path):
+    pytest.importorskip("mlir")
+    from heron.xla_compare.reference import build_reference
+
+    corpus = tmp_path / "corpus"
+    (corpus / "gpu" / "scatter").mkdir(parents=True)
+    (corpus / "gpu" / "scatter" / "add.hlo").write_text(SCATTER)
+    lines = []
+    table = build_reference(corpus, installation=fake_xla(tmp_path, DUMP), progress=lines.append)
+    assert table["target"] == "h100" and table["xla"]["plugin"] == "jax-cuda13-pjrt fake"
+    entry = table["files"]["gpu/scatter/add.hlo"]
+    assert entry["hero"] == "scatter" and entry["xla_error"] is None
+    assert entry["xla_seconds"] == 0.25
+    (pair,) = entry["kernels"]
+    assert pair["heron"]["launch"] == pair["xla"]["launch"] == "2x128"
+    assert lines == [lines[0]] and lines[0].startswith("gpu/scatter/add.hlo: 2x128 vs 2x128")
+    json.dumps(table)
