@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 from heron.hlo.ir import Instruction, Module
 from heron.runtime.cuda.ptx_statistics import KernelStatistics, ResourceUsage, kernel_statistics
+from heron.xla_compare.launch import LaunchShape
 
 
 @dataclass
-class HeronKernel:
+class HeronKernel(LaunchShape):
     """One fusion as heron compiled it (``error`` set when heron refused it)."""
 
     fusion: str
@@ -29,14 +30,6 @@ class HeronKernel:
     ptx: str = ""
     seconds: float = 0.0
     error: str | None = None
-
-    @property
-    def blocks(self) -> int:
-        return self.grid[0] * self.grid[1] * self.grid[2]
-
-    @property
-    def threads(self) -> int:
-        return self.block[0] * self.block[1] * self.block[2]
 
     @property
     def shared_memory(self) -> int | None:

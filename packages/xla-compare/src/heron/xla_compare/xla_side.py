@@ -25,6 +25,7 @@ from pathlib import Path
 
 from heron.runtime.cuda.ptx_statistics import KernelStatistics, ResourceUsage, kernel_statistics
 from heron.xla_compare.install import XlaInstallation
+from heron.xla_compare.launch import LaunchShape
 
 #: How long one XLA compile may take (a process of its own).
 DEFAULT_TIMEOUT = 300.0
@@ -43,7 +44,7 @@ class XlaCompileError(RuntimeError):
 
 
 @dataclass
-class XlaKernel:
+class XlaKernel(LaunchShape):
     """One kernel XLA launches: its fusion, launch and PTX measures."""
 
     name: str
@@ -61,14 +62,6 @@ class XlaKernel:
     stats: KernelStatistics | None = None
     resources: ResourceUsage | None = None
     ptx_file: str | None = None
-
-    @property
-    def blocks(self) -> int:
-        return self.grid[0] * self.grid[1] * self.grid[2]
-
-    @property
-    def threads(self) -> int:
-        return self.block[0] * self.block[1] * self.block[2]
 
     @property
     def emitter(self) -> str:
