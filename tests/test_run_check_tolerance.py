@@ -300,3 +300,26 @@ ENTRY main {
   ROOT fusion = f64[] fusion(p0), kind=kInput, calls=fused_computation
 }
 """
+
+
+def test_an_approximation_counts_once_per_path_to_the_output() -> None:
+    """Fuzz finding generated-s1-1099: exp(x) * exp(x) was 3 ulps from the reference
+    under a 2-ulp bound: exp's error reaches the product through both operands."""
+    from heron.harness.tolerance import approximations_reaching, ulp_bound
+
+    module = parse_module(
+        """HloModule paths
+ENTRY e {
+  p = f32[4] parameter(0)
+  e = f32[4] exponential(p)
+  t = f32[4] tanh(e)
+  square = f32[4] multiply(e, e)
+  ROOT sum = f32[4] add(square, t)
+}"""
+    )
+    root = module.entry.root_instruction
+    square = root.operands[0]
+    assert approximations_reaching(square) == {"exponential": 2}
+    assert ulp_bound(square, square.shape.element_type) == 4
+    assert approximations_reaching(root) == {"exponential": 3, "tanh": 1}
+    assert ulp_bound(root, root.shape.element_type) == 3 * 2 + 3

@@ -106,3 +106,18 @@ def test_unary_accuracy(name, element):
         f"{name} {element.value}: {err[worst]:.2f} ulp at x={x[worst]!r}: "
         f"got {out[worst]!r}, want {ref[worst]!r}"
     )
+
+
+@pytest.mark.parametrize("element", [ElementType.F32, ElementType.F64], ids=["f32", "f64"])
+def test_tanh_saturates_to_exactly_one(element):
+    """Fuzz finding generated-s1-1156: f32 tanh of every x past 9 was 0.99999994 (tanh
+    was evaluated at 9 for them), one ulp from 1.0, which a convert to an integer
+    truncated to 0 where the reference has -1. Correctly rounded, tanh(x) is +-1 from
+    x = 9.011 (f32) and 19.06 (f64) on."""
+    dtype = element.numpy_dtype
+    start = 9.02 if element is ElementType.F32 else 19.1
+    x = np.array([start, 9.5, 10.0, 20.0, 25.0, 100.0, 1e30, np.inf], dtype=np.float64)
+    x = x[x >= start]
+    x = np.concatenate([x, -x]).astype(dtype)
+    out = run_op(math_dialect.TanhOp, element, x)
+    assert np.array_equal(out, np.sign(x)), out

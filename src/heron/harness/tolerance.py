@@ -69,6 +69,7 @@ __all__ = [
     "OutputTolerance",
     "describe_value",
     "mismatches",
+    "approximations_reaching",
     "opcodes_reaching",
     "ordered",
     "output_sources",
@@ -147,16 +148,40 @@ def ulp_bound(source: Instruction, element: ElementType) -> int:
     if element.bit_width <= 8:
         return 0
     bound = 0
-    for opcode in opcodes_reaching(source):
-        if opcode in ULP_BOUNDS:
-            f32, f64 = ULP_BOUNDS[opcode]
-            if element in (ElementType.F32, ElementType.C64):
-                bound += f32
-            elif element in (ElementType.F64, ElementType.C128):
-                bound += f64 + F64_REFERENCE_ULPS
-            else:
-                bound += NARROW_ULPS
+    for opcode, paths in approximations_reaching(source).items():
+        f32, f64 = ULP_BOUNDS[opcode]
+        if element in (ElementType.F32, ElementType.C64):
+            bound += f32 * paths
+        elif element in (ElementType.F64, ElementType.C128):
+            bound += (f64 + F64_REFERENCE_ULPS) * paths
+        else:
+            bound += NARROW_ULPS * paths
     return bound
+
+
+def approximations_reaching(source: Instruction) -> dict[str, int]:
+    """Per approximated opcode (:data:`ULP_BOUNDS`), how many paths lead from its
+    instructions to ``source``: an approximation's error reaches the output once
+    per path (``exp(x) * exp(x)`` carries exp's error twice). Called computations
+    count once per calling instruction."""
+    memo: dict[int, dict[str, int]] = {}  # one walk's memo (by id), not a cache
+    stack: list[tuple[Instruction, bool]] = [(source, False)]
+    while stack:  # post-order without recursion: fused computations can be deep
+        inst, ready = stack.pop()
+        if id(inst) in memo:
+            continue
+        inputs = list(inst.operands)
+        inputs += [called.root_instruction for called in inst.called_computations()]
+        if not ready:
+            stack.append((inst, True))
+            stack.extend((i, False) for i in inputs if id(i) not in memo)
+            continue
+        total: dict[str, int] = {inst.opcode: 1} if inst.opcode in ULP_BOUNDS else {}
+        for i in inputs:
+            for opcode, n in memo[id(i)].items():
+                total[opcode] = total.get(opcode, 0) + n
+        memo[id(inst)] = total
+    return memo[id(source)]
 
 
 # -- comparison -----------------------------------------------------------------------
