@@ -12,6 +12,7 @@
                          corpus file compiled by XLA, deviceless, and by heron (heron[xla])
     nox -s fuzz          the fuzzer (tests/fuzz): corpus mutants, generated fusions, bad npz
                          (`nox -s fuzz -- --cases 10000 --seed 1` for a long run)
+    nox -s fuzz-parser   coverage-guided fuzzing of the parser and printer (atheris)
 
 Extra arguments after `--` go to pytest, e.g. `nox -s tests -- -k npz -x`.
 """
@@ -430,6 +431,34 @@ def fuzz(session: nox.Session) -> None:
         "python",
         "-m",
         "heron_fuzz",
+        *args,
+        env={"PYTHONPATH": str(ROOT / "tests" / "fuzz")},
+    )
+
+
+@nox.session(name="fuzz-parser")
+def fuzz_parser(session: nox.Session) -> None:
+    """Coverage-guided fuzzing of the HLO parser and printer with atheris (libFuzzer).
+
+    Seeds: the corpus's .hlo files, copied into a working corpus that libFuzzer
+    grows (.nox/fuzz-parser/tmp/corpus). Arguments after `--` go to libFuzzer
+    (default `-max_total_time=300 -rss_limit_mb=2048`); a finding stops the run
+    with its traceback and a `crash-<sha1>` input in the current directory.
+    Not a default session: tests/test_fuzz_parser.py checks the same property
+    on the corpus, seeded mutants and what earlier runs found.
+    """
+    session.install("-e", "packages/hlo-ir", "atheris")
+    corpus = Path(os.environ.get("HERON_CORPUS") or ROOT.parent / "shared" / "corpus" / "xla")
+    work = Path(session.create_tmp()) / "corpus"
+    work.mkdir(exist_ok=True)
+    for index, path in enumerate(sorted(corpus.rglob("*.hlo"))):
+        (work / f"seed-{index:04d}.hlo").write_bytes(path.read_bytes())
+    args = list(session.posargs) or ["-max_total_time=300", "-rss_limit_mb=2048"]
+    session.run(
+        "python",
+        "-m",
+        "heron_fuzz.parser_atheris",
+        str(work),
         *args,
         env={"PYTHONPATH": str(ROOT / "tests" / "fuzz")},
     )

@@ -590,3 +590,26 @@ def test_parse_module_file(tmp_path):
     m = parse_module_file(path)
     assert m.name == "some-test" and m.source == str(path)
     assert m.computation("f").root.location.file == str(path)
+
+
+@pytest.mark.parametrize("where", ["result", "signature", "constant"])
+def test_tuple_shapes_nested_past_the_limit_are_refused_not_a_recursion_error(where):
+    """Found by the parser's coverage-guided fuzzer (tests/fuzz/heron_fuzz/parser_atheris.py):
+    3,000 nested '(' in a shape ended in a RecursionError (exit 3 from the CLI)."""
+    from heron.hlo.errors import HloParseError
+    from heron.hlo.parser import MAX_TUPLE_NESTING
+
+    def module(depth: int) -> str:
+        shape = "(" * depth + "f32[]" + ")" * depth
+        if where == "signature":
+            return f"HloModule m\nENTRY e (a: {shape}) -> f32[] {{ ROOT p = f32[] parameter(0) }}"
+        if where == "constant":
+            value = "(" * depth + "1" + ")" * depth
+            return f"HloModule m\nENTRY e {{ ROOT c = {shape} constant({value}) }}"
+        return f"HloModule m\nENTRY e {{ ROOT p = {shape} parameter(0) }}"
+
+    parse_module(module(MAX_TUPLE_NESTING))
+    for depth in (MAX_TUPLE_NESTING + 1, 3000):
+        too_deep = f"tuple shapes nested more than {MAX_TUPLE_NESTING}"
+        with pytest.raises(HloParseError, match=too_deep):
+            parse_module(module(depth))

@@ -181,15 +181,24 @@ def parse_shape(text: str) -> Shape:
 # -- shapes ----------------------------------------------------------------------------
 
 
-def parse_shape_at(cur: Cursor) -> Shape:
+#: How deep tuple shapes may nest. XLA sets no limit (its parser recurses on
+#: the C++ stack); heron's parser, printer, verifier and evaluator recurse on
+#: shapes in Python, so an absurd depth is refused here, located, rather than
+#: ending in a RecursionError anywhere downstream. Real modules nest a few levels.
+MAX_TUPLE_NESTING = 64
+
+
+def parse_shape_at(cur: Cursor, depth: int = 0) -> Shape:
     """shape ::= tuple_shape | array_shape (at the cursor)."""
     start = cur.skip()
     if cur.text.startswith("(", start):
-        return _tuple_shape(cur, start)
+        return _tuple_shape(cur, start, depth + 1)
     return _array_shape(cur, start)
 
 
-def _tuple_shape(cur: Cursor, start: int) -> TupleShape:
+def _tuple_shape(cur: Cursor, start: int, depth: int) -> TupleShape:
+    if depth > MAX_TUPLE_NESTING:
+        raise cur.error(f"tuple shapes nested more than {MAX_TUPLE_NESTING} deep", start)
     cur.pos = start + 1
     elements: list[Shape] = []
     if cur.accept(")"):
@@ -200,7 +209,7 @@ def _tuple_shape(cur: Cursor, start: int) -> TupleShape:
                 "unexpected end of file inside a tuple shape: the '(' at line"
                 f" {cur.location(start).line} is never closed"
             )
-        elements.append(parse_shape_at(cur))
+        elements.append(parse_shape_at(cur, depth))
         if cur.accept(")"):
             return TupleShape(tuple(elements))
         if cur.at_end():
