@@ -87,3 +87,36 @@ def test_run_check_agrees_on_a_valid_corpus_reduction(corpus_dir: Path) -> None:
     hlo = corpus_dir / "gpu" / "reduce_column" / "vectorize_x2_f32.hlo"
     result = _heron("run", str(hlo), "--backend", "interpreter", "--seed", "0", "--check")
     assert result.returncode == 0, result.stdout[-2000:] if result.stdout else result.stderr
+
+
+def test_rocm_packed_store_of_a_known_zero_compiles(tmp_path: Path) -> None:
+    """Fixed fuzz finding generated-s1-3058 (SIGABRT in AMDGPU instruction selection:
+    an idempotent byte atomic); tests/test_rocm_subbyte_codegen.py has the unit tests."""
+    hlo = REPRODUCERS / "rocm_s4_idempotent_atomic_sigabrt.hlo"
+    for target in ("mi300x", "h100"):
+        result = _heron("compile", str(hlo), "--target", target, "-o", f"{tmp_path}/{target}/")
+        assert result.returncode == 0, (target, result.returncode, result.stderr[-2000:])
+    result = _heron("check", str(hlo), "--target", "mi300x")
+    assert result.returncode == 0, (result.returncode, result.stdout[-2000:])
+
+
+def test_a_gather_with_a_missing_operand_is_refused_with_its_location() -> None:
+    """Fixed fuzz findings mutation-s1-2202, -3195 (IndexError in shape inference, exit 3):
+    gather takes exactly two operands; an opcode mutated into gather had one or none."""
+    hlo = REPRODUCERS / "gather_one_operand.hlo"
+    result = _heron("parse", str(hlo))
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "(gather): expects 2 operands, has 1" in result.stderr
+    assert result.stderr.startswith(f"{hlo}:")
+
+
+def test_a_scatter_with_a_zero_size_window_is_checked(corpus_dir: Path, tmp_path: Path) -> None:
+    """Fixed fuzz finding mutation-s1-2652 (ZeroDivisionError in heron check's scatter
+    inputs, exit 3): every size 8 of permuted_sorted_indices made 0, so the update
+    window has size 0 and the index slots were divided by it."""
+    source = (corpus_dir / "gpu" / "scatter" / "permuted_sorted_indices.hlo").read_text()
+    hlo = tmp_path / "zero_window.hlo"
+    hlo.write_text(source.replace("8", "0"))
+    result = _heron("check", str(hlo))
+    assert result.returncode in (0, 2), (result.returncode, result.stdout[-2000:])
+    assert "internal error" not in result.stderr, result.stderr

@@ -216,3 +216,38 @@ def test_packed_s2_loads_still_compile_for_mi300x(corpus_dir: Path, tmp_path: Pa
     """The corpus's s8 -> s2 loop: O3 loads `<16 x i2>` and extracts its elements, which
     the AMDGPU code generator handles; only truncates to sub-byte vectors are refused."""
     _compile(corpus_dir / "common" / "loop" / "s8_to_s2.hlo", "mi300x", tmp_path / "out")
+
+
+def test_idempotent_sub_word_atomics_become_atomic_loads() -> None:
+    from heron.runtime.rocm.compiler import idempotent_sub_word_atomics_as_loads as rewrite
+
+    text = '%5 = atomicrmw or ptr addrspace(1) %3, i8 0 syncscope("agent") acq_rel, align 1'
+    assert (
+        rewrite(text)
+        == '%5 = load atomic i8, ptr addrspace(1) %3 syncscope("agent") acquire, align 1'
+    )
+    assert rewrite("%a = atomicrmw and ptr %p, i16 -1 seq_cst, align 2") == (
+        "%a = load atomic i16, ptr %p seq_cst, align 2"
+    )
+    # Atomics that change memory, and 32-bit ones (which AMDGPU selects), stay.
+    for kept in (
+        "%a = atomicrmw or ptr addrspace(1) %p, i8 5 acq_rel, align 1",
+        "%a = atomicrmw and ptr addrspace(1) %p, i8 -16 acq_rel, align 1",
+        "%a = atomicrmw or ptr addrspace(1) %p, i32 0 acq_rel, align 4",
+        "%a = atomicrmw or ptr addrspace(1) %p, i8 %v acq_rel, align 1",
+    ):
+        assert rewrite(kept) == kept
+
+
+@pytest.mark.parametrize("atomic", ["or:0", "and:-1", "add:0", "xor:0", "or:5", "and:-16"])
+def test_byte_atomics_compile_for_amdgpu_whatever_their_operand(atomic: str) -> None:
+    """Fuzz finding generated-s1-3058: `atomicrmw or ptr, i8 0` aborted AMDGPU's
+    instruction selection ("Cannot select: AtomicLoadAdd")."""
+    op, value = atomic.split(":")
+    llvm_ir = f"""
+define amdgpu_kernel void @k(ptr addrspace(1) %p) {{
+  %r = atomicrmw {op} ptr addrspace(1) %p, i8 {value} syncscope("agent") acq_rel, align 1
+  ret void
+}}
+"""
+    assert _to_object(llvm_ir).startswith("object:")

@@ -59,7 +59,10 @@ def _promised_indices(
     moved = np.moveaxis(indices, vector_dim, -1) if has_vector_dim else indices[..., None]
     count = math.prod(moved.shape[:-1])
     # Window slots per scattered dimension, on a grid of the window size.
-    slots = [max(operand.dims[d] // sizes[d], 0) for d in index_map]
+    # A window of size 0 writes nothing: any start index in range keeps every promise.
+    slots = [
+        operand.dims[d] // sizes[d] if sizes[d] else max(operand.dims[d], 1) for d in index_map
+    ]
     total = math.prod(slots)
     unique = bool(scatter.attr("unique_indices", False))
     if unique:

@@ -67,11 +67,11 @@ _TABLE: list[OpcodeInfo] = [
         "bitcast broadcast copy reshape reverse slice transpose get-tuple-element"
         " get-dimension-size",
     ),
-    *_ops(Category.DATA_MOVEMENT, 2, "pad set-dimension-size"),
+    *_ops(Category.DATA_MOVEMENT, 2, "gather pad set-dimension-size"),
     *_ops(
         Category.DATA_MOVEMENT,
         VARIADIC,
-        "concatenate dynamic-reshape dynamic-slice dynamic-update-slice gather scatter tuple",
+        "concatenate dynamic-reshape dynamic-slice dynamic-update-slice scatter tuple",
     ),
     *_ops(Category.REDUCTION, VARIADIC, "reduce reduce-window sort map topk"),
     *_ops(Category.REDUCTION, 3, "select-and-scatter"),

@@ -130,6 +130,10 @@ class _Ctx:
         return len(self.inst.operands)
 
     def operand(self, i: int) -> Shape:
+        if i >= len(self.inst.operands):
+            # A rule reads the operands its opcode has; a variadic opcode's count is
+            # only checked by the rule itself.
+            raise _Failure(f"expects at least {_count(i + 1, 'operand')}, has {self.n}")
         return self.inst.operands[i].shape
 
     def array(self, i: int, what: str | None = None) -> ArrayShape:

@@ -84,6 +84,23 @@ _OCML = re.compile(r"__ocml_([a-z0-9]+)_(f16|f32|f64)")
 _INTRINSIC = re.compile(r"llvm\.([a-z0-9]+)\.(.+)")
 # A truncate to a vector of sub-byte integers (`trunc <4 x i8> %v to <4 x i4>`; i1
 # masks are fine), which the AMDGPU code generator cannot legalise (module docstring).
+# `%r = atomicrmw or ptr addrspace(1) %p, i8 0 syncscope("agent") acq_rel, align 1`: an
+# 8/16-bit read-modify-write that changes nothing (see idempotent_sub_word_atomics_as_loads).
+_IDEMPOTENT_SUB_WORD_ATOMIC = re.compile(
+    r"(?P<result>%[\w.$-]+) = atomicrmw (?:volatile )?"
+    r"(?:(?:or|xor|add|sub|umax) (?P<pointer>ptr(?: addrspace\(\d+\))? %[\w.$-]+),"
+    r" (?P<type>i8|i16) 0"
+    r"|and (?P<pointer2>ptr(?: addrspace\(\d+\))? %[\w.$-]+), (?P<type2>i8|i16) -1)"
+    r"(?: (?P<scope>syncscope\(\"[^\"]*\"\)))? (?P<ordering>\w+), align (?P<align>\d+)"
+)
+#: The ordering of an atomic load standing for a read-modify-write of that ordering.
+_LOAD_ORDERING = {
+    "monotonic": "monotonic",
+    "acquire": "acquire",
+    "release": "monotonic",
+    "acq_rel": "acquire",
+    "seq_cst": "seq_cst",
+}
 _SUB_BYTE_VECTOR_TRUNCATE = re.compile(
     r"=\s*trunc\s+<[^>]*>\s+\S+\s+to\s+(<\s*(?:vscale\s+x\s+)?\d+\s+x\s+i[2-7]\s*>)"
 )
@@ -188,12 +205,42 @@ def llvm_ir_to_object(
                 f" sub-byte integers ({', '.join(found)}), which the AMDGPU code generator"
                 " cannot legalise"
             )
+    text = str(module)
+    loads = idempotent_sub_word_atomics_as_loads(text)
+    if loads != text:
+        module = llvm.parse_assembly(loads)
+        module.triple, module.data_layout = AMDGPU_TRIPLE, str(machine.target_data)
+        module.verify()
     if dump is not None:
         dump("llvm-ir-optimised", str(module))
         copy = llvm.parse_assembly(str(module))
         copy.triple, copy.data_layout = module.triple, module.data_layout
         dump("amdgcn-asm", machine.emit_assembly(copy))
     return machine.emit_object(module)
+
+
+def idempotent_sub_word_atomics_as_loads(llvm_ir: str) -> str:
+    """``llvm_ir`` with each 8- or 16-bit ``atomicrmw`` that cannot change memory
+    (``or``/``xor``/``add``/``sub``/``umax`` of 0, ``and`` of -1) replaced by the atomic
+    load it amounts to (same value, same scope, the ordering's acquire half).
+
+    The AMDGPU code generator cannot select these: LLVM turns them into an
+    idempotent ``atomicrmw add`` of a byte, which it neither widens nor lowers
+    ("LLVM ERROR: Cannot select: AtomicLoadAdd", a process abort). heron emits
+    them for a packed s4/s2 store of a value LLVM proves is 0 (the ``or`` half
+    of the clear-then-set pair): fuzz finding generated-s1-3058.
+    """
+
+    def load(match: re.Match) -> str:
+        ordering = _LOAD_ORDERING[match["ordering"]]
+        scope = f" {match['scope']}" if match["scope"] else ""
+        return (
+            f"{match['result']} = load atomic {match['type'] or match['type2']},"
+            f" {match['pointer'] or match['pointer2']}"
+            f"{scope} {ordering}, align {match['align']}"
+        )
+
+    return _IDEMPOTENT_SUB_WORD_ATOMIC.sub(load, llvm_ir)
 
 
 def sub_byte_vector_truncates(llvm_ir: str) -> list[str]:
