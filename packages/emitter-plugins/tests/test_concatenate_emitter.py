@@ -134,7 +134,7 @@ def test_vectors_never_straddle_two_operands(corpus_dir):
     assert all("vector_index in [0, 1]" in m for m in _loop_maps(kernel))
     ptx = artefact_text(compile_emitted(kernel, H100, stop_after="ptx"), "ptx")
     accesses = sorted(set(re.findall(r"\b(?:ld|st)\.global(?:\.[a-z0-9]+)+", ptx)))
-    assert accesses == ["ld.global.v2.b32", "st.global.v2.b32"]
+    assert accesses == ["ld.global.nc.v2.b32", "st.global.v2.b32"]  # read-only inputs: .nc
 
 
 def test_pieces_of_size_one_keep_one_element_per_thread():

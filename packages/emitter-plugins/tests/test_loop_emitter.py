@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 import pytest
-from heron_test_support.analysis import H100, analysed, artefact_text
+from heron_test_support.analysis import A100, H100, analysed, artefact_text
 from mlir import ir
 
 from heron.compiler import compile_fusion
@@ -123,7 +123,7 @@ def test_gelu_ptx_has_four_wide_vector_loads_and_stores():
 
     result = compile_to_ptx(lower(kernel), "sm_90", ptx_version=80)
     accesses = sorted(set(re.findall(r"\b(?:ld|st)\.global(?:\.[a-z0-9]+)+", result.ptx)))
-    assert accesses == ["ld.global.v4.b16", "st.global.v4.b16"]
+    assert accesses == ["ld.global.nc.v4.b16", "st.global.v4.b16"]  # read-only input: .nc
     assert result.kernel_names == ("fusion",)
 
 
@@ -234,15 +234,17 @@ def _physical_strides(shape: ArrayShape) -> list[int]:
 
 
 def test_vector_size_follows_the_corpus_choices(corpus_dir):
+    """vectorize_x4 (240,000 f32) fills an A100 (2048 x 108 threads), not an H100 (x 132)."""
     from heron.hlo.parser import parse_module_file
 
     expected = {
-        "vectorize_x4.hlo": "vector_index in [0, 3]",
-        "vectorize_x1_too_small.hlo": None,
+        ("vectorize_x4.hlo", A100): "vector_index in [0, 3]",
+        ("vectorize_x4.hlo", H100): None,
+        ("vectorize_x1_too_small.hlo", A100): None,
     }
-    for name, symbol in expected.items():
+    for (name, target), symbol in expected.items():
         module = parse_module_file(corpus_dir / "common" / "loop" / name)
-        emitter = LoopEmitter(analysed(module.entry.root_instruction))
+        emitter = LoopEmitter(analysed(module.entry.root_instruction, target))
         text = emitter.thread_map().format()
         if symbol is None:
             assert "vector_index" not in text
@@ -282,18 +284,21 @@ def _global_accesses(ptx: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("name", "expected"),
+    ("name", "target", "expected"),
     [
-        # The corpus CHECK lines: vector<4xf32> transfers, and no vector for 20 elements.
-        ("vectorize_x4.hlo", {"ld.global.v4", "st.global.v4"}),
-        ("vectorize_x1_too_small.hlo", {"ld.global", "st.global"}),
+        # The corpus CHECK lines: vector<4xf32> transfers (on a device that 240,000
+        # elements fill, the A100), and no vector for 20 elements.
+        ("vectorize_x4.hlo", A100, {"ld.global.nc.v4", "st.global.v4"}),
+        ("vectorize_x4.hlo", H100, {"ld.global.nc", "st.global"}),
+        ("vectorize_x1_too_small.hlo", A100, {"ld.global.nc", "st.global"}),
     ],
+    ids=lambda v: getattr(v, "name", None),
 )
-def test_corpus_vector_width_in_the_final_ptx(corpus_dir, name, expected):
+def test_corpus_vector_width_in_the_final_ptx(corpus_dir, name, target, expected):
     from heron.hlo.parser import parse_module_file
 
     module = parse_module_file(corpus_dir / "common" / "loop" / name)
-    compiled = compile_fusion(module.entry.root_instruction, H100, stop_after="ptx")
+    compiled = compile_fusion(module.entry.root_instruction, target, stop_after="ptx")
     accesses = _global_accesses(artefact_text(compiled, "ptx"))
     # the element type is f32, which PTX may spell .f32 or .b32
     kinds = {re.sub(r"\.(?:f32|b32)$", "", a) for a in accesses}
@@ -341,7 +346,7 @@ def test_parameter_as_an_output_is_copied_from_its_tensor():
     ptx = artefact_text(compiled, "ptx")
     # One thread per element: p0 and p1 loaded once, p0 + p1 stored, and p0's loaded
     # register stored unchanged (the copy), in that output order.
-    loaded = re.findall(r"ld\.global\.(?:b|f)32\s+(%r\d+)", ptx)
+    loaded = re.findall(r"ld\.global\.(?:nc\.)?(?:b|f)32\s+(%r\d+)", ptx)
     add = re.search(r"add\.rn\.f32\s+(%r\d+), (%r\d+), (%r\d+);", ptx)
     stored = re.findall(r"st\.global\.(?:b|f)32\s+\[[^\]]+\],\s*(%r\d+);", ptx)
     assert add is not None and len(loaded) == 2
@@ -359,7 +364,7 @@ def _loaded_from_param(ptx: str, param: str) -> str:
             derived.add(dest)
     [register] = [
         r
-        for r, address in re.findall(r"ld\.global\.[bf]32\s+(%r\d+), \[(%rd\d+)\]", ptx)
+        for r, address in re.findall(r"ld\.global\.(?:nc\.)?[bf]32\s+(%r\d+), \[(%rd\d+)\]", ptx)
         if address in derived
     ]
     return register

@@ -6,6 +6,17 @@ threads walk the largest concatenate operand, the update, or the sliced input
 instead of the output. This module computes the launch and thread map for such
 a space, the map from a hero's index to a root's index through an epilogue,
 and the index arithmetic (clamping, comparisons) the emitters need.
+
+The elements per thread of every loop-like kernel (loop, concatenate,
+dynamic-update-slice, and the scatter's vector) are XLA's loop unroll factor
+(``ComputeLoopFusionConfig`` in ``xla/service/gpu/gpu_fusible.cc``), computed
+once here by :func:`loop_unroll_factor` from the element count and the
+target: 4 or 2, whichever divides the element count, once the loop has at
+least as many elements as the device keeps threads resident
+(``threads_per_core_limit x core_count``: 2048 x 132 = 270,336 on an H100);
+then at least enough sub-byte elements to fill a byte. A vector may straddle
+rows of the shape: the thread map delinearises every element exactly and the
+last partial vector is bounds-checked, as in XLA.
 """
 
 from __future__ import annotations
@@ -30,7 +41,6 @@ from heron.indexing.thread_maps import (
     DEFAULT_THREADS_PER_BLOCK,
     MAX_BLOCKS_X,
     LaunchDimensions,
-    choose_vector_size,
     fusion_vectorization_limits,
     loop_thread_to_output_map,
 )
@@ -46,7 +56,13 @@ __all__ = [
     "fusion_writes",
     "index_constant",
     "loop_iteration",
+    "loop_launch",
+    "loop_unroll_factor",
+    "resident_threads",
 ]
+
+#: XLA's largest loop unroll factor (``ComputeMaxUnrollFactor``): 4, then 2.
+MAX_UNROLL_FACTOR = 4
 
 
 @attrs.frozen
@@ -59,6 +75,57 @@ class Iteration:
     thread_map: IndexingMap
 
 
+def resident_threads(target: EmitterTarget) -> int:
+    """Threads the device keeps resident at once: ``threads_per_core_limit x core_count``.
+
+    Below this many elements a loop does not fill the device, so XLA gives
+    each thread one element (registers are worth more than vector loads).
+    """
+    return target.threads_per_core_limit * target.core_count
+
+
+def loop_unroll_factor(
+    elements: int,
+    target: EmitterTarget,
+    *,
+    may_vectorize: bool = True,
+    smallest_output_bits: int = 0,
+) -> int:
+    """Elements per thread of a loop over ``elements`` elements: XLA's unroll factor.
+
+    ``ComputeLoopFusionConfig``: the largest of 4 and 2 dividing ``elements``
+    when there are at least :func:`resident_threads` of them and no op of the
+    fusion prevents vectorisation (``may_vectorize``, from
+    ``fusion_vectorization_limits``); else 1. Then at least ``ceil(8 /
+    smallest_output_bits)`` for a sub-byte output, so that one thread writes a
+    whole byte (the bounds check covers an odd element count).
+    """
+    factor = 1
+    if may_vectorize and elements >= resident_threads(target):
+        factor = next(
+            (f for f in (MAX_UNROLL_FACTOR, 2) if elements % f == 0),
+            1,
+        )
+    if 0 < smallest_output_bits < 8:
+        factor = max(factor, math.ceil(8 / smallest_output_bits))
+    return factor
+
+
+def loop_launch(elements: int, vector_size: int, target: EmitterTarget) -> LaunchDimensions:
+    """XLA's ``CalculateLaunchDimensions``: one thread per vector, 128-thread blocks.
+
+    Blocks have the loop emitter's 128 threads (fewer on a target that allows
+    fewer, or when there are fewer vectors); beyond what x may hold, the
+    blocks grow a y dimension.
+    """
+    work_items = max(1, math.ceil(elements / vector_size))
+    per_block = min(DEFAULT_THREADS_PER_BLOCK, target.threads_per_block_limit)
+    threads = max(1, min(per_block, work_items))
+    blocks = math.ceil(work_items / threads)
+    block_y = math.ceil(blocks / MAX_BLOCKS_X)
+    return LaunchDimensions(block_x=math.ceil(blocks / block_y), thread_x=threads, block_y=block_y)
+
+
 def loop_iteration(
     shape: ArrayShape,
     computation: Computation,
@@ -69,32 +136,26 @@ def loop_iteration(
 ) -> Iteration:
     """The loop emitter's launch and thread map, but over ``shape`` instead of the output.
 
-    The vector size is the loop emitter's choice for ``shape`` (limited by the
-    fusion's widest type and vectorisation blockers), reduced to a divisor of
-    ``vector_divisor`` when given (a concatenate's vectors must not straddle
-    two operands), or exactly ``vector_size`` when given. Blocks have the loop
-    emitter's 128 threads, fewer on a target that allows fewer.
+    The vector size is the loop unroll factor for ``shape``
+    (:func:`loop_unroll_factor`: the element count, the target and the
+    fusion's vectorisation blockers and narrowest output), reduced to a
+    divisor of ``vector_divisor`` when given (a concatenate's vectors must not
+    straddle two operands), or exactly ``vector_size`` when given. Blocks have
+    the loop emitter's 128 threads, fewer on a target that allows fewer.
     """
     if shape.num_elements == 0:
         raise UnsupportedError(f"cannot launch a loop over the empty shape {shape}")
     if vector_size is None:
-        widest, narrowest, may_vectorize = fusion_vectorization_limits(computation)
-        vector_size = choose_vector_size(
-            shape,
-            max_element_bits=widest,
+        _, narrowest, may_vectorize = fusion_vectorization_limits(computation)
+        vector_size = loop_unroll_factor(
+            shape.num_elements,
+            target,
+            may_vectorize=may_vectorize,
             smallest_output_bits=narrowest,
-            vectorize=may_vectorize,
         )
         if vector_divisor is not None:
             vector_size = math.gcd(vector_size, vector_divisor)
-    work_items = math.ceil(shape.num_elements / vector_size)
-    per_block = min(DEFAULT_THREADS_PER_BLOCK, target.threads_per_block_limit)
-    threads = max(1, min(per_block, work_items))
-    blocks = math.ceil(work_items / threads)
-    block_y = math.ceil(blocks / MAX_BLOCKS_X)
-    launch = LaunchDimensions(
-        block_x=math.ceil(blocks / block_y), thread_x=threads, block_y=block_y
-    )
+    launch = loop_launch(shape.num_elements, vector_size, target)
     thread_map = loop_thread_to_output_map(
         shape.dims, launch, vector_size, 1, minor_to_major=shape.minor_to_major
     )

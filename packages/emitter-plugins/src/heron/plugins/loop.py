@@ -2,9 +2,13 @@
 
 Every thread writes ``vector_size`` consecutive output elements (in the
 output's physical order, so writes are coalesced and, after the pipeline's
-vectorize pass, 4-wide): one ``heron_gpu.loop`` over the thread-to-output map
-of ``heron.indexing.thread_maps`` (its range symbol ``vector_index`` is the
-element within a vector; its domain is the bounds check), and in its body one
+vectorize pass, 4-wide where aligned). ``vector_size`` is XLA's loop unroll
+factor (``heron.plugins.iteration.loop_unroll_factor``): 4 or 2 by the element
+count once the output fills the target's resident threads, and a whole byte
+for sub-byte outputs; a vector may span two rows. One ``heron_gpu.loop`` over
+the thread-to-output map of ``heron.indexing.thread_maps`` (its range symbol
+``vector_index`` is the element within a vector; its domain is the bounds
+check), and in its body one
 ``pure_call`` per fusion root at that root's index and one ``tensor.insert``
 per output. That is the seeds' GELU structure.
 
@@ -42,12 +46,11 @@ from heron.indexing import Dim, IndexingError, IndexingMap, Interval, Variable, 
 from heron.indexing.affine import AffineExpr, Constant
 from heron.indexing.hlo_indexing import reshape_exprs
 from heron.indexing.thread_maps import (
-    DEFAULT_THREADS_PER_BLOCK,
     LaunchDimensions,
-    choose_loop_launch,
     fusion_vectorization_limits,
     loop_thread_to_output_map,
 )
+from heron.plugins.iteration import loop_launch, loop_unroll_factor
 
 __all__ = ["LoopEmitter", "heron_emitter_specs", "reindex_map"]
 
@@ -113,17 +116,18 @@ class LoopEmitter(FusionEmitter):
             # compile -> image -> run path the same for every fusion.
             self._launch, self.vector_size, self.unroll = LaunchDimensions(1, 1), 1, 1
             return
-        widest, narrowest, may_vectorize = fusion_vectorization_limits(self.computation)
+        _, narrowest, may_vectorize = fusion_vectorization_limits(self.computation)
+        # XLA's unroll factor: a device fact (resident threads) decides whether to
+        # vectorise, the element count how wide (see heron.plugins.iteration).
+        self.vector_size = loop_unroll_factor(
+            self.first.num_elements,
+            self.target,
+            may_vectorize=may_vectorize,
+            smallest_output_bits=narrowest,
+        )
+        self.unroll = 1
         try:
-            self._launch, self.vector_size, self.unroll = choose_loop_launch(
-                self.first,
-                max_element_bits=widest,
-                smallest_output_bits=narrowest,
-                vectorize=may_vectorize,
-                threads_per_block=min(
-                    DEFAULT_THREADS_PER_BLOCK, self.target.threads_per_block_limit
-                ),
-            )
+            self._launch = loop_launch(self.first.num_elements, self.vector_size, self.target)
         except IndexingError as exc:
             raise UnsupportedError(f"fusion '{fusion.name}': {exc}", fusion.location) from exc
 

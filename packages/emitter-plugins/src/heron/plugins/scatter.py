@@ -1,7 +1,9 @@
 """The scatter emitter: one thread per update element, the operand updated in place.
 
 XLA's scatter emitter (the RFC's "Scatter" section) maps every element of the
-updates to a thread. The thread computes the element's scatter index (the
+updates to a thread (a vector of a few consecutive elements of one window when
+XLA's loop unroll factor allows, e.g. two s4 elements; blocks are whole warps,
+the extra threads idle). The thread computes each element's scatter index (the
 indices operand read at the element's scatter dimensions, mapped onto the
 operand by ``scatter_dims_to_operand_dims``, plus batching dimensions), skips
 the update when its whole window does not fit in the operand (XLA's rule is
@@ -27,6 +29,7 @@ what it updates. An operand that is not a plain fusion parameter is refused.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import attrs
@@ -44,12 +47,12 @@ from heron.hlo.shapes import ArrayShape
 from heron.indexing import IndexingError, IndexingMap, Interval, Variable
 from heron.indexing.affine import Symbol
 from heron.indexing.thread_maps import (
-    DEFAULT_THREADS_PER_BLOCK,
     LaunchDimensions,
-    choose_loop_launch,
+    fusion_vectorization_limits,
     loop_thread_to_output_map,
 )
 from heron.partitioner.subgraph import leaf_shapes
+from heron.plugins.iteration import loop_launch, loop_unroll_factor
 
 __all__ = ["ScatterDescription", "ScatterEmitter", "heron_emitter_specs"]
 
@@ -173,20 +176,36 @@ class ScatterEmitter(FusionEmitter):
     # -- launch and iteration ---------------------------------------------------------
 
     def _choose_launch(self) -> tuple[LaunchDimensions, int]:
+        """XLA's launch for a scatter with distributed updates.
+
+        The vector size is ``gcd(elements of one update window, the loop unroll
+        factor of the updates)`` (so a vector never spans two windows); blocks
+        are the loop emitter's over the updates, with the threads of a block
+        rounded up to whole warps of the target (``ScatterWithDistributedUpdates``
+        in XLA's scatter emitter launches ``num_warps x warp_size`` threads). The
+        extra threads fail the thread map's bounds check and do nothing.
+        """
         if self.serial or self.empty:
             return LaunchDimensions(block_x=1, thread_x=1), 1
         shape = self.description.update_shape
+        _, narrowest, may_vectorize = fusion_vectorization_limits(self.computation)
+        window = math.prod(shape.dims[d] for d in self.description.update_window_dims)
+        vector_size = math.gcd(
+            window,
+            loop_unroll_factor(
+                shape.num_elements,
+                self.target,
+                may_vectorize=may_vectorize,
+                smallest_output_bits=narrowest,
+            ),
+        )
         try:
-            launch, vector_size, _ = choose_loop_launch(
-                shape,
-                vectorize=False,
-                threads_per_block=min(
-                    DEFAULT_THREADS_PER_BLOCK, self.target.threads_per_block_limit
-                ),
-            )
+            launch = loop_launch(shape.num_elements, vector_size, self.target)
         except IndexingError as exc:
             raise self._error(str(exc)) from exc
-        return launch, vector_size
+        warp = self.target.warp_size
+        threads = math.ceil(launch.thread_x / warp) * warp
+        return attrs.evolve(launch, thread_x=threads), vector_size
 
     def launch_dimensions(self) -> LaunchDimensions:
         return self._launch

@@ -16,7 +16,9 @@ of them and lives here (docs/pipeline.md, stage ``emitted``):
   private ``func.func`` of scalars;
 - the entry function: fusion parameters then output tensors, returning the
   outputs, with ``heron.kernel``, ``heron.block_size`` and ``heron.grid_size``,
-  and the thread and block ids the hero's loop is indexed by;
+  each in-place output argument marked with the parameter whose buffer it is
+  (``heron.in_place_of``, ``heron.emitters.kernel_arguments``), and the thread
+  and block ids the hero's loop is indexed by;
 - verification (MLIR's verifier and ``verify_xla_ops``), so a broken emitter
   is caught where it is, not three passes later.
 
@@ -38,6 +40,7 @@ from heron.emitters import mlir_types
 from heron.emitters.dialect import make_context, pure_call_op, verify_xla_ops
 from heron.emitters.elemental import ElementalContext, emit_instruction
 from heron.emitters.fusion_analysis import FusionAnalysis
+from heron.emitters.kernel_arguments import mark_in_place
 from heron.hlo.errors import HloError, UnsupportedError
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.shapes import ArrayShape, Shape
@@ -681,11 +684,13 @@ class FusionEmitter(abc.ABC):
             for sub in partitioned.subgraphs
             if not all(id(root) in skipped for root in sub.roots)
         ]
+        aliases = self._checked_aliases()
         context = make_context()
         with context, ir.Location.unknown():
             module = ir.Module.create()
             emitter = _ModuleEmitter(self.fusion, partitioned)
             entry = self._declare_entry(module, emitter, launch)
+            mark_in_place(entry.operation, aliases)
             with ir.InsertionPoint(module.body):
                 for sub in subgraphs:
                     emitter.declare_subgraph(sub)
@@ -705,7 +710,7 @@ class FusionEmitter(abc.ABC):
             launch=launch,
             arguments=self.arguments(),
             module=module,
-            output_aliases=self._checked_aliases(),
+            output_aliases=aliases,
             writes_each_element_once=self.writes_each_element_once,
         )
 

@@ -28,6 +28,10 @@ class EmitterTarget(Protocol):
     #: Streaming multiprocessors (CUDA) or compute units (ROCm).
     core_count: int
     threads_per_block_limit: int
+    #: Threads a core keeps resident (2048 on an H100 SM): with ``core_count``,
+    #: how many threads fill the device, from which XLA's loop unroll factor
+    #: vectorises (``ComputeLoopFusionConfig``).
+    threads_per_core_limit: int
     #: Bytes of shared memory a block may use without opting in.
     shared_memory_per_block: int
     #: Bytes of shared memory a block may use after opting in.

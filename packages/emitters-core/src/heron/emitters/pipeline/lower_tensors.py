@@ -13,7 +13,10 @@ of docs/pipeline.md, which both backends (``heron.runtime.cuda``,
 - ``module attributes {gpu.container_module}`` holding one
   ``gpu.module @<entry>_module``;
 - the entry as ``gpu.func @<entry>(memref..) kernel`` with ``known_block_size``
-  and ``known_grid_size`` from its ``heron.block_size``/``heron.grid_size``;
+  and ``known_grid_size`` from its ``heron.block_size``/``heron.grid_size``,
+  and LLVM argument attributes from the kernel ABI (``noalias``, ``readonly``,
+  ``align``, ``dereferenceable``: ``heron.emitters.kernel_arguments``), which
+  the lowered kernel is checked against;
 - surviving private functions as ``func.func`` in the gpu.module (tensor
   arguments become memrefs, scalars are unchanged).
 
@@ -38,7 +41,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, gpu, memref, scf, vector
 
-from heron.emitters import ir_utils
+from heron.emitters import ir_utils, kernel_arguments
 from heron.emitters.pipeline.manager import Pass, PipelineOptions, run_upstream
 from heron.hlo.errors import UnsupportedError
 
@@ -242,10 +245,34 @@ class _Lowering:
             self.kernel = self._declare_kernel()
         for old, new in lowered:
             self._lower_function_body(old, new, kernel=False)
-        self._lower_function_body(self.entry, self.kernel, kernel=True)
+        returned = self._lower_function_body(self.entry, self.kernel, kernel=True)
+        self._set_argument_attributes(returned)
         for function in functions:
             function.erase()
         self.module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
+
+    def _set_argument_attributes(self, returned: list[ir.Value]) -> None:
+        """The kernel's LLVM argument attributes (``heron.emitters.kernel_arguments``).
+
+        The outputs are the entry's last arguments, one per result, and any
+        argument whose buffer a result is (destination passing: a returned
+        tensor is the buffer it was inserted into); the in-place pairs are the
+        entry's ``heron.in_place_of`` marks. The lowered kernel is then checked
+        against the attributes.
+        """
+        assert self.kernel is not None and self.gpu_module is not None
+        arguments = list(self.kernel.regions[0].blocks[0].arguments)
+        kernel_type = ir.TypeAttr(self.kernel.attributes["function_type"]).value
+        n_args = len(ir.FunctionType(kernel_type).inputs)
+        outputs = set(range(n_args - len(returned), n_args))
+        for value in returned:
+            outputs.update(k for k in range(n_args) if arguments[k] == value)
+        kernel_arguments.set_llvm_argument_attributes(
+            self.kernel, outputs, kernel_arguments.in_place_pairs(self.entry)
+        )
+        kernel_arguments.check_argument_attributes(
+            self.gpu_module, self.kernel, f"lower-tensors: fusion {self.fusion!r}"
+        )
 
     def _signature(self, function: ir.Operation) -> tuple[list[ir.Type], list[ir.Type]]:
         ftype = ir.FunctionType(ir.TypeAttr(function.attributes["function_type"]).value)
@@ -292,7 +319,9 @@ class _Lowering:
         values = list(ir.DenseI64ArrayAttr(self.entry.attributes[name]))
         return [*values, *[1] * (3 - len(values))]
 
-    def _lower_function_body(self, old: ir.Operation, new: ir.Operation, *, kernel: bool) -> None:
+    def _lower_function_body(
+        self, old: ir.Operation, new: ir.Operation, *, kernel: bool
+    ) -> list[ir.Value]:
         old_block = old.regions[0].blocks[0]
         new_block = new.regions[0].blocks[0]
         for old_arg, new_arg in zip(old_block.arguments, new_block.arguments, strict=False):
@@ -305,8 +334,11 @@ class _Lowering:
             terminator = self.lower_block(old_block)
             if kernel:
                 gpu.ReturnOp([])
-            else:
-                func.ReturnOp([self.get(v) for v in terminator.operands])
+                # the buffers of the outputs (for the argument attributes), where known
+                return [self.values.get(v, v) for v in terminator.operands]
+            returned = [self.get(v) for v in terminator.operands]
+            func.ReturnOp(returned)
+        return returned
 
     # -- blocks and ops ------------------------------------------------------------------
     def lower_block(self, block: ir.Block) -> ir.Operation:
