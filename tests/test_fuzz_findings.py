@@ -120,3 +120,13 @@ def test_a_scatter_with_a_zero_size_window_is_checked(corpus_dir: Path, tmp_path
     result = _heron("check", str(hlo))
     assert result.returncode in (0, 2), (result.returncode, result.stdout[-2000:])
     assert "internal error" not in result.stderr, result.stderr
+
+
+def test_rocm_f16_floor_compiles(tmp_path: Path) -> None:
+    """Fixed fuzz finding generated-s1-6949 (SIGABRT in AMDGPU instruction selection:
+    an f16 fcopysign with an f32 sign, folded from floor's signed-zero fix-up)."""
+    hlo = REPRODUCERS / "rocm_f16_floor_copysign_sigabrt.hlo"
+    result = _heron("compile", str(hlo), "--target", "mi300x", "-o", f"{tmp_path}/")
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    result = _heron("check", str(hlo), "--target", "mi300x")
+    assert result.returncode == 0, (result.returncode, result.stdout[-2000:])

@@ -88,7 +88,22 @@ def _truncated(kit: Kit, x: Value) -> tuple[Value, Value, Value]:
 
 
 def _finish(kit: Kit, x: Value, big: Value, result: Value) -> Value:
-    return kit.select(big, x, kit.copysign(result, x))
+    """``x`` where it is integral already, else ``result`` with a zero signed as ``x``.
+
+    The sign only matters for a zero result (a nonzero one has ``x``'s sign
+    already): ``x * 0`` is that zero, exactly, for finite ``x``. Not a bitwise
+    copysign: LLVM recognises one as ``llvm.copysign`` and, on f16 computed in
+    f32, folds the final truncation into an f16 ``fcopysign`` with an f32 sign
+    that the AMDGPU code generator cannot select (a process abort, fuzz finding
+    generated-s1-6949).
+    """
+    signed_zero = kit.mul(x, kit.c(0.0))
+    return kit.select(big, x, kit.select(kit.eq(result, kit.c(0.0)), signed_zero, result))
+
+
+def _unit_step(kit: Kit, x: Value) -> Value:
+    """1 or -1, as ``x``'s sign (see :func:`_finish` for why not ``copysign``)."""
+    return kit.select(kit.signbit_set(x), kit.c(-1.0), kit.c(1.0))
 
 
 def trunc(kit: Kit, x: Value) -> Value:
@@ -111,7 +126,7 @@ def ceil(kit: Kit, x: Value) -> Value:
 def round_half_away(kit: Kit, x: Value) -> Value:
     big, t, _ = _truncated(kit, x)
     frac = kit.abs(kit.sub(x, t))
-    step = kit.copysign(kit.c(1.0), x)
+    step = _unit_step(kit, x)
     r = kit.select(kit.ge(frac, kit.c(0.5)), kit.add(t, step), t)
     return _finish(kit, x, big, r)
 
@@ -121,5 +136,5 @@ def round_even(kit: Kit, x: Value) -> Value:
     frac = kit.abs(kit.sub(x, t))
     odd = kit.icmp("ne", kit.iand(ti, kit.ci(1)), kit.ci(0))
     up = kit.bor(kit.gt(frac, kit.c(0.5)), kit.band(kit.eq(frac, kit.c(0.5)), odd))
-    r = kit.select(up, kit.add(t, kit.copysign(kit.c(1.0), x)), t)
+    r = kit.select(up, kit.add(t, _unit_step(kit, x)), t)
     return _finish(kit, x, big, r)
