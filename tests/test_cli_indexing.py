@@ -114,8 +114,16 @@ def test_corpus_fusion_under_test(corpus_dir, capsys):
     assert lines[0] == (
         "input: (d0, d1, d2) -> (d0, d1, d2), domain: d0 in [0, 19], d1 in [0, 39], d2 in [0, 299]"
     )
-    assert lines[-1].startswith("threads: (th_x, bl_x)[vector_index] -> (")
-    assert "vector_index in [0, 3]" in lines[-1]
+    # The loop emitter's own rule: 240,000 elements are fewer than an H100's 270,336
+    # resident threads, so one element per thread in 1875 blocks (as XLA launches it)...
+    assert lines[-1].startswith("threads: (th_x, bl_x) -> (")
+    assert "bl_x in [0, 1874]" in lines[-1]
+    # ...and more than an A100's 221,184: vectors of 4.
+    code, out, err = heron(capsys, "indexing", str(path), "--threads", "--target", "a100")
+    assert (code, err) == (0, "")
+    last = out.splitlines()[-1]
+    assert last.startswith("threads: (th_x, bl_x)[vector_index] -> (")
+    assert "vector_index in [0, 3]" in last and "bl_x in [0, 468]" in last
 
 
 def test_console_script(hlo):

@@ -13,15 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heron.hlo.shapes import ArrayShape, Layout, array_shape
+from heron.hlo.shapes import array_shape
 from heron.indexing.indexing_map import IndexingError
-from heron.indexing.thread_maps import (
-    LaunchDimensions,
-    choose_loop_launch,
-    choose_vector_size,
-    loop_thread_to_output_map,
-    thread_map_for_shape,
-)
+from heron.indexing.thread_maps import LaunchDimensions, loop_thread_to_output_map
 
 GELU = (
     "(th_x, bl_x)[vector_index] -> (bl_x floordiv 4096, (bl_x floordiv 8) mod 512,"
@@ -31,11 +25,10 @@ GELU = (
 
 
 def test_gelu_map_matches_the_seeds():
-    shape = array_shape("bf16", (6, 512, 4096))
-    launch, vector_size, unroll = choose_loop_launch(shape)
-    assert (launch, vector_size, unroll) == (LaunchDimensions(24576, 128), 4, 1)
-    assert loop_thread_to_output_map(shape.dims, launch, vector_size, unroll).format() == GELU
-    assert thread_map_for_shape(shape).format() == GELU
+    """The launch is the loop emitter's (heron.plugins.iteration decides it: 24576 blocks
+    of 128 threads, 4 elements each); the map of that launch is the seeds'."""
+    launch = LaunchDimensions(24576, 128)
+    assert loop_thread_to_output_map((6, 512, 4096), launch, 4, 1).format() == GELU
 
 
 def test_gelu_map_without_the_general_simplifier_is_the_same():
@@ -43,36 +36,11 @@ def test_gelu_map_without_the_general_simplifier_is_the_same():
     assert loop_thread_to_output_map((6, 512, 4096), launch, 4, simplify=False).format() == GELU
 
 
-def test_vector_size_rules():
-    big = 1 << 20
-    assert choose_vector_size(array_shape("f32", (big // 300, 300))) == 4
-    assert choose_vector_size(array_shape("f32", (big // 6, 6))) == 2
-    assert choose_vector_size(array_shape("f32", (big // 7, 7))) == 1
-    assert choose_vector_size(array_shape("f64", (big // 8, 8))) == 2  # 128-bit vectors
-    assert choose_vector_size(array_shape("f32", (20,))) == 1  # too small to pay
-    assert choose_vector_size(array_shape("s4", (20,))) == 2  # whole bytes per thread
-    assert choose_vector_size(array_shape("f32", (20, 40, 300))) == 4  # corpus vectorize_x4
-
-
-def test_vector_size_uses_the_physical_minor_dimension():
-    # Logical minor 300 (a multiple of 4) but physical minor 7: no vectors.
-    logical = array_shape("f32", (1 << 15, 7, 300))
-    shape = ArrayShape(logical.element_type, logical.dims, Layout((1, 2, 0)))
-    assert choose_vector_size(shape) == 1
-
-
 def test_small_output_uses_one_block_of_exactly_its_size():
-    launch, vector_size, unroll = choose_loop_launch(array_shape("f32", (20,)))
-    assert (launch, vector_size, unroll) == (LaunchDimensions(1, 20), 1, 1)
-    assert thread_map_for_shape(array_shape("f32", (20,))).format() == (
+    launch = LaunchDimensions(1, 20)
+    assert loop_thread_to_output_map((20,), launch, 1, 1).format() == (
         "(th_x, bl_x) -> (th_x), domain: th_x in [0, 19], bl_x in [0, 0]"
     )
-
-
-def test_grid_beyond_the_x_limit_grows_a_y_dimension():
-    # The corpus test broadcast_constant_block_dim_limit: 1207959552 x 2 blocks.
-    launch, vector_size, _ = choose_loop_launch(array_shape("bf16", (24, 2048, 2048, 3, 4096)))
-    assert (launch.block_x, launch.block_y, launch.thread_x, vector_size) == (1207959552, 2, 128, 4)
 
 
 def test_partial_last_block_gets_a_bounds_constraint():
@@ -135,11 +103,15 @@ def test_in_bounds_points_cover_every_output_index_once(
     element_type=st.sampled_from(["f32", "bf16", "f64", "s8", "s4"]),
 )
 def test_chosen_launch_is_a_bijection(dims, element_type):
+    """Any vector size dividing the element count (vectors may span rows, as XLA's loop
+    emitter's do) and blocks of 8 threads: every output element exactly once."""
     shape = array_shape(element_type, tuple(dims))
-    launch_dims, vector_size, unroll = choose_loop_launch(
-        shape, threads_per_block=8, min_elements_to_vectorize=1
-    )
-    m = loop_thread_to_output_map(shape.dims, launch_dims, vector_size, unroll)
+    elements = math.prod(shape.dims)
+    vector_size = next(v for v in (4, 2, 1) if elements % v == 0)
+    work_items = elements // vector_size
+    threads = min(8, work_items)
+    launch_dims = LaunchDimensions(math.ceil(work_items / threads), threads)
+    m = loop_thread_to_output_map(shape.dims, launch_dims, vector_size, 1)
     _assert_bijection(shape.dims, m)
 
 
@@ -152,23 +124,6 @@ def _computation(text: str):
     return parse_module(text).entry
 
 
-def test_wide_inputs_cap_the_vector_at_128_bits():
-    big = 1 << 20
-    out = array_shape("bf16", (big // 8, 8))
-    assert choose_vector_size(out) == 4
-    assert choose_vector_size(out, max_element_bits=64) == 2  # an f64 input: 2 x 64 bits
-    assert choose_vector_size(out, max_element_bits=128) == 1  # c128
-    assert choose_vector_size(out, vectorize=False) == 1
-
-
-def test_narrowest_output_decides_the_byte_fill():
-    # An f32 output too small to vectorise, beside an s2 output: 4 per thread.
-    shape = array_shape("f32", (64,))
-    assert choose_vector_size(shape) == 1
-    assert choose_vector_size(shape, smallest_output_bits=2) == 4
-    assert choose_vector_size(shape, smallest_output_bits=4, vectorize=False) == 2
-
-
 def test_fusion_limits_of_the_corpus_cases():
     from heron.indexing.thread_maps import fusion_vectorization_limits
 
@@ -177,11 +132,6 @@ def test_fusion_limits_of_the_corpus_cases():
         "  ROOT c = bf16[1024,1024] convert(p)\n}\n"
     )
     assert fusion_vectorization_limits(convert) == (64, 16, True)
-    launch, vector_size, unroll = choose_loop_launch(
-        convert.root_instruction.shape, max_element_bits=64
-    )
-    assert (vector_size, unroll) == (2, 1)
-    assert launch == LaunchDimensions(block_x=4096, thread_x=128)
 
     variadic = _computation(
         "HloModule m\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
@@ -194,26 +144,9 @@ def test_fusion_limits_of_the_corpus_cases():
     assert fusion_vectorization_limits(variadic) == (32, 32, False)
 
 
-def test_corpus_vectorize_files(corpus_dir):
-    """XLA's CHECK lines: vector<4xf32> for f32[20,40,300], no vectors for f32[20]."""
-    from heron.hlo.parser import parse_module_file
-    from heron.indexing.thread_maps import fusion_vectorization_limits
-
-    expected = {"vectorize_x4.hlo": 4, "vectorize_x1_too_small.hlo": 1}
-    for name, size in expected.items():
-        module = parse_module_file(corpus_dir / "common" / "loop" / name)
-        computation = module.entry.root_instruction.called("calls")
-        widest, narrowest, may = fusion_vectorization_limits(computation)
-        shape = computation.root_instruction.shape
-        _, vector_size, _ = choose_loop_launch(
-            shape, max_element_bits=widest, smallest_output_bits=narrowest, vectorize=may
-        )
-        assert vector_size == size, name
-
-
 def test_bounds_check_is_on_whole_vectors_when_they_divide_the_output():
     """vectorize_x4: 240000 elements in 469 blocks of 512; the check must not use vector_index."""
-    m = thread_map_for_shape(array_shape("f32", (20, 40, 300)))
+    m = loop_thread_to_output_map((20, 40, 300), LaunchDimensions(469, 128), 4, 1)
     assert len(m.constraints) == 1
     expr, bounds = m.constraints[0]
     assert "vector_index" not in expr.format(["th_x", "bl_x"], ["vector_index"])

@@ -73,8 +73,10 @@ def select_computation(module: Module, name: str | None) -> tuple[str, Computati
 def indexing_lines(computation: Computation, threads: bool = False, target=None) -> list[str]:
     """The ``NAME: MAP`` lines for ``computation`` (and ``threads: MAP`` when asked).
 
-    ``target`` (a ``heron.compiler.Target``; default h100) bounds the loop
-    emitter's block size, as the loop emitter does (``heron.plugins.loop``).
+    ``threads``: the loop emitter's launch and thread-to-output map for the
+    computation's output, on ``target`` (a ``heron.compiler.Target``; default
+    h100), as ``heron.plugins.iteration`` decides them (vector size from the
+    element count and the target's resident threads).
     """
     from heron.indexing.fusion_indexing import fusion_input_maps
 
@@ -85,17 +87,16 @@ def indexing_lines(computation: Computation, threads: bool = False, target=None)
             lines.append(f"{parameter.name}: {indexing_map.format()}")
     if threads:
         from heron.compiler.target import Target
-        from heron.indexing.thread_maps import DEFAULT_THREADS_PER_BLOCK, thread_map_for_shape
+        from heron.plugins.iteration import loop_iteration
 
         target = target or Target.resolve(None, None)
         shape = computation.root_instruction.shape
         leaves = list(shape.leaves())
         if not leaves:
             raise CommandError(f"computation '{computation.name}' has no array output")
-        block = min(DEFAULT_THREADS_PER_BLOCK, target.threads_per_block_limit)
-        lines.append(
-            f"threads: {thread_map_for_shape(leaves[0], threads_per_block=block).format()}"
-        )
+        # The loop emitter's own launch and map (one rule: heron.plugins.iteration).
+        iteration = loop_iteration(leaves[0], computation, target)
+        lines.append(f"threads: {iteration.thread_map.format()}")
     return lines
 
 

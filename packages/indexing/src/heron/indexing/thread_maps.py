@@ -33,7 +33,6 @@ from collections.abc import Sequence
 import attrs
 
 from heron.hlo.ir import Computation
-from heron.hlo.shapes import ArrayShape
 from heron.indexing.affine import AffineExpr, Constant, Dim, Symbol, add, floordiv, mod, mul
 from heron.indexing.indexing_map import IndexingError, IndexingMap, Variable
 from heron.indexing.interval import Interval
@@ -42,16 +41,8 @@ from heron.indexing.interval import Interval
 #: of an SM, the default XLA uses for elementwise kernels.
 DEFAULT_THREADS_PER_BLOCK = 128
 
-#: Below this many elements vectorising does not pay (the grid would not even
-#: fill the GPU); it is the number of threads a mid-size GPU keeps resident
-#: (1536 per SM x 84 SMs). A device-specific figure; pass the real one if known.
-DEFAULT_MIN_ELEMENTS_TO_VECTORIZE = 1536 * 84
-
 #: The most blocks CUDA allows along x; beyond it the grid grows a y dimension.
 MAX_BLOCKS_X = 2**31 - 1
-
-#: Widest vector access the loop emitter asks for, in bits (one 128-bit load).
-MAX_VECTOR_BITS = 128
 
 
 @attrs.frozen
@@ -77,54 +68,6 @@ class LaunchDimensions:
     def __str__(self) -> str:
         blocks = f"{self.block_x}" if self.block_y == 1 else f"{self.block_x}x{self.block_y}"
         return f"blocks={blocks} threads={self.thread_x}"
-
-
-def choose_vector_size(
-    shape: ArrayShape,
-    min_elements_to_vectorize: int = DEFAULT_MIN_ELEMENTS_TO_VECTORIZE,
-    *,
-    max_element_bits: int | None = None,
-    smallest_output_bits: int | None = None,
-    vectorize: bool = True,
-) -> int:
-    """The elements per thread the loop emitter reads/writes as one vector.
-
-    Four when the physical minor dimension is a multiple of four, else two
-    when it is even, capped so a vector is at most 128 bits (two for 64-bit
-    types); one when the minor dimension allows neither (a vector must not
-    straddle rows) or the output is too small to benefit. This is XLA's
-    loop-fusion unroll factor: in its MLIR emitters the unrolled elements of
-    a thread are one vector.
-
-    ``max_element_bits`` is the widest element type the kernel reads or
-    writes (default: the output's): a vector of it must fit in 128 bits, so
-    an f64 input caps a bf16 output's vectors at two. ``vectorize=False``
-    (a fusion whose ops defeat vectorisation, see
-    :func:`fusion_vectorization_limits`) keeps one element per thread.
-
-    Sub-byte outputs get at least enough elements per thread to fill a byte
-    (``smallest_output_bits``, default the output's width, is the narrowest
-    output of a multi-output fusion), so no two threads write the same byte.
-    """
-    bits = shape.element_type.bit_width
-    dims = shape.dims
-    if not dims or bits <= 0:
-        return 1
-    widest = max(bits, max_element_bits or 0)
-    narrowest = smallest_output_bits if smallest_output_bits else bits
-    minor = dims[shape.minor_to_major[0]]
-    elements = math.prod(dims)
-    byte_fill = 8 // narrowest if 0 < narrowest < 8 else 1
-    size = 1
-    if vectorize and elements >= min_elements_to_vectorize:
-        cap = max(1, min(4, MAX_VECTOR_BITS // widest))
-        for candidate in (4, 2):
-            if candidate <= cap and minor % candidate == 0:
-                size = candidate
-                break
-    if size < byte_fill and minor % byte_fill == 0:
-        size = byte_fill
-    return size
 
 
 #: Ops after which XLA does not vectorise a loop fusion (their code is too
@@ -163,45 +106,6 @@ def fusion_vectorization_limits(computation: Computation) -> tuple[int, int, boo
         elif inst.opcode == "reduce" and inst.shape.is_tuple:
             may_vectorize = False
     return widest, narrowest, may_vectorize
-
-
-def choose_loop_launch(
-    shape: ArrayShape,
-    *,
-    threads_per_block: int = DEFAULT_THREADS_PER_BLOCK,
-    min_elements_to_vectorize: int = DEFAULT_MIN_ELEMENTS_TO_VECTORIZE,
-    max_blocks_x: int = MAX_BLOCKS_X,
-    max_element_bits: int | None = None,
-    smallest_output_bits: int | None = None,
-    vectorize: bool = True,
-) -> tuple[LaunchDimensions, int, int]:
-    """Launch dimensions, vector size and unroll factor for a loop kernel over ``shape``.
-
-    Threads per block are ``min(threads_per_block, work items)`` so tiny
-    outputs do not launch idle threads; blocks are the ceiling of the work
-    items over the threads, split into a y dimension when beyond what x may
-    hold. The unroll factor is 1: each thread handles one vector (XLA unrolls
-    by vectorising; the ``unroll`` argument of the map is for callers that
-    want several grid-strided chunks per thread). ``max_element_bits``,
-    ``smallest_output_bits`` and ``vectorize`` go to :func:`choose_vector_size`
-    (:func:`fusion_vectorization_limits` computes them for a fusion).
-    """
-    if shape.is_tuple or shape.is_token:
-        raise IndexingError(f"a loop kernel needs an array output, not {shape}")
-    vector_size = choose_vector_size(
-        shape,
-        min_elements_to_vectorize,
-        max_element_bits=max_element_bits,
-        smallest_output_bits=smallest_output_bits,
-        vectorize=vectorize,
-    )
-    elements = max(1, math.prod(shape.dims))
-    work_items = math.ceil(elements / vector_size)
-    threads = max(1, min(threads_per_block, work_items))
-    blocks = math.ceil(work_items / threads)
-    block_y = math.ceil(blocks / max_blocks_x)
-    block_x = math.ceil(blocks / block_y)
-    return LaunchDimensions(block_x=block_x, thread_x=threads, block_y=block_y), vector_size, 1
 
 
 # -- mixed-radix delinearisation ---------------------------------------------
@@ -386,11 +290,3 @@ def _maybe_simplify(indexing_map: IndexingMap) -> IndexingMap:
     except ImportError:
         return indexing_map
     return simplify(indexing_map)
-
-
-def thread_map_for_shape(shape: ArrayShape, **launch_options: int) -> IndexingMap:
-    """``choose_loop_launch`` then ``loop_thread_to_output_map``: the loop emitter's map."""
-    launch, vector_size, unroll = choose_loop_launch(shape, **launch_options)
-    return loop_thread_to_output_map(
-        shape.dims, launch, vector_size, unroll, minor_to_major=shape.minor_to_major
-    )
