@@ -121,3 +121,31 @@ def test_tanh_saturates_to_exactly_one(element):
     x = np.concatenate([x, -x]).astype(dtype)
     out = run_op(math_dialect.TanhOp, element, x)
     assert np.array_equal(out, np.sign(x)), out
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "tan"])
+def test_trig_huge_arguments_f32(name):
+    """Fuzz finding (a bf16 sine of edge inputs was inf where the reference has 0.574):
+    the Cody-Waite reduction only holds for moderate |x|; f32 sin(1e30) was -inf.
+    f32 arguments from 2^20 on take a Payne-Hanek reduction, accurate up to f32 max
+    (16367173 * 2^72 is within 2^-29 of a multiple of pi/2)."""
+    op_class, reference, _, _, _, bound32, _ = CASES[name]
+    rng = np.random.default_rng(zlib.crc32(f"{name}-huge".encode()))
+    info = np.finfo(np.float32)
+    specific = [1e10, 1e20, 1e30, 3e38, float(info.max), 2.0**20, 2.0**20 - 0.0625,
+                1.6e6, 16367173 * 2.0**72, 1e7, 2.0**24, 2.0**64, 2.0**127]  # fmt: skip
+    x = np.concatenate(
+        [
+            log_uniform(rng, 1e5, float(info.max), 4000),
+            np.array(specific + [-v for v in specific], dtype=np.float64),
+        ]
+    ).astype(np.float32)
+    with np.errstate(all="ignore"):
+        out = run_op(op_class, ElementType.F32, x)
+        ref = reference(x.astype(np.float64))
+        err = ulp_error(out, ref, np.float32)
+    worst = int(np.argmax(err))
+    assert err[worst] <= bound32, (
+        f"{name} f32: {err[worst]:.2f} ulp at x={x[worst]!r}: "
+        f"got {out[worst]!r}, want {ref[worst]!r}"
+    )

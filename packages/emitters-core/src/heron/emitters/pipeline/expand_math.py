@@ -37,9 +37,10 @@ expm1           2          2          sign of -0 kept
 log             1          1          < 0 -> NaN, 0 -> -inf
 log2, log10     3          3          integer part exact (log2(8) == 3)
 log1p           2          2          < -1 -> NaN, -1 -> -inf
-sin, cos        2          2          |x| < 1.6e6 (2^20 pi/2); larger: absolute error
-                                      grows like |x| 2^-72 (no Payne-Hanek reduction)
-tan             4          3          same range
+sin, cos        2          2          f32: every finite x (Payne-Hanek from 2^20 on);
+                                      f64: |x| < 1.6e6 (2^20 pi/2), larger: absolute
+                                      error grows like |x| 2^-72 (no Payne-Hanek)
+tan             4          3          same ranges
 atan            1          1
 atan2           2          2          every IEEE zero/inf quadrant case
 asin, acos      3          3          |x| > 1 -> NaN

@@ -2,10 +2,13 @@
 
 - sin, cos, tan: ``x = k*pi/2 + r`` computed in f64 with fdlibm's four-part
   ``pi/2`` (33 + 33 + 33 + 53 bits; ``k*pio2_1`` is exact for ``|k| < 2^20``), so
-  the reduction is accurate for ``|x| < 2^20*pi/2`` (about 1.6e6); beyond it
-  the absolute error of ``r`` grows like ``|x|*2^-72`` (no Payne-Hanek
-  reduction). f32 inputs are reduced in f64 and evaluated in f32. Taylor
-  polynomials on ``|r| <= pi/4`` (sin to r^9 / r^17, cos to r^10 / r^18).
+  the reduction is accurate for ``|x| < 2^20*pi/2`` (about 1.6e6). f32 inputs
+  are reduced in f64 and evaluated in f32; for ``|x| >= 2^20`` they take a
+  Payne-Hanek reduction instead (``_reduce_pio2_large_f32``, exact products of
+  ``x`` with 26-bit chunks of ``2/pi``), so f32 sin/cos/tan are accurate for
+  every finite argument. f64 has no Payne-Hanek path: beyond ``2^20*pi/2`` the
+  absolute error of its ``r`` grows like ``|x|*2^-72`` (wrong for huge ``x``).
+  Taylor polynomials on ``|r| <= pi/4`` (sin to r^9 / r^17, cos to r^10 / r^18).
 - atan: fdlibm's five intervals (reductions by 0.5, 1, 1.5 and ``1/x``, all
   exact-constant), then ``t + t*z*Q(z)`` with a fitted ``Q`` (math_coefficients).
 - atan2: ``atan(min/max)`` of the magnitudes, then the octant and quadrant
@@ -31,6 +34,12 @@ _PIO2_1 = 1.57079632673412561417e00
 _PIO2_2 = 6.07710050630396597660e-11
 _PIO2_3 = 2.02226624871116645580e-21
 _PIO2_3T = 8.47842766036889956997e-32
+# 2/pi = sum(c * 2^(-26*(j+1))): the first 208 bits in 26-bit chunks (each fits
+# 26 bits, so x (24 bits) times one is exact in f64).
+_TWO_OVER_PI_26 = (42722829, 48555073, 21659401, 56087029,
+                   13858563, 28715353, 38736100, 4324945)  # fmt: skip
+# f32 arguments with |x| below this take the Cody-Waite reduction, the rest Payne-Hanek.
+_LARGE_F32 = 2.0**20
 _SIN_TAYLOR = {32: 9, 64: 17}
 _COS_TAYLOR = {32: 10, 64: 18}
 
@@ -60,8 +69,73 @@ def _series(kit: Kit, first: int, last: int) -> list[float]:
     ]
 
 
+def _two_sum(k64: Kit, a: Value, b: Value) -> tuple[Value, Value]:
+    """``(s, e)`` with ``s = fl(a + b)`` and ``s + e = a + b`` exactly (Knuth's TwoSum)."""
+    s = k64.add(a, b)
+    bb = k64.sub(s, a)
+    e = k64.add(k64.sub(a, k64.sub(s, bb)), k64.sub(b, bb))
+    return s, e
+
+
+def _mod4(k64: Kit, v: Value, huge: bool) -> Value:
+    """``v - 4*n`` for the integer ``n`` nearest ``v/4``: exact, in ``[-2, 2]`` (f64).
+
+    ``w = v/4`` is exact; for ``|w| < 2^52`` adding and subtracting
+    ``copysign(2^52, w)`` rounds it to an integer (the sum has ulp 1), and from
+    ``2^52`` on ``w`` is an integer already (``huge``: ``v`` may be that large;
+    otherwise ``|w| < 2^51`` and the plain ``1.5*2^52`` shifter does).
+    """
+    w = k64.mul(v, k64.c(0.25))
+    if huge:
+        shifter = k64.copysign(k64.c(2.0**52), w)
+        n = k64.sub(k64.add(w, shifter), shifter)
+        n = k64.select(k64.lt(k64.abs(w), k64.c(2.0**52)), n, w)
+    else:
+        n = k64.round_int(w)
+    return k64.mul(k64.sub(w, n), k64.c(4.0))
+
+
+def _reduce_pio2_large_f32(k64: Kit, x: Value) -> tuple[Value, Value]:
+    """Payne-Hanek ``(q, r)`` (i64 ``k mod 4``, f64 ``r``) for f32 ``x`` extended to f64.
+
+    ``x = m*2^E`` has 24 bits and ``|x| < 2^128``; ``2/pi = sum(C_j)`` with
+    ``C_j = c_j*2^(-26(j+1))``, ``c_j < 2^26``, so every ``p_j = x*C_j`` is exact
+    in f64 (50 bits) and ``|p_j| < 2^(128-26j)``. Only ``x*2/pi mod 4`` matters:
+    ``p_0..p_3`` (up to ``2^128, 2^102, 2^76, 2^50``) are replaced by their exact
+    residues mod 4 in ``[-2, 2]``; ``|p_4| < 2^24`` is kept whole. The eight terms
+    are added with TwoSum, so ``s + t`` equals their sum up to the rounding of
+    ``t`` (``|s| < 2^24 + 9``: each of the 7 errors is under ``2^-28``, so
+    ``|t| < 2^-25`` and its own rounding stays under ``7*2^-78``). The chunks stop
+    at ``2^-208``: the dropped tail of ``x*2/pi`` is under ``2^128*2^-208 =
+    2^-80``. So ``f = x*2/pi - k`` (``k = round(s)``, ``s - k`` exact) has an
+    absolute error below ``2^-74``, and ``r = f*pi/2`` below ``2^-73`` (plus
+    relative f64 roundings). The binary32 argument closest to a multiple of
+    ``pi/2`` (``16367173*2^72``, Muller, *Elementary Functions*, ch. 11) has
+    ``|r|`` about ``1.6e-9 > 2^-30``, so ``r`` keeps a relative error under
+    ``2^-43``, far below the f32 rounding of ``r`` that follows: the result has
+    the same bounds as the Cody-Waite path. For small ``x`` every term is small
+    and finite (no inf/NaN reaches the select that drops this path).
+    """
+    s = t = None
+    for j, chunk in enumerate(_TWO_OVER_PI_26):
+        p = k64.mul(x, k64.c(chunk * 2.0 ** (-26 * (j + 1))))
+        if j < 4:
+            p = _mod4(k64, p, huge=j < 3)
+        if s is None:
+            s = p
+            continue
+        s, e = _two_sum(k64, s, p)
+        t = e if t is None else k64.add(t, e)
+    kf = k64.round_int(s)
+    f = k64.add(k64.sub(s, kf), t)
+    r = k64.mul(f, k64.c(math.pi / 2))
+    q = k64.iand(k64.to_int(kf), k64.ci(3))
+    return q, r
+
+
 def _reduce_pio2(kit: Kit, x: Value) -> tuple[Value, Value]:
     """``(q, r)``: ``x = k*pi/2 + r`` with ``q = k mod 4`` (int of kit's width), ``r`` in kit."""
+    x_in = x
     if kit.is_f64:
         k64 = kit
     else:
@@ -81,8 +155,12 @@ def _reduce_pio2(kit: Kit, x: Value) -> tuple[Value, Value]:
     small = k64.lt(k64.abs(kf), k64.c(2.0**52))
     q = k64.iand(k64.to_int(k64.select(small, kf, k64.c(0.0))), k64.ci(3))
     if not kit.is_f64:
+        q_big, r_big = _reduce_pio2_large_f32(k64, x)
+        large = kit.ge(kit.abs(x_in), kit.c(_LARGE_F32))
         r = arith.TruncFOp(kit.ftype, r).result
         q = arith.TruncIOp(kit.itype, q).result
+        r = kit.select(large, arith.TruncFOp(kit.ftype, r_big).result, r)
+        q = kit.select(large, arith.TruncIOp(kit.itype, q_big).result, q)
     return q, r
 
 
