@@ -381,20 +381,11 @@ def _fusions_reaching(instruction) -> list:
     return found
 
 
-def _value_of(entry, instruction, arguments) -> np.ndarray:
-    """The reference value of an entry instruction (the arguments a fusion was given)."""
-    from heron.hlo.evaluator import evaluate_computation
-    from heron.hlo.ir import Computation
-
-    if instruction.opcode == "parameter":
-        return arguments[instruction.parameter_number]
-    view = Computation(f"{entry.name}.value", list(entry.instructions), instruction)
-    return evaluate_computation(view, list(arguments))
-
-
 def _cached(cache: dict, entry, instruction, arguments):
     if id(instruction) not in cache:
-        cache[id(instruction)] = _value_of(entry, instruction, arguments)
+        from heron.harness.tolerance import value_of
+
+        cache[id(instruction)] = value_of(entry, instruction, arguments)
     return cache[id(instruction)]
 
 

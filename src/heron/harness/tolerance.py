@@ -343,6 +343,22 @@ def unit_roundoff(element: ElementType) -> float:
     return float(ml_dtypes.finfo(element.numpy_dtype).eps) / 2
 
 
+def value_of(computation, instruction: Instruction, arguments):
+    """The reference value of one ``instruction`` of ``computation`` given its arguments:
+    a parameter's argument, else the computation evaluated up to that instruction."""
+    from heron.hlo.evaluator import evaluate_computation
+    from heron.hlo.ir import Computation
+
+    if instruction.opcode == "parameter":
+        return arguments[instruction.parameter_number]
+    view = Computation(
+        f"{computation.name}.value_of_{instruction.name}",
+        list(computation.instructions),
+        instruction,
+    )
+    return evaluate_computation(view, list(arguments))
+
+
 def summation_bound(source: Instruction, computation, args) -> np.ndarray | None:
     """Per element of ``source``'s output: how far two summation orders may differ.
 
@@ -353,8 +369,6 @@ def summation_bound(source: Instruction, computation, args) -> np.ndarray | None
     convert after it (1 for an integer type). None when ``source`` is not a plain-add float
     reduce reaching the output through converts, copies, negates and absolute values.
     """
-    from heron.hlo.evaluator import evaluate_computation
-    from heron.hlo.ir import Computation
 
     summed = _summed_reduce(source)
     if summed is None:
@@ -362,11 +376,8 @@ def summation_bound(source: Instruction, computation, args) -> np.ndarray | None
     reduce, carriers, element = summed
     operand = reduce.operands[0]
     dims = tuple(int(d) for d in reduce.attr("dimensions"))
-    view = Computation(
-        f"{computation.name}.operand_of_{reduce.name}", list(computation.instructions), operand
-    )
     try:
-        values = np.asarray(evaluate_computation(view, list(args)))
+        values = np.asarray(value_of(computation, operand, args))
     except HloError:  # e.g. over the memory budget: the fixed bounds only
         return None
     with np.errstate(all="ignore"):
