@@ -41,9 +41,11 @@ from heron.runtime.interpreter.types import AnyType, VectorType, parse_type
 
 __all__ = [
     "SEMANTICS",
+    "BlockPlan",
     "TERMINATORS",
     "Frame",
     "Launch",
+    "block_plan",
     "check_supported",
     "run_kernel",
     "semantics",
@@ -116,6 +118,75 @@ def check_supported(program: Program) -> None:
                 raise UnsupportedOperationError(
                     f"{exc} ({op.describe()} in function '{function.name}')"
                 ) from None
+
+
+class BlockPlan:
+    """How a block runs, derived once per program (:func:`block_plan`).
+
+    ``steps``: for each operation before the terminator, its handler, the
+    operation, and the values of the block that are dead once it has run
+    (their last use, here or in a nested region): the frame drops them, so
+    that a batch holds only its live values (a large batch's arrays are
+    megabytes each; keeping every one of them alive makes each operation
+    write to fresh, unmapped memory, which costs more than the arithmetic).
+    ``terminator``: the operation whose operands the block yields, if any.
+    """
+
+    __slots__ = ("steps", "terminator")
+
+    def __init__(
+        self, steps: tuple[tuple[Handler, Op, tuple[int, ...]], ...], terminator: Op | None
+    ) -> None:
+        self.steps = steps
+        self.terminator = terminator
+
+
+def _uses(op: Op) -> set[int]:
+    """The values ``op`` reads: its operands and those of every operation nested in it."""
+    used = set(op.operands)
+    stack = list(op.regions)
+    while stack:
+        for inner_block in stack.pop().blocks:
+            for inner in inner_block.ops:
+                used.update(inner.operands)
+                stack.extend(inner.regions)
+    return used
+
+
+def _build_plan(block: Block) -> BlockPlan:
+    terminator = None
+    ops = block.ops
+    for index, op in enumerate(ops):
+        if op.name in TERMINATORS:
+            terminator, ops = op, ops[:index]
+            break
+    defined = set(block.arguments).union(*(op.results for op in ops))
+    last_use: dict[int, int] = {value: -1 for value in defined}  # -1: never used
+    for index, op in enumerate(ops):
+        for value in _uses(op) & defined:
+            last_use[value] = index
+    if terminator is not None:
+        for value in set(terminator.operands) & defined:
+            last_use[value] = len(ops)  # yielded: alive to the end
+    dead: list[list[int]] = [[] for _ in ops]
+    for value, index in last_use.items():
+        if index == -1:  # never used: dead as soon as it is defined (arguments: at the start)
+            index = next((k for k, op in enumerate(ops) if value in op.results), 0)
+        if index < len(ops):
+            dead[index].append(value)
+    steps = tuple(
+        (SEMANTICS[op.name], op, tuple(sorted(gone))) for op, gone in zip(ops, dead, strict=True)
+    )
+    return BlockPlan(steps, terminator)
+
+
+def block_plan(program: Program, block: Block) -> BlockPlan:
+    """``block``'s plan, made on first use and kept with ``program`` (its ``derived`` state)."""
+    plans = program.derived.setdefault("engine.block_plans", {})
+    plan = plans.get(id(block))
+    if plan is None:
+        plan = plans[id(block)] = (block, _build_plan(block))  # the block kept: its id stays
+    return plan[1]
 
 
 class WorkCounter:
@@ -227,21 +298,32 @@ class Frame:
         return np.broadcast_to(array, (self.lanes.size, *trailing))
 
     # -- running regions ------------------------------------------------------------------
-    def run_block(self, block: Block, arguments: Sequence[Any]) -> list[Any]:
-        """Bind ``arguments`` to ``block``'s arguments, run it, return its terminator's operands."""
+    def run_block(
+        self, block: Block, arguments: Sequence[Any], plan: BlockPlan | None = None
+    ) -> list[Any]:
+        """Bind ``arguments`` to ``block``'s arguments, run it, return its terminator's operands.
+
+        ``plan``: the steps to run (default: the block's own plan, :func:`block_plan`);
+        a loop passes one without the steps it has already computed for every iteration.
+        """
         if len(arguments) != len(block.arguments):
             raise InterpreterError(
                 f"a block of '{self.function.name}' takes {len(block.arguments)} arguments,"
                 f" given {len(arguments)}"
             )
+        if plan is None:
+            plan = block_plan(self.launch.program, block)
+        values = self.values
         for value_id, value in zip(block.arguments, arguments, strict=True):
-            self.values[value_id] = value
-        self.launch.work.add(len(block.ops) * (self.lanes.size + OPERATION_OVERHEAD_LANES))
-        for op in block.ops:
-            if op.name in TERMINATORS:
-                return self.operands(op)
-            SEMANTICS[op.name](self, op)
-        return []
+            values[value_id] = value
+        self.launch.work.add(len(block.ops) * (self.launch.lanes.size + OPERATION_OVERHEAD_LANES))
+        for handler, op, dead in plan.steps:
+            handler(self, op)
+            for value_id in dead:
+                values.pop(value_id, None)
+        if plan.terminator is None:
+            return []
+        return [values[v] for v in plan.terminator.operands]
 
     def run_region(
         self, region: Region, arguments: Sequence[Any], mask: np.ndarray | None | str = "same"
