@@ -218,7 +218,4 @@ class InterpreterDevice(Device):
         )
 
     def reset_counts(self, buffer: DeviceBuffer) -> None:
-        mem = self._storage(buffer).memory
-        mem.reads[...] = 0
-        mem.writes[...] = 0
-        mem.bit_writes = None
+        self._storage(buffer).memory.reset_counts()

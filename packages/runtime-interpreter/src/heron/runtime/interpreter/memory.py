@@ -71,9 +71,13 @@ class Memory:
         self.space = space
         self.data = data
         self.constant = constant
-        #: Global memory: reads and writes of each byte (None when not counted).
-        self.reads = np.zeros(data.shape[1], np.uint32) if count_accesses else None
-        self.writes = np.zeros(data.shape[1], np.uint32) if count_accesses else None
+        #: Whether reads and writes are counted (global memory; :attr:`reads`, :attr:`writes`).
+        self.counted = count_accesses
+        self._reads = np.zeros(data.shape[1], np.uint32) if count_accesses else None
+        self._writes = np.zeros(data.shape[1], np.uint32) if count_accesses else None
+        # Accesses counted per element of one width, ``(kind, itemsize)`` -> uint32 per
+        # element, not yet added to the per-byte counters (:meth:`count`).
+        self._pending: dict[tuple[str, int], np.ndarray] = {}
         #: Writes of each bit, kept once a packed (sub-byte) store is seen: ``(bytes, 8)``.
         self.bit_writes: np.ndarray | None = None
         # Shared memory: per element (of the one type it is used with), whether it
@@ -85,6 +89,47 @@ class Memory:
     @property
     def nbytes(self) -> int:
         return self.data.shape[1]
+
+    @property
+    def reads(self) -> np.ndarray | None:
+        """Reads of each byte (None when not counted)."""
+        self._flush()
+        return self._reads
+
+    @property
+    def writes(self) -> np.ndarray | None:
+        """Writes of each byte (None when not counted)."""
+        self._flush()
+        return self._writes
+
+    def count(self, kind: str, itemsize: int) -> np.ndarray:
+        """The per-element counter of ``kind`` (``reads``/``writes``) for elements of ``itemsize``.
+
+        Accesses are counted per element where they happen (one ``bincount``
+        over the window a batch touched) and spread to the element's bytes
+        only when the per-byte counts are asked for: spreading costs a pass
+        over the whole buffer, once per launch rather than once per access.
+        """
+        pending = self._pending.get((kind, itemsize))
+        if pending is None:
+            pending = np.zeros(self.nbytes // itemsize, np.uint32)
+            self._pending[(kind, itemsize)] = pending
+        return pending
+
+    def reset_counts(self) -> None:
+        """Forget every access counted so far (a buffer filled anew)."""
+        self._pending.clear()
+        if self.counted:
+            self._reads[...] = 0
+            self._writes[...] = 0
+        self.bit_writes = None
+
+    def _flush(self) -> None:
+        while self._pending:
+            (kind, itemsize), pending = self._pending.popitem()
+            counter = self._reads if kind == "reads" else self._writes
+            size = pending.size
+            counter[: size * itemsize].reshape(size, itemsize)[...] += pending[:, None]
 
     def track_shared(self, size: int) -> None:
         if self.written is None:
@@ -261,20 +306,25 @@ def _element_positions(flat, lanes: np.ndarray | None, size: int, width: int) ->
     return flat[:, None] + np.arange(width)
 
 
-def _count(counter: np.ndarray, positions: np.ndarray, itemsize: int, size: int) -> None:
-    """Add one access per entry of ``positions`` (element indices) to each byte's counter.
+def _count(memory: Memory, kind: str, positions: np.ndarray, itemsize: int) -> None:
+    """Add one ``kind`` access per entry of ``positions`` (element indices of ``itemsize``).
 
     Few accesses into a large buffer (the common case: one small load of a
-    big input) touch only their elements; many use one ``bincount``.
+    big input) touch only their elements; many use one ``bincount`` over the
+    window they fall in.
     """
-    per_byte = counter[: size * itemsize].reshape(size, itemsize)
+    counter = memory.count(kind, itemsize)
     flat = positions.reshape(-1)
-    if flat.size * 8 < size:
-        touched, times = np.unique(flat, return_counts=True)
-        per_byte[touched] += times.astype(np.uint32)[:, None]
+    if flat.size == 0:
         return
-    per_element = np.bincount(flat, minlength=size)[:size].astype(np.uint32)
-    per_byte += per_element[:, None]
+    if flat.size * 8 < counter.size:
+        touched, times = np.unique(flat, return_counts=True)
+        counter[touched] += times.astype(np.uint32)
+        return
+    low = int(flat.min())
+    high = int(flat.max()) + 1
+    per_element = np.bincount(flat - low if low else flat, minlength=high - low)
+    counter[low:high] += per_element.astype(np.uint32)
 
 
 def read(frame: Frame, op: Op, ref: MemRef, flat, width: int = 1) -> np.ndarray:
@@ -291,18 +341,19 @@ def read(frame: Frame, op: Op, ref: MemRef, flat, width: int = 1) -> np.ndarray:
     flat = np.asarray(flat, np.int64)
     if np.ndim(rows) == 0 and flat.ndim == 0 and active is None:
         value = elements[0, int(flat) : int(flat) + width]
-        if memory.reads is not None:
-            itemsize = ref.type.dtype.itemsize
-            start = int(flat) * itemsize
-            memory.reads[start : start + width * itemsize] += np.uint32(lanes_count)
+        if memory.counted:
+            start = int(flat)
+            memory.count("reads", ref.type.dtype.itemsize)[start : start + width] += np.uint32(
+                lanes_count
+            )
         return value.copy() if width > 1 else value[0].copy()
     positions = _element_positions(flat, active, lanes_count, width)
     row_index = rows if np.ndim(rows) == 0 else (rows if active is None else rows[active])
     if memory.written is not None:
         _check_shared_read(frame, op, ref, row_index, positions, active)
     values = elements[np.asarray(row_index)[..., None] if np.ndim(row_index) else 0, positions]
-    if memory.reads is not None:
-        _count(memory.reads, positions, ref.type.dtype.itemsize, ref.type.size)
+    if memory.counted:
+        _count(memory, "reads", positions, ref.type.dtype.itemsize)
     if active is None:
         return values if width > 1 else values[:, 0]
     out = np.zeros((lanes_count, width), ref.type.dtype)
@@ -337,13 +388,13 @@ def write(frame: Frame, op: Op, ref: MemRef, flat, values, width: int = 1) -> No
     elements = ref.elements()
     target_rows = np.asarray(row_index)[..., None] if np.ndim(row_index) else 0
     elements[target_rows, positions] = data.reshape(positions.shape)
-    if memory.writes is not None:
-        _count(memory.writes, positions, ref.type.dtype.itemsize, ref.type.size)
+    if memory.counted:
+        _count(memory, "writes", positions, ref.type.dtype.itemsize)
 
 
 def count_bit_writes(memory: Memory, byte_positions: np.ndarray, bits: np.ndarray) -> None:
     """Count a write of the set ``bits`` (uint8 masks) of each byte (packed sub-byte stores)."""
-    if memory.writes is None:
+    if not memory.counted:
         return
     if memory.bit_writes is None:
         memory.bit_writes = np.zeros((memory.nbytes, 8), np.uint32)
@@ -362,7 +413,7 @@ def count_bit_writes(memory: Memory, byte_positions: np.ndarray, bits: np.ndarra
 
 def _lane_ids(frame: Frame, active: np.ndarray | None, width: int) -> np.ndarray:
     threads = frame.lanes.thread_linear if active is None else frame.lanes.thread_linear[active]
-    return np.repeat(threads[:, None], width, axis=1)
+    return threads[:, None] if width == 1 else np.repeat(threads[:, None], width, axis=1)
 
 
 def _access_of(active: np.ndarray | None, lane: int) -> int:
@@ -372,9 +423,9 @@ def _access_of(active: np.ndarray | None, lane: int) -> int:
 
 def _report(frame, op, active, problems: np.ndarray, kind: str, detail) -> None:
     """Raise ``kind`` for the first accessing lane (row ``k`` of ``problems``) with a problem."""
-    per_access = problems.any(axis=1)
-    if not per_access.any():
+    if not problems.any():
         return
+    per_access = problems.any(axis=1)
     first = np.flatnonzero(per_access)
     bad = np.zeros(frame.lanes.size, np.bool_)
     bad[active[first] if active is not None else first] = True
@@ -390,7 +441,7 @@ def _rows_for(rows, positions: np.ndarray) -> np.ndarray:
 
 def _several_lanes(keys: np.ndarray, lanes: np.ndarray) -> np.ndarray:
     """Per access: whether another thread of the same op touches the same key (vectorised)."""
-    if keys.size < 2:
+    if keys.size < 2 or np.bincount(keys).max() < 2:  # no key touched twice: no sort
         return np.zeros(keys.shape, np.bool_)
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
@@ -446,21 +497,22 @@ def _conflict_detail(ref, active, positions, conflict, other, verb: str):
 
 def _check_shared_read(frame, op, ref, rows, positions, active) -> None:
     memory = ref.memory
-    r = _rows_for(rows, positions)
-    _check_initialised(frame, op, ref, memory.written[r, positions], active)
+    key = _rows_for(rows, positions) * memory.reader.shape[1] + positions
+    _check_initialised(frame, op, ref, memory.written.reshape(-1)[key], active)
     me = _lane_ids(frame, active, positions.shape[1])
-    writer = memory.writer[r, positions]
+    writer = memory.writer.reshape(-1)[key]
     racing = (writer != NO_LANE) & (writer != me)
-    _report(
-        frame,
-        op,
-        active,
-        racing,
-        "shared-memory-race",
-        _conflict_detail(ref, active, positions, racing, writer, "reads"),
-    )
-    key = (r * memory.reader.shape[1] + positions).reshape(-1)
-    mine = me.reshape(-1)
+    if racing.any():
+        _report(
+            frame,
+            op,
+            active,
+            racing,
+            "shared-memory-race",
+            _conflict_detail(ref, active, positions, racing, writer, "reads"),
+        )
+    key = key.reshape(-1)
+    mine = np.broadcast_to(me, positions.shape).reshape(-1)
     flat_reader = memory.reader.reshape(-1)
     previous = flat_reader[key]
     alone = ((previous == NO_LANE) | (previous == mine)) & ~_several_lanes(key, mine)
@@ -469,25 +521,27 @@ def _check_shared_read(frame, op, ref, rows, positions, active) -> None:
 
 def _check_shared_write(frame, op, ref, rows, positions, active) -> None:
     memory = ref.memory
-    r = _rows_for(rows, positions)
+    key = _rows_for(rows, positions) * memory.writer.shape[1] + positions
     me = _lane_ids(frame, active, positions.shape[1])
-    writer = memory.writer[r, positions]
-    reader = memory.reader[r, positions]
-    key = (r * memory.writer.shape[1] + positions).reshape(-1)
-    together = _several_lanes(key, me.reshape(-1)).reshape(positions.shape)
+    writer = memory.writer.reshape(-1)[key]
+    reader = memory.reader.reshape(-1)[key]
+    mine = np.broadcast_to(me, positions.shape).reshape(-1)
+    key = key.reshape(-1)
+    together = _several_lanes(key, mine).reshape(positions.shape)
     wrote = (writer != NO_LANE) & (writer != me)
     read_ = (reader != NO_LANE) & (reader != me)
     racing = wrote | read_ | together
-    other = np.where(wrote, writer, np.where(read_, reader, SEVERAL_LANES))
-    _report(
-        frame,
-        op,
-        active,
-        racing,
-        "shared-memory-race",
-        _conflict_detail(ref, active, positions, racing, other, "writes"),
-    )
-    memory.writer.reshape(-1)[key] = me.reshape(-1)
+    if racing.any():
+        other = np.where(wrote, writer, np.where(read_, reader, SEVERAL_LANES))
+        _report(
+            frame,
+            op,
+            active,
+            racing,
+            "shared-memory-race",
+            _conflict_detail(ref, active, positions, racing, other, "writes"),
+        )
+    memory.writer.reshape(-1)[key] = mine
     memory.written.reshape(-1)[key] = True
 
 
@@ -537,8 +591,8 @@ def atomic_targets(frame: Frame, op: Op, ref: MemRef, flat) -> tuple[np.ndarray,
     cols = np.broadcast_to(np.asarray(flat, np.int64), (size,))[lanes]
     if memory.written is not None and lanes.size:
         _check_shared_atomic(frame, op, ref, rows, cols, lanes)
-    if memory.writes is not None:
-        _count(memory.writes, cols[:, None], ref.type.dtype.itemsize, ref.type.size)
+    if memory.counted:
+        _count(memory, "writes", cols[:, None], ref.type.dtype.itemsize)
     return lanes, rows, cols
 
 
