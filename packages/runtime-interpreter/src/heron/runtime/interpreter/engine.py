@@ -22,6 +22,7 @@ How a launch runs (see :mod:`~.lanes` for how values are laid out):
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,6 +47,7 @@ __all__ = [
     "Frame",
     "Launch",
     "block_plan",
+    "block_plans",
     "check_supported",
     "run_kernel",
     "semantics",
@@ -180,13 +182,21 @@ def _build_plan(block: Block) -> BlockPlan:
     return BlockPlan(steps, terminator)
 
 
+def block_plans(program: Program) -> dict[int, tuple[Block, BlockPlan]]:
+    """The plans of ``program``'s blocks made so far, kept with it (its ``derived`` state).
+
+    Keyed by the block's identity; each entry keeps its block, so the key stays its own.
+    """
+    return program.derived.setdefault("engine.block_plans", {})
+
+
 def block_plan(program: Program, block: Block) -> BlockPlan:
-    """``block``'s plan, made on first use and kept with ``program`` (its ``derived`` state)."""
-    plans = program.derived.setdefault("engine.block_plans", {})
-    plan = plans.get(id(block))
-    if plan is None:
-        plan = plans[id(block)] = (block, _build_plan(block))  # the block kept: its id stays
-    return plan[1]
+    """``block``'s plan, made on first use and kept with ``program``."""
+    plans = block_plans(program)
+    entry = plans.get(id(block))
+    if entry is None:
+        entry = plans[id(block)] = (block, _build_plan(block))
+    return entry[1]
 
 
 class WorkCounter:
@@ -243,6 +253,11 @@ class Launch:
     @property
     def kernel_name(self) -> str:
         return self.kernel.name
+
+    @functools.cached_property
+    def plans(self) -> dict[int, tuple[Block, BlockPlan]]:
+        """The program's block plans (:func:`block_plans`), looked up once per batch."""
+        return block_plans(self.program)
 
 
 class Frame:
@@ -312,7 +327,8 @@ class Frame:
                 f" given {len(arguments)}"
             )
         if plan is None:
-            plan = block_plan(self.launch.program, block)
+            entry = self.launch.plans.get(id(block))
+            plan = entry[1] if entry is not None else block_plan(self.launch.program, block)
         values = self.values
         for value_id, value in zip(block.arguments, arguments, strict=True):
             values[value_id] = value

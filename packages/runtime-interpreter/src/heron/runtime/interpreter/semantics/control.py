@@ -8,9 +8,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from heron.runtime.interpreter.engine import Frame, semantics
-from heron.runtime.interpreter.program import Op
-from heron.runtime.interpreter.types import VectorType, parse_type
+from heron.runtime.interpreter.engine import (
+    BlockPlan,
+    Frame,
+    Launch,
+    WorkCounter,
+    block_plan,
+    semantics,
+)
+from heron.runtime.interpreter.lanes import LaneSpace
+from heron.runtime.interpreter.program import Block, Op
+from heron.runtime.interpreter.types import (
+    FloatType,
+    IndexType,
+    IntegerType,
+    VectorType,
+    parse_type,
+)
 
 
 def _uniform_truth(frame: Frame, condition) -> bool | None:
@@ -81,11 +95,157 @@ def scf_for(frame: Frame, op: Op) -> None:
             lo, hi = lo % (1 << bits), hi % (1 << bits)
         if st <= 0:
             raise frame.unsupported(op, f"step {st} is not positive")
-        for iv in range(lo, hi, st):
-            values = frame.run_region(body, [iv_dtype.type(iv), *values])
+        trips = range(lo, hi, st)
+        if len(trips) >= HOIST_MIN_TRIPS and len(body.blocks) == 1:
+            values = _hoisted_for(frame, body.entry, trips, values, iv_dtype)
+        else:
+            for iv in trips:
+                values = frame.run_region(body, [iv_dtype.type(iv), *values])
         frame.set_results(op, *values)
         return
     _divergent_for(frame, op, bounds, values, iv_dtype)
+
+
+# -- uniform loops: what depends only on the induction variable, for every iteration at once
+#
+# A loop with uniform bounds whose body computes indices from its induction variable
+# (masks, comparisons, address arithmetic) runs those operations once per iteration on
+# 0-d values: on a loop that runs long on few threads, numpy's per-call cost per
+# operation per iteration is the whole cost. Such operations, when they read only the
+# induction variable, uniform values from outside the loop and each other, are computed
+# for a chunk of iterations at once (the iterations as lanes: the same elementwise numpy
+# operations, so the same bits), and each iteration takes its element.
+
+#: Operations computed ahead for a chunk of iterations: pure and elementwise, no effect,
+#: no fault (the divisions, which can report a division by zero, are not in it).
+HOISTABLE = frozenset(
+    "arith." + name
+    for name in (
+        "constant addi subi muli andi ori xori maxsi minsi maxui minui shli shrui shrsi cmpi"
+        " extsi extui trunci index_cast index_castui addf subf mulf divf remf negf maximumf"
+        " minimumf maxnumf minnumf cmpf extf truncf fptosi fptoui sitofp uitofp bitcast select"
+    ).split()
+)
+#: Loops with fewer iterations run as written (computing ahead would cost more).
+HOIST_MIN_TRIPS = 16
+#: Iterations computed ahead together (bounds the memory of the values computed ahead).
+HOIST_CHUNK = 4096
+
+_SCALAR = (IntegerType, IndexType, FloatType)
+
+
+def _hoist_candidates(block: Block, plan: BlockPlan) -> tuple[tuple[int, bool], ...]:
+    """Steps of ``block`` (a loop body) that may be computed ahead, each with whether it
+    depends on the induction variable (its first argument); made once per program."""
+    defined = set(block.arguments).union(*(op.results for _, op, _ in plan.steps))
+    iv = block.arguments[0]
+    ahead: set[int] = {iv}
+    varying: set[int] = {iv}
+    out = []
+    for index, (_, op, _) in enumerate(plan.steps):
+        if (
+            op.name not in HOISTABLE
+            or op.regions
+            or not all(
+                isinstance(parse_type(t), _SCALAR) for t in (*op.operand_types, *op.result_types)
+            )
+            or not all(v in ahead or v not in defined for v in op.operands)
+        ):
+            continue
+        ahead.update(op.results)
+        depends = any(v in varying for v in op.operands)
+        if depends:
+            varying.update(op.results)
+        out.append((index, depends))
+    return tuple(out)
+
+
+def _hoisted_for(frame: Frame, block: Block, trips: range, values: list, iv_dtype) -> list:
+    """Run a uniform loop, the operations of :func:`_hoist_candidates` computed ahead."""
+    program = frame.launch.program
+    plan = block_plan(program, block)
+    cache = program.derived.setdefault("control.hoist_candidates", {})
+    entry = cache.get(id(block))
+    if entry is None:
+        entry = cache[id(block)] = (block, _hoist_candidates(block, plan))
+    candidates = entry[1]
+    limits = np.iinfo(iv_dtype) if iv_dtype.kind in "iu" else None
+    if not candidates or (
+        limits is not None and not (limits.min <= trips.start and trips[-1] <= limits.max)
+    ):
+        return _plain_for(frame, block, trips, values, iv_dtype, plan)
+    # Which candidates run ahead here: those whose outer operands are uniform (0-d).
+    defined = set(block.arguments).union(*(op.results for _, op, _ in plan.steps))
+    iv = block.arguments[0]
+    ahead_ids: set[int] = {iv}
+    chosen: list[tuple[int, bool]] = []
+    outer: set[int] = set()
+    for index, depends in candidates:
+        op = plan.steps[index][1]
+        inputs = [v for v in op.operands if v not in defined]
+        if all(v in ahead_ids or v in inputs for v in op.operands if v in defined) and all(
+            np.ndim(frame.values[v]) == 0 for v in inputs
+        ):
+            chosen.append((index, depends))
+            ahead_ids.update(op.results)
+            outer.update(inputs)
+    if not chosen:
+        return _plain_for(frame, block, trips, values, iv_dtype, plan)
+    skipped = {index for index, _ in chosen}
+    computed = ahead_ids - {iv}
+    rest = BlockPlan(
+        tuple(
+            (handler, op, tuple(v for v in dead if v not in computed))
+            for k, (handler, op, dead) in enumerate(plan.steps)
+            if k not in skipped
+        ),
+        plan.terminator,
+    )
+    steps = [plan.steps[index] for index, _ in chosen]
+    varying = [
+        result for index, depends in chosen if depends for result in plan.steps[index][1].results
+    ]
+    invariant = [
+        result
+        for index, depends in chosen
+        if not depends
+        for result in plan.steps[index][1].results
+    ]
+    frame_values = frame.values
+    for start in range(0, len(trips), HOIST_CHUNK):
+        chunk = trips[start : start + HOIST_CHUNK]
+        ivs = np.arange(chunk.start, chunk.stop, chunk.step, dtype=np.int64).astype(iv_dtype)
+        ahead = Frame(
+            Launch(
+                program,
+                frame.launch.kernel,
+                LaneSpace((len(chunk), 1, 1), (1, 1, 1), 0, len(chunk)),
+                frame.launch.globals_memory,
+                WorkCounter(frame.launch.kernel_name, None),
+            ),
+            frame.function,
+        )
+        ahead.values = {v: frame_values[v] for v in outer}
+        ahead.values[iv] = ivs
+        for handler, op, _ in steps:
+            handler(ahead, op)
+        columns = [(v, ahead.values[v]) for v in varying]
+        if any(np.shape(column) != (len(chunk),) for _, column in columns):
+            # Not elementwise after all: the rest of the loop as written.
+            return _plain_for(frame, block, trips[start:], values, iv_dtype, plan)
+        for v in invariant:
+            frame_values[v] = ahead.values[v]
+        for k in range(len(chunk)):
+            for v, column in columns:
+                frame_values[v] = column[k]
+            values = frame.run_block(block, [ivs[k], *values], rest)
+    return values
+
+
+def _plain_for(frame: Frame, block: Block, trips: range, values: list, iv_dtype, plan) -> list:
+    for iv in trips:
+        values = frame.run_block(block, [iv_dtype.type(iv), *values], plan)
+    return values
 
 
 def _divergent_for(frame: Frame, op: Op, bounds, values, iv_dtype) -> None:
