@@ -78,22 +78,23 @@ def print_table(rows: list[dict[str, object]], runs: int) -> None:
     print(f"GELU (examples/gelu.hlo) on the interpreter, median of {runs} runs")
     print(
         "| shape | elements | launch (blocks x threads) | compile s | interpreter s"
-        " | ns/element | reference s | interpreter / reference |"
+        " | elements/s | ns/element | reference s | interpreter / reference |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         shape = "bf16[" + ",".join(map(str, row["dims"])) + "]"
         reference = row["reference"]
         if "error" in row:
             print(
                 f"| {shape} | {row['elements']} | - | - | not runnable: {row['error']}"
-                f" | - | {reference:.3f} | - |"
+                f" | - | - | {reference:.3f} | - |"
             )
             continue
         seconds = row["interpreter"]
         print(
             f"| {shape} | {row['elements']} | {row['launch']} | {row['compile']:.2f}"
-            f" | {seconds:.3f} | {seconds / row['elements'] * 1e9:.0f} | {reference:.3f}"
+            f" | {seconds:.3f} | {row['elements'] / seconds / 1e6:.1f}M"
+            f" | {seconds / row['elements'] * 1e9:.0f} | {reference:.3f}"
             f" | {seconds / reference:.0f}x |"
         )
 

@@ -102,3 +102,34 @@ def test_atomic_targets_refuse_constant_memory():
     with pytest.raises(SanitizerError) as info:
         memory.atomic_targets(f, STORE, ref, f.lanes.thread_linear)
     assert info.value.kind == "write-to-constant"
+
+
+def test_several_lanes_without_a_shared_key_is_all_false():
+    rng = np.random.default_rng(1)
+    keys = rng.permutation(300)
+    lanes = rng.integers(0, 5, 300)
+    assert not memory._several_lanes(keys, lanes).any()
+
+
+def test_reads_are_counted_per_byte_however_they_come():
+    """Uniform, sparse and dense reads, and a reset: the per-byte counts are exact."""
+    f = frame(blocks=1, threads=64)
+    buffer = np.zeros(1024 * 4, np.uint8)
+    ref = memory.global_memref(buffer, "memref<1024xf32>", "in")
+    expected = np.zeros(1024, np.uint32)
+    memory.read(f, LOAD, ref, np.int64(7))  # uniform: 64 lanes, one element
+    expected[7] += 64
+    sparse = f.lanes.thread_linear * 3  # 64 reads over 1024 elements: counted one by one
+    memory.read(f, LOAD, ref, sparse)
+    expected[sparse] += 1
+    wide = frame(blocks=4, threads=64)
+    dense = 500 + wide.lanes.thread_linear % 50  # a window, some elements several times
+    memory.read(wide, LOAD, ref, dense)
+    np.add.at(expected, dense, 1)
+    memory.read(wide, LOAD, ref, dense)  # again: counts add up
+    np.add.at(expected, dense, 1)
+    assert np.array_equal(ref.memory.reads, np.repeat(expected, 4))
+    assert not ref.memory.writes.any()
+    memory.read(f, LOAD, ref, np.int64(3))
+    ref.memory.reset_counts()
+    assert not ref.memory.reads.any()

@@ -132,15 +132,21 @@ class BlockPlan:
     megabytes each; keeping every one of them alive makes each operation
     write to fresh, unmapped memory, which costs more than the arithmetic).
     ``terminator``: the operation whose operands the block yields, if any.
+    ``op_count``: the block's operations, what one run of it counts as work
+    (:class:`WorkCounter`), however many steps the plan runs.
     """
 
-    __slots__ = ("steps", "terminator")
+    __slots__ = ("op_count", "steps", "terminator")
 
     def __init__(
-        self, steps: tuple[tuple[Handler, Op, tuple[int, ...]], ...], terminator: Op | None
+        self,
+        steps: tuple[tuple[Handler, Op, tuple[int, ...]], ...],
+        terminator: Op | None,
+        op_count: int,
     ) -> None:
         self.steps = steps
         self.terminator = terminator
+        self.op_count = op_count
 
 
 def _uses(op: Op) -> set[int]:
@@ -179,7 +185,7 @@ def _build_plan(block: Block) -> BlockPlan:
     steps = tuple(
         (SEMANTICS[op.name], op, tuple(sorted(gone))) for op, gone in zip(ops, dead, strict=True)
     )
-    return BlockPlan(steps, terminator)
+    return BlockPlan(steps, terminator, len(block.ops))
 
 
 def block_plans(program: Program) -> dict[int, tuple[Block, BlockPlan]]:
@@ -332,7 +338,7 @@ class Frame:
         values = self.values
         for value_id, value in zip(block.arguments, arguments, strict=True):
             values[value_id] = value
-        self.launch.work.add(len(block.ops) * (self.launch.lanes.size + OPERATION_OVERHEAD_LANES))
+        self.launch.work.add(plan.op_count * (self.launch.lanes.size + OPERATION_OVERHEAD_LANES))
         for handler, op, dead in plan.steps:
             handler(self, op)
             for value_id in dead:

@@ -29,6 +29,8 @@ from heron.runtime.interpreter.types import (
 
 def _uniform_truth(frame: Frame, condition) -> bool | None:
     """The condition's value when every active lane agrees, else None."""
+    if type(condition) is np.bool_:  # a uniform value (the common case in a uniform loop)
+        return bool(condition)
     condition = np.asarray(condition)
     if condition.ndim == 0:
         return bool(condition)
@@ -200,6 +202,7 @@ def _hoisted_for(frame: Frame, block: Block, trips: range, values: list, iv_dtyp
             if k not in skipped
         ),
         plan.terminator,
+        plan.op_count,
     )
     steps = [plan.steps[index] for index, _ in chosen]
     varying = [
