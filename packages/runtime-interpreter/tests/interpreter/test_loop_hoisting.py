@@ -13,9 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from heron.runtime.interpreter import InterpreterDevice
+from heron.runtime.interpreter import InterpreterDevice, engine
 from heron.runtime.interpreter.capture import capture_module, compile_kernel_image
-from heron.runtime.interpreter import engine
 from heron.runtime.interpreter.engine import block_plan
 from heron.runtime.interpreter.semantics import control
 
