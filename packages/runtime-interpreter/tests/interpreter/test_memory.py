@@ -133,3 +133,28 @@ def test_reads_are_counted_per_byte_however_they_come():
     memory.read(f, LOAD, ref, np.int64(3))
     ref.memory.reset_counts()
     assert not ref.memory.reads.any()
+
+
+def test_coalesced_vector_accesses_take_a_slice_and_count_every_byte_once():
+    f = frame(blocks=2, threads=64)
+    source = np.arange(1024, dtype=np.float32)
+    ref_in = memory.global_memref(source.view(np.uint8).copy(), "memref<1024xf32>", "in")
+    ref_out = memory.global_memref(np.zeros(4096, np.uint8), "memref<1024xf32>", "out")
+    lanes = f.lanes.block_in_batch * 64 + f.lanes.thread_linear
+    start = 256
+    values = memory.read(f, LOAD, ref_in, start + lanes * 4, width=4)
+    assert values.shape == (128, 4)
+    assert np.array_equal(values.reshape(-1), source[start : start + 512])
+    memory.write(f, STORE, ref_out, start + lanes * 4, values, width=4)
+    out = ref_out.elements()[0]
+    assert np.array_equal(out[start : start + 512], source[start : start + 512])
+    touched = np.zeros(1024, np.uint32)
+    touched[start : start + 512] = 1
+    assert np.array_equal(ref_in.memory.reads, np.repeat(touched, 4))
+    assert np.array_equal(ref_out.memory.writes, np.repeat(touched, 4))
+    # Not consecutive (one lane out of step): the same values through the gather.
+    shuffled = start + lanes * 4
+    shuffled[[3, 4]] = shuffled[[4, 3]]
+    again = memory.read(f, LOAD, ref_in, shuffled, width=4)
+    assert np.array_equal(again[3], values[4]) and np.array_equal(again[4], values[3])
+    assert np.array_equal(ref_in.memory.reads, 2 * np.repeat(touched, 4))

@@ -295,6 +295,17 @@ def _active_lanes(frame: Frame) -> np.ndarray | None:
     return None if frame.mask is None else np.flatnonzero(frame.mask)
 
 
+def _consecutive(flat: np.ndarray, width: int) -> int | None:
+    """``start`` when lane ``k`` accesses element ``start + k * width`` (a coalesced access:
+    one slice of memory, no gather and no count per position), else None."""
+    if flat.ndim != 1 or flat.size < 2:
+        return None
+    start = int(flat[0])
+    if int(flat[-1]) != start + (flat.size - 1) * width:
+        return None
+    return start if bool((np.diff(flat) == width).all()) else None
+
+
 def _element_positions(flat, lanes: np.ndarray | None, size: int, width: int) -> np.ndarray:
     """``(k, width)`` element indices of the accessing lanes (``k`` lanes)."""
     flat = np.asarray(flat, np.int64)
@@ -347,6 +358,14 @@ def read(frame: Frame, op: Op, ref: MemRef, flat, width: int = 1) -> np.ndarray:
                 lanes_count
             )
         return value.copy() if width > 1 else value[0].copy()
+    if np.ndim(rows) == 0 and active is None and memory.written is None:
+        start = _consecutive(flat, width)
+        if start is not None:  # lane k reads the k-th run of ``width`` elements from start
+            end = start + lanes_count * width
+            if memory.counted:
+                memory.count("reads", ref.type.dtype.itemsize)[start:end] += np.uint32(1)
+            values = elements[0, start:end].copy()
+            return values.reshape(lanes_count, width) if width > 1 else values
     positions = _element_positions(flat, active, lanes_count, width)
     row_index = rows if np.ndim(rows) == 0 else (rows if active is None else rows[active])
     if memory.written is not None:
@@ -377,9 +396,17 @@ def write(frame: Frame, op: Op, ref: MemRef, flat, values, width: int = 1) -> No
     if active is not None and active.size == 0:
         return
     rows = lane_rows(frame, ref)
-    positions = _element_positions(flat, active, lanes_count, width)
     data = np.asarray(values, ref.type.dtype)
     data = np.broadcast_to(data, (lanes_count, width) if width > 1 else (lanes_count,))
+    if np.ndim(rows) == 0 and active is None and memory.written is None:
+        start = _consecutive(np.asarray(flat, np.int64), width)
+        if start is not None:  # lane k writes the k-th run of ``width`` elements from start
+            end = start + lanes_count * width
+            ref.elements()[0, start:end] = data.reshape(-1)
+            if memory.counted:
+                memory.count("writes", ref.type.dtype.itemsize)[start:end] += np.uint32(1)
+            return
+    positions = _element_positions(flat, active, lanes_count, width)
     if active is not None:
         data = data[active]
     row_index = rows if np.ndim(rows) == 0 else (rows if active is None else rows[active])
