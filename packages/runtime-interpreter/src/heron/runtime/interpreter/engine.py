@@ -261,6 +261,11 @@ class Launch:
         return self.kernel.name
 
     @functools.cached_property
+    def operation_cost(self) -> int:
+        """What one operation over the batch counts as work (:class:`WorkCounter`)."""
+        return self.lanes.size + OPERATION_OVERHEAD_LANES
+
+    @functools.cached_property
     def plans(self) -> dict[int, tuple[Block, BlockPlan]]:
         """The program's block plans (:func:`block_plans`), looked up once per batch."""
         return block_plans(self.program)
@@ -327,18 +332,20 @@ class Frame:
         ``plan``: the steps to run (default: the block's own plan, :func:`block_plan`);
         a loop passes one without the steps it has already computed for every iteration.
         """
-        if len(arguments) != len(block.arguments):
+        names = block.arguments
+        if len(arguments) != len(names):
             raise InterpreterError(
-                f"a block of '{self.function.name}' takes {len(block.arguments)} arguments,"
+                f"a block of '{self.function.name}' takes {len(names)} arguments,"
                 f" given {len(arguments)}"
             )
+        launch = self.launch
         if plan is None:
-            entry = self.launch.plans.get(id(block))
-            plan = entry[1] if entry is not None else block_plan(self.launch.program, block)
+            entry = launch.plans.get(id(block))
+            plan = entry[1] if entry is not None else block_plan(launch.program, block)
         values = self.values
-        for value_id, value in zip(block.arguments, arguments, strict=True):
+        for value_id, value in zip(names, arguments):
             values[value_id] = value
-        self.launch.work.add(plan.op_count * (self.launch.lanes.size + OPERATION_OVERHEAD_LANES))
+        launch.work.add(plan.op_count * launch.operation_cost)
         for handler, op, dead in plan.steps:
             handler(self, op)
             for value_id in dead:
