@@ -240,6 +240,17 @@ def flat_index(frame: Frame, op: Op, ref: MemRef, indices: Sequence[Any], width:
     shape = ref.type.shape
     if len(indices) != len(shape):
         raise frame.unsupported(op, f"{len(indices)} indices for {ref.type}")
+    if all(isinstance(index, np.integer | int) for index in indices):
+        # Uniform indices (a loop's induction variable): Python integers, no numpy call.
+        total = 0
+        last_dimension = len(shape) - 1
+        for k, (index, size, stride) in enumerate(zip(indices, shape, ref.type.strides)):
+            value = int(index)
+            if value < 0 or value > size - (width if k == last_dimension else 1):
+                break  # out of bounds: the general path below reports it
+            total += value * stride
+        else:
+            return np.int64(total)
     flat: Any = np.int64(0)
     for k, (index, size, stride) in enumerate(zip(indices, shape, ref.type.strides, strict=True)):
         index = np.asarray(index).astype(np.int64, copy=False)

@@ -62,12 +62,19 @@ def scf_if(frame: Frame, op: Op) -> None:
     then_region, else_region = op.regions
     has_else = bool(else_region.blocks)
     truth = _uniform_truth(frame, condition)
-    if truth is True:
-        frame.set_results(op, *frame.run_region(then_region, []))
-        return
-    if truth is False:
-        if has_else:
-            frame.set_results(op, *frame.run_region(else_region, []))
+    if truth is not None:  # every active lane takes one region: run it as it is
+        region = then_region if truth else else_region
+        if not region.blocks:
+            return
+        blocks = region.blocks
+        yielded = (
+            frame.run_block(blocks[0], ()) if len(blocks) == 1 else frame.run_region(region, [])
+        )
+        if len(yielded) != len(op.results):
+            frame.set_results(op, *yielded)  # says what is wrong
+        values = frame.values
+        for value_id, value in zip(op.results, yielded):
+            values[value_id] = value
         return
     condition = np.broadcast_to(np.asarray(condition, np.bool_), (frame.lanes.size,))
     active = frame.active()
