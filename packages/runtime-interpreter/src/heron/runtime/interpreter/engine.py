@@ -48,6 +48,7 @@ __all__ = [
     "Launch",
     "block_plan",
     "block_plans",
+    "operation_uses",
     "check_supported",
     "run_kernel",
     "semantics",
@@ -149,7 +150,7 @@ class BlockPlan:
         self.op_count = op_count
 
 
-def _uses(op: Op) -> set[int]:
+def operation_uses(op: Op) -> set[int]:
     """The values ``op`` reads: its operands and those of every operation nested in it."""
     used = set(op.operands)
     stack = list(op.regions)
@@ -171,7 +172,7 @@ def _build_plan(block: Block) -> BlockPlan:
     defined = set(block.arguments).union(*(op.results for op in ops))
     last_use: dict[int, int] = {value: -1 for value in defined}  # -1: never used
     for index, op in enumerate(ops):
-        for value in _uses(op) & defined:
+        for value in operation_uses(op) & defined:
             last_use[value] = index
     if terminator is not None:
         for value in set(terminator.operands) & defined:

@@ -6,6 +6,8 @@ between active lanes splits the mask; results are merged lane by lane.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from heron.runtime.interpreter.engine import (
@@ -14,6 +16,7 @@ from heron.runtime.interpreter.engine import (
     Launch,
     WorkCounter,
     block_plan,
+    operation_uses,
     semantics,
 )
 from heron.runtime.interpreter.lanes import LaneSpace
@@ -221,6 +224,10 @@ def _hoisted_for(frame: Frame, block: Block, trips: range, values: list, iv_dtyp
         if not depends
         for result in plan.steps[index][1].results
     ]
+    # Each iteration binds only what the steps left to run (or the yield) read.
+    read = set(plan.terminator.operands if plan.terminator is not None else ())
+    read = read.union(*(operation_uses(op) for _, op, _ in rest.steps))
+    needed = [v for v in varying if v in read]
     frame_values = frame.values
     for start in range(0, len(trips), HOIST_CHUNK):
         chunk = trips[start : start + HOIST_CHUNK]
@@ -239,16 +246,17 @@ def _hoisted_for(frame: Frame, block: Block, trips: range, values: list, iv_dtyp
         ahead.values[iv] = ivs
         for handler, op, _ in steps:
             handler(ahead, op)
-        columns = [(v, ahead.values[v]) for v in varying]
-        if any(np.shape(column) != (len(chunk),) for _, column in columns):
+        if any(np.shape(ahead.values[v]) != (len(chunk),) for v in varying):
             # Not elementwise after all: the rest of the loop as written.
             return _plain_for(frame, block, trips[start:], values, iv_dtype, plan)
         for v in invariant:
             frame_values[v] = ahead.values[v]
-        for k in range(len(chunk)):
-            for v, column in columns:
-                frame_values[v] = column[k]
-            values = frame.run_block(block, [ivs[k], *values], rest)
+        # Iterating an array gives its elements as numpy scalars, as indexing does.
+        columns = [list(ahead.values[v]) for v in needed]
+        rows = zip(*columns) if columns else itertools.repeat(())
+        for iv_value, row in zip(list(ivs), rows):
+            frame_values.update(zip(needed, row))
+            values = frame.run_block(block, [iv_value, *values], rest)
     return values
 
 
