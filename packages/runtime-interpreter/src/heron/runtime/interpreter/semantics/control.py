@@ -172,6 +172,36 @@ def _hoist_candidates(block: Block, plan: BlockPlan) -> tuple[tuple[int, bool], 
     return tuple(out)
 
 
+class _AheadPlan:
+    """A loop body split for one choice of operations computed ahead (kept per program).
+
+    ``steps``: the operations computed ahead, in order; ``rest``: the body's plan
+    without them (and without dropping what they compute); ``outer``: the values
+    from outside they read; ``varying`` / ``invariant``: their results that depend on
+    the induction variable or not; ``needed``: the varying ones the rest reads.
+    """
+
+    def __init__(self, plan: BlockPlan, chosen, defined: set[int], computed: set[int]):
+        skipped = {index for index, _ in chosen}
+        self.rest = BlockPlan(
+            tuple(
+                (handler, op, tuple(v for v in dead if v not in computed))
+                for k, (handler, op, dead) in enumerate(plan.steps)
+                if k not in skipped
+            ),
+            plan.terminator,
+            plan.op_count,
+        )
+        self.steps = [plan.steps[index] for index, _ in chosen]
+        self.outer = {v for _, op, _ in self.steps for v in op.operands if v not in defined}
+        results = [(plan.steps[index][1].results, depends) for index, depends in chosen]
+        self.varying = [v for ids, depends in results if depends for v in ids]
+        self.invariant = [v for ids, depends in results if not depends for v in ids]
+        read = set(plan.terminator.operands if plan.terminator is not None else ())
+        read = read.union(*(operation_uses(op) for _, op, _ in self.rest.steps))
+        self.needed = [v for v in self.varying if v in read]
+
+
 def _hoisted_for(frame: Frame, block: Block, trips: range, values: list, iv_dtype) -> list:
     """Run a uniform loop, the operations of :func:`_hoist_candidates` computed ahead."""
     program = frame.launch.program
@@ -179,7 +209,8 @@ def _hoisted_for(frame: Frame, block: Block, trips: range, values: list, iv_dtyp
     cache = program.derived.setdefault("control.hoist_candidates", {})
     entry = cache.get(id(block))
     if entry is None:
-        entry = cache[id(block)] = (block, _hoist_candidates(block, plan))
+        defined = set(block.arguments).union(*(op.results for _, op, _ in plan.steps))
+        entry = cache[id(block)] = (block, _hoist_candidates(block, plan), defined)
     candidates = entry[1]
     limits = np.iinfo(iv_dtype) if iv_dtype.kind in "iu" else None
     if not candidates or (
@@ -187,47 +218,24 @@ def _hoisted_for(frame: Frame, block: Block, trips: range, values: list, iv_dtyp
     ):
         return _plain_for(frame, block, trips, values, iv_dtype, plan)
     # Which candidates run ahead here: those whose outer operands are uniform (0-d).
-    defined = set(block.arguments).union(*(op.results for _, op, _ in plan.steps))
-    iv = block.arguments[0]
+    defined, iv = entry[2], block.arguments[0]
     ahead_ids: set[int] = {iv}
     chosen: list[tuple[int, bool]] = []
-    outer: set[int] = set()
     for index, depends in candidates:
         op = plan.steps[index][1]
-        inputs = [v for v in op.operands if v not in defined]
-        if all(v in ahead_ids or v in inputs for v in op.operands if v in defined) and all(
-            np.ndim(frame.values[v]) == 0 for v in inputs
+        if all(
+            (v in ahead_ids) if v in defined else np.ndim(frame.values[v]) == 0 for v in op.operands
         ):
             chosen.append((index, depends))
             ahead_ids.update(op.results)
-            outer.update(inputs)
     if not chosen:
         return _plain_for(frame, block, trips, values, iv_dtype, plan)
-    skipped = {index for index, _ in chosen}
-    computed = ahead_ids - {iv}
-    rest = BlockPlan(
-        tuple(
-            (handler, op, tuple(v for v in dead if v not in computed))
-            for k, (handler, op, dead) in enumerate(plan.steps)
-            if k not in skipped
-        ),
-        plan.terminator,
-        plan.op_count,
-    )
-    steps = [plan.steps[index] for index, _ in chosen]
-    varying = [
-        result for index, depends in chosen if depends for result in plan.steps[index][1].results
-    ]
-    invariant = [
-        result
-        for index, depends in chosen
-        if not depends
-        for result in plan.steps[index][1].results
-    ]
-    # Each iteration binds only what the steps left to run (or the yield) read.
-    read = set(plan.terminator.operands if plan.terminator is not None else ())
-    read = read.union(*(operation_uses(op) for _, op, _ in rest.steps))
-    needed = [v for v in varying if v in read]
+    key = (id(block), tuple(index for index, _ in chosen))
+    ahead_plan = cache.get(key)
+    if ahead_plan is None:
+        ahead_plan = cache[key] = _AheadPlan(plan, chosen, defined, ahead_ids - {iv})
+    rest, steps, outer = ahead_plan.rest, ahead_plan.steps, ahead_plan.outer
+    varying, invariant, needed = ahead_plan.varying, ahead_plan.invariant, ahead_plan.needed
     frame_values = frame.values
     for start in range(0, len(trips), HOIST_CHUNK):
         chunk = trips[start : start + HOIST_CHUNK]
