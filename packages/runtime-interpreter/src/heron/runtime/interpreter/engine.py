@@ -213,9 +213,10 @@ class WorkCounter:
     lanes included: the interpreter computes them too); every operation also
     counts :data:`OPERATION_OVERHEAD_LANES` for its fixed cost (Python
     dispatch, a few microseconds, which dominates when a batch has few lanes).
-    So the count is what the interpreter's time is proportional to (about 25
-    to 30 million per second on one core), and deterministic: the same launch
-    stops at the same place on every machine. The limit turns a launch
+    So the count follows the interpreter's time (its rate depends on the
+    kernel, docs/interpreter.md: operations a loop computes ahead still count
+    in every iteration), and is deterministic: the same launch stops at the
+    same place on every machine. The limit turns a launch
     that would take hours on the CPU (a valid kernel whose every thread loops
     over the whole input) into a :class:`WorkLimitError` that says so, instead
     of something indistinguishable from a hang. ``None``: no limit.
