@@ -106,6 +106,13 @@ LONG_LOOP = (
 )
 
 
+def _rate(per_second: float) -> str:
+    """Elements per second, in millions (thousands below 100,000)."""
+    if per_second >= 1e5:
+        return f"{per_second / 1e6:.1f}M"
+    return f"{per_second / 1e3:.1f}k"
+
+
 def _median(action: Callable[[], object], runs: int) -> float:
     times = []
     for _ in range(runs):
@@ -187,7 +194,7 @@ def interpreter_table(runs: int) -> None:
         try:
             measured = _interpreter_run(fusion, arguments, runs)
             seconds = f"{measured:.3f}"
-            rate = f"{elements / measured / 1e6:.1f}M"
+            rate = _rate(elements / measured)
             ratio = f"{measured / reference:.1f}"
         except Exception as exc:
             seconds, rate, ratio = f"({type(exc).__name__})", "-", "-"
