@@ -348,10 +348,11 @@ class Frame:
         for value_id, value in zip(names, arguments):
             values[value_id] = value
         launch.work.add(plan.op_count * launch.operation_cost)
+        drop = values.pop
         for handler, op, dead in plan.steps:
             handler(self, op)
             for value_id in dead:
-                values.pop(value_id, None)
+                drop(value_id, None)
         if plan.terminator is None:
             return []
         return [values[v] for v in plan.terminator.operands]
