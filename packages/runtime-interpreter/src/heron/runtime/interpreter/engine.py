@@ -198,7 +198,8 @@ def block_plans(program: Program) -> dict[int, tuple[Block, BlockPlan]]:
 
 
 def block_plan(program: Program, block: Block) -> BlockPlan:
-    """``block``'s plan, made on first use and kept with ``program``."""
+    """``block``'s plan, made on first use and kept with ``program`` (its handlers are
+    those :data:`SEMANTICS` held then)."""
     plans = block_plans(program)
     entry = plans.get(id(block))
     if entry is None:
