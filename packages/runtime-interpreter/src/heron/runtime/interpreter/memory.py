@@ -135,8 +135,10 @@ class Memory:
         if self.written is None:
             shape = (self.data.shape[0], size)
             self.written = np.zeros(shape, np.bool_)
-            self.writer = np.full(shape, NO_LANE, np.int64)
-            self.reader = np.full(shape, NO_LANE, np.int64)
+            # Thread numbers within a block (and the negative markers): int32 halves
+            # what the race checks gather and scatter.
+            self.writer = np.full(shape, NO_LANE, np.int32)
+            self.reader = np.full(shape, NO_LANE, np.int32)
 
 
 class MemRef:
