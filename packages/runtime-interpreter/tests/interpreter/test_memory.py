@@ -158,3 +158,18 @@ def test_coalesced_vector_accesses_take_a_slice_and_count_every_byte_once():
     again = memory.read(f, LOAD, ref_in, shuffled, width=4)
     assert np.array_equal(again[3], values[4]) and np.array_equal(again[4], values[3])
     assert np.array_equal(ref_in.memory.reads, 2 * np.repeat(touched, 4))
+
+
+def test_lent_counts_stay_as_they_were_and_cannot_be_changed():
+    f = frame(blocks=1, threads=64)
+    ref = memory.global_memref(np.zeros(256, np.uint8), "memref<64xf32>", "in")
+    memory.read(f, LOAD, ref, f.lanes.thread_linear)
+    reads, writes, bits = ref.memory.counts()
+    assert (reads == 1).all() and not writes.any() and bits is None
+    with pytest.raises(ValueError, match="read-only"):
+        reads[0] = 7
+    memory.read(f, LOAD, ref, f.lanes.thread_linear)  # counted on a copy
+    assert (reads == 1).all()
+    assert (ref.memory.reads == 2).all()
+    ref.memory.reset_counts()
+    assert (reads == 1).all() and not ref.memory.reads.any()

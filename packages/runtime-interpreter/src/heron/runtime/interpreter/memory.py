@@ -78,6 +78,9 @@ class Memory:
         # Accesses counted per element of one width, ``(kind, itemsize)`` -> uint32 per
         # element, not yet added to the per-byte counters (:meth:`count`).
         self._pending: dict[tuple[str, int], np.ndarray] = {}
+        # Whether the counters were lent out read-only by :meth:`counts` (copied before
+        # they next change).
+        self._lent = False
         #: Writes of each bit, kept once a packed (sub-byte) store is seen: ``(bytes, 8)``.
         self.bit_writes: np.ndarray | None = None
         # Shared memory: per element (of the one type it is used with), whether it
@@ -116,15 +119,41 @@ class Memory:
             self._pending[(kind, itemsize)] = pending
         return pending
 
+    def counts(self) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+        """Reads and writes of each byte, and writes of each bit, as they are now, read-only.
+
+        The arrays are lent, not copied (the counters of a buffer are four bytes
+        per byte: copying them cost a launch as much as the kernel itself); the
+        memory copies them before it next changes them, so they stay as they are.
+        """
+        self._flush()
+        self._lent = True
+        return tuple(
+            None if counter is None else _read_only(counter)
+            for counter in (self._reads, self._writes, self.bit_writes)
+        )
+
     def reset_counts(self) -> None:
         """Forget every access counted so far (a buffer filled anew)."""
         self._pending.clear()
-        if self.counted:
-            self._reads[...] = 0
-            self._writes[...] = 0
+        if self.counted:  # fresh zeros: nothing to copy if lent, no page written yet
+            self._reads = np.zeros(self.nbytes, np.uint32)
+            self._writes = np.zeros(self.nbytes, np.uint32)
         self.bit_writes = None
+        self._lent = False
+
+    def own_counts(self) -> None:
+        """Take back the counters lent by :meth:`counts` (a copy) before changing them."""
+        if self._lent:
+            self._reads = self._reads.copy()
+            self._writes = self._writes.copy()
+            if self.bit_writes is not None:
+                self.bit_writes = self.bit_writes.copy()
+            self._lent = False
 
     def _flush(self) -> None:
+        if self._pending:
+            self.own_counts()
         while self._pending:
             (kind, itemsize), pending = self._pending.popitem()
             counter = self._reads if kind == "reads" else self._writes
@@ -139,6 +168,12 @@ class Memory:
             # what the race checks gather and scatter.
             self.writer = np.full(shape, NO_LANE, np.int32)
             self.reader = np.full(shape, NO_LANE, np.int32)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 class MemRef:
@@ -436,6 +471,7 @@ def count_bit_writes(memory: Memory, byte_positions: np.ndarray, bits: np.ndarra
     """Count a write of the set ``bits`` (uint8 masks) of each byte (packed sub-byte stores)."""
     if not memory.counted:
         return
+    memory.own_counts()
     if memory.bit_writes is None:
         memory.bit_writes = np.zeros((memory.nbytes, 8), np.uint32)
     expanded = ((bits[:, None] >> np.arange(8, dtype=np.uint8)) & 1).astype(np.uint32)
