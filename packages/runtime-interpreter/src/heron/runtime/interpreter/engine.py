@@ -18,6 +18,9 @@ How a launch runs (see :mod:`~.lanes` for how values are laid out):
   modules of :mod:`~.semantics` with the :func:`semantics` decorator. A
   program with an operation that has no entry is refused before it runs,
   with an error naming the operation (:func:`check_supported`).
+- Each block runs from its :class:`BlockPlan`, made once per program: the
+  handlers of its operations, and after each operation the values that are
+  dead, which the frame drops (docs/interpreter.md, "Speed").
 """
 
 from __future__ import annotations
@@ -177,10 +180,11 @@ def _build_plan(block: Block) -> BlockPlan:
     if terminator is not None:
         for value in set(terminator.operands) & defined:
             last_use[value] = len(ops)  # yielded: alive to the end
+    defined_at = {value: k for k, op in enumerate(ops) for value in op.results}
     dead: list[list[int]] = [[] for _ in ops]
     for value, index in last_use.items():
         if index == -1:  # never used: dead as soon as it is defined (arguments: at the start)
-            index = next((k for k, op in enumerate(ops) if value in op.results), 0)
+            index = defined_at.get(value, 0)
         if index < len(ops):
             dead[index].append(value)
     steps = tuple(
