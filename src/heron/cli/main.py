@@ -31,6 +31,7 @@ from heron.hlo.plugin_loading import PluginError
 #: write ``heron/cli/<name>.py`` with ``register(subparsers)`` and list it here.
 COMMANDS = (
     "heron.cli.parse",
+    "heron.cli.opt",
     "heron.cli.run",
     "heron.cli.indexing",
     "heron.cli.emit",

@@ -1,0 +1,33 @@
+"""The target-independent pipeline a module as JAX prints it goes through first.
+
+The order follows XLA's ``OptimizeHloModule``: inline calls first (everything
+after sees one flat graph per computation), then simplify to a fixed point,
+since each rewrite exposes work for the others (a merged constant makes a
+tuple element identical; an eliminated tuple leaves dead code).
+"""
+
+from __future__ import annotations
+
+from heron.hlo.passes import call_inliner, cse, dce, tuple_simplifier
+from heron.hlo.passes.manager import FixedPoint, Pipeline
+from heron.hlo.passes.registry import pass_named
+
+__all__ = ["simplification_pipeline"]
+
+# The modules above register their passes when imported; name them so the
+# imports are visibly needed.
+_REGISTERING = (call_inliner, cse, dce, tuple_simplifier)
+
+
+def simplification_pipeline() -> Pipeline:
+    """``call-inliner``, then ``tuple-simplifier``, ``hlo-dce``, ``hlo-cse`` to a fixed point."""
+    return Pipeline(
+        "simplification",
+        (
+            pass_named("call-inliner"),
+            FixedPoint(
+                "simplify",
+                (pass_named("tuple-simplifier"), pass_named("hlo-dce"), pass_named("hlo-cse")),
+            ),
+        ),
+    )
