@@ -8,7 +8,7 @@ tuple element identical; an eliminated tuple leaves dead code).
 
 from __future__ import annotations
 
-from heron.hlo.passes import call_inliner, cse, dce, tuple_simplifier
+from heron.hlo.passes import algebraic_simplifier, call_inliner, cse, dce, tuple_simplifier
 from heron.hlo.passes.manager import FixedPoint, Pipeline
 from heron.hlo.passes.registry import pass_named
 
@@ -16,18 +16,23 @@ __all__ = ["simplification_pipeline"]
 
 # The modules above register their passes when imported; name them so the
 # imports are visibly needed.
-_REGISTERING = (call_inliner, cse, dce, tuple_simplifier)
+_REGISTERING = (algebraic_simplifier, call_inliner, cse, dce, tuple_simplifier)
 
 
 def simplification_pipeline() -> Pipeline:
-    """``call-inliner``, then ``tuple-simplifier``, ``hlo-dce``, ``hlo-cse`` to a fixed point."""
+    """``call-inliner``, then the simplifiers, ``hlo-dce`` and ``hlo-cse`` to a fixed point."""
     return Pipeline(
         "simplification",
         (
             pass_named("call-inliner"),
             FixedPoint(
                 "simplify",
-                (pass_named("tuple-simplifier"), pass_named("hlo-dce"), pass_named("hlo-cse")),
+                (
+                    pass_named("algebraic-simplifier"),
+                    pass_named("tuple-simplifier"),
+                    pass_named("hlo-dce"),
+                    pass_named("hlo-cse"),
+                ),
             ),
         ),
     )
