@@ -305,6 +305,14 @@ def test_a_pass_that_breaks_the_module_is_named() -> None:
     with pytest.raises(PassFailure, match="pass 'crasher' failed: ZeroDivisionError: oops"):
         run_pipeline(parse_module(JAX_STYLE), HloPass("crasher", crash))
 
+    def refuse(module: Module) -> bool:
+        raise UnsupportedError("instruction 'x' (sort) is not handled")
+
+    # A refusal is about the input, not a bug: it reaches the user unwrapped.
+    with pytest.raises(UnsupportedError, match="instruction 'x' \\(sort\\)") as refused:
+        run_pipeline(parse_module(JAX_STYLE), HloPass("refuser", refuse))
+    assert not isinstance(refused.value, PassFailure)
+
 
 def test_a_fixed_point_group_stops_at_its_bound_and_says_so() -> None:
     flips = []

@@ -86,8 +86,13 @@ class FixedPoint:
 Step = HloPass | Pipeline | FixedPoint
 
 
-class PassFailure(HloError):
-    """A pass raised, or left a module that does not verify; the message names the pass."""
+class PassFailure(RuntimeError):
+    """A pass crashed, or left a module that does not verify: a bug in heron, not in the input.
+
+    The message names the pass (its path in the pipeline); the original error is
+    the ``__cause__``. An ``HloError`` a pass raises on purpose (input it refuses,
+    naming the instruction) is not wrapped: it reaches the user as it is.
+    """
 
 
 @attrs.frozen
@@ -230,10 +235,8 @@ def _run_pass(
     start = time.perf_counter()
     try:
         changed = step.run(module)
-    except HloError as exc:
-        if isinstance(exc, PassFailure):
-            raise
-        raise PassFailure(f"pass {path!r}: {exc.message}", exc.location) from exc
+    except (HloError, PassFailure):
+        raise
     except Exception as exc:  # a bug in a pass: name the pass, keep the cause
         raise PassFailure(f"pass {path!r} failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(changed, bool):
@@ -242,9 +245,7 @@ def _run_pass(
         try:
             verify_module(module)
         except HloError as exc:
-            raise PassFailure(
-                f"pass {path!r} left a module that does not verify: {exc.message}", exc.location
-            ) from exc
+            raise PassFailure(f"pass {path!r} left a module that does not verify: {exc}") from exc
     record = PassRecord(path, changed, time.perf_counter() - start, iteration)
     report.records.append(record)
     if on_pass is not None:
