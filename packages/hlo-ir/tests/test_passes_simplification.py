@@ -279,7 +279,7 @@ def test_the_manager_verifies_times_and_dumps(tmp_path) -> None:
     assert seen == report.records
     assert report.records[0].path == "simplification/call-inliner"
     assert report.records[1].path == "simplification/simplify/algebraic-simplifier"
-    assert report.records[2].path == "simplification/simplify/tuple-simplifier"
+    assert report.records[2].path == "simplification/simplify/conditional-simplifier"
     dumped = sorted(p.name for p in tmp_path.iterdir())
     assert dumped[0] == "jit_f.0000.before_optimizations.txt"
     assert dumped[-1].endswith("after_optimizations.txt")
@@ -329,7 +329,15 @@ def test_a_fixed_point_group_stops_at_its_bound_and_says_so() -> None:
 
 
 def test_the_registry_refuses_a_second_pass_of_a_name_and_names_unknown_ones() -> None:
-    assert {"call-inliner", "tuple-simplifier", "hlo-dce", "hlo-cse"} <= set(PASSES)
+    assert {
+        "call-inliner",
+        "tuple-simplifier",
+        "hlo-dce",
+        "hlo-cse",
+        "algebraic-simplifier",
+        "conditional-simplifier",
+        "while-loop-simplifier",
+    } <= set(PASSES)
     with pytest.raises(UnsupportedError, match="already registered"):
         register_pass(HloPass("hlo-dce", lambda module: False))
     with pytest.raises(UnsupportedError, match="unknown HLO pass 'dse'.*hlo-dce"):

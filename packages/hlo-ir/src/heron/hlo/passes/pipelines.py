@@ -2,13 +2,22 @@
 
 The order follows XLA's ``OptimizeHloModule``: inline calls first (everything
 after sees one flat graph per computation), then simplify to a fixed point,
-since each rewrite exposes work for the others (a merged constant makes a
+since each rewrite exposes work for the others (a folded constant decides a
+conditional, whose branch becomes a call to inline; a merged constant makes a
 tuple element identical; an eliminated tuple leaves dead code).
 """
 
 from __future__ import annotations
 
-from heron.hlo.passes import algebraic_simplifier, call_inliner, cse, dce, tuple_simplifier
+from heron.hlo.passes import (
+    algebraic_simplifier,
+    call_inliner,
+    conditional_simplifier,
+    cse,
+    dce,
+    tuple_simplifier,
+    while_loop_simplifier,
+)
 from heron.hlo.passes.manager import FixedPoint, Pipeline
 from heron.hlo.passes.registry import pass_named
 
@@ -16,11 +25,19 @@ __all__ = ["simplification_pipeline"]
 
 # The modules above register their passes when imported; name them so the
 # imports are visibly needed.
-_REGISTERING = (algebraic_simplifier, call_inliner, cse, dce, tuple_simplifier)
+_REGISTERING = (
+    algebraic_simplifier,
+    call_inliner,
+    conditional_simplifier,
+    cse,
+    dce,
+    tuple_simplifier,
+    while_loop_simplifier,
+)
 
 
 def simplification_pipeline() -> Pipeline:
-    """``call-inliner``, then the simplifiers, ``hlo-dce`` and ``hlo-cse`` to a fixed point."""
+    """``call-inliner``, then every simplifier, ``hlo-dce`` and ``hlo-cse`` to a fixed point."""
     return Pipeline(
         "simplification",
         (
@@ -29,6 +46,9 @@ def simplification_pipeline() -> Pipeline:
                 "simplify",
                 (
                     pass_named("algebraic-simplifier"),
+                    pass_named("conditional-simplifier"),
+                    pass_named("while-loop-simplifier"),
+                    pass_named("call-inliner"),
                     pass_named("tuple-simplifier"),
                     pass_named("hlo-dce"),
                     pass_named("hlo-cse"),
