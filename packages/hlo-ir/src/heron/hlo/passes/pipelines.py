@@ -15,6 +15,7 @@ from heron.hlo.passes import (
     conditional_simplifier,
     cse,
     dce,
+    topk_decomposer,
     tuple_simplifier,
     while_loop_simplifier,
 )
@@ -31,17 +32,19 @@ _REGISTERING = (
     conditional_simplifier,
     cse,
     dce,
+    topk_decomposer,
     tuple_simplifier,
     while_loop_simplifier,
 )
 
 
 def simplification_pipeline() -> Pipeline:
-    """``call-inliner``, then every simplifier, ``hlo-dce`` and ``hlo-cse`` to a fixed point."""
+    """Inline calls, decompose topk, then every simplifier, DCE and CSE to a fixed point."""
     return Pipeline(
         "simplification",
         (
             pass_named("call-inliner"),
+            pass_named("topk-decomposer"),
             FixedPoint(
                 "simplify",
                 (
