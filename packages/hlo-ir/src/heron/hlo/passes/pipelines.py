@@ -15,6 +15,7 @@ from heron.hlo.passes import (
     conditional_simplifier,
     cse,
     dce,
+    dot_decomposer,
     topk_decomposer,
     tuple_simplifier,
     while_loop_simplifier,
@@ -32,6 +33,7 @@ _REGISTERING = (
     conditional_simplifier,
     cse,
     dce,
+    dot_decomposer,
     topk_decomposer,
     tuple_simplifier,
     while_loop_simplifier,
@@ -39,12 +41,13 @@ _REGISTERING = (
 
 
 def simplification_pipeline() -> Pipeline:
-    """Inline calls, decompose topk, then every simplifier, DCE and CSE to a fixed point."""
+    """Inline calls, decompose topk, canonicalise dots; then simplify, DCE and CSE to a fixed point."""
     return Pipeline(
         "simplification",
         (
             pass_named("call-inliner"),
             pass_named("topk-decomposer"),
+            pass_named("dot-decomposer"),
             FixedPoint(
                 "simplify",
                 (
