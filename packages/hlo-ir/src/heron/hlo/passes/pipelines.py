@@ -41,7 +41,7 @@ _REGISTERING = (
 
 
 def simplification_pipeline() -> Pipeline:
-    """Inline calls, decompose topk, canonicalise dots; then simplify, DCE and CSE to a fixed point."""
+    """Inline calls, decompose topk, canonicalise dots; then simplify to a fixed point."""
     return Pipeline(
         "simplification",
         (
