@@ -18,7 +18,7 @@ The rules, by opcode (each a function registered with :func:`_rule`):
   full ``slice``, ``reverse`` of no dimension or of size-1 dimensions, an
   all-zero ``pad``, a one-operand ``concatenate``, a ``dynamic-update-slice``
   whose update is the whole operand;
-- chains folded into one instruction: ``reshape(reshape)``,
+- chains folded into one instruction: ``reshape(reshape)``, ``bitcast(bitcast)``,
   ``broadcast(broadcast)``, ``transpose(transpose)``, ``slice(slice)``, and a
   ``dynamic-slice`` with constant start indices becomes a ``slice`` (with the
   clamping ``dynamic-slice`` applies);
@@ -348,6 +348,17 @@ def _constant_to_the_right(inst: Instruction, rewriter: _Rewriter) -> Instructio
 @_rule("reshape", "bitcast", "copy")
 def _no_op_move(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
     return _passes_through(inst, inst.operands[0])
+
+
+@_rule("bitcast")
+def _bitcast_chain(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+    operand = inst.operands[0]
+    if operand.opcode != "bitcast":
+        return None
+    inner = operand.operands[0]
+    if _same_layout_shape(inst.shape, inner.shape):
+        return inner
+    return rewriter.add("bitcast", inst.shape, [inner], like=inst)
 
 
 @_rule("convert")

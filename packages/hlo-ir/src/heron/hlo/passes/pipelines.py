@@ -4,7 +4,10 @@ The order follows XLA's ``OptimizeHloModule``: inline calls first (everything
 after sees one flat graph per computation), then simplify to a fixed point,
 since each rewrite exposes work for the others (a folded constant decides a
 conditional, whose branch becomes a call to inline; a merged constant makes a
-tuple element identical; an eliminated tuple leaves dead code).
+tuple element identical; an eliminated tuple leaves dead code). Layouts come
+last, as in XLA: every shape gets one, reshapes that move no byte become
+bitcasts and layout-changing copies become transposes, and a last round of
+simplification folds the bitcast chains that leaves.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from heron.hlo.passes import (
     cse,
     dce,
     dot_decomposer,
+    layouts,
     topk_decomposer,
     tuple_simplifier,
     while_loop_simplifier,
@@ -34,6 +38,7 @@ _REGISTERING = (
     cse,
     dce,
     dot_decomposer,
+    layouts,
     topk_decomposer,
     tuple_simplifier,
     while_loop_simplifier,
@@ -58,6 +63,22 @@ def simplification_pipeline() -> Pipeline:
                     pass_named("tuple-simplifier"),
                     pass_named("hlo-dce"),
                     pass_named("hlo-cse"),
+                ),
+            ),
+            Pipeline(
+                "layout",
+                (
+                    pass_named("layout-assignment"),
+                    pass_named("reshape-decomposer"),
+                    pass_named("layout-normalization"),
+                    FixedPoint(
+                        "cleanup",
+                        (
+                            pass_named("algebraic-simplifier"),
+                            pass_named("hlo-dce"),
+                            pass_named("hlo-cse"),
+                        ),
+                    ),
                 ),
             ),
         ),
