@@ -43,11 +43,11 @@ from heron.hlo.evaluator import evaluate_computation
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
+    Uses,
     has_side_effect,
     module_names,
     non_fusion_computations,
     remove_instructions,
-    replace_all_uses,
 )
 from heron.hlo.shapes import ArrayShape, Shape
 
@@ -91,6 +91,7 @@ class _Rewriter:
     def __init__(self, computation: Computation, names: NameUniquer) -> None:
         self.computation = computation
         self.names = names
+        self.uses = Uses(computation)
 
     def add(
         self,
@@ -111,7 +112,7 @@ class _Rewriter:
             literal=literal,
             location=like.location,
         )
-        return self.computation.add(inst)
+        return self.uses.add(inst)
 
 
 Rule = Callable[[Instruction, _Rewriter], Instruction | None]
@@ -142,7 +143,7 @@ def simplify_algebra(module: Module) -> bool:
         replaced: list[Instruction] = []
         for inst in computation.post_order():
             replacement = _simplify(inst, rewriter)
-            if replacement is not None and replace_all_uses(computation, inst, replacement):
+            if replacement is not None and rewriter.uses.replace(inst, replacement):
                 replaced.append(inst)
                 changed = True
         # What was replaced is dead unless it has an effect (dce removes the rest).

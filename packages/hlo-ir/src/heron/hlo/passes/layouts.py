@@ -26,14 +26,14 @@ from __future__ import annotations
 from heron.hlo.attributes import RawAttribute
 from heron.hlo.builder import NameUniquer
 from heron.hlo.errors import UnsupportedError
-from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.ir import Instruction, Module
 from heron.hlo.parser import parse_shape
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
+    Uses,
     module_names,
     non_fusion_computations,
     remove_instructions,
-    replace_all_uses,
 )
 from heron.hlo.shapes import ArrayShape, Layout, Shape, TupleShape
 
@@ -132,13 +132,13 @@ def _layout_free(shape: Shape) -> bool:
 
 
 class _Adder:
-    def __init__(self, computation: Computation, names: NameUniquer, like: Instruction) -> None:
-        self.computation, self.names, self.like = computation, names, like
+    def __init__(self, uses: Uses, names: NameUniquer, like: Instruction) -> None:
+        self.uses, self.names, self.like = uses, names, like
 
     def __call__(
         self, suffix: str, opcode: str, shape: ArrayShape, operand: Instruction, **attributes
     ):
-        return self.computation.add(
+        return self.uses.add(
             Instruction(
                 self.names.unique(f"{self.like.name}.{suffix}"),
                 opcode,
@@ -176,6 +176,7 @@ def normalize_layouts(module: Module) -> bool:
     names = module_names(module)
     changed = False
     for computation in non_fusion_computations(module):
+        uses, removed = Uses(computation), []
         for copy in [i for i in computation.instructions if i.opcode == "copy"]:
             source, target = copy.operands[0].shape, copy.shape
             if not isinstance(source, ArrayShape) or not isinstance(target, ArrayShape):
@@ -186,12 +187,11 @@ def normalize_layouts(module: Module) -> bool:
                 d for d in target.major_to_minor if target.dims[d] != 1
             ]:
                 continue  # the same memory order: the simplifier's business, not a transpose
-            replacement = _physical_transpose(
-                _Adder(computation, names, copy), copy.operands[0], target
-            )
-            replace_all_uses(computation, copy, replacement)
-            remove_instructions(computation, [copy])
+            replacement = _physical_transpose(_Adder(uses, names, copy), copy.operands[0], target)
+            uses.replace(copy, replacement)
+            removed.append(copy)
             changed = True
+        remove_instructions(computation, removed)
     return changed
 
 
@@ -203,6 +203,7 @@ def decompose_reshapes(module: Module) -> bool:
     names = module_names(module)
     changed = False
     for computation in non_fusion_computations(module):
+        uses, removed = Uses(computation), []
         for reshape in [i for i in computation.instructions if i.opcode == "reshape"]:
             operand = reshape.operands[0]
             source, target = operand.shape, reshape.shape
@@ -210,7 +211,7 @@ def decompose_reshapes(module: Module) -> bool:
                 continue
             if source.layout is None or target.layout is None:
                 continue
-            add = _Adder(computation, names, reshape)
+            add = _Adder(uses, names, reshape)
             if not is_row_major(source):
                 operand = add("row_major", "copy", _row_major(source), operand)
             if is_row_major(target):
@@ -218,7 +219,8 @@ def decompose_reshapes(module: Module) -> bool:
             else:
                 flat = add("bitcast", "bitcast", _row_major(target), operand)
                 replacement = add("relaid", "copy", target, flat)
-            replace_all_uses(computation, reshape, replacement)
-            remove_instructions(computation, [reshape])
+            uses.replace(reshape, replacement)
+            removed.append(reshape)
             changed = True
+        remove_instructions(computation, removed)
     return changed
