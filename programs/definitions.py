@@ -783,3 +783,43 @@ add(
     lambda r: (integers(r, 8, 8, low=-1000, high=1000),),
     "reduction",
 )
+
+# -- more of what users write ------------------------------------------------------------------
+
+
+def _dropout(key_data, x):
+    key = jax.random.wrap_key_data(key_data)
+    keep = jax.random.bernoulli(key, 0.75, x.shape)
+    return jnp.where(keep, x / 0.75, 0.0)
+
+
+add(
+    "dropout_threefry",
+    "dropout with jax.random (threefry2x32 on u32 key data), f32 [16,16]",
+    _dropout,
+    lambda r: (np.array([0, 42], np.uint32), normal(r, 16, 16)),
+    "random",
+)
+add(
+    "conv1d",
+    "1-D convolution, NWC f32 [2,16,4] with a [3,4,8] kernel, SAME padding",
+    lambda x, w: lax.conv_general_dilated(
+        x, w, (1,), "SAME", dimension_numbers=("NWC", "WIO", "NWC")
+    ),
+    lambda r: (normal(r, 2, 16, 4), normal(r, 3, 4, 8, scale=0.3)),
+    "convolution",
+)
+add(
+    "take_along_axis",
+    "jnp.take_along_axis: per-row gather of f32 [8,32] at s32 [8,4] indices",
+    lambda x, i: jnp.take_along_axis(x, i, axis=1),
+    lambda r: (normal(r, 8, 32), integers(r, 8, 4, high=32)),
+    "embedding",
+)
+add(
+    "segment_sum",
+    "jax.ops.segment_sum of f32 [24,8] rows into 6 segments",
+    lambda x, ids: jax.ops.segment_sum(x, ids, num_segments=6),
+    lambda r: (normal(r, 24, 8), integers(r, 24, high=6)),
+    "embedding",
+)
