@@ -216,6 +216,23 @@ def test_the_xla_gpu_facts_are_consistent(name):
         )
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_heron_reads_xla_gpus_optimized_module(name):
+    """XLA 0.12 prints tuple elements as ``%t#k`` operands; heron's parser reads them."""
+    module = parse_module_file(PROGRAMS / name / "xla_gpu_optimized.hlo")
+    verify_module(module)
+    facts = json.loads((PROGRAMS / name / "xla_gpu.json").read_text())
+    fusions = [i for i in module.instructions() if i.opcode == "fusion"]
+    kinds: dict[str, int] = {}
+    for fusion in fusions:
+        if fusion.parent is not None and fusion.parent.name.startswith("fused"):
+            continue
+        kinds[str(fusion.attr("kind"))] = kinds.get(str(fusion.attr("kind")), 0) + 1
+    for kind, count in facts["fusion_kinds"].items():
+        if kind.startswith("k"):
+            assert kinds.get(kind, 0) >= count, (kind, kinds)
+
+
 def _table():
     spec = importlib.util.spec_from_file_location("programs_table", PROGRAMS / "table.py")
     table = importlib.util.module_from_spec(spec)
