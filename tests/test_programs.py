@@ -28,7 +28,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from heron.compiler.sequential import run_module
 from heron.hlo.element_types import ElementType
+from heron.hlo.errors import UnsupportedError
 from heron.hlo.evaluator import evaluate_module, flatten_literal
 from heron.hlo.ir import Module
 from heron.hlo.npz_io import load_inputs, load_outputs
@@ -36,6 +38,7 @@ from heron.hlo.parser import parse_module_file
 from heron.hlo.passes import run_pipeline
 from heron.hlo.passes.pipelines import simplification_pipeline
 from heron.hlo.verifier import verify_module
+from heron.runtime.interpreter import InterpreterDevice
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "programs"
@@ -267,3 +270,67 @@ def test_the_tolerance_rejects_a_wrong_float():
     with pytest.raises(AssertionError, match="inf or NaN"):
         assert_close(np.array([1.0, -2.0, -np.inf], np.float32), expected, "inf")
     assert ElementType.from_numpy(np.dtype(ml_dtypes.bfloat16)) is ElementType.BF16
+
+
+# -- the programs on the interpreter device ---------------------------------------------
+#
+# The whole program path as a user meets it: the module as JAX printed it, through
+# heron's HLO pipeline, into kernels compiled for the interpreter, launched one after
+# the other (heron.compiler.sequential), each output checked against XLA:CPU's with
+# assert_close's bound. Programs with an instruction no heron emitter runs yet are
+# refused with that instruction named; REFUSED lists them by the opcode they are
+# refused for, so the table shrinks visibly as GEMM, sort, scatter and control flow
+# land (issues 16 and 17). A refused program that starts to run fails until it
+# leaves the table.
+
+#: program -> the opcode heron refuses it for today.
+REFUSED = {
+    "argsort": "sort",
+    "attention": "dot",
+    "attention_bf16": "dot",
+    "attention_causal_multihead": "dot",
+    "batched_matmul": "dot",
+    "cond": "conditional",
+    "conv1d": "convolution",
+    "dropout_threefry": "while",
+    "embedding_scatter_add_grad": "scatter",
+    "fori_loop_newton_sqrt": "while",
+    "matmul_int32": "dot",
+    "mlp_block_prenorm": "dot",
+    "mlp_gelu": "dot",
+    "mlp_gelu_exact": "dot",
+    "mlp_relu": "dot",
+    "mlp_silu_bf16": "dot",
+    "mlp_train_grad": "dot",
+    "scan_cumulative_max": "while",
+    "scan_rnn": "while",
+    "scatter_add_int32": "scatter",
+    "segment_sum": "scatter",
+    "sort": "sort",
+    "sort_int32_axis0": "sort",
+    "switch": "conditional",
+    "top_k": "sort",
+    "while_loop_collatz": "while",
+}
+
+
+def test_the_refusals_name_programs() -> None:
+    assert set(REFUSED) <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_program_runs_on_the_interpreter_and_gives_xla_cpus_outputs(name: str) -> None:
+    module = _module(name)
+    arguments = _inputs(module, name)
+    if name in REFUSED:
+        opcode = REFUSED[name]
+        with pytest.raises(
+            UnsupportedError, match=rf"cannot run instruction .*\({re.escape(opcode)},"
+        ):
+            run_module(module, arguments, InterpreterDevice(), "interpreter")
+        return
+    run = run_module(module, arguments, InterpreterDevice(), "interpreter")
+    expected = load_outputs(PROGRAMS / name / "outputs.npz")
+    assert len(run.outputs) == len(expected)
+    for i, (got, want) in enumerate(zip(run.outputs, expected, strict=True)):
+        assert_close(np.asarray(got), np.asarray(want), f"{name} out{i} on the interpreter")

@@ -135,7 +135,17 @@ _BINARY: dict[str, Callable[[Kit, ir.Value, ir.Value], ir.Value]] = {
 
 #: Every math op this pass rewrites (and ``arith.remf``).
 EXPANDED_MATH: frozenset[str] = frozenset(
-    {*_UNARY, *_BINARY, "math.powf", "math.fpowi", "math.ipowi", "math.fma", "arith.remf"}
+    {
+        *_UNARY,
+        *_BINARY,
+        "math.powf",
+        "math.fpowi",
+        "math.ipowi",
+        "math.fma",
+        "math.ctpop",
+        "math.ctlz",
+        "arith.remf",
+    }
 )
 
 
@@ -227,6 +237,12 @@ def expand_op(op: ir.Operation) -> ir.Value:
     result_type = op.results[0].type
     if name == "math.ipowi":
         return _ipowi(operands[0], operands[1])
+    # Bit counts are instructions on both backends (popc/clz, v_bcnt/v_ffbh) through
+    # LLVM's intrinsics; NVVM's math conversion would otherwise call libdevice.
+    if name == "math.ctpop":
+        return llvm_dialect.intr_ctpop(operands[0])
+    if name == "math.ctlz":
+        return llvm_dialect.intr_ctlz(operands[0], False)
     compute = _compute_type(result_type)
     if compute is None:
         raise _unsupported(op, "only f16, bf16, f32 and f64 (scalars or vectors) are handled")
