@@ -9,10 +9,9 @@ value the simplifier folded costs nothing at run time.
 
 from __future__ import annotations
 
-import numpy as np
-
 from heron.hlo.attributes import ComputationRef
-from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.control_flow import branch_index, conditional_branches
+from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
     has_side_effect,
@@ -22,16 +21,7 @@ from heron.hlo.passes.rewrite import (
     replace_all_uses,
 )
 
-__all__ = ["branches_of", "simplify_conditionals"]
-
-
-def branches_of(inst: Instruction) -> list[Computation]:
-    """A conditional's branches in selector order (``true`` first for a predicate)."""
-    refs = inst.attributes.get("branch_computations")
-    if refs is not None:
-        refs = refs if isinstance(refs, tuple) else (refs,)
-        return [ref.computation for ref in refs]
-    return [inst.called("true_computation"), inst.called("false_computation")]
+__all__ = ["simplify_conditionals"]
 
 
 @hlo_pass("conditional-simplifier", "a conditional on a constant selector becomes a call")
@@ -44,14 +34,8 @@ def simplify_conditionals(module: Module) -> bool:
             selector = inst.operands[0]
             if selector.opcode != "constant" or has_side_effect(inst):
                 continue
-            branches = branches_of(inst)
-            value = np.asarray(selector.literal)
-            if value.dtype == np.bool_:
-                index = 0 if bool(value) else 1
-            else:
-                index = int(value.astype(np.int64))
-                if not 0 <= index < len(branches):
-                    index = len(branches) - 1
+            branches = conditional_branches(inst)
+            index = branch_index(selector.literal, len(branches))
             branch = branches[index]
             call = computation.add(
                 Instruction(

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import math
 
-from heron.hlo.builder import NameUniquer
-from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
+    Inserter,
     module_names,
     non_fusion_computations,
     remove_instructions,
-    replace_all_uses,
 )
 from heron.hlo.shapes import ArrayShape
 
@@ -72,14 +71,14 @@ def canonicalise_dots(module: Module) -> bool:
         for dot in [i for i in computation.instructions if i.opcode == "dot"]:
             if is_canonical_dot(dot) or not isinstance(dot.shape, ArrayShape):
                 continue
-            replacement = _canonical(computation, dot, names)
-            replace_all_uses(computation, dot, replacement)
+            inserter = Inserter(computation, names)
+            inserter.replace(dot, _canonical(inserter, dot))
             remove_instructions(computation, [dot])
             changed = True
     return changed
 
 
-def _canonical(computation: Computation, dot: Instruction, names: NameUniquer) -> Instruction:
+def _canonical(inserter: Inserter, dot: Instruction) -> Instruction:
     lhs, rhs = dot.operands
     lb, rb, lc, rc = _dims(dot)
     lf = _free(len(lhs.shape.dims), lb, lc)
@@ -87,16 +86,7 @@ def _canonical(computation: Computation, dot: Instruction, names: NameUniquer) -
     batch = [lhs.shape.dims[d] for d in lb]
 
     def add(name: str, opcode: str, shape: ArrayShape, operands, attributes=None) -> Instruction:
-        return computation.add(
-            Instruction(
-                names.unique(f"{dot.name}.{name}"),
-                opcode,
-                shape,
-                operands=operands,
-                attributes=attributes or {},
-                location=dot.location,
-            )
-        )
+        return inserter.add(opcode, shape, operands, attributes, like=dot, suffix=name)
 
     def arrange(operand: Instruction, order: list[int], groups: list[list[int]], side: str):
         dims = operand.shape.dims

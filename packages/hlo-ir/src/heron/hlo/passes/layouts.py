@@ -23,14 +23,15 @@ convention).
 
 from __future__ import annotations
 
+import functools
+
 from heron.hlo.attributes import RawAttribute
-from heron.hlo.builder import NameUniquer
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.parser import parse_shape
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
-    Uses,
+    Inserter,
     module_names,
     non_fusion_computations,
     remove_instructions,
@@ -131,44 +132,23 @@ def _layout_free(shape: Shape) -> bool:
 # -- layout normalisation --------------------------------------------------------------
 
 
-class _Adder:
-    def __init__(self, uses: Uses, names: NameUniquer, like: Instruction) -> None:
-        self.uses, self.names, self.like = uses, names, like
-
-    def __call__(
-        self, suffix: str, opcode: str, shape: ArrayShape, operand: Instruction, **attributes
-    ):
-        return self.uses.add(
-            Instruction(
-                self.names.unique(f"{self.like.name}.{suffix}"),
-                opcode,
-                shape,
-                operands=[operand],
-                attributes=dict(attributes),
-                location=self.like.location,
-            )
-        )
-
-
-def _physical_transpose(add: _Adder, operand: Instruction, target: ArrayShape) -> Instruction:
+def _physical_transpose(
+    inserter: Inserter, copy: Instruction, operand: Instruction, target: ArrayShape
+) -> Instruction:
     """``operand`` laid out as ``target`` (same dims, another layout) through a transpose."""
     source = operand.array_shape
     source_order, target_order = list(source.major_to_minor), list(target.major_to_minor)
-    physical = add(
-        "physical",
-        "bitcast",
-        _row_major(source, tuple(source.dims[d] for d in source_order)),
-        operand,
-    )
-    permutation = tuple(source_order.index(d) for d in target_order)
-    moved = add(
-        "transpose",
+    physical_shape = _row_major(source, tuple(source.dims[d] for d in source_order))
+    physical = inserter.add("bitcast", physical_shape, [operand], like=copy, suffix="physical")
+    moved = inserter.add(
         "transpose",
         _row_major(source, tuple(source.dims[d] for d in target_order)),
-        physical,
-        dimensions=permutation,
+        [physical],
+        {"dimensions": tuple(source_order.index(d) for d in target_order)},
+        like=copy,
+        suffix="transpose",
     )
-    return add("relaid", "bitcast", target, moved)
+    return inserter.add("bitcast", target, [moved], like=copy, suffix="relaid")
 
 
 @hlo_pass("layout-normalization", "layout-changing copies as bitcast + transpose + bitcast")
@@ -176,7 +156,7 @@ def normalize_layouts(module: Module) -> bool:
     names = module_names(module)
     changed = False
     for computation in non_fusion_computations(module):
-        uses, removed = Uses(computation), []
+        inserter, removed = Inserter(computation, names), []
         for copy in [i for i in computation.instructions if i.opcode == "copy"]:
             source, target = copy.operands[0].shape, copy.shape
             if not isinstance(source, ArrayShape) or not isinstance(target, ArrayShape):
@@ -187,8 +167,8 @@ def normalize_layouts(module: Module) -> bool:
                 d for d in target.major_to_minor if target.dims[d] != 1
             ]:
                 continue  # the same memory order: the simplifier's business, not a transpose
-            replacement = _physical_transpose(_Adder(uses, names, copy), copy.operands[0], target)
-            uses.replace(copy, replacement)
+            replacement = _physical_transpose(inserter, copy, copy.operands[0], target)
+            inserter.replace(copy, replacement)
             removed.append(copy)
             changed = True
         remove_instructions(computation, removed)
@@ -203,7 +183,7 @@ def decompose_reshapes(module: Module) -> bool:
     names = module_names(module)
     changed = False
     for computation in non_fusion_computations(module):
-        uses, removed = Uses(computation), []
+        inserter, removed = Inserter(computation, names), []
         for reshape in [i for i in computation.instructions if i.opcode == "reshape"]:
             operand = reshape.operands[0]
             source, target = operand.shape, reshape.shape
@@ -211,15 +191,15 @@ def decompose_reshapes(module: Module) -> bool:
                 continue
             if source.layout is None or target.layout is None:
                 continue
-            add = _Adder(uses, names, reshape)
+            add = functools.partial(inserter.add, like=reshape)
             if not is_row_major(source):
-                operand = add("row_major", "copy", _row_major(source), operand)
+                operand = add("copy", _row_major(source), [operand], suffix="row_major")
             if is_row_major(target):
-                replacement = add("bitcast", "bitcast", target, operand)
+                replacement = add("bitcast", target, [operand], suffix="bitcast")
             else:
-                flat = add("bitcast", "bitcast", _row_major(target), operand)
-                replacement = add("relaid", "copy", target, flat)
-            uses.replace(reshape, replacement)
+                flat = add("bitcast", _row_major(target), [operand], suffix="bitcast")
+                replacement = add("copy", target, [flat], suffix="relaid")
+            inserter.replace(reshape, replacement)
             removed.append(reshape)
             changed = True
         remove_instructions(computation, removed)

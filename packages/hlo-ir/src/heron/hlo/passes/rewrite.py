@@ -13,9 +13,11 @@ from collections.abc import Iterable
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.builder import NameUniquer
 from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.shapes import Shape
 
 __all__ = [
     "SIDE_EFFECT_OPCODES",
+    "Inserter",
     "Uses",
     "has_side_effect",
     "module_names",
@@ -141,6 +143,47 @@ class Uses:
             self.computation.root = new
             changed = True
         return changed
+
+
+class Inserter:
+    """Adds the instructions a rewrite creates to one computation, and replaces through them.
+
+    A new instruction is named after the one it stands for (``like``, with an
+    optional ``suffix``: ``dot.1.lhs_transpose``), unique in the module, carries
+    that instruction's source location (errors about it point at the user's
+    text), and has its uses recorded in :attr:`uses`.
+    """
+
+    def __init__(self, computation: Computation, names: NameUniquer) -> None:
+        self.uses = Uses(computation)
+        self.names = names
+
+    def add(
+        self,
+        opcode: str,
+        shape: Shape,
+        operands: Iterable[Instruction] = (),
+        attributes: dict | None = None,
+        *,
+        like: Instruction,
+        suffix: str | None = None,
+        literal: object = None,
+    ) -> Instruction:
+        base = f"{like.name}.{suffix}" if suffix else like.name
+        return self.uses.add(
+            Instruction(
+                self.names.unique(base),
+                opcode,
+                shape,
+                operands=list(operands),
+                attributes=dict(attributes or {}),
+                literal=literal,
+                location=like.location,
+            )
+        )
+
+    def replace(self, old: Instruction, new: Instruction) -> bool:
+        return self.uses.replace(old, new)
 
 
 def remove_instructions(computation: Computation, dead: Iterable[Instruction]) -> int:

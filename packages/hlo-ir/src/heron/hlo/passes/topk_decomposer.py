@@ -16,10 +16,10 @@ from heron.hlo.element_types import ElementType
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
+    Inserter,
     module_names,
     non_fusion_computations,
     remove_instructions,
-    replace_all_uses,
 )
 from heron.hlo.shapes import ArrayShape, TupleShape
 
@@ -35,8 +35,8 @@ def decompose_topk(module: Module) -> bool:
             comparator = _comparator(topk, names)
             position = module.computations.index(computation)
             module.computations.insert(position, comparator)
-            replacement = _decompose(computation, topk, comparator, names)
-            replace_all_uses(computation, topk, replacement)
+            inserter = Inserter(computation, names)
+            inserter.replace(topk, _decompose(inserter, topk, comparator))
             remove_instructions(computation, [topk])
             changed = True
     return changed
@@ -70,25 +70,14 @@ def _comparator(topk: Instruction, names: NameUniquer) -> Computation:
     return computation
 
 
-def _decompose(
-    computation: Computation, topk: Instruction, comparator: Computation, names: NameUniquer
-) -> Instruction:
+def _decompose(inserter: Inserter, topk: Instruction, comparator: Computation) -> Instruction:
     values = topk.operands[0]
     shape = values.shape
     last = len(shape.dims) - 1
     k = int(topk.attr("k"))
 
     def add(name: str, opcode: str, result, operands, attributes=None) -> Instruction:
-        return computation.add(
-            Instruction(
-                names.unique(f"{topk.name}.{name}"),
-                opcode,
-                result,
-                operands=operands,
-                attributes=attributes or {},
-                location=topk.location,
-            )
-        )
+        return inserter.add(opcode, result, operands, attributes, like=topk, suffix=name)
 
     index_shape = ArrayShape(ElementType.S32, shape.dims, shape.layout)
     iota = add("iota", "iota", index_shape, [], {"iota_dimension": last})
