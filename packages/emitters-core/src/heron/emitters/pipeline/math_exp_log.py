@@ -57,7 +57,8 @@ def _reduce(kit: Kit, x: Value) -> tuple[Value, Value]:
     """``(k, r)``: ``x = k*ln2 + r``, ``k`` an integer-valued float, ``|r| <= ln2/2``."""
     w = kit.fmt.width
     kf = kit.round_int(kit.mul(x, kit.c(_LOG2E)))
-    r = kit.sub(kit.sub(x, kit.mul(kf, kit.c(_LN2_HI[w]))), kit.mul(kf, kit.c(_LN2_LO[w])))
+    # Two fmas: k*ln2_hi is exact anyway, and k*ln2_lo is not rounded apart.
+    r = kit.fma(kf, kit.c(-_LN2_LO[w]), kit.fma(kf, kit.c(-_LN2_HI[w]), x))
     return kf, r
 
 
@@ -68,7 +69,10 @@ def exp_core(kit: Kit, x: Value, x_lo: Value | None = None, scale_log2: int = 0)
     kf, r = _reduce(kit, x)
     if x_lo is not None:
         r = kit.add(r, x_lo)
-    p = kit.poly(r, _exp_coeffs(_EXP_DEGREE[kit.fmt.width]))
+    if kit.is_f64:
+        p = kit.poly(r, _exp_coeffs(_EXP_DEGREE[kit.fmt.width]))
+    else:  # e^r = 2^(r log2 e), |r log2 e| <= 0.5: the approximate instruction (XLA's expf)
+        p = kit.exp2_approx(kit.mul(r, kit.c(_LOG2E)))
     k = kit.to_int(kf)
     if scale_log2:
         k = kit.iadd(k, kit.ci(scale_log2))
@@ -88,8 +92,11 @@ def exp2(kit: Kit, x: Value) -> Value:
     lo, hi = (-152.0, 130.0) if w == 32 else (-1080.0, 1026.0)
     xs = kit.min(kit.max(_finite_or_zero(kit, x), kit.c(lo)), kit.c(hi))
     kf = kit.round_int(xs)
-    r = kit.mul(kit.sub(xs, kf), kit.c(_LN2))
-    p = kit.poly(r, _exp_coeffs(_EXP_DEGREE[w]))
+    if kit.is_f64:
+        r = kit.mul(kit.sub(xs, kf), kit.c(_LN2))
+        p = kit.poly(r, _exp_coeffs(_EXP_DEGREE[w]))
+    else:  # the fraction, |xs - kf| <= 0.5, is exact: only the instruction's error
+        p = kit.exp2_approx(kit.sub(xs, kf))
     return kit.pass_nan(x, kit.ldexp(p, kit.to_int(kf)))
 
 
