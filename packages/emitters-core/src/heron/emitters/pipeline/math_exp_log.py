@@ -216,12 +216,10 @@ def sinh(kit: Kit, x: Value) -> Value:
 
 
 def cosh(kit: Kit, x: Value) -> Value:
-    a = _finite_or_zero(kit, kit.abs(x))
-    e = exp_core(kit, kit.min(a, kit.c(_HYPERBOLIC_BIG[kit.fmt.width])))
-    small = kit.add(kit.mul(kit.c(0.5), e), kit.div(kit.c(0.5), e))
-    large = exp_core(kit, a, scale_log2=-1)
-    r = kit.select(kit.lt(a, kit.c(_HYPERBOLIC_BIG[kit.fmt.width])), small, large)
-    return kit.pass_nan(x, r)
+    """``h + 1/(4h)`` with ``h = e^|x| / 2`` (one exponential, scaled exactly, so
+    ``h`` overflows exactly where cosh does; libdevice's ``coshf`` does the same)."""
+    h = exp_core(kit, _finite_or_zero(kit, kit.abs(x)), scale_log2=-1)
+    return kit.pass_nan(x, kit.add(h, kit.div(kit.c(0.25), h)))
 
 
 def tanh(kit: Kit, x: Value) -> Value:
@@ -234,31 +232,36 @@ def tanh(kit: Kit, x: Value) -> Value:
 
 
 def asinh(kit: Kit, x: Value) -> Value:
+    """One log1p of an argument chosen by ``|x|`` (fdlibm's three identities):
+    ``a + a^2/(1 + sqrt(a^2+1))`` up to 2, ``2a + 1/(sqrt(a^2+1) + a) - 1`` above,
+    ``a - 1`` (plus ln2 after) above 2^28 / 2^12 where ``a^2`` is no longer needed;
+    one square root and one division for all three."""
     a = kit.abs(x)
-    huge_limit = 2.0**28 if kit.is_f64 else 2.0**12
-    huge = kit.gt(a, kit.c(huge_limit))
+    huge = kit.gt(a, kit.c(2.0**28 if kit.is_f64 else 2.0**12))
+    big = kit.gt(a, kit.c(2.0))
     a2 = kit.mul(a, a)
     root = kit.sqrt(kit.add(a2, kit.c(1.0)))
-    mid_arg = kit.add(kit.mul(kit.c(2.0), a), kit.div(kit.c(1.0), kit.add(root, a)))
-    big_log = kit.add(
-        log(kit, kit.select(huge, a, mid_arg)), kit.select(huge, kit.c(_LN2), kit.c(0.0))
+    q = kit.div(
+        kit.select(big, kit.c(1.0), a2),
+        kit.select(big, kit.add(root, a), kit.add(kit.c(1.0), root)),
     )
-    small = log1p(kit, kit.add(a, kit.div(a2, kit.add(kit.c(1.0), root))))
-    r = kit.select(kit.gt(a, kit.c(2.0)), big_log, small)
+    big_arg = kit.sub(kit.add(kit.add(a, a), q), kit.c(1.0))
+    arg = kit.select(huge, kit.sub(a, kit.c(1.0)), kit.select(big, big_arg, kit.add(a, q)))
+    r = kit.add(log1p(kit, arg), kit.select(huge, kit.c(_LN2), kit.c(0.0)))
     return kit.pass_nan(x, kit.keep_zero(x, kit.copysign(r, x)))
 
 
 def acosh(kit: Kit, x: Value) -> Value:
-    huge_limit = 2.0**28 if kit.is_f64 else 2.0**12
-    huge = kit.gt(x, kit.c(huge_limit))
-    root = kit.sqrt(kit.sub(kit.mul(x, x), kit.c(1.0)))
-    mid_arg = kit.sub(kit.mul(kit.c(2.0), x), kit.div(kit.c(1.0), kit.add(x, root)))
-    big_log = kit.add(
-        log(kit, kit.select(huge, x, mid_arg)), kit.select(huge, kit.c(_LN2), kit.c(0.0))
-    )
+    """One log1p, as :func:`asinh`: ``t + sqrt(2t + t^2)`` (``t = x - 1``, exact up to
+    2), ``2x - 1/(x + sqrt(x^2-1)) - 1`` above, ``x - 1`` (plus ln2) when huge;
+    ``x^2 - 1`` is ``2t + t^2``, one fma, so the same root serves both."""
+    huge = kit.gt(x, kit.c(2.0**28 if kit.is_f64 else 2.0**12))
+    big = kit.gt(x, kit.c(2.0))
     t = kit.sub(x, kit.c(1.0))
-    small = log1p(kit, kit.add(t, kit.sqrt(kit.add(kit.mul(kit.c(2.0), t), kit.mul(t, t)))))
-    r = kit.select(kit.gt(x, kit.c(2.0)), big_log, small)
+    root = kit.sqrt(kit.fma(t, t, kit.add(t, t)))
+    big_arg = kit.sub(kit.sub(kit.add(x, x), kit.div(kit.c(1.0), kit.add(x, root))), kit.c(1.0))
+    arg = kit.select(huge, t, kit.select(big, big_arg, kit.add(t, root)))
+    r = kit.add(log1p(kit, arg), kit.select(huge, kit.c(_LN2), kit.c(0.0)))
     r = kit.nan_if(kit.lt(x, kit.c(1.0)), r)
     return kit.pass_nan(x, r)
 
