@@ -56,7 +56,7 @@ def _mp(fn):
 #: the JIT calls libm's ``exp2f`` (within 0.5 ulp), so the host result must stay
 #: :data:`EX2_APPROX_EXTRA` ulps inside the GPU bound: the instruction's error
 #: reaches the result unchanged (it is scaled by an exact power of two).
-USES_EX2_APPROX = frozenset({"exp", "exp2", "sinh", "cosh"})
+USES_EX2_APPROX = frozenset({"exp", "exp2", "sinh", "cosh", "tanh"})
 EX2_APPROX_EXTRA = 2 - 0.5
 
 # op: (math op class, reference, domain (lo, hi magnitudes), signed, extra points, f32 bound,

@@ -63,10 +63,22 @@ def _reduce(kit: Kit, x: Value) -> tuple[Value, Value]:
     return kf, r
 
 
-def exp_core(kit: Kit, x: Value, x_lo: Value | None = None, scale_log2: int = 0) -> Value:
-    """``e^(x + x_lo) * 2^scale_log2`` for finite ``x`` (clamped here), ``x_lo`` tiny."""
-    lo, hi = _EXP_RANGE[kit.fmt.width]
-    x = kit.min(kit.max(x, kit.c(lo)), kit.c(hi))
+def exp_core(
+    kit: Kit,
+    x: Value,
+    x_lo: Value | None = None,
+    scale_log2: int = 0,
+    *,
+    moderate: bool = False,
+) -> Value:
+    """``e^(x + x_lo) * 2^scale_log2`` for finite ``x`` (clamped here), ``x_lo`` tiny.
+
+    ``moderate``: the caller guarantees ``|x| <= 80``, so the result is normal
+    and ``2^k`` one exact factor (no clamp, no two-step scaling).
+    """
+    if not moderate:
+        lo, hi = _EXP_RANGE[kit.fmt.width]
+        x = kit.min(kit.max(x, kit.c(lo)), kit.c(hi))
     kf, r = _reduce(kit, x)
     if x_lo is not None:
         r = kit.add(r, x_lo)
@@ -77,7 +89,7 @@ def exp_core(kit: Kit, x: Value, x_lo: Value | None = None, scale_log2: int = 0)
     k = kit.to_int(kf)
     if scale_log2:
         k = kit.iadd(k, kit.ci(scale_log2))
-    return kit.ldexp(p, k)
+    return kit.mul(p, kit.pow2i(k)) if moderate else kit.ldexp(p, k)
 
 
 def _finite_or_zero(kit: Kit, x: Value) -> Value:
@@ -222,7 +234,28 @@ def cosh(kit: Kit, x: Value) -> Value:
     return kit.pass_nan(x, kit.add(h, kit.div(kit.c(0.25), h)))
 
 
+#: Below it f32 tanh is its odd polynomial; above, ``1 - 2/(e^2|x| + 1)``.
+_TANH_SMALL_F32 = 0.625
+
+
+def _tanh_f32(kit: Kit, x: Value) -> Value:
+    """``x + x^3 Q(x^2)`` below 0.625 (math_coefficients.TANH_Q, 7e-10 relative),
+    ``1 - 2/(e^2a + 1)`` above with ``e^2a`` from the approximate exp2 (its 2 ulp
+    are at most halved by the subtraction there: ``2/(e^2a + 1) <= 0.46``)."""
+    a = kit.abs(x)
+    z = kit.mul(x, x)
+    small = kit.fma(kit.mul(x, z), kit.poly(z, coeffs.TANH_Q_F32), x)
+    # NaN -> 9.5 (minnum; the result is replaced below), so the exponent stays moderate.
+    capped = arith.MinNumFOp(a, kit.c(_HYPERBOLIC_BIG[32])).result
+    e = exp_core(kit, kit.add(capped, capped), moderate=True)
+    large = kit.copysign(kit.sub(kit.c(1.0), kit.div(kit.c(2.0), kit.add(e, kit.c(1.0)))), x)
+    r = kit.select(kit.lt(a, kit.c(_TANH_SMALL_F32)), small, large)
+    return kit.pass_nan(x, r)
+
+
 def tanh(kit: Kit, x: Value) -> Value:
+    if not kit.is_f64:
+        return _tanh_f32(kit, x)
     a = kit.abs(x)
     t = expm1(kit, kit.mul(kit.c(2.0), kit.min(a, kit.c(_HYPERBOLIC_BIG[kit.fmt.width]))))
     below = kit.div(t, kit.add(t, kit.c(2.0)))
