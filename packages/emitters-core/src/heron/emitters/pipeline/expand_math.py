@@ -41,9 +41,9 @@ op              f32        f64        notes
 ==============  =========  =========  ==================================================
 exp, exp2       3*         2          overflow to inf, subnormal results rounded once
 expm1           2          2          sign of -0 kept
-log             1          1          < 0 -> NaN, 0 -> -inf
+log             1          2          < 0 -> NaN, 0 -> -inf (f64: 1.12 measured)
 log2, log10     3          3          integer part exact (log2(8) == 3)
-log1p           2          2          < -1 -> NaN, -1 -> -inf
+log1p           3          3          < -1 -> NaN, -1 -> -inf (2.25 / 2.21 measured)
 sin, cos        2          2          f32: every finite x (Payne-Hanek from 2^20 on);
                                       f64: |x| < 1.6e6 (2^20 pi/2), larger: absolute
                                       error grows like |x| 2^-72 (no Payne-Hanek)
