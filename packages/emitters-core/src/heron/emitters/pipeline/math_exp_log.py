@@ -38,6 +38,9 @@ _LN2_LO = {32: 1.428606765330187045e-06, 64: 1.90821492927058770002e-10}
 _LOG10_2_HI = {32: 0.301025390625, 64: 3.01029995663611771306e-01}
 _LOG10_2_LO = {32: 4.6050389811980175e-06, 64: 3.69423907715893078616e-13}
 _INV_LN10 = 1.0 / math.log(10.0)
+# log2(e) split in two f32 parts (the high part is log2(e) rounded to f32).
+_LOG2E_HI_F32 = float(np.float32(_LOG2E))
+_LOG2E_LO_F32 = float(np.float32(_LOG2E - _LOG2E_HI_F32))
 # Clamp ranges for the exp argument: beyond them the result is 0 or inf anyway.
 _EXP_RANGE = {32: (-104.0, 90.0), 64: (-746.0, 711.0)}
 # Taylor degree for e^r, |r| <= ln2/2.
@@ -63,6 +66,31 @@ def _reduce(kit: Kit, x: Value) -> tuple[Value, Value]:
     return kf, r
 
 
+def _exp_f32(kit: Kit, x: Value, x_lo: Value | None, scale_log2: int, moderate: bool) -> Value:
+    """f32 ``e^(x + x_lo) * 2^scale_log2`` for any ``x``: ``ex2.approx(x log2e - k) * 2^k``.
+
+    ``k`` is ``x log2e`` rounded, then clamped so that ``2^(k + scale_log2)`` is a
+    normal number; what the clamp leaves (up to 24 below, 3 above) goes into the
+    approximate exp2's argument, which then gives the subnormal or overflowing
+    result (rounded once by the final product). No clamp of ``x``, no two-step
+    scaling, no NaN select: a NaN or infinite ``x`` reaches ex2 as NaN or +-inf
+    (``k`` is clamped with minnum/maxnum before any integer conversion).
+    ``x log2e - k`` is two fmas with log2e split in two f32 parts. ``moderate``:
+    the caller guarantees a finite ``|x| <= 80``, so ``k`` needs no clamp.
+    """
+    kc = kit.round_int(kit.mul(x, kit.c(_LOG2E)))
+    if not moderate:
+        low = arith.MaxNumFOp(kc, kit.c(-126.0 - scale_log2)).result
+        kc = arith.MinNumFOp(low, kit.c(127.0 - scale_log2)).result
+    t = kit.fma(x, kit.c(_LOG2E_LO_F32), kit.fma(x, kit.c(_LOG2E_HI_F32), kit.neg(kc)))
+    if x_lo is not None:
+        t = kit.fma(x_lo, kit.c(_LOG2E), t)
+    k = kit.to_int(kc)
+    if scale_log2:
+        k = kit.iadd(k, kit.ci(scale_log2))
+    return kit.mul(kit.exp2_approx(t), kit.pow2i(k))
+
+
 def exp_core(
     kit: Kit,
     x: Value,
@@ -71,25 +99,20 @@ def exp_core(
     *,
     moderate: bool = False,
 ) -> Value:
-    """``e^(x + x_lo) * 2^scale_log2`` for finite ``x`` (clamped here), ``x_lo`` tiny.
-
-    ``moderate``: the caller guarantees ``|x| <= 80``, so the result is normal
-    and ``2^k`` one exact factor (no clamp, no two-step scaling).
-    """
-    if not moderate:
-        lo, hi = _EXP_RANGE[kit.fmt.width]
-        x = kit.min(kit.max(x, kit.c(lo)), kit.c(hi))
+    """``e^(x + x_lo) * 2^scale_log2`` for finite ``x`` (clamped here), ``x_lo`` tiny
+    (f32: any ``x``; ``moderate``: the caller guarantees ``|x| <= 80``)."""
+    if not kit.is_f64:
+        return _exp_f32(kit, x, x_lo, scale_log2, moderate)
+    lo, hi = _EXP_RANGE[kit.fmt.width]
+    x = kit.min(kit.max(x, kit.c(lo)), kit.c(hi))
     kf, r = _reduce(kit, x)
     if x_lo is not None:
         r = kit.add(r, x_lo)
-    if kit.is_f64:
-        p = kit.poly(r, _exp_coeffs(_EXP_DEGREE[kit.fmt.width]))
-    else:  # e^r = 2^(r log2 e), |r log2 e| <= 0.5: the approximate instruction (XLA's expf)
-        p = kit.exp2_approx(kit.mul(r, kit.c(_LOG2E)))
+    p = kit.poly(r, _exp_coeffs(_EXP_DEGREE[kit.fmt.width]))
     k = kit.to_int(kf)
     if scale_log2:
         k = kit.iadd(k, kit.ci(scale_log2))
-    return kit.mul(p, kit.pow2i(k)) if moderate else kit.ldexp(p, k)
+    return kit.ldexp(p, k)
 
 
 def _finite_or_zero(kit: Kit, x: Value) -> Value:
@@ -97,6 +120,8 @@ def _finite_or_zero(kit: Kit, x: Value) -> Value:
 
 
 def exp(kit: Kit, x: Value) -> Value:
+    if not kit.is_f64:  # NaN and +-inf come out of the f32 core as NaN, inf, 0
+        return exp_core(kit, x)
     return kit.pass_nan(x, exp_core(kit, _finite_or_zero(kit, x)))
 
 
@@ -230,7 +255,11 @@ def sinh(kit: Kit, x: Value) -> Value:
 def cosh(kit: Kit, x: Value) -> Value:
     """``h + 1/(4h)`` with ``h = e^|x| / 2`` (one exponential, scaled exactly, so
     ``h`` overflows exactly where cosh does; libdevice's ``coshf`` does the same)."""
-    h = exp_core(kit, _finite_or_zero(kit, kit.abs(x)), scale_log2=-1)
+    a = kit.abs(x)
+    if not kit.is_f64:  # the f32 core passes NaN and inf through
+        h = exp_core(kit, a, scale_log2=-1)
+        return kit.add(h, kit.div(kit.c(0.25), h))
+    h = exp_core(kit, _finite_or_zero(kit, a), scale_log2=-1)
     return kit.pass_nan(x, kit.add(h, kit.div(kit.c(0.25), h)))
 
 
