@@ -132,15 +132,15 @@ class Kit:
         ).results[0]
 
     def exp2_approx(self, a: Value) -> Value:
-        """``2^a`` by the hardware's approximate instruction (f32 only), for ``|a| <= 1``.
+        """``2^a`` by the hardware's approximate instruction (f32 only), ``-24 <= a <= 1``.
 
         ``llvm.exp2`` with the ``afn`` flag: NVPTX selects ``ex2.approx.f32``
         (what libdevice's ``__nv_expf`` and XLA's f32 exponentials use; at most
         2 ulp, CUDA's ``exp2f`` bound), AMDGPU ``v_exp_f32`` (1 ulp), the host
         libm's ``exp2f``. The interpreter computes ``2^a`` correctly rounded;
         the documented error is the instruction's (docs/pipeline.md, "Accuracy
-        contract"). Callers keep the argument small, so the result is normal
-        and flushing subnormals (``.ftz``) could not change it.
+        contract"). Callers keep the argument at least -24, so the result is
+        normal and flushing subnormals (``.ftz``) could not change it.
         """
         if self.is_f64:
             raise TypeError("exp2_approx is for f32: no GPU has an approximate f64 exp2")
