@@ -51,8 +51,8 @@ tan             4          3          same ranges
 atan            1          1
 atan2           2          2          every IEEE zero/inf quadrant case
 asin, acos      3          3          |x| > 1 -> NaN
-sinh, cosh,     4*, 3*, 3  3          overflow exactly at the true threshold
-tanh
+sinh            4*         3          overflow exactly at the true threshold
+cosh, tanh      3*         3          f32 tanh: odd polynomial below 0.625
 asinh, acosh,   3          3          acosh(x < 1), atanh(|x| > 1) -> NaN
 atanh
 erf             4*         2
