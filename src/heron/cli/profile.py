@@ -1,4 +1,4 @@
-"""``heron profile FILE.hlo [--fusion NAME] [--target h100] [--json]``: a profile on the interpreter.
+"""``heron profile FILE.hlo [--fusion NAME] [--target h100] [--json]``: profile on the interpreter.
 
 Runs each kernel of the module on the interpreter with an access recorder
 and prints, per kernel, what a profiler would report: coalescing (32-byte
@@ -42,7 +42,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the random arguments (default 0)"
     )
+    parser.add_argument(
+        "--max-blocks",
+        type=_positive,
+        metavar="N",
+        help="profile each fusion alone, on its own random inputs, for its first N blocks only"
+        " (large kernels; the roofline scales the sample to the grid)",
+    )
     parser.set_defaults(handler=run)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of blocks, got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
     refuse_tiled_layouts(module, "heron profile")
     target = resolve_target(args)
     try:
-        profiles = profile_module(module, target, fusion=args.fusion, seed=args.seed)
+        profiles = profile_module(
+            module, target, fusion=args.fusion, seed=args.seed, max_blocks=args.max_blocks
+        )
     except FusionRunError as exc:
         raise CommandError(str(exc)) from exc
     if args.json:
@@ -80,9 +99,15 @@ def describe(profile, target) -> list[str]:
     rec = profile.recorder
     grid = "x".join(map(str, profile.grid))
     block = "x".join(map(str, profile.block))
+    blocks = profile.grid[0] * profile.grid[1] * profile.grid[2]
+    sample = (
+        f" (sampled: the first {rec.blocks_run} blocks of {blocks})"
+        if rec.blocks_run < blocks
+        else ""
+    )
     lines = [
         f"kernel {profile.kernel} (fusion {profile.fusion}, emitter {profile.emitter}):"
-        f" grid {grid}, block {block}, {rec.warps_launched} warps"
+        f" grid {grid}, block {block}, {rec.warps_launched} warps run{sample}"
     ]
     for kind in ("load", "store", "atomic"):
         stats = rec.stats("global", kind)
@@ -129,7 +154,8 @@ def describe(profile, target) -> list[str]:
     )
     roof = profile.roofline
     lines.append(
-        f"  roofline ({target.name}): DRAM {roof.dram_bytes} B -> {roof.memory_seconds * 1e6:.3f} us,"
+        f"  roofline ({target.name}): DRAM {roof.dram_bytes} B"
+        f" -> {roof.memory_seconds * 1e6:.3f} us,"
         f" issue {roof.warp_instructions} warp instructions -> {roof.issue_seconds * 1e6:.3f} us,"
         f" launch {roof.launch_seconds * 1e6:.3f} us; estimate {roof.estimate_seconds * 1e6:.3f} us"
         f" ({roof.bound} bound), {roof.bandwidth_fraction:.0%} of the bandwidth bound"

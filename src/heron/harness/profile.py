@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from heron.runtime.interpreter.profile import AccessRecorder, MemoryModel
+from heron.runtime.interpreter.profile import AccessRecorder, MemoryModel, SampleComplete
 
 if TYPE_CHECKING:
     from heron.compiler.target import Target
@@ -38,6 +38,7 @@ __all__ = [
     "Occupancy",
     "Resources",
     "Roofline",
+    "deviations",
     "memory_model",
     "occupancy",
     "profile_module",
@@ -133,6 +134,8 @@ class KernelProfile:
             ],
             "buffers": rec.buffers(),
             "warps": rec.warps_launched,
+            "blocks_run": rec.blocks_run,
+            "blocks": math.prod(self.grid),
             "warp_instructions": rec.warp_operations,
             "resources": attrs.asdict(self.resources),
             "occupancy": attrs.asdict(self.occupancy),
@@ -145,9 +148,32 @@ class KernelProfile:
         }
 
 
-def occupancy(
-    target: Target, threads: int, blocks: int, resources: Resources
-) -> Occupancy:
+def deviations(recorder: AccessRecorder) -> list[str]:
+    """Where a kernel misses the ideal: global requests over the ideal sectors, bank conflicts.
+
+    One phrase per kind of access (``global loads 8.00 sectors/request (ideal
+    4.50)``, ``shared stores 1.00 conflicts/request``); none for a kernel at
+    the ideal everywhere. The corpus acceptance (tests/test_profile_corpus.py)
+    and docs/profile.md's exceptions quote these phrases.
+    """
+    found = []
+    for kind in ("load", "store", "atomic"):
+        stats = recorder.stats("global", kind)
+        if stats.sectors != stats.ideal_sectors:
+            found.append(
+                f"global {kind}s {stats.sectors_per_request:.2f} sectors/request"
+                f" (ideal {stats.ideal_sectors_per_request:.2f})"
+            )
+    for kind in ("load", "store", "atomic"):
+        stats = recorder.stats("workgroup", kind)
+        if stats.bank_conflicts:
+            found.append(
+                f"shared {kind}s {stats.bank_conflicts / stats.requests:.2f} conflicts/request"
+            )
+    return found
+
+
+def occupancy(target: Target, threads: int, blocks: int, resources: Resources) -> Occupancy:
     """Resident blocks per core for ``threads`` a block, as the CUDA Occupancy Calculator does.
 
     Limits: the Target's blocks per core; its threads per core; registers
@@ -248,13 +274,20 @@ def profile_module(
     fusion: str | None = None,
     resources: bool = True,
     seed: int = 0,
+    max_blocks: int | None = None,
 ) -> list[KernelProfile]:
     """Profile every kernel of ``module`` (or the fusion named ``fusion``) for ``target``.
 
     The whole entry runs (a kernel's inputs are what the kernels before it
     computed); ``resources=False`` skips the CUDA compile and ``ptxas -v``
-    (occupancy then counts threads and blocks only).
+    (occupancy then counts threads and blocks only). With ``max_blocks``,
+    each fusion instead runs alone on random inputs of its own, and only its
+    first ``max_blocks`` blocks (a sample: per-request ratios are the
+    sample's, and the roofline scales its bytes and instructions by the
+    grid's blocks over the sample's).
     """
+    if max_blocks is not None:
+        return _sampled(module, target, fusion, resources, seed, max_blocks)
     from heron.compiler.driver import compile_fusion
     from heron.compiler.sequential import run_module
     from heron.hlo.errors import UnsupportedError
@@ -294,6 +327,47 @@ def profile_module(
     return profiles
 
 
+#: Inputs of at most this many elements get moderate random values in a sampled
+#: profile; larger ones keep the device's poison bytes (filling them would cost more
+#: than the sample: addresses that depend on data are then the poison's, clamped).
+RANDOM_INPUT_ELEMENTS = 1 << 22
+
+
+def _sampled(module, target, fusion, resources, seed, max_blocks) -> list[KernelProfile]:
+    """Each fusion alone, on moderate random inputs, for its first ``max_blocks`` blocks."""
+    import numpy as np
+
+    from heron.compiler.driver import compile_fusion
+    from heron.compiler.fusions import selected_fusions
+    from heron.harness.inputs import moderate_array
+    from heron.hlo.memory_layout import memory_bytes, to_memory
+    from heron.runtime.interpreter.device import InterpreterDevice
+
+    rng = np.random.default_rng(seed)
+    profiles = []
+    for instruction in selected_fusions(module, fusion):
+        kernel = compile_fusion(instruction, target, "interpreter")
+        device = InterpreterDevice(
+            warp_size=target.warp_size, max_lanes=max_blocks * math.prod(kernel.block)
+        )
+        buffers = []
+        for k, shape in enumerate(kernel.input_shapes):
+            buffer = device.allocate(memory_bytes(shape), f"input {k}")
+            if shape.num_elements <= RANDOM_INPUT_ELEMENTS:
+                device.copy_to_device(buffer, to_memory(moderate_array(shape, rng), shape))
+            buffers.append(buffer)
+        for k, shape in enumerate(kernel.output_shapes):
+            buffers.append(device.allocate(memory_bytes(shape), f"output {k}"))
+        recorder = AccessRecorder(memory_model(target), max_blocks=max_blocks)
+        device.observer = recorder
+        try:
+            device.launch(device.load_kernel(kernel.image), kernel.grid, kernel.block, buffers)
+        except SampleComplete:
+            pass
+        profiles.append(_profile(instruction, kernel, recorder, target, resources))
+    return profiles
+
+
 def _profile(instruction, kernel, recorder: AccessRecorder, target: Target, resources: bool):
     if not resources:
         usage = Resources(note="not measured")
@@ -304,6 +378,10 @@ def _profile(instruction, kernel, recorder: AccessRecorder, target: Target, reso
     threads = math.prod(kernel.block)
     blocks = math.prod(kernel.grid)
     dram = sum(b["unique_sectors"] for b in recorder.buffers()) * target.dram_sector_bytes
+    instructions = recorder.warp_operations
+    if recorder.blocks_run and recorder.blocks_run < blocks:  # a sample: scale to the grid
+        dram = dram * blocks // recorder.blocks_run
+        instructions = instructions * blocks // recorder.blocks_run
     return KernelProfile(
         fusion=kernel.fusion_name,
         kernel=kernel.kernel_name,
@@ -313,5 +391,5 @@ def _profile(instruction, kernel, recorder: AccessRecorder, target: Target, reso
         recorder=recorder,
         resources=usage,
         occupancy=occupancy(target, threads, blocks, usage),
-        roofline=roofline(target, dram, recorder.warp_operations),
+        roofline=roofline(target, dram, instructions),
     )

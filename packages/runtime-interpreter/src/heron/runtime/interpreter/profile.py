@@ -45,7 +45,15 @@ from typing import Any
 import attrs
 import numpy as np
 
-__all__ = ["AccessRecorder", "MemoryModel", "RequestStats"]
+__all__ = ["AccessRecorder", "MemoryModel", "RequestStats", "SampleComplete"]
+
+
+class SampleComplete(Exception):  # noqa: N818 - not an error: the sample is done
+    """Raised by a recorder with a block limit when the launch reaches a block past it.
+
+    The launch stops there (its outputs are incomplete); what was recorded
+    covers the blocks before it.
+    """
 
 
 @attrs.frozen
@@ -141,8 +149,13 @@ class _Buffer:
 class AccessRecorder:
     """The observer of a launch (see the module docstring); one per kernel profiled."""
 
-    def __init__(self, model: MemoryModel | None = None) -> None:
+    def __init__(self, model: MemoryModel | None = None, max_blocks: int | None = None) -> None:
         self.model = model or MemoryModel()
+        #: Stop the launch (:class:`SampleComplete`) at the first batch past this many blocks.
+        self.max_blocks = max_blocks
+        #: Blocks run (the batches started) and the grid's blocks.
+        self.blocks_run = 0
+        self.blocks_total = 0
         #: (space, kind) -> stats over the whole kernel.
         self.totals: dict[tuple[str, str], RequestStats] = {}
         #: (op description, space, kind) -> stats of that op.
@@ -162,7 +175,11 @@ class AccessRecorder:
         lanes = frame.lanes
         key = (lanes.first_block, lanes.block_count)
         if key not in self._batches_seen:
+            if self.max_blocks is not None and lanes.first_block >= self.max_blocks:
+                raise SampleComplete(f"{self.blocks_run} blocks recorded")
             self._batches_seen.add(key)
+            self.blocks_run += lanes.block_count
+            self.blocks_total = int(np.prod(lanes.grid))
             self.warps_launched += int(np.unique(lanes.warp_in_batch).size)
         if frame.mask is None:
             warps = int(lanes.warp_in_batch[-1]) + 1 if lanes.size else 0
