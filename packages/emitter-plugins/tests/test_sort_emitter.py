@@ -229,6 +229,17 @@ def _fusion(text: str):
     return fusion
 
 
+def test_a_stable_sort_breaks_ties_with_its_iota_operand_or_a_position_tile():
+    argsort = SortEmitter(analysed(_fusion(sort_module("f32", (2, 40), 1, stable=True, iota=True))))
+    assert argsort.plan.positions == 1 and not argsort.plan.position_tile
+    keyed = SortEmitter(analysed(_fusion(sort_module("f32", (2, 40), 1, stable=True, extra="s32"))))
+    assert keyed.plan.positions is None and keyed.plan.position_tile
+    emitted = str(keyed.emit().module)
+    assert emitted.count("heron_gpu.allocate_shared") == 3  # key, payload, positions
+    unstable = SortEmitter(analysed(_fusion(sort_module("f32", (2, 40), 1, iota=True))))
+    assert unstable.plan.positions is None and not unstable.plan.position_tile
+
+
 def test_a_row_longer_than_a_block_sorts_is_refused_with_its_shape():
     text = sort_module("f32", (2, 4097), 1)
     with pytest.raises(UnsupportedError, match=r"sort 's' of f32\[2,4097\].*4097.*global"):

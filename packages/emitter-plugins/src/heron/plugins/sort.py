@@ -18,11 +18,13 @@ bitonic network, and writes them out:
   ``comparator(higher, lower)`` holds, as XLA calls it. The padding behaves as
   elements ordered after everything and never moves, so a pair whose higher
   index is at or past ``n`` is skipped and never read;
-- ``is_stable=true``: an s32 tile holds each element's original position, and
-  ties (neither element ordered before the other) are broken by it, which is
-  XLA's StableSortExpander (an iota operand and a tie-breaking comparator)
-  done inside the kernel. Without it, equal elements come out in the network's
-  order, as XLA's do;
+- ``is_stable=true``: ties (neither element ordered before the other) are
+  broken by the elements' original positions, which is XLA's
+  StableSortExpander (an iota operand and a tie-breaking comparator) done
+  inside the kernel. As XLA reuses an iota operand along the sorted dimension
+  when the sort has one (argsort), so does the emitter (``SortPlan.positions``);
+  otherwise an s32 tile holds the positions. Without ``is_stable``, equal
+  elements come out in the network's order, as XLA's do;
 - the comparator is emitted as a function (``pure_call``) and called as it
   is written: XLA's total order for floats (NaN, -0.0) is the comparator's
   ``compare`` with ``type=TOTALORDER``, nothing the emitter adds.
@@ -74,6 +76,14 @@ class SortPlan:
     rows: int  #: the product of the other dimensions
     rows_per_block: int
     stable: bool
+    #: For a stable sort, the operand that is an iota along the sorted dimension
+    #: (its tile holds the original positions), or None: an extra position tile.
+    positions: int | None = None
+
+    @property
+    def position_tile(self) -> bool:
+        """Whether the kernel keeps a tile of its own for the original positions."""
+        return self.stable and self.positions is None
 
     @property
     def pairs(self) -> int:
@@ -111,11 +121,12 @@ def plan_sort(sort: Instruction, target: EmitterTarget) -> SortPlan:
     length = shape.dims[dimension]
     rows = math.prod(n for d, n in enumerate(shape.dims) if d != dimension)
     stable = bool(sort.attributes.get("is_stable", False))
+    positions = _iota_operand(sort, dimension, length) if stable else None
     padded = max(2, 1 << max(0, length - 1).bit_length())
     pairs = padded // 2
     row_bytes = padded * (
         sum(_shared_bytes(op.array_shape.element_type) for op in sort.operands)
-        + (POSITION_BYTES if stable else 0)
+        + (POSITION_BYTES if stable and positions is None else 0)
     )
     where = f"sort '{sort.name}' of {shape} along dimension {dimension}"
     if pairs > target.threads_per_block_limit:
@@ -139,7 +150,21 @@ def plan_sort(sort: Instruction, target: EmitterTarget) -> SortPlan:
         target.shared_memory_per_block // row_bytes,
         target.threads_per_block_limit // pairs,
     )
-    return SortPlan(dimension, length, padded, rows, max(1, per_block), stable)
+    return SortPlan(dimension, length, padded, rows, max(1, per_block), stable, positions)
+
+
+def _iota_operand(sort: Instruction, dimension: int, length: int) -> int | None:
+    """The first operand that is a signed iota along ``dimension`` holding every position."""
+    for k, operand in enumerate(sort.operands):
+        element = operand.array_shape.element_type
+        if (
+            operand.opcode == "iota"
+            and operand.attributes.get("iota_dimension") == dimension
+            and element.is_signed_integral
+            and length - 1 < 2 ** (element.bit_width - 1)
+        ):
+            return k
+    return None
 
 
 def _constant(value: int) -> ir.Value:
@@ -200,7 +225,7 @@ class SortEmitter(FusionEmitter):
             allocate_shared_op(self._tile_type(_shared_type(e))).results[0]
             for e in self._elements()
         ]
-        if plan.stable:
+        if plan.position_tile:
             tiles.append(allocate_shared_op(self._tile_type(self._position_type())).results[0])
         halves = [pair, arith.addi(pair, _constant(plan.pairs))]
         for position in halves:
@@ -275,7 +300,7 @@ class SortEmitter(FusionEmitter):
                 (value,) = entry.value_of(operand, index)
                 stored = _to_shared(value, element)
                 result[k] = tensor.insert(stored, result[k], slot)
-            if plan.stable:
+            if plan.position_tile:
                 original = arith.index_cast(self._position_type(), position)
                 result[-1] = tensor.insert(original, result[-1], slot)
             return result
@@ -336,7 +361,8 @@ class SortEmitter(FusionEmitter):
         after = compare(b, a)
         true = arith.ConstantOp(ir.IntegerType.get_signless(1), 1).result
         tie = arith.xori(arith.ori(before, after), true)
-        earlier = arith.cmpi(arith.CmpIPredicate.slt, a[-1], b[-1])
+        k = -1 if self.plan.positions is None else self.plan.positions
+        earlier = arith.cmpi(arith.CmpIPredicate.slt, a[k], b[k])
         return arith.ori(before, arith.andi(tie, earlier))
 
     def _store(
