@@ -31,9 +31,17 @@ bitonic network, and writes them out:
 
 The outputs are written whole (every element once), so the kernel needs no
 buffer shared with its operands; the operands may be any elemental producers
-in the fusion. Rows longer than a block's threads or its shared memory
-(global bitonic passes, one kernel per step, as XLA's) are not done: such a
-sort is refused with its shape and the limit it exceeds.
+in the fusion.
+
+Rows longer than a block's threads or its shared memory are sorted by one
+block per row in the output buffers (global memory): the block copies the
+row there, then runs the same network, each thread doing several pairs per
+step, a barrier after each. XLA instead launches one kernel per global step
+(all blocks cooperate on a row) and sorts tiles in shared memory between
+them; heron's kernels are one launch per fusion, so a long row here uses one
+SM. A stable sort that long needs an iota operand for its positions (there is
+no scratch buffer for a position tile) and is refused without one, naming the
+sort, its shape and the limit its rows exceed.
 """
 
 from __future__ import annotations
@@ -79,6 +87,15 @@ class SortPlan:
     #: For a stable sort, the operand that is an iota along the sorted dimension
     #: (its tile holds the original positions), or None: an extra position tile.
     positions: int | None = None
+    #: Whether rows are sorted in shared memory (else in the output buffers).
+    in_shared: bool = True
+    #: Threads that sort one row (``pairs`` in shared memory; at most a block).
+    threads_per_row: int = 0
+
+    @property
+    def rounds(self) -> int:
+        """Pairs each thread compares per step (1 in shared memory)."""
+        return self.pairs // self.threads_per_row
 
     @property
     def position_tile(self) -> bool:
@@ -93,7 +110,7 @@ class SortPlan:
     @property
     def launch(self) -> LaunchDimensions:
         blocks = math.ceil(self.rows / self.rows_per_block)
-        return LaunchDimensions(block_x=blocks, thread_x=self.rows_per_block * self.pairs)
+        return LaunchDimensions(block_x=blocks, thread_x=self.rows_per_block * self.threads_per_row)
 
     @property
     def steps(self) -> list[tuple[int, bool]]:
@@ -129,20 +146,25 @@ def plan_sort(sort: Instruction, target: EmitterTarget) -> SortPlan:
         + (POSITION_BYTES if stable and positions is None else 0)
     )
     where = f"sort '{sort.name}' of {shape} along dimension {dimension}"
-    if pairs > target.threads_per_block_limit:
-        raise UnsupportedError(
-            f"{where}: rows of {length} need {pairs} threads in one block (the limit is"
-            f" {target.threads_per_block_limit}); global bitonic passes for longer rows are"
-            " not implemented",
-            sort.location,
-        )
+    limit = target.threads_per_block_limit
+    too_long = []
+    if pairs > limit:
+        too_long.append(f"needs {pairs} threads (a block has at most {limit})")
     if row_bytes > target.shared_memory_per_block:
-        raise UnsupportedError(
-            f"{where}: a row needs {row_bytes} bytes of shared memory (the limit per block is"
-            f" {target.shared_memory_per_block}); global bitonic passes for longer rows are"
-            " not implemented",
-            sort.location,
+        too_long.append(
+            f"needs {row_bytes} bytes of shared memory (a block has"
+            f" {target.shared_memory_per_block})"
         )
+    if too_long:
+        if stable and positions is None:
+            raise UnsupportedError(
+                f"{where}: a row in shared memory {' and '.join(too_long)}; sorted in the"
+                " output buffers instead, a stable sort needs an iota operand along the sorted"
+                " dimension for the original positions, and it has none",
+                sort.location,
+            )
+        threads = min(pairs, limit)
+        return SortPlan(dimension, length, padded, rows, 1, stable, positions, False, threads)
     per_block = max(1, MIN_THREADS_PER_BLOCK // pairs)
     per_block = min(
         per_block,
@@ -150,7 +172,9 @@ def plan_sort(sort: Instruction, target: EmitterTarget) -> SortPlan:
         target.shared_memory_per_block // row_bytes,
         target.threads_per_block_limit // pairs,
     )
-    return SortPlan(dimension, length, padded, rows, max(1, per_block), stable, positions)
+    return SortPlan(
+        dimension, length, padded, rows, max(1, per_block), stable, positions, True, pairs
+    )
 
 
 def _iota_operand(sort: Instruction, dimension: int, length: int) -> int | None:
@@ -195,6 +219,8 @@ class SortEmitter(FusionEmitter):
                 self.sort,
             )
         self.plan = plan_sort(self.sort, self.target)
+        # Sorted in the output buffers, an element is written at every step that moves it.
+        self.writes_each_element_once = self.plan.in_shared
 
     def launch_dimensions(self) -> LaunchDimensions:
         return self.plan.launch
@@ -212,15 +238,18 @@ class SortEmitter(FusionEmitter):
         plan = self.plan
         thread = entry.thread_ids[0]
         block = entry.block_ids[0]
-        pairs = _constant(plan.pairs)
-        local_row = arith.divui(thread, pairs)
-        pair = arith.remui(thread, pairs)
+        threads = _constant(plan.threads_per_row)
+        local_row = arith.divui(thread, threads)
+        lane = arith.remui(thread, threads)
         row = arith.addi(arith.muli(block, _constant(plan.rows_per_block)), local_row)
         row_ok = None
         if plan.rows % plan.rows_per_block:
             row_ok = arith.cmpi(arith.CmpIPredicate.ult, row, _constant(plan.rows))
         self._row_index = self._row_prefix(row)
         self._local_row = local_row
+        if not plan.in_shared:
+            return self._sort_in_outputs(entry, lane)
+        pair = lane
         tiles = [
             allocate_shared_op(self._tile_type(_shared_type(e))).results[0]
             for e in self._elements()
@@ -238,6 +267,75 @@ class SortEmitter(FusionEmitter):
         for position in halves:
             outputs = self._store(tiles, outputs, position, row_ok)
         return outputs
+
+    def _sort_in_outputs(self, entry: EntryFunction, lane: ir.Value) -> Values:
+        """Rows too long for a tile: one block per row, sorted in the output buffers.
+
+        Each thread copies every ``threads_per_row``-th element of the row to
+        the outputs, then does ``rounds`` pairs of every step; a barrier
+        follows the copy and each step (global memory is coherent within a
+        block across ``bar.sync``).
+        """
+        plan = self.plan
+        stride = _constant(plan.threads_per_row)
+
+        def nth(r: ir.Value) -> ir.Value:
+            return arith.addi(lane, arith.muli(r, stride))
+
+        outputs = list(entry.outputs)
+        copies = math.ceil(plan.length / plan.threads_per_row)
+        outputs = self._rounds(
+            copies, outputs, lambda r, current: self._copy(entry, current, nth(r))
+        )
+        outputs = list(sync_threads_op(outputs).results)
+        for distance, mirrored in plan.steps:
+            outputs = self._rounds(
+                plan.rounds,
+                outputs,
+                lambda r, current, d=distance, m=mirrored: self._step(
+                    entry, current, nth(r), d, m, None
+                ),
+            )
+            outputs = list(sync_threads_op(outputs).results)
+        return outputs
+
+    def _rounds(self, count: int, carried: Values, body) -> Values:
+        """``body(r, carried)`` for ``r`` in ``0 .. count-1`` (an ``scf.for`` when > 1)."""
+        if count == 1:
+            return body(_constant(0), carried)
+        loop = scf.ForOp(_constant(0), _constant(count), _constant(1), carried)
+        with ir.InsertionPoint(loop.body):
+            scf.YieldOp(body(loop.induction_variable, list(loop.inner_iter_args)))
+        return list(loop.results)
+
+    def _copy(self, entry: EntryFunction, outputs: Values, position: ir.Value) -> Values:
+        """Element ``position`` of the row, every operand, into the outputs."""
+        inside = arith.cmpi(arith.CmpIPredicate.ult, position, _constant(self.plan.length))
+
+        def copy(current: Values) -> Values:
+            index = self._operand_index(position)
+            result = list(current)
+            for k, (operand, element) in enumerate(
+                zip(self.operands, self._elements(), strict=True)
+            ):
+                (value,) = entry.value_of(operand, index)
+                stored = mlir_types.to_element(value, element)
+                result[k] = tensor.insert(stored, result[k], index)
+            return result
+
+        return self._guarded(inside, outputs, copy)
+
+    def _slot(self, position: ir.Value) -> Values:
+        """Where element ``position`` of the thread's row is: its tile or its output."""
+        if self.plan.in_shared:
+            return [self._local_row, position]
+        return self._operand_index(position)
+
+    def _scalar(self, value: ir.Value, element: ElementType) -> ir.Value:
+        """A value read from a tile or an output as the comparator takes it."""
+        if self.plan.in_shared:
+            return _from_shared(value, element)
+        return mlir_types.to_scalar(value, element)
 
     def _elements(self) -> list[ElementType]:
         return [op.array_shape.element_type for op in self.operands]
@@ -327,8 +425,8 @@ class SortEmitter(FusionEmitter):
         else:
             high = arith.addi(low, _constant(span))
         inside = arith.cmpi(arith.CmpIPredicate.ult, high, _constant(self.plan.length))
-        low_slot = [self._local_row, low]
-        high_slot = [self._local_row, high]
+        low_slot = self._slot(low)
+        high_slot = self._slot(high)
 
         def exchange(current: Values) -> Values:
             lows = [tensor.extract(t, low_slot) for t in current]
@@ -351,7 +449,7 @@ class SortEmitter(FusionEmitter):
         def compare(x: Values, y: Values) -> ir.Value:
             scalars = []
             for element, xv, yv in zip(self._elements(), x, y, strict=False):
-                scalars += [_from_shared(xv, element), _from_shared(yv, element)]
+                scalars += [self._scalar(xv, element), self._scalar(yv, element)]
             (result,) = entry.call_computation(comparator, scalars)
             return result
 
