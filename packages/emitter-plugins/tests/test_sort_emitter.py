@@ -23,6 +23,7 @@ import heron.plugins.sort as sort_plugin
 from heron.compiler import compile_fusion, fusions_of
 from heron.compiler.device_kernels import run_on_device, target_for_device
 from heron.emitters.registry import EmitterRegistry
+from heron.harness import check_file
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.evaluator import evaluate_module
 from heron.hlo.parser import parse_module
@@ -294,3 +295,24 @@ def test_compiles_to_ptx_and_hsaco(text):
     in_shared = SortEmitter(analysed(_fusion(text))).plan.in_shared
     assert stats.barriers > 0
     assert (stats.shared_loads > 0 and stats.shared_stores > 0) == in_shared
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        sort_module("f32", (6, 45), 1, stable=True, iota=True),
+        sort_module("bf16", (40, 5), 0, direction="GT", stable=True, extra="s32"),
+        sort_module("s32", (2, 3000), 1),
+    ],
+    ids=["argsort", "bf16_axis0_payload", "long_rows"],
+)
+@pytest.mark.parametrize("warp", [32, 64])
+def test_the_harness_accepts_the_kernels(force_emitter, tmp_path, text, warp):
+    """``heron check``'s harness: its edge and moderate inputs, write coverage (once per
+    element in shared memory), all on the interpreter."""
+    force_emitter("sort", SortEmitter)
+    path = tmp_path / "sort.hlo"
+    path.write_text(text)
+    report = check_file(path, device=InterpreterDevice(warp_size=warp))
+    assert report.ok, report.text()
+    assert [f.emitter for f in report.fusions] == ["sort"]
