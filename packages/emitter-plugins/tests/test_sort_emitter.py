@@ -56,7 +56,7 @@ def sort_module(
     """A module whose one fusion sorts a ``key`` array (then an s32 iota, then ``extra``
     payload parameters) along ``dimension`` by ``compare(p0, p1), direction=...``."""
     extras = (extra,) if isinstance(extra, str) else tuple(extra)
-    floating = key in ("f32", "bf16", "f16", "f64")
+    floating = key in ("f32", "bf16", "f16", "f64", "f8e4m3fn")
     kind = ", type=TOTALORDER" if floating and total_order else ""
     operands = [key, *(["s32"] if iota else []), *extras]
     params = "\n".join(
@@ -102,6 +102,12 @@ def _values(dtype: str, dims: tuple[int, ...], rng: np.random.Generator) -> np.n
         pool = np.array(FLOAT_EDGES + list(rng.standard_normal(8)), np.float64)
         numpy_type = np.float32 if dtype == "f32" else ml_dtypes.bfloat16
         return rng.choice(pool, count).astype(numpy_type).reshape(dims)
+    if dtype in ("f16", "f8e4m3fn"):
+        numpy_type = np.float16 if dtype == "f16" else ml_dtypes.float8_e4m3fn
+        pool = np.array([np.nan, -np.nan, 0.0, -0.0, 1.0, -1.0, 3.5, -0.25], np.float64)
+        return rng.choice(pool, count).astype(numpy_type).reshape(dims)
+    if dtype == "s4":
+        return rng.integers(-8, 8, count).astype(ml_dtypes.int4).reshape(dims)
     if dtype == "s32":
         return rng.integers(-5, 6, count).astype(np.int32).reshape(dims)
     if dtype == "u8":
@@ -147,7 +153,7 @@ def test_f32_total_order_rows_of_every_length(length, warp):
     assert_bitwise(got, want)
 
 
-@pytest.mark.parametrize("dtype", ["f32", "bf16", "s32", "u8", "pred"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16", "f8e4m3fn", "s32", "u8", "s4", "pred"])
 @pytest.mark.parametrize("direction", ["LT", "GT"])
 def test_every_key_type_both_directions(dtype, direction):
     rng = np.random.default_rng(7)
@@ -316,3 +322,11 @@ def test_the_harness_accepts_the_kernels(force_emitter, tmp_path, text, warp):
     report = check_file(path, device=InterpreterDevice(warp_size=warp))
     assert report.ok, report.text()
     assert [f.emitter for f in report.fusions] == ["sort"]
+
+
+@pytest.mark.parametrize("dims", [(0, 32), (3, 0)])
+def test_an_empty_sort_is_a_kernel_that_writes_nothing(dims):
+    text = sort_module("f32", dims, 1, iota=True)
+    got, want, kernel = run_sort(text, [np.zeros(dims, np.float32)])
+    assert kernel.grid == (1, 1, 1) and kernel.block == (1, 1, 1)
+    assert [g.shape for g in got] == [w.shape for w in want] == [dims, dims]
