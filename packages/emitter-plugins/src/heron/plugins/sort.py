@@ -29,9 +29,9 @@ bitonic network, and writes them out:
   is written: XLA's total order for floats (NaN, -0.0) is the comparator's
   ``compare`` with ``type=TOTALORDER``, nothing the emitter adds.
 
-The outputs are written whole (every element once), so the kernel needs no
-buffer shared with its operands; the operands may be any elemental producers
-in the fusion.
+The outputs are written whole (in shared memory, every element once), so the
+kernel needs no buffer shared with its operands; the operands may be any
+elemental producers in the fusion.
 
 Rows longer than a block's threads or its shared memory are sorted by one
 block per row in the output buffers (global memory): the block copies the
@@ -195,8 +195,11 @@ def _constant(value: int) -> ir.Value:
     return arith.ConstantOp(ir.IndexType.get(), value).result
 
 
-def _both(a: ir.Value | None, b: ir.Value) -> ir.Value:
-    return b if a is None else arith.andi(a, b)
+def _both(a: ir.Value | None, b: ir.Value | None) -> ir.Value | None:
+    """``a and b``, where None stands for a condition that always holds."""
+    if a is None or b is None:
+        return b if a is None else a
+    return arith.andi(a, b)
 
 
 class SortEmitter(FusionEmitter):
@@ -332,6 +335,12 @@ class SortEmitter(FusionEmitter):
 
         return self._guarded(inside, outputs, copy)
 
+    def _in_row(self, position: ir.Value) -> ir.Value | None:
+        """``position < n`` for a position below ``P``; None (always) when ``n == P``."""
+        if self.plan.length == self.plan.padded:
+            return None
+        return arith.cmpi(arith.CmpIPredicate.ult, position, _constant(self.plan.length))
+
     def _slot(self, position: ir.Value) -> Values:
         """Where element ``position`` of the thread's row is: its tile or its output."""
         if self.plan.in_shared:
@@ -393,7 +402,7 @@ class SortEmitter(FusionEmitter):
     ) -> Values:
         """Element ``position`` of the thread's row, every operand, into the tiles."""
         plan = self.plan
-        inside = arith.cmpi(arith.CmpIPredicate.ult, position, _constant(plan.length))
+        inside = self._in_row(position)
         slot = [self._local_row, position]
 
         def fill(current: Values) -> Values:
@@ -431,7 +440,7 @@ class SortEmitter(FusionEmitter):
             high = arith.xori(low, _constant(2 * span - 1))
         else:
             high = arith.addi(low, _constant(span))
-        inside = arith.cmpi(arith.CmpIPredicate.ult, high, _constant(self.plan.length))
+        inside = self._in_row(high)
         low_slot = self._slot(low)
         high_slot = self._slot(high)
 
@@ -474,7 +483,7 @@ class SortEmitter(FusionEmitter):
         self, tiles: Values, outputs: Values, position: ir.Value, row_ok: ir.Value | None
     ) -> Values:
         """Element ``position`` of the sorted row into every output."""
-        inside = arith.cmpi(arith.CmpIPredicate.ult, position, _constant(self.plan.length))
+        inside = self._in_row(position)
         slot = [self._local_row, position]
 
         def write(current: Values) -> Values:
