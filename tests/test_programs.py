@@ -285,7 +285,6 @@ def test_the_tolerance_rejects_a_wrong_float():
 
 #: program -> the opcode heron refuses it for today.
 REFUSED = {
-    "argsort": "sort",
     "attention": "dot",
     "attention_bf16": "dot",
     "attention_causal_multihead": "dot",
@@ -306,10 +305,7 @@ REFUSED = {
     "scan_rnn": "while",
     "scatter_add_int32": "scatter",
     "segment_sum": "scatter",
-    "sort": "sort",
-    "sort_int32_axis0": "sort",
     "switch": "conditional",
-    "top_k": "sort",
     "while_loop_collatz": "while",
 }
 
