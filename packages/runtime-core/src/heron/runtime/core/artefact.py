@@ -38,6 +38,7 @@ import re
 import stat
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -201,7 +202,8 @@ class EntrySignature:
                     parse_shape(text)
                 except HloError as error:
                     raise ArtefactError(
-                        f"signature {role}[{i}] {text!r:.80} is not an HLO shape: {error}"
+                        f"signature {role}[{i}] {text!r:.80} is not an HLO shape:"
+                        f" {str(error).splitlines()[0]}"
                     ) from None
 
     def to_json(self) -> dict[str, Any]:
@@ -285,9 +287,7 @@ class Artefact:
                     f"allocation {allocation.index}: output {allocation.output}, but the entry"
                     f" has {len(self.signature.results)} results",
                 )
-        _check(
-            isinstance(self.optimized_hlo, str | None), "optimized_hlo must be a string or None"
-        )
+        _check(isinstance(self.optimized_hlo, str | None), "optimized_hlo must be a string or None")
 
     def _check_kernels(self) -> None:
         images: dict[tuple[str, str], KernelImage] = {}
@@ -415,13 +415,18 @@ class Artefact:
             + (", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none"),
             f"  allocations: {len(self.allocations)}, {sum(a.size for a in self.allocations)}"
             " bytes; "
-            + (", ".join(f"{k} {len(v)} ({sum(v)} B)" for k, v in sorted(by_kind.items())) or "none"),
+            + (
+                ", ".join(f"{k} {len(v)} ({sum(v)} B)" for k, v in sorted(by_kind.items()))
+                or "none"
+            ),
             f"  kernel images: {len({e.key for e in self.kernels})} kernels for "
             + (", ".join(self.backends) or "no backend"),
             f"  members ({len(members) + 2}):",
         ]
         for name, data in members.items():
-            lines.append(f"    {name:<40} {len(data):>10}  sha256 {hashlib.sha256(data).hexdigest()}")
+            lines.append(
+                f"    {name:<40} {len(data):>10}  sha256 {hashlib.sha256(data).hexdigest()}"
+            )
         return "\n".join(lines)
 
 
@@ -459,7 +464,7 @@ def _read_bounded(archive: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) ->
     try:
         with archive.open(info) as stream:
             data = stream.read(size + 1)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as error:
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError) as error:
         raise ArtefactError(f"member {info.filename!r} cannot be read: {error}") from None
     _check(
         len(data) == size,
@@ -554,8 +559,7 @@ def _check_manifest(value: Any) -> dict[str, Any]:
     )
     _check(
         version == FORMAT_VERSION,
-        f"{where}: format version {version} is not one this heron reads (version"
-        f" {FORMAT_VERSION})",
+        f"{where}: format version {version} is not one this heron reads (version {FORMAT_VERSION})",
     )
     expected = {"format_version", "heron_version", "created_by", "target", "members"}
     _check(

@@ -270,9 +270,7 @@ class MemsetThunk(Thunk):
         if self.width not in (1, 2, 4) or not _is_int(self.width):
             raise ThunkError(f"MemsetThunk.width must be 1, 2 or 4 bytes, got {self.width!r}")
         if self.value >= 1 << (8 * self.width):
-            raise ThunkError(
-                f"MemsetThunk.value {self.value} does not fit in {self.width} byte(s)"
-            )
+            raise ThunkError(f"MemsetThunk.value {self.value} does not fit in {self.width} byte(s)")
         if self.destination.size % self.width:
             raise ThunkError(
                 f"MemsetThunk: destination {self.destination} ({self.destination.size} bytes)"
@@ -636,7 +634,8 @@ def _from_json(value: Json, where: str, depth: int) -> Thunk:
             )
         )
     arguments = {
-        name: _read_field(how, value[name], f"{where}.{name}", depth) for name, how in fields.items()
+        name: _read_field(how, value[name], f"{where}.{name}", depth)
+        for name, how in fields.items()
     }
     try:
         return cls(**arguments)
