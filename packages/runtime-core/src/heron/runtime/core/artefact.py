@@ -450,6 +450,8 @@ def _member_name_problem(name: str) -> str | None:
         return "an empty name"
     if name.startswith("/") or re.match(r"[A-Za-z]:", name):
         return "an absolute path"
+    if name.endswith("/"):
+        return "a trailing '/' (a directory entry)"
     if "\\" in name:
         return "a backslash"
     if ".." in name.split("/"):
@@ -465,7 +467,9 @@ def _read_bounded(archive: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) ->
         with archive.open(info) as stream:
             data = stream.read(size + 1)
     except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError) as error:
-        raise ArtefactError(f"member {info.filename!r} cannot be read: {error}") from None
+        raise ArtefactError(
+            f"member {info.filename!r} is damaged and cannot be read: {error}"
+        ) from None
     _check(
         len(data) == size,
         f"member {info.filename!r} holds {'more' if len(data) > size else len(data)}"
@@ -566,8 +570,12 @@ def _check_manifest(value: Any) -> dict[str, Any]:
         set(value) == expected,
         f"{where}: fields {sorted(value)} are not {sorted(expected)}",
     )
-    for field in ("heron_version", "created_by"):
-        _check(isinstance(value[field], str), f"{where}: {field} is not a string")
+    for field in ("heron_version", "created_by"):  # printed by heron-run: one plain line
+        text = value[field]
+        _check(
+            isinstance(text, str) and text.isprintable() and len(text) <= 200,
+            f"{where}: {field} is not one printable line of at most 200 characters",
+        )
     target = value["target"]
     _check(
         isinstance(target, dict) and set(target) == {"name", "backend", "arch"},
