@@ -387,6 +387,28 @@ def test_a_member_larger_than_the_manifest_says_is_refused(good: Path) -> None:
     )
 
 
+def test_a_zip_directory_lying_about_a_member_size_is_refused(good: Path) -> None:
+    """The directory (and the manifest) claim 32 bytes; the stored data has 16."""
+    members = raw_members(good)
+    listing = json.loads(dict(members)[MANIFEST])
+    for entry in listing["members"]:
+        if entry["name"] == "constants/1.bin":
+            entry["size"] = 32
+    members = [(n, json.dumps(listing).encode() if n == MANIFEST else d) for n, d in members]
+    path = write_zip(
+        good.with_name("lying.heron"),
+        members,
+        **{"constants/1.bin": {"compress_type": zipfile.ZIP_STORED}},
+    )
+    data = bytearray(path.read_bytes())
+    entry = data.rindex(b"constants/1.bin") - 46  # the name ends the fixed central header
+    assert data[entry : entry + 4] == b"PK\x01\x02"
+    assert struct.unpack_from("<I", data, entry + 24) == (16,)
+    struct.pack_into("<I", data, entry + 24, 32)  # the central directory's uncompressed size
+    path.write_bytes(bytes(data))
+    refused(path, r"member 'constants/1.bin' holds 16 bytes where 32 were declared")
+
+
 def test_an_oversized_member_is_refused_before_decompression(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
