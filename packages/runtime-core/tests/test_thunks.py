@@ -115,6 +115,8 @@ def test_memset_pattern_is_little_endian_and_repeated() -> None:
         (lambda: ConditionalThunk(S(0, 0, 1), "pred", [[]]), r"exactly 2 branches"),
         (lambda: LibraryCallThunk("blas", "gemm", [], {"x": {"y": 1}}), r"attribute 'x'"),
         (lambda: LibraryCallThunk("blas", "gemm", [], {"x": float("nan")}), r"no JSON form"),
+        (lambda: LibraryCallThunk("blas", "gemm", [], 5), r"a mapping of names to values"),
+        (lambda: LibraryCallThunk("blas", "gemm", [], "ab"), r"a mapping of names to values"),
         (lambda: CommandBufferThunk([]), r"at least one thunk"),
         (lambda: CommandBufferThunk([SequentialThunk([])]), r"sequential thunk .* cannot be"),
         (lambda: CommandBufferThunk([CommandBufferThunk([KERNEL])]), r"command_buffer thunk"),

@@ -445,9 +445,11 @@ def _freeze_attribute(value: Any, where: str, depth: int = 0) -> Any:
 
 def _to_attributes(value: Any) -> Any:
     if isinstance(value, Mapping):
-        value = value.items()
-    if not isinstance(value, (list, tuple)) and not hasattr(value, "__iter__"):
-        return value
+        value = tuple(value.items())
+    elif not isinstance(value, (list, tuple)):
+        raise ThunkError(
+            f"LibraryCallThunk.attributes must be a mapping of names to values, got {value!r:.80}"
+        )
     items = []
     for item in value:
         if not isinstance(item, (list, tuple)) or len(item) != 2 or not isinstance(item[0], str):
@@ -456,7 +458,7 @@ def _to_attributes(value: Any) -> Any:
     names = [k for k, _ in items]
     if len(set(names)) != len(names):
         raise ThunkError(f"LibraryCallThunk.attributes: repeated names in {names}")
-    return tuple(sorted(items))
+    return tuple(sorted(items, key=lambda item: item[0]))
 
 
 def _thaw(value: Any) -> Json:
