@@ -329,6 +329,9 @@ def isolation(session: nox.Session, target: str) -> None:
     _isolation_check(
         session, imports, expected, forbid, without_compile_extra=target in COMPILE_EXTRA
     )
+    if target == "runtime-core":
+        # heron-run, runtime-core's console script, starts in a runtime-only install.
+        session.run("heron-run", "--help", silent=True)
 
 
 @nox.session
