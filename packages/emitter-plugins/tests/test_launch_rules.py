@@ -6,6 +6,10 @@
   108 = 221,184 on an A100), by 4 or 2, whichever divides the *element count*
   (not the minor dimension: a vector may span two rows); sub-byte outputs get
   a whole byte per thread whatever the shape.
+- Loop, not a hero (XLA 0.12's ``GetEmitterFusionKind`` and
+  ``GetDescriptionForTiledTransposeEmitter``): a fusion of several roots is
+  never its concatenate emitter's, and a 4-bit transpose of the minor
+  dimension never a tiled transpose; both launch over the output.
 - Scatter (XLA's ``ScatterWithDistributedUpdates``): the threads of a block
   are rounded up to whole warps of the target; the extra threads do nothing.
 
@@ -115,6 +119,33 @@ def test_sub_byte_outputs_get_a_byte_per_thread_for_an_odd_minor_dimension(name,
     assert emitter.launch_dimensions().num_threads == threads  # ceil(elements / 2)
     report = check_file(path)
     assert report.ok, report.text()
+
+
+@pytest.mark.parametrize(
+    ("name", "launch"),
+    [
+        ("gpu/transpose/partial_tile_s4.hlo", "blocks=5 threads=128"),  # 1,152 s4 / 2
+        ("gpu/transpose/transpose_10_s4.hlo", "blocks=16 threads=128"),  # 4,096 s4 / 2
+        ("gpu/concatenate/multiple_roots_epilogue.hlo", "blocks=128 threads=128"),
+        ("gpu/concatenate/multiple_roots_shared_hero.hlo", "blocks=16 threads=128"),
+    ],
+)
+def test_fusions_xla_gives_its_loop_emitter_launch_over_the_output(name, launch):
+    """4-bit transposes of the minor dimension and multi-root concatenates: XLA 0.12's loops.
+
+    One thread per output element (a whole byte of s4: two), not the
+    transpose's tiles or the concatenate's largest operand.
+    """
+    path = CORPUS / name
+    [fusion] = fusions_of(parse_module_file(path))
+    analysis = analysed(fusion, H100)
+    assert analysis.kind == "loop"
+    emitter = LoopEmitter(analysis)
+    assert str(emitter.launch_dimensions()) == launch
+    assert emitter.vector_size == (2 if "s4" in name else 1)
+    report = check_file(path)
+    assert report.ok, report.text()
+    assert all(f.emitter == "loop" for f in report.fusions)
 
 
 @pytest.mark.parametrize(

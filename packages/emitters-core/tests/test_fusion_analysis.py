@@ -144,6 +144,40 @@ def test_concatenate_operand_limit():
     assert _kind(_concat(5), "; ".join(["f32[16,32]"] * 5)) == "loop"
 
 
+def test_a_concatenate_hero_of_several_roots_is_a_loop():
+    """XLA 0.12: several roots are input slices or a loop, never its concatenate emitter."""
+    shared = (
+        " a = f32[16,48] parameter(0)\n b = f32[16,80] parameter(1)\n"
+        " c = f32[16,128] concatenate(a, b), dimensions={1}\n"
+        " n = f32[16,128] negate(c)\n"
+    )
+    alone = shared + " ROOT r = f32[16,128] exponential(n)"
+    assert _kind(alone, "f32[16,48]; f32[16,80]") == "concatenate"
+    both = shared + " ROOT t = (f32[16,128], f32[16,128]) tuple(c, n)"
+    analysis = analysed(_fusion(both, "f32[16,48]; f32[16,80]"))
+    assert [h.opcode for h in analysis.heroes] == ["concatenate", "concatenate"]
+    assert analysis.kind == "loop"
+
+
+def _s4_transpose(dims: str, out: str, permutation: str, element: str = "s4") -> str:
+    return (
+        f" p = {element}[{dims}] parameter(0)\n"
+        f" ROOT t = {element}[{out}] transpose(p), dimensions={{{permutation}}}"
+    )
+
+
+@pytest.mark.parametrize("element", ["s4", "u4"])
+def test_a_4_bit_transpose_of_the_minor_dimension_is_a_loop(element):
+    """XLA's b/415741994: never tiled, whatever its size (s8 of the same shape is)."""
+    for dims, out, permutation in (("64,64", "64,64", "1,0"), ("24,2,24", "24,2,24", "2,1,0")):
+        body = _s4_transpose(dims, out, permutation, element)
+        assert _kind(body, f"{element}[{dims}]") == "loop"
+        assert _kind(body.replace(element, "s8"), f"s8[{dims}]") == "transpose"
+    # A kept minor dimension (a 102 transpose) is still tiled at 4 bits.
+    kept = _s4_transpose("64,64,2", "64,64,2", "1,0,2", element)
+    assert _kind(kept, f"{element}[64,64,2]") == "transpose"
+
+
 DUS = (
     " p = f32[64,8] parameter(0)\n u = f32[4,8] parameter(1)\n i = s32[] parameter(2)\n"
     " z = s32[] constant(0)\n"
