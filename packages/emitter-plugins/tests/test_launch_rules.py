@@ -10,6 +10,10 @@
   ``GetDescriptionForTiledTransposeEmitter``): a fusion of several roots is
   never its concatenate emitter's, and a 4-bit transpose of the minor
   dimension never a tiled transpose; both launch over the output.
+- Reduction blocks (XLA's ``CreateReductionFusion``): a column reduction whose
+  kept minor dimension divides the warp, however small, is a small-column
+  block of 128 threads; short power-of-two rows are multi-row blocks of as
+  many threads as the row has elements, even when that makes one block.
 - Scatter (XLA's ``ScatterWithDistributedUpdates``): the threads of a block
   are rounded up to whole warps of the target; the extra threads do nothing.
 
@@ -20,12 +24,13 @@ interpreter against the reference evaluator.
 from __future__ import annotations
 
 import math
+import re
 
 import attrs
 import pytest
 from heron_test_support.analysis import A100, H100, MI300X, analysed
 
-from heron.compiler import fusions_of
+from heron.compiler import compile_fusion, fusions_of
 from heron.harness import CheckOptions, check_file, check_fusions
 from heron.harness.corpus import default_corpus
 from heron.hlo.parser import parse_module, parse_module_file
@@ -146,6 +151,34 @@ def test_fusions_xla_gives_its_loop_emitter_launch_over_the_output(name, launch)
     report = check_file(path)
     assert report.ok, report.text()
     assert all(f.emitter == "loop" for f in report.fusions)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "launch", "shared", "shuffle"),
+    [
+        # f32[3,128,4] over 128: a kept minor dim of 4 divides the warp: 128 threads
+        # hold 32 reduced rows of 4 each, one padded 32x5 tile (not 32x32 threads).
+        ("gpu/reduce_column/small.hlo", "reduce_column_small", "3x128", "tensor<32x5xf32>", 16),
+        # f64[4] -> f64[]: a multi-row block of one 4-thread row (not a whole warp).
+        ("gpu/reduce_row/inefficient_codegen.hlo", "reduce_multirow", "1x4", None, 2),
+    ],
+)
+def test_reduction_blocks_are_sized_to_the_reduction(name, kind, launch, shared, shuffle):
+    """XLA's ``CreateReductionFusion``: small columns for any kept minor dim dividing the warp;
+    multi-row rows of fewer threads than a warp however few blocks that leaves."""
+    path = CORPUS / name
+    [fusion] = fusions_of(parse_module_file(path))
+    assert analysed(fusion, H100).kind == kind
+    kernel = compile_fusion(fusion, H100, "cuda", stop_after="emitted")
+    assert kernel.emitter == kind
+    assert f"{kernel.launch.num_blocks}x{kernel.launch.thread_x}" == launch
+    text = str(kernel.module)
+    tiles = re.findall(r"allocate_shared\"\(\) : \(\) -> (tensor<[^>]*>)", text)
+    assert tiles == ([shared] if shared else [])
+    distances = re.findall(r"shuffle_reduce\".*?max_distance = (\d+)", text)
+    assert distances and {int(d) for d in distances} == {shuffle}
+    report = check_file(path)
+    assert report.ok, report.text()
 
 
 @pytest.mark.parametrize(
