@@ -45,9 +45,9 @@ MIN_TOTAL_DIMENSIONS_TO_TRANSPOSE_TILED = 16 * 16
 MAX_BITS_IN_MOST_MINOR_DIMENSION = 8 * 8
 #: A 021 transpose with a swapped dim below this is left to the loop emitter.
 MIN_DIMENSION_TO_LAST_TWO_DIMENSIONS_TRANSPOSE_TILED = 8
-#: Element width whose transposes of the minor dimension are never tiled
-#: (XLA: unless packed, such a transpose is left to the loop emitter).
-NEVER_TILED_MINOR_SWAP_BITS = 4
+#: Element width whose transposes of the minor dimension are tiled only when
+#: packed (XLA's b/415741994); otherwise the loop emitter takes them.
+UNTILED_MINOR_SWAP_BITS = 4
 
 
 @attrs.frozen
@@ -173,7 +173,7 @@ def tiled_transpose(inst: Instruction) -> TransposeDescription | None:
     Packed transposes (narrow types, big enough swapped dims) qualify at any
     rank; otherwise the minor dim is either kept (102: at most
     ``MAX_BITS_IN_MOST_MINOR_DIMENSION`` wide) or swapped (a 021 swap with a
-    dim below 8 stays a loop, and a 4-bit type is never tiled), and both
+    dim below 8 stays a loop, and so does an unpacked 4-bit one), and both
     swapped dims must be >= 4 with a product >= 256.
     """
     if inst.opcode != "transpose" or inst.array_shape.num_elements == 0:
@@ -201,7 +201,7 @@ def tiled_transpose(inst: Instruction) -> TransposeDescription | None:
         # A 4-bit transpose of the minor dimension stays a loop (XLA's
         # b/415741994: its tiled version regressed on bank conflicts); the loop
         # emitter writes it two elements, one whole byte, per thread.
-        if bits == NEVER_TILED_MINOR_SWAP_BITS:
+        if bits == UNTILED_MINOR_SWAP_BITS:
             return None
         swapped = (dims[-1], out_dims[-1])
         last_two = perm[-1] == len(perm) - 2 and perm[-2] == len(perm) - 1
