@@ -147,6 +147,50 @@ def test_several_heroes_get_one_tile_each_and_side_outputs_none():
     assert [t.name for t in single.transposes] == ["shmem_transpose"]
 
 
+def _inline(dims: str, out: str, permutation: str, element: str):
+    text = (
+        f"HloModule m\nfused {{\n  p = {element}[{dims}] parameter(0)\n"
+        f"  ROOT t = {element}[{out}] transpose(p), dimensions={{{permutation}}}\n}}\n"
+        f"ENTRY main {{\n  p = {element}[{dims}] parameter(0)\n"
+        f"  ROOT f = {element}[{out}] fusion(p), kind=kInput, calls=fused\n}}\n"
+    )
+    return fusions_of(parse_module(text, "inline.hlo"))[0]
+
+
+def test_a_packed_tile_folds_the_dimension_above_a_short_minor_one():
+    """XLA's packed tile ``[T2, A, T1]``: 64 x (10 x 6) s16 per block, 8 blocks as XLA."""
+    emitter = TransposeEmitter(analysed(_fusion(CORPUS / "packed_transpose_two_heroes.hlo")))
+    tiling = emitter.tiling
+    assert (tiling.vector, tiling.fold, tiling.a_extent) == (2, 10, 60)
+    assert tiling.tile == (1, 1, 64, 10, 6)
+    assert emitter.launch_dimensions().num_blocks == 8
+    # A 021 packed transpose has nothing to fold (the dimension above a is b).
+    s8 = TransposeEmitter(analysed(_fusion(CORPUS / "packed_transpose_s8.hlo"))).tiling
+    assert (s8.vector, s8.fold) == (4, 1)
+
+
+@pytest.mark.parametrize(
+    ("dims", "out", "element", "fold", "blocks"),
+    [
+        # 13 = 10 + 3 rows of 6 folded (a partial A tile); 70 = 64 + 6 along b.
+        ("3,70,13,6", "3,6,13,70", "s16", 10, 12),
+        ("2,256,40,12", "2,12,40,256", "s8", 10, 16),
+    ],
+)
+def test_folded_tiles_with_partial_edges_agree_with_the_reference(
+    transpose, dims, out, element, fold, blocks
+):
+    """Launches measured equal to XLA 0.12's with ``heron xla`` (12 and 16 blocks of 128)."""
+    fusion = _inline(dims, out, "0,3,2,1", element)
+    emitter = TransposeEmitter(analysed(fusion))
+    assert emitter.tiling.fold == fold
+    assert emitter.launch_dimensions().num_blocks == blocks
+    report = check_fusions([fusion], "folded")
+    assert report.ok, report.text()
+    report = check_fusions([fusion], "folded", device=InterpreterDevice(warp_size=64))
+    assert report.ok, report.text()
+
+
 def test_launch_is_128_threads_over_tiles():
     emitter = TransposeEmitter(analysed(_fusion(EDGE_CASES / "transpose_partial_tile.hlo")))
     launch = emitter.launch_dimensions()
