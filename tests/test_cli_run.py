@@ -227,3 +227,27 @@ def test_compare_is_exact_for_integers_and_preds():
     assert not result.agrees and "1 of 10 elements differ" in result.summary
     assert not compare(np.array([True, False]), np.array([True, True])).agrees
     assert not compare(a.astype(np.int64), a).agrees  # a type mismatch never agrees
+
+
+def test_jax_helper_calls_are_inlined_and_run(capsys, tmp_path):
+    """jnp.where, clip and remainder arrive as calls; heron run inlines them (issue 15)."""
+    path = Path(__file__).parent / "data" / "jax_helper_calls.hlo"
+    output = tmp_path / "out.npz"
+    code, out, err = heron(
+        capsys, "run", str(path), "--backend", "interpreter", "--seed", "2", "--check",
+        "--output", str(output),
+    )  # fmt: skip
+    assert (code, err) == (0, ""), out
+    assert "(bitwise)" in out and "agree" in out
+    module = parse_module(path.read_text())
+    expected = flatten_literal(evaluate_module(module, random_arguments(module, seed=2)))
+    (result,) = load_outputs(output)
+    assert np.array_equal(result, expected[0])
+    # One kernel per computing instruction left after the simplification pipeline: the
+    # helpers' repeated constants and broadcasts were merged, nothing ran as a call.
+    from heron.hlo.passes import HOST_OPCODES, run_pipeline, simplification_pipeline
+
+    run_pipeline(module, simplification_pipeline())
+    computing = [i for i in module.entry.instructions if i.opcode not in HOST_OPCODES]
+    assert all(i.opcode != "call" for i in computing)
+    assert f"ran {len(computing)} kernel(s)" in out

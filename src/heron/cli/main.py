@@ -31,6 +31,7 @@ from heron.hlo.plugin_loading import PluginError
 #: write ``heron/cli/<name>.py`` with ``register(subparsers)`` and list it here.
 COMMANDS = (
     "heron.cli.parse",
+    "heron.cli.opt",
     "heron.cli.run",
     "heron.cli.indexing",
     "heron.cli.emit",
@@ -39,6 +40,7 @@ COMMANDS = (
     "heron.cli.plugins",
     "heron.cli.targets",
     "heron.cli.xla",
+    "heron.cli.profile",
 )
 
 EXIT_DISAGREEMENT = 1

@@ -5,9 +5,12 @@ no streams, no buffer reuse, no overlap. Each fusion instruction is compiled
 for the Target by the backend (:func:`heron.compiler.compile_fusion`) and
 launched (:func:`~heron.compiler.device_kernels.run_on_device`) with its
 operands' values; parameters, constants, tuples, get-tuple-element and bitcasts
-are evaluated on the host, where they cost nothing. Modules that are not fused
-yet are outlined first (:mod:`heron.hlo.passes.outline`, an HLO pass), so anything else in the
-entry computation is a bug in that pass and is refused with the instruction named.
+are evaluated on the host, where they cost nothing. A module first goes
+through the target-independent HLO pipeline (a copy of it:
+:func:`heron.hlo.passes.simplification_pipeline` inlines JAX's helper calls,
+simplifies, removes dead and repeated work); if it is not fused yet it is then
+outlined (:mod:`heron.hlo.passes.outline`), so anything else in the entry
+computation is a bug in that pass and is refused with the instruction named.
 
 Values between instructions are logical numpy arrays (or tuples of them), the
 form the reference evaluator uses, so the results compare directly with it.
@@ -15,6 +18,7 @@ form the reference evaluator uses, so the results compare directly with it.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -24,6 +28,7 @@ import numpy as np
 
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
+from heron.hlo.passes import run_pipeline, simplification_pipeline
 from heron.hlo.passes.outline import HOST_OPCODES, describe, outline_module
 from heron.hlo.shapes import ArrayShape, Shape
 
@@ -62,7 +67,7 @@ class SequentialRun:
 
     outputs: tuple[np.ndarray, ...]
     kernels: tuple[KernelRecord, ...]
-    #: The module that ran (after outlining).
+    #: The module that ran (after the simplification pipeline and outlining).
     module: Module
     seconds: float
 
@@ -94,7 +99,9 @@ def run_module(
     compiler = compiler or compile_fusion
     target = target_for_device(device, backend, target)
     start = time.perf_counter()
-    outlined = outline_module(module, supported_opcodes())
+    simplified = copy.deepcopy(module)  # the caller's module stays as it was
+    run_pipeline(simplified, simplification_pipeline())
+    outlined = outline_module(simplified, supported_opcodes())
     entry = outlined.entry
     parameters = entry.parameters
     if len(arguments) != len(parameters):

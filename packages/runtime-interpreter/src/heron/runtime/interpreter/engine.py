@@ -252,6 +252,7 @@ class Launch:
         lanes: LaneSpace,
         globals_memory: dict[str, Any],
         work: WorkCounter | None = None,
+        observer: Any = None,
     ) -> None:
         self.program = program
         self.kernel = kernel
@@ -262,6 +263,9 @@ class Launch:
         self.globals_memory = globals_memory
         #: Free for semantics modules to keep per-batch state in (shared memory trackers...).
         self.state: dict[str, Any] = {}
+        #: Hears every memory access and every block of operations run (a profiler,
+        #: ``heron.runtime.interpreter.profile.AccessRecorder``); None: nothing is recorded.
+        self.observer = observer
 
     @property
     def kernel_name(self) -> str:
@@ -353,6 +357,8 @@ class Frame:
         for value_id, value in zip(names, arguments):
             values[value_id] = value
         launch.work.add(plan.op_count * launch.operation_cost)
+        if launch.observer is not None:
+            launch.observer.operations(self, plan.op_count)
         drop = values.pop
         for handler, op, dead in plan.steps:
             handler(self, op)
@@ -419,6 +425,7 @@ def run_kernel(
     max_lanes: int = DEFAULT_MAX_LANES,
     warp_size: int = 32,
     work_limit: int | None = None,
+    observer: Any = None,
 ) -> None:
     """Run ``kernel_name`` of ``program`` over ``grid`` x ``block`` on ``arguments``.
 
@@ -426,6 +433,7 @@ def run_kernel(
     (:class:`heron.runtime.interpreter.memory.MemRef` values), in order;
     the workgroup attributions get fresh shared memory for every block.
     ``work_limit``: lane-operations the launch may do (:class:`WorkCounter`).
+    ``observer``: told of every memory access and block of operations (:class:`Launch`).
     """
     from heron.runtime.interpreter import memory
 
@@ -456,7 +464,7 @@ def run_kernel(
     work = WorkCounter(kernel_name, work_limit)
     with np.errstate(all="ignore"):
         for lanes in batches(grid, block, max_lanes, warp_size):
-            launch = Launch(program, kernel, lanes, globals_memory, work)
+            launch = Launch(program, kernel, lanes, globals_memory, work, observer)
             shared = [
                 memory.shared_memref(launch, parse_type(t), f"workgroup {i}")
                 for i, t in enumerate(workgroup_types)

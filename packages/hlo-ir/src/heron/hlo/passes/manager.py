@@ -1,0 +1,266 @@
+"""The HLO pass manager: named passes, pipelines and fixed-point groups, verified and dumped.
+
+A pass is a function that rewrites a module in place and says whether it
+changed anything (:class:`HloPass`). Passes compose into a :class:`Pipeline`
+(run once, in order) and a :class:`FixedPoint` group (run again while any
+member changes the module, up to a bound, as XLA's ``HloPassFix``), which nest.
+:func:`run_pipeline` is the one loop that runs them: after every pass it
+verifies the module (so a broken pass is named by the error, not by a later
+stage), times it, records whether it changed the module, and dumps the module
+text when it did (the counterpart of XLA's ``--xla_dump_hlo_pass_re``).
+
+The manager knows nothing about particular passes: the target-independent ones
+live beside it (one module each), the GPU ones in the compiler package, and
+:mod:`heron.hlo.passes.registry` names them for ``heron opt --passes``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import attrs
+
+from heron.hlo.errors import HloError, UnsupportedError
+from heron.hlo.ir import Module
+from heron.hlo.printer import print_module
+from heron.hlo.verifier import verify_module
+
+__all__ = [
+    "FixedPoint",
+    "HloPass",
+    "PassFailure",
+    "PassRecord",
+    "Pipeline",
+    "PipelineReport",
+    "Step",
+    "run_pipeline",
+]
+
+
+def _name(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z][a-z0-9-]*", value):
+        raise UnsupportedError(
+            f"a pass or pipeline name is lower-case words joined by '-', got {value!r}"
+        )
+
+
+@attrs.frozen
+class HloPass:
+    """One rewrite: ``run(module)`` changes ``module`` in place and returns whether it did."""
+
+    name: str = attrs.field(validator=_name)
+    run: Callable[[Module], bool]
+    description: str = ""
+
+
+@attrs.frozen
+class Pipeline:
+    """Steps run once, in order."""
+
+    name: str = attrs.field(validator=_name)
+    steps: tuple[Step, ...] = attrs.field(converter=tuple)
+
+
+def _positive(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UnsupportedError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+@attrs.frozen
+class FixedPoint:
+    """Steps run in order, again and again while any of them changes the module.
+
+    ``max_iterations`` bounds the loop: passes that undo each other would
+    otherwise never stop. Reaching the bound is not an error (the module is
+    still valid after every pass), but the report says so.
+    """
+
+    name: str = attrs.field(validator=_name)
+    steps: tuple[Step, ...] = attrs.field(converter=tuple)
+    max_iterations: int = attrs.field(default=25, validator=_positive)
+
+
+Step = HloPass | Pipeline | FixedPoint
+
+
+class PassFailure(RuntimeError):
+    """A pass crashed, or left a module that does not verify: a bug in heron, not in the input.
+
+    The message names the pass (its path in the pipeline); the original error is
+    the ``__cause__``. An ``HloError`` a pass raises on purpose (input it refuses,
+    naming the instruction) is not wrapped: it reaches the user as it is.
+    """
+
+
+@attrs.frozen
+class PassRecord:
+    """What one run of one pass did: where it ran, whether it changed the module, how long."""
+
+    path: str
+    """The pass's name after its enclosing pipelines and groups: ``simplify/fixed/dce``."""
+    changed: bool
+    seconds: float
+    iteration: int = 0
+    """Which round of the innermost fixed-point group this was (0 outside one)."""
+
+
+@attrs.define
+class PipelineReport:
+    """Every pass run, in order, and the fixed-point groups that hit their bound."""
+
+    records: list[PassRecord] = attrs.field(factory=list)
+    unconverged: list[str] = attrs.field(factory=list)
+    dumps: list[Path] = attrs.field(factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return any(record.changed for record in self.records)
+
+    @property
+    def seconds(self) -> float:
+        return sum(record.seconds for record in self.records)
+
+    def timing_table(self) -> str:
+        """Per pass name: runs, runs that changed the module, total seconds (slowest first)."""
+        totals: dict[str, list[float]] = {}
+        for record in self.records:
+            name = record.path.rsplit("/", 1)[-1]
+            runs, changed, seconds = totals.get(name, [0, 0, 0.0])
+            totals[name] = [runs + 1, changed + record.changed, seconds + record.seconds]
+        rows = sorted(totals.items(), key=lambda item: -item[1][2])
+        width = max([len("pass"), *(len(name) for name in totals)])
+        lines = [f"{'pass':<{width}}  runs  changed  seconds"]
+        for name, (runs, changed, seconds) in rows:
+            lines.append(f"{name:<{width}}  {runs:>4}  {changed:>7}  {seconds:>7.3f}")
+        lines.append(f"{'total':<{width}}  {len(self.records):>4}  {'':>7}  {self.seconds:>7.3f}")
+        return "\n".join(lines)
+
+
+@attrs.frozen
+class _Dumper:
+    directory: Path
+    pattern: re.Pattern[str] | None
+
+    def wanted(self, path: str) -> bool:
+        return self.pattern is None or self.pattern.search(path) is not None
+
+
+def run_pipeline(
+    module: Module,
+    pipeline: Step,
+    *,
+    verify: bool = True,
+    dump_dir: str | Path | None = None,
+    dump_passes: str | None = None,
+    on_pass: Callable[[PassRecord], None] | None = None,
+) -> PipelineReport:
+    """Run ``pipeline`` on ``module`` in place and report what each pass did.
+
+    ``verify`` checks the module after every pass (and before the first).
+    ``dump_dir`` receives ``<module>.0000.before_optimizations.txt``, then one
+    file per pass run that changed the module (``<module>.NNNN.<path>.txt``,
+    only for paths matching the regular expression ``dump_passes`` when given)
+    and ``<module>.NNNN.after_optimizations.txt`` at the end. ``on_pass`` hears
+    each record as soon as the pass has run.
+    """
+    dumper = None
+    if dump_dir is not None:
+        directory = Path(dump_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        pattern = None
+        if dump_passes is not None:
+            try:
+                pattern = re.compile(dump_passes)
+            except re.error as exc:
+                raise UnsupportedError(f"--dump-passes {dump_passes!r}: {exc}") from exc
+        dumper = _Dumper(directory, pattern)
+    if verify:
+        verify_module(module)
+    report = PipelineReport()
+    if dumper is not None:
+        _dump(module, dumper, report, "before_optimizations")
+    _run_step(module, pipeline, "", 0, report, verify, dumper, on_pass)
+    if dumper is not None:
+        _dump(module, dumper, report, "after_optimizations")
+    return report
+
+
+def _run_step(
+    module: Module,
+    step: Step,
+    prefix: str,
+    iteration: int,
+    report: PipelineReport,
+    verify: bool,
+    dumper: _Dumper | None,
+    on_pass: Callable[[PassRecord], None] | None,
+) -> bool:
+    path = f"{prefix}/{step.name}" if prefix else step.name
+    if isinstance(step, HloPass):
+        return _run_pass(module, step, path, iteration, report, verify, dumper, on_pass)
+    if isinstance(step, Pipeline):
+        changed = False
+        for inner in step.steps:
+            changed |= _run_step(module, inner, path, iteration, report, verify, dumper, on_pass)
+        return changed
+    if isinstance(step, FixedPoint):
+        changed = False
+        for round_number in range(step.max_iterations):
+            changed_this_round = False
+            for inner in step.steps:
+                changed_this_round |= _run_step(
+                    module, inner, path, round_number, report, verify, dumper, on_pass
+                )
+            changed |= changed_this_round
+            if not changed_this_round:
+                return changed
+        report.unconverged.append(path)
+        return changed
+    raise UnsupportedError(f"not a pass, pipeline or fixed-point group: {step!r}")
+
+
+def _run_pass(
+    module: Module,
+    step: HloPass,
+    path: str,
+    iteration: int,
+    report: PipelineReport,
+    verify: bool,
+    dumper: _Dumper | None,
+    on_pass: Callable[[PassRecord], None] | None,
+) -> bool:
+    start = time.perf_counter()
+    try:
+        changed = step.run(module)
+    except (HloError, PassFailure):
+        raise
+    except Exception as exc:  # a bug in a pass: name the pass, keep the cause
+        raise PassFailure(f"pass {path!r} failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(changed, bool):
+        raise PassFailure(f"pass {path!r} returned {changed!r}; a pass returns whether it changed")
+    if verify and changed:
+        try:
+            verify_module(module)
+        except HloError as exc:
+            raise PassFailure(f"pass {path!r} left a module that does not verify: {exc}") from exc
+    record = PassRecord(path, changed, time.perf_counter() - start, iteration)
+    report.records.append(record)
+    if on_pass is not None:
+        on_pass(record)
+    if changed and dumper is not None and dumper.wanted(path):
+        _dump(module, dumper, report, path.replace("/", "."))
+    return changed
+
+
+def _dump(module: Module, dumper: _Dumper, report: PipelineReport, what: str) -> None:
+    target = dumper.directory / f"{module.name}.{len(report.dumps):04d}.{what}.txt"
+    target.write_text(print_module(module) + "\n")
+    report.dumps.append(target)
+
+
+def pipeline_of(steps: Sequence[Step], name: str = "passes") -> Pipeline:
+    """A pipeline of ``steps`` (what ``heron opt --passes a,b`` runs)."""
+    return Pipeline(name, tuple(steps))

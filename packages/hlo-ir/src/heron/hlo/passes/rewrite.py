@@ -1,0 +1,245 @@
+"""What every HLO rewrite needs: replacing uses, removing instructions, fresh names, effects.
+
+Passes rewrite the object graph in place (instructions refer to their operands
+directly), so each helper here keeps the graph's invariants: a replaced value's
+users and the computation's root move to the replacement, and an instruction
+leaves its computation only when nothing uses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from heron.hlo.attributes import ComputationRef
+from heron.hlo.builder import NameUniquer
+from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.shapes import Shape
+
+__all__ = [
+    "SIDE_EFFECT_OPCODES",
+    "Inserter",
+    "Uses",
+    "has_side_effect",
+    "module_names",
+    "non_fusion_computations",
+    "reachable_computations",
+    "remove_instructions",
+    "replace_all_uses",
+]
+
+#: Opcodes whose instructions must run even when nothing uses their value, and
+#: which two identical instructions must not share: I/O, communication, random
+#: state, and the barriers that order them.
+SIDE_EFFECT_OPCODES = frozenset(
+    {
+        "infeed",
+        "outfeed",
+        "send",
+        "send-done",
+        "recv",
+        "recv-done",
+        "rng",
+        "rng-get-and-update-state",
+        "all-reduce",
+        "all-reduce-start",
+        "all-reduce-done",
+        "all-gather",
+        "all-gather-start",
+        "all-gather-done",
+        "all-to-all",
+        "ragged-all-to-all",
+        "collective-broadcast",
+        "collective-permute",
+        "collective-permute-start",
+        "collective-permute-done",
+        "reduce-scatter",
+        "async-start",
+        "async-update",
+        "async-done",
+        "add-dependency",
+        "domain",
+    }
+)
+
+
+def has_side_effect(inst: Instruction) -> bool:
+    """Whether ``inst`` must stay even unused, and stay distinct from an identical twin."""
+    if inst.opcode in SIDE_EFFECT_OPCODES:
+        return True
+    if inst.opcode == "custom-call":
+        return bool(inst.attr("custom_call_has_side_effect", False))
+    if inst.opcode in ("call", "while", "conditional"):
+        return any(
+            has_side_effect(called_inst)
+            for computation in inst.called_computations()
+            for called_inst in computation.instructions
+        )
+    return False
+
+
+def replace_all_uses(computation: Computation, old: Instruction, new: Instruction) -> bool:
+    """Make every user of ``old`` in ``computation`` (and its root) use ``new``; True if any."""
+    if old is new:
+        return False
+    changed = False
+    for inst in computation.instructions:
+        if any(operand is old for operand in inst.operands):
+            inst.operands = [new if operand is old else operand for operand in inst.operands]
+            changed = True
+    if computation.root is old:
+        computation.root = new
+        changed = True
+    return changed
+
+
+class Uses:
+    """Who uses each instruction of one computation, kept current as a pass rewrites it.
+
+    :func:`replace_all_uses` scans the whole computation, which makes a pass
+    that replaces many instructions quadratic; a pass that rewrites as it walks
+    builds one ``Uses`` per computation and replaces through it instead (linear
+    in the uses it touches). New instructions are registered with :meth:`add`.
+    """
+
+    def __init__(self, computation: Computation) -> None:
+        self.computation = computation
+        self._users: dict[int, list[Instruction]] = {}
+        for inst in computation.instructions:
+            self._register(inst)
+
+    def _register(self, inst: Instruction) -> None:
+        seen: set[int] = set()
+        for operand in inst.operands:
+            if id(operand) not in seen:
+                seen.add(id(operand))
+                self._users.setdefault(id(operand), []).append(inst)
+
+    def users(self, inst: Instruction) -> list[Instruction]:
+        """The instructions with ``inst`` among their operands (each once)."""
+        return list(self._users.get(id(inst), ()))
+
+    def add(self, inst: Instruction) -> Instruction:
+        """Add ``inst`` to the computation and record its operands' new user."""
+        self.computation.add(inst)
+        self._register(inst)
+        return inst
+
+    def record(self, inst: Instruction) -> None:
+        """Record the uses of ``inst``, which the caller puts into the computation itself."""
+        self._register(inst)
+
+    def replace(self, old: Instruction, new: Instruction) -> bool:
+        """Make every user of ``old`` (and the root) use ``new``; True if anything changed."""
+        if old is new:
+            return False
+        users = self._users.pop(id(old), [])
+        targets = self._users.setdefault(id(new), [])
+        for user in users:
+            user.operands = [new if operand is old else operand for operand in user.operands]
+            if not any(existing is user for existing in targets):
+                targets.append(user)
+        changed = bool(users)
+        if self.computation.root is old:
+            self.computation.root = new
+            changed = True
+        return changed
+
+
+class Inserter:
+    """Adds the instructions a rewrite creates to one computation, and replaces through them.
+
+    A new instruction is named after the one it stands for (``like``, with an
+    optional ``suffix``: ``dot.1.lhs_transpose``), unique in the module, carries
+    that instruction's source location (errors about it point at the user's
+    text), and has its uses recorded in :attr:`uses`.
+    """
+
+    def __init__(self, computation: Computation, names: NameUniquer) -> None:
+        self.uses = Uses(computation)
+        self.names = names
+
+    def add(
+        self,
+        opcode: str,
+        shape: Shape,
+        operands: Iterable[Instruction] = (),
+        attributes: dict | None = None,
+        *,
+        like: Instruction,
+        suffix: str | None = None,
+        literal: object = None,
+    ) -> Instruction:
+        base = f"{like.name}.{suffix}" if suffix else like.name
+        return self.uses.add(
+            Instruction(
+                self.names.unique(base),
+                opcode,
+                shape,
+                operands=list(operands),
+                attributes=dict(attributes or {}),
+                literal=literal,
+                location=like.location,
+            )
+        )
+
+    def replace(self, old: Instruction, new: Instruction) -> bool:
+        return self.uses.replace(old, new)
+
+
+def remove_instructions(computation: Computation, dead: Iterable[Instruction]) -> int:
+    """Drop ``dead`` from ``computation``; the caller guarantees nothing uses them."""
+    doomed = {id(inst) for inst in dead}
+    before = len(computation.instructions)
+    computation.instructions = [i for i in computation.instructions if id(i) not in doomed]
+    return before - len(computation.instructions)
+
+
+def module_names(module: Module) -> NameUniquer:
+    """A name source that knows every instruction and computation name of ``module``.
+
+    HLO names are unique across a module; a pass that creates instructions or
+    computations takes its names from here.
+    """
+    names = NameUniquer()
+    for computation in module.computations:
+        names.reserve(computation.name)
+        for inst in computation.instructions:
+            names.reserve(inst.name)
+    return names
+
+
+def reachable_computations(module: Module) -> list[Computation]:
+    """The computations the entry (and the corpus form's fusion under test) reach, in order."""
+    roots = [module.entry]
+    if module.fusion_under_test is not None:
+        roots.append(module.computation(module.fusion_under_test))
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        computation = stack.pop()
+        if id(computation) in seen:
+            continue
+        seen.add(id(computation))
+        for inst in computation.instructions:
+            for value in inst.attributes.values():
+                refs = value if isinstance(value, tuple) else (value,)
+                stack.extend(
+                    ref.computation
+                    for ref in refs
+                    if isinstance(ref, ComputationRef) and ref.computation is not None
+                )
+    return [c for c in module.computations if id(c) in seen]
+
+
+def non_fusion_computations(module: Module) -> list[Computation]:
+    """The computations passes rewrite: every one but the bodies of ``fusion`` instructions.
+
+    A fusion's body is the emitters' input, decided by the fusion passes; as in
+    XLA, the simplification passes leave it alone.
+    """
+    fused: set[int] = set()
+    for computation in module.computations:
+        for inst in computation.instructions:
+            if inst.opcode == "fusion":
+                fused.update(id(called) for called in inst.called_computations())
+    return [c for c in module.computations if id(c) not in fused]
