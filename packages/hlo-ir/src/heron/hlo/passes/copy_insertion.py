@@ -231,7 +231,7 @@ class _Inserter:
             if element in chain:
                 continue
             writer = _chain_origin(element)
-            readers = _readers(chain, body, skip=chain | {root})
+            readers = _readers(chain, body, skip={root})  # in-place links too: they write the bytes
             if not self.order_after(body, writer, readers):
                 copy = self.copy(body, element, root)
                 self._set_root_element(body, k, copy)
