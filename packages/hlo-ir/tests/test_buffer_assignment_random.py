@@ -3,10 +3,11 @@
 Each module mixes what buffer sharing can get wrong: while loops whose state
 elements are passed through, swapped, duplicated or updated in place with
 dynamic-update-slice; in-place updates (unfused, and as a fusion's root) of
-parameters, constants, loop results and values still read later; tuples, get-tuple-element and bitcasts (views of
-other values' bytes); conditionals; outputs that are parameters, constants or
-the same value twice. Both checkers of :mod:`heron.hlo.buffers.check` must
-pass, and the simulated run must equal ``evaluate_module`` bit for bit.
+parameters, constants, loop results and values still read later; tuples,
+get-tuple-element and bitcasts (views of other values' bytes); conditionals;
+outputs that are parameters, constants or the same value twice. Both checkers
+of :mod:`heron.hlo.buffers.check` must pass, and the simulated run must equal
+``evaluate_module`` bit for bit.
 """
 
 from __future__ import annotations
