@@ -51,18 +51,24 @@ def place(requests: Sequence[HeapRequest], alignment: int) -> tuple[dict[int, Ch
     if alignment <= 0:
         raise UnsupportedError(f"buffer alignment must be positive, got {alignment}")
     order = sorted(requests, key=lambda r: (-r.size, r.live.start, r.key))
-    placed: list[tuple[HeapRequest, Chunk]] = []
+    # Placed chunks indexed by the stretches of time they cover, so that finding
+    # the ones a request overlaps does not look at every chunk placed so far.
+    span = max((r.live.end for r in requests), default=0) + 1
+    width = max(1, span // 4096)
+    by_time: dict[int, list[tuple[HeapRequest, Chunk]]] = {}
     chunks: dict[int, Chunk] = {}
     heap_size = 0
     for request in order:
-        busy = sorted(
-            (chunk for other, chunk in placed if other.live.overlaps(request.live)),
-            key=lambda c: c.offset,
-        )
+        live = request.live
+        candidates: dict[int, Chunk] = {}
+        for stretch in range(live.start // width, live.end // width + 1):
+            for other, chunk in by_time.get(stretch, ()):
+                if other.live.overlaps(live):
+                    candidates[other.key] = chunk
         best: int | None = None
         best_gap: int | None = None
         cursor = 0
-        for chunk in busy:
+        for chunk in sorted(candidates.values(), key=lambda c: c.offset):
             start = _align(cursor, alignment)
             gap = chunk.offset - start
             if gap >= request.size and (best_gap is None or gap < best_gap):
@@ -72,6 +78,7 @@ def place(requests: Sequence[HeapRequest], alignment: int) -> tuple[dict[int, Ch
             best = _align(cursor, alignment)
         chunk = Chunk(best, request.size)
         chunks[request.key] = chunk
-        placed.append((request, chunk))
+        for stretch in range(live.start // width, live.end // width + 1):
+            by_time.setdefault(stretch, []).append((request, chunk))
         heap_size = max(heap_size, chunk.end)
     return chunks, heap_size

@@ -78,6 +78,15 @@ class _Inserter:
     def __init__(self, names: NameUniquer) -> None:
         self.names = names
         self.changed = False
+        self._users: dict[int, dict[Instruction, list[Instruction]]] = {}
+
+    def users(self, computation: Computation) -> dict[Instruction, list[Instruction]]:
+        """``computation.users()``, kept until an instruction is added (the only edit that
+        changes operands here: every operand rewrite follows the insertion of its new operand)."""
+        cached = self._users.get(id(computation))
+        if cached is None:
+            cached = self._users[id(computation)] = computation.users()
+        return cached
 
     # -- graph helpers -----------------------------------------------------------------
     def copy(
@@ -110,12 +119,15 @@ class _Inserter:
         if before is not None:
             index = next(i for i, x in enumerate(computation.instructions) if x is before)
         computation.instructions.insert(index, inst)
+        self._users.clear()
         self.changed = True
 
     def order_after(
         self, computation: Computation, writer: Instruction, readers: list[Instruction]
     ) -> bool:
         """Make ``writer`` run after all ``readers``; False (and no change) if impossible."""
+        if all(r is writer for r in readers):
+            return True
         graph = _Graph(computation)
         later = graph.descendants(writer)
         if any(id(r) in later for r in readers if r is not writer):
@@ -153,7 +165,7 @@ class _Inserter:
 
     def while_init(self, computation: Computation, loop: Instruction) -> None:
         init = loop.operands[0]
-        users = computation.users()
+        users = self.users(computation)
         if isinstance(init.shape, ArrayShape):
             if not (_own(init) and users[init] == [loop] and computation.root is not init):
                 loop.operands[0] = self.copy(computation, init, loop)
@@ -166,7 +178,7 @@ class _Inserter:
             ]
             init = self.new(computation, "tuple", init.shape, parts, loop)
             loop.operands[0] = init
-            users = computation.users()
+            users = self.users(computation)
         for k, element in enumerate(init.operands):
             alone = users[element] == [init] and init.operands.count(element) == 1
             if not (_own(element) and alone and computation.root is not element):
@@ -177,7 +189,7 @@ class _Inserter:
         (param,) = body.parameters
         if isinstance(param.shape, ArrayShape):
             return {0: [param]}
-        users = body.users()
+        users = self.users(body)
         strays = [u for u in users[param] if u.opcode != "get-tuple-element"]
         if strays or body.root is param:
             parts = [
@@ -197,7 +209,7 @@ class _Inserter:
             ]
             body.root = self.new(body, "tuple", root.shape, parts, None)
         groups: dict[int, list[Instruction]] = {}
-        for user in body.users()[param]:
+        for user in self.users(body)[param]:
             groups.setdefault(int(user.attr("index")), []).append(user)
         return groups
 
@@ -227,11 +239,13 @@ class _Inserter:
         """Rule 2, after in-place updates: the writer of element k runs after its old readers."""
         root = body.root_instruction
         for k, element in enumerate(self._root_elements(body)):
-            chain = _chain_from(groups.get(k, []), body)
+            chain = _chain_from(groups.get(k, []), self.users(body))
             if element in chain:
                 continue
             writer = _chain_origin(element)
-            readers = _readers(chain, body, skip={root})  # in-place links too: they write the bytes
+            readers = _readers(
+                chain, self.users(body), skip={root}
+            )  # in-place links too: they write the bytes
             if not self.order_after(body, writer, readers):
                 copy = self.copy(body, element, root)
                 self._set_root_element(body, k, copy)
@@ -258,9 +272,10 @@ class _Inserter:
         else:
             return False
         root = computation.root_instruction
-        if any(_reaches(o, computation, root) for o in origin):
+        users = self.users(computation)
+        if any(_reaches(o, users, root) for o in origin):
             return False
-        readers = _readers(set(origin), computation, skip={inst})
+        readers = _readers(set(origin), users, skip={inst})
         same_bytes = {id(v) for v in (*origin, *readers) if v in origin or v.opcode in VIEW_OPCODES}
         if any(id(o) in same_bytes for r in readers for _, o in _updates(r)):
             return False  # a second in-place update of the same bytes
@@ -345,9 +360,10 @@ def _chain_origin(value: Instruction) -> Instruction:
     return value
 
 
-def _chain_from(start: list[Instruction], computation: Computation) -> set[Instruction]:
+def _chain_from(
+    start: list[Instruction], users: dict[Instruction, list[Instruction]]
+) -> set[Instruction]:
     """``start`` and the array in-place updates that write on into the same bytes."""
-    users = computation.users()
     chain = set(start)
     stack = list(start)
     while stack:
@@ -361,10 +377,11 @@ def _chain_from(start: list[Instruction], computation: Computation) -> set[Instr
 
 
 def _readers(
-    values: set[Instruction], computation: Computation, skip: set[Instruction]
+    values: set[Instruction],
+    users: dict[Instruction, list[Instruction]],
+    skip: set[Instruction],
 ) -> list[Instruction]:
     """Everything that reads the bytes of ``values``, looking through views."""
-    users = computation.users()
     readers: list[Instruction] = []
     seen: set[int] = set()
     stack = list(values)
@@ -381,9 +398,10 @@ def _readers(
     return readers
 
 
-def _reaches(value: Instruction, computation: Computation, root: Instruction) -> bool:
+def _reaches(
+    value: Instruction, users: dict[Instruction, list[Instruction]], root: Instruction
+) -> bool:
     """Whether ``value``, or a view of it, is ``root`` (its bytes leave the computation)."""
-    users = computation.users()
     stack = [value]
     seen: set[int] = set()
     while stack:

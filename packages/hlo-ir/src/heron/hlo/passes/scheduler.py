@@ -23,6 +23,7 @@ predecessors copy insertion adds) and before buffer assignment.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 
 from heron.hlo.buffers.dataflow import Dataflow, analyze_dataflow, sequential_computations
@@ -99,31 +100,67 @@ def list_order(computation: Computation, flow: Dataflow) -> list[Instruction]:
     for param in computation.parameters:
         kept.update(flow.leaf_buffers(param))
     born: set[int] = set(kept)
+    touchers: dict[int, list[Instruction]] = {}
+    for inst in computation.instructions:
+        for buffer in touches[id(inst)]:
+            touchers.setdefault(buffer, []).append(inst)
     waiting = {id(inst): len(deps[id(inst)]) for inst in computation.instructions}
-    ready = [inst for inst in computation.instructions if waiting[id(inst)] == 0]
-    order: list[Instruction] = []
+    # The root waits for everything else, unless something depends on it.
+    hold_root = not users[id(root)]
+    version = {id(inst): 0 for inst in computation.instructions}
+    ready: set[int] = set()
+    heap: list[tuple[int, int, int, int]] = []
+    by_id = {id(inst): inst for inst in computation.instructions}
 
-    def score(inst: Instruction) -> tuple[int, int]:
-        gain = 0
+    def gain(inst: Instruction) -> int:
+        total = 0
         for buffer in touches[id(inst)]:
             if buffer not in born:
-                gain -= sizes.get(buffer, 0)
+                total -= sizes.get(buffer, 0)
             elif remaining[buffer] == 1 and buffer not in kept:
-                gain += sizes.get(buffer, 0)
-        return (gain, -rank[id(inst)])
+                total += sizes.get(buffer, 0)
+        return total
 
-    while ready:
-        choices = [inst for inst in ready if inst is not root] or ready
-        best = max(choices, key=score)
-        ready.remove(best)
+    def push(inst: Instruction) -> None:
+        version[id(inst)] += 1
+        heapq.heappush(heap, (-gain(inst), rank[id(inst)], version[id(inst)], id(inst)))
+
+    def make_ready(inst: Instruction) -> None:
+        if inst is root and hold_root:
+            return
+        ready.add(id(inst))
+        push(inst)
+
+    for inst in computation.instructions:
+        if waiting[id(inst)] == 0:
+            make_ready(inst)
+    order: list[Instruction] = []
+    while heap:
+        _, _, stamp, key = heapq.heappop(heap)
+        if key not in ready or stamp != version[key]:
+            continue  # scheduled already, or scored again since
+        best = by_id[key]
+        ready.discard(key)
         order.append(best)
-        for buffer in touches[id(best)]:
-            born.add(buffer)
+        # A buffer changes the score of the others touching it only when it is
+        # born (they no longer allocate it) or when one toucher is left (it frees it).
+        rescore: dict[int, Instruction] = {}
+        for buffer in touches[key]:
             remaining[buffer] -= 1
-        for user in users[id(best)]:
+            changed = buffer not in born or remaining[buffer] == 1
+            born.add(buffer)
+            if changed and buffer not in kept:
+                for other in touchers[buffer]:
+                    if id(other) in ready:
+                        rescore[id(other)] = other
+        for other in rescore.values():
+            push(other)
+        for user in users[key]:
             waiting[id(user)] -= 1
             if waiting[id(user)] == 0:
-                ready.append(user)
+                make_ready(user)
+    if hold_root:
+        order.append(root)
     return order
 
 
