@@ -8,7 +8,7 @@ import pytest
 from heron.hlo.buffers import BufferAssignment, assign_buffers
 from heron.hlo.buffers.check import overlapping_buffers, simulate
 from heron.hlo.evaluator import evaluate_module, flatten_literal, random_arguments
-from heron.hlo.ir import Literal, Module
+from heron.hlo.ir import Literal, Module, structural_difference
 from heron.hlo.parser import parse_module
 from heron.hlo.passes import copy_insertion, pass_named, run_pipeline, scheduler
 from heron.hlo.passes.manager import pipeline_of
@@ -36,6 +36,11 @@ def check_module(module: Module, seed: int = 0) -> BufferAssignment:
     arguments = random_arguments(reference, np.random.default_rng(seed))
     expected = evaluate_module(reference, arguments)
     prepare(module)
+    # What the passes leave prints and reads back (control predecessors, is_scheduled).
+    # (A corpus file's synthesised entry prints as a real one: only that may differ.)
+    reread = parse_module(print_module(module))
+    reread.fusion_under_test = module.fusion_under_test
+    assert structural_difference(reread, module) is None
     assignment = assign_buffers(module, alignment=ALIGNMENT)
     assert overlapping_buffers(assignment) == [], assignment.listing()
     for allocation in assignment.allocations:
