@@ -193,3 +193,14 @@ def test_heap_reuses_bytes_of_dead_buffers_at_aligned_offsets() -> None:
     assert chunks[2].offset == 128 and size == 138
     with pytest.raises(UnsupportedError, match="alignment"):
         place(requests, alignment=0)
+
+
+def test_a_control_predecessor_cycle_is_refused_by_name() -> None:
+    module = parse_module(
+        _entry(
+            "  p = f32[8]{0} parameter(0)\n  a = f32[8]{0} negate(p), control-predecessors={b}\n"
+            "  b = f32[8]{0} exponential(a)\n  ROOT r = f32[8]{0} add(a, b)"
+        )
+    )
+    with pytest.raises(HloVerifyError, match="cannot be scheduled: '(a|b)' depends on itself"):
+        schedule_module(module)

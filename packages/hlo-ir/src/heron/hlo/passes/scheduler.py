@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from heron.hlo.buffers.dataflow import Dataflow, analyze_dataflow, sequential_computations
 from heron.hlo.buffers.liveness import analyze_liveness, control_predecessors, peak_live_bytes
+from heron.hlo.errors import HloVerifyError
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
 
@@ -55,15 +56,25 @@ def post_order(computation: Computation, flow: Dataflow) -> list[Instruction]:
         if id(start) in done:
             continue
         stack: list[tuple[Instruction, int]] = [(start, 0)]
+        visiting = {id(start)}
         while stack:
             inst, k = stack[-1]
             preds = deps[id(inst)]
             if k < len(preds):
                 stack[-1] = (inst, k + 1)
-                if id(preds[k]) not in done:
-                    stack.append((preds[k], 0))
+                pred = preds[k]
+                if id(pred) in visiting:
+                    raise HloVerifyError(
+                        f"computation '{computation.name}' cannot be scheduled: '{pred.name}'"
+                        f" depends on itself through operands or control predecessors",
+                        pred.location,
+                    )
+                if id(pred) not in done:
+                    visiting.add(id(pred))
+                    stack.append((pred, 0))
                 continue
             stack.pop()
+            visiting.discard(id(inst))
             if id(inst) not in done:
                 done.add(id(inst))
                 order.append(inst)
