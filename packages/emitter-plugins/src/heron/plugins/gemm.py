@@ -50,7 +50,14 @@ from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
 from heron.indexing.thread_maps import LaunchDimensions
 
-__all__ = ["GemmEmitter", "GemmPlan", "heron_emitter_specs", "is_canonical_gemm", "plan_gemm"]
+__all__ = [
+    "GemmEmitter",
+    "GemmPlan",
+    "accumulates_in_floats",
+    "heron_emitter_specs",
+    "is_canonical_gemm",
+    "plan_gemm",
+]
 
 Values = list[ir.Value]
 
@@ -133,6 +140,18 @@ def is_canonical_gemm(dot: Instruction) -> bool:
     return lc == [lhs_rank - 1] * len(lc) and rc == [nb] * len(rc)
 
 
+def accumulates_in_floats(dot: Instruction) -> bool | None:
+    """Whether ``dot`` accumulates in floats (True) or in s32 (False), as XLA does for its
+    element types; None for types the emitter does not take (fp8, u8, complex, ...)."""
+    inputs = {op.array_shape.element_type for op in dot.operands}
+    output = dot.array_shape.element_type
+    if inputs <= FLOAT_INPUTS and output in FLOAT_INPUTS:
+        return True
+    if inputs <= INTEGER_INPUTS and output in INTEGER_INPUTS:
+        return False
+    return None
+
+
 def plan_gemm(dot: Instruction, target: EmitterTarget) -> GemmPlan:
     """The tiles of canonical ``dot`` on ``target`` (see the module docstring)."""
     lb, _, lc, _ = _dims(dot)
@@ -154,7 +173,7 @@ def plan_gemm(dot: Instruction, target: EmitterTarget) -> GemmPlan:
         tm, tn = 1, threads
     else:  # a dot product: one thread sums it
         tm = tn = 1
-    tk = min(TK, k)
+    tk = max(1, min(TK, k))
     plan = GemmPlan(tuple(lhs.dims[:nb]), m, n, k, has_m, has_n, has_k, tm, tn, tk)
     accumulator_bytes = 8 if dot.array_shape.element_type is ElementType.F64 else 4
     tile_bytes = (tm * tk + tk * tn) * accumulator_bytes
@@ -204,23 +223,17 @@ class GemmEmitter(FusionEmitter):
             )
         self.inputs = tuple(op.array_shape.element_type for op in self.dot.operands)
         self.output = self.dot.array_shape.element_type
-        self.floating = self._accumulation_kind()
+        floating = accumulates_in_floats(self.dot)
+        if floating is None:
+            names = ", ".join(sorted({t.value for t in (*self.inputs, self.output)}))
+            raise self.error(
+                f"element types {names}: the gemm emitter takes f16/bf16/f32/f64 inputs with a"
+                " float result or s8/s32 inputs with an integer result",
+                self.dot,
+            )
+        self.floating = floating
         self.plan = plan_gemm(self.dot, self.target)
         self.empty = has_no_output_elements(self.fusion)
-
-    def _accumulation_kind(self) -> bool:
-        """Whether the dot accumulates in floats (True) or in s32 (False); refuses others."""
-        types = {*self.inputs, self.output}
-        if set(self.inputs) <= FLOAT_INPUTS and self.output in FLOAT_INPUTS:
-            return True
-        if set(self.inputs) <= INTEGER_INPUTS and self.output in INTEGER_INPUTS:
-            return False
-        names = ", ".join(sorted(t.value for t in types))
-        raise self.error(
-            f"element types {names}: the gemm emitter takes f16/bf16/f32/f64 inputs with a"
-            " float result or s8/s32 inputs with an integer result",
-            self.dot,
-        )
 
     def launch_dimensions(self) -> LaunchDimensions:
         if self.empty:
@@ -407,11 +420,19 @@ class GemmEmitter(FusionEmitter):
 
 
 def _claims(analysis: object) -> bool:
-    """Fusions whose one root is a canonical dot (XLA gives a dot a kernel of its own)."""
+    """Fusions whose one root is a canonical dot of types the emitter takes (XLA gives a
+    dot a kernel of its own). Zero-size dots (no output elements, or nothing to
+    contract) stay with the loop emitter, which handles zero sizes for every fusion,
+    and so do dots of other types (fp8: the loop emitter's elemental dot)."""
     if not isinstance(analysis, FusionAnalysis):
         return False
     roots = analysis.roots
-    return len(roots) == 1 and is_canonical_gemm(roots[0])
+    if len(roots) != 1 or not is_canonical_gemm(roots[0]):
+        return False
+    dot = roots[0]
+    if accumulates_in_floats(dot) is None or has_no_output_elements(analysis.fusion):
+        return False
+    return all(op.array_shape.num_elements > 0 for op in dot.operands)
 
 
 @hookimpl
