@@ -16,8 +16,8 @@ with 32- and 64-lane warps, and compared with ``evaluate_module``:
 
 Shapes: 1x1x1, 3x5x7, 32x32x32, 33x65x17 (no side a multiple of a tile),
 128x64x256, a batch of 4 16x8x24 products, matrix-vector both ways and a dot
-product. The kernels compile to PTX (ptxas-accepted where ptxas is present)
-and to gfx942 HSACO.
+product; a bias + relu + convert epilogue fused after the dot. The kernels
+compile to PTX (ptxas-accepted where ptxas is present) and to gfx942 HSACO.
 """
 
 from __future__ import annotations
@@ -295,6 +295,65 @@ ENTRY e {
         GemmEmitter(analysed(_fusion(text)))
 
 
+BIAS_RELU = """
+fused {
+  a = f32[33,40] parameter(0)
+  b = f32[40,19] parameter(1)
+  bias = f32[19] parameter(2)
+  d = f32[33,19] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  bb = f32[33,19] broadcast(bias), dimensions={1}
+  s = f32[33,19] add(d, bb)
+  z = f32[] constant(0)
+  zb = f32[33,19] broadcast(z), dimensions={}
+  r = f32[33,19] maximum(s, zb)
+  ROOT c = bf16[33,19] convert(r)
+}
+ENTRY e {
+  x = f32[33,40] parameter(0)
+  y = f32[40,19] parameter(1)
+  w = f32[19] parameter(2)
+  ROOT f = bf16[33,19] fusion(x, y, w), kind=kLoop, calls=fused
+}
+"""
+
+
+@pytest.mark.parametrize("warp", [32, 64])
+def test_a_bias_activation_epilogue_is_fused(warp):
+    """add(dot, broadcast(bias)) -> relu -> convert: each thread applies it to its sum."""
+    rng = np.random.default_rng(19)
+    a, b = _values("f32", (33, 40), rng), _values("f32", (40, 19), rng)
+    bias = _values("f32", (19,), rng)
+    got, want, kernel = run_dot(BIAS_RELU, [a, b, bias], warp)
+    assert got.dtype == want.dtype == ml_dtypes.bfloat16
+    # The f32 sums differ within the summation bound; bias, relu and one bf16 rounding
+    # follow on both sides, so the results are within that plus one bf16 ulp.
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    eps16 = float(ml_dtypes.finfo(ml_dtypes.bfloat16).eps)
+    bound = 40 * float(np.finfo(np.float32).eps) * _abs_products(a, b, 33, 40, 19)
+    assert (np.abs(g - w) <= bound + eps16 * np.maximum(np.abs(g), np.abs(w))).all()
+    assert (g >= 0).all() and (g > 0).any()
+    assert kernel.grid == (6, 1, 1)
+
+
+def test_an_epilogue_that_is_not_elementwise_is_not_claimed():
+    """A transpose after the dot moves elements: the fusion stays with the loop emitter."""
+    text = """
+fused {
+  a = f32[8,8] parameter(0)
+  b = f32[8,8] parameter(1)
+  d = f32[8,8] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = f32[8,8] transpose(d), dimensions={1,0}
+}
+ENTRY e {
+  x = f32[8,8] parameter(0)
+  y = f32[8,8] parameter(1)
+  ROOT f = f32[8,8] fusion(x, y), kind=kLoop, calls=fused
+}
+"""
+    target = target_for_device(InterpreterDevice(), "interpreter", None)
+    assert select_emitter(analysed(_fusion(text), target), REGISTRY).name != "gemm"
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -302,8 +361,9 @@ ENTRY e {
         dot_module(33, 65, 17, dtype="bf16"),
         dot_module(16, 8, 24, batch=(4,), dtype="s8", out="s32"),
         dot_module(300, 70, None, dtype="f16"),
+        BIAS_RELU,
     ],
-    ids=["f32_128", "bf16_edges", "s8_batched", "f16_matrix_vector"],
+    ids=["f32_128", "bf16_edges", "s8_batched", "f16_matrix_vector", "bias_relu"],
 )
 def test_compiles_to_ptx_and_hsaco(text):
     compiled = compile_everywhere(GemmEmitter, _fusion(text))

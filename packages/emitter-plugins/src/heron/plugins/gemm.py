@@ -4,7 +4,9 @@ heron's HLO passes put every dot into XLA's canonical form
 ``[batch..., M, K] x [batch..., K, N] -> [batch..., M, N]`` (at most one free
 dimension a side, at most one contracting dimension;
 ``heron.hlo.passes.dot_decomposer``). This emitter claims fusions whose one
-root is such a dot and computes it as the classic shared-memory tiled GEMM:
+root is such a dot, or elementwise ops of the dot's shape after it (an
+epilogue: bias, activation, convert; ``gemm_hero``), and computes the dot as
+the classic shared-memory tiled GEMM:
 
 - a block computes a ``TM x TN`` tile of C (one output element per thread,
   ``TM * TN`` threads); blocks enumerate the tiles along x and the batch
@@ -27,7 +29,8 @@ root is such a dot and computes it as the classic shared-memory tiled GEMM:
   one (``plan_gemm``).
 
 The operands are read with ``value_of``, so any elemental producer fused
-into the dot's operands is computed as it is staged. No MMA instructions
+into the dot's operands is computed as it is staged; the epilogue is called
+by the thread that owns the element, with the rounded dot value injected. No MMA instructions
 (tensor cores) yet: every product is a scalar multiply-add.
 """
 
@@ -48,12 +51,14 @@ from heron.emitters.target import EmitterTarget
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
+from heron.hlo.opcodes import is_elementwise
 from heron.indexing.thread_maps import LaunchDimensions
 
 __all__ = [
     "GemmEmitter",
     "GemmPlan",
     "accumulates_in_floats",
+    "gemm_hero",
     "heron_emitter_specs",
     "is_canonical_gemm",
     "plan_gemm",
@@ -140,6 +145,40 @@ def is_canonical_gemm(dot: Instruction) -> bool:
     return lc == [lhs_rank - 1] * len(lc) and rc == [nb] * len(rc)
 
 
+def gemm_hero(root: Instruction) -> Instruction | None:
+    """The canonical dot ``root`` computes through an elementwise epilogue, or None.
+
+    ``root`` is the dot itself, or elementwise ops of the dot's shape on every
+    path from the dot up to it (a bias ``add``, an activation, a ``convert``);
+    their other operands may be anything elemental (a broadcast bias). So each
+    element of C gives exactly the root's element at the same index, which the
+    thread that summed it computes (``FusionEmitter`` injects the dot's value).
+    """
+    dots: list[Instruction] = []
+
+    def reaches(inst: Instruction, memo: dict[int, bool]) -> bool:
+        if id(inst) in memo:
+            return memo[id(inst)]
+        if inst.opcode == "dot":
+            dots.append(inst)
+            memo[id(inst)] = True
+            return True
+        found = [reaches(op, memo) for op in inst.operands]
+        memo[id(inst)] = any(found)
+        if any(found) and not is_elementwise(inst.opcode):
+            dots.append(inst)  # a non-elementwise op between a dot and the root
+        return memo[id(inst)]
+
+    if not reaches(root, {}) or len({id(d) for d in dots}) != 1:
+        return None
+    (dot,) = {id(d): d for d in dots}.values()
+    if dot.opcode != "dot" or not is_canonical_gemm(dot):
+        return None
+    if root.array_shape.dims != dot.array_shape.dims:
+        return None
+    return dot
+
+
 def accumulates_in_floats(dot: Instruction) -> bool | None:
     """Whether ``dot`` accumulates in floats (True) or in s32 (False), as XLA does for its
     element types; None for types the emitter does not take (fp8, u8, complex, ...)."""
@@ -211,10 +250,17 @@ class GemmEmitter(FusionEmitter):
     def __init__(self, analysis: FusionAnalysis) -> None:
         super().__init__(analysis)
         roots = analysis.roots
-        if len(roots) != 1 or roots[0].opcode != "dot":
+        dot = gemm_hero(roots[0]) if len(roots) == 1 else None
+        if dot is None and len(roots) == 1 and roots[0].opcode == "dot":
+            dot = roots[0]
+        if dot is None:
             found = ", ".join(f"{r.opcode} '{r.name}'" for r in roots)
-            raise self.error(f"the gemm emitter needs one dot as the fusion root, not {found}")
-        self.dot = roots[0]
+            raise self.error(
+                "the gemm emitter needs one root that is a dot or elementwise ops of a dot's"
+                f" shape after one dot, not {found}"
+            )
+        self.dot = dot
+        self.root = roots[0]
         if not is_canonical_gemm(self.dot):
             raise self.error(
                 "the dot is not in the canonical form [batch..., M, K] x [batch..., K, N]"
@@ -324,9 +370,21 @@ class GemmEmitter(FusionEmitter):
         index = [*batch, *([row] if plan.has_m else []), *([col] if plan.has_n else [])]
 
         def store(current: Values) -> Values:
-            return [tensor.insert(self._narrow(acc), current[0], index)]
+            value = self._narrow(acc)
+            if self.root is not self.dot:
+                value = self._epilogue(entry, index, value)
+            return [tensor.insert(value, current[0], index)]
 
         return self._guarded(inside, list(entry.outputs), store)
+
+    def _epilogue(self, entry: EntryFunction, index: Values, value: ir.Value) -> ir.Value:
+        """The root's element at ``index``: its epilogue called with the dot's ``value``."""
+        sub = entry.partitioned.epilogue_of(self.root)
+        if sub is None or [id(h) for h in sub.injected] != [id(self.dot)]:
+            raise entry.error(self.root, "its epilogue is not a subgraph after the dot alone")
+        scalar = mlir_types.to_scalar(value, self.output)
+        (result,) = entry.call_subgraph(sub, index, [scalar])
+        return mlir_types.to_element(result, self.root.array_shape.element_type)
 
     def _tile_type(self, rows: int, cols: int) -> ir.RankedTensorType:
         return ir.RankedTensorType.get([rows, cols], self._accumulator)
@@ -420,16 +478,17 @@ class GemmEmitter(FusionEmitter):
 
 
 def _claims(analysis: object) -> bool:
-    """Fusions whose one root is a canonical dot of types the emitter takes (XLA gives a
-    dot a kernel of its own). Zero-size dots (no output elements, or nothing to
-    contract) stay with the loop emitter, which handles zero sizes for every fusion,
-    and so do dots of other types (fp8: the loop emitter's elemental dot)."""
+    """Fusions whose one root is a canonical dot of types the emitter takes, or an
+    elementwise epilogue of one (XLA gives a dot a kernel of its own). Zero-size
+    dots (no output elements, or nothing to contract) stay with the loop emitter,
+    which handles zero sizes for every fusion, and so do dots of other types (fp8:
+    the loop emitter's elemental dot)."""
     if not isinstance(analysis, FusionAnalysis):
         return False
     roots = analysis.roots
-    if len(roots) != 1 or not is_canonical_gemm(roots[0]):
+    dot = gemm_hero(roots[0]) if len(roots) == 1 else None
+    if dot is None:
         return False
-    dot = roots[0]
     if accumulates_in_floats(dot) is None or has_no_output_elements(analysis.fusion):
         return False
     return all(op.array_shape.num_elements > 0 for op in dot.operands)
