@@ -15,9 +15,10 @@ with 32- and 64-lane warps, and compared with ``evaluate_module``:
 - s8 -> s32 and s32 -> s32: bitwise (s32 sums wrap on both sides).
 
 Shapes: 1x1x1, 3x5x7, 32x32x32, 33x65x17 (no side a multiple of a tile),
-128x64x256, a batch of 4 16x8x24 products, matrix-vector both ways and a dot
-product; a bias + relu + convert epilogue fused after the dot. The kernels
-compile to PTX (ptxas-accepted where ptxas is present) and to gfx942 HSACO.
+128x64x256 and 100x70x130 (register tiles, the second with edges), a batch of
+4 16x8x24 products, matrix-vector both ways and a dot product; a bias + relu +
+convert epilogue fused after the dot. The kernels compile to PTX
+(ptxas-accepted where ptxas is present) and to gfx942 HSACO.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ SHAPES = [
     (32, 32, 32),
     (33, 65, 17),
     (128, 64, 256),
+    (100, 70, 130),
 ]
 
 
@@ -179,6 +181,18 @@ def test_f32_within_the_summation_bound(m, k, n, warp):
     assert_within_bound(got, want, a, b, m, k, n, "f32")
     plan = GemmEmitter(analysed(_fusion(dot_module(m, k, n)))).plan
     assert kernel.grid == (plan.tiles_m * plan.tiles_n, 1, 1) and kernel.block == (256, 1, 1)
+
+
+def test_large_dots_take_a_register_tile_per_thread():
+    """M and N of at least 64: 64 x 64 block tiles, 4 x 4 elements a thread; smaller
+    ones keep 16 x 16 tiles of one element a thread."""
+    large = GemmEmitter(analysed(_fusion(dot_module(128, 64, 256)))).plan
+    assert (large.tm, large.tn, large.rm, large.rn, large.threads) == (64, 64, 4, 4, 256)
+    assert large.launch.block_x == 2 * 4
+    edges = GemmEmitter(analysed(_fusion(dot_module(100, 70, 130)))).plan
+    assert (edges.tm, edges.rm, edges.launch.block_x) == (64, 4, 2 * 3)
+    small = GemmEmitter(analysed(_fusion(dot_module(33, 65, 17)))).plan
+    assert (small.tm, small.tn, small.rm, small.launch.block_x) == (16, 16, 1, 3 * 2)
 
 
 @pytest.mark.parametrize("warp", [32, 64])
