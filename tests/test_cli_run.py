@@ -42,13 +42,13 @@ ENTRY main.10 {
 }
 """
 
-WITH_DOT = """\
-HloModule jit_matmul
+WITH_CONVOLUTION = """\
+HloModule jit_conv
 
 ENTRY main {
-  a = f32[4,8]{1,0} parameter(0)
-  b = f32[8,2]{1,0} parameter(1)
-  ROOT dot.3 = f32[4,2]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  a = f32[1,8,2]{2,1,0} parameter(0)
+  w = f32[3,2,4]{2,1,0} parameter(1)
+  ROOT conv.3 = f32[1,6,4]{2,1,0} convolution(a, w), window={size=3}, dim_labels=b0f_0io->b0f
 }
 """
 
@@ -162,10 +162,11 @@ def test_cuda_without_a_gpu_exits_nonzero_with_the_reason(hlo, capsys):
     assert _availability("cuda") in err
 
 
-def test_a_dot_is_refused_by_name(hlo, capsys):
-    code, out, err = heron(capsys, "run", hlo(WITH_DOT), "--backend", "interpreter")
+def test_a_convolution_is_refused_by_name(hlo, capsys):
+    code, out, err = heron(capsys, "run", hlo(WITH_CONVOLUTION), "--backend", "interpreter")
     assert code == 2
-    assert "'dot.3' (dot, f32[4,2]" in err and "no heron emitter handles dot" in err
+    assert "'conv.3' (convolution, f32[1,6,4]" in err
+    assert "no heron emitter handles convolution yet" in err and "GEMM" in err
     assert "Traceback" not in err
 
 
