@@ -1,8 +1,12 @@
 """``heron opt FILE.hlo``: run HLO passes and print the optimized module.
 
 The counterpart of XLA's ``*after_optimizations.txt`` dump: the module as the
-pass pipeline leaves it. ``--passes`` runs named passes instead of the
-pipeline; ``--dump-dir`` writes the module after every pass that changed it.
+pass pipeline leaves it. Without ``--target`` the pipeline is the
+target-independent simplification; ``--target NAME`` runs the GPU pipeline for
+that Target (simplification, then the fusion passes: the module ``heron run``
+executes). ``--passes`` runs named passes instead of the pipeline (the GPU
+passes made for ``--target``, or for the default Target); ``--dump-dir``
+writes the module after every pass that changed it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         " (--list-passes names them)",
     )
     parser.add_argument(
+        "--target",
+        metavar="NAME",
+        help="run the GPU pipeline (simplification, then fusion) for this target preset"
+        " (heron targets lists them); the GPU passes named by --passes use it too",
+    )
+    parser.add_argument(
         "--list-passes", action="store_true", help="list the registered passes and exit"
     )
     parser.add_argument(
@@ -51,10 +61,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from heron.hlo.passes import PASSES, pass_named, run_pipeline, simplification_pipeline
+    from heron.compiler import Target, default_target
+    from heron.compiler.fusion import gpu_pass, gpu_pipeline, register_gpu_passes
+    from heron.hlo.passes import PASSES, run_pipeline, simplification_pipeline
     from heron.hlo.passes.manager import pipeline_of
     from heron.hlo.printer import print_module
 
+    target = Target.preset(args.target) if args.target is not None else default_target()
+    register_gpu_passes(default_target())
     if args.list_passes:
         width = max(len(name) for name in PASSES)
         for name, step in PASSES.items():
@@ -67,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
     module = load_module(args.file)
     if args.passes:
         names = [name.strip() for name in args.passes.split(",") if name.strip()]
-        pipeline = pipeline_of([pass_named(name) for name in names])
+        pipeline = pipeline_of([gpu_pass(name, target) for name in names])
+    elif args.target is not None:
+        pipeline = gpu_pipeline(target)
     else:
         pipeline = simplification_pipeline()
     report = run_pipeline(module, pipeline, dump_dir=args.dump_dir, dump_passes=args.dump_passes)

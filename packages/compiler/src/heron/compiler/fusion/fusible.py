@@ -1,0 +1,126 @@
+"""Which instructions may be fused, and whether a candidate fusion can be emitted.
+
+The rules here are the fusion passes' only source of "may": a fusion is made
+only when heron's own analysis (:func:`heron.emitters.fusion_analysis.analyse_fusion`,
+XLA's ``HloFusionAnalysis``) gives it a kind an installed emitter claims, every
+fused op has a lowering, and every reduce in it is a reduction hero (a reduce
+that is not would be recomputed for every output element, which XLA never
+does). Ops no emitter handles (dot, sort, custom-call, control flow, ...:
+:data:`heron.hlo.passes.outline.REFUSED_OPCODES`) are never fused, as XLA
+leaves them to libraries and thunks.
+
+:class:`FusionChecker` analyses each candidate once and hands the result to
+the pass that asked (its kind decides ``kLoop``/``kInput`` and the cost
+model's coalescing), so nothing is analysed twice.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import attrs
+
+from heron.compiler.fusion.builder import Candidate, fusion_kind_of
+from heron.compiler.target import Target
+from heron.hlo.errors import HloError
+from heron.hlo.ir import Instruction
+from heron.hlo.passes.outline import HOST_OPCODES, REFUSED_OPCODES
+from heron.hlo.plugin_loading import PluginError
+from heron.hlo.shapes import ArrayShape, TupleShape
+
+__all__ = [
+    "MAX_FUSION_PARAMETERS",
+    "FusionChecker",
+    "Verdict",
+    "is_fusible_consumer",
+    "is_fusible_producer",
+]
+
+#: Operands plus outputs a fusion may have: XLA's
+#: ``kMaxOperandsAndOutputsPerFusion``, which keeps kernel parameters within
+#: the 4 KiB the CUDA ABI passes them in.
+MAX_FUSION_PARAMETERS = 96
+
+
+@functools.cache
+def _lowerable() -> frozenset[str]:
+    from heron.emitters.elemental.core import supported_opcodes
+
+    return frozenset(supported_opcodes()) - REFUSED_OPCODES
+
+
+def _computes(inst: Instruction) -> bool:
+    """An instruction that runs on the device: not a host op, not a refused op."""
+    if inst.opcode in HOST_OPCODES and inst.opcode != "bitcast":
+        return False
+    if inst.opcode in REFUSED_OPCODES:
+        return False
+    if inst.opcode == "fusion":
+        return True
+    return inst.opcode in _lowerable()
+
+
+def is_fusible_producer(inst: Instruction) -> bool:
+    """Whether ``inst`` may be fused into its users: it computes an array on the device
+    (a fusion with one output, a lowerable op), or is a scalar constant."""
+    if inst.opcode == "constant":
+        return isinstance(inst.shape, ArrayShape) and inst.shape.num_elements == 1
+    if isinstance(inst.shape, TupleShape):
+        return False
+    return _computes(inst)
+
+
+def is_fusible_consumer(inst: Instruction) -> bool:
+    """Whether producers may be fused into ``inst``."""
+    if isinstance(inst.shape, TupleShape) and inst.opcode != "fusion":
+        return False
+    return _computes(inst)
+
+
+@attrs.frozen
+class Verdict:
+    """A candidate the emitters take: its emitter kind and XLA's ``kind=``."""
+
+    emitter_kind: str
+    fusion_kind: str
+
+    @property
+    def tiled(self) -> bool:
+        """The emitter reads through shared-memory tiles (coalesced whatever the maps)."""
+        return self.emitter_kind == "transpose"
+
+
+@attrs.define
+class FusionChecker:
+    """Decides, for one Target, whether candidates can be emitted."""
+
+    target: Target
+
+    def check(self, candidate: Candidate) -> Verdict | None:
+        """The verdict for ``candidate``, or None when no emitter can emit it."""
+        from heron.emitters.fusion_analysis import analyse_fusion
+        from heron.emitters.selection import select_emitter
+
+        body = candidate.body
+        outputs = len(body.root.operands) if body.root.opcode == "tuple" else 1
+        if len(candidate.fusion.operands) + outputs > MAX_FUSION_PARAMETERS:
+            return None
+        for inst in body.instructions:
+            if inst.opcode in ("parameter", "tuple") and inst is not None:
+                continue
+            if inst.opcode == "constant" or inst.opcode == "get-tuple-element":
+                continue
+            if inst.opcode not in _lowerable():
+                return None
+        try:
+            analysis = analyse_fusion(candidate.fusion, self.target)
+            select_emitter(analysis)
+        except (HloError, PluginError):
+            return None
+        heroes = {id(hero) for hero in analysis.heroes}
+        reduces = [inst for inst in body.instructions if inst.opcode == "reduce"]
+        if reduces and not analysis.kind.startswith("reduce"):
+            return None
+        if any(id(inst) not in heroes for inst in reduces):
+            return None
+        return Verdict(analysis.kind, fusion_kind_of(analysis.kind))
