@@ -43,6 +43,10 @@ class FusionContext:
             return None
         return candidate, verdict
 
+    def emits(self, candidate: Candidate) -> bool:
+        """The emitter's last word on a fusion a pass is about to install."""
+        return self.checker.emits(candidate)
+
     def price(self, candidate: Candidate, verdict: Verdict) -> KernelCost:
         return estimate_computation(
             candidate.body, list(candidate.fusion.operands), self.target, tiled=verdict.tiled

@@ -11,7 +11,9 @@ leaves them to libraries and thunks.
 
 :class:`FusionChecker` analyses each candidate once and hands the result to
 the pass that asked (its kind decides ``kLoop``/``kInput`` and the cost
-model's coalescing), so nothing is analysed twice.
+model's coalescing), so nothing is analysed twice. Before a pass installs a
+fusion it has chosen, :meth:`FusionChecker.emits` has the emitter emit it:
+the fusion passes never make a fusion the emitters refuse.
 """
 
 from __future__ import annotations
@@ -124,3 +126,19 @@ class FusionChecker:
         if any(id(inst) not in heroes for inst in reduces):
             return None
         return Verdict(analysis.kind, fusion_kind_of(analysis.kind))
+
+    def emits(self, candidate: Candidate) -> bool:
+        """Whether the chosen emitter really emits ``candidate`` (stage ``emitted``).
+
+        The analysis says which emitter claims a fusion; some limits are only
+        known to the emitter while it emits (a reduction epilogue root of
+        another shape than its reduce, say). A pass calls this once for each
+        fusion it is about to make, not for every candidate it prices.
+        """
+        from heron.emitters.selection import emit_fusion
+
+        try:
+            emit_fusion(candidate.fusion, self.target)
+        except (HloError, PluginError):
+            return False
+        return True

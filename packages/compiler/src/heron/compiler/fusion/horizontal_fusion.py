@@ -128,7 +128,7 @@ def fuse_horizontally(module: Module, target: Target) -> bool:
         if verdict is None or verdict.emitter_kind != "input_slices":
             continue
         apart = sum(context.cost(m).seconds for m in group)
-        if context.price(candidate, verdict).seconds >= apart:
+        if context.price(candidate, verdict).seconds >= apart or not context.emits(candidate):
             continue
         install_fusion(module, computation, candidate, "kInput")
         changed = True

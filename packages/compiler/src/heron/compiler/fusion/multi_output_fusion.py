@@ -61,7 +61,7 @@ def _try(
     made = context.candidate(members, outputs)
     if made is None or not _shapes_agree(made[1], outputs):
         return False
-    if context.price(*made).seconds >= apart:
+    if context.price(*made).seconds >= apart or not context.emits(made[0]):
         return False
     install_fusion(context.module, computation, made[0], made[1].fusion_kind)
     return True

@@ -99,6 +99,9 @@ def fuse_by_priority(module: Module, target: Target) -> bool:
         plans[id(best.producer)] = (best.producer, fresh)
         if fresh is None or fresh.benefit < 0 or fresh.benefit < best.benefit * 0.999:
             continue
+        if not all(context.emits(candidate) for candidate, _ in fresh.fusions):
+            plans[id(best.producer)] = (best.producer, None)
+            continue
         best = fresh
         stale = {id(op) for op in best.producer.operands}
         for candidate, verdict in best.fusions:

@@ -33,7 +33,7 @@ def wrap_in_fusions(module: Module, target: Target) -> bool:
         if not is_fusible_consumer(inst):
             continue
         made = context.candidate([inst], [inst])
-        if made is None:
+        if made is None or not context.emits(made[0]):
             continue
         install_fusion(module, computation, made[0], made[1].fusion_kind)
         changed = True
