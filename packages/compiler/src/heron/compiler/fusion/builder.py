@@ -242,7 +242,7 @@ def install_fusion(
                 )
             )
             value = gte
-            if gte.shape != output.shape:  # a horizontal fusion's flattened output
+            if gte.shape.dims != output.shape.dims:  # a horizontal fusion's flat output
                 value = computation.add(
                     Instruction(
                         name=_fresh(computation, f"bitcast.{fusion.name}.{index}"),

@@ -22,7 +22,7 @@ from heron.hlo.attributes import SliceRange
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.builder import NameUniquer
-from heron.hlo.shapes import ArrayShape, TupleShape, array_shape
+from heron.hlo.shapes import ArrayShape, Layout, TupleShape, array_shape
 
 __all__ = ["MAX_HORIZONTAL_MEMBERS", "fuse_horizontally", "horizontal_fusion"]
 
@@ -37,7 +37,14 @@ def _small_loop_fusion(inst: Instruction, limit: int) -> bool:
         and inst.attr("kind") == "kLoop"
         and isinstance(inst.shape, ArrayShape)
         and 0 < inst.shape.num_elements <= limit
+        # Flattening is a bitcast only for row-major outputs.
+        and list(inst.shape.major_to_minor) == sorted(inst.shape.major_to_minor)
     )
+
+
+def _flat(element_type: object, n: int) -> ArrayShape:
+    shape = array_shape(element_type, (n,))
+    return ArrayShape(shape.element_type, shape.dims, Layout.default_for_rank(1))
 
 
 def _flatten_outputs(candidate: Candidate) -> None:
@@ -56,7 +63,7 @@ def _flatten_outputs(candidate: Candidate) -> None:
                 Instruction(
                     name=names.take(f"flat.{k}"),
                     opcode="reshape",
-                    shape=array_shape(element_type, (n,)),
+                    shape=_flat(element_type, n),
                     operands=[root],
                 )
             )
@@ -66,7 +73,7 @@ def _flatten_outputs(candidate: Candidate) -> None:
         Instruction(
             name=names.take("concatenate"),
             opcode="concatenate",
-            shape=array_shape(element_type, (total,)),
+            shape=_flat(element_type, total),
             operands=flat,
             attributes={"dimensions": (0,)},
         )
