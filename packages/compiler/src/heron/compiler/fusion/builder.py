@@ -218,11 +218,6 @@ def install_fusion(
     fusion.attributes["kind"] = kind
     if kind == "kInput" and fusion.name.startswith("loop_"):
         fusion.name = "input_" + fusion.name.removeprefix("loop_")
-    taken = {c.name for c in module.computations}
-    taken.update(inst.name for c in module.computations for inst in c.instructions)
-    fusion.name = _first_free(fusion.name, taken)
-    candidate.body.name = _first_free(candidate.body.name, taken)
-    fusion.attributes["calls"] = ComputationRef(candidate.body.name, candidate.body)
     module.computations.insert(module.computations.index(computation), candidate.body)
     position = max(computation.instructions.index(m) for m in candidate.members)
     fusion.parent = computation
@@ -234,7 +229,7 @@ def install_fusion(
         for index, output in enumerate(candidate.outputs):
             gte = computation.add(
                 Instruction(
-                    name=_fresh(computation, f"get-tuple-element.{fusion.name}.{index}"),
+                    name=f"get-tuple-element.{index}",  # renamed below
                     opcode="get-tuple-element",
                     shape=fusion.shape.elements[index],
                     operands=[fusion],
@@ -245,7 +240,7 @@ def install_fusion(
             if gte.shape.dims != output.shape.dims:  # a horizontal fusion's flat output
                 value = computation.add(
                     Instruction(
-                        name=_fresh(computation, f"bitcast.{fusion.name}.{index}"),
+                        name=f"bitcast.{index}",  # renamed below
                         opcode="bitcast",
                         shape=output.shape,
                         operands=[gte],
@@ -254,6 +249,22 @@ def install_fusion(
             replace_all_uses(computation, output, value)
             gte.operands = [fusion]
     _remove_dead_members(module, computation, candidate.members)
+    # Named once the members are gone, so a fusion replacing one can take its name.
+    taken = {c.name for c in module.computations if c is not candidate.body}
+    taken.update(
+        inst.name for c in module.computations for inst in c.instructions if inst is not fusion
+    )
+    fusion.name = _first_free(fusion.name, taken)
+    candidate.body.name = _first_free(candidate.body.name, taken)
+    fusion.attributes["calls"] = ComputationRef(candidate.body.name, candidate.body)
+    for user in computation.instructions:
+        if user.operands == [fusion] and user.opcode == "get-tuple-element":
+            user.name = "__renaming__"
+            user.name = _fresh(computation, f"get-tuple-element.{fusion.name}.{user.attr('index')}")
+            for cast in computation.instructions:
+                if cast.opcode == "bitcast" and cast.operands == [user] and cast.name.startswith("bitcast."):
+                    cast.name = "__renaming__"
+                    cast.name = _fresh(computation, f"bitcast.{fusion.name}.{user.attr('index')}")
     # Keep text order a valid definition order (a user of an output may have
     # come before the last member); post_order also proves there is no cycle.
     computation.instructions = computation.post_order()
