@@ -3,9 +3,9 @@
 The rules here are the fusion passes' only source of "may": a fusion is made
 only when heron's own analysis (:func:`heron.emitters.fusion_analysis.analyse_fusion`,
 XLA's ``HloFusionAnalysis``) gives it a kind an installed emitter claims, every
-fused op has a lowering, and every reduce in it is a reduction hero (a reduce
-that is not would be recomputed for every output element, which XLA never
-does). Ops no emitter handles (dot, sort, custom-call, control flow, ...:
+fused op has a lowering, and every reduce in it is a reduction hero or a root
+(a reduce inside a loop fusion would be recomputed for every element that
+reads it, which XLA never does). Ops no emitter handles (dot, sort, custom-call, control flow, ...:
 :data:`heron.hlo.passes.outline.REFUSED_OPCODES`) are never fused, as XLA
 leaves them to libraries and thunks.
 
@@ -119,11 +119,11 @@ class FusionChecker:
             select_emitter(analysis)
         except (HloError, PluginError):
             return None
-        heroes = {id(hero) for hero in analysis.heroes}
-        reduces = [inst for inst in body.instructions if inst.opcode == "reduce"]
-        if reduces and not analysis.kind.startswith("reduce"):
-            return None
-        if any(id(inst) not in heroes for inst in reduces):
+        # A reduce that is not a reduction hero is computed by the loop emitter
+        # once per element of whatever reads it: fine at a root (once per
+        # output element, XLA's loop fusion of a small reduction), never inside.
+        allowed = {id(hero) for hero in analysis.heroes} | {id(root) for root in analysis.roots}
+        if any(inst.opcode == "reduce" and id(inst) not in allowed for inst in body.instructions):
             return None
         return Verdict(analysis.kind, fusion_kind_of(analysis.kind))
 
