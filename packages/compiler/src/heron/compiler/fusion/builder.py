@@ -57,7 +57,9 @@ def outputs_of(inst: Instruction) -> list[Instruction] | None:
     if not isinstance(inst.shape, TupleShape):
         return [inst]
     parent = inst.parent
-    users = [u for u in parent.instructions if any(op is inst for op in u.operands)] if parent else []
+    users = (
+        [u for u in parent.instructions if any(op is inst for op in u.operands)] if parent else []
+    )
     if parent is not None and parent.root is inst:
         return None
     if any(u.opcode != "get-tuple-element" for u in users):
@@ -93,7 +95,6 @@ def _clone(inst: Instruction, operands: list[Instruction], name: str) -> Instruc
 def build_fusion(
     members: Sequence[Instruction],
     outputs: Sequence[Instruction],
-    names: NameUniquer,
     *,
     root_name_hint: str | None = None,
 ) -> Candidate:
@@ -262,7 +263,11 @@ def install_fusion(
             user.name = "__renaming__"
             user.name = _fresh(computation, f"get-tuple-element.{fusion.name}.{user.attr('index')}")
             for cast in computation.instructions:
-                if cast.opcode == "bitcast" and cast.operands == [user] and cast.name.startswith("bitcast."):
+                if (
+                    cast.opcode == "bitcast"
+                    and cast.operands == [user]
+                    and cast.name.startswith("bitcast.")
+                ):
                     cast.name = "__renaming__"
                     cast.name = _fresh(computation, f"bitcast.{fusion.name}.{user.attr('index')}")
     # Keep text order a valid definition order (a user of an output may have

@@ -13,10 +13,8 @@ from heron.compiler.fusion.builder import Candidate, build_fusion
 from heron.compiler.fusion.cost_model import NO_KERNEL, KernelCost, estimate_computation
 from heron.compiler.fusion.fusible import FusionChecker, Verdict, is_fusible_consumer
 from heron.compiler.target import Target
-from heron.hlo.builder import NameUniquer
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.outline import HOST_OPCODES
-from heron.hlo.passes.rewrite import module_names
 
 __all__ = ["FusionContext", "count_kernels"]
 
@@ -26,18 +24,16 @@ class FusionContext:
     module: Module
     target: Target
     checker: FusionChecker = attrs.field(init=False)
-    names: NameUniquer = attrs.field(init=False)
     _costs: dict[int, tuple[Instruction, KernelCost]] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self.checker = FusionChecker(self.target)
-        self.names = module_names(self.module)
 
     def candidate(
         self, members: list[Instruction], outputs: list[Instruction]
     ) -> tuple[Candidate, Verdict] | None:
         """A fusion of ``members`` computing ``outputs``, if an emitter can emit it."""
-        candidate = build_fusion(members, outputs, self.names)
+        candidate = build_fusion(members, outputs)
         verdict = self.checker.check(candidate)
         if verdict is None:
             return None

@@ -198,7 +198,9 @@ def estimate_computation(
     write = float(_bytes(computation.root_instruction.shape))
     flops = _flops(computation)
     memory_seconds = (dram + write + cached / CACHE_SPEEDUP) / target.memory_bandwidth
-    compute_seconds = flops / (target.core_count * target.fpus_per_core * target.clock_rate_ghz * 1e9)
+    compute_seconds = flops / (
+        target.core_count * target.fpus_per_core * target.clock_rate_ghz * 1e9
+    )
     seconds = target.kernel_launch_overhead_ns * 1e-9 + max(memory_seconds, compute_seconds)
     return KernelCost(dram, cached, write, flops, seconds)
 

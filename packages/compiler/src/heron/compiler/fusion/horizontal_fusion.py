@@ -19,9 +19,9 @@ from heron.compiler.fusion.fusible import MAX_FUSION_PARAMETERS
 from heron.compiler.fusion.reachability import Reachability
 from heron.compiler.target import Target
 from heron.hlo.attributes import SliceRange
+from heron.hlo.builder import NameUniquer
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.manager import HloPass
-from heron.hlo.builder import NameUniquer
 from heron.hlo.shapes import ArrayShape, Layout, TupleShape, array_shape
 
 __all__ = ["MAX_HORIZONTAL_MEMBERS", "fuse_horizontally", "horizontal_fusion"]
@@ -129,7 +129,7 @@ def fuse_horizontally(module: Module, target: Target) -> bool:
     for group in groups.values():
         if len(group) < 2:
             continue
-        candidate = build_fusion(group, group, context.names, root_name_hint="slice")
+        candidate = build_fusion(group, group, root_name_hint="slice")
         _flatten_outputs(candidate)
         verdict = context.checker.check(candidate)
         if verdict is None or verdict.emitter_kind != "input_slices":

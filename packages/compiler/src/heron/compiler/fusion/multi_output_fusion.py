@@ -112,12 +112,10 @@ def _producer_consumer_round(context: FusionContext, computation: Computation) -
 
 
 def fuse_multi_output(module: Module, target: Target) -> bool:
-    """Producer-consumer, then sibling multi-output fusion of ``module``'s entry, to a fixed point."""
+    """Producer-consumer, then sibling multi-output fusion of the entry, to a fixed point."""
     context = FusionContext(module, target)
     changed = False
-    while _producer_consumer_round(context, module.entry) or _sibling_round(
-        context, module.entry
-    ):
+    while _producer_consumer_round(context, module.entry) or _sibling_round(context, module.entry):
         changed = True
     return changed
 

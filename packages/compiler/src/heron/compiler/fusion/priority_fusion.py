@@ -90,7 +90,11 @@ def fuse_by_priority(module: Module, target: Target) -> bool:
                 cached = (inst, _plan(context, computation, inst))
                 plans[id(inst)] = cached
             plan = cached[1]
-            if plan is not None and plan.benefit >= 0 and (best is None or plan.benefit > best.benefit):
+            if (
+                plan is not None
+                and plan.benefit >= 0
+                and (best is None or plan.benefit > best.benefit)
+            ):
                 best = plan
         if best is None:
             return changed
