@@ -7,9 +7,10 @@ launched (:func:`~heron.compiler.device_kernels.run_on_device`) with its
 operands' values; parameters, constants, tuples, get-tuple-element and bitcasts
 are evaluated on the host, where they cost nothing. A module first goes
 through the GPU pipeline for the Target (a copy of it:
-:func:`heron.compiler.fusion.gpu_pipeline`: the target-independent
+:func:`heron.compiler.fusion.program_pipeline`: the target-independent
 simplification, which inlines JAX's helper calls and removes dead and repeated
-work, then the fusion passes); what the fusion passes leave outside a fusion
+work, then the fusion passes; a module that is already fused keeps its
+fusions); what the fusion passes leave outside a fusion
 besides host instructions is an op no emitter takes (dot, sort, ...), refused
 here with the instruction named.
 
@@ -94,14 +95,14 @@ def run_module(
     """
     from heron.compiler.device_kernels import run_on_device, target_for_device
     from heron.compiler.driver import compile_fusion
-    from heron.compiler.fusion import gpu_pipeline
+    from heron.compiler.fusion import program_pipeline
     from heron.runtime.core.device import DeviceError
 
     compiler = compiler or compile_fusion
     target = target_for_device(device, backend, target)
     start = time.perf_counter()
     optimized = copy.deepcopy(module)  # the caller's module stays as it was
-    run_pipeline(optimized, gpu_pipeline(target))
+    run_pipeline(optimized, program_pipeline(optimized, target))
     entry = optimized.entry
     parameters = entry.parameters
     if len(arguments) != len(parameters):

@@ -13,7 +13,8 @@ and their shared parts: :mod:`.builder` (making and installing fusions),
 :mod:`.fusible` (what may be fused; the emitters' verdict),
 :mod:`.cost_model` (the price of a kernel), :mod:`.reachability` (cycle checks),
 :mod:`.context`. :func:`gpu_pipeline` is the whole program pipeline
-(``heron opt --target``, ``heron run``); :func:`register_gpu_passes` puts the
+(``heron opt --target``), :func:`program_pipeline` what ``heron run`` puts a
+module through (fused modules keep their fusions); :func:`register_gpu_passes` puts the
 passes, for the default Target, in the registry ``heron opt --passes`` reads.
 """
 
@@ -28,6 +29,7 @@ from heron.compiler.fusion.multi_output_fusion import multi_output_fusion
 from heron.compiler.fusion.priority_fusion import priority_fusion
 from heron.compiler.fusion.wrapper import fusion_wrapper
 from heron.compiler.target import Target
+from heron.hlo.ir import Module
 from heron.hlo.passes import PASSES, HloPass, Pipeline, pass_named, register_pass
 from heron.hlo.passes.pipelines import simplification_pipeline
 
@@ -37,6 +39,8 @@ __all__ = [
     "fusion_pipeline",
     "gpu_pass",
     "gpu_pipeline",
+    "is_fused",
+    "program_pipeline",
     "register_gpu_passes",
 ]
 
@@ -69,6 +73,23 @@ def fusion_pipeline(target: Target) -> Pipeline:
 def gpu_pipeline(target: Target) -> Pipeline:
     """The program pipeline for ``target``: simplification, then fusion."""
     return Pipeline("gpu", (simplification_pipeline(), fusion_pipeline(target)))
+
+
+def is_fused(module: Module) -> bool:
+    """Whether ``module``'s entry already holds fusions (an optimized module, as XLA dumps it)."""
+    return any(inst.opcode == "fusion" for inst in module.entry.instructions)
+
+
+def program_pipeline(module: Module, target: Target) -> Pipeline:
+    """What a module goes through before it runs: the GPU pipeline when it is not fused yet.
+
+    An optimized module (XLA's ``after_optimizations`` dump, a corpus fusion)
+    keeps its fusions: it is simplified outside them, and what computes outside
+    a fusion gets one of its own (:mod:`.wrapper`), nothing is fused further.
+    """
+    if not is_fused(module):
+        return gpu_pipeline(target)
+    return Pipeline("fused-module", (simplification_pipeline(), fusion_wrapper(target)))
 
 
 def gpu_pass(name: str, target: Target) -> HloPass:
