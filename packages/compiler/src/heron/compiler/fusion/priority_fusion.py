@@ -40,11 +40,10 @@ class _Plan:
     fusions: tuple[tuple[Candidate, Verdict], ...]
 
 
-def _users(computation: Computation, inst: Instruction) -> list[Instruction]:
+def _users(users: dict[Instruction, list[Instruction]], inst: Instruction) -> list[Instruction]:
     seen: dict[int, Instruction] = {}
-    for user in computation.instructions:
-        if any(op is inst for op in user.operands):
-            seen.setdefault(id(user), user)
+    for user in users.get(inst, ()):
+        seen.setdefault(id(user), user)
     return list(seen.values())
 
 
@@ -56,10 +55,15 @@ def _reduces(inst: Instruction) -> bool:
     )
 
 
-def _plan(context: FusionContext, computation: Computation, producer: Instruction) -> _Plan | None:
+def _plan(
+    context: FusionContext,
+    computation: Computation,
+    users_of: dict[Instruction, list[Instruction]],
+    producer: Instruction,
+) -> _Plan | None:
     if not is_fusible_producer(producer) or computation.root is producer:
         return None
-    users = _users(computation, producer)
+    users = _users(users_of, producer)
     if not users or not all(is_fusible_consumer(user) for user in users):
         return None
     if len(users) > 1 and _reduces(producer):
@@ -84,10 +88,11 @@ def fuse_by_priority(module: Module, target: Target) -> bool:
     changed = False
     while True:
         best: _Plan | None = None
+        users_of = computation.users()
         for inst in computation.post_order():
             cached = plans.get(id(inst))
             if cached is None or cached[0] is not inst:
-                cached = (inst, _plan(context, computation, inst))
+                cached = (inst, _plan(context, computation, users_of, inst))
                 plans[id(inst)] = cached
             plan = cached[1]
             if (
@@ -99,7 +104,7 @@ def fuse_by_priority(module: Module, target: Target) -> bool:
         if best is None:
             return changed
         # A cached plan may predate a rewrite next to it: apply a fresh one.
-        fresh = _plan(context, computation, best.producer)
+        fresh = _plan(context, computation, users_of, best.producer)
         plans[id(best.producer)] = (best.producer, fresh)
         if fresh is None or fresh.benefit < 0 or fresh.benefit < best.benefit * 0.999:
             continue
