@@ -62,6 +62,18 @@ def transpose_add(x, y):
     return x.T + y
 
 
+def argmax(x):
+    return jnp.argmax(x, axis=1)
+
+
+def scatter_add(x, i, u):
+    return x.at[i].add(u)
+
+
+def mlp(x, w, b):
+    return jax.nn.relu(x @ w + b)
+
+
 def _zeros(*shapes):
     return [jnp.zeros(shape, F32) for shape in shapes]
 
@@ -77,6 +89,12 @@ PROGRAMS = {
     "sgd_momentum": (sgd_momentum, _zeros(*[(256, 64)] * 3)),
     "sum_and_max": (sum_and_max, _zeros((64, 128))),
     "transpose_add": (transpose_add, _zeros((128, 64), (64, 128))),
+    "argmax": (argmax, _zeros((32, 64))),
+    "scatter_add": (
+        scatter_add,
+        [jnp.zeros((64, 16), F32), jnp.zeros((8,), jnp.int32), jnp.zeros((8, 16), F32)],
+    ),
+    "mlp": (mlp, _zeros((16, 32), (32, 8), (8,))),
 }
 
 if __name__ == "__main__":

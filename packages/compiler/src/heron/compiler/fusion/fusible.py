@@ -7,7 +7,8 @@ fused op has a lowering, and every reduce in it is a reduction hero or a root
 (a reduce inside a loop fusion would be recomputed for every element that
 reads it, which XLA never does). Ops no emitter handles (dot, sort, custom-call, control flow, ...:
 :data:`heron.hlo.passes.outline.REFUSED_OPCODES`) are never fused, as XLA
-leaves them to libraries and thunks.
+leaves them to libraries and thunks; scatter, which the scatter emitter takes,
+is fused as a root only (:data:`ROOT_ONLY_OPCODES`).
 
 :class:`FusionChecker` analyses each candidate once and hands the result to
 the pass that asked (its kind decides ``kLoop``/``kInput`` and the cost
@@ -32,6 +33,7 @@ from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = [
     "MAX_FUSION_PARAMETERS",
+    "ROOT_ONLY_OPCODES",
     "FusionChecker",
     "Verdict",
     "is_fusible_consumer",
@@ -51,14 +53,19 @@ def _lowerable() -> frozenset[str]:
     return frozenset(supported_opcodes()) - REFUSED_OPCODES
 
 
+#: Ops no elemental lowering computes but a hero emitter does, as a fusion's
+#: root: scatter (the scatter emitter, updating its operand in place).
+ROOT_ONLY_OPCODES = frozenset({"scatter"})
+
+
 def _computes(inst: Instruction) -> bool:
     """An instruction that runs on the device: not a host op, not a refused op."""
     if inst.opcode in HOST_OPCODES and inst.opcode != "bitcast":
         return False
+    if inst.opcode == "fusion" or inst.opcode in ROOT_ONLY_OPCODES:
+        return True
     if inst.opcode in REFUSED_OPCODES:
         return False
-    if inst.opcode == "fusion":
-        return True
     return inst.opcode in _lowerable()
 
 
@@ -67,15 +74,13 @@ def is_fusible_producer(inst: Instruction) -> bool:
     (a fusion with one output, a lowerable op), or is a scalar constant."""
     if inst.opcode == "constant":
         return isinstance(inst.shape, ArrayShape) and inst.shape.num_elements == 1
-    if isinstance(inst.shape, TupleShape):
+    if isinstance(inst.shape, TupleShape) or inst.opcode in ROOT_ONLY_OPCODES:
         return False
     return _computes(inst)
 
 
 def is_fusible_consumer(inst: Instruction) -> bool:
-    """Whether producers may be fused into ``inst``."""
-    if isinstance(inst.shape, TupleShape) and inst.opcode != "fusion":
-        return False
+    """Whether producers may be fused into ``inst`` (a variadic reduce's tuple included)."""
     return _computes(inst)
 
 
@@ -112,7 +117,10 @@ class FusionChecker:
                 continue
             if inst.opcode == "constant" or inst.opcode == "get-tuple-element":
                 continue
-            if inst.opcode not in _lowerable():
+            if inst.opcode in ROOT_ONLY_OPCODES:
+                if inst is not body.root:
+                    return None
+            elif inst.opcode not in _lowerable():
                 return None
         try:
             analysis = analyse_fusion(candidate.fusion, self.target)
