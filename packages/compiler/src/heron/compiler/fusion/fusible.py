@@ -3,9 +3,10 @@
 The rules here are the fusion passes' only source of "may": a fusion is made
 only when heron's own analysis (:func:`heron.emitters.fusion_analysis.analyse_fusion`,
 XLA's ``HloFusionAnalysis``) gives it a kind an installed emitter claims, every
-fused op has a lowering, and every reduce in it is a reduction hero or a root
-(a reduce inside a loop fusion would be recomputed for every element that
-reads it, which XLA never does). Ops no emitter handles (dot, sort, custom-call, control flow, ...:
+fused op has a lowering, and every reduce in it is a reduction hero or is
+read once per element (a reduce broadcast inside a loop fusion would be
+recomputed for every element that reads it, which XLA never does). Ops no
+emitter handles (dot, sort, custom-call, control flow, ...:
 :data:`heron.hlo.passes.outline.REFUSED_OPCODES`) are never fused, as XLA
 leaves them to libraries and thunks; scatter, which the scatter emitter takes,
 is fused as a root only (:data:`ROOT_ONLY_OPCODES`).
@@ -27,6 +28,7 @@ from heron.compiler.fusion.builder import Candidate, fusion_kind_of
 from heron.compiler.target import Target
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Instruction
+from heron.hlo.opcodes import is_elementwise
 from heron.hlo.passes.outline import HOST_OPCODES, REFUSED_OPCODES
 from heron.hlo.plugin_loading import PluginError
 from heron.hlo.shapes import ArrayShape, TupleShape
@@ -84,6 +86,29 @@ def is_fusible_consumer(inst: Instruction) -> bool:
     return _computes(inst)
 
 
+def _read_once(inst: Instruction, users: dict[Instruction, list[Instruction]]) -> bool:
+    """Whether each element of ``inst`` is computed once: every path to a root goes
+    through elementwise ops or bitcast-like reshapes of its own size only."""
+    size = inst.array_shape.num_elements if isinstance(inst.shape, ArrayShape) else None
+    stack, seen = [inst], set()
+    while stack:
+        node = stack.pop()
+        for user in users.get(node, ()):
+            if id(user) in seen or user.opcode == "tuple":
+                continue
+            seen.add(id(user))
+            if user.opcode == "get-tuple-element" and node is inst:
+                stack.append(user)
+                continue
+            same_size = isinstance(user.shape, ArrayShape) and user.shape.num_elements == size
+            if not same_size or not (
+                is_elementwise(user.opcode) or user.opcode in ("bitcast", "reshape", "copy")
+            ):
+                return False
+            stack.append(user)
+    return True
+
+
 @attrs.frozen
 class Verdict:
     """A candidate the emitters take: its emitter kind and XLA's ``kind=``."""
@@ -106,8 +131,9 @@ class FusionChecker:
     def check(self, candidate: Candidate) -> Verdict | None:
         """The verdict for ``candidate``, or None when no emitter can emit it."""
         from heron.emitters.fusion_analysis import analyse_fusion
-        from heron.emitters.selection import select_emitter
+        from heron.emitters.selection import default_registry, select_emitter
 
+        registry = default_registry()  # a plugin that fails to load is an error, not a "no"
         body = candidate.body
         outputs = len(body.root.operands) if body.root.opcode == "tuple" else 1
         if len(candidate.fusion.operands) + outputs > MAX_FUSION_PARAMETERS:
@@ -124,15 +150,20 @@ class FusionChecker:
                 return None
         try:
             analysis = analyse_fusion(candidate.fusion, self.target)
-            select_emitter(analysis)
+            select_emitter(analysis, registry)
         except (HloError, PluginError):
             return None
         # A reduce that is not a reduction hero is computed by the loop emitter
-        # once per element of whatever reads it: fine at a root (once per
-        # output element, XLA's loop fusion of a small reduction), never inside.
-        allowed = {id(hero) for hero in analysis.heroes} | {id(root) for root in analysis.roots}
-        if any(inst.opcode == "reduce" and id(inst) not in allowed for inst in body.instructions):
-            return None
+        # once per element of whatever reads it: fine when only elementwise
+        # ops of its own size lead from it to the roots (once per output
+        # element, XLA's loop fusion of a small reduction), never where a
+        # broadcast or a slice would make it computed again and again.
+        heroes = {id(hero) for hero in analysis.heroes}
+        users = body.users()
+        for inst in body.instructions:
+            if inst.opcode == "reduce" and id(inst) not in heroes:
+                if not _read_once(inst, users):
+                    return None
         return Verdict(analysis.kind, fusion_kind_of(analysis.kind))
 
     def emits(self, candidate: Candidate) -> bool:
