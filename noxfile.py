@@ -10,6 +10,8 @@
     nox -s bench         benchmarks/*.py
     nox -s xla-reference the XLA:GPU reference table (tests/data/xla_reference.json): every
                          corpus file compiled by XLA, deviceless, and by heron (heron[xla])
+    nox -s programs      the program corpus (programs/): JAX programs, XLA:CPU outputs and
+                         XLA:GPU's kernels (heron[xla]); then docs/programs.md's table
     nox -s fuzz          the fuzzer (tests/fuzz): corpus mutants, generated fusions, bad npz
                          (`nox -s fuzz -- --cases 10000 --seed 1` for a long run)
     nox -s fuzz-parser   coverage-guided fuzzing of the parser and printer (atheris)
@@ -327,6 +329,9 @@ def isolation(session: nox.Session, target: str) -> None:
     _isolation_check(
         session, imports, expected, forbid, without_compile_extra=target in COMPILE_EXTRA
     )
+    if target == "runtime-core":
+        # heron-run, runtime-core's console script, starts in a runtime-only install.
+        session.run("heron-run", "--help", silent=True)
 
 
 @nox.session
@@ -388,6 +393,21 @@ def bench(session: nox.Session) -> None:
     install_editable(session)
     for script in scripts:
         session.run("python", str(script.relative_to(ROOT)), *session.posargs)
+
+
+@nox.session
+def programs(session: nox.Session) -> None:
+    """The program corpus, programs/ (programs/README.md), and docs/programs.md's table.
+
+    Installs heron with heron[xla] (jax 0.10.2 for the programs' HLO and XLA:CPU's
+    outputs; XLA:GPU deviceless for its optimized HLO and kernels; or set
+    HERON_XLA_PYTHON) and runs programs/generate.py (arguments after `--` go to it,
+    e.g. `-- --only softmax`), then programs/table.py --update docs/programs.md.
+    The corpus is committed; tests/test_programs.py reads it. Not a default session.
+    """
+    install_editable(session, meta=".[xla]")
+    session.run("python", "programs/generate.py", *session.posargs)
+    session.run("python", "programs/table.py", "--update", "docs/programs.md")
 
 
 @nox.session(name="xla-reference")

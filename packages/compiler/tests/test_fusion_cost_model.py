@@ -86,7 +86,7 @@ def test_a_transposed_read_outside_a_transpose_hero_is_uncoalesced() -> None:
 def test_time_follows_the_target() -> None:
     cost = _kernel(ELEMENTWISE)
     moved = cost.dram_bytes + cost.write_bytes
-    launch = H100.kernel_launch_overhead_ns * 1e-9
+    launch = H100.launch_overhead_seconds
     assert cost.seconds == pytest.approx(launch + moved / H100.memory_bandwidth)
     slower = attrs.evolve(H100, memory_bandwidth=H100.memory_bandwidth // 2)
     assert _kernel(ELEMENTWISE, slower).seconds == pytest.approx(
@@ -103,5 +103,5 @@ def test_every_preset_prices_a_kernel() -> None:
     from heron.compiler import presets
 
     for target in presets().values():
-        assert target.fpus_per_core > 0 and target.kernel_launch_overhead_ns > 0
+        assert target.fpus_per_core > 0 and target.launch_overhead_seconds > 0
         assert _kernel(ELEMENTWISE, target).seconds > 0

@@ -6,6 +6,14 @@
   108 = 221,184 on an A100), by 4 or 2, whichever divides the *element count*
   (not the minor dimension: a vector may span two rows); sub-byte outputs get
   a whole byte per thread whatever the shape.
+- Loop, not a hero (XLA 0.12's ``GetEmitterFusionKind`` and
+  ``GetDescriptionForTiledTransposeEmitter``): a fusion of several roots is
+  never its concatenate emitter's, and a 4-bit transpose of the minor
+  dimension never a tiled transpose; both launch over the output.
+- Reduction blocks (XLA's ``CreateReductionFusion``): a column reduction whose
+  kept minor dimension divides the warp, however small, is a small-column
+  block of 128 threads; short power-of-two rows are multi-row blocks of as
+  many threads as the row has elements, even when that makes one block.
 - Scatter (XLA's ``ScatterWithDistributedUpdates``): the threads of a block
   are rounded up to whole warps of the target; the extra threads do nothing.
 
@@ -16,12 +24,13 @@ interpreter against the reference evaluator.
 from __future__ import annotations
 
 import math
+import re
 
 import attrs
 import pytest
 from heron_test_support.analysis import A100, H100, MI300X, analysed
 
-from heron.compiler import fusions_of
+from heron.compiler import compile_fusion, fusions_of
 from heron.harness import CheckOptions, check_file, check_fusions
 from heron.harness.corpus import default_corpus
 from heron.hlo.parser import parse_module, parse_module_file
@@ -113,6 +122,61 @@ def test_sub_byte_outputs_get_a_byte_per_thread_for_an_odd_minor_dimension(name,
     emitter = LoopEmitter(analysed(fusion, H100))
     assert emitter.vector_size == 2
     assert emitter.launch_dimensions().num_threads == threads  # ceil(elements / 2)
+    report = check_file(path)
+    assert report.ok, report.text()
+
+
+@pytest.mark.parametrize(
+    ("name", "launch"),
+    [
+        ("gpu/transpose/partial_tile_s4.hlo", "blocks=5 threads=128"),  # 1,152 s4 / 2
+        ("gpu/transpose/transpose_10_s4.hlo", "blocks=16 threads=128"),  # 4,096 s4 / 2
+        ("gpu/concatenate/multiple_roots_epilogue.hlo", "blocks=128 threads=128"),
+        ("gpu/concatenate/multiple_roots_shared_hero.hlo", "blocks=16 threads=128"),
+    ],
+)
+def test_fusions_xla_gives_its_loop_emitter_launch_over_the_output(name, launch):
+    """4-bit transposes of the minor dimension and multi-root concatenates: XLA 0.12's loops.
+
+    One thread per output element (a whole byte of s4: two), not the
+    transpose's tiles or the concatenate's largest operand.
+    """
+    path = CORPUS / name
+    [fusion] = fusions_of(parse_module_file(path))
+    analysis = analysed(fusion, H100)
+    assert analysis.kind == "loop"
+    emitter = LoopEmitter(analysis)
+    assert str(emitter.launch_dimensions()) == launch
+    assert emitter.vector_size == (2 if "s4" in name else 1)
+    report = check_file(path)
+    assert report.ok, report.text()
+    assert all(f.emitter == "loop" for f in report.fusions)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "launch", "shared", "shuffle"),
+    [
+        # f32[3,128,4] over 128: a kept minor dim of 4 divides the warp: 128 threads
+        # hold 32 reduced rows of 4 each, one padded 32x5 tile (not 32x32 threads).
+        ("gpu/reduce_column/small.hlo", "reduce_column_small", "3x128", "tensor<32x5xf32>", 16),
+        # f64[4] -> f64[]: a multi-row block of one 4-thread row (not a whole warp).
+        ("gpu/reduce_row/inefficient_codegen.hlo", "reduce_multirow", "1x4", None, 2),
+    ],
+)
+def test_reduction_blocks_are_sized_to_the_reduction(name, kind, launch, shared, shuffle):
+    """XLA's ``CreateReductionFusion``: small columns for any kept minor dim dividing the warp;
+    multi-row rows of fewer threads than a warp however few blocks that leaves."""
+    path = CORPUS / name
+    [fusion] = fusions_of(parse_module_file(path))
+    assert analysed(fusion, H100).kind == kind
+    kernel = compile_fusion(fusion, H100, "cuda", stop_after="emitted")
+    assert kernel.emitter == kind
+    assert f"{kernel.launch.num_blocks}x{kernel.launch.thread_x}" == launch
+    text = str(kernel.module)
+    tiles = re.findall(r"allocate_shared\"\(\) : \(\) -> (tensor<[^>]*>)", text)
+    assert tiles == ([shared] if shared else [])
+    distances = re.findall(r"shuffle_reduce\".*?max_distance = (\d+)", text)
+    assert distances and {int(d) for d in distances} == {shuffle}
     report = check_file(path)
     assert report.ok, report.text()
 

@@ -18,6 +18,12 @@ from heron.hlo.errors import UnsupportedError
 from heron.hlo.parser import parse_module
 
 ADD = "add {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b)\n}\n"
+#: The combiner of a variadic (f32, f32) reduce, ``to_apply=vadd``.
+VARIADIC_ADD = (
+    "vadd {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n c = f32[] parameter(2)\n"
+    " d = f32[] parameter(3)\n x = f32[] add(a, c)\n y = f32[] add(b, d)\n"
+    " ROOT t = (f32[], f32[]) tuple(x, y)\n}\n"
+)
 
 
 def _fusion(body: str, params: str):
@@ -28,7 +34,7 @@ def _fusion(body: str, params: str):
     root_line = body.strip().splitlines()[-1]
     root_shape = re.search(r"ROOT \S+ = (.*?) [a-z-]+\(", root_line).group(1)
     text = (
-        f"HloModule m\n{ADD}fused {{\n{body}\n}}\nENTRY main {{\n{entry_params}\n"
+        f"HloModule m\n{ADD}{VARIADIC_ADD}fused {{\n{body}\n}}\nENTRY main {{\n{entry_params}\n"
         f" ROOT f = {root_shape} fusion({args}), kind=kLoop, calls=fused\n}}\n"
     )
     return fusions_of(parse_module(text))[0]
@@ -94,6 +100,25 @@ def test_short_rows_are_multi_row():
     assert _kind(body, "f32[4096,16]") == "reduce_multirow"
 
 
+@pytest.mark.parametrize("rows", [3, 4096])
+def test_short_rows_are_multi_row_even_in_one_block_but_never_variadic(rows):
+    """XLA 0.12, measured: f32[3,2] rows are one multi-row block; a variadic reduce is row."""
+    plain = (
+        f" p = f32[{rows},2] parameter(0)\n c = f32[] constant(0)\n"
+        f" ROOT r = f32[{rows}] reduce(p, c), dimensions={{1}}, to_apply=add"
+    )
+    assert _kind(plain, f"f32[{rows},2]") == "reduce_multirow"
+    variadic = (
+        f" p = f32[{rows},2] parameter(0)\n c = f32[] constant(0)\n"
+        f" i = f32[{rows},2] iota(), iota_dimension=1\n"
+        f" ROOT r = (f32[{rows}], f32[{rows}]) reduce(p, i, c, c), dimensions={{1}},"
+        " to_apply=vadd"
+    )
+    fusion = _fusion(variadic, f"f32[{rows},2]")
+    assert fusion.called("calls").root_instruction.shape.is_tuple
+    assert analysed(fusion).kind == "reduce_row"
+
+
 def test_long_rows_are_row():
     body = (
         " p = f32[4096,1000] parameter(0)\n c = f32[] constant(0)\n"
@@ -113,6 +138,9 @@ def test_column_small_threshold():
     assert column(16) == "reduce_column_small"
     assert column(64) == "reduce_column"
     assert column(48) == "reduce_column"
+    # CreateReductionFusion: any divisor of the warp, however small (no minimum).
+    assert column(4) == column(2) == "reduce_column_small"
+    assert column(6) == "reduce_column"
 
 
 def test_tiny_reduction_is_loop():
@@ -142,6 +170,45 @@ def _concat(count: int) -> str:
 def test_concatenate_operand_limit():
     assert _kind(_concat(4), "; ".join(["f32[16,32]"] * 4)) == "concatenate"
     assert _kind(_concat(5), "; ".join(["f32[16,32]"] * 5)) == "loop"
+
+
+def test_a_concatenate_hero_of_several_roots_is_a_loop():
+    """XLA 0.12: several roots are input slices or a loop, never its concatenate emitter."""
+    shared = (
+        " a = f32[16,48] parameter(0)\n b = f32[16,80] parameter(1)\n"
+        " c = f32[16,128] concatenate(a, b), dimensions={1}\n"
+        " n = f32[16,128] negate(c)\n"
+    )
+    alone = shared + " ROOT r = f32[16,128] exponential(n)"
+    assert _kind(alone, "f32[16,48]; f32[16,80]") == "concatenate"
+    both = shared + " ROOT t = (f32[16,128], f32[16,128]) tuple(c, n)"
+    analysis = analysed(_fusion(both, "f32[16,48]; f32[16,80]"))
+    assert [h.opcode for h in analysis.heroes] == ["concatenate", "concatenate"]
+    assert analysis.kind == "loop"
+
+
+def _s4_transpose(dims: str, out: str, permutation: str, element: str = "s4") -> str:
+    return (
+        f" p = {element}[{dims}] parameter(0)\n"
+        f" ROOT t = {element}[{out}] transpose(p), dimensions={{{permutation}}}"
+    )
+
+
+@pytest.mark.parametrize("element", ["s4", "u4"])
+def test_a_4_bit_transpose_of_the_minor_dimension_is_a_loop(element):
+    """XLA's b/415741994: tiled only when packed (s8 of the same shape is tiled)."""
+    for dims, out, permutation in (("64,64", "64,64", "1,0"), ("24,2,24", "24,2,24", "2,1,0")):
+        body = _s4_transpose(dims, out, permutation, element)
+        assert _kind(body, f"{element}[{dims}]") == "loop"
+        assert _kind(body.replace(element, "s8"), f"s8[{dims}]") == "transpose"
+    # A kept minor dimension (a 102 transpose) is still tiled at 4 bits.
+    kept = _s4_transpose("64,64,2", "64,64,2", "1,0,2", element)
+    assert _kind(kept, f"{element}[64,64,2]") == "transpose"
+    # So is one big enough for XLA's packed transpose (tested first): 128x256 u4
+    # is one packed block in XLA 0.12 (measured with heron xla: 32,768 B shared).
+    big = _s4_transpose("128,256", "256,128", "1,0", element)
+    packed = analysed(_fusion(big, f"{element}[128,256]"))
+    assert packed.kind == "transpose" and packed.transpose.packed
 
 
 DUS = (

@@ -51,23 +51,31 @@ def _mp(fn):
     return reference
 
 
+#: The f32 approximations that take ``2^r`` from the GPU's approximate instruction
+#: (``llvm.exp2`` afn: ex2.approx.f32, at most 2 ulp; v_exp_f32, 1 ulp). On the host
+#: the JIT calls libm's ``exp2f`` (within 0.5 ulp), so the host result must stay
+#: :data:`EX2_APPROX_EXTRA` ulps inside the GPU bound: the instruction's error
+#: reaches the result unchanged (it is scaled by an exact power of two).
+USES_EX2_APPROX = frozenset({"exp", "exp2", "sinh", "cosh", "tanh"})
+EX2_APPROX_EXTRA = 2 - 0.5
+
 # op: (math op class, reference, domain (lo, hi magnitudes), signed, extra points, f32 bound,
-#      f64 bound)
+#      f64 bound); the f32 bound is the GPU's (docs/pipeline.md, "Accuracy contract")
 CASES = {
-    "exp": (math_dialect.ExpOp, np.exp, (1e-8, 720), True, [88.72, 709.78, -103.9, -745.1], 2, 2),
-    "exp2": (math_dialect.Exp2Op, np.exp2, (1e-8, 1100), True, [127.99, -149.5, 1023.9], 2, 2),
+    "exp": (math_dialect.ExpOp, np.exp, (1e-8, 720), True, [88.72, 709.78, -103.9, -745.1], 3, 2),
+    "exp2": (math_dialect.Exp2Op, np.exp2, (1e-8, 1100), True, [127.99, -149.5, 1023.9], 3, 2),
     "expm1": (math_dialect.ExpM1Op, np.expm1, (1e-10, 720), True, [0.3465, -0.3466, 1e-30], 2, 2),
-    "log": (math_dialect.LogOp, np.log, (1e-300, 1e300), True, [1.0000001, 0.9999999, 1e-40], 1, 1),
+    "log": (math_dialect.LogOp, np.log, (1e-300, 1e300), True, [1.0000001, 0.9999999, 1e-40], 1, 2),
     "log2": (math_dialect.Log2Op, np.log2, (1e-300, 1e300), True, [8.0, 1024.0, 0.125], 3, 3),
     "log10": (math_dialect.Log10Op, np.log10, (1e-300, 1e300), True, [10.0, 1000.0], 3, 3),
-    "log1p": (math_dialect.Log1pOp, np.log1p, (1e-20, 1e30), True, [-0.999999, 1e-30], 2, 2),
+    "log1p": (math_dialect.Log1pOp, np.log1p, (1e-20, 1e30), True, [-0.999999, 1e-30], 3, 3),
     "sin": (math_dialect.SinOp, np.sin, (1e-10, 1e6), True, [math.pi, math.pi / 2, 1e5], 2, 2),
     "cos": (math_dialect.CosOp, np.cos, (1e-10, 1e6), True, [math.pi, math.pi / 2, 1e5], 2, 2),
     "tan": (math_dialect.TanOp, np.tan, (1e-10, 1e6), True, [math.pi / 4, 1.5], 4, 3),
     "atan": (math_dialect.AtanOp, np.arctan, (1e-20, 1e20), True, [7 / 16, 11 / 16, 39 / 16], 1, 1),
     "asin": (math_dialect.AsinOp, np.arcsin, (1e-10, 1.2), True, [0.5, 0.4999, 0.99999], 3, 3),
     "acos": (math_dialect.AcosOp, np.arccos, (1e-10, 1.2), True, [0.5, -0.5, -0.99999], 3, 3),
-    "sinh": (math_dialect.SinhOp, np.sinh, (1e-10, 720), True, [8.99, 9.01, 21.9, 710.4], 3, 3),
+    "sinh": (math_dialect.SinhOp, np.sinh, (1e-10, 720), True, [8.99, 9.01, 21.9, 710.4], 4, 3),
     "cosh": (math_dialect.CoshOp, np.cosh, (1e-10, 720), True, [8.99, 9.01, 21.9, 710.4], 3, 3),
     "tanh": (math_dialect.TanhOp, np.tanh, (1e-10, 40), True, [0.99, 1.01, 0.55], 3, 3),
     "asinh": (math_dialect.AsinhOp, np.arcsinh, (1e-20, 1e300), True, [2.0, 4096.5], 3, 3),
@@ -101,6 +109,8 @@ def test_unary_accuracy(name, element):
             ref = _ld(reference)(x)
         err = ulp_error(out, ref, dtype)
     bound = bound32 if element is ElementType.F32 else bound64
+    if element is ElementType.F32 and name in USES_EX2_APPROX:
+        bound -= EX2_APPROX_EXTRA
     worst = int(np.argmax(err))
     assert err[worst] <= bound, (
         f"{name} {element.value}: {err[worst]:.2f} ulp at x={x[worst]!r}: "

@@ -613,3 +613,39 @@ def test_tuple_shapes_nested_past_the_limit_are_refused_not_a_recursion_error(wh
         too_deep = f"tuple shapes nested more than {MAX_TUPLE_NESTING}"
         with pytest.raises(HloParseError, match=too_deep):
             parse_module(module(depth))
+
+
+def test_xla_tuple_element_operands_become_get_tuple_elements():
+    """XLA 0.12 prints ``%t#1`` for element 1 of tuple ``t`` (no get-tuple-element line)."""
+    from heron.hlo.parser import parse_module
+    from heron.hlo.printer import print_module
+    from heron.hlo.verifier import verify_module
+
+    module = parse_module(
+        """HloModule m
+ENTRY main {
+  p = (f32[2], s32[3]) parameter(0)
+  a = f32[2] negate(%p#0)
+  b = f32[2] add(%p#0, a)
+  ROOT t = (f32[2], s32[3]) tuple(b, %p#1)
+}
+"""
+    )
+    verify_module(module)
+    elements = [i for i in module.entry.instructions if i.opcode == "get-tuple-element"]
+    assert sorted(i.attr("index") for i in elements) == [0, 1]  # one per element, shared
+    first = next(i for i in elements if i.attr("index") == 0)
+    assert module.entry.instruction("b").operands[0] is first
+    assert module.entry.instruction("a").operands[0] is first
+    assert parse_module(print_module(module)) == module
+    import pytest
+
+    from heron.hlo.errors import HloParseError
+
+    with pytest.raises(
+        HloParseError, match=r"'p' has shape f32\[2\], which has no tuple element 1"
+    ):
+        parse_module(
+            "HloModule m\nENTRY main {\n  p = f32[2] parameter(0)\n"
+            "  ROOT n = f32[2] negate(%p#1)\n}\n"
+        )

@@ -22,7 +22,9 @@ from heron.xla_compare.module_text import is_prefused, with_default_layouts, xla
 from heron.xla_compare.report import comparison_record, format_comparison
 from heron.xla_compare.worker import _fields, without_debug_options
 from heron.xla_compare.xla_side import (
+    BufferSizes,
     XlaKernel,
+    buffer_sizes,
     fatal_line,
     kernel_name,
     parse_fusions,
@@ -215,3 +217,44 @@ def test_the_reference_table_of_a_corpus(tmp_path):
     assert pair["heron"]["launch"] == pair["xla"]["launch"] == "2x128"
     assert lines == [lines[0]] and lines[0].startswith("gpu/scatter/add.hlo: 2x128 vs 2x128")
     json.dumps(table)
+
+
+MEMORY_USAGE_REPORT = """Memory Space: default (color=0)
+Total bytes: 8216 (8.0KiB)
+  cumulative_size;       size;       offset; used_by_n_values; shapes_list
+  ------------------------------------------------------------
+     4.0KiB(100%);     4.0KiB;            0;                1; f32[8,128]
+"""
+
+LIVE_RANGE = """HloLiveRange (max 3):
+  InstructionSequence:
+    0:x.1
+    1:fusion
+    2:fusion.1
+  BufferLiveRange:
+    x.1{}:0-3
+    fusion{}:1-2
+    fusion.1{}:2-3
+  Live ranges at 2 (peak):
+    fusion.1{}: 4096 bytes (cumulative: 4096 bytes)
+    fusion{}: 2048 bytes (cumulative: 6144 bytes)
+    x.1{}: 4096 bytes (cumulative: 10240 bytes)
+  Stack trace breakdown for peak usage: 10 240 bytes
+    main.3 (100.0%, total: 10 240 bytes, current: 0 bytes, remaining: 10 240 bytes)
+      └── x.1 (40.0%, total: 4 096 bytes, current: 4 096 bytes, remaining: 0 bytes)
+"""
+
+
+def test_the_buffer_sizes_are_read_from_the_dump(tmp_path):
+    assert buffer_sizes(MEMORY_USAGE_REPORT, LIVE_RANGE) == BufferSizes(8216, 10240)
+    assert buffer_sizes("", "") == BufferSizes(None, None)
+    for file in DUMP.iterdir():
+        (tmp_path / file.name).write_bytes(file.read_bytes())
+    assert read_dump(tmp_path, {}).buffers == BufferSizes(None, None)  # not dumped: unknown
+    (
+        tmp_path / "module_0000.add.sm_9.0a_gpu_after_optimizations-memory-usage-report.txt"
+    ).write_text(MEMORY_USAGE_REPORT)
+    (tmp_path / "module_0000.add.sm_9.0a_gpu_after_optimizations-live-range.txt").write_text(
+        LIVE_RANGE
+    )
+    assert read_dump(tmp_path, {}).buffers == BufferSizes(8216, 10240)

@@ -40,6 +40,7 @@ COMMANDS = (
     "heron.cli.plugins",
     "heron.cli.targets",
     "heron.cli.xla",
+    "heron.cli.profile",
 )
 
 EXIT_DISAGREEMENT = 1

@@ -63,7 +63,21 @@ FOLDER_EMITTER = {
 #: files). XLA:GPU itself emits reduction_groups_two_in_same_group, a column
 #: reduction [128, 288, 32], with its small-column emitter (checked with the real
 #: compiler for an H100: 128 blocks of 128 threads, ``shuffle_reduce ... to 4``).
-XLA_EMITTER_OF_FILE = {"reduce_row/reduction_groups_two_in_same_group.hlo": "reduce_column_small"}
+#: XLA 0.12 (tests/data/xla_reference.json) emits reduce_column/small (a kept
+#: minor dimension of 4, which divides the warp) with its small-column emitter,
+#: reduce_row/inefficient_codegen (rows of 4) with its multi-row emitter (as the
+#: file's CHECK line, ``shuffle_reduce ... to 2``, says), and the 4-bit
+#: transposes of the minor dimension and the multi-root concatenate fusions
+#: with its loop emitter, as those transposes' own CHECK lines say.
+XLA_EMITTER_OF_FILE = {
+    "reduce_row/reduction_groups_two_in_same_group.hlo": "reduce_column_small",
+    "reduce_column/small.hlo": "reduce_column_small",
+    "reduce_row/inefficient_codegen.hlo": "reduce_multirow",
+    "transpose/partial_tile_s4.hlo": "loop",
+    "transpose/transpose_10_s4.hlo": "loop",
+    "concatenate/multiple_roots_epilogue.hlo": "loop",
+    "concatenate/multiple_roots_shared_hero.hlo": "loop",
+}
 
 #: The Target presets every corpus file is compiled for, in order: sm_80, sm_90, gfx942.
 CORPUS_TARGETS = ("a100", "h100", "mi300x")

@@ -80,25 +80,32 @@ __all__ = [
     "ulp_distance",
 ]
 
-#: Max ulps (f32, f64) of expand-math's approximations, from expand_math's docstring.
+#: Max ulps (f32, f64) of expand-math's approximations on the GPU, from expand_math's
+#: docstring. The f32 bounds of the ops that take ``2^r`` from the approximate
+#: instruction (exponential, sinh, cosh, tanh, erf; ex2.approx.f32 is within 2 ulp) include
+#: it: the interpreter computes ``2^r`` correctly rounded, a GPU does not
+#: (docs/pipeline.md, "Accuracy contract: what heron shares with XLA").
 ULP_BOUNDS: dict[str, tuple[int, int]] = {
-    "exponential": (2, 2),
+    "exponential": (3, 2),
     "exponential-minus-one": (2, 2),
-    "log": (1, 1),
-    "log-plus-one": (2, 2),
+    "log": (1, 2),
+    "log-plus-one": (3, 3),
     "sine": (2, 2),
     "cosine": (2, 2),
     "tan": (4, 3),
     "atan2": (2, 2),
     "asin": (3, 3),
     "acos": (3, 3),
-    "sinh": (3, 3),
+    "sinh": (4, 3),
     "cosh": (3, 3),
     "tanh": (3, 3),
     "asinh": (3, 3),
     "acosh": (3, 3),
     "atanh": (3, 3),
-    "erf": (2, 2),
+    "erf": (4, 2),
+    # 1 / (1 + exp(-x)): exp's bound (its error is damped by e/(1+e) <= 1) plus the
+    # add's and the division's roundings (was missing: logistic was compared bitwise).
+    "logistic": (4, 3),
     "cbrt": (2, 2),
     "power": (1, 2),
     "rsqrt": (1, 1),

@@ -258,3 +258,33 @@ def test_an_unknown_intrinsic_is_refused_by_name(elementwise):
             ["f32"],
             ["f32"],
         )
+
+
+def test_approximate_exp2_is_computed_correctly_rounded(elementwise):
+    """``llvm.exp2`` with ``afn`` (expand-math's f32 ``2^r``: ``ex2.approx.f32`` on a GPU,
+    documented within 2 ulp) is computed correctly rounded: within half an ulp of mpmath,
+    on edges too (subnormal results, overflow, infinities, NaN, -0, denormal arguments)."""
+    import mpmath
+
+    rng = np.random.default_rng(14)
+    edges = [0.0, -0.0, 1e-45, -1e-45, 0.5, -0.5, 1.0, 127.0, 127.99999, 128.0, -126.0]
+    edges += [-149.0, -149.5, -150.0, -160.0, 1e30, -1e30, np.inf, -np.inf, np.nan]
+    x = np.concatenate([rng.uniform(-0.5, 0.5, 3000), rng.uniform(-160, 130, 3000), edges])
+    x = x.astype(np.float32)
+    body = (
+        '%r0 = llvm.call_intrinsic "llvm.exp2"(%a0) {fastmathFlags = #llvm.fastmath<afn>}'
+        " : (f32) -> f32"
+    )
+    (got,) = elementwise(body, [x], ["f32"], ["f32"])
+    for v, g in zip(x, got, strict=True):
+        if np.isnan(v):
+            assert np.isnan(g)
+            continue
+        exact = mpmath.power(2, mpmath.mpf(float(v)))
+        tiny = float(np.finfo(np.float32).smallest_subnormal)
+        want = np.float32(float(exact)) if exact < 2.0**128 else np.float32(np.inf)
+        if np.isinf(want) or want == 0:
+            assert g == want, v
+            continue
+        ulp = max(float(np.spacing(np.abs(want))), tiny)
+        assert abs(float(g) - float(exact)) <= 0.5 * ulp * (1 + 2**-20), (v, g, exact)

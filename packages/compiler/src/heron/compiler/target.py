@@ -125,6 +125,13 @@ def _positive_number(target: Target, attribute: attrs.Attribute, value: object) 
         )
 
 
+def _non_negative_int(target: Target, attribute: attrs.Attribute, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UnsupportedError(
+            f"target field {attribute.name} must be a non-negative integer, got {value!r}"
+        )
+
+
 def _text(target: Target, attribute: attrs.Attribute, value: object) -> None:
     if not isinstance(value, str):
         raise UnsupportedError(f"target field {attribute.name} must be a string, got {value!r}")
@@ -217,6 +224,23 @@ class Target:
         default=attrs.Factory(_default_isa_version, takes_self=True), validator=_isa_version
     )
     """CUDA: the PTX ISA version times ten (80 = PTX 8.0); ROCm: the code object version."""
+    # --- what ``heron profile`` models (docs/profile.md); each preset cites its source ---
+    dram_sector_bytes: int = _int_field()
+    """The unit of global memory traffic: a warp's request moves whole sectors."""
+    shared_memory_banks: int = _int_field()
+    shared_memory_bank_bytes: int = _int_field()
+    max_blocks_per_core: int = _int_field()
+    """Resident blocks (workgroups) one core holds at most, whatever their size."""
+    register_allocation_unit: int = _int_field()
+    """Registers a warp's allocation is rounded up to (registers per thread x warp size)."""
+    shared_memory_allocation_unit: int = _int_field()
+    """Bytes a block's shared memory is rounded up to."""
+    shared_memory_reserved_per_block: int = attrs.field(validator=_non_negative_int)
+    """Shared memory the system takes from each resident block (CUDA: 1 KiB since sm_80)."""
+    warp_instructions_per_cycle: int = _int_field()
+    """Warp instructions one core issues per cycle (its schedulers; the issue bound)."""
+    launch_overhead_seconds: float = attrs.field(validator=_positive_number)
+    """What one kernel launch costs besides its work (XLA's cost model's figure)."""
     description: str = attrs.field(default="", validator=_text)
     source: str = attrs.field(default="", validator=_text)
     """Where the numbers come from, so they can be checked."""
@@ -225,11 +249,8 @@ class Target:
     fpus_per_core: int = _int_field()
     """FP32 lanes per core: 128 on Hopper SMs, 64 on Ampere SMs and CDNA CUs (each
     preset says where its number comes from); the cost model's peak flop rate is
-    ``core_count * fpus_per_core * clock``."""
-    kernel_launch_overhead_ns: int = attrs.field(default=1000, validator=_positive_int)
-    """What launching one kernel costs beyond its own work, in nanoseconds: the 1 us
-    XLA's GpuPerformanceModel charges per kernel (``kKernelLaunchOverhead``); the
-    fusion passes save it for every kernel they remove."""
+    ``core_count * fpus_per_core * clock``. The launch overhead it charges per
+    kernel is ``launch_overhead_seconds``, shared with ``heron profile``."""
     # --- end of the fusion cost model's fields -------------------------------------------
 
     def __attrs_post_init__(self) -> None:

@@ -12,8 +12,11 @@ What comes after the hero (an epilogue: ``negate(concat)``, a bitcast, a
 convert shared by several roots) is the partitioner's epilogue function,
 called with the hero's value injected and the root's index, which is the
 hero's index mapped through the epilogue (``iteration.epilogue_map``).
-Several roots may share one hero, and several concatenates of the same
-operand shapes may be heroes together (RoPE's q and k): every loop then
+Hero selection gives this emitter single-root fusions only: a fusion of
+several roots is a loop fusion in XLA 0.12 (``GetEmitterFusionKind``), one
+thread per output element. The emitter itself still handles several roots
+when a plugin hands it such a fusion: roots sharing one hero, or several
+concatenates of the same operand shapes (RoPE's q and k); every loop then
 writes every root.
 
 Vectors (the loop emitter's elements per thread) are limited to a divisor of

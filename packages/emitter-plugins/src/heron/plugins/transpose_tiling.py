@@ -12,6 +12,13 @@ minor one) and ``b`` (written along, the one that becomes the output's minor).
 When the minor dimension does not move (102), it is carried whole inside the
 tile and ``a``/``b`` are the second-minor ones (XLA's
 ``MostMinorDimensionUnchanged``).
+
+A packed tile (8- and 16-bit elements, ``vector`` > 1) whose ``a`` is shorter
+than the tile also folds in the input dimension just above ``a`` (XLA's ``A``
+of ``GetPackedTransposeTileSizes``: ``[T2, A, T1, B]``): the tile's ``a`` axis
+then walks ``fold`` rows of ``a`` one after the other, which are contiguous in
+the input, so s16[2,4,64,10,6] -> [4,2,6,10,64] moves 64 x (10 x 6) elements
+per block (8 blocks, as XLA) instead of 64 x 6 (80 blocks).
 """
 
 from __future__ import annotations
@@ -70,10 +77,18 @@ class Tiling:
     b: int
     carried: int
     vector: int
+    #: Rows of ``a`` the tile's ``a`` axis walks (dimension ``a - 1``, XLA's ``A``):
+    #: 1 when nothing is folded, else ``a`` is whole in the tile.
+    fold: int = 1
 
     @property
     def size(self) -> int:
         return ROW_THREADS * (1 if self.carried > 1 else self.vector)
+
+    @property
+    def a_extent(self) -> int:
+        """Elements along the tile's ``a`` axis: the tile edge, or ``fold`` whole rows of ``a``."""
+        return self.fold * self.spec.dims[self.a] if self.fold > 1 else self.size
 
     @property
     def rank(self) -> int:
@@ -83,6 +98,9 @@ class Tiling:
     def tile(self) -> tuple[int, ...]:
         tile = [1] * self.rank
         tile[self.a] = tile[self.b] = self.size
+        if self.fold > 1:
+            tile[self.a] = self.spec.dims[self.a]
+            tile[self.a - 1] = self.fold
         if self.carried > 1:
             tile[-1] = self.carried
         return tuple(tile)
@@ -142,7 +160,21 @@ def choose_tiling(
             if fits and spec.dims[a] % vector == 0 and spec.dims[b] % vector == 0:
                 break
             vector //= 2
-    return Tiling(spec, a, b, carried, vector)
+    return Tiling(spec, a, b, carried, vector, _fold(spec, a, b, carried, vector))
+
+
+def _fold(spec: NormalisedTranspose, a: int, b: int, carried: int, vector: int) -> int:
+    """Rows of ``a`` a packed tile holds (``GetPackedTransposeTileSizes``'s ``tile_size_A``).
+
+    Only a packed tile (``vector`` > 1, no carried dimension) whose ``a`` is
+    shorter than its edge folds, and only the input dimension just above ``a``
+    when it is not ``b``; whole vectors must fill the folded axis.
+    """
+    edge = ROW_THREADS * vector
+    if vector == 1 or carried > 1 or a == 0 or a - 1 == b or spec.dims[a] >= edge:
+        return 1
+    fold = min(spec.dims[a - 1], edge // spec.dims[a])
+    return fold if fold > 1 and (fold * spec.dims[a]) % vector == 0 else 1
 
 
 def _shmem_bytes(tiling: Tiling, bytes_per: int) -> int:
@@ -206,19 +238,33 @@ def tile_maps(tiling: Tiling) -> TileMaps:
     along = lane * (1 if carried else tiling.vector) + (Constant(0) if carried else inner)
     along_base = lane * tiling.vector  # ``along`` without the vector element
 
+    folded = tiling.fold > 1
+    row_a = spec.dims[tiling.a]
+
     def indices(a_off: AffineExpr, b_off: AffineExpr) -> list[AffineExpr]:
         result = [block[i] * tile[i] for i in range(tiling.rank)]
-        result[tiling.a] = result[tiling.a] + a_off
+        if folded:  # ``a_off`` walks ``fold`` whole rows of ``a``
+            result[tiling.a - 1] = result[tiling.a - 1] + a_off // row_a
+            result[tiling.a] = a_off % row_a
+        else:
+            result[tiling.a] = result[tiling.a] + a_off
         result[tiling.b] = result[tiling.b] + b_off
         if carried:
             result[-1] = inner
         return result
 
     def bounds(
-        index: list[AffineExpr], vector_dim: int, base: AffineExpr
+        index: list[AffineExpr], vector_dim: int, base: AffineExpr, a_off: AffineExpr
     ) -> list[tuple[AffineExpr, Interval]]:
         found = []
-        for i in (tiling.a, tiling.b):
+        checked = (tiling.a - 1, tiling.b) if folded else (tiling.a, tiling.b)
+        if folded:
+            # The folded axis is shorter than the tile edge the lanes or rows span.
+            if vector_dim == tiling.a:  # whole vectors fill it: one test per vector
+                found.append((base, Interval(0, tiling.a_extent - tiling.vector)))
+            else:
+                found.append((a_off, Interval(0, tiling.a_extent - 1)))
+        for i in checked:
             n = spec.dims[i]
             if n % tile[i] == 0:
                 continue
@@ -246,8 +292,8 @@ def tile_maps(tiling: Tiling) -> TileMaps:
         range_vars=range_vars,
         read_input=tuple(read_input),
         read_shared=(row, along, *shared_tail),
-        read_bounds=tuple(bounds(read_input, tiling.a, along_base)),
+        read_bounds=tuple(bounds(read_input, tiling.a, along_base, along)),
         write_output=tuple(write_output),
         write_shared=(along, row, *shared_tail),
-        write_bounds=tuple(bounds(write_input, tiling.b, along_base)),
+        write_bounds=tuple(bounds(write_input, tiling.b, along_base, row)),
     )

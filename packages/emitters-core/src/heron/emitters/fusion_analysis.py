@@ -23,7 +23,6 @@ bitcasts have any user besides that path (see ``_dus_operand_aliases_output``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -56,7 +55,7 @@ __all__ = [
 #:   ``reduce_column_small``: a real reduction hero; ``FusionAnalysis.reduction``
 #:   holds the collapsed dimensions and the variant's parameters.
 #: - ``scatter``: one scatter root.
-#: - ``concatenate``: the hero of every root is a concatenate of at most 4 operands.
+#: - ``concatenate``: one root, whose hero is a concatenate of at most 4 operands.
 #: - ``dynamic_update_slice``: every root is a DUS updating a parameter in place.
 #: - ``input_slices``: several roots, all unit-stride slices of same-shaped inputs.
 FUSION_KINDS = (
@@ -179,34 +178,18 @@ def _all_slice_inputs_compatible(roots: Sequence[Instruction]) -> bool:
     return all(r.operands[0].array_shape.dims == first.dims for r in roots)
 
 
-def _concat_signature(concat: Instruction) -> tuple:
-    return (
-        tuple(concat.attr("dimensions", ())),
-        tuple(op.array_shape.dims for op in concat.operands),
-    )
-
-
 def _use_concatenate(roots: Sequence[Instruction], heroes: Sequence[Instruction]) -> bool:
-    """``UseConcatenateFusion``, extended to several roots sharing one concatenation shape.
+    """``UseConcatenateFusion``: one root whose hero is a concatenate of at most 4 operands.
 
-    XLA's rule: the single hero is a concatenate of at most 4 operands. Roots
-    whose heroes are distinct concatenates of the same operand shapes and
-    dimension are accepted too (heron's multi-root concatenate emitter).
+    XLA's concatenate emitter writes one output; a fusion with several roots
+    (even roots sharing one concatenate hero, or RoPE's q and k concatenates)
+    is a loop fusion in XLA 0.12, which ``analyse_fusion`` decides before
+    asking this (the roots-count test of ``GetEmitterFusionKind``). More
+    operands would repeat the loop per operand and hurt occupancy.
     """
-    unique: list[Instruction] = []
-    for hero in heroes:
-        if not any(hero is u for u in unique):
-            unique.append(hero)
-    if any(h.opcode != "concatenate" for h in unique):
+    if len(roots) != 1 or heroes[0].opcode != "concatenate":
         return False
-    first = unique[0]
-    if len(first.operands) > MAX_CONCATENATE_OPERANDS:
-        return False
-    signature = _concat_signature(first)
-    if any(_concat_signature(h) != signature for h in unique[1:]):
-        return False
-    out_dims = roots[0].array_shape.dims
-    return all(r.array_shape.num_elements == math.prod(out_dims) for r in roots)
+    return len(heroes[0].operands) <= MAX_CONCATENATE_OPERANDS
 
 
 # ---------------------------------------------------------------------------
@@ -304,8 +287,8 @@ def analyse_fusion(fusion: Instruction, target: EmitterTarget) -> FusionAnalysis
 
     Order: a real reduction hero (with compatible other roots) picks a reduction
     emitter; consistent tiled transposes pick transpose; several roots pick
-    input slices or loop; one scatter root picks scatter; a concatenate hero
-    picks concatenate; a loop fusion whose roots are DUSes updating an
+    input slices or loop; one scatter root picks scatter; a single root with a
+    concatenate hero picks concatenate; a loop fusion whose roots are DUSes updating an
     aliasable parameter picks dynamic_update_slice; everything else is loop.
     A fusion whose outputs all have zero elements is loop before anything else
     (the loop emitter writes nothing, see ``heron.plugins.loop``); a reduce of
@@ -335,10 +318,10 @@ def analyse_fusion(fusion: Instruction, target: EmitterTarget) -> FusionAnalysis
     if transpose is not None:
         return result("transpose", transpose=transpose)
     if len(roots) > 1:
+        # Several roots: input slices or a loop (XLA tests this before scatter and
+        # concatenate, so a multi-output concatenate fusion is a loop).
         if _is_input_fusible_non_strided_slices(roots) and _all_slice_inputs_compatible(roots):
             return result("input_slices")
-        if _use_concatenate(roots, heroes):
-            return result("concatenate")
     elif roots[0].opcode == "scatter":
         return result("scatter")
     elif _use_concatenate(roots, heroes):

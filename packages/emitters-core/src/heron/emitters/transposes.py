@@ -45,6 +45,9 @@ MIN_TOTAL_DIMENSIONS_TO_TRANSPOSE_TILED = 16 * 16
 MAX_BITS_IN_MOST_MINOR_DIMENSION = 8 * 8
 #: A 021 transpose with a swapped dim below this is left to the loop emitter.
 MIN_DIMENSION_TO_LAST_TWO_DIMENSIONS_TRANSPOSE_TILED = 8
+#: Element width whose transposes of the minor dimension are tiled only when
+#: packed (XLA's b/415741994); otherwise the loop emitter takes them.
+UNTILED_MINOR_SWAP_BITS = 4
 
 
 @attrs.frozen
@@ -170,8 +173,8 @@ def tiled_transpose(inst: Instruction) -> TransposeDescription | None:
     Packed transposes (narrow types, big enough swapped dims) qualify at any
     rank; otherwise the minor dim is either kept (102: at most
     ``MAX_BITS_IN_MOST_MINOR_DIMENSION`` wide) or swapped (a 021 swap with a
-    dim below 8 stays a loop), and both swapped dims must be >= 4 with a
-    product >= 256.
+    dim below 8 stays a loop, and so does an unpacked 4-bit one), and both
+    swapped dims must be >= 4 with a product >= 256.
     """
     if inst.opcode != "transpose" or inst.array_shape.num_elements == 0:
         return None  # a transpose of nothing moves nothing: never a tiled hero
@@ -195,8 +198,11 @@ def tiled_transpose(inst: Instruction) -> TransposeDescription | None:
         after = out_dims[-1]
         swapped = (dims[-2], out_dims[-2])
     else:
-        # Newer XLA also rejects 4-bit types here (b/415741994); the corpus
-        # (transpose_10_s4, partial_tile_s4) is from a version that tiles them.
+        # A 4-bit transpose of the minor dimension stays a loop (XLA's
+        # b/415741994: its tiled version regressed on bank conflicts); the loop
+        # emitter writes it two elements, one whole byte, per thread.
+        if bits == UNTILED_MINOR_SWAP_BITS:
+            return None
         swapped = (dims[-1], out_dims[-1])
         last_two = perm[-1] == len(perm) - 2 and perm[-2] == len(perm) - 1
         if min(swapped) < MIN_DIMENSION_TO_LAST_TWO_DIMENSIONS_TRANSPOSE_TILED and last_two:

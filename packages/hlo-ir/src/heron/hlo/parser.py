@@ -706,6 +706,12 @@ class _ModuleParser:
             if _SHAPE_START.match(cur.text, pos):
                 parse_shape_at(cur)
             operand, operand_pos = cur.name("an operand name")
+            if cur.text.startswith("#", cur.pos):  # XLA 0.12's `%t#1`: element 1 of tuple t
+                digits = re.match(r"#(\d+)", cur.text[cur.pos :])
+                if digits is None:
+                    raise cur.error(f"expected a tuple index after '{operand}#'", cur.pos)
+                cur.pos += len(digits.group(0))
+                operand = f"{operand}#{digits.group(1)}"
             if positions is not None:
                 positions.setdefault("operands", []).append(operand_pos)
             names.append(operand)
@@ -879,8 +885,11 @@ class _ModuleParser:
     # -- resolution --------------------------------------------------------------------
     def _resolve_operands(self, builder: _ComputationBuilder) -> None:
         by_name = builder.by_name
-        for inst, names in zip(builder.instructions, builder.operand_names):
+        elements: dict[str, Instruction] = {}
+        for inst, names in list(zip(builder.instructions, builder.operand_names)):
             if names:
+                if any("#" in n for n in names):
+                    names = [self._tuple_element(builder, inst, n, elements) for n in names]
                 try:
                     inst.operands = [by_name[n] for n in names]
                 except KeyError:
@@ -890,6 +899,49 @@ class _ModuleParser:
                 for ref in refs.names:
                     if ref not in by_name:
                         self._undefined_control_predecessor(builder, inst, ref)
+
+    def _tuple_element(
+        self,
+        builder: _ComputationBuilder,
+        user: Instruction,
+        operand: str,
+        elements: dict[str, Instruction],
+    ) -> str:
+        """The name of a get-tuple-element standing for XLA's ``t#k`` operand (made once)."""
+        if "#" not in operand:
+            return operand
+        made = elements.get(operand)
+        if made is not None:
+            return made.name
+        base, index_text = operand.split("#", 1)
+        tuple_inst = builder.by_name.get(base)
+        if tuple_inst is None:
+            return base  # reported as an undefined operand
+        index = int(index_text)
+        shape = tuple_inst.shape
+        if not isinstance(shape, TupleShape) or index >= len(shape.elements):
+            raise HloParseError(
+                f"operand '{operand}' of '{user.name}': '{base}' has shape {shape},"
+                f" which has no tuple element {index}",
+                user.location,
+            )
+        name, n = f"{base}.element.{index}", 0
+        while name in builder.by_name:
+            n += 1
+            name = f"{base}.element.{index}.{n}"
+        element = Instruction(
+            name,
+            "get-tuple-element",
+            shape.elements[index],
+            [tuple_inst],
+            {"index": index},
+            location=user.location,
+        )
+        builder.by_name[name] = element
+        builder.instructions.insert(builder.instructions.index(tuple_inst) + 1, element)
+        builder.operand_names.insert(builder.instructions.index(element), [])
+        elements[operand] = element
+        return name
 
     def _reparse(self, inst: Instruction) -> dict[str, Any]:
         """Run the grammar on an instruction again to learn where its pieces are."""

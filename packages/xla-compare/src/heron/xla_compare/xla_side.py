@@ -8,7 +8,10 @@ what XLA left in the dump folder:
   decisions (each entry fusion's kind, backend config and fused computation);
 - ``*thunk_sequence.txt``: each kernel's launch (grid, threads per block,
   dynamic shared memory);
-- ``*.ptx``: the kernels' PTX, measured with ``heron.runtime.cuda.ptx_statistics``.
+- ``*.ptx``: the kernels' PTX, measured with ``heron.runtime.cuda.ptx_statistics``;
+- ``*-memory-usage-report.txt`` and ``*-live-range.txt`` (buffer assignment):
+  the bytes of all allocations and the peak of simultaneously live buffers
+  (:func:`buffer_sizes`).
 
 An XLA CHECK failure aborts the worker: that is an :class:`XlaCompileError`
 whose message is XLA's one fatal line.
@@ -36,6 +39,9 @@ _THUNK_KERNEL = re.compile(
 )
 _COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s+\(.*\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_TOTAL_BYTES = re.compile(r"^Total bytes:\s*(\d+)", re.MULTILINE)
+_PEAK_SECTION = re.compile(r"^\s*Live ranges at \d+ \(peak\):\s*$", re.MULTILINE)
+_CUMULATIVE = re.compile(r"\(cumulative:\s*(\d+) bytes\)")
 _FATAL = re.compile(r"^(F\d{4}\s.*|.*Check failed.*)$", re.MULTILINE)
 
 
@@ -84,6 +90,40 @@ class XlaCompile:
     kernels: list[XlaKernel] = field(default_factory=list)
     #: PTX text per dump file name (for ptxas -v).
     ptx: dict[str, str] = field(default_factory=dict)
+    #: Buffer assignment's memory usage report and live ranges ("" when not dumped).
+    memory_usage_report: str = ""
+    live_range: str = ""
+
+    @property
+    def buffers(self) -> BufferSizes:
+        """Total allocated and peak live bytes, as far as the dump says."""
+        return buffer_sizes(self.memory_usage_report, self.live_range)
+
+
+@dataclass(frozen=True)
+class BufferSizes:
+    """What XLA's buffer assignment says of a module's memory (None: not in the dump)."""
+
+    #: All allocations of the default memory space: parameters, outputs, temporaries.
+    total_bytes: int | None
+    #: The most bytes live at once in XLA's schedule (its "Live ranges at N (peak)").
+    peak_bytes: int | None
+
+
+def buffer_sizes(memory_usage_report: str, live_range: str) -> BufferSizes:
+    """Total bytes from the memory usage report; peak bytes from the live ranges' peak."""
+    total = _TOTAL_BYTES.search(memory_usage_report)
+    peak = None
+    section = _PEAK_SECTION.search(live_range)
+    if section is not None:
+        block = []
+        for line in live_range[section.end() :].splitlines()[1:]:
+            if not line.startswith("    "):
+                break
+            block.append(line)
+        cumulative = [int(v) for v in _CUMULATIVE.findall("\n".join(block))]
+        peak = max(cumulative, default=0)
+    return BufferSizes(int(total.group(1)) if total else None, peak)
 
 
 def _ints(text: str) -> tuple[int, int, int]:
@@ -178,6 +218,8 @@ def read_dump(dump: Path, answer: dict) -> XlaCompile:
         pjrt_api=str(answer.get("pjrt_api", "")),
         optimized_hlo=optimized,
         thunk_sequence=thunks,
+        memory_usage_report=_one_file(dump, "*-memory-usage-report.txt"),
+        live_range=_one_file(dump, "*-live-range.txt"),
     )
     statistics: dict[str, tuple[str, KernelStatistics]] = {}
     for ptx_file in sorted(dump.glob("*.ptx")):

@@ -19,7 +19,7 @@ overhead plus the larger of its memory time and its compute time.
   reducer.
 - Bandwidth, clock, cores and lanes and the launch overhead come from the
   Target (``memory_bandwidth``, ``clock_rate_ghz``, ``core_count``,
-  ``fpus_per_core``, ``kernel_launch_overhead_ns``).
+  ``fpus_per_core``, ``launch_overhead_seconds``).
 
 Host instructions (parameters, constants, tuples, get-tuple-element,
 bitcasts) launch nothing and cost nothing.
@@ -201,7 +201,7 @@ def estimate_computation(
     compute_seconds = flops / (
         target.core_count * target.fpus_per_core * target.clock_rate_ghz * 1e9
     )
-    seconds = target.kernel_launch_overhead_ns * 1e-9 + max(memory_seconds, compute_seconds)
+    seconds = target.launch_overhead_seconds + max(memory_seconds, compute_seconds)
     return KernelCost(dram, cached, write, flops, seconds)
 
 

@@ -97,7 +97,16 @@ def domain_condition(
     callers pass values that lie inside them.
     """
     exprs = [c for c, _ in indexing_map.constraints] + list(extra)
-    values = apply_expressions(indexing_map, exprs, dims, symbols)
+    # Evaluated under the variable ranges only: under the map's own constraints the
+    # simplifier may (rightly, for apply_indexing) take each constraint as holding and
+    # fold the very check computed here, e.g. a pad's `(d0 - 1) mod 2 in [0, 0]` to true.
+    unconstrained = IndexingMap(
+        indexing_map.dimensions,
+        indexing_map.results,
+        indexing_map.range_vars,
+        indexing_map.runtime_vars,
+    )
+    values = apply_expressions(unconstrained, exprs, dims, symbols)
     checks = []
     for value, (_, bounds) in zip(values, indexing_map.constraints, strict=False):
         if bounds.lower == bounds.upper:

@@ -131,11 +131,39 @@ class Kit:
             a.type, ir.StringAttr.get("llvm.sqrt"), [a], [], []
         ).results[0]
 
+    def exp2_approx(self, a: Value) -> Value:
+        """``2^a`` by the hardware's approximate instruction (f32 only), ``-24 <= a <= 1``.
+
+        ``llvm.exp2`` with the ``afn`` flag: NVPTX selects ``ex2.approx.f32``
+        (what libdevice's ``__nv_expf`` and XLA's f32 exponentials use; at most
+        2 ulp, CUDA's ``exp2f`` bound), AMDGPU ``v_exp_f32`` (1 ulp), the host
+        libm's ``exp2f``. The interpreter computes ``2^a`` correctly rounded;
+        the documented error is the instruction's (docs/pipeline.md, "Accuracy
+        contract"). Callers keep the argument at least -24, so the result is
+        normal and flushing subnormals (``.ftz``) could not change it.
+        """
+        if self.is_f64:
+            raise TypeError("exp2_approx is for f32: no GPU has an approximate f64 exp2")
+        return llvm_dialect.CallIntrinsicOp(
+            a.type,
+            ir.StringAttr.get("llvm.exp2"),
+            [a],
+            [],
+            [],
+            fastmathFlags=ir.Attribute.parse("#llvm.fastmath<afn>"),
+        ).results[0]
+
     def poly(self, x: Value, coeffs: Sequence[float]) -> Value:
-        """Horner evaluation of ``sum(coeffs[i] * x**i)``."""
+        """Horner evaluation of ``sum(coeffs[i] * x**i)``, one fma per coefficient.
+
+        Explicit fmas, not a multiply and an add that LLVM might contract:
+        the kernel then computes exactly what the interpreter computes (an
+        fma rounds once), on every backend, and each step costs one
+        instruction (libdevice and XLA's own polynomials are written so too).
+        """
         acc = self.c(coeffs[-1])
         for coeff in reversed(coeffs[:-1]):
-            acc = self.add(self.mul(acc, x), self.c(coeff))
+            acc = self.fma(acc, x, self.c(coeff))
         return acc
 
     def min(self, a: Value, b: Value) -> Value:

@@ -25,6 +25,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith
 
+from heron.emitters.pipeline import math_coefficients as coeffs
 from heron.emitters.pipeline.math_common import Kit
 
 Value = ir.Value
@@ -37,6 +38,9 @@ _LN2_LO = {32: 1.428606765330187045e-06, 64: 1.90821492927058770002e-10}
 _LOG10_2_HI = {32: 0.301025390625, 64: 3.01029995663611771306e-01}
 _LOG10_2_LO = {32: 4.6050389811980175e-06, 64: 3.69423907715893078616e-13}
 _INV_LN10 = 1.0 / math.log(10.0)
+# log2(e) split in two f32 parts (the high part is log2(e) rounded to f32).
+_LOG2E_HI_F32 = float(np.float32(_LOG2E))
+_LOG2E_LO_F32 = float(np.float32(_LOG2E - _LOG2E_HI_F32))
 # Clamp ranges for the exp argument: beyond them the result is 0 or inf anyway.
 _EXP_RANGE = {32: (-104.0, 90.0), 64: (-746.0, 711.0)}
 # Taylor degree for e^r, |r| <= ln2/2.
@@ -57,12 +61,48 @@ def _reduce(kit: Kit, x: Value) -> tuple[Value, Value]:
     """``(k, r)``: ``x = k*ln2 + r``, ``k`` an integer-valued float, ``|r| <= ln2/2``."""
     w = kit.fmt.width
     kf = kit.round_int(kit.mul(x, kit.c(_LOG2E)))
-    r = kit.sub(kit.sub(x, kit.mul(kf, kit.c(_LN2_HI[w]))), kit.mul(kf, kit.c(_LN2_LO[w])))
+    # Two fmas: k*ln2_hi is exact anyway, and k*ln2_lo is not rounded apart.
+    r = kit.fma(kf, kit.c(-_LN2_LO[w]), kit.fma(kf, kit.c(-_LN2_HI[w]), x))
     return kf, r
 
 
-def exp_core(kit: Kit, x: Value, x_lo: Value | None = None, scale_log2: int = 0) -> Value:
-    """``e^(x + x_lo) * 2^scale_log2`` for finite ``x`` (clamped here), ``x_lo`` tiny."""
+def _exp_f32(kit: Kit, x: Value, x_lo: Value | None, scale_log2: int, moderate: bool) -> Value:
+    """f32 ``e^(x + x_lo) * 2^scale_log2`` for any ``x``: ``ex2.approx(x log2e - k) * 2^k``.
+
+    ``k`` is ``x log2e`` rounded, then clamped so that ``2^(k + scale_log2)`` is a
+    normal number; what the clamp leaves (up to 24 below, 3 above) goes into the
+    approximate exp2's argument, which then gives the subnormal or overflowing
+    result (rounded once by the final product). No clamp of ``x``, no two-step
+    scaling, no NaN select: a NaN or infinite ``x`` reaches ex2 as NaN or +-inf
+    (``k`` is clamped with minnum/maxnum before any integer conversion).
+    ``x log2e - k`` is two fmas with log2e split in two f32 parts. ``moderate``:
+    the caller guarantees a finite ``|x| <= 80``, so ``k`` needs no clamp.
+    """
+    kc = kit.round_int(kit.mul(x, kit.c(_LOG2E)))
+    if not moderate:
+        low = arith.MaxNumFOp(kc, kit.c(-126.0 - scale_log2)).result
+        kc = arith.MinNumFOp(low, kit.c(127.0 - scale_log2)).result
+    t = kit.fma(x, kit.c(_LOG2E_LO_F32), kit.fma(x, kit.c(_LOG2E_HI_F32), kit.neg(kc)))
+    if x_lo is not None:
+        t = kit.fma(x_lo, kit.c(_LOG2E), t)
+    k = kit.to_int(kc)
+    if scale_log2:
+        k = kit.iadd(k, kit.ci(scale_log2))
+    return kit.mul(kit.exp2_approx(t), kit.pow2i(k))
+
+
+def exp_core(
+    kit: Kit,
+    x: Value,
+    x_lo: Value | None = None,
+    scale_log2: int = 0,
+    *,
+    moderate: bool = False,
+) -> Value:
+    """``e^(x + x_lo) * 2^scale_log2`` for finite ``x`` (clamped here), ``x_lo`` tiny
+    (f32: any ``x``; ``moderate``: the caller guarantees ``|x| <= 80``)."""
+    if not kit.is_f64:
+        return _exp_f32(kit, x, x_lo, scale_log2, moderate)
     lo, hi = _EXP_RANGE[kit.fmt.width]
     x = kit.min(kit.max(x, kit.c(lo)), kit.c(hi))
     kf, r = _reduce(kit, x)
@@ -80,6 +120,8 @@ def _finite_or_zero(kit: Kit, x: Value) -> Value:
 
 
 def exp(kit: Kit, x: Value) -> Value:
+    if not kit.is_f64:  # NaN and +-inf come out of the f32 core as NaN, inf, 0
+        return exp_core(kit, x)
     return kit.pass_nan(x, exp_core(kit, _finite_or_zero(kit, x)))
 
 
@@ -88,8 +130,11 @@ def exp2(kit: Kit, x: Value) -> Value:
     lo, hi = (-152.0, 130.0) if w == 32 else (-1080.0, 1026.0)
     xs = kit.min(kit.max(_finite_or_zero(kit, x), kit.c(lo)), kit.c(hi))
     kf = kit.round_int(xs)
-    r = kit.mul(kit.sub(xs, kf), kit.c(_LN2))
-    p = kit.poly(r, _exp_coeffs(_EXP_DEGREE[w]))
+    if kit.is_f64:
+        r = kit.mul(kit.sub(xs, kf), kit.c(_LN2))
+        p = kit.poly(r, _exp_coeffs(_EXP_DEGREE[w]))
+    else:  # the fraction, |xs - kf| <= 0.5, is exact: only the instruction's error
+        p = kit.exp2_approx(kit.sub(xs, kf))
     return kit.pass_nan(x, kit.ldexp(p, kit.to_int(kf)))
 
 
@@ -111,8 +156,30 @@ def expm1(kit: Kit, x: Value) -> Value:
     return kit.pass_nan(x, kit.keep_zero(x, result))
 
 
+def _log_parts_f32(kit: Kit, x: Value) -> tuple[Value, Value]:
+    """f32 ``(e, log(m))``, ``m`` in [2/3, 4/3): ``log(1 + f) = f + f^2 Q(f)``, ``f = m - 1``.
+
+    ``e`` comes from the bits of ``x`` minus those of 2/3 (one integer
+    subtraction and a shift: no frexp, no division, no branch on ``m``), and
+    ``Q`` is a degree-8 near-minimax polynomial (math_coefficients.LOG1P_Q,
+    error 7.7e-8 relative, under 0.2 ulp of the logarithm) evaluated with
+    fmas: the length of libdevice's ``logf``.
+    """
+    tiny = kit.lt(x, kit.c(2.0**-126))
+    scaled = kit.select(tiny, kit.mul(x, kit.c(2.0**23)), x)
+    bits = kit.bits(scaled)
+    e = kit.ashr(kit.isub(bits, kit.ci(0x3F2AAAAB)), 23)  # 0x3F2AAAAB: 2/3 rounded up
+    f = kit.sub(kit.bitcast_f(kit.isub(bits, kit.shl(e, 23))), kit.c(1.0))
+    q = kit.poly(f, coeffs.LOG1P_Q_F32)
+    logm = kit.fma(q, kit.mul(f, f), f)
+    e = kit.select(tiny, kit.isub(e, kit.ci(23)), e)
+    return kit.to_float(e), logm
+
+
 def log_parts(kit: Kit, x: Value) -> tuple[Value, Value]:
     """``(e, log(m))`` as floats with ``x = m*2^e``, for finite ``x > 0``."""
+    if not kit.is_f64:
+        return _log_parts_f32(kit, x)
     m, e = kit.frexp(x)
     big = kit.gt(m, kit.c(math.sqrt(2.0)))
     m = kit.select(big, kit.mul(m, kit.c(0.5)), m)
@@ -128,11 +195,12 @@ def log_parts(kit: Kit, x: Value) -> tuple[Value, Value]:
 
 
 def _log_special(kit: Kit, x: Value, result: Value) -> Value:
-    """IEEE/numpy special values of every logarithm: NaN, <0, 0, +inf."""
+    """IEEE/numpy special values of every logarithm: 0 -> -inf, < 0 -> NaN, +inf and NaN
+    -> ``x``. ``result`` may be anything there: the log core runs on these inputs too
+    (plain arithmetic, it cannot trap) and is overwritten."""
     result = kit.select(kit.eq(x, kit.c(0.0)), kit.c(-math.inf), result)
-    result = kit.select(kit.eq(x, kit.inf()), kit.inf(), result)
     result = kit.nan_if(kit.lt(x, kit.c(0.0)), result)
-    return kit.pass_nan(x, result)
+    return kit.select(kit.cmp("uge", x, kit.inf()), x, result)
 
 
 def _log_argument(kit: Kit, x: Value) -> Value:
@@ -144,24 +212,23 @@ def log_finite(kit: Kit, x: Value) -> Value:
     """log for finite ``x > 0`` (no special values)."""
     w = kit.fmt.width
     e, logm = log_parts(kit, x)
-    tail = kit.add(logm, kit.mul(e, kit.c(_LN2_LO[w])))
-    return kit.add(kit.mul(e, kit.c(_LN2_HI[w])), tail)
+    return kit.fma(e, kit.c(_LN2_HI[w]), kit.fma(e, kit.c(_LN2_LO[w]), logm))
 
 
 def log(kit: Kit, x: Value) -> Value:
-    return _log_special(kit, x, log_finite(kit, _log_argument(kit, x)))
+    return _log_special(kit, x, log_finite(kit, x))
 
 
 def log2(kit: Kit, x: Value) -> Value:
-    e, logm = log_parts(kit, _log_argument(kit, x))
-    return _log_special(kit, x, kit.add(e, kit.mul(logm, kit.c(_LOG2E))))
+    e, logm = log_parts(kit, x)
+    return _log_special(kit, x, kit.fma(logm, kit.c(_LOG2E), e))
 
 
 def log10(kit: Kit, x: Value) -> Value:
     w = kit.fmt.width
-    e, logm = log_parts(kit, _log_argument(kit, x))
-    tail = kit.add(kit.mul(logm, kit.c(_INV_LN10)), kit.mul(e, kit.c(_LOG10_2_LO[w])))
-    return _log_special(kit, x, kit.add(kit.mul(e, kit.c(_LOG10_2_HI[w])), tail))
+    e, logm = log_parts(kit, x)
+    tail = kit.fma(logm, kit.c(_INV_LN10), kit.mul(e, kit.c(_LOG10_2_LO[w])))
+    return _log_special(kit, x, kit.fma(e, kit.c(_LOG10_2_HI[w]), tail))
 
 
 def log1p(kit: Kit, x: Value) -> Value:
@@ -186,15 +253,38 @@ def sinh(kit: Kit, x: Value) -> Value:
 
 
 def cosh(kit: Kit, x: Value) -> Value:
-    a = _finite_or_zero(kit, kit.abs(x))
-    e = exp_core(kit, kit.min(a, kit.c(_HYPERBOLIC_BIG[kit.fmt.width])))
-    small = kit.add(kit.mul(kit.c(0.5), e), kit.div(kit.c(0.5), e))
-    large = exp_core(kit, a, scale_log2=-1)
-    r = kit.select(kit.lt(a, kit.c(_HYPERBOLIC_BIG[kit.fmt.width])), small, large)
+    """``h + 1/(4h)`` with ``h = e^|x| / 2`` (one exponential, scaled exactly, so
+    ``h`` overflows exactly where cosh does; libdevice's ``coshf`` does the same)."""
+    a = kit.abs(x)
+    if not kit.is_f64:  # the f32 core passes NaN and inf through
+        h = exp_core(kit, a, scale_log2=-1)
+        return kit.add(h, kit.div(kit.c(0.25), h))
+    h = exp_core(kit, _finite_or_zero(kit, a), scale_log2=-1)
+    return kit.pass_nan(x, kit.add(h, kit.div(kit.c(0.25), h)))
+
+
+#: Below it f32 tanh is its odd polynomial; above, ``1 - 2/(e^2|x| + 1)``.
+_TANH_SMALL_F32 = 0.625
+
+
+def _tanh_f32(kit: Kit, x: Value) -> Value:
+    """``x + x^3 Q(x^2)`` below 0.625 (math_coefficients.TANH_Q, 7e-10 relative),
+    ``1 - 2/(e^2a + 1)`` above with ``e^2a`` from the approximate exp2 (its 2 ulp
+    are at most halved by the subtraction there: ``2/(e^2a + 1) <= 0.46``)."""
+    a = kit.abs(x)
+    z = kit.mul(x, x)
+    small = kit.fma(kit.mul(x, z), kit.poly(z, coeffs.TANH_Q_F32), x)
+    # NaN -> 9.5 (minnum; the result is replaced below), so the exponent stays moderate.
+    capped = arith.MinNumFOp(a, kit.c(_HYPERBOLIC_BIG[32])).result
+    e = exp_core(kit, kit.add(capped, capped), moderate=True)
+    large = kit.copysign(kit.sub(kit.c(1.0), kit.div(kit.c(2.0), kit.add(e, kit.c(1.0)))), x)
+    r = kit.select(kit.lt(a, kit.c(_TANH_SMALL_F32)), small, large)
     return kit.pass_nan(x, r)
 
 
 def tanh(kit: Kit, x: Value) -> Value:
+    if not kit.is_f64:
+        return _tanh_f32(kit, x)
     a = kit.abs(x)
     t = expm1(kit, kit.mul(kit.c(2.0), kit.min(a, kit.c(_HYPERBOLIC_BIG[kit.fmt.width]))))
     below = kit.div(t, kit.add(t, kit.c(2.0)))
@@ -204,31 +294,36 @@ def tanh(kit: Kit, x: Value) -> Value:
 
 
 def asinh(kit: Kit, x: Value) -> Value:
+    """One log1p of an argument chosen by ``|x|`` (fdlibm's three identities):
+    ``a + a^2/(1 + sqrt(a^2+1))`` up to 2, ``2a + 1/(sqrt(a^2+1) + a) - 1`` above,
+    ``a - 1`` (plus ln2 after) above 2^28 / 2^12 where ``a^2`` is no longer needed;
+    one square root and one division for all three."""
     a = kit.abs(x)
-    huge_limit = 2.0**28 if kit.is_f64 else 2.0**12
-    huge = kit.gt(a, kit.c(huge_limit))
+    huge = kit.gt(a, kit.c(2.0**28 if kit.is_f64 else 2.0**12))
+    big = kit.gt(a, kit.c(2.0))
     a2 = kit.mul(a, a)
     root = kit.sqrt(kit.add(a2, kit.c(1.0)))
-    mid_arg = kit.add(kit.mul(kit.c(2.0), a), kit.div(kit.c(1.0), kit.add(root, a)))
-    big_log = kit.add(
-        log(kit, kit.select(huge, a, mid_arg)), kit.select(huge, kit.c(_LN2), kit.c(0.0))
+    q = kit.div(
+        kit.select(big, kit.c(1.0), a2),
+        kit.select(big, kit.add(root, a), kit.add(kit.c(1.0), root)),
     )
-    small = log1p(kit, kit.add(a, kit.div(a2, kit.add(kit.c(1.0), root))))
-    r = kit.select(kit.gt(a, kit.c(2.0)), big_log, small)
+    big_arg = kit.sub(kit.add(kit.add(a, a), q), kit.c(1.0))
+    arg = kit.select(huge, kit.sub(a, kit.c(1.0)), kit.select(big, big_arg, kit.add(a, q)))
+    r = kit.add(log1p(kit, arg), kit.select(huge, kit.c(_LN2), kit.c(0.0)))
     return kit.pass_nan(x, kit.keep_zero(x, kit.copysign(r, x)))
 
 
 def acosh(kit: Kit, x: Value) -> Value:
-    huge_limit = 2.0**28 if kit.is_f64 else 2.0**12
-    huge = kit.gt(x, kit.c(huge_limit))
-    root = kit.sqrt(kit.sub(kit.mul(x, x), kit.c(1.0)))
-    mid_arg = kit.sub(kit.mul(kit.c(2.0), x), kit.div(kit.c(1.0), kit.add(x, root)))
-    big_log = kit.add(
-        log(kit, kit.select(huge, x, mid_arg)), kit.select(huge, kit.c(_LN2), kit.c(0.0))
-    )
+    """One log1p, as :func:`asinh`: ``t + sqrt(2t + t^2)`` (``t = x - 1``, exact up to
+    2), ``2x - 1/(x + sqrt(x^2-1)) - 1`` above, ``x - 1`` (plus ln2) when huge;
+    ``x^2 - 1`` is ``2t + t^2``, one fma, so the same root serves both."""
+    huge = kit.gt(x, kit.c(2.0**28 if kit.is_f64 else 2.0**12))
+    big = kit.gt(x, kit.c(2.0))
     t = kit.sub(x, kit.c(1.0))
-    small = log1p(kit, kit.add(t, kit.sqrt(kit.add(kit.mul(kit.c(2.0), t), kit.mul(t, t)))))
-    r = kit.select(kit.gt(x, kit.c(2.0)), big_log, small)
+    root = kit.sqrt(kit.fma(t, t, kit.add(t, t)))
+    big_arg = kit.sub(kit.sub(kit.add(x, x), kit.div(kit.c(1.0), kit.add(x, root))), kit.c(1.0))
+    arg = kit.select(huge, t, kit.select(big, big_arg, kit.add(t, root)))
+    r = kit.add(log1p(kit, arg), kit.select(huge, kit.c(_LN2), kit.c(0.0)))
     r = kit.nan_if(kit.lt(x, kit.c(1.0)), r)
     return kit.pass_nan(x, r)
 

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from heron.hlo.attributes import ComputationRef
+from heron.hlo.control_flow import branch_index, conditional_branches
 from heron.hlo.evaluator.interpreter import (
     MAX_WHILE_ITERATIONS_ENV,
     TOKEN,
     instruction_error,
     unsupported,
 )
-from heron.hlo.ir import Computation, Instruction, Literal
+from heron.hlo.ir import Instruction, Literal
 from heron.hlo.opcodes import OPCODES, Category
 from heron.hlo.shapes import Shape, TupleShape
 
@@ -67,31 +67,14 @@ def _while(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
     )
 
 
-def _branches(inst: Instruction) -> list[Computation]:
-    refs = inst.attributes.get("branch_computations")
-    if refs is not None:
-        refs = refs if isinstance(refs, tuple) else (refs,)
-        comps = [r.computation for r in refs if isinstance(r, ComputationRef)]
-        if len(comps) != len(refs) or any(c is None for c in comps) or not comps:
-            raise instruction_error(inst, "branch_computations are not resolved computations")
-        return comps  # type: ignore[return-value]
-    return [inst.called("true_computation"), inst.called("false_computation")]
-
-
 def _conditional(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
     """A pred picks branch 0 (true) or 1 (false); an index out of range picks the last."""
-    selector = np.asarray(ops[0])
-    branches = _branches(inst)
+    branches = conditional_branches(inst)
     if len(ops) != len(branches) + 1:
         raise instruction_error(
             inst, f"{len(branches)} branches need {len(branches) + 1} operands, got {len(ops)}"
         )
-    if selector.dtype == np.bool_:
-        index = 0 if bool(selector) else 1
-    else:
-        index = int(selector.astype(np.int64))
-        if not 0 <= index < len(branches):
-            index = len(branches) - 1
+    index = branch_index(ops[0], len(branches))
     return ev.call(branches[index], [ops[index + 1]])
 
 

@@ -18,7 +18,7 @@ The rules, by opcode (each a function registered with :func:`_rule`):
   full ``slice``, ``reverse`` of no dimension or of size-1 dimensions, an
   all-zero ``pad``, a one-operand ``concatenate``, a ``dynamic-update-slice``
   whose update is the whole operand;
-- chains folded into one instruction: ``reshape(reshape)``,
+- chains folded into one instruction: ``reshape(reshape)``, ``bitcast(bitcast)``,
   ``broadcast(broadcast)``, ``transpose(transpose)``, ``slice(slice)``, and a
   ``dynamic-slice`` with constant start indices becomes a ``slice`` (with the
   clamping ``dynamic-slice`` applies);
@@ -37,17 +37,16 @@ from collections.abc import Callable
 import numpy as np
 
 from heron.hlo.attributes import SliceRange
-from heron.hlo.builder import NameUniquer
 from heron.hlo.errors import HloError
 from heron.hlo.evaluator import evaluate_computation
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
+    Inserter,
     has_side_effect,
     module_names,
     non_fusion_computations,
     remove_instructions,
-    replace_all_uses,
 )
 from heron.hlo.shapes import ArrayShape, Shape
 
@@ -85,36 +84,7 @@ _NOT_FOLDED = frozenset(
 )
 
 
-class _Rewriter:
-    """One computation's rewrite: adds new instructions under module-unique names."""
-
-    def __init__(self, computation: Computation, names: NameUniquer) -> None:
-        self.computation = computation
-        self.names = names
-
-    def add(
-        self,
-        opcode: str,
-        shape: Shape,
-        operands: list[Instruction],
-        attributes: dict | None = None,
-        *,
-        like: Instruction,
-        literal: object = None,
-    ) -> Instruction:
-        inst = Instruction(
-            name=self.names.unique(like.name),
-            opcode=opcode,
-            shape=shape,
-            operands=operands,
-            attributes=dict(attributes or {}),
-            literal=literal,
-            location=like.location,
-        )
-        return self.computation.add(inst)
-
-
-Rule = Callable[[Instruction, _Rewriter], Instruction | None]
+Rule = Callable[[Instruction, Inserter], Instruction | None]
 _RULES: dict[str, list[Rule]] = {}
 
 
@@ -138,11 +108,11 @@ def simplify_algebra(module: Module) -> bool:
     names = module_names(module)
     changed = False
     for computation in non_fusion_computations(module):
-        rewriter = _Rewriter(computation, names)
+        rewriter = Inserter(computation, names)
         replaced: list[Instruction] = []
         for inst in computation.post_order():
             replacement = _simplify(inst, rewriter)
-            if replacement is not None and replace_all_uses(computation, inst, replacement):
+            if replacement is not None and rewriter.replace(inst, replacement):
                 replaced.append(inst)
                 changed = True
         # What was replaced is dead unless it has an effect (dce removes the rest).
@@ -150,7 +120,7 @@ def simplify_algebra(module: Module) -> bool:
     return changed
 
 
-def _simplify(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _simplify(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     """The instruction ``inst`` becomes after its rules applied until none does."""
     current = inst
     for _ in range(16):  # chains shorten every step; the bound only guards a bad rule
@@ -161,7 +131,7 @@ def _simplify(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
     return None if current is inst else current
 
 
-def _apply_rules(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _apply_rules(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     if has_side_effect(inst) or "control-predecessors" in inst.attributes:
         return None
     for rule in _RULES.get(inst.opcode, ()):
@@ -251,7 +221,7 @@ def _integral(inst: Instruction) -> bool:
 
 
 @_rule("add")
-def _add_zero(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _add_zero(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     for keep, other in ((0, 1), (1, 0)):
         zero = inst.operands[other]
         if _floating(inst) and _is_value(zero, 0, negative_zero=True):
@@ -262,7 +232,7 @@ def _add_zero(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
 
 
 @_rule("subtract")
-def _subtract_zero(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _subtract_zero(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     zero = inst.operands[1]
     if (_floating(inst) and _is_value(zero, 0)) or (_integral(inst) and _is_value(zero, 0)):
         return _elementwise_operand(inst, 0)
@@ -270,7 +240,7 @@ def _subtract_zero(inst: Instruction, rewriter: _Rewriter) -> Instruction | None
 
 
 @_rule("multiply")
-def _multiply_one(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _multiply_one(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     if not (_floating(inst) or _integral(inst)) or inst.shape.element_type.is_pred:
         return None
     for keep, other in ((0, 1), (1, 0)):
@@ -280,21 +250,21 @@ def _multiply_one(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
 
 
 @_rule("divide")
-def _divide_one(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _divide_one(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     if (_floating(inst) or _integral(inst)) and _is_value(inst.operands[1], 1):
         return _elementwise_operand(inst, 0)
     return None
 
 
 @_rule("and", "or", "maximum", "minimum")
-def _same_operands(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _same_operands(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     if inst.operands[0] is inst.operands[1]:
         return _elementwise_operand(inst, 0)
     return None
 
 
 @_rule("and", "or")
-def _logical_identity(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _logical_identity(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     if not _integral(inst):
         return None
     dtype = inst.shape.element_type.numpy_dtype
@@ -308,7 +278,7 @@ def _logical_identity(inst: Instruction, rewriter: _Rewriter) -> Instruction | N
 
 
 @_rule("negate", "not")
-def _twice(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _twice(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     inner = inst.operands[0]
     if inner.opcode == inst.opcode:
         return _passes_through(inst, inner.operands[0])
@@ -316,7 +286,7 @@ def _twice(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
 
 
 @_rule("select")
-def _select(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _select(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     predicate, on_true, on_false = inst.operands
     if on_true is on_false:
         return _passes_through(inst, on_true)
@@ -330,7 +300,7 @@ _MIRRORED = {"EQ": "EQ", "NE": "NE", "LT": "GT", "GT": "LT", "LE": "GE", "GE": "
 
 
 @_rule("compare")
-def _constant_to_the_right(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _constant_to_the_right(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     lhs, rhs = inst.operands
     if not _constant_like(lhs) or _constant_like(rhs):
         return None
@@ -346,17 +316,28 @@ def _constant_to_the_right(inst: Instruction, rewriter: _Rewriter) -> Instructio
 
 
 @_rule("reshape", "bitcast", "copy")
-def _no_op_move(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _no_op_move(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     return _passes_through(inst, inst.operands[0])
 
 
+@_rule("bitcast")
+def _bitcast_chain(inst: Instruction, rewriter: Inserter) -> Instruction | None:
+    operand = inst.operands[0]
+    if operand.opcode != "bitcast":
+        return None
+    inner = operand.operands[0]
+    if _same_layout_shape(inst.shape, inner.shape):
+        return inner
+    return rewriter.add("bitcast", inst.shape, [inner], like=inst)
+
+
 @_rule("convert")
-def _same_type_convert(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _same_type_convert(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     return _passes_through(inst, inst.operands[0])
 
 
 @_rule("transpose")
-def _transpose(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _transpose(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     permutation = tuple(inst.attr("dimensions"))
     operand = inst.operands[0]
     if permutation == tuple(range(len(permutation))):
@@ -371,7 +352,7 @@ def _transpose(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
 
 
 @_rule("reshape")
-def _reshape_chain(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _reshape_chain(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     operand = inst.operands[0]
     if operand.opcode == "reshape":
         return rewriter.add("reshape", inst.shape, [operand.operands[0]], like=inst)
@@ -379,7 +360,7 @@ def _reshape_chain(inst: Instruction, rewriter: _Rewriter) -> Instruction | None
 
 
 @_rule("broadcast")
-def _broadcast(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _broadcast(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     dimensions = tuple(inst.attr("dimensions"))
     operand = inst.operands[0]
     if dimensions == tuple(range(len(inst.shape.dims))):
@@ -394,7 +375,7 @@ def _broadcast(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
 
 
 @_rule("slice")
-def _slice(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _slice(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     ranges: tuple[SliceRange, ...] = tuple(inst.attr("slice"))
     operand = inst.operands[0]
     full = all(
@@ -419,7 +400,7 @@ def _slice(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
 
 
 @_rule("reverse")
-def _reverse(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _reverse(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     operand = inst.operands[0]
     if all(operand.shape.dims[d] <= 1 for d in inst.attr("dimensions")):
         return _passes_through(inst, operand)
@@ -427,7 +408,7 @@ def _reverse(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
 
 
 @_rule("pad")
-def _pad(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _pad(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     config = inst.attr("padding")
     if all(d.low == 0 and d.high == 0 and d.interior == 0 for d in config.dims):
         return _passes_through(inst, inst.operands[0])
@@ -435,14 +416,14 @@ def _pad(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
 
 
 @_rule("concatenate")
-def _concatenate(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _concatenate(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     if len(inst.operands) == 1:
         return _passes_through(inst, inst.operands[0])
     return None
 
 
 @_rule("dynamic-update-slice")
-def _whole_update(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _whole_update(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     operand, update = inst.operands[0], inst.operands[1]
     if update.shape.same_type_and_dims(operand.shape):
         return _passes_through(inst, update)
@@ -450,7 +431,7 @@ def _whole_update(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
 
 
 @_rule("dynamic-slice")
-def _constant_start(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _constant_start(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     operand, starts = inst.operands[0], inst.operands[1:]
     values = [_splat(start) for start in starts]
     if any(v is None for v in values) or any(s.shape.dims for s in starts):
@@ -466,7 +447,7 @@ def _constant_start(inst: Instruction, rewriter: _Rewriter) -> Instruction | Non
 # -- constant folding ------------------------------------------------------------------
 
 
-def _fold_constant(inst: Instruction, rewriter: _Rewriter) -> Instruction | None:
+def _fold_constant(inst: Instruction, rewriter: Inserter) -> Instruction | None:
     if inst.opcode in _NOT_FOLDED or not inst.operands:
         return None
     if not isinstance(inst.shape, ArrayShape) or inst.shape.element_type.is_token:

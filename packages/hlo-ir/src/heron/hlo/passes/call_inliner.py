@@ -19,7 +19,7 @@ from heron.hlo.attributes import InstructionRefs
 from heron.hlo.builder import NameUniquer
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
-from heron.hlo.passes.rewrite import module_names, remove_instructions, replace_all_uses
+from heron.hlo.passes.rewrite import Uses, module_names
 
 __all__ = ["inline_calls"]
 
@@ -30,9 +30,21 @@ def inline_calls(module: Module) -> bool:
     names = module_names(module)
     changed = False
     for computation in _callees_first(module):
-        for call in [i for i in computation.instructions if i.opcode == "call"]:
-            _inline(computation, call, names)
-            changed = True
+        if not any(i.opcode == "call" for i in computation.instructions):
+            continue
+        uses = Uses(computation)
+        instructions: list[Instruction] = []
+        for inst in computation.instructions:
+            if inst.opcode != "call":
+                instructions.append(inst)
+                continue
+            clones, result = _inline(computation, inst, names)
+            instructions.extend(clones)
+            for clone in clones:
+                uses.record(clone)
+            uses.replace(inst, result)
+        computation.instructions = instructions
+        changed = True
     return changed
 
 
@@ -56,7 +68,10 @@ def _callees_first(module: Module) -> list[Computation]:
     return order
 
 
-def _inline(caller: Computation, call: Instruction, names: NameUniquer) -> None:
+def _inline(
+    caller: Computation, call: Instruction, names: NameUniquer
+) -> tuple[list[Instruction], Instruction]:
+    """Clones of ``call``'s body for ``caller`` (operands first) and the clone of its root."""
     body = call.called("to_apply")
     mapped: dict[int, Instruction] = {}
     renamed: dict[str, str] = {}
@@ -85,8 +100,4 @@ def _inline(caller: Computation, call: Instruction, names: NameUniquer) -> None:
             clone.attributes["control-predecessors"] = InstructionRefs(
                 tuple(renamed.get(name, name) for name in predecessors.names)
             )
-    position = caller.instructions.index(call)
-    caller.instructions[position:position] = clones
-    result = mapped[id(body.root_instruction)]
-    replace_all_uses(caller, call, result)
-    remove_instructions(caller, [call])
+    return clones, mapped[id(body.root_instruction)]

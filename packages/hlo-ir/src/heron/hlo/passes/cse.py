@@ -23,10 +23,10 @@ from heron.hlo.attribute_syntax import format_attribute
 from heron.hlo.ir import Computation, Instruction, Literal, Module
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
+    Uses,
     has_side_effect,
     non_fusion_computations,
     remove_instructions,
-    replace_all_uses,
 )
 
 __all__ = ["eliminate_common_subexpressions"]
@@ -47,13 +47,14 @@ def eliminate_common_subexpressions(module: Module) -> bool:
 def _merge(computation: Computation) -> bool:
     kept: dict[tuple[Any, ...], Instruction] = {}
     merged: list[Instruction] = []
+    uses = Uses(computation)
     for inst in computation.post_order():
         if not _mergeable(inst):
             continue
         key = _key(inst)
         original = kept.setdefault(key, inst)
         if original is not inst:
-            replace_all_uses(computation, inst, original)
+            uses.replace(inst, original)
             merged.append(inst)
     return remove_instructions(computation, merged) > 0
 

@@ -10,10 +10,12 @@ instruction (``kind=kLoop``, same name and shape) that calls it.
 
 What the executor does on the host stays as it is: parameters, constants,
 tuples, get-tuple-element, bitcasts, and fusions already made. Instructions no
-heron emitter can run as a loop fusion (dot, convolution, sort, control flow,
+heron emitter can run as a loop fusion (dot, convolution, control flow,
 custom calls, collectives, random numbers, fft, ...) are refused here, with an
 error naming the instruction, its opcode and shape, rather than later with an
-emitter's error about a fusion the user never wrote.
+emitter's error about a fusion the user never wrote. A ``sort`` becomes a
+fusion of its own, as XLA gives it a kernel of its own (``HERO_OPCODES``):
+its hero emitter (``heron.plugins.sort``), not the loop emitter, emits it.
 """
 
 from __future__ import annotations
@@ -26,20 +28,23 @@ from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.verifier import verify_module
 
-__all__ = ["HOST_OPCODES", "REFUSED_OPCODES", "outline_module", "outlined_name"]
+__all__ = ["HERO_OPCODES", "HOST_OPCODES", "REFUSED_OPCODES", "outline_module", "outlined_name"]
 
 #: Instructions the sequential executor evaluates on the host (no kernel).
 HOST_OPCODES = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
 
+#: Instructions outlined alone into a fusion that a hero emitter, not the loop
+#: emitter, emits (XLA gives them a kernel of their own).
+HERO_OPCODES = frozenset({"sort"})
+
 #: Opcodes no heron emitter runs as a loop fusion: library calls in XLA (dot,
-#: convolution, fft, sort, custom-call), control flow and calls (their bodies
+#: convolution, fft, custom-call), control flow and calls (their bodies
 #: would need an executor of their own), collectives, and random number generators.
 REFUSED_OPCODES = frozenset(
     {
         "dot",
         "convolution",
         "fft",
-        "sort",
         "custom-call",
         "triangular-solve",
         "cholesky",
@@ -105,7 +110,7 @@ def _refuse(inst: Instruction, why: str) -> UnsupportedError:
 def _check_outlinable(inst: Instruction, computable: Collection[str] | None) -> None:
     if inst.opcode in REFUSED_OPCODES:
         raise _refuse(inst, f"no heron emitter handles {inst.opcode} yet")
-    if computable is not None and inst.opcode not in computable:
+    if computable is not None and inst.opcode not in computable and inst.opcode not in HERO_OPCODES:
         raise _refuse(inst, f"heron's loop emitter has no lowering for {inst.opcode}")
 
 

@@ -2,13 +2,28 @@
 
 The order follows XLA's ``OptimizeHloModule``: inline calls first (everything
 after sees one flat graph per computation), then simplify to a fixed point,
-since each rewrite exposes work for the others (a merged constant makes a
-tuple element identical; an eliminated tuple leaves dead code).
+since each rewrite exposes work for the others (a folded constant decides a
+conditional, whose branch becomes a call to inline; a merged constant makes a
+tuple element identical; an eliminated tuple leaves dead code). Layouts come
+last, as in XLA: every shape gets one, reshapes that move no byte become
+bitcasts and layout-changing copies become transposes, and a last round of
+simplification folds the bitcast chains that leaves.
 """
 
 from __future__ import annotations
 
-from heron.hlo.passes import algebraic_simplifier, call_inliner, cse, dce, tuple_simplifier
+from heron.hlo.passes import (
+    algebraic_simplifier,
+    call_inliner,
+    conditional_simplifier,
+    cse,
+    dce,
+    dot_decomposer,
+    layouts,
+    topk_decomposer,
+    tuple_simplifier,
+    while_loop_simplifier,
+)
 from heron.hlo.passes.manager import FixedPoint, Pipeline
 from heron.hlo.passes.registry import pass_named
 
@@ -16,22 +31,54 @@ __all__ = ["simplification_pipeline"]
 
 # The modules above register their passes when imported; name them so the
 # imports are visibly needed.
-_REGISTERING = (algebraic_simplifier, call_inliner, cse, dce, tuple_simplifier)
+_REGISTERING = (
+    algebraic_simplifier,
+    call_inliner,
+    conditional_simplifier,
+    cse,
+    dce,
+    dot_decomposer,
+    layouts,
+    topk_decomposer,
+    tuple_simplifier,
+    while_loop_simplifier,
+)
 
 
 def simplification_pipeline() -> Pipeline:
-    """``call-inliner``, then the simplifiers, ``hlo-dce`` and ``hlo-cse`` to a fixed point."""
+    """Inline calls, decompose topk, canonicalise dots; then simplify to a fixed point."""
     return Pipeline(
         "simplification",
         (
             pass_named("call-inliner"),
+            pass_named("topk-decomposer"),
+            pass_named("dot-decomposer"),
             FixedPoint(
                 "simplify",
                 (
                     pass_named("algebraic-simplifier"),
+                    pass_named("conditional-simplifier"),
+                    pass_named("while-loop-simplifier"),
+                    pass_named("call-inliner"),
                     pass_named("tuple-simplifier"),
                     pass_named("hlo-dce"),
                     pass_named("hlo-cse"),
+                ),
+            ),
+            Pipeline(
+                "layout",
+                (
+                    pass_named("layout-assignment"),
+                    pass_named("reshape-decomposer"),
+                    pass_named("layout-normalization"),
+                    FixedPoint(
+                        "cleanup",
+                        (
+                            pass_named("algebraic-simplifier"),
+                            pass_named("hlo-dce"),
+                            pass_named("hlo-cse"),
+                        ),
+                    ),
                 ),
             ),
         ),

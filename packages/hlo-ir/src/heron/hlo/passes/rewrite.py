@@ -13,9 +13,12 @@ from collections.abc import Iterable
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.builder import NameUniquer
 from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.shapes import Shape
 
 __all__ = [
     "SIDE_EFFECT_OPCODES",
+    "Inserter",
+    "Uses",
     "has_side_effect",
     "module_names",
     "non_fusion_computations",
@@ -87,6 +90,100 @@ def replace_all_uses(computation: Computation, old: Instruction, new: Instructio
         computation.root = new
         changed = True
     return changed
+
+
+class Uses:
+    """Who uses each instruction of one computation, kept current as a pass rewrites it.
+
+    :func:`replace_all_uses` scans the whole computation, which makes a pass
+    that replaces many instructions quadratic; a pass that rewrites as it walks
+    builds one ``Uses`` per computation and replaces through it instead (linear
+    in the uses it touches). New instructions are registered with :meth:`add`.
+    """
+
+    def __init__(self, computation: Computation) -> None:
+        self.computation = computation
+        self._users: dict[int, list[Instruction]] = {}
+        for inst in computation.instructions:
+            self._register(inst)
+
+    def _register(self, inst: Instruction) -> None:
+        seen: set[int] = set()
+        for operand in inst.operands:
+            if id(operand) not in seen:
+                seen.add(id(operand))
+                self._users.setdefault(id(operand), []).append(inst)
+
+    def users(self, inst: Instruction) -> list[Instruction]:
+        """The instructions with ``inst`` among their operands (each once)."""
+        return list(self._users.get(id(inst), ()))
+
+    def add(self, inst: Instruction) -> Instruction:
+        """Add ``inst`` to the computation and record its operands' new user."""
+        self.computation.add(inst)
+        self._register(inst)
+        return inst
+
+    def record(self, inst: Instruction) -> None:
+        """Record the uses of ``inst``, which the caller puts into the computation itself."""
+        self._register(inst)
+
+    def replace(self, old: Instruction, new: Instruction) -> bool:
+        """Make every user of ``old`` (and the root) use ``new``; True if anything changed."""
+        if old is new:
+            return False
+        users = self._users.pop(id(old), [])
+        targets = self._users.setdefault(id(new), [])
+        for user in users:
+            user.operands = [new if operand is old else operand for operand in user.operands]
+            if not any(existing is user for existing in targets):
+                targets.append(user)
+        changed = bool(users)
+        if self.computation.root is old:
+            self.computation.root = new
+            changed = True
+        return changed
+
+
+class Inserter:
+    """Adds the instructions a rewrite creates to one computation, and replaces through them.
+
+    A new instruction is named after the one it stands for (``like``, with an
+    optional ``suffix``: ``dot.1.lhs_transpose``), unique in the module, carries
+    that instruction's source location (errors about it point at the user's
+    text), and has its uses recorded in :attr:`uses`.
+    """
+
+    def __init__(self, computation: Computation, names: NameUniquer) -> None:
+        self.uses = Uses(computation)
+        self.names = names
+
+    def add(
+        self,
+        opcode: str,
+        shape: Shape,
+        operands: Iterable[Instruction] = (),
+        attributes: dict | None = None,
+        *,
+        like: Instruction,
+        suffix: str | None = None,
+        literal: object = None,
+    ) -> Instruction:
+        base = f"{like.name}.{suffix}" if suffix else like.name
+        return self.uses.add(
+            Instruction(
+                self.names.unique(base),
+                opcode,
+                shape,
+                operands=list(operands),
+                attributes=dict(attributes or {}),
+                literal=literal,
+                location=like.location,
+            )
+        )
+
+    def replace(self, old: Instruction, new: Instruction) -> bool:
+        return self.uses.replace(old, new)
 
 
 def remove_instructions(computation: Computation, dead: Iterable[Instruction]) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
-from heron.hlo.passes.rewrite import non_fusion_computations, replace_all_uses
+from heron.hlo.passes.rewrite import Uses, non_fusion_computations
 from heron.hlo.shapes import TupleShape
 
 __all__ = ["simplify_tuples"]
@@ -26,10 +26,11 @@ def simplify_tuples(module: Module) -> bool:
     """Apply both rewrites everywhere outside fusion bodies; True when anything changed."""
     changed = False
     for computation in non_fusion_computations(module):
+        uses = Uses(computation)
         for inst in computation.post_order():
             replacement = _element_of_tuple(inst) or _rebuilt_tuple(inst)
             if replacement is not None:
-                changed |= replace_all_uses(computation, inst, replacement)
+                changed |= uses.replace(inst, replacement)
     return changed
 
 

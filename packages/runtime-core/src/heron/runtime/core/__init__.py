@@ -15,10 +15,17 @@ that each of them can be installed, editable or not, without the others.
   a backend;
 - ``driver_probe``, ``gpu_backend``: what the CUDA and ROCm backends share
   (is there a driver; the spec of a backend that compiles but cannot launch yet).
+- ``thunks``: the thunk types an executable's program is made of (kernel,
+  copy, memset, sequential, while, conditional, library call, command buffer),
+  validated, with their JSON form;
+- ``artefact``: the executable artefact file (a zip with a verified manifest),
+  ``save`` and ``load``;
+- ``heron_run``: the ``heron-run`` console script (verify and describe an artefact).
 
 It imports heron.hlo only, never MLIR, llvmlite or heron's compile side (the
 import-linter contracts check it): a machine that only runs compiled kernels
-needs none of them. Thunks and executables are the next issues.
+needs none of them. The thunk executor, the command-buffer conversion and the
+GPU devices' launches are not built yet (docs/runtime.md).
 """
 
 __version__ = "0.1.0"

@@ -106,6 +106,8 @@ class InterpreterDevice(Device):
         self.work_limit = work_limit if work_limit is not None else _work_limit_from_env()
         #: Host bytes held by live buffers (allocated and not freed).
         self.live_bytes = 0
+        #: Hears every launch's memory accesses (``heron profile``); None: nothing recorded.
+        self.observer = None
 
     @property
     def description(self) -> str:
@@ -203,6 +205,7 @@ class InterpreterDevice(Device):
             max_lanes=self.max_lanes,
             warp_size=self.warp_size,
             work_limit=self.work_limit,
+            observer=self.observer,
         )
 
     def synchronize(self) -> None:

@@ -158,6 +158,7 @@ class Launch:
         lanes: LaneSpace,
         globals_memory: dict[str, Any],
         work: WorkCounter | None = None,
+        observer: Any = None,
     ) -> None:
         self.program = program
         self.kernel = kernel
@@ -168,6 +169,9 @@ class Launch:
         self.globals_memory = globals_memory
         #: Free for semantics modules to keep per-batch state in (shared memory trackers...).
         self.state: dict[str, Any] = {}
+        #: Hears every memory access and every block of operations run (a profiler,
+        #: ``heron.runtime.interpreter.profile.AccessRecorder``); None: nothing is recorded.
+        self.observer = observer
 
     @property
     def kernel_name(self) -> str:
@@ -237,6 +241,8 @@ class Frame:
         for value_id, value in zip(block.arguments, arguments, strict=True):
             self.values[value_id] = value
         self.launch.work.add(len(block.ops) * (self.lanes.size + OPERATION_OVERHEAD_LANES))
+        if self.launch.observer is not None:
+            self.launch.observer.operations(self, len(block.ops))
         for op in block.ops:
             if op.name in TERMINATORS:
                 return self.operands(op)
@@ -300,6 +306,7 @@ def run_kernel(
     max_lanes: int = DEFAULT_MAX_LANES,
     warp_size: int = 32,
     work_limit: int | None = None,
+    observer: Any = None,
 ) -> None:
     """Run ``kernel_name`` of ``program`` over ``grid`` x ``block`` on ``arguments``.
 
@@ -307,6 +314,7 @@ def run_kernel(
     (:class:`heron.runtime.interpreter.memory.MemRef` values), in order;
     the workgroup attributions get fresh shared memory for every block.
     ``work_limit``: lane-operations the launch may do (:class:`WorkCounter`).
+    ``observer``: told of every memory access and block of operations (:class:`Launch`).
     """
     from heron.runtime.interpreter import memory
 
@@ -337,7 +345,7 @@ def run_kernel(
     work = WorkCounter(kernel_name, work_limit)
     with np.errstate(all="ignore"):
         for lanes in batches(grid, block, max_lanes, warp_size):
-            launch = Launch(program, kernel, lanes, globals_memory, work)
+            launch = Launch(program, kernel, lanes, globals_memory, work, observer)
             shared = [
                 memory.shared_memref(launch, parse_type(t), f"workgroup {i}")
                 for i, t in enumerate(workgroup_types)

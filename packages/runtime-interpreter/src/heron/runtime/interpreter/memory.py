@@ -287,6 +287,8 @@ def read(frame: Frame, op: Op, ref: MemRef, flat, width: int = 1) -> np.ndarray:
     elements = ref.elements()
     lanes_count = frame.lanes.size
     active = _active_lanes(frame)
+    if frame.launch.observer is not None:
+        frame.launch.observer.access(frame, op, "load", ref, flat, width, active)
     rows = lane_rows(frame, ref)
     flat = np.asarray(flat, np.int64)
     if np.ndim(rows) == 0 and flat.ndim == 0 and active is None:
@@ -325,6 +327,8 @@ def write(frame: Frame, op: Op, ref: MemRef, flat, values, width: int = 1) -> No
     active = _active_lanes(frame)
     if active is not None and active.size == 0:
         return
+    if frame.launch.observer is not None:
+        frame.launch.observer.access(frame, op, "store", ref, flat, width, active)
     rows = lane_rows(frame, ref)
     positions = _element_positions(flat, active, lanes_count, width)
     data = np.asarray(values, ref.type.dtype)
@@ -535,6 +539,8 @@ def atomic_targets(frame: Frame, op: Op, ref: MemRef, flat) -> tuple[np.ndarray,
     size = frame.lanes.size
     rows = np.broadcast_to(np.asarray(lane_rows(frame, ref), np.int64), (size,))[lanes]
     cols = np.broadcast_to(np.asarray(flat, np.int64), (size,))[lanes]
+    if frame.launch.observer is not None and lanes.size:
+        frame.launch.observer.access(frame, op, "atomic", ref, flat, 1, lanes)
     if memory.written is not None and lanes.size:
         _check_shared_atomic(frame, op, ref, rows, cols, lanes)
     if memory.writes is not None:

@@ -1,0 +1,142 @@
+"""heron's HLO pipeline time per program, beside XLA:GPU's deviceless compile of the same module.
+
+For every program of the program corpus (``programs/*/module.hlo``, as JAX
+printed it) and for a generated module of about 10,000 instructions, it times
+``--runs`` times (median): parsing the text, then heron's HLO pipeline on it
+(``heron opt``'s: :func:`heron.compiler.gpu_pipeline` for the h100 preset when
+the compiler has it, else the target-independent
+:func:`heron.hlo.passes.simplification_pipeline`). With ``--xla`` (needs
+``heron[xla]`` or ``HERON_XLA_PYTHON``, docs/xla.md) it also compiles each
+module once with XLA:GPU, deviceless, for an H100 in the same run and reports
+XLA's own ``PJRT_Compile`` time. The two are not the same work: XLA's figure
+includes its code generation and LLVM; heron's stops at the optimized HLO.
+Both are given so that the passes' share can be judged, not as a race.
+
+Run: ``python benchmarks/opt_time.py [--runs N] [--xla] [--only NAME]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from heron.hlo.builder import ModuleBuilder
+from heron.hlo.ir import Module
+from heron.hlo.parser import parse_module
+from heron.hlo.passes import run_pipeline, simplification_pipeline
+from heron.hlo.printer import print_module
+from heron.hlo.shapes import array_shape
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = ROOT / "programs"
+
+
+def heron_pipeline():
+    """The pipeline ``heron opt`` runs for the h100 preset (the GPU one when it exists)."""
+    try:
+        from heron.compiler import Target, gpu_pipeline  # type: ignore[attr-defined]
+    except ImportError:
+        return "simplification", simplification_pipeline()
+    return "gpu (h100)", gpu_pipeline(Target.preset("h100"))
+
+
+def generated_module(instructions: int = 10_000, seed: int = 0) -> Module:
+    """A JAX-like module of about ``instructions`` instructions: layers of elementwise
+    ops, broadcasts of repeated constants, row reductions and their broadcasts back."""
+    rng = np.random.default_rng(seed)
+    shape = array_shape("f32", (64, 256))
+    mb = ModuleBuilder(f"generated_{instructions}")
+    add = mb.computation("add")
+    add.add(add.parameter(array_shape("f32", ())), add.parameter(array_shape("f32", ())))
+    add_fn = add.build()
+    main = mb.computation("main")
+    x = main.parameter(shape)
+    w = main.parameter(shape)
+    zero = main.constant(np.float32(0))
+    while len(main.instructions) < instructions:
+        scale = main.broadcast(main.constant(np.float32(rng.uniform(0.5, 2))), shape.dims, ())
+        y = main.tanh(main.add(main.multiply(x, w), scale))
+        total = main.reduce([y], [zero], dimensions=(1,), to_apply=add_fn)
+        mean = main.broadcast(total, shape.dims, (0,))
+        centred = main.subtract(y, mean)
+        x = main.add(main.multiply(centred, centred), x)
+    main.build(x)
+    return mb.build(entry=main)
+
+
+def time_heron(text: str, runs: int, pipeline_factory) -> tuple[float, float, int]:
+    """Median seconds to parse, median seconds for the pipeline, instructions after it."""
+    parse_times, pipeline_times = [], []
+    module = None
+    for _ in range(runs):
+        start = time.perf_counter()
+        module = parse_module(text)
+        parse_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        run_pipeline(module, pipeline_factory())
+        pipeline_times.append(time.perf_counter() - start)
+    assert module is not None
+    count = sum(len(c.instructions) for c in module.computations)
+    return statistics.median(parse_times), statistics.median(pipeline_times), count
+
+
+def time_xla(text: str, installation) -> float | None:
+    from heron.xla_compare.targets import target_config
+    from heron.xla_compare.xla_side import XlaCompileError, compile_with_xla
+
+    with tempfile.TemporaryDirectory(prefix="heron-opt-time-") as dump:
+        try:
+            compiled = compile_with_xla(text, target_config("h100"), installation, {}, Path(dump))
+        except XlaCompileError as exc:
+            print(f"  XLA refused it: {exc}", file=sys.stderr)
+            return None
+    return compiled.seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--xla", action="store_true", help="also time XLA:GPU's compile")
+    parser.add_argument("--only", help="one program (or 'generated')")
+    parser.add_argument("--instructions", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    label, _ = heron_pipeline()
+    installation = None
+    if args.xla:
+        from heron.xla_compare import find_xla
+
+        installation = find_xla()
+    cases = [(p.name, (p / "module.hlo").read_text()) for p in sorted(PROGRAMS.iterdir())
+             if (p / "module.hlo").exists()]  # fmt: skip
+    cases.append(("generated", print_module(generated_module(args.instructions))))
+    if args.only:
+        cases = [c for c in cases if c[0] == args.only]
+    print(f"heron pipeline: {label}; median of {args.runs} runs; 2-core machine, no GPU")
+    header = f"{'module':30} {'lines':>7} {'parse s':>8} {'passes s':>9} {'instr. after':>12}"
+    print(header + (f" {'XLA compile s':>13} {'heron/XLA':>9}" if args.xla else ""))
+    ratios, totals = [], []
+    for name, text in cases:
+        parse_s, passes_s, count = time_heron(text, args.runs, lambda: heron_pipeline()[1])
+        line = f"{name:30} {text.count(chr(10)):>7} {parse_s:>8.3f} {passes_s:>9.3f} {count:>12}"
+        totals.append(parse_s + passes_s)
+        if installation is not None:
+            xla_s = time_xla(text, installation)
+            if xla_s:
+                ratios.append((parse_s + passes_s) / xla_s)
+                line += f" {xla_s:>13.3f} {(parse_s + passes_s) / xla_s:>9.2f}"
+        print(line, flush=True)
+    median = statistics.median(totals)
+    print(f"median heron (parse + passes) over {len(totals)} modules: {median:.3f} s")
+    if ratios:
+        print(f"median heron/XLA: {statistics.median(ratios):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

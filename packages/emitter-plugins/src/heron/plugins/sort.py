@@ -1,0 +1,533 @@
+"""The sort emitter: a bitonic sorting network per row, in shared memory.
+
+A ``sort`` orders every row along its ``dimensions={d}`` by its comparator
+(``to_apply``, ``lhs_0, rhs_0, lhs_1, rhs_1, ... -> pred``), moving all its
+operands together (a key and an s32 iota is an argsort). As XLA's sort
+emitter does for rows that fit a tile in shared memory, one block loads whole
+rows into shared memory (one tile per operand), sorts them there with a
+bitonic network, and writes them out:
+
+- the row length ``n`` is padded to ``P``, the next power of two (at least
+  2); a row holds ``P / 2`` compare-and-swap pairs, one thread per pair;
+  short rows are packed several to a block (``SortPlan``);
+- the network is the one in which every comparison goes the same way: for
+  block sizes ``2^(s+1)``, ``s = 0 .. log2(P) - 1``, first the element at
+  ``i`` is compared with its mirror ``i ^ (2^(s+1) - 1)``, then with
+  ``i + 2^j`` for ``j = s - 1 .. 0``; a barrier follows every step. The lower
+  index keeps the element that comes first; the higher one is swapped in when
+  ``comparator(higher, lower)`` holds, as XLA calls it. The padding behaves as
+  elements ordered after everything and never moves, so a pair whose higher
+  index is at or past ``n`` is skipped and never read;
+- ``is_stable=true``: ties (neither element ordered before the other) are
+  broken by the elements' original positions, which is XLA's
+  StableSortExpander (an iota operand and a tie-breaking comparator) done
+  inside the kernel. As XLA reuses an iota operand along the sorted dimension
+  when the sort has one (argsort), so does the emitter (``SortPlan.positions``);
+  otherwise an s32 tile holds the positions. Without ``is_stable``, equal
+  elements come out in the network's order, as XLA's do;
+- the comparator is emitted as a function (``pure_call``) and called as it
+  is written: XLA's total order for floats (NaN, -0.0) is the comparator's
+  ``compare`` with ``type=TOTALORDER``, nothing the emitter adds.
+
+The outputs are written whole (in shared memory, every element once), so the
+kernel needs no buffer shared with its operands; the operands may be any
+elemental producers in the fusion.
+
+Rows longer than a block's threads or its shared memory are sorted by one
+block per row in the output buffers (global memory): the block copies the
+row there, then runs the same network, each thread doing several pairs per
+step, a barrier after each. XLA instead launches one kernel per global step
+(all blocks cooperate on a row) and sorts tiles in shared memory between
+them; heron's kernels are one launch per fusion, so a long row here uses one
+SM. A stable sort that long needs an iota operand for its positions (there is
+no scratch buffer for a position tile) and is refused without one, naming the
+sort, its shape and the limit its rows exceed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+from mlir import ir
+from mlir.dialects import arith, scf, tensor
+
+from heron.emitters import mlir_types
+from heron.emitters.dialect import allocate_shared_op, sync_threads_op
+from heron.emitters.dialect.irdl_source import MAX_ITER_ARGS
+from heron.emitters.emitter_base import EntryFunction, FusionEmitter
+from heron.emitters.fusion_analysis import FusionAnalysis, has_no_output_elements
+from heron.emitters.hookspecs import EmitterSpec, hookimpl
+from heron.emitters.target import EmitterTarget
+from heron.hlo.element_types import ElementType
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.ir import Instruction
+from heron.indexing.thread_maps import LaunchDimensions
+
+__all__ = ["SortEmitter", "SortPlan", "heron_emitter_specs", "plan_sort"]
+
+Values = list[ir.Value]
+
+#: Threads a block of short rows is filled up to (rows are packed until then).
+MIN_THREADS_PER_BLOCK = 128
+#: Bytes of the position tile of a stable sort (s32 per element).
+POSITION_BYTES = 4
+
+
+@attrs.frozen
+class SortPlan:
+    """How a sort is laid out: rows, their padded length, rows and threads per block."""
+
+    dimension: int
+    length: int  #: n, the elements of one row
+    padded: int  #: P, the next power of two >= max(n, 2)
+    rows: int  #: the product of the other dimensions
+    rows_per_block: int
+    stable: bool
+    #: For a stable sort, the operand that is an iota along the sorted dimension
+    #: (its tile holds the original positions), or None: an extra position tile.
+    positions: int | None = None
+    #: Whether rows are sorted in shared memory (else in the output buffers).
+    in_shared: bool = True
+    #: Threads that sort one row (``pairs`` in shared memory; at most a block).
+    threads_per_row: int = 0
+
+    @property
+    def rounds(self) -> int:
+        """Pairs each thread compares per step (1 in shared memory)."""
+        return self.pairs // self.threads_per_row
+
+    @property
+    def position_tile(self) -> bool:
+        """Whether the kernel keeps a tile of its own for the original positions."""
+        return self.stable and self.positions is None
+
+    @property
+    def pairs(self) -> int:
+        """Compare-and-swap pairs of one row: one thread each."""
+        return self.padded // 2
+
+    @property
+    def launch(self) -> LaunchDimensions:
+        blocks = math.ceil(self.rows / self.rows_per_block)
+        return LaunchDimensions(block_x=blocks, thread_x=self.rows_per_block * self.threads_per_row)
+
+    @property
+    def steps(self) -> list[tuple[int, bool]]:
+        """The network: (distance exponent, mirrored) per step, in order."""
+        stages = self.padded.bit_length() - 1
+        return [(j, j == s) for s in range(stages) for j in range(s, -1, -1)]
+
+
+def _shared_type(element: ElementType) -> ir.Type:
+    """A tile's element type: the register type, sub-byte integers widened to ``i8``."""
+    scalar = mlir_types.scalar_type(element)
+    if isinstance(scalar, ir.IntegerType) and 1 < ir.IntegerType(scalar).width < 8:
+        return ir.IntegerType.get_signless(8)
+    return scalar
+
+
+def _shared_bytes(element: ElementType) -> int:
+    return max(1, math.ceil(element.bit_width / 8))
+
+
+def plan_sort(sort: Instruction, target: EmitterTarget) -> SortPlan:
+    """The layout of ``sort`` on ``target``; ``UnsupportedError`` when a row does not fit."""
+    (dimension,) = tuple(sort.attributes.get("dimensions", ()))
+    shape = sort.operands[0].array_shape
+    length = shape.dims[dimension]
+    rows = math.prod(n for d, n in enumerate(shape.dims) if d != dimension)
+    stable = bool(sort.attributes.get("is_stable", False))
+    positions = _iota_operand(sort, dimension, length) if stable else None
+    padded = max(2, 1 << max(0, length - 1).bit_length())
+    pairs = padded // 2
+    row_bytes = padded * (
+        sum(_shared_bytes(op.array_shape.element_type) for op in sort.operands)
+        + (POSITION_BYTES if stable and positions is None else 0)
+    )
+    where = f"sort '{sort.name}' of {shape} along dimension {dimension}"
+    limit = target.threads_per_block_limit
+    too_long = []
+    if pairs > limit:
+        too_long.append(f"needs {pairs} threads (a block has at most {limit})")
+    if row_bytes > target.shared_memory_per_block:
+        too_long.append(
+            f"needs {row_bytes} bytes of shared memory (a block has"
+            f" {target.shared_memory_per_block})"
+        )
+    if too_long:
+        if stable and positions is None:
+            raise UnsupportedError(
+                f"{where}: a row in shared memory {' and '.join(too_long)}; sorted in the"
+                " output buffers instead, a stable sort needs an iota operand along the sorted"
+                " dimension for the original positions, and it has none",
+                sort.location,
+            )
+        threads = min(pairs, limit)
+        return SortPlan(dimension, length, padded, rows, 1, stable, positions, False, threads)
+    per_block = max(1, MIN_THREADS_PER_BLOCK // pairs)
+    per_block = min(
+        per_block,
+        rows,
+        target.shared_memory_per_block // row_bytes,
+        target.threads_per_block_limit // pairs,
+    )
+    return SortPlan(
+        dimension, length, padded, rows, max(1, per_block), stable, positions, True, pairs
+    )
+
+
+def _iota_operand(sort: Instruction, dimension: int, length: int) -> int | None:
+    """The first operand that is a signed iota along ``dimension`` holding every position."""
+    for k, operand in enumerate(sort.operands):
+        element = operand.array_shape.element_type
+        if (
+            operand.opcode == "iota"
+            and operand.attributes.get("iota_dimension") == dimension
+            and element.is_signed_integral
+            and length - 1 < 2 ** (element.bit_width - 1)
+        ):
+            return k
+    return None
+
+
+def _constant(value: int) -> ir.Value:
+    return arith.ConstantOp(ir.IndexType.get(), value).result
+
+
+def _both(a: ir.Value | None, b: ir.Value | None) -> ir.Value | None:
+    """``a and b``, where None stands for a condition that always holds."""
+    if a is None or b is None:
+        return b if a is None else a
+    return arith.andi(a, b)
+
+
+class SortEmitter(FusionEmitter):
+    """One block sorts ``rows_per_block`` rows in shared memory (see the module docstring)."""
+
+    name = "sort"
+
+    def __init__(self, analysis: FusionAnalysis) -> None:
+        super().__init__(analysis)
+        roots = analysis.roots
+        if len(roots) != 1 or roots[0].opcode != "sort":
+            found = ", ".join(f"{r.opcode} '{r.name}'" for r in roots)
+            raise self.error(f"the sort emitter needs one sort as the fusion root, not {found}")
+        self.sort = roots[0]
+        self.operands = tuple(self.sort.operands)
+        if len(self.operands) + 1 > MAX_ITER_ARGS:
+            raise self.error(
+                f"{len(self.operands)} operands (and a position tile) exceed the {MAX_ITER_ARGS}"
+                " tensors a barrier threads",
+                self.sort,
+            )
+        self.plan = plan_sort(self.sort, self.target)
+        # Nothing to sort: a kernel of one thread that writes nothing, as the loop
+        # emitter gives empty outputs (it cannot: a sort has no elemental lowering).
+        self.empty = has_no_output_elements(self.fusion)
+        # Sorted in the output buffers, an element is written at every step that moves it.
+        self.writes_each_element_once = self.plan.in_shared
+
+    def launch_dimensions(self) -> LaunchDimensions:
+        if self.empty:
+            return LaunchDimensions(block_x=1, thread_x=1)
+        return self.plan.launch
+
+    def heroes(self) -> tuple[Instruction, ...]:
+        return (self.sort,)
+
+    def unemitted_heroes(self) -> tuple[Instruction, ...]:
+        """The sort has no elemental lowering: the entry function is the sort."""
+        return (self.sort,)
+
+    # -- the kernel ----------------------------------------------------------------------
+
+    def emit_entry(self, entry: EntryFunction) -> Values:
+        if self.empty:
+            return list(entry.outputs)
+        plan = self.plan
+        thread = entry.thread_ids[0]
+        block = entry.block_ids[0]
+        threads = _constant(plan.threads_per_row)
+        local_row = arith.divui(thread, threads)
+        lane = arith.remui(thread, threads)
+        row = arith.addi(arith.muli(block, _constant(plan.rows_per_block)), local_row)
+        row_ok = None
+        if plan.rows % plan.rows_per_block:
+            row_ok = arith.cmpi(arith.CmpIPredicate.ult, row, _constant(plan.rows))
+        self._row_index = self._row_prefix(row)
+        self._local_row = local_row
+        if not plan.in_shared:
+            return self._sort_in_outputs(entry, lane)
+        pair = lane
+        tiles = [
+            allocate_shared_op(self._tile_type(_shared_type(e))).results[0]
+            for e in self._elements()
+        ]
+        if plan.position_tile:
+            tiles.append(allocate_shared_op(self._tile_type(self._position_type())).results[0])
+        halves = [pair, arith.addi(pair, _constant(plan.pairs))]
+        for position in halves:
+            tiles = self._load(entry, tiles, position, row_ok)
+        tiles = list(sync_threads_op(tiles).results)
+        for distance, mirrored in plan.steps:
+            tiles = self._step(entry, tiles, pair, distance, mirrored, row_ok)
+            tiles = list(sync_threads_op(tiles).results)
+        outputs = list(entry.outputs)
+        for position in halves:
+            outputs = self._store(tiles, outputs, position, row_ok)
+        return outputs
+
+    def _sort_in_outputs(self, entry: EntryFunction, lane: ir.Value) -> Values:
+        """Rows too long for a tile: one block per row, sorted in the output buffers.
+
+        Each thread copies every ``threads_per_row``-th element of the row to
+        the outputs, then does ``rounds`` pairs of every step; a barrier
+        follows the copy and each step (global memory is coherent within a
+        block across ``bar.sync``).
+        """
+        plan = self.plan
+        stride = _constant(plan.threads_per_row)
+
+        def nth(r: ir.Value) -> ir.Value:
+            return arith.addi(lane, arith.muli(r, stride))
+
+        outputs = list(entry.outputs)
+        copies = math.ceil(plan.length / plan.threads_per_row)
+        outputs = self._rounds(
+            copies, outputs, lambda r, current: self._copy(entry, current, nth(r))
+        )
+        outputs = list(sync_threads_op(outputs).results)
+        for distance, mirrored in plan.steps:
+            outputs = self._rounds(
+                plan.rounds,
+                outputs,
+                lambda r, current, d=distance, m=mirrored: self._step(
+                    entry, current, nth(r), d, m, None
+                ),
+            )
+            outputs = list(sync_threads_op(outputs).results)
+        return outputs
+
+    def _rounds(self, count: int, carried: Values, body) -> Values:
+        """``body(r, carried)`` for ``r`` in ``0 .. count-1`` (an ``scf.for`` when > 1)."""
+        if count == 1:
+            return body(_constant(0), carried)
+        loop = scf.ForOp(_constant(0), _constant(count), _constant(1), carried)
+        with ir.InsertionPoint(loop.body):
+            scf.YieldOp(body(loop.induction_variable, list(loop.inner_iter_args)))
+        return list(loop.results)
+
+    def _copy(self, entry: EntryFunction, outputs: Values, position: ir.Value) -> Values:
+        """Element ``position`` of the row, every operand, into the outputs."""
+        inside = arith.cmpi(arith.CmpIPredicate.ult, position, _constant(self.plan.length))
+
+        def copy(current: Values) -> Values:
+            index = self._operand_index(position)
+            result = list(current)
+            for k, (operand, element) in enumerate(
+                zip(self.operands, self._elements(), strict=True)
+            ):
+                (value,) = entry.value_of(operand, index)
+                stored = mlir_types.to_element(value, element)
+                result[k] = tensor.insert(stored, result[k], index)
+            return result
+
+        return self._guarded(inside, outputs, copy)
+
+    def _in_row(self, position: ir.Value) -> ir.Value | None:
+        """``position < n`` for a position below ``P``; None (always) when ``n == P``."""
+        if self.plan.length == self.plan.padded:
+            return None
+        return arith.cmpi(arith.CmpIPredicate.ult, position, _constant(self.plan.length))
+
+    def _slot(self, position: ir.Value) -> Values:
+        """Where element ``position`` of the thread's row is: its tile or its output."""
+        if self.plan.in_shared:
+            return [self._local_row, position]
+        return self._operand_index(position)
+
+    def _scalar(self, value: ir.Value, element: ElementType) -> ir.Value:
+        """A value read from a tile or an output as the comparator takes it."""
+        if self.plan.in_shared:
+            return _from_shared(value, element)
+        return mlir_types.to_scalar(value, element)
+
+    def _elements(self) -> list[ElementType]:
+        return [op.array_shape.element_type for op in self.operands]
+
+    def _position_type(self) -> ir.Type:
+        return ir.IntegerType.get_signless(32)
+
+    def _tile_type(self, element: ir.Type) -> ir.RankedTensorType:
+        return ir.RankedTensorType.get([self.plan.rows_per_block, self.plan.padded], element)
+
+    def _row_prefix(self, row: ir.Value) -> list[ir.Value | None]:
+        """The operand index of ``row``'s elements, the sorted dimension left as None.
+
+        Rows enumerate the other dimensions in the operand's physical order
+        (most major first), so consecutive blocks read neighbouring memory.
+        """
+        shape = self.operands[0].array_shape
+        index: list[ir.Value | None] = [None] * shape.rank
+        remaining = row
+        others = [d for d in shape.minor_to_major if d != self.plan.dimension]
+        for position, d in enumerate(others):
+            size = shape.dims[d]
+            if position == len(others) - 1:
+                index[d] = remaining
+            else:
+                index[d] = arith.remui(remaining, _constant(size))
+                remaining = arith.divui(remaining, _constant(size))
+        return index
+
+    def _operand_index(self, position: ir.Value) -> Values:
+        index = list(self._row_index)
+        index[self.plan.dimension] = position
+        return [v for v in index if v is not None]
+
+    def _guarded(self, condition: ir.Value | None, carried: Values, then) -> Values:
+        """``then(carried)`` where ``condition`` holds (always when None), else ``carried``."""
+        if condition is None:
+            return then(carried)
+        branch = scf.IfOp(condition, [v.type for v in carried], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.YieldOp(then(list(carried)))
+        with ir.InsertionPoint(branch.else_block):
+            scf.YieldOp(list(carried))
+        return list(branch.results)
+
+    def _load(
+        self, entry: EntryFunction, tiles: Values, position: ir.Value, row_ok: ir.Value | None
+    ) -> Values:
+        """Element ``position`` of the thread's row, every operand, into the tiles."""
+        plan = self.plan
+        inside = self._in_row(position)
+        slot = [self._local_row, position]
+
+        def fill(current: Values) -> Values:
+            index = self._operand_index(position)
+            result = list(current)
+            for k, (operand, element) in enumerate(
+                zip(self.operands, self._elements(), strict=True)
+            ):
+                (value,) = entry.value_of(operand, index)
+                stored = _to_shared(value, element)
+                result[k] = tensor.insert(stored, result[k], slot)
+            if plan.position_tile:
+                original = arith.index_cast(self._position_type(), position)
+                result[-1] = tensor.insert(original, result[-1], slot)
+            return result
+
+        return self._guarded(_both(row_ok, inside), tiles, fill)
+
+    def _step(
+        self,
+        entry: EntryFunction,
+        tiles: Values,
+        pair: ir.Value,
+        distance: int,
+        mirrored: bool,
+        row_ok: ir.Value | None,
+    ) -> Values:
+        """One compare-and-swap of the thread's pair for one step of the network."""
+        span = 1 << distance
+        low = arith.addi(
+            arith.muli(arith.divui(pair, _constant(span)), _constant(2 * span)),
+            arith.remui(pair, _constant(span)),
+        )
+        if mirrored:
+            high = arith.xori(low, _constant(2 * span - 1))
+        else:
+            high = arith.addi(low, _constant(span))
+        inside = self._in_row(high)
+        low_slot = self._slot(low)
+        high_slot = self._slot(high)
+
+        def exchange(current: Values) -> Values:
+            lows = [tensor.extract(t, low_slot) for t in current]
+            highs = [tensor.extract(t, high_slot) for t in current]
+            swap = self._ordered_before(entry, highs, lows)
+            result = list(current)
+            for k, tile in enumerate(current):
+                first = arith.select(swap, highs[k], lows[k])
+                second = arith.select(swap, lows[k], highs[k])
+                result[k] = tensor.insert(second, tensor.insert(first, tile, low_slot), high_slot)
+            return result
+
+        return self._guarded(_both(row_ok, inside), tiles, exchange)
+
+    def _ordered_before(self, entry: EntryFunction, a: Values, b: Values) -> ir.Value:
+        """Whether the element ``a`` (tile values) goes before ``b``: the comparator, then
+        for a stable sort the original positions of elements neither orders first."""
+        comparator = self.sort.called("to_apply")
+
+        def compare(x: Values, y: Values) -> ir.Value:
+            scalars = []
+            for element, xv, yv in zip(self._elements(), x, y, strict=False):
+                scalars += [self._scalar(xv, element), self._scalar(yv, element)]
+            (result,) = entry.call_computation(comparator, scalars)
+            return result
+
+        before = compare(a, b)
+        if not self.plan.stable:
+            return before
+        after = compare(b, a)
+        true = arith.ConstantOp(ir.IntegerType.get_signless(1), 1).result
+        tie = arith.xori(arith.ori(before, after), true)
+        k = -1 if self.plan.positions is None else self.plan.positions
+        earlier = arith.cmpi(arith.CmpIPredicate.slt, a[k], b[k])
+        return arith.ori(before, arith.andi(tie, earlier))
+
+    def _store(
+        self, tiles: Values, outputs: Values, position: ir.Value, row_ok: ir.Value | None
+    ) -> Values:
+        """Element ``position`` of the sorted row into every output."""
+        inside = self._in_row(position)
+        slot = [self._local_row, position]
+
+        def write(current: Values) -> Values:
+            index = self._operand_index(position)
+            result = list(current)
+            for k, element in enumerate(self._elements()):
+                value = _from_shared(tensor.extract(tiles[k], slot), element)
+                stored = mlir_types.to_element(value, element)
+                result[k] = tensor.insert(stored, result[k], index)
+            return result
+
+        return self._guarded(_both(row_ok, inside), outputs, write)
+
+
+def _to_shared(value: ir.Value, element: ElementType) -> ir.Value:
+    target = _shared_type(element)
+    if value.type == target:
+        return value
+    return arith.extui(target, value)
+
+
+def _from_shared(value: ir.Value, element: ElementType) -> ir.Value:
+    scalar = mlir_types.scalar_type(element)
+    if value.type == scalar:
+        return value
+    return arith.trunci(scalar, value)
+
+
+def _claims(analysis: object) -> bool:
+    """Fusions whose one root is a sort (XLA gives a sort a kernel of its own)."""
+    if not isinstance(analysis, FusionAnalysis):
+        return False
+    roots = analysis.roots
+    return len(roots) == 1 and roots[0].opcode == "sort"
+
+
+@hookimpl
+def heron_emitter_specs() -> list[EmitterSpec]:
+    return [
+        EmitterSpec(
+            name="sort",
+            priority=10,
+            claims=_claims,
+            factory=SortEmitter,
+            description="sort: bitonic sorting network per row in shared memory",
+        )
+    ]

@@ -1,0 +1,332 @@
+"""The sort emitter against the reference evaluator, bitwise, on the interpreter.
+
+Each sort is a one-instruction fusion compiled through a registry holding the
+loop and sort emitters (the dev environment's entry points may predate the
+plugin), run on the interpreter device (sanitizer on) with 32- and 64-lane
+warps, and compared bit for bit with ``evaluate_module``: float keys with NaN
+of both signs, -0.0, infinities and ties; bf16, s32, u8 and pred keys;
+ascending and descending comparators; argsort (key + s32 iota) and key +
+payload sorts, stable and unstable; rows of 1 to 1,024 elements, several rows
+per block and a partial last block; sorts along a non-minor dimension. The
+kernels compile to PTX that ptxas accepts (sm_80, sm_90) and to gfx942 HSACO.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from heron_test_support.analysis import analysed, artefact_text, compile_everywhere
+
+import heron.plugins.loop as loop_plugin
+import heron.plugins.sort as sort_plugin
+from heron.compiler import compile_fusion, fusions_of
+from heron.compiler.device_kernels import run_on_device, target_for_device
+from heron.emitters.registry import EmitterRegistry
+from heron.harness import check_file
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.evaluator import evaluate_module
+from heron.hlo.parser import parse_module
+from heron.plugins.sort import SortEmitter
+from heron.runtime.cuda.ptx_statistics import kernel_statistics
+from heron.runtime.interpreter.device import InterpreterDevice
+
+REGISTRY = EmitterRegistry(
+    [(spec, None) for plugin in (loop_plugin, sort_plugin) for spec in plugin.heron_emitter_specs()]
+)
+
+FLOAT_EDGES = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 1.0, 2.5, -2.5]
+
+
+def _shape(dtype: str, dims: tuple[int, ...]) -> str:
+    return f"{dtype}[{','.join(map(str, dims))}]"
+
+
+def sort_module(
+    key: str,
+    dims: tuple[int, ...],
+    dimension: int,
+    *,
+    direction: str = "LT",
+    total_order: bool = True,
+    stable: bool = False,
+    extra: str | tuple[str, ...] = (),
+    iota: bool = False,
+) -> str:
+    """A module whose one fusion sorts a ``key`` array (then an s32 iota, then ``extra``
+    payload parameters) along ``dimension`` by ``compare(p0, p1), direction=...``."""
+    extras = (extra,) if isinstance(extra, str) else tuple(extra)
+    floating = key in ("f32", "bf16", "f16", "f64", "f8e4m3fn")
+    kind = ", type=TOTALORDER" if floating and total_order else ""
+    operands = [key, *(["s32"] if iota else []), *extras]
+    params = "\n".join(
+        f"  p{2 * k} = {t}[] parameter({2 * k})\n  p{2 * k + 1} = {t}[] parameter({2 * k + 1})"
+        for k, t in enumerate(operands)
+    )
+    shapes = [_shape(t, dims) for t in operands]
+    result = shapes[0] if len(shapes) == 1 else f"({', '.join(shapes)})"
+    fused = [f"  k = {shapes[0]} parameter(0)"]
+    names = ["k"]
+    if iota:
+        fused.append(f"  i = {shapes[1]} iota(), iota_dimension={dimension}")
+        names.append("i")
+    payloads = shapes[len(shapes) - len(extras) :]
+    for n, shape in enumerate(payloads, start=1):
+        fused.append(f"  v{n} = {shape} parameter({n})")
+        names.append(f"v{n}")
+    entry = [f"  x{n} = {shape} parameter({n})" for n, shape in enumerate([shapes[0], *payloads])]
+    args = ", ".join(f"x{n}" for n in range(len(entry)))
+    stable_attr = ", is_stable=true" if stable else ""
+    newline = "\n"
+    return f"""
+cmp {{
+{params}
+  ROOT c = pred[] compare(p0, p1), direction={direction}{kind}
+}}
+fused {{
+{newline.join(fused)}
+  ROOT s = {result} sort({", ".join(names)}), dimensions={{{dimension}}}{stable_attr},
+    to_apply=cmp
+}}
+ENTRY e {{
+{newline.join(entry)}
+  ROOT f = {result} fusion({args}), kind=kLoop, calls=fused
+}}
+"""
+
+
+def _values(dtype: str, dims: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Values with ties (and NaN of both signs, signed zeros, infinities for floats)."""
+    count = int(np.prod(dims))
+    if dtype in ("f32", "bf16"):
+        pool = np.array(FLOAT_EDGES + list(rng.standard_normal(8)), np.float64)
+        numpy_type = np.float32 if dtype == "f32" else ml_dtypes.bfloat16
+        return rng.choice(pool, count).astype(numpy_type).reshape(dims)
+    if dtype in ("f16", "f8e4m3fn"):
+        numpy_type = np.float16 if dtype == "f16" else ml_dtypes.float8_e4m3fn
+        pool = np.array([np.nan, -np.nan, 0.0, -0.0, 1.0, -1.0, 3.5, -0.25], np.float64)
+        return rng.choice(pool, count).astype(numpy_type).reshape(dims)
+    if dtype == "s4":
+        return rng.integers(-8, 8, count).astype(ml_dtypes.int4).reshape(dims)
+    if dtype == "s32":
+        return rng.integers(-5, 6, count).astype(np.int32).reshape(dims)
+    if dtype == "u8":
+        return rng.integers(0, 256, count).astype(np.uint8).reshape(dims)
+    if dtype == "pred":
+        return rng.integers(0, 2, count).astype(bool).reshape(dims)
+    raise AssertionError(f"no test values for {dtype}")
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x)
+    return x.view(np.uint8) if x.dtype != bool else x
+
+
+def run_sort(text: str, inputs: list[np.ndarray], warp: int = 32):
+    """(kernel outputs, evaluator outputs, compiled kernel) of the module's one fusion."""
+    module = parse_module(text)
+    (fusion,) = fusions_of(module)
+    device = InterpreterDevice(warp_size=warp)
+    target = target_for_device(device, "interpreter", None)
+    kernel = compile_fusion(fusion, target, "interpreter", emitters=REGISTRY)
+    assert kernel.emitter == "sort"
+    run = run_on_device(device, kernel, inputs)
+    expected = evaluate_module(parse_module(text), inputs)
+    expected = list(expected) if isinstance(expected, tuple) else [expected]
+    return [np.asarray(o) for o in run.outputs], [np.asarray(e) for e in expected], kernel
+
+
+def assert_bitwise(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype)
+        assert np.array_equal(_bits(g), _bits(w)), f"output {k}:\n{g}\n!=\n{w}"
+
+
+@pytest.mark.parametrize("length", [1, 2, 3, 31, 32, 33, 1024])
+@pytest.mark.parametrize("warp", [32, 64])
+def test_f32_total_order_rows_of_every_length(length, warp):
+    rng = np.random.default_rng(length)
+    dims = (5, length)
+    text = sort_module("f32", dims, 1)
+    got, want, _ = run_sort(text, [_values("f32", dims, rng)], warp)
+    assert_bitwise(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16", "f8e4m3fn", "s32", "u8", "s4", "pred"])
+@pytest.mark.parametrize("direction", ["LT", "GT"])
+def test_every_key_type_both_directions(dtype, direction):
+    rng = np.random.default_rng(7)
+    dims = (3, 33)
+    text = sort_module(dtype, dims, 1, direction=direction)
+    got, want, _ = run_sort(text, [_values(dtype, dims, rng)])
+    assert_bitwise(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "s32", "u8", "pred"])
+@pytest.mark.parametrize("length", [32, 100])
+@pytest.mark.parametrize("warp", [32, 64])
+def test_stable_argsort_with_ties(dtype, length, warp):
+    """key + s32 iota, is_stable: ties keep their original order (the evaluator's)."""
+    rng = np.random.default_rng(length)
+    dims = (4, length)
+    text = sort_module(dtype, dims, 1, stable=True, iota=True)
+    got, want, kernel = run_sort(text, [_values(dtype, dims, rng)], warp)
+    assert_bitwise(got, want)
+    assert kernel.emitter == "sort"
+
+
+def test_stable_sort_with_a_float_comparator_keeps_zeros_in_order():
+    """A plain LT (no TOTALORDER) sees -0.0 == 0.0: only stability decides their order."""
+    rng = np.random.default_rng(3)
+    dims = (2, 64)
+    keys = rng.choice(np.array([0.0, -0.0, 1.0, -1.0], np.float32), dims).astype(np.float32)
+    payload = np.arange(128, dtype=np.int32).reshape(dims)
+    text = sort_module("f32", dims, 1, total_order=False, stable=True, extra="s32")
+    got, want, _ = run_sort(text, [keys, payload])
+    assert_bitwise(got, want)
+
+
+@pytest.mark.parametrize("payload", ["f32", "u8", "pred"])
+def test_unstable_key_and_payload_with_distinct_keys(payload):
+    """Without stability, distinct keys make the result unique: compare it bitwise."""
+    rng = np.random.default_rng(11)
+    dims = (3, 50)
+    keys = np.stack([rng.permutation(50) for _ in range(3)]).astype(np.int32)
+    values = _values(payload, dims, rng)
+    text = sort_module("s32", dims, 1, direction="GT", extra=payload)
+    got, want, _ = run_sort(text, [keys, values])
+    assert_bitwise(got, want)
+
+
+def test_unstable_sort_with_ties_is_a_sorted_permutation():
+    """Ties may come out in any order without is_stable: keys equal the evaluator's and
+    every (key, payload) pair of a row is still there."""
+    rng = np.random.default_rng(5)
+    dims = (4, 77)
+    keys = rng.integers(0, 5, dims).astype(np.int32)
+    payload = np.arange(4 * 77, dtype=np.int32).reshape(dims)
+    text = sort_module("s32", dims, 1, extra="s32")
+    got, want, _ = run_sort(text, [keys, payload])
+    assert np.array_equal(got[0], want[0])
+    for row in range(4):
+        pairs = sorted(zip(got[0][row], got[1][row], strict=True))
+        assert pairs == sorted(zip(keys[row], payload[row], strict=True))
+
+
+@pytest.mark.parametrize(("dims", "dimension"), [((33, 3), 0), ((2, 31, 3), 1), ((32, 2, 2), 0)])
+def test_sort_along_a_non_minor_dimension(dims, dimension):
+    rng = np.random.default_rng(len(dims))
+    text = sort_module("f32", dims, dimension, stable=True, iota=True)
+    got, want, _ = run_sort(text, [_values("f32", dims, rng)])
+    assert_bitwise(got, want)
+
+
+def test_short_rows_share_a_block_and_a_partial_block_is_guarded():
+    rng = np.random.default_rng(1)
+    dims = (9, 31)  # 16 pairs a row, 8 rows a block: 2 blocks, the second partial
+    text = sort_module("s32", dims, 1)
+    got, want, kernel = run_sort(text, [_values("s32", dims, rng)])
+    assert_bitwise(got, want)
+    assert kernel.grid[0] == 2 and kernel.block[0] == 128
+
+
+def _fusion(text: str):
+    (fusion,) = fusions_of(parse_module(text))
+    return fusion
+
+
+def test_a_stable_sort_breaks_ties_with_its_iota_operand_or_a_position_tile():
+    argsort = SortEmitter(analysed(_fusion(sort_module("f32", (2, 40), 1, stable=True, iota=True))))
+    assert argsort.plan.positions == 1 and not argsort.plan.position_tile
+    keyed = SortEmitter(analysed(_fusion(sort_module("f32", (2, 40), 1, stable=True, extra="s32"))))
+    assert keyed.plan.positions is None and keyed.plan.position_tile
+    emitted = str(keyed.emit().module)
+    assert emitted.count("heron_gpu.allocate_shared") == 3  # key, payload, positions
+    unstable = SortEmitter(analysed(_fusion(sort_module("f32", (2, 40), 1, iota=True))))
+    assert unstable.plan.positions is None and not unstable.plan.position_tile
+
+
+@pytest.mark.parametrize("warp", [32, 64])
+def test_rows_longer_than_a_block_are_sorted_in_the_outputs(warp):
+    """4,097 elements pad to 8,192: 4,096 pairs, more than a block's threads."""
+    rng = np.random.default_rng(4097)
+    dims = (2, 4097)
+    text = sort_module("f32", dims, 1, stable=True, iota=True)
+    emitter = SortEmitter(analysed(_fusion(text)))
+    assert not emitter.plan.in_shared and emitter.plan.rounds == 4
+    got, want, kernel = run_sort(text, [_values("f32", dims, rng)], warp)
+    assert_bitwise(got, want)
+    assert kernel.grid[0] == 2 and kernel.block[0] == 1024
+
+
+def test_rows_over_shared_memory_are_sorted_in_the_outputs():
+    rng = np.random.default_rng(9)
+    dims = (1, 2048)
+    text = sort_module("f64", dims, 1, extra=("f64", "f64", "f64"), direction="GT")
+    emitter = SortEmitter(analysed(_fusion(text)))
+    assert not emitter.plan.in_shared and emitter.plan.rounds == 1
+    keys = rng.permutation(2048).astype(np.float64).reshape(dims)
+    payloads = [rng.standard_normal(dims) for _ in range(3)]
+    got, want, _ = run_sort(text, [keys, *payloads])
+    assert_bitwise(got, want)
+
+
+def test_a_long_stable_sort_without_an_iota_is_refused_with_its_shape():
+    text = sort_module("f32", (2, 4097), 1, stable=True, extra="s32")
+    with pytest.raises(
+        UnsupportedError, match=r"sort 's' of f32\[2,4097\].*4096 threads.*iota operand"
+    ):
+        SortEmitter(analysed(_fusion(text)))
+    text = sort_module("f64", (1, 2048), 1, stable=True, extra=("f64", "f64"))
+    with pytest.raises(UnsupportedError, match=r"57344 bytes of shared memory"):
+        SortEmitter(analysed(_fusion(text)))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        sort_module("f32", (1, 32), 1),
+        sort_module("bf16", (3, 1000), 1, stable=True, iota=True),
+        sort_module("u8", (33, 3), 0, direction="GT", extra="pred"),
+        sort_module("f32", (2, 5000), 1, stable=True, iota=True),
+    ],
+    ids=["f32_1x32", "bf16_argsort_stable", "u8_pred_axis0", "f32_argsort_5000_global"],
+)
+def test_compiles_to_ptx_and_hsaco(text):
+    compiled = compile_everywhere(SortEmitter, _fusion(text))
+    assert [k.image.format for k in compiled][2] == "hsaco"
+    ptx = artefact_text(compiled[1], "ptx")
+    (stats,) = kernel_statistics(ptx).values()
+    in_shared = SortEmitter(analysed(_fusion(text))).plan.in_shared
+    assert stats.barriers > 0
+    assert (stats.shared_loads > 0 and stats.shared_stores > 0) == in_shared
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        sort_module("f32", (6, 45), 1, stable=True, iota=True),
+        sort_module("bf16", (40, 5), 0, direction="GT", stable=True, extra="s32"),
+        sort_module("s32", (2, 3000), 1),
+    ],
+    ids=["argsort", "bf16_axis0_payload", "long_rows"],
+)
+@pytest.mark.parametrize("warp", [32, 64])
+def test_the_harness_accepts_the_kernels(force_emitter, tmp_path, text, warp):
+    """``heron check``'s harness: its edge and moderate inputs, write coverage (once per
+    element in shared memory), all on the interpreter."""
+    force_emitter("sort", SortEmitter)
+    path = tmp_path / "sort.hlo"
+    path.write_text(text)
+    report = check_file(path, device=InterpreterDevice(warp_size=warp))
+    assert report.ok, report.text()
+    assert [f.emitter for f in report.fusions] == ["sort"]
+
+
+@pytest.mark.parametrize("dims", [(0, 32), (3, 0)])
+def test_an_empty_sort_is_a_kernel_that_writes_nothing(dims):
+    text = sort_module("f32", dims, 1, iota=True)
+    got, want, kernel = run_sort(text, [np.zeros(dims, np.float32)])
+    assert kernel.grid == (1, 1, 1) and kernel.block == (1, 1, 1)
+    assert [g.shape for g in got] == [w.shape for w in want] == [dims, dims]

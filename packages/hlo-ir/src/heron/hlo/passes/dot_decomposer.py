@@ -1,0 +1,123 @@
+"""Dot canonicalisation: every dot as ``[batch..., M, K] x [batch..., K, N] -> [batch..., M, N]``.
+
+XLA's ``DotDecomposer`` form, which GEMM libraries and emitters take: batch
+dimensions first and in order on both sides, then at most one free dimension
+and one contracting dimension, the left operand's free dimension before its
+contracting one and the right operand's after. A dot in any other form gets
+its operands transposed (batch, free, contracting) and reshaped (the free
+dimensions into one, the contracting dimensions into one), and its result
+reshaped back to the shape it had. A side with no free or no contracting
+dimension keeps none (a matrix-vector product stays one).
+
+The reference evaluator computes every dot through exactly this form, so
+canonicalisation changes no bit of its results; a device library may sum in
+another order either way.
+"""
+
+from __future__ import annotations
+
+import math
+
+from heron.hlo.ir import Instruction, Module
+from heron.hlo.passes.registry import hlo_pass
+from heron.hlo.passes.rewrite import (
+    Inserter,
+    module_names,
+    non_fusion_computations,
+    remove_instructions,
+)
+from heron.hlo.shapes import ArrayShape
+
+__all__ = ["canonicalise_dots", "is_canonical_dot"]
+
+_DIMENSION_ATTRIBUTES = (
+    "lhs_batch_dims",
+    "rhs_batch_dims",
+    "lhs_contracting_dims",
+    "rhs_contracting_dims",
+)
+
+
+def _dims(dot: Instruction) -> tuple[list[int], list[int], list[int], list[int]]:
+    return tuple(list(dot.attributes.get(name, ())) for name in _DIMENSION_ATTRIBUTES)  # type: ignore[return-value]
+
+
+def _free(rank: int, batch: list[int], contracting: list[int]) -> list[int]:
+    return [d for d in range(rank) if d not in batch and d not in contracting]
+
+
+def is_canonical_dot(dot: Instruction) -> bool:
+    """Whether ``dot`` already has the canonical form (see the module docstring)."""
+    lb, rb, lc, rc = _dims(dot)
+    lhs_rank, rhs_rank = len(dot.operands[0].shape.dims), len(dot.operands[1].shape.dims)
+    lf, rf = _free(lhs_rank, lb, lc), _free(rhs_rank, rb, rc)
+    batch = list(range(len(lb)))
+    return (
+        lb == batch
+        and rb == batch
+        and len(lf) <= 1
+        and len(rf) <= 1
+        and len(lc) <= 1
+        and lb + lf + lc == list(range(lhs_rank))
+        and rb + rc + rf == list(range(rhs_rank))
+    )
+
+
+@hlo_pass("dot-decomposer", "dots in [batch, M, K] x [batch, K, N] form")
+def canonicalise_dots(module: Module) -> bool:
+    names = module_names(module)
+    changed = False
+    for computation in non_fusion_computations(module):
+        for dot in [i for i in computation.instructions if i.opcode == "dot"]:
+            if is_canonical_dot(dot) or not isinstance(dot.shape, ArrayShape):
+                continue
+            inserter = Inserter(computation, names)
+            inserter.replace(dot, _canonical(inserter, dot))
+            remove_instructions(computation, [dot])
+            changed = True
+    return changed
+
+
+def _canonical(inserter: Inserter, dot: Instruction) -> Instruction:
+    lhs, rhs = dot.operands
+    lb, rb, lc, rc = _dims(dot)
+    lf = _free(len(lhs.shape.dims), lb, lc)
+    rf = _free(len(rhs.shape.dims), rb, rc)
+    batch = [lhs.shape.dims[d] for d in lb]
+
+    def add(name: str, opcode: str, shape: ArrayShape, operands, attributes=None) -> Instruction:
+        return inserter.add(opcode, shape, operands, attributes, like=dot, suffix=name)
+
+    def arrange(operand: Instruction, order: list[int], groups: list[list[int]], side: str):
+        dims = operand.shape.dims
+        if order != list(range(len(dims))):
+            moved = ArrayShape(operand.shape.element_type, tuple(dims[d] for d in order))
+            operand = add(
+                f"{side}_transpose", "transpose", moved, [operand], {"dimensions": tuple(order)}
+            )
+        collapsed = tuple(batch) + tuple(math.prod(dims[d] for d in g) for g in groups if g)
+        if collapsed != operand.shape.dims:
+            shape = ArrayShape(operand.shape.element_type, collapsed)
+            operand = add(f"{side}_reshape", "reshape", shape, [operand])
+        return operand
+
+    new_lhs = arrange(lhs, lb + lf + lc, [lf, lc], "lhs")
+    new_rhs = arrange(rhs, rb + rc + rf, [rc, rf], "rhs")
+    b = len(lb)
+    has_m, has_n = bool(lf), bool(rf)
+    attributes = {k: v for k, v in dot.attributes.items() if k not in _DIMENSION_ATTRIBUTES}
+    if b:
+        attributes["lhs_batch_dims"] = tuple(range(b))
+        attributes["rhs_batch_dims"] = tuple(range(b))
+    if lc:
+        attributes["lhs_contracting_dims"] = (b + int(has_m),)
+        attributes["rhs_contracting_dims"] = (b,)
+    free_sizes = [math.prod(lhs.shape.dims[d] for d in lf)] if has_m else []
+    free_sizes += [math.prod(rhs.shape.dims[d] for d in rf)] if has_n else []
+    dims = tuple(batch + free_sizes)
+    if dims == dot.shape.dims:  # only the operands moved: the result is the dot's own
+        return add("canonical", "dot", dot.shape, [new_lhs, new_rhs], attributes)
+    canonical = add(
+        "canonical", "dot", ArrayShape(dot.shape.element_type, dims), [new_lhs, new_rhs], attributes
+    )
+    return add("result", "reshape", dot.shape, [canonical])

@@ -1,0 +1,206 @@
+"""Layouts: every shape gets one, and layout changes become explicit transposes.
+
+Three passes, in the order XLA's GPU pipeline runs their counterparts:
+
+- ``layout-assignment``: a shape without a layout gets the default
+  (row-major) one, except the entry's parameters and result, which take the
+  module's ``entry_computation_layout`` when it names them (the caller's
+  buffers are laid out as the caller says).
+- ``layout-normalization``: a ``copy`` that changes the layout is, in memory,
+  a transpose. It becomes ``bitcast`` (to the operand's physical order, row
+  major) + ``transpose`` + ``bitcast`` (back to the result's layout), so the
+  fusion passes and emitters see the transpose they have to emit.
+- ``reshape-decomposer``: a ``reshape`` between shapes whose memory order is
+  row-major (size-1 dimensions aside) moves no byte: it becomes a
+  ``bitcast``. Any other reshape becomes copies to and from row-major around a
+  bitcast (the copies then normalise to transposes).
+
+Row-major-ness is decided by :func:`is_row_major`, the one definition of the
+question for these passes; the physical order itself is
+``ArrayShape.major_to_minor`` (``heron.hlo.memory_layout`` has the rest of the
+convention).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from heron.hlo.attributes import RawAttribute
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.ir import Instruction, Module
+from heron.hlo.parser import parse_shape
+from heron.hlo.passes.registry import hlo_pass
+from heron.hlo.passes.rewrite import (
+    Inserter,
+    module_names,
+    non_fusion_computations,
+    remove_instructions,
+)
+from heron.hlo.shapes import ArrayShape, Layout, Shape, TupleShape
+
+__all__ = [
+    "assign_layouts",
+    "decompose_reshapes",
+    "is_row_major",
+    "normalize_layouts",
+    "with_default_layout",
+]
+
+
+def with_default_layout(shape: Shape) -> Shape:
+    """``shape`` with the row-major layout wherever it has none (tuples element by element)."""
+    if isinstance(shape, TupleShape):
+        return TupleShape(tuple(with_default_layout(e) for e in shape.elements))
+    if shape.layout is not None or shape.element_type.is_token:
+        return shape
+    return ArrayShape(
+        shape.element_type, shape.dims, Layout.default_for_rank(len(shape.dims)), shape.dynamic
+    )
+
+
+def is_row_major(shape: ArrayShape) -> bool:
+    """Whether the elements lie in memory in logical row-major order (size-1 dims aside)."""
+    order = [d for d in shape.major_to_minor if shape.dims[d] != 1]
+    return order == sorted(order)
+
+
+def _row_major(shape: ArrayShape, dims: tuple[int, ...] | None = None) -> ArrayShape:
+    dims = shape.dims if dims is None else dims
+    return ArrayShape(shape.element_type, tuple(dims), Layout.default_for_rank(len(dims)))
+
+
+# -- layout assignment -----------------------------------------------------------------
+
+
+def _entry_layout(module: Module) -> tuple[list[Shape], Shape] | None:
+    raw = module.header.get("entry_computation_layout")
+    if raw is None:
+        return None
+    text = raw.text if isinstance(raw, RawAttribute) else str(raw)
+    text = text.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    if "->" not in text:
+        return None
+    arguments, result = text.rsplit("->", 1)
+    try:
+        shape = parse_shape(arguments.strip())
+        result_shape = parse_shape(result.strip())
+    except Exception as exc:  # the header is free text to the parser: say which part
+        raise UnsupportedError(
+            f"entry_computation_layout {raw} is not '(shapes)->shape': {exc}"
+        ) from exc
+    parameters = list(shape.elements) if isinstance(shape, TupleShape) else [shape]
+    return parameters, result_shape
+
+
+@hlo_pass("layout-assignment", "default layouts, the entry's from entry_computation_layout")
+def assign_layouts(module: Module) -> bool:
+    changed = False
+    entry = module.entry
+    declared = _entry_layout(module)
+    if declared is not None:
+        parameters, result = declared
+        for parameter in entry.parameters:
+            number = parameter.parameter_number
+            if (
+                number is not None
+                and number < len(parameters)
+                and parameter.shape.without_layout() == parameters[number].without_layout()
+                and parameter.shape != parameters[number]
+                and _layout_free(parameter.shape)
+            ):
+                parameter.shape = with_default_layout(parameters[number])
+                changed = True
+        root = entry.root_instruction
+        if _layout_free(root.shape) and root.shape.without_layout() == result.without_layout():
+            root.shape = with_default_layout(result)
+            changed = True
+    for computation in non_fusion_computations(module):
+        for inst in computation.instructions:
+            shape = with_default_layout(inst.shape)
+            if shape != inst.shape:
+                inst.shape = shape
+                changed = True
+    return changed
+
+
+def _layout_free(shape: Shape) -> bool:
+    return all(leaf.layout is None for leaf in shape.leaves())
+
+
+# -- layout normalisation --------------------------------------------------------------
+
+
+def _physical_transpose(
+    inserter: Inserter, copy: Instruction, operand: Instruction, target: ArrayShape
+) -> Instruction:
+    """``operand`` laid out as ``target`` (same dims, another layout) through a transpose."""
+    source = operand.array_shape
+    source_order, target_order = list(source.major_to_minor), list(target.major_to_minor)
+    physical_shape = _row_major(source, tuple(source.dims[d] for d in source_order))
+    physical = inserter.add("bitcast", physical_shape, [operand], like=copy, suffix="physical")
+    moved = inserter.add(
+        "transpose",
+        _row_major(source, tuple(source.dims[d] for d in target_order)),
+        [physical],
+        {"dimensions": tuple(source_order.index(d) for d in target_order)},
+        like=copy,
+        suffix="transpose",
+    )
+    return inserter.add("bitcast", target, [moved], like=copy, suffix="relaid")
+
+
+@hlo_pass("layout-normalization", "layout-changing copies as bitcast + transpose + bitcast")
+def normalize_layouts(module: Module) -> bool:
+    names = module_names(module)
+    changed = False
+    for computation in non_fusion_computations(module):
+        inserter, removed = Inserter(computation, names), []
+        for copy in [i for i in computation.instructions if i.opcode == "copy"]:
+            source, target = copy.operands[0].shape, copy.shape
+            if not isinstance(source, ArrayShape) or not isinstance(target, ArrayShape):
+                continue
+            if source.layout is None or target.layout is None:
+                continue
+            if [d for d in source.major_to_minor if source.dims[d] != 1] == [
+                d for d in target.major_to_minor if target.dims[d] != 1
+            ]:
+                continue  # the same memory order: the simplifier's business, not a transpose
+            replacement = _physical_transpose(inserter, copy, copy.operands[0], target)
+            inserter.replace(copy, replacement)
+            removed.append(copy)
+            changed = True
+        remove_instructions(computation, removed)
+    return changed
+
+
+# -- reshapes ----------------------------------------------------------------------------
+
+
+@hlo_pass("reshape-decomposer", "reshapes as bitcasts, with copies where memory order differs")
+def decompose_reshapes(module: Module) -> bool:
+    names = module_names(module)
+    changed = False
+    for computation in non_fusion_computations(module):
+        inserter, removed = Inserter(computation, names), []
+        for reshape in [i for i in computation.instructions if i.opcode == "reshape"]:
+            operand = reshape.operands[0]
+            source, target = operand.shape, reshape.shape
+            if not isinstance(source, ArrayShape) or not isinstance(target, ArrayShape):
+                continue
+            if source.layout is None or target.layout is None:
+                continue
+            add = functools.partial(inserter.add, like=reshape)
+            if not is_row_major(source):
+                operand = add("copy", _row_major(source), [operand], suffix="row_major")
+            if is_row_major(target):
+                replacement = add("bitcast", target, [operand], suffix="bitcast")
+            else:
+                flat = add("bitcast", _row_major(target), [operand], suffix="bitcast")
+                replacement = add("copy", target, [flat], suffix="relaid")
+            inserter.replace(reshape, replacement)
+            removed.append(reshape)
+            changed = True
+        remove_instructions(computation, removed)
+    return changed

@@ -1,0 +1,183 @@
+"""heron's kernels per corpus program beside XLA:GPU's: the table of docs/programs.md.
+
+    python programs/table.py            # prints the Markdown table and its summary
+    python programs/table.py --update docs/programs.md   # rewrites the table there
+
+heron's count is measured, never written down: each ``module.hlo`` goes
+through heron's target-independent pipeline
+(:func:`heron.hlo.passes.pipelines.simplification_pipeline`), then through
+the outline ``heron run`` launches (:func:`heron.hlo.passes.outline_module`
+with the loop emitter's opcodes): one kernel per fusion of the entry. Where
+the outline refuses an instruction (an op no heron emitter runs yet), the row
+says ``refused: <opcode>``. XLA:GPU's count and its use of Triton come from
+the committed ``xla_gpu.json`` (``programs/generate.py``). Needs heron only,
+not jax nor XLA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import attrs
+
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.ir import Module
+from heron.hlo.parser import parse_module_file
+from heron.hlo.passes import outline_module, run_pipeline
+from heron.hlo.passes.pipelines import simplification_pipeline
+
+HERE = Path(__file__).resolve().parent
+
+#: How the outline names the instruction it refuses (heron.hlo.passes.outline.describe).
+#: The thunk kinds of XLA's thunk sequence that are one kernel launch each.
+KERNEL_THUNKS = frozenset({"kKernel", "kCustomKernel"})
+
+_REFUSED = re.compile(r"cannot run instruction '[^']*' \(([\w-]+),")
+
+
+@attrs.frozen
+class HeronKernels:
+    """heron's launch count for a module today, or the opcode that stops it."""
+
+    count: int | None
+    refused: str | None = None
+    reason: str | None = None
+
+    def __str__(self) -> str:
+        return str(self.count) if self.refused is None else f"refused: {self.refused}"
+
+
+def heron_kernels(module: Module) -> HeronKernels:
+    """Kernels ``heron run`` would launch for ``module`` (changed in place by the pipeline)."""
+    from heron.emitters.elemental.core import supported_opcodes
+
+    run_pipeline(module, simplification_pipeline())
+    try:
+        outlined = outline_module(module, supported_opcodes())
+    except UnsupportedError as exc:
+        match = _REFUSED.search(str(exc))
+        return HeronKernels(None, match.group(1) if match else "unsupported", str(exc))
+    return HeronKernels(sum(1 for inst in outlined.entry.instructions if inst.opcode == "fusion"))
+
+
+@attrs.frozen
+class Row:
+    name: str
+    heron: HeronKernels
+    xla_kernels: int
+    xla_triton: bool
+    xla_fusion_kinds: dict[str, int]
+    #: XLA's thunks that launch no kernel of its own: copies, library calls, loops.
+    xla_other_thunks: dict[str, int]
+
+
+def program_names() -> list[str]:
+    index = json.loads((HERE / "index.json").read_text())
+    return [entry["name"] for entry in index["programs"]]
+
+
+def rows(names: list[str] | None = None) -> list[Row]:
+    result = []
+    for name in names or program_names():
+        folder = HERE / name
+        xla = json.loads((folder / "xla_gpu.json").read_text())
+        result.append(
+            Row(
+                name,
+                heron_kernels(parse_module_file(folder / "module.hlo")),
+                xla["kernel_count"],
+                xla["triton"],
+                xla["fusion_kinds"],
+                {k: n for k, n in xla["thunk_kinds"].items() if k not in KERNEL_THUNKS},
+            )
+        )
+    return result
+
+
+@attrs.frozen
+class Summary:
+    programs: int
+    runnable: int
+    heron_kernels: int
+    xla_kernels_of_runnable: int
+    xla_kernels: int
+    at_most_xla: int
+    triton: int
+    refused: dict[str, int]
+
+
+def summarize(table: list[Row]) -> Summary:
+    runnable = [r for r in table if r.heron.count is not None]
+    refused: dict[str, int] = {}
+    for r in table:
+        if r.heron.refused is not None:
+            refused[r.heron.refused] = refused.get(r.heron.refused, 0) + 1
+    return Summary(
+        programs=len(table),
+        runnable=len(runnable),
+        heron_kernels=sum(r.heron.count or 0 for r in runnable),
+        xla_kernels_of_runnable=sum(r.xla_kernels for r in runnable),
+        xla_kernels=sum(r.xla_kernels for r in table),
+        at_most_xla=sum(1 for r in runnable if (r.heron.count or 0) <= r.xla_kernels),
+        triton=sum(1 for r in table if r.xla_triton),
+        refused=dict(sorted(refused.items())),
+    )
+
+
+def markdown(table: list[Row]) -> str:
+    lines = [
+        "| program | heron kernels | XLA:GPU kernels | XLA fusion kinds | Triton"
+        " | XLA's other thunks |",
+        "|---|---:|---:|---|---|---|",
+    ]
+    for r in table:
+        kinds = ", ".join(f"{k} {n}" for k, n in r.xla_fusion_kinds.items()) or "-"
+        other = ", ".join(f"{k} {n}" for k, n in r.xla_other_thunks.items()) or "-"
+        triton = "yes" if r.xla_triton else "no"
+        lines.append(f"| {r.name} | {r.heron} | {r.xla_kernels} | {kinds} | {triton} | {other} |")
+    s = summarize(table)
+    refused = ", ".join(f"{op} {n}" for op, n in s.refused.items()) or "none"
+    ratio = s.heron_kernels / s.xla_kernels_of_runnable if s.xla_kernels_of_runnable else 0.0
+    lines += [
+        "",
+        f"{s.programs} programs; heron runs {s.runnable} of them, launching {s.heron_kernels}"
+        f" kernels where XLA:GPU launches {s.xla_kernels_of_runnable} ({ratio:.2f}x);"
+        f" {s.at_most_xla} of them with no more kernels than XLA."
+        f" Refused ({s.programs - s.runnable}): {refused}."
+        f" XLA:GPU launches {s.xla_kernels} kernels for all {s.programs};"
+        f" it uses Triton in {s.triton}.",
+    ]
+    return "\n".join(lines)
+
+
+#: The lines of docs/programs.md between which ``--update`` writes the table.
+BEGIN, END = "<!-- table: python programs/table.py -->", "<!-- end of table -->"
+
+
+def update(document: Path, table: str) -> None:
+    """Replace what lies between BEGIN and END in ``document`` with ``table``."""
+    text = document.read_text()
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{document}: no '{BEGIN}' ... '{END}' lines to put the table between")
+    document.write_text(text[: start + len(BEGIN)] + "\n" + table + "\n" + text[end:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--update", metavar="FILE.md", help="write the table into FILE.md")
+    args = parser.parse_args(argv)
+    table = markdown(rows())
+    if args.update:
+        update(Path(args.update), table)
+    else:
+        print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
