@@ -105,3 +105,23 @@ def test_every_preset_prices_a_kernel() -> None:
     for target in presets().values():
         assert target.fpus_per_core > 0 and target.launch_overhead_seconds > 0
         assert _kernel(ELEMENTWISE, target).seconds > 0
+
+
+SCALAR_SUM = ROW_SUM.replace("f32[1024]{0} reduce", "f32[] reduce").replace(
+    "dimensions={1}", "dimensions={0,1}"
+)
+
+
+def test_a_kernel_with_few_threads_gets_a_share_of_the_device() -> None:
+    module = parse_module(SCALAR_SUM)
+    entry = module.entry
+    members = [i for i in entry.post_order() if i.opcode != "parameter"]
+    candidate = build_fusion(members, [entry.root_instruction])
+    body, operands = candidate.body, list(candidate.fusion.operands)
+    # As a loop kernel (one output element, one thread) the sum is priced as
+    # slow as it is; as a reduction its input's elements are worked on in parallel.
+    one_thread = estimate_computation(body, operands, H100, threads=1)
+    parallel = estimate_computation(body, operands, H100, threads=1024 * 1024)
+    slots = H100.core_count * H100.threads_per_core_limit
+    launch = H100.launch_overhead_seconds
+    assert (one_thread.seconds - launch) == pytest.approx((parallel.seconds - launch) * slots)

@@ -75,6 +75,8 @@ JAX_PROGRAMS = [
     "argmax",
     "scatter_add",
     "mlp",
+    "mean_all_axes",
+    "sort_rows",
 ]
 
 
@@ -102,7 +104,14 @@ XLA_KERNELS = {
     "sgd_momentum": 1,
     "sum_and_max": 3,  # three reductions over different dimensions
     "transpose_add": 1,
+    "argmax": 1,
+    "scatter_add": 1,  # XLA also copies the operand first (a kCopy thunk, no kernel)
+    "mean_all_axes": 5,  # two reductions, each with its divide as a loop after it,
+    # and the small dim-0 mean as one loop kernel
+    "sort_rows": 3,  # the sort has a kernel of its own
 }
+# mlp: XLA makes the dot and its bias + relu one Triton GEMM fusion (1 kernel);
+# heron leaves the dot alone (no emitter yet) and fuses the rest: 2.
 
 
 @pytest.mark.parametrize("name", sorted(XLA_KERNELS))

@@ -74,6 +74,14 @@ def mlp(x, w, b):
     return jax.nn.relu(x @ w + b)
 
 
+def mean_all_axes(x):
+    return x.mean(), x.mean(0), x.mean((1, 2))
+
+
+def sort_rows(x):
+    return jnp.sort(x * 2.0, axis=1) + 1.0
+
+
 def _zeros(*shapes):
     return [jnp.zeros(shape, F32) for shape in shapes]
 
@@ -95,6 +103,8 @@ PROGRAMS = {
         [jnp.zeros((64, 16), F32), jnp.zeros((8,), jnp.int32), jnp.zeros((8, 16), F32)],
     ),
     "mlp": (mlp, _zeros((16, 32), (32, 8), (8,))),
+    "mean_all_axes": (mean_all_axes, _zeros((8, 16, 32))),
+    "sort_rows": (sort_rows, _zeros((8, 64))),
 }
 
 if __name__ == "__main__":

@@ -11,7 +11,12 @@ import attrs
 
 from heron.compiler.fusion.builder import Candidate, build_fusion
 from heron.compiler.fusion.cost_model import NO_KERNEL, KernelCost, estimate_computation
-from heron.compiler.fusion.fusible import FusionChecker, Verdict, is_fusible_consumer
+from heron.compiler.fusion.fusible import (
+    FusionChecker,
+    Verdict,
+    is_fusible_consumer,
+    verdict_of,
+)
 from heron.compiler.target import Target
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.outline import HOST_OPCODES
@@ -45,7 +50,11 @@ class FusionContext:
 
     def price(self, candidate: Candidate, verdict: Verdict) -> KernelCost:
         return estimate_computation(
-            candidate.body, list(candidate.fusion.operands), self.target, tiled=verdict.tiled
+            candidate.body,
+            list(candidate.fusion.operands),
+            self.target,
+            tiled=verdict.tiled,
+            threads=verdict.threads,
         )
 
     def cost(self, inst: Instruction) -> KernelCost:
@@ -58,9 +67,13 @@ class FusionContext:
             if inst.opcode == "fusion":
                 from heron.emitters.fusion_analysis import analyse_fusion
 
-                tiled = analyse_fusion(inst, self.target).kind == "transpose"
+                verdict = verdict_of(analyse_fusion(inst, self.target))
                 cost = estimate_computation(
-                    inst.called("calls"), list(inst.operands), self.target, tiled=tiled
+                    inst.called("calls"),
+                    list(inst.operands),
+                    self.target,
+                    tiled=verdict.tiled,
+                    threads=verdict.threads,
                 )
             else:
                 made = self.candidate([inst], [inst])

@@ -17,6 +17,9 @@ overhead plus the larger of its memory time and its compute time.
 - *Flops*: per fused instruction, its elements times the opcode's cost
   (``FLOPS_PER_ELEMENT``); a reduce costs its input's elements times its
   reducer.
+- *Parallelism*: a kernel working on fewer elements than the device has
+  thread slots gets that fraction of its bandwidth and lanes (a loop kernel
+  summing a whole array in one thread is slow, however few bytes it moves).
 - Bandwidth, clock, cores and lanes and the launch overhead come from the
   Target (``memory_bandwidth``, ``clock_rate_ghz``, ``core_count``,
   ``fpus_per_core``, ``launch_overhead_seconds``).
@@ -46,6 +49,7 @@ __all__ = [
     "KernelCost",
     "estimate_computation",
     "estimate_instruction",
+    "parallel_threads",
 ]
 
 #: Re-reads of bytes already read by the kernel come from L1/L2; XLA's model
@@ -135,6 +139,21 @@ def _bytes(shape: Shape) -> int:
     return shape.num_elements * shape.element_type.byte_width
 
 
+def _elements(shape: Shape) -> int:
+    if isinstance(shape, TupleShape):
+        return max((_elements(element) for element in shape.elements), default=0)
+    assert isinstance(shape, ArrayShape)
+    return shape.num_elements
+
+
+def parallel_threads(computation: Computation, reduction_hero: Instruction | None) -> int:
+    """How many elements a kernel works on in parallel: a reduction hero's input (its
+    emitters split the reduced dimensions across threads), else the largest output."""
+    if reduction_hero is not None:
+        return max(reduction_hero.operands[0].array_shape.num_elements, 1)
+    return max(_elements(computation.root_instruction.shape), 1)
+
+
 def _points(m: IndexingMap) -> int:
     """How many (dimension, symbol) points the map's domain has (constraints ignored)."""
     sizes = [v.bounds.upper - v.bounds.lower + 1 for v in (*m.dimensions, *m.range_vars)]
@@ -168,12 +187,22 @@ def _flops(computation: Computation) -> float:
 
 
 def estimate_computation(
-    computation: Computation, operands: list[Instruction], target: Target, *, tiled: bool = False
+    computation: Computation,
+    operands: list[Instruction],
+    target: Target,
+    *,
+    tiled: bool = False,
+    threads: int | None = None,
 ) -> KernelCost:
     """The cost of one kernel computing ``computation`` (a fused body) from ``operands``.
 
     ``tiled`` says the emitter reads through shared memory (a transpose hero),
-    so its reads count as coalesced whatever their maps.
+    so its reads count as coalesced whatever their maps. ``threads`` is how
+    many elements the emitter works on in parallel (default: the largest
+    output): a kernel with fewer than the device's thread slots
+    (``core_count * threads_per_core_limit``) gets that fraction of its
+    bandwidth and lanes, so one thread summing a whole array is priced as slow
+    as it is.
     """
     try:
         maps = fusion_input_maps(computation)
@@ -197,9 +226,15 @@ def estimate_computation(
     del operands  # the parameters carry the operands' shapes
     write = float(_bytes(computation.root_instruction.shape))
     flops = _flops(computation)
-    memory_seconds = (dram + write + cached / CACHE_SPEEDUP) / target.memory_bandwidth
+    if threads is None:
+        threads = max(_elements(computation.root_instruction.shape), 1)
+    slots = target.core_count * target.threads_per_core_limit
+    utilisation = min(1.0, threads / slots)
+    memory_seconds = (dram + write + cached / CACHE_SPEEDUP) / (
+        target.memory_bandwidth * utilisation
+    )
     compute_seconds = flops / (
-        target.core_count * target.fpus_per_core * target.clock_rate_ghz * 1e9
+        target.core_count * target.fpus_per_core * target.clock_rate_ghz * 1e9 * utilisation
     )
     seconds = target.launch_overhead_seconds + max(memory_seconds, compute_seconds)
     return KernelCost(dram, cached, write, flops, seconds)

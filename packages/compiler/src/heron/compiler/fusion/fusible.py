@@ -9,7 +9,9 @@ recomputed for every element that reads it, which XLA never does). Ops no
 emitter handles (dot, sort, custom-call, control flow, ...:
 :data:`heron.hlo.passes.outline.REFUSED_OPCODES`) are never fused, as XLA
 leaves them to libraries and thunks; scatter, which the scatter emitter takes,
-is fused as a root only (:data:`ROOT_ONLY_OPCODES`).
+is fused as a root only (:data:`ROOT_ONLY_OPCODES`), and sort, which the sort
+emitter takes, gets a fusion of its own
+(:data:`heron.hlo.passes.outline.HERO_OPCODES`).
 
 :class:`FusionChecker` analyses each candidate once and hands the result to
 the pass that asked (its kind decides ``kLoop``/``kInput`` and the cost
@@ -21,17 +23,22 @@ the fusion passes never make a fusion the emitters refuse.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import attrs
 
 from heron.compiler.fusion.builder import Candidate, fusion_kind_of
+from heron.compiler.fusion.cost_model import parallel_threads
 from heron.compiler.target import Target
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Instruction
 from heron.hlo.opcodes import is_elementwise
-from heron.hlo.passes.outline import HOST_OPCODES, REFUSED_OPCODES
+from heron.hlo.passes.outline import HERO_OPCODES, HOST_OPCODES, REFUSED_OPCODES
 from heron.hlo.plugin_loading import PluginError
 from heron.hlo.shapes import ArrayShape, TupleShape
+
+if TYPE_CHECKING:
+    from heron.emitters.fusion_analysis import FusionAnalysis
 
 __all__ = [
     "MAX_FUSION_PARAMETERS",
@@ -40,6 +47,8 @@ __all__ = [
     "Verdict",
     "is_fusible_consumer",
     "is_fusible_producer",
+    "is_wrappable",
+    "verdict_of",
 ]
 
 #: Operands plus outputs a fusion may have: XLA's
@@ -83,7 +92,13 @@ def is_fusible_producer(inst: Instruction) -> bool:
 
 def is_fusible_consumer(inst: Instruction) -> bool:
     """Whether producers may be fused into ``inst`` (a variadic reduce's tuple included)."""
-    return _computes(inst)
+    return inst.opcode not in HERO_OPCODES and _computes(inst)
+
+
+def is_wrappable(inst: Instruction) -> bool:
+    """Whether ``inst`` may become a fusion of its own: a consumer, or an op a hero
+    emitter takes alone (sort: XLA gives it a kernel of its own)."""
+    return inst.opcode in HERO_OPCODES or is_fusible_consumer(inst)
 
 
 def _read_once(inst: Instruction, users: dict[Instruction, list[Instruction]]) -> bool:
@@ -111,15 +126,24 @@ def _read_once(inst: Instruction, users: dict[Instruction, list[Instruction]]) -
 
 @attrs.frozen
 class Verdict:
-    """A candidate the emitters take: its emitter kind and XLA's ``kind=``."""
+    """A candidate the emitters take: its emitter kind, XLA's ``kind=``, and how many
+    elements its emitter works on in parallel (the cost model's parallelism)."""
 
     emitter_kind: str
     fusion_kind: str
+    threads: int
 
     @property
     def tiled(self) -> bool:
         """The emitter reads through shared-memory tiles (coalesced whatever the maps)."""
         return self.emitter_kind == "transpose"
+
+
+def verdict_of(analysis: FusionAnalysis) -> Verdict:
+    """The verdict for an analysed fusion the emitters take."""
+    hero = analysis.heroes[0] if analysis.kind.startswith("reduce") else None
+    threads = parallel_threads(analysis.computation, hero)
+    return Verdict(analysis.kind, fusion_kind_of(analysis.kind), threads)
 
 
 @attrs.define
@@ -143,7 +167,10 @@ class FusionChecker:
                 continue
             if inst.opcode == "constant" or inst.opcode == "get-tuple-element":
                 continue
-            if inst.opcode in ROOT_ONLY_OPCODES:
+            if inst.opcode in HERO_OPCODES:
+                if inst is not body.root or len(candidate.members) != 1:
+                    return None
+            elif inst.opcode in ROOT_ONLY_OPCODES:
                 if inst is not body.root:
                     return None
             elif inst.opcode not in _lowerable():
@@ -164,7 +191,7 @@ class FusionChecker:
             if inst.opcode == "reduce" and id(inst) not in heroes:
                 if not _read_once(inst, users):
                     return None
-        return Verdict(analysis.kind, fusion_kind_of(analysis.kind))
+        return verdict_of(analysis)
 
     def emits(self, candidate: Candidate) -> bool:
         """Whether the chosen emitter really emits ``candidate`` (stage ``emitted``).

@@ -5,15 +5,16 @@ so an instruction no fusion pass merged (a lone broadcast, the last add of a
 chain) gets a fused computation holding just itself, of the kind its analysis
 gives (``kLoop``, or ``kInput`` for a lone reduction or transpose). Host
 instructions stay (parameters, constants, tuples, get-tuple-element,
-bitcasts), and so do instructions no emitter takes (dot, sort, ...): the
-executor refuses those by name.
+bitcasts), and so do instructions no emitter takes (dot, custom-call, ...):
+the executor refuses those by name. A sort gets a fusion of its own here, for
+the sort emitter.
 """
 
 from __future__ import annotations
 
 from heron.compiler.fusion.builder import install_fusion
 from heron.compiler.fusion.context import FusionContext
-from heron.compiler.fusion.fusible import is_fusible_consumer
+from heron.compiler.fusion.fusible import is_wrappable
 from heron.compiler.target import Target
 from heron.hlo.ir import Module
 from heron.hlo.passes.manager import HloPass
@@ -30,7 +31,7 @@ def wrap_in_fusions(module: Module, target: Target) -> bool:
     for inst in list(computation.instructions):
         if inst.opcode in HOST_OPCODES or inst.opcode == "fusion":
             continue
-        if not is_fusible_consumer(inst):
+        if not is_wrappable(inst):
             continue
         made = context.candidate([inst], [inst])
         if made is None or not context.emits(made[0]):
