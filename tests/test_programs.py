@@ -292,7 +292,6 @@ REFUSED = {
     "cond": "conditional",
     "conv1d": "convolution",
     "dropout_threefry": "while",
-    "embedding_scatter_add_grad": "scatter",
     "fori_loop_newton_sqrt": "while",
     "matmul_int32": "dot",
     "mlp_block_prenorm": "dot",
@@ -303,8 +302,6 @@ REFUSED = {
     "mlp_train_grad": "dot",
     "scan_cumulative_max": "while",
     "scan_rnn": "while",
-    "scatter_add_int32": "scatter",
-    "segment_sum": "scatter",
     "switch": "conditional",
     "while_loop_collatz": "while",
 }

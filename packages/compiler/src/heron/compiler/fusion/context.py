@@ -17,6 +17,7 @@ from heron.compiler.fusion.fusible import (
     is_fusible_consumer,
     verdict_of,
 )
+from heron.compiler.fusion.fusion_cse import signature
 from heron.compiler.target import Target
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.outline import HOST_OPCODES
@@ -30,6 +31,7 @@ class FusionContext:
     target: Target
     checker: FusionChecker = attrs.field(init=False)
     _costs: dict[int, tuple[Instruction, KernelCost]] = attrs.field(init=False, factory=dict)
+    _prices: dict[tuple[object, ...], KernelCost] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self.checker = FusionChecker(self.target)
@@ -49,13 +51,20 @@ class FusionContext:
         return self.checker.emits(candidate)
 
     def price(self, candidate: Candidate, verdict: Verdict) -> KernelCost:
-        return estimate_computation(
-            candidate.body,
-            list(candidate.fusion.operands),
-            self.target,
-            tiled=verdict.tiled,
-            threads=verdict.threads,
-        )
+        """The candidate's cost; a body priced before (the same computation, names
+        aside: priority fusion re-plans around every rewrite) is not priced again."""
+        key = (signature(candidate.body), verdict.tiled, verdict.threads)
+        cost = self._prices.get(key)
+        if cost is None:
+            cost = estimate_computation(
+                candidate.body,
+                list(candidate.fusion.operands),
+                self.target,
+                tiled=verdict.tiled,
+                threads=verdict.threads,
+            )
+            self._prices[key] = cost
+        return cost
 
     def cost(self, inst: Instruction) -> KernelCost:
         """What ``inst`` costs as a kernel of its own (nothing for host instructions)."""

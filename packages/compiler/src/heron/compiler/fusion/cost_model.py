@@ -4,15 +4,20 @@ The fusion passes compare "these kernels apart" with "these kernels fused", in
 the spirit of XLA's ``GpuPerformanceModel``: a kernel's time is its launch
 overhead plus the larger of its memory time and its compute time.
 
-- *Bytes read*: for each fusion operand, the indexing maps from the fusion's
-  outputs to it (:func:`heron.indexing.fusion_input_maps`) say how many
-  elements are read (every map's domain, range symbols included: a reduction
-  reads its input once per reduced element, a broadcast operand once per output
-  element). Up to the operand's size those reads come from DRAM; the rest hit
-  the cache and cost ``1 / CACHE_SPEEDUP`` of that.
-- *Coalescing*: a read whose map's minor-most result does not follow the
-  minor-most loop variable (a transpose read outside a transpose hero, which
-  tiles through shared memory) pays ``UNCOALESCED_PENALTY``.
+- *Bytes read*: how many elements of each fusion operand are read, from the
+  ops' output-to-input indexing maps (:func:`heron.indexing.output_to_input_maps`;
+  :func:`operand_reads` follows the demand from the outputs to the
+  parameters: a reduction reads its input once per reduced element, a
+  broadcast operand once per output element). Up to the operand's size those
+  reads come from DRAM; the rest hit the cache and cost ``1 / CACHE_SPEEDUP``
+  of that. (Composing the maps through the whole fusion,
+  ``heron.indexing.fusion_input_maps``, would see reads at the same index
+  exactly, but costs a hundred times more on JAX's large elementwise bodies,
+  and priority fusion prices thousands of candidates.)
+- *Coalescing*: a read through a map whose minor-most result does not follow
+  the minor-most loop variable, while another result does (a transpose read
+  outside a transpose hero, which tiles through shared memory), pays
+  ``UNCOALESCED_PENALTY``.
 - *Bytes written*: every output, once.
 - *Flops*: per fused instruction, its elements times the opcode's cost
   (``FLOPS_PER_ELEMENT``); a reduce costs its input's elements times its
@@ -39,7 +44,7 @@ from heron.hlo.errors import HloError
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.passes.outline import HOST_OPCODES
 from heron.hlo.shapes import ArrayShape, Shape, TupleShape
-from heron.indexing import IndexingError, IndexingMap, fusion_input_maps
+from heron.indexing import IndexingError, IndexingMap, output_to_input_maps
 from heron.indexing.affine import used_dims, used_symbols
 
 __all__ = [
@@ -154,24 +159,68 @@ def parallel_threads(computation: Computation, reduction_hero: Instruction | Non
     return max(_elements(computation.root_instruction.shape), 1)
 
 
-def _points(m: IndexingMap) -> int:
-    """How many (dimension, symbol) points the map's domain has (constraints ignored)."""
-    sizes = [v.bounds.upper - v.bounds.lower + 1 for v in (*m.dimensions, *m.range_vars)]
-    return math.prod(max(size, 0) for size in sizes)
-
-
 def _coalesced(m: IndexingMap) -> bool:
-    """The minor-most result moves with the minor-most loop variable (or not at all)."""
+    """Neighbouring threads (the minor-most loop variable) read neighbouring elements
+    (the minor-most result moves with it) or the same one (no result uses it)."""
     if not m.results:
         return True
     last = m.results[-1]
-    dims, symbols = used_dims(last), used_symbols(last)
-    if not dims and not symbols:
-        return True  # one element per row: a broadcast read, cached
-    if m.range_vars and (len(m.range_vars) - 1) in symbols:
+    if m.range_vars and (len(m.range_vars) - 1) in used_symbols(last):
         return True  # the innermost reduced dimension walks the minor one
     big = [i for i, v in enumerate(m.dimensions) if v.bounds.upper > v.bounds.lower]
-    return not big or big[-1] in dims
+    if not big:
+        return True
+    minor = big[-1]
+    if minor in used_dims(last):
+        return True
+    return not any(minor in used_dims(result) for result in m.results)
+
+
+def _reads_per_element(m: IndexingMap) -> int:
+    """Operand elements one output element reads through ``m`` (its range symbols)."""
+    return math.prod(max(v.bounds.upper - v.bounds.lower + 1, 0) for v in m.range_vars)
+
+
+def operand_reads(computation: Computation) -> dict[int, tuple[int, bool]]:
+    """Per parameter (by id): elements read, and whether every read is coalesced.
+
+    Demand flows from the roots (each output element once) to the parameters
+    through each op's output-to-input indexing maps: an operand is read, per
+    element of its user that is computed, once per point of the map's range
+    symbols (a reduction's reduced elements, a broadcast's single element). A
+    value two users read counts the larger demand (the kernel computes an
+    element once per index, whoever reads it). An op whose maps heron cannot
+    build reads each operand once per element.
+    """
+    demand: dict[int, int] = {}
+    coalesced: dict[int, bool] = {}
+    root = computation.root_instruction
+    roots = root.operands if root.opcode == "tuple" else [root]
+    for r in roots:
+        demand[id(r)] = demand.get(id(r), 0) + _elements(r.shape)
+        coalesced[id(r)] = True
+    for inst in reversed(computation.post_order()):
+        count = demand.get(id(inst), 0)
+        if count == 0 or inst.opcode in ("parameter", "tuple") or not inst.operands:
+            continue
+        ok = coalesced.get(id(inst), True)
+        try:
+            maps = output_to_input_maps(inst, 0)
+        except (HloError, IndexingError, KeyError, NotImplementedError):
+            maps = None
+        for k, operand in enumerate(inst.operands):
+            if maps is None or k >= len(maps):
+                per, straight = 1.0, True
+            else:
+                per, straight = float(_reads_per_element(maps[k])), _coalesced(maps[k])
+            # Demand is in elements of ``inst``; broadcasts and slices change the count.
+            # Two users reading an element at the same index share it (the
+            # kernel computes it once): the demand is the larger one, not the sum.
+            demand[id(operand)] = max(demand.get(id(operand), 0), int(count * per))
+            coalesced[id(operand)] = coalesced.get(id(operand), True) and ok and straight
+    return {
+        id(p): (demand.get(id(p), 0), coalesced.get(id(p), True)) for p in computation.parameters
+    }
 
 
 def _flops(computation: Computation) -> float:
@@ -204,23 +253,17 @@ def estimate_computation(
     bandwidth and lanes, so one thread summing a whole array is priced as slow
     as it is.
     """
-    try:
-        maps = fusion_input_maps(computation)
-    except (HloError, IndexingError):
-        maps = None  # an op the analysis cannot model: every operand read once
+    reads_of = operand_reads(computation)
     dram = cached = 0.0
     for param in computation.parameters:
         size = _bytes(param.shape)
-        if maps is None or not isinstance(param.shape, ArrayShape):
+        if not isinstance(param.shape, ArrayShape):
             dram += size
             continue
-        width = param.shape.element_type.byte_width
-        param_maps = maps.get(param, [])
-        reads = sum(_points(m) for m in param_maps) * width
+        elements, straight = reads_of[id(param)]
+        reads = elements * param.shape.element_type.byte_width
         unique = min(size, reads)
-        penalty = 1.0
-        if not tiled and not all(_coalesced(m) for m in param_maps):
-            penalty = UNCOALESCED_PENALTY
+        penalty = 1.0 if tiled or straight else UNCOALESCED_PENALTY
         dram += unique * penalty
         cached += max(0, reads - unique)
     del operands  # the parameters carry the operands' shapes
