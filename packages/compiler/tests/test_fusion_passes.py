@@ -343,3 +343,28 @@ def test_hero_roots_without_an_elemental_lowering_run(name: str, kind: str) -> N
         run.outputs, flatten_literal(evaluate_module(module, arguments)), strict=True
     ):
         np.testing.assert_allclose(actual, reference, rtol=1e-5, atol=1e-5)
+
+
+SAME_SHAPE_HORIZONTAL = """
+HloModule same_shape
+
+ENTRY main {
+  a = f32[4,8]{1,0} parameter(0)
+  b = s32[4,8]{1,0} parameter(1)
+  n = f32[4,8]{1,0} negate(a)
+  m = s32[4,8]{1,0} multiply(b, b)
+  ROOT r = (f32[4,8]{1,0}, s32[4,8]{1,0}) tuple(n, m)
+}
+"""
+
+
+def test_small_independent_loops_of_one_shape_become_one_loop_kernel() -> None:
+    # Different element types (no concatenation possible), one shape: the loop
+    # emitter writes both outputs from one thread per element.
+    fused = check_each_pass(parse_module(SAME_SHAPE_HORIZONTAL))
+    (fusion,) = _fusions(fused)
+    assert fusion.attr("kind") == "kLoop"
+    assert [o.opcode for o in fusion.called("calls").root_instruction.operands] == [
+        "negate",
+        "multiply",
+    ]

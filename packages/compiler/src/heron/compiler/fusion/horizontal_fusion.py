@@ -3,7 +3,10 @@
 XLA's ``HorizontalLoopFusion``: kernels too small to fill the device (here:
 fewer output elements than the Target has thread slots, ``core_count *
 threads_per_core_limit``) cost mostly their launch. Independent ones (no path
-between any two) with outputs of one element type are merged: in the fused
+between any two) whose outputs have one shape become one multi-output loop
+kernel (heron's loop emitter writes several outputs of one shape, whatever
+their element types). The others, with outputs of one element type, are
+merged as XLA merges them: in the fused
 computation each output is flattened (a bitcast reshape), the flat outputs are
 concatenated and the root is a tuple of unit-stride slices of that
 concatenation, the form the ``input_slices`` emitter takes (one thread per
@@ -12,6 +15,8 @@ output's shape. The fusion is ``kind=kInput``, as in XLA.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from heron.compiler.fusion.builder import Candidate, build_fusion, install_fusion
 from heron.compiler.fusion.context import FusionContext
@@ -107,17 +112,15 @@ def _flatten_outputs(candidate: Candidate) -> None:
     candidate.fusion.shape = body.root.shape
 
 
-def fuse_horizontally(module: Module, target: Target) -> bool:
-    """Merge small independent loop fusions of ``module``'s entry, by element type."""
-    context = FusionContext(module, target)
+def _groups(module: Module, limit: int, key: Callable[[Instruction], object]):
+    """Small independent loop fusions of the entry, grouped by ``key``, in order."""
     computation = module.entry
-    limit = target.core_count * target.threads_per_core_limit
     order = Reachability(computation)
     groups: dict[object, list[Instruction]] = {}
     for inst in computation.post_order():
         if not _small_loop_fusion(inst, limit):
             continue
-        group = groups.setdefault(inst.shape.element_type, [])
+        group = groups.setdefault(key(inst), [])
         operands = sum(len(m.operands) for m in group) + len(inst.operands) + len(group) + 1
         if (
             len(group) < MAX_HORIZONTAL_MEMBERS
@@ -125,20 +128,41 @@ def fuse_horizontally(module: Module, target: Target) -> bool:
             and all(order.independent(inst, m) for m in group)
         ):
             group.append(inst)
-    changed = False
-    for group in groups.values():
-        if len(group) < 2:
-            continue
+    return [group for group in groups.values() if len(group) > 1]
+
+
+def _merge(context: FusionContext, group: list[Instruction], flatten: bool) -> bool:
+    if flatten:
         candidate = build_fusion(group, group, root_name_hint="slice")
         _flatten_outputs(candidate)
-        verdict = context.checker.check(candidate)
-        if verdict is None or verdict.emitter_kind != "input_slices":
-            continue
-        apart = sum(context.cost(m).seconds for m in group)
-        if context.price(candidate, verdict).seconds >= apart or not context.emits(candidate):
-            continue
-        install_fusion(module, computation, candidate, "kInput")
-        changed = True
+    else:
+        candidate = build_fusion(group, group)
+    verdict = context.checker.check(candidate)
+    # Unflattened roots that are all slices are an input-slices kernel too.
+    wanted = ("input_slices",) if flatten else ("loop", "input_slices")
+    if verdict is None or verdict.emitter_kind not in wanted:
+        return False
+    apart = sum(context.cost(m).seconds for m in group)
+    if context.price(candidate, verdict).seconds >= apart or not context.emits(candidate):
+        return False
+    install_fusion(context.module, context.module.entry, candidate, verdict.fusion_kind)
+    return True
+
+
+def fuse_horizontally(module: Module, target: Target) -> bool:
+    """Merge small independent loop fusions of ``module``'s entry.
+
+    Kernels whose outputs have one shape first become one multi-output loop
+    kernel (whatever their element types: one thread per element of all of
+    them); what is left is grouped by element type into input-slices kernels.
+    """
+    context = FusionContext(module, target)
+    limit = target.core_count * target.threads_per_core_limit
+    changed = False
+    for group in _groups(module, limit, lambda inst: inst.shape.dims):
+        changed |= _merge(context, group, flatten=False)
+    for group in _groups(module, limit, lambda inst: inst.shape.element_type):
+        changed |= _merge(context, group, flatten=True)
     return changed
 
 
