@@ -3,10 +3,11 @@
 The counterpart of XLA's ``*after_optimizations.txt`` dump: the module as the
 pass pipeline leaves it. Without ``--target`` the pipeline is the
 target-independent simplification; ``--target NAME`` runs the GPU pipeline for
-that Target (simplification, then the fusion passes: the module ``heron run``
-executes). ``--passes`` runs named passes instead of the pipeline (the GPU
-passes made for ``--target``, or for the default Target); ``--dump-dir``
-writes the module after every pass that changed it.
+that Target (simplification, then the fusion passes; a module already fused
+keeps its fusions): the module ``heron run`` executes. ``--passes`` runs named
+passes instead of the pipeline (the GPU passes made for ``--target``, or for
+the default Target); ``--dump-dir`` writes the module after every pass that
+changed it.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from heron.compiler import Target, default_target
-    from heron.compiler.fusion import gpu_pass, gpu_pipeline, register_gpu_passes
+    from heron.compiler.fusion import gpu_pass, program_pipeline, register_gpu_passes
     from heron.hlo.passes import PASSES, run_pipeline, simplification_pipeline
     from heron.hlo.passes.manager import pipeline_of
     from heron.hlo.printer import print_module
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         names = [name.strip() for name in args.passes.split(",") if name.strip()]
         pipeline = pipeline_of([gpu_pass(name, target) for name in names])
     elif args.target is not None:
-        pipeline = gpu_pipeline(target)
+        pipeline = program_pipeline(module, target)  # what heron run runs
     else:
         pipeline = simplification_pipeline()
     report = run_pipeline(module, pipeline, dump_dir=args.dump_dir, dump_passes=args.dump_passes)
