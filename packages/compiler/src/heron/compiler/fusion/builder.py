@@ -52,7 +52,7 @@ def outputs_of(inst: Instruction) -> list[Instruction] | None:
     """The values ``inst`` produces: itself, or for a multi-output fusion its users (gtes).
 
     None when a multi-output fusion's value is used other than through
-    ``get-tuple-element`` (then its outputs cannot be told apart).
+    ``get-tuple-element`` (then its outputs cannot be told apart), or not at all.
     """
     if not isinstance(inst.shape, TupleShape):
         return [inst]
@@ -62,7 +62,7 @@ def outputs_of(inst: Instruction) -> list[Instruction] | None:
     )
     if parent is not None and parent.root is inst:
         return None
-    if any(u.opcode != "get-tuple-element" for u in users):
+    if not users or any(u.opcode != "get-tuple-element" for u in users):
         return None
     return users
 
@@ -192,8 +192,10 @@ def _inline(
 
 
 def _drop_unused(body: Computation) -> None:
-    """Remove instructions the root does not need (a member's unused tuple, say);
-    parameters stay, renumbered densely later by the caller when needed."""
+    """Remove instructions the root does not need (a member's unused tuple, say).
+
+    Parameters stay, with their numbers: the fusion's operand list matches them.
+    """
     live: set[int] = set()
     stack = [body.root_instruction]
     while stack:

@@ -163,9 +163,7 @@ class FusionChecker:
         if len(candidate.fusion.operands) + outputs > MAX_FUSION_PARAMETERS:
             return None
         for inst in body.instructions:
-            if inst.opcode in ("parameter", "tuple") and inst is not None:
-                continue
-            if inst.opcode == "constant" or inst.opcode == "get-tuple-element":
+            if inst.opcode in ("parameter", "tuple", "constant", "get-tuple-element"):
                 continue
             if inst.opcode in HERO_OPCODES:
                 if inst is not body.root or len(candidate.members) != 1:
