@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -122,3 +123,22 @@ def test_opt_runs_gpu_passes_by_name_and_lists_them(tmp_path, capsys) -> None:
         assert name in out
     code, out, err = heron(capsys, "opt", str(path), "--target", "h1000")
     assert code == 2 and "unknown target preset 'h1000'" in err
+
+
+def test_opt_buffers_prints_the_assignment_and_peak(tmp_path, capsys) -> None:
+    path = _file(tmp_path)
+    code, out, err = heron(capsys, "opt", str(path), "--buffers", "32")
+    assert code == 0, err
+    assert out.startswith("BufferAssignment for module jit_f (alignment 32):")
+    assert "allocation 0: size 32, parameter 0, shape |f32[8]{0}|" in out
+    assert "maybe-live-out" in out
+    peak = [line for line in out.splitlines() if line.startswith("Peak memory: ")]
+    # two 32-byte parameters, a 32-byte output, a 4-byte constant, temporaries above
+    assert len(peak) == 1 and int(peak[0].split()[2]) >= 32 * 3 + 4
+    offsets = [int(n) for n in re.findall(r",offset=(\d+)\)", out)]
+    assert offsets and all(offset % 32 == 0 for offset in offsets)
+
+
+def test_opt_buffers_refuses_a_negative_alignment(tmp_path, capsys) -> None:
+    code, out, err = heron(capsys, "opt", str(_file(tmp_path)), "--buffers", "-8")
+    assert code != 0 and "alignment must be positive" in err

@@ -7,7 +7,8 @@ that Target (simplification, then the fusion passes; a module already fused
 keeps its fusions): the module ``heron run`` executes. ``--passes`` runs named
 passes instead of the pipeline (the GPU passes made for ``--target``, or for
 the default Target); ``--dump-dir`` writes the module after every pass that
-changed it.
+changed it; ``--buffers`` adds copy insertion and the scheduler and prints the
+buffer assignment (docs/buffers.md) instead of the module.
 """
 
 from __future__ import annotations
@@ -58,13 +59,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--timing", action="store_true", help="print the time each pass took (to stderr)"
     )
+    parser.add_argument(
+        "--buffers",
+        metavar="ALIGNMENT",
+        nargs="?",
+        type=int,
+        const=0,
+        help="then run copy-insertion and the scheduler and print the buffer assignment"
+        " (allocations, values, peak memory) instead of the module; temporaries'"
+        " offsets are multiples of ALIGNMENT (default: the kernel ABI's buffer alignment)",
+    )
     parser.set_defaults(handler=run)
+
+
+def _buffer_listing(module, alignment: int) -> str:
+    from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
+    from heron.hlo.buffers import assign_buffers
+
+    if alignment < 0:
+        raise CommandError(f"--buffers alignment must be positive, got {alignment}")
+    return assign_buffers(module, alignment=alignment or BUFFER_ALIGNMENT).listing()
 
 
 def run(args: argparse.Namespace) -> int:
     from heron.compiler import Target, default_target
     from heron.compiler.fusion import gpu_pass, program_pipeline, register_gpu_passes
-    from heron.hlo.passes import PASSES, run_pipeline, simplification_pipeline
+    from heron.hlo.passes import (  # noqa: F401  (they register)
+        PASSES,
+        copy_insertion,
+        pass_named,
+        run_pipeline,
+        scheduler,
+        simplification_pipeline,
+    )
     from heron.hlo.passes.manager import pipeline_of
     from heron.hlo.printer import print_module
 
@@ -87,8 +114,12 @@ def run(args: argparse.Namespace) -> int:
         pipeline = program_pipeline(module, target)  # what heron run runs
     else:
         pipeline = simplification_pipeline()
+    if args.buffers is not None:
+        pipeline = pipeline_of(
+            [pipeline, pass_named("copy-insertion"), pass_named("scheduler")], "buffers"
+        )
     report = run_pipeline(module, pipeline, dump_dir=args.dump_dir, dump_passes=args.dump_passes)
-    text = print_module(module)
+    text = print_module(module) if args.buffers is None else _buffer_listing(module, args.buffers)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     for group in report.unconverged:
         print(f"note: {group} did not reach a fixed point", file=sys.stderr)
