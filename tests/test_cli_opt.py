@@ -89,6 +89,42 @@ def test_opt_refuses_unknown_passes_and_lists_the_known_ones(tmp_path, capsys) -
     assert code == 2 and "--dump-passes needs --dump-dir" in err
 
 
+def test_opt_with_a_target_runs_the_gpu_pipeline(tmp_path, capsys) -> None:
+    path = _file(tmp_path)
+    code, out, err = heron(capsys, "opt", str(path), "--target", "a100", "--timing")
+    assert code == 0, err
+    optimized = parse_module(out)
+    entry_opcodes = [i.opcode for i in optimized.entry.instructions]
+    # compare, select (the inlined call) and add: one loop kernel.
+    assert entry_opcodes.count("fusion") == 1
+    assert set(entry_opcodes) == {"parameter", "fusion"}
+    fusion = optimized.entry.root_instruction
+    assert fusion.attr("kind") == "kLoop" and fusion.called("calls").name.startswith("fused_")
+    original = parse_module_file(path)
+    arguments = random_arguments(original, np.random.default_rng(0))
+    assert np.array_equal(
+        evaluate_module(original, arguments), evaluate_module(optimized, arguments)
+    )
+    assert "priority-fusion" in err and "multi-output-fusion" in err
+
+
+def test_opt_runs_gpu_passes_by_name_and_lists_them(tmp_path, capsys) -> None:
+    path = _file(tmp_path)
+    code, out, err = heron(
+        capsys, "opt", str(path), "--target", "h100", "--passes", "call-inliner,fusion-wrapper"
+    )
+    assert code == 0, err
+    optimized = parse_module(out)
+    # Wrapped one by one: no producer was fused into a consumer.
+    assert sum(i.opcode == "fusion" for i in optimized.entry.instructions) >= 3
+    code, out, err = heron(capsys, "opt", "--list-passes")
+    assert code == 0
+    for name in ("priority-fusion", "multi-output-fusion", "horizontal-fusion", "fusion-cse"):
+        assert name in out
+    code, out, err = heron(capsys, "opt", str(path), "--target", "h1000")
+    assert code == 2 and "unknown target preset 'h1000'" in err
+
+
 def test_opt_buffers_prints_the_assignment_and_peak(tmp_path, capsys) -> None:
     path = _file(tmp_path)
     code, out, err = heron(capsys, "opt", str(path), "--buffers", "32")

@@ -304,13 +304,10 @@ REFUSED = {
     "cond": "conditional",
     "conv1d": "convolution",
     "dropout_threefry": "while",
-    "embedding_scatter_add_grad": "scatter",
     "fori_loop_newton_sqrt": "while",
     "mlp_train_grad": "scatter",
     "scan_cumulative_max": "while",
     "scan_rnn": "while",
-    "scatter_add_int32": "scatter",
-    "segment_sum": "scatter",
     "switch": "conditional",
     "while_loop_collatz": "while",
 }

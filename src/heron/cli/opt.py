@@ -1,10 +1,14 @@
 """``heron opt FILE.hlo``: run HLO passes and print the optimized module.
 
 The counterpart of XLA's ``*after_optimizations.txt`` dump: the module as the
-pass pipeline leaves it. ``--passes`` runs named passes instead of the
-pipeline; ``--dump-dir`` writes the module after every pass that changed it;
-``--buffers`` adds copy insertion and the scheduler and prints the buffer
-assignment (docs/buffers.md) instead of the module.
+pass pipeline leaves it. Without ``--target`` the pipeline is the
+target-independent simplification; ``--target NAME`` runs the GPU pipeline for
+that Target (simplification, then the fusion passes; a module already fused
+keeps its fusions): the module ``heron run`` executes. ``--passes`` runs named
+passes instead of the pipeline (the GPU passes made for ``--target``, or for
+the default Target); ``--dump-dir`` writes the module after every pass that
+changed it; ``--buffers`` adds copy insertion and the scheduler and prints the
+buffer assignment (docs/buffers.md) instead of the module.
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="A,B,...",
         help="run these registered passes, in this order, instead of the pipeline"
         " (--list-passes names them)",
+    )
+    parser.add_argument(
+        "--target",
+        metavar="NAME",
+        help="run the GPU pipeline (simplification, then fusion) for this target preset"
+        " (heron targets lists them); the GPU passes named by --passes use it too",
     )
     parser.add_argument(
         "--list-passes", action="store_true", help="list the registered passes and exit"
@@ -72,6 +82,8 @@ def _buffer_listing(module, alignment: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from heron.compiler import Target, default_target
+    from heron.compiler.fusion import gpu_pass, program_pipeline, register_gpu_passes
     from heron.hlo.passes import (  # noqa: F401  (they register)
         PASSES,
         copy_insertion,
@@ -83,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     from heron.hlo.passes.manager import pipeline_of
     from heron.hlo.printer import print_module
 
+    target = Target.preset(args.target) if args.target is not None else default_target()
+    register_gpu_passes(default_target())
     if args.list_passes:
         width = max(len(name) for name in PASSES)
         for name, step in PASSES.items():
@@ -95,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
     module = load_module(args.file)
     if args.passes:
         names = [name.strip() for name in args.passes.split(",") if name.strip()]
-        pipeline = pipeline_of([pass_named(name) for name in names])
+        pipeline = pipeline_of([gpu_pass(name, target) for name in names])
+    elif args.target is not None:
+        pipeline = program_pipeline(module, target)  # what heron run runs
     else:
         pipeline = simplification_pipeline()
     if args.buffers is not None:
