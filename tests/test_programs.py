@@ -305,7 +305,6 @@ REFUSED = {
     "conv1d": "convolution",
     "dropout_threefry": "while",
     "fori_loop_newton_sqrt": "while",
-    "mlp_train_grad": "scatter",
     "scan_cumulative_max": "while",
     "scan_rnn": "while",
     "switch": "conditional",

@@ -84,9 +84,9 @@ JAX_PROGRAMS = [
 def test_every_pass_keeps_the_results_bit_for_bit(name: str) -> None:
     fused = check_each_pass(_load(name))
     assert _fusions(fused), "the program computes, so it has kernels"
-    # Nothing computes outside a fusion but what no emitter takes (the dot).
+    # Nothing computes outside a fusion: a dot is a fusion of its own (the GEMM emitter).
     library = [i for i in fused.entry.instructions if i.opcode in REFUSED_OPCODES]
-    assert [i.opcode for i in library] == (["dot"] if name == "mlp" else [])
+    assert library == []
     assert count_kernels(fused) == len(_fusions(fused)) + len(library)
 
 
@@ -298,22 +298,36 @@ ENTRY main {
 """
 
 
-def test_a_dot_stays_unfused_and_its_neighbours_are_fused() -> None:
+def test_a_dot_is_a_fusion_of_its_own_and_its_neighbours_are_fused() -> None:
     fused = check_each_pass(parse_module(WITH_DOT))
-    dots = [i for i in fused.entry.instructions if i.opcode == "dot"]
-    assert len(dots) == 1 and len(_fusions(fused)) == 2
-    assert count_kernels(fused) == 3
-    for fusion in _fusions(fused):
-        assert "dot" not in {i.opcode for i in fusion.called("calls").instructions}
+    assert not [i for i in fused.entry.instructions if i.opcode == "dot"]
+    assert len(_fusions(fused)) == 3 and count_kernels(fused) == 3
+    bodies = [
+        {i.opcode for i in f.called("calls").instructions} - {"parameter"} for f in _fusions(fused)
+    ]
+    assert {"dot"} in bodies  # the GEMM emitter's fusion holds the dot alone
+    assert all("dot" not in body for body in bodies if body != {"dot"})
+
+
+WITH_CONVOLUTION = """
+HloModule with_convolution
+
+ENTRY main {
+  a = f32[1,8,2]{2,1,0} parameter(0)
+  w = f32[3,2,4]{2,1,0} parameter(1)
+  t = f32[1,8,2]{2,1,0} tanh(a)
+  ROOT c = f32[1,6,4]{2,1,0} convolution(t, w), window={size=3}, dim_labels=b0f_0io->b0f
+}
+"""
 
 
 def test_the_pipeline_refuses_nothing_a_run_would_refuse_later() -> None:
     from heron.compiler.sequential import run_module
     from heron.runtime.core.registry import load_backends
 
-    module = parse_module(WITH_DOT)
+    module = parse_module(WITH_CONVOLUTION)
     device = load_backends().create_device("interpreter")
-    with pytest.raises(UnsupportedError, match=r"'d' \(dot.*no heron emitter handles dot"):
+    with pytest.raises(UnsupportedError, match=r"'c' \(convolution.*no heron emitter handles"):
         run_module(module, random_arguments(module), device, "interpreter")
 
 

@@ -31,7 +31,7 @@ import numpy as np
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes import run_pipeline
-from heron.hlo.passes.outline import HOST_OPCODES, REFUSED_OPCODES, describe
+from heron.hlo.passes.outline import HOST_OPCODES, REFUSED_OPCODES, describe, refusal
 from heron.hlo.shapes import ArrayShape, Shape
 
 if TYPE_CHECKING:
@@ -137,13 +137,13 @@ def run_module(
             values[id(inst)] = _unflatten(inst.shape, iter(run.outputs))
         elif inst.opcode in HOST_OPCODES:
             values[id(inst)] = _host(inst, operands, arguments)
+        elif inst.opcode in REFUSED_OPCODES:
+            raise refusal(inst)
         else:
-            why = (
-                f"no heron emitter handles {inst.opcode} yet"
-                if inst.opcode in REFUSED_OPCODES
-                else "no heron emitter takes it as a fusion"
+            raise UnsupportedError(
+                f"cannot run instruction {describe(inst)}: no heron emitter takes it as a fusion",
+                inst.location,
             )
-            raise UnsupportedError(f"cannot run instruction {describe(inst)}: {why}", inst.location)
     root = values[id(entry.root_instruction)]
     return SequentialRun(
         outputs=tuple(_flatten(root)),

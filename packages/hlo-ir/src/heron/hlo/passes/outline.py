@@ -29,7 +29,14 @@ from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.verifier import verify_module
 
-__all__ = ["HERO_OPCODES", "HOST_OPCODES", "REFUSED_OPCODES", "outline_module", "outlined_name"]
+__all__ = [
+    "HERO_OPCODES",
+    "HOST_OPCODES",
+    "REFUSED_OPCODES",
+    "outline_module",
+    "outlined_name",
+    "refusal",
+]
 
 #: Instructions the sequential executor evaluates on the host (no kernel).
 HOST_OPCODES = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
@@ -114,10 +121,16 @@ REFUSAL_REASONS = {
 }
 
 
+def refusal(inst: Instruction) -> UnsupportedError:
+    """The error for an instruction of REFUSED_OPCODES: what it is, where, and why not."""
+    return _refuse(
+        inst, REFUSAL_REASONS.get(inst.opcode, f"no heron emitter handles {inst.opcode} yet")
+    )
+
+
 def _check_outlinable(inst: Instruction, computable: Collection[str] | None) -> None:
     if inst.opcode in REFUSED_OPCODES:
-        why = REFUSAL_REASONS.get(inst.opcode, f"no heron emitter handles {inst.opcode} yet")
-        raise _refuse(inst, why)
+        raise refusal(inst)
     if computable is not None and inst.opcode not in computable and inst.opcode not in HERO_OPCODES:
         raise _refuse(inst, f"heron's loop emitter has no lowering for {inst.opcode}")
 
