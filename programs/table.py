@@ -3,32 +3,38 @@
     python programs/table.py            # prints the Markdown table and its summary
     python programs/table.py --update docs/programs.md   # rewrites the table there
 
-heron's count is measured, never written down: each ``module.hlo`` goes
-through heron's target-independent pipeline
-(:func:`heron.hlo.passes.pipelines.simplification_pipeline`), then through
-the outline ``heron run`` launches (:func:`heron.hlo.passes.outline_module`
-with the loop emitter's opcodes): one kernel per fusion of the entry. Where
-the outline refuses an instruction (an op no heron emitter runs yet), the row
-says ``refused: <opcode>``. XLA:GPU's count and its use of Triton come from
-the committed ``xla_gpu.json`` (``programs/generate.py``). Needs heron only,
-not jax nor XLA.
+heron's figures are measured, never written down: each ``module.hlo`` goes
+through the pipeline ``heron run`` and ``heron opt --target h100`` use
+(:func:`heron.compiler.fusion.program_pipeline`: simplification, then the GPU
+fusion passes), and its kernels are counted (one per fusion of the entry).
+Where an instruction is left that no heron emitter runs yet, the row says
+``refused: <opcode>``. Then copy insertion, the scheduler and buffer
+assignment (:func:`heron.hlo.buffers.assign_buffers`, the kernel ABI's
+alignment) give heron's peak memory, beside XLA's total allocation bytes
+(its buffer-assignment "Total bytes"). XLA:GPU's figures come from the
+committed ``xla_gpu.json`` (``programs/generate.py``). Needs heron only, not
+jax nor XLA.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
 import attrs
 
-from heron.hlo.errors import UnsupportedError
+from heron.compiler import Target
+from heron.compiler.fusion import program_pipeline
+from heron.compiler.fusion.context import count_kernels
+from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
+from heron.hlo.buffers import assign_buffers
 from heron.hlo.ir import Module
 from heron.hlo.parser import parse_module_file
-from heron.hlo.passes import outline_module, run_pipeline
-from heron.hlo.passes.pipelines import simplification_pipeline
+from heron.hlo.passes import pass_named, run_pipeline
+from heron.hlo.passes.manager import pipeline_of
+from heron.hlo.passes.outline import REFUSED_OPCODES
 
 HERE = Path(__file__).resolve().parent
 
@@ -36,7 +42,8 @@ HERE = Path(__file__).resolve().parent
 #: The thunk kinds of XLA's thunk sequence that are one kernel launch each.
 KERNEL_THUNKS = frozenset({"kKernel", "kCustomKernel"})
 
-_REFUSED = re.compile(r"cannot run instruction '[^']*' \(([\w-]+),")
+#: The device the counts are for.
+TARGET = "h100"
 
 
 @attrs.frozen
@@ -45,23 +52,26 @@ class HeronKernels:
 
     count: int | None
     refused: str | None = None
-    reason: str | None = None
+    #: Bytes of every allocation of heron's buffer assignment (None when refused).
+    peak_bytes: int | None = None
 
     def __str__(self) -> str:
         return str(self.count) if self.refused is None else f"refused: {self.refused}"
 
 
 def heron_kernels(module: Module) -> HeronKernels:
-    """Kernels ``heron run`` would launch for ``module`` (changed in place by the pipeline)."""
-    from heron.emitters.elemental.core import supported_opcodes
+    """Kernels ``heron run`` launches for ``module`` and heron's peak memory for it.
 
-    run_pipeline(module, simplification_pipeline())
-    try:
-        outlined = outline_module(module, supported_opcodes())
-    except UnsupportedError as exc:
-        match = _REFUSED.search(str(exc))
-        return HeronKernels(None, match.group(1) if match else "unsupported", str(exc))
-    return HeronKernels(sum(1 for inst in outlined.entry.instructions if inst.opcode == "fusion"))
+    ``module`` is changed in place by the pipeline.
+    """
+    run_pipeline(module, program_pipeline(module, Target.preset(TARGET)))
+    refused = [i.opcode for i in module.entry.instructions if i.opcode in REFUSED_OPCODES]
+    if refused:
+        return HeronKernels(None, refused[0])
+    count = count_kernels(module)
+    run_pipeline(module, pipeline_of([pass_named("copy-insertion"), pass_named("scheduler")]))
+    peak = assign_buffers(module, alignment=BUFFER_ALIGNMENT).total_bytes
+    return HeronKernels(count, peak_bytes=peak)
 
 
 @attrs.frozen
@@ -69,6 +79,7 @@ class Row:
     name: str
     heron: HeronKernels
     xla_kernels: int
+    xla_total_bytes: int
     xla_triton: bool
     xla_fusion_kinds: dict[str, int]
     #: XLA's thunks that launch no kernel of its own: copies, library calls, loops.
@@ -90,6 +101,7 @@ def rows(names: list[str] | None = None) -> list[Row]:
                 name,
                 heron_kernels(parse_module_file(folder / "module.hlo")),
                 xla["kernel_count"],
+                xla["buffers"]["total_bytes"],
                 xla["triton"],
                 xla["fusion_kinds"],
                 {k: n for k, n in xla["thunk_kinds"].items() if k not in KERNEL_THUNKS},
@@ -130,15 +142,19 @@ def summarize(table: list[Row]) -> Summary:
 
 def markdown(table: list[Row]) -> str:
     lines = [
-        "| program | heron kernels | XLA:GPU kernels | XLA fusion kinds | Triton"
-        " | XLA's other thunks |",
-        "|---|---:|---:|---|---|---|",
+        "| program | heron kernels | XLA:GPU kernels | heron bytes | XLA:GPU bytes"
+        " | XLA fusion kinds | Triton | XLA's other thunks |",
+        "|---|---:|---:|---:|---:|---|---|---|",
     ]
     for r in table:
         kinds = ", ".join(f"{k} {n}" for k, n in r.xla_fusion_kinds.items()) or "-"
         other = ", ".join(f"{k} {n}" for k, n in r.xla_other_thunks.items()) or "-"
         triton = "yes" if r.xla_triton else "no"
-        lines.append(f"| {r.name} | {r.heron} | {r.xla_kernels} | {kinds} | {triton} | {other} |")
+        peak = "-" if r.heron.peak_bytes is None else f"{r.heron.peak_bytes:,}"
+        lines.append(
+            f"| {r.name} | {r.heron} | {r.xla_kernels} | {peak} | {r.xla_total_bytes:,}"
+            f" | {kinds} | {triton} | {other} |"
+        )
     s = summarize(table)
     refused = ", ".join(f"{op} {n}" for op, n in s.refused.items()) or "none"
     ratio = s.heron_kernels / s.xla_kernels_of_runnable if s.xla_kernels_of_runnable else 0.0
