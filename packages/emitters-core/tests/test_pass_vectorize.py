@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from heron_test_support.vector_pipeline_inputs import flat_loop, gelu_flat
 from mlir import ir
@@ -248,3 +250,20 @@ def test_unaligned_or_distant_extracts_stay_scalar(first, second, why):
     _, out = _vectorized(_column_pair(first, second))
     assert not _ops(out, "vector.transfer_read"), why
     assert len(_ops(out, "tensor.extract")) == 2, why
+
+
+def test_an_element_extracted_twice_is_one_lane_for_both():
+    """Two reductions of one input read each column twice: still one read, two lanes."""
+    text = _column_pair("th_x * 2", "th_x * 2 + 1").replace(
+        "    %s = arith.addf %a, %b : f32\n",
+        '    %j = "heron_gpu.apply_indexing"(%t) {indexing_map = "(th_x) -> (th_x * 2),'
+        ' domain: th_x in [0, 1023]"} : (index) -> index\n'
+        "    %c = tensor.extract %in[%j] : tensor<4096xf32>\n"
+        "    %ab = arith.addf %a, %b : f32\n"
+        "    %s = arith.addf %ab, %c : f32\n",
+    )
+    _, out = _vectorized(text)
+    assert len(_ops(out, "vector.transfer_read")) == 1
+    assert not _ops(out, "tensor.extract")
+    assert out.count("vector.extract") == 2
+    assert re.search(r"(%\d+) = vector.extract %\d+\[0\].*\n(.*\n)*.*arith.addf %\d+, \1", out)

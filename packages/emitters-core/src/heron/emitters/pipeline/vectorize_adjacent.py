@@ -85,13 +85,17 @@ def _groups(block: ir.Block, func_args: set[ir.Value]) -> list[list[tuple[int, i
     return list(by_key.values())
 
 
-def _split(members: list[tuple[int, ir.Operation]], bytes_each: int) -> list[tuple[int, list]]:
-    """Aligned runs ``(size, [(offset, extract)...])`` of V consecutive offsets, widest first."""
-    by_offset: dict[int, ir.Operation] = {}
+def _split(
+    members: list[tuple[int, ir.Operation]], bytes_each: int
+) -> list[tuple[int, list[tuple[int, ir.Operation]]]]:
+    """Aligned runs ``(size, [(offset, extract)...])`` of V consecutive offsets, widest first.
+
+    An element extracted twice (two reductions of one input) is one lane of the
+    vector for both: extracts of one tensor value at one index read the same.
+    """
+    by_offset: dict[int, list[ir.Operation]] = {}
     for offset, op in members:
-        if offset in by_offset:  # the same element read twice: leave the group alone
-            return []
-        by_offset[offset] = op
+        by_offset.setdefault(offset, []).append(op)
     runs = []
     taken: set[int] = set()
     for size in _SIZES:
@@ -101,11 +105,10 @@ def _split(members: list[tuple[int, ir.Operation]], bytes_each: int) -> list[tup
             span = range(low, low + size)
             if any(o not in by_offset or o in taken for o in span):
                 continue
-            first = by_offset[low]
-            apply = first.operands[1].owner.operation
+            apply = by_offset[low][0].operands[1].owner.operation
             if not _aligned(apply, size):
                 continue
-            runs.append((size, [(o, by_offset[o]) for o in span]))
+            runs.append((size, [(o, op) for o in span for op in by_offset[o]]))
             taken.update(span)
     return runs
 
@@ -135,8 +138,9 @@ def _rewrite(run: list[tuple[int, ir.Operation]], size: int, element: ir.Type, o
         base = base_apply.clone(ip=ir.InsertionPoint(first)).results[0]
         loaded = transfer_read(vector_type, run[0][1].operands[0], base)
         scalars = [vector.ExtractOp(loaded, [], [i]).result for i in range(size)]
-    for (_, op), scalar in zip(run, scalars, strict=True):
-        op.results[0].replace_all_uses_with(scalar)
+    low = run[0][0]
+    for offset, op in run:
+        op.results[0].replace_all_uses_with(scalars[offset - low])
         erase_with_unused_index(op)
 
 
