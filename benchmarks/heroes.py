@@ -11,9 +11,16 @@ memory, shuffles, atomics, several loops) costs the compiler.
 
 Interpreter time: one mid-size fusion per hero (about 1M elements read),
 compiled once, then run ``--runs`` times on the interpreter device with
-``run_on_device``; median. Baselines measured in the same process: the
-reference evaluator on the same inputs, and the loop emitter's kernel for the
-same fusion on the interpreter (where the loop emitter can express it).
+``run_on_device``; median, and the elements read per second (the inputs'
+elements over the interpreter's time; issue 14 asks for at least 5M/s on a
+2-core machine). Baselines measured in the same process: the reference
+evaluator on the same inputs, and the loop emitter's kernel for the same
+fusion on the interpreter (where the loop emitter can express it). A last row,
+``long thread loop``, is the interpreter's pathological case: a reduction the
+loop emitter computes inside each of its few threads (a reduce to a scalar
+broadcast to f32[4]: 4 threads, each looping over all 30,000 inputs with a
+pairwise-summation tree), so that the cost is per operation per iteration on
+4 lanes, not per element; its time grows linearly with the input.
 
 Run: ``python benchmarks/heroes.py [--runs N] [--only compile|interpreter]``.
 """
@@ -90,6 +97,22 @@ MID_SIZE = (
 )
 
 
+#: The pathological case: few threads, each looping over the whole input (see the docstring).
+LONG_LOOP = (
+    "long thread loop",
+    ADD + "f {\n  p = f32[30000] parameter(0)\n  z = f32[] constant(0)\n"
+    "  r = f32[] reduce(p, z), dimensions={0}, to_apply=add\n"
+    "  ROOT b = f32[4] broadcast(r), dimensions={}\n}",
+)
+
+
+def _rate(per_second: float) -> str:
+    """Elements per second, in millions (thousands below 100,000)."""
+    if per_second >= 1e5:
+        return f"{per_second / 1e6:.1f}M"
+    return f"{per_second / 1e3:.1f}k"
+
+
 def _median(action: Callable[[], object], runs: int) -> float:
     times = []
     for _ in range(runs):
@@ -153,10 +176,10 @@ def _interpreter_run(fusion, arguments, runs: int, emitters=None) -> float:
 def interpreter_table(runs: int) -> None:
     print(f"\ninterpreter time per hero (mid-size fusion; median of {runs} runs)")
     print(
-        f"{'hero':<22}{'chosen':<22}{'elements':>10}{'hero s':>9}{'loop s':>9}{'reference s':>13}"
-        f"{'hero/ref':>10}"
+        f"{'hero':<22}{'chosen':<22}{'elements':>10}{'hero s':>9}{'elements/s':>12}{'loop s':>9}"
+        f"{'reference s':>13}{'hero/ref':>10}"
     )
-    for hero, text in MID_SIZE:
+    for hero, text in (*MID_SIZE, LONG_LOOP):
         module = parse_module(text, source=f"{hero}.hlo")
         (fusion,) = fusions_of(module)
         arguments = random_arguments(module, seed=0)
@@ -169,18 +192,22 @@ def interpreter_table(runs: int) -> None:
         chosen = selection.select_emitter(selection.analyse_fusion(fusion, TARGET)).name
         reference = _median(lambda m=module, a=arguments: evaluate_module(m, a), runs)
         try:
-            seconds = f"{_interpreter_run(fusion, arguments, runs):.3f}"
-            ratio = f"{float(seconds) / reference:.1f}"
+            measured = _interpreter_run(fusion, arguments, runs)
+            seconds = f"{measured:.3f}"
+            rate = _rate(elements / measured)
+            ratio = f"{measured / reference:.1f}"
         except Exception as exc:
-            seconds, ratio = f"({type(exc).__name__})", "-"
-        try:
-            loop: float | None = _interpreter_run(fusion, arguments, runs, _loop_only())
-        except Exception:
-            loop = None
+            seconds, rate, ratio = f"({type(exc).__name__})", "-", "-"
+        loop: float | None = None
+        if chosen != "loop":  # the loop emitter's own kernel is the row itself
+            try:
+                loop = _interpreter_run(fusion, arguments, runs, _loop_only())
+            except Exception:
+                loop = None
         loop_text = f"{loop:.3f}" if loop is not None else "-"
         print(
-            f"{hero:<22}{chosen:<22}{elements:>10}{seconds:>9}{loop_text:>9}{reference:>13.3f}"
-            f"{ratio:>10}"
+            f"{hero:<22}{chosen:<22}{elements:>10}{seconds:>9}{rate:>12}{loop_text:>9}"
+            f"{reference:>13.3f}{ratio:>10}"
         )
 
 

@@ -42,13 +42,13 @@ ENTRY main.10 {
 }
 """
 
-WITH_DOT = """\
-HloModule jit_matmul
+WITH_CONVOLUTION = """\
+HloModule jit_conv
 
 ENTRY main {
-  a = f32[4,8]{1,0} parameter(0)
-  b = f32[8,2]{1,0} parameter(1)
-  ROOT dot.3 = f32[4,2]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  a = f32[1,8,2]{2,1,0} parameter(0)
+  w = f32[3,2,4]{2,1,0} parameter(1)
+  ROOT conv.3 = f32[1,6,4]{2,1,0} convolution(a, w), window={size=3}, dim_labels=b0f_0io->b0f
 }
 """
 
@@ -108,15 +108,10 @@ def test_unfused_module_runs_fusion_by_fusion(hlo, capsys, tmp_path):
     assert (code, err) == (0, ""), out
     kernels = [line.split()[0] for line in out.split("kernels:\n")[1].split("outputs:")[0]
                .splitlines()]  # fmt: skip
-    assert kernels == [
-        "broadcast.3",
-        "add.4",
-        "broadcast.6",
-        "multiply.7",
-        "subtract.8",
-        "maximum.9",
-    ]
-    assert "ran 6 kernel(s)" in out
+    # The GPU pipeline fuses the chain into one loop kernel with two outputs
+    # (add.4 is an output and an operand of the rest).
+    assert kernels == ["loop_add_fusion"]
+    assert "ran 1 kernel(s)" in out
     module = parse_module(UNFUSED)
     expected = flatten_literal(evaluate_module(module, random_arguments(module, seed=4)))
     results = load_outputs(output)
@@ -162,10 +157,11 @@ def test_cuda_without_a_gpu_exits_nonzero_with_the_reason(hlo, capsys):
     assert _availability("cuda") in err
 
 
-def test_a_dot_is_refused_by_name(hlo, capsys):
-    code, out, err = heron(capsys, "run", hlo(WITH_DOT), "--backend", "interpreter")
+def test_a_convolution_is_refused_by_name(hlo, capsys):
+    code, out, err = heron(capsys, "run", hlo(WITH_CONVOLUTION), "--backend", "interpreter")
     assert code == 2
-    assert "'dot.3' (dot, f32[4,2]" in err and "no heron emitter handles dot" in err
+    assert "'conv.3' (convolution, f32[1,6,4]" in err
+    assert "no heron emitter handles convolution yet" in err and "GEMM" in err
     assert "Traceback" not in err
 
 
@@ -243,11 +239,14 @@ def test_jax_helper_calls_are_inlined_and_run(capsys, tmp_path):
     expected = flatten_literal(evaluate_module(module, random_arguments(module, seed=2)))
     (result,) = load_outputs(output)
     assert np.array_equal(result, expected[0])
-    # One kernel per computing instruction left after the simplification pipeline: the
-    # helpers' repeated constants and broadcasts were merged, nothing ran as a call.
-    from heron.hlo.passes import HOST_OPCODES, run_pipeline, simplification_pipeline
+    # The helpers were inlined (nothing runs as a call) and fused: as many
+    # kernels as the GPU pipeline leaves, fewer than computing instructions.
+    from heron.compiler import Target
+    from heron.compiler.fusion import count_kernels, gpu_pipeline
+    from heron.hlo.passes import HOST_OPCODES, run_pipeline
 
-    run_pipeline(module, simplification_pipeline())
     computing = [i for i in module.entry.instructions if i.opcode not in HOST_OPCODES]
-    assert all(i.opcode != "call" for i in computing)
-    assert f"ran {len(computing)} kernel(s)" in out
+    run_pipeline(module, gpu_pipeline(Target.preset("h100")))
+    assert all(i.opcode != "call" for i in module.entry.instructions)
+    assert count_kernels(module) < len(computing)
+    assert f"ran {count_kernels(module)} kernel(s)" in out

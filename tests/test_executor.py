@@ -133,12 +133,31 @@ def test_outline_keeps_a_fused_module_as_it_is():
     assert len(outlined.computations) == len(module.computations)
 
 
-def test_outline_refuses_a_dot_naming_it():
+def test_outline_gives_a_dot_a_fusion_of_its_own():
+    """A dot is a hero (the GEMM emitter's): its producer is not fused into it."""
+    outlined = outline_module(parse_module(WITH_DOT))
+    fusions = [i for i in outlined.entry.instructions if i.opcode == "fusion"]
+    roots = [f.called("calls").root_instruction.opcode for f in fusions]
+    assert roots == ["negate", "dot"]
+    dot = fusions[1].called("calls").root_instruction
+    assert [o.opcode for o in dot.operands] == ["parameter", "parameter"]
+
+
+def test_outline_refuses_a_convolution_naming_it():
+    text = """\
+HloModule jit_conv
+
+ENTRY main {
+  a = f32[1,8,2]{2,1,0} parameter(0)
+  w = f32[3,2,4]{2,1,0} parameter(1)
+  ROOT c = f32[1,6,4]{2,1,0} convolution(a, w), window={size=3}, dim_labels=b0f_0io->b0f
+}
+"""
     with pytest.raises(UnsupportedError) as error:
-        outline_module(parse_module(WITH_DOT))
+        outline_module(parse_module(text))
     message = str(error.value)
-    assert "'d' (dot, f32[4,2]" in message
-    assert "no heron emitter handles dot" in message
+    assert "'c' (convolution, f32[1,6,4]" in message
+    assert "neither lowered to a GEMM" in message
 
 
 def test_outline_skips_dead_instructions():
@@ -168,13 +187,10 @@ def test_unfused_module_runs_kernel_by_kernel_on_the_interpreter():
     arguments = random_arguments(module, seed=3)
     seen = []
     result = run_module(module, arguments, _interpreter(), "interpreter", on_kernel=seen.append)
-    assert [k.fusion_name for k in result.kernels] == [
-        "broadcast.3",
-        "add.4",
-        "broadcast.6",
-        "multiply.7",
-        "negate.8",
-    ]
+    # The GPU pipeline fuses the whole chain into one loop kernel with two
+    # outputs (multiply.7 is both an output and negate.8's operand).
+    assert [k.fusion_name for k in result.kernels] == ["loop_multiply_fusion"]
+    assert result.module.entry.root_instruction.opcode == "tuple"
     assert list(result.kernels) == seen
     assert all(k.emitter == "loop" and k.run_seconds >= 0 for k in result.kernels)
     assert all(k.grid[0] * k.block[0] >= 1 for k in result.kernels)

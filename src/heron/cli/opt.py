@@ -1,8 +1,14 @@
 """``heron opt FILE.hlo``: run HLO passes and print the optimized module.
 
 The counterpart of XLA's ``*after_optimizations.txt`` dump: the module as the
-pass pipeline leaves it. ``--passes`` runs named passes instead of the
-pipeline; ``--dump-dir`` writes the module after every pass that changed it.
+pass pipeline leaves it. Without ``--target`` the pipeline is the
+target-independent simplification; ``--target NAME`` runs the GPU pipeline for
+that Target (simplification, then the fusion passes; a module already fused
+keeps its fusions): the module ``heron run`` executes. ``--passes`` runs named
+passes instead of the pipeline (the GPU passes made for ``--target``, or for
+the default Target); ``--dump-dir`` writes the module after every pass that
+changed it; ``--buffers`` adds copy insertion and the scheduler and prints the
+buffer assignment (docs/buffers.md) instead of the module.
 """
 
 from __future__ import annotations
@@ -32,6 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         " (--list-passes names them)",
     )
     parser.add_argument(
+        "--target",
+        metavar="NAME",
+        help="run the GPU pipeline (simplification, then fusion) for this target preset"
+        " (heron targets lists them); the GPU passes named by --passes use it too",
+    )
+    parser.add_argument(
         "--list-passes", action="store_true", help="list the registered passes and exit"
     )
     parser.add_argument(
@@ -47,14 +59,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--timing", action="store_true", help="print the time each pass took (to stderr)"
     )
+    parser.add_argument(
+        "--buffers",
+        metavar="ALIGNMENT",
+        nargs="?",
+        type=int,
+        const=0,
+        help="then run copy-insertion and the scheduler and print the buffer assignment"
+        " (allocations, values, peak memory) instead of the module; temporaries'"
+        " offsets are multiples of ALIGNMENT (default: the kernel ABI's buffer alignment)",
+    )
     parser.set_defaults(handler=run)
 
 
+def _buffer_listing(module, alignment: int) -> str:
+    from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
+    from heron.hlo.buffers import assign_buffers
+
+    if alignment < 0:
+        raise CommandError(f"--buffers alignment must be positive, got {alignment}")
+    return assign_buffers(module, alignment=alignment or BUFFER_ALIGNMENT).listing()
+
+
 def run(args: argparse.Namespace) -> int:
-    from heron.hlo.passes import PASSES, pass_named, run_pipeline, simplification_pipeline
+    from heron.compiler import Target, default_target
+    from heron.compiler.fusion import gpu_pass, program_pipeline, register_gpu_passes
+    from heron.hlo.passes import (  # noqa: F401  (they register)
+        PASSES,
+        copy_insertion,
+        pass_named,
+        run_pipeline,
+        scheduler,
+        simplification_pipeline,
+    )
     from heron.hlo.passes.manager import pipeline_of
     from heron.hlo.printer import print_module
 
+    target = Target.preset(args.target) if args.target is not None else default_target()
+    register_gpu_passes(default_target())
     if args.list_passes:
         width = max(len(name) for name in PASSES)
         for name, step in PASSES.items():
@@ -67,11 +109,17 @@ def run(args: argparse.Namespace) -> int:
     module = load_module(args.file)
     if args.passes:
         names = [name.strip() for name in args.passes.split(",") if name.strip()]
-        pipeline = pipeline_of([pass_named(name) for name in names])
+        pipeline = pipeline_of([gpu_pass(name, target) for name in names])
+    elif args.target is not None:
+        pipeline = program_pipeline(module, target)  # what heron run runs
     else:
         pipeline = simplification_pipeline()
+    if args.buffers is not None:
+        pipeline = pipeline_of(
+            [pipeline, pass_named("copy-insertion"), pass_named("scheduler")], "buffers"
+        )
     report = run_pipeline(module, pipeline, dump_dir=args.dump_dir, dump_passes=args.dump_passes)
-    text = print_module(module)
+    text = print_module(module) if args.buffers is None else _buffer_listing(module, args.buffers)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     for group in report.unconverged:
         print(f"note: {group} did not reach a fixed point", file=sys.stderr)

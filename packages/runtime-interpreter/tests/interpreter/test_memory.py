@@ -102,3 +102,74 @@ def test_atomic_targets_refuse_constant_memory():
     with pytest.raises(SanitizerError) as info:
         memory.atomic_targets(f, STORE, ref, f.lanes.thread_linear)
     assert info.value.kind == "write-to-constant"
+
+
+def test_several_lanes_without_a_shared_key_is_all_false():
+    rng = np.random.default_rng(1)
+    keys = rng.permutation(300)
+    lanes = rng.integers(0, 5, 300)
+    assert not memory._several_lanes(keys, lanes).any()
+
+
+def test_reads_are_counted_per_byte_however_they_come():
+    """Uniform, sparse and dense reads, and a reset: the per-byte counts are exact."""
+    f = frame(blocks=1, threads=64)
+    buffer = np.zeros(1024 * 4, np.uint8)
+    ref = memory.global_memref(buffer, "memref<1024xf32>", "in")
+    expected = np.zeros(1024, np.uint32)
+    memory.read(f, LOAD, ref, np.int64(7))  # uniform: 64 lanes, one element
+    expected[7] += 64
+    sparse = f.lanes.thread_linear * 3  # 64 reads over 1024 elements: counted one by one
+    memory.read(f, LOAD, ref, sparse)
+    expected[sparse] += 1
+    wide = frame(blocks=4, threads=64)
+    dense = 500 + wide.lanes.thread_linear % 50  # a window, some elements several times
+    memory.read(wide, LOAD, ref, dense)
+    np.add.at(expected, dense, 1)
+    memory.read(wide, LOAD, ref, dense)  # again: counts add up
+    np.add.at(expected, dense, 1)
+    assert np.array_equal(ref.memory.reads, np.repeat(expected, 4))
+    assert not ref.memory.writes.any()
+    memory.read(f, LOAD, ref, np.int64(3))
+    ref.memory.reset_counts()
+    assert not ref.memory.reads.any()
+
+
+def test_coalesced_vector_accesses_take_a_slice_and_count_every_byte_once():
+    f = frame(blocks=2, threads=64)
+    source = np.arange(1024, dtype=np.float32)
+    ref_in = memory.global_memref(source.view(np.uint8).copy(), "memref<1024xf32>", "in")
+    ref_out = memory.global_memref(np.zeros(4096, np.uint8), "memref<1024xf32>", "out")
+    lanes = f.lanes.block_in_batch * 64 + f.lanes.thread_linear
+    start = 256
+    values = memory.read(f, LOAD, ref_in, start + lanes * 4, width=4)
+    assert values.shape == (128, 4)
+    assert np.array_equal(values.reshape(-1), source[start : start + 512])
+    memory.write(f, STORE, ref_out, start + lanes * 4, values, width=4)
+    out = ref_out.elements()[0]
+    assert np.array_equal(out[start : start + 512], source[start : start + 512])
+    touched = np.zeros(1024, np.uint32)
+    touched[start : start + 512] = 1
+    assert np.array_equal(ref_in.memory.reads, np.repeat(touched, 4))
+    assert np.array_equal(ref_out.memory.writes, np.repeat(touched, 4))
+    # Not consecutive (one lane out of step): the same values through the gather.
+    shuffled = start + lanes * 4
+    shuffled[[3, 4]] = shuffled[[4, 3]]
+    again = memory.read(f, LOAD, ref_in, shuffled, width=4)
+    assert np.array_equal(again[3], values[4]) and np.array_equal(again[4], values[3])
+    assert np.array_equal(ref_in.memory.reads, 2 * np.repeat(touched, 4))
+
+
+def test_lent_counts_stay_as_they_were_and_cannot_be_changed():
+    f = frame(blocks=1, threads=64)
+    ref = memory.global_memref(np.zeros(256, np.uint8), "memref<64xf32>", "in")
+    memory.read(f, LOAD, ref, f.lanes.thread_linear)
+    reads, writes, bits = ref.memory.counts()
+    assert (reads == 1).all() and not writes.any() and bits is None
+    with pytest.raises(ValueError, match="read-only"):
+        reads[0] = 7
+    memory.read(f, LOAD, ref, f.lanes.thread_linear)  # counted on a copy
+    assert (reads == 1).all()
+    assert (ref.memory.reads == 2).all()
+    ref.memory.reset_counts()
+    assert (reads == 1).all() and not ref.memory.reads.any()

@@ -6,11 +6,13 @@ for the Target by the backend (:func:`heron.compiler.compile_fusion`) and
 launched (:func:`~heron.compiler.device_kernels.run_on_device`) with its
 operands' values; parameters, constants, tuples, get-tuple-element and bitcasts
 are evaluated on the host, where they cost nothing. A module first goes
-through the target-independent HLO pipeline (a copy of it:
-:func:`heron.hlo.passes.simplification_pipeline` inlines JAX's helper calls,
-simplifies, removes dead and repeated work); if it is not fused yet it is then
-outlined (:mod:`heron.hlo.passes.outline`), so anything else in the entry
-computation is a bug in that pass and is refused with the instruction named.
+through the GPU pipeline for the Target (a copy of it:
+:func:`heron.compiler.fusion.program_pipeline`: the target-independent
+simplification, which inlines JAX's helper calls and removes dead and repeated
+work, then the fusion passes; a module that is already fused keeps its
+fusions); what the fusion passes leave outside a fusion
+besides host instructions is an op no emitter takes (dot, sort, ...), refused
+here with the instruction named.
 
 Values between instructions are logical numpy arrays (or tuples of them), the
 form the reference evaluator uses, so the results compare directly with it.
@@ -28,8 +30,8 @@ import numpy as np
 
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
-from heron.hlo.passes import run_pipeline, simplification_pipeline
-from heron.hlo.passes.outline import HOST_OPCODES, describe, outline_module
+from heron.hlo.passes import run_pipeline
+from heron.hlo.passes.outline import HOST_OPCODES, REFUSED_OPCODES, describe
 from heron.hlo.shapes import ArrayShape, Shape
 
 if TYPE_CHECKING:
@@ -67,7 +69,7 @@ class SequentialRun:
 
     outputs: tuple[np.ndarray, ...]
     kernels: tuple[KernelRecord, ...]
-    #: The module that ran (after the simplification pipeline and outlining).
+    #: The module that ran (after the GPU pipeline: simplification and fusion).
     module: Module
     seconds: float
 
@@ -93,16 +95,15 @@ def run_module(
     """
     from heron.compiler.device_kernels import run_on_device, target_for_device
     from heron.compiler.driver import compile_fusion
-    from heron.emitters.elemental.core import supported_opcodes
+    from heron.compiler.fusion import program_pipeline
     from heron.runtime.core.device import DeviceError
 
     compiler = compiler or compile_fusion
     target = target_for_device(device, backend, target)
     start = time.perf_counter()
-    simplified = copy.deepcopy(module)  # the caller's module stays as it was
-    run_pipeline(simplified, simplification_pipeline())
-    outlined = outline_module(simplified, supported_opcodes())
-    entry = outlined.entry
+    optimized = copy.deepcopy(module)  # the caller's module stays as it was
+    run_pipeline(optimized, program_pipeline(optimized, target))
+    entry = optimized.entry
     parameters = entry.parameters
     if len(arguments) != len(parameters):
         raise UnsupportedError(
@@ -137,15 +138,17 @@ def run_module(
         elif inst.opcode in HOST_OPCODES:
             values[id(inst)] = _host(inst, operands, arguments)
         else:
-            raise UnsupportedError(
-                f"the sequential executor cannot run instruction {describe(inst)} outside a fusion",
-                inst.location,
+            why = (
+                f"no heron emitter handles {inst.opcode} yet"
+                if inst.opcode in REFUSED_OPCODES
+                else "no heron emitter takes it as a fusion"
             )
+            raise UnsupportedError(f"cannot run instruction {describe(inst)}: {why}", inst.location)
     root = values[id(entry.root_instruction)]
     return SequentialRun(
         outputs=tuple(_flatten(root)),
         kernels=tuple(records),
-        module=outlined,
+        module=optimized,
         seconds=time.perf_counter() - start,
     )
 

@@ -245,6 +245,14 @@ class Target:
     source: str = attrs.field(default="", validator=_text)
     """Where the numbers come from, so they can be checked."""
 
+    # --- the fusion cost model (heron.compiler.fusion.cost_model) ------------------------
+    fpus_per_core: int = _int_field()
+    """FP32 lanes per core: 128 on Hopper SMs, 64 on Ampere SMs and CDNA CUs (each
+    preset says where its number comes from); the cost model's peak flop rate is
+    ``core_count * fpus_per_core * clock``. The launch overhead it charges per
+    kernel is ``launch_overhead_seconds``, shared with ``heron profile``."""
+    # --- end of the fusion cost model's fields -------------------------------------------
+
     def __attrs_post_init__(self) -> None:
         # Limits that contradict each other would make launch-bound arithmetic lie.
         self._require_at_most("shared_memory_per_block", "shared_memory_per_block_optin")

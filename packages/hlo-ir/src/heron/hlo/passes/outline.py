@@ -10,12 +10,13 @@ instruction (``kind=kLoop``, same name and shape) that calls it.
 
 What the executor does on the host stays as it is: parameters, constants,
 tuples, get-tuple-element, bitcasts, and fusions already made. Instructions no
-heron emitter can run as a loop fusion (dot, convolution, control flow,
-custom calls, collectives, random numbers, fft, ...) are refused here, with an
-error naming the instruction, its opcode and shape, rather than later with an
-emitter's error about a fusion the user never wrote. A ``sort`` becomes a
-fusion of its own, as XLA gives it a kernel of its own (``HERO_OPCODES``):
-its hero emitter (``heron.plugins.sort``), not the loop emitter, emits it.
+heron emitter can run as a loop fusion (convolution, control flow, custom
+calls, collectives, random numbers, fft, ...) are refused here, with an error
+naming the instruction, its opcode and shape, rather than later with an
+emitter's error about a fusion the user never wrote. A ``sort`` or a ``dot``
+becomes a fusion of its own, as XLA gives it a kernel of its own
+(``HERO_OPCODES``): its hero emitter (``heron.plugins.sort``,
+``heron.plugins.gemm``), not the loop emitter, emits it.
 """
 
 from __future__ import annotations
@@ -35,14 +36,13 @@ HOST_OPCODES = frozenset({"parameter", "constant", "tuple", "get-tuple-element",
 
 #: Instructions outlined alone into a fusion that a hero emitter, not the loop
 #: emitter, emits (XLA gives them a kernel of their own).
-HERO_OPCODES = frozenset({"sort"})
+HERO_OPCODES = frozenset({"sort", "dot"})
 
-#: Opcodes no heron emitter runs as a loop fusion: library calls in XLA (dot,
-#: convolution, fft, custom-call), control flow and calls (their bodies
-#: would need an executor of their own), collectives, and random number generators.
+#: Opcodes no heron emitter runs as a loop fusion: library calls in XLA
+#: (convolution, fft, custom-call), control flow and calls (their bodies would
+#: need an executor of their own), collectives, and random number generators.
 REFUSED_OPCODES = frozenset(
     {
-        "dot",
         "convolution",
         "fft",
         "custom-call",
@@ -107,9 +107,17 @@ def _refuse(inst: Instruction, why: str) -> UnsupportedError:
     return UnsupportedError(f"cannot run instruction {describe(inst)}: {why}", inst.location)
 
 
+#: Why an opcode of REFUSED_OPCODES is refused, where there is more to say than "not yet".
+REFUSAL_REASONS = {
+    "convolution": "no heron emitter handles convolution yet: it is neither lowered to a"
+    " GEMM (im2col or implicit GEMM) nor emitted by a convolution emitter",
+}
+
+
 def _check_outlinable(inst: Instruction, computable: Collection[str] | None) -> None:
     if inst.opcode in REFUSED_OPCODES:
-        raise _refuse(inst, f"no heron emitter handles {inst.opcode} yet")
+        why = REFUSAL_REASONS.get(inst.opcode, f"no heron emitter handles {inst.opcode} yet")
+        raise _refuse(inst, why)
     if computable is not None and inst.opcode not in computable and inst.opcode not in HERO_OPCODES:
         raise _refuse(inst, f"heron's loop emitter has no lowering for {inst.opcode}")
 

@@ -50,7 +50,10 @@ BYTES_PER_BYTE = 9
 
 @attrs.frozen
 class AccessCounts:
-    """Reads and writes of each byte of a buffer; ``bit_writes`` ``(bytes, 8)`` when packed."""
+    """Reads and writes of each byte of a buffer; ``bit_writes`` ``(bytes, 8)`` when packed.
+
+    The arrays are read-only snapshots (copy one to change it).
+    """
 
     reads: np.ndarray
     writes: np.ndarray
@@ -144,10 +147,10 @@ class InterpreterDevice(Device):
         return buffer.handle
 
     def copy_to_device(self, buffer: DeviceBuffer, data: np.ndarray | bytes) -> None:
-        raw = np.frombuffer(
-            np.ascontiguousarray(data).tobytes() if isinstance(data, np.ndarray) else data,
-            np.uint8,
-        )
+        if isinstance(data, np.ndarray):  # its bytes, without a copy
+            raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        else:
+            raw = np.frombuffer(data, np.uint8)
         if raw.size > buffer.nbytes:
             raise DeviceError(
                 f"copying {raw.size} bytes into buffer '{buffer.label}' of {buffer.nbytes}"
@@ -213,15 +216,8 @@ class InterpreterDevice(Device):
 
     # -- beyond the interface -------------------------------------------------------------
     def access_counts(self, buffer: DeviceBuffer) -> AccessCounts:
-        mem = self._storage(buffer).memory
-        return AccessCounts(
-            mem.reads.copy(),
-            mem.writes.copy(),
-            None if mem.bit_writes is None else mem.bit_writes.copy(),
-        )
+        reads, writes, bit_writes = self._storage(buffer).memory.counts()
+        return AccessCounts(reads, writes, bit_writes)
 
     def reset_counts(self, buffer: DeviceBuffer) -> None:
-        mem = self._storage(buffer).memory
-        mem.reads[...] = 0
-        mem.writes[...] = 0
-        mem.bit_writes = None
+        self._storage(buffer).memory.reset_counts()

@@ -18,10 +18,14 @@ How a launch runs (see :mod:`~.lanes` for how values are laid out):
   modules of :mod:`~.semantics` with the :func:`semantics` decorator. A
   program with an operation that has no entry is refused before it runs,
   with an error naming the operation (:func:`check_supported`).
+- Each block runs from its :class:`BlockPlan`, made once per program: the
+  handlers of its operations, and after each operation the values that are
+  dead, which the frame drops (docs/interpreter.md, "Speed").
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,9 +45,13 @@ from heron.runtime.interpreter.types import AnyType, VectorType, parse_type
 
 __all__ = [
     "SEMANTICS",
+    "BlockPlan",
     "TERMINATORS",
     "Frame",
     "Launch",
+    "block_plan",
+    "block_plans",
+    "operation_uses",
     "check_supported",
     "run_kernel",
     "semantics",
@@ -118,6 +126,91 @@ def check_supported(program: Program) -> None:
                 ) from None
 
 
+class BlockPlan:
+    """How a block runs, derived once per program (:func:`block_plan`).
+
+    ``steps``: for each operation before the terminator, its handler, the
+    operation, and the values of the block that are dead once it has run
+    (their last use, here or in a nested region): the frame drops them, so
+    that a batch holds only its live values (a large batch's arrays are
+    megabytes each; keeping every one of them alive makes each operation
+    write to fresh, unmapped memory, which costs more than the arithmetic).
+    ``terminator``: the operation whose operands the block yields, if any.
+    ``op_count``: the block's operations, what one run of it counts as work
+    (:class:`WorkCounter`), however many steps the plan runs.
+    """
+
+    __slots__ = ("op_count", "steps", "terminator")
+
+    def __init__(
+        self,
+        steps: tuple[tuple[Handler, Op, tuple[int, ...]], ...],
+        terminator: Op | None,
+        op_count: int,
+    ) -> None:
+        self.steps = steps
+        self.terminator = terminator
+        self.op_count = op_count
+
+
+def operation_uses(op: Op) -> set[int]:
+    """The values ``op`` reads: its operands and those of every operation nested in it."""
+    used = set(op.operands)
+    stack = list(op.regions)
+    while stack:
+        for inner_block in stack.pop().blocks:
+            for inner in inner_block.ops:
+                used.update(inner.operands)
+                stack.extend(inner.regions)
+    return used
+
+
+def _build_plan(block: Block) -> BlockPlan:
+    terminator = None
+    ops = block.ops
+    for index, op in enumerate(ops):
+        if op.name in TERMINATORS:
+            terminator, ops = op, ops[:index]
+            break
+    defined = set(block.arguments).union(*(op.results for op in ops))
+    last_use: dict[int, int] = {value: -1 for value in defined}  # -1: never used
+    for index, op in enumerate(ops):
+        for value in operation_uses(op) & defined:
+            last_use[value] = index
+    if terminator is not None:
+        for value in set(terminator.operands) & defined:
+            last_use[value] = len(ops)  # yielded: alive to the end
+    defined_at = {value: k for k, op in enumerate(ops) for value in op.results}
+    dead: list[list[int]] = [[] for _ in ops]
+    for value, index in last_use.items():
+        if index == -1:  # never used: dead as soon as it is defined (arguments: at the start)
+            index = defined_at.get(value, 0)
+        if index < len(ops):
+            dead[index].append(value)
+    steps = tuple(
+        (SEMANTICS[op.name], op, tuple(sorted(gone))) for op, gone in zip(ops, dead, strict=True)
+    )
+    return BlockPlan(steps, terminator, len(block.ops))
+
+
+def block_plans(program: Program) -> dict[int, tuple[Block, BlockPlan]]:
+    """The plans of ``program``'s blocks made so far, kept with it (its ``derived`` state).
+
+    Keyed by the block's identity; each entry keeps its block, so the key stays its own.
+    """
+    return program.derived.setdefault("engine.block_plans", {})
+
+
+def block_plan(program: Program, block: Block) -> BlockPlan:
+    """``block``'s plan, made on first use and kept with ``program`` (its handlers are
+    those :data:`SEMANTICS` held then)."""
+    plans = block_plans(program)
+    entry = plans.get(id(block))
+    if entry is None:
+        entry = plans[id(block)] = (block, _build_plan(block))
+    return entry[1]
+
+
 class WorkCounter:
     """The work one launch has done, in lane-operations, against an optional limit.
 
@@ -125,9 +218,10 @@ class WorkCounter:
     lanes included: the interpreter computes them too); every operation also
     counts :data:`OPERATION_OVERHEAD_LANES` for its fixed cost (Python
     dispatch, a few microseconds, which dominates when a batch has few lanes).
-    So the count is what the interpreter's time is proportional to (about 25
-    to 30 million per second on one core), and deterministic: the same launch
-    stops at the same place on every machine. The limit turns a launch
+    So the count follows the interpreter's time (its rate depends on the
+    kernel, docs/interpreter.md: operations a loop computes ahead still count
+    in every iteration), and is deterministic: the same launch stops at the
+    same place on every machine. The limit turns a launch
     that would take hours on the CPU (a valid kernel whose every thread loops
     over the whole input) into a :class:`WorkLimitError` that says so, instead
     of something indistinguishable from a hang. ``None``: no limit.
@@ -176,6 +270,16 @@ class Launch:
     @property
     def kernel_name(self) -> str:
         return self.kernel.name
+
+    @functools.cached_property
+    def operation_cost(self) -> int:
+        """What one operation over the batch counts as work (:class:`WorkCounter`)."""
+        return self.lanes.size + OPERATION_OVERHEAD_LANES
+
+    @functools.cached_property
+    def plans(self) -> dict[int, tuple[Block, BlockPlan]]:
+        """The program's block plans (:func:`block_plans`), looked up once per batch."""
+        return block_plans(self.program)
 
 
 class Frame:
@@ -231,23 +335,38 @@ class Frame:
         return np.broadcast_to(array, (self.lanes.size, *trailing))
 
     # -- running regions ------------------------------------------------------------------
-    def run_block(self, block: Block, arguments: Sequence[Any]) -> list[Any]:
-        """Bind ``arguments`` to ``block``'s arguments, run it, return its terminator's operands."""
-        if len(arguments) != len(block.arguments):
+    def run_block(
+        self, block: Block, arguments: Sequence[Any], plan: BlockPlan | None = None
+    ) -> list[Any]:
+        """Bind ``arguments`` to ``block``'s arguments, run it, return its terminator's operands.
+
+        ``plan``: the steps to run (default: the block's own plan, :func:`block_plan`);
+        a loop passes one without the steps it has already computed for every iteration.
+        """
+        names = block.arguments
+        if len(arguments) != len(names):
             raise InterpreterError(
-                f"a block of '{self.function.name}' takes {len(block.arguments)} arguments,"
+                f"a block of '{self.function.name}' takes {len(names)} arguments,"
                 f" given {len(arguments)}"
             )
-        for value_id, value in zip(block.arguments, arguments, strict=True):
-            self.values[value_id] = value
-        self.launch.work.add(len(block.ops) * (self.lanes.size + OPERATION_OVERHEAD_LANES))
-        if self.launch.observer is not None:
-            self.launch.observer.operations(self, len(block.ops))
-        for op in block.ops:
-            if op.name in TERMINATORS:
-                return self.operands(op)
-            SEMANTICS[op.name](self, op)
-        return []
+        launch = self.launch
+        if plan is None:
+            entry = launch.plans.get(id(block))
+            plan = entry[1] if entry is not None else block_plan(launch.program, block)
+        values = self.values
+        for value_id, value in zip(names, arguments):
+            values[value_id] = value
+        launch.work.add(plan.op_count * launch.operation_cost)
+        if launch.observer is not None:
+            launch.observer.operations(self, plan.op_count)
+        drop = values.pop
+        for handler, op, dead in plan.steps:
+            handler(self, op)
+            for value_id in dead:
+                drop(value_id, None)
+        if plan.terminator is None:
+            return []
+        return [values[v] for v in plan.terminator.operands]
 
     def run_region(
         self, region: Region, arguments: Sequence[Any], mask: np.ndarray | None | str = "same"

@@ -31,11 +31,11 @@ class LaneSpace:
     block_count: int
     warp_size: int = 32
 
-    @property
+    @functools.cached_property
     def threads_per_block(self) -> int:
         return self.block[0] * self.block[1] * self.block[2]
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
         return self.block_count * self.threads_per_block
 

@@ -71,9 +71,16 @@ class Memory:
         self.space = space
         self.data = data
         self.constant = constant
-        #: Global memory: reads and writes of each byte (None when not counted).
-        self.reads = np.zeros(data.shape[1], np.uint32) if count_accesses else None
-        self.writes = np.zeros(data.shape[1], np.uint32) if count_accesses else None
+        #: Whether reads and writes are counted (global memory; :attr:`reads`, :attr:`writes`).
+        self.counted = count_accesses
+        self._reads = np.zeros(data.shape[1], np.uint32) if count_accesses else None
+        self._writes = np.zeros(data.shape[1], np.uint32) if count_accesses else None
+        # Accesses counted per element of one width, ``(kind, itemsize)`` -> uint32 per
+        # element, not yet added to the per-byte counters (:meth:`count`).
+        self._pending: dict[tuple[str, int], np.ndarray] = {}
+        # Whether the counters were lent out read-only by :meth:`counts` (copied before
+        # they next change).
+        self._lent = False
         #: Writes of each bit, kept once a packed (sub-byte) store is seen: ``(bytes, 8)``.
         self.bit_writes: np.ndarray | None = None
         # Shared memory: per element (of the one type it is used with), whether it
@@ -86,12 +93,87 @@ class Memory:
     def nbytes(self) -> int:
         return self.data.shape[1]
 
+    @property
+    def reads(self) -> np.ndarray | None:
+        """Reads of each byte (None when not counted)."""
+        self._flush()
+        return self._reads
+
+    @property
+    def writes(self) -> np.ndarray | None:
+        """Writes of each byte (None when not counted)."""
+        self._flush()
+        return self._writes
+
+    def count(self, kind: str, itemsize: int) -> np.ndarray:
+        """The per-element counter of ``kind`` (``reads``/``writes``) for elements of ``itemsize``.
+
+        Accesses are counted per element where they happen (one ``bincount``
+        over the window a batch touched) and spread to the element's bytes
+        only when the per-byte counts are asked for: spreading costs a pass
+        over the whole buffer, once per launch rather than once per access.
+        """
+        pending = self._pending.get((kind, itemsize))
+        if pending is None:
+            pending = np.zeros(self.nbytes // itemsize, np.uint32)
+            self._pending[(kind, itemsize)] = pending
+        return pending
+
+    def counts(self) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+        """Reads and writes of each byte, and writes of each bit, as they are now, read-only.
+
+        The arrays are lent, not copied (the counters of a buffer are four bytes
+        per byte: copying them cost a launch as much as the kernel itself); the
+        memory copies them before it next changes them, so they stay as they are.
+        """
+        self._flush()
+        self._lent = True
+        return tuple(
+            None if counter is None else _read_only(counter)
+            for counter in (self._reads, self._writes, self.bit_writes)
+        )
+
+    def reset_counts(self) -> None:
+        """Forget every access counted so far (a buffer filled anew)."""
+        self._pending.clear()
+        if self.counted:  # fresh zeros: nothing to copy if lent, no page written yet
+            self._reads = np.zeros(self.nbytes, np.uint32)
+            self._writes = np.zeros(self.nbytes, np.uint32)
+        self.bit_writes = None
+        self._lent = False
+
+    def own_counts(self) -> None:
+        """Take back the counters lent by :meth:`counts` (a copy) before changing them."""
+        if self._lent:
+            self._reads = self._reads.copy()
+            self._writes = self._writes.copy()
+            if self.bit_writes is not None:
+                self.bit_writes = self.bit_writes.copy()
+            self._lent = False
+
+    def _flush(self) -> None:
+        if self._pending:
+            self.own_counts()
+        while self._pending:
+            (kind, itemsize), pending = self._pending.popitem()
+            counter = self._reads if kind == "reads" else self._writes
+            size = pending.size
+            counter[: size * itemsize].reshape(size, itemsize)[...] += pending[:, None]
+
     def track_shared(self, size: int) -> None:
         if self.written is None:
             shape = (self.data.shape[0], size)
             self.written = np.zeros(shape, np.bool_)
-            self.writer = np.full(shape, NO_LANE, np.int64)
-            self.reader = np.full(shape, NO_LANE, np.int64)
+            # Thread numbers within a block (and the negative markers): int32 halves
+            # what the race checks gather and scatter.
+            self.writer = np.full(shape, NO_LANE, np.int32)
+            self.reader = np.full(shape, NO_LANE, np.int32)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 class MemRef:
@@ -195,6 +277,17 @@ def flat_index(frame: Frame, op: Op, ref: MemRef, indices: Sequence[Any], width:
     shape = ref.type.shape
     if len(indices) != len(shape):
         raise frame.unsupported(op, f"{len(indices)} indices for {ref.type}")
+    if all(isinstance(index, np.integer | int) for index in indices):
+        # Uniform indices (a loop's induction variable): Python integers, no numpy call.
+        total = 0
+        last_dimension = len(shape) - 1
+        for k, (index, size, stride) in enumerate(zip(indices, shape, ref.type.strides)):
+            value = int(index)
+            if value < 0 or value > size - (width if k == last_dimension else 1):
+                break  # out of bounds: the general path below reports it
+            total += value * stride
+        else:
+            return np.int64(total)
     flat: Any = np.int64(0)
     for k, (index, size, stride) in enumerate(zip(indices, shape, ref.type.strides, strict=True)):
         index = np.asarray(index).astype(np.int64, copy=False)
@@ -250,6 +343,17 @@ def _active_lanes(frame: Frame) -> np.ndarray | None:
     return None if frame.mask is None else np.flatnonzero(frame.mask)
 
 
+def _consecutive(flat: np.ndarray, width: int) -> int | None:
+    """``start`` when lane ``k`` accesses element ``start + k * width`` (a coalesced access:
+    one slice of memory, no gather and no count per position), else None."""
+    if flat.ndim != 1 or flat.size < 2:
+        return None
+    start = int(flat[0])
+    if int(flat[-1]) != start + (flat.size - 1) * width:
+        return None
+    return start if bool((np.diff(flat) == width).all()) else None
+
+
 def _element_positions(flat, lanes: np.ndarray | None, size: int, width: int) -> np.ndarray:
     """``(k, width)`` element indices of the accessing lanes (``k`` lanes)."""
     flat = np.asarray(flat, np.int64)
@@ -261,20 +365,25 @@ def _element_positions(flat, lanes: np.ndarray | None, size: int, width: int) ->
     return flat[:, None] + np.arange(width)
 
 
-def _count(counter: np.ndarray, positions: np.ndarray, itemsize: int, size: int) -> None:
-    """Add one access per entry of ``positions`` (element indices) to each byte's counter.
+def _count(memory: Memory, kind: str, positions: np.ndarray, itemsize: int) -> None:
+    """Add one ``kind`` access per entry of ``positions`` (element indices of ``itemsize``).
 
     Few accesses into a large buffer (the common case: one small load of a
-    big input) touch only their elements; many use one ``bincount``.
+    big input) touch only their elements; many use one ``bincount`` over the
+    window they fall in.
     """
-    per_byte = counter[: size * itemsize].reshape(size, itemsize)
+    counter = memory.count(kind, itemsize)
     flat = positions.reshape(-1)
-    if flat.size * 8 < size:
-        touched, times = np.unique(flat, return_counts=True)
-        per_byte[touched] += times.astype(np.uint32)[:, None]
+    if flat.size == 0:
         return
-    per_element = np.bincount(flat, minlength=size)[:size].astype(np.uint32)
-    per_byte += per_element[:, None]
+    if flat.size * 8 < counter.size:
+        touched, times = np.unique(flat, return_counts=True)
+        counter[touched] += times.astype(np.uint32)
+        return
+    low = int(flat.min())
+    high = int(flat.max()) + 1
+    per_element = np.bincount(flat - low if low else flat, minlength=high - low)
+    counter[low:high] += per_element.astype(np.uint32)
 
 
 def read(frame: Frame, op: Op, ref: MemRef, flat, width: int = 1) -> np.ndarray:
@@ -293,18 +402,27 @@ def read(frame: Frame, op: Op, ref: MemRef, flat, width: int = 1) -> np.ndarray:
     flat = np.asarray(flat, np.int64)
     if np.ndim(rows) == 0 and flat.ndim == 0 and active is None:
         value = elements[0, int(flat) : int(flat) + width]
-        if memory.reads is not None:
-            itemsize = ref.type.dtype.itemsize
-            start = int(flat) * itemsize
-            memory.reads[start : start + width * itemsize] += np.uint32(lanes_count)
+        if memory.counted:
+            start = int(flat)
+            memory.count("reads", ref.type.dtype.itemsize)[start : start + width] += np.uint32(
+                lanes_count
+            )
         return value.copy() if width > 1 else value[0].copy()
+    if np.ndim(rows) == 0 and active is None and memory.written is None:
+        start = _consecutive(flat, width)
+        if start is not None:  # lane k reads the k-th run of ``width`` elements from start
+            end = start + lanes_count * width
+            if memory.counted:
+                memory.count("reads", ref.type.dtype.itemsize)[start:end] += np.uint32(1)
+            values = elements[0, start:end].copy()
+            return values.reshape(lanes_count, width) if width > 1 else values
     positions = _element_positions(flat, active, lanes_count, width)
     row_index = rows if np.ndim(rows) == 0 else (rows if active is None else rows[active])
     if memory.written is not None:
         _check_shared_read(frame, op, ref, row_index, positions, active)
     values = elements[np.asarray(row_index)[..., None] if np.ndim(row_index) else 0, positions]
-    if memory.reads is not None:
-        _count(memory.reads, positions, ref.type.dtype.itemsize, ref.type.size)
+    if memory.counted:
+        _count(memory, "reads", positions, ref.type.dtype.itemsize)
     if active is None:
         return values if width > 1 else values[:, 0]
     out = np.zeros((lanes_count, width), ref.type.dtype)
@@ -330,9 +448,17 @@ def write(frame: Frame, op: Op, ref: MemRef, flat, values, width: int = 1) -> No
     if frame.launch.observer is not None:
         frame.launch.observer.access(frame, op, "store", ref, flat, width, active)
     rows = lane_rows(frame, ref)
-    positions = _element_positions(flat, active, lanes_count, width)
     data = np.asarray(values, ref.type.dtype)
     data = np.broadcast_to(data, (lanes_count, width) if width > 1 else (lanes_count,))
+    if np.ndim(rows) == 0 and active is None and memory.written is None:
+        start = _consecutive(np.asarray(flat, np.int64), width)
+        if start is not None:  # lane k writes the k-th run of ``width`` elements from start
+            end = start + lanes_count * width
+            ref.elements()[0, start:end] = data.reshape(-1)
+            if memory.counted:
+                memory.count("writes", ref.type.dtype.itemsize)[start:end] += np.uint32(1)
+            return
+    positions = _element_positions(flat, active, lanes_count, width)
     if active is not None:
         data = data[active]
     row_index = rows if np.ndim(rows) == 0 else (rows if active is None else rows[active])
@@ -341,14 +467,15 @@ def write(frame: Frame, op: Op, ref: MemRef, flat, values, width: int = 1) -> No
     elements = ref.elements()
     target_rows = np.asarray(row_index)[..., None] if np.ndim(row_index) else 0
     elements[target_rows, positions] = data.reshape(positions.shape)
-    if memory.writes is not None:
-        _count(memory.writes, positions, ref.type.dtype.itemsize, ref.type.size)
+    if memory.counted:
+        _count(memory, "writes", positions, ref.type.dtype.itemsize)
 
 
 def count_bit_writes(memory: Memory, byte_positions: np.ndarray, bits: np.ndarray) -> None:
     """Count a write of the set ``bits`` (uint8 masks) of each byte (packed sub-byte stores)."""
-    if memory.writes is None:
+    if not memory.counted:
         return
+    memory.own_counts()
     if memory.bit_writes is None:
         memory.bit_writes = np.zeros((memory.nbytes, 8), np.uint32)
     expanded = ((bits[:, None] >> np.arange(8, dtype=np.uint8)) & 1).astype(np.uint32)
@@ -366,7 +493,7 @@ def count_bit_writes(memory: Memory, byte_positions: np.ndarray, bits: np.ndarra
 
 def _lane_ids(frame: Frame, active: np.ndarray | None, width: int) -> np.ndarray:
     threads = frame.lanes.thread_linear if active is None else frame.lanes.thread_linear[active]
-    return np.repeat(threads[:, None], width, axis=1)
+    return threads[:, None] if width == 1 else np.repeat(threads[:, None], width, axis=1)
 
 
 def _access_of(active: np.ndarray | None, lane: int) -> int:
@@ -376,9 +503,9 @@ def _access_of(active: np.ndarray | None, lane: int) -> int:
 
 def _report(frame, op, active, problems: np.ndarray, kind: str, detail) -> None:
     """Raise ``kind`` for the first accessing lane (row ``k`` of ``problems``) with a problem."""
-    per_access = problems.any(axis=1)
-    if not per_access.any():
+    if not problems.any():
         return
+    per_access = problems.any(axis=1)
     first = np.flatnonzero(per_access)
     bad = np.zeros(frame.lanes.size, np.bool_)
     bad[active[first] if active is not None else first] = True
@@ -394,7 +521,7 @@ def _rows_for(rows, positions: np.ndarray) -> np.ndarray:
 
 def _several_lanes(keys: np.ndarray, lanes: np.ndarray) -> np.ndarray:
     """Per access: whether another thread of the same op touches the same key (vectorised)."""
-    if keys.size < 2:
+    if keys.size < 2 or np.bincount(keys).max() < 2:  # no key touched twice: no sort
         return np.zeros(keys.shape, np.bool_)
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
@@ -450,21 +577,22 @@ def _conflict_detail(ref, active, positions, conflict, other, verb: str):
 
 def _check_shared_read(frame, op, ref, rows, positions, active) -> None:
     memory = ref.memory
-    r = _rows_for(rows, positions)
-    _check_initialised(frame, op, ref, memory.written[r, positions], active)
+    key = _rows_for(rows, positions) * memory.reader.shape[1] + positions
+    _check_initialised(frame, op, ref, memory.written.reshape(-1)[key], active)
     me = _lane_ids(frame, active, positions.shape[1])
-    writer = memory.writer[r, positions]
+    writer = memory.writer.reshape(-1)[key]
     racing = (writer != NO_LANE) & (writer != me)
-    _report(
-        frame,
-        op,
-        active,
-        racing,
-        "shared-memory-race",
-        _conflict_detail(ref, active, positions, racing, writer, "reads"),
-    )
-    key = (r * memory.reader.shape[1] + positions).reshape(-1)
-    mine = me.reshape(-1)
+    if racing.any():
+        _report(
+            frame,
+            op,
+            active,
+            racing,
+            "shared-memory-race",
+            _conflict_detail(ref, active, positions, racing, writer, "reads"),
+        )
+    key = key.reshape(-1)
+    mine = np.broadcast_to(me, positions.shape).reshape(-1)
     flat_reader = memory.reader.reshape(-1)
     previous = flat_reader[key]
     alone = ((previous == NO_LANE) | (previous == mine)) & ~_several_lanes(key, mine)
@@ -473,25 +601,27 @@ def _check_shared_read(frame, op, ref, rows, positions, active) -> None:
 
 def _check_shared_write(frame, op, ref, rows, positions, active) -> None:
     memory = ref.memory
-    r = _rows_for(rows, positions)
+    key = _rows_for(rows, positions) * memory.writer.shape[1] + positions
     me = _lane_ids(frame, active, positions.shape[1])
-    writer = memory.writer[r, positions]
-    reader = memory.reader[r, positions]
-    key = (r * memory.writer.shape[1] + positions).reshape(-1)
-    together = _several_lanes(key, me.reshape(-1)).reshape(positions.shape)
+    writer = memory.writer.reshape(-1)[key]
+    reader = memory.reader.reshape(-1)[key]
+    mine = np.broadcast_to(me, positions.shape).reshape(-1)
+    key = key.reshape(-1)
+    together = _several_lanes(key, mine).reshape(positions.shape)
     wrote = (writer != NO_LANE) & (writer != me)
     read_ = (reader != NO_LANE) & (reader != me)
     racing = wrote | read_ | together
-    other = np.where(wrote, writer, np.where(read_, reader, SEVERAL_LANES))
-    _report(
-        frame,
-        op,
-        active,
-        racing,
-        "shared-memory-race",
-        _conflict_detail(ref, active, positions, racing, other, "writes"),
-    )
-    memory.writer.reshape(-1)[key] = me.reshape(-1)
+    if racing.any():
+        other = np.where(wrote, writer, np.where(read_, reader, SEVERAL_LANES))
+        _report(
+            frame,
+            op,
+            active,
+            racing,
+            "shared-memory-race",
+            _conflict_detail(ref, active, positions, racing, other, "writes"),
+        )
+    memory.writer.reshape(-1)[key] = mine
     memory.written.reshape(-1)[key] = True
 
 
@@ -543,8 +673,8 @@ def atomic_targets(frame: Frame, op: Op, ref: MemRef, flat) -> tuple[np.ndarray,
         frame.launch.observer.access(frame, op, "atomic", ref, flat, 1, lanes)
     if memory.written is not None and lanes.size:
         _check_shared_atomic(frame, op, ref, rows, cols, lanes)
-    if memory.writes is not None:
-        _count(memory.writes, cols[:, None], ref.type.dtype.itemsize, ref.type.size)
+    if memory.counted:
+        _count(memory, "writes", cols[:, None], ref.type.dtype.itemsize)
     return lanes, rows, cols
 
 

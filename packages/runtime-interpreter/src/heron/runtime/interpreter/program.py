@@ -105,6 +105,10 @@ class Program:
     module_name: str
     functions: dict[str, Function]
     globals: dict[str, Global] = attrs.field(factory=dict)
+    #: What the engine derives from the program once and reuses on every launch (the
+    #: execution plan of each block, :func:`heron.runtime.interpreter.engine.block_plan`):
+    #: kept with the program so that it lives and dies with it. Not part of its value.
+    derived: dict[str, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @property
     def kernels(self) -> list[str]:

@@ -771,12 +771,26 @@ def lane_aligned(value: Value, type_text: str, result_type: str) -> np.ndarray:
 def select(frame: Frame, op: Op) -> None:
     condition, a, b = frame.operands(op)
     result_type = op.result_types[0]
+    if type(condition) is np.bool_ and _uniform_pair(a, b):
+        frame.set_result(op, np.asarray(a if condition else b))  # np.where's result, sooner
+        return
     if parse_type(result_type).__class__.__name__ == "MemRefType":
         raise frame.unsupported(op, "select of memrefs")
     condition = lane_aligned(condition, op.operand_types[0], result_type)
     a_aligned = _vector_aligned(a, result_type)
     b_aligned = _vector_aligned(b, result_type)
     frame.set_result(op, np.where(np.asarray(condition, np.bool_), a_aligned, b_aligned))
+
+
+def _uniform_pair(a: Value, b: Value) -> bool:
+    """Whether ``a`` and ``b`` are uniform (0-d) numpy values of one dtype."""
+    kinds = np.ndarray | np.generic
+    return (
+        isinstance(a, kinds)
+        and isinstance(b, kinds)
+        and a.ndim == b.ndim == 0
+        and a.dtype == b.dtype
+    )
 
 
 def _vector_aligned(value: Value, type_text: str) -> np.ndarray:

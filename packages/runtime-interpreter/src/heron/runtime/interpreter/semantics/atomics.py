@@ -305,7 +305,7 @@ def atomic_rmw(frame: Frame, op: Op) -> None:
     element = _element_of(frame, op, ref_type, kind)
     lanes, rows, cols, schedule = _updates(frame, op, ref, indices, ROUND_LIMIT)
     operands = element.to_work(frame.per_lane(value, op.operand_types[0])[lanes])
-    if kind == "andi" and element.width == 8 and ref.memory.writes is not None:
+    if kind == "andi" and element.width == 8 and ref.memory.counted:
         cleared = (~operands).view(np.uint8)
         memory.count_bit_writes(ref.memory, cols, cleared)
     elements = ref.elements()

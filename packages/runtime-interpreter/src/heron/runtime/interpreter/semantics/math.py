@@ -118,6 +118,8 @@ def _fma_narrow(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: np.dtype) ->
     product = a * b
     total, error = two_sum(product, c)
     odd = round_to_odd(total, error)
+    if np.isfinite(total).all() and (c != 0).all():  # every operand finite, no zero addend
+        return float_to_float(odd, dtype)  # what the lines below give then, sooner
     result = np.where(c == 0, product, odd)  # keeps the sign of zeros like a * b + c
     result = np.where((c == 0) & (product == 0), product + c, result)
     finite = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)

@@ -1,0 +1,105 @@
+"""The GPU fusion passes: from an unfused module to the fusions heron's emitters compile.
+
+One module per pass, each a factory taking the Target and returning an
+:class:`~heron.hlo.passes.HloPass`:
+
+- :mod:`.priority_fusion`: producers into all their consumers, by time saved;
+- :mod:`.multi_output_fusion`: sibling and producer-consumer multi-output fusion;
+- :mod:`.horizontal_fusion`: small independent loop fusions into one kernel;
+- :mod:`.wrapper`: a fusion for every computing instruction left alone;
+- :mod:`.fusion_cse`: identical fusions merged;
+
+and their shared parts: :mod:`.builder` (making and installing fusions),
+:mod:`.fusible` (what may be fused; the emitters' verdict),
+:mod:`.cost_model` (the price of a kernel), :mod:`.reachability` (cycle checks),
+:mod:`.context`. :func:`gpu_pipeline` is the whole program pipeline
+(``heron opt --target``), :func:`program_pipeline` what ``heron run`` puts a
+module through (fused modules keep their fusions); :func:`register_gpu_passes` puts the
+passes, for the default Target, in the registry ``heron opt --passes`` reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from heron.compiler.fusion.context import count_kernels
+from heron.compiler.fusion.fusion_cse import fusion_cse
+from heron.compiler.fusion.horizontal_fusion import horizontal_fusion
+from heron.compiler.fusion.multi_output_fusion import multi_output_fusion
+from heron.compiler.fusion.priority_fusion import priority_fusion
+from heron.compiler.fusion.wrapper import fusion_wrapper
+from heron.compiler.target import Target
+from heron.hlo.ir import Module
+from heron.hlo.passes import PASSES, HloPass, Pipeline, pass_named, register_pass
+from heron.hlo.passes.pipelines import simplification_pipeline
+
+__all__ = [
+    "GPU_PASSES",
+    "count_kernels",
+    "fusion_pipeline",
+    "gpu_pass",
+    "gpu_pipeline",
+    "is_fused",
+    "program_pipeline",
+    "register_gpu_passes",
+]
+
+#: The GPU passes by name, each a factory of the pass for a Target.
+GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
+    "priority-fusion": priority_fusion,
+    "multi-output-fusion": multi_output_fusion,
+    "horizontal-fusion": horizontal_fusion,
+    "fusion-wrapper": fusion_wrapper,
+    "fusion-cse": fusion_cse,
+}
+
+
+def fusion_pipeline(target: Target) -> Pipeline:
+    """Priority, multi-output and horizontal fusion, the wrapper, then CSE and DCE."""
+    return Pipeline(
+        "fusion",
+        (
+            priority_fusion(target),
+            fusion_cse(target),
+            multi_output_fusion(target),
+            fusion_wrapper(target),
+            horizontal_fusion(target),
+            fusion_cse(target),
+            pass_named("hlo-dce"),
+        ),
+    )
+
+
+def gpu_pipeline(target: Target) -> Pipeline:
+    """The program pipeline for ``target``: simplification, then fusion."""
+    return Pipeline("gpu", (simplification_pipeline(), fusion_pipeline(target)))
+
+
+def is_fused(module: Module) -> bool:
+    """Whether ``module``'s entry already holds fusions (an optimized module, as XLA dumps it)."""
+    return any(inst.opcode == "fusion" for inst in module.entry.instructions)
+
+
+def program_pipeline(module: Module, target: Target) -> Pipeline:
+    """What a module goes through before it runs: the GPU pipeline when it is not fused yet.
+
+    An optimized module (XLA's ``after_optimizations`` dump, a corpus fusion)
+    keeps its fusions: it is simplified outside them, and what computes outside
+    a fusion gets one of its own (:mod:`.wrapper`), nothing is fused further.
+    """
+    if not is_fused(module):
+        return gpu_pipeline(target)
+    return Pipeline("fused-module", (simplification_pipeline(), fusion_wrapper(target)))
+
+
+def gpu_pass(name: str, target: Target) -> HloPass:
+    """Pass ``name`` for ``target``: a GPU pass made for it, else the registered pass."""
+    factory = GPU_PASSES.get(name)
+    return factory(target) if factory is not None else pass_named(name)
+
+
+def register_gpu_passes(target: Target) -> None:
+    """Register the GPU passes for ``target`` (once; ``heron opt --list-passes`` shows them)."""
+    for name, factory in GPU_PASSES.items():
+        if name not in PASSES:
+            register_pass(factory(target))

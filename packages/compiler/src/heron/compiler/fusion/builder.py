@@ -1,0 +1,312 @@
+"""Building fusion instructions out of instructions of a computation, and putting them in.
+
+Every fusion pass makes the same edit: a set of *members* (plain instructions
+or fusions already made, in the entry computation) becomes one ``fusion``
+instruction whose fused computation holds clones of them (a member fusion's
+body is inlined), whose operands are the values the members read from outside
+the set, and whose outputs are the members whose values are still needed
+outside. :func:`build_fusion` makes that instruction without touching the
+computation, so a pass can analyse and price a candidate first;
+:func:`install_fusion` then puts it in: users of each output read the fusion
+(through ``get-tuple-element`` for a multi-output fusion), and members nobody
+uses any more leave the computation. A member that other instructions still use
+stays: that is how a producer is duplicated into several consumers.
+
+Names follow XLA's: the computation ``fused_<root opcode>``, the instruction
+``loop_<root opcode>_fusion`` or ``input_<hero opcode>_fusion``, made unique in
+the module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from heron.hlo.attributes import ComputationRef
+from heron.hlo.builder import NameUniquer
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.passes.rewrite import remove_instructions, replace_all_uses
+from heron.hlo.shapes import TupleShape
+
+__all__ = ["Candidate", "build_fusion", "install_fusion", "fusion_kind_of", "outputs_of"]
+
+
+@attrs.define(eq=False)
+class Candidate:
+    """A fusion made but not yet installed: the instruction, its body and what it replaces.
+
+    ``outputs`` are the outer values the fusion's outputs stand for, in output
+    order (an array-shaped member, or a ``get-tuple-element`` of a multi-output
+    member fusion); ``members`` the outer instructions it was made of.
+    """
+
+    fusion: Instruction
+    body: Computation
+    members: tuple[Instruction, ...]
+    outputs: tuple[Instruction, ...]
+
+
+def outputs_of(inst: Instruction) -> list[Instruction] | None:
+    """The values ``inst`` produces: itself, or for a multi-output fusion its users (gtes).
+
+    None when a multi-output fusion's value is used other than through
+    ``get-tuple-element`` (then its outputs cannot be told apart), or not at all.
+    """
+    if not isinstance(inst.shape, TupleShape):
+        return [inst]
+    parent = inst.parent
+    users = (
+        [u for u in parent.instructions if any(op is inst for op in u.operands)] if parent else []
+    )
+    if parent is not None and parent.root is inst:
+        return None
+    if not users or any(u.opcode != "get-tuple-element" for u in users):
+        return None
+    return users
+
+
+def fusion_kind_of(analysis_kind: str) -> str:
+    """XLA's ``kind=`` for an emitter kind: ``kInput`` for reduction, transpose, scatter
+    and input-slices heroes (the hero reads its input in its own order), else ``kLoop``."""
+    if analysis_kind.startswith("reduce") or analysis_kind in (
+        "transpose",
+        "scatter",
+        "input_slices",
+    ):
+        return "kInput"
+    return "kLoop"
+
+
+def _clone(inst: Instruction, operands: list[Instruction], name: str) -> Instruction:
+    return Instruction(
+        name=name,
+        opcode=inst.opcode,
+        shape=inst.shape,
+        operands=operands,
+        attributes=dict(inst.attributes),
+        literal=inst.literal,
+        parameter_number=inst.parameter_number,
+        location=inst.location,
+    )
+
+
+def build_fusion(
+    members: Sequence[Instruction],
+    outputs: Sequence[Instruction],
+    *,
+    root_name_hint: str | None = None,
+) -> Candidate:
+    """A fusion instruction computing ``outputs`` from ``members`` (not installed).
+
+    ``members`` must be in an order where each comes after the members it reads
+    (post-order of the computation); ``outputs`` are members, or
+    ``get-tuple-element`` users of a multi-output member fusion. Reading a
+    multi-output member fusion inside the set goes through its
+    ``get-tuple-element`` users, which must then be members too.
+    """
+    member_ids = {id(m) for m in members}
+    body = Computation("fused_computation")
+    body_names = NameUniquer()
+    params: dict[int, Instruction] = {}
+    operands: list[Instruction] = []
+    mapped: dict[int, Instruction] = {}
+
+    def value_of(outer: Instruction) -> Instruction:
+        if id(outer) in mapped:
+            return mapped[id(outer)]
+        if id(outer) in member_ids:
+            raise UnsupportedError(f"fusion member '{outer.name}' used before it is built")
+        if id(outer) not in params:
+            param = Instruction(
+                name=body_names.take(f"param_{len(operands)}"),
+                opcode="parameter",
+                shape=outer.shape,
+                parameter_number=len(operands),
+            )
+            body.add(param)
+            params[id(outer)] = param
+            operands.append(outer)
+        return params[id(outer)]
+
+    for member in members:
+        inner_operands = [value_of(op) for op in member.operands]
+        if member.opcode == "fusion":
+            mapped[id(member)] = _inline(member, inner_operands, body, body_names)
+        elif (
+            member.opcode == "get-tuple-element"
+            and inner_operands[0].opcode == "tuple"
+            and inner_operands[0].parent is body
+        ):
+            mapped[id(member)] = inner_operands[0].operands[member.attr("index")]
+        else:
+            mapped[id(member)] = body.add(
+                _clone(member, inner_operands, body_names.take(member.name))
+            )
+    roots = [mapped[id(output)] for output in outputs]
+    if len(roots) == 1:
+        body.root = roots[0]
+    else:
+        body.root = body.add(
+            Instruction(
+                name=body_names.take("tuple"),
+                opcode="tuple",
+                shape=TupleShape(tuple(r.shape for r in roots)),
+                operands=list(roots),
+            )
+        )
+    _drop_unused(body)
+    hint = root_name_hint or _hero_opcode(body.root)
+    body.name = f"fused_{hint}"  # made unique in the module when installed
+    fusion = Instruction(
+        name=f"loop_{hint}_fusion",
+        opcode="fusion",
+        shape=body.root.shape,
+        operands=operands,
+        attributes={"kind": "kLoop", "calls": ComputationRef(body.name, body)},
+        location=outputs[-1].location,
+    )
+    return Candidate(fusion, body, tuple(members), tuple(outputs))
+
+
+def _hero_opcode(root: Instruction) -> str:
+    if root.opcode == "tuple":
+        root = root.operands[0]
+    return root.opcode.replace("-", "_")
+
+
+def _inline(
+    fusion: Instruction, operands: list[Instruction], body: Computation, names: NameUniquer
+) -> Instruction:
+    """Clone ``fusion``'s body into ``body`` reading ``operands``; the clone of its root."""
+    inner = fusion.called("calls")
+    mapped: dict[int, Instruction] = {}
+    for inst in inner.post_order():
+        if inst.opcode == "parameter":
+            mapped[id(inst)] = operands[inst.parameter_number]
+            continue
+        new_operands = [mapped[id(op)] for op in inst.operands]
+        mapped[id(inst)] = body.add(_clone(inst, new_operands, names.take(inst.name)))
+    return mapped[id(inner.root_instruction)]
+
+
+def _drop_unused(body: Computation) -> None:
+    """Remove instructions the root does not need (a member's unused tuple, say).
+
+    Parameters stay, with their numbers: the fusion's operand list matches them.
+    """
+    live: set[int] = set()
+    stack = [body.root_instruction]
+    while stack:
+        inst = stack.pop()
+        if id(inst) not in live:
+            live.add(id(inst))
+            stack.extend(inst.operands)
+    body.instructions = [
+        inst for inst in body.instructions if id(inst) in live or inst.opcode == "parameter"
+    ]
+
+
+def install_fusion(
+    module: Module, computation: Computation, candidate: Candidate, kind: str
+) -> Instruction:
+    """Put ``candidate`` into ``computation`` with XLA's ``kind``; return the fusion.
+
+    Users of each output now read the fusion; members left without users are
+    removed (with the computations only they called, when those were fusion
+    bodies). The fusion takes the place of its last member in instruction order.
+    """
+    fusion = candidate.fusion
+    fusion.attributes["kind"] = kind
+    if kind == "kInput" and fusion.name.startswith("loop_"):
+        fusion.name = "input_" + fusion.name.removeprefix("loop_")
+    module.computations.insert(module.computations.index(computation), candidate.body)
+    position = max(computation.instructions.index(m) for m in candidate.members)
+    fusion.parent = computation
+    computation.instructions.insert(position + 1, fusion)
+    if len(candidate.outputs) == 1:
+        replace_all_uses(computation, candidate.outputs[0], fusion)
+    else:
+        assert isinstance(fusion.shape, TupleShape)
+        for index, output in enumerate(candidate.outputs):
+            gte = computation.add(
+                Instruction(
+                    name=f"get-tuple-element.{index}",  # renamed below
+                    opcode="get-tuple-element",
+                    shape=fusion.shape.elements[index],
+                    operands=[fusion],
+                    attributes={"index": index},
+                )
+            )
+            value = gte
+            if gte.shape.dims != output.shape.dims:  # a horizontal fusion's flat output
+                value = computation.add(
+                    Instruction(
+                        name=f"bitcast.{index}",  # renamed below
+                        opcode="bitcast",
+                        shape=output.shape,
+                        operands=[gte],
+                    )
+                )
+            replace_all_uses(computation, output, value)
+            gte.operands = [fusion]
+    _remove_dead_members(module, computation, candidate.members)
+    # Named once the members are gone, so a fusion replacing one can take its name.
+    taken = {c.name for c in module.computations if c is not candidate.body}
+    taken.update(
+        inst.name for c in module.computations for inst in c.instructions if inst is not fusion
+    )
+    fusion.name = _first_free(fusion.name, taken)
+    candidate.body.name = _first_free(candidate.body.name, taken)
+    fusion.attributes["calls"] = ComputationRef(candidate.body.name, candidate.body)
+    for user in computation.instructions:
+        if user.operands == [fusion] and user.opcode == "get-tuple-element":
+            user.name = "__renaming__"
+            user.name = _fresh(computation, f"get-tuple-element.{fusion.name}.{user.attr('index')}")
+            for cast in computation.instructions:
+                if (
+                    cast.opcode == "bitcast"
+                    and cast.operands == [user]
+                    and cast.name.startswith("bitcast.")
+                ):
+                    cast.name = "__renaming__"
+                    cast.name = _fresh(computation, f"bitcast.{fusion.name}.{user.attr('index')}")
+    # Keep text order a valid definition order (a user of an output may have
+    # come before the last member); post_order also proves there is no cycle.
+    computation.instructions = computation.post_order()
+    return fusion
+
+
+def _fresh(computation: Computation, name: str) -> str:
+    return _first_free(name, {inst.name for inst in computation.instructions})
+
+
+def _first_free(name: str, taken: set[str]) -> str:
+    """``name``, else ``name.1``, ``name.2``... (XLA's numbering of fusions)."""
+    fresh, n = name, 0
+    while fresh in taken:
+        n += 1
+        fresh = f"{name}.{n}"
+    return fresh
+
+
+def _remove_dead_members(
+    module: Module, computation: Computation, members: Sequence[Instruction]
+) -> None:
+    """Drop members nothing uses any more (users first, so chains go in one sweep)."""
+    pending = list(members)
+    changed = True
+    while changed:
+        changed = False
+        used = {id(op) for inst in computation.instructions for op in inst.operands}
+        for member in list(pending):
+            if id(member) in used or computation.root is member:
+                continue
+            dead = [member]
+            if member.opcode == "fusion":
+                body = member.called("calls")
+                module.computations = [c for c in module.computations if c is not body]
+            remove_instructions(computation, dead)
+            pending.remove(member)
+            changed = True

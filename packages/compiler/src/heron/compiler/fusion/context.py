@@ -1,0 +1,101 @@
+"""What a fusion pass run knows: the module, the Target, the checker and the prices so far.
+
+One :class:`FusionContext` per pass run: a kernel's price is computed once
+(keyed by the instruction object, which a rewrite replaces rather than
+changes) and handed to whichever decision needs it.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from heron.compiler.fusion.builder import Candidate, build_fusion
+from heron.compiler.fusion.cost_model import NO_KERNEL, KernelCost, estimate_computation
+from heron.compiler.fusion.fusible import (
+    FusionChecker,
+    Verdict,
+    is_fusible_consumer,
+    verdict_of,
+)
+from heron.compiler.fusion.fusion_cse import signature
+from heron.compiler.target import Target
+from heron.hlo.ir import Instruction, Module
+from heron.hlo.passes.outline import HOST_OPCODES
+
+__all__ = ["FusionContext", "count_kernels"]
+
+
+@attrs.define
+class FusionContext:
+    module: Module
+    target: Target
+    checker: FusionChecker = attrs.field(init=False)
+    _costs: dict[int, tuple[Instruction, KernelCost]] = attrs.field(init=False, factory=dict)
+    _prices: dict[tuple[object, ...], KernelCost] = attrs.field(init=False, factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        self.checker = FusionChecker(self.target)
+
+    def candidate(
+        self, members: list[Instruction], outputs: list[Instruction]
+    ) -> tuple[Candidate, Verdict] | None:
+        """A fusion of ``members`` computing ``outputs``, if an emitter can emit it."""
+        candidate = build_fusion(members, outputs)
+        verdict = self.checker.check(candidate)
+        if verdict is None:
+            return None
+        return candidate, verdict
+
+    def emits(self, candidate: Candidate) -> bool:
+        """The emitter's last word on a fusion a pass is about to install."""
+        return self.checker.emits(candidate)
+
+    def price(self, candidate: Candidate, verdict: Verdict) -> KernelCost:
+        """The candidate's cost; a body priced before (the same computation, names
+        aside: priority fusion re-plans around every rewrite) is not priced again."""
+        key = (signature(candidate.body), verdict.tiled, verdict.threads)
+        cost = self._prices.get(key)
+        if cost is None:
+            cost = estimate_computation(
+                candidate.body,
+                list(candidate.fusion.operands),
+                self.target,
+                tiled=verdict.tiled,
+                threads=verdict.threads,
+            )
+            self._prices[key] = cost
+        return cost
+
+    def cost(self, inst: Instruction) -> KernelCost:
+        """What ``inst`` costs as a kernel of its own (nothing for host instructions)."""
+        cached = self._costs.get(id(inst))
+        if cached is not None and cached[0] is inst:
+            return cached[1]
+        cost = NO_KERNEL
+        if inst.opcode not in HOST_OPCODES and is_fusible_consumer(inst):
+            if inst.opcode == "fusion":
+                from heron.emitters.fusion_analysis import analyse_fusion
+
+                verdict = verdict_of(analyse_fusion(inst, self.target))
+                cost = estimate_computation(
+                    inst.called("calls"),
+                    list(inst.operands),
+                    self.target,
+                    tiled=verdict.tiled,
+                    threads=verdict.threads,
+                )
+            else:
+                made = self.candidate([inst], [inst])
+                if made is not None:
+                    cost = self.price(*made)
+        self._costs[id(inst)] = (inst, cost)
+        return cost
+
+
+def count_kernels(module: Module) -> int:
+    """Kernels the entry computation launches: its fusions and its other non-host ops."""
+    return sum(
+        1
+        for inst in module.entry.instructions
+        if inst.opcode == "fusion" or inst.opcode not in HOST_OPCODES
+    )

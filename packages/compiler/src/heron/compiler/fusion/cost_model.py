@@ -1,0 +1,292 @@
+"""How long a kernel takes, estimated from its fused computation and the Target.
+
+The fusion passes compare "these kernels apart" with "these kernels fused", in
+the spirit of XLA's ``GpuPerformanceModel``: a kernel's time is its launch
+overhead plus the larger of its memory time and its compute time.
+
+- *Bytes read*: how many elements of each fusion operand are read, from the
+  ops' output-to-input indexing maps (:func:`heron.indexing.output_to_input_maps`;
+  :func:`operand_reads` follows the demand from the outputs to the
+  parameters: a reduction reads its input once per reduced element, a
+  broadcast operand once per output element). Up to the operand's size those
+  reads come from DRAM; the rest hit the cache and cost ``1 / CACHE_SPEEDUP``
+  of that. (Composing the maps through the whole fusion,
+  ``heron.indexing.fusion_input_maps``, would see reads at the same index
+  exactly, but costs a hundred times more on JAX's large elementwise bodies,
+  and priority fusion prices thousands of candidates.)
+- *Coalescing*: a read through a map whose minor-most result does not follow
+  the minor-most loop variable, while another result does (a transpose read
+  outside a transpose hero, which tiles through shared memory), pays
+  ``UNCOALESCED_PENALTY``.
+- *Bytes written*: every output, once.
+- *Flops*: per fused instruction, its elements times the opcode's cost
+  (``FLOPS_PER_ELEMENT``); a reduce costs its input's elements times its
+  reducer.
+- *Parallelism*: a kernel working on fewer elements than the device has
+  thread slots gets that fraction of its bandwidth and lanes (a loop kernel
+  summing a whole array in one thread is slow, however few bytes it moves).
+- Bandwidth, clock, cores and lanes and the launch overhead come from the
+  Target (``memory_bandwidth``, ``clock_rate_ghz``, ``core_count``,
+  ``fpus_per_core``, ``launch_overhead_seconds``).
+
+Host instructions (parameters, constants, tuples, get-tuple-element,
+bitcasts) launch nothing and cost nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from heron.compiler.target import Target
+from heron.hlo.errors import HloError
+from heron.hlo.ir import Computation, Instruction
+from heron.hlo.passes.outline import HOST_OPCODES
+from heron.hlo.shapes import ArrayShape, Shape, TupleShape
+from heron.indexing import IndexingError, IndexingMap, output_to_input_maps
+from heron.indexing.affine import used_dims, used_symbols
+
+__all__ = [
+    "CACHE_SPEEDUP",
+    "FLOPS_PER_ELEMENT",
+    "UNCOALESCED_PENALTY",
+    "KernelCost",
+    "estimate_computation",
+    "estimate_instruction",
+    "parallel_threads",
+]
+
+#: Re-reads of bytes already read by the kernel come from L1/L2; XLA's model
+#: charges them a fraction of DRAM time (its L2 speedup is 2.5, L1 8): heron
+#: uses the L2 figure, the conservative one.
+CACHE_SPEEDUP = 2.5
+
+#: An uncoalesced read moves a 32-byte sector for every element it uses.
+#: For 4-byte elements that is 8x the useful bytes; XLA's model prices such
+#: reads at a fraction of bandwidth too. heron charges 4x: between the full
+#: sector cost and a partly cached one.
+UNCOALESCED_PENALTY = 4.0
+
+#: Cost of one element of an opcode in floating-point operations, relative to
+#: an add; what is not listed costs 1 (moves of data cost 0).
+FLOPS_PER_ELEMENT: dict[str, int] = {
+    **dict.fromkeys(
+        (
+            "broadcast",
+            "reshape",
+            "bitcast",
+            "transpose",
+            "slice",
+            "dynamic-slice",
+            "dynamic-update-slice",
+            "concatenate",
+            "pad",
+            "copy",
+            "reverse",
+            "iota",
+            "constant",
+            "parameter",
+            "tuple",
+            "get-tuple-element",
+            "gather",
+        ),
+        0,
+    ),
+    **dict.fromkeys(("divide", "sqrt", "rsqrt", "remainder", "cbrt"), 4),
+    **dict.fromkeys(
+        (
+            "exponential",
+            "exponential-minus-one",
+            "log",
+            "log-plus-one",
+            "logistic",
+            "tanh",
+            "sine",
+            "cosine",
+            "tan",
+            "atan2",
+            "power",
+            "erf",
+            "acos",
+            "asin",
+            "atanh",
+            "acosh",
+            "asinh",
+            "cosh",
+            "sinh",
+        ),
+        16,
+    ),
+}
+
+
+@attrs.frozen
+class KernelCost:
+    """One kernel's estimate: what it moves and computes, and the seconds that make."""
+
+    dram_bytes: float
+    cached_bytes: float
+    write_bytes: float
+    flops: float
+    seconds: float
+
+
+NO_KERNEL = KernelCost(0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def _bytes(shape: Shape) -> int:
+    if isinstance(shape, TupleShape):
+        return sum(_bytes(element) for element in shape.elements)
+    assert isinstance(shape, ArrayShape)
+    if shape.element_type.is_token:
+        return 0
+    return shape.num_elements * shape.element_type.byte_width
+
+
+def _elements(shape: Shape) -> int:
+    if isinstance(shape, TupleShape):
+        return max((_elements(element) for element in shape.elements), default=0)
+    assert isinstance(shape, ArrayShape)
+    return shape.num_elements
+
+
+def parallel_threads(computation: Computation, reduction_hero: Instruction | None) -> int:
+    """How many elements a kernel works on in parallel: a reduction hero's input (its
+    emitters split the reduced dimensions across threads), else the largest output."""
+    if reduction_hero is not None:
+        return max(reduction_hero.operands[0].array_shape.num_elements, 1)
+    return max(_elements(computation.root_instruction.shape), 1)
+
+
+def _coalesced(m: IndexingMap) -> bool:
+    """Neighbouring threads (the minor-most loop variable) read neighbouring elements
+    (the minor-most result moves with it) or the same one (no result uses it)."""
+    if not m.results:
+        return True
+    last = m.results[-1]
+    if m.range_vars and (len(m.range_vars) - 1) in used_symbols(last):
+        return True  # the innermost reduced dimension walks the minor one
+    big = [i for i, v in enumerate(m.dimensions) if v.bounds.upper > v.bounds.lower]
+    if not big:
+        return True
+    minor = big[-1]
+    if minor in used_dims(last):
+        return True
+    return not any(minor in used_dims(result) for result in m.results)
+
+
+def _reads_per_element(m: IndexingMap) -> int:
+    """Operand elements one output element reads through ``m`` (its range symbols)."""
+    return math.prod(max(v.bounds.upper - v.bounds.lower + 1, 0) for v in m.range_vars)
+
+
+def operand_reads(computation: Computation) -> dict[int, tuple[int, bool]]:
+    """Per parameter (by id): elements read, and whether every read is coalesced.
+
+    Demand flows from the roots (each output element once) to the parameters
+    through each op's output-to-input indexing maps: an operand is read, per
+    element of its user that is computed, once per point of the map's range
+    symbols (a reduction's reduced elements, a broadcast's single element). A
+    value two users read counts the larger demand (the kernel computes an
+    element once per index, whoever reads it). An op whose maps heron cannot
+    build reads each operand once per element.
+    """
+    demand: dict[int, int] = {}
+    coalesced: dict[int, bool] = {}
+    root = computation.root_instruction
+    roots = root.operands if root.opcode == "tuple" else [root]
+    for r in roots:
+        demand[id(r)] = demand.get(id(r), 0) + _elements(r.shape)
+        coalesced[id(r)] = True
+    for inst in reversed(computation.post_order()):
+        count = demand.get(id(inst), 0)
+        if count == 0 or inst.opcode in ("parameter", "tuple") or not inst.operands:
+            continue
+        ok = coalesced.get(id(inst), True)
+        try:
+            maps = output_to_input_maps(inst, 0)
+        except (HloError, IndexingError, KeyError, NotImplementedError):
+            maps = None
+        for k, operand in enumerate(inst.operands):
+            if maps is None or k >= len(maps):
+                per, straight = 1.0, True
+            else:
+                per, straight = float(_reads_per_element(maps[k])), _coalesced(maps[k])
+            # Demand is in elements of ``inst``; broadcasts and slices change the count.
+            # Two users reading an element at the same index share it (the
+            # kernel computes it once): the demand is the larger one, not the sum.
+            demand[id(operand)] = max(demand.get(id(operand), 0), int(count * per))
+            coalesced[id(operand)] = coalesced.get(id(operand), True) and ok and straight
+    return {
+        id(p): (demand.get(id(p), 0), coalesced.get(id(p), True)) for p in computation.parameters
+    }
+
+
+def _flops(computation: Computation) -> float:
+    total = 0.0
+    for inst in computation.instructions:
+        if inst.opcode == "reduce":
+            reducer = inst.called("to_apply")
+            per = max(1, sum(FLOPS_PER_ELEMENT.get(i.opcode, 1) for i in reducer.instructions))
+            total += inst.operands[0].array_shape.num_elements * per
+        elif isinstance(inst.shape, ArrayShape):
+            total += inst.shape.num_elements * FLOPS_PER_ELEMENT.get(inst.opcode, 1)
+    return total
+
+
+def estimate_computation(
+    computation: Computation,
+    operands: list[Instruction],
+    target: Target,
+    *,
+    tiled: bool = False,
+    threads: int | None = None,
+) -> KernelCost:
+    """The cost of one kernel computing ``computation`` (a fused body) from ``operands``.
+
+    ``tiled`` says the emitter reads through shared memory (a transpose hero),
+    so its reads count as coalesced whatever their maps. ``threads`` is how
+    many elements the emitter works on in parallel (default: the largest
+    output): a kernel with fewer than the device's thread slots
+    (``core_count * threads_per_core_limit``) gets that fraction of its
+    bandwidth and lanes, so one thread summing a whole array is priced as slow
+    as it is.
+    """
+    reads_of = operand_reads(computation)
+    dram = cached = 0.0
+    for param in computation.parameters:
+        size = _bytes(param.shape)
+        if not isinstance(param.shape, ArrayShape):
+            dram += size
+            continue
+        elements, straight = reads_of[id(param)]
+        reads = elements * param.shape.element_type.byte_width
+        unique = min(size, reads)
+        penalty = 1.0 if tiled or straight else UNCOALESCED_PENALTY
+        dram += unique * penalty
+        cached += max(0, reads - unique)
+    del operands  # the parameters carry the operands' shapes
+    write = float(_bytes(computation.root_instruction.shape))
+    flops = _flops(computation)
+    if threads is None:
+        threads = max(_elements(computation.root_instruction.shape), 1)
+    slots = target.core_count * target.threads_per_core_limit
+    utilisation = min(1.0, threads / slots)
+    memory_seconds = (dram + write + cached / CACHE_SPEEDUP) / (
+        target.memory_bandwidth * utilisation
+    )
+    compute_seconds = flops / (
+        target.core_count * target.fpus_per_core * target.clock_rate_ghz * 1e9 * utilisation
+    )
+    seconds = target.launch_overhead_seconds + max(memory_seconds, compute_seconds)
+    return KernelCost(dram, cached, write, flops, seconds)
+
+
+def estimate_instruction(
+    inst: Instruction, body: Computation | None, target: Target, *, tiled: bool = False
+) -> KernelCost:
+    """The cost of the kernel ``inst`` is (a fusion with ``body``), or none for host ops."""
+    if inst.opcode in HOST_OPCODES or body is None:
+        return NO_KERNEL
+    return estimate_computation(body, list(inst.operands), target, tiled=tiled)

@@ -1,0 +1,208 @@
+"""Which instructions may be fused, and whether a candidate fusion can be emitted.
+
+The rules here are the fusion passes' only source of "may": a fusion is made
+only when heron's own analysis (:func:`heron.emitters.fusion_analysis.analyse_fusion`,
+XLA's ``HloFusionAnalysis``) gives it a kind an installed emitter claims, every
+fused op has a lowering, and every reduce in it is a reduction hero or is
+read once per element (a reduce broadcast inside a loop fusion would be
+recomputed for every element that reads it, which XLA never does). Ops no
+emitter handles (dot, sort, custom-call, control flow, ...:
+:data:`heron.hlo.passes.outline.REFUSED_OPCODES`) are never fused, as XLA
+leaves them to libraries and thunks; scatter, which the scatter emitter takes,
+is fused as a root only (:data:`ROOT_ONLY_OPCODES`), and sort, which the sort
+emitter takes, gets a fusion of its own
+(:data:`heron.hlo.passes.outline.HERO_OPCODES`).
+
+:class:`FusionChecker` analyses each candidate once and hands the result to
+the pass that asked (its kind decides ``kLoop``/``kInput`` and the cost
+model's coalescing), so nothing is analysed twice. Before a pass installs a
+fusion it has chosen, :meth:`FusionChecker.emits` has the emitter emit it:
+the fusion passes never make a fusion the emitters refuse.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+import attrs
+
+from heron.compiler.fusion.builder import Candidate, fusion_kind_of
+from heron.compiler.fusion.cost_model import parallel_threads
+from heron.compiler.target import Target
+from heron.hlo.errors import HloError
+from heron.hlo.ir import Instruction
+from heron.hlo.opcodes import is_elementwise
+from heron.hlo.passes.outline import HERO_OPCODES, HOST_OPCODES, REFUSED_OPCODES
+from heron.hlo.plugin_loading import PluginError
+from heron.hlo.shapes import ArrayShape, TupleShape
+
+if TYPE_CHECKING:
+    from heron.emitters.fusion_analysis import FusionAnalysis
+
+__all__ = [
+    "MAX_FUSION_PARAMETERS",
+    "ROOT_ONLY_OPCODES",
+    "FusionChecker",
+    "Verdict",
+    "is_fusible_consumer",
+    "is_fusible_producer",
+    "is_wrappable",
+    "verdict_of",
+]
+
+#: Operands plus outputs a fusion may have: XLA's
+#: ``kMaxOperandsAndOutputsPerFusion``, which keeps kernel parameters within
+#: the 4 KiB the CUDA ABI passes them in.
+MAX_FUSION_PARAMETERS = 96
+
+
+@functools.cache
+def _lowerable() -> frozenset[str]:
+    from heron.emitters.elemental.core import supported_opcodes
+
+    return frozenset(supported_opcodes()) - REFUSED_OPCODES
+
+
+#: Ops no elemental lowering computes but a hero emitter does, as a fusion's
+#: root: scatter (the scatter emitter, updating its operand in place).
+ROOT_ONLY_OPCODES = frozenset({"scatter"})
+
+
+def _computes(inst: Instruction) -> bool:
+    """An instruction that runs on the device: not a host op, not a refused op."""
+    if inst.opcode in HOST_OPCODES and inst.opcode != "bitcast":
+        return False
+    if inst.opcode == "fusion" or inst.opcode in ROOT_ONLY_OPCODES:
+        return True
+    if inst.opcode in REFUSED_OPCODES:
+        return False
+    return inst.opcode in _lowerable()
+
+
+def is_fusible_producer(inst: Instruction) -> bool:
+    """Whether ``inst`` may be fused into its users: it computes an array on the device
+    (a fusion with one output, a lowerable op), or is a scalar constant."""
+    if inst.opcode == "constant":
+        return isinstance(inst.shape, ArrayShape) and inst.shape.num_elements == 1
+    if isinstance(inst.shape, TupleShape) or inst.opcode in ROOT_ONLY_OPCODES:
+        return False
+    return _computes(inst)
+
+
+def is_fusible_consumer(inst: Instruction) -> bool:
+    """Whether producers may be fused into ``inst`` (a variadic reduce's tuple included)."""
+    return inst.opcode not in HERO_OPCODES and _computes(inst)
+
+
+def is_wrappable(inst: Instruction) -> bool:
+    """Whether ``inst`` may become a fusion of its own: a consumer, or an op a hero
+    emitter takes alone (sort: XLA gives it a kernel of its own)."""
+    return inst.opcode in HERO_OPCODES or is_fusible_consumer(inst)
+
+
+def _read_once(inst: Instruction, users: dict[Instruction, list[Instruction]]) -> bool:
+    """Whether each element of ``inst`` is computed once: every path to a root goes
+    through elementwise ops or bitcast-like reshapes of its own size only."""
+    size = inst.array_shape.num_elements if isinstance(inst.shape, ArrayShape) else None
+    stack, seen = [inst], set()
+    while stack:
+        node = stack.pop()
+        for user in users.get(node, ()):
+            if id(user) in seen or user.opcode == "tuple":
+                continue
+            seen.add(id(user))
+            if user.opcode == "get-tuple-element" and node is inst:
+                stack.append(user)
+                continue
+            same_size = isinstance(user.shape, ArrayShape) and user.shape.num_elements == size
+            if not same_size or not (
+                is_elementwise(user.opcode) or user.opcode in ("bitcast", "reshape", "copy")
+            ):
+                return False
+            stack.append(user)
+    return True
+
+
+@attrs.frozen
+class Verdict:
+    """A candidate the emitters take: its emitter kind, XLA's ``kind=``, and how many
+    elements its emitter works on in parallel (the cost model's parallelism)."""
+
+    emitter_kind: str
+    fusion_kind: str
+    threads: int
+
+    @property
+    def tiled(self) -> bool:
+        """The emitter reads through shared-memory tiles (coalesced whatever the maps)."""
+        return self.emitter_kind == "transpose"
+
+
+def verdict_of(analysis: FusionAnalysis) -> Verdict:
+    """The verdict for an analysed fusion the emitters take."""
+    hero = analysis.heroes[0] if analysis.kind.startswith("reduce") else None
+    threads = parallel_threads(analysis.computation, hero)
+    return Verdict(analysis.kind, fusion_kind_of(analysis.kind), threads)
+
+
+@attrs.define
+class FusionChecker:
+    """Decides, for one Target, whether candidates can be emitted."""
+
+    target: Target
+
+    def check(self, candidate: Candidate) -> Verdict | None:
+        """The verdict for ``candidate``, or None when no emitter can emit it."""
+        from heron.emitters.fusion_analysis import analyse_fusion
+        from heron.emitters.selection import default_registry, select_emitter
+
+        registry = default_registry()  # a plugin that fails to load is an error, not a "no"
+        body = candidate.body
+        outputs = len(body.root.operands) if body.root.opcode == "tuple" else 1
+        if len(candidate.fusion.operands) + outputs > MAX_FUSION_PARAMETERS:
+            return None
+        for inst in body.instructions:
+            if inst.opcode in ("parameter", "tuple", "constant", "get-tuple-element"):
+                continue
+            if inst.opcode in HERO_OPCODES:
+                if inst is not body.root or len(candidate.members) != 1:
+                    return None
+            elif inst.opcode in ROOT_ONLY_OPCODES:
+                if inst is not body.root:
+                    return None
+            elif inst.opcode not in _lowerable():
+                return None
+        try:
+            analysis = analyse_fusion(candidate.fusion, self.target)
+            select_emitter(analysis, registry)
+        except (HloError, PluginError):
+            return None
+        # A reduce that is not a reduction hero is computed by the loop emitter
+        # once per element of whatever reads it: fine when only elementwise
+        # ops of its own size lead from it to the roots (once per output
+        # element, XLA's loop fusion of a small reduction), never where a
+        # broadcast or a slice would make it computed again and again.
+        heroes = {id(hero) for hero in analysis.heroes}
+        users = body.users()
+        for inst in body.instructions:
+            if inst.opcode == "reduce" and id(inst) not in heroes:
+                if not _read_once(inst, users):
+                    return None
+        return verdict_of(analysis)
+
+    def emits(self, candidate: Candidate) -> bool:
+        """Whether the chosen emitter really emits ``candidate`` (stage ``emitted``).
+
+        The analysis says which emitter claims a fusion; some limits are only
+        known to the emitter while it emits (a reduction epilogue root of
+        another shape than its reduce, say). A pass calls this once for each
+        fusion it is about to make, not for every candidate it prices.
+        """
+        from heron.emitters.selection import emit_fusion
+
+        try:
+            emit_fusion(candidate.fusion, self.target)
+        except (HloError, PluginError):
+            return False
+        return True

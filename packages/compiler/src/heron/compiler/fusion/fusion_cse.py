@@ -1,0 +1,102 @@
+"""CSE after fusion: two fusions computing the same thing from the same operands merge.
+
+``hlo-cse`` compares instructions by their attributes, and two fusions made
+by different producers have different fused computations (different names,
+different instruction names) even when they compute the same values: priority
+fusion duplicates a producer into each consumer, and two consumers that
+were identical apart from that become identical fusions. This pass compares
+fusions by their kind, shape, operands and a structural signature of their
+body (opcodes, shapes, attributes, literals and operand positions, names
+ignored; called computations such as reducers by their own signature), and
+keeps the first of each group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from heron.hlo.attribute_syntax import format_attribute
+from heron.hlo.attributes import ComputationRef
+from heron.hlo.ir import Computation, Instruction, Literal, Module
+from heron.hlo.passes.manager import HloPass
+from heron.hlo.passes.rewrite import remove_instructions, replace_all_uses
+
+__all__ = ["eliminate_common_fusions", "fusion_cse", "signature"]
+
+_IGNORED = frozenset({"metadata", "calls", "to_apply"})
+
+
+def _literal(literal: Literal | None) -> Any:
+    if literal is None:
+        return None
+    if isinstance(literal, tuple):
+        return tuple(_literal(element) for element in literal)
+    array = np.asarray(literal)
+    return (str(array.dtype), array.shape, array.tobytes())
+
+
+def signature(computation: Computation) -> tuple[Any, ...]:
+    """What ``computation`` computes, independent of the names in it."""
+    position: dict[int, int] = {}
+    rows = []
+    for k, inst in enumerate(computation.post_order()):
+        position[id(inst)] = k
+        called = []
+        for name, value in inst.attributes.items():
+            refs = value if isinstance(value, tuple) else (value,)
+            for ref in refs:
+                if isinstance(ref, ComputationRef) and ref.computation is not None:
+                    called.append((name, signature(ref.computation)))
+        rows.append(
+            (
+                inst.opcode,
+                str(inst.shape),
+                tuple(position[id(op)] for op in inst.operands),
+                inst.parameter_number,
+                tuple(
+                    format_attribute(name, value)
+                    for name, value in inst.attributes.items()
+                    if name not in _IGNORED
+                ),
+                tuple(called),
+                _literal(inst.literal),
+            )
+        )
+    return (tuple(rows), position[id(computation.root_instruction)])
+
+
+def _key(inst: Instruction) -> tuple[Any, ...]:
+    return (
+        inst.attr("kind"),
+        str(inst.shape),
+        tuple(id(op) for op in inst.operands),
+        signature(inst.called("calls")),
+    )
+
+
+def eliminate_common_fusions(module: Module) -> bool:
+    """Merge identical fusions of the entry computation; drop the bodies left unused."""
+    computation = module.entry
+    kept: dict[tuple[Any, ...], Instruction] = {}
+    merged: list[Instruction] = []
+    for inst in computation.post_order():
+        if inst.opcode != "fusion":
+            continue
+        original = kept.setdefault(_key(inst), inst)
+        if original is not inst:
+            replace_all_uses(computation, inst, original)
+            merged.append(inst)
+    if not merged:
+        return False
+    remove_instructions(computation, merged)
+    bodies = {id(inst.called("calls")) for inst in merged}
+    module.computations = [c for c in module.computations if id(c) not in bodies]
+    return True
+
+
+def fusion_cse(target: object = None) -> HloPass:
+    """The ``fusion-cse`` pass (target-independent; the argument keeps the factories alike)."""
+    del target
+    return HloPass("fusion-cse", eliminate_common_fusions, "merge fusions that compute the same")

@@ -1,0 +1,127 @@
+"""The fusion cost model: what it charges for, read off small fused computations."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from heron.compiler import Target
+from heron.compiler.fusion.builder import build_fusion
+from heron.compiler.fusion.cost_model import UNCOALESCED_PENALTY, estimate_computation
+from heron.hlo.ir import Module
+from heron.hlo.parser import parse_module
+
+H100 = Target.preset("h100")
+
+
+def _kernel(text: str, target: Target = H100):
+    """The cost of one kernel computing the entry's root from its parameters."""
+    module: Module = parse_module(text)
+    entry = module.entry
+    members = [i for i in entry.post_order() if i.opcode != "parameter"]
+    candidate = build_fusion(members, [entry.root_instruction])
+    return estimate_computation(candidate.body, list(candidate.fusion.operands), target)
+
+
+ELEMENTWISE = """
+HloModule m
+ENTRY e {
+  x = f32[1024,1024]{1,0} parameter(0)
+  ROOT n = f32[1024,1024]{1,0} negate(x)
+}
+"""
+
+TRANSPOSED = """
+HloModule m
+ENTRY e {
+  x = f32[1024,1024]{1,0} parameter(0)
+  t = f32[1024,1024]{1,0} transpose(x), dimensions={1,0}
+  ROOT n = f32[1024,1024]{1,0} negate(t)
+}
+"""
+
+BROADCAST = """
+HloModule m
+ENTRY e {
+  v = f32[1024]{0} parameter(0)
+  ROOT b = f32[1024,1024]{1,0} broadcast(v), dimensions={1}
+}
+"""
+
+ROW_SUM = """
+HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[1024,1024]{1,0} parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[1024]{0} reduce(x, z), dimensions={1}, to_apply=add
+}
+"""
+
+
+def test_bytes_read_and_written_come_from_shapes_and_maps() -> None:
+    cost = _kernel(ELEMENTWISE)
+    assert cost.dram_bytes == 4 * 1024 * 1024 and cost.write_bytes == 4 * 1024 * 1024
+    assert cost.cached_bytes == 0
+    # A broadcast operand is read once per output element: the repeats hit the cache.
+    broadcast = _kernel(BROADCAST)
+    assert broadcast.dram_bytes == 4 * 1024
+    assert broadcast.cached_bytes == 4 * 1024 * 1024 - 4 * 1024
+    # A reduction reads its input once (the map's symbol is the reduced dimension).
+    row_sum = _kernel(ROW_SUM)
+    assert row_sum.dram_bytes == 4 * 1024 * 1024 and row_sum.write_bytes == 4 * 1024
+    assert row_sum.flops == 1024 * 1024
+
+
+def test_a_transposed_read_outside_a_transpose_hero_is_uncoalesced() -> None:
+    straight, transposed = _kernel(ELEMENTWISE), _kernel(TRANSPOSED)
+    assert transposed.dram_bytes == UNCOALESCED_PENALTY * straight.dram_bytes
+    assert transposed.seconds > straight.seconds
+
+
+def test_time_follows_the_target() -> None:
+    cost = _kernel(ELEMENTWISE)
+    moved = cost.dram_bytes + cost.write_bytes
+    launch = H100.launch_overhead_seconds
+    assert cost.seconds == pytest.approx(launch + moved / H100.memory_bandwidth)
+    slower = attrs.evolve(H100, memory_bandwidth=H100.memory_bandwidth // 2)
+    assert _kernel(ELEMENTWISE, slower).seconds == pytest.approx(
+        launch + 2 * moved / H100.memory_bandwidth
+    )
+    # Compute-bound: transcendental work beyond what the lanes do in that time.
+    tanh = ELEMENTWISE.replace("negate", "tanh")
+    few_lanes = attrs.evolve(H100, fpus_per_core=1)
+    expected = 16 * 1024 * 1024 / (H100.core_count * 1 * H100.clock_rate_ghz * 1e9)
+    assert _kernel(tanh, few_lanes).seconds == pytest.approx(launch + expected)
+
+
+def test_every_preset_prices_a_kernel() -> None:
+    from heron.compiler import presets
+
+    for target in presets().values():
+        assert target.fpus_per_core > 0 and target.launch_overhead_seconds > 0
+        assert _kernel(ELEMENTWISE, target).seconds > 0
+
+
+SCALAR_SUM = ROW_SUM.replace("f32[1024]{0} reduce", "f32[] reduce").replace(
+    "dimensions={1}", "dimensions={0,1}"
+)
+
+
+def test_a_kernel_with_few_threads_gets_a_share_of_the_device() -> None:
+    module = parse_module(SCALAR_SUM)
+    entry = module.entry
+    members = [i for i in entry.post_order() if i.opcode != "parameter"]
+    candidate = build_fusion(members, [entry.root_instruction])
+    body, operands = candidate.body, list(candidate.fusion.operands)
+    # As a loop kernel (one output element, one thread) the sum is priced as
+    # slow as it is; as a reduction its input's elements are worked on in parallel.
+    one_thread = estimate_computation(body, operands, H100, threads=1)
+    parallel = estimate_computation(body, operands, H100, threads=1024 * 1024)
+    slots = H100.core_count * H100.threads_per_core_limit
+    launch = H100.launch_overhead_seconds
+    assert (one_thread.seconds - launch) == pytest.approx((parallel.seconds - launch) * slots)

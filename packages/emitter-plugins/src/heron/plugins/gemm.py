@@ -1,0 +1,563 @@
+"""The GEMM emitter: a canonical dot, tiled through shared memory.
+
+heron's HLO passes put every dot into XLA's canonical form
+``[batch..., M, K] x [batch..., K, N] -> [batch..., M, N]`` (at most one free
+dimension a side, at most one contracting dimension;
+``heron.hlo.passes.dot_decomposer``). This emitter claims fusions whose one
+root is such a dot, or elementwise ops of the dot's shape after it (an
+epilogue: bias, activation, convert; ``gemm_hero``), and computes the dot as
+the classic shared-memory tiled GEMM:
+
+- a block of 256 threads computes a ``TM x TN`` tile of C: 16 x 16, one
+  element a thread, or, where M and N both span at least 64, 64 x 64 with a
+  4 x 4 register tile a thread (rows and columns 16 apart); blocks
+  enumerate the tiles along x and the batch (all batch dimensions
+  flattened) along y;
+- the block walks K in steps of ``TK``: its threads copy the ``TM x TK``
+  tile of A and the ``TK x TN`` tile of B into shared memory (converted to
+  the accumulation type; consecutive threads take consecutive elements of a
+  tile row, so global reads are coalesced along the operand's minor
+  dimension), a barrier, every thread adds the ``TK`` products of its row of
+  A and column of B to its accumulator, a barrier before the tiles are
+  overwritten;
+- edges need not be multiples of a tile: an element of a tile outside the
+  operand is staged as zero (so a K edge adds exact zeros), and only threads
+  whose (m, n) is inside C store;
+- accumulation is XLA's: f32 for f16/bf16/f32 inputs (f64 for f64), s32 for
+  s8/s32 (wrapping, which equals the evaluator's wider sum truncated to s32);
+  the sum is rounded once, to the dot's element type, when it is stored;
+- a side without a free dimension (matrix-vector, vector-matrix, a plain dot
+  product) keeps its tile dimension at 1 and gives the threads to the other
+  one (``plan_gemm``).
+
+The operands are read with ``value_of``, so any elemental producer fused
+into the dot's operands is computed as it is staged; the epilogue is called
+by the thread that owns the element, with the rounded dot value injected. No MMA instructions
+(tensor cores) yet: every product is a scalar multiply-add.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+from mlir import ir
+from mlir.dialects import arith, scf, tensor
+
+from heron.emitters import mlir_types
+from heron.emitters.dialect import allocate_shared_op, sync_threads_op
+from heron.emitters.emitter_base import EntryFunction, FusionEmitter
+from heron.emitters.fusion_analysis import FusionAnalysis, has_no_output_elements
+from heron.emitters.hookspecs import EmitterSpec, hookimpl
+from heron.emitters.target import EmitterTarget
+from heron.hlo.element_types import ElementType
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.ir import Instruction
+from heron.hlo.opcodes import is_elementwise
+from heron.indexing.thread_maps import LaunchDimensions
+
+__all__ = [
+    "GemmEmitter",
+    "GemmPlan",
+    "accumulates_in_floats",
+    "gemm_hero",
+    "heron_emitter_specs",
+    "is_canonical_gemm",
+    "plan_gemm",
+]
+
+Values = list[ir.Value]
+
+#: Threads of a block: 256 is 8 warps of 32 (4 of 64), enough to hide a
+#: barrier's latency while leaving room for several blocks an SM.
+THREADS = 256
+#: The square output tile a block computes when both sides have a free
+#: dimension (16 x 16 = THREADS, one element per thread).
+TILE = 16
+#: The K step: a TILE x TK tile of A and a TK x TILE tile of B staged per
+#: barrier pair; each thread stages one element of each.
+TK = 16
+#: Rows and columns of C a thread computes when both M and N span at least
+#: TILE * REGISTER_TILE: a 64 x 64 block tile, 16 accumulators a thread, and
+#: 8 shared loads for 16 multiply-adds per K element instead of 2 for 1.
+REGISTER_TILE = 4
+#: Input types the emitter takes, by the accumulation type XLA uses for them.
+FLOAT_INPUTS = frozenset({ElementType.F16, ElementType.BF16, ElementType.F32, ElementType.F64})
+INTEGER_INPUTS = frozenset({ElementType.S8, ElementType.S32})
+
+
+@attrs.frozen
+class GemmPlan:
+    """Sizes of a canonical dot and the tiles it is computed in."""
+
+    batch: tuple[int, ...]  #: the batch dimensions' sizes (may be empty)
+    m: int  #: rows of C (1 without a left free dimension)
+    n: int  #: columns of C (1 without a right free dimension)
+    k: int  #: the contracted length (1 without a contracting dimension)
+    has_m: bool
+    has_n: bool
+    has_k: bool
+    tm: int
+    tn: int
+    tk: int
+    #: Rows and columns of C each thread computes (its register tile): thread
+    #: (ty, tx) of a ``tm/rm x tn/rn`` grid owns rows ``ty + i * tm/rm`` and
+    #: columns ``tx + j * tn/rn`` of the block's tile.
+    rm: int = 1
+    rn: int = 1
+
+    @property
+    def threads_m(self) -> int:
+        return self.tm // self.rm
+
+    @property
+    def threads_n(self) -> int:
+        return self.tn // self.rn
+
+    @property
+    def threads(self) -> int:
+        return self.threads_m * self.threads_n
+
+    @property
+    def tiles_m(self) -> int:
+        return math.ceil(self.m / self.tm)
+
+    @property
+    def tiles_n(self) -> int:
+        return math.ceil(self.n / self.tn)
+
+    @property
+    def k_steps(self) -> int:
+        return math.ceil(self.k / self.tk)
+
+    @property
+    def batches(self) -> int:
+        return math.prod(self.batch)
+
+    @property
+    def launch(self) -> LaunchDimensions:
+        return LaunchDimensions(
+            block_x=self.tiles_m * self.tiles_n, thread_x=self.threads, block_y=self.batches
+        )
+
+
+def _dims(dot: Instruction) -> tuple[list[int], ...]:
+    names = ("lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims", "rhs_contracting_dims")
+    return tuple(list(dot.attributes.get(name, ())) for name in names)
+
+
+def is_canonical_gemm(dot: Instruction) -> bool:
+    """Whether ``dot`` has the canonical form (batch first, free then contracting on the
+    left, contracting then free on the right), the only form the emitter indexes."""
+    if dot.opcode != "dot" or len(dot.operands) != 2:
+        return False
+    lb, rb, lc, rc = _dims(dot)
+    lhs_rank = dot.operands[0].array_shape.rank
+    rhs_rank = dot.operands[1].array_shape.rank
+    nb = len(lb)
+    if lb != list(range(nb)) or rb != list(range(nb)) or len(lc) > 1 or len(lc) != len(rc):
+        return False
+    lf = lhs_rank - nb - len(lc)
+    rf = rhs_rank - nb - len(rc)
+    if lf > 1 or rf > 1 or lf < 0 or rf < 0:
+        return False
+    return lc == [lhs_rank - 1] * len(lc) and rc == [nb] * len(rc)
+
+
+def gemm_hero(root: Instruction) -> Instruction | None:
+    """The canonical dot ``root`` computes through an elementwise epilogue, or None.
+
+    ``root`` is the dot itself, or elementwise ops of the dot's shape on every
+    path from the dot up to it (a bias ``add``, an activation, a ``convert``);
+    their other operands may be anything elemental (a broadcast bias). So each
+    element of C gives exactly the root's element at the same index, which the
+    thread that summed it computes (``FusionEmitter`` injects the dot's value).
+    """
+    dots: list[Instruction] = []
+
+    def reaches(inst: Instruction, memo: dict[int, bool]) -> bool:
+        if id(inst) in memo:
+            return memo[id(inst)]
+        if inst.opcode == "dot":
+            dots.append(inst)
+            memo[id(inst)] = True
+            return True
+        found = [reaches(op, memo) for op in inst.operands]
+        memo[id(inst)] = any(found)
+        if any(found) and not is_elementwise(inst.opcode):
+            dots.append(inst)  # a non-elementwise op between a dot and the root
+        return memo[id(inst)]
+
+    if not reaches(root, {}) or len({id(d) for d in dots}) != 1:
+        return None
+    (dot,) = {id(d): d for d in dots}.values()
+    if dot.opcode != "dot" or not is_canonical_gemm(dot):
+        return None
+    if root.array_shape.dims != dot.array_shape.dims:
+        return None
+    return dot
+
+
+def accumulates_in_floats(dot: Instruction) -> bool | None:
+    """Whether ``dot`` accumulates in floats (True) or in s32 (False), as XLA does for its
+    element types; None for types the emitter does not take (fp8, u8, complex, ...)."""
+    inputs = {op.array_shape.element_type for op in dot.operands}
+    output = dot.array_shape.element_type
+    if inputs <= FLOAT_INPUTS and output in FLOAT_INPUTS:
+        return True
+    if inputs <= INTEGER_INPUTS and output in INTEGER_INPUTS:
+        return False
+    return None
+
+
+def plan_gemm(dot: Instruction, target: EmitterTarget) -> GemmPlan:
+    """The tiles of canonical ``dot`` on ``target`` (see the module docstring)."""
+    lb, _, lc, _ = _dims(dot)
+    lhs = dot.operands[0].array_shape
+    rhs = dot.operands[1].array_shape
+    nb = len(lb)
+    has_k = bool(lc)
+    has_m = lhs.rank - nb - len(lc) == 1
+    has_n = rhs.rank - nb - len(lc) == 1
+    m = lhs.dims[nb] if has_m else 1
+    k = lhs.dims[-1] if has_k else 1
+    n = rhs.dims[-1] if has_n else 1
+    threads = min(THREADS, target.threads_per_block_limit)
+    rm = rn = 1
+    if has_m and has_n:
+        side = math.isqrt(threads)
+        tm = tn = side
+        if m >= side * REGISTER_TILE and n >= side * REGISTER_TILE:
+            rm = rn = REGISTER_TILE
+            tm = tn = side * REGISTER_TILE
+    elif has_m:  # matrix-vector: a thread per row of the tile
+        tm, tn = threads, 1
+    elif has_n:  # vector-matrix: a thread per column
+        tm, tn = 1, threads
+    else:  # a dot product: one thread sums it
+        tm = tn = 1
+    tk = max(1, min(TK, k))
+    plan = GemmPlan(tuple(lhs.dims[:nb]), m, n, k, has_m, has_n, has_k, tm, tn, tk, rm, rn)
+    accumulator_bytes = 8 if dot.array_shape.element_type is ElementType.F64 else 4
+    tile_bytes = (tm * tk + tk * tn) * accumulator_bytes
+    if tile_bytes > target.shared_memory_per_block:
+        raise UnsupportedError(
+            f"dot '{dot.name}' ({dot.shape}): its tiles need {tile_bytes} bytes of shared"
+            f" memory, a block has {target.shared_memory_per_block}",
+            dot.location,
+        )
+    return plan
+
+
+def _constant(value: int) -> ir.Value:
+    return arith.ConstantOp(ir.IndexType.get(), value).result
+
+
+def _and(a: ir.Value | None, b: ir.Value | None) -> ir.Value | None:
+    if a is None or b is None:
+        return b if a is None else a
+    return arith.andi(a, b)
+
+
+def _below(value: ir.Value, bound: int, extent: int) -> ir.Value | None:
+    """``value < bound``, or None when every value of ``0 .. extent-1`` is below it."""
+    if extent <= bound:
+        return None
+    return arith.cmpi(arith.CmpIPredicate.ult, value, _constant(bound))
+
+
+class GemmEmitter(FusionEmitter):
+    """A canonical dot as a shared-memory tiled GEMM (see the module docstring)."""
+
+    name = "gemm"
+
+    def __init__(self, analysis: FusionAnalysis) -> None:
+        super().__init__(analysis)
+        roots = analysis.roots
+        dot = gemm_hero(roots[0]) if len(roots) == 1 else None
+        if dot is None and len(roots) == 1 and roots[0].opcode == "dot":
+            dot = roots[0]
+        if dot is None:
+            found = ", ".join(f"{r.opcode} '{r.name}'" for r in roots)
+            raise self.error(
+                "the gemm emitter needs one root that is a dot or elementwise ops of a dot's"
+                f" shape after one dot, not {found}"
+            )
+        self.dot = dot
+        self.root = roots[0]
+        if not is_canonical_gemm(self.dot):
+            raise self.error(
+                "the dot is not in the canonical form [batch..., M, K] x [batch..., K, N]"
+                " (run heron's dot canonicalisation pass first)",
+                self.dot,
+            )
+        self.inputs = tuple(op.array_shape.element_type for op in self.dot.operands)
+        self.output = self.dot.array_shape.element_type
+        floating = accumulates_in_floats(self.dot)
+        if floating is None:
+            names = ", ".join(sorted({t.value for t in (*self.inputs, self.output)}))
+            raise self.error(
+                f"element types {names}: the gemm emitter takes f16/bf16/f32/f64 inputs with a"
+                " float result or s8/s32 inputs with an integer result",
+                self.dot,
+            )
+        self.floating = floating
+        self.plan = plan_gemm(self.dot, self.target)
+        self.empty = has_no_output_elements(self.fusion)
+
+    def launch_dimensions(self) -> LaunchDimensions:
+        if self.empty:
+            return LaunchDimensions(block_x=1, thread_x=1)
+        return self.plan.launch
+
+    def heroes(self) -> tuple[Instruction, ...]:
+        return (self.dot,)
+
+    def unemitted_heroes(self) -> tuple[Instruction, ...]:
+        return (self.dot,)
+
+    # -- types ---------------------------------------------------------------------------
+
+    @property
+    def _accumulator(self) -> ir.Type:
+        if not self.floating:
+            return ir.IntegerType.get_signless(32)
+        wide = ElementType.F64 in (*self.inputs, self.output)
+        return ir.F64Type.get() if wide else ir.F32Type.get()
+
+    def _zero(self) -> ir.Value:
+        kind = self._accumulator
+        value = 0.0 if self.floating else 0
+        return arith.ConstantOp(kind, value).result
+
+    def _widen(self, value: ir.Value) -> ir.Value:
+        """An operand element (its register type) in the accumulation type."""
+        target = self._accumulator
+        if value.type == target:
+            return value
+        if self.floating:
+            return arith.extf(target, value)
+        return arith.extsi(target, value)
+
+    def _narrow(self, value: ir.Value) -> ir.Value:
+        """The accumulator rounded once to the dot's element type (as the tensor holds it)."""
+        scalar = mlir_types.scalar_type(self.output)
+        if value.type != scalar:
+            if self.floating:
+                width = ir.FloatType(scalar).width
+                wider = width > ir.FloatType(value.type).width
+                value = arith.extf(scalar, value) if wider else arith.truncf(scalar, value)
+            else:
+                width = ir.IntegerType(scalar).width
+                value = arith.extsi(scalar, value) if width > 32 else arith.trunci(scalar, value)
+        return mlir_types.to_element(value, self.output)
+
+    # -- the kernel ----------------------------------------------------------------------
+
+    def emit_entry(self, entry: EntryFunction) -> Values:
+        if self.empty:
+            return list(entry.outputs)
+        plan = self.plan
+        thread = entry.thread_ids[0]
+        tile = entry.block_ids[0]
+        batch = self._batch_index(entry.block_ids[1] if len(entry.block_ids) > 1 else None)
+        row0 = arith.muli(arith.divui(tile, _constant(plan.tiles_n)), _constant(plan.tm))
+        col0 = arith.muli(arith.remui(tile, _constant(plan.tiles_n)), _constant(plan.tn))
+        local_row = arith.divui(thread, _constant(plan.threads_n))
+        local_col = arith.remui(thread, _constant(plan.threads_n))
+        rows = [
+            arith.addi(local_row, _constant(i * plan.threads_m)) if i else local_row
+            for i in range(plan.rm)
+        ]
+        cols = [
+            arith.addi(local_col, _constant(j * plan.threads_n)) if j else local_col
+            for j in range(plan.rn)
+        ]
+        a_tile = allocate_shared_op(self._tile_type(plan.tm, plan.tk)).results[0]
+        b_tile = allocate_shared_op(self._tile_type(plan.tk, plan.tn)).results[0]
+        cells = plan.rm * plan.rn
+        loop = scf.ForOp(
+            _constant(0),
+            _constant(plan.k_steps),
+            _constant(1),
+            [*(self._zero() for _ in range(cells)), a_tile, b_tile],
+        )
+        with ir.InsertionPoint(loop.body):
+            *accs, a_tile, b_tile = loop.inner_iter_args
+            k0 = arith.muli(loop.induction_variable, _constant(plan.tk))
+            a_tile = self._stage(entry, a_tile, 0, batch, row0, k0, thread)
+            b_tile = self._stage(entry, b_tile, 1, batch, k0, col0, thread)
+            a_tile, b_tile = sync_threads_op([a_tile, b_tile]).results
+            for kk in range(plan.tk):
+                a = [tensor.extract(a_tile, [r, _constant(kk)]) for r in rows]
+                b = [tensor.extract(b_tile, [_constant(kk), c]) for c in cols]
+                for i in range(plan.rm):
+                    for j in range(plan.rn):
+                        cell = i * plan.rn + j
+                        if self.floating:
+                            accs[cell] = arith.addf(accs[cell], arith.mulf(a[i], b[j]))
+                        else:
+                            accs[cell] = arith.addi(accs[cell], arith.muli(a[i], b[j]))
+            a_tile, b_tile = sync_threads_op([a_tile, b_tile]).results
+            scf.YieldOp([*accs, a_tile, b_tile])
+        outputs = list(entry.outputs)
+        for i in range(plan.rm):
+            for j in range(plan.rn):
+                acc = loop.results[i * plan.rn + j]
+                row = arith.addi(row0, rows[i])
+                col = arith.addi(col0, cols[j])
+                outputs = self._store(entry, outputs, batch, row, col, acc)
+        return outputs
+
+    def _store(
+        self,
+        entry: EntryFunction,
+        outputs: Values,
+        batch: Values,
+        row: ir.Value,
+        col: ir.Value,
+        acc: ir.Value,
+    ) -> Values:
+        """C[row, col] (through the epilogue) where it lies inside C."""
+        plan = self.plan
+        inside = _and(
+            _below(row, plan.m, plan.tiles_m * plan.tm), _below(col, plan.n, plan.tiles_n * plan.tn)
+        )
+        index = [*batch, *([row] if plan.has_m else []), *([col] if plan.has_n else [])]
+
+        def store(current: Values) -> Values:
+            value = self._narrow(acc)
+            if self.root is not self.dot:
+                value = self._epilogue(entry, index, value)
+            return [tensor.insert(value, current[0], index)]
+
+        return self._guarded(inside, outputs, store)
+
+    def _epilogue(self, entry: EntryFunction, index: Values, value: ir.Value) -> ir.Value:
+        """The root's element at ``index``: its epilogue called with the dot's ``value``."""
+        sub = entry.partitioned.epilogue_of(self.root)
+        if sub is None or [id(h) for h in sub.injected] != [id(self.dot)]:
+            raise entry.error(self.root, "its epilogue is not a subgraph after the dot alone")
+        scalar = mlir_types.to_scalar(value, self.output)
+        (result,) = entry.call_subgraph(sub, index, [scalar])
+        return mlir_types.to_element(result, self.root.array_shape.element_type)
+
+    def _tile_type(self, rows: int, cols: int) -> ir.RankedTensorType:
+        return ir.RankedTensorType.get([rows, cols], self._accumulator)
+
+    def _batch_index(self, flat: ir.Value | None) -> Values:
+        """The batch dimensions' indices of the flattened batch id (row-major)."""
+        dims = self.plan.batch
+        if not dims:
+            return []
+        assert flat is not None or math.prod(dims) == 1
+        remaining = flat if flat is not None else _constant(0)
+        index: Values = []
+        for d, size in reversed(list(enumerate(dims))):
+            if d == 0:
+                index.append(remaining)
+            else:
+                index.append(arith.remui(remaining, _constant(size)))
+                remaining = arith.divui(remaining, _constant(size))
+        return list(reversed(index))
+
+    def _stage(
+        self,
+        entry: EntryFunction,
+        tile: ir.Value,
+        side: int,
+        batch: Values,
+        row0: ir.Value,
+        col0: ir.Value,
+        thread: ir.Value,
+    ) -> ir.Value:
+        """Copy one tile of operand ``side`` (0: A ``TM x TK``, 1: B ``TK x TN``) into
+        shared memory, elements outside the operand as zeros."""
+        plan = self.plan
+        rows, cols = (plan.tm, plan.tk) if side == 0 else (plan.tk, plan.tn)
+        extent_rows = (plan.m, plan.k) if side == 0 else (plan.k, plan.n)
+        spans = (plan.tiles_m * plan.tm, plan.k_steps * plan.tk)
+        if side == 1:
+            spans = (plan.k_steps * plan.tk, plan.tiles_n * plan.tn)
+        operand = self.dot.operands[side]
+        has_row = plan.has_m if side == 0 else plan.has_k
+        has_col = plan.has_k if side == 0 else plan.has_n
+        elements = rows * cols
+        for r in range(math.ceil(elements / plan.threads)):
+            slot = arith.addi(thread, _constant(r * plan.threads)) if r else thread
+            used = _below(slot, elements, (r + 1) * plan.threads)
+            local_r = arith.divui(slot, _constant(cols))
+            local_c = arith.remui(slot, _constant(cols))
+            g_row = arith.addi(row0, local_r)
+            g_col = arith.addi(col0, local_c)
+            inside = _and(
+                _below(g_row, extent_rows[0], spans[0]), _below(g_col, extent_rows[1], spans[1])
+            )
+            index = [*batch, *([g_row] if has_row else []), *([g_col] if has_col else [])]
+
+            def stage(current: Values, index=index, inside=inside, r_=local_r, c_=local_c):
+                value = self._read(entry, operand, index, inside)
+                return [tensor.insert(value, current[0], [r_, c_])]
+
+            (tile,) = self._guarded(used, [tile], stage)
+        return tile
+
+    def _read(
+        self, entry: EntryFunction, operand: Instruction, index: Values, inside: ir.Value | None
+    ) -> ir.Value:
+        """``operand[index]`` in the accumulation type, or zero where ``inside`` fails."""
+        element = operand.array_shape.element_type
+
+        def load() -> ir.Value:
+            (value,) = entry.value_of(operand, index)
+            return self._widen(mlir_types.to_scalar(value, element))
+
+        if inside is None:
+            return load()
+        branch = scf.IfOp(inside, [self._accumulator], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.YieldOp([load()])
+        with ir.InsertionPoint(branch.else_block):
+            scf.YieldOp([self._zero()])
+        return branch.results[0]
+
+    def _guarded(self, condition: ir.Value | None, carried: Values, then) -> Values:
+        """``then(carried)`` where ``condition`` holds (always when None), else ``carried``."""
+        if condition is None:
+            return then(carried)
+        branch = scf.IfOp(condition, [v.type for v in carried], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.YieldOp(then(list(carried)))
+        with ir.InsertionPoint(branch.else_block):
+            scf.YieldOp(list(carried))
+        return list(branch.results)
+
+
+def _claims(analysis: object) -> bool:
+    """Fusions whose one root is a canonical dot of types the emitter takes, or an
+    elementwise epilogue of one (XLA gives a dot a kernel of its own). Zero-size
+    dots (no output elements, or nothing to contract) stay with the loop emitter,
+    which handles zero sizes for every fusion, and so do dots of other types (fp8:
+    the loop emitter's elemental dot)."""
+    if not isinstance(analysis, FusionAnalysis):
+        return False
+    roots = analysis.roots
+    dot = gemm_hero(roots[0]) if len(roots) == 1 else None
+    if dot is None:
+        return False
+    if accumulates_in_floats(dot) is None or has_no_output_elements(analysis.fusion):
+        return False
+    return all(op.array_shape.num_elements > 0 for op in dot.operands)
+
+
+@hookimpl
+def heron_emitter_specs() -> list[EmitterSpec]:
+    return [
+        EmitterSpec(
+            name="gemm",
+            priority=10,
+            claims=_claims,
+            factory=GemmEmitter,
+            description="gemm: canonical dot, shared-memory tiles, scalar multiply-add",
+        )
+    ]

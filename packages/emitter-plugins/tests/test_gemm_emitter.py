@@ -1,0 +1,389 @@
+"""The GEMM emitter against the reference evaluator on the interpreter.
+
+Each dot is a one-instruction fusion in canonical form compiled through a
+registry holding the loop and gemm emitters (the dev environment's entry
+points may predate the plugin), run on the interpreter device (sanitizer on)
+with 32- and 64-lane warps, and compared with ``evaluate_module``:
+
+- f32: per element, ``|heron - evaluator| <= c * K * eps * sum_k |a_ik b_kj|``
+  with ``c = 1``: each side's sum of K rounded products is within
+  ``K * u * sum|a b|`` (``u = eps / 2``, to first order) of the exact sum,
+  whatever the order of its additions, so the two are within ``K * eps``;
+- f16/bf16 (accumulated in f32, rounded once to the output type): the f32
+  sums differ by the bound above, then each side rounds once, so the results
+  differ by at most that plus one ulp of the output (``eps * |result|``);
+- s8 -> s32 and s32 -> s32: bitwise (s32 sums wrap on both sides).
+
+Shapes: 1x1x1, 3x5x7, 32x32x32, 33x65x17 (no side a multiple of a tile),
+128x64x256 and 100x70x130 (register tiles, the second with edges), a batch of
+4 16x8x24 products, matrix-vector both ways and a dot product; a bias + relu +
+convert epilogue fused after the dot. The kernels compile to PTX
+(ptxas-accepted where ptxas is present) and to gfx942 HSACO.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import ml_dtypes
+import numpy as np
+import pytest
+from heron_test_support.analysis import analysed, artefact_text, compile_everywhere
+
+import heron.plugins.gemm as gemm_plugin
+import heron.plugins.loop as loop_plugin
+from heron.compiler import compile_fusion, fusions_of
+from heron.compiler.device_kernels import run_on_device, target_for_device
+from heron.emitters.registry import EmitterRegistry
+from heron.emitters.selection import select_emitter
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.evaluator import evaluate_module
+from heron.hlo.parser import parse_module
+from heron.plugins.gemm import GemmEmitter
+from heron.runtime.cuda.ptx_statistics import kernel_statistics
+from heron.runtime.interpreter.device import InterpreterDevice
+
+REGISTRY = EmitterRegistry(
+    [(spec, None) for plugin in (loop_plugin, gemm_plugin) for spec in plugin.heron_emitter_specs()]
+)
+
+NUMPY = {
+    "f32": np.float32,
+    "f16": np.float16,
+    "bf16": ml_dtypes.bfloat16,
+    "s8": np.int8,
+    "s32": np.int32,
+}
+
+
+def _shape(dtype: str, dims: tuple[int, ...]) -> str:
+    return f"{dtype}[{','.join(map(str, dims))}]"
+
+
+def dot_module(
+    m: int | None,
+    k: int | None,
+    n: int | None,
+    *,
+    batch: tuple[int, ...] = (),
+    dtype: str = "f32",
+    out: str | None = None,
+    producer: str | None = None,
+) -> str:
+    """A module whose one fusion is the canonical dot ``[batch, m, k] x [batch, k, n]``;
+    None drops a dimension. ``producer`` (an elementwise opcode) is applied to A
+    inside the fusion."""
+    out = out or dtype
+    lhs = (*batch, *(d for d in (m, k) if d is not None))
+    rhs = (*batch, *(d for d in (k, n) if d is not None))
+    result = (*batch, *(d for d in (m, n) if d is not None))
+    nb = len(batch)
+    batch_dims = ",".join(map(str, range(nb)))
+    dims = f"lhs_batch_dims={{{batch_dims}}}, rhs_batch_dims={{{batch_dims}}}, " if nb else ""
+    if k is not None:
+        dims += f"lhs_contracting_dims={{{len(lhs) - 1}}}, rhs_contracting_dims={{{nb}}}"
+    else:
+        dims = dims.rstrip(", ")
+    a, b, c = _shape(dtype, lhs), _shape(dtype, rhs), _shape(out, result)
+    fed = "a"
+    extra = ""
+    if producer is not None:
+        extra = f"\n  pa = {a} {producer}(a)"
+        fed = "pa"
+    separator = ", " if dims else ""
+    return f"""
+fused {{
+  a = {a} parameter(0)
+  b = {b} parameter(1){extra}
+  ROOT d = {c} dot({fed}, b){separator}{dims}
+}}
+ENTRY e {{
+  x = {a} parameter(0)
+  y = {b} parameter(1)
+  ROOT f = {c} fusion(x, y), kind=kLoop, calls=fused
+}}
+"""
+
+
+def _values(dtype: str, dims: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    if dtype == "s8":
+        return rng.integers(-128, 128, dims).astype(np.int8)
+    if dtype == "s32":
+        return rng.integers(-(2**31), 2**31, dims, dtype=np.int64).astype(np.int32)
+    return rng.standard_normal(dims).astype(NUMPY[dtype])
+
+
+def _fusion(text: str):
+    (fusion,) = fusions_of(parse_module(text))
+    return fusion
+
+
+def run_dot(text: str, inputs: list[np.ndarray], warp: int = 32):
+    """(kernel output, evaluator output, compiled kernel) of the module's one fusion."""
+    device = InterpreterDevice(warp_size=warp)
+    target = target_for_device(device, "interpreter", None)
+    kernel = compile_fusion(_fusion(text), target, "interpreter", emitters=REGISTRY)
+    assert kernel.emitter == "gemm"
+    run = run_on_device(device, kernel, inputs)
+    expected = evaluate_module(parse_module(text), inputs)
+    return np.asarray(run.outputs[0]), np.asarray(expected), kernel
+
+
+def _abs_products(a: np.ndarray, b: np.ndarray, m, k, n) -> np.ndarray:
+    """``sum_k |a_ik b_kj|`` in f64, in the output's shape."""
+    a64, b64 = np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64))
+    if m is None:
+        a64 = a64[..., None, :] if k is not None else a64[..., None]
+    elif k is None:
+        a64 = a64[..., None]
+    if k is None:
+        b64 = b64[..., None, :] if n is not None else b64[..., None, None]
+    elif n is None:
+        b64 = b64[..., None]
+    products = a64 @ b64
+    if m is None:
+        products = products[..., 0, :]
+    if n is None:
+        products = products[..., 0]
+    return products
+
+
+def assert_within_bound(got, want, a, b, m, k, n, out: str) -> None:
+    """The bound of the module docstring (c = 1), elementwise."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    length = k or 1
+    eps32 = float(np.finfo(np.float32).eps)
+    bound = 1.0 * length * eps32 * _abs_products(a, b, m, k, n)
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    if out != "f32":
+        bound = bound + float(ml_dtypes.finfo(NUMPY[out]).eps) * np.maximum(np.abs(g), np.abs(w))
+    error = np.abs(g - w)
+    worst = np.unravel_index(np.argmax(error - bound), error.shape) if error.size else None
+    assert (error <= bound).all(), f"error {error[worst]} > bound {bound[worst]} at {worst}"
+
+
+SHAPES = [
+    (1, 1, 1),
+    (3, 5, 7),
+    (32, 32, 32),
+    (33, 65, 17),
+    (128, 64, 256),
+    (100, 70, 130),
+]
+
+
+@pytest.mark.parametrize(("m", "k", "n"), SHAPES, ids=[f"{m}x{k}x{n}" for m, k, n in SHAPES])
+@pytest.mark.parametrize("warp", [32, 64])
+def test_f32_within_the_summation_bound(m, k, n, warp):
+    rng = np.random.default_rng(m * 1000 + k + n)
+    a, b = _values("f32", (m, k), rng), _values("f32", (k, n), rng)
+    got, want, kernel = run_dot(dot_module(m, k, n), [a, b], warp)
+    assert_within_bound(got, want, a, b, m, k, n, "f32")
+    plan = GemmEmitter(analysed(_fusion(dot_module(m, k, n)))).plan
+    assert kernel.grid == (plan.tiles_m * plan.tiles_n, 1, 1) and kernel.block == (256, 1, 1)
+
+
+def test_large_dots_take_a_register_tile_per_thread():
+    """M and N of at least 64: 64 x 64 block tiles, 4 x 4 elements a thread; smaller
+    ones keep 16 x 16 tiles of one element a thread."""
+    large = GemmEmitter(analysed(_fusion(dot_module(128, 64, 256)))).plan
+    assert (large.tm, large.tn, large.rm, large.rn, large.threads) == (64, 64, 4, 4, 256)
+    assert large.launch.block_x == 2 * 4
+    edges = GemmEmitter(analysed(_fusion(dot_module(100, 70, 130)))).plan
+    assert (edges.tm, edges.rm, edges.launch.block_x) == (64, 4, 2 * 3)
+    small = GemmEmitter(analysed(_fusion(dot_module(33, 65, 17)))).plan
+    assert (small.tm, small.tn, small.rm, small.launch.block_x) == (16, 16, 1, 3 * 2)
+
+
+@pytest.mark.parametrize("warp", [32, 64])
+def test_batch_dimensions_are_the_grid_y(warp):
+    rng = np.random.default_rng(4)
+    m, k, n = 16, 8, 24
+    a, b = _values("f32", (4, m, k), rng), _values("f32", (4, k, n), rng)
+    got, want, kernel = run_dot(dot_module(m, k, n, batch=(4,)), [a, b], warp)
+    assert_within_bound(got, want, a, b, m, k, n, "f32")
+    assert kernel.grid == (2, 4, 1)
+
+
+def test_two_batch_dimensions():
+    rng = np.random.default_rng(5)
+    a, b = _values("f32", (2, 3, 5, 9), rng), _values("f32", (2, 3, 9, 4), rng)
+    got, want, kernel = run_dot(dot_module(5, 9, 4, batch=(2, 3)), [a, b])
+    assert_within_bound(got, want, a, b, 5, 9, 4, "f32")
+    assert kernel.grid == (1, 6, 1)
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "n", "block"),
+    [(300, 70, None, (256, 1, 1)), (None, 70, 300, (256, 1, 1)), (None, 70, None, (1, 1, 1))],
+    ids=["matrix_vector", "vector_matrix", "dot_product"],
+)
+@pytest.mark.parametrize("warp", [32, 64])
+def test_matrix_vector_both_ways(m, k, n, block, warp):
+    rng = np.random.default_rng(70)
+    lhs = tuple(d for d in (m, k) if d is not None)
+    rhs = tuple(d for d in (k, n) if d is not None)
+    a, b = _values("f32", lhs, rng), _values("f32", rhs, rng)
+    got, want, kernel = run_dot(dot_module(m, k, n), [a, b], warp)
+    assert_within_bound(got, want, a, b, m, k, n, "f32")
+    assert kernel.block == block
+
+
+def test_an_outer_product_has_nothing_to_contract():
+    rng = np.random.default_rng(2)
+    a, b = _values("f32", (20,), rng), _values("f32", (18,), rng)
+    got, want, _ = run_dot(dot_module(20, None, 18), [a, b])
+    assert_within_bound(got, want, a, b, 20, None, 18, "f32")
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize(("m", "k", "n"), [(33, 65, 17), (16, 300, 16)])
+def test_half_floats_accumulate_in_f32_and_round_once(dtype, m, k, n):
+    rng = np.random.default_rng(k)
+    a, b = _values(dtype, (m, k), rng), _values(dtype, (k, n), rng)
+    got, want, _ = run_dot(dot_module(m, k, n, dtype=dtype), [a, b])
+    assert_within_bound(got, want, a, b, m, k, n, dtype)
+    # Rounded once: within one rounding of the output type of the exact sum, plus the
+    # f32 summation bound. Partial sums rounded to f16/bf16 would add up to K of
+    # the output's roundings and fail this.
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    eps = float(ml_dtypes.finfo(NUMPY[dtype]).eps)
+    bound = eps / 2 * np.abs(exact) + k * float(np.finfo(np.float32).eps) * _abs_products(
+        a, b, m, k, n
+    )
+    assert (np.abs(got.astype(np.float64) - exact) <= bound).all()
+
+
+def test_bf16_inputs_with_an_f32_result():
+    rng = np.random.default_rng(8)
+    a, b = _values("bf16", (9, 40), rng), _values("bf16", (40, 11), rng)
+    got, want, _ = run_dot(dot_module(9, 40, 11, dtype="bf16", out="f32"), [a, b])
+    assert_within_bound(got, want, a, b, 9, 40, 11, "f32")
+
+
+@pytest.mark.parametrize(
+    ("dtype", "out"), [("s8", "s32"), ("s32", "s32"), ("s8", "s8")], ids=["s8_s32", "s32", "s8"]
+)
+@pytest.mark.parametrize(("m", "k", "n"), [(33, 65, 17), (3, 5, 7)])
+@pytest.mark.parametrize("warp", [32, 64])
+def test_integers_are_bitwise(dtype, out, m, k, n, warp):
+    rng = np.random.default_rng(m + k)
+    a, b = _values(dtype, (m, k), rng), _values(dtype, (k, n), rng)
+    got, want, _ = run_dot(dot_module(m, k, n, dtype=dtype, out=out), [a, b], warp)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_an_elementwise_producer_is_computed_as_the_operand_is_staged():
+    rng = np.random.default_rng(3)
+    a, b = _values("f32", (17, 20), rng), _values("f32", (20, 19), rng)
+    got, want, _ = run_dot(dot_module(17, 20, 19, producer="negate"), [a, b])
+    assert_within_bound(got, want, -a, b, 17, 20, 19, "f32")
+
+
+def test_what_the_emitter_does_not_claim_stays_with_the_loop_emitter():
+    """Zero sizes and fp8 keep the loop emitter's elemental dot."""
+    target = target_for_device(InterpreterDevice(), "interpreter", None)
+    empty_k = dot_module(8, 0, 16)
+    fp8 = dot_module(23, 42, None, dtype="f8e4m3fn")
+    for text in (empty_k, fp8, dot_module(0, 4, 4)):
+        spec = select_emitter(analysed(_fusion(text), target), REGISTRY)
+        assert spec.name == "loop"
+    with pytest.raises(UnsupportedError, match=r"dot 'd'.*f8e4m3fn: the gemm emitter takes"):
+        GemmEmitter(analysed(_fusion(fp8)))
+
+
+def test_a_non_canonical_dot_is_refused_naming_it():
+    text = """
+fused {
+  a = f32[4,8] parameter(0)
+  b = f32[2,8] parameter(1)
+  ROOT d = f32[4,2] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+}
+ENTRY e {
+  x = f32[4,8] parameter(0)
+  y = f32[2,8] parameter(1)
+  ROOT f = f32[4,2] fusion(x, y), kind=kLoop, calls=fused
+}
+"""
+    with pytest.raises(UnsupportedError, match=r"dot 'd' \(f32\[4,2\]\).*canonical form"):
+        GemmEmitter(analysed(_fusion(text)))
+
+
+BIAS_RELU = """
+fused {
+  a = f32[33,40] parameter(0)
+  b = f32[40,19] parameter(1)
+  bias = f32[19] parameter(2)
+  d = f32[33,19] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  bb = f32[33,19] broadcast(bias), dimensions={1}
+  s = f32[33,19] add(d, bb)
+  z = f32[] constant(0)
+  zb = f32[33,19] broadcast(z), dimensions={}
+  r = f32[33,19] maximum(s, zb)
+  ROOT c = bf16[33,19] convert(r)
+}
+ENTRY e {
+  x = f32[33,40] parameter(0)
+  y = f32[40,19] parameter(1)
+  w = f32[19] parameter(2)
+  ROOT f = bf16[33,19] fusion(x, y, w), kind=kLoop, calls=fused
+}
+"""
+
+
+@pytest.mark.parametrize("warp", [32, 64])
+def test_a_bias_activation_epilogue_is_fused(warp):
+    """add(dot, broadcast(bias)) -> relu -> convert: each thread applies it to its sum."""
+    rng = np.random.default_rng(19)
+    a, b = _values("f32", (33, 40), rng), _values("f32", (40, 19), rng)
+    bias = _values("f32", (19,), rng)
+    got, want, kernel = run_dot(BIAS_RELU, [a, b, bias], warp)
+    assert got.dtype == want.dtype == ml_dtypes.bfloat16
+    # The f32 sums differ within the summation bound; bias, relu and one bf16 rounding
+    # follow on both sides, so the results are within that plus one bf16 ulp.
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    eps16 = float(ml_dtypes.finfo(ml_dtypes.bfloat16).eps)
+    bound = 40 * float(np.finfo(np.float32).eps) * _abs_products(a, b, 33, 40, 19)
+    assert (np.abs(g - w) <= bound + eps16 * np.maximum(np.abs(g), np.abs(w))).all()
+    assert (g >= 0).all() and (g > 0).any()
+    assert kernel.grid == (6, 1, 1)
+
+
+def test_an_epilogue_that_is_not_elementwise_is_not_claimed():
+    """A transpose after the dot moves elements: the fusion stays with the loop emitter."""
+    text = """
+fused {
+  a = f32[8,8] parameter(0)
+  b = f32[8,8] parameter(1)
+  d = f32[8,8] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = f32[8,8] transpose(d), dimensions={1,0}
+}
+ENTRY e {
+  x = f32[8,8] parameter(0)
+  y = f32[8,8] parameter(1)
+  ROOT f = f32[8,8] fusion(x, y), kind=kLoop, calls=fused
+}
+"""
+    target = target_for_device(InterpreterDevice(), "interpreter", None)
+    assert select_emitter(analysed(_fusion(text), target), REGISTRY).name != "gemm"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        dot_module(128, 128, 128),
+        dot_module(33, 65, 17, dtype="bf16"),
+        dot_module(16, 8, 24, batch=(4,), dtype="s8", out="s32"),
+        dot_module(300, 70, None, dtype="f16"),
+        BIAS_RELU,
+    ],
+    ids=["f32_128", "bf16_edges", "s8_batched", "f16_matrix_vector", "bias_relu"],
+)
+def test_compiles_to_ptx_and_hsaco(text):
+    compiled = compile_everywhere(GemmEmitter, _fusion(text))
+    if shutil.which("ptxas"):
+        assert all(r.name != "cubin" for r in compiled[1].skipped)  # ptxas accepted it
+    assert [k.image.format for k in compiled][2] == "hsaco"
+    ptx = artefact_text(compiled[1], "ptx")
+    (stats,) = kernel_statistics(ptx).values()
+    assert stats.barriers >= 2 and stats.shared_loads > 0 and stats.shared_stores > 0

@@ -1,0 +1,449 @@
+"""Copy insertion: make every buffer the dataflow shares safe to share.
+
+:mod:`heron.hlo.buffers.dataflow` puts values in one buffer where an
+instruction works in place: a ``while`` keeps its state in its init values'
+bytes, ``dynamic-update-slice`` / ``scatter`` (unfused, or as a fusion's root)
+write into their operand, a ``conditional`` or ``call`` result lives where its
+branch roots do. That is only right when nothing still needs the old bytes,
+and when no parameter or constant gets written. This pass makes it right, as
+XLA's CopyInsertion does, by adding a ``copy`` where sharing is unsafe and
+control predecessors (``control-predecessors``) where sharing is safe only if
+every reader of the old value runs before the writer; the scheduler honours
+them. The rules, per sequential computation (callers first):
+
+1. A while's init: each element must be a value of its own, used only by the
+   init tuple, which only the while uses; otherwise the element is copied.
+2. A while body: root element ``i`` goes back into state buffer ``i``. It may
+   be the parameter's element ``i`` itself, an in-place chain on it, or a
+   value of its own (then it runs after every reader of the old element
+   ``i``); anything else, or an ordering that is impossible, gets a copy.
+3. An in-place update of ``x``: allowed when ``x`` is a value of its own (or
+   a while body's parameter element) that no output, loop, other in-place
+   update or view escaping to the root holds; every other reader of ``x``
+   runs first. Parameters, constants and loop results are copied first.
+4. The roots of the entry, of branches and of calls: every leaf a distinct
+   value of its own; parameters, constants, views of them and repeats are
+   copied (an output must not be the caller's argument or a constant).
+
+It runs after fusion (it needs the fusions' in-place roots) and before the
+scheduler. Entry parameters are never donated (``input_output_alias`` is not
+read): writing one always goes through a copy.
+"""
+
+from __future__ import annotations
+
+from heron.hlo.attributes import InstructionRefs
+from heron.hlo.buffers.dataflow import (
+    VIEW_OPCODES,
+    in_place_operands,
+    sequential_callees,
+    sequential_computations,
+)
+from heron.hlo.builder import NameUniquer
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.passes.registry import hlo_pass
+from heron.hlo.passes.rewrite import module_names
+from heron.hlo.shapes import ArrayShape, TupleShape
+
+__all__ = ["insert_copies"]
+
+#: Results that are not a value of their own: views, the caller's bytes, loaded data, loop state.
+_NOT_OWN = VIEW_OPCODES | {"parameter", "constant", "while"}
+
+
+@hlo_pass(
+    "copy-insertion",
+    "copies and control predecessors that make in-place updates and loop state safe",
+)
+def insert_copies(module: Module) -> bool:
+    """Add the copies and orderings buffer sharing needs; True when the module changed."""
+    roles: dict[int, str] = {id(module.entry): "entry"}
+    computations = sequential_computations(module)
+    for computation in computations:
+        for inst in computation.instructions:
+            callees = sequential_callees(inst)
+            for callee in callees:
+                roles[id(callee)] = "branch"
+            if inst.opcode == "while":
+                roles[id(callees[0])] = "condition"
+                roles[id(callees[1])] = "body"
+    inserter = _Inserter(module_names(module))
+    for computation in computations:
+        inserter.run(computation, roles[id(computation)])
+    return inserter.changed
+
+
+class _Inserter:
+    def __init__(self, names: NameUniquer) -> None:
+        self.names = names
+        self.changed = False
+        self._users: dict[int, dict[Instruction, list[Instruction]]] = {}
+
+    def users(self, computation: Computation) -> dict[Instruction, list[Instruction]]:
+        """``computation.users()``, kept until an instruction is added (the only edit that
+        changes operands here: every operand rewrite follows the insertion of its new operand)."""
+        cached = self._users.get(id(computation))
+        if cached is None:
+            cached = self._users[id(computation)] = computation.users()
+        return cached
+
+    # -- graph helpers -----------------------------------------------------------------
+    def copy(
+        self, computation: Computation, value: Instruction, before: Instruction
+    ) -> Instruction:
+        if not isinstance(value.shape, ArrayShape):
+            raise UnsupportedError(f"copy insertion cannot copy tuple value '{value.name}'")
+        copy = Instruction(self.names.unique("copy"), "copy", value.shape, [value])
+        self._insert(computation, copy, before)
+        return copy
+
+    def new(
+        self,
+        computation: Computation,
+        opcode: str,
+        shape: ArrayShape | TupleShape,
+        operands: list[Instruction],
+        before: Instruction | None,
+        **attributes: object,
+    ) -> Instruction:
+        inst = Instruction(self.names.unique(opcode), opcode, shape, operands, dict(attributes))
+        self._insert(computation, inst, before)
+        return inst
+
+    def _insert(
+        self, computation: Computation, inst: Instruction, before: Instruction | None
+    ) -> None:
+        inst.parent = computation
+        index = len(computation.instructions)
+        if before is not None:
+            index = next(i for i, x in enumerate(computation.instructions) if x is before)
+        computation.instructions.insert(index, inst)
+        self._users.clear()
+        self.changed = True
+
+    def order_after(
+        self, computation: Computation, writer: Instruction, readers: list[Instruction]
+    ) -> bool:
+        """Make ``writer`` run after all ``readers``; False (and no change) if impossible."""
+        if all(r is writer for r in readers):
+            return True
+        graph = _Graph(computation)
+        later = graph.descendants(writer)
+        if any(id(r) in later for r in readers if r is not writer):
+            return False
+        earlier = graph.ancestors(writer)
+        missing = [r for r in readers if r is not writer and id(r) not in earlier]
+        if missing:
+            refs = writer.attributes.get("control-predecessors")
+            names = list(refs.names) if isinstance(refs, InstructionRefs) else []
+            names.extend(r.name for r in missing if r.name not in names)
+            writer.attributes["control-predecessors"] = InstructionRefs(tuple(names))
+            self.changed = True
+        return True
+
+    # -- the rules ---------------------------------------------------------------------
+    def run(self, computation: Computation, role: str) -> None:
+        for inst in list(computation.instructions):
+            if inst.opcode == "while":
+                self.while_init(computation, inst)
+        groups: dict[int, list[Instruction]] = {}
+        if role == "body":
+            groups = self.body_groups(computation)
+            self.body_root_copies(computation, groups)
+        for inst in computation.post_order():
+            for _, operand in in_place_operands(inst):
+                if not self.can_update(computation, inst, operand, groups):
+                    inst.operands[operand] = self.copy(computation, inst.operands[operand], inst)
+        if role == "body":
+            self.body_root_order(computation, groups)
+        if role in ("entry", "branch"):
+            root = computation.root_instruction
+            owned = self.own_leaves(computation, root, set(), root)
+            if owned is not root:
+                computation.root = owned
+
+    def while_init(self, computation: Computation, loop: Instruction) -> None:
+        init = loop.operands[0]
+        users = self.users(computation)
+        if isinstance(init.shape, ArrayShape):
+            if not (_own(init) and users[init] == [loop] and computation.root is not init):
+                loop.operands[0] = self.copy(computation, init, loop)
+            return
+        _flat_state(loop)
+        if init.opcode != "tuple" or users[init] != [loop] or computation.root is init:
+            parts = [
+                self.new(computation, "get-tuple-element", shape, [init], loop, index=k)
+                for k, shape in enumerate(init.shape.elements)  # type: ignore[union-attr]
+            ]
+            init = self.new(computation, "tuple", init.shape, parts, loop)
+            loop.operands[0] = init
+            users = self.users(computation)
+        for k, element in enumerate(init.operands):
+            alone = users[element] == [init] and init.operands.count(element) == 1
+            if not (_own(element) and alone and computation.root is not element):
+                init.operands[k] = self.copy(computation, element, init)
+
+    def body_groups(self, body: Computation) -> dict[int, list[Instruction]]:
+        """State element -> the instructions that read it from the body's parameter."""
+        (param,) = body.parameters
+        if isinstance(param.shape, ArrayShape):
+            return {0: [param]}
+        users = self.users(body)
+        strays = [u for u in users[param] if u.opcode != "get-tuple-element"]
+        if strays or body.root is param:
+            parts = [
+                self.new(body, "get-tuple-element", shape, [param], None, index=k)
+                for k, shape in enumerate(param.shape.elements)  # type: ignore[union-attr]
+            ]
+            whole = self.new(body, "tuple", param.shape, parts, None)
+            for user in strays:
+                user.operands = [whole if o is param else o for o in user.operands]
+            if body.root is param:
+                body.root = whole
+        root = body.root_instruction
+        if root.opcode != "tuple":
+            parts = [
+                self.new(body, "get-tuple-element", shape, [root], None, index=k)
+                for k, shape in enumerate(root.shape.elements)  # type: ignore[union-attr]
+            ]
+            body.root = self.new(body, "tuple", root.shape, parts, None)
+        groups: dict[int, list[Instruction]] = {}
+        for user in self.users(body)[param]:
+            groups.setdefault(int(user.attr("index")), []).append(user)
+        return groups
+
+    def _root_elements(self, body: Computation) -> list[Instruction]:
+        root = body.root_instruction
+        return [root] if isinstance(root.shape, ArrayShape) else list(root.operands)
+
+    def _set_root_element(self, body: Computation, k: int, value: Instruction) -> None:
+        root = body.root_instruction
+        if isinstance(root.shape, ArrayShape):
+            body.root = value
+        else:
+            root.operands[k] = value
+
+    def body_root_copies(self, body: Computation, groups: dict[int, list[Instruction]]) -> None:
+        """Rule 2, before in-place updates are decided: copy what cannot go back in place."""
+        seen: set[int] = set()
+        for k, element in enumerate(self._root_elements(body)):
+            origin = _chain_origin(element)
+            fits = element in groups.get(k, []) or origin in groups.get(k, []) or _own(origin)
+            if fits and id(origin) not in seen:
+                seen.add(id(origin))
+                continue
+            self._set_root_element(body, k, self.copy(body, element, body.root_instruction))
+
+    def body_root_order(self, body: Computation, groups: dict[int, list[Instruction]]) -> None:
+        """Rule 2, after in-place updates: the writer of element k runs after its old readers."""
+        root = body.root_instruction
+        for k, element in enumerate(self._root_elements(body)):
+            chain = _chain_from(groups.get(k, []), self.users(body))
+            if element in chain:
+                continue
+            writer = _chain_origin(element)
+            readers = _readers(
+                chain, self.users(body), skip={root}
+            )  # in-place links too: they write the bytes
+            if not self.order_after(body, writer, readers):
+                copy = self.copy(body, element, root)
+                self._set_root_element(body, k, copy)
+                if not self.order_after(body, copy, readers):
+                    raise AssertionError(f"copy '{copy.name}' cannot follow its readers")
+
+    def can_update(
+        self,
+        computation: Computation,
+        inst: Instruction,
+        operand: int,
+        groups: dict[int, list[Instruction]],
+    ) -> bool:
+        """Rule 3: may ``inst`` write its operand ``operand`` in place (ordering what needs it)?"""
+        target = inst.operands[operand]
+        if inst.operands.count(target) > 1:
+            return False
+        if _own(target):
+            origin = [target]
+        elif target.opcode == "get-tuple-element" or target.opcode == "parameter":
+            origin = next((g for g in groups.values() if target in g), [])
+            if not origin:
+                return False
+        else:
+            return False
+        root = computation.root_instruction
+        users = self.users(computation)
+        if any(_reaches(o, users, root) for o in origin):
+            return False
+        readers = _readers(set(origin), users, skip={inst})
+        same_bytes = {id(v) for v in (*origin, *readers) if v in origin or v.opcode in VIEW_OPCODES}
+        if any(id(o) in same_bytes for r in readers for _, o in _updates(r)):
+            return False  # a second in-place update of the same bytes
+        return self.order_after(computation, inst, readers)
+
+    def own_leaves(
+        self,
+        computation: Computation,
+        value: Instruction,
+        seen: set[tuple[int, int]],
+        before: Instruction,
+    ) -> Instruction:
+        """Rule 4: ``value`` with every leaf a distinct value of its own (copies where not)."""
+        if isinstance(value.shape, TupleShape):
+            if value.opcode == "tuple":
+                parts = list(value.operands)
+            else:
+                parts = [
+                    self.new(computation, "get-tuple-element", shape, [value], before, index=k)
+                    for k, shape in enumerate(value.shape.elements)
+                ]
+            owned = [self.own_leaves(computation, part, seen, before) for part in parts]
+            if value.opcode == "tuple" and all(a is b for a, b in zip(owned, value.operands)):
+                return value
+            return self.new(computation, "tuple", value.shape, owned, before)
+        if value.shape.is_token:
+            return value
+        source = _source(value)
+        if source is None or source in seen:
+            return self.copy(computation, value, before)
+        seen.add(source)
+        return value
+
+
+class _Graph:
+    """Dependencies in one computation: operands and control predecessors."""
+
+    def __init__(self, computation: Computation) -> None:
+        by_name = {inst.name: inst for inst in computation.instructions}
+        self.preds: dict[int, list[Instruction]] = {}
+        self.succs: dict[int, list[Instruction]] = {id(i): [] for i in computation.instructions}
+        for inst in computation.instructions:
+            refs = inst.attributes.get("control-predecessors")
+            control = [by_name[n] for n in refs.names] if isinstance(refs, InstructionRefs) else []
+            self.preds[id(inst)] = [*inst.operands, *control]
+            for pred in self.preds[id(inst)]:
+                self.succs.setdefault(id(pred), []).append(inst)
+
+    def _closure(self, start: Instruction, edges: dict[int, list[Instruction]]) -> set[int]:
+        seen: set[int] = set()
+        stack = list(edges.get(id(start), []))
+        while stack:
+            inst = stack.pop()
+            if id(inst) not in seen:
+                seen.add(id(inst))
+                stack.extend(edges.get(id(inst), []))
+        return seen
+
+    def ancestors(self, inst: Instruction) -> set[int]:
+        return self._closure(inst, self.preds)
+
+    def descendants(self, inst: Instruction) -> set[int]:
+        return self._closure(inst, self.succs)
+
+
+def _own(inst: Instruction) -> bool:
+    """Whether ``inst``'s result is bytes of its own (an in-place update's are its chain's)."""
+    return inst.opcode not in _NOT_OWN and isinstance(inst.shape, ArrayShape)
+
+
+def _updates(inst: Instruction) -> list[tuple[int, Instruction]]:
+    return [(leaf, inst.operands[k]) for leaf, k in in_place_operands(inst)]
+
+
+def _chain_origin(value: Instruction) -> Instruction:
+    """Follow array in-place updates back to the value whose bytes they update."""
+    while isinstance(value.shape, ArrayShape):
+        updates = _updates(value)
+        if len(updates) != 1:
+            break
+        value = updates[0][1]
+    return value
+
+
+def _chain_from(
+    start: list[Instruction], users: dict[Instruction, list[Instruction]]
+) -> set[Instruction]:
+    """``start`` and the array in-place updates that write on into the same bytes."""
+    chain = set(start)
+    stack = list(start)
+    while stack:
+        value = stack.pop()
+        for user in users.get(value, []):
+            if isinstance(user.shape, ArrayShape) and any(o is value for _, o in _updates(user)):
+                if user not in chain:
+                    chain.add(user)
+                    stack.append(user)
+    return chain
+
+
+def _readers(
+    values: set[Instruction],
+    users: dict[Instruction, list[Instruction]],
+    skip: set[Instruction],
+) -> list[Instruction]:
+    """Everything that reads the bytes of ``values``, looking through views."""
+    readers: list[Instruction] = []
+    seen: set[int] = set()
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        for user in users.get(value, []):
+            if id(user) in seen:
+                continue
+            seen.add(id(user))
+            if user.opcode in VIEW_OPCODES:
+                stack.append(user)
+            if user not in skip:
+                readers.append(user)
+    return readers
+
+
+def _reaches(
+    value: Instruction, users: dict[Instruction, list[Instruction]], root: Instruction
+) -> bool:
+    """Whether ``value``, or a view of it, is ``root`` (its bytes leave the computation)."""
+    stack = [value]
+    seen: set[int] = set()
+    while stack:
+        inst = stack.pop()
+        if inst is root:
+            return True
+        if id(inst) in seen:
+            continue
+        seen.add(id(inst))
+        stack.extend(u for u in users.get(inst, []) if u.opcode in VIEW_OPCODES)
+    return False
+
+
+def _source(value: Instruction) -> tuple[int, int] | None:
+    """The (instruction, leaf) whose own bytes ``value`` is; None: a parameter's, a constant's."""
+    leaf = 0
+    while True:
+        if value.opcode in ("bitcast",):
+            value = value.operands[0]
+        elif value.opcode == "get-tuple-element":
+            holder = value.operands[0]
+            index = int(value.attr("index"))
+            if holder.opcode == "tuple":
+                value = holder.operands[index]
+            elif holder.opcode in ("while", "conditional", "call", "fusion") and isinstance(
+                holder.shape.elements[index],
+                ArrayShape,  # type: ignore[union-attr]
+            ):
+                start = sum(sum(1 for _ in e.leaves()) for e in holder.shape.elements[:index])  # type: ignore[union-attr]
+                return (id(holder), start)
+            else:
+                return None
+        elif value.opcode in _NOT_OWN:
+            return None
+        else:
+            return (id(value), leaf)
+
+
+def _flat_state(loop: Instruction) -> None:
+    shape = loop.shape
+    if isinstance(shape, TupleShape) and not all(isinstance(e, ArrayShape) for e in shape.elements):
+        raise UnsupportedError(
+            f"while '{loop.name}' carries nested tuples {shape}; copy insertion handles a loop"
+            " state of arrays (JAX's form)"
+        )
