@@ -209,3 +209,86 @@ def test_sub_byte_shared_memory_is_widened_and_packed_atomics_are_byte_cas_loops
     assert out.count("memref.generic_atomic_rmw %arg1") == 1
     assert out.count("memref.generic_atomic_rmw %arg2") == 1
     assert "memref<4xi8>" in out  # the s2 output stays packed: 16 elements in 4 bytes
+
+
+def _whole_byte_kernel(element: str, per_thread: int, order: list[int], base: str) -> str:
+    """Each of 8 threads inserts ``per_thread`` sub-byte elements at ``base + order[j]``.
+
+    ``base`` is the IR (over ``%tid`` as i32) of the first index: whether it is
+    provably a multiple of the elements a byte decides between a plain byte
+    store and per-element atomics.
+    """
+    n = 8 * per_thread
+    lines = []
+    previous = "%out"
+    for j, offset in enumerate(order):
+        lines += [
+            f"    %o{j} = arith.addi %b, %c{offset} : i32",
+            f"    %i{j} = arith.index_castui %o{j} : i32 to index",
+            f"    %v{j} = tensor.extract %in[%i{j}] : tensor<{n + 4}x{element}>",
+            f"    %t{j} = tensor.insert %v{j} into {previous}[%i{j}] : tensor<{n + 4}x{element}>",
+        ]
+        previous = f"%t{j}"
+    constants = "\n".join(f"    %c{k} = arith.constant {k} : i32" for k in range(8))
+    body = "\n".join(lines)
+    return f"""
+module {{
+  func.func @k(%in: tensor<{n + 4}x{element}>, %out: tensor<{n + 4}x{element}>)
+      -> tensor<{n + 4}x{element}>
+      attributes {{heron.kernel, heron.block_size = array<i64: 8, 1, 1>,
+                  heron.grid_size = array<i64: 1, 1, 1>}} {{
+    %tid = gpu.thread_id x upper_bound 8
+    %t = arith.index_castui %tid : index to i32
+{constants}
+    %b = {base}
+{body}
+    return {previous} : tensor<{n + 4}x{element}>
+  }}
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("element", "per_thread", "order", "base", "dtype"),
+    [
+        ("i4", 2, [0, 1], "arith.muli %t, %c2 : i32", ml_dtypes.int4),
+        ("i2", 4, [3, 1, 0, 2], "arith.shli %t, %c2 : i32", ml_dtypes.int2),
+        ("i4", 4, [0, 1, 2, 3], "arith.muli %c4, %t : i32", ml_dtypes.int4),
+    ],
+)
+def test_a_thread_filling_whole_bytes_stores_them_plainly(element, per_thread, order, base, dtype):
+    """Inserts at ``k*t + 0 .. k*t + k-1`` (k elements a byte): one plain byte store each.
+
+    Run on the host with outputs starting as poison: every element of the
+    bytes written must come back, in its own bits, with no atomic left.
+    """
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(_whole_byte_kernel(element, per_thread, order, base))
+        lower_tensors.run(module, PipelineOptions())
+        module.operation.verify()
+        out = str(module)
+        assert "memref.atomic_rmw" not in out
+        width = int(element[1:])
+        assert out.count("memref.store") == per_thread * width // 8  # one a byte
+        n = 8 * per_thread + 4
+        shape = ArrayShape(E.S4 if element == "i4" else E.S2, (n,))
+        rng = np.random.default_rng(1)
+        low = -(1 << (width - 1))
+        data = rng.integers(low, -low, n).astype(dtype)
+        result = run_lowered_kernel(module, [data], [shape], (1,), (8,), input_shapes=[shape])
+    written = 8 * per_thread
+    np.testing.assert_array_equal(result[0][:written].astype(np.int64), data[:written])
+
+
+@pytest.mark.parametrize(
+    ("order", "base", "why"),
+    [
+        ([0, 1], "arith.addi %t, %c0 : i32", "the base is not provably even"),
+        ([1, 2], "arith.muli %t, %c2 : i32", "the pair straddles two bytes"),
+        ([0, 0], "arith.muli %t, %c2 : i32", "one element twice, its neighbour never"),
+    ],
+)
+def test_unproven_whole_bytes_keep_their_atomics(order, base, why):
+    out = _lowered(_whole_byte_kernel("i4", 2, order, base))
+    assert out.count("memref.atomic_rmw andi") == 2, why
+    assert "memref.store" not in out, why

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from heron_test_support.vector_pipeline_inputs import flat_loop, gelu_flat
 from mlir import ir
@@ -197,3 +199,71 @@ def test_guard_whose_map_does_not_use_the_loop_variable_is_invariant():
 def test_guard_whose_map_uses_the_loop_variable_is_not_hoisted():
     before, after = _vectorized(_guarded_by_apply("th_x + bl_x * 128 + v"))
     assert after == before
+
+
+def _column_pair(base: str, second: str, element: str = "f32", n: int = 4096) -> str:
+    """Two extracts of one thread's neighbouring columns, as the column reduction emits them."""
+    domain = "domain: th_x in [0, 1023]"
+    return f"""
+module {{
+  func.func @k(%in: tensor<{n}x{element}>) -> {element} {{
+    %t = gpu.thread_id x upper_bound 1024
+    %i0 = "heron_gpu.apply_indexing"(%t) {{indexing_map = "(th_x) -> ({base}), {domain}"}}
+        : (index) -> index
+    %a = tensor.extract %in[%i0] : tensor<{n}x{element}>
+    %i1 = "heron_gpu.apply_indexing"(%t) {{indexing_map = "(th_x) -> ({second}), {domain}"}}
+        : (index) -> index
+    %b = tensor.extract %in[%i1] : tensor<{n}x{element}>
+    %s = arith.{"addf" if element.startswith("f") else "addi"} %a, %b : {element}
+    return %s : {element}
+  }}
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("element", "first", "second"),
+    [
+        ("f32", "th_x * 2", "th_x * 2 + 1"),
+        ("i16", "th_x * 2 + 2", "th_x * 2 + 3"),
+        ("f32", "th_x * 2 + 1", "th_x * 2"),  # in the other order: the read precedes both
+    ],
+)
+def test_adjacent_extracts_in_one_block_become_one_vector_read(element, first, second):
+    _, out = _vectorized(_column_pair(first, second, element))
+    (read,) = _ops(out, "vector.transfer_read")
+    assert f"vector<2x{element}>" in read
+    assert not _ops(out, "tensor.extract")
+    assert out.index("vector.transfer_read") < out.index("arith.add")
+    assert len(_ops(out, "vector.extract")) == 2
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "why"),
+    [
+        ("th_x * 2 + 1", "th_x * 2 + 2", "the pair straddles an alignment boundary"),
+        ("th_x", "th_x + 1", "the base is not provably even"),
+        ("th_x * 2", "th_x * 2 + 3", "not adjacent"),
+    ],
+)
+def test_unaligned_or_distant_extracts_stay_scalar(first, second, why):
+    _, out = _vectorized(_column_pair(first, second))
+    assert not _ops(out, "vector.transfer_read"), why
+    assert len(_ops(out, "tensor.extract")) == 2, why
+
+
+def test_an_element_extracted_twice_is_one_lane_for_both():
+    """Two reductions of one input read each column twice: still one read, two lanes."""
+    text = _column_pair("th_x * 2", "th_x * 2 + 1").replace(
+        "    %s = arith.addf %a, %b : f32\n",
+        '    %j = "heron_gpu.apply_indexing"(%t) {indexing_map = "(th_x) -> (th_x * 2),'
+        ' domain: th_x in [0, 1023]"} : (index) -> index\n'
+        "    %c = tensor.extract %in[%j] : tensor<4096xf32>\n"
+        "    %ab = arith.addf %a, %b : f32\n"
+        "    %s = arith.addf %ab, %c : f32\n",
+    )
+    _, out = _vectorized(text)
+    assert len(_ops(out, "vector.transfer_read")) == 1
+    assert not _ops(out, "tensor.extract")
+    assert out.count("vector.extract") == 2
+    assert re.search(r"(%\d+) = vector.extract %\d+\[0\].*\n(.*\n)*.*arith.addf %\d+, \1", out)

@@ -26,11 +26,13 @@ an fp8 insert, disappears: the value is already the integer bits), and
 sub-byte types (``i4``, ``i2``, ``f4E2M1FN``) are packed into bytes, low bits
 first; storing one is two ``memref.atomic_rmw`` (``andi`` to clear its bits,
 ``ori`` to set them) on the containing byte, because two threads may write
-neighbours within one byte. Shared memory (``allocate_shared``) is the
-exception: there sub-byte elements are widened to one ``i8`` each (a plain
-store, ``trunci`` after a load), as the emitters already count them in their
-shared-memory budgets; a packed shared byte would be read by the
-read-modify-write before any thread had written it.
+neighbours within one byte, except where one thread provably inserts every
+element of a byte (``heron.emitters.pipeline.packed_stores``): that byte is
+one plain store, of the elements combined, at the group's last insert. Shared
+memory (``allocate_shared``) is the exception: there sub-byte elements are
+widened to one ``i8`` each (a plain store, ``trunci`` after a load), as the
+emitters already count them in their shared-memory budgets; a packed shared
+byte would be read by the read-modify-write before any thread had written it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from mlir import ir
 from mlir.dialects import arith, func, gpu, memref, scf, vector
 
 from heron.emitters import ir_utils, kernel_arguments
+from heron.emitters.pipeline import packed_stores
 from heron.emitters.pipeline.manager import Pass, PipelineOptions, run_upstream
 from heron.hlo.errors import UnsupportedError
 
@@ -211,6 +214,9 @@ class _Lowering:
         self.kernel: ir.Operation | None = None
         self.gpu_module: ir.Operation | None = None
         self._globals: dict[str, str] = {}
+        # packed inserts that write whole bytes together, and the values gathered so far
+        self.byte_groups: dict[ir.Value, packed_stores.ByteGroup] = {}
+        self.pending_bytes: dict[packed_stores.ByteGroup, dict[int, ir.Value]] = {}
 
     # -- errors and values --------------------------------------------------------------
     def unsupported(self, op: ir.Operation, why: str) -> UnsupportedError:
@@ -344,6 +350,7 @@ class _Lowering:
     def lower_block(self, block: ir.Block) -> ir.Operation:
         """Lower ``block``'s ops at the current insertion point; returns its terminator."""
         ops = ir_utils.block_ops(block)
+        self.byte_groups.update(packed_stores.plan(block, is_packed, _bit_width))
         for op in ops[:-1]:
             self.lower_op(op)
         return ops[-1]
@@ -516,8 +523,37 @@ def _insert(lw: _Lowering, op: ir.Operation) -> None:
     if len(indices) != 1:
         raise lw.unsupported(op, "tensors must be 1-D (run flatten-tensors first)")
     buffer = lw.get(tensor)
+    group = lw.byte_groups.get(op.results[0])
+    if group is not None and not _is_workgroup(buffer):
+        _insert_into_byte(lw, op, group, buffer)
+        lw.values[op.results[0]] = buffer
+        return
     lw.store(lw.get(value), buffer, _element(tensor), lw.get(indices[0]))
     lw.values[op.results[0]] = buffer
+
+
+def _insert_into_byte(
+    lw: _Lowering, op: ir.Operation, group: packed_stores.ByteGroup, buffer: ir.Value
+) -> None:
+    """Gather one insert of a whole-byte group; the group's last insert stores the byte."""
+    results = [insert.results[0] for insert in group.inserts]
+    position = group.offsets[results.index(op.results[0])]
+    gathered = lw.pending_bytes.setdefault(group, {})
+    gathered[position] = lw.get(op.operands[0])
+    if op.results[0] != results[-1]:
+        return
+    del lw.pending_bytes[group]
+    i8 = ir.IntegerType.get_signless(8)
+    width = 8 // group.per_byte
+    byte: ir.Value | None = None
+    for position, element in sorted(gathered.items()):
+        bits = arith.extui(i8, element)
+        if position:
+            bits = arith.shli(bits, ir_utils.int_constant(position * width, 8))
+        byte = bits if byte is None else arith.ori(byte, bits)
+    index = lw.get(group.base.operands[2])
+    shift = ir_utils.index_constant(group.per_byte.bit_length() - 1)
+    memref.StoreOp(byte, buffer, [arith.shrui(index, shift)])
 
 
 def _vector_alignment(vector_type: ir.Type) -> int:

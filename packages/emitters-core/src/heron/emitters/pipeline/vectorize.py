@@ -420,11 +420,11 @@ class _Rewriter:
         if loaded is None:
             with ir.InsertionPoint(self.loop.op):
                 if condition is None:
-                    loaded = _transfer_read(vector_type, tensor, base)
+                    loaded = transfer_read(vector_type, tensor, base)
                 else:
                     guarded = scf.IfOp(condition, [vector_type], has_else=True)
                     with ir.InsertionPoint(guarded.then_block):
-                        scf.YieldOp([_transfer_read(vector_type, tensor, base)])
+                        scf.YieldOp([transfer_read(vector_type, tensor, base)])
                     with ir.InsertionPoint(guarded.else_block):
                         scf.YieldOp([_zero(vector_type)])
                     loaded = guarded.results[0]
@@ -432,7 +432,7 @@ class _Rewriter:
         with ir.InsertionPoint(access.op):
             scalar = _vector_extract(loaded, self.loop.iv)
         access.op.results[0].replace_all_uses_with(scalar)
-        _erase_with_unused_index(access.op)
+        erase_with_unused_index(access.op)
 
     def vectorize_stores(self, stores: list[tuple[int, _Access]]) -> ir.Operation:
         """Carry one vector per written tensor; write each after the loop. Returns the new loop."""
@@ -461,7 +461,7 @@ class _Rewriter:
             with ir.InsertionPoint(insert):
                 inserted = _vector_insert(insert.operands[0], vector_arg, iv)
             insert.results[0].replace_all_uses_with(tensor_arg)
-            _erase_with_unused_index(insert)
+            erase_with_unused_index(insert)
             if access.guards:
                 if_op = _if_with_extra_result(_enclosing_if(inserted), inserted, vector_arg)
                 pending.append((inserted, len(if_op.results) - 1))
@@ -504,7 +504,7 @@ def _enclosing_if(value: ir.Value) -> ir.Operation:
     return value.owner.operation.parent.operation
 
 
-def _erase_with_unused_index(op: ir.Operation) -> None:
+def erase_with_unused_index(op: ir.Operation) -> None:
     """Erase ``op`` and then its index computation if nothing else uses it."""
     index = op.operands[len(op.operands) - 1]
     op.erase()
@@ -529,7 +529,7 @@ def _identity_map() -> ir.AffineMapAttr:
     return ir.AffineMapAttr.get(ir.AffineMap.get_minor_identity(1, 1))
 
 
-def _transfer_read(vector_type: ir.VectorType, tensor: ir.Value, base: ir.Value) -> ir.Value:
+def transfer_read(vector_type: ir.VectorType, tensor: ir.Value, base: ir.Value) -> ir.Value:
     element = vector_type.element_type
     if isinstance(element, ir.IntegerType):
         pad = arith.ConstantOp(element, 0).result
@@ -625,10 +625,17 @@ def run(module: ir.Module, options: PipelineOptions) -> None:
         loops = ir_utils.walk_ops(func_op, "scf.for")
         for loop_op in reversed(loops):  # innermost first: a rewrite replaces only its own loop
             vectorize_loop(loop_op, func_args)
+        # imported here: vectorize_adjacent builds its reads with this module's helpers
+        from heron.emitters.pipeline import vectorize_adjacent
+
+        vectorize_adjacent.run_function(func_op)
 
 
 PASS = Pass(
     name="vectorize-loads-stores",
     run=run,
-    description="contiguous aligned extract/insert in a vector loop -> vector.transfer_read/write",
+    description=(
+        "contiguous aligned extract/insert in a vector loop -> vector.transfer_read/write;"
+        " aligned adjacent extracts in one block -> one vector.transfer_read"
+    ),
 )
