@@ -3,9 +3,8 @@
 For every program of the program corpus (``programs/*/module.hlo``, as JAX
 printed it) and for a generated module of about 10,000 instructions, it times
 ``--runs`` times (median): parsing the text, then heron's HLO pipeline on it
-(``heron opt``'s: :func:`heron.compiler.gpu_pipeline` for the h100 preset when
-the compiler has it, else the target-independent
-:func:`heron.hlo.passes.simplification_pipeline`). With ``--xla`` (needs
+(``heron opt --target h100``'s: :func:`heron.compiler.fusion.gpu_pipeline`,
+the target-independent passes then the GPU fusion passes). With ``--xla`` (needs
 ``heron[xla]`` or ``HERON_XLA_PYTHON``, docs/xla.md) it also compiles each
 module once with XLA:GPU, deviceless, for an H100 in the same run and reports
 XLA's own ``PJRT_Compile`` time. The two are not the same work: XLA's figure
@@ -29,7 +28,7 @@ import numpy as np
 from heron.hlo.builder import ModuleBuilder
 from heron.hlo.ir import Module
 from heron.hlo.parser import parse_module
-from heron.hlo.passes import run_pipeline, simplification_pipeline
+from heron.hlo.passes import run_pipeline
 from heron.hlo.printer import print_module
 from heron.hlo.shapes import array_shape
 
@@ -39,11 +38,10 @@ PROGRAMS = ROOT / "programs"
 
 def heron_pipeline():
     """The pipeline ``heron opt`` runs for the h100 preset (the GPU one when it exists)."""
-    try:
-        from heron.compiler import Target, gpu_pipeline  # type: ignore[attr-defined]
-    except ImportError:
-        return "simplification", simplification_pipeline()
-    return "gpu (h100)", gpu_pipeline(Target.preset("h100"))
+    from heron.compiler import Target
+    from heron.compiler.fusion import gpu_pipeline
+
+    return "gpu (h100): simplification + fusion", gpu_pipeline(Target.preset("h100"))
 
 
 def generated_module(instructions: int = 10_000, seed: int = 0) -> Module:
