@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--xla", action="store_true", help="also time XLA:GPU's compile")
     parser.add_argument("--only", help="one program (or 'generated')")
     parser.add_argument("--instructions", type=int, default=10_000)
+    parser.add_argument("--no-generated", action="store_true", help="the corpus programs only")
     args = parser.parse_args(argv)
     label, _ = heron_pipeline()
     installation = None
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         installation = find_xla()
     cases = [(p.name, (p / "module.hlo").read_text()) for p in sorted(PROGRAMS.iterdir())
              if (p / "module.hlo").exists()]  # fmt: skip
-    cases.append(("generated", print_module(generated_module(args.instructions))))
+    if not args.no_generated:
+        cases.append(("generated", print_module(generated_module(args.instructions))))
     if args.only:
         cases = [c for c in cases if c[0] == args.only]
     print(f"heron pipeline: {label}; median of {args.runs} runs; 2-core machine, no GPU")
