@@ -32,6 +32,12 @@ class FusionContext:
     checker: FusionChecker = attrs.field(init=False)
     _costs: dict[int, tuple[Instruction, KernelCost]] = attrs.field(init=False, factory=dict)
     _prices: dict[tuple[object, ...], KernelCost] = attrs.field(init=False, factory=dict)
+    #: A candidate's body signature (names aside), made once per candidate object.
+    _signatures: dict[int, tuple[Candidate, object]] = attrs.field(init=False, factory=dict)
+    #: The checker's answers by body signature: programs repeat the same layer, and
+    #: priority fusion re-plans the same fusions after every rewrite around them.
+    _verdicts: dict[object, Verdict | None] = attrs.field(init=False, factory=dict)
+    _emitted: dict[object, bool] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self.checker = FusionChecker(self.target)
@@ -41,19 +47,35 @@ class FusionContext:
     ) -> tuple[Candidate, Verdict] | None:
         """A fusion of ``members`` computing ``outputs``, if an emitter can emit it."""
         candidate = build_fusion(members, outputs)
-        verdict = self.checker.check(candidate)
+        key = self._signature(candidate)
+        if key in self._verdicts:
+            verdict = self._verdicts[key]
+        else:
+            verdict = self._verdicts[key] = self.checker.check(candidate)
         if verdict is None:
             return None
         return candidate, verdict
 
+    def _signature(self, candidate: Candidate) -> object:
+        known = self._signatures.get(id(candidate))
+        if known is not None and known[0] is candidate:
+            return known[1]
+        key = signature(candidate.body)
+        self._signatures[id(candidate)] = (candidate, key)
+        return key
+
     def emits(self, candidate: Candidate) -> bool:
-        """The emitter's last word on a fusion a pass is about to install."""
-        return self.checker.emits(candidate)
+        """The emitter's last word on a fusion a pass is about to install (asked once
+        per distinct body: the emitters see nothing of a fusion but its body)."""
+        key = self._signature(candidate)
+        if key not in self._emitted:
+            self._emitted[key] = self.checker.emits(candidate)
+        return self._emitted[key]
 
     def price(self, candidate: Candidate, verdict: Verdict) -> KernelCost:
         """The candidate's cost; a body priced before (the same computation, names
         aside: priority fusion re-plans around every rewrite) is not priced again."""
-        key = (signature(candidate.body), verdict.tiled, verdict.threads)
+        key = (self._signature(candidate), verdict.tiled, verdict.threads)
         cost = self._prices.get(key)
         if cost is None:
             cost = estimate_computation(
