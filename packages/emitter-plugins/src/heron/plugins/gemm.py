@@ -49,6 +49,7 @@ from heron.emitters.dialect import allocate_shared_op, sync_threads_op
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter
 from heron.emitters.fusion_analysis import FusionAnalysis, has_no_output_elements
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
+from heron.emitters.ir_utils import both, index_constant
 from heron.emitters.target import EmitterTarget
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
@@ -249,21 +250,11 @@ def plan_gemm(dot: Instruction, target: EmitterTarget) -> GemmPlan:
     return plan
 
 
-def _constant(value: int) -> ir.Value:
-    return arith.ConstantOp(ir.IndexType.get(), value).result
-
-
-def _and(a: ir.Value | None, b: ir.Value | None) -> ir.Value | None:
-    if a is None or b is None:
-        return b if a is None else a
-    return arith.andi(a, b)
-
-
 def _below(value: ir.Value, bound: int, extent: int) -> ir.Value | None:
     """``value < bound``, or None when every value of ``0 .. extent-1`` is below it."""
     if extent <= bound:
         return None
-    return arith.cmpi(arith.CmpIPredicate.ult, value, _constant(bound))
+    return arith.cmpi(arith.CmpIPredicate.ult, value, index_constant(bound))
 
 
 class GemmEmitter(FusionEmitter):
@@ -361,36 +352,36 @@ class GemmEmitter(FusionEmitter):
         thread = entry.thread_ids[0]
         tile = entry.block_ids[0]
         batch = self._batch_index(entry.block_ids[1] if len(entry.block_ids) > 1 else None)
-        row0 = arith.muli(arith.divui(tile, _constant(plan.tiles_n)), _constant(plan.tm))
-        col0 = arith.muli(arith.remui(tile, _constant(plan.tiles_n)), _constant(plan.tn))
-        local_row = arith.divui(thread, _constant(plan.threads_n))
-        local_col = arith.remui(thread, _constant(plan.threads_n))
+        row0 = arith.muli(arith.divui(tile, index_constant(plan.tiles_n)), index_constant(plan.tm))
+        col0 = arith.muli(arith.remui(tile, index_constant(plan.tiles_n)), index_constant(plan.tn))
+        local_row = arith.divui(thread, index_constant(plan.threads_n))
+        local_col = arith.remui(thread, index_constant(plan.threads_n))
         rows = [
-            arith.addi(local_row, _constant(i * plan.threads_m)) if i else local_row
+            arith.addi(local_row, index_constant(i * plan.threads_m)) if i else local_row
             for i in range(plan.rm)
         ]
         cols = [
-            arith.addi(local_col, _constant(j * plan.threads_n)) if j else local_col
+            arith.addi(local_col, index_constant(j * plan.threads_n)) if j else local_col
             for j in range(plan.rn)
         ]
         a_tile = allocate_shared_op(self._tile_type(plan.tm, plan.tk)).results[0]
         b_tile = allocate_shared_op(self._tile_type(plan.tk, plan.tn)).results[0]
         cells = plan.rm * plan.rn
         loop = scf.ForOp(
-            _constant(0),
-            _constant(plan.k_steps),
-            _constant(1),
+            index_constant(0),
+            index_constant(plan.k_steps),
+            index_constant(1),
             [*(self._zero() for _ in range(cells)), a_tile, b_tile],
         )
         with ir.InsertionPoint(loop.body):
             *accs, a_tile, b_tile = loop.inner_iter_args
-            k0 = arith.muli(loop.induction_variable, _constant(plan.tk))
+            k0 = arith.muli(loop.induction_variable, index_constant(plan.tk))
             a_tile = self._stage(entry, a_tile, 0, batch, row0, k0, thread)
             b_tile = self._stage(entry, b_tile, 1, batch, k0, col0, thread)
             a_tile, b_tile = sync_threads_op([a_tile, b_tile]).results
             for kk in range(plan.tk):
-                a = [tensor.extract(a_tile, [r, _constant(kk)]) for r in rows]
-                b = [tensor.extract(b_tile, [_constant(kk), c]) for c in cols]
+                a = [tensor.extract(a_tile, [r, index_constant(kk)]) for r in rows]
+                b = [tensor.extract(b_tile, [index_constant(kk), c]) for c in cols]
                 for i in range(plan.rm):
                     for j in range(plan.rn):
                         cell = i * plan.rn + j
@@ -420,7 +411,7 @@ class GemmEmitter(FusionEmitter):
     ) -> Values:
         """C[row, col] (through the epilogue) where it lies inside C."""
         plan = self.plan
-        inside = _and(
+        inside = both(
             _below(row, plan.m, plan.tiles_m * plan.tm), _below(col, plan.n, plan.tiles_n * plan.tn)
         )
         index = [*batch, *([row] if plan.has_m else []), *([col] if plan.has_n else [])]
@@ -451,14 +442,14 @@ class GemmEmitter(FusionEmitter):
         if not dims:
             return []
         assert flat is not None or math.prod(dims) == 1
-        remaining = flat if flat is not None else _constant(0)
+        remaining = flat if flat is not None else index_constant(0)
         index: Values = []
         for d, size in reversed(list(enumerate(dims))):
             if d == 0:
                 index.append(remaining)
             else:
-                index.append(arith.remui(remaining, _constant(size)))
-                remaining = arith.divui(remaining, _constant(size))
+                index.append(arith.remui(remaining, index_constant(size)))
+                remaining = arith.divui(remaining, index_constant(size))
         return list(reversed(index))
 
     def _stage(
@@ -484,13 +475,13 @@ class GemmEmitter(FusionEmitter):
         has_col = plan.has_k if side == 0 else plan.has_n
         elements = rows * cols
         for r in range(math.ceil(elements / plan.threads)):
-            slot = arith.addi(thread, _constant(r * plan.threads)) if r else thread
+            slot = arith.addi(thread, index_constant(r * plan.threads)) if r else thread
             used = _below(slot, elements, (r + 1) * plan.threads)
-            local_r = arith.divui(slot, _constant(cols))
-            local_c = arith.remui(slot, _constant(cols))
+            local_r = arith.divui(slot, index_constant(cols))
+            local_c = arith.remui(slot, index_constant(cols))
             g_row = arith.addi(row0, local_r)
             g_col = arith.addi(col0, local_c)
-            inside = _and(
+            inside = both(
                 _below(g_row, extent_rows[0], spans[0]), _below(g_col, extent_rows[1], spans[1])
             )
             index = [*batch, *([g_row] if has_row else []), *([g_col] if has_col else [])]

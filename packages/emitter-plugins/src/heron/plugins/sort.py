@@ -58,6 +58,7 @@ from heron.emitters.dialect.irdl_source import MAX_ITER_ARGS
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter
 from heron.emitters.fusion_analysis import FusionAnalysis, has_no_output_elements
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
+from heron.emitters.ir_utils import both, index_constant
 from heron.emitters.target import EmitterTarget
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
@@ -191,17 +192,6 @@ def _iota_operand(sort: Instruction, dimension: int, length: int) -> int | None:
     return None
 
 
-def _constant(value: int) -> ir.Value:
-    return arith.ConstantOp(ir.IndexType.get(), value).result
-
-
-def _both(a: ir.Value | None, b: ir.Value | None) -> ir.Value | None:
-    """``a and b``, where None stands for a condition that always holds."""
-    if a is None or b is None:
-        return b if a is None else a
-    return arith.andi(a, b)
-
-
 class SortEmitter(FusionEmitter):
     """One block sorts ``rows_per_block`` rows in shared memory (see the module docstring)."""
 
@@ -248,13 +238,13 @@ class SortEmitter(FusionEmitter):
         plan = self.plan
         thread = entry.thread_ids[0]
         block = entry.block_ids[0]
-        threads = _constant(plan.threads_per_row)
+        threads = index_constant(plan.threads_per_row)
         local_row = arith.divui(thread, threads)
         lane = arith.remui(thread, threads)
-        row = arith.addi(arith.muli(block, _constant(plan.rows_per_block)), local_row)
+        row = arith.addi(arith.muli(block, index_constant(plan.rows_per_block)), local_row)
         row_ok = None
         if plan.rows % plan.rows_per_block:
-            row_ok = arith.cmpi(arith.CmpIPredicate.ult, row, _constant(plan.rows))
+            row_ok = arith.cmpi(arith.CmpIPredicate.ult, row, index_constant(plan.rows))
         self._row_index = self._row_prefix(row)
         self._local_row = local_row
         if not plan.in_shared:
@@ -266,7 +256,7 @@ class SortEmitter(FusionEmitter):
         ]
         if plan.position_tile:
             tiles.append(allocate_shared_op(self._tile_type(self._position_type())).results[0])
-        halves = [pair, arith.addi(pair, _constant(plan.pairs))]
+        halves = [pair, arith.addi(pair, index_constant(plan.pairs))]
         for position in halves:
             tiles = self._load(entry, tiles, position, row_ok)
         tiles = list(sync_threads_op(tiles).results)
@@ -287,7 +277,7 @@ class SortEmitter(FusionEmitter):
         block across ``bar.sync``).
         """
         plan = self.plan
-        stride = _constant(plan.threads_per_row)
+        stride = index_constant(plan.threads_per_row)
 
         def nth(r: ir.Value) -> ir.Value:
             return arith.addi(lane, arith.muli(r, stride))
@@ -312,15 +302,15 @@ class SortEmitter(FusionEmitter):
     def _rounds(self, count: int, carried: Values, body) -> Values:
         """``body(r, carried)`` for ``r`` in ``0 .. count-1`` (an ``scf.for`` when > 1)."""
         if count == 1:
-            return body(_constant(0), carried)
-        loop = scf.ForOp(_constant(0), _constant(count), _constant(1), carried)
+            return body(index_constant(0), carried)
+        loop = scf.ForOp(index_constant(0), index_constant(count), index_constant(1), carried)
         with ir.InsertionPoint(loop.body):
             scf.YieldOp(body(loop.induction_variable, list(loop.inner_iter_args)))
         return list(loop.results)
 
     def _copy(self, entry: EntryFunction, outputs: Values, position: ir.Value) -> Values:
         """Element ``position`` of the row, every operand, into the outputs."""
-        inside = arith.cmpi(arith.CmpIPredicate.ult, position, _constant(self.plan.length))
+        inside = arith.cmpi(arith.CmpIPredicate.ult, position, index_constant(self.plan.length))
 
         def copy(current: Values) -> Values:
             index = self._operand_index(position)
@@ -339,7 +329,7 @@ class SortEmitter(FusionEmitter):
         """``position < n`` for a position below ``P``; None (always) when ``n == P``."""
         if self.plan.length == self.plan.padded:
             return None
-        return arith.cmpi(arith.CmpIPredicate.ult, position, _constant(self.plan.length))
+        return arith.cmpi(arith.CmpIPredicate.ult, position, index_constant(self.plan.length))
 
     def _slot(self, position: ir.Value) -> Values:
         """Where element ``position`` of the thread's row is: its tile or its output."""
@@ -377,8 +367,8 @@ class SortEmitter(FusionEmitter):
             if position == len(others) - 1:
                 index[d] = remaining
             else:
-                index[d] = arith.remui(remaining, _constant(size))
-                remaining = arith.divui(remaining, _constant(size))
+                index[d] = arith.remui(remaining, index_constant(size))
+                remaining = arith.divui(remaining, index_constant(size))
         return index
 
     def _operand_index(self, position: ir.Value) -> Values:
@@ -419,7 +409,7 @@ class SortEmitter(FusionEmitter):
                 result[-1] = tensor.insert(original, result[-1], slot)
             return result
 
-        return self._guarded(_both(row_ok, inside), tiles, fill)
+        return self._guarded(both(row_ok, inside), tiles, fill)
 
     def _step(
         self,
@@ -433,13 +423,13 @@ class SortEmitter(FusionEmitter):
         """One compare-and-swap of the thread's pair for one step of the network."""
         span = 1 << distance
         low = arith.addi(
-            arith.muli(arith.divui(pair, _constant(span)), _constant(2 * span)),
-            arith.remui(pair, _constant(span)),
+            arith.muli(arith.divui(pair, index_constant(span)), index_constant(2 * span)),
+            arith.remui(pair, index_constant(span)),
         )
         if mirrored:
-            high = arith.xori(low, _constant(2 * span - 1))
+            high = arith.xori(low, index_constant(2 * span - 1))
         else:
-            high = arith.addi(low, _constant(span))
+            high = arith.addi(low, index_constant(span))
         inside = self._in_row(high)
         low_slot = self._slot(low)
         high_slot = self._slot(high)
@@ -455,7 +445,7 @@ class SortEmitter(FusionEmitter):
                 result[k] = tensor.insert(second, tensor.insert(first, tile, low_slot), high_slot)
             return result
 
-        return self._guarded(_both(row_ok, inside), tiles, exchange)
+        return self._guarded(both(row_ok, inside), tiles, exchange)
 
     def _ordered_before(self, entry: EntryFunction, a: Values, b: Values) -> ir.Value:
         """Whether the element ``a`` (tile values) goes before ``b``: the comparator, then
@@ -495,7 +485,7 @@ class SortEmitter(FusionEmitter):
                 result[k] = tensor.insert(stored, result[k], index)
             return result
 
-        return self._guarded(_both(row_ok, inside), outputs, write)
+        return self._guarded(both(row_ok, inside), outputs, write)
 
 
 def _to_shared(value: ir.Value, element: ElementType) -> ir.Value:

@@ -103,3 +103,10 @@ def int_constant(value: int, width: int) -> ir.Value:
     if width == 1:
         value = -value  # i1 true prints as -1 in two's complement; MLIR wants 1 or -1
     return arith.ConstantOp(ir.IntegerType.get_signless(width), value).result
+
+
+def both(a: ir.Value | None, b: ir.Value | None) -> ir.Value | None:
+    """``a and b`` for ``i1`` conditions, where None stands for one that always holds."""
+    if a is None or b is None:
+        return b if a is None else a
+    return arith.andi(a, b)

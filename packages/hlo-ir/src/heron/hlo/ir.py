@@ -45,6 +45,21 @@ class Instruction:
         return f"<Instruction {self.name} = {self.shape} {self.opcode}>"
 
     # -- convenience ---------------------------------------------------------
+    def clone(self, operands: list[Instruction], name: str | None = None) -> Instruction:
+        """This instruction over other ``operands`` (and under ``name``): same opcode,
+        shape, attributes (a dict of its own), constant, parameter number and source
+        location; in no computation until one adds it."""
+        return Instruction(
+            name=self.name if name is None else name,
+            opcode=self.opcode,
+            shape=self.shape,
+            operands=operands,
+            attributes=dict(self.attributes),
+            literal=self.literal,
+            parameter_number=self.parameter_number,
+            location=self.location,
+        )
+
     @property
     def array_shape(self) -> ArrayShape:
         """The shape, asserting it is an array (most ops)."""

@@ -79,19 +79,6 @@ def fusion_kind_of(analysis_kind: str) -> str:
     return "kLoop"
 
 
-def _clone(inst: Instruction, operands: list[Instruction], name: str) -> Instruction:
-    return Instruction(
-        name=name,
-        opcode=inst.opcode,
-        shape=inst.shape,
-        operands=operands,
-        attributes=dict(inst.attributes),
-        literal=inst.literal,
-        parameter_number=inst.parameter_number,
-        location=inst.location,
-    )
-
-
 def build_fusion(
     members: Sequence[Instruction],
     outputs: Sequence[Instruction],
@@ -142,7 +129,7 @@ def build_fusion(
             mapped[id(member)] = inner_operands[0].operands[member.attr("index")]
         else:
             mapped[id(member)] = body.add(
-                _clone(member, inner_operands, body_names.take(member.name))
+                member.clone(inner_operands, body_names.take(member.name))
             )
     roots = [mapped[id(output)] for output in outputs]
     if len(roots) == 1:
@@ -187,7 +174,7 @@ def _inline(
             mapped[id(inst)] = operands[inst.parameter_number]
             continue
         new_operands = [mapped[id(op)] for op in inst.operands]
-        mapped[id(inst)] = body.add(_clone(inst, new_operands, names.take(inst.name)))
+        mapped[id(inst)] = body.add(inst.clone(new_operands, names.take(inst.name)))
     return mapped[id(inner.root_instruction)]
 
 

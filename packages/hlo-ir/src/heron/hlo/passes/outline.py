@@ -162,19 +162,6 @@ def _distinct(operands: list[Instruction]) -> list[Instruction]:
     return list(seen.values())
 
 
-def _clone(inst: Instruction, operands: list[Instruction]) -> Instruction:
-    return Instruction(
-        name=inst.name,
-        opcode=inst.opcode,
-        shape=inst.shape,
-        operands=operands,
-        attributes=dict(inst.attributes),
-        literal=inst.literal,
-        parameter_number=inst.parameter_number,
-        location=inst.location,
-    )
-
-
 def outline_module(module: Module, computable: Collection[str] | None = None) -> Module:
     """A module whose entry computation computes only through fusions.
 
@@ -200,12 +187,12 @@ def outline_module(module: Module, computable: Collection[str] | None = None) ->
     for inst in _reachable(entry):
         operands = [mapped[id(operand)] for operand in inst.operands]
         if inst.opcode in HOST_OPCODES or inst.opcode == "fusion":
-            new = _clone(inst, operands)
+            new = inst.clone(operands)
         else:
             _check_outlinable(inst, computable)
             name = _unique(outlined_name(inst.name), taken)
             distinct = _distinct(operands)
-            body = _fused_computation(_clone(inst, operands), distinct, name)
+            body = _fused_computation(inst.clone(operands), distinct, name)
             added.append(body)
             new = Instruction(
                 name=inst.name,
