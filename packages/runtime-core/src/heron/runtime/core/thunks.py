@@ -21,6 +21,7 @@ into command buffers, are not built yet (docs/runtime.md).
 
 from __future__ import annotations
 
+import abc
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
@@ -172,13 +173,14 @@ class BufferSlice:
 # -- thunks ----------------------------------------------------------------------------
 
 
-class Thunk:
+class Thunk(abc.ABC):
     """Base of every thunk type; ``kind`` is its tag in the JSON form."""
 
     kind: ClassVar[str] = ""
 
+    @abc.abstractmethod
     def to_json(self) -> Json:
-        raise NotImplementedError
+        """This thunk as JSON-compatible data (``kind`` first), read back by ``from_json``."""
 
     def slices(self) -> Iterator[BufferSlice]:
         """Every slice this thunk reads or writes itself (not its nested thunks')."""
