@@ -180,6 +180,13 @@ def test_the_expected_failures_name_programs():
     assert set(EXPECTED_FAILURES) <= set(NAMES)
 
 
+#: Programs whose pipeline reassociates a floating-point sum, so that bits may change
+#: within assert_close's bound: program -> the pass and why.
+REASSOCIATED = {
+    "conv1d": "convolution-to-dot: the dot sums window x features in its own order",
+}
+
+
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in EXPECTED_FAILURES])
 def test_the_simplification_pipeline_inlines_calls_and_keeps_every_bit(name):
     module = _module(name)
@@ -191,7 +198,10 @@ def test_the_simplification_pipeline_inlines_calls_and_keeps_every_bit(name):
     after = _evaluate(module, arguments)
     for i, (b, a) in enumerate(zip(before, after, strict=True)):
         assert a.dtype == b.dtype and a.shape == b.shape
-        assert a.tobytes() == b.tobytes(), f"{name} out{i} changed in the pipeline"
+        if name in REASSOCIATED:
+            assert_close(a, b, f"{name} out{i} after the pipeline")
+        else:
+            assert a.tobytes() == b.tobytes(), f"{name} out{i} changed in the pipeline"
 
 
 def _kernel_symbol(instruction_name: str) -> str:
@@ -304,7 +314,6 @@ def test_the_tolerance_rejects_a_wrong_float():
 #: program -> the opcode heron refuses it for today.
 REFUSED = {
     "cond": "conditional",
-    "conv1d": "convolution",
     "dropout_threefry": "while",
     "fori_loop_newton_sqrt": "while",
     "scan_cumulative_max": "while",

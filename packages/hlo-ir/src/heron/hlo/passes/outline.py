@@ -116,8 +116,9 @@ def _refuse(inst: Instruction, why: str) -> UnsupportedError:
 
 #: Why an opcode of REFUSED_OPCODES is refused, where there is more to say than "not yet".
 REFUSAL_REASONS = {
-    "convolution": "no heron emitter handles convolution yet: it is neither lowered to a"
-    " GEMM (im2col or implicit GEMM) nor emitted by a convolution emitter",
+    "convolution": "the convolution-to-dot pass lowers every convolution to im2col and a"
+    " GEMM except one with batch_group_count > 1 (a grouped convolution's weight"
+    " gradient), which no heron emitter handles yet",
 }
 
 

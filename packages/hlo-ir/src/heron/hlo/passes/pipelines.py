@@ -16,6 +16,7 @@ from heron.hlo.passes import (
     algebraic_simplifier,
     call_inliner,
     conditional_simplifier,
+    convolution_to_dot,
     copy_insertion,
     cse,
     dce,
@@ -37,6 +38,7 @@ _REGISTERING = (
     algebraic_simplifier,
     call_inliner,
     conditional_simplifier,
+    convolution_to_dot,
     copy_insertion,
     cse,
     dce,
@@ -50,12 +52,14 @@ _REGISTERING = (
 
 
 def simplification_pipeline() -> Pipeline:
-    """Inline calls, decompose topk, canonicalise dots; then simplify to a fixed point."""
+    """Inline calls, decompose topk, lower convolutions to dots, canonicalise dots; then
+    simplify to a fixed point."""
     return Pipeline(
         "simplification",
         (
             pass_named("call-inliner"),
             pass_named("topk-decomposer"),
+            pass_named("convolution-to-dot"),
             pass_named("dot-decomposer"),
             FixedPoint(
                 "simplify",
