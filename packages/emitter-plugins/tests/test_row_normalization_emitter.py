@@ -136,6 +136,44 @@ def test_softmax_rows_of_every_length_and_type(dtype, rows, length, installed):
     _check(softmax(dtype, rows, length))
 
 
+def rmsnorm_narrow(dtype: str, rows: int, length: int) -> str:
+    """RMS norm summed in ``dtype`` itself (no f32 accumulation): 16-bit shared tiles."""
+    shape, row = f"[{rows},{length}]", f"[{rows}]"
+    return f"""
+add_r {{
+  a = {dtype}[] parameter(0)
+  b = {dtype}[] parameter(1)
+  ROOT s = {dtype}[] add(a, b)
+}}
+fused {{
+  x = {dtype}{shape}{{1,0}} parameter(0)
+  g = {dtype}[{length}]{{0}} parameter(1)
+  sq = {dtype}{shape}{{1,0}} multiply(x, x)
+  zero = {dtype}[] constant(0)
+  ss = {dtype}{row}{{0}} reduce(sq, zero), dimensions={{1}}, to_apply=add_r
+  n = {dtype}[] constant({length})
+  nb = {dtype}{row}{{0}} broadcast(n), dimensions={{}}
+  ms = {dtype}{row}{{0}} divide(ss, nb)
+  r = {dtype}{row}{{0}} rsqrt(ms)
+  rb = {dtype}{shape}{{1,0}} broadcast(r), dimensions={{0}}
+  gb = {dtype}{shape}{{1,0}} broadcast(g), dimensions={{1}}
+  y = {dtype}{shape}{{1,0}} multiply(x, rb)
+  ROOT o = {dtype}{shape}{{1,0}} multiply(y, gb)
+}}
+ENTRY main {{
+  p0 = {dtype}{shape}{{1,0}} parameter(0)
+  p1 = {dtype}[{length}]{{0}} parameter(1)
+  ROOT f = {dtype}{shape}{{1,0}} fusion(p0, p1), kind=kLoop, calls=fused
+}}
+"""
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("warp", [32, 64])
+def test_a_norm_reduced_in_a_16_bit_type(dtype, warp, installed):
+    _check(rmsnorm_narrow(dtype, 3, 520), warp)
+
+
 @pytest.mark.parametrize("warp", [32, 64])
 def test_log_softmax_with_several_warps_a_row(warp, installed):
     _check(softmax("f32", 5, 300, log=True), warp)
@@ -160,12 +198,20 @@ def test_launch_one_block_or_warp_a_row():
     assert "heron_gpu.loop" not in emitted.split("func.func @")[-1]  # straight-line entry
 
 
-def test_each_input_element_is_loaded_once():
-    """The row stays in registers: one read of x per element, whatever reads it."""
-    (fusion,) = fusions_of(parse_module(softmax("f32", 4, 256)))
-    kernel = compile_emitted(RowNormalizationEmitter(analysed(fusion, H100)).emit(), H100)
-    loads = [line for line in artefact_text(kernel, "ptx").splitlines() if "ld.global" in line]
-    assert len(loads) == 256 // 32  # 32 threads a row, 8 elements each, each loaded once
+@pytest.mark.parametrize(
+    ("dtype", "loads"), [("f32", "ld.global.nc.v2.b32"), ("bf16", "ld.global.nc.v4.b16")]
+)
+def test_each_input_element_is_loaded_once_in_vectors(dtype, loads):
+    """The row stays in registers: one read of x per element, whatever reads it, in the
+    reduction emitters' vectors (2 x 32 bits, 4 x 16 bits) of adjacent elements."""
+    (fusion,) = fusions_of(parse_module(softmax(dtype, 4, 256)))
+    emitter = RowNormalizationEmitter(analysed(fusion, H100))
+    kernel = compile_emitted(emitter.emit(), H100)
+    ptx = [line.strip() for line in artefact_text(kernel, "ptx").splitlines()]
+    global_loads = [line for line in ptx if line.startswith("ld.global")]
+    assert emitter.elements == 8  # 32 threads a row, 8 elements each
+    assert global_loads and all(line.startswith(loads) for line in global_loads)
+    assert len(global_loads) * emitter.vector_size == emitter.elements
 
 
 def test_rows_longer_than_registers_hold_are_not_claimed_and_a_forced_emitter_names_them():

@@ -20,13 +20,16 @@ row. This emitter takes the whole chain as one fusion:
   Anything else keeps the emitter hero selection picked.
 - **Threads.** ``T`` threads own a row (a multiple of the 32-lane logical warp,
   about ``ELEMENTS_PER_THREAD_TARGET`` elements each, at most 1,024 and the
-  Target's block limit); short rows share a block (``256 / T`` rows). Thread
-  ``lane`` of a row holds elements ``lane, lane + T, lane + 2T, ...``
-  (consecutive lanes read consecutive elements: coalesced), ``E = ceil(n /
-  T)`` of them, in registers: the kernel is straight-line code over those
-  ``E`` elements, so each parameter element is loaded once and every value
-  computed from it is reused by each reduction and by the output (the
-  elemental code is memoised per element).
+  Target's block limit); short rows share a block (``256 / T`` rows). A thread
+  holds ``E = ceil(n / T)`` elements of its row, in vectors of ``V`` adjacent
+  elements (the reduction emitters' ``vector_size_for``: 2 for 32-bit, 4 for
+  16-bit inputs, where whole vectors tile the row, else 1): lane ``l`` holds
+  vectors ``l, l + T, l + 2T, ...``, so a warp reads consecutive vectors
+  (coalesced) and LLVM loads each vector with one ``ld.global.v2``/``v4``.
+  The kernel is straight-line code over those ``E`` elements, in registers:
+  each parameter element is loaded once and every value computed from it is
+  reused by each reduction and by the output (the elemental code is
+  memoised per element).
 - **Reductions**, in dependency order: each thread combines its ``E`` values
   with the reducer, ``shuffle_reduce`` combines a warp (the butterfly leaves
   the result in every lane), and when a row has several warps, lane 0 of each
@@ -79,6 +82,7 @@ from heron.plugins.reduction_base import (
     ThreadMap,
     delinearise,
     physical_index,
+    vector_size_for,
 )
 
 __all__ = [
@@ -304,6 +308,14 @@ class RowNormalizationEmitter(FusionEmitter):
                 f" thread with {self.row_threads} threads a row, over the"
                 f" {MAX_ELEMENTS_PER_THREAD} a thread keeps in registers"
             )
+        # Adjacent elements a thread reads together (the reduction emitters' rule), where
+        # whole vectors tile the row: LLVM then loads them with one vector load.
+        vector = vector_size_for(
+            self.computation, description.reduces, description.row_length, self.row_threads
+        )
+        if description.row_length % (self.row_threads * vector):
+            vector = 1
+        self.vector_size = vector
         per_block = max(1, THREADS_PER_BLOCK_TARGET // self.row_threads)
         self.rows_per_block = min(per_block, description.rows)
         self.blocks = -(-description.rows // self.rows_per_block)
@@ -366,16 +378,18 @@ class _RowEmission:
         # Per element a thread holds: its row-shape index and whether it is in the row.
         linear = Dim(0) * n + Dim(1)
         self.slots: list[tuple[list[ir.Value], ir.Value | None]] = []
-        for k in range(e.elements):
-            (column,) = self.apply([thread % T + k * T])
-            valid = None
-            if (k + 1) * T > n:
-                valid = self.below(column, n)
-                column = arith.minsi(column, self.constant(n - 1))
-            index = self.apply(
-                physical_index(linear, norm.row_shape), (norm.rows, n), [row, column]
-            )
-            self.slots.append((index, valid))
+        V = e.vector_size
+        for k in range(e.elements // V):
+            for v in range(V):
+                (column,) = self.apply([(thread % T + k * T) * V + v])
+                valid = None
+                if (k + 1) * T * V > n:
+                    valid = self.below(column, n)
+                    column = arith.minsi(column, self.constant(n - 1))
+                index = self.apply(
+                    physical_index(linear, norm.row_shape), (norm.rows, n), [row, column]
+                )
+                self.slots.append((index, valid))
         for reduce in norm.reduces:
             self.reduced[id(reduce)] = self.reduce_row(reduce)
         return self.write_outputs()
