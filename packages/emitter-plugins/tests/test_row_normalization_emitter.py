@@ -179,6 +179,52 @@ def test_log_softmax_with_several_warps_a_row(warp, installed):
     _check(softmax("f32", 5, 300, log=True), warp)
 
 
+SEVERAL_ROOTS = """
+max_r {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+add_r {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+fused {
+  x = f32[2,3,96]{2,1,0} parameter(0)
+  t = f32[2,3]{1,0} parameter(1)
+  ninf = f32[] constant(-inf)
+  mx = f32[2,3]{1,0} reduce(x, ninf), dimensions={2}, to_apply=max_r
+  mxr = f32[6,1]{1,0} reshape(mx)
+  mxb = f32[2,3,96]{2,1,0} broadcast(mx), dimensions={0,1}
+  shifted = f32[2,3,96]{2,1,0} subtract(x, mxb)
+  e = f32[2,3,96]{2,1,0} exponential(shifted)
+  zero = f32[] constant(0)
+  sm = f32[2,3]{1,0} reduce(e, zero), dimensions={2}, to_apply=add_r
+  scaled = f32[2,3]{1,0} multiply(sm, t)
+  smr = f32[6,1]{1,0} reshape(scaled)
+  both = f32[6,1]{1,0} add(smr, mxr)
+  bothr = f32[2,3]{1,0} reshape(both)
+  bb = f32[2,3,96]{2,1,0} broadcast(bothr), dimensions={0,1}
+  out = f32[2,3,96]{2,1,0} divide(e, bb)
+  ROOT r = (f32[2,3,96]{2,1,0}, f32[2,3,96]{2,1,0}, f32[2,3,96]{2,1,0}) tuple(out, shifted, out)
+}
+ENTRY main {
+  p0 = f32[2,3,96]{2,1,0} parameter(0)
+  p1 = f32[2,3]{1,0} parameter(1)
+  ROOT f = (f32[2,3,96]{2,1,0}, f32[2,3,96]{2,1,0}, f32[2,3,96]{2,1,0}) fusion(p0, p1),
+    kind=kLoop, calls=fused
+}
+"""
+
+
+@pytest.mark.parametrize("warp", [32, 64])
+def test_several_roots_kept_dims_and_a_per_row_parameter(warp, installed):
+    """Rows of two kept dimensions, per-row values reshaped on the way and mixed with a
+    per-row parameter, a side output (x - max) and a root listed twice."""
+    _check(SEVERAL_ROOTS, warp)
+
+
 def _emitter(text: str, target: Target | None = None) -> RowNormalizationEmitter:
     (fusion,) = fusions_of(parse_module(text))
     return RowNormalizationEmitter(analysed(fusion) if target is None else analysed(fusion, target))

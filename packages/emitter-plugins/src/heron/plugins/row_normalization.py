@@ -74,7 +74,6 @@ from heron.hlo.ir import Instruction
 from heron.hlo.opcodes import is_elementwise
 from heron.hlo.shapes import ArrayShape
 from heron.indexing import Dim, IndexingMap, Interval, Variable
-from heron.indexing.affine import Constant
 from heron.indexing.thread_maps import LaunchDimensions
 from heron.plugins.reduction_base import (
     LOGICAL_WARP_SIZE,
@@ -125,14 +124,6 @@ class RowNormalization:
     row_length: int
     per_row: frozenset[int]
     dependent: frozenset[int]
-
-    @property
-    def kept_dims(self) -> tuple[int, ...]:
-        """The row shape's kept (not reduced) dimensions of size > 1, in order."""
-        reduced = set(self.reduces[0].attr("dimensions", ()))
-        return tuple(
-            d for d in range(self.row_shape.rank) if d not in reduced and self.row_shape.dims[d] > 1
-        )
 
 
 def _non_unit(shape: ArrayShape) -> tuple[int, ...]:
@@ -193,7 +184,6 @@ def _describe(analysis: FusionAnalysis) -> RowNormalization | None:
             return None
     reduced = set(first.attr("dimensions", ()))
     kept = tuple(d for d in range(row_shape.rank) if d not in reduced and row_shape.dims[d] > 1)
-    kept_sizes = tuple(row_shape.dims[d] for d in kept)
     dependent: set[int] = set()
     per_row: set[int] = set()
     for inst in order:
@@ -220,8 +210,8 @@ def _describe(analysis: FusionAnalysis) -> RowNormalization | None:
                 return None
             continue  # a row value from here on
         if from_rows:
-            if _non_unit(shape) != kept_sizes:
-                return None
+            if shape.num_elements != rows:
+                return None  # one value a row, in row-major order (reshapes keep it)
             if inst.opcode == "broadcast" and not _broadcast_adds_unit_dims(inst):
                 return None
             if any(id(o) in dependent and id(o) not in per_row for o in touched):
@@ -398,9 +388,7 @@ class _RowEmission:
         """The index of this thread's row in a per-row value of ``shape``."""
         key = ("row index", shape.dims)
         if key not in self.memo:
-            kept = [self.norm.row_shape.dims[d] for d in self.norm.kept_dims]
-            coords = iter(delinearise(Dim(0), kept))
-            exprs = [next(coords) if n != 1 else Constant(0) for n in shape.dims]
+            exprs = delinearise(Dim(0), shape.dims)  # row-major, as reshapes number elements
             self.memo[key] = self.apply(exprs, (self.norm.rows,), [self.row]) if exprs else []
         return self.memo[key]
 
