@@ -3,7 +3,8 @@
 ``loop`` (the default: it claims every fusion, at the lowest priority),
 ``transpose``, ``reduction`` (row, multi-row, column and small-column, in
 ``reduction_row`` and ``reduction_column``), ``scatter``, ``concatenate``,
-``dynamic_update_slice`` (in place) and ``input_slices``; ``iteration``,
+``dynamic_update_slice`` (in place), ``input_slices``, ``sort``, ``gemm`` and
+``row_normalization`` (softmax and norms, a row in registers: one kernel); ``iteration``,
 ``reduction_base`` and ``transpose_tiling`` are what several of them share.
 
 Each emitter is registered through the ``heron.emitters`` entry-point group in

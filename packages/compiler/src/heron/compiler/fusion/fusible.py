@@ -39,6 +39,7 @@ from heron.hlo.shapes import ArrayShape, TupleShape
 
 if TYPE_CHECKING:
     from heron.emitters.fusion_analysis import FusionAnalysis
+    from heron.emitters.hookspecs import EmitterSpec
 
 __all__ = [
     "MAX_FUSION_PARAMETERS",
@@ -126,12 +127,17 @@ def _read_once(inst: Instruction, users: dict[Instruction, list[Instruction]]) -
 
 @attrs.frozen
 class Verdict:
-    """A candidate the emitters take: its emitter kind, XLA's ``kind=``, and how many
-    elements its emitter works on in parallel (the cost model's parallelism)."""
+    """A candidate the emitters take: its emitter kind, XLA's ``kind=``, how many
+    elements its emitter works on in parallel (the cost model's parallelism), and
+    whether its emitter computes each reduce once however many elements read it
+    (``computes_each_reduce_once`` on the emitter class: the row-resident
+    normalisation emitter), so a reduce broadcast back along its row reads its
+    input once, not once per element of the broadcast."""
 
     emitter_kind: str
     fusion_kind: str
     threads: int
+    reduces_once: bool = False
 
     @property
     def tiled(self) -> bool:
@@ -139,11 +145,20 @@ class Verdict:
         return self.emitter_kind == "transpose"
 
 
-def verdict_of(analysis: FusionAnalysis) -> Verdict:
-    """The verdict for an analysed fusion the emitters take."""
+def verdict_of(analysis: FusionAnalysis, spec: EmitterSpec | None = None) -> Verdict:
+    """The verdict for an analysed fusion the emitters take (``spec``: its selected
+    emitter, selected here when not given)."""
+    from heron.emitters.selection import select_emitter
+
+    if spec is None:
+        try:
+            spec = select_emitter(analysis)
+        except PluginError:
+            spec = None
     hero = analysis.heroes[0] if analysis.kind.startswith("reduce") else None
     threads = parallel_threads(analysis.computation, hero)
-    return Verdict(analysis.kind, fusion_kind_of(analysis.kind), threads)
+    once = bool(getattr(getattr(spec, "factory", None), "computes_each_reduce_once", False))
+    return Verdict(analysis.kind, fusion_kind_of(analysis.kind), threads, once)
 
 
 @attrs.define
@@ -175,9 +190,12 @@ class FusionChecker:
                 return None
         try:
             analysis = analyse_fusion(candidate.fusion, self.target)
-            select_emitter(analysis, registry)
+            spec = select_emitter(analysis, registry)
         except (HloError, PluginError):
             return None
+        verdict = verdict_of(analysis, spec)
+        if verdict.reduces_once:
+            return verdict  # every reduce computed once (per row), however many read it
         # A reduce that is not a reduction hero is computed by the loop emitter
         # once per element of whatever reads it: fine when only elementwise
         # ops of its own size lead from it to the roots (once per output
@@ -189,7 +207,7 @@ class FusionChecker:
             if inst.opcode == "reduce" and id(inst) not in heroes:
                 if not _read_once(inst, users):
                     return None
-        return verdict_of(analysis)
+        return verdict
 
     def emits(self, candidate: Candidate) -> bool:
         """Whether the chosen emitter really emits ``candidate`` (stage ``emitted``).

@@ -1,0 +1,389 @@
+"""The row-resident normalisation emitter: one kernel per softmax / layer norm / RMS norm.
+
+Kernels run on the interpreter device (sanitizer on, 32- and 64-lane warps)
+through the harness (``check_fusions``: the reference evaluator with
+dtype-aware tolerances, every output element written exactly once), compile
+to PTX (ptxas when present) and gfx942 HSACO, and hero selection gives the
+emitter exactly the normalisations: nothing of the XLA corpus changes
+emitter. The fusions of ``data/row_normalization/`` are the corpus programs
+(``programs/NAME/module.hlo``) as heron's fusion passes fuse them into one
+kernel (``softmax.hlo`` is written by hand: the same body in one fusion).
+
+The registry is the installed one plus this plugin (the dev environment's
+entry points may predate it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from heron_test_support.analysis import H100, analysed, artefact_text, compile_everywhere
+
+import heron.plugins.row_normalization as row_plugin
+from heron.compiler import compile_emitted, fusions_of
+from heron.compiler.fusion.builder import build_fusion
+from heron.compiler.fusion.fusible import FusionChecker
+from heron.compiler.target import Target
+from heron.emitters import selection
+from heron.emitters.registry import EmitterRegistry
+from heron.harness import check_fusions
+from heron.harness.corpus import corpus_files
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.parser import parse_module, parse_module_file
+from heron.plugins.row_normalization import (
+    MAX_ELEMENTS_PER_THREAD,
+    RowNormalizationEmitter,
+    describe_row_normalization,
+)
+from heron.runtime.interpreter.device import InterpreterDevice
+
+DATA = Path(__file__).parent / "data" / "row_normalization"
+PROGRAMS = sorted(p.stem for p in DATA.glob("*.hlo"))
+
+
+def _with_plugin() -> EmitterRegistry:
+    installed = selection.load_emitters()
+    specs = [(s, None) for s in installed.specs if s.name != "row_normalization"]
+    return EmitterRegistry([*specs, *((s, None) for s in row_plugin.heron_emitter_specs())])
+
+
+@pytest.fixture(scope="module")
+def registry() -> EmitterRegistry:
+    return _with_plugin()
+
+
+@pytest.fixture
+def installed(monkeypatch, registry):
+    """Hero selection (and so the harness) with this plugin registered."""
+    monkeypatch.setattr(selection, "default_registry", lambda: registry)
+    return registry
+
+
+def softmax(dtype: str, rows: int, length: int, *, log: bool = False) -> str:
+    """A softmax (or log-softmax) fusion over the rows of ``dtype[rows, length]``, f32 inside."""
+    shape, row = f"[{rows},{length}]", f"[{rows}]"
+    if log:
+        tail = f"""  lg = f32{row}{{0}} log(sm)
+  lgb = f32{shape}{{1,0}} broadcast(lg), dimensions={{0}}
+  out = f32{shape}{{1,0}} subtract(sub, lgb)"""
+    else:
+        tail = f"""  smb = f32{shape}{{1,0}} broadcast(sm), dimensions={{0}}
+  out = f32{shape}{{1,0}} divide(e, smb)"""
+    return f"""
+max_r {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}}
+add_r {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+fused {{
+  p = {dtype}{shape}{{1,0}} parameter(0)
+  x = f32{shape}{{1,0}} convert(p)
+  ninf = f32[] constant(-inf)
+  mx = f32{row}{{0}} reduce(x, ninf), dimensions={{1}}, to_apply=max_r
+  mxb = f32{shape}{{1,0}} broadcast(mx), dimensions={{0}}
+  sub = f32{shape}{{1,0}} subtract(x, mxb)
+  e = f32{shape}{{1,0}} exponential(sub)
+  zero = f32[] constant(0)
+  sm = f32{row}{{0}} reduce(e, zero), dimensions={{1}}, to_apply=add_r
+{tail}
+  ROOT o = {dtype}{shape}{{1,0}} convert(out)
+}}
+ENTRY main {{
+  p0 = {dtype}{shape}{{1,0}} parameter(0)
+  ROOT f = {dtype}{shape}{{1,0}} fusion(p0), kind=kLoop, calls=fused
+}}
+"""
+
+
+def _check(text_or_module, warp: int = 32):
+    module = parse_module(text_or_module) if isinstance(text_or_module, str) else text_or_module
+    fusions = fusions_of(module)
+    report = check_fusions(fusions, "row_normalization", device=InterpreterDevice(warp_size=warp))
+    assert report.ok, report.text()
+    assert [f.emitter for f in report.fusions] == ["row_normalization"] * len(fusions)
+    return report
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+@pytest.mark.parametrize("warp", [32, 64])
+def test_the_corpus_normalisations_equal_the_evaluator(name, warp, installed):
+    _check(parse_module_file(DATA / f"{name}.hlo"), warp)
+
+
+SHAPES = [
+    (8, 128),  # a warp a row, 8 rows a block
+    (9, 64),  # a partial last block (the 9th row alone)
+    (6, 1000),  # 4 warps a row through shared memory, a partial last column step
+    (2, 4096),  # 512 threads a row, 8 elements each
+    (3, 33),  # one element a thread, most lanes idle
+]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "rows", "length"),
+    [
+        *((dtype, *shape) for dtype in ("f32", "bf16", "f16") for shape in SHAPES),
+        ("f32", 1, 32768),  # the longest row kept in registers: 1,024 threads x 32
+    ],
+)
+def test_softmax_rows_of_every_length_and_type(dtype, rows, length, installed):
+    _check(softmax(dtype, rows, length))
+
+
+def rmsnorm_narrow(dtype: str, rows: int, length: int) -> str:
+    """RMS norm summed in ``dtype`` itself (no f32 accumulation): 16-bit shared tiles."""
+    shape, row = f"[{rows},{length}]", f"[{rows}]"
+    return f"""
+add_r {{
+  a = {dtype}[] parameter(0)
+  b = {dtype}[] parameter(1)
+  ROOT s = {dtype}[] add(a, b)
+}}
+fused {{
+  x = {dtype}{shape}{{1,0}} parameter(0)
+  g = {dtype}[{length}]{{0}} parameter(1)
+  sq = {dtype}{shape}{{1,0}} multiply(x, x)
+  zero = {dtype}[] constant(0)
+  ss = {dtype}{row}{{0}} reduce(sq, zero), dimensions={{1}}, to_apply=add_r
+  n = {dtype}[] constant({length})
+  nb = {dtype}{row}{{0}} broadcast(n), dimensions={{}}
+  ms = {dtype}{row}{{0}} divide(ss, nb)
+  r = {dtype}{row}{{0}} rsqrt(ms)
+  rb = {dtype}{shape}{{1,0}} broadcast(r), dimensions={{0}}
+  gb = {dtype}{shape}{{1,0}} broadcast(g), dimensions={{1}}
+  y = {dtype}{shape}{{1,0}} multiply(x, rb)
+  ROOT o = {dtype}{shape}{{1,0}} multiply(y, gb)
+}}
+ENTRY main {{
+  p0 = {dtype}{shape}{{1,0}} parameter(0)
+  p1 = {dtype}[{length}]{{0}} parameter(1)
+  ROOT f = {dtype}{shape}{{1,0}} fusion(p0, p1), kind=kLoop, calls=fused
+}}
+"""
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("warp", [32, 64])
+def test_a_norm_reduced_in_a_16_bit_type(dtype, warp, installed):
+    _check(rmsnorm_narrow(dtype, 3, 520), warp)
+
+
+@pytest.mark.parametrize("warp", [32, 64])
+def test_log_softmax_with_several_warps_a_row(warp, installed):
+    _check(softmax("f32", 5, 300, log=True), warp)
+
+
+SEVERAL_ROOTS = """
+max_r {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+add_r {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+fused {
+  x = f32[2,3,96]{2,1,0} parameter(0)
+  t = f32[2,3]{1,0} parameter(1)
+  ninf = f32[] constant(-inf)
+  mx = f32[2,3]{1,0} reduce(x, ninf), dimensions={2}, to_apply=max_r
+  mxr = f32[6,1]{1,0} reshape(mx)
+  mxb = f32[2,3,96]{2,1,0} broadcast(mx), dimensions={0,1}
+  shifted = f32[2,3,96]{2,1,0} subtract(x, mxb)
+  e = f32[2,3,96]{2,1,0} exponential(shifted)
+  zero = f32[] constant(0)
+  sm = f32[2,3]{1,0} reduce(e, zero), dimensions={2}, to_apply=add_r
+  scaled = f32[2,3]{1,0} multiply(sm, t)
+  smr = f32[6,1]{1,0} reshape(scaled)
+  both = f32[6,1]{1,0} add(smr, mxr)
+  bothr = f32[2,3]{1,0} reshape(both)
+  bb = f32[2,3,96]{2,1,0} broadcast(bothr), dimensions={0,1}
+  out = f32[2,3,96]{2,1,0} divide(e, bb)
+  ROOT r = (f32[2,3,96]{2,1,0}, f32[2,3,96]{2,1,0}, f32[2,3,96]{2,1,0}) tuple(out, shifted, out)
+}
+ENTRY main {
+  p0 = f32[2,3,96]{2,1,0} parameter(0)
+  p1 = f32[2,3]{1,0} parameter(1)
+  ROOT f = (f32[2,3,96]{2,1,0}, f32[2,3,96]{2,1,0}, f32[2,3,96]{2,1,0}) fusion(p0, p1),
+    kind=kLoop, calls=fused
+}
+"""
+
+
+@pytest.mark.parametrize("warp", [32, 64])
+def test_several_roots_kept_dims_and_a_per_row_parameter(warp, installed):
+    """Rows of two kept dimensions, per-row values reshaped on the way and mixed with a
+    per-row parameter, a side output (x - max) and a root listed twice."""
+    _check(SEVERAL_ROOTS, warp)
+
+
+def _emitter(text: str, target: Target | None = None) -> RowNormalizationEmitter:
+    (fusion,) = fusions_of(parse_module(text))
+    return RowNormalizationEmitter(analysed(fusion) if target is None else analysed(fusion, target))
+
+
+def test_launch_one_block_or_warp_a_row():
+    short = _emitter(softmax("f32", 9, 64))
+    assert (short.row_threads, short.rows_per_block, short.blocks, short.elements) == (32, 8, 2, 2)
+    wide = _emitter(softmax("f32", 6, 1000))
+    assert (wide.row_threads, wide.rows_per_block, wide.blocks, wide.elements) == (128, 2, 3, 8)
+    long = _emitter(softmax("f32", 2, 4096))
+    assert (long.row_threads, long.rows_per_block, long.blocks) == (512, 1, 2)
+    emitted = str(wide.emit().module)
+    assert emitted.count("heron_gpu.shuffle_reduce") == 2  # max, then sum
+    assert emitted.count("heron_gpu.allocate_shared") == 2  # a warp-partials tile each
+    assert emitted.count("heron_gpu.sync_threads") == 2
+    assert "heron_gpu.loop" not in emitted.split("func.func @")[-1]  # straight-line entry
+
+
+@pytest.mark.parametrize(
+    ("dtype", "loads"), [("f32", "ld.global.nc.v2.b32"), ("bf16", "ld.global.nc.v4.b16")]
+)
+def test_each_input_element_is_loaded_once_in_vectors(dtype, loads):
+    """The row stays in registers: one read of x per element, whatever reads it, in the
+    reduction emitters' vectors (2 x 32 bits, 4 x 16 bits) of adjacent elements."""
+    (fusion,) = fusions_of(parse_module(softmax(dtype, 4, 256)))
+    emitter = RowNormalizationEmitter(analysed(fusion, H100))
+    kernel = compile_emitted(emitter.emit(), H100)
+    ptx = [line.strip() for line in artefact_text(kernel, "ptx").splitlines()]
+    global_loads = [line for line in ptx if line.startswith("ld.global")]
+    assert emitter.elements == 8  # 32 threads a row, 8 elements each
+    assert global_loads and all(line.startswith(loads) for line in global_loads)
+    assert len(global_loads) * emitter.vector_size == emitter.elements
+
+
+def test_rows_longer_than_registers_hold_are_not_claimed_and_a_forced_emitter_names_them():
+    length = 1024 * MAX_ELEMENTS_PER_THREAD + 1
+    (fusion,) = fusions_of(parse_module(softmax("f32", 2, length)))
+    analysis = analysed(fusion)
+    assert describe_row_normalization(analysis) is not None
+    assert not row_plugin.claims(analysis)
+    with pytest.raises(UnsupportedError, match=rf"fusion 'f'.*rows of {length} elements"):
+        RowNormalizationEmitter(analysis)
+
+
+def _selected(text: str, registry: EmitterRegistry) -> str:
+    (fusion,) = fusions_of(parse_module(text))
+    return selection.select_emitter(analysed(fusion), registry).name
+
+
+REDUCERS = """
+add_r {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+"""
+
+
+def _fused(body: str, params: str, result: str) -> str:
+    args = ", ".join(f"p{k}" for k in range(len(params.split(";"))))
+    entry = "\n".join(
+        f"  p{k} = {shape} parameter({k})" for k, shape in enumerate(params.split(";"))
+    )
+    return f"""{REDUCERS}
+fused {{
+{body}
+}}
+ENTRY main {{
+{entry}
+  ROOT f = {result} fusion({args}), kind=kLoop, calls=fused
+}}
+"""
+
+
+def test_only_normalisations_are_claimed(registry):
+    assert _selected(softmax("f32", 8, 128), registry) == "row_normalization"
+    plain_row = _fused(
+        """  x = f32[8,128]{1,0} parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[8]{0} reduce(x, z), dimensions={1}, to_apply=add_r""",
+        "f32[8,128]{1,0}",
+        "f32[8]{0}",
+    )
+    assert _selected(plain_row, registry) == "reduce_row"
+    # A column reduction broadcast back: not a row normalisation.
+    column = _fused(
+        """  x = f32[128,8]{1,0} parameter(0)
+  z = f32[] constant(0)
+  r = f32[8]{0} reduce(x, z), dimensions={0}, to_apply=add_r
+  b = f32[128,8]{1,0} broadcast(r), dimensions={1}
+  ROOT d = f32[128,8]{1,0} divide(x, b)""",
+        "f32[128,8]{1,0}",
+        "f32[128,8]{1,0}",
+    )
+    assert _selected(column, registry) == "loop"
+    # A row sum broadcast along the wrong dimension of a square array.
+    crossed = _fused(
+        """  x = f32[64,64]{1,0} parameter(0)
+  z = f32[] constant(0)
+  r = f32[64]{0} reduce(x, z), dimensions={1}, to_apply=add_r
+  b = f32[64,64]{1,0} broadcast(r), dimensions={1}
+  ROOT d = f32[64,64]{1,0} divide(x, b)""",
+        "f32[64,64]{1,0}",
+        "f32[64,64]{1,0}",
+    )
+    assert _selected(crossed, registry) == "loop"
+    # A reduction too short to be a reduction hero stays elemental.
+    tiny = _fused(
+        """  x = f32[64,3]{1,0} parameter(0)
+  z = f32[] constant(0)
+  r = f32[64]{0} reduce(x, z), dimensions={1}, to_apply=add_r
+  b = f32[64,3]{1,0} broadcast(r), dimensions={0}
+  ROOT d = f32[64,3]{1,0} divide(x, b)""",
+        "f32[64,3]{1,0}",
+        "f32[64,3]{1,0}",
+    )
+    assert _selected(tiny, registry) == "loop"
+
+
+def test_no_corpus_fusion_changes_emitter(corpus_dir, registry):
+    installed = selection.load_emitters()
+    h100 = Target.preset("h100")
+    changed = []
+    files = corpus_files(corpus_dir)
+    assert files
+    for path in files:
+        for fusion in fusions_of(parse_module_file(path)):
+            analysis = analysed(fusion, h100)
+            before = selection.select_emitter(analysis, installed).name
+            after = selection.select_emitter(analysis, registry).name
+            if before != after:
+                changed.append(f"{path.name}: {before} -> {after}")
+    assert not changed
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm_bf16", "rmsnorm_f16"])
+def test_compiles_for_nvidia_and_amd(name):
+    (fusion,) = fusions_of(parse_module_file(DATA / f"{name}.hlo"))
+    compiled = compile_everywhere(RowNormalizationEmitter, fusion)
+    assert len(compiled) == 3
+
+
+def _whole_softmax_candidate():
+    """The corpus softmax program's entry, every instruction in one candidate fusion."""
+    module = parse_module_file(Path(__file__).parents[3] / "programs" / "softmax" / "module.hlo")
+    entry = module.entry
+    members = [i for i in entry.post_order() if i.opcode != "parameter"]
+    return build_fusion(members, [entry.root_instruction])
+
+
+def test_the_fusion_checker_lets_this_emitter_take_a_whole_softmax(monkeypatch, registry):
+    """With this emitter installed, a reduce broadcast back along its row may be fused (the
+    emitter computes it once a row); without it the checker refuses the candidate."""
+    h100 = Target.preset("h100")
+    monkeypatch.setattr(selection, "default_registry", lambda: registry)
+    verdict = FusionChecker(h100).check(_whole_softmax_candidate())
+    assert verdict is not None and verdict.reduces_once and verdict.fusion_kind == "kLoop"
+    assert FusionChecker(h100).emits(_whole_softmax_candidate())
+    without = EmitterRegistry([(s, None) for s in registry.specs if s.name != "row_normalization"])
+    monkeypatch.setattr(selection, "default_registry", lambda: without)
+    assert FusionChecker(h100).check(_whole_softmax_candidate()) is None
