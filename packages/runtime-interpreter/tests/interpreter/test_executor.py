@@ -500,3 +500,21 @@ def test_heron_run_as_a_module(saved, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "backend: interpreter" in done.stdout
     np.testing.assert_array_equal(load_outputs(output)[1], i32(11, 21, 31, 41))
+
+
+def test_heron_run_exits_1_when_a_kernel_fails(tmp_path, capsys):
+    good = straight()
+    faulty = Artefact(
+        target=good.target,
+        # Eight threads over four elements: the interpreter stops at index 4.
+        program=[kernel("add_one", [S(1, 0, 16), S(3, 0, 16)], block=(8, 1, 1))],
+        allocations=good.allocations,
+        signature=good.signature,
+        kernels=[KernelEntry("interpreter", "add_one", image("add_one"))],
+        constants=good.constants,
+    )
+    path, inputs = tmp_path / "faulty.heron", tmp_path / "in.npz"
+    faulty.save(path)
+    save_inputs(inputs, [i32(1, 2, 3, 4), i32(1, 2, 3, 4)])
+    assert heron_run([str(path), "--inputs", str(inputs)]) == 1
+    assert "heron-run: the device failed:" in capsys.readouterr().err

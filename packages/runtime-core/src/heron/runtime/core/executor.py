@@ -61,7 +61,13 @@ from heron.hlo.parser import parse_shape
 from heron.hlo.shapes import ArrayShape
 from heron.runtime.core.artefact import Artefact
 from heron.runtime.core.command_buffers import MIN_GRAPH_SIZE, for_device
-from heron.runtime.core.device import CommandBuffer, Device, DeviceBuffer, LoadedKernel
+from heron.runtime.core.device import (
+    CommandBuffer,
+    Device,
+    DeviceBuffer,
+    DeviceError,
+    LoadedKernel,
+)
 from heron.runtime.core.thunks import (
     BufferSlice,
     CommandBufferThunk,
@@ -341,7 +347,10 @@ class Executable:
             index = self._result_allocations[number]
             nbytes = memory_bytes(shape)
             raw = self.device.copy_from_device(self._view(BufferSlice(index, 0, nbytes)))
-            results.append(from_memory(raw.view(memory_dtype(shape.element_type)), shape))
+            try:
+                results.append(from_memory(raw.view(memory_dtype(shape.element_type)), shape))
+            except ValueError as error:  # a pred byte the kernels never stored as 0 or 1
+                raise DeviceError(f"result {number} ({shape}): {error}") from None
         return tuple(results)
 
     def check_inputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
