@@ -46,12 +46,13 @@ PACKAGES = (
     "runtime-cuda",
     "runtime-rocm",
     "xla-compare",
+    "jax",
 )
 #: Packages whose compile side is an extra (the device side runs without MLIR).
 COMPILE_EXTRA = ("runtime-interpreter", "runtime-cuda", "runtime-rocm")
 #: What the meta distribution installs: not the GPU runtimes (extras cuda, rocm) nor
-#: xla-compare (extra xla, with XLA itself).
-CORE = tuple(p for p in PACKAGES if p not in ("runtime-cuda", "runtime-rocm", "xla-compare"))
+#: xla-compare (extra xla, with XLA itself) nor the JAX bridge (extra jax, with jax).
+CORE = tuple(p for p in PACKAGES if p not in ("runtime-cuda", "runtime-rocm", "xla-compare", "jax"))
 GPU_MARKERS = "gpu or cuda or rocm"
 RUFF = "ruff==0.17.6"
 IMPORT_LINTER = "import-linter==2.16"
@@ -174,6 +175,7 @@ IMPORT_NAMES = {
     "compiler": "heron.compiler",
     **{f"runtime-{r}": f"heron.runtime.{r}" for r in ("core", "interpreter", "cuda", "rocm")},
     "xla-compare": "heron.xla_compare",
+    "jax": "heron.jax",
 }
 _EMITTER_STACK = ["heron-hlo-ir", "heron-indexing", "heron-partitioner", "heron-emitters-core"]
 
@@ -233,6 +235,20 @@ ISOLATION = {
             "heron-xla-compare",
         ],
         JAX_ONLY_IN_TESTS,
+    ),
+    # heron.jax: jax lowers, the compiler compiles, the interpreter runs (a GPU runtime
+    # is found through the heron.backends entry points when installed).
+    "jax": (
+        ["jax"],
+        ["heron.jax"],
+        [
+            *_EMITTER_STACK,
+            "heron-runtime-core",
+            "heron-runtime-interpreter",
+            "heron-compiler",
+            "heron-jax",
+        ],
+        ["llvmlite"],
     ),
     **{
         runtime: (

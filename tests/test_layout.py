@@ -32,6 +32,7 @@ PACKAGES = {
     "runtime-cuda": ("heron-runtime-cuda", "heron.runtime.cuda"),
     "runtime-rocm": ("heron-runtime-rocm", "heron.runtime.rocm"),
     "xla-compare": ("heron-xla-compare", "heron.xla_compare"),
+    "jax": ("heron-jax", "heron.jax"),
 }
 #: The meta distribution's own packages (src/heron).
 META_IMPORTS = ("heron.cli", "heron.harness")
@@ -71,9 +72,17 @@ ALLOWED = {
     # heron xla: heron's compiler and CUDA backend beside XLA:GPU (which runs in a
     # subprocess, installed by the meta distribution's extra heron[xla]).
     "heron-xla-compare": {"heron-hlo-ir", "heron-compiler", "heron-runtime-cuda"},
+    # heron.jax: jax lowers, the compiler compiles, the interpreter is the device every
+    # machine has (GPU runtimes are found through entry points, never imported).
+    "heron-jax": {
+        "heron-hlo-ir",
+        "heron-compiler",
+        "heron-runtime-core",
+        "heron-runtime-interpreter",
+    },
 }
 #: Distributions the meta distribution installs only through an extra.
-EXTRA_ONLY = {"heron-runtime-cuda", "heron-runtime-rocm", "heron-xla-compare"}
+EXTRA_ONLY = {"heron-runtime-cuda", "heron-runtime-rocm", "heron-xla-compare", "heron-jax"}
 #: What a runtime's [compile] extra may add: the shared gpu.module lowering and the
 #: heron_gpu dialect live in emitters-core; never the compiler or the plugins.
 ALLOWED_IN_COMPILE_EXTRA = {"heron-emitters-core"}
@@ -160,7 +169,8 @@ def test_meta_distribution_pulls_the_core_packages():
     assert core <= names
     assert names.isdisjoint(EXTRA_ONLY)
     extras = project["optional-dependencies"]
-    assert set(extras) == {"cuda", "rocm", "xla"}
+    assert set(extras) == {"cuda", "rocm", "xla", "jax"}
+    assert extras["jax"] == ["heron-jax==0.1.0"]
     assert extras["cuda"] == ["heron-runtime-cuda==0.1.0"]
     assert extras["rocm"] == ["heron-runtime-rocm==0.1.0"]
     # heron[xla]: the comparison package, and XLA:GPU itself (jaxlib, the PJRT plugin).

@@ -29,12 +29,31 @@ from heron.runtime.core import hookspecs
 from heron.runtime.core.hookspecs import GROUP, BackendSpec, Stage
 
 __all__ = [
+    "DEVICE_BACKENDS",
     "Availability",
+    "BackendChoice",
     "BackendRegistry",
     "LoadedStage",
+    "NoBackendError",
     "default_backends",
     "load_backends",
 ]
+
+#: The device backends ``auto`` chooses among, in order of preference: a GPU when
+#: one is there, else the interpreter, which every machine has.
+DEVICE_BACKENDS = ("cuda", "rocm", "interpreter")
+
+
+class NoBackendError(Exception):
+    """No backend asked for can run here; the message says, per backend, why not."""
+
+
+@attrs.frozen
+class BackendChoice:
+    """The backend that runs, and a line (``name: reason``) per backend passed over."""
+
+    name: str
+    passed_over: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -96,6 +115,42 @@ class BackendRegistry(PluginTable[BackendSpec]):
             reasons.append(f"{spec.name}: {status.reason}")
         detail = "; ".join(reasons) if reasons else "none is installed"
         raise PluginError(f"no {GROUP} backend is available ({detail})")
+
+    def choose(
+        self,
+        requested: str,
+        candidates: Sequence[str] = DEVICE_BACKENDS,
+        unusable: Callable[[str], str | None] | None = None,
+    ) -> BackendChoice:
+        """The backend that runs for ``requested`` (``auto`` or a backend's name).
+
+        ``auto`` takes the first of ``candidates`` that is installed, available
+        here, and not ``unusable`` (a caller's own reason to pass one over,
+        e.g. an artefact without kernel images for it); a name must satisfy the
+        same. ``NoBackendError`` otherwise, saying why each was passed over
+        (every caller, ``heron run``, ``heron-run`` and ``heron.jax``, words
+        its refusal from it).
+        """
+        installed = set(self.names())
+        names = tuple(candidates) if requested == "auto" else (requested,)
+        passed_over = []
+        for name in names:
+            reason = unusable(name) if unusable is not None else None
+            if reason is None and name not in installed:
+                reason = "not installed (its heron.backends plugin is missing)"
+            if reason is None:
+                try:
+                    status = self.availability(name)
+                except PluginError as exc:
+                    reason = str(exc)
+                else:
+                    if status.available:
+                        return BackendChoice(name, tuple(passed_over))
+                    reason = status.reason
+            passed_over.append(f"{name}: {reason}")
+        if requested == "auto":
+            raise NoBackendError(f"no backend is available ({'; '.join(passed_over)})")
+        raise NoBackendError(f"backend '{requested}' is not available here: {passed_over[0]}")
 
     def create_device(self, name: str | None = None, target: Any = None) -> Any:
         """A device of the backend ``name`` (or the best available one) for ``target``.

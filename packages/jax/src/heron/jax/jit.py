@@ -1,0 +1,159 @@
+"""``heron.jax.jit``: a JAX function compiled by heron and run on a heron device.
+
+``heron.jax.jit(f, backend="auto")(*args)`` does, per distinct signature
+(:class:`~heron.jax.lowering.Signature`: the arguments' pytree, shapes, dtypes,
+static values):
+
+1. lower ``f`` with jax for the CPU (:func:`heron.jax.lowering.lower`);
+2. compile the module with heron into an executable for the Target of the
+   chosen device (the program pipeline, thunks, kernel images:
+   :func:`heron.compiler.executable.compile_executable`), unless the disk
+   cache (:mod:`heron.jax.cache`) already holds it;
+3. load it on the device once, then run it for every call with that
+   signature, returning numpy arrays in the function's own pytree structure.
+
+``backend``: ``auto`` (the first available of cuda, rocm, the interpreter),
+or a name. Compiles are counted (:attr:`HeronJitted.compiles`), so a test can
+see that a second call with the same signature does not compile again.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from heron.jax.cache import DiskCache, cache_key, default_cache_dir
+from heron.jax.lowering import Lowered, Signature, lower, signature_of, split_static
+
+__all__ = ["HeronJitted", "jit"]
+
+
+@attrs.define
+class _Compiled:
+    """One signature's program: how it was lowered, and its executable loaded on the device."""
+
+    lowered: Lowered
+    executable: Any
+    from_disk: bool
+
+
+class HeronJitted:
+    """The callable ``heron.jax.jit`` returns (see the module docstring)."""
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        backend: str = "auto",
+        target: Any = None,
+        cache_dir: Any = None,
+        static_argnums: int | Sequence[int] = (),
+        static_argnames: str | Sequence[str] = (),
+        command_buffers: bool = True,
+    ) -> None:
+        self.function = function
+        self.requested_backend = backend
+        self.static_argnums = static_argnums
+        self.static_argnames = static_argnames
+        self.command_buffers = command_buffers
+        self._target = target
+        self._device = None
+        self._backend: str | None = None
+        self._programs: dict[Signature, _Compiled] = {}
+        self._disk = None if cache_dir is False else DiskCache(cache_dir or default_cache_dir())
+        #: How many times this function was compiled by heron (a disk-cache hit is no compile).
+        self.compiles = 0
+        #: How many programs came from the disk cache.
+        self.disk_hits = 0
+        functools.update_wrapper(self, function)
+
+    # -- the device ----------------------------------------------------------------------
+    @property
+    def backend(self) -> str:
+        """The backend that runs the program (``auto`` resolved on first use)."""
+        self._open()
+        assert self._backend is not None
+        return self._backend
+
+    def _open(self) -> None:
+        if self._device is not None:
+            return
+        from heron.jax.devices import open_device
+
+        self._backend, self._device, self._target = open_device(
+            self.requested_backend, self._target
+        )
+
+    # -- calling -------------------------------------------------------------------------
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        """The module heron compiles for these arguments (no compile, no run)."""
+        return lower(
+            self.function,
+            *args,
+            static_argnums=self.static_argnums,
+            static_argnames=self.static_argnames,
+            **kwargs,
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        dynamic_args, dynamic_kwargs, static = split_static(
+            args, kwargs, self.static_argnums, self.static_argnames
+        )
+        key = signature_of(dynamic_args, dynamic_kwargs, static)
+        program = self._programs.get(key)
+        if program is None:
+            program = self._programs[key] = self._compile(args, kwargs)
+        leaves = program.lowered.flatten_arguments(dynamic_args, dynamic_kwargs)
+        outputs = program.executable.run(leaves)
+        return program.lowered.unflatten_results(outputs)
+
+    def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Compiled:
+        from heron.compiler.executable import compile_executable
+        from heron.jax.devices import load_on_device
+        from heron.runtime.core import __version__
+
+        self._open()
+        lowered = self.lower(*args, **kwargs)
+        backends = tuple(dict.fromkeys((self._backend, "interpreter")))
+        key = cache_key(lowered.hlo_text, self._target, backends, __version__)
+        artefact = self._disk.get(key) if self._disk is not None else None
+        from_disk = artefact is not None
+        if artefact is None:
+            artefact = compile_executable(lowered.module, self._target, backends=backends)
+            self.compiles += 1
+            if self._disk is not None:
+                self._disk.put(key, artefact)
+        else:
+            self.disk_hits += 1
+        executable = load_on_device(
+            artefact, self._device, self._backend, command_buffers=self.command_buffers
+        )
+        return _Compiled(lowered, executable, from_disk)
+
+
+def jit(
+    function: Callable[..., Any] | None = None,
+    *,
+    backend: str = "auto",
+    target: Any = None,
+    cache_dir: Any = None,
+    static_argnums: int | Sequence[int] = (),
+    static_argnames: str | Sequence[str] = (),
+    command_buffers: bool = True,
+) -> Any:
+    """``function`` compiled by heron (see the module docstring); usable as a decorator,
+    with or without arguments (``@heron.jax.jit`` or ``@heron.jax.jit(backend=...)``)."""
+    options = dict(
+        backend=backend,
+        target=target,
+        cache_dir=cache_dir,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        command_buffers=command_buffers,
+    )
+    if function is None:
+        return lambda f: HeronJitted(f, **options)
+    return HeronJitted(function, **options)

@@ -1,0 +1,146 @@
+"""From a JAX function and its arguments to the module heron compiles, and back to pytrees.
+
+jax traces and lowers the function for the CPU platform (no GPU is needed, and
+the pre-optimization HLO does not depend on the platform but for custom calls
+jax picks per platform); the HLO text is what ``jax.jit(f).lower(...)``
+prints, the same text the program corpus holds. The entry's parameters are
+the leaves of ``(args, kwargs)`` in ``jax.tree_util`` order (static arguments
+excluded), and its result leaves those of the function's output pytree: the
+two tree definitions jax reports are kept so that numbers go in and come out
+in the user's structure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import jax
+import numpy as np
+
+from heron.hlo.ir import Module
+from heron.hlo.parser import parse_module
+
+__all__ = ["Lowered", "Signature", "lower", "signature_of"]
+
+
+@attrs.frozen
+class Signature:
+    """What a compiled program depends on besides the function: the arguments' tree,
+    each leaf's shape, dtype and weak-typedness (a Python scalar is weakly typed and
+    lowers differently), and the static arguments' values."""
+
+    tree: Any
+    leaves: tuple[tuple[tuple[int, ...], str, bool], ...]
+    static: tuple[Any, ...] = ()
+
+
+def _leaf_spec(leaf: Any) -> tuple[tuple[int, ...], str, bool]:
+    weak = isinstance(leaf, (bool, int, float, complex))
+    aval = jax.typeof(leaf) if hasattr(jax, "typeof") else jax.core.get_aval(leaf)
+    return tuple(int(d) for d in aval.shape), str(aval.dtype), weak
+
+
+def signature_of(
+    args: Sequence[Any], kwargs: dict[str, Any], static: tuple[Any, ...] = ()
+) -> Signature:
+    """The signature of one call (the cache key of its compiled program)."""
+    leaves, tree = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
+    return Signature(tree, tuple(_leaf_spec(leaf) for leaf in leaves), static)
+
+
+@attrs.frozen
+class Lowered:
+    """A function lowered for one signature: the HLO text, the parsed module, and the
+    pytree structures of its arguments (``(args, kwargs)``) and of its result."""
+
+    name: str
+    hlo_text: str
+    module: Module = attrs.field(repr=False)
+    in_tree: Any
+    out_tree: Any
+
+    def flatten_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[np.ndarray]:
+        """The entry's arguments: the leaves of ``(args, kwargs)`` as numpy arrays."""
+        leaves, tree = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
+        if tree != self.in_tree:
+            raise TypeError(
+                f"heron.jax: arguments of structure {tree} given to '{self.name}',"
+                f" lowered for {self.in_tree}"
+            )
+        return [np.asarray(leaf) for leaf in leaves]
+
+    def unflatten_results(self, leaves: Sequence[np.ndarray]) -> Any:
+        """The function's result, in its own pytree structure, from the entry's leaves."""
+        return jax.tree_util.tree_unflatten(self.out_tree, list(leaves))
+
+
+def _name(function: Callable[..., Any]) -> str:
+    return getattr(function, "__name__", None) or type(function).__name__
+
+
+def lower(
+    function: Callable[..., Any],
+    *args: Any,
+    static_argnums: int | Sequence[int] = (),
+    static_argnames: str | Sequence[str] = (),
+    **kwargs: Any,
+) -> Lowered:
+    """``function`` lowered by jax, for the CPU, at these arguments (see the module docstring).
+
+    Arguments are anything jax takes (arrays, scalars, pytrees of them, or
+    ``jax.ShapeDtypeStruct`` to lower without data). Every argument becomes an
+    entry parameter, used or not (``keep_unused``), so that parameters and
+    leaves correspond one to one.
+    """
+    jitted = jax.jit(
+        function,
+        keep_unused=True,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+    )
+    lowered = jitted.trace(*args, **kwargs).lower(lowering_platforms=("cpu",))
+    text = lowered.compiler_ir("hlo").as_hlo_text()
+    name = _name(function)
+    module = parse_module(text, source=f"<jax: {name}>")
+    dynamic_args, dynamic_kwargs = _dynamic(args, kwargs, static_argnums, static_argnames)
+    in_tree = jax.tree_util.tree_structure((tuple(dynamic_args), dict(dynamic_kwargs)))
+    return Lowered(name, text, module, in_tree, lowered.out_tree)
+
+
+def _as_tuple(value: Any) -> tuple[Any, ...]:
+    if isinstance(value, (int, str)):
+        return (value,)
+    return tuple(value)
+
+
+def _dynamic(
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    static_argnums: int | Sequence[int],
+    static_argnames: str | Sequence[str],
+) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments that become entry parameters (the static ones removed)."""
+    numbers = {n % len(args) if args else n for n in _as_tuple(static_argnums)}
+    names = set(_as_tuple(static_argnames))
+    return (
+        [a for i, a in enumerate(args) if i not in numbers],
+        {k: v for k, v in kwargs.items() if k not in names},
+    )
+
+
+def split_static(
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    static_argnums: int | Sequence[int],
+    static_argnames: str | Sequence[str],
+) -> tuple[list[Any], dict[str, Any], tuple[Any, ...]]:
+    """``(dynamic args, dynamic kwargs, static values)`` of one call."""
+    dynamic_args, dynamic_kwargs = _dynamic(args, kwargs, static_argnums, static_argnames)
+    numbers = sorted({n % len(args) if args else n for n in _as_tuple(static_argnums)})
+    names = sorted(set(_as_tuple(static_argnames)) & set(kwargs))
+    static = tuple(args[n] for n in numbers if n < len(args)) + tuple(
+        (name, kwargs[name]) for name in names
+    )
+    return dynamic_args, dynamic_kwargs, static

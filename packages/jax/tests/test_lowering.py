@@ -1,0 +1,63 @@
+"""heron.jax.lower and signatures: what a call compiles for, and pytrees in and out."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from heron.jax import lower
+from heron.jax.lowering import signature_of, split_static
+
+
+def _affine(params, x, *, scale=1.0):
+    return {"y": jnp.tanh(x @ params["w"] + params["b"]) * scale, "total": x.sum()}
+
+
+PARAMS = {"w": np.ones((3, 4), np.float32), "b": np.arange(4, dtype=np.float32)}
+X = np.ones((2, 3), np.float32)
+
+
+def test_the_entry_takes_the_argument_leaves_in_tree_order():
+    lowered = lower(_affine, PARAMS, X)
+    parameters = sorted(lowered.module.entry.parameters, key=lambda p: p.parameter_number)
+    # jax.tree_util orders dict keys: b, w, then x.
+    assert [str(p.shape).split("{")[0] for p in parameters] == ["f32[4]", "f32[3,4]", "f32[2,3]"]
+    leaves = lowered.flatten_arguments((PARAMS, X), {})
+    assert [leaf.shape for leaf in leaves] == [(4,), (3, 4), (2, 3)]
+
+
+def test_results_come_back_in_the_functions_structure():
+    lowered = lower(_affine, PARAMS, X)
+    result = lowered.unflatten_results([np.float32(6.0), np.zeros((2, 4), np.float32)])
+    assert set(result) == {"y", "total"} and result["total"] == 6.0
+    assert result["y"].shape == (2, 4)
+
+
+def test_arguments_of_another_structure_are_refused_by_name():
+    lowered = lower(_affine, PARAMS, X)
+    with pytest.raises(TypeError, match="_affine"):
+        lowered.flatten_arguments(({"w": PARAMS["w"]}, X), {})
+
+
+def test_unused_arguments_stay_parameters():
+    lowered = lower(lambda a, b: a * 2, X, X)
+    assert len(lowered.module.entry.parameters) == 2
+
+
+def test_signatures_tell_shapes_dtypes_weak_scalars_and_static_values_apart():
+    base = signature_of((X,), {})
+    assert signature_of((np.zeros((2, 3), np.float32),), {}) == base
+    assert signature_of((np.zeros((2, 4), np.float32),), {}) != base
+    assert signature_of((X.astype(np.float16),), {}) != base
+    assert signature_of((2.0,), {}) != signature_of((np.float32(2.0),), {})
+    assert signature_of((X,), {}, static=(3,)) != signature_of((X,), {}, static=(4,))
+
+
+def test_static_arguments_are_split_out_and_lowered_as_constants():
+    dynamic_args, dynamic_kwargs, static = split_static((PARAMS, X), {"scale": 2.0}, (), "scale")
+    assert static == (("scale", 2.0),) and dynamic_kwargs == {}
+    assert len(dynamic_args) == 2
+    lowered = lower(_affine, PARAMS, X, scale=2.0, static_argnames="scale")
+    assert len(lowered.module.entry.parameters) == 3
+    assert "constant(2)" in lowered.hlo_text
