@@ -44,13 +44,12 @@ from heron.hlo.plugin_loading import PluginError
 from heron.runtime.core.artefact import Artefact, ArtefactError, load
 from heron.runtime.core.device import DeviceError, DeviceLimitError
 from heron.runtime.core.executor import Executable, ExecutorError, RunStats
+from heron.runtime.core.registry import DEVICE_BACKENDS
 from heron.runtime.core.thunks import CommandBufferThunk, KernelThunk, walk
 
 __all__ = ["BACKENDS", "DEVICE_BACKENDS", "main"]
 
 BACKENDS = ("auto", "interpreter", "cuda", "rocm")
-#: The device backends ``auto`` chooses among, in order of preference (``heron run``'s).
-DEVICE_BACKENDS = ("cuda", "rocm", "interpreter")
 
 
 class _Refused(Exception):
@@ -215,29 +214,22 @@ def _inputs(artefact: Artefact, path: str | None) -> list[np.ndarray]:
 
 def _choose_backend(artefact: Artefact, requested: str) -> tuple[str, list[str]]:
     """The backend that runs, and a line per backend ``auto`` passed over."""
-    from heron.runtime.core.registry import default_backends
+    from heron.runtime.core.registry import NoBackendError, default_backends
 
-    registry = default_backends()
-    installed = set(registry.names())
     has_kernels = any(isinstance(t, KernelThunk) for t in walk(artefact.program))
-    candidates = DEVICE_BACKENDS if requested == "auto" else (requested,)
-    passed_over = []
-    for name in candidates:
+
+    def unusable(name: str) -> str | None:
         if has_kernels and name not in artefact.backends:
-            reason = (
+            return (
                 f"the artefact has no kernel images for it (it has {', '.join(artefact.backends)})"
             )
-        elif name not in installed:
-            reason = "not installed (its heron.backends plugin is missing)"
-        else:
-            status = registry.availability(name)
-            if status.available:
-                return name, passed_over
-            reason = status.reason
-        passed_over.append(f"{name}: {reason}")
-    if requested == "auto":
-        raise _Refused(f"no backend can run the artefact ({'; '.join(passed_over)})")
-    raise _Refused(f"backend '{requested}' cannot run the artefact here: {passed_over[0]}")
+        return None
+
+    try:
+        choice = default_backends().choose(requested, DEVICE_BACKENDS, unusable)
+    except NoBackendError as error:
+        raise _Refused(f"{error} to run the artefact") from None
+    return choice.name, list(choice.passed_over)
 
 
 def _device(name: str) -> Any:
