@@ -165,7 +165,12 @@ def test_an_artefact_round_trips_and_is_byte_reproducible(tmp_path: Path) -> Non
     assert names[:2] == [MAGIC_MEMBER, MANIFEST]
     manifest = json.loads(zipfile.ZipFile(tmp_path / "a.heron").read(MANIFEST))
     assert manifest["format_version"] == FORMAT_VERSION
-    assert manifest["target"] == {"name": "h100", "backend": "cuda", "arch": "sm_90"}
+    assert manifest["target"] == {
+        "name": "h100",
+        "backend": "cuda",
+        "arch": "sm_90",
+        "warp_size": 32,
+    }
     assert {m["name"] for m in manifest["members"]} == set(names[2:])
 
 
@@ -582,7 +587,7 @@ def test_heron_run_describes_a_good_artefact_and_refuses_a_tampered_one(good: Pa
     described = heron_run(str(good), "--describe")
     assert described.returncode == 0, described.stderr
     assert "format version 1" in described.stdout
-    assert "target: h100 (cuda, sm_90)" in described.stdout
+    assert "target: h100 (cuda, sm_90, warps of 32)" in described.stdout
     assert "entry: (f32[4]{0}) -> (f32[4]{0})" in described.stdout
     digest = hashlib.sha256(zipfile.ZipFile(good).read("constants/1.bin")).hexdigest()
     assert "constants/1.bin" in described.stdout and digest in described.stdout
@@ -606,3 +611,10 @@ def test_heron_run_is_a_console_script_of_runtime_core() -> None:
     scripts = tomllib.loads(pyproject.read_text())["project"]["scripts"]
     assert scripts["heron-run"] == "heron.runtime.core.heron_run:main"
     assert artefact_module.load is load
+
+
+def test_the_target_warp_size_is_kept_and_checked() -> None:
+    target = ArtefactTarget("mi300x", "rocm", "gfx942", 64)
+    assert target.warp_size == 64
+    with pytest.raises(ArtefactError, match="warp_size must be 32 or 64"):
+        ArtefactTarget("h100", "cuda", "sm_90", 48)

@@ -132,15 +132,22 @@ def _checked_name(value: Any, what: str) -> str:
 
 @attrs.frozen
 class ArtefactTarget:
-    """What the kernels were compiled for: a Target preset's name, its backend and arch."""
+    """What the kernels were compiled for: a Target preset's name, its backend, its arch,
+    and its warp size (a device that emulates a GPU, the interpreter, runs warps of
+    that width: a kernel lowered for 64-lane wavefronts shuffles across 64 lanes)."""
 
     name: str
     backend: str
     arch: str
+    warp_size: int = 32
 
     def __attrs_post_init__(self) -> None:
         for field in ("name", "backend", "arch"):
             _checked_name(getattr(self, field), f"target {field}")
+        _check(
+            _is_int(self.warp_size) and self.warp_size in (32, 64),
+            f"target warp_size must be 32 or 64, got {self.warp_size!r}",
+        )
 
 
 @attrs.frozen
@@ -408,7 +415,8 @@ class Artefact:
         lines = [
             f"heron executable artefact, format version {FORMAT_VERSION}",
             f"  created by {self.created_by} (heron {self.heron_version})",
-            f"  target: {self.target.name} ({self.target.backend}, {self.target.arch})",
+            f"  target: {self.target.name} ({self.target.backend}, {self.target.arch},"
+            f" warps of {self.target.warp_size})",
             f"  entry: ({', '.join(self.signature.parameters)})"
             f" -> ({', '.join(self.signature.results)})",
             f"  program: {len(self.program)} top-level thunks; "
@@ -578,8 +586,8 @@ def _check_manifest(value: Any) -> dict[str, Any]:
         )
     target = value["target"]
     _check(
-        isinstance(target, dict) and set(target) == {"name", "backend", "arch"},
-        f"{where}: target must have name, backend and arch",
+        isinstance(target, dict) and set(target) == {"name", "backend", "arch", "warp_size"},
+        f"{where}: target must have name, backend, arch and warp_size",
     )
     listing = value["members"]
     _check(isinstance(listing, list), f"{where}: members is not a list")
@@ -743,7 +751,9 @@ def _build(manifest: Mapping[str, Any], data: Mapping[str, bytes], limits: Limit
             raise ArtefactError(f"member {OPTIMIZED_HLO!r} is not UTF-8 text") from None
     target = manifest["target"]
     return Artefact(
-        target=ArtefactTarget(target["name"], target["backend"], target["arch"]),
+        target=ArtefactTarget(
+            target["name"], target["backend"], target["arch"], target["warp_size"]
+        ),
         program=program,
         allocations=allocations,
         signature=signature,

@@ -146,7 +146,7 @@ def _run(artefact: Artefact, args: argparse.Namespace) -> int:
         raise _Refused(f"--repeat must be at least 1, got {repeat}")
     inputs = _inputs(artefact, args.inputs)
     name, passed_over = _choose_backend(artefact, args.backend or "auto")
-    device = _device(name)
+    device = _device(name, artefact)
     executable = Executable(artefact, device, name, command_buffers=not args.no_command_buffers)
     print(f"artefact: {args.artefact} (target {artefact.target.name})")
     print(f"backend: {name}; device: {device.description}")
@@ -232,12 +232,15 @@ def _choose_backend(artefact: Artefact, requested: str) -> tuple[str, list[str]]
     return choice.name, list(choice.passed_over)
 
 
-def _device(name: str) -> Any:
+def _device(name: str, artefact: Artefact) -> Any:
     from heron.runtime.core.registry import default_backends
 
+    # No compiler Target in a runtime-only install: a GPU backend opens its own device
+    # (see BackendSpec); the interpreter emulates the artefact's target, whose warp size
+    # the kernels were lowered for (the interpreter's factory reads only that).
+    target = artefact.target if name == "interpreter" else None
     try:
-        # No Target in a runtime-only install: the backend's own choice (see BackendSpec).
-        return default_backends().create_device(name, None)
+        return default_backends().create_device(name, target)
     except DeviceError as error:
         raise _Refused(f"backend '{name}': cannot open its device: {error}") from error
 
