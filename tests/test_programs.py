@@ -27,6 +27,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from heron_test_support.programs import FLOAT_ULPS, assert_close  # noqa: F401 - shared
 
 import heron.plugins.gemm as gemm_plugin
 from heron.compiler import compile_fusion
@@ -49,21 +50,6 @@ PROGRAMS = ROOT / "programs"
 INDEX = json.loads((PROGRAMS / "index.json").read_text())
 NAMES = [entry["name"] for entry in INDEX["programs"]]
 FILES = ("module.hlo", "inputs.npz", "outputs.npz", "xla_gpu_optimized.hlo", "xla_gpu.json")
-
-#: The float bound, in units of the output type's machine epsilon, on
-#: max|heron - XLA:CPU| / max|XLA:CPU| over an output's finite elements. f32:
-#: numpy's transcendentals are not XLA:CPU's polynomials (a few ulps each, 3.3
-#: eps seen after an erf GELU and two dots) and XLA:CPU sums reductions and dots
-#: in its own order (2.2 eps seen in an MLP's gradients): 16 leaves room for
-#: both, relative to the output's largest magnitude because a cancelling sum
-#: has no relative bound of its own. bf16 and f16 programs compute in f32 (or
-#: round each op's result): one rounding of the result may differ, 0.54 eps seen.
-FLOAT_ULPS = {
-    np.dtype(np.float32): 16,
-    np.dtype(np.float64): 16,
-    np.dtype(ml_dtypes.bfloat16): 2,
-    np.dtype(np.float16): 2,
-}
 
 #: Program -> (exception type, regular expression of its message) for programs
 #: heron's evaluator cannot run yet. Empty: the evaluator runs all of them.
@@ -97,31 +83,6 @@ def _compiler():
 
 def _evaluate(module: Module, arguments: list[np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(leaf) for leaf in flatten_literal(evaluate_module(module, arguments))]
-
-
-def assert_close(got: np.ndarray, expected: np.ndarray, label: str) -> None:
-    """Equal dtype and shape; bitwise for integers and pred, FLOAT_ULPS for floats."""
-    assert got.dtype == expected.dtype and got.shape == expected.shape, (
-        f"{label}: {got.dtype}{list(got.shape)} against XLA:CPU's"
-        f" {expected.dtype}{list(expected.shape)}"
-    )
-    if expected.dtype not in FLOAT_ULPS:
-        assert np.array_equal(got, expected), f"{label}: differs from XLA:CPU (bitwise)"
-        return
-    g, e = got.astype(np.float64), expected.astype(np.float64)
-    finite = np.isfinite(e)
-    special_equal = (g[~finite] == e[~finite]) | (np.isnan(g[~finite]) & np.isnan(e[~finite]))
-    assert special_equal.all(), f"{label}: an inf or NaN of XLA:CPU's is not heron's"
-    if not finite.any():
-        return
-    eps = float(ml_dtypes.finfo(expected.dtype).eps)
-    scale = float(np.max(np.abs(e[finite])))
-    error = float(np.max(np.abs(g[finite] - e[finite])))
-    bound = FLOAT_ULPS[expected.dtype] * eps * scale
-    assert error <= bound, (
-        f"{label}: max error {error:.3g} > {FLOAT_ULPS[expected.dtype]} eps x max|XLA:CPU|"
-        f" = {bound:.3g} ({error / (eps * scale) if scale else float('inf'):.1f} eps)"
-    )
 
 
 def test_the_corpus_is_what_the_issue_asks_for():
