@@ -1,0 +1,176 @@
+"""Every program of the corpus as an executable artefact, run by ``heron-run`` where only the
+runtime is installed (issue 16's acceptance).
+
+    python programs/artefacts.py build DIR [--only NAME ...]   # with the compiler (nox -s tests)
+    python programs/artefacts.py check DIR                      # runtime-only (nox -s runtime)
+
+``build`` (needs heron's compiler and the test aids) compiles each program's
+``module.hlo`` for the h100 Target with interpreter kernel images (the
+device every machine has), runs it once through the thunk executor on the
+interpreter, checks the outputs against XLA:CPU's ``outputs.npz``
+(``heron_test_support.programs.assert_close``), and writes ``DIR/NAME.heron``
+and ``DIR/NAME.expected.npz`` (the executor's outputs, bit for bit).
+
+``check`` needs nothing but numpy and heron's runtime packages: for each
+artefact it runs ``heron-run`` (its ``main``, the console script's function;
+the installed ``heron-run`` command once, to show it is there) on the
+program's ``inputs.npz`` three times with command buffers (``--repeat 3``,
+which fails unless every repetition gives the same bytes) and once without,
+and requires each output to equal the expected bytes, the kernel launches of
+every run (with and without command buffers) to equal the kernel thunks the
+run without command buffers executed, and the peak device memory to equal
+the sum of the artefact's allocations. It first makes sure the environment really is
+runtime-only: MLIR, llvmlite and jax do not import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+INDEX = json.loads((HERE / "index.json").read_text())
+NAMES = [entry["name"] for entry in INDEX["programs"]]
+#: What a runtime-only install must not have (ARCHITECTURE.md).
+COMPILER_SIDE = ("mlir", "llvmlite", "jax")
+
+
+def build(folder: Path, names: list[str]) -> int:
+    from heron_test_support.programs import assert_close
+
+    from heron.compiler import Target
+    from heron.compiler.executable import compile_program
+    from heron.hlo.npz_io import load_inputs, load_outputs, save_outputs
+    from heron.hlo.parser import parse_module_file
+    from heron.runtime.core.executor import load_executable
+    from heron.runtime.interpreter import InterpreterDevice
+
+    folder.mkdir(parents=True, exist_ok=True)
+    target = Target.preset("h100")
+    for name in names:
+        start = time.perf_counter()
+        module = parse_module_file(HERE / name / "module.hlo")
+        artefact = compile_program(module, target, ("interpreter",)).artefact
+        parameters = module.entry.parameters
+        inputs = load_inputs(
+            HERE / name / "inputs.npz",
+            [p.shape for p in parameters],
+            [p.name for p in parameters],
+        )
+        executable = load_executable(artefact, InterpreterDevice(warp_size=target.warp_size))
+        outputs = executable.run(inputs)
+        expected = load_outputs(HERE / name / "outputs.npz")
+        assert len(outputs) == len(expected), f"{name}: {len(outputs)} outputs, XLA {len(expected)}"
+        for i, (got, want) in enumerate(zip(outputs, expected, strict=True)):
+            assert_close(np.asarray(got), want, f"{name} out{i}")
+        artefact.save(folder / f"{name}.heron")
+        save_outputs(folder / f"{name}.expected.npz", [np.asarray(o) for o in outputs])
+        print(f"{name}: {time.perf_counter() - start:.1f} s", flush=True)
+    return 0
+
+
+def _runtime_only() -> None:
+    present = [name for name in COMPILER_SIDE if importlib.util.find_spec(name) is not None]
+    if present:
+        raise SystemExit(f"not a runtime-only environment: {', '.join(present)} installed")
+
+
+def check(folder: Path) -> int:
+    from heron.hlo.npz_io import load_outputs
+    from heron.runtime.core.artefact import load
+    from heron.runtime.core.heron_run import main as heron_run
+
+    _runtime_only()
+    artefacts = sorted(folder.glob("*.heron"))
+    if not artefacts:
+        raise SystemExit(f"{folder}: no artefacts (run 'programs/artefacts.py build {folder}')")
+    command = shutil.which("heron-run")
+    if command is None:
+        raise SystemExit("the heron-run console script is not installed")
+    first = artefacts[0]
+    subprocess.run([command, str(first), "--describe"], check=True, stdout=subprocess.DEVNULL)
+    failures = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for path in artefacts:
+            name = path.name.removesuffix(".heron")
+            expected = load_outputs(folder / f"{name}.expected.npz")
+            allocation_bytes = sum(a.size for a in load(path).allocations)
+            kernels = None  # kernel thunks one run executes, from the run without buffers
+            for variant in (["--no-command-buffers"], []):
+                out = Path(scratch) / f"{name}.out.npz"
+                report_path = Path(scratch) / f"{name}.json"
+                arguments = [str(path), "--inputs", str(HERE / name / "inputs.npz")]
+                arguments += ["--output", str(out), "--report-json", str(report_path)]
+                arguments += ["--backend", "interpreter", "--repeat", "3", *variant]
+                code = heron_run(arguments)
+                label = f"{name}{' ' + variant[0] if variant else ''}"
+                if code != 0:
+                    failures.append(f"{label}: heron-run exited {code}")
+                    continue
+                report = json.loads(report_path.read_text())
+                if kernels is None:
+                    kernels = [
+                        sum(t["executions"] for t in run["thunks"] if t["kind"] == "kernel")
+                        for run in report["runs"]
+                    ]
+                problems = _compare(load_outputs(out), expected)
+                problems += _report_problems(report, allocation_bytes, kernels)
+                failures += [f"{label}: {problem}" for problem in problems]
+            print(f"{name}: ok" if not any(f.startswith(name) for f in failures) else name)
+    for failure in failures:
+        print(f"FAILED {failure}", file=sys.stderr)
+    print(f"{len(artefacts)} artefacts, {len(failures)} failures")
+    return 1 if failures else 0
+
+
+def _compare(got: list[np.ndarray], expected: list[np.ndarray]) -> list[str]:
+    if len(got) != len(expected):
+        return [f"{len(got)} outputs, expected {len(expected)}"]
+    return [
+        f"out{i} differs from the compiling environment's bytes"
+        for i, (g, e) in enumerate(zip(got, expected, strict=True))
+        if g.dtype != e.dtype or g.shape != e.shape or g.tobytes() != e.tobytes()
+    ]
+
+
+def _report_problems(report: dict, allocation_bytes: int, kernels: list[int]) -> list[str]:
+    """Peak memory is the allocations' sum; each run launched as many kernels as the run
+    without command buffers executed kernel thunks (the interpreter counts the kernels
+    a command buffer's conditional nodes run, which a GPU could not)."""
+    problems = []
+    if report["peak_device_bytes"] != allocation_bytes:
+        problems.append(
+            f"peak device memory {report['peak_device_bytes']} != the allocations'"
+            f" {allocation_bytes}"
+        )
+    launched = [run["kernel_launches"] for run in report["runs"]]
+    if launched != kernels:
+        problems.append(f"kernel launches per run {launched}, kernel thunks executed {kernels}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("build", "check"))
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="build only these programs")
+    args = parser.parse_args(argv)
+    if args.action == "build":
+        unknown = sorted(set(args.only or ()) - set(NAMES))
+        if unknown:
+            parser.error(f"unknown programs: {', '.join(unknown)}")
+        return build(args.folder, args.only or NAMES)
+    return check(args.folder)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
