@@ -1,8 +1,10 @@
-"""heron's sessions: `nox` runs the test suite (lint, tests, isolation, oracle).
+"""heron's sessions: `nox` runs the test suite (lint, tests, runtime, isolation, oracle).
 
     nox                  the default sessions below: what CI runs (.ci/run)
     nox -s demo          the main job: `heron run` on the GELU example (backend auto), checked
-    nox -s tests         the CPU test suite (every package, the CLI, the plugin fixture)
+    nox -s tests         the CPU test suite (every package, the CLI, the plugin fixture), then
+                         every corpus program's artefact (build/program-artefacts)
+    nox -s runtime       those artefacts run by heron-run in a runtime-only environment
     nox -s oracle        heron's evaluator against XLA:CPU through jax
     nox -s isolation     each package installed alone in a fresh environment
     nox -s lint          ruff check, ruff format --check, lint-imports (pyproject's contracts)
@@ -28,7 +30,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "tests", "isolation", "oracle"]
+nox.options.sessions = ["lint", "tests", "runtime", "isolation", "oracle"]
 nox.options.error_on_external_run = True
 
 ROOT = Path(__file__).resolve().parent
@@ -140,6 +142,28 @@ def tests(session: nox.Session) -> None:
         # Arguments after `--` replace the paths; options alone keep the testpaths.
         *(session.posargs or ["packages", "tests"]),
     )
+    if not session.posargs:  # the whole suite: then the artefacts `nox -s runtime` runs
+        session.run("python", "programs/artefacts.py", "build", str(ARTEFACTS))
+
+
+#: Where `nox -s tests` leaves every corpus program's artefact for `nox -s runtime`.
+ARTEFACTS = ROOT / "build" / "program-artefacts"
+
+
+@nox.session
+def runtime(session: nox.Session) -> None:
+    """The runtime alone (issue 16): every program's artefact, built by `nox -s tests`,
+    run by heron-run where only runtime-core and the interpreter's device side are
+    installed (no MLIR, no llvmlite, no jax), and equal to the compiling side's bytes."""
+    session.install(*(f"./packages/{f}" for f in local_closure("runtime-interpreter")))
+    _isolation_check(
+        session,
+        ["heron.runtime.core", "heron.runtime.interpreter"],
+        ["heron-hlo-ir", "heron-runtime-core", "heron-runtime-interpreter"],
+        COMPILER_SIDE,
+        without_compile_extra=True,
+    )
+    session.run("python", "programs/artefacts.py", "check", str(ARTEFACTS))
 
 
 @nox.session
