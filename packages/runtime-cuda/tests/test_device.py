@@ -1,0 +1,259 @@
+"""The CUDA device against a stand-in driver (conftest.FakeCuda): every path but the GPU.
+
+The stand-in really holds memory, runs copies and memsets, turns captured
+calls into graph nodes and reads launch parameters through ``kernelParams``,
+so these tests check what the device asks of the driver and what comes of it:
+bytes round-trip, views alias, packed pointers, recording refusals, replay
+at replay time, updates, errors named, events, properties -> Target.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from heron.runtime.core.device import DeviceError, KernelImage
+from heron.runtime.cuda.backend import create_device
+from heron.runtime.cuda.device import CudaDevice
+
+PTX = """
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry scale(
+    .param .u64 .ptr .align 16 scale_param_0,
+    .param .u64 .ptr .align 16 scale_param_1
+)
+{ ret; }
+"""
+
+
+def _device(fake_cuda, **options):
+    driver = fake_cuda(**options)
+    return CudaDevice(bindings=driver), driver
+
+
+def test_bytes_round_trip_and_views_alias_their_buffer(fake_cuda):
+    device, driver = _device(fake_cuda)
+    buffer = device.upload(np.arange(16, dtype=np.float32), "x")
+    assert device.copy_from_device(buffer).view(np.float32).tolist() == list(range(16))
+    view = device.view(buffer, 8, 16)
+    assert view.handle == buffer.handle + 8
+    device.copy_to_device(view, np.full(4, -1, np.float32))
+    assert device.copy_from_device(buffer).view(np.float32)[:6].tolist() == [0, 1, -1, -1, -1, -1]
+    with pytest.raises(DeviceError, match=r"view \[8:24\] of buffer 'x\[8:24\]' lies outside"):
+        device.view(view, 8, 16)
+
+
+def test_memsets_and_device_copies(fake_cuda):
+    device, driver = _device(fake_cuda)
+    a, b = device.allocate(8, "a"), device.allocate(8, "b")
+    device.memset(a, 0xBEEF, 2)
+    assert device.copy_from_device(a).tobytes() == bytes.fromhex("efbeefbeefbeefbe")
+    device.copy_on_device(a, b)
+    assert device.copy_from_device(b).tobytes() == bytes.fromhex("efbeefbeefbeefbe")
+    assert driver.calls.count("cuMemsetD16Async") == 1
+    assert "cuMemcpyDtoDAsync" in driver.calls
+    with pytest.raises(DeviceError, match="no multiple of 4"):
+        device.memset(device.allocate(6), 1, 4)
+
+
+def test_free_releases_allocations_once_and_never_views(fake_cuda):
+    device, driver = _device(fake_cuda)
+    buffer = device.allocate(64)
+    device.free(device.view(buffer, 0, 8))
+    assert driver.freed == []
+    device.free(buffer)
+    device.free(buffer)
+    assert driver.freed == [buffer.handle]
+
+
+def test_ptx_is_loaded_nul_terminated_and_launches_pack_the_pointers(fake_cuda):
+    device, driver = _device(fake_cuda)
+    kernel = device.load_kernel(KernelImage("ptx", "scale", PTX.encode()))
+    assert driver.modules[0].endswith(b"\0") and driver.modules[0].count(b"\0") == 1
+    x, y = device.allocate(64), device.allocate(64)
+    device.launch(kernel, (4,), (128,), [device.view(x, 16, 16), y])
+    (launch,) = driver.launched
+    assert launch["grid"] == (4, 1, 1) and launch["block"] == (128, 1, 1)
+    assert launch["args"] == [x.handle + 16, y.handle]
+    with pytest.raises(DeviceError, match=r"kernel 'scale' takes 2 parameters"):
+        device.launch(kernel, (1,), (1,), [x])
+
+
+def test_a_cubin_for_another_major_arch_is_refused_and_load_best_takes_the_ptx(fake_cuda):
+    device, driver = _device(fake_cuda)
+    cubin = _cubin_header(80)
+    with pytest.raises(
+        DeviceError, match="is for sm_80, which does not run on sm_90; load the PTX"
+    ):
+        device.load_kernel(KernelImage("cubin", "scale", cubin))
+    loaded = device.load_best(
+        [KernelImage("cubin", "scale", cubin), KernelImage("ptx", "scale", PTX.encode())]
+    )
+    assert loaded.handle.signature.parameters[1].name == "scale_param_1"
+    with pytest.raises(DeviceError, match="loads 'cubin' or 'ptx' images, not 'hsaco'"):
+        device.load_kernel(KernelImage("hsaco", "scale", b"\x7fELF"))
+
+
+def test_a_cubins_layout_comes_from_cuFuncGetParamInfo(fake_cuda):
+    device, driver = _device(fake_cuda)
+    driver.param_info["k"] = [(0, 8), (8, 8), (16, 8)]
+    kernel = device.load_kernel(KernelImage("cubin", "k", _cubin_header(90)))
+    assert [(p.offset, p.size) for p in kernel.handle.signature.parameters] == [
+        (0, 8),
+        (8, 8),
+        (16, 8),
+    ]
+    buffers = [device.allocate(8) for _ in range(3)]
+    device.launch(kernel, (1,), (32,), buffers, shared_bytes=64 * 1024)
+    assert "cuFuncSetAttribute" in driver.calls  # over 48 KiB of dynamic shared memory
+    assert driver.launched[0]["args"] == [b.handle for b in buffers]
+
+
+def test_errors_name_the_call_and_the_cuda_error(fake_cuda):
+    codes = fake_cuda.CUresult
+    device, driver = _device(
+        fake_cuda, fail={"cuStreamSynchronize": codes.CUDA_ERROR_ILLEGAL_ADDRESS}
+    )
+    with pytest.raises(DeviceError) as error:
+        device.synchronize()
+    assert str(error.value) == (
+        "CUDA device 0 (Fake H100): cuStreamSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS"
+        " (text of CUDA_ERROR_ILLEGAL_ADDRESS)"
+    )
+    device, driver = _device(fake_cuda, fail={"cuMemAlloc": codes.CUDA_ERROR_OUT_OF_MEMORY})
+    with pytest.raises(DeviceError, match="cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY"):
+        device.allocate(1 << 40)
+
+
+def test_recording_captures_and_replay_runs_on_the_memory_of_replay_time(fake_cuda):
+    device, driver = _device(fake_cuda)
+    source, destination = device.allocate(4, "source"), device.allocate(4, "destination")
+    device.begin_recording()
+    device.memset(source, 7, 1)
+    device.copy_on_device(source, destination)
+    for refused in (
+        lambda: device.copy_to_device(source, b"1234"),
+        lambda: device.copy_from_device(source),
+        device.synchronize,
+        device.begin_recording,
+    ):
+        with pytest.raises(DeviceError):
+            refused()
+    assert "cuMemsetD8Async" not in driver.calls  # nothing issued while recording
+    graph = device.end_recording()
+    assert driver.calls.index("cuStreamBeginCapture") < driver.calls.index("cuMemsetD8Async")
+    assert driver.calls.index("cuMemsetD8Async") < driver.calls.index("cuStreamEndCapture")
+    assert device.copy_from_device(destination).tobytes() != b"\x07" * 4  # captured, not run
+    graph.replay()
+    assert device.copy_from_device(destination).tobytes() == b"\x07" * 4
+    assert graph.buffers == (source, destination)
+
+
+def test_update_points_the_graph_at_other_buffers_through_cuGraphExecUpdate(fake_cuda):
+    device, driver = _device(fake_cuda)
+    a, b, c = (device.upload(np.full(4, v, np.uint8)) for v in (1, 2, 3))
+    device.begin_recording()
+    device.copy_on_device(a, b)
+    graph = device.end_recording()
+    graph.update({b: c})
+    graph.replay()
+    assert device.copy_from_device(c).tolist() == [1] * 4
+    assert device.copy_from_device(b).tolist() == [2] * 4
+    assert (graph.updates, graph.instantiations) == (1, 1)
+    with pytest.raises(DeviceError, match="is 4 bytes, its replacement"):
+        graph.update({c: device.allocate(8)})
+    with pytest.raises(DeviceError, match="not one the command buffer was recorded with"):
+        graph.update({b: c})
+    assert graph.buffers == (a, c)
+
+
+def test_a_refused_update_instantiates_the_new_graph(fake_cuda):
+    device, driver = _device(fake_cuda, update_fails=True)
+    a, b, c = (device.upload(np.full(4, v, np.uint8)) for v in (1, 2, 3))
+    device.begin_recording()
+    device.copy_on_device(a, b)
+    graph = device.end_recording()
+    graph.update({a: c})
+    graph.replay()
+    assert device.copy_from_device(b).tolist() == [3] * 4
+    assert (graph.updates, graph.instantiations) == (0, 2)
+
+
+def test_no_conditional_nodes_yet(fake_cuda):
+    device, _ = _device(fake_cuda)
+    assert device.supports_conditional_nodes is False
+    device.begin_recording()
+    with pytest.raises(DeviceError, match="no conditional command-buffer nodes"):
+        device.record_while(lambda: None, device.allocate(1), lambda: None)
+
+
+def test_timer_uses_events_on_the_stream(fake_cuda):
+    device, driver = _device(fake_cuda)
+    timer = device.timer()
+    with pytest.raises(DeviceError, match="needs start"):
+        timer.seconds()
+    timer.start()
+    timer.stop()
+    assert timer.seconds() == pytest.approx(0.0025)
+    assert driver.calls.count("cuEventRecord") == 2 and "cuEventElapsedTime" in driver.calls
+
+
+def test_properties_make_a_target(fake_cuda):
+    from heron.compiler.target import Target
+
+    device, _ = _device(fake_cuda)
+    target = Target.from_device(device.properties())
+    assert (target.arch, target.core_count, target.warp_size) == ("sm_90", 132, 32)
+    assert target.shared_memory_per_block_optin == 232448
+    assert target.memory_bandwidth == 2 * 2619000 * 1000 * 5120 // 8
+    assert target.clock_rate_ghz == pytest.approx(1.98)
+    assert target.device_memory_size == 80 * 2**30
+
+
+def test_an_attribute_the_driver_lacks_is_borrowed_from_a_preset(fake_cuda):
+    from heron.compiler.target import Target
+
+    attributes = dict(fake_cuda().attributes)
+    del attributes["L2_CACHE_SIZE"]
+    device, _ = _device(fake_cuda, attributes=attributes)
+    properties = device.properties()
+    assert "l2_cache_size" not in properties
+    target = Target.from_device(properties)
+    assert target.l2_cache_size == Target.preset("h100").l2_cache_size
+    borrowed = target.source.split("; ", 1)[1]
+    assert "l2_cache_size" in borrowed and borrowed.endswith("from preset h100")
+    assert "core_count" not in borrowed  # queried
+
+
+def test_no_driver_gives_the_probes_reason():
+    from heron.runtime.cuda.driver import probe
+
+    status = probe()
+    if status.available:
+        pytest.skip("a CUDA driver is present here")
+    with pytest.raises(DeviceError) as error:
+        create_device(None)
+    assert str(error.value) == status.reason
+
+
+def test_create_device_refuses_code_for_a_newer_arch(fake_cuda):
+    from heron.compiler.target import Target
+
+    with pytest.raises(DeviceError, match="cannot run kernels compiled for sm_100"):
+        create_device(Target.for_arch("sm_100"), bindings=fake_cuda())
+    with pytest.raises(DeviceError, match="compiled for rocm"):
+        create_device(Target.preset("mi300x"), bindings=fake_cuda())
+    assert create_device(Target.preset("a100"), bindings=fake_cuda()).compute_capability == (9, 0)
+
+
+def _cubin_header(sm: int) -> bytes:
+    """The ELF header of a CUDA 13 cubin for ``sm`` (enough for ``cubin_arch``)."""
+    header = bytearray(64)
+    header[:9] = b"\x7fELF\x02\x01\x01\x41\x08"
+    struct.pack_into("<H", header, 18, 190)
+    struct.pack_into("<I", header, 48, 0x6000004 | (sm << 8))
+    return bytes(header)
