@@ -257,3 +257,77 @@ def _cubin_header(sm: int) -> bytes:
     struct.pack_into("<H", header, 18, 190)
     struct.pack_into("<I", header, 48, 0x6000004 | (sm << 8))
     return bytes(header)
+
+
+ADD = """
+HloModule add
+fused_add {
+  p0 = f32[1024]{0} parameter(0)
+  p1 = f32[1024]{0} parameter(1)
+  ROOT sum = f32[1024]{0} add(p0, p1)
+}
+ENTRY main {
+  a = f32[1024]{0} parameter(0)
+  b = f32[1024]{0} parameter(1)
+  ROOT f = f32[1024]{0} fusion(a, b), kind=kLoop, calls=fused_add
+}
+"""
+
+
+def _compile_add(target):
+    from heron.compiler import compile_fusion, fusions_of
+    from heron.hlo.parser import parse_module
+
+    (fusion,) = fusions_of(parse_module(ADD))
+    return compile_fusion(fusion, target)
+
+
+def test_a_compiled_kernels_ptx_loads_and_launches_through_the_stand_in(fake_cuda):
+    from heron.compiler.target import Target
+
+    kernel = _compile_add(Target.preset("h100"))
+    device, driver = _device(fake_cuda)
+    images = [KernelImage(a.extension, kernel.kernel_name, a.data) for a in kernel.device_code()]
+    # The driver reads a cubin's parameter layout from the image (cuFuncGetParamInfo).
+    driver.param_info[kernel.kernel_name] = [(0, 8), (8, 8), (16, 8)]
+    loaded = device.load_best(images)  # the sm_90 cubin on this sm_90 device
+    assert driver.modules[0][:4] == b"\x7fELF"
+    assert len(loaded.handle.signature.parameters) == 3
+    buffers = [device.allocate(4096) for _ in range(3)]
+    device.launch(loaded, kernel.grid, kernel.block, buffers)
+    assert driver.launched[0]["args"] == [b.handle for b in buffers]
+
+
+@pytest.mark.cuda
+def test_on_a_real_gpu():
+    """A real launch, a graph replayed and updated, and an event timer, on a CUDA GPU."""
+    from heron.compiler.target import Target
+
+    device = create_device(None)
+    kernel = _compile_add(Target.from_device(device.properties()))
+    images = [KernelImage(a.extension, kernel.kernel_name, a.data) for a in kernel.device_code()]
+    loaded = device.load_best(images)
+    ptx = device.load_kernel(next(i for i in images if i.format == "ptx"))  # JIT-compiled
+    x, y = np.arange(1024, dtype=np.float32), np.full(1024, 0.5, np.float32)
+    a, b, out = device.upload(x), device.upload(y), device.allocate(4096)
+    for candidate in (loaded, ptx):
+        device.memset(out, 0, 4)
+        device.launch(candidate, kernel.grid, kernel.block, [a, b, out])
+        device.synchronize()
+        np.testing.assert_array_equal(device.copy_from_device(out).view(np.float32), x + y)
+    other = device.allocate(4096)
+    device.begin_recording()
+    device.memset(out, 0)
+    device.launch(loaded, kernel.grid, kernel.block, [a, a, out])
+    graph = device.end_recording()
+    timer = device.timer()
+    timer.start()
+    graph.replay()
+    timer.stop()
+    assert timer.seconds() > 0
+    np.testing.assert_array_equal(device.copy_from_device(out).view(np.float32), 2 * x)
+    graph.update({out: other})
+    graph.replay()
+    device.synchronize()
+    np.testing.assert_array_equal(device.copy_from_device(other).view(np.float32), 2 * x)
+    assert graph.updates == 1
