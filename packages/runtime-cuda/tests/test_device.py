@@ -331,3 +331,32 @@ def test_on_a_real_gpu():
     device.synchronize()
     np.testing.assert_array_equal(device.copy_from_device(other).view(np.float32), 2 * x)
     assert graph.updates == 1
+
+
+def _command_program(device):
+    """Immediate and recorded copies and memsets through views; replay, update, replay."""
+    a = device.upload(np.arange(16, dtype=np.uint8), "a")
+    b = device.upload(np.full(16, 0xEE, np.uint8), "b")
+    spare = device.upload(np.full(16, 0x11, np.uint8), "spare")
+    device.memset(device.view(a, 12, 4), 0xCAFE, 2)
+    device.begin_recording()
+    device.copy_on_device(device.view(a, 4, 8), device.view(b, 0, 8))
+    device.memset(device.view(b, 8, 8), 0xA1B2C3D4, 4)
+    device.copy_on_device(device.view(b, 0, 4), device.view(a, 0, 4))
+    graph = device.end_recording()
+    device.memset(device.view(a, 4, 4), 0x5A, 1)  # replay sees memory as it is now
+    graph.replay()
+    snapshots = [device.copy_from_device(x).tobytes() for x in (a, b, spare)]
+    (target,) = [buffer for buffer in graph.buffers if buffer.label == "b[8:16]"]
+    graph.update({target: device.view(spare, 0, 8)})
+    graph.replay()
+    snapshots += [device.copy_from_device(x).tobytes() for x in (a, b, spare)]
+    return snapshots
+
+
+def test_command_buffers_have_the_interpreters_semantics(fake_cuda):
+    from heron.runtime.interpreter.device import InterpreterDevice
+
+    assert _command_program(CudaDevice(bindings=fake_cuda())) == _command_program(
+        InterpreterDevice()
+    )
