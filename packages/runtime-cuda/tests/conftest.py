@@ -8,6 +8,11 @@ capturing, when the calls become graph nodes instead; ``cuGraphLaunch``
 running a graph's nodes; ``cuGraphExecUpdate`` taking a graph of the same
 topology (node kinds in order) and refusing another; kernel launches recorded
 with the parameter bytes read through ``kernelParams`` as the driver reads them.
+Conditional nodes (``cuGraphAddNode`` into a capture, bodies captured with
+``cuStreamBeginCaptureToGraph``) run their bodies by their handle's value, which
+heron's two condition-setting kernels (``heron.runtime.cuda.conditional``) set
+when they run: the stand-in does what their PTX says (the PTX itself is
+checked by ptxas in test_conditional.py, its behaviour only on a GPU).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import struct
 from types import SimpleNamespace
 
 import pytest
+
+from heron.runtime.cuda.kernel_abi import ptx_entry_names, ptx_entry_signature
 
 BASE = 0x7F0000000000
 
@@ -66,7 +73,7 @@ class FakeCuda:
 
     CUresult = CUresult
 
-    def __init__(self, attributes=None, fail=None, update_fails=False):
+    def __init__(self, attributes=None, fail=None, update_fails=False, driver_version=12080):
         self.memory = bytearray(1 << 20)
         self.next_free = 0
         self.attributes = dict(ATTRIBUTE_VALUES if attributes is None else attributes)
@@ -75,7 +82,18 @@ class FakeCuda:
         self.update_fails = update_fails
         self.calls: list[str] = []
         self.launched: list[dict] = []
-        self.capturing: list | None = None
+        self.driver_version = driver_version
+        #: stream -> the graph it is capturing into
+        self.capturing: dict = {}
+        self.streams = 0
+        self.handles: dict[int, int] = {}
+        self.CUgraphNodeType = SimpleNamespace(CU_GRAPH_NODE_TYPE_CONDITIONAL=13)
+        self.CUgraphConditionalNodeType = SimpleNamespace(
+            CU_GRAPH_COND_TYPE_IF=0, CU_GRAPH_COND_TYPE_WHILE=1
+        )
+        self.CUstreamUpdateCaptureDependencies_flags = SimpleNamespace(
+            CU_STREAM_SET_CAPTURE_DEPENDENCIES=1
+        )
         self.freed: list[int] = []
         self.modules: list[bytes] = []
         self.elapsed_ms = 2.5
@@ -106,13 +124,18 @@ class FakeCuda:
         assert 0 <= start and start + size <= len(self.memory), f"fake: {address:#x}+{size}"
         return start
 
-    def _run(self, node):
-        """Run one operation now, or add it to the graph being captured."""
-        if self.capturing is not None:
-            self.capturing.append(node)
+    def _run(self, node, stream):
+        """Run one operation now, or add it to the graph ``stream`` is capturing."""
+        if stream in self.capturing:
+            self.capturing[stream].nodes.append(node)
         else:
             self._execute(node)
         return (OK,)
+
+    @staticmethod
+    def CUgraphNodeParams():  # noqa: N802 - the bindings' spelling
+        conditional = SimpleNamespace(handle=None, type=None, size=0, ctx=None, phGraph_out=None)
+        return SimpleNamespace(type=None, conditional=conditional)
 
     def _execute(self, node):
         kind = node[0]
@@ -126,13 +149,42 @@ class FakeCuda:
             self.memory[d : d + width * count] = value.to_bytes(width, "little") * count
         elif kind == "launch":
             self.launched.append(node[1])
+            self._set_condition(node[1])
+        elif kind == "conditional":
+            _, handle, condition_type, bodies = node
+            runs = 0
+            while self.handles[handle]:
+                for inner in bodies[0].nodes:
+                    self._execute(inner)
+                runs += 1
+                if condition_type == 0:  # IF: once
+                    break
+                assert runs < 1000, "fake: a while node that does not stop"
+
+    def _byte(self, address):
+        return self.memory[self._slot(address, 1)]
+
+    def _set_condition(self, launch):
+        """What heron_set_while / heron_set_branch do (see the module docstring)."""
+        args = launch["args"]
+        if launch["function"] == "heron_set_while":
+            self.handles[args[0]] = int(self._byte(args[1]) != 0)
+        elif launch["function"] == "heron_set_branch":
+            handle, selector, is_s32, branch, count = args
+            if is_s32:
+                start = self._slot(selector, 4)
+                index = struct.unpack("<i", self.memory[start : start + 4])[0]
+                index = count - 1 if not 0 <= index < count else index
+            else:
+                index = 0 if self._byte(selector) else 1
+            self.handles[handle] = int(index == branch)
 
     # -- the calls ---------------------------------------------------------------------
     def _cuInit(self, flags):
         return (OK,)
 
     def _cuDriverGetVersion(self):
-        return (OK, 12080)
+        return (OK, self.driver_version)
 
     def _cuDeviceGetCount(self):
         return (OK, 1)
@@ -159,7 +211,8 @@ class FakeCuda:
         return (OK,)
 
     def _cuStreamCreate(self, flags):
-        return (OK, "stream")
+        self.streams += 1
+        return (OK, f"stream{self.streams}")
 
     def _cuStreamSynchronize(self, stream):
         return (OK,)
@@ -187,11 +240,11 @@ class FakeCuda:
         return (OK,)
 
     def _cuMemcpyDtoDAsync(self, destination, source, size, stream):
-        return self._run(("copy", destination, source, size))
+        return self._run(("copy", destination, source, size), stream)
 
     def _memset(self, width):
         def memset(destination, value, count, stream):
-            return self._run(("memset", destination, value, width, count))
+            return self._run(("memset", destination, value, width, count), stream)
 
         return memset
 
@@ -209,11 +262,14 @@ class FakeCuda:
         return (OK, f"module{len(self.modules)}")
 
     def _cuModuleGetFunction(self, module, name):
-        # The driver knows the layout from the image; the fake counts a PTX's parameters.
+        # The driver knows the layout from the image; the fake reads a PTX's .entry.
         data = self.modules[int(module.removeprefix("module")) - 1]
-        if b".entry" in data and name.decode() not in self.param_info:
-            count = data.count(b".param")
-            self.param_info[name.decode()] = [(8 * i, 8) for i in range(count)]
+        if data.startswith(b"\x7fELF"):  # a cubin: param_info is the test's
+            return (OK, name.decode())
+        text = data.rstrip(b"\0").decode()
+        if name.decode() in ptx_entry_names(text) and name.decode() not in self.param_info:
+            signature = ptx_entry_signature(text, name.decode())
+            self.param_info[name.decode()] = [(p.offset, p.size) for p in signature.parameters]
         return (OK, name.decode())
 
     def _cuFuncGetParamInfo(self, function, index):
@@ -226,22 +282,51 @@ class FakeCuda:
         return (OK,)
 
     def _cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        count = len(self.param_info.get(function, []))
-        pointers = (ctypes.c_void_p * count).from_address(params)
-        values = [struct.unpack("<Q", ctypes.string_at(p, 8))[0] for p in pointers]
+        layout = self.param_info.get(function, [])
+        pointers = (ctypes.c_void_p * len(layout)).from_address(params)
+        values = [
+            int.from_bytes(ctypes.string_at(p, size), "little")
+            for p, (_, size) in zip(pointers, layout, strict=True)
+        ]
         record = dict(
             function=function, grid=(gx, gy, gz), block=(bx, by, bz), shared=shared, args=values
         )
-        return self._run(("launch", record))
+        return self._run(("launch", record), stream)
 
     def _cuStreamBeginCapture(self, stream, mode):
-        assert self.capturing is None
-        self.capturing = []
+        assert stream not in self.capturing
+        self.capturing[stream] = SimpleNamespace(nodes=[])
+        return (OK,)
+
+    def _cuStreamBeginCaptureToGraph(self, stream, graph, dependencies, data, count, mode):
+        assert stream not in self.capturing
+        self.capturing[stream] = graph
         return (OK,)
 
     def _cuStreamEndCapture(self, stream):
-        graph, self.capturing = self.capturing, None
-        return (OK, SimpleNamespace(nodes=graph))
+        return (OK, self.capturing.pop(stream))
+
+    def _cuStreamGetCaptureInfo(self, stream):
+        graph = self.capturing[stream]
+        return (OK, 1, 7, graph, graph.nodes[-1:], None, len(graph.nodes[-1:]))
+
+    def _cuGraphConditionalHandleCreate(self, graph, context, default, flags):
+        handle = 1000 + len(self.handles)
+        self.handles[handle] = default
+        return (OK, handle)
+
+    def _cuGraphAddNode(self, graph, dependencies, data, count, parameters):
+        assert parameters.type == self.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+        conditional = parameters.conditional
+        assert conditional.size == 1 and conditional.ctx == "context"
+        bodies = [SimpleNamespace(nodes=[]) for _ in range(conditional.size)]
+        conditional.phGraph_out = bodies
+        node = ("conditional", conditional.handle, conditional.type, bodies)
+        graph.nodes.append(node)
+        return (OK, node)
+
+    def _cuStreamUpdateCaptureDependencies(self, stream, nodes, data, count, flags):
+        return (OK,)
 
     def _cuGraphInstantiate(self, graph, flags):
         return (OK, SimpleNamespace(nodes=list(graph.nodes)))

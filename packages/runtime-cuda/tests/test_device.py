@@ -183,12 +183,103 @@ def test_a_refused_update_instantiates_the_new_graph(fake_cuda):
     assert (graph.updates, graph.instantiations) == (0, 2)
 
 
-def test_no_conditional_nodes_yet(fake_cuda):
-    device, _ = _device(fake_cuda)
+def test_without_cuda_12_4_there_are_no_conditional_nodes(fake_cuda):
+    device, _ = _device(fake_cuda, driver_version=12030)
     assert device.supports_conditional_nodes is False
     device.begin_recording()
-    with pytest.raises(DeviceError, match="no conditional command-buffer nodes"):
+    with pytest.raises(DeviceError, match="CUDA 12.3; they need 12.4"):
         device.record_while(lambda: None, device.allocate(1), lambda: None)
+
+
+def _control_flow_program(device):
+    """A while loop (3 trips) and two conditionals, replayed with other selectors, updated."""
+    queue = device.allocate(4, "queue")
+    shift, scratch = device.allocate(3, "shift"), device.allocate(7, "scratch")
+    tally = device.upload(np.zeros(8, np.uint8), "tally")
+    predicate, other_predicate = device.allocate(1, "predicate"), device.allocate(1, "p2")
+    selector, flag = device.allocate(4, "selector"), device.allocate(1, "flag")
+    out = device.upload(np.zeros(2, np.uint8), "out")
+
+    def condition():
+        device.copy_on_device(device.view(queue, 0, 1), predicate)
+
+    def body():  # shift the queue left by one; shift a 0xAB into the tally
+        device.copy_on_device(device.view(queue, 1, 3), shift)
+        device.copy_on_device(shift, device.view(queue, 0, 3))
+        device.memset(device.view(queue, 3, 1), 0)
+        device.copy_on_device(device.view(tally, 0, 7), scratch)
+        device.copy_on_device(scratch, device.view(tally, 1, 7))
+        device.memset(device.view(tally, 0, 1), 0xAB)
+
+    def write(offset, value):
+        return lambda: device.memset(device.view(out, offset, 1), value)
+
+    device.begin_recording()
+    device.record_while(condition, predicate, body)
+    device.record_conditional(selector, "s32", [write(0, 10 + k) for k in range(3)])
+    device.record_conditional(flag, "pred", [write(1, 1), write(1, 2)])
+    graph = device.end_recording()
+    results = []
+    for number, (index, pred) in enumerate(((1, 0), (7, 1), (-1, 0), (0, 1))):
+        if number == 3:
+            (recorded_predicate,) = [b for b in graph.buffers if b.label == "predicate"]
+            graph.update({recorded_predicate: other_predicate})
+        device.copy_to_device(selector, np.array([index], np.int32))
+        device.copy_to_device(flag, np.array([pred], np.uint8))
+        device.copy_to_device(queue, np.array([1, 1, 1, 0], np.uint8))
+        device.copy_to_device(tally, np.zeros(8, np.uint8))
+        graph.replay()
+        results.append([device.copy_from_device(b).tobytes() for b in (out, tally, queue)])
+    return results
+
+
+def test_loops_and_conditionals_run_as_on_the_interpreter(fake_cuda):
+    from heron.runtime.interpreter.device import InterpreterDevice
+
+    device, driver = _device(fake_cuda)
+    assert device.supports_conditional_nodes
+    results = _control_flow_program(device)
+    assert results == _control_flow_program(InterpreterDevice())
+    assert results[0][0] == bytes([11, 2]) and results[1][0] == bytes([12, 1])  # 7: the last
+    assert results[0][1] == bytes([0xAB] * 3 + [0] * 5)  # three trips
+    assert len(driver.modules) == 1  # the condition kernels, loaded once
+
+
+def test_a_while_loop_is_condition_setter_and_a_node_whose_body_repeats_them(fake_cuda):
+    device, driver = _device(fake_cuda)
+    predicate, a, b = device.allocate(1), device.allocate(4), device.allocate(4)
+    device.begin_recording()
+    device.record_while(
+        lambda: device.copy_on_device(device.view(a, 0, 1), predicate),
+        predicate,
+        lambda: device.memset(b, 3),
+    )
+    graph = device.end_recording()
+    copy, setter, node = graph._executable.nodes
+    assert (copy[0], setter[0], setter[1]["function"], node[0]) == (
+        "copy",
+        "launch",
+        "heron_set_while",
+        "conditional",
+    )
+    _, handle, condition_type, (body,) = node
+    assert condition_type == driver.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE
+    assert [n[0] for n in body.nodes] == ["memset", "copy", "launch"]
+    assert setter[1]["args"] == [handle, predicate.handle] == body.nodes[2][1]["args"]
+    assert "cuStreamBeginCaptureToGraph" in driver.calls
+
+
+def test_control_flow_is_refused_outside_a_recording_and_with_bad_selectors(fake_cuda):
+    device, _ = _device(fake_cuda)
+    with pytest.raises(DeviceError, match="only while recording"):
+        device.record_while(lambda: None, device.allocate(1), lambda: None)
+    device.begin_recording()
+    with pytest.raises(DeviceError, match="the predicate is 1 byte, not 4"):
+        device.record_while(lambda: None, device.allocate(4), lambda: None)
+    with pytest.raises(DeviceError, match="a 's32' selector of 1 bytes"):
+        device.record_conditional(device.allocate(1), "s32", [lambda: None])
+    with pytest.raises(DeviceError, match="3 branches for a pred selector"):
+        device.record_conditional(device.allocate(1), "pred", [lambda: None] * 3)
 
 
 def test_timer_uses_events_on_the_stream(fake_cuda):
@@ -331,6 +422,10 @@ def test_on_a_real_gpu():
     device.synchronize()
     np.testing.assert_array_equal(device.copy_from_device(other).view(np.float32), 2 * x)
     assert graph.updates == 1
+    if device.supports_conditional_nodes:  # CUDA 12.4+: loops and branches inside graphs
+        from heron.runtime.interpreter.device import InterpreterDevice
+
+        assert _control_flow_program(device) == _control_flow_program(InterpreterDevice())
 
 
 def _command_program(device):

@@ -9,20 +9,31 @@ into a graph of the same topology for ``cuGraphExecUpdate``. Running a
 command (now, or during a capture) is the device's ``issue``.
 
 Kept in step with ``heron.runtime.rocm.commands`` (the two device packages
-may not import each other): both follow the interpreter's command-buffer
-semantics (``heron.runtime.interpreter.commands``).
+may not import each other), which lacks only the loop and the conditional
+(HIP graphs have no conditional nodes): both follow the interpreter's
+command-buffer semantics (``heron.runtime.interpreter.commands``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from heron.runtime.core.device import DeviceBuffer, DeviceError
 
-__all__ = ["Command", "CopyCommand", "LaunchCommand", "MemsetCommand", "buffers_of", "remap"]
+__all__ = [
+    "Command",
+    "ConditionalCommand",
+    "CopyCommand",
+    "LaunchCommand",
+    "MemsetCommand",
+    "WhileCommand",
+    "buffers_of",
+    "remap",
+    "walk",
+]
 
 
 @attrs.define(eq=False)
@@ -46,13 +57,43 @@ class MemsetCommand:
     width: int
 
 
-Command = LaunchCommand | CopyCommand | MemsetCommand
+@attrs.define(eq=False)
+class WhileCommand:
+    """``condition``; while the predicate byte is nonzero: ``body``, ``condition``."""
+
+    condition: list[Any]
+    buffers: list[DeviceBuffer]  # [predicate]
+    body: list[Any]
+
+
+@attrs.define(eq=False)
+class ConditionalCommand:
+    """Run ``branches[i]``, i read from the selector at replay time."""
+
+    buffers: list[DeviceBuffer]  # [selector]
+    selector_type: str
+    branches: list[list[Any]]
+
+
+Command = LaunchCommand | CopyCommand | MemsetCommand | WhileCommand | ConditionalCommand
+
+
+def walk(commands: Sequence[Command]) -> Iterator[Command]:
+    """Every command, those inside loops and branches too, in recording order."""
+    for command in commands:
+        yield command
+        if isinstance(command, WhileCommand):
+            yield from walk(command.condition)
+            yield from walk(command.body)
+        elif isinstance(command, ConditionalCommand):
+            for branch in command.branches:
+                yield from walk(branch)
 
 
 def buffers_of(commands: Sequence[Command]) -> tuple[DeviceBuffer, ...]:
     """Every buffer the commands use, each once, in order of first use."""
     seen: dict[int, DeviceBuffer] = {}
-    for command in commands:
+    for command in walk(commands):
         for buffer in command.buffers:
             seen.setdefault(id(buffer), buffer)
     return tuple(seen.values())
@@ -82,5 +123,5 @@ def remap(
                 f" replacement '{new.label}' {new.nbytes}"
             )
     by_id = {id(old): new for old, new in mapping.items()}
-    for command in commands:
+    for command in walk(commands):
         command.buffers[:] = [by_id.get(id(b), b) for b in command.buffers]

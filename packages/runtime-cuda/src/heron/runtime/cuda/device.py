@@ -31,8 +31,19 @@ naming the call and the error (``cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE
   commands issued on the stream, ``cuStreamEndCapture``, ``cuGraphInstantiate``),
   replayed with ``cuGraphLaunch``, updated by capturing again with the new
   buffers and ``cuGraphExecUpdate`` (instantiating anew when the update is
-  refused). No conditional nodes yet (see docs/devices.md): the executor
-  splits command buffers at while and conditional thunks.
+  refused).
+- Loops and conditionals in command buffers (a driver for CUDA 12.4+,
+  ``supports_conditional_nodes``): conditional nodes added into the capture
+  (``cuStreamGetCaptureInfo``, ``cuGraphConditionalHandleCreate``,
+  ``cuGraphAddNode`` of a ``CU_GRAPH_COND_TYPE_WHILE`` or ``_IF`` node,
+  ``cuStreamUpdateCaptureDependencies``), their bodies captured into the
+  node's graph on a second stream (``cuStreamBeginCaptureToGraph``), and the
+  condition set on the device by heron's small kernels
+  (:mod:`~.conditional`) from the predicate or selector. A while loop is the
+  condition's commands, a kernel setting the handle from the predicate, and a
+  WHILE node whose body is the body, the condition and the setting kernel
+  again. A conditional sets one handle per branch first (so that a branch
+  changing the selector changes nothing), then adds one IF node per branch.
 - Timing: ``cuEventCreate`` / ``cuEventRecord`` on the stream /
   ``cuEventSynchronize`` / ``cuEventElapsedTime``.
 - Properties: ``cuDeviceGetAttribute`` and ``cuDeviceTotalMem`` mapped onto
@@ -42,12 +53,13 @@ naming the call and the error (``cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from heron.runtime.core.device import (
+    SELECTOR_TYPES,
     CommandBuffer,
     Device,
     DeviceBuffer,
@@ -58,6 +70,12 @@ from heron.runtime.core.device import (
     as_dim3,
 )
 from heron.runtime.cuda import commands as recorded
+from heron.runtime.cuda.conditional import (
+    BRANCH_KERNEL,
+    MINIMUM_DRIVER,
+    SET_CONDITION_PTX,
+    WHILE_KERNEL,
+)
 from heron.runtime.cuda.driver import probe
 from heron.runtime.cuda.kernel_abi import (
     KernelParameter,
@@ -66,6 +84,7 @@ from heron.runtime.cuda.kernel_abi import (
     cubin_arch,
     cubin_runs_on,
     pack_arguments,
+    pack_values,
     ptx_entry_signature,
 )
 from heron.runtime.cuda.properties import ATTRIBUTES, target_properties
@@ -92,7 +111,6 @@ class CudaDevice(Device):
     """One CUDA GPU (see the module docstring). ``bindings``: ``cuda.bindings.driver``."""
 
     backend = "cuda"
-    supports_conditional_nodes = False
 
     def __init__(self, ordinal: int = 0, *, bindings: Any = None) -> None:
         if bindings is None:
@@ -117,7 +135,18 @@ class CudaDevice(Device):
         self._call("cuCtxSetCurrent", self._context)
         self._stream = self._call("cuStreamCreate", _CU_STREAM_NON_BLOCKING)
         self._allocations: dict[int, int] = {}  # id(root buffer) -> device address
-        self._recording: list[recorded.Command] | None = None
+        # Commands being recorded: one list per level (a loop's or a branch's inside).
+        self._recording: list[list[recorded.Command]] = []
+        self._body_streams: list[Any] = []
+        self._setters: dict[str, _Kernel] | None = None
+        version = int(self._call("cuDriverGetVersion"))
+        #: CUDA 12.4+ conditional graph nodes: while loops and conditionals recorded too.
+        self.supports_conditional_nodes = version >= MINIMUM_DRIVER
+        self.conditional_nodes_reason = (
+            ""
+            if self.supports_conditional_nodes
+            else f"the driver is for CUDA {version // 1000}.{version % 1000 // 10}; they need 12.4"
+        )
         #: Kernels launched so far (immediately; a replayed graph counts its own).
         self.launches = 0
 
@@ -195,7 +224,7 @@ class CudaDevice(Device):
         return int(buffer.handle)
 
     def _refuse_while_recording(self, what: str) -> None:
-        if self._recording is not None:
+        if self._recording:
             raise DeviceError(f"{what} while recording a command buffer (a capturing stream)")
 
     def copy_to_device(self, buffer: DeviceBuffer, data: np.ndarray | bytes) -> None:
@@ -330,15 +359,15 @@ class CudaDevice(Device):
         self._issue(recorded.MemsetCommand([buffer], value, width))
 
     def _issue(self, command: recorded.Command) -> None:
-        if self._recording is not None:
-            self._recording.append(command)
+        if self._recording:
+            self._recording[-1].append(command)
         else:
-            self.run_command(command)
+            self.run_command(command, self._stream)
 
-    def run_command(self, command: recorded.Command) -> None:
-        """Put one command on the stream (immediately, or into a capture)."""
+    def run_command(self, command: recorded.Command, stream: Any, depth: int = 0) -> None:
+        """Put one command on ``stream`` (immediately, or into a capture at ``depth``)."""
         if isinstance(command, recorded.LaunchCommand):
-            self._launch_now(command)
+            self._launch_now(command, stream)
         elif isinstance(command, recorded.CopyCommand):
             source, destination = command.buffers
             if source.nbytes:
@@ -347,7 +376,7 @@ class CudaDevice(Device):
                     self._pointer(int(destination.handle)),
                     self._pointer(int(source.handle)),
                     source.nbytes,
-                    self._stream,
+                    stream,
                 )
         elif isinstance(command, recorded.MemsetCommand):
             (destination,) = command.buffers
@@ -359,15 +388,18 @@ class CudaDevice(Device):
                     self._pointer(int(destination.handle)),
                     command.value,
                     count,
-                    self._stream,
+                    stream,
                 )
+        elif isinstance(command, recorded.WhileCommand):
+            self._capture_while(command, stream, depth)
+        elif isinstance(command, recorded.ConditionalCommand):
+            self._capture_conditional(command, stream, depth)
         else:  # pragma: no cover - the union is closed
             raise DeviceError(f"unknown command {command!r}")
 
-    def _launch_now(self, command: recorded.LaunchCommand) -> None:
+    def _launch_now(self, command: recorded.LaunchCommand, stream: Any) -> None:
         kernel: _Kernel = command.kernel.handle
-        signature = kernel.signature
-        packed = pack_arguments(signature, [int(b.handle) for b in command.buffers])
+        packed = pack_arguments(kernel.signature, [int(b.handle) for b in command.buffers])
         if command.shared_bytes > kernel.shared_limit:
             self._call(
                 "cuFuncSetAttribute",
@@ -376,19 +408,34 @@ class CudaDevice(Device):
                 command.shared_bytes,
             )
             kernel.shared_limit = command.shared_bytes
+        self._launch_packed(
+            kernel, packed, command.grid, command.block, command.shared_bytes, stream
+        )
+
+    def _launch_packed(
+        self,
+        kernel: _Kernel,
+        packed: bytes,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_bytes: int,
+        stream: Any,
+    ) -> None:
+        """``cuLaunchKernel`` with one pointer per parameter into ``packed``."""
+        parameters = kernel.signature.parameters
         # The driver copies the parameters during the call: locals are enough.
         storage = ctypes.create_string_buffer(packed, max(len(packed), 1))
         base = ctypes.addressof(storage)
-        pointers = (ctypes.c_void_p * max(len(signature.parameters), 1))(
-            *(base + p.offset for p in signature.parameters)
+        pointers = (ctypes.c_void_p * max(len(parameters), 1))(
+            *(base + p.offset for p in parameters)
         )
         self._call(
             "cuLaunchKernel",
             kernel.function,
-            *command.grid,
-            *command.block,
-            command.shared_bytes,
-            self._stream,
+            *grid,
+            *block,
+            shared_bytes,
+            stream,
             ctypes.addressof(pointers),
             0,
         )
@@ -397,17 +444,17 @@ class CudaDevice(Device):
     # -- command buffers -----------------------------------------------------------------
     @property
     def recording(self) -> bool:
-        return self._recording is not None
+        return bool(self._recording)
 
     def begin_recording(self) -> None:
-        if self._recording is not None:
+        if self._recording:
             raise DeviceError("begin_recording: already recording a command buffer")
-        self._recording = []
+        self._recording = [[]]
 
     def end_recording(self) -> CommandBuffer:
-        if self._recording is None:
-            raise DeviceError("end_recording: not recording")
-        commands, self._recording = self._recording, None
+        if len(self._recording) != 1:
+            raise DeviceError("end_recording: not recording (or inside a loop or branch)")
+        commands = self._recording.pop()
         graph = self.capture(commands)
         try:
             executable = self._call("cuGraphInstantiate", graph, 0)
@@ -418,17 +465,172 @@ class CudaDevice(Device):
 
     def capture(self, commands: Sequence[recorded.Command]) -> Any:
         """A ``CUgraph`` of ``commands``, by stream capture (thread-local mode)."""
-        mode = self._cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-        self._call("cuStreamBeginCapture", self._stream, mode)
+        self._call("cuStreamBeginCapture", self._stream, self._capture_mode())
         try:
             for command in commands:
-                self.run_command(command)
+                self.run_command(command, self._stream)
         except BaseException:
             result = self._cu.cuStreamEndCapture(self._stream)
             if int(result[0]) == 0 and len(result) > 1:
                 self._cu.cuGraphDestroy(result[1])
             raise
         return self._call("cuStreamEndCapture", self._stream)
+
+    def _capture_mode(self) -> Any:
+        return self._cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+
+    # -- conditional nodes (CUDA 12.4+) --------------------------------------------------
+    def _check_conditional_nodes(self, what: str) -> None:
+        if not self.supports_conditional_nodes:
+            raise DeviceError(
+                f"{self.description}: no conditional command-buffer nodes ({what}):"
+                f" {self.conditional_nodes_reason}"
+            )
+        if not self._recording:
+            raise DeviceError(f"{what}: only while recording a command buffer")
+
+    def _record_nested(self, build: Callable[[], None]) -> list[recorded.Command]:
+        self._recording.append([])
+        try:
+            build()
+        finally:
+            commands = self._recording.pop()
+        return commands
+
+    def record_while(
+        self,
+        condition: Callable[[], None],
+        predicate: DeviceBuffer,
+        body: Callable[[], None],
+    ) -> None:
+        self._check_conditional_nodes("while")
+        if predicate.nbytes != 1:
+            raise DeviceError(f"record_while: the predicate is 1 byte, not {predicate.nbytes}")
+        self._own(predicate)
+        condition_commands = self._record_nested(condition)
+        body_commands = self._record_nested(body)
+        self._recording[-1].append(
+            recorded.WhileCommand(condition_commands, [predicate], body_commands)
+        )
+
+    def record_conditional(
+        self,
+        selector: DeviceBuffer,
+        selector_type: str,
+        branches: Sequence[Callable[[], None]],
+    ) -> None:
+        self._check_conditional_nodes("conditional")
+        width = SELECTOR_TYPES.get(selector_type)
+        if width is None or selector.nbytes != width:
+            raise DeviceError(
+                f"record_conditional: a {selector_type!r} selector of {selector.nbytes} bytes"
+                " (pred: 1, s32: 4)"
+            )
+        if not branches or (selector_type == "pred" and len(branches) != 2):
+            raise DeviceError(
+                f"record_conditional: {len(branches)} branches for a {selector_type} selector"
+            )
+        self._own(selector)
+        recorded_branches = [self._record_nested(branch) for branch in branches]
+        self._recording[-1].append(
+            recorded.ConditionalCommand([selector], selector_type, recorded_branches)
+        )
+
+    def _condition_kernels(self) -> dict[str, _Kernel]:
+        """The kernels that set a condition (``conditional.SET_CONDITION_PTX``), loaded once."""
+        if self._setters is None:
+            image = KernelImage("ptx", WHILE_KERNEL, SET_CONDITION_PTX.encode())
+            module = self._call("cuModuleLoadData", image.data + b"\0")
+            self._setters = {}
+            for name in (WHILE_KERNEL, BRANCH_KERNEL):
+                function = self._call("cuModuleGetFunction", module, name.encode())
+                signature = ptx_entry_signature(SET_CONDITION_PTX, name)
+                self._setters[name] = _Kernel(module, function, signature)
+        return self._setters
+
+    def _set_condition(self, name: str, values: Sequence[int], stream: Any) -> None:
+        kernel = self._condition_kernels()[name]
+        packed = pack_values(kernel.signature, values)
+        self._launch_packed(kernel, packed, (1, 1, 1), (1, 1, 1), 0, stream)
+
+    def _capture_stream(self, depth: int) -> Any:
+        """The stream that captures loop and branch bodies ``depth`` levels down."""
+        while len(self._body_streams) < depth:
+            self._body_streams.append(self._call("cuStreamCreate", _CU_STREAM_NON_BLOCKING))
+        return self._body_streams[depth - 1]
+
+    def _conditional_node(self, stream: Any, handle: Any, kind: str) -> Any:
+        """Add a conditional node after what ``stream`` captured so far; its body graph.
+
+        ``cuStreamGetCaptureInfo`` gives the graph and the current
+        dependencies, ``cuGraphAddNode`` adds the node (one body), and
+        ``cuStreamUpdateCaptureDependencies`` makes the stream's next command
+        depend on it.
+        """
+        cu = self._cu
+        info = self._call("cuStreamGetCaptureInfo", stream)
+        graph, dependencies, count = info[2], info[3], info[5]
+        parameters = cu.CUgraphNodeParams()
+        parameters.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+        parameters.conditional.handle = handle
+        parameters.conditional.type = getattr(cu.CUgraphConditionalNodeType, kind)
+        parameters.conditional.size = 1
+        parameters.conditional.ctx = self._context
+        node = self._call("cuGraphAddNode", graph, dependencies, None, count, parameters)
+        bodies = parameters.conditional.phGraph_out
+        body = bodies[0] if isinstance(bodies, list | tuple) else bodies
+        flags = cu.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES
+        self._call("cuStreamUpdateCaptureDependencies", stream, [node], None, 1, flags)
+        return body
+
+    def _new_handle(self, stream: Any) -> Any:
+        graph = self._call("cuStreamGetCaptureInfo", stream)[2]
+        return self._call("cuGraphConditionalHandleCreate", graph, self._context, 0, 0)
+
+    def _capture_body(
+        self, graph: Any, depth: int, commands: Sequence[recorded.Command], after: Callable
+    ) -> None:
+        """Capture ``commands`` then ``after(stream)`` into a conditional node's body graph."""
+        stream = self._capture_stream(depth)
+        mode = self._capture_mode()
+        self._call("cuStreamBeginCaptureToGraph", stream, graph, None, None, 0, mode)
+        try:
+            for command in commands:
+                self.run_command(command, stream, depth)
+            after(stream)
+        finally:
+            self._call("cuStreamEndCapture", stream)
+
+    def _capture_while(self, command: recorded.WhileCommand, stream: Any, depth: int) -> None:
+        """condition; a WHILE node on the predicate; its body: body, condition, set again."""
+        predicate = int(command.buffers[0].handle)
+        for inner in command.condition:
+            self.run_command(inner, stream, depth)
+        handle = self._new_handle(stream)
+        self._set_condition(WHILE_KERNEL, [int(handle), predicate], stream)
+        body = self._conditional_node(stream, handle, "CU_GRAPH_COND_TYPE_WHILE")
+        self._capture_body(
+            body,
+            depth + 1,
+            [*command.body, *command.condition],
+            lambda s: self._set_condition(WHILE_KERNEL, [int(handle), predicate], s),
+        )
+
+    def _capture_conditional(
+        self, command: recorded.ConditionalCommand, stream: Any, depth: int
+    ) -> None:
+        """One IF node per branch, every handle set from the selector before any branch runs."""
+        selector = int(command.buffers[0].handle)
+        count = len(command.branches)
+        is_s32 = int(command.selector_type == "s32")
+        handles = [self._new_handle(stream) for _ in command.branches]
+        for number, handle in enumerate(handles):
+            self._set_condition(
+                BRANCH_KERNEL, [int(handle), selector, is_s32, number, count], stream
+            )
+        for handle, branch in zip(handles, command.branches, strict=True):
+            body = self._conditional_node(stream, handle, "CU_GRAPH_COND_TYPE_IF")
+            self._capture_body(body, depth + 1, branch, lambda s: None)
 
     # -- timing --------------------------------------------------------------------------
     def timer(self) -> Timer:

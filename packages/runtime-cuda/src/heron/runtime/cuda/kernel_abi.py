@@ -39,6 +39,7 @@ __all__ = [
     "cubin_arch",
     "cubin_runs_on",
     "pack_arguments",
+    "pack_values",
     "ptx_entry_signature",
     "ptx_entry_names",
 ]
@@ -160,23 +161,37 @@ def pack_arguments(signature: KernelSignature, pointers: Sequence[int]) -> bytes
     kernel compiled with another calling convention, or the wrong buffers).
     Padding bytes are zero.
     """
-    parameters = signature.parameters
-    if len(pointers) != len(parameters):
-        raise DeviceError(
-            f"kernel '{signature.kernel_name}' takes {len(parameters)} parameters"
-            f" ({', '.join(p.name for p in parameters) or 'none'}), given {len(pointers)} buffers"
-        )
-    packed = bytearray(signature.size)
-    for parameter, pointer in zip(parameters, pointers, strict=True):
+    for parameter in signature.parameters:
         if parameter.size != 8:
             raise DeviceError(
                 f"kernel '{signature.kernel_name}' parameter {parameter.name} is a"
                 f" {parameter.size}-byte .{parameter.type}, not a 64-bit buffer pointer"
                 " (heron's kernel ABI)"
             )
-        if not 0 <= int(pointer) < 1 << 64:
-            raise DeviceError(f"device pointer {pointer!r} does not fit 64 bits")
-        struct.pack_into("<Q", packed, parameter.offset, int(pointer))
+    return pack_values(signature, pointers, what="buffers")
+
+
+def pack_values(signature: KernelSignature, values: Sequence[int], what: str = "values") -> bytes:
+    """The parameter buffer holding each unsigned integer at its parameter's offset and width.
+
+    For heron's own helper kernels (``conditional``), whose parameters are
+    not all pointers; a value that does not fit its parameter is refused.
+    """
+    parameters = signature.parameters
+    if len(values) != len(parameters):
+        raise DeviceError(
+            f"kernel '{signature.kernel_name}' takes {len(parameters)} parameters"
+            f" ({', '.join(p.name for p in parameters) or 'none'}), given {len(values)} {what}"
+        )
+    packed = bytearray(signature.size)
+    for parameter, value in zip(parameters, values, strict=True):
+        if not 0 <= int(value) < 1 << (8 * parameter.size):
+            raise DeviceError(
+                f"kernel '{signature.kernel_name}' parameter {parameter.name}: {value!r} does not"
+                f" fit {parameter.size} bytes"
+            )
+        offset = parameter.offset
+        packed[offset : offset + parameter.size] = int(value).to_bytes(parameter.size, "little")
     return bytes(packed)
 
 

@@ -9,8 +9,9 @@ into a graph of the same topology for ``hipGraphExecUpdate``. Running a
 command (now, or during a capture) is the device's ``issue``.
 
 Kept in step with ``heron.runtime.cuda.commands`` (the two device packages
-may not import each other): both follow the interpreter's command-buffer
-semantics (``heron.runtime.interpreter.commands``).
+may not import each other), less its loop and conditional (HIP graphs have no
+conditional nodes): both follow the interpreter's command-buffer semantics
+(``heron.runtime.interpreter.commands``).
 """
 
 from __future__ import annotations
