@@ -11,6 +11,8 @@ contracts check):
 - ``kernel_abi``: heron's kernel ABI read from the PTX ``.entry``, the launch
   parameter buffer packed from it, and which cubin runs on which device;
 - ``commands``: what a device records for a command buffer;
+- ``conditional``: the PTX kernels that set CUDA conditional nodes (loops and
+  conditionals inside graphs, CUDA 12.4+);
 - ``properties``: device attributes as Target fields;
 - ``backend``: the ``heron.backends`` plugin; its stages are named by
   ``"module:attribute"`` strings, imported only when something compiles.
