@@ -1,15 +1,18 @@
 """The CUDA backend as a ``heron.backends`` plugin (registered in this package's pyproject).
 
 Its stages (``heron.runtime.cuda.stages``, imported only to compile) turn a
-``lower-tensors`` module into LLVM IR, PTX and, with ptxas, a cubin. Running
-kernels needs heron's CUDA device, which is not implemented yet (the runtime
-issue brings it): until then the backend reports itself unavailable, saying
-why, and ``auto`` falls back to the interpreter.
+``lower-tensors`` module into LLVM IR, PTX and, with ptxas, a cubin. Its
+device (:class:`heron.runtime.cuda.device.CudaDevice`) runs them through the
+CUDA driver. The backend is available where ``driver.probe`` finds a driver
+and a device; elsewhere it says why, ``auto`` falls back to the interpreter,
+and asking for its device raises ``DeviceError`` with that reason.
 """
 
 from __future__ import annotations
 
-from heron.runtime.core.gpu_backend import compile_only_backend
+from typing import Any
+
+from heron.runtime.core.device import DeviceError
 from heron.runtime.core.hookspecs import BackendSpec, Stage, hookimpl
 from heron.runtime.cuda.driver import probe
 
@@ -35,13 +38,41 @@ STAGES = (
 )
 
 
+def available() -> tuple[bool, str]:
+    status = probe()
+    return status.available, status.reason
+
+
+def create_device(target: Any = None, *, bindings: Any = None) -> Any:
+    """The CUDA device 0, checked to run code compiled for ``target`` (None: any).
+
+    A target of another backend, or of a newer compute capability than the
+    device's (its PTX would not JIT-compile there), is a ``DeviceError``.
+    """
+    from heron.runtime.cuda.device import CudaDevice
+
+    if target is not None and getattr(target, "backend", "cuda") != "cuda":
+        raise DeviceError(
+            f"the CUDA device cannot run kernels compiled for {target.backend} ({target.arch})"
+        )
+    device = CudaDevice(bindings=bindings)
+    wanted = getattr(target, "compute_capability", None)
+    if wanted is not None and tuple(wanted) > device.compute_capability:
+        major, minor = device.compute_capability
+        raise DeviceError(
+            f"{device.description} cannot run kernels compiled for {target.arch}: compile for"
+            f" its own arch (--arch sm_{major}{minor})"
+        )
+    return device
+
+
 @hookimpl
 def heron_backend_specs() -> BackendSpec:
-    return compile_only_backend(
+    return BackendSpec(
         name="cuda",
-        platform="CUDA",
         priority=30,
-        probe=probe,
+        is_available=available,
+        device_factory=create_device,
         stages=STAGES,
-        description="CUDA GPUs (PTX and cubin)",
+        description="CUDA GPUs (PTX and cubin), through cuda-python's driver API",
     )

@@ -2,14 +2,17 @@
 
 Its stages (``heron.runtime.rocm.stages``, imported only to compile) turn a
 ``lower-tensors`` module into LLVM IR, an AMDGPU object and a linked HSACO.
-Running kernels needs heron's ROCm device, which is not implemented yet (the
-runtime issue brings it): until then the backend reports itself unavailable,
-saying why, and ``auto`` falls back to the interpreter.
+Its device (:class:`heron.runtime.rocm.device.HipDevice`) runs them through
+the HIP runtime. The backend is available where ``driver.probe`` finds a HIP
+runtime and a device; elsewhere it says why, ``auto`` falls back to the
+interpreter, and asking for its device raises ``DeviceError`` with that reason.
 """
 
 from __future__ import annotations
 
-from heron.runtime.core.gpu_backend import compile_only_backend
+from typing import Any
+
+from heron.runtime.core.device import DeviceError
 from heron.runtime.core.hookspecs import BackendSpec, Stage, hookimpl
 from heron.runtime.rocm.driver import probe
 
@@ -35,13 +38,40 @@ STAGES = (
 )
 
 
+def available() -> tuple[bool, str]:
+    status = probe()
+    return status.available, status.reason
+
+
+def create_device(target: Any = None, *, bindings: Any = None) -> Any:
+    """The HIP device 0, checked to run code compiled for ``target`` (None: any).
+
+    A target of another backend, or of another arch than the device's (a code
+    object runs only on its own gfx arch), is a ``DeviceError``.
+    """
+    from heron.runtime.rocm.device import HipDevice
+
+    if target is not None and getattr(target, "backend", "rocm") != "rocm":
+        raise DeviceError(
+            f"the HIP device cannot run kernels compiled for {target.backend} ({target.arch})"
+        )
+    device = HipDevice(bindings=bindings)
+    arch = device.info.architecture.split(":", 1)[0]
+    if target is not None and arch and target.arch != arch:
+        raise DeviceError(
+            f"{device.description} cannot run kernels compiled for {target.arch}: compile for"
+            f" its own arch (--arch {arch})"
+        )
+    return device
+
+
 @hookimpl
 def heron_backend_specs() -> BackendSpec:
-    return compile_only_backend(
+    return BackendSpec(
         name="rocm",
-        platform="ROCm",
         priority=20,
-        probe=probe,
+        is_available=available,
+        device_factory=create_device,
         stages=STAGES,
-        description="ROCm GPUs (an HSACO)",
+        description="ROCm GPUs (an HSACO), through hip-python",
     )

@@ -1,0 +1,127 @@
+"""Commands a GPU device records between ``begin_recording`` and ``end_recording``.
+
+A GPU device records on the host first (a list of launches, copies and
+memsets naming their buffers) and turns the list into a graph by stream
+capture at ``end_recording``: the refusals a capturing stream makes (host
+transfers, ``synchronize``) are then the device's own, checked before any
+driver call, and ``update`` can re-capture the same list with other buffers
+into a graph of the same topology for ``cuGraphExecUpdate``. Running a
+command (now, or during a capture) is the device's ``issue``.
+
+Kept in step with ``heron.runtime.rocm.commands`` (the two device packages
+may not import each other), which lacks only the loop and the conditional
+(HIP graphs have no conditional nodes): both follow the interpreter's
+command-buffer semantics (``heron.runtime.interpreter.commands``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from heron.runtime.core.device import DeviceBuffer, DeviceError
+
+__all__ = [
+    "Command",
+    "ConditionalCommand",
+    "CopyCommand",
+    "LaunchCommand",
+    "MemsetCommand",
+    "WhileCommand",
+    "buffers_of",
+    "remap",
+    "walk",
+]
+
+
+@attrs.define(eq=False)
+class LaunchCommand:
+    kernel: Any  # a LoadedKernel of the device
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    buffers: list[DeviceBuffer]
+    shared_bytes: int = 0
+
+
+@attrs.define(eq=False)
+class CopyCommand:
+    buffers: list[DeviceBuffer]  # [source, destination]
+
+
+@attrs.define(eq=False)
+class MemsetCommand:
+    buffers: list[DeviceBuffer]  # [destination]
+    value: int
+    width: int
+
+
+@attrs.define(eq=False)
+class WhileCommand:
+    """``condition``; while the predicate byte is nonzero: ``body``, ``condition``."""
+
+    condition: list[Any]
+    buffers: list[DeviceBuffer]  # [predicate]
+    body: list[Any]
+
+
+@attrs.define(eq=False)
+class ConditionalCommand:
+    """Run ``branches[i]``, i read from the selector at replay time."""
+
+    buffers: list[DeviceBuffer]  # [selector]
+    selector_type: str
+    branches: list[list[Any]]
+
+
+Command = LaunchCommand | CopyCommand | MemsetCommand | WhileCommand | ConditionalCommand
+
+
+def walk(commands: Sequence[Command]) -> Iterator[Command]:
+    """Every command, those inside loops and branches too, in recording order."""
+    for command in commands:
+        yield command
+        if isinstance(command, WhileCommand):
+            yield from walk(command.condition)
+            yield from walk(command.body)
+        elif isinstance(command, ConditionalCommand):
+            for branch in command.branches:
+                yield from walk(branch)
+
+
+def buffers_of(commands: Sequence[Command]) -> tuple[DeviceBuffer, ...]:
+    """Every buffer the commands use, each once, in order of first use."""
+    seen: dict[int, DeviceBuffer] = {}
+    for command in walk(commands):
+        for buffer in command.buffers:
+            seen.setdefault(id(buffer), buffer)
+    return tuple(seen.values())
+
+
+def remap(
+    commands: Sequence[Command], mapping: Mapping[DeviceBuffer, DeviceBuffer], device: Any
+) -> None:
+    """Point the commands at ``mapping``'s values instead of its keys, in place.
+
+    Every key must be a buffer the commands use, every value a buffer of
+    ``device`` of the key's size; otherwise :class:`DeviceError` and nothing
+    changes (``CommandBuffer.update``'s contract).
+    """
+    recorded = {id(b) for b in buffers_of(commands)}
+    for old, new in mapping.items():
+        if id(old) not in recorded:
+            raise DeviceError(
+                f"command buffer update: buffer '{old.label}' ({old.nbytes} bytes) is not one"
+                " the command buffer was recorded with"
+            )
+        if new.device is not device:
+            raise DeviceError(f"command buffer update: buffer '{new.label}' is another device's")
+        if new.nbytes != old.nbytes:
+            raise DeviceError(
+                f"command buffer update: buffer '{old.label}' is {old.nbytes} bytes, its"
+                f" replacement '{new.label}' {new.nbytes}"
+            )
+    by_id = {id(old): new for old, new in mapping.items()}
+    for command in walk(commands):
+        command.buffers[:] = [by_id.get(id(b), b) for b in command.buffers]
