@@ -1,7 +1,7 @@
 """``heron run`` on device backends: auto selection, the interpreter, unfused modules, --check.
 
 The interpreter is always available, so these run everywhere; CUDA and ROCm
-are not usable on CI (heron's GPU devices are not implemented yet), which the
+are not usable on CI (no GPU, no driver), which the
 auto-selection and --backend cuda tests rely on through the registry's own
 availability reasons rather than through hard-coded text.
 """
