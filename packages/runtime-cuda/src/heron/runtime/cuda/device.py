@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from heron.runtime.core import commands as recorded
 from heron.runtime.core.device import (
     SELECTOR_TYPES,
     CommandBuffer,
@@ -69,7 +70,6 @@ from heron.runtime.core.device import (
     Timer,
     as_dim3,
 )
-from heron.runtime.cuda import commands as recorded
 from heron.runtime.cuda.conditional import (
     BRANCH_KERNEL,
     MINIMUM_DRIVER,

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from heron.runtime.core import commands as recorded
 from heron.runtime.core.device import (
     CommandBuffer,
     Device,
@@ -49,7 +50,6 @@ from heron.runtime.core.device import (
     Timer,
     as_dim3,
 )
-from heron.runtime.rocm import commands as recorded
 from heron.runtime.rocm.code_object import KernelMetadata, pack_arguments, read_code_object
 from heron.runtime.rocm.driver import probe
 from heron.runtime.rocm.properties import target_properties

@@ -1,17 +1,16 @@
-"""Commands a GPU device records between ``begin_recording`` and ``end_recording``.
+"""The commands a device records between ``begin_recording`` and ``end_recording``.
 
-A GPU device records on the host first (a list of launches, copies and
-memsets naming their buffers) and turns the list into a graph by stream
-capture at ``end_recording``: the refusals a capturing stream makes (host
-transfers, ``synchronize``) are then the device's own, checked before any
-driver call, and ``update`` can re-capture the same list with other buffers
-into a graph of the same topology for ``cuGraphExecUpdate``. Running a
-command (now, or during a capture) is the device's ``issue``.
+Every device records the same data first (launches, copies, memsets, and,
+where it has conditional nodes, while loops and conditionals holding commands
+of their own), each naming the :class:`~heron.runtime.core.device.DeviceBuffer`
+objects it uses; what a device makes of the list is its own: the interpreter
+replays it (``heron.runtime.interpreter.commands``), a GPU device captures it
+into a graph at ``end_recording`` (CUDA, HIP). ``update`` points the same
+commands at other buffers (:func:`remap`), which is a graph update of the same
+topology (``cuGraphExecUpdate``, ``hipGraphExecUpdate``).
 
-Kept in step with ``heron.runtime.rocm.commands`` (the two device packages
-may not import each other), which lacks only the loop and the conditional
-(HIP graphs have no conditional nodes): both follow the interpreter's
-command-buffer semantics (``heron.runtime.interpreter.commands``).
+One definition, here, so that every device records and updates by the same
+rules.
 """
 
 from __future__ import annotations
