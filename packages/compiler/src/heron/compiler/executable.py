@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CompiledExecutable",
+    "thunk_counts",
     "KernelCompiler",
     "compile_executable",
     "compile_program",
@@ -213,19 +214,16 @@ def _signature(module: Module) -> EntrySignature:
 def _allocations(assignment: BufferAssignment) -> tuple[list[Allocation], list[Thunk]]:
     """The artefact's allocation table, and the copies that put results in their own outputs.
 
-    Output allocation ``k`` holds result leaf ``k``. A result leaf in a
+    An output allocation holds one result leaf (its ``output``). A result leaf in a
     parameter or constant allocation, or in an output allocation an earlier
     leaf already holds, gets a new output allocation and a copy.
     """
-    flow = assignment.flow
     root = assignment.module.entry.root_instruction
     owner: dict[int, int] = {}  # allocation index -> result leaf it holds
     extra: list[Allocation] = []
     copies: list[Thunk] = []
     next_index = len(assignment.allocations)
-    for leaf, (buffer, piece) in enumerate(
-        zip(flow.leaf_buffers(root), assignment.leaf_slices(root), strict=True)
-    ):
+    for leaf, piece in enumerate(assignment.leaf_slices(root)):
         if piece is None:
             continue
         allocation = assignment.allocations[piece.allocation]
@@ -240,7 +238,6 @@ def _allocations(assignment: BufferAssignment) -> tuple[list[Allocation], list[T
             )
         )
         next_index += 1
-        del buffer
     table = []
     for allocation in assignment.allocations:
         if allocation.kind == "parameter":
@@ -309,7 +306,7 @@ def _image(kernel: CompiledKernel, fusion: Instruction, backend: str) -> KernelI
     )
 
 
-def describe_program(compiled: CompiledExecutable) -> Mapping[str, int]:
+def thunk_counts(compiled: CompiledExecutable) -> Mapping[str, int]:
     """Thunks by kind over the whole program (nested thunks included)."""
     from heron.runtime.core.thunks import walk
 
