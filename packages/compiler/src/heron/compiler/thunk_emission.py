@@ -10,8 +10,10 @@ its operands and results:
   result leaves). An in-place output (``CompiledKernel.output_aliases``)
   whose slice the assignment did not make its input's gets a ``CopyThunk`` of
   the input first, as :func:`~heron.compiler.device_kernels.run_on_device`
-  does; an output that shares an input's bytes the kernel does not declare is
-  refused (the kernel's pointers are ``noalias``).
+  does. An output that the assignment put over an input the kernel does not
+  update in place is written there only when the kernel reads that input
+  element by element (:func:`elementwise_in_place`, XLA's rule); otherwise it
+  goes to a scratch allocation and is copied into place after the launch.
 - ``parameter``, ``constant``, ``tuple``, ``get-tuple-element``, ``bitcast``:
   nothing; their slices are their operands' or their allocation's.
 - ``copy`` (added by copy insertion): a ``CopyThunk`` per leaf whose slices
@@ -79,10 +81,17 @@ class EmittedKernel:
 
 @attrs.frozen
 class ThunkProgram:
-    """The entry's thunks, and the kernels they launch in the order they appear."""
+    """The entry's thunks, the kernels they launch in the order they appear, and scratch.
+
+    ``scratch`` are the sizes of allocations the thunks use beyond the buffer
+    assignment's (numbered after them): an output a kernel cannot write over
+    the input whose bytes the assignment gave it (see :func:`elementwise_in_place`)
+    goes to scratch memory, then is copied into place.
+    """
 
     thunks: tuple[Thunk, ...]
     kernels: tuple[EmittedKernel, ...]
+    scratch: tuple[int, ...] = ()
 
 
 _KEY_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]")
@@ -112,7 +121,7 @@ def emit_thunks(
     """
     emitter = _Emitter(assignment, compile, dict(trip_counts or {}))
     thunks = emitter.computation(assignment.module.entry)
-    return ThunkProgram(tuple(thunks), tuple(emitter.kernels))
+    return ThunkProgram(tuple(thunks), tuple(emitter.kernels), tuple(emitter.scratch))
 
 
 @attrs.define
@@ -122,6 +131,7 @@ class _Emitter:
     trip_counts: dict[str, int]
     kernels: list[EmittedKernel] = attrs.field(factory=list)
     keys: set[str] = attrs.field(factory=set)
+    scratch: list[int] = attrs.field(factory=list)
 
     # -- slices ------------------------------------------------------------------------
 
@@ -202,18 +212,19 @@ class _Emitter:
         for out, source in sorted(aliases.items()):
             if outputs[out] != inputs[source]:
                 thunks.append(CopyThunk(inputs[source], outputs[out]))
+        after: list[Thunk] = []
         for out, piece in enumerate(outputs):
-            for k, other in enumerate(inputs):
-                if aliases.get(out) == k or not _overlap(piece, other):
-                    continue
-                if piece != other or not elementwise_in_place(inst, k, out):
-                    raise UnsupportedError(
-                        f"fusion {describe(inst)}: the buffer assignment gives output {out}"
-                        f" ({piece}) bytes of input {k} ({other}), but the kernel neither"
-                        " updates that input in place nor reads it element by element (a"
-                        " copy insertion limit: the writer of a loop's state also reads it)",
-                        inst.location,
-                    )
+            shared = [
+                k
+                for k, other in enumerate(inputs)
+                if aliases.get(out) != k and _overlap(piece, other)
+            ]
+            if shared and not all(
+                inputs[k] == piece and elementwise_in_place(inst, k, out) for k in shared
+            ):
+                scratch = BufferSlice(self.new_scratch(piece.size), 0, piece.size)
+                outputs[out] = scratch
+                after.append(CopyThunk(scratch, piece))
         key = self.unique_key(inst)
         self.kernels.append(EmittedKernel(key, inst, compiled))
         thunks.append(
@@ -225,7 +236,12 @@ class _Emitter:
                 block=kernel.block,
             )
         )
-        return thunks
+        return thunks + after
+
+    def new_scratch(self, size: int) -> int:
+        """A new allocation of ``size`` bytes for one kernel's output (its index)."""
+        self.scratch.append(size)
+        return len(self.assignment.allocations) + len(self.scratch) - 1
 
     def unique_key(self, inst: Instruction) -> str:
         key = base = image_key(inst)
