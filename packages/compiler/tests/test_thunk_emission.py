@@ -17,7 +17,7 @@ from heron.hlo.buffers import assign_buffers
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.passes import pass_named, run_pipeline
 from heron.hlo.passes.manager import pipeline_of
-from heron.runtime.core.thunks import ConditionalThunk, CopyThunk, KernelThunk, walk
+from heron.runtime.core.thunks import ConditionalThunk, CopyThunk, KernelThunk, WhileThunk, walk
 
 TARGET = Target.preset("h100")
 
@@ -141,3 +141,44 @@ def test_a_fusion_compiled_for_no_backend_is_an_error() -> None:
     assignment = assign_buffers(module, alignment=16)
     with pytest.raises(UnsupportedError, match="compiled for no backend"):
         emit_thunks(assignment, lambda fusion: {})
+
+
+DATA_DEPENDENT_LOOP = """
+HloModule halving, entry_computation_layout={(s32[])->s32[]}
+
+%body (p: s32[]) -> s32[] {
+  %p = s32[] parameter(0)
+  %two = s32[] constant(2)
+  ROOT %half = s32[] divide(%p, %two)
+}
+
+%cond (p: s32[]) -> pred[] {
+  %p = s32[] parameter(0)
+  %zero = s32[] constant(0)
+  ROOT %gt = pred[] compare(%p, %zero), direction=GT
+}
+
+ENTRY %main (x: s32[]) -> s32[] {
+  %x = s32[] parameter(0)
+  ROOT %w = s32[] while(%x), condition=%cond, body=%body%CONFIG%
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ("", None),
+        (', backend_config={"known_trip_count":{"n":"5"}}', 5),
+        (', backend_config={"known_trip_count":{"n":"x"}}', None),
+        (', backend_config={"other":1}', None),
+    ],
+)
+def test_a_loop_takes_xlas_known_trip_count(config: str, expected: int | None) -> None:
+    module = parse_module(DATA_DEPENDENT_LOOP.replace("%CONFIG%", config))
+    compiled = compile_program(module, TARGET, ("interpreter",))
+    (loop,) = [t for t in walk(compiled.artefact.program) if isinstance(t, WhileThunk)]
+    assert loop.trip_count == expected
+    # The condition's kernel writes the predicate the loop reads.
+    (condition,) = loop.condition
+    assert isinstance(condition, KernelThunk) and condition.arguments[-1] == loop.predicate

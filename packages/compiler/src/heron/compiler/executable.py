@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CompiledExecutable",
+    "known_trip_count",
     "thunk_counts",
     "KernelCompiler",
     "compile_executable",
@@ -93,7 +94,8 @@ def prepare_module(module: Module, target: Target) -> tuple[Module, dict[str, in
 
     Trip counts are read before the loops' conditions are fused (the counted
     form is what :func:`heron.hlo.passes.while_loop_simplifier.trip_count`
-    recognises), by while instruction name.
+    recognises), by while instruction name; a loop XLA already analysed says
+    its count in its backend config (:func:`known_trip_count`).
     """
     from heron.compiler.control_flow_fusion import fuse_control_flow_computations
     from heron.compiler.fusion import program_pipeline
@@ -105,7 +107,12 @@ def prepare_module(module: Module, target: Target) -> tuple[Module, dict[str, in
     run_pipeline(optimized, program_pipeline(optimized, target))
     trip_counts = {}
     for inst in optimized.instructions():
-        if inst.opcode == "while" and (count := trip_count(inst)) is not None:
+        if inst.opcode != "while":
+            continue
+        count = trip_count(inst)
+        if count is None:
+            count = known_trip_count(inst)
+        if count is not None:
             trip_counts[inst.name] = count
     fuse_control_flow_computations(optimized, target)
     run_pipeline(optimized, pipeline_of([pass_named("copy-insertion"), pass_named("scheduler")]))
@@ -183,6 +190,22 @@ def compile_executable(
 ) -> Artefact:
     """:func:`compile_program`'s artefact."""
     return compile_program(module, target, backends, compiler=compiler).artefact
+
+
+def known_trip_count(loop: Instruction) -> int | None:
+    """XLA's ``backend_config={..."known_trip_count":{"n":"8"}}`` of a while, when present."""
+    import json
+
+    config = loop.attributes.get("backend_config")
+    text = getattr(config, "text", config)
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text)
+        count = int(value["known_trip_count"]["n"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return count if count >= 0 else None
 
 
 # -- the artefact's tables ---------------------------------------------------------------
