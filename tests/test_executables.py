@@ -159,13 +159,17 @@ def test_kernel_thunks_take_the_assignments_slices(executables, name) -> None:
     ]
     kernel_thunks = [t for t in walk(compiled.artefact.program) if isinstance(t, KernelThunk)]
     assert len(kernel_thunks) == len(fusions) >= 1
-    by_key = {t.image_key: t for t in kernel_thunks}
-    assert len(by_key) == len(kernel_thunks), "two kernel thunks share an image key"
-    emitted = {id(e.fusion): e.key for e in compiled.program.kernels}
+    kernel_of = compiled.program.kernel_of
+    assert sorted(kernel_of) == sorted(f.name for f in fusions)
+    assert len({e.key for e in compiled.program.kernels}) == len(compiled.program.kernels)
+    assert set(kernel_of.values()) == {e.key for e in compiled.program.kernels}
+    remaining = list(kernel_thunks)
     scratch_base = len(assignment.allocations)
     copies = [t for t in walk(compiled.artefact.program) if isinstance(t, CopyThunk)]
-    for fusion in fusions:
-        thunk = by_key[emitted[id(fusion)]]
+    for fusion in _ordered(compiled.module, "fusion"):
+        # Kernel thunks come in schedule order, the fusions' order in a walk of the module.
+        thunk = remaining.pop(0)
+        assert thunk.image_key == kernel_of[fusion.name]
         inputs = [piece for operand in fusion.operands for piece in _slices(assignment, operand)]
         outputs = _slices(assignment, fusion)
         got = _as_tuples(thunk)

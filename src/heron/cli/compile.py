@@ -190,7 +190,8 @@ def _executable(module, target, args: argparse.Namespace) -> int:
         + (", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())) or "none")
     )
     print(
-        f"  kernels: {len(compiled.program.kernels)} ("
+        f"  kernels: {len(compiled.program.kernels)} images for"
+        f" {len(compiled.program.kernel_of)} fusions ("
         + ", ".join(
             f"{n} {emitter}"
             for emitter, n in sorted(_emitters(compiled).items(), key=lambda item: -item[1])

@@ -31,9 +31,10 @@ its operands and results:
 - anything else (a dot or sort the fusion passes left unfused, a
   convolution, a custom call ...): refused, naming the instruction.
 
-Kernels are compiled by the caller's ``compile`` function (one call per fusion
-and backend: :func:`heron.compiler.compile_fusion` or a cache of it); this
-module only places them. Which kernels an executable holds, its allocation
+Kernels are compiled by the caller's ``compile`` function (one call per
+distinct fusion: fusions with the same body, kind and shapes share one kernel
+image; :func:`heron.compiler.compile_fusion` per backend, or a cache of it);
+this module only places them. Which kernels an executable holds, its allocation
 table and its entry signature are :mod:`heron.compiler.executable`'s.
 """
 
@@ -72,7 +73,7 @@ Compile = Callable[[Instruction], Mapping[str, "CompiledKernel"]]
 
 @attrs.frozen
 class EmittedKernel:
-    """One kernel thunk's fusion and what it was compiled to, per backend."""
+    """A kernel: the first fusion compiled to it, and what it was compiled to, per backend."""
 
     key: str
     fusion: Instruction
@@ -90,8 +91,11 @@ class ThunkProgram:
     """
 
     thunks: tuple[Thunk, ...]
+    #: One per distinct kernel (fusions with the same body, kind and shapes share one).
     kernels: tuple[EmittedKernel, ...]
     scratch: tuple[int, ...] = ()
+    #: Fusion name -> the image key of its kernel.
+    kernel_of: Mapping[str, str] = attrs.field(factory=dict)
 
 
 _KEY_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]")
@@ -121,7 +125,9 @@ def emit_thunks(
     """
     emitter = _Emitter(assignment, compile, dict(trip_counts or {}))
     thunks = emitter.computation(assignment.module.entry)
-    return ThunkProgram(tuple(thunks), tuple(emitter.kernels), tuple(emitter.scratch))
+    return ThunkProgram(
+        tuple(thunks), tuple(emitter.kernels), tuple(emitter.scratch), dict(emitter.kernel_of)
+    )
 
 
 @attrs.define
@@ -132,6 +138,8 @@ class _Emitter:
     kernels: list[EmittedKernel] = attrs.field(factory=list)
     keys: set[str] = attrs.field(factory=set)
     scratch: list[int] = attrs.field(factory=list)
+    by_identity: dict[tuple[object, ...], EmittedKernel] = attrs.field(factory=dict)
+    kernel_of: dict[str, str] = attrs.field(factory=dict)
 
     # -- slices ------------------------------------------------------------------------
 
@@ -178,10 +186,23 @@ class _Emitter:
 
     # -- kernels -----------------------------------------------------------------------
 
+    def kernel_for(self, inst: Instruction) -> EmittedKernel:
+        """The kernel of ``inst``: compiled once per distinct fusion (same body, kind, shapes)."""
+        identity = _identity(inst)
+        found = self.by_identity.get(identity)
+        if found is None:
+            compiled = dict(self.compile(inst))
+            if not compiled:
+                raise UnsupportedError(f"fusion {describe(inst)} was compiled for no backend")
+            found = EmittedKernel(self.unique_key(inst), inst, compiled)
+            self.kernels.append(found)
+            self.by_identity[identity] = found
+        self.kernel_of[inst.name] = found.key
+        return found
+
     def fusion(self, inst: Instruction) -> list[Thunk]:
-        compiled = dict(self.compile(inst))
-        if not compiled:
-            raise UnsupportedError(f"fusion {describe(inst)} was compiled for no backend")
+        emitted = self.kernel_for(inst)
+        compiled = emitted.compiled
         kernel = next(iter(compiled.values()))
         for backend, other in compiled.items():
             if (other.kernel_name, other.grid, other.block, other.arguments) != (
@@ -197,15 +218,18 @@ class _Emitter:
                 )
         inputs = [piece for operand in inst.operands for piece in self.leaves(operand)]
         outputs = self.leaves(inst)
-        expected = [a.shape for a in kernel.arguments]
+        expected = [(a.shape.element_type, a.shape.dims) for a in kernel.arguments]
         given = [
-            *(leaf for operand in inst.operands for leaf in operand.shape.leaves()),
-            *inst.shape.leaves(),
+            (leaf.element_type, leaf.dims)
+            for leaf in (
+                *(leaf for operand in inst.operands for leaf in operand.shape.leaves()),
+                *inst.shape.leaves(),
+            )
         ]
-        if len(expected) != len(given) or len(inputs) + len(outputs) != len(given):
+        if expected != given or len(inputs) + len(outputs) != len(given):
             raise UnsupportedError(
-                f"fusion {describe(inst)}: the kernel takes {len(expected)} arguments, the"
-                f" fusion has {len(inputs)} operand leaves and {len(outputs)} results"
+                f"fusion {describe(inst)}: the kernel's {len(expected)} arguments are not the"
+                f" fusion's {len(inputs)} operand leaves and {len(outputs)} results"
             )
         thunks: list[Thunk] = []
         aliases = dict(kernel.output_aliases)
@@ -225,12 +249,10 @@ class _Emitter:
                 scratch = BufferSlice(self.new_scratch(piece.size), 0, piece.size)
                 outputs[out] = scratch
                 after.append(CopyThunk(scratch, piece))
-        key = self.unique_key(inst)
-        self.kernels.append(EmittedKernel(key, inst, compiled))
         thunks.append(
             KernelThunk(
                 kernel_name=kernel.kernel_name,
-                image_key=key,
+                image_key=emitted.key,
                 arguments=(*inputs, *outputs),
                 grid=kernel.grid,
                 block=kernel.block,
@@ -372,6 +394,25 @@ def elementwise_in_place(fusion: Instruction, input_leaf: int, output_leaf: int)
                 return False
             stack.append(user)
     return True
+
+
+def _identity(fusion: Instruction) -> tuple[object, ...]:
+    """What a fusion's kernel depends on: its kind, shapes, backend config and body.
+
+    The body by :func:`heron.compiler.fusion.fusion_cse.signature` (names
+    ignored), so fusions that the fusion passes built apart but that compute
+    the same thing share one kernel image.
+    """
+    from heron.compiler.fusion.fusion_cse import signature
+
+    config = fusion.attributes.get("backend_config")
+    return (
+        str(fusion.attributes.get("kind")),
+        str(fusion.shape),
+        tuple(str(operand.shape) for operand in fusion.operands),
+        str(getattr(config, "text", config)),
+        signature(fusion.called("calls")),
+    )
 
 
 def moves(sources: Sequence[BufferSlice], destinations: Sequence[BufferSlice]) -> list[Thunk]:
