@@ -34,7 +34,6 @@ from heron.runtime.core.artefact import (
     member_names,
 )
 from heron.runtime.core.device import KernelImage
-from heron.runtime.core.heron_run import NOT_BUILT_YET
 from heron.runtime.core.thunks import (
     BufferSlice,
     CommandBufferThunk,
@@ -596,10 +595,10 @@ def test_heron_run_describes_a_good_artefact_and_refuses_a_tampered_one(good: Pa
     assert result.returncode == 2
     assert result.stderr.startswith("heron-run: refused: ") and result.stdout == ""
 
-    running = heron_run(str(good), "--inputs", "in.npz")
+    running = heron_run(str(good), "--inputs", "absent.npz")
     assert running.returncode == 2
-    assert NOT_BUILT_YET in running.stderr
-    assert "not built yet" in heron_run("--help").stdout
+    assert "--inputs absent.npz: no such file" in running.stderr
+    assert "--no-command-buffers" in heron_run("--help").stdout
 
 
 def test_heron_run_is_a_console_script_of_runtime_core() -> None:

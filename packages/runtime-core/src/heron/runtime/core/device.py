@@ -14,29 +14,59 @@ the same code runs a fusion on any of them:
 4. ``synchronize()``, then ``copy_from_device`` the outputs.
 
 Launches may be asynchronous; ``copy_from_device`` waits for them.
+
+The thunk executor (:mod:`heron.runtime.core.executor`) needs more, and every
+device gives it (each method's docstring names the CUDA and HIP calls it
+stands for):
+
+- ``view(buffer, offset, nbytes)``: a buffer sharing ``buffer``'s bytes (a
+  GPU: the pointer plus the offset). A kernel argument is a view of an
+  allocation.
+- ``copy_on_device(source, destination)`` and ``memset(buffer, value,
+  width)``: stream-ordered, like launches.
+- Command buffers with the semantics of CUDA graphs made by stream capture:
+  between ``begin_recording()`` and ``end_recording()`` the device records
+  ``launch``, ``copy_on_device`` and ``memset`` instead of running them (and
+  refuses host transfers and ``synchronize``, as a capturing stream does);
+  ``end_recording()`` gives a :class:`CommandBuffer`, which ``replay()`` runs
+  and ``update(mapping)`` points at other buffers of the same sizes. Where
+  ``supports_conditional_nodes`` (CUDA 12.4+ conditional graph nodes),
+  ``record_while`` and ``record_conditional`` record loops and branches whose
+  predicate or selector is read on the device at replay time.
+- ``timer()``: a :class:`Timer` measuring device time between two points of the
+  stream (events on a GPU).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import numpy as np
 
 __all__ = [
+    "SELECTOR_TYPES",
+    "CommandBuffer",
     "Device",
     "DeviceBuffer",
     "DeviceError",
     "DeviceLimitError",
     "Dim3",
     "KernelImage",
+    "HostTimer",
     "LoadedKernel",
+    "Timer",
     "as_dim3",
 ]
 
 Dim3 = tuple[int, int, int]
+
+#: What a conditional's selector holds: a pred (1 byte; true is branch 0) or an
+#: s32 branch index (4 bytes, little-endian; out of range takes the last branch).
+SELECTOR_TYPES = {"pred": 1, "s32": 4}
 
 
 class DeviceError(RuntimeError):
@@ -141,6 +171,112 @@ class Device(abc.ABC):
     def synchronize(self) -> None:
         """Wait until every launch so far has finished (and report its errors)."""
 
+    # -- device-side memory operations (the thunk executor's) ----------------------------
+
+    @abc.abstractmethod
+    def view(self, buffer: DeviceBuffer, offset: int, nbytes: int) -> DeviceBuffer:
+        """``nbytes`` of ``buffer`` from byte ``offset``, sharing its memory (no copy).
+
+        A GPU's view is the device pointer plus ``offset`` (``CUdeviceptr`` /
+        ``hipDeviceptr_t`` arithmetic, no driver call); writes through the view
+        are writes to ``buffer``. Raises :class:`DeviceError` when the range
+        does not lie inside ``buffer``. A view of a view is a view of the
+        first buffer.
+        """
+
+    @abc.abstractmethod
+    def copy_on_device(self, source: DeviceBuffer, destination: DeviceBuffer) -> None:
+        """Copy ``source`` into ``destination`` (the same size), device to device.
+
+        Ordered after every launch before it, like a launch: ``cuMemcpyDtoDAsync``
+        / ``hipMemcpyDtoDAsync`` on the device's stream. Recorded while recording.
+        """
+
+    @abc.abstractmethod
+    def memset(self, buffer: DeviceBuffer, value: int, width: int = 1) -> None:
+        """Fill ``buffer`` with the unsigned ``width``-byte pattern ``value`` (width 1, 2, 4).
+
+        ``cuMemsetD8Async`` / ``cuMemsetD16Async`` / ``cuMemsetD32Async`` (and
+        ``hipMemsetD8Async`` / ``D16`` / ``D32``): ``buffer.nbytes`` is a
+        multiple of ``width``, the pattern little-endian. Recorded while recording.
+        """
+
+    # -- command buffers ---------------------------------------------------------------
+
+    #: Whether ``record_while`` / ``record_conditional`` work: CUDA 12.4+ conditional
+    #: graph nodes (``cudaGraphConditionalHandle``); HIP graphs have none.
+    supports_conditional_nodes: bool = False
+
+    @abc.abstractmethod
+    def begin_recording(self) -> None:
+        """Record ``launch``, ``copy_on_device``, ``memset`` until ``end_recording``.
+
+        ``cuStreamBeginCapture`` (``CU_STREAM_CAPTURE_MODE_THREAD_LOCAL``) /
+        ``hipStreamBeginCapture``. While recording, ``copy_to_device``,
+        ``copy_from_device`` and ``synchronize`` raise :class:`DeviceError` (a
+        capturing stream refuses them); recording twice at once too.
+        """
+
+    @abc.abstractmethod
+    def end_recording(self) -> CommandBuffer:
+        """Stop recording; the commands recorded since ``begin_recording``, ready to replay.
+
+        ``cuStreamEndCapture`` then ``cuGraphInstantiate`` (``hipStreamEndCapture``,
+        ``hipGraphInstantiate``). An empty recording is a command buffer that does
+        nothing.
+        """
+
+    def record_while(  # noqa: B027 - a device without conditional nodes keeps this refusal
+        self,
+        condition: Callable[[], None],
+        predicate: DeviceBuffer,
+        body: Callable[[], None],
+    ) -> None:
+        """Record a loop: ``condition()``; while the 1-byte ``predicate`` is nonzero: ``body()``,
+        ``condition()``.
+
+        ``condition`` and ``body`` are called once, now, to record their
+        commands (launches, copies, memsets, nested loops and conditionals)
+        through this device; the predicate is read on the device each time the
+        loop runs at replay. CUDA 12.4+: a ``CU_GRAPH_COND_TYPE_WHILE``
+        conditional node whose handle a small kernel sets from ``predicate``
+        after the condition's commands (``cuGraphConditionalHandleCreate``,
+        ``cudaGraphSetConditional``). Only while recording, and only where
+        ``supports_conditional_nodes``; elsewhere :class:`DeviceError`.
+        """
+        raise DeviceError(f"{self.description}: no conditional command-buffer nodes (while)")
+
+    def record_conditional(  # noqa: B027 - a device without conditional nodes keeps this refusal
+        self,
+        selector: DeviceBuffer,
+        selector_type: str,
+        branches: Sequence[Callable[[], None]],
+    ) -> None:
+        """Record a branch: at replay, run the commands of the branch ``selector`` picks.
+
+        ``selector_type`` is a key of :data:`SELECTOR_TYPES`: ``pred`` (true is
+        branch 0, false branch 1; exactly two branches) or ``s32`` (an index; out
+        of range, negative too, takes the last branch, as XLA's conditional).
+        Each branch is called once, now, to record its commands. CUDA 12.4+: a
+        ``CU_GRAPH_COND_TYPE_SWITCH`` node (12.8+) or one ``CU_GRAPH_COND_TYPE_IF``
+        node per branch, the handle set by a kernel from ``selector``. Only while
+        recording, and only where ``supports_conditional_nodes``; elsewhere
+        :class:`DeviceError`.
+        """
+        raise DeviceError(f"{self.description}: no conditional command-buffer nodes (conditional)")
+
+    # -- timing ------------------------------------------------------------------------
+
+    def timer(self) -> Timer:
+        """A timer of the device's stream: ``start()``, work, ``stop()``, then ``seconds()``.
+
+        GPUs override it with events (``cuEventRecord`` on the stream at start
+        and stop, ``cuEventSynchronize`` and ``cuEventElapsedTime`` for
+        seconds; ``hipEventRecord`` / ``hipEventElapsedTime``). This default,
+        for synchronous devices, is the host's clock around ``synchronize``.
+        """
+        return HostTimer(self)
+
     def free(self, buffer: DeviceBuffer) -> None:  # noqa: B027 - optional for a device
         """Give ``buffer`` back (devices with garbage-collected memory need do nothing)."""
 
@@ -151,3 +287,78 @@ class Device(abc.ABC):
         buffer = self.allocate(memoryview(data).nbytes, label)
         self.copy_to_device(buffer, data)
         return buffer
+
+
+class CommandBuffer(abc.ABC):
+    """Commands a device recorded (``Device.begin_recording`` ... ``end_recording``).
+
+    An executable CUDA graph (``CUgraphExec``) or HIP graph: ``replay()`` runs
+    every command in the order recorded, on the buffers it was recorded with
+    (:attr:`buffers`) unless ``update`` changed them. Its launches, copies and
+    memsets see the memory as it is at replay time, not at recording time.
+    """
+
+    #: The device that recorded it.
+    device: Device
+
+    @property
+    @abc.abstractmethod
+    def buffers(self) -> tuple[DeviceBuffer, ...]:
+        """Every buffer a command uses, each once, in order of first use (after updates)."""
+
+    @abc.abstractmethod
+    def replay(self) -> None:
+        """Run the recorded commands (``cuGraphLaunch`` / ``hipGraphLaunch`` on the stream)."""
+
+    @abc.abstractmethod
+    def update(self, mapping: Mapping[DeviceBuffer, DeviceBuffer]) -> None:
+        """Point every command using a key of ``mapping`` at its value instead, in place.
+
+        Only buffers change, never the commands, their order, kernels, grids or
+        patterns (``cuGraphExecUpdate`` of a re-captured graph with the same
+        topology, or ``cuGraphExecKernelNodeSetParams`` / ``cuGraphExecMemcpyNodeSetParams``
+        / ``cuGraphExecMemsetNodeSetParams`` per node; ``hipGraphExecUpdate``).
+        Each key must be one of :attr:`buffers`, each value a buffer of the
+        same device and size; otherwise :class:`DeviceError` and nothing changes.
+        Commands whose structure changes must be re-recorded instead.
+        """
+
+
+class Timer(abc.ABC):
+    """Device time between ``start()`` and ``stop()`` (on the device's stream)."""
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Mark the start (``cuEventRecord`` / ``hipEventRecord`` of the start event)."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Mark the end (``cuEventRecord`` / ``hipEventRecord`` of the stop event)."""
+
+    @abc.abstractmethod
+    def seconds(self) -> float:
+        """Seconds from start to stop; waits for the stop (``cuEventSynchronize``,
+        ``cuEventElapsedTime``; ``hipEventSynchronize``, ``hipEventElapsedTime``)."""
+
+
+class HostTimer(Timer):
+    """The host's clock (``time.perf_counter``) after ``synchronize``: for synchronous devices."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self._start: float | None = None
+        self._stop: float | None = None
+
+    def start(self) -> None:
+        self.device.synchronize()
+        self._start = time.perf_counter()
+        self._stop = None
+
+    def stop(self) -> None:
+        self.device.synchronize()
+        self._stop = time.perf_counter()
+
+    def seconds(self) -> float:
+        if self._start is None or self._stop is None:
+            raise DeviceError("timer: seconds() needs start() and stop() first")
+        return self._stop - self._start

@@ -1,26 +1,60 @@
-"""``heron-run``: the runtime-only command that loads an executable artefact.
+"""``heron-run``: the runtime-only command that loads and runs an executable artefact.
 
 It lives in runtime-core so that a machine with the runtime packages alone (no
-MLIR, no llvmlite, no jax) has it. Today it verifies an artefact and describes
-it (``--describe``); running one (``--inputs``, ``--output``, ``--backend``)
-needs the thunk executor, which is not built yet: asked to run, it says so and
-exits 2 rather than pretend. Any refused artefact exits 2 with the reason.
+MLIR, no llvmlite, no jax) has it::
+
+    heron-run ARTEFACT [--describe] [--inputs IN.npz] [--output OUT.npz]
+              [--backend auto|interpreter|cuda|rocm] [--repeat N]
+              [--no-command-buffers] [--report-json PATH]
+
+The artefact is verified first (:func:`heron.runtime.core.artefact.load`).
+It runs when ``--inputs`` or any other running option is given, or when the
+entry takes no parameters; otherwise it is only verified (``--describe``
+prints its summary). Inputs: an ``.npz`` whose array ``arg{i}`` feeds
+parameter ``i`` (positional, as ``heron run`` reads them: the convention and
+the exact element-type conversions of :mod:`heron.hlo.npz_io`); outputs go to
+``out0``, ``out1``, ... ``--backend auto`` (the default) takes the first
+available of CUDA, ROCm and the interpreter that the artefact holds kernel
+images for, as ``heron run`` chooses. ``--repeat N`` runs N times on the same
+inputs and checks the results are identical each time.
+
+Exit status: 0 after a run (or a verification); 2 for anything refused before
+running (a damaged or foreign artefact, no usable backend, missing inputs,
+inputs of the wrong shape or type, a library call the executor cannot run, a
+launch stopped at the interpreter's work limit);
+1 when a device fails while running or repeated runs disagree.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from heron.runtime.core.artefact import ArtefactError, load
+import numpy as np
 
-__all__ = ["NOT_BUILT_YET", "main"]
+from heron.hlo.errors import HloError
+from heron.hlo.parser import parse_shape
+from heron.hlo.plugin_loading import PluginError
+from heron.runtime.core.artefact import Artefact, ArtefactError, load
+from heron.runtime.core.device import DeviceError, DeviceLimitError
+from heron.runtime.core.executor import Executable, ExecutorError, RunStats
+from heron.runtime.core.thunks import CommandBufferThunk, KernelThunk, walk
 
-NOT_BUILT_YET = (
-    "running an artefact (--inputs/--output/--backend) needs heron's thunk executor,"
-    " which is not built yet; use --describe to verify and describe the artefact"
-)
+__all__ = ["BACKENDS", "DEVICE_BACKENDS", "main"]
+
+BACKENDS = ("auto", "interpreter", "cuda", "rocm")
+#: The device backends ``auto`` chooses among, in order of preference (``heron run``'s).
+DEVICE_BACKENDS = ("cuda", "rocm", "interpreter")
+
+
+class _Refused(Exception):
+    """Exit 2 with this message."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,19 +62,39 @@ def _parser() -> argparse.ArgumentParser:
         prog="heron-run",
         description=(
             "Verify a heron executable artefact (sizes, sha256 of every member, format"
-            " version, member names) and describe it. Running it (--inputs, --output,"
-            " --backend) is not built yet: it needs the thunk executor, and asking for"
-            " it exits 2 with that message. Exit status 2 also for any refused artefact."
+            " version, member names) and run it on a device. Exit status 2 for a refused"
+            " artefact or unusable inputs, 1 for a failure while running."
         ),
     )
     parser.add_argument("artefact", metavar="ARTEFACT", help="an executable artefact file")
     parser.add_argument(
         "--describe", action="store_true", help="print the verified artefact's manifest summary"
     )
-    parser.add_argument("--inputs", metavar="IN.npz", help="(not built yet) the entry's inputs")
-    parser.add_argument("--output", metavar="OUT.npz", help="(not built yet) where results go")
     parser.add_argument(
-        "--backend", metavar="NAME", help="(not built yet) the device backend to run on"
+        "--inputs",
+        metavar="IN.npz",
+        help="the entry's arguments: array arg0 feeds parameter 0, arg1 parameter 1, ...",
+    )
+    parser.add_argument(
+        "--output", metavar="OUT.npz", help="write the results as out0, out1, ... to this file"
+    )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="the device to run on: 'auto' (default: cuda, then rocm, then the interpreter,"
+        " the first available that the artefact has kernel images for) or a backend",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=None, metavar="N", help="run N times (results must agree)"
+    )
+    parser.add_argument(
+        "--no-command-buffers",
+        action="store_true",
+        help="run every thunk from the host (no command buffers recorded)",
+    )
+    parser.add_argument(
+        "--report-json", metavar="PATH", help="write the run report (per thunk, totals) as JSON"
     )
     return parser
 
@@ -52,14 +106,250 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ArtefactError as error:
         print(f"heron-run: refused: {error}", file=sys.stderr)
         return 2
-    if args.inputs is not None or args.output is not None or args.backend is not None:
-        print(f"heron-run: {NOT_BUILT_YET}", file=sys.stderr)
-        return 2
     if args.describe:
         print(artefact.describe())
-    else:
-        print(f"{args.artefact}: verified ({len(artefact.members()) + 2} members)")
-    return 0
+    running = (
+        args.inputs is not None
+        or args.output is not None
+        or args.backend is not None
+        or args.repeat is not None
+        or args.no_command_buffers
+        or args.report_json is not None
+        or (not artefact.signature.parameters and not args.describe)
+    )
+    if not running:
+        if not args.describe:
+            print(
+                f"{args.artefact}: verified ({len(artefact.members()) + 2} members);"
+                " give --inputs IN.npz to run it"
+            )
+        return 0
+    try:
+        return _run(artefact, args)
+    except (
+        _Refused,
+        ExecutorError,
+        ArtefactError,
+        HloError,
+        PluginError,
+        DeviceLimitError,
+    ) as error:
+        print(f"heron-run: refused: {error}", file=sys.stderr)
+        return 2
+    except DeviceError as error:
+        print(f"heron-run: the device failed: {error}", file=sys.stderr)
+        return 1
+
+
+def _run(artefact: Artefact, args: argparse.Namespace) -> int:
+    repeat = 1 if args.repeat is None else args.repeat
+    if repeat < 1:
+        raise _Refused(f"--repeat must be at least 1, got {repeat}")
+    inputs = _inputs(artefact, args.inputs)
+    name, passed_over = _choose_backend(artefact, args.backend or "auto")
+    device = _device(name)
+    executable = Executable(artefact, device, name, command_buffers=not args.no_command_buffers)
+    print(f"artefact: {args.artefact} (target {artefact.target.name})")
+    print(f"backend: {name}; device: {device.description}")
+    for line in passed_over:
+        print(f"  auto passed over {line}")
+    top = len(executable.program)
+    buffers = sum(isinstance(t, CommandBufferThunk) for t in executable.program)
+    print(
+        f"program: {top} top-level thunks, {buffers} command buffers"
+        + (" (command buffers off)" if args.no_command_buffers else "")
+        + f"; conditional nodes: {'yes' if device.supports_conditional_nodes else 'no'}"
+    )
+    first: tuple[np.ndarray, ...] | None = None
+    identical = True
+    for k in range(repeat):
+        results = executable.run(inputs)
+        if first is None:
+            first = results
+        elif not _identical(first, results):
+            identical = False
+            print(f"heron-run: run {k + 1}'s results differ from run 1's", file=sys.stderr)
+        stats = executable.stats
+        print(
+            f"run {k + 1}: {stats.seconds:.6f} s, {stats.kernel_launches} kernel launches,"
+            f" command buffers recorded {stats.command_buffers_recorded}, replayed"
+            f" {stats.command_buffers_replayed}, updated {stats.command_buffers_updated}"
+        )
+    assert first is not None
+    _print_thunks(executable.stats)
+    print(
+        f"peak device memory: {executable.peak_device_bytes} bytes"
+        f" (the allocations: {executable.allocation_bytes} bytes)"
+    )
+    _print_totals(executable.runs)
+    for i, result in enumerate(first):
+        print(f"out{i}: {result.dtype}{list(result.shape)} {_preview(result)}")
+    if repeat > 1:
+        print(f"results identical across the {repeat} runs: {'yes' if identical else 'NO'}")
+    if args.output is not None:
+        _save_outputs(Path(args.output), first)
+        print(f"wrote {len(first)} output(s) to {args.output}")
+    if args.report_json is not None:
+        report = _report(artefact, executable, name, device.description, args, identical)
+        _write_atomically(Path(args.report_json), json.dumps(report, indent=1).encode())
+        print(f"wrote the report to {args.report_json}")
+    return 0 if identical else 1
+
+
+def _inputs(artefact: Artefact, path: str | None) -> list[np.ndarray]:
+    from heron.hlo.npz_io import load_inputs
+
+    parameters = artefact.signature.parameters
+    if path is None:
+        if parameters:
+            raise _Refused(
+                f"missing inputs: the entry takes {len(parameters)} parameters"
+                f" ({', '.join(parameters)}); give --inputs IN.npz with arg0 ..."
+                f" arg{len(parameters) - 1}"
+            )
+        return []
+    if not Path(path).is_file():
+        raise _Refused(f"--inputs {path}: no such file")
+    return load_inputs(path, [parse_shape(text) for text in parameters])
+
+
+def _choose_backend(artefact: Artefact, requested: str) -> tuple[str, list[str]]:
+    """The backend that runs, and a line per backend ``auto`` passed over."""
+    from heron.runtime.core.registry import default_backends
+
+    registry = default_backends()
+    installed = set(registry.names())
+    has_kernels = any(isinstance(t, KernelThunk) for t in walk(artefact.program))
+    candidates = DEVICE_BACKENDS if requested == "auto" else (requested,)
+    passed_over = []
+    for name in candidates:
+        if has_kernels and name not in artefact.backends:
+            reason = (
+                f"the artefact has no kernel images for it (it has {', '.join(artefact.backends)})"
+            )
+        elif name not in installed:
+            reason = "not installed (its heron.backends plugin is missing)"
+        else:
+            status = registry.availability(name)
+            if status.available:
+                return name, passed_over
+            reason = status.reason
+        passed_over.append(f"{name}: {reason}")
+    if requested == "auto":
+        raise _Refused(f"no backend can run the artefact ({'; '.join(passed_over)})")
+    raise _Refused(f"backend '{requested}' cannot run the artefact here: {passed_over[0]}")
+
+
+def _device(name: str) -> Any:
+    from heron.runtime.core.registry import default_backends
+
+    try:
+        # No Target in a runtime-only install: the backend's own choice (see BackendSpec).
+        return default_backends().create_device(name, None)
+    except DeviceError as error:
+        raise _Refused(f"backend '{name}': cannot open its device: {error}") from error
+
+
+def _identical(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
+    return all(
+        x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def _preview(array: np.ndarray) -> str:
+    flat = array.reshape(-1)
+    shown = ", ".join(str(v) for v in flat[:4])
+    return f"[{shown}{', ...' if flat.size > 4 else ''}]"
+
+
+def _print_thunks(stats: RunStats) -> None:
+    print("thunks (last run):")
+    for entry in stats.by_thunk():
+        times = f" x{entry['executions']}" if entry["executions"] > 1 else ""
+        launch = f" ({entry['launch']})" if entry["launch"] else ""
+        print(
+            f"  {entry['path']:<12} {entry['kind']:<15} {entry['name']}{launch}{times}:"
+            f" {entry['seconds'] * 1e6:.1f} us"
+        )
+
+
+def _totals(runs: Sequence[RunStats]) -> dict[str, Any]:
+    return {
+        "runs": len(runs),
+        "seconds": sum(r.seconds for r in runs),
+        "kernel_launches": sum(r.kernel_launches for r in runs),
+        "command_buffers_recorded": sum(r.command_buffers_recorded for r in runs),
+        "command_buffers_replayed": sum(r.command_buffers_replayed for r in runs),
+        "command_buffers_updated": sum(r.command_buffers_updated for r in runs),
+        "thunks_executed": sum(len(r.records) for r in runs),
+    }
+
+
+def _print_totals(runs: Sequence[RunStats]) -> None:
+    totals = _totals(runs)
+    print(
+        f"totals: {totals['runs']} runs, {totals['seconds']:.6f} s,"
+        f" {totals['kernel_launches']} kernel launches, {totals['thunks_executed']} leaf"
+        f" thunks executed, command buffers recorded {totals['command_buffers_recorded']},"
+        f" replayed {totals['command_buffers_replayed']}, updated"
+        f" {totals['command_buffers_updated']}"
+    )
+
+
+def _report(
+    artefact: Artefact,
+    executable: Executable,
+    backend: str,
+    device: str,
+    args: argparse.Namespace,
+    identical: bool,
+) -> dict[str, Any]:
+    return {
+        "artefact": str(args.artefact),
+        "target": {
+            "name": artefact.target.name,
+            "backend": artefact.target.backend,
+            "arch": artefact.target.arch,
+        },
+        "backend": backend,
+        "device": device,
+        "command_buffers": not args.no_command_buffers,
+        "conditional_nodes": executable.device.supports_conditional_nodes,
+        "program": {
+            "top_level_thunks": len(executable.program),
+            "command_buffers": sum(isinstance(t, CommandBufferThunk) for t in executable.program),
+        },
+        "peak_device_bytes": executable.peak_device_bytes,
+        "allocation_bytes": executable.allocation_bytes,
+        "runs": [r.to_json() for r in executable.runs],
+        "totals": _totals(executable.runs),
+        "identical": identical,
+    }
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _save_outputs(path: Path, results: Sequence[np.ndarray]) -> None:
+    from heron.hlo.npz_io import save_outputs
+
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    os.close(handle)
+    try:
+        save_outputs(temporary, results)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 if __name__ == "__main__":

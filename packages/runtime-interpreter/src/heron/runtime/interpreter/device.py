@@ -19,18 +19,30 @@ A launch may be given a work limit, in lane-operations
 ``HERON_INTERPRETER_MAX_WORK``; past it the launch stops with a
 ``WorkLimitError``, a refusal (exit status 2) that says so, rather than
 running for hours. Unset, there is no limit.
+
+For the thunk executor it has everything a GPU device has, with the same
+semantics: views (numpy views: the same bytes), device-side copies and
+memsets, command buffers recorded and replayed (:mod:`~.commands`), with
+conditional nodes unless built with ``conditional_nodes=False`` (to run the
+split a device without them needs), and a host-clock timer. Launches,
+copies and memsets run synchronously, whether immediate or replayed;
+:attr:`launches` counts every kernel run. A view has access counters of its
+own: its parent's counters do not see accesses made through the view.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 import numpy as np
 
 from heron.hlo import memory_budget
+from heron.hlo.control_flow import branch_index
 from heron.runtime.core.device import (
+    SELECTOR_TYPES,
+    CommandBuffer,
     Device,
     DeviceBuffer,
     DeviceError,
@@ -38,7 +50,7 @@ from heron.runtime.core.device import (
     LoadedKernel,
     as_dim3,
 )
-from heron.runtime.interpreter import engine, memory
+from heron.runtime.interpreter import commands, engine, memory
 from heron.runtime.interpreter.program import FORMAT, Program
 
 __all__ = ["AccessCounts", "InterpreterDevice", "POISON"]
@@ -65,6 +77,8 @@ class _Storage:
     data: np.ndarray
     memory: memory.Memory
     freed: bool = False
+    #: A view's storage (its data a numpy view of another buffer's): never freed itself.
+    is_view: bool = False
 
 
 @attrs.frozen
@@ -100,6 +114,7 @@ class InterpreterDevice(Device):
         warp_size: int = 32,
         max_lanes: int = engine.DEFAULT_MAX_LANES,
         work_limit: int | None = None,
+        conditional_nodes: bool = True,
     ) -> None:
         if warp_size not in (32, 64):
             raise DeviceError(f"warp size must be 32 or 64, not {warp_size}")
@@ -111,6 +126,12 @@ class InterpreterDevice(Device):
         self.live_bytes = 0
         #: Hears every launch's memory accesses (``heron profile``); None: nothing recorded.
         self.observer = None
+        #: Whether while loops and conditionals can be recorded (CUDA 12.4+ conditional nodes).
+        self.supports_conditional_nodes = conditional_nodes
+        #: Kernels run so far, immediately or replayed from a command buffer.
+        self.launches = 0
+        # Commands being recorded: one list per level (a loop's or a branch's inside).
+        self._recording: list[list[commands.Command]] = []
 
     @property
     def description(self) -> str:
@@ -137,7 +158,7 @@ class InterpreterDevice(Device):
     def free(self, buffer: DeviceBuffer) -> None:
         """Forget ``buffer`` in the budget's account (numpy frees it with its last reference)."""
         storage = self._storage(buffer)
-        if not storage.freed:
+        if not storage.freed and not storage.is_view:
             storage.freed = True
             self.live_bytes = max(0, self.live_bytes - buffer.nbytes * BYTES_PER_BYTE)
 
@@ -147,6 +168,7 @@ class InterpreterDevice(Device):
         return buffer.handle
 
     def copy_to_device(self, buffer: DeviceBuffer, data: np.ndarray | bytes) -> None:
+        self._refuse_while_recording("copy_to_device")
         if isinstance(data, np.ndarray):  # its bytes, without a copy
             raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         else:
@@ -160,6 +182,7 @@ class InterpreterDevice(Device):
         self.reset_counts(buffer)
 
     def copy_from_device(self, buffer: DeviceBuffer) -> np.ndarray:
+        self._refuse_while_recording("copy_from_device")
         return self._storage(buffer).data.copy()
 
     def load_kernel(self, image: KernelImage) -> LoadedKernel:
@@ -186,23 +209,35 @@ class InterpreterDevice(Device):
         if kernel.device is not self:
             raise DeviceError(f"kernel '{kernel.name}' was loaded on another device")
         loaded: _Kernel = kernel.handle
-        function = loaded.program.functions[loaded.name]
-        types = function.argument_types
+        types = loaded.program.functions[loaded.name].argument_types
         if len(buffers) != len(types):
             raise DeviceError(
                 f"kernel '{kernel.name}' takes {len(types)} buffers, given {len(buffers)}"
             )
+        for buffer in buffers:
+            self._storage(buffer)
+        command = commands.LaunchCommand(
+            kernel, as_dim3(grid, "grid"), as_dim3(block, "block"), list(buffers), shared_bytes
+        )
+        if self._recording:
+            self._recording[-1].append(command)
+        else:
+            self._launch_now(command)
+
+    def _launch_now(self, command: commands.LaunchCommand) -> None:
+        kernel, buffers = command.kernel, command.buffers
+        loaded: _Kernel = kernel.handle
+        types = loaded.program.functions[loaded.name].argument_types
         arguments = []
-        for k, (buffer, type_text) in enumerate(zip(buffers, types, strict=True)):
+        for buffer, type_text in zip(buffers, types, strict=True):
             storage = self._storage(buffer)
             memref_type = memory.parse_type(type_text)
             arguments.append(memory.MemRef(storage.memory, memref_type))
-            del k
         engine.run_kernel(
             loaded.program,
             loaded.name,
-            as_dim3(grid, "grid"),
-            as_dim3(block, "block"),
+            command.grid,
+            command.block,
             arguments,
             globals_memory=loaded.globals_memory,
             max_lanes=self.max_lanes,
@@ -210,9 +245,150 @@ class InterpreterDevice(Device):
             work_limit=self.work_limit,
             observer=self.observer,
         )
+        self.launches += 1
 
     def synchronize(self) -> None:
-        """Launches run synchronously: nothing to wait for."""
+        """Launches run synchronously: nothing to wait for (refused while recording)."""
+        self._refuse_while_recording("synchronize")
+
+    # -- device-side memory operations ---------------------------------------------------
+    def view(self, buffer: DeviceBuffer, offset: int, nbytes: int) -> DeviceBuffer:
+        storage = self._storage(buffer)
+        if not (0 <= offset and 0 <= nbytes and offset + nbytes <= buffer.nbytes):
+            raise DeviceError(
+                f"view [{offset}:{offset + nbytes}] of buffer '{buffer.label}' lies outside its"
+                f" {buffer.nbytes} bytes"
+            )
+        data = storage.data[offset : offset + nbytes]  # a numpy view: the same bytes
+        label = f"{buffer.label or 'buffer'}[{offset}:{offset + nbytes}]"
+        view = _Storage(
+            data,
+            memory.Memory(label, "global", data.reshape(1, -1), count_accesses=True),
+            is_view=True,
+        )
+        return DeviceBuffer(self, nbytes, view, label)
+
+    def copy_on_device(self, source: DeviceBuffer, destination: DeviceBuffer) -> None:
+        if source.nbytes != destination.nbytes:
+            raise DeviceError(
+                f"device copy from '{source.label}' ({source.nbytes} bytes) to"
+                f" '{destination.label}' ({destination.nbytes} bytes): sizes differ"
+            )
+        self._storage(source), self._storage(destination)
+        self._issue(commands.CopyCommand([source, destination]))
+
+    def memset(self, buffer: DeviceBuffer, value: int, width: int = 1) -> None:
+        if width not in (1, 2, 4) or not 0 <= value < 1 << (8 * width):
+            raise DeviceError(f"memset: value {value} with width {width} (1, 2 or 4 bytes)")
+        if buffer.nbytes % width:
+            raise DeviceError(
+                f"memset of '{buffer.label}': {buffer.nbytes} bytes is no multiple of {width}"
+            )
+        self._storage(buffer)
+        self._issue(commands.MemsetCommand([buffer], value, width))
+
+    def _issue(self, command: commands.Command) -> None:
+        if self._recording:
+            self._recording[-1].append(command)
+        else:
+            self.run_commands([command])
+
+    # -- command buffers -----------------------------------------------------------------
+    @property
+    def recording(self) -> bool:
+        return bool(self._recording)
+
+    def _refuse_while_recording(self, what: str) -> None:
+        if self._recording:
+            raise DeviceError(f"{what} while recording a command buffer (a capturing stream)")
+
+    def begin_recording(self) -> None:
+        if self._recording:
+            raise DeviceError("begin_recording: already recording a command buffer")
+        self._recording.append([])
+
+    def end_recording(self) -> CommandBuffer:
+        if len(self._recording) != 1:
+            raise DeviceError("end_recording: not recording (or inside a loop or branch)")
+        return commands.RecordedCommands(self, self._recording.pop())
+
+    def push_recording(self) -> None:
+        """Start a nested list of commands (a loop's or branch's, see :mod:`~.commands`)."""
+        self._recording.append([])
+
+    def pop_recording(self) -> list[commands.Command]:
+        return self._recording.pop()
+
+    def _check_conditional_nodes(self, what: str) -> None:
+        if not self.supports_conditional_nodes:
+            raise DeviceError(
+                f"{what}: this interpreter device was made without conditional nodes"
+                " (conditional_nodes=False)"
+            )
+        if not self._recording:
+            raise DeviceError(f"{what}: only while recording a command buffer")
+
+    def record_while(
+        self,
+        condition: Callable[[], None],
+        predicate: DeviceBuffer,
+        body: Callable[[], None],
+    ) -> None:
+        self._check_conditional_nodes("record_while")
+        if predicate.nbytes != 1:
+            raise DeviceError(f"record_while: the predicate is 1 byte, not {predicate.nbytes}")
+        self._storage(predicate)
+        condition_commands = commands.record_nested(self, condition)
+        body_commands = commands.record_nested(self, body)
+        self._recording[-1].append(
+            commands.WhileCommand(condition_commands, [predicate], body_commands)
+        )
+
+    def record_conditional(
+        self,
+        selector: DeviceBuffer,
+        selector_type: str,
+        branches: Sequence[Callable[[], None]],
+    ) -> None:
+        self._check_conditional_nodes("record_conditional")
+        width = SELECTOR_TYPES.get(selector_type)
+        if width is None or selector.nbytes != width:
+            raise DeviceError(
+                f"record_conditional: a {selector_type!r} selector of {selector.nbytes} bytes"
+                f" (pred: 1, s32: 4)"
+            )
+        if not branches or (selector_type == "pred" and len(branches) != 2):
+            raise DeviceError(
+                f"record_conditional: {len(branches)} branches for a {selector_type} selector"
+            )
+        self._storage(selector)
+        recorded = [commands.record_nested(self, branch) for branch in branches]
+        self._recording[-1].append(commands.ConditionalCommand([selector], selector_type, recorded))
+
+    def run_commands(self, recorded: Sequence[commands.Command]) -> None:
+        """Run commands now (a replay, or an immediate copy or memset)."""
+        for command in recorded:
+            if isinstance(command, commands.LaunchCommand):
+                self._launch_now(command)
+            elif isinstance(command, commands.CopyCommand):
+                source, destination = command.buffers
+                self._storage(destination).data[...] = self._storage(source).data
+            elif isinstance(command, commands.MemsetCommand):
+                (destination,) = command.buffers
+                word = np.frombuffer(command.value.to_bytes(command.width, "little"), np.uint8)
+                self._storage(destination).data.reshape(-1, command.width)[...] = word
+            elif isinstance(command, commands.WhileCommand):
+                predicate = self._storage(command.buffers[0]).data
+                self.run_commands(command.condition)
+                while predicate[0]:
+                    self.run_commands(command.body)
+                    self.run_commands(command.condition)
+            elif isinstance(command, commands.ConditionalCommand):
+                raw = self._storage(command.buffers[0]).data
+                value = raw[0] != 0 if command.selector_type == "pred" else raw.view("<i4")[0]
+                self.run_commands(command.branches[branch_index(value, len(command.branches))])
+            else:  # pragma: no cover - the union above is closed
+                raise DeviceError(f"unknown command {command!r}")
 
     # -- beyond the interface -------------------------------------------------------------
     def access_counts(self, buffer: DeviceBuffer) -> AccessCounts:

@@ -1,0 +1,576 @@
+"""The thunk executor: an artefact's program run on a device.
+
+:func:`load_executable` (or :class:`Executable`) makes an artefact ready to
+run on one device, once: it loads every kernel image of the chosen backend
+(one load per image key), allocates the allocation table (one device buffer per
+allocation of the buffer assignment, nothing else: the peak device memory the
+executor holds is exactly the allocations' sizes' sum), places the constants'
+bytes, and decides the command buffers for this device
+(:func:`heron.runtime.core.command_buffers.for_device`: recorded where the
+device has conditional nodes, split around while and conditional thunks where
+it has none; none at all with ``command_buffers=False``). A library call is
+refused at load, naming the library and operation (GEMM comes with issue 17).
+
+:meth:`Executable.run` takes the entry's arguments as logical numpy arrays
+(parameter order; each exactly its parameter's shape and element type),
+writes them into their parameter allocations in heron's memory representation
+(:func:`heron.hlo.memory_layout.to_memory`), runs the thunks, and returns the
+results read from their allocations (``from_memory``). A parameter allocation
+with ``output`` set is donated: the result is read from the same bytes.
+:meth:`Executable.execute` runs on device buffers the caller holds instead
+(one per parameter, bound to the parameter allocations for that run), which
+is how a command buffer's recorded addresses come to change.
+
+How each thunk runs:
+
+- kernel: ``device.launch`` with a view of each argument slice (views are
+  made once per slice and kept while the allocation's buffer stays);
+- copy, memset: ``copy_on_device``, ``memset`` on views;
+- sequential: its thunks in order;
+- while: without a known trip count, the condition's thunks, then the 1-byte
+  predicate read back from the device, then the body, until it is false;
+  with one, the body that many times and the condition never (XLA's
+  WhileThunk does the same);
+- conditional: the selector read back, :meth:`ConditionalThunk.branch_for`;
+- command buffer: recorded on its first execution (while and conditional
+  thunks inside as conditional nodes) and replayed, then replayed on every
+  later one; when a slice's view changed since (an allocation bound to
+  another buffer), ``CommandBuffer.update`` repoints the recorded commands
+  first (``cuGraphExecUpdate``), it is not re-recorded.
+
+Each run leaves a :class:`RunStats`: one :class:`ThunkRecord` per leaf thunk
+executed (kernel, copy, memset, command buffer: kind, name, launch, device
+seconds from the device's timer), kernel launches, command buffers recorded,
+replayed and updated, the seconds of the whole run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from heron.hlo.errors import HloError
+from heron.hlo.memory_layout import from_memory, memory_bytes, memory_dtype, to_memory
+from heron.hlo.parser import parse_shape
+from heron.hlo.shapes import ArrayShape
+from heron.runtime.core.artefact import Artefact
+from heron.runtime.core.command_buffers import MIN_GRAPH_SIZE, for_device
+from heron.runtime.core.device import CommandBuffer, Device, DeviceBuffer, LoadedKernel
+from heron.runtime.core.thunks import (
+    BufferSlice,
+    CommandBufferThunk,
+    ConditionalThunk,
+    CopyThunk,
+    KernelThunk,
+    LibraryCallThunk,
+    MemsetThunk,
+    SequentialThunk,
+    Thunk,
+    WhileThunk,
+    walk,
+)
+
+__all__ = [
+    "Executable",
+    "ExecutorError",
+    "RunStats",
+    "ThunkRecord",
+    "load_executable",
+]
+
+
+class ExecutorError(Exception):
+    """An artefact cannot run here, or its arguments do not fit it; the message says which."""
+
+
+@attrs.frozen
+class ThunkRecord:
+    """One leaf thunk executed: where in the program (``path``), what, and its device seconds.
+
+    ``path`` numbers thunks from 0 at each level, nested ones after their
+    parent's part: ``3.body.1`` is the second thunk of the body of thunk 3,
+    ``2.branch1.0`` the first of branch 1 of thunk 2.
+    """
+
+    path: str
+    kind: str
+    name: str
+    launch: str
+    seconds: float
+
+
+@attrs.define
+class RunStats:
+    """What one run did (see the module docstring)."""
+
+    records: list[ThunkRecord] = attrs.Factory(list)
+    #: Kernel launches the host issued or replayed: kernel thunks run directly, and
+    #: those of replayed command buffers outside conditional nodes.
+    kernel_launches: int = 0
+    #: Replays of command buffers holding conditional nodes: the kernels inside those
+    #: nodes run on the device's decision, which the host does not see.
+    conditional_node_replays: int = 0
+    command_buffers_recorded: int = 0
+    command_buffers_replayed: int = 0
+    command_buffers_updated: int = 0
+    predicate_reads: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seconds": self.seconds,
+            "kernel_launches": self.kernel_launches,
+            "conditional_node_replays": self.conditional_node_replays,
+            "predicate_reads": self.predicate_reads,
+            "command_buffers": {
+                "recorded": self.command_buffers_recorded,
+                "replayed": self.command_buffers_replayed,
+                "updated": self.command_buffers_updated,
+            },
+            "thunks": self.by_thunk(),
+        }
+
+    def by_thunk(self) -> list[dict[str, Any]]:
+        """The records summed per thunk (a loop's body runs many times): program order."""
+        summed: dict[str, dict[str, Any]] = {}
+        for record in self.records:
+            entry = summed.get(record.path)
+            if entry is None:
+                entry = summed[record.path] = {
+                    "path": record.path,
+                    "kind": record.kind,
+                    "name": record.name,
+                    "launch": record.launch,
+                    "executions": 0,
+                    "seconds": 0.0,
+                }
+            entry["executions"] += 1
+            entry["seconds"] += record.seconds
+            if record.launch != entry["launch"]:  # a command buffer recorded once, then replayed
+                entry["launch"] = "; ".join(
+                    dict.fromkeys([*entry["launch"].split("; "), record.launch])
+                )
+        return list(summed.values())
+
+
+@attrs.define(eq=False)
+class _Recorded:
+    """A command buffer as recorded on this device, and the view of each slice it holds."""
+
+    buffer: CommandBuffer
+    views: dict[BufferSlice, DeviceBuffer]
+    kernels_outside_nodes: int
+    has_conditional_nodes: bool
+
+
+def _describe(thunk: Thunk) -> tuple[str, str]:
+    """The name and launch of a leaf thunk for the records."""
+    if isinstance(thunk, KernelThunk):
+        grid = "x".join(map(str, thunk.grid))
+        block = "x".join(map(str, thunk.block))
+        shared = f", {thunk.shared_bytes} B shared" if thunk.shared_bytes else ""
+        return thunk.kernel_name, f"grid {grid}, block {block}{shared}"
+    if isinstance(thunk, CopyThunk):
+        return f"copy {thunk.source} -> {thunk.destination}", f"{thunk.source.size} B"
+    if isinstance(thunk, MemsetThunk):
+        return (
+            f"memset {thunk.destination} = {thunk.value:#x}",
+            f"{thunk.destination.size} B, width {thunk.width}",
+        )
+    if isinstance(thunk, CommandBufferThunk):
+        kinds: dict[str, int] = {}
+        for inner in walk(thunk.thunks):
+            kinds[inner.kind] = kinds.get(inner.kind, 0) + 1
+        summary = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+        return f"command buffer of {len(thunk.thunks)} thunks ({summary})", ""
+    return thunk.kind, ""
+
+
+def _array_shape(text: str, what: str) -> ArrayShape:
+    try:
+        shape = parse_shape(text)
+    except HloError as error:  # the artefact checked it: only a bug reaches this
+        raise ExecutorError(f"{what} {text!r}: {error}") from None
+    if not isinstance(shape, ArrayShape) or shape.is_token:
+        raise ExecutorError(f"{what} is {text}: the executor takes array parameters and results")
+    return shape
+
+
+class Executable:
+    """An artefact loaded on a device, ready to run (see the module docstring)."""
+
+    def __init__(
+        self,
+        artefact: Artefact,
+        device: Device,
+        backend: str | None = None,
+        *,
+        command_buffers: bool = True,
+        min_graph_size: int = MIN_GRAPH_SIZE,
+        timing: bool = True,
+    ) -> None:
+        self.artefact = artefact
+        self.device = device
+        self.backend = backend or device.backend
+        self.timing = timing
+        for thunk in walk(artefact.program):
+            if isinstance(thunk, LibraryCallThunk):
+                raise ExecutorError(
+                    f"library call {thunk.library}.{thunk.operation} is not supported by heron's"
+                    " executor yet (library calls such as GEMM come with issue 17)"
+                )
+        self.parameter_shapes = tuple(
+            _array_shape(text, f"parameter {i}")
+            for i, text in enumerate(artefact.signature.parameters)
+        )
+        self.result_shapes = tuple(
+            _array_shape(text, f"result {i}") for i, text in enumerate(artefact.signature.results)
+        )
+        self._parameter_allocations = self._allocations_by("parameter")
+        self._result_allocations = self._allocations_by("output")
+        for r in range(len(self.result_shapes)):
+            if r not in self._result_allocations:
+                raise ExecutorError(
+                    f"result {r} ({artefact.signature.results[r]}) has no allocation"
+                )
+        for role, table, shapes in (
+            ("parameter", self._parameter_allocations, self.parameter_shapes),
+            ("result", self._result_allocations, self.result_shapes),
+        ):
+            for number, index in table.items():
+                needed = memory_bytes(shapes[number])
+                if artefact.allocations[index].size < needed:
+                    raise ExecutorError(
+                        f"{role} {number} ({shapes[number]}) needs {needed} bytes; its allocation"
+                        f" {index} has {artefact.allocations[index].size}"
+                    )
+        self.program = for_device(
+            artefact.program,
+            enabled=command_buffers,
+            conditional_nodes=device.supports_conditional_nodes,
+            min_size=min_graph_size,
+        )
+        self.kernels = self._load_kernels()
+        #: The executor's own device buffers, one per allocation (what it holds).
+        self.own: list[DeviceBuffer] = []
+        self.peak_device_bytes = 0
+        held = 0
+        for allocation in artefact.allocations:
+            buffer = device.allocate(allocation.size, f"allocation {allocation.index}")
+            self.own.append(buffer)
+            held += allocation.size
+            self.peak_device_bytes = max(self.peak_device_bytes, held)
+        for index, data in artefact.constants.items():
+            device.copy_to_device(self.own[index], data)
+        #: The buffer each allocation is now (its own, or a caller's parameter buffer).
+        self.table: list[DeviceBuffer] = list(self.own)
+        self._views: list[dict[tuple[int, int], DeviceBuffer]] = [{} for _ in self.own]
+        self._recorded: dict[int, _Recorded] = {}
+        self.stats = RunStats()
+        self.runs: list[RunStats] = []
+
+    # -- loading -----------------------------------------------------------------------
+
+    def _allocations_by(self, field: str) -> dict[int, int]:
+        table: dict[int, int] = {}
+        for allocation in self.artefact.allocations:
+            number = getattr(allocation, field)
+            if number is None:
+                continue
+            if number in table:
+                raise ExecutorError(
+                    f"{field} {number} is held by allocations {table[number]} and"
+                    f" {allocation.index}; an executable gives each one allocation"
+                )
+            table[number] = allocation.index
+        return table
+
+    def _load_kernels(self) -> dict[str, LoadedKernel]:
+        keys = sorted(
+            {t.image_key for t in walk(self.artefact.program) if isinstance(t, KernelThunk)}
+        )
+        if keys and self.backend not in self.artefact.backends:
+            held = ", ".join(self.artefact.backends) or "no backend"
+            raise ExecutorError(
+                f"the artefact holds kernel images for {held}, not for backend {self.backend!r}"
+                f" (compile it for {self.backend})"
+            )
+        return {
+            key: self.device.load_kernel(self.artefact.kernel_image(self.backend, key))
+            for key in keys
+        }
+
+    # -- running -----------------------------------------------------------------------
+
+    def run(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+        """Run on logical ``inputs`` (parameter order); the results, logical arrays."""
+        arrays = self.check_inputs(inputs)
+        self._bind(None)
+        for number, array in enumerate(arrays):
+            index = self._parameter_allocations.get(number)
+            if index is not None:  # an unused parameter has no allocation
+                raw = to_memory(array, self.parameter_shapes[number])
+                self.device.copy_to_device(self.own[index], raw)
+        self._execute_program()
+        return self.results()
+
+    def execute(self, parameters: Sequence[DeviceBuffer]) -> None:
+        """Run with each parameter allocation bound to the caller's buffer (``to_memory`` bytes).
+
+        A donated parameter's buffer (its allocation has ``output`` set) is
+        written; :meth:`results` reads the results afterwards.
+        """
+        if len(parameters) != len(self.parameter_shapes):
+            raise ExecutorError(
+                f"the entry takes {len(self.parameter_shapes)} parameters, given"
+                f" {len(parameters)} buffers"
+            )
+        self._bind(parameters)
+        self._execute_program()
+
+    def results(self) -> tuple[np.ndarray, ...]:
+        """The results of the last run, read from their allocations (``from_memory``)."""
+        results = []
+        for number, shape in enumerate(self.result_shapes):
+            index = self._result_allocations[number]
+            nbytes = memory_bytes(shape)
+            raw = self.device.copy_from_device(self._view(BufferSlice(index, 0, nbytes)))
+            results.append(from_memory(raw.view(memory_dtype(shape.element_type)), shape))
+        return tuple(results)
+
+    def check_inputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """``inputs`` as arrays, each exactly its parameter's shape and type, or ExecutorError."""
+        signature = self.artefact.signature.parameters
+        if len(inputs) != len(signature):
+            raise ExecutorError(
+                f"the entry takes {len(signature)} parameters ({', '.join(signature)}),"
+                f" given {len(inputs)} inputs"
+            )
+        arrays = []
+        for number, (value, shape) in enumerate(zip(inputs, self.parameter_shapes, strict=True)):
+            array = np.asarray(value)
+            expected = np.dtype(shape.element_type.numpy_dtype)
+            if tuple(array.shape) != tuple(shape.dims) or array.dtype != expected:
+                raise ExecutorError(
+                    f"parameter {number} is {signature[number]} (numpy shape"
+                    f" {tuple(shape.dims)}, {expected}); given shape {tuple(array.shape)},"
+                    f" {array.dtype}"
+                )
+            arrays.append(array)
+        return arrays
+
+    def _bind(self, parameters: Sequence[DeviceBuffer] | None) -> None:
+        for number, index in self._parameter_allocations.items():
+            buffer = self.own[index] if parameters is None else parameters[number]
+            if parameters is not None and buffer.nbytes < memory_bytes(
+                self.parameter_shapes[number]
+            ):
+                raise ExecutorError(
+                    f"parameter {number} ({self.parameter_shapes[number]}) needs"
+                    f" {memory_bytes(self.parameter_shapes[number])} bytes; its buffer has"
+                    f" {buffer.nbytes}"
+                )
+            if buffer is not self.table[index]:
+                self.table[index] = buffer
+                self._views[index] = {}
+
+    def _view(self, piece: BufferSlice) -> DeviceBuffer:
+        views = self._views[piece.allocation]
+        key = (piece.offset, piece.size)
+        view = views.get(key)
+        if view is None:
+            view = self.device.view(self.table[piece.allocation], piece.offset, piece.size)
+            views[key] = view
+        return view
+
+    def _execute_program(self) -> None:
+        self.stats = RunStats()
+        start = time.perf_counter()
+        self._sequence(self.program, "")
+        self.device.synchronize()
+        self.stats.seconds = time.perf_counter() - start
+        self.runs.append(self.stats)
+
+    def _sequence(self, thunks: Sequence[Thunk], prefix: str) -> None:
+        for i, thunk in enumerate(thunks):
+            self._thunk(thunk, f"{prefix}{i}")
+
+    def _timed(self, thunk: Thunk, path: str, action: Callable[[], None], launch: str = "") -> None:
+        name, described = _describe(thunk)
+        if not self.timing:
+            action()
+            seconds = 0.0
+        else:
+            timer = self.device.timer()
+            timer.start()
+            action()
+            timer.stop()
+            seconds = timer.seconds()
+        self.stats.records.append(ThunkRecord(path, thunk.kind, name, launch or described, seconds))
+
+    def _read(self, piece: BufferSlice) -> bytes:
+        self.stats.predicate_reads += 1
+        return self.device.copy_from_device(self._view(piece)).tobytes()
+
+    def _thunk(self, thunk: Thunk, path: str) -> None:
+        device = self.device
+        if isinstance(thunk, KernelThunk):
+            self._timed(thunk, path, lambda: self._launch(thunk))
+            self.stats.kernel_launches += 1
+        elif isinstance(thunk, CopyThunk):
+            self._timed(
+                thunk,
+                path,
+                lambda: device.copy_on_device(
+                    self._view(thunk.source), self._view(thunk.destination)
+                ),
+            )
+        elif isinstance(thunk, MemsetThunk):
+            self._timed(
+                thunk,
+                path,
+                lambda: device.memset(self._view(thunk.destination), thunk.value, thunk.width),
+            )
+        elif isinstance(thunk, SequentialThunk):
+            self._sequence(thunk.thunks, f"{path}.")
+        elif isinstance(thunk, WhileThunk):
+            if thunk.trip_count is not None:
+                for _ in range(thunk.trip_count):
+                    self._sequence(thunk.body, f"{path}.body.")
+                return
+            while True:
+                self._sequence(thunk.condition, f"{path}.condition.")
+                if not self._read(thunk.predicate)[0]:
+                    break
+                self._sequence(thunk.body, f"{path}.body.")
+        elif isinstance(thunk, ConditionalThunk):
+            branch = thunk.branch_for(self._read(thunk.selector))
+            self._sequence(thunk.branches[branch], f"{path}.branch{branch}.")
+        elif isinstance(thunk, CommandBufferThunk):
+            self._command_buffer(thunk, path)
+        else:  # library calls were refused at load
+            raise ExecutorError(f"{thunk.kind} thunk at {path} cannot be executed")
+
+    def _launch(self, thunk: KernelThunk) -> None:
+        self.device.launch(
+            self.kernels[thunk.image_key],
+            thunk.grid,
+            thunk.block,
+            [self._view(a) for a in thunk.arguments],
+            thunk.shared_bytes,
+        )
+
+    # -- command buffers ---------------------------------------------------------------
+
+    def _command_buffer(self, thunk: CommandBufferThunk, path: str) -> None:
+        recorded = self._recorded.get(id(thunk))
+        launch = "replayed"
+        if recorded is None:
+            recorded = self._record(thunk)
+            self._recorded[id(thunk)] = recorded
+            self.stats.command_buffers_recorded += 1
+            launch = "recorded, replayed"
+        else:
+            changed = {}
+            for piece, old in recorded.views.items():
+                new = self._view(piece)
+                if new is not old:
+                    changed[old] = new
+                    recorded.views[piece] = new
+            if changed:
+                recorded.buffer.update(changed)
+                self.stats.command_buffers_updated += 1
+                launch = "updated, replayed"
+        self._timed(thunk, path, recorded.buffer.replay, launch)
+        self.stats.command_buffers_replayed += 1
+        self.stats.kernel_launches += recorded.kernels_outside_nodes
+        if recorded.has_conditional_nodes:
+            self.stats.conditional_node_replays += 1
+
+    def _record(self, thunk: CommandBufferThunk) -> _Recorded:
+        views: dict[BufferSlice, DeviceBuffer] = {}
+
+        def view(piece: BufferSlice) -> DeviceBuffer:
+            views[piece] = self._view(piece)
+            return views[piece]
+
+        def record(thunks: Sequence[Thunk]) -> None:
+            device = self.device
+            for inner in thunks:
+                if isinstance(inner, KernelThunk):
+                    device.launch(
+                        self.kernels[inner.image_key],
+                        inner.grid,
+                        inner.block,
+                        [view(a) for a in inner.arguments],
+                        inner.shared_bytes,
+                    )
+                elif isinstance(inner, CopyThunk):
+                    device.copy_on_device(view(inner.source), view(inner.destination))
+                elif isinstance(inner, MemsetThunk):
+                    device.memset(view(inner.destination), inner.value, inner.width)
+                elif isinstance(inner, WhileThunk):
+                    device.record_while(
+                        lambda inner=inner: record(inner.condition),
+                        view(inner.predicate),
+                        lambda inner=inner: record(inner.body),
+                    )
+                elif isinstance(inner, ConditionalThunk):
+                    device.record_conditional(
+                        view(inner.selector),
+                        inner.selector_type,
+                        [lambda b=b: record(b) for b in inner.branches],
+                    )
+                else:
+                    raise ExecutorError(f"a {inner.kind} thunk cannot be recorded")
+
+        self.device.begin_recording()
+        try:
+            record(thunk.thunks)
+        except BaseException:
+            self.device.end_recording()
+            raise
+        buffer = self.device.end_recording()
+        return _Recorded(
+            buffer,
+            views,
+            sum(isinstance(t, KernelThunk) for t in thunk.thunks),
+            any(isinstance(t, (WhileThunk, ConditionalThunk)) for t in thunk.thunks),
+        )
+
+    # -- reports -----------------------------------------------------------------------
+
+    @property
+    def allocation_bytes(self) -> int:
+        """The artefact's allocations' sizes' sum (what the executor allocates)."""
+        return sum(a.size for a in self.artefact.allocations)
+
+    def close(self) -> None:
+        """Give the executor's buffers back to the device."""
+        for buffer in self.own:
+            self.device.free(buffer)
+        self.own = []
+
+
+def load_executable(
+    artefact: Artefact,
+    device: Device,
+    backend: str | None = None,
+    *,
+    command_buffers: bool = True,
+    min_graph_size: int = MIN_GRAPH_SIZE,
+    timing: bool = True,
+) -> Executable:
+    """``artefact`` loaded on ``device`` (kernel images of ``backend``, default the device's)."""
+    return Executable(
+        artefact,
+        device,
+        backend,
+        command_buffers=command_buffers,
+        min_graph_size=min_graph_size,
+        timing=timing,
+    )
