@@ -1,5 +1,12 @@
 """``heron compile FILE.hlo [--target NAME] [--arch ARCH]``: device code for every fusion.
 
+With ``--executable OUT.heron`` it compiles the whole program instead
+(:func:`heron.compiler.executable.compile_program`: the program pipeline, copy
+insertion, the scheduler, buffer assignment, thunk emission) and writes one
+executable artefact (docs/runtime.md) holding kernel images for the target's
+backend and the interpreter, or the backends ``--backend`` names; it prints a
+summary: thunks by kind, kernels, allocations, peak memory.
+
 Each fusion goes through :func:`heron.compiler.compile_fusion` for the Target
 (emission, heron's passes, the backend's stages). Writes the device code the
 stages made, ``<fusion>.ptx`` (and ``<fusion>.cubin`` when ptxas is installed)
@@ -21,6 +28,7 @@ from pathlib import Path
 from heron.cli.common import (
     CommandError,
     add_target_arguments,
+    atomic_output,
     check_output_directory,
     check_output_file,
     load_module,
@@ -50,7 +58,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="ARTIFACT",
         help="output file (one fusion) or directory (default: the current directory)",
     )
+    parser.add_argument(
+        "--executable",
+        metavar="OUT.heron",
+        help="compile the whole program into an executable artefact (thunks, allocations,"
+        " kernel images, constants) written to this file, instead of one file per fusion",
+    )
+    parser.add_argument(
+        "--backend",
+        action="append",
+        choices=EXECUTABLE_BACKENDS,
+        metavar="BACKEND",
+        help="with --executable: a backend to hold kernel images for (cuda, rocm,"
+        " interpreter; repeat for several); default: the target's backend and the"
+        " interpreter",
+    )
     parser.set_defaults(handler=run)
+
+
+#: The backends an executable can hold kernel images for.
+EXECUTABLE_BACKENDS = ("cuda", "rocm", "interpreter")
 
 
 def _destinations(output: str | None, names: list[str]) -> tuple[Path, str | None]:
@@ -90,9 +117,20 @@ def _file_name(fusion: str, single: str | None, extension: str, known: set[str])
 def run(args: argparse.Namespace) -> int:
     from heron.compiler import DumpWriter, compile_fusion, selected_fusions
 
+    if args.executable is None:
+        if args.backend:
+            raise CommandError("--backend applies to --executable only")
+    else:
+        for option, given in (("--fusion", args.fusion), ("-o", args.output)):
+            if given is not None:
+                raise CommandError(f"{option} makes no sense with --executable")
+        if args.dump_dir is not None:
+            raise CommandError("--dump-dir is not supported with --executable")
     target = resolve_target(args)
     module = load_module(args.file)
     refuse_tiled_layouts(module, "heron compile")
+    if args.executable is not None:
+        return _executable(module, target, args)
     fusions = selected_fusions(module, args.fusion)
     directory, single = _destinations(args.output, [f.name for f in fusions])
     if args.dump_dir:
@@ -119,3 +157,69 @@ def run(args: argparse.Namespace) -> int:
         if dump is not None:
             print(f"  dumped {len(dump.written)} stages to {args.dump_dir}")
     return 0
+
+
+def _executable(module, target, args: argparse.Namespace) -> int:
+    from heron.compiler.executable import compile_program, thunk_counts
+    from heron.hlo.memory_budget import format_size
+
+    path = Path(args.executable)
+    check_output_file(path, "--executable")
+    backends = tuple(dict.fromkeys(args.backend or (target.backend, "interpreter")))
+    wrong = [b for b in backends if b in ("cuda", "rocm") and b != target.backend]
+    if wrong:
+        raise CommandError(
+            f"--backend {wrong[0]}: the kernels are compiled for {target.name}"
+            f" ({target.backend}, {target.arch}); a {wrong[0]} image needs a {wrong[0]} target"
+        )
+    compiled = compile_program(module, target, backends)
+    artefact = compiled.artefact
+    with atomic_output(path, "--executable") as temporary:
+        artefact.save(temporary)
+    counts = thunk_counts(compiled)
+    by_kind: dict[str, list[int]] = {}
+    for allocation in artefact.allocations:
+        by_kind.setdefault(allocation.kind, []).append(allocation.size)
+    assignment = compiled.assignment
+    print(
+        f"module {module.name}: executable for {target.name} ({target.backend}, {target.arch}),"
+        f" kernel images for {', '.join(backends)}"
+    )
+    print(
+        f"  thunks: {len(artefact.program)} at the top level; "
+        + (", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())) or "none")
+    )
+    print(
+        f"  kernels: {len(compiled.program.kernels)} images for"
+        f" {len(compiled.program.kernel_of)} fusions ("
+        + ", ".join(
+            f"{n} {emitter}"
+            for emitter, n in sorted(_emitters(compiled).items(), key=lambda item: -item[1])
+        )
+        + ")"
+    )
+    print(
+        f"  allocations: {len(artefact.allocations)}; "
+        + ", ".join(
+            f"{kind} {len(sizes)} ({format_size(sum(sizes))})"
+            for kind, sizes in sorted(by_kind.items())
+        )
+    )
+    print(
+        f"  peak memory: {format_size(sum(a.size for a in artefact.allocations))}"
+        f" (the buffer assignment's: {format_size(assignment.total_bytes)};"
+        f" at most {format_size(assignment.peak_live_temp_bytes)} of temporaries live at once)"
+    )
+    print(
+        f"  compiled in {compiled.seconds:.2f} s ({compiled.kernel_seconds:.2f} s in kernels);"
+        f" wrote {path} ({path.stat().st_size} bytes)"
+    )
+    return 0
+
+
+def _emitters(compiled) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for emitted in compiled.program.kernels:
+        emitter = next(iter(emitted.compiled.values())).emitter
+        counts[emitter] = counts.get(emitter, 0) + 1
+    return counts

@@ -1,4 +1,15 @@
-"""``heron run FILE.hlo``: run a module's entry computation on a backend.
+"""``heron run FILE.hlo|OUT.heron``: run a module's entry computation on a backend.
+
+Given an executable artefact (``heron compile --executable``: a file that
+starts as a zip archive does), ``heron run`` runs it through the thunk
+executor exactly as the runtime-only ``heron-run`` does
+(:func:`heron.runtime.core.heron_run.main`, the one implementation: verified
+first, then ``--backend``, ``--inputs``, ``--output``, ``--repeat``,
+``--no-command-buffers``, ``--report-json``); without ``--inputs`` the
+arguments are drawn at random (``--seed``) for the artefact's optimized
+module's parameters. ``--check``, ``--target``/``--arch`` and ``--backend
+reference`` need the HLO and are refused for an artefact. What follows is
+about an HLO file.
 
 Backends:
 
@@ -72,7 +83,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             " launch and times, and a summary of the results."
         ),
     )
-    parser.add_argument("file", metavar="FILE.hlo", help="HLO text, as XLA or JAX dump it")
+    parser.add_argument(
+        "file",
+        metavar="FILE.hlo|OUT.heron",
+        help="HLO text, as XLA or JAX dump it, or an executable artefact (heron compile"
+        " --executable)",
+    )
     parser.add_argument(
         "--backend",
         default="auto",
@@ -103,7 +119,103 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         " (under heron check's tolerance: bitwise, ulp bounds for transcendental ops,"
         " reassociation bounds for reductions, the RUN line's error bounds)",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        metavar="N",
+        help="an artefact: run N times on the same inputs; the results must be identical",
+    )
+    parser.add_argument(
+        "--no-command-buffers",
+        action="store_true",
+        help="an artefact: run every thunk from the host (no command buffers recorded)",
+    )
+    parser.add_argument(
+        "--report-json",
+        metavar="PATH",
+        help="an artefact: write the run report (per thunk, command buffers, peak device"
+        " memory, totals) as JSON",
+    )
     parser.set_defaults(handler=run)
+
+
+#: What an executable artefact starts with (a zip archive's local header).
+ARTEFACT_MAGIC = b"PK\x03\x04"
+
+
+def is_artefact(path: str) -> bool:
+    """Whether ``path`` is (or claims to be) an executable artefact rather than HLO text."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(len(ARTEFACT_MAGIC)) == ARTEFACT_MAGIC
+    except OSError:
+        return False
+
+
+def run_artefact(args: argparse.Namespace) -> int:
+    """``heron run OUT.heron``: ``heron-run``'s run, with random arguments when none are given."""
+    import tempfile
+
+    from heron.runtime.core import heron_run
+
+    for option, given in (
+        ("--check", args.check),
+        ("--target", args.target),
+        ("--arch", args.arch),
+    ):
+        if given:
+            raise CommandError(
+                f"{option} needs the HLO module; {args.file} is an executable artefact (its"
+                " target is fixed when it is compiled)"
+            )
+    if args.backend == "reference":
+        raise CommandError(
+            f"--backend reference evaluates HLO; {args.file} is an executable artefact"
+        )
+    if args.inputs is not None and args.seed is not None:
+        raise CommandError(
+            "--seed only applies to random arguments; it makes no sense with --inputs"
+        )
+    argv = [args.file, "--backend", args.backend]
+    for option, value in (
+        ("--output", args.output),
+        ("--repeat", args.repeat),
+        ("--report-json", args.report_json),
+    ):
+        if value is not None:
+            argv += [option, str(value)]
+    if args.no_command_buffers:
+        argv.append("--no-command-buffers")
+    with tempfile.TemporaryDirectory(prefix="heron-run-") as scratch:
+        if args.inputs is not None:
+            argv += ["--inputs", args.inputs]
+        else:
+            argv += ["--inputs", _random_inputs(args.file, args.seed, Path(scratch))]
+        return heron_run.main(argv)
+
+
+def _random_inputs(path: str, seed: int | None, directory: Path) -> str:
+    """Random arguments for the artefact's entry, as an .npz (``heron run``'s seeded draw)."""
+    from heron.hlo.evaluator import random_arguments
+    from heron.hlo.npz_io import save_inputs
+    from heron.hlo.parser import parse_module
+    from heron.runtime.core.artefact import ArtefactError, load
+
+    try:
+        artefact = load(path)
+    except ArtefactError as error:
+        raise CommandError(f"{path}: refused: {error}") from error
+    if artefact.optimized_hlo is None:
+        raise CommandError(
+            f"{path} holds no optimized module to draw random arguments for; give --inputs"
+        )
+    module = parse_module(artefact.optimized_hlo)
+    seed = 0 if seed is None else seed
+    arguments = random_arguments(module, seed=seed)
+    print(f"arguments: random, seed {seed}")
+    inputs = directory / "inputs.npz"
+    save_inputs(inputs, arguments)
+    return str(inputs)
 
 
 # -- choosing a backend ----------------------------------------------------------------
@@ -161,6 +273,15 @@ def _create_device(name: str, target):
 
 
 def run(args: argparse.Namespace) -> int:
+    if is_artefact(args.file):
+        return run_artefact(args)
+    for option, given in (
+        ("--repeat", args.repeat is not None),
+        ("--no-command-buffers", args.no_command_buffers),
+        ("--report-json", args.report_json is not None),
+    ):
+        if given:
+            raise CommandError(f"{option} applies to an executable artefact (OUT.heron) only")
     if args.inputs is not None and args.seed is not None:
         raise CommandError(
             "--seed only applies to random arguments; it makes no sense with --inputs"

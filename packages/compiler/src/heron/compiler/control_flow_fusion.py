@@ -1,0 +1,75 @@
+"""Fusion inside loop bodies, loop conditions and conditional branches.
+
+The fusion passes (:mod:`heron.compiler.fusion`) fuse the entry computation
+only, which is all :mod:`heron.compiler.sequential` runs. An executable runs
+``while`` and ``conditional`` as thunks holding the thunks of their
+computations, so those computations need kernels too: each sequential
+computation the entry reaches (``heron.hlo.buffers.dataflow``'s own list) goes
+through the same fusion passes, as if it were an entry. XLA runs its fusion
+passes over every non-fusion computation in the same way.
+
+The passes read ``module.entry``; here each computation takes the entry's
+place in turn, on a module that lists every computation, so the fusions they
+make land in the real module. Dead-code elimination runs once at the end, with
+the real entry back in place (run with a body as the entry it would delete
+the program).
+"""
+
+from __future__ import annotations
+
+from heron.compiler.fusion import fusion_pipeline, is_fused
+from heron.compiler.fusion.wrapper import fusion_wrapper
+from heron.compiler.target import Target
+from heron.hlo.buffers.dataflow import sequential_computations
+from heron.hlo.ir import Computation, Module
+from heron.hlo.passes import Pipeline, pass_named, run_pipeline
+
+__all__ = ["fuse_control_flow_computations"]
+
+_DCE = "hlo-dce"
+
+
+def _passes_for(module: Module, target: Target) -> Pipeline:
+    """The entry's fusion passes without DCE (which needs the real entry)."""
+    if is_fused(module):  # an optimized module keeps its fusions: only the wrapper
+        return Pipeline("control-flow-fusion", (fusion_wrapper(target),))
+    steps = tuple(
+        step for step in fusion_pipeline(target).steps if getattr(step, "name", "") != _DCE
+    )
+    return Pipeline("control-flow-fusion", steps)
+
+
+def fuse_control_flow_computations(module: Module, target: Target) -> bool:
+    """Fuse every computation run by a ``while`` or ``conditional`` of ``module``, in place.
+
+    Returns whether anything changed. The entry itself is the program
+    pipeline's (:func:`heron.compiler.fusion.program_pipeline`), already fused.
+    """
+    entry = module.entry
+    computations = sequential_computations(module)[1:]
+    if not computations:
+        return False
+    pipeline = _passes_for(module, target)
+    changed = False
+    for computation in computations:
+        changed |= _fuse_as_entry(module, entry, computation, pipeline)
+    if changed:
+        run_pipeline(module, Pipeline("control-flow-dce", (pass_named(_DCE),)))
+    return changed
+
+
+def _fuse_as_entry(
+    module: Module, entry: Computation, computation: Computation, pipeline: Pipeline
+) -> bool:
+    view = Module(
+        name=f"{module.name}.{computation.name}",
+        computations=list(module.computations),
+        source=module.source,
+    )
+    entry.is_entry, computation.is_entry = False, True
+    try:
+        report = run_pipeline(view, pipeline)
+    finally:
+        computation.is_entry, entry.is_entry = False, True
+    module.computations = list(view.computations)
+    return report.changed

@@ -1,0 +1,346 @@
+"""Executables: a module compiled into an artefact a runtime-only install loads and runs.
+
+:func:`compile_executable` is the whole compiler after the HLO: on a copy of
+the module,
+
+1. the program pipeline for the Target (:func:`heron.compiler.fusion.program_pipeline`:
+   simplification, then fusion of the entry), and the same fusion passes over
+   the computations its loops and conditionals run
+   (:mod:`heron.compiler.control_flow_fusion`);
+2. copy insertion and the scheduler (``heron.hlo.passes``), then
+   :func:`heron.hlo.buffers.assign_buffers` at the kernel ABI's buffer
+   alignment (``heron.emitters.kernel_arguments.BUFFER_ALIGNMENT``: the
+   alignment every kernel pointer is declared with, so every slice must keep it);
+3. thunk emission (:mod:`heron.compiler.thunk_emission`), each fusion compiled
+   once per backend;
+4. the :class:`~heron.runtime.core.artefact.Artefact`: the program, the
+   allocation table (kinds, parameter and output numbers from the
+   assignment), the entry signature, one kernel image per backend per kernel,
+   the constants' bytes (:func:`heron.hlo.memory_layout.to_memory`) and the
+   optimized module's text.
+
+The entry's results live in output allocations: copy insertion makes every
+result leaf a value of its own (never a parameter or a constant); a result
+leaf that still is one, or that shares its buffer with another result leaf,
+gets an output allocation of its own here and a ``CopyThunk`` at the end of
+the program.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from heron.compiler.target import Target
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.ir import Instruction, Module
+from heron.hlo.shapes import ArrayShape
+from heron.runtime.core.artefact import (
+    Allocation,
+    Artefact,
+    ArtefactTarget,
+    EntrySignature,
+    KernelEntry,
+)
+from heron.runtime.core.device import KernelImage
+from heron.runtime.core.thunks import BufferSlice, CopyThunk, Thunk
+
+if TYPE_CHECKING:
+    from heron.compiler.driver import CompiledKernel
+    from heron.compiler.thunk_emission import ThunkProgram
+    from heron.hlo.buffers import BufferAssignment
+
+__all__ = [
+    "CompiledExecutable",
+    "known_trip_count",
+    "thunk_counts",
+    "KernelCompiler",
+    "compile_executable",
+    "compile_program",
+    "prepare_module",
+]
+
+#: ``compiler(fusion, target, backend)``: :func:`heron.compiler.compile_fusion` or a cache of it.
+KernelCompiler = Callable[[Instruction, Target, str], "CompiledKernel"]
+
+#: The image format each backend's devices load, in order of preference.
+_IMAGE_FORMATS = {
+    "cuda": ("cubin", "ptx"),
+    "rocm": ("hsaco",),
+    "interpreter": ("heron-interpreter",),
+}
+
+
+@attrs.frozen
+class CompiledExecutable:
+    """An artefact and how it was made (for reports and tests)."""
+
+    artefact: Artefact
+    #: The optimized, scheduled module the thunks were emitted from.
+    module: Module
+    assignment: BufferAssignment
+    program: ThunkProgram
+    seconds: float
+    #: Seconds spent compiling kernels (all backends).
+    kernel_seconds: float
+
+
+def prepare_module(module: Module, target: Target) -> tuple[Module, dict[str, int]]:
+    """A copy of ``module``, fused, with copies inserted and scheduled; and known trip counts.
+
+    Trip counts are read before the loops' conditions are fused (the counted
+    form is what :func:`heron.hlo.passes.while_loop_simplifier.trip_count`
+    recognises), by while instruction name; a loop XLA already analysed says
+    its count in its backend config (:func:`known_trip_count`).
+    """
+    from heron.compiler.control_flow_fusion import fuse_control_flow_computations
+    from heron.compiler.fusion import program_pipeline
+    from heron.hlo.passes import pass_named, run_pipeline
+    from heron.hlo.passes.manager import pipeline_of
+    from heron.hlo.passes.while_loop_simplifier import trip_count
+
+    optimized = copy.deepcopy(module)
+    run_pipeline(optimized, program_pipeline(optimized, target))
+    trip_counts = {}
+    for inst in optimized.instructions():
+        if inst.opcode != "while":
+            continue
+        count = trip_count(inst)
+        if count is None:
+            count = known_trip_count(inst)
+        if count is not None:
+            trip_counts[inst.name] = count
+    fuse_control_flow_computations(optimized, target)
+    run_pipeline(optimized, pipeline_of([pass_named("copy-insertion"), pass_named("scheduler")]))
+    return optimized, trip_counts
+
+
+def compile_program(
+    module: Module,
+    target: Target,
+    backends: Sequence[str] | None = None,
+    *,
+    compiler: KernelCompiler | None = None,
+) -> CompiledExecutable:
+    """Compile ``module`` for ``target`` into an executable with kernels for ``backends``.
+
+    ``backends`` default to the Target's backend and the interpreter (so that
+    any artefact can be checked on a CPU). ``compiler`` replaces
+    :func:`heron.compiler.compile_fusion` (tests share compiled kernels).
+    Unsupported input raises ``UnsupportedError`` naming the instruction.
+    """
+    from heron.compiler.driver import compile_fusion
+    from heron.compiler.thunk_emission import emit_thunks
+    from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
+    from heron.hlo.buffers import assign_buffers
+    from heron.hlo.printer import print_module
+
+    start = time.perf_counter()
+    backends = tuple(dict.fromkeys(backends or (target.backend, "interpreter")))
+    compile_one = compiler or compile_fusion
+    optimized, trip_counts = prepare_module(module, target)
+    _check_entry_parameters(optimized)
+    assignment = assign_buffers(optimized, alignment=BUFFER_ALIGNMENT)
+    kernel_seconds = 0.0
+
+    def compile_all(fusion: Instruction) -> dict[str, CompiledKernel]:
+        nonlocal kernel_seconds
+        begun = time.perf_counter()
+        compiled = {backend: compile_one(fusion, target, backend) for backend in backends}
+        kernel_seconds += time.perf_counter() - begun
+        return compiled
+
+    program = emit_thunks(assignment, compile_all, trip_counts)
+    allocations, result_copies = _allocations(assignment, program.scratch)
+    thunks: tuple[Thunk, ...] = (*program.thunks, *result_copies)
+    kernels = [
+        KernelEntry(backend, emitted.key, _image(kernel, emitted.fusion, backend))
+        for emitted in program.kernels
+        for backend, kernel in emitted.compiled.items()
+    ]
+    artefact = Artefact(
+        target=ArtefactTarget(_token(target.name), target.backend, target.arch),
+        program=thunks,
+        allocations=allocations,
+        signature=_signature(optimized),
+        kernels=kernels,
+        constants=_constants(assignment),
+        optimized_hlo=print_module(optimized),
+    )
+    return CompiledExecutable(
+        artefact=artefact,
+        module=optimized,
+        assignment=assignment,
+        program=program,
+        seconds=time.perf_counter() - start,
+        kernel_seconds=kernel_seconds,
+    )
+
+
+def compile_executable(
+    module: Module,
+    target: Target,
+    backends: Sequence[str] | None = None,
+    *,
+    compiler: KernelCompiler | None = None,
+) -> Artefact:
+    """:func:`compile_program`'s artefact."""
+    return compile_program(module, target, backends, compiler=compiler).artefact
+
+
+def known_trip_count(loop: Instruction) -> int | None:
+    """XLA's ``backend_config={..."known_trip_count":{"n":"8"}}`` of a while, when present."""
+    import json
+
+    config = loop.attributes.get("backend_config")
+    text = getattr(config, "text", config)
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text)
+        count = int(value["known_trip_count"]["n"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return count if count >= 0 else None
+
+
+# -- the artefact's tables ---------------------------------------------------------------
+
+
+def _token(name: str) -> str:
+    """A Target name as an artefact name token (``device:sm_90`` -> ``device_sm_90``)."""
+    return "".join(c if c.isalnum() or c in "_.-" else "_" for c in name) or "target"
+
+
+def _check_entry_parameters(module: Module) -> None:
+    for parameter in module.entry.parameters:
+        if not isinstance(parameter.shape, ArrayShape):
+            raise UnsupportedError(
+                f"entry parameter '{parameter.name}' is a tuple ({parameter.shape}); an"
+                " executable's entry takes arrays (JAX passes every leaf as a parameter)",
+                parameter.location,
+            )
+
+
+def _signature(module: Module) -> EntrySignature:
+    entry = module.entry
+    return EntrySignature(
+        parameters=[str(p.shape) for p in entry.parameters],
+        results=[str(leaf) for leaf in entry.root_instruction.shape.leaves()],
+    )
+
+
+def _allocations(
+    assignment: BufferAssignment, scratch: Sequence[int]
+) -> tuple[list[Allocation], list[Thunk]]:
+    """The artefact's allocation table, and the copies that put results in their own outputs.
+
+    The assignment's allocations, then the thunks' scratch allocations (temp),
+    then outputs made here.
+
+    An output allocation holds one result leaf (its ``output``). A result leaf in a
+    parameter or constant allocation, or in an output allocation an earlier
+    leaf already holds, gets a new output allocation and a copy.
+    """
+    root = assignment.module.entry.root_instruction
+    owner: dict[int, int] = {}  # allocation index -> result leaf it holds
+    extra: list[Allocation] = []
+    copies: list[Thunk] = []
+    next_index = len(assignment.allocations) + len(scratch)
+    for leaf, piece in enumerate(assignment.leaf_slices(root)):
+        if piece is None:
+            continue
+        allocation = assignment.allocations[piece.allocation]
+        if allocation.kind == "output" and piece.allocation not in owner:
+            owner[piece.allocation] = leaf
+            continue
+        extra.append(Allocation(next_index, piece.size, "output", output=leaf))
+        copies.append(
+            CopyThunk(
+                BufferSlice(piece.allocation, piece.offset, piece.size),
+                BufferSlice(next_index, 0, piece.size),
+            )
+        )
+        next_index += 1
+    table = []
+    for allocation in assignment.allocations:
+        if allocation.kind == "parameter":
+            if allocation.leaf not in (None, 0):
+                raise UnsupportedError(
+                    f"allocation {allocation.index} holds leaf {allocation.leaf} of parameter"
+                    f" {allocation.parameter_number}; entry parameters are arrays"
+                )
+            table.append(
+                Allocation(
+                    allocation.index,
+                    allocation.size,
+                    "parameter",
+                    parameter=allocation.parameter_number,
+                )
+            )
+        elif allocation.kind == "output":
+            if allocation.index not in owner:
+                raise UnsupportedError(
+                    f"output allocation {allocation.index} holds no result leaf of the entry"
+                )
+            table.append(
+                Allocation(
+                    allocation.index, allocation.size, "output", output=owner[allocation.index]
+                )
+            )
+        else:
+            table.append(Allocation(allocation.index, allocation.size, allocation.kind))
+    for size in scratch:
+        table.append(Allocation(len(table), size, "temp"))
+    return [*table, *extra], copies
+
+
+def _constants(assignment: BufferAssignment) -> dict[int, bytes]:
+    from heron.hlo.memory_layout import to_memory
+
+    buffers = assignment.flow.buffers()
+    constants: dict[int, bytes] = {}
+    for allocation in assignment.allocations:
+        if allocation.kind != "constant":
+            continue
+        (buffer,) = allocation.chunks
+        constant = next(
+            v.instruction for v in buffers[buffer] if v.instruction.opcode == "constant"
+        )
+        data = to_memory(constant.literal, constant.shape).tobytes()
+        constants[allocation.index] = data + bytes(allocation.size - len(data))
+    return constants
+
+
+def _image(kernel: CompiledKernel, fusion: Instruction, backend: str) -> KernelImage:
+    """The image a ``backend`` device loads: the first of its formats the compile made."""
+    images = [kernel.image] if kernel.image is not None else []
+    images += [
+        KernelImage(artefact.extension, kernel.kernel_name, artefact.data)
+        for artefact in kernel.device_code()
+    ]
+    for wanted in _IMAGE_FORMATS.get(backend, ()):
+        for image in images:
+            if image.format == wanted:
+                return image
+    if kernel.image is not None and backend not in _IMAGE_FORMATS:
+        return kernel.image
+    made = ", ".join(sorted({i.format for i in images})) or "none"
+    raise UnsupportedError(
+        f"fusion '{fusion.name}': the {backend} compile made no loadable image"
+        f" (expected {' or '.join(_IMAGE_FORMATS.get(backend, ('any',)))}; made: {made})"
+    )
+
+
+def thunk_counts(compiled: CompiledExecutable) -> Mapping[str, int]:
+    """Thunks by kind over the whole program (nested thunks included)."""
+    from heron.runtime.core.thunks import walk
+
+    counts: dict[str, int] = {}
+    for thunk in walk(compiled.artefact.program):
+        counts[thunk.kind] = counts.get(thunk.kind, 0) + 1
+    return counts

@@ -1,0 +1,436 @@
+"""Thunk emission: a scheduled, buffer-assigned module as a thunk program.
+
+XLA's ``ThunkEmitter`` (seeds/from-hlo-to-thunks.md, "Thunks"): every
+instruction of the entry computation, in schedule order, becomes the thunks
+that do its work on the device, over the slices the buffer assignment gave
+its operands and results:
+
+- ``fusion``: a :class:`~heron.runtime.core.thunks.KernelThunk`, its
+  arguments in heron's kernel ABI order (the fusion's operand leaves, then its
+  result leaves). An in-place output (``CompiledKernel.output_aliases``)
+  whose slice the assignment did not make its input's gets a ``CopyThunk`` of
+  the input first, as :func:`~heron.compiler.device_kernels.run_on_device`
+  does. An output that the assignment put over an input the kernel does not
+  update in place is written there only when the kernel reads that input
+  element by element (:func:`elementwise_in_place`, XLA's rule); otherwise it
+  goes to a scratch allocation and is copied into place after the launch.
+- ``parameter``, ``constant``, ``tuple``, ``get-tuple-element``, ``bitcast``:
+  nothing; their slices are their operands' or their allocation's.
+- ``copy`` (added by copy insertion): a ``CopyThunk`` per leaf whose slices
+  differ. A copy that changes the layout is refused: layout normalisation
+  makes those transposes, which are fusions.
+- ``while``: a ``WhileThunk`` of the condition's thunks, the predicate's
+  slice (the condition's root) and the body's thunks, with the trip count
+  when the caller knows it. The loop state is one buffer per leaf (the
+  dataflow unites init, parameters, body root and result); where a slice
+  still differs, a ``CopyThunk`` moves the value (before the loop for the
+  init, at the end of the body for its root).
+- ``conditional``: a ``ConditionalThunk`` on the pred or s32 selector's slice,
+  each branch's thunks followed by copies of its result into the
+  conditional's slices where they differ.
+- anything else (a dot or sort the fusion passes left unfused, a
+  convolution, a custom call ...): refused, naming the instruction.
+
+Kernels are compiled by the caller's ``compile`` function (one call per
+distinct fusion: fusions with the same body, kind and shapes share one kernel
+image; :func:`heron.compiler.compile_fusion` per backend, or a cache of it);
+this module only places them. Which kernels an executable holds, its allocation
+table and its entry signature are :mod:`heron.compiler.executable`'s.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from heron.hlo.buffers import BufferAssignment
+from heron.hlo.buffers import Slice as HloSlice
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.ir import Computation, Instruction
+from heron.hlo.opcodes import is_elementwise
+from heron.hlo.passes.outline import HOST_OPCODES, REFUSED_OPCODES, describe, refusal
+from heron.hlo.shapes import ArrayShape
+from heron.runtime.core.thunks import (
+    BufferSlice,
+    ConditionalThunk,
+    CopyThunk,
+    KernelThunk,
+    Thunk,
+    WhileThunk,
+)
+
+if TYPE_CHECKING:
+    from heron.compiler.driver import CompiledKernel
+
+__all__ = ["EmittedKernel", "ThunkProgram", "emit_thunks", "image_key"]
+
+#: ``compile(fusion)`` -> the fusion compiled for each backend, by backend name.
+Compile = Callable[[Instruction], Mapping[str, "CompiledKernel"]]
+
+
+@attrs.frozen
+class EmittedKernel:
+    """A kernel: the first fusion compiled to it, and what it was compiled to, per backend."""
+
+    key: str
+    fusion: Instruction
+    compiled: Mapping[str, CompiledKernel]
+
+
+@attrs.frozen
+class ThunkProgram:
+    """The entry's thunks, the kernels they launch in the order they appear, and scratch.
+
+    ``scratch`` are the sizes of allocations the thunks use beyond the buffer
+    assignment's (numbered after them): an output a kernel cannot write over
+    the input whose bytes the assignment gave it (see :func:`elementwise_in_place`)
+    goes to scratch memory, then is copied into place.
+    """
+
+    thunks: tuple[Thunk, ...]
+    #: One per distinct kernel (fusions with the same body, kind and shapes share one).
+    kernels: tuple[EmittedKernel, ...]
+    scratch: tuple[int, ...] = ()
+    #: Fusion name -> the image key of its kernel.
+    kernel_of: Mapping[str, str] = attrs.field(factory=dict)
+
+
+_KEY_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def image_key(fusion: Instruction) -> str:
+    """The kernel image key of ``fusion``: its name as an archive-safe token.
+
+    Instruction names are unique in a module, so the key is unique per
+    kernel; a character a member name may not hold becomes ``_``.
+    """
+    key = _KEY_CHARACTERS.sub("_", fusion.name)
+    if not key or not (key[0].isalpha() or key[0] == "_"):
+        key = f"k_{key}"
+    return key[:200]
+
+
+def emit_thunks(
+    assignment: BufferAssignment,
+    compile: Compile,
+    trip_counts: Mapping[str, int] | None = None,
+) -> ThunkProgram:
+    """The thunk program of ``assignment.module``'s entry (see the module docstring).
+
+    ``compile(fusion)`` gives the fusion's :class:`CompiledKernel` per backend;
+    ``trip_counts`` maps a while instruction's name to its known trip count.
+    """
+    emitter = _Emitter(assignment, compile, dict(trip_counts or {}))
+    thunks = emitter.computation(assignment.module.entry)
+    return ThunkProgram(
+        tuple(thunks), tuple(emitter.kernels), tuple(emitter.scratch), dict(emitter.kernel_of)
+    )
+
+
+@attrs.define
+class _Emitter:
+    assignment: BufferAssignment
+    compile: Compile
+    trip_counts: dict[str, int]
+    kernels: list[EmittedKernel] = attrs.field(factory=list)
+    keys: set[str] = attrs.field(factory=set)
+    scratch: list[int] = attrs.field(factory=list)
+    by_identity: dict[tuple[object, ...], EmittedKernel] = attrs.field(factory=dict)
+    kernel_of: dict[str, str] = attrs.field(factory=dict)
+
+    # -- slices ------------------------------------------------------------------------
+
+    def leaves(self, inst: Instruction) -> list[BufferSlice]:
+        """The slice of every array leaf of ``inst``'s result, in order."""
+        result = []
+        for k, piece in enumerate(self.assignment.leaf_slices(inst)):
+            if piece is None:
+                raise UnsupportedError(
+                    f"{describe(inst)}: leaf {k} has no bytes (a token); thunks take arrays",
+                    inst.location,
+                )
+            result.append(_slice(piece))
+        return result
+
+    # -- computations ------------------------------------------------------------------
+
+    def computation(self, computation: Computation) -> list[Thunk]:
+        """The thunks of ``computation``'s instructions, in its (scheduled) order."""
+        thunks: list[Thunk] = []
+        for inst in computation.instructions:
+            thunks.extend(self.instruction(inst))
+        return thunks
+
+    def instruction(self, inst: Instruction) -> list[Thunk]:
+        op = inst.opcode
+        if op in HOST_OPCODES:
+            return []
+        if op == "fusion":
+            return self.fusion(inst)
+        if op == "copy":
+            return self.copy(inst)
+        if op == "while":
+            return [self.loop(inst)]
+        if op == "conditional":
+            return [self.conditional(inst)]
+        if op in REFUSED_OPCODES:
+            raise refusal(inst)
+        raise UnsupportedError(
+            f"cannot run instruction {describe(inst)}: no heron emitter takes it (the fusion"
+            " passes left it outside a fusion)",
+            inst.location,
+        )
+
+    # -- kernels -----------------------------------------------------------------------
+
+    def kernel_for(self, inst: Instruction) -> EmittedKernel:
+        """The kernel of ``inst``: compiled once per distinct fusion (same body, kind, shapes)."""
+        identity = _identity(inst)
+        found = self.by_identity.get(identity)
+        if found is None:
+            compiled = dict(self.compile(inst))
+            if not compiled:
+                raise UnsupportedError(f"fusion {describe(inst)} was compiled for no backend")
+            found = EmittedKernel(self.unique_key(inst), inst, compiled)
+            self.kernels.append(found)
+            self.by_identity[identity] = found
+        self.kernel_of[inst.name] = found.key
+        return found
+
+    def fusion(self, inst: Instruction) -> list[Thunk]:
+        emitted = self.kernel_for(inst)
+        compiled = emitted.compiled
+        kernel = next(iter(compiled.values()))
+        for backend, other in compiled.items():
+            if (other.kernel_name, other.grid, other.block, other.arguments) != (
+                kernel.kernel_name,
+                kernel.grid,
+                kernel.block,
+                kernel.arguments,
+            ) or dict(other.output_aliases) != dict(kernel.output_aliases):
+                raise UnsupportedError(
+                    f"fusion {describe(inst)}: the {backend} kernel's name, launch or arguments"
+                    f" differ from the {next(iter(compiled))} kernel's; one thunk cannot launch"
+                    " both"
+                )
+        inputs = [piece for operand in inst.operands for piece in self.leaves(operand)]
+        outputs = self.leaves(inst)
+        expected = [(a.shape.element_type, a.shape.dims) for a in kernel.arguments]
+        given = [
+            (leaf.element_type, leaf.dims)
+            for leaf in (
+                *(leaf for operand in inst.operands for leaf in operand.shape.leaves()),
+                *inst.shape.leaves(),
+            )
+        ]
+        if expected != given or len(inputs) + len(outputs) != len(given):
+            raise UnsupportedError(
+                f"fusion {describe(inst)}: the kernel's {len(expected)} arguments are not the"
+                f" fusion's {len(inputs)} operand leaves and {len(outputs)} results"
+            )
+        thunks: list[Thunk] = []
+        aliases = dict(kernel.output_aliases)
+        for out, source in sorted(aliases.items()):
+            if outputs[out] != inputs[source]:
+                thunks.append(CopyThunk(inputs[source], outputs[out]))
+        after: list[Thunk] = []
+        for out, piece in enumerate(outputs):
+            shared = [
+                k
+                for k, other in enumerate(inputs)
+                if aliases.get(out) != k and _overlap(piece, other)
+            ]
+            if shared and not all(
+                inputs[k] == piece and elementwise_in_place(inst, k, out) for k in shared
+            ):
+                scratch = BufferSlice(self.new_scratch(piece.size), 0, piece.size)
+                outputs[out] = scratch
+                after.append(CopyThunk(scratch, piece))
+        thunks.append(
+            KernelThunk(
+                kernel_name=kernel.kernel_name,
+                image_key=emitted.key,
+                arguments=(*inputs, *outputs),
+                grid=kernel.grid,
+                block=kernel.block,
+            )
+        )
+        return thunks + after
+
+    def new_scratch(self, size: int) -> int:
+        """A new allocation of ``size`` bytes for one kernel's output (its index)."""
+        self.scratch.append(size)
+        return len(self.assignment.allocations) + len(self.scratch) - 1
+
+    def unique_key(self, inst: Instruction) -> str:
+        key = base = image_key(inst)
+        n = 1
+        while key in self.keys:
+            key = f"{base[:190]}.{n}"
+            n += 1
+        self.keys.add(key)
+        return key
+
+    # -- copies ------------------------------------------------------------------------
+
+    def copy(self, inst: Instruction) -> list[Thunk]:
+        (operand,) = inst.operands
+        for mine, theirs in zip(inst.shape.leaves(), operand.shape.leaves(), strict=True):
+            if isinstance(mine, ArrayShape) and mine.layout != theirs.layout:
+                raise UnsupportedError(
+                    f"copy {describe(inst)} changes the layout ({theirs} -> {mine}); layout"
+                    " normalisation makes such copies transposes (fusions), so this module did"
+                    " not go through the program pipeline",
+                    inst.location,
+                )
+        return moves(self.leaves(operand), self.leaves(inst))
+
+    # -- control flow ------------------------------------------------------------------
+
+    def loop(self, inst: Instruction) -> WhileThunk:
+        condition, body = inst.called("condition"), inst.called("body")
+        state = self.leaves(inst)
+        before = moves(self.leaves(inst.operands[0]), state)
+        if before:
+            raise UnsupportedError(
+                f"while {describe(inst)}: its init is not in the loop's buffers"
+                f" ({len(before)} leaves differ); copy insertion shares them"
+            )
+        predicate = self.leaves(condition.root_instruction)
+        if len(predicate) != 1 or predicate[0].size != 1:
+            raise UnsupportedError(
+                f"while {describe(inst)}: the condition's result is not one pred"
+            )
+        condition_thunks = self.computation(condition)
+        for parameter in (*condition.parameters, *body.parameters):
+            if self.leaves(parameter) != state:
+                raise UnsupportedError(
+                    f"while {describe(inst)}: parameter '{parameter.name}' of"
+                    f" '{parameter.parent.name if parameter.parent else '?'}' is not in the"
+                    " loop's buffers"
+                )
+        body_thunks = self.computation(body)
+        body_thunks += moves(self.leaves(body.root_instruction), state)
+        return WhileThunk(
+            condition=tuple(condition_thunks),
+            predicate=predicate[0],
+            body=tuple(body_thunks),
+            trip_count=self.trip_counts.get(inst.name),
+        )
+
+    def conditional(self, inst: Instruction) -> ConditionalThunk:
+        selector_operand = inst.operands[0]
+        (selector,) = self.leaves(selector_operand)
+        selector_type = str(selector_operand.shape.element_type)
+        if selector_type not in ("pred", "s32"):
+            raise UnsupportedError(
+                f"conditional {describe(inst)}: a {selector_type} selector (pred or s32 only)"
+            )
+        result = self.leaves(inst)
+        branches = []
+        for k, branch in enumerate(self._branches(inst)):
+            for parameter in branch.parameters:
+                if self.leaves(parameter) != self.leaves(inst.operands[k + 1]):
+                    raise UnsupportedError(
+                        f"conditional {describe(inst)}: branch '{branch.name}' does not read"
+                        " its operand's bytes"
+                    )
+            thunks = self.computation(branch)
+            thunks += moves(self.leaves(branch.root_instruction), result)
+            branches.append(tuple(thunks))
+        return ConditionalThunk(
+            selector=selector, selector_type=selector_type, branches=tuple(branches)
+        )
+
+    @staticmethod
+    def _branches(inst: Instruction) -> Sequence[Computation]:
+        if inst.attributes.get("branch_computations") is not None:
+            return list(inst.called_computations())
+        return [inst.called("true_computation"), inst.called("false_computation")]
+
+
+def elementwise_in_place(fusion: Instruction, input_leaf: int, output_leaf: int) -> bool:
+    """Whether ``fusion`` may write output ``output_leaf`` over input ``input_leaf``'s bytes.
+
+    XLA's rule for sharing an operand's buffer with a loop fusion's result
+    (``CanShareOperandBufferWithUser``): the input is an array operand of the
+    result's shape, read only through elementwise instructions of that shape,
+    so each element is read by the thread that writes it, before it writes it.
+    Copy insertion lets the writer of a while body's state element read the old
+    element (``heron.hlo.passes.copy_insertion``, rule 2), which holds for such
+    kernels only.
+    """
+    operand_of_leaf = [k for k, o in enumerate(fusion.operands) for _ in o.shape.leaves()]
+    if input_leaf >= len(operand_of_leaf):
+        return False
+    operand = operand_of_leaf[input_leaf]
+    if not isinstance(fusion.operands[operand].shape, ArrayShape):
+        return False
+    body = fusion.called("calls")
+    parameter = body.parameters[operand]
+    root = body.root_instruction
+    outputs = list(root.operands) if root.opcode == "tuple" else [root]
+    if output_leaf >= len(outputs) or not isinstance(outputs[output_leaf].shape, ArrayShape):
+        return False
+    written = outputs[output_leaf].shape
+    dims = written.dims
+    if (parameter.shape.dims, parameter.shape.layout) != (dims, written.layout):
+        return False
+    users = body.users()
+    stack, seen = [parameter], set()
+    while stack:
+        value = stack.pop()
+        for user in users.get(value, []):
+            if id(user) in seen or (user is root and root.opcode == "tuple"):
+                continue
+            seen.add(id(user))
+            shape = user.shape
+            if not (
+                is_elementwise(user.opcode) and isinstance(shape, ArrayShape) and shape.dims == dims
+            ):
+                return False
+            stack.append(user)
+    return True
+
+
+def _identity(fusion: Instruction) -> tuple[object, ...]:
+    """What a fusion's kernel depends on: its kind, shapes, backend config and body.
+
+    The body by :func:`heron.compiler.fusion.fusion_cse.signature` (names
+    ignored), so fusions that the fusion passes built apart but that compute
+    the same thing share one kernel image.
+    """
+    from heron.compiler.fusion.fusion_cse import signature
+
+    config = fusion.attributes.get("backend_config")
+    return (
+        str(fusion.attributes.get("kind")),
+        str(fusion.shape),
+        tuple(str(operand.shape) for operand in fusion.operands),
+        str(getattr(config, "text", config)),
+        signature(fusion.called("calls")),
+    )
+
+
+def moves(sources: Sequence[BufferSlice], destinations: Sequence[BufferSlice]) -> list[Thunk]:
+    """A ``CopyThunk`` for every leaf whose source slice is not its destination."""
+    if len(sources) != len(destinations):
+        raise UnsupportedError(
+            f"cannot copy {len(sources)} leaves into {len(destinations)} (shapes differ)"
+        )
+    return [
+        CopyThunk(source, destination)
+        for source, destination in zip(sources, destinations, strict=True)
+        if source != destination
+    ]
+
+
+def _slice(piece: HloSlice) -> BufferSlice:
+    return BufferSlice(piece.allocation, piece.offset, piece.size)
+
+
+def _overlap(a: BufferSlice, b: BufferSlice) -> bool:
+    return a.allocation == b.allocation and a.offset < b.end and b.offset < a.end
