@@ -163,7 +163,9 @@ def compile_program(
         for backend, kernel in emitted.compiled.items()
     ]
     artefact = Artefact(
-        target=ArtefactTarget(_token(target.name), target.backend, target.arch),
+        target=ArtefactTarget(
+            _token(target.name), target.backend, target.arch, target.warp_size
+        ),
         program=thunks,
         allocations=allocations,
         signature=_signature(optimized),
