@@ -7,8 +7,9 @@
 - :func:`lower`: the module heron compiles for ``f`` at some arguments.
 """
 
+from heron.jax.devices import HeronJaxError
 from heron.jax.jit import HeronJitted, jit
 from heron.jax.lowering import Lowered, Signature, lower
 
-__all__ = ["HeronJitted", "Lowered", "Signature", "jit", "lower"]
+__all__ = ["HeronJaxError", "HeronJitted", "Lowered", "Signature", "jit", "lower"]
 __version__ = "0.1.0"

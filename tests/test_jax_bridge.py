@@ -1,0 +1,104 @@
+"""heron.jax on the repository's JAX corpus: jit equals jax's own CPU results, and caches.
+
+Every program of programs/definitions.py runs through ``heron.jax.jit`` on the
+interpreter (lowered by jax, compiled by heron into an executable, run by the
+thunk executor) and is compared with ``jax.jit`` on the CPU (XLA:CPU) under
+the program corpus' tolerance (tests/test_programs.py ``assert_close``). A
+second call with the same signature does not compile again; a new jitted
+function with the same cache folder takes the artefact from disk.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import heron.jax as heron_jax
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+DEFINITIONS = _load("_heron_program_definitions", ROOT / "programs" / "definitions.py")
+PROGRAM_TESTS = _load("_heron_programs_tests_for_jax", ROOT / "tests" / "test_programs.py")
+BY_NAME = {program.name: program for program in DEFINITIONS.PROGRAMS}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("heron-jax-cache")
+
+
+def _leaves(tree) -> list[np.ndarray]:
+    return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(tree)]
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_jit_equals_jax_on_the_cpu(name: str, cache_dir: Path) -> None:
+    program = BY_NAME[name]
+    arguments = program.arguments()
+    jitted = heron_jax.jit(program.function, backend="interpreter", cache_dir=cache_dir)
+    got = jitted(*arguments)
+    expected = jax.jit(program.function)(*arguments)
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(expected)
+    got_leaves, expected_leaves = _leaves(got), _leaves(expected)
+    assert len(got_leaves) == len(expected_leaves)
+    for i, (g, e) in enumerate(zip(got_leaves, expected_leaves, strict=True)):
+        PROGRAM_TESTS.assert_close(g, e, f"{name} leaf {i}")
+    assert jitted.compiles + jitted.disk_hits == 1
+
+
+def test_a_second_call_with_the_same_signature_does_not_compile(tmp_path: Path) -> None:
+    program = BY_NAME["softmax"]
+    arguments = program.arguments()
+    jitted = heron_jax.jit(program.function, backend="interpreter", cache_dir=tmp_path)
+    first = _leaves(jitted(*arguments))
+    again = _leaves(jitted(*arguments))
+    assert jitted.compiles == 1 and jitted.disk_hits == 0
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(first, again, strict=True))
+    # Another signature compiles once more; the first is still cached.
+    bigger = [np.concatenate([a, a]) for a in arguments]
+    jitted(*bigger)
+    jitted(*arguments)
+    assert jitted.compiles == 2
+    # A new function object over the same cache folder loads the verified artefact.
+    fresh = heron_jax.jit(program.function, backend="interpreter", cache_dir=tmp_path)
+    fresh(*arguments)
+    assert (fresh.compiles, fresh.disk_hits) == (0, 1)
+
+
+def test_a_damaged_cache_file_is_compiled_again(tmp_path: Path) -> None:
+    program = BY_NAME["softmax"]
+    arguments = program.arguments()
+    heron_jax.jit(program.function, backend="interpreter", cache_dir=tmp_path)(*arguments)
+    (cached,) = tmp_path.glob("*.heron")
+    cached.write_bytes(cached.read_bytes()[:100])
+    again = heron_jax.jit(program.function, backend="interpreter", cache_dir=tmp_path)
+    expected = jax.jit(program.function)(*arguments)
+    PROGRAM_TESTS.assert_close(np.asarray(again(*arguments)), np.asarray(expected), "softmax")
+    assert (again.compiles, again.disk_hits) == (1, 0)
+
+
+def test_an_unavailable_backend_is_refused_with_the_reason() -> None:
+    jitted = heron_jax.jit(lambda x: x + 1, backend="cuda", cache_dir=False)
+    with pytest.raises(heron_jax.HeronJaxError, match="backend 'cuda' is not available here"):
+        jitted(np.ones(3, np.float32))
+
+
+def test_lower_gives_the_module_heron_compiles() -> None:
+    program = BY_NAME["softmax"]
+    lowered = heron_jax.lower(program.function, *program.arguments())
+    text = (ROOT / "programs" / "softmax" / "module.hlo").read_text()
+    assert lowered.hlo_text.strip() == text.strip()
