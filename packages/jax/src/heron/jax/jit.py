@@ -36,6 +36,7 @@ class _Compiled:
     """One signature's program: how it was lowered, and its executable loaded on the device."""
 
     lowered: Lowered
+    artefact: Any
     executable: Any
     from_disk: bool
 
@@ -99,6 +100,14 @@ class HeronJitted:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        program, dynamic_args, dynamic_kwargs = self._program(args, kwargs)
+        leaves = program.lowered.flatten_arguments(dynamic_args, dynamic_kwargs)
+        outputs = program.executable.run(leaves)
+        return program.lowered.unflatten_results(outputs)
+
+    def _program(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[_Compiled, list[Any], dict[str, Any]]:
         dynamic_args, dynamic_kwargs, static = split_static(
             args, kwargs, self.static_argnums, self.static_argnames
         )
@@ -106,9 +115,17 @@ class HeronJitted:
         program = self._programs.get(key)
         if program is None:
             program = self._programs[key] = self._compile(args, kwargs)
-        leaves = program.lowered.flatten_arguments(dynamic_args, dynamic_kwargs)
-        outputs = program.executable.run(leaves)
-        return program.lowered.unflatten_results(outputs)
+        return program, dynamic_args, dynamic_kwargs
+
+    def artefact(self, *args: Any, **kwargs: Any) -> Any:
+        """The executable for these arguments' signature (compiled if it is not yet), as
+        the artefact ``heron-run`` runs: ``jitted.artefact(x).save("f.heron")``."""
+        return self._program(args, kwargs)[0].artefact
+
+    def last_run(self, *args: Any, **kwargs: Any) -> Any:
+        """What the executor recorded of the last run for this signature (per thunk:
+        kind, kernel, launch, seconds; command buffers; kernel launches)."""
+        return self._program(args, kwargs)[0].executable.stats
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Compiled:
         from heron.compiler.executable import compile_executable
@@ -131,7 +148,7 @@ class HeronJitted:
         executable = load_on_device(
             artefact, self._device, self._backend, command_buffers=self.command_buffers
         )
-        return _Compiled(lowered, executable, from_disk)
+        return _Compiled(lowered, artefact, executable, from_disk)
 
 
 def jit(
