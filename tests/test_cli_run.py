@@ -251,3 +251,18 @@ def test_jax_helper_calls_are_inlined_and_run(capsys, tmp_path):
     assert all(i.opcode != "call" for i in module.entry.instructions)
     assert count_kernels(module) < len(computing)
     assert f"ran {count_kernels(module)} kernel(s)" in out
+
+
+def test_an_xla_dump_folder_runs_its_pre_optimization_module(tmp_path, capsys):
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    (dump / "module_0000.jit_broadcast_in_dim.before_optimizations.txt").write_text(UNFUSED)
+    (dump / "module_0004.jit__lambda.before_optimizations.txt").write_text(UNFUSED)
+    (dump / "module_0004.jit__lambda.cpu_after_optimizations.txt").write_text("not read")
+    code, out, err = heron(capsys, "run", str(dump), "--backend", "interpreter")
+    assert code == 2 and "holds 2 modules" in err and "module_0004.jit__lambda" in err
+    code, out, err = heron(
+        capsys, "run", str(dump), "--backend", "interpreter", "--module", "jit__lambda"
+    )
+    assert (code, err) == (0, ""), err
+    assert "outputs:" in out

@@ -3,7 +3,7 @@
 Every program of programs/definitions.py runs through ``heron.jax.jit`` on the
 interpreter (lowered by jax, compiled by heron into an executable, run by the
 thunk executor) and is compared with ``jax.jit`` on the CPU (XLA:CPU) under
-the program corpus' tolerance (tests/test_programs.py ``assert_close``). A
+the program corpus' tolerance (``heron_test_support.programs.assert_close``). A
 second call with the same signature does not compile again; a new jitted
 function with the same cache folder takes the artefact from disk.
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from heron_test_support.programs import assert_close
 
 import heron.jax as heron_jax
 
@@ -32,7 +33,6 @@ def _load(name: str, path: Path):
 
 
 DEFINITIONS = _load("_heron_program_definitions", ROOT / "programs" / "definitions.py")
-PROGRAM_TESTS = _load("_heron_programs_tests_for_jax", ROOT / "tests" / "test_programs.py")
 BY_NAME = {program.name: program for program in DEFINITIONS.PROGRAMS}
 
 
@@ -56,7 +56,7 @@ def test_jit_equals_jax_on_the_cpu(name: str, cache_dir: Path) -> None:
     got_leaves, expected_leaves = _leaves(got), _leaves(expected)
     assert len(got_leaves) == len(expected_leaves)
     for i, (g, e) in enumerate(zip(got_leaves, expected_leaves, strict=True)):
-        PROGRAM_TESTS.assert_close(g, e, f"{name} leaf {i}")
+        assert_close(g, e, f"{name} leaf {i}")
     assert jitted.compiles + jitted.disk_hits == 1
 
 
@@ -87,7 +87,7 @@ def test_a_damaged_cache_file_is_compiled_again(tmp_path: Path) -> None:
     cached.write_bytes(cached.read_bytes()[:100])
     again = heron_jax.jit(program.function, backend="interpreter", cache_dir=tmp_path)
     expected = jax.jit(program.function)(*arguments)
-    PROGRAM_TESTS.assert_close(np.asarray(again(*arguments)), np.asarray(expected), "softmax")
+    assert_close(np.asarray(again(*arguments)), np.asarray(expected), "softmax")
     assert (again.compiles, again.disk_hits) == (1, 0)
 
 

@@ -25,14 +25,27 @@ class CommandError(Exception):
     """A user error the command reports in one line (exit status 2)."""
 
 
-def load_module(path: str, verify: bool = True) -> Module:
-    """Parse (and verify) the HLO module in ``path``; CommandError if it cannot be read."""
+def load_module(path: str, verify: bool = True, module_name: str | None = None) -> Module:
+    """Parse (and verify) the HLO module in ``path``; CommandError if it cannot be read.
+
+    ``path`` may be an XLA dump folder (``--xla_dump_to``): its pre-optimization
+    module is read, the one ``module_name`` names when it holds several
+    (:mod:`heron.hlo.xla_dump`).
+    """
     from heron.hlo.parser import parse_module_file
     from heron.hlo.verifier import verify_module
+    from heron.hlo.xla_dump import XlaDumpError, pick_module
 
     file = Path(path)
     if not file.exists():
         raise CommandError(f"{path}: no such file")
+    if file.is_dir():
+        try:
+            file = pick_module(file, module_name).path
+        except XlaDumpError as error:
+            raise CommandError(error.message) from None
+    elif module_name is not None:
+        raise CommandError(f"--module {module_name}: {path} is a file, not an XLA dump folder")
     if not file.is_file():
         raise CommandError(f"{path}: not a file")
     try:

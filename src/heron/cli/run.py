@@ -65,10 +65,9 @@ from heron.cli.common import (
     refuse_tiled_layouts,
     resolve_target,
 )
+from heron.runtime.core.registry import DEVICE_BACKENDS, BackendChoice
 
 BACKENDS = ("auto", "interpreter", "reference", "cuda", "rocm")
-#: The device backends ``auto`` chooses among, in order of preference.
-DEVICE_BACKENDS = ("cuda", "rocm", "interpreter")
 PREVIEW = 4
 EXIT_DISAGREEMENT = 1
 
@@ -85,9 +84,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "file",
-        metavar="FILE.hlo|OUT.heron",
-        help="HLO text, as XLA or JAX dump it, or an executable artefact (heron compile"
-        " --executable)",
+        metavar="FILE.hlo|OUT.heron|DUMP_DIR",
+        help="HLO text, as XLA or JAX dump it, an XLA dump folder (its pre-optimization"
+        " module), or an executable artefact (heron compile --executable)",
     )
     parser.add_argument(
         "--backend",
@@ -105,6 +104,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--output", metavar="OUT.npz", help="write the results as out0, out1, ... to this file"
+    )
+    parser.add_argument(
+        "--module",
+        metavar="NAME",
+        help="FILE is an XLA dump folder (--xla_dump_to) holding several modules: run this"
+        " one (its number, 0004, or its name, jit_f)",
     )
     parser.add_argument(
         "--seed",
@@ -221,42 +226,18 @@ def _random_inputs(path: str, seed: int | None, directory: Path) -> str:
 # -- choosing a backend ----------------------------------------------------------------
 
 
-@attrs.frozen
-class Choice:
-    """The backend that runs, and a line per backend that ``auto`` passed over."""
-
-    name: str
-    passed_over: tuple[str, ...] = ()
-
-
-def choose_backend(requested: str, candidates: tuple[str, ...] = DEVICE_BACKENDS) -> Choice:
+def choose_backend(requested: str, candidates: tuple[str, ...] = DEVICE_BACKENDS) -> BackendChoice:
     """The device backend for ``requested`` (``auto`` or a name); CommandError if unusable.
 
-    ``auto`` takes the first available of ``candidates``.
+    ``auto`` takes the first available of ``candidates`` (the registry's rule,
+    the one ``heron-run`` and ``heron.jax`` follow too).
     """
-    from heron.hlo.plugin_loading import PluginError
-    from heron.runtime.core.registry import default_backends
+    from heron.runtime.core.registry import NoBackendError, default_backends
 
-    registry = default_backends()
-    installed = set(registry.names())
-    candidates = candidates if requested == "auto" else (requested,)
-    passed_over = []
-    for name in candidates:
-        if name not in installed:
-            reason = "not installed (its heron.backends plugin is missing)"
-        else:
-            try:
-                status = registry.availability(name)
-            except PluginError as exc:
-                reason = str(exc)
-            else:
-                if status.available:
-                    return Choice(name, tuple(passed_over))
-                reason = status.reason
-        passed_over.append(f"{name}: {reason}")
-    if requested == "auto":
-        raise CommandError(f"no backend is available ({'; '.join(passed_over)})")
-    raise CommandError(f"backend '{requested}' is not available here: {passed_over[0]}")
+    try:
+        return default_backends().choose(requested, candidates)
+    except NoBackendError as error:
+        raise CommandError(str(error)) from None
 
 
 def _create_device(name: str, target):
@@ -291,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
             "--check compares a device backend with the reference evaluator;"
             " it makes no sense with --backend reference"
         )
-    module = load_module(args.file)
+    module = load_module(args.file, module_name=args.module)
     given = _run_line_bounds(args.file) if args.check else None
     if args.output is not None:
         check_output_file(Path(args.output), "--output")
@@ -343,7 +324,7 @@ def _evaluate(module, arguments) -> tuple[list, float]:
     return flatten_literal(result), time.perf_counter() - start
 
 
-def _choose_target(args: argparse.Namespace) -> tuple[Choice, object]:
+def _choose_target(args: argparse.Namespace) -> tuple[BackendChoice, object]:
     """The backend that runs (``auto`` resolved) and the Target its kernels are compiled for."""
     requested = args.backend
     named = args.target is not None or args.arch is not None
