@@ -181,6 +181,7 @@ def test_while_node_reads_its_predicate_at_replay_time(device):
     loop.replay()
     assert device.copy_from_device(counter).view(np.int32).tolist() == [5]
     assert device.launches == 5 * 2 + 1  # five bodies, six conditions
+    assert loop.launches_last_replay == 11
     device.copy_to_device(limit, i32([8]))  # read at replay time, not recording time
     loop.replay()
     assert device.copy_from_device(counter).view(np.int32).tolist() == [8]

@@ -38,6 +38,7 @@ from heron.runtime.core.thunks import (
     MemsetThunk,
     SequentialThunk,
     WhileThunk,
+    walk,
 )
 from heron.runtime.interpreter import InterpreterDevice
 from heron.runtime.interpreter.capture import compile_kernel_image
@@ -111,7 +112,7 @@ def kernel(name: str, arguments, block=None) -> KernelThunk:
 
 
 def artefact(program, allocations, parameters, results, constants=None) -> Artefact:
-    used = sorted({t.image_key for t in _walk(program) if isinstance(t, KernelThunk)})
+    used = sorted({t.image_key for t in walk(program) if isinstance(t, KernelThunk)})
     return Artefact(
         target=TARGET,
         program=program,
@@ -120,12 +121,6 @@ def artefact(program, allocations, parameters, results, constants=None) -> Artef
         kernels=[KernelEntry("interpreter", key, image(key)) for key in used],
         constants=constants or {},
     )
-
-
-def _walk(thunks):
-    from heron.runtime.core.thunks import walk
-
-    return walk(thunks)
 
 
 def i32(*values) -> np.ndarray:
@@ -285,8 +280,8 @@ def test_while_with_a_condition_kernel(command_buffers, conditional_nodes):
     stats = executable.stats
     if command_buffers and conditional_nodes:
         assert [r.kind for r in stats.records] == ["command_buffer"]
-        assert stats.predicate_reads == 0 and stats.conditional_node_replays == 1
-        assert stats.kernel_launches == 0  # all of them inside the loop node
+        assert stats.predicate_reads == 0 and stats.conditional_node_replays == 0
+        assert stats.kernel_launches == launches  # as the interpreter counted them
     else:
         assert stats.predicate_reads == 6
         assert stats.kernel_launches == launches
@@ -298,6 +293,26 @@ def test_while_with_a_condition_kernel(command_buffers, conditional_nodes):
             assert {"1.condition.0", "1.body.0", "1.body.1"} <= paths
     (again,) = executable.run([np.int32(7), np.int32(8)])
     assert int(again) == 14
+
+
+@pytest.mark.parametrize("conditional_nodes", [False, True])
+def test_a_command_buffer_of_the_artefact_is_split_where_the_device_lacks_nodes(
+    conditional_nodes,
+):
+    plain = doubling()
+    recorded = Artefact(
+        target=plain.target,
+        program=[CommandBufferThunk(plain.program)],
+        allocations=plain.allocations,
+        signature=plain.signature,
+        kernels=plain.kernels,
+    )
+    device = InterpreterDevice(conditional_nodes=conditional_nodes)
+    executable = Executable(recorded, device, min_graph_size=1)
+    kinds = [t.kind for t in executable.program]
+    assert kinds == (["command_buffer"] if conditional_nodes else ["command_buffer", "while"])
+    (result,) = executable.run([np.int32(1), np.int32(4)])
+    assert int(result) == 4 and device.launches == 2 + 3
 
 
 def test_a_known_trip_count_skips_the_condition():
@@ -485,3 +500,21 @@ def test_heron_run_as_a_module(saved, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "backend: interpreter" in done.stdout
     np.testing.assert_array_equal(load_outputs(output)[1], i32(11, 21, 31, 41))
+
+
+def test_heron_run_exits_1_when_a_kernel_fails(tmp_path, capsys):
+    good = straight()
+    faulty = Artefact(
+        target=good.target,
+        # Eight threads over four elements: the interpreter stops at index 4.
+        program=[kernel("add_one", [S(1, 0, 16), S(3, 0, 16)], block=(8, 1, 1))],
+        allocations=good.allocations,
+        signature=good.signature,
+        kernels=[KernelEntry("interpreter", "add_one", image("add_one"))],
+        constants=good.constants,
+    )
+    path, inputs = tmp_path / "faulty.heron", tmp_path / "in.npz"
+    faulty.save(path)
+    save_inputs(inputs, [i32(1, 2, 3, 4), i32(1, 2, 3, 4)])
+    assert heron_run([str(path), "--inputs", str(inputs)]) == 1
+    assert "heron-run: the device failed:" in capsys.readouterr().err

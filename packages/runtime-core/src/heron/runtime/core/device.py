@@ -310,6 +310,16 @@ class CommandBuffer(abc.ABC):
     def replay(self) -> None:
         """Run the recorded commands (``cuGraphLaunch`` / ``hipGraphLaunch`` on the stream)."""
 
+    @property
+    def launches_last_replay(self) -> int | None:
+        """Kernels the last ``replay`` ran, where the device can tell; None where it cannot.
+
+        A GPU graph's conditional nodes decide on the device how often a loop
+        body runs, which the host does not see (None, this default); the
+        interpreter counts.
+        """
+        return None
+
     @abc.abstractmethod
     def update(self, mapping: Mapping[DeviceBuffer, DeviceBuffer]) -> None:
         """Point every command using a key of ``mapping`` at its value instead, in place.

@@ -40,8 +40,10 @@ How each thunk runs:
 
 Each run leaves a :class:`RunStats`: one :class:`ThunkRecord` per leaf thunk
 executed (kernel, copy, memset, command buffer: kind, name, launch, device
-seconds from the device's timer), kernel launches, command buffers recorded,
-replayed and updated, the seconds of the whole run.
+seconds from the device's timer), kernel launches (a command buffer's as its
+device counts them, :attr:`CommandBuffer.launches_last_replay`; a GPU cannot
+see inside its conditional nodes, which are counted apart), command buffers
+recorded, replayed and updated, the seconds of the whole run.
 """
 
 from __future__ import annotations
@@ -59,7 +61,13 @@ from heron.hlo.parser import parse_shape
 from heron.hlo.shapes import ArrayShape
 from heron.runtime.core.artefact import Artefact
 from heron.runtime.core.command_buffers import MIN_GRAPH_SIZE, for_device
-from heron.runtime.core.device import CommandBuffer, Device, DeviceBuffer, LoadedKernel
+from heron.runtime.core.device import (
+    CommandBuffer,
+    Device,
+    DeviceBuffer,
+    DeviceError,
+    LoadedKernel,
+)
 from heron.runtime.core.thunks import (
     BufferSlice,
     CommandBufferThunk,
@@ -108,11 +116,11 @@ class RunStats:
     """What one run did (see the module docstring)."""
 
     records: list[ThunkRecord] = attrs.Factory(list)
-    #: Kernel launches the host issued or replayed: kernel thunks run directly, and
-    #: those of replayed command buffers outside conditional nodes.
+    #: Kernel launches: kernel thunks run directly, and those a replayed command buffer
+    #: ran (as its device counts them, else those outside its conditional nodes).
     kernel_launches: int = 0
-    #: Replays of command buffers holding conditional nodes: the kernels inside those
-    #: nodes run on the device's decision, which the host does not see.
+    #: Replays of command buffers holding conditional nodes whose device cannot tell
+    #: how many kernels they ran (a GPU's loop nodes decide on the device).
     conditional_node_replays: int = 0
     command_buffers_recorded: int = 0
     command_buffers_replayed: int = 0
@@ -339,7 +347,10 @@ class Executable:
             index = self._result_allocations[number]
             nbytes = memory_bytes(shape)
             raw = self.device.copy_from_device(self._view(BufferSlice(index, 0, nbytes)))
-            results.append(from_memory(raw.view(memory_dtype(shape.element_type)), shape))
+            try:
+                results.append(from_memory(raw.view(memory_dtype(shape.element_type)), shape))
+            except ValueError as error:  # a pred byte the kernels never stored as 0 or 1
+                raise DeviceError(f"result {number} ({shape}): {error}") from None
         return tuple(results)
 
     def check_inputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -487,9 +498,13 @@ class Executable:
                 launch = "updated, replayed"
         self._timed(thunk, path, recorded.buffer.replay, launch)
         self.stats.command_buffers_replayed += 1
-        self.stats.kernel_launches += recorded.kernels_outside_nodes
-        if recorded.has_conditional_nodes:
-            self.stats.conditional_node_replays += 1
+        counted = recorded.buffer.launches_last_replay
+        if counted is not None:
+            self.stats.kernel_launches += counted
+        else:
+            self.stats.kernel_launches += recorded.kernels_outside_nodes
+            if recorded.has_conditional_nodes:
+                self.stats.conditional_node_replays += 1
 
     def _record(self, thunk: CommandBufferThunk) -> _Recorded:
         views: dict[BufferSlice, DeviceBuffer] = {}

@@ -15,8 +15,8 @@ JSON-compatible values (``to_json`` / :func:`thunk_from_json`): an artefact
 stores its program as JSON, never pickled. Whether a slice lies inside its
 allocation needs the allocation table: :func:`check_slices`.
 
-The executor that runs thunks on a device, and the pass that groups thunks
-into command buffers, are not built yet (docs/runtime.md).
+:mod:`heron.runtime.core.executor` runs them on a device;
+:mod:`heron.runtime.core.command_buffers` groups them into command buffers.
 """
 
 from __future__ import annotations

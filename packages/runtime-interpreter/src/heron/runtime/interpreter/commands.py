@@ -102,6 +102,7 @@ class RecordedCommands(CommandBuffer):
         #: How many times it was replayed and updated (for tests and reports).
         self.replays = 0
         self.updates = 0
+        self._launches: int | None = None
 
     @property
     def buffers(self) -> tuple[DeviceBuffer, ...]:
@@ -115,7 +116,13 @@ class RecordedCommands(CommandBuffer):
         if self.device.recording:
             raise DeviceError("replaying a command buffer while recording another is not supported")
         self.replays += 1
+        before = self.device.launches
         self.device.run_commands(self.commands)
+        self._launches = self.device.launches - before
+
+    @property
+    def launches_last_replay(self) -> int | None:
+        return self._launches
 
     def update(self, mapping: Mapping[DeviceBuffer, DeviceBuffer]) -> None:
         recorded = {id(b) for b in self.buffers}
