@@ -1,7 +1,8 @@
 """heron's sessions: `nox` runs the test suite (lint, tests, runtime, isolation, oracle).
 
     nox                  the default sessions below: what CI runs (.ci/run)
-    nox -s demo          the main job: `heron run` on the GELU example (backend auto), checked
+    nox -s demo          the main job: `heron run` on the GELU example (backend auto), checked;
+                         a transformer block in JAX through heron.jax and heron-run
     nox -s tests         the CPU test suite (every package, the CLI, the plugin fixture), then
                          every corpus program's artefact (build/program-artefacts)
     nox -s runtime       those artefacts run by heron-run in a runtime-only environment
@@ -400,11 +401,14 @@ def rocm(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """The main job: `heron run` on the GELU example, backend auto (the interpreter on CI).
+    """The main job: `heron run` on the GELU example, backend auto (the interpreter on CI),
+    then a transformer block written in JAX through heron.jax and heron-run.
 
     The run prints the backend it chose (and why not the others), each kernel's
     emitter, launch and times, the outputs, and (--check) agreement with the
     reference evaluator; check_gelu.py then checks the output against GELU in float64.
+    examples/transformer_block.py compiles and runs the block with heron.jax, checks
+    it against jax, and saves the executable, which heron-run then runs three times.
     """
     session.install(*(f"./packages/{f}" for f in local_closure(*CORE)), ".")
     output = Path(session.create_tmp()) / "gelu-out.npz"
@@ -422,6 +426,19 @@ def demo(session: nox.Session) -> None:
         str(output),
     )
     session.run("python", "examples/check_gelu.py", str(output), "--seed", "0")
+    # A JAX program end to end: heron.jax compiles and runs it, checked against jax;
+    # the saved executable then runs under heron-run, the runtime's own command.
+    session.install("./packages/jax")
+    artefacts = Path(session.create_tmp()) / "transformer-block"
+    session.run("python", "examples/transformer_block.py", "--out", str(artefacts))
+    session.run(
+        "heron-run",
+        str(artefacts / "transformer_block.heron"),
+        "--inputs",
+        str(artefacts / "inputs.npz"),
+        "--repeat",
+        "3",
+    )
 
 
 @nox.session
