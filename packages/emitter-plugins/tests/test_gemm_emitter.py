@@ -406,9 +406,9 @@ def _mma_instructions(kernel) -> int:
 
 
 def test_the_fragment_layout_is_the_ptx_isas():
-    """Spot checks against the PTX ISA's figures for mma.m16n8k16 (f16/bf16): lane 5 is
-    group 1, thread 1 of its group; the emitter and the interpreter state the layout
-    once each, and agree element for element."""
+    """Spot checks against the PTX ISA's figures for mma.m16n8k16 (f16/bf16) and
+    mma.m16n8k32 (s8): lane 5 is group 1, thread 1 of its group. The emitter and the
+    interpreter state the layouts once each, and agree element for element."""
     from heron.runtime.interpreter.semantics import mma as mma_semantics
 
     a = gemm_mma.fragment_positions("a", 5)
@@ -421,17 +421,31 @@ def test_the_fragment_layout_is_the_ptx_isas():
     )
     assert gemm_mma.fragment_positions("b", 5) == [[(2, 1), (3, 1)], [(10, 1), (11, 1)]]
     assert gemm_mma.fragment_positions("c", 31) == [[(7, 6), (7, 7)], [(15, 6), (15, 7)]]
-    for operand in ("a", "b", "c"):
-        rows, cols = mma_semantics.fragment_positions(operand, (16, 8, 16))
-        for lane in range(32):
-            emitted = gemm_mma.fragment_positions(operand, lane)
-            interpreted = [
-                list(zip(r, c, strict=True)) for r, c in zip(rows[lane], cols[lane], strict=True)
-            ]
-            assert emitted == [[(int(i), int(j)) for i, j in row] for row in interpreted]
-        # every element of the 16x16 / 16x8 tile is in exactly one lane's fragment
-        cells = {(int(i), int(j)) for i, j in zip(rows.ravel(), cols.ravel(), strict=True)}
-        assert len(cells) == rows.size
+    a8 = gemm_mma.fragment_positions("a", 5, k=32)
+    assert (a8[0][0], a8[0][3], a8[1][0], a8[2][0], a8[3][3]) == (
+        (1, 4),
+        (1, 7),
+        (9, 4),
+        (1, 20),
+        (9, 23),
+    )
+    assert gemm_mma.fragment_positions("b", 5, k=32) == [
+        [(4, 1), (5, 1), (6, 1), (7, 1)],
+        [(20, 1), (21, 1), (22, 1), (23, 1)],
+    ]
+    for k in (16, 32):
+        for operand in ("a", "b", "c"):
+            rows, cols = mma_semantics.fragment_positions(operand, (16, 8, k))
+            for lane in range(32):
+                emitted = gemm_mma.fragment_positions(operand, lane, k)
+                interpreted = [
+                    [(int(i), int(j)) for i, j in zip(r, c, strict=True)]
+                    for r, c in zip(rows[lane], cols[lane], strict=True)
+                ]
+                assert emitted == interpreted
+            # every element of the tile is in exactly one lane's fragment
+            cells = {(int(i), int(j)) for i, j in zip(rows.ravel(), cols.ravel(), strict=True)}
+            assert len(cells) == rows.size
 
 
 @pytest.mark.parametrize("target", [A100_TARGET, H100_TARGET], ids=["sm_80", "sm_90"])
@@ -496,10 +510,11 @@ def test_mma_with_a_bias_activation_epilogue():
     ("text", "why"),
     [
         (dot_module(64, 64, 64), "f32 keeps exact f32 products"),
-        (dot_module(64, 64, 64, dtype="s8", out="s32"), "s8 is not done yet"),
+        (dot_module(64, 64, 64, dtype="s32"), "s32 operands"),
+        (dot_module(16, 131072, 8, dtype="s8", out="s32"), "an s32 sum may overflow"),
         (dot_module(300, 70, None, dtype="f16"), "matrix-vector"),
     ],
-    ids=["f32", "s8", "f16_matrix_vector"],
+    ids=["f32", "s32", "s8_long_k", "f16_matrix_vector"],
 )
 def test_other_dots_keep_the_scalar_path_on_sm_90(text, why):
     assert GemmEmitter(analysed(_fusion(text), H100_TARGET)).plan.mma is None, why
@@ -532,3 +547,32 @@ def test_before_sm_80_the_scalar_path_is_taken():
     assert GemmEmitter(analysed(_fusion(text), turing)).plan.mma is None
     kernel = compile_emitted(GemmEmitter(analysed(_fusion(text), turing)).emit(), turing)
     assert "mma" not in artefact_text(kernel, "ptx")
+
+
+@pytest.mark.parametrize("target", [A100_TARGET, H100_TARGET], ids=["sm_80", "sm_90"])
+@pytest.mark.parametrize(
+    ("m", "k", "n", "out", "batch"),
+    [(33, 65, 17, "s32", ()), (100, 300, 70, "s8", ()), (16, 40, 24, "s32", (4,))],
+    ids=["edges", "s8_result", "batched"],
+)
+def test_s8_takes_m16n8k32_and_is_bitwise(target, m, k, n, out, batch):
+    """s8 x s8 -> s32 (or s8) runs as m16n8k32 MMAs with s32 accumulators; the
+    interpreter's result equals the evaluator's bit for bit."""
+    rng = np.random.default_rng(m + k + n)
+    a, b = _values("s8", (*batch, m, k), rng), _values("s8", (*batch, k, n), rng)
+    text = dot_module(m, k, n, dtype="s8", out=out, batch=batch)
+    got, want, kernel = run_dot(text, [a, b], target=target)
+    assert GemmEmitter(analysed(_fusion(text), target)).plan.mma == "m16n8k32.s8"
+    assert _mma_instructions(kernel) > 0
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_s8_mma_sync_in_the_ptx():
+    text = dot_module(100, 70, 130, dtype="s8", out="s32")
+    a100, h100, mi300x = compile_everywhere(GemmEmitter, _fusion(text))
+    if shutil.which("ptxas"):
+        assert all(r.name != "cubin" for k in (a100, h100) for r in k.skipped)
+    for kernel in (a100, h100):
+        ptx = artefact_text(kernel, "ptx")
+        assert ptx.count("mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32") >= 4
+    assert mi300x.image.format == "hsaco"

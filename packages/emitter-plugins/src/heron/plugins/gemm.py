@@ -34,11 +34,12 @@ The operands are read with ``value_of``, so any elemental producer fused
 into the dot's operands is computed as it is staged; the epilogue is called
 by the thread that owns the element, with the rounded dot value injected.
 
-On a Target whose ``mma_shapes`` has ``m16n8k16.f16`` (``.bf16``), a dot of two
-f16 (bf16) operands with M, N and K takes the tensor-core path
-(``heron.plugins.gemm_mma``): the same staging (tiles kept in the input type),
-64 x 64 block tiles of 8 warps, each warp's products one ``nvgpu.mma.sync``
-m16n8k16 per 16 x 8 piece of C and K step, and each accumulator element stored
+On a Target whose ``mma_shapes`` has ``m16n8k16.f16`` (``.bf16``,
+``m16n8k32.s8``), a dot of two f16 (bf16, s8) operands with M, N and K takes
+the tensor-core path (``heron.plugins.gemm_mma``): the same staging (tiles
+kept in the input type), 64 x 64 block tiles of 8 warps, each warp's products
+one ``nvgpu.mma.sync`` per 16 x 8 piece of C and K step (16, or 32 for s8),
+f32 (s32, wrapping) accumulators, and each accumulator element stored
 (through the epilogue) by the thread the PTX ISA's fragment layout gives it
 to. Other types (f32 keeps exact f32 products: XLA's default precision would
 allow TF32, heron's harness bound does not), matrix-vector products, ROCm and
@@ -256,11 +257,13 @@ def plan_gemm(dot: Instruction, target: EmitterTarget) -> GemmPlan:
         tm, tn = 1, threads
     else:  # a dot product: one thread sums it
         tm = tn = 1
-    tk = gemm_mma.MMA_K if mma is not None else max(1, min(TK, k))
+    tk = max(1, min(TK, k))
+    if mma is not None:
+        tk = gemm_mma.mma_k(MMA_INPUTS[lhs.element_type])
     plan = GemmPlan(tuple(lhs.dims[:nb]), m, n, k, has_m, has_n, has_k, tm, tn, tk, rm, rn, mma)
     accumulator_bytes = 8 if dot.array_shape.element_type is ElementType.F64 else 4
-    if mma is not None:
-        accumulator_bytes = 2  # the tiles keep the 16-bit inputs
+    if mma is not None:  # the tiles keep the inputs
+        accumulator_bytes = lhs.element_type.bit_width // 8
     tile_bytes = (tm * tk + tk * tn) * accumulator_bytes
     if tile_bytes > target.shared_memory_per_block:
         raise UnsupportedError(
@@ -272,20 +275,32 @@ def plan_gemm(dot: Instruction, target: EmitterTarget) -> GemmPlan:
 
 
 #: Operand types the tensor-core path takes, by their name in ``Target.mma_shapes``.
-MMA_INPUTS = {ElementType.F16: "f16", ElementType.BF16: "bf16"}
+MMA_INPUTS = {ElementType.F16: "f16", ElementType.BF16: "bf16", ElementType.S8: "s8"}
 
 
 def _mma_instruction(dot: Instruction, target: EmitterTarget) -> str | None:
-    """The MMA instruction for ``dot``'s products on ``target`` (both operands f16 or both
-    bf16, 32-lane warps, the shape in the Target's ``mma_shapes``), else None."""
+    """The MMA instruction for ``dot``'s products on ``target`` (both operands f16, both
+    bf16 or both s8, 32-lane warps, the shape in the Target's ``mma_shapes``), else None."""
     inputs = {op.array_shape.element_type for op in dot.operands}
     if len(inputs) != 1 or target.warp_size != gemm_mma.WARP_SIZE:
         return None
     (element,) = inputs
-    if element not in MMA_INPUTS or dot.array_shape.element_type not in FLOAT_INPUTS:
+    if element not in MMA_INPUTS or accumulates_in_floats(dot) is None:
+        return None
+    if element is ElementType.S8 and _s8_sum_may_overflow(dot):
         return None
     name = gemm_mma.mma_shape_name(MMA_INPUTS[element])
     return name if name in target.mma_shapes else None
+
+
+def _s8_sum_may_overflow(dot: Instruction) -> bool:
+    """Whether a partial sum of the s8 dot may leave s32.
+
+    The s8 MMA saturates (``nvgpu.mma.sync`` lowers to ``mma.sync ... .satfinite``),
+    XLA's s32 accumulation wraps: the two agree while no sum overflows, which
+    holds when K products of at most ``(-128)^2 = 2^14`` each fit in s32."""
+    k = dot.operands[0].array_shape.dims[-1]
+    return k * 128 * 128 > 2**31 - 1
 
 
 def _below(value: ir.Value, bound: int, extent: int) -> ir.Value | None:
@@ -441,7 +456,7 @@ class GemmEmitter(FusionEmitter):
         return outputs
 
     def _emit_mma(self, entry: EntryFunction) -> Values:
-        """The tensor-core path: staged 16-bit tiles, four MMAs a warp and K step."""
+        """The tensor-core path: tiles staged in the input type, four MMAs a warp and K step."""
         plan = self.plan
         thread = entry.thread_ids[0]
         tile = entry.block_ids[0]
@@ -457,7 +472,11 @@ class GemmEmitter(FusionEmitter):
             index_constant(0),
             index_constant(plan.k_steps),
             index_constant(1),
-            [*(gemm_mma.zero_accumulator() for _ in range(pieces)), a_tile, b_tile],
+            [
+                *(gemm_mma.zero_accumulator(self._accumulator) for _ in range(pieces)),
+                a_tile,
+                b_tile,
+            ],
         )
         with ir.InsertionPoint(loop.body):
             *accs, a_tile, b_tile = loop.inner_iter_args
@@ -601,11 +620,9 @@ class GemmEmitter(FusionEmitter):
         with ir.InsertionPoint(branch.then_block):
             scf.YieldOp([load()])
         with ir.InsertionPoint(branch.else_block):
-            zero = (
-                self._zero()
-                if staged == self._accumulator
-                else arith.ConstantOp(staged, 0.0).result
-            )
+            zero = self._zero()
+            if staged != self._accumulator:
+                zero = arith.ConstantOp(staged, 0.0 if self.floating else 0).result
             scf.YieldOp([zero])
         return branch.results[0]
 

@@ -3,12 +3,19 @@
 The op is collective over a warp of 32 lanes: each lane holds a fragment of A,
 B and C in registers, and the hardware multiplies the matrices the fragments
 make up. Where each fragment element sits is the PTX ISA's layout ("Matrix
-Fragments for mma.m16n8k16 with floating point type"): with ``g = lane / 4``
-and ``t = lane % 4``, element ``[r, e]`` of
+Fragments for mma.m16n8k16 with floating point type", "... for
+mma.m16n8k32"): with ``g = lane / 4``, ``t = lane % 4`` and ``p = K / 8``
+elements a 32-bit register (2 for f16/bf16 at K = 16, 4 for s8 at K = 32),
+element ``[r, e]`` of
 
-- A (``vector<4x2>``, 16 x 16) is ``A[g + 8 (r % 2), 2 t + e + 8 (r / 2)]``;
-- B (``vector<2x2>``, 16 x 8) is ``B[2 t + e + 8 r, g]``;
+- A (``vector<4xp>``, 16 x K) is ``A[g + 8 (r % 2), p t + e + (K/2) (r / 2)]``;
+- B (``vector<2xp>``, K x 8) is ``B[p t + e + (K/2) r, g]``;
 - C and D (``vector<2x2>``, 16 x 8) are ``C[g + 8 r, 2 t + e]``.
+
+s8 operands with s32 accumulators (m16n8k32): exact products and sums,
+clamped to the s32 range (``nvgpu.mma.sync`` lowers to ``mma.sync ...
+.satfinite``, which saturates; the GEMM emitter takes this path only where no
+sum can leave s32, so the clamp never changes a result there).
 
 Arithmetic (f16 or bf16 in, f32 accumulators): the PTX ISA does not fix the
 order or the rounding of the additions inside one instruction. The
@@ -38,22 +45,27 @@ from heron.runtime.interpreter.types import VectorType, parse_type
 __all__ = ["fragment_positions"]
 
 WARP = 32
-#: (m, n, k) -> the operand vector shapes the op takes for f16/bf16 inputs.
-SHAPES = {(16, 8, 16): ((4, 2), (2, 2), (2, 2))}
+#: (m, n, k) -> the operand vector shapes, the operand types and the accumulator type.
+SHAPES = {
+    (16, 8, 16): (((4, 2), (2, 2), (2, 2)), ("f16", "bf16"), "f32"),
+    (16, 8, 32): (((4, 4), (2, 4), (2, 2)), ("i8",), "i32"),
+}
 
 
 def fragment_positions(operand: str, shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
     """Row and column arrays, ``(32,) + fragment shape``, of each lane's elements."""
-    if shape != (16, 8, 16):
+    if shape not in SHAPES:
         raise ValueError(f"no fragment layout for mma shape {shape}")
+    p, half = shape[2] // 8, shape[2] // 2
     lane = np.arange(WARP).reshape(WARP, 1, 1)
     g, t = lane // 4, lane % 4
     if operand == "a":
-        r, e = np.arange(4).reshape(1, 4, 1), np.arange(2).reshape(1, 1, 2)
-        return np.broadcast_arrays(g + 8 * (r % 2), 2 * t + e + 8 * (r // 2))
-    r, e = np.arange(2).reshape(1, 2, 1), np.arange(2).reshape(1, 1, 2)
+        r, e = np.arange(4).reshape(1, 4, 1), np.arange(p).reshape(1, 1, p)
+        return np.broadcast_arrays(g + 8 * (r % 2), p * t + e + half * (r // 2))
     if operand == "b":
-        return np.broadcast_arrays(2 * t + e + 8 * r, g + 0 * e)
+        r, e = np.arange(2).reshape(1, 2, 1), np.arange(p).reshape(1, 1, p)
+        return np.broadcast_arrays(p * t + e + half * r, g + 0 * e)
+    r, e = np.arange(2).reshape(1, 2, 1), np.arange(2).reshape(1, 1, 2)
     if operand == "c":
         return np.broadcast_arrays(g + 8 * r, 2 * t + e)
     raise ValueError(f"unknown mma operand {operand!r}")
@@ -63,17 +75,21 @@ def _shape(frame: Frame, op: Op) -> tuple[int, int, int]:
     shape = tuple(int(v) for v in op.attributes.get("mmaShape", ()))
     types = tuple(parse_type(t) for t in op.operand_types)
     vectors = tuple(t.shape if isinstance(t, VectorType) else () for t in types)
-    if shape not in SHAPES or SHAPES[shape] != vectors:
+    expected = SHAPES.get(shape)
+    elements = [str(t.element) if isinstance(t, VectorType) else "" for t in types]
+    if (
+        expected is None
+        or expected[0] != vectors
+        or elements[0] != elements[1]
+        or elements[0] not in expected[1]
+        or elements[2] != expected[2]
+    ):
         raise frame.unsupported(
             op,
             f"mma shape {list(shape)} with operands {', '.join(op.operand_types)}: the"
-            " interpreter runs m16n8k16 with vector<4x2>, vector<2x2>, vector<2x2> operands",
+            " interpreter runs m16n8k16 (f16 or bf16 vector<4x2>, vector<2x2>; f32"
+            " vector<2x2>) and m16n8k32 (i8 vector<4x4>, vector<2x4>; i32 vector<2x2>)",
         )
-    if (
-        any(str(t.element) not in ("f16", "bf16") for t in types[:2])
-        or str(types[2].element) != "f32"
-    ):
-        raise frame.unsupported(op, "the interpreter runs f16/bf16 MMAs with f32 accumulators")
     if op.attributes.get("tf32Enabled") is not None:
         raise frame.unsupported(op, "tf32 MMAs are not run by the interpreter")
     return shape
@@ -107,11 +123,14 @@ def _check_warps(frame: Frame, op: Op) -> None:
         )
 
 
-def _gather(fragments: np.ndarray, rows: np.ndarray, cols: np.ndarray, size) -> np.ndarray:
-    """The warps' matrices ``(warps,) + size`` (f64) from their lanes' fragments."""
+def _gather(
+    fragments: np.ndarray, rows: np.ndarray, cols: np.ndarray, size, kind: type
+) -> np.ndarray:
+    """The warps' matrices ``(warps,) + size`` (``kind``: f64 or int64) from their lanes'
+    fragments."""
     warps = fragments.shape[0] // WARP
-    per_warp = fragments.reshape(warps, WARP, *fragments.shape[1:]).astype(np.float64)
-    matrix = np.zeros((warps, *size), np.float64)
+    per_warp = fragments.reshape(warps, WARP, *fragments.shape[1:]).astype(kind)
+    matrix = np.zeros((warps, *size), kind)
     matrix[:, rows, cols] = per_warp
     return matrix
 
@@ -125,9 +144,16 @@ def mma_sync(frame: Frame, op: Op) -> None:
     ra, ca = fragment_positions("a", shape)
     rb, cb = fragment_positions("b", shape)
     rc, cc = fragment_positions("c", shape)
-    a_matrix = _gather(a, ra, ca, (m, k))
-    b_matrix = _gather(b, rb, cb, (k, n))
-    c_matrix = _gather(c, rc, cc, (m, n))
-    d_matrix = (c_matrix + a_matrix @ b_matrix).astype(np.float32)
+    integers = SHAPES[shape][2] == "i32"
+    kind = np.int64 if integers else np.float64
+    a_matrix = _gather(a, ra, ca, (m, k), kind)
+    b_matrix = _gather(b, rb, cb, (k, n), kind)
+    c_matrix = _gather(c, rc, cc, (m, n), kind)
+    exact = c_matrix + a_matrix @ b_matrix  # int64: |C| < 2**31 and 32 products < 2**20
+    if integers:
+        info = np.iinfo(np.int32)
+        d_matrix = np.clip(exact, info.min, info.max).astype(np.int32)
+    else:
+        d_matrix = exact.astype(np.float32)
     d = d_matrix[:, rc, cc]
     frame.set_result(op, d.reshape(c.shape))
