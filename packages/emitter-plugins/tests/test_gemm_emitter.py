@@ -32,13 +32,15 @@ from heron_test_support.analysis import analysed, artefact_text, compile_everywh
 
 import heron.plugins.gemm as gemm_plugin
 import heron.plugins.loop as loop_plugin
-from heron.compiler import compile_fusion, fusions_of
+from heron.compiler import compile_emitted, compile_fusion, fusions_of
 from heron.compiler.device_kernels import run_on_device, target_for_device
+from heron.compiler.target import Target
 from heron.emitters.registry import EmitterRegistry
 from heron.emitters.selection import select_emitter
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.evaluator import evaluate_module
 from heron.hlo.parser import parse_module
+from heron.plugins import gemm_mma
 from heron.plugins.gemm import GemmEmitter
 from heron.runtime.cuda.ptx_statistics import kernel_statistics
 from heron.runtime.interpreter.device import InterpreterDevice
@@ -69,6 +71,7 @@ def dot_module(
     dtype: str = "f32",
     out: str | None = None,
     producer: str | None = None,
+    layouts: tuple[str, str] = ("", ""),
 ) -> str:
     """A module whose one fusion is the canonical dot ``[batch, m, k] x [batch, k, n]``;
     None drops a dimension. ``producer`` (an elementwise opcode) is applied to A
@@ -85,6 +88,7 @@ def dot_module(
     else:
         dims = dims.rstrip(", ")
     a, b, c = _shape(dtype, lhs), _shape(dtype, rhs), _shape(out, result)
+    a, b = a + layouts[0], b + layouts[1]
     fed = "a"
     extra = ""
     if producer is not None:
@@ -118,10 +122,10 @@ def _fusion(text: str):
     return fusion
 
 
-def run_dot(text: str, inputs: list[np.ndarray], warp: int = 32):
+def run_dot(text: str, inputs: list[np.ndarray], warp: int = 32, target: Target | None = None):
     """(kernel output, evaluator output, compiled kernel) of the module's one fusion."""
     device = InterpreterDevice(warp_size=warp)
-    target = target_for_device(device, "interpreter", None)
+    target = target_for_device(device, "interpreter", target)
     kernel = compile_fusion(_fusion(text), target, "interpreter", emitters=REGISTRY)
     assert kernel.emitter == "gemm"
     run = run_on_device(device, kernel, inputs)
@@ -387,3 +391,188 @@ def test_compiles_to_ptx_and_hsaco(text):
     ptx = artefact_text(compiled[1], "ptx")
     (stats,) = kernel_statistics(ptx).values()
     assert stats.barriers >= 2 and stats.shared_loads > 0 and stats.shared_stores > 0
+
+
+# -- the tensor-core path (mma.sync m16n8k16) ---------------------------------------------
+
+A100_TARGET = Target.preset("a100")
+H100_TARGET = Target.preset("h100")
+MI300X_TARGET = Target.preset("mi300x")
+
+
+def _mma_instructions(kernel) -> int:
+    """How many MMA ops the kernel's interpreted program runs (its lower-tensors module)."""
+    return str(kernel.module).count("nvgpu.mma.sync")
+
+
+def test_the_fragment_layout_is_the_ptx_isas():
+    """Spot checks against the PTX ISA's figures for mma.m16n8k16 (f16/bf16) and
+    mma.m16n8k32 (s8): lane 5 is group 1, thread 1 of its group. The emitter and the
+    interpreter state the layouts once each, and agree element for element."""
+    from heron.runtime.interpreter.semantics import mma as mma_semantics
+
+    a = gemm_mma.fragment_positions("a", 5)
+    assert (a[0][0], a[0][1], a[1][0], a[2][0], a[3][1]) == (
+        (1, 2),
+        (1, 3),
+        (9, 2),
+        (1, 10),
+        (9, 11),
+    )
+    assert gemm_mma.fragment_positions("b", 5) == [[(2, 1), (3, 1)], [(10, 1), (11, 1)]]
+    assert gemm_mma.fragment_positions("c", 31) == [[(7, 6), (7, 7)], [(15, 6), (15, 7)]]
+    a8 = gemm_mma.fragment_positions("a", 5, k=32)
+    assert (a8[0][0], a8[0][3], a8[1][0], a8[2][0], a8[3][3]) == (
+        (1, 4),
+        (1, 7),
+        (9, 4),
+        (1, 20),
+        (9, 23),
+    )
+    assert gemm_mma.fragment_positions("b", 5, k=32) == [
+        [(4, 1), (5, 1), (6, 1), (7, 1)],
+        [(20, 1), (21, 1), (22, 1), (23, 1)],
+    ]
+    for k in (16, 32):
+        for operand in ("a", "b", "c"):
+            rows, cols = mma_semantics.fragment_positions(operand, (16, 8, k))
+            for lane in range(32):
+                emitted = gemm_mma.fragment_positions(operand, lane, k)
+                interpreted = [
+                    [(int(i), int(j)) for i, j in zip(r, c, strict=True)]
+                    for r, c in zip(rows[lane], cols[lane], strict=True)
+                ]
+                assert emitted == interpreted
+            # every element of the tile is in exactly one lane's fragment
+            cells = {(int(i), int(j)) for i, j in zip(rows.ravel(), cols.ravel(), strict=True)}
+            assert len(cells) == rows.size
+
+
+@pytest.mark.parametrize("target", [A100_TARGET, H100_TARGET], ids=["sm_80", "sm_90"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize(
+    ("m", "k", "n"), [(33, 65, 17), (100, 70, 130), (64, 16, 64)], ids=["edges", "large", "exact"]
+)
+def test_half_floats_take_mma_sync_on_the_interpreter(target, dtype, m, k, n):
+    """f16/bf16 dots on sm_80/sm_90 run as m16n8k16 MMAs: 64x64 block tiles of 8 warps,
+    and the interpreter's run equals the evaluator within the GEMM bound; M, N, K that
+    are not multiples of a tile are staged as zeros and stored only inside C."""
+    rng = np.random.default_rng(m * 7 + k)
+    a, b = _values(dtype, (m, k), rng), _values(dtype, (k, n), rng)
+    got, want, kernel = run_dot(dot_module(m, k, n, dtype=dtype), [a, b], target=target)
+    assert_within_bound(got, want, a, b, m, k, n, dtype)
+    plan = GemmEmitter(analysed(_fusion(dot_module(m, k, n, dtype=dtype)), target)).plan
+    assert plan.mma == f"m16n8k16.{dtype}" and (plan.tm, plan.tn, plan.tk) == (64, 64, 16)
+    assert kernel.grid == (plan.tiles_m * plan.tiles_n, 1, 1) and kernel.block == (256, 1, 1)
+    # four MMAs a warp and K step (the K loop is unrolled up to 8 steps)
+    assert _mma_instructions(kernel) == 4 * (plan.k_steps if plan.k_steps <= 8 else 1)
+
+
+def test_mma_with_batch_dimensions_and_an_f32_result():
+    rng = np.random.default_rng(11)
+    a, b = _values("bf16", (2, 3, 20, 40), rng), _values("bf16", (2, 3, 40, 24), rng)
+    text = dot_module(20, 40, 24, batch=(2, 3), dtype="bf16", out="f32")
+    got, want, kernel = run_dot(text, [a, b])
+    assert _mma_instructions(kernel) > 0 and kernel.grid == (1, 6, 1)
+    assert_within_bound(got, want, a, b, 20, 40, 24, "f32")
+
+
+@pytest.mark.parametrize(
+    "layouts", [("{0,1}", ""), ("", "{0,1}"), ("{0,1}", "{0,1}")], ids=["At", "Bt", "AtBt"]
+)
+def test_mma_with_transposed_operand_layouts(layouts):
+    """Operands stored column-major: the staging reads them through their layout."""
+    rng = np.random.default_rng(12)
+    a, b = _values("f16", (48, 40), rng), _values("f16", (40, 72), rng)
+    got, want, kernel = run_dot(dot_module(48, 40, 72, dtype="f16", layouts=layouts), [a, b])
+    assert _mma_instructions(kernel) > 0
+    assert_within_bound(got, want, a, b, 48, 40, 72, "f16")
+
+
+MMA_EPILOGUE = BIAS_RELU.replace("f32[33,40]", "f16[33,40]").replace("f32[40,19]", "f16[40,19]")
+
+
+def test_mma_with_a_bias_activation_epilogue():
+    """Each accumulator element goes through the epilogue in the thread that owns it."""
+    rng = np.random.default_rng(13)
+    a, b = _values("f16", (33, 40), rng), _values("f16", (40, 19), rng)
+    bias = _values("f32", (19,), rng)
+    got, want, kernel = run_dot(MMA_EPILOGUE, [a, b, bias])
+    assert _mma_instructions(kernel) > 0
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    eps16 = float(ml_dtypes.finfo(ml_dtypes.bfloat16).eps)
+    eps32 = float(np.finfo(np.float32).eps)
+    bound = 40 * eps32 * _abs_products(a, b, 33, 40, 19) + eps16 * np.maximum(abs(g), abs(w))
+    assert (np.abs(g - w) <= bound).all() and (g >= 0).all() and (g > 0).any()
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (dot_module(64, 64, 64), "f32 keeps exact f32 products"),
+        (dot_module(64, 64, 64, dtype="s32"), "s32 operands"),
+        (dot_module(16, 131072, 8, dtype="s8", out="s32"), "an s32 sum may overflow"),
+        (dot_module(300, 70, None, dtype="f16"), "matrix-vector"),
+    ],
+    ids=["f32", "s32", "s8_long_k", "f16_matrix_vector"],
+)
+def test_other_dots_keep_the_scalar_path_on_sm_90(text, why):
+    assert GemmEmitter(analysed(_fusion(text), H100_TARGET)).plan.mma is None, why
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_mma_sync_in_the_ptx_for_sm_80_and_sm_90_and_hsaco_for_gfx942(dtype):
+    """A100 and H100 PTX hold 4 mma.sync.aligned.m16n8k16 a K step (ptxas accepts them
+    where it is installed); MI300X keeps the scalar path and still makes an HSACO."""
+    text = dot_module(100, 70, 130, dtype=dtype)
+    a100, h100, mi300x = compile_everywhere(GemmEmitter, _fusion(text))
+    if shutil.which("ptxas"):
+        assert all(r.name != "cubin" for k in (a100, h100) for r in k.skipped)
+    for kernel in (a100, h100):
+        ptx = artefact_text(kernel, "ptx")
+        spelled = f"mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32"
+        assert ptx.count(spelled) == 4 * 5  # 4 a warp, 5 K steps of 16 (unrolled)
+        (stats,) = kernel_statistics(ptx).values()
+        assert stats.shared_loads > 0 and stats.barriers >= 2 and stats.fma == 0
+    assert mi300x.image.format == "hsaco"
+    assert GemmEmitter(analysed(_fusion(text), MI300X_TARGET)).plan.mma is None
+
+
+def test_before_sm_80_the_scalar_path_is_taken():
+    """sm_75 (Turing) has no m16n8k16 f16 MMA (the PTX ISA: sm_80): the Target has no
+    mma_shapes and the PTX no mma."""
+    turing = Target.for_arch("sm_75")
+    assert turing.mma_shapes == ()
+    text = dot_module(64, 64, 64, dtype="f16")
+    assert GemmEmitter(analysed(_fusion(text), turing)).plan.mma is None
+    kernel = compile_emitted(GemmEmitter(analysed(_fusion(text), turing)).emit(), turing)
+    assert "mma" not in artefact_text(kernel, "ptx")
+
+
+@pytest.mark.parametrize("target", [A100_TARGET, H100_TARGET], ids=["sm_80", "sm_90"])
+@pytest.mark.parametrize(
+    ("m", "k", "n", "out", "batch"),
+    [(33, 65, 17, "s32", ()), (100, 300, 70, "s8", ()), (16, 40, 24, "s32", (4,))],
+    ids=["edges", "s8_result", "batched"],
+)
+def test_s8_takes_m16n8k32_and_is_bitwise(target, m, k, n, out, batch):
+    """s8 x s8 -> s32 (or s8) runs as m16n8k32 MMAs with s32 accumulators; the
+    interpreter's result equals the evaluator's bit for bit."""
+    rng = np.random.default_rng(m + k + n)
+    a, b = _values("s8", (*batch, m, k), rng), _values("s8", (*batch, k, n), rng)
+    text = dot_module(m, k, n, dtype="s8", out=out, batch=batch)
+    got, want, kernel = run_dot(text, [a, b], target=target)
+    assert GemmEmitter(analysed(_fusion(text), target)).plan.mma == "m16n8k32.s8"
+    assert _mma_instructions(kernel) > 0
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_s8_mma_sync_in_the_ptx():
+    text = dot_module(100, 70, 130, dtype="s8", out="s32")
+    a100, h100, mi300x = compile_everywhere(GemmEmitter, _fusion(text))
+    if shutil.which("ptxas"):
+        assert all(r.name != "cubin" for k in (a100, h100) for r in k.skipped)
+    for kernel in (a100, h100):
+        ptx = artefact_text(kernel, "ptx")
+        assert ptx.count("mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32") >= 4
+    assert mi300x.image.format == "hsaco"

@@ -72,6 +72,7 @@ def test_every_stage_is_dumped_in_order():
         "lower-affine",
         "arith-expand",
         "convert-scf-to-cf",
+        "lower-bf16-mma",
         "convert-gpu-to-nvvm",
         "reconcile-unrealized-casts",
         "llvm-ir",

@@ -102,6 +102,31 @@ def _default_isa_version(target: Target) -> int:
     return _ROCM_CODE_OBJECT_VERSION if target.backend == "rocm" else _PTX_ISA_FLOOR
 
 
+# The warp-level MMA instructions (``mma.sync``) by the compute capability that brought
+# them, as ``shape.type`` of the A and B operands: PTX ISA 8.x, "Warp-level Matrix
+# Multiply-Accumulate Instructions", the table of mma shapes and types with their
+# target ISA requirements (m16n8k16 .f16 and .bf16, m16n8k8 .tf32 and m16n8k32 .s8 all
+# require sm_80). Later architectures keep them (sm_90's wgmma is another instruction).
+_MMA_SINCE = {(8, 0): ("m16n8k16.f16", "m16n8k16.bf16", "m16n8k8.tf32", "m16n8k32.s8")}
+
+
+def _mma_shapes_of(backend: str, arch: str) -> tuple[str, ...]:
+    capability = _compute_capability_of(arch) if backend == "cuda" else None
+    if capability is None:
+        return ()
+    return tuple(
+        shape
+        for since, shapes in sorted(_MMA_SINCE.items())
+        if capability >= since
+        for shape in shapes
+    )
+
+
+def _default_mma_shapes(target: Target) -> tuple[str, ...]:
+    # Runs before the validators, so a bad arch must not raise here: they report it.
+    return _mma_shapes_of(target.backend, target.arch) if target.backend in BACKENDS else ()
+
+
 def _to_compute_capability(value: object) -> object:
     """TOML and device queries give a list; the field holds a (hashable) tuple."""
     return tuple(value) if isinstance(value, list) else value
@@ -241,6 +266,14 @@ class Target:
     """Warp instructions one core issues per cycle (its schedulers; the issue bound)."""
     launch_overhead_seconds: float = attrs.field(validator=_positive_number)
     """What one kernel launch costs besides its work (XLA's cost model's figure)."""
+    mma_shapes: tuple[str, ...] = attrs.field(
+        default=attrs.Factory(_default_mma_shapes, takes_self=True), converter=tuple
+    )
+    """The warp-level matrix multiply-accumulate instructions (``mma.sync``) the device
+    runs, as ``shape.type`` of their A and B operands (``"m16n8k16.f16"``); derived from
+    the compute capability (PTX ISA, table of mma shapes and types: sm_80 and later),
+    empty for ROCm (heron emits no MFMA) and before sm_80. The GEMM emitter takes the
+    tensor-core path for a dot whose shape and type are here, the scalar path else."""
     description: str = attrs.field(default="", validator=_text)
     source: str = attrs.field(default="", validator=_text)
     """Where the numbers come from, so they can be checked."""
@@ -368,7 +401,8 @@ class Target:
         fallback = cls.for_arch(arch)
         values = {key: _plain(value) for key, value in properties.items()}
         values.update(name=f"device:{arch}", backend=backend, arch=arch)
-        borrowed = sorted(field_names - set(values) - {"compute_capability", "isa_version"})
+        derived = {"compute_capability", "isa_version", "mma_shapes"}
+        borrowed = sorted(field_names - set(values) - derived)
         for key in borrowed:
             values[key] = getattr(fallback, key)
         if "description" in borrowed:
@@ -388,6 +422,7 @@ class Target:
             arch=arch,
             compute_capability=_compute_capability_of(arch) if self.backend == "cuda" else None,
             isa_version=ptx_isa_version(arch) if self.backend == "cuda" else self.isa_version,
+            mma_shapes=_mma_shapes_of(self.backend, arch),
             description=f"{self.description} (arch {arch})",
         )
 

@@ -32,8 +32,18 @@ the classic shared-memory tiled GEMM:
 
 The operands are read with ``value_of``, so any elemental producer fused
 into the dot's operands is computed as it is staged; the epilogue is called
-by the thread that owns the element, with the rounded dot value injected. No MMA instructions
-(tensor cores) yet: every product is a scalar multiply-add.
+by the thread that owns the element, with the rounded dot value injected.
+
+On a Target whose ``mma_shapes`` has ``m16n8k16.f16`` (``.bf16``,
+``m16n8k32.s8``), a dot of two f16 (bf16, s8) operands with M, N and K takes
+the tensor-core path (``heron.plugins.gemm_mma``): the same staging (tiles
+kept in the input type), 64 x 64 block tiles of 8 warps, each warp's products
+one ``nvgpu.mma.sync`` per 16 x 8 piece of C and K step (16, or 32 for s8),
+f32 (s32, wrapping) accumulators, and each accumulator element stored
+(through the epilogue) by the thread the PTX ISA's fragment layout gives it
+to. Other types (f32 keeps exact f32 products: XLA's default precision would
+allow TF32, heron's harness bound does not), matrix-vector products, ROCm and
+NVIDIA targets before sm_80 keep the scalar multiply-add.
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
 from heron.hlo.opcodes import is_elementwise
 from heron.indexing.thread_maps import LaunchDimensions
+from heron.plugins import gemm_mma
 
 __all__ = [
     "GemmEmitter",
@@ -106,6 +117,9 @@ class GemmPlan:
     #: columns ``tx + j * tn/rn`` of the block's tile.
     rm: int = 1
     rn: int = 1
+    #: The MMA instruction the products use (``"m16n8k16.f16"``), or None for the
+    #: scalar multiply-add; with one, the threads are warps of ``gemm_mma.MmaTiles``.
+    mma: str | None = None
 
     @property
     def threads_m(self) -> int:
@@ -117,6 +131,8 @@ class GemmPlan:
 
     @property
     def threads(self) -> int:
+        if self.mma is not None:
+            return gemm_mma.MmaTiles().threads
         return self.threads_m * self.threads_n
 
     @property
@@ -225,7 +241,11 @@ def plan_gemm(dot: Instruction, target: EmitterTarget) -> GemmPlan:
     n = rhs.dims[-1] if has_n else 1
     threads = min(THREADS, target.threads_per_block_limit)
     rm = rn = 1
-    if has_m and has_n:
+    mma = _mma_instruction(dot, target) if has_m and has_n and has_k else None
+    if mma is not None:
+        tiles = gemm_mma.MmaTiles()
+        tm, tn = tiles.tm, tiles.tn
+    elif has_m and has_n:
         side = math.isqrt(threads)
         tm = tn = side
         if m >= side * REGISTER_TILE and n >= side * REGISTER_TILE:
@@ -238,8 +258,12 @@ def plan_gemm(dot: Instruction, target: EmitterTarget) -> GemmPlan:
     else:  # a dot product: one thread sums it
         tm = tn = 1
     tk = max(1, min(TK, k))
-    plan = GemmPlan(tuple(lhs.dims[:nb]), m, n, k, has_m, has_n, has_k, tm, tn, tk, rm, rn)
+    if mma is not None:
+        tk = gemm_mma.mma_k(MMA_INPUTS[lhs.element_type])
+    plan = GemmPlan(tuple(lhs.dims[:nb]), m, n, k, has_m, has_n, has_k, tm, tn, tk, rm, rn, mma)
     accumulator_bytes = 8 if dot.array_shape.element_type is ElementType.F64 else 4
+    if mma is not None:  # the tiles keep the inputs
+        accumulator_bytes = lhs.element_type.bit_width // 8
     tile_bytes = (tm * tk + tk * tn) * accumulator_bytes
     if tile_bytes > target.shared_memory_per_block:
         raise UnsupportedError(
@@ -248,6 +272,35 @@ def plan_gemm(dot: Instruction, target: EmitterTarget) -> GemmPlan:
             dot.location,
         )
     return plan
+
+
+#: Operand types the tensor-core path takes, by their name in ``Target.mma_shapes``.
+MMA_INPUTS = {ElementType.F16: "f16", ElementType.BF16: "bf16", ElementType.S8: "s8"}
+
+
+def _mma_instruction(dot: Instruction, target: EmitterTarget) -> str | None:
+    """The MMA instruction for ``dot``'s products on ``target`` (both operands f16, both
+    bf16 or both s8, 32-lane warps, the shape in the Target's ``mma_shapes``), else None."""
+    inputs = {op.array_shape.element_type for op in dot.operands}
+    if len(inputs) != 1 or target.warp_size != gemm_mma.WARP_SIZE:
+        return None
+    (element,) = inputs
+    if element not in MMA_INPUTS or accumulates_in_floats(dot) is None:
+        return None
+    if element is ElementType.S8 and _s8_sum_may_overflow(dot):
+        return None
+    name = gemm_mma.mma_shape_name(MMA_INPUTS[element])
+    return name if name in target.mma_shapes else None
+
+
+def _s8_sum_may_overflow(dot: Instruction) -> bool:
+    """Whether a partial sum of the s8 dot may leave s32.
+
+    The s8 MMA saturates (``nvgpu.mma.sync`` lowers to ``mma.sync ... .satfinite``),
+    XLA's s32 accumulation wraps: the two agree while no sum overflows, which
+    holds when K products of at most ``(-128)^2 = 2^14`` each fit in s32."""
+    k = dot.operands[0].array_shape.dims[-1]
+    return k * 128 * 128 > 2**31 - 1
 
 
 def _below(value: ir.Value, bound: int, extent: int) -> ir.Value | None:
@@ -348,6 +401,8 @@ class GemmEmitter(FusionEmitter):
     def emit_entry(self, entry: EntryFunction) -> Values:
         if self.empty:
             return list(entry.outputs)
+        if self.plan.mma is not None:
+            return self._emit_mma(entry)
         plan = self.plan
         thread = entry.thread_ids[0]
         tile = entry.block_ids[0]
@@ -400,6 +455,47 @@ class GemmEmitter(FusionEmitter):
                 outputs = self._store(entry, outputs, batch, row, col, acc)
         return outputs
 
+    def _emit_mma(self, entry: EntryFunction) -> Values:
+        """The tensor-core path: tiles staged in the input type, four MMAs a warp and K step."""
+        plan = self.plan
+        thread = entry.thread_ids[0]
+        tile = entry.block_ids[0]
+        batch = self._batch_index(entry.block_ids[1] if len(entry.block_ids) > 1 else None)
+        row0 = arith.muli(arith.divui(tile, index_constant(plan.tiles_n)), index_constant(plan.tm))
+        col0 = arith.muli(arith.remui(tile, index_constant(plan.tiles_n)), index_constant(plan.tn))
+        lane, warp_row, warp_col = gemm_mma.warp_origin(thread)
+        element = self._operand_scalar
+        a_tile = allocate_shared_op(self._tile_type(plan.tm, plan.tk, element)).results[0]
+        b_tile = allocate_shared_op(self._tile_type(plan.tk, plan.tn, element)).results[0]
+        pieces = gemm_mma.MmaTiles().tiles_n
+        loop = scf.ForOp(
+            index_constant(0),
+            index_constant(plan.k_steps),
+            index_constant(1),
+            [
+                *(gemm_mma.zero_accumulator(self._accumulator) for _ in range(pieces)),
+                a_tile,
+                b_tile,
+            ],
+        )
+        with ir.InsertionPoint(loop.body):
+            *accs, a_tile, b_tile = loop.inner_iter_args
+            k0 = arith.muli(loop.induction_variable, index_constant(plan.tk))
+            a_tile = self._stage(entry, a_tile, 0, batch, row0, k0, thread)
+            b_tile = self._stage(entry, b_tile, 1, batch, k0, col0, thread)
+            a_tile, b_tile = sync_threads_op([a_tile, b_tile]).results
+            accs = gemm_mma.warp_step(a_tile, b_tile, list(accs), lane, warp_row, warp_col)
+            a_tile, b_tile = sync_threads_op([a_tile, b_tile]).results
+            scf.YieldOp([*accs, a_tile, b_tile])
+        outputs = list(entry.outputs)
+        for j in range(pieces):
+            acc = loop.results[j]
+            for row, col, value in gemm_mma.accumulator_elements(acc, j, lane, warp_row, warp_col):
+                row = arith.addi(row0, row)
+                col = arith.addi(col0, col)
+                outputs = self._store(entry, outputs, batch, row, col, value)
+        return outputs
+
     def _store(
         self,
         entry: EntryFunction,
@@ -433,8 +529,20 @@ class GemmEmitter(FusionEmitter):
         (result,) = entry.call_subgraph(sub, index, [scalar])
         return mlir_types.to_element(result, self.root.array_shape.element_type)
 
-    def _tile_type(self, rows: int, cols: int) -> ir.RankedTensorType:
-        return ir.RankedTensorType.get([rows, cols], self._accumulator)
+    def _tile_type(
+        self, rows: int, cols: int, element: ir.Type | None = None
+    ) -> ir.RankedTensorType:
+        return ir.RankedTensorType.get([rows, cols], element or self._accumulator)
+
+    @property
+    def _operand_scalar(self) -> ir.Type:
+        """The operands' register type (one type on the MMA path)."""
+        return mlir_types.scalar_type(self.inputs[0])
+
+    @property
+    def _staged(self) -> ir.Type:
+        """What the shared tiles hold: the inputs for an MMA, else the accumulation type."""
+        return self._operand_scalar if self.plan.mma is not None else self._accumulator
 
     def _batch_index(self, flat: ir.Value | None) -> Values:
         """The batch dimensions' indices of the flattened batch id (row-major)."""
@@ -496,20 +604,26 @@ class GemmEmitter(FusionEmitter):
     def _read(
         self, entry: EntryFunction, operand: Instruction, index: Values, inside: ir.Value | None
     ) -> ir.Value:
-        """``operand[index]`` in the accumulation type, or zero where ``inside`` fails."""
+        """``operand[index]`` as the tiles hold it (``_staged``), or zero where ``inside``
+        fails."""
         element = operand.array_shape.element_type
+        staged = self._staged
 
         def load() -> ir.Value:
             (value,) = entry.value_of(operand, index)
-            return self._widen(mlir_types.to_scalar(value, element))
+            scalar = mlir_types.to_scalar(value, element)
+            return scalar if staged != self._accumulator else self._widen(scalar)
 
         if inside is None:
             return load()
-        branch = scf.IfOp(inside, [self._accumulator], has_else=True)
+        branch = scf.IfOp(inside, [staged], has_else=True)
         with ir.InsertionPoint(branch.then_block):
             scf.YieldOp([load()])
         with ir.InsertionPoint(branch.else_block):
-            scf.YieldOp([self._zero()])
+            zero = self._zero()
+            if staged != self._accumulator:
+                zero = arith.ConstantOp(staged, 0.0 if self.floating else 0).result
+            scf.YieldOp([zero])
         return branch.results[0]
 
     def _guarded(self, condition: ir.Value | None, carried: Values, then) -> Values:
@@ -549,6 +663,6 @@ def heron_emitter_specs() -> list[EmitterSpec]:
             priority=10,
             claims=_claims,
             factory=GemmEmitter,
-            description="gemm: canonical dot, shared-memory tiles, scalar multiply-add",
+            description="gemm: canonical dot, shared-memory tiles, mma.sync or scalar multiply-add",
         )
     ]

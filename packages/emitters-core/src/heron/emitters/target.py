@@ -36,3 +36,7 @@ class EmitterTarget(Protocol):
     shared_memory_per_block: int
     #: Bytes of shared memory a block may use after opting in.
     shared_memory_per_block_optin: int
+    #: The warp-level MMA instructions the device runs, as ``shape.type``
+    #: (``"m16n8k16.f16"``; ``heron.compiler.Target.mma_shapes``): the GEMM
+    #: emitter's tensor-core path is taken only for one listed here.
+    mma_shapes: tuple[str, ...]

@@ -17,6 +17,9 @@ from heron.hlo.errors import UnsupportedError
 
 #: Receives (stage name, IR text) after every step, for --dump-dir and tests.
 Dump = Callable[[str, str], None]
+#: One lowering step: its name and an upstream pass pipeline string, or a Python
+#: rewrite of the module in place (for a conversion upstream lacks).
+Step = tuple[str, str | Callable[[Any], None]]
 
 
 class CompilerUnavailableError(ImportError):
@@ -37,7 +40,7 @@ def import_mlir(extra: str) -> tuple[Any, Any, Any]:
     return ir, passmanager, llvm
 
 
-def backend_steps(name: str, conversion: str) -> list[tuple[str, str]]:
+def backend_steps(name: str, conversion: str) -> list[Step]:
     """The steps every GPU backend runs, with its ``gpu.module`` conversion ``name`` in place.
 
     ``expand-strided-metadata`` and ``lower-affine`` come first because the
@@ -59,7 +62,7 @@ def backend_steps(name: str, conversion: str) -> list[tuple[str, str]]:
 
 def lower_gpu_module(
     module: Any,
-    steps: list[tuple[str, str]],
+    steps: list[Step],
     kernel_attrs: tuple[str, ...],
     *,
     extra: str,
@@ -87,7 +90,11 @@ def lower_gpu_module(
             dump("input", str(work))
         for name, pipeline in steps:
             try:
-                passmanager.PassManager.parse(pipeline).run(work.operation)
+                if callable(pipeline):
+                    pipeline(work)
+                    work.operation.verify()
+                else:
+                    passmanager.PassManager.parse(pipeline).run(work.operation)
             except Exception as exc:  # MLIR reports pass failures as MLIRError
                 raise UnsupportedError(f"MLIR lowering step {name!r} failed: {exc}") from exc
             if dump is not None:

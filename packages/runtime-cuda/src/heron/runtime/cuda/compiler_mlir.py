@@ -10,25 +10,37 @@ from __future__ import annotations
 
 import functools
 
-from heron.emitters.pipeline.gpu_lowering import CompilerUnavailableError, Dump, backend_steps
+from heron.emitters.pipeline.gpu_lowering import (
+    CompilerUnavailableError,
+    Dump,
+    Step,
+    backend_steps,
+)
 from heron.emitters.pipeline.gpu_lowering import lower_gpu_module as _lower_gpu_module
 
 COMPILE_EXTRA = "heron-runtime-cuda[compile]"
 
 
-def nvvm_steps(index_bitwidth: int, bare_pointers: bool) -> list[tuple[str, str]]:
+def nvvm_steps(index_bitwidth: int, bare_pointers: bool) -> list[Step]:
     """``(stage name, pass pipeline)`` pairs, run one at a time so each can be dumped.
 
     The shared steps (``heron.emitters.pipeline.gpu_lowering.backend_steps``) with
     ``convert-gpu-to-nvvm`` as the conversion, which turns math ops into
-    libdevice calls (heron's expand-math leaves none).
+    libdevice calls (heron's expand-math leaves none), preceded by
+    ``convert-nvgpu-to-nvvm`` for the MMA ops of the GEMM emitter.
     """
     bare = "true" if bare_pointers else "false"
     gpu_to_nvvm = (
         f"convert-gpu-to-nvvm{{index-bitwidth={index_bitwidth}"
         f" use-bare-ptr-memref-call-conv={bare}}}"
     )
-    return backend_steps("convert-gpu-to-nvvm", gpu_to_nvvm)
+    # nvgpu.mma.sync (the GEMM emitter's tensor-core path) becomes nvvm.mma.sync first:
+    # convert-gpu-to-nvvm leaves nvgpu ops alone, convert-nvgpu-to-nvvm refuses bf16.
+    from heron.runtime.cuda.compiler_mma import lower_bf16_mma
+
+    steps = backend_steps("convert-gpu-to-nvvm", f"convert-nvgpu-to-nvvm,{gpu_to_nvvm}")
+    at = [name for name, _ in steps].index("convert-gpu-to-nvvm")
+    return [*steps[:at], ("lower-bf16-mma", lower_bf16_mma), *steps[at:]]
 
 
 #: The shared lowering (``heron.emitters.pipeline.gpu_lowering``), naming this backend's extra.

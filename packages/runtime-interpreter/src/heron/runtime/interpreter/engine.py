@@ -76,6 +76,7 @@ _SEMANTIC_MODULES = (
     "memory",
     "vector",
     "atomics",
+    "mma",
 )
 #: Lanes per batch: large enough that numpy's per-call cost is small, small
 #: enough that a batch's values fit comfortably in memory.
