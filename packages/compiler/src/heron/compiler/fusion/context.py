@@ -38,6 +38,12 @@ class FusionContext:
     #: priority fusion re-plans the same fusions after every rewrite around them.
     _verdicts: dict[object, Verdict | None] = attrs.field(init=False, factory=dict)
     _emitted: dict[object, bool] = attrs.field(init=False, factory=dict)
+    #: The price of a producer fused into one user, by the pair (None: not emittable).
+    _pairs: dict[tuple[int, int], tuple[Instruction, Instruction, float | None]] = attrs.field(
+        init=False, factory=dict
+    )
+    #: Signatures of called computations (reducers), which no fusion pass changes.
+    _called: dict[int, tuple[object, object]] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self.checker = FusionChecker(self.target)
@@ -56,11 +62,28 @@ class FusionContext:
             return None
         return candidate, verdict
 
+    def pair_seconds(self, producer: Instruction, user: Instruction) -> float | None:
+        """The price of ``producer`` fused into ``user`` (None when no emitter takes it).
+
+        Built, checked and priced once per pair of instructions: the fused body
+        depends on the two only (their other operands are parameters of the same
+        shapes whatever becomes of them), and a rewrite replaces instructions
+        rather than changing them.
+        """
+        key = (id(producer), id(user))
+        known = self._pairs.get(key)
+        if known is not None and known[0] is producer and known[1] is user:
+            return known[2]
+        made = self.candidate([producer, user], [user])
+        seconds = None if made is None else self.price(*made).seconds
+        self._pairs[key] = (producer, user, seconds)
+        return seconds
+
     def _signature(self, candidate: Candidate) -> object:
         known = self._signatures.get(id(candidate))
         if known is not None and known[0] is candidate:
             return known[1]
-        key = signature(candidate.body)
+        key = signature(candidate.body, self._called)
         self._signatures[id(candidate)] = (candidate, key)
         return key
 

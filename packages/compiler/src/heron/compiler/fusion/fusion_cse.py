@@ -37,8 +37,14 @@ def _literal(literal: Literal | None) -> Any:
     return (str(array.dtype), array.shape, array.tobytes())
 
 
-def signature(computation: Computation) -> tuple[Any, ...]:
-    """What ``computation`` computes, independent of the names in it."""
+def signature(
+    computation: Computation, called_memo: dict[int, tuple[Any, Any]] | None = None
+) -> tuple[Any, ...]:
+    """What ``computation`` computes, independent of the names in it.
+
+    ``called_memo`` keeps the signatures of called computations (reducers) for a
+    caller that signs many bodies calling the same ones, none of which changes.
+    """
     position: dict[int, int] = {}
     rows = []
     for k, inst in enumerate(computation.post_order()):
@@ -48,11 +54,11 @@ def signature(computation: Computation) -> tuple[Any, ...]:
             refs = value if isinstance(value, tuple) else (value,)
             for ref in refs:
                 if isinstance(ref, ComputationRef) and ref.computation is not None:
-                    called.append((name, signature(ref.computation)))
+                    called.append((name, _called_signature(ref.computation, called_memo)))
         rows.append(
             (
                 inst.opcode,
-                str(inst.shape),
+                inst.shape,
                 tuple(position[id(op)] for op in inst.operands),
                 inst.parameter_number,
                 tuple(
@@ -65,6 +71,17 @@ def signature(computation: Computation) -> tuple[Any, ...]:
             )
         )
     return (tuple(rows), position[id(computation.root_instruction)])
+
+
+def _called_signature(
+    computation: Computation, memo: dict[int, tuple[Any, Any]] | None
+) -> tuple[Any, ...]:
+    if memo is None:
+        return signature(computation)
+    known = memo.get(id(computation))
+    if known is None or known[0] is not computation:
+        known = memo[id(computation)] = (computation, signature(computation, memo))
+    return known[1]
 
 
 def _key(inst: Instruction) -> tuple[Any, ...]:
