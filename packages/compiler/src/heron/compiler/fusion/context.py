@@ -32,8 +32,10 @@ class FusionContext:
     checker: FusionChecker = attrs.field(init=False)
     _costs: dict[int, tuple[Instruction, KernelCost]] = attrs.field(init=False, factory=dict)
     _prices: dict[tuple[object, ...], KernelCost] = attrs.field(init=False, factory=dict)
-    #: A candidate's body signature (names aside), made once per candidate object.
-    _signatures: dict[int, tuple[Candidate, object]] = attrs.field(init=False, factory=dict)
+    #: A candidate's body signature and form (names aside), made once per candidate.
+    _signatures: dict[int, tuple[Candidate, tuple[object, object]]] = attrs.field(
+        init=False, factory=dict
+    )
     #: The checker's answers by body signature: programs repeat the same layer, and
     #: priority fusion re-plans the same fusions after every rewrite around them.
     _verdicts: dict[object, Verdict | None] = attrs.field(init=False, factory=dict)
@@ -79,26 +81,38 @@ class FusionContext:
         self._pairs[key] = (producer, user, seconds)
         return seconds
 
-    def _signature(self, candidate: Candidate) -> object:
+    def _signatures_of(self, candidate: Candidate) -> tuple[object, object]:
+        """The candidate's body signature and its form (scalar constants' values aside)."""
         known = self._signatures.get(id(candidate))
         if known is not None and known[0] is candidate:
             return known[1]
-        key = signature(candidate.body, self._called)
-        self._signatures[id(candidate)] = (candidate, key)
-        return key
+        values: list[object] = []
+        form = signature(candidate.body, self._called, values)
+        keys = ((form, tuple(values)), form)
+        self._signatures[id(candidate)] = (candidate, keys)
+        return keys
+
+    def _signature(self, candidate: Candidate) -> object:
+        return self._signatures_of(candidate)[0]
+
+    def _form(self, candidate: Candidate) -> object:
+        return self._signatures_of(candidate)[1]
 
     def emits(self, candidate: Candidate) -> bool:
         """The emitter's last word on a fusion a pass is about to install (asked once
-        per distinct body: the emitters see nothing of a fusion but its body)."""
-        key = self._signature(candidate)
+        per distinct body form: the emitters see nothing of a fusion but its body, and
+        the value of a scalar constant in it changes the code, never whether it can be
+        emitted; programs repeat a layer with other constants)."""
+        key = self._form(candidate)
         if key not in self._emitted:
             self._emitted[key] = self.checker.emits(candidate)
         return self._emitted[key]
 
     def price(self, candidate: Candidate, verdict: Verdict) -> KernelCost:
-        """The candidate's cost; a body priced before (the same computation, names
-        aside: priority fusion re-plans around every rewrite) is not priced again."""
-        key = (self._signature(candidate), verdict.tiled, verdict.threads)
+        """The candidate's cost; a body priced before (the same computation, names and
+        scalar constants' values aside: the model reads shapes, maps and opcodes only)
+        is not priced again."""
+        key = (self._form(candidate), verdict.tiled, verdict.threads)
         cost = self._prices.get(key)
         if cost is None:
             cost = estimate_computation(
