@@ -14,7 +14,7 @@ from heron.compiler.fusion.cost_model import NO_KERNEL, KernelCost, estimate_com
 from heron.compiler.fusion.fusible import (
     FusionChecker,
     Verdict,
-    is_fusible_consumer,
+    is_wrappable,
     verdict_of,
 )
 from heron.compiler.fusion.fusion_cse import signature
@@ -131,7 +131,7 @@ class FusionContext:
         if cached is not None and cached[0] is inst:
             return cached[1]
         cost = NO_KERNEL
-        if inst.opcode not in HOST_OPCODES and is_fusible_consumer(inst):
+        if inst.opcode not in HOST_OPCODES and is_wrappable(inst):
             if inst.opcode == "fusion":
                 from heron.emitters.fusion_analysis import analyse_fusion
 

@@ -44,11 +44,16 @@ class _Plan:
     fusions: tuple[tuple[Candidate, Verdict], ...]
 
 
-def _reduces(inst: Instruction) -> bool:
-    if inst.opcode == "reduce":
+#: Ops a producer must not be duplicated for: a reduction is an epilogue's hero
+#: once, and a dot's work is its contraction, which the cost model does not see.
+_NEVER_DUPLICATED = frozenset({"reduce", "dot"})
+
+
+def _heavy(inst: Instruction) -> bool:
+    if inst.opcode in _NEVER_DUPLICATED:
         return True
     return inst.opcode == "fusion" and any(
-        i.opcode == "reduce" for i in inst.called("calls").instructions
+        i.opcode in _NEVER_DUPLICATED for i in inst.called("calls").instructions
     )
 
 
@@ -61,8 +66,8 @@ def _fusible_users(
     users = graph.users(producer)
     if not users or not all(is_fusible_consumer(user) for user in users):
         return None
-    if len(users) > 1 and _reduces(producer):
-        return None  # a reduction is an epilogue's hero once, never recomputed per user
+    if len(users) > 1 and _heavy(producer):
+        return None  # a reduction or a dot is computed once, never per user
     return users
 
 
