@@ -11,7 +11,12 @@ XLA's own ``PJRT_Compile`` time. The two are not the same work: XLA's figure
 includes its code generation and LLVM; heron's stops at the optimized HLO.
 Both are given so that the passes' share can be judged, not as a race.
 
-Run: ``python benchmarks/opt_time.py [--runs N] [--xla] [--only NAME]``
+Run: ``python benchmarks/opt_time.py [--runs N] [--xla] [--only NAME] [--slowest N]``;
+the generated module alone, at another size:
+``python benchmarks/opt_time.py --only generated --instructions 2000 --runs 1 --slowest 3``
+(priority fusion keeps a queue of producers updated around each rewrite and
+multi-output fusion a worklist, so the 10,000-instruction module takes minutes,
+not hours).
 """
 
 from __future__ import annotations
@@ -68,20 +73,28 @@ def generated_module(instructions: int = 10_000, seed: int = 0) -> Module:
     return mb.build(entry=main)
 
 
-def time_heron(text: str, runs: int, pipeline_factory) -> tuple[float, float, int]:
-    """Median seconds to parse, median seconds for the pipeline, instructions after it."""
+def time_heron(
+    text: str, runs: int, pipeline_factory
+) -> tuple[float, float, int, list[tuple[str, float]]]:
+    """Median seconds to parse, median seconds for the pipeline, instructions after it,
+    and the passes of the last run by the seconds they took (slowest first)."""
     parse_times, pipeline_times = [], []
     module = None
+    passes: list[tuple[str, float]] = []
     for _ in range(runs):
         start = time.perf_counter()
         module = parse_module(text)
         parse_times.append(time.perf_counter() - start)
         start = time.perf_counter()
-        run_pipeline(module, pipeline_factory())
+        report = run_pipeline(module, pipeline_factory())
         pipeline_times.append(time.perf_counter() - start)
+        passes = sorted(
+            ((record.path, record.seconds) for record in report.records),
+            key=lambda entry: -entry[1],
+        )
     assert module is not None
     count = sum(len(c.instructions) for c in module.computations)
-    return statistics.median(parse_times), statistics.median(pipeline_times), count
+    return statistics.median(parse_times), statistics.median(pipeline_times), count, passes
 
 
 def time_xla(text: str, installation) -> float | None:
@@ -104,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="one program (or 'generated')")
     parser.add_argument("--instructions", type=int, default=10_000)
     parser.add_argument("--no-generated", action="store_true", help="the corpus programs only")
+    parser.add_argument(
+        "--slowest", type=int, default=0, metavar="N", help="print each module's N slowest passes"
+    )
     args = parser.parse_args(argv)
     label, _ = heron_pipeline()
     installation = None
@@ -122,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header + (f" {'XLA compile s':>13} {'heron/XLA':>9}" if args.xla else ""))
     ratios, totals = [], []
     for name, text in cases:
-        parse_s, passes_s, count = time_heron(text, args.runs, lambda: heron_pipeline()[1])
+        parse_s, passes_s, count, passes = time_heron(text, args.runs, lambda: heron_pipeline()[1])
         line = f"{name:30} {text.count(chr(10)):>7} {parse_s:>8.3f} {passes_s:>9.3f} {count:>12}"
         totals.append(parse_s + passes_s)
         if installation is not None:
@@ -131,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                 ratios.append((parse_s + passes_s) / xla_s)
                 line += f" {xla_s:>13.3f} {(parse_s + passes_s) / xla_s:>9.2f}"
         print(line, flush=True)
+        for path, seconds in passes[: args.slowest]:
+            print(f"    {path:60} {seconds:>8.3f}")
     median = statistics.median(totals)
     print(f"median heron (parse + passes) over {len(totals)} modules: {median:.3f} s")
     if ratios:

@@ -12,7 +12,8 @@ One module per pass, each a factory taking the Target and returning an
 and their shared parts: :mod:`.builder` (making and installing fusions),
 :mod:`.fusible` (what may be fused; the emitters' verdict),
 :mod:`.cost_model` (the price of a kernel), :mod:`.reachability` (cycle checks),
-:mod:`.context`. :func:`gpu_pipeline` is the whole program pipeline
+:mod:`.graph` (users and names kept current while installing), :mod:`.context`.
+:func:`gpu_pipeline` is the whole program pipeline
 (``heron opt --target``), :func:`program_pipeline` what ``heron run`` puts a
 module through (fused modules keep their fusions); :func:`register_gpu_passes` puts the
 passes, for the default Target, in the registry ``heron opt --passes`` reads.

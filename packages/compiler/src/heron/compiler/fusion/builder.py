@@ -19,15 +19,16 @@ the module.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import attrs
 
+from heron.compiler.fusion.graph import FusionGraph
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.builder import NameUniquer
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction, Module
-from heron.hlo.passes.rewrite import remove_instructions, replace_all_uses
 from heron.hlo.shapes import TupleShape
 
 __all__ = ["Candidate", "build_fusion", "install_fusion", "fusion_kind_of", "outputs_of"]
@@ -196,104 +197,100 @@ def _drop_unused(body: Computation) -> None:
 
 
 def install_fusion(
-    module: Module, computation: Computation, candidate: Candidate, kind: str
+    module: Module,
+    computation: Computation,
+    candidate: Candidate,
+    kind: str,
+    graph: FusionGraph | None = None,
 ) -> Instruction:
     """Put ``candidate`` into ``computation`` with XLA's ``kind``; return the fusion.
 
     Users of each output now read the fusion; members left without users are
     removed (with the computations only they called, when those were fusion
     bodies). The fusion takes the place of its last member in instruction order.
+    A pass installing many fusions hands its :class:`FusionGraph` (kept current
+    here, so an install costs what it touches) and calls its ``finish`` at the
+    end; without one, the graph is made for this install and finished at once.
     """
+    own_graph = graph is None
+    if graph is None:
+        graph = FusionGraph(module, computation)
     fusion = candidate.fusion
     fusion.attributes["kind"] = kind
     if kind == "kInput" and fusion.name.startswith("loop_"):
         fusion.name = "input_" + fusion.name.removeprefix("loop_")
-    module.computations.insert(module.computations.index(computation), candidate.body)
-    position = max(computation.instructions.index(m) for m in candidate.members)
+    graph.add_computation(candidate.body)
+    last = max(candidate.members, key=graph.rank)
+    position = computation.instructions.index(last)
     fusion.parent = computation
     computation.instructions.insert(position + 1, fusion)
+    graph.add(fusion, after=last)
+    renamed: list[tuple[Instruction, Instruction | None]] = []
     if len(candidate.outputs) == 1:
-        replace_all_uses(computation, candidate.outputs[0], fusion)
+        graph.replace(candidate.outputs[0], fusion)
     else:
         assert isinstance(fusion.shape, TupleShape)
         for index, output in enumerate(candidate.outputs):
-            gte = computation.add(
-                Instruction(
-                    name=f"get-tuple-element.{index}",  # renamed below
-                    opcode="get-tuple-element",
-                    shape=fusion.shape.elements[index],
-                    operands=[fusion],
-                    attributes={"index": index},
-                )
+            gte = Instruction(
+                name="__renaming__",  # named below
+                opcode="get-tuple-element",
+                shape=fusion.shape.elements[index],
+                operands=[fusion],
+                attributes={"index": index},
             )
-            value = gte
+            computation.add(gte)
+            graph.add(gte, after=fusion)
+            value, cast = gte, None
             if gte.shape.dims != output.shape.dims:  # a horizontal fusion's flat output
-                value = computation.add(
-                    Instruction(
-                        name=f"bitcast.{index}",  # renamed below
-                        opcode="bitcast",
-                        shape=output.shape,
-                        operands=[gte],
-                    )
+                cast = Instruction(
+                    name="__renaming__",  # named below
+                    opcode="bitcast",
+                    shape=output.shape,
+                    operands=[gte],
                 )
-            replace_all_uses(computation, output, value)
-            gte.operands = [fusion]
-    _remove_dead_members(module, computation, candidate.members)
+                computation.add(cast)
+                graph.add(cast, after=fusion)
+                value = cast
+            graph.replace(output, value)
+            renamed.append((gte, cast))
+    _remove_dead_members(graph, candidate.members)
     # Named once the members are gone, so a fusion replacing one can take its name.
-    taken = {c.name for c in module.computations if c is not candidate.body}
-    taken.update(
-        inst.name for c in module.computations for inst in c.instructions if inst is not fusion
+    graph.rename(fusion, _first_free(fusion.name, graph.module_names, itself=1))
+    graph.rename_computation(
+        candidate.body, _first_free(candidate.body.name, graph.module_names, itself=1)
     )
-    fusion.name = _first_free(fusion.name, taken)
-    candidate.body.name = _first_free(candidate.body.name, taken)
     fusion.attributes["calls"] = ComputationRef(candidate.body.name, candidate.body)
-    for user in computation.instructions:
-        if user.operands == [fusion] and user.opcode == "get-tuple-element":
-            user.name = "__renaming__"
-            user.name = _fresh(computation, f"get-tuple-element.{fusion.name}.{user.attr('index')}")
-            for cast in computation.instructions:
-                if (
-                    cast.opcode == "bitcast"
-                    and cast.operands == [user]
-                    and cast.name.startswith("bitcast.")
-                ):
-                    cast.name = "__renaming__"
-                    cast.name = _fresh(computation, f"bitcast.{fusion.name}.{user.attr('index')}")
-    # Keep text order a valid definition order (a user of an output may have
-    # come before the last member); post_order also proves there is no cycle.
-    computation.instructions = computation.post_order()
+    for gte, cast in renamed:
+        index = gte.attr("index")
+        graph.rename(gte, _first_free(f"get-tuple-element.{fusion.name}.{index}", graph.names))
+        if cast is not None:
+            graph.rename(cast, _first_free(f"bitcast.{fusion.name}.{index}", graph.names))
+    if own_graph:
+        graph.finish()
     return fusion
 
 
-def _fresh(computation: Computation, name: str) -> str:
-    return _first_free(name, {inst.name for inst in computation.instructions})
-
-
-def _first_free(name: str, taken: set[str]) -> str:
-    """``name``, else ``name.1``, ``name.2``... (XLA's numbering of fusions)."""
+def _first_free(name: str, taken: Counter[str], itself: int = 0) -> str:
+    """``name``, else ``name.1``, ``name.2``... (XLA's numbering of fusions); a name
+    counts as taken when more than ``itself`` instructions or computations hold it."""
     fresh, n = name, 0
-    while fresh in taken:
+    while taken.get(fresh, 0) > (itself if fresh == name else 0):
         n += 1
         fresh = f"{name}.{n}"
     return fresh
 
 
-def _remove_dead_members(
-    module: Module, computation: Computation, members: Sequence[Instruction]
-) -> None:
+def _remove_dead_members(graph: FusionGraph, members: Sequence[Instruction]) -> None:
     """Drop members nothing uses any more (users first, so chains go in one sweep)."""
     pending = list(members)
     changed = True
     while changed:
         changed = False
-        used = {id(op) for inst in computation.instructions for op in inst.operands}
         for member in list(pending):
-            if id(member) in used or computation.root is member:
+            if graph.used(member) or graph.computation.root is member:
                 continue
-            dead = [member]
             if member.opcode == "fusion":
-                body = member.called("calls")
-                module.computations = [c for c in module.computations if c is not body]
-            remove_instructions(computation, dead)
+                graph.remove_computation(member.called("calls"))
+            graph.remove(member)
             pending.remove(member)
             changed = True

@@ -14,7 +14,7 @@ from heron.compiler.fusion.cost_model import NO_KERNEL, KernelCost, estimate_com
 from heron.compiler.fusion.fusible import (
     FusionChecker,
     Verdict,
-    is_fusible_consumer,
+    is_wrappable,
     verdict_of,
 )
 from heron.compiler.fusion.fusion_cse import signature
@@ -32,12 +32,20 @@ class FusionContext:
     checker: FusionChecker = attrs.field(init=False)
     _costs: dict[int, tuple[Instruction, KernelCost]] = attrs.field(init=False, factory=dict)
     _prices: dict[tuple[object, ...], KernelCost] = attrs.field(init=False, factory=dict)
-    #: A candidate's body signature (names aside), made once per candidate object.
-    _signatures: dict[int, tuple[Candidate, object]] = attrs.field(init=False, factory=dict)
+    #: A candidate's body signature and form (names aside), made once per candidate.
+    _signatures: dict[int, tuple[Candidate, tuple[object, object]]] = attrs.field(
+        init=False, factory=dict
+    )
     #: The checker's answers by body signature: programs repeat the same layer, and
     #: priority fusion re-plans the same fusions after every rewrite around them.
     _verdicts: dict[object, Verdict | None] = attrs.field(init=False, factory=dict)
     _emitted: dict[object, bool] = attrs.field(init=False, factory=dict)
+    #: The price of a producer fused into one user, by the pair (None: not emittable).
+    _pairs: dict[tuple[int, int], tuple[Instruction, Instruction, float | None]] = attrs.field(
+        init=False, factory=dict
+    )
+    #: Signatures of called computations (reducers), which no fusion pass changes.
+    _called: dict[int, tuple[object, object]] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self.checker = FusionChecker(self.target)
@@ -56,26 +64,55 @@ class FusionContext:
             return None
         return candidate, verdict
 
-    def _signature(self, candidate: Candidate) -> object:
+    def pair_seconds(self, producer: Instruction, user: Instruction) -> float | None:
+        """The price of ``producer`` fused into ``user`` (None when no emitter takes it).
+
+        Built, checked and priced once per pair of instructions: the fused body
+        depends on the two only (their other operands are parameters of the same
+        shapes whatever becomes of them), and a rewrite replaces instructions
+        rather than changing them.
+        """
+        key = (id(producer), id(user))
+        known = self._pairs.get(key)
+        if known is not None and known[0] is producer and known[1] is user:
+            return known[2]
+        made = self.candidate([producer, user], [user])
+        seconds = None if made is None else self.price(*made).seconds
+        self._pairs[key] = (producer, user, seconds)
+        return seconds
+
+    def _signatures_of(self, candidate: Candidate) -> tuple[object, object]:
+        """The candidate's body signature and its form (scalar constants' values aside)."""
         known = self._signatures.get(id(candidate))
         if known is not None and known[0] is candidate:
             return known[1]
-        key = signature(candidate.body)
-        self._signatures[id(candidate)] = (candidate, key)
-        return key
+        values: list[object] = []
+        form = signature(candidate.body, self._called, values)
+        keys = ((form, tuple(values)), form)
+        self._signatures[id(candidate)] = (candidate, keys)
+        return keys
+
+    def _signature(self, candidate: Candidate) -> object:
+        return self._signatures_of(candidate)[0]
+
+    def _form(self, candidate: Candidate) -> object:
+        return self._signatures_of(candidate)[1]
 
     def emits(self, candidate: Candidate) -> bool:
         """The emitter's last word on a fusion a pass is about to install (asked once
-        per distinct body: the emitters see nothing of a fusion but its body)."""
-        key = self._signature(candidate)
+        per distinct body form: the emitters see nothing of a fusion but its body, and
+        the value of a scalar constant in it changes the code, never whether it can be
+        emitted; programs repeat a layer with other constants)."""
+        key = self._form(candidate)
         if key not in self._emitted:
             self._emitted[key] = self.checker.emits(candidate)
         return self._emitted[key]
 
     def price(self, candidate: Candidate, verdict: Verdict) -> KernelCost:
-        """The candidate's cost; a body priced before (the same computation, names
-        aside: priority fusion re-plans around every rewrite) is not priced again."""
-        key = (self._signature(candidate), verdict.tiled, verdict.threads)
+        """The candidate's cost; a body priced before (the same computation, names and
+        scalar constants' values aside: the model reads shapes, maps and opcodes only)
+        is not priced again."""
+        key = (self._form(candidate), verdict.tiled, verdict.threads)
         cost = self._prices.get(key)
         if cost is None:
             cost = estimate_computation(
@@ -94,7 +131,7 @@ class FusionContext:
         if cached is not None and cached[0] is inst:
             return cached[1]
         cost = NO_KERNEL
-        if inst.opcode not in HOST_OPCODES and is_fusible_consumer(inst):
+        if inst.opcode not in HOST_OPCODES and is_wrappable(inst):
             if inst.opcode == "fusion":
                 from heron.emitters.fusion_analysis import analyse_fusion
 

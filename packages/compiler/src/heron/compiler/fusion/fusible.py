@@ -177,12 +177,12 @@ class FusionChecker:
         outputs = len(body.root.operands) if body.root.opcode == "tuple" else 1
         if len(candidate.fusion.operands) + outputs > MAX_FUSION_PARAMETERS:
             return None
+        fused_hero = False
         for inst in body.instructions:
             if inst.opcode in ("parameter", "tuple", "constant", "get-tuple-element"):
                 continue
             if inst.opcode in HERO_OPCODES:
-                if inst is not body.root or len(candidate.members) != 1:
-                    return None
+                fused_hero |= inst is not body.root or len(candidate.members) != 1
             elif inst.opcode in ROOT_ONLY_OPCODES:
                 if inst is not body.root:
                     return None
@@ -192,6 +192,10 @@ class FusionChecker:
             analysis = analyse_fusion(candidate.fusion, self.target)
             spec = select_emitter(analysis, registry)
         except (HloError, PluginError):
+            return None
+        if fused_hero and spec.name == "loop":
+            # A dot or sort with other ops is a hero emitter's (the GEMM emitter
+            # takes a dot's epilogue); the loop emitter would compute it per element.
             return None
         verdict = verdict_of(analysis, spec)
         if verdict.reduces_once:

@@ -22,6 +22,7 @@ from heron.hlo.attributes import ComputationRef
 from heron.hlo.ir import Computation, Instruction, Literal, Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.rewrite import remove_instructions, replace_all_uses
+from heron.hlo.shapes import ArrayShape
 
 __all__ = ["eliminate_common_fusions", "fusion_cse", "signature"]
 
@@ -37,8 +38,19 @@ def _literal(literal: Literal | None) -> Any:
     return (str(array.dtype), array.shape, array.tobytes())
 
 
-def signature(computation: Computation) -> tuple[Any, ...]:
-    """What ``computation`` computes, independent of the names in it."""
+def signature(
+    computation: Computation,
+    called_memo: dict[int, tuple[Any, Any]] | None = None,
+    scalar_values: list[Any] | None = None,
+) -> tuple[Any, ...]:
+    """What ``computation`` computes, independent of the names in it.
+
+    ``called_memo`` keeps the signatures of called computations (reducers) for a
+    caller that signs many bodies calling the same ones, none of which changes.
+    With ``scalar_values``, the values of scalar constants are left out of the
+    signature and appended there instead (in post-order): the signature is then
+    the body's *form*, which decides its price and whether it can be emitted.
+    """
     position: dict[int, int] = {}
     rows = []
     for k, inst in enumerate(computation.post_order()):
@@ -48,11 +60,11 @@ def signature(computation: Computation) -> tuple[Any, ...]:
             refs = value if isinstance(value, tuple) else (value,)
             for ref in refs:
                 if isinstance(ref, ComputationRef) and ref.computation is not None:
-                    called.append((name, signature(ref.computation)))
+                    called.append((name, _called_signature(ref.computation, called_memo)))
         rows.append(
             (
                 inst.opcode,
-                str(inst.shape),
+                inst.shape,
                 tuple(position[id(op)] for op in inst.operands),
                 inst.parameter_number,
                 tuple(
@@ -61,10 +73,33 @@ def signature(computation: Computation) -> tuple[Any, ...]:
                     if name not in _IGNORED
                 ),
                 tuple(called),
-                _literal(inst.literal),
+                _value(inst, scalar_values),
             )
         )
     return (tuple(rows), position[id(computation.root_instruction)])
+
+
+def _value(inst: Instruction, scalar_values: list[Any] | None) -> Any:
+    if (
+        scalar_values is not None
+        and inst.opcode == "constant"
+        and isinstance(inst.shape, ArrayShape)
+        and inst.shape.num_elements == 1
+    ):
+        scalar_values.append(_literal(inst.literal))
+        return None
+    return _literal(inst.literal)
+
+
+def _called_signature(
+    computation: Computation, memo: dict[int, tuple[Any, Any]] | None
+) -> tuple[Any, ...]:
+    if memo is None:
+        return signature(computation)
+    known = memo.get(id(computation))
+    if known is None or known[0] is not computation:
+        known = memo[id(computation)] = (computation, signature(computation, memo))
+    return known[1]
 
 
 def _key(inst: Instruction) -> tuple[Any, ...]:

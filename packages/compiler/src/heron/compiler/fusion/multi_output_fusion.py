@@ -19,11 +19,14 @@ all of them), and the cost model says it saves time.
 
 from __future__ import annotations
 
+import heapq
 import itertools
+from collections.abc import Callable
 
-from heron.compiler.fusion.builder import install_fusion, outputs_of
+from heron.compiler.fusion.builder import Candidate, install_fusion, outputs_of
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import Verdict, is_fusible_consumer, is_fusible_producer
+from heron.compiler.fusion.graph import FusionGraph
 from heron.compiler.fusion.reachability import Reachability
 from heron.compiler.target import Target
 from heron.hlo.ir import Computation, Instruction, Module
@@ -49,74 +52,183 @@ def _shapes_agree(verdict: Verdict, outputs: list[Instruction]) -> bool:
     return len(dims) <= 1
 
 
+class _Search:
+    """What one pass run knows: the graph, the reachability of its current version,
+    and the merges already found impossible.
+
+    A merge that was refused stays refused while its instructions stay (the
+    emitters' and the cost model's answers depend on them only, and merging
+    elsewhere only adds paths, so a pair that was dependent stays so): after a
+    merge only the instructions around it are examined again, in instruction
+    order, producer-consumer first, as if the search restarted from the top.
+    """
+
+    def __init__(self, context: FusionContext, computation: Computation) -> None:
+        self.context = context
+        self.computation = computation
+        self.graph = FusionGraph(context.module, computation)
+        self._order: Reachability | None = None
+        self._sequence = itertools.count()
+        self.producers: list[tuple[tuple[int, int], int, Instruction]] = []
+        self.operands: list[tuple[tuple[int, int], int, Instruction]] = []
+        #: Instructions examined with nothing to merge (by id, with the instruction).
+        self.settled_producers: dict[int, Instruction] = {}
+        #: Shared operands examined, with the users their pairs were tried for.
+        self.settled_operands: dict[int, tuple[Instruction, set[int]]] = {}
+        self._refused: set[tuple[int, int]] = set()
+        self._keep: list[Instruction] = []  # refused ids stay unique while kept
+        for inst in computation.post_order():
+            self.touch(inst)
+
+    @property
+    def order(self) -> Reachability:
+        if self._order is None:
+            self._order = Reachability(self.computation)
+        return self._order
+
+    def touch(self, inst: Instruction) -> None:
+        """Examine ``inst`` again (as a producer and as a shared operand)."""
+        self.settled_producers.pop(id(inst), None)
+        rank = self.graph.rank(inst)
+        heapq.heappush(self.producers, (rank, next(self._sequence), inst))
+        heapq.heappush(self.operands, (rank, next(self._sequence), inst))
+
+    def refuse(self, a: Instruction, b: Instruction) -> None:
+        self._refused.add((id(a), id(b)))
+        self._keep.extend((a, b))
+
+    def is_refused(self, a: Instruction, b: Instruction) -> bool:
+        return (id(a), id(b)) in self._refused
+
+    def install(self, made: tuple[Candidate, Verdict]) -> None:
+        fusion = install_fusion(
+            self.context.module, self.computation, made[0], made[1].fusion_kind, self.graph
+        )
+        self._order = None
+        self.touch(fusion)
+        for operand in fusion.operands:
+            self.touch(operand)
+        for user in self.graph.users(fusion):
+            self.touch(user)
+
+
 def _try(
-    context: FusionContext,
-    computation: Computation,
+    search: _Search,
     members: list[Instruction],
     outputs: list[Instruction],
     apart: float,
-    order: Reachability,
 ) -> bool:
-    members = sorted(members, key=order.position)
-    made = context.candidate(members, outputs)
+    members = sorted(members, key=search.order.position)
+    made = search.context.candidate(members, outputs)
     if made is None or not _shapes_agree(made[1], outputs):
         return False
-    if context.price(*made).seconds >= apart or not context.emits(made[0]):
+    if search.context.price(*made).seconds >= apart or not search.context.emits(made[0]):
         return False
-    install_fusion(context.module, computation, made[0], made[1].fusion_kind)
+    search.install(made)
     return True
 
 
-def _sibling_round(context: FusionContext, computation: Computation) -> bool:
-    order = Reachability(computation)
-    for operand in computation.post_order():
-        users: list[Instruction] = []
-        for inst in computation.instructions:
-            if any(op is operand for op in inst.operands) and _kernel(inst):
-                if all(u is not inst for u in users):
-                    users.append(inst)
-        for a, b in itertools.combinations(users, 2):
-            if not order.independent(a, b):
-                continue
-            outs_a, outs_b = outputs_of(a), outputs_of(b)
-            if outs_a is None or outs_b is None:
-                continue
-            apart = context.cost(a).seconds + context.cost(b).seconds
-            members = _members(a, outs_a) + _members(b, outs_b)
-            if _try(context, computation, members, outs_a + outs_b, apart, order):
-                return True
-    return False
+def _kernel_users(search: _Search, operand: Instruction) -> list[Instruction]:
+    return [user for user in search.graph.users(operand) if _kernel(user)]
 
 
-def _producer_consumer_round(context: FusionContext, computation: Computation) -> bool:
-    order = Reachability(computation)
-    for producer in computation.post_order():
-        if producer.opcode in HOST_OPCODES or not is_fusible_producer(producer):
+def _siblings(search: _Search, operand: Instruction) -> bool:
+    """Merge two kernels reading ``operand``: the first pair that works, in instruction
+    order (pairs among users examined before were refused and are not tried again)."""
+    users = _kernel_users(search, operand)
+    settled = search.settled_operands.get(id(operand))
+    old = settled[1] if settled is not None and settled[0] is operand else set()
+    fresh = [k for k, user in enumerate(users) if id(user) not in old]
+    pairs = sorted({(min(i, k), max(i, k)) for k in fresh for i in range(len(users)) if i != k})
+    context = search.context
+    for i, j in pairs:
+        a, b = users[i], users[j]
+        if search.is_refused(a, b):
             continue
-        users = [u for u in computation.instructions if any(op is producer for op in u.operands)]
-        if len(users) < 2 and computation.root is not producer:
-            continue  # priority fusion's business
-        for consumer in users:
-            if not _kernel(consumer):
-                continue
-            if any(op is not producer and order.reaches(producer, op) for op in consumer.operands):
-                continue  # another path from the producer into the consumer: a cycle
-            outs = outputs_of(consumer)
-            if outs is None:
-                continue
-            apart = context.cost(producer).seconds + context.cost(consumer).seconds
-            members = [producer, *_members(consumer, outs)]
-            if _try(context, computation, members, [producer, *outs], apart, order):
-                return True
+        if not search.order.independent(a, b):
+            search.refuse(a, b)
+            continue
+        outs_a, outs_b = outputs_of(a), outputs_of(b)
+        if outs_a is None or outs_b is None:
+            continue
+        apart = context.cost(a).seconds + context.cost(b).seconds
+        members = _members(a, outs_a) + _members(b, outs_b)
+        if _try(search, members, outs_a + outs_b, apart):
+            return True
+        search.refuse(a, b)
+    search.settled_operands[id(operand)] = (operand, {id(user) for user in users})
     return False
+
+
+def _into_consumer(search: _Search, producer: Instruction) -> bool:
+    """Fuse ``producer`` (an output, or read by several users) into one consumer."""
+    computation = search.computation
+    if producer.opcode in HOST_OPCODES or not is_fusible_producer(producer):
+        return False
+    users = search.graph.users(producer)
+    if len(users) < 2 and computation.root is not producer:
+        return False  # priority fusion's business
+    context = search.context
+    for consumer in users:
+        if not _kernel(consumer) or search.is_refused(producer, consumer):
+            continue
+        order = search.order
+        if any(op is not producer and order.reaches(producer, op) for op in consumer.operands):
+            search.refuse(producer, consumer)
+            continue  # another path from the producer into the consumer: a cycle
+        outs = outputs_of(consumer)
+        if outs is None:
+            continue
+        apart = context.cost(producer).seconds + context.cost(consumer).seconds
+        members = [producer, *_members(consumer, outs)]
+        if _try(search, members, [producer, *outs], apart):
+            return True
+        search.refuse(producer, consumer)
+    return False
+
+
+def _next(
+    search: _Search,
+    heap: list[tuple[tuple[int, int], int, Instruction]],
+    settled: Callable[[Instruction], bool],
+) -> Instruction | None:
+    while heap:
+        _, _, inst = heapq.heappop(heap)
+        if search.graph.alive(inst) and not settled(inst):
+            return inst
+    return None
 
 
 def fuse_multi_output(module: Module, target: Target) -> bool:
     """Producer-consumer, then sibling multi-output fusion of the entry, to a fixed point."""
-    context = FusionContext(module, target)
+    search = _Search(FusionContext(module, target), module.entry)
+
+    def producer_settled(inst: Instruction) -> bool:
+        return search.settled_producers.get(id(inst)) is inst
+
+    def operand_settled(inst: Instruction) -> bool:
+        known = search.settled_operands.get(id(inst))
+        if known is None or known[0] is not inst:
+            return False
+        return {id(user) for user in _kernel_users(search, inst)} <= known[1]
+
     changed = False
-    while _producer_consumer_round(context, module.entry) or _sibling_round(context, module.entry):
+    while True:
+        merged = False
+        while (producer := _next(search, search.producers, producer_settled)) is not None:
+            if _into_consumer(search, producer):
+                merged = True
+                break
+            search.settled_producers[id(producer)] = producer
+        if not merged:
+            while (operand := _next(search, search.operands, operand_settled)) is not None:
+                if _siblings(search, operand):
+                    merged = True
+                    break
+        if not merged:
+            break
         changed = True
+    search.graph.finish()
     return changed
 
 

@@ -21,11 +21,15 @@ computation is fused (reducers and other called computations stay as they are).
 
 from __future__ import annotations
 
+import heapq
+import itertools
+
 import attrs
 
 from heron.compiler.fusion.builder import Candidate, install_fusion
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import Verdict, is_fusible_consumer, is_fusible_producer
+from heron.compiler.fusion.graph import FusionGraph
 from heron.compiler.target import Target
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.manager import HloPass
@@ -40,34 +44,61 @@ class _Plan:
     fusions: tuple[tuple[Candidate, Verdict], ...]
 
 
-def _users(users: dict[Instruction, list[Instruction]], inst: Instruction) -> list[Instruction]:
-    seen: dict[int, Instruction] = {}
-    for user in users.get(inst, ()):
-        seen.setdefault(id(user), user)
-    return list(seen.values())
+#: Ops a producer must not be duplicated for: a reduction is an epilogue's hero
+#: once, and a dot's work is its contraction, which the cost model does not see.
+_NEVER_DUPLICATED = frozenset({"reduce", "dot"})
 
 
-def _reduces(inst: Instruction) -> bool:
-    if inst.opcode == "reduce":
+def _heavy(inst: Instruction) -> bool:
+    if inst.opcode in _NEVER_DUPLICATED:
         return True
     return inst.opcode == "fusion" and any(
-        i.opcode == "reduce" for i in inst.called("calls").instructions
+        i.opcode in _NEVER_DUPLICATED for i in inst.called("calls").instructions
     )
 
 
-def _plan(
-    context: FusionContext,
-    computation: Computation,
-    users_of: dict[Instruction, list[Instruction]],
-    producer: Instruction,
-) -> _Plan | None:
+def _fusible_users(
+    computation: Computation, graph: FusionGraph, producer: Instruction
+) -> list[Instruction] | None:
+    """The users ``producer`` would be fused into, or None when it may not be fused."""
     if not is_fusible_producer(producer) or computation.root is producer:
         return None
-    users = _users(users_of, producer)
+    users = graph.users(producer)
     if not users or not all(is_fusible_consumer(user) for user in users):
         return None
-    if len(users) > 1 and _reduces(producer):
-        return None  # a reduction is an epilogue's hero once, never recomputed per user
+    if len(users) > 1 and _heavy(producer):
+        return None  # a reduction or a dot is computed once, never per user
+    return users
+
+
+def _benefit(
+    context: FusionContext, computation: Computation, graph: FusionGraph, producer: Instruction
+) -> float | None:
+    """The time fusing ``producer`` into all its users saves (None: it may not be fused).
+
+    Each (producer, user) fusion is built, checked and priced once
+    (:meth:`FusionContext.pair_seconds`): a rewrite elsewhere changes neither.
+    """
+    users = _fusible_users(computation, graph, producer)
+    if users is None:
+        return None
+    fused_seconds = 0.0
+    for user in users:
+        seconds = context.pair_seconds(producer, user)
+        if seconds is None:
+            return None
+        fused_seconds += seconds
+    apart = context.cost(producer).seconds + sum(context.cost(user).seconds for user in users)
+    return apart - fused_seconds
+
+
+def _plan(
+    context: FusionContext, computation: Computation, graph: FusionGraph, producer: Instruction
+) -> _Plan | None:
+    """The fusions of ``producer`` into its users, built from the graph as it is now."""
+    users = _fusible_users(computation, graph, producer)
+    if users is None:
+        return None
     fusions = []
     fused_seconds = 0.0
     for user in users:
@@ -80,47 +111,90 @@ def _plan(
     return _Plan(producer, apart - fused_seconds, tuple(fusions))
 
 
+class _Queue:
+    """Producers by priority, highest first (ties: earlier in instruction order).
+
+    XLA's priority queue: a producer's priority is computed when it enters and
+    again only when a rewrite touches it (its users or itself change); stale
+    entries stay in the heap and are skipped when they come up.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, tuple[int, int], int, Instruction]] = []
+        self._current: dict[int, tuple[Instruction, float | None]] = {}
+        self._sequence = itertools.count()
+
+    def set(self, producer: Instruction, benefit: float | None, rank: tuple[int, int]) -> None:
+        self._current[id(producer)] = (producer, benefit)
+        if benefit is not None and benefit >= 0:
+            heapq.heappush(self._heap, (-benefit, rank, next(self._sequence), producer))
+
+    def drop(self, producer: Instruction) -> None:
+        self._current.pop(id(producer), None)
+
+    def pop(self) -> tuple[Instruction, float] | None:
+        while self._heap:
+            negative, _, _, producer = heapq.heappop(self._heap)
+            current = self._current.get(id(producer))
+            if current is not None and current[0] is producer and current[1] == -negative:
+                return producer, -negative
+        return None
+
+
 def fuse_by_priority(module: Module, target: Target) -> bool:
     """Run priority fusion on ``module``'s entry computation for ``target``."""
     context = FusionContext(module, target)
     computation = module.entry
-    plans: dict[int, tuple[Instruction, _Plan | None]] = {}
+    computation.instructions = computation.post_order()  # ranks in post-order
+    graph = FusionGraph(module, computation)
+    queue = _Queue()
+
+    def update(inst: Instruction) -> None:
+        if graph.alive(inst):
+            queue.set(inst, _benefit(context, computation, graph, inst), graph.rank(inst))
+        else:
+            queue.drop(inst)
+
+    for inst in computation.post_order():
+        update(inst)
     changed = False
-    while True:
-        best: _Plan | None = None
-        users_of = computation.users()
-        for inst in computation.post_order():
-            cached = plans.get(id(inst))
-            if cached is None or cached[0] is not inst:
-                cached = (inst, _plan(context, computation, users_of, inst))
-                plans[id(inst)] = cached
-            plan = cached[1]
-            if (
-                plan is not None
-                and plan.benefit >= 0
-                and (best is None or plan.benefit > best.benefit)
-            ):
-                best = plan
-        if best is None:
-            return changed
-        # A cached plan may predate a rewrite next to it: apply a fresh one.
-        fresh = _plan(context, computation, users_of, best.producer)
-        plans[id(best.producer)] = (best.producer, fresh)
-        if fresh is None or fresh.benefit < 0 or fresh.benefit < best.benefit * 0.999:
+    while (best := queue.pop()) is not None:
+        producer, benefit = best
+        if not graph.alive(producer):  # a user fused away since it was queued
+            queue.drop(producer)
+            continue
+        # The cached price is current, but the candidates must be built from the
+        # graph as it is now (an operand of a user may have become a fusion).
+        fresh = _plan(context, computation, graph, producer)
+        if fresh is None or fresh.benefit < 0:
+            queue.set(producer, None, graph.rank(producer))
+            continue
+        if fresh.benefit < benefit * 0.999:
+            queue.set(producer, fresh.benefit, graph.rank(producer))
             continue
         if not all(context.emits(candidate) for candidate, _ in fresh.fusions):
-            plans[id(best.producer)] = (best.producer, None)
+            queue.set(producer, None, graph.rank(producer))
             continue
-        best = fresh
-        stale = {id(op) for op in best.producer.operands}
-        for candidate, verdict in best.fusions:
-            # The members were built from the current graph; the producer stays
-            # until its last user has taken it.
-            fusion = install_fusion(module, computation, candidate, verdict.fusion_kind)
-            stale.update(id(op) for op in fusion.operands)
-        for key in stale:
-            plans.pop(key, None)
+        touched = list(producer.operands)
+        for candidate, verdict in fresh.fusions:
+            # The producer stays until its last user has taken it. A user may read
+            # another user, which the fusion installed before replaced: build again.
+            if not all(graph.alive(operand) for operand in candidate.fusion.operands):
+                rebuilt = context.candidate(list(candidate.members), list(candidate.outputs))
+                assert rebuilt is not None, "the same body, another operand"
+                candidate, verdict = rebuilt
+            fusion = install_fusion(module, computation, candidate, verdict.fusion_kind, graph)
+            touched.append(fusion)
+            touched.extend(fusion.operands)
+        queue.drop(producer)
+        seen: set[int] = set()
+        for inst in touched:
+            if id(inst) not in seen:
+                seen.add(id(inst))
+                update(inst)
         changed = True
+    graph.finish()
+    return changed
 
 
 def priority_fusion(target: Target) -> HloPass:

@@ -1,0 +1,128 @@
+"""Who uses what, and which names are taken, kept current while fusions are installed.
+
+Installing a fusion touches a handful of instructions, but finding them by
+scanning (``replace_all_uses``, "is this member still used", "which names
+are free", a fresh post-order) costs the whole computation, and a pass that
+installs a fusion per few instructions becomes quadratic. A
+:class:`FusionGraph` is built once per pass run and kept current by
+:func:`heron.compiler.fusion.builder.install_fusion`: users per instruction
+(in instruction order), the names taken in the module and in the
+computation, and an order rank per instruction. A pass that installs through
+it calls :meth:`FusionGraph.finish` when it is done.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+from heron.hlo.ir import Computation, Instruction, Module
+
+__all__ = ["FusionGraph"]
+
+
+class FusionGraph:
+    def __init__(self, module: Module, computation: Computation) -> None:
+        self.module = module
+        self.computation = computation
+        #: id -> {id(user): user}, each user once.
+        self._users: dict[int, dict[int, Instruction]] = {}
+        #: id -> (rank, sequence): instruction order; a fusion ranks with its last member.
+        self._rank: dict[int, tuple[int, int]] = {}
+        self._sequence = itertools.count()
+        #: Every instruction and computation name of the module, with multiplicity
+        #: (fused bodies repeat their parameters' names).
+        self.module_names: Counter[str] = Counter()
+        #: The names of ``computation``'s instructions.
+        self.names: Counter[str] = Counter()
+        for c in module.computations:
+            self.module_names[c.name] += 1
+            for inst in c.instructions:
+                self.module_names[inst.name] += 1
+        for position, inst in enumerate(computation.instructions):
+            self._rank[id(inst)] = (position, next(self._sequence))
+            self.names[inst.name] += 1
+            self._register(inst)
+
+    # -- queries -------------------------------------------------------------
+    def users(self, inst: Instruction) -> list[Instruction]:
+        """The instructions reading ``inst``, each once, in instruction order."""
+        found = self._users.get(id(inst))
+        if not found:
+            return []
+        return sorted(found.values(), key=self.rank)
+
+    def used(self, inst: Instruction) -> bool:
+        return bool(self._users.get(id(inst)))
+
+    def rank(self, inst: Instruction) -> tuple[int, int]:
+        """A key in instruction order (ties between fusions in install order)."""
+        return self._rank[id(inst)]
+
+    def alive(self, inst: Instruction) -> bool:
+        return id(inst) in self._rank
+
+    # -- edits ---------------------------------------------------------------
+    def _register(self, inst: Instruction) -> None:
+        for operand in inst.operands:
+            self._users.setdefault(id(operand), {})[id(inst)] = inst
+
+    def add(self, inst: Instruction, after: Instruction | None = None) -> None:
+        """Record ``inst``, which the caller put into the computation (ranked with ``after``)."""
+        rank = self._rank[id(after)][0] if after is not None else len(self._rank)
+        self._rank[id(inst)] = (rank, next(self._sequence))
+        self.names[inst.name] += 1
+        self.module_names[inst.name] += 1
+        self._register(inst)
+
+    def rename(self, inst: Instruction, name: str) -> None:
+        for names in (self.names, self.module_names):
+            names[inst.name] -= 1
+            names[name] += 1
+        inst.name = name
+
+    def replace(self, old: Instruction, new: Instruction) -> None:
+        """Every user of ``old`` (and the root) reads ``new`` instead."""
+        if old is new:
+            return
+        users = self._users.pop(id(old), {})
+        targets = self._users.setdefault(id(new), {})
+        for key, user in users.items():
+            user.operands = [new if operand is old else operand for operand in user.operands]
+            targets[key] = user
+        if self.computation.root is old:
+            self.computation.root = new
+
+    def remove(self, inst: Instruction) -> None:
+        """Take ``inst`` (which nothing uses) out of the computation."""
+        for operand in inst.operands:
+            users = self._users.get(id(operand))
+            if users is not None:
+                users.pop(id(inst), None)
+        self._users.pop(id(inst), None)
+        del self._rank[id(inst)]
+        self.names[inst.name] -= 1
+        self.module_names[inst.name] -= 1
+        self.computation.instructions.remove(inst)
+
+    def add_computation(self, body: Computation) -> None:
+        self.module.computations.insert(self.module.computations.index(self.computation), body)
+        self.module_names[body.name] += 1
+        for inst in body.instructions:
+            self.module_names[inst.name] += 1
+
+    def remove_computation(self, body: Computation) -> None:
+        self.module.computations.remove(body)
+        self.module_names[body.name] -= 1
+        for inst in body.instructions:
+            self.module_names[inst.name] -= 1
+
+    def rename_computation(self, body: Computation, name: str) -> None:
+        self.module_names[body.name] -= 1
+        self.module_names[name] += 1
+        body.name = name
+
+    def finish(self) -> None:
+        """Leave the text order a definition order (a user of an output may have come
+        before the fusion); the post-order also proves there is no cycle."""
+        self.computation.instructions = self.computation.post_order()
