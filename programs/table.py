@@ -4,14 +4,16 @@
     python programs/table.py --update docs/programs.md   # rewrites the table there
 
 heron's figures are measured, never written down: each ``module.hlo`` goes
-through the pipeline ``heron run`` and ``heron opt --target h100`` use
-(:func:`heron.compiler.fusion.program_pipeline`: simplification, then the GPU
-fusion passes), and its kernels are counted (one per fusion of the entry).
-Where an instruction is left that no heron emitter runs yet, the row says
-``refused: <opcode>``. Then copy insertion, the scheduler and buffer
-assignment (:func:`heron.hlo.buffers.assign_buffers`, the kernel ABI's
-alignment) give heron's peak memory, beside XLA's total allocation bytes
-(its buffer-assignment "Total bytes"). XLA:GPU's figures come from the
+through what ``heron compile --executable`` does before it emits thunks
+(:func:`heron.compiler.executable.prepare_module`: simplification, the GPU
+fusion passes for the entry and for every loop body, condition and branch,
+copy insertion and the scheduler), and its kernels are counted: one per
+fusion of the entry and of those computations, a loop body's kernels once
+(XLA's count is static too). Where an instruction is left that no heron
+emitter runs yet, the row says ``refused: <opcode>``. Buffer assignment
+(:func:`heron.hlo.buffers.assign_buffers`, the kernel ABI's alignment) gives
+heron's peak memory, beside XLA's total allocation bytes (its
+buffer-assignment "Total bytes"). XLA:GPU's figures come from the
 committed ``xla_gpu.json`` (``programs/generate.py``). Needs heron only, not
 jax nor XLA.
 """
@@ -26,14 +28,12 @@ from pathlib import Path
 import attrs
 
 from heron.compiler import Target
-from heron.compiler.fusion import program_pipeline
-from heron.compiler.fusion.context import count_kernels
+from heron.compiler.executable import prepare_module
 from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
 from heron.hlo.buffers import assign_buffers
+from heron.hlo.buffers.dataflow import sequential_computations
 from heron.hlo.ir import Module
 from heron.hlo.parser import parse_module_file
-from heron.hlo.passes import pass_named, run_pipeline
-from heron.hlo.passes.manager import pipeline_of
 from heron.hlo.passes.outline import REFUSED_OPCODES
 
 HERE = Path(__file__).resolve().parent
@@ -59,18 +59,21 @@ class HeronKernels:
         return str(self.count) if self.refused is None else f"refused: {self.refused}"
 
 
-def heron_kernels(module: Module) -> HeronKernels:
-    """Kernels ``heron run`` launches for ``module`` and heron's peak memory for it.
+#: Control flow is run by thunks of its own (its computations' kernels are counted).
+CONTROL_FLOW = frozenset({"while", "conditional"})
 
-    ``module`` is changed in place by the pipeline.
-    """
-    run_pipeline(module, program_pipeline(module, Target.preset(TARGET)))
-    refused = [i.opcode for i in module.entry.instructions if i.opcode in REFUSED_OPCODES]
+
+def heron_kernels(module: Module) -> HeronKernels:
+    """Kernels heron's executable launches for ``module`` (statically: a loop body's
+    once) and heron's peak memory for it."""
+    prepared, _ = prepare_module(module, Target.preset(TARGET))
+    computations = sequential_computations(prepared)
+    instructions = [i for c in computations for i in c.instructions]
+    refused = [i.opcode for i in instructions if i.opcode in REFUSED_OPCODES - CONTROL_FLOW]
     if refused:
         return HeronKernels(None, refused[0])
-    count = count_kernels(module)
-    run_pipeline(module, pipeline_of([pass_named("copy-insertion"), pass_named("scheduler")]))
-    peak = assign_buffers(module, alignment=BUFFER_ALIGNMENT).total_bytes
+    count = sum(1 for i in instructions if i.opcode == "fusion")
+    peak = assign_buffers(prepared, alignment=BUFFER_ALIGNMENT).total_bytes
     return HeronKernels(count, peak_bytes=peak)
 
 

@@ -112,7 +112,7 @@ class FusionContext:
         """The candidate's cost; a body priced before (the same computation, names and
         scalar constants' values aside: the model reads shapes, maps and opcodes only)
         is not priced again."""
-        key = (self._form(candidate), verdict.tiled, verdict.threads)
+        key = (self._form(candidate), verdict.tiled, verdict.threads, verdict.reduces_once)
         cost = self._prices.get(key)
         if cost is None:
             cost = estimate_computation(
@@ -121,6 +121,7 @@ class FusionContext:
                 self.target,
                 tiled=verdict.tiled,
                 threads=verdict.threads,
+                reduces_once=verdict.reduces_once,
             )
             self._prices[key] = cost
         return cost
@@ -142,6 +143,7 @@ class FusionContext:
                     self.target,
                     tiled=verdict.tiled,
                     threads=verdict.threads,
+                    reduces_once=verdict.reduces_once,
                 )
             else:
                 made = self.candidate([inst], [inst])

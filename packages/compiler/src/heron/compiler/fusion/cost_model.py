@@ -181,7 +181,9 @@ def _reads_per_element(m: IndexingMap) -> int:
     return math.prod(max(v.bounds.upper - v.bounds.lower + 1, 0) for v in m.range_vars)
 
 
-def operand_reads(computation: Computation) -> dict[int, tuple[int, bool]]:
+def operand_reads(
+    computation: Computation, reduces_once: bool = False
+) -> dict[int, tuple[int, bool]]:
     """Per parameter (by id): elements read, and whether every read is coalesced.
 
     Demand flows from the roots (each output element once) to the parameters
@@ -190,7 +192,11 @@ def operand_reads(computation: Computation) -> dict[int, tuple[int, bool]]:
     symbols (a reduction's reduced elements, a broadcast's single element). A
     value two users read counts the larger demand (the kernel computes an
     element once per index, whoever reads it). An op whose maps heron cannot
-    build reads each operand once per element.
+    build reads each operand once per element. ``reduces_once``: the emitter
+    computes each reduce once per element of its result however many read it
+    (the row-normalisation emitter keeps a row's reduction in registers), so a
+    reduce broadcast back along its row is not demanded once per broadcast
+    element.
     """
     demand: dict[int, int] = {}
     coalesced: dict[int, bool] = {}
@@ -203,6 +209,8 @@ def operand_reads(computation: Computation) -> dict[int, tuple[int, bool]]:
         count = demand.get(id(inst), 0)
         if count == 0 or inst.opcode in ("parameter", "tuple") or not inst.operands:
             continue
+        if reduces_once and inst.opcode == "reduce":
+            count = min(count, _elements(inst.shape))
         ok = coalesced.get(id(inst), True)
         try:
             maps = output_to_input_maps(inst, 0)
@@ -242,6 +250,7 @@ def estimate_computation(
     *,
     tiled: bool = False,
     threads: int | None = None,
+    reduces_once: bool = False,
 ) -> KernelCost:
     """The cost of one kernel computing ``computation`` (a fused body) from ``operands``.
 
@@ -251,9 +260,9 @@ def estimate_computation(
     output): a kernel with fewer than the device's thread slots
     (``core_count * threads_per_core_limit``) gets that fraction of its
     bandwidth and lanes, so one thread summing a whole array is priced as slow
-    as it is.
+    as it is. ``reduces_once``: see :func:`operand_reads`.
     """
-    reads_of = operand_reads(computation)
+    reads_of = operand_reads(computation, reduces_once)
     dram = cached = 0.0
     for param in computation.parameters:
         size = _bytes(param.shape)
