@@ -95,8 +95,9 @@ def test_missing_file_exits_2(capsys, tmp_path):
     code, out, err = heron(capsys, "parse", str(tmp_path / "nope.hlo"))
     assert code == 2 and out == ""
     assert err.strip() == f"heron parse: error: {tmp_path / 'nope.hlo'}: no such file"
+    # A folder is read as an XLA dump; one without a dumped module says how to make one.
     code, _, err = heron(capsys, "run", str(tmp_path))
-    assert code == 2 and "not a file" in err
+    assert code == 2 and "not an XLA dump folder" in err and "--xla_dump_to" in err
 
 
 def test_corpus_file_parses(corpus_dir, capsys):

@@ -36,6 +36,16 @@ DEFINITIONS = _load("_heron_program_definitions", ROOT / "programs" / "definitio
 BY_NAME = {program.name: program for program in DEFINITIONS.PROGRAMS}
 
 
+@pytest.fixture(autouse=True)
+def jax_32_bit():
+    """The corpus was lowered with jax's default 32-bit types; other suites in the same
+    process turn jax_enable_x64 on (a global), which changes what a program lowers to."""
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", False)
+    yield
+    jax.config.update("jax_enable_x64", previous)
+
+
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("heron-jax-cache")

@@ -236,12 +236,10 @@ def test_the_kernel_table_covers_every_program():
     rows = table.rows()
     assert [r.name for r in rows] == NAMES
     for row in rows:
-        if row.heron.count is None:
-            # The table and the run on the interpreter (REFUSED) must agree on what stops.
-            assert REFUSED.get(row.name) == row.heron.refused, row
-        else:
-            assert row.name not in REFUSED
-            assert row.heron.count >= 1 and row.heron.peak_bytes > 0
+        # The table counts the executable's kernels (loops and conditionals are thunks
+        # of their own), so it refuses nothing; REFUSED is the sequential run's list.
+        assert row.heron.count is not None, row
+        assert row.heron.count >= 1 and row.heron.peak_bytes > 0
     summary = table.summarize(rows)
     assert summary.runnable + sum(summary.refused.values()) == len(NAMES)
     documented = (ROOT / "docs" / "programs.md").read_text()
