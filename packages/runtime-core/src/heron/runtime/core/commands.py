@@ -30,7 +30,10 @@ __all__ = [
     "MemsetCommand",
     "WhileCommand",
     "buffers_of",
+    "copy_command",
+    "memset_command",
     "remap",
+    "view_label",
     "walk",
 ]
 
@@ -124,3 +127,37 @@ def remap(
     by_id = {id(old): new for old, new in mapping.items()}
     for command in walk(commands):
         command.buffers[:] = [by_id.get(id(b), b) for b in command.buffers]
+
+
+# -- the checks every device makes before it records or runs a command ----------------------
+
+
+def view_label(buffer: DeviceBuffer, offset: int, nbytes: int) -> str:
+    """The label of ``buffer[offset:offset + nbytes]``; DeviceError when it lies outside."""
+    if not (0 <= offset and 0 <= nbytes and offset + nbytes <= buffer.nbytes):
+        raise DeviceError(
+            f"view [{offset}:{offset + nbytes}] of buffer '{buffer.label}' lies outside its"
+            f" {buffer.nbytes} bytes"
+        )
+    return f"{buffer.label or 'buffer'}[{offset}:{offset + nbytes}]"
+
+
+def copy_command(source: DeviceBuffer, destination: DeviceBuffer) -> CopyCommand:
+    """A device-to-device copy; DeviceError when the sizes differ."""
+    if source.nbytes != destination.nbytes:
+        raise DeviceError(
+            f"device copy from '{source.label}' ({source.nbytes} bytes) to"
+            f" '{destination.label}' ({destination.nbytes} bytes): sizes differ"
+        )
+    return CopyCommand([source, destination])
+
+
+def memset_command(buffer: DeviceBuffer, value: int, width: int) -> MemsetCommand:
+    """A memset of a ``width``-byte pattern (cuMemsetD8/16/32); DeviceError when it cannot be."""
+    if width not in (1, 2, 4) or not 0 <= value < 1 << (8 * width):
+        raise DeviceError(f"memset: value {value} with width {width} (1, 2 or 4 bytes)")
+    if buffer.nbytes % width:
+        raise DeviceError(
+            f"memset of '{buffer.label}': {buffer.nbytes} bytes is no multiple of {width}"
+        )
+    return MemsetCommand([buffer], value, width)

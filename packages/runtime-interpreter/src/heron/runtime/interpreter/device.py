@@ -40,6 +40,7 @@ import numpy as np
 
 from heron.hlo import memory_budget
 from heron.hlo.control_flow import branch_index
+from heron.runtime.core.commands import copy_command, memset_command, view_label
 from heron.runtime.core.device import (
     SELECTOR_TYPES,
     CommandBuffer,
@@ -254,13 +255,8 @@ class InterpreterDevice(Device):
     # -- device-side memory operations ---------------------------------------------------
     def view(self, buffer: DeviceBuffer, offset: int, nbytes: int) -> DeviceBuffer:
         storage = self._storage(buffer)
-        if not (0 <= offset and 0 <= nbytes and offset + nbytes <= buffer.nbytes):
-            raise DeviceError(
-                f"view [{offset}:{offset + nbytes}] of buffer '{buffer.label}' lies outside its"
-                f" {buffer.nbytes} bytes"
-            )
         data = storage.data[offset : offset + nbytes]  # a numpy view: the same bytes
-        label = f"{buffer.label or 'buffer'}[{offset}:{offset + nbytes}]"
+        label = view_label(buffer, offset, nbytes)
         view = _Storage(
             data,
             memory.Memory(label, "global", data.reshape(1, -1), count_accesses=True),
@@ -269,23 +265,14 @@ class InterpreterDevice(Device):
         return DeviceBuffer(self, nbytes, view, label)
 
     def copy_on_device(self, source: DeviceBuffer, destination: DeviceBuffer) -> None:
-        if source.nbytes != destination.nbytes:
-            raise DeviceError(
-                f"device copy from '{source.label}' ({source.nbytes} bytes) to"
-                f" '{destination.label}' ({destination.nbytes} bytes): sizes differ"
-            )
+        command = copy_command(source, destination)
         self._storage(source), self._storage(destination)
-        self._issue(commands.CopyCommand([source, destination]))
+        self._issue(command)
 
     def memset(self, buffer: DeviceBuffer, value: int, width: int = 1) -> None:
-        if width not in (1, 2, 4) or not 0 <= value < 1 << (8 * width):
-            raise DeviceError(f"memset: value {value} with width {width} (1, 2 or 4 bytes)")
-        if buffer.nbytes % width:
-            raise DeviceError(
-                f"memset of '{buffer.label}': {buffer.nbytes} bytes is no multiple of {width}"
-            )
+        command = memset_command(buffer, value, width)
         self._storage(buffer)
-        self._issue(commands.MemsetCommand([buffer], value, width))
+        self._issue(command)
 
     def _issue(self, command: commands.Command) -> None:
         if self._recording:

@@ -213,32 +213,18 @@ class HipDevice(Device):
     # -- device-side memory operations ---------------------------------------------------
     def view(self, buffer: DeviceBuffer, offset: int, nbytes: int) -> DeviceBuffer:
         address = self._own(buffer)
-        if not (0 <= offset and 0 <= nbytes and offset + nbytes <= buffer.nbytes):
-            raise DeviceError(
-                f"view [{offset}:{offset + nbytes}] of buffer '{buffer.label}' lies outside its"
-                f" {buffer.nbytes} bytes"
-            )
-        label = f"{buffer.label or 'buffer'}[{offset}:{offset + nbytes}]"
+        label = recorded.view_label(buffer, offset, nbytes)
         return DeviceBuffer(self, nbytes, address + offset, label)
 
     def copy_on_device(self, source: DeviceBuffer, destination: DeviceBuffer) -> None:
-        if source.nbytes != destination.nbytes:
-            raise DeviceError(
-                f"device copy from '{source.label}' ({source.nbytes} bytes) to"
-                f" '{destination.label}' ({destination.nbytes} bytes): sizes differ"
-            )
+        command = recorded.copy_command(source, destination)
         self._own(source), self._own(destination)
-        self._issue(recorded.CopyCommand([source, destination]))
+        self._issue(command)
 
     def memset(self, buffer: DeviceBuffer, value: int, width: int = 1) -> None:
-        if width not in (1, 2, 4) or not 0 <= value < 1 << (8 * width):
-            raise DeviceError(f"memset: value {value} with width {width} (1, 2 or 4 bytes)")
-        if buffer.nbytes % width:
-            raise DeviceError(
-                f"memset of '{buffer.label}': {buffer.nbytes} bytes is no multiple of {width}"
-            )
+        command = recorded.memset_command(buffer, value, width)
         self._own(buffer)
-        self._issue(recorded.MemsetCommand([buffer], value, width))
+        self._issue(command)
 
     def _issue(self, command: recorded.Command) -> None:
         if self._recording is not None:
