@@ -17,7 +17,7 @@ the program).
 
 from __future__ import annotations
 
-from heron.compiler.fusion import fusion_pipeline, is_fused
+from heron.compiler.fusion import fusion_pipeline
 from heron.compiler.fusion.wrapper import fusion_wrapper
 from heron.compiler.target import Target
 from heron.hlo.buffers.dataflow import sequential_computations
@@ -29,9 +29,9 @@ __all__ = ["fuse_control_flow_computations"]
 _DCE = "hlo-dce"
 
 
-def _passes_for(module: Module, target: Target) -> Pipeline:
+def _passes_for(already_fused: bool, target: Target) -> Pipeline:
     """The entry's fusion passes without DCE (which needs the real entry)."""
-    if is_fused(module):  # an optimized module keeps its fusions: only the wrapper
+    if already_fused:  # an optimized module keeps its fusions: only the wrapper
         return Pipeline("control-flow-fusion", (fusion_wrapper(target),))
     steps = tuple(
         step for step in fusion_pipeline(target).steps if getattr(step, "name", "") != _DCE
@@ -39,17 +39,21 @@ def _passes_for(module: Module, target: Target) -> Pipeline:
     return Pipeline("control-flow-fusion", steps)
 
 
-def fuse_control_flow_computations(module: Module, target: Target) -> bool:
+def fuse_control_flow_computations(module: Module, target: Target, already_fused: bool) -> bool:
     """Fuse every computation run by a ``while`` or ``conditional`` of ``module``, in place.
 
     Returns whether anything changed. The entry itself is the program
     pipeline's (:func:`heron.compiler.fusion.program_pipeline`), already fused.
+    ``already_fused``: the module came fused (XLA's optimized dump), as
+    :func:`heron.compiler.fusion.is_fused` said of it *before* the program
+    pipeline (after it, every entry holds fusions): its computations then keep
+    their fusions and only get the wrapper, as its entry did.
     """
     entry = module.entry
     computations = sequential_computations(module)[1:]
     if not computations:
         return False
-    pipeline = _passes_for(module, target)
+    pipeline = _passes_for(already_fused, target)
     changed = False
     for computation in computations:
         changed |= _fuse_as_entry(module, entry, computation, pipeline)

@@ -98,12 +98,13 @@ def prepare_module(module: Module, target: Target) -> tuple[Module, dict[str, in
     its count in its backend config (:func:`known_trip_count`).
     """
     from heron.compiler.control_flow_fusion import fuse_control_flow_computations
-    from heron.compiler.fusion import program_pipeline
+    from heron.compiler.fusion import is_fused, program_pipeline
     from heron.hlo.passes import pass_named, run_pipeline
     from heron.hlo.passes.manager import pipeline_of
     from heron.hlo.passes.while_loop_simplifier import trip_count
 
     optimized = copy.deepcopy(module)
+    already_fused = is_fused(optimized)  # decided on the module as given, before fusion
     run_pipeline(optimized, program_pipeline(optimized, target))
     trip_counts = {}
     for inst in optimized.instructions():
@@ -114,7 +115,7 @@ def prepare_module(module: Module, target: Target) -> tuple[Module, dict[str, in
             count = known_trip_count(inst)
         if count is not None:
             trip_counts[inst.name] = count
-    fuse_control_flow_computations(optimized, target)
+    fuse_control_flow_computations(optimized, target, already_fused)
     run_pipeline(optimized, pipeline_of([pass_named("copy-insertion"), pass_named("scheduler")]))
     return optimized, trip_counts
 
@@ -163,9 +164,7 @@ def compile_program(
         for backend, kernel in emitted.compiled.items()
     ]
     artefact = Artefact(
-        target=ArtefactTarget(
-            _token(target.name), target.backend, target.arch, target.warp_size
-        ),
+        target=ArtefactTarget(_token(target.name), target.backend, target.arch, target.warp_size),
         program=thunks,
         allocations=allocations,
         signature=_signature(optimized),
