@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from heron.runtime.core.device import DeviceBuffer, DeviceError
+from heron.runtime.core.device import SELECTOR_TYPES, DeviceBuffer, DeviceError
 
 __all__ = [
     "Command",
@@ -30,6 +30,8 @@ __all__ = [
     "MemsetCommand",
     "WhileCommand",
     "buffers_of",
+    "check_predicate",
+    "check_selector",
     "copy_command",
     "memset_command",
     "remap",
@@ -161,3 +163,24 @@ def memset_command(buffer: DeviceBuffer, value: int, width: int) -> MemsetComman
             f"memset of '{buffer.label}': {buffer.nbytes} bytes is no multiple of {width}"
         )
     return MemsetCommand([buffer], value, width)
+
+
+def check_predicate(predicate: DeviceBuffer) -> None:
+    """A while node's predicate is one byte (a pred); DeviceError otherwise."""
+    if predicate.nbytes != 1:
+        raise DeviceError(f"record_while: the predicate is 1 byte, not {predicate.nbytes}")
+
+
+def check_selector(selector: DeviceBuffer, selector_type: str, branch_count: int) -> None:
+    """A conditional node's selector (pred: 1 byte and 2 branches; s32: 4 bytes and at
+    least one branch); DeviceError otherwise."""
+    width = SELECTOR_TYPES.get(selector_type)
+    if width is None or selector.nbytes != width:
+        raise DeviceError(
+            f"record_conditional: a {selector_type!r} selector of {selector.nbytes} bytes"
+            " (pred: 1, s32: 4)"
+        )
+    if not branch_count or (selector_type == "pred" and branch_count != 2):
+        raise DeviceError(
+            f"record_conditional: {branch_count} branches for a {selector_type} selector"
+        )

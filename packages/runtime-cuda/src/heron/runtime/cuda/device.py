@@ -60,7 +60,6 @@ import numpy as np
 
 from heron.runtime.core import commands as recorded
 from heron.runtime.core.device import (
-    SELECTOR_TYPES,
     CommandBuffer,
     Device,
     DeviceBuffer,
@@ -490,8 +489,7 @@ class CudaDevice(Device):
         body: Callable[[], None],
     ) -> None:
         self._check_conditional_nodes("while")
-        if predicate.nbytes != 1:
-            raise DeviceError(f"record_while: the predicate is 1 byte, not {predicate.nbytes}")
+        recorded.check_predicate(predicate)
         self._own(predicate)
         condition_commands = self._record_nested(condition)
         body_commands = self._record_nested(body)
@@ -506,16 +504,7 @@ class CudaDevice(Device):
         branches: Sequence[Callable[[], None]],
     ) -> None:
         self._check_conditional_nodes("conditional")
-        width = SELECTOR_TYPES.get(selector_type)
-        if width is None or selector.nbytes != width:
-            raise DeviceError(
-                f"record_conditional: a {selector_type!r} selector of {selector.nbytes} bytes"
-                " (pred: 1, s32: 4)"
-            )
-        if not branches or (selector_type == "pred" and len(branches) != 2):
-            raise DeviceError(
-                f"record_conditional: {len(branches)} branches for a {selector_type} selector"
-            )
+        recorded.check_selector(selector, selector_type, len(branches))
         self._own(selector)
         recorded_branches = [self._record_nested(branch) for branch in branches]
         self._recording[-1].append(

@@ -40,9 +40,14 @@ import numpy as np
 
 from heron.hlo import memory_budget
 from heron.hlo.control_flow import branch_index
-from heron.runtime.core.commands import copy_command, memset_command, view_label
+from heron.runtime.core.commands import (
+    check_predicate,
+    check_selector,
+    copy_command,
+    memset_command,
+    view_label,
+)
 from heron.runtime.core.device import (
-    SELECTOR_TYPES,
     CommandBuffer,
     Device,
     DeviceBuffer,
@@ -322,8 +327,7 @@ class InterpreterDevice(Device):
         body: Callable[[], None],
     ) -> None:
         self._check_conditional_nodes("record_while")
-        if predicate.nbytes != 1:
-            raise DeviceError(f"record_while: the predicate is 1 byte, not {predicate.nbytes}")
+        check_predicate(predicate)
         self._storage(predicate)
         condition_commands = commands.record_nested(self, condition)
         body_commands = commands.record_nested(self, body)
@@ -338,16 +342,7 @@ class InterpreterDevice(Device):
         branches: Sequence[Callable[[], None]],
     ) -> None:
         self._check_conditional_nodes("record_conditional")
-        width = SELECTOR_TYPES.get(selector_type)
-        if width is None or selector.nbytes != width:
-            raise DeviceError(
-                f"record_conditional: a {selector_type!r} selector of {selector.nbytes} bytes"
-                f" (pred: 1, s32: 4)"
-            )
-        if not branches or (selector_type == "pred" and len(branches) != 2):
-            raise DeviceError(
-                f"record_conditional: {len(branches)} branches for a {selector_type} selector"
-            )
+        check_selector(selector, selector_type, len(branches))
         self._storage(selector)
         recorded = [commands.record_nested(self, branch) for branch in branches]
         self._recording[-1].append(commands.ConditionalCommand([selector], selector_type, recorded))
