@@ -160,4 +160,8 @@ def describe(profile, target) -> list[str]:
         f" launch {roof.launch_seconds * 1e6:.3f} us; estimate {roof.estimate_seconds * 1e6:.3f} us"
         f" ({roof.bound} bound), {roof.bandwidth_fraction:.0%} of the bandwidth bound"
     )
+    lines.append(
+        f"  arithmetic: {roof.flops} FLOPs -> {roof.compute_seconds * 1e6:.3f} us at the"
+        f" {roof.peak} peak, intensity {roof.arithmetic_intensity:.2f} FLOP/B"
+    )
     return lines

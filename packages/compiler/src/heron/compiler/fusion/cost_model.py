@@ -20,6 +20,8 @@ overhead plus the larger of its memory time and its compute time.
   ``UNCOALESCED_PENALTY``.
 - *Bytes written*: every output, once.
 - *Flops*: per fused instruction, its elements times the opcode's cost
+  (a dot: one multiply-add per output element and contracted element,
+  :func:`dot_multiply_adds`)
   (``FLOPS_PER_ELEMENT``); a reduce costs its input's elements times its
   reducer.
 - *Parallelism*: a kernel working on fewer elements than the device has
@@ -52,8 +54,10 @@ __all__ = [
     "FLOPS_PER_ELEMENT",
     "UNCOALESCED_PENALTY",
     "KernelCost",
+    "dot_multiply_adds",
     "estimate_computation",
     "estimate_instruction",
+    "lane_operations",
     "parallel_threads",
 ]
 
@@ -231,10 +235,25 @@ def operand_reads(
     }
 
 
-def _flops(computation: Computation) -> float:
+def dot_multiply_adds(dot: Instruction) -> int:
+    """The multiply-adds a dot computes: each output element sums over its contracted dims.
+
+    One lane operation each (an FMA), the unit of the cost model's compute time; a
+    FLOP count is twice this (``heron profile`` reports both)."""
+    lhs = dot.operands[0].array_shape
+    contracted = math.prod(lhs.dims[d] for d in dot.attributes.get("lhs_contracting_dims", ()))
+    return dot.array_shape.num_elements * contracted
+
+
+def lane_operations(computation: Computation) -> float:
+    """Arithmetic lane operations of one run of ``computation`` (an FMA is one): its
+    elements times ``FLOPS_PER_ELEMENT``, a reduce its input times its reducer, a dot
+    its multiply-adds."""
     total = 0.0
     for inst in computation.instructions:
-        if inst.opcode == "reduce":
+        if inst.opcode == "dot":
+            total += dot_multiply_adds(inst)
+        elif inst.opcode == "reduce":
             reducer = inst.called("to_apply")
             per = max(1, sum(FLOPS_PER_ELEMENT.get(i.opcode, 1) for i in reducer.instructions))
             total += inst.operands[0].array_shape.num_elements * per
@@ -277,7 +296,7 @@ def estimate_computation(
         cached += max(0, reads - unique)
     del operands  # the parameters carry the operands' shapes
     write = float(_bytes(computation.root_instruction.shape))
-    flops = _flops(computation)
+    flops = lane_operations(computation)
     if threads is None:
         threads = max(_elements(computation.root_instruction.shape), 1)
     slots = target.core_count * target.threads_per_core_limit
