@@ -50,6 +50,7 @@ PACKAGES = (
     "runtime-rocm",
     "xla-compare",
     "jax",
+    "report",
 )
 #: Packages whose compile side is an extra (the device side runs without MLIR).
 COMPILE_EXTRA = ("runtime-interpreter", "runtime-cuda", "runtime-rocm")
@@ -201,6 +202,7 @@ IMPORT_NAMES = {
     **{f"runtime-{r}": f"heron.runtime.{r}" for r in ("core", "interpreter", "cuda", "rocm")},
     "xla-compare": "heron.xla_compare",
     "jax": "heron.jax",
+    "report": "heron.report",
 }
 _EMITTER_STACK = ["heron-hlo-ir", "heron-indexing", "heron-partitioner", "heron-emitters-core"]
 
@@ -260,6 +262,20 @@ ISOLATION = {
             "heron-xla-compare",
         ],
         JAX_ONLY_IN_TESTS,
+    ),
+    # heron report's page: the compiler compiles (the interpreter's compile side when no
+    # GPU backend is installed); graphviz-pure lays the graph out.
+    "report": (
+        ["report"],
+        ["heron.report"],
+        [
+            *_EMITTER_STACK,
+            "heron-runtime-core",
+            "heron-runtime-interpreter",
+            "heron-compiler",
+            "heron-report",
+        ],
+        ["llvmlite", *JAX_ONLY_IN_TESTS],
     ),
     # heron.jax: jax lowers, the compiler compiles, the interpreter runs (a GPU runtime
     # is found through the heron.backends entry points when installed).
@@ -399,6 +415,10 @@ def rocm(session: nox.Session) -> None:
     session.run("pytest", "-rs", "-m", "rocm or gpu", "packages", "tests", "--ignore=tests/oracle")
 
 
+#: The transformer block's heron report page, written by `nox -s demo`.
+DEMO_REPORT = ROOT / "build" / "demo" / "report.html"
+
+
 @nox.session
 def demo(session: nox.Session) -> None:
     """The main job: `heron run` on the GELU example, backend auto (the interpreter on CI),
@@ -408,7 +428,8 @@ def demo(session: nox.Session) -> None:
     emitter, launch and times, the outputs, and (--check) agreement with the
     reference evaluator; check_gelu.py then checks the output against GELU in float64.
     examples/transformer_block.py compiles and runs the block with heron.jax, checks
-    it against jax, and saves the executable, which heron-run then runs three times.
+    it against jax, saves the executable, which heron-run then runs three times, and
+    writes the block's heron report page to build/demo/report.html.
     """
     session.install(*(f"./packages/{f}" for f in local_closure(*CORE)), ".")
     output = Path(session.create_tmp()) / "gelu-out.npz"
@@ -430,7 +451,14 @@ def demo(session: nox.Session) -> None:
     # the saved executable then runs under heron-run, the runtime's own command.
     session.install("./packages/jax")
     artefacts = Path(session.create_tmp()) / "transformer-block"
-    session.run("python", "examples/transformer_block.py", "--out", str(artefacts))
+    session.run(
+        "python",
+        "examples/transformer_block.py",
+        "--out",
+        str(artefacts),
+        "--report",
+        str(DEMO_REPORT),
+    )
     session.run(
         "heron-run",
         str(artefacts / "transformer_block.heron"),
