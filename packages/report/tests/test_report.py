@@ -191,3 +191,34 @@ def test_command_buffers_are_shown_as_a_device_records_them():
         (1, "kernel")
     ] * 6
     assert len(recorded_program(kernels[:4], "cuda")) == 4  # under the minimum size
+
+
+def test_without_the_targets_backend_the_interpreter_compiles_and_the_page_says_so(
+    monkeypatch,
+):
+    import heron.runtime.core.registry as registry
+    from heron.compiler.target import Target
+    from heron.hlo.parser import parse_module
+    from heron.report import build_report
+    from heron.report.gather import kernel_backend
+
+    real = registry.default_backends()
+
+    class OnlyTheInterpreter:
+        def names(self):
+            return [name for name in real.names() if name == "interpreter"]
+
+    monkeypatch.setattr(registry, "default_backends", lambda: OnlyTheInterpreter())
+    target = Target.resolve(None, None)
+    backend, note = kernel_backend(target)
+    assert backend == "interpreter"
+    assert "cuda backend is not installed" in note
+    module = parse_module(
+        "HloModule m\nENTRY e {\n  p = f32[64] parameter(0)\n  ROOT n = f32[64] negate(p)\n}\n"
+    )
+    built = build_report(module, target, compare_with_xla=False)
+    (kernel,) = built.report.kernels
+    assert kernel.backend == "interpreter" and not kernel.ptx_statistics
+    assert "no PTX to measure" in kernel.ptx_note
+    assert note in built.report.notes
+    assert "no PTX here" in built.html
