@@ -2,7 +2,8 @@
 
     nox                  the default sessions below: what CI runs (.ci/run)
     nox -s demo          the main job: `heron run` on the GELU example (backend auto), checked;
-                         a transformer block in JAX through heron.jax and heron-run
+                         a transformer block in JAX through heron.jax and heron-run, and its
+                         heron report page (build/demo/report.html)
     nox -s tests         the CPU test suite (every package, the CLI, the plugin fixture), then
                          every corpus program's artefact (build/program-artefacts)
     nox -s runtime       those artefacts run by heron-run in a runtime-only environment
@@ -263,13 +264,14 @@ ISOLATION = {
         ],
         JAX_ONLY_IN_TESTS,
     ),
-    # heron report's page: the compiler compiles (the interpreter's compile side when no
-    # GPU backend is installed); graphviz-pure lays the graph out.
+    # heron report's page: the compiler compiles with heron's emitters (the interpreter's
+    # compile side when no GPU backend is installed); graphviz-pure lays the graph out.
     "report": (
         ["report"],
         ["heron.report"],
         [
             *_EMITTER_STACK,
+            "heron-emitter-plugins",
             "heron-runtime-core",
             "heron-runtime-interpreter",
             "heron-compiler",

@@ -88,6 +88,7 @@ ALLOWED = {
         "heron-indexing",
         "heron-partitioner",
         "heron-emitters-core",
+        "heron-emitter-plugins",
         "heron-compiler",
         "heron-runtime-core",
         "heron-runtime-interpreter",

@@ -222,3 +222,20 @@ def test_without_the_targets_backend_the_interpreter_compiles_and_the_page_says_
     assert "no PTX to measure" in kernel.ptx_note
     assert note in built.report.notes
     assert "no PTX here" in built.html
+
+
+def test_every_emitter_of_heron_has_a_colour_of_its_own():
+    from heron.emitters.registry import load_emitters
+    from heron.report.graph import EMITTER_COLOURS, emitter_colours
+
+    registry = load_emitters()
+    heron_own = {
+        name
+        for name in registry.names()
+        if registry.origin(name).distribution == "heron-emitter-plugins"
+    }
+    assert heron_own and heron_own <= set(EMITTER_COLOURS)
+    assert len(set(EMITTER_COLOURS.values())) == len(EMITTER_COLOURS)
+    colours = emitter_colours(["loop", "my_plugin", "another_plugin"])
+    assert colours["loop"] == EMITTER_COLOURS["loop"]
+    assert len(set(colours.values())) == 3

@@ -125,10 +125,18 @@ class _KernelCompiler:
         from heron.compiler.driver import compile_emitted
         from heron.emitters.fusion_analysis import analyse_fusion
         from heron.emitters.selection import select_emitter
+        from heron.hlo.plugin_loading import PluginError
         from heron.partitioner import partition
 
         analysis = analyse_fusion(fusion, target)  # the one analysis of this fusion
-        emitter = select_emitter(analysis).factory(analysis)
+        spec = select_emitter(analysis)
+        emitter = spec.factory(analysis)
+        if getattr(emitter, "name", None) != spec.name:  # emit_fusion's own check
+            raise PluginError(
+                f"fusion '{fusion.name}': the factory of emitter {spec.name!r} built"
+                f" {getattr(emitter, 'name', None)!r}; a factory must build the emitter its"
+                " spec names"
+            )
         start = time.perf_counter()
         emitted = emitter.emit()
         emit_seconds = time.perf_counter() - start

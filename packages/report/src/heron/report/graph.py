@@ -27,6 +27,7 @@ from heron.report.model import GraphEdge, GraphNode
 
 __all__ = [
     "DOT_EXECUTABLE",
+    "EMITTER_COLOURS",
     "GraphvizError",
     "build_graph",
     "emitter_colours",
@@ -42,21 +43,25 @@ DOT_EXECUTABLE = "graphviz-pure"
 _FORWARDING = frozenset({"tuple", "get-tuple-element", "bitcast"})
 _CONTROL = frozenset({"while", "conditional", "call"})
 
-#: Fill colours for emitters, in the order they are first needed (a legend names them).
-_PALETTE = (
-    "#8ecae6",
-    "#ffb703",
-    "#90be6d",
-    "#f4a3a8",
-    "#cdb4db",
-    "#f9c74f",
-    "#43aa8b",
-    "#f8961e",
-    "#a3c4f3",
-    "#e9c46a",
-    "#b5838d",
-    "#84a59d",
-)
+#: Fill colours of heron's own emitters: the same on every page, so that a reader
+#: learns them once (reductions in reds and pinks, data movers in purples).
+EMITTER_COLOURS = {
+    "loop": "#a7d8a0",
+    "row_normalization": "#ffe66d",
+    "reduce_row": "#ef7b8f",
+    "reduce_multirow": "#f4a3a8",
+    "reduce_column": "#e56b6f",
+    "reduce_column_small": "#ffc8dd",
+    "transpose": "#ff9f1c",
+    "concatenate": "#cdb4db",
+    "input_slices": "#b8c0ff",
+    "dynamic_update_slice": "#b5838d",
+    "scatter": "#c77dff",
+    "sort": "#8d99ae",
+    "gemm": "#4d9de0",
+}
+#: For emitters of other plugins, in name order.
+_PALETTE = ("#f9c74f", "#84a59d", "#e9c46a", "#a3c4f3", "#b5838d", "#f8961e", "#90e0ef")
 _ROLE_STYLE = {
     "control": 'shape=hexagon, style="filled", fillcolor="#fde2e4", color="#c0392b"',
     "copy": 'shape=box, style="rounded,filled", fillcolor="#eeeeee", color="#777777"',
@@ -72,9 +77,16 @@ class GraphvizError(RuntimeError):
 
 
 def emitter_colours(emitters: Sequence[str]) -> dict[str, str]:
-    """A fill colour per emitter name, stable for a given set of names (sorted)."""
-    names = sorted(set(emitters))
-    return {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(names)}
+    """A fill colour per emitter name (heron's own: fixed; others: the palette in order)."""
+    colours = {}
+    others = 0
+    for name in sorted(set(emitters)):
+        if name in EMITTER_COLOURS:
+            colours[name] = EMITTER_COLOURS[name]
+        else:
+            colours[name] = _PALETTE[others % len(_PALETTE)]
+            others += 1
+    return colours
 
 
 def _shown_computations(module: Module) -> list[Computation]:
