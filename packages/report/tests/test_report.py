@@ -77,6 +77,13 @@ def test_the_thunk_lines_follow_the_program(built):
     buffers = [t for t in walk(recorded) if isinstance(t, CommandBufferThunk)]
     assert sum(1 for line in lines if line.kind == "command_buffer") == len(buffers)
     assert sum(1 for line in lines if line.depth == 0) == len(recorded)
+    # Each fusion's launch is named once, in the schedule's order.
+    named = [
+        re.search(r"\(fusion ([^)]+)\)", line.text) or re.match(r"([^:]+):", line.text)
+        for line in lines
+        if line.kind == "kernel"
+    ]
+    assert sorted(m.group(1) for m in named) == sorted(compiled.program.kernel_of)
     for line in lines:
         assert line.depth >= 0 and line.text
 

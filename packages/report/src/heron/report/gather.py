@@ -263,7 +263,6 @@ def gather(
             )
         )
     nodes, edges = build_graph(compiled.module, program.kernel_of, emitter_of)
-    fusion_of_kernel = {k.key: k.fusions[0] for k in kernels}
     recorded = recorded_program(compiled.artefact.program, target.backend)
     xla_text, xla_note = (None, "no comparison asked for")
     if xla is not None:
@@ -278,7 +277,7 @@ def gather(
         edges=edges,
         kernels=tuple(kernels),
         kernel_of=dict(program.kernel_of),
-        thunks=tuple(thunk_lines(recorded, fusion_of_kernel)),
+        thunks=tuple(thunk_lines(recorded, program.kernel_of)),
         command_buffer_note=command_buffer_note(target.backend),
         memory=memory_picture(compiled.assignment),
         artefact_bytes=sum(a.size for a in compiled.artefact.allocations),

@@ -50,10 +50,18 @@ def _slice(piece: BufferSlice) -> str:
 
 
 def thunk_lines(
-    thunks: Sequence[Thunk], fusion_of_kernel: Mapping[str, str] | None = None
+    thunks: Sequence[Thunk], kernel_of: Mapping[str, str] | None = None
 ) -> list[ThunkLine]:
-    """One line per thunk, nested thunks indented under their parent."""
-    names = fusion_of_kernel or {}
+    """One line per thunk, nested thunks indented under their parent.
+
+    ``kernel_of`` (fusion -> kernel key, in the order thunk emission met the
+    fusions: the schedule's, loop conditions before bodies, branches in
+    order) names the fusion each kernel launch is for: launches of one key
+    come in that same order, so the n-th launch of a key is its n-th fusion.
+    """
+    waiting: dict[str, list[str]] = {}
+    for fusion, key in (kernel_of or {}).items():
+        waiting.setdefault(key, []).append(fusion)
     lines: list[ThunkLine] = []
 
     def visit(sequence: Sequence[Thunk], depth: int) -> None:
@@ -62,7 +70,8 @@ def thunk_lines(
 
     def one(thunk: Thunk, depth: int) -> None:
         if isinstance(thunk, KernelThunk):
-            fusion = names.get(thunk.image_key)
+            queue = waiting.get(thunk.image_key)
+            fusion = queue.pop(0) if queue else None
             who = f"{thunk.kernel_name}" + (
                 f" (fusion {fusion})" if fusion and fusion != thunk.kernel_name else ""
             )
