@@ -144,11 +144,15 @@ def tests(session: nox.Session) -> None:
         "--ignore=tests/oracle",
         # Arguments after `--` replace the paths; options alone keep the testpaths.
         *(session.posargs or ["packages", "tests"]),
+        # What tests keep for a reader (heron report's screenshots in headless chromium).
+        env={"HERON_TEST_ARTEFACTS": os.environ.get("HERON_TEST_ARTEFACTS", str(TEST_ARTEFACTS))},
     )
     if not session.posargs:  # the whole suite: then the artefacts `nox -s runtime` runs
         session.run("python", "programs/artefacts.py", "build", str(ARTEFACTS))
 
 
+#: Where `nox -s tests` keeps what tests leave for a reader (HERON_TEST_ARTEFACTS).
+TEST_ARTEFACTS = ROOT / "build" / "test-artefacts"
 #: Where `nox -s tests` leaves every corpus program's artefact for `nox -s runtime`.
 ARTEFACTS = ROOT / "build" / "program-artefacts"
 

@@ -34,7 +34,7 @@ def test_the_page_is_written(tmp_path, capsys):
     page = output.read_text()
     assert page.startswith("<!DOCTYPE html>")
     assert 'id="memory-picture"' in page and 'class="node fusion' in page
-    assert "module jit__lambda: 1 fusions, 1 kernels" in out
+    assert "module jit__lambda: 1 fusion, 1 kernel (" in out
     assert f"wrote {output}" in out
 
 

@@ -68,11 +68,15 @@ def run(args: argparse.Namespace) -> int:
     write_atomically(output, built.html.encode(), "-o")
     report = built.report
     print(
-        f"module {report.module}: {len(report.fusion_nodes)} fusions, {len(report.kernels)}"
-        f" kernels ({report.backend}), {len(report.thunks)} thunks,"
-        f" peak memory {report.memory.peak_bytes:,} bytes"
+        f"module {report.module}: {_count(len(report.fusion_nodes), 'fusion')},"
+        f" {_count(len(report.kernels), 'kernel')} ({report.backend}),"
+        f" {_count(len(report.thunks), 'thunk')}, peak memory {report.memory.peak_bytes:,} bytes"
     )
     if not args.no_xla and report.xla_comparison is None:
         print(f"  no XLA comparison: {report.xla_note}")
     print(f"  wrote {output} ({len(built.html):,} bytes)")
     return 0
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"

@@ -258,6 +258,7 @@ def gather(
                 partition=kept.partition,
                 indexing=kept.indexing,
                 stages=_stage_texts(kept),
+                compile_seconds=kept.emit_seconds + kernel.seconds,
                 ptx_statistics=statistics,
                 ptx_note=ptx_note,
             )

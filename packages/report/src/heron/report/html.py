@@ -89,6 +89,11 @@ _STATISTICS_PER_ROW = 4
 _OPEN_PARTITION_LINES = 24
 
 
+def _count(n: int, word: str) -> str:
+    """``1 thunk``, ``2 thunks``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
@@ -125,7 +130,8 @@ def _kernel(kernel: KernelReport, colour: str) -> str:
         f"<h3>{_e(kernel.key)}</h3>",
         f'<div class="meta">emitter <b>{_e(kernel.emitter)}</b> · hero kind <b>{_e(kernel.kind)}'
         f"</b> · grid {_dim(kernel.grid)}, block {_dim(kernel.block)} · kernel"
-        f" <code>{_e(kernel.kernel_name)}</code> ({_e(kernel.backend)})</div>",
+        f" <code>{_e(kernel.kernel_name)}</code> ({_e(kernel.backend)}) · compiled in"
+        f" {kernel.compile_seconds * 1000:.0f} ms</div>",
     ]
     if len(kernel.fusions) > 1:
         parts.append(
@@ -226,7 +232,7 @@ def render_html(report: Report, graph_svg: str, memory_svg: str, colours: Mappin
     ]
     body += [_kernel(k, colours.get(k.emitter, "#cccccc")) for k in report.kernels]
     body += [
-        f'<h2 id="thunks">Thunk sequence ({len(report.thunks)} thunks in all)</h2>',
+        f'<h2 id="thunks">Thunk sequence ({_count(len(report.thunks), "thunk")} in all)</h2>',
         f"<div class='note'>{_e(report.command_buffer_note)}</div>",
         '<div class="thunks">',
     ]

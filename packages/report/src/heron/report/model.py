@@ -53,6 +53,8 @@ class KernelReport:
     #: ``parameter: map`` lines (output-to-input indexing), or why there are none.
     indexing: tuple[str, ...]
     stages: tuple[StageText, ...]
+    #: The whole compile: emission, heron's passes, the backend's stages.
+    compile_seconds: float = 0.0
     #: PTX statistics (``heron.runtime.cuda.ptx_statistics``): name -> value, or empty.
     ptx_statistics: dict[str, object] = attrs.field(factory=dict)
     #: Why there are no PTX statistics (no CUDA compile here), else None.
