@@ -41,6 +41,7 @@ COMMANDS = (
     "heron.cli.targets",
     "heron.cli.xla",
     "heron.cli.profile",
+    "heron.cli.report",
 )
 
 EXIT_DISAGREEMENT = 1
