@@ -5,13 +5,11 @@
 copy insertion, the scheduler, buffer assignment, thunk emission), with a
 kernel compiler that keeps, for each kernel, what its compile decided:
 
-- the fusion analysis (``heron.emitters.fusion_analysis.analyse_fusion``),
-  computed once; the emitter is selected from it and built from it, exactly
-  as ``emit_fusion`` does, and the kernel then goes through
-  :func:`heron.compiler.compile_emitted` (heron's passes and the backend's
-  stages), so the hero and kind shown are the ones the kernel was emitted with;
-- the partition into subgraph functions: the partitioner run with the
-  emitter's own heroes (what ``FusionEmitter.emit`` hands it);
+- the fusion analysis and the partition into subgraph functions, as the
+  kernel's emitter was built from and emitted them (``emit_fusion`` hands them
+  on in the ``EmittedKernel``), so the hero and kind shown are the ones the
+  kernel was emitted with; the kernel then goes through
+  :func:`heron.compiler.compile_emitted` (heron's passes and the backend's stages);
 - the IR after every stage, from the driver's ``dump`` callback, with the
   driver's timings;
 - the output-to-input indexing maps of the fused computation
@@ -123,28 +121,17 @@ class _KernelCompiler:
 
     def __call__(self, fusion: Instruction, target: Target, backend: str) -> CompiledKernel:
         from heron.compiler.driver import compile_emitted
-        from heron.emitters.fusion_analysis import analyse_fusion
-        from heron.emitters.selection import select_emitter
-        from heron.hlo.plugin_loading import PluginError
-        from heron.partitioner import partition
+        from heron.emitters.selection import emit_fusion
 
-        analysis = analyse_fusion(fusion, target)  # the one analysis of this fusion
-        spec = select_emitter(analysis)
-        emitter = spec.factory(analysis)
-        if getattr(emitter, "name", None) != spec.name:  # emit_fusion's own check
-            raise PluginError(
-                f"fusion '{fusion.name}': the factory of emitter {spec.name!r} built"
-                f" {getattr(emitter, 'name', None)!r}; a factory must build the emitter its"
-                " spec names"
-            )
         start = time.perf_counter()
-        emitted = emitter.emit()
+        emitted = emit_fusion(fusion, target)
         emit_seconds = time.perf_counter() - start
         stages: list[tuple[str, str]] = []
         compiled = compile_emitted(
             emitted, target, backend, dump=lambda stage, text: stages.append((stage, text))
         )
-        partitioned = partition(emitter.computation, emitter.heroes())
+        # The analysis the kernel's emitter was built from and the partition it emitted.
+        analysis, partitioned = emitted.analysis, emitted.partitioned
         self.kept[fusion.name] = _Kept(
             kind=analysis.kind,
             heroes=tuple(
