@@ -100,7 +100,8 @@ class CustomCall:
         """What ``host`` returned (``provider`` names it) as one array per result leaf.
 
         Exactly the declared dimensions and dtypes, nothing converted: an
-        implementation that computes in another type must say so by casting.
+        implementation that computes in another type must say so by casting. A
+        numpy scalar (what arithmetic on 0-d arrays gives) stands for its 0-d array.
         """
         shapes = self.result_shapes
         if self.tuple_result:
@@ -120,12 +121,13 @@ class CustomCall:
             items = [value]
         results = []
         for k, (item, shape) in enumerate(zip(items, shapes, strict=True)):
+            if isinstance(item, np.generic):  # numpy arithmetic on 0-d arrays gives scalars
+                item = np.asarray(item)
             why = _mismatch(item, shape)
             if why is not None:
                 raise self.error(f"{provider} returned a wrong result {k}: {why}")
-            results.append(np.ascontiguousarray(item))
+            results.append(np.asarray(item, order="C"))  # (ascontiguousarray makes 0-d 1-d)
         return results
-
 
     def nest(self, leaves: Sequence[np.ndarray]) -> Any:
         """Result leaves as a value of ``result_shape``: an array, or (nested) tuples of them."""

@@ -69,8 +69,9 @@ class CustomCallSpec:
       its declared operand and result shapes, and where it is;
     - returns one numpy array for an array-shaped result, a sequence of
       arrays (one per leaf) for a tuple-shaped one, each of exactly the
-      declared dimensions and dtype. Anything else is refused with an error
-      naming the target and the instruction; nothing is converted.
+      declared dimensions and dtype (a numpy scalar of that dtype stands for a
+      0-d array). Anything else is refused with an error naming the target and
+      the instruction; nothing is converted.
 
     ``host`` must not keep or modify the operands, and must be deterministic
     (the evaluator and the executor both call it, and their results are compared).
