@@ -189,6 +189,25 @@ def test_a_custom_call_runs_through_compile_artefact_and_heron_run(example_calls
         np.testing.assert_array_equal(got, expected)
 
 
+def test_heron_run_check_runs_the_call_on_the_host_between_kernels(example_calls, tmp_path, capsys):
+    """``heron run FILE.hlo --check``: the sequential executor beside the evaluator."""
+    from heron.cli.main import main
+
+    source = tmp_path / "scan.hlo"
+    # The call's result is an output too, so --check compares it directly.
+    source.write_text(
+        SCAN.replace(
+            "ROOT n = f32[4,8] negate(cc)",
+            "n = f32[4,8] negate(cc)\n  ROOT t = (f32[4,8], f32[4,8]) tuple(n, cc)",
+        )
+    )
+    code = main(["run", str(source), "--check"])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "out1  max 0 ulp, max |difference| 0 (bitwise)" in text
+    assert "agree: every output within the tolerance" in text
+
+
 def test_a_custom_call_ends_a_command_buffer_and_the_results_still_agree(example_calls):
     a, b = _rng_inputs((4, 8), (4, 8))
     artefact = _compile(SCAN, "scan.hlo").artefact
@@ -241,9 +260,10 @@ def test_an_unknown_target_is_refused_at_compile_time_by_name_and_place():
     with pytest.raises(UnsupportedError) as info:
         _compile(text, "unknown.hlo")
     message = str(info.value)
-    assert message.startswith("unknown.hlo:6:3: error: cannot run instruction 'cc' (custom-call")
-    assert "in computation 'main'" in message
-    assert "custom_call_target 'nobody.provides_this' is provided by no installed plugin" in message
+    assert message.startswith(
+        "unknown.hlo:6:3: error: custom-call 'cc' in computation 'main': custom_call_target"
+        " 'nobody.provides_this' is provided by no installed plugin"
+    )
 
 
 def test_the_heron_command_refuses_an_unknown_target_with_status_2(tmp_path, capsys):
@@ -253,13 +273,18 @@ def test_the_heron_command_refuses_an_unknown_target_with_status_2(tmp_path, cap
     source.write_text(SCAN.replace(example.TARGET, "nobody.provides_this"))
     for argv in (
         ["run", str(source), "--backend", "reference"],
+        ["run", str(source), "--check"],
         ["compile", str(source), "--executable", str(tmp_path / "x.heron")],
     ):
         code = main(argv)
-        err = capsys.readouterr().err
+        out, err = capsys.readouterr()
         assert code == 2, err
-        assert "custom_call_target 'nobody.provides_this' is provided by no installed plugin" in err
-        assert "'cc'" in err and "in computation 'main'" in err and "unknown.hlo:6:3" in err
+        assert "loop_add_fusion" not in out  # refused before any kernel ran
+        assert (
+            f"{source}:6:3: error: custom-call 'cc' in computation 'main': custom_call_target"
+            in err
+        )
+        assert "'nobody.provides_this' is provided by no installed plugin" in err
         assert "Traceback" not in err
 
 

@@ -300,17 +300,9 @@ class _Emitter:
 
     def custom_call(self, inst: Instruction) -> CustomCallThunk:
         """A host custom call; its target must be installed now, not first at run time."""
-        from heron.hlo.custom_calls.call import custom_call_of
-        from heron.hlo.custom_calls.registry import default_custom_calls
+        from heron.hlo.custom_calls.registry import resolve
 
-        call = custom_call_of(inst)
-        registry = default_custom_calls()
-        if call.target not in registry:
-            raise UnsupportedError(
-                f"cannot run instruction {describe(inst)} in computation"
-                f" '{call.computation}': {registry.unknown(call.target)}",
-                inst.location,
-            )
+        call, _ = resolve(inst)
         return CustomCallThunk(
             target=call.target,
             name=call.instruction,

@@ -19,8 +19,15 @@ from typing import Any
 import numpy as np
 
 from heron.hlo.custom_calls import hookspecs
-from heron.hlo.custom_calls.call import CustomCall, CustomCallError, UnknownCustomCallTarget
+from heron.hlo.custom_calls.call import (
+    CustomCall,
+    CustomCallError,
+    UnknownCustomCallTarget,
+    custom_call_of,
+)
 from heron.hlo.custom_calls.hookspecs import GROUP, CustomCallSpec
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.ir import Instruction
 from heron.hlo.plugin_loading import PluginOrigin, load_specs
 
 __all__ = [
@@ -28,6 +35,7 @@ __all__ = [
     "default_custom_calls",
     "load_custom_calls",
     "registered",
+    "resolve",
 ]
 
 
@@ -107,6 +115,25 @@ class CustomCallRegistry:
         except Exception as exc:
             raise call.error(f"{provider} raised {type(exc).__name__}: {exc}") from exc
         return call.check_results(value, provider)
+
+
+def resolve(
+    inst: Instruction, registry: CustomCallRegistry | None = None
+) -> tuple[CustomCall, CustomCallRegistry]:
+    """A custom-call instruction's call, and the registry that provides its target.
+
+    The one refusal of an unknown target before anything runs, for the
+    evaluator, the compiler and the sequential executor alike: an
+    ``UnsupportedError`` at the instruction's location naming the target, the
+    instruction and its computation.
+    """
+    registry = default_custom_calls() if registry is None else registry
+    call = custom_call_of(inst)
+    if call.target not in registry:
+        error = UnsupportedError(f"{call.where}: {registry.unknown(call.target)}", inst.location)
+        error.names_instruction = True  # type: ignore[attr-defined]
+        raise error
+    return call, registry
 
 
 def load_custom_calls(path: Sequence[str] | None = None) -> CustomCallRegistry:

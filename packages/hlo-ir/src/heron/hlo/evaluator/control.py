@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from heron.hlo.control_flow import branch_index, conditional_branches
-from heron.hlo.custom_calls.call import CustomCallError, UnknownCustomCallTarget, custom_call_of
-from heron.hlo.custom_calls.registry import default_custom_calls
-from heron.hlo.errors import HloEvaluationError, UnsupportedError
+from heron.hlo.custom_calls.call import CustomCallError
+from heron.hlo.custom_calls.registry import resolve
+from heron.hlo.errors import HloEvaluationError
 from heron.hlo.evaluator.interpreter import (
     MAX_WHILE_ITERATIONS_ENV,
     TOKEN,
@@ -139,15 +139,12 @@ def _done(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
 
 def _custom_call(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
     """The target's host implementation on the operands' array leaves (the plugin ABI)."""
-    call = custom_call_of(inst)
+    call, registry = resolve(inst)  # an unknown target: UnsupportedError, named and placed
     try:
-        results = default_custom_calls().invoke(
-            call, [leaf for op in ops for leaf in flatten_literal(op)]
-        )
+        results = registry.invoke(call, [leaf for op in ops for leaf in flatten_literal(op)])
     except CustomCallError as error:
-        # The message names the call and the target already; the error carries the location.
-        cls = UnsupportedError if isinstance(error, UnknownCustomCallTarget) else HloEvaluationError
-        refused = cls(str(error), inst.location)
+        # The message names the call, the target and the plugin; the error carries the place.
+        refused = HloEvaluationError(str(error), inst.location)
         refused.names_instruction = True  # type: ignore[attr-defined]
         raise refused from error
     return call.nest(results)
