@@ -75,8 +75,9 @@ class CustomCall:
         """``custom-call 'cc' in computation 'main'``: how every message names the call."""
         return f"custom-call '{self.instruction}' in computation '{self.computation}'"
 
-    def error(self, message: str, cls: type[CustomCallError] = CustomCallError) -> CustomCallError:
-        return cls(f"{self.where} (custom_call_target '{self.target}'): {message}")
+    def error(self, message: str) -> CustomCallError:
+        """An error about this call: names the instruction, its computation and the target."""
+        return CustomCallError(f"{self.where} (custom_call_target '{self.target}'): {message}")
 
     def check_operands(self, operands: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
         """``operands`` as the read-only arrays the implementation gets (checked: a bug
