@@ -252,6 +252,29 @@ def test_a_tuple_result_and_two_operands_reach_the_host_as_leaves():
         np.testing.assert_array_equal(value[1], expected[1])
 
 
+def test_operands_and_results_are_logical_whatever_the_layout():
+    text = """HloModule lay, entry_computation_layout={(f32[4,8]{0,1})->f32[4,8]{0,1}}
+ENTRY main {
+  a = f32[4,8]{0,1} parameter(0)
+  ROOT cc = f32[4,8]{0,1} custom-call(a), custom_call_target="test.row_sums"
+}
+"""
+    seen = []
+
+    def row_sums(operands, call):
+        seen.append(np.array(operands[0]))
+        return np.cumsum(operands[0], axis=1, dtype=np.float32)
+
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    with registered(CustomCallSpec("test.row_sums", row_sums)):
+        artefact = _compile(text, "layout.hlo").artefact
+        (thunk,) = [t for t in walk(artefact.program) if isinstance(t, CustomCallThunk)]
+        assert thunk.operand_shapes == ("f32[4,8]{0,1}",)  # column-major bytes on the device
+        (got,) = load_executable(artefact, _device(artefact)).run([x])
+    np.testing.assert_array_equal(seen[0], x)
+    np.testing.assert_array_equal(got, np.cumsum(x, axis=1))
+
+
 # -- refusals --------------------------------------------------------------------------
 
 
@@ -338,3 +361,23 @@ def test_the_example_target_cannot_be_registered_twice(example_calls):
     with pytest.raises(CustomCallError, match=f"'{example.TARGET}' is registered twice"):
         example_calls.register(spec)
     assert example.TARGET in example_calls  # the refused registration removed nothing
+
+
+def test_heron_plugins_lists_the_installed_targets(tmp_path, monkeypatch, capsys):
+    from heron.cli.main import main
+
+    info = tmp_path / "heron_cli_calls-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: heron-cli-calls\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{GROUP}]\ncalls = heron_cli_calls\n")
+    (tmp_path / "heron_cli_calls.py").write_text(
+        "from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl\n"
+        "@hookimpl\n"
+        "def heron_custom_call_specs():\n"
+        "    return CustomCallSpec('cli.copy', lambda operands, call: operands[0])\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    _, calls = out.split("custom-call targets (entry-point group heron.custom_calls")
+    assert "  cli.copy  host  from heron-cli-calls 0.1 (calls = heron_cli_calls)" in calls
