@@ -396,7 +396,11 @@ ENTRY %main (a: f32[4]) -> f32[4] {
 
 
 def test_an_instruction_no_emitter_takes_is_refused_by_name(executables) -> None:
-    with pytest.raises(UnsupportedError, match=r"'c' \(custom-call, f32\[4\]"):
+    with pytest.raises(
+        UnsupportedError,
+        match=r"custom-call 'c' in computation 'main': custom_call_target 'foo' is provided by"
+        " no installed plugin",
+    ):
         compile_program(parse_module(UNSUPPORTED), executables.target, ("interpreter",))
 
 

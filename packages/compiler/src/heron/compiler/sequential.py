@@ -12,7 +12,8 @@ simplification, which inlines JAX's helper calls and removes dead and repeated
 work, then the fusion passes; a module that is already fused keeps its
 fusions); what the fusion passes leave outside a fusion
 besides host instructions is an op no emitter takes (dot, sort, ...), refused
-here with the instruction named.
+here with the instruction named; a custom call runs on the host, by the
+plugin that provides its target (:mod:`heron.hlo.custom_calls`).
 
 Values between instructions are logical numpy arrays (or tuples of them), the
 form the reference evaluator uses, so the results compare directly with it.
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
+from heron.hlo.custom_calls.registry import resolve
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes import run_pipeline
@@ -110,6 +112,9 @@ def run_module(
             f"entry computation '{entry.name}' takes {len(parameters)} arguments,"
             f" given {len(arguments)}"
         )
+    for inst in entry.instructions:  # an unknown custom-call target, before any kernel runs
+        if inst.opcode == "custom-call":
+            resolve(inst)
     values: dict[int, Value] = {}
     records: list[KernelRecord] = []
     for inst in entry.post_order():
@@ -137,6 +142,8 @@ def run_module(
             values[id(inst)] = _unflatten(inst.shape, iter(run.outputs))
         elif inst.opcode in HOST_OPCODES:
             values[id(inst)] = _host(inst, operands, arguments)
+        elif inst.opcode == "custom-call":
+            values[id(inst)] = _custom_call(inst, operands)
         elif inst.opcode in REFUSED_OPCODES:
             raise refusal(inst)
         else:
@@ -167,6 +174,14 @@ def _host(inst: Instruction, operands: list[Value], arguments: Sequence[np.ndarr
             raise UnsupportedError(f"{describe(inst)}: index={index} selects no tuple element")
         return value[index]
     return _bitcast(inst, operands[0])
+
+
+def _custom_call(inst: Instruction, operands: list[Value]) -> Value:
+    """A custom call on the host, by its ``heron.custom_calls`` plugin (values are host
+    arrays here already); an unknown target is refused naming it and where it is."""
+    call, registry = resolve(inst)
+    leaves = [leaf for value in operands for leaf in _flatten(value)]
+    return call.nest(registry.invoke(call, leaves))
 
 
 def _bitcast(inst: Instruction, value: Value) -> np.ndarray:

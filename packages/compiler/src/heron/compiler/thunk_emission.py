@@ -28,8 +28,13 @@ its operands and results:
 - ``conditional``: a ``ConditionalThunk`` on the pred or s32 selector's slice,
   each branch's thunks followed by copies of its result into the
   conditional's slices where they differ.
+- ``custom-call``: a ``CustomCallThunk`` over its operand and result leaves
+  slices, with its attributes, run by the target's host implementation
+  (:mod:`heron.hlo.custom_calls`); a target no installed ``heron.custom_calls``
+  plugin provides is refused here, naming it, the instruction and its
+  computation, at its location.
 - anything else (a dot or sort the fusion passes left unfused, a
-  convolution, a custom call ...): refused, naming the instruction.
+  convolution ...): refused, naming the instruction.
 
 Kernels are compiled by the caller's ``compile`` function (one call per
 distinct fusion: fusions with the same body, kind and shapes share one kernel
@@ -57,6 +62,7 @@ from heron.runtime.core.thunks import (
     BufferSlice,
     ConditionalThunk,
     CopyThunk,
+    CustomCallThunk,
     KernelThunk,
     Thunk,
     WhileThunk,
@@ -176,6 +182,8 @@ class _Emitter:
             return [self.loop(inst)]
         if op == "conditional":
             return [self.conditional(inst)]
+        if op == "custom-call":
+            return [self.custom_call(inst)]
         if op in REFUSED_OPCODES:
             raise refusal(inst)
         raise UnsupportedError(
@@ -287,6 +295,26 @@ class _Emitter:
                     inst.location,
                 )
         return moves(self.leaves(operand), self.leaves(inst))
+
+    # -- custom calls ------------------------------------------------------------------
+
+    def custom_call(self, inst: Instruction) -> CustomCallThunk:
+        """A host custom call; its target must be installed now, not first at run time."""
+        from heron.hlo.custom_calls.registry import resolve
+
+        call, _ = resolve(inst)
+        return CustomCallThunk(
+            target=call.target,
+            name=call.instruction,
+            computation=call.computation,
+            operands=[piece for operand in inst.operands for piece in self.leaves(operand)],
+            operand_shapes=[str(shape) for shape in call.operand_shapes],
+            results=self.leaves(inst),
+            result_shape=str(call.result_shape),
+            backend_config=call.backend_config,
+            opaque=call.opaque,
+            api_version=call.api_version,
+        )
 
     # -- control flow ------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ bytes, and decides the command buffers for this device
 (:func:`heron.runtime.core.command_buffers.for_device`: recorded where the
 device has conditional nodes, split around while and conditional thunks where
 it has none; none at all with ``command_buffers=False``). A library call is
-refused at load, naming the library and operation (GEMM comes with issue 17).
+refused at load, naming the library and operation (GEMM comes with issue 17);
+so is a custom call whose target no installed ``heron.custom_calls`` plugin
+provides, naming the target and the instruction (:mod:`heron.runtime.core.host_calls`).
 
 :meth:`Executable.run` takes the entry's arguments as logical numpy arrays
 (parameter order; each exactly its parameter's shape and element type),
@@ -32,6 +34,9 @@ How each thunk runs:
   with one, the body that many times and the condition never (XLA's
   WhileThunk does the same);
 - conditional: the selector read back, :meth:`ConditionalThunk.branch_for`;
+- custom call: its operands copied to the host, the plugin's host
+  implementation called, its results checked and copied back
+  (:class:`~heron.runtime.core.host_calls.HostCalls`); never in a command buffer;
 - command buffer: recorded on its first execution (while and conditional
   thunks inside as conditional nodes) and replayed, then replayed on every
   later one; when a slice's view changed since (an allocation bound to
@@ -58,6 +63,7 @@ import numpy as np
 from heron.hlo.errors import HloError
 from heron.hlo.memory_layout import from_memory, memory_bytes, memory_dtype, to_memory
 from heron.hlo.parser import parse_shape
+from heron.hlo.plugin_loading import PluginError
 from heron.hlo.shapes import ArrayShape
 from heron.runtime.core.artefact import Artefact
 from heron.runtime.core.command_buffers import MIN_GRAPH_SIZE, for_device
@@ -68,11 +74,13 @@ from heron.runtime.core.device import (
     DeviceError,
     LoadedKernel,
 )
+from heron.runtime.core.host_calls import HostCalls
 from heron.runtime.core.thunks import (
     BufferSlice,
     CommandBufferThunk,
     ConditionalThunk,
     CopyThunk,
+    CustomCallThunk,
     KernelThunk,
     LibraryCallThunk,
     MemsetThunk,
@@ -195,6 +203,8 @@ def _describe(thunk: Thunk) -> tuple[str, str]:
             kinds[inner.kind] = kinds.get(inner.kind, 0) + 1
         summary = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
         return f"command buffer of {len(thunk.thunks)} thunks ({summary})", ""
+    if isinstance(thunk, CustomCallThunk):
+        return f"custom call {thunk.target} ('{thunk.name}')", "host"
     return thunk.kind, ""
 
 
@@ -231,6 +241,10 @@ class Executable:
                     f"library call {thunk.library}.{thunk.operation} is not supported by heron's"
                     " executor yet (library calls such as GEMM come with issue 17)"
                 )
+        try:
+            self.host_calls = HostCalls(artefact.program)
+        except PluginError as error:  # an unknown target, or a plugin that fails to load
+            raise ExecutorError(str(error)) from None
         self.parameter_shapes = tuple(
             _array_shape(text, f"parameter {i}")
             for i, text in enumerate(artefact.signature.parameters)
@@ -463,6 +477,8 @@ class Executable:
             self._sequence(thunk.branches[branch], f"{path}.branch{branch}.")
         elif isinstance(thunk, CommandBufferThunk):
             self._command_buffer(thunk, path)
+        elif isinstance(thunk, CustomCallThunk):
+            self._timed(thunk, path, lambda: self.host_calls.run(thunk, device, self._view))
         else:  # library calls were refused at load
             raise ExecutorError(f"{thunk.kind} thunk at {path} cannot be executed")
 
