@@ -18,6 +18,8 @@ import enum
 import struct
 from types import SimpleNamespace
 
+import ml_dtypes
+import numpy as np
 import pytest
 from heron_test_support.fake_gpu_driver import FakeGpuDriver, aliases
 
@@ -165,7 +167,7 @@ class FakeCuda(FakeGpuDriver):
 
     def _cuStreamCreate(self, flags):
         self.streams += 1
-        return (OK, f"stream{self.streams}")
+        return (OK, 0x5000 + self.streams)  # a CUstream converts to its handle's int
 
     def _cuGetErrorString(self, code):
         return (OK, f"text of {code.name}".encode())
@@ -244,3 +246,164 @@ class FakeCuda(FakeGpuDriver):
 @pytest.fixture
 def fake_cuda():
     return FakeCuda
+
+
+class FakeCublasLt:
+    """A stand-in for ``nvmath.bindings.cublasLt``: records every argument, then computes.
+
+    Its enums and attribute types are the real module's (so the wrapper is
+    checked against nvmath's values); descriptors, layouts and preferences are
+    dictionaries of the attribute values the wrapper set (decoded from the
+    bytes it passed, in the attribute's own type); ``matmul`` records its
+    arguments and puts a column-major GEMM of exactly those arguments on the
+    stream (``heron_test_support.fake_blas``), through ``memory``, run at once
+    or captured by ``driver`` when given. ``no_algorithm(desc, layouts)``
+    makes the heuristic find none.
+    """
+
+    def __init__(self, memory=None, driver=None, no_algorithm=lambda desc, layouts: False):
+        from nvmath.bindings import cublasLt as real
+
+        self.real = real
+        for name in (
+            "MatrixLayoutAttribute",
+            "MatmulDescAttribute",
+            "MatmulPreferenceAttribute",
+            "Order",
+            "Epilogue",
+            "MatmulHeuristicResult",
+            "get_matrix_layout_attribute_dtype",
+            "get_matmul_desc_attribute_dtype",
+            "get_matmul_preference_attribute_dtype",
+        ):
+            setattr(self, name, getattr(real, name))
+        from heron_test_support.fake_blas import HostMemory
+
+        self.memory = memory or HostMemory()
+        self.driver = driver
+        self.no_algorithm = no_algorithm
+        self.objects: dict[int, dict] = {}
+        self.matmuls: list[dict] = []
+        self.destroyed: list[int] = []
+        self.heuristics = 0
+
+    def _new(self, **fields):
+        handle = 100 + len(self.objects)
+        self.objects[handle] = dict(fields)
+        return handle
+
+    @staticmethod
+    def _value(dtype, pointer, size):
+        raw = ctypes.string_at(pointer, size)
+        assert len(raw) == np.dtype(dtype).itemsize, "attribute size"
+        return np.frombuffer(raw, dtype)[0].item()
+
+    def create(self):
+        return self._new(kind="handle")
+
+    def matmul_desc_create(self, compute_type, scale_type):
+        return self._new(kind="desc", compute_type=compute_type, scale_type=scale_type)
+
+    def matmul_desc_set_attribute(self, desc, attribute, pointer, size):
+        dtype = self.real.get_matmul_desc_attribute_dtype(attribute)
+        self.objects[desc][self.real.MatmulDescAttribute(attribute).name] = self._value(
+            dtype, pointer, size
+        )
+
+    def matrix_layout_create(self, data_type, rows, cols, ld):
+        return self._new(kind="layout", TYPE=data_type, ROWS=rows, COLS=cols, LD=ld)
+
+    def matrix_layout_set_attribute(self, layout, attribute, pointer, size):
+        dtype = self.real.get_matrix_layout_attribute_dtype(attribute)
+        self.objects[layout][self.real.MatrixLayoutAttribute(attribute).name] = self._value(
+            dtype, pointer, size
+        )
+
+    def matmul_preference_create(self):
+        return self._new(kind="preference")
+
+    def matmul_preference_set_attribute(self, preference, attribute, pointer, size):
+        dtype = self.real.get_matmul_preference_attribute_dtype(attribute)
+        name = self.real.MatmulPreferenceAttribute(attribute).name
+        self.objects[preference][name] = self._value(dtype, pointer, size)
+
+    def matmul_algo_get_heuristic(self, handle, desc, a, b, c, d, preference, count, out, found):
+        self.heuristics += 1
+        assert count == 1 and self.objects[preference]["MAX_WORKSPACE_BYTES"] > 0
+        layouts = [self.objects[x] for x in (a, b, c, d)]
+        none = self.no_algorithm(self.objects[desc], layouts)
+        ctypes.c_int32.from_address(found).value = 0 if none else 1
+
+    def _destroy(self, handle):
+        self.destroyed.append(handle)
+
+    matmul_preference_destroy = matrix_layout_destroy = matmul_desc_destroy = _destroy
+
+    def matmul(self, handle, desc, alpha, a, adesc, b, bdesc, beta, c, cdesc, d, ddesc, algo,
+               workspace, workspace_size, stream):  # fmt: skip
+        record = dict(
+            desc=dict(self.objects[desc]),
+            a=(a, dict(self.objects[adesc])),
+            b=(b, dict(self.objects[bdesc])),
+            c=(c, dict(self.objects[cdesc])),
+            d=(d, dict(self.objects[ddesc])),
+            workspace=(workspace, workspace_size),
+            stream=stream,
+        )
+        record["alpha"], record["beta"] = (
+            self._scalar(record["desc"]["scale_type"], p) for p in (alpha, beta)
+        )
+        self.matmuls.append(record)
+        if self.driver is not None:
+            self.driver.run(("call", lambda: self.compute(record)), stream)
+        else:
+            self.compute(record)
+
+    def _scalar(self, scale_type, pointer):
+        dtype = {0: np.float32, 1: np.float64, 10: np.int32}[int(scale_type)]
+        return np.frombuffer(ctypes.string_at(pointer, np.dtype(dtype).itemsize), dtype)[0]
+
+    def compute(self, record):
+        """What cuBLASLt computes from the recorded arguments (column-major)."""
+        from heron_test_support.fake_blas import Matrix, column_major_gemm
+
+        types = {0: np.float32, 1: np.float64, 2: np.float16, 14: ml_dtypes.bfloat16, 3: np.int8}
+        types[10] = np.int32  # cudaDataType_t: CUDA_R_32I
+        accumulate = {68: np.float32, 70: np.float64, 72: np.int32}[record["desc"]["compute_type"]]
+
+        def matrix(address, layout):
+            assert layout.get("ORDER", 0) == int(self.real.Order.COL)
+            return Matrix(
+                address,
+                types[layout["TYPE"]],
+                layout["ROWS"],
+                layout["COLS"],
+                layout["LD"],
+                layout.get("STRIDED_BATCH_OFFSET", 0),
+            )
+
+        desc = record["desc"]
+        batch = record["d"][1].get("BATCH_COUNT", 1)
+        epilogue = self.real.Epilogue(desc.get("EPILOGUE", 1)).name
+        bias = None
+        if "BIAS" in epilogue:
+            bias = (desc["BIAS_POINTER"], types[desc["BIAS_DATA_TYPE"]])
+        column_major_gemm(
+            self.memory,
+            batch,
+            matrix(*record["a"]),
+            matrix(*record["b"]),
+            matrix(*record["d"]),
+            accumulate,
+            record["alpha"],
+            record["beta"],
+            bias,
+            relu="RELU" in epilogue,
+            transpose=lambda side: bool(desc.get(f"TRANS{side.upper()}", 0)),
+        )
+
+
+@pytest.fixture
+def fake_cublaslt():
+    pytest.importorskip("nvmath", reason="the cuBLASLt stand-in borrows nvmath-python's enums")
+    return FakeCublasLt

@@ -10,7 +10,9 @@ memory (one bytearray, addresses from :data:`BASE`) that copies and memsets
 really read and write through the host addresses given; a stream runs work at
 once unless it is capturing, when the calls become graph nodes instead; a
 graph launch runs its nodes; a graph update takes a graph of the same
-topology (node kinds in order) and refuses another.
+topology (node kinds in order) and refuses another. A stand-in library
+(cuBLASLt, hipBLAS) puts its work on a stream as a ``("call", function)``
+node, run now or captured like any other.
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ class FakeGpuDriver:
             self.memory[d : d + width * count] = pattern * count
         elif kind == "launch":
             self.launched.append(node[1])
+        elif kind == "call":  # a library's work on the stream (a stand-in library's closure)
+            node[1]()
         else:
             raise AssertionError(f"fake: unknown node {kind}")
 
@@ -156,6 +160,23 @@ class FakeGpuDriver:
             return False
         executable.nodes = list(graph.nodes)
         return True
+
+    def device_memory(self) -> Any:
+        """This driver's memory for a stand-in library (``heron_test_support.fake_blas.Memory``)."""
+        from heron_test_support.fake_blas import Memory
+
+        driver = self
+
+        class DriverMemory(Memory):
+            def read(self, address: int, nbytes: int) -> bytes:
+                start = driver.slot(address, nbytes)
+                return bytes(driver.memory[start : start + nbytes])
+
+            def write(self, address: int, data: bytes) -> None:
+                start = driver.slot(address, len(data))
+                driver.memory[start : start + len(data)] = data
+
+        return DriverMemory()
 
     def _nothing(self, *arguments):
         return (self.OK,)

@@ -10,7 +10,11 @@ replayed (``cuGraphLaunch``), updated by capturing again
 (``cuGraphExecUpdate``, instantiating anew when refused), and event timers.
 :class:`CapturingDevice` holds that logic once; a vendor's device names its
 calls (:class:`DriverCalls`) and implements what differs: loading kernels,
-packing and launching them, and (CUDA) conditional nodes.
+packing and launching them, and (CUDA) conditional nodes. Library calls
+(:mod:`heron.runtime.core.library_calls`) go to a vendor :class:`Library`
+(cuBLASLt, hipBLAS) that the subclass opens (:meth:`CapturingDevice._open_library`),
+issued on the device's stream like any command, so that they are captured
+into graphs too.
 
 Every driver call returns ``(result, *values)``; a non-zero result is a
 :class:`DeviceError` naming the device, the call and the error. This module
@@ -38,7 +42,14 @@ from heron.runtime.core.device import (
 )
 from heron.runtime.core.driver_probe import DriverStatus
 
-__all__ = ["CapturingDevice", "DeviceGraph", "DriverCalls", "EventTimer", "host_bytes"]
+__all__ = [
+    "CapturingDevice",
+    "DeviceGraph",
+    "DriverCalls",
+    "EventTimer",
+    "Library",
+    "host_bytes",
+]
 
 
 @attrs.frozen
@@ -65,6 +76,21 @@ class DriverCalls:
     record_event: str
     synchronize_event: str
     elapsed_time: str
+
+
+class Library(abc.ABC):
+    """A vendor library serving library calls on raw device addresses (cuBLASLt, hipBLAS)."""
+
+    #: The library's name in reports (``cublasLt``, ``hipblas``).
+    name: str = ""
+
+    @abc.abstractmethod
+    def offers(self, call: Any) -> bool:
+        """Whether it can compute ``call`` exactly by its contract (asked at load time)."""
+
+    @abc.abstractmethod
+    def run(self, call: Any, addresses: Sequence[int], stream: Any) -> None:
+        """Put ``call`` on ``stream`` over the device ``addresses`` (the contract's order)."""
 
 
 class CapturingDevice(Device):
@@ -99,6 +125,10 @@ class CapturingDevice(Device):
         self._recording: list[list[recorded.Command]] = []
         #: Kernels launched so far (immediately; a replayed graph counts its own).
         self.launches = 0
+        #: operation -> its library here, once opened (None: none; see library_reasons).
+        self._libraries: dict[str, Library | None] = {}
+        #: operation -> why no library serves it here (for reports).
+        self.library_reasons: dict[str, str] = {}
 
     # -- the driver ----------------------------------------------------------------------
     def _call(self, name: str, *arguments: Any) -> Any:
@@ -234,6 +264,31 @@ class CapturingDevice(Device):
         )
         self._issue(command)
 
+    # -- library calls -------------------------------------------------------------------
+    def _open_library(self, operation: str) -> Library:
+        """The vendor library for ``operation``; DeviceError saying why there is none."""
+        raise DeviceError(f"{self.description}: no library for {operation}")
+
+    def _library(self, operation: str) -> Library | None:
+        if operation not in self._libraries:
+            try:
+                self._libraries[operation] = self._open_library(operation)
+            except DeviceError as error:
+                self._libraries[operation] = None
+                self.library_reasons[operation] = str(error)
+        return self._libraries[operation]
+
+    def library_for(self, call: Any) -> str | None:
+        library = self._library(getattr(call, "operation", ""))
+        return library.name if library is not None and library.offers(call) else None
+
+    def library_call(self, call: Any, buffers: Sequence[DeviceBuffer]) -> None:
+        if self.library_for(call) is None:
+            raise DeviceError(f"{self.description}: no library runs {call!r}")
+        for buffer in buffers:
+            self._own(buffer)
+        self._issue(recorded.LibraryCallCommand(call, list(buffers)))
+
     # -- commands ------------------------------------------------------------------------
     def _issue(self, command: recorded.Command) -> None:
         if self._recording:
@@ -266,6 +321,10 @@ class CapturingDevice(Device):
                     count,
                     stream,
                 )
+        elif isinstance(command, recorded.LibraryCallCommand):
+            library = self._libraries[command.call.operation]
+            assert library is not None  # library_call checked it
+            library.run(command.call, [int(b.handle) for b in command.buffers], stream)
         elif isinstance(command, recorded.WhileCommand):
             self._capture_while(command, stream, depth)
         elif isinstance(command, recorded.ConditionalCommand):

@@ -49,6 +49,12 @@ recording, capture, replay and update of graphs, event timers) is
 :class:`heron.runtime.core.gpu_device.CapturingDevice`'s, here with CUDA's call
 names (:data:`CUDA_CALLS`); this module adds what is CUDA's own.
 
+- Library calls: GEMM through cuBLASLt (:mod:`~.cublaslt`, nvmath-python's
+  bindings, the extra ``heron-runtime-cuda[libraries]``), on the device's
+  stream, captured into graphs like the rest; opened on the first call the
+  executor asks about, with a workspace from ``cuMemAlloc``. Without
+  nvmath-python or ``libcublasLt`` the device offers no library and the
+  executor runs heron's GEMM kernels (``library_reasons`` says why).
 - Timing: ``cuEventCreate`` / ``cuEventRecord`` on the stream /
   ``cuEventSynchronize`` / ``cuEventElapsedTime``.
 - Properties: ``cuDeviceGetAttribute`` and ``cuDeviceTotalMem`` mapped onto
@@ -58,12 +64,19 @@ names (:data:`CUDA_CALLS`); this module adds what is CUDA's own.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from heron.runtime.core import commands as recorded
 from heron.runtime.core.device import DeviceError, KernelImage, LoadedKernel
-from heron.runtime.core.gpu_device import CapturingDevice, DeviceGraph, DriverCalls, EventTimer
+from heron.runtime.core.gemm import GEMM
+from heron.runtime.core.gpu_device import (
+    CapturingDevice,
+    DeviceGraph,
+    DriverCalls,
+    EventTimer,
+    Library,
+)
 from heron.runtime.cuda.conditional import (
     BRANCH_KERNEL,
     MINIMUM_DRIVER,
@@ -116,6 +129,13 @@ CudaGraph = DeviceGraph
 CudaTimer = EventTimer
 
 
+def _cublaslt(device: CudaDevice) -> Library:
+    """cuBLASLt for ``device``, its workspace allocated on it (imported only when asked)."""
+    from heron.runtime.cuda.cublaslt import CublasLt
+
+    return CublasLt(lambda nbytes: int(device.allocate(nbytes, "cublasLt workspace").handle))
+
+
 class _Kernel:
     """A loaded function: its module, handle, parameter layout and opted-in shared memory."""
 
@@ -132,12 +152,17 @@ class CudaDevice(CapturingDevice):
     backend = "cuda"
     calls = CUDA_CALLS
 
-    def __init__(self, ordinal: int = 0, *, bindings: Any = None) -> None:
+    def __init__(
+        self, ordinal: int = 0, *, bindings: Any = None, libraries: Mapping[str, Any] | None = None
+    ) -> None:
+        """``libraries``: operation -> a function making its :class:`Library` from the
+        device (tests pass stand-ins); by default GEMM is cuBLASLt's."""
         if bindings is None:
             try:
                 from cuda.bindings import driver as bindings
             except ImportError as exc:
                 raise DeviceError(f"the CUDA device needs cuda-python ({exc})") from exc
+        self._library_makers = dict(libraries) if libraries is not None else {GEMM: _cublaslt}
         self._open(bindings, probe(bindings), ordinal, "driver")
         self._cu = bindings
         self.compute_capability: tuple[int, int] = self.info.compute_capability
@@ -180,6 +205,12 @@ class CudaDevice(CapturingDevice):
 
     def _create_event(self) -> Any:
         return self._call("cuEventCreate", _CU_EVENT_DEFAULT)
+
+    def _open_library(self, operation: str) -> Library:
+        maker = self._library_makers.get(operation)
+        if maker is None:
+            raise DeviceError(f"{self.description}: no library for {operation}")
+        return maker(self)
 
     # -- Device --------------------------------------------------------------------------
     @property

@@ -30,6 +30,10 @@ recording, capture, replay and update of graphs, event timers) is
 :class:`heron.runtime.core.gpu_device.CapturingDevice`'s, here with HIP's call
 names (:data:`HIP_CALLS`); this module adds loading and launching code objects.
 
+- Library calls: GEMM through hipBLAS (:mod:`~.hipblas`,
+  ``hipblasGemmStridedBatchedEx`` from rocm-bindings-libraries, the extra
+  ``heron-runtime-rocm[libraries]``) for the calls it can express (no bias or
+  activation epilogue); elsewhere heron's GEMM kernels run.
 - Timing: ``hipEventCreate`` / ``hipEventRecord`` / ``hipEventSynchronize`` /
   ``hipEventElapsedTime``.
 - Properties: ``hipGetDeviceProperties`` mapped onto ``Target`` fields
@@ -39,12 +43,19 @@ names (:data:`HIP_CALLS`); this module adds loading and launching code objects.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from heron.runtime.core import commands as recorded
 from heron.runtime.core.device import DeviceError, KernelImage, LoadedKernel
-from heron.runtime.core.gpu_device import CapturingDevice, DeviceGraph, DriverCalls, EventTimer
+from heron.runtime.core.gemm import GEMM
+from heron.runtime.core.gpu_device import (
+    CapturingDevice,
+    DeviceGraph,
+    DriverCalls,
+    EventTimer,
+    Library,
+)
 from heron.runtime.rocm.code_object import KernelMetadata, pack_arguments, read_code_object
 from heron.runtime.rocm.driver import probe
 from heron.runtime.rocm.properties import target_properties
@@ -77,6 +88,13 @@ HipGraph = DeviceGraph
 HipTimer = EventTimer
 
 
+def _hipblas(device: HipDevice) -> Library:
+    """hipBLAS for ``device`` (imported only when asked)."""
+    from heron.runtime.rocm.hipblas import HipBlas
+
+    return HipBlas(data_types=device._hip.hipDataType)
+
+
 class _Kernel:
     def __init__(self, module: Any, function: Any, metadata: KernelMetadata) -> None:
         self.module = module
@@ -92,7 +110,12 @@ class HipDevice(CapturingDevice):
     supports_conditional_nodes = False
     conditional_nodes_reason = "HIP graphs have no conditional nodes"
 
-    def __init__(self, ordinal: int = 0, *, bindings: Any = None) -> None:
+    def __init__(
+        self, ordinal: int = 0, *, bindings: Any = None, libraries: Mapping[str, Any] | None = None
+    ) -> None:
+        """``libraries``: operation -> a function making its :class:`Library` from the
+        device (tests pass stand-ins); by default GEMM is hipBLAS's."""
+        self._library_makers = dict(libraries) if libraries is not None else {GEMM: _hipblas}
         if bindings is None:
             try:
                 from hip import hip as bindings
@@ -114,6 +137,12 @@ class HipDevice(CapturingDevice):
 
     def _update_in_place(self, executable: Any, graph: Any) -> bool:
         return int(self._hip.hipGraphExecUpdate(executable, graph, None)[0]) == 0
+
+    def _open_library(self, operation: str) -> Library:
+        maker = self._library_makers.get(operation)
+        if maker is None:
+            raise DeviceError(f"{self.description}: no library for {operation}")
+        return maker(self)
 
     # -- Device --------------------------------------------------------------------------
     @property
