@@ -123,3 +123,100 @@ class FakeHip(FakeGpuDriver):
 @pytest.fixture
 def hip_runtime():
     return FakeHip
+
+
+class FakeHipblas:
+    """A stand-in for ``hip.hipblas``: records every argument, then computes.
+
+    Its enums are the real module's (so the wrapper is checked against
+    hip-python's values); ``hipblasGemmStridedBatchedEx`` records its
+    arguments and puts a column-major GEMM of exactly those arguments on the
+    stream set by ``hipblasSetStream`` (``heron_test_support.fake_blas``),
+    through ``memory``, run at once or captured by ``driver`` when given.
+    """
+
+    def __init__(self, memory=None, driver=None):
+        from heron_test_support.fake_blas import HostMemory
+        from hip import hip, hipblas
+
+        self.real = hipblas
+        self.hipDataType = hip.hipDataType
+        self.hipblasOperation_t = hipblas.hipblasOperation_t
+        self.hipblasComputeType_t = hipblas.hipblasComputeType_t
+        self.hipblasGemmAlgo_t = hipblas.hipblasGemmAlgo_t
+        self.memory = memory or HostMemory()
+        self.driver = driver
+        self.stream = None
+        self.gemms: list[dict] = []
+
+    def hipblasCreate(self):  # noqa: N802 - the bindings' spelling
+        return (0, "handle")
+
+    def hipblasSetStream(self, handle, stream):  # noqa: N802
+        assert handle == "handle"
+        self.stream = stream
+        return (0,)
+
+    def hipblasGemmStridedBatchedEx(self, handle, transa, transb, m, n, k, alpha, a, a_type,  # noqa: N802
+                                    lda, stride_a, b, b_type, ldb, stride_b, beta, c, c_type,
+                                    ldc, stride_c, batch, compute, algo):  # fmt: skip
+        import numpy as np
+
+        scalar = {"HIPBLAS_COMPUTE_32F": np.float32, "HIPBLAS_COMPUTE_64F": np.float64}
+        dtype = scalar.get(compute.name, np.int32)
+        read = lambda p: np.frombuffer(ctypes.string_at(p, np.dtype(dtype).itemsize), dtype)[0]  # noqa: E731
+        record = dict(
+            transa=transa.name, transb=transb.name, m=m, n=n, k=k,
+            a=(a, a_type.name, lda, stride_a), b=(b, b_type.name, ldb, stride_b),
+            c=(c, c_type.name, ldc, stride_c), batch=batch, compute=compute.name,
+            algo=algo.name, alpha=read(alpha), beta=read(beta), stream=self.stream,
+        )  # fmt: skip
+        self.gemms.append(record)
+        if self.driver is not None:
+            self.driver.run(("call", lambda: self.compute(record)), self.stream)
+        else:
+            self.compute(record)
+        return (0,)
+
+    def compute(self, record):
+        """What hipBLAS computes from the recorded arguments (column-major, op(X) = X)."""
+        import ml_dtypes
+        import numpy as np
+        from heron_test_support.fake_blas import Matrix, column_major_gemm
+
+        assert (record["transa"], record["transb"]) == ("HIPBLAS_OP_N", "HIPBLAS_OP_N")
+        types = {
+            "HIP_R_32F": np.float32, "HIP_R_64F": np.float64, "HIP_R_16F": np.float16,
+            "HIP_R_16BF": ml_dtypes.bfloat16, "HIP_R_8I": np.int8, "HIP_R_32I": np.int32,
+        }  # fmt: skip
+        accumulate = {
+            "HIPBLAS_COMPUTE_32F": np.float32,
+            "HIPBLAS_COMPUTE_64F": np.float64,
+            "HIPBLAS_COMPUTE_32I": np.int32,
+        }[record["compute"]]
+        m, n, k = record["m"], record["n"], record["k"]
+
+        def matrix(entry, rows, cols):
+            address, kind, ld, stride = entry
+            assert ld >= rows
+            return Matrix(address, types[kind], rows, cols, ld, stride)
+
+        column_major_gemm(
+            self.memory,
+            record["batch"],
+            matrix(record["a"], m, k),
+            matrix(record["b"], k, n),
+            matrix(record["c"], m, n),
+            accumulate,
+            record["alpha"],
+            record["beta"],
+        )
+
+
+@pytest.fixture
+def fake_hipblas():
+    try:
+        from hip import hipblas  # noqa: F401 - an attribute of hip, not a submodule
+    except ImportError as exc:
+        pytest.skip(f"the hipBLAS stand-in borrows rocm-bindings-libraries' enums ({exc})")
+    return FakeHipblas
