@@ -19,6 +19,7 @@ from heron_test_support.fake_blas import (
     assert_gemm_close,
     corpus_gemm_calls,
     expected_bytes,
+    extra_gemm_calls,
     random_operands,
 )
 
@@ -36,13 +37,7 @@ from heron.runtime.core.thunks import BufferSlice, KernelThunk, LibraryCallThunk
 from heron.runtime.cuda.cublaslt import WORKSPACE_BYTES, CublasLt, plan
 from heron.runtime.cuda.device import CudaDevice
 
-#: Calls the corpus does not have: s8 (s32 accumulation), f16 with bias, alpha and beta.
-EXTRA_CALLS = (
-    GemmCall(1, 16, 24, 32, "s8", "s8", "s32"),
-    GemmCall(3, 5, 7, 9, "f16", "f16", "f16", bias=True, activation="relu"),
-    GemmCall(2, 4, 6, 8, "f32", "f32", "f32", alpha=0.5, beta=2.0),
-    GemmCall(1, 1, 9, 4, "f64", "f64", "f64"),
-)
+EXTRA_CALLS = extra_gemm_calls()
 
 
 def _run(call: GemmCall, library: CublasLt, rng: np.random.Generator):

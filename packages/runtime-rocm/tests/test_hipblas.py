@@ -17,6 +17,7 @@ from heron_test_support.fake_blas import (
     assert_gemm_close,
     corpus_gemm_calls,
     expected_bytes,
+    extra_gemm_calls,
     random_operands,
 )
 
@@ -35,12 +36,7 @@ from heron.runtime.core.thunks import BufferSlice, KernelThunk, LibraryCallThunk
 from heron.runtime.rocm.device import HipDevice
 from heron.runtime.rocm.hipblas import HipBlas, expressible, plan
 
-EXTRA_CALLS = (
-    GemmCall(1, 16, 24, 32, "s8", "s8", "s32"),
-    GemmCall(3, 5, 7, 9, "f16", "f16", "f16"),
-    GemmCall(2, 4, 6, 8, "f32", "f32", "f32", alpha=0.5, beta=2.0),
-    GemmCall(1, 1, 9, 4, "f64", "f64", "f64"),
-)
+EXTRA_CALLS = extra_gemm_calls()
 
 
 def _check(call: GemmCall, recorded: dict) -> None:
@@ -64,7 +60,7 @@ def _check(call: GemmCall, recorded: dict) -> None:
 
 def test_every_expressible_corpus_gemm_and_more_as_hipblas_computes_it(fake_hipblas):
     corpus = [call for _, call in corpus_gemm_calls()]
-    calls = [call for call in corpus if expressible(call)] + list(EXTRA_CALLS)
+    calls = [call for call in (*corpus, *EXTRA_CALLS) if expressible(call)]
     assert any(c.batch > 1 for c in calls) and any(c.lhs_type == "bf16" for c in calls)
     stand_in = fake_hipblas()
     library = HipBlas(bindings=stand_in, data_types=stand_in.hipDataType)
@@ -133,7 +129,7 @@ def test_hipblas_on_a_real_gpu():
     device = create_device(None)
     library = HipBlas()
     rng = np.random.default_rng(5)
-    calls = [call for _, call in corpus_gemm_calls() if expressible(call)] + list(EXTRA_CALLS)
+    calls = [c for c in (*(c for _, c in corpus_gemm_calls()), *EXTRA_CALLS) if expressible(c)]
     for call in calls:
         operands = random_operands(call, rng)
         expected = expected_bytes(call, operands)

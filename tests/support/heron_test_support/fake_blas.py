@@ -24,7 +24,17 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-__all__ = ["HostMemory", "Matrix", "Memory", "column_major_gemm", "corpus_gemm_calls"]
+__all__ = [
+    "HostMemory",
+    "Matrix",
+    "Memory",
+    "assert_gemm_close",
+    "column_major_gemm",
+    "corpus_gemm_calls",
+    "expected_bytes",
+    "extra_gemm_calls",
+    "random_operands",
+]
 
 
 class Memory:
@@ -179,3 +189,18 @@ def assert_gemm_close(call, got: np.ndarray, expected: np.ndarray, slack: float 
         return
     bound = slack * (4 * float(ml_dtypes.finfo(dtype).eps) * max(call.k, 1) ** 0.5 + 1e-6)
     np.testing.assert_allclose(got, expected, rtol=bound, atol=bound, err_msg=call.describe())
+
+
+def extra_gemm_calls() -> tuple:
+    """Calls the corpus lacks: s8 (s32 accumulation), f16 with and without an epilogue,
+    alpha and beta, f64, a matrix-vector product."""
+    from heron.runtime.core.gemm import GemmCall
+
+    return (
+        GemmCall(1, 16, 24, 32, "s8", "s8", "s32"),
+        GemmCall(3, 5, 7, 9, "f16", "f16", "f16", bias=True, activation="relu"),
+        GemmCall(3, 5, 7, 9, "f16", "f16", "f32"),
+        GemmCall(2, 4, 6, 8, "f32", "f32", "f32", alpha=0.5, beta=2.0),
+        GemmCall(1, 1, 9, 4, "f64", "f64", "f64"),
+        GemmCall(1, 7, 1, 12, "bf16", "bf16", "f32"),
+    )

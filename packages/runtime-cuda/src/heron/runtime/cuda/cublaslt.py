@@ -187,8 +187,7 @@ class CublasLt(Library):
                 from nvmath.bindings import cublas, cublasLt
             except ImportError as exc:
                 raise DeviceError(
-                    f"cuBLASLt needs nvmath-python (pip install heron-runtime-cuda[libraries]):"
-                    f" {exc}"
+                    f"cuBLASLt needs nvmath-python (a dependency of heron-runtime-cuda): {exc}"
                 ) from exc
             bindings = cublasLt if bindings is None else bindings
             data_types = nvmath.CudaDataType if data_types is None else data_types

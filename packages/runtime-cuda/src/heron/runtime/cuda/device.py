@@ -50,7 +50,7 @@ recording, capture, replay and update of graphs, event timers) is
 names (:data:`CUDA_CALLS`); this module adds what is CUDA's own.
 
 - Library calls: GEMM through cuBLASLt (:mod:`~.cublaslt`, nvmath-python's
-  bindings, the extra ``heron-runtime-cuda[libraries]``), on the device's
+  bindings, a dependency), on the device's
   stream, captured into graphs like the rest; opened on the first call the
   executor asks about, with a workspace from ``cuMemAlloc``. Without
   nvmath-python or ``libcublasLt`` the device offers no library and the

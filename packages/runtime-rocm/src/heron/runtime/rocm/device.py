@@ -31,8 +31,8 @@ recording, capture, replay and update of graphs, event timers) is
 names (:data:`HIP_CALLS`); this module adds loading and launching code objects.
 
 - Library calls: GEMM through hipBLAS (:mod:`~.hipblas`,
-  ``hipblasGemmStridedBatchedEx`` from rocm-bindings-libraries, the extra
-  ``heron-runtime-rocm[libraries]``) for the calls it can express (no bias or
+  ``hipblasGemmStridedBatchedEx`` from rocm-bindings-libraries, through the
+  dependency ``hip-python[libraries]``) for the calls it can express (no bias or
   activation epilogue); elsewhere heron's GEMM kernels run.
 - Timing: ``hipEventCreate`` / ``hipEventRecord`` / ``hipEventSynchronize`` /
   ``hipEventElapsedTime``.

@@ -116,8 +116,7 @@ class HipBlas(Library):
                 from hip import hipblas as bindings
             except ImportError as exc:
                 raise DeviceError(
-                    "hipBLAS needs rocm-bindings-libraries (pip install"
-                    f" heron-runtime-rocm[libraries]): {exc}"
+                    f"hipBLAS needs rocm-bindings-libraries (hip-python[libraries]): {exc}"
                 ) from exc
         if data_types is None:
             from hip import hip
