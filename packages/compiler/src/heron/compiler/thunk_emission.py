@@ -7,9 +7,12 @@ its operands and results:
 
 - ``fusion``: a :class:`~heron.runtime.core.thunks.KernelThunk`, its
   arguments in heron's kernel ABI order (the fusion's operand leaves, then its
-  result leaves). An in-place output (``CompiledKernel.output_aliases``)
-  whose slice the assignment did not make its input's gets a ``CopyThunk`` of
-  the input first, as :func:`~heron.compiler.device_kernels.run_on_device`
+  result leaves). A GEMM fusion a library can compute
+  (:mod:`heron.compiler.library_gemm`) is a ``LibraryCallThunk`` holding that
+  launch as its fallback: the runtime picks one at load time. An in-place
+  output (``CompiledKernel.output_aliases``) whose slice the assignment did
+  not make its input's gets a ``CopyThunk`` of the input first, as
+  :func:`~heron.compiler.device_kernels.run_on_device`
   does. An output that the assignment put over an input the kernel does not
   update in place is written there only when the kernel reads that input
   element by element (:func:`elementwise_in_place`, XLA's rule); otherwise it
@@ -51,6 +54,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from heron.compiler.library_gemm import library_call_thunk
 from heron.hlo.buffers import BufferAssignment
 from heron.hlo.buffers import Slice as HloSlice
 from heron.hlo.errors import UnsupportedError
@@ -257,16 +261,20 @@ class _Emitter:
                 scratch = BufferSlice(self.new_scratch(piece.size), 0, piece.size)
                 outputs[out] = scratch
                 after.append(CopyThunk(scratch, piece))
-        thunks.append(
-            KernelThunk(
-                kernel_name=kernel.kernel_name,
-                image_key=emitted.key,
-                arguments=(*inputs, *outputs),
-                grid=kernel.grid,
-                block=kernel.block,
-            )
+        launch = KernelThunk(
+            kernel_name=kernel.kernel_name,
+            image_key=emitted.key,
+            arguments=(*inputs, *outputs),
+            grid=kernel.grid,
+            block=kernel.block,
         )
-        return thunks + after
+        # A GEMM a library computes: the library call, heron's launch beside it (issue 17).
+        call = (
+            None
+            if thunks or after
+            else library_call_thunk(inst, inputs, outputs, launch, kernel.emitter)
+        )
+        return [call] if call is not None else [*thunks, launch, *after]
 
     def new_scratch(self, size: int) -> int:
         """A new allocation of ``size`` bytes for one kernel's output (its index)."""

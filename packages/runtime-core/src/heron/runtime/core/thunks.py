@@ -477,12 +477,20 @@ def _thaw(value: Any) -> Json:
 
 @attrs.frozen
 class LibraryCallThunk(Thunk):
-    """A call into a vendor library (cuBLAS, hipBLASLt, ...): the interface only.
+    """A call into a vendor library (cuBLASLt, hipBLAS, ...), with heron's own thunks beside it.
 
-    ``library`` and ``operation`` say what to call (``"blas"``, ``"gemm"``),
-    ``attributes`` how (JSON-compatible values, sorted by name), ``arguments``
-    on what, in the operation's documented order. Which libraries and
-    operations exist is the devices' business (the next issue adds GEMM).
+    ``library`` and ``operation`` say what to call (``"blas"``, ``"gemm"``:
+    :mod:`heron.runtime.core.gemm` is GEMM's contract), ``attributes`` how
+    (JSON-compatible values, sorted by name), ``arguments`` on what, in the
+    operation's documented order. Which device offers which call is the
+    device's business (``Device.library_for``).
+
+    ``fallback`` are thunks that compute the same with heron's own kernels
+    (the GEMM fusion's kernel launch): the executor picks at load time, the
+    library call where the running device offers it, else the fallback
+    (:mod:`heron.runtime.core.library_calls`); ``fallback_emitter`` names the
+    emitter of its kernels for reports (``"gemm"``). Without a fallback, a
+    device that does not offer the call cannot run the program.
     """
 
     kind: ClassVar[str] = "library_call"
@@ -491,12 +499,27 @@ class LibraryCallThunk(Thunk):
     operation: str = attrs.field(validator=_name)
     arguments: tuple[BufferSlice, ...] = attrs.field(converter=_to_tuple, validator=_slices)
     attributes: tuple[tuple[str, Any], ...] = attrs.field(default=(), converter=_to_attributes)
+    fallback: tuple[Thunk, ...] = attrs.field(default=(), converter=_to_tuple, validator=_thunks)
+    fallback_emitter: str = attrs.field(default="")
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.fallback_emitter, str) or (
+            self.fallback_emitter and not NAME_PATTERN.match(self.fallback_emitter)
+        ):
+            raise ThunkError(
+                f"LibraryCallThunk.fallback_emitter must be a name or empty,"
+                f" got {self.fallback_emitter!r}"
+            )
 
     def attribute(self, name: str) -> Any:
         return dict(self.attributes)[name]
 
     def slices(self) -> Iterator[BufferSlice]:
         return iter(self.arguments)
+
+    def children(self) -> Iterator[Thunk]:
+        """The fallback's thunks (their slices and kernel images are checked like any)."""
+        return iter(self.fallback)
 
     def to_json(self) -> Json:
         return {
@@ -505,6 +528,8 @@ class LibraryCallThunk(Thunk):
             "operation": self.operation,
             "arguments": [a.to_json() for a in self.arguments],
             "attributes": {k: _thaw(v) for k, v in self.attributes},
+            "fallback": [t.to_json() for t in self.fallback],
+            "fallback_emitter": self.fallback_emitter,
         }
 
 
@@ -635,7 +660,7 @@ class CustomCallThunk(Thunk):
 
 
 def _recordable(thunk: Thunk) -> bool:
-    if isinstance(thunk, (WhileThunk, ConditionalThunk)):
+    if isinstance(thunk, (WhileThunk, ConditionalThunk, LibraryCallThunk)):
         return all(_recordable(t) for t in thunk.children())
     return isinstance(thunk, (KernelThunk, CopyThunk, MemsetThunk, LibraryCallThunk))
 
@@ -709,7 +734,14 @@ _FIELDS: dict[str, tuple[type[Thunk], dict[str, str]]] = {
     ),
     "library_call": (
         LibraryCallThunk,
-        {"library": "str", "operation": "str", "arguments": "slices", "attributes": "object"},
+        {
+            "library": "str",
+            "operation": "str",
+            "arguments": "slices",
+            "attributes": "object",
+            "fallback": "thunks",
+            "fallback_emitter": "str",
+        },
     ),
     "custom_call": (
         CustomCallThunk,
