@@ -397,6 +397,8 @@ def _run_on_device(
     The same compile as ``heron compile --executable`` (kernel images for the
     backend that runs), the same executor as ``heron run OUT.heron``.
     """
+    from heron.cli.progress import ProgressDisplay
+    from heron.compiler.driver import compile_fusion
     from heron.compiler.executable import compile_program
     from heron.runtime.core.device import DeviceError
     from heron.runtime.core.executor import Executable, ExecutorError
@@ -414,29 +416,44 @@ def _run_on_device(
         for line in choice.passed_over:
             print(f"  {line}")
     _print_parameters(module, source)
-    compiled = compile_program(module, target, (choice.name,))
-    reorders = _reorders(compiled, choice.name)
-    try:
-        executable = Executable(
-            compiled.artefact, device, choice.name, command_buffers=not args.no_command_buffers
-        )
-    except ExecutorError as exc:
-        raise CommandError(str(exc)) from exc
     ran: list[tuple[object, object]] = []  # (thunk, record) of the current run
-    executable.on_thunk = lambda thunk, record: ran.append((thunk, record))
     first: tuple[np.ndarray, ...] | None = None
     identical = True
-    try:
-        for k in range(repeat):
-            ran.clear()
-            results = executable.run(arguments)
-            if first is None:
-                first = results
-            elif not _identical(first, results):
-                identical = False
-                print(f"run {k + 1}: results differ from run 1's")
-    except (ExecutorError, DeviceError) as exc:
-        raise CommandError(f"the {choice.name} device failed: {exc}") from exc
+    with ProgressDisplay() as display:
+        compiling = display.task("compiling kernels")
+        compiler = display.counting(compile_fusion, compiling)
+        compiled = compile_program(module, target, (choice.name,), compiler=compiler)
+        if compiling is not None:
+            compiling.finish()
+        reorders = _reorders(compiled, choice.name)
+        try:
+            executable = Executable(
+                compiled.artefact, device, choice.name, command_buffers=not args.no_command_buffers
+            )
+        except ExecutorError as exc:
+            raise CommandError(str(exc)) from exc
+        total = _leaf_thunks(executable.program)
+        told = display.thunks(None if total is None else total * repeat)
+        if choice.name == "interpreter":
+            device.progress = display.launches()
+
+        def on_thunk(thunk, record) -> None:
+            ran.append((thunk, record))
+            if told is not None:
+                told(thunk, record)
+
+        executable.on_thunk = on_thunk
+        try:
+            for k in range(repeat):
+                ran.clear()
+                results = executable.run(arguments)
+                if first is None:
+                    first = results
+                elif not _identical(first, results):
+                    identical = False
+                    print(f"run {k + 1}: results differ from run 1's")
+        except (ExecutorError, DeviceError) as exc:
+            raise CommandError(f"the {choice.name} device failed: {exc}") from exc
     assert first is not None
     stats = executable.stats
     print("kernels:")
@@ -457,6 +474,25 @@ def _run_on_device(
     if args.report_json is not None:
         _write_report(compiled.artefact, executable, choice.name, device, args, identical)
     return list(first), _Ran(compiled.module, reorders, identical)
+
+
+def _leaf_thunks(program) -> int | None:
+    """The records one run makes (leaf thunks, a command buffer as one); None with a
+    loop or a conditional (how many run is decided while running)."""
+    from heron.runtime.core.thunks import ConditionalThunk, SequentialThunk, WhileThunk
+
+    count = 0
+    for thunk in program:
+        if isinstance(thunk, (WhileThunk, ConditionalThunk)):
+            return None
+        if isinstance(thunk, SequentialThunk):
+            inner = _leaf_thunks(thunk.thunks)
+            if inner is None:
+                return None
+            count += inner
+        else:  # a kernel, copy, memset, library call or command buffer: one record
+            count += 1
+    return count
 
 
 def _reorders(compiled, backend: str) -> dict[str, bool]:

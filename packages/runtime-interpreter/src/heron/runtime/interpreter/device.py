@@ -32,6 +32,7 @@ own: its parent's counters do not see accesses made through the view.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 
@@ -132,6 +133,9 @@ class InterpreterDevice(Device):
         self.live_bytes = 0
         #: Hears every launch's memory accesses (``heron profile``); None: nothing recorded.
         self.observer = None
+        #: ``progress(kernel_name, blocks_done, blocks_total)`` after each batch of blocks
+        #: of every launch (a progress bar); None: nothing is called.
+        self.progress: Callable[[str, int, int], None] | None = None
         #: Whether while loops and conditionals can be recorded (CUDA 12.4+ conditional nodes).
         self.supports_conditional_nodes = conditional_nodes
         #: Kernels run so far, immediately or replayed from a command buffer.
@@ -250,6 +254,9 @@ class InterpreterDevice(Device):
             warp_size=self.warp_size,
             work_limit=self.work_limit,
             observer=self.observer,
+            progress=None
+            if self.progress is None
+            else functools.partial(self.progress, kernel.name),
         )
         self.launches += 1
 
