@@ -452,7 +452,9 @@ def _run_on_device(
                 elif not _identical(first, results):
                     identical = False
                     print(f"run {k + 1}: results differ from run 1's")
-        except (ExecutorError, DeviceError) as exc:
+        except ExecutorError as exc:  # arguments that do not fit the entry
+            raise CommandError(str(exc)) from exc
+        except DeviceError as exc:  # a sanitizer finding, the work limit, a device fault
             raise CommandError(f"the {choice.name} device failed: {exc}") from exc
     assert first is not None
     stats = executable.stats
