@@ -23,6 +23,10 @@ __all__ = ["ProgressDisplay", "ProgressTask", "enabled", "set_quiet"]
 
 _quiet = False
 
+#: Redraws a second: rich draws from a thread of its own, which takes the GIL from the
+#: work it shows; a few times a second is live enough and costs little.
+REFRESH_PER_SECOND = 4
+
 
 def set_quiet(quiet: bool) -> None:
     """``heron --quiet``: no progress display for the rest of the command."""
@@ -103,6 +107,7 @@ class ProgressDisplay:
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 console=console,
+                refresh_per_second=REFRESH_PER_SECOND,
                 transient=self._console is None,
                 redirect_stdout=self._console is None,
                 redirect_stderr=self._console is None,
