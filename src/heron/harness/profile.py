@@ -333,9 +333,11 @@ def profile_module(
 ) -> list[KernelProfile]:
     """Profile every kernel of ``module`` (or the fusion named ``fusion``) for ``target``.
 
-    The whole entry runs (a kernel's inputs are what the kernels before it
-    computed); ``resources=False`` skips the CUDA compile and ``ptxas -v``
-    (occupancy then counts threads and blocks only). With ``max_blocks``,
+    The whole module runs as ``heron run`` runs it, an executable on the
+    interpreter (a kernel's inputs are what the kernels before it computed;
+    a kernel in a loop is profiled at each launch); ``resources=False``
+    skips the CUDA compile and ``ptxas -v`` (occupancy then counts threads
+    and blocks only). With ``max_blocks``,
     each fusion instead runs alone on random inputs of its own, and only its
     first ``max_blocks`` blocks (a sample: per-request ratios are the
     sample's, and the roofline scales its bytes and instructions by the
@@ -343,41 +345,43 @@ def profile_module(
     """
     if max_blocks is not None:
         return _sampled(module, target, fusion, resources, seed, max_blocks)
-    from heron.compiler.driver import compile_fusion
-    from heron.compiler.sequential import run_module
+    from heron.compiler.executable import compile_program
     from heron.hlo.errors import UnsupportedError
     from heron.hlo.evaluator import random_arguments
+    from heron.runtime.core.executor import Executable
+    from heron.runtime.core.thunks import KernelThunk
     from heron.runtime.interpreter.device import InterpreterDevice
 
+    # The executable heron run runs, each kernel launched from the host (no command
+    # buffers), so that each launch gets a recorder of its own.
+    compiled = compile_program(module, target, ("interpreter",))
+    kernels = {emitted.key: emitted for emitted in compiled.program.kernels}
+    fusions: dict[str, list[str]] = {}
+    for name, key in compiled.program.kernel_of.items():
+        fusions.setdefault(key, []).append(name)
     device = InterpreterDevice(warp_size=target.warp_size)
+    executable = Executable(compiled.artefact, device, "interpreter", command_buffers=False)
     model = memory_model(target)
-    compiled: dict[str, Any] = {}
     profiles: list[KernelProfile] = []
 
-    def compiler(instruction, target_, backend):
-        kernel = compile_fusion(instruction, target_, backend)
-        compiled[kernel.fusion_name] = (instruction, kernel)
-        device.observer = AccessRecorder(model)
-        return kernel
-
-    def on_kernel(record) -> None:
-        recorder, device.observer = device.observer, None
-        instruction, kernel = compiled[record.fusion_name]
-        if fusion is not None and fusion not in (record.fusion_name, instruction.name):
+    def on_thunk(thunk, record) -> None:
+        if not isinstance(thunk, KernelThunk):
             return
-        profiles.append(_profile(instruction, kernel, recorder, target, resources))
+        recorder, device.observer = device.observer, AccessRecorder(model)
+        emitted = kernels[thunk.image_key]
+        if fusion is not None and fusion not in fusions[thunk.image_key]:
+            return
+        kernel = emitted.compiled["interpreter"]
+        profiles.append(_profile(emitted.fusion, kernel, recorder, target, resources))
 
-    run_module(
-        module,
-        random_arguments(module, seed=seed),
-        device,
-        "interpreter",
-        target=target,
-        compiler=compiler,
-        on_kernel=on_kernel,
-    )
+    device.observer = AccessRecorder(model)
+    executable.on_thunk = on_thunk
+    try:
+        executable.run(random_arguments(module, seed=seed))
+    finally:
+        executable.close()
     if fusion is not None and not profiles:
-        names = ", ".join(sorted(compiled)) or "none"
+        names = ", ".join(sorted(compiled.program.kernel_of)) or "none"
         raise UnsupportedError(f"no kernel of fusion '{fusion}' ran (kernels: {names})")
     return profiles
 

@@ -235,6 +235,10 @@ def _array_shape(text: str, what: str) -> ArrayShape:
 class Executable:
     """An artefact loaded on a device, ready to run (see the module docstring)."""
 
+    #: Told of each leaf thunk as soon as it has run, with its record (progress bars,
+    #: per-kernel reports); set on an instance. None (the default): nothing is called.
+    on_thunk: Callable[[Thunk, ThunkRecord], None] | None = None
+
     def __init__(
         self,
         artefact: Artefact,
@@ -454,9 +458,10 @@ class Executable:
             action()
             timer.stop()
             seconds = timer.seconds()
-        self.stats.records.append(
-            ThunkRecord(path, thunk.kind, name, launch or described, seconds, emitter)
-        )
+        record = ThunkRecord(path, thunk.kind, name, launch or described, seconds, emitter)
+        self.stats.records.append(record)
+        if self.on_thunk is not None:
+            self.on_thunk(thunk, record)
 
     def _read(self, piece: BufferSlice) -> bytes:
         self.stats.predicate_reads += 1

@@ -39,6 +39,7 @@ for (it executes what heron emits).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 
@@ -143,6 +144,9 @@ class InterpreterDevice(Device):
         self.live_bytes = 0
         #: Hears every launch's memory accesses (``heron profile``); None: nothing recorded.
         self.observer = None
+        #: ``progress(kernel_name, blocks_done, blocks_total)`` after each batch of blocks
+        #: of every launch (a progress bar); None: nothing is called.
+        self.progress: Callable[[str, int, int], None] | None = None
         #: Whether while loops and conditionals can be recorded (CUDA 12.4+ conditional nodes).
         self.supports_conditional_nodes = conditional_nodes
         unknown = sorted(set(libraries) - set(_LIBRARY_OPERATIONS))
@@ -271,6 +275,9 @@ class InterpreterDevice(Device):
             warp_size=self.warp_size,
             work_limit=self.work_limit,
             observer=self.observer,
+            progress=None
+            if self.progress is None
+            else functools.partial(self.progress, kernel.name),
         )
         self.launches += 1
 
