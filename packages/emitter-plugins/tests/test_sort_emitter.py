@@ -247,6 +247,42 @@ def test_a_stable_sort_breaks_ties_with_its_iota_operand_or_a_position_tile():
     assert unstable.plan.positions is None and not unstable.plan.position_tile
 
 
+FUSED_ARGSORT = """
+cmp {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  p2 = s32[] parameter(2)
+  p3 = s32[] parameter(3)
+  ROOT c = pred[] compare(p0, p1), direction=LT, type=TOTALORDER
+}
+fused {
+  x = f32[6,40] parameter(0)
+  k = f32[6,40] negate(x)
+  i = s32[IOTA] iota(), iota_dimension=0
+  b = s32[6,40] broadcast(i), dimensions={DIM}
+  ROOT s = (f32[6,40], s32[6,40]) sort(k, b), dimensions={1}, is_stable=true, to_apply=cmp
+}
+ENTRY e {
+  x = f32[6,40] parameter(0)
+  ROOT f = (f32[6,40], s32[6,40]) fusion(x), kind=kLoop, calls=fused
+}
+"""
+
+
+@pytest.mark.parametrize(("iota", "dim", "positions"), [("40", "1", 1), ("6", "0", None)])
+def test_fused_producers_are_computed_as_the_rows_load(iota, dim, positions):
+    """JAX's argsort as the fusion passes make it: the key's producer and a broadcast
+    iota inside the sort's fusion. An iota broadcast along the sorted dimension is
+    the stable sort's positions (no position tile); along another it is a payload."""
+    text = FUSED_ARGSORT.replace("IOTA", iota).replace("DIM", dim)
+    emitter = SortEmitter(analysed(_fusion(text)))
+    assert emitter.plan.positions == positions
+    assert emitter.plan.position_tile == (positions is None)
+    rng = np.random.default_rng(40)
+    got, want, _ = run_sort(text, [_values("f32", (6, 40), rng)])
+    assert_bitwise(got, want)
+
+
 @pytest.mark.parametrize("warp", [32, 64])
 def test_rows_longer_than_a_block_are_sorted_in_the_outputs(warp):
     """4,097 elements pad to 8,192: 4,096 pairs, more than a block's threads."""

@@ -183,12 +183,25 @@ def _iota_operand(sort: Instruction, dimension: int, length: int) -> int | None:
     for k, operand in enumerate(sort.operands):
         element = operand.array_shape.element_type
         if (
-            operand.opcode == "iota"
-            and operand.attributes.get("iota_dimension") == dimension
+            _iota_dimension(operand) == dimension
             and element.is_signed_integral
             and length - 1 < 2 ** (element.bit_width - 1)
         ):
             return k
+    return None
+
+
+def _iota_dimension(operand: Instruction) -> int | None:
+    """The dimension along which ``operand`` counts 0, 1, 2, ...: an iota's, or that of
+    an iota of its own type broadcast into it (JAX's argsort iota, fused)."""
+    if operand.opcode == "iota":
+        return operand.attributes.get("iota_dimension")
+    if operand.opcode == "broadcast" and operand.operands[0].opcode == "iota":
+        (iota,) = operand.operands
+        if iota.array_shape.element_type != operand.array_shape.element_type:
+            return None
+        dims = tuple(operand.attributes.get("dimensions", ()))
+        return dims[iota.attributes.get("iota_dimension")]
     return None
 
 
