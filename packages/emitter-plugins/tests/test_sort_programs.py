@@ -1,11 +1,12 @@
 """The corpus's sort programs run end to end on the interpreter and equal XLA:CPU bitwise.
 
-``programs/`` (sort, argsort, sort_int32_axis0, and top_k, which heron's passes
-decompose into a sort and slices) through the program path: the HLO pipeline,
-outlining (a sort becomes a fusion of its own), kernels compiled for the
-interpreter and launched one after the other (``heron.compiler.sequential``).
-The installed emitters plus this tree's sort emitter compile them, so the
-check does not depend on the environment's entry points being current.
+``programs/`` (sort, argsort, sort_int32_axis0, and top_k, which the top-k
+decomposer keeps for the top-k emitter) through the program path: the HLO
+pipeline, outlining (a sort or a topk becomes a fusion of its own), kernels
+compiled for the interpreter and launched one after the other
+(``heron.compiler.sequential``). The installed emitters plus this tree's sort
+and top-k emitters compile them, so the check does not depend on the
+environment's entry points being current.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 import heron.plugins.sort as sort_plugin
+import heron.plugins.topk as topk_plugin
 from heron.compiler import compile_fusion
 from heron.compiler.sequential import run_module
 from heron.emitters.registry import EmitterRegistry
@@ -28,13 +30,18 @@ PROGRAMS = Path(__file__).resolve().parents[3] / "programs"
 
 
 def _registry() -> EmitterRegistry:
-    installed = [(spec, None) for spec in default_registry().specs if spec.name != "sort"]
-    return EmitterRegistry([*installed, *((s, None) for s in sort_plugin.heron_emitter_specs())])
+    ours = [*sort_plugin.heron_emitter_specs(), *topk_plugin.heron_emitter_specs()]
+    names = {spec.name for spec in ours}
+    installed = [(spec, None) for spec in default_registry().specs if spec.name not in names]
+    return EmitterRegistry([*installed, *((s, None) for s in ours)])
 
 
-@pytest.mark.parametrize("name", ["sort", "argsort", "sort_int32_axis0", "top_k"])
+@pytest.mark.parametrize(
+    ("name", "emitter"),
+    [("sort", "sort"), ("argsort", "sort"), ("sort_int32_axis0", "sort"), ("top_k", "topk")],
+)
 @pytest.mark.parametrize("warp", [32, 64])
-def test_the_sort_program_equals_xla_cpu(name, warp):
+def test_the_sort_program_equals_xla_cpu(name, emitter, warp):
     registry = _registry()
     module = parse_module_file(PROGRAMS / name / "module.hlo")
     parameters = module.entry.parameters
@@ -50,7 +57,7 @@ def test_the_sort_program_equals_xla_cpu(name, warp):
             fusion, target, backend, emitters=registry
         ),
     )
-    assert "sort" in [k.emitter for k in run.kernels]
+    assert emitter in [k.emitter for k in run.kernels]
     expected = load_outputs(PROGRAMS / name / "outputs.npz")
     assert len(run.outputs) == len(expected)
     for got, want in zip(run.outputs, expected, strict=True):
