@@ -64,3 +64,48 @@ def test_the_sort_program_equals_xla_cpu(name, emitter, warp):
         got, want = np.asarray(got), np.asarray(want)
         assert got.dtype == want.dtype and got.shape == want.shape
         assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+#: ``jnp.sort`` of rows longer than a block's threads (2 x 1,024): a stable sort of one
+#: operand, JAX's comparator (-0.0 and 0.0 tie, so only stability orders them).
+LONG_SORT = """
+HloModule jit_sort
+cmp {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  zero = f32[] constant(0)
+  a_zero = pred[] compare(a, zero), direction=EQ
+  a0 = f32[] select(a_zero, zero, a)
+  b_zero = pred[] compare(b, zero), direction=EQ
+  b0 = f32[] select(b_zero, zero, b)
+  ROOT lt = pred[] compare(a0, b0), direction=LT, type=TOTALORDER
+}
+ENTRY main {
+  x = f32[2,5000] parameter(0)
+  ROOT s = f32[2,5000] sort(x), dimensions={1}, is_stable=true, to_apply=cmp
+}
+"""
+
+
+def test_a_long_stable_sort_without_an_iota_runs_with_the_expanders_iota():
+    """The stable-sort expander gives it an iota (fused into the sort's kernel), whose
+    values keep -0.0 and 0.0 in their original order across the global steps."""
+    from heron.hlo.evaluator import evaluate_module
+    from heron.hlo.parser import parse_module
+
+    rng = np.random.default_rng(5000)
+    x = rng.choice(np.array([0.0, -0.0, 1.0, -1.0, np.nan], np.float32), (2, 5000))
+    registry = _registry()
+    run = run_module(
+        parse_module(LONG_SORT),
+        [x],
+        InterpreterDevice(warp_size=32),
+        "interpreter",
+        compiler=lambda fusion, target, backend: compile_fusion(
+            fusion, target, backend, emitters=registry
+        ),
+    )
+    assert [k.emitter for k in run.kernels] == ["sort"]
+    want = np.asarray(evaluate_module(parse_module(LONG_SORT), [x]))
+    (got,) = run.outputs
+    assert np.asarray(got).tobytes() == want.tobytes()

@@ -66,6 +66,7 @@ from heron.emitters.target import EmitterTarget
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
+from heron.hlo.passes.stable_sort_expander import counts_along
 from heron.indexing.thread_maps import LaunchDimensions
 
 __all__ = ["SortEmitter", "SortPlan", "heron_emitter_specs", "plan_sort"]
@@ -210,29 +211,10 @@ def plan_sort(sort: Instruction, target: EmitterTarget) -> SortPlan:
 
 
 def _iota_operand(sort: Instruction, dimension: int, length: int) -> int | None:
-    """The first operand that is a signed iota along ``dimension`` holding every position."""
+    """The first operand that holds every position along ``dimension`` (an iota)."""
     for k, operand in enumerate(sort.operands):
-        element = operand.array_shape.element_type
-        if (
-            _iota_dimension(operand) == dimension
-            and element.is_signed_integral
-            and length - 1 < 2 ** (element.bit_width - 1)
-        ):
+        if counts_along(operand, dimension, length):
             return k
-    return None
-
-
-def _iota_dimension(operand: Instruction) -> int | None:
-    """The dimension along which ``operand`` counts 0, 1, 2, ...: an iota's, or that of
-    an iota of its own type broadcast into it (JAX's argsort iota, fused)."""
-    if operand.opcode == "iota":
-        return operand.attributes.get("iota_dimension")
-    if operand.opcode == "broadcast" and operand.operands[0].opcode == "iota":
-        (iota,) = operand.operands
-        if iota.array_shape.element_type != operand.array_shape.element_type:
-            return None
-        dims = tuple(operand.attributes.get("dimensions", ()))
-        return dims[iota.attributes.get("iota_dimension")]
     return None
 
 
