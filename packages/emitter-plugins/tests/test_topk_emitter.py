@@ -23,6 +23,7 @@ import heron.plugins.topk as topk_plugin
 from heron.compiler import compile_fusion, fusions_of
 from heron.compiler.device_kernels import run_on_device, target_for_device
 from heron.emitters.registry import EmitterRegistry
+from heron.harness import check_file
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.evaluator import evaluate_module
 from heron.hlo.parser import parse_module
@@ -164,6 +165,23 @@ def test_compiles_to_ptx_and_hsaco(text):
     ptx = artefact_text(compiled[1], "ptx")
     (stats,) = kernel_statistics(ptx).values()
     assert stats.barriers > 0 and stats.shared_loads > 0 and stats.shared_stores > 0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [topk_module("f32", (6, 45), 4), topk_module("bf16", (3, 700), 16, largest=False)],
+    ids=["f32_k4", "bf16_k16_smallest"],
+)
+@pytest.mark.parametrize("warp", [32, 64])
+def test_the_harness_accepts_the_kernels(force_emitter, tmp_path, text, warp):
+    """``heron check``'s harness: its edge and moderate inputs, and its write coverage
+    (each output element written once, by thread 0 of its row), on the interpreter."""
+    force_emitter("topk", TopkEmitter)
+    path = tmp_path / "topk.hlo"
+    path.write_text(text)
+    report = check_file(path, device=InterpreterDevice(warp_size=warp))
+    assert report.ok, report.text()
+    assert [f.emitter for f in report.fusions] == ["topk"]
 
 
 def test_an_empty_topk_is_a_kernel_that_writes_nothing():
