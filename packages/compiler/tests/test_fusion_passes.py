@@ -315,6 +315,29 @@ def test_a_dot_takes_its_bias_and_activation_epilogue() -> None:
     assert {i.opcode for i in body.instructions} >= {"dot", "broadcast", "add"}
 
 
+def test_a_dot_is_fused_only_into_the_gemm_emitter_that_computes_it_whole() -> None:
+    # jax's softmax(gelu(x @ w + b)): the row-normalisation emitter claims a fusion
+    # of the whole layer, but it would compute each element's dot product on its
+    # own (a dot it does not take as its hero). The checker asks the selected
+    # emitter for its heroes: the dot goes with its bias and gelu into the GEMM
+    # fusion, the softmax is the row-normalisation kernel after it (XLA: 2).
+    from heron.emitters.fusion_analysis import analyse_fusion
+    from heron.emitters.selection import emitter_heroes, select_emitter
+
+    fused = check_each_pass(_load("dense_gelu_softmax"))
+    assert count_kernels(fused) == 2
+    emitters = {}
+    for fusion in _fusions(fused):
+        analysis = analyse_fusion(fusion, H100)
+        spec = select_emitter(analysis)
+        emitters[spec.name] = fusion
+        dots = [i for i in fusion.called("calls").instructions if i.opcode == "dot"]
+        assert all(any(d is h for h in emitter_heroes(analysis, spec)) for d in dots)
+    assert sorted(emitters) == ["gemm", "row_normalization"]
+    gemm_body = emitters["gemm"].called("calls")
+    assert {"dot", "tanh"} <= {i.opcode for i in gemm_body.instructions}
+
+
 DOT_TWO_USERS = """
 HloModule dot_two_users
 

@@ -170,19 +170,20 @@ class FusionChecker:
     def check(self, candidate: Candidate) -> Verdict | None:
         """The verdict for ``candidate``, or None when no emitter can emit it."""
         from heron.emitters.fusion_analysis import analyse_fusion
-        from heron.emitters.selection import default_registry, select_emitter
+        from heron.emitters.selection import default_registry, emitter_heroes, select_emitter
 
         registry = default_registry()  # a plugin that fails to load is an error, not a "no"
         body = candidate.body
         outputs = len(body.root.operands) if body.root.opcode == "tuple" else 1
         if len(candidate.fusion.operands) + outputs > MAX_FUSION_PARAMETERS:
             return None
-        fused_hero = False
+        fused_heroes: list[Instruction] = []
         for inst in body.instructions:
             if inst.opcode in ("parameter", "tuple", "constant", "get-tuple-element"):
                 continue
             if inst.opcode in HERO_OPCODES:
-                fused_hero |= inst is not body.root or len(candidate.members) != 1
+                if inst is not body.root or len(candidate.members) != 1:
+                    fused_heroes.append(inst)
             elif inst.opcode in ROOT_ONLY_OPCODES:
                 if inst is not body.root:
                     return None
@@ -191,11 +192,15 @@ class FusionChecker:
         try:
             analysis = analyse_fusion(candidate.fusion, self.target)
             spec = select_emitter(analysis, registry)
+            if fused_heroes:
+                # A dot or a sort with other ops must be the selected emitter's own
+                # hero (the GEMM emitter's dot under its epilogue and over its
+                # operands' producers): any other emitter (loop, row normalisation)
+                # would compute it once per element that reads it.
+                heroes = {id(hero) for hero in emitter_heroes(analysis, spec)}
+                if any(id(inst) not in heroes for inst in fused_heroes):
+                    return None
         except (HloError, PluginError):
-            return None
-        if fused_hero and spec.name == "loop":
-            # A dot or sort with other ops is a hero emitter's (the GEMM emitter
-            # takes a dot's epilogue); the loop emitter would compute it per element.
             return None
         verdict = verdict_of(analysis, spec)
         if verdict.reduces_once:
