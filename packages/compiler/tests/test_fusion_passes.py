@@ -490,3 +490,71 @@ def test_identical_layers_with_other_constants_fuse_alike() -> None:
             run_pipeline(module, gpu_pipeline(H100))
             counts.append(count_kernels(module))
         assert counts[0] == counts[1], (layers, counts)
+
+
+#: name -> input, kernel and output shapes, window and dimension labels, kernels.
+CONVOLUTIONS = {
+    "conv1d_padded": (
+        "f32[2,16,4]{2,1,0}",
+        "f32[3,4,8]{2,1,0}",
+        "f32[2,16,8]{2,1,0}",
+        "window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f",
+        1,
+    ),
+    "conv1d_strided_dilated": (
+        "f32[2,20,3]{2,1,0}",
+        "f32[3,3,5]{2,1,0}",
+        "f32[2,9,5]{2,1,0}",
+        "window={size=3 stride=2 pad=2_0 rhs_dilate=2}, dim_labels=b0f_0io->b0f",
+        1,
+    ),
+    "conv2d_nchw": (
+        "f32[1,3,9,9]{3,2,1,0}",
+        "f32[4,3,3,3]{3,2,1,0}",
+        "f32[1,4,9,9]{3,2,1,0}",
+        "window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01",
+        2,  # the result's transpose back to NCHW is no elementwise epilogue
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVOLUTIONS))
+def test_a_convolutions_im2col_is_the_gemms_operand_prologue(name: str) -> None:
+    # convolution-to-dot lowers a convolution to im2col (pad, slices, concatenate)
+    # and one dot; the GEMM emitter reads its operands element by element as it
+    # stages its tiles, so the im2col is fused into the dot's kernel: one kernel,
+    # as XLA's one cuDNN call (two where the output's layout needs a transpose).
+    # The kernels run and give the evaluator's result.
+    from heron.compiler.sequential import run_module
+    from heron.emitters.fusion_analysis import analyse_fusion
+    from heron.emitters.selection import select_emitter
+    from heron.hlo.evaluator import flatten_literal
+    from heron.runtime.core.registry import load_backends
+
+    lhs, rhs, out, window, kernels = CONVOLUTIONS[name]
+    text = f"""
+HloModule {name}
+ENTRY main {{
+  x = {lhs} parameter(0)
+  w = {rhs} parameter(1)
+  ROOT c = {out} convolution(x, w), {window}
+}}
+"""
+    module = parse_module(text)
+    # Lowering to a dot reassociates the sum (docs/hlo-passes.md); from the
+    # lowered module on, fusion keeps the bits.
+    lowered = copy.deepcopy(module)
+    run_pipeline(lowered, simplification_pipeline())
+    fused = check_each_pass(lowered)
+    assert count_kernels(fused) == kernels
+    (fusion, *_) = _fusions(fused)
+    assert select_emitter(analyse_fusion(fusion, H100)).name == "gemm"
+    assert "concatenate" in {i.opcode for i in fusion.called("calls").instructions}
+    arguments = random_arguments(module, np.random.default_rng(2))
+    device = load_backends().create_device("interpreter")
+    run = run_module(module, arguments, device, "interpreter", target=H100)
+    assert len(run.kernels) == kernels
+    for actual, reference in zip(
+        run.outputs, flatten_literal(evaluate_module(module, arguments)), strict=True
+    ):
+        np.testing.assert_allclose(actual, reference, rtol=1e-5, atol=1e-5)

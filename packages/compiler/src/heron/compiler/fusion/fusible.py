@@ -92,7 +92,14 @@ def is_fusible_producer(inst: Instruction) -> bool:
 
 
 def is_fusible_consumer(inst: Instruction) -> bool:
-    """Whether producers may be fused into ``inst`` (a variadic reduce's tuple included)."""
+    """Whether producers may be fused into ``inst`` (a variadic reduce's tuple included).
+
+    A dot takes the producers of its operands as a prologue (the GEMM emitter reads
+    its operands element by element as it stages its tiles: im2col's pads, slices
+    and concatenation, a transpose, an activation); a sort takes none (the sort
+    emitter sorts its operands as they are)."""
+    if inst.opcode == "dot":
+        return True
     return inst.opcode not in HERO_OPCODES and _computes(inst)
 
 
