@@ -558,3 +558,37 @@ ENTRY main {{
         run.outputs, flatten_literal(evaluate_module(module, arguments)), strict=True
     ):
         np.testing.assert_allclose(actual, reference, rtol=1e-5, atol=1e-5)
+
+
+BIAS_GRADIENT = """
+HloModule bias_gradient
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  g = f32[16,64]{1,0} parameter(0)
+  zero = f32[] constant(0)
+  column_sums = f32[64]{0} reduce(g, zero), dimensions={0}, to_apply=add
+  row = f32[1,64]{1,0} reshape(column_sums)
+  ROOT b = f32[64]{0} reduce(row, zero), dimensions={0}, to_apply=add
+}
+"""
+
+
+def test_a_reduce_over_size_one_dimensions_takes_the_reduction_before_it() -> None:
+    # jax's gradient of a broadcast bias: sum over the batch, reshape to (1, n),
+    # sum over the size-1 dimension. The second reduce moves each element once, so
+    # the first is computed once per element in the same kernel (XLA: one kernel).
+    from heron.compiler.sequential import run_module
+    from heron.runtime.core.registry import load_backends
+
+    module = parse_module(BIAS_GRADIENT)
+    fused = check_each_pass(module)
+    assert count_kernels(fused) == 1
+    arguments = random_arguments(module, np.random.default_rng(3))
+    device = load_backends().create_device("interpreter")
+    run = run_module(module, arguments, device, "interpreter", target=H100)
+    assert len(run.kernels) == 1
+    np.testing.assert_array_equal(run.outputs[0], evaluate_module(module, arguments))

@@ -109,9 +109,22 @@ def is_wrappable(inst: Instruction) -> bool:
     return inst.opcode in HERO_OPCODES or is_fusible_consumer(inst)
 
 
+def _moves_each_element_once(inst: Instruction) -> bool:
+    """An elementwise op, a bitcast-like reshape or copy, or a reduce whose reduced
+    dimensions all have size 1 (jax's ``sum(reshape(sum(x), (1, n)), 0)``: each input
+    element is one output element)."""
+    if is_elementwise(inst.opcode) or inst.opcode in ("bitcast", "reshape", "copy"):
+        return True
+    if inst.opcode == "reduce" and len(inst.operands) == 2:
+        dims = inst.operands[0].array_shape.dims
+        return all(dims[d] == 1 for d in inst.attr("dimensions", ()))
+    return False
+
+
 def _read_once(inst: Instruction, users: dict[Instruction, list[Instruction]]) -> bool:
     """Whether each element of ``inst`` is computed once: every path to a root goes
-    through elementwise ops or bitcast-like reshapes of its own size only."""
+    through ops of its own size that move each element once (elementwise ops,
+    bitcast-like reshapes, reduces over size-1 dimensions) only."""
     size = inst.array_shape.num_elements if isinstance(inst.shape, ArrayShape) else None
     stack, seen = [inst], set()
     while stack:
@@ -124,9 +137,7 @@ def _read_once(inst: Instruction, users: dict[Instruction, list[Instruction]]) -
                 stack.append(user)
                 continue
             same_size = isinstance(user.shape, ArrayShape) and user.shape.num_elements == size
-            if not same_size or not (
-                is_elementwise(user.opcode) or user.opcode in ("bitcast", "reshape", "copy")
-            ):
+            if not same_size or not _moves_each_element_once(user):
                 return False
             stack.append(user)
     return True
