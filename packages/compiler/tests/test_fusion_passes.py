@@ -592,3 +592,40 @@ def test_a_reduce_over_size_one_dimensions_takes_the_reduction_before_it() -> No
     run = run_module(module, arguments, device, "interpreter", target=H100)
     assert len(run.kernels) == 1
     np.testing.assert_array_equal(run.outputs[0], evaluate_module(module, arguments))
+
+
+@pytest.mark.parametrize("layout", ["{0,1}", "{1,0}"])
+def test_a_dots_transposed_result_is_stored_by_the_gemm(layout: str) -> None:
+    # jax's weight gradient: dot(g, x) over the batch, transposed into the weight's
+    # shape. The GEMM stores each element of C at the transposed index: one kernel
+    # (with a {0,1} result the bytes are C's own; with {1,0} the stores scatter).
+    from heron.compiler.sequential import run_module
+    from heron.emitters.fusion_analysis import analyse_fusion
+    from heron.emitters.selection import select_emitter
+    from heron.hlo.evaluator import flatten_literal
+    from heron.runtime.core.registry import load_backends
+
+    text = f"""
+HloModule transposed_gradient, entry_computation_layout={{(f32[16,24]{{1,0}}, f32[16,8]{{1,0}})->f32[8,24]{layout}}}
+ENTRY main {{
+  g = f32[16,24]{{1,0}} parameter(0)
+  x = f32[16,8]{{1,0}} parameter(1)
+  d = f32[24,8]{{1,0}} dot(g, x), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}
+  ROOT t = f32[8,24]{layout} transpose(d), dimensions={{1,0}}
+}}
+"""
+    module = parse_module(text)
+    lowered = copy.deepcopy(module)
+    run_pipeline(lowered, simplification_pipeline())
+    fused = check_each_pass(lowered)
+    assert count_kernels(fused) == 1
+    (fusion,) = _fusions(fused)
+    assert select_emitter(analyse_fusion(fusion, H100)).name == "gemm"
+    arguments = random_arguments(module, np.random.default_rng(4))
+    device = load_backends().create_device("interpreter")
+    run = run_module(module, arguments, device, "interpreter", target=H100)
+    assert len(run.kernels) == 1
+    for actual, reference in zip(
+        run.outputs, flatten_literal(evaluate_module(module, arguments)), strict=True
+    ):
+        np.testing.assert_allclose(actual, reference, rtol=1e-5, atol=1e-5)
