@@ -605,8 +605,9 @@ def test_a_dots_transposed_result_is_stored_by_the_gemm(layout: str) -> None:
     from heron.hlo.evaluator import flatten_literal
     from heron.runtime.core.registry import load_backends
 
+    signature = "(f32[16,24]{1,0}, f32[16,8]{1,0})->f32[8,24]" + layout
     text = f"""
-HloModule transposed_gradient, entry_computation_layout={{(f32[16,24]{{1,0}}, f32[16,8]{{1,0}})->f32[8,24]{layout}}}
+HloModule transposed_gradient, entry_computation_layout={{{signature}}}
 ENTRY main {{
   g = f32[16,24]{{1,0}} parameter(0)
   x = f32[16,8]{{1,0}} parameter(1)
