@@ -232,7 +232,7 @@ def _table():
 
 
 #: Programs whose heron kernel count is over issue 15's rule (docs/programs.md: why).
-OVER_THE_RULE = {"mlp_train_grad", "cond"}
+OVER_THE_RULE: set[str] = set()
 
 
 def test_the_kernel_table_covers_every_program():
@@ -286,7 +286,6 @@ def test_the_tolerance_rejects_a_wrong_float():
 
 #: program -> the opcode heron refuses it for today.
 REFUSED = {
-    "cond": "conditional",
     "dropout_threefry": "while",
     "fori_loop_newton_sqrt": "while",
     "scan_cumulative_max": "while",

@@ -125,3 +125,26 @@ def test_a_kernel_with_few_threads_gets_a_share_of_the_device() -> None:
     slots = H100.core_count * H100.threads_per_core_limit
     launch = H100.launch_overhead_seconds
     assert (one_thread.seconds - launch) == pytest.approx((parallel.seconds - launch) * slots)
+
+
+DOT_WITH_PROLOGUE = """
+HloModule m
+ENTRY e {
+  x = f32[16,32]{1,0} parameter(0)
+  w = f32[32,8]{1,0} parameter(1)
+  t = f32[16,32]{1,0} tanh(x)
+  ROOT d = f32[16,8]{1,0} dot(t, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def test_a_dots_operand_prologue_is_priced_per_read() -> None:
+    # The GEMM emitter computes tanh(x) as it stages x's tiles, so once per read:
+    # each element of t is read by all 8 columns of the output, and the model
+    # charges its 16 flops for every one of those reads, not once per element.
+    from heron.compiler.fusion.cost_model import FLOPS_PER_ELEMENT
+
+    cost = _kernel(DOT_WITH_PROLOGUE)
+    per_read = 16 * 8 * 32 * FLOPS_PER_ELEMENT["tanh"]
+    # The tanh per read; the dot one multiply-add per output element and contracted one.
+    assert cost.flops == per_read + 16 * 8 * 32

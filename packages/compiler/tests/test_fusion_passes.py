@@ -315,6 +315,29 @@ def test_a_dot_takes_its_bias_and_activation_epilogue() -> None:
     assert {i.opcode for i in body.instructions} >= {"dot", "broadcast", "add"}
 
 
+def test_a_dot_is_fused_only_into_the_gemm_emitter_that_computes_it_whole() -> None:
+    # jax's softmax(gelu(x @ w + b)): the row-normalisation emitter claims a fusion
+    # of the whole layer, but it would compute each element's dot product on its
+    # own (a dot it does not take as its hero). The checker asks the selected
+    # emitter for its heroes: the dot goes with its bias and gelu into the GEMM
+    # fusion, the softmax is the row-normalisation kernel after it (XLA: 2).
+    from heron.emitters.fusion_analysis import analyse_fusion
+    from heron.emitters.selection import emitter_heroes, select_emitter
+
+    fused = check_each_pass(_load("dense_gelu_softmax"))
+    assert count_kernels(fused) == 2
+    emitters = {}
+    for fusion in _fusions(fused):
+        analysis = analyse_fusion(fusion, H100)
+        spec = select_emitter(analysis)
+        emitters[spec.name] = fusion
+        dots = [i for i in fusion.called("calls").instructions if i.opcode == "dot"]
+        assert all(any(d is h for h in emitter_heroes(analysis, spec)) for d in dots)
+    assert sorted(emitters) == ["gemm", "row_normalization"]
+    gemm_body = emitters["gemm"].called("calls")
+    assert {"dot", "tanh"} <= {i.opcode for i in gemm_body.instructions}
+
+
 DOT_TWO_USERS = """
 HloModule dot_two_users
 
@@ -467,3 +490,143 @@ def test_identical_layers_with_other_constants_fuse_alike() -> None:
             run_pipeline(module, gpu_pipeline(H100))
             counts.append(count_kernels(module))
         assert counts[0] == counts[1], (layers, counts)
+
+
+#: name -> input, kernel and output shapes, window and dimension labels, kernels.
+CONVOLUTIONS = {
+    "conv1d_padded": (
+        "f32[2,16,4]{2,1,0}",
+        "f32[3,4,8]{2,1,0}",
+        "f32[2,16,8]{2,1,0}",
+        "window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f",
+        1,
+    ),
+    "conv1d_strided_dilated": (
+        "f32[2,20,3]{2,1,0}",
+        "f32[3,3,5]{2,1,0}",
+        "f32[2,9,5]{2,1,0}",
+        "window={size=3 stride=2 pad=2_0 rhs_dilate=2}, dim_labels=b0f_0io->b0f",
+        1,
+    ),
+    "conv2d_nchw": (
+        "f32[1,3,9,9]{3,2,1,0}",
+        "f32[4,3,3,3]{3,2,1,0}",
+        "f32[1,4,9,9]{3,2,1,0}",
+        "window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01",
+        2,  # the result's transpose back to NCHW is no elementwise epilogue
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVOLUTIONS))
+def test_a_convolutions_im2col_is_the_gemms_operand_prologue(name: str) -> None:
+    # convolution-to-dot lowers a convolution to im2col (pad, slices, concatenate)
+    # and one dot; the GEMM emitter reads its operands element by element as it
+    # stages its tiles, so the im2col is fused into the dot's kernel: one kernel,
+    # as XLA's one cuDNN call (two where the output's layout needs a transpose).
+    # The kernels run and give the evaluator's result.
+    from heron.compiler.sequential import run_module
+    from heron.emitters.fusion_analysis import analyse_fusion
+    from heron.emitters.selection import select_emitter
+    from heron.hlo.evaluator import flatten_literal
+    from heron.runtime.core.registry import load_backends
+
+    lhs, rhs, out, window, kernels = CONVOLUTIONS[name]
+    text = f"""
+HloModule {name}
+ENTRY main {{
+  x = {lhs} parameter(0)
+  w = {rhs} parameter(1)
+  ROOT c = {out} convolution(x, w), {window}
+}}
+"""
+    module = parse_module(text)
+    # Lowering to a dot reassociates the sum (docs/hlo-passes.md); from the
+    # lowered module on, fusion keeps the bits.
+    lowered = copy.deepcopy(module)
+    run_pipeline(lowered, simplification_pipeline())
+    fused = check_each_pass(lowered)
+    assert count_kernels(fused) == kernels
+    (fusion, *_) = _fusions(fused)
+    assert select_emitter(analyse_fusion(fusion, H100)).name == "gemm"
+    assert "concatenate" in {i.opcode for i in fusion.called("calls").instructions}
+    arguments = random_arguments(module, np.random.default_rng(2))
+    device = load_backends().create_device("interpreter")
+    run = run_module(module, arguments, device, "interpreter", target=H100)
+    assert len(run.kernels) == kernels
+    for actual, reference in zip(
+        run.outputs, flatten_literal(evaluate_module(module, arguments)), strict=True
+    ):
+        np.testing.assert_allclose(actual, reference, rtol=1e-5, atol=1e-5)
+
+
+BIAS_GRADIENT = """
+HloModule bias_gradient
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  g = f32[16,64]{1,0} parameter(0)
+  zero = f32[] constant(0)
+  column_sums = f32[64]{0} reduce(g, zero), dimensions={0}, to_apply=add
+  row = f32[1,64]{1,0} reshape(column_sums)
+  ROOT b = f32[64]{0} reduce(row, zero), dimensions={0}, to_apply=add
+}
+"""
+
+
+def test_a_reduce_over_size_one_dimensions_takes_the_reduction_before_it() -> None:
+    # jax's gradient of a broadcast bias: sum over the batch, reshape to (1, n),
+    # sum over the size-1 dimension. The second reduce moves each element once, so
+    # the first is computed once per element in the same kernel (XLA: one kernel).
+    from heron.compiler.sequential import run_module
+    from heron.runtime.core.registry import load_backends
+
+    module = parse_module(BIAS_GRADIENT)
+    fused = check_each_pass(module)
+    assert count_kernels(fused) == 1
+    arguments = random_arguments(module, np.random.default_rng(3))
+    device = load_backends().create_device("interpreter")
+    run = run_module(module, arguments, device, "interpreter", target=H100)
+    assert len(run.kernels) == 1
+    np.testing.assert_array_equal(run.outputs[0], evaluate_module(module, arguments))
+
+
+@pytest.mark.parametrize("layout", ["{0,1}", "{1,0}"])
+def test_a_dots_transposed_result_is_stored_by_the_gemm(layout: str) -> None:
+    # jax's weight gradient: dot(g, x) over the batch, transposed into the weight's
+    # shape. The GEMM stores each element of C at the transposed index: one kernel
+    # (with a {0,1} result the bytes are C's own; with {1,0} the stores scatter).
+    from heron.compiler.sequential import run_module
+    from heron.emitters.fusion_analysis import analyse_fusion
+    from heron.emitters.selection import select_emitter
+    from heron.hlo.evaluator import flatten_literal
+    from heron.runtime.core.registry import load_backends
+
+    signature = "(f32[16,24]{1,0}, f32[16,8]{1,0})->f32[8,24]" + layout
+    text = f"""
+HloModule transposed_gradient, entry_computation_layout={{{signature}}}
+ENTRY main {{
+  g = f32[16,24]{{1,0}} parameter(0)
+  x = f32[16,8]{{1,0}} parameter(1)
+  d = f32[24,8]{{1,0}} dot(g, x), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}
+  ROOT t = f32[8,24]{layout} transpose(d), dimensions={{1,0}}
+}}
+"""
+    module = parse_module(text)
+    lowered = copy.deepcopy(module)
+    run_pipeline(lowered, simplification_pipeline())
+    fused = check_each_pass(lowered)
+    assert count_kernels(fused) == 1
+    (fusion,) = _fusions(fused)
+    assert select_emitter(analyse_fusion(fusion, H100)).name == "gemm"
+    arguments = random_arguments(module, np.random.default_rng(4))
+    device = load_backends().create_device("interpreter")
+    run = run_module(module, arguments, device, "interpreter", target=H100)
+    assert len(run.kernels) == 1
+    for actual, reference in zip(
+        run.outputs, flatten_literal(evaluate_module(module, arguments)), strict=True
+    ):
+        np.testing.assert_allclose(actual, reference, rtol=1e-5, atol=1e-5)

@@ -214,3 +214,145 @@ def test_a_loop_whose_state_is_used_whole_keeps_it() -> None:
         text = text.replace(key, str(value))
     module = parse_module(text)
     assert not simplify_while_loops(module)
+
+
+def _both_ways(text: str, extra: list) -> Module:
+    """Optimize ``text``; for each predicate value the results equal the original's bitwise."""
+    original = parse_module(text)
+    module = parse_module(text)
+    run_pipeline(module, simplification_pipeline())
+    for value in (True, False):
+        arguments = [np.bool_(value), *extra]
+        before = evaluate_module(original, arguments)
+        after = evaluate_module(module, arguments)
+        assert _flat_bytes(before) == _flat_bytes(after), (value, print_module(module))
+    return module
+
+
+X = np.linspace(-3, 3, 8, dtype=np.float32)
+
+CHEAP = """
+HloModule cheap
+t {
+  a = f32[8] parameter(0)
+  ROOT e = f32[8] exponential(a)
+}
+f {
+  b = f32[8] parameter(0)
+  ROOT n = f32[8] negate(b)
+}
+ENTRY main {
+  p = pred[] parameter(0)
+  x = f32[8] parameter(1)
+  ROOT r = f32[8] conditional(p, x, x), true_computation=t, false_computation=f
+}
+"""
+
+
+def test_cheap_branches_of_a_pred_conditional_become_a_select() -> None:
+    module = _both_ways(CHEAP, [X])
+    assert "conditional" not in _opcodes(module)
+    root = module.entry.root_instruction
+    assert root.opcode == "select"
+    assert [o.opcode for o in root.operands] == ["broadcast", "exponential", "negate"]
+
+
+def test_jax_cond_converts_its_pred_and_swaps_the_branches() -> None:
+    # jax.lax.cond(p, f, g, x) lowers to conditional(convert(p), g, f): index 1 is f.
+    text = """
+HloModule jax_cond
+region_0 {
+  a = f32[8] parameter(0)
+  ROOT c = f32[8] cosine(a)
+}
+region_1 {
+  b = f32[8] parameter(0)
+  ROOT s = f32[8] sine(b)
+}
+ENTRY main {
+  p = pred[] parameter(0)
+  index = s32[] convert(p)
+  x = f32[8] parameter(1)
+  ROOT r = f32[8] conditional(index, x, x), branch_computations={region_0, region_1}
+}
+"""
+    module = _both_ways(text, [X])
+    root = module.entry.root_instruction
+    assert root.opcode == "select"
+    assert [o.opcode for o in root.operands[1:]] == ["sine", "cosine"]
+    assert root.operands[0].operands[0].opcode == "parameter"
+
+
+def test_tuple_shaped_branches_select_leaf_by_leaf() -> None:
+    text = """
+HloModule tuples
+t {
+  a = (f32[8], s32[]) parameter(0)
+  a0 = f32[8] get-tuple-element(a), index=0
+  a1 = s32[] get-tuple-element(a), index=1
+  m = f32[8] multiply(a0, a0)
+  n = s32[] negate(a1)
+  ROOT r = (f32[8], s32[]) tuple(m, n)
+}
+f {
+  b = (f32[8], s32[]) parameter(0)
+  b0 = f32[8] get-tuple-element(b), index=0
+  b1 = s32[] get-tuple-element(b), index=1
+  s = f32[8] sine(b0)
+  ROOT r = (f32[8], s32[]) tuple(s, b1)
+}
+ENTRY main {
+  p = pred[] parameter(0)
+  x = f32[8] parameter(1)
+  k = s32[] parameter(2)
+  both = (f32[8], s32[]) tuple(x, k)
+  c = (f32[8], s32[]) conditional(p, both, both), true_computation=t, false_computation=f
+  g0 = f32[8] get-tuple-element(c), index=0
+  g1 = s32[] get-tuple-element(c), index=1
+  ROOT out = (f32[8], s32[]) tuple(g0, g1)
+}
+"""
+    module = _both_ways(text, [X, np.int32(5)])
+    assert "conditional" not in _opcodes(module)
+    assert _opcodes(module).count("select") == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (("ROOT e = f32[8] exponential(a)", "ROOT e = f32[8] iota(), iota_dimension=0"), "iota"),
+        (
+            ("ROOT n = f32[8] negate(b)", "k = f32[] constant(2)\n  ROOT n = f32[8] broadcast(k)"),
+            "a constant is expensive",
+        ),
+        (("ROOT n = f32[8] negate(b)", "ROOT n = f32[8] parameter(0)"), "an empty branch"),
+        (("p = pred[] parameter(0)", "p = s32[] parameter(0)"), "an s32 index"),
+    ],
+)
+def test_conditionals_left_alone(change: tuple[str, str], why: str) -> None:
+    text = CHEAP.replace(*change)
+    if "n = f32[8] parameter(0)" in text:
+        text = text.replace("b = f32[8] parameter(0)\n  ", "")
+    module = parse_module(text)
+    assert not simplify_conditionals(module), why
+    assert "conditional" in _opcodes(module)
+
+
+def test_a_side_effect_in_a_branch_keeps_the_conditional() -> None:
+    text = CHEAP.replace(
+        "ROOT n = f32[8] negate(b)",
+        "z = f32[] constant(0)\n  o = f32[] constant(1)\n"
+        "  ROOT n = f32[8] rng(z, o), distribution=rng_uniform",
+    )
+    module = parse_module(text)
+    assert not simplify_conditionals(module)
+
+
+def test_three_cheap_branches_stay_a_conditional() -> None:
+    module = parse_module(BRANCHES.replace("selector = SELECTOR", "selector = s32[] parameter(1)"))
+    for computation in module.computations:
+        if computation.name != "main":
+            assert all(
+                i.opcode in ("parameter", "add", "negate", "sine") for i in computation.instructions
+            )
+    assert not simplify_conditionals(module)

@@ -82,6 +82,10 @@ def sort_rows(x):
     return jnp.sort(x * 2.0, axis=1) + 1.0
 
 
+def dense_gelu_softmax(x, w, b):
+    return jax.nn.softmax(jax.nn.gelu(x @ w + b), axis=-1)
+
+
 def _zeros(*shapes):
     return [jnp.zeros(shape, F32) for shape in shapes]
 
@@ -105,6 +109,7 @@ PROGRAMS = {
     "mlp": (mlp, _zeros((16, 32), (32, 8), (8,))),
     "mean_all_axes": (mean_all_axes, _zeros((8, 16, 32))),
     "sort_rows": (sort_rows, _zeros((8, 64))),
+    "dense_gelu_softmax": (dense_gelu_softmax, _zeros((32, 64), (64, 128), (128,))),
 }
 
 if __name__ == "__main__":

@@ -12,11 +12,11 @@ its operands and results:
   launch as its fallback: the runtime picks one at load time. An in-place
   output (``CompiledKernel.output_aliases``) whose slice the assignment did
   not make its input's gets a ``CopyThunk`` of the input first, as
-  :func:`~heron.compiler.device_kernels.run_on_device`
-  does. An output that the assignment put over an input the kernel does not
-  update in place is written there only when the kernel reads that input
-  element by element (:func:`elementwise_in_place`, XLA's rule); otherwise it
-  goes to a scratch allocation and is copied into place after the launch.
+  :func:`~heron.compiler.device_kernels.run_on_device` does. An output the
+  assignment put over an input the kernel does not update in place (a while
+  body's new state element over the old one) is written there: copy
+  insertion allows that only where the kernel reads the input element by
+  element (``heron.hlo.passes.copy_insertion.reads_in_place``).
 - ``parameter``, ``constant``, ``tuple``, ``get-tuple-element``, ``bitcast``:
   nothing; their slices are their operands' or their allocation's.
 - ``copy`` (added by copy insertion): a ``CopyThunk`` per leaf whose slices
@@ -59,7 +59,6 @@ from heron.hlo.buffers import BufferAssignment
 from heron.hlo.buffers import Slice as HloSlice
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction
-from heron.hlo.opcodes import is_elementwise
 from heron.hlo.passes.outline import HOST_OPCODES, REFUSED_OPCODES, describe, refusal
 from heron.hlo.shapes import ArrayShape
 from heron.runtime.core.thunks import (
@@ -95,9 +94,7 @@ class ThunkProgram:
     """The entry's thunks, the kernels they launch in the order they appear, and scratch.
 
     ``scratch`` are the sizes of allocations the thunks use beyond the buffer
-    assignment's (numbered after them): an output a kernel cannot write over
-    the input whose bytes the assignment gave it (see :func:`elementwise_in_place`)
-    goes to scratch memory, then is copied into place.
+    assignment's (numbered after them).
     """
 
     thunks: tuple[Thunk, ...]
@@ -248,19 +245,6 @@ class _Emitter:
         for out, source in sorted(aliases.items()):
             if outputs[out] != inputs[source]:
                 thunks.append(CopyThunk(inputs[source], outputs[out]))
-        after: list[Thunk] = []
-        for out, piece in enumerate(outputs):
-            shared = [
-                k
-                for k, other in enumerate(inputs)
-                if aliases.get(out) != k and _overlap(piece, other)
-            ]
-            if shared and not all(
-                inputs[k] == piece and elementwise_in_place(inst, k, out) for k in shared
-            ):
-                scratch = BufferSlice(self.new_scratch(piece.size), 0, piece.size)
-                outputs[out] = scratch
-                after.append(CopyThunk(scratch, piece))
         launch = KernelThunk(
             kernel_name=kernel.kernel_name,
             image_key=emitted.key,
@@ -269,12 +253,8 @@ class _Emitter:
             block=kernel.block,
         )
         # A GEMM a library computes: the library call, heron's launch beside it (issue 17).
-        call = (
-            None
-            if thunks or after
-            else library_call_thunk(inst, inputs, outputs, launch, kernel.emitter)
-        )
-        return [call] if call is not None else [*thunks, launch, *after]
+        call = None if thunks else library_call_thunk(inst, inputs, outputs, launch, kernel.emitter)
+        return [call] if call is not None else [*thunks, launch]
 
     def new_scratch(self, size: int) -> int:
         """A new allocation of ``size`` bytes for one kernel's output (its index)."""
@@ -388,50 +368,6 @@ class _Emitter:
         return [inst.called("true_computation"), inst.called("false_computation")]
 
 
-def elementwise_in_place(fusion: Instruction, input_leaf: int, output_leaf: int) -> bool:
-    """Whether ``fusion`` may write output ``output_leaf`` over input ``input_leaf``'s bytes.
-
-    XLA's rule for sharing an operand's buffer with a loop fusion's result
-    (``CanShareOperandBufferWithUser``): the input is an array operand of the
-    result's shape, read only through elementwise instructions of that shape,
-    so each element is read by the thread that writes it, before it writes it.
-    Copy insertion lets the writer of a while body's state element read the old
-    element (``heron.hlo.passes.copy_insertion``, rule 2), which holds for such
-    kernels only.
-    """
-    operand_of_leaf = [k for k, o in enumerate(fusion.operands) for _ in o.shape.leaves()]
-    if input_leaf >= len(operand_of_leaf):
-        return False
-    operand = operand_of_leaf[input_leaf]
-    if not isinstance(fusion.operands[operand].shape, ArrayShape):
-        return False
-    body = fusion.called("calls")
-    parameter = body.parameters[operand]
-    root = body.root_instruction
-    outputs = list(root.operands) if root.opcode == "tuple" else [root]
-    if output_leaf >= len(outputs) or not isinstance(outputs[output_leaf].shape, ArrayShape):
-        return False
-    written = outputs[output_leaf].shape
-    dims = written.dims
-    if (parameter.shape.dims, parameter.shape.layout) != (dims, written.layout):
-        return False
-    users = body.users()
-    stack, seen = [parameter], set()
-    while stack:
-        value = stack.pop()
-        for user in users.get(value, []):
-            if id(user) in seen or (user is root and root.opcode == "tuple"):
-                continue
-            seen.add(id(user))
-            shape = user.shape
-            if not (
-                is_elementwise(user.opcode) and isinstance(shape, ArrayShape) and shape.dims == dims
-            ):
-                return False
-            stack.append(user)
-    return True
-
-
 def _identity(fusion: Instruction) -> tuple[object, ...]:
     """What a fusion's kernel depends on: its kind, shapes, backend config and body.
 
@@ -466,7 +402,3 @@ def moves(sources: Sequence[BufferSlice], destinations: Sequence[BufferSlice]) -
 
 def _slice(piece: HloSlice) -> BufferSlice:
     return BufferSlice(piece.allocation, piece.offset, piece.size)
-
-
-def _overlap(a: BufferSlice, b: BufferSlice) -> bool:
-    return a.allocation == b.allocation and a.offset < b.end and b.offset < a.end

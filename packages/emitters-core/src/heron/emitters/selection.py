@@ -25,7 +25,13 @@ from heron.emitters.target import EmitterTarget
 from heron.hlo.ir import Instruction
 from heron.hlo.plugin_loading import PluginError
 
-__all__ = ["analyse_fusion", "default_registry", "emit_fusion", "select_emitter"]
+__all__ = [
+    "analyse_fusion",
+    "default_registry",
+    "emit_fusion",
+    "emitter_heroes",
+    "select_emitter",
+]
 
 
 @functools.cache
@@ -43,6 +49,19 @@ def select_emitter(
     analysis is claimed by none) or two claim it at the same priority.
     """
     return (registry or default_registry()).select(analysis)
+
+
+def emitter_heroes(analysis: FusionAnalysis, spec: EmitterSpec) -> tuple[Instruction, ...]:
+    """The instructions the selected emitter computes as heroes (``FusionEmitter.heroes``).
+
+    ``analysis.heroes`` is XLA's hero per root (a reduce, a transpose); an
+    emitter may compute more than that itself: the GEMM emitter's dot under an
+    epilogue, the sort emitter's sort. Only the emitter built for the analysis
+    knows, so it is asked, once, by whoever must decide whether a dot or a sort
+    is computed whole (the fusion checker) rather than per element. Errors of the
+    factory (an emitter that refuses the fusion) propagate.
+    """
+    return tuple(spec.factory(analysis).heroes())
 
 
 def emit_fusion(

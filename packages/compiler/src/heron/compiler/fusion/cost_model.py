@@ -188,7 +188,18 @@ def _reads_per_element(m: IndexingMap) -> int:
 def operand_reads(
     computation: Computation, reduces_once: bool = False
 ) -> dict[int, tuple[int, bool]]:
-    """Per parameter (by id): elements read, and whether every read is coalesced.
+    """Per parameter (by id): elements read, and whether every read is coalesced
+    (:func:`_demand`)."""
+    demand, coalesced = _demand(computation, reduces_once)
+    return {
+        id(p): (demand.get(id(p), 0), coalesced.get(id(p), True)) for p in computation.parameters
+    }
+
+
+def _demand(
+    computation: Computation, reduces_once: bool = False
+) -> tuple[dict[int, int], dict[int, bool]]:
+    """Per instruction (by id): elements demanded, and whether every read is coalesced.
 
     Demand flows from the roots (each output element once) to the parameters
     through each op's output-to-input indexing maps: an operand is read, per
@@ -230,9 +241,7 @@ def operand_reads(
             # kernel computes it once): the demand is the larger one, not the sum.
             demand[id(operand)] = max(demand.get(id(operand), 0), int(count * per))
             coalesced[id(operand)] = coalesced.get(id(operand), True) and ok and straight
-    return {
-        id(p): (demand.get(id(p), 0), coalesced.get(id(p), True)) for p in computation.parameters
-    }
+    return demand, coalesced
 
 
 def dot_multiply_adds(dot: Instruction) -> int:
@@ -245,10 +254,28 @@ def dot_multiply_adds(dot: Instruction) -> int:
     return dot.array_shape.num_elements * contracted
 
 
-def lane_operations(computation: Computation) -> float:
+def _dot_prologue(computation: Computation) -> set[int]:
+    """The instructions a dot of ``computation`` reads (its operands' producers, by id)."""
+    prologue: set[int] = set()
+    stack = [
+        op for inst in computation.instructions if inst.opcode == "dot" for op in inst.operands
+    ]
+    while stack:
+        inst = stack.pop()
+        if id(inst) not in prologue:
+            prologue.add(id(inst))
+            stack.extend(inst.operands)
+    return prologue
+
+
+def lane_operations(computation: Computation, demand: dict[int, int] | None = None) -> float:
     """Arithmetic lane operations of one run of ``computation`` (an FMA is one): its
     elements times ``FLOPS_PER_ELEMENT``, a reduce its input times its reducer, a dot
-    its multiply-adds."""
+    its multiply-adds. With ``demand`` (elements demanded per instruction, by id), a
+    dot's operand producers (computed as the GEMM stages its tiles, so once per read,
+    not once per element) count at their demand instead: an upper bound, since a
+    staged tile element serves a whole tile of the other side."""
+    prologue = _dot_prologue(computation) if demand is not None else set()
     total = 0.0
     for inst in computation.instructions:
         if inst.opcode == "dot":
@@ -258,7 +285,10 @@ def lane_operations(computation: Computation) -> float:
             per = max(1, sum(FLOPS_PER_ELEMENT.get(i.opcode, 1) for i in reducer.instructions))
             total += inst.operands[0].array_shape.num_elements * per
         elif isinstance(inst.shape, ArrayShape):
-            total += inst.shape.num_elements * FLOPS_PER_ELEMENT.get(inst.opcode, 1)
+            elements = inst.shape.num_elements
+            if id(inst) in prologue:
+                elements = max(elements, (demand or {}).get(id(inst), 0))
+            total += elements * FLOPS_PER_ELEMENT.get(inst.opcode, 1)
     return total
 
 
@@ -281,7 +311,10 @@ def estimate_computation(
     bandwidth and lanes, so one thread summing a whole array is priced as slow
     as it is. ``reduces_once``: see :func:`operand_reads`.
     """
-    reads_of = operand_reads(computation, reduces_once)
+    demand, coalesced = _demand(computation, reduces_once)
+    reads_of = {
+        id(p): (demand.get(id(p), 0), coalesced.get(id(p), True)) for p in computation.parameters
+    }
     dram = cached = 0.0
     for param in computation.parameters:
         size = _bytes(param.shape)
@@ -296,7 +329,7 @@ def estimate_computation(
         cached += max(0, reads - unique)
     del operands  # the parameters carry the operands' shapes
     write = float(_bytes(computation.root_instruction.shape))
-    flops = lane_operations(computation)
+    flops = lane_operations(computation, demand)
     if threads is None:
         threads = max(_elements(computation.root_instruction.shape), 1)
     slots = target.core_count * target.threads_per_core_limit

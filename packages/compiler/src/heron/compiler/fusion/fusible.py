@@ -105,8 +105,14 @@ def _iota_like(inst: Instruction) -> bool:
 
 
 def is_fusible_consumer(inst: Instruction) -> bool:
-    """Whether producers may be fused into ``inst`` (a variadic reduce's tuple included)."""
-    if inst.opcode in IOTA_TAKING_HEROES:
+    """Whether producers may be fused into ``inst`` (a variadic reduce's tuple included).
+
+    A dot takes the producers of its operands as a prologue (the GEMM emitter reads
+    its operands element by element as it stages its tiles: im2col's pads, slices
+    and concatenation, a transpose, an activation); a sort takes its iota operands
+    only (``IOTA_TAKING_HEROES``, XLA's SortIotaFusion: the sort emitter makes the
+    positions itself), every other producer is refused where it is checked."""
+    if inst.opcode == "dot" or inst.opcode in IOTA_TAKING_HEROES:
         return True
     return inst.opcode not in HERO_OPCODES and _computes(inst)
 
@@ -117,9 +123,22 @@ def is_wrappable(inst: Instruction) -> bool:
     return inst.opcode in HERO_OPCODES or is_fusible_consumer(inst)
 
 
+def _moves_each_element_once(inst: Instruction) -> bool:
+    """An elementwise op, a bitcast-like reshape or copy, or a reduce whose reduced
+    dimensions all have size 1 (jax's ``sum(reshape(sum(x), (1, n)), 0)``: each input
+    element is one output element)."""
+    if is_elementwise(inst.opcode) or inst.opcode in ("bitcast", "reshape", "copy"):
+        return True
+    if inst.opcode == "reduce" and len(inst.operands) == 2:
+        dims = inst.operands[0].array_shape.dims
+        return all(dims[d] == 1 for d in inst.attr("dimensions", ()))
+    return False
+
+
 def _read_once(inst: Instruction, users: dict[Instruction, list[Instruction]]) -> bool:
     """Whether each element of ``inst`` is computed once: every path to a root goes
-    through elementwise ops or bitcast-like reshapes of its own size only."""
+    through ops of its own size that move each element once (elementwise ops,
+    bitcast-like reshapes, reduces over size-1 dimensions) only."""
     size = inst.array_shape.num_elements if isinstance(inst.shape, ArrayShape) else None
     stack, seen = [inst], set()
     while stack:
@@ -132,9 +151,7 @@ def _read_once(inst: Instruction, users: dict[Instruction, list[Instruction]]) -
                 stack.append(user)
                 continue
             same_size = isinstance(user.shape, ArrayShape) and user.shape.num_elements == size
-            if not same_size or not (
-                is_elementwise(user.opcode) or user.opcode in ("bitcast", "reshape", "copy")
-            ):
+            if not same_size or not _moves_each_element_once(user):
                 return False
             stack.append(user)
     return True
@@ -185,14 +202,14 @@ class FusionChecker:
     def check(self, candidate: Candidate) -> Verdict | None:
         """The verdict for ``candidate``, or None when no emitter can emit it."""
         from heron.emitters.fusion_analysis import analyse_fusion
-        from heron.emitters.selection import default_registry, select_emitter
+        from heron.emitters.selection import default_registry, emitter_heroes, select_emitter
 
         registry = default_registry()  # a plugin that fails to load is an error, not a "no"
         body = candidate.body
         outputs = len(body.root.operands) if body.root.opcode == "tuple" else 1
         if len(candidate.fusion.operands) + outputs > MAX_FUSION_PARAMETERS:
             return None
-        fused_hero = False
+        fused_heroes: list[Instruction] = []
         for inst in body.instructions:
             if inst.opcode in ("parameter", "tuple", "constant", "get-tuple-element"):
                 continue
@@ -202,7 +219,8 @@ class FusionChecker:
                 if not _iota_like(inst):
                     return None
             if inst.opcode in HERO_OPCODES:
-                fused_hero |= inst is not body.root or len(candidate.members) != 1
+                if inst is not body.root or len(candidate.members) != 1:
+                    fused_heroes.append(inst)
             elif inst.opcode in ROOT_ONLY_OPCODES:
                 if inst is not body.root:
                     return None
@@ -211,11 +229,15 @@ class FusionChecker:
         try:
             analysis = analyse_fusion(candidate.fusion, self.target)
             spec = select_emitter(analysis, registry)
+            if fused_heroes:
+                # A dot or a sort with other ops must be the selected emitter's own
+                # hero (the GEMM emitter's dot under its epilogue and over its
+                # operands' producers): any other emitter (loop, row normalisation)
+                # would compute it once per element that reads it.
+                heroes = {id(hero) for hero in emitter_heroes(analysis, spec)}
+                if any(id(inst) not in heroes for inst in fused_heroes):
+                    return None
         except (HloError, PluginError):
-            return None
-        if fused_hero and spec.name == "loop":
-            # A dot or sort with other ops is a hero emitter's (the GEMM emitter
-            # takes a dot's epilogue); the loop emitter would compute it per element.
             return None
         verdict = verdict_of(analysis, spec)
         if verdict.reduces_once:
