@@ -351,13 +351,13 @@ ENTRY main {
 
 
 def test_the_pipeline_refuses_nothing_a_run_would_refuse_later() -> None:
-    from heron.compiler.sequential import run_module
+    from heron.compiler.program_run import run_program
     from heron.runtime.core.registry import load_backends
 
     module = parse_module(WITH_CONVOLUTION)
     device = load_backends().create_device("interpreter")
     with pytest.raises(UnsupportedError, match=r"'c' \(convolution.*batch_group_count > 1"):
-        run_module(module, random_arguments(module), device, "interpreter")
+        run_program(module, random_arguments(module), device, "interpreter")
 
 
 @pytest.mark.parametrize(
@@ -369,7 +369,7 @@ def test_the_pipeline_refuses_nothing_a_run_would_refuse_later() -> None:
 )
 def test_hero_roots_without_an_elemental_lowering_run(name: str, kind: str) -> None:
     from heron.compiler import compile_fusion
-    from heron.compiler.sequential import run_module
+    from heron.compiler.program_run import run_program
     from heron.hlo.evaluator import flatten_literal
     from heron.runtime.core.registry import load_backends
 
@@ -380,8 +380,8 @@ def test_hero_roots_without_an_elemental_lowering_run(name: str, kind: str) -> N
     compile_fusion(fusion, H100, "interpreter")
     arguments = random_arguments(module, np.random.default_rng(1))
     device = load_backends().create_device("interpreter")
-    run = run_module(module, arguments, device, "interpreter", target=H100)
-    assert len(run.kernels) == 1
+    run = run_program(module, arguments, device, "interpreter", target=H100)
+    assert len(run.kernels) == run.kernel_launches == 1
     for actual, reference in zip(
         run.outputs, flatten_literal(evaluate_module(module, arguments)), strict=True
     ):

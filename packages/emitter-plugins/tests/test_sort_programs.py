@@ -3,7 +3,7 @@
 ``programs/`` (sort, argsort, sort_int32_axis0, and top_k, which heron's passes
 decompose into a sort and slices) through the program path: the HLO pipeline,
 outlining (a sort becomes a fusion of its own), kernels compiled for the
-interpreter and launched one after the other (``heron.compiler.sequential``).
+interpreter and run as an executable (``heron.compiler.program_run``, as heron run).
 The installed emitters plus this tree's sort emitter compile them, so the
 check does not depend on the environment's entry points being current.
 """
@@ -17,7 +17,7 @@ import pytest
 
 import heron.plugins.sort as sort_plugin
 from heron.compiler import compile_fusion
-from heron.compiler.sequential import run_module
+from heron.compiler.program_run import run_program
 from heron.emitters.registry import EmitterRegistry
 from heron.emitters.selection import default_registry
 from heron.hlo.npz_io import load_inputs, load_outputs
@@ -41,7 +41,7 @@ def test_the_sort_program_equals_xla_cpu(name, warp):
     arguments = load_inputs(
         PROGRAMS / name / "inputs.npz", [p.shape for p in parameters], [p.name for p in parameters]
     )
-    run = run_module(
+    run = run_program(
         module,
         arguments,
         InterpreterDevice(warp_size=warp),
