@@ -344,12 +344,14 @@ def test_a_while_loop_runs_as_an_executable_and_equals_xla(capsys, tmp_path):
 
 
 def test_a_conditional_runs_only_the_branch_it_takes(capsys, tmp_path):
-    out, results = _program_run(capsys, tmp_path, "cond")
-    expected = load_outputs(PROGRAMS / "cond" / "outputs.npz")
+    # switch: an s32-indexed conditional of three branches (cond's two cheap branches
+    # became a select: the conditional simplifier).
+    out, results = _program_run(capsys, tmp_path, "switch")
+    expected = load_outputs(PROGRAMS / "switch" / "outputs.npz")
     for actual, reference in zip(results, expected, strict=True):
         assert np.allclose(actual, reference, rtol=1e-6, atol=1e-6)
     lines = _kernel_lines(out)
-    assert sum("(not launched)" in line for line in lines) == 1, lines  # the other branch
+    assert sum("(not launched)" in line for line in lines) == 2, lines  # the other branches
 
 
 def test_kernels_in_a_command_buffer_are_timed_with_it(hlo, capsys):

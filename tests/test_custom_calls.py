@@ -190,7 +190,7 @@ def test_a_custom_call_runs_through_compile_artefact_and_heron_run(example_calls
 
 
 def test_heron_run_check_runs_the_call_on_the_host_between_kernels(example_calls, tmp_path, capsys):
-    """``heron run FILE.hlo --check``: the sequential executor beside the evaluator."""
+    """``heron run FILE.hlo --check``: the executable's custom-call thunk beside the evaluator."""
     from heron.cli.main import main
 
     source = tmp_path / "scan.hlo"

@@ -3,8 +3,8 @@
 ``programs/`` (sort, argsort, sort_int32_axis0, and top_k, which the top-k
 decomposer keeps for the top-k emitter) through the program path: the HLO
 pipeline, outlining (a sort or a topk becomes a fusion of its own), kernels
-compiled for the interpreter and launched one after the other
-(``heron.compiler.sequential``). The installed emitters plus this tree's sort
+compiled for the interpreter and run as an executable
+(``heron.compiler.program_run``, as heron run). The installed emitters plus this tree's sort
 and top-k emitters compile them and are what the fusion passes ask (the
 ``registry`` fixture), so the check does not depend on the environment's
 entry points being current.
@@ -20,7 +20,7 @@ import pytest
 import heron.plugins.sort as sort_plugin
 import heron.plugins.topk as topk_plugin
 from heron.compiler import compile_fusion
-from heron.compiler.sequential import run_module
+from heron.compiler.program_run import run_program
 from heron.emitters import selection
 from heron.emitters.registry import EmitterRegistry
 from heron.emitters.selection import default_registry
@@ -57,7 +57,7 @@ def test_the_sort_program_equals_xla_cpu(name, emitter, warp, registry):
     arguments = load_inputs(
         PROGRAMS / name / "inputs.npz", [p.shape for p in parameters], [p.name for p in parameters]
     )
-    run = run_module(
+    run = run_program(
         module,
         arguments,
         InterpreterDevice(warp_size=warp),
@@ -104,7 +104,7 @@ def test_a_long_stable_sort_without_an_iota_runs_with_the_expanders_iota(registr
 
     rng = np.random.default_rng(5000)
     x = rng.choice(np.array([0.0, -0.0, 1.0, -1.0, np.nan], np.float32), (2, 5000))
-    run = run_module(
+    run = run_program(
         parse_module(LONG_SORT),
         [x],
         InterpreterDevice(warp_size=32),
@@ -149,7 +149,7 @@ ENTRY main {{
     pool = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5], np.float32)
     dtype = np.float32 if element == "f32" else ml_dtypes.bfloat16
     x = rng.choice(pool, sizes).astype(dtype)
-    run = run_module(
+    run = run_program(
         parse_module(text),
         [x],
         InterpreterDevice(warp_size=32),

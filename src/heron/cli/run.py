@@ -18,15 +18,16 @@ Backends:
   before it was not (its availability reason).
 - ``interpreter``, ``cuda``, ``rocm``: that device; it must be available. The
   module is compiled into an executable in memory, as ``heron compile
-  --executable`` compiles it (:func:`heron.compiler.executable.compile_program`:
-  the GPU pipeline, copy insertion, the schedule, buffer assignment, thunks;
-  kernel images for the backend that runs), and run through the thunk executor
-  as ``heron run OUT.heron`` runs an artefact (while loops and conditionals
-  included; ``--repeat``, ``--no-command-buffers``, ``--report-json`` as there).
-  The report has a line per kernel: the first fusion compiled to it, its
-  emitter, launch, compile time and the device time of its launches from the
-  host (a kernel replayed inside a command buffer is timed with the command
-  buffer, whose line follows; ``--no-command-buffers`` times each kernel).
+  --executable`` compiles it (the GPU pipeline, copy insertion, the schedule,
+  buffer assignment, thunks; kernel images for the backend that runs), and
+  run through the thunk executor as ``heron run OUT.heron`` runs an artefact
+  (:func:`heron.compiler.program_run.load_program`, the one way heron runs a
+  module; while loops and conditionals included; ``--repeat``,
+  ``--no-command-buffers``, ``--report-json`` as there). The report has a
+  line per kernel: the first fusion compiled to it, its emitter, launch,
+  compile time and the device time of its launches from the host (a kernel
+  replayed inside a command buffer is timed with the command buffer, whose
+  line follows; ``--no-command-buffers`` times each kernel).
 - ``reference``: heron's HLO reference evaluator (numpy on the CPU).
 
 ``--target NAME`` / ``--arch ARCH`` name the device the kernels are compiled
@@ -59,6 +60,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
@@ -74,6 +76,9 @@ from heron.cli.common import (
     write_atomically,
 )
 from heron.runtime.core.registry import DEVICE_BACKENDS, BackendChoice
+
+if TYPE_CHECKING:
+    from heron.compiler.program_run import KernelRecord
 
 BACKENDS = ("auto", "interpreter", "reference", "cuda", "rocm")
 PREVIEW = 4
@@ -369,39 +374,20 @@ class _Ran:
     identical: bool = True
 
 
-@attrs.frozen
-class KernelLine:
-    """What the report says about one kernel image of the executable."""
-
-    #: The first fusion compiled to it (fusions with the same body share one kernel).
-    fusion_name: str
-    emitter: str
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    compile_seconds: float
-    #: Device seconds of its launches from the host in the last run (summed).
-    run_seconds: float
-    #: Launches from the host in the last run.
-    launches: int
-    #: Paths of the command buffers holding it (its launches are timed with theirs).
-    command_buffers: tuple[str, ...] = ()
-    #: How many fusions share the kernel.
-    fusions: int = 1
-
-
 def _run_on_device(
     module, arguments, source: str, args: argparse.Namespace
 ) -> tuple[list[np.ndarray], _Ran]:
     """Compile ``module`` into an executable in memory and run it through the thunk executor.
 
-    The same compile as ``heron compile --executable`` (kernel images for the
+    :func:`heron.compiler.program_run.load_program`, the one way a module runs:
+    the same compile as ``heron compile --executable`` (kernel images for the
     backend that runs), the same executor as ``heron run OUT.heron``.
     """
     from heron.cli.progress import ProgressDisplay
     from heron.compiler.driver import compile_fusion
-    from heron.compiler.executable import compile_program
+    from heron.compiler.program_run import load_program
     from heron.runtime.core.device import DeviceError
-    from heron.runtime.core.executor import Executable, ExecutorError
+    from heron.runtime.core.executor import ExecutorError
 
     refuse_tiled_layouts(module, "heron run on a device")
     requested = args.backend
@@ -416,40 +402,36 @@ def _run_on_device(
         for line in choice.passed_over:
             print(f"  {line}")
     _print_parameters(module, source)
-    ran: list[tuple[object, object]] = []  # (thunk, record) of the current run
     first: tuple[np.ndarray, ...] | None = None
     identical = True
     with ProgressDisplay() as display:
         compiling = display.task("compiling kernels")
         compiler = display.counting(compile_fusion, compiling)
-        compiled = compile_program(module, target, (choice.name,), compiler=compiler)
-        if compiling is not None:
-            compiling.finish()
-        reorders = _reorders(compiled, choice.name)
         try:
-            executable = Executable(
-                compiled.artefact, device, choice.name, command_buffers=not args.no_command_buffers
+            loaded = load_program(
+                module,
+                device,
+                choice.name,
+                target=target,
+                compiler=compiler,
+                command_buffers=not args.no_command_buffers,
             )
         except ExecutorError as exc:
             raise CommandError(str(exc)) from exc
+        if compiling is not None:
+            compiling.finish()
+        compiled, executable = loaded.compiled, loaded.executable
+        reorders = _reorders(compiled, choice.name)
         total = _leaf_thunks(executable.program)
         told = display.thunks(None if total is None else total * repeat)
         if choice.name == "interpreter":
             device.progress = display.launches()
-
-        def on_thunk(thunk, record) -> None:
-            ran.append((thunk, record))
-            if told is not None:
-                told(thunk, record)
-
-        executable.on_thunk = on_thunk
         try:
             for k in range(repeat):
-                ran.clear()
-                results = executable.run(arguments)
+                ran = loaded.run(arguments, on_thunk=told)
                 if first is None:
-                    first = results
-                elif not _identical(first, results):
+                    first = ran.outputs
+                elif not _identical(first, ran.outputs):
                     identical = False
                     print(f"run {k + 1}: results differ from run 1's")
         except ExecutorError as exc:  # arguments that do not fit the entry
@@ -457,18 +439,16 @@ def _run_on_device(
         except DeviceError as exc:  # a sanitizer finding, the work limit, a device fault
             raise CommandError(f"the {choice.name} device failed: {exc}") from exc
     assert first is not None
-    stats = executable.stats
     print("kernels:")
-    lines = kernel_lines(compiled, choice.name, ran)
-    for line in lines:
+    for line in ran.kernels:
         print(f"  {describe_kernel(line)}")
-    if not lines:
+    if not ran.kernels:
         print("  (none: the entry computation needs no kernel)")
     _print_outputs(list(first))
-    _print_program(executable, ran, args.no_command_buffers)
-    device_seconds = sum(record.seconds for _, record in ran)
+    _print_program(executable, ran.thunks, args.no_command_buffers)
+    device_seconds = sum(record.seconds for _, record in ran.thunks)
     print(
-        f"ran {stats.kernel_launches} kernel(s) in {stats.seconds:.2f} s"
+        f"ran {ran.kernel_launches} kernel(s) in {ran.seconds:.2f} s"
         f" ({device_seconds:.2f} s on the device); compiled in {compiled.seconds:.2f} s"
     )
     if repeat > 1:
@@ -510,46 +490,7 @@ def _reorders(compiled, backend: str) -> dict[str, bool]:
     return {fusion: by_key[key] for fusion, key in compiled.program.kernel_of.items()}
 
 
-def kernel_lines(compiled, backend: str, ran: list[tuple[object, object]]) -> list[KernelLine]:
-    """One :class:`KernelLine` per kernel image, from the last run's thunk records."""
-    from heron.runtime.core.thunks import CommandBufferThunk, KernelThunk, walk
-
-    seconds: dict[str, float] = {}
-    launches: dict[str, int] = {}
-    buffers: dict[str, list[str]] = {}
-    for thunk, record in ran:
-        if isinstance(thunk, KernelThunk):
-            seconds[thunk.image_key] = seconds.get(thunk.image_key, 0.0) + record.seconds
-            launches[thunk.image_key] = launches.get(thunk.image_key, 0) + 1
-        elif isinstance(thunk, CommandBufferThunk):
-            for inner in walk(thunk.thunks):
-                if isinstance(inner, KernelThunk):
-                    held = buffers.setdefault(inner.image_key, [])
-                    if record.path not in held:
-                        held.append(record.path)
-    sharing: dict[str, int] = {}
-    for key in compiled.program.kernel_of.values():
-        sharing[key] = sharing.get(key, 0) + 1
-    lines = []
-    for emitted in compiled.program.kernels:
-        kernel = emitted.compiled[backend]
-        lines.append(
-            KernelLine(
-                fusion_name=emitted.fusion.name,
-                emitter=kernel.emitter,
-                grid=tuple(kernel.grid),
-                block=tuple(kernel.block),
-                compile_seconds=kernel.seconds,
-                run_seconds=seconds.get(emitted.key, 0.0),
-                launches=launches.get(emitted.key, 0),
-                command_buffers=tuple(buffers.get(emitted.key, ())),
-                fusions=sharing.get(emitted.key, 1),
-            )
-        )
-    return lines
-
-
-def describe_kernel(line: KernelLine) -> str:
+def describe_kernel(line: KernelRecord) -> str:
     """One report line: fusion, emitter, grid x block, compile and run times.
 
     ``run`` is the device time of the kernel's launches from the host; a

@@ -334,54 +334,51 @@ def profile_module(
     """Profile every kernel of ``module`` (or the fusion named ``fusion``) for ``target``.
 
     The whole module runs as ``heron run`` runs it, an executable on the
-    interpreter (a kernel's inputs are what the kernels before it computed;
-    a kernel in a loop is profiled at each launch); ``resources=False``
-    skips the CUDA compile and ``ptxas -v`` (occupancy then counts threads
-    and blocks only). With ``max_blocks``,
-    each fusion instead runs alone on random inputs of its own, and only its
+    interpreter (:func:`heron.compiler.program_run.load_program`; a kernel's
+    inputs are what the kernels before it computed; a kernel in a loop is
+    profiled at each launch); ``resources=False`` skips the CUDA compile and
+    ``ptxas -v`` (occupancy then counts threads and blocks only). With
+    ``max_blocks``, each fusion instead runs alone on random inputs of its own, and only its
     first ``max_blocks`` blocks (a sample: per-request ratios are the
     sample's, and the roofline scales its bytes and instructions by the
     grid's blocks over the sample's).
     """
     if max_blocks is not None:
         return _sampled(module, target, fusion, resources, seed, max_blocks)
-    from heron.compiler.executable import compile_program
+    from heron.compiler.program_run import load_program
     from heron.hlo.errors import UnsupportedError
     from heron.hlo.evaluator import random_arguments
-    from heron.runtime.core.executor import Executable
     from heron.runtime.core.thunks import KernelThunk
     from heron.runtime.interpreter.device import InterpreterDevice
 
     # The executable heron run runs, each kernel launched from the host (no command
     # buffers), so that each launch gets a recorder of its own.
-    compiled = compile_program(module, target, ("interpreter",))
-    kernels = {emitted.key: emitted for emitted in compiled.program.kernels}
-    fusions: dict[str, list[str]] = {}
-    for name, key in compiled.program.kernel_of.items():
-        fusions.setdefault(key, []).append(name)
     device = InterpreterDevice(warp_size=target.warp_size)
-    executable = Executable(compiled.artefact, device, "interpreter", command_buffers=False)
     model = memory_model(target)
     profiles: list[KernelProfile] = []
+    with load_program(
+        module, device, "interpreter", target=target, command_buffers=False
+    ) as loaded:
+        program = loaded.compiled.program
+        kernels = {emitted.key: emitted for emitted in program.kernels}
+        fusions: dict[str, list[str]] = {}
+        for name, key in program.kernel_of.items():
+            fusions.setdefault(key, []).append(name)
 
-    def on_thunk(thunk, record) -> None:
-        if not isinstance(thunk, KernelThunk):
-            return
-        recorder, device.observer = device.observer, AccessRecorder(model)
-        emitted = kernels[thunk.image_key]
-        if fusion is not None and fusion not in fusions[thunk.image_key]:
-            return
-        kernel = emitted.compiled["interpreter"]
-        profiles.append(_profile(emitted.fusion, kernel, recorder, target, resources))
+        def on_thunk(thunk, record) -> None:
+            if not isinstance(thunk, KernelThunk):
+                return
+            recorder, device.observer = device.observer, AccessRecorder(model)
+            emitted = kernels[thunk.image_key]
+            if fusion is not None and fusion not in fusions[thunk.image_key]:
+                return
+            kernel = emitted.compiled["interpreter"]
+            profiles.append(_profile(emitted.fusion, kernel, recorder, target, resources))
 
-    device.observer = AccessRecorder(model)
-    executable.on_thunk = on_thunk
-    try:
-        executable.run(random_arguments(module, seed=seed))
-    finally:
-        executable.close()
+        device.observer = AccessRecorder(model)
+        loaded.run(random_arguments(module, seed=seed), on_thunk=on_thunk)
     if fusion is not None and not profiles:
-        names = ", ".join(sorted(compiled.program.kernel_of)) or "none"
+        names = ", ".join(sorted(program.kernel_of)) or "none"
         raise UnsupportedError(f"no kernel of fusion '{fusion}' ran (kernels: {names})")
     return profiles
 

@@ -123,7 +123,7 @@ def resolve(
     """A custom-call instruction's call, and the registry that provides its target.
 
     The one refusal of an unknown target before anything runs, for the
-    evaluator, the compiler and the sequential executor alike: an
+    evaluator and the compiler alike: an
     ``UnsupportedError`` at the instruction's location naming the target, the
     instruction and its computation.
     """

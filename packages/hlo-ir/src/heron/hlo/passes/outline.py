@@ -39,7 +39,8 @@ __all__ = [
     "refusal",
 ]
 
-#: Instructions the sequential executor evaluates on the host (no kernel).
+#: Instructions that compute nothing on the device (no kernel): thunk emission
+#: resolves them into buffer slices.
 HOST_OPCODES = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
 
 #: Instructions outlined alone into a fusion that a hero emitter, not the loop
