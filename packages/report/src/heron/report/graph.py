@@ -58,6 +58,7 @@ EMITTER_COLOURS = {
     "dynamic_update_slice": "#b5838d",
     "scatter": "#c77dff",
     "sort": "#8d99ae",
+    "topk": "#6c757d",
     "gemm": "#4d9de0",
 }
 #: For emitters of other plugins, in name order.

@@ -19,6 +19,7 @@ from heron.runtime.core.thunks import (
     ConditionalThunk,
     CopyThunk,
     KernelThunk,
+    LibraryCallThunk,
     MemsetThunk,
     SequentialThunk,
     Thunk,
@@ -93,6 +94,20 @@ def thunk_lines(
             )
         elif isinstance(thunk, MemsetThunk):
             lines.append(ThunkLine(depth, thunk.kind, repr(thunk)))
+        elif isinstance(thunk, LibraryCallThunk):
+            fallback = (
+                f"; else heron's {thunk.fallback_emitter} kernel below" if thunk.fallback else ""
+            )
+            lines.append(
+                ThunkLine(
+                    depth,
+                    thunk.kind,
+                    f"{thunk.library}.{thunk.operation} where the device has the library,"
+                    f" {len(thunk.arguments)} buffers ({', '.join(map(_slice, thunk.arguments))})"
+                    + fallback,
+                )
+            )
+            visit(thunk.fallback, depth + 1)
         elif isinstance(thunk, CommandBufferThunk):
             lines.append(
                 ThunkLine(
