@@ -262,9 +262,9 @@ def plan_gemm(dot: Instruction, target: EmitterTarget) -> GemmPlan:
         tk = gemm_mma.mma_k(MMA_INPUTS[lhs.element_type])
     plan = GemmPlan(tuple(lhs.dims[:nb]), m, n, k, has_m, has_n, has_k, tm, tn, tk, rm, rn, mma)
     accumulator_bytes = 8 if dot.array_shape.element_type is ElementType.F64 else 4
-    if mma is not None:  # the tiles keep the inputs
-        accumulator_bytes = lhs.element_type.bit_width // 8
     tile_bytes = (tm * tk + tk * tn) * accumulator_bytes
+    if mma is not None:  # the tiles keep the inputs, in padded rows
+        tile_bytes = gemm_mma.SharedTiles(tm, tn, tk, lhs.element_type.bit_width // 8).bytes
     if tile_bytes > target.shared_memory_per_block:
         raise UnsupportedError(
             f"dot '{dot.name}' ({dot.shape}): its tiles need {tile_bytes} bytes of shared"
@@ -465,9 +465,11 @@ class GemmEmitter(FusionEmitter):
         col0 = arith.muli(arith.remui(tile, index_constant(plan.tiles_n)), index_constant(plan.tn))
         lane, warp_row, warp_col = gemm_mma.warp_origin(thread)
         element = self._operand_scalar
-        a_tile = allocate_shared_op(self._tile_type(plan.tm, plan.tk, element)).results[0]
-        b_tile = allocate_shared_op(self._tile_type(plan.tk, plan.tn, element)).results[0]
+        tiles = self._shared_tiles
+        a_tile = allocate_shared_op(ir.RankedTensorType.get([tiles.a_size], element)).results[0]
+        b_tile = allocate_shared_op(ir.RankedTensorType.get([tiles.b_size], element)).results[0]
         pieces = gemm_mma.MmaTiles().tiles_n
+        fragments = gemm_mma.fragment_indices(tiles, lane, warp_row, warp_col)
         loop = scf.ForOp(
             index_constant(0),
             index_constant(plan.k_steps),
@@ -481,10 +483,10 @@ class GemmEmitter(FusionEmitter):
         with ir.InsertionPoint(loop.body):
             *accs, a_tile, b_tile = loop.inner_iter_args
             k0 = arith.muli(loop.induction_variable, index_constant(plan.tk))
-            a_tile = self._stage(entry, a_tile, 0, batch, row0, k0, thread)
-            b_tile = self._stage(entry, b_tile, 1, batch, k0, col0, thread)
+            a_tile = self._stage(entry, a_tile, 0, batch, row0, k0, thread, tiles.a_index)
+            b_tile = self._stage(entry, b_tile, 1, batch, k0, col0, thread, tiles.b_index)
             a_tile, b_tile = sync_threads_op([a_tile, b_tile]).results
-            accs = gemm_mma.warp_step(a_tile, b_tile, list(accs), lane, warp_row, warp_col)
+            accs = gemm_mma.warp_step(tiles, a_tile, b_tile, list(accs), fragments)
             a_tile, b_tile = sync_threads_op([a_tile, b_tile]).results
             scf.YieldOp([*accs, a_tile, b_tile])
         outputs = list(entry.outputs)
@@ -535,6 +537,11 @@ class GemmEmitter(FusionEmitter):
         return ir.RankedTensorType.get([rows, cols], element or self._accumulator)
 
     @property
+    def _shared_tiles(self) -> gemm_mma.SharedTiles:
+        plan = self.plan
+        return gemm_mma.SharedTiles(plan.tm, plan.tn, plan.tk, self.inputs[0].bit_width // 8)
+
+    @property
     def _operand_scalar(self) -> ir.Type:
         """The operands' register type (one type on the MMA path)."""
         return mlir_types.scalar_type(self.inputs[0])
@@ -569,9 +576,12 @@ class GemmEmitter(FusionEmitter):
         row0: ir.Value,
         col0: ir.Value,
         thread: ir.Value,
+        place=None,
     ) -> ir.Value:
         """Copy one tile of operand ``side`` (0: A ``TM x TK``, 1: B ``TK x TN``) into
-        shared memory, elements outside the operand as zeros."""
+        shared memory, elements outside the operand as zeros; ``place(r, c)`` is the 1-D
+        index of the tile's element ``(r, c)`` (the MMA path's ``SharedTiles``), else the
+        tile is 2-D."""
         plan = self.plan
         rows, cols = (plan.tm, plan.tk) if side == 0 else (plan.tk, plan.tn)
         extent_rows = (plan.m, plan.k) if side == 0 else (plan.k, plan.n)
@@ -596,7 +606,8 @@ class GemmEmitter(FusionEmitter):
 
             def stage(current: Values, index=index, inside=inside, r_=local_r, c_=local_c):
                 value = self._read(entry, operand, index, inside)
-                return [tensor.insert(value, current[0], [r_, c_])]
+                at = [r_, c_] if place is None else [place(r_, c_)]
+                return [tensor.insert(value, current[0], at)]
 
             (tile,) = self._guarded(used, [tile], stage)
         return tile
