@@ -303,6 +303,10 @@ def _s8_sum_may_overflow(dot: Instruction) -> bool:
     return k * 128 * 128 > 2**31 - 1
 
 
+def _offset(value: ir.Value, constant: int) -> ir.Value:
+    return arith.addi(value, index_constant(constant)) if constant else value
+
+
 def _below(value: ir.Value, bound: int, extent: int) -> ir.Value | None:
     """``value < bound``, or None when every value of ``0 .. extent-1`` is below it."""
     if extent <= bound:
@@ -592,11 +596,22 @@ class GemmEmitter(FusionEmitter):
         has_row = plan.has_m if side == 0 else plan.has_k
         has_col = plan.has_k if side == 0 else plan.has_n
         elements = rows * cols
+        # Where the block's threads cover whole tile rows a round, a thread keeps its
+        # column and moves down a fixed number of rows: every round's address is the
+        # first one plus a constant (an immediate offset, not a register of its own).
+        whole_rows = plan.threads % cols == 0
+        first_r = arith.divui(thread, index_constant(cols))
+        first_c = arith.remui(thread, index_constant(cols))
         for r in range(math.ceil(elements / plan.threads)):
-            slot = arith.addi(thread, index_constant(r * plan.threads)) if r else thread
-            used = _below(slot, elements, (r + 1) * plan.threads)
-            local_r = arith.divui(slot, index_constant(cols))
-            local_c = arith.remui(slot, index_constant(cols))
+            if whole_rows:
+                step = r * (plan.threads // cols)
+                local_r, local_c = _offset(first_r, step), first_c
+                used = _below(local_r, rows, step + plan.threads // cols)
+            else:
+                slot = arith.addi(thread, index_constant(r * plan.threads)) if r else thread
+                used = _below(slot, elements, (r + 1) * plan.threads)
+                local_r = arith.divui(slot, index_constant(cols))
+                local_c = arith.remui(slot, index_constant(cols))
             g_row = arith.addi(row0, local_r)
             g_col = arith.addi(col0, local_c)
             inside = both(
