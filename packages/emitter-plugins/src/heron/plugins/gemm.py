@@ -303,6 +303,18 @@ def _s8_sum_may_overflow(dot: Instruction) -> bool:
     return k * 128 * 128 > 2**31 - 1
 
 
+@attrs.frozen
+class _Slot:
+    """One element a thread stages: ``used`` (None: always), its (row, column) in the
+    tile, its index in the operand and whether it lies inside the operand (None: yes)."""
+
+    used: ir.Value | None
+    row: ir.Value
+    col: ir.Value
+    index: Values
+    inside: ir.Value | None
+
+
 def _offset(value: ir.Value, constant: int) -> ir.Value:
     return arith.addi(value, index_constant(constant)) if constant else value
 
@@ -474,9 +486,18 @@ class GemmEmitter(FusionEmitter):
         b_tile = allocate_shared_op(ir.RankedTensorType.get([tiles.b_size], element)).results[0]
         pieces = gemm_mma.MmaTiles().tiles_n
         fragments = gemm_mma.fragment_indices(tiles, lane, warp_row, warp_col)
+        # Double buffering: K step 0 is staged into stage 0 before the loop; step i
+        # reads step i + 1 from global memory into registers, runs its MMAs on stage
+        # i % 2, stores the registers into the other stage and waits once. A stage is
+        # overwritten only after the barrier that ends the step which read it. The
+        # loop takes two steps an iteration, so each one's stages are constants.
+        zero = index_constant(0)
+        a_tile = self._stage(entry, a_tile, 0, batch, row0, zero, thread, tiles.a_index)
+        b_tile = self._stage(entry, b_tile, 1, batch, zero, col0, thread, tiles.b_index)
+        a_tile, b_tile = sync_threads_op([a_tile, b_tile]).results
         loop = scf.ForOp(
-            index_constant(0),
-            index_constant(plan.k_steps),
+            zero,
+            index_constant(math.ceil(plan.k_steps / gemm_mma.STAGES)),
             index_constant(1),
             [
                 *(gemm_mma.zero_accumulator(self._accumulator) for _ in range(pieces)),
@@ -485,14 +506,27 @@ class GemmEmitter(FusionEmitter):
             ],
         )
         with ir.InsertionPoint(loop.body):
-            *accs, a_tile, b_tile = loop.inner_iter_args
-            k0 = arith.muli(loop.induction_variable, index_constant(plan.tk))
-            a_tile = self._stage(entry, a_tile, 0, batch, row0, k0, thread, tiles.a_index)
-            b_tile = self._stage(entry, b_tile, 1, batch, k0, col0, thread, tiles.b_index)
-            a_tile, b_tile = sync_threads_op([a_tile, b_tile]).results
-            accs = gemm_mma.warp_step(tiles, a_tile, b_tile, list(accs), fragments)
-            a_tile, b_tile = sync_threads_op([a_tile, b_tile]).results
-            scf.YieldOp([*accs, a_tile, b_tile])
+            carried = list(loop.inner_iter_args)
+            first = arith.muli(loop.induction_variable, index_constant(gemm_mma.STAGES))
+            for stage in range(gemm_mma.STAGES):
+                step = _offset(first, stage)
+                if stage and plan.k_steps % gemm_mma.STAGES:  # the last iteration's is past K
+                    inside = arith.cmpi(arith.CmpIPredicate.ult, step, index_constant(plan.k_steps))
+                    branch = scf.IfOp(inside, [v.type for v in carried], has_else=True)
+                    with ir.InsertionPoint(branch.then_block):
+                        scf.YieldOp(
+                            self._mma_step(
+                                entry, stage, step, carried, fragments, row0, col0, thread, batch
+                            )
+                        )
+                    with ir.InsertionPoint(branch.else_block):
+                        scf.YieldOp(carried)
+                    carried = list(branch.results)
+                else:
+                    carried = self._mma_step(
+                        entry, stage, step, carried, fragments, row0, col0, thread, batch
+                    )
+            scf.YieldOp(carried)
         outputs = list(entry.outputs)
         for j in range(pieces):
             acc = loop.results[j]
@@ -501,6 +535,62 @@ class GemmEmitter(FusionEmitter):
                 col = arith.addi(col0, col)
                 outputs = self._store(entry, outputs, batch, row, col, value)
         return outputs
+
+    def _mma_step(
+        self,
+        entry: EntryFunction,
+        stage: int,
+        step: ir.Value,
+        carried: Values,
+        fragments: gemm_mma.FragmentIndices,
+        row0: ir.Value,
+        col0: ir.Value,
+        thread: ir.Value,
+        batch: Values,
+    ) -> Values:
+        """K step ``step``, whose tiles are in stage ``stage``: fetch step + 1 into
+        registers, the MMAs, the registers into the other stage, one barrier."""
+        plan = self.plan
+        tiles = self._shared_tiles
+        *accs, a_tile, b_tile = carried
+        nxt = arith.addi(step, index_constant(1))
+        has_next = arith.cmpi(arith.CmpIPredicate.ult, nxt, index_constant(plan.k_steps))
+        k_next = arith.muli(nxt, index_constant(plan.tk))
+        slots = [
+            *((0, s) for s in self._slots(0, batch, row0, k_next, thread)),
+            *((1, s) for s in self._slots(1, batch, k_next, col0, thread)),
+        ]
+        if any(slot.used is not None for _, slot in slots):
+            raise entry.error(self.dot, "the MMA tiles must be whole rounds of the block")
+        fetched = scf.IfOp(has_next, [self._staged] * len(slots), has_else=True)
+        with ir.InsertionPoint(fetched.then_block):
+            scf.YieldOp(
+                [
+                    self._read(entry, self.dot.operands[side], slot.index, slot.inside)
+                    for side, slot in slots
+                ]
+            )
+        with ir.InsertionPoint(fetched.else_block):
+            scf.YieldOp([self._staged_zero()] * len(slots))
+        offsets = (
+            stage * tiles.a_stage,
+            stage * tiles.b_stage,
+        )
+        accs = gemm_mma.warp_step(tiles, a_tile, b_tile, list(accs), fragments, *offsets)
+        following = (stage + 1) % gemm_mma.STAGES
+        nexts = (following * tiles.a_stage, following * tiles.b_stage)
+        stored = scf.IfOp(has_next, [a_tile.type, b_tile.type], has_else=True)
+        with ir.InsertionPoint(stored.then_block):
+            staged = [a_tile, b_tile]
+            for (side, slot), value in zip(slots, fetched.results, strict=True):
+                place = tiles.a_index if side == 0 else tiles.b_index
+                at = _offset(place(slot.row, slot.col), nexts[side])
+                staged[side] = tensor.insert(value, staged[side], [at])
+            scf.YieldOp(staged)
+        with ir.InsertionPoint(stored.else_block):
+            scf.YieldOp([a_tile, b_tile])
+        a_tile, b_tile = sync_threads_op(list(stored.results)).results
+        return [*accs, a_tile, b_tile]
 
     def _store(
         self,
@@ -586,13 +676,29 @@ class GemmEmitter(FusionEmitter):
         shared memory, elements outside the operand as zeros; ``place(r, c)`` is the 1-D
         index of the tile's element ``(r, c)`` (the MMA path's ``SharedTiles``), else the
         tile is 2-D."""
+        operand = self.dot.operands[side]
+        for slot in self._slots(side, batch, row0, col0, thread):
+
+            def stage(current: Values, slot=slot):
+                value = self._read(entry, operand, slot.index, slot.inside)
+                at = [slot.row, slot.col] if place is None else [place(slot.row, slot.col)]
+                return [tensor.insert(value, current[0], at)]
+
+            (tile,) = self._guarded(slot.used, [tile], stage)
+        return tile
+
+    def _slots(
+        self, side: int, batch: Values, row0: ir.Value, col0: ir.Value, thread: ir.Value
+    ) -> list[_Slot]:
+        """The elements ``thread`` copies of the tile of operand ``side`` whose first
+        element is (``row0``, ``col0``) of the operand: consecutive threads take
+        consecutive elements of a tile row (coalesced global reads)."""
         plan = self.plan
         rows, cols = (plan.tm, plan.tk) if side == 0 else (plan.tk, plan.tn)
         extent_rows = (plan.m, plan.k) if side == 0 else (plan.k, plan.n)
         spans = (plan.tiles_m * plan.tm, plan.k_steps * plan.tk)
         if side == 1:
             spans = (plan.k_steps * plan.tk, plan.tiles_n * plan.tn)
-        operand = self.dot.operands[side]
         has_row = plan.has_m if side == 0 else plan.has_k
         has_col = plan.has_k if side == 0 else plan.has_n
         elements = rows * cols
@@ -602,6 +708,7 @@ class GemmEmitter(FusionEmitter):
         whole_rows = plan.threads % cols == 0
         first_r = arith.divui(thread, index_constant(cols))
         first_c = arith.remui(thread, index_constant(cols))
+        slots = []
         for r in range(math.ceil(elements / plan.threads)):
             if whole_rows:
                 step = r * (plan.threads // cols)
@@ -618,14 +725,8 @@ class GemmEmitter(FusionEmitter):
                 _below(g_row, extent_rows[0], spans[0]), _below(g_col, extent_rows[1], spans[1])
             )
             index = [*batch, *([g_row] if has_row else []), *([g_col] if has_col else [])]
-
-            def stage(current: Values, index=index, inside=inside, r_=local_r, c_=local_c):
-                value = self._read(entry, operand, index, inside)
-                at = [r_, c_] if place is None else [place(r_, c_)]
-                return [tensor.insert(value, current[0], at)]
-
-            (tile,) = self._guarded(used, [tile], stage)
-        return tile
+            slots.append(_Slot(used, local_r, local_c, index, inside))
+        return slots
 
     def _read(
         self, entry: EntryFunction, operand: Instruction, index: Values, inside: ir.Value | None
@@ -646,11 +747,14 @@ class GemmEmitter(FusionEmitter):
         with ir.InsertionPoint(branch.then_block):
             scf.YieldOp([load()])
         with ir.InsertionPoint(branch.else_block):
-            zero = self._zero()
-            if staged != self._accumulator:
-                zero = arith.ConstantOp(staged, 0.0 if self.floating else 0).result
-            scf.YieldOp([zero])
+            scf.YieldOp([self._staged_zero()])
         return branch.results[0]
+
+    def _staged_zero(self) -> ir.Value:
+        """A zero as the tiles hold it (``_staged``)."""
+        if self._staged == self._accumulator:
+            return self._zero()
+        return arith.ConstantOp(self._staged, 0.0 if self.floating else 0).result
 
     def _guarded(self, condition: ir.Value | None, carried: Values, then) -> Values:
         """``then(carried)`` where ``condition`` holds (always when None), else ``carried``."""

@@ -101,38 +101,53 @@ class MmaTiles:
 
 #: Bytes each staged tile row is padded by (see the module docstring).
 PAD_BYTES = 16
+#: Shared-memory stages of each tile: K step i + 1 is staged into one while the
+#: MMAs of step i read the other (one barrier a K step).
+STAGES = 2
 
 
 @attrs.frozen
 class SharedTiles:
-    """Where the staged tiles keep their elements: A's ``(m, k)`` at ``m * stride + k``,
-    B's ``(k, n)`` at ``n * stride + k``; ``stride`` is K plus 16 bytes of padding."""
+    """Where the staged tiles keep their elements: ``STAGES`` stages of each operand,
+    A's ``(m, k)`` at ``m * stride + k``, B's ``(k, n)`` at ``n * stride + k`` of its
+    stage; ``stride`` is K plus 16 bytes of padding."""
 
     tm: int
     tn: int
     tk: int
     element_bytes: int
+    stages: int = STAGES
 
     @property
     def stride(self) -> int:
         return self.tk + PAD_BYTES // self.element_bytes
 
     @property
-    def a_size(self) -> int:
+    def a_stage(self) -> int:
         return self.tm * self.stride
 
     @property
-    def b_size(self) -> int:
+    def b_stage(self) -> int:
         return self.tn * self.stride
+
+    @property
+    def a_size(self) -> int:
+        return self.stages * self.a_stage
+
+    @property
+    def b_size(self) -> int:
+        return self.stages * self.b_stage
 
     @property
     def bytes(self) -> int:
         return (self.a_size + self.b_size) * self.element_bytes
 
     def a_index(self, m: ir.Value, k: ir.Value) -> ir.Value:
+        """Element ``(m, k)`` of A's first stage (add ``a_stage`` for the second)."""
         return arith.addi(arith.muli(m, index_constant(self.stride)), k)
 
     def b_index(self, k: ir.Value, n: ir.Value) -> ir.Value:
+        """Element ``(k, n)`` of B's first stage (add ``b_stage`` for the second)."""
         return arith.addi(arith.muli(n, index_constant(self.stride)), k)
 
 
@@ -207,14 +222,17 @@ def warp_step(
     b_tile: ir.Value,
     accs: Values,
     at: FragmentIndices,
+    a_offset: int,
+    b_offset: int,
 ) -> Values:
-    """The warp's four MMAs of one K step on the staged tiles: the new accumulators."""
+    """The warp's four MMAs of one K step on the stage of the tiles that starts at
+    ``a_offset`` (``b_offset``): the new accumulators."""
     k = tiles.tk
     p = k // 8
-    a = _fragment([_register(a_tile, index, p) for index in at.a], p)
+    a = _fragment([_register(a_tile, _offset(i, a_offset), p) for i in at.a], p)
     out = []
     for acc, b_at in zip(accs, at.b, strict=True):
-        b = _fragment([_register(b_tile, index, p) for index in b_at], p)
+        b = _fragment([_register(b_tile, _offset(i, b_offset), p) for i in b_at], p)
         out.append(nvgpu.mma_sync(acc.type, a, b, acc, [MMA_M, MMA_N, k]))
     return out
 
