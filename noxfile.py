@@ -2,7 +2,8 @@
 
     nox                  the default sessions below: what CI runs (.ci/run)
     nox -s demo          the main job: `heron run` on the GELU example (backend auto), checked;
-                         a transformer block in JAX through heron.jax and heron-run
+                         a transformer block in JAX through heron.jax and heron-run, and its
+                         heron report page (build/demo/report.html)
     nox -s tests         the CPU test suite (every package, the CLI, the plugin fixture), then
                          every corpus program's artefact (build/program-artefacts)
     nox -s runtime       those artefacts run by heron-run in a runtime-only environment
@@ -50,6 +51,7 @@ PACKAGES = (
     "runtime-rocm",
     "xla-compare",
     "jax",
+    "report",
 )
 #: Packages whose compile side is an extra (the device side runs without MLIR).
 COMPILE_EXTRA = ("runtime-interpreter", "runtime-cuda", "runtime-rocm")
@@ -142,11 +144,15 @@ def tests(session: nox.Session) -> None:
         "--ignore=tests/oracle",
         # Arguments after `--` replace the paths; options alone keep the testpaths.
         *(session.posargs or ["packages", "tests"]),
+        # What tests keep for a reader (heron report's screenshots in headless chromium).
+        env={"HERON_TEST_ARTEFACTS": os.environ.get("HERON_TEST_ARTEFACTS", str(TEST_ARTEFACTS))},
     )
     if not session.posargs:  # the whole suite: then the artefacts `nox -s runtime` runs
         session.run("python", "programs/artefacts.py", "build", str(ARTEFACTS))
 
 
+#: Where `nox -s tests` keeps what tests leave for a reader (HERON_TEST_ARTEFACTS).
+TEST_ARTEFACTS = ROOT / "build" / "test-artefacts"
 #: Where `nox -s tests` leaves every corpus program's artefact for `nox -s runtime`.
 ARTEFACTS = ROOT / "build" / "program-artefacts"
 
@@ -201,6 +207,7 @@ IMPORT_NAMES = {
     **{f"runtime-{r}": f"heron.runtime.{r}" for r in ("core", "interpreter", "cuda", "rocm")},
     "xla-compare": "heron.xla_compare",
     "jax": "heron.jax",
+    "report": "heron.report",
 }
 _EMITTER_STACK = ["heron-hlo-ir", "heron-indexing", "heron-partitioner", "heron-emitters-core"]
 
@@ -260,6 +267,21 @@ ISOLATION = {
             "heron-xla-compare",
         ],
         JAX_ONLY_IN_TESTS,
+    ),
+    # heron report's page: the compiler compiles with heron's emitters (the interpreter's
+    # compile side when no GPU backend is installed); graphviz-pure lays the graph out.
+    "report": (
+        ["report"],
+        ["heron.report"],
+        [
+            *_EMITTER_STACK,
+            "heron-emitter-plugins",
+            "heron-runtime-core",
+            "heron-runtime-interpreter",
+            "heron-compiler",
+            "heron-report",
+        ],
+        ["llvmlite", *JAX_ONLY_IN_TESTS],
     ),
     # heron.jax: jax lowers, the compiler compiles, the interpreter runs (a GPU runtime
     # is found through the heron.backends entry points when installed).
@@ -399,6 +421,10 @@ def rocm(session: nox.Session) -> None:
     session.run("pytest", "-rs", "-m", "rocm or gpu", "packages", "tests", "--ignore=tests/oracle")
 
 
+#: The transformer block's heron report page, written by `nox -s demo`.
+DEMO_REPORT = ROOT / "build" / "demo" / "report.html"
+
+
 @nox.session
 def demo(session: nox.Session) -> None:
     """The main job: `heron run` on the GELU example, backend auto (the interpreter on CI),
@@ -408,7 +434,8 @@ def demo(session: nox.Session) -> None:
     emitter, launch and times, the outputs, and (--check) agreement with the
     reference evaluator; check_gelu.py then checks the output against GELU in float64.
     examples/transformer_block.py compiles and runs the block with heron.jax, checks
-    it against jax, and saves the executable, which heron-run then runs three times.
+    it against jax, saves the executable, which heron-run then runs three times, and
+    writes the block's heron report page to build/demo/report.html.
     """
     session.install(*(f"./packages/{f}" for f in local_closure(*CORE)), ".")
     output = Path(session.create_tmp()) / "gelu-out.npz"
@@ -430,7 +457,14 @@ def demo(session: nox.Session) -> None:
     # the saved executable then runs under heron-run, the runtime's own command.
     session.install("./packages/jax")
     artefacts = Path(session.create_tmp()) / "transformer-block"
-    session.run("python", "examples/transformer_block.py", "--out", str(artefacts))
+    session.run(
+        "python",
+        "examples/transformer_block.py",
+        "--out",
+        str(artefacts),
+        "--report",
+        str(DEMO_REPORT),
+    )
     session.run(
         "heron-run",
         str(artefacts / "transformer_block.heron"),

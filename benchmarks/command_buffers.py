@@ -26,6 +26,7 @@ import statistics
 import time
 
 import numpy as np
+from benchlib.progress import tracked
 
 from heron.compiler import Target, compile_fusion, fusions_of
 from heron.hlo.parser import parse_module
@@ -103,7 +104,7 @@ def measure(artefact: Artefact, count: int, runs: int, command_buffers: bool, ti
     x = np.zeros(64, np.float32)
     executable.run([x])  # warm-up: records the command buffer
     times = []
-    for _ in range(runs):
+    for _ in tracked(range(runs), "runs"):
         start = time.perf_counter()
         executable.run([x])
         times.append(time.perf_counter() - start)

@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchlib.progress import tracked
+
 from heron.compiler import Target, compile_fusion, fusions_of
 from heron.hlo import parse_module_file
 from heron.hlo.errors import HloError
@@ -66,9 +68,9 @@ def measure(files: list[Path], runs: int, target: Target):
     """Median seconds per (fusion, stage), and the files that failed."""
     samples: dict[str, dict[str, list[float]]] = {}
     failures: list[tuple[Path, str]] = []
-    for path in files:
+    for path in tracked(files, "files"):
         try:
-            for _ in range(runs):
+            for _ in tracked(range(runs), "runs"):
                 for fusion, stages in compile_file(path, target).items():
                     per_stage = samples.setdefault(fusion, {})
                     for stage, seconds in stages.items():

@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
+from benchlib.progress import tracked
 
 from heron.hlo.evaluator import evaluate_module
 from heron.hlo.ir import Module
@@ -87,7 +88,7 @@ ENTRY main {{
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
     times = []
-    for _ in range(repeats):
+    for _ in tracked(range(repeats), "runs"):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)

@@ -34,6 +34,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
+from benchlib.progress import tracked
+
 from heron.compiler import Target, compile_fusion, fusions_of, run_on_device
 from heron.emitters import selection
 from heron.emitters.registry import EmitterRegistry
@@ -115,7 +117,7 @@ def _rate(per_second: float) -> str:
 
 def _median(action: Callable[[], object], runs: int) -> float:
     times = []
-    for _ in range(runs):
+    for _ in tracked(range(runs), "runs"):
         start = time.perf_counter()
         action()
         times.append(time.perf_counter() - start)

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchlib.progress import tracked
+
 from heron.hlo import parse_module_file
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Computation, Module
@@ -63,7 +65,7 @@ def analyse(computation: Computation) -> None:
 
 def median_time(function, runs: int) -> float:
     times = []
-    for _ in range(runs):
+    for _ in tracked(range(runs), "runs"):
         start = time.perf_counter()
         function()
         times.append(time.perf_counter() - start)
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     per_fusion: list[tuple[float, str]] = []
     parse_times: list[float] = []
     failures: list[str] = []
-    for path in files:
+    for path in tracked(files, "files"):
         label_file = str(path.relative_to(args.corpus))
         try:
             module = parse_module_file(path)

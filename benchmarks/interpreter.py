@@ -26,6 +26,8 @@ import statistics
 import time
 from pathlib import Path
 
+from benchlib.progress import tracked
+
 from heron.compiler import Target, compile_fusion, fusions_of, run_on_device
 from heron.hlo.evaluator import evaluate_module, random_arguments
 from heron.hlo.parser import parse_module
@@ -47,7 +49,7 @@ def gelu_text(dims: tuple[int, ...]) -> str:
 
 def _median_seconds(action, runs: int) -> float:
     times = []
-    for _ in range(runs):
+    for _ in tracked(range(runs), "runs"):
         start = time.perf_counter()
         action()
         times.append(time.perf_counter() - start)

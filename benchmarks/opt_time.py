@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from benchlib.progress import tracked
 
 from heron.hlo.builder import ModuleBuilder
 from heron.hlo.ir import Module
@@ -81,7 +82,7 @@ def time_heron(
     parse_times, pipeline_times = [], []
     module = None
     passes: list[tuple[str, float]] = []
-    for _ in range(runs):
+    for _ in tracked(range(runs), "runs"):
         start = time.perf_counter()
         module = parse_module(text)
         parse_times.append(time.perf_counter() - start)
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     header = f"{'module':30} {'lines':>7} {'parse s':>8} {'passes s':>9} {'instr. after':>12}"
     print(header + (f" {'XLA compile s':>13} {'heron/XLA':>9}" if args.xla else ""))
     ratios, totals = [], []
-    for name, text in cases:
+    for name, text in tracked(cases, "modules"):
         parse_s, passes_s, count, passes = time_heron(text, args.runs, lambda: heron_pipeline()[1])
         line = f"{name:30} {text.count(chr(10)):>7} {parse_s:>8.3f} {passes_s:>9.3f} {count:>12}"
         totals.append(parse_s + passes_s)

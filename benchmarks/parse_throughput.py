@@ -28,6 +28,8 @@ import re
 import statistics
 import time
 
+from benchlib.progress import tracked
+
 from heron.hlo.parser import parse_module
 from heron.hlo.printer import print_module
 
@@ -180,7 +182,7 @@ def median_time(fn, runs: int) -> float:
     """Median CPU time of ``runs`` calls (CPU time, not wall time: the figures
     stay meaningful when other processes share the machine)."""
     times = []
-    for _ in range(runs):
+    for _ in tracked(range(runs), "runs"):
         start = time.process_time()
         fn()
         times.append(time.process_time() - start)

@@ -12,6 +12,10 @@ runs in an install without the compiler:
 
     heron-run DIR/transformer_block.heron --inputs DIR/inputs.npz --output DIR/out.npz
 
+``--report PAGE.html`` also writes the ``heron report`` page of the block (the
+module ``heron.jax.lower`` gives, compiled for the default target): the fusion
+graph, each kernel, the thunks and memory over time, in one HTML file.
+
 Exit status 0 when heron agrees with jax, 1 when not.
 """
 
@@ -80,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="auto", help="auto, interpreter, cuda or rocm")
     parser.add_argument("--out", type=Path, default=Path("transformer-block-out"))
+    parser.add_argument("--report", type=Path, help="write the heron report page here")
     args = parser.parse_args(argv)
 
     params, x = parameters(np.random.default_rng(0))
@@ -112,7 +117,24 @@ def main(argv: list[str] | None = None) -> int:
     leaves = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves((params, x))]
     save_inputs(args.out / "inputs.npz", leaves)
     print(f"  artefact: {artefact_path} (heron-run {artefact_path} --inputs {args.out}/inputs.npz)")
+    if args.report is not None:
+        write_report(heron.jax.lower(block, params, x).module, args.report)
     return 0 if agrees else 1
+
+
+def write_report(module, path: Path) -> None:
+    """The ``heron report`` page of ``module`` for the default target, at ``path``."""
+    from heron.compiler import Target
+    from heron.report import build_report
+
+    built = build_report(module, Target.resolve(None, None), source="examples/transformer_block.py")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(built.html)
+    report = built.report
+    print(
+        f"  report: {path} ({len(report.fusion_nodes)} fusions, {len(report.kernels)} kernels,"
+        f" peak memory {report.memory.peak_bytes:,} bytes): open it in a browser"
+    )
 
 
 if __name__ == "__main__":

@@ -182,3 +182,28 @@ def test_a_sanitizer_error_is_reported(capsys, monkeypatch, x4):
     code, out, _ = _run(capsys, x4)
     assert code == 1
     assert "  edge inputs: sanitizer: out-of-bounds: kernel 'fusion', thread (3, 0, 0)" in out
+
+
+def test_a_corpus_folder_is_checked_file_by_file_with_a_summary(capsys, corpus_dir, tmp_path):
+    from heron.harness import CheckOptions, check_file
+
+    folder = tmp_path / "corpus"
+    (folder / "loop").mkdir(parents=True)
+    names = ("vectorize_x4.hlo", "broadcast.hlo")
+    for name in names:
+        (folder / "loop" / name).write_text((corpus_dir / "common" / "loop" / name).read_text())
+    code, out, err = _run(capsys, str(folder))
+    assert (code, err) == (0, ""), out
+    for name in names:  # each file's report as heron check FILE prints it, named by its path
+        report = check_file(folder / "loop" / name, CheckOptions()).text()
+        assert report.replace(name, f"loop/{name}", 1) in out
+    assert out.endswith(
+        f"checked 2 file(s) under {folder}: 2 agree, 0 disagree, 0 refused or unreadable\n"
+    )
+    (folder / "broken.hlo").write_text("HloModule broken\nENTRY e { oops }\n")
+    code, out, _ = _run(capsys, str(folder))
+    # Sorted, broken.hlo comes first: one line, its location and what is wrong.
+    assert code == 2 and out.startswith(f"{folder / 'broken.hlo'}:2:16: error: expected '='")
+    assert "2 agree, 0 disagree, 1 refused or unreadable" in out
+    code, _, err = _run(capsys, str(folder), "--fusion", "neg")
+    assert code == 2 and "is a folder" in err

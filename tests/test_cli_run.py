@@ -266,3 +266,153 @@ def test_an_xla_dump_folder_runs_its_pre_optimization_module(tmp_path, capsys):
     )
     assert (code, err) == (0, ""), err
     assert "outputs:" in out
+
+
+# -- the executable path: loops, conditionals, command buffers, repeats -------------------
+
+PROGRAMS = ROOT / "programs"
+
+#: Five loop fusions in a chain, as XLA prints a fused module (kept as they are):
+#: heron's executor records them in one command buffer (XLA's minimum graph size
+#: is 5), and the first and last share a kernel (the same body and shapes).
+CHAIN = """\
+HloModule chain
+
+neg1 {
+  p = f32[64]{0} parameter(0)
+  ROOT r = f32[64]{0} negate(p)
+}
+
+abs2 {
+  p = f32[64]{0} parameter(0)
+  ROOT r = f32[64]{0} abs(p)
+}
+
+twice3 {
+  p = f32[64]{0} parameter(0)
+  ROOT r = f32[64]{0} add(p, p)
+}
+
+square4 {
+  p = f32[64]{0} parameter(0)
+  ROOT r = f32[64]{0} multiply(p, p)
+}
+
+neg5 {
+  p = f32[64]{0} parameter(0)
+  ROOT r = f32[64]{0} negate(p)
+}
+
+ENTRY main {
+  x = f32[64]{0} parameter(0)
+  a = f32[64]{0} fusion(x), kind=kLoop, calls=neg1
+  b = f32[64]{0} fusion(a), kind=kLoop, calls=abs2
+  c = f32[64]{0} fusion(b), kind=kLoop, calls=twice3
+  d = f32[64]{0} fusion(c), kind=kLoop, calls=square4
+  ROOT e = f32[64]{0} fusion(d), kind=kLoop, calls=neg5
+}
+"""
+
+
+def _kernel_lines(out: str) -> list[str]:
+    return out.split("kernels:\n")[1].split("outputs:")[0].splitlines()
+
+
+def _program_run(capsys, tmp_path, name: str, *extra: str) -> tuple[str, list[np.ndarray]]:
+    """``heron run programs/NAME --inputs its inputs --check``: the report and the results."""
+    output = tmp_path / "out.npz"
+    code, out, err = heron(
+        capsys, "run", str(PROGRAMS / name / "module.hlo"), "--backend", "interpreter",
+        "--inputs", str(PROGRAMS / name / "inputs.npz"), "--output", str(output), "--check",
+        *extra,
+    )  # fmt: skip
+    assert (code, err) == (0, ""), out
+    assert "agree: every output within the tolerance" in out
+    return out, load_outputs(output)
+
+
+def test_a_while_loop_runs_as_an_executable_and_equals_xla(capsys, tmp_path):
+    """Collatz steps in a while loop of unknown trip count: the sequential runner refused it."""
+    out, results = _program_run(capsys, tmp_path, "while_loop_collatz")
+    expected = load_outputs(PROGRAMS / "while_loop_collatz" / "outputs.npz")  # XLA:CPU's
+    assert all(np.array_equal(a, e) for a, e in zip(results, expected, strict=True))
+    lines = _kernel_lines(out)
+    looped = [line for line in lines if " launches)" in line]
+    assert looped, lines  # the body's kernels ran once per iteration
+    launches = int(out.split("ran ")[1].split(" kernel(s)")[0])
+    assert launches > len(lines)
+
+
+def test_a_conditional_runs_only_the_branch_it_takes(capsys, tmp_path):
+    # switch: an s32-indexed conditional of three branches (cond's two cheap branches
+    # became a select: the conditional simplifier).
+    out, results = _program_run(capsys, tmp_path, "switch")
+    expected = load_outputs(PROGRAMS / "switch" / "outputs.npz")
+    for actual, reference in zip(results, expected, strict=True):
+        assert np.allclose(actual, reference, rtol=1e-6, atol=1e-6)
+    lines = _kernel_lines(out)
+    assert sum("(not launched)" in line for line in lines) == 2, lines  # the other branches
+
+
+def test_kernels_in_a_command_buffer_are_timed_with_it(hlo, capsys):
+    """A kernel replayed in a command buffer has no device time of its own (a GPU graph
+    replays as one launch): its line says where it ran; --no-command-buffers times it."""
+    path = hlo(CHAIN)
+    code, out, err = heron(capsys, "run", path, "--backend", "interpreter", "--check")
+    assert (code, err) == (0, ""), out
+    lines = _kernel_lines(out)
+    assert [line.split()[0] for line in lines] == ["a", "b", "c", "d"]  # e shares a's kernel
+    assert all("run in command buffer 0" in line for line in lines)
+    assert "shared by 2 fusions" in lines[0]
+    assert "program: 1 top-level thunks, 1 command buffers" in out
+    assert "  command buffer 0  command buffer of 5 thunks (kernel 5)  recorded, replayed" in out
+    assert "ran 5 kernel(s)" in out and "agree" in out
+    code, out, err = heron(capsys, "run", path, "--backend", "interpreter", "--no-command-buffers")
+    assert (code, err) == (0, ""), out
+    lines = _kernel_lines(out)
+    assert all(" run 0." in line and "command buffer" not in line for line in lines), lines
+    assert "(2 launches; shared by 2 fusions)" in lines[0]
+    assert "0 command buffers (command buffers off)" in out
+
+
+def test_repeat_and_report_json_on_an_hlo_file(hlo, capsys, tmp_path):
+    import json
+
+    report = tmp_path / "report.json"
+    code, out, err = heron(
+        capsys, "run", hlo(CHAIN), "--backend", "interpreter", "--repeat", "3",
+        "--report-json", str(report),
+    )  # fmt: skip
+    assert (code, err) == (0, ""), out
+    assert "results identical across the 3 runs: yes" in out
+    document = json.loads(report.read_text())
+    assert document["backend"] == "interpreter" and len(document["runs"]) == 3
+    recorded = [run["command_buffers"]["recorded"] for run in document["runs"]]
+    replayed = [run["command_buffers"]["replayed"] for run in document["runs"]]
+    assert (recorded, replayed) == ([1, 0, 0], [1, 1, 1])  # recorded once, replayed after
+    assert document["peak_device_bytes"] == document["allocation_bytes"] > 0
+    code, _, err = heron(capsys, "run", hlo(CHAIN), "--backend", "interpreter", "--repeat", "0")
+    assert code == 2 and "--repeat must be at least 1" in err
+    code, _, err = heron(capsys, "run", hlo(CHAIN), "--backend", "reference", "--repeat", "2")
+    assert code == 2 and "--repeat applies to a device backend" in err
+
+
+def test_repeated_runs_that_differ_exit_1(hlo, capsys, monkeypatch):
+    from heron.runtime.core.executor import Executable
+
+    original = Executable.run
+    calls = []
+
+    def drifting(self, inputs):
+        results = original(self, inputs)
+        calls.append(1)
+        if len(calls) == 2:  # the second run's first element one ulp off
+            first = results[0].copy()
+            first.reshape(-1)[0] = np.nextafter(first.reshape(-1)[0], np.float32(np.inf))
+            results = (first, *results[1:])
+        return results
+
+    monkeypatch.setattr(Executable, "run", drifting)
+    code, out, _ = heron(capsys, "run", hlo(CHAIN), "--backend", "interpreter", "--repeat", "2")
+    assert code == 1, out
+    assert "run 2: results differ from run 1's" in out and "DISAGREE" in out

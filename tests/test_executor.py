@@ -1,5 +1,5 @@
-"""The outline pass (unfused modules get a fusion per instruction) and the sequential
-executor (entry computations run on the interpreter).
+"""The outline pass (unfused modules get a fusion per instruction) and whole modules run
+on the interpreter (:func:`heron.compiler.program_run.run_program`: an executable).
 
 Results are compared with heron's reference evaluator on the same arguments;
 the ops used (add, multiply, negate, broadcast, f32) round the same way on
@@ -11,13 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from heron.compiler.sequential import run_module
+from heron.compiler.program_run import run_program
 from heron.emitters.elemental.core import supported_opcodes
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.evaluator import evaluate_module, flatten_literal, random_arguments
 from heron.hlo.parser import parse_module
 from heron.hlo.passes.outline import outline_module as _outline
 from heron.hlo.printer import print_module
+from heron.runtime.core.executor import ExecutorError
 
 
 def outline_module(module):
@@ -166,14 +167,14 @@ def test_outline_skips_dead_instructions():
     assert [i.name for i in outlined.entry.instructions] == ["a", "b", "n"]
 
 
-# -- the sequential executor --------------------------------------------------------------
+# -- running a whole module ----------------------------------------------------------------
 
 
 def test_host_ops_run_without_kernels():
     module = parse_module(HOST_ONLY)
     arguments = random_arguments(module, seed=1)
-    result = run_module(module, arguments, _interpreter(), "interpreter")
-    assert result.kernels == ()
+    result = run_program(module, arguments, _interpreter(), "interpreter")
+    assert result.kernels == () and result.kernel_launches == 0
     expected = flatten_literal(evaluate_module(module, arguments))
     assert len(result.outputs) == 3
     for actual, reference in zip(result.outputs, expected, strict=True):
@@ -186,13 +187,17 @@ def test_unfused_module_runs_kernel_by_kernel_on_the_interpreter():
     module = parse_module(UNFUSED)
     arguments = random_arguments(module, seed=3)
     seen = []
-    result = run_module(module, arguments, _interpreter(), "interpreter", on_kernel=seen.append)
+    result = run_program(
+        module, arguments, _interpreter(), "interpreter", on_thunk=lambda _, r: seen.append(r)
+    )
     # The GPU pipeline fuses the whole chain into one loop kernel with two
     # outputs (multiply.7 is both an output and negate.8's operand).
     assert [k.fusion_name for k in result.kernels] == ["loop_multiply_fusion"]
     assert result.module.entry.root_instruction.opcode == "tuple"
-    assert list(result.kernels) == seen
-    assert all(k.emitter == "loop" and k.run_seconds >= 0 for k in result.kernels)
+    assert [record for _, record in result.thunks] == seen
+    assert [r.kind for r in seen].count("kernel") == result.kernel_launches == 1
+    assert all(k.emitter == "loop" and k.launches == 1 for k in result.kernels)
+    assert all(k.run_seconds >= 0 for k in result.kernels)
     assert all(k.grid[0] * k.block[0] >= 1 for k in result.kernels)
     expected = flatten_literal(evaluate_module(module, arguments))
     assert len(result.outputs) == 2
@@ -203,5 +208,5 @@ def test_unfused_module_runs_kernel_by_kernel_on_the_interpreter():
 
 def test_wrong_argument_count_is_refused():
     module = parse_module(UNFUSED)
-    with pytest.raises(UnsupportedError, match="takes 2 arguments, given 1"):
-        run_module(module, random_arguments(module)[:1], _interpreter(), "interpreter")
+    with pytest.raises(ExecutorError, match=r"takes 2 parameters .*given 1 inputs"):
+        run_program(module, random_arguments(module)[:1], _interpreter(), "interpreter")

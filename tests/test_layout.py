@@ -33,6 +33,7 @@ PACKAGES = {
     "runtime-rocm": ("heron-runtime-rocm", "heron.runtime.rocm"),
     "xla-compare": ("heron-xla-compare", "heron.xla_compare"),
     "jax": ("heron-jax", "heron.jax"),
+    "report": ("heron-report", "heron.report"),
 }
 #: The meta distribution's own packages (src/heron).
 META_IMPORTS = ("heron.cli", "heron.harness")
@@ -76,6 +77,18 @@ ALLOWED = {
     # machine has (GPU runtimes are found through entry points, never imported).
     "heron-jax": {
         "heron-hlo-ir",
+        "heron-compiler",
+        "heron-runtime-core",
+        "heron-runtime-interpreter",
+    },
+    # heron report: the compiler's compile of a module, read off and drawn (the XLA
+    # comparison and PTX statistics are used only when their packages are installed).
+    "heron-report": {
+        "heron-hlo-ir",
+        "heron-indexing",
+        "heron-partitioner",
+        "heron-emitters-core",
+        "heron-emitter-plugins",
         "heron-compiler",
         "heron-runtime-core",
         "heron-runtime-interpreter",

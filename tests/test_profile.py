@@ -176,3 +176,53 @@ def test_heron_profile_prints_each_kernel_and_json(tmp_path, capsys):
     assert kernel["roofline"]["bound"] in ("memory", "issue")
     assert main(["profile", str(path), "--fusion", "nope"]) == 2
     assert "no kernel of fusion 'nope'" in capsys.readouterr().err
+
+
+GEMM = """
+HloModule gemm
+
+ENTRY main {
+  a = f16[128,64]{1,0} parameter(0)
+  b = f16[64,128]{1,0} parameter(1)
+  ROOT d = f32[128,128]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def test_a_gemm_roofline_counts_its_multiply_adds_at_the_tensor_core_peak():
+    # f16 on sm_90: the GEMM emitter's tensor-core path, so the PTX runs mma.sync and
+    # the 2*M*N*K FLOPs are bounded by the Target's mma rate, not its FP32 lanes.
+    (profile,) = profile_module(parse_module(GEMM), H100)
+    roof = profile.roofline
+    assert profile.emitter == "gemm" and profile.resources.mma_instructions
+    assert roof.flops == 2 * 128 * 128 * 64 and roof.peak == "mma"
+    clock = H100.core_count * H100.clock_rate_ghz * 1e9
+    mma_rate = H100.mma_multiply_adds_per_core_per_cycle * clock
+    assert roof.compute_seconds == pytest.approx(128 * 128 * 64 / mma_rate)
+    assert roof.arithmetic_intensity == pytest.approx(roof.flops / roof.dram_bytes)
+    # Unique DRAM bytes: both f16 operands read once, the f32 result written once.
+    assert roof.dram_bytes == 2 * 128 * 64 * 2 + 128 * 128 * 4
+    # The same kernel priced on its FP32 lanes: 2048 / 128 times slower arithmetic.
+    fp32 = roofline(H100, roof.dram_bytes, roof.warp_instructions, _gemm_body())
+    assert fp32.peak == "fp32" and fp32.compute_seconds == pytest.approx(
+        roof.compute_seconds * H100.mma_multiply_adds_per_core_per_cycle / H100.fpus_per_core
+    )
+
+
+def _gemm_body():
+    from heron.compiler.executable import prepare_module
+
+    module, _ = prepare_module(parse_module(GEMM), H100)
+    (fusion,) = [i for i in module.entry.instructions if i.opcode == "fusion"]
+    return fusion.called("calls")
+
+
+def test_heron_profile_prints_the_arithmetic_intensity(tmp_path, capsys):
+    from heron.cli.main import main
+
+    path = tmp_path / "gemm.hlo"
+    path.write_text(GEMM)
+    assert main(["profile", str(path), "--target", "h100"]) == 0
+    text = capsys.readouterr().out
+    assert f"arithmetic: {2 * 128 * 128 * 64} FLOPs" in text and "at the mma peak" in text
+    assert "FLOP/B" in text

@@ -31,11 +31,10 @@ from heron_test_support.programs import FLOAT_ULPS, assert_close  # noqa: F401 -
 
 import heron.plugins.gemm as gemm_plugin
 from heron.compiler import compile_fusion
-from heron.compiler.sequential import run_module
+from heron.compiler.program_run import run_program
 from heron.emitters.registry import EmitterRegistry
 from heron.emitters.selection import default_registry
 from heron.hlo.element_types import ElementType
-from heron.hlo.errors import UnsupportedError
 from heron.hlo.evaluator import evaluate_module, flatten_literal
 from heron.hlo.ir import Module
 from heron.hlo.npz_io import load_inputs, load_outputs
@@ -232,7 +231,7 @@ def _table():
 
 
 #: Programs whose heron kernel count is over issue 15's rule (docs/programs.md: why).
-OVER_THE_RULE = {"argsort", "top_k"}
+OVER_THE_RULE: set[str] = set()
 
 
 def test_the_kernel_table_covers_every_program():
@@ -241,7 +240,7 @@ def test_the_kernel_table_covers_every_program():
     assert [r.name for r in rows] == NAMES
     for row in rows:
         # The table counts the executable's kernels (loops and conditionals are thunks
-        # of their own), so it refuses nothing; REFUSED is the sequential run's list.
+        # of their own), so it refuses nothing.
         assert row.heron.count is not None, row
         assert row.heron.count >= 1 and row.heron.peak_bytes > 0
     summary = table.summarize(rows)
@@ -276,41 +275,16 @@ def test_the_tolerance_rejects_a_wrong_float():
 # -- the programs on the interpreter device ---------------------------------------------
 #
 # The whole program path as a user meets it: the module as JAX printed it, through
-# heron's HLO pipeline, into kernels compiled for the interpreter, launched one after
-# the other (heron.compiler.sequential), each output checked against XLA:CPU's with
-# assert_close's bound. Programs with an instruction no heron emitter runs yet are
-# refused with that instruction named; REFUSED lists them by the opcode they are
-# refused for, so the table shrinks visibly as GEMM, sort, scatter and control flow
-# land (issues 16 and 17). A refused program that starts to run fails until it
-# leaves the table.
-
-#: program -> the opcode heron refuses it for today.
-REFUSED = {
-    "dropout_threefry": "while",
-    "fori_loop_newton_sqrt": "while",
-    "scan_cumulative_max": "while",
-    "scan_rnn": "while",
-    "switch": "conditional",
-    "while_loop_collatz": "while",
-}
-
-
-def test_the_refusals_name_programs() -> None:
-    assert set(REFUSED) <= set(NAMES)
+# heron's HLO pipeline, compiled into an executable whose kernels run on the interpreter
+# (heron.compiler.program_run, as heron run does), loops and conditionals included,
+# each output checked against XLA:CPU's with assert_close's bound.
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_program_runs_on_the_interpreter_and_gives_xla_cpus_outputs(name: str) -> None:
     module = _module(name)
     arguments = _inputs(module, name)
-    if name in REFUSED:
-        opcode = REFUSED[name]
-        with pytest.raises(
-            UnsupportedError, match=rf"cannot run instruction .*\({re.escape(opcode)},"
-        ):
-            run_module(module, arguments, InterpreterDevice(), "interpreter", compiler=_compiler())
-        return
-    run = run_module(module, arguments, InterpreterDevice(), "interpreter", compiler=_compiler())
+    run = run_program(module, arguments, InterpreterDevice(), "interpreter", compiler=_compiler())
     expected = load_outputs(PROGRAMS / name / "outputs.npz")
     assert len(run.outputs) == len(expected)
     for i, (got, want) in enumerate(zip(run.outputs, expected, strict=True)):

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from heron.compiler import Target, compile_fusion, fusions_of
-from heron.compiler.sequential import run_module
+from heron.compiler.program_run import run_program
 from heron.emitters.fusion_analysis import analyse_fusion
 from heron.harness import CheckOptions, check_file
 from heron.hlo import parse_module
@@ -92,14 +92,14 @@ def test_empty_outputs_need_no_work():
     assert (kernel.grid, kernel.block) == ((1, 1, 1), (1, 1, 1))
     text = str(kernel.module)
     assert "memref.store" not in text and "atomic_rmw" not in text
-    result = run_module(module, [np.zeros((0, 128), np.float32)], _interpreter(), "interpreter")
+    result = run_program(module, [np.zeros((0, 128), np.float32)], _interpreter(), "interpreter")
     assert np.asarray(result.outputs[0]).shape == (0,)
 
 
 def test_reduce_over_an_empty_dimension_is_the_init_value():
     module, fusion = _fusion("reduce_empty_dim.hlo")
     assert analyse_fusion(fusion, Target.preset("h100")).kind == "loop"
-    result = run_module(module, [np.zeros((64, 0), np.float32)], _interpreter(), "interpreter")
+    result = run_program(module, [np.zeros((64, 0), np.float32)], _interpreter(), "interpreter")
     np.testing.assert_array_equal(result.outputs[0], np.full(64, 1.5, np.float32))
 
 

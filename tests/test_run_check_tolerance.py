@@ -323,3 +323,38 @@ ENTRY e {
     assert ulp_bound(square, square.shape.element_type) == 2 * 3  # f32 exp: 3 ulps
     assert approximations_reaching(root) == {"exponential": 3, "tanh": 1}
     assert ulp_bound(root, root.shape.element_type) == 3 * 3 + 3
+
+
+GEMM_PROGRAMS = ("batched_matmul", "mlp_relu", "conv1d", "scan_rnn")
+
+
+def test_an_output_a_dot_reaches_gets_the_reassociation_bounds_whatever_its_emitter():
+    module = parse_module(
+        """
+HloModule dots
+
+ENTRY main {
+  a = f32[4,8] parameter(0)
+  b = f32[8,2] parameter(1)
+  d = f32[4,2] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT n = f32[4,2] negate(d)
+}
+"""
+    )
+    root = module.entry.root_instruction
+    element = root.shape.element_type
+    # Not a reduction emitter (reordering=False): the dot alone orders the sums.
+    tolerance = output_tolerance(root, element, reordering=False)
+    assert tolerance.reordered and tolerance.bounds.relative == pytest.approx(1e-4)
+    # Without the dot the same negate is compared bitwise.
+    plain = output_tolerance(root.operands[0].operands[0], element, reordering=False)
+    assert not plain.reordered and plain.ulps == 0
+
+
+@pytest.mark.parametrize("name", GEMM_PROGRAMS)
+def test_run_check_agrees_on_the_gemm_programs(name, capsys):
+    # The GEMM emitter sums k in its tiles' order: --check compared these bitwise
+    # before and failed them (scan_rnn: a dot inside a while loop).
+    path = Path(__file__).resolve().parent.parent / "programs" / name / "module.hlo"
+    assert main(["--quiet", "run", str(path), "--check"]) == 0
+    assert "agree: every output within the tolerance" in capsys.readouterr().out

@@ -146,4 +146,5 @@ def test_a_dots_operand_prologue_is_priced_per_read() -> None:
 
     cost = _kernel(DOT_WITH_PROLOGUE)
     per_read = 16 * 8 * 32 * FLOPS_PER_ELEMENT["tanh"]
-    assert cost.flops == per_read + 16 * 8  # the tanh per read, the dot per element
+    # The tanh per read; the dot one multiply-add per output element and contracted one.
+    assert cost.flops == per_read + 16 * 8 * 32

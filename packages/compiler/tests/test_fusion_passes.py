@@ -374,13 +374,13 @@ ENTRY main {
 
 
 def test_the_pipeline_refuses_nothing_a_run_would_refuse_later() -> None:
-    from heron.compiler.sequential import run_module
+    from heron.compiler.program_run import run_program
     from heron.runtime.core.registry import load_backends
 
     module = parse_module(WITH_CONVOLUTION)
     device = load_backends().create_device("interpreter")
     with pytest.raises(UnsupportedError, match=r"'c' \(convolution.*batch_group_count > 1"):
-        run_module(module, random_arguments(module), device, "interpreter")
+        run_program(module, random_arguments(module), device, "interpreter")
 
 
 @pytest.mark.parametrize(
@@ -392,7 +392,7 @@ def test_the_pipeline_refuses_nothing_a_run_would_refuse_later() -> None:
 )
 def test_hero_roots_without_an_elemental_lowering_run(name: str, kind: str) -> None:
     from heron.compiler import compile_fusion
-    from heron.compiler.sequential import run_module
+    from heron.compiler.program_run import run_program
     from heron.hlo.evaluator import flatten_literal
     from heron.runtime.core.registry import load_backends
 
@@ -403,8 +403,8 @@ def test_hero_roots_without_an_elemental_lowering_run(name: str, kind: str) -> N
     compile_fusion(fusion, H100, "interpreter")
     arguments = random_arguments(module, np.random.default_rng(1))
     device = load_backends().create_device("interpreter")
-    run = run_module(module, arguments, device, "interpreter", target=H100)
-    assert len(run.kernels) == 1
+    run = run_program(module, arguments, device, "interpreter", target=H100)
+    assert len(run.kernels) == run.kernel_launches == 1
     for actual, reference in zip(
         run.outputs, flatten_literal(evaluate_module(module, arguments)), strict=True
     ):
@@ -525,7 +525,7 @@ def test_a_convolutions_im2col_is_the_gemms_operand_prologue(name: str) -> None:
     # stages its tiles, so the im2col is fused into the dot's kernel: one kernel,
     # as XLA's one cuDNN call (two where the output's layout needs a transpose).
     # The kernels run and give the evaluator's result.
-    from heron.compiler.sequential import run_module
+    from heron.compiler.program_run import run_program
     from heron.emitters.fusion_analysis import analyse_fusion
     from heron.emitters.selection import select_emitter
     from heron.hlo.evaluator import flatten_literal
@@ -552,8 +552,8 @@ ENTRY main {{
     assert "concatenate" in {i.opcode for i in fusion.called("calls").instructions}
     arguments = random_arguments(module, np.random.default_rng(2))
     device = load_backends().create_device("interpreter")
-    run = run_module(module, arguments, device, "interpreter", target=H100)
-    assert len(run.kernels) == kernels
+    run = run_program(module, arguments, device, "interpreter", target=H100)
+    assert run.kernel_launches == kernels
     for actual, reference in zip(
         run.outputs, flatten_literal(evaluate_module(module, arguments)), strict=True
     ):
@@ -581,7 +581,7 @@ def test_a_reduce_over_size_one_dimensions_takes_the_reduction_before_it() -> No
     # jax's gradient of a broadcast bias: sum over the batch, reshape to (1, n),
     # sum over the size-1 dimension. The second reduce moves each element once, so
     # the first is computed once per element in the same kernel (XLA: one kernel).
-    from heron.compiler.sequential import run_module
+    from heron.compiler.program_run import run_program
     from heron.runtime.core.registry import load_backends
 
     module = parse_module(BIAS_GRADIENT)
@@ -589,6 +589,44 @@ def test_a_reduce_over_size_one_dimensions_takes_the_reduction_before_it() -> No
     assert count_kernels(fused) == 1
     arguments = random_arguments(module, np.random.default_rng(3))
     device = load_backends().create_device("interpreter")
-    run = run_module(module, arguments, device, "interpreter", target=H100)
-    assert len(run.kernels) == 1
+    run = run_program(module, arguments, device, "interpreter", target=H100)
+    assert run.kernel_launches == 1
     np.testing.assert_array_equal(run.outputs[0], evaluate_module(module, arguments))
+
+
+@pytest.mark.parametrize("layout", ["{0,1}", "{1,0}"])
+def test_a_dots_transposed_result_is_stored_by_the_gemm(layout: str) -> None:
+    # jax's weight gradient: dot(g, x) over the batch, transposed into the weight's
+    # shape. The GEMM stores each element of C at the transposed index: one kernel
+    # (with a {0,1} result the bytes are C's own; with {1,0} the stores scatter).
+    from heron.compiler.program_run import run_program
+    from heron.emitters.fusion_analysis import analyse_fusion
+    from heron.emitters.selection import select_emitter
+    from heron.hlo.evaluator import flatten_literal
+    from heron.runtime.core.registry import load_backends
+
+    signature = "(f32[16,24]{1,0}, f32[16,8]{1,0})->f32[8,24]" + layout
+    text = f"""
+HloModule transposed_gradient, entry_computation_layout={{{signature}}}
+ENTRY main {{
+  g = f32[16,24]{{1,0}} parameter(0)
+  x = f32[16,8]{{1,0}} parameter(1)
+  d = f32[24,8]{{1,0}} dot(g, x), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}
+  ROOT t = f32[8,24]{layout} transpose(d), dimensions={{1,0}}
+}}
+"""
+    module = parse_module(text)
+    lowered = copy.deepcopy(module)
+    run_pipeline(lowered, simplification_pipeline())
+    fused = check_each_pass(lowered)
+    assert count_kernels(fused) == 1
+    (fusion,) = _fusions(fused)
+    assert select_emitter(analyse_fusion(fusion, H100)).name == "gemm"
+    arguments = random_arguments(module, np.random.default_rng(4))
+    device = load_backends().create_device("interpreter")
+    run = run_program(module, arguments, device, "interpreter", target=H100)
+    assert run.kernel_launches == 1
+    for actual, reference in zip(
+        run.outputs, flatten_literal(evaluate_module(module, arguments)), strict=True
+    ):
+        np.testing.assert_allclose(actual, reference, rtol=1e-5, atol=1e-5)

@@ -11,7 +11,7 @@ import pytest
 
 from heron.compiler import Target
 from heron.compiler.executable import compile_program
-from heron.compiler.thunk_emission import elementwise_in_place, emit_thunks, image_key
+from heron.compiler.thunk_emission import emit_thunks, image_key
 from heron.hlo import parse_module
 from heron.hlo.buffers import assign_buffers
 from heron.hlo.errors import UnsupportedError
@@ -50,16 +50,6 @@ ENTRY %main (x: f32[8], y: f32[8]) -> (f32[8], f32[8]) {
 
 def _fusion(module, name):
     return next(i for i in module.entry.instructions if i.name == name)
-
-
-def test_only_elementwise_reads_may_share_an_inputs_bytes() -> None:
-    module = parse_module(FUSIONS)
-    elementwise, reversing = _fusion(module, "f.1"), _fusion(module, "g")
-    assert elementwise_in_place(elementwise, 0, 0)
-    assert elementwise_in_place(elementwise, 1, 0)
-    assert not elementwise_in_place(reversing, 0, 0)  # read at the mirrored index
-    assert elementwise_in_place(reversing, 1, 0)  # y is read element by element
-    assert not elementwise_in_place(elementwise, 2, 0)  # no such input
 
 
 def test_image_keys_are_archive_safe_tokens() -> None:

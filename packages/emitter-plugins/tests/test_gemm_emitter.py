@@ -353,14 +353,37 @@ def test_a_bias_activation_epilogue_is_fused(warp):
     assert kernel.grid == (6, 1, 1)
 
 
+def test_a_transposed_result_is_stored_at_the_transposed_index():
+    """A transpose of the dot (jax's weight gradients): each element of C is stored
+    where the transpose puts it, by the thread that summed it."""
+    text = """
+fused {
+  a = f32[12,20] parameter(0)
+  b = f32[20,9] parameter(1)
+  d = f32[12,9] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = f32[9,12] transpose(d), dimensions={1,0}
+}
+ENTRY e {
+  x = f32[12,20] parameter(0)
+  y = f32[20,9] parameter(1)
+  ROOT f = f32[9,12] fusion(x, y), kind=kLoop, calls=fused
+}
+"""
+    rng = np.random.default_rng(5)
+    a, b = _values("f32", (12, 20), rng), _values("f32", (20, 9), rng)
+    got, want, _ = run_dot(text, [a, b])
+    assert got.shape == (9, 12)
+    assert_within_bound(got.T, want.T, a, b, 12, 20, 9, "f32")
+
+
 def test_an_epilogue_that_is_not_elementwise_is_not_claimed():
-    """A transpose after the dot moves elements: the fusion stays with the loop emitter."""
+    """A reverse after the dot moves elements: the fusion stays with the loop emitter."""
     text = """
 fused {
   a = f32[8,8] parameter(0)
   b = f32[8,8] parameter(1)
   d = f32[8,8] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  ROOT t = f32[8,8] transpose(d), dimensions={1,0}
+  ROOT t = f32[8,8] reverse(d), dimensions={1}
 }
 ENTRY e {
   x = f32[8,8] parameter(0)

@@ -3,7 +3,7 @@
 ``programs/`` (attention, batched matmul, int32 matmul, MLP blocks) through the
 program path: the HLO pipeline (dots made canonical), outlining (each dot a
 fusion of its own), kernels compiled for the interpreter with 32- and 64-lane
-warps, launched one after the other (``heron.compiler.sequential``). The
+warps, run as an executable (``heron.compiler.program_run``, as heron run). The
 installed emitters plus this tree's gemm emitter compile them, so the check
 does not depend on the environment's entry points being current. Outputs equal
 XLA:CPU's: integers bitwise, floats within tests/test_programs.py's bound
@@ -21,7 +21,7 @@ import pytest
 
 import heron.plugins.gemm as gemm_plugin
 from heron.compiler import compile_fusion
-from heron.compiler.sequential import run_module
+from heron.compiler.program_run import run_program
 from heron.emitters.registry import EmitterRegistry
 from heron.emitters.selection import default_registry
 from heron.hlo.npz_io import load_inputs, load_outputs
@@ -58,7 +58,7 @@ def test_the_dot_program_equals_xla_cpu(name, warp):
     arguments = load_inputs(
         PROGRAMS / name / "inputs.npz", [p.shape for p in parameters], [p.name for p in parameters]
     )
-    run = run_module(
+    run = run_program(
         module,
         arguments,
         InterpreterDevice(warp_size=warp),

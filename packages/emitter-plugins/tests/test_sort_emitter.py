@@ -247,6 +247,42 @@ def test_a_stable_sort_breaks_ties_with_its_iota_operand_or_a_position_tile():
     assert unstable.plan.positions is None and not unstable.plan.position_tile
 
 
+FUSED_ARGSORT = """
+cmp {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  p2 = s32[] parameter(2)
+  p3 = s32[] parameter(3)
+  ROOT c = pred[] compare(p0, p1), direction=LT, type=TOTALORDER
+}
+fused {
+  x = f32[6,40] parameter(0)
+  k = f32[6,40] negate(x)
+  i = s32[IOTA] iota(), iota_dimension=0
+  b = s32[6,40] broadcast(i), dimensions={DIM}
+  ROOT s = (f32[6,40], s32[6,40]) sort(k, b), dimensions={1}, is_stable=true, to_apply=cmp
+}
+ENTRY e {
+  x = f32[6,40] parameter(0)
+  ROOT f = (f32[6,40], s32[6,40]) fusion(x), kind=kLoop, calls=fused
+}
+"""
+
+
+@pytest.mark.parametrize(("iota", "dim", "positions"), [("40", "1", 1), ("6", "0", None)])
+def test_fused_producers_are_computed_as_the_rows_load(iota, dim, positions):
+    """JAX's argsort as the fusion passes make it: the key's producer and a broadcast
+    iota inside the sort's fusion. An iota broadcast along the sorted dimension is
+    the stable sort's positions (no position tile); along another it is a payload."""
+    text = FUSED_ARGSORT.replace("IOTA", iota).replace("DIM", dim)
+    emitter = SortEmitter(analysed(_fusion(text)))
+    assert emitter.plan.positions == positions
+    assert emitter.plan.position_tile == (positions is None)
+    rng = np.random.default_rng(40)
+    got, want, _ = run_sort(text, [_values("f32", (6, 40), rng)])
+    assert_bitwise(got, want)
+
+
 @pytest.mark.parametrize("warp", [32, 64])
 def test_rows_longer_than_a_block_are_sorted_in_the_outputs(warp):
     """4,097 elements pad to 8,192: 4,096 pairs, more than a block's threads."""
@@ -258,6 +294,39 @@ def test_rows_longer_than_a_block_are_sorted_in_the_outputs(warp):
     got, want, kernel = run_sort(text, [_values("f32", dims, rng)], warp)
     assert_bitwise(got, want)
     assert kernel.grid[0] == 2 and kernel.block[0] == 1024
+
+
+@pytest.mark.parametrize(
+    ("key", "length", "extra", "stable", "chunk"),
+    [
+        ("f32", 2049, (), False, 2048),  # one element past a tile
+        ("s32", 3000, ("f32",), False, 2048),
+        ("f32", 8192, (), True, 2048),  # stable (its iota): four tiles, three global stages
+        ("u8", 10000, ("pred", "s32"), True, 2048),  # stable, its iota, two payloads
+        ("f64", 5000, ("f64", "f64", "f64"), False, 1024),  # 32 B an element: smaller tiles
+    ],
+)
+def test_long_rows_run_their_short_steps_in_shared_tiles(key, length, extra, stable, chunk):
+    """XLA's split of a long sort: the in-tile stages tile by tile in shared memory,
+    then per later stage its long-distance steps over the row in the outputs and its
+    short ones tile by tile again (``SortPlan.phases``). Unstable sorts with payloads
+    get distinct keys (their ties' order is the network's)."""
+    rng = np.random.default_rng(length)
+    dims = (2, length)
+    text = sort_module(key, dims, 1, stable=stable, iota=stable, extra=extra)
+    plan = SortEmitter(analysed(_fusion(text))).plan
+    assert not plan.in_shared and plan.chunk == chunk
+    tile = chunk.bit_length() - 1
+    stages = plan.padded.bit_length() - 1
+    global_steps = [steps for in_tile, steps in plan.phases if not in_tile]
+    assert len(global_steps) == sum(s - tile + 1 for s in range(tile, stages))
+    assert sum(len(steps) for _, steps in plan.phases) == len(plan.steps)
+    payloads = [rng.standard_normal(dims) if t == "f64" else _values(t, dims, rng) for t in extra]
+    keys = np.zeros(dims, np.float64) if key == "f64" else _values(key, dims, rng)
+    if extra and not stable:
+        keys = np.stack([rng.permutation(length) for _ in range(2)]).astype(keys.dtype)
+    got, want, _ = run_sort(text, [keys, *payloads])
+    assert_bitwise(got, want)
 
 
 def test_rows_over_shared_memory_are_sorted_in_the_outputs():
@@ -290,17 +359,26 @@ def test_a_long_stable_sort_without_an_iota_is_refused_with_its_shape():
         sort_module("bf16", (3, 1000), 1, stable=True, iota=True),
         sort_module("u8", (33, 3), 0, direction="GT", extra="pred"),
         sort_module("f32", (2, 5000), 1, stable=True, iota=True),
+        sort_module("f64", (1, 3000), 1, extra=("f64", "f64", "f64", "f64", "f64")),
     ],
-    ids=["f32_1x32", "bf16_argsort_stable", "u8_pred_axis0", "f32_argsort_5000_global"],
+    ids=[
+        "f32_1x32",
+        "bf16_argsort_stable",
+        "u8_pred_axis0",
+        "f32_argsort_5000_tiles_and_global",
+        "f64_6_operands_3000",
+    ],
 )
 def test_compiles_to_ptx_and_hsaco(text):
     compiled = compile_everywhere(SortEmitter, _fusion(text))
     assert [k.image.format for k in compiled][2] == "hsaco"
     ptx = artefact_text(compiled[1], "ptx")
     (stats,) = kernel_statistics(ptx).values()
-    in_shared = SortEmitter(analysed(_fusion(text))).plan.in_shared
+    plan = SortEmitter(analysed(_fusion(text))).plan
     assert stats.barriers > 0
-    assert (stats.shared_loads > 0 and stats.shared_stores > 0) == in_shared
+    assert (stats.shared_loads > 0 and stats.shared_stores > 0) == (
+        plan.in_shared or plan.chunk > 0
+    )
 
 
 @pytest.mark.parametrize(

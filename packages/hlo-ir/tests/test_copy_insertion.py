@@ -204,3 +204,89 @@ def test_a_control_predecessor_cycle_is_refused_by_name() -> None:
     )
     with pytest.raises(HloVerifyError, match="cannot be scheduled: '(a|b)' depends on itself"):
         schedule_module(module)
+
+
+STATE_WRITER = """
+reversing {
+  v = f32[8]{0} parameter(0)
+  ROOT r = f32[8]{0} reverse(v), dimensions={0}
+}
+
+exponential {
+  v = f32[8]{0} parameter(0)
+  ROOT e = f32[8]{0} exponential(v)
+}
+
+body {
+  s = (s32[], f32[8]{0}) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  a = f32[8]{0} get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  k2 = s32[] add(k, one)
+  w = f32[8]{0} fusion(a), kind=kLoop, calls=WRITER
+  ROOT r = (s32[], f32[8]{0}) tuple(k2, w)
+}
+
+cond {
+  s = (s32[], f32[8]{0}) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  three = s32[] constant(3)
+  ROOT lt = pred[] compare(k, three), direction=LT
+}
+
+"""
+
+STATE_LOOP = (
+    "  p = f32[8]{0} parameter(0)\n  zero = s32[] constant(0)\n"
+    "  q = f32[8]{0} negate(p)\n"
+    "  init = (s32[], f32[8]{0}) tuple(zero, q)\n"
+    "  l = (s32[], f32[8]{0}) while(init), condition=cond, body=body\n"
+    "  ROOT a = f32[8]{0} get-tuple-element(l), index=1"
+)
+
+
+@pytest.mark.parametrize(("writer", "in_place"), [("exponential", True), ("reversing", False)])
+def test_a_state_writer_reads_its_old_element_in_place_only_element_by_element(
+    check_buffers, writer: str, in_place: bool
+) -> None:
+    # The new state element is written into the loop's buffer for that element,
+    # which holds the old one. A kernel reading it element by element (exp) may
+    # write over it; one reading it at the mirrored index (reverse) would read
+    # elements another thread has already written, so its result is copied in.
+    module = parse_module(_entry(STATE_LOOP, STATE_WRITER.replace("WRITER", writer)))
+    insert_copies(module)
+    body = module.computation("body")
+    element = body.root_instruction.operands[1]
+    assert element.opcode == ("fusion" if in_place else "copy")
+    assignment = check_buffers(module)
+    state = assignment.leaf_slices(body.instruction("a"))
+    written = assignment.leaf_slices(body.instruction("w"))
+    assert (state == written) is in_place
+    if not in_place:  # the copy runs after the kernel that read the old element
+        order = [i.name for i in body.instructions]
+        assert order.index("w") < order.index(element.name)
+        assert assignment.leaf_slices(element) == state
+
+
+def test_only_elementwise_reads_may_share_an_operands_bytes() -> None:
+    from heron.hlo.passes.copy_insertion import reads_in_place
+
+    module = parse_module(
+        _entry(
+            "  x = f32[8]{0} parameter(0)\n  y = f32[8]{0} parameter(1)\n"
+            "  m = f32[2,4]{1,0} parameter(2)\n"
+            "  f = f32[8]{0} fusion(x, y), kind=kLoop, calls=mixed\n"
+            "  e = f32[8]{0} exponential(x)\n"
+            "  t = f32[4,2]{0,1} transpose(m), dimensions={1,0}\n"
+            "  ROOT o = (f32[8]{0}, f32[8]{0}, f32[4,2]{0,1}) tuple(f, e, t)",
+            "mixed {\n  a = f32[8]{0} parameter(0)\n  b = f32[8]{0} parameter(1)\n"
+            "  r = f32[8]{0} reverse(a), dimensions={0}\n"
+            "  ROOT s = f32[8]{0} add(r, b)\n}\n\n",
+        )
+    )
+    entry = module.entry
+    fused = entry.instruction("f")
+    assert not reads_in_place(fused, 0)  # x is read at the mirrored index
+    assert reads_in_place(fused, 1)  # y element by element
+    assert reads_in_place(entry.instruction("e"), 0)
+    assert not reads_in_place(entry.instruction("t"), 0)  # another shape

@@ -1,14 +1,10 @@
 """A stand-in for ``cuda.bindings.driver`` with memory, streams and graphs, for GPU-free tests.
 
-It behaves as the driver does where heron's device depends on it: result
-tuples ``(CUresult, *values)``; device memory (one bytearray, addresses from
-0x7f0000000000) that ``cuMemcpy*`` and ``cuMemset*`` really read and write
-through host addresses; a stream that runs work at once unless it is
-capturing, when the calls become graph nodes instead; ``cuGraphLaunch``
-running a graph's nodes; ``cuGraphExecUpdate`` taking a graph of the same
-topology (node kinds in order) and refusing another; kernel launches recorded
-with the parameter bytes read through ``kernelParams`` as the driver reads them.
-Conditional nodes (``cuGraphAddNode`` into a capture, bodies captured with
+The memory, streams, capture and graphs are the shared stand-in's
+(``heron_test_support.fake_gpu_driver``, the HIP tests' too) under CUDA's
+names; here: kernel launches recorded with the parameter bytes read through
+``kernelParams`` as the driver reads them, device attributes, and
+conditional nodes (``cuGraphAddNode`` into a capture, bodies captured with
 ``cuStreamBeginCaptureToGraph``) run their bodies by their handle's value, which
 heron's two condition-setting kernels (``heron.runtime.cuda.conditional``) set
 when they run: the stand-in does what their PTX says (the PTX itself is
@@ -22,11 +18,12 @@ import enum
 import struct
 from types import SimpleNamespace
 
+import ml_dtypes
+import numpy as np
 import pytest
+from heron_test_support.fake_gpu_driver import FakeGpuDriver, aliases
 
 from heron.runtime.cuda.kernel_abi import ptx_entry_names, ptx_entry_signature
-
-BASE = 0x7F0000000000
 
 
 class CUresult(enum.IntEnum):
@@ -68,23 +65,18 @@ CUdevice_attribute = enum.IntEnum(
 )
 
 
-class FakeCuda:
+class FakeCuda(FakeGpuDriver):
     """The driver (see the module docstring); ``calls`` lists every call's name in order."""
 
     CUresult = CUresult
+    PREFIX = "cu"
+    OK = OK
+    ALIASES = aliases(0)
 
     def __init__(self, attributes=None, fail=None, update_fails=False, driver_version=12080):
-        self.memory = bytearray(1 << 20)
-        self.next_free = 0
+        super().__init__(fail, update_fails)
         self.attributes = dict(ATTRIBUTE_VALUES if attributes is None else attributes)
-        #: name -> CUresult: that call fails.
-        self.fail = dict(fail or {})
-        self.update_fails = update_fails
-        self.calls: list[str] = []
-        self.launched: list[dict] = []
         self.driver_version = driver_version
-        #: stream -> the graph it is capturing into
-        self.capturing: dict = {}
         self.streams = 0
         self.handles: dict[int, int] = {}
         self.CUgraphNodeType = SimpleNamespace(CU_GRAPH_NODE_TYPE_CONDITIONAL=13)
@@ -94,8 +86,6 @@ class FakeCuda:
         self.CUstreamUpdateCaptureDependencies_flags = SimpleNamespace(
             CU_STREAM_SET_CAPTURE_DEPENDENCIES=1
         )
-        self.freed: list[int] = []
-        self.modules: list[bytes] = []
         self.elapsed_ms = 2.5
         self.CUdevice_attribute = CUdevice_attribute
         self.CUdeviceptr = int
@@ -105,64 +95,29 @@ class FakeCuda:
         )
         self.param_info: dict[str, list[tuple[int, int]]] = {}
 
-    def __getattr__(self, name):
-        if not name.startswith("cu"):
-            raise AttributeError(name)
-        implementation = getattr(self, f"_{name}")
-
-        def call(*arguments):
-            self.calls.append(name)
-            if name in self.fail:
-                return (self.fail[name],)
-            return implementation(*arguments)
-
-        return call
-
-    # -- memory helpers ----------------------------------------------------------------
-    def _slot(self, address, size):
-        start = address - BASE
-        assert 0 <= start and start + size <= len(self.memory), f"fake: {address:#x}+{size}"
-        return start
-
-    def _run(self, node, stream):
-        """Run one operation now, or add it to the graph ``stream`` is capturing."""
-        if stream in self.capturing:
-            self.capturing[stream].nodes.append(node)
-        else:
-            self._execute(node)
-        return (OK,)
-
     @staticmethod
     def CUgraphNodeParams():  # noqa: N802 - the bindings' spelling
         conditional = SimpleNamespace(handle=None, type=None, size=0, ctx=None, phGraph_out=None)
         return SimpleNamespace(type=None, conditional=conditional)
 
-    def _execute(self, node):
-        kind = node[0]
-        if kind == "copy":
-            _, destination, source, size = node
-            d, s = self._slot(destination, size), self._slot(source, size)
-            self.memory[d : d + size] = self.memory[s : s + size]
-        elif kind == "memset":
-            _, destination, value, width, count = node
-            d = self._slot(destination, width * count)
-            self.memory[d : d + width * count] = value.to_bytes(width, "little") * count
-        elif kind == "launch":
-            self.launched.append(node[1])
+    def execute(self, node):
+        if node[0] == "launch":
             self._set_condition(node[1])
-        elif kind == "conditional":
-            _, handle, condition_type, bodies = node
-            runs = 0
-            while self.handles[handle]:
-                for inner in bodies[0].nodes:
-                    self._execute(inner)
-                runs += 1
-                if condition_type == 0:  # IF: once
-                    break
-                assert runs < 1000, "fake: a while node that does not stop"
+        if node[0] != "conditional":
+            super().execute(node)
+            return
+        _, handle, condition_type, bodies = node
+        runs = 0
+        while self.handles[handle]:
+            for inner in bodies[0].nodes:
+                self.execute(inner)
+            runs += 1
+            if condition_type == 0:  # IF: once
+                break
+            assert runs < 1000, "fake: a while node that does not stop"
 
     def _byte(self, address):
-        return self.memory[self._slot(address, 1)]
+        return self.memory[self.slot(address, 1)]
 
     def _set_condition(self, launch):
         """What heron_set_while / heron_set_branch do (see the module docstring)."""
@@ -172,7 +127,7 @@ class FakeCuda:
         elif launch["function"] == "heron_set_branch":
             handle, selector, is_s32, branch, count = args
             if is_s32:
-                start = self._slot(selector, 4)
+                start = self.slot(selector, 4)
                 index = struct.unpack("<i", self.memory[start : start + 4])[0]
                 index = count - 1 if not 0 <= index < count else index
             else:
@@ -212,54 +167,10 @@ class FakeCuda:
 
     def _cuStreamCreate(self, flags):
         self.streams += 1
-        return (OK, f"stream{self.streams}")
-
-    def _cuStreamSynchronize(self, stream):
-        return (OK,)
+        return (OK, 0x5000 + self.streams)  # a CUstream converts to its handle's int
 
     def _cuGetErrorString(self, code):
         return (OK, f"text of {code.name}".encode())
-
-    def _cuMemAlloc(self, size):
-        address = BASE + self.next_free
-        self.next_free += -(-size // 256) * 256
-        return (OK, address)
-
-    def _cuMemFree(self, address):
-        self.freed.append(address)
-        return (OK,)
-
-    def _cuMemcpyHtoDAsync(self, destination, host_address, size, stream):
-        d = self._slot(destination, size)
-        self.memory[d : d + size] = ctypes.string_at(host_address, size)
-        return (OK,)
-
-    def _cuMemcpyDtoHAsync(self, host_address, source, size, stream):
-        s = self._slot(source, size)
-        ctypes.memmove(host_address, bytes(self.memory[s : s + size]), size)
-        return (OK,)
-
-    def _cuMemcpyDtoDAsync(self, destination, source, size, stream):
-        return self._run(("copy", destination, source, size), stream)
-
-    def _memset(self, width):
-        def memset(destination, value, count, stream):
-            return self._run(("memset", destination, value, width, count), stream)
-
-        return memset
-
-    def _cuMemsetD8Async(self, *a):
-        return self._memset(1)(*a)
-
-    def _cuMemsetD16Async(self, *a):
-        return self._memset(2)(*a)
-
-    def _cuMemsetD32Async(self, *a):
-        return self._memset(4)(*a)
-
-    def _cuModuleLoadData(self, data):
-        self.modules.append(bytes(data))
-        return (OK, f"module{len(self.modules)}")
 
     def _cuModuleGetFunction(self, module, name):
         # The driver knows the layout from the image; the fake reads a PTX's .entry.
@@ -291,20 +202,12 @@ class FakeCuda:
         record = dict(
             function=function, grid=(gx, gy, gz), block=(bx, by, bz), shared=shared, args=values
         )
-        return self._run(("launch", record), stream)
-
-    def _cuStreamBeginCapture(self, stream, mode):
-        assert stream not in self.capturing
-        self.capturing[stream] = SimpleNamespace(nodes=[])
-        return (OK,)
+        return self.run(("launch", record), stream)
 
     def _cuStreamBeginCaptureToGraph(self, stream, graph, dependencies, data, count, mode):
         assert stream not in self.capturing
         self.capturing[stream] = graph
         return (OK,)
-
-    def _cuStreamEndCapture(self, stream):
-        return (OK, self.capturing.pop(stream))
 
     def _cuStreamGetCaptureInfo(self, stream):
         graph = self.capturing[stream]
@@ -331,32 +234,10 @@ class FakeCuda:
     def _cuGraphInstantiate(self, graph, flags):
         return (OK, SimpleNamespace(nodes=list(graph.nodes)))
 
-    def _cuGraphLaunch(self, executable, stream):
-        for node in executable.nodes:
-            self._execute(node)
-        return (OK,)
-
     def _cuGraphExecUpdate(self, executable, graph):
-        same = [n[0] for n in executable.nodes] == [n[0] for n in graph.nodes]
-        if self.update_fails or not same:
+        if not self.take_update(executable, graph):
             return (CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, None)
-        executable.nodes = list(graph.nodes)
         return (OK, None)
-
-    def _cuGraphDestroy(self, graph):
-        return (OK,)
-
-    def _cuGraphExecDestroy(self, executable):
-        return (OK,)
-
-    def _cuEventCreate(self, flags):
-        return (OK, object())
-
-    def _cuEventRecord(self, event, stream):
-        return (OK,)
-
-    def _cuEventSynchronize(self, event):
-        return (OK,)
 
     def _cuEventElapsedTime(self, start, stop):
         return (OK, self.elapsed_ms)
@@ -365,3 +246,164 @@ class FakeCuda:
 @pytest.fixture
 def fake_cuda():
     return FakeCuda
+
+
+class FakeCublasLt:
+    """A stand-in for ``nvmath.bindings.cublasLt``: records every argument, then computes.
+
+    Its enums and attribute types are the real module's (so the wrapper is
+    checked against nvmath's values); descriptors, layouts and preferences are
+    dictionaries of the attribute values the wrapper set (decoded from the
+    bytes it passed, in the attribute's own type); ``matmul`` records its
+    arguments and puts a column-major GEMM of exactly those arguments on the
+    stream (``heron_test_support.fake_blas``), through ``memory``, run at once
+    or captured by ``driver`` when given. ``no_algorithm(desc, layouts)``
+    makes the heuristic find none.
+    """
+
+    def __init__(self, memory=None, driver=None, no_algorithm=lambda desc, layouts: False):
+        from nvmath.bindings import cublasLt as real
+
+        self.real = real
+        for name in (
+            "MatrixLayoutAttribute",
+            "MatmulDescAttribute",
+            "MatmulPreferenceAttribute",
+            "Order",
+            "Epilogue",
+            "MatmulHeuristicResult",
+            "get_matrix_layout_attribute_dtype",
+            "get_matmul_desc_attribute_dtype",
+            "get_matmul_preference_attribute_dtype",
+        ):
+            setattr(self, name, getattr(real, name))
+        from heron_test_support.fake_blas import HostMemory
+
+        self.memory = memory or HostMemory()
+        self.driver = driver
+        self.no_algorithm = no_algorithm
+        self.objects: dict[int, dict] = {}
+        self.matmuls: list[dict] = []
+        self.destroyed: list[int] = []
+        self.heuristics = 0
+
+    def _new(self, **fields):
+        handle = 100 + len(self.objects)
+        self.objects[handle] = dict(fields)
+        return handle
+
+    @staticmethod
+    def _value(dtype, pointer, size):
+        raw = ctypes.string_at(pointer, size)
+        assert len(raw) == np.dtype(dtype).itemsize, "attribute size"
+        return np.frombuffer(raw, dtype)[0].item()
+
+    def create(self):
+        return self._new(kind="handle")
+
+    def matmul_desc_create(self, compute_type, scale_type):
+        return self._new(kind="desc", compute_type=compute_type, scale_type=scale_type)
+
+    def matmul_desc_set_attribute(self, desc, attribute, pointer, size):
+        dtype = self.real.get_matmul_desc_attribute_dtype(attribute)
+        self.objects[desc][self.real.MatmulDescAttribute(attribute).name] = self._value(
+            dtype, pointer, size
+        )
+
+    def matrix_layout_create(self, data_type, rows, cols, ld):
+        return self._new(kind="layout", TYPE=data_type, ROWS=rows, COLS=cols, LD=ld)
+
+    def matrix_layout_set_attribute(self, layout, attribute, pointer, size):
+        dtype = self.real.get_matrix_layout_attribute_dtype(attribute)
+        self.objects[layout][self.real.MatrixLayoutAttribute(attribute).name] = self._value(
+            dtype, pointer, size
+        )
+
+    def matmul_preference_create(self):
+        return self._new(kind="preference")
+
+    def matmul_preference_set_attribute(self, preference, attribute, pointer, size):
+        dtype = self.real.get_matmul_preference_attribute_dtype(attribute)
+        name = self.real.MatmulPreferenceAttribute(attribute).name
+        self.objects[preference][name] = self._value(dtype, pointer, size)
+
+    def matmul_algo_get_heuristic(self, handle, desc, a, b, c, d, preference, count, out, found):
+        self.heuristics += 1
+        assert count == 1 and self.objects[preference]["MAX_WORKSPACE_BYTES"] > 0
+        layouts = [self.objects[x] for x in (a, b, c, d)]
+        none = self.no_algorithm(self.objects[desc], layouts)
+        ctypes.c_int32.from_address(found).value = 0 if none else 1
+
+    def _destroy(self, handle):
+        self.destroyed.append(handle)
+
+    matmul_preference_destroy = matrix_layout_destroy = matmul_desc_destroy = _destroy
+
+    def matmul(self, handle, desc, alpha, a, adesc, b, bdesc, beta, c, cdesc, d, ddesc, algo,
+               workspace, workspace_size, stream):  # fmt: skip
+        record = dict(
+            desc=dict(self.objects[desc]),
+            a=(a, dict(self.objects[adesc])),
+            b=(b, dict(self.objects[bdesc])),
+            c=(c, dict(self.objects[cdesc])),
+            d=(d, dict(self.objects[ddesc])),
+            workspace=(workspace, workspace_size),
+            stream=stream,
+        )
+        record["alpha"], record["beta"] = (
+            self._scalar(record["desc"]["scale_type"], p) for p in (alpha, beta)
+        )
+        self.matmuls.append(record)
+        if self.driver is not None:
+            self.driver.run(("call", lambda: self.compute(record)), stream)
+        else:
+            self.compute(record)
+
+    def _scalar(self, scale_type, pointer):
+        dtype = {0: np.float32, 1: np.float64, 10: np.int32}[int(scale_type)]
+        return np.frombuffer(ctypes.string_at(pointer, np.dtype(dtype).itemsize), dtype)[0]
+
+    def compute(self, record):
+        """What cuBLASLt computes from the recorded arguments (column-major)."""
+        from heron_test_support.fake_blas import Matrix, column_major_gemm
+
+        types = {0: np.float32, 1: np.float64, 2: np.float16, 14: ml_dtypes.bfloat16, 3: np.int8}
+        types[10] = np.int32  # cudaDataType_t: CUDA_R_32I
+        accumulate = {68: np.float32, 70: np.float64, 72: np.int32}[record["desc"]["compute_type"]]
+
+        def matrix(address, layout):
+            assert layout.get("ORDER", 0) == int(self.real.Order.COL)
+            return Matrix(
+                address,
+                types[layout["TYPE"]],
+                layout["ROWS"],
+                layout["COLS"],
+                layout["LD"],
+                layout.get("STRIDED_BATCH_OFFSET", 0),
+            )
+
+        desc = record["desc"]
+        batch = record["d"][1].get("BATCH_COUNT", 1)
+        epilogue = self.real.Epilogue(desc.get("EPILOGUE", 1)).name
+        bias = None
+        if "BIAS" in epilogue:
+            bias = (desc["BIAS_POINTER"], types[desc["BIAS_DATA_TYPE"]])
+        column_major_gemm(
+            self.memory,
+            batch,
+            matrix(*record["a"]),
+            matrix(*record["b"]),
+            matrix(*record["d"]),
+            accumulate,
+            record["alpha"],
+            record["beta"],
+            bias,
+            relu="RELU" in epilogue,
+            transpose=lambda side: bool(desc.get(f"TRANS{side.upper()}", 0)),
+        )
+
+
+@pytest.fixture
+def fake_cublaslt():
+    pytest.importorskip("nvmath", reason="the cuBLASLt stand-in borrows nvmath-python's enums")
+    return FakeCublasLt

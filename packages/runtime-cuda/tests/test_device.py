@@ -13,6 +13,7 @@ import struct
 
 import numpy as np
 import pytest
+from heron_test_support.device_programs import command_program, compile_add, graph_on_a_real_gpu
 
 from heron.runtime.core.device import DeviceError, KernelImage
 from heron.runtime.cuda.backend import create_device
@@ -350,33 +351,10 @@ def _cubin_header(sm: int) -> bytes:
     return bytes(header)
 
 
-ADD = """
-HloModule add
-fused_add {
-  p0 = f32[1024]{0} parameter(0)
-  p1 = f32[1024]{0} parameter(1)
-  ROOT sum = f32[1024]{0} add(p0, p1)
-}
-ENTRY main {
-  a = f32[1024]{0} parameter(0)
-  b = f32[1024]{0} parameter(1)
-  ROOT f = f32[1024]{0} fusion(a, b), kind=kLoop, calls=fused_add
-}
-"""
-
-
-def _compile_add(target):
-    from heron.compiler import compile_fusion, fusions_of
-    from heron.hlo.parser import parse_module
-
-    (fusion,) = fusions_of(parse_module(ADD))
-    return compile_fusion(fusion, target)
-
-
 def test_a_compiled_kernels_ptx_loads_and_launches_through_the_stand_in(fake_cuda):
     from heron.compiler.target import Target
 
-    kernel = _compile_add(Target.preset("h100"))
+    kernel = compile_add(Target.preset("h100"))
     device, driver = _device(fake_cuda)
     images = [KernelImage(a.extension, kernel.kernel_name, a.data) for a in kernel.device_code()]
     # The driver reads a cubin's parameter layout from the image (cuFuncGetParamInfo).
@@ -395,7 +373,7 @@ def test_on_a_real_gpu():
     from heron.compiler.target import Target
 
     device = create_device(None)
-    kernel = _compile_add(Target.from_device(device.properties()))
+    kernel = compile_add(Target.from_device(device.properties()))
     images = [KernelImage(a.extension, kernel.kernel_name, a.data) for a in kernel.device_code()]
     loaded = device.load_best(images)
     ptx = device.load_kernel(next(i for i in images if i.format == "ptx"))  # JIT-compiled
@@ -406,52 +384,14 @@ def test_on_a_real_gpu():
         device.launch(candidate, kernel.grid, kernel.block, [a, b, out])
         device.synchronize()
         np.testing.assert_array_equal(device.copy_from_device(out).view(np.float32), x + y)
-    other = device.allocate(4096)
-    device.begin_recording()
-    device.memset(out, 0)
-    device.launch(loaded, kernel.grid, kernel.block, [a, a, out])
-    graph = device.end_recording()
-    timer = device.timer()
-    timer.start()
-    graph.replay()
-    timer.stop()
-    assert timer.seconds() > 0
-    np.testing.assert_array_equal(device.copy_from_device(out).view(np.float32), 2 * x)
-    graph.update({out: other})
-    graph.replay()
-    device.synchronize()
-    np.testing.assert_array_equal(device.copy_from_device(other).view(np.float32), 2 * x)
-    assert graph.updates == 1
+    graph_on_a_real_gpu(device, loaded, kernel)
     if device.supports_conditional_nodes:  # CUDA 12.4+: loops and branches inside graphs
         from heron.runtime.interpreter.device import InterpreterDevice
 
         assert _control_flow_program(device) == _control_flow_program(InterpreterDevice())
 
 
-def _command_program(device):
-    """Immediate and recorded copies and memsets through views; replay, update, replay."""
-    a = device.upload(np.arange(16, dtype=np.uint8), "a")
-    b = device.upload(np.full(16, 0xEE, np.uint8), "b")
-    spare = device.upload(np.full(16, 0x11, np.uint8), "spare")
-    device.memset(device.view(a, 12, 4), 0xCAFE, 2)
-    device.begin_recording()
-    device.copy_on_device(device.view(a, 4, 8), device.view(b, 0, 8))
-    device.memset(device.view(b, 8, 8), 0xA1B2C3D4, 4)
-    device.copy_on_device(device.view(b, 0, 4), device.view(a, 0, 4))
-    graph = device.end_recording()
-    device.memset(device.view(a, 4, 4), 0x5A, 1)  # replay sees memory as it is now
-    graph.replay()
-    snapshots = [device.copy_from_device(x).tobytes() for x in (a, b, spare)]
-    (target,) = [buffer for buffer in graph.buffers if buffer.label == "b[8:16]"]
-    graph.update({target: device.view(spare, 0, 8)})
-    graph.replay()
-    snapshots += [device.copy_from_device(x).tobytes() for x in (a, b, spare)]
-    return snapshots
-
-
 def test_command_buffers_have_the_interpreters_semantics(fake_cuda):
     from heron.runtime.interpreter.device import InterpreterDevice
 
-    assert _command_program(CudaDevice(bindings=fake_cuda())) == _command_program(
-        InterpreterDevice()
-    )
+    assert command_program(CudaDevice(bindings=fake_cuda())) == command_program(InterpreterDevice())

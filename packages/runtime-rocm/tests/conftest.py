@@ -1,11 +1,9 @@
 """A stand-in for hip-python's ``hip.hip`` with memory, a stream and graphs, for GPU-free tests.
 
-As the HIP runtime where heron's device depends on it: result tuples
-``(hipError_t, *values)``; device memory (one bytearray) that ``hipMemcpy*``
-and ``hipMemset*`` really read and write; a stream that runs work at once
-unless capturing, when calls become graph nodes; ``hipGraphLaunch`` running
-them; ``hipGraphExecUpdate`` taking a graph of the same topology; and launches
-recorded with the kernarg bytes read through ``extra``
+The memory, stream, capture and graphs are the shared stand-in's
+(``heron_test_support.fake_gpu_driver``, the CUDA tests' too) under HIP's
+names; here: device properties, ``hipMemsetD32Async`` taking a C int, and
+launches recorded with the kernarg bytes read through ``extra``
 (``HIP_LAUNCH_PARAM_BUFFER_POINTER`` / ``_SIZE`` / ``_END``) as the runtime reads them.
 """
 
@@ -16,8 +14,7 @@ import enum
 from types import SimpleNamespace
 
 import pytest
-
-BASE = 0x7F0000000000
+from heron_test_support.fake_gpu_driver import FakeGpuDriver, aliases
 
 
 class hipError_t(enum.IntEnum):  # noqa: N801 - the runtime's spelling
@@ -31,64 +28,21 @@ class hipError_t(enum.IntEnum):  # noqa: N801 - the runtime's spelling
 OK = hipError_t.hipSuccess
 
 
-class FakeHip:
+class FakeHip(FakeGpuDriver):
     """The runtime (see the module docstring); ``calls`` lists every call's name in order."""
 
     hipError_t = hipError_t
+    PREFIX = "hip"
+    OK = OK
+    ALIASES = aliases(1)
     HIP_LAUNCH_PARAM_BUFFER_POINTER = 1
     HIP_LAUNCH_PARAM_BUFFER_SIZE = 2
     HIP_LAUNCH_PARAM_END = 3
     hipStreamCaptureMode = SimpleNamespace(hipStreamCaptureModeThreadLocal=1)
 
     def __init__(self, arch="gfx942:sramecc+:xnack-", fail=None, update_fails=False):
-        self.memory = bytearray(1 << 20)
-        self.next_free = 0
+        super().__init__(fail, update_fails)
         self.arch = arch
-        self.fail = dict(fail or {})
-        self.update_fails = update_fails
-        self.calls: list[str] = []
-        self.launched: list[dict] = []
-        self.capturing: list | None = None
-        self.freed: list[int] = []
-        self.modules: list[bytes] = []
-
-    def __getattr__(self, name):
-        if not name.startswith("hip"):
-            raise AttributeError(name)
-        implementation = getattr(self, f"_{name}")
-
-        def call(*arguments):
-            self.calls.append(name)
-            if name in self.fail:
-                return (self.fail[name],)
-            return implementation(*arguments)
-
-        return call
-
-    def _slot(self, address, size):
-        start = address - BASE
-        assert 0 <= start and start + size <= len(self.memory), f"fake: {address:#x}+{size}"
-        return start
-
-    def _run(self, node):
-        if self.capturing is not None:
-            self.capturing.append(node)
-        else:
-            self._execute(node)
-        return (OK,)
-
-    def _execute(self, node):
-        if node[0] == "copy":
-            _, destination, source, size = node
-            d, s = self._slot(destination, size), self._slot(source, size)
-            self.memory[d : d + size] = self.memory[s : s + size]
-        elif node[0] == "memset":
-            _, destination, value, width, count = node
-            d = self._slot(destination, width * count)
-            pattern = (value % (1 << (8 * width))).to_bytes(width, "little")
-            self.memory[d : d + width * count] = pattern * count
-        elif node[0] == "launch":
-            self.launched.append(node[1])
 
     def properties(self):
         return SimpleNamespace(
@@ -131,44 +85,9 @@ class FakeHip:
     def _hipStreamCreate(self):
         return (OK, "stream")
 
-    def _hipStreamSynchronize(self, stream):
-        return (OK,)
-
-    def _hipMalloc(self, size):
-        address = BASE + self.next_free
-        self.next_free += -(-size // 256) * 256
-        return (OK, address)
-
-    def _hipFree(self, address):
-        self.freed.append(address)
-        return (OK,)
-
-    def _hipMemcpyHtoDAsync(self, destination, host_address, size, stream):
-        d = self._slot(destination, size)
-        self.memory[d : d + size] = ctypes.string_at(host_address, size)
-        return (OK,)
-
-    def _hipMemcpyDtoHAsync(self, host_address, source, size, stream):
-        s = self._slot(source, size)
-        ctypes.memmove(host_address, bytes(self.memory[s : s + size]), size)
-        return (OK,)
-
-    def _hipMemcpyDtoDAsync(self, destination, source, size, stream):
-        return self._run(("copy", destination, source, size))
-
-    def _hipMemsetD8Async(self, destination, value, count, stream):
-        return self._run(("memset", destination, value, 1, count))
-
-    def _hipMemsetD16Async(self, destination, value, count, stream):
-        return self._run(("memset", destination, value, 2, count))
-
     def _hipMemsetD32Async(self, destination, value, count, stream):
         assert -(1 << 31) <= value < 1 << 31, "hipMemsetD32Async takes a C int"
-        return self._run(("memset", destination, value, 4, count))
-
-    def _hipModuleLoadData(self, data):
-        self.modules.append(bytes(data))
-        return (OK, f"module{len(self.modules)}")
+        return self._memset32(destination, value, count, stream)
 
     def _hipModuleGetFunction(self, module, name):
         return (OK, name.decode())
@@ -187,46 +106,15 @@ class FakeHip:
             shared=shared,
             kernarg=ctypes.string_at(words[1], size),
         )
-        return self._run(("launch", record))
-
-    def _hipStreamBeginCapture(self, stream, mode):
-        assert self.capturing is None
-        self.capturing = []
-        return (OK,)
-
-    def _hipStreamEndCapture(self, stream):
-        graph, self.capturing = self.capturing, None
-        return (OK, SimpleNamespace(nodes=graph))
+        return self.run(("launch", record), stream)
 
     def _hipGraphInstantiate(self, graph, size):
         return (OK, SimpleNamespace(nodes=list(graph.nodes)), None, b"")
 
-    def _hipGraphLaunch(self, executable, stream):
-        for node in executable.nodes:
-            self._execute(node)
-        return (OK,)
-
     def _hipGraphExecUpdate(self, executable, graph, error_node):
-        same = [n[0] for n in executable.nodes] == [n[0] for n in graph.nodes]
-        if self.update_fails or not same:
+        if not self.take_update(executable, graph):
             return (hipError_t.hipErrorGraphExecUpdateFailure, None)
-        executable.nodes = list(graph.nodes)
         return (OK, 0)
-
-    def _hipGraphDestroy(self, graph):
-        return (OK,)
-
-    def _hipGraphExecDestroy(self, executable):
-        return (OK,)
-
-    def _hipEventCreate(self):
-        return (OK, object())
-
-    def _hipEventRecord(self, event, stream):
-        return (OK,)
-
-    def _hipEventSynchronize(self, event):
-        return (OK,)
 
     def _hipEventElapsedTime(self, start, stop):
         return (OK, 0.75)
@@ -235,3 +123,100 @@ class FakeHip:
 @pytest.fixture
 def hip_runtime():
     return FakeHip
+
+
+class FakeHipblas:
+    """A stand-in for ``hip.hipblas``: records every argument, then computes.
+
+    Its enums are the real module's (so the wrapper is checked against
+    hip-python's values); ``hipblasGemmStridedBatchedEx`` records its
+    arguments and puts a column-major GEMM of exactly those arguments on the
+    stream set by ``hipblasSetStream`` (``heron_test_support.fake_blas``),
+    through ``memory``, run at once or captured by ``driver`` when given.
+    """
+
+    def __init__(self, memory=None, driver=None):
+        from heron_test_support.fake_blas import HostMemory
+        from hip import hip, hipblas
+
+        self.real = hipblas
+        self.hipDataType = hip.hipDataType
+        self.hipblasOperation_t = hipblas.hipblasOperation_t
+        self.hipblasComputeType_t = hipblas.hipblasComputeType_t
+        self.hipblasGemmAlgo_t = hipblas.hipblasGemmAlgo_t
+        self.memory = memory or HostMemory()
+        self.driver = driver
+        self.stream = None
+        self.gemms: list[dict] = []
+
+    def hipblasCreate(self):  # noqa: N802 - the bindings' spelling
+        return (0, "handle")
+
+    def hipblasSetStream(self, handle, stream):  # noqa: N802
+        assert handle == "handle"
+        self.stream = stream
+        return (0,)
+
+    def hipblasGemmStridedBatchedEx(self, handle, transa, transb, m, n, k, alpha, a, a_type,  # noqa: N802
+                                    lda, stride_a, b, b_type, ldb, stride_b, beta, c, c_type,
+                                    ldc, stride_c, batch, compute, algo):  # fmt: skip
+        import numpy as np
+
+        scalar = {"HIPBLAS_COMPUTE_32F": np.float32, "HIPBLAS_COMPUTE_64F": np.float64}
+        dtype = scalar.get(compute.name, np.int32)
+        read = lambda p: np.frombuffer(ctypes.string_at(p, np.dtype(dtype).itemsize), dtype)[0]  # noqa: E731
+        record = dict(
+            transa=transa.name, transb=transb.name, m=m, n=n, k=k,
+            a=(a, a_type.name, lda, stride_a), b=(b, b_type.name, ldb, stride_b),
+            c=(c, c_type.name, ldc, stride_c), batch=batch, compute=compute.name,
+            algo=algo.name, alpha=read(alpha), beta=read(beta), stream=self.stream,
+        )  # fmt: skip
+        self.gemms.append(record)
+        if self.driver is not None:
+            self.driver.run(("call", lambda: self.compute(record)), self.stream)
+        else:
+            self.compute(record)
+        return (0,)
+
+    def compute(self, record):
+        """What hipBLAS computes from the recorded arguments (column-major, op(X) = X)."""
+        import ml_dtypes
+        import numpy as np
+        from heron_test_support.fake_blas import Matrix, column_major_gemm
+
+        assert (record["transa"], record["transb"]) == ("HIPBLAS_OP_N", "HIPBLAS_OP_N")
+        types = {
+            "HIP_R_32F": np.float32, "HIP_R_64F": np.float64, "HIP_R_16F": np.float16,
+            "HIP_R_16BF": ml_dtypes.bfloat16, "HIP_R_8I": np.int8, "HIP_R_32I": np.int32,
+        }  # fmt: skip
+        accumulate = {
+            "HIPBLAS_COMPUTE_32F": np.float32,
+            "HIPBLAS_COMPUTE_64F": np.float64,
+            "HIPBLAS_COMPUTE_32I": np.int32,
+        }[record["compute"]]
+        m, n, k = record["m"], record["n"], record["k"]
+
+        def matrix(entry, rows, cols):
+            address, kind, ld, stride = entry
+            assert ld >= rows
+            return Matrix(address, types[kind], rows, cols, ld, stride)
+
+        column_major_gemm(
+            self.memory,
+            record["batch"],
+            matrix(record["a"], m, k),
+            matrix(record["b"], k, n),
+            matrix(record["c"], m, n),
+            accumulate,
+            record["alpha"],
+            record["beta"],
+        )
+
+
+@pytest.fixture
+def fake_hipblas():
+    try:
+        from hip import hipblas  # noqa: F401 - an attribute of hip, not a submodule
+    except ImportError as exc:
+        pytest.skip(f"the hipBLAS stand-in borrows rocm-bindings-libraries' enums ({exc})")
+    return FakeHipblas

@@ -17,6 +17,7 @@ rather than checked).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from heron.cli.common import (
     CommandError,
@@ -25,6 +26,7 @@ from heron.cli.common import (
     refuse_tiled_layouts,
     resolve_target,
 )
+from heron.cli.progress import ProgressDisplay
 
 #: The exit status of a check whose fusions were refused (too large), not compared.
 EXIT_REFUSED = 2
@@ -44,7 +46,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             " disagrees."
         ),
     )
-    parser.add_argument("file", metavar="FILE.hlo", help="HLO text (a module or a corpus file)")
+    parser.add_argument(
+        "file",
+        metavar="FILE.hlo|FOLDER",
+        help="HLO text (a module or a corpus file), or a folder: every .hlo file under it"
+        " (a corpus), checked one after the other, with a summary",
+    )
     parser.add_argument(
         "--backend",
         default="interpreter",
@@ -65,8 +72,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from heron.compiler.fusions import selected_fusions
     from heron.harness.check import CheckOptions, check_fusions
     from heron.harness.run_lines import RunLineError, parse_run_lines
@@ -74,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_elements < 1:
         raise CommandError(f"--max-elements {args.max_elements}: must be positive")
+    if corpus_folder(Path(args.file)):
+        return run_folder(args)
     module = load_module(args.file)
     refuse_tiled_layouts(module, "heron check")
     try:
@@ -83,9 +90,83 @@ def run(args: argparse.Namespace) -> int:
     target = resolve_target(args, None if args.backend == "interpreter" else args.backend)
     options = CheckOptions(args.backend, args.fusion, args.seed, args.max_elements, target)
     fusions = selected_fusions(module, args.fusion)
-    report = check_fusions(fusions, Path(args.file).name, options, spec, module=module)
+    with ProgressDisplay() as display:
+        device = _device(options, display)
+        report = check_fusions(fusions, Path(args.file).name, options, spec, device, module)
     print(report.text())
     return exit_code(report)
+
+
+def corpus_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder of ``.hlo`` files (an XLA dump folder holds ``.txt``)."""
+    return path.is_dir() and next(path.rglob("*.hlo"), None) is not None
+
+
+def _device(options, display: ProgressDisplay):
+    """The device the kernels run on; on the interpreter, its launches drive a bar."""
+    from heron.runtime.core.registry import default_backends
+
+    device = default_backends().create_device(options.backend, options.target)
+    if options.backend == "interpreter":
+        device.progress = display.launches()
+    return device
+
+
+def run_folder(args: argparse.Namespace) -> int:
+    """``heron check FOLDER``: every ``.hlo`` file under it, in path order, then a summary.
+
+    Each file's report is printed as ``heron check FILE`` prints it (named by
+    its path in the folder); a file that cannot be read or parsed gets one
+    line saying why. Exit status: 1 when any kernel disagrees, else 2 when
+    any file was refused or unreadable, else 0.
+    """
+    from heron.compiler.fusions import selected_fusions
+    from heron.harness.check import CheckOptions, check_fusions
+    from heron.harness.run_lines import RunLineError, parse_run_lines
+    from heron.hlo.errors import HloError
+    from heron.hlo.parser import read_hlo_text
+
+    if args.fusion is not None:
+        raise CommandError(f"--fusion names a fusion of one file; {args.file} is a folder")
+    root = Path(args.file)
+    files = sorted(root.rglob("*.hlo"))
+    target = resolve_target(args, None if args.backend == "interpreter" else args.backend)
+    options = CheckOptions(args.backend, None, args.seed, args.max_elements, target)
+    codes: list[int] = []
+    with ProgressDisplay() as display:
+        bar = display.task("checking", len(files))
+        device = _device(options, display)
+        for path in files:
+            label = str(path.relative_to(root))
+            if bar is not None:
+                bar.advance(0, description=f"checking {label}")
+            try:
+                module = load_module(str(path))
+                refuse_tiled_layouts(module, "heron check")
+                spec = parse_run_lines(read_hlo_text(path), path.name)
+                report = check_fusions(
+                    selected_fusions(module, None), label, options, spec, device, module
+                )
+            except HloError as exc:  # located: it names the file, line and column
+                print(str(exc).splitlines()[0])
+                codes.append(EXIT_REFUSED)
+            except (CommandError, RunLineError) as exc:
+                print(f"{label}: error: {exc}")
+                codes.append(EXIT_REFUSED)
+            else:
+                print(report.text())
+                codes.append(exit_code(report))
+            if bar is not None:
+                bar.advance()
+    agree = codes.count(0)
+    disagree = codes.count(1)
+    print(
+        f"checked {len(files)} file(s) under {args.file}: {agree} agree, {disagree} disagree,"
+        f" {len(codes) - agree - disagree} refused or unreadable"
+    )
+    if disagree:
+        return 1
+    return EXIT_REFUSED if agree < len(codes) else 0
 
 
 def exit_code(report) -> int:

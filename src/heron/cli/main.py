@@ -22,7 +22,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from heron.cli import __version__
+from heron.cli import __version__, progress
 from heron.cli.common import CommandError
 from heron.hlo.errors import HloError
 from heron.hlo.plugin_loading import PluginError
@@ -41,6 +41,7 @@ COMMANDS = (
     "heron.cli.targets",
     "heron.cli.xla",
     "heron.cli.profile",
+    "heron.cli.report",
 )
 
 EXIT_DISAGREEMENT = 1
@@ -84,6 +85,12 @@ def _add_global_options(parser: argparse.ArgumentParser, default: object) -> Non
         help=f"print the traceback of an internal error (exit status 3); also {DEBUG_ENV}=1",
     )
     parser.add_argument(
+        "--quiet",
+        action="store_true",
+        default=default if default is argparse.SUPPRESS else False,
+        help="no progress display (drawn only when stdout and stderr are terminals anyway)",
+    )
+    parser.add_argument(
         "--memory-budget",
         type=_memory_budget,
         default=default,
@@ -99,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
     memory_budget.set_budget(args.memory_budget)
+    progress.set_quiet(args.quiet)
     try:
         return args.handler(args) or 0
     except HloError as err:
@@ -124,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _internal_error(args.command, err, debug)
     finally:
         memory_budget.set_budget(None)
+        progress.set_quiet(False)
     return EXIT_INPUT_ERROR
 
 

@@ -1,4 +1,5 @@
-"""``heron plugins``: the installed hero emitters and backends, and where they come from.
+"""``heron plugins``: the installed hero emitters, backends and custom-call targets,
+and where they come from.
 
 For each backend also whether it can run here (its own reason) and its compile
 stages, in order, with the kind of file each makes.
@@ -14,11 +15,11 @@ from heron.cli.common import CommandError
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plugins",
-        help="list installed hero emitters and backends",
+        help="list installed hero emitters, backends and custom-call targets",
         description=(
-            "List the plugins registered in the heron.emitters and heron.backends entry-point"
-            " groups, with the distribution each comes from and, for backends, whether it"
-            " can run here and the stages that compile for it."
+            "List the plugins registered in the heron.emitters, heron.backends and"
+            " heron.custom_calls entry-point groups, with the distribution each comes from"
+            " and, for backends, whether it can run here and the stages that compile for it."
         ),
     )
     parser.set_defaults(handler=run)
@@ -56,7 +57,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {spec.name}  priority {spec.priority}  from {_origin(backends, spec.name)}")
         print(f"      {state}: {status.reason}")
         print(f"      stages: {describe_stages(spec.stages)}")
+    _custom_calls()
     return 0
+
+
+def _custom_calls() -> None:
+    from heron.hlo.custom_calls.registry import load_custom_calls
+
+    calls = load_custom_calls()
+    print("custom-call targets (entry-point group heron.custom_calls, docs/custom-calls.md):")
+    if not len(calls):
+        print("  (none installed)")
+    for target in calls.targets():
+        print(f"  {target}  host  from {_origin(calls, target)}")
 
 
 def describe_stages(stages) -> str:

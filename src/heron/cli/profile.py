@@ -63,8 +63,8 @@ def _positive(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from heron.compiler.sequential import FusionRunError
     from heron.harness.profile import profile_module
+    from heron.runtime.core.device import DeviceError
 
     module = load_module(args.file)
     refuse_tiled_layouts(module, "heron profile")
@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
         profiles = profile_module(
             module, target, fusion=args.fusion, seed=args.seed, max_blocks=args.max_blocks
         )
-    except FusionRunError as exc:
-        raise CommandError(str(exc)) from exc
+    except DeviceError as exc:  # a sanitizer finding, an op the interpreter cannot run
+        raise CommandError(f"the interpreter device failed: {exc}") from exc
     if args.json:
         document = {
             "module": module.name,
@@ -159,5 +159,9 @@ def describe(profile, target) -> list[str]:
         f" issue {roof.warp_instructions} warp instructions -> {roof.issue_seconds * 1e6:.3f} us,"
         f" launch {roof.launch_seconds * 1e6:.3f} us; estimate {roof.estimate_seconds * 1e6:.3f} us"
         f" ({roof.bound} bound), {roof.bandwidth_fraction:.0%} of the bandwidth bound"
+    )
+    lines.append(
+        f"  arithmetic: {roof.flops} FLOPs -> {roof.compute_seconds * 1e6:.3f} us at the"
+        f" {roof.peak} peak, intensity {roof.arithmetic_intensity:.2f} FLOP/B"
     )
     return lines

@@ -17,9 +17,17 @@ Backends:
   that is available here; the report says which was taken and why each one
   before it was not (its availability reason).
 - ``interpreter``, ``cuda``, ``rocm``: that device; it must be available. The
-  entry computation runs fusion by fusion (:mod:`heron.compiler.sequential`);
-  a module that is not fused yet (as JAX prints it) first gets a fusion per
-  computing instruction (:mod:`heron.hlo.passes.outline`).
+  module is compiled into an executable in memory, as ``heron compile
+  --executable`` compiles it (the GPU pipeline, copy insertion, the schedule,
+  buffer assignment, thunks; kernel images for the backend that runs), and
+  run through the thunk executor as ``heron run OUT.heron`` runs an artefact
+  (:func:`heron.compiler.program_run.load_program`, the one way heron runs a
+  module; while loops and conditionals included; ``--repeat``,
+  ``--no-command-buffers``, ``--report-json`` as there). The report has a
+  line per kernel: the first fusion compiled to it, its emitter, launch,
+  compile time and the device time of its launches from the host (a kernel
+  replayed inside a command buffer is timed with the command buffer, whose
+  line follows; ``--no-command-buffers`` times each kernel).
 - ``reference``: heron's HLO reference evaluator (numpy on the CPU).
 
 ``--target NAME`` / ``--arch ARCH`` name the device the kernels are compiled
@@ -52,6 +60,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
@@ -64,8 +73,12 @@ from heron.cli.common import (
     load_module,
     refuse_tiled_layouts,
     resolve_target,
+    write_atomically,
 )
 from heron.runtime.core.registry import DEVICE_BACKENDS, BackendChoice
+
+if TYPE_CHECKING:
+    from heron.compiler.program_run import KernelRecord
 
 BACKENDS = ("auto", "interpreter", "reference", "cuda", "rocm")
 PREVIEW = 4
@@ -256,13 +269,19 @@ def _create_device(name: str, target):
 def run(args: argparse.Namespace) -> int:
     if is_artefact(args.file):
         return run_artefact(args)
-    for option, given in (
-        ("--repeat", args.repeat is not None),
-        ("--no-command-buffers", args.no_command_buffers),
-        ("--report-json", args.report_json is not None),
-    ):
-        if given:
-            raise CommandError(f"{option} applies to an executable artefact (OUT.heron) only")
+    if args.backend == "reference":
+        for option, given in (
+            ("--repeat", args.repeat is not None),
+            ("--no-command-buffers", args.no_command_buffers),
+            ("--report-json", args.report_json is not None),
+        ):
+            if given:
+                raise CommandError(
+                    f"{option} applies to a device backend (the executable's run); the"
+                    " reference evaluator runs no thunks"
+                )
+    if args.repeat is not None and args.repeat < 1:
+        raise CommandError(f"--repeat must be at least 1, got {args.repeat}")
     if args.inputs is not None and args.seed is not None:
         raise CommandError(
             "--seed only applies to random arguments; it makes no sense with --inputs"
@@ -274,8 +293,9 @@ def run(args: argparse.Namespace) -> int:
         )
     module = load_module(args.file, module_name=args.module)
     given = _run_line_bounds(args.file) if args.check else None
-    if args.output is not None:
-        check_output_file(Path(args.output), "--output")
+    for option, path in (("--output", args.output), ("--report-json", args.report_json)):
+        if path is not None:
+            check_output_file(Path(path), option)
     arguments, source = _arguments(module, args)
     if args.backend == "reference":
         print(f"module {module.name}: entry {module.entry.name}, backend reference")
@@ -283,6 +303,7 @@ def run(args: argparse.Namespace) -> int:
         leaves, elapsed = _evaluate(module, arguments)
         _print_outputs(leaves)
         print(f"evaluated in {elapsed:.2f} s")
+        ran = None
     else:
         leaves, ran = _run_on_device(module, arguments, source, args)
     if args.output is not None:
@@ -299,6 +320,9 @@ def run(args: argparse.Namespace) -> int:
             print("DISAGREE: results differ from the reference evaluator beyond the tolerance")
             return EXIT_DISAGREEMENT
         print("agree: every output within the tolerance")
+    if ran is not None and not ran.identical:
+        print("DISAGREE: the repeated runs' results differ")
+        return EXIT_DISAGREEMENT
     return 0
 
 
@@ -341,21 +365,33 @@ def _choose_target(args: argparse.Namespace) -> tuple[BackendChoice, object]:
 
 @attrs.frozen
 class _Ran:
-    """What --check needs of a device run: the module that ran (outlined), and per
-    fusion (by name) whether its kernel may reduce in its own order."""
+    """What --check needs of a device run: the module that ran (optimized, scheduled), and
+    per fusion (by name) whether its kernel may reduce in its own order."""
 
     module: object
     reorders: dict[str, bool]
+    #: Whether every --repeat run gave the first run's results, bit for bit.
+    identical: bool = True
 
 
 def _run_on_device(
     module, arguments, source: str, args: argparse.Namespace
 ) -> tuple[list[np.ndarray], _Ran]:
+    """Compile ``module`` into an executable in memory and run it through the thunk executor.
+
+    :func:`heron.compiler.program_run.load_program`, the one way a module runs:
+    the same compile as ``heron compile --executable`` (kernel images for the
+    backend that runs), the same executor as ``heron run OUT.heron``.
+    """
+    from heron.cli.progress import ProgressDisplay
     from heron.compiler.driver import compile_fusion
-    from heron.compiler.sequential import FusionRunError, KernelRecord, run_module
+    from heron.compiler.program_run import load_program
+    from heron.runtime.core.device import DeviceError
+    from heron.runtime.core.executor import ExecutorError
 
     refuse_tiled_layouts(module, "heron run on a device")
     requested = args.backend
+    repeat = 1 if args.repeat is None else args.repeat
     choice, target = _choose_target(args)
     device = _create_device(choice.name, target)
     print(f"module {module.name}: entry {module.entry.name}, backend {choice.name}")
@@ -366,49 +402,165 @@ def _run_on_device(
         for line in choice.passed_over:
             print(f"  {line}")
     _print_parameters(module, source)
+    first: tuple[np.ndarray, ...] | None = None
+    identical = True
+    with ProgressDisplay() as display:
+        compiling = display.task("compiling kernels")
+        compiler = display.counting(compile_fusion, compiling)
+        try:
+            loaded = load_program(
+                module,
+                device,
+                choice.name,
+                target=target,
+                compiler=compiler,
+                command_buffers=not args.no_command_buffers,
+            )
+        except ExecutorError as exc:
+            raise CommandError(str(exc)) from exc
+        if compiling is not None:
+            compiling.finish()
+        compiled, executable = loaded.compiled, loaded.executable
+        reorders = _reorders(compiled, choice.name)
+        total = _leaf_thunks(executable.program)
+        told = display.thunks(None if total is None else total * repeat)
+        if choice.name == "interpreter":
+            device.progress = display.launches()
+        try:
+            for k in range(repeat):
+                ran = loaded.run(arguments, on_thunk=told)
+                if first is None:
+                    first = ran.outputs
+                elif not _identical(first, ran.outputs):
+                    identical = False
+                    print(f"run {k + 1}: results differ from run 1's")
+        except ExecutorError as exc:  # arguments that do not fit the entry
+            raise CommandError(str(exc)) from exc
+        except DeviceError as exc:  # a sanitizer finding, the work limit, a device fault
+            raise CommandError(f"the {choice.name} device failed: {exc}") from exc
+    assert first is not None
     print("kernels:")
-
-    def report(record: KernelRecord) -> None:
-        print(f"  {describe_kernel(record)}", flush=True)
-
-    reorders: dict[str, bool] = {}
-
-    def compiler(fusion, target, backend):
-        kernel = compile_fusion(fusion, target, backend)
-        reorders[fusion.name] = not kernel.writes_each_element_once  # a reduction emitter
-        return kernel
-
-    try:
-        result = run_module(
-            module,
-            arguments,
-            device,
-            choice.name,
-            target=target,
-            compiler=compiler,
-            on_kernel=report,
-        )
-    except FusionRunError as exc:
-        raise CommandError(str(exc)) from exc
-    if not result.kernels:
+    for line in ran.kernels:
+        print(f"  {describe_kernel(line)}")
+    if not ran.kernels:
         print("  (none: the entry computation needs no kernel)")
-    _print_outputs(list(result.outputs))
-    device_seconds = sum(k.run_seconds for k in result.kernels)
+    _print_outputs(list(first))
+    _print_program(executable, ran.thunks, args.no_command_buffers)
+    device_seconds = sum(record.seconds for _, record in ran.thunks)
     print(
-        f"ran {len(result.kernels)} kernel(s) in {result.seconds:.2f} s"
-        f" ({device_seconds:.2f} s on the device)"
+        f"ran {ran.kernel_launches} kernel(s) in {ran.seconds:.2f} s"
+        f" ({device_seconds:.2f} s on the device); compiled in {compiled.seconds:.2f} s"
     )
-    return list(result.outputs), _Ran(result.module, reorders)
+    if repeat > 1:
+        print(f"results identical across the {repeat} runs: {'yes' if identical else 'NO'}")
+    if args.report_json is not None:
+        _write_report(compiled.artefact, executable, choice.name, device, args, identical)
+    return list(first), _Ran(compiled.module, reorders, identical)
 
 
-def describe_kernel(record) -> str:
-    """One report line: fusion, emitter, grid x block, compile and run times."""
-    grid = "x".join(str(d) for d in record.grid)
-    block = "x".join(str(d) for d in record.block)
-    return (
-        f"{record.fusion_name}  emitter {record.emitter}  grid {grid}  block {block}"
-        f"  compile {record.compile_seconds:.3f} s  run {record.run_seconds:.3f} s"
+def _leaf_thunks(program) -> int | None:
+    """The records one run makes (leaf thunks, a command buffer as one); None with a
+    loop or a conditional (how many run is decided while running)."""
+    from heron.runtime.core.thunks import ConditionalThunk, SequentialThunk, WhileThunk
+
+    count = 0
+    for thunk in program:
+        if isinstance(thunk, (WhileThunk, ConditionalThunk)):
+            return None
+        if isinstance(thunk, SequentialThunk):
+            inner = _leaf_thunks(thunk.thunks)
+            if inner is None:
+                return None
+            count += inner
+        else:  # a kernel, copy, memset, library call or command buffer: one record
+            count += 1
+    return count
+
+
+def _reorders(compiled, backend: str) -> dict[str, bool]:
+    """Per fusion (every one, loops' and branches' too): may its kernel reduce in its own order?
+
+    A kernel that does not write each element once is a reduction emitter's;
+    fusions that share a kernel share the answer.
+    """
+    by_key = {
+        emitted.key: not emitted.compiled[backend].writes_each_element_once
+        for emitted in compiled.program.kernels
+    }
+    return {fusion: by_key[key] for fusion, key in compiled.program.kernel_of.items()}
+
+
+def describe_kernel(line: KernelRecord) -> str:
+    """One report line: fusion, emitter, grid x block, compile and run times.
+
+    ``run`` is the device time of the kernel's launches from the host; a
+    kernel replayed in a command buffer has no time of its own (the command
+    buffer's is on its own line), which the line says.
+    """
+    grid = "x".join(str(d) for d in line.grid)
+    block = "x".join(str(d) for d in line.block)
+    buffers = ", ".join(line.command_buffers)
+    if line.launches or not line.command_buffers:
+        run = f"run {line.run_seconds:.3f} s"
+    else:  # no time of its own: the command buffer's line has the replay's
+        run = f"run in command buffer {buffers}"
+    text = (
+        f"{line.fusion_name}  emitter {line.emitter}  grid {grid}  block {block}"
+        f"  compile {line.compile_seconds:.3f} s  {run}"
     )
+    notes = []
+    if line.launches > 1:
+        notes.append(f"{line.launches} launches")
+    elif not line.launches and not line.command_buffers:
+        notes.append("not launched")
+    if line.launches and line.command_buffers:
+        notes.append(f"also replayed in command buffer {buffers}")
+    if line.fusions > 1:
+        notes.append(f"shared by {line.fusions} fusions")
+    return text + (f"  ({'; '.join(notes)})" if notes else "")
+
+
+def _print_program(executable, ran: list[tuple[object, object]], off: bool) -> None:
+    """The program's shape, its command buffers' times, and the peak device memory."""
+    from heron.runtime.core.thunks import CommandBufferThunk
+
+    buffers = [record for thunk, record in ran if isinstance(thunk, CommandBufferThunk)]
+    top = len(executable.program)
+    count = sum(isinstance(t, CommandBufferThunk) for t in executable.program)
+    print(
+        f"program: {top} top-level thunks, {count} command buffers"
+        + (" (command buffers off)" if off else "")
+    )
+    for record in buffers:
+        print(
+            f"  command buffer {record.path}  {record.name}  {record.launch}"
+            f"  run {record.seconds:.3f} s"
+        )
+    print(
+        f"peak device memory: {executable.peak_device_bytes} bytes"
+        f" (the allocations: {executable.allocation_bytes} bytes)"
+    )
+
+
+def _identical(a, b) -> bool:
+    return all(
+        x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def _write_report(artefact, executable, backend: str, device, args, identical: bool) -> None:
+    """``--report-json``: the report ``heron run OUT.heron`` writes (one implementation)."""
+    import json
+
+    from heron.runtime.core import heron_run
+
+    as_artefact = argparse.Namespace(artefact=args.file, no_command_buffers=args.no_command_buffers)
+    report = heron_run._report(
+        artefact, executable, backend, device.description, as_artefact, identical
+    )
+    write_atomically(Path(args.report_json), json.dumps(report, indent=1).encode(), "--report-json")
+    print(f"wrote the report to {args.report_json}")
 
 
 def _print_parameters(module, source: str) -> None:
@@ -452,9 +604,18 @@ def _run_line_bounds(file: str):
     return ErrorBounds(spec.abs_error_bound, spec.rel_error_bound)
 
 
+#: What copies or reinterprets a value without computing: looked through to its producer.
+_PASSING = ("bitcast", "copy", "get-tuple-element")
+
+
 def _producer(source, leaf: int):
-    """(fusion, its output leaf) that computes an entry output, or None (not a kernel's)."""
-    while source.opcode in ("bitcast", "get-tuple-element"):
+    """(fusion, its output leaf) that computes an entry output, or None (not a kernel's).
+
+    Copy insertion puts a copy before results that would alias a parameter, a
+    constant or another result; a copy moves bytes, so the fusion before it
+    is the producer.
+    """
+    while source.opcode in _PASSING:
         if source.opcode == "get-tuple-element":
             inner = source.operands[0]
             if inner.opcode == "tuple":
@@ -469,7 +630,8 @@ def _producer(source, leaf: int):
 
 
 def _fusions_reaching(instruction) -> list:
-    """The fusion instructions ``instruction`` is or depends on (within its computation)."""
+    """The fusion instructions ``instruction`` is or depends on: within its computation,
+    and inside the loops' and conditionals' computations it depends on."""
     seen: set[int] = set()
     found, stack = [], [instruction]
     while stack:
@@ -479,6 +641,9 @@ def _fusions_reaching(instruction) -> list:
         seen.add(id(current))
         if current.opcode == "fusion":
             found.append(current)
+        else:  # a fusion's own computation holds no fusion; a loop's body does
+            for called in current.called_computations():
+                stack.extend(called.instructions)
         stack.extend(current.operands)
     return found
 

@@ -14,8 +14,13 @@ listening (random arguments, seed 0), and measured:
   resource usage here (no code object metadata is read), so its occupancy
   counts threads, blocks and shared memory only and says so;
 - a roofline for the Target: DRAM bytes / bandwidth, warp instructions
-  executed / issue rate, plus the launch overhead; the estimate is the
-  larger bound plus the overhead, with the share of the bandwidth bound.
+  executed / issue rate, and the fused computation's arithmetic (the cost
+  model's count: a dot's multiply-adds, every other op's lane operations) at
+  the Target's peak (its tensor cores' ``mma`` rate for the multiply-adds of a
+  kernel whose PTX runs ``mma`` instructions, its FP32 lanes otherwise), plus
+  the launch overhead; the estimate is the largest bound plus the overhead,
+  with the share of the bandwidth bound and the arithmetic intensity
+  (FLOPs per DRAM byte, a multiply-add counting two).
 
 docs/profile.md says how each number maps to Nsight Compute's metrics.
 """
@@ -31,7 +36,7 @@ from heron.runtime.interpreter.profile import AccessRecorder, MemoryModel, Sampl
 
 if TYPE_CHECKING:
     from heron.compiler.target import Target
-    from heron.hlo.ir import Module
+    from heron.hlo.ir import Computation, Module
 
 __all__ = [
     "KernelProfile",
@@ -64,6 +69,8 @@ class Resources:
     spill_stores: int = 0
     spill_loads: int = 0
     ptx_instructions: int | None = None
+    #: ``mma`` instructions in the PTX (tensor-core matrix multiply-accumulates).
+    mma_instructions: int | None = None
     note: str = ""
 
 
@@ -89,14 +96,31 @@ class Roofline:
     warp_instructions: int
     issue_seconds: float
     launch_seconds: float
+    #: FLOPs of the fused computation (two per multiply-add of a dot).
+    flops: int = 0
+    compute_seconds: float = 0.0
+    #: The peak that bounds the arithmetic: ``"mma"`` (tensor cores) or ``"fp32"`` lanes.
+    peak: str = "fp32"
 
     @property
     def estimate_seconds(self) -> float:
-        return self.launch_seconds + max(self.memory_seconds, self.issue_seconds)
+        return self.launch_seconds + max(
+            self.memory_seconds, self.issue_seconds, self.compute_seconds
+        )
 
     @property
     def bound(self) -> str:
-        return "memory" if self.memory_seconds >= self.issue_seconds else "issue"
+        bounds = {
+            "memory": self.memory_seconds,
+            "issue": self.issue_seconds,
+            "compute": self.compute_seconds,
+        }
+        return max(bounds, key=lambda name: bounds[name])  # ties: the first named
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per DRAM byte: above the Target's ridge point a kernel is compute bound."""
+        return self.flops / self.dram_bytes if self.dram_bytes else 0.0
 
     @property
     def bandwidth_fraction(self) -> float:
@@ -144,6 +168,7 @@ class KernelProfile:
                 "estimate_seconds": self.roofline.estimate_seconds,
                 "bound": self.roofline.bound,
                 "bandwidth_fraction": round(self.roofline.bandwidth_fraction, 4),
+                "arithmetic_intensity": round(self.roofline.arithmetic_intensity, 4),
             },
         }
 
@@ -220,15 +245,44 @@ def occupancy(target: Target, threads: int, blocks: int, resources: Resources) -
     )
 
 
-def roofline(target: Target, dram_bytes: int, warp_instructions: int) -> Roofline:
-    """Bounds: DRAM bytes at the Target's bandwidth; warp instructions at its issue rate."""
-    issue_rate = target.warp_instructions_per_cycle * target.core_count * target.clock_rate_ghz
+def roofline(
+    target: Target,
+    dram_bytes: int,
+    warp_instructions: int,
+    body: Computation | None = None,
+    *,
+    tensor_cores: bool = False,
+) -> Roofline:
+    """Bounds: DRAM bytes at the Target's bandwidth; warp instructions at its issue rate;
+    the arithmetic of ``body`` (the fused computation) at the Target's peak.
+
+    ``tensor_cores``: the kernel runs ``mma`` instructions, so its dots' multiply-adds
+    go at ``mma_multiply_adds_per_core_per_cycle`` (where the Target has one) and the
+    rest of its arithmetic at the FP32 lanes (``fpus_per_core``).
+    """
+    from heron.compiler.fusion.cost_model import dot_multiply_adds, lane_operations
+
+    clock = target.core_count * target.clock_rate_ghz * 1e9
+    issue_rate = target.warp_instructions_per_cycle * clock
+    multiply_adds = operations = 0.0
+    if body is not None:
+        operations = lane_operations(body)
+        multiply_adds = sum(dot_multiply_adds(i) for i in body.instructions if i.opcode == "dot")
+    lanes = target.fpus_per_core * clock
+    mma_rate = target.mma_multiply_adds_per_core_per_cycle * clock
+    if tensor_cores and mma_rate and multiply_adds:
+        compute, peak = multiply_adds / mma_rate + (operations - multiply_adds) / lanes, "mma"
+    else:
+        compute, peak = operations / lanes, "fp32"
     return Roofline(
         dram_bytes=dram_bytes,
         memory_seconds=dram_bytes / target.memory_bandwidth,
         warp_instructions=warp_instructions,
-        issue_seconds=warp_instructions / (issue_rate * 1e9),
+        issue_seconds=warp_instructions / issue_rate,
         launch_seconds=target.launch_overhead_seconds,
+        flops=int(operations + multiply_adds),  # a multiply-add is two FLOPs
+        compute_seconds=compute,
+        peak=peak,
     )
 
 
@@ -264,6 +318,7 @@ def _cuda_resources(fusion, target: Target) -> Resources:
         spill_stores=usage.spill_stores,
         spill_loads=usage.spill_loads,
         ptx_instructions=instructions,
+        mma_instructions=stats.opcodes["mma"] if stats is not None else None,
     )
 
 
@@ -278,51 +333,52 @@ def profile_module(
 ) -> list[KernelProfile]:
     """Profile every kernel of ``module`` (or the fusion named ``fusion``) for ``target``.
 
-    The whole entry runs (a kernel's inputs are what the kernels before it
-    computed); ``resources=False`` skips the CUDA compile and ``ptxas -v``
-    (occupancy then counts threads and blocks only). With ``max_blocks``,
-    each fusion instead runs alone on random inputs of its own, and only its
+    The whole module runs as ``heron run`` runs it, an executable on the
+    interpreter (:func:`heron.compiler.program_run.load_program`; a kernel's
+    inputs are what the kernels before it computed; a kernel in a loop is
+    profiled at each launch); ``resources=False`` skips the CUDA compile and
+    ``ptxas -v`` (occupancy then counts threads and blocks only). With
+    ``max_blocks``, each fusion instead runs alone on random inputs of its own, and only its
     first ``max_blocks`` blocks (a sample: per-request ratios are the
     sample's, and the roofline scales its bytes and instructions by the
     grid's blocks over the sample's).
     """
     if max_blocks is not None:
         return _sampled(module, target, fusion, resources, seed, max_blocks)
-    from heron.compiler.driver import compile_fusion
-    from heron.compiler.sequential import run_module
+    from heron.compiler.program_run import load_program
     from heron.hlo.errors import UnsupportedError
     from heron.hlo.evaluator import random_arguments
+    from heron.runtime.core.thunks import KernelThunk
     from heron.runtime.interpreter.device import InterpreterDevice
 
+    # The executable heron run runs, each kernel launched from the host (no command
+    # buffers), so that each launch gets a recorder of its own.
     device = InterpreterDevice(warp_size=target.warp_size)
     model = memory_model(target)
-    compiled: dict[str, Any] = {}
     profiles: list[KernelProfile] = []
+    with load_program(
+        module, device, "interpreter", target=target, command_buffers=False
+    ) as loaded:
+        program = loaded.compiled.program
+        kernels = {emitted.key: emitted for emitted in program.kernels}
+        fusions: dict[str, list[str]] = {}
+        for name, key in program.kernel_of.items():
+            fusions.setdefault(key, []).append(name)
 
-    def compiler(instruction, target_, backend):
-        kernel = compile_fusion(instruction, target_, backend)
-        compiled[kernel.fusion_name] = (instruction, kernel)
+        def on_thunk(thunk, record) -> None:
+            if not isinstance(thunk, KernelThunk):
+                return
+            recorder, device.observer = device.observer, AccessRecorder(model)
+            emitted = kernels[thunk.image_key]
+            if fusion is not None and fusion not in fusions[thunk.image_key]:
+                return
+            kernel = emitted.compiled["interpreter"]
+            profiles.append(_profile(emitted.fusion, kernel, recorder, target, resources))
+
         device.observer = AccessRecorder(model)
-        return kernel
-
-    def on_kernel(record) -> None:
-        recorder, device.observer = device.observer, None
-        instruction, kernel = compiled[record.fusion_name]
-        if fusion is not None and fusion not in (record.fusion_name, instruction.name):
-            return
-        profiles.append(_profile(instruction, kernel, recorder, target, resources))
-
-    run_module(
-        module,
-        random_arguments(module, seed=seed),
-        device,
-        "interpreter",
-        target=target,
-        compiler=compiler,
-        on_kernel=on_kernel,
-    )
+        loaded.run(random_arguments(module, seed=seed), on_thunk=on_thunk)
     if fusion is not None and not profiles:
-        names = ", ".join(sorted(compiled)) or "none"
+        names = ", ".join(sorted(program.kernel_of)) or "none"
         raise UnsupportedError(f"no kernel of fusion '{fusion}' ran (kernels: {names})")
     return profiles
 
@@ -391,5 +447,11 @@ def _profile(instruction, kernel, recorder: AccessRecorder, target: Target, reso
         recorder=recorder,
         resources=usage,
         occupancy=occupancy(target, threads, blocks, usage),
-        roofline=roofline(target, dram, instructions),
+        roofline=roofline(
+            target,
+            dram,
+            instructions,
+            instruction.called("calls"),
+            tensor_cores=bool(usage.mma_instructions),
+        ),
     )

@@ -37,6 +37,10 @@
     elements the bound exceeds ``sum|x_i|`` (the worst case is that bad): a
     dropped element is then no longer caught on values, a plainly wrong one
     (twice the sum, a wrong sign of a one-signed sum) still is.
+* Float outputs that depend on a dot (or a convolution): every kernel of one
+  (the GEMM emitter's tiles and MMA fragments, a library's split-K) sums the
+  products in its own order, so they get the reassociation bounds whatever
+  emitter computed them (:data:`ORDER_FREE_OPCODES`).
 * A corpus file's RUN line may give ``--abs_error_bound`` / ``--rel_error_bound``:
   an element within either of them is accepted too, as XLA's
   ``gpu_test_correctness`` accepts it.
@@ -63,6 +67,7 @@ from heron.hlo.shapes import TupleShape
 __all__ = [
     "F64_REFERENCE_ULPS",
     "NARROW_ULPS",
+    "ORDER_FREE_OPCODES",
     "ULP_BOUNDS",
     "ErrorBounds",
     "Mismatches",
@@ -435,6 +440,11 @@ class OutputTolerance:
         return ", ".join(parts) or "bitwise"
 
 
+#: Ops whose every kernel sums in an order of its own: an output they reach is compared
+#: within :func:`reassociation_bounds` whichever emitter computed it.
+ORDER_FREE_OPCODES = frozenset({"dot", "convolution"})
+
+
 def output_tolerance(
     source: Instruction,
     element: ElementType,
@@ -455,7 +465,13 @@ def output_tolerance(
     """
     given = given or ErrorBounds()
     ulps = ulp_bound(source, element)
-    if not reordering or "reduce" not in opcodes_reaching(source):
+    opcodes = opcodes_reaching(source)
+    if not ORDER_FREE_OPCODES.isdisjoint(opcodes):
+        # Whatever kernel computes it, a dot sums its products in the kernel's order
+        # (GEMM tiles, MMA fragments, a library's split-K), never the reference's.
+        wide = reassociation_bounds(element, given)
+        return OutputTolerance(ulps, wide or given, reordered=wide is not None)
+    if not reordering or "reduce" not in opcodes:
         return OutputTolerance(ulps, given)
     wide = reassociation_bounds(element, given)
     if wide is None and _summed_reduce(source) is None:

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from heron.cli.progress import ProgressDisplay, set_quiet
 from heron_fuzz.cases import KINDS, Case
 from heron_fuzz.runner import DEFAULT_CORPUS, Options, run, summary
 
@@ -49,7 +50,13 @@ def parse_args(argv: list[str] | None) -> tuple[Options, Path | None]:
         "--findings", type=Path, default=Path("fuzz-findings"), help="findings directory"
     )
     parser.add_argument("--replay", type=Path, help="run one saved case.json instead")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (drawn only when stdout and stderr are terminals anyway)",
+    )
     args = parser.parse_args(argv)
+    set_quiet(args.quiet)
     kinds = tuple(k for k in args.kinds.split(",") if k)
     unknown = set(kinds) - set(KINDS)
     if unknown:
@@ -77,7 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         cases = [Case.from_json(json.loads(replay.read_text()))]
         options.findings_dir = None
     started = time.monotonic()
-    outcomes = run(options, cases)
+    with ProgressDisplay() as display:
+        bar = display.task("fuzz cases", options.cases if cases is None else len(cases))
+
+        def told(done: int, total: int, outcome) -> None:
+            bar.update(done, total, f"fuzz cases ({outcome.case.name})")
+
+        outcomes = run(options, cases, progress=None if bar is None else told)
     print(summary(outcomes, time.monotonic() - started))
     if replay is not None:
         for outcome in outcomes:

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -311,9 +312,16 @@ def save_finding(outcome: Outcome, options: Options, stream: TextIO) -> None:
 
 
 def run(
-    options: Options, cases: list[Case] | None = None, log: TextIO | None = sys.stderr
+    options: Options,
+    cases: list[Case] | None = None,
+    log: TextIO | None = sys.stderr,
+    progress: Callable[[int, int, Outcome], None] | None = None,
 ) -> list[Outcome]:
-    """Run ``options.cases`` cases (or the given ones); return their outcomes."""
+    """Run ``options.cases`` cases (or the given ones); return their outcomes.
+
+    ``progress(done, total, outcome)`` is told of each case as its outcome is
+    collected, in case order (a progress bar); None: nothing is called.
+    """
     if cases is None:
         files = mutations.corpus_files(options.corpus) if "mutation" in options.kinds else []
         if "mutation" in options.kinds and not files:
@@ -335,6 +343,8 @@ def run(
             for n, future in enumerate(futures, 1):
                 outcome = future.result()
                 outcomes.append(outcome)
+                if progress is not None:
+                    progress(n, len(cases), outcome)
                 shutil.rmtree(workdir / outcome.case.name, ignore_errors=True)
                 if (outcome.findings or outcome.notes) and stream is not None:
                     save_finding(outcome, options, stream)

@@ -227,16 +227,18 @@ def test_inputs_are_checked_with_the_parameter_named():
         executable.run([np.zeros(4, np.float32), i32(1, 2, 3, 4)])
 
 
-def test_a_library_call_and_a_missing_backend_are_refused():
-    program = [LibraryCallThunk("blas", "gemm", [S(0, 0, 16)])]
-    refused = artefact(
-        program,
-        [Allocation(0, 16, "parameter", parameter=0, output=0)],
-        ["s32[4]{0}"],
-        ["s32[4]{0}"],
+def test_library_calls_without_a_library_or_contract_and_a_missing_backend_are_refused():
+    allocations = [Allocation(0, 16, "parameter", parameter=0, output=0)]
+    unknown = artefact(
+        [LibraryCallThunk("blas", "syrk", [S(0, 0, 16)])], allocations, ["s32[4]{0}"], ["s32[4]{0}"]
     )
-    with pytest.raises(ExecutorError, match=r"blas\.gemm .*issue 17"):
-        Executable(refused, InterpreterDevice())
+    with pytest.raises(ExecutorError, match=r"thunk 0: library call blas\.syrk: no such operation"):
+        Executable(unknown, InterpreterDevice())
+    malformed = artefact(
+        [LibraryCallThunk("blas", "gemm", [S(0, 0, 16)])], allocations, ["s32[4]{0}"], ["s32[4]{0}"]
+    )
+    with pytest.raises(ExecutorError, match=r"thunk 0: gemm: attributes .* missing"):
+        Executable(malformed, InterpreterDevice())
     with pytest.raises(
         ExecutorError, match="kernel images for interpreter, not for backend 'cuda'"
     ):

@@ -7,8 +7,11 @@
   stages (``heron.runtime.core.hookspecs``), timed, dumped and checked in order,
   to a :class:`CompiledKernel` holding the KernelImage a device loads;
 - :mod:`~heron.compiler.device_kernels`: running a compiled kernel on a device;
-- :mod:`~heron.compiler.sequential`: a module's entry computation, fusion by
-  fusion, on a device (``heron run``);
+- :mod:`~heron.compiler.executable`: a module compiled into an executable
+  (thunks, buffer assignment, kernel images: an artefact);
+- :mod:`~heron.compiler.program_run`: the one way a module runs on a device,
+  an executable compiled in memory and its thunks run (``heron run``,
+  ``heron profile``, the tests);
 - :mod:`~heron.compiler.fusions`: which fusions of a module are compiled;
 - :mod:`~heron.compiler.dumps`: every stage of a fusion written to a directory.
 

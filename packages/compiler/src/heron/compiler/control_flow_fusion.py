@@ -1,7 +1,7 @@
 """Fusion inside loop bodies, loop conditions and conditional branches.
 
 The fusion passes (:mod:`heron.compiler.fusion`) fuse the entry computation
-only, which is all :mod:`heron.compiler.sequential` runs. An executable runs
+only. An executable runs
 ``while`` and ``conditional`` as thunks holding the thunks of their
 computations, so those computations need kernels too: each sequential
 computation the entry reaches (``heron.hlo.buffers.dataflow``'s own list) goes

@@ -1,8 +1,9 @@
 """Running a compiled kernel on a device, and the Target a device's kernels are compiled for.
 
-This is what the correctness harness (``heron check``) and the sequential
-executor (``heron run``) share once :func:`heron.compiler.compile_fusion` has
-made a :class:`~heron.compiler.driver.CompiledKernel`: :func:`run_on_device`
+One kernel alone, not a module (that is :mod:`heron.compiler.program_run`):
+what the correctness harness (``heron check``) runs once
+:func:`heron.compiler.compile_fusion` has made a
+:class:`~heron.compiler.driver.CompiledKernel`. :func:`run_on_device`
 uploads logical numpy inputs in the memory representation
 (:mod:`heron.hlo.memory_layout`), launches, and brings the outputs back as
 logical arrays. On the interpreter device the run also says how often each

@@ -284,6 +284,11 @@ class Target:
     preset says where its number comes from); the cost model's peak flop rate is
     ``core_count * fpus_per_core * clock``. The launch overhead it charges per
     kernel is ``launch_overhead_seconds``, shared with ``heron profile``."""
+    mma_multiply_adds_per_core_per_cycle: int = attrs.field(default=0, validator=_non_negative_int)
+    """Dense f16/bf16 multiply-adds the tensor cores of one core retire per clock (the
+    ``mma.sync`` peak): 1024 on Ampere SMs, 2048 on Hopper SMs (each preset says where
+    its number comes from); 0 where heron emits no matrix instructions (ROCm: no MFMA).
+    ``heron profile`` bounds a kernel that runs ``mma`` instructions by this peak."""
     # --- end of the fusion cost model's fields -------------------------------------------
 
     def __attrs_post_init__(self) -> None:

@@ -7,13 +7,16 @@ its operands and results:
 
 - ``fusion``: a :class:`~heron.runtime.core.thunks.KernelThunk`, its
   arguments in heron's kernel ABI order (the fusion's operand leaves, then its
-  result leaves). An in-place output (``CompiledKernel.output_aliases``)
-  whose slice the assignment did not make its input's gets a ``CopyThunk`` of
-  the input first, as :func:`~heron.compiler.device_kernels.run_on_device`
-  does. An output that the assignment put over an input the kernel does not
-  update in place is written there only when the kernel reads that input
-  element by element (:func:`elementwise_in_place`, XLA's rule); otherwise it
-  goes to a scratch allocation and is copied into place after the launch.
+  result leaves). A GEMM fusion a library can compute
+  (:mod:`heron.compiler.library_gemm`) is a ``LibraryCallThunk`` holding that
+  launch as its fallback: the runtime picks one at load time. An in-place
+  output (``CompiledKernel.output_aliases``) whose slice the assignment did
+  not make its input's gets a ``CopyThunk`` of the input first, as
+  :func:`~heron.compiler.device_kernels.run_on_device` does. An output the
+  assignment put over an input the kernel does not update in place (a while
+  body's new state element over the old one) is written there: copy
+  insertion allows that only where the kernel reads the input element by
+  element (``heron.hlo.passes.copy_insertion.reads_in_place``).
 - ``parameter``, ``constant``, ``tuple``, ``get-tuple-element``, ``bitcast``:
   nothing; their slices are their operands' or their allocation's.
 - ``copy`` (added by copy insertion): a ``CopyThunk`` per leaf whose slices
@@ -28,8 +31,13 @@ its operands and results:
 - ``conditional``: a ``ConditionalThunk`` on the pred or s32 selector's slice,
   each branch's thunks followed by copies of its result into the
   conditional's slices where they differ.
+- ``custom-call``: a ``CustomCallThunk`` over its operand and result leaves
+  slices, with its attributes, run by the target's host implementation
+  (:mod:`heron.hlo.custom_calls`); a target no installed ``heron.custom_calls``
+  plugin provides is refused here, naming it, the instruction and its
+  computation, at its location.
 - anything else (a dot or sort the fusion passes left unfused, a
-  convolution, a custom call ...): refused, naming the instruction.
+  convolution ...): refused, naming the instruction.
 
 Kernels are compiled by the caller's ``compile`` function (one call per
 distinct fusion: fusions with the same body, kind and shapes share one kernel
@@ -46,17 +54,18 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from heron.compiler.library_gemm import library_call_thunk
 from heron.hlo.buffers import BufferAssignment
 from heron.hlo.buffers import Slice as HloSlice
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction
-from heron.hlo.opcodes import is_elementwise
 from heron.hlo.passes.outline import HOST_OPCODES, REFUSED_OPCODES, describe, refusal
 from heron.hlo.shapes import ArrayShape
 from heron.runtime.core.thunks import (
     BufferSlice,
     ConditionalThunk,
     CopyThunk,
+    CustomCallThunk,
     KernelThunk,
     Thunk,
     WhileThunk,
@@ -85,9 +94,7 @@ class ThunkProgram:
     """The entry's thunks, the kernels they launch in the order they appear, and scratch.
 
     ``scratch`` are the sizes of allocations the thunks use beyond the buffer
-    assignment's (numbered after them): an output a kernel cannot write over
-    the input whose bytes the assignment gave it (see :func:`elementwise_in_place`)
-    goes to scratch memory, then is copied into place.
+    assignment's (numbered after them).
     """
 
     thunks: tuple[Thunk, ...]
@@ -176,6 +183,8 @@ class _Emitter:
             return [self.loop(inst)]
         if op == "conditional":
             return [self.conditional(inst)]
+        if op == "custom-call":
+            return [self.custom_call(inst)]
         if op in REFUSED_OPCODES:
             raise refusal(inst)
         raise UnsupportedError(
@@ -236,29 +245,16 @@ class _Emitter:
         for out, source in sorted(aliases.items()):
             if outputs[out] != inputs[source]:
                 thunks.append(CopyThunk(inputs[source], outputs[out]))
-        after: list[Thunk] = []
-        for out, piece in enumerate(outputs):
-            shared = [
-                k
-                for k, other in enumerate(inputs)
-                if aliases.get(out) != k and _overlap(piece, other)
-            ]
-            if shared and not all(
-                inputs[k] == piece and elementwise_in_place(inst, k, out) for k in shared
-            ):
-                scratch = BufferSlice(self.new_scratch(piece.size), 0, piece.size)
-                outputs[out] = scratch
-                after.append(CopyThunk(scratch, piece))
-        thunks.append(
-            KernelThunk(
-                kernel_name=kernel.kernel_name,
-                image_key=emitted.key,
-                arguments=(*inputs, *outputs),
-                grid=kernel.grid,
-                block=kernel.block,
-            )
+        launch = KernelThunk(
+            kernel_name=kernel.kernel_name,
+            image_key=emitted.key,
+            arguments=(*inputs, *outputs),
+            grid=kernel.grid,
+            block=kernel.block,
         )
-        return thunks + after
+        # A GEMM a library computes: the library call, heron's launch beside it (issue 17).
+        call = None if thunks else library_call_thunk(inst, inputs, outputs, launch, kernel.emitter)
+        return [call] if call is not None else [*thunks, launch]
 
     def new_scratch(self, size: int) -> int:
         """A new allocation of ``size`` bytes for one kernel's output (its index)."""
@@ -287,6 +283,26 @@ class _Emitter:
                     inst.location,
                 )
         return moves(self.leaves(operand), self.leaves(inst))
+
+    # -- custom calls ------------------------------------------------------------------
+
+    def custom_call(self, inst: Instruction) -> CustomCallThunk:
+        """A host custom call; its target must be installed now, not first at run time."""
+        from heron.hlo.custom_calls.registry import resolve
+
+        call, _ = resolve(inst)
+        return CustomCallThunk(
+            target=call.target,
+            name=call.instruction,
+            computation=call.computation,
+            operands=[piece for operand in inst.operands for piece in self.leaves(operand)],
+            operand_shapes=[str(shape) for shape in call.operand_shapes],
+            results=self.leaves(inst),
+            result_shape=str(call.result_shape),
+            backend_config=call.backend_config,
+            opaque=call.opaque,
+            api_version=call.api_version,
+        )
 
     # -- control flow ------------------------------------------------------------------
 
@@ -352,50 +368,6 @@ class _Emitter:
         return [inst.called("true_computation"), inst.called("false_computation")]
 
 
-def elementwise_in_place(fusion: Instruction, input_leaf: int, output_leaf: int) -> bool:
-    """Whether ``fusion`` may write output ``output_leaf`` over input ``input_leaf``'s bytes.
-
-    XLA's rule for sharing an operand's buffer with a loop fusion's result
-    (``CanShareOperandBufferWithUser``): the input is an array operand of the
-    result's shape, read only through elementwise instructions of that shape,
-    so each element is read by the thread that writes it, before it writes it.
-    Copy insertion lets the writer of a while body's state element read the old
-    element (``heron.hlo.passes.copy_insertion``, rule 2), which holds for such
-    kernels only.
-    """
-    operand_of_leaf = [k for k, o in enumerate(fusion.operands) for _ in o.shape.leaves()]
-    if input_leaf >= len(operand_of_leaf):
-        return False
-    operand = operand_of_leaf[input_leaf]
-    if not isinstance(fusion.operands[operand].shape, ArrayShape):
-        return False
-    body = fusion.called("calls")
-    parameter = body.parameters[operand]
-    root = body.root_instruction
-    outputs = list(root.operands) if root.opcode == "tuple" else [root]
-    if output_leaf >= len(outputs) or not isinstance(outputs[output_leaf].shape, ArrayShape):
-        return False
-    written = outputs[output_leaf].shape
-    dims = written.dims
-    if (parameter.shape.dims, parameter.shape.layout) != (dims, written.layout):
-        return False
-    users = body.users()
-    stack, seen = [parameter], set()
-    while stack:
-        value = stack.pop()
-        for user in users.get(value, []):
-            if id(user) in seen or (user is root and root.opcode == "tuple"):
-                continue
-            seen.add(id(user))
-            shape = user.shape
-            if not (
-                is_elementwise(user.opcode) and isinstance(shape, ArrayShape) and shape.dims == dims
-            ):
-                return False
-            stack.append(user)
-    return True
-
-
 def _identity(fusion: Instruction) -> tuple[object, ...]:
     """What a fusion's kernel depends on: its kind, shapes, backend config and body.
 
@@ -430,7 +402,3 @@ def moves(sources: Sequence[BufferSlice], destinations: Sequence[BufferSlice]) -
 
 def _slice(piece: HloSlice) -> BufferSlice:
     return BufferSlice(piece.allocation, piece.offset, piece.size)
-
-
-def _overlap(a: BufferSlice, b: BufferSlice) -> bool:
-    return a.allocation == b.allocation and a.offset < b.end and b.offset < a.end

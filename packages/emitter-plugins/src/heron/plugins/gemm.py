@@ -4,8 +4,10 @@ heron's HLO passes put every dot into XLA's canonical form
 ``[batch..., M, K] x [batch..., K, N] -> [batch..., M, N]`` (at most one free
 dimension a side, at most one contracting dimension;
 ``heron.hlo.passes.dot_decomposer``). This emitter claims fusions whose one
-root is such a dot, or elementwise ops of the dot's shape after it (an
-epilogue: bias, activation, convert; ``gemm_hero``), and computes the dot as
+root is such a dot, elementwise ops of the dot's shape after it (an
+epilogue: bias, activation, convert; ``gemm_hero``), or a transpose of it (a
+weight gradient: each element of C is stored at the transposed index), and
+computes the dot as
 the classic shared-memory tiled GEMM:
 
 - a block of 256 threads computes a ``TM x TN`` tile of C: 16 x 16, one
@@ -184,12 +186,16 @@ def is_canonical_gemm(dot: Instruction) -> bool:
 def gemm_hero(root: Instruction) -> Instruction | None:
     """The canonical dot ``root`` computes through an elementwise epilogue, or None.
 
-    ``root`` is the dot itself, or elementwise ops of the dot's shape on every
+    ``root`` is the dot itself, a transpose of it (stored at the transposed
+    index, no other epilogue), or elementwise ops of the dot's shape on every
     path from the dot up to it (a bias ``add``, an activation, a ``convert``);
     their other operands may be anything elemental (a broadcast bias). So each
     element of C gives exactly the root's element at the same index, which the
     thread that summed it computes (``FusionEmitter`` injects the dot's value).
     """
+    if root.opcode == "transpose" and root.operands[0].opcode == "dot":
+        dot = root.operands[0]
+        return dot if is_canonical_gemm(dot) else None
     dots: list[Instruction] = []
 
     def reaches(inst: Instruction, memo: dict[int, bool]) -> bool:
@@ -610,6 +616,10 @@ class GemmEmitter(FusionEmitter):
 
         def store(current: Values) -> Values:
             value = self._narrow(acc)
+            if self.root.opcode == "transpose":
+                # C stored transposed: the root's element i is C's at permutation[i].
+                permutation = self.root.attr("dimensions")
+                return [tensor.insert(value, current[0], [index[d] for d in permutation])]
             if self.root is not self.dot:
                 value = self._epilogue(entry, index, value)
             return [tensor.insert(value, current[0], index)]

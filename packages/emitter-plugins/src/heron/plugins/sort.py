@@ -34,14 +34,17 @@ kernel needs no buffer shared with its operands; the operands may be any
 elemental producers in the fusion.
 
 Rows longer than a block's threads or its shared memory are sorted by one
-block per row in the output buffers (global memory): the block copies the
-row there, then runs the same network, each thread doing several pairs per
-step, a barrier after each. XLA instead launches one kernel per global step
-(all blocks cooperate on a row) and sorts tiles in shared memory between
-them; heron's kernels are one launch per fusion, so a long row here uses one
-SM. A stable sort that long needs an iota operand for its positions (there is
-no scratch buffer for a position tile) and is refused without one, naming the
-sort, its shape and the limit its rows exceed.
+block per row in the output buffers, with XLA's split of the network
+(``SortPlan.phases``): the stages whose blocks fit a ``chunk``-element shared
+tile run tile by tile in shared memory (loaded from the operands), then for
+each later stage its long-distance steps run over the row in the outputs,
+each thread doing several pairs, and its short ones tile by tile again
+(loaded from the outputs). XLA launches one kernel per global step, all
+blocks cooperating on a row; heron's kernels are one launch per fusion, so a
+long row here uses one SM. A stable sort that long needs an iota operand for
+its positions (they must survive the global steps, and there is no scratch
+buffer for a position tile) and is refused without one, naming the sort, its
+shape and the limit its rows exceed.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from heron.emitters.target import EmitterTarget
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
+from heron.hlo.passes.stable_sort_expander import counts_along
 from heron.indexing.thread_maps import LaunchDimensions
 
 __all__ = ["SortEmitter", "SortPlan", "heron_emitter_specs", "plan_sort"]
@@ -92,6 +96,9 @@ class SortPlan:
     in_shared: bool = True
     #: Threads that sort one row (``pairs`` in shared memory; at most a block).
     threads_per_row: int = 0
+    #: For rows sorted in the outputs: the elements of the shared-memory tile the
+    #: in-tile steps run in (a power of two below ``padded``), 0 when none fits.
+    chunk: int = 0
 
     @property
     def rounds(self) -> int:
@@ -118,6 +125,23 @@ class SortPlan:
         """The network: (distance exponent, mirrored) per step, in order."""
         stages = self.padded.bit_length() - 1
         return [(j, j == s) for s in range(stages) for j in range(s, -1, -1)]
+
+    @property
+    def phases(self) -> list[tuple[bool, list[tuple[int, bool]]]]:
+        """The network of a row sorted in the outputs through ``chunk``-element tiles,
+        as XLA's sort emitter splits it: (in a tile, steps) in order.
+
+        Every stage whose blocks fit a tile, and the steps of a later stage whose
+        pairs lie within a tile (distance below ``chunk / 2``), run tile by tile
+        in shared memory; the others are steps over the whole row in the outputs.
+        """
+        stages = self.padded.bit_length() - 1
+        tile = self.chunk.bit_length() - 1
+        phases = [(True, [(j, j == s) for s in range(tile) for j in range(s, -1, -1)])]
+        for s in range(tile, stages):
+            phases += [(False, [(j, j == s)]) for j in range(s, tile - 1, -1)]
+            phases.append((True, [(j, False) for j in range(tile - 1, -1, -1)]))
+        return phases
 
 
 def _shared_type(element: ElementType) -> ir.Type:
@@ -165,7 +189,15 @@ def plan_sort(sort: Instruction, target: EmitterTarget) -> SortPlan:
                 sort.location,
             )
         threads = min(pairs, limit)
-        return SortPlan(dimension, length, padded, rows, 1, stable, positions, False, threads)
+        element_bytes = row_bytes // padded
+        chunk = (
+            1 << (min(2 * threads, target.shared_memory_per_block // element_bytes)).bit_length()
+        )
+        chunk = min(chunk // 2, padded // 2)
+        chunk = chunk if chunk >= 2 else 0
+        return SortPlan(
+            dimension, length, padded, rows, 1, stable, positions, False, threads, chunk
+        )
     per_block = max(1, MIN_THREADS_PER_BLOCK // pairs)
     per_block = min(
         per_block,
@@ -179,15 +211,9 @@ def plan_sort(sort: Instruction, target: EmitterTarget) -> SortPlan:
 
 
 def _iota_operand(sort: Instruction, dimension: int, length: int) -> int | None:
-    """The first operand that is a signed iota along ``dimension`` holding every position."""
+    """The first operand that holds every position along ``dimension`` (an iota)."""
     for k, operand in enumerate(sort.operands):
-        element = operand.array_shape.element_type
-        if (
-            operand.opcode == "iota"
-            and operand.attributes.get("iota_dimension") == dimension
-            and element.is_signed_integral
-            and length - 1 < 2 ** (element.bit_width - 1)
-        ):
+        if counts_along(operand, dimension, length):
             return k
     return None
 
@@ -283,6 +309,8 @@ class SortEmitter(FusionEmitter):
             return arith.addi(lane, arith.muli(r, stride))
 
         outputs = list(entry.outputs)
+        if plan.chunk:
+            return self._sort_in_chunks(entry, lane, outputs, nth)
         copies = math.ceil(plan.length / plan.threads_per_row)
         outputs = self._rounds(
             copies, outputs, lambda r, current: self._copy(entry, current, nth(r))
@@ -298,6 +326,115 @@ class SortEmitter(FusionEmitter):
             )
             outputs = list(sync_threads_op(outputs).results)
         return outputs
+
+    def _sort_in_chunks(self, entry: EntryFunction, lane: ir.Value, outputs: Values, nth) -> Values:
+        """The row through ``chunk``-element shared tiles (``SortPlan.phases``).
+
+        A tile phase goes over the row's tiles in turn: threads ``lane < chunk/2``
+        load a tile (from the operands in the first phase, else from the
+        outputs), run the phase's steps on it, and store it into the outputs; a
+        global step compares pairs in the outputs, ``rounds`` pairs a thread.
+        A barrier follows each load, step and store.
+        """
+        plan = self.plan
+        half = plan.chunk // 2
+        tiles = [
+            allocate_shared_op(ir.RankedTensorType.get([1, plan.chunk], _shared_type(e))).results[0]
+            for e in self._elements()
+        ]
+        active = None
+        if plan.threads_per_row > half:
+            active = arith.cmpi(arith.CmpIPredicate.ult, lane, index_constant(half))
+        chunks = math.ceil(plan.length / plan.chunk)
+        count = len(tiles)
+        for first, (in_tile, steps) in enumerate(plan.phases):
+            if not in_tile:
+                ((distance, mirrored),) = steps
+                outputs = self._rounds(
+                    plan.rounds,
+                    outputs,
+                    lambda r, current, d=distance, m=mirrored: self._step(
+                        entry, current, nth(r), d, m, None
+                    ),
+                )
+                outputs = list(sync_threads_op(outputs).results)
+                continue
+
+            def tile(c: ir.Value, carried: Values, steps=steps, first=first == 0) -> Values:
+                base = arith.muli(c, index_constant(plan.chunk))
+                current_tiles, current = carried[:count], carried[count:]
+                for position in (lane, arith.addi(lane, index_constant(half))):
+                    current_tiles = self._guarded(
+                        active,
+                        current_tiles,
+                        lambda t, p=position: self._load_chunk(entry, t, current, base, p, first),
+                    )
+                current_tiles = list(sync_threads_op(current_tiles).results)
+                for distance, mirrored in steps:
+                    current_tiles = self._step(
+                        entry, current_tiles, lane, distance, mirrored, active, base=base
+                    )
+                    current_tiles = list(sync_threads_op(current_tiles).results)
+                for position in (lane, arith.addi(lane, index_constant(half))):
+                    current = self._guarded(
+                        active,
+                        current,
+                        lambda o, p=position: self._store_chunk(current_tiles, o, base, p),
+                    )
+                both_kinds = list(sync_threads_op([*current_tiles, *current]).results)
+                return both_kinds
+
+            carried = self._rounds(chunks, [*tiles, *outputs], tile)
+            tiles, outputs = carried[:count], carried[count:]
+        return outputs
+
+    def _load_chunk(
+        self,
+        entry: EntryFunction,
+        tiles: Values,
+        outputs: Values,
+        base: ir.Value,
+        position: ir.Value,
+        from_operands: bool,
+    ) -> Values:
+        """Element ``base + position`` of the row into the tiles: from the operands
+        (any elemental producer computed) or, after the first phase, the outputs."""
+        where = arith.addi(base, position)
+        inside = self._in_row(where)
+        slot = [index_constant(0), position]
+
+        def fill(current: Values) -> Values:
+            index = self._operand_index(where)
+            result = list(current)
+            for k, (operand, element) in enumerate(
+                zip(self.operands, self._elements(), strict=True)
+            ):
+                if from_operands:
+                    (value,) = entry.value_of(operand, index)
+                else:
+                    value = mlir_types.to_scalar(tensor.extract(outputs[k], index), element)
+                result[k] = tensor.insert(_to_shared(value, element), result[k], slot)
+            return result
+
+        return self._guarded(inside, tiles, fill)
+
+    def _store_chunk(
+        self, tiles: Values, outputs: Values, base: ir.Value, position: ir.Value
+    ) -> Values:
+        """Element ``position`` of the tiles into the outputs at ``base + position``."""
+        where = arith.addi(base, position)
+        inside = self._in_row(where)
+        slot = [index_constant(0), position]
+
+        def write(current: Values) -> Values:
+            index = self._operand_index(where)
+            result = list(current)
+            for k, element in enumerate(self._elements()):
+                value = _from_shared(tensor.extract(tiles[k], slot), element)
+                result[k] = tensor.insert(mlir_types.to_element(value, element), result[k], index)
+            return result
+
+        return self._guarded(inside, outputs, write)
 
     def _rounds(self, count: int, carried: Values, body) -> Values:
         """``body(r, carried)`` for ``r`` in ``0 .. count-1`` (an ``scf.for`` when > 1)."""
@@ -331,15 +468,16 @@ class SortEmitter(FusionEmitter):
             return None
         return arith.cmpi(arith.CmpIPredicate.ult, position, index_constant(self.plan.length))
 
-    def _slot(self, position: ir.Value) -> Values:
-        """Where element ``position`` of the thread's row is: its tile or its output."""
-        if self.plan.in_shared:
+    def _slot(self, position: ir.Value, in_tile: bool) -> Values:
+        """Where element ``position`` of the thread's row (or chunk) is: its tile or
+        its output."""
+        if in_tile:
             return [self._local_row, position]
         return self._operand_index(position)
 
-    def _scalar(self, value: ir.Value, element: ElementType) -> ir.Value:
+    def _scalar(self, value: ir.Value, element: ElementType, in_tile: bool) -> ir.Value:
         """A value read from a tile or an output as the comparator takes it."""
-        if self.plan.in_shared:
+        if in_tile:
             return _from_shared(value, element)
         return mlir_types.to_scalar(value, element)
 
@@ -419,8 +557,10 @@ class SortEmitter(FusionEmitter):
         distance: int,
         mirrored: bool,
         row_ok: ir.Value | None,
+        base: ir.Value | None = None,
     ) -> Values:
-        """One compare-and-swap of the thread's pair for one step of the network."""
+        """One compare-and-swap of the thread's pair for one step of the network
+        (``base``: in the shared tile of the row's chunk starting there)."""
         span = 1 << distance
         low = arith.addi(
             arith.muli(arith.divui(pair, index_constant(span)), index_constant(2 * span)),
@@ -430,14 +570,15 @@ class SortEmitter(FusionEmitter):
             high = arith.xori(low, index_constant(2 * span - 1))
         else:
             high = arith.addi(low, index_constant(span))
-        inside = self._in_row(high)
-        low_slot = self._slot(low)
-        high_slot = self._slot(high)
+        in_tile = self.plan.in_shared or base is not None
+        inside = self._in_row(high if base is None else arith.addi(base, high))
+        low_slot = self._slot(low, in_tile)
+        high_slot = self._slot(high, in_tile)
 
         def exchange(current: Values) -> Values:
             lows = [tensor.extract(t, low_slot) for t in current]
             highs = [tensor.extract(t, high_slot) for t in current]
-            swap = self._ordered_before(entry, highs, lows)
+            swap = self._ordered_before(entry, highs, lows, in_tile)
             result = list(current)
             for k, tile in enumerate(current):
                 first = arith.select(swap, highs[k], lows[k])
@@ -447,7 +588,9 @@ class SortEmitter(FusionEmitter):
 
         return self._guarded(both(row_ok, inside), tiles, exchange)
 
-    def _ordered_before(self, entry: EntryFunction, a: Values, b: Values) -> ir.Value:
+    def _ordered_before(
+        self, entry: EntryFunction, a: Values, b: Values, in_tile: bool
+    ) -> ir.Value:
         """Whether the element ``a`` (tile values) goes before ``b``: the comparator, then
         for a stable sort the original positions of elements neither orders first."""
         comparator = self.sort.called("to_apply")
@@ -455,7 +598,10 @@ class SortEmitter(FusionEmitter):
         def compare(x: Values, y: Values) -> ir.Value:
             scalars = []
             for element, xv, yv in zip(self._elements(), x, y, strict=False):
-                scalars += [self._scalar(xv, element), self._scalar(yv, element)]
+                scalars += [
+                    self._scalar(xv, element, in_tile),
+                    self._scalar(yv, element, in_tile),
+                ]
             (result,) = entry.call_computation(comparator, scalars)
             return result
 

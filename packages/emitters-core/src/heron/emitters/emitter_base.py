@@ -82,7 +82,10 @@ class EmittedKernel:
     buffer that already holds that parameter, as XLA's buffer sharing does.
     ``emitter`` is the name of the emitter that emitted it, and
     ``writes_each_element_once`` that emitter's promise (``FusionEmitter``'s
-    class variable), which a checker may hold the kernel to.
+    class variable), which a checker may hold the kernel to. ``analysis`` and
+    ``partitioned`` are the fusion analysis the emitter was built from and the
+    partition into subgraph functions it emitted: handed on, so that a report
+    shows the decisions the kernel came from instead of making them again.
     """
 
     name: str
@@ -93,6 +96,8 @@ class EmittedKernel:
     module: ir.Module = attrs.field(eq=False, repr=False)
     output_aliases: dict[int, int] = attrs.field(factory=dict, hash=False)
     writes_each_element_once: bool = True
+    analysis: FusionAnalysis | None = attrs.field(default=None, eq=False, repr=False)
+    partitioned: PartitionedComputation | None = attrs.field(default=None, eq=False, repr=False)
 
 
 def fusion_output_shapes(fusion: Instruction) -> tuple[ArrayShape, ...]:
@@ -712,6 +717,8 @@ class FusionEmitter(abc.ABC):
             module=module,
             output_aliases=aliases,
             writes_each_element_once=self.writes_each_element_once,
+            analysis=self.analysis,
+            partitioned=partitioned,
         )
 
     def _declare_entry(

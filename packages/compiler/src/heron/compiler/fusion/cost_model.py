@@ -20,6 +20,8 @@ overhead plus the larger of its memory time and its compute time.
   ``UNCOALESCED_PENALTY``.
 - *Bytes written*: every output, once.
 - *Flops*: per fused instruction, its elements times the opcode's cost
+  (a dot: one multiply-add per output element and contracted element,
+  :func:`dot_multiply_adds`)
   (``FLOPS_PER_ELEMENT``); a reduce costs its input's elements times its
   reducer.
 - *Parallelism*: a kernel working on fewer elements than the device has
@@ -52,8 +54,10 @@ __all__ = [
     "FLOPS_PER_ELEMENT",
     "UNCOALESCED_PENALTY",
     "KernelCost",
+    "dot_multiply_adds",
     "estimate_computation",
     "estimate_instruction",
+    "lane_operations",
     "parallel_threads",
 ]
 
@@ -240,6 +244,16 @@ def _demand(
     return demand, coalesced
 
 
+def dot_multiply_adds(dot: Instruction) -> int:
+    """The multiply-adds a dot computes: each output element sums over its contracted dims.
+
+    One lane operation each (an FMA), the unit of the cost model's compute time; a
+    FLOP count is twice this (``heron profile`` reports both)."""
+    lhs = dot.operands[0].array_shape
+    contracted = math.prod(lhs.dims[d] for d in dot.attributes.get("lhs_contracting_dims", ()))
+    return dot.array_shape.num_elements * contracted
+
+
 def _dot_prologue(computation: Computation) -> set[int]:
     """The instructions a dot of ``computation`` reads (its operands' producers, by id)."""
     prologue: set[int] = set()
@@ -254,22 +268,26 @@ def _dot_prologue(computation: Computation) -> set[int]:
     return prologue
 
 
-def _flops(computation: Computation, demand: dict[int, int]) -> float:
-    """Each instruction's elements times its cost; a dot's operand producers (computed
-    as the GEMM stages its tiles, so once per read, not once per element) at their
-    demand instead: an upper bound, since a staged tile element serves a whole tile
-    of the other side."""
-    prologue = _dot_prologue(computation)
+def lane_operations(computation: Computation, demand: dict[int, int] | None = None) -> float:
+    """Arithmetic lane operations of one run of ``computation`` (an FMA is one): its
+    elements times ``FLOPS_PER_ELEMENT``, a reduce its input times its reducer, a dot
+    its multiply-adds. With ``demand`` (elements demanded per instruction, by id), a
+    dot's operand producers (computed as the GEMM stages its tiles, so once per read,
+    not once per element) count at their demand instead: an upper bound, since a
+    staged tile element serves a whole tile of the other side."""
+    prologue = _dot_prologue(computation) if demand is not None else set()
     total = 0.0
     for inst in computation.instructions:
-        if inst.opcode == "reduce":
+        if inst.opcode == "dot":
+            total += dot_multiply_adds(inst)
+        elif inst.opcode == "reduce":
             reducer = inst.called("to_apply")
             per = max(1, sum(FLOPS_PER_ELEMENT.get(i.opcode, 1) for i in reducer.instructions))
             total += inst.operands[0].array_shape.num_elements * per
         elif isinstance(inst.shape, ArrayShape):
             elements = inst.shape.num_elements
             if id(inst) in prologue:
-                elements = max(elements, demand.get(id(inst), 0))
+                elements = max(elements, (demand or {}).get(id(inst), 0))
             total += elements * FLOPS_PER_ELEMENT.get(inst.opcode, 1)
     return total
 
@@ -311,7 +329,7 @@ def estimate_computation(
         cached += max(0, reads - unique)
     del operands  # the parameters carry the operands' shapes
     write = float(_bytes(computation.root_instruction.shape))
-    flops = _flops(computation, demand)
+    flops = lane_operations(computation, demand)
     if threads is None:
         threads = max(_elements(computation.root_instruction.shape), 1)
     slots = target.core_count * target.threads_per_core_limit

@@ -91,14 +91,28 @@ def is_fusible_producer(inst: Instruction) -> bool:
     return _computes(inst)
 
 
+#: Heroes that take their iota operands into their fusion, as its root: XLA's
+#: SortIotaFusion (an argsort's iota is computed in the sort's kernel as it
+#: loads a row, never written); any other producer keeps a kernel of its own.
+IOTA_TAKING_HEROES = frozenset({"sort"})
+
+
+def _iota_like(inst: Instruction) -> bool:
+    """An iota, or an iota broadcast (XLA's simplifier makes that an iota)."""
+    return inst.opcode == "iota" or (
+        inst.opcode == "broadcast" and inst.operands[0].opcode == "iota"
+    )
+
+
 def is_fusible_consumer(inst: Instruction) -> bool:
     """Whether producers may be fused into ``inst`` (a variadic reduce's tuple included).
 
     A dot takes the producers of its operands as a prologue (the GEMM emitter reads
     its operands element by element as it stages its tiles: im2col's pads, slices
-    and concatenation, a transpose, an activation); a sort takes none (the sort
-    emitter sorts its operands as they are)."""
-    if inst.opcode == "dot":
+    and concatenation, a transpose, an activation); a sort takes its iota operands
+    only (``IOTA_TAKING_HEROES``, XLA's SortIotaFusion: the sort emitter makes the
+    positions itself), every other producer is refused where it is checked."""
+    if inst.opcode == "dot" or inst.opcode in IOTA_TAKING_HEROES:
         return True
     return inst.opcode not in HERO_OPCODES and _computes(inst)
 
@@ -199,6 +213,11 @@ class FusionChecker:
         for inst in body.instructions:
             if inst.opcode in ("parameter", "tuple", "constant", "get-tuple-element"):
                 continue
+            if inst.opcode in IOTA_TAKING_HEROES and inst is not body.root:
+                return None  # its emitter takes it as the fusion's one root only
+            if body.root.opcode in IOTA_TAKING_HEROES and inst is not body.root:
+                if not _iota_like(inst):
+                    return None
             if inst.opcode in HERO_OPCODES:
                 if inst is not body.root or len(candidate.members) != 1:
                     fused_heroes.append(inst)

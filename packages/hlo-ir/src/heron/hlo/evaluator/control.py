@@ -1,8 +1,13 @@
 """Calls and control flow: fusion, call, while, conditional; tokens and barriers.
 
+A custom call is evaluated by its target's host implementation, found in the
+``heron.custom_calls`` registry (:mod:`heron.hlo.custom_calls`); a target no
+installed plugin provides is refused naming it, the instruction and its
+computation.
+
 Also the deliberate refusals: operations that need a device, other replicas,
-the host or randomness (custom-call, collectives, infeed/outfeed, send/recv,
-rng) have no reference value, and say so naming the instruction.
+the host or randomness (collectives, infeed/outfeed, send/recv, rng) have no
+reference value, and say so naming the instruction.
 """
 
 from __future__ import annotations
@@ -12,9 +17,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from heron.hlo.control_flow import branch_index, conditional_branches
+from heron.hlo.custom_calls.call import CustomCallError
+from heron.hlo.custom_calls.registry import resolve
+from heron.hlo.errors import HloEvaluationError
 from heron.hlo.evaluator.interpreter import (
     MAX_WHILE_ITERATIONS_ENV,
     TOKEN,
+    flatten_literal,
     instruction_error,
     unsupported,
 )
@@ -128,6 +137,19 @@ def _done(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
     return value[index]
 
 
+def _custom_call(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    """The target's host implementation on the operands' array leaves (the plugin ABI)."""
+    call, registry = resolve(inst)  # an unknown target: UnsupportedError, named and placed
+    try:
+        results = registry.invoke(call, [leaf for op in ops for leaf in flatten_literal(op)])
+    except CustomCallError as error:
+        # The message names the call, the target and the plugin; the error carries the place.
+        refused = HloEvaluationError(str(error), inst.location)
+        refused.names_instruction = True  # type: ignore[attr-defined]
+        raise refused from error
+    return call.nest(results)
+
+
 def _refuse(why: str):
     def handler(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
         raise unsupported(inst, why)
@@ -154,7 +176,7 @@ HANDLERS = {
     "async-update": _pass_through,
     "async-done": _done,
     "partition-id": _single_device_id,
-    "custom-call": _refuse("custom-call targets are opaque to the reference evaluator"),
+    "custom-call": _custom_call,
     "rng": _refuse("random number generation has no reference value"),
     "rng-bit-generator": _refuse("random bit generation has no reference value"),
     "rng-get-and-update-state": _refuse("random number generation has no reference value"),

@@ -16,7 +16,13 @@ them. The rules, per sequential computation (callers first):
 2. A while body: root element ``i`` goes back into state buffer ``i``. It may
    be the parameter's element ``i`` itself, an in-place chain on it, or a
    value of its own (then it runs after every reader of the old element
-   ``i``); anything else, or an ordering that is impossible, gets a copy.
+   ``i``); anything else, or an ordering that is impossible, gets a copy. The
+   value's own instruction may read the old element only where it writes each
+   element over the one it reads (:func:`reads_in_place`, XLA's
+   ``CanShareOperandBufferWithUser`` for elementwise users): a kernel that
+   reads the old element at another index (a reverse, a transpose, a
+   reduction) would read bytes it has already overwritten, so its result gets
+   a copy, which runs after it.
 3. An in-place update of ``x``: allowed when ``x`` is a value of its own (or
    a while body's parameter element) that no output, loop, other in-place
    update or view escaping to the root holds; every other reader of ``x``
@@ -42,11 +48,12 @@ from heron.hlo.buffers.dataflow import (
 from heron.hlo.builder import NameUniquer
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.opcodes import is_elementwise
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import module_names
 from heron.hlo.shapes import ArrayShape, TupleShape
 
-__all__ = ["insert_copies"]
+__all__ = ["insert_copies", "reads_in_place"]
 
 #: Results that are not a value of their own: views, the caller's bytes, loaded data, loop state.
 _NOT_OWN = VIEW_OPCODES | {"parameter", "constant", "while"}
@@ -243,10 +250,16 @@ class _Inserter:
             if element in chain:
                 continue
             writer = _chain_origin(element)
+            users = self.users(body)
             readers = _readers(
-                chain, self.users(body), skip={root}
+                chain, users, skip={root}
             )  # in-place links too: they write the bytes
-            if not self.order_after(body, writer, readers):
+            old = _with_views(chain, users)
+            over_itself = any(
+                operand in old and not reads_in_place(writer, k)
+                for k, operand in enumerate(writer.operands)
+            )
+            if over_itself or not self.order_after(body, writer, readers):
                 copy = self.copy(body, element, root)
                 self._set_root_element(body, k, copy)
                 if not self.order_after(body, copy, readers):
@@ -396,6 +409,60 @@ def _readers(
             if user not in skip:
                 readers.append(user)
     return readers
+
+
+def _with_views(
+    values: set[Instruction], users: dict[Instruction, list[Instruction]]
+) -> set[Instruction]:
+    """``values`` and every view of their bytes (bitcasts, get-tuple-elements, ...)."""
+    found = set(values)
+    stack = list(values)
+    while stack:
+        for user in users.get(stack.pop(), []):
+            if user.opcode in VIEW_OPCODES and user not in found:
+                found.add(user)
+                stack.append(user)
+    return found
+
+
+def reads_in_place(user: Instruction, operand: int) -> bool:
+    """Whether ``user`` may write its array result over the bytes of operand ``operand``
+    while it reads them.
+
+    XLA's rule for sharing an operand's buffer with its user
+    (``CanShareOperandBufferWithUser``), for users that read element by element: the
+    operand has the result's dimensions and layout, and is read only by elementwise
+    ops of those dimensions (inside a fusion: its parameter), so each element is read
+    by the thread that writes the same element, before it writes it. Anything else
+    (a reverse, a transpose, a broadcast, a reduction) may read an element another
+    thread has already overwritten.
+    """
+    value = user.operands[operand]
+    result = user.shape
+    if not isinstance(result, ArrayShape) or not isinstance(value.shape, ArrayShape):
+        return False
+    if (value.shape.dims, value.shape.minor_to_major) != (result.dims, result.minor_to_major):
+        return False
+    if user.opcode != "fusion":
+        return is_elementwise(user.opcode)
+    body = user.called("calls")
+    parameter = body.parameters[operand]
+    users = body.users()
+    stack, seen = [parameter], set()
+    while stack:
+        for reader in users.get(stack.pop(), []):
+            if id(reader) in seen:
+                continue
+            seen.add(id(reader))
+            shape = reader.shape
+            if not (
+                is_elementwise(reader.opcode)
+                and isinstance(shape, ArrayShape)
+                and shape.dims == result.dims
+            ):
+                return False
+            stack.append(reader)
+    return True
 
 
 def _reaches(

@@ -13,10 +13,11 @@ tuples, get-tuple-element, bitcasts, and fusions already made. Instructions no
 heron emitter can run as a loop fusion (convolution, control flow, custom
 calls, collectives, random numbers, fft, ...) are refused here, with an error
 naming the instruction, its opcode and shape, rather than later with an
-emitter's error about a fusion the user never wrote. A ``sort`` or a ``dot``
-becomes a fusion of its own, as XLA gives it a kernel of its own
-(``HERO_OPCODES``): its hero emitter (``heron.plugins.sort``,
-``heron.plugins.gemm``), not the loop emitter, emits it.
+emitter's error about a fusion the user never wrote. A ``sort``, a ``dot`` or
+a ``topk`` (one the top-k decomposer kept) becomes a fusion of its own, as
+XLA gives it a kernel of its own (``HERO_OPCODES``): its hero emitter
+(``heron.plugins.sort``, ``heron.plugins.gemm``, ``heron.plugins.topk``),
+not the loop emitter, emits it.
 """
 
 from __future__ import annotations
@@ -38,12 +39,13 @@ __all__ = [
     "refusal",
 ]
 
-#: Instructions the sequential executor evaluates on the host (no kernel).
+#: Instructions that compute nothing on the device (no kernel): thunk emission
+#: resolves them into buffer slices.
 HOST_OPCODES = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
 
 #: Instructions outlined alone into a fusion that a hero emitter, not the loop
 #: emitter, emits (XLA gives them a kernel of their own).
-HERO_OPCODES = frozenset({"sort", "dot"})
+HERO_OPCODES = frozenset({"sort", "dot", "topk"})
 
 #: Opcodes no heron emitter runs as a loop fusion: library calls in XLA
 #: (convolution, fft, custom-call), control flow and calls (their bodies would

@@ -23,6 +23,7 @@ from heron.hlo.passes import (
     dot_decomposer,
     layouts,
     scheduler,
+    stable_sort_expander,
     topk_decomposer,
     tuple_simplifier,
     while_loop_simplifier,
@@ -45,6 +46,7 @@ _REGISTERING = (
     dot_decomposer,
     layouts,
     scheduler,
+    stable_sort_expander,
     topk_decomposer,
     tuple_simplifier,
     while_loop_simplifier,
@@ -59,6 +61,7 @@ def simplification_pipeline() -> Pipeline:
         (
             pass_named("call-inliner"),
             pass_named("topk-decomposer"),
+            pass_named("stable-sort-expander"),
             pass_named("convolution-to-dot"),
             pass_named("dot-decomposer"),
             FixedPoint(

@@ -1,6 +1,17 @@
-"""``topk`` becomes a stable sort of (values, iota) along the last dimension and two slices.
+"""``topk`` becomes a stable sort of (values, iota) along the last dimension and two slices,
+unless the top-k emitter takes it (:func:`kept_for_the_topk_kernel`).
 
-As XLA's ``TopkDecomposer``: the comparator orders the values descending
+XLA:GPU's ``TopkSpecializer`` turns a top-k of a small ``k`` into its TopK
+kernel (``__gpu$TopK``) and decomposes every other one; heron keeps the same
+``topk`` instructions for its top-k emitter (``heron.plugins.topk``, one
+block per row keeping the running top ``k``), and this is the one place that
+decides which: XLA's conditions, ``1 <= k <= 16`` (``max_k``), f32 or bf16
+values, rank 1 or 2 (``[n]`` or ``[batch, n]``). XLA's source also asks for
+rows of at least 1,024 elements (``min_n``), but the XLA of the corpus
+(jaxlib 0.10.2) calls ``__gpu$TopK`` for the ``top_k`` program's rows of 32:
+heron follows the measured compiler and asks nothing of ``n``.
+
+Otherwise, as XLA's ``TopkDecomposer``: the comparator orders the values descending
 (ascending for ``largest=false``) in total order for floating point (NaN
 above +inf, -0 below +0), the iota carries each value's index along, and a
 stable sort keeps equal values in index order, which is what ``topk``
@@ -23,7 +34,26 @@ from heron.hlo.passes.rewrite import (
 )
 from heron.hlo.shapes import ArrayShape, TupleShape
 
-__all__ = ["decompose_topk"]
+__all__ = ["MAX_KERNEL_K", "decompose_topk", "kept_for_the_topk_kernel"]
+
+#: The largest ``k`` the top-k kernel takes (XLA's TopkSpecializer ``max_k``).
+MAX_KERNEL_K = 16
+#: Value types the top-k kernel takes (XLA's TopkSpecializer: F32, BF16).
+KERNEL_ELEMENT_TYPES = frozenset({ElementType.F32, ElementType.BF16})
+
+
+def kept_for_the_topk_kernel(topk: Instruction) -> bool:
+    """Whether ``topk`` stays a ``topk`` for the top-k emitter rather than a sort and
+    slices: XLA's TopkSpecializer conditions (see the module docstring)."""
+    shape = topk.operands[0].shape
+    if not isinstance(shape, ArrayShape):
+        return False
+    k = int(topk.attr("k"))
+    return (
+        shape.element_type in KERNEL_ELEMENT_TYPES
+        and 1 <= len(shape.dims) <= 2
+        and 1 <= k <= MAX_KERNEL_K
+    )
 
 
 @hlo_pass("topk-decomposer", "topk as a stable sort of (values, iota) and slices")
@@ -32,6 +62,8 @@ def decompose_topk(module: Module) -> bool:
     changed = False
     for computation in non_fusion_computations(module):
         for topk in [i for i in computation.instructions if i.opcode == "topk"]:
+            if kept_for_the_topk_kernel(topk):
+                continue
             comparator = _comparator(topk, names)
             position = module.computations.index(computation)
             module.computations.insert(position, comparator)

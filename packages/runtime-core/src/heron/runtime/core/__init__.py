@@ -16,8 +16,10 @@ that each of them can be installed, editable or not, without the others.
 - ``driver_probe``, ``gpu_backend``: what the CUDA and ROCm backends share
   (is there a driver; the spec of a backend that compiles but cannot launch yet).
 - ``thunks``: the thunk types an executable's program is made of (kernel,
-  copy, memset, sequential, while, conditional, library call, command buffer),
-  validated, with their JSON form;
+  copy, memset, sequential, while, conditional, library call, custom call,
+  command buffer), validated, with their JSON form;
+- ``host_calls``: custom calls run on the host by their ``heron.custom_calls``
+  plugins (:mod:`heron.hlo.custom_calls`), resolved when an artefact loads;
 - ``artefact``: the executable artefact file (a zip with a verified manifest),
   ``save`` and ``load``;
 - ``heron_run``: the ``heron-run`` console script (verify and describe an artefact).

@@ -20,6 +20,11 @@ Buffers"), as a pure function over thunk sequences:
 - A while or conditional that is not recordable stays a thunk run by the
   host, and the pass converts the sequences inside it (XLA converts the while
   body and each branch; this pass also converts the condition's sequence).
+- A custom call is never recordable: its host implementation runs on the CPU
+  between device work (operands copied out, results copied in), which no
+  graph can replay. It ends the run before it and starts a new one after it,
+  and a loop or conditional holding one stays on the host (XLA's custom calls
+  without a command-buffer-compatible FFI handler do the same).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from heron.runtime.core.thunks import (
     CommandBufferThunk,
     ConditionalThunk,
     CopyThunk,
+    CustomCallThunk,
     KernelThunk,
     LibraryCallThunk,
     MemsetThunk,
@@ -48,6 +54,8 @@ _LEAVES = (KernelThunk, CopyThunk, MemsetThunk, LibraryCallThunk)
 
 def recordable(thunk: Thunk, conditional_nodes: bool) -> bool:
     """Whether ``thunk`` can go into a command buffer of a device (see the module docstring)."""
+    if isinstance(thunk, CustomCallThunk):  # a host call: the CPU runs it between graphs
+        return False
     if isinstance(thunk, _LEAVES):
         return True
     if isinstance(thunk, (WhileThunk, ConditionalThunk)):

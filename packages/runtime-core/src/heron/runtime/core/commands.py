@@ -27,6 +27,7 @@ __all__ = [
     "ConditionalCommand",
     "CopyCommand",
     "LaunchCommand",
+    "LibraryCallCommand",
     "MemsetCommand",
     "WhileCommand",
     "buffers_of",
@@ -62,6 +63,14 @@ class MemsetCommand:
 
 
 @attrs.define(eq=False)
+class LibraryCallCommand:
+    """A library call (a :class:`~heron.runtime.core.gemm.GemmCall`, ...) on its buffers."""
+
+    call: Any
+    buffers: list[DeviceBuffer]  # the contract's arguments, in its order
+
+
+@attrs.define(eq=False)
 class WhileCommand:
     """``condition``; while the predicate byte is nonzero: ``body``, ``condition``."""
 
@@ -79,7 +88,14 @@ class ConditionalCommand:
     branches: list[list[Any]]
 
 
-Command = LaunchCommand | CopyCommand | MemsetCommand | WhileCommand | ConditionalCommand
+Command = (
+    LaunchCommand
+    | CopyCommand
+    | MemsetCommand
+    | LibraryCallCommand
+    | WhileCommand
+    | ConditionalCommand
+)
 
 
 def walk(commands: Sequence[Command]) -> Iterator[Command]:

@@ -35,6 +35,10 @@ stands for):
   predicate or selector is read on the device at replay time.
 - ``timer()``: a :class:`Timer` measuring device time between two points of the
   stream (events on a GPU).
+- Library calls (:mod:`heron.runtime.core.library_calls`): ``library_for(call)``
+  names the library that runs a call here (``"cublasLt"``) or is None;
+  ``library_call(call, buffers)`` runs it, stream-ordered like a launch and
+  recorded while recording.
 """
 
 from __future__ import annotations
@@ -264,6 +268,25 @@ class Device(abc.ABC):
         :class:`DeviceError`.
         """
         raise DeviceError(f"{self.description}: no conditional command-buffer nodes (conditional)")
+
+    # -- library calls -----------------------------------------------------------------
+
+    def library_for(self, call: Any) -> str | None:
+        """The library that runs ``call`` (a :class:`~heron.runtime.core.gemm.GemmCall`, ...)
+        on this device, by name (``"cublasLt"``, ``"hipblas"``); None where none does.
+
+        Asked once per call when an executable is loaded; the executor runs
+        heron's own kernel instead where this is None. This default offers none.
+        """
+        return None
+
+    def library_call(self, call: Any, buffers: Sequence[DeviceBuffer]) -> None:
+        """Run ``call`` on ``buffers`` (its contract's argument order), stream-ordered.
+
+        Only for calls :meth:`library_for` names a library for; recorded while
+        recording (the library's kernels are captured into the graph).
+        """
+        raise DeviceError(f"{self.description}: no library runs {call!r}")
 
     # -- timing ------------------------------------------------------------------------
 

@@ -8,8 +8,14 @@ executor holds is exactly the allocations' sizes' sum), places the constants'
 bytes, and decides the command buffers for this device
 (:func:`heron.runtime.core.command_buffers.for_device`: recorded where the
 device has conditional nodes, split around while and conditional thunks where
-it has none; none at all with ``command_buffers=False``). A library call is
-refused at load, naming the library and operation (GEMM comes with issue 17).
+it has none; none at all with ``command_buffers=False``). Each library call
+is decided first (:func:`heron.runtime.core.library_calls.resolve`): the
+library where the device offers the call, else the heron kernel the artefact
+carries beside it; :attr:`Executable.library_choices` says which, and every
+record of a thunk the choice made names its emitter (``cublasLt``, ``gemm``).
+A custom call whose target no installed ``heron.custom_calls`` plugin
+provides is refused at load, naming the target and the instruction
+(:mod:`heron.runtime.core.host_calls`).
 
 :meth:`Executable.run` takes the entry's arguments as logical numpy arrays
 (parameter order; each exactly its parameter's shape and element type),
@@ -26,12 +32,17 @@ How each thunk runs:
 - kernel: ``device.launch`` with a view of each argument slice (views are
   made once per slice and kept while the allocation's buffer stays);
 - copy, memset: ``copy_on_device``, ``memset`` on views;
+- library call: ``device.library_call`` with the parsed call and a view of
+  each argument slice;
 - sequential: its thunks in order;
 - while: without a known trip count, the condition's thunks, then the 1-byte
   predicate read back from the device, then the body, until it is false;
   with one, the body that many times and the condition never (XLA's
   WhileThunk does the same);
 - conditional: the selector read back, :meth:`ConditionalThunk.branch_for`;
+- custom call: its operands copied to the host, the plugin's host
+  implementation called, its results checked and copied back
+  (:class:`~heron.runtime.core.host_calls.HostCalls`); never in a command buffer;
 - command buffer: recorded on its first execution (while and conditional
   thunks inside as conditional nodes) and replayed, then replayed on every
   later one; when a slice's view changed since (an allocation bound to
@@ -58,6 +69,7 @@ import numpy as np
 from heron.hlo.errors import HloError
 from heron.hlo.memory_layout import from_memory, memory_bytes, memory_dtype, to_memory
 from heron.hlo.parser import parse_shape
+from heron.hlo.plugin_loading import PluginError
 from heron.hlo.shapes import ArrayShape
 from heron.runtime.core.artefact import Artefact
 from heron.runtime.core.command_buffers import MIN_GRAPH_SIZE, for_device
@@ -68,16 +80,20 @@ from heron.runtime.core.device import (
     DeviceError,
     LoadedKernel,
 )
+from heron.runtime.core.host_calls import HostCalls
+from heron.runtime.core.library_calls import LibraryChoice, resolve
 from heron.runtime.core.thunks import (
     BufferSlice,
     CommandBufferThunk,
     ConditionalThunk,
     CopyThunk,
+    CustomCallThunk,
     KernelThunk,
     LibraryCallThunk,
     MemsetThunk,
     SequentialThunk,
     Thunk,
+    ThunkError,
     WhileThunk,
     walk,
 )
@@ -109,6 +125,9 @@ class ThunkRecord:
     name: str
     launch: str
     seconds: float
+    #: Who computes it, where a load-time choice decided: a library (``cublasLt``) for a
+    #: library call, the fallback's emitter (``gemm``) for heron's kernel in its place.
+    emitter: str = ""
 
 
 @attrs.define
@@ -153,6 +172,7 @@ class RunStats:
                     "kind": record.kind,
                     "name": record.name,
                     "launch": record.launch,
+                    "emitter": record.emitter,
                     "executions": 0,
                     "seconds": 0.0,
                 }
@@ -195,6 +215,10 @@ def _describe(thunk: Thunk) -> tuple[str, str]:
             kinds[inner.kind] = kinds.get(inner.kind, 0) + 1
         summary = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
         return f"command buffer of {len(thunk.thunks)} thunks ({summary})", ""
+    if isinstance(thunk, CustomCallThunk):
+        return f"custom call {thunk.target} ('{thunk.name}')", "host"
+    if isinstance(thunk, LibraryCallThunk):
+        return f"{thunk.library}.{thunk.operation}", ""
     return thunk.kind, ""
 
 
@@ -211,6 +235,10 @@ def _array_shape(text: str, what: str) -> ArrayShape:
 class Executable:
     """An artefact loaded on a device, ready to run (see the module docstring)."""
 
+    #: Told of each leaf thunk as soon as it has run, with its record (progress bars,
+    #: per-kernel reports); set on an instance. None (the default): nothing is called.
+    on_thunk: Callable[[Thunk, ThunkRecord], None] | None = None
+
     def __init__(
         self,
         artefact: Artefact,
@@ -225,12 +253,18 @@ class Executable:
         self.device = device
         self.backend = backend or device.backend
         self.timing = timing
-        for thunk in walk(artefact.program):
-            if isinstance(thunk, LibraryCallThunk):
-                raise ExecutorError(
-                    f"library call {thunk.library}.{thunk.operation} is not supported by heron's"
-                    " executor yet (library calls such as GEMM come with issue 17)"
-                )
+        try:
+            resolved = resolve(artefact.program, device.library_for)
+        except ThunkError as error:
+            raise ExecutorError(str(error)) from None
+        #: One per library call of the artefact: the library or heron kernel chosen here.
+        self.library_choices: tuple[LibraryChoice, ...] = resolved.choices
+        self._library_calls = resolved.calls
+        self._emitters = resolved.emitters
+        try:
+            self.host_calls = HostCalls(artefact.program)
+        except PluginError as error:  # an unknown target, or a plugin that fails to load
+            raise ExecutorError(str(error)) from None
         self.parameter_shapes = tuple(
             _array_shape(text, f"parameter {i}")
             for i, text in enumerate(artefact.signature.parameters)
@@ -257,7 +291,7 @@ class Executable:
                         f" {index} has {artefact.allocations[index].size}"
                     )
         self.program = for_device(
-            artefact.program,
+            resolved.program,
             enabled=command_buffers,
             conditional_nodes=device.supports_conditional_nodes,
             min_size=min_graph_size,
@@ -298,9 +332,7 @@ class Executable:
         return table
 
     def _load_kernels(self) -> dict[str, LoadedKernel]:
-        keys = sorted(
-            {t.image_key for t in walk(self.artefact.program) if isinstance(t, KernelThunk)}
-        )
+        keys = sorted({t.image_key for t in walk(self.program) if isinstance(t, KernelThunk)})
         if keys and self.backend not in self.artefact.backends:
             held = ", ".join(self.artefact.backends) or "no backend"
             raise ExecutorError(
@@ -412,6 +444,11 @@ class Executable:
 
     def _timed(self, thunk: Thunk, path: str, action: Callable[[], None], launch: str = "") -> None:
         name, described = _describe(thunk)
+        if isinstance(thunk, LibraryCallThunk):
+            name = self._library_calls[id(thunk)].describe()
+        emitter = ", ".join(
+            dict.fromkeys(self._emitters[id(t)] for t in walk((thunk,)) if id(t) in self._emitters)
+        )
         if not self.timing:
             action()
             seconds = 0.0
@@ -421,7 +458,10 @@ class Executable:
             action()
             timer.stop()
             seconds = timer.seconds()
-        self.stats.records.append(ThunkRecord(path, thunk.kind, name, launch or described, seconds))
+        record = ThunkRecord(path, thunk.kind, name, launch or described, seconds, emitter)
+        self.stats.records.append(record)
+        if self.on_thunk is not None:
+            self.on_thunk(thunk, record)
 
     def _read(self, piece: BufferSlice) -> bytes:
         self.stats.predicate_reads += 1
@@ -446,6 +486,8 @@ class Executable:
                 path,
                 lambda: device.memset(self._view(thunk.destination), thunk.value, thunk.width),
             )
+        elif isinstance(thunk, LibraryCallThunk):
+            self._timed(thunk, path, lambda: self._library_call(thunk))
         elif isinstance(thunk, SequentialThunk):
             self._sequence(thunk.thunks, f"{path}.")
         elif isinstance(thunk, WhileThunk):
@@ -463,8 +505,15 @@ class Executable:
             self._sequence(thunk.branches[branch], f"{path}.branch{branch}.")
         elif isinstance(thunk, CommandBufferThunk):
             self._command_buffer(thunk, path)
-        else:  # library calls were refused at load
+        elif isinstance(thunk, CustomCallThunk):
+            self._timed(thunk, path, lambda: self.host_calls.run(thunk, device, self._view))
+        else:  # pragma: no cover - the thunk types are closed
             raise ExecutorError(f"{thunk.kind} thunk at {path} cannot be executed")
+
+    def _library_call(self, thunk: LibraryCallThunk) -> None:
+        self.device.library_call(
+            self._library_calls[id(thunk)], [self._view(a) for a in thunk.arguments]
+        )
 
     def _launch(self, thunk: KernelThunk) -> None:
         self.device.launch(
@@ -528,6 +577,10 @@ class Executable:
                     device.copy_on_device(view(inner.source), view(inner.destination))
                 elif isinstance(inner, MemsetThunk):
                     device.memset(view(inner.destination), inner.value, inner.width)
+                elif isinstance(inner, LibraryCallThunk):
+                    device.library_call(
+                        self._library_calls[id(inner)], [view(a) for a in inner.arguments]
+                    )
                 elif isinstance(inner, WhileThunk):
                     device.record_while(
                         lambda inner=inner: record(inner.condition),

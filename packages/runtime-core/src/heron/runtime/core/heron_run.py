@@ -159,6 +159,9 @@ def _run(artefact: Artefact, args: argparse.Namespace) -> int:
         + (" (command buffers off)" if args.no_command_buffers else "")
         + f"; conditional nodes: {'yes' if device.supports_conditional_nodes else 'no'}"
     )
+    for choice in executable.library_choices:
+        how = "library" if choice.library else "heron kernel, the device offers no library for it"
+        print(f"  library call {choice.path}: {choice.call}: {choice.chosen} ({how})")
     first: tuple[np.ndarray, ...] | None = None
     identical = True
     for k in range(repeat):
@@ -263,8 +266,9 @@ def _print_thunks(stats: RunStats) -> None:
     for entry in stats.by_thunk():
         times = f" x{entry['executions']}" if entry["executions"] > 1 else ""
         launch = f" ({entry['launch']})" if entry["launch"] else ""
+        emitter = f" [{entry['emitter']}]" if entry["emitter"] else ""
         print(
-            f"  {entry['path']:<12} {entry['kind']:<15} {entry['name']}{launch}{times}:"
+            f"  {entry['path']:<12} {entry['kind']:<15} {entry['name']}{emitter}{launch}{times}:"
             f" {entry['seconds'] * 1e6:.1f} us"
         )
 
@@ -315,6 +319,7 @@ def _report(
             "top_level_thunks": len(executable.program),
             "command_buffers": sum(isinstance(t, CommandBufferThunk) for t in executable.program),
         },
+        "library_calls": [choice.to_json() for choice in executable.library_choices],
         "peak_device_bytes": executable.peak_device_bytes,
         "allocation_bytes": executable.allocation_bytes,
         "runs": [r.to_json() for r in executable.runs],

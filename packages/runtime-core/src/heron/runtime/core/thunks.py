@@ -1,7 +1,8 @@
 """Thunks: the units of work an executable's program is made of.
 
 A compiled program is a sequence of thunks (XLA's ThunkSequence): a kernel
-launch, a device-to-device copy, a memset, a library call, or control flow
+launch, a device-to-device copy, a memset, a library call, a custom call
+(a ``heron.custom_calls`` plugin's host implementation), or control flow
 (sequential, while, conditional) holding thunk sequences of its own. A
 ``CommandBufferThunk`` holds a run of recordable thunks that a device records
 once (a CUDA graph, a HIP graph, the interpreter's command buffer) and replays.
@@ -30,6 +31,12 @@ import attrs
 import numpy as np
 
 from heron.hlo.control_flow import branch_index
+from heron.hlo.custom_calls.call import CustomCall
+from heron.hlo.custom_calls.hookspecs import TARGET_PATTERN
+from heron.hlo.errors import HloError
+from heron.hlo.memory_layout import memory_bytes
+from heron.hlo.parser import parse_shape
+from heron.hlo.shapes import ArrayShape, Shape
 
 __all__ = [
     "MAX_NESTING",
@@ -39,6 +46,7 @@ __all__ = [
     "CommandBufferThunk",
     "ConditionalThunk",
     "CopyThunk",
+    "CustomCallThunk",
     "KernelThunk",
     "LibraryCallThunk",
     "MemsetThunk",
@@ -469,12 +477,20 @@ def _thaw(value: Any) -> Json:
 
 @attrs.frozen
 class LibraryCallThunk(Thunk):
-    """A call into a vendor library (cuBLAS, hipBLASLt, ...): the interface only.
+    """A call into a vendor library (cuBLASLt, hipBLAS, ...), with heron's own thunks beside it.
 
-    ``library`` and ``operation`` say what to call (``"blas"``, ``"gemm"``),
-    ``attributes`` how (JSON-compatible values, sorted by name), ``arguments``
-    on what, in the operation's documented order. Which libraries and
-    operations exist is the devices' business (the next issue adds GEMM).
+    ``library`` and ``operation`` say what to call (``"blas"``, ``"gemm"``:
+    :mod:`heron.runtime.core.gemm` is GEMM's contract), ``attributes`` how
+    (JSON-compatible values, sorted by name), ``arguments`` on what, in the
+    operation's documented order. Which device offers which call is the
+    device's business (``Device.library_for``).
+
+    ``fallback`` are thunks that compute the same with heron's own kernels
+    (the GEMM fusion's kernel launch): the executor picks at load time, the
+    library call where the running device offers it, else the fallback
+    (:mod:`heron.runtime.core.library_calls`); ``fallback_emitter`` names the
+    emitter of its kernels for reports (``"gemm"``). Without a fallback, a
+    device that does not offer the call cannot run the program.
     """
 
     kind: ClassVar[str] = "library_call"
@@ -483,12 +499,27 @@ class LibraryCallThunk(Thunk):
     operation: str = attrs.field(validator=_name)
     arguments: tuple[BufferSlice, ...] = attrs.field(converter=_to_tuple, validator=_slices)
     attributes: tuple[tuple[str, Any], ...] = attrs.field(default=(), converter=_to_attributes)
+    fallback: tuple[Thunk, ...] = attrs.field(default=(), converter=_to_tuple, validator=_thunks)
+    fallback_emitter: str = attrs.field(default="")
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.fallback_emitter, str) or (
+            self.fallback_emitter and not NAME_PATTERN.match(self.fallback_emitter)
+        ):
+            raise ThunkError(
+                f"LibraryCallThunk.fallback_emitter must be a name or empty,"
+                f" got {self.fallback_emitter!r}"
+            )
 
     def attribute(self, name: str) -> Any:
         return dict(self.attributes)[name]
 
     def slices(self) -> Iterator[BufferSlice]:
         return iter(self.arguments)
+
+    def children(self) -> Iterator[Thunk]:
+        """The fallback's thunks (their slices and kernel images are checked like any)."""
+        return iter(self.fallback)
 
     def to_json(self) -> Json:
         return {
@@ -497,11 +528,139 @@ class LibraryCallThunk(Thunk):
             "operation": self.operation,
             "arguments": [a.to_json() for a in self.arguments],
             "attributes": {k: _thaw(v) for k, v in self.attributes},
+            "fallback": [t.to_json() for t in self.fallback],
+            "fallback_emitter": self.fallback_emitter,
+        }
+
+
+def _shape(text: Any, where: str) -> Shape:
+    if not isinstance(text, str):
+        raise ThunkError(f"{where} must be an HLO shape as text, got {text!r:.80}")
+    try:
+        return parse_shape(text)
+    except HloError as error:
+        raise ThunkError(
+            f"{where} {text!r:.80} is not an HLO shape: {str(error).splitlines()[0]}"
+        ) from None
+
+
+def _printable(limit: int) -> Any:
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, str) or len(value) > limit or not value.isprintable():
+            raise ThunkError(
+                f"{type(instance).__name__}.{attribute.name} must be printable text of at most"
+                f" {limit} characters, got {value!r:.80}"
+            )
+
+    return check
+
+
+def _custom_call_target(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, str) or not TARGET_PATTERN.match(value):
+        raise ThunkError(
+            f"CustomCallThunk.target must be a custom_call_target (1 to 200 printable ASCII"
+            f" characters, no spaces or quotes), got {value!r:.80}"
+        )
+
+
+def _texts(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+        raise ThunkError(
+            f"{type(instance).__name__}.{attribute.name} must be a sequence of strings,"
+            f" got {value!r:.80}"
+        )
+
+
+@attrs.frozen
+class CustomCallThunk(Thunk):
+    """A custom call (``custom_call_target``) run by its plugin's host implementation.
+
+    ``operands`` hold the instruction's operand leaves (``operand_shapes``,
+    HLO text with layouts), ``results`` its result leaves (``result_shape``,
+    an array or a tuple); each slice is exactly its leaf's bytes in heron's
+    memory representation. ``backend_config``, ``opaque`` and ``api_version``
+    are the instruction's attribute texts, ``name`` and ``computation`` where
+    it was: what the implementation receives (:meth:`call`,
+    :mod:`heron.hlo.custom_calls`). The executor copies the operands to the
+    host, calls, and copies the results back; a host call cannot be recorded
+    in a command buffer, so it ends one.
+    """
+
+    kind: ClassVar[str] = "custom_call"
+
+    target: str = attrs.field(validator=_custom_call_target)
+    name: str = attrs.field(validator=_printable(200))
+    computation: str = attrs.field(validator=_printable(200))
+    operands: tuple[BufferSlice, ...] = attrs.field(converter=_to_tuple, validator=_slices)
+    operand_shapes: tuple[str, ...] = attrs.field(converter=_to_tuple, validator=_texts)
+    results: tuple[BufferSlice, ...] = attrs.field(converter=_to_tuple, validator=_slices)
+    result_shape: str = attrs.field(validator=_printable(1 << 16))
+    backend_config: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    opaque: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    api_version: str = attrs.field(default="", validator=_printable(200))
+
+    def __attrs_post_init__(self) -> None:
+        self.call()  # every shape parses and fits its slice
+
+    def call(self) -> CustomCall:
+        """The call its implementation receives; raises ThunkError when shapes and slices
+        disagree (an artefact edited by hand, or a bug)."""
+        where = f"CustomCallThunk '{self.name}' ({self.target})"
+        operand_shapes = [
+            _shape(text, f"{where}: operand_shapes[{k}]")
+            for k, text in enumerate(self.operand_shapes)
+        ]
+        result_shape = _shape(self.result_shape, f"{where}: result_shape")
+        result_leaves = list(result_shape.leaves())
+        for role, shapes, pieces in (
+            ("operand", operand_shapes, self.operands),
+            ("result", result_leaves, self.results),
+        ):
+            if len(shapes) != len(pieces):
+                raise ThunkError(
+                    f"{where}: {len(pieces)} {role} slices for {len(shapes)} {role} leaves"
+                )
+            for k, (shape, piece) in enumerate(zip(shapes, pieces, strict=True)):
+                if not isinstance(shape, ArrayShape) or shape.is_token:
+                    raise ThunkError(f"{where}: {role} {k} is {shape}, not an array")
+                if piece.size != memory_bytes(shape):
+                    raise ThunkError(
+                        f"{where}: {role} {k} ({shape}) is {memory_bytes(shape)} bytes, its"
+                        f" slice {piece} is {piece.size}"
+                    )
+        return CustomCall(
+            target=self.target,
+            instruction=self.name,
+            computation=self.computation,
+            operand_shapes=operand_shapes,  # type: ignore[arg-type]
+            result_shape=result_shape,
+            backend_config=self.backend_config,
+            opaque=self.opaque,
+            api_version=self.api_version,
+        )
+
+    def slices(self) -> Iterator[BufferSlice]:
+        yield from self.operands
+        yield from self.results
+
+    def to_json(self) -> Json:
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "name": self.name,
+            "computation": self.computation,
+            "operands": [a.to_json() for a in self.operands],
+            "operand_shapes": list(self.operand_shapes),
+            "results": [a.to_json() for a in self.results],
+            "result_shape": self.result_shape,
+            "backend_config": self.backend_config,
+            "opaque": self.opaque,
+            "api_version": self.api_version,
         }
 
 
 def _recordable(thunk: Thunk) -> bool:
-    if isinstance(thunk, (WhileThunk, ConditionalThunk)):
+    if isinstance(thunk, (WhileThunk, ConditionalThunk, LibraryCallThunk)):
         return all(_recordable(t) for t in thunk.children())
     return isinstance(thunk, (KernelThunk, CopyThunk, MemsetThunk, LibraryCallThunk))
 
@@ -575,7 +734,29 @@ _FIELDS: dict[str, tuple[type[Thunk], dict[str, str]]] = {
     ),
     "library_call": (
         LibraryCallThunk,
-        {"library": "str", "operation": "str", "arguments": "slices", "attributes": "object"},
+        {
+            "library": "str",
+            "operation": "str",
+            "arguments": "slices",
+            "attributes": "object",
+            "fallback": "thunks",
+            "fallback_emitter": "str",
+        },
+    ),
+    "custom_call": (
+        CustomCallThunk,
+        {
+            "target": "str",
+            "name": "str",
+            "computation": "str",
+            "operands": "slices",
+            "operand_shapes": "strs",
+            "results": "slices",
+            "result_shape": "str",
+            "backend_config": "str",
+            "opaque": "str",
+            "api_version": "str",
+        },
     ),
     "command_buffer": (CommandBufferThunk, {"thunks": "thunks"}),
 }
@@ -589,6 +770,8 @@ def _read_field(how: str, value: Json, where: str, depth: int) -> Any:
     if how == "int?" and (value is None or _is_int(value)):
         return value
     if how == "ints" and isinstance(value, list) and all(_is_int(v) for v in value):
+        return tuple(value)
+    if how == "strs" and isinstance(value, list) and all(isinstance(v, str) for v in value):
         return tuple(value)
     if how == "slice":
         return BufferSlice.from_json(value, where)
@@ -605,6 +788,7 @@ def _read_field(how: str, value: Json, where: str, depth: int) -> Any:
         "int": "an integer",
         "int?": "an integer or null",
         "ints": "a list of integers",
+        "strs": "a list of strings",
         "slices": "a list of slices",
         "thunks": "a list of thunks",
         "branches": "a list of thunk lists",

@@ -44,6 +44,17 @@ naming the call and the error (``cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE
   WHILE node whose body is the body, the condition and the setting kernel
   again. A conditional sets one handle per branch first (so that a branch
   changing the selector changes nothing), then adds one IF node per branch.
+What every capturing GPU device does (memory, views, copies, memsets, the
+recording, capture, replay and update of graphs, event timers) is
+:class:`heron.runtime.core.gpu_device.CapturingDevice`'s, here with CUDA's call
+names (:data:`CUDA_CALLS`); this module adds what is CUDA's own.
+
+- Library calls: GEMM through cuBLASLt (:mod:`~.cublaslt`, nvmath-python's
+  bindings, a dependency), on the device's
+  stream, captured into graphs like the rest; opened on the first call the
+  executor asks about, with a workspace from ``cuMemAlloc``. Without
+  nvmath-python or ``libcublasLt`` the device offers no library and the
+  executor runs heron's GEMM kernels (``library_reasons`` says why).
 - Timing: ``cuEventCreate`` / ``cuEventRecord`` on the stream /
   ``cuEventSynchronize`` / ``cuEventElapsedTime``.
 - Properties: ``cuDeviceGetAttribute`` and ``cuDeviceTotalMem`` mapped onto
@@ -56,18 +67,15 @@ import ctypes
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from heron.runtime.core import commands as recorded
-from heron.runtime.core.device import (
-    CommandBuffer,
-    Device,
-    DeviceBuffer,
-    DeviceError,
-    KernelImage,
-    LoadedKernel,
-    Timer,
-    as_dim3,
+from heron.runtime.core.device import DeviceError, KernelImage, LoadedKernel
+from heron.runtime.core.gemm import GEMM
+from heron.runtime.core.gpu_device import (
+    CapturingDevice,
+    DeviceGraph,
+    DriverCalls,
+    EventTimer,
+    Library,
 )
 from heron.runtime.cuda.conditional import (
     BRANCH_KERNEL,
@@ -88,12 +96,44 @@ from heron.runtime.cuda.kernel_abi import (
 )
 from heron.runtime.cuda.properties import ATTRIBUTES, target_properties
 
-__all__ = ["CudaDevice", "CudaGraph", "CudaTimer"]
+__all__ = ["CUDA_CALLS", "CudaDevice", "CudaGraph", "CudaTimer"]
 
 #: Dynamic shared memory a kernel may use without opting in (cuFuncSetAttribute).
 _DEFAULT_DYNAMIC_SHARED = 48 * 1024
 _CU_STREAM_NON_BLOCKING = 1
 _CU_EVENT_DEFAULT = 0
+
+#: The driver API's names for what every capturing device does.
+CUDA_CALLS = DriverCalls(
+    vendor="CUDA",
+    allocate="cuMemAlloc",
+    free="cuMemFree",
+    copy_to_device="cuMemcpyHtoDAsync",
+    copy_from_device="cuMemcpyDtoHAsync",
+    copy_on_device="cuMemcpyDtoDAsync",
+    memset={1: "cuMemsetD8Async", 2: "cuMemsetD16Async", 4: "cuMemsetD32Async"},
+    synchronize="cuStreamSynchronize",
+    begin_capture="cuStreamBeginCapture",
+    end_capture="cuStreamEndCapture",
+    instantiate="cuGraphInstantiate",
+    launch_graph="cuGraphLaunch",
+    destroy_graph="cuGraphDestroy",
+    destroy_executable="cuGraphExecDestroy",
+    create_event="cuEventCreate",
+    record_event="cuEventRecord",
+    synchronize_event="cuEventSynchronize",
+    elapsed_time="cuEventElapsedTime",
+)
+#: A CUDA graph and timer are the shared ones (the names stay for readers of CUDA code).
+CudaGraph = DeviceGraph
+CudaTimer = EventTimer
+
+
+def _cublaslt(device: CudaDevice) -> Library:
+    """cuBLASLt for ``device``, its workspace allocated on it (imported only when asked)."""
+    from heron.runtime.cuda.cublaslt import CublasLt
+
+    return CublasLt(lambda nbytes: int(device.allocate(nbytes, "cublasLt workspace").handle))
 
 
 class _Kernel:
@@ -106,36 +146,30 @@ class _Kernel:
         self.shared_limit = _DEFAULT_DYNAMIC_SHARED
 
 
-class CudaDevice(Device):
+class CudaDevice(CapturingDevice):
     """One CUDA GPU (see the module docstring). ``bindings``: ``cuda.bindings.driver``."""
 
     backend = "cuda"
+    calls = CUDA_CALLS
 
-    def __init__(self, ordinal: int = 0, *, bindings: Any = None) -> None:
+    def __init__(
+        self, ordinal: int = 0, *, bindings: Any = None, libraries: Mapping[str, Any] | None = None
+    ) -> None:
+        """``libraries``: operation -> a function making its :class:`Library` from the
+        device (tests pass stand-ins); by default GEMM is cuBLASLt's."""
         if bindings is None:
             try:
                 from cuda.bindings import driver as bindings
             except ImportError as exc:
                 raise DeviceError(f"the CUDA device needs cuda-python ({exc})") from exc
-        status = probe(bindings)
-        if not status.available:
-            raise DeviceError(status.reason)
-        if not 0 <= ordinal < len(status.devices):
-            raise DeviceError(
-                f"no CUDA device {ordinal}: the driver reports {len(status.devices)}"
-                f" ({status.reason})"
-            )
+        self._library_makers = dict(libraries) if libraries is not None else {GEMM: _cublaslt}
+        self._open(bindings, probe(bindings), ordinal, "driver")
         self._cu = bindings
-        self.info = status.devices[ordinal]
-        self.ordinal = ordinal
         self.compute_capability: tuple[int, int] = self.info.compute_capability
         self._device = self._call("cuDeviceGet", ordinal)
         self._context = self._call("cuDevicePrimaryCtxRetain", self._device)
         self._call("cuCtxSetCurrent", self._context)
         self._stream = self._call("cuStreamCreate", _CU_STREAM_NON_BLOCKING)
-        self._allocations: dict[int, int] = {}  # id(root buffer) -> device address
-        # Commands being recorded: one list per level (a loop's or a branch's inside).
-        self._recording: list[list[recorded.Command]] = []
         self._body_streams: list[Any] = []
         self._setters: dict[str, _Kernel] | None = None
         version = int(self._call("cuDriverGetVersion"))
@@ -146,24 +180,8 @@ class CudaDevice(Device):
             if self.supports_conditional_nodes
             else f"the driver is for CUDA {version // 1000}.{version % 1000 // 10}; they need 12.4"
         )
-        #: Kernels launched so far (immediately; a replayed graph counts its own).
-        self.launches = 0
 
     # -- the driver ----------------------------------------------------------------------
-    def _call(self, name: str, *arguments: Any) -> Any:
-        """``bindings.name(*arguments)``; its values, or DeviceError naming the error."""
-        result = getattr(self._cu, name)(*arguments)
-        code, *values = result if isinstance(result, tuple) else (result,)
-        if int(code) != 0:
-            raise DeviceError(f"{self._where()}{name} failed: {self._error_text(code)}")
-        if not values:
-            return None
-        return values[0] if len(values) == 1 else tuple(values)
-
-    def _where(self) -> str:
-        info = getattr(self, "info", None)
-        return f"CUDA device {self.ordinal} ({info.name}): " if info else "CUDA: "
-
     def _error_text(self, code: Any) -> str:
         name = getattr(code, "name", None) or str(code)
         try:
@@ -178,6 +196,21 @@ class CudaDevice(Device):
 
     def _pointer(self, address: int) -> Any:
         return self._cu.CUdeviceptr(address)
+
+    def _capture_mode(self) -> Any:
+        return self._cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+
+    def _update_in_place(self, executable: Any, graph: Any) -> bool:
+        return int(self._cu.cuGraphExecUpdate(executable, graph)[0]) == 0
+
+    def _create_event(self) -> Any:
+        return self._call("cuEventCreate", _CU_EVENT_DEFAULT)
+
+    def _open_library(self, operation: str) -> Library:
+        maker = self._library_makers.get(operation)
+        if maker is None:
+            raise DeviceError(f"{self.description}: no library for {operation}")
+        return maker(self)
 
     # -- Device --------------------------------------------------------------------------
     @property
@@ -201,63 +234,6 @@ class CudaDevice(Device):
             except (DeviceError, AttributeError):
                 continue  # not known to this driver: the Target borrows it from a preset
         return target_properties(values, self.info.total_memory)
-
-    def allocate(self, nbytes: int, label: str = "") -> DeviceBuffer:
-        if nbytes < 0:
-            raise DeviceError(f"cannot allocate {nbytes} bytes")
-        address = int(self._call("cuMemAlloc", max(nbytes, 1)))
-        buffer = DeviceBuffer(self, nbytes, address, label)
-        self._allocations[id(buffer)] = address
-        return buffer
-
-    def free(self, buffer: DeviceBuffer) -> None:
-        """``cuMemFree`` an allocation (once); views and freed buffers need nothing."""
-        self._own(buffer)
-        address = self._allocations.pop(id(buffer), None)
-        if address is not None:
-            self._call("cuMemFree", self._pointer(address))
-
-    def _own(self, buffer: DeviceBuffer) -> int:
-        if buffer.device is not self:
-            raise DeviceError(f"buffer '{buffer.label}' belongs to another device")
-        return int(buffer.handle)
-
-    def _refuse_while_recording(self, what: str) -> None:
-        if self._recording:
-            raise DeviceError(f"{what} while recording a command buffer (a capturing stream)")
-
-    def copy_to_device(self, buffer: DeviceBuffer, data: np.ndarray | bytes) -> None:
-        self._refuse_while_recording("copy_to_device")
-        host = _host_bytes(data)
-        if host.size > buffer.nbytes:
-            raise DeviceError(
-                f"copying {host.size} bytes into buffer '{buffer.label}' of {buffer.nbytes}"
-            )
-        if host.size:
-            address = self._own(buffer)
-            self._call(
-                "cuMemcpyHtoDAsync",
-                self._pointer(address),
-                host.ctypes.data,
-                host.size,
-                self._stream,
-            )
-        self._call("cuStreamSynchronize", self._stream)  # ``host`` may go now
-
-    def copy_from_device(self, buffer: DeviceBuffer) -> np.ndarray:
-        self._refuse_while_recording("copy_from_device")
-        host = np.empty(buffer.nbytes, np.uint8)
-        if buffer.nbytes:
-            address = self._own(buffer)
-            self._call(
-                "cuMemcpyDtoHAsync",
-                host.ctypes.data,
-                self._pointer(address),
-                buffer.nbytes,
-                self._stream,
-            )
-        self._call("cuStreamSynchronize", self._stream)
-        return host
 
     def load_kernel(self, image: KernelImage) -> LoadedKernel:
         """Load a ``cubin`` (for a compatible arch) or ``ptx`` (JIT-compiled by the driver)."""
@@ -303,84 +279,8 @@ class CudaDevice(Device):
             )
         return KernelSignature(kernel_name, tuple(parameters))
 
-    def launch(
-        self,
-        kernel: LoadedKernel,
-        grid: Sequence[int],
-        block: Sequence[int],
-        buffers: Sequence[DeviceBuffer],
-        shared_bytes: int = 0,
-    ) -> None:
-        if kernel.device is not self:
-            raise DeviceError(f"kernel '{kernel.name}' was loaded on another device")
-        for buffer in buffers:
-            self._own(buffer)
-        if shared_bytes < 0:
-            raise DeviceError(f"kernel '{kernel.name}': {shared_bytes} bytes of shared memory")
-        pack_arguments(kernel.handle.signature, [b.handle for b in buffers])  # checks now
-        command = recorded.LaunchCommand(
-            kernel, as_dim3(grid, "grid"), as_dim3(block, "block"), list(buffers), shared_bytes
-        )
-        self._issue(command)
-
-    def synchronize(self) -> None:
-        self._refuse_while_recording("synchronize")
-        self._call("cuStreamSynchronize", self._stream)
-
-    # -- device-side memory operations ---------------------------------------------------
-    def view(self, buffer: DeviceBuffer, offset: int, nbytes: int) -> DeviceBuffer:
-        address = self._own(buffer)
-        label = recorded.view_label(buffer, offset, nbytes)
-        return DeviceBuffer(self, nbytes, address + offset, label)
-
-    def copy_on_device(self, source: DeviceBuffer, destination: DeviceBuffer) -> None:
-        command = recorded.copy_command(source, destination)
-        self._own(source), self._own(destination)
-        self._issue(command)
-
-    def memset(self, buffer: DeviceBuffer, value: int, width: int = 1) -> None:
-        command = recorded.memset_command(buffer, value, width)
-        self._own(buffer)
-        self._issue(command)
-
-    def _issue(self, command: recorded.Command) -> None:
-        if self._recording:
-            self._recording[-1].append(command)
-        else:
-            self.run_command(command, self._stream)
-
-    def run_command(self, command: recorded.Command, stream: Any, depth: int = 0) -> None:
-        """Put one command on ``stream`` (immediately, or into a capture at ``depth``)."""
-        if isinstance(command, recorded.LaunchCommand):
-            self._launch_now(command, stream)
-        elif isinstance(command, recorded.CopyCommand):
-            source, destination = command.buffers
-            if source.nbytes:
-                self._call(
-                    "cuMemcpyDtoDAsync",
-                    self._pointer(int(destination.handle)),
-                    self._pointer(int(source.handle)),
-                    source.nbytes,
-                    stream,
-                )
-        elif isinstance(command, recorded.MemsetCommand):
-            (destination,) = command.buffers
-            count = destination.nbytes // command.width
-            if count:
-                call = {1: "cuMemsetD8Async", 2: "cuMemsetD16Async", 4: "cuMemsetD32Async"}
-                self._call(
-                    call[command.width],
-                    self._pointer(int(destination.handle)),
-                    command.value,
-                    count,
-                    stream,
-                )
-        elif isinstance(command, recorded.WhileCommand):
-            self._capture_while(command, stream, depth)
-        elif isinstance(command, recorded.ConditionalCommand):
-            self._capture_conditional(command, stream, depth)
-        else:  # pragma: no cover - the union is closed
-            raise DeviceError(f"unknown command {command!r}")
+    def _check_arguments(self, kernel: LoadedKernel, addresses: Sequence[int]) -> None:
+        pack_arguments(kernel.handle.signature, addresses)
 
     def _launch_now(self, command: recorded.LaunchCommand, stream: Any) -> None:
         kernel: _Kernel = command.kernel.handle
@@ -426,91 +326,7 @@ class CudaDevice(Device):
         )
         self.launches += 1
 
-    # -- command buffers -----------------------------------------------------------------
-    @property
-    def recording(self) -> bool:
-        return bool(self._recording)
-
-    def begin_recording(self) -> None:
-        if self._recording:
-            raise DeviceError("begin_recording: already recording a command buffer")
-        self._recording = [[]]
-
-    def end_recording(self) -> CommandBuffer:
-        if len(self._recording) != 1:
-            raise DeviceError("end_recording: not recording (or inside a loop or branch)")
-        commands = self._recording.pop()
-        graph = self.capture(commands)
-        try:
-            executable = self._call("cuGraphInstantiate", graph, 0)
-        except DeviceError:
-            self._call("cuGraphDestroy", graph)
-            raise
-        return CudaGraph(self, commands, graph, executable)
-
-    def capture(self, commands: Sequence[recorded.Command]) -> Any:
-        """A ``CUgraph`` of ``commands``, by stream capture (thread-local mode)."""
-        self._call("cuStreamBeginCapture", self._stream, self._capture_mode())
-        try:
-            for command in commands:
-                self.run_command(command, self._stream)
-        except BaseException:
-            result = self._cu.cuStreamEndCapture(self._stream)
-            if int(result[0]) == 0 and len(result) > 1:
-                self._cu.cuGraphDestroy(result[1])
-            raise
-        return self._call("cuStreamEndCapture", self._stream)
-
-    def _capture_mode(self) -> Any:
-        return self._cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-
     # -- conditional nodes (CUDA 12.4+) --------------------------------------------------
-    def _check_conditional_nodes(self, what: str) -> None:
-        if not self.supports_conditional_nodes:
-            raise DeviceError(
-                f"{self.description}: no conditional command-buffer nodes ({what}):"
-                f" {self.conditional_nodes_reason}"
-            )
-        if not self._recording:
-            raise DeviceError(f"{what}: only while recording a command buffer")
-
-    def _record_nested(self, build: Callable[[], None]) -> list[recorded.Command]:
-        self._recording.append([])
-        try:
-            build()
-        finally:
-            commands = self._recording.pop()
-        return commands
-
-    def record_while(
-        self,
-        condition: Callable[[], None],
-        predicate: DeviceBuffer,
-        body: Callable[[], None],
-    ) -> None:
-        self._check_conditional_nodes("while")
-        recorded.check_predicate(predicate)
-        self._own(predicate)
-        condition_commands = self._record_nested(condition)
-        body_commands = self._record_nested(body)
-        self._recording[-1].append(
-            recorded.WhileCommand(condition_commands, [predicate], body_commands)
-        )
-
-    def record_conditional(
-        self,
-        selector: DeviceBuffer,
-        selector_type: str,
-        branches: Sequence[Callable[[], None]],
-    ) -> None:
-        self._check_conditional_nodes("conditional")
-        recorded.check_selector(selector, selector_type, len(branches))
-        self._own(selector)
-        recorded_branches = [self._record_nested(branch) for branch in branches]
-        self._recording[-1].append(
-            recorded.ConditionalCommand([selector], selector_type, recorded_branches)
-        )
-
     def _condition_kernels(self) -> dict[str, _Kernel]:
         """The kernels that set a condition (``conditional.SET_CONDITION_PTX``), loaded once."""
         if self._setters is None:
@@ -606,93 +422,3 @@ class CudaDevice(Device):
         for handle, branch in zip(handles, command.branches, strict=True):
             body = self._conditional_node(stream, handle, "CU_GRAPH_COND_TYPE_IF")
             self._capture_body(body, depth + 1, branch, lambda s: None)
-
-    # -- timing --------------------------------------------------------------------------
-    def timer(self) -> Timer:
-        return CudaTimer(self)
-
-
-class CudaGraph(CommandBuffer):
-    """An instantiated CUDA graph of recorded commands (``CUgraphExec``)."""
-
-    def __init__(
-        self, device: CudaDevice, commands: list[recorded.Command], graph: Any, executable: Any
-    ) -> None:
-        self.device = device
-        self.commands = commands
-        self._graph = graph
-        self._executable = executable
-        #: How many times it was replayed, updated in place, and instantiated anew.
-        self.replays = 0
-        self.updates = 0
-        self.instantiations = 1
-
-    @property
-    def buffers(self) -> tuple[DeviceBuffer, ...]:
-        return recorded.buffers_of(self.commands)
-
-    def replay(self) -> None:
-        if self.device.recording:
-            raise DeviceError("replaying a command buffer while recording another is not supported")
-        self.device._call("cuGraphLaunch", self._executable, self.device._stream)
-        self.replays += 1
-
-    def update(self, mapping: Mapping[DeviceBuffer, DeviceBuffer]) -> None:
-        """Capture the commands again with the new buffers; ``cuGraphExecUpdate`` the graph.
-
-        Same commands, so the same topology: the driver takes it in place. Should
-        it refuse (a driver limitation), the new graph is instantiated instead.
-        """
-        recorded.remap(self.commands, mapping, self.device)
-        device = self.device
-        graph = device.capture(self.commands)
-        result = device._cu.cuGraphExecUpdate(self._executable, graph)
-        device._call("cuGraphDestroy", self._graph)
-        self._graph = graph
-        if int(result[0]) == 0:
-            self.updates += 1
-            return
-        device._call("cuGraphExecDestroy", self._executable)
-        self._executable = device._call("cuGraphInstantiate", graph, 0)
-        self.instantiations += 1
-
-    def destroy(self) -> None:
-        """Give the graph back to the driver (``cuGraphExecDestroy``, ``cuGraphDestroy``)."""
-        if self._executable is not None:
-            self.device._call("cuGraphExecDestroy", self._executable)
-            self.device._call("cuGraphDestroy", self._graph)
-            self._executable = self._graph = None
-
-
-class CudaTimer(Timer):
-    """Two events on the device's stream; ``seconds`` waits for the second."""
-
-    def __init__(self, device: CudaDevice) -> None:
-        self.device = device
-        self._start = device._call("cuEventCreate", _CU_EVENT_DEFAULT)
-        self._stop = device._call("cuEventCreate", _CU_EVENT_DEFAULT)
-        self._marks = 0
-
-    def start(self) -> None:
-        self.device._call("cuEventRecord", self._start, self.device._stream)
-        self._marks = 1
-
-    def stop(self) -> None:
-        if self._marks < 1:
-            raise DeviceError("timer: stop() before start()")
-        self.device._call("cuEventRecord", self._stop, self.device._stream)
-        self._marks = 2
-
-    def seconds(self) -> float:
-        if self._marks < 2:
-            raise DeviceError("timer: seconds() needs start() and stop() first")
-        self.device._call("cuEventSynchronize", self._stop)
-        milliseconds = self.device._call("cuEventElapsedTime", self._start, self._stop)
-        return float(milliseconds) / 1000.0
-
-
-def _host_bytes(data: np.ndarray | bytes) -> np.ndarray:
-    """``data``'s bytes as a contiguous uint8 array (ml_dtypes' types included)."""
-    if isinstance(data, np.ndarray):
-        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    return np.frombuffer(bytes(data), np.uint8)

@@ -28,10 +28,18 @@ split a device without them needs), and a host-clock timer. Launches,
 copies and memsets run synchronously, whether immediate or replayed;
 :attr:`launches` counts every kernel run. A view has access counters of its
 own: its parent's counters do not see accesses made through the view.
+
+Library calls: built with ``libraries=("gemm",)`` it offers the GEMM library
+call, computed with numpy (:meth:`heron.runtime.core.gemm.GemmCall.reference`,
+library name ``"numpy"``), so that the executor's library-call path runs on a
+CPU. By default it offers none: the executor then runs the heron kernel an
+artefact carries beside each library call, which is what the interpreter is
+for (it executes what heron emits).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 
@@ -41,6 +49,7 @@ import numpy as np
 from heron.hlo import memory_budget
 from heron.hlo.control_flow import branch_index
 from heron.runtime.core.commands import (
+    LibraryCallCommand,
     check_predicate,
     check_selector,
     copy_command,
@@ -62,6 +71,8 @@ from heron.runtime.interpreter.program import FORMAT, Program
 __all__ = ["AccessCounts", "InterpreterDevice", "POISON"]
 
 POISON = 0xA5
+#: Library operations the interpreter can offer (``libraries=``), computed with numpy.
+_LIBRARY_OPERATIONS = ("gemm",)
 #: Host bytes per byte of device memory: the data and its read and write counters (uint32).
 BYTES_PER_BYTE = 9
 
@@ -121,6 +132,7 @@ class InterpreterDevice(Device):
         max_lanes: int = engine.DEFAULT_MAX_LANES,
         work_limit: int | None = None,
         conditional_nodes: bool = True,
+        libraries: Sequence[str] = (),
     ) -> None:
         if warp_size not in (32, 64):
             raise DeviceError(f"warp size must be 32 or 64, not {warp_size}")
@@ -132,8 +144,21 @@ class InterpreterDevice(Device):
         self.live_bytes = 0
         #: Hears every launch's memory accesses (``heron profile``); None: nothing recorded.
         self.observer = None
+        #: ``progress(kernel_name, blocks_done, blocks_total)`` after each batch of blocks
+        #: of every launch (a progress bar); None: nothing is called.
+        self.progress: Callable[[str, int, int], None] | None = None
         #: Whether while loops and conditionals can be recorded (CUDA 12.4+ conditional nodes).
         self.supports_conditional_nodes = conditional_nodes
+        unknown = sorted(set(libraries) - set(_LIBRARY_OPERATIONS))
+        if unknown:
+            raise DeviceError(
+                f"the interpreter has no library for {', '.join(unknown)}"
+                f" (it has {', '.join(_LIBRARY_OPERATIONS)})"
+            )
+        #: The library operations offered (numpy), see the module docstring.
+        self.libraries = frozenset(libraries)
+        #: Library calls run so far, immediately or replayed.
+        self.library_calls = 0
         #: Kernels run so far, immediately or replayed from a command buffer.
         self.launches = 0
         # Commands being recorded: one list per level (a loop's or a branch's inside).
@@ -250,6 +275,9 @@ class InterpreterDevice(Device):
             warp_size=self.warp_size,
             work_limit=self.work_limit,
             observer=self.observer,
+            progress=None
+            if self.progress is None
+            else functools.partial(self.progress, kernel.name),
         )
         self.launches += 1
 
@@ -347,6 +375,27 @@ class InterpreterDevice(Device):
         recorded = [commands.record_nested(self, branch) for branch in branches]
         self._recording[-1].append(commands.ConditionalCommand([selector], selector_type, recorded))
 
+    # -- library calls -----------------------------------------------------------------
+    def library_for(self, call: object) -> str | None:
+        operation = getattr(call, "operation", None)
+        return "numpy" if operation in self.libraries else None
+
+    def library_call(self, call: object, buffers: Sequence[DeviceBuffer]) -> None:
+        if self.library_for(call) is None:
+            raise DeviceError(f"{self.description}: no library runs {call!r}")
+        for buffer in buffers:
+            self._storage(buffer)
+        self._issue(LibraryCallCommand(call, list(buffers)))
+
+    def _library_call_now(self, command: LibraryCallCommand) -> None:
+        data = [self._storage(b).data for b in command.buffers]
+        out = data[-1]
+        operands = data[:-1]
+        lhs, rhs = operands[0], operands[1]
+        bias = operands[2] if len(operands) > 2 else None
+        out[...] = command.call.reference(lhs, rhs, bias, out)
+        self.library_calls += 1
+
     def run_commands(self, recorded: Sequence[commands.Command]) -> None:
         """Run commands now (a replay, or an immediate copy or memset)."""
         for command in recorded:
@@ -359,6 +408,8 @@ class InterpreterDevice(Device):
                 (destination,) = command.buffers
                 word = np.frombuffer(command.value.to_bytes(command.width, "little"), np.uint8)
                 self._storage(destination).data.reshape(-1, command.width)[...] = word
+            elif isinstance(command, LibraryCallCommand):
+                self._library_call_now(command)
             elif isinstance(command, commands.WhileCommand):
                 predicate = self._storage(command.buffers[0]).data
                 self.run_commands(command.condition)

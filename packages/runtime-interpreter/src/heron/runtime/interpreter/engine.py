@@ -428,6 +428,7 @@ def run_kernel(
     warp_size: int = 32,
     work_limit: int | None = None,
     observer: Any = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> None:
     """Run ``kernel_name`` of ``program`` over ``grid`` x ``block`` on ``arguments``.
 
@@ -436,6 +437,8 @@ def run_kernel(
     the workgroup attributions get fresh shared memory for every block.
     ``work_limit``: lane-operations the launch may do (:class:`WorkCounter`).
     ``observer``: told of every memory access and block of operations (:class:`Launch`).
+    ``progress(blocks_done, blocks_total)``: told after each batch of blocks (a
+    progress bar; one call per batch of up to ``max_lanes`` lanes, nothing when None).
     """
     from heron.runtime.interpreter import memory
 
@@ -464,6 +467,7 @@ def run_kernel(
         globals_memory = memory.globals_of(program)
     workgroup_types = kernel.body.entry.argument_types[len(parameter_types) :]
     work = WorkCounter(kernel_name, work_limit)
+    blocks = grid[0] * grid[1] * grid[2]
     with np.errstate(all="ignore"):
         for lanes in batches(grid, block, max_lanes, warp_size):
             launch = Launch(program, kernel, lanes, globals_memory, work, observer)
@@ -472,3 +476,5 @@ def run_kernel(
                 for i, t in enumerate(workgroup_types)
             ]
             Frame(launch, kernel).run_region(kernel.body, [*arguments, *shared])
+            if progress is not None:
+                progress(lanes.first_block + lanes.block_count, blocks)

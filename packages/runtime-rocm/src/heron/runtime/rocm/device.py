@@ -25,6 +25,15 @@ failed: hipErrorInvalidValue``).
   ``hipStreamEndCapture``, ``hipGraphInstantiate``), replayed with
   ``hipGraphLaunch``, updated by capturing again and ``hipGraphExecUpdate``
   (instantiating anew when refused). HIP graphs have no conditional nodes.
+What every capturing GPU device does (memory, views, copies, memsets, the
+recording, capture, replay and update of graphs, event timers) is
+:class:`heron.runtime.core.gpu_device.CapturingDevice`'s, here with HIP's call
+names (:data:`HIP_CALLS`); this module adds loading and launching code objects.
+
+- Library calls: GEMM through hipBLAS (:mod:`~.hipblas`,
+  ``hipblasGemmStridedBatchedEx`` from rocm-bindings-libraries, through the
+  dependency ``hip-python[libraries]``) for the calls it can express (no bias or
+  activation epilogue); elsewhere heron's GEMM kernels run.
 - Timing: ``hipEventCreate`` / ``hipEventRecord`` / ``hipEventSynchronize`` /
   ``hipEventElapsedTime``.
 - Properties: ``hipGetDeviceProperties`` mapped onto ``Target`` fields
@@ -37,24 +46,53 @@ import ctypes
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from heron.runtime.core import commands as recorded
-from heron.runtime.core.device import (
-    CommandBuffer,
-    Device,
-    DeviceBuffer,
-    DeviceError,
-    KernelImage,
-    LoadedKernel,
-    Timer,
-    as_dim3,
+from heron.runtime.core.device import DeviceError, KernelImage, LoadedKernel
+from heron.runtime.core.gemm import GEMM
+from heron.runtime.core.gpu_device import (
+    CapturingDevice,
+    DeviceGraph,
+    DriverCalls,
+    EventTimer,
+    Library,
 )
 from heron.runtime.rocm.code_object import KernelMetadata, pack_arguments, read_code_object
 from heron.runtime.rocm.driver import probe
 from heron.runtime.rocm.properties import target_properties
 
-__all__ = ["HipDevice", "HipGraph", "HipTimer"]
+__all__ = ["HIP_CALLS", "HipDevice", "HipGraph", "HipTimer"]
+
+#: HIP's names for what every capturing device does.
+HIP_CALLS = DriverCalls(
+    vendor="HIP",
+    allocate="hipMalloc",
+    free="hipFree",
+    copy_to_device="hipMemcpyHtoDAsync",
+    copy_from_device="hipMemcpyDtoHAsync",
+    copy_on_device="hipMemcpyDtoDAsync",
+    memset={1: "hipMemsetD8Async", 2: "hipMemsetD16Async", 4: "hipMemsetD32Async"},
+    synchronize="hipStreamSynchronize",
+    begin_capture="hipStreamBeginCapture",
+    end_capture="hipStreamEndCapture",
+    instantiate="hipGraphInstantiate",
+    launch_graph="hipGraphLaunch",
+    destroy_graph="hipGraphDestroy",
+    destroy_executable="hipGraphExecDestroy",
+    create_event="hipEventCreate",
+    record_event="hipEventRecord",
+    synchronize_event="hipEventSynchronize",
+    elapsed_time="hipEventElapsedTime",
+)
+#: A HIP graph and timer are the shared ones (the names stay for readers of HIP code).
+HipGraph = DeviceGraph
+HipTimer = EventTimer
+
+
+def _hipblas(device: HipDevice) -> Library:
+    """hipBLAS for ``device`` (imported only when asked)."""
+    from heron.runtime.rocm.hipblas import HipBlas
+
+    return HipBlas(data_types=device._hip.hipDataType)
 
 
 class _Kernel:
@@ -64,47 +102,47 @@ class _Kernel:
         self.metadata = metadata
 
 
-class HipDevice(Device):
+class HipDevice(CapturingDevice):
     """One AMD GPU (see the module docstring). ``bindings``: ``hip.hip``."""
 
     backend = "rocm"
+    calls = HIP_CALLS
     supports_conditional_nodes = False
+    conditional_nodes_reason = "HIP graphs have no conditional nodes"
 
-    def __init__(self, ordinal: int = 0, *, bindings: Any = None) -> None:
+    def __init__(
+        self, ordinal: int = 0, *, bindings: Any = None, libraries: Mapping[str, Any] | None = None
+    ) -> None:
+        """``libraries``: operation -> a function making its :class:`Library` from the
+        device (tests pass stand-ins); by default GEMM is hipBLAS's."""
+        self._library_makers = dict(libraries) if libraries is not None else {GEMM: _hipblas}
         if bindings is None:
             try:
                 from hip import hip as bindings
             except ImportError as exc:
                 raise DeviceError(f"the HIP device needs hip-python ({exc})") from exc
-        status = probe(bindings)
-        if not status.available:
-            raise DeviceError(status.reason)
-        if not 0 <= ordinal < len(status.devices):
-            raise DeviceError(
-                f"no HIP device {ordinal}: the runtime reports {len(status.devices)}"
-                f" ({status.reason})"
-            )
+        self._open(bindings, probe(bindings), ordinal, "runtime")
         self._hip = bindings
-        self.info = status.devices[ordinal]
-        self.ordinal = ordinal
         self._call("hipSetDevice", ordinal)
         self._stream = self._call("hipStreamCreate")
-        self._allocations: dict[int, int] = {}  # id(root buffer) -> device address
-        self._recording: list[recorded.Command] | None = None
-        self.launches = 0
 
     # -- the runtime ---------------------------------------------------------------------
-    def _call(self, name: str, *arguments: Any) -> Any:
-        result = getattr(self._hip, name)(*arguments)
-        code, *values = result if isinstance(result, tuple) else (result,)
-        if int(code) != 0:
-            where = (
-                f"HIP device {self.ordinal} ({self.info.name}): " if hasattr(self, "info") else ""
-            )
-            raise DeviceError(f"{where}{name} failed: {getattr(code, 'name', code)}")
-        if not values:
-            return None
-        return values[0] if len(values) == 1 else tuple(values)
+    def _memset_value(self, value: int, width: int) -> int:
+        if width == 4 and value >= 1 << 31:
+            return value - (1 << 32)  # hipMemsetD32Async takes a C int
+        return value
+
+    def _capture_mode(self) -> Any:
+        return self._hip.hipStreamCaptureMode.hipStreamCaptureModeThreadLocal
+
+    def _update_in_place(self, executable: Any, graph: Any) -> bool:
+        return int(self._hip.hipGraphExecUpdate(executable, graph, None)[0]) == 0
+
+    def _open_library(self, operation: str) -> Library:
+        maker = self._library_makers.get(operation)
+        if maker is None:
+            raise DeviceError(f"{self.description}: no library for {operation}")
+        return maker(self)
 
     # -- Device --------------------------------------------------------------------------
     @property
@@ -114,57 +152,6 @@ class HipDevice(Device):
     def properties(self) -> dict[str, Any]:
         """This device as ``Target`` field values (``Target.from_device`` builds the Target)."""
         return target_properties(self._call("hipGetDeviceProperties", self.ordinal))
-
-    def allocate(self, nbytes: int, label: str = "") -> DeviceBuffer:
-        if nbytes < 0:
-            raise DeviceError(f"cannot allocate {nbytes} bytes")
-        address = int(self._call("hipMalloc", max(nbytes, 1)))
-        buffer = DeviceBuffer(self, nbytes, address, label)
-        self._allocations[id(buffer)] = address
-        return buffer
-
-    def free(self, buffer: DeviceBuffer) -> None:
-        """``hipFree`` an allocation (once); views and freed buffers need nothing."""
-        self._own(buffer)
-        address = self._allocations.pop(id(buffer), None)
-        if address is not None:
-            self._call("hipFree", address)
-
-    def _own(self, buffer: DeviceBuffer) -> int:
-        if buffer.device is not self:
-            raise DeviceError(f"buffer '{buffer.label}' belongs to another device")
-        return int(buffer.handle)
-
-    def _refuse_while_recording(self, what: str) -> None:
-        if self._recording is not None:
-            raise DeviceError(f"{what} while recording a command buffer (a capturing stream)")
-
-    def copy_to_device(self, buffer: DeviceBuffer, data: np.ndarray | bytes) -> None:
-        self._refuse_while_recording("copy_to_device")
-        host = _host_bytes(data)
-        if host.size > buffer.nbytes:
-            raise DeviceError(
-                f"copying {host.size} bytes into buffer '{buffer.label}' of {buffer.nbytes}"
-            )
-        if host.size:
-            self._call(
-                "hipMemcpyHtoDAsync", self._own(buffer), host.ctypes.data, host.size, self._stream
-            )
-        self._call("hipStreamSynchronize", self._stream)
-
-    def copy_from_device(self, buffer: DeviceBuffer) -> np.ndarray:
-        self._refuse_while_recording("copy_from_device")
-        host = np.empty(buffer.nbytes, np.uint8)
-        if buffer.nbytes:
-            self._call(
-                "hipMemcpyDtoHAsync",
-                host.ctypes.data,
-                self._own(buffer),
-                buffer.nbytes,
-                self._stream,
-            )
-        self._call("hipStreamSynchronize", self._stream)
-        return host
 
     def load_kernel(self, image: KernelImage) -> LoadedKernel:
         if image.format != "hsaco":
@@ -185,80 +172,10 @@ class HipDevice(Device):
         function = self._call("hipModuleGetFunction", module, image.kernel_name.encode())
         return LoadedKernel(self, image.kernel_name, _Kernel(module, function, metadata))
 
-    def launch(
-        self,
-        kernel: LoadedKernel,
-        grid: Sequence[int],
-        block: Sequence[int],
-        buffers: Sequence[DeviceBuffer],
-        shared_bytes: int = 0,
-    ) -> None:
-        if kernel.device is not self:
-            raise DeviceError(f"kernel '{kernel.name}' was loaded on another device")
-        for buffer in buffers:
-            self._own(buffer)
-        if shared_bytes < 0:
-            raise DeviceError(f"kernel '{kernel.name}': {shared_bytes} bytes of shared memory")
-        pack_arguments(kernel.handle.metadata, [b.handle for b in buffers])  # checks now
-        self._issue(
-            recorded.LaunchCommand(
-                kernel, as_dim3(grid, "grid"), as_dim3(block, "block"), list(buffers), shared_bytes
-            )
-        )
+    def _check_arguments(self, kernel: LoadedKernel, addresses: Sequence[int]) -> None:
+        pack_arguments(kernel.handle.metadata, addresses)
 
-    def synchronize(self) -> None:
-        self._refuse_while_recording("synchronize")
-        self._call("hipStreamSynchronize", self._stream)
-
-    # -- device-side memory operations ---------------------------------------------------
-    def view(self, buffer: DeviceBuffer, offset: int, nbytes: int) -> DeviceBuffer:
-        address = self._own(buffer)
-        label = recorded.view_label(buffer, offset, nbytes)
-        return DeviceBuffer(self, nbytes, address + offset, label)
-
-    def copy_on_device(self, source: DeviceBuffer, destination: DeviceBuffer) -> None:
-        command = recorded.copy_command(source, destination)
-        self._own(source), self._own(destination)
-        self._issue(command)
-
-    def memset(self, buffer: DeviceBuffer, value: int, width: int = 1) -> None:
-        command = recorded.memset_command(buffer, value, width)
-        self._own(buffer)
-        self._issue(command)
-
-    def _issue(self, command: recorded.Command) -> None:
-        if self._recording is not None:
-            self._recording.append(command)
-        else:
-            self.run_command(command)
-
-    def run_command(self, command: recorded.Command) -> None:
-        """Put one command on the stream (immediately, or into a capture)."""
-        if isinstance(command, recorded.LaunchCommand):
-            self._launch_now(command)
-        elif isinstance(command, recorded.CopyCommand):
-            source, destination = command.buffers
-            if source.nbytes:
-                self._call(
-                    "hipMemcpyDtoDAsync",
-                    int(destination.handle),
-                    int(source.handle),
-                    source.nbytes,
-                    self._stream,
-                )
-        elif isinstance(command, recorded.MemsetCommand):
-            (destination,) = command.buffers
-            count = destination.nbytes // command.width
-            if count:
-                value = command.value
-                if command.width == 4 and value >= 1 << 31:
-                    value -= 1 << 32  # hipMemsetD32Async takes a C int
-                call = {1: "hipMemsetD8Async", 2: "hipMemsetD16Async", 4: "hipMemsetD32Async"}
-                self._call(call[command.width], int(destination.handle), value, count, self._stream)
-        else:  # pragma: no cover - the union is closed
-            raise DeviceError(f"unknown command {command!r}")
-
-    def _launch_now(self, command: recorded.LaunchCommand) -> None:
+    def _launch_now(self, command: recorded.LaunchCommand, stream: Any) -> None:
         kernel: _Kernel = command.kernel.handle
         packed = pack_arguments(kernel.metadata, [int(b.handle) for b in command.buffers])
         # The runtime copies the kernarg bytes during the call: locals are enough.
@@ -277,130 +194,8 @@ class HipDevice(Device):
             *command.grid,
             *command.block,
             command.shared_bytes,
-            self._stream,
+            stream,
             None,
             ctypes.addressof(extra),
         )
         self.launches += 1
-
-    # -- command buffers -----------------------------------------------------------------
-    @property
-    def recording(self) -> bool:
-        return self._recording is not None
-
-    def begin_recording(self) -> None:
-        if self._recording is not None:
-            raise DeviceError("begin_recording: already recording a command buffer")
-        self._recording = []
-
-    def end_recording(self) -> CommandBuffer:
-        if self._recording is None:
-            raise DeviceError("end_recording: not recording")
-        commands, self._recording = self._recording, None
-        graph = self.capture(commands)
-        try:
-            executable = self._instantiate(graph)
-        except DeviceError:
-            self._call("hipGraphDestroy", graph)
-            raise
-        return HipGraph(self, commands, graph, executable)
-
-    def _instantiate(self, graph: Any) -> Any:
-        values = self._call("hipGraphInstantiate", graph, 0)  # (exec, error node, log)
-        return values[0] if isinstance(values, tuple) else values
-
-    def capture(self, commands: Sequence[recorded.Command]) -> Any:
-        """A ``hipGraph_t`` of ``commands``, by stream capture (thread-local mode)."""
-        mode = self._hip.hipStreamCaptureMode.hipStreamCaptureModeThreadLocal
-        self._call("hipStreamBeginCapture", self._stream, mode)
-        try:
-            for command in commands:
-                self.run_command(command)
-        except BaseException:
-            result = self._hip.hipStreamEndCapture(self._stream)
-            if int(result[0]) == 0 and len(result) > 1:
-                self._hip.hipGraphDestroy(result[1])
-            raise
-        return self._call("hipStreamEndCapture", self._stream)
-
-    def timer(self) -> Timer:
-        return HipTimer(self)
-
-
-class HipGraph(CommandBuffer):
-    """An instantiated HIP graph of recorded commands (``hipGraphExec_t``)."""
-
-    def __init__(
-        self, device: HipDevice, commands: list[recorded.Command], graph: Any, executable: Any
-    ) -> None:
-        self.device = device
-        self.commands = commands
-        self._graph = graph
-        self._executable = executable
-        self.replays = 0
-        self.updates = 0
-        self.instantiations = 1
-
-    @property
-    def buffers(self) -> tuple[DeviceBuffer, ...]:
-        return recorded.buffers_of(self.commands)
-
-    def replay(self) -> None:
-        if self.device.recording:
-            raise DeviceError("replaying a command buffer while recording another is not supported")
-        self.device._call("hipGraphLaunch", self._executable, self.device._stream)
-        self.replays += 1
-
-    def update(self, mapping: Mapping[DeviceBuffer, DeviceBuffer]) -> None:
-        """Capture again with the new buffers; ``hipGraphExecUpdate``, else instantiate anew."""
-        recorded.remap(self.commands, mapping, self.device)
-        device = self.device
-        graph = device.capture(self.commands)
-        result = device._hip.hipGraphExecUpdate(self._executable, graph, None)
-        device._call("hipGraphDestroy", self._graph)
-        self._graph = graph
-        if int(result[0]) == 0:
-            self.updates += 1
-            return
-        device._call("hipGraphExecDestroy", self._executable)
-        self._executable = device._instantiate(graph)
-        self.instantiations += 1
-
-    def destroy(self) -> None:
-        """Give the graph back (``hipGraphExecDestroy``, ``hipGraphDestroy``)."""
-        if self._executable is not None:
-            self.device._call("hipGraphExecDestroy", self._executable)
-            self.device._call("hipGraphDestroy", self._graph)
-            self._executable = self._graph = None
-
-
-class HipTimer(Timer):
-    """Two events on the device's stream; ``seconds`` waits for the second."""
-
-    def __init__(self, device: HipDevice) -> None:
-        self.device = device
-        self._start = device._call("hipEventCreate")
-        self._stop = device._call("hipEventCreate")
-        self._marks = 0
-
-    def start(self) -> None:
-        self.device._call("hipEventRecord", self._start, self.device._stream)
-        self._marks = 1
-
-    def stop(self) -> None:
-        if self._marks < 1:
-            raise DeviceError("timer: stop() before start()")
-        self.device._call("hipEventRecord", self._stop, self.device._stream)
-        self._marks = 2
-
-    def seconds(self) -> float:
-        if self._marks < 2:
-            raise DeviceError("timer: seconds() needs start() and stop() first")
-        self.device._call("hipEventSynchronize", self._stop)
-        return float(self.device._call("hipEventElapsedTime", self._start, self._stop)) / 1000.0
-
-
-def _host_bytes(data: np.ndarray | bytes) -> np.ndarray:
-    if isinstance(data, np.ndarray):
-        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    return np.frombuffer(bytes(data), np.uint8)

@@ -1,0 +1,365 @@
+"""The top-k emitter: one block per row keeps the row's running top ``k``.
+
+A ``topk`` (``k``, ``largest``) gives, along the last dimension, the ``k``
+largest (smallest) values and their s32 indices, the best first and equal
+values by increasing index, in total order for floats (NaN above +inf, -NaN
+below -inf, -0.0 below +0.0): the evaluator's ``topk`` and XLA's TopK
+kernel. The top-k decomposer (``heron.hlo.passes.topk_decomposer``) decides
+which ``topk`` instructions reach this emitter (XLA's TopkSpecializer
+conditions, ``k <= 16``); the emitter itself takes any ``k`` whose lists fit
+the registers and shared memory, of any integer or float type.
+
+The kernel, for a row of ``n`` elements and ``T`` threads (``T`` the power of
+two nearest ``n / k``, at most ``ROW_THREADS``):
+
+- each element becomes an integer *key* whose signed order is the wanted
+  order: a float's bits, negative ones with every bit but the sign flipped
+  (total order), an unsigned integer with its top bit flipped, all inverted
+  for ``largest=false``; widened to 32 (64) bits. The key is invertible, so
+  the lists hold keys and indices only and the output value is the key's
+  inverse, bit for bit (NaN payloads included);
+- thread ``t`` reads elements ``t, t + T, ...`` and keeps its best ``k`` in
+  registers, a list sorted best first; an element that beats the list's last
+  is inserted by ``k`` compare-and-swaps with selects (no local memory), and
+  past a row's first elements most beat nothing and cost one comparison. "Better" is a larger key,
+  then a lower index, a total order, so the merge order cannot change the
+  result; unfilled slots hold a key below every element and index ``2^31-1``;
+- ``log2(T)`` merge rounds through shared memory: every thread writes its
+  list to a ``[T * k]`` key tile and index tile, a barrier, thread ``t`` with
+  ``t % 2s == 0`` inserts the list of thread ``t + s`` into its own, a barrier;
+- thread 0 writes the ``k`` values (keys turned back) and indices.
+
+Launch: one block of ``T`` threads per row. XLA's TopK kernel is one block
+per row too (its rows are loaded with vector loads and merged across warps
+with shuffles); heron's merges go through shared memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+from mlir import ir
+from mlir.dialects import arith, scf, tensor
+
+from heron.emitters import mlir_types
+from heron.emitters.dialect import allocate_shared_op, sync_threads_op
+from heron.emitters.emitter_base import EntryFunction, FusionEmitter
+from heron.emitters.fusion_analysis import FusionAnalysis, has_no_output_elements
+from heron.emitters.hookspecs import EmitterSpec, hookimpl
+from heron.emitters.ir_utils import index_constant, int_constant
+from heron.emitters.target import EmitterTarget
+from heron.hlo.element_types import ElementType
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.ir import Instruction
+from heron.indexing.thread_maps import LaunchDimensions
+
+__all__ = ["TopkEmitter", "TopkPlan", "heron_emitter_specs", "plan_topk"]
+
+Values = list[ir.Value]
+
+#: The most threads a row gets: enough to read a long row in parallel, few
+#: enough that the merge rounds (log2 of it, k^2 compare-and-swaps each) stay short.
+ROW_THREADS = 128
+#: The most ``k`` whose lists a thread keeps in registers (2k values).
+MAX_K = 64
+#: The index of an unfilled list slot: after every real element's.
+NO_INDEX = 2**31 - 1
+
+
+@attrs.frozen
+class TopkPlan:
+    """How a top-k is laid out: rows, their length, ``k`` and threads per row."""
+
+    length: int  #: n, the elements of one row
+    rows: int
+    k: int
+    threads: int  #: T, a power of two
+    key_width: int  #: 32 or 64: the keys' integer width
+    largest: bool
+
+    @property
+    def per_thread(self) -> int:
+        """Elements each thread reads (the last ones guarded)."""
+        return math.ceil(self.length / self.threads)
+
+    @property
+    def rounds(self) -> int:
+        return self.threads.bit_length() - 1
+
+    @property
+    def launch(self) -> LaunchDimensions:
+        return LaunchDimensions(block_x=max(1, self.rows), thread_x=self.threads)
+
+
+def plan_topk(topk: Instruction, target: EmitterTarget) -> TopkPlan:
+    """The layout of ``topk`` on ``target``; ``UnsupportedError`` naming what does not fit."""
+    shape = topk.operands[0].array_shape
+    element = shape.element_type
+    where = f"topk '{topk.name}' of {shape}"
+    if element.is_complex or not (element.is_integral or element.is_floating):
+        raise UnsupportedError(f"{where}: no order for {element.value} values", topk.location)
+    if shape.rank < 1:
+        raise UnsupportedError(f"{where}: a topk needs an operand of rank >= 1", topk.location)
+    k = int(topk.attr("k"))
+    length = shape.dims[-1]
+    if k > MAX_K:
+        raise UnsupportedError(
+            f"{where}: k={k} exceeds the {MAX_K} a thread keeps in registers", topk.location
+        )
+    width = 64 if element.bit_width > 32 else 32
+    wanted = 1 << max(0, math.ceil(length / max(k, 1)) - 1).bit_length()
+    threads = max(1, min(wanted, ROW_THREADS, target.threads_per_block_limit))
+    tile_bytes = threads * k * (width // 8 + 4)
+    if tile_bytes > target.shared_memory_per_block:
+        raise UnsupportedError(
+            f"{where}: k={k} lists of {threads} threads need {tile_bytes} bytes of shared"
+            f" memory (a block has {target.shared_memory_per_block})",
+            topk.location,
+        )
+    rows = math.prod(shape.dims[:-1])
+    largest = bool(topk.attributes.get("largest", True))
+    return TopkPlan(length, rows, k, threads, width, largest)
+
+
+class TopkEmitter(FusionEmitter):
+    """One block per row keeps the running top ``k`` (see the module docstring)."""
+
+    name = "topk"
+
+    def __init__(self, analysis: FusionAnalysis) -> None:
+        super().__init__(analysis)
+        roots = analysis.roots
+        if len(roots) != 1 or roots[0].opcode != "topk":
+            found = ", ".join(f"{r.opcode} '{r.name}'" for r in roots)
+            raise self.error(f"the top-k emitter needs one topk as the fusion root, not {found}")
+        self.topk = roots[0]
+        (self.operand,) = self.topk.operands
+        self.element: ElementType = self.operand.array_shape.element_type
+        self.plan = plan_topk(self.topk, self.target)
+        self.empty = has_no_output_elements(self.fusion)
+        # Only thread 0 of a row writes it, each element once.
+        self.writes_each_element_once = True
+
+    def launch_dimensions(self) -> LaunchDimensions:
+        if self.empty:
+            return LaunchDimensions(block_x=1, thread_x=1)
+        return self.plan.launch
+
+    def heroes(self) -> tuple[Instruction, ...]:
+        return (self.topk,)
+
+    def unemitted_heroes(self) -> tuple[Instruction, ...]:
+        """The topk has no elemental lowering: the entry function is the topk."""
+        return (self.topk,)
+
+    # -- keys ----------------------------------------------------------------------------
+
+    def _key_type(self) -> ir.IntegerType:
+        return ir.IntegerType.get_signless(self.plan.key_width)
+
+    def _bits_type(self) -> ir.IntegerType:
+        return ir.IntegerType.get_signless(self.element.bit_width)
+
+    def _to_key(self, value: ir.Value) -> ir.Value:
+        """The element as a key whose signed order is the wanted order."""
+        width = self.element.bit_width
+        bits = value
+        if value.type != self._bits_type():
+            bits = arith.bitcast(self._bits_type(), value)
+        bits = self._flip(bits, width)
+        key = arith.extsi(self._key_type(), bits) if width < self.plan.key_width else bits
+        if not self.plan.largest:
+            key = arith.xori(key, int_constant(-1, self.plan.key_width))
+        return key
+
+    def _from_key(self, key: ir.Value) -> ir.Value:
+        """The element a key came from, bit for bit (``_to_key`` inverted)."""
+        width = self.element.bit_width
+        if not self.plan.largest:
+            key = arith.xori(key, int_constant(-1, self.plan.key_width))
+        bits = arith.trunci(self._bits_type(), key) if width < self.plan.key_width else key
+        bits = self._flip(bits, width)
+        scalar = mlir_types.scalar_type(self.element)
+        return bits if scalar == bits.type else arith.bitcast(scalar, bits)
+
+    def _flip(self, bits: ir.Value, width: int) -> ir.Value:
+        """The order-preserving bit flip of the type (its own inverse)."""
+        if self.element.is_floating:
+            negative = arith.cmpi(arith.CmpIPredicate.slt, bits, int_constant(0, width))
+            flipped = arith.xori(bits, int_constant((1 << (width - 1)) - 1, width))
+            return arith.select(negative, flipped, bits)
+        if self.element.is_unsigned_integral or self.element.is_pred:
+            return arith.xori(bits, int_constant(-(1 << (width - 1)), width))
+        return bits
+
+    # -- lists ---------------------------------------------------------------------------
+
+    def _empty_list(self) -> Values:
+        low = int_constant(-(1 << (self.plan.key_width - 1)), self.plan.key_width)
+        none = int_constant(NO_INDEX, 32)
+        return [low] * self.plan.k + [none] * self.plan.k
+
+    def _offer(self, items: Values, key: ir.Value, index: ir.Value) -> Values:
+        """``items`` with (key, index) inserted if it beats the list's last: past the
+        first elements of a row most do not, and then cost one comparison."""
+        k = self.plan.k
+        beats = _better(key, index, items[k - 1], items[2 * k - 1])
+        return _guarded(beats, items, lambda current: self._insert(current, key, index))
+
+    def _insert(self, items: Values, key: ir.Value, index: ir.Value) -> Values:
+        """``items`` (k keys then k indices, best first) with (key, index) inserted."""
+        k = self.plan.k
+        keys, indices = list(items[:k]), list(items[k:])
+        for j in range(k):
+            better = _better(key, index, keys[j], indices[j])
+            keys[j], key = arith.select(better, key, keys[j]), arith.select(better, keys[j], key)
+            indices[j], index = (
+                arith.select(better, index, indices[j]),
+                arith.select(better, indices[j], index),
+            )
+        return keys + indices
+
+    # -- the kernel ----------------------------------------------------------------------
+
+    def emit_entry(self, entry: EntryFunction) -> Values:
+        if self.empty:
+            return list(entry.outputs)
+        plan = self.plan
+        lane = entry.thread_ids[0]
+        self._row = self._row_prefix(entry.block_ids[0])
+        items = self._scan(entry, lane)
+        if plan.rounds:
+            items = self._merge(lane, items)
+        is_first = arith.cmpi(arith.CmpIPredicate.eq, lane, index_constant(0))
+        return _guarded(is_first, list(entry.outputs), lambda outs: self._write(outs, items))
+
+    def _row_prefix(self, row: ir.Value) -> Values:
+        """The indices of the leading dimensions of ``row`` (row-major)."""
+        dims = self.operand.array_shape.dims[:-1]
+        index: Values = []
+        remaining = row
+        for position in range(len(dims) - 1, -1, -1):
+            if position == 0:
+                index.insert(0, remaining)
+            else:
+                index.insert(0, arith.remui(remaining, index_constant(dims[position])))
+                remaining = arith.divui(remaining, index_constant(dims[position]))
+        return index
+
+    def _scan(self, entry: EntryFunction, lane: ir.Value) -> Values:
+        """The thread's best ``k`` of elements ``lane, lane + T, ...``."""
+        plan = self.plan
+        guarded = plan.length % plan.threads != 0
+
+        def step(m: ir.Value, items: Values) -> Values:
+            position = arith.addi(lane, arith.muli(m, index_constant(plan.threads)))
+
+            def read(current: Values) -> Values:
+                (value,) = entry.value_of(self.operand, [*self._row, position])
+                scalar = mlir_types.to_scalar(value, self.element)
+                index = arith.index_cast(ir.IntegerType.get_signless(32), position)
+                return self._offer(current, self._to_key(scalar), index)
+
+            if not guarded:
+                return read(items)
+            inside = arith.cmpi(arith.CmpIPredicate.ult, position, index_constant(plan.length))
+            return _guarded(inside, items, read)
+
+        items = self._empty_list()
+        if plan.per_thread == 1:
+            return step(index_constant(0), items)
+        loop = scf.ForOp(
+            index_constant(0), index_constant(plan.per_thread), index_constant(1), items
+        )
+        with ir.InsertionPoint(loop.body):
+            scf.YieldOp(step(loop.induction_variable, list(loop.inner_iter_args)))
+        return list(loop.results)
+
+    def _merge(self, lane: ir.Value, items: Values) -> Values:
+        """``log2(T)`` rounds: thread ``t % 2s == 0`` takes in thread ``t + s``'s list."""
+        plan = self.plan
+        k = plan.k
+        size = plan.threads * k
+        keys = allocate_shared_op(ir.RankedTensorType.get([size], self._key_type())).results[0]
+        indices = allocate_shared_op(
+            ir.RankedTensorType.get([size], ir.IntegerType.get_signless(32))
+        ).results[0]
+        base = arith.muli(lane, index_constant(k))
+        for r in range(plan.rounds):
+            span = 1 << r
+            for j in range(k):
+                slot = [arith.addi(base, index_constant(j))]
+                keys = tensor.insert(items[j], keys, slot)
+                indices = tensor.insert(items[k + j], indices, slot)
+            keys, indices = sync_threads_op([keys, indices]).results
+            receiver = arith.cmpi(
+                arith.CmpIPredicate.eq,
+                arith.remui(lane, index_constant(2 * span)),
+                index_constant(0),
+            )
+            partner = arith.muli(arith.addi(lane, index_constant(span)), index_constant(k))
+
+            def take(current: Values, keys=keys, indices=indices, partner=partner) -> Values:
+                for j in range(k):
+                    slot = [arith.addi(partner, index_constant(j))]
+                    key = tensor.extract(keys, slot)
+                    index = tensor.extract(indices, slot)
+                    current = self._offer(current, key, index)
+                return current
+
+            items = _guarded(receiver, items, take)
+            if r + 1 < plan.rounds:
+                keys, indices = sync_threads_op([keys, indices]).results
+        return items
+
+    def _write(self, outputs: Values, items: Values) -> Values:
+        """The row's ``k`` values and indices into the two outputs."""
+        k = self.plan.k
+        values, positions = outputs
+        for j in range(k):
+            index = [*self._row, index_constant(j)]
+            value = mlir_types.to_element(self._from_key(items[j]), self.element)
+            values = tensor.insert(value, values, index)
+            positions = tensor.insert(items[k + j], positions, index)
+        return [values, positions]
+
+
+def _better(key: ir.Value, index: ir.Value, other_key: ir.Value, other_index: ir.Value):
+    """Whether (key, index) goes before (other_key, other_index): a larger key, then a
+    lower index (a total order: the result does not depend on the merge order)."""
+    greater = arith.cmpi(arith.CmpIPredicate.sgt, key, other_key)
+    equal = arith.cmpi(arith.CmpIPredicate.eq, key, other_key)
+    earlier = arith.cmpi(arith.CmpIPredicate.slt, index, other_index)
+    return arith.ori(greater, arith.andi(equal, earlier))
+
+
+def _guarded(condition: ir.Value, carried: Values, then) -> Values:
+    """``then(carried)`` where ``condition`` holds, else ``carried``."""
+    branch = scf.IfOp(condition, [v.type for v in carried], has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        scf.YieldOp(then(list(carried)))
+    with ir.InsertionPoint(branch.else_block):
+        scf.YieldOp(list(carried))
+    return list(branch.results)
+
+
+def _claims(analysis: object) -> bool:
+    """Fusions whose one root is a topk (the top-k decomposer left it for this emitter)."""
+    if not isinstance(analysis, FusionAnalysis):
+        return False
+    roots = analysis.roots
+    return len(roots) == 1 and roots[0].opcode == "topk"
+
+
+@hookimpl
+def heron_emitter_specs() -> list[EmitterSpec]:
+    return [
+        EmitterSpec(
+            name="topk",
+            priority=10,
+            claims=_claims,
+            factory=TopkEmitter,
+            description="topk: one block per row keeps the running top k",
+        )
+    ]

@@ -1,0 +1,154 @@
+"""Which library calls run here: the load-time choice between a library and heron's kernel.
+
+A compiled GEMM fusion is a :class:`~heron.runtime.core.thunks.LibraryCallThunk`
+carrying both the library call (``operation "gemm"``, the contract of
+:mod:`heron.runtime.core.gemm`) and, as its ``fallback``, the launch of
+heron's own kernel. When an executable is loaded, :func:`resolve` asks the
+device, call by call, whether it offers the call (``Device.library_for``:
+cuBLASLt on a CUDA device where nvmath-python finds it, hipBLAS on ROCm for
+the calls hipBLAS can express, numpy on an interpreter device built with
+``libraries=("gemm",)``), and puts either the library call (its fallback
+dropped) or the fallback's thunks in its place. The choice is made once, here,
+and reported: one :class:`LibraryChoice` per call, and the emitter of every
+resulting thunk (the library's name, or the fallback's emitter such as
+``"gemm"``) for the run records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from heron.runtime.core.gemm import GEMM, GemmCall
+from heron.runtime.core.thunks import (
+    CommandBufferThunk,
+    ConditionalThunk,
+    LibraryCallThunk,
+    SequentialThunk,
+    Thunk,
+    ThunkError,
+    WhileThunk,
+)
+
+__all__ = ["OPERATIONS", "LibraryChoice", "Resolved", "parse_call", "resolve"]
+
+#: operation -> how its thunk's attributes and slices are read (the contracts).
+OPERATIONS: Mapping[str, Callable[[LibraryCallThunk], Any]] = {GEMM: GemmCall.from_thunk}
+
+
+def parse_call(thunk: LibraryCallThunk) -> Any:
+    """The call ``thunk`` describes (a :class:`~heron.runtime.core.gemm.GemmCall`, ...).
+
+    Raises :class:`ThunkError` for an operation heron has no contract for, or
+    attributes and slices that do not fit its contract.
+    """
+    reader = OPERATIONS.get(thunk.operation)
+    if reader is None:
+        raise ThunkError(
+            f"library call {thunk.library}.{thunk.operation}: no such operation (heron's"
+            f" library calls: {', '.join(OPERATIONS)})"
+        )
+    return reader(thunk)
+
+
+@attrs.frozen
+class LibraryChoice:
+    """What the executor chose for one library call of the program."""
+
+    path: str  #: the thunk's place in the program before the choice (``3.body.1``)
+    call: str  #: the call, described (``gemm f32[64x32] x f32[32x16] -> f32``)
+    chosen: str  #: the library that runs it (``cublasLt``), or the fallback's emitter
+    library: bool  #: whether the library runs it (else heron's kernel)
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class Resolved:
+    """A program with every library call decided (see the module docstring)."""
+
+    program: tuple[Thunk, ...]
+    choices: tuple[LibraryChoice, ...]
+    #: id(thunk) of the program's library calls -> the parsed call the device runs.
+    calls: Mapping[int, Any]
+    #: id(thunk) -> the emitter of a thunk the choice made (library or fallback emitter).
+    emitters: Mapping[int, str]
+
+
+def resolve(program: Sequence[Thunk], library_for: Callable[[Any], str | None]) -> Resolved:
+    """``program`` with each library call or its fallback, as ``library_for(call)`` says.
+
+    ``library_for`` is the device's: the name of the library that runs the
+    call there, or None. A call the device does not offer and that has no
+    fallback is refused (:class:`ThunkError`, naming the call and its place).
+    """
+    choices: list[LibraryChoice] = []
+    calls: dict[int, Any] = {}
+    emitters: dict[int, str] = {}
+
+    def sequence(thunks: Sequence[Thunk], prefix: str) -> tuple[Thunk, ...]:
+        out: list[Thunk] = []
+        for i, thunk in enumerate(thunks):
+            out.extend(one(thunk, f"{prefix}{i}"))
+        return tuple(out)
+
+    def one(thunk: Thunk, path: str) -> list[Thunk]:
+        if isinstance(thunk, LibraryCallThunk):
+            return library_call(thunk, path)
+        if isinstance(thunk, SequentialThunk):
+            return [SequentialThunk(sequence(thunk.thunks, f"{path}."))]
+        if isinstance(thunk, CommandBufferThunk):
+            return [CommandBufferThunk(sequence(thunk.thunks, f"{path}."))]
+        if isinstance(thunk, WhileThunk):
+            return [
+                WhileThunk(
+                    sequence(thunk.condition, f"{path}.condition."),
+                    thunk.predicate,
+                    sequence(thunk.body, f"{path}.body."),
+                    thunk.trip_count,
+                )
+            ]
+        if isinstance(thunk, ConditionalThunk):
+            return [
+                ConditionalThunk(
+                    thunk.selector,
+                    thunk.selector_type,
+                    tuple(
+                        sequence(branch, f"{path}.branch{b}.")
+                        for b, branch in enumerate(thunk.branches)
+                    ),
+                )
+            ]
+        return [thunk]
+
+    def library_call(thunk: LibraryCallThunk, path: str) -> list[Thunk]:
+        try:
+            call = parse_call(thunk)
+        except ThunkError as error:
+            raise ThunkError(f"thunk {path}: {error}") from None
+        described = call.describe() if hasattr(call, "describe") else thunk.operation
+        library = library_for(call)
+        if library is not None:
+            chosen = attrs.evolve(thunk, fallback=())
+            calls[id(chosen)] = call
+            emitters[id(chosen)] = library
+            choices.append(LibraryChoice(path, described, library, True))
+            return [chosen]
+        if not thunk.fallback:
+            raise ThunkError(
+                f"thunk {path}: library call {thunk.library}.{thunk.operation} ({described}):"
+                " the device offers no library for it and the artefact has no heron kernel"
+                " beside it"
+            )
+        emitter = thunk.fallback_emitter or "heron"
+        fallback = sequence(thunk.fallback, f"{path}.fallback.")
+        for inner in fallback:
+            emitters.setdefault(id(inner), emitter)
+        choices.append(LibraryChoice(path, described, emitter, False))
+        return list(fallback)
+
+    resolved = sequence(program, "")
+    return Resolved(resolved, tuple(choices), calls, emitters)

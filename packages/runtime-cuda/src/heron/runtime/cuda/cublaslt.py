@@ -1,0 +1,321 @@
+"""GEMM library calls on CUDA through cuBLASLt (nvmath-python's ``nvmath.bindings.cublasLt``).
+
+The contract is :mod:`heron.runtime.core.gemm`: row-major ``lhs [batch, m, k]``,
+``rhs [batch, k, n]``, ``out [batch, m, n]``, an optional bias over ``n`` and
+a RELU. cuBLASLt's matrices are column-major, and a row-major ``X [r, c]`` is
+the column-major ``X^T [c, r]`` with the same bytes, so heron asks for
+``out^T = rhs^T lhs^T``: cuBLASLt's A is ``rhs`` (``n x k``, leading
+dimension ``n``), its B is ``lhs`` (``k x m``, ``k``), its C and D are
+``out`` (``n x m``, ``n``), neither transposed; every matrix of a batch
+``rows * cols`` elements after the previous (``STRIDED_BATCH_OFFSET``,
+``BATCH_COUNT``). cuBLASLt's bias epilogue adds a vector over D's rows, which
+are ``out``'s columns: exactly the contract's bias over ``n``.
+
+- Compute and scale types are XLA's: ``CUBLAS_COMPUTE_32F`` with f32 scales
+  for f32, f16 and bf16 inputs (never TF32: XLA's default precision for f32
+  dots on GPU keeps f32 products where heron's bounds are drawn),
+  ``CUBLAS_COMPUTE_64F`` for f64, ``CUBLAS_COMPUTE_32I`` with s32 scales for
+  s8 (which cuBLASLt runs only for layouts its IMMA kernels take: where the
+  heuristic finds no algorithm, :meth:`CublasLt.offers` says no and heron's
+  kernel runs).
+- Epilogues: ``DEFAULT``, ``BIAS``, ``RELU``, ``RELU_BIAS`` (the bias pointer
+  set on the descriptor before each call: the executor's views may move);
+  ``BIAS_DATA_TYPE`` is the output type.
+- An algorithm is chosen once per call shape (``cublasLtMatmulAlgoGetHeuristic``
+  with a preference of at most the workspace's bytes), when the executable is
+  loaded (``offers``), never during a graph capture; the workspace is one
+  device allocation made when the library is opened.
+
+:func:`plan` computes every argument value from the call alone (what the
+tests compare with the contract on a stand-in for the bindings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from heron.runtime.core.device import DeviceError
+from heron.runtime.core.gemm import GEMM, GemmCall
+from heron.runtime.core.gpu_device import Library
+
+__all__ = [
+    "COMPUTE_TYPES",
+    "DATA_TYPES",
+    "EPILOGUES",
+    "WORKSPACE_BYTES",
+    "CublasLt",
+    "LtMatrix",
+    "LtPlan",
+    "plan",
+]
+
+#: HLO element type -> ``cudaDataType_t`` name (nvmath's ``CudaDataType``).
+DATA_TYPES = {
+    "f16": "CUDA_R_16F",
+    "bf16": "CUDA_R_16BF",
+    "f32": "CUDA_R_32F",
+    "f64": "CUDA_R_64F",
+    "s8": "CUDA_R_8I",
+    "s32": "CUDA_R_32I",
+}
+#: accumulation type -> (``cublasComputeType_t`` name, scale type): XLA's choice.
+COMPUTE_TYPES = {
+    "f32": ("COMPUTE_32F", "f32"),
+    "f64": ("COMPUTE_64F", "f64"),
+    "s32": ("COMPUTE_32I", "s32"),
+}
+#: (bias, activation) -> ``cublasLtEpilogue_t`` name.
+EPILOGUES = {
+    (False, "none"): "DEFAULT",
+    (True, "none"): "BIAS",
+    (False, "relu"): "RELU",
+    (True, "relu"): "RELU_BIAS",
+}
+#: The workspace cuBLASLt may use (XLA gives cuBLASLt 32 MiB on Hopper, 4 MiB before).
+WORKSPACE_BYTES = 32 * 2**20
+
+
+@attrs.frozen
+class LtMatrix:
+    """One ``cublasLtMatrixLayout_t``: column-major ``rows x cols``, leading dimension ``ld``."""
+
+    role: str  #: which of the contract's arguments it is (``rhs``, ``lhs``, ``out``)
+    data_type: str  #: a ``cudaDataType_t`` name
+    rows: int
+    cols: int
+    ld: int
+    batch_count: int
+    batch_stride: int  #: elements from one matrix of the batch to the next
+
+
+@attrs.frozen
+class LtPlan:
+    """Every argument value of one cuBLASLt matmul for a call (see the module docstring)."""
+
+    compute_type: str
+    scale_type: str  #: the HLO element type of alpha and beta
+    transa: str
+    transb: str
+    epilogue: str
+    bias_data_type: str | None
+    a: LtMatrix
+    b: LtMatrix
+    c: LtMatrix
+    d: LtMatrix
+    #: argument position in the contract's order -> the matmul operand it is
+    a_argument: int
+    b_argument: int
+    bias_argument: int | None
+    out_argument: int
+
+
+def plan(call: GemmCall) -> LtPlan:
+    """The cuBLASLt arguments computing ``call`` (row-major through column-major, swapped)."""
+    if call.operation != GEMM:
+        raise DeviceError(f"cuBLASLt: no library call {call.operation!r}")
+    compute, scale = COMPUTE_TYPES[call.accumulation]
+    a = LtMatrix(
+        "rhs", DATA_TYPES[call.rhs_type], call.n, call.k, call.n, call.batch, call.k * call.n
+    )
+    b = LtMatrix(
+        "lhs", DATA_TYPES[call.lhs_type], call.k, call.m, call.k, call.batch, call.m * call.k
+    )
+    d = LtMatrix(
+        "out", DATA_TYPES[call.out_type], call.n, call.m, call.n, call.batch, call.m * call.n
+    )
+    return LtPlan(
+        compute_type=compute,
+        scale_type=scale,
+        transa="CUBLAS_OP_N",
+        transb="CUBLAS_OP_N",
+        epilogue=EPILOGUES[(call.bias, call.activation)],
+        bias_data_type=DATA_TYPES[call.out_type] if call.bias else None,
+        a=a,
+        b=b,
+        c=d,
+        d=d,
+        a_argument=1,
+        b_argument=0,
+        bias_argument=2 if call.bias else None,
+        out_argument=3 if call.bias else 2,
+    )
+
+
+_CUBLAS_OP_N = 0
+_SCALE_DTYPES = {"f32": np.float32, "f64": np.float64, "s32": np.int32}
+
+
+class _Prepared:
+    """One call's descriptors, chosen algorithm and host scalars (kept for the library's life)."""
+
+    def __init__(self, plan: LtPlan, desc: int, layouts: dict[str, int], heuristic: Any) -> None:
+        self.plan = plan
+        self.desc = desc
+        self.layouts = layouts
+        self.heuristic = heuristic  # a MatmulHeuristicResult: its first field is the algo
+        self.alpha = np.zeros(1, _SCALE_DTYPES[plan.scale_type])
+        self.beta = np.zeros(1, _SCALE_DTYPES[plan.scale_type])
+
+
+class CublasLt(Library):
+    """cuBLASLt on one device: a handle, a workspace, and the calls prepared so far.
+
+    ``bindings`` is ``nvmath.bindings.cublasLt``, ``data_types`` nvmath's
+    ``CudaDataType``, ``compute_types`` ``nvmath.bindings.cublas.ComputeType``
+    (the tests pass stand-ins); ``allocate(nbytes)`` gives the workspace's
+    device address.
+    """
+
+    name = "cublasLt"
+
+    def __init__(
+        self,
+        allocate: Callable[[int], int],
+        *,
+        bindings: Any = None,
+        data_types: Any = None,
+        compute_types: Any = None,
+        workspace_bytes: int = WORKSPACE_BYTES,
+    ) -> None:
+        if bindings is None or data_types is None or compute_types is None:
+            try:
+                import nvmath
+                from nvmath.bindings import cublas, cublasLt
+            except ImportError as exc:
+                raise DeviceError(
+                    f"cuBLASLt needs nvmath-python (a dependency of heron-runtime-cuda): {exc}"
+                ) from exc
+            bindings = cublasLt if bindings is None else bindings
+            data_types = nvmath.CudaDataType if data_types is None else data_types
+            compute_types = cublas.ComputeType if compute_types is None else compute_types
+        self._lt = bindings
+        self._types = data_types
+        self._compute = compute_types
+        self.handle = self._call("create")
+        self.workspace_bytes = workspace_bytes
+        self.workspace = allocate(workspace_bytes)
+        self._prepared: dict[GemmCall, _Prepared | None] = {}
+
+    def _call(self, name: str, *arguments: Any) -> Any:
+        try:
+            return getattr(self._lt, name)(*arguments)
+        except Exception as exc:  # nvmath raises cuBLASLtError (or fails to load the library)
+            raise DeviceError(f"cuBLASLt: cublasLt {name} failed: {exc}") from exc
+
+    def _set(self, setter: str, dtype_of: str, handle: int, attribute: Any, value: int) -> None:
+        """``setter(handle, attribute, &value, sizeof value)`` in the attribute's own type."""
+        buffer = np.array([value], dtype=getattr(self._lt, dtype_of)(attribute))
+        self._call(setter, handle, attribute, buffer.ctypes.data, buffer.nbytes)
+
+    def _layout(self, matrix: LtMatrix) -> int:
+        lt = self._lt
+        layout = self._call(
+            "matrix_layout_create",
+            int(getattr(self._types, matrix.data_type)),
+            matrix.rows,
+            matrix.cols,
+            matrix.ld,
+        )
+        dtype_of = "get_matrix_layout_attribute_dtype"
+        attribute = lt.MatrixLayoutAttribute
+        self._set("matrix_layout_set_attribute", dtype_of, layout, attribute.ORDER, lt.Order.COL)
+        if matrix.batch_count > 1:
+            set_ = "matrix_layout_set_attribute"
+            self._set(set_, dtype_of, layout, attribute.BATCH_COUNT, matrix.batch_count)
+            self._set(set_, dtype_of, layout, attribute.STRIDED_BATCH_OFFSET, matrix.batch_stride)
+        return layout
+
+    def prepare(self, call: GemmCall) -> _Prepared | None:
+        """The descriptors and algorithm for ``call``, or None where the heuristic finds none."""
+        if call in self._prepared:
+            return self._prepared[call]
+        lt = self._lt
+        chosen = plan(call)
+        compute = int(getattr(self._compute, chosen.compute_type))
+        scale = int(getattr(self._types, DATA_TYPES[chosen.scale_type]))
+        desc = self._call("matmul_desc_create", compute, scale)
+        attribute, dtype_of = lt.MatmulDescAttribute, "get_matmul_desc_attribute_dtype"
+        set_ = "matmul_desc_set_attribute"
+        self._set(set_, dtype_of, desc, attribute.TRANSA, _CUBLAS_OP_N)
+        self._set(set_, dtype_of, desc, attribute.TRANSB, _CUBLAS_OP_N)
+        self._set(set_, dtype_of, desc, attribute.EPILOGUE, getattr(lt.Epilogue, chosen.epilogue))
+        if chosen.bias_data_type is not None:
+            bias_type = int(getattr(self._types, chosen.bias_data_type))
+            self._set(set_, dtype_of, desc, attribute.BIAS_DATA_TYPE, bias_type)
+        layouts = {role: self._layout(getattr(chosen, role)) for role in ("a", "b", "d")}
+        preference = self._call("matmul_preference_create")
+        self._set(
+            "matmul_preference_set_attribute",
+            "get_matmul_preference_attribute_dtype",
+            preference,
+            lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES,
+            self.workspace_bytes,
+        )
+        heuristic = lt.MatmulHeuristicResult(1)
+        found = np.zeros(1, np.int32)
+        self._call(
+            "matmul_algo_get_heuristic",
+            self.handle,
+            desc,
+            layouts["a"],
+            layouts["b"],
+            layouts["d"],
+            layouts["d"],
+            preference,
+            1,
+            heuristic.ptr,
+            found.ctypes.data,
+        )
+        self._call("matmul_preference_destroy", preference)
+        if not found[0]:
+            for layout in layouts.values():
+                self._call("matrix_layout_destroy", layout)
+            self._call("matmul_desc_destroy", desc)
+            self._prepared[call] = None
+            return None
+        prepared = _Prepared(chosen, desc, layouts, heuristic)
+        prepared.alpha[0] = call.alpha
+        prepared.beta[0] = call.beta
+        self._prepared[call] = prepared
+        return prepared
+
+    def offers(self, call: Any) -> bool:
+        return isinstance(call, GemmCall) and self.prepare(call) is not None
+
+    def run(self, call: Any, addresses: Sequence[int], stream: Any) -> None:
+        prepared = self.prepare(call)
+        if prepared is None:
+            raise DeviceError(f"cuBLASLt has no algorithm for {call.describe()}")
+        chosen = prepared.plan
+        if chosen.bias_argument is not None:
+            self._set(
+                "matmul_desc_set_attribute",
+                "get_matmul_desc_attribute_dtype",
+                prepared.desc,
+                self._lt.MatmulDescAttribute.BIAS_POINTER,
+                addresses[chosen.bias_argument],
+            )
+        out = addresses[chosen.out_argument]
+        self._call(
+            "matmul",
+            self.handle,
+            prepared.desc,
+            prepared.alpha.ctypes.data,
+            addresses[chosen.a_argument],
+            prepared.layouts["a"],
+            addresses[chosen.b_argument],
+            prepared.layouts["b"],
+            prepared.beta.ctypes.data,
+            out,
+            prepared.layouts["d"],
+            out,
+            prepared.layouts["d"],
+            prepared.heuristic.ptr,
+            self.workspace,
+            self.workspace_bytes,
+            int(stream),  # a CUstream is its handle's int
+        )

@@ -1,0 +1,267 @@
+"""The cuBLASLt GEMM library call against a stand-in (conftest.FakeCublasLt), and on a GPU.
+
+The stand-in records every argument the wrapper passes (layouts, leading
+dimensions, batch counts and strides, compute and scale types, epilogue, bias
+pointer, workspace) and computes, column-major, what cuBLASLt computes from
+exactly those arguments; so each test checks the recorded values against the
+GEMM contract (heron.runtime.core.gemm) and the numbers against
+``GemmCall.reference``. The calls are every dot of the program corpus that the
+compiler turns into a library call, and a few the corpus lacks (s8, f16,
+alpha/beta). The executor's choice is tested on the CUDA device over the
+stand-in driver, offering and not offering cuBLASLt.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from heron_test_support.fake_blas import (
+    assert_gemm_close,
+    corpus_gemm_calls,
+    expected_bytes,
+    extra_gemm_calls,
+    random_operands,
+)
+
+from heron.runtime.core.artefact import (
+    Allocation,
+    Artefact,
+    ArtefactTarget,
+    EntrySignature,
+    KernelEntry,
+)
+from heron.runtime.core.device import KernelImage
+from heron.runtime.core.executor import Executable
+from heron.runtime.core.gemm import GemmCall
+from heron.runtime.core.thunks import BufferSlice, KernelThunk, LibraryCallThunk
+from heron.runtime.cuda.cublaslt import WORKSPACE_BYTES, CublasLt, plan
+from heron.runtime.cuda.device import CudaDevice
+
+EXTRA_CALLS = extra_gemm_calls()
+
+
+def _run(call: GemmCall, library: CublasLt, rng: np.random.Generator):
+    """Random operands in host memory (the stand-in's device); the output, the contract's."""
+    operands = random_operands(call, rng)
+    expected = expected_bytes(call, operands)
+    library.run(call, [o.ctypes.data for o in operands], 0x5001)
+    return operands[-1], expected
+
+
+def _check_plan(call: GemmCall, recorded: dict) -> None:
+    """The recorded arguments are the contract, row-major through column-major, swapped."""
+    layouts = {role: recorded[role][1] for role in "abd"}
+    element = {0: "f32", 1: "f64", 2: "f16", 14: "bf16", 3: "s8", 10: "s32"}
+    expected = {
+        "a": (call.rhs_type, call.n, call.k, call.n, call.k * call.n),
+        "b": (call.lhs_type, call.k, call.m, call.k, call.m * call.k),
+        "d": (call.out_type, call.n, call.m, call.n, call.m * call.n),
+    }
+    for role, (kind, rows, cols, ld, stride) in expected.items():
+        layout = layouts[role]
+        assert (element[layout["TYPE"]], layout["ROWS"], layout["COLS"], layout["LD"]) == (
+            kind,
+            rows,
+            cols,
+            ld,
+        ), role
+        assert layout["ORDER"] == 0  # CUBLASLT_ORDER_COL
+        if call.batch > 1:
+            assert (layout["BATCH_COUNT"], layout["STRIDED_BATCH_OFFSET"]) == (call.batch, stride)
+        else:
+            assert "BATCH_COUNT" not in layout
+    assert recorded["c"] == recorded["d"]
+    desc = recorded["desc"]
+    compute = {"f32": (68, 0), "f64": (70, 1), "s32": (72, 10)}[call.accumulation]
+    assert (desc["compute_type"], desc["scale_type"]) == compute  # never TF32 (77)
+    assert (desc["TRANSA"], desc["TRANSB"]) == (0, 0)
+    epilogue = {(False, "none"): 1, (True, "none"): 4, (False, "relu"): 2, (True, "relu"): 6}
+    assert desc["EPILOGUE"] == epilogue[(call.bias, call.activation)]
+    assert (desc.get("BIAS_DATA_TYPE") is not None) == call.bias
+    assert (float(recorded["alpha"]), float(recorded["beta"])) == (call.alpha, call.beta)
+    assert recorded["workspace"][1] == WORKSPACE_BYTES
+    assert recorded["stream"] == 0x5001
+
+
+def test_every_corpus_gemm_and_more_as_cublaslt_computes_it(fake_cublaslt):
+    corpus = corpus_gemm_calls()
+    assert {program for program, _ in corpus} >= {"batched_matmul", "mlp_relu", "attention_bf16"}
+    calls = [call for _, call in corpus] + list(EXTRA_CALLS)
+    assert any(c.bias and c.activation == "relu" for c in calls) and any(c.batch > 1 for c in calls)
+    rng = np.random.default_rng(17)
+    stand_in = fake_cublaslt()
+    workspace = []
+    library = CublasLt(lambda n: workspace.append(n) or 0x9000, bindings=stand_in)
+    assert workspace == [WORKSPACE_BYTES]
+    for call in calls:
+        assert library.offers(call), call.describe()
+        got, expected = _run(call, library, rng)
+        _check_plan(call, stand_in.matmuls[-1])
+        if call.bias:
+            assert stand_in.matmuls[-1]["desc"]["BIAS_POINTER"] != 0
+        assert_gemm_close(call, got, expected)
+    assert stand_in.heuristics == len(set(calls))  # one algorithm choice per call shape
+
+
+def test_plan_swaps_the_operands_for_row_major():
+    chosen = plan(GemmCall(2, 3, 5, 7, "bf16", "bf16", "bf16", bias=True))
+    assert (chosen.a.role, chosen.b.role, chosen.d.role) == ("rhs", "lhs", "out")
+    assert (chosen.a_argument, chosen.b_argument, chosen.bias_argument, chosen.out_argument) == (
+        1,
+        0,
+        2,
+        3,
+    )
+    assert (chosen.compute_type, chosen.scale_type, chosen.epilogue) == (
+        "COMPUTE_32F",
+        "f32",
+        "BIAS",
+    )
+    assert chosen.bias_data_type == "CUDA_R_16BF"
+
+
+def test_a_call_without_an_algorithm_is_not_offered_and_its_descriptors_go(fake_cublaslt):
+    stand_in = fake_cublaslt(no_algorithm=lambda desc, layouts: layouts[0]["TYPE"] == 3)
+    library = CublasLt(lambda n: 0x9000, bindings=stand_in)
+    s8 = GemmCall(1, 16, 24, 32, "s8", "s8", "s32")
+    assert not library.offers(s8)
+    assert len(stand_in.destroyed) == 5  # the preference, three layouts, the descriptor
+    assert library.offers(GemmCall(1, 16, 24, 32))
+
+
+def test_the_bias_pointer_follows_each_call(fake_cublaslt):
+    stand_in = fake_cublaslt()
+    library = CublasLt(lambda n: 0x9000, bindings=stand_in)
+    call = GemmCall(1, 2, 3, 4, bias=True)
+    rng = np.random.default_rng(0)
+    kept = [random_operands(call, rng) for _ in range(2)]  # alive: distinct addresses
+    for operands in kept:
+        library.run(call, [o.ctypes.data for o in operands], 0x5001)
+    first, second = (m["desc"]["BIAS_POINTER"] for m in stand_in.matmuls)
+    assert first != second and stand_in.heuristics == 1
+
+
+# -- the executor's choice on the CUDA device (stand-in driver and library) ------------------
+
+CALL = GemmCall(2, 3, 4, 5, bias=True, activation="relu")
+PTX = """
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry gemm_fusion(
+    .param .u64 .ptr .align 16 p0,
+    .param .u64 .ptr .align 16 p1,
+    .param .u64 .ptr .align 16 p2,
+    .param .u64 .ptr .align 16 p3
+)
+{ ret; }
+"""
+
+
+def _gemm_artefact() -> Artefact:
+    """(lhs, rhs, bias) -> relu(lhs @ rhs + bias): a library call, heron's kernel beside it."""
+    sizes = CALL.byte_sizes()
+    slices = [BufferSlice(i, 0, size) for i, size in enumerate(sizes)]
+    launch = KernelThunk("gemm_fusion", "fusion", slices, (1, 1, 1), (32, 1, 1))
+    call = LibraryCallThunk(
+        "blas", "gemm", slices, CALL.attributes(), fallback=[launch], fallback_emitter="gemm"
+    )
+    return Artefact(
+        target=ArtefactTarget("h100", "cuda", "sm_90"),
+        program=[call],
+        allocations=[
+            Allocation(0, sizes[0], "parameter", parameter=0),
+            Allocation(1, sizes[1], "parameter", parameter=1),
+            Allocation(2, sizes[2], "parameter", parameter=2),
+            Allocation(3, sizes[3], "output", output=0),
+        ],
+        signature=EntrySignature(
+            ["f32[2,3,5]{2,1,0}", "f32[2,5,4]{2,1,0}", "f32[4]{0}"], ["f32[2,3,4]{2,1,0}"]
+        ),
+        kernels=[KernelEntry("cuda", "fusion", KernelImage("ptx", "gemm_fusion", PTX.encode()))],
+    )
+
+
+def _inputs(rng):
+    return [
+        rng.standard_normal((2, 3, 5)).astype(np.float32),
+        rng.standard_normal((2, 5, 4)).astype(np.float32),
+        rng.standard_normal(4).astype(np.float32),
+    ]
+
+
+def _expected(inputs):
+    return np.maximum(np.matmul(inputs[0], inputs[1]) + inputs[2], 0)
+
+
+@pytest.mark.parametrize("command_buffers", [False, True])
+def test_the_executor_takes_cublaslt_where_the_device_offers_it(
+    fake_cuda, fake_cublaslt, command_buffers
+):
+    driver = fake_cuda()
+    stand_in = fake_cublaslt(memory=driver.device_memory(), driver=driver)
+
+    def cublaslt(device):
+        allocate = lambda n: int(device.allocate(n, "workspace").handle)  # noqa: E731
+        return CublasLt(allocate, bindings=stand_in, workspace_bytes=4096)  # fits the stand-in
+
+    device = CudaDevice(bindings=driver, libraries={"gemm": cublaslt})
+    executable = Executable(
+        _gemm_artefact(), device, command_buffers=command_buffers, min_graph_size=1
+    )
+    (choice,) = executable.library_choices
+    assert (choice.chosen, choice.library, choice.call) == (
+        "cublasLt",
+        True,
+        "gemm f32[2x3x5] x f32[2x5x4] -> f32, bias, relu",
+    )
+    assert executable.kernels == {}  # the fallback's image is not even loaded
+    rng = np.random.default_rng(3)
+    for _ in range(2):  # recorded, then replayed (with command buffers)
+        inputs = _inputs(rng)
+        (out,) = executable.run(inputs)
+        np.testing.assert_allclose(out, _expected(inputs), rtol=1e-5, atol=1e-6)
+    assert executable.stats.kernel_launches == 0 and driver.launched == []
+    assert {record.emitter for record in executable.stats.records} == {"cublasLt"}
+    assert len(stand_in.matmuls) == (1 if command_buffers else 2)  # a graph replays its node
+
+
+def test_the_executor_runs_heron_s_kernel_where_cublaslt_is_missing(fake_cuda):
+    def missing(device):
+        from heron.runtime.core.device import DeviceError
+
+        raise DeviceError("cuBLASLt needs nvmath-python (not installed)")
+
+    driver = fake_cuda()
+    device = CudaDevice(bindings=driver, libraries={"gemm": missing})
+    executable = Executable(_gemm_artefact(), device)
+    (choice,) = executable.library_choices
+    assert (choice.chosen, choice.library) == ("gemm", False)
+    assert device.library_reasons["gemm"].endswith("(not installed)")
+    executable.run(_inputs(np.random.default_rng(0)))
+    (launch,) = driver.launched
+    assert launch["function"] == "gemm_fusion" and len(launch["args"]) == 4
+    assert [(r.kind, r.emitter) for r in executable.stats.records] == [("kernel", "gemm")]
+    assert executable.stats.kernel_launches == 1
+
+
+@pytest.mark.cuda
+def test_cublaslt_on_a_real_gpu():
+    """Real GEMMs through cuBLASLt on device buffers, compared with the contract."""
+    from heron.runtime.cuda.backend import create_device
+
+    device = create_device(None)
+    library = CublasLt(lambda n: int(device.allocate(n, "workspace").handle))
+    rng = np.random.default_rng(5)
+    calls = [call for _, call in corpus_gemm_calls()] + list(EXTRA_CALLS)
+    calls.append(GemmCall(4, 128, 96, 64, "bf16", "bf16", "bf16", bias=True, activation="relu"))
+    for call in calls:
+        if not library.offers(call):
+            assert call.accumulation == "s32", call.describe()  # IMMA layouts only
+            continue
+        operands = random_operands(call, rng)
+        expected = expected_bytes(call, operands)
+        buffers = [device.upload(o) for o in operands]
+        library.run(call, [int(b.handle) for b in buffers], device._stream)
+        device.synchronize()
+        assert_gemm_close(call, device.copy_from_device(buffers[-1]), expected, slack=4)

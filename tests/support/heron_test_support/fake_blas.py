@@ -1,0 +1,206 @@
+"""What the cuBLASLt and hipBLAS stand-ins share: a column-major GEMM run from the arguments.
+
+The stand-ins (``FakeCublasLt`` in packages/runtime-cuda/tests/conftest.py,
+``FakeHipblas`` in packages/runtime-rocm/tests/conftest.py) record every
+argument heron's wrappers pass and then compute what a BLAS library computes
+from exactly those arguments (:func:`column_major_gemm`: column-major
+matrices of the given rows, columns, leading dimensions and batch strides,
+read from memory through :class:`Memory`), so that a test compares the
+result with the contract (``GemmCall.reference``): a wrong leading dimension,
+stride, operand order or epilogue shows up as wrong numbers, not only as a
+wrong recorded value.
+
+:func:`corpus_gemm_calls` lists the GEMM library calls the compiler makes of
+every dot of the program corpus (programs/), for the wrappers' tests.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+__all__ = [
+    "HostMemory",
+    "Matrix",
+    "Memory",
+    "assert_gemm_close",
+    "column_major_gemm",
+    "corpus_gemm_calls",
+    "expected_bytes",
+    "extra_gemm_calls",
+    "random_operands",
+]
+
+
+class Memory:
+    """Bytes at device addresses (a stand-in's; :class:`HostMemory` for host addresses)."""
+
+    def read(self, address: int, nbytes: int) -> bytes:
+        raise NotImplementedError
+
+    def write(self, address: int, data: bytes) -> None:
+        raise NotImplementedError
+
+
+class HostMemory(Memory):
+    """Device addresses that are host addresses (numpy arrays' ``ctypes.data``)."""
+
+    def read(self, address: int, nbytes: int) -> bytes:
+        return ctypes.string_at(address, nbytes)
+
+    def write(self, address: int, data: bytes) -> None:
+        ctypes.memmove(address, data, len(data))
+
+
+@attrs.frozen
+class Matrix:
+    """A column-major matrix batch as a BLAS call describes it."""
+
+    address: int
+    dtype: np.dtype
+    rows: int
+    cols: int
+    ld: int
+    batch_stride: int = 0  #: elements
+
+    def read(self, memory: Memory, batch: int) -> np.ndarray:
+        """``[batch, rows, cols]`` (column-major: element (i, j) at ``i + j * ld``)."""
+        size = np.dtype(self.dtype).itemsize
+        span = (batch - 1) * self.batch_stride + (self.cols - 1) * self.ld + self.rows
+        flat = np.frombuffer(memory.read(self.address, span * size), self.dtype)
+        out = np.empty((batch, self.rows, self.cols), self.dtype)
+        for b in range(batch):
+            for j in range(self.cols):
+                start = b * self.batch_stride + j * self.ld
+                out[b, :, j] = flat[start : start + self.rows]
+        return out
+
+    def write(self, memory: Memory, values: np.ndarray) -> None:
+        size = np.dtype(self.dtype).itemsize
+        values = values.astype(self.dtype)
+        for b in range(values.shape[0]):
+            for j in range(self.cols):
+                start = (b * self.batch_stride + j * self.ld) * size
+                memory.write(self.address + start, values[b, :, j].tobytes())
+
+
+def column_major_gemm(
+    memory: Memory,
+    batch: int,
+    a: Matrix,
+    b: Matrix,
+    d: Matrix,
+    accumulate: np.dtype,
+    alpha: float,
+    beta: float,
+    bias: tuple[int, np.dtype] | None = None,
+    relu: bool = False,
+    transpose: Callable[[str], bool] = lambda _: False,
+) -> None:
+    """``D = relu(alpha * A @ B + beta * D + bias[row])`` per batch, as BLAS computes it."""
+    a_values = a.read(memory, batch).astype(accumulate)
+    b_values = b.read(memory, batch).astype(accumulate)
+    if transpose("a"):
+        a_values = a_values.transpose(0, 2, 1)
+    if transpose("b"):
+        b_values = b_values.transpose(0, 2, 1)
+    with np.errstate(over="ignore"):
+        result = np.matmul(a_values, b_values) * np.asarray(alpha, accumulate)
+        if beta:
+            result = result + np.asarray(beta, accumulate) * d.read(memory, batch).astype(
+                accumulate
+            )
+        if bias is not None:
+            address, dtype = bias
+            vector = np.frombuffer(memory.read(address, d.rows * np.dtype(dtype).itemsize), dtype)
+            result = result + vector.astype(accumulate)[None, :, None]
+        if relu:
+            result = np.maximum(result, np.zeros((), accumulate))
+    d.write(memory, result.astype(accumulate))
+
+
+@functools.cache
+def corpus_gemm_calls() -> tuple[tuple[str, object], ...]:
+    """(program, GemmCall) for every dot of the program corpus that becomes a library call.
+
+    The programs are prepared for the h100 Target as ``compile_program`` does
+    (fusion, copy insertion, scheduling), without compiling kernels; each
+    fusion that :func:`heron.compiler.library_gemm.gemm_fusion` takes gives
+    its call.
+    """
+    from heron.compiler import Target
+    from heron.compiler.executable import prepare_module
+    from heron.compiler.library_gemm import gemm_fusion
+    from heron.hlo.parser import parse_module_file
+
+    target = Target.preset("h100")
+    programs = Path(__file__).resolve().parents[3] / "programs"
+    calls = []
+    for path in sorted(programs.glob("*/module.hlo")):
+        if " dot(" not in path.read_text():
+            continue
+        module, _ = prepare_module(parse_module_file(path), target)
+        for inst in module.instructions():
+            found = gemm_fusion(inst) if inst.opcode == "fusion" else None
+            if found is not None:
+                calls.append((path.parent.name, found.call))
+    return tuple(calls)
+
+
+def random_operands(call, rng: np.random.Generator) -> list[np.ndarray]:
+    """Random operands of a GemmCall in its argument order (out too: beta reads it)."""
+    from heron.hlo.element_types import ElementType
+
+    operands = []
+    for kind, count in zip(call.element_types(), call.element_counts(), strict=True):
+        if kind == "s8":
+            operands.append(rng.integers(-128, 128, count).astype(np.int8))
+        elif kind == "s32":
+            operands.append(rng.integers(-1000, 1000, count).astype(np.int32))
+        else:
+            operands.append(rng.standard_normal(count).astype(ElementType(kind).numpy_dtype))
+    return operands
+
+
+def expected_bytes(call, operands: list[np.ndarray]) -> np.ndarray:
+    """The contract's output (``GemmCall.reference``) for ``operands`` as they are now."""
+    raw = [o.view(np.uint8) for o in operands]
+    bias = raw[2] if call.bias else None
+    return call.reference(raw[0], raw[1], bias, raw[-1].copy())
+
+
+def assert_gemm_close(call, got: np.ndarray, expected: np.ndarray, slack: float = 1.0) -> None:
+    """``got`` (the output's elements or bytes) equals the contract within its accumulation
+    bound: integers exactly; floats within 4 epsilon of the output type times sqrt(k)
+    (the products summed in another order, rounded once)."""
+    import ml_dtypes
+
+    from heron.hlo.element_types import ElementType
+
+    dtype = ElementType(call.out_type).numpy_dtype
+    got, expected = got.view(dtype).astype(np.float64), expected.view(dtype).astype(np.float64)
+    if call.accumulation == "s32":
+        np.testing.assert_array_equal(got, expected, err_msg=call.describe())
+        return
+    bound = slack * (4 * float(ml_dtypes.finfo(dtype).eps) * max(call.k, 1) ** 0.5 + 1e-6)
+    np.testing.assert_allclose(got, expected, rtol=bound, atol=bound, err_msg=call.describe())
+
+
+def extra_gemm_calls() -> tuple:
+    """Calls the corpus lacks: s8 (s32 accumulation), f16 with and without an epilogue,
+    alpha and beta, f64, a matrix-vector product."""
+    from heron.runtime.core.gemm import GemmCall
+
+    return (
+        GemmCall(1, 16, 24, 32, "s8", "s8", "s32"),
+        GemmCall(3, 5, 7, 9, "f16", "f16", "f16", bias=True, activation="relu"),
+        GemmCall(3, 5, 7, 9, "f16", "f16", "f32"),
+        GemmCall(2, 4, 6, 8, "f32", "f32", "f32", alpha=0.5, beta=2.0),
+        GemmCall(1, 1, 9, 4, "f64", "f64", "f64"),
+        GemmCall(1, 7, 1, 12, "bf16", "bf16", "f32"),
+    )
