@@ -42,7 +42,8 @@ from heron.hlo.evaluator import evaluate_module
 from heron.hlo.parser import parse_module
 from heron.plugins import gemm_mma
 from heron.plugins.gemm import GemmEmitter
-from heron.runtime.cuda.ptx_statistics import kernel_statistics
+from heron.runtime.cuda.compiler_tools import find_ptxas
+from heron.runtime.cuda.ptx_statistics import kernel_statistics, ptxas_resource_usage
 from heron.runtime.interpreter.device import InterpreterDevice
 
 REGISTRY = EmitterRegistry(
@@ -603,6 +604,35 @@ def test_s8_mma_sync_in_the_ptx():
         ptx = artefact_text(kernel, "ptx")
         assert ptx.count("mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32") >= 4
     assert mi300x.image.format == "hsaco"
+
+
+@pytest.mark.parametrize(("dtype", "out"), [("f16", "f16"), ("bf16", "bf16"), ("s8", "s32")])
+def test_mma_kernels_fit_in_64_registers_on_sm_80_and_sm_90(dtype, out):
+    """The docs' GEMM (512 x 256 x 512): at most 64 registers a thread and no spills
+    (4 blocks of 256 threads an SM). A thread prefetches its next K step as 4
+    32-bit words (one register each), each round's global address its first plus a
+    constant: element by element, the s8 kernel held 16 bytes and a 64-bit pointer
+    for most of them (125 registers on sm_90)."""
+    text = dot_module(512, 256, 512, dtype=dtype, out=out)
+    fusion = _fusion(text)
+    for target in (A100_TARGET, H100_TARGET):
+        emitter = GemmEmitter(analysed(fusion, target))
+        assert emitter.plan.mma is not None
+        ptx = artefact_text(compile_emitted(emitter.emit(), target), "ptx")
+        (usage,) = ptxas_resource_usage(ptx, find_ptxas(), target.arch).values()
+        assert usage.registers <= 64, (target.arch, usage)
+        assert usage.spill_stores == usage.spill_loads == 0
+
+
+def test_mma_prefetch_is_held_in_words():
+    """The fetched next K step crosses the MMAs as one vector a 32-bit word (4 s8 or 2
+    f16 elements), not one value an element."""
+    for dtype, out, word in (("s8", "s32", 4), ("f16", "f16", 2)):
+        text = dot_module(64, 96, 64, dtype=dtype, out=out)
+        module = str(GemmEmitter(analysed(_fusion(text), H100_TARGET)).emit().module)
+        element = {"s8": "i8", "f16": "f16"}[dtype]
+        # a thread's 2 words of A and 2 of B a K step, fetched in each of the 2 stages
+        assert module.count(f"-> (vector<{word}x{element}>, vector<{word}x{element}>,") == 2
 
 
 @pytest.mark.parametrize(("dtype", "out"), [("f16", "f16"), ("s8", "s32")])

@@ -54,7 +54,7 @@ import math
 
 import attrs
 from mlir import ir
-from mlir.dialects import arith, scf, tensor
+from mlir.dialects import arith, scf, tensor, vector
 
 from heron.emitters import mlir_types
 from heron.emitters.dialect import allocate_shared_op, sync_threads_op
@@ -562,22 +562,31 @@ class GemmEmitter(FusionEmitter):
         nxt = arith.addi(step, index_constant(1))
         has_next = arith.cmpi(arith.CmpIPredicate.ult, nxt, index_constant(plan.k_steps))
         k_next = arith.muli(nxt, index_constant(plan.tk))
-        slots = [
-            *((0, s) for s in self._slots(0, batch, row0, k_next, thread)),
-            *((1, s) for s in self._slots(1, batch, k_next, col0, thread)),
+        # One register a word: the fetched elements of a word travel as one vector (a
+        # 32-bit register across the MMAs, not one register an element).
+        words = [
+            *((0, w) for w in self._slot_words(0, batch, row0, k_next, thread)),
+            *((1, w) for w in self._slot_words(1, batch, k_next, col0, thread)),
         ]
-        if any(slot.used is not None for _, slot in slots):
+        if any(slot.used is not None for _, word in words for slot in word):
             raise entry.error(self.dot, "the MMA tiles must be whole rounds of the block")
-        fetched = scf.IfOp(has_next, [self._staged] * len(slots), has_else=True)
+        kinds = [ir.VectorType.get([len(word)], self._staged) for _, word in words]
+        fetched = scf.IfOp(has_next, kinds, has_else=True)
         with ir.InsertionPoint(fetched.then_block):
             scf.YieldOp(
                 [
-                    self._read(entry, self.dot.operands[side], slot.index, slot.inside)
-                    for side, slot in slots
+                    vector.from_elements(
+                        kind,
+                        [
+                            self._read(entry, self.dot.operands[side], slot.index, slot.inside)
+                            for slot in word
+                        ],
+                    )
+                    for (side, word), kind in zip(words, kinds, strict=True)
                 ]
             )
         with ir.InsertionPoint(fetched.else_block):
-            scf.YieldOp([self._staged_zero()] * len(slots))
+            scf.YieldOp([gemm_mma.zeros(kind) for kind in kinds])
         offsets = (
             stage * tiles.a_stage,
             stage * tiles.b_stage,
@@ -588,10 +597,12 @@ class GemmEmitter(FusionEmitter):
         stored = scf.IfOp(has_next, [a_tile.type, b_tile.type], has_else=True)
         with ir.InsertionPoint(stored.then_block):
             staged = [a_tile, b_tile]
-            for (side, slot), value in zip(slots, fetched.results, strict=True):
+            for (side, word), fetched_word in zip(words, fetched.results, strict=True):
                 place = tiles.a_index if side == 0 else tiles.b_index
-                at = _offset(place(slot.row, slot.col), nexts[side])
-                staged[side] = tensor.insert(value, staged[side], [at])
+                for e, slot in enumerate(word):
+                    value = vector.extract(fetched_word, [], [e])
+                    at = _offset(place(slot.row, slot.col), nexts[side])
+                    staged[side] = tensor.insert(value, staged[side], [at])
             scf.YieldOp(staged)
         with ir.InsertionPoint(stored.else_block):
             scf.YieldOp([a_tile, b_tile])
@@ -700,9 +711,18 @@ class GemmEmitter(FusionEmitter):
     def _slots(
         self, side: int, batch: Values, row0: ir.Value, col0: ir.Value, thread: ir.Value
     ) -> list[_Slot]:
+        """``_slot_words``'s elements, one by one."""
+        words = self._slot_words(side, batch, row0, col0, thread)
+        return [slot for word in words for slot in word]
+
+    def _slot_words(
+        self, side: int, batch: Values, row0: ir.Value, col0: ir.Value, thread: ir.Value
+    ) -> list[list[_Slot]]:
         """The elements ``thread`` copies of the tile of operand ``side`` whose first
         element is (``row0``, ``col0``) of the operand: consecutive threads take
-        consecutive elements of a tile row (coalesced global reads)."""
+        consecutive elements of a tile row (coalesced global reads); on the MMA path,
+        consecutive 32-bit words of it (``_word``). Grouped by word: the elements a
+        thread stages together."""
         plan = self.plan
         rows, cols = (plan.tm, plan.tk) if side == 0 else (plan.tk, plan.tn)
         extent_rows = (plan.m, plan.k) if side == 0 else (plan.k, plan.n)
@@ -714,29 +734,54 @@ class GemmEmitter(FusionEmitter):
         elements = rows * cols
         # Where the block's threads cover whole tile rows a round, a thread keeps its
         # column and moves down a fixed number of rows: every round's address is the
-        # first one plus a constant (an immediate offset, not a register of its own).
-        whole_rows = plan.threads % cols == 0
-        first_r = arith.divui(thread, index_constant(cols))
-        first_c = arith.remui(thread, index_constant(cols))
+        # first one plus a constant (an immediate offset, not a register of its own),
+        # the constant added last so that LLVM keeps one pointer for all rounds.
+        word = self._word if cols % self._word == 0 else 1
+        groups = cols // word
+        whole_rows = plan.threads % groups == 0
+        if not whole_rows:
+            word, groups = 1, cols
+        first_r = arith.divui(thread, index_constant(groups))
+        first_c = arith.remui(thread, index_constant(groups))
+        if word > 1:
+            first_c = arith.muli(first_c, index_constant(word))
         slots = []
-        for r in range(math.ceil(elements / plan.threads)):
+        for r in range(math.ceil(elements / (plan.threads * word))):
             if whole_rows:
-                step = r * (plan.threads // cols)
-                local_r, local_c = _offset(first_r, step), first_c
-                used = _below(local_r, rows, step + plan.threads // cols)
+                step = r * (plan.threads // groups)
+                local_r = _offset(first_r, step)
+                used = _below(local_r, rows, step + plan.threads // groups)
+                g_row = _offset(arith.addi(row0, first_r), step)
+                columns = [(_offset(first_c, e), e) for e in range(word)]
             else:
                 slot = arith.addi(thread, index_constant(r * plan.threads)) if r else thread
                 used = _below(slot, elements, (r + 1) * plan.threads)
                 local_r = arith.divui(slot, index_constant(cols))
-                local_c = arith.remui(slot, index_constant(cols))
-            g_row = arith.addi(row0, local_r)
-            g_col = arith.addi(col0, local_c)
-            inside = both(
-                _below(g_row, extent_rows[0], spans[0]), _below(g_col, extent_rows[1], spans[1])
-            )
-            index = [*batch, *([g_row] if has_row else []), *([g_col] if has_col else [])]
-            slots.append(_Slot(used, local_r, local_c, index, inside))
+                g_row = arith.addi(row0, local_r)
+                columns = [(arith.remui(slot, index_constant(cols)), None)]
+            slots.append([])
+            for local_c, e in columns:
+                if e is None:
+                    g_col = arith.addi(col0, local_c)
+                else:
+                    g_col = _offset(arith.addi(col0, first_c), e)
+                inside = both(
+                    _below(g_row, extent_rows[0], spans[0]),
+                    _below(g_col, extent_rows[1], spans[1]),
+                )
+                index = [*batch, *([g_row] if has_row else []), *([g_col] if has_col else [])]
+                slots[-1].append(_Slot(used, local_r, local_c, index, inside))
         return slots
+
+    @property
+    def _word(self) -> int:
+        """Consecutive elements a thread stages together on the MMA path: one 32-bit
+        word of the operand (LLVM merges their loads, and A's shared stores, into one
+        32-bit access where the operand's rows are word-aligned), so a thread holds 4
+        prefetched words, not 8 (f16) or 16 (s8) elements each with its own address."""
+        if self.plan.mma is None:
+            return 1
+        return gemm_mma.WORD_BYTES // self._shared_tiles.element_bytes
 
     def _read(
         self, entry: EntryFunction, operand: Instruction, index: Values, inside: ir.Value | None

@@ -99,6 +99,8 @@ class MmaTiles:
     tiles_n: int = TILES_N
 
 
+#: Bytes of the word a thread stages at once (consecutive elements of a tile row).
+WORD_BYTES = 4
 #: Bytes each staged tile row is padded by (see the module docstring).
 PAD_BYTES = 16
 #: Shared-memory stages of each tile: K step i + 1 is staged into one while the
@@ -164,15 +166,20 @@ def warp_origin(thread: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
     return lane, row, col
 
 
-def zero_accumulator(accumulator: ir.Type) -> ir.Value:
-    """A ``vector<2x2>`` of zeros of the accumulation type (f32 or i32)."""
-    kind = ir.VectorType.get([2, 2], accumulator)
+def zeros(kind: ir.VectorType) -> ir.Value:
+    """A vector of zeros of type ``kind`` (float or integer elements)."""
+    element = kind.element_type
     zero = (
-        ir.FloatAttr.get(accumulator, 0.0)
-        if isinstance(accumulator, ir.FloatType)
-        else ir.IntegerAttr.get(accumulator, 0)
+        ir.FloatAttr.get(element, 0.0)
+        if isinstance(element, ir.FloatType)
+        else ir.IntegerAttr.get(element, 0)
     )
     return arith.ConstantOp(kind, ir.DenseElementsAttr.get_splat(kind, zero)).result
+
+
+def zero_accumulator(accumulator: ir.Type) -> ir.Value:
+    """A ``vector<2x2>`` of zeros of the accumulation type (f32 or i32)."""
+    return zeros(ir.VectorType.get([2, 2], accumulator))
 
 
 def _register(tile: ir.Value, index: ir.Value, p: int) -> Values:
