@@ -609,10 +609,10 @@ def test_s8_mma_sync_in_the_ptx():
 @pytest.mark.parametrize(("dtype", "out"), [("f16", "f16"), ("bf16", "bf16"), ("s8", "s32")])
 def test_mma_kernels_fit_in_64_registers_on_sm_80_and_sm_90(dtype, out):
     """The docs' GEMM (512 x 256 x 512): at most 64 registers a thread and no spills
-    (4 blocks of 256 threads an SM). A thread prefetches its next K step as 4
-    32-bit words (one register each), each round's global address its first plus a
-    constant: element by element, the s8 kernel held 16 bytes and a 64-bit pointer
-    for most of them (125 registers on sm_90)."""
+    (4 blocks of 256 threads an SM). A thread holds its prefetched next K step as 4
+    32-bit words (one register each; A read a word at a time), each round's global
+    address its first plus a constant: element by element, the s8 kernel held 16
+    bytes and a 64-bit pointer for most of them (125 registers on sm_90)."""
     text = dot_module(512, 256, 512, dtype=dtype, out=out)
     fusion = _fusion(text)
     for target in (A100_TARGET, H100_TARGET):
@@ -626,7 +626,8 @@ def test_mma_kernels_fit_in_64_registers_on_sm_80_and_sm_90(dtype, out):
 
 def test_mma_prefetch_is_held_in_words():
     """The fetched next K step crosses the MMAs as one vector a 32-bit word (4 s8 or 2
-    f16 elements), not one value an element."""
+    f16 elements): A's words as read, B's consecutive rounds; not one value an
+    element."""
     for dtype, out, word in (("s8", "s32", 4), ("f16", "f16", 2)):
         text = dot_module(64, 96, 64, dtype=dtype, out=out)
         module = str(GemmEmitter(analysed(_fusion(text), H100_TARGET)).emit().module)

@@ -325,6 +325,11 @@ def _offset(value: ir.Value, constant: int) -> ir.Value:
     return arith.addi(value, index_constant(constant)) if constant else value
 
 
+def _chunks(items: list, size: int) -> list[list]:
+    """``items`` in consecutive groups of ``size`` (the last may be shorter)."""
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
 def _below(value: ir.Value, bound: int, extent: int) -> ir.Value | None:
     """``value < bound``, or None when every value of ``0 .. extent-1`` is below it."""
     if extent <= bound:
@@ -562,11 +567,15 @@ class GemmEmitter(FusionEmitter):
         nxt = arith.addi(step, index_constant(1))
         has_next = arith.cmpi(arith.CmpIPredicate.ult, nxt, index_constant(plan.k_steps))
         k_next = arith.muli(nxt, index_constant(plan.tk))
-        # One register a word: the fetched elements of a word travel as one vector (a
-        # 32-bit register across the MMAs, not one register an element).
+        # One register a word: the fetched elements travel across the MMAs in vectors
+        # of a 32-bit word (A's are the words it read; B's are consecutive rounds).
         words = [
-            *((0, w) for w in self._slot_words(0, batch, row0, k_next, thread)),
-            *((1, w) for w in self._slot_words(1, batch, k_next, col0, thread)),
+            (side, group)
+            for side, slots in (
+                (0, self._slots(0, batch, row0, k_next, thread)),
+                (1, self._slots(1, batch, k_next, col0, thread)),
+            )
+            for group in _chunks(slots, self._word)
         ]
         if any(slot.used is not None for _, word in words for slot in word):
             raise entry.error(self.dot, "the MMA tiles must be whole rounds of the block")
@@ -711,18 +720,10 @@ class GemmEmitter(FusionEmitter):
     def _slots(
         self, side: int, batch: Values, row0: ir.Value, col0: ir.Value, thread: ir.Value
     ) -> list[_Slot]:
-        """``_slot_words``'s elements, one by one."""
-        words = self._slot_words(side, batch, row0, col0, thread)
-        return [slot for word in words for slot in word]
-
-    def _slot_words(
-        self, side: int, batch: Values, row0: ir.Value, col0: ir.Value, thread: ir.Value
-    ) -> list[list[_Slot]]:
         """The elements ``thread`` copies of the tile of operand ``side`` whose first
         element is (``row0``, ``col0``) of the operand: consecutive threads take
-        consecutive elements of a tile row (coalesced global reads); on the MMA path,
-        consecutive 32-bit words of it (``_word``). Grouped by word: the elements a
-        thread stages together."""
+        consecutive elements of a tile row (coalesced global reads), or consecutive
+        words of it (``_layout_word``: each thread's elements in order)."""
         plan = self.plan
         rows, cols = (plan.tm, plan.tk) if side == 0 else (plan.tk, plan.tn)
         extent_rows = (plan.m, plan.k) if side == 0 else (plan.k, plan.n)
@@ -736,7 +737,8 @@ class GemmEmitter(FusionEmitter):
         # column and moves down a fixed number of rows: every round's address is the
         # first one plus a constant (an immediate offset, not a register of its own),
         # the constant added last so that LLVM keeps one pointer for all rounds.
-        word = self._word if cols % self._word == 0 else 1
+        word = self._layout_word(side)
+        word = word if cols % word == 0 else 1
         groups = cols // word
         whole_rows = plan.threads % groups == 0
         if not whole_rows:
@@ -759,7 +761,6 @@ class GemmEmitter(FusionEmitter):
                 local_r = arith.divui(slot, index_constant(cols))
                 g_row = arith.addi(row0, local_r)
                 columns = [(arith.remui(slot, index_constant(cols)), None)]
-            slots.append([])
             for local_c, e in columns:
                 if e is None:
                     g_col = arith.addi(col0, local_c)
@@ -770,18 +771,26 @@ class GemmEmitter(FusionEmitter):
                     _below(g_col, extent_rows[1], spans[1]),
                 )
                 index = [*batch, *([g_row] if has_row else []), *([g_col] if has_col else [])]
-                slots[-1].append(_Slot(used, local_r, local_c, index, inside))
+                slots.append(_Slot(used, local_r, local_c, index, inside))
         return slots
 
     @property
     def _word(self) -> int:
-        """Consecutive elements a thread stages together on the MMA path: one 32-bit
-        word of the operand (LLVM merges their loads, and A's shared stores, into one
-        32-bit access where the operand's rows are word-aligned), so a thread holds 4
-        prefetched words, not 8 (f16) or 16 (s8) elements each with its own address."""
+        """Operand elements in a 32-bit word (1 off the MMA path): the fetched next K
+        step is held one vector a word, one register each, instead of one register an
+        element (s8: 16 bytes a thread)."""
         if self.plan.mma is None:
             return 1
         return gemm_mma.WORD_BYTES // self._shared_tiles.element_bytes
+
+    def _layout_word(self, side: int) -> int:
+        """Consecutive elements of a tile row a thread stages (``_slots``): a word of A on
+        the MMA path (one 32-bit global load and shared store where A's rows are
+        word-aligned; a thread's global addresses 4 words, not 16 bytes, apart), else 1.
+        B is staged transposed: a word of its row would go to 4 tile rows, a warp's
+        stores into rows 4 apart fall in 2 banks (4 conflicts a store request against
+        1.5 element by element), so it stays element by element."""
+        return self._word if side == 0 else 1
 
     def _read(
         self, entry: EntryFunction, operand: Instruction, index: Values, inside: ir.Value | None
