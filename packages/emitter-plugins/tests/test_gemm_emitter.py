@@ -42,7 +42,8 @@ from heron.hlo.evaluator import evaluate_module
 from heron.hlo.parser import parse_module
 from heron.plugins import gemm_mma
 from heron.plugins.gemm import GemmEmitter
-from heron.runtime.cuda.ptx_statistics import kernel_statistics
+from heron.runtime.cuda.compiler_tools import find_ptxas
+from heron.runtime.cuda.ptx_statistics import kernel_statistics, ptxas_resource_usage
 from heron.runtime.interpreter.device import InterpreterDevice
 
 REGISTRY = EmitterRegistry(
@@ -487,8 +488,9 @@ def test_half_floats_take_mma_sync_on_the_interpreter(target, dtype, m, k, n):
     plan = GemmEmitter(analysed(_fusion(dot_module(m, k, n, dtype=dtype)), target)).plan
     assert plan.mma == f"m16n8k16.{dtype}" and (plan.tm, plan.tn, plan.tk) == (64, 64, 16)
     assert kernel.grid == (plan.tiles_m * plan.tiles_n, 1, 1) and kernel.block == (256, 1, 1)
-    # four MMAs a warp and K step (the K loop is unrolled up to 8 steps)
-    assert _mma_instructions(kernel) == 4 * (plan.k_steps if plan.k_steps <= 8 else 1)
+    # four MMAs a warp and K step: the K loop takes one step a stage (two) an iteration,
+    # or is unrolled whole
+    assert _mma_instructions(kernel) in {4 * gemm_mma.STAGES, 4 * plan.k_steps}
 
 
 def test_mma_with_batch_dimensions_and_an_f32_result():
@@ -545,8 +547,9 @@ def test_other_dots_keep_the_scalar_path_on_sm_90(text, why):
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_mma_sync_in_the_ptx_for_sm_80_and_sm_90_and_hsaco_for_gfx942(dtype):
-    """A100 and H100 PTX hold 4 mma.sync.aligned.m16n8k16 a K step (ptxas accepts them
-    where it is installed); MI300X keeps the scalar path and still makes an HSACO."""
+    """A100 and H100 PTX hold 4 mma.sync.aligned.m16n8k16 a K step, the K loop two
+    steps (its two shared stages) an iteration (ptxas accepts them where it is
+    installed); MI300X keeps the scalar path and still makes an HSACO."""
     text = dot_module(100, 70, 130, dtype=dtype)
     a100, h100, mi300x = compile_everywhere(GemmEmitter, _fusion(text))
     if shutil.which("ptxas"):
@@ -554,9 +557,11 @@ def test_mma_sync_in_the_ptx_for_sm_80_and_sm_90_and_hsaco_for_gfx942(dtype):
     for kernel in (a100, h100):
         ptx = artefact_text(kernel, "ptx")
         spelled = f"mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32"
-        assert ptx.count(spelled) == 4 * 5  # 4 a warp, 5 K steps of 16 (unrolled)
+        assert ptx.count(spelled) == 4 * 2  # 4 a warp and K step, 2 steps an iteration
         (stats,) = kernel_statistics(ptx).values()
-        assert stats.shared_loads > 0 and stats.barriers >= 2 and stats.fma == 0
+        # the prologue's barrier and one a K step; each fragment register one 32-bit load
+        assert stats.barriers == 3 and stats.fma == 0
+        assert ptx.count("ld.shared.b32") == 2 * (4 + 4 * 2) and "ld.shared.b16" not in ptx
     assert mi300x.image.format == "hsaco"
     assert GemmEmitter(analysed(_fusion(text), MI300X_TARGET)).plan.mma is None
 
@@ -599,3 +604,64 @@ def test_s8_mma_sync_in_the_ptx():
         ptx = artefact_text(kernel, "ptx")
         assert ptx.count("mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32") >= 4
     assert mi300x.image.format == "hsaco"
+
+
+@pytest.mark.parametrize(("dtype", "out"), [("f16", "f16"), ("bf16", "bf16"), ("s8", "s32")])
+def test_mma_kernels_fit_in_64_registers_on_sm_80_and_sm_90(dtype, out):
+    """The docs' GEMM (512 x 256 x 512): at most 64 registers a thread and no spills
+    (4 blocks of 256 threads an SM). A thread holds its prefetched next K step as 4
+    32-bit words (one register each; A read a word at a time), each round's global
+    address its first plus a constant: element by element, the s8 kernel held 16
+    bytes and a 64-bit pointer for most of them (125 registers on sm_90)."""
+    text = dot_module(512, 256, 512, dtype=dtype, out=out)
+    fusion = _fusion(text)
+    for target in (A100_TARGET, H100_TARGET):
+        emitter = GemmEmitter(analysed(fusion, target))
+        assert emitter.plan.mma is not None
+        ptx = artefact_text(compile_emitted(emitter.emit(), target), "ptx")
+        (usage,) = ptxas_resource_usage(ptx, find_ptxas(), target.arch).values()
+        assert usage.registers <= 64, (target.arch, usage)
+        assert usage.spill_stores == usage.spill_loads == 0
+
+
+def test_mma_prefetch_is_held_in_words():
+    """The fetched next K step crosses the MMAs as one vector a 32-bit word (4 s8 or 2
+    f16 elements): A's words as read, B's consecutive rounds; not one value an
+    element."""
+    for dtype, out, word in (("s8", "s32", 4), ("f16", "f16", 2)):
+        text = dot_module(64, 96, 64, dtype=dtype, out=out)
+        module = str(GemmEmitter(analysed(_fusion(text), H100_TARGET)).emit().module)
+        element = {"s8": "i8", "f16": "f16"}[dtype]
+        # a thread's 2 words of A and 2 of B a K step, fetched in each of the 2 stages
+        assert module.count(f"-> (vector<{word}x{element}>, vector<{word}x{element}>,") == 2
+
+
+@pytest.mark.parametrize(("dtype", "out"), [("f16", "f16"), ("s8", "s32")])
+def test_mma_fragment_loads_have_no_bank_conflicts(dtype, out):
+    """The padded tiles (rows 16 bytes longer, 12 banks apart) put a warp's 8 rows x 4
+    words of a fragment load in 32 banks: the interpreter's memory model counts no
+    conflict on the shared loads (unpadded rows of 32 bytes gave 2.33 a request); the
+    double-buffered run still equals the evaluator."""
+    from heron.runtime.interpreter.profile import AccessRecorder
+
+    rng = np.random.default_rng(21)
+    m, k, n = 64, 96, 64  # 6 K steps of f16 (3 of s8), one block
+    a, b = _values(dtype, (m, k), rng), _values(dtype, (k, n), rng)
+    text = dot_module(m, k, n, dtype=dtype, out=out)
+    device = InterpreterDevice()
+    target = target_for_device(device, "interpreter", H100_TARGET)
+    kernel = compile_fusion(_fusion(text), target, "interpreter", emitters=REGISTRY)
+    assert kernel.emitter == "gemm" and _mma_instructions(kernel) > 0
+    device.observer = AccessRecorder()
+    run = run_on_device(device, kernel, [a, b])
+    loads = device.observer.stats("workgroup", "load")
+    # per K step a thread reads 4 A and 8 B registers of p elements
+    p = gemm_mma.mma_k(dtype) // 8
+    assert loads.requests == 8 * 12 * p * (k // gemm_mma.mma_k(dtype))
+    assert loads.bank_conflicts == 0
+    want = evaluate_module(parse_module(text), [a, b])
+    got = np.asarray(run.outputs[0])
+    if dtype == "s8":
+        assert np.array_equal(got, np.asarray(want))
+    else:
+        assert_within_bound(got, np.asarray(want), a, b, m, k, n, dtype)

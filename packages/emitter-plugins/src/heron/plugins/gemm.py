@@ -54,7 +54,7 @@ import math
 
 import attrs
 from mlir import ir
-from mlir.dialects import arith, scf, tensor
+from mlir.dialects import arith, scf, tensor, vector
 
 from heron.emitters import mlir_types
 from heron.emitters.dialect import allocate_shared_op, sync_threads_op
@@ -268,9 +268,9 @@ def plan_gemm(dot: Instruction, target: EmitterTarget) -> GemmPlan:
         tk = gemm_mma.mma_k(MMA_INPUTS[lhs.element_type])
     plan = GemmPlan(tuple(lhs.dims[:nb]), m, n, k, has_m, has_n, has_k, tm, tn, tk, rm, rn, mma)
     accumulator_bytes = 8 if dot.array_shape.element_type is ElementType.F64 else 4
-    if mma is not None:  # the tiles keep the inputs
-        accumulator_bytes = lhs.element_type.bit_width // 8
     tile_bytes = (tm * tk + tk * tn) * accumulator_bytes
+    if mma is not None:  # the tiles keep the inputs, in padded rows
+        tile_bytes = gemm_mma.SharedTiles(tm, tn, tk, lhs.element_type.bit_width // 8).bytes
     if tile_bytes > target.shared_memory_per_block:
         raise UnsupportedError(
             f"dot '{dot.name}' ({dot.shape}): its tiles need {tile_bytes} bytes of shared"
@@ -307,6 +307,27 @@ def _s8_sum_may_overflow(dot: Instruction) -> bool:
     holds when K products of at most ``(-128)^2 = 2^14`` each fit in s32."""
     k = dot.operands[0].array_shape.dims[-1]
     return k * 128 * 128 > 2**31 - 1
+
+
+@attrs.frozen
+class _Slot:
+    """One element a thread stages: ``used`` (None: always), its (row, column) in the
+    tile, its index in the operand and whether it lies inside the operand (None: yes)."""
+
+    used: ir.Value | None
+    row: ir.Value
+    col: ir.Value
+    index: Values
+    inside: ir.Value | None
+
+
+def _offset(value: ir.Value, constant: int) -> ir.Value:
+    return arith.addi(value, index_constant(constant)) if constant else value
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    """``items`` in consecutive groups of ``size`` (the last may be shorter)."""
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _below(value: ir.Value, bound: int, extent: int) -> ir.Value | None:
@@ -471,12 +492,23 @@ class GemmEmitter(FusionEmitter):
         col0 = arith.muli(arith.remui(tile, index_constant(plan.tiles_n)), index_constant(plan.tn))
         lane, warp_row, warp_col = gemm_mma.warp_origin(thread)
         element = self._operand_scalar
-        a_tile = allocate_shared_op(self._tile_type(plan.tm, plan.tk, element)).results[0]
-        b_tile = allocate_shared_op(self._tile_type(plan.tk, plan.tn, element)).results[0]
+        tiles = self._shared_tiles
+        a_tile = allocate_shared_op(ir.RankedTensorType.get([tiles.a_size], element)).results[0]
+        b_tile = allocate_shared_op(ir.RankedTensorType.get([tiles.b_size], element)).results[0]
         pieces = gemm_mma.MmaTiles().tiles_n
+        fragments = gemm_mma.fragment_indices(tiles, lane, warp_row, warp_col)
+        # Double buffering: K step 0 is staged into stage 0 before the loop; step i
+        # reads step i + 1 from global memory into registers, runs its MMAs on stage
+        # i % 2, stores the registers into the other stage and waits once. A stage is
+        # overwritten only after the barrier that ends the step which read it. The
+        # loop takes two steps an iteration, so each one's stages are constants.
+        zero = index_constant(0)
+        a_tile = self._stage(entry, a_tile, 0, batch, row0, zero, thread, tiles.a_index)
+        b_tile = self._stage(entry, b_tile, 1, batch, zero, col0, thread, tiles.b_index)
+        a_tile, b_tile = sync_threads_op([a_tile, b_tile]).results
         loop = scf.ForOp(
-            index_constant(0),
-            index_constant(plan.k_steps),
+            zero,
+            index_constant(math.ceil(plan.k_steps / gemm_mma.STAGES)),
             index_constant(1),
             [
                 *(gemm_mma.zero_accumulator(self._accumulator) for _ in range(pieces)),
@@ -485,14 +517,27 @@ class GemmEmitter(FusionEmitter):
             ],
         )
         with ir.InsertionPoint(loop.body):
-            *accs, a_tile, b_tile = loop.inner_iter_args
-            k0 = arith.muli(loop.induction_variable, index_constant(plan.tk))
-            a_tile = self._stage(entry, a_tile, 0, batch, row0, k0, thread)
-            b_tile = self._stage(entry, b_tile, 1, batch, k0, col0, thread)
-            a_tile, b_tile = sync_threads_op([a_tile, b_tile]).results
-            accs = gemm_mma.warp_step(a_tile, b_tile, list(accs), lane, warp_row, warp_col)
-            a_tile, b_tile = sync_threads_op([a_tile, b_tile]).results
-            scf.YieldOp([*accs, a_tile, b_tile])
+            carried = list(loop.inner_iter_args)
+            first = arith.muli(loop.induction_variable, index_constant(gemm_mma.STAGES))
+            for stage in range(gemm_mma.STAGES):
+                step = _offset(first, stage)
+                if stage and plan.k_steps % gemm_mma.STAGES:  # the last iteration's is past K
+                    inside = arith.cmpi(arith.CmpIPredicate.ult, step, index_constant(plan.k_steps))
+                    branch = scf.IfOp(inside, [v.type for v in carried], has_else=True)
+                    with ir.InsertionPoint(branch.then_block):
+                        scf.YieldOp(
+                            self._mma_step(
+                                entry, stage, step, carried, fragments, row0, col0, thread, batch
+                            )
+                        )
+                    with ir.InsertionPoint(branch.else_block):
+                        scf.YieldOp(carried)
+                    carried = list(branch.results)
+                else:
+                    carried = self._mma_step(
+                        entry, stage, step, carried, fragments, row0, col0, thread, batch
+                    )
+            scf.YieldOp(carried)
         outputs = list(entry.outputs)
         for j in range(pieces):
             acc = loop.results[j]
@@ -501,6 +546,77 @@ class GemmEmitter(FusionEmitter):
                 col = arith.addi(col0, col)
                 outputs = self._store(entry, outputs, batch, row, col, value)
         return outputs
+
+    def _mma_step(
+        self,
+        entry: EntryFunction,
+        stage: int,
+        step: ir.Value,
+        carried: Values,
+        fragments: gemm_mma.FragmentIndices,
+        row0: ir.Value,
+        col0: ir.Value,
+        thread: ir.Value,
+        batch: Values,
+    ) -> Values:
+        """K step ``step``, whose tiles are in stage ``stage``: fetch step + 1 into
+        registers, the MMAs, the registers into the other stage, one barrier."""
+        plan = self.plan
+        tiles = self._shared_tiles
+        *accs, a_tile, b_tile = carried
+        nxt = arith.addi(step, index_constant(1))
+        has_next = arith.cmpi(arith.CmpIPredicate.ult, nxt, index_constant(plan.k_steps))
+        k_next = arith.muli(nxt, index_constant(plan.tk))
+        # One register a word: the fetched elements travel across the MMAs in vectors
+        # of a 32-bit word (A's are the words it read; B's are consecutive rounds).
+        words = [
+            (side, group)
+            for side, slots in (
+                (0, self._slots(0, batch, row0, k_next, thread)),
+                (1, self._slots(1, batch, k_next, col0, thread)),
+            )
+            for group in _chunks(slots, self._word)
+        ]
+        if any(slot.used is not None for _, word in words for slot in word):
+            raise entry.error(self.dot, "the MMA tiles must be whole rounds of the block")
+        kinds = [ir.VectorType.get([len(word)], self._staged) for _, word in words]
+        fetched = scf.IfOp(has_next, kinds, has_else=True)
+        with ir.InsertionPoint(fetched.then_block):
+            scf.YieldOp(
+                [
+                    vector.from_elements(
+                        kind,
+                        [
+                            self._read(entry, self.dot.operands[side], slot.index, slot.inside)
+                            for slot in word
+                        ],
+                    )
+                    for (side, word), kind in zip(words, kinds, strict=True)
+                ]
+            )
+        with ir.InsertionPoint(fetched.else_block):
+            scf.YieldOp([gemm_mma.zeros(kind) for kind in kinds])
+        offsets = (
+            stage * tiles.a_stage,
+            stage * tiles.b_stage,
+        )
+        accs = gemm_mma.warp_step(tiles, a_tile, b_tile, list(accs), fragments, *offsets)
+        following = (stage + 1) % gemm_mma.STAGES
+        nexts = (following * tiles.a_stage, following * tiles.b_stage)
+        stored = scf.IfOp(has_next, [a_tile.type, b_tile.type], has_else=True)
+        with ir.InsertionPoint(stored.then_block):
+            staged = [a_tile, b_tile]
+            for (side, word), fetched_word in zip(words, fetched.results, strict=True):
+                place = tiles.a_index if side == 0 else tiles.b_index
+                for e, slot in enumerate(word):
+                    value = vector.extract(fetched_word, [], [e])
+                    at = _offset(place(slot.row, slot.col), nexts[side])
+                    staged[side] = tensor.insert(value, staged[side], [at])
+            scf.YieldOp(staged)
+        with ir.InsertionPoint(stored.else_block):
+            scf.YieldOp([a_tile, b_tile])
+        a_tile, b_tile = sync_threads_op(list(stored.results)).results
+        return [*accs, a_tile, b_tile]
 
     def _store(
         self,
@@ -545,6 +661,11 @@ class GemmEmitter(FusionEmitter):
         return ir.RankedTensorType.get([rows, cols], element or self._accumulator)
 
     @property
+    def _shared_tiles(self) -> gemm_mma.SharedTiles:
+        plan = self.plan
+        return gemm_mma.SharedTiles(plan.tm, plan.tn, plan.tk, self.inputs[0].bit_width // 8)
+
+    @property
     def _operand_scalar(self) -> ir.Type:
         """The operands' register type (one type on the MMA path)."""
         return mlir_types.scalar_type(self.inputs[0])
@@ -579,37 +700,97 @@ class GemmEmitter(FusionEmitter):
         row0: ir.Value,
         col0: ir.Value,
         thread: ir.Value,
+        place=None,
     ) -> ir.Value:
         """Copy one tile of operand ``side`` (0: A ``TM x TK``, 1: B ``TK x TN``) into
-        shared memory, elements outside the operand as zeros."""
+        shared memory, elements outside the operand as zeros; ``place(r, c)`` is the 1-D
+        index of the tile's element ``(r, c)`` (the MMA path's ``SharedTiles``), else the
+        tile is 2-D."""
+        operand = self.dot.operands[side]
+        for slot in self._slots(side, batch, row0, col0, thread):
+
+            def stage(current: Values, slot=slot):
+                value = self._read(entry, operand, slot.index, slot.inside)
+                at = [slot.row, slot.col] if place is None else [place(slot.row, slot.col)]
+                return [tensor.insert(value, current[0], at)]
+
+            (tile,) = self._guarded(slot.used, [tile], stage)
+        return tile
+
+    def _slots(
+        self, side: int, batch: Values, row0: ir.Value, col0: ir.Value, thread: ir.Value
+    ) -> list[_Slot]:
+        """The elements ``thread`` copies of the tile of operand ``side`` whose first
+        element is (``row0``, ``col0``) of the operand: consecutive threads take
+        consecutive elements of a tile row (coalesced global reads), or consecutive
+        words of it (``_layout_word``: each thread's elements in order)."""
         plan = self.plan
         rows, cols = (plan.tm, plan.tk) if side == 0 else (plan.tk, plan.tn)
         extent_rows = (plan.m, plan.k) if side == 0 else (plan.k, plan.n)
         spans = (plan.tiles_m * plan.tm, plan.k_steps * plan.tk)
         if side == 1:
             spans = (plan.k_steps * plan.tk, plan.tiles_n * plan.tn)
-        operand = self.dot.operands[side]
         has_row = plan.has_m if side == 0 else plan.has_k
         has_col = plan.has_k if side == 0 else plan.has_n
         elements = rows * cols
-        for r in range(math.ceil(elements / plan.threads)):
-            slot = arith.addi(thread, index_constant(r * plan.threads)) if r else thread
-            used = _below(slot, elements, (r + 1) * plan.threads)
-            local_r = arith.divui(slot, index_constant(cols))
-            local_c = arith.remui(slot, index_constant(cols))
-            g_row = arith.addi(row0, local_r)
-            g_col = arith.addi(col0, local_c)
-            inside = both(
-                _below(g_row, extent_rows[0], spans[0]), _below(g_col, extent_rows[1], spans[1])
-            )
-            index = [*batch, *([g_row] if has_row else []), *([g_col] if has_col else [])]
+        # Where the block's threads cover whole tile rows a round, a thread keeps its
+        # column and moves down a fixed number of rows: every round's address is the
+        # first one plus a constant (an immediate offset, not a register of its own),
+        # the constant added last so that LLVM keeps one pointer for all rounds.
+        word = self._layout_word(side)
+        word = word if cols % word == 0 else 1
+        groups = cols // word
+        whole_rows = plan.threads % groups == 0
+        if not whole_rows:
+            word, groups = 1, cols
+        first_r = arith.divui(thread, index_constant(groups))
+        first_c = arith.remui(thread, index_constant(groups))
+        if word > 1:
+            first_c = arith.muli(first_c, index_constant(word))
+        slots = []
+        for r in range(math.ceil(elements / (plan.threads * word))):
+            if whole_rows:
+                step = r * (plan.threads // groups)
+                local_r = _offset(first_r, step)
+                used = _below(local_r, rows, step + plan.threads // groups)
+                g_row = _offset(arith.addi(row0, first_r), step)
+                columns = [(_offset(first_c, e), e) for e in range(word)]
+            else:
+                slot = arith.addi(thread, index_constant(r * plan.threads)) if r else thread
+                used = _below(slot, elements, (r + 1) * plan.threads)
+                local_r = arith.divui(slot, index_constant(cols))
+                g_row = arith.addi(row0, local_r)
+                columns = [(arith.remui(slot, index_constant(cols)), None)]
+            for local_c, e in columns:
+                if e is None:
+                    g_col = arith.addi(col0, local_c)
+                else:
+                    g_col = _offset(arith.addi(col0, first_c), e)
+                inside = both(
+                    _below(g_row, extent_rows[0], spans[0]),
+                    _below(g_col, extent_rows[1], spans[1]),
+                )
+                index = [*batch, *([g_row] if has_row else []), *([g_col] if has_col else [])]
+                slots.append(_Slot(used, local_r, local_c, index, inside))
+        return slots
 
-            def stage(current: Values, index=index, inside=inside, r_=local_r, c_=local_c):
-                value = self._read(entry, operand, index, inside)
-                return [tensor.insert(value, current[0], [r_, c_])]
+    @property
+    def _word(self) -> int:
+        """Operand elements in a 32-bit word (1 off the MMA path): the fetched next K
+        step is held one vector a word, one register each, instead of one register an
+        element (s8: 16 bytes a thread)."""
+        if self.plan.mma is None:
+            return 1
+        return gemm_mma.WORD_BYTES // self._shared_tiles.element_bytes
 
-            (tile,) = self._guarded(used, [tile], stage)
-        return tile
+    def _layout_word(self, side: int) -> int:
+        """Consecutive elements of a tile row a thread stages (``_slots``): a word of A on
+        the MMA path (one 32-bit global load and shared store where A's rows are
+        word-aligned; a thread's global addresses 4 words, not 16 bytes, apart), else 1.
+        B is staged transposed: a word of its row would go to 4 tile rows, a warp's
+        stores into rows 4 apart fall in 2 banks (4 conflicts a store request against
+        1.5 element by element), so it stays element by element."""
+        return self._word if side == 0 else 1
 
     def _read(
         self, entry: EntryFunction, operand: Instruction, index: Values, inside: ir.Value | None
@@ -630,11 +811,14 @@ class GemmEmitter(FusionEmitter):
         with ir.InsertionPoint(branch.then_block):
             scf.YieldOp([load()])
         with ir.InsertionPoint(branch.else_block):
-            zero = self._zero()
-            if staged != self._accumulator:
-                zero = arith.ConstantOp(staged, 0.0 if self.floating else 0).result
-            scf.YieldOp([zero])
+            scf.YieldOp([self._staged_zero()])
         return branch.results[0]
+
+    def _staged_zero(self) -> ir.Value:
+        """A zero as the tiles hold it (``_staged``)."""
+        if self._staged == self._accumulator:
+            return self._zero()
+        return arith.ConstantOp(self._staged, 0.0 if self.floating else 0).result
 
     def _guarded(self, condition: ir.Value | None, carried: Values, then) -> Values:
         """``then(carried)`` where ``condition`` holds (always when None), else ``carried``."""

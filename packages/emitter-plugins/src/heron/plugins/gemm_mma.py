@@ -7,15 +7,26 @@ a 16 x 32 warp tile: one 16 x K A fragment and four K x 8 B fragments per K
 step, four ``nvgpu.mma.sync``, so a thread holds four ``vector<2x2>``
 accumulators (16 elements of C, as the scalar path's register tile).
 
-The fragments are read from the staged shared tiles with plain loads, element
-by element, where the PTX ISA puts them ("Matrix Fragments for mma.m16n8k16
-with floating point type", "... mma.m16n8k32"): with ``g = lane / 4``,
+The staged tiles are 1-D shared tensors (``SharedTiles``): A row-major
+(``TM`` rows of ``K``), B n-major (``TN`` rows of ``K``: staged transposed,
+so that both operands' fragments are pairs, or quads for s8, of consecutive
+elements), each row padded by 16 bytes. The fragments are read from them
+element by element (the ``p`` elements of a 32-bit register are consecutive,
+so LLVM's load vectoriser makes each register one 32-bit shared load), where
+the PTX ISA puts them ("Matrix Fragments for mma.m16n8k16 with floating point
+type", "... mma.m16n8k32"): with ``g = lane / 4``,
 ``t = lane % 4`` and ``p = K / 8`` elements a 32-bit register (2 for 16-bit
 types, 4 for s8), element ``[r, e]`` of
 
 - A (``vector<4xp>``, row-major 16 x K) is ``A[g + 8 (r % 2), p t + e + (K/2) (r / 2)]``;
 - B (``vector<2xp>``, K x 8) is ``B[p t + e + (K/2) r, g]``;
 - C and D (``vector<2x2>``, 16 x 8) are ``C[g + 8 r, 2 t + e]``.
+
+Why the padding: a warp's fragment load reads 8 rows (``g``) x 4 words
+(``t``). Unpadded rows of 32 bytes are 8 banks apart, so rows ``g`` and
+``g + 4`` share banks (2-way conflicts); rows of 48 bytes are 12 banks apart
+and the 32 words fall in 32 different banks. 16 bytes keep every row 16-byte
+aligned (what ``ldmatrix`` needs of its row addresses).
 
 ``fragment_positions`` is the one statement of these layouts here; the
 interpreter's ``nvgpu.mma.sync`` (``heron.runtime.interpreter.semantics.mma``)
@@ -35,6 +46,7 @@ __all__ = [
     "MMA_M",
     "MMA_N",
     "MmaTiles",
+    "SharedTiles",
     "fragment_positions",
     "mma_k",
     "mma_shape_name",
@@ -87,6 +99,60 @@ class MmaTiles:
     tiles_n: int = TILES_N
 
 
+#: Bytes of the word a thread stages at once (consecutive elements of a tile row).
+WORD_BYTES = 4
+#: Bytes each staged tile row is padded by (see the module docstring).
+PAD_BYTES = 16
+#: Shared-memory stages of each tile: K step i + 1 is staged into one while the
+#: MMAs of step i read the other (one barrier a K step).
+STAGES = 2
+
+
+@attrs.frozen
+class SharedTiles:
+    """Where the staged tiles keep their elements: ``STAGES`` stages of each operand,
+    A's ``(m, k)`` at ``m * stride + k``, B's ``(k, n)`` at ``n * stride + k`` of its
+    stage; ``stride`` is K plus 16 bytes of padding."""
+
+    tm: int
+    tn: int
+    tk: int
+    element_bytes: int
+    stages: int = STAGES
+
+    @property
+    def stride(self) -> int:
+        return self.tk + PAD_BYTES // self.element_bytes
+
+    @property
+    def a_stage(self) -> int:
+        return self.tm * self.stride
+
+    @property
+    def b_stage(self) -> int:
+        return self.tn * self.stride
+
+    @property
+    def a_size(self) -> int:
+        return self.stages * self.a_stage
+
+    @property
+    def b_size(self) -> int:
+        return self.stages * self.b_stage
+
+    @property
+    def bytes(self) -> int:
+        return (self.a_size + self.b_size) * self.element_bytes
+
+    def a_index(self, m: ir.Value, k: ir.Value) -> ir.Value:
+        """Element ``(m, k)`` of A's first stage (add ``a_stage`` for the second)."""
+        return arith.addi(arith.muli(m, index_constant(self.stride)), k)
+
+    def b_index(self, k: ir.Value, n: ir.Value) -> ir.Value:
+        """Element ``(k, n)`` of B's first stage (add ``b_stage`` for the second)."""
+        return arith.addi(arith.muli(n, index_constant(self.stride)), k)
+
+
 def _offset(base: ir.Value, constant: int) -> ir.Value:
     return arith.addi(base, index_constant(constant)) if constant else base
 
@@ -100,42 +166,80 @@ def warp_origin(thread: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
     return lane, row, col
 
 
-def zero_accumulator(accumulator: ir.Type) -> ir.Value:
-    """A ``vector<2x2>`` of zeros of the accumulation type (f32 or i32)."""
-    kind = ir.VectorType.get([2, 2], accumulator)
+def zeros(kind: ir.VectorType) -> ir.Value:
+    """A vector of zeros of type ``kind`` (float or integer elements)."""
+    element = kind.element_type
     zero = (
-        ir.FloatAttr.get(accumulator, 0.0)
-        if isinstance(accumulator, ir.FloatType)
-        else ir.IntegerAttr.get(accumulator, 0)
+        ir.FloatAttr.get(element, 0.0)
+        if isinstance(element, ir.FloatType)
+        else ir.IntegerAttr.get(element, 0)
     )
     return arith.ConstantOp(kind, ir.DenseElementsAttr.get_splat(kind, zero)).result
 
 
-def warp_step(
-    a_tile: ir.Value, b_tile: ir.Value, accs: Values, lane: ir.Value, row: ir.Value, col: ir.Value
-) -> Values:
-    """The warp's four MMAs of one K step on the staged tiles: the new accumulators."""
-    element = ir.RankedTensorType(a_tile.type).element_type
-    k = ir.RankedTensorType(a_tile.type).shape[1]
-    p, half = k // 8, k // 2
+def zero_accumulator(accumulator: ir.Type) -> ir.Value:
+    """A ``vector<2x2>`` of zeros of the accumulation type (f32 or i32)."""
+    return zeros(ir.VectorType.get([2, 2], accumulator))
+
+
+def _register(tile: ir.Value, index: ir.Value, p: int) -> Values:
+    """The ``p`` consecutive elements of a shared tile from ``index`` that make one
+    32-bit register (scalar extracts: LLVM's load vectoriser merges them into one
+    32-bit shared load, their first index being a multiple of ``p``)."""
+    return [tensor.extract(tile, [_offset(index, e)]) for e in range(p)]
+
+
+def _fragment(registers: list[Values], p: int) -> ir.Value:
+    """The ``vector<len(registers) x p>`` fragment whose row ``r`` is ``registers[r]``."""
+    element = registers[0][0].type
+    flat = [value for register in registers for value in register]
+    return vector.from_elements(ir.VectorType.get([len(registers), p], element), flat)
+
+
+@attrs.frozen
+class FragmentIndices:
+    """Where a lane's fragment registers start in the staged tiles: the same every K
+    step, so computed once, before the K loop (``fragment_indices``)."""
+
+    a: Values  #: A's four registers
+    b: list[Values]  #: each B fragment's two registers
+
+
+def fragment_indices(
+    tiles: SharedTiles, lane: ir.Value, row: ir.Value, col: ir.Value
+) -> FragmentIndices:
+    """The first tile index of each fragment register of ``lane``, whose warp tile
+    starts at (``row``, ``col``) of the block tile."""
+    p, half = tiles.tk // 8, tiles.tk // 2
     g = arith.divui(lane, index_constant(4))
     pt = arith.muli(arith.remui(lane, index_constant(4)), index_constant(p))
     a_row = arith.addi(row, g)
-    a_values = [
-        tensor.extract(a_tile, [_offset(a_row, 8 * (r % 2)), _offset(pt, e + half * (r // 2))])
-        for r in range(4)
-        for e in range(p)
+    a = [tiles.a_index(_offset(a_row, 8 * (r % 2)), _offset(pt, half * (r // 2))) for r in range(4)]
+    b_col = arith.addi(col, g)
+    b = [
+        [tiles.b_index(_offset(pt, half * r), _offset(b_col, MMA_N * j)) for r in range(2)]
+        for j in range(TILES_N)
     ]
-    a = vector.from_elements(ir.VectorType.get([4, p], element), a_values)
+    return FragmentIndices(a, b)
+
+
+def warp_step(
+    tiles: SharedTiles,
+    a_tile: ir.Value,
+    b_tile: ir.Value,
+    accs: Values,
+    at: FragmentIndices,
+    a_offset: int,
+    b_offset: int,
+) -> Values:
+    """The warp's four MMAs of one K step on the stage of the tiles that starts at
+    ``a_offset`` (``b_offset``): the new accumulators."""
+    k = tiles.tk
+    p = k // 8
+    a = _fragment([_register(a_tile, _offset(i, a_offset), p) for i in at.a], p)
     out = []
-    for j, acc in enumerate(accs):
-        b_col = arith.addi(col, _offset(g, MMA_N * j))
-        b_values = [
-            tensor.extract(b_tile, [_offset(pt, e + half * r), b_col])
-            for r in range(2)
-            for e in range(p)
-        ]
-        b = vector.from_elements(ir.VectorType.get([2, p], element), b_values)
+    for acc, b_at in zip(accs, at.b, strict=True):
+        b = _fragment([_register(b_tile, _offset(i, b_offset), p) for i in b_at], p)
         out.append(nvgpu.mma_sync(acc.type, a, b, acc, [MMA_M, MMA_N, k]))
     return out
 

@@ -77,6 +77,7 @@ _SEMANTIC_MODULES = (
     "vector",
     "atomics",
     "mma",
+    "ldmatrix",
 )
 #: Lanes per batch: large enough that numpy's per-call cost is small, small
 #: enough that a batch's values fit comfortably in memory.

@@ -42,7 +42,7 @@ from heron.runtime.interpreter.program import Op
 from heron.runtime.interpreter.semantics.gpu import _fail_at
 from heron.runtime.interpreter.types import VectorType, parse_type
 
-__all__ = ["fragment_positions"]
+__all__ = ["check_warps", "fragment_positions"]
 
 WARP = 32
 #: (m, n, k) -> the operand vector shapes, the operand types and the accumulator type.
@@ -95,13 +95,14 @@ def _shape(frame: Frame, op: Op) -> tuple[int, int, int]:
     return shape
 
 
-def _check_warps(frame: Frame, op: Op) -> None:
-    """Whole warps of 32 lanes, every one of them active where any is."""
+def check_warps(frame: Frame, op: Op, name: str = "mma.sync") -> None:
+    """Whole warps of 32 lanes, every one of them active where any is (``name``: the
+    collective op, for the messages)."""
     lanes = frame.lanes
     if lanes.warp_size != WARP or lanes.threads_per_block % WARP:
         raise frame.unsupported(
             op,
-            f"mma.sync needs warps of {WARP} lanes filling the block (the launch has warps"
+            f"{name} needs warps of {WARP} lanes filling the block (the launch has warps"
             f" of {lanes.warp_size} and {lanes.threads_per_block} threads a block)",
         )
     if frame.mask is None:
@@ -117,7 +118,7 @@ def _check_warps(frame: Frame, op: Op) -> None:
             missing,
             lambda lane: (
                 f"this thread (lane {int(lanes.lane_in_warp[lane])} of its warp) does not"
-                f" take part in the mma.sync that {int(taking_part[warp[lane]])} threads of"
+                f" take part in the {name} that {int(taking_part[warp[lane]])} threads of"
                 " its warp execute (all 32 must)"
             ),
         )
@@ -138,7 +139,7 @@ def _gather(
 @semantics("nvgpu.mma.sync")
 def mma_sync(frame: Frame, op: Op) -> None:
     shape = _shape(frame, op)
-    _check_warps(frame, op)
+    check_warps(frame, op)
     m, n, k = shape
     a, b, c = (frame.per_lane(v, t) for v, t in zip(frame.operands(op), op.operand_types))
     ra, ca = fragment_positions("a", shape)
