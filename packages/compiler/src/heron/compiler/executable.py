@@ -156,7 +156,7 @@ def compile_program(
         return compiled
 
     program = emit_thunks(assignment, compile_all, trip_counts)
-    allocations, result_copies = _allocations(assignment, program.scratch)
+    allocations, result_copies = _allocations(assignment)
     thunks: tuple[Thunk, ...] = (*program.thunks, *result_copies)
     kernels = [
         KernelEntry(backend, emitted.key, _image(kernel, emitted.fusion, backend))
@@ -235,13 +235,10 @@ def _signature(module: Module) -> EntrySignature:
     )
 
 
-def _allocations(
-    assignment: BufferAssignment, scratch: Sequence[int]
-) -> tuple[list[Allocation], list[Thunk]]:
+def _allocations(assignment: BufferAssignment) -> tuple[list[Allocation], list[Thunk]]:
     """The artefact's allocation table, and the copies that put results in their own outputs.
 
-    The assignment's allocations, then the thunks' scratch allocations (temp),
-    then outputs made here.
+    The assignment's allocations, then outputs made here.
 
     An output allocation holds one result leaf (its ``output``). A result leaf in a
     parameter or constant allocation, or in an output allocation an earlier
@@ -251,7 +248,7 @@ def _allocations(
     owner: dict[int, int] = {}  # allocation index -> result leaf it holds
     extra: list[Allocation] = []
     copies: list[Thunk] = []
-    next_index = len(assignment.allocations) + len(scratch)
+    next_index = len(assignment.allocations)
     for leaf, piece in enumerate(assignment.leaf_slices(root)):
         if piece is None:
             continue
@@ -295,8 +292,6 @@ def _allocations(
             )
         else:
             table.append(Allocation(allocation.index, allocation.size, allocation.kind))
-    for size in scratch:
-        table.append(Allocation(len(table), size, "temp"))
     return [*table, *extra], copies
 
 

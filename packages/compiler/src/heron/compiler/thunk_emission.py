@@ -91,16 +91,15 @@ class EmittedKernel:
 
 @attrs.frozen
 class ThunkProgram:
-    """The entry's thunks, the kernels they launch in the order they appear, and scratch.
+    """The entry's thunks and the kernels they launch, in the order they appear.
 
-    ``scratch`` are the sizes of allocations the thunks use beyond the buffer
-    assignment's (numbered after them).
+    Every slice a thunk names lies in an allocation of the buffer assignment:
+    thunk emission adds no allocation of its own.
     """
 
     thunks: tuple[Thunk, ...]
     #: One per distinct kernel (fusions with the same body, kind and shapes share one).
     kernels: tuple[EmittedKernel, ...]
-    scratch: tuple[int, ...] = ()
     #: Fusion name -> the image key of its kernel.
     kernel_of: Mapping[str, str] = attrs.field(factory=dict)
 
@@ -132,9 +131,7 @@ def emit_thunks(
     """
     emitter = _Emitter(assignment, compile, dict(trip_counts or {}))
     thunks = emitter.computation(assignment.module.entry)
-    return ThunkProgram(
-        tuple(thunks), tuple(emitter.kernels), tuple(emitter.scratch), dict(emitter.kernel_of)
-    )
+    return ThunkProgram(tuple(thunks), tuple(emitter.kernels), dict(emitter.kernel_of))
 
 
 @attrs.define
@@ -144,7 +141,6 @@ class _Emitter:
     trip_counts: dict[str, int]
     kernels: list[EmittedKernel] = attrs.field(factory=list)
     keys: set[str] = attrs.field(factory=set)
-    scratch: list[int] = attrs.field(factory=list)
     by_identity: dict[tuple[object, ...], EmittedKernel] = attrs.field(factory=dict)
     kernel_of: dict[str, str] = attrs.field(factory=dict)
 
@@ -255,11 +251,6 @@ class _Emitter:
         # A GEMM a library computes: the library call, heron's launch beside it (issue 17).
         call = None if thunks else library_call_thunk(inst, inputs, outputs, launch, kernel.emitter)
         return [call] if call is not None else [*thunks, launch]
-
-    def new_scratch(self, size: int) -> int:
-        """A new allocation of ``size`` bytes for one kernel's output (its index)."""
-        self.scratch.append(size)
-        return len(self.assignment.allocations) + len(self.scratch) - 1
 
     def unique_key(self, inst: Instruction) -> str:
         key = base = image_key(inst)
