@@ -414,7 +414,8 @@ def test_compiles_to_ptx_and_hsaco(text):
     assert [k.image.format for k in compiled][2] == "hsaco"
     ptx = artefact_text(compiled[1], "ptx")
     (stats,) = kernel_statistics(ptx).values()
-    assert stats.barriers >= 2 and stats.shared_loads > 0 and stats.shared_stores > 0
+    shared_reads = stats.shared_loads + ptx.count("ldmatrix.sync")  # MMA fragments: ldmatrix
+    assert stats.barriers >= 2 and shared_reads > 0 and stats.shared_stores > 0
 
 
 # -- the tensor-core path (mma.sync m16n8k16) ---------------------------------------------
@@ -559,9 +560,11 @@ def test_mma_sync_in_the_ptx_for_sm_80_and_sm_90_and_hsaco_for_gfx942(dtype):
         spelled = f"mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32"
         assert ptx.count(spelled) == 4 * 2  # 4 a warp and K step, 2 steps an iteration
         (stats,) = kernel_statistics(ptx).values()
-        # the prologue's barrier and one a K step; each fragment register one 32-bit load
+        # the prologue's barrier and one a K step; the fragments are 3 ldmatrix.x4 a K
+        # step (one for A, one for each pair of B fragments) and no other shared load
         assert stats.barriers == 3 and stats.fma == 0
-        assert ptx.count("ld.shared.b32") == 2 * (4 + 4 * 2) and "ld.shared.b16" not in ptx
+        assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 3 * 2
+        assert "ld.shared" not in ptx
     assert mi300x.image.format == "hsaco"
     assert GemmEmitter(analysed(_fusion(text), MI300X_TARGET)).plan.mma is None
 
@@ -603,6 +606,9 @@ def test_s8_mma_sync_in_the_ptx():
     for kernel in (a100, h100):
         ptx = artefact_text(kernel, "ptx")
         assert ptx.count("mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32") >= 4
+        # s8 fragments are loaded as b16 words: the same bytes in the same registers
+        assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 3 * 2
+        assert "ld.shared" not in ptx
     assert mi300x.image.format == "hsaco"
 
 
@@ -638,10 +644,10 @@ def test_mma_prefetch_is_held_in_words():
 
 @pytest.mark.parametrize(("dtype", "out"), [("f16", "f16"), ("s8", "s32")])
 def test_mma_fragment_loads_have_no_bank_conflicts(dtype, out):
-    """The padded tiles (rows 16 bytes longer, 12 banks apart) put a warp's 8 rows x 4
-    words of a fragment load in 32 banks: the interpreter's memory model counts no
-    conflict on the shared loads (unpadded rows of 32 bytes gave 2.33 a request); the
-    double-buffered run still equals the evaluator."""
+    """The padded tiles (rows 16 bytes longer, 12 banks apart) put the 8 rows of 16
+    bytes of each matrix of an ``ldmatrix`` in 32 banks: the interpreter's memory model
+    counts no conflict on the shared loads (unpadded rows of 32 bytes gave 2.33 a
+    request); the double-buffered run still equals the evaluator."""
     from heron.runtime.interpreter.profile import AccessRecorder
 
     rng = np.random.default_rng(21)
@@ -655,9 +661,10 @@ def test_mma_fragment_loads_have_no_bank_conflicts(dtype, out):
     device.observer = AccessRecorder()
     run = run_on_device(device, kernel, [a, b])
     loads = device.observer.stats("workgroup", "load")
-    # per K step a thread reads 4 A and 8 B registers of p elements
-    p = gemm_mma.mma_k(dtype) // 8
-    assert loads.requests == 8 * 12 * p * (k // gemm_mma.mma_k(dtype))
+    # per K step each of the 8 warps runs 3 ldmatrix.x4 (A, and B's two pairs of
+    # fragments), each lane reading one 16-byte row
+    assert loads.requests == 8 * 3 * (k // gemm_mma.mma_k(dtype))
+    assert loads.widths == {16: loads.lane_accesses}
     assert loads.bank_conflicts == 0
     want = evaluate_module(parse_module(text), [a, b])
     got = np.asarray(run.outputs[0])

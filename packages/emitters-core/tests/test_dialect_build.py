@@ -18,6 +18,7 @@ from heron.emitters.dialect import (
     apply_indexing_op,
     atomic_rmw_op,
     ensure_dialect_loaded,
+    ldmatrix_op,
     make_context,
     op_indexing_map,
     predicated_extract_op,
@@ -96,6 +97,8 @@ def test_reduction_and_scatter_ops_build_and_verify(ctx):
         written = predicated_insert_op(cond, reduced, shmem, [row, i]).results[0]
         (synced,) = sync_threads_op([written]).results
         updated = atomic_rmw_op(synced, [row, i], lambda cur: arith.addf(cur, reduced)).results[0]
+        halves = allocate_shared_op(ir.RankedTensorType.get([256], ir.F16Type.get())).results[0]
+        ldmatrix_op(halves, [i], 4)
         func.ReturnOp([updated, reduced])
     verify_xla_ops(module)
     text = module.operation.get_asm()

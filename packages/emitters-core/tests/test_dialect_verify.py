@@ -16,6 +16,7 @@ from heron.emitters.dialect import (
     allocate_shared_op,
     apply_indexing_op,
     atomic_rmw_op,
+    ldmatrix_op,
     loop_op,
     make_context,
     map_attr,
@@ -233,3 +234,26 @@ def test_shuffle_reduce_reducer_signature(ctx):
     k = Kernel()
     k.add(lambda k: shuffle_reduce_op([k.x, k.x], 16, "add"))
     _expect(k, "shuffle_reduce", "reducer type")
+
+
+# -- ldmatrix -------------------------------------------------------------------
+
+
+def test_ldmatrix_result_tiles_and_element_width(ctx):
+    k = Kernel()
+    f16 = ir.RankedTensorType.get([64], ir.F16Type.get())
+    shared = k.add(lambda k: allocate_shared_op(f16)).results[0]
+    k.add(lambda k: ldmatrix_op(shared, [k.i], 4))
+    verify_xla_ops(k.close())
+    k = Kernel()
+    shared = k.add(lambda k: allocate_shared_op(f16)).results[0]
+    k.add(lambda k: ldmatrix_op(shared, [k.i], 3))
+    _expect(k, "ldmatrix", "num_tiles 3 must be one of (1, 2, 4)")
+    k = Kernel()
+    shared = k.add(lambda k: allocate_shared_op(f16)).results[0]
+    op = k.add(lambda k: ldmatrix_op(shared, [k.i], 4))
+    op.results[0].set_type(ir.VectorType.get([4, 4], ir.F16Type.get()))
+    _expect(k, "ldmatrix", "result must be vector<4x2xf16>")
+    k = Kernel()
+    k.add(lambda k: ldmatrix_op(k.t, [k.i, k.i], 1))
+    _expect(k, "ldmatrix", "loads 8- or 16-bit elements, not f32")

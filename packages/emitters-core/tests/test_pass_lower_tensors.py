@@ -164,6 +164,46 @@ func.func @k(%a: tensor<4x4xf32>) -> tensor<4x4xf32>
         _lowered(text)
 
 
+def _ldmatrix_kernel(element: str, per_register: int) -> str:
+    row = f"vector<{per_register}x{element}>"
+    return f"""
+func.func @k(%out: tensor<32xi32>) -> tensor<32xi32>
+    attributes {{heron.kernel, heron.block_size = array<i64: 32>,
+                heron.grid_size = array<i64: 1>}} {{
+  %tid = gpu.thread_id x upper_bound 32
+  %c8 = arith.constant 8 : index
+  %row = arith.muli %tid, %c8 : index
+  %sh = "heron_gpu.allocate_shared"() : () -> tensor<256x{element}>
+  %v = "heron_gpu.ldmatrix"(%sh, %row) {{num_tiles = 4 : i64}}
+      : (tensor<256x{element}>, index) -> vector<4x{per_register}x{element}>
+  %w = vector.extract %v[0] : {row} from vector<4x{per_register}x{element}>
+  %i = vector.bitcast %w : {row} to vector<1xi32>
+  %x = vector.extract %i[0] : i32 from vector<1xi32>
+  %r = tensor.insert %x into %out[%tid] : tensor<32xi32>
+  return %r : tensor<32xi32>
+}}
+"""
+
+
+@pytest.mark.parametrize(("element", "per_register"), [("f16", 2), ("bf16", 2), ("i8", 4)])
+def test_ldmatrix_reads_the_shared_buffer(element, per_register):
+    """heron_gpu.ldmatrix becomes nvgpu.ldmatrix on the workgroup memref (s8 rows are
+    loaded as b16 words, which upstream's op accepts for 8-bit elements)."""
+    out = _lowered(_ldmatrix_kernel(element, per_register))
+    memref = f"memref<256x{element}, #gpu.address_space<workgroup>>"
+    assert "nvgpu.ldmatrix %arg1[" in out and "numTiles = 4 : i32, transpose = false" in out
+    assert f": {memref} -> vector<4x{per_register}x{element}>" in out
+
+
+def test_ldmatrix_of_a_global_tensor_is_refused():
+    text = _ldmatrix_kernel("f16", 2).replace(
+        '%sh = "heron_gpu.allocate_shared"() : () -> tensor<256xf16>',
+        "%sh = arith.constant dense<0.0> : tensor<256xf16>",
+    )
+    with pytest.raises(UnsupportedError, match="ldmatrix reads a shared tensor"):
+        _lowered(text)
+
+
 def _sub_byte_kernel() -> str:
     """An s4 shared tile written, updated atomically and read back; an s2 atomic add."""
     sync = _inputs.segments(1, _inputs.MAX_SYNC_TENSORS)

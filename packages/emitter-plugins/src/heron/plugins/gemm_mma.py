@@ -10,11 +10,11 @@ accumulators (16 elements of C, as the scalar path's register tile).
 The staged tiles are 1-D shared tensors (``SharedTiles``): A row-major
 (``TM`` rows of ``K``), B n-major (``TN`` rows of ``K``: staged transposed,
 so that both operands' fragments are pairs, or quads for s8, of consecutive
-elements), each row padded by 16 bytes. The fragments are read from them
-element by element (the ``p`` elements of a 32-bit register are consecutive,
-so LLVM's load vectoriser makes each register one 32-bit shared load), where
-the PTX ISA puts them ("Matrix Fragments for mma.m16n8k16 with floating point
-type", "... mma.m16n8k32"): with ``g = lane / 4``,
+elements), each row padded by 16 bytes. The fragments are read from them with
+``ldmatrix.x4`` (``heron_gpu.ldmatrix``; ``fragment_indices`` says which row each
+lane supplies): three a K step, one for A and one for each pair of B fragments,
+each register landing where the PTX ISA puts it ("Matrix Fragments for
+mma.m16n8k16 with floating point type", "... mma.m16n8k32"): with ``g = lane / 4``,
 ``t = lane % 4`` and ``p = K / 8`` elements a 32-bit register (2 for 16-bit
 types, 4 for s8), element ``[r, e]`` of
 
@@ -22,10 +22,10 @@ types, 4 for s8), element ``[r, e]`` of
 - B (``vector<2xp>``, K x 8) is ``B[p t + e + (K/2) r, g]``;
 - C and D (``vector<2x2>``, 16 x 8) are ``C[g + 8 r, 2 t + e]``.
 
-Why the padding: a warp's fragment load reads 8 rows (``g``) x 4 words
-(``t``). Unpadded rows of 32 bytes are 8 banks apart, so rows ``g`` and
-``g + 4`` share banks (2-way conflicts); rows of 48 bytes are 12 banks apart
-and the 32 words fall in 32 different banks. 16 bytes keep every row 16-byte
+Why the padding: each matrix of an ``ldmatrix`` reads 8 rows x 16 bytes.
+Unpadded rows of 32 bytes are 8 banks apart, so rows ``i`` and ``i + 4`` share
+banks (2-way conflicts); rows of 48 bytes are 12 banks apart and the 32 words
+fall in 32 different banks. 16 bytes keep every row 16-byte
 aligned (what ``ldmatrix`` needs of its row addresses).
 
 ``fragment_positions`` is the one statement of these layouts here; the
@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import attrs
 from mlir import ir
-from mlir.dialects import arith, nvgpu, tensor, vector
+from mlir.dialects import arith, nvgpu, vector
 
+from heron.emitters.dialect import ldmatrix_op
 from heron.emitters.ir_utils import index_constant
 
 __all__ = [
@@ -182,45 +183,45 @@ def zero_accumulator(accumulator: ir.Type) -> ir.Value:
     return zeros(ir.VectorType.get([2, 2], accumulator))
 
 
-def _register(tile: ir.Value, index: ir.Value, p: int) -> Values:
-    """The ``p`` consecutive elements of a shared tile from ``index`` that make one
-    32-bit register (scalar extracts: LLVM's load vectoriser merges them into one
-    32-bit shared load, their first index being a multiple of ``p``)."""
-    return [tensor.extract(tile, [_offset(index, e)]) for e in range(p)]
-
-
-def _fragment(registers: list[Values], p: int) -> ir.Value:
-    """The ``vector<len(registers) x p>`` fragment whose row ``r`` is ``registers[r]``."""
-    element = registers[0][0].type
-    flat = [value for register in registers for value in register]
-    return vector.from_elements(ir.VectorType.get([len(registers), p], element), flat)
-
-
 @attrs.frozen
 class FragmentIndices:
-    """Where a lane's fragment registers start in the staged tiles: the same every K
-    step, so computed once, before the K loop (``fragment_indices``)."""
+    """The tile index of the row each lane supplies to the K step's ``ldmatrix`` loads:
+    the same every K step, so computed once, before the K loop (``fragment_indices``)."""
 
-    a: Values  #: A's four registers
-    b: list[Values]  #: each B fragment's two registers
+    a: ir.Value  #: A's ``.x4`` load (the whole A fragment)
+    b: Values  #: one ``.x4`` load for each pair of B fragments
 
 
 def fragment_indices(
     tiles: SharedTiles, lane: ir.Value, row: ir.Value, col: ir.Value
 ) -> FragmentIndices:
-    """The first tile index of each fragment register of ``lane``, whose warp tile
-    starts at (``row``, ``col``) of the block tile."""
-    p, half = tiles.tk // 8, tiles.tk // 2
-    g = arith.divui(lane, index_constant(4))
-    pt = arith.muli(arith.remui(lane, index_constant(4)), index_constant(p))
-    a_row = arith.addi(row, g)
-    a = [tiles.a_index(_offset(a_row, 8 * (r % 2)), _offset(pt, half * (r // 2))) for r in range(4)]
-    b_col = arith.addi(col, g)
-    b = [
-        [tiles.b_index(_offset(pt, half * r), _offset(b_col, MMA_N * j)) for r in range(2)]
-        for j in range(TILES_N)
-    ]
+    """The row address (tile index) of ``lane`` for each ``ldmatrix.x4`` of a K step, whose
+    warp tile starts at (``row``, ``col``) of the block tile.
+
+    ``ldmatrix.x4`` gives lane ``l`` word ``l % 4`` of row ``l / 4`` of each of its four
+    8 x 8 (16-bit) matrices, matrix ``i``'s rows supplied by lanes ``8i ... 8i + 7``: the
+    fragment register layout above, when matrix ``i`` is register ``i``'s 8 rows x 16
+    bytes. A: lane ``l`` supplies row ``l % 8 + 8 ((l / 8) % 2)``, column
+    ``(K/2) (l / 16)`` of the warp's 16 x K rows. B (n-major): one load holds fragments
+    ``2q`` and ``2q + 1``, lane ``l`` supplying n-row ``8 (2q + l / 16) + l % 8`` at
+    column ``(K/2) ((l / 8) % 2)``. Rows are 16 bytes (8 f16, 16 s8: s8 is loaded as
+    b16 words, which moves the same bytes) and start 16-byte aligned (``SharedTiles``'s
+    padding keeps every row so)."""
+    half = tiles.tk // 2
+    in_matrix = arith.remui(lane, index_constant(8))
+    second = arith.remui(arith.divui(lane, index_constant(8)), index_constant(2))
+    upper = arith.divui(lane, index_constant(16))
+    a_row = arith.addi(arith.addi(row, in_matrix), arith.muli(second, index_constant(8)))
+    a = tiles.a_index(a_row, arith.muli(upper, index_constant(half)))
+    b_row = arith.addi(arith.addi(col, in_matrix), arith.muli(upper, index_constant(MMA_N)))
+    b_col = arith.muli(second, index_constant(half))
+    b = [tiles.b_index(b_col, _offset(b_row, 2 * MMA_N * q)) for q in range(TILES_N // 2)]
     return FragmentIndices(a, b)
+
+
+def _rows(loaded: ir.Value, first: int) -> ir.Value:
+    """Rows ``first`` and ``first + 1`` of an ``ldmatrix.x4`` result: one B fragment."""
+    return vector.shuffle(loaded, loaded, [first, first + 1])
 
 
 def warp_step(
@@ -233,15 +234,17 @@ def warp_step(
     b_offset: int,
 ) -> Values:
     """The warp's four MMAs of one K step on the stage of the tiles that starts at
-    ``a_offset`` (``b_offset``): the new accumulators."""
+    ``a_offset`` (``b_offset``): three ``ldmatrix.x4`` loads, the new accumulators."""
     k = tiles.tk
-    p = k // 8
-    a = _fragment([_register(a_tile, _offset(i, a_offset), p) for i in at.a], p)
-    out = []
-    for acc, b_at in zip(accs, at.b, strict=True):
-        b = _fragment([_register(b_tile, _offset(i, b_offset), p) for i in b_at], p)
-        out.append(nvgpu.mma_sync(acc.type, a, b, acc, [MMA_M, MMA_N, k]))
-    return out
+    a = ldmatrix_op(a_tile, [_offset(at.a, a_offset)], 4).results[0]
+    b = []
+    for index in at.b:
+        loaded = ldmatrix_op(b_tile, [_offset(index, b_offset)], 4).results[0]
+        b += [_rows(loaded, 0), _rows(loaded, 2)]
+    return [
+        nvgpu.mma_sync(acc.type, a, fragment, acc, [MMA_M, MMA_N, k])
+        for acc, fragment in zip(accs, b, strict=True)
+    ]
 
 
 def accumulator_elements(

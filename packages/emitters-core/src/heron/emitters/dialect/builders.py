@@ -31,6 +31,7 @@ from heron.emitters.dialect.irdl_source import (
     MAX_ITER_ARGS,
     MAX_REDUCE_VALUES,
     MAX_SYNC_TENSORS,
+    NUM_TILES_ATTR,
     OPERAND_SEGMENTS_ATTR,
     REDUCER_ATTR,
     RESULT_SEGMENTS_ATTR,
@@ -231,3 +232,25 @@ def shuffle_reduce_op(
         operand_segments=segments,
         result_segments=segments,
     )
+
+
+def ldmatrix_op(src: ir.Value, indices: Values, num_tiles: int) -> ir.Operation:
+    """A warp's ``ldmatrix`` of ``num_tiles`` 8 x 8 matrices of 16-bit words from the
+    shared tensor ``src``: the lane supplies the row that starts at ``src[indices]``
+    and receives ``vector<num_tiles x (32 / element bits) x T>`` (PTX semantics;
+    ``lower-tensors`` makes it an ``nvgpu.ldmatrix``)."""
+    element = ir.RankedTensorType(src.type).element_type
+    per_register = 32 // _bit_width(element)
+    i64 = ir.IntegerType.get_signless(64)
+    return _create(
+        "ldmatrix",
+        results=[ir.VectorType.get([num_tiles, per_register], element)],
+        operands=[src, *indices],
+        attributes={NUM_TILES_ATTR: ir.IntegerAttr.get(i64, num_tiles)},
+    )
+
+
+def _bit_width(element: ir.Type) -> int:
+    if isinstance(element, ir.IntegerType):
+        return ir.IntegerType(element).width
+    return ir.FloatType(element).width

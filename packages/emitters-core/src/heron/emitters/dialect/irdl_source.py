@@ -28,6 +28,7 @@ INDEXING_MAP_ATTR = "indexing_map"
 CALLEE_ATTR = "callee"
 REDUCER_ATTR = "reducer"
 MAX_DISTANCE_ATTR = "max_distance"
+NUM_TILES_ATTR = "num_tiles"
 OPERAND_SEGMENTS_ATTR = "operandSegmentSizes"
 RESULT_SEGMENTS_ATTR = "resultSegmentSizes"
 
@@ -48,6 +49,7 @@ OP_NAMES = (
     "predicated_extract",
     "atomic_rmw",
     "shuffle_reduce",
+    "ldmatrix",
 )
 
 
@@ -190,6 +192,20 @@ def _build_irdl_text() -> str:
                 f"    irdl.operands({vals})",
                 f"    irdl.results({results})",
                 '    irdl.attributes { "max_distance" = %int, "reducer" = %sym }',
+            ],
+        )
+    )
+    ops.append(
+        _op(
+            "ldmatrix",
+            [
+                '    %int = irdl.base "#builtin.integer"',
+                f"    %tensor = {tensor_base}",
+                index,
+                '    %vector = irdl.base "!builtin.vector"',
+                "    irdl.operands(src: %tensor, indices: variadic %index)",
+                "    irdl.results(result: %vector)",
+                '    irdl.attributes { "num_tiles" = %int }',
             ],
         )
     )

@@ -21,6 +21,7 @@ from heron.emitters.dialect.irdl_source import (
     DIALECT_NAME,
     INDEXING_MAP_ATTR,
     MAX_DISTANCE_ATTR,
+    NUM_TILES_ATTR,
     OPERAND_SEGMENTS_ATTR,
     REDUCER_ATTR,
 )
@@ -229,6 +230,26 @@ def verify_shuffle_reduce(op: ir.Operation) -> None:
         )
 
 
+#: Matrices an ``ldmatrix`` may load (PTX ``.x1``, ``.x2``, ``.x4``).
+LDMATRIX_TILES = (1, 2, 4)
+
+
+def verify_ldmatrix(op: ir.Operation) -> None:
+    """One index per dimension; 8- or 16-bit elements; num_tiles 1, 2 or 4; the result is
+    ``vector<num_tiles x (32 / bits) x T>`` (one 32-bit register a matrix)."""
+    src, *indices = op.operands
+    element = _check_element_access(op, src, indices)
+    bits = element.width if isinstance(element, ir.IntegerType | ir.FloatType) else 0
+    if bits not in (8, 16):
+        raise _fail(op, f"loads 8- or 16-bit elements, not {element}")
+    tiles = ir.IntegerAttr(op.attributes[NUM_TILES_ATTR]).value
+    if tiles not in LDMATRIX_TILES:
+        raise _fail(op, f"num_tiles {tiles} must be one of {LDMATRIX_TILES}")
+    expected = ir.VectorType.get([tiles, 32 // bits], element)
+    if op.results[0].type != expected:
+        raise _fail(op, f"result must be {expected}, not {op.results[0].type}")
+
+
 def _no_extra_checks(op: ir.Operation) -> None:
     """allocate_shared: IRDL already checks everything (no operands, one tensor)."""
 
@@ -243,6 +264,7 @@ VERIFIERS: dict[str, Callable[[ir.Operation], None]] = {
     f"{DIALECT_NAME}.predicated_extract": verify_predicated_extract,
     f"{DIALECT_NAME}.atomic_rmw": verify_atomic_rmw,
     f"{DIALECT_NAME}.shuffle_reduce": verify_shuffle_reduce,
+    f"{DIALECT_NAME}.ldmatrix": verify_ldmatrix,
 }
 
 

@@ -49,6 +49,7 @@ ACCESS_OPS = {
     "heron_gpu.predicated_insert": 2,
     "heron_gpu.predicated_extract": 2,
     "heron_gpu.atomic_rmw": 0,
+    "heron_gpu.ldmatrix": 0,
 }
 
 #: Ops that only pass tensors along (their types change, nothing else does).

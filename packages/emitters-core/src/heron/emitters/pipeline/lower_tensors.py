@@ -41,7 +41,7 @@ import math
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith, func, gpu, memref, scf, vector
+from mlir.dialects import arith, func, gpu, memref, nvgpu, scf, vector
 
 from heron.emitters import ir_utils, kernel_arguments
 from heron.emitters.pipeline import packed_stores
@@ -732,6 +732,21 @@ def _predicated_extract(lw: _Lowering, op: ir.Operation) -> None:
     lw.values[op.results[0]] = guarded.results[0]
 
 
+def _ldmatrix(lw: _Lowering, op: ir.Operation) -> None:
+    """``heron_gpu.ldmatrix`` -> ``nvgpu.ldmatrix`` on the shared buffer (the lane's row
+    address is its element of the 1-D buffer)."""
+    src, *indices = op.operands
+    if len(indices) != 1:
+        raise lw.unsupported(op, "tensors must be 1-D (run flatten-tensors first)")
+    buffer = lw.get(src)
+    element = _element(src)
+    if not _is_workgroup(buffer) or memory_type(element) != element:
+        raise lw.unsupported(op, "ldmatrix reads a shared tensor stored as its elements")
+    tiles = ir.IntegerAttr(op.attributes["num_tiles"]).value
+    loaded = nvgpu.ldmatrix(op.results[0].type, buffer, [lw.get(indices[0])], False, tiles)
+    lw.values[op.results[0]] = loaded
+
+
 def _atomic_rmw(lw: _Lowering, op: ir.Operation) -> None:
     """``heron_gpu.atomic_rmw`` -> one native atomic, or a compare-and-swap loop.
 
@@ -950,6 +965,7 @@ _HANDLERS = {
     "heron_gpu.predicated_extract": _predicated_extract,
     "heron_gpu.atomic_rmw": _atomic_rmw,
     "heron_gpu.shuffle_reduce": _shuffle_reduce,
+    "heron_gpu.ldmatrix": _ldmatrix,
 }
 
 
