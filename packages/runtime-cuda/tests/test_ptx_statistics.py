@@ -143,3 +143,16 @@ def test_ptxas_resource_usage_with_the_installed_ptxas():
     stats = kernel_statistics(SMALL_KERNEL)["k"]
     assert stats.global_stores == {32: 1}
     assert stats.instructions == 5
+
+
+def test_an_ldmatrix_counts_as_a_shared_load():
+    ptx = """
+.visible .entry k()
+{
+	ldmatrix.sync.aligned.m8n8.x4.shared.b16 \t{%r1, %r2, %r3, %r4}, [%r5];
+	ld.shared.b32 \t%r6, [%r5];
+	ret;
+}
+"""
+    stats = kernel_statistics(ptx)["k"]
+    assert stats.shared_loads == 2 and stats.opcodes["ldmatrix"] == 1

@@ -61,6 +61,7 @@ class KernelStatistics:
     global_stores: Counter = field(default_factory=Counter)
     #: ``ld.global.nc``: loads through the read-only (non-coherent) cache.
     nc_loads: int = 0
+    #: ``ld.shared`` and ``ldmatrix...shared`` (a warp's MMA fragments in one instruction).
     shared_loads: int = 0
     shared_stores: int = 0
     #: ``atom.*`` and ``red.*`` in any state space.
@@ -207,8 +208,8 @@ def kernel_statistics(ptx: str) -> dict[str, KernelStatistics]:
                 stats.nc_loads += "nc" in parts
             elif base == "st" and space == "global":
                 stats.global_stores[_access_bits(parts)] += 1
-            elif base == "ld" and space == "shared":
-                stats.shared_loads += 1
+            elif base in ("ld", "ldmatrix") and space == "shared":  # ldmatrix: a warp's
+                stats.shared_loads += 1  # fragments read from shared memory at once
             elif base == "st" and space == "shared":
                 stats.shared_stores += 1
             elif base in ("atom", "red"):
