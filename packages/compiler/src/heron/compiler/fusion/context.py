@@ -49,6 +49,8 @@ class FusionContext:
     _body_forms: dict[int, tuple[Computation, object]] = attrs.field(init=False, factory=dict)
     #: Signatures of called computations (reducers), which no fusion pass changes.
     _called: dict[int, tuple[object, object]] = attrs.field(init=False, factory=dict)
+    #: Formatted attribute values for the signatures (a clone shares its values).
+    _formatted: dict[tuple[str, int], tuple[object, str]] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self.checker = FusionChecker(self.target)
@@ -90,7 +92,7 @@ class FusionContext:
         if known is not None and known[0] is candidate:
             return known[1]
         values: list[object] = []
-        form = signature(candidate.body, self._called, values)
+        form = signature(candidate.body, self._called, values, self._formatted)
         keys = ((form, tuple(values)), form)
         self._signatures[id(candidate)] = (candidate, keys)
         self._body_forms[id(candidate.body)] = (candidate.body, form)
@@ -101,7 +103,7 @@ class FusionContext:
         known = self._body_forms.get(id(body))
         if known is not None and known[0] is body:
             return known[1]
-        form = signature(body, self._called, [])
+        form = signature(body, self._called, [], self._formatted)
         self._body_forms[id(body)] = (body, form)
         return form
 
