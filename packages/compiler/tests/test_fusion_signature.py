@@ -4,6 +4,7 @@ two agree."""
 
 from __future__ import annotations
 
+from heron.compiler.fusion.builder import post_order
 from heron.compiler.fusion.fusion_cse import signature
 from heron.hlo.parser import parse_module
 
@@ -48,3 +49,15 @@ def test_different_attributes_sign_differently() -> None:
         _HLO.replace("f32[16,8]{1,0} multiply(t, t)", "f32[16,8]{1,0} add(t, t)")
     ).entry
     assert signature(a) != signature(b)
+
+
+def test_post_order_takes_the_list_only_when_it_is_one() -> None:
+    computation = parse_module(_HLO).entry
+    by_name = {inst.name: inst for inst in computation.instructions}
+    for names in (
+        ("p0", "p1", "a", "t", "m", "u", "n"),
+        ("n", "m", "u", "p1", "t", "a", "p0"),
+        ("p0", "p1", "a", "t", "m", "n", "u"),
+    ):
+        computation.instructions = [by_name[n] for n in names]
+        assert post_order(computation) == computation.post_order()

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from heron.compiler.fusion.builder import post_order
 from heron.hlo.attribute_syntax import format_attribute
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.ir import Computation, Instruction, Literal, Module
@@ -55,9 +56,7 @@ def signature(
     the value) for a caller that signs many clones of the same instructions (a
     clone shares its attribute values).
     """
-    order = computation.instructions
-    if not _in_definition_order(computation):
-        order = computation.post_order()
+    order = post_order(computation)
     position: dict[int, int] = {}
     rows = []
     for k, inst in enumerate(order):
@@ -84,25 +83,6 @@ def signature(
             )
         )
     return (tuple(rows), position[id(computation.root_instruction)])
-
-
-def _in_definition_order(computation: Computation) -> bool:
-    """Whether ``computation``'s instruction list is its post-order already: each
-    instruction comes after its operands (a depth-first walk from each finds them
-    visited) and the root, if any, comes last (the post-order puts it there).
-    Fused bodies are built so; taking the list saves a walk per signature."""
-    instructions = computation.instructions
-    if computation.root is not None and instructions and instructions[-1] is not computation.root:
-        return False
-    seen: set[int] = set()
-    for inst in instructions:
-        if id(inst) in seen:
-            return False
-        for op in inst.operands:
-            if id(op) not in seen:
-                return False
-        seen.add(id(inst))
-    return True
 
 
 def _format(name: str, value: Any, memo: dict[tuple[str, int], tuple[Any, str]] | None) -> str:
