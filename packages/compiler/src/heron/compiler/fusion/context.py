@@ -19,7 +19,7 @@ from heron.compiler.fusion.fusible import (
 )
 from heron.compiler.fusion.fusion_cse import signature
 from heron.compiler.target import Target
-from heron.hlo.ir import Instruction, Module
+from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.outline import HOST_OPCODES
 
 __all__ = ["FusionContext", "count_kernels"]
@@ -44,8 +44,13 @@ class FusionContext:
     _pairs: dict[tuple[int, int], tuple[Instruction, Instruction, float | None]] = attrs.field(
         init=False, factory=dict
     )
+    #: A fused body's form (:meth:`_signatures_of`), by id with the body: a fusion
+    #: this pass installs is priced as its own kernel by the form it was priced by.
+    _body_forms: dict[int, tuple[Computation, object]] = attrs.field(init=False, factory=dict)
     #: Signatures of called computations (reducers), which no fusion pass changes.
     _called: dict[int, tuple[object, object]] = attrs.field(init=False, factory=dict)
+    #: Formatted attribute values for the signatures (a clone shares its values).
+    _formatted: dict[tuple[str, int], tuple[object, str]] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self.checker = FusionChecker(self.target)
@@ -87,10 +92,39 @@ class FusionContext:
         if known is not None and known[0] is candidate:
             return known[1]
         values: list[object] = []
-        form = signature(candidate.body, self._called, values)
+        form = signature(candidate.body, self._called, values, self._formatted)
         keys = ((form, tuple(values)), form)
         self._signatures[id(candidate)] = (candidate, keys)
+        self._body_forms[id(candidate.body)] = (candidate.body, form)
         return keys
+
+    def _body_form(self, body: Computation) -> object:
+        """``body``'s form (scalar constants' values aside), made once per body."""
+        known = self._body_forms.get(id(body))
+        if known is not None and known[0] is body:
+            return known[1]
+        form = signature(body, self._called, [], self._formatted)
+        self._body_forms[id(body)] = (body, form)
+        return form
+
+    def _estimate(
+        self, form: object, body: Computation, operands: list[Instruction], verdict: Verdict
+    ) -> KernelCost:
+        """The cost of a kernel computing ``body`` (of ``form``) as ``verdict`` says,
+        estimated once per form and verdict: the model reads shapes, maps and opcodes."""
+        key = (form, verdict.tiled, verdict.threads, verdict.reduces_once)
+        cost = self._prices.get(key)
+        if cost is None:
+            cost = estimate_computation(
+                body,
+                operands,
+                self.target,
+                tiled=verdict.tiled,
+                threads=verdict.threads,
+                reduces_once=verdict.reduces_once,
+            )
+            self._prices[key] = cost
+        return cost
 
     def _signature(self, candidate: Candidate) -> object:
         return self._signatures_of(candidate)[0]
@@ -112,19 +146,9 @@ class FusionContext:
         """The candidate's cost; a body priced before (the same computation, names and
         scalar constants' values aside: the model reads shapes, maps and opcodes only)
         is not priced again."""
-        key = (self._form(candidate), verdict.tiled, verdict.threads, verdict.reduces_once)
-        cost = self._prices.get(key)
-        if cost is None:
-            cost = estimate_computation(
-                candidate.body,
-                list(candidate.fusion.operands),
-                self.target,
-                tiled=verdict.tiled,
-                threads=verdict.threads,
-                reduces_once=verdict.reduces_once,
-            )
-            self._prices[key] = cost
-        return cost
+        return self._estimate(
+            self._form(candidate), candidate.body, list(candidate.fusion.operands), verdict
+        )
 
     def cost(self, inst: Instruction) -> KernelCost:
         """What ``inst`` costs as a kernel of its own (nothing for host instructions)."""
@@ -137,14 +161,8 @@ class FusionContext:
                 from heron.emitters.fusion_analysis import analyse_fusion
 
                 verdict = verdict_of(analyse_fusion(inst, self.target))
-                cost = estimate_computation(
-                    inst.called("calls"),
-                    list(inst.operands),
-                    self.target,
-                    tiled=verdict.tiled,
-                    threads=verdict.threads,
-                    reduces_once=verdict.reduces_once,
-                )
+                body = inst.called("calls")
+                cost = self._estimate(self._body_form(body), body, list(inst.operands), verdict)
             else:
                 made = self.candidate([inst], [inst])
                 if made is not None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from heron.compiler.fusion.builder import post_order
 from heron.hlo.attribute_syntax import format_attribute
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.ir import Computation, Instruction, Literal, Module
@@ -42,6 +43,7 @@ def signature(
     computation: Computation,
     called_memo: dict[int, tuple[Any, Any]] | None = None,
     scalar_values: list[Any] | None = None,
+    formatted: dict[tuple[str, int], tuple[Any, str]] | None = None,
 ) -> tuple[Any, ...]:
     """What ``computation`` computes, independent of the names in it.
 
@@ -50,10 +52,14 @@ def signature(
     With ``scalar_values``, the values of scalar constants are left out of the
     signature and appended there instead (in post-order): the signature is then
     the body's *form*, which decides its price and whether it can be emitted.
+    ``formatted`` keeps formatted attribute values (by name and value object, with
+    the value) for a caller that signs many clones of the same instructions (a
+    clone shares its attribute values).
     """
+    order = post_order(computation)
     position: dict[int, int] = {}
     rows = []
-    for k, inst in enumerate(computation.post_order()):
+    for k, inst in enumerate(order):
         position[id(inst)] = k
         called = []
         for name, value in inst.attributes.items():
@@ -68,7 +74,7 @@ def signature(
                 tuple(position[id(op)] for op in inst.operands),
                 inst.parameter_number,
                 tuple(
-                    format_attribute(name, value)
+                    _format(name, value, formatted)
                     for name, value in inst.attributes.items()
                     if name not in _IGNORED
                 ),
@@ -77,6 +83,15 @@ def signature(
             )
         )
     return (tuple(rows), position[id(computation.root_instruction)])
+
+
+def _format(name: str, value: Any, memo: dict[tuple[str, int], tuple[Any, str]] | None) -> str:
+    if memo is None:
+        return format_attribute(name, value)
+    known = memo.get((name, id(value)))
+    if known is None or known[0] is not value:
+        known = memo[(name, id(value))] = (value, format_attribute(name, value))
+    return known[1]
 
 
 def _value(inst: Instruction, scalar_values: list[Any] | None) -> Any:
