@@ -630,3 +630,20 @@ ENTRY main {{
         run.outputs, flatten_literal(evaluate_module(module, arguments)), strict=True
     ):
         np.testing.assert_allclose(actual, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_a_chain_of_row_local_layers_is_split_within_the_fusion_budget() -> None:
+    # Every layer reduces along a row and broadcasts the result back along it, so
+    # the row-normalisation emitter could take the whole chain as one kernel: the
+    # fusion passes would then rebuild an ever larger body at every step
+    # (quadratic in the module). MAX_FUSED_INSTRUCTIONS splits the chain.
+    from heron.compiler.fusion.fusible import MAX_FUSED_INSTRUCTIONS
+
+    text = _layers(40)
+    fused = check_each_pass(parse_module(text))
+    sizes = [len(fusion.called("calls").instructions) for fusion in _fusions(fused)]
+    assert len(sizes) > 1 and max(sizes) <= MAX_FUSED_INSTRUCTIONS, sizes
+    assert sum(sizes) > MAX_FUSED_INSTRUCTIONS  # the budget is what split it
+    reduces = [i for f in _fusions(fused) for i in f.called("calls").instructions]
+    assert sum(i.opcode == "reduce" for i in reduces) == 40  # each computed once
+    assert count_kernels(fused) == len(sizes)

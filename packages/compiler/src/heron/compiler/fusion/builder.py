@@ -19,7 +19,6 @@ the module.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 
 import attrs
@@ -54,6 +53,16 @@ class Candidate:
     body: Computation
     members: tuple[Instruction, ...]
     outputs: tuple[Instruction, ...]
+
+    def discard(self) -> None:
+        """Let go of a candidate that will not be installed: its body's instructions
+        point back at the body (``parent``), a cycle only Python's cyclic collector
+        would free, and the fusion passes price and drop a candidate per pair of
+        instructions; the collector's passes over a growing heap made them
+        superlinear in the module."""
+        for inst in self.body.instructions:
+            inst.parent = None
+        self.body.instructions = []
 
 
 def outputs_of(inst: Instruction) -> list[Instruction] | None:
@@ -281,29 +290,19 @@ def install_fusion(
             renamed.append((gte, cast))
     _remove_dead_members(graph, candidate.members)
     # Named once the members are gone, so a fusion replacing one can take its name.
-    graph.rename(fusion, _first_free(fusion.name, graph.module_names, itself=1))
+    graph.rename(fusion, graph.module_names.first_free(fusion.name, itself=1))
     graph.rename_computation(
-        candidate.body, _first_free(candidate.body.name, graph.module_names, itself=1)
+        candidate.body, graph.module_names.first_free(candidate.body.name, itself=1)
     )
     fusion.attributes["calls"] = ComputationRef(candidate.body.name, candidate.body)
     for gte, cast in renamed:
         index = gte.attr("index")
-        graph.rename(gte, _first_free(f"get-tuple-element.{fusion.name}.{index}", graph.names))
+        graph.rename(gte, graph.names.first_free(f"get-tuple-element.{fusion.name}.{index}"))
         if cast is not None:
-            graph.rename(cast, _first_free(f"bitcast.{fusion.name}.{index}", graph.names))
+            graph.rename(cast, graph.names.first_free(f"bitcast.{fusion.name}.{index}"))
     if own_graph:
         graph.finish()
     return fusion
-
-
-def _first_free(name: str, taken: Counter[str], itself: int = 0) -> str:
-    """``name``, else ``name.1``, ``name.2``... (XLA's numbering of fusions); a name
-    counts as taken when more than ``itself`` instructions or computations hold it."""
-    fresh, n = name, 0
-    while taken.get(fresh, 0) > (itself if fresh == name else 0):
-        n += 1
-        fresh = f"{name}.{n}"
-    return fresh
 
 
 def _remove_dead_members(graph: FusionGraph, members: Sequence[Instruction]) -> None:

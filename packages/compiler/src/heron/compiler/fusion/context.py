@@ -7,6 +7,8 @@ changes) and handed to whichever decision needs it.
 
 from __future__ import annotations
 
+import weakref
+
 import attrs
 
 from heron.compiler.fusion.builder import Candidate, build_fusion
@@ -32,9 +34,10 @@ class FusionContext:
     checker: FusionChecker = attrs.field(init=False)
     _costs: dict[int, tuple[Instruction, KernelCost]] = attrs.field(init=False, factory=dict)
     _prices: dict[tuple[object, ...], KernelCost] = attrs.field(init=False, factory=dict)
-    #: A candidate's body signature and form (names aside), made once per candidate.
-    _signatures: dict[int, tuple[Candidate, tuple[object, object]]] = attrs.field(
-        init=False, factory=dict
+    #: A candidate's body signature and form (names aside), made once per candidate
+    #: while it lives: the candidates priced and dropped do not stay in memory.
+    _signatures: weakref.WeakKeyDictionary[Candidate, tuple[object, object]] = attrs.field(
+        init=False, factory=weakref.WeakKeyDictionary
     )
     #: The checker's answers by body signature: programs repeat the same layer, and
     #: priority fusion re-plans the same fusions after every rewrite around them.
@@ -44,9 +47,11 @@ class FusionContext:
     _pairs: dict[tuple[int, int], tuple[Instruction, Instruction, float | None]] = attrs.field(
         init=False, factory=dict
     )
-    #: A fused body's form (:meth:`_signatures_of`), by id with the body: a fusion
+    #: A fused body's form (:meth:`_signatures_of`) while the body lives: a fusion
     #: this pass installs is priced as its own kernel by the form it was priced by.
-    _body_forms: dict[int, tuple[Computation, object]] = attrs.field(init=False, factory=dict)
+    _body_forms: weakref.WeakKeyDictionary[Computation, object] = attrs.field(
+        init=False, factory=weakref.WeakKeyDictionary
+    )
     #: Signatures of called computations (reducers), which no fusion pass changes.
     _called: dict[int, tuple[object, object]] = attrs.field(init=False, factory=dict)
     #: Formatted attribute values for the signatures (a clone shares its values).
@@ -60,14 +65,19 @@ class FusionContext:
     ) -> tuple[Candidate, Verdict] | None:
         """A fusion of ``members`` computing ``outputs``, if an emitter can emit it."""
         candidate = build_fusion(members, outputs)
-        key = self._signature(candidate)
-        if key in self._verdicts:
-            verdict = self._verdicts[key]
-        else:
-            verdict = self._verdicts[key] = self.checker.check(candidate)
+        verdict = self._verdict(candidate)
         if verdict is None:
+            candidate.discard()
             return None
         return candidate, verdict
+
+    def _verdict(self, candidate: Candidate) -> Verdict | None:
+        """The checker's verdict on ``candidate``, asked once per body signature."""
+        key = self._signature(candidate)
+        if key in self._verdicts:
+            return self._verdicts[key]
+        verdict = self._verdicts[key] = self.checker.check(candidate)
+        return verdict
 
     def pair_seconds(self, producer: Instruction, user: Instruction) -> float | None:
         """The price of ``producer`` fused into ``user`` (None when no emitter takes it).
@@ -81,30 +91,32 @@ class FusionContext:
         known = self._pairs.get(key)
         if known is not None and known[0] is producer and known[1] is user:
             return known[2]
-        made = self.candidate([producer, user], [user])
-        seconds = None if made is None else self.price(*made).seconds
+        candidate = build_fusion([producer, user], [user])
+        verdict = self._verdict(candidate)
+        seconds = None if verdict is None else self.price(candidate, verdict).seconds
+        candidate.discard()
         self._pairs[key] = (producer, user, seconds)
         return seconds
 
     def _signatures_of(self, candidate: Candidate) -> tuple[object, object]:
         """The candidate's body signature and its form (scalar constants' values aside)."""
-        known = self._signatures.get(id(candidate))
-        if known is not None and known[0] is candidate:
-            return known[1]
+        known = self._signatures.get(candidate)
+        if known is not None:
+            return known
         values: list[object] = []
         form = signature(candidate.body, self._called, values, self._formatted)
         keys = ((form, tuple(values)), form)
-        self._signatures[id(candidate)] = (candidate, keys)
-        self._body_forms[id(candidate.body)] = (candidate.body, form)
+        self._signatures[candidate] = keys
+        self._body_forms[candidate.body] = form
         return keys
 
     def _body_form(self, body: Computation) -> object:
         """``body``'s form (scalar constants' values aside), made once per body."""
-        known = self._body_forms.get(id(body))
-        if known is not None and known[0] is body:
-            return known[1]
+        known = self._body_forms.get(body)
+        if known is not None:
+            return known
         form = signature(body, self._called, [], self._formatted)
-        self._body_forms[id(body)] = (body, form)
+        self._body_forms[body] = form
         return form
 
     def _estimate(
@@ -167,6 +179,7 @@ class FusionContext:
                 made = self.candidate([inst], [inst])
                 if made is not None:
                     cost = self.price(*made)
+                    made[0].discard()
         self._costs[id(inst)] = (inst, cost)
         return cost
 

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from heron.emitters.hookspecs import EmitterSpec
 
 __all__ = [
+    "MAX_FUSED_INSTRUCTIONS",
     "MAX_FUSION_PARAMETERS",
     "ROOT_ONLY_OPCODES",
     "FusionChecker",
@@ -56,6 +57,16 @@ __all__ = [
 #: ``kMaxOperandsAndOutputsPerFusion``, which keeps kernel parameters within
 #: the 4 KiB the CUDA ABI passes them in.
 MAX_FUSION_PARAMETERS = 96
+
+#: Instructions a fused computation may hold. Every step of the fusion passes
+#: builds, signs and prices a candidate's whole body, and an emitter compiles it
+#: as one kernel, so a fusion that may grow without bound makes both quadratic in
+#: the module: a chain of row-local layers (each reduce broadcast back along its
+#: row) is one row-normalisation fusion however long the chain. heron's own
+#: budget, in the spirit of XLA's guards against fusions its emitters handle
+#: badly; the largest fusion of the program corpus holds 315 (dropout_threefry's
+#: loop body, 20 rounds of threefry, one kernel as in XLA).
+MAX_FUSED_INSTRUCTIONS = 512
 
 
 @functools.cache
@@ -208,6 +219,8 @@ class FusionChecker:
         body = candidate.body
         outputs = len(body.root.operands) if body.root.opcode == "tuple" else 1
         if len(candidate.fusion.operands) + outputs > MAX_FUSION_PARAMETERS:
+            return None
+        if len(body.instructions) > MAX_FUSED_INSTRUCTIONS:
             return None
         fused_heroes: list[Instruction] = []
         for inst in body.instructions:

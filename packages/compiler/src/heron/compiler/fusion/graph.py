@@ -18,7 +18,49 @@ from collections import Counter
 
 from heron.hlo.ir import Computation, Instruction, Module
 
-__all__ = ["FusionGraph"]
+__all__ = ["FusionGraph", "TakenNames"]
+
+
+class TakenNames:
+    """Names with how many instructions or computations hold each, and the first free
+    ``name``, ``name.1``, ``name.2``... (XLA's numbering of fusions) without counting up
+    from 1 every time: a module fused layer by layer holds thousands of
+    ``loop_add_fusion.N`` at once, and the count made installing quadratic.
+
+    ``_lowest[name]`` is never above the lowest free suffix of ``name``: raised past the
+    suffixes a search finds taken, lowered when a name is released.
+    """
+
+    def __init__(self) -> None:
+        self._counts: Counter[str] = Counter()
+        self._lowest: dict[str, int] = {}
+
+    def count(self, name: str) -> int:
+        return self._counts.get(name, 0)
+
+    def take(self, name: str) -> None:
+        self._counts[name] += 1
+
+    def release(self, name: str) -> None:
+        left = self._counts.get(name, 0) - 1
+        if left > 0:
+            self._counts[name] = left
+        else:
+            self._counts.pop(name, None)
+            base, dot, suffix = name.rpartition(".")
+            if dot and suffix.isdigit() and base in self._lowest:
+                self._lowest[base] = min(self._lowest[base], int(suffix))
+
+    def first_free(self, name: str, itself: int = 0) -> str:
+        """``name``, else the lowest free ``name.N``; ``name`` counts as taken when more
+        than ``itself`` instructions or computations hold it (the one being renamed)."""
+        if self.count(name) <= itself:
+            return name
+        n = self._lowest.get(name, 1)
+        while self.count(f"{name}.{n}") > 0:
+            n += 1
+        self._lowest[name] = n
+        return f"{name}.{n}"
 
 
 class FusionGraph:
@@ -32,16 +74,16 @@ class FusionGraph:
         self._sequence = itertools.count()
         #: Every instruction and computation name of the module, with multiplicity
         #: (fused bodies repeat their parameters' names).
-        self.module_names: Counter[str] = Counter()
+        self.module_names = TakenNames()
         #: The names of ``computation``'s instructions.
-        self.names: Counter[str] = Counter()
+        self.names = TakenNames()
         for c in module.computations:
-            self.module_names[c.name] += 1
+            self.module_names.take(c.name)
             for inst in c.instructions:
-                self.module_names[inst.name] += 1
+                self.module_names.take(inst.name)
         for position, inst in enumerate(computation.instructions):
             self._rank[id(inst)] = (position, next(self._sequence))
-            self.names[inst.name] += 1
+            self.names.take(inst.name)
             self._register(inst)
 
     # -- queries -------------------------------------------------------------
@@ -71,14 +113,14 @@ class FusionGraph:
         """Record ``inst``, which the caller put into the computation (ranked with ``after``)."""
         rank = self._rank[id(after)][0] if after is not None else len(self._rank)
         self._rank[id(inst)] = (rank, next(self._sequence))
-        self.names[inst.name] += 1
-        self.module_names[inst.name] += 1
+        self.names.take(inst.name)
+        self.module_names.take(inst.name)
         self._register(inst)
 
     def rename(self, inst: Instruction, name: str) -> None:
         for names in (self.names, self.module_names):
-            names[inst.name] -= 1
-            names[name] += 1
+            names.release(inst.name)
+            names.take(name)
         inst.name = name
 
     def replace(self, old: Instruction, new: Instruction) -> None:
@@ -101,25 +143,25 @@ class FusionGraph:
                 users.pop(id(inst), None)
         self._users.pop(id(inst), None)
         del self._rank[id(inst)]
-        self.names[inst.name] -= 1
-        self.module_names[inst.name] -= 1
+        self.names.release(inst.name)
+        self.module_names.release(inst.name)
         self.computation.instructions.remove(inst)
 
     def add_computation(self, body: Computation) -> None:
         self.module.computations.insert(self.module.computations.index(self.computation), body)
-        self.module_names[body.name] += 1
+        self.module_names.take(body.name)
         for inst in body.instructions:
-            self.module_names[inst.name] += 1
+            self.module_names.take(inst.name)
 
     def remove_computation(self, body: Computation) -> None:
         self.module.computations.remove(body)
-        self.module_names[body.name] -= 1
+        self.module_names.release(body.name)
         for inst in body.instructions:
-            self.module_names[inst.name] -= 1
+            self.module_names.release(inst.name)
 
     def rename_computation(self, body: Computation, name: str) -> None:
-        self.module_names[body.name] -= 1
-        self.module_names[name] += 1
+        self.module_names.release(body.name)
+        self.module_names.take(name)
         body.name = name
 
     def finish(self) -> None:

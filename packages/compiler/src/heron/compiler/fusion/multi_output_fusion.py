@@ -120,9 +120,14 @@ def _try(
 ) -> bool:
     members = sorted(members, key=search.order.position)
     made = search.context.candidate(members, outputs)
-    if made is None or not _shapes_agree(made[1], outputs):
+    if made is None:
         return False
-    if search.context.price(*made).seconds >= apart or not search.context.emits(made[0]):
+    if (
+        not _shapes_agree(made[1], outputs)
+        or search.context.price(*made).seconds >= apart
+        or not search.context.emits(made[0])
+    ):
+        made[0].discard()
         return False
     search.install(made)
     return True

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Iterable
 
 import attrs
 
@@ -104,11 +105,17 @@ def _plan(
     for user in users:
         made = context.candidate([producer, user], [user])
         if made is None:
+            _discard(fusions)
             return None
         fusions.append(made)
         fused_seconds += context.price(*made).seconds
     apart = context.cost(producer).seconds + sum(context.cost(user).seconds for user in users)
     return _Plan(producer, apart - fused_seconds, tuple(fusions))
+
+
+def _discard(fusions: Iterable[tuple[Candidate, Verdict]]) -> None:
+    for candidate, _ in fusions:
+        candidate.discard()
 
 
 class _Queue:
@@ -166,13 +173,19 @@ def fuse_by_priority(module: Module, target: Target) -> bool:
         # The cached price is current, but the candidates must be built from the
         # graph as it is now (an operand of a user may have become a fusion).
         fresh = _plan(context, computation, graph, producer)
-        if fresh is None or fresh.benefit < 0:
+        if fresh is None:
+            queue.set(producer, None, graph.rank(producer))
+            continue
+        if fresh.benefit < 0:
+            _discard(fresh.fusions)
             queue.set(producer, None, graph.rank(producer))
             continue
         if fresh.benefit < benefit * 0.999:
+            _discard(fresh.fusions)
             queue.set(producer, fresh.benefit, graph.rank(producer))
             continue
         if not all(context.emits(candidate) for candidate, _ in fresh.fusions):
+            _discard(fresh.fusions)
             queue.set(producer, None, graph.rank(producer))
             continue
         touched = list(producer.operands)
@@ -182,6 +195,7 @@ def fuse_by_priority(module: Module, target: Target) -> bool:
             if not all(graph.alive(operand) for operand in candidate.fusion.operands):
                 rebuilt = context.candidate(list(candidate.members), list(candidate.outputs))
                 assert rebuilt is not None, "the same body, another operand"
+                candidate.discard()
                 candidate, verdict = rebuilt
             fusion = install_fusion(module, computation, candidate, verdict.fusion_kind, graph)
             touched.append(fusion)
