@@ -59,7 +59,7 @@ from heron.emitters import mlir_types
 from heron.emitters.dialect import allocate_shared_op, sync_threads_op
 from heron.emitters.dialect.irdl_source import MAX_ITER_ARGS
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter
-from heron.emitters.fusion_analysis import FusionAnalysis, has_no_output_elements
+from heron.emitters.fusion_analysis import FusionAnalysis, claims_root, has_no_output_elements
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.emitters.ir_utils import both, index_constant
 from heron.emitters.target import EmitterTarget
@@ -648,21 +648,13 @@ def _from_shared(value: ir.Value, element: ElementType) -> ir.Value:
     return arith.trunci(scalar, value)
 
 
-def _claims(analysis: object) -> bool:
-    """Fusions whose one root is a sort (XLA gives a sort a kernel of its own)."""
-    if not isinstance(analysis, FusionAnalysis):
-        return False
-    roots = analysis.roots
-    return len(roots) == 1 and roots[0].opcode == "sort"
-
-
 @hookimpl
 def heron_emitter_specs() -> list[EmitterSpec]:
     return [
         EmitterSpec(
             name="sort",
             priority=10,
-            claims=_claims,
+            claims=claims_root("sort"),
             factory=SortEmitter,
             description="sort: bitonic sorting network per row in shared memory",
         )

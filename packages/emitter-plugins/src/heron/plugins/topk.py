@@ -45,7 +45,7 @@ from mlir.dialects import arith, scf, tensor
 from heron.emitters import mlir_types
 from heron.emitters.dialect import allocate_shared_op, sync_threads_op
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter
-from heron.emitters.fusion_analysis import FusionAnalysis, has_no_output_elements
+from heron.emitters.fusion_analysis import FusionAnalysis, claims_root, has_no_output_elements
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.emitters.ir_utils import index_constant, int_constant
 from heron.emitters.target import EmitterTarget
@@ -344,21 +344,13 @@ def _guarded(condition: ir.Value, carried: Values, then) -> Values:
     return list(branch.results)
 
 
-def _claims(analysis: object) -> bool:
-    """Fusions whose one root is a topk (the top-k decomposer left it for this emitter)."""
-    if not isinstance(analysis, FusionAnalysis):
-        return False
-    roots = analysis.roots
-    return len(roots) == 1 and roots[0].opcode == "topk"
-
-
 @hookimpl
 def heron_emitter_specs() -> list[EmitterSpec]:
     return [
         EmitterSpec(
             name="topk",
             priority=10,
-            claims=_claims,
+            claims=claims_root("topk"),
             factory=TopkEmitter,
             description="topk: one block per row keeps the running top k",
         )

@@ -41,6 +41,7 @@ __all__ = [
     "FusionAnalysis",
     "analyse_fusion",
     "claims_kind",
+    "claims_root",
     "dynamic_update_slice_of",
     "has_no_output_elements",
 ]
@@ -124,6 +125,22 @@ def claims_kind(kind: str) -> Callable[[object], bool]:
 
     claims.__name__ = f"claims_{kind}"
     claims.__doc__ = f"Analyses whose kind is {kind!r} (XLA's choice)."
+    return claims
+
+
+def claims_root(opcode: str) -> Callable[[object], bool]:
+    """A ``claims`` function for an emitter plugin that takes one op alone: analyses of
+    fusions whose one root is an ``opcode`` (a sort, a topk: XLA gives each a kernel
+    of its own, whatever kind the analysis gives the fusion)."""
+
+    def claims(analysis: object) -> bool:
+        if not isinstance(analysis, FusionAnalysis):
+            return False
+        roots = analysis.roots
+        return len(roots) == 1 and roots[0].opcode == opcode
+
+    claims.__name__ = f"claims_{opcode}_root"
+    claims.__doc__ = f"Analyses of fusions whose one root is a {opcode!r}."
     return claims
 
 
