@@ -40,6 +40,17 @@ def test_arguments_of_another_structure_are_refused_by_name():
         lowered.flatten_arguments(({"w": PARAMS["w"]}, X), {})
 
 
+def test_arguments_take_the_dtypes_jax_lowered_them_as():
+    # Without jax_enable_x64 jax lowers an int64 or float64 argument as s32 or f32
+    # and converts the value: heron hands the entry the same.
+    lowered = lower(lambda a, b: (a * 3, b + 1), np.array([2**33 + 5, -5], np.int64), 2.5)
+    a, b = lowered.flatten_arguments((np.array([2**33 + 5, -5], np.int64), 2.5), {})
+    assert a.dtype == np.int32 and a.tolist() == [5, -5]
+    assert b.dtype == np.float32 and b == np.float32(2.5)
+    parameters = sorted(lowered.module.entry.parameters, key=lambda p: p.parameter_number)
+    assert [str(p.shape).split("{")[0] for p in parameters] == ["s32[2]", "f32[]"]
+
+
 def test_unused_arguments_stay_parameters():
     lowered = lower(lambda a, b: a * 2, X, X)
     assert len(lowered.module.entry.parameters) == 2

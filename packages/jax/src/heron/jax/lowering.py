@@ -62,14 +62,20 @@ class Lowered:
     out_tree: Any
 
     def flatten_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[np.ndarray]:
-        """The entry's arguments: the leaves of ``(args, kwargs)`` as numpy arrays."""
+        """The entry's arguments: the leaves of ``(args, kwargs)`` as numpy arrays, each of
+        the dtype jax lowered it as (``jax.dtypes.canonicalize_dtype``: without
+        ``jax_enable_x64`` an int64 or float64 argument is an s32 or f32 parameter, and
+        jax converts the value as ``astype`` does, so heron does the same)."""
         leaves, tree = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
         if tree != self.in_tree:
             raise TypeError(
                 f"heron.jax: arguments of structure {tree} given to '{self.name}',"
                 f" lowered for {self.in_tree}"
             )
-        return [np.asarray(leaf) for leaf in leaves]
+        arrays = [np.asarray(leaf) for leaf in leaves]
+        return [
+            array.astype(jax.dtypes.canonicalize_dtype(array.dtype), copy=False) for array in arrays
+        ]
 
     def unflatten_results(self, leaves: Sequence[np.ndarray]) -> Any:
         """The function's result, in its own pytree structure, from the entry's leaves."""
