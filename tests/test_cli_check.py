@@ -207,3 +207,27 @@ def test_a_corpus_folder_is_checked_file_by_file_with_a_summary(capsys, corpus_d
     assert "2 agree, 0 disagree, 1 refused or unreadable" in out
     code, _, err = _run(capsys, str(folder), "--fusion", "neg")
     assert code == 2 and "is a folder" in err
+
+
+def test_a_fusion_with_as_many_operands_as_the_fusion_passes_allow_runs(capsys, tmp_path):
+    # 95 parameters and one output: the fusion passes' limit (96 operands plus
+    # outputs). The loop emitter's call takes them all and the two indices; the
+    # dialect's call used to hold 64 operands and the check failed inside MLIR.
+    count = 95
+    body = [f"  p{i} = f32[4,8]{{1,0}} parameter({i})" for i in range(count)]
+    previous = "p0"
+    for i in range(1, count):
+        body.append(f"  a{i} = f32[4,8]{{1,0}} add({previous}, p{i})")
+        previous = f"a{i}"
+    body[-1] = "  ROOT" + body[-1][1:]
+    entry = [f"  q{i} = f32[4,8]{{1,0}} parameter({i})" for i in range(count)]
+    operands = ", ".join(f"q{i}" for i in range(count))
+    text = "\n".join(
+        ["HloModule many_operands", "", "fused {", *body, "}", "", "ENTRY main {", *entry,
+         f"  ROOT f = f32[4,8]{{1,0}} fusion({operands}), kind=kLoop, calls=fused", "}", ""]
+    )  # fmt: skip
+    path = tmp_path / "many_operands.hlo"
+    path.write_text(text)
+    code, out, _ = _run(capsys, str(path))
+    assert code == 0, out
+    assert "check: 1 fusion, all agree" in out

@@ -36,6 +36,7 @@ from heron.emitters.dialect.irdl_source import (
     REDUCER_ATTR,
     RESULT_SEGMENTS_ATTR,
 )
+from heron.hlo.errors import UnsupportedError
 from heron.indexing import IndexingMap, parse_indexing_map
 
 Values = Sequence[ir.Value]
@@ -62,9 +63,11 @@ def _symbol(callee: str | ir.Operation | ir.OpView) -> ir.FlatSymbolRefAttr:
 def _slots(op: str, what: str, count: int, limit: int) -> list[int]:
     """Segment sizes for a mixed-type list stored in ``limit`` optional slots."""
     if count > limit:
-        raise ValueError(
-            f"{_name(op)}: {count} {what} exceed the dialect's limit of {limit} "
-            "(raise the MAX_* constant in heron.emitters.dialect.irdl_source)"
+        # A limit of the dialect, not a malformed call: the fusion cannot be emitted
+        # (a fusion pass takes that as a "no"; a user gets the op and the limit).
+        raise UnsupportedError(
+            f"{_name(op)}: {count} {what} exceed the heron_gpu dialect's limit of {limit}"
+            " (MAX_* in heron.emitters.dialect.irdl_source)"
         )
     return [1] * count + [0] * (limit - count)
 

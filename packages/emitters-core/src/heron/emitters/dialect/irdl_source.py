@@ -32,8 +32,11 @@ NUM_TILES_ATTR = "num_tiles"
 OPERAND_SEGMENTS_ATTR = "operandSegmentSizes"
 RESULT_SEGMENTS_ATTR = "resultSegmentSizes"
 
-# Arity limits of the mixed-type lists (number of optional slots).
-MAX_CALL_OPERANDS = 64
+# Arity limits of the mixed-type lists (number of optional slots). A call passes a
+# subgraph function its fusion's tensors and the indices it is called at: a fusion has
+# at most 96 operands plus outputs (the fusion passes' limit, XLA's
+# kMaxOperandsAndOutputsPerFusion), so 128 leaves room for 32 indices.
+MAX_CALL_OPERANDS = 128
 MAX_CALL_RESULTS = 8
 MAX_ITER_ARGS = 16
 MAX_SYNC_TENSORS = 16
