@@ -23,6 +23,7 @@ from heron.hlo.passes import (
     dot_decomposer,
     layouts,
     scheduler,
+    select_and_scatter_expander,
     stable_sort_expander,
     topk_decomposer,
     tuple_simplifier,
@@ -46,6 +47,7 @@ _REGISTERING = (
     dot_decomposer,
     layouts,
     scheduler,
+    select_and_scatter_expander,
     stable_sort_expander,
     topk_decomposer,
     tuple_simplifier,
@@ -54,14 +56,15 @@ _REGISTERING = (
 
 
 def simplification_pipeline() -> Pipeline:
-    """Inline calls, decompose topk, lower convolutions to dots, canonicalise dots; then
-    simplify to a fixed point."""
+    """Inline calls, decompose topk, expand stable sorts and select-and-scatter, lower
+    convolutions to dots, canonicalise dots; then simplify to a fixed point."""
     return Pipeline(
         "simplification",
         (
             pass_named("call-inliner"),
             pass_named("topk-decomposer"),
             pass_named("stable-sort-expander"),
+            pass_named("select-and-scatter-expander"),
             pass_named("convolution-to-dot"),
             pass_named("dot-decomposer"),
             FixedPoint(
