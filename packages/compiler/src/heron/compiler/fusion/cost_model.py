@@ -47,7 +47,7 @@ from heron.hlo.ir import Computation, Instruction
 from heron.hlo.passes.outline import HOST_OPCODES
 from heron.hlo.shapes import ArrayShape, Shape, TupleShape
 from heron.indexing import IndexingError, IndexingMap, output_to_input_maps
-from heron.indexing.affine import used_dims, used_symbols
+from heron.indexing.affine import AffineExpr, used_dims, used_symbols
 
 __all__ = [
     "CACHE_SPEEDUP",
@@ -163,12 +163,27 @@ def parallel_threads(computation: Computation, reduction_hero: Instruction | Non
     return max(_elements(computation.root_instruction.shape), 1)
 
 
+def _varies(m: IndexingMap, expr: AffineExpr) -> bool:
+    """Whether a result of ``m`` takes more than one value: it uses a dimension or a
+    range symbol of extent above 1 (a size-1 dimension's index is always 0)."""
+    dims, ranges = m.dimensions, m.range_vars
+    if any(dims[d].bounds.upper > dims[d].bounds.lower for d in used_dims(expr)):
+        return True
+    return any(
+        s >= len(ranges) or ranges[s].bounds.upper > ranges[s].bounds.lower
+        for s in used_symbols(expr)
+    )
+
+
 def _coalesced(m: IndexingMap) -> bool:
     """Neighbouring threads (the minor-most loop variable) read neighbouring elements
-    (the minor-most result moves with it) or the same one (no result uses it)."""
-    if not m.results:
+    (the minor-most result that varies moves with it) or the same one (no result
+    uses it). A result that is always 0 (a size-1 dimension of the operand, jax's
+    ``keepdims`` ``[n, 1]``) is no minor dimension: ``[16, 1]`` is read as ``[16]``."""
+    varying = [r for r in m.results if _varies(m, r)]
+    if not varying:
         return True
-    last = m.results[-1]
+    last = varying[-1]
     if m.range_vars and (len(m.range_vars) - 1) in used_symbols(last):
         return True  # the innermost reduced dimension walks the minor one
     big = [i for i, v in enumerate(m.dimensions) if v.bounds.upper > v.bounds.lower]

@@ -146,6 +146,25 @@ def _moves_each_element_once(inst: Instruction) -> bool:
     return False
 
 
+#: A reduce computing each output element from at most this many input elements is
+#: cheap to compute again for every element that reads it: XLA's
+#: ``kMaxInputsPerOutput`` (``IsExpensiveToRepeat``, gpu_fusible.cc), under which
+#: its fusion passes fuse a small reduction like an elementwise op, behind a
+#: broadcast too (jax's log-softmax over 10 classes: XLA computes the row's max in
+#: every element of the kernel that reads it).
+MAX_INPUTS_PER_REPEATED_OUTPUT = 10
+
+
+def _cheap_to_repeat(reduce: Instruction) -> bool:
+    """A reduce with at most ``MAX_INPUTS_PER_REPEATED_OUTPUT`` inputs per output
+    element (XLA's ``IsExpensiveToRepeat`` is false)."""
+    if not isinstance(reduce.shape, ArrayShape) or len(reduce.operands) != 2:
+        return False
+    inputs = reduce.operands[0].array_shape.num_elements
+    outputs = max(reduce.array_shape.num_elements, 1)
+    return inputs // outputs <= MAX_INPUTS_PER_REPEATED_OUTPUT
+
+
 def _read_once(inst: Instruction, users: dict[Instruction, list[Instruction]]) -> bool:
     """Whether each element of ``inst`` is computed once: every path to a root goes
     through ops of its own size that move each element once (elementwise ops,
@@ -258,13 +277,15 @@ class FusionChecker:
         # A reduce that is not a reduction hero is computed by the loop emitter
         # once per element of whatever reads it: fine when only elementwise
         # ops of its own size lead from it to the roots (once per output
-        # element, XLA's loop fusion of a small reduction), never where a
-        # broadcast or a slice would make it computed again and again.
+        # element, XLA's loop fusion of a small reduction), or when it is cheap
+        # to repeat (XLA's rule: at most 10 inputs per output element), never
+        # where a broadcast or a slice would make a larger reduction computed
+        # again and again.
         heroes = {id(hero) for hero in analysis.heroes}
         users = body.users()
         for inst in body.instructions:
             if inst.opcode == "reduce" and id(inst) not in heroes:
-                if not _read_once(inst, users):
+                if not _cheap_to_repeat(inst) and not _read_once(inst, users):
                     return None
         return verdict
 
