@@ -810,6 +810,47 @@ add(
     "convolution",
 )
 add(
+    "maxpool_grad",
+    "gradient of a 3x3 stride-2 SAME max pool, f32 NHWC [2,9,9,4] (a select-and-scatter)",
+    jax.grad(
+        lambda x: jnp.sum(
+            lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME") ** 2
+        )
+    ),
+    lambda r: (normal(r, 2, 9, 9, 4),),
+    "convolution",
+    "gradient",
+)
+
+
+def _cnn_loss(params, x, labels):
+    h = lax.conv_general_dilated(
+        x, params["w"], (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )
+    h = jax.nn.relu(h + params["b"])
+    h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+    logits = h.reshape(h.shape[0], -1) @ params["dense"]
+    logp = jax.nn.log_softmax(logits)
+    return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))
+
+
+add(
+    "cnn_train_grad",
+    "loss and gradients of a small CNN (3x3 conv, ReLU, 2x2 max pool, dense, cross-entropy)",
+    jax.value_and_grad(_cnn_loss),
+    lambda r: (
+        {
+            "w": normal(r, 3, 3, 3, 8, scale=0.3),
+            "b": normal(r, 8, scale=0.1),
+            "dense": normal(r, 4 * 4 * 8, 10, scale=0.1),
+        },
+        normal(r, 4, 8, 8, 3),
+        integers(r, 4, high=10),
+    ),
+    "convolution",
+    "gradient",
+)
+add(
     "take_along_axis",
     "jnp.take_along_axis: per-row gather of f32 [8,32] at s32 [8,4] indices",
     lambda x, i: jnp.take_along_axis(x, i, axis=1),

@@ -144,6 +144,7 @@ def test_the_expected_failures_name_programs():
 #: within assert_close's bound: program -> the pass and why.
 REASSOCIATED = {
     "conv1d": "convolution-to-dot: the dot sums window x features in its own order",
+    "cnn_train_grad": "convolution-to-dot, for the forward convolution and its gradients",
 }
 
 

@@ -29,7 +29,7 @@ ENTRY main {
   init = TYPE[] constant(INIT)
   ROOT r = TYPE[OPERAND] select-and-scatter(x, s, init), window={WINDOW}, select=select, scatter=scatter
 }
-"""
+"""  # noqa: E501
 
 #: name -> operand dims, source dims, window, select direction, combiner, element type, init.
 CASES = {
@@ -43,9 +43,13 @@ CASES = {
     "minpool_rank1": ("10", "4", "size=4 stride=2 pad=0_0", "LE", "add", "f32", "0"),
     "integers_max": ("6,8", "3,4", "size=2x2 stride=2x2", "GT", "maximum", "s32", "-7"),
     # Window dilation.
-    "dilated": ("9,9", "3,3", "size=3x3 stride=3x3 rhs_dilate=2x2 pad=1_1x1_1", "GE", "add", "f32", "0"),
+    "dilated": (
+        "9,9", "3,3", "size=3x3 stride=3x3 rhs_dilate=2x2 pad=1_1x1_1", "GE", "add", "f32", "0"
+    ),
     # A window made of padding only selects nothing: the result keeps init there.
-    "padding_only_windows": ("2,2", "3,3", "size=2x2 stride=2x2 pad=2_2x2_2", "GE", "add", "f32", "1"),
+    "padding_only_windows": (
+        "2,2", "3,3", "size=2x2 stride=2x2 pad=2_2x2_2", "GE", "add", "f32", "1"
+    ),
 }  # fmt: skip
 
 

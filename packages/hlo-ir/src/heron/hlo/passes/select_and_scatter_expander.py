@@ -6,8 +6,9 @@ is combined into the result there with ``scatter``. No heron emitter runs it
 as one op, so this pass rewrites it into ops that run (XLA's
 SelectAndScatterExpander does the same for backends without an emitter):
 
-1. an iota per operand dimension gives every element its position;
-2. one variadic ``reduce-window`` over (operand, positions...) with the same
+1. an iota over the operand's elements, reshaped to the operand's shape,
+   gives every element its row-major position;
+2. one variadic ``reduce-window`` over (operand, positions) with the same
    window keeps, per window, the element ``select`` picks and its position.
    Its reducer combines an accumulator ``a`` and a window element ``b``: ``a``
    stays when it is valid and ``b`` is not, or ``select(a, b)`` holds; else
@@ -15,9 +16,11 @@ SelectAndScatterExpander does the same for backends without an emitter):
    later one that ``select`` does not prefer it to). The accumulator starts
    invalid (position -1), and padding, which reduce-window fills with the
    inits, is invalid too, so a window of padding only selects nothing;
-3. the positions, stacked as an index vector, ``scatter`` the source into a
-   broadcast of ``init`` with the ``scatter`` computation; a window that
-   selected nothing has index -1, out of bounds, which scatter skips.
+3. the positions ``scatter`` the source into a broadcast of ``init`` over the
+   operand's elements (rank 1) with the ``scatter`` computation, reshaped back
+   to the operand's shape; a window that selected nothing has position -1,
+   out of bounds, which scatter skips. One position rather than one per
+   dimension: no index vector to stack, and the reshapes are bitcasts.
 
 The window is walked in the order the evaluator walks it (row-major, the
 accumulator first), and the scatter applies the updates in the source's
@@ -80,10 +83,9 @@ def expand_select_and_scatter(module: Module) -> bool:
 
 
 def _reducer(inst: Instruction, index_type: ElementType, names: NameUniquer) -> Computation:
-    """(value, positions...) x (value, positions...) -> the one ``select`` keeps."""
+    """(value, position) x (value, position) -> the pair ``select`` keeps."""
     select = inst.called("select")
     value_type = inst.operands[0].array_shape.element_type
-    rank = len(inst.operands[0].array_shape.dims)
     reducer = Computation(names.unique(f"{select.name}.position"), location=select.location)
     scalar_value, scalar_index = ArrayShape(value_type, ()), ArrayShape(index_type, ())
     pred = ArrayShape(ElementType.PRED, ())
@@ -101,11 +103,11 @@ def _reducer(inst: Instruction, index_type: ElementType, names: NameUniquer) -> 
             )
         )
 
-    leaf_shapes = [scalar_value] + [scalar_index] * rank
+    leaf_shapes = [scalar_value, scalar_index]
     params = [
         add("parameter", shape, parameter_number=n) for n, shape in enumerate(leaf_shapes * 2)
     ]
-    a, b = params[: rank + 1], params[rank + 1 :]
+    a, b = params[:2], params[2:]
     # select's body, inlined on the two values.
     mapping: dict[int, Instruction] = {}
     for node in select.post_order():
@@ -130,65 +132,49 @@ def _expand(
     inserter: Inserter, inst: Instruction, index_type: ElementType, reducer: Computation
 ) -> Instruction:
     operand, source, init = inst.operands
-    dims = operand.array_shape.dims
-    rank = len(dims)
+    operand_shape = operand.array_shape
+    elements = operand_shape.num_elements
     out_dims = source.array_shape.dims
-    index_shape = ArrayShape(index_type, dims)
-    positions = [
-        inserter.add("iota", index_shape, [], {"iota_dimension": d}, like=inst, suffix=f"iota{d}")
-        for d in range(rank)
-    ]
-    invalid = inserter.add(
+
+    def add(opcode: str, shape, operands, attributes=None, *, suffix: str, **fields):
+        return inserter.add(opcode, shape, operands, attributes, like=inst, suffix=suffix, **fields)
+
+    flat = add(
+        "iota", ArrayShape(index_type, (elements,)), [], {"iota_dimension": 0}, suffix="iota"
+    )
+    positions = add(
+        "reshape", ArrayShape(index_type, operand_shape.dims), [flat], suffix="positions"
+    )
+    invalid = add(
         "constant",
         ArrayShape(index_type, ()),
-        like=inst,
+        [],
         suffix="invalid",
         literal=np.array(-1, index_type.numpy_dtype),
     )
-    value_out = ArrayShape(operand.array_shape.element_type, out_dims)
     index_out = ArrayShape(index_type, out_dims)
-    picked = inserter.add(
+    picked = add(
         "reduce-window",
-        TupleShape((value_out, *[index_out] * rank)),
-        [operand, *positions, init, *[invalid] * rank],
+        TupleShape((ArrayShape(operand_shape.element_type, out_dims), index_out)),
+        [operand, positions, init, invalid],
         {"window": inst.attributes["window"], "to_apply": ComputationRef(reducer.name, reducer)},
-        like=inst,
         suffix="picked",
     )
-    columns = []
-    for d in range(rank):
-        gte = inserter.add(
-            "get-tuple-element", index_out, [picked], {"index": d + 1}, like=inst, suffix=f"at{d}"
-        )
-        column = ArrayShape(index_type, (*out_dims, 1))
-        columns.append(inserter.add("reshape", column, [gte], like=inst, suffix=f"column{d}"))
-    indices_shape = ArrayShape(index_type, (*out_dims, rank))
-    indices = (
-        columns[0]
-        if rank == 1
-        else inserter.add(
-            "concatenate",
-            indices_shape,
-            columns,
-            {"dimensions": (len(out_dims),)},
-            like=inst,
-            suffix="indices",
-        )
-    )
-    base = inserter.add(
-        "broadcast", inst.shape, [init], {"dimensions": ()}, like=inst, suffix="base"
-    )
-    return inserter.add(
+    position = add("get-tuple-element", index_out, [picked], {"index": 1}, suffix="position")
+    indices = add("reshape", ArrayShape(index_type, (*out_dims, 1)), [position], suffix="indices")
+    flat_shape = ArrayShape(operand_shape.element_type, (elements,))
+    base = add("broadcast", flat_shape, [init], {"dimensions": ()}, suffix="base")
+    scattered = add(
         "scatter",
-        inst.shape,
+        flat_shape,
         [base, indices, source],
         {
             "update_window_dims": (),
-            "inserted_window_dims": tuple(range(rank)),
-            "scatter_dims_to_operand_dims": tuple(range(rank)),
+            "inserted_window_dims": (0,),
+            "scatter_dims_to_operand_dims": (0,),
             "index_vector_dim": len(out_dims),
             "to_apply": inst.attributes["scatter"],
         },
-        like=inst,
         suffix="scattered",
     )
+    return add("reshape", inst.shape, [scattered], suffix="result")
