@@ -685,6 +685,41 @@ def test_chunked_staging_equals_the_evaluator(target, dtype, out, m, k, n, batch
         assert_within_bound(got, want, a, b, m, k, n, out)
 
 
+@pytest.mark.parametrize(("dtype", "out"), [("f16", "f16"), ("s8", "s32")])
+def test_chunk_loads_read_whole_sectors(dtype, out):
+    """The interpreter's memory model on a chunked kernel (64 x 96 x 64, one block): every
+    lane's global read is one 16-byte chunk (f16) or two 8-byte halves of one (s8: the
+    vectorize pass groups at most 8 elements), a warp's f16 request covers whole 32-byte
+    sectors (A: 16 rows x 32 bytes; B: 16 K rows x two chunks), each s8 half request half
+    of each of its sectors, and the staging still equals the evaluator."""
+    from heron.runtime.interpreter.profile import AccessRecorder
+
+    rng = np.random.default_rng(22)
+    m, k, n = 64, 96, 64
+    a, b = _values(dtype, (m, k), rng), _values(dtype, (k, n), rng)
+    text = dot_module(m, k, n, dtype=dtype, out=out)
+    device = InterpreterDevice()
+    target = target_for_device(device, "interpreter", H100_TARGET)
+    kernel = compile_fusion(_fusion(text), target, "interpreter", emitters=REGISTRY)
+    device.observer = AccessRecorder()
+    run = run_on_device(device, kernel, [a, b])
+    loads = device.observer.stats("global", "load")
+    steps = k // gemm_mma.mma_k(dtype)
+    pieces = 1 if dtype == "f16" else 2
+    # 8 warps, each one request a K step (two for s8's halves)
+    assert loads.requests == 8 * steps * pieces
+    assert loads.widths == {16 // pieces: loads.lane_accesses}
+    # every 32-byte sector a request touches is used whole (f16), or half by each of the
+    # two requests of s8's halves
+    assert loads.sectors * 32 == loads.bytes_requested * pieces
+    want = np.asarray(evaluate_module(parse_module(text), [a, b]))
+    got = np.asarray(run.outputs[0])
+    if dtype == "s8":
+        assert np.array_equal(got, want)
+    else:
+        assert_within_bound(got, want, a, b, m, k, n, dtype)
+
+
 @pytest.mark.parametrize(
     ("text", "why"),
     [

@@ -67,6 +67,7 @@ from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
 from heron.hlo.opcodes import is_elementwise
+from heron.indexing import Dim, IndexingMap, Interval, Variable
 from heron.indexing.thread_maps import LaunchDimensions
 from heron.plugins import gemm_mma
 from heron.plugins.gemm_vector import VectorStaging, vector_staging, write_vector
@@ -377,7 +378,13 @@ class GemmEmitter(FusionEmitter):
         self.plan = plan_gemm(self.dot, self.target)
         self.empty = has_no_output_elements(self.fusion)
         self.vector_staging = (
-            vector_staging(self.dot, self.plan, self.plan.threads, self.inputs[0].bit_width // 8)
+            vector_staging(
+                self.dot,
+                self.plan,
+                self.plan.threads,
+                self.inputs[0].bit_width // 8,
+                self.target.warp_size,
+            )
             if self.plan.mma is not None
             else None
         )
@@ -749,10 +756,16 @@ class GemmEmitter(FusionEmitter):
             scf.YieldOp([write_vector(chunk, a_tile, first), b_tile])
         with ir.InsertionPoint(branch.else_block):
             local = arith.subi(thread, index_constant(staging.a_threads))
-            k = arith.remui(local, index_constant(staging.tk))
-            n = arith.muli(
-                arith.divui(local, index_constant(staging.tk)), index_constant(staging.vector)
-            )
+            k, piece = (
+                apply_indexing_op(
+                    IndexingMap(
+                        (Variable("th", Interval(0, staging.b_threads - 1)),),
+                        (staging.b_row(Dim(0)), staging.b_chunk(Dim(0))),
+                    ),
+                    [local],
+                )
+            ).results
+            n = arith.muli(piece, index_constant(staging.vector))
             tile = b_tile
             for e in range(staging.vector):
                 value = vector.extract(chunk, [], [e])

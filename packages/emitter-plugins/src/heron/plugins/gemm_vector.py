@@ -63,6 +63,10 @@ class VectorStaging:
     tiles: int
     k_steps: int
     batch: tuple[int, ...]
+    #: B's threads take K rows in groups of this many (half a warp), each group a chunk
+    #: of each row: a warp reads two consecutive chunks (32 bytes) of 16 rows, and its
+    #: transposed stores of one element fall in 2 words a bank.
+    b_group: int
 
     @property
     def a_per_row(self) -> int:
@@ -89,9 +93,22 @@ class VectorStaging:
         """(batch..., k, n) of element ``e`` of the B chunk of thread ``a_threads + th``."""
         th, bl, step = Dim(0), Dim(1), Dim(2)
         batch = [Dim(3 + i) for i in range(len(self.batch))]
-        row = step * self.tk + th % self.tk
-        col = (bl % self.tiles_n) * self.tn + (th // self.tk) * self.vector + e
+        row = step * self.tk + self.b_row(th)
+        col = (bl % self.tiles_n) * self.tn + self.b_chunk(th) * self.vector + e
         return IndexingMap(tuple(self._dims(self.b_threads)), (*batch, row, col))
+
+    @property
+    def b_per_row(self) -> int:
+        return self.tn // self.vector
+
+    def b_row(self, th):
+        """The K row of B's thread ``th`` (an affine expression or an int): groups of
+        ``b_group`` consecutive threads take consecutive rows."""
+        return (th // (self.b_group * self.b_per_row)) * self.b_group + th % self.b_group
+
+    def b_chunk(self, th):
+        """The chunk of its row B's thread ``th`` stages."""
+        return (th // self.b_group) % self.b_per_row
 
 
 def _contiguous_rows(operand: Instruction, vector: int) -> bool:
@@ -105,7 +122,7 @@ def _contiguous_rows(operand: Instruction, vector: int) -> bool:
 
 
 def vector_staging(
-    dot: Instruction, plan, threads: int, element_bytes: int
+    dot: Instruction, plan, threads: int, element_bytes: int, warp_size: int
 ) -> VectorStaging | None:
     """The chunked staging of ``dot``'s MMA tiles (``plan``), or None where a chunk would
     not be one aligned vector load (see the module docstring)."""
@@ -116,7 +133,8 @@ def vector_staging(
         return None
     a_threads = plan.tm * plan.tk // vector
     b_threads = plan.tk * plan.tn // vector
-    if a_threads + b_threads != threads:
+    b_group = min(plan.tk, warp_size // 2)
+    if a_threads + b_threads != threads or plan.tk % b_group:
         return None
     if not all(_contiguous_rows(op, vector) for op in dot.operands):
         return None
@@ -131,6 +149,7 @@ def vector_staging(
         plan.tiles_m * plan.tiles_n,
         plan.k_steps,
         plan.batch,
+        b_group,
     )
 
 
