@@ -28,13 +28,18 @@ alignment and replace them by one vector read. Where the conditions fail the
 emitter keeps its 32-bit word staging (``GemmEmitter._slots``).
 
 B is staged transposed (n-major tiles): a thread's 8 (16) elements of a row
-of B go to 8 (16) tile rows. Consecutive threads take consecutive K rows
-(``k = thread mod TK``), so a warp's stores of one element fall in 2 address
-groups per bank (2 conflicts a store request; the row-major assignment,
-consecutive threads along N, would put 8 of a warp's stores in one bank).
+of B go to 8 (16) tile rows. B's threads take K rows in groups of half a
+warp (``b_group``), each group one chunk of each of its rows, so a warp reads
+two consecutive chunks (32 bytes, a whole sector) of 16 rows, and its stores
+of one element fall in at most 2 words a bank (1.33 conflicts a store request
+for f16, 1.18 for s8, where the word staging had 2; the row-major
+assignment, consecutive threads along N, would put 8 of a warp's stores in
+one bank).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import attrs
 from mlir import ir
@@ -43,6 +48,10 @@ from mlir.dialects import vector as vector_dialect
 from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
 from heron.hlo.ir import Instruction
 from heron.indexing import Dim, IndexingMap, Interval, Variable
+from heron.indexing.affine import AffineExpr
+
+if TYPE_CHECKING:
+    from heron.plugins.gemm import GemmPlan
 
 __all__ = ["VectorStaging", "vector_staging", "write_vector"]
 
@@ -101,12 +110,12 @@ class VectorStaging:
     def b_per_row(self) -> int:
         return self.tn // self.vector
 
-    def b_row(self, th):
-        """The K row of B's thread ``th`` (an affine expression or an int): groups of
+    def b_row(self, th: AffineExpr) -> AffineExpr:
+        """The K row of B's thread ``th`` (counted from ``a_threads``): groups of
         ``b_group`` consecutive threads take consecutive rows."""
         return (th // (self.b_group * self.b_per_row)) * self.b_group + th % self.b_group
 
-    def b_chunk(self, th):
+    def b_chunk(self, th: AffineExpr) -> AffineExpr:
         """The chunk of its row B's thread ``th`` stages."""
         return (th // self.b_group) % self.b_per_row
 
@@ -122,7 +131,7 @@ def _contiguous_rows(operand: Instruction, vector: int) -> bool:
 
 
 def vector_staging(
-    dot: Instruction, plan, threads: int, element_bytes: int, warp_size: int
+    dot: Instruction, plan: GemmPlan, threads: int, element_bytes: int, warp_size: int
 ) -> VectorStaging | None:
     """The chunked staging of ``dot``'s MMA tiles (``plan``), or None where a chunk would
     not be one aligned vector load (see the module docstring)."""
