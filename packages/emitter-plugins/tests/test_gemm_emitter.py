@@ -631,15 +631,136 @@ def test_mma_kernels_fit_in_64_registers_on_sm_80_and_sm_90(dtype, out):
 
 
 def test_mma_prefetch_is_held_in_words():
-    """The fetched next K step crosses the MMAs as one vector a 32-bit word (4 s8 or 2
-    f16 elements): A's words as read, B's consecutive rounds; not one value an
-    element."""
+    """The fetched next K step crosses the MMAs in 32-bit words, one register each: a
+    thread's 16-byte chunk as ``vector<4xi32>`` (row-major operands, ``gemm_vector``),
+    or, staging word by word (A stored column-major), one vector a word (4 s8 or 2 f16
+    elements: A's words as read, B's consecutive rounds); never one value an element."""
     for dtype, out, word in (("s8", "s32", 4), ("f16", "f16", 2)):
-        text = dot_module(64, 96, 64, dtype=dtype, out=out)
-        module = str(GemmEmitter(analysed(_fusion(text), H100_TARGET)).emit().module)
+        chunked = dot_module(64, 96, 64, dtype=dtype, out=out)
+        module = str(GemmEmitter(analysed(_fusion(chunked), H100_TARGET)).emit().module)
+        # the chunk fetched in each of the 2 stages (guarded by "a next step exists")
+        assert module.count("-> (vector<4xi32>)") >= 2
+        words = dot_module(64, 96, 64, dtype=dtype, out=out, layouts=("{0,1}", ""))
+        emitter = GemmEmitter(analysed(_fusion(words), H100_TARGET))
+        assert emitter.vector_staging is None
+        module = str(emitter.emit().module)
         element = {"s8": "i8", "f16": "f16"}[dtype]
         # a thread's 2 words of A and 2 of B a K step, fetched in each of the 2 stages
         assert module.count(f"-> (vector<{word}x{element}>, vector<{word}x{element}>,") == 2
+
+
+# -- 16-byte chunks: one vector global load a thread and K step (gemm_vector) -------------
+
+VECTOR_SHAPES = [
+    ("f16", "f16", 100, 72, 136, ()),  # M, N, K edges, all multiples of 8
+    ("bf16", "f32", 64, 96, 64, ()),
+    ("f16", "f32", 24, 40, 48, (2,)),
+    ("s8", "s32", 100, 96, 144, ()),  # s8 chunks are 16 elements: K and N multiples of 16
+    ("s8", "s8", 40, 48, 80, (3,)),
+]
+
+
+@pytest.mark.parametrize("target", [A100_TARGET, H100_TARGET], ids=["sm_80", "sm_90"])
+@pytest.mark.parametrize(
+    ("dtype", "out", "m", "k", "n", "batch"),
+    VECTOR_SHAPES,
+    ids=["f16_edges", "bf16_f32", "f16_batched", "s8_edges", "s8_batched"],
+)
+def test_chunked_staging_equals_the_evaluator(target, dtype, out, m, k, n, batch):
+    """Where A's K and B's N are minor and multiples of 16 bytes the tiles are staged in
+    16-byte chunks (the first 128 threads A's, the others B's), tiles past an edge as
+    zeros: s8 equals the evaluator bit for bit, f16/bf16 within the GEMM bound; the
+    interpreter checks each vector access's alignment."""
+    rng = np.random.default_rng(m + 3 * k + n)
+    a, b = _values(dtype, (*batch, m, k), rng), _values(dtype, (*batch, k, n), rng)
+    text = dot_module(m, k, n, dtype=dtype, out=out, batch=batch)
+    staging = GemmEmitter(analysed(_fusion(text), target)).vector_staging
+    assert staging is not None and staging.vector == 16 // np.dtype(NUMPY[dtype]).itemsize
+    assert (staging.a_threads, staging.b_threads) == (128, 128)
+    got, want, kernel = run_dot(text, [a, b], target=target)
+    assert "vector.load" in str(kernel.module) and _mma_instructions(kernel) > 0
+    if dtype == "s8":
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    else:
+        assert_within_bound(got, want, a, b, m, k, n, out)
+
+
+@pytest.mark.parametrize(("dtype", "out"), [("f16", "f16"), ("s8", "s32")])
+def test_chunk_loads_read_whole_sectors(dtype, out):
+    """The interpreter's memory model on a chunked kernel (64 x 96 x 64, one block): every
+    lane's global read is one 16-byte chunk (f16) or two 8-byte halves of one (s8: the
+    vectorize pass groups at most 8 elements), a warp's f16 request covers whole 32-byte
+    sectors (A: 16 rows x 32 bytes; B: 16 K rows x two chunks), each s8 half request half
+    of each of its sectors, and the staging still equals the evaluator."""
+    from heron.runtime.interpreter.profile import AccessRecorder
+
+    rng = np.random.default_rng(22)
+    m, k, n = 64, 96, 64
+    a, b = _values(dtype, (m, k), rng), _values(dtype, (k, n), rng)
+    text = dot_module(m, k, n, dtype=dtype, out=out)
+    device = InterpreterDevice()
+    target = target_for_device(device, "interpreter", H100_TARGET)
+    kernel = compile_fusion(_fusion(text), target, "interpreter", emitters=REGISTRY)
+    device.observer = AccessRecorder()
+    run = run_on_device(device, kernel, [a, b])
+    loads = device.observer.stats("global", "load")
+    steps = k // gemm_mma.mma_k(dtype)
+    pieces = 1 if dtype == "f16" else 2
+    # 8 warps, each one request a K step (two for s8's halves)
+    assert loads.requests == 8 * steps * pieces
+    assert loads.widths == {16 // pieces: loads.lane_accesses}
+    # every 32-byte sector a request touches is used whole (f16), or half by each of the
+    # two requests of s8's halves
+    assert loads.sectors * 32 == loads.bytes_requested * pieces
+    want = np.asarray(evaluate_module(parse_module(text), [a, b]))
+    got = np.asarray(run.outputs[0])
+    if dtype == "s8":
+        assert np.array_equal(got, want)
+    else:
+        assert_within_bound(got, want, a, b, m, k, n, dtype)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (dot_module(100, 70, 136, dtype="f16"), "K is not a multiple of 8"),
+        (dot_module(100, 72, 130, dtype="f16"), "N is not a multiple of 8"),
+        (dot_module(64, 72, 64, dtype="s8", out="s32"), "K is not a multiple of 16"),
+        (dot_module(64, 64, 64, dtype="f16", layouts=("{0,1}", "")), "A is column-major"),
+        (dot_module(64, 64, 64, dtype="f16", layouts=("", "{0,1}")), "B's N is not minor"),
+        (dot_module(64, 64, 64, dtype="f16", producer="negate"), "A is computed"),
+    ],
+    ids=["k_unaligned", "n_unaligned", "s8_k_unaligned", "a_col_major", "b_col_major", "fused"],
+)
+def test_unaligned_or_strided_operands_keep_word_staging(text, why):
+    emitter = GemmEmitter(analysed(_fusion(text), H100_TARGET))
+    assert emitter.plan.mma is not None and emitter.vector_staging is None, why
+
+
+@pytest.mark.parametrize(("dtype", "out"), [("f16", "f16"), ("bf16", "bf16"), ("s8", "s32")])
+def test_chunks_are_128_bit_global_loads_in_the_ptx(dtype, out):
+    """The docs' GEMM (512 x 256 x 512) on sm_80 and sm_90: f16/bf16 stage every global
+    element through ``ld.global.nc.v4.b32`` (one a thread and K step) and A's chunk
+    through one ``st.shared.v4.b32``; s8 reads its 16-byte chunks as vectors too (the
+    vectorize pass groups at most 8 elements: two 64-bit loads where LLVM does not
+    merge them). The 100 x 70 x 130 kernel (K, N not multiples of 8) keeps words."""
+    fusion = _fusion(dot_module(512, 256, 512, dtype=dtype, out=out))
+    unaligned = _fusion(dot_module(100, 70, 130, dtype=dtype, out=out))
+    for target in (A100_TARGET, H100_TARGET):
+        ptx = artefact_text(
+            compile_emitted(GemmEmitter(analysed(fusion, target)).emit(), target), "ptx"
+        )
+        (stats,) = kernel_statistics(ptx).values()
+        if dtype == "s8":
+            assert set(stats.global_loads) <= {64, 128}, stats.global_loads
+        else:
+            assert set(stats.global_loads) == {128}, stats.global_loads
+            assert "ld.global.nc.v4.b32" in ptx
+            assert ptx.count("st.shared.v4.b32") >= 3  # the prologue and each of 2 steps
+        (usage,) = ptxas_resource_usage(ptx, find_ptxas(), target.arch).values()
+        assert usage.spill_stores == usage.spill_loads == 0
+        kernel = compile_emitted(GemmEmitter(analysed(unaligned, target)).emit(), target)
+        assert "ld.global.nc.v4" not in artefact_text(kernel, "ptx")
 
 
 @pytest.mark.parametrize(("dtype", "out"), [("f16", "f16"), ("s8", "s32")])

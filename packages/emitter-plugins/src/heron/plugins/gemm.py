@@ -57,7 +57,7 @@ from mlir import ir
 from mlir.dialects import arith, scf, tensor, vector
 
 from heron.emitters import mlir_types
-from heron.emitters.dialect import allocate_shared_op, sync_threads_op
+from heron.emitters.dialect import allocate_shared_op, apply_indexing_op, sync_threads_op
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter
 from heron.emitters.fusion_analysis import FusionAnalysis, has_no_output_elements
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
@@ -67,8 +67,10 @@ from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
 from heron.hlo.opcodes import is_elementwise
+from heron.indexing import Dim, IndexingMap, Interval, Variable
 from heron.indexing.thread_maps import LaunchDimensions
 from heron.plugins import gemm_mma
+from heron.plugins.gemm_vector import VectorStaging, vector_staging, write_vector
 
 __all__ = [
     "GemmEmitter",
@@ -375,6 +377,17 @@ class GemmEmitter(FusionEmitter):
         self.floating = floating
         self.plan = plan_gemm(self.dot, self.target)
         self.empty = has_no_output_elements(self.fusion)
+        self.vector_staging = (
+            vector_staging(
+                self.dot,
+                self.plan,
+                self.plan.threads,
+                self.inputs[0].bit_width // 8,
+                self.target.warp_size,
+            )
+            if self.plan.mma is not None
+            else None
+        )
 
     def launch_dimensions(self) -> LaunchDimensions:
         if self.empty:
@@ -503,8 +516,14 @@ class GemmEmitter(FusionEmitter):
         # overwritten only after the barrier that ends the step which read it. The
         # loop takes two steps an iteration, so each one's stages are constants.
         zero = index_constant(0)
-        a_tile = self._stage(entry, a_tile, 0, batch, row0, zero, thread, tiles.a_index)
-        b_tile = self._stage(entry, b_tile, 1, batch, zero, col0, thread, tiles.b_index)
+        if self.vector_staging is not None:
+            chunk = self._fetch_chunk(entry, self.vector_staging, zero, thread, batch)
+            a_tile, b_tile = self._store_chunk(
+                self.vector_staging, chunk, 0, a_tile, b_tile, thread
+            )
+        else:
+            a_tile = self._stage(entry, a_tile, 0, batch, row0, zero, thread, tiles.a_index)
+            b_tile = self._stage(entry, b_tile, 1, batch, zero, col0, thread, tiles.b_index)
         a_tile, b_tile = sync_threads_op([a_tile, b_tile]).results
         loop = scf.ForOp(
             zero,
@@ -566,6 +585,10 @@ class GemmEmitter(FusionEmitter):
         *accs, a_tile, b_tile = carried
         nxt = arith.addi(step, index_constant(1))
         has_next = arith.cmpi(arith.CmpIPredicate.ult, nxt, index_constant(plan.k_steps))
+        if self.vector_staging is not None:
+            return self._mma_step_chunked(
+                entry, self.vector_staging, stage, nxt, has_next, carried, fragments, thread, batch
+            )
         k_next = arith.muli(nxt, index_constant(plan.tk))
         # One register a word: the fetched elements travel across the MMAs in vectors
         # of a 32-bit word (A's are the words it read; B's are consecutive rounds).
@@ -617,6 +640,146 @@ class GemmEmitter(FusionEmitter):
             scf.YieldOp([a_tile, b_tile])
         a_tile, b_tile = sync_threads_op(list(stored.results)).results
         return [*accs, a_tile, b_tile]
+
+    def _mma_step_chunked(
+        self,
+        entry: EntryFunction,
+        staging: VectorStaging,
+        stage: int,
+        nxt: ir.Value,
+        has_next: ir.Value,
+        carried: Values,
+        fragments: gemm_mma.FragmentIndices,
+        thread: ir.Value,
+        batch: Values,
+    ) -> Values:
+        """``_mma_step`` with the next K step fetched as one 16-byte chunk a thread
+        (``heron.plugins.gemm_vector``): held across the MMAs as one vector."""
+        tiles = self._shared_tiles
+        *accs, a_tile, b_tile = carried
+        kind = self._chunk_words(staging)
+        fetched = scf.IfOp(has_next, [kind], has_else=True)
+        with ir.InsertionPoint(fetched.then_block):
+            scf.YieldOp([self._fetch_chunk(entry, staging, nxt, thread, batch)])
+        with ir.InsertionPoint(fetched.else_block):
+            scf.YieldOp([gemm_mma.zeros(kind)])
+        offsets = (stage * tiles.a_stage, stage * tiles.b_stage)
+        accs = gemm_mma.warp_step(tiles, a_tile, b_tile, list(accs), fragments, *offsets)
+        following = (stage + 1) % gemm_mma.STAGES
+        stored = scf.IfOp(has_next, [a_tile.type, b_tile.type], has_else=True)
+        with ir.InsertionPoint(stored.then_block):
+            scf.YieldOp(
+                self._store_chunk(staging, fetched.results[0], following, a_tile, b_tile, thread)
+            )
+        with ir.InsertionPoint(stored.else_block):
+            scf.YieldOp([a_tile, b_tile])
+        a_tile, b_tile = sync_threads_op(list(stored.results)).results
+        return [*accs, a_tile, b_tile]
+
+    def _fetch_chunk(
+        self,
+        entry: EntryFunction,
+        staging: VectorStaging,
+        step: ir.Value,
+        thread: ir.Value,
+        batch: Values,
+    ) -> ir.Value:
+        """The thread's chunk of K step ``step``: ``staging.vector`` consecutive elements of
+        a row of A (the first ``a_threads`` threads) or of B (the others), zeros where the
+        chunk lies outside the operand (it lies inside or outside as a whole)."""
+        plan = self.plan
+        kind = self._chunk_words(staging)
+        elements = ir.VectorType.get([staging.vector], self._staged)
+        tile = entry.block_ids[0]
+        is_a = arith.cmpi(arith.CmpIPredicate.ult, thread, index_constant(staging.a_threads))
+        branch = scf.IfOp(is_a, [kind], has_else=True)
+        sides = (
+            (branch.then_block, 0, thread, staging.a_map, (plan.m, plan.k)),
+            (branch.else_block, 1, None, staging.b_map, (plan.k, plan.n)),
+        )
+        for block, side, local, chunk_map, extents in sides:
+            with ir.InsertionPoint(block):
+                if local is None:
+                    local = arith.subi(thread, index_constant(staging.a_threads))
+                dims = [local, tile, step, *batch]
+                indices = [
+                    list(apply_indexing_op(chunk_map(e), dims).results)
+                    for e in range(staging.vector)
+                ]
+                row, col = indices[0][-2:]
+                spans = (plan.tiles_m * plan.tm, plan.k_steps * plan.tk)
+                if side == 1:
+                    spans = (plan.k_steps * plan.tk, plan.tiles_n * plan.tn)
+                inside = both(_below(row, extents[0], spans[0]), _below(col, extents[1], spans[1]))
+                operand = self.dot.operands[side]
+
+                def read(operand=operand, indices=indices) -> ir.Value:
+                    values = []
+                    for index in indices:
+                        (value,) = entry.value_of(operand, index)
+                        values.append(mlir_types.to_scalar(value, operand.array_shape.element_type))
+                    return vector.bitcast(kind, vector.from_elements(elements, values))
+
+                if inside is None:
+                    scf.YieldOp([read()])
+                    continue
+                guarded = scf.IfOp(inside, [kind], has_else=True)
+                with ir.InsertionPoint(guarded.then_block):
+                    scf.YieldOp([read()])
+                with ir.InsertionPoint(guarded.else_block):
+                    scf.YieldOp([gemm_mma.zeros(kind)])
+                scf.YieldOp(list(guarded.results))
+        return branch.results[0]
+
+    def _store_chunk(
+        self,
+        staging: VectorStaging,
+        chunk: ir.Value,
+        stage: int,
+        a_tile: ir.Value,
+        b_tile: ir.Value,
+        thread: ir.Value,
+    ) -> Values:
+        """The thread's ``chunk`` (``_fetch_chunk``) into stage ``stage`` of its tile: A's
+        elements along a tile row, B's transposed (one n-row each)."""
+        tiles = self._shared_tiles
+        chunk = vector.bitcast(ir.VectorType.get([staging.vector], self._staged), chunk)
+        is_a = arith.cmpi(arith.CmpIPredicate.ult, thread, index_constant(staging.a_threads))
+        branch = scf.IfOp(is_a, [a_tile.type, b_tile.type], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            row = arith.divui(thread, index_constant(staging.a_per_row))
+            col = arith.muli(
+                arith.remui(thread, index_constant(staging.a_per_row)),
+                index_constant(staging.vector),
+            )
+            first = _offset(tiles.a_index(row, col), stage * tiles.a_stage)
+            scf.YieldOp([write_vector(chunk, a_tile, first), b_tile])
+        with ir.InsertionPoint(branch.else_block):
+            local = arith.subi(thread, index_constant(staging.a_threads))
+            k, piece = (
+                apply_indexing_op(
+                    IndexingMap(
+                        (Variable("th", Interval(0, staging.b_threads - 1)),),
+                        (staging.b_row(Dim(0)), staging.b_chunk(Dim(0))),
+                    ),
+                    [local],
+                )
+            ).results
+            n = arith.muli(piece, index_constant(staging.vector))
+            tile = b_tile
+            for e in range(staging.vector):
+                value = vector.extract(chunk, [], [e])
+                at = _offset(tiles.b_index(k, _offset(n, e)), stage * tiles.b_stage)
+                tile = tensor.insert(value, tile, [at])
+            scf.YieldOp([a_tile, tile])
+        return list(branch.results)
+
+    def _chunk_words(self, staging: VectorStaging) -> ir.VectorType:
+        """A fetched chunk as it crosses the MMAs: 32-bit words (``vector<4xi32>``), one
+        register each. As ``vector<8xbf16>`` the NVPTX backend splits a value carried
+        through a branch into 8 16-bit registers and stores it element by element."""
+        words = staging.vector * self._shared_tiles.element_bytes // gemm_mma.WORD_BYTES
+        return ir.VectorType.get([words], ir.IntegerType.get_signless(32))
 
     def _store(
         self,
