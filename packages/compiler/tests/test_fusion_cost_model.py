@@ -148,3 +148,34 @@ def test_a_dots_operand_prologue_is_priced_per_read() -> None:
     per_read = 16 * 8 * 32 * FLOPS_PER_ELEMENT["tanh"]
     # The tanh per read; the dot one multiply-add per output element and contracted one.
     assert cost.flops == per_read + 16 * 8 * 32
+
+
+def test_read_patterns_are_built_once_per_op_form_and_price_alike():
+    # A pass run's ReadPatterns memo: clones of an op (in every candidate that holds
+    # it) share one entry, and a price with the memo is the price without it.
+    from pathlib import Path
+
+    from heron.compiler.fusion.cost_model import ReadPatterns
+
+    programs = Path(__file__).resolve().parents[3] / "programs"
+    module = parse_module((programs / "cnn_train_grad" / "module.hlo").read_text())
+    from heron.hlo.passes import run_pipeline, simplification_pipeline
+
+    run_pipeline(module, simplification_pipeline())
+    computing = [
+        i
+        for i in module.entry.instructions
+        if i.opcode not in ("parameter", "constant", "tuple", "get-tuple-element")
+    ]
+    patterns = ReadPatterns()
+    for inst in computing:
+        for copy in (inst, inst):  # the second asks the memo
+            candidate = build_fusion([copy], [copy])
+            alone = estimate_computation(candidate.body, list(candidate.fusion.operands), H100)
+            memo = estimate_computation(
+                candidate.body, list(candidate.fusion.operands), H100, patterns=patterns
+            )
+            assert attrs.astuple(alone) == attrs.astuple(memo), inst.name
+    # Each op asked twice, through two candidates' clones: one entry per form, and
+    # the CNN's gradient repeats forms (its im2col slices, its elementwise ops).
+    assert 0 < len(patterns._known) < len(computing)

@@ -12,7 +12,12 @@ import weakref
 import attrs
 
 from heron.compiler.fusion.builder import Candidate, build_fusion
-from heron.compiler.fusion.cost_model import NO_KERNEL, KernelCost, estimate_computation
+from heron.compiler.fusion.cost_model import (
+    NO_KERNEL,
+    KernelCost,
+    ReadPatterns,
+    estimate_computation,
+)
 from heron.compiler.fusion.fusible import (
     FusionChecker,
     Verdict,
@@ -54,6 +59,8 @@ class FusionContext:
     )
     #: Signatures of called computations (reducers), which no fusion pass changes.
     _called: dict[int, tuple[object, object]] = attrs.field(init=False, factory=dict)
+    #: How each op form reads its operands, for the cost model (built once per form).
+    _read_patterns: ReadPatterns = attrs.field(init=False, factory=ReadPatterns)
     #: Formatted attribute values for the signatures (a clone shares its values).
     _formatted: dict[tuple[str, int], tuple[object, str]] = attrs.field(init=False, factory=dict)
 
@@ -134,6 +141,7 @@ class FusionContext:
                 tiled=verdict.tiled,
                 threads=verdict.threads,
                 reduces_once=verdict.reduces_once,
+                patterns=self._read_patterns,
             )
             self._prices[key] = cost
         return cost

@@ -51,6 +51,7 @@ from heron.indexing.affine import AffineExpr, used_dims, used_symbols
 
 __all__ = [
     "CACHE_SPEEDUP",
+    "ReadPatterns",
     "FLOPS_PER_ELEMENT",
     "UNCOALESCED_PENALTY",
     "KernelCost",
@@ -200,6 +201,49 @@ def _reads_per_element(m: IndexingMap) -> int:
     return math.prod(max(v.bounds.upper - v.bounds.lower + 1, 0) for v in m.range_vars)
 
 
+#: Attributes that say nothing about how an op reads its operands.
+_NOT_INDEXING = frozenset({"metadata", "calls", "to_apply", "comparator", "select", "scatter"})
+
+
+@attrs.define
+class ReadPatterns:
+    """How each op reads its operands (elements per output element, coalesced), by the
+    op's form: its opcode, shapes and indexing attributes, which are all the indexing
+    maps depend on. One per fusion pass run: the passes price thousands of candidate
+    bodies, each holding clones of the same ops, and building the maps (a
+    concatenate's with im2col's nine operands, say) is most of a price."""
+
+    _known: dict[object, tuple[tuple[float, bool], ...] | None] = attrs.field(factory=dict)
+
+    def of(self, inst: Instruction) -> tuple[tuple[float, bool], ...] | None:
+        """Per operand, (reads per element, coalesced); None when heron has no maps."""
+        try:
+            key = (
+                inst.opcode,
+                inst.shape,
+                tuple(op.shape for op in inst.operands),
+                tuple(
+                    (name, value)
+                    for name, value in inst.attributes.items()
+                    if name not in _NOT_INDEXING
+                ),
+            )
+            hash(key)
+        except TypeError:  # an attribute value without a hash: no memo for this op
+            return _read_patterns(inst)
+        if key not in self._known:
+            self._known[key] = _read_patterns(inst)
+        return self._known[key]
+
+
+def _read_patterns(inst: Instruction) -> tuple[tuple[float, bool], ...] | None:
+    try:
+        maps = output_to_input_maps(inst, 0)
+    except (HloError, IndexingError, KeyError, NotImplementedError):
+        return None
+    return tuple((float(_reads_per_element(m)), _coalesced(m)) for m in maps)
+
+
 def operand_reads(
     computation: Computation, reduces_once: bool = False
 ) -> dict[int, tuple[int, bool]]:
@@ -212,7 +256,7 @@ def operand_reads(
 
 
 def _demand(
-    computation: Computation, reduces_once: bool = False
+    computation: Computation, reduces_once: bool = False, patterns: ReadPatterns | None = None
 ) -> tuple[dict[int, int], dict[int, bool]]:
     """Per instruction (by id): elements demanded, and whether every read is coalesced.
 
@@ -242,15 +286,12 @@ def _demand(
         if reduces_once and inst.opcode == "reduce":
             count = min(count, _elements(inst.shape))
         ok = coalesced.get(id(inst), True)
-        try:
-            maps = output_to_input_maps(inst, 0)
-        except (HloError, IndexingError, KeyError, NotImplementedError):
-            maps = None
+        reads = patterns.of(inst) if patterns is not None else _read_patterns(inst)
         for k, operand in enumerate(inst.operands):
-            if maps is None or k >= len(maps):
+            if reads is None or k >= len(reads):
                 per, straight = 1.0, True
             else:
-                per, straight = float(_reads_per_element(maps[k])), _coalesced(maps[k])
+                per, straight = reads[k]
             # Demand is in elements of ``inst``; broadcasts and slices change the count.
             # Two users reading an element at the same index share it (the
             # kernel computes it once): the demand is the larger one, not the sum.
@@ -315,6 +356,7 @@ def estimate_computation(
     tiled: bool = False,
     threads: int | None = None,
     reduces_once: bool = False,
+    patterns: ReadPatterns | None = None,
 ) -> KernelCost:
     """The cost of one kernel computing ``computation`` (a fused body) from ``operands``.
 
@@ -324,9 +366,10 @@ def estimate_computation(
     output): a kernel with fewer than the device's thread slots
     (``core_count * threads_per_core_limit``) gets that fraction of its
     bandwidth and lanes, so one thread summing a whole array is priced as slow
-    as it is. ``reduces_once``: see :func:`operand_reads`.
+    as it is. ``reduces_once``: see :func:`operand_reads`. ``patterns``: the
+    pass run's memo of how ops read their operands (:class:`ReadPatterns`).
     """
-    demand, coalesced = _demand(computation, reduces_once)
+    demand, coalesced = _demand(computation, reduces_once, patterns)
     reads_of = {
         id(p): (demand.get(id(p), 0), coalesced.get(id(p), True)) for p in computation.parameters
     }
