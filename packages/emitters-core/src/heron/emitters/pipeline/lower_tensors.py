@@ -52,6 +52,8 @@ KERNEL_ATTR = "heron.kernel"
 BLOCK_SIZE_ATTR = "heron.block_size"
 GRID_SIZE_ATTR = "heron.grid_size"
 WORKGROUP_ATTRIBUTIONS = "workgroup_attributions"
+#: The workgroup attributions' argument attributes (their ``llvm.align``).
+WORKGROUP_ATTRIB_ATTRS = "workgroup_attrib_attrs"
 #: Largest alignment promised for a vector access (XLA's buffer alignment guarantee).
 MAX_VECTOR_ALIGNMENT = 16
 
@@ -453,6 +455,11 @@ class _Lowering:
         Sub-byte elements are stored widened, one a byte: threads then write
         neighbouring elements without a read-modify-write of a shared byte
         (which would read shared memory before anything wrote it, and race).
+        Every buffer is ``MAX_VECTOR_ALIGNMENT``-aligned (``llvm.align`` on the
+        attribution, the global's alignment after the gpu conversion): the
+        element type's alignment (``.align 2`` for f16) is less than what
+        ``ldmatrix`` rows and 16-byte vector accesses need, and the vector
+        accesses lowered here promise it.
         """
         if self.kernel is None or not self._in_kernel(op):
             raise self.unsupported(op, "shared memory can only be allocated in the kernel")
@@ -464,9 +471,13 @@ class _Lowering:
         count = 0
         if WORKGROUP_ATTRIBUTIONS in self.kernel.attributes:
             count = ir.IntegerAttr(self.kernel.attributes[WORKGROUP_ATTRIBUTIONS]).value
-        self.kernel.attributes[WORKGROUP_ATTRIBUTIONS] = ir.IntegerAttr.get(
-            ir.IntegerType.get_signless(64), count + 1
-        )
+        i64 = ir.IntegerType.get_signless(64)
+        self.kernel.attributes[WORKGROUP_ATTRIBUTIONS] = ir.IntegerAttr.get(i64, count + 1)
+        aligned = ir.DictAttr.get({"llvm.align": ir.IntegerAttr.get(i64, MAX_VECTOR_ALIGNMENT)})
+        previous = []
+        if WORKGROUP_ATTRIB_ATTRS in self.kernel.attributes:
+            previous = list(ir.ArrayAttr(self.kernel.attributes[WORKGROUP_ATTRIB_ATTRS]))
+        self.kernel.attributes[WORKGROUP_ATTRIB_ATTRS] = ir.ArrayAttr.get([*previous, aligned])
         return arg
 
     def _in_kernel(self, op: ir.Operation) -> bool:
