@@ -688,10 +688,10 @@ def test_chunked_staging_equals_the_evaluator(target, dtype, out, m, k, n, batch
 @pytest.mark.parametrize(("dtype", "out"), [("f16", "f16"), ("s8", "s32")])
 def test_chunk_loads_read_whole_sectors(dtype, out):
     """The interpreter's memory model on a chunked kernel (64 x 96 x 64, one block): every
-    lane's global read is one 16-byte chunk (f16) or two 8-byte halves of one (s8: the
-    vectorize pass groups at most 8 elements), a warp's f16 request covers whole 32-byte
-    sectors (A: 16 rows x 32 bytes; B: 16 K rows x two chunks), each s8 half request half
-    of each of its sectors, and the staging still equals the evaluator."""
+    lane's global read is one 16-byte chunk (s8 too: the vectorize pass groups 16 1-byte
+    elements; at most 8 made it two 8-byte halves, each request using half of each of
+    its sectors), a warp's request covers whole 32-byte sectors (A: 16 rows x 32 bytes;
+    B: 16 K rows x two chunks), and the staging still equals the evaluator."""
     from heron.runtime.interpreter.profile import AccessRecorder
 
     rng = np.random.default_rng(22)
@@ -705,13 +705,11 @@ def test_chunk_loads_read_whole_sectors(dtype, out):
     run = run_on_device(device, kernel, [a, b])
     loads = device.observer.stats("global", "load")
     steps = k // gemm_mma.mma_k(dtype)
-    pieces = 1 if dtype == "f16" else 2
-    # 8 warps, each one request a K step (two for s8's halves)
-    assert loads.requests == 8 * steps * pieces
-    assert loads.widths == {16 // pieces: loads.lane_accesses}
-    # every 32-byte sector a request touches is used whole (f16), or half by each of the
-    # two requests of s8's halves
-    assert loads.sectors * 32 == loads.bytes_requested * pieces
+    # 8 warps, each one request a K step
+    assert loads.requests == 8 * steps
+    assert loads.widths == {16: loads.lane_accesses}
+    # every 32-byte sector a request touches is used whole
+    assert loads.sectors * 32 == loads.bytes_requested
     want = np.asarray(evaluate_module(parse_module(text), [a, b]))
     got = np.asarray(run.outputs[0])
     if dtype == "s8":
@@ -741,9 +739,10 @@ def test_unaligned_or_strided_operands_keep_word_staging(text, why):
 def test_chunks_are_128_bit_global_loads_in_the_ptx(dtype, out):
     """The docs' GEMM (512 x 256 x 512) on sm_80 and sm_90: f16/bf16 stage every global
     element through ``ld.global.nc.v4.b32`` (one a thread and K step) and A's chunk
-    through one ``st.shared.v4.b32``; s8 reads its 16-byte chunks as vectors too (the
-    vectorize pass groups at most 8 elements: two 64-bit loads where LLVM does not
-    merge them). The 100 x 70 x 130 kernel (K, N not multiples of 8) keeps words."""
+    through one ``st.shared.v4.b32``; s8 its 16-byte chunks through
+    ``ld.global.nc.v4.b32`` too (the vectorize pass groups 16 1-byte elements; at most
+    8 gave two 64-bit loads, which LLVM did not merge). The 100 x 70 x 130 kernel (K, N
+    not multiples of 8) keeps words."""
     fusion = _fusion(dot_module(512, 256, 512, dtype=dtype, out=out))
     unaligned = _fusion(dot_module(100, 70, 130, dtype=dtype, out=out))
     for target in (A100_TARGET, H100_TARGET):
@@ -751,11 +750,9 @@ def test_chunks_are_128_bit_global_loads_in_the_ptx(dtype, out):
             compile_emitted(GemmEmitter(analysed(fusion, target)).emit(), target), "ptx"
         )
         (stats,) = kernel_statistics(ptx).values()
-        if dtype == "s8":
-            assert set(stats.global_loads) <= {64, 128}, stats.global_loads
-        else:
-            assert set(stats.global_loads) == {128}, stats.global_loads
-            assert "ld.global.nc.v4.b32" in ptx
+        assert set(stats.global_loads) == {128}, stats.global_loads
+        assert "ld.global.nc.v4.b32" in ptx
+        if dtype != "s8":
             assert ptx.count("st.shared.v4.b32") >= 3  # the prologue and each of 2 steps
         (usage,) = ptxas_resource_usage(ptx, find_ptxas(), target.arch).values()
         assert usage.spill_stores == usage.spill_loads == 0
