@@ -23,6 +23,7 @@ convert epilogue fused after the dot. The kernels compile to PTX
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import ml_dtypes
@@ -37,10 +38,11 @@ from heron.compiler.device_kernels import run_on_device, target_for_device
 from heron.compiler.target import Target
 from heron.emitters.registry import EmitterRegistry
 from heron.emitters.selection import select_emitter
+from heron.emitters.target import resident_blocks
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.evaluator import evaluate_module
 from heron.hlo.parser import parse_module
-from heron.plugins import gemm_mma
+from heron.plugins import gemm_mma, gemm_vector
 from heron.plugins.gemm import GemmEmitter
 from heron.runtime.cuda.compiler_tools import find_ptxas
 from heron.runtime.cuda.ptx_statistics import kernel_statistics, ptxas_resource_usage
@@ -628,6 +630,41 @@ def test_mma_kernels_fit_in_64_registers_on_sm_80_and_sm_90(dtype, out):
         (usage,) = ptxas_resource_usage(ptx, find_ptxas(), target.arch).values()
         assert usage.registers <= 64, (target.arch, usage)
         assert usage.spill_stores == usage.spill_loads == 0
+
+
+@pytest.mark.parametrize(("dtype", "out"), [("f16", "f16"), ("bf16", "bf16"), ("s8", "s32")])
+def test_chunked_kernels_ask_for_5_blocks_an_sm_and_fit_48_registers(dtype, out):
+    """The docs' GEMM (512 x 256 x 512, chunk staging): the kernel tells ptxas the
+    blocks an SM its 48-register plan allows (``.minnctapersm 5`` beside ``.maxntid
+    256``: 5 x 256 x 48 of an SM's 65,536 registers), and ptxas fits it without a
+    spill on sm_80 and sm_90 (unprompted, sm_90 took 56 for f16, 55 for bf16: 4
+    blocks). Word staging asks nothing (its edge kernels need up to 64)."""
+    fusion = _fusion(dot_module(512, 256, 512, dtype=dtype, out=out))
+    for target in (A100_TARGET, H100_TARGET):
+        emitter = GemmEmitter(analysed(fusion, target))
+        assert emitter.vector_staging is not None and emitter.min_blocks_per_core == 5
+        ptx = artefact_text(compile_emitted(emitter.emit(), target), "ptx")
+        assert re.search(r"\.maxntid 256, 1, 1\s+\.minnctapersm 5\b", ptx), target.arch
+        (usage,) = ptxas_resource_usage(ptx, find_ptxas(), target.arch).values()
+        assert usage.registers <= gemm_vector.REGISTERS_PER_THREAD == 48, (target.arch, usage)
+        assert usage.spill_stores == usage.spill_loads == 0
+    words = _fusion(dot_module(100, 70, 130, dtype=dtype, out=out))
+    emitter = GemmEmitter(analysed(words, H100_TARGET))
+    assert emitter.vector_staging is None and emitter.min_blocks_per_core is None
+    ptx = artefact_text(compile_emitted(emitter.emit(), H100_TARGET), "ptx")
+    assert ".minnctapersm" not in ptx
+    (usage,) = ptxas_resource_usage(ptx, find_ptxas(), H100_TARGET.arch).values()
+    assert usage.spill_stores == usage.spill_loads == 0
+
+
+def test_resident_blocks_is_the_occupancy_calculators_minimum():
+    """The limits ``min_blocks_per_core`` is computed with (H100: 65,536 registers, 2,048
+    threads, 228 KiB of shared memory, 1 KiB reserved a block, 32 blocks an SM)."""
+    assert resident_blocks(H100_TARGET, 256, 48, 12288) == 5  # registers
+    assert resident_blocks(H100_TARGET, 256, 56, 12288) == 4  # 56 x 32 rounds to 1,792
+    assert resident_blocks(H100_TARGET, 256, 16, 100 * 1024) == 2  # shared memory
+    assert resident_blocks(H100_TARGET, 1024, 16, 0) == 2  # threads
+    assert resident_blocks(H100_TARGET, 32, 8, 0) == 32  # blocks
 
 
 def test_mma_prefetch_is_held_in_words():

@@ -348,3 +348,36 @@ def test_unproven_whole_bytes_keep_their_atomics(order, base, why):
     out = _lowered(_whole_byte_kernel("i4", 2, order, base))
     assert out.count("memref.atomic_rmw andi") == 2, why
     assert "memref.store" not in out, why
+
+
+_TWO_BLOCKS = """
+func.func @k(%out: tensor<32xi32>) -> tensor<32xi32>
+    attributes {heron.kernel, heron.block_size = array<i64: 32>,
+                heron.grid_size = array<i64: 1>, heron.min_blocks_per_core = 5 : i64} {
+  %tid = gpu.thread_id x upper_bound 32
+  %x = arith.index_cast %tid : index to i32
+  %r = tensor.insert %x into %out[%tid] : tensor<32xi32>
+  return %r : tensor<32xi32>
+}
+"""
+
+
+def test_min_blocks_per_core_reaches_the_backend():
+    """An entry's ``heron.min_blocks_per_core`` stays on the gpu.func and becomes NVVM's
+    ``nvvm.minctasm`` (``.minnctapersm`` beside ``.maxntid`` in the PTX); ROCDL has no
+    counterpart in blocks, so the ROCm lowering drops it."""
+    cuda = pytest.importorskip("heron.runtime.cuda.compiler")
+    rocm = pytest.importorskip("heron.runtime.rocm.compiler")
+    assert "heron.min_blocks_per_core = 5 : i64" in _lowered(_TWO_BLOCKS)
+    llvm_ir = {}
+    for name, backend, warp in (("cuda", cuda, 32), ("rocm", rocm, 64)):
+        with make_context(), ir.Location.unknown():
+            module = ir.Module.parse(_TWO_BLOCKS)
+            lower_tensors.run(module, PipelineOptions(backend=name, warp_size=warp))
+            llvm_ir[name], _ = backend.lower_to_llvm_ir(module)
+            if name == "cuda":
+                ptx = cuda.compile_to_ptx(module, "sm_90", ptx_version=80).ptx
+    assert '"nvvm.minctasm"="5"' in llvm_ir["cuda"]
+    assert re.search(r"\.maxntid 32, 1, 1\s+\.minnctapersm 5", ptx), ptx
+    assert "minctasm" not in llvm_ir["rocm"] and "min_blocks" not in llvm_ir["rocm"]
+    assert "min_blocks" not in llvm_ir["cuda"]

@@ -16,7 +16,8 @@ of docs/pipeline.md, which both backends (``heron.runtime.cuda``,
   and ``known_grid_size`` from its ``heron.block_size``/``heron.grid_size``,
   and LLVM argument attributes from the kernel ABI (``noalias``, ``readonly``,
   ``align``, ``dereferenceable``: ``heron.emitters.kernel_arguments``), which
-  the lowered kernel is checked against;
+  the lowered kernel is checked against; the entry's ``heron.min_blocks_per_core``,
+  where an emitter set one, kept as is (``gpu_lowering`` hands it to the backend);
 - surviving private functions as ``func.func`` in the gpu.module (tensor
   arguments become memrefs, scalars are unchanged).
 
@@ -45,6 +46,7 @@ from mlir.dialects import arith, func, gpu, memref, nvgpu, scf, vector
 
 from heron.emitters import ir_utils, kernel_arguments
 from heron.emitters.pipeline import packed_stores
+from heron.emitters.pipeline.gpu_lowering import MIN_BLOCKS_PER_CORE_ATTR
 from heron.emitters.pipeline.manager import Pass, PipelineOptions, run_upstream
 from heron.hlo.errors import UnsupportedError
 
@@ -316,6 +318,9 @@ class _Lowering:
             known_block_size=self._launch_attr(BLOCK_SIZE_ATTR),
             known_grid_size=self._launch_attr(GRID_SIZE_ATTR),
         ).operation
+        if MIN_BLOCKS_PER_CORE_ATTR in self.entry.attributes:
+            blocks = self.entry.attributes[MIN_BLOCKS_PER_CORE_ATTR]
+            kernel.attributes[MIN_BLOCKS_PER_CORE_ATTR] = blocks
         kernel.regions[0].blocks.append(*inputs)
         return kernel
 
