@@ -134,7 +134,8 @@ def test_shared_memory_atomics_shuffles_and_surviving_functions(target, warp):
     assert "func.func private @add(%arg0: f32, %arg1: f32) -> f32" in out
     assert out.index("gpu.module") < out.index("func.func private @scale")
     assert "func.call @scale(%arg0, %thread_id_x, %cst)" in out
-    assert "workgroup(%arg3 : memref<16xi32, #gpu.address_space<workgroup>>) kernel" in out
+    shared = "memref<16xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}"
+    assert f"workgroup(%arg3 : {shared}) kernel" in out
     assert out.count("gpu.barrier") == 1
     assert out.count("gpu.shuffle  xor") == 4 and out.count("func.call @add") == 4
     assert f"%c{warp}_i32 = arith.constant {warp} : i32" in out
@@ -195,6 +196,20 @@ def test_ldmatrix_reads_the_shared_buffer(element, per_register):
     assert f": {memref} -> vector<4x{per_register}x{element}>" in out
 
 
+@pytest.mark.parametrize("element", ["f16", "i8"])
+def test_shared_buffers_are_16_byte_aligned_in_the_ptx(element):
+    """ldmatrix reads 16-byte rows and st.shared.v4 writes 16 bytes: the buffer is
+    declared ``.align 16``, not its element's alignment (``.align 2`` for f16 before)."""
+    compiler = pytest.importorskip("heron.runtime.cuda.compiler")
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(_ldmatrix_kernel(element, 4 // (2 if element == "f16" else 1)))
+        lower_tensors.run(module, PipelineOptions(backend="cuda", warp_size=32))
+        ptx = compiler.compile_to_ptx(module, "sm_90", ptx_version=80).ptx
+    declared = re.findall(r"\.shared \.align (\d+) \.b8 \w+\[(\d+)\]", ptx)
+    assert declared == [("16", str(256 * (2 if element == "f16" else 1)))], declared
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
+
+
 def test_ldmatrix_of_a_global_tensor_is_refused():
     text = _ldmatrix_kernel("f16", 2).replace(
         '%sh = "heron_gpu.allocate_shared"() : () -> tensor<256xf16>',
@@ -244,7 +259,8 @@ def test_sub_byte_shared_memory_is_widened_and_packed_atomics_are_byte_cas_loops
     a shared s4 atomic: a CAS loop on the element's own byte.
     """
     out = _lowered(_sub_byte_kernel())
-    assert "workgroup(%arg2 : memref<16xi8, #gpu.address_space<workgroup>>) kernel" in out
+    shared = "memref<16xi8, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}"
+    assert f"workgroup(%arg2 : {shared}) kernel" in out
     assert "memref.atomic_rmw" not in out  # no andi/ori read-modify-write of a packed byte
     assert out.count("memref.generic_atomic_rmw %arg1") == 1
     assert out.count("memref.generic_atomic_rmw %arg2") == 1
@@ -332,3 +348,36 @@ def test_unproven_whole_bytes_keep_their_atomics(order, base, why):
     out = _lowered(_whole_byte_kernel("i4", 2, order, base))
     assert out.count("memref.atomic_rmw andi") == 2, why
     assert "memref.store" not in out, why
+
+
+_TWO_BLOCKS = """
+func.func @k(%out: tensor<32xi32>) -> tensor<32xi32>
+    attributes {heron.kernel, heron.block_size = array<i64: 32>,
+                heron.grid_size = array<i64: 1>, heron.min_blocks_per_core = 5 : i64} {
+  %tid = gpu.thread_id x upper_bound 32
+  %x = arith.index_cast %tid : index to i32
+  %r = tensor.insert %x into %out[%tid] : tensor<32xi32>
+  return %r : tensor<32xi32>
+}
+"""
+
+
+def test_min_blocks_per_core_reaches_the_backend():
+    """An entry's ``heron.min_blocks_per_core`` stays on the gpu.func and becomes NVVM's
+    ``nvvm.minctasm`` (``.minnctapersm`` beside ``.maxntid`` in the PTX); ROCDL has no
+    counterpart in blocks, so the ROCm lowering drops it."""
+    cuda = pytest.importorskip("heron.runtime.cuda.compiler")
+    rocm = pytest.importorskip("heron.runtime.rocm.compiler")
+    assert "heron.min_blocks_per_core = 5 : i64" in _lowered(_TWO_BLOCKS)
+    llvm_ir = {}
+    for name, backend, warp in (("cuda", cuda, 32), ("rocm", rocm, 64)):
+        with make_context(), ir.Location.unknown():
+            module = ir.Module.parse(_TWO_BLOCKS)
+            lower_tensors.run(module, PipelineOptions(backend=name, warp_size=warp))
+            llvm_ir[name], _ = backend.lower_to_llvm_ir(module)
+            if name == "cuda":
+                ptx = cuda.compile_to_ptx(module, "sm_90", ptx_version=80).ptx
+    assert '"nvvm.minctasm"="5"' in llvm_ir["cuda"]
+    assert re.search(r"\.maxntid 32, 1, 1\s+\.minnctapersm 5", ptx), ptx
+    assert "minctasm" not in llvm_ir["rocm"] and "min_blocks" not in llvm_ir["rocm"]
+    assert "min_blocks" not in llvm_ir["cuda"]

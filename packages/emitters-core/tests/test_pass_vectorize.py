@@ -267,3 +267,49 @@ def test_an_element_extracted_twice_is_one_lane_for_both():
     assert not _ops(out, "tensor.extract")
     assert out.count("vector.extract") == 2
     assert re.search(r"(%\d+) = vector.extract %\d+\[0\].*\n(.*\n)*.*arith.addf %\d+, \1", out)
+
+
+def _column_run(element: str, count: int, stride: int) -> str:
+    """``count`` extracts of a thread's consecutive elements ``th_x * stride + i``, summed."""
+    domain = "domain: th_x in [0, 255]"
+    add = "addf" if element.startswith("f") else "addi"
+    lines = []
+    for i in range(count):
+        lines.append(
+            f'    %i{i} = "heron_gpu.apply_indexing"(%t) {{indexing_map = "(th_x) ->'
+            f' (th_x * {stride} + {i}), {domain}"}} : (index) -> index\n'
+            f"    %e{i} = tensor.extract %in[%i{i}] : tensor<4096x{element}>\n"
+        )
+        if i:
+            previous = "%e0" if i == 1 else f"%s{i - 1}"
+            lines.append(f"    %s{i} = arith.{add} {previous}, %e{i} : {element}\n")
+    return f"""
+module {{
+  func.func @k(%in: tensor<4096x{element}>) -> {element} {{
+    %t = gpu.thread_id x upper_bound 256
+{"".join(lines)}    return %s{count - 1} : {element}
+  }}
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("element", "count", "stride", "reads"),
+    [
+        ("i8", 16, 16, ["vector<16xi8>"]),  # 16 bytes: one 128-bit read
+        ("i8", 16, 8, ["vector<8xi8>"] * 2),  # the base is a multiple of 8 only
+        ("f16", 16, 16, ["vector<8xf16>"] * 2),  # 16 f16 are 32 bytes: two reads
+        ("f32", 8, 8, ["vector<4xf32>"] * 2),
+    ],
+    ids=["i8_16", "i8_unaligned_16", "f16_16", "f32_8"],
+)
+def test_a_run_is_read_in_vectors_of_at_most_16_bytes(element, count, stride, reads):
+    """Runs group up to 16 elements where their bytes are at most 16 and the base is a
+    multiple of the group's size: 1-byte elements read 16 at once (two 8-byte reads when
+    groups stopped at 8), wider ones are unchanged."""
+    _, out = _vectorized(_column_run(element, count, stride))
+    found = [
+        re.search(r"vector<\d+x\w+>", read).group(0) for read in _ops(out, "vector.transfer_read")
+    ]
+    assert sorted(found) == sorted(reads)
+    assert not _ops(out, "tensor.extract")

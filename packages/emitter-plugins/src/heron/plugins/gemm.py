@@ -62,14 +62,15 @@ from heron.emitters.emitter_base import EntryFunction, FusionEmitter
 from heron.emitters.fusion_analysis import FusionAnalysis, has_no_output_elements
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.emitters.ir_utils import both, index_constant
-from heron.emitters.target import EmitterTarget
+from heron.emitters.pipeline.gpu_lowering import MIN_BLOCKS_PER_CORE_ATTR
+from heron.emitters.target import EmitterTarget, resident_blocks
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
 from heron.hlo.opcodes import is_elementwise
 from heron.indexing import Dim, IndexingMap, Interval, Variable
 from heron.indexing.thread_maps import LaunchDimensions
-from heron.plugins import gemm_mma
+from heron.plugins import gemm_mma, gemm_vector
 from heron.plugins.gemm_vector import VectorStaging, vector_staging, write_vector
 
 __all__ = [
@@ -388,6 +389,20 @@ class GemmEmitter(FusionEmitter):
             if self.plan.mma is not None
             else None
         )
+        #: The blocks an SM should keep resident, told to the backend
+        #: (``.minnctapersm``) so that it fits the registers to them: with chunk
+        #: staging, the blocks ``gemm_vector.REGISTERS_PER_THREAD`` and the tiles'
+        #: shared memory allow; None (the backend's choice) otherwise.
+        self.min_blocks_per_core = (
+            resident_blocks(
+                self.target,
+                self.plan.threads,
+                gemm_vector.REGISTERS_PER_THREAD,
+                self._shared_tiles.bytes,
+            )
+            if self.vector_staging is not None
+            else None
+        )
 
     def launch_dimensions(self) -> LaunchDimensions:
         if self.empty:
@@ -498,6 +513,10 @@ class GemmEmitter(FusionEmitter):
     def _emit_mma(self, entry: EntryFunction) -> Values:
         """The tensor-core path: tiles staged in the input type, four MMAs a warp and K step."""
         plan = self.plan
+        if self.min_blocks_per_core is not None:
+            entry.function.attributes[MIN_BLOCKS_PER_CORE_ATTR] = ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), self.min_blocks_per_core
+            )
         thread = entry.thread_ids[0]
         tile = entry.block_ids[0]
         batch = self._batch_index(entry.block_ids[1] if len(entry.block_ids) > 1 else None)

@@ -53,7 +53,16 @@ from heron.indexing.affine import AffineExpr
 if TYPE_CHECKING:
     from heron.plugins.gemm import GemmPlan
 
-__all__ = ["VectorStaging", "vector_staging", "write_vector"]
+__all__ = ["REGISTERS_PER_THREAD", "VectorStaging", "vector_staging", "write_vector"]
+
+#: Registers a thread of a chunk-staged MMA kernel is planned to hold: 16
+#: accumulators, a K step's fragments (4 words of A, 8 of B), its prefetched
+#: chunk (4 words), indices and pointers; what ptxas allocates for sm_80
+#: unprompted. The kernel asks for the occupancy this allows
+#: (``GemmEmitter.min_blocks_per_core``, ``.minnctapersm`` in the PTX): unprompted,
+#: ptxas for sm_90 took 55-56 for f16/bf16, one block an SM fewer, where 48
+#: needs no spill. Word staging asks nothing: its edge kernels need 58-64.
+REGISTERS_PER_THREAD = 48
 
 
 @attrs.frozen

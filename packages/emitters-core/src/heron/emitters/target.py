@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-__all__ = ["EmitterTarget"]
+__all__ = ["EmitterTarget", "resident_blocks"]
 
 
 @runtime_checkable
@@ -40,3 +40,33 @@ class EmitterTarget(Protocol):
     #: (``"m16n8k16.f16"``; ``heron.compiler.Target.mma_shapes``): the GEMM
     #: emitter's tensor-core path is taken only for one listed here.
     mma_shapes: tuple[str, ...]
+    #: What bounds the blocks one core keeps resident (``resident_blocks``): an
+    #: emitter that plans its registers tells the backend the occupancy they allow.
+    max_blocks_per_core: int
+    registers_per_core_limit: int
+    #: Registers a warp's allocation is rounded up to (per thread x warp size).
+    register_allocation_unit: int
+    shared_memory_per_core: int
+    #: Bytes a block's shared memory is rounded up to.
+    shared_memory_allocation_unit: int
+    #: Shared memory the system takes from each resident block.
+    shared_memory_reserved_per_block: int
+
+
+def resident_blocks(target: EmitterTarget, threads: int, registers: int, shared: int) -> int:
+    """Blocks of ``threads`` threads, ``registers`` a thread and ``shared`` bytes one core of
+    ``target`` keeps resident: the CUDA Occupancy Calculator's limits (blocks, threads, a
+    warp's registers rounded up to the allocation unit, shared memory rounded up plus
+    the part reserved per block), as ``heron profile`` models occupancy."""
+    warp = target.warp_size
+    warps = -(-threads // warp)
+    limits = [target.max_blocks_per_core, target.threads_per_core_limit // (warps * warp)]
+    unit = target.register_allocation_unit
+    per_warp = -(-registers * warp // unit) * unit
+    if per_warp:
+        limits.append(target.registers_per_core_limit // per_warp // warps)
+    if shared:
+        unit = target.shared_memory_allocation_unit
+        per_block = -(-(shared + target.shared_memory_reserved_per_block) // unit) * unit
+        limits.append(target.shared_memory_per_core // per_block)
+    return min(limits)

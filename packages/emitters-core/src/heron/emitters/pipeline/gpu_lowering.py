@@ -15,6 +15,17 @@ from typing import Any
 
 from heron.hlo.errors import UnsupportedError
 
+#: Optional on an emitter's entry: the blocks a core should keep resident (an
+#: emitter that planned its registers for them). ``lower-tensors`` keeps it on the
+#: ``gpu.func``, the gpu conversion copies it to the ``llvm.func``, and
+#: ``lower_gpu_module`` hands it to the backend.
+MIN_BLOCKS_PER_CORE_ATTR = "heron.min_blocks_per_core"
+#: What that becomes, by the kernel attribute that names the backend: NVVM's
+#: ``nvvm.minctasm`` (``.minnctapersm`` in the PTX: with ``.maxntid``, from
+#: ``known_block_size``, ptxas fits its registers to that many blocks). ROCDL's
+#: counterpart (``amdgpu-waves-per-eu``) counts waves per SIMD, which the Target
+#: does not describe: there the attribute is dropped.
+MIN_BLOCKS_ATTRS = {"nvvm.kernel": "nvvm.minctasm"}
 #: Receives (stage name, IR text) after every step, for --dump-dir and tests.
 Dump = Callable[[str, str], None]
 #: One lowering step: its name and an upstream pass pipeline string, or a Python
@@ -74,7 +85,8 @@ def lower_gpu_module(
     ``module`` is MLIR text or an ``mlir.ir.Module`` (which is cloned, never
     changed). Returns the LLVM IR text and the kernel names (the ``llvm.func``
     ops carrying one of ``kernel_attrs``), in module order. Each kernel gets
-    the string attributes of ``default_kernel_attrs`` that it does not have.
+    the string attributes of ``default_kernel_attrs`` that it does not have, and
+    its ``heron.min_blocks_per_core`` as its backend's attribute (``MIN_BLOCKS_ATTRS``).
     """
     ir, passmanager, llvm_dialect = import_mlir(extra)
     if isinstance(module, str):
@@ -116,6 +128,7 @@ def lower_gpu_module(
                     for key, value in (default_kernel_attrs or {}).items():
                         if key not in clone.attributes:
                             clone.attributes[key] = ir.StringAttr.get(value)
+                    _hand_min_blocks_to_backend(ir, clone)
         if not kernels:
             raise UnsupportedError(
                 "the gpu.module has no kernel (a gpu.func marked `kernel`, or an llvm.func"
@@ -128,6 +141,17 @@ def lower_gpu_module(
     if dump is not None:
         dump("llvm-ir", text)
     return text, tuple(kernels)
+
+
+def _hand_min_blocks_to_backend(ir: Any, kernel: Any) -> None:
+    """Replace ``kernel``'s ``heron.min_blocks_per_core`` with its backend's attribute."""
+    if MIN_BLOCKS_PER_CORE_ATTR not in kernel.attributes:
+        return
+    blocks = ir.IntegerAttr(kernel.attributes[MIN_BLOCKS_PER_CORE_ATTR]).value
+    del kernel.attributes[MIN_BLOCKS_PER_CORE_ATTR]
+    for marker, name in MIN_BLOCKS_ATTRS.items():
+        if marker in kernel.attributes:
+            kernel.attributes[name] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), blocks)
 
 
 def _single_gpu_module(work: Any) -> Any:

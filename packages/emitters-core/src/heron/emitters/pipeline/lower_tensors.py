@@ -16,7 +16,8 @@ of docs/pipeline.md, which both backends (``heron.runtime.cuda``,
   and ``known_grid_size`` from its ``heron.block_size``/``heron.grid_size``,
   and LLVM argument attributes from the kernel ABI (``noalias``, ``readonly``,
   ``align``, ``dereferenceable``: ``heron.emitters.kernel_arguments``), which
-  the lowered kernel is checked against;
+  the lowered kernel is checked against; the entry's ``heron.min_blocks_per_core``,
+  where an emitter set one, kept as is (``gpu_lowering`` hands it to the backend);
 - surviving private functions as ``func.func`` in the gpu.module (tensor
   arguments become memrefs, scalars are unchanged).
 
@@ -45,6 +46,7 @@ from mlir.dialects import arith, func, gpu, memref, nvgpu, scf, vector
 
 from heron.emitters import ir_utils, kernel_arguments
 from heron.emitters.pipeline import packed_stores
+from heron.emitters.pipeline.gpu_lowering import MIN_BLOCKS_PER_CORE_ATTR
 from heron.emitters.pipeline.manager import Pass, PipelineOptions, run_upstream
 from heron.hlo.errors import UnsupportedError
 
@@ -52,6 +54,8 @@ KERNEL_ATTR = "heron.kernel"
 BLOCK_SIZE_ATTR = "heron.block_size"
 GRID_SIZE_ATTR = "heron.grid_size"
 WORKGROUP_ATTRIBUTIONS = "workgroup_attributions"
+#: The workgroup attributions' argument attributes (their ``llvm.align``).
+WORKGROUP_ATTRIB_ATTRS = "workgroup_attrib_attrs"
 #: Largest alignment promised for a vector access (XLA's buffer alignment guarantee).
 MAX_VECTOR_ALIGNMENT = 16
 
@@ -314,6 +318,9 @@ class _Lowering:
             known_block_size=self._launch_attr(BLOCK_SIZE_ATTR),
             known_grid_size=self._launch_attr(GRID_SIZE_ATTR),
         ).operation
+        if MIN_BLOCKS_PER_CORE_ATTR in self.entry.attributes:
+            blocks = self.entry.attributes[MIN_BLOCKS_PER_CORE_ATTR]
+            kernel.attributes[MIN_BLOCKS_PER_CORE_ATTR] = blocks
         kernel.regions[0].blocks.append(*inputs)
         return kernel
 
@@ -453,6 +460,11 @@ class _Lowering:
         Sub-byte elements are stored widened, one a byte: threads then write
         neighbouring elements without a read-modify-write of a shared byte
         (which would read shared memory before anything wrote it, and race).
+        Every buffer is ``MAX_VECTOR_ALIGNMENT``-aligned (``llvm.align`` on the
+        attribution, the global's alignment after the gpu conversion): the
+        element type's alignment (``.align 2`` for f16) is less than what
+        ``ldmatrix`` rows and 16-byte vector accesses need, and the vector
+        accesses lowered here promise it.
         """
         if self.kernel is None or not self._in_kernel(op):
             raise self.unsupported(op, "shared memory can only be allocated in the kernel")
@@ -464,9 +476,13 @@ class _Lowering:
         count = 0
         if WORKGROUP_ATTRIBUTIONS in self.kernel.attributes:
             count = ir.IntegerAttr(self.kernel.attributes[WORKGROUP_ATTRIBUTIONS]).value
-        self.kernel.attributes[WORKGROUP_ATTRIBUTIONS] = ir.IntegerAttr.get(
-            ir.IntegerType.get_signless(64), count + 1
-        )
+        i64 = ir.IntegerType.get_signless(64)
+        self.kernel.attributes[WORKGROUP_ATTRIBUTIONS] = ir.IntegerAttr.get(i64, count + 1)
+        aligned = ir.DictAttr.get({"llvm.align": ir.IntegerAttr.get(i64, MAX_VECTOR_ALIGNMENT)})
+        previous = []
+        if WORKGROUP_ATTRIB_ATTRS in self.kernel.attributes:
+            previous = list(ir.ArrayAttr(self.kernel.attributes[WORKGROUP_ATTRIB_ATTRS]))
+        self.kernel.attributes[WORKGROUP_ATTRIB_ATTRS] = ir.ArrayAttr.get([*previous, aligned])
         return arg
 
     def _in_kernel(self, op: ir.Operation) -> bool:

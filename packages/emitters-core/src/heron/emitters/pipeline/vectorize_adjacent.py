@@ -30,8 +30,8 @@ from heron.indexing.affine import Constant
 from heron.indexing.affine import mod as affine_mod
 from heron.indexing.simplifier import linear_form, simplify_expr
 
-#: Group sizes tried, widest first.
-_SIZES = (8, 4, 2)
+#: Group sizes tried, widest first (16 only for 1-byte elements: ``_MAX_BYTES``).
+_SIZES = (16, 8, 4, 2)
 #: Widest vector access in bytes (XLA's buffer alignment guarantee).
 _MAX_BYTES = 16
 
