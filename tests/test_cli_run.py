@@ -53,6 +53,15 @@ ENTRY main {
 }
 """
 
+WITH_FFT = """\
+HloModule jit_fft
+
+ENTRY main {
+  a = c64[2,8]{1,0} parameter(0)
+  ROOT fft.3 = c64[2,8]{1,0} fft(a), fft_type=FFT, fft_length={8}
+}
+"""
+
 
 def heron(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
@@ -158,11 +167,19 @@ def test_cuda_without_a_gpu_exits_nonzero_with_the_reason(hlo, capsys):
     assert _availability("cuda") in err
 
 
-def test_a_convolution_is_refused_by_name(hlo, capsys):
-    code, out, err = heron(capsys, "run", hlo(WITH_CONVOLUTION), "--backend", "interpreter")
+def test_a_batch_grouped_convolution_runs_and_agrees(hlo, capsys):
+    # A grouped convolution's weight gradient: lowered to im2col and one dot.
+    path = hlo(WITH_CONVOLUTION)
+    code, out, err = heron(capsys, "run", path, "--backend", "interpreter", "--check")
+    assert (code, err) == (0, ""), out
+    assert "check against the reference evaluator" in out
+
+
+def test_an_unsupported_instruction_is_refused_by_name(hlo, capsys):
+    code, out, err = heron(capsys, "run", hlo(WITH_FFT), "--backend", "interpreter")
     assert code == 2
-    assert "'conv.3' (convolution, f32[1,6,4]" in err
-    assert "batch_group_count > 1" in err and "GEMM" in err
+    assert "'fft.3' (fft, c64[2,8]" in err
+    assert "no heron emitter handles fft" in err
     assert "Traceback" not in err
 
 

@@ -68,14 +68,12 @@ NAMES = PROGRAMS.NAMES
 
 #: program -> the opcode an executable is refused for (what no emitter runs yet).
 REFUSED: dict[str, str] = {}
-#: What no emitter runs yet: a grouped convolution's weight gradient.
-BATCH_GROUPED_CONVOLUTION = """\
-HloModule jit_conv
+#: What no emitter runs yet: an fft (a cuFFT call in XLA).
+WITH_FFT = """\
+HloModule jit_fft
 ENTRY main {
-  a = f32[2,8,2]{2,1,0} parameter(0)
-  w = f32[3,2,4]{2,1,0} parameter(1)
-  ROOT c = f32[1,6,4]{2,1,0} convolution(a, w), window={size=3}, dim_labels=b0f_0io->b0f,
-    batch_group_count=2
+  a = c64[2,8]{1,0} parameter(0)
+  ROOT c = c64[2,8]{1,0} fft(a), fft_type=FFT, fft_length={8}
 }
 """
 #: Programs with loops and conditionals (their thunks are checked by kind).
@@ -133,10 +131,10 @@ def test_the_tables_name_programs() -> None:
 
 def test_refused_programs_name_the_instruction(executables: _Session) -> None:
     """Every corpus program compiles (REFUSED is empty); what no emitter runs is refused
-    with the instruction named: a convolution with batch_group_count > 1."""
-    with pytest.raises(UnsupportedError, match=r"cannot run instruction 'c' \(convolution,"):
+    with the instruction named: an fft."""
+    with pytest.raises(UnsupportedError, match=r"cannot run instruction 'c' \(fft,"):
         compile_program(
-            parse_module(BATCH_GROUPED_CONVOLUTION),
+            parse_module(WITH_FFT),
             executables.target,
             ("interpreter",),
             compiler=executables.compile_fusion,
@@ -488,11 +486,11 @@ def test_heron_compile_executable_writes_an_artefact(capsys, tmp_path) -> None:
 
 
 def test_heron_compile_executable_refuses_what_it_cannot_run(capsys, tmp_path) -> None:
-    out = tmp_path / "conv.heron"
-    unsupported = tmp_path / "conv.hlo"
-    unsupported.write_text(BATCH_GROUPED_CONVOLUTION)
+    out = tmp_path / "fft.heron"
+    unsupported = tmp_path / "fft.hlo"
+    unsupported.write_text(WITH_FFT)
     code, _, err = _heron(capsys, "compile", str(unsupported), "--executable", str(out))
-    assert code == 2 and "(convolution," in err and "batch_group_count" in err
+    assert code == 2 and "(fft," in err and "no heron emitter handles fft" in err
     assert not out.exists()
     source = str(PROGRAMS.PROGRAMS / "conv1d" / "module.hlo")
     code, _, err = _heron(capsys, "compile", source, "--executable", str(out), "--backend", "rocm")

@@ -374,15 +374,14 @@ def test_a_dot_is_never_duplicated_into_its_users() -> None:
     assert len(dots) == 1
 
 
-WITH_CONVOLUTION = """
-HloModule with_convolution
+WITH_FFT = """
+HloModule with_fft
 
 ENTRY main {
-  a = f32[2,8,2]{2,1,0} parameter(0)
-  w = f32[3,2,4]{2,1,0} parameter(1)
-  t = f32[2,8,2]{2,1,0} tanh(a)
-  ROOT c = f32[1,6,4]{2,1,0} convolution(t, w), window={size=3}, dim_labels=b0f_0io->b0f,
-    batch_group_count=2
+  a = f32[2,8]{1,0} parameter(0)
+  t = f32[2,8]{1,0} tanh(a)
+  z = c64[2,8]{1,0} convert(t)
+  ROOT c = c64[2,8]{1,0} fft(z), fft_type=FFT, fft_length={8}
 }
 """
 
@@ -391,9 +390,9 @@ def test_the_pipeline_refuses_nothing_a_run_would_refuse_later() -> None:
     from heron.compiler.program_run import run_program
     from heron.runtime.core.registry import load_backends
 
-    module = parse_module(WITH_CONVOLUTION)
+    module = parse_module(WITH_FFT)
     device = load_backends().create_device("interpreter")
-    with pytest.raises(UnsupportedError, match=r"'c' \(convolution.*batch_group_count > 1"):
+    with pytest.raises(UnsupportedError, match=r"'c' \(fft.*no heron emitter handles fft"):
         run_program(module, random_arguments(module), device, "interpreter")
 
 

@@ -7,6 +7,7 @@ infinities), and on random modules built from the patterns the rules match.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -86,6 +87,26 @@ def _entry(body: str, params: str = "p = f32[8] parameter(0)", computations: str
         ),  # NaN * 0 and inf * 0 are NaN
         ("  n = f32[8] negate(p)\n  ROOT r = f32[8] negate(n)", True),
         ("  ROOT r = f32[8] maximum(p, p)", True),
+        (
+            "  i = f32[] constant(-inf)\n  b = f32[8] broadcast(i), dimensions={}\n"
+            "  ROOT r = f32[8] maximum(b, p)",
+            True,
+        ),
+        (
+            "  i = f32[] constant(inf)\n  b = f32[8] broadcast(i), dimensions={}\n"
+            "  ROOT r = f32[8] minimum(p, b)",
+            True,
+        ),
+        (
+            "  i = f32[] constant(inf)\n  b = f32[8] broadcast(i), dimensions={}\n"
+            "  ROOT r = f32[8] maximum(p, b)",
+            False,
+        ),
+        (
+            "  i = f32[] constant(-3e38)\n  b = f32[8] broadcast(i), dimensions={}\n"
+            "  ROOT r = f32[8] maximum(p, b)",
+            False,
+        ),  # the lowest finite float is not below -inf
         ("  c = pred[8] compare(p, p), direction=EQ\n  ROOT r = f32[8] select(c, p, p)", True),
         (
             "  t = pred[] constant(true)\n  b = pred[8] broadcast(t), dimensions={}\n"
@@ -126,6 +147,116 @@ def test_integer_and_logical_identities() -> None:
     module = _simplified(_entry(body, params), arguments)
     root = module.entry.root_instruction
     assert [op.opcode for op in root.operands] == ["parameter", "parameter"]
+
+
+#: reducer opcode -> (identity for floats, for signed integers, for pred), None: none.
+REDUCERS = {
+    "add": ("-0", "0", None),
+    "multiply": ("1", "1", None),
+    "maximum": ("-inf", "-2147483648", "false"),
+    "minimum": ("inf", "2147483647", "true"),
+    "and": (None, "-1", "true"),
+    "or": (None, "0", "false"),
+}
+
+
+def _reduce_text(element: str, opcode: str, init: str, dims: str = "{1}", shape="6,1,2") -> str:
+    out = {"{1}": "6,2", "{1,3}": "6,2", "{}": shape}.get(dims, "6,2")
+    in_shape = "6,1,2,1" if dims == "{1,3}" else shape
+    return (
+        "HloModule m\n"
+        f"reducer {{\n  a = {element}[] parameter(0)\n  b = {element}[] parameter(1)\n"
+        f"  ROOT c = {element}[] {opcode}(a, b)\n}}\n"
+        f"ENTRY main {{\n  p = {element}[{in_shape}] parameter(0)\n"
+        f"  i = {element}[] constant({init})\n"
+        f"  ROOT r = {element}[{out}] reduce(p, i), dimensions={dims}, to_apply=reducer\n}}\n"
+    )
+
+
+def _reduce_arguments(element: str, dims: str = "{1}") -> list[np.ndarray]:
+    shape = (6, 1, 2, 1) if dims == "{1,3}" else (6, 1, 2)
+    if element == "f32":
+        values = np.resize(EDGES, 12)
+    elif element == "bf16":
+        values = np.resize(EDGES, 12).astype(ml_dtypes.bfloat16)
+    elif element == "pred":
+        values = np.resize(np.array([True, False, False]), 12)
+    else:
+        values = np.resize(np.array([0, -1, 7, 2**31 - 1, -(2**31), 5], np.int32), 12)
+    return [values.reshape(shape)]
+
+
+@pytest.mark.parametrize(
+    ("element", "opcode"),
+    [
+        *((e, op) for e in ("f32", "bf16") for op in ("add", "multiply", "maximum", "minimum")),
+        *(("s32", op) for op in REDUCERS),
+        *(("pred", op) for op in ("maximum", "minimum", "and", "or")),
+    ],
+)
+@pytest.mark.parametrize("identity", [True, False])
+def test_a_reduce_over_size_1_dimensions_is_a_reshape(element, opcode, identity) -> None:
+    """XLA's rewrite where the init is an exact identity; ``f(init, x)`` elementwise else."""
+    floats, ints, preds = REDUCERS[opcode]
+    exact = {"f32": floats, "bf16": floats, "s32": ints, "pred": preds}[element]
+    if not identity:  # an init that changes the element: heron keeps it
+        exact = {"f32": "0", "bf16": "0", "s32": "3", "pred": "true"}[element]
+        if element == "pred" and opcode in ("minimum", "and"):
+            exact = "false"
+        if element in ("f32", "bf16") and opcode == "multiply":
+            exact = "-1"
+        if element in ("f32", "bf16") and opcode in ("maximum", "minimum"):
+            exact = "0.5"
+    for dims in ("{1}", "{1,3}"):
+        text = _reduce_text(element, opcode, exact, dims)
+        module = _simplified(text, _reduce_arguments(element, dims))
+        opcodes = [i.opcode for i in module.entry.instructions]
+        assert "reduce" not in opcodes, print_module(module)
+        assert (opcode not in opcodes) == identity, print_module(module)
+        assert len(module.computations) == 1  # the reducer went with the reduce
+
+
+def test_a_sum_from_plus_zero_keeps_the_add_where_xla_drops_it() -> None:
+    # XLA replaces it with reshape(x), giving -0.0 for a -0.0 element; the reduce
+    # computes -0.0 + 0.0 = +0.0, and so does heron's add.
+    module = _simplified(_reduce_text("f32", "add", "0"), _reduce_arguments("f32"))
+    assert _root_opcode(module) == "add"
+    result = np.asarray(evaluate_module(module, _reduce_arguments("f32")))
+    assert not np.signbit(result[0, 0])  # the input's -0.0 came out +0.0
+
+
+def test_reduces_that_reduce_something_or_are_variadic_stay() -> None:
+    shape_two = _reduce_text("f32", "add", "-0").replace(
+        "f32[6,1,2] parameter", "f32[6,2,2] parameter"
+    )
+    module = _simplified(shape_two, [np.resize(EDGES, 24).reshape(6, 2, 2)])
+    assert _root_opcode(module) == "reduce"
+    variadic = """\
+HloModule m
+argmax {
+  a = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  b = f32[] parameter(2)
+  bi = s32[] parameter(3)
+  g = pred[] compare(a, b), direction=GE
+  v = f32[] select(g, a, b)
+  i = s32[] select(g, ai, bi)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+ENTRY main {
+  p = f32[6,1] parameter(0)
+  q = s32[6,1] parameter(1)
+  lo = f32[] constant(-inf)
+  z = s32[] constant(0)
+  ROOT r = (f32[6], s32[6]) reduce(p, q, lo, z), dimensions={1}, to_apply=argmax
+}
+"""
+    arguments = [np.resize(EDGES, 6).reshape(6, 1), np.arange(6, dtype=np.int32).reshape(6, 1)]
+    assert _root_opcode(_simplified(variadic, arguments)) == "reduce"
+    two_steps = _reduce_text("f32", "add", "-0").replace(
+        "  ROOT c = f32[] add(a, b)", "  s = f32[] add(a, b)\n  ROOT c = f32[] negate(s)"
+    )
+    assert _root_opcode(_simplified(two_steps, _reduce_arguments("f32"))) == "reduce"
 
 
 def test_chains_fold_into_one_instruction() -> None:

@@ -2,8 +2,8 @@
 
 The oracle is the reference evaluator's convolution (itself checked against
 XLA:CPU in test_evaluator_linalg.py): every dimension order, stride, padding
-(negative too), base and window dilation, window reversal and feature group
-count, in f32 (to the reassociation bound of a sum), integers (exactly) and
+(negative too), base and window dilation, window reversal, feature group
+count and batch group count, in f32 (to the reassociation bound of a sum), integers (exactly) and
 bf16 (one rounding of the sum).
 """
 
@@ -51,6 +51,7 @@ def _conv_text(
     out_features: int,
     window: str,
     groups: int,
+    batch_groups: int = 1,
 ) -> str:
     inputs, kernels, outputs = LABELS[labels]
     rank = len(spatial)
@@ -72,7 +73,7 @@ def _conv_text(
 
     in_sizes = {"b": batch, "f": features, **spatial_sizes(spatial)}
     k_sizes = {"i": features // groups, "o": out_features, **spatial_sizes(w["size"])}
-    out_sizes = {"b": batch, "f": out_features, **spatial_sizes(out_spatial)}
+    out_sizes = {"b": batch // batch_groups, "f": out_features, **spatial_sizes(out_spatial)}
     return (
         f"HloModule conv\nENTRY main {{\n"
         f"  x = {element}[{dims(inputs, in_sizes)}] parameter(0)\n"
@@ -80,6 +81,7 @@ def _conv_text(
         f"  ROOT c = {element}[{dims(outputs, out_sizes)}] convolution(x, w), window={{{window}}},"
         f" dim_labels={inputs}_{kernels}->{outputs}"
         + (f", feature_group_count={groups}" if groups > 1 else "")
+        + (f", batch_group_count={batch_groups}" if batch_groups > 1 else "")
         + "\n}\n"
     )
 
@@ -116,19 +118,55 @@ def test_the_corpus_conv1d_program_becomes_one_dot():
     assert "convolution" not in opcodes and opcodes.count("dot") == 1, print_module(module)
 
 
-def test_a_batch_grouped_convolution_is_left_alone():
+@pytest.mark.parametrize(
+    ("labels", "window", "batch_groups"),
+    list(itertools.product(sorted(LABELS), WINDOWS_2D, (2, 4))),
+)
+def test_batch_grouped_2d_convolutions_agree_with_the_evaluator(labels, window, batch_groups):
+    # Input batch 2B, output batch 2; each of the B batch groups meets its own
+    # three output features.
+    text = _conv_text(
+        labels, "f32", 2 * batch_groups, 3, (7, 6), 3 * batch_groups, window, 1, batch_groups
+    )
+    _check(text, exact=False)
+
+
+@pytest.mark.parametrize(
+    ("window", "batch_groups"),
+    list(
+        itertools.product(
+            ["size=3", "size=3 stride=2 pad=2_1 lhs_dilate=2", "size=2 pad=-1_3 rhs_dilate=3"],
+            (2, 4),
+        )
+    ),
+)
+def test_batch_grouped_1d_convolutions_agree_with_the_evaluator(window, batch_groups):
+    text = _conv_text(
+        "mixed", "f32", 3 * batch_groups, 2, (9,), 2 * batch_groups, window, 1, batch_groups
+    )
+    _check(text, exact=False)
+
+
+@pytest.mark.parametrize("element", ["s32", "bf16"])
+def test_batch_grouped_other_element_types(element):
+    text = _conv_text("nchw", element, 4, 3, (8,), 4, "size=3 stride=2 pad=1_1", 1, 2)
+    _check(text, exact=element == "s32")
+
+
+def test_a_depthwise_weight_gradient_as_jax_writes_it():
+    # jax.grad of a depthwise 3x3 SAME convolution (NHWC/HWIO, 4 channels)
+    # with respect to its kernel: the input x is the lhs with its features as
+    # the batch (f01b), the output gradient the rhs, one batch group per channel.
     text = """\
-HloModule conv
+HloModule depthwise_grad
 ENTRY main {
-  x = f32[4,3,7] parameter(0)
-  w = f32[4,3,3] parameter(1)
-  ROOT c = f32[2,4,5] convolution(x, w), window={size=3}, dim_labels=bf0_oi0->bf0,
-  batch_group_count=2
+  x = f32[2,6,6,4] parameter(0)
+  dy = f32[2,6,6,4] parameter(1)
+  ROOT dw = f32[3,3,1,4] convolution(x, dy), window={size=6x6 pad=1_1x1_1},
+    dim_labels=f01b_i01o->01bf, batch_group_count=4
 }
 """
-    module = parse_module(text)
-    assert run_pipeline(module, HloPass("under-test", lower_convolutions)).changed is False
-    assert module.entry.root_instruction.opcode == "convolution"
+    _check(text, exact=False)
 
 
 def _check(text: str, *, exact: bool) -> None:

@@ -49,7 +49,7 @@ reassociation bounds for float reductions that a reduction kernel sums in its
 own order, and the file's RUN-line ``--abs_error_bound`` /
 ``--rel_error_bound`` where it has one. Each output is judged as ``heron
 check`` judges the fusion that computes it, on the same values; in a chain of
-kernels, what the kernels before it may change (their ulps, a reordered sum)
+kernels, what the kernels before it may change (their ulps, a reordered sum, a dot)
 is added. Any element outside the tolerance makes the command exit 1; the
 report names the output, how many elements differ, the first, both values and
 their distance.
@@ -702,8 +702,8 @@ def output_tolerances(module, reorders: dict[str, bool], arguments, given) -> li
         before = [f for f in upstream if f is not fusion]
         if before:  # what the kernels before this one may have changed
             ulps = max(tolerance.ulps, ulp_bound(source, element))
-            if not tolerance.reordered and reordering:
-                wider = output_tolerance(source, element, given, reordering=True)
+            if not tolerance.reordered:  # a reordered sum or a dot before it widens it
+                wider = output_tolerance(source, element, given, reordering=reordering)
                 tolerance = OutputTolerance(ulps, wider.bounds, wider.reordered)
             else:
                 tolerance = attrs.evolve(tolerance, ulps=ulps)

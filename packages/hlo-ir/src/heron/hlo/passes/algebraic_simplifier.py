@@ -10,8 +10,20 @@ The rules, by opcode (each a function registered with :func:`_rule`):
 
 - identities: ``x + -0.0``/``x + 0`` (integers), ``x - 0``, ``x * 1``,
   ``x / 1``, ``x & true``, ``x | false``, ``max(x, x)``, ``min(x, x)``,
-  ``x & x``, ``x | x``, ``-(-x)``, ``not(not(x))``, ``select(p, a, a)`` and
-  ``select`` on a constant predicate;
+  ``max(x, -inf)``/``min(x, +inf)`` (the type's lowest/highest for
+  integers), ``x & x``, ``x | x``, ``-(-x)``, ``not(not(x))``,
+  ``select(p, a, a)`` and ``select`` on a constant predicate;
+- a ``reduce`` over size-1 dimensions only (as many elements out as in,
+  XLA's condition) whose reducer is one binary elementwise op of its two
+  parameters becomes that op applied elementwise to the broadcast init and
+  the input reshaped: ``f(init, x)``, what the reduce computes for its one
+  element. Where the init is an exact identity of the op the identity rules
+  leave the bare ``reshape(x)``, which is XLA's rewrite (``HandleReduce``:
+  ``ReplaceReduceWithReshape``). XLA drops the init in every case, trusting
+  it to be an identity; heron keeps it where dropping it would change bits
+  (``+0.0`` for an add, where ``-0.0 + 0.0`` is ``+0.0``; a non-identity
+  init). A variadic reduce (XLA: a tuple of reshapes) and other reducers
+  are left alone;
 - data movement that moves nothing (same shape and layout in and out):
   ``reshape``, ``bitcast``, ``copy``, ``convert`` to the same type,
   ``transpose`` by the identity, ``broadcast`` onto the same dimensions, a
@@ -40,6 +52,7 @@ from heron.hlo.attributes import SliceRange
 from heron.hlo.errors import HloError
 from heron.hlo.evaluator import evaluate_computation
 from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.opcodes import Category, opcode_info
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
     Inserter,
@@ -172,7 +185,7 @@ def _splat(inst: Instruction) -> object | None:
     if values.size == 0:
         return None
     first = values.reshape(-1)[0]
-    if values.dtype.kind in "fc":
+    if values.dtype.kind not in "biu":  # floats (ml_dtypes' are kind "V"): by bits, -0.0 too
         if not (values.view(_uint_of(values.dtype)) == first.view(_uint_of(values.dtype))).all():
             return None
     elif not (values == first).all():
@@ -195,10 +208,12 @@ def _is_value(inst: Instruction, wanted: float, *, negative_zero: bool = False) 
     value = _splat(inst)
     if value is None:
         return False
-    if np.asarray(value).dtype.kind == "c":
+    kind = np.asarray(value).dtype.kind
+    if kind == "c":
         return False
-    if np.asarray(value).dtype.kind == "f" and wanted == 0:
-        return bool(value == 0) and bool(np.signbit(value)) == negative_zero
+    if kind not in "biu" and wanted == 0:  # floats, ml_dtypes' (kind "V") too: the sign counts
+        as_double = np.asarray(value).astype(np.float64)
+        return bool(as_double == 0) and bool(np.signbit(as_double)) == negative_zero
     return bool(value == wanted)
 
 
@@ -273,6 +288,27 @@ def _logical_identity(inst: Instruction, rewriter: Inserter) -> Instruction | No
     for keep, other in ((0, 1), (1, 0)):
         value = _splat(inst.operands[other])
         if value is not None and bool(np.asarray(value) == np.asarray(neutral).astype(dtype)):
+            return _elementwise_operand(inst, keep)
+    return None
+
+
+@_rule("maximum", "minimum")
+def _extreme_identity(inst: Instruction, rewriter: Inserter) -> Instruction | None:
+    """``max(x, lowest)`` and ``min(x, highest)`` are ``x``: NaN still wins, -0.0 stays."""
+    shape = inst.shape
+    if not isinstance(shape, ArrayShape) or not (_floating(inst) or _integral(inst)):
+        return None
+    dtype = shape.element_type.numpy_dtype
+    if shape.element_type.is_pred:
+        lowest, highest = False, True
+    elif shape.element_type.is_floating:
+        lowest, highest = -np.inf, np.inf
+    else:
+        lowest, highest = np.iinfo(dtype).min, np.iinfo(dtype).max
+    neutral = lowest if inst.opcode == "maximum" else highest
+    for keep, other in ((0, 1), (1, 0)):
+        value = _splat(inst.operands[other])
+        if value is not None and bool(np.asarray(value) == neutral):
             return _elementwise_operand(inst, keep)
     return None
 
@@ -442,6 +478,45 @@ def _constant_start(inst: Instruction, rewriter: Inserter) -> Instruction | None
         start = min(max(int(value), 0), bound - size)  # dynamic-slice clamps its starts
         ranges.append(SliceRange(start, start + size, 1))
     return rewriter.add("slice", inst.shape, [operand], {"slice": tuple(ranges)}, like=inst)
+
+
+# -- reductions that reduce nothing ----------------------------------------------------
+
+#: Binary elementwise ops a reducer's root may be for :func:`_degenerate_reduce` (those
+#: whose result has their operands' type and no attribute that changes it).
+_NOT_REDUCERS = frozenset({"compare", "complex", "stochastic-convert"})
+
+
+@_rule("reduce")
+def _degenerate_reduce(inst: Instruction, rewriter: Inserter) -> Instruction | None:
+    """``reduce(x, init)`` over size-1 dimensions is ``f(init, reshape(x))`` elementwise."""
+    if len(inst.operands) != 2 or not isinstance(inst.shape, ArrayShape):
+        return None
+    x, init = inst.operands
+    if any(x.shape.dims[d] != 1 for d in inst.attr("dimensions")):
+        return None
+    reducer = inst.called("to_apply")
+    root = reducer.root_instruction
+    info = opcode_info(root.opcode)
+    if (
+        info is None
+        or info.category is not Category.ELEMENTWISE_BINARY
+        or root.opcode in _NOT_REDUCERS
+        or len(reducer.parameters) != 2
+        or any(op.opcode != "parameter" for op in root.operands)
+        or root.called_computations()
+        or not isinstance(root.shape, ArrayShape)
+        or root.shape.element_type is not inst.shape.element_type
+    ):
+        return None
+    # parameter 0 is the accumulator (the init for the one element), 1 the element
+    element = rewriter.add("reshape", inst.shape, [x], like=inst, suffix="element")
+    accumulator = rewriter.add(
+        "broadcast", inst.shape, [init], {"dimensions": ()}, like=inst, suffix="init"
+    )
+    by_parameter = {0: accumulator, 1: element}
+    operands = [by_parameter[op.parameter_number] for op in root.operands]
+    return rewriter.add(root.opcode, inst.shape, operands, dict(root.attributes), like=inst)
 
 
 # -- constant folding ------------------------------------------------------------------

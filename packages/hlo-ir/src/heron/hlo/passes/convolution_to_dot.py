@@ -17,15 +17,20 @@ convolution library, so, as issue 17 asks, a convolution is lowered to a GEMM
    output features]``, the same K order;
 4. one dot contracts (K, feature); with ``feature_group_count`` G the features
    split into G contiguous groups that become the dot's batch dimension, as
-   the output features do;
+   the output features do; with ``batch_group_count`` B (the weight gradient
+   of a grouped or depthwise convolution) the input *batch* splits into B
+   contiguous groups instead (group-major: input batch index = group x
+   output batch + n), each contracted with its own contiguous slice of the
+   output features, and those groups are the dot's batch dimension (the
+   output batch is input batch / B);
 5. the result, (batch, out spatial..., feature), is transposed into the
    output's ``dim_labels`` order.
 
 The dot accumulates in the type the evaluator's convolution does (the same
 products, summed in another order), so the rewrite is exact up to the
-floating-point reassociation of a sum over K x features terms. A convolution
-with ``batch_group_count`` > 1 (the weight gradient of a grouped convolution)
-is left as it is, and refused by name where it would run.
+floating-point reassociation of a sum over K x features terms. Every
+convolution is lowered, so none reaches an emitter (one with both group
+counts above 1, which HLO forbids, is refused by the verifier before any pass).
 
 The pass runs before ``dot-decomposer``, which then puts the dot in the
 canonical form the GEMM emitter takes.
@@ -62,12 +67,11 @@ _KEPT_ATTRIBUTES = ("precision_config", "operand_precision")
 
 
 def lowerable(conv: Instruction) -> bool:
-    """Whether this pass lowers ``conv`` (every convolution but a batch-grouped one)."""
+    """Whether this pass lowers ``conv``: every well-formed convolution."""
     return (
         conv.opcode == "convolution"
         and isinstance(conv.shape, ArrayShape)
         and isinstance(conv.attributes.get("dim_labels"), ConvDimensionNumbers)
-        and int(conv.attributes.get("batch_group_count", 1)) == 1
     )
 
 
@@ -95,12 +99,14 @@ def _lower(inserter: Inserter, conv: Instruction) -> Instruction:
     lhs, rhs = conv.operands
     dn: ConvDimensionNumbers = conv.attributes["dim_labels"]
     groups = int(conv.attributes.get("feature_group_count", 1))
+    batch_groups = int(conv.attributes.get("batch_group_count", 1))
     result_type = conv.shape.element_type
     spatial = len(dn.input_spatial)
     kernel_spatial = [rhs.shape.dims[d] for d in dn.kernel_spatial]
     window = _window(conv, kernel_spatial)
     out_spatial = [conv.shape.dims[d] for d in dn.output_spatial]
     batch = lhs.shape.dims[dn.input_batch]
+    out_batch = conv.shape.dims[dn.output_batch]
     features = lhs.shape.dims[dn.input_feature]
     in_per_group = rhs.shape.dims[dn.kernel_input_feature]
     out_features = rhs.shape.dims[dn.kernel_output_feature]
@@ -200,9 +206,9 @@ def _lower(inserter: Inserter, conv: Instruction) -> Instruction:
         "kernel", w, [*dn.kernel_spatial, dn.kernel_input_feature, dn.kernel_output_feature]
     )
 
-    # 4. one dot over (K, feature), the feature groups as its batch dimension
+    # 4. one dot over (K, feature), the feature or batch groups as its batch dimension
     attributes = {k: v for k, v in conv.attributes.items() if k in _KEPT_ATTRIBUTES}
-    if groups == 1:
+    if groups == 1 and batch_groups == 1:
         w = reshape("kernel_matrix", w, [taps, in_per_group, out_features])
         attributes["lhs_contracting_dims"] = (spatial + 1, spatial + 2)
         attributes["rhs_contracting_dims"] = (0, 1)
@@ -210,25 +216,34 @@ def _lower(inserter: Inserter, conv: Instruction) -> Instruction:
             "dot", "dot", result_type, [batch, *out_spatial, out_features], [patches, w], attributes
         )
     else:
-        per_group = out_features // groups
-        patches = reshape(
-            "grouped_patches", patches, [batch, *out_spatial, taps, groups, in_per_group]
-        )
-        w = reshape("grouped_kernel", w, [taps, in_per_group, groups, per_group])
-        attributes["lhs_batch_dims"] = (spatial + 2,)
+        if groups > 1:  # the features split: [batch, out spatial..., K, G, in per group]
+            count = groups
+            patches = reshape(
+                "grouped_patches", patches, [batch, *out_spatial, taps, groups, in_per_group]
+            )
+            attributes["lhs_batch_dims"] = (spatial + 2,)
+            attributes["lhs_contracting_dims"] = (spatial + 1, spatial + 3)
+        else:  # the batch splits: [B, out batch, out spatial..., K, features]
+            count = batch_groups
+            patches = reshape(
+                "grouped_patches", patches, [batch_groups, out_batch, *out_spatial, taps, features]
+            )
+            attributes["lhs_batch_dims"] = (0,)
+            attributes["lhs_contracting_dims"] = (spatial + 2, spatial + 3)
+        per_group = out_features // count
+        w = reshape("grouped_kernel", w, [taps, in_per_group, count, per_group])
         attributes["rhs_batch_dims"] = (2,)
-        attributes["lhs_contracting_dims"] = (spatial + 1, spatial + 3)
         attributes["rhs_contracting_dims"] = (0, 1)
         grouped = add(
             "dot",
             "dot",
             result_type,
-            [groups, batch, *out_spatial, per_group],
+            [count, out_batch, *out_spatial, per_group],
             [patches, w],
             attributes,
         )
         ungrouped = transpose("ungrouped", grouped, [1, *range(2, spatial + 2), 0, spatial + 2])
-        result = reshape("features", ungrouped, [batch, *out_spatial, out_features])
+        result = reshape("features", ungrouped, [out_batch, *out_spatial, out_features])
 
     # 5. into the output's dimension order
     order = [0] * len(conv.shape.dims)

@@ -118,9 +118,9 @@ def _refuse(inst: Instruction, why: str) -> UnsupportedError:
 
 #: Why an opcode of REFUSED_OPCODES is refused, where there is more to say than "not yet".
 REFUSAL_REASONS = {
-    "convolution": "the convolution-to-dot pass lowers every convolution to im2col and a"
-    " GEMM except one with batch_group_count > 1 (a grouped convolution's weight"
-    " gradient), which no heron emitter handles yet",
+    "convolution": "a convolution runs as the im2col and GEMM the convolution-to-dot pass"
+    " lowers it to, and this one was not lowered (the pass did not run, or its"
+    " dim_labels are not a convolution dimension spec)",
 }
 
 
