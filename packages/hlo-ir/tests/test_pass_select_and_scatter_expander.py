@@ -108,3 +108,20 @@ def test_base_dilation_is_left_for_a_refusal_by_name():
     text = text.replace("WINDOW", "size=2 lhs_dilate=2 pad=0_1").replace("DIRECTION", "GE")
     module = parse_module(text.replace("COMBINE", "add").replace("INIT", "0"))
     assert not expand_select_and_scatter(module)
+
+
+def test_positions_are_s64_past_two_to_the_31_elements():
+    # Flat positions: an operand of 2**31 elements or more (each dimension well under
+    # 2**31) needs s64 positions. Only the types are checked: nothing is evaluated.
+    text = MODULE.replace("OPERAND", "65536,32768").replace("SOURCE", "32768,16384")
+    text = text.replace("WINDOW", "size=2x2 stride=2x2").replace("DIRECTION", "GE")
+    module = parse_module(
+        text.replace("COMBINE", "add").replace("INIT", "0").replace("TYPE", "f32")
+    )
+    assert expand_select_and_scatter(module)
+    (iota,) = [i for i in module.entry.instructions if i.opcode == "iota"]
+    assert str(iota.shape).startswith("s64[2147483648]")
+    small = _module("maxpool_nhwc")
+    expand_select_and_scatter(small)
+    (iota,) = [i for i in small.entry.instructions if i.opcode == "iota"]
+    assert str(iota.shape).startswith("s32[")

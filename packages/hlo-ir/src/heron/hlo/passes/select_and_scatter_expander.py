@@ -69,10 +69,9 @@ def expand_select_and_scatter(module: Module) -> bool:
     changed = False
     for computation in non_fusion_computations(module):
         for inst in [i for i in computation.instructions if expandable(i)]:
-            operand = inst.operands[0].array_shape
-            index_type = (
-                ElementType.S32 if max(operand.dims, default=0) < 2**31 else ElementType.S64
-            )
+            # Flat positions: s32 while they fit, as XLA's iotas are.
+            elements = inst.operands[0].array_shape.num_elements
+            index_type = ElementType.S32 if elements < 2**31 else ElementType.S64
             reducer = _reducer(inst, index_type, names)
             module.computations.insert(module.computations.index(computation), reducer)
             inserter = Inserter(computation, names)
