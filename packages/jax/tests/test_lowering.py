@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -40,7 +41,16 @@ def test_arguments_of_another_structure_are_refused_by_name():
         lowered.flatten_arguments(({"w": PARAMS["w"]}, X), {})
 
 
-def test_arguments_take_the_dtypes_jax_lowered_them_as():
+@pytest.fixture
+def x64_off():
+    """Other suites in the same process turn jax_enable_x64 on (a global)."""
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", False)
+    yield
+    jax.config.update("jax_enable_x64", previous)
+
+
+def test_arguments_take_the_dtypes_jax_lowered_them_as(x64_off):
     # Without jax_enable_x64 jax lowers an int64 or float64 argument as s32 or f32
     # and converts the value: heron hands the entry the same.
     lowered = lower(lambda a, b: (a * 3, b + 1), np.array([2**33 + 5, -5], np.int64), 2.5)
