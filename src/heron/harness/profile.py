@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from heron.emitters.target import resident_block_limits
 from heron.runtime.interpreter.profile import AccessRecorder, MemoryModel, SampleComplete
 
 if TYPE_CHECKING:
@@ -199,36 +200,18 @@ def deviations(recorder: AccessRecorder) -> list[str]:
 
 
 def occupancy(target: Target, threads: int, blocks: int, resources: Resources) -> Occupancy:
-    """Resident blocks per core for ``threads`` a block, as the CUDA Occupancy Calculator does.
-
-    Limits: the Target's blocks per core; its threads per core; registers
-    (a warp's rounded up to ``register_allocation_unit``) when known; shared
-    memory (rounded up to ``shared_memory_allocation_unit``, plus the part
-    reserved per block) when known. The per-scheduler split of registers is
-    not modelled.
+    """Resident blocks per core for ``threads`` a block, as the CUDA Occupancy Calculator does
+    (the limits: :func:`heron.emitters.target.resident_block_limits`, the rule the GEMM
+    emitter plans its registers by). The per-scheduler split of registers is not
+    modelled.
     """
     warp = target.warp_size
     warps = -(-threads // warp)
-    limits = {
-        "blocks": target.max_blocks_per_core,
-        "threads": target.threads_per_core_limit // (warps * warp),
-    }
+    limits = resident_block_limits(target, threads, resources.registers, resources.shared_memory)
     notes = []
-    if resources.registers is not None:
-        unit = target.register_allocation_unit
-        per_warp = -(-resources.registers * warp // unit) * unit
-        limits["registers"] = (
-            target.registers_per_core_limit // per_warp // warps if per_warp else limits["blocks"]
-        )
-    else:
+    if resources.registers is None:
         notes.append("registers unknown")
-    if resources.shared_memory is not None:
-        used = resources.shared_memory
-        if used:
-            unit = target.shared_memory_allocation_unit
-            per_block = -(-(used + target.shared_memory_reserved_per_block) // unit) * unit
-            limits["shared memory"] = target.shared_memory_per_core // per_block
-    else:
+    if resources.shared_memory is None:
         notes.append("shared memory unknown")
     limiter = min(limits, key=lambda name: limits[name])
     resident = limits[limiter]

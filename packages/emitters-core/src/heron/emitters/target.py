@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-__all__ = ["EmitterTarget", "resident_blocks"]
+__all__ = ["EmitterTarget", "resident_block_limits", "resident_blocks"]
 
 
 @runtime_checkable
@@ -53,20 +53,35 @@ class EmitterTarget(Protocol):
     shared_memory_reserved_per_block: int
 
 
-def resident_blocks(target: EmitterTarget, threads: int, registers: int, shared: int) -> int:
-    """Blocks of ``threads`` threads, ``registers`` a thread and ``shared`` bytes one core of
-    ``target`` keeps resident: the CUDA Occupancy Calculator's limits (blocks, threads, a
-    warp's registers rounded up to the allocation unit, shared memory rounded up plus
-    the part reserved per block), as ``heron profile`` models occupancy."""
+def resident_block_limits(
+    target: EmitterTarget, threads: int, registers: int | None, shared: int | None
+) -> dict[str, int]:
+    """How many blocks of ``threads`` threads one core of ``target`` keeps resident, per
+    limit (the CUDA Occupancy Calculator's): ``blocks`` (the core's block slots),
+    ``threads``, ``registers`` (a warp's, rounded up to the allocation unit) when
+    ``registers`` is known, ``shared memory`` (rounded up, plus the part reserved per
+    block) when ``shared`` is known and not zero. The one statement of the rule, for
+    the emitters that plan their registers and for ``heron profile``."""
     warp = target.warp_size
     warps = -(-threads // warp)
-    limits = [target.max_blocks_per_core, target.threads_per_core_limit // (warps * warp)]
-    unit = target.register_allocation_unit
-    per_warp = -(-registers * warp // unit) * unit
-    if per_warp:
-        limits.append(target.registers_per_core_limit // per_warp // warps)
+    limits = {
+        "blocks": target.max_blocks_per_core,
+        "threads": target.threads_per_core_limit // (warps * warp),
+    }
+    if registers is not None:
+        unit = target.register_allocation_unit
+        per_warp = -(-registers * warp // unit) * unit
+        limits["registers"] = (
+            target.registers_per_core_limit // per_warp // warps if per_warp else limits["blocks"]
+        )
     if shared:
         unit = target.shared_memory_allocation_unit
         per_block = -(-(shared + target.shared_memory_reserved_per_block) // unit) * unit
-        limits.append(target.shared_memory_per_core // per_block)
-    return min(limits)
+        limits["shared memory"] = target.shared_memory_per_core // per_block
+    return limits
+
+
+def resident_blocks(target: EmitterTarget, threads: int, registers: int, shared: int) -> int:
+    """Blocks of ``threads`` threads, ``registers`` a thread and ``shared`` bytes one core of
+    ``target`` keeps resident: the smallest of :func:`resident_block_limits`."""
+    return min(resident_block_limits(target, threads, registers, shared).values())
