@@ -1,0 +1,108 @@
+"""jnp.linalg.cholesky through heron: jax's CPU LAPACK call runs on the host (heron.jax.lapack).
+
+heron lowers with jax on the CPU, so a Cholesky factorisation is the custom call
+``lapack_?potrf_ffi``; heron-jax provides those targets in the
+``heron.custom_calls`` group. ``heron.jax.jit`` on the interpreter (the
+executor's host call between device copies) is compared with ``jax.jit`` on the
+CPU (LAPACK itself), and the implementation alone with numpy.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import heron.jax as heron_jax
+from heron.hlo.custom_calls.call import CustomCall, CustomCallError
+from heron.hlo.shapes import TupleShape
+from heron.jax.lapack import cholesky_factor, potrf
+
+
+@pytest.fixture
+def x64(request):
+    """Other suites in the same process turn jax_enable_x64 on or off (a global)."""
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", request.param)
+    yield request.param
+    jax.config.update("jax_enable_x64", previous)
+
+
+def _spd(rng, batch, n, dtype):
+    a = rng.standard_normal((*batch, n, n)).astype(dtype)
+    if np.issubdtype(dtype, np.complexfloating):
+        a = a + 1j * rng.standard_normal((*batch, n, n)).astype(dtype)
+    return (a @ np.swapaxes(a.conj(), -1, -2) + n * np.eye(n)).astype(dtype)
+
+
+@pytest.mark.parametrize("x64", [False, True], indirect=True, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", [(), (3,)], ids=["one", "batched"])
+def test_cholesky_equals_jax_on_the_cpu(x64, batch):
+    dtype = np.float64 if x64 else np.float32
+    a = _spd(np.random.default_rng(len(batch)), batch, 5, dtype)
+    factor = lambda m: jnp.linalg.cholesky(m)  # noqa: E731
+    expected = np.asarray(jax.jit(factor)(a))
+    actual = np.asarray(heron_jax.jit(factor, backend="interpreter")(a))
+    assert actual.dtype == expected.dtype
+    tolerance = 1e-12 if x64 else 1e-5
+    np.testing.assert_allclose(actual, expected, rtol=tolerance, atol=tolerance)
+    assert np.allclose(np.tril(actual), actual)  # jax masks the other triangle
+
+
+@pytest.mark.parametrize("x64", [False], indirect=True, ids=["f32"])
+def test_a_matrix_that_is_not_positive_definite_is_nan_as_in_jax(x64):
+    a = np.array([[4.0, 2.0], [2.0, -1.0]], np.float32)
+    expected = np.asarray(jax.jit(jnp.linalg.cholesky)(a))
+    actual = np.asarray(heron_jax.jit(jnp.linalg.cholesky, backend="interpreter")(a))
+    assert np.isnan(expected[np.tril_indices(2)]).all()  # jax: NaN where info says it failed
+    np.testing.assert_array_equal(actual, expected)  # NaNs in the same places
+
+
+def _call(target: str, uplo: int) -> CustomCall:
+    return CustomCall(
+        target=target,
+        instruction="cholesky",
+        computation="main",
+        operand_shapes=(),
+        result_shape=TupleShape(()),
+        backend_config=f"{{uplo = {uplo} : ui8}}",
+        api_version="API_VERSION_TYPED_FFI",
+    )
+
+
+@pytest.mark.parametrize("target", ["lapack_dpotrf_ffi", "lapack_zpotrf_ffi"])
+@pytest.mark.parametrize("uplo", [ord("L"), ord("U")], ids=["lower", "upper"])
+def test_the_factor_is_lapacks_with_the_other_triangle_kept(target, uplo):
+    dtype = np.float64 if target == "lapack_dpotrf_ffi" else np.complex128
+    a = _spd(np.random.default_rng(7), (2,), 6, dtype)
+    factors, infos = potrf((a,), _call(target, uplo))
+    assert infos.tolist() == [0, 0] and factors.dtype == dtype
+    for matrix, factor in zip(a, factors, strict=True):
+        if uplo == ord("L"):
+            triangle = np.tril(factor)
+            np.testing.assert_allclose(triangle @ triangle.conj().T, matrix, rtol=1e-12)
+            np.testing.assert_array_equal(np.triu(factor, 1), np.triu(matrix, 1))
+            np.testing.assert_allclose(triangle, np.linalg.cholesky(matrix), rtol=1e-12)
+        else:
+            triangle = np.triu(factor)
+            np.testing.assert_allclose(triangle.conj().T @ triangle, matrix, rtol=1e-12)
+            np.testing.assert_array_equal(np.tril(factor, -1), np.tril(matrix, -1))
+
+
+def test_info_names_the_first_minor_that_is_not_positive_definite():
+    a = np.diag([4.0, 1.0, -2.0, 3.0])
+    _, info = cholesky_factor(a, lower=True)
+    assert info == 3
+    _, info = cholesky_factor(np.diag([1.0, np.nan]), lower=True)
+    assert info == 2
+
+
+def test_a_wrong_operand_is_refused_by_name():
+    named = r"custom-call 'cholesky' in computation 'main' \(custom_call_target 'lapack_"
+    with pytest.raises(CustomCallError, match=named + r"spotrf_ffi'\): takes float32 matrices"):
+        potrf((np.eye(2),), _call("lapack_spotrf_ffi", ord("L")))
+    with pytest.raises(CustomCallError, match="square matrices, not \\[2, 3\\]"):
+        potrf((np.zeros((2, 3), np.float64),), _call("lapack_dpotrf_ffi", ord("L")))
+    with pytest.raises(CustomCallError, match="uplo 1 is neither"):
+        potrf((np.eye(2),), _call("lapack_dpotrf_ffi", 1))
