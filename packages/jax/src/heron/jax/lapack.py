@@ -1,22 +1,30 @@
-"""jax's CPU LAPACK custom calls that heron runs on the host: the Cholesky factorisation.
+"""jax's CPU LAPACK custom calls that heron runs on the host: Cholesky, LU, triangular solve.
 
 heron lowers a JAX function with jax *on the CPU* (:mod:`heron.jax.lowering`), so
-``jnp.linalg.cholesky`` arrives as jax's CPU custom call ``lapack_?potrf_ffi``
-rather than XLA:GPU's cuSOLVER call. This module provides those targets in the
-``heron.custom_calls`` group (a host implementation: ``docs/custom-calls.md``),
-with LAPACK's contract:
+``jnp.linalg.cholesky``, ``solve``, ``inv``, ``det`` and
+``jax.scipy.linalg.solve_triangular`` arrive as jax's CPU custom calls
+``lapack_?potrf_ffi``, ``lapack_?getrf_ffi`` and ``lapack_?trsm_ffi`` rather than
+XLA:GPU's cuSOLVER and cuBLAS calls. This module provides those targets in the
+``heron.custom_calls`` group (host implementations: ``docs/custom-calls.md``), with
+LAPACK's contracts; every operand is a batch of matrices (``num_batch_dims`` in
+front) and every flag a character code in ``backend_config``:
 
-- the operand is a batch of square matrices ``[..., n, n]`` (``num_batch_dims``
-  of them in front), and ``backend_config`` says ``uplo``: 76 (``'L'``) factors
-  ``A = L L^H`` into the lower triangle, 85 (``'U'``) ``A = U^H U`` into the upper;
-  the other strict triangle keeps the operand's values, as ``?potrf`` leaves it;
-- the results are the factor and ``info`` (s32 per matrix): 0, or ``k`` when the
-  leading minor of order ``k`` is not positive definite (the factorisation stops
-  there, as LAPACK's does; jax then replaces that matrix's result by NaNs).
+- ``potrf(a)`` -> (factor, info): ``uplo`` 76 (``'L'``) factors ``A = L L^H`` into
+  the lower triangle, 85 (``'U'``) ``A = U^H U`` into the upper; the other strict
+  triangle keeps the operand's values; ``info`` is 0, or ``k`` when the leading
+  minor of order ``k`` is not positive definite (jax then makes that matrix NaN);
+- ``getrf(a)`` -> (lu, pivots, info): ``P A = L U`` with partial pivoting (the
+  first entry of largest magnitude, ``|re| + |im|`` for complex, as ``i?amax``),
+  L's unit diagonal implied; ``pivots`` 1-based, row ``j`` swapped with row
+  ``pivots[j]``; ``info`` the first zero pivot (1-based) or 0;
+- ``trsm(a, b)`` -> x: ``op(A) X = B`` (``side`` 76 ``'L'``) or ``X op(A) = B``
+  (82 ``'R'``), ``op`` from ``trans_x`` (78 ``'N'``, 84 ``'T'``, 67 ``'C'``), only
+  A's ``uplo`` triangle read, its diagonal taken as ones when ``diag`` is 85
+  (``'U'``).
 
-The factorisation is the column-by-column algorithm of LAPACK's unblocked
-``?potf2`` in the operand's own precision (f32 for ``spotrf``), so it agrees with
-LAPACK to rounding, not bit for bit (LAPACK blocks large matrices).
+Each is the unblocked column algorithm (``?potf2``, ``?getf2``, substitution) in
+the operand's own precision (f32 for the ``s`` targets), so it agrees with LAPACK to
+rounding, not bit for bit (LAPACK blocks large matrices).
 """
 
 from __future__ import annotations
@@ -28,18 +36,42 @@ import numpy as np
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
 
-__all__ = ["POTRF_TARGETS", "cholesky_factor", "potrf"]
+__all__ = [
+    "POTRF_TARGETS",
+    "cholesky_factor",
+    "getrf",
+    "lu_factor",
+    "potrf",
+    "triangular_solve",
+    "trsm",
+]
 
-#: jax's CPU targets, by LAPACK's type letter: s, d (real), c, z (complex).
-POTRF_TARGETS = {
-    "lapack_spotrf_ffi": np.float32,
-    "lapack_dpotrf_ffi": np.float64,
-    "lapack_cpotrf_ffi": np.complex64,
-    "lapack_zpotrf_ffi": np.complex128,
-}
+#: LAPACK's type letters: s, d (real), c, z (complex).
+_TYPES = {"s": np.float32, "d": np.float64, "c": np.complex64, "z": np.complex128}
+#: jax's CPU targets, by routine.
+POTRF_TARGETS = {f"lapack_{t}potrf_ffi": dtype for t, dtype in _TYPES.items()}
+GETRF_TARGETS = {f"lapack_{t}getrf_ffi": dtype for t, dtype in _TYPES.items()}
+TRSM_TARGETS = {f"lapack_{t}trsm_ffi": dtype for t, dtype in _TYPES.items()}
 
-_UPLO = re.compile(r"\buplo\s*=\s*(\d+)")
 _LOWER, _UPPER = ord("L"), ord("U")
+
+
+def _flag(call: CustomCall, name: str, default: str, allowed: str) -> str:
+    """A character flag of ``backend_config`` (``uplo = 76 : ui8``), checked."""
+    found = re.search(rf"\b{name}\s*=\s*(\d+)", call.backend_config)
+    value = chr(int(found.group(1))) if found else default
+    if value not in allowed:
+        choices = ", ".join(f"'{c}' ({ord(c)})" for c in allowed)
+        raise call.error(f"{name} {ord(value)} is none of {choices}")
+    return value
+
+
+def _matrices(call: CustomCall, array: np.ndarray, dtype, *, square: bool) -> None:
+    if array.dtype != dtype:
+        raise call.error(f"takes {np.dtype(dtype).name} matrices, not {array.dtype}")
+    if array.ndim < 2 or (square and array.shape[-1] != array.shape[-2]):
+        kind = "square matrices" if square else "matrices"
+        raise call.error(f"takes {kind}, not {list(array.shape)}")
 
 
 def cholesky_factor(matrix: np.ndarray, lower: bool) -> tuple[np.ndarray, int]:
@@ -65,30 +97,108 @@ def cholesky_factor(matrix: np.ndarray, lower: bool) -> tuple[np.ndarray, int]:
 def potrf(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray]:
     """``lapack_?potrf_ffi``'s host implementation (the module docstring)."""
     (a,) = operands
-    expected = POTRF_TARGETS[call.target]
-    if a.dtype != expected:
-        raise call.error(f"takes {np.dtype(expected).name} matrices, not {a.dtype}")
-    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
-        raise call.error(f"takes square matrices, not {list(a.shape)}")
-    found = _UPLO.search(call.backend_config)
-    uplo = int(found.group(1)) if found else _LOWER
-    if uplo not in (_LOWER, _UPPER):
-        raise call.error(f"uplo {uplo} is neither 'L' (76) nor 'U' (85)")
+    _matrices(call, a, POTRF_TARGETS[call.target], square=True)
+    lower = _flag(call, "uplo", "L", "LU") == "L"
     batch = a.shape[:-2]
     factors = np.empty_like(a)
     infos = np.zeros(batch, np.int32)
     for index in np.ndindex(*batch):
-        factors[index], infos[index] = cholesky_factor(a[index], uplo == _LOWER)
+        factors[index], infos[index] = cholesky_factor(a[index], lower)
     return [factors, infos]
+
+
+def lu_factor(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """One matrix's ``?getf2``: the packed L\\U, the 1-based pivots and ``info``."""
+    a = np.array(matrix, copy=True)
+    m, n = a.shape
+    steps = min(m, n)
+    pivots = np.zeros(steps, np.int32)
+    info = 0
+    for j in range(steps):
+        column = a[j:, j]
+        magnitude = (
+            np.abs(column.real) + np.abs(column.imag) if a.dtype.kind == "c" else np.abs(column)
+        )
+        p = j + int(np.argmax(magnitude))  # the first largest, as i?amax
+        pivots[j] = p + 1
+        if a[p, j] != 0:
+            if p != j:
+                a[[j, p], :] = a[[p, j], :]
+            a[j + 1 :, j] = a[j + 1 :, j] / a[j, j]
+        elif info == 0:
+            info = j + 1
+        if j + 1 < n:
+            a[j + 1 :, j + 1 :] -= np.outer(a[j + 1 :, j], a[j, j + 1 :])
+    return a, pivots, info
+
+
+def getrf(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray]:
+    """``lapack_?getrf_ffi``'s host implementation (the module docstring)."""
+    (a,) = operands
+    _matrices(call, a, GETRF_TARGETS[call.target], square=False)
+    batch = a.shape[:-2]
+    factors = np.empty_like(a)
+    pivots = np.zeros((*batch, min(a.shape[-2:])), np.int32)
+    infos = np.zeros(batch, np.int32)
+    for index in np.ndindex(*batch):
+        factors[index], pivots[index], infos[index] = lu_factor(a[index])
+    return [factors, pivots, infos]
+
+
+def triangular_solve(
+    a: np.ndarray, b: np.ndarray, *, left: bool, lower: bool, trans: str, unit: bool
+) -> np.ndarray:
+    """One ``?trsm`` with alpha 1: X with ``op(A) X = B`` (left) or ``X op(A) = B``."""
+    t = np.tril(a) if lower else np.triu(a)
+    if unit:
+        np.fill_diagonal(t, 1)
+    if trans == "T":
+        t, lower = t.T, not lower
+    elif trans == "C":
+        t, lower = t.conj().T, not lower
+    if not left:  # X T = B  <=>  T^T X^T = B^T
+        return triangular_solve(t.T, b.T, left=True, lower=not lower, trans="N", unit=False).T
+    x = np.array(b, copy=True)
+    n = t.shape[0]
+    rows = range(n) if lower else range(n - 1, -1, -1)
+    for i in rows:
+        done = slice(0, i) if lower else slice(i + 1, n)
+        x[i] = (x[i] - t[i, done] @ x[done]) / t[i, i]
+    return x
+
+
+def trsm(operands: tuple[np.ndarray, ...], call: CustomCall) -> np.ndarray:
+    """``lapack_?trsm_ffi``'s host implementation (the module docstring)."""
+    a, b = operands
+    dtype = TRSM_TARGETS[call.target]
+    _matrices(call, a, dtype, square=True)
+    _matrices(call, b, dtype, square=False)
+    left = _flag(call, "side", "L", "LR") == "L"
+    size = b.shape[-2] if left else b.shape[-1]
+    if a.shape[-1] != size or a.shape[:-2] != b.shape[:-2]:
+        raise call.error(f"a {list(a.shape)} does not fit b {list(b.shape)}")
+    flags = {
+        "lower": _flag(call, "uplo", "L", "LU") == "L",
+        "trans": _flag(call, "trans_x", "N", "NTC"),
+        "unit": _flag(call, "diag", "N", "NU") == "U",
+    }
+    x = np.empty_like(b)
+    for index in np.ndindex(*b.shape[:-2]):
+        x[index] = triangular_solve(a[index], b[index], left=left, **flags)
+    return x
 
 
 @hookimpl
 def heron_custom_call_specs() -> list[CustomCallSpec]:
+    routines = (
+        (POTRF_TARGETS, potrf, "Cholesky (jnp.linalg.cholesky)"),
+        (GETRF_TARGETS, getrf, "LU with partial pivoting (jnp.linalg.solve, inv, det)"),
+        (TRSM_TARGETS, trsm, "triangular solve (jax.scipy.linalg.solve_triangular)"),
+    )
     return [
         CustomCallSpec(
-            target=target,
-            host=potrf,
-            description="jax's CPU LAPACK Cholesky (jnp.linalg.cholesky), on the host",
+            target=target, host=host, description=f"jax's CPU LAPACK {what}, on the host"
         )
-        for target in POTRF_TARGETS
+        for targets, host, what in routines
+        for target in targets
     ]

@@ -1,10 +1,11 @@
-"""jnp.linalg.cholesky through heron: jax's CPU LAPACK call runs on the host (heron.jax.lapack).
+"""jax's linear algebra through heron: its CPU LAPACK calls run on the host (heron.jax.lapack).
 
-heron lowers with jax on the CPU, so a Cholesky factorisation is the custom call
-``lapack_?potrf_ffi``; heron-jax provides those targets in the
-``heron.custom_calls`` group. ``heron.jax.jit`` on the interpreter (the
-executor's host call between device copies) is compared with ``jax.jit`` on the
-CPU (LAPACK itself), and the implementation alone with numpy.
+heron lowers with jax on the CPU, so ``jnp.linalg.cholesky``, ``solve``, ``inv``,
+``det`` and ``solve_triangular`` are the custom calls ``lapack_?potrf_ffi``,
+``lapack_?getrf_ffi`` and ``lapack_?trsm_ffi``; heron-jax provides those targets
+in the ``heron.custom_calls`` group. ``heron.jax.jit`` on the interpreter (the
+executor's host calls between device copies) is compared with ``jax.jit`` on the
+CPU (LAPACK itself), and the implementations alone with numpy.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 import heron.jax as heron_jax
 from heron.hlo.custom_calls.call import CustomCall, CustomCallError
 from heron.hlo.shapes import TupleShape
-from heron.jax.lapack import cholesky_factor, potrf
+from heron.jax.lapack import cholesky_factor, lu_factor, potrf, trsm
 
 
 @pytest.fixture
@@ -104,5 +105,57 @@ def test_a_wrong_operand_is_refused_by_name():
         potrf((np.eye(2),), _call("lapack_spotrf_ffi", ord("L")))
     with pytest.raises(CustomCallError, match="square matrices, not \\[2, 3\\]"):
         potrf((np.zeros((2, 3), np.float64),), _call("lapack_dpotrf_ffi", ord("L")))
-    with pytest.raises(CustomCallError, match="uplo 1 is neither"):
+    with pytest.raises(CustomCallError, match="uplo 1 is none of .L. \\(76\\), .U. \\(85\\)"):
         potrf((np.eye(2),), _call("lapack_dpotrf_ffi", 1))
+
+
+#: name -> (function of (a, b), whether b is used)
+SOLVERS = {
+    "solve": lambda a, b: jnp.linalg.solve(a, b),
+    "inv": lambda a, b: jnp.linalg.inv(a),
+    "det": lambda a, b: jnp.linalg.det(a),
+    "slogdet": lambda a, b: jnp.linalg.slogdet(a)[1],
+    "lower": lambda a, b: jax.scipy.linalg.solve_triangular(a, b, lower=True),
+    "upper_transposed_unit": lambda a, b: jax.scipy.linalg.solve_triangular(
+        a, b, lower=False, trans=1, unit_diagonal=True
+    ),
+    "right_side": lambda a, b: jax.lax.linalg.triangular_solve(
+        a, b.T, left_side=False, lower=True, transpose_a=True
+    ),
+}
+
+
+@pytest.mark.parametrize("x64", [False, True], indirect=True, ids=["f32", "f64"])
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_lu_and_triangular_solves_equal_jax_on_the_cpu(x64, name):
+    dtype = np.float64 if x64 else np.float32
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((2, 5, 5)) + 5 * np.eye(5)).astype(dtype)
+    b = rng.standard_normal((2, 5, 3)).astype(dtype)
+    function = jax.vmap(SOLVERS[name])  # a batch of two: num_batch_dims 1
+    expected = np.asarray(jax.jit(function)(a, b))
+    actual = np.asarray(heron_jax.jit(function, backend="interpreter")(a, b))
+    tolerance = 1e-10 if x64 else 2e-4
+    np.testing.assert_allclose(actual, expected, rtol=tolerance, atol=tolerance)
+
+
+def test_lu_pivots_on_the_first_largest_entry_and_reports_a_zero_pivot():
+    a = np.array([[1.0, 2.0, 3.0], [-4.0, 1.0, 0.0], [4.0, 0.0, 1.0]])
+    lu, pivots, info = lu_factor(a)
+    assert pivots.tolist()[0] == 2 and info == 0  # |-4| first, though |4| ties it
+    lower, upper = np.tril(lu, -1) + np.eye(3), np.triu(lu)
+    permuted = a.copy()
+    for j, p in enumerate(pivots - 1):
+        permuted[[j, p]] = permuted[[p, j]]
+    np.testing.assert_allclose(lower @ upper, permuted, rtol=1e-12, atol=1e-12)
+    _, _, info = lu_factor(np.array([[1.0, 2.0], [2.0, 4.0]]))
+    assert info == 2
+    complex_column = np.array([[1 + 0j, 0], [3 - 3j, 1], [4 + 1j, 2]])  # |re|+|im|: 6 > 5
+    assert lu_factor(complex_column)[1][0] == 2
+
+
+def test_a_triangular_solve_reads_only_its_triangle():
+    a = np.array([[2.0, 99.0], [1.0, 4.0]])  # 99 lies outside the lower triangle
+    b = np.array([[2.0], [9.0]])
+    call = _call("lapack_dtrsm_ffi", ord("L"))
+    np.testing.assert_allclose(trsm((a, b), call), [[1.0], [2.0]])
