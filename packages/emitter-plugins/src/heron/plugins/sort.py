@@ -225,11 +225,7 @@ class SortEmitter(FusionEmitter):
 
     def __init__(self, analysis: FusionAnalysis) -> None:
         super().__init__(analysis)
-        roots = analysis.roots
-        if len(roots) != 1 or roots[0].opcode != "sort":
-            found = ", ".join(f"{r.opcode} '{r.name}'" for r in roots)
-            raise self.error(f"the sort emitter needs one sort as the fusion root, not {found}")
-        self.sort = roots[0]
+        self.sort = self.only_root("sort")
         self.operands = tuple(self.sort.operands)
         if len(self.operands) + 1 > MAX_ITER_ARGS:
             raise self.error(

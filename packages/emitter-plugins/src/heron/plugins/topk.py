@@ -129,11 +129,7 @@ class TopkEmitter(FusionEmitter):
 
     def __init__(self, analysis: FusionAnalysis) -> None:
         super().__init__(analysis)
-        roots = analysis.roots
-        if len(roots) != 1 or roots[0].opcode != "topk":
-            found = ", ".join(f"{r.opcode} '{r.name}'" for r in roots)
-            raise self.error(f"the top-k emitter needs one topk as the fusion root, not {found}")
-        self.topk = roots[0]
+        self.topk = self.only_root("topk")
         (self.operand,) = self.topk.operands
         self.element: ElementType = self.operand.array_shape.element_type
         self.plan = plan_topk(self.topk, self.target)

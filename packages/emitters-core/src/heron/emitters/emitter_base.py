@@ -606,6 +606,15 @@ class FusionEmitter(abc.ABC):
             f"fusion '{self.fusion.name}': the {self.name} emitter:{where} {why}", location
         )
 
+    def only_root(self, opcode: str) -> Instruction:
+        """The fusion's one root, which must be an ``opcode`` (an emitter that takes one op
+        alone, as ``fusion_analysis.claims_root`` claims it), or an error naming the roots."""
+        roots = self.analysis.roots
+        if len(roots) != 1 or roots[0].opcode != opcode:
+            found = ", ".join(f"{r.opcode} '{r.name}'" for r in roots)
+            raise self.error(f"needs one {opcode} as the fusion root, not {found}")
+        return roots[0]
+
     @abc.abstractmethod
     def launch_dimensions(self) -> LaunchDimensions:
         """Blocks and threads per block of the kernel."""
