@@ -131,3 +131,126 @@ ENTRY main {
     assert opcodes.count("transpose") == 2
     arguments = random_arguments(original, np.random.default_rng(0))
     assert np.array_equal(evaluate_module(original, arguments), evaluate_module(module, arguments))
+
+
+# -- shapes that name one buffer agree on its layout (issue 26) ---------------------------
+
+#: What jax prints for a scan over a batch-major sequence: the loop is fed the batch/time
+#: transpose laid out as a bitcast of its input ({2,0,1}), while the body's parameter says
+#: {2,1,0}. Compiled code reading the body's layout got every step but the first wrong.
+SCAN_OVER_A_TRANSPOSE = """
+HloModule scan, entry_computation_layout={(f32[4,5,3]{2,1,0})->f32[4,3]{1,0}}
+
+body {
+  state = (s32[], f32[4,3]{1,0}, f32[5,4,3]{2,1,0}) parameter(0)
+  i = s32[] get-tuple-element(state), index=0
+  one = s32[] constant(1)
+  next = s32[] add(i, one)
+  carry = f32[4,3]{1,0} get-tuple-element(state), index=1
+  xs = f32[5,4,3]{2,1,0} get-tuple-element(state), index=2
+  zero = s32[] constant(0)
+  step = f32[1,4,3]{2,1,0} dynamic-slice(xs, i, zero, zero), dynamic_slice_sizes={1,4,3}
+  x = f32[4,3]{1,0} reshape(step)
+  scaled = f32[4,3]{1,0} multiply(carry, carry)
+  sum = f32[4,3]{1,0} add(scaled, x)
+  ROOT out = (s32[], f32[4,3]{1,0}, f32[5,4,3]{2,1,0}) tuple(next, sum, xs)
+}
+
+condition {
+  state = (s32[], f32[4,3]{1,0}, f32[5,4,3]{2,1,0}) parameter(0)
+  i = s32[] get-tuple-element(state), index=0
+  n = s32[] constant(5)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+ENTRY main {
+  zero = s32[] constant(0)
+  init = f32[] constant(0.5)
+  carry = f32[4,3]{1,0} broadcast(init), dimensions={}
+  xs = f32[4,5,3]{2,1,0} parameter(0)
+  swapped = f32[5,4,3]{2,0,1} transpose(xs), dimensions={1,0,2}
+  start = (s32[], f32[4,3]{1,0}, f32[5,4,3]{2,0,1}) tuple(zero, carry, swapped)
+  loop = (s32[], f32[4,3]{1,0}, f32[5,4,3]{2,0,1}) while(start), condition=condition, body=body
+  ROOT result = f32[4,3]{1,0} get-tuple-element(loop), index=1
+}
+"""
+
+
+def test_a_while_operand_is_copied_into_its_body_parameters_layout() -> None:
+    from heron.hlo.forwarded_layouts import layout_disagreement
+
+    _, module = _after(SCAN_OVER_A_TRANSPOSE, assign_layouts)
+    loop = next(i for i in module.entry.instructions if i.opcode == "while")
+    body_layout = loop.called("body").parameters[0].shape
+    assert loop.shape == body_layout
+    assert loop.operands[0].shape == body_layout
+    assert loop.called("condition").parameters[0].shape == body_layout
+    copies = [i for i in module.entry.instructions if i.opcode == "copy"]
+    assert [c.shape.layout.minor_to_major for c in copies] == [(2, 1, 0)]
+    assert copies[0].operands[0].shape.layout.minor_to_major == (2, 0, 1)
+    assert module.layouts_assigned
+    assert all(layout_disagreement(i) is None for i in module.instructions())
+
+
+def test_the_verifier_refuses_a_while_fed_another_layout_once_layouts_are_assigned() -> None:
+    from heron.hlo.errors import HloVerifyError
+    from heron.hlo.verifier import verify_module
+
+    module = parse_module(SCAN_OVER_A_TRANSPOSE)
+    verify_module(module)  # as jax prints it: layouts are not yet the compiler's
+    module.layouts_assigned = True
+    with pytest.raises(HloVerifyError, match=r"the operand is .*\{2,0,1\}.* but the body's"):
+        verify_module(module)
+
+
+def test_a_get_tuple_element_takes_the_forwarded_layout_and_a_bitcast_keeps_its_own() -> None:
+    text = """
+HloModule m
+ENTRY main {
+  p = f32[2,3]{1,0} parameter(0)
+  t = (f32[2,3]{1,0}) tuple(p)
+  g = f32[2,3]{0,1} get-tuple-element(t), index=0
+  b = f32[6]{0} bitcast(g)
+  n = f32[2,3]{1,0} negate(g)
+  m = f32[6]{0} bitcast(n)
+  ROOT r = f32[6]{0} add(b, m)
+}
+"""
+    _, module = _after(text, assign_layouts)
+    entry = module.entry
+    g = entry.instruction("g")
+    assert g.shape.layout.minor_to_major == (1, 0)
+    bitcast = entry.instruction("b")
+    assert bitcast.operands[0].opcode == "copy"
+    assert bitcast.operands[0].shape.layout.minor_to_major == (0, 1)
+    assert entry.instruction("n").operands[0] is g
+
+
+def test_a_conditional_hands_each_branch_its_parameters_layout_and_takes_back_its_own() -> None:
+    text = """
+HloModule m
+
+left {
+  x = f32[2,3]{1,0} parameter(0)
+  ROOT y = f32[2,3]{0,1} negate(x)
+}
+
+right {
+  x = f32[2,3]{0,1} parameter(0)
+  ROOT y = f32[2,3]{1,0} exponential(x)
+}
+
+ENTRY main {
+  p = pred[] parameter(0)
+  a = f32[3,2]{1,0} parameter(1)
+  t = f32[2,3]{0,1} transpose(a), dimensions={1,0}
+  ROOT c = f32[2,3]{1,0} conditional(p, t, t), true_computation=left, false_computation=right
+}
+"""
+    from heron.hlo.forwarded_layouts import layout_disagreement
+
+    _, module = _after(text, assign_layouts)
+    conditional = module.entry.root_instruction
+    assert conditional.operands[1].opcode == "copy"
+    assert conditional.operands[2] is module.entry.instruction("t")
+    assert all(layout_disagreement(i) is None for i in module.instructions())

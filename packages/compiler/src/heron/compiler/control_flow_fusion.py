@@ -69,6 +69,7 @@ def _fuse_as_entry(
         name=f"{module.name}.{computation.name}",
         computations=list(module.computations),
         source=module.source,
+        layouts_assigned=module.layouts_assigned,
     )
     entry.is_entry, computation.is_entry = False, True
     try:

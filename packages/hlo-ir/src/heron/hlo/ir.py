@@ -195,6 +195,11 @@ class Module:
     StackFrames) as ``(title, lines)`` so printing gives them back.
     ``fusion_under_test`` is set when the text had no ENTRY (the corpus form):
     it names the fusion computation the synthesised entry calls.
+    ``layouts_assigned`` is set by layout assignment: from then on every
+    shape has a layout and the verifier checks that shapes naming one buffer
+    agree on it (:mod:`heron.hlo.forwarded_layouts`; XLA's layout-sensitive
+    verification). It is a state of the compile, not of the text, so it is
+    not printed.
     """
 
     name: str
@@ -203,6 +208,7 @@ class Module:
     sections: list[tuple[str, tuple[str, ...]]] = attrs.field(factory=list)
     fusion_under_test: str | None = None
     source: str = "<string>"
+    layouts_assigned: bool = False
 
     def __repr__(self) -> str:
         return f"<Module {self.name} ({len(self.computations)} computations)>"

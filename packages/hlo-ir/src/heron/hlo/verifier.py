@@ -4,7 +4,9 @@ Parsing only proves the text is well-formed; the verifier proves the graph
 means something: one ENTRY, every computation with one root of its own,
 parameters numbered 0..n-1, no cycles, every called computation present and
 with the right signature, valid layouts, and every declared result shape equal
-to what its operands give (``heron.hlo.shape_inference``). Passes rely on these
+to what its operands give (``heron.hlo.shape_inference``); once layouts are
+assigned, shapes that name one buffer agree on its layout
+(``heron.hlo.forwarded_layouts``). Passes rely on these
 invariants, so the verifier runs after parsing and after each pass in tests.
 
 Every error is an ``HloVerifyError`` whose message starts with
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.errors import HloVerifyError, SourceLocation
+from heron.hlo.forwarded_layouts import layout_disagreement
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.opcodes import OPCODES, VARIADIC, closest_opcode
 from heron.hlo.shape_inference import ShapeInferenceError, describe_instruction, infer_shape
@@ -60,6 +63,12 @@ def verify_module(module: Module) -> None:
     for comp in module.computations:
         for inst in orders[id(comp)]:
             _verify_instruction(inst)
+    if module.layouts_assigned:
+        for comp in module.computations:
+            for inst in orders[id(comp)]:
+                disagreement = layout_disagreement(inst)
+                if disagreement is not None:
+                    raise _fail(inst, disagreement)
 
 
 def verify_computation(comp: Computation) -> None:

@@ -5,7 +5,13 @@ Three passes, in the order XLA's GPU pipeline runs their counterparts:
 - ``layout-assignment``: a shape without a layout gets the default
   (row-major) one, except the entry's parameters and result, which take the
   module's ``entry_computation_layout`` when it names them (the caller's
-  buffers are laid out as the caller says).
+  buffers are laid out as the caller says). Then every pair of shapes that
+  names one buffer (a tuple and its operands, a while's operand and its
+  body's parameter, ... :mod:`heron.hlo.forwarded_layouts`) is made to agree:
+  a computation's parameters keep their layouts and what is handed to them is
+  copied into those (the copy is a transpose after normalisation), and a
+  ``tuple``, ``get-tuple-element``, ``while``, ``conditional`` or ``call``
+  takes the layout of what it forwards.
 - ``layout-normalization``: a ``copy`` that changes the layout is, in memory,
   a transpose. It becomes ``bitcast`` (to the operand's physical order, row
   major) + ``transpose`` + ``bitcast`` (back to the result's layout), so the
@@ -29,6 +35,7 @@ from heron.hlo.attributes import RawAttribute
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.parser import parse_shape
+from heron.hlo.passes.layout_agreement import agree_forwarded_layouts
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
     Inserter,
@@ -122,6 +129,8 @@ def assign_layouts(module: Module) -> bool:
             if shape != inst.shape:
                 inst.shape = shape
                 changed = True
+    changed |= agree_forwarded_layouts(module)
+    module.layouts_assigned = True
     return changed
 
 

@@ -215,6 +215,7 @@ def outline_module(module: Module, computable: Collection[str] | None = None) ->
         header=dict(module.header),
         fusion_under_test=module.fusion_under_test,
         source=module.source,
+        layouts_assigned=module.layouts_assigned,
     )
     verify_module(result)
     return result
