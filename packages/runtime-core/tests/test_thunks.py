@@ -286,3 +286,20 @@ def test_any_thunk_program_round_trips_through_json_text(program: list[Thunk]) -
     assert again == tuple(program)
     assert json.dumps(program_to_json(again), allow_nan=False) == text
     assert [t.kind for t in walk(again)] == [t.kind for t in walk(program)]
+
+
+def test_an_order_dependent_kernel_says_why_and_round_trips() -> None:
+    from heron.runtime.core.thunks import order_dependent_kernels
+
+    why = "scatter 's': updates that meet are combined by add (f32) in the order they arrive"
+    atomic = KernelThunk(
+        "scatter_1", "scatter_1", [S(0, 0, 16)], (1, 1, 1), (32, 1, 1), order_dependence=why
+    )
+    assert "order_dependence" not in KERNEL.to_json()  # absent: older artefacts read alike
+    again = thunk_from_json(json.loads(json.dumps(atomic.to_json())))
+    assert again == atomic and again.order_dependence == why
+    program = [KERNEL, WhileThunk([KERNEL], S(3, 0, 1), [atomic, atomic])]
+    assert order_dependent_kernels(program) == [("scatter_1", why)]
+    assert order_dependent_kernels([KERNEL, COPY]) == []
+    with pytest.raises(ThunkError, match="order_dependence: expected a string or null"):
+        thunk_from_json({**atomic.to_json(), "order_dependence": 3})

@@ -73,6 +73,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         " interpreter; repeat for several); default: the target's backend and the"
         " interpreter",
     )
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="with --executable: no kernel whose result depends on the order its threads"
+        " run (order-dependent scatters become sorted scatters, as XLA's"
+        " --xla_gpu_deterministic_ops)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -120,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     if args.executable is None:
         if args.backend:
             raise CommandError("--backend applies to --executable only")
+        if args.deterministic:
+            raise CommandError("--deterministic applies to --executable only")
     else:
         for option, given in (("--fusion", args.fusion), ("-o", args.output)):
             if given is not None:
@@ -162,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
 def _executable(module, target, args: argparse.Namespace) -> int:
     from heron.compiler.executable import compile_program, thunk_counts
     from heron.hlo.memory_budget import format_size
+    from heron.runtime.core.thunks import order_dependent_kernels
 
     path = Path(args.executable)
     check_output_file(path, "--executable")
@@ -172,7 +182,7 @@ def _executable(module, target, args: argparse.Namespace) -> int:
             f"--backend {wrong[0]}: the kernels are compiled for {target.name}"
             f" ({target.backend}, {target.arch}); a {wrong[0]} image needs a {wrong[0]} target"
         )
-    compiled = compile_program(module, target, backends)
+    compiled = compile_program(module, target, backends, deterministic=args.deterministic)
     artefact = compiled.artefact
     with atomic_output(path, "--executable") as temporary:
         artefact.save(temporary)
@@ -210,6 +220,8 @@ def _executable(module, target, args: argparse.Namespace) -> int:
         f" (the buffer assignment's: {format_size(assignment.total_bytes)};"
         f" at most {format_size(assignment.peak_live_temp_bytes)} of temporaries live at once)"
     )
+    for kernel, why in order_dependent_kernels(artefact.program):
+        print(f"  order-dependent kernel {kernel}: {why} (--deterministic avoids it)")
     print(
         f"  compiled in {compiled.seconds:.2f} s ({compiled.kernel_seconds:.2f} s in kernels);"
         f" wrote {path} ({path.stat().st_size} bytes)"

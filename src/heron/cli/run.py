@@ -149,6 +149,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="an artefact: run every thunk from the host (no command buffers recorded)",
     )
     parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="compile no kernel whose result depends on the order its threads run (scatters"
+        " that combine floats with atomics become sorted scatters, as XLA's"
+        " --xla_gpu_deterministic_ops): the same bits every run",
+    )
+    parser.add_argument(
         "--report-json",
         metavar="PATH",
         help="an artefact: write the run report (per thunk, command buffers, peak device"
@@ -268,12 +275,18 @@ def _create_device(name: str, target):
 
 def run(args: argparse.Namespace) -> int:
     if is_artefact(args.file):
+        if args.deterministic:
+            raise CommandError(
+                "--deterministic is a compile option: an artefact's kernels are compiled"
+                " already (heron compile --executable --deterministic)"
+            )
         return run_artefact(args)
     if args.backend == "reference":
         for option, given in (
             ("--repeat", args.repeat is not None),
             ("--no-command-buffers", args.no_command_buffers),
             ("--report-json", args.report_json is not None),
+            ("--deterministic", args.deterministic),
         ):
             if given:
                 raise CommandError(
@@ -415,6 +428,7 @@ def _run_on_device(
                 target=target,
                 compiler=compiler,
                 command_buffers=not args.no_command_buffers,
+                deterministic=args.deterministic,
             )
         except ExecutorError as exc:
             raise CommandError(str(exc)) from exc
@@ -517,6 +531,8 @@ def describe_kernel(line: KernelRecord) -> str:
         notes.append(f"also replayed in command buffer {buffers}")
     if line.fusions > 1:
         notes.append(f"shared by {line.fusions} fusions")
+    if line.order_dependence is not None:
+        notes.append(f"order-dependent: {line.order_dependence}")
     return text + (f"  ({'; '.join(notes)})" if notes else "")
 
 

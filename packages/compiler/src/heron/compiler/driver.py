@@ -115,6 +115,8 @@ class CompiledKernel:
     #: The emitter's promise that each output element is written once
     #: (``EmittedKernel.writes_each_element_once``).
     writes_each_element_once: bool = True
+    #: Why the kernel's result may change from run to run (``EmittedKernel.order_dependence``).
+    order_dependence: str | None = None
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -284,6 +286,7 @@ def _compile(
         stages=tuple(records),
         output_aliases=dict(kernel.output_aliases),
         writes_each_element_once=kernel.writes_each_element_once,
+        order_dependence=kernel.order_dependence,
     )
 
 

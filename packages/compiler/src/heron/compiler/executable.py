@@ -89,8 +89,13 @@ class CompiledExecutable:
     kernel_seconds: float
 
 
-def prepare_module(module: Module, target: Target) -> tuple[Module, dict[str, int]]:
+def prepare_module(
+    module: Module, target: Target, *, deterministic: bool = False
+) -> tuple[Module, dict[str, int]]:
     """A copy of ``module``, fused, with copies inserted and scheduled; and known trip counts.
+
+    ``deterministic`` compiles no kernel whose result depends on the order its
+    threads run (:func:`heron.hlo.passes.simplification_pipeline`).
 
     Trip counts are read before the loops' conditions are fused (the counted
     form is what :func:`heron.hlo.passes.while_loop_simplifier.trip_count`
@@ -105,7 +110,7 @@ def prepare_module(module: Module, target: Target) -> tuple[Module, dict[str, in
 
     optimized = copy.deepcopy(module)
     already_fused = is_fused(optimized)  # decided on the module as given, before fusion
-    run_pipeline(optimized, program_pipeline(optimized, target))
+    run_pipeline(optimized, program_pipeline(optimized, target, deterministic=deterministic))
     trip_counts = {}
     for inst in optimized.instructions():
         if inst.opcode != "while":
@@ -126,12 +131,15 @@ def compile_program(
     backends: Sequence[str] | None = None,
     *,
     compiler: KernelCompiler | None = None,
+    deterministic: bool = False,
 ) -> CompiledExecutable:
     """Compile ``module`` for ``target`` into an executable with kernels for ``backends``.
 
     ``backends`` default to the Target's backend and the interpreter (so that
     any artefact can be checked on a CPU). ``compiler`` replaces
     :func:`heron.compiler.compile_fusion` (tests share compiled kernels).
+    ``deterministic``: every run gives the same bits (no kernel combines
+    updates with atomics in arrival order; see :func:`prepare_module`).
     Unsupported input raises ``UnsupportedError`` naming the instruction.
     """
     from heron.compiler.driver import compile_fusion
@@ -143,7 +151,7 @@ def compile_program(
     start = time.perf_counter()
     backends = tuple(dict.fromkeys(backends or (target.backend, "interpreter")))
     compile_one = compiler or compile_fusion
-    optimized, trip_counts = prepare_module(module, target)
+    optimized, trip_counts = prepare_module(module, target, deterministic=deterministic)
     _check_entry_parameters(optimized)
     assignment = assign_buffers(optimized, alignment=BUFFER_ALIGNMENT)
     kernel_seconds = 0.0
@@ -188,9 +196,12 @@ def compile_executable(
     backends: Sequence[str] | None = None,
     *,
     compiler: KernelCompiler | None = None,
+    deterministic: bool = False,
 ) -> Artefact:
     """:func:`compile_program`'s artefact."""
-    return compile_program(module, target, backends, compiler=compiler).artefact
+    return compile_program(
+        module, target, backends, compiler=compiler, deterministic=deterministic
+    ).artefact
 
 
 def known_trip_count(loop: Instruction) -> int | None:

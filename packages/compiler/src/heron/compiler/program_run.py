@@ -70,6 +70,8 @@ class KernelRecord:
     command_buffers: tuple[str, ...] = ()
     #: How many fusions share the kernel.
     fusions: int = 1
+    #: Why its result may change from run to run (``CompiledKernel.order_dependence``).
+    order_dependence: str | None = None
 
 
 @attrs.frozen
@@ -152,6 +154,7 @@ def load_program(
     target: Target | None = None,
     compiler: KernelCompiler | None = None,
     command_buffers: bool = True,
+    deterministic: bool = False,
 ) -> LoadedProgram:
     """Compile ``module`` into an executable in memory and load it on ``device``.
 
@@ -161,7 +164,9 @@ def load_program(
     :func:`~heron.compiler.device_kernels.target_for_device`); ``compiler``
     replaces :func:`heron.compiler.compile_fusion` (tests share compiled
     kernels; progress counts them); ``command_buffers=False`` runs every
-    thunk from the host. The caller's module is not changed. An op no
+    thunk from the host; ``deterministic`` compiles no kernel whose result
+    depends on the order its threads run (:func:`~heron.compiler.executable.compile_program`).
+    The caller's module is not changed. An op no
     emitter takes raises ``UnsupportedError`` naming it; an executable the
     device cannot run, :class:`~heron.runtime.core.executor.ExecutorError`.
     """
@@ -170,7 +175,9 @@ def load_program(
     from heron.runtime.core.executor import Executable
 
     target = target_for_device(device, backend, target)
-    compiled = compile_program(module, target, (backend,), compiler=compiler)
+    compiled = compile_program(
+        module, target, (backend,), compiler=compiler, deterministic=deterministic
+    )
     executable = Executable(compiled.artefact, device, backend, command_buffers=command_buffers)
     return LoadedProgram(compiled, executable, backend)
 
@@ -185,6 +192,7 @@ def run_program(
     compiler: KernelCompiler | None = None,
     command_buffers: bool = True,
     on_thunk: OnThunk | None = None,
+    deterministic: bool = False,
 ) -> ProgramRun:
     """Run ``module``'s entry on ``device`` once: :func:`load_program`, then
     :meth:`LoadedProgram.run` (the arguments as there)."""
@@ -195,6 +203,7 @@ def run_program(
         target=target,
         compiler=compiler,
         command_buffers=command_buffers,
+        deterministic=deterministic,
     ) as loaded:
         return loaded.run(arguments, on_thunk=on_thunk)
 
@@ -235,6 +244,7 @@ def kernel_records(
                 launches=launches.get(emitted.key, 0),
                 command_buffers=tuple(buffers.get(emitted.key, ())),
                 fusions=sharing.get(emitted.key, 1),
+                order_dependence=kernel.order_dependence,
             )
         )
     return records

@@ -247,6 +247,7 @@ class _Emitter:
             arguments=(*inputs, *outputs),
             grid=kernel.grid,
             block=kernel.block,
+            order_dependence=kernel.order_dependence,
         )
         # A GEMM a library computes: the library call, heron's launch beside it (issue 17).
         call = None if thunks else library_call_thunk(inst, inputs, outputs, launch, kernel.emitter)

@@ -16,8 +16,10 @@ element:
   lowering turns it into a native atomic or a compare-and-swap loop;
 - a sub-byte element (s2, s4, u2, u4, f4e2m1fn) is an ``atomic_rmw`` too,
   lowered to a compare-and-swap loop on the byte that holds it;
-- several operands (variadic scatter) with non-unique indices, and element
-  types no atomic can update (fp8, pred, complex): one thread
+- several operands (variadic scatter) with non-unique indices, element
+  types no atomic can update (fp8, pred, complex), and a scatter that asks
+  for it (``--deterministic``, for what the scatter-determinism-expander
+  cannot rewrite: :data:`heron.hlo.determinism.SERIAL_UPDATES`): one thread
   applies every update in update order. An atomic covers one value, and a
   variadic combiner must see all of an element's values at once; doing the
   updates serially is correct and keeps XLA's update order.
@@ -41,6 +43,7 @@ from heron.emitters.dialect import atomic_rmw_op, loop_op
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter
 from heron.emitters.fusion_analysis import FusionAnalysis, claims_kind
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
+from heron.hlo.determinism import order_dependence, serial_updates_requested
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
 from heron.hlo.shapes import ArrayShape
@@ -167,6 +170,7 @@ class ScatterEmitter(FusionEmitter):
         self.serial = not self.description.unique_indices and (
             len(self.description.operands) > 1
             or not _atomic_capable(self.description.operand_shape)
+            or serial_updates_requested(root)
         )
         self._launch, self.vector_size = self._choose_launch()
 
@@ -209,6 +213,12 @@ class ScatterEmitter(FusionEmitter):
 
     def launch_dimensions(self) -> LaunchDimensions:
         return self._launch
+
+    def order_dependence(self) -> str | None:
+        """Atomic updates that meet combine in arrival order (serial updates keep update order)."""
+        if self.serial or self.empty:
+            return None
+        return order_dependence(self.description.scatter)
 
     def thread_map(self) -> IndexingMap:
         """Thread -> update index: one element per thread, or every update for one thread."""

@@ -82,7 +82,10 @@ class EmittedKernel:
     buffer that already holds that parameter, as XLA's buffer sharing does.
     ``emitter`` is the name of the emitter that emitted it, and
     ``writes_each_element_once`` that emitter's promise (``FusionEmitter``'s
-    class variable), which a checker may hold the kernel to. ``analysis`` and
+    class variable), which a checker may hold the kernel to.
+    ``order_dependence`` says why the kernel's result may differ from run to
+    run (threads combining floats with atomics in the order they arrive), or
+    is None (:meth:`FusionEmitter.order_dependence`). ``analysis`` and
     ``partitioned`` are the fusion analysis the emitter was built from and the
     partition into subgraph functions it emitted: handed on, so that a report
     shows the decisions the kernel came from instead of making them again.
@@ -96,6 +99,7 @@ class EmittedKernel:
     module: ir.Module = attrs.field(eq=False, repr=False)
     output_aliases: dict[int, int] = attrs.field(factory=dict, hash=False)
     writes_each_element_once: bool = True
+    order_dependence: str | None = None
     analysis: FusionAnalysis | None = attrs.field(default=None, eq=False, repr=False)
     partitioned: PartitionedComputation | None = attrs.field(default=None, eq=False, repr=False)
 
@@ -586,6 +590,15 @@ class FusionEmitter(abc.ABC):
     #: count a second write of an element as a bug.
     writes_each_element_once: ClassVar[bool] = True
 
+    def order_dependence(self) -> str | None:
+        """Why this kernel's result depends on the order its threads run, or None.
+
+        Only an emitter whose threads combine values with atomics can make such a
+        kernel (the scatter emitter); the runtime's report names those kernels,
+        and ``--deterministic`` compiles avoid them.
+        """
+        return None
+
     def __init__(self, analysis: FusionAnalysis) -> None:
         if not isinstance(analysis, FusionAnalysis):
             raise UnsupportedError(
@@ -726,6 +739,7 @@ class FusionEmitter(abc.ABC):
             module=module,
             output_aliases=aliases,
             writes_each_element_once=self.writes_each_element_once,
+            order_dependence=self.order_dependence(),
             analysis=self.analysis,
             partitioned=partitioned,
         )

@@ -34,7 +34,14 @@ def default_cache_dir() -> Path:
     return Path(base) / "heron" / "jax"
 
 
-def cache_key(hlo_text: str, target: object, backends: tuple[str, ...], version: str) -> str:
+def cache_key(
+    hlo_text: str,
+    target: object,
+    backends: tuple[str, ...],
+    version: str,
+    *,
+    deterministic: bool = False,
+) -> str:
     """The sha256 (hex) naming one compiled program (see the module docstring)."""
     description = json.dumps(
         {
@@ -42,6 +49,8 @@ def cache_key(hlo_text: str, target: object, backends: tuple[str, ...], version:
             "target": repr(target),
             "backends": list(backends),
             "heron": version,
+            # Only when set: keys of programs compiled before the option stay valid.
+            **({"deterministic": True} if deterministic else {}),
         },
         sort_keys=True,
     )

@@ -13,7 +13,9 @@ static values):
    signature, returning numpy arrays in the function's own pytree structure.
 
 ``backend``: ``auto`` (the first available of cuda, rocm, the interpreter),
-or a name. Compiles are counted (:attr:`HeronJitted.compiles`), so a test can
+or a name. ``deterministic=True`` compiles no kernel whose result depends on
+the order its threads run (XLA's ``--xla_gpu_deterministic_ops``): every call
+gives the same bits. Compiles are counted (:attr:`HeronJitted.compiles`), so a test can
 see that a second call with the same signature does not compile again.
 """
 
@@ -54,8 +56,10 @@ class HeronJitted:
         static_argnums: int | Sequence[int] = (),
         static_argnames: str | Sequence[str] = (),
         command_buffers: bool = True,
+        deterministic: bool = False,
     ) -> None:
         self.function = function
+        self.deterministic = deterministic
         self.requested_backend = backend
         self.static_argnums = static_argnums
         self.static_argnames = static_argnames
@@ -135,11 +139,15 @@ class HeronJitted:
         self._open()
         lowered = self.lower(*args, **kwargs)
         backends = tuple(dict.fromkeys((self._backend, "interpreter")))
-        key = cache_key(lowered.hlo_text, self._target, backends, __version__)
+        key = cache_key(
+            lowered.hlo_text, self._target, backends, __version__, deterministic=self.deterministic
+        )
         artefact = self._disk.get(key) if self._disk is not None else None
         from_disk = artefact is not None
         if artefact is None:
-            artefact = compile_executable(lowered.module, self._target, backends=backends)
+            artefact = compile_executable(
+                lowered.module, self._target, backends=backends, deterministic=self.deterministic
+            )
             self.compiles += 1
             if self._disk is not None:
                 self._disk.put(key, artefact)
@@ -160,6 +168,7 @@ def jit(
     static_argnums: int | Sequence[int] = (),
     static_argnames: str | Sequence[str] = (),
     command_buffers: bool = True,
+    deterministic: bool = False,
 ) -> Any:
     """``function`` compiled by heron (see the module docstring); usable as a decorator,
     with or without arguments (``@heron.jax.jit`` or ``@heron.jax.jit(backend=...)``)."""
@@ -170,6 +179,7 @@ def jit(
         static_argnums=static_argnums,
         static_argnames=static_argnames,
         command_buffers=command_buffers,
+        deterministic=deterministic,
     )
     if function is None:
         return lambda f: HeronJitted(f, **options)

@@ -71,9 +71,13 @@ def fusion_pipeline(target: Target) -> Pipeline:
     )
 
 
-def gpu_pipeline(target: Target) -> Pipeline:
-    """The program pipeline for ``target``: simplification, then fusion."""
-    return Pipeline("gpu", (simplification_pipeline(), fusion_pipeline(target)))
+def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
+    """The program pipeline for ``target``: simplification, then fusion (``deterministic``:
+    see :func:`heron.hlo.passes.simplification_pipeline`)."""
+    return Pipeline(
+        "gpu",
+        (simplification_pipeline(deterministic=deterministic), fusion_pipeline(target)),
+    )
 
 
 def is_fused(module: Module) -> bool:
@@ -81,7 +85,7 @@ def is_fused(module: Module) -> bool:
     return any(inst.opcode == "fusion" for inst in module.entry.instructions)
 
 
-def program_pipeline(module: Module, target: Target) -> Pipeline:
+def program_pipeline(module: Module, target: Target, *, deterministic: bool = False) -> Pipeline:
     """What a module goes through before it runs: the GPU pipeline when it is not fused yet.
 
     An optimized module (XLA's ``after_optimizations`` dump, a corpus fusion)
@@ -89,8 +93,11 @@ def program_pipeline(module: Module, target: Target) -> Pipeline:
     a fusion gets one of its own (:mod:`.wrapper`), nothing is fused further.
     """
     if not is_fused(module):
-        return gpu_pipeline(target)
-    return Pipeline("fused-module", (simplification_pipeline(), fusion_wrapper(target)))
+        return gpu_pipeline(target, deterministic=deterministic)
+    return Pipeline(
+        "fused-module",
+        (simplification_pipeline(deterministic=deterministic), fusion_wrapper(target)),
+    )
 
 
 def gpu_pass(name: str, target: Target) -> HloPass:

@@ -22,6 +22,7 @@ from heron.hlo.passes import (
     dce,
     dot_decomposer,
     layouts,
+    scatter_determinism_expander,
     scheduler,
     select_and_scatter_expander,
     stable_sort_expander,
@@ -46,6 +47,7 @@ _REGISTERING = (
     dce,
     dot_decomposer,
     layouts,
+    scatter_determinism_expander,
     scheduler,
     select_and_scatter_expander,
     stable_sort_expander,
@@ -55,9 +57,14 @@ _REGISTERING = (
 )
 
 
-def simplification_pipeline() -> Pipeline:
+def simplification_pipeline(*, deterministic: bool = False) -> Pipeline:
     """Inline calls, decompose topk, expand stable sorts and select-and-scatter, lower
-    convolutions to dots, canonicalise dots; then simplify to a fixed point."""
+    convolutions to dots, canonicalise dots; then simplify to a fixed point.
+
+    ``deterministic`` (``--deterministic``, XLA's ``--xla_gpu_deterministic_ops``)
+    also rewrites the scatters whose result depends on the order of their updates
+    (``scatter-determinism-expander``)."""
+    determinism = (pass_named("scatter-determinism-expander"),) if deterministic else ()
     return Pipeline(
         "simplification",
         (
@@ -65,6 +72,7 @@ def simplification_pipeline() -> Pipeline:
             pass_named("topk-decomposer"),
             pass_named("stable-sort-expander"),
             pass_named("select-and-scatter-expander"),
+            *determinism,
             pass_named("convolution-to-dot"),
             pass_named("dot-decomposer"),
             FixedPoint(

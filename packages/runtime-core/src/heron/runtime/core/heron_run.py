@@ -45,7 +45,12 @@ from heron.runtime.core.artefact import Artefact, ArtefactError, load
 from heron.runtime.core.device import DeviceError, DeviceLimitError
 from heron.runtime.core.executor import Executable, ExecutorError, RunStats
 from heron.runtime.core.registry import DEVICE_BACKENDS
-from heron.runtime.core.thunks import CommandBufferThunk, KernelThunk, walk
+from heron.runtime.core.thunks import (
+    CommandBufferThunk,
+    KernelThunk,
+    order_dependent_kernels,
+    walk,
+)
 
 __all__ = ["BACKENDS", "DEVICE_BACKENDS", "main"]
 
@@ -162,6 +167,9 @@ def _run(artefact: Artefact, args: argparse.Namespace) -> int:
     for choice in executable.library_choices:
         how = "library" if choice.library else "heron kernel, the device offers no library for it"
         print(f"  library call {choice.path}: {choice.call}: {choice.chosen} ({how})")
+    order_dependent = order_dependent_kernels(executable.program)
+    for kernel, why in order_dependent:
+        print(f"  order-dependent kernel {kernel}: {why}")
     first: tuple[np.ndarray, ...] | None = None
     identical = True
     for k in range(repeat):
@@ -170,7 +178,16 @@ def _run(artefact: Artefact, args: argparse.Namespace) -> int:
             first = results
         elif not _identical(first, results):
             identical = False
-            print(f"heron-run: run {k + 1}'s results differ from run 1's", file=sys.stderr)
+            print(
+                f"heron-run: run {k + 1}'s results differ from run 1's"
+                + (
+                    f" ({len(order_dependent)} order-dependent kernel(s), listed above;"
+                    " compile with --deterministic for the same bits every run)"
+                    if order_dependent
+                    else ""
+                ),
+                file=sys.stderr,
+            )
         stats = executable.stats
         print(
             f"run {k + 1}: {stats.seconds:.6f} s, {stats.kernel_launches} kernel launches,"
@@ -320,6 +337,10 @@ def _report(
             "command_buffers": sum(isinstance(t, CommandBufferThunk) for t in executable.program),
         },
         "library_calls": [choice.to_json() for choice in executable.library_choices],
+        "order_dependent_kernels": [
+            {"kernel": kernel, "why": why}
+            for kernel, why in order_dependent_kernels(executable.program)
+        ],
         "peak_device_bytes": executable.peak_device_bytes,
         "allocation_bytes": executable.allocation_bytes,
         "runs": [r.to_json() for r in executable.runs],

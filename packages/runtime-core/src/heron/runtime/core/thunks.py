@@ -55,6 +55,7 @@ __all__ = [
     "ThunkError",
     "WhileThunk",
     "check_slices",
+    "order_dependent_kernels",
     "program_from_json",
     "program_to_json",
     "thunk_from_json",
@@ -216,12 +217,17 @@ class KernelThunk(Thunk):
     grid: tuple[int, int, int] = attrs.field(converter=_to_dim3, validator=_dim3)
     block: tuple[int, int, int] = attrs.field(converter=_to_dim3, validator=_dim3)
     shared_bytes: int = attrs.field(default=0, validator=_int_at_least(0))
+    #: Why the kernel's result may differ from run to run (float atomics that
+    #: combine in arrival order), or None: what the emitter said of it.
+    order_dependence: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
+    )
 
     def slices(self) -> Iterator[BufferSlice]:
         return iter(self.arguments)
 
     def to_json(self) -> Json:
-        return {
+        value: Json = {
             "kind": self.kind,
             "kernel_name": self.kernel_name,
             "image_key": self.image_key,
@@ -230,6 +236,9 @@ class KernelThunk(Thunk):
             "block": list(self.block),
             "shared_bytes": self.shared_bytes,
         }
+        if self.order_dependence is not None:  # absent otherwise: older artefacts read alike
+            value["order_dependence"] = self.order_dependence
+        return value
 
 
 @attrs.frozen
@@ -709,7 +718,7 @@ class CommandBufferThunk(Thunk):
 # -- reading JSON ----------------------------------------------------------------------
 
 _FIELDS: dict[str, tuple[type[Thunk], dict[str, str]]] = {
-    # kind: (type, {field: how to read it}); every field is required.
+    # kind: (type, {field: how to read it}); every field is required but those of _OPTIONAL.
     "kernel": (
         KernelThunk,
         {
@@ -719,6 +728,7 @@ _FIELDS: dict[str, tuple[type[Thunk], dict[str, str]]] = {
             "grid": "ints",
             "block": "ints",
             "shared_bytes": "int",
+            "order_dependence": "str?",
         },
     ),
     "copy": (CopyThunk, {"source": "slice", "destination": "slice"}),
@@ -762,12 +772,18 @@ _FIELDS: dict[str, tuple[type[Thunk], dict[str, str]]] = {
 }
 
 
+#: Fields an artefact may leave out (added after format version 1 was fixed): read as None.
+_OPTIONAL = frozenset({"order_dependence"})
+
+
 def _read_field(how: str, value: Json, where: str, depth: int) -> Any:
     if how == "str" and isinstance(value, str):
         return value
     if how == "int" and _is_int(value):
         return value
     if how == "int?" and (value is None or _is_int(value)):
+        return value
+    if how == "str?" and (value is None or isinstance(value, str)):
         return value
     if how == "ints" and isinstance(value, list) and all(_is_int(v) for v in value):
         return tuple(value)
@@ -787,6 +803,7 @@ def _read_field(how: str, value: Json, where: str, depth: int) -> Any:
         "str": "a string",
         "int": "an integer",
         "int?": "an integer or null",
+        "str?": "a string or null",
         "ints": "a list of integers",
         "strs": "a list of strings",
         "slices": "a list of slices",
@@ -807,7 +824,7 @@ def _from_json(value: Json, where: str, depth: int) -> Thunk:
         raise ThunkError(f"{where}: unknown thunk kind {kind!r} (known: {', '.join(_FIELDS)})")
     cls, fields = _FIELDS[kind]
     where = f"{where} ({kind})"
-    missing = sorted(set(fields) - set(value))
+    missing = sorted(set(fields) - set(value) - _OPTIONAL)
     extra = sorted(set(value) - set(fields) - {"kind"})
     if missing or extra:
         raise ThunkError(
@@ -824,6 +841,7 @@ def _from_json(value: Json, where: str, depth: int) -> Thunk:
     arguments = {
         name: _read_field(how, value[name], f"{where}.{name}", depth)
         for name, how in fields.items()
+        if name in value
     }
     try:
         return cls(**arguments)
@@ -873,3 +891,16 @@ def check_slices(thunks: Sequence[Thunk], allocation_sizes: Sequence[int]) -> No
                     f"{thunk.kind} thunk: slice {piece} ends at byte {piece.end}, past the end"
                     f" of allocation {piece.allocation} ({size} bytes)"
                 )
+
+
+def order_dependent_kernels(program: Sequence[Thunk]) -> list[tuple[str, str]]:
+    """``(kernel name, why)`` of each distinct kernel whose result may change from run to run.
+
+    What the compiler recorded on its kernel thunks (:attr:`KernelThunk.order_dependence`):
+    an artefact compiled with ``--deterministic`` has none.
+    """
+    found: dict[str, str] = {}
+    for thunk in walk(program):
+        if isinstance(thunk, KernelThunk) and thunk.order_dependence is not None:
+            found.setdefault(thunk.kernel_name, thunk.order_dependence)
+    return sorted(found.items())

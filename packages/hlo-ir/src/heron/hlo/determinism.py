@@ -1,0 +1,87 @@
+"""Which instructions give a result that depends on the order a GPU applies their updates.
+
+A scatter whose updates may meet at one element (``unique_indices`` unset)
+combines them in whatever order the threads get there: the scatter emitter
+uses atomics. The result is the same whatever the order only when the
+combiner is exactly commutative and associative: integer add, multiply,
+and/or/xor, min and max, and float min and max. A float add or multiply
+rounds differently in another order, and an overwrite (the combiner returns
+the update) keeps whichever update came last. Those scatters are
+*order-dependent*: run to run, a GPU may give different bits, as XLA:GPU's do
+(``--xla_gpu_deterministic_ops`` expands them: heron's
+``scatter-determinism-expander``).
+
+This module is the one statement of that rule: the expander rewrites what it
+names, and the scatter emitter reports the kernels it makes with atomics over
+what it names.
+"""
+
+from __future__ import annotations
+
+from heron.hlo.attributes import KeyValueList
+from heron.hlo.ir import Computation, Instruction
+
+__all__ = [
+    "SERIAL_UPDATES",
+    "frontend_attributes",
+    "order_dependence",
+    "order_independent_combiner",
+    "serial_updates_requested",
+]
+
+#: The frontend attribute that asks the scatter emitter to apply a scatter's updates
+#: one after another in update order (deterministic, and XLA:CPU's order) instead of
+#: with atomics: ``--deterministic`` sets it on the order-dependent scatters the
+#: scatter-determinism-expander cannot rewrite.
+SERIAL_UPDATES = "_heron_serial_updates"
+
+#: Binary ops whose result, folded over any multiset of integers, is the same in any order.
+_EXACT_INTEGER_OPS = frozenset({"add", "multiply", "and", "or", "xor", "maximum", "minimum"})
+#: The same for floats (and pred): only the selections are exact.
+_EXACT_FLOAT_OPS = frozenset({"maximum", "minimum", "and", "or"})
+
+
+def order_independent_combiner(combiner: Computation) -> bool:
+    """Whether ``combiner`` (two scalar parameters, one op over them) folds alike in any order."""
+    root = combiner.root_instruction
+    parameters = combiner.parameters
+    if len(parameters) != 2 or len(combiner.instructions) != 3:
+        return False
+    if sorted(map(id, root.operands)) != sorted(map(id, parameters)):
+        return False
+    element = root.shape.element_type
+    exact = _EXACT_FLOAT_OPS if element.is_floating or element.is_complex else _EXACT_INTEGER_OPS
+    return root.opcode in exact
+
+
+def order_dependence(inst: Instruction) -> str | None:
+    """Why ``inst``'s result depends on the order its updates are applied, or None."""
+    if inst.opcode != "scatter" or inst.attr("unique_indices", False):
+        return None
+    combiner = inst.called("to_apply")
+    if order_independent_combiner(combiner):
+        return None
+    count = (len(inst.operands) - 1) // 2
+    updates = inst.operands[count + 1]
+    if updates.array_shape.num_elements <= 1:
+        return None
+    root = combiner.root_instruction
+    element = inst.operands[0].array_shape.element_type.name.lower()
+    what = root.opcode if root.opcode != "parameter" else "overwrite"
+    return (
+        f"scatter '{inst.name}': updates that meet are combined by {what} ({element})"
+        " in the order they arrive"
+    )
+
+
+def frontend_attributes(inst: Instruction) -> dict[str, object]:
+    """``inst``'s ``frontend_attributes`` as a dict (empty when it has none)."""
+    attributes = inst.attributes.get("frontend_attributes")
+    if isinstance(attributes, KeyValueList):
+        return dict(attributes.items)
+    return {}
+
+
+def serial_updates_requested(scatter: Instruction) -> bool:
+    """Whether ``scatter`` carries :data:`SERIAL_UPDATES` (the scatter emitter's question)."""
+    return SERIAL_UPDATES in frontend_attributes(scatter)
