@@ -9,6 +9,8 @@ suites get it too. It provides:
   does not run is worse than a red one.
 - ``corpus_file``: a test argument that parametrizes the test over every
   ``.hlo`` file of the corpus.
+- ``jax_32_bit``: jax with x64 off for a test (jax's flag is a global that other
+  suites in the same process may set).
 - the ``gpu`` / ``cuda`` / ``rocm`` markers: such a test is skipped, with the
   driver's own reason ("no CUDA driver found (cuda.bindings.driver.cuInit
   failed: ...)"), when this machine cannot run it.
@@ -52,6 +54,18 @@ def corpus_dir() -> Path:
 
 #: Corpus folders whose files the loop emitter must handle (the hero named by the folder).
 LOOP_HERO_FOLDERS = ("common/loop", "gpu/convert")
+
+
+@pytest.fixture
+def jax_32_bit():
+    """jax with ``jax_enable_x64`` off for the test, whatever other suites in the same
+    process set (a global): ``pytestmark = pytest.mark.usefixtures("jax_32_bit")``."""
+    import jax
+
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", False)
+    yield
+    jax.config.update("jax_enable_x64", previous)
 
 
 @pytest.fixture

@@ -32,14 +32,7 @@ from heron.hlo.passes import pass_named, run_pipeline
 from heron.hlo.passes.manager import pipeline_of
 from heron.runtime.core.thunks import KernelThunk, order_dependent_kernels, walk
 
-
-@pytest.fixture(autouse=True)
-def jax_32_bit():
-    """Other suites in the same process may turn jax_enable_x64 on (a global)."""
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+pytestmark = pytest.mark.usefixtures("jax_32_bit")
 
 
 RNG = np.random.default_rng(26)

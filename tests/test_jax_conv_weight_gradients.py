@@ -35,13 +35,7 @@ CASES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def jax_32_bit():
-    """Other suites in the same process may turn jax_enable_x64 on (a global)."""
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+pytestmark = pytest.mark.usefixtures("jax_32_bit")
 
 
 def _weight_gradient(name: str):

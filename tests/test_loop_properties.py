@@ -46,13 +46,7 @@ CELLS = ("plain", "gru", "lstm")
 ACTIVATIONS = {"tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid, "relu": jax.nn.relu}
 
 
-@pytest.fixture(autouse=True)
-def jax_32_bit():
-    """Other suites in the same process may turn jax_enable_x64 on (a global)."""
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+pytestmark = pytest.mark.usefixtures("jax_32_bit")
 
 
 @attrs.frozen
@@ -129,30 +123,8 @@ def _loop(plan: LoopPlan, params, sequence):
     running = zeros
     history = jnp.zeros((plan.steps, *rest, plan.hidden), sequence.dtype)
 
-    def body(i, carry):
-        state, running, history = carry
-        x = jax.lax.dynamic_index_in_dim(sequence, i, keepdims=False)
-        state = step(params, state, x)
-        h = state[0] if plan.cell == "lstm" else state
-        if plan.running == "sum":
-            running = running + h
-        elif plan.running == "max":
-            running = jnp.maximum(running, h)
-        if plan.history:
-            history = jax.lax.dynamic_update_index_in_dim(history, h, i, 0)
-        return state, running, history
-
-    carry = (state, running, history)
-    if plan.form == "fori_loop":
-        return jax.lax.fori_loop(0, plan.steps, body, carry)
-    if plan.form == "while_loop":
-        _, carry = jax.lax.while_loop(
-            lambda c: c[0] < plan.steps, lambda c: (c[0] + 1, body(c[0], c[1])), (0, carry)
-        )
-        return carry
-
-    def scan_step(carry, x_and_i):
-        x, i = x_and_i
+    def advance(carry, x, i):
+        """One step: the cell, the running reduction, the history row at ``i``; and ``h``."""
         state, running, history = carry
         state = step(params, state, x)
         h = state[0] if plan.cell == "lstm" else state
@@ -164,8 +136,20 @@ def _loop(plan: LoopPlan, params, sequence):
             history = jax.lax.dynamic_update_index_in_dim(history, h, i, 0)
         return (state, running, history), h
 
+    def body(i, carry):  # fori_loop and while_loop read the sequence at the loop index
+        return advance(carry, jax.lax.dynamic_index_in_dim(sequence, i, keepdims=False), i)[0]
+
+    carry = (state, running, history)
+    if plan.form == "fori_loop":
+        return jax.lax.fori_loop(0, plan.steps, body, carry)
+    if plan.form == "while_loop":
+        _, carry = jax.lax.while_loop(
+            lambda c: c[0] < plan.steps, lambda c: (c[0] + 1, body(c[0], c[1])), (0, carry)
+        )
+        return carry
+
     carry, outputs = jax.lax.scan(
-        scan_step,
+        lambda carry, x_and_i: advance(carry, *x_and_i),
         carry,
         (sequence, jnp.arange(plan.steps)),
         reverse=plan.form == "scan_reverse",

@@ -25,13 +25,7 @@ import heron.jax as heron_jax
 HIDDEN, FEATURES, STEPS, BATCH = 6, 5, 7, 4
 
 
-@pytest.fixture(autouse=True)
-def jax_32_bit():
-    """Other suites in the same process may turn jax_enable_x64 on (a global)."""
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+pytestmark = pytest.mark.usefixtures("jax_32_bit")
 
 
 def _gru_step(params, h, x):
