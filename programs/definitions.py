@@ -597,6 +597,13 @@ add(
     "reduction",
 )
 add(
+    "argmax_argmin",
+    "argmax minus argmin along the last axis (two variadic reduces of one array), f32 [8,32]",
+    lambda x: jnp.argmax(x, axis=-1) - jnp.argmin(x, axis=-1),
+    lambda r: (normal(r, 8, 32),),
+    "reduction",
+)
+add(
     "variance_two_pass",
     "mean and variance over axis 0, f32 [64,8]",
     lambda x: (jnp.mean(x, 0), jnp.var(x, 0)),

@@ -56,6 +56,28 @@ def test_bijection_flags_are_verified_and_reported():
     assert "outputs sub written once, outputs abs written once" in text
 
 
+def test_a_bare_reduce_bijection_covers_its_inputs_not_its_init_values(tmp_path):
+    """XLA's reduction emitters read a reduce's init value once per thread (they give
+    it no thread-to-input indexing): a scalar init parameter read by every thread is
+    no failure of a bare ``--bijection_inputs=HERO`` (XLA corpus reduce_row/side_output:
+    "read 1,024 times instead of once"), and naming an init value is a RUN-line error."""
+    name = "reduce_init_parameter_bare_bijection.hlo"
+    text = check_file(DATA / name).text()
+    assert "inputs total:0 read once" in text and "total:1" not in text
+    explicit = tmp_path / "explicit_init.hlo"
+    explicit.write_text(
+        (DATA / name)
+        .read_text()
+        .replace("--bijection_inputs=total", "--bijection_inputs=total:0,1")
+    )
+    report = check_file(explicit)
+    assert not report.ok
+    assert (
+        "--bijection_inputs=total:1: operand 1 of 'total' (reduce) is an init value, read once"
+        " per thread, not once per element (the operands read element for element: 0)"
+    ) in report.text()
+
+
 def _lowered(text: str) -> str:
     (fusion,) = fusions_of(parse_module(text, source="huge index"))
     report = check_fusions([fusion], "huge index", CheckOptions())

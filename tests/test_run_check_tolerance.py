@@ -358,3 +358,116 @@ def test_run_check_agrees_on_the_gemm_programs(name, capsys):
     path = Path(__file__).resolve().parent.parent / "programs" / name / "module.hlo"
     assert main(["--quiet", "run", str(path), "--check"]) == 0
     assert "agree: every output within the tolerance" in capsys.readouterr().out
+
+
+# -- complex sums (issue 26) ----------------------------------------------------------------
+
+
+#: A c64 column sum as the column-reduction emitter computes it (each thread sums a strided
+#: part of a column, then the warps' partial sums are combined): not the reference's order.
+def _complex_column_sum(rows: int, columns: int) -> str:
+    return f"""\
+add_c64 {{
+  a = c64[] parameter(0)
+  b = c64[] parameter(1)
+  ROOT s = c64[] add(a, b)
+}}
+
+column_sum {{
+  p0 = c64[{rows},{columns}] parameter(0)
+  zero = c64[] constant((0, 0))
+  ROOT sum = c64[{columns}] reduce(p0, zero), dimensions={{0}}, to_apply=add_c64
+}}
+"""
+
+
+COMPLEX_COLUMN_SUM = _complex_column_sum(96, 48)
+
+
+def test_a_complex_column_sum_agrees_within_the_bounds_of_its_two_float_sums(tmp_path):
+    """A c64 column reduction was compared bitwise: its parts are summed in the
+    kernel's order, and on edge inputs that order decides where a part
+    overflows to inf+nanj or nan+nanj (vectorize_x1_c64 of XLA's corpus)."""
+    report = check_file(_write(tmp_path, "complex_column_sum.hlo", COMPLEX_COLUMN_SUM))
+    assert report.ok, report.text()
+    assert "compared on moderate inputs only" in report.text()
+
+
+def _complex_sum_tolerance(x: np.ndarray) -> tuple[OutputTolerance, np.ndarray]:
+    module = parse_module(_complex_column_sum(*x.shape))
+    computation = module.entry.root_instruction.called("calls")
+    source = computation.root_instruction
+    tolerance = output_tolerance(
+        source,
+        source.shape.element_type,
+        ErrorBounds(),
+        reordering=True,
+        reduction=(source, computation, [x]),
+    )
+    return tolerance, np.asarray(evaluate_computation(computation, [x]))
+
+
+def test_a_complex_sum_is_bounded_part_by_part():
+    rng = np.random.default_rng(3)
+    n = 256
+    x = np.empty((n, 2), np.complex64)
+    x.real = rng.uniform(0.5, 1.0, (n, 2))  # one-signed parts: a dropped element shows
+    x.imag = rng.uniform(0.5, 1.0, (n, 2)) * np.float32(1e-3)  # much smaller than the real
+    tolerance, reference = _complex_sum_tolerance(x)
+    assert tolerance.reordered
+    bound = tolerance.bounds.per_element
+    assert np.iscomplexobj(bound) and np.all(bound.imag < bound.real)
+
+    def accepted(value: np.ndarray) -> bool:
+        return tolerance.mismatches(value.astype(np.complex64), reference).count == 0
+
+    other_order = np.array(
+        [
+            complex(_pairwise(x[::-1, k].real, np.float32), _pairwise(x[::-1, k].imag, np.float32))
+            for k in range(2)
+        ]
+    )
+    assert accepted(other_order)
+    # Each part is judged by its own bounds: an imaginary part 1e-3 off is refused,
+    # though 1e-3 is within 1e-4 of the complex magnitude (and the real part's bound).
+    off = reference.copy()
+    off.imag += np.float32(1e-3)
+    assert 1e-3 < min(1e-4 * np.abs(reference).min(), bound.real.min())
+    assert not accepted(off)
+    dropped = reference.copy()
+    dropped.imag -= x[int(np.argmax(x[:, 0].imag)), 0].imag
+    assert not accepted(dropped)
+    assert not accepted(np.conj(reference))
+
+
+def test_kernel_and_reference_add_complex_numbers_part_by_part():
+    """Where the c64 sum's kernel and reference differ on edge inputs (``inf+nanj``
+    against ``nan+nanj``), neither is wrong: each computes exactly the two f32 sums of
+    the parts, in its own order (the reference's pairwise tree overflows a part to
+    -inf before adding +inf where the kernel does not), as complex addition is
+    componentwise. So the edge inputs are compared for coverage only, as for f32."""
+    from heron.compiler import Target, compile_fusion, fusions_of
+    from heron.compiler.device_kernels import run_on_device
+    from heron.harness.inputs import edge_array
+    from heron.runtime.interpreter import InterpreterDevice
+
+    def kernel_and_reference(text: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        (fusion,) = fusions_of(parse_module(text))
+        kernel = compile_fusion(fusion, Target.preset("h100"), "interpreter")
+        (out,) = run_on_device(InterpreterDevice(), kernel, [x]).outputs
+        return out, np.asarray(evaluate_computation(fusion.called("calls"), [x]))
+
+    def bits(values: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(values, np.float32).view(np.uint32)
+
+    complex_text = _complex_column_sum(96, 48)
+    float_text = complex_text.replace("c64", "f32").replace("constant((0, 0))", "constant(0)")
+    shape = parse_module(complex_text).entry.parameters[0].array_shape
+    x = edge_array(shape, np.random.default_rng(0))
+    kernel, reference = kernel_and_reference(complex_text, x)
+    assert not np.array_equal(bits(kernel.real), bits(reference.real))  # orders differ
+    for part in ("real", "imag"):
+        values = np.ascontiguousarray(getattr(x, part))
+        float_kernel, float_reference = kernel_and_reference(float_text, values)
+        assert np.array_equal(bits(getattr(kernel, part)), bits(float_kernel))
+        assert np.array_equal(bits(getattr(reference, part)), bits(float_reference))

@@ -73,6 +73,7 @@ JAX_PROGRAMS = [
     "sum_and_max",
     "transpose_add",
     "argmax",
+    "argmax_argmin",
     "scatter_add",
     "mlp",
     "mean_all_axes",
@@ -105,6 +106,8 @@ XLA_KERNELS = {
     "sum_and_max": 3,  # three reductions over different dimensions
     "transpose_add": 1,
     "argmax": 1,
+    # the two variadic reductions as one kernel, the subtract after them as another
+    "argmax_argmin": 2,
     "scatter_add": 1,  # XLA also copies the operand first (a kCopy thunk, no kernel)
     "sort_rows": 3,  # the sort has a kernel of its own
 }
@@ -422,6 +425,32 @@ def test_hero_roots_without_an_elemental_lowering_run(name: str, kind: str) -> N
         run.outputs, flatten_literal(evaluate_module(module, arguments)), strict=True
     ):
         np.testing.assert_allclose(actual, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_sibling_variadic_reductions_stay_reduction_heroes() -> None:
+    """jax's ``argmax(x, 1) - argmin(x, 1)`` (issue 26): two (value, index) reduces of
+    one array become one reduction kernel whose roots are the two reduces whole, as
+    in XLA (``tuple(reduce, reduce)``, their indices read through nested
+    get-tuple-elements). Split into the gtes of the indices, the merged roots were
+    no reduction heroes: the loop emitter's price made the merge a loss, and heron
+    launched 3 kernels where XLA launches 2."""
+    module = _load("argmax_argmin")
+    fused = check_each_pass(module)
+    reductions = [f for f in _fusions(fused) if f.attr("kind") == "kInput"]
+    assert len(reductions) == 1 and count_kernels(fused) == 2
+    (fusion,) = reductions
+    root = fusion.called("calls").root_instruction
+    assert [op.opcode for op in root.operands] == ["reduce", "reduce"]
+    assert fusion.operands == [fused.entry.parameters[0]]  # x is read once
+
+    from heron.compiler.program_run import run_program
+    from heron.runtime.core.registry import load_backends
+
+    arguments = random_arguments(module, np.random.default_rng(2))
+    device = load_backends().create_device("interpreter")
+    run = run_program(module, arguments, device, "interpreter", target=H100)
+    assert run.kernel_launches == 2
+    assert _same(tuple(run.outputs), (evaluate_module(module, arguments),))
 
 
 SAME_SHAPE_HORIZONTAL = """

@@ -615,6 +615,41 @@ def test_tuple_shapes_nested_past_the_limit_are_refused_not_a_recursion_error(wh
             parse_module(module(depth))
 
 
+def test_xla_nested_tuple_element_operands_become_chained_get_tuple_elements():
+    """XLA prints ``%f#0#1`` for element 1 of element 0 of a nested tuple ``f`` (a
+    multi-output fusion of two variadic reduces: jax's argmax and argmin); the
+    parser stopped at the second ``#``."""
+    from heron.hlo.parser import parse_module
+    from heron.hlo.printer import print_module
+    from heron.hlo.verifier import verify_module
+
+    module = parse_module(
+        """HloModule m
+ENTRY main {
+  f = ((f32[2], s32[2]), (f32[2], s32[2])) parameter(0)
+  ROOT d = s32[2] subtract(%f#0#1, %f#1#1)
+}
+"""
+    )
+    verify_module(module)
+    root = module.entry.root_instruction
+    for operand, outer in zip(root.operands, (0, 1), strict=True):
+        assert operand.opcode == "get-tuple-element" and operand.attr("index") == 1
+        (inner,) = operand.operands
+        assert inner.opcode == "get-tuple-element" and inner.attr("index") == outer
+        assert inner.operands == [module.entry.instruction("f")]
+    assert parse_module(print_module(module)) == module
+    import pytest
+
+    from heron.hlo.errors import HloParseError
+
+    with pytest.raises(HloParseError, match=r"'f#0' has shape s32\[2\], which has no tuple"):
+        parse_module(
+            "HloModule m\nENTRY main {\n  f = (s32[2], s32[2]) parameter(0)\n"
+            "  ROOT n = s32[2] negate(%f#0#1)\n}\n"
+        )
+
+
 def test_xla_tuple_element_operands_become_get_tuple_elements():
     """XLA 0.12 prints ``%t#1`` for element 1 of tuple ``t`` (no get-tuple-element line)."""
     from heron.hlo.parser import parse_module

@@ -13,7 +13,9 @@ and check how the kernel touched memory:
   or reaching one through elementwise ops) written exactly once;
 * ``--bijection_inputs=H:i``: H's operand i, when it comes from a fusion
   parameter (directly or through unary elementwise ops / bitcasts of the same
-  element count), read exactly once per element.
+  element count), read exactly once per element; a bare ``--bijection_inputs=H``:
+  every operand H reads element for element (a reduce's inputs, not its init
+  values: :func:`bijection_operands`).
 
 Write and read counts come from the interpreter device
 (``InterpreterDevice.access_counts``); other devices cannot count, and the
@@ -65,6 +67,7 @@ __all__ = [
     "CheckReport",
     "Finding",
     "FusionReport",
+    "bijection_operands",
     "check_file",
     "check_fusion",
     "check_fusions",
@@ -290,6 +293,21 @@ class _Plan:
     errors: list[str] = attrs.field(factory=list)
 
 
+def bijection_operands(hero: Instruction) -> tuple[int, ...]:
+    """The operands of ``hero`` its threads read element for element: those a
+    ``--bijection_inputs`` flag may name, all of them for a bare ``HERO``.
+
+    A reduce's init values are not among them: XLA's reduction emitters read the
+    init values once per thread, to start its accumulator, and give them no
+    thread-to-input indexing at all ("we don't have indexing for the init values",
+    ``ReductionFusion::ComputeThreadIdToInputIndexing``); heron's read them once per
+    thread too. A scalar init parameter is read by every thread, as in XLA.
+    """
+    if hero.opcode == "reduce":
+        return tuple(range(len(hero.operands) // 2))
+    return tuple(range(len(hero.operands)))
+
+
 def _plan(computation: Computation, spec: RunSpec, sources: list[Instruction]) -> _Plan:
     plan = _Plan()
     reach = [_through_elementwise(source) for source in sources]
@@ -310,12 +328,21 @@ def _plan(computation: Computation, spec: RunSpec, sources: list[Instruction]) -
         if hero is None:
             plan.errors.append(f"--bijection_inputs={hero_name}: no instruction '{hero_name}'")
             continue
-        for number in numbers or tuple(range(len(hero.operands))):
+        read = bijection_operands(hero)
+        for number in numbers or read:
             label = f"{hero_name}:{number}"
             if number >= len(hero.operands):
                 plan.errors.append(
                     f"--bijection_inputs={label}: '{hero_name}' ({hero.opcode}) has"
                     f" {len(hero.operands)} operands"
+                )
+                continue
+            if number not in read:
+                plan.errors.append(
+                    f"--bijection_inputs={label}: operand {number} of '{hero_name}'"
+                    f" ({hero.opcode}) is an init value, read once per thread, not once"
+                    f" per element (the operands read element for element:"
+                    f" {', '.join(map(str, read))})"
                 )
                 continue
             plan.inputs.append(_resolve_input(label, hero.operands[number]))

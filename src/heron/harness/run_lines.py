@@ -10,8 +10,9 @@ several commands are joined by pipes. Of the ``gpu_test_correctness``
 commands, heron reads the flags that change what ``heron check`` verifies:
 
 * ``--bijection_inputs=HERO:i[,j...]`` (repeatable): the hero's operands
-  ``i, j`` (every operand for a bare ``HERO``), when they come from fusion
-  parameters, are read exactly once per element;
+  ``i, j`` (for a bare ``HERO`` every operand it reads element for element:
+  a reduce's inputs, not its init values, ``heron.harness.check``), when
+  they come from fusion parameters, are read exactly once per element;
 * ``--bijection_outputs=HERO`` (repeatable): the outputs the hero produces
   are written exactly once per element;
 * ``--abs_error_bound=X`` / ``--rel_error_bound=X``: extra tolerance.
@@ -42,7 +43,7 @@ class RunSpec:
     """The ``gpu_test_correctness`` flags of one file (empty when it has none)."""
 
     #: hero name -> operand numbers, in the order the flags give them; () for every operand
-    #: (a bare ``--bijection_inputs=HERO``).
+    #: the hero reads element for element (a bare ``--bijection_inputs=HERO``).
     bijection_inputs: dict[str, tuple[int, ...]] = attrs.field(factory=dict)
     bijection_outputs: tuple[str, ...] = ()
     abs_error_bound: float | None = None

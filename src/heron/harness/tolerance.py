@@ -13,11 +13,11 @@
   The bound is also met norm-wise: an absolute error of that many ulps of the
   output's largest finite magnitude is accepted, since an approximation's
   error survives cancellation in a later add (``exp(x) + p`` near 0).
-* Float outputs of a reduction emitter that depend on a reduce: the kernel
-  sums in its own order, so the moderate inputs are compared within the
-  reassociation bounds (:func:`output_tolerance`), and the edge inputs, where
-  the order decides between overflow, cancellation and NaN, only for write
-  coverage. An element is accepted within either of:
+* Float and complex outputs of a reduction emitter that depend on a reduce:
+  the kernel sums in its own order, so the moderate inputs are compared
+  within the reassociation bounds (:func:`output_tolerance`), and the edge
+  inputs, where the order decides between overflow, cancellation and NaN,
+  only for write coverage. An element is accepted within either of:
 
   - ``t * max(1, |reference|)`` (absolute and relative ``t``: 1e-4 for 32/64-bit
     outputs, XLA's test default, 3e-2 for 16-bit: :func:`reassociation_bounds`);
@@ -37,6 +37,11 @@
     elements the bound exceeds ``sum|x_i|`` (the worst case is that bad): a
     dropped element is then no longer caught on values, a plainly wrong one
     (twice the sum, a wrong sign of a one-signed sum) still is.
+
+  A complex sum is two float sums, of the real parts and of the imaginary
+  parts (complex addition is componentwise): each part gets the bounds of its
+  component type (f32 for c64), ``sum|x_i|`` taken over that part; through
+  copies, negates and converts to a complex type.
 * Float outputs that depend on a dot (or a convolution): every kernel of one
   (the GEMM emitter's tiles and MMA fragments, a library's split-K) sums the
   products in its own order, so they get the reassociation bounds whatever
@@ -45,7 +50,10 @@
   an element within either of them is accepted too, as XLA's
   ``gpu_test_correctness`` accepts it.
 
-Distances are counted in ulps of the output type (:func:`ulp_distance`), so
+Complex values are compared part by part, each part as a float of the
+component type, and an element differs when either part does (XLA's literal
+comparison does the same). Distances are counted in ulps of the output type
+(:func:`ulp_distance`; of the component type for complex), so
 they mean the same for tiny and huge values. +0 and -0 are the same value, 0
 ulps apart; a bitwise comparison still tells them apart (``negate(0.0)`` is
 ``-0.0``), by their sign, not by a distance.
@@ -231,10 +239,6 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _zero_signs_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per element: both zero, of opposite signs (what a bitwise comparison must still see)."""
-    if np.issubdtype(a.dtype, np.complexfloating):
-        return _zero_signs_differ(a.real.copy(), b.real.copy()) | _zero_signs_differ(
-            a.imag.copy(), b.imag.copy()
-        )
     if a.dtype == np.bool_ or np.issubdtype(a.dtype, np.integer) or a.dtype.itemsize == 1:
         return np.zeros(a.shape, np.bool_)  # exact or bitwise already
     wide_a, wide_b = a.astype(np.float64), b.astype(np.float64)
@@ -264,14 +268,29 @@ class ErrorBounds:
     absolute: float | None = None
     relative: float | None = None
     #: An absolute bound per element (flat, row-major, or one value for all):
-    #: :func:`summation_bound`'s, for a reduction summed in another order.
+    #: :func:`summation_bound`'s, for a reduction summed in another order. For a
+    #: complex output a complex array: the real part's bound in ``.real``, the
+    #: imaginary part's in ``.imag``.
     per_element: np.ndarray | None = attrs.field(default=None, eq=False)
 
+    def part(self, which: str) -> ErrorBounds:
+        """The bounds of a complex output's ``"real"`` or ``"imag"`` part."""
+        if which not in ("real", "imag"):
+            raise ValueError(f"part {which!r}: expected 'real' or 'imag'")
+        bound = self.per_element
+        if bound is not None and np.iscomplexobj(bound):
+            bound = np.asarray(getattr(np.asarray(bound), which), np.float64)
+        return attrs.evolve(self, per_element=bound)
+
     def accepts(self, kernel: np.ndarray, reference: np.ndarray) -> np.ndarray:
-        """Per element: within the absolute, the relative or the per-element bound."""
+        """Per element: within the absolute, the relative or the per-element bound
+        (complex values: both parts, each within its own)."""
         if self.absolute is None and self.relative is None and self.per_element is None:
             return np.zeros(kernel.shape, np.bool_)
-        a = kernel.astype(np.complex128 if np.iscomplexobj(kernel) else np.float64)
+        if np.iscomplexobj(kernel):
+            real = self.part("real").accepts(kernel.real, reference.real)
+            return real & self.part("imag").accepts(kernel.imag, reference.imag)
+        a = kernel.astype(np.float64)
         b = reference.astype(a.dtype)
         with np.errstate(all="ignore"):
             error = np.abs(a - b)
@@ -296,13 +315,15 @@ def reassociation_bounds(element: ElementType, given: ErrorBounds) -> ErrorBound
 
     A tree of partial sums cannot match the reference's sequential sum bit
     for bit; the error allowed is ``t * max(1, |reference|)`` (absolute and
-    relative ``t``), or the RUN line's bounds where those are wider. None for
-    types whose reductions are exact in any order (integers, pred) or that
-    this does not cover (fp8, f4, complex: compared as usual).
+    relative ``t``), or the RUN line's bounds where those are wider; for a
+    complex type, those of its component type, part by part. None for types
+    whose reductions are exact in any order (integers, pred) or that this
+    does not cover (fp8, f4: compared as usual).
     """
-    if not element.is_floating or element.bit_width not in REASSOCIATION_TOLERANCE:
+    part = element.component_type
+    if not part.is_floating or part.bit_width not in REASSOCIATION_TOLERANCE:
         return None
-    t = REASSOCIATION_TOLERANCE[element.bit_width]
+    t = REASSOCIATION_TOLERANCE[part.bit_width]
     return ErrorBounds(
         absolute=max(t, given.absolute or 0.0), relative=max(t, given.relative or 0.0)
     )
@@ -337,7 +358,12 @@ def _reduce_feeding(source: Instruction) -> tuple[Instruction, list[Instruction]
 def _summed_reduce(
     source: Instruction,
 ) -> tuple[Instruction, list[Instruction], ElementType] | None:
-    """(reduce, carriers, its type) when :func:`summation_bound` covers ``source``."""
+    """(reduce, carriers, its type) when :func:`summation_bound` covers ``source``.
+
+    A complex sum only through carriers that keep it complex (copies, negates,
+    converts to a complex type): each part's bound stays that part's. Its
+    ``abs`` mixes the parts and gets the fixed bounds only.
+    """
     found = _reduce_feeding(source)
     if found is None:
         return None
@@ -345,7 +371,9 @@ def _summed_reduce(
     if isinstance(reduce.shape, TupleShape) or not _plain_add(reduce):
         return None
     element = reduce.shape.element_type
-    if not element.is_floating or element.is_complex:
+    if not element.component_type.is_floating:
+        return None
+    if element.is_complex and not all(c.shape.element_type.is_complex for c in carriers):
         return None
     return reduce, carriers, element
 
@@ -380,6 +408,8 @@ def summation_bound(source: Instruction, computation, args) -> np.ndarray | None
     computation holding ``source``), plus one ulp of the output type when a
     convert after it (1 for an integer type). None when ``source`` is not a plain-add float
     reduce reaching the output through converts, copies, negates and absolute values.
+    A complex sum's bound is complex: its real part bounds the real parts' sum, its
+    imaginary part the imaginary parts' (:attr:`ErrorBounds.per_element`).
     """
 
     summed = _summed_reduce(source)
@@ -392,24 +422,42 @@ def summation_bound(source: Instruction, computation, args) -> np.ndarray | None
         values = np.asarray(value_of(computation, operand, args))
     except HloError:  # e.g. over the memory budget: the fixed bounds only
         return None
+    n = int(np.prod([values.shape[d] for d in dims], dtype=np.int64)) if dims else 1
+    if element.is_complex:  # two float sums: each part's bound from that part's values
+        real = _part_bound(values.real, dims, n, element.component_type, carriers)
+        imag = _part_bound(values.imag, dims, n, element.component_type, carriers)
+        bound = np.empty(real.shape, np.complex128)  # not real + 1j * imag: 1j * inf is nan
+        bound.real, bound.imag = real, imag
+        return bound.reshape(-1)
+    return _part_bound(values, dims, n, element, carriers).reshape(-1)
+
+
+def _part_bound(
+    values: np.ndarray,
+    dims: tuple[int, ...],
+    n: int,
+    element: ElementType,
+    carriers: list[Instruction],
+) -> np.ndarray:
+    """:func:`summation_bound` of a float sum of ``values`` over ``dims`` (``n`` each),
+    rounded to ``element``, then through ``carriers`` (a complex sum: one part of it)."""
     with np.errstate(all="ignore"):
         magnitudes = np.abs(values.astype(np.float64)).sum(axis=dims)
-    n = int(np.prod([values.shape[d] for d in dims], dtype=np.int64)) if dims else 1
     # Any order (the kernel's) and the reference's pairwise tree, each against the exact sum.
     steps = max(n - 1, 0) + (math.ceil(math.log2(n)) if n > 1 else 0)
     bound = steps * unit_roundoff(element) * magnitudes
     for carrier in reversed(carriers):  # from the reduce outwards
         if carrier.opcode != "convert":
             continue  # copy, negate, abs: exact, and no wider apart
-        to = carrier.shape.element_type
-        if to.is_floating and not to.is_complex:
+        to = carrier.shape.element_type.component_type
+        if to.is_floating:
             # A convert rounds both sums once more: one ulp of its type at the larger.
             with np.errstate(all="ignore"):
                 top = (magnitudes + bound).astype(to.numpy_dtype)
                 bound = bound + np.abs(np.spacing(top).astype(np.float64))
-        elif not to.is_floating:
+        else:
             bound = bound + 1.0  # a convert to an integer type truncates both sums
-    return np.where(np.isnan(bound), np.inf, bound).reshape(-1)
+    return np.where(np.isnan(bound), np.inf, bound)
 
 
 @attrs.frozen
@@ -489,11 +537,7 @@ def _check_same_form(kernel: np.ndarray, reference: np.ndarray) -> None:
 
 
 def _distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per-element distance of two flat arrays of one dtype (0 = equal)."""
-    if np.issubdtype(a.dtype, np.complexfloating):
-        real = _distances(a.real.copy(), b.real.copy())
-        imag = _distances(a.imag.copy(), b.imag.copy())
-        return np.maximum(real.astype(object), imag.astype(object))
+    """Per-element distance of two flat arrays of one real dtype (0 = equal)."""
     if a.dtype == np.bool_ or np.issubdtype(a.dtype, np.integer):
         return np.where(a != b, NAN_DISTANCE, 0).astype(np.int64)
     if a.dtype.itemsize == 1:  # fp8 and f4 (as ml_dtypes): bitwise, any NaN matches any NaN
@@ -531,11 +575,39 @@ def mismatches(
     """Where ``kernel`` differs from ``reference`` by more than ``ulps`` (and ``bounds``).
 
     With ``ulps`` 0 the comparison is bitwise: zeros of opposite sign differ
-    too (at a distance of 0 ulps).
+    too (at a distance of 0 ulps). Complex values are compared part by part
+    (:func:`_outside`).
     """
     _check_same_form(kernel, reference)
     a = np.ascontiguousarray(kernel).reshape(-1)
     b = np.ascontiguousarray(reference).reshape(-1)
+    bad, distance = _outside(a, b, ulps, bounds)
+    indices = np.flatnonzero(bad)
+    return Mismatches(indices, np.asarray([int(d) for d in distance[indices]], np.int64))
+
+
+def _outside(
+    a: np.ndarray, b: np.ndarray, ulps: int, bounds: ErrorBounds | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per element of two flat arrays: outside the tolerance, and the distance.
+
+    A complex element is two floats of the component type, compared one by
+    one, each within its part's bounds (complex addition is componentwise, so
+    a sum's parts are two sums; XLA's literal comparison does the same): it
+    is outside when either part is, at the larger of the two distances.
+    """
+    if np.issubdtype(a.dtype, np.complexfloating):
+        parts = [
+            _outside(
+                getattr(a, which).copy(),
+                getattr(b, which).copy(),
+                ulps,
+                None if bounds is None else bounds.part(which),
+            )
+            for which in ("real", "imag")
+        ]
+        (bad_real, real), (bad_imag, imag) = parts
+        return bad_real | bad_imag, np.maximum(real.astype(object), imag.astype(object))
     distance = _distances(a, b)
     bad = np.asarray(distance > ulps, np.bool_)
     if ulps == 0:
@@ -544,8 +616,7 @@ def mismatches(
         bad &= ~_within_normwise(a, b, ulps)
     if bounds is not None and bad.any():
         bad &= ~bounds.accepts(a, b)
-    indices = np.flatnonzero(bad)
-    return Mismatches(indices, np.asarray([int(d) for d in distance[indices]], np.int64))
+    return bad, distance
 
 
 def describe_value(values: np.ndarray, index: int) -> str:

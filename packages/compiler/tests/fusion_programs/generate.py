@@ -66,6 +66,10 @@ def argmax(x):
     return jnp.argmax(x, axis=1)
 
 
+def argmax_argmin(x):
+    return jnp.argmax(x, axis=1) - jnp.argmin(x, axis=1)
+
+
 def scatter_add(x, i, u):
     return x.at[i].add(u)
 
@@ -102,6 +106,7 @@ PROGRAMS = {
     "sum_and_max": (sum_and_max, _zeros((64, 128))),
     "transpose_add": (transpose_add, _zeros((128, 64), (64, 128))),
     "argmax": (argmax, _zeros((32, 64))),
+    "argmax_argmin": (argmax_argmin, _zeros((32, 64))),
     "scatter_add": (
         scatter_add,
         [jnp.zeros((64, 16), F32), jnp.zeros((8,), jnp.int32), jnp.zeros((8, 16), F32)],

@@ -706,7 +706,8 @@ class _ModuleParser:
             if _SHAPE_START.match(cur.text, pos):
                 parse_shape_at(cur)
             operand, operand_pos = cur.name("an operand name")
-            if cur.text.startswith("#", cur.pos):  # XLA 0.12's `%t#1`: element 1 of tuple t
+            # XLA 0.12's `%t#1`: element 1 of tuple t; `%t#0#1`: element 1 of element 0.
+            while cur.text.startswith("#", cur.pos):
                 digits = re.match(r"#(\d+)", cur.text[cur.pos :])
                 if digits is None:
                     raise cur.error(f"expected a tuple index after '{operand}#'", cur.pos)
@@ -907,13 +908,18 @@ class _ModuleParser:
         operand: str,
         elements: dict[str, Instruction],
     ) -> str:
-        """The name of a get-tuple-element standing for XLA's ``t#k`` operand (made once)."""
+        """The name of a get-tuple-element standing for XLA's ``t#k`` operand (made once).
+
+        ``t#0#1`` (element 1 of element 0 of a nested tuple) is element 1 of the
+        get-tuple-element ``t#0`` stands for.
+        """
         if "#" not in operand:
             return operand
         made = elements.get(operand)
         if made is not None:
             return made.name
-        base, index_text = operand.split("#", 1)
+        outer, index_text = operand.rsplit("#", 1)
+        base = self._tuple_element(builder, user, outer, elements)
         tuple_inst = builder.by_name.get(base)
         if tuple_inst is None:
             return base  # reported as an undefined operand
@@ -921,7 +927,7 @@ class _ModuleParser:
         shape = tuple_inst.shape
         if not isinstance(shape, TupleShape) or index >= len(shape.elements):
             raise HloParseError(
-                f"operand '{operand}' of '{user.name}': '{base}' has shape {shape},"
+                f"operand '{operand}' of '{user.name}': '{outer}' has shape {shape},"
                 f" which has no tuple element {index}",
                 user.location,
             )

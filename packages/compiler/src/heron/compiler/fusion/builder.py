@@ -28,7 +28,7 @@ from heron.hlo.attributes import ComputationRef
 from heron.hlo.builder import NameUniquer
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction, Module
-from heron.hlo.shapes import TupleShape
+from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = [
     "Candidate",
@@ -65,13 +65,29 @@ class Candidate:
         self.body.instructions = []
 
 
+def is_multi_output(inst: Instruction) -> bool:
+    """A fusion whose root is a ``tuple``: several outputs, each its own value.
+
+    A fusion whose root is one tuple-shaped value (a variadic reduce: jax's
+    argmax, value and index) is not: that tuple is one output, kept whole.
+    """
+    return inst.opcode == "fusion" and inst.called("calls").root_instruction.opcode == "tuple"
+
+
 def outputs_of(inst: Instruction) -> list[Instruction] | None:
     """The values ``inst`` produces: itself, or for a multi-output fusion its users (gtes).
+
+    An array, or one tuple-shaped value (a variadic reduce, fused or not), is
+    one output: merged with another kernel it stays a root whole, its users
+    reading it through nested ``get-tuple-element`` as in XLA (splitting it
+    into the gtes of its leaves would make the merged roots gtes of a reduce,
+    which is then no reduction hero: the loop emitter would compute it, one
+    thread per output element).
 
     None when a multi-output fusion's value is used other than through
     ``get-tuple-element`` (then its outputs cannot be told apart), or not at all.
     """
-    if not isinstance(inst.shape, TupleShape):
+    if not isinstance(inst.shape, TupleShape) or not is_multi_output(inst):
         return [inst]
     parent = inst.parent
     users = (
@@ -276,7 +292,8 @@ def install_fusion(
             computation.add(gte)
             graph.add(gte, after=fusion)
             value, cast = gte, None
-            if gte.shape.dims != output.shape.dims:  # a horizontal fusion's flat output
+            flat = isinstance(output.shape, ArrayShape) and gte.shape.dims != output.shape.dims
+            if flat:  # a horizontal fusion's flat output
                 cast = Instruction(
                     name="__renaming__",  # named below
                     opcode="bitcast",

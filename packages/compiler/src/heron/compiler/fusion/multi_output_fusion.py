@@ -32,7 +32,6 @@ from heron.compiler.target import Target
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.outline import HOST_OPCODES
-from heron.hlo.shapes import ArrayShape
 
 __all__ = ["fuse_multi_output", "multi_output_fusion"]
 
@@ -46,10 +45,10 @@ def _members(inst: Instruction, outputs: list[Instruction]) -> list[Instruction]
 
 
 def _shapes_agree(verdict: Verdict, outputs: list[Instruction]) -> bool:
+    """A loop kernel's outputs, a tuple-shaped one's leaves included, have one shape."""
     if verdict.emitter_kind != "loop":
         return True  # the analysis checked the heroes' compatibility
-    dims = {o.shape.dims for o in outputs if isinstance(o.shape, ArrayShape)}
-    return len(dims) <= 1
+    return len({leaf.dims for o in outputs for leaf in o.shape.leaves()}) <= 1
 
 
 class _Search:
