@@ -183,7 +183,9 @@ class Worker:
             details["library_calls"] = [c.to_json() for c in plain.library_choices]
         finally:
             plain.close()
-        buffered = Executable(artefact, device, backend, command_buffers=True)
+        # min_graph_size 1: every run of recordable thunks becomes a command buffer, so that
+        # "with command buffers" exercises them also in programs shorter than XLA's 5.
+        buffered = Executable(artefact, device, backend, command_buffers=True, min_graph_size=1)
         try:
             runs = [buffered.run(inputs) for _ in range(REPEATS)]
             order_dependent = order_dependent_kernels(buffered.program)
