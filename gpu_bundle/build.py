@@ -54,8 +54,9 @@ TARGETS = {"h100": ("cuda", "interpreter"), "a100": ("cuda",), "mi300x": ("rocm"
 REFERENCE_TARGET = "h100"
 #: The presets whose peaks the report compares against (the device is matched by name).
 PEAK_PRESETS = ("h100", "h200", "a100", "mi250x", "mi300x")
-#: A corpus fusion is "small" when its inputs take at most this many bytes.
-SMALL_FUSION_BYTES = 1 << 20
+#: A corpus fusion is "small" when its inputs and outputs take at most this many bytes
+#: (both are stored: 1 MiB let the fusions' data alone take 26 MB of the 40 MiB).
+SMALL_FUSION_BYTES = 256 * 1024
 #: The files of the run side, copied to the bundle's root.
 RUN_FILES = ("run.py", "bundle_worker.py", "bundle_compare.py", "bundle_workloads.py")
 #: heron's runtime packages, each one wheel (runtime-only: no [compile] extra).
@@ -219,7 +220,9 @@ def _fusion_cases(patterns: list[str] | None, data: Path) -> list[dict[str, Any]
         parameters = module.entry.parameters
         if not all(isinstance(p.shape, ArrayShape) for p in parameters):
             continue  # a tuple parameter: no npz convention for it
-        if sum(memory_bytes(p.shape) for p in parameters) > SMALL_FUSION_BYTES:
+        outputs = list(module.entry.root_instruction.shape.leaves())
+        stored = sum(memory_bytes(p.shape) for p in parameters)
+        if stored + sum(memory_bytes(leaf) for leaf in outputs) > SMALL_FUSION_BYTES:
             continue
         case_id = "fusion-" + relative.removesuffix(".hlo").replace("/", "-")
         rng = np.random.default_rng(bundle_workloads.seed_of(relative))

@@ -165,6 +165,7 @@ class WorkerProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
+            env=environment,
             text=True,
             start_new_session=True,
         )
@@ -319,7 +320,7 @@ def render_markdown(document: dict[str, Any]) -> str:
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         torch_rows = {
-            c["workload"]: (c.get("details") or {}).get("torch") or {}
+            c.get("workload"): (c.get("details") or {}).get("torch") or {}
             for c in speed
             if c.get("mode") == "torch"
         }
@@ -351,7 +352,8 @@ def render_markdown(document: dict[str, Any]) -> str:
                 else "-"
             )
             lines.append(
-                f"| {case['workload']} | {case['status']} | {_ms(heron.get('single_s'))} |"
+                f"| {case.get('workload', case['name'])} | {case['status']} |"
+                f" {_ms(heron.get('single_s'))} |"
                 f" {_ms(heron.get('throughput_s'))} | {_ms(jax.get('single_s'))} |"
                 f" {_ms(jax.get('throughput_s'))} | {_ms(torch.get('throughput_s'))} | {ratio} |"
                 f" {gbs} | {tfs} | {slowest} |"
@@ -365,7 +367,7 @@ def render_markdown(document: dict[str, Any]) -> str:
             top = ", ".join(
                 f"{k['name']} [{k['emitter'] or k['kind']}] {_ms(k['seconds'])} ms" for k in kernels
             )
-            lines.append(f"- {case['workload']}: {top}")
+            lines.append(f"- {case.get('workload', case['name'])}: {top}")
         lines.append("")
     problems = [c for c in document["cases"] if c["status"] in ("fail", "error")]
     skipped = [c for c in document["cases"] if c["status"] == "skipped"]
