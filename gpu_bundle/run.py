@@ -416,11 +416,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-install", action="store_true", help="use what this Python has (no wheels)"
     )
+    parser.add_argument(
+        "--site",
+        type=Path,
+        default=None,
+        help="where the wheels go (default OUT/site; outside OUT when OUT is copied back)",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     manifest = json.loads((HERE / "bundle.json").read_text())
-    site = args.out / "site"
+    site = args.site or args.out / "site"
     lines = [] if args.no_install else install(manifest, site)
     header: dict[str, Any] = {
         "bundle": {
