@@ -11,6 +11,9 @@
     nox -s isolation     each package installed alone in a fresh environment
     nox -s lint          ruff check, ruff format --check, lint-imports (pyproject's contracts)
     nox -s cuda / rocm   the tests that need a GPU (they skip, saying why, without one)
+    nox -s gpu-bundle    build/gpu-bundle/ (docs/gpu.md): artefacts, wheels and run.py for one
+                         GPU window; checks its size and dry-runs it on the interpreter from an
+                         empty venv with the bundle's wheels (--no-index)
     nox -s bench         benchmarks/*.py
     nox -s xla-reference the XLA:GPU reference table (tests/data/xla_reference.json): every
                          corpus file compiled by XLA, deviceless, and by heron (heron[xla])
@@ -26,13 +29,14 @@ Extra arguments after `--` go to pytest, e.g. `nox -s tests -- -k npz -x`.
 from __future__ import annotations
 
 import os
+import shutil
 import tomllib
 from pathlib import Path
 
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "tests", "runtime", "isolation", "oracle"]
+nox.options.sessions = ["lint", "tests", "runtime", "isolation", "oracle", "gpu-bundle"]
 nox.options.error_on_external_run = True
 
 ROOT = Path(__file__).resolve().parent
@@ -572,4 +576,60 @@ def fuzz_parser(session: nox.Session) -> None:
         str(work),
         *args,
         env={"PYTHONPATH": str(ROOT / "tests" / "fuzz")},
+    )
+
+
+#: The GPU bundle (docs/gpu.md) and the interpreter dry run's report.
+GPU_BUNDLE = ROOT / "build" / "gpu-bundle"
+GPU_BUNDLE_REPORT = ROOT / "build" / "gpu-bundle-report"
+#: What the bundle counts on a GPU machine having (jax/torch images do): the empty venv
+#: of the dry run gets these from the index, and everything else from the bundle only.
+GPU_IMAGE_BASELINE = ("numpy>=1.26", "ml_dtypes>=0.5", "attrs>=23.1", "pluggy>=1.3")
+
+
+@nox.session(name="gpu-bundle")
+def gpu_bundle(session: nox.Session) -> None:
+    """Build build/gpu-bundle/ (gpu_bundle/build.py; docs/gpu.md) and dry-run it.
+
+    The build compiles (cached in build/gpu-bundle-cache by HLO, Target and heron's
+    sources) and downloads the third-party wheels (the network is needed here only).
+    The check: the bundle is under 40 MiB; a venv made empty by `python -m venv` gets the
+    GPU image's baseline (numpy, ml_dtypes, attrs, pluggy) and nothing else; run.py, run
+    by it, installs the bundle's wheels with `pip install --no-index --no-deps --target`
+    and runs every correctness case on the interpreter (run.py exits 1 on any failure);
+    then the report must show heron's wheels installed from the bundle.
+    Arguments after `--` go to gpu_bundle/build.py.
+    """
+    install_editable(session, JAX, "hatchling>=1.25")
+    session.run("python", "gpu_bundle/build.py", str(GPU_BUNDLE), *session.posargs)
+    empty = Path(session.create_tmp()) / "empty-venv"
+    if empty.exists():
+        shutil.rmtree(empty)
+    session.run("python", "-m", "venv", str(empty))
+    python = str(empty / "bin" / "python")
+    session.run(python, "-m", "pip", "install", "-q", *GPU_IMAGE_BASELINE, external=True)
+    session.run(
+        python,
+        str(GPU_BUNDLE / "run.py"),
+        "--out",
+        str(GPU_BUNDLE_REPORT),
+        "--backend",
+        "interpreter",
+        "--budget",
+        "1200",
+        external=True,
+    )
+    session.run(
+        python,
+        "-c",
+        "import json, sys; r = json.load(open(sys.argv[1]));"
+        " lines = [l for l in r['install'] if l['dist'].startswith('heron-')];"
+        " assert lines and all(l['action'].startswith('installed from the bundle')"
+        " for l in lines), lines;"
+        " bad = [c['name'] for c in r['cases'] if c['kind'] == 'correctness'"
+        " and c['status'] != 'pass']; assert not bad, bad;"
+        " print(len([c for c in r['cases'] if c['kind'] == 'correctness']),"
+        " 'correctness cases pass on the interpreter')",
+        str(GPU_BUNDLE_REPORT / "report.json"),
+        external=True,
     )

@@ -520,3 +520,27 @@ def test_heron_run_exits_1_when_a_kernel_fails(tmp_path, capsys):
     save_inputs(inputs, [i32(1, 2, 3, 4), i32(1, 2, 3, 4)])
     assert heron_run([str(path), "--inputs", str(inputs)]) == 1
     assert "heron-run: the device failed:" in capsys.readouterr().err
+
+
+def test_execute_without_synchronizing_leaves_the_wait_to_the_caller():
+    """Back-to-back runs with one synchronisation (the GPU bundle's throughput timing):
+    ``execute(..., synchronize=False)`` issues the work and never waits for the device."""
+    device = InterpreterDevice()
+    waits = []
+    original = device.synchronize
+
+    def counting() -> None:
+        waits.append(1)
+        original()
+
+    device.synchronize = counting  # type: ignore[method-assign]
+    executable = Executable(straight(), device, timing=False)
+    a, b = device.upload(i32(1, 2, 3, 4)), device.upload(i32(10, 20, 30, 40))
+    for _ in range(3):
+        executable.execute([a, b], synchronize=False)
+    assert waits == []
+    executable.execute([a, b])
+    assert waits == [1]
+    # Every run ran: parameter 1 is donated to result 1 (p1 + 1), so the fourth run
+    # added p1 after three increments.
+    np.testing.assert_array_equal(executable.results()[0], i32(14, 25, 36, 47) + CONSTANT)

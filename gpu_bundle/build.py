@@ -1,0 +1,531 @@
+"""Build ``build/gpu-bundle/``: everything one GPU window needs, compiled here, without a GPU.
+
+    python gpu_bundle/build.py OUT [--targets h100,a100,mi300x] [--programs NAME ...]
+                               [--fusions GLOB ...] [--workloads NAME ...] [--no-wheels]
+                               [--jobs N] [--cache DIR] [--max-mib 40]
+
+(``nox -s gpu-bundle`` runs it with the defaults.) The bundle holds
+
+- ``run.py`` and the modules it loads (``bundle_*.py``): the one command on the GPU machine;
+- ``bundle.json``: the cases, the artefact of each per Target, the wheels, the devices' peaks;
+- ``artefacts/TARGET/CASE.heron``: every corpus program (and each scatter program again with
+  ``deterministic=True``), every small XLA-corpus fusion, every workload at its small size
+  (correctness) and at its GPU size (speed), compiled for the h100 (sm_90, with interpreter
+  images beside the cubins so that every case can be checked on a CPU), a100 (sm_80) and
+  mi300x (gfx942) Targets;
+- ``data/``: the correctness cases' inputs, XLA:CPU's outputs (programs: the corpus's own;
+  workloads: jax on the CPU, here) and heron's interpreter outputs; the speed cases' inputs
+  are drawn on the GPU machine from a seed (``bundle_workloads.make_inputs``);
+- ``wheels/``: heron's runtime wheels and what a CUDA image with jax and torch lacks
+  (nvmath-python for cp311-cp313, cuda-python, cuda-pathfinder; cuda-bindings and
+  cuda-core only for the Python versions that still fit under ``--max-mib``).
+
+Compiles run in a process pool and are cached (``--cache``, default
+``build/gpu-bundle-cache``) by the HLO text, the Target, the backends, the
+determinism flag and a digest of heron's sources, so a rebuild after a change
+elsewhere recompiles nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import fnmatch
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bundle_workloads  # noqa: E402
+
+#: Target preset -> the backends its artefacts carry images for.
+TARGETS = {"h100": ("cuda", "interpreter"), "a100": ("cuda",), "mi300x": ("rocm",)}
+#: The Target whose artefacts carry interpreter images (the CPU dry run's and the references').
+REFERENCE_TARGET = "h100"
+#: The presets whose peaks the report compares against (the device is matched by name).
+PEAK_PRESETS = ("h100", "h200", "a100", "mi250x", "mi300x")
+#: A corpus fusion is "small" when its inputs and outputs take at most this many bytes
+#: (both are stored: 1 MiB let the fusions' data alone take 26 MB of the 40 MiB).
+SMALL_FUSION_BYTES = 256 * 1024
+#: The files of the run side, copied to the bundle's root.
+RUN_FILES = ("run.py", "bundle_worker.py", "bundle_compare.py", "bundle_workloads.py")
+#: heron's runtime packages, each one wheel (runtime-only: no [compile] extra).
+HERON_WHEELS = ("hlo-ir", "runtime-core", "runtime-interpreter", "runtime-cuda", "runtime-rocm")
+PYTHONS = ("311", "312", "313")
+#: Third-party wheels: (requirement, per Python version?, minimum a machine's own copy must
+#: have to be used instead, required?). Optional ones go in, in this order, while they fit.
+THIRD_PARTY = (
+    ("nvmath-python==1.0.0", True, "1.0", True),
+    ("cuda-python==13.4.4", False, "12.6", True),
+    ("cuda-pathfinder==1.9.1", False, "1.5.1", True),
+    ("cuda-bindings==13.4.4", True, "12.6", False),
+    ("cuda-core==1.2.2", True, "0.5", False),
+)
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+)
+
+
+# -- compile jobs (run in a process pool) -------------------------------------------------------
+
+
+def _heron_digest() -> str:
+    """A digest of heron's sources: a cached artefact is reused only by the same compiler."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "packages").glob("*/src/**/*.py")):
+        digest.update(str(path.relative_to(ROOT)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _compile_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Compile one case for one Target (cached); with interpreter images, also run it there.
+
+    Never raises: a refusal is returned as ``error`` so that the bundle still says what
+    did not compile (the run reports it).
+    """
+    from heron.compiler import Target
+    from heron.compiler.executable import compile_program
+    from heron.hlo.parser import parse_module
+
+    cache = Path(job["cache"])
+    key = hashlib.sha256(
+        json.dumps(
+            [job["hlo"], job["target"], job["backends"], job["deterministic"], job["digest"]]
+        ).encode()
+    ).hexdigest()[:24]
+    artefact_path = cache / f"{key}.heron"
+    error_path = cache / f"{key}.error"
+    start = time.perf_counter()
+    if error_path.exists():
+        return {"id": job["id"], "target": job["target"], "error": error_path.read_text()}
+    if not artefact_path.exists():
+        try:
+            module = parse_module(job["hlo"], source=job["id"])
+            compiled = compile_program(
+                module,
+                Target.preset(job["target"]),
+                tuple(job["backends"]),
+                deterministic=job["deterministic"],
+            )
+            temporary = cache / f".{key}.{os.getpid()}.heron"
+            compiled.artefact.save(temporary)
+            os.replace(temporary, artefact_path)
+        except Exception as error:  # noqa: BLE001 - any refusal is the case's result
+            text = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            error_path.write_text(text[:500])
+            return {"id": job["id"], "target": job["target"], "error": text[:500]}
+    result: dict[str, Any] = {
+        "id": job["id"],
+        "target": job["target"],
+        "artefact": str(artefact_path),
+        "seconds": time.perf_counter() - start,
+    }
+    if job.get("inputs") and "interpreter" in job["backends"]:
+        result.update(_interpreter_outputs(artefact_path, Path(job["inputs"]), cache))
+    return result
+
+
+def _interpreter_outputs(artefact_path: Path, inputs: Path, cache: Path) -> dict[str, Any]:
+    """The interpreter's outputs for ``inputs`` (cached by artefact and inputs)."""
+    from heron.hlo.npz_io import load_inputs, save_outputs
+    from heron.hlo.parser import parse_shape
+    from heron.runtime.core.artefact import load
+    from heron.runtime.core.executor import Executable
+    from heron.runtime.interpreter import InterpreterDevice
+
+    key = hashlib.sha256(artefact_path.read_bytes() + inputs.read_bytes()).hexdigest()[:24]
+    out = cache / f"{key}.interp.npz"
+    if not out.exists():
+        artefact = load(artefact_path)
+        arrays = load_inputs(inputs, [parse_shape(s) for s in artefact.signature.parameters])
+        device = InterpreterDevice(warp_size=artefact.target.warp_size)
+        try:
+            results = Executable(artefact, device, "interpreter").run(arrays)
+        except Exception as error:  # noqa: BLE001
+            return {"interpreter_error": f"{type(error).__name__}: {error}"[:500]}
+        temporary = cache / f".{key}.{os.getpid()}.npz"
+        save_outputs(temporary, [r for r in results])
+        os.replace(temporary, out)
+    return {"interpreter_outputs": str(out)}
+
+
+# -- the cases --------------------------------------------------------------------------------
+
+
+def _program_cases(names: list[str] | None, data: Path) -> list[dict[str, Any]]:
+    index = json.loads((ROOT / "programs" / "index.json").read_text())
+    cases = []
+    for entry in index["programs"]:
+        name = entry["name"]
+        if names is not None and name not in names:
+            continue
+        folder = ROOT / "programs" / name
+        shutil.copyfile(folder / "inputs.npz", data / f"program-{name}.inputs.npz")
+        shutil.copyfile(folder / "outputs.npz", data / f"program-{name}.xla.npz")
+        hlo = (folder / "module.hlo").read_text()
+        base = {
+            "kind": "correctness",
+            "group": "program",
+            "hlo": hlo,
+            "inputs": f"data/program-{name}.inputs.npz",
+            "xla_cpu": f"data/program-{name}.xla.npz",
+            "description": entry.get("description", ""),
+        }
+        cases.append({**base, "id": f"program-{name}", "name": f"program/{name}"})
+        if "scatter" in entry.get("tags", ()):
+            cases.append(
+                {
+                    **base,
+                    "id": f"program-{name}-deterministic",
+                    "name": f"program/{name}[deterministic]",
+                    "deterministic": True,
+                }
+            )
+    return cases
+
+
+def _fusion_cases(patterns: list[str] | None, data: Path) -> list[dict[str, Any]]:
+    """Every corpus file whose inputs are small, with inputs drawn as ``heron check`` draws them."""
+    import numpy as np
+
+    from heron.harness.corpus import default_corpus
+    from heron.harness.inputs import moderate_array
+    from heron.hlo.memory_layout import memory_bytes
+    from heron.hlo.npz_io import save_inputs
+    from heron.hlo.parser import parse_module_file
+    from heron.hlo.shapes import ArrayShape
+
+    root = default_corpus()
+    cases = []
+    for path in sorted(root.rglob("*.hlo")):
+        relative = path.relative_to(root).as_posix()
+        if patterns is not None and not any(fnmatch.fnmatch(relative, p) for p in patterns):
+            continue
+        module = parse_module_file(path)
+        parameters = module.entry.parameters
+        if not all(isinstance(p.shape, ArrayShape) for p in parameters):
+            continue  # a tuple parameter: no npz convention for it
+        outputs = list(module.entry.root_instruction.shape.leaves())
+        stored = sum(memory_bytes(p.shape) for p in parameters)
+        if stored + sum(memory_bytes(leaf) for leaf in outputs) > SMALL_FUSION_BYTES:
+            continue
+        case_id = "fusion-" + relative.removesuffix(".hlo").replace("/", "-")
+        rng = np.random.default_rng(bundle_workloads.seed_of(relative))
+        save_inputs(
+            data / f"{case_id}.inputs.npz", [moderate_array(p.shape, rng) for p in parameters]
+        )
+        cases.append(
+            {
+                "id": case_id,
+                "name": f"fusion/{relative}",
+                "kind": "correctness",
+                "group": "fusion",
+                "hlo": path.read_text(),
+                "inputs": f"data/{case_id}.inputs.npz",
+                "xla_cpu": None,
+            }
+        )
+    return cases
+
+
+def _workload_cases(names: list[str] | None, data: Path) -> list[dict[str, Any]]:
+    """Each workload lowered by jax at its small size (a correctness case, XLA:CPU's outputs
+    computed here) and at its GPU size (a speed case, lowered from shapes alone)."""
+    import jax
+    import numpy as np
+
+    from heron.hlo.npz_io import save_inputs, save_outputs
+    from heron.jax.lowering import lower
+
+    cases = []
+    for workload in bundle_workloads.WORKLOADS:
+        if names is not None and workload.name not in names:
+            continue
+        function = workload.function()
+        seed = bundle_workloads.seed_of(workload.name)
+        small = bundle_workloads.make_inputs(workload.small, seed)
+        case_id = f"workload-{workload.name}"
+        save_inputs(data / f"{case_id}.inputs.npz", small)
+        expected = jax.tree.leaves(jax.jit(function)(*small))
+        save_outputs(data / f"{case_id}.xla.npz", [np.asarray(x) for x in expected])
+        base = {
+            "kind": "correctness",
+            "group": "workload",
+            "hlo": lower(function, *small).hlo_text,
+            "inputs": f"data/{case_id}.inputs.npz",
+            "xla_cpu": f"data/{case_id}.xla.npz",
+            "description": workload.description,
+            "ulps": workload.ulps,
+        }
+        cases.append({**base, "id": case_id, "name": f"workload/{workload.name}"})
+        if "scatter" in workload.tags:
+            cases.append(
+                {
+                    **base,
+                    "id": f"{case_id}-deterministic",
+                    "name": f"workload/{workload.name}[deterministic]",
+                    "deterministic": True,
+                }
+            )
+        shapes = [
+            jax.ShapeDtypeStruct(a.shape, bundle_workloads._dtype(a.dtype)) for a in workload.gpu
+        ]
+        cases.append(
+            {
+                "id": f"speed-{workload.name}",
+                "name": f"speed/{workload.name}",
+                "kind": "speed",
+                "group": "speed",
+                "workload": workload.name,
+                "hlo": lower(function, *shapes).hlo_text,
+                "description": workload.description,
+                "seed": seed,
+                "bytes": workload.bytes_moved(workload.gpu),
+                "flops": workload.flops(workload.gpu),
+                "torch": workload.torch is not None,
+            }
+        )
+    return cases
+
+
+# -- wheels -----------------------------------------------------------------------------------
+
+
+def _build_heron_wheels(wheels: Path) -> list[dict[str, Any]]:
+    entries = []
+    for folder in HERON_WHEELS:
+        before = set(wheels.glob("*.whl"))
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+            + ["-w", str(wheels), str(ROOT / "packages" / folder)],
+            check=True,
+        )
+        (made,) = set(wheels.glob("*.whl")) - before
+        name, version = made.name.split("-")[:2]
+        entries.append(
+            {
+                "file": f"wheels/{made.name}",
+                "dist": name.replace("_", "-"),
+                "version": version,
+                "python": None,
+                "minimum": version,
+                "exact": True,
+            }
+        )
+    return entries
+
+
+def _download(requirement: str, python: str | None, into: Path) -> Path:
+    before = set(into.glob("*.whl"))
+    command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
+    command += ["-d", str(into), requirement]
+    if python is not None:
+        command += ["--python-version", python, "--implementation", "cp", "--abi", f"cp{python}"]
+        command += [arg for platform in PLATFORMS for arg in ("--platform", platform)]
+    subprocess.run(command, check=True)
+    made = set(into.glob("*.whl")) - before
+    if not made:  # already there from an earlier build
+        name = requirement.split("==")[0].replace("-", "_")
+        version = requirement.split("==")[1]
+        tag = f"-cp{python}-" if python else "-py3-"
+        made = {p for p in into.glob(f"{name}-{version}*{tag}*.whl")}
+    (wheel,) = made
+    return wheel
+
+
+def _third_party_wheels(wheels: Path, cache: Path, room: int) -> tuple[list[dict], list[str]]:
+    """Required wheels always; optional ones (per Python version, 3.12 first) while they fit
+    in ``room`` bytes. Returns the entries and a line per wheel left out."""
+    downloads = cache / "wheels"
+    downloads.mkdir(parents=True, exist_ok=True)
+    entries, left_out = [], []
+    order = []
+    for requirement, per_python, minimum, required in THIRD_PARTY:
+        pythons = ("312", "311", "313") if per_python else (None,)
+        for python in pythons:
+            order.append((required, requirement, python, minimum))
+    order.sort(key=lambda item: not item[0])  # required first, in the table's order
+    used = 0
+    for required, requirement, python, minimum in order:
+        wheel = _download(requirement, python, downloads)
+        size = wheel.stat().st_size
+        if not required and used + size > room:
+            left_out.append(
+                f"{wheel.name} ({size / 2**20:.1f} MiB): no room under the bundle's limit"
+            )
+            continue
+        used += size
+        shutil.copyfile(wheel, wheels / wheel.name)
+        name, version = requirement.split("==")
+        entries.append(
+            {
+                "file": f"wheels/{wheel.name}",
+                "dist": name,
+                "version": version,
+                "python": f"cp{python}" if python else None,
+                "minimum": minimum,
+                "exact": False,
+            }
+        )
+    return entries, left_out
+
+
+# -- the bundle -------------------------------------------------------------------------------
+
+
+def _peaks() -> dict[str, dict[str, Any]]:
+    from heron.compiler.target import Target
+
+    peaks = {}
+    for name in PEAK_PRESETS:
+        t = Target.preset(name)
+        fp32 = t.core_count * t.fpus_per_core * 2 * t.clock_rate_ghz * 1e9
+        mma = t.core_count * t.mma_multiply_adds_per_core_per_cycle * 2 * t.clock_rate_ghz * 1e9
+        peaks[name] = {
+            "arch": t.arch,
+            "backend": t.backend,
+            "memory_bandwidth": t.memory_bandwidth,
+            "fp32_flops": fp32,
+            "mma_flops": mma or fp32,
+        }
+    return peaks
+
+
+def _directory_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def build(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    out: Path = args.out
+    if out.exists():
+        shutil.rmtree(out)
+    data = out / "data"
+    data.mkdir(parents=True)
+    cache: Path = args.cache
+    cache.mkdir(parents=True, exist_ok=True)
+    targets = [t for t in args.targets.split(",") if t]
+    if REFERENCE_TARGET not in targets:
+        raise SystemExit(f"--targets must include {REFERENCE_TARGET} (its interpreter images)")
+
+    cases = _program_cases(args.programs, data)
+    cases += _fusion_cases(args.fusions, data)
+    cases += _workload_cases(args.workloads, data)
+    print(f"{len(cases)} cases; compiling for {', '.join(targets)}", flush=True)
+
+    digest = _heron_digest()
+    jobs = []
+    for case in cases:
+        for target in targets:
+            backends = TARGETS[target]
+            if case["kind"] == "speed":
+                backends = tuple(b for b in backends if b != "interpreter")
+            jobs.append(
+                {
+                    "id": case["id"],
+                    "target": target,
+                    "backends": list(backends),
+                    "deterministic": bool(case.get("deterministic")),
+                    "hlo": case["hlo"],
+                    "inputs": str(out / case["inputs"]) if case.get("inputs") else None,
+                    "cache": str(cache),
+                    "digest": digest,
+                }
+            )
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+        for done, result in enumerate(pool.map(_compile_job, jobs, chunksize=1), 1):
+            results[(result["id"], result["target"])] = result
+            if done % 50 == 0 or done == len(jobs):
+                print(f"  {done}/{len(jobs)} compiled ({time.perf_counter() - start:.0f} s)")
+
+    for case in cases:
+        hlo = case.pop("hlo")
+        case["hlo_bytes"] = len(hlo)
+        case["artefacts"], case["build_errors"] = {}, {}
+        for target in targets:
+            result = results[(case["id"], target)]
+            if "error" in result:
+                case["build_errors"][target] = result["error"]
+                continue
+            relative = f"artefacts/{target}/{case['id']}.heron"
+            (out / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(result["artefact"], out / relative)
+            case["artefacts"][target] = relative
+            if "interpreter_outputs" in result:
+                interp = f"data/{case['id']}.interp.npz"
+                shutil.copyfile(result["interpreter_outputs"], out / interp)
+                case["interpreter"] = interp
+            if "interpreter_error" in result:
+                case["build_errors"]["interpreter"] = result["interpreter_error"]
+
+    for name in RUN_FILES:
+        shutil.copyfile(HERE / name, out / name)
+    wheels: list[dict[str, Any]] = []
+    left_out: list[str] = []
+    if not args.no_wheels:
+        (out / "wheels").mkdir()
+        wheels = _build_heron_wheels(out / "wheels")
+        room = int(args.max_mib * 2**20) - _directory_bytes(out) - 64 * 1024
+        more, left_out = _third_party_wheels(out / "wheels", cache, room)
+        wheels += more
+    from heron.hlo import __version__ as heron_version
+
+    manifest = {
+        "format": 1,
+        "heron_version": heron_version,
+        "created_by": f"gpu_bundle/build.py, python {sys.version.split()[0]}",
+        "targets": {t: {"backends": list(TARGETS[t])} for t in targets},
+        "reference_target": REFERENCE_TARGET,
+        "peaks": _peaks(),
+        "wheels": wheels,
+        "wheels_left_out": left_out,
+        "cases": cases,
+    }
+    (out / "bundle.json").write_text(json.dumps(manifest, indent=1))
+    size = _directory_bytes(out)
+    errors = sum(len(c["build_errors"]) for c in cases)
+    print(
+        f"{out}: {len(cases)} cases, {len(wheels)} wheels, {size / 2**20:.1f} MiB,"
+        f" {errors} compile refusals, {time.perf_counter() - start:.0f} s"
+    )
+    for line in left_out:
+        print(f"  left out: {line}")
+    if size > args.max_mib * 2**20:
+        print(f"the bundle is {size / 2**20:.1f} MiB, over {args.max_mib} MiB", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--programs", nargs="*", metavar="NAME", help="only these programs")
+    parser.add_argument("--fusions", nargs="*", metavar="GLOB", help="only these corpus files")
+    parser.add_argument("--workloads", nargs="*", metavar="NAME", help="only these workloads")
+    parser.add_argument("--no-wheels", action="store_true", help="no wheels (tests)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--cache", type=Path, default=ROOT / "build" / "gpu-bundle-cache")
+    parser.add_argument("--max-mib", type=float, default=40.0)
+    return build(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

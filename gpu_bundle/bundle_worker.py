@@ -1,0 +1,516 @@
+"""The bundle's worker: one process that opens the device once and runs the cases it is sent.
+
+``run.py`` starts it (with the bundle's wheels on ``PYTHONPATH``) and talks to it
+over a pipe, one JSON line per request and one per answer: a case per request.
+One process for every case because opening a CUDA context, importing heron, jax
+and torch cost seconds that one process per case would pay again each time; a
+separate process all the same so that the parent can stop a hung case (a kernel
+that never ends cannot be interrupted from the thread that waits for it), report
+it, and start a fresh worker for the rest.
+
+The first line it writes is ``hello``: the backend and device it opened, or why
+it could not. Anything else a library prints goes to stderr (``run.py`` keeps it
+in ``worker.log``): file descriptor 1 is pointed at 2 at start-up and the answers
+go to a private copy of the original stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bundle_compare  # noqa: E402
+import bundle_workloads  # noqa: E402
+
+#: Runs with command buffers in a correctness case: repeated runs must give the same bits.
+REPEATS = 3
+#: Single runs timed (median reported) and back-to-back batches (median of their means).
+SINGLE_RUNS = 5
+BATCHES = 3
+#: A back-to-back batch aims at this much device time (at least 3, at most 100 runs).
+BATCH_SECONDS = 0.03
+#: A speed case's float outputs may differ from jax's on the same GPU by this much
+#: (relative to jax's largest magnitude): summation orders differ, bf16 rounds.
+SPEED_FLOAT_TOLERANCE = 0.05
+#: Integer outputs (top-k indices) may differ in this fraction of elements (ties).
+SPEED_INT_TOLERANCE = 1e-3
+
+
+class Worker:
+    """The device, the bundle's manifest, and a handler per kind of case."""
+
+    def __init__(self, bundle: Path, backend: str) -> None:
+        from heron.runtime.core.heron_run import DEVICE_BACKENDS
+        from heron.runtime.core.registry import default_backends
+
+        self.bundle = bundle
+        self.manifest = json.loads((bundle / "bundle.json").read_text())
+        registry = default_backends()
+        if backend == "auto":
+            backend = registry.choose("auto", DEVICE_BACKENDS, lambda name: None).name
+        self.backend = backend
+        self.device = None if backend == "interpreter" else registry.create_device(backend, None)
+        self.target = self._target()
+        self.peak_name, self.peak = self._peak()
+
+    # -- the device and its artefacts --------------------------------------------------------
+
+    def _arch(self) -> str:
+        if self.backend == "cuda":
+            major, minor = self.device.compute_capability
+            return f"sm_{major}{minor}"
+        if self.backend == "rocm":
+            return str(self.device.info.architecture).split(":", 1)[0]
+        return "interpreter"
+
+    def _target(self) -> str | None:
+        """The bundle's Target whose images run here: the reference one on the interpreter;
+        on CUDA the newest arch of the device's major not newer than the device (a cubin
+        runs on its own major only); on ROCm the same gfx arch."""
+        if self.backend == "interpreter":
+            return self.manifest["reference_target"]
+        arch = self._arch()
+        peaks = self.manifest["peaks"]
+        candidates = []
+        for name in self.manifest["targets"]:
+            theirs = peaks.get(name, {}).get("arch", "")
+            if self.backend == "rocm" and theirs == arch:
+                return name
+            if self.backend == "cuda" and theirs.startswith("sm_") and arch.startswith("sm_"):
+                t, d = int(theirs[3:]), int(arch[3:])
+                if t // 10 == d // 10 and t <= d:
+                    candidates.append((t, name))
+        return max(candidates)[1] if candidates else None
+
+    def _peak(self) -> tuple[str, dict[str, Any]]:
+        """The Target preset whose peaks the speed cases are measured against."""
+        peaks = self.manifest["peaks"]
+        description = self.description().upper()
+        for marker, name in (
+            ("H200", "h200"),
+            ("H100", "h100"),
+            ("A100", "a100"),
+            ("MI300", "mi300x"),
+            ("MI250", "mi250x"),
+        ):
+            if marker in description and name in peaks:
+                return name, peaks[name]
+        name = self.target or self.manifest["reference_target"]
+        return name, peaks.get(name, {})
+
+    def description(self) -> str:
+        if self.device is None:
+            return f"heron interpreter on {platform.processor() or platform.machine()}"
+        return str(self.device.description)
+
+    def hello(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "backend": self.backend,
+            "device": self.description(),
+            "arch": self._arch(),
+            "target": self.target,
+            "peak_preset": self.peak_name,
+            "python": sys.version.split()[0],
+            "numpy": np.__version__,
+            "modules": _versions(),
+        }
+        if self.backend == "cuda":
+            info["conditional_nodes"] = bool(self.device.supports_conditional_nodes)
+            info["library_reasons"] = _jsonable(getattr(self.device, "library_reasons", {}))
+            try:
+                from cuda.bindings import driver
+
+                version = int(driver.cuDriverGetVersion()[1])
+                info["driver_cuda"] = f"{version // 1000}.{version % 1000 // 10}"
+            except Exception as error:  # noqa: BLE001 - the report says it could not tell
+                info["driver_cuda"] = f"unknown ({error})"
+        return info
+
+    def _device_for(self, artefact: Any) -> Any:
+        if self.device is not None:
+            return self.device
+        from heron.runtime.interpreter import InterpreterDevice
+
+        return InterpreterDevice(warp_size=artefact.target.warp_size)
+
+    def _load(self, case: dict[str, Any]) -> Any:
+        from heron.runtime.core.artefact import load
+
+        if self.target is None:
+            raise _Skip(f"the bundle has no artefacts for {self._arch()}")
+        relative = case["artefacts"].get(self.target)
+        if relative is None:
+            error = case.get("build_errors", {}).get(self.target, "not built")
+            raise _Error(f"no artefact for {self.target}: heron did not compile it: {error}")
+        return load(self.bundle / relative)
+
+    # -- correctness ---------------------------------------------------------------------
+
+    def correctness(self, case: dict[str, Any]) -> dict[str, Any]:
+        """No command buffers once; with them REPEATS times. Against XLA:CPU's outputs and the
+        interpreter's; command buffers or not and the repeats identical, except for the
+        kernels the artefact marks order-dependent (a deterministic compile has none)."""
+        from heron.hlo.npz_io import load_inputs, load_outputs
+        from heron.hlo.parser import parse_shape
+        from heron.runtime.core.executor import Executable
+        from heron.runtime.core.thunks import order_dependent_kernels
+
+        artefact = self._load(case)
+        inputs = load_inputs(
+            self.bundle / case["inputs"],
+            [parse_shape(text) for text in artefact.signature.parameters],
+        )
+        device = self._device_for(artefact)
+        backend = self.backend
+        details: dict[str, Any] = {"target": self.target}
+        start = time.perf_counter()
+        plain = Executable(artefact, device, backend, command_buffers=False)
+        try:
+            without = plain.run(inputs)
+            details["kernels"] = _top_kernels(plain.stats)
+            details["library_calls"] = [c.to_json() for c in plain.library_choices]
+        finally:
+            plain.close()
+        # min_graph_size 1: every run of recordable thunks becomes a command buffer, so that
+        # "with command buffers" exercises them also in programs shorter than XLA's 5.
+        buffered = Executable(artefact, device, backend, command_buffers=True, min_graph_size=1)
+        try:
+            runs = [buffered.run(inputs) for _ in range(REPEATS)]
+            order_dependent = order_dependent_kernels(buffered.program)
+            details["command_buffers_recorded"] = sum(
+                r.command_buffers_recorded for r in buffered.runs
+            )
+        finally:
+            buffered.close()
+        details["seconds"] = round(time.perf_counter() - start, 4)
+        details["order_dependent_kernels"] = [k for k, _ in order_dependent]
+        problems: list[str] = []
+        deterministic = bool(case.get("deterministic"))
+        if deterministic and order_dependent:
+            problems.append(
+                "compiled deterministic, yet order-dependent kernels: "
+                + ", ".join(k for k, _ in order_dependent)
+            )
+        same_repeats = all(bundle_compare.identical(runs[0], r) for r in runs[1:])
+        same_buffers = bundle_compare.identical(without, runs[0])
+        for label, same in (("repeated runs", same_repeats), ("command buffers", same_buffers)):
+            key = "repeats" if label == "repeated runs" else "command_buffers"
+            if same:
+                details[key] = "identical"
+            elif order_dependent:
+                details[key] = f"differ (expected: order-dependent {len(order_dependent)})"
+            else:
+                details[key] = "DIFFER"
+                what = "with and without command buffers" if key == "command_buffers" else ""
+                problems.append(f"{label} {what} differ".replace("  ", " ").strip())
+        if case.get("xla_cpu"):
+            versus = bundle_compare.compare_all(
+                runs[0], load_outputs(self.bundle / case["xla_cpu"]), case.get("ulps")
+            )
+            details["xla_cpu"] = versus
+            if not versus["ok"]:
+                problems.append(f"against XLA:CPU: {versus.get('why')}")
+        if case.get("interpreter"):
+            versus = bundle_compare.compare_all(
+                runs[0], load_outputs(self.bundle / case["interpreter"])
+            )
+            details["interpreter"] = versus
+            if self.backend == "interpreter":
+                if not versus["identical"] and not order_dependent:
+                    problems.append("the interpreter's outputs differ from the build's")
+            elif not case.get("xla_cpu") and not versus["ok"]:
+                problems.append(f"against the interpreter: {versus.get('why')}")
+        elif not case.get("xla_cpu"):
+            problems.append("no reference outputs in the bundle")
+        status = "fail" if problems else "pass"
+        return {"status": status, "reason": "; ".join(problems), "details": details}
+
+    # -- speed ---------------------------------------------------------------------------
+
+    def speed(self, case: dict[str, Any]) -> dict[str, Any]:
+        """heron (its artefact) and jax.jit, side by side on this device, at the GPU size."""
+        if self.device is None:
+            raise _Skip("speed cases need a GPU (backend interpreter)")
+        workload = bundle_workloads.BY_NAME[case["workload"]]
+        artefact = self._load(case)
+        inputs = bundle_workloads.make_inputs(workload.gpu, case["seed"])
+        details: dict[str, Any] = {"target": self.target, "peak_preset": self.peak_name}
+        heron_out, details["heron"] = self._heron_times(artefact, inputs)
+        try:
+            jax_out, details["jax"] = _jax_times(workload, inputs)
+        except ImportError as error:
+            jax_out, details["jax"] = None, {"skipped": f"jax is not installed ({error})"}
+        except Exception as error:  # noqa: BLE001 - heron's numbers still count
+            jax_out, details["jax"] = None, {"error": f"{type(error).__name__}: {error}"[:300]}
+        self._rates(case, workload, details)
+        problems = []
+        if jax_out is not None:
+            errors = [bundle_compare.relative_error(h, j) for h, j in zip(heron_out, jax_out)]
+            details["error_vs_jax"] = errors
+            for i, (error, reference) in enumerate(zip(errors, jax_out, strict=True)):
+                floating = reference.dtype.kind == "f" or str(reference.dtype) == "bfloat16"
+                bound = SPEED_FLOAT_TOLERANCE if floating else SPEED_INT_TOLERANCE
+                if error is None or error > bound:
+                    problems.append(f"out{i} differs from jax's on this GPU: {error}")
+            if len(heron_out) != len(jax_out):
+                problems.append(f"{len(heron_out)} outputs, jax {len(jax_out)}")
+        return {
+            "status": "fail" if problems else "pass",
+            "reason": "; ".join(problems),
+            "details": details,
+        }
+
+    def _heron_times(self, artefact: Any, inputs: list[np.ndarray]) -> tuple[list, dict]:
+        from heron.hlo.memory_layout import to_memory
+        from heron.runtime.core.executor import Executable
+
+        device = self.device
+        executable = Executable(artefact, device, self.backend, timing=False)
+        buffers = []
+        try:
+            for array, shape in zip(inputs, executable.parameter_shapes, strict=True):
+                raw = to_memory(array, shape)
+                buffer = device.allocate(raw.nbytes, "bundle input")
+                device.copy_to_device(buffer, raw)
+                buffers.append(buffer)
+            begun = time.perf_counter()
+            executable.execute(buffers)  # records the command buffers
+            first = time.perf_counter() - begun
+            outputs = list(executable.results())
+            singles = []
+            for _ in range(SINGLE_RUNS):
+                begun = time.perf_counter()
+                executable.execute(buffers)
+                singles.append(time.perf_counter() - begun)
+            single = statistics.median(singles)
+            count = max(3, min(100, int(BATCH_SECONDS / max(single, 1e-6))))
+            batches, device_batches = [], []
+            for _ in range(BATCHES):
+                timer = device.timer()
+                begun = time.perf_counter()
+                timer.start()
+                for _ in range(count):
+                    executable.execute(buffers, synchronize=False)
+                timer.stop()
+                device.synchronize()
+                batches.append((time.perf_counter() - begun) / count)
+                device_batches.append(timer.seconds() / count)
+            result = {
+                "first_s": first,
+                "single_s": single,
+                "batch_runs": count,
+                "throughput_s": statistics.median(batches),
+                "device_s": statistics.median(device_batches),
+                "library_calls": [c.chosen for c in executable.library_choices],
+                "command_buffers": sum(1 for _ in executable.program if _.kind == "command_buffer"),
+            }
+            result["kernels"] = self._kernel_times(artefact, buffers)
+            return outputs, result
+        finally:
+            executable.close()
+            for buffer in buffers:
+                device.free(buffer)
+
+    def _kernel_times(self, artefact: Any, buffers: list) -> list[dict[str, Any]]:
+        """Per-kernel device times (event timers around each thunk, no command buffers)."""
+        from heron.runtime.core.executor import Executable
+
+        executable = Executable(artefact, self.device, self.backend, command_buffers=False)
+        try:
+            executable.execute(buffers)
+            return _top_kernels(executable.stats, 8)
+        finally:
+            executable.close()
+
+    def _rates(self, case: dict, workload: Any, details: dict[str, Any]) -> None:
+        """Achieved GB/s and TFLOP/s from each side's throughput time, against the peak."""
+        peak = self.peak
+        bf16 = any(a.dtype in ("bfloat16", "float16") for a in workload.gpu)
+        flops_peak = peak.get("mma_flops" if bf16 else "fp32_flops") or 0
+        for side in ("heron", "jax", "torch"):
+            entry = details.get(side)
+            if not isinstance(entry, dict) or not entry.get("throughput_s"):
+                continue
+            seconds = entry["throughput_s"]
+            entry["gb_per_s"] = case["bytes"] / seconds / 1e9
+            if peak.get("memory_bandwidth"):
+                entry["bandwidth_of_peak"] = case["bytes"] / seconds / peak["memory_bandwidth"]
+            if case["flops"]:
+                entry["tflop_per_s"] = case["flops"] / seconds / 1e12
+                if flops_peak:
+                    entry["flops_of_peak"] = case["flops"] / seconds / flops_peak
+
+    def torch(self, case: dict[str, Any]) -> dict[str, Any]:
+        """torch.compile's times for the workload's torch twin (when torch sees a GPU)."""
+        if self.device is None:
+            raise _Skip("speed cases need a GPU (backend interpreter)")
+        try:
+            import torch
+        except ImportError as error:
+            raise _Skip(f"torch is not installed ({error})") from None
+        if not torch.cuda.is_available():
+            raise _Skip("torch sees no GPU")
+        workload = bundle_workloads.BY_NAME[case["workload"]]
+        inputs = bundle_workloads.make_inputs(workload.gpu, case["seed"])
+        tensors = [_to_torch(torch, a) for a in inputs]
+        function = torch.compile(workload.torch())
+        begun = time.perf_counter()
+        function(*tensors)
+        torch.cuda.synchronize()
+        entry: dict[str, Any] = {
+            "first_s": time.perf_counter() - begun,
+            "version": torch.__version__,
+        }
+        entry.update(_times(lambda: function(*tensors), torch.cuda.synchronize))
+        details = {"torch": entry}
+        self._rates(case, workload, details)
+        torch.cuda.empty_cache()
+        return {"status": "pass", "reason": "", "details": details}
+
+
+class _Skip(Exception):
+    """The case does not apply here (status skipped, this reason)."""
+
+
+class _Error(Exception):
+    """The case could not run (status error, this reason)."""
+
+
+def _times(call: Any, synchronize: Any) -> dict[str, Any]:
+    """Median single run (call + synchronize) and median of batches of back-to-back calls."""
+    singles = []
+    for _ in range(SINGLE_RUNS):
+        begun = time.perf_counter()
+        call()
+        synchronize()
+        singles.append(time.perf_counter() - begun)
+    single = statistics.median(singles)
+    count = max(3, min(100, int(BATCH_SECONDS / max(single, 1e-6))))
+    batches = []
+    for _ in range(BATCHES):
+        begun = time.perf_counter()
+        for _ in range(count):
+            call()
+        synchronize()
+        batches.append((time.perf_counter() - begun) / count)
+    return {"single_s": single, "batch_runs": count, "throughput_s": statistics.median(batches)}
+
+
+def _jax_times(workload: Any, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], dict]:
+    import jax
+
+    function = jax.jit(workload.function())
+    arguments = [jax.device_put(a) for a in inputs]
+    begun = time.perf_counter()
+    result = function(*arguments)
+    jax.block_until_ready(result)
+    entry: dict[str, Any] = {
+        "first_s": time.perf_counter() - begun,
+        "version": jax.__version__,
+        "device": str(jax.devices()[0]),
+    }
+    last: list[Any] = []
+
+    def call() -> None:
+        last[:] = [function(*arguments)]
+
+    entry.update(_times(call, lambda: jax.block_until_ready(last[0])))
+    outputs = [np.asarray(x) for x in jax.tree.leaves(result)]
+    return outputs, entry
+
+
+def _to_torch(torch: Any, array: np.ndarray) -> Any:
+    if str(array.dtype) == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16).cuda()
+    return torch.from_numpy(array).cuda()
+
+
+def _top_kernels(stats: Any, count: int = 5) -> list[dict[str, Any]]:
+    entries = sorted(stats.by_thunk(), key=lambda e: -e["seconds"])
+    return [
+        {
+            "path": e["path"],
+            "kind": e["kind"],
+            "name": e["name"],
+            "emitter": e["emitter"],
+            "launch": e["launch"],
+            "executions": e["executions"],
+            "seconds": e["seconds"],
+        }
+        for e in entries[:count]
+    ]
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    versions = {}
+    for name in (
+        "heron-runtime-core",
+        "heron-runtime-cuda",
+        "nvmath-python",
+        "cuda-bindings",
+        "cuda-core",
+        "jax",
+        "jaxlib",
+        "torch",
+        "ml-dtypes",
+    ):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def main() -> int:
+    bundle, backend = Path(sys.argv[1]), sys.argv[2]
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # stray prints from libraries go to the log, not into the protocol
+    sys.stdout = sys.stderr
+    try:
+        worker = Worker(bundle, backend)
+        answers.write(json.dumps({"hello": _jsonable(worker.hello())}) + "\n")
+    except Exception as error:  # noqa: BLE001 - the parent reports why no case can run
+        traceback.print_exc()
+        answers.write(json.dumps({"hello": None, "error": f"{type(error).__name__}: {error}"}))
+        answers.write("\n")
+        return 1
+    handlers = {"correctness": worker.correctness, "speed": worker.speed, "torch": worker.torch}
+    for line in sys.stdin:
+        request = json.loads(line)
+        case = request["case"]
+        begun = time.perf_counter()
+        try:
+            answer = handlers[request["mode"]](case)
+        except _Skip as skip:
+            answer = {"status": "skipped", "reason": str(skip)}
+        except _Error as error:
+            answer = {"status": "error", "reason": str(error)}
+        except Exception as error:  # noqa: BLE001 - one case's failure is its result
+            print(f"case {case['name']}:", file=sys.stderr)
+            traceback.print_exc()
+            answer = {"status": "error", "reason": f"{type(error).__name__}: {error}"[:500]}
+        answer["seconds"] = round(time.perf_counter() - begun, 4)
+        answers.write(json.dumps(_jsonable(answer)) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
