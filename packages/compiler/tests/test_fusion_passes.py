@@ -573,6 +573,47 @@ ENTRY main {{
         np.testing.assert_allclose(actual, reference, rtol=1e-5, atol=1e-5)
 
 
+def _wide_concatenate(parameters: int) -> str:
+    """A concatenate of ``parameters`` parameters, three negations and one add: 130
+    operands for 126 parameters, over the fusion budget (96 operands plus outputs)."""
+    lines = [f"  p{i} = f32[2,1]{{1,0}} parameter({i})" for i in range(parameters)]
+    for k, name in enumerate("xyzab"):
+        lines.append(f"  {name} = f32[2,1]{{1,0}} parameter({parameters + k})")
+    lines += [f"  n{name} = f32[2,1]{{1,0}} negate({name})" for name in "xyz"]
+    lines.append("  s = f32[2,1]{1,0} add(a, b)")
+    operands = [f"p{i}" for i in range(parameters)] + ["nx", "ny", "nz", "s"]
+    lines.append(
+        f"  ROOT c = f32[2,{len(operands)}]{{1,0}} concatenate({', '.join(operands)}),"
+        " dimensions={1}"
+    )
+    return "HloModule wide_concatenate\nENTRY main {\n" + "\n".join(lines) + "\n}\n"
+
+
+def test_a_consumer_over_the_budget_takes_producers_that_add_no_operand() -> None:
+    # XLA's FusionFitsInBudget: a producer fused into its consumer is accepted over
+    # the budget when the fusion reads no more operands than the consumer did. A
+    # concatenate of 130 operands takes each negate (x replaces negate(x)), not the
+    # add (a and b replace s: 131); it is a fusion of its own, emitted with 130
+    # parameters. It used to take nothing and stay outside every fusion, and the run
+    # refused it (the im2col of a convolution's weight gradient, 196 columns).
+    from heron.compiler.program_run import run_program
+    from heron.runtime.core.registry import load_backends
+
+    module = parse_module(_wide_concatenate(126))
+    fused = check_each_pass(module)
+    assert {i.opcode for i in fused.entry.instructions} == {"parameter", "fusion"}
+    assert count_kernels(fused) == 2
+    concatenate, add = sorted(_fusions(fused), key=lambda f: len(f.operands), reverse=True)
+    assert len(concatenate.operands) == 130 and len(add.operands) == 2
+    body = [i.opcode for i in concatenate.called("calls").instructions]
+    assert body.count("negate") == 3 and "add" not in body
+    arguments = random_arguments(module, np.random.default_rng(6))
+    device = load_backends().create_device("interpreter")
+    run = run_program(module, arguments, device, "interpreter", target=H100)
+    assert run.kernel_launches == 2
+    np.testing.assert_array_equal(run.outputs[0], evaluate_module(module, arguments))
+
+
 BIAS_GRADIENT = """
 HloModule bias_gradient
 add {
