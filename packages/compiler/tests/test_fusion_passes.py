@@ -528,6 +528,16 @@ CONVOLUTIONS = {
         "window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01",
         2,  # the result's transpose back to NCHW is no elementwise epilogue
     ),
+    # flax's weight gradient: a 3x3 output of a 10x10 window, 100 kernel positions.
+    # One slice per kernel position made a concatenate of 100 that no fusion took
+    # (over the budget) and the run refused; one slice per output position makes 9.
+    "conv2d_weight_gradient": (
+        "f32[2,10,10,3]{3,2,1,0}",
+        "f32[2,10,10,4]{3,2,1,0}",
+        "f32[3,3,3,4]{3,2,1,0}",
+        "window={size=10x10 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf",
+        2,  # the result's transpose into 01bf
+    ),
 }
 
 
