@@ -557,6 +557,16 @@ CONVOLUTIONS = {
         "window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01",
         2,  # the result's transpose back to NCHW is no elementwise epilogue
     ),
+    # flax's weight gradient: a 3x3 output of a 10x10 window, 100 kernel positions.
+    # One slice per kernel position made a concatenate of 100 that no fusion took
+    # (over the budget) and the run refused; one slice per output position makes 9.
+    "conv2d_weight_gradient": (
+        "f32[2,10,10,3]{3,2,1,0}",
+        "f32[2,10,10,4]{3,2,1,0}",
+        "f32[3,3,3,4]{3,2,1,0}",
+        "window={size=10x10 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf",
+        2,  # the result's transpose into 01bf
+    ),
 }
 
 
@@ -600,6 +610,47 @@ ENTRY main {{
         run.outputs, flatten_literal(evaluate_module(module, arguments)), strict=True
     ):
         np.testing.assert_allclose(actual, reference, rtol=1e-5, atol=1e-5)
+
+
+def _wide_concatenate(parameters: int) -> str:
+    """A concatenate of ``parameters`` parameters, three negations and one add: 130
+    operands for 126 parameters, over the fusion budget (96 operands plus outputs)."""
+    lines = [f"  p{i} = f32[2,1]{{1,0}} parameter({i})" for i in range(parameters)]
+    for k, name in enumerate("xyzab"):
+        lines.append(f"  {name} = f32[2,1]{{1,0}} parameter({parameters + k})")
+    lines += [f"  n{name} = f32[2,1]{{1,0}} negate({name})" for name in "xyz"]
+    lines.append("  s = f32[2,1]{1,0} add(a, b)")
+    operands = [f"p{i}" for i in range(parameters)] + ["nx", "ny", "nz", "s"]
+    lines.append(
+        f"  ROOT c = f32[2,{len(operands)}]{{1,0}} concatenate({', '.join(operands)}),"
+        " dimensions={1}"
+    )
+    return "HloModule wide_concatenate\nENTRY main {\n" + "\n".join(lines) + "\n}\n"
+
+
+def test_a_consumer_over_the_budget_takes_producers_that_add_no_operand() -> None:
+    # XLA's FusionFitsInBudget: a producer fused into its consumer is accepted over
+    # the budget when the fusion reads no more operands than the consumer did. A
+    # concatenate of 130 operands takes each negate (x replaces negate(x)), not the
+    # add (a and b replace s: 131); it is a fusion of its own, emitted with 130
+    # parameters. It used to take nothing and stay outside every fusion, and the run
+    # refused it (the im2col of a convolution's weight gradient, 196 columns).
+    from heron.compiler.program_run import run_program
+    from heron.runtime.core.registry import load_backends
+
+    module = parse_module(_wide_concatenate(126))
+    fused = check_each_pass(module)
+    assert {i.opcode for i in fused.entry.instructions} == {"parameter", "fusion"}
+    assert count_kernels(fused) == 2
+    concatenate, add = sorted(_fusions(fused), key=lambda f: len(f.operands), reverse=True)
+    assert len(concatenate.operands) == 130 and len(add.operands) == 2
+    body = [i.opcode for i in concatenate.called("calls").instructions]
+    assert body.count("negate") == 3 and "add" not in body
+    arguments = random_arguments(module, np.random.default_rng(6))
+    device = load_backends().create_device("interpreter")
+    run = run_program(module, arguments, device, "interpreter", target=H100)
+    assert run.kernel_launches == 2
+    np.testing.assert_array_equal(run.outputs[0], evaluate_module(module, arguments))
 
 
 BIAS_GRADIENT = """

@@ -465,3 +465,53 @@ def test_selected_operands_are_resolved_only_in_their_branch() -> None:
         1,
     )
     assert sites == {"i": ["func.func"], "u": ["scf.if"], "p": ["scf.if"]}
+
+
+def _if_depths(text: str, rank: int) -> dict[str, int]:
+    """Emit the root of ``text`` by hand; for each operand, how many ``scf.if`` enclose
+    the point where it is read."""
+    module = parse_module(text)
+    root = module.computation(module.fusion_under_test).root_instruction
+    depths: dict[str, int] = {}
+    with make_context(), ir.Location.unknown():
+        ir_module = ir.Module.create()
+        index = ir.IndexType.get()
+        operand = ir.IntegerType.get_signless(32)
+        with ir.InsertionPoint(ir_module.body):
+            function = func.FuncOp("f", ir.FunctionType.get([index] * rank + [operand], []))
+            block = function.add_entry_block()
+        args = list(block.arguments)
+
+        def resolve(inst, indices):
+            depth, op = 0, ir.InsertionPoint.current.block.owner.operation
+            while op.name != "func.func":
+                depth += op.name == "scf.if"
+                op = op.parent
+            depths[inst.name] = depth
+            return [args[-1]]
+
+        with ir.InsertionPoint(block):
+            emit_instruction(root, args[:rank], ElementalContext(resolve=resolve, call=None))
+            func.ReturnOp([])
+        ir_module.operation.verify()
+    return depths
+
+
+def test_a_concatenate_selects_its_operand_by_halving_the_range() -> None:
+    # XLA's EmitConcat: each scf.if halves the operands left, so 64 operands nest
+    # 6 deep. A chain of ifs nested 63 deep; the 196 columns of a convolution's
+    # im2col went past the recursion limit of what walks regions (the
+    # interpreter's capture stage).
+    count = 64
+    parameters = "\n".join(f"  p{i} = s32[2,{1 + i % 3}] parameter({i})" for i in range(count))
+    names = ", ".join(f"p{i}" for i in range(count))
+    width = sum(1 + i % 3 for i in range(count))
+    text = (
+        f"fusion {{\n{parameters}\n"
+        f"  ROOT r = s32[2,{width}] concatenate({names}), dimensions={{1}}\n}}"
+    )
+    depths = _if_depths(text, 2)
+    assert sorted(depths) == sorted(f"p{i}" for i in range(count))
+    assert set(depths.values()) == {6}
+    rng = np.random.default_rng(14)
+    check(text, [random_bits(E.S32, (2, 1 + i % 3), rng) for i in range(count)])

@@ -92,6 +92,9 @@ WINDOWS_2D = [
     "size=2x3 pad=-1_2x1_0 lhs_dilate=2x1 rhs_dilate=1x2",
     "size=3x3 stride=2x2 pad=1_1x1_1 rhs_reversal=1x0",
     "size=1x1",
+    # fewer output positions than kernel positions: one slice per output position
+    "size=5x4 stride=2x1 pad=1_0x0_1 rhs_dilate=1x2",
+    "size=6x5 pad=0_1x-1_1 lhs_dilate=2x1 rhs_reversal=0x1",
 ]
 
 
@@ -166,6 +169,29 @@ ENTRY main {
     dim_labels=f01b_i01o->01bf, batch_group_count=4
 }
 """
+    _check(text, exact=False)
+
+
+def test_a_weight_gradient_slices_once_per_output_position():
+    # jax's gradient of a 3x3 SAME convolution over a 16x16 image with respect to
+    # its kernel (flax's Conv: the input's features as the batch, f01b) is a
+    # convolution with a 16x16 window and a 3x3 output. One slice per kernel
+    # position made a concatenate of 256 slices, which the fusion passes take one
+    # by one (minutes); one slice per output position makes 9, the same patches.
+    text = """\
+HloModule weight_gradient
+ENTRY main {
+  x = f32[4,16,16,3] parameter(0)
+  dy = f32[4,16,16,8] parameter(1)
+  ROOT dw = f32[3,3,3,8] convolution(x, dy), window={size=16x16 pad=1_1x1_1},
+    dim_labels=f01b_i01o->01bf
+}
+"""
+    module = parse_module(text)
+    run_pipeline(module, HloPass("under-test", lower_convolutions))
+    slices = [i for i in module.entry.instructions if i.opcode == "slice"]
+    (patches,) = [i for i in module.entry.instructions if i.opcode == "concatenate"]
+    assert len(slices) == len(patches.operands) == 9, print_module(module)
     _check(text, exact=False)
 
 

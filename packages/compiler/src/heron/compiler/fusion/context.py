@@ -21,6 +21,7 @@ from heron.compiler.fusion.cost_model import (
 from heron.compiler.fusion.fusible import (
     FusionChecker,
     Verdict,
+    fits_budget,
     is_wrappable,
     verdict_of,
 )
@@ -68,22 +69,33 @@ class FusionContext:
         self.checker = FusionChecker(self.target)
 
     def candidate(
-        self, members: list[Instruction], outputs: list[Instruction]
+        self,
+        members: list[Instruction],
+        outputs: list[Instruction],
+        consumer: Instruction | None = None,
     ) -> tuple[Candidate, Verdict] | None:
-        """A fusion of ``members`` computing ``outputs``, if an emitter can emit it."""
+        """A fusion of ``members`` computing ``outputs``, if an emitter can emit it
+        (``consumer``: the member the others are fused into, see :func:`fits_budget`)."""
         candidate = build_fusion(members, outputs)
-        verdict = self._verdict(candidate)
+        verdict = self._verdict(candidate, consumer)
         if verdict is None:
             candidate.discard()
             return None
         return candidate, verdict
 
-    def _verdict(self, candidate: Candidate) -> Verdict | None:
-        """The checker's verdict on ``candidate``, asked once per body signature."""
+    def _verdict(self, candidate: Candidate, consumer: Instruction | None = None) -> Verdict | None:
+        """The checker's verdict on ``candidate``, asked once per body signature.
+
+        The budget is checked first, for every candidate: it depends on
+        ``consumer`` too, which the body's signature does not tell (the same body
+        may be a producer fused into a consumer with more operands or fewer).
+        """
+        if not fits_budget(candidate, consumer):
+            return None
         key = self._signature(candidate)
         if key in self._verdicts:
             return self._verdicts[key]
-        verdict = self._verdicts[key] = self.checker.check(candidate)
+        verdict = self._verdicts[key] = self.checker.check(candidate, consumer)
         return verdict
 
     def pair_seconds(self, producer: Instruction, user: Instruction) -> float | None:
@@ -99,7 +111,7 @@ class FusionContext:
         if known is not None and known[0] is producer and known[1] is user:
             return known[2]
         candidate = build_fusion([producer, user], [user])
-        verdict = self._verdict(candidate)
+        verdict = self._verdict(candidate, consumer=user)
         seconds = None if verdict is None else self.price(candidate, verdict).seconds
         candidate.discard()
         self._pairs[key] = (producer, user, seconds)
@@ -184,7 +196,7 @@ class FusionContext:
                 body = inst.called("calls")
                 cost = self._estimate(self._body_form(body), body, list(inst.operands), verdict)
             else:
-                made = self.candidate([inst], [inst])
+                made = self.candidate([inst], [inst], consumer=inst)
                 if made is not None:
                     cost = self.price(*made)
                     made[0].discard()

@@ -47,6 +47,7 @@ __all__ = [
     "ROOT_ONLY_OPCODES",
     "FusionChecker",
     "Verdict",
+    "fits_budget",
     "is_fusible_consumer",
     "is_fusible_producer",
     "is_wrappable",
@@ -57,6 +58,30 @@ __all__ = [
 #: ``kMaxOperandsAndOutputsPerFusion``, which keeps kernel parameters within
 #: the 4 KiB the CUDA ABI passes them in.
 MAX_FUSION_PARAMETERS = 96
+
+
+def fits_budget(candidate: Candidate, consumer: Instruction | None = None) -> bool:
+    """Whether ``candidate`` keeps within :data:`MAX_FUSION_PARAMETERS` operands plus
+    outputs, or, made by fusing producers into ``consumer``, reads no more operands
+    than ``consumer`` does.
+
+    XLA's ``FusionFitsInBudget`` with ``is_consumer_producer_fusion``: a fusion that
+    reads no more than its consumer did makes no kernel's parameters grow, so it is
+    accepted over the budget. Without that, a consumer already over the budget
+    could take no producer at all, nor be a fusion of its own: a concatenate of
+    196 slices of one array (the im2col of equinox's convolution weight gradient,
+    issue 26) stayed outside every fusion and no emitter ran it; taking the slices
+    one by one, the fusion ends up reading the one array. A fusion of one
+    instruction reads what that instruction reads (pass it as its own
+    ``consumer``: XLA's FusionWrapper wraps whatever is left).
+    """
+    body = candidate.body
+    outputs = len(body.root.operands) if body.root.opcode == "tuple" else 1
+    operands = len(candidate.fusion.operands)
+    if operands + outputs <= MAX_FUSION_PARAMETERS:
+        return True
+    return consumer is not None and operands <= len(consumer.operands)
+
 
 #: Instructions a fused computation may hold. Every step of the fusion passes
 #: builds, signs and prices a candidate's whole body, and an emitter compiles it
@@ -229,15 +254,18 @@ class FusionChecker:
 
     target: Target
 
-    def check(self, candidate: Candidate) -> Verdict | None:
-        """The verdict for ``candidate``, or None when no emitter can emit it."""
+    def check(self, candidate: Candidate, consumer: Instruction | None = None) -> Verdict | None:
+        """The verdict for ``candidate``, or None when no emitter can emit it.
+
+        ``consumer``: the instruction the candidate fuses producers into, whose
+        operand count may stand for the budget (:func:`fits_budget`).
+        """
         from heron.emitters.fusion_analysis import analyse_fusion
         from heron.emitters.selection import default_registry, emitter_heroes, select_emitter
 
         registry = default_registry()  # a plugin that fails to load is an error, not a "no"
         body = candidate.body
-        outputs = len(body.root.operands) if body.root.opcode == "tuple" else 1
-        if len(candidate.fusion.operands) + outputs > MAX_FUSION_PARAMETERS:
+        if not fits_budget(candidate, consumer):
             return None
         if len(body.instructions) > MAX_FUSED_INSTRUCTIONS:
             return None

@@ -103,7 +103,7 @@ def _plan(
     fusions = []
     fused_seconds = 0.0
     for user in users:
-        made = context.candidate([producer, user], [user])
+        made = context.candidate([producer, user], [user], consumer=user)
         if made is None:
             _discard(fusions)
             return None
@@ -193,7 +193,8 @@ def fuse_by_priority(module: Module, target: Target) -> bool:
             # The producer stays until its last user has taken it. A user may read
             # another user, which the fusion installed before replaced: build again.
             if not all(graph.alive(operand) for operand in candidate.fusion.operands):
-                rebuilt = context.candidate(list(candidate.members), list(candidate.outputs))
+                (user,) = candidate.outputs
+                rebuilt = context.candidate(list(candidate.members), [user], consumer=user)
                 assert rebuilt is not None, "the same body, another operand"
                 candidate.discard()
                 candidate, verdict = rebuilt

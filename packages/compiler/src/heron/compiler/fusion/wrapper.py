@@ -33,7 +33,7 @@ def wrap_in_fusions(module: Module, target: Target) -> bool:
             continue
         if not is_wrappable(inst):
             continue
-        made = context.candidate([inst], [inst])
+        made = context.candidate([inst], [inst], consumer=inst)
         if made is None or not context.emits(made[0]):
             continue
         install_fusion(module, computation, made[0], made[1].fusion_kind)

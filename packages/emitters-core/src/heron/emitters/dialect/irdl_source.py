@@ -33,10 +33,13 @@ OPERAND_SEGMENTS_ATTR = "operandSegmentSizes"
 RESULT_SEGMENTS_ATTR = "resultSegmentSizes"
 
 # Arity limits of the mixed-type lists (number of optional slots). A call passes a
-# subgraph function its fusion's tensors and the indices it is called at: a fusion has
-# at most 96 operands plus outputs (the fusion passes' limit, XLA's
-# kMaxOperandsAndOutputsPerFusion), so 128 leaves room for 32 indices.
-MAX_CALL_OPERANDS = 128
+# subgraph function its fusion's tensors and the indices it is called at. A fusion
+# usually has at most 96 operands plus outputs (XLA's kMaxOperandsAndOutputsPerFusion),
+# but, as in XLA, a producer fused into a consumer with more operands is allowed as
+# long as the fusion reads no more than the consumer did (a concatenate of 196
+# im2col columns), so a call holds as many tensors as a kernel can take: 512
+# pointers fill the 4 KiB of kernel parameters CUDA passes.
+MAX_CALL_OPERANDS = 512
 MAX_CALL_RESULTS = 8
 MAX_ITER_ARGS = 16
 MAX_SYNC_TENSORS = 16

@@ -389,22 +389,22 @@ def _concatenate(inst: Instruction, indices: Sequence[ir.Value], ctx: ElementalC
     live = [k for k, m in enumerate(maps) if not m.constraints[0][1].is_empty]
     types = leaf_types(inst)
 
-    def select(position: int) -> list[ir.Value]:
-        k = live[position]
-        if position == len(live) - 1:
+    def select(begin: int, end: int) -> list[ir.Value]:
+        """The element of the one live operand in ``live[begin:end]`` holding it: the
+        range is halved at each ``scf.if`` (XLA's ``EmitConcat``), so a concatenate of
+        N operands nests log2(N) deep, not N (an im2col of 196 columns made a chain
+        of 196 nested regions, past the recursion limit of what walks them)."""
+        if end - begin == 1:
+            k = live[begin]
             return [ctx.operand(inst, k, apply_map(maps[k], indices))]
-        limit = maps[k].constraints[0][1].upper
+        middle = (begin + end) // 2
+        limit = maps[live[middle - 1]].constraints[0][1].upper
         condition = _cmp(arith.CmpIPredicate.sle, indices[axis], limit)
-        return if_else(
-            condition,
-            types,
-            lambda: [ctx.operand(inst, k, apply_map(maps[k], indices))],
-            lambda: select(position + 1),
-        )
+        return if_else(condition, types, lambda: select(begin, middle), lambda: select(middle, end))
 
     if not live:
         raise unsupported(ctx, inst, "every operand is empty")
-    return select(0)
+    return select(0, len(live))
 
 
 # -- dynamic slices -----------------------------------------------------------------------

@@ -11,7 +11,17 @@ convolution library, so, as issue 17 asks, a convolution is lowered to a GEMM
    window dilation is its start, the stride its step) gives that tap's input
    for every output position; the slices, stacked along a new dimension of
    size K (the number of kernel positions, in row-major order), are the
-   patches ``[batch, out spatial..., K, features]``;
+   patches ``[batch, out spatial..., K, features]``. Where there are fewer
+   output positions than kernel positions (a weight gradient: jax's
+   gradient of a 3x3 convolution over a 16x16 image with respect to its
+   kernel is a convolution with a 16x16 window and a 3x3 output) the slices
+   go the other way: one per output position (the position times the stride
+   is its start, the window dilation its step) is the window it reads, all
+   K taps, and the windows stacked in row-major order are the same patches.
+   Either way the patches concatenate min(K, output positions) slices: 9
+   rather than 256 for that gradient. The fusion passes take a concatenate's
+   slices one at a time: equinox's training step, 196 of them, compiled in
+   four minutes, and in 20 s with 9;
 3. the kernel is reversed where the window says so, transposed to (spatial...,
    input feature, output feature) and reshaped to ``[K, input features,
    output features]``, the same K order;
@@ -159,36 +169,52 @@ def _lower(inserter: Inserter, conv: Instruction) -> Instruction:
             {"padding": PaddingConfig((*padding, PadDim(0, 0)))},
         )
 
-    # 2. one strided slice per kernel position, stacked into the patches
-    columns = []
-    for position in np.ndindex(*kernel_spatial):
-        ranges = [SliceRange(0, batch, 1)]
-        for k, d, out in zip(position, window, out_spatial, strict=True):
-            start = k * d.window_dilation
-            limit = start + (out - 1) * d.stride + 1 if out else start
-            ranges.append(SliceRange(start, limit, d.stride))
-        ranges.append(SliceRange(0, features, 1))
-        tap = x
-        if any(
-            (r.start, r.limit, r.stride) != (0, size, 1)
-            for r, size in zip(ranges, x.shape.dims, strict=True)
-        ):
-            tap = add(
-                "tap",
-                "slice",
-                element,
-                [batch, *out_spatial, features],
-                [x],
-                {"slice": tuple(ranges)},
-            )
-        columns.append(reshape("tap_column", tap, [batch, *out_spatial, 1, features]))
-    patch_dims = [batch, *out_spatial, taps, features]
-    if len(columns) == 1:
-        patches = columns[0]
-    else:
-        patches = add(
-            "patches", "concatenate", element, patch_dims, columns, {"dimensions": (spatial + 1,)}
-        )
+    # 2. the patches [batch, out spatial..., K, features], from strided slices
+    def strided_slice(suffix: str, ranges: list[SliceRange]) -> Instruction:
+        dims = [len(range(r.start, r.limit, r.stride)) for r in ranges]
+        if dims == list(x.shape.dims) and all(r.start == 0 and r.stride == 1 for r in ranges):
+            return x
+        return add(suffix, "slice", element, dims, [x], {"slice": tuple(ranges)})
+
+    def stacked(suffix: str, columns: list[Instruction], axis: int) -> Instruction:
+        if len(columns) == 1:
+            return columns[0]
+        dims = list(columns[0].shape.dims)
+        dims[axis] = sum(c.shape.dims[axis] for c in columns)
+        return add(suffix, "concatenate", element, dims, columns, {"dimensions": (axis,)})
+
+    def patches_by_tap() -> Instruction:
+        """One slice per kernel position: that tap's input at every output position."""
+        columns = []
+        for position in np.ndindex(*kernel_spatial):
+            ranges = [SliceRange(0, batch, 1)]
+            for k, d, out in zip(position, window, out_spatial, strict=True):
+                start = k * d.window_dilation
+                limit = start + (out - 1) * d.stride + 1 if out else start
+                ranges.append(SliceRange(start, limit, d.stride))
+            ranges.append(SliceRange(0, features, 1))
+            tap = strided_slice("tap", ranges)
+            columns.append(reshape("tap_column", tap, [batch, *out_spatial, 1, features]))
+        return stacked("patches", columns, spatial + 1)
+
+    def patches_by_position() -> Instruction:
+        """One slice per output position: the window it reads, every tap at once."""
+        rows = []
+        for position in np.ndindex(*out_spatial):
+            ranges = [SliceRange(0, batch, 1)]
+            for o, d, k in zip(position, window, kernel_spatial, strict=True):
+                start = o * d.stride
+                ranges.append(
+                    SliceRange(start, start + (k - 1) * d.window_dilation + 1, d.window_dilation)
+                )
+            ranges.append(SliceRange(0, features, 1))
+            view = strided_slice("window", ranges)
+            rows.append(reshape("window_row", view, [batch, 1, taps, features]))
+        rows_stacked = stacked("window_rows", rows, 1)
+        return reshape("patches", rows_stacked, [batch, *out_spatial, taps, features])
+
+    positions = math.prod(out_spatial)
+    patches = patches_by_position() if 0 < positions < taps else patches_by_tap()
 
     # 3. the kernel as (K, input feature, output feature)
     w = rhs
