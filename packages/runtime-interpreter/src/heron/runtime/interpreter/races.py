@@ -31,7 +31,9 @@ then replaced, which is the shared-memory sanitizer's reset at a barrier,
 done lazily. Atomic updates do not race with each other nor with plain
 reads (they are order-dependent by design, and a compare-and-swap loop
 starts with a plain load); a plain write of an element another thread
-updates atomically in the same launch is a race.
+updates atomically in the same launch is a race (the atomic record keeps no
+thread: a thread's own plain store after its own atomic update of one
+element is reported too, a pattern heron's kernels do not have).
 
 Elements are the bytes under the buffer: every view of one allocation (the
 executor's slices) and every argument of a launch that names the same bytes
