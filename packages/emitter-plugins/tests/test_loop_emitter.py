@@ -368,3 +368,46 @@ def _loaded_from_param(ptx: str, param: str) -> str:
         if address in derived
     ]
     return register
+
+
+THREEFRY_COUNTERS = """HloModule threefry_counters
+fused_add {
+  p0 = u32[] parameter(0)
+  p1 = u32[] parameter(1)
+  c32 = u64[] constant(32)
+  c16 = u64[] constant(16)
+  iota = u64[16] iota(), iota_dimension=0
+  cols = u64[16,16] broadcast(iota), dimensions={1}
+  rows = u64[16,16] broadcast(iota), dimensions={0}
+  sixteen = u64[16,16] broadcast(c16), dimensions={}
+  scaled = u64[16,16] multiply(rows, sixteen)
+  linear = u64[16,16] add(scaled, cols)
+  shift = u64[16,16] broadcast(c32), dimensions={}
+  high = u64[16,16] shift-right-logical(linear, shift)
+  high32 = u32[16,16] convert(high)
+  k0 = u32[16,16] broadcast(p0), dimensions={}
+  x0 = u32[16,16] add(high32, k0)
+  low32 = u32[16,16] convert(linear)
+  k1 = u32[16,16] broadcast(p1), dimensions={}
+  x1 = u32[16,16] add(low32, k1)
+  ROOT t = (u32[16,16], u32[16,16]) tuple(x0, x1)
+}
+ENTRY e {
+  a = u32[] parameter(0)
+  b = u32[] parameter(1)
+  ROOT f = (u32[16,16], u32[16,16]) fusion(a, b), kind=kLoop, calls=fused_add
+}
+"""
+
+
+def test_threefry_counters_store_both_words_in_the_ptx():
+    """JAX's threefry counters (issue 26, dropout_threefry): the high word of a 64-bit
+    iota, ``convert(iota >> 32)``, is 0 for 256 elements. Index narrowing made that an
+    i32 shift by 32, LLVM poison, and LLVM deleted the store of the first output: on a
+    GPU it held whatever the buffer held before, different from run to run."""
+    module = parse_module(THREEFRY_COUNTERS)
+    compiled = compile_fusion(module.entry.root_instruction, H100, stop_after="ptx")
+    ptx = artefact_text(compiled, "ptx")
+    stores = re.findall(r"\bst\.global(?:\.[a-z0-9]+)+", ptx)
+    assert len(stores) == 2, ptx
+    assert not re.search(r"sh[rl]\.\w+\s+%r\d+, %r\d+, 32;", ptx), ptx

@@ -223,3 +223,53 @@ def test_narrowed_math_computes_the_same(ctx, map_text, fits):
     for dims, _ in m.domain_points():
         fn(*dims, result.ctypes.data)
         assert tuple(result.tolist()) == m.evaluate(dims), (dims, str(module))
+
+
+# -- shifts: the narrow width, not the wide one, bounds the amount ----------------------------
+
+
+def _shift_module(index: ir.Type, i64: ir.Type) -> ir.Module:
+    """``f(d0, out)``: d0 in [0, 300] as i64, shifted right (logically and arithmetically)
+    by 32 and by ``d0 mod 64``; every result fits 32 bits, so narrowing takes them all."""
+    module = ir.Module.create()
+    out_type = ir.MemRefType.get([4], i64)
+    with ir.InsertionPoint(module.body):
+        f = func.FuncOp("f", ir.FunctionType.get([index, out_type], []))
+    with ir.InsertionPoint(f.add_entry_block()):
+        d0, out = f.arguments
+        x = arith.index_cast(i64, arith.minui(d0, arith.constant(index, 300)))
+        thirty_two = arith.constant(i64, 32)
+        amount = arith.andi(x, arith.constant(i64, 63))
+        results = [
+            arith.shrui(x, thirty_two),
+            arith.shrsi(x, thirty_two),
+            arith.shrui(x, amount),
+            arith.shrsi(x, amount),
+        ]
+        for i, value in enumerate(results):
+            memref.store(value, out, [arith.constant(index, i)])
+        func.ReturnOp([])
+    return module
+
+
+def test_a_narrowed_shift_keeps_its_64_bit_result(ctx):
+    """JAX's threefry takes the high word of a 64-bit iota, ``convert(iota >> 32)``.
+    Upstream narrows that shift to i32 by 32 (llvm-project#218191), which is poison: LLVM
+    dropped the store of a whole output (issue 26, dropout_threefry on an H100/H200)."""
+    index, i64 = ir.IndexType.get(), ir.IntegerType.get_signless(64)
+    module = _shift_module(index, i64)
+    PASS.run(module, PipelineOptions())
+    module.operation.verify()
+    i32 = ir.IntegerType.get_signless(32)
+    for name in ("arith.shli", "arith.shrui", "arith.shrsi"):
+        for op in walk_ops(module.operation, name):
+            assert "heron.wide_shift" not in op.attributes
+            amount = op.operands[1].owner
+            if op.results[0].type == i32 and amount.name == "arith.constant":
+                assert ir.IntegerAttr(amount.attributes["value"]).value < 32, str(module)
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p)(jit(module, "f"))
+    result = np.zeros(4, np.int64)
+    for d0 in (0, 1, 5, 31, 32, 33, 63, 64, 100, 255, 300):
+        fn(d0, result.ctypes.data)
+        amount = d0 % 64
+        assert result.tolist() == [0, 0, d0 >> amount, d0 >> amount], (d0, str(module))

@@ -357,6 +357,7 @@ def test_masked_atomics_update_only_active_lanes():
       scf.if %first {
         memref.store %zero, %out[%c0] : memref<1xi32>
       }
+      gpu.barrier
       %r = arith.remui %t, %c3 : index
       %pick = arith.cmpi eq, %r, %c0 : index
       %ti = arith.index_cast %t : index to i32

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from heron.runtime.core.device import Dim3
+from heron.runtime.interpreter import races as races_module
 from heron.runtime.interpreter.errors import (
     InterpreterError,
     SanitizerError,
@@ -41,6 +42,7 @@ from heron.runtime.interpreter.errors import (
 )
 from heron.runtime.interpreter.lanes import LaneSpace, batches
 from heron.runtime.interpreter.program import Block, Function, Op, Program, Region
+from heron.runtime.interpreter.races import GlobalRaces
 from heron.runtime.interpreter.types import AnyType, VectorType, parse_type
 
 __all__ = [
@@ -255,6 +257,7 @@ class Launch:
         globals_memory: dict[str, Any],
         work: WorkCounter | None = None,
         observer: Any = None,
+        races: GlobalRaces | None = None,
     ) -> None:
         self.program = program
         self.kernel = kernel
@@ -268,6 +271,9 @@ class Launch:
         #: Hears every memory access and every block of operations run (a profiler,
         #: ``heron.runtime.interpreter.profile.AccessRecorder``); None: nothing is recorded.
         self.observer = observer
+        #: The launch's global-memory race records (every batch's); None: not checked
+        #: (a frame that computes a loop's index arithmetic ahead touches no memory).
+        self.races = races
 
     @property
     def kernel_name(self) -> str:
@@ -468,9 +474,12 @@ def run_kernel(
     workgroup_types = kernel.body.entry.argument_types[len(parameter_types) :]
     work = WorkCounter(kernel_name, work_limit)
     blocks = grid[0] * grid[1] * grid[2]
+    races = GlobalRaces(grid, block) if races_module.ENABLED else None
     with np.errstate(all="ignore"):
         for lanes in batches(grid, block, max_lanes, warp_size):
-            launch = Launch(program, kernel, lanes, globals_memory, work, observer)
+            if races is not None:
+                races.start_batch(lanes)
+            launch = Launch(program, kernel, lanes, globals_memory, work, observer, races)
             shared = [
                 memory.shared_memref(launch, parse_type(t), f"workgroup {i}")
                 for i, t in enumerate(workgroup_types)

@@ -3,7 +3,8 @@
 A :class:`SanitizerError` is a bug in the kernel, found while running it:
 an out-of-bounds or misaligned access, a barrier or shuffle reached by part
 of a block or warp, shared memory read before any write, two threads of a
-block racing on a shared-memory element, a division by zero. Its message
+block racing on a shared-memory element, two threads of a launch racing on
+a global-memory element, a division by zero. Its message
 names the kernel, the operation and the first thread that did it.
 """
 
@@ -38,6 +39,7 @@ class SanitizerError(InterpreterError):
         "divergent-shuffle",
         "uninitialised-shared-read",
         "shared-memory-race",
+        "global-memory-race",
         "division-by-zero",
         "unwritten-output",
         "write-to-constant",

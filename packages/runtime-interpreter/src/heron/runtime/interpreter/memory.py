@@ -17,7 +17,9 @@ Every access goes through :func:`read` or :func:`write`, which
 - for shared memory, report a read of an element never written, and races
   between threads of one block: an element written by one thread and read
   or written by another with no barrier in between (a barrier, see
-  :func:`barrier`, starts a new interval for the blocks that reach it).
+  :func:`barrier`, starts a new interval for the blocks that reach it);
+- for global memory, report races between any two threads of a launch
+  (:mod:`~.races`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from heron.runtime.interpreter.errors import InterpreterError
+from heron.runtime.interpreter.races import GlobalRaces, tracked
 from heron.runtime.interpreter.types import MemRefType, parse_type  # noqa: F401 (re-export)
 
 if TYPE_CHECKING:
@@ -338,6 +341,12 @@ def mutated(frame: Frame) -> None:
 # -- reads and writes ------------------------------------------------------------------------
 
 
+def _races(frame: Frame, ref: MemRef) -> GlobalRaces | None:
+    """The launch's global-memory race records when ``ref`` is checked by them, else None."""
+    races = frame.launch.races
+    return races if races is not None and tracked(ref) else None
+
+
 def _active_lanes(frame: Frame) -> np.ndarray | None:
     """Indices of active lanes, or None when every lane is active."""
     return None if frame.mask is None else np.flatnonzero(frame.mask)
@@ -400,7 +409,10 @@ def read(frame: Frame, op: Op, ref: MemRef, flat, width: int = 1) -> np.ndarray:
         frame.launch.observer.access(frame, op, "load", ref, flat, width, active)
     rows = lane_rows(frame, ref)
     flat = np.asarray(flat, np.int64)
+    races = _races(frame, ref)
     if np.ndim(rows) == 0 and flat.ndim == 0 and active is None:
+        if races is not None:
+            races.uniform_read(frame, op, ref, int(flat), width)
         value = elements[0, int(flat) : int(flat) + width]
         if memory.counted:
             start = int(flat)
@@ -411,6 +423,8 @@ def read(frame: Frame, op: Op, ref: MemRef, flat, width: int = 1) -> np.ndarray:
     if np.ndim(rows) == 0 and active is None and memory.written is None:
         start = _consecutive(flat, width)
         if start is not None:  # lane k reads the k-th run of ``width`` elements from start
+            if races is not None:
+                races.contiguous(frame, op, ref, start, width, "read")
             end = start + lanes_count * width
             if memory.counted:
                 memory.count("reads", ref.type.dtype.itemsize)[start:end] += np.uint32(1)
@@ -420,6 +434,8 @@ def read(frame: Frame, op: Op, ref: MemRef, flat, width: int = 1) -> np.ndarray:
     row_index = rows if np.ndim(rows) == 0 else (rows if active is None else rows[active])
     if memory.written is not None:
         _check_shared_read(frame, op, ref, row_index, positions, active)
+    elif races is not None:
+        races.access(frame, op, ref, positions, active, "read")
     values = elements[np.asarray(row_index)[..., None] if np.ndim(row_index) else 0, positions]
     if memory.counted:
         _count(memory, "reads", positions, ref.type.dtype.itemsize)
@@ -450,9 +466,12 @@ def write(frame: Frame, op: Op, ref: MemRef, flat, values, width: int = 1) -> No
     rows = lane_rows(frame, ref)
     data = np.asarray(values, ref.type.dtype)
     data = np.broadcast_to(data, (lanes_count, width) if width > 1 else (lanes_count,))
+    races = _races(frame, ref)
     if np.ndim(rows) == 0 and active is None and memory.written is None:
         start = _consecutive(np.asarray(flat, np.int64), width)
         if start is not None:  # lane k writes the k-th run of ``width`` elements from start
+            if races is not None:
+                races.contiguous(frame, op, ref, start, width, "write")
             end = start + lanes_count * width
             ref.elements()[0, start:end] = data.reshape(-1)
             if memory.counted:
@@ -464,6 +483,8 @@ def write(frame: Frame, op: Op, ref: MemRef, flat, values, width: int = 1) -> No
     row_index = rows if np.ndim(rows) == 0 else (rows if active is None else rows[active])
     if memory.written is not None:
         _check_shared_write(frame, op, ref, row_index, positions, active)
+    elif races is not None:
+        races.access(frame, op, ref, positions, active, "write")
     elements = ref.elements()
     target_rows = np.asarray(row_index)[..., None] if np.ndim(row_index) else 0
     elements[target_rows, positions] = data.reshape(positions.shape)
@@ -673,6 +694,9 @@ def atomic_targets(frame: Frame, op: Op, ref: MemRef, flat) -> tuple[np.ndarray,
         frame.launch.observer.access(frame, op, "atomic", ref, flat, 1, lanes)
     if memory.written is not None and lanes.size:
         _check_shared_atomic(frame, op, ref, rows, cols, lanes)
+    races = _races(frame, ref)
+    if races is not None and lanes.size:
+        races.access(frame, op, ref, cols[:, None], lanes, "atomic")
     if memory.counted:
         _count(memory, "writes", cols[:, None], ref.type.dtype.itemsize)
     return lanes, rows, cols
@@ -680,6 +704,8 @@ def atomic_targets(frame: Frame, op: Op, ref: MemRef, flat) -> tuple[np.ndarray,
 
 def barrier(launch: Launch, blocks: np.ndarray) -> None:
     """A barrier reached by the batch's ``blocks`` (indices): a new interval for their threads."""
+    if launch.races is not None:
+        launch.races.barrier(blocks)
     for memory in launch.state.get("shared", ()):
         memory.writer[blocks] = NO_LANE
         memory.reader[blocks] = NO_LANE
