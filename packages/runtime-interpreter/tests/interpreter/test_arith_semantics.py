@@ -58,11 +58,12 @@ INTEGER_OPS = {
     "minsi": lambda a, b, w: min(a, b),
     "maxui": lambda a, b, w: max(_unsigned(a, w), _unsigned(b, w)),
     "minui": lambda a, b, w: min(_unsigned(a, w), _unsigned(b, w)),
-    # Shifts: amounts >= width (unsigned) clamp as PTX does (documented in arith.py).
-    "shli": lambda a, b, w: 0 if _unsigned(b, w) >= w else a << _unsigned(b, w),
-    "shrui": lambda a, b, w: 0 if _unsigned(b, w) >= w else _unsigned(a, w) >> _unsigned(b, w),
-    "shrsi": lambda a, b, w: a >> min(_unsigned(b, w), w - 1),
+    # Shifts by amounts below the width; larger ones are poison-shift findings (below).
+    "shli": lambda a, b, w: a << _unsigned(b, w),
+    "shrui": lambda a, b, w: _unsigned(a, w) >> _unsigned(b, w),
+    "shrsi": lambda a, b, w: a >> _unsigned(b, w),
 }
+SHIFTS = ("shli", "shrui", "shrsi")
 
 
 @pytest.mark.parametrize("width", [2, 4, 8, 13, 16, 32, 64])
@@ -74,6 +75,8 @@ def test_integer_binary_ops_wrap_to_their_width(name, width, elementwise):
         [_ints(width)[: len(a) // 2], RNG.integers(0, width + 3, len(a) - len(a) // 2)]
     )
     b = np.array([_wrap(int(v), width) for v in b])
+    if name in SHIFTS:  # amounts read unsigned, below the width
+        b = np.array([_wrap(_unsigned(int(v), width) % width, width) for v in b])
     dtype = _container(width)
     (got,) = elementwise(
         f"%r0 = arith.{name} %a0, %a1 : {t}", [a.astype(dtype), b.astype(dtype)], [t, t], [t]
@@ -458,3 +461,30 @@ def test_a_vector_typed_arith_op_runs_elementwise(run_kernel):
     (raw,) = run_kernel(text, [values], [256], block=(16, 1, 1))
     factors = np.tile(np.array([1, 2, 3, 4], np.float32), 16)
     np.testing.assert_array_equal(raw.view(np.float32), values * factors - values)
+
+
+@pytest.mark.parametrize("name", SHIFTS)
+def test_a_shift_by_the_width_or_more_in_an_active_lane_is_a_finding(name, elementwise):
+    """LLVM poison (the narrowed threefry shift that lost a store on an H200, issue 26)."""
+    a = np.array([5, 6, 7], np.int32)
+    b = np.array([1, 32, 3], np.int32)
+    with pytest.raises(SanitizerError, match=r"poison-shift.*thread \(1, 0, 0\).*i32 by its width"):
+        elementwise(f"%r0 = arith.{name} %a0, %a1 : i32", [a, b], ["i32", "i32"], ["i32"])
+
+
+def test_a_shift_by_the_width_in_an_inactive_lane_gives_what_ptx_gives(elementwise):
+    body = """
+    %width = arith.constant 32 : i32
+    %small = arith.cmpi ult, %a1, %width : i32
+    %r0 = scf.if %small -> (i32) {
+      %s = arith.shli %a0, %a1 : i32
+      scf.yield %s : i32
+    } else {
+      %zero = arith.constant 0 : i32
+      scf.yield %zero : i32
+    }
+    """
+    a = np.array([5, 6, 7], np.int32)
+    b = np.array([1, 32, 3], np.int32)
+    (got,) = elementwise(body, [a, b], ["i32", "i32"], ["i32"])
+    assert got.tolist() == [10, 0, 56]

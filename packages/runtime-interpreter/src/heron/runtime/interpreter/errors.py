@@ -41,6 +41,7 @@ class SanitizerError(InterpreterError):
         "shared-memory-race",
         "global-memory-race",
         "division-by-zero",
+        "poison-shift",
         "unwritten-output",
         "write-to-constant",
     )
