@@ -231,6 +231,7 @@ EDGE_VARIANTS = {
     "reduce_tall_small_column_s32.hlo": "reduce_column_small",
     "reduce_argmax.hlo": "reduce_row",
     "reduce_side_output.hlo": "reduce_row",
+    "reduce_init_parameter_bare_bijection.hlo": "reduce_row",
 }
 
 
