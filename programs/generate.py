@@ -1,10 +1,14 @@
-"""Write the program corpus: each program's HLO as JAX prints it, inputs, XLA:CPU and XLA:GPU facts.
+"""Write a program corpus: each program's HLO as JAX prints it, inputs, XLA:CPU and XLA:GPU facts.
 
-Run from the repository root (``nox -s programs`` installs what it needs)::
+Run from the repository root (``nox -s programs`` and ``nox -s models`` install what
+they need)::
 
-    python programs/generate.py [--only NAME ...] [--no-gpu]
+    python programs/generate.py [--corpus models] [--only NAME ...] [--no-gpu]
 
-For every program of :mod:`definitions` it writes ``programs/<name>/``:
+A corpus is a folder of the repository with a ``definitions.py`` whose
+``PROGRAMS`` lists :class:`programs.definitions.Program` records: ``programs/``
+(the default; JAX written by hand) or ``models/`` (flax, equinox, haiku and
+optax models). For every program it writes ``<corpus>/<name>/``:
 
 - ``module.hlo``: ``jax.jit(f, keep_unused=True).lower(*args).compiler_ir("hlo").as_hlo_text()``,
   the pre-optimization HLO (checked: heron parses and verifies it, and its entry
@@ -15,12 +19,13 @@ For every program of :mod:`definitions` it writes ``programs/<name>/``:
   result's leaves, in the order of the entry's flattened result;
 - ``xla_gpu_optimized.hlo``: XLA:GPU's module after its optimizations, compiled
   deviceless for an H100 (:func:`heron.xla_compare.xla_side.compile_with_xla`)
-  with the entry's layouts made major-to-minor (:func:`default_entry_layout`);
+  with the entry's layouts made major-to-minor (:func:`default_entry_layout`)
+  and the corpus's ``XLA_OPTIONS``;
 - ``xla_gpu.json``: XLA:GPU's kernels (from its thunk sequence), fusion kinds,
   Triton fusions, custom calls, other thunks, buffer sizes and versions
   (:func:`xla_facts`).
 
-and ``programs/index.json``: per program its description, tags and element types.
+and ``<corpus>/index.json``: per program its description, tags and element types.
 XLA:GPU needs ``heron[xla]`` or ``HERON_XLA_PYTHON`` (docs/xla.md); ``--no-gpu``
 keeps the GPU files already there.
 """
@@ -30,12 +35,14 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
+import importlib
 import json
 import os
 import re
 import sys
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -47,9 +54,11 @@ from heron.hlo.parser import parse_module  # noqa: E402
 from heron.hlo.verifier import verify_module  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+#: programs/ and models/ import as packages of the repository's root (models/definitions.py
+#: takes the Program record from programs.definitions).
+sys.path.insert(0, str(HERE.parent))
 
-from definitions import PROGRAMS, Program  # noqa: E402
+from programs.definitions import Program  # noqa: E402
 
 #: The device XLA:GPU compiles for (heron.xla_compare.targets).
 TARGET = "h100"
@@ -241,23 +250,46 @@ def xla_facts(compiled, target: str) -> dict:
     }
 
 
-def write_gpu_side(folder: Path, installation) -> None:
+def write_gpu_side(folder: Path, installation, options: dict[str, object]) -> None:
+    """xla_gpu_optimized.hlo and xla_gpu.json, compiled with XLA's debug ``options``
+    (recorded in xla_gpu.json when there are any)."""
     from heron.xla_compare.targets import target_config
     from heron.xla_compare.xla_side import compile_with_xla
 
     text = default_entry_layout((folder / "module.hlo").read_text())
     with tempfile.TemporaryDirectory(prefix="heron-programs-") as dump:
-        compiled = compile_with_xla(text, target_config(TARGET), installation, {}, Path(dump))
+        compiled = compile_with_xla(text, target_config(TARGET), installation, options, Path(dump))
+    facts = xla_facts(compiled, TARGET)
+    if options:
+        facts = {**facts, "xla_options": options}
     (folder / "xla_gpu_optimized.hlo").write_text(compiled.optimized_hlo)
-    (folder / "xla_gpu.json").write_text(json.dumps(xla_facts(compiled, TARGET), indent=1) + "\n")
+    (folder / "xla_gpu.json").write_text(json.dumps(facts, indent=1) + "\n")
+
+
+def definitions(corpus: Path) -> ModuleType:
+    """``corpus/definitions.py``: its ``PROGRAMS`` (Program records); for a corpus built
+    with libraries, their ``LIBRARY_VERSIONS`` (written into index.json); and the XLA debug
+    options its XLA:GPU compiles take, ``XLA_OPTIONS`` (none when it has none)."""
+    module = importlib.import_module(f"{corpus.name}.definitions")
+    if Path(module.__file__).resolve().parent != corpus.resolve():
+        raise SystemExit(f"{corpus.name}.definitions is {module.__file__}, not {corpus}'s")
+    return module
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--corpus", type=Path, default=HERE, help="the corpus folder (default programs/)"
+    )
     parser.add_argument("--only", nargs="*", help="generate these programs only")
     parser.add_argument("--no-gpu", action="store_true", help="skip XLA:GPU (keep its files)")
     args = parser.parse_args(argv)
-    names = [p.name for p in PROGRAMS]
+    corpus = args.corpus.resolve()
+    if corpus.parent != HERE.parent:
+        parser.error(f"--corpus {args.corpus}: not a folder of the repository's root")
+    defined = definitions(corpus)
+    programs: list[Program] = defined.PROGRAMS
+    names = [p.name for p in programs]
     duplicates = [n for n, c in collections.Counter(names).items() if c > 1]
     if duplicates:
         raise SystemExit(f"programs named twice: {duplicates}")
@@ -266,19 +298,27 @@ def main(argv: list[str] | None = None) -> int:
         from heron.xla_compare import find_xla
 
         installation = find_xla()
-    index_path = HERE / "index.json"
+    unknown = sorted(set(args.only or ()) - set(names))
+    if unknown:
+        parser.error(f"not programs of {corpus.name}: {', '.join(unknown)}")
+    index_path = corpus / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {"programs": []}
     entries = {e["name"]: e for e in index["programs"] if e["name"] in names}
-    for program in PROGRAMS:
+    for program in programs:
         if args.only and program.name not in args.only:
             continue
-        folder = HERE / program.name
+        folder = corpus / program.name
         entries[program.name] = write_cpu_side(program, folder)
         if installation is not None:
-            write_gpu_side(folder, installation)
+            write_gpu_side(folder, installation, getattr(defined, "XLA_OPTIONS", {}))
         print(f"{program.name}: done", flush=True)
     index = {
         "jax_version": jax.__version__,
+        **(
+            {"library_versions": defined.LIBRARY_VERSIONS}
+            if hasattr(defined, "LIBRARY_VERSIONS")
+            else {}
+        ),
         "generated": datetime.date.today().isoformat(),
         "xla_gpu_target": TARGET,
         "programs": [entries[n] for n in names if n in entries],

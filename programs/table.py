@@ -1,7 +1,9 @@
-"""heron's kernels per corpus program beside XLA:GPU's: the table of docs/programs.md.
+"""heron's kernels per corpus program beside XLA:GPU's: the tables of docs/programs.md and
+docs/models.md.
 
     python programs/table.py            # prints the Markdown table and its summary
     python programs/table.py --update docs/programs.md   # rewrites the table there
+    python programs/table.py --corpus models --update docs/models.md   # the model corpus
 
 heron's figures are measured, never written down: each ``module.hlo`` goes
 through what ``heron compile --executable`` does before it emits thunks
@@ -10,7 +12,9 @@ fusion passes for the entry and for every loop body, condition and branch,
 copy insertion and the scheduler), and its kernels are counted: one per
 fusion of the entry and of those computations, a loop body's kernels once
 (XLA's count is static too). Where an instruction is left that no heron
-emitter runs yet, the row says ``refused: <opcode>``. Buffer assignment
+emitter runs yet (an instruction the fusion passes left outside a fusion
+that is no copy, loop or conditional: thunk emission refuses it), the row
+says ``refused: <opcode>``. Buffer assignment
 (:func:`heron.hlo.buffers.assign_buffers`, the kernel ABI's alignment) gives
 heron's peak memory, beside XLA's total allocation bytes (its
 buffer-assignment "Total bytes"). XLA:GPU's figures come from the
@@ -30,11 +34,11 @@ import attrs
 from heron.compiler import Target
 from heron.compiler.executable import prepare_module
 from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
-from heron.hlo.buffers import assign_buffers
+from heron.hlo.buffers import BufferAssignment, assign_buffers
 from heron.hlo.buffers.dataflow import sequential_computations
 from heron.hlo.ir import Module
 from heron.hlo.parser import parse_module_file
-from heron.hlo.passes.outline import REFUSED_OPCODES
+from heron.hlo.passes.outline import HOST_OPCODES
 
 HERE = Path(__file__).resolve().parent
 
@@ -68,20 +72,30 @@ class HeronKernels:
 
 #: Control flow is run by thunks of its own (its computations' kernels are counted).
 CONTROL_FLOW = frozenset({"while", "conditional"})
+#: What thunk emission runs outside a fusion: host instructions (no thunk), copies,
+#: loops and conditionals; any other instruction left there is refused.
+RUN_OUTSIDE_FUSIONS = HOST_OPCODES | CONTROL_FLOW | {"copy"}
 
 
 def heron_kernels(module: Module) -> HeronKernels:
     """Kernels heron's executable launches for ``module`` (statically: a loop body's
     once) and heron's peak memory for it."""
     prepared, _ = prepare_module(module, Target.preset(TARGET))
+    return kernels_of(prepared)
+
+
+def kernels_of(prepared: Module, assignment: BufferAssignment | None = None) -> HeronKernels:
+    """:func:`heron_kernels` of a module ``prepare_module`` gave (``assignment``: its
+    buffer assignment at the kernel ABI's alignment, when already made)."""
     computations = sequential_computations(prepared)
     instructions = [i for c in computations for i in c.instructions]
-    refused = [i.opcode for i in instructions if i.opcode in REFUSED_OPCODES - CONTROL_FLOW]
+    refused = [i.opcode for i in instructions if i.opcode not in RUN_OUTSIDE_FUSIONS | {"fusion"}]
     if refused:
         return HeronKernels(None, refused[0])
     count = sum(1 for i in instructions if i.opcode == "fusion")
-    peak = assign_buffers(prepared, alignment=BUFFER_ALIGNMENT).total_bytes
-    return HeronKernels(count, peak_bytes=peak)
+    if assignment is None:
+        assignment = assign_buffers(prepared, alignment=BUFFER_ALIGNMENT)
+    return HeronKernels(count, peak_bytes=assignment.total_bytes)
 
 
 @attrs.frozen
@@ -96,22 +110,30 @@ class Row:
     xla_other_thunks: dict[str, int]
 
 
-def program_names() -> list[str]:
-    index = json.loads((HERE / "index.json").read_text())
+def program_names(corpus: Path = HERE) -> list[str]:
+    """The programs of the corpus folder ``corpus`` (programs/ or models/), in index order."""
+    index = json.loads((corpus / "index.json").read_text())
     return [entry["name"] for entry in index["programs"]]
 
 
-def rows(names: list[str] | None = None) -> list[Row]:
+def xla_kernels(xla: dict) -> int:
+    """XLA:GPU's launches from a program's ``xla_gpu.json``: its kernels, and one per
+    thunk of a library's or a custom kernel's work (:data:`LIBRARY_THUNKS`)."""
+    return xla["kernel_count"] + sum(
+        n for kind, n in xla["thunk_kinds"].items() if kind in LIBRARY_THUNKS
+    )
+
+
+def rows(corpus: Path = HERE, names: list[str] | None = None) -> list[Row]:
     result = []
-    for name in names or program_names():
-        folder = HERE / name
+    for name in names or program_names(corpus):
+        folder = corpus / name
         xla = json.loads((folder / "xla_gpu.json").read_text())
         result.append(
             Row(
                 name,
                 heron_kernels(parse_module_file(folder / "module.hlo")),
-                xla["kernel_count"]
-                + sum(n for kind, n in xla["thunk_kinds"].items() if kind in LIBRARY_THUNKS),
+                xla_kernels(xla),
                 xla["buffers"]["total_bytes"],
                 xla["triton"],
                 xla["fusion_kinds"],
@@ -181,24 +203,30 @@ def markdown(table: list[Row]) -> str:
     return "\n".join(lines)
 
 
-#: The lines of docs/programs.md between which ``--update`` writes the table.
-BEGIN, END = "<!-- table: python programs/table.py -->", "<!-- end of table -->"
+#: The lines of docs/programs.md (docs/models.md) between which ``--update`` writes the
+#: table: BEGIN's prefix, then the command that writes it.
+BEGIN, END = "<!-- table: python programs/table.py", "<!-- end of table -->"
 
 
 def update(document: Path, table: str) -> None:
-    """Replace what lies between BEGIN and END in ``document`` with ``table``."""
+    """Replace what lies between the BEGIN line and END in ``document`` with ``table``."""
     text = document.read_text()
     start, end = text.find(BEGIN), text.find(END)
+    if start >= 0:
+        start = text.index("\n", start)
     if start < 0 or end < start:
         raise SystemExit(f"{document}: no '{BEGIN}' ... '{END}' lines to put the table between")
-    document.write_text(text[: start + len(BEGIN)] + "\n" + table + "\n" + text[end:])
+    document.write_text(text[: start + 1] + table + "\n" + text[end:])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--update", metavar="FILE.md", help="write the table into FILE.md")
+    parser.add_argument(
+        "--corpus", type=Path, default=HERE, help="the corpus folder (default programs/)"
+    )
     args = parser.parse_args(argv)
-    table = markdown(rows())
+    table = markdown(rows(args.corpus))
     if args.update:
         update(Path(args.update), table)
     else:
