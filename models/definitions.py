@@ -1,0 +1,1275 @@
+"""The model corpus: models and training steps built with flax (linen), equinox, dm-haiku and optax.
+
+programs/ holds JAX written by hand; these are what a user of the libraries
+writes: ``nn.Dense``, ``eqx.nn.GRUCell``, ``hk.BatchNorm``, ``optax.adamw``
+with a cosine schedule. Each is a :class:`programs.definitions.Program` (the
+same record, imported): a name, a description, the function JAX lowers, its
+example arguments drawn from the program's own seed, and tags saying what it
+covers (the library, the layer families, the optimizer).
+
+The parameters and the optimizer state are *arguments* of the function, as a
+training loop passes them (their leaves in ``jax.tree.leaves`` order are the
+entry's parameters), never constants closed over: a compiler that folded them
+would be measured on something no user runs. Shapes are tiny (a batch of 2 to
+4, features of 4 to 16): every model is compiled and run by heron's
+interpreter in CI, and the programs are about what the compiler decides.
+
+``programs/generate.py --corpus models`` writes the files (``nox -s models``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import flax
+import flax.linen as nn
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import optax
+from jax import lax
+
+from programs.definitions import Program, integers, normal
+
+BF16 = ml_dtypes.bfloat16
+
+PROGRAMS: list[Program] = []
+#: The libraries' versions, written into models/index.json (the noxfile pins them).
+LIBRARY_VERSIONS = {
+    "flax": flax.__version__,
+    "equinox": eqx.__version__,
+    "dm-haiku": hk.__version__,
+    "optax": optax.__version__,
+}
+
+#: XLA's debug options for the XLA:GPU compiles of programs/generate.py: the optimized
+#: module is dumped without metadata, which XLA 0.12 gives every instruction only to
+#: repeat its name (``scheduling_name``) and which takes a third of the file's bytes.
+XLA_OPTIONS = {"xla_dump_disable_metadata": True}
+
+#: Sizes every model shares: a batch, input features, hidden features, classes.
+BATCH, FEATURES, HIDDEN, CLASSES = 4, 8, 16, 4
+#: Images: NHWC batches of 8x8 pictures with 3 channels.
+IMAGE = (BATCH, 8, 8, 3)
+#: The images of the CNN training steps: 10x10, so that the weight gradient's im2col
+#: concatenates 100 patches (heron refuses more than a fusion's 96 operands today).
+TRAINING_IMAGE = (2, 10, 10, 3)
+#: Sequences: steps, a vocabulary for token models.
+STEPS, VOCAB = 6, 16
+
+
+def add(
+    name: str,
+    library: str,
+    description: str,
+    function: Callable[..., Any],
+    make_arguments: Callable[[np.random.Generator], tuple[Any, ...]],
+    *tags: str,
+) -> None:
+    """Register a model; ``library`` (flax, equinox, haiku, optax) is one of its tags."""
+    PROGRAMS.append(Program(name, description, function, make_arguments, (library, *tags)))
+
+
+# -- what every model's arguments are made of ------------------------------------------------
+
+
+def key(rng: np.random.Generator) -> np.ndarray:
+    """A raw threefry key (u32[2]) from the program's generator: what a library's init takes,
+    and what a model that draws random bits (dropout) gets as an argument."""
+    return np.asarray(jax.random.PRNGKey(int(rng.integers(2**31))))
+
+
+def as_numpy(tree: Any) -> Any:
+    """A pytree of jax arrays as numpy arrays: the committed inputs are host data."""
+    return jax.tree.map(np.asarray, tree)
+
+
+def images(rng: np.random.Generator) -> np.ndarray:
+    return normal(rng, *IMAGE)
+
+
+def labels(rng: np.random.Generator) -> np.ndarray:
+    return integers(rng, BATCH, high=CLASSES)
+
+
+def tokens(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return integers(rng, *shape, high=VOCAB)
+
+
+def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """Mean softmax cross-entropy of integer class targets (one-hot: no gather, whose
+    gradient is a scatter, in every training step; the embedding steps have those)."""
+    one_hot = jax.nn.one_hot(targets, logits.shape[-1], dtype=logits.dtype)
+    return optax.softmax_cross_entropy(logits, one_hot).mean()
+
+
+def train_step(
+    loss: Callable[..., jax.Array], optimizer: optax.GradientTransformation
+) -> Callable[..., tuple[Any, Any, jax.Array]]:
+    """One optimizer step: ``step(params, opt_state, *batch) -> (params, opt_state, loss)``,
+    the gradient of ``loss(params, *batch)`` through ``optimizer``."""
+
+    def step(params, opt_state, *batch):
+        value, grads = jax.value_and_grad(loss)(params, *batch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, value
+
+    return step
+
+
+def with_optimizer_state(
+    optimizer: optax.GradientTransformation,
+    make: Callable[[np.random.Generator], tuple[Any, ...]],
+    steps_taken: int = 3,
+) -> Callable[[np.random.Generator], tuple[Any, ...]]:
+    """``make(rng)`` is ``(params, *batch)``; the step's arguments are ``(params,
+    opt_state, *batch)`` with the state of ``optimizer`` after ``steps_taken`` updates of
+    small random gradients (so that moments are not zeros and a schedule is past its
+    first step)."""
+
+    def arguments(rng: np.random.Generator):
+        params, *batch = make(rng)
+        state = optimizer.init(params)
+        for _ in range(steps_taken):
+            grads = jax.tree.map(lambda p: normal(rng, *p.shape, scale=0.1).astype(p.dtype), params)
+            _, state = optimizer.update(grads, state, params)
+        return (params, as_numpy(state), *batch)
+
+    return arguments
+
+
+# -- flax (linen) ------------------------------------------------------------------------------
+
+
+def flax_params(module: nn.Module, rng: np.random.Generator, *inputs: Any, **kwargs: Any) -> Any:
+    """``module.init``'s variables for ``inputs``, as numpy."""
+    return as_numpy(module.init(jax.random.PRNGKey(int(rng.integers(2**31))), *inputs, **kwargs))
+
+
+class FlaxMLP(nn.Module):
+    hidden: int = HIDDEN
+    classes: int = CLASSES
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.classes)(nn.relu(nn.Dense(self.hidden)(x)))
+
+
+class FlaxCNN(nn.Module):
+    """Conv 3x3, ReLU, 2x2 pooling, dense head: the smallest image classifier."""
+
+    pool: str = "avg"
+    features: int = 8
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Conv(self.features, (3, 3))(x))
+        pool = nn.avg_pool if self.pool == "avg" else nn.max_pool
+        x = pool(x, (2, 2), strides=(2, 2))
+        return nn.Dense(CLASSES)(x.reshape(x.shape[0], -1))
+
+
+def _flax_apply(module: nn.Module) -> Callable[..., Any]:
+    return lambda variables, *inputs: module.apply(variables, *inputs)
+
+
+def _flax_loss(module: nn.Module) -> Callable[..., jax.Array]:
+    return lambda params, x, y: cross_entropy(module.apply({"params": params}, x), y)
+
+
+def _flax_classifier_batch(module: nn.Module, inputs: Callable[[np.random.Generator], Any]):
+    def make(rng):
+        x = inputs(rng)
+        return flax_params(module, rng, x)["params"], x, labels(rng)
+
+    return make
+
+
+add(
+    "flax_mlp",
+    "flax",
+    "nn.Dense(16), ReLU, nn.Dense(4) on f32 [4,8]",
+    _flax_apply(FlaxMLP()),
+    lambda r: (flax_params(FlaxMLP(), r, normal(r, BATCH, FEATURES)), normal(r, BATCH, FEATURES)),
+    "mlp",
+    "forward",
+)
+_SGD = optax.sgd(0.05)
+_SGD_MOMENTUM = optax.sgd(0.05, momentum=0.9)
+add(
+    "flax_mlp_sgd_momentum_step",
+    "flax",
+    "training step of the flax MLP: cross-entropy, optax.sgd(momentum=0.9)",
+    train_step(_flax_loss(FlaxMLP()), _SGD_MOMENTUM),
+    with_optimizer_state(
+        _SGD_MOMENTUM, _flax_classifier_batch(FlaxMLP(), lambda r: normal(r, BATCH, FEATURES))
+    ),
+    "mlp",
+    "training",
+    "optimizer",
+    "sgd-momentum",
+)
+add(
+    "flax_cnn",
+    "flax",
+    "nn.Conv(8, 3x3), ReLU, nn.avg_pool 2x2, nn.Dense(4) on NHWC f32 [4,8,8,3]",
+    _flax_apply(FlaxCNN()),
+    lambda r: (flax_params(FlaxCNN(), r, images(r)), images(r)),
+    "cnn",
+    "pooling",
+    "forward",
+)
+_ADAM = optax.adam(1e-3)
+_FLAX_TRAINED_CNN = FlaxCNN(pool="max", features=4)
+add(
+    "flax_cnn_adam_step",
+    "flax",
+    "training step of a flax CNN (nn.Conv(4, 3x3), ReLU, nn.max_pool, nn.Dense) with optax.adam"
+    " on NHWC f32 [2,10,10,3]",
+    train_step(_flax_loss(_FLAX_TRAINED_CNN), _ADAM),
+    with_optimizer_state(
+        _ADAM,
+        lambda r: (
+            flax_params(_FLAX_TRAINED_CNN, r, normal(r, *TRAINING_IMAGE))["params"],
+            normal(r, *TRAINING_IMAGE),
+            labels(r)[: TRAINING_IMAGE[0]],
+        ),
+    ),
+    "cnn",
+    "pooling",
+    "training",
+    "optimizer",
+    "adam",
+)
+
+
+class FlaxBatchNormMLP(nn.Module):
+    """Dense (no bias: BatchNorm's offset is one), BatchNorm, ReLU, Dense."""
+
+    @nn.compact
+    def __call__(self, x, train: bool):
+        x = nn.Dense(HIDDEN, use_bias=False)(x)
+        x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(x)
+        return nn.Dense(CLASSES)(nn.relu(x))
+
+
+def _flax_batchnorm_step(optimizer: optax.GradientTransformation):
+    """A training step that also updates BatchNorm's running statistics (flax's
+    ``mutable=["batch_stats"]``): returns params, optimizer state, statistics, loss."""
+    module = FlaxBatchNormMLP()
+
+    def loss(params, batch_stats, x, y):
+        logits, updates = module.apply(
+            {"params": params, "batch_stats": batch_stats}, x, True, mutable=["batch_stats"]
+        )
+        return cross_entropy(logits, y), updates["batch_stats"]
+
+    def step(params, opt_state, batch_stats, x, y):
+        (value, batch_stats), grads = jax.value_and_grad(loss, has_aux=True)(
+            params, batch_stats, x, y
+        )
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, batch_stats, value
+
+    def make(rng):
+        x = normal(rng, BATCH, FEATURES)
+        variables = flax_params(module, rng, x, False)
+        return variables["params"], variables["batch_stats"], x, labels(rng)
+
+    def arguments(rng):
+        params, opt_state, batch_stats, x, y = with_optimizer_state(optimizer, make)(rng)
+        return params, opt_state, batch_stats, x, y
+
+    return step, arguments
+
+
+add(
+    "flax_batchnorm_sgd_step",
+    "flax",
+    "training step through nn.BatchNorm in train mode (batch statistics, running averages"
+    " updated), optax.sgd",
+    *_flax_batchnorm_step(_SGD),
+    "batchnorm",
+    "normalization",
+    "training",
+    "optimizer",
+    "sgd",
+)
+add(
+    "flax_batchnorm_inference",
+    "flax",
+    "nn.BatchNorm with its running averages (inference) between two dense layers",
+    lambda variables, x: FlaxBatchNormMLP().apply(variables, x, False),
+    lambda r: (
+        flax_params(FlaxBatchNormMLP(), r, normal(r, BATCH, FEATURES), False),
+        normal(r, BATCH, FEATURES),
+    ),
+    "batchnorm",
+    "normalization",
+    "forward",
+)
+
+
+class FlaxConvGroupNorm(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Conv(8, (3, 3))(x)
+        return nn.swish(nn.GroupNorm(num_groups=4)(x))
+
+
+add(
+    "flax_conv_groupnorm",
+    "flax",
+    "nn.Conv(8, 3x3), nn.GroupNorm(4 groups), swish on NHWC f32 [4,8,8,3]",
+    _flax_apply(FlaxConvGroupNorm()),
+    lambda r: (flax_params(FlaxConvGroupNorm(), r, images(r)), images(r)),
+    "cnn",
+    "groupnorm",
+    "normalization",
+    "forward",
+)
+
+
+class FlaxNorms(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.RMSNorm()(nn.Dense(HIDDEN)(nn.LayerNorm()(x)))
+
+
+add(
+    "flax_layernorm_rmsnorm",
+    "flax",
+    "nn.LayerNorm, nn.Dense(16), nn.RMSNorm on f32 [4,8]",
+    _flax_apply(FlaxNorms()),
+    lambda r: (flax_params(FlaxNorms(), r, normal(r, BATCH, FEATURES)), normal(r, BATCH, FEATURES)),
+    "layernorm",
+    "rmsnorm",
+    "normalization",
+    "forward",
+)
+
+
+class FlaxDropoutMLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Dense(HIDDEN)(x))
+        x = nn.Dropout(0.3, deterministic=False)(x)
+        return nn.Dense(CLASSES)(x)
+
+
+add(
+    "flax_dropout",
+    "flax",
+    "nn.Dense, ReLU, nn.Dropout(0.3) in train mode with a raw u32[2] key, nn.Dense",
+    lambda variables, dropout_key, x: FlaxDropoutMLP().apply(
+        variables, x, rngs={"dropout": dropout_key}
+    ),
+    lambda r: (
+        flax_params(FlaxDropoutMLP(), r, normal(r, BATCH, FEATURES)),
+        key(r),
+        normal(r, BATCH, FEATURES),
+    ),
+    "dropout",
+    "random",
+    "forward",
+)
+
+
+class FlaxTransformerBlock(nn.Module):
+    """Pre-RMSNorm causal self-attention (2 heads) and a GELU MLP, both residual; the
+    projections without biases (as in many current transformers)."""
+
+    @nn.compact
+    def __call__(self, x):
+        mask = nn.make_causal_mask(jnp.ones(x.shape[:2]))
+        h = nn.MultiHeadDotProductAttention(num_heads=2, use_bias=False)(nn.RMSNorm()(x), mask=mask)
+        x = x + h
+        h = nn.Dense(2 * x.shape[-1], use_bias=False)(nn.RMSNorm()(x))
+        return x + nn.Dense(x.shape[-1], use_bias=False)(nn.gelu(h))
+
+
+#: Transformer inputs: [batch 2, sequence 6, model 8].
+_SEQUENCE = (2, STEPS, FEATURES)
+
+
+def _sequence(rng):
+    return normal(rng, *_SEQUENCE)
+
+
+add(
+    "flax_transformer_block",
+    "flax",
+    "pre-norm transformer block: nn.RMSNorm, nn.MultiHeadDotProductAttention (2 heads,"
+    " causal mask), GELU MLP, residuals, on f32 [2,6,8]",
+    _flax_apply(FlaxTransformerBlock()),
+    lambda r: (flax_params(FlaxTransformerBlock(), r, _sequence(r)), _sequence(r)),
+    "transformer",
+    "attention",
+    "rmsnorm",
+    "forward",
+)
+_ADAMW = optax.adamw(1e-3, weight_decay=0.01)
+
+
+def _regression_loss(module: nn.Module):
+    return lambda params, x, target: jnp.mean(
+        jnp.square(module.apply({"params": params}, x) - target)
+    )
+
+
+add(
+    "flax_transformer_adamw_step",
+    "flax",
+    "training step of the transformer block (mean squared error) with optax.adamw",
+    train_step(_regression_loss(FlaxTransformerBlock()), _ADAMW),
+    with_optimizer_state(
+        _ADAMW,
+        lambda r: (
+            flax_params(FlaxTransformerBlock(), r, _sequence(r))["params"],
+            _sequence(r),
+            _sequence(r),
+        ),
+    ),
+    "transformer",
+    "attention",
+    "training",
+    "optimizer",
+    "adamw",
+)
+
+
+class FlaxResNetBlock(nn.Module):
+    """conv-BN-ReLU-conv-BN plus the identity, then ReLU (BatchNorm's running averages)."""
+
+    @nn.compact
+    def __call__(self, x):
+        norm = lambda: nn.BatchNorm(use_running_average=True)  # noqa: E731
+        h = nn.relu(norm()(nn.Conv(3, (3, 3), use_bias=False)(x)))
+        h = norm()(nn.Conv(3, (3, 3), use_bias=False)(h))
+        return nn.relu(x + h)
+
+
+def _resnet_variables(rng):
+    variables = flax_params(FlaxResNetBlock(), rng, images(rng))
+    stats = variables["batch_stats"]
+    variables["batch_stats"] = jax.tree.map(
+        lambda s: (np.abs(normal(rng, *s.shape)) + 0.5) if s.dtype == np.float32 else s, stats
+    )
+    return variables
+
+
+add(
+    "flax_resnet_block",
+    "flax",
+    "ResNet basic block: two 3x3 nn.Conv with nn.BatchNorm (running averages), identity"
+    " shortcut, ReLU, NHWC f32 [4,8,8,3]",
+    _flax_apply(FlaxResNetBlock()),
+    lambda r: (_resnet_variables(r), images(r)),
+    "resnet",
+    "cnn",
+    "batchnorm",
+    "forward",
+)
+
+
+class FlaxGRUClassifier(nn.Module):
+    """Embedding, nn.GRUCell under nn.scan over the time axis, dense head on the last carry."""
+
+    @nn.compact
+    def __call__(self, token_ids):
+        x = nn.Embed(VOCAB, FEATURES)(token_ids)
+        scan = nn.scan(
+            nn.GRUCell,
+            variable_broadcast="params",
+            split_rngs={"params": False},
+            in_axes=1,
+            out_axes=1,
+        )
+        carry = jnp.zeros((token_ids.shape[0], HIDDEN))
+        carry, hidden = scan(features=HIDDEN)(carry, x)
+        return nn.Dense(CLASSES)(carry), hidden
+
+
+add(
+    "flax_gru_scan",
+    "flax",
+    "nn.Embed, nn.GRUCell(16) under nn.scan over 6 steps (batch-major tokens [4,6]),"
+    " nn.Dense head on the final carry; returns the logits and every step's hidden state",
+    _flax_apply(FlaxGRUClassifier()),
+    lambda r: (
+        flax_params(FlaxGRUClassifier(), r, tokens(r, BATCH, STEPS)),
+        tokens(r, BATCH, STEPS),
+    ),
+    "gru",
+    "recurrent",
+    "scan",
+    "embedding",
+    "forward",
+)
+
+
+class FlaxLSTM(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.RNN(nn.LSTMCell(HIDDEN))(x)
+
+
+add(
+    "flax_lstm_rnn",
+    "flax",
+    "nn.RNN(nn.LSTMCell(16)) over a batch-major f32 [4,6,8] sequence",
+    _flax_apply(FlaxLSTM()),
+    lambda r: (
+        flax_params(FlaxLSTM(), r, normal(r, BATCH, STEPS, FEATURES)),
+        normal(r, BATCH, STEPS, FEATURES),
+    ),
+    "lstm",
+    "recurrent",
+    "scan",
+    "forward",
+)
+
+
+_FLAX_LSTM_CELL = nn.LSTMCell(HIDDEN)
+
+
+def _flax_lstm_fori(params, xs):
+    """nn.LSTMCell applied step by step by lax.fori_loop over a time-major sequence."""
+
+    def step(t, carry):
+        carry, _ = _FLAX_LSTM_CELL.apply({"params": params}, carry, xs[t])
+        return carry
+
+    zeros = jnp.zeros((xs.shape[1], HIDDEN))
+    return lax.fori_loop(0, xs.shape[0], step, (zeros, zeros))
+
+
+def _flax_lstm_fori_arguments(rng):
+    xs = normal(rng, STEPS, BATCH, FEATURES)
+    zeros = np.zeros((BATCH, HIDDEN), np.float32)
+    variables = flax_params(_FLAX_LSTM_CELL, rng, (zeros, zeros), xs[0])
+    return variables["params"], xs
+
+
+add(
+    "flax_lstm_fori_loop",
+    "flax",
+    "nn.LSTMCell(16) stepped by lax.fori_loop over a time-major f32 [6,4,8] sequence;"
+    " returns the final (c, h)",
+    _flax_lstm_fori,
+    _flax_lstm_fori_arguments,
+    "lstm",
+    "recurrent",
+    "fori_loop",
+    "forward",
+)
+
+
+class FlaxEmbeddingBag(nn.Module):
+    """Token embeddings, mean pooled over the sequence, a dense classifier."""
+
+    @nn.compact
+    def __call__(self, token_ids):
+        return nn.Dense(CLASSES)(nn.Embed(VOCAB, FEATURES)(token_ids).mean(axis=1))
+
+
+add(
+    "flax_embedding_bag",
+    "flax",
+    "nn.Embed(16, 8) of s32 tokens [4,6], mean over the sequence, nn.Dense(4)",
+    _flax_apply(FlaxEmbeddingBag()),
+    lambda r: (
+        flax_params(FlaxEmbeddingBag(), r, tokens(r, BATCH, STEPS)),
+        tokens(r, BATCH, STEPS),
+    ),
+    "embedding",
+    "pooling",
+    "forward",
+)
+add(
+    "flax_embedding_sgd_step",
+    "flax",
+    "training step of the embedding-bag classifier with optax.sgd: the embedding's"
+    " gradient is a scatter-add",
+    train_step(_flax_loss(FlaxEmbeddingBag()), _SGD),
+    with_optimizer_state(
+        _SGD, _flax_classifier_batch(FlaxEmbeddingBag(), lambda r: tokens(r, BATCH, STEPS))
+    ),
+    "embedding",
+    "training",
+    "optimizer",
+    "sgd",
+)
+
+
+class FlaxCrossAttention(nn.Module):
+    """Queries from one sequence attend to another under a padding mask (4 heads)."""
+
+    @nn.compact
+    def __call__(self, queries, memory, memory_length):
+        valid = jnp.arange(memory.shape[1])[None, :] < memory_length[:, None]
+        mask = nn.make_attention_mask(jnp.ones(queries.shape[:2], bool), valid)
+        return nn.MultiHeadDotProductAttention(num_heads=4)(queries, memory, mask=mask)
+
+
+def _cross_attention_inputs(rng):
+    return normal(rng, 2, 4, FEATURES), normal(rng, 2, STEPS, FEATURES), np.array([6, 3], np.int32)
+
+
+add(
+    "flax_cross_attention_padding_mask",
+    "flax",
+    "nn.MultiHeadDotProductAttention (4 heads) of f32 [2,4,8] queries over a [2,6,8] memory"
+    " with a padding mask from per-row lengths",
+    _flax_apply(FlaxCrossAttention()),
+    lambda r: (
+        flax_params(FlaxCrossAttention(), r, *_cross_attention_inputs(r)),
+        *_cross_attention_inputs(r),
+    ),
+    "attention",
+    "forward",
+)
+
+
+class FlaxGroupedQueryAttention(nn.Module):
+    """Grouped-query attention: 4 query heads share 2 key/value heads
+    (nn.DenseGeneral projections, jax.nn.dot_product_attention, causal)."""
+
+    @nn.compact
+    def __call__(self, x):
+        q = nn.DenseGeneral((4, 2))(x)
+        k = nn.DenseGeneral((2, 2))(x)
+        v = nn.DenseGeneral((2, 2))(x)
+        out = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        return nn.DenseGeneral(x.shape[-1], axis=(-2, -1))(out)
+
+
+add(
+    "flax_grouped_query_attention",
+    "flax",
+    "grouped-query causal attention: 4 query heads over 2 key/value heads (nn.DenseGeneral,"
+    " jax.nn.dot_product_attention) on f32 [2,6,8]",
+    _flax_apply(FlaxGroupedQueryAttention()),
+    lambda r: (flax_params(FlaxGroupedQueryAttention(), r, _sequence(r)), _sequence(r)),
+    "attention",
+    "forward",
+)
+
+
+def _mixed_precision_step(optimizer: optax.GradientTransformation, loss_scale: float = 256.0):
+    """bf16 compute with f32 master weights: the masters are cast to bf16 for the forward
+    and backward pass (bf16 activations), the loss is scaled before differentiation and the
+    bf16 gradients unscaled in f32, and the optimizer updates the f32 masters."""
+    module = FlaxMLP()
+
+    def scaled_loss(params_bf16, x, y):
+        logits = module.apply({"params": params_bf16}, x.astype(jnp.bfloat16))
+        return cross_entropy(logits.astype(jnp.float32), y) * loss_scale
+
+    def step(master, opt_state, x, y):
+        params_bf16 = jax.tree.map(lambda p: p.astype(jnp.bfloat16), master)
+        value, grads = jax.value_and_grad(scaled_loss)(params_bf16, x, y)
+        grads = jax.tree.map(lambda g: g.astype(jnp.float32) / loss_scale, grads)
+        updates, opt_state = optimizer.update(grads, opt_state, master)
+        return optax.apply_updates(master, updates), opt_state, value / loss_scale
+
+    return step
+
+
+add(
+    "flax_mixed_precision_adam_step",
+    "flax",
+    "mixed precision: f32 master weights cast to bf16 for the MLP's forward and backward"
+    " pass, static loss scaling, optax.adam on the f32 masters",
+    _mixed_precision_step(_ADAM),
+    with_optimizer_state(
+        _ADAM, _flax_classifier_batch(FlaxMLP(), lambda r: normal(r, BATCH, FEATURES))
+    ),
+    "mixed-precision",
+    "mlp",
+    "training",
+    "optimizer",
+    "adam",
+)
+
+# -- equinox -----------------------------------------------------------------------------------
+
+
+class EquinoxModel:
+    """An equinox module split into its arrays (the jitted function's argument) and the rest
+    (static, closed over): ``eqx.partition(model, eqx.is_array)``. The static part does not
+    depend on the initialisation key, so it is taken once from a model built with key 0."""
+
+    def __init__(self, build: Callable[[jax.Array], eqx.Module]) -> None:
+        self.build = build
+        self.static = eqx.partition(build(jax.random.PRNGKey(0)), eqx.is_array)[1]
+
+    def params(self, rng: np.random.Generator) -> Any:
+        model = self.build(jax.random.PRNGKey(int(rng.integers(2**31))))
+        return as_numpy(eqx.partition(model, eqx.is_array)[0])
+
+    def __call__(self, params: Any) -> eqx.Module:
+        return eqx.combine(params, self.static)
+
+
+def _batched(model: EquinoxModel) -> Callable[..., Any]:
+    """``forward(params, x)``: the model applied to each example of a batch (jax.vmap)."""
+    return lambda params, x: jax.vmap(model(params))(x)
+
+
+_EQX_MLP = EquinoxModel(lambda k: eqx.nn.MLP(FEATURES, CLASSES, HIDDEN, depth=1, key=k))
+add(
+    "equinox_mlp",
+    "equinox",
+    "eqx.nn.MLP(8 -> 16 -> 4, ReLU), vmapped over a batch of 4",
+    _batched(_EQX_MLP),
+    lambda r: (_EQX_MLP.params(r), normal(r, BATCH, FEATURES)),
+    "mlp",
+    "forward",
+)
+
+
+def _equinox_loss(model: EquinoxModel):
+    return lambda params, x, y: cross_entropy(jax.vmap(model(params))(x), y)
+
+
+add(
+    "equinox_mlp_adam_step",
+    "equinox",
+    "training step of the eqx.nn.MLP with optax.adam (cross-entropy)",
+    train_step(_equinox_loss(_EQX_MLP), _ADAM),
+    with_optimizer_state(
+        _ADAM, lambda r: (_EQX_MLP.params(r), normal(r, BATCH, FEATURES), labels(r))
+    ),
+    "mlp",
+    "training",
+    "optimizer",
+    "adam",
+)
+
+
+class EquinoxCNN(eqx.Module):
+    conv: eqx.nn.Conv2d
+    pool: eqx.nn.MaxPool2d
+    head: eqx.nn.Linear
+
+    def __init__(self, key, size: int = IMAGE[1]):
+        conv_key, head_key = jax.random.split(key)
+        self.conv = eqx.nn.Conv2d(3, 8, 3, padding=1, key=conv_key)
+        self.pool = eqx.nn.MaxPool2d(2, stride=2)
+        self.head = eqx.nn.Linear(8 * (size // 2) ** 2, CLASSES, key=head_key)
+
+    def __call__(self, x):  # CHW: equinox's convolutions are channels-first, unbatched
+        return self.head(self.pool(jax.nn.relu(self.conv(x))).reshape(-1))
+
+
+def _chw_images(rng):
+    return normal(rng, BATCH, 3, 8, 8)
+
+
+_EQX_CNN = EquinoxModel(EquinoxCNN)
+add(
+    "equinox_cnn",
+    "equinox",
+    "eqx.nn.Conv2d(3 -> 8, 3x3), ReLU, eqx.nn.MaxPool2d 2x2, eqx.nn.Linear, vmapped over"
+    " NCHW f32 [4,3,8,8]",
+    _batched(_EQX_CNN),
+    lambda r: (_EQX_CNN.params(r), _chw_images(r)),
+    "cnn",
+    "pooling",
+    "forward",
+)
+_EQX_TRAINED_CNN = EquinoxModel(lambda k: EquinoxCNN(k, size=TRAINING_IMAGE[1]))
+add(
+    "equinox_cnn_sgd_step",
+    "equinox",
+    "training step of the equinox CNN with optax.sgd on NCHW f32 [2,3,10,10]",
+    train_step(_equinox_loss(_EQX_TRAINED_CNN), _SGD),
+    with_optimizer_state(
+        _SGD,
+        lambda r: (
+            _EQX_TRAINED_CNN.params(r),
+            normal(r, 2, 3, 10, 10),
+            labels(r)[: TRAINING_IMAGE[0]],
+        ),
+    ),
+    "cnn",
+    "pooling",
+    "training",
+    "optimizer",
+    "sgd",
+)
+
+_EQX_GRU = EquinoxModel(lambda k: eqx.nn.GRUCell(FEATURES, HIDDEN, key=k))
+
+
+def _equinox_gru(params, xs):
+    """eqx.nn.GRUCell under lax.scan over one example's steps, vmapped over the batch."""
+    cell = _EQX_GRU(params)
+
+    def run(sequence):
+        def step(h, x):
+            h = cell(x, h)
+            return h, h
+
+        return lax.scan(step, jnp.zeros(HIDDEN), sequence)
+
+    return jax.vmap(run)(xs)
+
+
+add(
+    "equinox_gru_scan_vmap",
+    "equinox",
+    "eqx.nn.GRUCell(8 -> 16) under lax.scan over 6 steps, vmapped over a batch of 4"
+    " (batch-major f32 [4,6,8]); returns the final and every step's hidden state",
+    _equinox_gru,
+    lambda r: (_EQX_GRU.params(r), normal(r, BATCH, STEPS, FEATURES)),
+    "gru",
+    "recurrent",
+    "scan",
+    "forward",
+)
+
+_EQX_LSTM = EquinoxModel(lambda k: eqx.nn.LSTMCell(FEATURES, HIDDEN, key=k))
+
+
+def _equinox_lstm_fori(params, xs):
+    """eqx.nn.LSTMCell, vmapped over the batch, stepped by lax.fori_loop over time."""
+    cell = jax.vmap(_EQX_LSTM(params))
+    zeros = jnp.zeros((xs.shape[1], HIDDEN))
+    return lax.fori_loop(0, xs.shape[0], lambda t, carry: cell(xs[t], carry), (zeros, zeros))
+
+
+add(
+    "equinox_lstm_fori_loop",
+    "equinox",
+    "eqx.nn.LSTMCell(8 -> 16) vmapped over a batch of 4, stepped by lax.fori_loop over a"
+    " time-major f32 [6,4,8] sequence; returns the final (h, c)",
+    _equinox_lstm_fori,
+    lambda r: (_EQX_LSTM.params(r), normal(r, STEPS, BATCH, FEATURES)),
+    "lstm",
+    "recurrent",
+    "fori_loop",
+    "forward",
+)
+
+_EQX_ATTENTION = EquinoxModel(
+    lambda k: eqx.nn.MultiheadAttention(
+        2, FEATURES, use_query_bias=True, use_output_bias=True, key=k
+    )
+)
+
+
+def _equinox_attention(params, x):
+    attention = _EQX_ATTENTION(params)
+    causal = jnp.tril(jnp.ones((x.shape[1], x.shape[1]), bool))
+    return jax.vmap(lambda s: attention(s, s, s, mask=causal))(x)
+
+
+add(
+    "equinox_multihead_attention",
+    "equinox",
+    "eqx.nn.MultiheadAttention (2 heads, causal boolean mask) vmapped over f32 [2,6,8]",
+    _equinox_attention,
+    lambda r: (_EQX_ATTENTION.params(r), _sequence(r)),
+    "attention",
+    "forward",
+)
+
+
+class EquinoxNorms(eqx.Module):
+    layer_norm: eqx.nn.LayerNorm
+    linear: eqx.nn.Linear
+    rms_norm: eqx.nn.RMSNorm
+
+    def __init__(self, key):
+        self.layer_norm = eqx.nn.LayerNorm(FEATURES)
+        self.linear = eqx.nn.Linear(FEATURES, HIDDEN, key=key)
+        self.rms_norm = eqx.nn.RMSNorm(HIDDEN)
+
+    def __call__(self, x):
+        return self.rms_norm(self.linear(self.layer_norm(x)))
+
+
+_EQX_NORMS = EquinoxModel(EquinoxNorms)
+add(
+    "equinox_layernorm_rmsnorm",
+    "equinox",
+    "eqx.nn.LayerNorm, eqx.nn.Linear(8 -> 16), eqx.nn.RMSNorm, vmapped over f32 [4,8]",
+    _batched(_EQX_NORMS),
+    lambda r: (_EQX_NORMS.params(r), normal(r, BATCH, FEATURES)),
+    "layernorm",
+    "rmsnorm",
+    "normalization",
+    "forward",
+)
+
+
+class EquinoxConvGroupNorm(eqx.Module):
+    conv: eqx.nn.Conv2d
+    norm: eqx.nn.GroupNorm
+    pool: eqx.nn.AdaptiveAvgPool2d
+
+    def __init__(self, key):
+        self.conv = eqx.nn.Conv2d(3, 8, 3, padding=1, key=key)
+        self.norm = eqx.nn.GroupNorm(groups=2, channels=8)
+        self.pool = eqx.nn.AdaptiveAvgPool2d((2, 2))
+
+    def __call__(self, x):
+        return self.pool(jax.nn.gelu(self.norm(self.conv(x))))
+
+
+_EQX_GROUPNORM = EquinoxModel(EquinoxConvGroupNorm)
+add(
+    "equinox_conv_groupnorm",
+    "equinox",
+    "eqx.nn.Conv2d(3 -> 8), eqx.nn.GroupNorm(2 groups), GELU, eqx.nn.AdaptiveAvgPool2d(2x2),"
+    " vmapped over NCHW f32 [4,3,8,8]",
+    _batched(_EQX_GROUPNORM),
+    lambda r: (_EQX_GROUPNORM.params(r), _chw_images(r)),
+    "cnn",
+    "groupnorm",
+    "normalization",
+    "pooling",
+    "forward",
+)
+
+
+class EquinoxBatchNormMLP(eqx.Module):
+    linear: eqx.nn.Linear
+    norm: eqx.nn.BatchNorm
+    head: eqx.nn.Linear
+
+    def __init__(self, key):
+        first, second = jax.random.split(key)
+        self.linear = eqx.nn.Linear(FEATURES, HIDDEN, key=first)
+        self.norm = eqx.nn.BatchNorm(HIDDEN, axis_name="batch", mode="batch")
+        self.head = eqx.nn.Linear(HIDDEN, CLASSES, key=second)
+
+    def __call__(self, x, state):
+        x, state = self.norm(self.linear(x), state)
+        return self.head(jax.nn.relu(x)), state
+
+
+_EQX_BATCHNORM = EquinoxModel(lambda k: eqx.nn.make_with_state(EquinoxBatchNormMLP)(k)[0])
+
+
+def _equinox_batchnorm(params, state, x):
+    """Training-mode BatchNorm: batch statistics over the vmapped axis named "batch",
+    the running statistics threaded through eqx.nn.State."""
+    model = _EQX_BATCHNORM(params)
+    logits, states = jax.vmap(model, in_axes=(0, None), out_axes=(0, None), axis_name="batch")(
+        x, state
+    )
+    return logits, states
+
+
+def _equinox_batchnorm_arguments(rng):
+    """The parameters, the initial eqx.nn.State (running statistics: they do not depend
+    on the key), a batch."""
+    _, state = eqx.nn.make_with_state(EquinoxBatchNormMLP)(jax.random.PRNGKey(0))
+    return _EQX_BATCHNORM.params(rng), as_numpy(state), normal(rng, BATCH, FEATURES)
+
+
+add(
+    "equinox_batchnorm_train",
+    "equinox",
+    "eqx.nn.BatchNorm in training mode over a vmapped batch axis (axis_name), running"
+    " statistics threaded through eqx.nn.State",
+    _equinox_batchnorm,
+    _equinox_batchnorm_arguments,
+    "batchnorm",
+    "normalization",
+    "forward",
+)
+
+
+class EquinoxEmbeddingBag(eqx.Module):
+    embedding: eqx.nn.Embedding
+    head: eqx.nn.Linear
+
+    def __init__(self, key):
+        first, second = jax.random.split(key)
+        self.embedding = eqx.nn.Embedding(VOCAB, FEATURES, key=first)
+        self.head = eqx.nn.Linear(FEATURES, CLASSES, key=second)
+
+    def __call__(self, token_ids):
+        return self.head(jnp.max(jax.vmap(self.embedding)(token_ids), axis=0))
+
+
+_EQX_EMBEDDING = EquinoxModel(EquinoxEmbeddingBag)
+add(
+    "equinox_embedding_maxpool",
+    "equinox",
+    "eqx.nn.Embedding(16, 8) of s32 tokens [4,6], max over the sequence, eqx.nn.Linear",
+    _batched(_EQX_EMBEDDING),
+    lambda r: (_EQX_EMBEDDING.params(r), tokens(r, BATCH, STEPS)),
+    "embedding",
+    "pooling",
+    "forward",
+)
+
+
+# -- haiku -------------------------------------------------------------------------------------
+
+
+def haiku_params(transformed, rng: np.random.Generator, *inputs: Any) -> Any:
+    return as_numpy(transformed.init(jax.random.PRNGKey(int(rng.integers(2**31))), *inputs))
+
+
+def _hk_mlp(x):
+    return hk.nets.MLP([HIDDEN, CLASSES])(x)
+
+
+_HK_MLP = hk.without_apply_rng(hk.transform(_hk_mlp))
+add(
+    "haiku_mlp",
+    "haiku",
+    "hk.nets.MLP([16, 4]) on f32 [4,8]",
+    _HK_MLP.apply,
+    lambda r: (haiku_params(_HK_MLP, r, normal(r, BATCH, FEATURES)), normal(r, BATCH, FEATURES)),
+    "mlp",
+    "forward",
+)
+
+
+def _haiku_loss(transformed):
+    return lambda params, x, y: cross_entropy(transformed.apply(params, x), y)
+
+
+def _haiku_classifier_batch(transformed, inputs):
+    def make(rng):
+        x = inputs(rng)
+        return haiku_params(transformed, rng, x), x, labels(rng)
+
+    return make
+
+
+#: What the haiku optimizer steps train: one hk.Linear (a kernel and a bias), so that the
+#: optimizer is most of the program.
+_HK_LINEAR = hk.without_apply_rng(hk.transform(lambda x: hk.Linear(CLASSES)(x)))
+_LAMB = optax.lamb(1e-3, weight_decay=1e-4)
+add(
+    "haiku_linear_lamb_step",
+    "haiku",
+    "training step of an hk.Linear softmax classifier with optax.lamb (layer-wise trust ratios)",
+    train_step(_haiku_loss(_HK_LINEAR), _LAMB),
+    with_optimizer_state(
+        _LAMB, _haiku_classifier_batch(_HK_LINEAR, lambda r: normal(r, BATCH, FEATURES))
+    ),
+    "training",
+    "optimizer",
+    "lamb",
+)
+_ADAFACTOR = optax.adafactor(1e-2, min_dim_size_to_factor=4)
+add(
+    "haiku_linear_adafactor_step",
+    "haiku",
+    "training step of an hk.Linear softmax classifier with optax.adafactor (the [8,4]"
+    " kernel's second moments factored)",
+    train_step(_haiku_loss(_HK_LINEAR), _ADAFACTOR),
+    with_optimizer_state(
+        _ADAFACTOR, _haiku_classifier_batch(_HK_LINEAR, lambda r: normal(r, BATCH, FEATURES))
+    ),
+    "training",
+    "optimizer",
+    "adafactor",
+)
+
+
+def _hk_conv_batchnorm(x, is_training):
+    x = hk.Conv2D(8, 3)(x)
+    x = hk.BatchNorm(create_scale=True, create_offset=True, decay_rate=0.9)(x, is_training)
+    x = jax.nn.relu(x)
+    x = hk.max_pool(x, window_shape=2, strides=2, padding="VALID")
+    return hk.Linear(CLASSES)(hk.Flatten()(x))
+
+
+_HK_CONV_BN = hk.without_apply_rng(hk.transform_with_state(_hk_conv_batchnorm))
+
+
+def _haiku_conv_batchnorm_arguments(rng):
+    x = images(rng)
+    params, state = _HK_CONV_BN.init(jax.random.PRNGKey(int(rng.integers(2**31))), x, True)
+    return as_numpy(params), as_numpy(state), x
+
+
+add(
+    "haiku_conv_batchnorm",
+    "haiku",
+    "hk.Conv2D(8, 3x3), hk.BatchNorm in training mode (state updated), ReLU, hk.max_pool,"
+    " hk.Linear on NHWC f32 [4,8,8,3]; returns the logits and the new state",
+    lambda params, state, x: _HK_CONV_BN.apply(params, state, x, True),
+    _haiku_conv_batchnorm_arguments,
+    "cnn",
+    "batchnorm",
+    "normalization",
+    "pooling",
+    "forward",
+)
+
+
+def _hk_norms(x):
+    x = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True)(x)
+    x = hk.Linear(HIDDEN)(x)
+    return hk.RMSNorm(axis=-1)(x)
+
+
+_HK_NORMS = hk.without_apply_rng(hk.transform(_hk_norms))
+add(
+    "haiku_layernorm_rmsnorm",
+    "haiku",
+    "hk.LayerNorm, hk.Linear(16), hk.RMSNorm on f32 [4,8]",
+    _HK_NORMS.apply,
+    lambda r: (haiku_params(_HK_NORMS, r, normal(r, BATCH, FEATURES)), normal(r, BATCH, FEATURES)),
+    "layernorm",
+    "rmsnorm",
+    "normalization",
+    "forward",
+)
+
+
+def _hk_lstm(xs):
+    core = hk.LSTM(HIDDEN)
+    outputs, state = hk.dynamic_unroll(core, xs, core.initial_state(xs.shape[1]))
+    return hk.Linear(CLASSES)(outputs[-1]), state
+
+
+_HK_LSTM = hk.without_apply_rng(hk.transform(_hk_lstm))
+add(
+    "haiku_lstm_dynamic_unroll",
+    "haiku",
+    "hk.LSTM(16) under hk.dynamic_unroll (a scan) over a time-major f32 [6,4,8] sequence,"
+    " hk.Linear head on the last output",
+    _HK_LSTM.apply,
+    lambda r: (
+        haiku_params(_HK_LSTM, r, normal(r, STEPS, BATCH, FEATURES)),
+        normal(r, STEPS, BATCH, FEATURES),
+    ),
+    "lstm",
+    "recurrent",
+    "scan",
+    "forward",
+)
+
+
+def _hk_gru_classifier(token_ids):
+    x = hk.Embed(VOCAB, FEATURES)(token_ids)  # time-major [steps, batch, features]
+    core = hk.GRU(HIDDEN)
+    outputs, _ = hk.dynamic_unroll(core, x, core.initial_state(x.shape[1]))
+    return hk.Linear(CLASSES)(outputs[-1])
+
+
+_HK_GRU = hk.without_apply_rng(hk.transform(_hk_gru_classifier))
+add(
+    "haiku_gru_dynamic_unroll",
+    "haiku",
+    "hk.Embed(16, 8), hk.GRU(16) under hk.dynamic_unroll (a scan) over time-major tokens"
+    " [6,4], hk.Linear head on the last output",
+    _HK_GRU.apply,
+    lambda r: (haiku_params(_HK_GRU, r, tokens(r, STEPS, BATCH)), tokens(r, STEPS, BATCH)),
+    "gru",
+    "recurrent",
+    "scan",
+    "embedding",
+    "forward",
+)
+
+
+def _hk_attention(x):
+    return hk.MultiHeadAttention(num_heads=2, key_size=4, w_init_scale=1.0)(x, x, x)
+
+
+_HK_ATTENTION = hk.without_apply_rng(hk.transform(_hk_attention))
+add(
+    "haiku_multihead_attention",
+    "haiku",
+    "hk.MultiHeadAttention (2 heads of 4) self-attention on f32 [2,6,8]",
+    _HK_ATTENTION.apply,
+    lambda r: (haiku_params(_HK_ATTENTION, r, _sequence(r)), _sequence(r)),
+    "attention",
+    "forward",
+)
+
+
+def _hk_embed_pool(token_ids):
+    x = hk.Embed(VOCAB, FEATURES)(token_ids)
+    x = hk.avg_pool(x, window_shape=(1, 2, 1), strides=(1, 2, 1), padding="VALID")
+    return hk.Linear(CLASSES)(hk.Flatten()(x))
+
+
+_HK_EMBED = hk.without_apply_rng(hk.transform(_hk_embed_pool))
+add(
+    "haiku_embed_avg_pool",
+    "haiku",
+    "hk.Embed(16, 8) of s32 tokens [4,6], hk.avg_pool over pairs of steps, hk.Linear",
+    _HK_EMBED.apply,
+    lambda r: (haiku_params(_HK_EMBED, r, tokens(r, BATCH, STEPS)), tokens(r, BATCH, STEPS)),
+    "embedding",
+    "pooling",
+    "forward",
+)
+
+
+# -- optax: optimizers, clipping and schedules ------------------------------------------------
+
+#: What the optax programs train: softmax regression, one nn.Dense (a kernel and a bias),
+#: so that the optimizer is most of the program.
+_FLAX_LINEAR = nn.Dense(CLASSES)
+
+
+def _optax_step(name: str, description: str, optimizer: optax.GradientTransformation, *tags):
+    add(
+        name,
+        "optax",
+        f"{description}; a training step of a flax nn.Dense softmax classifier",
+        train_step(_flax_loss(_FLAX_LINEAR), optimizer),
+        with_optimizer_state(
+            optimizer,
+            _flax_classifier_batch(_FLAX_LINEAR, lambda r: normal(r, BATCH, FEATURES)),
+        ),
+        "training",
+        "optimizer",
+        *tags,
+    )
+
+
+_optax_step(
+    "optax_clip_cosine_adamw_step",
+    "optax.chain(optax.clip_by_global_norm(1.0), optax.adamw with"
+    " optax.warmup_cosine_decay_schedule)",
+    optax.chain(
+        optax.clip_by_global_norm(1.0),
+        optax.adamw(
+            optax.warmup_cosine_decay_schedule(0.0, 1e-2, warmup_steps=2, decay_steps=50),
+            weight_decay=0.01,
+        ),
+    ),
+    "adamw",
+    "gradient-clipping",
+    "schedule",
+)
+_optax_step(
+    "optax_sgd_nesterov_exponential_decay_step",
+    "optax.sgd with Nesterov momentum and an optax.exponential_decay schedule, after"
+    " optax.clip (elementwise)",
+    optax.chain(
+        optax.clip(0.5),
+        optax.sgd(optax.exponential_decay(0.1, 10, 0.5), momentum=0.9, nesterov=True),
+    ),
+    "sgd-momentum",
+    "gradient-clipping",
+    "schedule",
+)
+_optax_step(
+    "optax_adamw_accumulate_multisteps_step",
+    "optax.MultiSteps accumulating gradients over 2 steps around optax.adamw (the step"
+    " counter selects whether the inner update applies)",
+    optax.MultiSteps(optax.adamw(1e-3), every_k_schedule=2),
+    "adamw",
+    "gradient-accumulation",
+)
