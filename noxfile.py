@@ -5,7 +5,8 @@
                          a transformer block in JAX through heron.jax and heron-run, and its
                          heron report page (build/demo/report.html)
     nox -s tests         the CPU test suite (every package, the CLI, the plugin fixture), then
-                         every corpus program's artefact (build/program-artefacts)
+                         every corpus program's and model's artefact (build/program-artefacts,
+                         build/model-artefacts)
     nox -s runtime       those artefacts run by heron-run in a runtime-only environment
     nox -s oracle        heron's evaluator against XLA:CPU through jax
     nox -s isolation     each package installed alone in a fresh environment
@@ -19,6 +20,8 @@
                          corpus file compiled by XLA, deviceless, and by heron (heron[xla])
     nox -s programs      the program corpus (programs/): JAX programs, XLA:CPU outputs and
                          XLA:GPU's kernels (heron[xla]); then docs/programs.md's table
+    nox -s models        the model corpus (models/): flax, equinox, haiku and optax models the
+                         same way (those libraries pinned); then docs/models.md's table
     nox -s fuzz          the fuzzer (tests/fuzz): corpus mutants, generated fusions, bad npz
                          (`nox -s fuzz -- --cases 10000 --seed 1` for a long run)
     nox -s fuzz-parser   coverage-guided fuzzing of the parser and printer (atheris)
@@ -66,6 +69,9 @@ GPU_MARKERS = "gpu or cuda or rocm"
 RUFF = "ruff==0.17.6"
 IMPORT_LINTER = "import-linter==2.16"
 JAX = "jax==0.10.2"
+#: The libraries the model corpus (models/) is written with, as it was generated: only
+#: `nox -s models` installs them (the tests read the committed files).
+MODEL_LIBRARIES = ("flax==0.12.8", "equinox==0.13.8", "dm-haiku==0.0.17", "optax==0.2.8")
 # mpmath: high-precision references for the math approximations' error bounds.
 TEST_TOOLS = ("pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5", "mpmath>=1.3")
 
@@ -135,6 +141,15 @@ def lint(session: nox.Session) -> None:
     session.run("lint-imports")
 
 
+#: The program corpora (folders of the repository) and where `nox -s tests` leaves their
+#: artefacts for `nox -s runtime`.
+CORPORA = ("programs", "models")
+
+
+def artefact_folder(corpus: str) -> Path:
+    return ROOT / "build" / f"{corpus.removesuffix('s')}-artefacts"
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The CPU suite: packages/*/tests and tests/ (not the oracle, not GPU-marked tests)."""
@@ -152,20 +167,27 @@ def tests(session: nox.Session) -> None:
         env={"HERON_TEST_ARTEFACTS": os.environ.get("HERON_TEST_ARTEFACTS", str(TEST_ARTEFACTS))},
     )
     if not session.posargs:  # the whole suite: then the artefacts `nox -s runtime` runs
-        session.run("python", "programs/artefacts.py", "build", str(ARTEFACTS))
+        for corpus in CORPORA:
+            session.run(
+                "python",
+                "programs/artefacts.py",
+                "build",
+                str(artefact_folder(corpus)),
+                "--corpus",
+                corpus,
+            )
 
 
 #: Where `nox -s tests` keeps what tests leave for a reader (HERON_TEST_ARTEFACTS).
 TEST_ARTEFACTS = ROOT / "build" / "test-artefacts"
-#: Where `nox -s tests` leaves every corpus program's artefact for `nox -s runtime`.
-ARTEFACTS = ROOT / "build" / "program-artefacts"
 
 
 @nox.session
 def runtime(session: nox.Session) -> None:
-    """The runtime alone (issue 16): every program's artefact, built by `nox -s tests`,
-    run by heron-run where only runtime-core and the interpreter's device side are
-    installed (no MLIR, no llvmlite, no jax), and equal to the compiling side's bytes."""
+    """The runtime alone (issue 16): every program's and model's artefact, built by
+    `nox -s tests`, run by heron-run where only runtime-core and the interpreter's device
+    side are installed (no MLIR, no llvmlite, no jax), and equal to the compiling side's
+    bytes."""
     session.install(*(f"./packages/{f}" for f in local_closure("runtime-interpreter")))
     _isolation_check(
         session,
@@ -174,7 +196,15 @@ def runtime(session: nox.Session) -> None:
         COMPILER_SIDE,
         without_compile_extra=True,
     )
-    session.run("python", "programs/artefacts.py", "check", str(ARTEFACTS))
+    for corpus in CORPORA:
+        session.run(
+            "python",
+            "programs/artefacts.py",
+            "check",
+            str(artefact_folder(corpus)),
+            "--corpus",
+            corpus,
+        )
 
 
 @nox.session
@@ -503,6 +533,21 @@ def programs(session: nox.Session) -> None:
     install_editable(session, meta=".[xla]")
     session.run("python", "programs/generate.py", *session.posargs)
     session.run("python", "programs/table.py", "--update", "docs/programs.md")
+
+
+@nox.session
+def models(session: nox.Session) -> None:
+    """The model corpus, models/ (models/README.md), and docs/models.md's table.
+
+    As `nox -s programs`, with the libraries the models are written with pinned
+    (MODEL_LIBRARIES): programs/generate.py --corpus models (arguments after `--` go to
+    it, e.g. `-- --only flax_mlp`), then programs/table.py --corpus models --update
+    docs/models.md. The corpus is committed; tests/test_programs.py and
+    tests/test_executables.py read it without these libraries. Not a default session.
+    """
+    install_editable(session, *MODEL_LIBRARIES, meta=".[xla]")
+    session.run("python", "programs/generate.py", "--corpus", "models", *session.posargs)
+    session.run("python", "programs/table.py", "--corpus", "models", "--update", "docs/models.md")
 
 
 @nox.session(name="xla-reference")
