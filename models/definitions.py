@@ -28,14 +28,11 @@ import flax.linen as nn
 import haiku as hk
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import optax
 from jax import lax
 
-from programs.definitions import Program, integers, normal
-
-BF16 = ml_dtypes.bfloat16
+from programs.definitions import Program, integers, normal, uniform
 
 PROGRAMS: list[Program] = []
 #: The libraries' versions, written into models/index.json (the noxfile pins them).
@@ -77,10 +74,14 @@ def add(
 # -- what every model's arguments are made of ------------------------------------------------
 
 
+def init_key(rng: np.random.Generator) -> jax.Array:
+    """A raw threefry key (u32[2]) from the program's generator, for a library's init."""
+    return jax.random.PRNGKey(int(rng.integers(2**31)))
+
+
 def key(rng: np.random.Generator) -> np.ndarray:
-    """A raw threefry key (u32[2]) from the program's generator: what a library's init takes,
-    and what a model that draws random bits (dropout) gets as an argument."""
-    return np.asarray(jax.random.PRNGKey(int(rng.integers(2**31))))
+    """A raw key as an argument, for a model that draws random bits (dropout)."""
+    return np.asarray(init_key(rng))
 
 
 def as_numpy(tree: Any) -> Any:
@@ -147,7 +148,21 @@ def with_optimizer_state(
 
 def flax_params(module: nn.Module, rng: np.random.Generator, *inputs: Any, **kwargs: Any) -> Any:
     """``module.init``'s variables for ``inputs``, as numpy."""
-    return as_numpy(module.init(jax.random.PRNGKey(int(rng.integers(2**31))), *inputs, **kwargs))
+    return as_numpy(module.init(init_key(rng), *inputs, **kwargs))
+
+
+def with_running_statistics(variables: dict[str, Any], rng: np.random.Generator) -> dict:
+    """flax variables whose BatchNorm running statistics are drawn (means around 0,
+    variances in [0.5, 1.5]) instead of init's zeros and ones, under which a normalisation
+    that ignored them would still give the right numbers."""
+    statistics = {
+        layer: {
+            "mean": normal(rng, *moments["mean"].shape, scale=0.5),
+            "var": uniform(rng, *moments["var"].shape, low=0.5, high=1.5),
+        }
+        for layer, moments in variables["batch_stats"].items()
+    }
+    return {**variables, "batch_stats": statistics}
 
 
 class FlaxMLP(nn.Module):
@@ -280,11 +295,7 @@ def _flax_batchnorm_step(optimizer: optax.GradientTransformation):
         variables = flax_params(module, rng, x, False)
         return variables["params"], variables["batch_stats"], x, labels(rng)
 
-    def arguments(rng):
-        params, opt_state, batch_stats, x, y = with_optimizer_state(optimizer, make)(rng)
-        return params, opt_state, batch_stats, x, y
-
-    return step, arguments
+    return step, with_optimizer_state(optimizer, make)
 
 
 add(
@@ -305,7 +316,9 @@ add(
     "nn.BatchNorm with its running averages (inference) between two dense layers",
     lambda variables, x: FlaxBatchNormMLP().apply(variables, x, False),
     lambda r: (
-        flax_params(FlaxBatchNormMLP(), r, normal(r, BATCH, FEATURES), False),
+        with_running_statistics(
+            flax_params(FlaxBatchNormMLP(), r, normal(r, BATCH, FEATURES), False), r
+        ),
         normal(r, BATCH, FEATURES),
     ),
     "batchnorm",
@@ -453,22 +466,13 @@ class FlaxResNetBlock(nn.Module):
         return nn.relu(x + h)
 
 
-def _resnet_variables(rng):
-    variables = flax_params(FlaxResNetBlock(), rng, images(rng))
-    stats = variables["batch_stats"]
-    variables["batch_stats"] = jax.tree.map(
-        lambda s: (np.abs(normal(rng, *s.shape)) + 0.5) if s.dtype == np.float32 else s, stats
-    )
-    return variables
-
-
 add(
     "flax_resnet_block",
     "flax",
     "ResNet basic block: two 3x3 nn.Conv with nn.BatchNorm (running averages), identity"
     " shortcut, ReLU, NHWC f32 [4,8,8,3]",
     _flax_apply(FlaxResNetBlock()),
-    lambda r: (_resnet_variables(r), images(r)),
+    lambda r: (with_running_statistics(flax_params(FlaxResNetBlock(), r, images(r)), r), images(r)),
     "resnet",
     "cnn",
     "batchnorm",
@@ -709,7 +713,7 @@ class EquinoxModel:
         self.static = eqx.partition(build(jax.random.PRNGKey(0)), eqx.is_array)[1]
 
     def params(self, rng: np.random.Generator) -> Any:
-        model = self.build(jax.random.PRNGKey(int(rng.integers(2**31))))
+        model = self.build(init_key(rng))
         return as_numpy(eqx.partition(model, eqx.is_array)[0])
 
     def __call__(self, params: Any) -> eqx.Module:
@@ -1018,7 +1022,7 @@ add(
 
 
 def haiku_params(transformed, rng: np.random.Generator, *inputs: Any) -> Any:
-    return as_numpy(transformed.init(jax.random.PRNGKey(int(rng.integers(2**31))), *inputs))
+    return as_numpy(transformed.init(init_key(rng), *inputs))
 
 
 def _hk_mlp(x):
@@ -1094,7 +1098,7 @@ _HK_CONV_BN = hk.without_apply_rng(hk.transform_with_state(_hk_conv_batchnorm))
 
 def _haiku_conv_batchnorm_arguments(rng):
     x = images(rng)
-    params, state = _HK_CONV_BN.init(jax.random.PRNGKey(int(rng.integers(2**31))), x, True)
+    params, state = _HK_CONV_BN.init(init_key(rng), x, True)
     return as_numpy(params), as_numpy(state), x
 
 

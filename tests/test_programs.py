@@ -40,6 +40,7 @@ from heron_test_support.programs import (
     KNOWN_FAILURES,
     ROOT,
     CorpusProgram,
+    KnownFailure,
     assert_close,
     corpus_programs,
     expect_known_failure,
@@ -187,6 +188,32 @@ def test_the_evaluator_gives_xla_cpus_outputs(program: CorpusProgram) -> None:
             _evaluate(module, arguments)
         return
     program.assert_outputs(_evaluate(module, arguments), "the evaluator")
+
+
+def test_a_known_failure_must_fail_as_recorded(monkeypatch):
+    """expect_known_failure: a row of KNOWN_FAILURES that passes fails the test (the table
+    only shrinks), and so does one failing another way; failing as recorded is an xfail.
+    A program that gives wrong results is not expected to fail to compile."""
+    from heron.hlo.errors import UnsupportedError
+
+    program = CorpusProgram("models", "flax_mlp")
+    refused = KnownFailure("a test", refusal=r"\(concatenate,")
+    monkeypatch.setitem(KNOWN_FAILURES, program.id, refused)
+    with pytest.raises(AssertionError, match="now passes: remove it from KNOWN_FAILURES"):
+        with expect_known_failure(program, "compile"):
+            pass
+    with pytest.raises(AssertionError, match="fails, but not as KNOWN_FAILURES says"):
+        with expect_known_failure(program, "compile"):
+            raise UnsupportedError("cannot run instruction 'c' (fft, c64[2,8])")
+    with pytest.raises(pytest.xfail.Exception, match="fails as recorded"):
+        with expect_known_failure(program, "compile"):
+            raise UnsupportedError("cannot run instruction 'p' (concatenate, f32[3,100])")
+    monkeypatch.setitem(KNOWN_FAILURES, program.id, KnownFailure("a test"))
+    with expect_known_failure(program, "compile"):
+        pass
+    with pytest.raises(pytest.xfail.Exception):
+        with expect_known_failure(program, "results"):
+            raise AssertionError("models/flax_mlp out0: max error 0.3 > 16 eps")
 
 
 def test_the_failure_tables_name_programs():
