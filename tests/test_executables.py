@@ -1,10 +1,11 @@
 """Executables of the corpora: thunk emission, the artefact, ``heron compile --executable``.
 
 Every program of ``programs/index.json`` and ``models/index.json`` is compiled
-once per test process (``heron_test_support.programs.compiled``:
+once, in one test that makes every check on it
+(``heron_test_support.programs.compile_corpus_program``:
 :func:`heron.compiler.executable.compile_program`, kernel images for the
-interpreter, this tree's GEMM emitter) and checked against what the
-compiler's own analyses say, not against what the emitter wrote:
+interpreter, this tree's GEMM emitter), against what the compiler's own
+analyses say, not against what the emitter wrote:
 
 - the artefact builds (its consistency checks), saves, and loads back equal;
 - every fusion of every sequential computation has exactly one kernel thunk,
@@ -16,14 +17,21 @@ compiler's own analyses say, not against what the emitter wrote:
   every result leaf has an output allocation of its own, constants hold the
   literal's bytes, and peak memory is the assignment's;
 - what no emitter can run is refused with the instruction named;
+- its kernel count is its row of the corpus's table (docs/programs.md,
+  docs/models.md; programs/table.py) and within issue 15's rule unless
+  :data:`OVER_THE_RULE` names it;
 - every artefact, saved and loaded back, runs through the thunk executor
   (:mod:`heron.runtime.core.executor`) on the interpreter and gives XLA:CPU's
   outputs (``outputs.npz``, ``heron_test_support.programs.assert_close``), with
   command buffers and without (the same bytes), holding exactly the
-  allocations' bytes.
+  allocations' bytes; and running the module through its buffer assignment's
+  bytes gives the evaluator's results, no two live values sharing a byte.
 
-A program of ``heron_test_support.programs.KNOWN_FAILURES`` is checked to
-fail as recorded (refused: every test here; wrong results: the run).
+(One test per program: pytest-xdist's ``--dist loadgroup`` cannot keep a
+program's tests on one worker under pytest 9, where each would compile it
+again.) A program of ``heron_test_support.programs.KNOWN_FAILURES`` is
+checked to fail as recorded: a refused one where it compiles, one with wrong
+results where it runs.
 """
 
 from __future__ import annotations
