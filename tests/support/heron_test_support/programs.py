@@ -158,26 +158,12 @@ class KnownFailure:
         return self.refusal if self.refusal is not None else WRONG_RESULTS
 
 
-_LOOP_LAYOUT = (
-    "issue 26: wrong results; the recurrent loop is fed a batch/time-swapped copy of the"
-    " sequence, and the while loop's operand layout differs from its body parameter's"
-)
-_CONCATENATE = (
-    "issue 26: refused; the convolution lowering of the weight gradient concatenates 100"
-    " patches, more than a fusion's 96 operands, and no fusion takes the concatenate"
-)
-#: The weight gradient's im2col concatenate, left outside every fusion.
-_PATCHES = r"'conv_general_dilated\.\d+\.patches\.\d+' \(concatenate,.*no heron emitter takes it"
-
-#: The corpus programs heron fails today, by ``corpus/name``. Tests that compile a
-#: refused program, and tests that compare any of them with XLA:CPU, check that it
-#: still fails this way; once one passes, they fail until its row is removed.
 KNOWN_FAILURES: dict[str, KnownFailure] = {
-    "models/flax_gru_scan": KnownFailure(_LOOP_LAYOUT),
-    "models/flax_lstm_rnn": KnownFailure(_LOOP_LAYOUT),
-    "models/equinox_gru_scan_vmap": KnownFailure(_LOOP_LAYOUT),
-    "models/flax_cnn_adam_step": KnownFailure(_CONCATENATE, refusal=_PATCHES),
-    "models/equinox_cnn_sgd_step": KnownFailure(_CONCATENATE, refusal=_PATCHES),
+    # Empty since issue 26's fixes: the recurrent models fed a batch/time-swapped
+    # sequence (a while operand laid out otherwise than its body parameter: layout
+    # assignment's forwarded-layout agreement) and the CNN training steps (the weight
+    # gradient's im2col concatenate: XLA's fusion budget rule, one slice per output
+    # position) now equal XLA:CPU.
 }
 
 
