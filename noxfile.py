@@ -645,7 +645,9 @@ def gpu_bundle(session: nox.Session) -> None:
     then the report must show heron's wheels installed from the bundle.
     Arguments after `--` go to gpu_bundle/build.py.
     """
-    install_editable(session, JAX, "hatchling>=1.25")
+    # pip: build.py builds heron's wheels and downloads the third-party ones with it
+    # (a uv-made session venv has none).
+    install_editable(session, JAX, "hatchling>=1.25", "pip")
     session.run("python", "gpu_bundle/build.py", str(GPU_BUNDLE), *session.posargs)
     empty = Path(session.create_tmp()) / "empty-venv"
     if empty.exists():
