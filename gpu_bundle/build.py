@@ -205,6 +205,7 @@ def _fusion_cases(patterns: list[str] | None, data: Path) -> list[dict[str, Any]
 
     from heron.harness.corpus import default_corpus
     from heron.harness.inputs import moderate_array
+    from heron.harness.scatter_inputs import keep_scatter_promises
     from heron.hlo.memory_layout import memory_bytes
     from heron.hlo.npz_io import save_inputs
     from heron.hlo.parser import parse_module_file
@@ -226,9 +227,13 @@ def _fusion_cases(patterns: list[str] | None, data: Path) -> list[dict[str, Any]
             continue
         case_id = "fusion-" + relative.removesuffix(".hlo").replace("/", "-")
         rng = np.random.default_rng(bundle_workloads.seed_of(relative))
-        save_inputs(
-            data / f"{case_id}.inputs.npz", [moderate_array(p.shape, rng) for p in parameters]
-        )
+        arguments = [moderate_array(p.shape, rng) for p in parameters]
+        for fusion in (i for i in module.entry.instructions if i.opcode == "fusion"):
+            if list(map(id, fusion.operands)) == list(map(id, parameters)):
+                # Indices a scatter promises unique or sorted are drawn so, as heron check
+                # draws them: random ones would make its kernel race (the sanitizer says so).
+                arguments = keep_scatter_promises(fusion.called("calls"), arguments, rng)
+        save_inputs(data / f"{case_id}.inputs.npz", arguments)
         cases.append(
             {
                 "id": case_id,
