@@ -21,8 +21,6 @@ forwarded ones agree (the rule: :mod:`heron.hlo.forwarded_layouts`):
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from heron.hlo.control_flow import conditional_branches
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction, Module
@@ -55,27 +53,21 @@ def agree_forwarded_layouts(module: Module) -> bool:
 
 
 def _agree_in(computation: Computation, inserter: Inserter) -> bool:
-    users: dict[int, list[Instruction]] = defaultdict(list)
-    for inst in computation.instructions:
-        for operand in inst.operands:
-            users[id(operand)].append(inst)
     changed = False
     for inst in computation.post_order():
         opcode = inst.opcode
         if opcode == "tuple":
-            changed |= _take(
-                inst, TupleShape(tuple(o.shape for o in inst.operands)), inserter, users
-            )
+            changed |= _take(inst, TupleShape(tuple(o.shape for o in inst.operands)), inserter)
         elif opcode == "get-tuple-element":
             element = inst.operands[0].shape.elements[inst.attr("index")]
-            changed |= _take(inst, element, inserter, users)
+            changed |= _take(inst, element, inserter)
         elif opcode == "while":
             body, condition = inst.called("body"), inst.called("condition")
             layout = body.parameters[0].shape
             changed |= _hand_over(inst, 0, layout, inserter)
             changed |= _retype(condition.parameters[0], layout)
             changed |= _return(body, layout, names=inserter.names)
-            changed |= _take(inst, layout, inserter, users)
+            changed |= _take(inst, layout, inserter)
         elif opcode == "conditional":
             for b, branch in enumerate(conditional_branches(inst)):
                 changed |= _hand_over(inst, b + 1, branch.parameters[0].shape, inserter)
@@ -84,7 +76,7 @@ def _agree_in(computation: Computation, inserter: Inserter) -> bool:
             callee = inst.called("to_apply")
             for i, parameter in enumerate(callee.parameters):
                 changed |= _hand_over(inst, i, parameter.shape, inserter)
-            changed |= _take(inst, callee.root_instruction.shape, inserter, users)
+            changed |= _take(inst, callee.root_instruction.shape, inserter)
     return changed
 
 
@@ -95,15 +87,13 @@ def _retype(inst: Instruction, shape: Shape) -> bool:
     return True
 
 
-def _take(
-    inst: Instruction, shape: Shape, inserter: Inserter, users: dict[int, list[Instruction]]
-) -> bool:
+def _take(inst: Instruction, shape: Shape, inserter: Inserter) -> bool:
     """``inst`` forwards a buffer laid out as ``shape``: it says so, and its bitcast users
     keep reading the layout they were written against."""
     declared = inst.shape
     if not _retype(inst, shape):
         return False
-    bitcasts = [user for user in users.get(id(inst), ()) if user.opcode == "bitcast"]
+    bitcasts = [user for user in inserter.uses.users(inst) if user.opcode == "bitcast"]
     if bitcasts:
         kept = _coerce(inserter, inst, declared, inst)
         for user in bitcasts:
