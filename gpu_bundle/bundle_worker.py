@@ -224,7 +224,7 @@ class Worker:
                 problems.append(f"against XLA:CPU: {versus.get('why')}")
         if case.get("interpreter"):
             versus = bundle_compare.compare_all(
-                runs[0], load_outputs(self.bundle / case["interpreter"])
+                runs[0], load_outputs(self.bundle / case["interpreter"]), case.get("ulps")
             )
             details["interpreter"] = versus
             if self.backend == "interpreter":

@@ -343,12 +343,47 @@ ENTRY main {
     )
     root = module.entry.root_instruction
     element = root.shape.element_type
-    # Not a reduction emitter (reordering=False): the dot alone orders the sums.
+    # Not a reduction emitter (reordering=False): the dot alone orders the sums; on a
+    # device without TF32 that is all, on one with TF32 (an f32 dot at default
+    # precision: XLA:GPU's choice) the operands' rounding is allowed too: 8 u sqrt(k).
+    exact = output_tolerance(root, element, reordering=False, tf32=False)
+    assert exact.reordered and exact.bounds.relative == pytest.approx(1e-4)
     tolerance = output_tolerance(root, element, reordering=False)
-    assert tolerance.reordered and tolerance.bounds.relative == pytest.approx(1e-4)
+    assert tolerance.reordered
+    assert (
+        tolerance.bounds.relative == tolerance.bounds.absolute == pytest.approx(8 * 2**-11 * 8**0.5)
+    )
     # Without the dot the same negate is compared bitwise.
     plain = output_tolerance(root.operands[0].operands[0], element, reordering=False)
     assert not plain.reordered and plain.ulps == 0
+
+
+@pytest.mark.parametrize(
+    ("attribute", "relative"),
+    [
+        ("operand_precision={highest,highest}", 1e-4),
+        ("operand_precision={default,highest}", 1e-4),
+        ("operand_precision={high,high}", 8 * 2**-11 * 8**0.5),
+        ("algorithm=dot_tf32_tf32_f32", 8 * 2**-11 * 8**0.5),
+        ("algorithm=dot_bf16_bf16_f32", 8 * 2**-8 * 8**0.5),
+        ("algorithm=dot_bf16_bf16_f32_x6", 1e-4),
+    ],
+)
+def test_a_dots_precision_decides_what_its_operands_rounding_may_cost(attribute, relative):
+    # heron.hlo.dot_precision's table, as XLA:GPU's GetBlasComputationType has it
+    module = parse_module(
+        f"""
+HloModule dots
+ENTRY main {{
+  a = f32[4,8] parameter(0)
+  b = f32[8,2] parameter(1)
+  ROOT d = f32[4,2] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, {attribute}
+}}
+"""
+    )
+    root = module.entry.root_instruction
+    tolerance = output_tolerance(root, root.shape.element_type, reordering=False)
+    assert tolerance.bounds.relative == pytest.approx(relative)
 
 
 @pytest.mark.parametrize("name", GEMM_PROGRAMS)

@@ -319,17 +319,29 @@ ENTRY main {
 """
 
 
-def test_a_dot_takes_its_bias_and_activation_epilogue() -> None:
-    # XLA fuses a dot's bias add into its GEMM fusion: the GEMM emitter takes
-    # elementwise ops of the dot's shape after it (the broadcast bias too), and
-    # the tanh of its operand is computed as the tile is staged.
+def test_a_library_dot_takes_its_bias_and_leaves_its_prologue_to_a_kernel() -> None:
+    # XLA's GEMM rewriter gives cuBLASLt the dot and its bias add; the tanh of an
+    # operand is no library's epilogue: it is a loop kernel before the call.
     fused = check_each_pass(parse_module(WITH_DOT))
     assert not [i for i in fused.entry.instructions if i.opcode == "dot"]
+    assert count_kernels(fused) == 2
+    gemm, tanh = sorted(_fusions(fused), key=lambda f: f.called("calls").root_instruction.opcode)
+    assert {i.opcode for i in gemm.called("calls").instructions} == {
+        "parameter", "dot", "broadcast", "add"
+    }  # fmt: skip
+    assert tanh.called("calls").root_instruction.opcode == "tanh"
+
+
+def test_a_dot_no_library_takes_keeps_its_prologue_and_epilogue_in_heron_s_gemm() -> None:
+    # An s32 dot has no cuBLASLt GEMM: heron's GEMM emitter computes the negate of
+    # its operand as the tile is staged and the bias add after it, in one kernel.
+    integer = WITH_DOT.replace("f32", "s32").replace("tanh(x)", "negate(x)")
+    fused = check_each_pass(parse_module(integer))
     (fusion,) = _fusions(fused)
     assert count_kernels(fused) == 1
     body = fusion.called("calls")
     assert body.root_instruction.opcode == "add"
-    assert {i.opcode for i in body.instructions} >= {"dot", "broadcast", "add"}
+    assert {i.opcode for i in body.instructions} >= {"dot", "broadcast", "add", "negate"}
 
 
 def test_a_dot_is_fused_only_into_the_gemm_emitter_that_computes_it_whole() -> None:
@@ -541,21 +553,21 @@ CONVOLUTIONS = {
         "f32[3,4,8]{2,1,0}",
         "f32[2,16,8]{2,1,0}",
         "window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f",
-        1,
+        2,
     ),
     "conv1d_strided_dilated": (
         "f32[2,20,3]{2,1,0}",
         "f32[3,3,5]{2,1,0}",
         "f32[2,9,5]{2,1,0}",
         "window={size=3 stride=2 pad=2_0 rhs_dilate=2}, dim_labels=b0f_0io->b0f",
-        1,
+        2,
     ),
     "conv2d_nchw": (
         "f32[1,3,9,9]{3,2,1,0}",
         "f32[4,3,3,3]{3,2,1,0}",
         "f32[1,4,9,9]{3,2,1,0}",
         "window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01",
-        2,  # the result's transpose back to NCHW is no elementwise epilogue
+        3,  # the result's transpose back to NCHW is no epilogue cuBLASLt fuses
     ),
     # flax's weight gradient: a 3x3 output of a 10x10 window, 100 kernel positions.
     # One slice per kernel position made a concatenate of 100 that no fusion took
@@ -565,18 +577,19 @@ CONVOLUTIONS = {
         "f32[2,10,10,4]{3,2,1,0}",
         "f32[3,3,3,4]{3,2,1,0}",
         "window={size=10x10 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf",
-        2,  # the result's transpose into 01bf
+        3,  # the result's transpose into 01bf
     ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CONVOLUTIONS))
-def test_a_convolutions_im2col_is_the_gemms_operand_prologue(name: str) -> None:
+def test_a_convolution_is_its_im2col_kernel_and_a_library_gemm(name: str) -> None:
     # convolution-to-dot lowers a convolution to im2col (pad, slices, concatenate)
-    # and one dot; the GEMM emitter reads its operands element by element as it
-    # stages its tiles, so the im2col is fused into the dot's kernel: one kernel,
-    # as XLA's one cuDNN call (two where the output's layout needs a transpose).
+    # and one dot. cuBLASLt reads no computed operand: the im2col is a kernel of its
+    # own and the dot a library call (heron's GEMM kernel its fallback), one more
+    # where the output's layout needs a transpose; XLA makes it one cuDNN call.
     # The kernels run and give the evaluator's result.
+    from heron.compiler.library_gemm import gemm_fusion
     from heron.compiler.program_run import run_program
     from heron.emitters.fusion_analysis import analyse_fusion
     from heron.emitters.selection import select_emitter
@@ -599,9 +612,11 @@ ENTRY main {{
     run_pipeline(lowered, simplification_pipeline())
     fused = check_each_pass(lowered)
     assert count_kernels(fused) == kernels
-    (fusion, *_) = _fusions(fused)
-    assert select_emitter(analyse_fusion(fusion, H100)).name == "gemm"
-    assert "concatenate" in {i.opcode for i in fusion.called("calls").instructions}
+    fusions = _fusions(fused)
+    (gemm,) = [f for f in fusions if "dot" in {i.opcode for i in f.called("calls").instructions}]
+    assert select_emitter(analyse_fusion(gemm, H100)).name == "gemm"
+    assert gemm_fusion(gemm, H100) is not None
+    assert any("concatenate" in {i.opcode for i in f.called("calls").instructions} for f in fusions)
     arguments = random_arguments(module, np.random.default_rng(2))
     device = load_backends().create_device("interpreter")
     run = run_program(module, arguments, device, "interpreter", target=H100)

@@ -27,9 +27,12 @@ S = BufferSlice
     [
         (dict(lhs_type="f16", rhs_type="f32"), r"no library GEMM of f16 x f32"),
         (dict(lhs_type="f16", rhs_type="f16", out_type="s32"), r"accumulates in f32.*not s32"),
-        (dict(lhs_type="s8", rhs_type="s8", out_type="s32", bias=True), "no bias or activation"),
-        (dict(activation="gelu"), r"activation 'gelu'"),
+        (dict(lhs_type="s8", rhs_type="s8", out_type="s32", bias=True), "no bias, residual"),
+        (dict(activation="swish"), r"activation 'swish'"),
         (dict(alpha="1"), "alpha must be a number"),
+        (dict(compute="tf16"), r"compute 'tf16'"),
+        (dict(lhs_type="f16", rhs_type="f16", compute="tf32"), "tf32 rounds f32 operands"),
+        (dict(residual=1), "residual must be true or false"),
     ],
 )
 def test_calls_outside_the_contract_are_refused(fields, message):
@@ -49,20 +52,77 @@ def test_the_reference_accumulates_as_xla_and_rounds_once():
     b = rng.standard_normal((2, 64, 5)).astype(ml_dtypes.bfloat16)
     bias = rng.standard_normal(5).astype(ml_dtypes.bfloat16)
     call = GemmCall(2, 3, 5, 64, "bf16", "bf16", "bf16", bias=True, activation="relu")
-    got = call.reference(_bytes(a), _bytes(b), _bytes(bias)).view(ml_dtypes.bfloat16)
+    got = call.reference([_bytes(a), _bytes(b), _bytes(bias), _bytes(np.zeros(30, a.dtype))])
+    got = got.view(ml_dtypes.bfloat16)
     f32 = np.matmul(a.astype(np.float32), b.astype(np.float32)) + bias.astype(np.float32)
     expected = np.maximum(f32, 0).astype(ml_dtypes.bfloat16).reshape(-1)
     assert got.tobytes() == expected.tobytes()  # f32 sums, one rounding to bf16
     # s8 x s8 -> s32 wraps as XLA's s32 accumulation
     ones = np.full((1, 1, 140000), 127, np.int8)
-    wrapped = GemmCall(1, 1, 1, 140000, "s8", "s8", "s32").reference(_bytes(ones), _bytes(ones))
+    out = _bytes(np.zeros(1, np.int32))
+    wrapped = GemmCall(1, 1, 1, 140000, "s8", "s8", "s32").reference([*[_bytes(ones)] * 2, out])
     assert wrapped.view(np.int32)[0] == 127 * 127 * 140000 - 2**32 < 0
     # alpha scales the product, beta what out held
     x = np.ones((1, 2, 2), np.float32)
-    scaled = GemmCall(1, 2, 2, 2, alpha=0.5, beta=2.0).reference(
-        _bytes(x), _bytes(x), None, _bytes(x)
-    )
+    scaled = GemmCall(1, 2, 2, 2, alpha=0.5, beta=2.0).reference([_bytes(x)] * 3)
     assert scaled.view(np.float32).tolist() == [3.0] * 4
+
+
+def test_the_reference_reads_transposed_operands_a_residual_and_applies_gelu():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((2, 3, 8)).astype(np.float32)  # [batch, m, k]
+    w = rng.standard_normal((2, 8, 5)).astype(np.float32)  # [batch, k, n]
+    c = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    call = GemmCall(
+        2,
+        3,
+        5,
+        8,
+        lhs_transposed=True,
+        rhs_transposed=True,
+        alpha=0.25,
+        beta=1.0,
+        bias=True,
+        residual=True,
+        activation="gelu",
+    )
+    assert call.operand_names == ("lhs", "rhs", "bias", "c", "out")
+    stored = [a.transpose(0, 2, 1), w.transpose(0, 2, 1), bias, c, np.zeros_like(c)]
+    got = call.reference([_bytes(x) for x in stored]).view(np.float32).reshape(2, 3, 5)
+    x = 0.25 * np.matmul(a, w) + c + bias
+    expected = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert "^T" in call.describe() and "gelu" in call.describe()
+
+
+def test_tf32_compute_rounds_each_operand_to_ten_fraction_bits_first():
+    one_plus = np.array([1 + 2**-11 + 2**-12, 1 + 2**-20], np.float32)  # above half, below
+    ones = np.ones(2, np.float32)
+    tf32 = GemmCall(1, 1, 1, 2, compute="tf32")
+    out = _bytes(np.zeros(1, np.float32))
+    got = tf32.reference([_bytes(one_plus), _bytes(ones), out]).view(np.float32)[0]
+    assert got == np.float32(1 + 2**-10 + 1)  # rounded up, and down
+    full = GemmCall(1, 1, 1, 2).reference([_bytes(one_plus), _bytes(ones), out])
+    assert full.view(np.float32)[0] == np.float32(one_plus.astype(np.float64).sum())
+    # a tie rounds to even; inf and NaN pass unchanged
+    tie = np.array([1 + 2**-11, np.inf], np.float32)
+    got = tf32.reference([_bytes(tie), _bytes(np.array([1, 0], np.float32)), out])
+    assert np.isnan(got.view(np.float32)[0])  # inf * 0
+    got = tf32.reference([_bytes(tie), _bytes(np.array([1, 1], np.float32)), out])
+    assert got.view(np.float32)[0] == np.inf
+    first = _bytes(np.array([1, 0], np.float32))
+    tie_only = tf32.reference([_bytes(tie[:1].repeat(2)), first, out])
+    assert tie_only.view(np.float32)[0] == np.float32(1.0)
+
+
+def test_an_artefact_from_before_an_attribute_existed_takes_its_default():
+    attributes = GemmCall(1, 2, 3, 4).attributes()
+    for new in ("lhs_transposed", "rhs_transposed", "compute", "residual"):
+        del attributes[new]
+    assert GemmCall.from_attributes(attributes) == GemmCall(1, 2, 3, 4)
+    with pytest.raises(ThunkError, match="attributes k missing"):
+        GemmCall.from_attributes({"batch": 1, "m": 2, "n": 3})
 
 
 def test_the_slices_must_fit_the_contract():
@@ -75,6 +135,10 @@ def test_the_slices_must_fit_the_contract():
         call.check_slices([good[0], S(1, 0, 40), *good[2:]])
     with pytest.raises(ThunkError, match="out alloc0.* overlaps lhs"):
         call.check_slices([*good[:3], S(0, 8, 24)])
+    residual = GemmCall(1, 2, 3, 4, residual=True, beta=1.0)
+    residual.check_slices([*good[:2], S(4, 0, 24), S(4, 0, 24)])  # C = D
+    with pytest.raises(ThunkError, match="overlaps c"):
+        residual.check_slices([*good[:2], S(4, 0, 24), S(4, 4, 24)])
     thunk = LibraryCallThunk("blas", "gemm", good, call.attributes())
     assert GemmCall.from_thunk(thunk) == call
 

@@ -369,7 +369,10 @@ class FakeCublasLt:
 
         types = {0: np.float32, 1: np.float64, 2: np.float16, 14: ml_dtypes.bfloat16, 3: np.int8}
         types[10] = np.int32  # cudaDataType_t: CUDA_R_32I
-        accumulate = {68: np.float32, 70: np.float64, 72: np.int32}[record["desc"]["compute_type"]]
+        compute_type = record["desc"]["compute_type"]
+        accumulate = {68: np.float32, 70: np.float64, 72: np.int32, 75: np.float32, 77: np.float32}
+        accumulate = accumulate[compute_type]
+        compute = {75: "bf16", 77: "tf32"}.get(compute_type, "")
 
         def matrix(address, layout):
             assert layout.get("ORDER", 0) == int(self.real.Order.COL)
@@ -398,8 +401,10 @@ class FakeCublasLt:
             record["alpha"],
             record["beta"],
             bias,
-            relu="RELU" in epilogue,
+            activation="relu" if "RELU" in epilogue else "gelu" if "GELU" in epilogue else "none",
             transpose=lambda side: bool(desc.get(f"TRANS{side.upper()}", 0)),
+            c=matrix(*record["c"]),
+            compute=compute,
         )
 
 

@@ -50,11 +50,14 @@ def _run(call: GemmCall, library: CublasLt, rng: np.random.Generator):
 
 def _check_plan(call: GemmCall, recorded: dict) -> None:
     """The recorded arguments are the contract, row-major through column-major, swapped."""
-    layouts = {role: recorded[role][1] for role in "abd"}
+    layouts = {role: recorded[role][1] for role in "abcd"}
     element = {0: "f32", 1: "f64", 2: "f16", 14: "bf16", 3: "s8", 10: "s32"}
+    a = (call.k, call.n) if call.rhs_transposed else (call.n, call.k)  # stored rows, cols
+    b = (call.m, call.k) if call.lhs_transposed else (call.k, call.m)
     expected = {
-        "a": (call.rhs_type, call.n, call.k, call.n, call.k * call.n),
-        "b": (call.lhs_type, call.k, call.m, call.k, call.m * call.k),
+        "a": (call.rhs_type, *a, a[0], call.k * call.n),
+        "b": (call.lhs_type, *b, b[0], call.m * call.k),
+        "c": (call.out_type, call.n, call.m, call.n, call.m * call.n),
         "d": (call.out_type, call.n, call.m, call.n, call.m * call.n),
     }
     for role, (kind, rows, cols, ld, stride) in expected.items():
@@ -70,12 +73,19 @@ def _check_plan(call: GemmCall, recorded: dict) -> None:
             assert (layout["BATCH_COUNT"], layout["STRIDED_BATCH_OFFSET"]) == (call.batch, stride)
         else:
             assert "BATCH_COUNT" not in layout
-    assert recorded["c"] == recorded["d"]
+    assert (recorded["c"] == recorded["d"]) == (not call.residual)  # C is D, or the c argument
     desc = recorded["desc"]
-    compute = {"f32": (68, 0), "f64": (70, 1), "s32": (72, 10)}[call.accumulation]
-    assert (desc["compute_type"], desc["scale_type"]) == compute  # never TF32 (77)
-    assert (desc["TRANSA"], desc["TRANSB"]) == (0, 0)
+    compute = {
+        ("f32", ""): (68, 0),
+        ("f32", "tf32"): (77, 0),
+        ("f32", "bf16"): (75, 0),
+        ("f64", ""): (70, 1),
+        ("s32", ""): (72, 10),
+    }[(call.accumulation, call.compute)]
+    assert (desc["compute_type"], desc["scale_type"]) == compute
+    assert (desc["TRANSA"], desc["TRANSB"]) == (int(call.rhs_transposed), int(call.lhs_transposed))
     epilogue = {(False, "none"): 1, (True, "none"): 4, (False, "relu"): 2, (True, "relu"): 6}
+    epilogue |= {(False, "gelu"): 32, (True, "gelu"): 36}
     assert desc["EPILOGUE"] == epilogue[(call.bias, call.activation)]
     assert (desc.get("BIAS_DATA_TYPE") is not None) == call.bias
     assert (float(recorded["alpha"]), float(recorded["beta"])) == (call.alpha, call.beta)
@@ -88,6 +98,14 @@ def test_every_corpus_gemm_and_more_as_cublaslt_computes_it(fake_cublaslt):
     assert {program for program, _ in corpus} >= {"batched_matmul", "mlp_relu", "attention_bf16"}
     calls = [call for _, call in corpus] + list(EXTRA_CALLS)
     assert any(c.bias and c.activation == "relu" for c in calls) and any(c.batch > 1 for c in calls)
+    # the corpus's own: transposed operands, alpha, a residual, GELU, TF32
+    assert {"mlp_gelu", "mlp_block_prenorm", "mlp_train_grad", "attention"} <= {
+        program for program, _ in corpus
+    }
+    assert any(c.activation == "gelu" and c.bias for _, c in corpus)
+    assert any(c.residual for _, c in corpus) and any(c.alpha != 1 for _, c in corpus)
+    assert any(c.lhs_transposed for _, c in corpus) and any(c.rhs_transposed for _, c in corpus)
+    assert all(c.compute == "tf32" for _, c in corpus if c.lhs_type == "f32")
     rng = np.random.default_rng(17)
     stand_in = fake_cublaslt()
     workspace = []
@@ -112,6 +130,7 @@ def test_plan_swaps_the_operands_for_row_major():
         2,
         3,
     )
+    assert chosen.c_argument == 3  # no residual: C is D
     assert (chosen.compute_type, chosen.scale_type, chosen.epilogue) == (
         "COMPUTE_32F",
         "f32",
@@ -125,7 +144,7 @@ def test_a_call_without_an_algorithm_is_not_offered_and_its_descriptors_go(fake_
     library = CublasLt(lambda n: 0x9000, bindings=stand_in)
     s8 = GemmCall(1, 16, 24, 32, "s8", "s8", "s32")
     assert not library.offers(s8)
-    assert len(stand_in.destroyed) == 5  # the preference, three layouts, the descriptor
+    assert len(stand_in.destroyed) == 6  # the preference, four layouts, the descriptor
     assert library.offers(GemmCall(1, 16, 24, 32))
 
 
@@ -238,6 +257,7 @@ def test_the_executor_runs_heron_s_kernel_where_cublaslt_is_missing(fake_cuda):
     (choice,) = executable.library_choices
     assert (choice.chosen, choice.library) == ("gemm", False)
     assert device.library_reasons["gemm"].endswith("(not installed)")
+    assert choice.reason == device.library_reasons["gemm"]  # reported with the choice
     executable.run(_inputs(np.random.default_rng(0)))
     (launch,) = driver.launched
     assert launch["function"] == "gemm_fusion" and len(launch["args"]) == 4
@@ -264,4 +284,5 @@ def test_cublaslt_on_a_real_gpu():
         buffers = [device.upload(o) for o in operands]
         library.run(call, [int(b.handle) for b in buffers], device._stream)
         device.synchronize()
-        assert_gemm_close(call, device.copy_from_device(buffers[-1]), expected, slack=4)
+        got = device.copy_from_device(buffers[-1])
+        assert_gemm_close(call, got, expected, slack=4, device_rounding=True)

@@ -11,6 +11,7 @@ call and hipBLAS can express (no epilogue), and a few the corpus lacks.
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 from heron_test_support.fake_blas import (
@@ -68,7 +69,8 @@ def test_every_expressible_corpus_gemm_and_more_as_hipblas_computes_it(fake_hipb
     for call in calls:
         assert library.offers(call)
         operands = random_operands(call, rng)
-        expected = expected_bytes(call, operands)
+        # hipBLAS multiplies f32 in f32 where an H100 call says TF32: within its bounds
+        expected = expected_bytes(attrs.evolve(call, compute=""), operands)
         library.run(call, [o.ctypes.data for o in operands], "stream")
         _check(call, stand_in.gemms[-1])
         assert_gemm_close(call, operands[-1], expected)

@@ -170,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _executable(module, target, args: argparse.Namespace) -> int:
     from heron.compiler.executable import compile_program, thunk_counts
+    from heron.compiler.library_gemm import dot_fusion_verdicts
     from heron.hlo.memory_budget import format_size
     from heron.runtime.core.thunks import order_dependent_kernels
 
@@ -220,6 +221,8 @@ def _executable(module, target, args: argparse.Namespace) -> int:
         f" (the buffer assignment's: {format_size(assignment.total_bytes)};"
         f" at most {format_size(assignment.peak_live_temp_bytes)} of temporaries live at once)"
     )
+    for fusion, verdict in dot_fusion_verdicts(compiled.module, target):
+        print(f"  dot fusion {fusion}: {verdict}")
     for kernel, why in order_dependent_kernels(artefact.program):
         print(f"  order-dependent kernel {kernel}: {why} (--deterministic avoids it)")
     print(

@@ -45,7 +45,10 @@
 * Float outputs that depend on a dot (or a convolution): every kernel of one
   (the GEMM emitter's tiles and MMA fragments, a library's split-K) sums the
   products in its own order, so they get the reassociation bounds whatever
-  emitter computed them (:data:`ORDER_FREE_OPCODES`).
+  emitter computed them (:data:`ORDER_FREE_OPCODES`). Where the dot may round
+  its operands first (TF32, XLA:GPU's default for f32 dots on sm_80 and later;
+  a bf16 algorithm: :mod:`heron.hlo.dot_precision`), ``t`` grows to what that
+  costs (:func:`narrowed_product_tolerance`).
 * A corpus file's RUN line may give ``--abs_error_bound`` / ``--rel_error_bound``:
   an element within either of them is accepted too, as XLA's
   ``gpu_test_correctness`` accepts it.
@@ -68,6 +71,7 @@ import ml_dtypes
 import numpy as np
 
 from heron.hlo import ElementType
+from heron.hlo.dot_precision import check_tolerance
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Instruction
 from heron.hlo.shapes import TupleShape
@@ -144,21 +148,42 @@ def output_sources(root: Instruction) -> list[Instruction]:
     return [root]
 
 
-def opcodes_reaching(instruction: Instruction) -> list[str]:
-    """Opcodes of ``instruction`` and everything it depends on (called computations too)."""
+def instructions_reaching(instruction: Instruction) -> list[Instruction]:
+    """``instruction`` and everything it depends on (called computations too)."""
     seen: set[int] = set()
-    opcodes: list[str] = []
+    reached: list[Instruction] = []
     stack = [instruction]
     while stack:
         current = stack.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
-        opcodes.append(current.opcode)
+        reached.append(current)
         stack.extend(current.operands)
         for called in current.called_computations():
             stack.extend(called.instructions)
-    return opcodes
+    return reached
+
+
+def opcodes_reaching(instruction: Instruction) -> list[str]:
+    """Opcodes of ``instruction`` and everything it depends on (called computations too)."""
+    return [inst.opcode for inst in instructions_reaching(instruction)]
+
+
+def narrowed_product_tolerance(source: Instruction, *, tf32: bool = True) -> float:
+    """The widest :func:`heron.hlo.dot_precision.check_tolerance` of the dots and
+    convolutions ``source`` depends on: what rounding their operands to TF32 (or
+    bf16, as their algorithm says) may cost. ``tf32``: whether the device may use
+    TF32 for f32 dots at default precision (every CUDA device since sm_80; a check
+    that does not know the device allows it)."""
+    return max(
+        (
+            check_tolerance(inst, tf32=tf32)
+            for inst in instructions_reaching(source)
+            if inst.opcode in ORDER_FREE_OPCODES
+        ),
+        default=0.0,
+    )
 
 
 def ulp_bound(source: Instruction, element: ElementType) -> int:
@@ -310,7 +335,9 @@ class ErrorBounds:
 REASSOCIATION_TOLERANCE = {16: 3e-2, 32: 1e-4, 64: 1e-4}
 
 
-def reassociation_bounds(element: ElementType, given: ErrorBounds) -> ErrorBounds | None:
+def reassociation_bounds(
+    element: ElementType, given: ErrorBounds, floor: float = 0.0
+) -> ErrorBounds | None:
     """Bounds for a float output a parallel reduction computes in its own order.
 
     A tree of partial sums cannot match the reference's sequential sum bit
@@ -318,12 +345,13 @@ def reassociation_bounds(element: ElementType, given: ErrorBounds) -> ErrorBound
     relative ``t``), or the RUN line's bounds where those are wider; for a
     complex type, those of its component type, part by part. None for types
     whose reductions are exact in any order (integers, pred) or that this
-    does not cover (fp8, f4: compared as usual).
+    does not cover (fp8, f4: compared as usual). ``floor``: a wider ``t`` the
+    computation needs (:func:`narrowed_product_tolerance`).
     """
     part = element.component_type
     if not part.is_floating or part.bit_width not in REASSOCIATION_TOLERANCE:
         return None
-    t = REASSOCIATION_TOLERANCE[part.bit_width]
+    t = max(REASSOCIATION_TOLERANCE[part.bit_width], floor)
     return ErrorBounds(
         absolute=max(t, given.absolute or 0.0), relative=max(t, given.relative or 0.0)
     )
@@ -500,6 +528,7 @@ def output_tolerance(
     *,
     reordering: bool = False,
     reduction: tuple[Instruction, object, object] | None = None,
+    tf32: bool = True,
 ) -> OutputTolerance:
     """The tolerance of an output of type ``element`` produced by ``source``: the one decision.
 
@@ -509,7 +538,8 @@ def output_tolerance(
     each element once). ``reduction``: ``(source, computation, args)`` inside
     the fusion computing the output, for the per-element
     :func:`summation_bound` (evaluated only with it; without it only
-    :func:`reassociation_bounds` apply).
+    :func:`reassociation_bounds` apply). ``tf32``: whether the device may multiply
+    f32 dots in TF32 (:func:`narrowed_product_tolerance`).
     """
     given = given or ErrorBounds()
     ulps = ulp_bound(source, element)
@@ -517,7 +547,8 @@ def output_tolerance(
     if not ORDER_FREE_OPCODES.isdisjoint(opcodes):
         # Whatever kernel computes it, a dot sums its products in the kernel's order
         # (GEMM tiles, MMA fragments, a library's split-K), never the reference's.
-        wide = reassociation_bounds(element, given)
+        floor = narrowed_product_tolerance(source, tf32=tf32)
+        wide = reassociation_bounds(element, given, floor)
         return OutputTolerance(ulps, wide or given, reordered=wide is not None)
     if not reordering or "reduce" not in opcodes:
         return OutputTolerance(ulps, given)

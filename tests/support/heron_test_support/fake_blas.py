@@ -99,57 +99,74 @@ def column_major_gemm(
     alpha: float,
     beta: float,
     bias: tuple[int, np.dtype] | None = None,
-    relu: bool = False,
+    activation: str = "none",
     transpose: Callable[[str], bool] = lambda _: False,
+    c: Matrix | None = None,
+    compute: str = "",
 ) -> None:
-    """``D = relu(alpha * A @ B + beta * D + bias[row])`` per batch, as BLAS computes it."""
-    a_values = a.read(memory, batch).astype(accumulate)
-    b_values = b.read(memory, batch).astype(accumulate)
+    """``D = activation(alpha * op(A) @ op(B) + beta * C + bias[row])`` per batch, as BLAS
+    computes it (C is D where not given; ``compute`` rounds the operands first)."""
+    from heron.runtime.core.gemm import _rounded, gelu_tanh
+
+    a_values = _rounded(a.read(memory, batch), compute).astype(accumulate)
+    b_values = _rounded(b.read(memory, batch), compute).astype(accumulate)
     if transpose("a"):
         a_values = a_values.transpose(0, 2, 1)
     if transpose("b"):
         b_values = b_values.transpose(0, 2, 1)
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         result = np.matmul(a_values, b_values) * np.asarray(alpha, accumulate)
         if beta:
-            result = result + np.asarray(beta, accumulate) * d.read(memory, batch).astype(
-                accumulate
-            )
+            before = (c or d).read(memory, batch).astype(accumulate)
+            result = result + np.asarray(beta, accumulate) * before
         if bias is not None:
             address, dtype = bias
             vector = np.frombuffer(memory.read(address, d.rows * np.dtype(dtype).itemsize), dtype)
             result = result + vector.astype(accumulate)[None, :, None]
-        if relu:
+        if activation == "relu":
             result = np.maximum(result, np.zeros((), accumulate))
+        elif activation == "gelu":
+            result = gelu_tanh(result)
     d.write(memory, result.astype(accumulate))
 
 
 @functools.cache
-def corpus_gemm_calls() -> tuple[tuple[str, object], ...]:
-    """(program, GemmCall) for every dot of the program corpus that becomes a library call.
+def corpus_dot_fusions() -> tuple[tuple[str, str, object], ...]:
+    """(program, fusion, verdict) for every fusion of the program corpus holding a dot:
+    its :class:`~heron.compiler.library_gemm.GemmMatch`, or why no library computes it.
 
     The programs are prepared for the h100 Target as ``compile_program`` does
-    (fusion, copy insertion, scheduling), without compiling kernels; each
-    fusion that :func:`heron.compiler.library_gemm.gemm_fusion` takes gives
-    its call.
+    (fusion, copy insertion, scheduling), without compiling kernels.
     """
     from heron.compiler import Target
     from heron.compiler.executable import prepare_module
-    from heron.compiler.library_gemm import gemm_fusion
+    from heron.compiler.library_gemm import match_gemm
     from heron.hlo.parser import parse_module_file
 
     target = Target.preset("h100")
     programs = Path(__file__).resolve().parents[3] / "programs"
-    calls = []
+    found = []
     for path in sorted(programs.glob("*/module.hlo")):
         if " dot(" not in path.read_text():
             continue
         module, _ = prepare_module(parse_module_file(path), target)
         for inst in module.instructions():
-            found = gemm_fusion(inst) if inst.opcode == "fusion" else None
-            if found is not None:
-                calls.append((path.parent.name, found.call))
-    return tuple(calls)
+            if inst.opcode != "fusion":
+                continue
+            body = inst.called("calls")
+            if any(i.opcode == "dot" for i in body.instructions):
+                found.append((path.parent.name, inst.name, match_gemm(body, target)))
+    return tuple(found)
+
+
+def corpus_gemm_calls() -> tuple[tuple[str, object], ...]:
+    """(program, GemmCall) for every dot of the program corpus that becomes a library call
+    (:func:`corpus_dot_fusions`)."""
+    return tuple(
+        (program, verdict.call)
+        for program, _, verdict in corpus_dot_fusions()
+        if not isinstance(verdict, str)
+    )
 
 
 def random_operands(call, rng: np.random.Generator) -> list[np.ndarray]:
@@ -169,15 +186,18 @@ def random_operands(call, rng: np.random.Generator) -> list[np.ndarray]:
 
 def expected_bytes(call, operands: list[np.ndarray]) -> np.ndarray:
     """The contract's output (``GemmCall.reference``) for ``operands`` as they are now."""
-    raw = [o.view(np.uint8) for o in operands]
-    bias = raw[2] if call.bias else None
-    return call.reference(raw[0], raw[1], bias, raw[-1].copy())
+    return call.reference([o.view(np.uint8).copy() for o in operands])
 
 
-def assert_gemm_close(call, got: np.ndarray, expected: np.ndarray, slack: float = 1.0) -> None:
+def assert_gemm_close(
+    call, got: np.ndarray, expected: np.ndarray, slack: float = 1.0, device_rounding: bool = False
+) -> None:
     """``got`` (the output's elements or bytes) equals the contract within its accumulation
     bound: integers exactly; floats within 4 epsilon of the output type times sqrt(k)
-    (the products summed in another order, rounded once)."""
+    (the products summed in another order, rounded once). Both sides round the
+    operands to the call's ``compute`` alike, so that rounding costs nothing here;
+    ``device_rounding``: a GPU's tensor cores may round them otherwise (truncate),
+    so a narrowed compute's rounding unit times 4 sqrt(k) is allowed too."""
     import ml_dtypes
 
     from heron.hlo.element_types import ElementType
@@ -187,13 +207,19 @@ def assert_gemm_close(call, got: np.ndarray, expected: np.ndarray, slack: float 
     if call.accumulation == "s32":
         np.testing.assert_array_equal(got, expected, err_msg=call.describe())
         return
-    bound = slack * (4 * float(ml_dtypes.finfo(dtype).eps) * max(call.k, 1) ** 0.5 + 1e-6)
+    unit = float(ml_dtypes.finfo(dtype).eps)
+    if device_rounding and call.compute:
+        from heron.hlo.dot_precision import rounding_unit
+
+        unit = max(unit, 2 * rounding_unit(call.compute))
+    bound = slack * (4 * unit * max(call.k, 1) ** 0.5 + 1e-6)
     np.testing.assert_allclose(got, expected, rtol=bound, atol=bound, err_msg=call.describe())
 
 
 def extra_gemm_calls() -> tuple:
     """Calls the corpus lacks: s8 (s32 accumulation), f16 with and without an epilogue,
-    alpha and beta, f64, a matrix-vector product."""
+    alpha and beta, f64, a matrix-vector product, both operands transposed with a
+    residual and a bias, bf16 compute, GELU without a bias."""
     from heron.runtime.core.gemm import GemmCall
 
     return (
@@ -203,4 +229,18 @@ def extra_gemm_calls() -> tuple:
         GemmCall(2, 4, 6, 8, "f32", "f32", "f32", alpha=0.5, beta=2.0),
         GemmCall(1, 1, 9, 4, "f64", "f64", "f64"),
         GemmCall(1, 7, 1, 12, "bf16", "bf16", "f32"),
+        GemmCall(
+            2,
+            3,
+            5,
+            7,
+            lhs_transposed=True,
+            rhs_transposed=True,
+            compute="tf32",
+            beta=1.0,
+            bias=True,
+            residual=True,
+            activation="gelu",
+        ),
+        GemmCall(1, 6, 4, 10, "f32", "f32", "f32", compute="bf16", activation="gelu"),
     )

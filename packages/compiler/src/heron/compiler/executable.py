@@ -163,7 +163,7 @@ def compile_program(
         kernel_seconds += time.perf_counter() - begun
         return compiled
 
-    program = emit_thunks(assignment, compile_all, trip_counts)
+    program = emit_thunks(assignment, compile_all, trip_counts, target)
     allocations, result_copies = _allocations(assignment)
     thunks: tuple[Thunk, ...] = (*program.thunks, *result_copies)
     kernels = [

@@ -1,47 +1,91 @@
-"""Which GEMM fusions a library call can compute (issue 17), and with which contract.
+"""Which dot fusions a GEMM library call computes, and with which contract (issue 28).
 
-XLA:GPU sends a dot to cuBLASLt with the epilogue cuBLASLt fuses (a bias, a
-RELU). heron's thunk emission gives such a fusion a
-:class:`~heron.runtime.core.thunks.LibraryCallThunk` of the GEMM contract
-(:mod:`heron.runtime.core.gemm`) with heron's own kernel as its fallback; the
-runtime picks one when it loads the executable. A fusion qualifies when its
-computation is exactly, and nothing more than:
+XLA:GPU sends every dot it can to cuBLASLt, with what cuBLASLt fuses around
+it (its GEMM rewriter): operands read transposed instead of copied, a scale
+(alpha), a matrix added (C, beta), a bias vector, a RELU or the tanh GELU.
+heron does the same in two places, both deciding through :func:`match_gemm`:
 
-- a canonical dot (``heron.hlo.passes.dot_decomposer``: batch, m, k x batch,
-  k, n) of two of the fusion's parameters, every shape row-major, with element
-  types the contract takes (no prologue: an operand computed inside the
-  fusion would need a kernel of its own);
-- optionally ``add(dot, broadcast(bias))`` with ``bias`` a parameter of the
-  dot's element type and shape ``[n]`` broadcast along the last dimension
-  (either operand order);
-- optionally ``maximum(that, broadcast(0))`` (RELU; either operand order).
+- the fusion passes (:class:`heron.compiler.fusion.fusible.FusionChecker`)
+  make no fusion around a library-typed dot that the Target's library cannot
+  compute whole (:func:`splits_at_library`): what the library does not fuse
+  (a SiLU, a select, a producer computing an operand) goes into a fusion of its
+  own, the split XLA makes at the library boundary;
+- thunk emission gives a fusion that matches a
+  :class:`~heron.runtime.core.thunks.LibraryCallThunk` of the GEMM contract
+  (:mod:`heron.runtime.core.gemm`) with heron's own kernel as its fallback;
+  the runtime picks one when it loads the executable.
 
-Anything else (a convert, a residual add, a GELU, a dot whose operands are
-computed) stays heron's kernel only.
+A fusion matches when its computation is exactly, and nothing more than::
+
+    activation(alpha * dot(A, B) + C + broadcast(bias))
+
+- ``dot`` canonical (``heron.hlo.passes.dot_decomposer``: batch, m, k x batch,
+  k, n), its element types ones the contract takes, every shape row-major;
+- ``A`` and ``B`` parameters of the fusion, each perhaps through bitcasts and
+  one transpose of its last two dimensions (read transposed by the library);
+- ``alpha``: a multiply by (or divide by) a scalar constant, on the dot itself;
+- ``C``: a parameter of the output's shape and type (``beta`` 1), ``bias`` a
+  parameter ``[n]`` of the output type broadcast along the last dimension;
+  added in any order;
+- ``activation``: ``maximum(x, 0)`` (RELU) or any arrangement of multiplies,
+  adds and one tanh of ``x`` and constants that computes GELU's tanh
+  approximation (checked numerically, so that jax's, flax's and hand-written
+  spellings all match).
+
+Each library takes part of that (:data:`LIBRARY_FEATURES`): cuBLASLt all of
+it, hipBLAS (no epilogue) the dot and alpha only. When a fusion does not
+match, :func:`match_gemm` says why, and heron's reports print it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 import numpy as np
 
-from heron.hlo.ir import Instruction
+from heron.compiler.target import Target
+from heron.hlo.dot_precision import dot_compute
+from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.dot_decomposer import is_canonical_dot
 from heron.hlo.shapes import ArrayShape
-from heron.runtime.core.gemm import ACCUMULATION, GEMM, GemmCall
+from heron.runtime.core.gemm import ACCUMULATION, GEMM, GemmCall, gelu_tanh
 from heron.runtime.core.thunks import BufferSlice, KernelThunk, LibraryCallThunk, ThunkError
 
-__all__ = ["GemmFusion", "gemm_fusion", "library_call_thunk"]
+__all__ = [
+    "LIBRARY_FEATURES",
+    "GemmMatch",
+    "dot_fusion_verdicts",
+    "dot_verdict",
+    "epilogue_members",
+    "gemm_fusion",
+    "library_call_thunk",
+    "library_verdict",
+    "match_gemm",
+    "splits_at_library",
+]
+
+#: library -> what it computes besides the plain GEMM (the contract's features).
+LIBRARY_FEATURES = {
+    "cublasLt": frozenset({"transpose", "alpha", "residual", "bias", "relu", "gelu"}),
+    "hipblas": frozenset({"alpha"}),
+}
+#: Ops a GELU's spelling may use besides constants and its argument.
+_GELU_OPCODES = frozenset({"multiply", "add", "subtract", "divide", "negate", "tanh", "convert"})
+#: Each instruction's users in one computation.
+Users = Mapping[Instruction, list[Instruction]]
+#: Whether an instruction is a value the fusion reads (see :func:`_chain`).
+Input = Callable[[Instruction], bool]
+#: Where the numeric GELU check samples its argument.
+_GELU_SAMPLES = np.linspace(-6.0, 6.0, 97)
 
 
 @attrs.frozen
-class GemmFusion:
-    """A fusion a GEMM library call computes: the call and which parameters feed it."""
+class GemmMatch:
+    """A fusion computation a GEMM library call computes: the call, and which fusion
+    parameters feed its arguments (the call's order, ``out`` left out)."""
 
     call: GemmCall
-    #: parameter numbers of the fusion: lhs, rhs, then bias where the call has one
     parameters: tuple[int, ...]
 
 
@@ -51,87 +95,516 @@ def _row_major(shape: object) -> bool:
     )
 
 
-def _parameter(inst: Instruction) -> int | None:
-    return inst.parameter_number if inst.opcode == "parameter" else None
-
-
-def _zero_broadcast(inst: Instruction) -> bool:
-    """A broadcast of the scalar constant +0 (``maximum(x, 0)`` is then a RELU)."""
-    if inst.opcode != "broadcast" or inst.operands[0].opcode != "constant":
-        return False
-    literal = inst.operands[0].literal
+def _scalar_constant(inst: Instruction) -> float | None:
+    """The value of a scalar constant, or of a broadcast of one; else None."""
+    if inst.opcode == "broadcast":
+        inst = inst.operands[0]
+    if inst.opcode != "constant":
+        return None
+    literal = inst.literal
     if not isinstance(literal, np.ndarray) or literal.size != 1:
-        return False
-    value = literal.reshape(-1)[0]
-    return bool(value == 0) and not np.signbit(value)
-
-
-def gemm_fusion(fusion: Instruction) -> GemmFusion | None:
-    """The library GEMM ``fusion`` is (see the module docstring), or None."""
-    if fusion.opcode != "fusion":
         return None
-    root = fusion.called("calls").root
-    activation = "none"
-    if root.opcode == "maximum":
-        a, b = root.operands
-        inner = a if _zero_broadcast(b) else b if _zero_broadcast(a) else None
-        if inner is None:
-            return None
-        root, activation = inner, "relu"
-    bias_parameter = None
-    if root.opcode == "add":
-        a, b = root.operands
-        dot, broadcast = (a, b) if a.opcode == "dot" else (b, a)
-        if dot.opcode != "dot" or broadcast.opcode != "broadcast":
-            return None
-        bias = broadcast.operands[0]
-        rank = dot.array_shape.rank
-        if (
-            tuple(broadcast.attributes.get("dimensions", ())) != (rank - 1,)
-            or _parameter(bias) is None
-            or bias.array_shape.element_type != dot.array_shape.element_type
+    return float(literal.reshape(-1)[0])
+
+
+def _positive_zero(inst: Instruction) -> bool:
+    value = _scalar_constant(inst)
+    return value is not None and value == 0 and not np.signbit(value)
+
+
+def _through_bitcasts(inst: Instruction) -> Instruction:
+    while inst.opcode == "bitcast" and _row_major(inst.operands[0].shape):
+        inst = inst.operands[0]
+    return inst
+
+
+def _operand(inst: Instruction, batch: int, features: frozenset[str]) -> tuple[int, bool] | str:
+    """(parameter number, read transposed) of a dot operand, or why the library cannot read it."""
+    transposed = False
+    rank = inst.array_shape.rank
+    if inst.opcode == "transpose" and rank >= batch + 2:
+        swap = (*range(batch), batch + 1, batch)
+        if tuple(inst.attributes.get("dimensions", ())) == swap and _row_major(inst.shape):
+            if "transpose" not in features:
+                return "the library reads no transposed operand"
+            transposed, inst = True, inst.operands[0]
+    source = _through_bitcasts(inst)
+    if source.opcode != "parameter":
+        return f"its operand {inst.name} is computed in the fusion ({inst.opcode})"
+    if not _row_major(source.shape):
+        return f"its operand {source.name} is not row-major ({source.shape})"
+    return int(source.parameter_number), transposed
+
+
+@attrs.define
+class _Epilogue:
+    """What :func:`_chain` found above the dot: the ops cuBLASLt computes before its
+    activation, and the instructions the bias vector and the residual matrix are."""
+
+    top: Instruction
+    members: list[Instruction]
+    alpha: float = 1.0
+    bias: Instruction | None = None
+    residual: Instruction | None = None
+
+
+def _single_user(inst: Instruction, users: Users) -> Instruction | None:
+    found = users.get(inst, [])
+    return found[0] if len(found) == 1 else None
+
+
+def _constant_members(inst: Instruction) -> list[Instruction]:
+    """A scalar constant, or a broadcast and the scalar constant it broadcasts."""
+    return [inst, *inst.operands] if inst.opcode == "broadcast" else [inst]
+
+
+def _chain(dot: Instruction, users: Users, features: frozenset[str], is_input: Input) -> _Epilogue:
+    """Climb from ``dot`` through the ops cuBLASLt computes before its activation.
+
+    ``is_input(inst)``: whether ``inst`` is a value the fusion reads (a parameter of a
+    fused computation; anything outside the fusion being planned).
+    """
+    found = _Epilogue(dot, [dot])
+    out_type = dot.array_shape.element_type
+    while (user := _single_user(found.top, users)) is not None:
+        other = [o for o in user.operands if o is not found.top]
+        if len(other) != 1 or len(user.operands) != 2:
+            break
+        (operand,) = other
+        if user.opcode in ("multiply", "divide") and found.top is dot and "alpha" in features:
+            value = _scalar_constant(operand)
+            if value is None or (user.opcode == "divide" and user.operands[0] is not dot):
+                break
+            if value == 0 or not np.isfinite(value):
+                break
+            found.alpha = value if user.opcode == "multiply" else 1.0 / value
+            found.members += [user, *_constant_members(operand)]
+        elif user.opcode == "add" and operand.opcode == "broadcast" and found.bias is None:
+            vector = operand.operands[0]
+            rank = dot.array_shape.rank
+            if (
+                "bias" not in features
+                or tuple(operand.attributes.get("dimensions", ())) != (rank - 1,)
+                or not is_input(vector)
+                or vector.array_shape.element_type != out_type
+            ):
+                break
+            found.bias = vector
+            found.members += [user, operand]
+        elif user.opcode == "add" and found.residual is None:
+            matrix = _through_bitcasts(operand)
+            if (
+                "residual" not in features
+                or not is_input(matrix)
+                or not _row_major(matrix.shape)
+                or matrix.array_shape.element_type != out_type
+                or matrix.array_shape.num_elements != dot.array_shape.num_elements
+            ):
+                break
+            found.residual = matrix
+            found.members += [user]
+            if matrix is not operand:
+                found.members += _bitcasts_between(operand, matrix)
+        else:
+            break
+        found.top = user
+    return found
+
+
+def _bitcasts_between(top: Instruction, bottom: Instruction) -> list[Instruction]:
+    chain = []
+    while top is not bottom:
+        chain.append(top)
+        top = top.operands[0]
+    return chain
+
+
+def _activation(
+    top: Instruction, users: Users, features: frozenset[str], root: Instruction | None
+) -> tuple[str, Instruction, list[Instruction]] | None:
+    """The activation computed from ``top``: its name, the instruction computing it and
+    the members from ``top`` (excluded) up to it; None when there is none.
+
+    ``root``: the fused computation's root (matching a fusion); None when planning
+    one, where the largest GELU whose every intermediate value stays inside is found.
+    """
+    relu = _single_user(top, users)
+    if (
+        relu is not None
+        and relu.opcode == "maximum"
+        and "relu" in features
+        and (root is None or relu is root)
+    ):
+        other = next((o for o in relu.operands if o is not top), None)
+        if other is not None and _positive_zero(other):
+            return "relu", relu, [relu, *_constant_members(other)]
+    if "gelu" not in features:
+        return None
+    for end in [root] if root is not None else _reachable_gelu_ops(top, users):
+        members = _members_between(end, top)
+        inside = {id(m) for m in members}
+        # every value but the end stays inside: nothing else reads the GELU's parts
+        if any(
+            id(user) not in inside
+            for inst in (top, *members)
+            if inst is not end
+            for user in users.get(inst, [])
         ):
-            return None
-        bias_parameter = _parameter(bias)
-        root = dot
-    if root.opcode != "dot" or not is_canonical_dot(root):
-        return None
-    dot = root
-    lhs, rhs = dot.operands
-    numbers = (_parameter(lhs), _parameter(rhs))
-    if None in numbers or not all(_row_major(s) for s in (lhs.shape, rhs.shape, dot.shape)):
-        return None
-    if not _row_major(fusion.called("calls").root.shape):
-        return None
+            continue
+        if _is_gelu(end, top):
+            return "gelu", end, members
+    return None
+
+
+def _reachable_gelu_ops(top: Instruction, users: Users) -> list[Instruction]:
+    """The ops a GELU's spelling may use, reachable from ``top`` through such ops, the
+    latest first (the largest candidate GELU first)."""
+    found: list[Instruction] = []
+    seen: set[int] = set()
+    stack = [top]
+    while stack:
+        inst = stack.pop()
+        for user in users.get(inst, []):
+            if id(user) in seen or user.opcode not in _GELU_OPCODES:
+                continue
+            seen.add(id(user))
+            found.append(user)
+            stack.append(user)
+    depth: dict[int, int] = {}
+
+    def level(inst: Instruction) -> int:
+        if inst is top or id(inst) not in seen:
+            return 0
+        if id(inst) not in depth:
+            depth[id(inst)] = 1 + max(level(o) for o in inst.operands)
+        return depth[id(inst)]
+
+    return sorted(found, key=level, reverse=True)
+
+
+def _moves_no_byte(inst: Instruction) -> bool:
+    """A transpose or bitcast whose result has its operand's bytes (only the logical
+    shape changes: a ``{0,1}`` transpose of a ``{1,0}`` matrix)."""
+    if inst.opcode == "bitcast":
+        return True
+    if inst.opcode != "transpose":
+        return False
+    permutation = inst.attributes.get("dimensions", ())
+    mine, theirs = inst.array_shape.minor_to_major, inst.operands[0].array_shape.minor_to_major
+    return tuple(permutation[d] for d in mine) == tuple(theirs)
+
+
+def _result_transpose(inst: Instruction, dot: Instruction, features: frozenset[str]) -> bool:
+    """Whether ``inst`` transposes the last two dimensions of a value of the dot's shape
+    into a row-major result (the library then computes the transposed product)."""
     batch = len(dot.attributes.get("lhs_batch_dims", ()))
+    rank = dot.array_shape.rank
+    return (
+        "transpose" in features
+        and inst.opcode == "transpose"
+        and rank == batch + 2
+        and tuple(inst.attributes.get("dimensions", ())) == (*range(batch), batch + 1, batch)
+        and _row_major(inst.shape)
+        and len(dot.operands[0].array_shape.dims) == batch + 2
+        and len(dot.operands[1].array_shape.dims) == batch + 2
+    )
+
+
+def _operand_members(dot: Instruction, features: frozenset[str]) -> list[Instruction]:
+    """The transposes (of the last two dimensions) the library reads instead of copying."""
+    batch = len(dot.attributes.get("lhs_batch_dims", ()))
+    members = []
+    for side in dot.operands:
+        swap = (*range(batch), batch + 1, batch)
+        if (
+            "transpose" in features
+            and side.opcode == "transpose"
+            and side.array_shape.rank == batch + 2
+            and tuple(side.attributes.get("dimensions", ())) == swap
+            and _row_major(side.shape)
+        ):
+            members.append(side)
+    return members
+
+
+def epilogue_members(
+    dot: Instruction, users: Users, features: frozenset[str]
+) -> list[tuple[list[Instruction], Instruction]]:
+    """The fusions a library computes around ``dot`` of an unfused computation, largest
+    first: (members, the member computing the fusion's output). The last is the dot
+    and its transposed operands alone."""
+    operands = _operand_members(dot, features)
+    epilogue = _chain(dot, users, features, lambda inst: True)
+    plans = []
+    activation = _activation(epilogue.top, users, features, None)
+    end, members = epilogue.top, list(epilogue.members)
+    if activation is not None:
+        end, members = activation[1], [*members, *activation[2]]
+    transpose = _single_user(end, users)
+    if transpose is not None and (
+        _moves_no_byte(transpose)
+        or (
+            _result_transpose(transpose, dot, features)
+            and epilogue.bias is None
+            and epilogue.residual is None
+        )
+    ):
+        plans.append(([*operands, *members, transpose], transpose))
+    if activation is not None:
+        plans.append(([*operands, *members], end))
+    plans.append(([*operands, *epilogue.members], epilogue.top))
+    if epilogue.top is not dot:
+        plans.append(([*operands, dot], dot))
+    unique = []
+    for members, end in plans:
+        seen: dict[int, Instruction] = {}
+        for inst in members:
+            seen.setdefault(id(inst), inst)
+        unique.append((list(seen.values()), end))
+    return unique
+
+
+def _evaluate_univariate(
+    root: Instruction, x: Instruction, values: np.ndarray
+) -> np.ndarray | None:
+    """``root`` as a function of ``x`` alone, evaluated in float64 at ``values``; None when
+    it uses anything but :data:`_GELU_OPCODES`, scalar constants and ``x``."""
+    memo: dict[int, np.ndarray] = {}
+
+    def value(inst: Instruction) -> np.ndarray | None:
+        if inst is x:
+            return values
+        if id(inst) in memo:
+            return memo[id(inst)]
+        constant = _scalar_constant(inst)
+        if constant is not None:
+            result = np.full_like(values, constant)
+        elif inst.opcode in _GELU_OPCODES:
+            args = [value(o) for o in inst.operands]
+            if any(a is None for a in args):
+                return None
+            result = {
+                "multiply": lambda: args[0] * args[1],
+                "add": lambda: args[0] + args[1],
+                "subtract": lambda: args[0] - args[1],
+                "divide": lambda: args[0] / args[1],
+                "negate": lambda: -args[0],
+                "tanh": lambda: np.tanh(args[0]),
+                "convert": lambda: args[0],
+            }[inst.opcode]()
+        else:
+            return None
+        memo[id(inst)] = result
+        return result
+
+    with np.errstate(all="ignore"):
+        return value(root)
+
+
+def _is_gelu(root: Instruction, x: Instruction) -> bool:
+    """Whether ``root`` computes GELU's tanh approximation of ``x`` (to the precision of
+    its type: a bf16 spelling rounds its constants)."""
+    got = _evaluate_univariate(root, x, _GELU_SAMPLES)
+    if got is None or not any(i.opcode == "tanh" for i in _members_between(root, x)):
+        return False
+    element = root.array_shape.element_type
+    tolerance = 1e-5 if element.bit_width >= 32 else 2.0**-6
+    expected = gelu_tanh(_GELU_SAMPLES)
+    return bool(np.all(np.abs(got - expected) <= tolerance * (1 + np.abs(expected))))
+
+
+def _members_between(root: Instruction, x: Instruction) -> list[Instruction]:
+    """The instructions computing ``root`` from ``x`` (``x`` excluded)."""
+    seen: dict[int, Instruction] = {}
+    stack = [root]
+    while stack:
+        inst = stack.pop()
+        if inst is x or id(inst) in seen:
+            continue
+        seen[id(inst)] = inst
+        stack.extend(inst.operands)
+    return list(seen.values())
+
+
+def _features_of(call: GemmCall) -> set[str]:
+    used = set()
+    if call.lhs_transposed or call.rhs_transposed:
+        used.add("transpose")
+    if call.alpha != 1:
+        used.add("alpha")
+    used |= {name for name in ("bias", "residual") if getattr(call, name)}
+    if call.activation != "none":
+        used.add(call.activation)
+    return used
+
+
+def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
+    """The library GEMM ``computation`` (a fusion's) is, or why it is none (a sentence
+    fragment: "the fusion also computes exponential.3")."""
+    library = target.gemm_library
+    if not library:
+        return f"no GEMM library on {target.backend}"
+    features = LIBRARY_FEATURES[library]
+    dots = [i for i in computation.instructions if i.opcode == "dot"]
+    if len(dots) != 1:
+        return f"the fusion holds {len(dots)} dots"
+    (dot,) = dots
+    verdict = dot_verdict(dot)
+    if verdict:
+        return verdict
+    users = computation.users()
+    root = computation.root
+    epilogue = _chain(dot, users, features, lambda inst: inst.opcode == "parameter")
+    members = {id(i) for i in epilogue.members}
+    # out^T = (A B)^T = B^T A^T: a transposed result is the GEMM of the swapped operands
+    transposed_out = (
+        root is not epilogue.top
+        and _result_transpose(root, dot, features)
+        and epilogue.bias is None
+        and epilogue.residual is None
+    )
+    if transposed_out or (root is not epilogue.top and _moves_no_byte(root)):
+        members.add(id(root))
+        root = root.operands[0]
+    activation = "none"
+    if root is not epilogue.top:
+        found = _activation(epilogue.top, users, features, root)
+        if found is None:
+            return f"the fusion also computes {root.opcode} {root.name} after the dot"
+        activation = found[0]
+        members |= {id(i) for i in found[2]}
+    lhs, rhs = dot.operands
+    batch = len(dot.attributes.get("lhs_batch_dims", ()))
+    sides = []
+    for side in (lhs, rhs):
+        read = _operand(side, batch, features)
+        if isinstance(read, str):
+            return f"dot {dot.name}: {read}"
+        sides.append(read)
+        chain = side
+        while chain.opcode in ("transpose", "bitcast"):
+            members.add(id(chain))
+            chain = chain.operands[0]
+    for inst in computation.instructions:
+        if id(inst) in members or inst.opcode in ("parameter", "constant"):
+            continue
+        if inst.opcode == "broadcast" and _scalar_constant(inst) is not None:
+            continue
+        return f"the fusion also computes {inst.opcode} {inst.name}"
+    (lhs_number, lhs_transposed), (rhs_number, rhs_transposed) = sides
     has_k = bool(dot.attributes.get("lhs_contracting_dims", ()))
-    lhs_dims, rhs_dims = lhs.array_shape.dims, rhs.array_shape.dims
+    lhs_dims = list(lhs.array_shape.dims)
+    rhs_dims = list(rhs.array_shape.dims)
     has_m = len(lhs_dims) - batch - has_k == 1
     has_n = len(rhs_dims) - batch - has_k == 1
+    if (lhs_transposed and not (has_m and has_k)) or (rhs_transposed and not (has_n and has_k)):
+        return f"dot {dot.name}: a transposed operand without two matrix dimensions"
     types = (lhs.array_shape.element_type.value, rhs.array_shape.element_type.value)
-    if types not in ACCUMULATION:
-        return None
-    count = 1
-    for size in lhs_dims[:batch]:
-        count *= size
     try:
         call = GemmCall(
-            batch=count,
+            batch=int(np.prod(lhs_dims[:batch], dtype=np.int64)) if batch else 1,
             m=lhs_dims[batch] if has_m else 1,
             n=rhs_dims[-1] if has_n else 1,
             k=lhs_dims[-1] if has_k else 1,
             lhs_type=types[0],
             rhs_type=types[1],
             out_type=dot.array_shape.element_type.value,
-            bias=bias_parameter is not None,
+            lhs_transposed=lhs_transposed,
+            rhs_transposed=rhs_transposed,
+            compute=dot_compute(dot, tf32=target.tf32),
+            alpha=epilogue.alpha,
+            beta=1.0 if epilogue.residual is not None else 0.0,
+            bias=epilogue.bias is not None,
+            residual=epilogue.residual is not None,
             activation=activation,
         )
-    except ThunkError:  # a type pair or epilogue the contract does not take
+    except ThunkError as error:
+        return str(error)
+    if transposed_out:
+        call = attrs.evolve(
+            call,
+            m=call.n,
+            n=call.m,
+            lhs_type=call.rhs_type,
+            rhs_type=call.lhs_type,
+            lhs_transposed=not call.rhs_transposed,
+            rhs_transposed=not call.lhs_transposed,
+        )
+        lhs_number, rhs_number = rhs_number, lhs_number
+    missing = _features_of(call) - features
+    if missing:
+        return f"{library} does not compute {', '.join(sorted(missing))}"
+    parameters = (
+        lhs_number,
+        rhs_number,
+        *(() if epilogue.bias is None else (epilogue.bias.parameter_number,)),
+        *(() if epilogue.residual is None else (epilogue.residual.parameter_number,)),
+    )
+    return GemmMatch(call, tuple(parameters))
+
+
+def dot_verdict(dot: Instruction) -> str:
+    """Why no library takes ``dot`` whatever its fusion ("" when one may)."""
+    if not isinstance(dot.shape, ArrayShape) or not is_canonical_dot(dot):
+        return f"dot {dot.name} is not canonical"
+    types = tuple(o.array_shape.element_type.value for o in dot.operands)
+    if types not in ACCUMULATION:
+        return f"dot {dot.name}: no library GEMM of {' x '.join(types)}"
+    if not _row_major(dot.shape):
+        return f"dot {dot.name}: its result is not row-major ({dot.shape})"
+    if any(size == 0 for o in dot.operands for size in o.array_shape.dims):
+        return f"dot {dot.name}: an empty operand"
+    return ""
+
+
+def splits_at_library(computation: Computation, target: Target) -> str:
+    """Why a candidate fusion must not be made ("" when it may): it holds a dot a
+    library takes on ``target`` and something the library does not compute with it
+    (see the module docstring). A dot alone is never refused: it is a library call,
+    or heron's kernel where the library cannot read its operands."""
+    if not target.gemm_library:
+        return ""
+    dots = [i for i in computation.instructions if i.opcode == "dot"]
+    if not dots:
+        return ""
+    computing = [
+        i
+        for i in computation.instructions
+        if i.opcode not in ("parameter", "constant") and _scalar_constant(i) is None
+    ]
+    if len(computing) == 1:
+        return ""
+    if all(dot_verdict(dot) for dot in dots):
+        return ""  # heron's kernel computes these dots anyway: fuse as it likes
+    found = match_gemm(computation, target)
+    return found if isinstance(found, str) else ""
+
+
+def gemm_fusion(fusion: Instruction, target: Target) -> GemmMatch | None:
+    """The library GEMM ``fusion`` is on ``target`` (see the module docstring), or None."""
+    if fusion.opcode != "fusion":
         return None
-    if min(call.batch, call.m, call.n, call.k) < 1:
-        return None
-    parameters = (*numbers, *(() if bias_parameter is None else (bias_parameter,)))
-    return GemmFusion(call, tuple(int(p) for p in parameters))
+    found = match_gemm(fusion.called("calls"), target)
+    return found if isinstance(found, GemmMatch) else None
+
+
+def library_verdict(fusion: Instruction, target: Target) -> str:
+    """For reports: ``cublasLt: gemm ...`` or why the fusion's dot runs heron's kernel."""
+    found = match_gemm(fusion.called("calls"), target)
+    if isinstance(found, GemmMatch):
+        return f"{target.gemm_library}: {found.call.describe()}"
+    return f"heron's GEMM kernel: {found}"
+
+
+def dot_fusion_verdicts(module: Module, target: Target) -> list[tuple[str, str]]:
+    """(fusion name, :func:`library_verdict`) for every fusion of a compiled ``module``
+    that holds a dot, in its computations' order."""
+    return [
+        (inst.name, library_verdict(inst, target))
+        for inst in module.instructions()
+        if inst.opcode == "fusion"
+        and any(i.opcode == "dot" for i in inst.called("calls").instructions)
+    ]
 
 
 def library_call_thunk(
@@ -140,11 +613,12 @@ def library_call_thunk(
     outputs: Sequence[BufferSlice],
     launch: KernelThunk,
     emitter: str,
+    target: Target,
 ) -> LibraryCallThunk | None:
     """The GEMM library call computing ``fusion`` with ``launch`` (heron's kernel) as its
     fallback, or None when the fusion is no library GEMM or its slices do not fit the
     contract (an output over an operand: the library writes out of place)."""
-    found = gemm_fusion(fusion)
+    found = gemm_fusion(fusion, target)
     if found is None or len(outputs) != 1 or len(inputs) != len(fusion.operands):
         return None
     arguments = (*(inputs[p] for p in found.parameters), outputs[0])

@@ -433,6 +433,20 @@ class Target:
 
     # --- reading ---------------------------------------------------------------------------
 
+    @property
+    def tf32(self) -> bool:
+        """Whether f32 dots multiply in TF32 by default, as XLA:GPU's on this device: it
+        has TF32 tensor cores (its MMA shapes include ``m16n8k8.tf32``: sm_80 and later).
+        :func:`heron.hlo.dot_precision.dot_compute` applies it."""
+        return "m16n8k8.tf32" in self.mma_shapes
+
+    @property
+    def gemm_library(self) -> str:
+        """The BLAS library heron's runtime calls a GEMM with on this backend
+        (``cublasLt``, ``hipblas``; ``""`` where none), whose epilogues the fusion passes
+        leave in a dot's fusion (:mod:`heron.compiler.library_gemm`)."""
+        return _GEMM_LIBRARIES.get(self.backend, "")
+
     def summary(self) -> str:
         """One line for ``heron targets``: the numbers that most change code generation."""
         cores = "SMs" if self.backend == "cuda" else "CUs"
@@ -443,6 +457,11 @@ class Target:
             f"{self.name}: {self.backend} {self.arch}, {self.core_count} {cores}, "
             f"warp {self.warp_size}, {shared}, {self.memory_bandwidth / 1e12:.2f} TB/s"
         )
+
+
+#: backend -> the GEMM library its runtime calls (runtime-cuda's cuBLASLt, runtime-rocm's
+#: hipBLAS).
+_GEMM_LIBRARIES = {"cuda": "cublasLt", "rocm": "hipblas"}
 
 
 def _kib(size: int) -> str:

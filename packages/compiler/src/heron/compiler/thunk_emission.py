@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from heron.compiler.library_gemm import library_call_thunk
+from heron.compiler.target import Target
 from heron.hlo.buffers import BufferAssignment
 from heron.hlo.buffers import Slice as HloSlice
 from heron.hlo.errors import UnsupportedError
@@ -123,13 +124,16 @@ def emit_thunks(
     assignment: BufferAssignment,
     compile: Compile,
     trip_counts: Mapping[str, int] | None = None,
+    target: Target | None = None,
 ) -> ThunkProgram:
     """The thunk program of ``assignment.module``'s entry (see the module docstring).
 
     ``compile(fusion)`` gives the fusion's :class:`CompiledKernel` per backend;
-    ``trip_counts`` maps a while instruction's name to its known trip count.
+    ``trip_counts`` maps a while instruction's name to its known trip count;
+    ``target`` is the device compiled for, whose GEMM library computes the
+    fusions it can (:mod:`heron.compiler.library_gemm`; none without a target).
     """
-    emitter = _Emitter(assignment, compile, dict(trip_counts or {}))
+    emitter = _Emitter(assignment, compile, dict(trip_counts or {}), target)
     thunks = emitter.computation(assignment.module.entry)
     return ThunkProgram(tuple(thunks), tuple(emitter.kernels), dict(emitter.kernel_of))
 
@@ -139,6 +143,7 @@ class _Emitter:
     assignment: BufferAssignment
     compile: Compile
     trip_counts: dict[str, int]
+    target: Target | None
     kernels: list[EmittedKernel] = attrs.field(factory=list)
     keys: set[str] = attrs.field(factory=set)
     by_identity: dict[tuple[object, ...], EmittedKernel] = attrs.field(factory=dict)
@@ -250,7 +255,9 @@ class _Emitter:
             order_dependence=kernel.order_dependence,
         )
         # A GEMM a library computes: the library call, heron's launch beside it (issue 17).
-        call = None if thunks else library_call_thunk(inst, inputs, outputs, launch, kernel.emitter)
+        call = None
+        if not thunks and self.target is not None:
+            call = library_call_thunk(inst, inputs, outputs, launch, kernel.emitter, self.target)
         return [call] if call is not None else [*thunks, launch]
 
     def unique_key(self, inst: Instruction) -> str:

@@ -3,6 +3,7 @@
 One module per pass, each a factory taking the Target and returning an
 :class:`~heron.hlo.passes.HloPass`:
 
+- :mod:`.gemm_fusion`: each dot with what its GEMM library computes with it;
 - :mod:`.priority_fusion`: producers into all their consumers, by time saved;
 - :mod:`.multi_output_fusion`: sibling and producer-consumer multi-output fusion;
 - :mod:`.horizontal_fusion`: small independent loop fusions into one kernel;
@@ -25,11 +26,13 @@ from collections.abc import Callable
 
 from heron.compiler.fusion.context import count_kernels
 from heron.compiler.fusion.fusion_cse import fusion_cse
+from heron.compiler.fusion.gemm_fusion import gemm_fusion
 from heron.compiler.fusion.horizontal_fusion import horizontal_fusion
 from heron.compiler.fusion.multi_output_fusion import multi_output_fusion
 from heron.compiler.fusion.priority_fusion import priority_fusion
 from heron.compiler.fusion.wrapper import fusion_wrapper
 from heron.compiler.target import Target
+from heron.compiler.tree_reduction import tree_reduction_rewriter
 from heron.hlo.ir import Module
 from heron.hlo.passes import PASSES, HloPass, Pipeline, pass_named, register_pass
 from heron.hlo.passes.pipelines import simplification_pipeline
@@ -47,6 +50,8 @@ __all__ = [
 
 #: The GPU passes by name, each a factory of the pass for a Target.
 GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
+    "tree-reduction-rewriter": tree_reduction_rewriter,
+    "library-gemm-fusion": gemm_fusion,
     "priority-fusion": priority_fusion,
     "multi-output-fusion": multi_output_fusion,
     "horizontal-fusion": horizontal_fusion,
@@ -56,10 +61,12 @@ GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
 
 
 def fusion_pipeline(target: Target) -> Pipeline:
-    """Priority, multi-output and horizontal fusion, the wrapper, then CSE and DCE."""
+    """Library GEMMs, priority, multi-output and horizontal fusion, the wrapper, then CSE
+    and DCE."""
     return Pipeline(
         "fusion",
         (
+            gemm_fusion(target),
             priority_fusion(target),
             fusion_cse(target),
             multi_output_fusion(target),
@@ -72,11 +79,16 @@ def fusion_pipeline(target: Target) -> Pipeline:
 
 
 def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
-    """The program pipeline for ``target``: simplification, then fusion (``deterministic``:
-    see :func:`heron.hlo.passes.simplification_pipeline`)."""
+    """The program pipeline for ``target``: simplification, the reductions too long for
+    one block split in two, then fusion (``deterministic``: see
+    :func:`heron.hlo.passes.simplification_pipeline`)."""
     return Pipeline(
         "gpu",
-        (simplification_pipeline(deterministic=deterministic), fusion_pipeline(target)),
+        (
+            simplification_pipeline(deterministic=deterministic),
+            tree_reduction_rewriter(target),
+            fusion_pipeline(target),
+        ),
     )
 
 

@@ -29,6 +29,7 @@ import attrs
 
 from heron.compiler.fusion.builder import Candidate, fusion_kind_of
 from heron.compiler.fusion.cost_model import parallel_threads
+from heron.compiler.library_gemm import splits_at_library
 from heron.compiler.target import Target
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Instruction
@@ -299,6 +300,8 @@ class FusionChecker:
                     return None
         except (HloError, PluginError):
             return None
+        if splits_at_library(body, self.target):
+            return None  # the library computes the dot and its epilogue, a kernel the rest
         verdict = verdict_of(analysis, spec)
         if verdict.reduces_once:
             return verdict  # every reduce computed once (per row), however many read it

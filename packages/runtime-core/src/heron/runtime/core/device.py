@@ -280,6 +280,11 @@ class Device(abc.ABC):
         """
         return None
 
+    def library_refusal(self, call: Any) -> str:
+        """Why no library runs ``call`` here (where :meth:`library_for` is None), for the
+        executor's report of its choice."""
+        return f"{self.description} offers no library calls"
+
     def library_call(self, call: Any, buffers: Sequence[DeviceBuffer]) -> None:
         """Run ``call`` on ``buffers`` (its contract's argument order), stream-ordered.
 

@@ -254,7 +254,7 @@ class Executable:
         self.backend = backend or device.backend
         self.timing = timing
         try:
-            resolved = resolve(artefact.program, device.library_for)
+            resolved = resolve(artefact.program, device.library_for, device.library_refusal)
         except ThunkError as error:
             raise ExecutorError(str(error)) from None
         #: One per library call of the artefact: the library or heron kernel chosen here.

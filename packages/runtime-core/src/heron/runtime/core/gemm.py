@@ -4,25 +4,40 @@ heron's HLO passes put every dot into XLA's canonical form
 (``heron.hlo.passes.dot_decomposer``): ``lhs [batch..., M, K]`` x
 ``rhs [batch..., K, N]`` -> ``[batch..., M, N]``, every operand dense and
 row-major (the layout normalisation makes them so). A GEMM library call is
-such a dot, with what cuBLASLt can fuse after it::
+such a dot, with what a BLAS library applies around it, as XLA's GEMM
+rewriter fuses it into a cuBLASLt call::
 
-    out[b, m, n] = activation(alpha * sum_k lhs[b, m, k] * rhs[b, k, n] + bias[n])
+    out[b, m, n] = activation(alpha * sum_k lhs[b, m, k] * rhs[b, k, n]
+                              + beta * c[b, m, n] + bias[n])
 
 computed in the accumulation type XLA uses for the element types (f32 for
-f16, bf16 and f32 inputs; f64 for f64; s32, wrapping, for s8 and s32) and
-rounded once to the output type. ``beta`` scales what ``out`` held before
-(``beta * out`` is added before the activation); heron's compiler emits 0.
+f16, bf16 and f32 inputs; f64 for f64; s32, wrapping, for s8), the operands
+first rounded to ``compute`` where that is narrower than their type (TF32,
+XLA:GPU's default for f32 dots: :mod:`heron.hlo.dot_precision`), and rounded
+once to the output type.
 
 - ``arguments`` (the thunk's slices, in this order): ``lhs`` (batch*m*k
   elements), ``rhs`` (batch*k*n), ``bias`` (n elements of the output type,
-  only with ``bias``), ``out`` (batch*m*n). ``out`` overlaps no operand.
+  only with ``bias``), ``c`` (batch*m*n of the output type, only with
+  ``residual``), ``out`` (batch*m*n). ``out`` overlaps no operand, except
+  that it may be exactly ``c`` (cuBLASLt's C = D). Without ``residual``,
+  ``beta`` scales what ``out`` held before (BLAS's C = D); heron's compiler
+  then emits 0.
 - ``attributes``: ``batch``, ``m``, ``n``, ``k`` (each at least 1: a missing
   free or contracting dimension is 1, all batch dimensions flattened into one
   count), ``lhs_type``, ``rhs_type``, ``out_type`` (HLO element type names),
-  ``alpha``, ``beta`` (floats), ``bias`` (bool), ``activation`` (``"none"``
-  or ``"relu"``: ``max(x, 0)``, exactly XLA's ``maximum(x, 0)``; cuBLASLt's
-  GELU is the tanh approximation, which XLA only matches for a GELU written
-  that way, so it is not offered).
+  ``lhs_transposed`` (``lhs`` is stored ``[batch, k, m]``: the dot read a
+  transpose of it, which the library reads as a transposed operand instead of
+  a copy), ``rhs_transposed`` (``rhs`` stored ``[batch, n, k]``), ``compute``
+  (the type the operands are rounded to before they are multiplied:
+  :data:`COMPUTE_TYPES`), ``alpha``, ``beta`` (floats), ``bias`` (bool),
+  ``residual`` (bool), ``activation`` (:data:`ACTIVATIONS`: ``"relu"`` is
+  ``max(x, 0)``, exactly XLA's ``maximum(x, 0)``; ``"gelu"`` is the tanh
+  approximation ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``, cuBLASLt's
+  GELU epilogue, which XLA fuses for a GELU written that way).
+
+An artefact written before an attribute existed leaves it out: a missing
+attribute with a default (everything but the sizes) takes it.
 
 :meth:`GemmCall.reference` computes the contract with numpy (the interpreter
 device's "library", and what the GPU tests compare a library's result with).
@@ -39,12 +54,18 @@ import numpy as np
 from heron.hlo.element_types import ElementType
 from heron.runtime.core.thunks import BufferSlice, LibraryCallThunk, ThunkError
 
-__all__ = ["ACCUMULATION", "ACTIVATIONS", "GEMM", "GemmCall"]
+__all__ = ["ACCUMULATION", "ACTIVATIONS", "COMPUTE_TYPES", "GEMM", "GemmCall", "gelu_tanh"]
 
 #: The operation name of a GEMM library call.
 GEMM = "gemm"
-#: Epilogue activations the contract has (cuBLASLt's RELU; see the module docstring).
-ACTIVATIONS = ("none", "relu")
+#: Epilogue activations the contract has (cuBLASLt's RELU and GELU; the module docstring).
+ACTIVATIONS = ("none", "relu", "gelu")
+#: ``compute`` -> the operand types it applies to: the operands are rounded to it first.
+#: ``""`` is the operands' own type (no rounding); ``"tf32"`` keeps 10 of f32's 23
+#: fraction bits (NVIDIA's TensorFloat-32), ``"bf16"`` 7 (XLA's ``dot_bf16_bf16_f32``).
+COMPUTE_TYPES = {"": None, "tf32": ("f32",), "bf16": ("f32", "bf16")}
+#: Fraction bits each narrowed compute type keeps.
+_KEPT_FRACTION_BITS = {"tf32": 10, "bf16": 7}
 #: (lhs type, rhs type) -> the type XLA accumulates a dot of them in.
 ACCUMULATION = {
     ("f32", "f32"): "f32",
@@ -75,9 +96,13 @@ class GemmCall:
     lhs_type: str = "f32"
     rhs_type: str = "f32"
     out_type: str = "f32"
+    lhs_transposed: bool = False
+    rhs_transposed: bool = False
+    compute: str = ""
     alpha: float = 1.0
     beta: float = 0.0
     bias: bool = False
+    residual: bool = False
     activation: str = "none"
 
     def __attrs_post_init__(self) -> None:
@@ -94,8 +119,19 @@ class GemmCall:
             )
         if self.activation not in ACTIVATIONS:
             raise ThunkError(f"gemm: activation {self.activation!r} (takes {ACTIVATIONS})")
-        if accumulation == "s32" and (self.bias or self.activation != "none"):
-            raise ThunkError("gemm: an s8 GEMM has no bias or activation epilogue")
+        if accumulation == "s32" and (self.bias or self.residual or self.activation != "none"):
+            raise ThunkError("gemm: an s8 GEMM has no bias, residual or activation epilogue")
+        if self.compute not in COMPUTE_TYPES:
+            raise ThunkError(f"gemm: compute {self.compute!r} (takes {tuple(COMPUTE_TYPES)})")
+        takes = COMPUTE_TYPES[self.compute]
+        if takes is not None and not {self.lhs_type, self.rhs_type} <= set(takes):
+            raise ThunkError(
+                f"gemm: compute {self.compute} rounds {', '.join(takes)} operands, not"
+                f" {self.lhs_type} x {self.rhs_type}"
+            )
+        for name in ("lhs_transposed", "rhs_transposed", "bias", "residual"):
+            if not isinstance(getattr(self, name), bool):
+                raise ThunkError(f"gemm: {name} must be true or false")
         for name in ("alpha", "beta"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -109,20 +145,24 @@ class GemmCall:
 
     @property
     def operand_names(self) -> tuple[str, ...]:
-        return ("lhs", "rhs", "bias", "out") if self.bias else ("lhs", "rhs", "out")
+        """The arguments, in order: ``lhs``, ``rhs``, [``bias``], [``c``], ``out``."""
+        return ("lhs", "rhs", *("bias",) * self.bias, *("c",) * self.residual, "out")
+
+    def argument(self, name: str) -> int | None:
+        """The position of argument ``name`` (None where the call has none)."""
+        names = self.operand_names
+        return names.index(name) if name in names else None
 
     def element_counts(self) -> tuple[int, ...]:
         """Elements of each argument, in :attr:`operand_names` order."""
-        counts = [self.batch * self.m * self.k, self.batch * self.k * self.n]
-        if self.bias:
-            counts.append(self.n)
-        return (*counts, self.batch * self.m * self.n)
+        out = self.batch * self.m * self.n
+        sizes = {"lhs": self.batch * self.m * self.k, "rhs": self.batch * self.k * self.n}
+        sizes |= {"bias": self.n, "c": out, "out": out}
+        return tuple(sizes[name] for name in self.operand_names)
 
     def element_types(self) -> tuple[str, ...]:
-        types = [self.lhs_type, self.rhs_type]
-        if self.bias:
-            types.append(self.out_type)
-        return (*types, self.out_type)
+        types = {"lhs": self.lhs_type, "rhs": self.rhs_type}
+        return tuple(types.get(name, self.out_type) for name in self.operand_names)
 
     def byte_sizes(self) -> tuple[int, ...]:
         """Bytes of each argument, in :attr:`operand_names` order."""
@@ -135,12 +175,21 @@ class GemmCall:
         return 2 * self.batch * self.m * self.n * self.k
 
     def describe(self) -> str:
-        """``gemm f16[8x64x32] x [8x32x128] -> f32, bias, relu`` for reports."""
+        """``gemm f16[8x64x32] x f16[8x32x128]^T -> f32, tf32, bias, relu`` for reports
+        (``^T``: the operand is read transposed)."""
         batch = f"{self.batch}x" if self.batch > 1 else ""
-        extras = [e for e in ("bias" if self.bias else "", self.activation) if e and e != "none"]
+        extras = [
+            self.compute,
+            f"alpha {self.alpha:g}" if self.alpha != 1 else "",
+            f"beta {self.beta:g}" if self.beta != 0 else "",
+            "bias" if self.bias else "",
+            "residual" if self.residual else "",
+            "" if self.activation == "none" else self.activation,
+        ]
         return (
-            f"gemm {self.lhs_type}[{batch}{self.m}x{self.k}] x {self.rhs_type}"
-            f"[{batch}{self.k}x{self.n}] -> {self.out_type}" + "".join(f", {e}" for e in extras)
+            f"gemm {self.lhs_type}[{batch}{self.m}x{self.k}]{'^T' * self.lhs_transposed} x"
+            f" {self.rhs_type}[{batch}{self.k}x{self.n}]{'^T' * self.rhs_transposed} ->"
+            f" {self.out_type}" + "".join(f", {e}" for e in extras if e)
         )
 
     # -- the thunk's form --------------------------------------------------------------------
@@ -150,8 +199,9 @@ class GemmCall:
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, Any]) -> GemmCall:
         names = {f.name for f in attrs.fields(GemmCall)}
+        required = {f.name for f in attrs.fields(GemmCall) if f.default is attrs.NOTHING}
         unknown = sorted(set(attributes) - names)
-        missing = sorted(names - set(attributes))
+        missing = sorted(required - set(attributes))
         if unknown or missing:
             raise ThunkError(
                 f"gemm: attributes {', '.join(missing)} missing" * bool(missing)
@@ -183,6 +233,8 @@ class GemmCall:
                 )
         out = arguments[-1]
         for name, piece in zip(names[:-1], arguments[:-1], strict=True):
+            if name == "c" and piece == out:
+                continue  # C = D: read and written in place, as BLAS does
             if (
                 piece.allocation == out.allocation
                 and piece.offset < out.end
@@ -191,39 +243,71 @@ class GemmCall:
                 raise ThunkError(f"{self.describe()}: out {out} overlaps {name} {piece}")
 
     # -- numpy -------------------------------------------------------------------------------
-    def reference(
-        self,
-        lhs: np.ndarray,
-        rhs: np.ndarray,
-        bias: np.ndarray | None = None,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """The contract computed with numpy from the operands' raw bytes (uint8 arrays).
+    def reference(self, arguments: Sequence[np.ndarray]) -> np.ndarray:
+        """The contract computed with numpy from the arguments' raw bytes (uint8 arrays,
+        in :attr:`operand_names` order, ``out`` last: what it held before).
 
         Returns the output's bytes. Products are summed in the accumulation
         type (numpy's order, not a GPU library's: floats agree within the
-        accumulation's rounding, integers exactly); ``out`` is what the output
-        held before, needed only when ``beta`` is not 0.
+        accumulation's rounding, integers exactly), the operands first rounded
+        to ``compute`` (to nearest, ties to even), as the library's tensor
+        cores take them.
         """
+        if len(arguments) != len(self.operand_names):
+            raise ThunkError(
+                f"{self.describe()}: takes {len(self.operand_names)} arguments, given"
+                f" {len(arguments)}"
+            )
+        raw = dict(zip(self.operand_names, arguments, strict=True))
 
-        def typed(raw: np.ndarray, kind: str, shape: tuple[int, ...]) -> np.ndarray:
+        def typed(name: str, kind: str, shape: tuple[int, ...]) -> np.ndarray:
             dtype = ElementType(kind).numpy_dtype
-            return np.ascontiguousarray(raw).view(dtype).reshape(shape)
+            return np.ascontiguousarray(raw[name]).view(dtype).reshape(shape)
 
         accumulate = ElementType(self.accumulation).numpy_dtype
-        a = typed(lhs, self.lhs_type, (self.batch, self.m, self.k)).astype(accumulate)
-        b = typed(rhs, self.rhs_type, (self.batch, self.k, self.n)).astype(accumulate)
-        with np.errstate(over="ignore"):
-            result = np.matmul(a, b)  # int32 wraps, as XLA's s32 accumulation
+        b, m, n, k = self.batch, self.m, self.n, self.k
+        a = typed("lhs", self.lhs_type, (b, k, m) if self.lhs_transposed else (b, m, k))
+        w = typed("rhs", self.rhs_type, (b, n, k) if self.rhs_transposed else (b, k, n))
+        if self.lhs_transposed:
+            a = a.transpose(0, 2, 1)
+        if self.rhs_transposed:
+            w = w.transpose(0, 2, 1)
+        a, w = (_rounded(x, self.compute).astype(accumulate) for x in (a, w))
+        with np.errstate(over="ignore", invalid="ignore"):
+            result = np.matmul(a, w)  # int32 wraps, as XLA's s32 accumulation
             if self.alpha != 1:
                 result = (result * np.asarray(self.alpha, accumulate)).astype(accumulate)
             if self.beta != 0:
-                before = typed(out, self.out_type, (self.batch, self.m, self.n))
+                before = typed("c" if self.residual else "out", self.out_type, (b, m, n))
                 result = result + np.asarray(self.beta, accumulate) * before.astype(accumulate)
             if self.bias:
-                vector = typed(bias, self.out_type, (self.n,)).astype(accumulate)
-                result = result + vector
+                result = result + typed("bias", self.out_type, (n,)).astype(accumulate)
             if self.activation == "relu":
                 result = np.maximum(result, np.zeros((), accumulate))
+            elif self.activation == "gelu":
+                result = gelu_tanh(result)
         rounded = result.astype(ElementType(self.out_type).numpy_dtype)
         return np.ascontiguousarray(rounded).reshape(-1).view(np.uint8)
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU's tanh approximation in ``x``'s type: cuBLASLt's GELU epilogue, and jax's
+    ``gelu(approximate=True)``."""
+    dtype = x.dtype
+    half, one = np.asarray(0.5, dtype), np.asarray(1, dtype)
+    scale, cubic = np.asarray(np.sqrt(2 / np.pi), dtype), np.asarray(0.044715, dtype)
+    return (half * x * (one + np.tanh(scale * (x + cubic * x * x * x)))).astype(dtype)
+
+
+def _rounded(values: np.ndarray, compute: str) -> np.ndarray:
+    """``values`` rounded to nearest (ties to even) to ``compute``'s fraction bits."""
+    kept = _KEPT_FRACTION_BITS.get(compute)
+    if kept is None or values.dtype != np.float32:
+        return values
+    dropped = 23 - kept
+    bits = np.ascontiguousarray(values).view(np.uint32).astype(np.uint64)
+    odd = (bits >> dropped) & 1
+    rounded = (bits + (1 << (dropped - 1)) - 1 + odd) >> dropped << dropped
+    finite = np.isfinite(values)  # inf and NaN keep their bits
+    out = np.where(finite, rounded, bits).astype(np.uint32).view(np.float32)
+    return out.reshape(values.shape)

@@ -92,6 +92,10 @@ class Library(abc.ABC):
     def run(self, call: Any, addresses: Sequence[int], stream: Any) -> None:
         """Put ``call`` on ``stream`` over the device ``addresses`` (the contract's order)."""
 
+    def refusal(self, call: Any) -> str:
+        """Why it does not offer ``call`` (asked only where :meth:`offers` said no)."""
+        return f"{self.name} does not compute it"
+
 
 class CapturingDevice(Device):
     """A GPU device on a driver API whose streams capture into graphs (see the module docstring).
@@ -281,6 +285,13 @@ class CapturingDevice(Device):
     def library_for(self, call: Any) -> str | None:
         library = self._library(getattr(call, "operation", ""))
         return library.name if library is not None and library.offers(call) else None
+
+    def library_refusal(self, call: Any) -> str:
+        operation = getattr(call, "operation", "")
+        library = self._library(operation)
+        if library is None:
+            return self.library_reasons.get(operation, f"no library for {operation!r} here")
+        return library.refusal(call)
 
     def library_call(self, call: Any, buffers: Sequence[DeviceBuffer]) -> None:
         if self.library_for(call) is None:

@@ -61,6 +61,8 @@ class LibraryChoice:
     call: str  #: the call, described (``gemm f32[64x32] x f32[32x16] -> f32``)
     chosen: str  #: the library that runs it (``cublasLt``), or the fallback's emitter
     library: bool  #: whether the library runs it (else heron's kernel)
+    #: why heron's kernel runs it (the device's word), "" where the library does
+    reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -78,12 +80,18 @@ class Resolved:
     emitters: Mapping[int, str]
 
 
-def resolve(program: Sequence[Thunk], library_for: Callable[[Any], str | None]) -> Resolved:
+def resolve(
+    program: Sequence[Thunk],
+    library_for: Callable[[Any], str | None],
+    refusal: Callable[[Any], str] | None = None,
+) -> Resolved:
     """``program`` with each library call or its fallback, as ``library_for(call)`` says.
 
     ``library_for`` is the device's: the name of the library that runs the
-    call there, or None. A call the device does not offer and that has no
-    fallback is refused (:class:`ThunkError`, naming the call and its place).
+    call there, or None; ``refusal(call)`` (the device's ``library_refusal``)
+    says why not, for the report. A call the device does not offer and that has
+    no fallback is refused (:class:`ThunkError`, naming the call, its place and
+    the reason).
     """
     choices: list[LibraryChoice] = []
     calls: dict[int, Any] = {}
@@ -137,17 +145,17 @@ def resolve(program: Sequence[Thunk], library_for: Callable[[Any], str | None]) 
             emitters[id(chosen)] = library
             choices.append(LibraryChoice(path, described, library, True))
             return [chosen]
+        reason = refusal(call) if refusal is not None else "the device offers no library for it"
         if not thunk.fallback:
             raise ThunkError(
                 f"thunk {path}: library call {thunk.library}.{thunk.operation} ({described}):"
-                " the device offers no library for it and the artefact has no heron kernel"
-                " beside it"
+                f" {reason}, and the artefact has no heron kernel beside it"
             )
         emitter = thunk.fallback_emitter or "heron"
         fallback = sequence(thunk.fallback, f"{path}.fallback.")
         for inner in fallback:
             emitters.setdefault(id(inner), emitter)
-        choices.append(LibraryChoice(path, described, emitter, False))
+        choices.append(LibraryChoice(path, described, emitter, False, reason))
         return list(fallback)
 
     resolved = sequence(program, "")

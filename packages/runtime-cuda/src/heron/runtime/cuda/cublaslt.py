@@ -1,26 +1,30 @@
 """GEMM library calls on CUDA through cuBLASLt (nvmath-python's ``nvmath.bindings.cublasLt``).
 
-The contract is :mod:`heron.runtime.core.gemm`: row-major ``lhs [batch, m, k]``,
-``rhs [batch, k, n]``, ``out [batch, m, n]``, an optional bias over ``n`` and
-a RELU. cuBLASLt's matrices are column-major, and a row-major ``X [r, c]`` is
-the column-major ``X^T [c, r]`` with the same bytes, so heron asks for
-``out^T = rhs^T lhs^T``: cuBLASLt's A is ``rhs`` (``n x k``, leading
-dimension ``n``), its B is ``lhs`` (``k x m``, ``k``), its C and D are
-``out`` (``n x m``, ``n``), neither transposed; every matrix of a batch
+The contract is :mod:`heron.runtime.core.gemm`: row-major ``lhs [batch, m, k]``
+(or ``[batch, k, m]``, read transposed), ``rhs [batch, k, n]`` (or
+``[batch, n, k]``), ``out [batch, m, n]``, alpha, a C matrix with beta, a bias
+over ``n`` and a RELU or GELU. cuBLASLt's matrices are column-major, and a
+row-major ``X [r, c]`` is the column-major ``X^T [c, r]`` with the same
+bytes, so heron asks for ``out^T = rhs^T lhs^T``: cuBLASLt's A is ``rhs``
+(stored ``n x k``, leading dimension ``n``, op N; or, read transposed, stored
+``k x n`` with ``k``, op T), its B is ``lhs`` (``k x m`` with ``k``, op N;
+or ``m x k`` with ``m``, op T), its D is ``out`` (``n x m``, ``n``) and its C
+the contract's ``c`` (else ``out``) in D's layout; every matrix of a batch
 ``rows * cols`` elements after the previous (``STRIDED_BATCH_OFFSET``,
 ``BATCH_COUNT``). cuBLASLt's bias epilogue adds a vector over D's rows, which
 are ``out``'s columns: exactly the contract's bias over ``n``.
 
-- Compute and scale types are XLA's: ``CUBLAS_COMPUTE_32F`` with f32 scales
-  for f32, f16 and bf16 inputs (never TF32: XLA's default precision for f32
-  dots on GPU keeps f32 products where heron's bounds are drawn),
-  ``CUBLAS_COMPUTE_64F`` for f64, ``CUBLAS_COMPUTE_32I`` with s32 scales for
-  s8 (which cuBLASLt runs only for layouts its IMMA kernels take: where the
-  heuristic finds no algorithm, :meth:`CublasLt.offers` says no and heron's
-  kernel runs).
-- Epilogues: ``DEFAULT``, ``BIAS``, ``RELU``, ``RELU_BIAS`` (the bias pointer
-  set on the descriptor before each call: the executor's views may move);
-  ``BIAS_DATA_TYPE`` is the output type.
+- Compute and scale types are XLA's (``GetBlasComputationType``):
+  ``CUBLAS_COMPUTE_32F`` with f32 scales for f32, f16 and bf16 inputs,
+  ``CUBLAS_COMPUTE_32F_FAST_TF32`` where the call's ``compute`` is ``tf32``
+  (an f32 dot at default precision on sm_80+: :mod:`heron.hlo.dot_precision`),
+  ``_FAST_16BF`` for ``bf16``, ``CUBLAS_COMPUTE_64F`` for f64,
+  ``CUBLAS_COMPUTE_32I`` with s32 scales for s8 (which cuBLASLt runs only for
+  layouts its IMMA kernels take: where the heuristic finds no algorithm,
+  :meth:`CublasLt.offers` says no and heron's kernel runs).
+- Epilogues: ``DEFAULT``, ``BIAS``, ``RELU``, ``RELU_BIAS``, ``GELU``,
+  ``GELU_BIAS`` (the bias pointer set on the descriptor before each call: the
+  executor's views may move); ``BIAS_DATA_TYPE`` is the output type.
 - An algorithm is chosen once per call shape (``cublasLtMatmulAlgoGetHeuristic``
   with a preference of at most the workspace's bytes), when the executable is
   loaded (``offers``), never during a graph capture; the workspace is one
@@ -62,11 +66,14 @@ DATA_TYPES = {
     "s8": "CUDA_R_8I",
     "s32": "CUDA_R_32I",
 }
-#: accumulation type -> (``cublasComputeType_t`` name, scale type): XLA's choice.
+#: (accumulation type, the call's ``compute``) -> (``cublasComputeType_t`` name, scale
+#: type): XLA's choice.
 COMPUTE_TYPES = {
-    "f32": ("COMPUTE_32F", "f32"),
-    "f64": ("COMPUTE_64F", "f64"),
-    "s32": ("COMPUTE_32I", "s32"),
+    ("f32", ""): ("COMPUTE_32F", "f32"),
+    ("f32", "tf32"): ("COMPUTE_32F_FAST_TF32", "f32"),
+    ("f32", "bf16"): ("COMPUTE_32F_FAST_16BF", "f32"),
+    ("f64", ""): ("COMPUTE_64F", "f64"),
+    ("s32", ""): ("COMPUTE_32I", "s32"),
 }
 #: (bias, activation) -> ``cublasLtEpilogue_t`` name.
 EPILOGUES = {
@@ -74,6 +81,8 @@ EPILOGUES = {
     (True, "none"): "BIAS",
     (False, "relu"): "RELU",
     (True, "relu"): "RELU_BIAS",
+    (False, "gelu"): "GELU",
+    (True, "gelu"): "GELU_BIAS",
 }
 #: The workspace cuBLASLt may use (XLA gives cuBLASLt 32 MiB on Hopper, 4 MiB before).
 WORKSPACE_BYTES = 32 * 2**20
@@ -110,42 +119,47 @@ class LtPlan:
     a_argument: int
     b_argument: int
     bias_argument: int | None
+    c_argument: int
     out_argument: int
+
+
+def _stored(role: str, kind: str, rows: int, cols: int, batch: int, transposed: bool) -> LtMatrix:
+    """The column-major matrix cuBLASLt reads as ``rows x cols`` after its op: stored so
+    (op N), or stored ``cols x rows`` and read transposed (op T)."""
+    if transposed:
+        rows, cols = cols, rows
+    return LtMatrix(role, DATA_TYPES[kind], rows, cols, rows, batch, rows * cols)
 
 
 def plan(call: GemmCall) -> LtPlan:
     """The cuBLASLt arguments computing ``call`` (row-major through column-major, swapped)."""
     if call.operation != GEMM:
         raise DeviceError(f"cuBLASLt: no library call {call.operation!r}")
-    compute, scale = COMPUTE_TYPES[call.accumulation]
-    a = LtMatrix(
-        "rhs", DATA_TYPES[call.rhs_type], call.n, call.k, call.n, call.batch, call.k * call.n
-    )
-    b = LtMatrix(
-        "lhs", DATA_TYPES[call.lhs_type], call.k, call.m, call.k, call.batch, call.m * call.k
-    )
-    d = LtMatrix(
-        "out", DATA_TYPES[call.out_type], call.n, call.m, call.n, call.batch, call.m * call.n
-    )
+    compute, scale = COMPUTE_TYPES[(call.accumulation, call.compute)]
+    a = _stored("rhs", call.rhs_type, call.n, call.k, call.batch, call.rhs_transposed)
+    b = _stored("lhs", call.lhs_type, call.k, call.m, call.batch, call.lhs_transposed)
+    d = _stored("out", call.out_type, call.n, call.m, call.batch, False)
+    c = attrs.evolve(d, role="c") if call.residual else d
     return LtPlan(
         compute_type=compute,
         scale_type=scale,
-        transa="CUBLAS_OP_N",
-        transb="CUBLAS_OP_N",
+        transa="CUBLAS_OP_T" if call.rhs_transposed else "CUBLAS_OP_N",
+        transb="CUBLAS_OP_T" if call.lhs_transposed else "CUBLAS_OP_N",
         epilogue=EPILOGUES[(call.bias, call.activation)],
         bias_data_type=DATA_TYPES[call.out_type] if call.bias else None,
         a=a,
         b=b,
-        c=d,
+        c=c,
         d=d,
-        a_argument=1,
-        b_argument=0,
-        bias_argument=2 if call.bias else None,
-        out_argument=3 if call.bias else 2,
+        a_argument=call.argument("rhs"),
+        b_argument=call.argument("lhs"),
+        bias_argument=call.argument("bias"),
+        c_argument=call.argument("c" if call.residual else "out"),
+        out_argument=call.argument("out"),
     )
 
 
-_CUBLAS_OP_N = 0
+_OPERATIONS = {"CUBLAS_OP_N": 0, "CUBLAS_OP_T": 1}
 _SCALE_DTYPES = {"f32": np.float32, "f64": np.float64, "s32": np.int32}
 
 
@@ -240,13 +254,13 @@ class CublasLt(Library):
         desc = self._call("matmul_desc_create", compute, scale)
         attribute, dtype_of = lt.MatmulDescAttribute, "get_matmul_desc_attribute_dtype"
         set_ = "matmul_desc_set_attribute"
-        self._set(set_, dtype_of, desc, attribute.TRANSA, _CUBLAS_OP_N)
-        self._set(set_, dtype_of, desc, attribute.TRANSB, _CUBLAS_OP_N)
+        self._set(set_, dtype_of, desc, attribute.TRANSA, _OPERATIONS[chosen.transa])
+        self._set(set_, dtype_of, desc, attribute.TRANSB, _OPERATIONS[chosen.transb])
         self._set(set_, dtype_of, desc, attribute.EPILOGUE, getattr(lt.Epilogue, chosen.epilogue))
         if chosen.bias_data_type is not None:
             bias_type = int(getattr(self._types, chosen.bias_data_type))
             self._set(set_, dtype_of, desc, attribute.BIAS_DATA_TYPE, bias_type)
-        layouts = {role: self._layout(getattr(chosen, role)) for role in ("a", "b", "d")}
+        layouts = {role: self._layout(getattr(chosen, role)) for role in ("a", "b", "c", "d")}
         preference = self._call("matmul_preference_create")
         self._set(
             "matmul_preference_set_attribute",
@@ -263,7 +277,7 @@ class CublasLt(Library):
             desc,
             layouts["a"],
             layouts["b"],
-            layouts["d"],
+            layouts["c"],
             layouts["d"],
             preference,
             1,
@@ -286,6 +300,11 @@ class CublasLt(Library):
     def offers(self, call: Any) -> bool:
         return isinstance(call, GemmCall) and self.prepare(call) is not None
 
+    def refusal(self, call: Any) -> str:
+        if not isinstance(call, GemmCall):
+            return f"cuBLASLt computes GEMMs only, not {call!r}"
+        return "cuBLASLt's heuristic found no algorithm for it on this device"
+
     def run(self, call: Any, addresses: Sequence[int], stream: Any) -> None:
         prepared = self.prepare(call)
         if prepared is None:
@@ -299,7 +318,6 @@ class CublasLt(Library):
                 self._lt.MatmulDescAttribute.BIAS_POINTER,
                 addresses[chosen.bias_argument],
             )
-        out = addresses[chosen.out_argument]
         self._call(
             "matmul",
             self.handle,
@@ -310,9 +328,9 @@ class CublasLt(Library):
             addresses[chosen.b_argument],
             prepared.layouts["b"],
             prepared.beta.ctypes.data,
-            out,
-            prepared.layouts["d"],
-            out,
+            addresses[chosen.c_argument],
+            prepared.layouts["c"],
+            addresses[chosen.out_argument],
             prepared.layouts["d"],
             prepared.heuristic.ptr,
             self.workspace,

@@ -380,6 +380,13 @@ class InterpreterDevice(Device):
         operation = getattr(call, "operation", None)
         return "numpy" if operation in self.libraries else None
 
+    def library_refusal(self, call: object) -> str:
+        operation = getattr(call, "operation", None)
+        return (
+            f"the interpreter runs heron's kernels; built with libraries=({operation!r},) it"
+            " would compute the call with numpy"
+        )
+
     def library_call(self, call: object, buffers: Sequence[DeviceBuffer]) -> None:
         if self.library_for(call) is None:
             raise DeviceError(f"{self.description}: no library runs {call!r}")
@@ -389,11 +396,7 @@ class InterpreterDevice(Device):
 
     def _library_call_now(self, command: LibraryCallCommand) -> None:
         data = [self._storage(b).data for b in command.buffers]
-        out = data[-1]
-        operands = data[:-1]
-        lhs, rhs = operands[0], operands[1]
-        bias = operands[2] if len(operands) > 2 else None
-        out[...] = command.call.reference(lhs, rhs, bias, out)
+        data[-1][...] = command.call.reference(data)
         self.library_calls += 1
 
     def run_commands(self, recorded: Sequence[commands.Command]) -> None:

@@ -7,8 +7,8 @@ so heron computes ``out^T = rhs^T lhs^T`` by swapping the operands:
 ``hipblasGemmStridedBatchedEx(handle, N, N, n, m, k, alpha, rhs, n, k*n, lhs,
 k, m*k, beta, out, n, m*n, batch, computeType, HIPBLAS_GEMM_DEFAULT)``.
 
-hipBLAS's GEMM has no epilogue: a call with a bias or an activation is not
-offered (heron's kernel computes it). The compute type is XLA's:
+hipBLAS's GEMM has no epilogue: a call with a bias, a residual, an activation
+or a transposed operand is not offered (heron's kernel computes it). The compute type is XLA's:
 ``HIPBLAS_COMPUTE_32F`` for f32, f16 and bf16 inputs, ``_64F`` for f64,
 ``_32I`` for s8 (alpha and beta on the host in that type). hipBLAS is put on
 the device's stream (``hipblasSetStream``) before each call, so that calls
@@ -76,8 +76,18 @@ class HipBlasPlan:
 
 
 def expressible(call: GemmCall) -> bool:
-    """Whether hipBLAS's GEMM computes ``call`` (no epilogue: no bias, no activation)."""
-    return call.operation == GEMM and not call.bias and call.activation == "none"
+    """Whether hipBLAS's GEMM, as :func:`plan` calls it, computes ``call``: no epilogue
+    (no bias, no activation), no C besides the output, operands as stored (heron's
+    compiler gives a ROCm target no transposed operand: ``LIBRARY_FEATURES``). A
+    narrowed ``compute`` (TF32) is computed in full f32, which is within its bounds."""
+    return (
+        call.operation == GEMM
+        and not call.bias
+        and not call.residual
+        and call.activation == "none"
+        and not call.lhs_transposed
+        and not call.rhs_transposed
+    )
 
 
 def plan(call: GemmCall) -> HipBlasPlan:
@@ -140,6 +150,12 @@ class HipBlas(Library):
 
     def offers(self, call: Any) -> bool:
         return isinstance(call, GemmCall) and expressible(call)
+
+    def refusal(self, call: Any) -> str:
+        return (
+            "hipBLAS's GEMM has no epilogue (bias, residual, activation) and heron passes it"
+            " no transposed operand"
+        )
 
     def run(self, call: Any, addresses: Sequence[int], stream: Any) -> None:
         chosen = plan(call)

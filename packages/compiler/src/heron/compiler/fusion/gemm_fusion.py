@@ -1,0 +1,60 @@
+"""Library GEMM fusion: each dot and what its library fuses, before any other fusion.
+
+XLA:GPU's GEMM rewriter runs before its fusion passes: it turns a dot into a
+cuBLASLt call and pulls in what cuBLASLt computes with it (a transposed
+operand, alpha, a residual, a bias, RELU or GELU), so that the fusion passes
+never give those ops to another kernel first. This pass is that step on
+heron's terms: for every dot the Target's library takes
+(:func:`heron.compiler.library_gemm.match_gemm`), it makes the largest fusion
+the library computes whole, trying smaller ones when the emitters refuse one
+(heron's GEMM kernel stays the fallback and must emit it). The other passes
+then leave these fusions as they are: :class:`~heron.compiler.fusion.fusible.
+FusionChecker` refuses to add anything the library would not compute.
+"""
+
+from __future__ import annotations
+
+from heron.compiler.fusion.builder import install_fusion, post_order
+from heron.compiler.fusion.context import FusionContext
+from heron.compiler.library_gemm import LIBRARY_FEATURES, dot_verdict, epilogue_members
+from heron.compiler.target import Target
+from heron.hlo.ir import Module
+from heron.hlo.passes.manager import HloPass
+
+__all__ = ["fuse_library_gemms", "gemm_fusion"]
+
+
+def fuse_library_gemms(module: Module, target: Target) -> bool:
+    """Give each library-typed dot of ``module``'s entry its library fusion."""
+    if not target.gemm_library:
+        return False
+    features = LIBRARY_FEATURES[target.gemm_library]
+    context = FusionContext(module, target)
+    computation = module.entry
+    changed = False
+    for dot in [i for i in computation.instructions if i.opcode == "dot"]:
+        if dot_verdict(dot):
+            continue
+        users = computation.users()
+        order = {id(inst): n for n, inst in enumerate(post_order(computation))}
+        for members, output in epilogue_members(dot, users, features):
+            ordered = sorted(members, key=lambda inst: order[id(inst)])
+            made = context.candidate(ordered, [output], consumer=output)
+            if made is None:
+                continue
+            if not context.emits(made[0]):
+                made[0].discard()
+                continue
+            install_fusion(module, computation, made[0], made[1].fusion_kind)
+            changed = True
+            break
+    return changed
+
+
+def gemm_fusion(target: Target) -> HloPass:
+    """The ``library-gemm-fusion`` pass for ``target``."""
+    return HloPass(
+        "library-gemm-fusion",
+        lambda module: fuse_library_gemms(module, target),
+        "each dot with what its GEMM library computes with it (XLA's GEMM rewriter)",
+    )
