@@ -45,7 +45,9 @@
 * Float outputs that depend on a dot (or a convolution): every kernel of one
   (the GEMM emitter's tiles and MMA fragments, a library's split-K) sums the
   products in its own order, so they get the reassociation bounds whatever
-  emitter computed them (:data:`ORDER_FREE_OPCODES`). Where the dot may round
+  emitter computed them (:data:`ORDER_FREE_OPCODES`); so do long float
+  cumulative sums and products, which the compiler computes block by block
+  (``heron.compiler.scan_rewriter``). Where the dot may round
   its operands first (TF32, XLA:GPU's default for f32 dots on sm_80 and later;
   a bf16 algorithm: :mod:`heron.hlo.dot_precision`), ``t`` grows to what that
   costs (:func:`narrowed_product_tolerance`).
@@ -71,6 +73,7 @@ import ml_dtypes
 import numpy as np
 
 from heron.hlo import ElementType
+from heron.hlo.determinism import regrouped
 from heron.hlo.dot_precision import check_tolerance
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Instruction
@@ -168,6 +171,24 @@ def instructions_reaching(instruction: Instruction) -> list[Instruction]:
 def opcodes_reaching(instruction: Instruction) -> list[str]:
     """Opcodes of ``instruction`` and everything it depends on (called computations too)."""
     return [inst.opcode for inst in instructions_reaching(instruction)]
+
+
+def _regrouped_scan(inst: Instruction) -> bool:
+    """A float sum or product scan the compiler computes in blocks, in another order
+    than the reference's: one it will rewrite (:func:`heron.compiler.scan_rewriter.scan_of`),
+    or one of the ops it made (:func:`heron.hlo.determinism.regrouped`)."""
+    if inst.opcode not in ("reduce-window", "add", "multiply"):
+        return False
+    if not all(leaf.element_type.is_floating for leaf in inst.shape.leaves()):
+        return False
+    if regrouped(inst):
+        return True
+    if inst.opcode != "reduce-window":
+        return False
+    from heron.compiler.scan_rewriter import scan_of
+
+    found = scan_of(inst)
+    return found is not None and found[2] in ("add", "multiply")
 
 
 def narrowed_product_tolerance(source: Instruction, *, tf32: bool = True) -> float:
@@ -543,10 +564,12 @@ def output_tolerance(
     """
     given = given or ErrorBounds()
     ulps = ulp_bound(source, element)
-    opcodes = opcodes_reaching(source)
-    if not ORDER_FREE_OPCODES.isdisjoint(opcodes):
+    reached = instructions_reaching(source)
+    opcodes = [inst.opcode for inst in reached]
+    if not ORDER_FREE_OPCODES.isdisjoint(opcodes) or any(map(_regrouped_scan, reached)):
         # Whatever kernel computes it, a dot sums its products in the kernel's order
-        # (GEMM tiles, MMA fragments, a library's split-K), never the reference's.
+        # (GEMM tiles, MMA fragments, a library's split-K), never the reference's; a
+        # long float cumsum or cumprod is regrouped into blocks (the scan rewriter).
         floor = narrowed_product_tolerance(source, tf32=tf32)
         wide = reassociation_bounds(element, given, floor)
         return OutputTolerance(ulps, wide or given, reordered=wide is not None)

@@ -22,8 +22,11 @@ from heron.hlo.attributes import KeyValueList
 from heron.hlo.ir import Computation, Instruction
 
 __all__ = [
+    "REGROUPED",
     "SERIAL_UPDATES",
     "frontend_attributes",
+    "mark_regrouped",
+    "regrouped",
     "order_dependence",
     "order_independent_combiner",
     "serial_updates_requested",
@@ -34,6 +37,11 @@ __all__ = [
 #: with atomics: ``--deterministic`` sets it on the order-dependent scatters the
 #: scatter-determinism-expander cannot rewrite.
 SERIAL_UPDATES = "_heron_serial_updates"
+#: The frontend attribute a rewrite sets on the ops it made that compute a float
+#: reduction in another grouping than the module wrote (the scan rewriter's block
+#: scans and their combination): a check compares their results within the
+#: reassociation bounds, not bit for bit.
+REGROUPED = "_heron_regrouped"
 
 #: Binary ops whose result, folded over any multiset of integers, is the same in any order.
 _EXACT_INTEGER_OPS = frozenset({"add", "multiply", "and", "or", "xor", "maximum", "minimum"})
@@ -72,6 +80,20 @@ def order_dependence(inst: Instruction) -> str | None:
         f"scatter '{inst.name}': updates that meet are combined by {what} ({element})"
         " in the order they arrive"
     )
+
+
+def mark_regrouped(inst: Instruction) -> None:
+    """Set :data:`REGROUPED` on ``inst``."""
+    from heron.hlo.attributes import KeyValueList, QuotedString
+
+    entries = frontend_attributes(inst)
+    entries[REGROUPED] = QuotedString("true")
+    inst.attributes["frontend_attributes"] = KeyValueList(tuple(entries.items()))
+
+
+def regrouped(inst: Instruction) -> bool:
+    """Whether a rewrite regrouped the reduction ``inst`` computes (:data:`REGROUPED`)."""
+    return REGROUPED in frontend_attributes(inst)
 
 
 def frontend_attributes(inst: Instruction) -> dict[str, object]:
