@@ -230,6 +230,12 @@ def _matmul():
     return lambda a, b: jnp.matmul(a, b, precision=lax.Precision.HIGHEST)
 
 
+def _matmul_default():
+    import jax.numpy as jnp
+
+    return lambda a, b: jnp.matmul(a, b)
+
+
 def _mlp():
     import jax
 
@@ -366,6 +372,16 @@ def _t_matmul():
     import torch
 
     return lambda a, b: torch.matmul(a, b)
+
+
+def _t_matmul_tf32():
+    import torch
+
+    def matmul(a, b):
+        torch.backends.cuda.matmul.allow_tf32 = True  # XLA's default for f32 dots
+        return torch.matmul(a, b)
+
+    return matmul
 
 
 def _t_mlp():
@@ -609,6 +625,17 @@ WORKLOADS: tuple[Workload, ...] = (
         _matmul_bytes,
         _matmul_flops,
         torch=_t_matmul,
+    ),
+    Workload(
+        "matmul_f32_default",
+        "matrix product, f32 [4096, 4096] x [4096, 4096] at jax's default precision: TF32"
+        " on both sides (issue 28's precision table)",
+        _matmul_default,
+        (Arg((4096, 4096)), Arg((4096, 4096))),
+        (Arg((32, 48)), Arg((48, 40))),
+        _matmul_bytes,
+        _matmul_flops,
+        torch=_t_matmul_tf32,
     ),
     Workload(
         "mlp_block",

@@ -40,7 +40,8 @@ reducer {{
 ENTRY main {{
   x = {element}{shape} parameter(0)
   init = {element}[] constant({INITS[op]})
-  ROOT w = {element}{shape} reduce-window(x, init), window={{size={window} pad={pad}}}, to_apply=reducer
+  ROOT w = {element}{shape} reduce-window(x, init),
+    window={{size={window} pad={pad}}}, to_apply=reducer
 }}
 """
     )

@@ -228,6 +228,25 @@ def _llvm():
 _ENGINES: list = []  # keep JIT engines (and their code) alive while functions may run
 
 
+#: Instructions that move a value without computing on it.
+_MOVES = re.compile(r"=\s*(bitcast|phi|select|load|insertvalue|extractvalue)\b|^\s*store\b")
+
+
+def _bfloat_as_bits(text: str) -> str:
+    """The LLVM IR with ``bfloat`` values carried as ``i16`` where they are only moved.
+
+    ``arith-expand`` computes every bf16 operation on integers; what is left of
+    ``bfloat`` is bitcasts to and from ``i16`` and the phis, selects, loads and stores
+    between them. x86 code generation of those for a host without AVX512-BF16 (an
+    AMD EPYC, znver3) crashed the process at run time (LLVM 20 through llvmlite
+    0.50); carried as the ``i16`` bits they are, nothing changes but the register.
+    """
+    lines = [line for line in text.splitlines() if "bfloat" in line]
+    if not lines or not all(_MOVES.search(line) for line in lines):
+        return text
+    return re.sub(r"\bbfloat\b", "i16", text)
+
+
 def jit(module: ir.Module, name: str, pre_lowering: Callable[[ir.Module], None] | None = None):
     """Lower ``module`` to LLVM, JIT it for the host, return a ctypes-callable ``name``."""
     if pre_lowering is not None:
@@ -244,7 +263,7 @@ def jit(module: ir.Module, name: str, pre_lowering: Callable[[ir.Module], None] 
     )
     if leftovers:  # translating them would crash the process instead of raising
         raise ValueError(f"ops left after lowering to LLVM: {', '.join(leftovers)}\n{module}")
-    text = llvm_dialect.translate_module_to_llvmir(module.operation)
+    text = _bfloat_as_bits(llvm_dialect.translate_module_to_llvmir(module.operation))
     if re.search(r"fptrunc (<\d+ x )?double[^\n]* to (<\d+ x )?half", text):
         # x86 needs the compiler-rt routine __truncdfhf2, which is not in the process
         raise ValueError("the host JIT cannot truncate f64 to f16 (no __truncdfhf2 on the host)")

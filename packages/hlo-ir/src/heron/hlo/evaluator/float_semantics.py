@@ -166,7 +166,15 @@ def is_signaling_nan(x: np.ndarray, et: ElementType) -> np.ndarray:
 
 
 def power(x: np.ndarray, y: np.ndarray, et: ElementType) -> np.ndarray:
-    """pow with C/IEEE special cases; a signaling NaN still poisons x^0 and 1^y (IEEE 754)."""
+    """pow with C/IEEE special cases; a signaling NaN still poisons x^0 and 1^y (IEEE 754).
+
+    XLA widens f16 with the hardware conversion, which quiets a signaling NaN (so
+    x^0 = 1 for it); numpy's f16 conversion keeps it signaling on some hosts (an
+    AMD EPYC: then libm's pow gave NaN), so f16 NaNs are quieted first."""
+    if et is ElementType.F16:
+        quiet = np.array(np.nan, np.float16)
+        with np.errstate(invalid="ignore"):
+            x, y = (np.where(np.isnan(v), quiet, v).astype(np.float16) for v in (x, y))
     result = apply_real(np.power, [x, y], et)
     with np.errstate(invalid="ignore"):
         x64, y64 = np.asarray(x).astype(np.float64), np.asarray(y).astype(np.float64)
