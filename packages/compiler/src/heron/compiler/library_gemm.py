@@ -90,9 +90,7 @@ class GemmMatch:
 
 
 def _row_major(shape: object) -> bool:
-    return isinstance(shape, ArrayShape) and shape.minor_to_major == tuple(
-        range(shape.rank - 1, -1, -1)
-    )
+    return isinstance(shape, ArrayShape) and shape.is_row_major
 
 
 def _scalar_constant(inst: Instruction) -> float | None:

@@ -33,13 +33,8 @@ from heron.hlo.attributes import PadDim, PaddingConfig, SliceRange, Window, Wind
 from heron.hlo.determinism import mark_regrouped
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.manager import HloPass
-from heron.hlo.passes.rewrite import (
-    Inserter,
-    module_names,
-    non_fusion_computations,
-    remove_instructions,
-)
-from heron.hlo.shapes import ArrayShape, Layout
+from heron.hlo.passes.rewrite import Inserter, rewrite_each
+from heron.hlo.shapes import ArrayShape
 
 __all__ = ["SCAN_BASE_LENGTH", "SCAN_REDUCERS", "rewrite_scans", "scan_rewriter", "scan_of"]
 
@@ -50,13 +45,11 @@ SCAN_REDUCERS = frozenset({"add", "multiply", "maximum", "minimum", "and", "or",
 
 
 def _row_major(shape: object) -> bool:
-    return isinstance(shape, ArrayShape) and shape.minor_to_major == tuple(
-        range(shape.rank - 1, -1, -1)
-    )
+    return isinstance(shape, ArrayShape) and shape.is_row_major
 
 
 def _array(like: ArrayShape, dims: list[int]) -> ArrayShape:
-    return ArrayShape(like.element_type, tuple(dims), Layout.default_for_rank(len(dims)))
+    return ArrayShape.row_major(like.element_type, tuple(dims))
 
 
 def scan_of(inst: Instruction) -> tuple[int, bool, str] | None:
@@ -194,26 +187,12 @@ class _Scan:
 def rewrite_scans(module: Module) -> bool:
     """Rewrite every long cumulative reduce-window of ``module`` (module docstring),
     the scans of block totals it makes included, until none is left."""
-    names = module_names(module)
-    changed = False
-    for computation in non_fusion_computations(module):
-        pending = [i for i in computation.instructions if i.opcode == "reduce-window"]
-        while pending:
-            scan = pending.pop()
-            found = scan_of(scan)
-            if found is None:
-                continue
-            before = {id(inst) for inst in computation.instructions}
-            inserter = Inserter(computation, names)
-            inserter.replace(scan, _Scan(inserter, scan).rewrite(*found))
-            remove_instructions(computation, [scan])
-            pending.extend(
-                inst
-                for inst in computation.instructions
-                if inst.opcode == "reduce-window" and id(inst) not in before
-            )
-            changed = True
-    return changed
+
+    def rewrite(inserter: Inserter, scan: Instruction) -> Instruction | None:
+        found = scan_of(scan)
+        return None if found is None else _Scan(inserter, scan).rewrite(*found)
+
+    return rewrite_each(module, "reduce-window", rewrite)
 
 
 def scan_rewriter(target: Target) -> HloPass:

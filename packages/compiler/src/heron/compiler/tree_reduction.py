@@ -34,13 +34,8 @@ from heron.compiler.target import Target
 from heron.hlo.attributes import PadDim, PaddingConfig
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.manager import HloPass
-from heron.hlo.passes.rewrite import (
-    Inserter,
-    module_names,
-    non_fusion_computations,
-    remove_instructions,
-)
-from heron.hlo.shapes import ArrayShape, Layout, TupleShape
+from heron.hlo.passes.rewrite import Inserter, rewrite_each
+from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = [
     "BATCH_BOUND",
@@ -72,13 +67,11 @@ def column_bound(target: Target) -> int:
 
 
 def _row_major(shape: object) -> bool:
-    return isinstance(shape, ArrayShape) and shape.minor_to_major == tuple(
-        range(shape.rank - 1, -1, -1)
-    )
+    return isinstance(shape, ArrayShape) and shape.is_row_major
 
 
 def _array(like: ArrayShape, dims: list[int]) -> ArrayShape:
-    return ArrayShape(like.element_type, tuple(dims), Layout.default_for_rank(len(dims)))
+    return ArrayShape.row_major(like.element_type, tuple(dims))
 
 
 def _runs(dims: tuple[int, ...], reduced: set[int]) -> list[tuple[bool, int]]:
@@ -205,27 +198,9 @@ class _Splitter:
 
 def split_long_reductions(module: Module, target: Target) -> bool:
     """Split every reduce of ``module`` longer than one block takes (module docstring)."""
-    names = module_names(module)
-    changed = False
-    for computation in non_fusion_computations(module):
-        pending = [i for i in computation.instructions if i.opcode == "reduce"]
-        while pending:
-            reduce = pending.pop()
-            before = {id(inst) for inst in computation.instructions}
-            inserter = Inserter(computation, names)
-            replacement = _Splitter(inserter, target).split(reduce)
-            if replacement is None:
-                continue
-            inserter.replace(reduce, replacement)
-            remove_instructions(computation, [reduce])
-            # each new reduce may be too long still (a batched row's two parts)
-            pending.extend(
-                inst
-                for inst in computation.instructions
-                if inst.opcode == "reduce" and id(inst) not in before
-            )
-            changed = True
-    return changed
+    return rewrite_each(
+        module, "reduce", lambda inserter, reduce: _Splitter(inserter, target).split(reduce)
+    )
 
 
 def tree_reduction_rewriter(target: Target) -> HloPass:

@@ -94,6 +94,17 @@ class ArrayShape:
         return self.layout.minor_to_major
 
     @property
+    def is_row_major(self) -> bool:
+        """Whether the last dimension is the most minor, and so on (no layout counts)."""
+        return self.minor_to_major == tuple(range(self.rank - 1, -1, -1))
+
+    @classmethod
+    def row_major(cls, element_type: ElementType, dims: tuple[int, ...]) -> ArrayShape:
+        """An array of ``dims`` with the row-major layout written out (a pass after
+        layout assignment makes its shapes so)."""
+        return cls(element_type, tuple(dims), Layout.default_for_rank(len(dims)))
+
+    @property
     def major_to_minor(self) -> tuple[int, ...]:
         """The physical order: dimension numbers from the most major to the most minor.
 

@@ -8,7 +8,7 @@ leaves its computation only when nothing uses it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.builder import NameUniquer
@@ -25,6 +25,7 @@ __all__ = [
     "reachable_computations",
     "remove_instructions",
     "replace_all_uses",
+    "rewrite_each",
 ]
 
 #: Opcodes whose instructions must run even when nothing uses their value, and
@@ -184,6 +185,38 @@ class Inserter:
 
     def replace(self, old: Instruction, new: Instruction) -> bool:
         return self.uses.replace(old, new)
+
+
+def rewrite_each(
+    module: Module,
+    opcode: str,
+    rewrite: Callable[[Inserter, Instruction], Instruction | None],
+) -> bool:
+    """Replace every ``opcode`` instruction of ``module``'s non-fusion computations by
+    what ``rewrite(inserter, inst)`` builds with the inserter (None: keep it), and give
+    each ``opcode`` instruction a rewrite adds the same treatment, until none is
+    replaced: a rewrite that splits an instruction in two may leave a part that
+    needs splitting again. Returns whether anything changed."""
+    names = module_names(module)
+    changed = False
+    for computation in non_fusion_computations(module):
+        pending = [inst for inst in computation.instructions if inst.opcode == opcode]
+        while pending:
+            inst = pending.pop()
+            before = {id(existing) for existing in computation.instructions}
+            inserter = Inserter(computation, names)
+            replacement = rewrite(inserter, inst)
+            if replacement is None:
+                continue
+            inserter.replace(inst, replacement)
+            remove_instructions(computation, [inst])
+            pending.extend(
+                new
+                for new in computation.instructions
+                if new.opcode == opcode and id(new) not in before
+            )
+            changed = True
+    return changed
 
 
 def remove_instructions(computation: Computation, dead: Iterable[Instruction]) -> int:
