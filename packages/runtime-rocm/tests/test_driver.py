@@ -65,6 +65,21 @@ def test_missing_runtime_library_is_reported_from_the_exception():
     )
 
 
+def test_hip_pythons_byte_strings_are_reported_as_text():
+    # hip-python formats the library name and dlerror's message as bytes (issue 31)
+    def hip_init(flags):
+        raise RuntimeError(
+            "failed to dlopen 'b'libamdhip64.so'': b'libamdhip64.so: cannot open shared"
+            " object file: No such file or directory'"
+        )
+
+    status = probe(fake_hip(hipInit=hip_init))
+    assert status.reason == (
+        "no HIP runtime found (hip.hipInit failed: failed to dlopen 'libamdhip64.so':"
+        " libamdhip64.so: cannot open shared object file: No such file or directory)"
+    )
+
+
 def test_no_device_error_code_is_not_a_failure_of_the_query():
     status = probe(fake_hip(devices=()))
     assert not status.available

@@ -8,6 +8,7 @@ failure into a ``DriverStatus`` whose ``reason`` a person can act on, e.g.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import attrs
@@ -26,6 +27,12 @@ class DeviceInfo:
         return f"{self.name} ({self.architecture}, {self.total_memory / 2**30:.0f} GiB)"
 
 
+def _readable(exc: Exception) -> str:
+    """``exc``'s message with the byte strings hip-python formats into it as text:
+    ``failed to dlopen 'b'libamdhip64.so''`` reads ``failed to dlopen 'libamdhip64.so'``."""
+    return re.sub(r"""b(['"])(.*?)\1""", r"\2", str(exc))
+
+
 def probe(bindings: Any = None) -> DriverStatus:
     """Initialise HIP and list its devices, or say why that is impossible.
 
@@ -40,7 +47,7 @@ def probe(bindings: Any = None) -> DriverStatus:
     try:
         unpack(bindings.hipInit(0), "hipInit")
     except Exception as exc:
-        return DriverStatus(False, f"no HIP runtime found (hip.hipInit failed: {exc})")
+        return DriverStatus(False, f"no HIP runtime found (hip.hipInit failed: {_readable(exc)})")
     try:
         version = unpack(bindings.hipDriverGetVersion(), "hipDriverGetVersion")
         result = bindings.hipGetDeviceCount()
