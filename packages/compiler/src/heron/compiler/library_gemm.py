@@ -240,10 +240,10 @@ def _activation(
         return None
     for end in [root] if root is not None else _reachable_gelu_ops(top, users):
         members = _members_between(end, top)
-        inside = {id(m) for m in members}
+        inside = {m for m in members}
         # every value but the end stays inside: nothing else reads the GELU's parts
         if any(
-            id(user) not in inside
+            user not in inside
             for inst in (top, *members)
             if inst is not end
             for user in users.get(inst, [])
@@ -258,24 +258,24 @@ def _reachable_gelu_ops(top: Instruction, users: Users) -> list[Instruction]:
     """The ops a GELU's spelling may use, reachable from ``top`` through such ops, the
     latest first (the largest candidate GELU first)."""
     found: list[Instruction] = []
-    seen: set[int] = set()
+    seen: set[Instruction] = set()
     stack = [top]
     while stack:
         inst = stack.pop()
         for user in users.get(inst, []):
-            if id(user) in seen or user.opcode not in _GELU_OPCODES:
+            if user in seen or user.opcode not in _GELU_OPCODES:
                 continue
-            seen.add(id(user))
+            seen.add(user)
             found.append(user)
             stack.append(user)
-    depth: dict[int, int] = {}
+    depth: dict[Instruction, int] = {}
 
     def level(inst: Instruction) -> int:
-        if inst is top or id(inst) not in seen:
+        if inst is top or inst not in seen:
             return 0
-        if id(inst) not in depth:
-            depth[id(inst)] = 1 + max(level(o) for o in inst.operands)
-        return depth[id(inst)]
+        if inst not in depth:
+            depth[inst] = 1 + max(level(o) for o in inst.operands)
+        return depth[inst]
 
     return sorted(found, key=level, reverse=True)
 
@@ -355,10 +355,7 @@ def epilogue_members(
         plans.append(([*operands, dot], dot))
     unique = []
     for members, end in plans:
-        seen: dict[int, Instruction] = {}
-        for inst in members:
-            seen.setdefault(id(inst), inst)
-        unique.append((list(seen.values()), end))
+        unique.append((list(dict.fromkeys(members)), end))
     return unique
 
 
@@ -367,13 +364,13 @@ def _evaluate_univariate(
 ) -> np.ndarray | None:
     """``root`` as a function of ``x`` alone, evaluated in float64 at ``values``; None when
     it uses anything but :data:`_GELU_OPCODES`, scalar constants and ``x``."""
-    memo: dict[int, np.ndarray] = {}
+    memo: dict[Instruction, np.ndarray] = {}
 
     def value(inst: Instruction) -> np.ndarray | None:
         if inst is x:
             return values
-        if id(inst) in memo:
-            return memo[id(inst)]
+        if inst in memo:
+            return memo[inst]
         constant = _scalar_constant(inst)
         if constant is not None:
             result = np.full_like(values, constant)
@@ -392,7 +389,7 @@ def _evaluate_univariate(
             }[inst.opcode]()
         else:
             return None
-        memo[id(inst)] = result
+        memo[inst] = result
         return result
 
     with np.errstate(all="ignore"):
@@ -413,13 +410,13 @@ def _is_gelu(root: Instruction, x: Instruction) -> bool:
 
 def _members_between(root: Instruction, x: Instruction) -> list[Instruction]:
     """The instructions computing ``root`` from ``x`` (``x`` excluded)."""
-    seen: dict[int, Instruction] = {}
+    seen: dict[Instruction, Instruction] = {}
     stack = [root]
     while stack:
         inst = stack.pop()
-        if inst is x or id(inst) in seen:
+        if inst is x or inst in seen:
             continue
-        seen[id(inst)] = inst
+        seen[inst] = inst
         stack.extend(inst.operands)
     return list(seen.values())
 
@@ -453,7 +450,7 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
     users = computation.users()
     root = computation.root
     epilogue = _chain(dot, users, features, lambda inst: inst.opcode == "parameter")
-    members = {id(i) for i in epilogue.members}
+    members = {i for i in epilogue.members}
     # out^T = (A B)^T = B^T A^T: a transposed result is the GEMM of the swapped operands
     transposed_out = (
         root is not epilogue.top
@@ -462,7 +459,7 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
         and epilogue.residual is None
     )
     if transposed_out or (root is not epilogue.top and _moves_no_byte(root)):
-        members.add(id(root))
+        members.add(root)
         root = root.operands[0]
     activation = "none"
     if root is not epilogue.top:
@@ -470,7 +467,7 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
         if found is None:
             return f"the fusion also computes {root.opcode} {root.name} after the dot"
         activation = found[0]
-        members |= {id(i) for i in found[2]}
+        members |= {i for i in found[2]}
     lhs, rhs = dot.operands
     batch = len(dot.attributes.get("lhs_batch_dims", ()))
     sides = []
@@ -481,10 +478,10 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
         sides.append(read)
         chain = side
         while chain.opcode in ("transpose", "bitcast"):
-            members.add(id(chain))
+            members.add(chain)
             chain = chain.operands[0]
     for inst in computation.instructions:
-        if id(inst) in members or inst.opcode in ("parameter", "constant"):
+        if inst in members or inst.opcode in ("parameter", "constant"):
             continue
         if inst.opcode == "broadcast" and _scalar_constant(inst) is not None:
             continue

@@ -36,9 +36,9 @@ def fuse_library_gemms(module: Module, target: Target) -> bool:
         if dot_verdict(dot):
             continue
         users = computation.users()
-        order = {id(inst): n for n, inst in enumerate(post_order(computation))}
+        order = {inst: n for n, inst in enumerate(post_order(computation))}
         for members, output in epilogue_members(dot, users, features):
-            ordered = sorted(members, key=lambda inst: order[id(inst)])
+            ordered = sorted(members, key=lambda inst: order[inst])
             made = context.candidate(ordered, [output], consumer=output)
             if made is None:
                 continue

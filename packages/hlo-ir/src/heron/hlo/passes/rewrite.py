@@ -203,7 +203,7 @@ def rewrite_each(
         pending = [inst for inst in computation.instructions if inst.opcode == opcode]
         while pending:
             inst = pending.pop()
-            before = {id(existing) for existing in computation.instructions}
+            before = set(computation.instructions)
             inserter = Inserter(computation, names)
             replacement = rewrite(inserter, inst)
             if replacement is None:
@@ -213,7 +213,7 @@ def rewrite_each(
             pending.extend(
                 new
                 for new in computation.instructions
-                if new.opcode == opcode and id(new) not in before
+                if new.opcode == opcode and new not in before
             )
             changed = True
     return changed
