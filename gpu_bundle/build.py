@@ -17,8 +17,9 @@
   workloads: jax on the CPU, here) and heron's interpreter outputs; the speed cases' inputs
   are drawn on the GPU machine from a seed (``bundle_workloads.make_inputs``);
 - ``wheels/``: heron's runtime wheels and what a CUDA image with jax and torch lacks
-  (nvmath-python for cp311-cp313, cuda-python, cuda-pathfinder; cuda-bindings and
-  cuda-core only for the Python versions that still fit under ``--max-mib``).
+  (nvmath-python for cp311-cp313, cuda-python, cuda-pathfinder; cuda-bindings,
+  cuda-core and the cuDNN frontend only for the Python versions that still fit under
+  ``--max-mib``).
 
 Compiles run in a process pool and are cached (``--cache``, default
 ``build/gpu-bundle-cache``) by the HLO text, the Target, the backends, the
@@ -70,6 +71,8 @@ THIRD_PARTY = (
     ("cuda-pathfinder==1.9.1", False, "1.5.1", True),
     ("cuda-bindings==13.4.4", True, "12.6", False),
     ("cuda-core==1.2.2", True, "0.5", False),
+    # cuDNN's graph API for convolutions (libcudnn itself comes with the image's torch or jax)
+    ("nvidia-cudnn-frontend==1.32.0", True, "1.8", False),
 )
 PLATFORMS = (
     "manylinux_2_28_x86_64",

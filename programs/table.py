@@ -33,6 +33,7 @@ import attrs
 
 from heron.compiler import Target
 from heron.compiler.executable import prepare_module
+from heron.compiler.library_convolution import is_library_convolution
 from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
 from heron.hlo.buffers import BufferAssignment, assign_buffers
 from heron.hlo.buffers.dataflow import sequential_computations
@@ -89,10 +90,16 @@ def kernels_of(prepared: Module, assignment: BufferAssignment | None = None) -> 
     buffer assignment at the kernel ABI's alignment, when already made)."""
     computations = sequential_computations(prepared)
     instructions = [i for c in computations for i in c.instructions]
-    refused = [i.opcode for i in instructions if i.opcode not in RUN_OUTSIDE_FUSIONS | {"fusion"}]
+    # a library convolution is one launch (cuDNN's), as XLA's kConvolution thunk counts
+    launches = [i for i in instructions if i.opcode == "fusion" or is_library_convolution(i)]
+    refused = [
+        i.opcode
+        for i in instructions
+        if i.opcode not in RUN_OUTSIDE_FUSIONS | {"fusion"} and not is_library_convolution(i)
+    ]
     if refused:
         return HeronKernels(None, refused[0])
-    count = sum(1 for i in instructions if i.opcode == "fusion")
+    count = len(launches)
     if assignment is None:
         assignment = assign_buffers(prepared, alignment=BUFFER_ALIGNMENT)
     return HeronKernels(count, peak_bytes=assignment.total_bytes)

@@ -170,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _executable(module, target, args: argparse.Namespace) -> int:
     from heron.compiler.executable import compile_program, thunk_counts
+    from heron.compiler.library_convolution import convolution_verdicts
     from heron.compiler.library_gemm import dot_fusion_verdicts
     from heron.hlo.memory_budget import format_size
     from heron.runtime.core.thunks import order_dependent_kernels
@@ -183,6 +184,7 @@ def _executable(module, target, args: argparse.Namespace) -> int:
             f"--backend {wrong[0]}: the kernels are compiled for {target.name}"
             f" ({target.backend}, {target.arch}); a {wrong[0]} image needs a {wrong[0]} target"
         )
+    convolutions = convolution_verdicts(module, target)
     compiled = compile_program(module, target, backends, deterministic=args.deterministic)
     artefact = compiled.artefact
     with atomic_output(path, "--executable") as temporary:
@@ -223,6 +225,8 @@ def _executable(module, target, args: argparse.Namespace) -> int:
     )
     for fusion, verdict in dot_fusion_verdicts(compiled.module, target):
         print(f"  dot fusion {fusion}: {verdict}")
+    for convolution, verdict in convolutions:
+        print(f"  convolution {convolution}: {verdict}")
     for kernel, why in order_dependent_kernels(artefact.program):
         print(f"  order-dependent kernel {kernel}: {why} (--deterministic avoids it)")
     print(

@@ -106,10 +106,10 @@ def column_major_gemm(
 ) -> None:
     """``D = activation(alpha * op(A) @ op(B) + beta * C + bias[row])`` per batch, as BLAS
     computes it (C is D where not given; ``compute`` rounds the operands first)."""
-    from heron.runtime.core.gemm import _rounded, gelu_tanh
+    from heron.runtime.core.gemm import gelu_tanh, rounded_to_compute
 
-    a_values = _rounded(a.read(memory, batch), compute).astype(accumulate)
-    b_values = _rounded(b.read(memory, batch), compute).astype(accumulate)
+    a_values = rounded_to_compute(a.read(memory, batch), compute).astype(accumulate)
+    b_values = rounded_to_compute(b.read(memory, batch), compute).astype(accumulate)
     if transpose("a"):
         a_values = a_values.transpose(0, 2, 1)
     if transpose("b"):

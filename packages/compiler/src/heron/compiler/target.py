@@ -447,6 +447,14 @@ class Target:
         leave in a dot's fusion (:mod:`heron.compiler.library_gemm`)."""
         return _GEMM_LIBRARIES.get(self.backend, "")
 
+    @property
+    def dnn_library(self) -> str:
+        """The DNN library heron's runtime calls a convolution with on this backend
+        (``cudnn``; ``""`` where none: ROCm's MIOpen has no binding in heron yet), which
+        the compiler hands the convolutions it takes instead of lowering them to a GEMM
+        (:mod:`heron.compiler.library_convolution`)."""
+        return _DNN_LIBRARIES.get(self.backend, "")
+
     def summary(self) -> str:
         """One line for ``heron targets``: the numbers that most change code generation."""
         cores = "SMs" if self.backend == "cuda" else "CUs"
@@ -462,6 +470,8 @@ class Target:
 #: backend -> the GEMM library its runtime calls (runtime-cuda's cuBLASLt, runtime-rocm's
 #: hipBLAS).
 _GEMM_LIBRARIES = {"cuda": "cublasLt", "rocm": "hipblas"}
+#: backend -> the DNN library its runtime calls a convolution with (runtime-cuda's cuDNN).
+_DNN_LIBRARIES = {"cuda": "cudnn"}
 
 
 def _kib(size: int) -> str:

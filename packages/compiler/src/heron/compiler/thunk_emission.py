@@ -35,7 +35,9 @@ its operands and results:
   slices, with its attributes, run by the target's host implementation
   (:mod:`heron.hlo.custom_calls`); a target no installed ``heron.custom_calls``
   plugin provides is refused here, naming it, the instruction and its
-  computation, at its location.
+  computation, at its location. A convolution the DNN library takes
+  (``__heron$convolution``, :mod:`heron.compiler.library_convolution`) is a
+  ``LibraryCallThunk`` with that host call as its fallback.
 - anything else (a dot or sort the fusion passes left unfused, a
   convolution ...): refused, naming the instruction.
 
@@ -54,6 +56,10 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from heron.compiler.library_convolution import (
+    is_library_convolution,
+    library_convolution_thunk,
+)
 from heron.compiler.library_gemm import library_call_thunk
 from heron.compiler.target import Target
 from heron.hlo.buffers import BufferAssignment
@@ -185,7 +191,11 @@ class _Emitter:
         if op == "conditional":
             return [self.conditional(inst)]
         if op == "custom-call":
-            return [self.custom_call(inst)]
+            host = self.custom_call(inst)
+            if self.target is not None and is_library_convolution(inst):
+                (result,) = self.leaves(inst)
+                return [library_convolution_thunk(inst, host.operands, result, host, self.target)]
+            return [host]
         if op in REFUSED_OPCODES:
             raise refusal(inst)
         raise UnsupportedError(

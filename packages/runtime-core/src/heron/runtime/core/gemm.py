@@ -54,7 +54,15 @@ import numpy as np
 from heron.hlo.element_types import ElementType
 from heron.runtime.core.thunks import BufferSlice, LibraryCallThunk, ThunkError
 
-__all__ = ["ACCUMULATION", "ACTIVATIONS", "COMPUTE_TYPES", "GEMM", "GemmCall", "gelu_tanh"]
+__all__ = [
+    "ACCUMULATION",
+    "ACTIVATIONS",
+    "COMPUTE_TYPES",
+    "GEMM",
+    "GemmCall",
+    "gelu_tanh",
+    "rounded_to_compute",
+]
 
 #: The operation name of a GEMM library call.
 GEMM = "gemm"
@@ -272,7 +280,7 @@ class GemmCall:
             a = a.transpose(0, 2, 1)
         if self.rhs_transposed:
             w = w.transpose(0, 2, 1)
-        a, w = (_rounded(x, self.compute).astype(accumulate) for x in (a, w))
+        a, w = (rounded_to_compute(x, self.compute).astype(accumulate) for x in (a, w))
         with np.errstate(over="ignore", invalid="ignore"):
             result = np.matmul(a, w)  # int32 wraps, as XLA's s32 accumulation
             if self.alpha != 1:
@@ -299,7 +307,7 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return (half * x * (one + np.tanh(scale * (x + cubic * x * x * x)))).astype(dtype)
 
 
-def _rounded(values: np.ndarray, compute: str) -> np.ndarray:
+def rounded_to_compute(values: np.ndarray, compute: str) -> np.ndarray:
     """``values`` rounded to nearest (ties to even) to ``compute``'s fraction bits."""
     kept = _KEPT_FRACTION_BITS.get(compute)
     if kept is None or values.dtype != np.float32:

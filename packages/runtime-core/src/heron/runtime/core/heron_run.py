@@ -165,7 +165,8 @@ def _run(artefact: Artefact, args: argparse.Namespace) -> int:
         + f"; conditional nodes: {'yes' if device.supports_conditional_nodes else 'no'}"
     )
     for choice in executable.library_choices:
-        how = "library" if choice.library else f"heron kernel: {choice.reason}"
+        fallback = "on the host" if choice.chosen == "host" else "heron kernel"
+        how = "library" if choice.library else f"{fallback}: {choice.reason}"
         print(f"  library call {choice.path}: {choice.call}: {choice.chosen} ({how})")
     order_dependent = order_dependent_kernels(executable.program)
     for kernel, why in order_dependent:

@@ -3,7 +3,9 @@
 A compiled GEMM fusion is a :class:`~heron.runtime.core.thunks.LibraryCallThunk`
 carrying both the library call (``operation "gemm"``, the contract of
 :mod:`heron.runtime.core.gemm`) and, as its ``fallback``, the launch of
-heron's own kernel. When an executable is loaded, :func:`resolve` asks the
+heron's own kernel; a convolution the compiler gave a DNN library
+(``operation "convolution"``, :mod:`heron.runtime.core.convolution`) carries
+its host computation as the fallback. When an executable is loaded, :func:`resolve` asks the
 device, call by call, whether it offers the call (``Device.library_for``:
 cuBLASLt on a CUDA device where nvmath-python finds it, hipBLAS on ROCm for
 the calls hipBLAS can express, numpy on an interpreter device built with
@@ -21,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from heron.runtime.core.convolution import CONVOLUTION, ConvolutionCall
 from heron.runtime.core.gemm import GEMM, GemmCall
 from heron.runtime.core.thunks import (
     CommandBufferThunk,
@@ -35,7 +38,10 @@ from heron.runtime.core.thunks import (
 __all__ = ["OPERATIONS", "LibraryChoice", "Resolved", "parse_call", "resolve"]
 
 #: operation -> how its thunk's attributes and slices are read (the contracts).
-OPERATIONS: Mapping[str, Callable[[LibraryCallThunk], Any]] = {GEMM: GemmCall.from_thunk}
+OPERATIONS: Mapping[str, Callable[[LibraryCallThunk], Any]] = {
+    GEMM: GemmCall.from_thunk,
+    CONVOLUTION: ConvolutionCall.from_thunk,
+}
 
 
 def parse_call(thunk: LibraryCallThunk) -> Any:

@@ -55,6 +55,9 @@ names (:data:`CUDA_CALLS`); this module adds what is CUDA's own.
   executor asks about, with a workspace from ``cuMemAlloc``. Without
   nvmath-python or ``libcublasLt`` the device offers no library and the
   executor runs heron's GEMM kernels (``library_reasons`` says why).
+  Convolutions through cuDNN (:mod:`~.cudnn`, the cuDNN frontend: the
+  ``cudnn`` extra); without it a convolution the compiler gave cuDNN runs on
+  the host, correct and slow, and the executor's report says why.
 - Timing: ``cuEventCreate`` / ``cuEventRecord`` on the stream /
   ``cuEventSynchronize`` / ``cuEventElapsedTime``.
 - Properties: ``cuDeviceGetAttribute`` and ``cuDeviceTotalMem`` mapped onto
@@ -68,6 +71,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from heron.runtime.core import commands as recorded
+from heron.runtime.core.convolution import CONVOLUTION
 from heron.runtime.core.device import DeviceError, KernelImage, LoadedKernel
 from heron.runtime.core.gemm import GEMM
 from heron.runtime.core.gpu_device import (
@@ -136,6 +140,13 @@ def _cublaslt(device: CudaDevice) -> Library:
     return CublasLt(lambda nbytes: int(device.allocate(nbytes, "cublasLt workspace").handle))
 
 
+def _cudnn(device: CudaDevice) -> Library:
+    """cuDNN for ``device``, its workspace allocated on it (imported only when asked)."""
+    from heron.runtime.cuda.cudnn import Cudnn
+
+    return Cudnn(lambda nbytes: int(device.allocate(nbytes, "cuDNN workspace").handle))
+
+
 class _Kernel:
     """A loaded function: its module, handle, parameter layout and opted-in shared memory."""
 
@@ -156,13 +167,16 @@ class CudaDevice(CapturingDevice):
         self, ordinal: int = 0, *, bindings: Any = None, libraries: Mapping[str, Any] | None = None
     ) -> None:
         """``libraries``: operation -> a function making its :class:`Library` from the
-        device (tests pass stand-ins); by default GEMM is cuBLASLt's."""
+        device (tests pass stand-ins); by default GEMM is cuBLASLt's and convolution
+        cuDNN's."""
         if bindings is None:
             try:
                 from cuda.bindings import driver as bindings
             except ImportError as exc:
                 raise DeviceError(f"the CUDA device needs cuda-python ({exc})") from exc
-        self._library_makers = dict(libraries) if libraries is not None else {GEMM: _cublaslt}
+        self._library_makers = (
+            dict(libraries) if libraries is not None else {GEMM: _cublaslt, CONVOLUTION: _cudnn}
+        )
         self._open(bindings, probe(bindings), ordinal, "driver")
         self._cu = bindings
         self.compute_capability: tuple[int, int] = self.info.compute_capability

@@ -1,0 +1,288 @@
+"""Convolutions a DNN library computes: XLA:GPU's convolution rewriter, for cuDNN.
+
+XLA:GPU hands every convolution to cuDNN: ``GpuConvRewriter`` makes it a
+``__cudnn$convForward`` custom call before anything else can lower or fuse
+it, and layout assignment gives the call the layouts cuDNN runs fastest
+(NHWC input and output, KRSC filter), transposing the operands where they
+differ. heron does the same for the convolutions its Target's DNN library
+takes (``Target.dnn_library``: cuDNN on CUDA); every other convolution is
+still lowered to im2col and a GEMM (``heron.hlo.passes.convolution_to_dot``),
+as on a target without one.
+
+- :func:`convolution_verdict` decides, once, whether the library takes a
+  convolution, and says why not: a forward convolution of f32, f16 or bf16
+  (all three tensors one type), 1 to 3 spatial dimensions, no base (lhs)
+  dilation or window reversal, no negative padding, ``batch_group_count`` 1.
+  (Those are the data gradients and grouped weight gradients that cuDNN
+  computes as ``conv_dgrad`` and ``conv_wgrad``, which heron does not call yet.)
+- The ``library-convolution-rewriter`` pass (first in the GPU pipeline)
+  transposes a taken convolution's operands into cuDNN's preferred order
+  (``b01f`` input, ``o01i`` filter: NHWC and KRSC once the layouts are
+  row-major) and makes it the custom call ``__heron$convolution``
+  (:mod:`heron.hlo.custom_calls.convolution`), whose result is transposed back
+  into the order the program asked for. Transposes that change nothing are
+  folded away by the simplifier, so a flax convolution (``b01f_01io->b01f``)
+  gets one small filter transpose, as in XLA.
+- :func:`convolution_call` reads the custom call, after layout assignment, as
+  the library call's contract (:class:`heron.runtime.core.convolution.
+  ConvolutionCall`): dimensions in cuDNN's order and element strides from the
+  HLO layouts, so any layout is described rather than copied.
+- :func:`library_convolution_thunk` is the thunk: the library call, with the
+  host computation of the custom call as its fallback where the device has no
+  cuDNN (correct, and slow: the executor reports the fallback and its reason).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from heron.compiler.target import Target
+from heron.hlo.attributes import ConvDimensionNumbers, QuotedString, Window
+from heron.hlo.custom_calls.call import custom_call_of
+from heron.hlo.custom_calls.convolution import TARGET, as_convolution, backend_config
+from heron.hlo.dot_precision import dot_compute
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.ir import Instruction, Module
+from heron.hlo.passes.manager import HloPass
+from heron.hlo.passes.rewrite import (
+    Inserter,
+    module_names,
+    non_fusion_computations,
+    remove_instructions,
+)
+from heron.hlo.shapes import ArrayShape
+from heron.runtime.core.convolution import (
+    CONVOLUTION,
+    ELEMENT_TYPES,
+    ConvolutionCall,
+    dense_strides,
+)
+from heron.runtime.core.thunks import BufferSlice, CustomCallThunk, LibraryCallThunk
+
+__all__ = [
+    "convolution_call",
+    "convolution_verdict",
+    "convolution_verdicts",
+    "is_library_convolution",
+    "library_convolution_rewriter",
+    "library_convolution_thunk",
+    "rewrite_convolutions",
+]
+
+#: The library name a convolution call's thunk carries (the runtime's device picks the
+#: implementation: cuDNN on CUDA, numpy on an interpreter built to offer it).
+LIBRARY = "dnn"
+
+
+def convolution_verdict(conv: Instruction, target: Target) -> str:
+    """``""`` where ``target``'s DNN library computes ``conv``, else why it does not."""
+    if not target.dnn_library:
+        return f"{target.name} has no DNN library (convolutions become im2col and a GEMM)"
+    numbers = conv.attributes.get("dim_labels")
+    if conv.opcode != "convolution" or not isinstance(numbers, ConvDimensionNumbers):
+        return "not a convolution with dim_labels"
+    types = {str(operand.shape.element_type) for operand in conv.operands}
+    types.add(str(conv.shape.element_type))
+    if len(types) != 1 or not types <= set(ELEMENT_TYPES):
+        return (
+            f"{target.dnn_library} takes one element type of {', '.join(ELEMENT_TYPES)} for"
+            f" input, filter and output, not {' x '.join(sorted(types))}"
+        )
+    spatial = len(numbers.input_spatial)
+    if not 1 <= spatial <= 3:
+        return f"{spatial} spatial dimensions ({target.dnn_library}: 1 to 3)"
+    if int(conv.attributes.get("batch_group_count", 1)) != 1:
+        return "batch_group_count > 1 (a grouped weight gradient: conv_wgrad is not called yet)"
+    window = conv.attributes.get("window")
+    for dim in window.dims if isinstance(window, Window) else ():
+        if dim.base_dilation != 1:
+            return "base (lhs) dilation (a strided data gradient: conv_dgrad is not called yet)"
+        if dim.window_reversal:
+            return "a reversed window"
+        if dim.pad_low < 0 or dim.pad_high < 0:
+            return "negative padding"
+    return ""
+
+
+def convolution_verdicts(module: Module, target: Target) -> list[tuple[str, str]]:
+    """(convolution name, what computes it) for every convolution of an uncompiled
+    ``module``: ``cudnn`` or ``im2col and a GEMM (why not the library)``, for reports."""
+    verdicts = []
+    for inst in module.instructions():
+        if inst.opcode == "convolution":
+            why = convolution_verdict(inst, target)
+            verdicts.append(
+                (inst.name, f"im2col and a GEMM ({why})" if why else target.dnn_library)
+            )
+    return verdicts
+
+
+def is_library_convolution(inst: Instruction) -> bool:
+    """Whether ``inst`` is a convolution the rewriter made a library custom call."""
+    target = inst.attributes.get("custom_call_target")
+    return (
+        inst.opcode == "custom-call" and isinstance(target, QuotedString) and target.text == TARGET
+    )
+
+
+# -- the pass ----------------------------------------------------------------------------------
+
+
+def _canonical_labels(spatial: int) -> ConvDimensionNumbers:
+    """``b01f_o01i->b01f`` for ``spatial`` spatial dimensions (NHWC, KRSC, NHWC)."""
+    inner = tuple(range(1, spatial + 1))
+    return ConvDimensionNumbers(
+        input_batch=0,
+        input_feature=spatial + 1,
+        input_spatial=inner,
+        kernel_input_feature=spatial + 1,
+        kernel_output_feature=0,
+        kernel_spatial=inner,
+        output_batch=0,
+        output_feature=spatial + 1,
+        output_spatial=inner,
+    )
+
+
+def _rewrite(inserter: Inserter, conv: Instruction) -> Instruction:
+    numbers: ConvDimensionNumbers = conv.attributes["dim_labels"]
+    lhs, rhs = conv.operands
+
+    def transpose(operand: Instruction, order: Sequence[int], suffix: str) -> Instruction:
+        if list(order) == list(range(len(order))):
+            return operand
+        shape = ArrayShape(operand.shape.element_type, tuple(operand.shape.dims[d] for d in order))
+        return inserter.add(
+            "transpose", shape, [operand], {"dimensions": tuple(order)}, like=conv, suffix=suffix
+        )
+
+    x = transpose(
+        lhs, (numbers.input_batch, *numbers.input_spatial, numbers.input_feature), "input_nhwc"
+    )
+    w = transpose(
+        rhs,
+        (numbers.kernel_output_feature, *numbers.kernel_spatial, numbers.kernel_input_feature),
+        "filter_krsc",
+    )
+    out_order = (numbers.output_batch, *numbers.output_spatial, numbers.output_feature)
+    canonical = ArrayShape(conv.shape.element_type, tuple(conv.shape.dims[d] for d in out_order))
+    attributes = {
+        name: value for name, value in conv.attributes.items() if name != "dim_labels"
+    } | {"dim_labels": _canonical_labels(len(numbers.input_spatial))}
+    described = Instruction("convolution", "convolution", canonical, [x, w], attributes)
+    call = inserter.add(
+        "custom-call",
+        canonical,
+        [x, w],
+        {
+            "custom_call_target": QuotedString(TARGET),
+            "backend_config": QuotedString(backend_config(described)),
+        },
+        like=conv,
+    )
+    # out_order[i] is the program's dimension that canonical dimension i is
+    back = [out_order.index(d) for d in range(len(out_order))]
+    return transpose(call, back, "output")
+
+
+def rewrite_convolutions(module: Module, target: Target) -> bool:
+    """Every convolution ``target``'s DNN library takes becomes ``__heron$convolution``."""
+    if not target.dnn_library:
+        return False
+    names = module_names(module)
+    changed = False
+    for computation in non_fusion_computations(module):
+        taken = [
+            inst
+            for inst in computation.instructions
+            if inst.opcode == "convolution" and not convolution_verdict(inst, target)
+        ]
+        for conv in taken:
+            inserter = Inserter(computation, names)
+            inserter.replace(conv, _rewrite(inserter, conv))
+            remove_instructions(computation, [conv])
+            changed = True
+    return changed
+
+
+def library_convolution_rewriter(target: Target) -> HloPass:
+    """The ``library-convolution-rewriter`` pass for ``target``."""
+    return HloPass(
+        "library-convolution-rewriter",
+        lambda module: rewrite_convolutions(module, target),
+        "a convolution the DNN library takes becomes its custom call (XLA's GpuConvRewriter)",
+    )
+
+
+# -- the library call --------------------------------------------------------------------------
+
+
+def convolution_call(inst: Instruction, target: Target) -> ConvolutionCall:
+    """The library call a ``__heron$convolution`` custom call is (its shapes laid out)."""
+    conv = as_convolution(custom_call_of(inst))
+    numbers: ConvDimensionNumbers = conv.attributes["dim_labels"]
+    lhs, rhs = (operand.array_shape for operand in inst.operands)
+    out = inst.array_shape
+
+    def described(shape: ArrayShape, order: Sequence[int]) -> tuple[list[int], list[int]]:
+        strides = dense_strides(shape.dims, shape.major_to_minor)
+        dims = [shape.dims[d] for d in order]
+        steps = [strides[d] for d in order]
+        if len(order) == 3:  # cuDNN's tensors have at least two spatial dimensions
+            dims.insert(2, 1)
+            steps.insert(2, steps[2] * dims[3])
+        return dims, steps
+
+    x = described(lhs, (numbers.input_batch, numbers.input_feature, *numbers.input_spatial))
+    w = described(
+        rhs, (numbers.kernel_output_feature, numbers.kernel_input_feature, *numbers.kernel_spatial)
+    )
+    y = described(out, (numbers.output_batch, numbers.output_feature, *numbers.output_spatial))
+    window = conv.attributes.get("window")
+    dims = list(window.dims) if isinstance(window, Window) else []
+    if not dims:
+        dims = [None] * len(numbers.input_spatial)
+
+    def per_dim(name: str, default: int) -> list[int]:
+        values = [default if d is None else getattr(d, name) for d in dims]
+        return [default, *values] if len(values) == 1 else values
+
+    return ConvolutionCall(
+        x_dims=x[0],
+        x_strides=x[1],
+        w_dims=w[0],
+        w_strides=w[1],
+        y_dims=y[0],
+        y_strides=y[1],
+        padding_low=per_dim("pad_low", 0),
+        padding_high=per_dim("pad_high", 0),
+        stride=per_dim("stride", 1),
+        dilation=per_dim("window_dilation", 1),
+        groups=int(conv.attributes.get("feature_group_count", 1)),
+        element_type=str(out.element_type),
+        compute=dot_compute(conv, tf32=target.tf32),
+    )
+
+
+def library_convolution_thunk(
+    inst: Instruction,
+    operands: Sequence[BufferSlice],
+    result: BufferSlice,
+    host: CustomCallThunk,
+    target: Target,
+) -> LibraryCallThunk:
+    """The library call of a ``__heron$convolution`` custom call, ``host`` beside it."""
+    try:
+        call = convolution_call(inst, target)
+    except (ValueError, UnsupportedError) as error:
+        raise UnsupportedError(
+            f"custom-call '{inst.name}' ({TARGET}): {error}", inst.location
+        ) from None
+    return LibraryCallThunk(
+        library=LIBRARY,
+        operation=CONVOLUTION,
+        attributes=call.attributes(),
+        arguments=(*operands, result),
+        fallback=(host,),
+        fallback_emitter="host",
+    )

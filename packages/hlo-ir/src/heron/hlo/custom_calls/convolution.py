@@ -1,0 +1,132 @@
+"""``__heron$convolution``: a convolution a DNN library computes, as a custom call.
+
+XLA:GPU turns every convolution into a cuDNN custom call
+(``__cudnn$convForward``) early in its pipeline, so that nothing after it
+lowers, fuses or reorders it. heron does the same for the convolutions the
+Target's DNN library takes (``heron.compiler.library_convolution``): the
+convolution becomes ``custom-call(lhs, rhs), custom_call_target=
+"__heron$convolution"``, its attributes (``window``, ``dim_labels``, the group
+counts and the precision) kept as JSON in ``backend_config``, its operands and
+result unchanged.
+
+The custom call has one meaning wherever it runs: the convolution it stands
+for. This module is its host implementation (a ``heron.custom_calls`` plugin
+of hlo-ir itself): it rebuilds the convolution and evaluates it with the
+reference evaluator. The evaluator therefore computes the custom call exactly
+as it computed the convolution, and an executor on a device without the
+library runs it on the host, correct and slow (the runtime reports why).
+:func:`convolution_text` is the convolution again, as HLO, for whoever needs
+its attributes (the compiler's library call, reports).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from heron.hlo.attribute_syntax import format_attribute
+from heron.hlo.custom_calls.call import CustomCall
+from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
+from heron.hlo.errors import HloError
+from heron.hlo.ir import Instruction, Module
+from heron.hlo.shapes import ArrayShape
+
+__all__ = [
+    "TARGET",
+    "as_convolution",
+    "backend_config",
+    "convolution_text",
+    "heron_custom_call_specs",
+    "host",
+]
+
+#: The custom_call_target of a library convolution.
+TARGET = "__heron$convolution"
+#: The convolution attributes the custom call keeps (the rest of a convolution is its
+#: operands and result shape, which the custom call has too).
+KEPT = (
+    "window",
+    "dim_labels",
+    "feature_group_count",
+    "batch_group_count",
+    "operand_precision",
+    "algorithm",
+)
+
+
+def backend_config(conv: Instruction) -> str:
+    """``conv``'s attributes as the custom call's ``backend_config`` (JSON, HLO syntax)."""
+    config: dict[str, str] = {}
+    for name in KEPT:
+        value = conv.attributes.get(name)
+        if value is not None:
+            config[name] = format_attribute(name, value).split("=", 1)[1]
+    return json.dumps(config, sort_keys=True)
+
+
+def convolution_text(
+    config: str, operand_shapes: Sequence[ArrayShape], result_shape: ArrayShape
+) -> str:
+    """A module whose entry is the convolution a custom call stands for (HLO text)."""
+    try:
+        attributes = json.loads(config or "{}")
+    except json.JSONDecodeError as error:
+        raise ValueError(f"backend_config is not JSON ({error})") from None
+    if not isinstance(attributes, dict) or "dim_labels" not in attributes:
+        raise ValueError("backend_config names no dim_labels: it was not written by heron")
+    unknown = sorted(set(attributes) - set(KEPT))
+    if unknown:
+        raise ValueError(f"backend_config has unknown attributes {', '.join(unknown)}")
+    lhs, rhs = operand_shapes
+    extras = "".join(f", {name}={attributes[name]}" for name in KEPT if name in attributes)
+    return (
+        "HloModule library_convolution\n\n"
+        "ENTRY convolution {\n"
+        f"  lhs = {lhs} parameter(0)\n"
+        f"  rhs = {rhs} parameter(1)\n"
+        f"  ROOT convolution = {result_shape} convolution(lhs, rhs){extras}\n"
+        "}\n"
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _module(text: str) -> Module:
+    from heron.hlo.parser import parse_module
+
+    return parse_module(text, "<__heron$convolution>")
+
+
+def as_convolution(call: CustomCall) -> Instruction:
+    """The convolution ``call`` stands for, as an instruction of a module of its own
+    (shared between calls of one text: read it, do not change it)."""
+    if len(call.operand_shapes) != 2 or not isinstance(call.result_shape, ArrayShape):
+        raise call.error("takes two array operands (lhs, rhs) and gives one array")
+    try:
+        text = convolution_text(call.backend_config, call.operand_shapes, call.result_shape)
+        return _module(text).entry.root_instruction
+    except (ValueError, HloError) as error:
+        raise call.error(str(error)) from None
+
+
+def host(operands: Sequence[np.ndarray], call: CustomCall) -> Any:
+    """The convolution, computed by the reference evaluator (the hook's ABI)."""
+    from heron.hlo.evaluator import evaluate_computation
+
+    conv = as_convolution(call)
+    assert conv.parent is not None
+    return evaluate_computation(conv.parent, list(operands))
+
+
+@hookimpl
+def heron_custom_call_specs() -> list[CustomCallSpec]:
+    return [
+        CustomCallSpec(
+            target=TARGET,
+            host=host,
+            description="a convolution a DNN library computes (heron's own custom call)",
+        )
+    ]

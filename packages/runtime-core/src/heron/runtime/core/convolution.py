@@ -1,0 +1,316 @@
+"""The convolution library call's contract: ``operation "convolution"`` of a library call.
+
+A forward convolution as cuDNN's graph API describes one (``conv_fprop``):
+three tensors, each given by its dimensions in cuDNN's logical order and the
+element stride of each dimension in its buffer, so that any HLO layout and
+``dim_labels`` order is a description, not a copy::
+
+    x [N, C, spatial...]            the input (lhs)
+    w [K, C / groups, window...]    the filter (rhs)
+    y [N, K, out...]                the output
+
+    y[n, k, o...] = sum over c' < C/groups and window positions r... of
+        x[n, g * C/groups + c', o * stride + r * dilation - padding_low]
+        * w[k, c', r...]                               (g = k // (K/groups))
+
+with ``x`` read as zero outside ``[0, spatial)`` (``padding_low`` before,
+``padding_high`` after), products summed in f32 (the operands first rounded
+to ``compute``, TF32 for an f32 convolution at default precision on sm_80+:
+:mod:`heron.hlo.dot_precision`), rounded once to the element type. This is
+HLO's convolution (a cross-correlation, not flipped) for a window without
+base dilation or reversal and with ``batch_group_count`` 1: what the compiler
+hands a library (``heron.compiler.library_convolution`` says which
+convolutions those are).
+
+- ``arguments`` (the thunk's slices, in this order): ``x``, ``w``, ``y``; each
+  ``prod(dims)`` elements whose strides are a permutation of a dense layout;
+  ``y`` overlaps neither operand.
+- ``attributes``: ``element_type`` (``f32``, ``f16`` or ``bf16``: all three
+  tensors), ``compute`` (``""`` or ``"tf32"``), ``x_dims``, ``x_strides``,
+  ``w_dims``, ``w_strides``, ``y_dims``, ``y_strides``, ``padding_low``,
+  ``padding_high``, ``stride``, ``dilation`` (one per spatial dimension, 1 to
+  3 of them) and ``groups``.
+
+:meth:`ConvolutionCall.reference` computes the contract with numpy (the
+interpreter device's "library", and what the GPU tests compare cuDNN with).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import attrs
+import numpy as np
+
+from heron.hlo.element_types import ElementType
+from heron.runtime.core.gemm import rounded_to_compute
+from heron.runtime.core.thunks import BufferSlice, LibraryCallThunk, ThunkError
+
+__all__ = ["CONVOLUTION", "ELEMENT_TYPES", "ConvolutionCall", "dense_strides"]
+
+#: The operation name of a convolution library call.
+CONVOLUTION = "convolution"
+#: The element types a convolution call takes (all three tensors of one type).
+ELEMENT_TYPES = ("f32", "f16", "bf16")
+#: The ``compute`` values: ``""`` (the operands' own precision) or ``"tf32"`` (f32 only).
+_COMPUTES = ("", "tf32")
+
+
+def _ints(value: Any) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ThunkError(f"convolution: expected a list of integers, got {value!r:.60}")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ThunkError(f"convolution: expected a list of integers, got {list(value)!r:.60}")
+    return tuple(value)
+
+
+def dense_strides(dims: Sequence[int], order: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of ``dims`` stored densely with ``order`` major to minor."""
+    strides = [0] * len(dims)
+    step = 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= dims[d]
+    return tuple(strides)
+
+
+def _is_dense(dims: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether ``strides`` store ``dims`` densely in some dimension order (size-1
+    dimensions may have any stride)."""
+    order = sorted(range(len(dims)), key=lambda d: (strides[d], dims[d]), reverse=True)
+    expected = 1
+    for d in reversed(order):
+        if dims[d] != 1 and strides[d] != expected:
+            return False
+        expected *= dims[d]
+    return True
+
+
+@attrs.frozen
+class ConvolutionCall:
+    """One convolution library call (see the module docstring for the contract)."""
+
+    operation: ClassVar[str] = CONVOLUTION
+
+    x_dims: tuple[int, ...] = attrs.field(converter=_ints)
+    x_strides: tuple[int, ...] = attrs.field(converter=_ints)
+    w_dims: tuple[int, ...] = attrs.field(converter=_ints)
+    w_strides: tuple[int, ...] = attrs.field(converter=_ints)
+    y_dims: tuple[int, ...] = attrs.field(converter=_ints)
+    y_strides: tuple[int, ...] = attrs.field(converter=_ints)
+    padding_low: tuple[int, ...] = attrs.field(converter=_ints)
+    padding_high: tuple[int, ...] = attrs.field(converter=_ints)
+    stride: tuple[int, ...] = attrs.field(converter=_ints)
+    dilation: tuple[int, ...] = attrs.field(converter=_ints)
+    groups: int = 1
+    element_type: str = "f32"
+    compute: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        rank = len(self.x_dims)
+        if not 3 <= rank <= 5:
+            raise ThunkError(f"convolution: x has {rank} dimensions (N, C and 1 to 3 spatial)")
+        for name in ("w_dims", "y_dims", "x_strides", "w_strides", "y_strides"):
+            if len(getattr(self, name)) != rank:
+                raise ThunkError(
+                    f"convolution: {name} has {len(getattr(self, name))} entries, x {rank}"
+                )
+        for name in ("padding_low", "padding_high", "stride", "dilation"):
+            if len(getattr(self, name)) != rank - 2:
+                raise ThunkError(
+                    f"convolution: {name} has {len(getattr(self, name))} entries for"
+                    f" {rank - 2} spatial dimensions"
+                )
+        for tensor in ("x", "w", "y"):
+            dims, strides = getattr(self, f"{tensor}_dims"), getattr(self, f"{tensor}_strides")
+            if min(dims) < 1:
+                raise ThunkError(f"convolution: {tensor}_dims {list(dims)} has an empty dimension")
+            if not _is_dense(dims, strides):
+                raise ThunkError(
+                    f"convolution: {tensor}_strides {list(strides)} do not store"
+                    f" {tensor}_dims {list(dims)} densely"
+                )
+        if self.element_type not in ELEMENT_TYPES:
+            raise ThunkError(
+                f"convolution: element type {self.element_type!r}"
+                f" (takes {', '.join(ELEMENT_TYPES)})"
+            )
+        if self.compute not in _COMPUTES or (self.compute and self.element_type != "f32"):
+            raise ThunkError(
+                f'convolution: compute {self.compute!r} for {self.element_type} (takes "", and'
+                ' "tf32" for f32)'
+            )
+        if isinstance(self.groups, bool) or not isinstance(self.groups, int) or self.groups < 1:
+            raise ThunkError(f"convolution: groups must be an integer >= 1, got {self.groups!r}")
+        if min(self.padding_low + self.padding_high) < 0 or min(self.stride + self.dilation) < 1:
+            raise ThunkError(
+                "convolution: padding must be >= 0 and stride and dilation >= 1 (got padding"
+                f" {list(self.padding_low)}/{list(self.padding_high)}, stride"
+                f" {list(self.stride)}, dilation {list(self.dilation)})"
+            )
+        n, c = self.x_dims[:2]
+        k, per_group = self.w_dims[:2]
+        if c != per_group * self.groups or k % self.groups:
+            raise ThunkError(
+                f"convolution: {self.groups} groups of x's {c} features need w [K, {c}/groups,"
+                f" ...] with K a multiple of {self.groups}; w is {list(self.w_dims)}"
+            )
+        expected = (n, k, *self.output_spatial())
+        if self.y_dims != expected:
+            raise ThunkError(
+                f"convolution: y_dims {list(self.y_dims)}, the window gives {list(expected)}"
+            )
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def spatial_rank(self) -> int:
+        return len(self.x_dims) - 2
+
+    def output_spatial(self) -> tuple[int, ...]:
+        """The output's spatial extents the window gives (at least 1 each, else a ThunkError)."""
+        out = []
+        for d in range(self.spatial_rank):
+            padded = self.x_dims[2 + d] + self.padding_low[d] + self.padding_high[d]
+            reach = self.dilation[d] * (self.w_dims[2 + d] - 1) + 1
+            if padded < reach:
+                raise ThunkError(
+                    f"convolution: spatial dimension {d}: the window reaches {reach} of"
+                    f" {padded} padded positions"
+                )
+            out.append((padded - reach) // self.stride[d] + 1)
+        return tuple(out)
+
+    @property
+    def operand_names(self) -> tuple[str, ...]:
+        return ("x", "w", "y")
+
+    def element_counts(self) -> tuple[int, ...]:
+        return tuple(math.prod(d) for d in (self.x_dims, self.w_dims, self.y_dims))
+
+    def byte_sizes(self) -> tuple[int, ...]:
+        width = ElementType(self.element_type).byte_width
+        return tuple(count * width for count in self.element_counts())
+
+    def flops(self) -> int:
+        return 2 * math.prod(self.y_dims) * math.prod(self.w_dims[1:])
+
+    def describe(self) -> str:
+        """``convolution f32[2x3x8x8] * f32[4x3x3x3] -> f32[2x4x8x8], pad 1_1x1_1, tf32``
+        (cuDNN's NC... and KC... order) for reports."""
+
+        def dims(values: Sequence[int]) -> str:
+            return "x".join(map(str, values))
+
+        extras = [
+            f"stride {dims(self.stride)}" if max(self.stride) > 1 else "",
+            "pad " + "x".join(f"{lo}_{hi}" for lo, hi in zip(self.padding_low, self.padding_high))
+            if max(self.padding_low + self.padding_high) > 0
+            else "",
+            f"dilation {dims(self.dilation)}" if max(self.dilation) > 1 else "",
+            f"{self.groups} groups" if self.groups > 1 else "",
+            self.compute,
+        ]
+        t = self.element_type
+        return (
+            f"convolution {t}[{dims(self.x_dims)}] * {t}[{dims(self.w_dims)}] ->"
+            f" {t}[{dims(self.y_dims)}]" + "".join(f", {e}" for e in extras if e)
+        )
+
+    # -- the thunk's form --------------------------------------------------------------------
+    def attributes(self) -> dict[str, Any]:
+        return {
+            f.name: list(value) if isinstance(value := getattr(self, f.name), tuple) else value
+            for f in attrs.fields(ConvolutionCall)
+        }
+
+    @classmethod
+    def from_attributes(cls, attributes: Mapping[str, Any]) -> ConvolutionCall:
+        names = {f.name for f in attrs.fields(ConvolutionCall)}
+        required = {f.name for f in attrs.fields(ConvolutionCall) if f.default is attrs.NOTHING}
+        unknown = sorted(set(attributes) - names)
+        missing = sorted(required - set(attributes))
+        if unknown or missing:
+            raise ThunkError(
+                f"convolution: attributes {', '.join(missing)} missing" * bool(missing)
+                + ("; " if unknown and missing else "")
+                + f"unknown attributes {', '.join(unknown)}" * bool(unknown)
+            )
+        return cls(**attributes)
+
+    @classmethod
+    def from_thunk(cls, thunk: LibraryCallThunk) -> ConvolutionCall:
+        """The call a thunk describes; ThunkError when its slices do not fit the contract."""
+        if thunk.operation != CONVOLUTION:
+            raise ThunkError(f"library call {thunk.operation!r} is not a convolution")
+        call = cls.from_attributes(dict(thunk.attributes))
+        call.check_slices(thunk.arguments)
+        return call
+
+    def check_slices(self, arguments: Sequence[BufferSlice]) -> None:
+        names, sizes = self.operand_names, self.byte_sizes()
+        if len(arguments) != len(names):
+            raise ThunkError(
+                f"{self.describe()}: takes {len(names)} arguments ({', '.join(names)}),"
+                f" given {len(arguments)}"
+            )
+        for name, size, piece in zip(names, sizes, arguments, strict=True):
+            if piece.size != size:
+                raise ThunkError(
+                    f"{self.describe()}: {name} is {size} bytes, its slice {piece} {piece.size}"
+                )
+        y = arguments[-1]
+        for name, piece in zip(names[:-1], arguments[:-1], strict=True):
+            if piece.allocation == y.allocation and piece.offset < y.end and y.offset < piece.end:
+                raise ThunkError(f"{self.describe()}: y {y} overlaps {name} {piece}")
+
+    # -- numpy -------------------------------------------------------------------------------
+    def reference(self, arguments: Sequence[np.ndarray]) -> np.ndarray:
+        """The contract computed with numpy from the arguments' raw bytes (uint8 arrays in
+        :attr:`operand_names` order, ``y`` last); returns ``y``'s bytes.
+
+        Products are summed in f32 (numpy's order, not the library's: results agree
+        within the sum's rounding), the operands first rounded to ``compute``.
+        """
+        if len(arguments) != 3:
+            raise ThunkError(f"{self.describe()}: takes 3 arguments, given {len(arguments)}")
+        dtype = ElementType(self.element_type).numpy_dtype
+        width = np.dtype(dtype).itemsize
+
+        def logical(raw: np.ndarray, dims: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+            flat = np.ascontiguousarray(raw).view(dtype)
+            view = np.lib.stride_tricks.as_strided(
+                flat, shape=dims, strides=[s * width for s in strides], writeable=False
+            )
+            return rounded_to_compute(np.array(view, dtype=np.float32), self.compute)
+
+        x = logical(arguments[0], self.x_dims, self.x_strides)
+        w = logical(arguments[1], self.w_dims, self.w_strides)
+        spatial = self.spatial_rank
+        x = np.pad(x, [(0, 0), (0, 0), *zip(self.padding_low, self.padding_high)])
+        n, c = self.x_dims[:2]
+        k = self.w_dims[0]
+        g = self.groups
+        out_spatial = self.y_dims[2:]
+        x = x.reshape(n, g, c // g, *x.shape[2:])
+        w = w.reshape(g, k // g, c // g, *self.w_dims[2:])
+        result = np.zeros((n, g, k // g, *out_spatial), np.float32)
+        for tap in itertools.product(*(range(size) for size in self.w_dims[2:])):
+            window = tuple(
+                slice(
+                    tap[d] * self.dilation[d],
+                    tap[d] * self.dilation[d] + (out_spatial[d] - 1) * self.stride[d] + 1,
+                    self.stride[d],
+                )
+                for d in range(spatial)
+            )
+            patch = x[(slice(None), slice(None), slice(None), *window)]
+            result += np.einsum("ngc...,gkc->ngk...", patch, w[(..., *tap)], dtype=np.float32)
+        y = np.zeros(math.prod(self.y_dims), dtype)
+        view = np.lib.stride_tricks.as_strided(
+            y, shape=self.y_dims, strides=[s * width for s in self.y_strides]
+        )
+        view[...] = result.reshape(self.y_dims).astype(dtype)
+        return y.view(np.uint8)

@@ -1,0 +1,202 @@
+"""Convolution library calls on CUDA through cuDNN's graph API (the cuDNN frontend's Python
+bindings, the ``nvidia-cudnn-frontend`` wheel, over ``libcudnn`` 9).
+
+The contract is :mod:`heron.runtime.core.convolution`: a forward convolution
+whose three tensors are given in cuDNN's own terms, dimensions ``[N, C,
+spatial...]`` / ``[K, C/groups, window...]`` / ``[N, K, out...]`` with an
+element stride per dimension, so the call is one ``conv_fprop`` node and
+nothing is copied or transposed here (the compiler chose NHWC and KRSC, the
+layouts cuDNN's fastest engines take, as XLA's layout assignment does).
+
+- Types: the tensors' type is the graph's I/O type; the intermediate and
+  compute types are FLOAT (XLA's choice). An f32 convolution at default
+  precision (``compute "tf32"``) may use TF32 tensor-core engines, as XLA:GPU
+  allows; with ``compute ""`` those engines are deselected
+  (``deselect_numeric_notes([TENSOR_CORE])``), which is what ``precision=
+  HIGHEST`` asks for.
+- Groups are implied by the tensors (``C / w's C``), as in cuDNN.
+- The graph is built, its engines ranked by heuristic mode A (then FALLBACK)
+  and one plan built once per distinct call, when the executable is loaded
+  (``offers``), never during a graph capture; the workspace is one device
+  allocation, grown at load time to the largest plan's need.
+
+:func:`plan` computes every value handed to cuDNN from the call alone (what
+the tests compare with the contract on a stand-in for the bindings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from heron.runtime.core.convolution import CONVOLUTION, ConvolutionCall
+from heron.runtime.core.device import DeviceError
+from heron.runtime.core.gpu_device import Library
+
+__all__ = ["DATA_TYPES", "ConvPlan", "Cudnn", "plan"]
+
+#: HLO element type -> ``cudnn.data_type`` name.
+DATA_TYPES = {"f32": "FLOAT", "f16": "HALF", "bf16": "BFLOAT16"}
+
+
+@attrs.frozen
+class ConvPlan:
+    """Every value of one ``conv_fprop`` graph for a call (see the module docstring)."""
+
+    io_data_type: str
+    compute_data_type: str
+    x_dims: tuple[int, ...]
+    x_strides: tuple[int, ...]
+    w_dims: tuple[int, ...]
+    w_strides: tuple[int, ...]
+    y_dims: tuple[int, ...]
+    y_strides: tuple[int, ...]
+    pre_padding: tuple[int, ...]
+    post_padding: tuple[int, ...]
+    stride: tuple[int, ...]
+    dilation: tuple[int, ...]
+    #: whether TF32 (f32) or half-precision tensor-core engines may run it
+    tensor_cores: bool
+
+
+def plan(call: ConvolutionCall) -> ConvPlan:
+    """The cuDNN graph values computing ``call``."""
+    if call.operation != CONVOLUTION:
+        raise DeviceError(f"cuDNN: no library call {call.operation!r}")
+    return ConvPlan(
+        io_data_type=DATA_TYPES[call.element_type],
+        compute_data_type="FLOAT",
+        x_dims=call.x_dims,
+        x_strides=call.x_strides,
+        w_dims=call.w_dims,
+        w_strides=call.w_strides,
+        y_dims=call.y_dims,
+        y_strides=call.y_strides,
+        pre_padding=call.padding_low,
+        post_padding=call.padding_high,
+        stride=call.stride,
+        dilation=call.dilation,
+        tensor_cores=call.element_type != "f32" or call.compute == "tf32",
+    )
+
+
+class _Prepared:
+    """One call's graph, its tensors and its workspace need (kept for the library's life)."""
+
+    def __init__(self, chosen: ConvPlan, graph: Any, tensors: tuple[Any, Any, Any], size: int):
+        self.plan = chosen
+        self.graph = graph
+        self.tensors = tensors
+        self.workspace_bytes = size
+
+
+class Cudnn(Library):
+    """cuDNN on one device: a handle, a workspace, and the graphs built so far.
+
+    ``bindings`` is the frontend's ``cudnn`` module (the tests pass a stand-in);
+    ``allocate(nbytes)`` gives a device address for the workspace.
+    """
+
+    name = "cudnn"
+
+    def __init__(self, allocate: Callable[[int], int], *, bindings: Any = None) -> None:
+        if bindings is None:
+            try:
+                import cudnn as bindings
+            except (ImportError, OSError) as exc:
+                raise DeviceError(
+                    "cuDNN needs the cuDNN frontend and libcudnn 9"
+                    " (pip install 'heron-runtime-cuda[cudnn]'):"
+                    f" {exc}"
+                ) from exc
+        self._cudnn = bindings
+        self._allocate = allocate
+        self.handle = self._call("create_handle")
+        self.workspace = 0
+        self.workspace_bytes = 0
+        self._prepared: dict[ConvolutionCall, _Prepared | None] = {}
+        self._reasons: dict[ConvolutionCall, str] = {}
+
+    def _call(self, name: str, *arguments: Any, **keywords: Any) -> Any:
+        try:
+            return getattr(self._cudnn, name)(*arguments, **keywords)
+        except Exception as exc:  # the frontend raises its own errors (or fails to load)
+            raise DeviceError(f"cuDNN: cudnn.{name} failed: {exc}") from exc
+
+    def _build(self, chosen: ConvPlan) -> _Prepared:
+        cudnn = self._cudnn
+        io = getattr(cudnn.data_type, chosen.io_data_type)
+        compute = getattr(cudnn.data_type, chosen.compute_data_type)
+        graph = cudnn.pygraph(
+            io_data_type=io,
+            intermediate_data_type=compute,
+            compute_data_type=compute,
+            handle=self.handle,
+        )
+        x = graph.tensor(
+            name="x", dim=list(chosen.x_dims), stride=list(chosen.x_strides), data_type=io
+        )
+        w = graph.tensor(
+            name="w", dim=list(chosen.w_dims), stride=list(chosen.w_strides), data_type=io
+        )
+        y = graph.conv_fprop(
+            image=x,
+            weight=w,
+            pre_padding=list(chosen.pre_padding),
+            post_padding=list(chosen.post_padding),
+            stride=list(chosen.stride),
+            dilation=list(chosen.dilation),
+            compute_data_type=compute,
+            name="convolution",
+        )
+        y.set_output(True).set_data_type(io).set_dim(list(chosen.y_dims)).set_stride(
+            list(chosen.y_strides)
+        )
+        graph.validate()
+        graph.build_operation_graph()
+        graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        if not chosen.tensor_cores:
+            graph.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE])
+        graph.check_support()
+        graph.build_plans()
+        return _Prepared(chosen, graph, (x, w, y), int(graph.get_workspace_size()))
+
+    def prepare(self, call: ConvolutionCall) -> _Prepared | None:
+        """The built graph for ``call``, or None where cuDNN has no engine for it."""
+        if call in self._prepared:
+            return self._prepared[call]
+        try:
+            prepared: _Prepared | None = self._build(plan(call))
+        except Exception as exc:  # noqa: BLE001 - no engine, or a graph cuDNN refuses
+            self._reasons[call] = f"cuDNN builds no plan for it ({exc})"
+            prepared = None
+        if prepared is not None and prepared.workspace_bytes > self.workspace_bytes:
+            self.workspace = self._allocate(prepared.workspace_bytes)
+            self.workspace_bytes = prepared.workspace_bytes
+        self._prepared[call] = prepared
+        return prepared
+
+    def offers(self, call: Any) -> bool:
+        return isinstance(call, ConvolutionCall) and self.prepare(call) is not None
+
+    def refusal(self, call: Any) -> str:
+        if not isinstance(call, ConvolutionCall):
+            return f"cuDNN computes convolutions only, not {call!r}"
+        return self._reasons.get(call, "cuDNN builds no plan for it on this device")
+
+    def run(self, call: Any, addresses: Sequence[int], stream: Any) -> None:
+        prepared = self.prepare(call)
+        if prepared is None:
+            raise DeviceError(f"cuDNN has no plan for {call.describe()}")
+        self._call("set_stream", handle=self.handle, stream=int(stream))
+        x, w, y = prepared.tensors
+        try:
+            prepared.graph.execute(
+                {x: addresses[0], w: addresses[1], y: addresses[2]},
+                self.workspace,
+                handle=self.handle,
+            )
+        except Exception as exc:  # the frontend raises its own errors
+            raise DeviceError(f"cuDNN: {call.describe()} failed: {exc}") from exc

@@ -1,0 +1,291 @@
+"""The cuDNN convolution library call against a stand-in for the cuDNN frontend.
+
+The stand-in (:class:`FakeCudnn`) records every graph the wrapper builds
+(tensors, their dimensions and strides, the ``conv_fprop`` node's padding,
+stride and dilation, the I/O and compute types, the heuristic modes, the
+numerical notes deselected, the workspace and stream of each execution) and
+computes, from exactly those recorded values, what cuDNN computes; so each
+test checks the recorded graph against the contract
+(heron.runtime.core.convolution) and the numbers against
+``ConvolutionCall.reference``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import types
+
+import numpy as np
+import pytest
+
+from heron.hlo.element_types import ElementType
+from heron.runtime.core.convolution import ConvolutionCall, dense_strides
+from heron.runtime.core.device import DeviceError
+from heron.runtime.cuda.cudnn import Cudnn, plan
+
+NHWC, KRSC = (0, 2, 3, 1), (0, 2, 3, 1)
+NDHWC = (0, 2, 3, 4, 1)
+
+
+def _call(x, w, y, order=NHWC, **fields) -> ConvolutionCall:
+    spatial = len(x) - 2
+    defaults = {
+        "padding_low": (0,) * spatial,
+        "padding_high": (0,) * spatial,
+        "stride": (1,) * spatial,
+        "dilation": (1,) * spatial,
+    }
+    return ConvolutionCall(
+        x_dims=x,
+        x_strides=dense_strides(x, order),
+        w_dims=w,
+        w_strides=dense_strides(w, order),
+        y_dims=y,
+        y_strides=dense_strides(y, order),
+        **(defaults | fields),
+    )
+
+
+CALLS = {
+    "resnet_3x3_tf32": _call(
+        (2, 8, 9, 9),
+        (16, 8, 3, 3),
+        (2, 16, 9, 9),
+        padding_low=(1, 1),
+        padding_high=(1, 1),
+        compute="tf32",
+    ),
+    "strided_dilated_asymmetric": _call(
+        (1, 4, 12, 10),
+        (6, 4, 3, 2),
+        (1, 6, 5, 5),
+        padding_low=(0, 1),
+        padding_high=(1, 0),
+        stride=(2, 2),
+        dilation=(2, 1),
+        compute="tf32",
+    ),
+    "depthwise_f16": _call(
+        (1, 6, 8, 8),
+        (6, 1, 3, 3),
+        (1, 6, 8, 8),
+        padding_low=(1, 1),
+        padding_high=(1, 1),
+        groups=6,
+        element_type="f16",
+    ),
+    "conv1d_bf16": _call((2, 4, 1, 16), (8, 4, 1, 3), (2, 8, 1, 14), element_type="bf16"),
+    "conv3d_highest": _call((1, 2, 5, 6, 7), (3, 2, 2, 2, 2), (1, 3, 4, 5, 6), order=NDHWC),
+}
+
+
+class _Tensor:
+    def __init__(self, name: str, dim, stride, data_type) -> None:
+        self.name, self.dim, self.stride, self.data_type = name, list(dim), list(stride), data_type
+        self.output = False
+
+    def set_output(self, value: bool) -> _Tensor:
+        self.output = value
+        return self
+
+    def set_data_type(self, value) -> _Tensor:
+        self.data_type = value
+        return self
+
+    def set_dim(self, value) -> _Tensor:
+        self.dim = list(value)
+        return self
+
+    def set_stride(self, value) -> _Tensor:
+        self.stride = list(value)
+        return self
+
+
+class FakeCudnn:
+    """The parts of the ``cudnn`` module heron uses, recording and computing."""
+
+    data_type = types.SimpleNamespace(FLOAT="FLOAT", HALF="HALF", BFLOAT16="BFLOAT16")
+    heur_mode = types.SimpleNamespace(A="A", FALLBACK="FALLBACK")
+    numerical_note = types.SimpleNamespace(TENSOR_CORE="TENSOR_CORE")
+
+    def __init__(self, workspace: int = 4096, refuse: bool = False) -> None:
+        self.graphs: list[dict] = []
+        self.executions: list[dict] = []
+        self.streams: list[int] = []
+        self.workspace = workspace
+        self.refuse = refuse
+        fake = self
+
+        class pygraph:  # noqa: N801 - the frontend's name
+            def __init__(self, **keywords) -> None:
+                self.record = {"graph": keywords, "tensors": {}, "steps": []}
+                fake.graphs.append(self.record)
+
+            def tensor(self, name, dim, stride, data_type):
+                made = _Tensor(name, dim, stride, data_type)
+                self.record["tensors"][name] = made
+                return made
+
+            def conv_fprop(self, image, weight, **keywords):
+                self.record["conv"] = keywords | {"image": image, "weight": weight}
+                out = _Tensor("y", [], [], None)
+                self.record["tensors"]["y"] = out
+                return out
+
+            def __getattr__(self, step):
+                def call(*arguments):
+                    self.record["steps"].append((step, arguments))
+                    if step == "check_support" and fake.refuse:
+                        raise RuntimeError("No valid engine configs")
+
+                return call
+
+            def get_workspace_size(self):
+                return fake.workspace
+
+            def execute(self, pack, workspace, handle):
+                fake.executions.append({"pack": pack, "workspace": workspace, "handle": handle})
+                fake.compute(self.record, pack)
+
+        self.pygraph = pygraph
+
+    def create_handle(self):
+        return 0xC0DE
+
+    def set_stream(self, handle, stream):
+        self.streams.append(stream)
+
+    def compute(self, record: dict, pack: dict) -> None:
+        """cuDNN's convolution from the recorded graph, on host memory."""
+        tensors, conv = record["tensors"], record["conv"]
+        names = {"FLOAT": "f32", "HALF": "f16", "BFLOAT16": "bf16"}
+        element = names[record["graph"]["io_data_type"]]
+        call = ConvolutionCall(
+            x_dims=tensors["x"].dim,
+            x_strides=tensors["x"].stride,
+            w_dims=tensors["w"].dim,
+            w_strides=tensors["w"].stride,
+            y_dims=tensors["y"].dim,
+            y_strides=tensors["y"].stride,
+            padding_low=conv["pre_padding"],
+            padding_high=conv["post_padding"],
+            stride=conv["stride"],
+            dilation=conv["dilation"],
+            groups=tensors["x"].dim[1] // tensors["w"].dim[1],
+            element_type=element,
+            compute="tf32" if element == "f32" and not record["deselected"] else "",
+        )
+        arrays = []
+        for size, tensor in zip(call.byte_sizes(), ("x", "w", "y"), strict=True):
+            arrays.append(
+                np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(pack[tensors[tensor]]))
+            )
+        arrays[2][...] = call.reference(arrays)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    stand_in = FakeCudnn()
+    original = stand_in.pygraph
+
+    def recording(**keywords):
+        graph = original(**keywords)
+        graph.record["deselected"] = False
+        steps = graph.record["steps"]
+
+        def deselect(notes):
+            steps.append(("deselect_numeric_notes", (notes,)))
+            graph.record["deselected"] = True
+
+        graph.deselect_numeric_notes = deselect
+        return graph
+
+    stand_in.pygraph = recording
+    return stand_in
+
+
+def _operands(call: ConvolutionCall, rng) -> list[np.ndarray]:
+    dtype = ElementType(call.element_type).numpy_dtype
+    result = []
+    for count in call.element_counts()[:2]:
+        result.append(rng.standard_normal(count).astype(dtype).view(np.uint8))
+    result.append(np.zeros(call.byte_sizes()[2], np.uint8))
+    return result
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_each_call_is_one_conv_fprop_graph_computing_the_contract(fake, name):
+    call = CALLS[name]
+    allocated = []
+    library = Cudnn(lambda n: allocated.append(n) or 0x7000, bindings=fake)
+    assert library.offers(call)
+    assert library.offers(call)  # built once per call
+    (graph,) = fake.graphs
+    chosen = plan(call)
+    types_ = {"f32": "FLOAT", "f16": "HALF", "bf16": "BFLOAT16"}
+    assert graph["graph"] == {
+        "io_data_type": types_[call.element_type],
+        "intermediate_data_type": "FLOAT",
+        "compute_data_type": "FLOAT",
+        "handle": 0xC0DE,
+    }
+    tensors = graph["tensors"]
+    for tensor in ("x", "w", "y"):
+        assert tensors[tensor].dim == list(getattr(call, f"{tensor}_dims"))
+        assert tensors[tensor].stride == list(getattr(call, f"{tensor}_strides"))
+        assert tensors[tensor].data_type == types_[call.element_type]
+    assert tensors["y"].output
+    conv = graph["conv"]
+    assert (conv["pre_padding"], conv["post_padding"]) == (
+        list(call.padding_low),
+        list(call.padding_high),
+    )
+    assert (conv["stride"], conv["dilation"]) == (list(call.stride), list(call.dilation))
+    steps = [step for step, _ in graph["steps"]]
+    assert steps[:3] == ["validate", "build_operation_graph", "create_execution_plans"]
+    assert steps[-2:] == ["check_support", "build_plans"]
+    # TF32 (and half) tensor-core engines only where the call allows them
+    assert ("deselect_numeric_notes" in steps) == (not chosen.tensor_cores)
+    assert chosen.tensor_cores == (call.element_type != "f32" or call.compute == "tf32")
+    assert allocated == [4096] and library.workspace == 0x7000
+    operands = _operands(call, np.random.default_rng(5))
+    expected = call.reference(operands)
+    library.run(call, [o.ctypes.data for o in operands], 0x5001)
+    assert fake.streams == [0x5001]
+    (execution,) = fake.executions
+    assert (execution["workspace"], execution["handle"]) == (0x7000, 0xC0DE)
+    np.testing.assert_array_equal(operands[2], expected)
+
+
+def test_a_graph_cudnn_refuses_is_not_offered_and_says_why(fake):
+    fake.refuse = True
+    library = Cudnn(lambda n: 0x7000, bindings=fake)
+    call = CALLS["resnet_3x3_tf32"]
+    assert not library.offers(call)
+    assert "No valid engine configs" in library.refusal(call)
+    with pytest.raises(DeviceError, match="no plan"):
+        library.run(call, [0, 0, 0], 0)
+
+
+def test_the_workspace_grows_to_the_largest_plan(fake):
+    allocated = []
+    library = Cudnn(lambda n: allocated.append(n) or 0x7000 + len(allocated), bindings=fake)
+    for size, call in zip((1024, 8192, 2048), sorted(CALLS.values(), key=str), strict=False):
+        fake.workspace = size
+        assert library.offers(call)
+    assert allocated == [1024, 8192] and library.workspace_bytes == 8192
+
+
+def test_without_the_frontend_the_device_says_what_to_install(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_cudnn(name, *arguments, **keywords):
+        if name == "cudnn":
+            raise ImportError("No module named 'cudnn'")
+        return real_import(name, *arguments, **keywords)
+
+    monkeypatch.setattr(builtins, "__import__", no_cudnn)
+    with pytest.raises(DeviceError, match=r"heron-runtime-cuda\[cudnn\]"):
+        Cudnn(lambda n: 0)

@@ -1,0 +1,307 @@
+"""Convolutions as DNN library calls end to end: verdict, rewrite, artefact, the runtime's choice.
+
+Compiled for a CUDA target, every convolution cuDNN's forward call takes
+becomes the custom call ``__heron$convolution`` (operands transposed into
+NHWC / KRSC) and, in the artefact, a ``dnn.convolution`` library call whose
+fallback is that custom call computed on the host. The interpreter device
+runs the fallback by default (the reference evaluator's convolution: bit for
+bit) and, built with ``libraries=("convolution",)``, the contract's numpy
+reference, which rounds f32 operands to TF32 as cuDNN on an H100 does. A
+target without a DNN library keeps lowering convolutions to im2col and a GEMM.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from heron.compiler import Target
+from heron.compiler.executable import compile_program
+from heron.compiler.library_convolution import convolution_verdict, convolution_verdicts
+from heron.hlo.evaluator import evaluate_module
+from heron.hlo.npz_io import save_inputs
+from heron.hlo.parser import parse_module, parse_module_file
+from heron.runtime.core.convolution import ConvolutionCall, dense_strides
+from heron.runtime.core.executor import load_executable
+from heron.runtime.core.heron_run import main as heron_run
+from heron.runtime.core.thunks import CustomCallThunk, LibraryCallThunk, ThunkError, walk
+from heron.runtime.interpreter import InterpreterDevice
+
+ROOT = Path(__file__).resolve().parents[1]
+H100 = Target.preset("h100")
+
+
+def _module(lhs: str, rhs: str, out: str, attributes: str, element: str = "f32") -> str:
+    return f"""
+HloModule conv
+ENTRY main {{
+  x = {element}{lhs} parameter(0)
+  w = {element}{rhs} parameter(1)
+  ROOT y = {element}{out} convolution(x, w), {attributes}
+}}
+"""
+
+
+#: name -> (module text, the cuDNN call it becomes, described)
+CASES = {
+    "nhwc_hwio_same": (
+        _module(
+            "[2,9,9,3]{3,2,1,0}",
+            "[3,3,3,8]{3,2,1,0}",
+            "[2,9,9,8]{3,2,1,0}",
+            "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f",
+        ),
+        "convolution f32[2x3x9x9] * f32[8x3x3x3] -> f32[2x8x9x9], pad 1_1x1_1, tf32",
+    ),
+    "nchw_oihw_strided_dilated": (
+        _module(
+            "[2,4,12,10]{3,2,1,0}",
+            "[6,4,3,2]{3,2,1,0}",
+            "[2,6,5,5]{3,2,1,0}",
+            "window={size=3x2 stride=2x2 pad=0_1x1_0 rhs_dilate=2x1}, dim_labels=bf01_oi01->bf01",
+        ),
+        "convolution f32[2x4x12x10] * f32[6x4x3x2] -> f32[2x6x5x5], stride 2x2,"
+        " pad 0_1x1_0, dilation 2x1, tf32",
+    ),
+    "grouped_depthwise": (
+        _module(
+            "[1,8,8,6]{3,2,1,0}",
+            "[3,3,1,6]{3,2,1,0}",
+            "[1,8,8,6]{3,2,1,0}",
+            "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, feature_group_count=6",
+        ),
+        "convolution f32[1x6x8x8] * f32[6x1x3x3] -> f32[1x6x8x8], pad 1_1x1_1, 6 groups, tf32",
+    ),
+    "conv1d": (
+        _module(
+            "[2,16,4]{2,1,0}",
+            "[3,4,8]{2,1,0}",
+            "[2,16,8]{2,1,0}",
+            "window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f",
+        ),
+        "convolution f32[2x4x1x16] * f32[8x4x1x3] -> f32[2x8x1x16], pad 0_0x1_1, tf32",
+    ),
+    "conv3d_highest": (
+        _module(
+            "[1,5,6,7,2]{4,3,2,1,0}",
+            "[2,2,2,2,3]{4,3,2,1,0}",
+            "[1,4,5,6,3]{4,3,2,1,0}",
+            "window={size=2x2x2}, dim_labels=b012f_012io->b012f,"
+            " operand_precision={highest,highest}",
+        ),
+        "convolution f32[1x2x5x6x7] * f32[3x2x2x2x2] -> f32[1x3x4x5x6]",
+    ),
+    "bf16_column_major_input": (
+        _module(
+            "[2,6,6,4]{0,1,2,3}",
+            "[3,3,4,5]{3,2,1,0}",
+            "[2,4,4,5]{3,2,1,0}",
+            "window={size=3x3}, dim_labels=b01f_01io->b01f",
+            "bf16",
+        ),
+        "convolution bf16[2x4x6x6] * bf16[5x4x3x3] -> bf16[2x5x4x4]",
+    ),
+    "weight_gradient_shape": (
+        # jax's kernel gradient: the batch contracts as a feature, the window is the image
+        _module(
+            "[4,6,6,3]{3,2,1,0}",
+            "[4,4,4,8]{3,2,1,0}",
+            "[3,3,3,8]{3,2,1,0}",
+            "window={size=4x4}, dim_labels=f01b_i01o->01bf",
+        ),
+        "convolution f32[3x4x6x6] * f32[8x4x4x4] -> f32[3x8x3x3], tf32",
+    ),
+}
+
+
+def _inputs(module, seed: int = 3) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [
+        rng.standard_normal(p.shape.dims).astype(p.shape.numpy_dtype)
+        for p in module.entry.parameters
+    ]
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def case(request):
+    text, described = CASES[request.param]
+    compiled = compile_program(parse_module(text), H100, ("interpreter",))
+    return request.param, text, described, compiled
+
+
+def _call(compiled) -> LibraryCallThunk:
+    (call,) = [t for t in walk(compiled.artefact.program) if isinstance(t, LibraryCallThunk)]
+    return call
+
+
+def test_a_convolution_for_cuda_is_a_library_call_with_the_host_beside_it(case):
+    _, _, described, compiled = case
+    call = _call(compiled)
+    assert (call.library, call.operation, call.fallback_emitter) == ("dnn", "convolution", "host")
+    (host,) = call.fallback
+    assert isinstance(host, CustomCallThunk) and host.target == "__heron$convolution"
+    assert ConvolutionCall.from_thunk(call).describe() == described
+
+
+@pytest.mark.parametrize("libraries", [(), ("convolution",)])
+def test_the_interpreter_runs_the_host_fallback_or_its_numpy_library(case, libraries):
+    _, text, _, compiled = case
+    module = parse_module(text)
+    inputs = _inputs(module)
+    expected = evaluate_module(module, inputs)
+    device = InterpreterDevice(libraries=libraries)
+    executable = load_executable(compiled.artefact, device, command_buffers=True, min_graph_size=1)
+    (choice,) = executable.library_choices
+    for _ in range(2):  # recorded, then replayed
+        (out,) = executable.run(inputs)
+    call = ConvolutionCall.from_thunk(_call(compiled))
+    if not libraries:
+        assert (choice.chosen, choice.library) == ("host", False)
+        np.testing.assert_array_equal(out, expected)  # the evaluator itself, on the host
+        return
+    assert (choice.chosen, choice.library) == ("numpy", True)
+    assert device.library_calls == 2
+    reference = np.asarray(expected, np.float64)
+    error = np.abs(np.asarray(out, np.float64) - reference).max()
+    scale = max(1.0, float(np.abs(reference).max()))
+    products = math.prod(call.w_dims[1:])
+    if call.element_type == "bf16":
+        bound = 2.0**-8 * scale  # one rounding of the f32 sum to bf16
+    elif call.compute == "tf32":
+        bound = 8 * 2.0**-11 * math.sqrt(products) * scale
+        assert error > 1e-6, "TF32 rounding leaves a trace on standard-normal operands"
+    else:
+        bound = 8 * 2.0**-24 * products * scale
+    assert error <= bound, (error, bound)
+
+
+def test_the_contract_reference_is_the_evaluator_s_convolution_in_any_layout():
+    # The same NCHW convolution given three ways: dense NCHW, NHWC strides, and the
+    # filter stored RSCK (HWIO); without TF32 the reference equals the evaluator's sum.
+    text = _module(
+        "[2,3,7,7]{3,2,1,0}",
+        "[4,3,3,3]{3,2,1,0}",
+        "[2,4,5,5]{3,2,1,0}",
+        "window={size=3x3}, dim_labels=bf01_oi01->bf01",
+    )
+    module = parse_module(text)
+    x, w = _inputs(module, seed=11)
+    expected = np.asarray(evaluate_module(module, [x, w]))
+    for x_order, w_order in (((0, 1, 2, 3), (0, 1, 2, 3)), ((0, 2, 3, 1), (2, 3, 1, 0))):
+        call = ConvolutionCall(
+            x_dims=x.shape,
+            x_strides=dense_strides(x.shape, x_order),
+            w_dims=w.shape,
+            w_strides=dense_strides(w.shape, w_order),
+            y_dims=expected.shape,
+            y_strides=dense_strides(expected.shape, x_order),
+            padding_low=(0, 0),
+            padding_high=(0, 0),
+            stride=(1, 1),
+            dilation=(1, 1),
+        )
+        raw_x = np.ascontiguousarray(x.transpose(x_order)).view(np.uint8).reshape(-1)
+        raw_w = np.ascontiguousarray(w.transpose(w_order)).view(np.uint8).reshape(-1)
+        out = call.reference([raw_x, raw_w, np.zeros(expected.nbytes, np.uint8)])
+        y = out.view(np.float32).reshape([expected.shape[d] for d in x_order])
+        np.testing.assert_allclose(y.transpose(np.argsort(x_order)), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"x_strides": (1, 1, 1, 1)}, "do not store"),
+        ({"y_dims": (2, 4, 6, 5), "y_strides": (120, 30, 5, 1)}, "the window gives"),
+        ({"element_type": "f16", "compute": "tf32"}, "compute 'tf32' for f16"),
+        ({"groups": 2}, "2 groups"),
+        ({"padding_low": (-1, 0)}, "padding must be >= 0"),
+        ({"element_type": "f64"}, "element type 'f64'"),
+    ],
+)
+def test_the_contract_refuses_what_it_does_not_describe(change, message):
+    fields = dict(
+        x_dims=(2, 3, 7, 7),
+        x_strides=dense_strides((2, 3, 7, 7), (0, 1, 2, 3)),
+        w_dims=(4, 3, 3, 3),
+        w_strides=dense_strides((4, 3, 3, 3), (0, 1, 2, 3)),
+        y_dims=(2, 4, 5, 5),
+        y_strides=dense_strides((2, 4, 5, 5), (0, 1, 2, 3)),
+        padding_low=(0, 0),
+        padding_high=(0, 0),
+        stride=(1, 1),
+        dilation=(1, 1),
+    )
+    with pytest.raises(ThunkError, match=message):
+        ConvolutionCall(**(fields | change))
+
+
+@pytest.mark.parametrize(
+    ("window", "out", "element", "why"),
+    [
+        ("size=3x3 lhs_dilate=2x2", "[2,15,15,4]", "f32", "conv_dgrad"),
+        ("size=3x3 pad=-1_0x0_0", "[2,6,7,4]", "f32", "negative padding"),
+        ("size=3x3 rhs_reversal=1x1", "[2,7,7,4]", "f32", "reversed"),
+        ("size=3x3", "[2,7,7,4]", "f64", "not f64"),
+    ],
+)
+def test_what_cudnn_does_not_take_keeps_im2col_and_says_why(window, out, element, why):
+    attributes = f"window={{{window}}}, dim_labels=b01f_01io->b01f"
+    module = parse_module(_module("[2,9,9,4]", "[3,3,4,4]", out, attributes, element))
+    conv = module.entry.root_instruction
+    assert why in convolution_verdict(conv, H100)
+    compiled = compile_program(module, H100, ("interpreter",))
+    assert not any(
+        isinstance(t, LibraryCallThunk) and t.operation == "convolution"
+        for t in walk(compiled.artefact.program)
+    )
+
+
+def test_a_target_without_a_dnn_library_lowers_every_convolution():
+    text, _ = CASES["nhwc_hwio_same"]
+    target = Target.preset("mi300x")  # ROCm: MIOpen has no binding in heron
+    module = parse_module(text)
+    assert "no DNN library" in convolution_verdict(module.entry.root_instruction, target)
+    compiled = compile_program(module, target, ("interpreter",))
+    assert not any(
+        isinstance(t, LibraryCallThunk)
+        for t in walk(compiled.artefact.program)
+        if getattr(t, "operation", "") == "convolution"
+    )
+
+
+#: Convolutions of the corpora cuDNN's forward call does not take, and why.
+NOT_TAKEN: dict[tuple[str, str], str] = {}
+
+
+def test_every_corpus_convolution_compiled_for_cuda_is_a_cudnn_call():
+    # Issue 28's acceptance for convolutions without a GPU: each convolution of the
+    # program and model corpora, for an H100, is a cuDNN call unless the rule says why.
+    verdicts = {}
+    for corpus in ("programs", "models"):
+        for path in sorted((ROOT / corpus).glob("*/module.hlo")):
+            module = parse_module_file(path)
+            for name, verdict in convolution_verdicts(module, H100):
+                verdicts[(path.parent.name, name)] = verdict
+    assert len(verdicts) >= 14
+    refused = {key: v for key, v in verdicts.items() if v != "cudnn"}
+    assert refused == NOT_TAKEN
+
+
+def test_heron_run_says_how_the_convolution_ran(tmp_path, capsys):
+    text, described = CASES["nhwc_hwio_same"]
+    compiled = compile_program(parse_module(text), H100, ("interpreter",))
+    path = tmp_path / "conv.heron"
+    compiled.artefact.save(path)
+    inputs = tmp_path / "inputs.npz"
+    save_inputs(inputs, _inputs(parse_module(text)))
+    report = tmp_path / "report.json"
+    args = [str(path), "--inputs", str(inputs), "--backend", "interpreter"]
+    assert heron_run([*args, "--report-json", str(report)]) == 0
+    text_out = capsys.readouterr().out
+    assert f"library call 1: {described}: host (on the host: the interpreter" in text_out
+    (choice,) = json.loads(report.read_text())["library_calls"]
+    assert (choice["call"], choice["chosen"], choice["library"]) == (described, "host", False)
