@@ -64,8 +64,10 @@ from heron.hlo.memory_layout import memory_bytes, to_memory
 from heron.hlo.parser import parse_module
 from heron.runtime.core.artefact import Artefact
 from heron.runtime.core.thunks import (
+    CommandBufferThunk,
     ConditionalThunk,
     CopyThunk,
+    CustomCallThunk,
     KernelThunk,
     Thunk,
     WhileThunk,
@@ -325,6 +327,16 @@ def _check_artefact_run(program: CorpusProgram, compiled: CompiledExecutable, pa
     again = direct.run(arguments)
     for i, (a, b) in enumerate(zip(got, again, strict=True)):
         assert a.tobytes() == b.tobytes(), f"{name} out{i}: command buffers change the result"
+    thunks = list(walk(artefact.program))
+    if any(isinstance(t, (WhileThunk, ConditionalThunk)) for t in thunks) and not any(
+        isinstance(t, CustomCallThunk) for t in thunks
+    ):
+        # Issue 30: on a device with conditional nodes every loop and conditional runs in
+        # the graph, whatever its length: the program is one graph launch, no predicate
+        # or selector is read back.
+        assert [type(t) for t in recorded.program] == [CommandBufferThunk], name
+        assert recorded.stats.predicate_reads == 0
+        assert recorded.stats.command_buffers_recorded == 1
     total = sum(a.size for a in artefact.allocations)
     assert recorded.peak_device_bytes == direct.peak_device_bytes == total
     launches = [r for r in direct.stats.records if r.kind == "kernel"]

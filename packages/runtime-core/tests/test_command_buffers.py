@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 
 from heron.runtime.core.command_buffers import (
+    HOST_READ,
     MIN_GRAPH_SIZE,
+    UNKNOWN_TRIPS,
     convert,
+    cost,
     for_device,
     recordable,
     strip,
@@ -129,3 +132,34 @@ def test_a_minimum_below_one_means_one(min_size):
     assert convert([kernel(0)], conditional_nodes=False, min_size=min_size) == (
         CommandBufferThunk([kernel(0)]),
     )
+
+
+def test_cost_counts_a_loop_as_its_trips_and_a_host_read_each():
+    body = [kernel(1), kernel(2)]
+    assert cost(kernel(0)) == 1
+    assert cost(WhileThunk([kernel(90)], PRED, body, 1000)) == 1000 * (3 + HOST_READ)
+    assert cost(loop(body)) == UNKNOWN_TRIPS * (3 + HOST_READ)
+    branches = ([kernel(1)], [kernel(2), kernel(3)])
+    assert cost(ConditionalThunk(PRED, "pred", branches)) == HOST_READ + 2
+
+
+@pytest.mark.parametrize(
+    "control",
+    [
+        loop([kernel(1)]),
+        WhileThunk([], PRED, [kernel(1)], 1),
+        ConditionalThunk(PRED, "pred", ([kernel(1)], [])),
+    ],
+    ids=["while", "one_trip", "conditional"],
+)
+def test_a_loop_or_conditional_is_recorded_whatever_its_length(control):
+    # Issue 30: a 1000-step fori_loop run from the host launched 2,000 kernels and read
+    # its predicate 1,000 times; with conditional nodes it is one graph launch.
+    program = [kernel(0), control]
+    assert convert(program, conditional_nodes=True) == (CommandBufferThunk(program),)
+    # without conditional nodes the host runs it, and its one-kernel body is no graph
+    host = convert(program, conditional_nodes=False)
+    assert [type(t) for t in host] == [KernelThunk, type(control)]
+    assert not any(isinstance(t, CommandBufferThunk) for t in walk(host))
+    # an explicit minimum above the cost still keeps it on the host
+    assert convert(program, conditional_nodes=True, min_size=10**9) == tuple(program)
