@@ -84,6 +84,29 @@ def test_ptx_is_loaded_nul_terminated_and_launches_pack_the_pointers(fake_cuda):
         device.launch(kernel, (1,), (1,), [x])
 
 
+def test_a_prepared_launch_is_packed_once_and_issued_or_recorded_each_call(fake_cuda):
+    device, driver = _device(fake_cuda)
+    kernel = device.load_kernel(KernelImage("ptx", "scale", PTX.encode()))
+    x, y = device.allocate(64), device.allocate(64)
+    with pytest.raises(DeviceError, match=r"kernel 'scale' takes 2 parameters"):
+        device.prepare_launch(kernel, (1,), (1,), [x])  # checked when prepared
+    launch = device.prepare_launch(kernel, (2,), (32,), [x, device.view(y, 8, 8)])
+    before = driver.calls.count("cuFuncGetParamInfo")
+    launch()
+    launch()
+    assert [entry["args"] for entry in driver.launched] == [[x.handle, y.handle + 8]] * 2
+    assert driver.calls.count("cuFuncGetParamInfo") == before  # nothing read again
+    assert device.launches == 2
+    device.begin_recording()
+    launch()
+    assert len(driver.launched) == 2  # recorded, not run
+    graph = device.end_recording()
+    captured = len(driver.launched)
+    graph.replay()
+    assert len(driver.launched) == captured + 1
+    assert driver.launched[-1]["args"] == [x.handle, y.handle + 8]
+
+
 def test_a_cubin_for_another_major_arch_is_refused_and_load_best_takes_the_ptx(fake_cuda):
     device, driver = _device(fake_cuda)
     cubin = _cubin_header(80)

@@ -217,6 +217,33 @@ def test_command_buffer_is_updated_when_parameter_buffers_move():
     assert executable.stats.command_buffers_recorded == 0
 
 
+def test_launches_are_prepared_once_per_binding_of_their_buffers(monkeypatch):
+    # Issue 30's launch cost: a kernel thunk's launch is checked and packed when the
+    # executable first runs, and again only when a parameter is bound to another buffer.
+    device = InterpreterDevice()
+    prepared = []
+    original = device.prepare_launch
+
+    def counting(kernel, grid, block, buffers, shared_bytes=0):
+        prepared.append(tuple(buffers))
+        return original(kernel, grid, block, buffers, shared_bytes)
+
+    monkeypatch.setattr(device, "prepare_launch", counting)
+    executable = Executable(straight(), device, command_buffers=False)
+    a, b = i32(1, 2, 3, 4), i32(10, 20, 30, 40)
+    for _ in range(3):
+        out = executable.run([a, b])
+        np.testing.assert_array_equal(out[0], a + CONSTANT + b)
+    assert len(prepared) == 3  # three kernel thunks, prepared once for three runs
+    pa, pb = device.upload(a), device.upload(i32(0, 0, 0, 0))
+    executable.execute([pa, pb])
+    assert len(prepared) == 6  # rebound: every launch prepared again over the new views
+    np.testing.assert_array_equal(executable.results()[0], a + CONSTANT)
+    executable.execute([pa, pb])
+    assert len(prepared) == 6
+    assert all(r.seconds == 0 for r in executable.stats.records)  # no per-thunk timers
+
+
 def test_inputs_are_checked_with_the_parameter_named():
     executable = Executable(straight(), InterpreterDevice())
     with pytest.raises(ExecutorError, match="takes 2 parameters"):

@@ -178,7 +178,9 @@ def load_program(
     compiled = compile_program(
         module, target, (backend,), compiler=compiler, deterministic=deterministic
     )
-    executable = Executable(compiled.artefact, device, backend, command_buffers=command_buffers)
+    executable = Executable(
+        compiled.artefact, device, backend, command_buffers=command_buffers, timing=True
+    )
     return LoadedProgram(compiled, executable, backend)
 
 

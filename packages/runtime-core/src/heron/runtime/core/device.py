@@ -171,6 +171,25 @@ class Device(abc.ABC):
     ) -> None:
         """Run ``kernel`` over ``grid`` blocks of ``block`` threads on ``buffers``."""
 
+    def prepare_launch(
+        self,
+        kernel: LoadedKernel,
+        grid: Sequence[int],
+        block: Sequence[int],
+        buffers: Sequence[DeviceBuffer],
+        shared_bytes: int = 0,
+    ) -> Callable[[], None]:
+        """A launch checked and packed once: calling the result issues it (as :meth:`launch`
+        would, recorded while recording), as often as wanted.
+
+        The executor prepares each kernel thunk at load time and again only when its
+        buffers change, so that a launch costs the host only the driver call. This
+        default checks nothing ahead and calls :meth:`launch`; a GPU device packs the
+        kernel's parameters once.
+        """
+        arguments = (kernel, tuple(grid), tuple(block), list(buffers), shared_bytes)
+        return lambda: self.launch(*arguments)
+
     @abc.abstractmethod
     def synchronize(self) -> None:
         """Wait until every launch so far has finished (and report its errors)."""

@@ -49,16 +49,27 @@ How each thunk runs:
   another buffer), ``CommandBuffer.update`` repoints the recorded commands
   first (``cuGraphExecUpdate``), it is not re-recorded.
 
+Everything a run needs is prepared at load (issue 30's launch cost): each
+leaf thunk's record fields and its action (a launch the device checked and
+packed once: :meth:`Device.prepare_launch`, a copy, memset, library or host
+call bound to its views), built on the first run and again only when an
+allocation is bound to another buffer; a run then walks these nodes and calls
+the actions. Per-thunk timing (``timing=True``: ``heron run`` and ``heron-run``
+ask for it) wraps every thunk in a device timer, which waits for it: off by
+default, so that the host only issues work.
+
 Each run leaves a :class:`RunStats`: one :class:`ThunkRecord` per leaf thunk
 executed (kernel, copy, memset, command buffer: kind, name, launch, device
-seconds from the device's timer), kernel launches (a command buffer's as its
-device counts them, :attr:`CommandBuffer.launches_last_replay`; a GPU cannot
-see inside its conditional nodes, which are counted apart), command buffers
-recorded, replayed and updated, the seconds of the whole run.
+seconds from the device's timer where timing is on, else 0), kernel launches
+(a command buffer's as its device counts them,
+:attr:`CommandBuffer.launches_last_replay`; a GPU cannot see inside its
+conditional nodes, which are counted apart), command buffers recorded,
+replayed and updated, the seconds of the whole run.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -134,7 +145,9 @@ class ThunkRecord:
 class RunStats:
     """What one run did (see the module docstring)."""
 
-    records: list[ThunkRecord] = attrs.Factory(list)
+    #: Per leaf thunk run, in order, what :attr:`records` reads: (prepared node, seconds),
+    #: or the record itself where it was made at once.
+    entries: list[Any] = attrs.Factory(list)
     #: Kernel launches: kernel thunks run directly, and those a replayed command buffer
     #: ran (as its device counts them, else those outside its conditional nodes).
     kernel_launches: int = 0
@@ -146,6 +159,25 @@ class RunStats:
     command_buffers_updated: int = 0
     predicate_reads: int = 0
     seconds: float = 0.0
+    _made: list[ThunkRecord] = attrs.field(factory=list, init=False, repr=False)
+
+    @property
+    def records(self) -> list[ThunkRecord]:
+        """One record per leaf thunk executed, in order (made when first asked: a run
+        itself only notes which prepared thunk ran and its seconds)."""
+        made = self._made
+        if len(made) != len(self.entries):
+            for entry in self.entries[len(made) :]:
+                if isinstance(entry, ThunkRecord):
+                    made.append(entry)
+                    continue
+                node, seconds = entry
+                made.append(
+                    ThunkRecord(
+                        node.path, node.thunk.kind, node.name, node.launch, seconds, node.emitter
+                    )
+                )
+        return made
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -193,6 +225,117 @@ class _Recorded:
     views: dict[BufferSlice, DeviceBuffer]
     kernels_outside_nodes: int
     has_conditional_nodes: bool
+
+
+class _Leaf:
+    """A leaf thunk prepared at load: its record's fields, and its action.
+
+    ``make(views)`` builds the action (a zero-argument callable: a prepared launch,
+    copy, memset, library or host call) from the views of ``pieces``; it is
+    built on the first run and again only after an allocation is bound to
+    another buffer (the executor's binding generation), so a run does no more
+    per thunk than call it and note the record.
+    """
+
+    __slots__ = ("action", "emitter", "generation", "launch", "launches", "make", "name",
+                 "path", "pieces", "thunk")  # fmt: skip
+
+    def __init__(
+        self,
+        thunk: Thunk,
+        path: str,
+        name: str,
+        launch: str,
+        emitter: str,
+        pieces: Sequence[BufferSlice],
+        make: Callable[[list[DeviceBuffer]], Callable[[], None]],
+        launches: int = 0,
+    ) -> None:
+        self.thunk, self.path, self.name, self.launch = thunk, path, name, launch
+        self.emitter, self.pieces, self.make, self.launches = emitter, tuple(pieces), make, launches
+        self.action: Callable[[], None] | None = None
+        self.generation = -1
+
+    def run(self, executor: Executable) -> None:
+        if self.generation != executor._generation:
+            self.action = self.make([executor._view(piece) for piece in self.pieces])
+            self.generation = executor._generation
+        stats = executor.stats
+        if executor.timing:
+            stats.entries.append((self, executor._timed(self.action)))  # type: ignore[arg-type]
+        else:
+            self.action()  # type: ignore[misc]
+            stats.entries.append((self, 0.0))
+        stats.kernel_launches += self.launches
+        if executor.on_thunk is not None:
+            executor.on_thunk(self.thunk, stats.records[-1])
+
+
+class _Graph:
+    """A command buffer: recorded on its first run, updated when a binding changed."""
+
+    __slots__ = ("emitter", "generation", "launch", "name", "path", "recorded", "thunk")
+
+    def __init__(
+        self, thunk: CommandBufferThunk, path: str, name: str, launch: str, emitter: str
+    ) -> None:
+        self.thunk, self.path, self.name, self.launch, self.emitter = (
+            thunk, path, name, launch, emitter
+        )  # fmt: skip
+        self.recorded: _Recorded | None = None
+        self.generation = -1
+
+    def run(self, executor: Executable) -> None:
+        executor._command_buffer(self)
+
+
+class _Sequence:
+    __slots__ = ("nodes",)
+
+    def __init__(self, nodes: tuple[_Node, ...]) -> None:
+        self.nodes = nodes
+
+    def run(self, executor: Executable) -> None:
+        executor._run(self.nodes)
+
+
+class _Loop:
+    """A while loop run by the host: its trip count, or the predicate read after the
+    condition each trip."""
+
+    __slots__ = ("body", "condition", "thunk")
+
+    def __init__(
+        self, thunk: WhileThunk, condition: tuple[_Node, ...], body: tuple[_Node, ...]
+    ) -> None:
+        self.thunk, self.condition, self.body = thunk, condition, body
+
+    def run(self, executor: Executable) -> None:
+        if self.thunk.trip_count is not None:
+            for _ in range(self.thunk.trip_count):
+                executor._run(self.body)
+            return
+        while True:
+            executor._run(self.condition)
+            if not executor._read(self.thunk.predicate)[0]:
+                break
+            executor._run(self.body)
+
+
+class _Branch:
+    """A conditional run by the host: the selector read, one branch run."""
+
+    __slots__ = ("branches", "thunk")
+
+    def __init__(self, thunk: ConditionalThunk, branches: tuple[tuple[_Node, ...], ...]) -> None:
+        self.thunk, self.branches = thunk, branches
+
+    def run(self, executor: Executable) -> None:
+        branch = self.thunk.branch_for(executor._read(self.thunk.selector))
+        executor._run(self.branches[branch])
+
+
+_Node = _Leaf | _Graph | _Sequence | _Loop | _Branch
 
 
 def _describe(thunk: Thunk) -> tuple[str, str]:
@@ -247,7 +390,7 @@ class Executable:
         *,
         command_buffers: bool = True,
         min_graph_size: int = MIN_GRAPH_SIZE,
-        timing: bool = True,
+        timing: bool = False,
     ) -> None:
         self.artefact = artefact
         self.device = device
@@ -311,7 +454,10 @@ class Executable:
         #: The buffer each allocation is now (its own, or a caller's parameter buffer).
         self.table: list[DeviceBuffer] = list(self.own)
         self._views: list[dict[tuple[int, int], DeviceBuffer]] = [{} for _ in self.own]
-        self._recorded: dict[int, _Recorded] = {}
+        #: Bumped whenever an allocation is bound to another buffer: prepared actions and
+        #: recorded command buffers built for an older binding are rebuilt or updated.
+        self._generation = 0
+        self._nodes = self._prepare(self.program, "")
         self.stats = RunStats()
         self.runs: list[RunStats] = []
 
@@ -425,6 +571,7 @@ class Executable:
             if buffer is not self.table[index]:
                 self.table[index] = buffer
                 self._views[index] = {}
+                self._generation += 1
 
     def _view(self, piece: BufferSlice) -> DeviceBuffer:
         views = self._views[piece.allocation]
@@ -438,109 +585,112 @@ class Executable:
     def _execute_program(self, synchronize: bool = True) -> None:
         self.stats = RunStats()
         start = time.perf_counter()
-        self._sequence(self.program, "")
+        self._run(self._nodes)
         if synchronize:
             self.device.synchronize()
         self.stats.seconds = time.perf_counter() - start
         self.runs.append(self.stats)
 
-    def _sequence(self, thunks: Sequence[Thunk], prefix: str) -> None:
-        for i, thunk in enumerate(thunks):
-            self._thunk(thunk, f"{prefix}{i}")
+    def _run(self, nodes: Sequence[_Node]) -> None:
+        for node in nodes:
+            node.run(self)
 
-    def _timed(self, thunk: Thunk, path: str, action: Callable[[], None], launch: str = "") -> None:
-        name, described = _describe(thunk)
-        if isinstance(thunk, LibraryCallThunk):
-            name = self._library_calls[id(thunk)].describe()
-        emitter = ", ".join(
-            dict.fromkeys(self._emitters[id(t)] for t in walk((thunk,)) if id(t) in self._emitters)
+    def _finish(self, node: _Leaf | _Graph, seconds: float) -> None:
+        """The record of a leaf or command buffer that has just run."""
+        record = ThunkRecord(
+            node.path, node.thunk.kind, node.name, node.launch, seconds, node.emitter
         )
-        if not self.timing:
-            action()
-            seconds = 0.0
-        else:
-            timer = self.device.timer()
-            timer.start()
-            action()
-            timer.stop()
-            seconds = timer.seconds()
-        record = ThunkRecord(path, thunk.kind, name, launch or described, seconds, emitter)
-        self.stats.records.append(record)
+        self.stats.entries.append(record)  # made now: a command buffer's launch changes
         if self.on_thunk is not None:
-            self.on_thunk(thunk, record)
+            self.on_thunk(node.thunk, record)
 
     def _read(self, piece: BufferSlice) -> bytes:
+        """A loop's predicate or a conditional's selector, read back (a synchronising copy)."""
         self.stats.predicate_reads += 1
         return self.device.copy_from_device(self._view(piece)).tobytes()
 
-    def _thunk(self, thunk: Thunk, path: str) -> None:
-        device = self.device
-        if isinstance(thunk, KernelThunk):
-            self._timed(thunk, path, lambda: self._launch(thunk))
-            self.stats.kernel_launches += 1
-        elif isinstance(thunk, CopyThunk):
-            self._timed(
+    def _timed(self, action: Callable[[], None]) -> float:
+        """Run ``action``; its device seconds where per-thunk timing is on, else 0."""
+        if not self.timing:
+            action()
+            return 0.0
+        timer = self.device.timer()
+        timer.start()
+        action()
+        timer.stop()
+        return timer.seconds()
+
+    # -- preparing -----------------------------------------------------------------------
+
+    def _prepare(self, thunks: Sequence[Thunk], prefix: str) -> tuple[_Node, ...]:
+        """The program's thunks as nodes whose actions are built once per binding (see
+        :class:`_Leaf`): the run walks nodes, never formats a path or describes a thunk."""
+        return tuple(self._node(thunk, f"{prefix}{i}") for i, thunk in enumerate(thunks))
+
+    def _node(self, thunk: Thunk, path: str) -> _Node:
+        if isinstance(thunk, SequentialThunk):
+            return _Sequence(self._prepare(thunk.thunks, f"{path}."))
+        if isinstance(thunk, WhileThunk):
+            return _Loop(
                 thunk,
-                path,
-                lambda: device.copy_on_device(
-                    self._view(thunk.source), self._view(thunk.destination)
+                self._prepare(thunk.condition, f"{path}.condition."),
+                self._prepare(thunk.body, f"{path}.body."),
+            )
+        if isinstance(thunk, ConditionalThunk):
+            return _Branch(
+                thunk,
+                tuple(
+                    self._prepare(branch, f"{path}.branch{b}.")
+                    for b, branch in enumerate(thunk.branches)
                 ),
             )
-        elif isinstance(thunk, MemsetThunk):
-            self._timed(
-                thunk,
-                path,
-                lambda: device.memset(self._view(thunk.destination), thunk.value, thunk.width),
-            )
-        elif isinstance(thunk, LibraryCallThunk):
-            self._timed(thunk, path, lambda: self._library_call(thunk))
-        elif isinstance(thunk, SequentialThunk):
-            self._sequence(thunk.thunks, f"{path}.")
-        elif isinstance(thunk, WhileThunk):
-            if thunk.trip_count is not None:
-                for _ in range(thunk.trip_count):
-                    self._sequence(thunk.body, f"{path}.body.")
-                return
-            while True:
-                self._sequence(thunk.condition, f"{path}.condition.")
-                if not self._read(thunk.predicate)[0]:
-                    break
-                self._sequence(thunk.body, f"{path}.body.")
-        elif isinstance(thunk, ConditionalThunk):
-            branch = thunk.branch_for(self._read(thunk.selector))
-            self._sequence(thunk.branches[branch], f"{path}.branch{branch}.")
-        elif isinstance(thunk, CommandBufferThunk):
-            self._command_buffer(thunk, path)
-        elif isinstance(thunk, CustomCallThunk):
-            self._timed(thunk, path, lambda: self.host_calls.run(thunk, device, self._view))
-        else:  # pragma: no cover - the thunk types are closed
-            raise ExecutorError(f"{thunk.kind} thunk at {path} cannot be executed")
-
-    def _library_call(self, thunk: LibraryCallThunk) -> None:
-        self.device.library_call(
-            self._library_calls[id(thunk)], [self._view(a) for a in thunk.arguments]
+        name, launch = _describe(thunk)
+        emitter = ", ".join(
+            dict.fromkeys(self._emitters[id(t)] for t in walk((thunk,)) if id(t) in self._emitters)
         )
+        if isinstance(thunk, CommandBufferThunk):
+            return _Graph(thunk, path, name, launch, emitter)
+        device = self.device
+        if isinstance(thunk, KernelThunk):
+            kernel = self.kernels[thunk.image_key]
 
-    def _launch(self, thunk: KernelThunk) -> None:
-        self.device.launch(
-            self.kernels[thunk.image_key],
-            thunk.grid,
-            thunk.block,
-            [self._view(a) for a in thunk.arguments],
-            thunk.shared_bytes,
-        )
+            def make(views: list[DeviceBuffer], t: KernelThunk = thunk) -> Callable[[], None]:
+                return device.prepare_launch(kernel, t.grid, t.block, views, t.shared_bytes)
+
+            return _Leaf(thunk, path, name, launch, emitter, thunk.arguments, make, 1)
+        if isinstance(thunk, CopyThunk):
+            pieces = (thunk.source, thunk.destination)
+            return _Leaf(
+                thunk, path, name, launch, emitter, pieces,
+                lambda v: functools.partial(device.copy_on_device, v[0], v[1]),
+            )  # fmt: skip
+        if isinstance(thunk, MemsetThunk):
+            value, width = thunk.value, thunk.width
+            return _Leaf(
+                thunk, path, name, launch, emitter, (thunk.destination,),
+                lambda v: functools.partial(device.memset, v[0], value, width),
+            )  # fmt: skip
+        if isinstance(thunk, LibraryCallThunk):
+            call = self._library_calls[id(thunk)]
+            return _Leaf(
+                thunk, path, call.describe(), launch, emitter, thunk.arguments,
+                lambda v: functools.partial(device.library_call, call, v),
+            )  # fmt: skip
+        if isinstance(thunk, CustomCallThunk):
+            host = functools.partial(self.host_calls.run, thunk, device, self._view)
+            return _Leaf(thunk, path, name, launch, emitter, (), lambda v: host)
+        raise ExecutorError(f"{thunk.kind} thunk at {path} cannot be executed")
 
     # -- command buffers ---------------------------------------------------------------
 
-    def _command_buffer(self, thunk: CommandBufferThunk, path: str) -> None:
-        recorded = self._recorded.get(id(thunk))
+    def _command_buffer(self, node: _Graph) -> None:
+        recorded = node.recorded
         launch = "replayed"
         if recorded is None:
-            recorded = self._record(thunk)
-            self._recorded[id(thunk)] = recorded
+            recorded = node.recorded = self._record(node.thunk)
             self.stats.command_buffers_recorded += 1
             launch = "recorded, replayed"
-        else:
+        elif node.generation != self._generation:
             changed = {}
             for piece, old in recorded.views.items():
                 new = self._view(piece)
@@ -551,7 +701,9 @@ class Executable:
                 recorded.buffer.update(changed)
                 self.stats.command_buffers_updated += 1
                 launch = "updated, replayed"
-        self._timed(thunk, path, recorded.buffer.replay, launch)
+        node.generation = self._generation
+        node.launch = launch
+        self._finish(node, self._timed(recorded.buffer.replay))
         self.stats.command_buffers_replayed += 1
         counted = recorded.buffer.launches_last_replay
         if counted is not None:
@@ -637,7 +789,7 @@ def load_executable(
     *,
     command_buffers: bool = True,
     min_graph_size: int = MIN_GRAPH_SIZE,
-    timing: bool = True,
+    timing: bool = False,
 ) -> Executable:
     """``artefact`` loaded on ``device`` (kernel images of ``backend``, default the device's)."""
     return Executable(

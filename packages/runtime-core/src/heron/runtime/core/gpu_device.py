@@ -268,6 +268,45 @@ class CapturingDevice(Device):
         )
         self._issue(command)
 
+    def prepare_launch(
+        self,
+        kernel: LoadedKernel,
+        grid: Sequence[int],
+        block: Sequence[int],
+        buffers: Sequence[DeviceBuffer],
+        shared_bytes: int = 0,
+    ) -> Callable[[], None]:
+        """Checked and packed once (:meth:`_packed_launch`); each call issues the launch on the
+        device's stream, or appends it to the recording."""
+        if kernel.device is not self:
+            raise DeviceError(f"kernel '{kernel.name}' was loaded on another device")
+        for buffer in buffers:
+            self._own(buffer)
+        if shared_bytes < 0:
+            raise DeviceError(f"kernel '{kernel.name}': {shared_bytes} bytes of shared memory")
+        self._check_arguments(kernel, [int(b.handle) for b in buffers])
+        command = recorded.LaunchCommand(
+            kernel, as_dim3(grid, "grid"), as_dim3(block, "block"), list(buffers), shared_bytes
+        )
+        packed = self._packed_launch(command)
+
+        def issue() -> None:
+            recording = self._recording  # begin_recording makes a new list
+            if recording:
+                recording[-1].append(command)
+            elif packed is not None:
+                packed(self._stream)
+            else:
+                self.run_command(command, self._stream)
+
+        return issue
+
+    def _packed_launch(self, command: recorded.LaunchCommand) -> Callable[[Any], None] | None:
+        """``launch(stream)`` for ``command`` with everything but the stream decided now, or
+        None where this device packs nothing ahead (each launch then goes through
+        :meth:`run_command`)."""
+        return None
+
     # -- library calls -------------------------------------------------------------------
     def _open_library(self, operation: str) -> Library:
         """The vendor library for ``operation``; DeviceError saying why there is none."""

@@ -152,7 +152,9 @@ def _run(artefact: Artefact, args: argparse.Namespace) -> int:
     inputs = _inputs(artefact, args.inputs)
     name, passed_over = _choose_backend(artefact, args.backend or "auto")
     device = _device(name, artefact)
-    executable = Executable(artefact, device, name, command_buffers=not args.no_command_buffers)
+    executable = Executable(
+        artefact, device, name, command_buffers=not args.no_command_buffers, timing=True
+    )
     print(f"artefact: {args.artefact} (target {artefact.target.name})")
     print(f"backend: {name}; device: {device.description}")
     for line in passed_over:

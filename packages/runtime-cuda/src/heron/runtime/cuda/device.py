@@ -311,6 +311,38 @@ class CudaDevice(CapturingDevice):
             kernel, packed, command.grid, command.block, command.shared_bytes, stream
         )
 
+    def _packed_launch(self, command: recorded.LaunchCommand) -> Callable[[Any], None] | None:
+        """The parameter buffer and pointer array built once; ``cuLaunchKernel`` per call."""
+        kernel: _Kernel = command.kernel.handle
+        packed = pack_arguments(kernel.signature, [int(b.handle) for b in command.buffers])
+        if command.shared_bytes > kernel.shared_limit:
+            self._call(
+                "cuFuncSetAttribute",
+                kernel.function,
+                self._cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                command.shared_bytes,
+            )
+            kernel.shared_limit = command.shared_bytes
+        parameters = kernel.signature.parameters
+        storage = ctypes.create_string_buffer(packed, max(len(packed), 1))
+        base = ctypes.addressof(storage)
+        pointers = (ctypes.c_void_p * max(len(parameters), 1))(
+            *(base + p.offset for p in parameters)
+        )
+        head = (kernel.function, *command.grid, *command.block, command.shared_bytes)
+        tail = (ctypes.addressof(pointers), 0)
+        driver_launch = self._cu.cuLaunchKernel
+
+        def launch(stream: Any, _alive: tuple = (storage, pointers)) -> None:
+            # _alive: the parameter bytes the pointers address live as long as the launch
+            result = driver_launch(*head, stream, *tail)
+            code = result[0] if isinstance(result, tuple) else result
+            if int(code) != 0:
+                raise DeviceError(f"{self._where()}cuLaunchKernel failed: {self._error_text(code)}")
+            self.launches += 1
+
+        return launch
+
     def _launch_packed(
         self,
         kernel: _Kernel,
