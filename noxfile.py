@@ -1,6 +1,8 @@
 """heron's sessions: `nox` runs the test suite (lint, tests, runtime, isolation, oracle).
 
     nox                  the default sessions below: what CI runs (.ci/run)
+    nox -s dev           .venv/heron: every package editable, with the extras this machine
+                         can use (cuda, rocm, jax), and the line that activates it
     nox -s demo          the main job: `heron run` on the GELU example (backend auto), checked;
                          a transformer block in JAX through heron.jax and heron-run, and its
                          heron report page (build/demo/report.html)
@@ -506,6 +508,49 @@ def demo(session: nox.Session) -> None:
         str(artefacts / "inputs.npz"),
         "--repeat",
         "3",
+    )
+
+
+#: Where `nox -s dev` puts the development environment.
+DEV_VENV = ROOT / ".venv" / "heron"
+
+
+def machine_extras() -> list[str]:
+    """The meta distribution's extras this machine can use: jax always; cuda where an
+    NVIDIA driver is present, rocm where the AMD kernel driver is."""
+    extras = ["jax"]
+    if shutil.which("nvidia-smi") or Path("/proc/driver/nvidia").exists():
+        extras.append("cuda")
+    if shutil.which("rocminfo") or Path("/dev/kfd").exists():
+        extras.append("rocm")
+    return extras
+
+
+@nox.session(venv_backend="none")
+def dev(session: nox.Session) -> None:
+    """The `heron` command in your own shell: .venv/heron with every package editable (the
+    GPU backends' compile sides included: compiling for CUDA and ROCm needs no GPU), the
+    extras this machine can use, then the line that activates it."""
+    import sys
+
+    python = DEV_VENV / "bin" / "python"
+    if not python.exists():
+        session.run(sys.executable, "-m", "venv", str(DEV_VENV), external=True)
+    session.run(str(python), "-m", "pip", "install", "-q", "uv", external=True)
+    editable: list[str] = []
+    for folder in PACKAGES:
+        extra = "[compile]" if folder in COMPILE_EXTRA else ""
+        editable += ["-e", f"packages/{folder}{extra}"]
+    extras = machine_extras()
+    session.run(
+        str(python), "-m", "uv", "pip", "install", "--python", str(python),
+        *editable, "-e", f".[{','.join(extras)}]",
+        external=True,
+    )  # fmt: skip
+    session.run(str(DEV_VENV / "bin" / "heron"), "--version", external=True)
+    session.log(
+        f"heron is installed in {DEV_VENV.relative_to(ROOT)} (extras: {', '.join(extras)});"
+        f" to use it: source {DEV_VENV.relative_to(ROOT)}/bin/activate"
     )
 
 

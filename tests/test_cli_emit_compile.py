@@ -130,6 +130,29 @@ def test_compile_cuda_writes_ptx_cubin_and_dumps(capsys, hlo, tmp_path):
     assert "fusion f: loop emitter, kernel f for sm_80" in out
 
 
+def test_a_missing_backend_says_what_to_install_and_writes_nothing(
+    capsys, hlo, tmp_path, monkeypatch
+):
+    # Issue 31: the demo's environment has only the interpreter; `heron compile` for the
+    # default target (h100) must say what to install, before creating any folder.
+    from heron.runtime.core import registry
+
+    installed = registry.load_backends()
+    only_interpreter = registry.BackendRegistry(
+        [(installed.get("interpreter"), installed.origin("interpreter"))]
+    )
+    monkeypatch.setattr(registry, "default_backends", lambda: only_interpreter)
+    dump_dir = tmp_path / "dump"
+    code, out, err = heron(capsys, "compile", hlo(SCALE), "--dump-dir", str(dump_dir))
+    assert code == 2
+    assert err.startswith(
+        "heron compile: error: no heron.backends plugin named 'cuda' is installed (installed:"
+        " interpreter): install heron-runtime-cuda[compile] (heron[cuda] where"
+    )
+    assert "nox -s dev" in err and "Traceback" not in err
+    assert not dump_dir.exists()
+
+
 def test_compile_rocm_to_a_named_file(capsys, hlo, tmp_path):
     target = tmp_path / "kernel.hsaco"
     code, out, err = heron(capsys, "compile", hlo(SCALE), "--target", "rocm", "-o", str(target))

@@ -35,7 +35,9 @@ def test_the_page_is_written(tmp_path, capsys):
     assert page.startswith("<!DOCTYPE html>")
     assert 'id="memory-picture"' in page and 'class="node fusion' in page
     assert "module jit__lambda: 1 fusion, 1 kernel (" in out
-    assert f"wrote {output}" in out
+    # the file's size in bytes (the page holds non-ASCII characters: issue 31)
+    assert f"wrote {output} ({output.stat().st_size:,} bytes)" in out
+    assert output.stat().st_size > len(page)
 
 
 def test_an_unwritable_output_is_refused_before_any_work(tmp_path, capsys):

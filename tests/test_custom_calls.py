@@ -204,7 +204,7 @@ def test_heron_run_check_runs_the_call_on_the_host_between_kernels(example_calls
     code = main(["run", str(source), "--check"])
     text = capsys.readouterr().out
     assert code == 0, text
-    assert "out1  max 0 ulp, max |difference| 0 (bitwise)" in text
+    assert "out1  max 0 ulp, max |difference| 0 (allowed: bitwise)" in text
     assert "agree: every output within the tolerance" in text
 
 

@@ -111,6 +111,11 @@ def _requirement_name(requirement: str) -> str:
     return requirement.strip().lower()
 
 
+#: Extras that bring a vendor library a runtime's device side calls when it is there
+#: (and works without): cuDNN for the CUDA runtime's convolutions.
+LIBRARY_EXTRAS = {("runtime-cuda", "cudnn")}
+
+
 def test_every_package_folder_is_known():
     assert sorted(p.name for p in (ROOT / "packages").iterdir() if p.is_dir()) == sorted(PACKAGES)
 
@@ -135,6 +140,9 @@ def test_internal_dependencies_point_one_way_and_are_pinned(folder):
         assert compiler_side == [], f"{dist} must run without MLIR or llvmlite"
     for extra, requirements in project.get("optional-dependencies", {}).items():
         names = {_requirement_name(r) for r in requirements if r.startswith("heron")}
+        if (folder, extra) in LIBRARY_EXTRAS:  # a vendor library the device side may call
+            assert names == set(), f"{dist}[{extra}] is a vendor library's, not heron's"
+            continue
         assert extra == "compile" and folder in RUNTIMES, (
             f"{dist}: only a runtime package has an extra, [compile] (got [{extra}])"
         )

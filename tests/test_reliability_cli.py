@@ -168,7 +168,9 @@ def test_the_budget_comes_from_the_environment(capsys, monkeypatch):
     monkeypatch.setenv(memory_budget.ENV, "plenty")
     code, _, err = heron(capsys, "parse", DATA / "small_negate.hlo")
     assert code == 2
-    assert one_error(err).startswith("error: environment variable HERON_MEMORY_BUDGET: 'plenty'")
+    assert one_error(err).startswith(
+        "heron parse: error: environment variable HERON_MEMORY_BUDGET: 'plenty'"
+    )
 
 
 def test_an_hlo_file_over_the_budget_is_not_read(capsys):

@@ -133,7 +133,8 @@ def test_run_check_agrees_on_valid_corpus_reductions(corpus_dir: Path, capsys, r
         capsys, "run", path, "--backend", "interpreter", "--seed", "0", "--check"
     )
     assert (code, err) == (0, ""), out
-    assert "(reassociation bounds)" in out and "agree: every output within the tolerance" in out
+    assert "(allowed: reassociation bounds)" in out
+    assert "agree: every output within the tolerance" in out
 
 
 @pytest.mark.parametrize("text", [CASE_454, CASE_1669], ids=["s1-454", "s1-1669"])
@@ -192,7 +193,7 @@ def test_run_check_reports_a_wrong_output_and_exits_1(corpus_dir, capsys, monkey
     assert code == 1, out
     check = out.split("check against the reference evaluator")[1]
     line = next(x for x in check.splitlines() if x.startswith("  out0"))
-    assert "(reassociation bounds); 1 of 64 outside the tolerance, first at (3,):" in line
+    assert "(allowed: reassociation bounds); 1 of 64 outside the tolerance, first at (3,):" in line
     assert "where the reference has" in line and "ulps)" in line
     assert "DISAGREE" in out
 
@@ -506,3 +507,12 @@ def test_kernel_and_reference_add_complex_numbers_part_by_part():
         float_kernel, float_reference = kernel_and_reference(float_text, values)
         assert np.array_equal(bits(getattr(kernel, part)), bits(float_kernel))
         assert np.array_equal(bits(getattr(reference, part)), bits(float_reference))
+
+
+def test_the_tolerance_is_labelled_and_counted_in_words():
+    # issue 31: `--check` printed "(1 ulps)" with nothing saying it was the tolerance
+    from heron.harness.tolerance import OutputTolerance
+
+    assert OutputTolerance(1).describe() == "1 ulp"
+    assert OutputTolerance(2, reordered=True).describe() == "2 ulps, reassociation bounds"
+    assert OutputTolerance().describe() == "bitwise"

@@ -139,4 +139,4 @@ def test_heron_run_check_accepts_the_regrouped_cumsum(capsys):
         ]
     )
     out = capsys.readouterr().out
-    assert code == 0 and "(reassociation bounds)" in out and "agree" in out
+    assert code == 0 and "(allowed: reassociation bounds)" in out and "agree" in out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import re
 import stat
@@ -591,6 +592,16 @@ def test_heron_run_describes_a_good_artefact_and_refuses_a_tampered_one(good: Pa
     assert "entry: (f32[4]{0}) -> (f32[4]{0})" in described.stdout
     digest = hashlib.sha256(zipfile.ZipFile(good).read("constants/1.bin")).hexdigest()
     assert "constants/1.bin" in described.stdout and digest in described.stdout
+    # every member counted is listed (issue 31: it said 8 and listed 6)
+    lines = described.stdout.splitlines()
+    (header,) = [k for k, line in enumerate(lines) if line.startswith("  members (")]
+    listed = [line.split()[0] for line in lines[header + 1 :]]
+    assert lines[header] == f"  members ({len(listed)}):"
+    assert sorted(listed) == sorted(zipfile.ZipFile(good).namelist())
+    # and the file is readable like any output (mkstemp's 0600 widened by the umask)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(good.stat().st_mode) == 0o666 & ~umask
 
     data = bytearray(good.read_bytes())
     data[len(data) // 3] ^= 0xFF

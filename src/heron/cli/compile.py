@@ -138,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
     target = resolve_target(args)
     module = load_module(args.file)
     refuse_tiled_layouts(module, "heron compile")
+    # the backend before anything is written: a missing one says what to install
+    from heron.runtime.core.registry import default_backends
+
+    default_backends().get(target.backend)
     if args.executable is not None:
         return _executable(module, target, args)
     fusions = selected_fusions(module, args.fusion)

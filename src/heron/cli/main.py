@@ -110,7 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args) or 0
     except HloError as err:
-        print(str(err), file=sys.stderr)
+        # An error at a place in the input names the place; any other names the command.
+        prefix = "" if err.location is not None else f"heron {args.command}: "
+        print(f"{prefix}{err}", file=sys.stderr)
     except (CommandError, PluginError) as err:
         print(f"heron {args.command}: error: {err}", file=sys.stderr)
     except BrokenPipeError:

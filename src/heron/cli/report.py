@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         built = build_report(module, target, source=args.file, compare_with_xla=not args.no_xla)
     except GraphvizError as exc:
         raise CommandError(str(exc)) from exc
-    write_atomically(output, built.html.encode(), "-o")
+    page = built.html.encode()
+    write_atomically(output, page, "-o")
     report = built.report
     print(
         f"module {report.module}: {_count(len(report.fusion_nodes), 'fusion')},"
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if not args.no_xla and report.xla_comparison is None:
         print(f"  no XLA comparison: {report.xla_note}")
-    print(f"  wrote {output} ({len(built.html):,} bytes)")
+    print(f"  wrote {output} ({len(page):,} bytes)")  # bytes, not characters
     return 0
 
 

@@ -764,7 +764,7 @@ def compare(actual: object, expected: object, tolerance=None) -> Agreement:
         return Agreement(True, "empty")
     found = tolerance.mismatches(actual, expected)
     if expected.dtype.kind == "c" or _is_float(expected.dtype):
-        summary = _float_summary(actual, expected) + f" ({tolerance.describe()})"
+        summary = _float_summary(actual, expected) + f" (allowed: {tolerance.describe()})"
     elif found.count:
         summary = f"{found.count} of {expected.size} elements differ (must be exact)"
     else:

@@ -526,7 +526,7 @@ class OutputTolerance:
 
     def describe(self) -> str:
         """A few words: ``bitwise``, ``2 ulps``, ``reassociation bounds``, RUN-line bounds."""
-        parts = [f"{self.ulps} ulps"] if self.ulps else []
+        parts = [f"{self.ulps} ulp{'s' * (self.ulps != 1)}"] if self.ulps else []
         if self.reordered:
             parts.append("reassociation bounds")
         else:

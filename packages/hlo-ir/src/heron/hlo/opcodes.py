@@ -124,7 +124,6 @@ def is_elementwise(opcode: str) -> bool:
 
 def closest_opcode(name: str) -> str | None:
     """The known opcode nearest to a misspelt one, for error hints."""
-    import difflib
+    from heron.hlo.spelling import closest
 
-    matches = difflib.get_close_matches(name, OPCODES, n=1, cutoff=0.6)
-    return matches[0] if matches else None
+    return closest(name, OPCODES)

@@ -45,7 +45,6 @@ form, so the round trip keeps it.
 
 from __future__ import annotations
 
-import difflib
 import gc
 import re
 from pathlib import Path
@@ -68,6 +67,7 @@ from heron.hlo.lexer import ATTRIBUTE_NAME, Cursor, line_starts_of
 from heron.hlo.literals import parse_literal
 from heron.hlo.opcodes import OPCODES, closest_opcode
 from heron.hlo.shapes import MAX_ELEMENTS, ArrayShape, Layout, Shape, TupleShape
+from heron.hlo.spelling import closest
 
 #: Debug sections of recent dumps, kept verbatim in ``Module.sections``.
 SECTION_TITLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
@@ -229,8 +229,8 @@ def _array_shape(cur: Cursor, start: int) -> ArrayShape:
     try:
         element_type = ElementType.parse(type_name)
     except ValueError:
-        close = difflib.get_close_matches(type_name, _ELEMENT_TYPE_NAMES, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        close = closest(type_name, _ELEMENT_TYPE_NAMES)
+        hint = f" (did you mean '{close}'?)" if close else ""
         raise cur.error(f"unknown element type '{type_name}'{hint}", start) from None
     cur.pos = m.end()
     cur.expect("[", f"after element type '{type_name}'")
@@ -968,8 +968,8 @@ class _ModuleParser:
         for k, operand in enumerate(names):
             if operand in builder.by_name:
                 continue
-            close = difflib.get_close_matches(operand, list(builder.by_name), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            close = closest(operand, builder.by_name)
+            hint = f" (did you mean '{close}'?)" if close else ""
             message = (
                 f"undefined operand '{operand}' of '{inst.name}' in computation"
                 f" '{builder.name}'{hint}"
@@ -1035,8 +1035,8 @@ class _ModuleParser:
     def _undefined_computation(
         self, inst: Instruction, key: str, name: str, known: list[str]
     ) -> None:
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        close = closest(name, known)
+        hint = f" (did you mean '{close}'?)" if close else ""
         message = f"undefined computation '{name}' in {key}= of '{inst.name}'{hint}"
         pos = self._reparse(inst).get("attribute:" + key)
         if pos is not None:

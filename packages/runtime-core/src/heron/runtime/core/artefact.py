@@ -394,6 +394,11 @@ class Artefact:
                 _write(archive, MANIFEST, manifest, zipfile.ZIP_DEFLATED)
                 for name, data in members.items():
                     _write(archive, name, data, zipfile.ZIP_DEFLATED)
+            # mkstemp makes the file 0600; an artefact is read like any output (0666 less
+            # the umask), by whoever runs it
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)
             os.replace(temporary, path)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
@@ -431,7 +436,8 @@ class Artefact:
             + (", ".join(self.backends) or "no backend"),
             f"  members ({len(members) + 2}):",
         ]
-        for name, data in members.items():
+        every = {MAGIC_MEMBER: MAGIC, MANIFEST: _json_bytes(self.manifest(members)), **members}
+        for name, data in every.items():
             lines.append(
                 f"    {name:<40} {len(data):>10}  sha256 {hashlib.sha256(data).hexdigest()}"
             )

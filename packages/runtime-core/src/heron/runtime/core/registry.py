@@ -74,11 +74,34 @@ class LoadedStage:
         return self.stage.name
 
 
+#: heron's own backends -> the distribution (with its compile side) that provides one.
+INSTALLS = {
+    "cuda": "heron-runtime-cuda[compile]",
+    "rocm": "heron-runtime-rocm[compile]",
+    "interpreter": "heron-runtime-interpreter[compile]",
+}
+
+
 class BackendRegistry(PluginTable[BackendSpec]):
     def __init__(self, entries: Iterable[tuple[BackendSpec, PluginOrigin | None]] = ()):
         super().__init__(GROUP, entries)
         # Stage functions by backend, imported on first use (they may need MLIR).
         self._loaded_stages: dict[str, tuple[LoadedStage, ...]] = {}
+
+    def get(self, name: str) -> BackendSpec:
+        """The backend ``name``; a PluginError saying what to install where it is heron's own."""
+        try:
+            return super().get(name)
+        except PluginError as error:
+            if name not in INSTALLS:
+                raise
+            where = (
+                f" (heron[{name}] where heron's wheels are on your index; from a checkout"
+                f" `nox -s dev`, or `uv pip install -e '.[{name}]'`)"
+                if name != "interpreter"
+                else ""
+            )
+            raise PluginError(f"{error}: install {INSTALLS[name]}{where}") from None
 
     def availability(self, name: str) -> Availability:
         spec = self.get(name)
