@@ -474,6 +474,10 @@ def demo(session: nox.Session) -> None:
     writes the block's heron report page to build/demo/report.html.
     """
     session.install(*(f"./packages/{f}" for f in local_closure(*CORE)), ".")
+    # On a machine with a GPU driver, its backend too: `--backend auto` then runs there.
+    gpus = [extra for extra in machine_extras() if extra in ("cuda", "rocm")]
+    if gpus:
+        session.install(*(f"./packages/runtime-{gpu}[compile]" for gpu in gpus))
     output = Path(session.create_tmp()) / "gelu-out.npz"
     session.run("heron", "parse", "examples/gelu.hlo")
     session.run(
@@ -509,6 +513,9 @@ def demo(session: nox.Session) -> None:
         "--repeat",
         "3",
     )
+    session.log(f"the GELU run's output: {output}")
+    session.log(f"the transformer block's executable and inputs: {artefacts}")
+    session.log(f"its heron report page (open it in a browser): {DEMO_REPORT}")
 
 
 #: Where `nox -s dev` puts the development environment.

@@ -10,6 +10,8 @@ CPU (LAPACK itself), and the implementations alone with numpy.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -159,3 +161,11 @@ def test_a_triangular_solve_reads_only_its_triangle():
     b = np.array([[2.0], [9.0]])
     call = _call("lapack_dtrsm_ffi", ord("L"))
     np.testing.assert_allclose(trsm((a, b), call), [[1.0], [2.0]])
+
+
+def test_the_test_command_keeps_heron_jax_s_cache_out_of_the_home_directory():
+    # issue 31: the LAPACK tests' heron.jax.jit wrote into ~/.cache/heron/jax
+    from heron.jax.cache import default_cache_dir
+
+    home = Path.home().resolve()
+    assert not default_cache_dir().resolve().is_relative_to(home / ".cache")
