@@ -7,8 +7,9 @@ For each workload of ``gpu_bundle/bundle_workloads.py`` (the sizes issue 28's an
 prepares it for the target as ``compile_program`` does (simplification, the scan and
 tree-reduction rewriters, library GEMM fusion and the fusion passes), then prints:
 kernels, GEMM library calls (with their compute type and epilogue) against dot
-fusions, the reduce and reduce-window fusions with the fewest blocks (a reduction
-in fewer blocks than the device has SMs leaves it idle) and the longest window any
+fusions, cuDNN convolution calls, the reduce and reduce-window fusions with the
+fewest blocks (a reduction in fewer blocks than the device has SMs leaves it
+idle) and the longest window any
 kernel still computes per element (a quadratic scan's mark). The structural
 facts the GPU gaps came from, measured on the CPU: nothing here is timed.
 """
@@ -34,6 +35,7 @@ def _shape_of(workload) -> list:
 def describe(workload, target) -> dict:
     """The launch facts of one workload (see the module docstring)."""
     from heron.compiler.executable import prepare_module
+    from heron.compiler.library_convolution import convolution_call, is_library_convolution
     from heron.compiler.library_gemm import match_gemm
     from heron.emitters.fusion_analysis import analyse_fusion
     from heron.hlo.parser import parse_module
@@ -60,9 +62,14 @@ def describe(workload, target) -> dict:
         for inst in body.instructions:
             if inst.opcode == "reduce-window":
                 windows.append(max(d.size for d in inst.attr("window").dims))
+    convolutions = [
+        f"{target.dnn_library}: {convolution_call(inst, target).describe()}"
+        for inst in optimized.instructions()
+        if is_library_convolution(inst)
+    ]
     return {
         "kernels": len(fusions),
-        "library": [call.call.describe() for call in library],
+        "library": [call.call.describe() for call in library] + convolutions,
         "heron_gemm": heron_gemms,
         "fewest_reduce_outputs": min((n for _, n in reductions), default=None),
         "longest_window": max(windows, default=None),
@@ -78,11 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     target = Target.preset(args.target)
     names = set(args.workloads.split(",")) if args.workloads else None
-    print(f"target {target.name}: {target.core_count} SMs; library {target.gemm_library}")
+    print(
+        f"target {target.name}: {target.core_count} SMs; libraries {target.gemm_library}"
+        f" {target.dnn_library}".rstrip()
+    )
     columns = (
         "workload",
         "kernels",
-        "GEMM library calls",
+        "library calls",
         "heron GEMM kernels",
         "fewest reduce outputs",
         "longest window",
