@@ -12,7 +12,8 @@
     nox -s runtime       those artefacts run by heron-run in a runtime-only environment
     nox -s oracle        heron's evaluator against XLA:CPU through jax
     nox -s isolation     each package installed alone in a fresh environment
-    nox -s lint          ruff check, ruff format --check, lint-imports (pyproject's contracts)
+    nox -s lint          ruff check, ruff format --check, lint-imports (pyproject's contracts),
+                         and no import cycle among heron's modules (tests/import_cycles.py)
     nox -s cuda / rocm   the tests that need a GPU (they skip, saying why, without one)
     nox -s gpu-bundle    build/gpu-bundle/ (docs/gpu.md): artefacts, wheels and run.py for one
                          GPU window; checks its size and dry-runs it on the interpreter from an
@@ -141,6 +142,7 @@ def lint(session: nox.Session) -> None:
     session.install("--no-deps", *(arg for f in PACKAGES for arg in ("-e", f"packages/{f}")))
     session.install("--no-deps", "-e", ".")
     session.run("lint-imports")
+    session.run("python", "tests/import_cycles.py")
 
 
 #: The program corpora (folders of the repository) and where `nox -s tests` leaves their

@@ -305,3 +305,12 @@ def test_heron_run_says_how_the_convolution_ran(tmp_path, capsys):
     assert f"library call 1: {described}: host (on the host: the interpreter" in text_out
     (choice,) = json.loads(report.read_text())["library_calls"]
     assert (choice["call"], choice["chosen"], choice["library"]) == (described, "host", False)
+
+
+def test_the_thunk_counts_tell_the_library_calls_from_what_is_beside_them():
+    from heron.compiler.executable import thunk_counts
+
+    text, _ = CASES["nhwc_hwio_same"]
+    compiled = compile_program(parse_module(text), H100, ("interpreter",))
+    assert thunk_counts(compiled) == {"kernel": 1, "library_call": 1}  # the filter transpose
+    assert thunk_counts(compiled, fallbacks=True) == {"custom_call": 1}

@@ -597,7 +597,7 @@ def test_tuple_shapes_nested_past_the_limit_are_refused_not_a_recursion_error(wh
     """Found by the parser's coverage-guided fuzzer (tests/fuzz/heron_fuzz/parser_atheris.py):
     3,000 nested '(' in a shape ended in a RecursionError (exit 3 from the CLI)."""
     from heron.hlo.errors import HloParseError
-    from heron.hlo.parser import MAX_TUPLE_NESTING
+    from heron.hlo.shape_syntax import MAX_TUPLE_NESTING
 
     def module(depth: int) -> str:
         shape = "(" * depth + "f32[]" + ")" * depth

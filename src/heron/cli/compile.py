@@ -194,6 +194,7 @@ def _executable(module, target, args: argparse.Namespace) -> int:
     with atomic_output(path, "--executable") as temporary:
         artefact.save(temporary)
     counts = thunk_counts(compiled)
+    beside = thunk_counts(compiled, fallbacks=True)
     by_kind: dict[str, list[int]] = {}
     for allocation in artefact.allocations:
         by_kind.setdefault(allocation.kind, []).append(allocation.size)
@@ -205,6 +206,12 @@ def _executable(module, target, args: argparse.Namespace) -> int:
     print(
         f"  thunks: {len(artefact.program)} at the top level; "
         + (", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())) or "none")
+        + (
+            "; beside the library calls, for a device without the library: "
+            + ", ".join(f"{kind} {n}" for kind, n in sorted(beside.items()))
+            if beside
+            else ""
+        )
     )
     print(
         f"  kernels: {len(compiled.program.kernels)} images for"

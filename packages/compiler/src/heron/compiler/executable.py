@@ -343,11 +343,22 @@ def _image(kernel: CompiledKernel, fusion: Instruction, backend: str) -> KernelI
     )
 
 
-def thunk_counts(compiled: CompiledExecutable) -> Mapping[str, int]:
-    """Thunks by kind over the whole program (nested thunks included)."""
-    from heron.runtime.core.thunks import walk
+def thunk_counts(compiled: CompiledExecutable, *, fallbacks: bool = False) -> Mapping[str, int]:
+    """Thunks by kind over the whole program (nested thunks included): what runs where each
+    library call runs its library, or (``fallbacks``) only the thunks a library call
+    carries beside it for a device without the library."""
+    from heron.runtime.core.thunks import LibraryCallThunk
 
     counts: dict[str, int] = {}
-    for thunk in walk(compiled.artefact.program):
-        counts[thunk.kind] = counts.get(thunk.kind, 0) + 1
+
+    def visit(thunks: Sequence[Thunk], inside_fallback: bool) -> None:
+        for thunk in thunks:
+            if inside_fallback == fallbacks:
+                counts[thunk.kind] = counts.get(thunk.kind, 0) + 1
+            if isinstance(thunk, LibraryCallThunk):
+                visit(thunk.fallback, True)
+            else:
+                visit(tuple(thunk.children()), inside_fallback)
+
+    visit(compiled.artefact.program, False)
     return counts

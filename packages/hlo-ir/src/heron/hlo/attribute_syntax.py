@@ -32,6 +32,7 @@ from heron.hlo.attributes import (
     WindowDim,
 )
 from heron.hlo.element_types import ElementType
+from heron.hlo.float_text import format_float
 from heron.hlo.lexer import WORD, Cursor, escape, unescape
 
 
@@ -318,8 +319,6 @@ def format_bool(value: bool) -> str:
 
 
 def format_float_value(value: float) -> str:
-    from heron.hlo.literals import format_float
-
     if value != value:
         return "nan"
     return format_float(float(value), ElementType.F64)

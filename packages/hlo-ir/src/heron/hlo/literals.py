@@ -21,14 +21,15 @@ printer must write values that read back bit for bit, so:
 from __future__ import annotations
 
 import re
-import struct
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from heron.hlo.element_types import ElementType, TypeKind
+from heron.hlo.float_text import format_float, tidy
 from heron.hlo.lexer import Cursor
+from heron.hlo.shape_syntax import parse_shape_at
 from heron.hlo.shapes import ArrayShape, Shape, TupleShape
 
 #: One scalar token (not complex). Checked with fullmatch before conversion.
@@ -138,8 +139,6 @@ def _parse_tuple_literal(cur: Cursor, shape: TupleShape) -> tuple[Any, ...]:
 
 def _skip_shape_prefix(cur: Cursor, shape: ArrayShape) -> None:
     """Older dumps write ``constant(f32[2] {1, 2})``: accept and check the shape."""
-    from heron.hlo.parser import parse_shape_at  # cycle: the parser imports us
-
     pos = cur.skip()
     m = _SHAPE_START.match(cur.text, pos)
     if m is None:
@@ -539,8 +538,7 @@ def _format_floats(flat: np.ndarray, element_type: ElementType) -> list[str]:
     for i in suspects.tolist():
         texts[i] = format_float_bits(element_type, flat, i)
     return [
-        t[:-2] if t.endswith(".0") else (_tidy(t) if "e" in t and "n" not in t else t)
-        for t in texts
+        t[:-2] if t.endswith(".0") else (tidy(t) if "e" in t and "n" not in t else t) for t in texts
     ]
 
 
@@ -560,62 +558,5 @@ def format_float_bits(element_type: ElementType, flat: np.ndarray, i: int) -> st
     return format_float(wide, element_type)
 
 
-_F32 = struct.Struct("<f")
-_F16 = struct.Struct("<e")
 #: Spelling of each value of the small float types (bf16, fp8, f4), by bit pattern.
 _SMALL_TYPE_CACHE: dict[ElementType, dict[int, str]] = {}
-
-
-def format_float(value: float, element_type: ElementType) -> str:
-    """Shortest decimal that reads back as the same ``element_type`` value.
-
-    ``value`` is the element widened to float64 (exact). NaN is not handled
-    here (see ``format_float_bits``).
-    """
-    if value in (float("inf"), float("-inf")):
-        return "inf" if value > 0 else "-inf"
-    if element_type is ElementType.F64:
-        text = repr(value)
-    elif element_type is ElementType.F32:
-        text = _shortest(value, _F32)
-    elif element_type is ElementType.F16:
-        text = _shortest(value, _F16)
-    else:
-        text = _shortest_generic(value, element_type)
-    if text.endswith(".0"):
-        text = text[:-2]
-    return text
-
-
-def _shortest(value: float, packer: struct.Struct) -> str:
-    target = packer.pack(value)
-    for digits in range(1, 18):
-        text = f"{value:.{digits}g}"
-        try:
-            if packer.pack(float(text)) == target:
-                return _tidy(text)
-        except OverflowError:  # rounds past the largest finite value
-            continue
-    return repr(value)
-
-
-def _shortest_generic(value: float, element_type: ElementType) -> str:
-    dtype = element_type.numpy_dtype
-    target = np.array([value], np.float64).astype(dtype).tobytes()
-    for digits in range(1, 18):
-        text = f"{value:.{digits}g}"
-        if np.array([float(text)], np.float64).astype(dtype).tobytes() == target:
-            return _tidy(text)
-    return repr(value)
-
-
-def _tidy(text: str) -> str:
-    """Prefer Python's spelling of the same float64 when it is no longer.
-
-    ``%g`` writes 100 as ``1e+02``; ``repr`` of the float64 it reads as gives
-    ``100.0`` (``100``): the same value, so the same element once rounded.
-    """
-    plain = repr(float(text))
-    if plain.endswith(".0"):
-        plain = plain[:-2]
-    return plain if len(plain) <= len(text) else text

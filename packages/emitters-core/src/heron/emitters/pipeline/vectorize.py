@@ -32,7 +32,13 @@ from mlir.dialects import arith, scf, vector
 
 from heron.emitters import ir_utils
 from heron.emitters.dialect import apply_indexing_op, op_indexing_map
+from heron.emitters.pipeline import vectorize_adjacent
 from heron.emitters.pipeline.manager import Pass, PipelineOptions
+from heron.emitters.pipeline.vector_access import (
+    erase_with_unused_index,
+    transfer_read,
+    transfer_write,
+)
 from heron.indexing import IndexingMap
 from heron.indexing.affine import (
     AffineExpr,
@@ -484,11 +490,11 @@ class _Rewriter:
             users = [u.owner.operation for u in tensor.uses]
             with after:
                 if condition is None:
-                    written = _transfer_write(vec, tensor, base)
+                    written = transfer_write(vec, tensor, base)
                 else:
                     guarded = scf.IfOp(condition, [tensor.type], has_else=True)
                     with ir.InsertionPoint(guarded.then_block):
-                        scf.YieldOp([_transfer_write(vec, tensor, base)])
+                        scf.YieldOp([transfer_write(vec, tensor, base)])
                     with ir.InsertionPoint(guarded.else_block):
                         scf.YieldOp([tensor])
                     written = guarded.results[0]
@@ -504,14 +510,6 @@ def _enclosing_if(value: ir.Value) -> ir.Operation:
     return value.owner.operation.parent.operation
 
 
-def erase_with_unused_index(op: ir.Operation) -> None:
-    """Erase ``op`` and then its index computation if nothing else uses it."""
-    index = op.operands[len(op.operands) - 1]
-    op.erase()
-    if isinstance(index, ir.OpResult) and not list(index.uses):
-        index.owner.operation.erase()
-
-
 def _zero(vector_type: ir.VectorType) -> ir.Value:
     element = vector_type.element_type
     if isinstance(element, ir.IntegerType):
@@ -519,31 +517,6 @@ def _zero(vector_type: ir.VectorType) -> ir.Value:
     else:
         zero = ir.FloatAttr.get(element, 0.0)
     return arith.ConstantOp(vector_type, ir.DenseElementsAttr.get_splat(vector_type, zero)).result
-
-
-def _in_bounds() -> ir.ArrayAttr:
-    return ir.ArrayAttr.get([ir.BoolAttr.get(True)])
-
-
-def _identity_map() -> ir.AffineMapAttr:
-    return ir.AffineMapAttr.get(ir.AffineMap.get_minor_identity(1, 1))
-
-
-def transfer_read(vector_type: ir.VectorType, tensor: ir.Value, base: ir.Value) -> ir.Value:
-    element = vector_type.element_type
-    if isinstance(element, ir.IntegerType):
-        pad = arith.ConstantOp(element, 0).result
-    else:
-        pad = arith.ConstantOp(element, 0.0).result
-    return vector.TransferReadOp(
-        vector_type, tensor, [base], _identity_map(), pad, _in_bounds()
-    ).result
-
-
-def _transfer_write(vec: ir.Value, tensor: ir.Value, base: ir.Value) -> ir.Value:
-    return vector.TransferWriteOp(
-        tensor.type, vec, tensor, [base], _identity_map(), _in_bounds()
-    ).result
 
 
 def _dynamic() -> int:
@@ -625,9 +598,6 @@ def run(module: ir.Module, options: PipelineOptions) -> None:
         loops = ir_utils.walk_ops(func_op, "scf.for")
         for loop_op in reversed(loops):  # innermost first: a rewrite replaces only its own loop
             vectorize_loop(loop_op, func_args)
-        # imported here: vectorize_adjacent builds its reads with this module's helpers
-        from heron.emitters.pipeline import vectorize_adjacent
-
         vectorize_adjacent.run_function(func_op)
 
 

@@ -25,7 +25,7 @@ from mlir.dialects import vector
 
 from heron.emitters import ir_utils
 from heron.emitters.dialect import op_indexing_map
-from heron.emitters.pipeline.vectorize import erase_with_unused_index, transfer_read
+from heron.emitters.pipeline.vector_access import erase_with_unused_index, transfer_read
 from heron.indexing.affine import Constant
 from heron.indexing.affine import mod as affine_mod
 from heron.indexing.simplifier import linear_form, simplify_expr

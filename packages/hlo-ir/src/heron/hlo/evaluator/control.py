@@ -20,7 +20,7 @@ from heron.hlo.control_flow import branch_index, conditional_branches
 from heron.hlo.custom_calls.call import CustomCallError
 from heron.hlo.custom_calls.registry import resolve
 from heron.hlo.errors import HloEvaluationError
-from heron.hlo.evaluator.interpreter import (
+from heron.hlo.evaluator.common import (
     MAX_WHILE_ITERATIONS_ENV,
     TOKEN,
     flatten_literal,

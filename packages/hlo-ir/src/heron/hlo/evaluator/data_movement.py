@@ -16,7 +16,7 @@ import numpy as np
 from heron.hlo.attributes import PaddingConfig
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
-from heron.hlo.evaluator.interpreter import (
+from heron.hlo.evaluator.common import (
     TOKEN,
     convert_array,
     instruction_error,

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from heron.hlo.evaluator.common import instruction_error
 from heron.hlo.evaluator.data_movement import indices_as_int64, required
-from heron.hlo.evaluator.interpreter import instruction_error
 from heron.hlo.evaluator.reductions import scatter_combine
 from heron.hlo.ir import Instruction, Literal
 

@@ -32,7 +32,17 @@ import attrs
 import numpy as np
 
 from heron.hlo import memory_budget
-from heron.hlo.errors import HloError, HloEvaluationError, HloInputError, UnsupportedError
+from heron.hlo.errors import HloError, HloEvaluationError, HloInputError
+from heron.hlo.evaluator import control, data_movement, indexing_ops, linalg, reductions
+from heron.hlo.evaluator.common import (
+    MAX_WHILE_ITERATIONS_ENV,
+    TOKEN,
+    describe,
+    elementwise_module,
+    flatten_literal,
+    instruction_error,
+    unsupported,
+)
 from heron.hlo.ir import Computation, Instruction, Literal, Module
 from heron.hlo.opcodes import is_elementwise
 from heron.hlo.shapes import ArrayShape, Shape, TupleShape
@@ -43,27 +53,6 @@ from heron.hlo.shapes import ArrayShape, Shape, TupleShape
 DEFAULT_MAX_WHILE_ITERATIONS = 1_000_000
 
 MAX_BYTES_ENV = "HERON_EVALUATOR_MAX_BYTES"
-MAX_WHILE_ITERATIONS_ENV = "HERON_EVALUATOR_MAX_WHILE_ITERATIONS"
-
-
-class _Token:
-    """The value of a token-shaped instruction (after-all, a token parameter)."""
-
-    _instance: _Token | None = None
-
-    def __new__(cls) -> _Token:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "TOKEN"
-
-    def __reduce__(self) -> str:
-        return "TOKEN"
-
-
-TOKEN = _Token()
 
 
 def _env_int(name: str, default: int) -> int:
@@ -108,25 +97,6 @@ Handler = Callable[["Evaluator", Instruction, list[Literal]], Literal]
 
 
 # -- errors ----------------------------------------------------------------------
-
-
-def describe(inst: Instruction) -> str:
-    where = f" in computation '{inst.parent.name}'" if inst.parent is not None else ""
-    return f"{inst.opcode} '{inst.name}'{where}"
-
-
-def instruction_error(
-    inst: Instruction, message: str, cls: type[HloError] = HloEvaluationError
-) -> HloError:
-    """An error about ``inst``: names it, its opcode and computation; carries its location."""
-    error = cls(f"{describe(inst)}: {message}", inst.location)
-    error.names_instruction = True  # type: ignore[attr-defined]
-    return error
-
-
-def unsupported(inst: Instruction, why: str = "") -> HloError:
-    reason = why or "the reference evaluator does not implement this operation"
-    return instruction_error(inst, f"'{inst.opcode}' is not supported: {reason}", UnsupportedError)
 
 
 # -- sizes and value checks ------------------------------------------------------
@@ -200,20 +170,6 @@ def _materialize(value: Any, inputs: set[int]) -> Any:
     return value
 
 
-def flatten_literal(literal: Literal) -> list[Any]:
-    """The leaves of a value, depth first (the order of ``Shape.leaves()``).
-
-    Array leaves are numpy arrays; a token leaf is ``TOKEN`` (kept so the list
-    lines up with the shape's leaves).
-    """
-    if isinstance(literal, tuple):
-        leaves: list[Any] = []
-        for element in literal:
-            leaves.extend(flatten_literal(element))
-        return leaves
-    return [literal]
-
-
 def check_arguments(computation: Computation, args: Sequence[Literal]) -> list[Literal]:
     """Check ``args`` against ``computation``'s parameters, strictly (no conversions)."""
     params = computation.parameters
@@ -247,24 +203,6 @@ def check_arguments(computation: Computation, args: Sequence[Literal]) -> list[L
 
 _HANDLERS: dict[str, Handler] | None = None
 _VECTOR_HANDLERS: dict[str, Handler] | None = None
-_ELEMENTWISE: Any = None
-
-
-def elementwise_module() -> Any:
-    """``heron.hlo.evaluator.elementwise``, imported on first use."""
-    global _ELEMENTWISE
-    if _ELEMENTWISE is None:
-        from heron.hlo.evaluator import elementwise
-
-        _ELEMENTWISE = elementwise
-    return _ELEMENTWISE
-
-
-def convert_array(x: np.ndarray, to: Any) -> np.ndarray:
-    """XLA ``convert`` of an array (delegates to the elementwise module)."""
-    if x.dtype == to.numpy_dtype:
-        return x
-    return elementwise_module().convert_array(x, to)
 
 
 def _elementwise_opcodes() -> frozenset[str]:
@@ -297,8 +235,6 @@ def handlers() -> dict[str, Handler]:
     """The opcode -> handler table (built on first use: the family modules import this one)."""
     global _HANDLERS
     if _HANDLERS is None:
-        from heron.hlo.evaluator import control, data_movement, indexing_ops, linalg, reductions
-
         table: dict[str, Handler] = {}
         for family in (data_movement, indexing_ops, reductions, linalg, control):
             table.update(family.HANDLERS)
@@ -309,8 +245,6 @@ def handlers() -> dict[str, Handler]:
 def vector_handlers() -> dict[str, Handler]:
     global _VECTOR_HANDLERS
     if _VECTOR_HANDLERS is None:
-        from heron.hlo.evaluator import control, data_movement
-
         table: dict[str, Handler] = {}
         table.update(data_movement.VECTOR_HANDLERS)
         table.update(control.VECTOR_HANDLERS)

@@ -16,8 +16,8 @@ import numpy as np
 
 from heron.hlo.attributes import ConvDimensionNumbers, Window, WindowDim
 from heron.hlo.element_types import ElementType
+from heron.hlo.evaluator.common import convert_array, instruction_error
 from heron.hlo.evaluator.data_movement import pad_array, required
-from heron.hlo.evaluator.interpreter import convert_array, instruction_error
 from heron.hlo.ir import Instruction, Literal
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ import numpy as np
 
 from heron.hlo import memory_budget
 from heron.hlo.element_types import ElementType
-from heron.hlo.evaluator.interpreter import TOKEN
+from heron.hlo.evaluator.common import TOKEN
 from heron.hlo.ir import Literal, Module
 from heron.hlo.shapes import ArrayShape, Shape, TupleShape
 

@@ -38,8 +38,8 @@ import numpy as np
 from heron.hlo.attributes import Window
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
+from heron.hlo.evaluator.common import instruction_error
 from heron.hlo.evaluator.data_movement import pad_array, required
-from heron.hlo.evaluator.interpreter import instruction_error
 from heron.hlo.ir import Computation, Instruction, Literal, literals_identical
 
 if TYPE_CHECKING:
