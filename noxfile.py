@@ -1,4 +1,5 @@
-"""heron's sessions: `nox` runs the test suite (lint, tests, runtime, isolation, oracle).
+"""heron's sessions: `nox` runs the test suite (lint, tests, runtime, isolation, oracle,
+gpu-bundle, dev).
 
     nox                  the default sessions below: what CI runs (.ci/run)
     nox -s dev           .venv/heron: every package editable, with the extras this machine
@@ -42,7 +43,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "tests", "runtime", "isolation", "oracle", "gpu-bundle"]
+nox.options.sessions = ["lint", "tests", "runtime", "isolation", "oracle", "gpu-bundle", "dev"]
 nox.options.error_on_external_run = True
 
 ROOT = Path(__file__).resolve().parent
@@ -556,7 +557,21 @@ def dev(session: nox.Session) -> None:
         *editable, "-e", f".[{','.join(extras)}]",
         external=True,
     )  # fmt: skip
-    session.run(str(DEV_VENV / "bin" / "heron"), "--version", external=True)
+    heron = str(DEV_VENV / "bin" / "heron")
+    session.run(heron, "--version", external=True)
+    # What a newcomer does next (issue 31): compile for both GPU vendors without a GPU,
+    # and a report page with the kernel's PTX statistics.
+    scratch = Path(session.create_tmp())
+    for target in ("h100", "mi300x"):
+        out = scratch / target
+        session.run(heron, "compile", "examples/gelu.hlo", "--target", target, "-o", f"{out}/",
+                    external=True)  # fmt: skip
+        if not any(out.iterdir()):
+            session.error(f"heron compile --target {target} wrote nothing")
+    page = scratch / "gelu.html"
+    session.run(heron, "report", "examples/gelu.hlo", "-o", str(page), "--no-xla", external=True)
+    if "PTX statistics" not in page.read_text():
+        session.error(f"{page} has no PTX statistics")
     session.log(
         f"heron is installed in {DEV_VENV.relative_to(ROOT)} (extras: {', '.join(extras)});"
         f" to use it: source {DEV_VENV.relative_to(ROOT)}/bin/activate"
