@@ -242,7 +242,7 @@ def test_the_contract_refuses_what_it_does_not_describe(change, message):
 @pytest.mark.parametrize(
     ("window", "out", "element", "why"),
     [
-        ("size=3x3 lhs_dilate=2x2", "[2,15,15,4]", "f32", "conv_dgrad"),
+        ("size=3x3 lhs_dilate=2x2", "[2,15,15,4]", "f32", "without a reversed filter"),
         ("size=3x3 pad=-1_0x0_0", "[2,6,7,4]", "f32", "negative padding"),
         ("size=3x3 rhs_reversal=1x1", "[2,7,7,4]", "f32", "reversed"),
         ("size=3x3", "[2,7,7,4]", "f64", "not f64"),
@@ -314,3 +314,78 @@ def test_the_thunk_counts_tell_the_library_calls_from_what_is_beside_them():
     compiled = compile_program(parse_module(text), H100, ("interpreter",))
     assert thunk_counts(compiled) == {"kernel": 1, "library_call": 1}  # the filter transpose
     assert thunk_counts(compiled, fallbacks=True) == {"custom_call": 1}
+
+
+def _strided_input_gradient() -> str:
+    """jax's gradient, with respect to the input, of a stride-2 3x3 convolution (NHWC,
+    HWIO): a convolution of the output gradient base-dilated by 2 with the reversed
+    filter, which cuDNN computes as ``conv_dgrad``."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    def loss(x, w):
+        y = lax.conv_general_dilated(
+            x, w, (2, 2), ((1, 1), (1, 1)), dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
+        return (y * y).sum()
+
+    x, w = jnp.zeros((2, 9, 9, 3)), jnp.zeros((3, 3, 3, 4))
+    return jax.jit(jax.grad(loss)).lower(x, w).as_text(dialect="hlo")
+
+
+@pytest.mark.parametrize("libraries", [(), ("convolution",)])
+def test_a_strided_convolution_s_input_gradient_is_cudnn_s_data_gradient(libraries):
+    text = _strided_input_gradient()
+    assert "lhs_dilate=2x2" in text and "reverse(" in text
+    module = parse_module(text)
+    compiled = compile_program(module, H100, ("interpreter",))
+    calls = [
+        ConvolutionCall.from_thunk(t)
+        for t in walk(compiled.artefact.program)
+        if isinstance(t, LibraryCallThunk) and t.operation == "convolution"
+    ]
+    assert sorted(c.describe() for c in calls) == [
+        "convolution data gradient f32[2x4x5x5] * f32[4x3x3x3] -> f32[2x3x9x9], stride 2x2,"
+        " pad 1_1x1_1, tf32",
+        "convolution f32[2x3x9x9] * f32[4x3x3x3] -> f32[2x4x5x5], stride 2x2, pad 1_1x1_1, tf32",
+    ]
+    inputs = _inputs(module, seed=5)
+    expected = np.asarray(evaluate_module(module, inputs), np.float64)
+    executable = load_executable(compiled.artefact, InterpreterDevice(libraries=libraries))
+    (out,) = executable.run(inputs)
+    if not libraries:  # the host computes the gradient's own HLO: the evaluator's bits
+        np.testing.assert_array_equal(out, expected.astype(np.float32))
+        return
+    # TF32 products in the forward convolution and again in the gradient's
+    scale = max(1.0, float(np.abs(expected).max()))
+    error = float(np.abs(out - expected).max())
+    assert 0 < error <= 2 * 8 * 2.0**-11 * math.sqrt(36) * scale, error
+
+
+def test_the_data_gradient_contract_is_the_reversed_base_dilated_convolution():
+    # Without TF32 the contract's numpy gradient equals the evaluator's HLO convolution.
+    text = _module(
+        "[2,5,5,4]{3,2,1,0}", "[3,3,4,3]{3,2,1,0}", "[2,9,9,3]{3,2,1,0}",
+        "window={size=3x3 pad=1_1x1_1 lhs_dilate=2x2 rhs_reversal=1x1},"
+        " dim_labels=b01f_01io->b01f",
+    )  # fmt: skip
+    module = parse_module(text)
+    dy, w = _inputs(module, seed=9)
+    expected = np.asarray(evaluate_module(module, [dy, w]))
+    nhwc = (0, 2, 3, 1)
+    call = ConvolutionCall(
+        x_dims=(2, 3, 9, 9), x_strides=dense_strides((2, 3, 9, 9), nhwc),
+        w_dims=(4, 3, 3, 3), w_strides=dense_strides((4, 3, 3, 3), (2, 3, 0, 1)),
+        y_dims=(2, 4, 5, 5), y_strides=dense_strides((2, 4, 5, 5), nhwc),
+        padding_low=(1, 1), padding_high=(1, 1), stride=(2, 2), dilation=(1, 1),
+        mode="data_gradient",
+    )  # fmt: skip
+    # the gradient's kernel 01io: i is the forward's K (4), o its C (3); stored [3,3,4,3]
+    raw = [
+        np.ascontiguousarray(dy).view(np.uint8).reshape(-1),
+        np.ascontiguousarray(w).view(np.uint8).reshape(-1),
+        np.zeros(expected.nbytes, np.uint8),
+    ]
+    out = call.reference(raw).view(np.float32).reshape(2, 9, 9, 3)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)

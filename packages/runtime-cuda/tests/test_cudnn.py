@@ -76,6 +76,16 @@ CALLS = {
     ),
     "conv1d_bf16": _call((2, 4, 1, 16), (8, 4, 1, 3), (2, 8, 1, 14), element_type="bf16"),
     "conv3d_highest": _call((1, 2, 5, 6, 7), (3, 2, 2, 2, 2), (1, 3, 4, 5, 6), order=NDHWC),
+    "strided_data_gradient": _call(
+        (2, 3, 9, 9),
+        (4, 3, 3, 3),
+        (2, 4, 5, 5),
+        padding_low=(1, 1),
+        padding_high=(1, 1),
+        stride=(2, 2),
+        compute="tf32",
+        mode="data_gradient",
+    ),
 }
 
 
@@ -127,9 +137,17 @@ class FakeCudnn:
                 return made
 
             def conv_fprop(self, image, weight, **keywords):
-                self.record["conv"] = keywords | {"image": image, "weight": weight}
+                self.record["conv"] = keywords | {"node": "conv_fprop"}
+                assert (image, weight) == (self.record["tensors"]["x"], self.record["tensors"]["w"])
                 out = _Tensor("y", [], [], None)
                 self.record["tensors"]["y"] = out
+                return out
+
+            def conv_dgrad(self, loss, filter, **keywords):  # noqa: A002 - the frontend's name
+                self.record["conv"] = keywords | {"node": "conv_dgrad"}
+                assert (loss, filter) == (self.record["tensors"]["y"], self.record["tensors"]["w"])
+                out = _Tensor("x", [], [], None)
+                self.record["tensors"]["x"] = out
                 return out
 
             def __getattr__(self, step):
@@ -174,9 +192,10 @@ class FakeCudnn:
             groups=tensors["x"].dim[1] // tensors["w"].dim[1],
             element_type=element,
             compute="tf32" if element == "f32" and not record["deselected"] else "",
+            mode="forward" if conv["node"] == "conv_fprop" else "data_gradient",
         )
         arrays = []
-        for size, tensor in zip(call.byte_sizes(), ("x", "w", "y"), strict=True):
+        for size, tensor in zip(call.byte_sizes(), call.operand_names, strict=True):
             arrays.append(
                 np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(pack[tensors[tensor]]))
             )
@@ -214,7 +233,7 @@ def _operands(call: ConvolutionCall, rng) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
-def test_each_call_is_one_conv_fprop_graph_computing_the_contract(fake, name):
+def test_each_call_is_one_graph_node_computing_the_contract(fake, name):
     call = CALLS[name]
     allocated = []
     library = Cudnn(lambda n: allocated.append(n) or 0x7000, bindings=fake)
@@ -234,8 +253,9 @@ def test_each_call_is_one_conv_fprop_graph_computing_the_contract(fake, name):
         assert tensors[tensor].dim == list(getattr(call, f"{tensor}_dims"))
         assert tensors[tensor].stride == list(getattr(call, f"{tensor}_strides"))
         assert tensors[tensor].data_type == types_[call.element_type]
-    assert tensors["y"].output
     conv = graph["conv"]
+    assert conv["node"] == chosen.node == ("conv_fprop" if call.mode == "forward" else "conv_dgrad")
+    assert tensors[call.operand_names[-1]].output
     assert (conv["pre_padding"], conv["post_padding"]) == (
         list(call.padding_low),
         list(call.padding_high),

@@ -10,15 +10,19 @@ still lowered to im2col and a GEMM (``heron.hlo.passes.convolution_to_dot``),
 as on a target without one.
 
 - :func:`convolution_verdict` decides, once, whether the library takes a
-  convolution, and says why not: a forward convolution of f32, f16 or bf16
-  (all three tensors one type), 1 to 3 spatial dimensions, no base (lhs)
-  dilation or window reversal, no negative padding, ``batch_group_count`` 1.
-  (Those are the data gradients and grouped weight gradients that cuDNN
-  computes as ``conv_dgrad`` and ``conv_wgrad``, which heron does not call yet.)
+  convolution, and says why not: f32, f16 or bf16 (all three tensors one
+  type), 1 to 3 spatial dimensions, ``batch_group_count`` 1, and either a
+  forward convolution (no base dilation, window reversal or negative padding:
+  cuDNN's ``conv_fprop``) or the data gradient of a strided one (jax's input
+  gradient: the output gradient base-dilated by the stride, convolved with the
+  reversed filter, window stride 1, one feature group: ``conv_dgrad``, the
+  forward's padding ``dilation * (window - 1)`` less the gradient's, which must
+  not be negative). Grouped weight gradients (``conv_wgrad``) are not called yet.
 - The ``library-convolution-rewriter`` pass (first in the GPU pipeline)
   transposes a taken convolution's operands into cuDNN's preferred order
   (``b01f`` input, ``o01i`` filter: NHWC and KRSC once the layouts are
-  row-major) and makes it the custom call ``__heron$convolution``
+  row-major; a data gradient's filter unreversed, ``i01o``, its window saying
+  ``rhs_reversal`` instead) and makes it the custom call ``__heron$convolution``
   (:mod:`heron.hlo.custom_calls.convolution`), whose result is transposed back
   into the order the program asked for. Transposes that change nothing are
   folded away by the simplifier, so a flax convolution (``b01f_01io->b01f``)
@@ -35,6 +39,8 @@ as on a target without one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import attrs
 
 from heron.compiler.target import Target
 from heron.hlo.attributes import ConvDimensionNumbers, QuotedString, Window
@@ -94,13 +100,58 @@ def convolution_verdict(conv: Instruction, target: Target) -> str:
     if int(conv.attributes.get("batch_group_count", 1)) != 1:
         return "batch_group_count > 1 (a grouped weight gradient: conv_wgrad is not called yet)"
     window = conv.attributes.get("window")
-    for dim in window.dims if isinstance(window, Window) else ():
-        if dim.base_dilation != 1:
-            return "base (lhs) dilation (a strided data gradient: conv_dgrad is not called yet)"
+    dims = list(window.dims) if isinstance(window, Window) else []
+    if any(d.base_dilation != 1 for d in dims):
+        return _data_gradient_verdict(conv, numbers, dims)
+    for dim in dims:
         if dim.window_reversal:
             return "a reversed window"
         if dim.pad_low < 0 or dim.pad_high < 0:
             return "negative padding"
+    return ""
+
+
+def _reversed_filter(conv: Instruction) -> Instruction | None:
+    """The filter ``conv`` reads reversed over every spatial dimension (jax's
+    ``rev(w)``, or a window that says ``rhs_reversal``), else None."""
+    numbers: ConvDimensionNumbers = conv.attributes["dim_labels"]
+    rhs = conv.operands[1]
+    window = conv.attributes.get("window")
+    dims = list(window.dims) if isinstance(window, Window) else []
+    flags = {d.window_reversal for d in dims}
+    if flags == {True}:
+        return rhs
+    spatial = set(numbers.kernel_spatial)
+    if flags <= {False} and rhs.opcode == "reverse":
+        if set(rhs.attributes.get("dimensions", ())) == spatial:
+            return rhs.operands[0]
+    return None
+
+
+def _forward_padding(conv: Instruction, dims: Sequence) -> list[tuple[int, int]]:
+    """The forward convolution's padding that ``conv`` (a data gradient: the output
+    gradient base-dilated by the stride, convolved with the reversed filter) stands for:
+    ``dilation * (window - 1)`` less the gradient's own padding, on each side."""
+    return [
+        (
+            d.window_dilation * (d.size - 1) - d.pad_low,
+            d.window_dilation * (d.size - 1) - d.pad_high,
+        )
+        for d in dims
+    ]
+
+
+def _data_gradient_verdict(conv: Instruction, numbers: ConvDimensionNumbers, dims: Sequence) -> str:
+    """``""`` where ``conv`` is the data gradient of a strided forward convolution, which
+    cuDNN computes as ``conv_dgrad``, else why not."""
+    if int(conv.attributes.get("feature_group_count", 1)) != 1:
+        return "base (lhs) dilation with feature groups (a grouped data gradient)"
+    if any(d.stride != 1 for d in dims):
+        return "base (lhs) dilation with a window stride (no data gradient's form)"
+    if _reversed_filter(conv) is None:
+        return "base (lhs) dilation without a reversed filter (no data gradient's form)"
+    if any(lo < 0 or hi < 0 for lo, hi in _forward_padding(conv, dims)):
+        return "base (lhs) dilation whose forward padding would be negative"
     return ""
 
 
@@ -128,15 +179,16 @@ def is_library_convolution(inst: Instruction) -> bool:
 # -- the pass ----------------------------------------------------------------------------------
 
 
-def _canonical_labels(spatial: int) -> ConvDimensionNumbers:
-    """``b01f_o01i->b01f`` for ``spatial`` spatial dimensions (NHWC, KRSC, NHWC)."""
+def _canonical_labels(spatial: int, gradient: bool = False) -> ConvDimensionNumbers:
+    """``b01f_o01i->b01f`` for ``spatial`` spatial dimensions (NHWC, KRSC, NHWC); for a data
+    gradient ``b01f_i01o->b01f`` (its kernel's input features are the forward's K)."""
     inner = tuple(range(1, spatial + 1))
     return ConvDimensionNumbers(
         input_batch=0,
         input_feature=spatial + 1,
         input_spatial=inner,
-        kernel_input_feature=spatial + 1,
-        kernel_output_feature=0,
+        kernel_input_feature=0 if gradient else spatial + 1,
+        kernel_output_feature=spatial + 1 if gradient else 0,
         kernel_spatial=inner,
         output_batch=0,
         output_feature=spatial + 1,
@@ -147,6 +199,14 @@ def _canonical_labels(spatial: int) -> ConvDimensionNumbers:
 def _rewrite(inserter: Inserter, conv: Instruction) -> Instruction:
     numbers: ConvDimensionNumbers = conv.attributes["dim_labels"]
     lhs, rhs = conv.operands
+    window = conv.attributes.get("window")
+    gradient = isinstance(window, Window) and any(d.base_dilation != 1 for d in window.dims)
+    if gradient:
+        # cuDNN's dgrad takes the forward filter: read it unreversed, and say in the
+        # window that the convolution reverses it (the host computes exactly that)
+        rhs = _reversed_filter(conv)
+        assert rhs is not None  # the verdict checked it
+        window = Window(tuple(attrs.evolve(d, window_reversal=True) for d in window.dims))
 
     def transpose(operand: Instruction, order: Sequence[int], suffix: str) -> Instruction:
         if list(order) == list(range(len(order))):
@@ -159,16 +219,17 @@ def _rewrite(inserter: Inserter, conv: Instruction) -> Instruction:
     x = transpose(
         lhs, (numbers.input_batch, *numbers.input_spatial, numbers.input_feature), "input_nhwc"
     )
-    w = transpose(
-        rhs,
-        (numbers.kernel_output_feature, *numbers.kernel_spatial, numbers.kernel_input_feature),
-        "filter_krsc",
-    )
+    first, last = numbers.kernel_output_feature, numbers.kernel_input_feature
+    if gradient:  # cuDNN's dgrad filter is the forward's, K first: the gradient's input features
+        first, last = last, first
+    w = transpose(rhs, (first, *numbers.kernel_spatial, last), "filter_krsc")
     out_order = (numbers.output_batch, *numbers.output_spatial, numbers.output_feature)
     canonical = ArrayShape(conv.shape.element_type, tuple(conv.shape.dims[d] for d in out_order))
     attributes = {
         name: value for name, value in conv.attributes.items() if name != "dim_labels"
-    } | {"dim_labels": _canonical_labels(len(numbers.input_spatial))}
+    } | {"dim_labels": _canonical_labels(len(numbers.input_spatial), gradient)}
+    if gradient:
+        attributes["window"] = window
     described = Instruction("convolution", "convolution", canonical, [x, w], attributes)
     call = inserter.add(
         "custom-call",
@@ -246,6 +307,33 @@ def convolution_call(inst: Instruction, target: Target) -> ConvolutionCall:
     def per_dim(name: str, default: int) -> list[int]:
         values = [default if d is None else getattr(d, name) for d in dims]
         return [default, *values] if len(values) == 1 else values
+
+    if any(d is not None and d.base_dilation != 1 for d in dims):
+        # the data gradient of a forward convolution: its x is this result, its y this
+        # lhs, its filter [K, C, ...] this rhs read with input and output features swapped
+        w = described(
+            rhs,
+            (numbers.kernel_input_feature, numbers.kernel_output_feature, *numbers.kernel_spatial),
+        )
+        padding = _forward_padding(conv, dims)
+        low, high = [lo for lo, _ in padding], [hi for _, hi in padding]
+        if len(low) == 1:
+            low, high = [0, *low], [0, *high]
+        return ConvolutionCall(
+            x_dims=y[0],
+            x_strides=y[1],
+            w_dims=w[0],
+            w_strides=w[1],
+            y_dims=x[0],
+            y_strides=x[1],
+            padding_low=low,
+            padding_high=high,
+            stride=per_dim("base_dilation", 1),
+            dilation=per_dim("window_dilation", 1),
+            element_type=str(out.element_type),
+            compute=dot_compute(conv, tf32=target.tf32),
+            mode="data_gradient",
+        )
 
     return ConvolutionCall(
         x_dims=x[0],

@@ -22,6 +22,17 @@ base dilation or reversal and with ``batch_group_count`` 1: what the compiler
 hands a library (``heron.compiler.library_convolution`` says which
 convolutions those are).
 
+With ``mode "data_gradient"`` the call is cuDNN's ``conv_dgrad`` of the same
+forward convolution: given ``y`` (the gradient of the forward's output) and
+``w`` it computes ``x``, the gradient of the forward's input::
+
+    x[n, g * C/groups + c', i...] = sum over k of the group and window positions
+        r... with o * stride + r * dilation - padding_low = i of y[n, k, o...] * w[k, c', r...]
+
+which is HLO's convolution of ``y`` base-dilated by the stride with the
+spatially reversed filter (what jax's gradient of a strided convolution is).
+Its arguments are ``y``, ``w``, ``x`` (the output last, as always).
+
 - ``arguments`` (the thunk's slices, in this order): ``x``, ``w``, ``y``; each
   ``prod(dims)`` elements whose strides are a permutation of a dense layout;
   ``y`` overlaps neither operand.
@@ -29,7 +40,7 @@ convolutions those are).
   tensors), ``compute`` (``""`` or ``"tf32"``), ``x_dims``, ``x_strides``,
   ``w_dims``, ``w_strides``, ``y_dims``, ``y_strides``, ``padding_low``,
   ``padding_high``, ``stride``, ``dilation`` (one per spatial dimension, 1 to
-  3 of them) and ``groups``.
+  3 of them), ``groups`` and ``mode`` (``forward`` or ``data_gradient``).
 
 :meth:`ConvolutionCall.reference` computes the contract with numpy (the
 interpreter device's "library", and what the GPU tests compare cuDNN with).
@@ -49,12 +60,14 @@ from heron.hlo.element_types import ElementType
 from heron.runtime.core.gemm import rounded_to_compute
 from heron.runtime.core.thunks import BufferSlice, LibraryCallThunk, ThunkError
 
-__all__ = ["CONVOLUTION", "ELEMENT_TYPES", "ConvolutionCall", "dense_strides"]
+__all__ = ["CONVOLUTION", "ELEMENT_TYPES", "MODES", "ConvolutionCall", "dense_strides"]
 
 #: The operation name of a convolution library call.
 CONVOLUTION = "convolution"
 #: The element types a convolution call takes (all three tensors of one type).
 ELEMENT_TYPES = ("f32", "f16", "bf16")
+#: What a call computes: the forward convolution, or its gradient with respect to x.
+MODES = ("forward", "data_gradient")
 #: The ``compute`` values: ``""`` (the operands' own precision) or ``"tf32"`` (f32 only).
 _COMPUTES = ("", "tf32")
 
@@ -108,8 +121,11 @@ class ConvolutionCall:
     groups: int = 1
     element_type: str = "f32"
     compute: str = ""
+    mode: str = "forward"
 
     def __attrs_post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ThunkError(f"convolution: mode {self.mode!r} (takes {', '.join(MODES)})")
         rank = len(self.x_dims)
         if not 3 <= rank <= 5:
             raise ThunkError(f"convolution: x has {rank} dimensions (N, C and 1 to 3 spatial)")
@@ -185,10 +201,17 @@ class ConvolutionCall:
 
     @property
     def operand_names(self) -> tuple[str, ...]:
-        return ("x", "w", "y")
+        """The arguments, in order, the computed one last: ``x, w, y`` or ``y, w, x``."""
+        return ("x", "w", "y") if self.mode == "forward" else ("y", "w", "x")
+
+    def dims_of(self, name: str) -> tuple[int, ...]:
+        return getattr(self, f"{name}_dims")
+
+    def strides_of(self, name: str) -> tuple[int, ...]:
+        return getattr(self, f"{name}_strides")
 
     def element_counts(self) -> tuple[int, ...]:
-        return tuple(math.prod(d) for d in (self.x_dims, self.w_dims, self.y_dims))
+        return tuple(math.prod(self.dims_of(name)) for name in self.operand_names)
 
     def byte_sizes(self) -> tuple[int, ...]:
         width = ElementType(self.element_type).byte_width
@@ -214,9 +237,11 @@ class ConvolutionCall:
             self.compute,
         ]
         t = self.element_type
+        a, _, out = self.operand_names
+        what = "convolution" if self.mode == "forward" else "convolution data gradient"
         return (
-            f"convolution {t}[{dims(self.x_dims)}] * {t}[{dims(self.w_dims)}] ->"
-            f" {t}[{dims(self.y_dims)}]" + "".join(f", {e}" for e in extras if e)
+            f"{what} {t}[{dims(self.dims_of(a))}] * {t}[{dims(self.w_dims)}] ->"
+            f" {t}[{dims(self.dims_of(out))}]" + "".join(f", {e}" for e in extras if e)
         )
 
     # -- the thunk's form --------------------------------------------------------------------
@@ -261,15 +286,19 @@ class ConvolutionCall:
                 raise ThunkError(
                     f"{self.describe()}: {name} is {size} bytes, its slice {piece} {piece.size}"
                 )
-        y = arguments[-1]
+        out = arguments[-1]
         for name, piece in zip(names[:-1], arguments[:-1], strict=True):
-            if piece.allocation == y.allocation and piece.offset < y.end and y.offset < piece.end:
-                raise ThunkError(f"{self.describe()}: y {y} overlaps {name} {piece}")
+            if (
+                piece.allocation == out.allocation
+                and piece.offset < out.end
+                and out.offset < piece.end
+            ):
+                raise ThunkError(f"{self.describe()}: {names[-1]} {out} overlaps {name} {piece}")
 
     # -- numpy -------------------------------------------------------------------------------
     def reference(self, arguments: Sequence[np.ndarray]) -> np.ndarray:
         """The contract computed with numpy from the arguments' raw bytes (uint8 arrays in
-        :attr:`operand_names` order, ``y`` last); returns ``y``'s bytes.
+        :attr:`operand_names` order, the computed one last); returns its bytes.
 
         Products are summed in f32 (numpy's order, not the library's: results agree
         within the sum's rounding), the operands first rounded to ``compute``.
@@ -278,39 +307,59 @@ class ConvolutionCall:
             raise ThunkError(f"{self.describe()}: takes 3 arguments, given {len(arguments)}")
         dtype = ElementType(self.element_type).numpy_dtype
         width = np.dtype(dtype).itemsize
+        raw = dict(zip(self.operand_names, arguments, strict=True))
 
-        def logical(raw: np.ndarray, dims: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
-            flat = np.ascontiguousarray(raw).view(dtype)
+        def logical(name: str) -> np.ndarray:
+            flat = np.ascontiguousarray(raw[name]).view(dtype)
+            strides = [s * width for s in self.strides_of(name)]
             view = np.lib.stride_tricks.as_strided(
-                flat, shape=dims, strides=[s * width for s in strides], writeable=False
+                flat, shape=self.dims_of(name), strides=strides, writeable=False
             )
             return rounded_to_compute(np.array(view, dtype=np.float32), self.compute)
 
-        x = logical(arguments[0], self.x_dims, self.x_strides)
-        w = logical(arguments[1], self.w_dims, self.w_strides)
-        spatial = self.spatial_rank
-        x = np.pad(x, [(0, 0), (0, 0), *zip(self.padding_low, self.padding_high)])
         n, c = self.x_dims[:2]
         k = self.w_dims[0]
         g = self.groups
+        window = self.w_dims[2:]
         out_spatial = self.y_dims[2:]
-        x = x.reshape(n, g, c // g, *x.shape[2:])
-        w = w.reshape(g, k // g, c // g, *self.w_dims[2:])
-        result = np.zeros((n, g, k // g, *out_spatial), np.float32)
-        for tap in itertools.product(*(range(size) for size in self.w_dims[2:])):
-            window = tuple(
+        padded = [x + lo + hi for x, lo, hi in zip(self.x_dims[2:], self.padding_low,
+                                                   self.padding_high, strict=True)]  # fmt: skip
+        w = logical("w").reshape(g, k // g, c // g, *window)
+
+        def taps(tap: tuple[int, ...]) -> tuple[slice, ...]:
+            """The padded input positions tap ``tap`` meets, one per output position."""
+            return tuple(
                 slice(
                     tap[d] * self.dilation[d],
                     tap[d] * self.dilation[d] + (out_spatial[d] - 1) * self.stride[d] + 1,
                     self.stride[d],
                 )
-                for d in range(spatial)
+                for d in range(self.spatial_rank)
             )
-            patch = x[(slice(None), slice(None), slice(None), *window)]
-            result += np.einsum("ngc...,gkc->ngk...", patch, w[(..., *tap)], dtype=np.float32)
-        y = np.zeros(math.prod(self.y_dims), dtype)
+
+        positions = list(itertools.product(*(range(size) for size in window)))
+        if self.mode == "forward":
+            x = logical("x")
+            x = np.pad(x, [(0, 0), (0, 0), *zip(self.padding_low, self.padding_high)])
+            x = x.reshape(n, g, c // g, *padded)
+            result = np.zeros((n, g, k // g, *out_spatial), np.float32)
+            for tap in positions:
+                patch = x[(slice(None), slice(None), slice(None), *taps(tap))]
+                result += np.einsum("ngc...,gkc->ngk...", patch, w[(..., *tap)], dtype=np.float32)
+        else:
+            y = logical("y").reshape(n, g, k // g, *out_spatial)
+            grad = np.zeros((n, g, c // g, *padded), np.float32)
+            for tap in positions:
+                contribution = np.einsum("ngk...,gkc->ngc...", y, w[(..., *tap)], dtype=np.float32)
+                grad[(slice(None), slice(None), slice(None), *taps(tap))] += contribution
+            inside = tuple(
+                slice(lo, lo + x) for lo, x in zip(self.padding_low, self.x_dims[2:], strict=True)
+            )
+            result = grad[(slice(None), slice(None), slice(None), *inside)]
+        name = self.operand_names[-1]
+        out = np.zeros(math.prod(self.dims_of(name)), dtype)
         view = np.lib.stride_tricks.as_strided(
-            y, shape=self.y_dims, strides=[s * width for s in self.y_strides]
+            out, shape=self.dims_of(name), strides=[s * width for s in self.strides_of(name)]
         )
-        view[...] = result.reshape(self.y_dims).astype(dtype)
-        return y.view(np.uint8)
+        view[...] = result.reshape(self.dims_of(name)).astype(dtype)
+        return out.view(np.uint8)

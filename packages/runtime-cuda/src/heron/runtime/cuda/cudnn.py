@@ -2,9 +2,10 @@
 bindings, the ``nvidia-cudnn-frontend`` wheel, over ``libcudnn`` 9).
 
 The contract is :mod:`heron.runtime.core.convolution`: a forward convolution
-whose three tensors are given in cuDNN's own terms, dimensions ``[N, C,
+(``conv_fprop``) or its data gradient (``conv_dgrad``), whose three tensors
+are given in cuDNN's own terms, dimensions ``[N, C,
 spatial...]`` / ``[K, C/groups, window...]`` / ``[N, K, out...]`` with an
-element stride per dimension, so the call is one ``conv_fprop`` node and
+element stride per dimension, so the call is one graph node and
 nothing is copied or transposed here (the compiler chose NHWC and KRSC, the
 layouts cuDNN's fastest engines take, as XLA's layout assignment does).
 
@@ -59,6 +60,8 @@ class ConvPlan:
     dilation: tuple[int, ...]
     #: whether TF32 (f32) or half-precision tensor-core engines may run it
     tensor_cores: bool
+    #: ``conv_fprop`` (computes y from x) or ``conv_dgrad`` (x from y)
+    node: str = "conv_fprop"
 
 
 def plan(call: ConvolutionCall) -> ConvPlan:
@@ -79,6 +82,7 @@ def plan(call: ConvolutionCall) -> ConvPlan:
         stride=call.stride,
         dilation=call.dilation,
         tensor_cores=call.element_type != "f32" or call.compute == "tf32",
+        node="conv_fprop" if call.mode == "forward" else "conv_dgrad",
     )
 
 
@@ -135,15 +139,7 @@ class Cudnn(Library):
             compute_data_type=compute,
             handle=self.handle,
         )
-        x = graph.tensor(
-            name="x", dim=list(chosen.x_dims), stride=list(chosen.x_strides), data_type=io
-        )
-        w = graph.tensor(
-            name="w", dim=list(chosen.w_dims), stride=list(chosen.w_strides), data_type=io
-        )
-        y = graph.conv_fprop(
-            image=x,
-            weight=w,
+        window = dict(
             pre_padding=list(chosen.pre_padding),
             post_padding=list(chosen.post_padding),
             stride=list(chosen.stride),
@@ -151,9 +147,27 @@ class Cudnn(Library):
             compute_data_type=compute,
             name="convolution",
         )
-        y.set_output(True).set_data_type(io).set_dim(list(chosen.y_dims)).set_stride(
-            list(chosen.y_strides)
+        w = graph.tensor(
+            name="w", dim=list(chosen.w_dims), stride=list(chosen.w_strides), data_type=io
         )
+        if chosen.node == "conv_fprop":
+            x = graph.tensor(
+                name="x", dim=list(chosen.x_dims), stride=list(chosen.x_strides), data_type=io
+            )
+            y = graph.conv_fprop(image=x, weight=w, **window)
+            y.set_output(True).set_data_type(io).set_dim(list(chosen.y_dims)).set_stride(
+                list(chosen.y_strides)
+            )
+            tensors = (x, w, y)  # the contract's argument order
+        else:
+            y = graph.tensor(
+                name="y", dim=list(chosen.y_dims), stride=list(chosen.y_strides), data_type=io
+            )
+            x = graph.conv_dgrad(loss=y, filter=w, **window)
+            x.set_output(True).set_data_type(io).set_dim(list(chosen.x_dims)).set_stride(
+                list(chosen.x_strides)
+            )
+            tensors = (y, w, x)
         graph.validate()
         graph.build_operation_graph()
         graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
@@ -161,7 +175,7 @@ class Cudnn(Library):
             graph.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE])
         graph.check_support()
         graph.build_plans()
-        return _Prepared(chosen, graph, (x, w, y), int(graph.get_workspace_size()))
+        return _Prepared(chosen, graph, tensors, int(graph.get_workspace_size()))
 
     def prepare(self, call: ConvolutionCall) -> _Prepared | None:
         """The built graph for ``call``, or None where cuDNN has no engine for it."""
@@ -191,10 +205,9 @@ class Cudnn(Library):
         if prepared is None:
             raise DeviceError(f"cuDNN has no plan for {call.describe()}")
         self._call("set_stream", handle=self.handle, stream=int(stream))
-        x, w, y = prepared.tensors
         try:
             prepared.graph.execute(
-                {x: addresses[0], w: addresses[1], y: addresses[2]},
+                dict(zip(prepared.tensors, addresses, strict=True)),
                 self.workspace,
                 handle=self.handle,
             )
