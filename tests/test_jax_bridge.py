@@ -112,3 +112,28 @@ def test_lower_gives_the_module_heron_compiles() -> None:
     lowered = heron_jax.lower(program.function, *program.arguments())
     text = (ROOT / "programs" / "softmax" / "module.hlo").read_text()
     assert lowered.hlo_text.strip() == text.strip()
+
+
+def test_heron_jax_lowers_for_the_gpu_it_runs_on():
+    # Issue 29: a CUDA program gets the HLO jax gives XLA:GPU (no GPU needed to lower);
+    # a GPU custom call no installed plugin runs is refused by name when compiled.
+    import jax.numpy as jnp
+
+    from heron.compiler import Target
+    from heron.compiler.executable import compile_program
+    from heron.hlo.errors import HloError
+    from heron.hlo.plugin_loading import PluginError
+    from heron.jax.lowering import lower, platform_for
+
+    assert (platform_for("cuda"), platform_for("rocm"), platform_for("interpreter")) == (
+        "cuda",
+        "rocm",
+        "cpu",
+    )
+    a = jnp.eye(4) * 2
+    cpu = lower(jnp.linalg.cholesky, a).hlo_text
+    cuda = lower(jnp.linalg.cholesky, a, platform="cuda").hlo_text
+    assert "lapack_spotrf_ffi" in cpu and "cusolver_potrf_ffi" in cuda
+    with pytest.raises((HloError, PluginError), match="cusolver_potrf_ffi"):
+        compile_program(lower(jnp.linalg.cholesky, a, platform="cuda").module,
+                        Target.preset("h100"), ("interpreter",))  # fmt: skip

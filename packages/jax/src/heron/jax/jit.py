@@ -28,7 +28,14 @@ from typing import Any
 import attrs
 
 from heron.jax.cache import DiskCache, cache_key, default_cache_dir
-from heron.jax.lowering import Lowered, Signature, lower, signature_of, split_static
+from heron.jax.lowering import (
+    Lowered,
+    Signature,
+    lower,
+    platform_for,
+    signature_of,
+    split_static,
+)
 
 __all__ = ["HeronJitted", "jit"]
 
@@ -94,12 +101,14 @@ class HeronJitted:
 
     # -- calling -------------------------------------------------------------------------
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
-        """The module heron compiles for these arguments (no compile, no run)."""
+        """The module heron compiles for these arguments (no compile, no run), lowered by
+        jax for the platform the program runs on (:func:`heron.jax.lowering.platform_for`)."""
         return lower(
             self.function,
             *args,
             static_argnums=self.static_argnums,
             static_argnames=self.static_argnames,
+            platform=platform_for(self.backend),
             **kwargs,
         )
 

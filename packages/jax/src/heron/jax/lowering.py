@@ -1,9 +1,12 @@
 """From a JAX function and its arguments to the module heron compiles, and back to pytrees.
 
-jax traces and lowers the function for the CPU platform (no GPU is needed, and
-the pre-optimization HLO does not depend on the platform but for custom calls
-jax picks per platform); the HLO text is what ``jax.jit(f).lower(...)``
-prints, the same text the program corpus holds. The entry's parameters are
+jax traces and lowers the function for the platform the program will run on
+(:func:`platform_for`: the GPU's own where it runs on CUDA or ROCm, the CPU's
+on the interpreter; no device of it is needed). The pre-optimization HLO
+differs between platforms only in the custom calls jax picks (LAPACK on the
+CPU, cuSOLVER and cuFFT on CUDA): a GPU's are refused by name where no
+installed ``heron.custom_calls`` plugin runs them. The HLO text is what
+``jax.jit(f).lower(...)`` prints, the same text the program corpus holds. The entry's parameters are
 the leaves of ``(args, kwargs)`` in ``jax.tree_util`` order (static arguments
 excluded), and its result leaves those of the function's output pytree: the
 two tree definitions jax reports are kept so that numbers go in and come out
@@ -22,7 +25,7 @@ import numpy as np
 from heron.hlo.ir import Module
 from heron.hlo.parser import parse_module
 
-__all__ = ["Lowered", "Signature", "lower", "signature_of"]
+__all__ = ["PLATFORMS", "Lowered", "Signature", "lower", "platform_for", "signature_of"]
 
 
 @attrs.frozen
@@ -86,14 +89,27 @@ def _name(function: Callable[..., Any]) -> str:
     return getattr(function, "__name__", None) or type(function).__name__
 
 
+#: heron backend -> the platform jax lowers for: a GPU's own HLO (what jax gives XLA:GPU,
+#: cuSOLVER and cuFFT custom calls included) where the program runs on that GPU, the CPU's
+#: (LAPACK custom calls, which heron.jax runs on the host) on the interpreter.
+PLATFORMS = {"cuda": "cuda", "rocm": "rocm"}
+
+
+def platform_for(backend: str | None) -> str:
+    """The platform jax lowers for when the program runs on ``backend``."""
+    return PLATFORMS.get(backend or "", "cpu")
+
+
 def lower(
     function: Callable[..., Any],
     *args: Any,
     static_argnums: int | Sequence[int] = (),
     static_argnames: str | Sequence[str] = (),
+    platform: str = "cpu",
     **kwargs: Any,
 ) -> Lowered:
-    """``function`` lowered by jax, for the CPU, at these arguments (see the module docstring).
+    """``function`` lowered by jax for ``platform`` (``cpu``, ``cuda`` or ``rocm``: no device
+    of it is needed) at these arguments (see the module docstring).
 
     Arguments are anything jax takes (arrays, scalars, pytrees of them, or
     ``jax.ShapeDtypeStruct`` to lower without data). Every argument becomes an
@@ -106,7 +122,7 @@ def lower(
         static_argnums=static_argnums,
         static_argnames=static_argnames,
     )
-    lowered = jitted.trace(*args, **kwargs).lower(lowering_platforms=("cpu",))
+    lowered = jitted.trace(*args, **kwargs).lower(lowering_platforms=(platform,))
     text = lowered.compiler_ir("hlo").as_hlo_text()
     name = _name(function)
     module = parse_module(text, source=f"<jax: {name}>")
