@@ -516,3 +516,37 @@ def test_the_tolerance_is_labelled_and_counted_in_words():
     assert OutputTolerance(1).describe() == "1 ulp"
     assert OutputTolerance(2, reordered=True).describe() == "2 ulps, reassociation bounds"
     assert OutputTolerance().describe() == "bitwise"
+
+
+def test_the_check_reads_expand_math_s_accuracy_table_the_docstring_states():
+    # issue 32: the ulp table was copied by hand into the harness; now there is one
+    # (heron.emitters.math_accuracy), the harness reads it and expand_math's docstring
+    # says what it holds.
+    import re
+
+    from heron.emitters.math_accuracy import ACCURACY
+    from heron.emitters.pipeline import expand_math
+    from heron.harness.tolerance import ULP_BOUNDS
+
+    lines = expand_math.__doc__.splitlines()
+    rules = [k for k, line in enumerate(lines) if line.startswith("==============  =")]
+    rows: dict[str, tuple[int, int]] = {}
+    continued: tuple[int, int] | None = None  # a name cell ending in "," goes on below
+    for line in lines[rules[1] + 1 : rules[2]]:  # the rows, between the header and the end
+        cells = re.split(r"\s{2,}", line.strip())
+        if not line.startswith(" ") and cells[0]:
+            names = [n.strip() for n in cells[0].split(",") if n.strip()]
+            numbers = [re.match(r"(\d+)", c) for c in cells[1:3]]
+            if len(cells) >= 3 and all(numbers):
+                bounds = tuple(int(m.group(1)) for m in numbers)
+            elif continued is not None:
+                bounds = continued
+            else:
+                continue
+            rows.update(dict.fromkeys(names, bounds))
+            continued = bounds if cells[0].endswith(",") else None
+    documented = {name: rows[name] for name in ACCURACY if name in rows}
+    assert documented == {n: b for n, b in ACCURACY.items() if n in rows}
+    assert set(ACCURACY) - set(rows) <= {"powf"}  # "powf  1  2+2|y ln x|"
+    assert ULP_BOUNDS["exponential"] == ACCURACY["exp"] and ULP_BOUNDS["logistic"] == (4, 3)
+    assert ULP_BOUNDS["power"] == ACCURACY["powf"] == (1, 2)

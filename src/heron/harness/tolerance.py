@@ -5,8 +5,8 @@
   compute such ops exactly as the evaluator does (IEEE arithmetic, the same
   rounding), so any difference is a bug.
 * Float outputs that depend on transcendental ops: within the error bound of
-  expand-math's approximation of each (:data:`ULP_BOUNDS`, from the table in
-  ``heron.emitters.pipeline.expand_math``). For f64 add one ulp
+  expand-math's approximation of each (:data:`ULP_BOUNDS`, from the table of
+  ``heron.emitters.math_accuracy``, expand-math's own). For f64 add one ulp
   (:data:`F64_REFERENCE_ULPS`): the reference is libm's float64 routine,
   itself up to an ulp off. f16/bf16 results are the f32 result rounded once
   more (:data:`NARROW_ULPS`). Several such ops in a chain add their bounds.
@@ -72,6 +72,7 @@ import attrs
 import ml_dtypes
 import numpy as np
 
+from heron.emitters.math_accuracy import ACCURACY
 from heron.hlo import ElementType
 from heron.hlo.determinism import regrouped
 from heron.hlo.dot_precision import check_tolerance
@@ -100,36 +101,40 @@ __all__ = [
     "ulp_distance",
 ]
 
-#: Max ulps (f32, f64) of expand-math's approximations on the GPU, from expand_math's
-#: docstring. The f32 bounds of the ops that take ``2^r`` from the approximate
-#: instruction (exponential, sinh, cosh, tanh, erf; ex2.approx.f32 is within 2 ulp) include
-#: it: the interpreter computes ``2^r`` correctly rounded, a GPU does not
+#: HLO opcode -> the math op expand-math approximates it with (its bounds are
+#: :data:`heron.emitters.math_accuracy.ACCURACY`'s, the one table).
+_APPROXIMATED_BY = {
+    "exponential": "exp",
+    "exponential-minus-one": "expm1",
+    "log": "log",
+    "log-plus-one": "log1p",
+    "sine": "sin",
+    "cosine": "cos",
+    "tan": "tan",
+    "atan2": "atan2",
+    "asin": "asin",
+    "acos": "acos",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "tanh": "tanh",
+    "asinh": "asinh",
+    "acosh": "acosh",
+    "atanh": "atanh",
+    "erf": "erf",
+    "cbrt": "cbrt",
+    "power": "powf",
+    "rsqrt": "rsqrt",
+}
+#: Max ulps (f32, f64) of expand-math's approximations on the GPU, by HLO opcode. The
+#: f32 bounds of the ops that take ``2^r`` from the approximate instruction include its
+#: 2 ulp: the interpreter computes ``2^r`` correctly rounded, a GPU does not
 #: (docs/pipeline.md, "Accuracy contract: what heron shares with XLA").
 ULP_BOUNDS: dict[str, tuple[int, int]] = {
-    "exponential": (3, 2),
-    "exponential-minus-one": (2, 2),
-    "log": (1, 2),
-    "log-plus-one": (3, 3),
-    "sine": (2, 2),
-    "cosine": (2, 2),
-    "tan": (4, 3),
-    "atan2": (2, 2),
-    "asin": (3, 3),
-    "acos": (3, 3),
-    "sinh": (4, 3),
-    "cosh": (3, 3),
-    "tanh": (3, 3),
-    "asinh": (3, 3),
-    "acosh": (3, 3),
-    "atanh": (3, 3),
-    "erf": (4, 2),
-    # 1 / (1 + exp(-x)): exp's bound (its error is damped by e/(1+e) <= 1) plus the
-    # add's and the division's roundings (was missing: logistic was compared bitwise).
-    "logistic": (4, 3),
-    "cbrt": (2, 2),
-    "power": (1, 2),
-    "rsqrt": (1, 1),
+    opcode: ACCURACY[op] for opcode, op in _APPROXIMATED_BY.items()
 }
+# 1 / (1 + exp(-x)): exp's bound (its error is damped by e/(1+e) <= 1) plus the add's
+# and the division's roundings.
+ULP_BOUNDS["logistic"] = (ACCURACY["exp"][0] + 1, ACCURACY["exp"][1] + 1)
 #: f16/bf16 results: the f32 result rounded once more.
 NARROW_ULPS = 1
 #: The f64 reference (numpy's libm routines) is itself up to this many ulps off.

@@ -1,0 +1,46 @@
+"""How far expand-math's approximations may be from the exact result: the one table.
+
+``expand-math`` (:mod:`heron.emitters.pipeline.expand_math`) rewrites every
+math op into arithmetic heron owns; its docstring's accuracy table says, per
+op, the largest error of an f32 and an f64 result on the GPU in ulps of the
+result type, as ``tests/test_math_accuracy.py`` measures it. This module is
+that table as data, with no dependency, so that the check's tolerance
+(``heron.harness.tolerance``) reads the bounds from here instead of keeping a
+copy, and a test holds the docstring to it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ACCURACY", "APPROXIMATE_EXP2"]
+
+#: math op -> (max ulps of an f32 result, of an f64 result) on the GPU.
+ACCURACY: dict[str, tuple[int, int]] = {
+    "exp": (3, 2),
+    "exp2": (3, 2),
+    "expm1": (2, 2),
+    "log": (1, 2),
+    "log2": (3, 3),
+    "log10": (3, 3),
+    "log1p": (3, 3),
+    "sin": (2, 2),
+    "cos": (2, 2),
+    "tan": (4, 3),
+    "atan": (1, 1),
+    "atan2": (2, 2),
+    "asin": (3, 3),
+    "acos": (3, 3),
+    "sinh": (4, 3),
+    "cosh": (3, 3),
+    "tanh": (3, 3),
+    "asinh": (3, 3),
+    "acosh": (3, 3),
+    "atanh": (3, 3),
+    "erf": (4, 2),
+    "erfc": (6, 4),
+    "cbrt": (2, 2),
+    "powf": (1, 2),
+    "rsqrt": (1, 1),
+}
+#: Ops whose f32 bound includes the 2 ulp of the GPU's approximate ``2^r``
+#: (``ex2.approx.f32``), which the interpreter computes correctly rounded.
+APPROXIMATE_EXP2 = frozenset({"exp", "exp2", "sinh", "cosh", "tanh", "erf", "erfc"})
