@@ -89,6 +89,7 @@ def test_xla_not_installed_is_one_line(monkeypatch, capsys, tmp_path):
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1
     assert "pip install 'heron[xla]'" in err
+    assert "from a checkout: uv pip install -e '.[xla]'" in err  # issue 31
 
 
 def test_xla_not_importable_is_one_line(monkeypatch, capsys):

@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
         from heron.xla_compare.report import comparison_record, format_comparison
     except ImportError as exc:
         raise CommandError(
-            "XLA:GPU comparison is not installed: pip install 'heron[xla]'"
-            f" ({exc.name or exc} is missing)"
+            "XLA:GPU comparison is not installed: pip install 'heron[xla]' (from a checkout:"
+            f" uv pip install -e '.[xla]'; {exc.name or exc} is missing)"
         ) from exc
     try:
         installation = find_xla()

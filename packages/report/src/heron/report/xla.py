@@ -21,8 +21,8 @@ def compare_with_xla(module: Module, source: str, target: Target) -> tuple[str |
         from heron.xla_compare.report import format_comparison
     except ImportError as exc:
         return None, (
-            "the XLA:GPU comparison is not installed: pip install 'heron[xla]'"
-            f" ({exc.name or exc} is missing)"
+            "the XLA:GPU comparison is not installed: pip install 'heron[xla]' (from a"
+            f" checkout: uv pip install -e '.[xla]'; {exc.name or exc} is missing)"
         )
     if target.name not in TARGETS:
         return None, (
