@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from heron.cli.main import main
-from heron.cli.run import compare
+from heron.harness.agreement import compare
 from heron.harness.tolerance import OutputTolerance
 from heron.hlo.evaluator import evaluate_module, flatten_literal, random_arguments
 from heron.hlo.npz_io import load_outputs, save_inputs

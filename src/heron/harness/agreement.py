@@ -1,0 +1,219 @@
+"""Whether a program's outputs agree with the reference, output by output.
+
+``heron run --check`` compares every output of a compiled program with the
+reference evaluator's: :func:`output_tolerances` decides, once per output,
+how it may differ (the fusion that computes it judged as ``heron check``
+judges that fusion, widened by the kernels before it:
+:func:`heron.harness.tolerance.output_tolerance`), and :func:`compare`
+applies that tolerance and says in one line how the output compares. The CLI
+only prints these lines.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+__all__ = ["Agreement", "compare", "output_tolerances", "type_name"]
+
+
+@attrs.frozen
+class Agreement:
+    """How one output compares with the reference value."""
+
+    agrees: bool
+    summary: str
+
+
+#: What copies or reinterprets a value without computing: looked through to its producer.
+_PASSING = ("bitcast", "copy", "get-tuple-element")
+
+
+def _producer(source, leaf: int):
+    """(fusion, its output leaf) that computes an entry output, or None (not a kernel's).
+
+    Copy insertion puts a copy before results that would alias a parameter, a
+    constant or another result; a copy moves bytes, so the fusion before it
+    is the producer.
+    """
+    while source.opcode in _PASSING:
+        if source.opcode == "get-tuple-element":
+            inner = source.operands[0]
+            if inner.opcode == "tuple":
+                source = inner.operands[source.attr("index")]
+                leaf = 0
+                continue
+            if inner.opcode == "fusion":
+                return inner, int(source.attr("index"))
+            return None
+        source = source.operands[0]
+    return (source, leaf) if source.opcode == "fusion" else None
+
+
+def _fusions_reaching(instruction) -> list:
+    """The fusion instructions ``instruction`` is or depends on: within its computation,
+    and inside the loops' and conditionals' computations it depends on."""
+    seen: set[object] = set()  # instructions hash by identity
+    found, stack = [], [instruction]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if current.opcode == "fusion":
+            found.append(current)
+        else:  # a fusion's own computation holds no fusion; a loop's body does
+            for called in current.called_computations():
+                stack.extend(called.instructions)
+        stack.extend(current.operands)
+    return found
+
+
+def _cached(cache: dict, entry, instruction, arguments):
+    if instruction not in cache:  # instructions hash by identity
+        from heron.harness.tolerance import value_of
+
+        cache[instruction] = value_of(entry, instruction, arguments)
+    return cache[instruction]
+
+
+def output_tolerances(module, reorders: dict[str, bool], arguments, given) -> list:
+    """Per flattened entry output: :func:`heron.harness.tolerance.output_tolerance`.
+
+    An output computed by a fusion is judged as ``heron check`` judges that
+    fusion on the values it was given; fusions before it widen that by their
+    own ulps and by a reordered sum (see the module docstring).
+    """
+    from heron.harness.tolerance import (
+        ErrorBounds,
+        OutputTolerance,
+        output_sources,
+        output_tolerance,
+        ulp_bound,
+    )
+    from heron.hlo.errors import HloError
+    from heron.hlo.shapes import TupleShape
+
+    given = given or ErrorBounds()
+    entry = module.entry
+    root = entry.root_instruction
+    shapes = list(root.shape.leaves()) if isinstance(root.shape, TupleShape) else [root.shape]
+    sources = output_sources(root)
+    tolerances = []
+    cache: dict[object, object] = {}  # the values of the fusions' operands
+    for k, (source, shape) in enumerate(zip(sources, shapes, strict=False)):
+        element = shape.element_type
+        leaf = sum(1 for s in sources[:k] if s is source)  # a tuple-shaped root's leaves
+        produced = _producer(source, leaf)
+        upstream = _fusions_reaching(source)
+        reordering = any(reorders.get(f.name, False) for f in upstream)
+        if produced is None:
+            tolerances.append(output_tolerance(source, element, given, reordering=reordering))
+            continue
+        fusion, j = produced
+        computation = fusion.called("calls")
+        inner = output_sources(computation.root_instruction)[j]
+        try:
+            values = [_cached(cache, entry, operand, arguments) for operand in fusion.operands]
+        except HloError:  # e.g. over the memory budget: no per-element summation bound
+            values = None
+        own = reorders.get(fusion.name, False)
+        reduction = (inner, computation, values) if values is not None else None
+        tolerance = output_tolerance(inner, element, given, reordering=own, reduction=reduction)
+        before = [f for f in upstream if f is not fusion]
+        if before:  # what the kernels before this one may have changed
+            ulps = max(tolerance.ulps, ulp_bound(source, element))
+            if not tolerance.reordered:  # a reordered sum or a dot before it widens it
+                wider = output_tolerance(source, element, given, reordering=reordering)
+                tolerance = OutputTolerance(ulps, wider.bounds, wider.reordered)
+            else:
+                tolerance = attrs.evolve(tolerance, ulps=ulps)
+        tolerances.append(tolerance)
+    return tolerances
+
+
+def compare(actual: object, expected: object, tolerance=None) -> Agreement:
+    """``actual`` against the reference ``expected`` under ``tolerance`` (default bitwise).
+
+    ``tolerance`` is a :class:`heron.harness.tolerance.OutputTolerance`, as
+    :func:`output_tolerances` decides it.
+    """
+    from heron.harness.tolerance import OutputTolerance
+
+    tolerance = tolerance or OutputTolerance()
+    if not isinstance(expected, np.ndarray) or not isinstance(actual, np.ndarray):
+        same = type(actual) is type(expected)
+        return Agreement(same, "no value (token)" if same else "kinds differ")
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return Agreement(
+            False,
+            f"{type_name(actual)}{list(actual.shape)} where the reference is"
+            f" {type_name(expected)}{list(expected.shape)}",
+        )
+    if actual.size == 0:
+        return Agreement(True, "empty")
+    found = tolerance.mismatches(actual, expected)
+    if expected.dtype.kind == "c" or _is_float(expected.dtype):
+        summary = _float_summary(actual, expected) + f" (allowed: {tolerance.describe()})"
+    elif found.count:
+        summary = f"{found.count} of {expected.size} elements differ (must be exact)"
+    else:
+        summary = "identical"
+    if found.count:
+        from heron.harness.tolerance import NAN_DISTANCE, describe_value
+
+        first = int(found.indices[0])
+        index = tuple(int(i) for i in np.unravel_index(first, expected.shape))
+        distance = int(found.distances[0])
+        how = "NaN against a number" if distance >= NAN_DISTANCE else f"{distance} ulps"
+        if not (expected.dtype.kind == "c" or _is_float(expected.dtype)):
+            how = "must be exact"
+        summary += (
+            f"; {found.count} of {expected.size} outside the tolerance, first at {index}:"
+            f" {describe_value(actual, first)} where the reference has"
+            f" {describe_value(expected, first)} ({how})"
+        )
+        return Agreement(False, summary)
+    return Agreement(True, summary)
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    import ml_dtypes
+
+    try:
+        ml_dtypes.finfo(dtype)
+    except ValueError:
+        return False
+    return True
+
+
+def _float_summary(actual: np.ndarray, expected: np.ndarray) -> str:
+    """``max N ulp, max |difference| D`` (complex: over the real and imaginary parts)."""
+    from heron.harness.tolerance import NAN_DISTANCE, ulp_distance
+
+    if expected.dtype.kind == "c":
+        parts = [(np.real(actual).copy(), np.real(expected).copy())]
+        parts.append((np.imag(actual).copy(), np.imag(expected).copy()))
+    else:
+        parts = [(actual, expected)]
+    worst_ulps, worst_difference = 0.0, 0.0
+    for a, e in parts:
+        distance = ulp_distance(a, e)
+        ulps = np.where(distance >= NAN_DISTANCE, np.inf, distance.astype(np.float64))
+        wide_a, wide_e = a.astype(np.float64), e.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            difference = np.where(np.isnan(wide_a) & np.isnan(wide_e), 0.0, np.abs(wide_a - wide_e))
+            difference = np.where(wide_a == wide_e, 0.0, difference)  # same-signed infinities
+        difference = np.where(np.isnan(difference), np.inf, difference)
+        worst_ulps = max(worst_ulps, float(ulps.max()))
+        worst_difference = max(worst_difference, float(difference.max()))
+    return f"max {worst_ulps:.0f} ulp, max |difference| {worst_difference:.3g}"
+
+
+def type_name(array: np.ndarray) -> str:
+    from heron.hlo.element_types import ElementType
+
+    try:
+        return ElementType.from_numpy(array.dtype).value
+    except ValueError:
+        return str(array.dtype)
