@@ -63,14 +63,18 @@ from heron.emitters.fusion_analysis import FusionAnalysis, has_no_output_element
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.emitters.ir_utils import both, index_constant
 from heron.emitters.pipeline.gpu_lowering import MIN_BLOCKS_PER_CORE_ATTR
-from heron.emitters.target import EmitterTarget, resident_blocks
+from heron.emitters.target import resident_blocks
 from heron.hlo.element_types import ElementType
-from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
-from heron.hlo.opcodes import is_elementwise
 from heron.indexing import Dim, IndexingMap, Interval, Variable
 from heron.indexing.thread_maps import LaunchDimensions
 from heron.plugins import gemm_mma, gemm_vector
+from heron.plugins.gemm_hero import (
+    accumulates_in_floats,
+    gemm_hero,
+    is_canonical_gemm,
+)
+from heron.plugins.gemm_plan import GemmPlan, plan_gemm
 from heron.plugins.gemm_vector import VectorStaging, vector_staging, write_vector
 
 __all__ = [
@@ -84,232 +88,6 @@ __all__ = [
 ]
 
 Values = list[ir.Value]
-
-#: Threads of a block: 256 is 8 warps of 32 (4 of 64), enough to hide a
-#: barrier's latency while leaving room for several blocks an SM.
-THREADS = 256
-#: The square output tile a block computes when both sides have a free
-#: dimension (16 x 16 = THREADS, one element per thread).
-TILE = 16
-#: The K step: a TILE x TK tile of A and a TK x TILE tile of B staged per
-#: barrier pair; each thread stages one element of each.
-TK = 16
-#: Rows and columns of C a thread computes when both M and N span at least
-#: TILE * REGISTER_TILE: a 64 x 64 block tile, 16 accumulators a thread, and
-#: 8 shared loads for 16 multiply-adds per K element instead of 2 for 1.
-REGISTER_TILE = 4
-#: Input types the emitter takes, by the accumulation type XLA uses for them.
-FLOAT_INPUTS = frozenset({ElementType.F16, ElementType.BF16, ElementType.F32, ElementType.F64})
-INTEGER_INPUTS = frozenset({ElementType.S8, ElementType.S32})
-
-
-@attrs.frozen
-class GemmPlan:
-    """Sizes of a canonical dot and the tiles it is computed in."""
-
-    batch: tuple[int, ...]  #: the batch dimensions' sizes (may be empty)
-    m: int  #: rows of C (1 without a left free dimension)
-    n: int  #: columns of C (1 without a right free dimension)
-    k: int  #: the contracted length (1 without a contracting dimension)
-    has_m: bool
-    has_n: bool
-    has_k: bool
-    tm: int
-    tn: int
-    tk: int
-    #: Rows and columns of C each thread computes (its register tile): thread
-    #: (ty, tx) of a ``tm/rm x tn/rn`` grid owns rows ``ty + i * tm/rm`` and
-    #: columns ``tx + j * tn/rn`` of the block's tile.
-    rm: int = 1
-    rn: int = 1
-    #: The MMA instruction the products use (``"m16n8k16.f16"``), or None for the
-    #: scalar multiply-add; with one, the threads are warps of ``gemm_mma.MmaTiles``.
-    mma: str | None = None
-
-    @property
-    def threads_m(self) -> int:
-        return self.tm // self.rm
-
-    @property
-    def threads_n(self) -> int:
-        return self.tn // self.rn
-
-    @property
-    def threads(self) -> int:
-        if self.mma is not None:
-            return gemm_mma.MmaTiles().threads
-        return self.threads_m * self.threads_n
-
-    @property
-    def tiles_m(self) -> int:
-        return math.ceil(self.m / self.tm)
-
-    @property
-    def tiles_n(self) -> int:
-        return math.ceil(self.n / self.tn)
-
-    @property
-    def k_steps(self) -> int:
-        return math.ceil(self.k / self.tk)
-
-    @property
-    def batches(self) -> int:
-        return math.prod(self.batch)
-
-    @property
-    def launch(self) -> LaunchDimensions:
-        return LaunchDimensions(
-            block_x=self.tiles_m * self.tiles_n, thread_x=self.threads, block_y=self.batches
-        )
-
-
-def _dims(dot: Instruction) -> tuple[list[int], ...]:
-    names = ("lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims", "rhs_contracting_dims")
-    return tuple(list(dot.attributes.get(name, ())) for name in names)
-
-
-def is_canonical_gemm(dot: Instruction) -> bool:
-    """Whether ``dot`` has the canonical form (batch first, free then contracting on the
-    left, contracting then free on the right), the only form the emitter indexes."""
-    if dot.opcode != "dot" or len(dot.operands) != 2:
-        return False
-    lb, rb, lc, rc = _dims(dot)
-    lhs_rank = dot.operands[0].array_shape.rank
-    rhs_rank = dot.operands[1].array_shape.rank
-    nb = len(lb)
-    if lb != list(range(nb)) or rb != list(range(nb)) or len(lc) > 1 or len(lc) != len(rc):
-        return False
-    lf = lhs_rank - nb - len(lc)
-    rf = rhs_rank - nb - len(rc)
-    if lf > 1 or rf > 1 or lf < 0 or rf < 0:
-        return False
-    return lc == [lhs_rank - 1] * len(lc) and rc == [nb] * len(rc)
-
-
-def gemm_hero(root: Instruction) -> Instruction | None:
-    """The canonical dot ``root`` computes through an elementwise epilogue, or None.
-
-    ``root`` is the dot itself, a transpose of it (stored at the transposed
-    index, no other epilogue), or elementwise ops of the dot's shape on every
-    path from the dot up to it (a bias ``add``, an activation, a ``convert``);
-    their other operands may be anything elemental (a broadcast bias). So each
-    element of C gives exactly the root's element at the same index, which the
-    thread that summed it computes (``FusionEmitter`` injects the dot's value).
-    """
-    if root.opcode == "transpose" and root.operands[0].opcode == "dot":
-        dot = root.operands[0]
-        return dot if is_canonical_gemm(dot) else None
-    dots: list[Instruction] = []
-
-    def reaches(inst: Instruction, memo: dict[int, bool]) -> bool:
-        if id(inst) in memo:
-            return memo[id(inst)]
-        if inst.opcode == "dot":
-            dots.append(inst)
-            memo[id(inst)] = True
-            return True
-        found = [reaches(op, memo) for op in inst.operands]
-        memo[id(inst)] = any(found)
-        if any(found) and not is_elementwise(inst.opcode):
-            dots.append(inst)  # a non-elementwise op between a dot and the root
-        return memo[id(inst)]
-
-    if not reaches(root, {}) or len({id(d) for d in dots}) != 1:
-        return None
-    (dot,) = {id(d): d for d in dots}.values()
-    if dot.opcode != "dot" or not is_canonical_gemm(dot):
-        return None
-    if root.array_shape.dims != dot.array_shape.dims:
-        return None
-    return dot
-
-
-def accumulates_in_floats(dot: Instruction) -> bool | None:
-    """Whether ``dot`` accumulates in floats (True) or in s32 (False), as XLA does for its
-    element types; None for types the emitter does not take (fp8, u8, complex, ...)."""
-    inputs = {op.array_shape.element_type for op in dot.operands}
-    output = dot.array_shape.element_type
-    if inputs <= FLOAT_INPUTS and output in FLOAT_INPUTS:
-        return True
-    if inputs <= INTEGER_INPUTS and output in INTEGER_INPUTS:
-        return False
-    return None
-
-
-def plan_gemm(dot: Instruction, target: EmitterTarget) -> GemmPlan:
-    """The tiles of canonical ``dot`` on ``target`` (see the module docstring)."""
-    lb, _, lc, _ = _dims(dot)
-    lhs = dot.operands[0].array_shape
-    rhs = dot.operands[1].array_shape
-    nb = len(lb)
-    has_k = bool(lc)
-    has_m = lhs.rank - nb - len(lc) == 1
-    has_n = rhs.rank - nb - len(lc) == 1
-    m = lhs.dims[nb] if has_m else 1
-    k = lhs.dims[-1] if has_k else 1
-    n = rhs.dims[-1] if has_n else 1
-    threads = min(THREADS, target.threads_per_block_limit)
-    rm = rn = 1
-    mma = _mma_instruction(dot, target) if has_m and has_n and has_k else None
-    if mma is not None:
-        tiles = gemm_mma.MmaTiles()
-        tm, tn = tiles.tm, tiles.tn
-    elif has_m and has_n:
-        side = math.isqrt(threads)
-        tm = tn = side
-        if m >= side * REGISTER_TILE and n >= side * REGISTER_TILE:
-            rm = rn = REGISTER_TILE
-            tm = tn = side * REGISTER_TILE
-    elif has_m:  # matrix-vector: a thread per row of the tile
-        tm, tn = threads, 1
-    elif has_n:  # vector-matrix: a thread per column
-        tm, tn = 1, threads
-    else:  # a dot product: one thread sums it
-        tm = tn = 1
-    tk = max(1, min(TK, k))
-    if mma is not None:
-        tk = gemm_mma.mma_k(MMA_INPUTS[lhs.element_type])
-    plan = GemmPlan(tuple(lhs.dims[:nb]), m, n, k, has_m, has_n, has_k, tm, tn, tk, rm, rn, mma)
-    accumulator_bytes = 8 if dot.array_shape.element_type is ElementType.F64 else 4
-    tile_bytes = (tm * tk + tk * tn) * accumulator_bytes
-    if mma is not None:  # the tiles keep the inputs, in padded rows
-        tile_bytes = gemm_mma.SharedTiles(tm, tn, tk, lhs.element_type.bit_width // 8).bytes
-    if tile_bytes > target.shared_memory_per_block:
-        raise UnsupportedError(
-            f"dot '{dot.name}' ({dot.shape}): its tiles need {tile_bytes} bytes of shared"
-            f" memory, a block has {target.shared_memory_per_block}",
-            dot.location,
-        )
-    return plan
-
-
-#: Operand types the tensor-core path takes, by their name in ``Target.mma_shapes``.
-MMA_INPUTS = {ElementType.F16: "f16", ElementType.BF16: "bf16", ElementType.S8: "s8"}
-
-
-def _mma_instruction(dot: Instruction, target: EmitterTarget) -> str | None:
-    """The MMA instruction for ``dot``'s products on ``target`` (both operands f16, both
-    bf16 or both s8, 32-lane warps, the shape in the Target's ``mma_shapes``), else None."""
-    inputs = {op.array_shape.element_type for op in dot.operands}
-    if len(inputs) != 1 or target.warp_size != gemm_mma.WARP_SIZE:
-        return None
-    (element,) = inputs
-    if element not in MMA_INPUTS or accumulates_in_floats(dot) is None:
-        return None
-    if element is ElementType.S8 and _s8_sum_may_overflow(dot):
-        return None
-    name = gemm_mma.mma_shape_name(MMA_INPUTS[element])
-    return name if name in target.mma_shapes else None
-
-
-def _s8_sum_may_overflow(dot: Instruction) -> bool:
-    """Whether a partial sum of the s8 dot may leave s32.
-
-    The s8 MMA saturates (``nvgpu.mma.sync`` lowers to ``mma.sync ... .satfinite``),
-    XLA's s32 accumulation wraps: the two agree while no sum overflows, which
-    holds when K products of at most ``(-128)^2 = 2^14`` each fit in s32."""
-    k = dot.operands[0].array_shape.dims[-1]
-    return k * 128 * 128 > 2**31 - 1
 
 
 @attrs.frozen

@@ -51,7 +51,7 @@ from heron.indexing import Dim, IndexingMap, Interval, Variable
 from heron.indexing.affine import AffineExpr
 
 if TYPE_CHECKING:
-    from heron.plugins.gemm import GemmPlan
+    from heron.plugins.gemm_plan import GemmPlan
 
 __all__ = ["REGISTERS_PER_THREAD", "VectorStaging", "vector_staging", "write_vector"]
 

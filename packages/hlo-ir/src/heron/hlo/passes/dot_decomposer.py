@@ -28,7 +28,7 @@ from heron.hlo.passes.rewrite import (
 )
 from heron.hlo.shapes import ArrayShape
 
-__all__ = ["canonicalise_dots", "is_canonical_dot"]
+__all__ = ["canonicalise_dots", "dimension_lists", "is_canonical_dot"]
 
 _DIMENSION_ATTRIBUTES = (
     "lhs_batch_dims",
@@ -38,7 +38,9 @@ _DIMENSION_ATTRIBUTES = (
 )
 
 
-def _dims(dot: Instruction) -> tuple[list[int], list[int], list[int], list[int]]:
+def dimension_lists(dot: Instruction) -> tuple[list[int], list[int], list[int], list[int]]:
+    """``dot``'s batch and contracting dimensions: lhs batch, rhs batch, lhs contracting,
+    rhs contracting (empty lists where the attribute is absent)."""
     return tuple(list(dot.attributes.get(name, ())) for name in _DIMENSION_ATTRIBUTES)  # type: ignore[return-value]
 
 
@@ -48,7 +50,7 @@ def _free(rank: int, batch: list[int], contracting: list[int]) -> list[int]:
 
 def is_canonical_dot(dot: Instruction) -> bool:
     """Whether ``dot`` already has the canonical form (see the module docstring)."""
-    lb, rb, lc, rc = _dims(dot)
+    lb, rb, lc, rc = dimension_lists(dot)
     lhs_rank, rhs_rank = len(dot.operands[0].shape.dims), len(dot.operands[1].shape.dims)
     lf, rf = _free(lhs_rank, lb, lc), _free(rhs_rank, rb, rc)
     batch = list(range(len(lb)))
@@ -80,7 +82,7 @@ def canonicalise_dots(module: Module) -> bool:
 
 def _canonical(inserter: Inserter, dot: Instruction) -> Instruction:
     lhs, rhs = dot.operands
-    lb, rb, lc, rc = _dims(dot)
+    lb, rb, lc, rc = dimension_lists(dot)
     lf = _free(len(lhs.shape.dims), lb, lc)
     rf = _free(len(rhs.shape.dims), rb, rc)
     batch = [lhs.shape.dims[d] for d in lb]
