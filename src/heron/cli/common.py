@@ -67,8 +67,7 @@ def refuse_tiled_layouts(module: Module, where: str) -> None:
     for inst in module.instructions():
         for leaf in inst.shape.leaves():
             layout = leaf.layout
-            suffix = layout.suffix if layout is not None else ""
-            if suffix and not all(part.startswith("E(") for part in suffix.split(":") if part):
+            if layout is not None and layout.is_tiled:
                 raise UnsupportedError(
                     f"{inst.opcode} '{inst.name}': layout {layout} has tiling; {where}"
                     " supports only minor-to-major orders",

@@ -30,8 +30,7 @@ __all__ = [
 
 
 def _check_layout(shape: ArrayShape) -> None:
-    suffix = shape.layout.suffix if shape.layout is not None else ""
-    if suffix and not all(part.startswith("E(") for part in suffix.split(":") if part):
+    if shape.layout is not None and shape.layout.is_tiled:
         raise UnsupportedError(
             f"layout {shape.layout} of {shape.element_type.name.lower()}"
             f"{list(shape.dims)} has tiling; only minor_to_major orders are supported"

@@ -48,6 +48,13 @@ class Layout:
             range(len(self.minor_to_major) - 1, -1, -1)
         )
 
+    @property
+    def is_tiled(self) -> bool:
+        """Whether the suffix tiles the buffer (``T(8,128)``, ...): heron's kernels and
+        memory layout know minor-to-major orders only (an ``E(...)`` element size is
+        no tiling). The one test of it: every refusal of tiled layouts asks here."""
+        return any(part and not part.startswith("E(") for part in self.suffix.split(":"))
+
 
 @attrs.frozen
 class ArrayShape:
