@@ -1,5 +1,3 @@
-
-
 def test_a_layout_is_tiled_by_any_suffix_but_an_element_size():
     from heron.hlo.shapes import Layout
 

@@ -499,7 +499,7 @@ def _reorders(compiled, backend: str) -> dict[str, bool]:
     fusions that share a kernel share the answer.
     """
     by_key = {
-        emitted.key: not emitted.compiled[backend].writes_each_element_once
+        emitted.key: emitted.compiled[backend].sums_in_its_own_order
         for emitted in compiled.program.kernels
     }
     return {fusion: by_key[key] for fusion, key in compiled.program.kernel_of.items()}

@@ -119,6 +119,14 @@ class CompiledKernel:
     order_dependence: str | None = None
 
     @property
+    def sums_in_its_own_order(self) -> bool:
+        """Whether the kernel may reduce in an order of its own (a reduction emitter's:
+        it does not promise to write each element once), so that a check compares its
+        float sums within the reassociation bounds. The one answer ``heron check`` and
+        ``heron run --check`` both read."""
+        return not self.writes_each_element_once
+
+    @property
     def grid(self) -> tuple[int, int, int]:
         return (self.launch.block_x, self.launch.block_y, 1)
 
