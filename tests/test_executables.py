@@ -69,6 +69,7 @@ from heron.runtime.core.thunks import (
     CopyThunk,
     CustomCallThunk,
     KernelThunk,
+    LibraryCallThunk,
     Thunk,
     WhileThunk,
     walk,
@@ -548,10 +549,16 @@ def test_heron_compile_executable_writes_an_artefact(capsys, tmp_path) -> None:
     assert artefact.backends == ("interpreter",)
     assert artefact.target.name == "h100" and artefact.target.arch == "sm_90"
     kinds: dict[str, int] = {}
+    beside: dict[str, int] = {}  # what the library calls carry for a device without them
     for thunk in walk(artefact.program):
         kinds[thunk.kind] = kinds.get(thunk.kind, 0) + 1
-    assert kinds["while"] == 1
-    assert f"kernel {kinds['kernel']}" in text and "while 1" in text
+        if isinstance(thunk, LibraryCallThunk):
+            for inner in walk(thunk.fallback):
+                beside[inner.kind] = beside.get(inner.kind, 0) + 1
+    assert kinds["while"] == 1 and beside  # the loop's GEMMs are cuBLASLt calls
+    ran = kinds["kernel"] - beside.get("kernel", 0)
+    assert f"kernel {ran}" in text and "while 1" in text
+    assert f"for a device without the library: kernel {beside['kernel']}" in text
     total = sum(a.size for a in artefact.allocations)
     assert f"peak memory: {total} bytes" in text
     assert f"wrote {out}" in text

@@ -330,10 +330,11 @@ def _strided_input_gradient() -> str:
         )
         return (y * y).sum()
 
-    x, w = jnp.zeros((2, 9, 9, 3)), jnp.zeros((3, 3, 3, 4))
+    x, w = jnp.zeros((2, 9, 9, 3), jnp.float32), jnp.zeros((3, 3, 3, 4), jnp.float32)
     return jax.jit(jax.grad(loss)).lower(x, w).as_text(dialect="hlo")
 
 
+@pytest.mark.usefixtures("jax_32_bit")  # f32 whatever x64 other suites turned on
 @pytest.mark.parametrize("libraries", [(), ("convolution",)])
 def test_a_strided_convolution_s_input_gradient_is_cudnn_s_data_gradient(libraries):
     text = _strided_input_gradient()
