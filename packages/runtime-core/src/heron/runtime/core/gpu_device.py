@@ -256,6 +256,18 @@ class CapturingDevice(Device):
         buffers: Sequence[DeviceBuffer],
         shared_bytes: int = 0,
     ) -> None:
+        self._issue(self._launch_command(kernel, grid, block, buffers, shared_bytes))
+
+    def _launch_command(
+        self,
+        kernel: LoadedKernel,
+        grid: Sequence[int],
+        block: Sequence[int],
+        buffers: Sequence[DeviceBuffer],
+        shared_bytes: int,
+    ) -> recorded.LaunchCommand:
+        """The launch as a command, checked (the kernel and buffers this device's, the
+        arguments the kernel's parameters)."""
         if kernel.device is not self:
             raise DeviceError(f"kernel '{kernel.name}' was loaded on another device")
         for buffer in buffers:
@@ -263,10 +275,9 @@ class CapturingDevice(Device):
         if shared_bytes < 0:
             raise DeviceError(f"kernel '{kernel.name}': {shared_bytes} bytes of shared memory")
         self._check_arguments(kernel, [int(b.handle) for b in buffers])
-        command = recorded.LaunchCommand(
+        return recorded.LaunchCommand(
             kernel, as_dim3(grid, "grid"), as_dim3(block, "block"), list(buffers), shared_bytes
         )
-        self._issue(command)
 
     def prepare_launch(
         self,
@@ -278,16 +289,7 @@ class CapturingDevice(Device):
     ) -> Callable[[], None]:
         """Checked and packed once (:meth:`_packed_launch`); each call issues the launch on the
         device's stream, or appends it to the recording."""
-        if kernel.device is not self:
-            raise DeviceError(f"kernel '{kernel.name}' was loaded on another device")
-        for buffer in buffers:
-            self._own(buffer)
-        if shared_bytes < 0:
-            raise DeviceError(f"kernel '{kernel.name}': {shared_bytes} bytes of shared memory")
-        self._check_arguments(kernel, [int(b.handle) for b in buffers])
-        command = recorded.LaunchCommand(
-            kernel, as_dim3(grid, "grid"), as_dim3(block, "block"), list(buffers), shared_bytes
-        )
+        command = self._launch_command(kernel, grid, block, buffers, shared_bytes)
         packed = self._packed_launch(command)
 
         def issue() -> None:

@@ -147,6 +147,16 @@ def _cudnn(device: CudaDevice) -> Library:
     return Cudnn(lambda nbytes: int(device.allocate(nbytes, "cuDNN workspace").handle))
 
 
+def _parameter_pointers(kernel: _Kernel, packed: bytes) -> tuple[Any, Any]:
+    """``packed`` in a C buffer, and the array of one pointer per parameter into it that
+    ``cuLaunchKernel`` takes as ``kernelParams`` (keep both alive while it may read them)."""
+    parameters = kernel.signature.parameters
+    storage = ctypes.create_string_buffer(packed, max(len(packed), 1))
+    base = ctypes.addressof(storage)
+    pointers = (ctypes.c_void_p * max(len(parameters), 1))(*(base + p.offset for p in parameters))
+    return storage, pointers
+
+
 class _Kernel:
     """A loaded function: its module, handle, parameter layout and opted-in shared memory."""
 
@@ -297,19 +307,9 @@ class CudaDevice(CapturingDevice):
         pack_arguments(kernel.handle.signature, addresses)
 
     def _launch_now(self, command: recorded.LaunchCommand, stream: Any) -> None:
-        kernel: _Kernel = command.kernel.handle
-        packed = pack_arguments(kernel.signature, [int(b.handle) for b in command.buffers])
-        if command.shared_bytes > kernel.shared_limit:
-            self._call(
-                "cuFuncSetAttribute",
-                kernel.function,
-                self._cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                command.shared_bytes,
-            )
-            kernel.shared_limit = command.shared_bytes
-        self._launch_packed(
-            kernel, packed, command.grid, command.block, command.shared_bytes, stream
-        )
+        launch = self._packed_launch(command)
+        assert launch is not None  # this device always packs
+        launch(stream)
 
     def _packed_launch(self, command: recorded.LaunchCommand) -> Callable[[Any], None] | None:
         """The parameter buffer and pointer array built once; ``cuLaunchKernel`` per call."""
@@ -323,12 +323,7 @@ class CudaDevice(CapturingDevice):
                 command.shared_bytes,
             )
             kernel.shared_limit = command.shared_bytes
-        parameters = kernel.signature.parameters
-        storage = ctypes.create_string_buffer(packed, max(len(packed), 1))
-        base = ctypes.addressof(storage)
-        pointers = (ctypes.c_void_p * max(len(parameters), 1))(
-            *(base + p.offset for p in parameters)
-        )
+        storage, pointers = _parameter_pointers(kernel, packed)
         head = (kernel.function, *command.grid, *command.block, command.shared_bytes)
         tail = (ctypes.addressof(pointers), 0)
         driver_launch = self._cu.cuLaunchKernel
@@ -353,13 +348,8 @@ class CudaDevice(CapturingDevice):
         stream: Any,
     ) -> None:
         """``cuLaunchKernel`` with one pointer per parameter into ``packed``."""
-        parameters = kernel.signature.parameters
         # The driver copies the parameters during the call: locals are enough.
-        storage = ctypes.create_string_buffer(packed, max(len(packed), 1))
-        base = ctypes.addressof(storage)
-        pointers = (ctypes.c_void_p * max(len(parameters), 1))(
-            *(base + p.offset for p in parameters)
-        )
+        storage, pointers = _parameter_pointers(kernel, packed)
         self._call(
             "cuLaunchKernel",
             kernel.function,
