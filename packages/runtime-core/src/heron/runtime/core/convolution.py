@@ -58,6 +58,7 @@ import numpy as np
 
 from heron.hlo.element_types import ElementType
 from heron.runtime.core.gemm import rounded_to_compute
+from heron.runtime.core.library_contract import check_argument_slices, contract_from_attributes
 from heron.runtime.core.thunks import BufferSlice, LibraryCallThunk, ThunkError
 
 __all__ = ["CONVOLUTION", "ELEMENT_TYPES", "MODES", "ConvolutionCall", "dense_strides"]
@@ -253,17 +254,7 @@ class ConvolutionCall:
 
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, Any]) -> ConvolutionCall:
-        names = {f.name for f in attrs.fields(ConvolutionCall)}
-        required = {f.name for f in attrs.fields(ConvolutionCall) if f.default is attrs.NOTHING}
-        unknown = sorted(set(attributes) - names)
-        missing = sorted(required - set(attributes))
-        if unknown or missing:
-            raise ThunkError(
-                f"convolution: attributes {', '.join(missing)} missing" * bool(missing)
-                + ("; " if unknown and missing else "")
-                + f"unknown attributes {', '.join(unknown)}" * bool(unknown)
-            )
-        return cls(**attributes)
+        return contract_from_attributes(cls, attributes, CONVOLUTION)
 
     @classmethod
     def from_thunk(cls, thunk: LibraryCallThunk) -> ConvolutionCall:
@@ -275,25 +266,7 @@ class ConvolutionCall:
         return call
 
     def check_slices(self, arguments: Sequence[BufferSlice]) -> None:
-        names, sizes = self.operand_names, self.byte_sizes()
-        if len(arguments) != len(names):
-            raise ThunkError(
-                f"{self.describe()}: takes {len(names)} arguments ({', '.join(names)}),"
-                f" given {len(arguments)}"
-            )
-        for name, size, piece in zip(names, sizes, arguments, strict=True):
-            if piece.size != size:
-                raise ThunkError(
-                    f"{self.describe()}: {name} is {size} bytes, its slice {piece} {piece.size}"
-                )
-        out = arguments[-1]
-        for name, piece in zip(names[:-1], arguments[:-1], strict=True):
-            if (
-                piece.allocation == out.allocation
-                and piece.offset < out.end
-                and out.offset < piece.end
-            ):
-                raise ThunkError(f"{self.describe()}: {names[-1]} {out} overlaps {name} {piece}")
+        check_argument_slices(self.describe(), self.operand_names, self.byte_sizes(), arguments)
 
     # -- numpy -------------------------------------------------------------------------------
     def reference(self, arguments: Sequence[np.ndarray]) -> np.ndarray:

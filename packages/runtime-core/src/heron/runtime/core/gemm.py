@@ -52,6 +52,7 @@ import attrs
 import numpy as np
 
 from heron.hlo.element_types import ElementType
+from heron.runtime.core.library_contract import check_argument_slices, contract_from_attributes
 from heron.runtime.core.thunks import BufferSlice, LibraryCallThunk, ThunkError
 
 __all__ = [
@@ -206,17 +207,7 @@ class GemmCall:
 
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, Any]) -> GemmCall:
-        names = {f.name for f in attrs.fields(GemmCall)}
-        required = {f.name for f in attrs.fields(GemmCall) if f.default is attrs.NOTHING}
-        unknown = sorted(set(attributes) - names)
-        missing = sorted(required - set(attributes))
-        if unknown or missing:
-            raise ThunkError(
-                f"gemm: attributes {', '.join(missing)} missing" * bool(missing)
-                + ("; " if unknown and missing else "")
-                + f"unknown attributes {', '.join(unknown)}" * bool(unknown)
-            )
-        return cls(**attributes)
+        return contract_from_attributes(cls, attributes, GEMM)
 
     @classmethod
     def from_thunk(cls, thunk: LibraryCallThunk) -> GemmCall:
@@ -228,27 +219,10 @@ class GemmCall:
         return call
 
     def check_slices(self, arguments: Sequence[BufferSlice]) -> None:
-        names, sizes = self.operand_names, self.byte_sizes()
-        if len(arguments) != len(names):
-            raise ThunkError(
-                f"{self.describe()}: takes {len(names)} arguments ({', '.join(names)}),"
-                f" given {len(arguments)}"
-            )
-        for name, size, piece in zip(names, sizes, arguments, strict=True):
-            if piece.size != size:
-                raise ThunkError(
-                    f"{self.describe()}: {name} is {size} bytes, its slice {piece} {piece.size}"
-                )
-        out = arguments[-1]
-        for name, piece in zip(names[:-1], arguments[:-1], strict=True):
-            if name == "c" and piece == out:
-                continue  # C = D: read and written in place, as BLAS does
-            if (
-                piece.allocation == out.allocation
-                and piece.offset < out.end
-                and out.offset < piece.end
-            ):
-                raise ThunkError(f"{self.describe()}: out {out} overlaps {name} {piece}")
+        # C = D: read and written in place, as BLAS does
+        check_argument_slices(
+            self.describe(), self.operand_names, self.byte_sizes(), arguments, ("c",)
+        )
 
     # -- numpy -------------------------------------------------------------------------------
     def reference(self, arguments: Sequence[np.ndarray]) -> np.ndarray:
