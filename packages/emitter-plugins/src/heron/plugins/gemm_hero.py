@@ -53,22 +53,22 @@ def gemm_hero(root: Instruction) -> Instruction | None:
         return dot if is_canonical_gemm(dot) else None
     dots: list[Instruction] = []
 
-    def reaches(inst: Instruction, memo: dict[int, bool]) -> bool:
-        if id(inst) in memo:
-            return memo[id(inst)]
+    def reaches(inst: Instruction, memo: dict[Instruction, bool]) -> bool:
+        if inst in memo:  # instructions hash by identity
+            return memo[inst]
         if inst.opcode == "dot":
             dots.append(inst)
-            memo[id(inst)] = True
+            memo[inst] = True
             return True
         found = [reaches(op, memo) for op in inst.operands]
-        memo[id(inst)] = any(found)
+        memo[inst] = any(found)
         if any(found) and not is_elementwise(inst.opcode):
             dots.append(inst)  # a non-elementwise op between a dot and the root
-        return memo[id(inst)]
+        return memo[inst]
 
-    if not reaches(root, {}) or len({id(d) for d in dots}) != 1:
+    if not reaches(root, {}) or len(set(dots)) != 1:
         return None
-    (dot,) = {id(d): d for d in dots}.values()
+    (dot,) = set(dots)
     if dot.opcode != "dot" or not is_canonical_gemm(dot):
         return None
     if root.array_shape.dims != dot.array_shape.dims:
