@@ -538,7 +538,8 @@ def describe_kernel(line: KernelRecord) -> str:
 
 
 def _print_program(executable, ran: list[tuple[object, object]], off: bool) -> None:
-    """The program's shape, its command buffers' times, and the peak device memory."""
+    """The program's shape, its command buffers' times, what runs each library call, and
+    the peak device memory."""
     from heron.runtime.core.thunks import CommandBufferThunk
 
     buffers = [record for thunk, record in ran if isinstance(thunk, CommandBufferThunk)]
@@ -553,6 +554,8 @@ def _print_program(executable, ran: list[tuple[object, object]], off: bool) -> N
             f"  command buffer {record.path}  {record.name}  {record.launch}"
             f"  run {record.seconds:.3f} s"
         )
+    for choice in executable.library_choices:
+        print(f"  {choice.report_line()}")
     print(
         f"peak device memory: {executable.peak_device_bytes} bytes"
         f" (the allocations: {executable.allocation_bytes} bytes)"

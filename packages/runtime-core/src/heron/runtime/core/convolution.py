@@ -58,7 +58,14 @@ import numpy as np
 
 from heron.hlo.element_types import ElementType
 from heron.runtime.core.gemm import rounded_to_compute
-from heron.runtime.core.library_contract import check_argument_slices, contract_from_attributes
+from heron.runtime.core.library_contract import (
+    check_argument_slices,
+    contract_from_attributes,
+    dense_strides,
+    is_dense,
+    read_strided,
+    written_strided,
+)
 from heron.runtime.core.thunks import BufferSlice, LibraryCallThunk, ThunkError
 
 __all__ = ["CONVOLUTION", "ELEMENT_TYPES", "MODES", "ConvolutionCall", "dense_strides"]
@@ -79,28 +86,6 @@ def _ints(value: Any) -> tuple[int, ...]:
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise ThunkError(f"convolution: expected a list of integers, got {list(value)!r:.60}")
     return tuple(value)
-
-
-def dense_strides(dims: Sequence[int], order: Sequence[int]) -> tuple[int, ...]:
-    """Element strides of ``dims`` stored densely with ``order`` major to minor."""
-    strides = [0] * len(dims)
-    step = 1
-    for d in reversed(order):
-        strides[d] = step
-        step *= dims[d]
-    return tuple(strides)
-
-
-def _is_dense(dims: Sequence[int], strides: Sequence[int]) -> bool:
-    """Whether ``strides`` store ``dims`` densely in some dimension order (size-1
-    dimensions may have any stride)."""
-    order = sorted(range(len(dims)), key=lambda d: (strides[d], dims[d]), reverse=True)
-    expected = 1
-    for d in reversed(order):
-        if dims[d] != 1 and strides[d] != expected:
-            return False
-        expected *= dims[d]
-    return True
 
 
 @attrs.frozen
@@ -145,7 +130,7 @@ class ConvolutionCall:
             dims, strides = getattr(self, f"{tensor}_dims"), getattr(self, f"{tensor}_strides")
             if min(dims) < 1:
                 raise ThunkError(f"convolution: {tensor}_dims {list(dims)} has an empty dimension")
-            if not _is_dense(dims, strides):
+            if not is_dense(dims, strides):
                 raise ThunkError(
                     f"convolution: {tensor}_strides {list(strides)} do not store"
                     f" {tensor}_dims {list(dims)} densely"
@@ -279,15 +264,10 @@ class ConvolutionCall:
         if len(arguments) != 3:
             raise ThunkError(f"{self.describe()}: takes 3 arguments, given {len(arguments)}")
         dtype = ElementType(self.element_type).numpy_dtype
-        width = np.dtype(dtype).itemsize
         raw = dict(zip(self.operand_names, arguments, strict=True))
 
         def logical(name: str) -> np.ndarray:
-            flat = np.ascontiguousarray(raw[name]).view(dtype)
-            strides = [s * width for s in self.strides_of(name)]
-            view = np.lib.stride_tricks.as_strided(
-                flat, shape=self.dims_of(name), strides=strides, writeable=False
-            )
+            view = read_strided(raw[name], self.dims_of(name), self.strides_of(name), dtype)
             return rounded_to_compute(np.array(view, dtype=np.float32), self.compute)
 
         n, c = self.x_dims[:2]
@@ -330,9 +310,4 @@ class ConvolutionCall:
             )
             result = grad[(slice(None), slice(None), slice(None), *inside)]
         name = self.operand_names[-1]
-        out = np.zeros(math.prod(self.dims_of(name)), dtype)
-        view = np.lib.stride_tricks.as_strided(
-            out, shape=self.dims_of(name), strides=[s * width for s in self.strides_of(name)]
-        )
-        view[...] = result.reshape(self.dims_of(name)).astype(dtype)
-        return out.view(np.uint8)
+        return written_strided(result, self.dims_of(name), self.strides_of(name), dtype)

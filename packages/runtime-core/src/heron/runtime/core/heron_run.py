@@ -167,9 +167,7 @@ def _run(artefact: Artefact, args: argparse.Namespace) -> int:
         + f"; conditional nodes: {'yes' if device.supports_conditional_nodes else 'no'}"
     )
     for choice in executable.library_choices:
-        fallback = "on the host" if choice.chosen == "host" else "heron kernel"
-        how = "library" if choice.library else f"{fallback}: {choice.reason}"
-        print(f"  library call {choice.path}: {choice.call}: {choice.chosen} ({how})")
+        print(f"  {choice.report_line()}")
     order_dependent = order_dependent_kernels(executable.program)
     for kernel, why in order_dependent:
         print(f"  order-dependent kernel {kernel}: {why}")

@@ -5,12 +5,14 @@ carrying both the library call (``operation "gemm"``, the contract of
 :mod:`heron.runtime.core.gemm`) and, as its ``fallback``, the launch of
 heron's own kernel; a convolution the compiler gave a DNN library
 (``operation "convolution"``, :mod:`heron.runtime.core.convolution`) carries
-its host computation as the fallback. When an executable is loaded, :func:`resolve` asks the
-device, call by call, whether it offers the call (``Device.library_for``:
-cuBLASLt on a CUDA device where nvmath-python finds it, hipBLAS on ROCm for
-the calls hipBLAS can express, numpy on an interpreter device built with
-``libraries=("gemm",)``), and puts either the library call (its fallback
-dropped) or the fallback's thunks in its place. The choice is made once, here,
+its host computation as the fallback, and so does a fused attention
+(``operation "attention"``, :mod:`heron.runtime.core.attention`). When an
+executable is loaded, :func:`resolve` asks the device, call by call, whether
+it offers the call (``Device.library_for``: cuBLASLt on a CUDA device where
+nvmath-python finds it, hipBLAS on ROCm for the calls hipBLAS can express,
+numpy on an interpreter device built with ``libraries=("gemm",)``), and puts
+either the library call (its fallback dropped) or the fallback's thunks in its
+place. The choice is made once, here,
 and reported: one :class:`LibraryChoice` per call, and the emitter of every
 resulting thunk (the library's name, or the fallback's emitter such as
 ``"gemm"``) for the run records.
@@ -23,6 +25,7 @@ from typing import Any
 
 import attrs
 
+from heron.runtime.core.attention import ATTENTION, AttentionCall
 from heron.runtime.core.convolution import CONVOLUTION, ConvolutionCall
 from heron.runtime.core.gemm import GEMM, GemmCall
 from heron.runtime.core.thunks import (
@@ -41,6 +44,7 @@ __all__ = ["OPERATIONS", "LibraryChoice", "Resolved", "parse_call", "resolve"]
 OPERATIONS: Mapping[str, Callable[[LibraryCallThunk], Any]] = {
     GEMM: GemmCall.from_thunk,
     CONVOLUTION: ConvolutionCall.from_thunk,
+    ATTENTION: AttentionCall.from_thunk,
 }
 
 
@@ -72,6 +76,13 @@ class LibraryChoice:
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
+
+    def report_line(self) -> str:
+        """``library call 3: gemm f32[...] -> f32: cublasLt (library)``: what the reports
+        of ``heron run`` and ``heron-run`` print for it."""
+        fallback = "on the host" if self.chosen == "host" else "heron kernel"
+        how = "library" if self.library else f"{fallback}: {self.reason}"
+        return f"library call {self.path}: {self.call}: {self.chosen} ({how})"
 
 
 @attrs.frozen

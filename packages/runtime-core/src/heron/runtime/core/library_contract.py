@@ -11,14 +11,23 @@ for every call; the contracts keep their own meaning and only this here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
+import numpy as np
 
 from heron.runtime.core.thunks import BufferSlice, ThunkError
 
-__all__ = ["check_argument_slices", "contract_from_attributes"]
+__all__ = [
+    "check_argument_slices",
+    "contract_from_attributes",
+    "dense_strides",
+    "is_dense",
+    "read_strided",
+    "written_strided",
+]
 
 T = TypeVar("T")
 
@@ -63,3 +72,51 @@ def check_argument_slices(
             continue
         if piece.allocation == out.allocation and piece.offset < out.end and out.offset < piece.end:
             raise ThunkError(f"{described}: {names[-1]} {out} overlaps {name} {piece}")
+
+
+def dense_strides(dims: Sequence[int], order: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of ``dims`` stored densely with ``order`` major to minor."""
+    strides = [0] * len(dims)
+    step = 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= dims[d]
+    return tuple(strides)
+
+
+def is_dense(dims: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether ``strides`` store ``dims`` densely in some dimension order (size-1
+    dimensions may have any stride)."""
+    order = sorted(range(len(dims)), key=lambda d: (strides[d], dims[d]), reverse=True)
+    expected = 1
+    for d in reversed(order):
+        if dims[d] != 1 and strides[d] != expected:
+            return False
+        expected *= dims[d]
+    return True
+
+
+def read_strided(
+    raw: np.ndarray, dims: Sequence[int], strides: Sequence[int], dtype: np.dtype
+) -> np.ndarray:
+    """The tensor ``dims`` (element ``strides``) that the bytes ``raw`` hold, as a
+    read-only array of ``dtype`` in logical order."""
+    flat = np.ascontiguousarray(raw).view(dtype)
+    width = np.dtype(dtype).itemsize
+    return np.lib.stride_tricks.as_strided(
+        flat, shape=tuple(dims), strides=[s * width for s in strides], writeable=False
+    )
+
+
+def written_strided(
+    values: np.ndarray, dims: Sequence[int], strides: Sequence[int], dtype: np.dtype
+) -> np.ndarray:
+    """The bytes (uint8) of a dense buffer holding ``values`` (logical order, ``dims``)
+    rounded to ``dtype`` and stored with element ``strides``."""
+    out = np.zeros(math.prod(dims), dtype)
+    width = np.dtype(dtype).itemsize
+    view = np.lib.stride_tricks.as_strided(
+        out, shape=tuple(dims), strides=[s * width for s in strides]
+    )
+    view[...] = values.reshape(tuple(dims)).astype(dtype)
+    return out.view(np.uint8)

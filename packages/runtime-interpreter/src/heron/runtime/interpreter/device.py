@@ -32,11 +32,13 @@ own: its parent's counters do not see accesses made through the view.
 Library calls: built with ``libraries=("gemm",)`` it offers the GEMM library
 call, computed with numpy (:meth:`heron.runtime.core.gemm.GemmCall.reference`,
 library name ``"numpy"``), and with ``"convolution"`` the convolution call
-(:meth:`heron.runtime.core.convolution.ConvolutionCall.reference`), so that the
+(:meth:`heron.runtime.core.convolution.ConvolutionCall.reference`), and with
+``"attention"`` the fused attention call
+(:meth:`heron.runtime.core.attention.AttentionCall.reference`), so that the
 executor's library-call path runs on a CPU. By default it offers none: the
 executor then runs what an artefact carries beside each library call (heron's
-GEMM kernel; a convolution's host computation), which is what the interpreter
-is for (it executes what heron emits).
+GEMM kernel; a convolution's or an attention's host computation), which is
+what the interpreter is for (it executes what heron emits).
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ __all__ = ["AccessCounts", "InterpreterDevice", "POISON"]
 
 POISON = 0xA5
 #: Library operations the interpreter can offer (``libraries=``), computed with numpy.
-_LIBRARY_OPERATIONS = ("gemm", "convolution")
+_LIBRARY_OPERATIONS = ("gemm", "convolution", "attention")
 #: Host bytes per byte of device memory: the data and its read and write counters (uint32).
 BYTES_PER_BYTE = 9
 
