@@ -74,6 +74,7 @@ import numpy as np
 
 from heron.emitters.math_accuracy import ACCURACY
 from heron.hlo import ElementType
+from heron.hlo.custom_calls.library import library_call_target, stood_for
 from heron.hlo.determinism import regrouped
 from heron.hlo.dot_precision import check_tolerance
 from heron.hlo.errors import HloError
@@ -202,14 +203,13 @@ def narrowed_product_tolerance(source: Instruction, *, tf32: bool = True) -> flo
     bf16, as their algorithm says) may cost. ``tf32``: whether the device may use
     TF32 for f32 dots at default precision (every CUDA device since sm_80; a check
     that does not know the device allows it)."""
-    return max(
-        (
-            check_tolerance(inst, tf32=tf32)
-            for inst in instructions_reaching(source)
-            if inst.opcode in ORDER_FREE_OPCODES
-        ),
-        default=0.0,
-    )
+    tolerances = [0.0]
+    for inst in instructions_reaching(source):
+        if inst.opcode in ORDER_FREE_OPCODES:
+            tolerances.append(check_tolerance(inst, tf32=tf32))
+        elif (replaced := stood_for(inst)) is not None:
+            tolerances.append(check_tolerance(replaced, tf32=tf32))
+    return max(tolerances)
 
 
 def ulp_bound(source: Instruction, element: ElementType) -> int:
@@ -543,8 +543,13 @@ class OutputTolerance:
 
 
 #: Ops whose every kernel sums in an order of its own: an output they reach is compared
-#: within :func:`reassociation_bounds` whichever emitter computed it.
+#: within :func:`reassociation_bounds` whichever emitter computed it. So is an output
+#: heron's library custom calls reach (:mod:`heron.hlo.custom_calls.library`).
 ORDER_FREE_OPCODES = frozenset({"dot", "convolution"})
+
+
+def _sums_in_its_own_order(inst: Instruction) -> bool:
+    return inst.opcode in ORDER_FREE_OPCODES or bool(library_call_target(inst))
 
 
 def output_tolerance(
@@ -571,7 +576,7 @@ def output_tolerance(
     ulps = ulp_bound(source, element)
     reached = instructions_reaching(source)
     opcodes = [inst.opcode for inst in reached]
-    if not ORDER_FREE_OPCODES.isdisjoint(opcodes) or any(map(_regrouped_scan, reached)):
+    if any(map(_sums_in_its_own_order, reached)) or any(map(_regrouped_scan, reached)):
         # Whatever kernel computes it, a dot sums its products in the kernel's order
         # (GEMM tiles, MMA fragments, a library's split-K), never the reference's; a
         # long float cumsum or cumprod is regrouped into blocks (the scan rewriter).

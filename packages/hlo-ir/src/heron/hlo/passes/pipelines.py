@@ -12,6 +12,8 @@ simplification folds the bitcast chains that leaves.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from heron.hlo.passes import (
     algebraic_simplifier,
     call_inliner,
@@ -30,10 +32,10 @@ from heron.hlo.passes import (
     tuple_simplifier,
     while_loop_simplifier,
 )
-from heron.hlo.passes.manager import FixedPoint, Pipeline
+from heron.hlo.passes.manager import FixedPoint, HloPass, Pipeline
 from heron.hlo.passes.registry import pass_named
 
-__all__ = ["simplification_pipeline"]
+__all__ = ["layout_pipeline", "simplification_pipeline"]
 
 # The modules above register their passes when imported; name them so the
 # imports are visibly needed.
@@ -57,10 +59,17 @@ _REGISTERING = (
 )
 
 
-def simplification_pipeline(*, deterministic: bool = False) -> Pipeline:
+def simplification_pipeline(
+    *,
+    deterministic: bool = False,
+    before_layout: Sequence[HloPass] = (),
+    layouts: bool = True,
+) -> Pipeline:
     """Inline calls, decompose topk, expand stable sorts and select-and-scatter, lower
-    convolutions to dots, canonicalise dots; then simplify to a fixed point.
-
+    convolutions to dots, canonicalise dots; then simplify to a fixed point, run
+    ``before_layout`` (a target's rewrites that read the simplified graph before it has
+    layouts: the GPU pipeline's fused attention), and assign layouts (unless
+    ``layouts`` is False: what a report of those rewrites' verdicts reads).
     ``deterministic`` (``--deterministic``, XLA's ``--xla_gpu_deterministic_ops``)
     also rewrites the scatters whose result depends on the order of their updates
     (``scatter-determinism-expander``)."""
@@ -87,20 +96,27 @@ def simplification_pipeline(*, deterministic: bool = False) -> Pipeline:
                     pass_named("hlo-cse"),
                 ),
             ),
-            Pipeline(
-                "layout",
+            *before_layout,
+            *((layout_pipeline(),) if layouts else ()),
+        ),
+    )
+
+
+def layout_pipeline() -> Pipeline:
+    """Layout assignment, reshapes that move no byte as bitcasts, layout-changing copies as
+    transposes, and the simplification that folds the bitcast chains that leaves."""
+    return Pipeline(
+        "layout",
+        (
+            pass_named("layout-assignment"),
+            pass_named("reshape-decomposer"),
+            pass_named("layout-normalization"),
+            FixedPoint(
+                "cleanup",
                 (
-                    pass_named("layout-assignment"),
-                    pass_named("reshape-decomposer"),
-                    pass_named("layout-normalization"),
-                    FixedPoint(
-                        "cleanup",
-                        (
-                            pass_named("algebraic-simplifier"),
-                            pass_named("hlo-dce"),
-                            pass_named("hlo-cse"),
-                        ),
-                    ),
+                    pass_named("algebraic-simplifier"),
+                    pass_named("hlo-dce"),
+                    pass_named("hlo-cse"),
                 ),
             ),
         ),

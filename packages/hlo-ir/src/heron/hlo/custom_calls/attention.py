@@ -1,0 +1,220 @@
+"""``__heron$attention``: scaled dot-product attention a fused-attention library computes.
+
+XLA:GPU computes attention as one cuDNN flash-attention call where a program
+asks for it (``__cudnn$fmhaSoftmax``). heron recognises the pattern itself
+(``heron.compiler.library_attention``: a dot, a scale, a bias, a causal mask,
+a softmax and a second dot) and makes it this custom call::
+
+    custom-call(q, k, v[, bias]), custom_call_target="__heron$attention",
+        backend_config={"scale": 0.125, "causal": true}
+
+over tensors in cuDNN's order: ``q [B, H, Sq, D]``, ``k [B, H, Sk, D]``,
+``v [B, H, Sk, Dv]``, ``bias [B or 1, H or 1, Sq, Sk]`` (of the element type,
+added after the scale), result ``[B, H, Sq, Dv]``, all of one half-precision
+element type.
+
+The custom call has one meaning wherever it runs, which this module states as
+HLO (:func:`attention_text`) and the reference evaluator computes (its host
+implementation, a ``heron.custom_calls`` plugin of hlo-ir itself): the scores
+``q . k`` in f32, times ``scale``, plus the bias, ``-inf`` above the diagonal
+when causal (top-left aligned), a softmax in f32, the probabilities rounded to
+the element type, their product with ``v`` summed in f32 and rounded once.
+The library call's contract (``heron.runtime.core.attention``) is the same
+computation in numpy.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from heron.hlo.custom_calls.call import CustomCall
+from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
+from heron.hlo.errors import HloError
+from heron.hlo.ir import Computation, Module
+from heron.hlo.shapes import ArrayShape
+
+__all__ = [
+    "TARGET",
+    "AttentionConfig",
+    "as_attention",
+    "attention_text",
+    "backend_config",
+    "heron_custom_call_specs",
+    "host",
+]
+
+#: The custom_call_target of a fused attention.
+TARGET = "__heron$attention"
+#: The element types the custom call takes.
+ELEMENT_TYPES = ("f16", "bf16")
+
+
+def backend_config(scale: float, causal: bool) -> str:
+    """The custom call's ``backend_config`` (JSON)."""
+    return json.dumps({"causal": bool(causal), "scale": float(scale)}, sort_keys=True)
+
+
+class AttentionConfig:
+    """What a ``__heron$attention`` call's ``backend_config`` says, checked."""
+
+    def __init__(self, text: str) -> None:
+        try:
+            config = json.loads(text or "{}")
+        except json.JSONDecodeError as error:
+            raise ValueError(f"backend_config is not JSON ({error})") from None
+        if not isinstance(config, dict) or set(config) != {"causal", "scale"}:
+            raise ValueError(
+                "backend_config must give exactly 'scale' and 'causal': it was not written by heron"
+            )
+        scale, causal = config["scale"], config["causal"]
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise ValueError(f"backend_config's scale is not a number: {scale!r}")
+        if not math.isfinite(scale):
+            raise ValueError(f"backend_config's scale is not finite: {scale!r}")
+        if not isinstance(causal, bool):
+            raise ValueError(f"backend_config's causal is not true or false: {causal!r}")
+        self.scale = float(scale)
+        self.causal = causal
+
+
+def _check_shapes(operand_shapes: Sequence[ArrayShape], result_shape: ArrayShape) -> None:
+    if len(operand_shapes) not in (3, 4):
+        raise ValueError(f"takes q, k, v and an optional bias, not {len(operand_shapes)} operands")
+    q, k, v = operand_shapes[:3]
+    types = {str(shape.element_type) for shape in (*operand_shapes, result_shape)}
+    if len(types) != 1 or not types <= set(ELEMENT_TYPES):
+        raise ValueError(
+            f"every tensor of one element type of {', '.join(ELEMENT_TYPES)}, not"
+            f" {' x '.join(sorted(types))}"
+        )
+    if any(len(shape.dims) != 4 for shape in (*operand_shapes, result_shape)):
+        raise ValueError("every tensor has 4 dimensions [B, H, S, D]")
+    b, h, sq, d = q.dims
+    sk, dv = k.dims[2], v.dims[3]
+    expected = {"k": (b, h, sk, d), "v": (b, h, sk, dv), "result": (b, h, sq, dv)}
+    actual = {"k": k.dims, "v": v.dims, "result": result_shape.dims}
+    for name, dims in expected.items():
+        if tuple(actual[name]) != dims:
+            raise ValueError(f"{name} is {list(actual[name])}; q, k and v give {list(dims)}")
+    if len(operand_shapes) == 4:
+        bb, bh, bq, bk = operand_shapes[3].dims
+        if bb not in (1, b) or bh not in (1, h) or (bq, bk) != (sq, sk):
+            raise ValueError(
+                f"bias is {list(operand_shapes[3].dims)}, not [{b} or 1, {h} or 1, {sq}, {sk}]"
+            )
+
+
+def attention_text(
+    config: str, operand_shapes: Sequence[ArrayShape], result_shape: ArrayShape
+) -> str:
+    """A module whose entry computes the attention a custom call stands for (HLO text)."""
+    settings = AttentionConfig(config)
+    _check_shapes(operand_shapes, result_shape)
+    q, k, v = operand_shapes[:3]
+    t = q.element_type
+    b, h, sq, _ = q.dims
+    sk, dv = k.dims[2], v.dims[3]
+    scores = f"f32[{b},{h},{sq},{sk}]"
+    rows = f"f32[{b},{h},{sq}]"
+    lines = [
+        f"  q = {q.without_layout()} parameter(0)",
+        f"  k = {k.without_layout()} parameter(1)",
+        f"  v = {v.without_layout()} parameter(2)",
+        f"  dot = {scores} dot(q, k), lhs_batch_dims={{0,1}}, lhs_contracting_dims={{3}},"
+        " rhs_batch_dims={0,1}, rhs_contracting_dims={3}",
+        f"  scale = f32[] constant({float(np.float32(settings.scale))!r})",
+        f"  scales = {scores} broadcast(scale), dimensions={{}}",
+        f"  scaled = {scores} multiply(dot, scales)",
+    ]
+    last = "scaled"
+    if len(operand_shapes) == 4:
+        bias = operand_shapes[3]
+        kept = [i for i, size in enumerate(bias.dims) if size == (b, h, sq, sk)[i]]
+        kept_dims = ",".join(str(bias.dims[i]) for i in kept)
+        lines += [
+            f"  bias = {bias.without_layout()} parameter(3)",
+            f"  bias_kept = {t}[{kept_dims}] reshape(bias)",
+            f"  bias_f32 = f32[{kept_dims}] convert(bias_kept)",
+            f"  biases = {scores} broadcast(bias_f32), dimensions={{{','.join(map(str, kept))}}}",
+            f"  biased = {scores} add({last}, biases)",
+        ]
+        last = "biased"
+    if settings.causal:
+        lines += [
+            f"  row = s32[{b},{h},{sq},{sk}] iota(), iota_dimension=2",
+            f"  column = s32[{b},{h},{sq},{sk}] iota(), iota_dimension=3",
+            f"  keep = pred[{b},{h},{sq},{sk}] compare(row, column), direction=GE",
+            "  minus_inf = f32[] constant(-inf)",
+            f"  minus_infs = {scores} broadcast(minus_inf), dimensions={{}}",
+            f"  masked = {scores} select(keep, {last}, minus_infs)",
+        ]
+        last = "masked"
+    lines += [
+        "  lowest = f32[] constant(-inf)",
+        f"  peak = {rows} reduce({last}, lowest), dimensions={{3}}, to_apply=maximum",
+        f"  peaks = {scores} broadcast(peak), dimensions={{0,1,2}}",
+        f"  shifted = {scores} subtract({last}, peaks)",
+        f"  exponentials = {scores} exponential(shifted)",
+        "  zero = f32[] constant(0)",
+        f"  total = {rows} reduce(exponentials, zero), dimensions={{3}}, to_apply=add",
+        f"  totals = {scores} broadcast(total), dimensions={{0,1,2}}",
+        f"  probabilities = {scores} divide(exponentials, totals)",
+        f"  rounded = {t}[{b},{h},{sq},{sk}] convert(probabilities)",
+        f"  out = f32[{b},{h},{sq},{dv}] dot(rounded, v), lhs_batch_dims={{0,1}},"
+        " lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}",
+        f"  ROOT result = {t}[{b},{h},{sq},{dv}] convert(out)",
+    ]
+    return (
+        "HloModule library_attention\n\n"
+        "maximum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+        "  ROOT m = f32[] maximum(a, b)\n}\n\n"
+        "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+        "  ROOT s = f32[] add(a, b)\n}\n\n"
+        "ENTRY attention {\n" + "\n".join(lines) + "\n}\n"
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _module(text: str) -> Module:
+    from heron.hlo.parser import parse_module
+
+    return parse_module(text, "<__heron$attention>")
+
+
+def as_attention(call: CustomCall) -> Computation:
+    """The computation ``call`` stands for (shared between calls of one text: read it, do
+    not change it)."""
+    if not isinstance(call.result_shape, ArrayShape) or not all(
+        isinstance(shape, ArrayShape) for shape in call.operand_shapes
+    ):
+        raise call.error("takes array operands (q, k, v, bias) and gives one array")
+    try:
+        text = attention_text(call.backend_config, call.operand_shapes, call.result_shape)
+        return _module(text).entry
+    except (ValueError, HloError) as error:
+        raise call.error(str(error)) from None
+
+
+def host(operands: Sequence[np.ndarray], call: CustomCall) -> Any:
+    """The attention, computed by the reference evaluator (the hook's ABI)."""
+    from heron.hlo.evaluator import evaluate_computation
+
+    return evaluate_computation(as_attention(call), list(operands))
+
+
+@hookimpl
+def heron_custom_call_specs() -> list[CustomCallSpec]:
+    return [
+        CustomCallSpec(
+            target=TARGET,
+            host=host,
+            description="scaled dot-product attention a fused-attention library computes"
+            " (heron's own custom call)",
+        )
+    ]
