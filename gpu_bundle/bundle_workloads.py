@@ -270,6 +270,12 @@ def _transformer_block():
     return block
 
 
+def _attention():
+    import jax
+
+    return lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True)
+
+
 def _convolution():
     from jax import lax
 
@@ -384,6 +390,17 @@ def _t_matmul_tf32():
     return matmul
 
 
+def _t_attention():
+    import torch
+
+    def attention(q, k, v):  # torch's [B, H, S, D] order
+        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return out.transpose(1, 2)
+
+    return attention
+
+
 def _t_mlp():
     import torch
 
@@ -429,6 +446,11 @@ def _block_flops(args: Sequence[Arg]) -> int:
     hidden = args[5].shape[1]
     tokens = b * s
     return 2 * tokens * (3 * d * d + d * d + 2 * d * hidden) + 2 * 2 * b * s * s * d
+
+
+def _attention_flops(args: Sequence[Arg]) -> int:
+    b, s, n, d = args[0].shape
+    return 2 * 2 * b * n * s * s * d // 2  # two products over the causal half
 
 
 def _conv_flops(args: Sequence[Arg]) -> int:
@@ -683,6 +705,18 @@ WORKLOADS: tuple[Workload, ...] = (
         ),
         _reads,
         _block_flops,
+    ),
+    Workload(
+        "attention_bf16",
+        "causal self-attention (jax.nn.dot_product_attention), bf16, batch 4 x 4096 tokens,"
+        " 16 heads of 128: heron's fused call (cuDNN flash attention) against jax.jit's"
+        " unfused attention",
+        _attention,
+        tuple(Arg((4, 4096, 16, 128), BF16) for _ in range(3)),
+        tuple(Arg((1, 32, 2, 16), BF16) for _ in range(3)),
+        _in_out,
+        _attention_flops,
+        torch=_t_attention,
     ),
     Workload(
         "convolution",

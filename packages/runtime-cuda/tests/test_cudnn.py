@@ -1,4 +1,4 @@
-"""The cuDNN convolution library call against a stand-in for the cuDNN frontend.
+"""The cuDNN convolution and attention library calls against a stand-in for the cuDNN frontend.
 
 The stand-in (:class:`FakeCudnn`) records every graph the wrapper builds
 (tensors, their dimensions and strides, the ``conv_fprop`` node's padding,
@@ -7,7 +7,8 @@ numerical notes deselected, the workspace and stream of each execution) and
 computes, from exactly those recorded values, what cuDNN computes; so each
 test checks the recorded graph against the contract
 (heron.runtime.core.convolution) and the numbers against
-``ConvolutionCall.reference``.
+``ConvolutionCall.reference``; the same for the attention calls' ``sdpa``
+graphs (heron.runtime.core.attention, ``AttentionCall.reference``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 from heron.hlo.element_types import ElementType
+from heron.runtime.core.attention import AttentionCall
 from heron.runtime.core.convolution import ConvolutionCall, dense_strides
 from heron.runtime.core.device import DeviceError
 from heron.runtime.cuda.cudnn import Cudnn, plan
@@ -150,6 +152,15 @@ class FakeCudnn:
                 self.record["tensors"]["x"] = out
                 return out
 
+            def sdpa(self, q, k, v, **keywords):
+                self.record["sdpa"] = keywords
+                tensors = self.record["tensors"]
+                assert (q, k, v) == (tensors["q"], tensors["k"], tensors["v"])
+                assert keywords.get("bias") is tensors.get("bias")
+                out = _Tensor("o", [], [], None)
+                tensors["o"] = out
+                return out, None
+
             def __getattr__(self, step):
                 def call(*arguments):
                     self.record["steps"].append((step, arguments))
@@ -174,10 +185,13 @@ class FakeCudnn:
         self.streams.append(stream)
 
     def compute(self, record: dict, pack: dict) -> None:
-        """cuDNN's convolution from the recorded graph, on host memory."""
-        tensors, conv = record["tensors"], record["conv"]
+        """cuDNN's convolution or attention from the recorded graph, on host memory."""
         names = {"FLOAT": "f32", "HALF": "f16", "BFLOAT16": "bf16"}
         element = names[record["graph"]["io_data_type"]]
+        if "sdpa" in record:
+            self.attention(record, pack, element)
+            return
+        tensors, conv = record["tensors"], record["conv"]
         call = ConvolutionCall(
             x_dims=tensors["x"].dim,
             x_strides=tensors["x"].stride,
@@ -200,6 +214,27 @@ class FakeCudnn:
                 np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(pack[tensors[tensor]]))
             )
         arrays[2][...] = call.reference(arrays)
+
+    def attention(self, record: dict, pack: dict, element: str) -> None:
+        """cuDNN's flash attention from the recorded ``sdpa`` graph, on host memory."""
+        tensors, sdpa = record["tensors"], record["sdpa"]
+        assert sdpa["generate_stats"] is False
+        described = {}
+        for name in ("q", "k", "v", "bias", "o"):
+            if name in tensors:
+                described |= {f"{name}_dims": tensors[name].dim}
+                described |= {f"{name}_strides": tensors[name].stride}
+        call = AttentionCall(
+            **described,
+            scale=sdpa["attn_scale"],
+            causal=sdpa["use_causal_mask"],
+            element_type=element,
+        )
+        arrays = [
+            np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(pack[tensors[name]]))
+            for size, name in zip(call.byte_sizes(), call.operand_names, strict=True)
+        ]
+        arrays[-1][...] = call.reference(arrays)
 
 
 @pytest.fixture
@@ -309,3 +344,101 @@ def test_without_the_frontend_the_device_says_what_to_install(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_cudnn)
     with pytest.raises(DeviceError, match=r"heron-runtime-cuda\[cudnn\]"):
         Cudnn(lambda n: 0)
+
+
+def _attention(b, h, sq, sk, d, *, bias=None, causal=False, element_type="bf16", bshd=False):
+    """An attention call over dense tensors: [B, H, S, D] row-major, or stored as
+    [B, S, H, D] (``bshd``: what a program's [batch, sequence, heads, dim] arrays are)."""
+    order = (0, 2, 1, 3) if bshd else (0, 1, 2, 3)
+    fields = {}
+    for name, dims in (("q", (b, h, sq, d)), ("k", (b, h, sk, d)), ("v", (b, h, sk, d))):
+        fields |= {f"{name}_dims": dims, f"{name}_strides": dense_strides(dims, order)}
+    fields |= {"o_dims": (b, h, sq, d), "o_strides": dense_strides((b, h, sq, d), order)}
+    if bias is not None:
+        fields |= {"bias_dims": bias, "bias_strides": dense_strides(bias, (0, 1, 2, 3))}
+    return AttentionCall(**fields, scale=d**-0.5, causal=causal, element_type=element_type)
+
+
+ATTENTION_CALLS = {
+    "bf16_bhsd": _attention(2, 4, 32, 32, 64),
+    "f16_causal": _attention(1, 2, 48, 48, 32, causal=True, element_type="f16"),
+    "bf16_bshd_bias_per_head": _attention(2, 3, 16, 24, 16, bias=(1, 3, 16, 24), bshd=True),
+    "bf16_causal_full_bias": _attention(2, 2, 16, 16, 8, bias=(2, 2, 16, 16), causal=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTION_CALLS))
+def test_each_attention_is_one_sdpa_node_computing_the_contract(fake, name):
+    call = ATTENTION_CALLS[name]
+    library = Cudnn(lambda n: 0x7000, bindings=fake)
+    assert library.offers(call)
+    assert library.offers(call)  # built once per call
+    (graph,) = fake.graphs
+    io = {"f16": "HALF", "bf16": "BFLOAT16"}[call.element_type]
+    assert graph["graph"] == {
+        "io_data_type": io,
+        "intermediate_data_type": "FLOAT",
+        "compute_data_type": "FLOAT",
+        "handle": 0xC0DE,
+    }
+    tensors = graph["tensors"]
+    assert sorted(tensors) == sorted(call.operand_names)
+    for tensor in call.operand_names:
+        assert tensors[tensor].dim == list(call.dims_of(tensor))
+        assert tensors[tensor].stride == list(call.strides_of(tensor))
+        assert tensors[tensor].data_type == io
+    assert tensors["o"].output
+    sdpa = graph["sdpa"]
+    assert sdpa["attn_scale"] == call.scale and sdpa["use_causal_mask"] == call.causal
+    assert sdpa["compute_data_type"] == "FLOAT"
+    steps = [step for step, _ in graph["steps"]]
+    assert steps == [
+        "validate",
+        "build_operation_graph",
+        "create_execution_plans",
+        "check_support",
+        "build_plans",
+    ]
+    rng = np.random.default_rng(11)
+    dtype = ElementType(call.element_type).numpy_dtype
+    operands = [
+        rng.standard_normal(size // dtype.itemsize).astype(dtype).view(np.uint8)
+        for size in call.byte_sizes()[:-1]
+    ]
+    operands.append(np.zeros(call.byte_sizes()[-1], np.uint8))
+    expected = call.reference(operands)
+    library.run(call, [o.ctypes.data for o in operands], 0x5002)
+    assert fake.streams == [0x5002]
+    np.testing.assert_array_equal(operands[-1], expected)
+
+
+def test_convolution_and_attention_share_one_handle_and_workspace(fake):
+    allocated = []
+    library = Cudnn(lambda n: allocated.append(n) or 0x7000, bindings=fake)
+    assert library.offers(CALLS["resnet_3x3_tf32"])
+    assert library.offers(ATTENTION_CALLS["bf16_bhsd"])
+    assert [graph["graph"]["handle"] for graph in fake.graphs] == [0xC0DE, 0xC0DE]
+    assert allocated == [4096]  # the second plan needs no more than the first
+
+
+def test_an_attention_cudnn_refuses_is_not_offered_and_says_why(fake):
+    fake.refuse = True
+    library = Cudnn(lambda n: 0x7000, bindings=fake)
+    call = ATTENTION_CALLS["f16_causal"]
+    assert not library.offers(call)
+    assert "No valid engine configs" in library.refusal(call)
+
+
+def test_the_cuda_device_opens_one_cudnn_for_convolutions_and_attention(fake_cuda, fake):
+    from heron.runtime.cuda.device import CudaDevice
+
+    opened = []
+
+    def cudnn(device):
+        opened.append(device)
+        return Cudnn(lambda n: int(device.allocate(n, "cuDNN workspace").handle), bindings=fake)
+
+    device = CudaDevice(bindings=fake_cuda(), libraries={"convolution": cudnn, "attention": cudnn})
+    assert device.library_for(CALLS["resnet_3x3_tf32"]) == "cudnn"
+    assert device.library_for(ATTENTION_CALLS["f16_causal"]) == "cudnn"
+    assert opened == [device]  # one handle, one workspace for both operations

@@ -455,6 +455,17 @@ class Target:
         (:mod:`heron.compiler.library_convolution`)."""
         return _DNN_LIBRARIES.get(self.backend, "")
 
+    @property
+    def fused_attention_library(self) -> str:
+        """The library heron's runtime calls a fused (flash) attention with on this device
+        (``cudnn`` on CUDA from sm_80, whose half-precision tensor cores its flash-attention
+        engines need; ``""`` where none), to which the compiler hands the attention it
+        recognises (:mod:`heron.compiler.library_attention`)."""
+        capability = self.compute_capability
+        if not self.dnn_library or capability is None or capability < (8, 0):
+            return ""
+        return self.dnn_library
+
     def summary(self) -> str:
         """One line for ``heron targets``: the numbers that most change code generation."""
         cores = "SMs" if self.backend == "cuda" else "CUs"

@@ -36,8 +36,9 @@ its operands and results:
   (:mod:`heron.hlo.custom_calls`); a target no installed ``heron.custom_calls``
   plugin provides is refused here, naming it, the instruction and its
   computation, at its location. A convolution the DNN library takes
-  (``__heron$convolution``, :mod:`heron.compiler.library_convolution`) is a
-  ``LibraryCallThunk`` with that host call as its fallback.
+  (``__heron$convolution``, :mod:`heron.compiler.library_convolution`) and a
+  fused attention (``__heron$attention``, :mod:`heron.compiler.library_attention`)
+  are each a ``LibraryCallThunk`` with that host call as its fallback.
 - anything else (a dot or sort the fusion passes left unfused, a
   convolution ...): refused, naming the instruction.
 
@@ -56,10 +57,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from heron.compiler.library_convolution import (
-    is_library_convolution,
-    library_convolution_thunk,
-)
+from heron.compiler import library_attention, library_convolution
 from heron.compiler.library_gemm import library_call_thunk
 from heron.compiler.target import Target
 from heron.hlo.buffers import BufferAssignment
@@ -85,6 +83,22 @@ __all__ = ["EmittedKernel", "ThunkProgram", "emit_thunks", "image_key"]
 
 #: ``compile(fusion)`` -> the fusion compiled for each backend, by backend name.
 Compile = Callable[[Instruction], Mapping[str, "CompiledKernel"]]
+
+
+#: heron's library custom calls: whether an instruction is one, and the library call it makes
+#: (the host call beside it as the fallback).
+_LIBRARY_CUSTOM_CALLS = (
+    (library_convolution.is_library_convolution, library_convolution.library_convolution_thunk),
+    (library_attention.is_library_attention, library_attention.library_attention_thunk),
+)
+
+
+def _library_thunk_of(inst: Instruction) -> Callable | None:
+    """The library thunk maker of one of heron's library custom calls, else None."""
+    for recognises, make in _LIBRARY_CUSTOM_CALLS:
+        if recognises(inst):
+            return make
+    return None
 
 
 @attrs.frozen
@@ -192,9 +206,10 @@ class _Emitter:
             return [self.conditional(inst)]
         if op == "custom-call":
             host = self.custom_call(inst)
-            if self.target is not None and is_library_convolution(inst):
+            library_thunk = _library_thunk_of(inst)
+            if self.target is not None and library_thunk is not None:
                 (result,) = self.leaves(inst)
-                return [library_convolution_thunk(inst, host.operands, result, host, self.target)]
+                return [library_thunk(inst, host.operands, result, host, self.target)]
             return [host]
         if op in REFUSED_OPCODES:
             raise refusal(inst)

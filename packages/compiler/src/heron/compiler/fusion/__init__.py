@@ -31,6 +31,7 @@ from heron.compiler.fusion.horizontal_fusion import horizontal_fusion
 from heron.compiler.fusion.multi_output_fusion import multi_output_fusion
 from heron.compiler.fusion.priority_fusion import priority_fusion
 from heron.compiler.fusion.wrapper import fusion_wrapper
+from heron.compiler.library_attention import library_attention_rewriter
 from heron.compiler.library_convolution import library_convolution_rewriter
 from heron.compiler.scan_rewriter import scan_rewriter
 from heron.compiler.target import Target
@@ -53,6 +54,7 @@ __all__ = [
 #: The GPU passes by name, each a factory of the pass for a Target.
 GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
     "library-convolution-rewriter": library_convolution_rewriter,
+    "library-attention-rewriter": library_attention_rewriter,
     "scan-rewriter": scan_rewriter,
     "tree-reduction-rewriter": tree_reduction_rewriter,
     "library-gemm-fusion": gemm_fusion,
@@ -84,14 +86,18 @@ def fusion_pipeline(target: Target) -> Pipeline:
 
 def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
     """The program pipeline for ``target``: the convolutions its DNN library takes made
-    library calls, simplification, scans in log depth, the reductions too long for one
+    library calls, simplification (before layouts, the attention its fused-attention
+    library takes made one call), scans in log depth, the reductions too long for one
     block split in two, then fusion (``deterministic``: see
     :func:`heron.hlo.passes.simplification_pipeline`)."""
     return Pipeline(
         "gpu",
         (
             library_convolution_rewriter(target),
-            simplification_pipeline(deterministic=deterministic),
+            simplification_pipeline(
+                deterministic=deterministic,
+                before_layout=(library_attention_rewriter(target),),
+            ),
             scan_rewriter(target),
             tree_reduction_rewriter(target),
             fusion_pipeline(target),

@@ -1,5 +1,9 @@
-"""Convolution library calls on CUDA through cuDNN's graph API (the cuDNN frontend's Python
-bindings, the ``nvidia-cudnn-frontend`` wheel, over ``libcudnn`` 9).
+"""Convolution and fused attention library calls on CUDA through cuDNN's graph API (the
+cuDNN frontend's Python bindings, the ``nvidia-cudnn-frontend`` wheel, over ``libcudnn`` 9).
+
+Fused attention (:mod:`heron.runtime.core.attention`) is one ``sdpa`` graph,
+built by :mod:`.cudnn_attention`; the rest of this docstring is about
+convolutions. Both share one handle, one workspace and the plan cache here.
 
 The contract is :mod:`heron.runtime.core.convolution`: a forward convolution
 (``conv_fprop``) or its data gradient (``conv_dgrad``), whose three tensors
@@ -32,9 +36,11 @@ from typing import Any
 
 import attrs
 
+from heron.runtime.core.attention import AttentionCall
 from heron.runtime.core.convolution import CONVOLUTION, ConvolutionCall
 from heron.runtime.core.device import DeviceError
 from heron.runtime.core.gpu_device import Library
+from heron.runtime.cuda.cudnn_attention import AttentionPlan, attention_plan, build_attention
 
 __all__ = ["DATA_TYPES", "ConvPlan", "Cudnn", "plan"]
 
@@ -89,7 +95,9 @@ def plan(call: ConvolutionCall) -> ConvPlan:
 class _Prepared:
     """One call's graph, its tensors and its workspace need (kept for the library's life)."""
 
-    def __init__(self, chosen: ConvPlan, graph: Any, tensors: tuple[Any, Any, Any], size: int):
+    def __init__(
+        self, chosen: ConvPlan | AttentionPlan, graph: Any, tensors: tuple[Any, ...], size: int
+    ):
         self.plan = chosen
         self.graph = graph
         self.tensors = tensors
@@ -120,8 +128,8 @@ class Cudnn(Library):
         self.handle = self._call("create_handle")
         self.workspace = 0
         self.workspace_bytes = 0
-        self._prepared: dict[ConvolutionCall, _Prepared | None] = {}
-        self._reasons: dict[ConvolutionCall, str] = {}
+        self._prepared: dict[ConvolutionCall | AttentionCall, _Prepared | None] = {}
+        self._reasons: dict[ConvolutionCall | AttentionCall, str] = {}
 
     def _call(self, name: str, *arguments: Any, **keywords: Any) -> Any:
         try:
@@ -177,12 +185,20 @@ class Cudnn(Library):
         graph.build_plans()
         return _Prepared(chosen, graph, tensors, int(graph.get_workspace_size()))
 
-    def prepare(self, call: ConvolutionCall) -> _Prepared | None:
+    def _build_attention(self, chosen: AttentionPlan) -> _Prepared:
+        graph, tensors = build_attention(self._cudnn, self.handle, chosen)
+        return _Prepared(chosen, graph, tensors, int(graph.get_workspace_size()))
+
+    def prepare(self, call: ConvolutionCall | AttentionCall) -> _Prepared | None:
         """The built graph for ``call``, or None where cuDNN has no engine for it."""
         if call in self._prepared:
             return self._prepared[call]
         try:
-            prepared: _Prepared | None = self._build(plan(call))
+            prepared: _Prepared | None = (
+                self._build_attention(attention_plan(call))
+                if isinstance(call, AttentionCall)
+                else self._build(plan(call))
+            )
         except Exception as exc:  # noqa: BLE001 - no engine, or a graph cuDNN refuses
             self._reasons[call] = f"cuDNN builds no plan for it ({exc})"
             prepared = None
@@ -193,11 +209,11 @@ class Cudnn(Library):
         return prepared
 
     def offers(self, call: Any) -> bool:
-        return isinstance(call, ConvolutionCall) and self.prepare(call) is not None
+        return isinstance(call, (ConvolutionCall, AttentionCall)) and self.prepare(call) is not None
 
     def refusal(self, call: Any) -> str:
-        if not isinstance(call, ConvolutionCall):
-            return f"cuDNN computes convolutions only, not {call!r}"
+        if not isinstance(call, (ConvolutionCall, AttentionCall)):
+            return f"cuDNN computes convolutions and fused attention only, not {call!r}"
         return self._reasons.get(call, "cuDNN builds no plan for it on this device")
 
     def run(self, call: Any, addresses: Sequence[int], stream: Any) -> None:

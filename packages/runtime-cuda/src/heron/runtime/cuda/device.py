@@ -55,9 +55,10 @@ names (:data:`CUDA_CALLS`); this module adds what is CUDA's own.
   executor asks about, with a workspace from ``cuMemAlloc``. Without
   nvmath-python or ``libcublasLt`` the device offers no library and the
   executor runs heron's GEMM kernels (``library_reasons`` says why).
-  Convolutions through cuDNN (:mod:`~.cudnn`, the cuDNN frontend: the
-  ``cudnn`` extra); without it a convolution the compiler gave cuDNN runs on
-  the host, correct and slow, and the executor's report says why.
+  Convolutions and fused attention through cuDNN (:mod:`~.cudnn`, the cuDNN
+  frontend: the ``cudnn`` extra; one library object serves both); without it
+  a convolution or an attention the compiler gave cuDNN runs on the host,
+  correct and slow, and the executor's report says why.
 - Timing: ``cuEventCreate`` / ``cuEventRecord`` on the stream /
   ``cuEventSynchronize`` / ``cuEventElapsedTime``.
 - Properties: ``cuDeviceGetAttribute`` and ``cuDeviceTotalMem`` mapped onto
@@ -71,6 +72,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from heron.runtime.core import commands as recorded
+from heron.runtime.core.attention import ATTENTION
 from heron.runtime.core.convolution import CONVOLUTION
 from heron.runtime.core.device import DeviceError, KernelImage, LoadedKernel
 from heron.runtime.core.gemm import GEMM
@@ -177,16 +179,19 @@ class CudaDevice(CapturingDevice):
         self, ordinal: int = 0, *, bindings: Any = None, libraries: Mapping[str, Any] | None = None
     ) -> None:
         """``libraries``: operation -> a function making its :class:`Library` from the
-        device (tests pass stand-ins); by default GEMM is cuBLASLt's and convolution
-        cuDNN's."""
+        device (tests pass stand-ins); by default GEMM is cuBLASLt's, convolution and
+        attention cuDNN's (one library serving both: one maker opens one library)."""
         if bindings is None:
             try:
                 from cuda.bindings import driver as bindings
             except ImportError as exc:
                 raise DeviceError(f"the CUDA device needs cuda-python ({exc})") from exc
         self._library_makers = (
-            dict(libraries) if libraries is not None else {GEMM: _cublaslt, CONVOLUTION: _cudnn}
+            dict(libraries)
+            if libraries is not None
+            else {GEMM: _cublaslt, CONVOLUTION: _cudnn, ATTENTION: _cudnn}
         )
+        self._opened: dict[Any, Library] = {}
         self._open(bindings, probe(bindings), ordinal, "driver")
         self._cu = bindings
         self.compute_capability: tuple[int, int] = self.info.compute_capability
@@ -234,7 +239,9 @@ class CudaDevice(CapturingDevice):
         maker = self._library_makers.get(operation)
         if maker is None:
             raise DeviceError(f"{self.description}: no library for {operation}")
-        return maker(self)
+        if maker not in self._opened:
+            self._opened[maker] = maker(self)
+        return self._opened[maker]
 
     # -- Device --------------------------------------------------------------------------
     @property

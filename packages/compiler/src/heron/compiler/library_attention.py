@@ -1,0 +1,844 @@
+"""Attention a fused-attention library computes: the pattern, and the call it becomes.
+
+``softmax(scale * q . k + bias, masked) . v`` is the most expensive piece of
+a transformer written as XLA sees it: two batched GEMMs around a row softmax,
+the scores ``[B, H, Sq, Sk]`` written to memory and read back three times.
+cuDNN's flash attention computes it in one kernel that never stores the
+scores. XLA:GPU calls it only where the program asks (jax's
+``dot_product_attention(implementation="cudnn")``); heron finds the pattern in
+any program (``jax.nn.dot_product_attention``, attention written by hand with
+its scores in f32) and makes it one library call by default, since the fused
+call is then the same computation, summed in another order.
+
+The ``library-attention-rewriter`` pass runs after simplification (calls
+inlined, every dot canonical: ``[batch..., M, K] x [batch..., K, N]``) and
+before layout assignment. It starts from each dot and looks back for::
+
+    scores = dot(q [b..., Sq, D], k [b..., D, Sk])          (canonical, f16/bf16 operands)
+    logits = select(causal, bias + scale * scores, -big)     (each part optional, in that
+                                                              order; converts anywhere)
+    p      = exp(logits - max(logits)) / sum(exp(...))      (over the keys' dimension)
+    out    = dot(p, v) or dot(v, p)                         (canonical, contracting the keys)
+
+looking through what only moves or widens values (converts, transposes,
+reshapes that add or drop size-1 dimensions). Each dimension of the scores
+carries a role (a batch dimension, the queries, the keys) along the way, so
+that the softmax must run over the keys and the second dot must contract
+them and keep the batch dimensions in order. The mask must be causal (a
+compile-time constant equal to ``i >= j``, which is how jax writes
+``is_causal``); the scale a constant; the bias any tensor of the operands'
+type (or widened from it) over batch, queries and keys. The scores and the
+softmax must be computed in f32, as the fused call computes them (what
+``jax.nn.dot_product_attention`` writes): a program that rounds its scores to
+bf16 asks for another result, and keeps it. Nothing in the
+pattern but its output may be used elsewhere: a training step that keeps the
+probabilities for its backward pass is left as it is.
+
+:func:`match_attention` says, for a dot that ends such a pattern, either what
+the call is (:class:`AttentionMatch`) or why not (a string naming what
+stopped it); :func:`attention_verdicts` reports every candidate of a module.
+The rewrite makes the custom call ``__heron$attention``
+(:mod:`heron.hlo.custom_calls.attention`) over ``[B, H, S, D]`` operands (the
+batch dimensions merged into two), and :func:`library_attention_thunk` its
+library call (the contract :mod:`heron.runtime.core.attention`), the host
+computation beside it for a device without the library.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+
+from heron.compiler.target import Target
+from heron.hlo.attributes import QuotedString
+from heron.hlo.custom_calls.attention import TARGET, AttentionConfig, backend_config
+from heron.hlo.custom_calls.call import custom_call_of
+from heron.hlo.element_types import ElementType
+from heron.hlo.errors import HloError, UnsupportedError
+from heron.hlo.ir import Computation, ComputationRef, Instruction, Module
+from heron.hlo.passes.dot_decomposer import dimension_lists, is_canonical_dot
+from heron.hlo.passes.manager import HloPass
+from heron.hlo.passes.rewrite import (
+    Inserter,
+    Uses,
+    module_names,
+    non_fusion_computations,
+    remove_instructions,
+)
+from heron.hlo.shapes import ArrayShape
+from heron.runtime.core.attention import (
+    ATTENTION,
+    ELEMENT_TYPES,
+    HEAD_DIM_MULTIPLE,
+    MAX_HEAD_DIM,
+    AttentionCall,
+)
+from heron.runtime.core.library_contract import dense_strides
+from heron.runtime.core.thunks import BufferSlice, CustomCallThunk, LibraryCallThunk
+
+__all__ = [
+    "AttentionMatch",
+    "attention_call",
+    "attention_verdicts",
+    "is_library_attention",
+    "library_attention_rewriter",
+    "library_attention_thunk",
+    "match_attention",
+    "program_attention_verdicts",
+    "rewrite_attention",
+]
+
+#: The library name an attention call's thunk carries (the device picks the implementation:
+#: cuDNN on CUDA, numpy on an interpreter built to offer it).
+LIBRARY = "dnn"
+#: What only moves, reshapes or converts values (looked through between the pattern's parts).
+_VIEWS = frozenset({"convert", "copy", "reshape", "transpose"})
+#: What the softmax's parts are looked through (no transposes: they share one frame).
+_SOFTMAX_VIEWS = frozenset({"convert", "copy", "reshape"})
+#: A mask's fill: -inf, or a value so low that exp(fill - max) is 0 in f32 unless every
+#: unmasked score of a row is below fill + 104 (jax fills with -0.7 x the type's max;
+#: hand-written attention often with -1e9). The softmax's maximum starts from one too.
+_FILL_AT_MOST = -1e9
+#: The largest causal mask evaluated at compile time (elements of its [Sq, Sk] source).
+_MASK_ELEMENTS_LIMIT = 1 << 24
+
+#: The roles a dimension of the scores plays: batch dimensions ``b0``, ``b1``..., ``q``, ``k``.
+Labels = tuple[str | None, ...]
+
+
+@attrs.frozen
+class AttentionMatch:
+    """One attention pattern, ending at ``output_dot`` (see the module docstring)."""
+
+    scores_dot: Instruction  #: ``q [b..., Sq, D] . k [b..., D, Sk]``
+    output_dot: Instruction  #: the probabilities' product with v
+    probabilities_side: int  #: which operand of ``output_dot`` the probabilities are (0, 1)
+    scale: float
+    causal: bool
+    #: the bias's source (of the operands' type) and the roles of its non-unit dimensions
+    bias: Instruction | None
+    bias_labels: tuple[str, ...]
+    element_type: str
+
+
+class _NoMatch(Exception):
+    """Why a candidate is not taken (its message is the verdict)."""
+
+
+# -- dimension roles ----------------------------------------------------------------------------
+
+
+def _squeezed(dims: Sequence[int]) -> tuple[int, ...]:
+    return tuple(d for d in dims if d != 1)
+
+
+def _full(labels: tuple[str, ...], dims: Sequence[int]) -> Labels:
+    """``labels`` of the non-unit dimensions spread over ``dims`` (None for size-1 ones)."""
+    it = iter(labels)
+    return tuple(None if d == 1 else next(it) for d in dims)
+
+
+def _present(labels: Labels) -> tuple[str, ...]:
+    return tuple(label for label in labels if label is not None)
+
+
+def _of_non_unit(labels: Sequence[str], dims: Sequence[int]) -> tuple[str, ...]:
+    """The roles of ``dims``'s non-unit dimensions, ``labels`` naming every dimension."""
+    return tuple(label for label, size in zip(labels, dims, strict=True) if size != 1)
+
+
+def _view_labels(inst: Instruction, labels: tuple[str, ...]) -> tuple[str, ...]:
+    """The roles of ``inst``'s non-unit dimensions, its operand's being ``labels``."""
+    source = inst.operands[0].array_shape.dims
+    if inst.opcode in ("convert", "copy"):
+        return labels
+    if inst.opcode == "reshape":
+        if _squeezed(inst.array_shape.dims) != _squeezed(source):
+            raise _NoMatch(
+                f"reshape '{inst.name}' regroups the scores' dimensions"
+                f" ({list(source)} -> {list(inst.array_shape.dims)})"
+            )
+        return labels
+    if inst.opcode == "transpose":
+        full = _full(labels, source)
+        return _present(tuple(full[d] for d in inst.attributes["dimensions"]))
+    raise _NoMatch(f"{inst.opcode} '{inst.name}' is not a view")  # pragma: no cover - callers
+
+
+def _operand_labels(inst: Instruction, labels: Labels) -> Labels:
+    """The roles of ``inst``'s (first) operand's dimensions, ``inst``'s being ``labels``
+    (every dimension): walking a view or broadcast backwards."""
+    source = inst.operands[0].array_shape.dims
+    if inst.opcode in ("convert", "copy"):
+        return labels
+    if inst.opcode == "reshape":
+        return _full(_present(labels), source)
+    if inst.opcode == "transpose":
+        out: list[str | None] = [None] * len(source)
+        for i, d in enumerate(inst.attributes["dimensions"]):
+            out[d] = labels[i]
+        return tuple(out)
+    if inst.opcode == "broadcast":
+        return tuple(labels[d] for d in inst.attributes.get("dimensions", ()))
+    raise AssertionError(inst.opcode)
+
+
+def _peel(
+    value: Instruction, labels: Labels, widen_from: ElementType | None
+) -> tuple[Instruction, Labels]:
+    """``value`` without the broadcasts, transposes, size-1 reshapes and (where
+    ``widen_from`` is given) exact widenings from that type around its source, and the
+    roles of the source's dimensions."""
+    while True:
+        opcode = value.opcode
+        if opcode == "reshape" and _squeezed(value.array_shape.dims) != _squeezed(
+            value.operands[0].array_shape.dims
+        ):
+            break
+        if opcode == "convert" and (
+            widen_from is None or value.operands[0].array_shape.element_type is not widen_from
+        ):
+            break
+        if opcode not in ("reshape", "transpose", "broadcast", "convert", "copy"):
+            break
+        labels = _operand_labels(value, labels)
+        value = value.operands[0]
+    return value, labels
+
+
+# -- small readings -----------------------------------------------------------------------------
+
+
+def _through(inst: Instruction, opcodes: frozenset[str], path: list[Instruction]) -> Instruction:
+    """The first instruction below ``inst`` that is not one of ``opcodes`` (those passed
+    are appended to ``path``)."""
+    while inst.opcode in opcodes:
+        path.append(inst)
+        inst = inst.operands[0]
+    return inst
+
+
+def _scalar_constant(inst: Instruction) -> float | None:
+    """The value of a constant broadcast from (or reshaped or converted from) one number."""
+    while inst.opcode in ("broadcast", "reshape", "convert", "copy"):
+        if inst.opcode == "broadcast" and math.prod(inst.operands[0].array_shape.dims) != 1:
+            return None
+        inst = inst.operands[0]
+    if inst.opcode != "constant" or inst.literal is None:
+        return None
+    values = np.asarray(inst.literal).reshape(-1)
+    if values.size != 1 or values.dtype.kind in "bcOSU":  # a number (ml_dtypes' floats: "V")
+        return None
+    return float(values[0])
+
+
+def _combiner(reduce: Instruction) -> str:
+    """The binary op a one-operand reduce folds with (``""`` for anything else)."""
+    if reduce.opcode != "reduce" or len(reduce.operands) != 2:
+        return ""
+    try:
+        computation = reduce.called("to_apply")
+    except HloError:
+        return ""
+    root = computation.root_instruction
+    parameters = computation.parameters
+    if len(parameters) != 2 or sorted(map(id, root.operands)) != sorted(map(id, parameters)):
+        return ""
+    return root.opcode
+
+
+def _reduced_axis(reduce: Instruction) -> int:
+    """The position among its operand's non-unit dimensions of the one dimension
+    ``reduce`` folds (a _NoMatch where it folds several, or a size-1 one)."""
+    dims = list(reduce.attributes.get("dimensions", ()))
+    source = reduce.operands[0].array_shape.dims
+    folded = [d for d in dims if source[d] != 1]
+    if len(folded) != 1:
+        raise _NoMatch(f"reduce '{reduce.name}' folds {len(folded)} dimensions, not the keys'")
+    return sum(1 for d in range(folded[0]) if source[d] != 1)
+
+
+def _restores(broadcast: Instruction, axis: int) -> bool:
+    """Whether ``broadcast`` puts back exactly the non-unit dimension ``axis`` that a
+    reduce took away (the operand's non-unit dimensions onto every other one, in order)."""
+    if broadcast.opcode != "broadcast":
+        return False
+    out = broadcast.array_shape.dims
+    position = {d: i for i, d in enumerate(d for d in range(len(out)) if out[d] != 1)}
+    mapped = [
+        position.get(target, -1)
+        for size, target in zip(
+            broadcast.operands[0].array_shape.dims,
+            broadcast.attributes.get("dimensions", ()),
+            strict=True,
+        )
+        if size != 1
+    ]
+    return mapped == [p for p in range(len(position)) if p != axis]
+
+
+# -- the pattern ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Softmax:
+    logits: Instruction  #: the value the softmax normalises
+    axis: int  #: the position of the keys among its non-unit dimensions
+    interior: tuple[Instruction, ...]
+
+
+def _softmax(divide: Instruction) -> _Softmax:
+    """The softmax ``divide`` ends (exp(x - max x) / sum exp(x - max x)), or _NoMatch."""
+    interior: list[Instruction] = [divide]
+    numerator = _through(divide.operands[0], _SOFTMAX_VIEWS, interior)
+    if numerator.opcode != "exponential":
+        raise _NoMatch(f"'{divide.name}' divides no exponential")
+    totals = _through(divide.operands[1], _SOFTMAX_VIEWS, interior)
+    if totals.opcode != "broadcast":
+        raise _NoMatch(f"'{divide.name}' does not divide by a broadcast sum")
+    total = _through(totals.operands[0], _SOFTMAX_VIEWS, interior)
+    if _combiner(total) != "add":
+        raise _NoMatch(f"'{divide.name}' does not divide by a sum of its exponentials")
+    if _scalar_constant(total.operands[1]) != 0:
+        raise _NoMatch(f"sum '{total.name}' does not start from 0")
+    if _through(total.operands[0], _SOFTMAX_VIEWS, interior) is not numerator:
+        raise _NoMatch(f"sum '{total.name}' adds up something else than '{numerator.name}'")
+    shifted = numerator.operands[0]
+    if shifted.opcode != "subtract":
+        raise _NoMatch(f"exponential '{numerator.name}' is not of x - max(x)")
+    interior += [numerator, shifted, totals, total]
+    logits = _through(shifted.operands[0], _SOFTMAX_VIEWS, interior)
+    peaks = _through(shifted.operands[1], _SOFTMAX_VIEWS, interior)
+    if peaks.opcode != "broadcast":
+        raise _NoMatch(f"'{shifted.name}' subtracts no broadcast maximum")
+    peak = _through(peaks.operands[0], _SOFTMAX_VIEWS, interior)
+    if _combiner(peak) != "maximum":
+        raise _NoMatch(f"'{shifted.name}' subtracts no maximum")
+    lowest = _scalar_constant(peak.operands[1])
+    if lowest is None or lowest > _FILL_AT_MOST:
+        raise _NoMatch(f"maximum '{peak.name}' does not start from -inf")
+    if _through(peak.operands[0], _SOFTMAX_VIEWS, interior) is not logits:
+        raise _NoMatch(f"maximum '{peak.name}' is not of the values the softmax shifts")
+    interior += [peaks, peak]
+    axis = _reduced_axis(peak)
+    if _reduced_axis(total) != axis:
+        raise _NoMatch(f"'{peak.name}' and '{total.name}' reduce different dimensions")
+    if _squeezed(total.operands[0].array_shape.dims) != _squeezed(logits.array_shape.dims):
+        raise _NoMatch(f"'{total.name}' sums a differently shaped value")
+    if not (_restores(totals, axis) and _restores(peaks, axis)):
+        raise _NoMatch("the softmax's maximum or sum is broadcast along another dimension")
+    return _Softmax(logits, axis, tuple(interior))
+
+
+@attrs.frozen
+class _Logits:
+    """The path from the scores' dot to the softmax's input, read backwards."""
+
+    scores_dot: Instruction
+    path: tuple[Instruction, ...]  #: from the softmax's input down to the dot (excluded)
+    scale: float
+    bias: Instruction | None  #: the add's bias operand
+    bias_add: Instruction | None
+    mask: Instruction | None  #: the select's predicate
+    mask_select: Instruction | None
+    mask_inverted: bool  #: the predicate says where the fill goes, not what is kept
+
+
+def _scaled_dot_below(inst: Instruction) -> bool:
+    """Whether a dot lies below ``inst`` through views and constant scales alone (what
+    may lie below a bias: the operand of an add that is not the bias)."""
+    while inst.opcode != "dot":
+        if inst.opcode in _VIEWS:
+            inst = inst.operands[0]
+        elif (
+            inst.opcode in ("multiply", "divide") and _scalar_constant(inst.operands[1]) is not None
+        ):
+            inst = inst.operands[0]
+        elif inst.opcode == "multiply" and _scalar_constant(inst.operands[0]):
+            inst = inst.operands[1]
+        else:
+            return False
+    return True
+
+
+def _logits(value: Instruction) -> _Logits:
+    """The scale, bias and mask between the scores' dot and ``value``, or _NoMatch."""
+    path: list[Instruction] = []
+    scale = 1.0
+    bias = bias_add = mask = mask_select = None
+    inverted = False
+    stage = 0  # walking down: the mask, then the bias, then the scale
+    inst = value
+    while inst.opcode != "dot":
+        if inst.opcode in _VIEWS:
+            path.append(inst)
+            inst = inst.operands[0]
+            continue
+        path.append(inst)
+        if inst.opcode == "select":
+            if stage > 0 or mask is not None:
+                raise _NoMatch(f"select '{inst.name}' is not the last step before the softmax")
+            kept, fill = inst.operands[1], inst.operands[2]
+            if (_scalar_constant(fill) or 0) > _FILL_AT_MOST:
+                kept, fill = fill, kept
+                inverted = True
+            filled = _scalar_constant(fill)
+            if filled is None or filled > _FILL_AT_MOST:
+                raise _NoMatch(f"select '{inst.name}' fills with something else than -inf")
+            mask, mask_select = inst.operands[0], inst
+            inst = kept
+        elif inst.opcode == "add":
+            if stage > 1 or bias is not None:
+                raise _NoMatch(f"add '{inst.name}' comes before the scale")
+            stage = 1
+            lhs, rhs = inst.operands
+            chain, bias = (lhs, rhs) if _scaled_dot_below(lhs) else (rhs, lhs)
+            bias_add = inst
+            inst = chain
+        elif inst.opcode in ("multiply", "divide"):
+            stage = 2
+            lhs, rhs = inst.operands
+            factor = _scalar_constant(rhs)
+            chain = lhs
+            if factor is None and inst.opcode == "multiply":
+                factor, chain = _scalar_constant(lhs), rhs
+            if factor is None or factor == 0:
+                raise _NoMatch(
+                    f"{inst.opcode} '{inst.name}' scales by something else than a constant"
+                )
+            scale = scale * factor if inst.opcode == "multiply" else scale / factor
+            inst = chain
+        else:
+            raise _NoMatch(f"{inst.opcode} '{inst.name}' lies between the scores and the softmax")
+    return _Logits(inst, tuple(path), scale, bias, bias_add, mask, mask_select, inverted)
+
+
+def _check_dot(dot: Instruction, what: str) -> tuple[int, ...]:
+    """The batch sizes of ``dot`` (canonical, one free dimension each side), or _NoMatch."""
+    if not is_canonical_dot(dot):
+        raise _NoMatch(f"{what} '{dot.name}' is not canonical")
+    lhs_batch, _, lhs_contracting, _ = dimension_lists(dot)
+    lhs, rhs = (operand.array_shape for operand in dot.operands)
+    nb = len(lhs_batch)
+    if len(lhs_contracting) != 1 or len(lhs.dims) != nb + 2 or len(rhs.dims) != nb + 2:
+        raise _NoMatch(f"{what} '{dot.name}' is not a batch of matrix products")
+    return tuple(lhs.dims[:nb])
+
+
+def _is_causal(mask: Instruction, labels: Labels, inverted: bool) -> str:
+    """``""`` where ``mask`` keeps exactly ``i >= j`` (query i, key j), else why not."""
+    source, roles = _peel(mask, labels, None)
+    present = _present(roles)
+    if sorted(present) != ["k", "q"]:
+        return f"mask '{mask.name}' is not over the queries and keys alone"
+    computation = _constant_subgraph(source)
+    if computation is None:
+        return f"mask '{mask.name}' is not a compile-time constant (only causal masks are fused)"
+    if math.prod(source.array_shape.dims) > _MASK_ELEMENTS_LIMIT:
+        return f"mask '{mask.name}' is too large to read at compile time"
+    from heron.hlo.evaluator import evaluate_computation
+
+    value = np.asarray(evaluate_computation(computation, []), dtype=bool)
+    value = value.reshape(_squeezed(source.array_shape.dims))
+    if present == ("k", "q"):
+        value = value.T
+    if inverted:
+        value = ~value
+    rows, columns = value.shape
+    causal = np.arange(columns)[None, :] <= np.arange(rows)[:, None]
+    return "" if np.array_equal(value, causal) else f"mask '{mask.name}' is not causal"
+
+
+def _constant_subgraph(root: Instruction) -> Computation | None:
+    """A computation of its own computing ``root``, where nothing below it is a parameter
+    or calls a computation; None otherwise."""
+    order: list[Instruction] = []
+    seen: set[int] = set()
+
+    def visit(inst: Instruction) -> bool:
+        if id(inst) in seen:
+            return True
+        seen.add(id(inst))
+        if inst.opcode in ("parameter", "rng", "infeed", "custom-call") or any(
+            isinstance(value, ComputationRef) for value in inst.attributes.values()
+        ):
+            return False
+        if not all(visit(operand) for operand in inst.operands):
+            return False
+        order.append(inst)
+        return True
+
+    if not visit(root):
+        return None
+    computation = Computation("attention_mask")
+    copies: dict[int, Instruction] = {}
+    for inst in order:
+        copy = inst.clone([copies[id(o)] for o in inst.operands])
+        copies[id(inst)] = computation.add(copy)
+    computation.root = copies[id(root)]
+    return computation
+
+
+def match_attention(dot: Instruction, uses: Uses, target: Target) -> AttentionMatch | str | None:
+    """The attention ``dot`` ends (its product of probabilities and values), why it is
+    not taken (a string), or None where ``dot`` ends no softmax at all."""
+    found = None
+    for side in (0, 1):
+        path: list[Instruction] = []
+        divide = _through(dot.operands[side], _VIEWS, path)
+        if (
+            divide.opcode == "divide"
+            and _through(divide.operands[0], _SOFTMAX_VIEWS, []).opcode == "exponential"
+        ):
+            found = side, path, divide
+            break
+    if found is None:
+        return None
+    side, probability_path, divide = found
+    try:
+        return _match(dot, side, probability_path, divide, uses, target)
+    except _NoMatch as why:
+        return str(why)
+
+
+def _match(
+    dot: Instruction,
+    side: int,
+    probability_path: list[Instruction],
+    divide: Instruction,
+    uses: Uses,
+    target: Target,
+) -> AttentionMatch:
+    if not target.fused_attention_library:
+        raise _NoMatch(f"{target.name} has no fused-attention library (cuDNN on sm_80 and later)")
+    softmax = _softmax(divide)
+    logits = _logits(softmax.logits)
+    scores = logits.scores_dot
+    for inst in (scores, *logits.path, *softmax.interior):
+        if inst.array_shape.element_type is not ElementType.F32:
+            raise _NoMatch(
+                f"{inst.opcode} '{inst.name}' computes the scores or their softmax in"
+                f" {inst.array_shape.element_type}: the fused call computes them in f32, which"
+                " would not be the program's result (compute the scores in f32, as"
+                " jax.nn.dot_product_attention does)"
+            )
+    batch = _check_dot(scores, "the scores' dot")
+    out_batch = _check_dot(dot, "the output's dot")
+    if out_batch != batch:
+        raise _NoMatch(f"the dots' batches differ ({list(batch)} and {list(out_batch)})")
+    q, k = (operand.array_shape for operand in scores.operands)
+    v = dot.operands[1 - side].array_shape
+    element = str(q.element_type)
+    types = {str(x.element_type) for x in (q, k, v, dot.array_shape)}
+    if types != {element} or element not in ELEMENT_TYPES:
+        raise _NoMatch(
+            f"the fused call takes q, k, v and its output of one type of"
+            f" {', '.join(ELEMENT_TYPES)}, not {' x '.join(sorted(types))}"
+        )
+    nb = len(batch)
+    head = q.dims[nb + 1]
+    value_head = v.dims[nb + 1] if side == 0 else v.dims[nb]
+    for name, size in (("head", head), ("value head", value_head)):
+        if size > MAX_HEAD_DIM or size % HEAD_DIM_MULTIPLE:
+            raise _NoMatch(
+                f"{name} dimension {size} (the fused call takes at most {MAX_HEAD_DIM}, a"
+                f" multiple of {HEAD_DIM_MULTIPLE})"
+            )
+    # roles along the way: the scores' dimensions, up the logits path to the softmax
+    batch_roles = tuple(f"b{i}" for i in range(nb))
+    roles = _of_non_unit((*batch_roles, "q", "k"), scores.array_shape.dims)
+    roles_at: dict[int, tuple[str, ...]] = {}
+    for inst in reversed(logits.path):
+        if inst.opcode in _VIEWS:
+            roles = _view_labels(inst, roles)
+        roles_at[id(inst)] = roles
+    keys = roles[softmax.axis] if softmax.axis < len(roles) else None
+    if keys != "k":
+        raise _NoMatch("the softmax does not run over the keys")
+    for inst in reversed(probability_path):
+        roles = _view_labels(inst, roles)
+    order = ("q", "k") if side == 0 else ("k", "q")
+    if roles != _of_non_unit((*batch_roles, *order), dot.operands[side].array_shape.dims):
+        raise _NoMatch("the second dot does not contract the keys with the batch in order")
+    causal = False
+    if logits.mask is not None:
+        assert logits.mask_select is not None
+        mask_roles = _full(roles_at[id(logits.mask_select)], logits.mask.array_shape.dims)
+        why = _is_causal(logits.mask, mask_roles, logits.mask_inverted)
+        if why:
+            raise _NoMatch(why)
+        causal = True
+    bias = None
+    bias_labels: tuple[str, ...] = ()
+    if logits.bias is not None:
+        assert logits.bias_add is not None
+        at_add = _full(roles_at[id(logits.bias_add)], logits.bias.array_shape.dims)
+        bias, peeled = _peel(logits.bias, at_add, q.element_type)
+        bias_labels = _present(peeled)
+        if str(bias.array_shape.element_type) != element:
+            raise _NoMatch(
+                f"bias '{logits.bias.name}' is {bias.array_shape.element_type}: the fused call"
+                f" takes it in {element}"
+            )
+        if not {"q", "k"} <= set(bias_labels):
+            raise _NoMatch(f"bias '{logits.bias.name}' is not over the queries and keys")
+        if len(bias_labels) != len(set(bias_labels)):
+            raise _NoMatch(f"bias '{logits.bias.name}' repeats a dimension")
+    interior = [scores, *logits.path, *softmax.interior, *probability_path]
+    inside = {id(inst) for inst in interior} | {id(dot)}
+    for inst in interior:
+        if inst is uses.computation.root:
+            raise _NoMatch(f"'{inst.name}' is an output of the computation")
+        outside = [user.name for user in uses.users(inst) if id(user) not in inside]
+        if outside:
+            raise _NoMatch(
+                f"'{inst.name}' is also used by {', '.join(outside[:3])} (a backward pass keeps"
+                " the attention's intermediates)"
+            )
+    return AttentionMatch(
+        scores_dot=scores,
+        output_dot=dot,
+        probabilities_side=side,
+        scale=logits.scale,
+        causal=causal,
+        bias=bias,
+        bias_labels=bias_labels,
+        element_type=element,
+    )
+
+
+# -- the rewrite ---------------------------------------------------------------------------------
+
+
+def _four_dims(batch: Sequence[int], rows: int, columns: int) -> tuple[int, int, int, int]:
+    """[B, H, rows, columns] with the batch dimensions merged: H the last, B the rest."""
+    if not batch:
+        return (1, 1, rows, columns)
+    return (math.prod(batch[:-1]), batch[-1], rows, columns)
+
+
+@attrs.frozen
+class _Adder:
+    """Adds an instruction of its first operand's element type, named after ``like``."""
+
+    inserter: Inserter
+    like: Instruction
+
+    def __call__(
+        self,
+        opcode: str,
+        dims: Sequence[int],
+        operands: Sequence[Instruction],
+        attributes: dict | None = None,
+        suffix: str = "",
+    ) -> Instruction:
+        shape = ArrayShape(operands[0].array_shape.element_type, tuple(dims))
+        return self.inserter.add(opcode, shape, operands, attributes, like=self.like, suffix=suffix)
+
+
+def _rewrite(inserter: Inserter, match: AttentionMatch) -> Instruction:
+    scores, dot = match.scores_dot, match.output_dot
+    q, k = scores.operands
+    v = dot.operands[1 - match.probabilities_side]
+    nb = len(dimension_lists(scores)[0])
+    batch = q.array_shape.dims[:nb]
+    element = q.array_shape.element_type
+    add = _Adder(inserter, dot)
+
+    def swap_last(x: Instruction, suffix: str) -> Instruction:
+        dims = x.array_shape.dims
+        order = (*range(nb), nb + 1, nb)
+        return add("transpose", [dims[d] for d in order], [x], {"dimensions": order}, suffix)
+
+    def four(x: Instruction, suffix: str) -> Instruction:
+        dims = x.array_shape.dims
+        return add("reshape", _four_dims(dims[:nb], dims[nb], dims[nb + 1]), [x], suffix=suffix)
+
+    q4 = four(q, "attention_q")
+    k4 = four(swap_last(k, "attention_k_rows"), "attention_k")
+    if match.probabilities_side == 1:
+        v = swap_last(v, "attention_v_rows")
+    v4 = four(v, "attention_v")
+    operands = [q4, k4, v4]
+    sq, sk = q.array_shape.dims[nb], k.array_shape.dims[nb + 1]
+    if match.bias is not None:
+        operands.append(_bias(add, match, batch, sq, sk))
+    out_dims = _four_dims(batch, sq, v4.array_shape.dims[3])
+    call = inserter.add(
+        "custom-call",
+        ArrayShape(element, out_dims),
+        operands,
+        {
+            "custom_call_target": QuotedString(TARGET),
+            "backend_config": QuotedString(backend_config(match.scale, match.causal)),
+        },
+        like=dot,
+        suffix="attention",
+    )
+    dv = out_dims[3]
+    out = add("reshape", (*batch, sq, dv), [call], suffix="attention_output")
+    if match.probabilities_side == 1:
+        out = swap_last(out, "attention_output_columns")
+    return out
+
+
+def _bias(
+    add: _Adder, match: AttentionMatch, batch: Sequence[int], sq: int, sk: int
+) -> Instruction:
+    """The bias as ``[B or 1, H or 1, Sq, Sk]``: its source's dimensions put in the
+    scores' order, then merged as the batch is (broadcast first where a merged dimension
+    would mix kept and broadcast ones)."""
+    assert match.bias is not None
+    source, labels = match.bias, match.bias_labels
+    nb = len(batch)
+    canonical = (*(f"b{i}" for i in range(nb)), "q", "k")
+    squeezed = _squeezed(source.array_shape.dims)
+    if tuple(source.array_shape.dims) != squeezed:
+        source = add("reshape", squeezed, [source], suffix="attention_bias_squeezed")
+    order = sorted(range(len(labels)), key=lambda i: canonical.index(labels[i]))
+    if order != list(range(len(labels))):
+        dims = [squeezed[i] for i in order]
+        source = add("transpose", dims, [source], {"dimensions": tuple(order)}, "attention_bias")
+    present = {labels[i] for i in order}
+    merged = [f"b{i}" for i in range(nb - 1)]  # become B; b{nb-1} becomes H
+    if any(label in present for label in merged) and not all(label in present for label in merged):
+        full = (*batch, sq, sk)
+        kept = tuple(i for i, label in enumerate(canonical) if label in present)
+        source = add("broadcast", full, [source], {"dimensions": kept}, "attention_bias_batch")
+        present = set(canonical)
+    b = math.prod(batch[:-1]) if nb and all(label in present for label in merged) else 1
+    h = batch[-1] if nb and f"b{nb - 1}" in present else 1
+    return add("reshape", (b, h, sq, sk), [source], suffix="attention_bias")
+
+
+def rewrite_attention(module: Module, target: Target) -> bool:
+    """Every attention ``target``'s fused-attention library takes becomes
+    ``__heron$attention``."""
+    if not target.fused_attention_library:
+        return False
+    names = module_names(module)
+    changed = False
+    for computation in non_fusion_computations(module):
+        uses = Uses(computation)
+        matches = []
+        for inst in list(computation.instructions):
+            if inst.opcode == "dot":
+                found = match_attention(inst, uses, target)
+                if isinstance(found, AttentionMatch):
+                    matches.append(found)
+        for match in matches:
+            inserter = Inserter(computation, names)
+            inserter.replace(match.output_dot, _rewrite(inserter, match))
+            remove_instructions(computation, [match.output_dot])
+            changed = True
+    return changed
+
+
+def library_attention_rewriter(target: Target) -> HloPass:
+    """The ``library-attention-rewriter`` pass for ``target``."""
+    return HloPass(
+        "library-attention-rewriter",
+        lambda module: rewrite_attention(module, target),
+        "dot, scale, bias, causal mask, softmax and dot become one fused-attention call"
+        " (cuDNN's flash attention)",
+    )
+
+
+def attention_verdicts(module: Module, target: Target) -> list[tuple[str, str]]:
+    """(the second dot's name, what computes it) for every attention pattern of a
+    simplified ``module``: the library, or why not, for reports."""
+    verdicts = []
+    for computation in non_fusion_computations(module):
+        uses = Uses(computation)
+        for inst in computation.instructions:
+            if inst.opcode != "dot":
+                continue
+            found = match_attention(inst, uses, target)
+            if isinstance(found, AttentionMatch):
+                verdicts.append((inst.name, target.fused_attention_library))
+            elif found is not None:
+                verdicts.append((inst.name, f"two GEMMs and a softmax ({found})"))
+    return verdicts
+
+
+def program_attention_verdicts(module: Module, target: Target) -> list[tuple[str, str]]:
+    """:func:`attention_verdicts` of an uncompiled ``module`` as the rewriter sees it: a
+    copy of it simplified as the pipeline simplifies it first (``module`` is unchanged)."""
+    if not any(inst.opcode == "exponential" for inst in module.instructions()):
+        return []
+    from heron.hlo.parser import parse_module
+    from heron.hlo.passes.manager import run_pipeline
+    from heron.hlo.passes.pipelines import simplification_pipeline
+    from heron.hlo.printer import print_module
+
+    copy = parse_module(print_module(module), module.name)
+    run_pipeline(copy, simplification_pipeline(layouts=False))
+    return attention_verdicts(copy, target)
+
+
+def is_library_attention(inst: Instruction) -> bool:
+    """Whether ``inst`` is an attention the rewriter made a library custom call."""
+    target = inst.attributes.get("custom_call_target")
+    return (
+        inst.opcode == "custom-call" and isinstance(target, QuotedString) and target.text == TARGET
+    )
+
+
+# -- the library call ----------------------------------------------------------------------------
+
+
+def attention_call(inst: Instruction) -> AttentionCall:
+    """The library call a ``__heron$attention`` custom call is (its shapes laid out)."""
+    call = custom_call_of(inst)
+    config = AttentionConfig(call.backend_config)
+
+    def described(shape: ArrayShape) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return tuple(shape.dims), dense_strides(shape.dims, shape.major_to_minor)
+
+    shapes = [operand.array_shape for operand in inst.operands]
+    q, k, v = (described(shape) for shape in shapes[:3])
+    o = described(inst.array_shape)
+    bias = described(shapes[3]) if len(shapes) == 4 else ((), ())
+    return AttentionCall(
+        q_dims=q[0],
+        q_strides=q[1],
+        k_dims=k[0],
+        k_strides=k[1],
+        v_dims=v[0],
+        v_strides=v[1],
+        o_dims=o[0],
+        o_strides=o[1],
+        bias_dims=bias[0],
+        bias_strides=bias[1],
+        scale=config.scale,
+        causal=config.causal,
+        element_type=str(inst.array_shape.element_type),
+    )
+
+
+def library_attention_thunk(
+    inst: Instruction,
+    operands: Sequence[BufferSlice],
+    result: BufferSlice,
+    host: CustomCallThunk,
+    target: Target,
+) -> LibraryCallThunk:
+    """The library call of a ``__heron$attention`` custom call, ``host`` beside it."""
+    del target  # the contract depends on the call alone
+    try:
+        call = attention_call(inst)
+    except (ValueError, UnsupportedError) as error:
+        raise UnsupportedError(
+            f"custom-call '{inst.name}' ({TARGET}): {error}", inst.location
+        ) from None
+    return LibraryCallThunk(
+        library=LIBRARY,
+        operation=ATTENTION,
+        attributes=call.attributes(),
+        arguments=(*operands, result),
+        fallback=(host,),
+        fallback_emitter="host",
+    )

@@ -1,0 +1,277 @@
+"""Attention as one fused library call end to end: the pattern, the call, its results.
+
+jax lowers ``jax.nn.dot_product_attention`` (and attention written by hand
+with its scores in f32) to two dots around a softmax. Compiled for an H100,
+each becomes the custom call ``__heron$attention`` and, in the artefact, one
+``dnn.attention`` library call (cuDNN's flash attention on a GPU) with the
+host computation beside it: the two GEMMs and the softmax kernel are gone.
+The interpreter runs the host fallback by default and, built with
+``libraries=("attention",)``, the contract's numpy reference; both equal
+XLA:CPU's results (jax on this machine) within the output type's rounding.
+What the fused call would compute differently (scores in bf16, a mask that is
+not causal, grouped-query heads, a backward pass that keeps the
+probabilities, f32 tensors, too wide a head) is left as two GEMMs and a
+softmax, and the verdict says why.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from heron.cli.main import main as heron
+from heron.compiler import Target
+from heron.compiler.executable import compile_program
+from heron.compiler.library_attention import program_attention_verdicts
+from heron.hlo.parser import parse_module
+from heron.runtime.core.attention import AttentionCall
+from heron.runtime.core.executor import load_executable
+from heron.runtime.core.library_contract import dense_strides
+from heron.runtime.core.thunks import LibraryCallThunk, ThunkError, walk
+from heron.runtime.interpreter import InterpreterDevice
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+H100 = Target.preset("h100")
+B, T, N, D = 2, 32, 2, 16
+
+
+@pytest.fixture(scope="module", autouse=True)
+def jax_32_bit():
+    """jax's default 32-bit types: another suite may have turned x64 on (a global)."""
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", False)
+    yield
+    jax.config.update("jax_enable_x64", previous)
+
+
+def _hand_written(q, k, v):
+    scores = jnp.einsum("bqnh,bknh->bnqk", q, k, preferred_element_type=jnp.float32)
+    probabilities = jax.nn.softmax(scores / math.sqrt(q.shape[-1]), axis=-1)
+    return jnp.einsum("bnqk,bknh->bqnh", probabilities.astype(q.dtype), v)
+
+
+def _three_batch_dimensions(q, k, v, bias):
+    """[A, B, S, N, D] operands (three batch dimensions), a bias over B alone."""
+    scores = jnp.einsum("abqnh,abknh->abnqk", q, k, preferred_element_type=jnp.float32)
+    probabilities = jax.nn.softmax(scores * 0.25 + bias.astype(jnp.float32), axis=-1)
+    return jnp.einsum("abnqk,abknh->abqnh", probabilities.astype(q.dtype), v)
+
+
+def _bf16_scores(q, k, v):
+    scores = jnp.einsum("bqnh,bknh->bnqk", q, k) / math.sqrt(q.shape[-1])
+    return jnp.einsum("bnqk,bknh->bqnh", jax.nn.softmax(scores, axis=-1), v)
+
+
+def _shapes(t=T, s=T, n=N, kv_heads=N, d=D, dtype="bfloat16"):
+    dtype = getattr(jnp, dtype)
+    return [
+        jax.ShapeDtypeStruct((B, t, n, d), dtype),
+        jax.ShapeDtypeStruct((B, s, kv_heads, d), dtype),
+        jax.ShapeDtypeStruct((B, s, kv_heads, d), dtype),
+    ]
+
+
+def _bias(shape, dtype="bfloat16"):
+    return jax.ShapeDtypeStruct(shape, getattr(jnp, dtype))
+
+
+#: name -> (function, argument shapes, what the call is)
+TAKEN = {
+    "sdpa": (
+        jax.nn.dot_product_attention,
+        _shapes(),
+        "attention bf16[2x2x32x16] q, 32 keys -> bf16[2x2x32x16], scale 0.25",
+    ),
+    "sdpa_causal": (
+        lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True),
+        _shapes(),
+        "attention bf16[2x2x32x16] q, 32 keys -> bf16[2x2x32x16], scale 0.25, causal",
+    ),
+    "sdpa_bias": (
+        lambda q, k, v, bias: jax.nn.dot_product_attention(q, k, v, bias=bias),
+        [*_shapes(), _bias((B, N, T, T))],
+        "attention bf16[2x2x32x16] q, 32 keys -> bf16[2x2x32x16], scale 0.25, bias bf16[2x2x32x32]",
+    ),
+    "sdpa_bias_per_head_causal": (
+        lambda q, k, v, bias: jax.nn.dot_product_attention(q, k, v, bias=bias, is_causal=True),
+        [*_shapes(), _bias((1, N, T, T))],
+        "attention bf16[2x2x32x16] q, 32 keys -> bf16[2x2x32x16], scale 0.25,"
+        " bias bf16[1x2x32x32], causal",
+    ),
+    "cross_attention_f16_by_hand": (  # jax's own has no f16 x f16 -> f32 dot on a CPU
+        _hand_written,
+        _shapes(t=8, s=40, d=32, dtype="float16"),
+        "attention f16[2x2x8x32] q, 40 keys -> f16[2x2x8x32], scale 0.176777",
+    ),
+    "hand_written_f32_scores": (
+        _hand_written,
+        _shapes(d=24),
+        "attention bf16[2x2x32x24] q, 32 keys -> bf16[2x2x32x24], scale 0.204124",
+    ),
+    "three_batch_dimensions_bias": (
+        _three_batch_dimensions,
+        [
+            *(jax.ShapeDtypeStruct((2, 3, 16, 2, 16), jnp.bfloat16) for _ in range(3)),
+            _bias((1, 3, 1, 16, 16)),
+        ],
+        # B merges A and B: the bias, over B alone, is broadcast over A first
+        "attention bf16[6x2x16x16] q, 16 keys -> bf16[6x2x16x16], scale 0.25, bias bf16[6x2x16x16]",
+    ),
+}
+
+#: name -> (function, argument shapes, target, why not)
+REFUSED = {
+    "f32": (jax.nn.dot_product_attention, _shapes(dtype="float32"), H100, "not f32"),
+    "bf16_scores": (_bf16_scores, _shapes(), H100, "computes the scores or their softmax in bf16"),
+    "grouped_query": (  # jax transposes the softmax's maximum between the head groups
+        jax.nn.dot_product_attention,
+        _shapes(n=4, kv_heads=2),
+        H100,
+        "subtracts no maximum",
+    ),
+    "padding_mask": (
+        lambda q, k, v, mask: jax.nn.dot_product_attention(q, k, v, mask=mask),
+        [*_shapes(), jax.ShapeDtypeStruct((B, 1, T, T), jnp.bool_)],
+        H100,
+        "is not over the queries and keys alone",
+    ),
+    "parameter_mask": (
+        lambda q, k, v, mask: jax.nn.dot_product_attention(q, k, v, mask=mask),
+        [*_shapes(), jax.ShapeDtypeStruct((1, 1, T, T), jnp.bool_)],
+        H100,
+        "not a compile-time constant",
+    ),
+    "backward_pass": (
+        jax.value_and_grad(
+            lambda q, k, v: jax.nn.dot_product_attention(q, k, v).astype(jnp.float32).sum()
+        ),
+        _shapes(),
+        H100,
+        "a backward pass keeps the attention's intermediates",
+    ),
+    "wide_head": (jax.nn.dot_product_attention, _shapes(d=160), H100, "head dimension 160"),
+    "rocm": (jax.nn.dot_product_attention, _shapes(), Target.preset("mi300x"), "no fused-att"),
+}
+
+
+def _lowered(function, shapes) -> str:
+    return jax.jit(function).lower(*shapes).as_text(dialect="hlo")
+
+
+def _inputs(shapes, seed: int = 7) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for shape in shapes:
+        if shape.dtype == jnp.bool_:
+            out.append(rng.random(shape.shape) < 0.8)
+        else:
+            out.append(rng.standard_normal(shape.shape).astype(shape.dtype))
+    return out
+
+
+def _attention_calls(compiled) -> list[LibraryCallThunk]:
+    return [
+        t
+        for t in walk(compiled.artefact.program)
+        if isinstance(t, LibraryCallThunk) and t.operation == "attention"
+    ]
+
+
+@pytest.fixture(scope="module", params=sorted(TAKEN))
+def taken(request):
+    function, shapes, described = TAKEN[request.param]
+    text = _lowered(function, shapes)
+    compiled = compile_program(parse_module(text), H100, ("interpreter",))
+    inputs = _inputs(shapes)
+    expected = np.asarray(jax.jit(function)(*inputs))  # XLA:CPU: this machine has no GPU
+    return text, described, compiled, inputs, expected
+
+
+def test_attention_for_cuda_is_one_library_call_and_no_gemm(taken):
+    _, described, compiled, _, _ = taken
+    (call,) = _attention_calls(compiled)
+    assert (call.library, call.fallback_emitter) == ("dnn", "host")
+    assert AttentionCall.from_thunk(call).describe() == described
+    gemms = [t for t in walk(compiled.artefact.program) if getattr(t, "operation", "") == "gemm"]
+    assert gemms == []  # the two dots are the call
+
+
+@pytest.mark.parametrize("libraries", [(), ("attention",)])
+def test_the_interpreter_gives_xla_s_results_on_the_host_or_with_its_numpy_library(
+    taken, libraries
+):
+    _, _, compiled, inputs, expected = taken
+    device = InterpreterDevice(libraries=libraries)
+    executable = load_executable(compiled.artefact, device, command_buffers=True, min_graph_size=1)
+    (choice,) = [c for c in executable.library_choices if c.call.startswith("attention")]
+    assert (choice.chosen, choice.library) == (("numpy", True) if libraries else ("host", False))
+    (out,) = executable.run(inputs)
+    out, reference = np.asarray(out, np.float64), np.asarray(expected, np.float64)
+    # probabilities and output each rounded once to a 16-bit type: a few of its ulps
+    bound = 4 * 2.0 ** -(8 if expected.dtype == jnp.bfloat16 else 11)
+    assert np.abs(out - reference).max() <= bound * max(1.0, np.abs(reference).max())
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_what_the_fused_call_would_change_stays_two_gemms_and_says_why(name):
+    function, shapes, target, why = REFUSED[name]
+    module = parse_module(_lowered(function, shapes))
+    verdicts = program_attention_verdicts(module, target)
+    assert verdicts, "the softmax between two dots is a candidate"
+    assert any(why in verdict for _, verdict in verdicts), verdicts
+    assert all(verdict.startswith("two GEMMs and a softmax") for _, verdict in verdicts)
+    compiled = compile_program(module, target, ("interpreter",))
+    assert _attention_calls(compiled) == []
+
+
+def test_heron_compile_says_what_computes_each_attention(tmp_path, capsys):
+    for name, (function, shapes, _, why) in (
+        ("sdpa", (*TAKEN["sdpa"][:2], H100, "cudnn")),
+        ("bf16_scores", REFUSED["bf16_scores"]),
+    ):
+        path = tmp_path / f"{name}.hlo"
+        path.write_text(_lowered(function, shapes))
+        out = tmp_path / f"{name}.heron"
+        assert heron(["compile", str(path), "--executable", str(out)]) == 0
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if "attention ending" in x]
+        assert why in line
+
+
+def test_heron_run_check_agrees_on_a_fused_attention(tmp_path, capsys):
+    function, shapes, _ = TAKEN["sdpa_bias_per_head_causal"]
+    path = tmp_path / "attention.hlo"
+    path.write_text(_lowered(function, shapes))
+    assert heron(["run", str(path), "--backend", "interpreter", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "agree: every output within the tolerance" in out
+    assert "attention bf16[2x2x32x16] q, 32 keys -> bf16[2x2x32x16], scale 0.25, bias" in out
+    assert "causal: host (on the host: the interpreter" in out
+
+
+def test_the_contract_refuses_what_it_does_not_describe():
+    dims = (1, 2, 8, 16)
+    fields = {}
+    for name in ("q", "k", "v", "o"):
+        fields |= {f"{name}_dims": dims, f"{name}_strides": dense_strides(dims, range(4))}
+    AttentionCall(**fields, scale=0.25)
+    for change, message in (
+        ({"element_type": "f32"}, "element type 'f32'"),
+        ({"k_dims": (1, 2, 8, 8), "k_strides": (128, 64, 8, 1)}, "k_dims"),
+        ({"o_strides": (1, 1, 1, 1)}, "do not store"),
+        ({"bias_dims": (1, 2, 8, 9), "bias_strides": (144, 72, 9, 1)}, "bias_dims"),
+        ({"scale": float("nan")}, "finite"),
+        ({"causal": 1}, "true or false"),
+    ):
+        with pytest.raises(ThunkError, match=message):
+            AttentionCall(**(fields | {"scale": 0.25} | change))
+    wide = (1, 2, 8, 136)
+    with pytest.raises(ThunkError, match="head dimension 136"):
+        AttentionCall(
+            **{f"{n}_dims": wide for n in ("q", "k", "v", "o")},
+            **{f"{n}_strides": dense_strides(wide, range(4)) for n in ("q", "k", "v", "o")},
+            scale=0.1,
+        )
