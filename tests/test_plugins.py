@@ -432,6 +432,9 @@ def test_backend_availability_that_raises_is_reported():
         ("stages", "pkg:fn", TypeError),
         ("stages", [object()], TypeError),
         ("stages", [Stage("a", "m:f"), Stage("a", "m:g")], ValueError),
+        ("image_formats", "cubin", TypeError),
+        ("image_formats", ["cubin", ""], TypeError),
+        ("image_formats", ["ptx", "ptx"], ValueError),
     ],
 )
 def test_backend_spec_rejects_bad_fields(field, value, error):
@@ -543,3 +546,12 @@ def test_emitter_spec_rejects_bad_fields(field, value, error):
     fields[field] = value
     with pytest.raises(error, match=field):
         EmitterSpec(**fields)
+
+
+def test_each_backend_declares_the_image_formats_its_devices_load():
+    from heron.runtime.core.registry import default_backends
+
+    backends = default_backends()
+    assert backends.get("cuda").image_formats == ("cubin", "ptx")
+    assert backends.get("rocm").image_formats == ("hsaco",)
+    assert backends.get("interpreter").image_formats == ("heron-interpreter",)

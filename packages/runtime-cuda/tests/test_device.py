@@ -137,6 +137,21 @@ def test_a_cubins_layout_comes_from_cuFuncGetParamInfo(fake_cuda):
     assert driver.launched[0]["args"] == [b.handle for b in buffers]
 
 
+@pytest.mark.parametrize(("device_limit", "opts_in"), [(49152, False), (32768, True)])
+def test_the_shared_memory_a_launch_may_use_without_opting_in_is_the_device_s(
+    fake_cuda, device_limit, opts_in
+):
+    from heron_test_support.fake_cuda import ATTRIBUTE_VALUES
+
+    attributes = dict(ATTRIBUTE_VALUES) | {"MAX_SHARED_MEMORY_PER_BLOCK": device_limit}
+    device, driver = _device(fake_cuda, attributes=attributes)
+    driver.param_info["k"] = [(0, 8)]
+    kernel = device.load_kernel(KernelImage("cubin", "k", _cubin_header(90)))
+    buffers = [device.allocate(8)]
+    device.launch(kernel, (1,), (32,), buffers, shared_bytes=40 * 1024)
+    assert ("cuFuncSetAttribute" in driver.calls) == opts_in
+
+
 def test_errors_name_the_call_and_the_cuda_error(fake_cuda):
     codes = fake_cuda.CUresult
     device, driver = _device(

@@ -67,13 +67,6 @@ __all__ = [
 #: ``compiler(fusion, target, backend)``: :func:`heron.compiler.compile_fusion` or a cache of it.
 KernelCompiler = Callable[[Instruction, Target, str], "CompiledKernel"]
 
-#: The image format each backend's devices load, in order of preference.
-_IMAGE_FORMATS = {
-    "cuda": ("cubin", "ptx"),
-    "rocm": ("hsaco",),
-    "interpreter": ("heron-interpreter",),
-}
-
 
 @attrs.frozen
 class CompiledExecutable:
@@ -324,22 +317,26 @@ def _constants(assignment: BufferAssignment) -> dict[int, bytes]:
 
 
 def _image(kernel: CompiledKernel, fusion: Instruction, backend: str) -> KernelImage:
-    """The image a ``backend`` device loads: the first of its formats the compile made."""
+    """The image a ``backend`` device loads: the first of the formats its BackendSpec
+    declares that the compile made (without a declaration, the last stage's image)."""
+    from heron.runtime.core.registry import default_backends
+
+    formats = default_backends().get(backend).image_formats
     images = [kernel.image] if kernel.image is not None else []
     images += [
         KernelImage(artefact.extension, kernel.kernel_name, artefact.data)
         for artefact in kernel.device_code()
     ]
-    for wanted in _IMAGE_FORMATS.get(backend, ()):
+    for wanted in formats:
         for image in images:
             if image.format == wanted:
                 return image
-    if kernel.image is not None and backend not in _IMAGE_FORMATS:
+    if kernel.image is not None and not formats:
         return kernel.image
     made = ", ".join(sorted({i.format for i in images})) or "none"
     raise UnsupportedError(
         f"fusion '{fusion.name}': the {backend} compile made no loadable image"
-        f" (expected {' or '.join(_IMAGE_FORMATS.get(backend, ('any',)))}; made: {made})"
+        f" (expected {' or '.join(formats or ('any',))}; made: {made})"
     )
 
 

@@ -174,6 +174,13 @@ def _to_stages(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
+def _check_formats(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(f, str) and f for f in value):
+        raise TypeError(f"{attribute.name} must be a sequence of format names, got {value!r}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{attribute.name}: a format is named twice in {list(value)}")
+
+
 def _check_stages(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, tuple) or not all(isinstance(s, Stage) for s in value):
         raise TypeError(f"{attribute.name} must be a sequence of Stage, got {value!r}")
@@ -194,8 +201,12 @@ class BackendSpec:
     the kernels are compiled for (None: the backend's own choice); a device that
     emulates a GPU (the interpreter) takes its warp size from it. ``stages``
     turn a ``lower-tensors`` module into device code (the module docstring); a
-    backend without stages can only run what was compiled elsewhere. Higher
-    ``priority`` wins when no backend is named.
+    backend without stages can only run what was compiled elsewhere.
+    ``image_formats`` are the :class:`~heron.runtime.core.device.KernelImage`
+    formats its devices load, in order of preference: an executable keeps, of
+    what a compile made, the first of them (``cubin`` before ``ptx`` on CUDA);
+    without them, what the last stage returned. Higher ``priority`` wins when no
+    backend is named.
     """
 
     name: str = attrs.field(validator=check_spec_name)
@@ -206,6 +217,9 @@ class BackendSpec:
         default=(), converter=_to_stages, validator=_check_stages
     )
     description: str = ""
+    image_formats: tuple[str, ...] = attrs.field(
+        default=(), converter=_to_stages, validator=_check_formats
+    )
 
 
 @hookspec

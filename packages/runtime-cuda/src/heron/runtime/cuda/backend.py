@@ -75,4 +75,5 @@ def heron_backend_specs() -> BackendSpec:
         device_factory=create_device,
         stages=STAGES,
         description="CUDA GPUs (PTX and cubin), through cuda-python's driver API",
+        image_formats=("cubin", "ptx"),
     )

@@ -115,7 +115,7 @@ def _libdevice_bitcode() -> bytes:
 def llvm_ir_to_ptx(
     llvm_ir: str,
     kernel_names: tuple[str, ...],
-    arch: str = "sm_90",
+    arch: str,
     *,
     ptx_version: int,
     opt_level: int = 3,
@@ -180,7 +180,7 @@ def _internalise_all_but(module: Any, keep: set[str]) -> None:
 
 def compile_to_ptx(
     module: Any,
-    arch: str = "sm_90",
+    arch: str,
     *,
     ptx_version: int,
     opt_level: int = 3,

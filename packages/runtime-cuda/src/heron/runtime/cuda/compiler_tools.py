@@ -103,11 +103,11 @@ def _run_ptxas(ptx: str, arch: str, extra: tuple[str, ...], keep_output: bool) -
         return output.read_bytes() if keep_output else b""
 
 
-def validate_ptx(ptx: str, arch: str = "sm_90") -> None:
+def validate_ptx(ptx: str, arch: str) -> None:
     """Assemble ``ptx`` for ``arch`` and throw the result away; raise ``PtxasError`` if rejected."""
     _run_ptxas(ptx, arch, (), keep_output=False)
 
 
-def assemble_cubin(ptx: str, arch: str = "sm_90", opt_level: int = 3) -> bytes:
+def assemble_cubin(ptx: str, arch: str, opt_level: int = 3) -> bytes:
     """Assemble ``ptx`` to a cubin for ``arch`` with ptxas (``-O{opt_level}``)."""
     return _run_ptxas(ptx, arch, (f"-O{opt_level}",), keep_output=True)

@@ -104,8 +104,6 @@ from heron.runtime.cuda.properties import ATTRIBUTES, target_properties
 
 __all__ = ["CUDA_CALLS", "CudaDevice", "CudaGraph", "CudaTimer"]
 
-#: Dynamic shared memory a kernel may use without opting in (cuFuncSetAttribute).
-_DEFAULT_DYNAMIC_SHARED = 48 * 1024
 _CU_STREAM_NON_BLOCKING = 1
 _CU_EVENT_DEFAULT = 0
 
@@ -162,11 +160,15 @@ def _parameter_pointers(kernel: _Kernel, packed: bytes) -> tuple[Any, Any]:
 class _Kernel:
     """A loaded function: its module, handle, parameter layout and opted-in shared memory."""
 
-    def __init__(self, module: Any, function: Any, signature: KernelSignature) -> None:
+    def __init__(
+        self, module: Any, function: Any, signature: KernelSignature, shared_limit: int
+    ) -> None:
         self.module = module
         self.function = function
         self.signature = signature
-        self.shared_limit = _DEFAULT_DYNAMIC_SHARED
+        #: Dynamic shared memory it may use now: the device's limit without opting in,
+        #: raised (cuFuncSetAttribute) the first time a launch needs more.
+        self.shared_limit = shared_limit
 
 
 class CudaDevice(CapturingDevice):
@@ -199,6 +201,15 @@ class CudaDevice(CapturingDevice):
         self._context = self._call("cuDevicePrimaryCtxRetain", self._device)
         self._call("cuCtxSetCurrent", self._context)
         self._stream = self._call("cuStreamCreate", _CU_STREAM_NON_BLOCKING)
+        #: Shared memory a block may use without opting in (48 KiB on every CUDA GPU so
+        #: far): the device says it, nothing here restates it.
+        self._shared_without_opt_in = int(
+            self._call(
+                "cuDeviceGetAttribute",
+                self._cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK,
+                self._device,
+            )
+        )
         self._body_streams: list[Any] = []
         self._setters: dict[str, _Kernel] | None = None
         version = int(self._call("cuDriverGetVersion"))
@@ -291,7 +302,8 @@ class CudaDevice(CapturingDevice):
             signature = ptx_entry_signature(image.data, image.kernel_name)
         else:
             signature = self._queried_signature(function, image.kernel_name)
-        return LoadedKernel(self, image.kernel_name, _Kernel(module, function, signature))
+        kernel = _Kernel(module, function, signature, self._shared_without_opt_in)
+        return LoadedKernel(self, image.kernel_name, kernel)
 
     def load_best(self, images: Sequence[KernelImage]) -> LoadedKernel:
         """Load the best of one kernel's images here (:func:`~.kernel_abi.choose_image`)."""
@@ -379,7 +391,9 @@ class CudaDevice(CapturingDevice):
             for name in (WHILE_KERNEL, BRANCH_KERNEL):
                 function = self._call("cuModuleGetFunction", module, name.encode())
                 signature = ptx_entry_signature(SET_CONDITION_PTX, name)
-                self._setters[name] = _Kernel(module, function, signature)
+                self._setters[name] = _Kernel(
+                    module, function, signature, self._shared_without_opt_in
+                )
         return self._setters
 
     def _set_condition(self, name: str, values: Sequence[int], stream: Any) -> None:

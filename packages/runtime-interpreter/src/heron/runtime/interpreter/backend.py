@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from heron.runtime.core.hookspecs import BackendSpec, Stage, hookimpl
+from heron.runtime.interpreter.program import FORMAT
 
 STAGES = (
     Stage(
@@ -44,4 +45,5 @@ def heron_backend_specs() -> BackendSpec:
         device_factory=_device,
         stages=STAGES,
         description="runs heron's kernels on the CPU, as a GPU would, with a sanitizer",
+        image_formats=(FORMAT,),
     )

@@ -74,4 +74,5 @@ def heron_backend_specs() -> BackendSpec:
         device_factory=create_device,
         stages=STAGES,
         description="ROCm GPUs (an HSACO), through hip-python",
+        image_formats=("hsaco",),
     )
