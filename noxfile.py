@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parent
 
 #: Package folders in dependency order (ARCHITECTURE.md).
 PACKAGES = (
+    "target",
     "hlo-ir",
     "indexing",
     "partitioner",
@@ -197,7 +198,7 @@ def runtime(session: nox.Session) -> None:
     _isolation_check(
         session,
         ["heron.runtime.core", "heron.runtime.interpreter"],
-        ["heron-hlo-ir", "heron-runtime-core", "heron-runtime-interpreter"],
+        [*_RUNTIME_STACK, "heron-runtime-interpreter"],
         COMPILER_SIDE,
         without_compile_extra=True,
     )
@@ -237,6 +238,7 @@ COMPILE_SIDE_MODULES = [
 ]
 #: package folder -> its import name
 IMPORT_NAMES = {
+    "target": "heron.target",
     "hlo-ir": "heron.hlo",
     "indexing": "heron.indexing",
     "partitioner": "heron.partitioner",
@@ -248,7 +250,16 @@ IMPORT_NAMES = {
     "jax": "heron.jax",
     "report": "heron.report",
 }
-_EMITTER_STACK = ["heron-hlo-ir", "heron-indexing", "heron-partitioner", "heron-emitters-core"]
+_EMITTER_STACK = [
+    "heron-target",
+    "heron-hlo-ir",
+    "heron-indexing",
+    "heron-partitioner",
+    "heron-emitters-core",
+]
+#: What runtime-core needs: the HLO IR (its thunks, custom calls, element types) and the
+#: Target its stages and devices are given.
+_RUNTIME_STACK = ["heron-target", "heron-hlo-ir", "heron-runtime-core"]
 
 #: target -> (what to install: package folders, a [extra] allowed; modules to import,
 #: each with all its submodules; the heron distributions that must then be installed:
@@ -256,6 +267,7 @@ _EMITTER_STACK = ["heron-hlo-ir", "heron-indexing", "heron-partitioner", "heron-
 #: not be installed). A runtime without its extra must import its device side; its
 #: compile side is then checked in the `[compile]` target.
 ISOLATION = {
+    "target": (["target"], ["heron.target"], ["heron-target"], ["numpy", *COMPILER_SIDE]),
     "hlo-ir": (["hlo-ir"], ["heron.hlo"], ["heron-hlo-ir"], COMPILER_SIDE),
     "indexing": (
         ["indexing"],
@@ -284,7 +296,7 @@ ISOLATION = {
     "runtime-core": (
         ["runtime-core"],
         ["heron.runtime.core"],
-        ["heron-hlo-ir", "heron-runtime-core"],
+        _RUNTIME_STACK,
         COMPILER_SIDE,
     ),
     "compiler": (
@@ -340,7 +352,7 @@ ISOLATION = {
         runtime: (
             [runtime],
             ["heron.runtime.core", IMPORT_NAMES[runtime]],
-            ["heron-hlo-ir", "heron-runtime-core", f"heron-{runtime}"],
+            [*_RUNTIME_STACK, f"heron-{runtime}"],
             COMPILER_SIDE,
         )
         for runtime in COMPILE_EXTRA
@@ -410,7 +422,7 @@ def isolation(session: nox.Session, target: str) -> None:
         _isolation_check(
             session,
             ["heron.runtime.core", *(IMPORT_NAMES[r] for r in COMPILE_EXTRA)],
-            ["heron-hlo-ir", "heron-runtime-core", *(f"heron-{r}" for r in COMPILE_EXTRA)],
+            [*_RUNTIME_STACK, *(f"heron-{r}" for r in COMPILE_EXTRA)],
             COMPILER_SIDE,
             without_compile_extra=True,
         )

@@ -61,7 +61,14 @@ SMALL_FUSION_BYTES = 256 * 1024
 #: The files of the run side, copied to the bundle's root.
 RUN_FILES = ("run.py", "bundle_worker.py", "bundle_compare.py", "bundle_workloads.py")
 #: heron's runtime packages, each one wheel (runtime-only: no [compile] extra).
-HERON_WHEELS = ("hlo-ir", "runtime-core", "runtime-interpreter", "runtime-cuda", "runtime-rocm")
+HERON_WHEELS = (
+    "target",
+    "hlo-ir",
+    "runtime-core",
+    "runtime-interpreter",
+    "runtime-cuda",
+    "runtime-rocm",
+)
 PYTHONS = ("311", "312", "313")
 #: Third-party wheels: (requirement, per Python version?, minimum a machine's own copy must
 #: have to be used instead, required?). Optional ones go in, in this order, while they fit.
@@ -419,7 +426,7 @@ def _third_party_wheels(wheels: Path, cache: Path, room: int) -> tuple[list[dict
 
 
 def _peaks() -> dict[str, dict[str, Any]]:
-    from heron.compiler.target import Target
+    from heron.target import Target
 
     peaks = {}
     for name in PEAK_PRESETS:

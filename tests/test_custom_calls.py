@@ -20,7 +20,6 @@ import pytest
 from heron_example_plugin import custom_calls as example
 
 from heron.compiler.executable import compile_program
-from heron.compiler.target import Target
 from heron.hlo.custom_calls.call import CustomCallError, custom_call_of
 from heron.hlo.custom_calls.hookspecs import GROUP, CustomCallSpec
 from heron.hlo.custom_calls.registry import default_custom_calls, load_custom_calls, registered
@@ -32,6 +31,7 @@ from heron.runtime.core import heron_run
 from heron.runtime.core.executor import load_executable
 from heron.runtime.core.registry import default_backends
 from heron.runtime.core.thunks import CustomCallThunk, walk
+from heron.target import Target
 
 FIXTURE = Path(__file__).parent / "plugin_fixture"
 H100 = Target.preset("h100")

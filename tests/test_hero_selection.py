@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from heron.compiler import fusions_of
-from heron.compiler.target import Target
 from heron.emitters.fusion_analysis import analyse_fusion
 from heron.harness.corpus import XLA_EMITTER_OF_FILE
 from heron.hlo.parser import parse_module_file
+from heron.target import Target
 
 CORPUS = Path("/work/shared/corpus/xla")
 EMITTER_OF_FOLDER = {

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: folder -> (distribution, import name)
 PACKAGES = {
+    "target": ("heron-target", "heron.target"),
     "hlo-ir": ("heron-hlo-ir", "heron.hlo"),
     "indexing": ("heron-indexing", "heron.indexing"),
     "partitioner": ("heron-partitioner", "heron.partitioner"),
@@ -46,9 +47,10 @@ NO_VERSION_ATTRIBUTE = {"hlo-ir"}
 
 #: The heron distributions each one may depend on (ARCHITECTURE.md: hlo-ir <- indexing
 #: <- partitioner <- emitters-core <- emitter-plugins; runtime-core needs hlo-ir only;
+#: heron-target, the device description, is the leaf any of them may read;
 #: a runtime package needs runtime-core, never the compiler side; the compiler needs
 #: emitters-core and runtime-core, never a plugin or a particular runtime).
-ALLOWED = {
+_ALLOWED_BESIDE_THE_TARGET = {
     "heron-hlo-ir": set(),
     "heron-indexing": {"heron-hlo-ir"},
     "heron-partitioner": {"heron-hlo-ir", "heron-indexing"},
@@ -93,6 +95,10 @@ ALLOWED = {
         "heron-runtime-core",
         "heron-runtime-interpreter",
     },
+}
+#: Every distribution may read the Target; the Target reads none of them.
+ALLOWED = {"heron-target": set()} | {
+    dist: {*allowed, "heron-target"} for dist, allowed in _ALLOWED_BESIDE_THE_TARGET.items()
 }
 #: Distributions the meta distribution installs only through an extra.
 EXTRA_ONLY = {"heron-runtime-cuda", "heron-runtime-rocm", "heron-xla-compare", "heron-jax"}

@@ -123,9 +123,9 @@ def test_installed_fixture_emitter_is_found_through_its_entry_point():
 
 def test_the_fixture_emitter_claims_an_analysis_and_emits_its_kernel():
     """The third-party contract end to end: claims(analysis), factory(analysis), emit."""
-    from heron.compiler.target import Target
     from heron.emitters.fusion_analysis import analyse_fusion
     from heron.emitters.selection import emit_fusion
+    from heron.target import Target
 
     _fixture_installed()
     h100 = Target.preset("h100")
@@ -486,9 +486,9 @@ def test_emitter_selection_takes_the_highest_priority_claimant():
 
 def test_a_factory_must_build_the_emitter_its_spec_names():
     """What emitted a kernel is what the kernel says: no relabelling, a plugin error instead."""
-    from heron.compiler.target import Target
     from heron.emitters.selection import emit_fusion
     from heron.plugins.loop import LoopEmitter
+    from heron.target import Target
 
     spec = EmitterSpec(name="honest", priority=1, claims=lambda a: True, factory=LoopEmitter)
     registry = EmitterRegistry([(spec, None)])

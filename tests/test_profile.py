@@ -15,13 +15,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from heron.compiler.target import Target
 from heron.harness.profile import Resources, occupancy, profile_module, roofline
 from heron.hlo.parser import parse_module
 from heron.runtime.interpreter import memory
 from heron.runtime.interpreter.lanes import LaneSpace
 from heron.runtime.interpreter.profile import AccessRecorder
 from heron.runtime.interpreter.types import parse_type
+from heron.target import Target
 
 H100 = Target.preset("h100")
 

@@ -63,10 +63,10 @@ def _files() -> list[str]:
 
 def measure(path: Path) -> str:
     """The file's deviations from the ideal, as the table's "measured" cell ('' at the ideal)."""
-    from heron.compiler.target import Target
     from heron.harness.profile import deviations, profile_module
     from heron.hlo.errors import HloError
     from heron.hlo.parser import parse_module_file
+    from heron.target import Target
 
     try:
         profiles = profile_module(

@@ -35,7 +35,6 @@ import heron.plugins.gemm as gemm_plugin
 import heron.plugins.loop as loop_plugin
 from heron.compiler import compile_emitted, compile_fusion, fusions_of
 from heron.compiler.device_kernels import run_on_device, target_for_device
-from heron.compiler.target import Target
 from heron.emitters.registry import EmitterRegistry
 from heron.emitters.selection import select_emitter
 from heron.emitters.target import resident_blocks
@@ -47,6 +46,7 @@ from heron.plugins.gemm import GemmEmitter
 from heron.runtime.cuda.compiler_tools import find_ptxas
 from heron.runtime.cuda.ptx_statistics import kernel_statistics, ptxas_resource_usage
 from heron.runtime.interpreter.device import InterpreterDevice
+from heron.target import Target
 
 REGISTRY = EmitterRegistry(
     [(spec, None) for plugin in (loop_plugin, gemm_plugin) for spec in plugin.heron_emitter_specs()]

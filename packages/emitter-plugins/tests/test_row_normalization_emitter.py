@@ -24,7 +24,6 @@ import heron.plugins.row_normalization as row_plugin
 from heron.compiler import compile_emitted, fusions_of
 from heron.compiler.fusion.builder import build_fusion
 from heron.compiler.fusion.fusible import FusionChecker
-from heron.compiler.target import Target
 from heron.emitters import selection
 from heron.emitters.registry import EmitterRegistry
 from heron.harness import check_fusions
@@ -37,6 +36,7 @@ from heron.plugins.row_normalization import (
     describe_row_normalization,
 )
 from heron.runtime.interpreter.device import InterpreterDevice
+from heron.target import Target
 
 DATA = Path(__file__).parent / "data" / "row_normalization"
 PROGRAMS = sorted(p.stem for p in DATA.glob("*.hlo"))

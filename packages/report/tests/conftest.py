@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from heron.compiler.target import Target
 from heron.hlo.parser import parse_module_file
 from heron.hlo.verifier import verify_module
 from heron.report import Built, build_report
+from heron.target import Target
 
 PROGRAMS = Path(__file__).resolve().parents[3] / "programs"
 REPORTED = ("softmax", "attention", "while_loop_collatz")

@@ -146,9 +146,9 @@ def test_no_xla_comparison_says_why(built):
 
 
 def test_xla_absent_is_a_visible_note():
-    from heron.compiler.target import Target
     from heron.hlo.parser import parse_module
     from heron.report.xla import compare_with_xla
+    from heron.target import Target
 
     module = parse_module(
         "HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT n = f32[4] negate(p)\n}\n"
@@ -204,16 +204,20 @@ def test_without_the_targets_backend_the_interpreter_compiles_and_the_page_says_
     monkeypatch,
 ):
     import heron.runtime.core.registry as registry
-    from heron.compiler.target import Target
     from heron.hlo.parser import parse_module
     from heron.report import build_report
     from heron.report.gather import kernel_backend
+    from heron.target import Target
 
     real = registry.default_backends()
 
     class OnlyTheInterpreter:
         def names(self):
             return [name for name in real.names() if name == "interpreter"]
+
+        def get(self, name):
+            assert name == "interpreter", name
+            return real.get(name)
 
     monkeypatch.setattr(registry, "default_backends", lambda: OnlyTheInterpreter())
     target = Target.resolve(None, None)

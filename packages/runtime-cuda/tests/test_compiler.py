@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from heron.compiler.target import ptx_isa_version
 from heron.hlo.errors import UnsupportedError
 from heron.runtime.cuda.compiler import (
     CompiledKernels,
@@ -19,6 +18,7 @@ from heron.runtime.cuda.compiler import (
     lower_to_llvm_ir,
     validate_ptx,
 )
+from heron.target import ptx_isa_version
 
 #: Test kernels shared with the other GPU backend's tests (tests/data/mlir at the repo root).
 _KERNELS = Path(__file__).resolve().parents[3] / "tests" / "data" / "mlir"

@@ -333,7 +333,7 @@ def test_timer_uses_events_on_the_stream(fake_cuda):
 
 
 def test_properties_make_a_target(fake_cuda):
-    from heron.compiler.target import Target
+    from heron.target import Target
 
     device, _ = _device(fake_cuda)
     target = Target.from_device(device.properties())
@@ -345,7 +345,7 @@ def test_properties_make_a_target(fake_cuda):
 
 
 def test_an_attribute_the_driver_lacks_is_borrowed_from_a_preset(fake_cuda):
-    from heron.compiler.target import Target
+    from heron.target import Target
 
     attributes = dict(fake_cuda().attributes)
     del attributes["L2_CACHE_SIZE"]
@@ -371,7 +371,7 @@ def test_no_driver_gives_the_probes_reason():
 
 
 def test_create_device_refuses_code_for_a_newer_arch(fake_cuda):
-    from heron.compiler.target import Target
+    from heron.target import Target
 
     with pytest.raises(DeviceError, match="cannot run kernels compiled for sm_100"):
         create_device(Target.for_arch("sm_100"), bindings=fake_cuda())
@@ -390,7 +390,7 @@ def _cubin_header(sm: int) -> bytes:
 
 
 def test_a_compiled_kernels_ptx_loads_and_launches_through_the_stand_in(fake_cuda):
-    from heron.compiler.target import Target
+    from heron.target import Target
 
     kernel = compile_add(Target.preset("h100"))
     device, driver = _device(fake_cuda)
@@ -408,7 +408,7 @@ def test_a_compiled_kernels_ptx_loads_and_launches_through_the_stand_in(fake_cud
 @pytest.mark.cuda
 def test_on_a_real_gpu():
     """A real launch, a graph replayed and updated, and an event timer, on a CUDA GPU."""
-    from heron.compiler.target import Target
+    from heron.target import Target
 
     device = create_device(None)
     kernel = compile_add(Target.from_device(device.properties()))

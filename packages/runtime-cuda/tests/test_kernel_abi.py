@@ -110,8 +110,8 @@ def test_choose_image_prefers_a_cubin_that_runs_then_the_ptx():
 def corpus_kernels(corpus_dir):
     """(file, CompiledKernel) for every fusion of the corpus, compiled for the h100 preset."""
     from heron.compiler import compile_fusion, fusions_of
-    from heron.compiler.target import Target
     from heron.hlo.parser import parse_module_file
+    from heron.target import Target
 
     target = Target.preset("h100")
     compiled = []

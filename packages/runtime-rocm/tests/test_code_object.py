@@ -83,8 +83,8 @@ def test_packing_writes_explicit_pointers_and_leaves_hidden_arguments_to_the_run
 def corpus_code_objects(corpus_dir):
     """(file, kernel name, kernel argument count, HSACO) for every fusion, for mi300x."""
     from heron.compiler import compile_fusion, fusions_of
-    from heron.compiler.target import Target
     from heron.hlo.parser import parse_module_file
+    from heron.target import Target
 
     target = Target.preset("mi300x")
     compiled = []

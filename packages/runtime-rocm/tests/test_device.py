@@ -25,7 +25,7 @@ from heron.runtime.rocm.device import HipDevice
 
 @pytest.fixture(scope="module")
 def add_kernel():
-    from heron.compiler.target import Target
+    from heron.target import Target
 
     return compile_add(Target.preset("mi300x"))
 
@@ -130,7 +130,7 @@ def test_timer_and_no_conditional_nodes(hip_runtime):
 
 
 def test_properties_make_a_target(hip_runtime):
-    from heron.compiler.target import Target
+    from heron.target import Target
 
     device, _ = _device(hip_runtime)
     target = Target.from_device(device.properties())
@@ -152,7 +152,7 @@ def test_no_runtime_gives_the_probes_reason():
 
 
 def test_create_device_refuses_code_for_another_arch(hip_runtime):
-    from heron.compiler.target import Target
+    from heron.target import Target
 
     with pytest.raises(DeviceError, match="cannot run kernels compiled for gfx90a"):
         create_device(Target.for_arch("gfx90a"), bindings=hip_runtime())
@@ -163,7 +163,7 @@ def test_create_device_refuses_code_for_another_arch(hip_runtime):
 @pytest.mark.rocm
 def test_on_a_real_gpu():
     """A real launch, a graph replayed and updated, and an event timer, on an AMD GPU."""
-    from heron.compiler.target import Target
+    from heron.target import Target
 
     device = create_device(None)
     target = Target.from_device(device.properties())

@@ -15,7 +15,7 @@ from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Module
 
 if TYPE_CHECKING:
-    from heron.compiler.target import Target
+    from heron.target import Target
 
 #: How an error names each backend's architectures ("not an NVIDIA architecture").
 _VENDOR = {"cuda": "NVIDIA", "rocm": "AMDGPU"}
@@ -93,7 +93,7 @@ def add_target_arguments(parser: argparse.ArgumentParser, what: str) -> None:
 
 def resolve_target(args: argparse.Namespace, backend: str | None = None) -> Target:
     """The Target ``--target``/``--arch`` name (for ``backend`` when given); one-line errors."""
-    from heron.compiler.target import BACKENDS, Target
+    from heron.target import BACKENDS, Target, TargetError
 
     target, arch = args.target, args.arch
     if target in BACKENDS and arch is not None:
@@ -101,7 +101,7 @@ def resolve_target(args: argparse.Namespace, backend: str | None = None) -> Targ
         # resolve() says that the gfx942 preset is not a CUDA device.
         try:
             arch_backend = Target.for_arch(arch).backend
-        except UnsupportedError as exc:
+        except TargetError as exc:
             raise CommandError(exc.message) from exc
         if arch_backend != target:
             raise CommandError(
@@ -110,7 +110,7 @@ def resolve_target(args: argparse.Namespace, backend: str | None = None) -> Targ
             )
     try:
         return Target.resolve(target, arch, backend)
-    except UnsupportedError as exc:
+    except TargetError as exc:
         raise CommandError(exc.message) from exc
 
 

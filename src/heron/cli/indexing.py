@@ -86,8 +86,8 @@ def indexing_lines(computation: Computation, threads: bool = False, target=None)
         for indexing_map in maps[parameter]:
             lines.append(f"{parameter.name}: {indexing_map.format()}")
     if threads:
-        from heron.compiler.target import Target
         from heron.plugins.iteration import loop_iteration
+        from heron.target import Target
 
         target = target or Target.resolve(None, None)
         shape = computation.root_instruction.shape

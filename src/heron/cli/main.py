@@ -26,6 +26,7 @@ from heron.cli import __version__, progress
 from heron.cli.common import CommandError
 from heron.hlo.errors import HloError
 from heron.hlo.plugin_loading import PluginError
+from heron.target import TargetError
 
 #: Subcommand modules, in the order ``heron --help`` lists them. To add one,
 #: write ``heron/cli/<name>.py`` with ``register(subparsers)`` and list it here.
@@ -113,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # An error at a place in the input names the place; any other names the command.
         prefix = "" if err.location is not None else f"heron {args.command}: "
         print(f"{prefix}{err}", file=sys.stderr)
+    except TargetError as err:  # a device that cannot be described: the user's words
+        print(f"heron {args.command}: {err}", file=sys.stderr)
     except (CommandError, PluginError) as err:
         print(f"heron {args.command}: error: {err}", file=sys.stderr)
     except BrokenPipeError:

@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from heron.compiler.target import BACKENDS, default_target, presets
+    from heron.target import BACKENDS, default_target, presets
 
     if args.name is None and args.arch is None:
         defaults = {default_target(backend).name: backend for backend in BACKENDS}

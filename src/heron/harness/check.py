@@ -39,7 +39,6 @@ import numpy as np
 from heron.compiler.device_kernels import run_on_device, target_for_device
 from heron.compiler.driver import CompiledKernel, compile_fusion
 from heron.compiler.fusions import fusions_of, selected_fusions
-from heron.compiler.target import Target
 from heron.harness.inputs import GENERATION_BYTES_PER_ELEMENT, INPUT_SET_NAMES, input_sets
 from heron.harness.run_lines import RunLineError, RunSpec, parse_run_lines
 from heron.harness.scatter_inputs import keep_scatter_promises
@@ -60,6 +59,7 @@ from heron.hlo.opcodes import Category, is_elementwise, opcode_info
 from heron.hlo.parser import parse_module_file
 from heron.hlo.shapes import ArrayShape, Shape, TupleShape
 from heron.runtime.core.device import DeviceError, DeviceLimitError
+from heron.target import Target
 
 __all__ = [
     "DEFAULT_MAX_ELEMENTS",
@@ -84,7 +84,7 @@ class CheckOptions:
     """What ``heron check`` was asked: backend, one fusion or all, seed, size limit, target.
 
     ``target`` is the device the kernels are compiled for; None: the default
-    for the device they run on (:func:`heron.compiler.target_for_device`: h100
+    for the device they run on (:func:`heron.target_for_device`: h100
     for the interpreter's 32-lane warps, mi300x for 64).
     """
 

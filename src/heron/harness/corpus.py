@@ -85,7 +85,7 @@ CORPUS_TARGETS = ("a100", "h100", "mi300x")
 
 def corpus_targets():
     """The :data:`CORPUS_TARGETS` as ``heron.compiler.Target`` presets."""
-    from heron.compiler.target import Target
+    from heron.target import Target
 
     return tuple(Target.preset(name) for name in CORPUS_TARGETS)
 

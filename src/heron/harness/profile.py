@@ -36,8 +36,8 @@ from heron.emitters.target import resident_block_limits
 from heron.runtime.interpreter.profile import AccessRecorder, MemoryModel, SampleComplete
 
 if TYPE_CHECKING:
-    from heron.compiler.target import Target
     from heron.hlo.ir import Computation, Module
+    from heron.target import Target
 
 __all__ = [
     "KernelProfile",

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from heron.compiler import CompiledKernel, compile_emitted
-from heron.compiler.target import Target
 from heron.emitters.emitter_base import FusionEmitter
 from heron.emitters.fusion_analysis import FusionAnalysis, analyse_fusion
 from heron.hlo.ir import Instruction
+from heron.target import Target
 
 __all__ = ["A100", "H100", "MI300X", "analysed", "artefact_text", "compile_everywhere"]
 

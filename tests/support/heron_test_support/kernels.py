@@ -30,8 +30,8 @@ def kernel_after(text: str, step: Callable[[ir.Module], None]) -> str:
 
 def ptx_and_stages(text: str, arch: str) -> tuple[str, dict[str, str]]:
     """The PTX of ``text`` for ``arch`` (checked by ptxas) and every stage the compiler dumped."""
-    from heron.compiler.target import ptx_isa_version
     from heron.runtime.cuda.compiler import compile_to_ptx, validate_ptx
+    from heron.target import ptx_isa_version
 
     stages: dict[str, str] = {}
     version = ptx_isa_version(arch)

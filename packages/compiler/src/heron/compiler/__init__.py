@@ -1,6 +1,6 @@
 """heron.compiler: the Target, and compiling a fusion for it through a backend.
 
-- :mod:`~heron.compiler.target`: :class:`Target`, the frozen description of
+- :mod:`~heron.target`: :class:`Target`, the frozen description of
   a GPU (presets, ``Target.resolve`` for ``--target/--arch``, a real device);
 - :mod:`~heron.compiler.driver`: :func:`compile_fusion`, the one compile
   driver: emission for the Target, heron's passes, then the backend's declared
@@ -31,7 +31,7 @@ from heron.compiler.driver import (
 )
 from heron.compiler.dumps import DumpWriter, stage_file_name
 from heron.compiler.fusions import find_fusion, fusions_of, selected_fusions
-from heron.compiler.target import Target, default_target, presets
+from heron.target import Target, default_target, presets
 
 __all__ = [
     "Artefact",

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from heron.compiler.fusion import fusion_pipeline
 from heron.compiler.fusion.wrapper import fusion_wrapper
-from heron.compiler.target import Target
 from heron.hlo.buffers.dataflow import sequential_computations
 from heron.hlo.ir import Computation, Module
 from heron.hlo.passes import Pipeline, pass_named, run_pipeline
+from heron.target import Target
 
 __all__ = ["fuse_control_flow_computations"]
 

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 import attrs
 import numpy as np
 
-from heron.compiler.target import BACKENDS, Target, default_target
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.memory_layout import from_memory, memory_bytes, to_memory
 from heron.hlo.shapes import ArrayShape
+from heron.target import BACKENDS, Target, default_target
 
 if TYPE_CHECKING:
     from heron.compiler.driver import CompiledKernel

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from heron.compiler.target import Target
 from heron.hlo.errors import HloError, UnsupportedError
 from heron.hlo.plugin_loading import PluginError
 from heron.hlo.shapes import ArrayShape
@@ -43,6 +42,7 @@ from heron.indexing.thread_maps import LaunchDimensions
 from heron.runtime.core.device import KernelImage
 from heron.runtime.core.hookspecs import BackendSpec, StageContext, StageSkipped
 from heron.runtime.core.registry import BackendRegistry, default_backends
+from heron.target import Target
 
 if TYPE_CHECKING:
     from heron.emitters.emitter_base import EmittedKernel, KernelArgument

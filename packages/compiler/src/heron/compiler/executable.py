@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from heron.compiler.target import Target
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.shapes import ArrayShape
@@ -48,6 +47,7 @@ from heron.runtime.core.artefact import (
 )
 from heron.runtime.core.device import KernelImage
 from heron.runtime.core.thunks import BufferSlice, CopyThunk, Thunk
+from heron.target import Target
 
 if TYPE_CHECKING:
     from heron.compiler.driver import CompiledKernel

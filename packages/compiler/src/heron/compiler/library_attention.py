@@ -52,7 +52,6 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
-from heron.compiler.target import Target
 from heron.hlo.attributes import QuotedString
 from heron.hlo.custom_calls.attention import TARGET, AttentionConfig, backend_config
 from heron.hlo.custom_calls.call import custom_call_of
@@ -78,6 +77,7 @@ from heron.runtime.core.attention import (
 )
 from heron.runtime.core.library_contract import dense_strides
 from heron.runtime.core.thunks import BufferSlice, CustomCallThunk, LibraryCallThunk
+from heron.target import Target
 
 __all__ = [
     "AttentionMatch",

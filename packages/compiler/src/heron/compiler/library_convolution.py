@@ -42,7 +42,6 @@ from collections.abc import Sequence
 
 import attrs
 
-from heron.compiler.target import Target
 from heron.hlo.attributes import ConvDimensionNumbers, QuotedString, Window
 from heron.hlo.custom_calls.call import custom_call_of
 from heron.hlo.custom_calls.convolution import TARGET, as_convolution, backend_config
@@ -64,6 +63,7 @@ from heron.runtime.core.convolution import (
     dense_strides,
 )
 from heron.runtime.core.thunks import BufferSlice, CustomCallThunk, LibraryCallThunk
+from heron.target import Target
 
 __all__ = [
     "convolution_call",

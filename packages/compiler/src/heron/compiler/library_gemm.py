@@ -44,13 +44,13 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 import numpy as np
 
-from heron.compiler.target import Target
 from heron.hlo.dot_precision import dot_compute
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.dot_decomposer import is_canonical_dot
 from heron.hlo.shapes import ArrayShape
 from heron.runtime.core.gemm import ACCUMULATION, GEMM, GemmCall, gelu_tanh
 from heron.runtime.core.thunks import BufferSlice, KernelThunk, LibraryCallThunk, ThunkError
+from heron.target import Target
 
 __all__ = [
     "LIBRARY_FEATURES",

@@ -34,10 +34,10 @@ import numpy as np
 
 if TYPE_CHECKING:
     from heron.compiler.executable import CompiledExecutable, KernelCompiler
-    from heron.compiler.target import Target
     from heron.hlo.ir import Module
     from heron.runtime.core.executor import Executable, RunStats, ThunkRecord
     from heron.runtime.core.thunks import Thunk
+    from heron.target import Target
 
 __all__ = [
     "KernelRecord",

@@ -28,13 +28,13 @@ fusion.
 
 from __future__ import annotations
 
-from heron.compiler.target import Target
 from heron.hlo.attributes import PadDim, PaddingConfig, SliceRange, Window, WindowDim
 from heron.hlo.determinism import mark_regrouped
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.rewrite import Inserter, rewrite_each
 from heron.hlo.shapes import ArrayShape
+from heron.target import Target
 
 __all__ = ["SCAN_BASE_LENGTH", "SCAN_REDUCERS", "rewrite_scans", "scan_rewriter", "scan_of"]
 

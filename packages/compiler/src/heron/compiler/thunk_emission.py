@@ -59,7 +59,6 @@ import attrs
 
 from heron.compiler import library_attention, library_convolution
 from heron.compiler.library_gemm import library_call_thunk
-from heron.compiler.target import Target
 from heron.hlo.buffers import BufferAssignment
 from heron.hlo.buffers import Slice as HloSlice
 from heron.hlo.errors import UnsupportedError
@@ -75,6 +74,7 @@ from heron.runtime.core.thunks import (
     Thunk,
     WhileThunk,
 )
+from heron.target import Target
 
 if TYPE_CHECKING:
     from heron.compiler.driver import CompiledKernel

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import math
 
-from heron.compiler.target import Target
 from heron.hlo.attributes import PadDim, PaddingConfig
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.rewrite import Inserter, rewrite_each
 from heron.hlo.shapes import ArrayShape, TupleShape
+from heron.target import Target
 
 __all__ = [
     "BATCH_BOUND",

@@ -15,7 +15,6 @@ import math
 
 import attrs
 
-from heron.emitters.target import EmitterTarget
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
@@ -23,6 +22,7 @@ from heron.hlo.passes.dot_decomposer import dimension_lists
 from heron.indexing.thread_maps import LaunchDimensions
 from heron.plugins import gemm_mma
 from heron.plugins.gemm_hero import accumulates_in_floats
+from heron.target import Target
 
 __all__ = ["REGISTER_TILE", "THREADS", "TILE", "TK", "GemmPlan", "plan_gemm"]
 
@@ -101,7 +101,7 @@ class GemmPlan:
         )
 
 
-def plan_gemm(dot: Instruction, target: EmitterTarget) -> GemmPlan:
+def plan_gemm(dot: Instruction, target: Target) -> GemmPlan:
     """The tiles of canonical ``dot`` on ``target`` (see the module docstring)."""
     lb, _, lc, _ = dimension_lists(dot)
     lhs = dot.operands[0].array_shape
@@ -152,7 +152,7 @@ def plan_gemm(dot: Instruction, target: EmitterTarget) -> GemmPlan:
 MMA_INPUTS = {ElementType.F16: "f16", ElementType.BF16: "bf16", ElementType.S8: "s8"}
 
 
-def _mma_instruction(dot: Instruction, target: EmitterTarget) -> str | None:
+def _mma_instruction(dot: Instruction, target: Target) -> str | None:
     """The MMA instruction for ``dot``'s products on ``target`` (both operands f16, both
     bf16 or both s8, 32-lane warps, the shape in the Target's ``mma_shapes``), else None."""
     inputs = {op.array_shape.element_type for op in dot.operands}

@@ -31,7 +31,6 @@ from mlir.dialects import arith
 from heron.emitters.dialect.irdl_source import MAX_ITER_ARGS
 from heron.emitters.emitter_base import EntryFunction
 from heron.emitters.fusion_analysis import FusionAnalysis
-from heron.emitters.target import EmitterTarget
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.shapes import ArrayShape
@@ -45,6 +44,7 @@ from heron.indexing.thread_maps import (
     loop_thread_to_output_map,
 )
 from heron.partitioner.subgraph import leaf_shapes
+from heron.target import Target
 
 __all__ = [
     "Iteration",
@@ -75,7 +75,7 @@ class Iteration:
     thread_map: IndexingMap
 
 
-def resident_threads(target: EmitterTarget) -> int:
+def resident_threads(target: Target) -> int:
     """Threads the device keeps resident at once: ``threads_per_core_limit x core_count``.
 
     Below this many elements a loop does not fill the device, so XLA gives
@@ -86,7 +86,7 @@ def resident_threads(target: EmitterTarget) -> int:
 
 def loop_unroll_factor(
     elements: int,
-    target: EmitterTarget,
+    target: Target,
     *,
     may_vectorize: bool = True,
     smallest_output_bits: int = 0,
@@ -111,7 +111,7 @@ def loop_unroll_factor(
     return factor
 
 
-def loop_launch(elements: int, vector_size: int, target: EmitterTarget) -> LaunchDimensions:
+def loop_launch(elements: int, vector_size: int, target: Target) -> LaunchDimensions:
     """XLA's ``CalculateLaunchDimensions``: one thread per vector, 128-thread blocks.
 
     Blocks have the loop emitter's 128 threads (fewer on a target that allows
@@ -129,7 +129,7 @@ def loop_launch(elements: int, vector_size: int, target: EmitterTarget) -> Launc
 def loop_iteration(
     shape: ArrayShape,
     computation: Computation,
-    target: EmitterTarget,
+    target: Target,
     *,
     vector_divisor: int | None = None,
     vector_size: int | None = None,

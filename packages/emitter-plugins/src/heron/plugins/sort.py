@@ -62,12 +62,12 @@ from heron.emitters.emitter_base import EntryFunction, FusionEmitter
 from heron.emitters.fusion_analysis import FusionAnalysis, claims_root, has_no_output_elements
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.emitters.ir_utils import both, index_constant
-from heron.emitters.target import EmitterTarget
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
 from heron.hlo.passes.stable_sort_expander import counts_along
 from heron.indexing.thread_maps import LaunchDimensions
+from heron.target import Target
 
 __all__ = ["SortEmitter", "SortPlan", "heron_emitter_specs", "plan_sort"]
 
@@ -156,7 +156,7 @@ def _shared_bytes(element: ElementType) -> int:
     return max(1, math.ceil(element.bit_width / 8))
 
 
-def plan_sort(sort: Instruction, target: EmitterTarget) -> SortPlan:
+def plan_sort(sort: Instruction, target: Target) -> SortPlan:
     """The layout of ``sort`` on ``target``; ``UnsupportedError`` when a row does not fit."""
     (dimension,) = tuple(sort.attributes.get("dimensions", ()))
     shape = sort.operands[0].array_shape

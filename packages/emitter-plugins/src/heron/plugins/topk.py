@@ -48,11 +48,11 @@ from heron.emitters.emitter_base import EntryFunction, FusionEmitter
 from heron.emitters.fusion_analysis import FusionAnalysis, claims_root, has_no_output_elements
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.emitters.ir_utils import index_constant, int_constant
-from heron.emitters.target import EmitterTarget
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
 from heron.indexing.thread_maps import LaunchDimensions
+from heron.target import Target
 
 __all__ = ["TopkEmitter", "TopkPlan", "heron_emitter_specs", "plan_topk"]
 
@@ -92,7 +92,7 @@ class TopkPlan:
         return LaunchDimensions(block_x=max(1, self.rows), thread_x=self.threads)
 
 
-def plan_topk(topk: Instruction, target: EmitterTarget) -> TopkPlan:
+def plan_topk(topk: Instruction, target: Target) -> TopkPlan:
     """The layout of ``topk`` on ``target``; ``UnsupportedError`` naming what does not fit."""
     shape = topk.operands[0].array_shape
     element = shape.element_type

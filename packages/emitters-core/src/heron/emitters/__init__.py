@@ -3,8 +3,7 @@
 - fusion analysis (:mod:`.fusion_analysis`, with :mod:`.heroes`,
   :mod:`.fusion_graph`, :mod:`.transposes`, :mod:`.reductions`): the hero XLA
   would choose for a fusion on a target, computed once and handed to the
-  emitters; the device facts it reads are the :class:`.target.EmitterTarget`
-  protocol (``heron.compiler.Target`` satisfies it);
+  emitters, for a :class:`heron.target.Target`;
 - the plugin contract (:mod:`.hookspecs`: ``EmitterSpec``, whose ``claims`` and
   ``factory`` take that analysis), the registry of the ``heron.emitters``
   entry-point group (:mod:`.registry`) and the choice of an emitter

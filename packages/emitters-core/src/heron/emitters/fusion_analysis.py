@@ -30,11 +30,11 @@ import attrs
 from heron.emitters.fusion_graph import FusionGraph, output_positions
 from heron.emitters.heroes import find_hero
 from heron.emitters.reductions import ReductionDescription, describe_reduction
-from heron.emitters.target import EmitterTarget
 from heron.emitters.transposes import TransposeDescription, tiled_transpose
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction
 from heron.partitioner.subgraph import leaf_shapes
+from heron.target import Target
 
 __all__ = [
     "FUSION_KINDS",
@@ -89,7 +89,7 @@ class FusionAnalysis:
     """
 
     fusion: Instruction
-    target: EmitterTarget
+    target: Target
     kind: str
     roots: tuple[Instruction, ...]
     heroes: tuple[Instruction, ...]
@@ -273,9 +273,6 @@ def _is_dus_fusion(roots: Sequence[Instruction]) -> bool:
 # ---------------------------------------------------------------------------
 # The analysis.
 # ---------------------------------------------------------------------------
-_TARGET_FIELDS = tuple(EmitterTarget.__annotations__)
-
-
 def _check_inputs(fusion: object, target: object) -> Computation:
     if getattr(fusion, "opcode", None) != "fusion":
         what = (
@@ -284,11 +281,10 @@ def _check_inputs(fusion: object, target: object) -> Computation:
             else f"{type(fusion).__name__} {fusion!r} is not an HLO instruction"
         )
         raise UnsupportedError(f"analyse_fusion: {what}, not a fusion")
-    missing = [name for name in _TARGET_FIELDS if not hasattr(target, name)]
-    if missing:
+    if not isinstance(target, Target):
         raise UnsupportedError(
-            f"analyse_fusion: fusion '{fusion.name}': the target {target!r} lacks"
-            f" {', '.join(missing)} (an EmitterTarget, e.g. heron.compiler.Target, is needed)"
+            f"analyse_fusion: fusion '{fusion.name}': {type(target).__name__} {target!r:.60}"
+            " is not a heron.target.Target"
         )
     return fusion.called("calls")
 
@@ -299,7 +295,7 @@ def has_no_output_elements(fusion: Instruction) -> bool:
     return bool(leaves) and all(leaf.num_elements == 0 for leaf in leaves)
 
 
-def analyse_fusion(fusion: Instruction, target: EmitterTarget) -> FusionAnalysis:
+def analyse_fusion(fusion: Instruction, target: Target) -> FusionAnalysis:
     """``HloFusionAnalysis`` + ``GetEmitterFusionKind`` + the emitter factories, once.
 
     Order: a real reduction hero (with compatible other roots) picks a reduction

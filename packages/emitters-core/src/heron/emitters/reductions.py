@@ -3,7 +3,7 @@
 Each function names the XLA function whose rule it mirrors (reduction_utils.cc
 and the reduction emitters' factories); the rules are re-expressed, not copied.
 Where XLA reads ``WarpSize(device)`` or the device's core count, these read the
-target (``heron.emitters.target.EmitterTarget``), so a 64-lane wavefront may
+target (``heron.emitters.target.Target``), so a 64-lane wavefront may
 choose differently from a 32-lane warp, as XLA's ROCm backend does.
 
 The variant's parameters are decided here, once, with the variant itself:
@@ -19,10 +19,10 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from heron.emitters.target import EmitterTarget
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
 from heron.hlo.shapes import ArrayShape
+from heron.target import Target
 
 __all__ = [
     "REDUCTION_KINDS",
@@ -139,7 +139,7 @@ def reduction_dimensions(reduce: Instruction) -> ReductionDimensions:
     return ReductionDimensions(False, (major, mid, minor))
 
 
-def reduction_is_race_free(dims: ReductionDimensions, target: EmitterTarget) -> bool:
+def reduction_is_race_free(dims: ReductionDimensions, target: Target) -> bool:
     """``ReductionIsRaceFree``: one block covers the reduced extent (XLA needs no atomics)."""
     if dims.is_row_reduction:
         return (
@@ -149,9 +149,7 @@ def reduction_is_race_free(dims: ReductionDimensions, target: EmitterTarget) -> 
     return dims.dimensions[1] <= target.warp_size * COLUMN_REDUCTION_TILE_Y
 
 
-def unnested_reduction_faster_than_elemental(
-    dims: ReductionDimensions, target: EmitterTarget
-) -> bool:
+def unnested_reduction_faster_than_elemental(dims: ReductionDimensions, target: Target) -> bool:
     """``IsUnnestedReductionFasterThanElemental``: tiny reductions stay loop fusions."""
     warp = target.warp_size
     if dims.is_row_reduction:
@@ -166,7 +164,7 @@ def unnested_reduction_faster_than_elemental(
     return not prefer_loop
 
 
-def is_reduction_from_or_to_contiguous_dimensions(inst: Instruction, target: EmitterTarget) -> bool:
+def is_reduction_from_or_to_contiguous_dimensions(inst: Instruction, target: Target) -> bool:
     """``IsReductionFromOrToContiguousDimensions``: kept or reduced dims adjacent, not tiny.
 
     Whether the reduction is race free is not part of this test (XLA keeps it
@@ -187,7 +185,7 @@ def is_reduction_from_or_to_contiguous_dimensions(inst: Instruction, target: Emi
     return unnested_reduction_faster_than_elemental(reduction_dimensions(inst), target)
 
 
-def is_real_reduction_hero(root: Instruction, hero: Instruction, target: EmitterTarget) -> bool:
+def is_real_reduction_hero(root: Instruction, hero: Instruction, target: Target) -> bool:
     """``IsRealReductionHero``: a reduce hero the reduction emitters handle.
 
     A reduce that is its own root always is; one with an epilogue only when
@@ -215,7 +213,7 @@ def multi_row_vector_size(
     in_bits: int,
     out_bits: int,
     heroes: Sequence[Instruction],
-    target: EmitterTarget,
+    target: Target,
 ) -> int | None:
     """``MultiRowReductionFusion::TryCreate``: the vector size, or None for the row emitter.
 
@@ -254,7 +252,7 @@ def describe_reduction(
     roots: Sequence[Instruction],
     heroes: Sequence[Instruction],
     inputs: Sequence[Instruction],
-    target: EmitterTarget,
+    target: Target,
 ) -> tuple[str, ReductionDescription] | None:
     """The reduction branch of ``GetEmitterFusionKind`` and ``CreateReductionFusion``.
 

@@ -21,9 +21,9 @@ from heron.emitters.emitter_base import EmittedKernel
 from heron.emitters.fusion_analysis import FusionAnalysis, analyse_fusion
 from heron.emitters.hookspecs import EmitterSpec
 from heron.emitters.registry import EmitterRegistry, load_emitters
-from heron.emitters.target import EmitterTarget
 from heron.hlo.ir import Instruction
 from heron.hlo.plugin_loading import PluginError
+from heron.target import Target
 
 __all__ = [
     "analyse_fusion",
@@ -65,11 +65,11 @@ def emitter_heroes(analysis: FusionAnalysis, spec: EmitterSpec) -> tuple[Instruc
 
 
 def emit_fusion(
-    fusion: Instruction, target: EmitterTarget, registry: EmitterRegistry | None = None
+    fusion: Instruction, target: Target, registry: EmitterRegistry | None = None
 ) -> EmittedKernel:
     """Analyse ``fusion`` for ``target``, select its emitter and emit it (stage ``emitted``).
 
-    ``target`` is any ``EmitterTarget`` (``heron.compiler.Target``). The kernel's
+    ``target`` is the device (:class:`heron.target.Target`). The kernel's
     ``emitter`` is the name of the emitter that emitted it.
     """
     analysis = analyse_fusion(fusion, target)

@@ -1,60 +1,20 @@
-"""What hero selection, the emitters and heron's passes read about the device.
+"""What the emitters compute from the device's facts: how many blocks a core keeps resident.
 
-The device is described once, by ``heron.compiler.Target`` (presets, or a real
-device's properties). emitters-core sits below heron-compiler in the
-dependency graph, so it cannot import that class; it states here, as a
-Protocol, the part of it it reads. Any object with these attributes will do
-(a ``Target``, or a small attrs class in a test), and nothing in emitters-core
-keeps a device fact of its own.
+The device is described once, by :class:`heron.target.Target` (the bottom of
+heron's dependency graph, which emitters-core imports like every layer); this
+module states the occupancy rule over it, and nothing in emitters-core keeps a
+device fact of its own.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from heron.target import Target
 
-__all__ = ["EmitterTarget", "resident_block_limits", "resident_blocks"]
-
-
-@runtime_checkable
-class EmitterTarget(Protocol):
-    """The device facts emitters-core depends on (a subset of ``heron.compiler.Target``)."""
-
-    #: ``"cuda"`` or ``"rocm"``: which lowering heron's passes prepare for.
-    backend: str
-    #: ``sm_90``, ``gfx942``, ...
-    arch: str
-    #: Lanes of a hardware warp (32) or wavefront (64 on CDNA).
-    warp_size: int
-    #: Streaming multiprocessors (CUDA) or compute units (ROCm).
-    core_count: int
-    threads_per_block_limit: int
-    #: Threads a core keeps resident (2048 on an H100 SM): with ``core_count``,
-    #: how many threads fill the device, from which XLA's loop unroll factor
-    #: vectorises (``ComputeLoopFusionConfig``).
-    threads_per_core_limit: int
-    #: Bytes of shared memory a block may use without opting in.
-    shared_memory_per_block: int
-    #: Bytes of shared memory a block may use after opting in.
-    shared_memory_per_block_optin: int
-    #: The warp-level MMA instructions the device runs, as ``shape.type``
-    #: (``"m16n8k16.f16"``; ``heron.compiler.Target.mma_shapes``): the GEMM
-    #: emitter's tensor-core path is taken only for one listed here.
-    mma_shapes: tuple[str, ...]
-    #: What bounds the blocks one core keeps resident (``resident_blocks``): an
-    #: emitter that plans its registers tells the backend the occupancy they allow.
-    max_blocks_per_core: int
-    registers_per_core_limit: int
-    #: Registers a warp's allocation is rounded up to (per thread x warp size).
-    register_allocation_unit: int
-    shared_memory_per_core: int
-    #: Bytes a block's shared memory is rounded up to.
-    shared_memory_allocation_unit: int
-    #: Shared memory the system takes from each resident block.
-    shared_memory_reserved_per_block: int
+__all__ = ["resident_block_limits", "resident_blocks"]
 
 
 def resident_block_limits(
-    target: EmitterTarget, threads: int, registers: int | None, shared: int | None
+    target: Target, threads: int, registers: int | None, shared: int | None
 ) -> dict[str, int]:
     """How many blocks of ``threads`` threads one core of ``target`` keeps resident, per
     limit (the CUDA Occupancy Calculator's): ``blocks`` (the core's block slots),
@@ -81,7 +41,7 @@ def resident_block_limits(
     return limits
 
 
-def resident_blocks(target: EmitterTarget, threads: int, registers: int, shared: int) -> int:
+def resident_blocks(target: Target, threads: int, registers: int, shared: int) -> int:
     """Blocks of ``threads`` threads, ``registers`` a thread and ``shared`` bytes one core of
     ``target`` keeps resident: the smallest of :func:`resident_block_limits`."""
     return min(resident_block_limits(target, threads, registers, shared).values())

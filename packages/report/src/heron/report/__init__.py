@@ -18,13 +18,13 @@ compile, each decision kept as it is made) -> :mod:`~heron.report.model`
 
 from __future__ import annotations
 
-from heron.compiler.target import Target
 from heron.hlo.ir import Module
 from heron.report.gather import Gathered, gather
 from heron.report.graph import GraphvizError, emitter_colours, find_dot, render_svg, to_dot
 from heron.report.html import render_html
 from heron.report.memory import memory_svg
 from heron.report.model import Report
+from heron.target import Target
 
 __version__ = "0.1.0"
 

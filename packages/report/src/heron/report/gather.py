@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from heron.compiler.target import Target
 from heron.hlo.ir import Instruction, Module
 from heron.report.graph import build_graph
 from heron.report.memory import memory_picture
 from heron.report.model import KernelReport, Report, StageText
 from heron.report.thunks import command_buffer_note, recorded_program, thunk_lines
+from heron.target import Target
 
 if TYPE_CHECKING:
     from heron.compiler.driver import CompiledKernel

@@ -7,8 +7,8 @@ XLA:GPU deviceless and with heron, kernel beside kernel; its text is what
 
 from __future__ import annotations
 
-from heron.compiler.target import Target
 from heron.hlo.ir import Module
+from heron.target import Target
 
 __all__ = ["compare_with_xla"]
 

@@ -34,11 +34,11 @@ from heron.compiler.fusion.wrapper import fusion_wrapper
 from heron.compiler.library_attention import library_attention_rewriter
 from heron.compiler.library_convolution import library_convolution_rewriter
 from heron.compiler.scan_rewriter import scan_rewriter
-from heron.compiler.target import Target
 from heron.compiler.tree_reduction import tree_reduction_rewriter
 from heron.hlo.ir import Module
 from heron.hlo.passes import PASSES, HloPass, Pipeline, pass_named, register_pass
 from heron.hlo.passes.pipelines import simplification_pipeline
+from heron.target import Target
 
 __all__ = [
     "GPU_PASSES",

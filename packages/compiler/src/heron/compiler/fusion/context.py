@@ -26,9 +26,9 @@ from heron.compiler.fusion.fusible import (
     verdict_of,
 )
 from heron.compiler.fusion.fusion_cse import signature
-from heron.compiler.target import Target
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.outline import HOST_OPCODES
+from heron.target import Target
 
 __all__ = ["FusionContext", "count_kernels"]
 

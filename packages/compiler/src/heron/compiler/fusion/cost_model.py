@@ -41,13 +41,13 @@ import math
 
 import attrs
 
-from heron.compiler.target import Target
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.passes.outline import HOST_OPCODES
 from heron.hlo.shapes import ArrayShape, Shape, TupleShape
 from heron.indexing import IndexingError, IndexingMap, output_to_input_maps
 from heron.indexing.affine import AffineExpr, used_dims, used_symbols
+from heron.target import Target
 
 __all__ = [
     "CACHE_SPEEDUP",

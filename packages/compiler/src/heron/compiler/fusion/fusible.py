@@ -30,13 +30,13 @@ import attrs
 from heron.compiler.fusion.builder import Candidate, fusion_kind_of
 from heron.compiler.fusion.cost_model import parallel_threads
 from heron.compiler.library_gemm import splits_at_library
-from heron.compiler.target import Target
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Instruction
 from heron.hlo.opcodes import is_elementwise
 from heron.hlo.passes.outline import HERO_OPCODES, HOST_OPCODES, REFUSED_OPCODES
 from heron.hlo.plugin_loading import PluginError
 from heron.hlo.shapes import ArrayShape, TupleShape
+from heron.target import Target
 
 if TYPE_CHECKING:
     from heron.emitters.fusion_analysis import FusionAnalysis

@@ -17,9 +17,9 @@ from __future__ import annotations
 from heron.compiler.fusion.builder import install_fusion, post_order
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.library_gemm import LIBRARY_FEATURES, dot_verdict, epilogue_members
-from heron.compiler.target import Target
 from heron.hlo.ir import Module
 from heron.hlo.passes.manager import HloPass
+from heron.target import Target
 
 __all__ = ["fuse_library_gemms", "gemm_fusion"]
 

@@ -22,12 +22,12 @@ from heron.compiler.fusion.builder import Candidate, build_fusion, install_fusio
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import MAX_FUSION_PARAMETERS
 from heron.compiler.fusion.reachability import Reachability
-from heron.compiler.target import Target
 from heron.hlo.attributes import SliceRange
 from heron.hlo.builder import NameUniquer
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.shapes import ArrayShape, Layout, TupleShape, array_shape
+from heron.target import Target
 
 __all__ = ["MAX_HORIZONTAL_MEMBERS", "fuse_horizontally", "horizontal_fusion"]
 

@@ -28,10 +28,10 @@ from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import Verdict, is_fusible_consumer, is_fusible_producer
 from heron.compiler.fusion.graph import FusionGraph
 from heron.compiler.fusion.reachability import Reachability
-from heron.compiler.target import Target
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.outline import HOST_OPCODES
+from heron.target import Target
 
 __all__ = ["fuse_multi_output", "multi_output_fusion"]
 

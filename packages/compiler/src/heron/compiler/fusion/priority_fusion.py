@@ -31,9 +31,9 @@ from heron.compiler.fusion.builder import Candidate, install_fusion
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import Verdict, is_fusible_consumer, is_fusible_producer
 from heron.compiler.fusion.graph import FusionGraph
-from heron.compiler.target import Target
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.manager import HloPass
+from heron.target import Target
 
 __all__ = ["fuse_by_priority", "priority_fusion"]
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from heron.compiler.fusion.builder import install_fusion
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import is_wrappable
-from heron.compiler.target import Target
 from heron.hlo.ir import Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.outline import HOST_OPCODES
+from heron.target import Target
 
 __all__ = ["fusion_wrapper", "wrap_in_fusions"]
 

@@ -16,8 +16,8 @@ import attrs
 from mlir import ir
 
 from heron.emitters.callbacks import CallbackError
-from heron.emitters.target import EmitterTarget
 from heron.hlo.errors import UnsupportedError
+from heron.target import Target
 
 #: Receives (stage name, IR text) after every pass.
 Dump = Callable[[str, str], None]
@@ -50,8 +50,8 @@ class PipelineOptions:
     warp_size: int = attrs.field(default=32, validator=_warp_size)
 
     @classmethod
-    def for_target(cls, target: EmitterTarget) -> PipelineOptions:
-        """The options for ``target`` (a ``heron.compiler.Target``, or anything alike)."""
+    def for_target(cls, target: Target) -> PipelineOptions:
+        """The options for ``target``."""
         return cls(backend=target.backend, warp_size=target.warp_size)
 
 

@@ -36,7 +36,7 @@ The stage contract
   ``mlir.ir.Module`` (read it, print it, clone it: it is the module the driver
   reports as the fusion's last heron stage, so do not change it); for the
   others, what the stage before returned.
-* ``context``: a :class:`StageContext`: the target (:class:`StageTarget`), the
+* ``context``: a :class:`StageContext`: the target (:class:`heron.target.Target`), the
   kernel's and the fusion's names, and ``dump(name, text)`` for any text the
   stage makes on the way (its own steps, its product), or None.
 * ``output``: anything the next stage takes. A stage with an ``extension``
@@ -60,7 +60,7 @@ imports MLIR: the first stage's argument is typed ``Any``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import attrs
 import pluggy
@@ -72,6 +72,7 @@ from heron.hlo.plugin_loading import (
     check_reference,
     check_spec_name,
 )
+from heron.target import Target
 
 __all__ = [
     "GROUP",
@@ -80,7 +81,6 @@ __all__ = [
     "Stage",
     "StageContext",
     "StageSkipped",
-    "StageTarget",
     "heron_backend_specs",
     "hookimpl",
     "hookspec",
@@ -105,30 +105,11 @@ class StageSkipped(Exception):  # noqa: N818 - a signal, not an error
     """
 
 
-@runtime_checkable
-class StageTarget(Protocol):
-    """What a stage may read about the device (a subset of ``heron.compiler.Target``).
-
-    runtime-core sits below heron-compiler, so it cannot name that class; any
-    object with these attributes will do.
-    """
-
-    #: ``"cuda"`` or ``"rocm"``: the GPU family the code is for (the interpreter
-    #: emulates one).
-    backend: str
-    #: ``sm_90``, ``gfx942``, ...
-    arch: str
-    warp_size: int
-    threads_per_block_limit: int
-    #: CUDA: the PTX ISA version times ten; ROCm: the code object version.
-    isa_version: int
-
-
 @attrs.frozen
 class StageContext:
     """What every stage of one compile gets besides the previous stage's output."""
 
-    target: StageTarget
+    target: Target
     #: The kernel's symbol (the emitted kernel's name): the one to keep, and to launch.
     kernel_name: str
     #: The fusion the kernel was emitted for (for error messages).

@@ -1,10 +1,9 @@
-"""heron.compiler.target: presets, arch lookup, command-line resolution, device queries."""
+"""heron.target: presets, arch lookup, command-line resolution, device queries."""
 
 import attrs
 import pytest
 
-from heron.compiler.target import Target, default_target, presets, ptx_isa_version
-from heron.hlo.errors import UnsupportedError
+from heron.target import Target, TargetError, default_target, presets, ptx_isa_version
 
 PRESET_NAMES = ["a100", "h100", "h200", "mi250x", "mi300x"]
 
@@ -55,14 +54,14 @@ def test_a100_and_h200():
 
 
 def test_unknown_preset_lists_the_known_ones():
-    with pytest.raises(UnsupportedError, match="unknown target preset 'v100'.*a100, h100"):
+    with pytest.raises(TargetError, match="unknown target preset 'v100'.*a100, h100"):
         Target.preset("v100")
 
 
 def test_default_target():
     assert default_target() == Target.preset("h100")
     assert default_target("rocm") == Target.preset("mi300x")
-    with pytest.raises(UnsupportedError, match="unknown backend 'metal'"):
+    with pytest.raises(TargetError, match="unknown backend 'metal'"):
         default_target("metal")
 
 
@@ -105,7 +104,7 @@ def test_for_arch_closest_preset(arch, base, capability, isa):
 
 @pytest.mark.parametrize("arch", ["sm_x", "gfx", "compute_90", "GFX942", "sm_90b", "", "h100"])
 def test_for_arch_refuses_unknown_names(arch):
-    with pytest.raises(UnsupportedError, match="unknown GPU arch"):
+    with pytest.raises(TargetError, match="unknown GPU arch"):
         Target.for_arch(arch)
 
 
@@ -162,7 +161,7 @@ def test_resolve_backend_name_with_arch_picks_that_arch_preset():
     ],
 )
 def test_resolve_refuses(target, arch, backend, message):
-    with pytest.raises(UnsupportedError, match=message):
+    with pytest.raises(TargetError, match=message):
         Target.resolve(target, arch, backend)
 
 
@@ -199,7 +198,7 @@ def test_from_device_fills_missing_numbers_from_the_closest_preset():
     ],
 )
 def test_from_device_refuses(properties, message):
-    with pytest.raises(UnsupportedError, match=message):
+    with pytest.raises(TargetError, match=message):
         Target.from_device(properties)
 
 
@@ -224,14 +223,14 @@ def test_from_device_refuses(properties, message):
     ],
 )
 def test_invalid_fields_raise_naming_the_field(changes, message):
-    with pytest.raises(UnsupportedError, match=message):
+    with pytest.raises(TargetError, match=message):
         attrs.evolve(Target.preset("h100"), **changes)
 
 
 def test_rocm_arch_must_be_gfx():
-    with pytest.raises(UnsupportedError, match="arch must be a rocm arch .*, got 'sm_90'"):
+    with pytest.raises(TargetError, match="arch must be a rocm arch .*, got 'sm_90'"):
         attrs.evolve(Target.preset("mi300x"), arch="sm_90")
-    with pytest.raises(UnsupportedError, match="compute_capability must be None"):
+    with pytest.raises(TargetError, match="compute_capability must be None"):
         attrs.evolve(Target.preset("mi300x"), compute_capability=(9, 4))
 
 

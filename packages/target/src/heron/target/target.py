@@ -12,7 +12,12 @@ its source without reading Python. The numbers follow XLA's GpuTargetConfig spec
 machine.
 
 Bad input (an unknown preset, an arch of the wrong backend, a negative size) raises
-``UnsupportedError`` naming the field and the value, which the CLI prints as-is.
+:class:`TargetError` naming the field and the value, which the CLI prints as-is.
+
+This package is the bottom of heron's dependency graph: it imports attrs and
+the standard library only, so every layer (the HLO passes, the emitters, the
+runtimes and their devices) reads the device from this one class and none
+restates a fact of it.
 """
 
 from __future__ import annotations
@@ -27,9 +32,16 @@ from typing import Any
 
 import attrs
 
-from heron.hlo.errors import UnsupportedError
+__all__ = ["BACKENDS", "Target", "TargetError", "default_target", "ptx_isa_version", "presets"]
 
-__all__ = ["BACKENDS", "Target", "default_target", "ptx_isa_version", "presets"]
+
+class TargetError(ValueError):
+    """A target that cannot be made: an unknown preset or arch, a field out of range."""
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
 
 BACKENDS = ("cuda", "rocm")
 
@@ -55,13 +67,13 @@ _ROCM_CODE_OBJECT_VERSION = 5
 
 
 def _arch_backend(arch: object) -> str:
-    """The backend an arch name belongs to; UnsupportedError when it names none."""
+    """The backend an arch name belongs to; TargetError when it names none."""
     if isinstance(arch, str):
         for backend, pattern in _ARCH_PATTERN.items():
             if pattern.fullmatch(arch):
                 return backend
     spellings = " or ".join(_ARCH_SPELLING.values())
-    raise UnsupportedError(f"unknown GPU arch {arch!r} (expected {spellings})")
+    raise TargetError(f"unknown GPU arch {arch!r} (expected {spellings})")
 
 
 def _sm_number(arch: str) -> tuple[int, str] | None:
@@ -78,7 +90,7 @@ def ptx_isa_version(arch: str) -> int:
     """
     parsed = _sm_number(arch)
     if parsed is None:
-        raise UnsupportedError(f"ptx_isa_version needs a CUDA arch, got {arch!r}")
+        raise TargetError(f"ptx_isa_version needs a CUDA arch, got {arch!r}")
     number, suffix = parsed
     isa = _PTX_ISA_FOR_SM.get(number, 87 if number >= 120 else 86 if number >= 100 else 80)
     if suffix == "f":
@@ -132,12 +144,12 @@ def _to_compute_capability(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
 
 
-# --- validators: each raises UnsupportedError naming the field and the value -------------
+# --- validators: each raises TargetError naming the field and the value -------------
 
 
 def _positive_int(target: Target, attribute: attrs.Attribute, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UnsupportedError(
+        raise TargetError(
             f"target field {attribute.name} must be a positive integer, got {value!r}"
         )
 
@@ -145,26 +157,24 @@ def _positive_int(target: Target, attribute: attrs.Attribute, value: object) -> 
 def _positive_number(target: Target, attribute: attrs.Attribute, value: object) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     if not ok or not math.isfinite(value) or value <= 0:
-        raise UnsupportedError(
-            f"target field {attribute.name} must be a positive number, got {value!r}"
-        )
+        raise TargetError(f"target field {attribute.name} must be a positive number, got {value!r}")
 
 
 def _non_negative_int(target: Target, attribute: attrs.Attribute, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UnsupportedError(
+        raise TargetError(
             f"target field {attribute.name} must be a non-negative integer, got {value!r}"
         )
 
 
 def _text(target: Target, attribute: attrs.Attribute, value: object) -> None:
     if not isinstance(value, str):
-        raise UnsupportedError(f"target field {attribute.name} must be a string, got {value!r}")
+        raise TargetError(f"target field {attribute.name} must be a string, got {value!r}")
 
 
 def _backend(target: Target, attribute: attrs.Attribute, value: object) -> None:
     if value not in BACKENDS:
-        raise UnsupportedError(
+        raise TargetError(
             f"target field backend must be one of {', '.join(BACKENDS)}, got {value!r}"
         )
 
@@ -172,7 +182,7 @@ def _backend(target: Target, attribute: attrs.Attribute, value: object) -> None:
 def _arch(target: Target, attribute: attrs.Attribute, value: object) -> None:
     pattern = _ARCH_PATTERN[target.backend]
     if not isinstance(value, str) or not pattern.fullmatch(value):
-        raise UnsupportedError(
+        raise TargetError(
             f"target field arch must be a {target.backend} arch "
             f"{_ARCH_SPELLING[target.backend]}, got {value!r}"
         )
@@ -180,13 +190,13 @@ def _arch(target: Target, attribute: attrs.Attribute, value: object) -> None:
 
 def _warp_size(target: Target, attribute: attrs.Attribute, value: object) -> None:
     if isinstance(value, bool) or value not in (32, 64):
-        raise UnsupportedError(f"target field warp_size must be 32 or 64, got {value!r}")
+        raise TargetError(f"target field warp_size must be 32 or 64, got {value!r}")
 
 
 def _compute_capability(target: Target, attribute: attrs.Attribute, value: object) -> None:
     expected = _default_compute_capability(target)
     if value != expected:
-        raise UnsupportedError(
+        raise TargetError(
             f"target field compute_capability must be {expected!r} for "
             f"{target.backend} arch {target.arch}, got {value!r}"
         )
@@ -195,7 +205,7 @@ def _compute_capability(target: Target, attribute: attrs.Attribute, value: objec
 def _isa_version(target: Target, attribute: attrs.Attribute, value: object) -> None:
     _positive_int(target, attribute, value)
     if target.backend == "cuda" and value < (lowest := ptx_isa_version(target.arch)):
-        raise UnsupportedError(
+        raise TargetError(
             f"target field isa_version must be at least {lowest} (PTX {lowest / 10:.1f}) "
             f"for {target.arch}, got {value!r}"
         )
@@ -298,14 +308,14 @@ class Target:
         self._require_at_most("threads_per_block_limit", "threads_per_core_limit")
         self._require_at_most("registers_per_block_limit", "registers_per_core_limit")
         if self.threads_per_block_limit % self.warp_size:
-            raise UnsupportedError(
+            raise TargetError(
                 f"target field threads_per_block_limit ({self.threads_per_block_limit}) "
                 f"must be a multiple of warp_size ({self.warp_size})"
             )
 
     def _require_at_most(self, small: str, large: str) -> None:
         if getattr(self, small) > getattr(self, large):
-            raise UnsupportedError(
+            raise TargetError(
                 f"target field {small} ({getattr(self, small)}) must not exceed "
                 f"{large} ({getattr(self, large)})"
             )
@@ -318,9 +328,7 @@ class Target:
         known = _presets()
         found = known.get(name.lower()) if isinstance(name, str) else None
         if found is None:
-            raise UnsupportedError(
-                f"unknown target preset {name!r} (known presets: {', '.join(known)})"
-            )
+            raise TargetError(f"unknown target preset {name!r} (known presets: {', '.join(known)})")
         return found
 
     @classmethod
@@ -353,12 +361,12 @@ class Target:
         ``backend``, when given, must agree with what the others name.
         """
         if backend is not None and backend not in BACKENDS:
-            raise UnsupportedError(
+            raise TargetError(
                 f"unknown backend {backend!r} (expected one of {', '.join(BACKENDS)})"
             )
         if target in BACKENDS:
             if backend is not None and target != backend:
-                raise UnsupportedError(f"--target {target} contradicts backend {backend}")
+                raise TargetError(f"--target {target} contradicts backend {backend}")
             backend, target = target, None
         if target is None:
             if arch is None:
@@ -369,15 +377,13 @@ class Target:
             if arch is not None and arch != chosen.arch:
                 arch_backend = _arch_backend(arch)
                 if arch_backend != chosen.backend:
-                    raise UnsupportedError(
+                    raise TargetError(
                         f"arch {arch!r} is a {arch_backend} arch, but target "
                         f"{chosen.name!r} is a {chosen.backend} device"
                     )
                 chosen = chosen._with_arch(arch)
         if backend is not None and chosen.backend != backend:
-            raise UnsupportedError(
-                f"target {chosen.name!r} is a {chosen.backend} device, not {backend}"
-            )
+            raise TargetError(f"target {chosen.name!r} is a {chosen.backend} device, not {backend}")
         return chosen
 
     @classmethod
@@ -393,14 +399,14 @@ class Target:
         field_names = set(attrs.fields_dict(cls))
         unknown = sorted(set(properties) - field_names)
         if unknown:
-            raise UnsupportedError(f"unknown device properties: {', '.join(unknown)}")
+            raise TargetError(f"unknown device properties: {', '.join(unknown)}")
         if "arch" not in properties:
-            raise UnsupportedError("device properties must include arch")
+            raise TargetError("device properties must include arch")
         raw_arch = properties["arch"]
         arch = raw_arch.split(":", 1)[0] if isinstance(raw_arch, str) else raw_arch
         backend = _arch_backend(arch)
         if properties.get("backend", backend) != backend:
-            raise UnsupportedError(
+            raise TargetError(
                 f"device property backend {properties['backend']!r} contradicts arch {arch!r}"
             )
         fallback = cls.for_arch(arch)
@@ -523,7 +529,7 @@ def _arch_distance(arch: str, other: str) -> tuple[int, int]:
 def _presets() -> dict[str, Target]:
     """Every preset file, parsed and validated once, in name order (the ``heron targets``
     order). Callers get this dict only through copies or single lookups."""
-    folder = importlib.resources.files(__package__).joinpath("presets")
+    folder = importlib.resources.files("heron.target").joinpath("presets")
     loaded: dict[str, Target] = {}
     files = sorted(
         (entry for entry in folder.iterdir() if entry.name.endswith(".toml")),
@@ -535,7 +541,7 @@ def _presets() -> dict[str, Target]:
         allowed = set(attrs.fields_dict(Target)) - {"name"}
         unknown = sorted(set(data) - allowed)
         if unknown:
-            raise UnsupportedError(
+            raise TargetError(
                 f"preset file {entry.name}: unexpected keys {', '.join(unknown)} "
                 "(the file name is the preset name)"
             )
@@ -551,7 +557,5 @@ def presets() -> dict[str, Target]:
 def default_target(backend: str = "cuda") -> Target:
     """The preset a backend compiles for when no target is named: h100, or mi300x."""
     if backend not in _DEFAULT_PRESET:
-        raise UnsupportedError(
-            f"unknown backend {backend!r} (expected one of {', '.join(BACKENDS)})"
-        )
+        raise TargetError(f"unknown backend {backend!r} (expected one of {', '.join(BACKENDS)})")
     return Target.preset(_DEFAULT_PRESET[backend])
