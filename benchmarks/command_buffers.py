@@ -33,7 +33,6 @@ from heron.hlo.parser import parse_module
 from heron.runtime.core.artefact import (
     Allocation,
     Artefact,
-    ArtefactTarget,
     EntrySignature,
     KernelEntry,
 )
@@ -70,7 +69,7 @@ def program(kernels: int) -> Artefact:
         )
     thunks.append(CopyThunk(halves[kernels % 2], BufferSlice(1, 0, BYTES)))
     return Artefact(
-        target=ArtefactTarget("h100", "cuda", "sm_90"),
+        target=Target.preset("h100"),
         program=thunks,
         allocations=[
             Allocation(0, BYTES, "parameter", parameter=0),
@@ -86,7 +85,7 @@ def memsets(count: int) -> Artefact:
     thunks = [MemsetThunk(BufferSlice(1, 4 * (k % 16), 4), k, 4) for k in range(count)]
     thunks.insert(0, CopyThunk(BufferSlice(0, 0, BYTES), BufferSlice(1, 0, BYTES)))
     return Artefact(
-        target=ArtefactTarget("h100", "cuda", "sm_90"),
+        target=Target.preset("h100"),
         program=thunks,
         allocations=[
             Allocation(0, BYTES, "parameter", parameter=0),

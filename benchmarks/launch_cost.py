@@ -32,7 +32,6 @@ from heron_test_support.fake_cuda import FakeCuda
 from heron.runtime.core.artefact import (
     Allocation,
     Artefact,
-    ArtefactTarget,
     EntrySignature,
     KernelEntry,
 )
@@ -40,6 +39,7 @@ from heron.runtime.core.device import KernelImage
 from heron.runtime.core.executor import Executable
 from heron.runtime.core.thunks import BufferSlice, CopyThunk, KernelThunk
 from heron.runtime.cuda.device import CudaDevice
+from heron.target import Target
 
 PTX = """
 .version 8.0
@@ -63,7 +63,7 @@ def program(kernels: int) -> Artefact:
         )
     thunks.append(CopyThunk(halves[kernels % 2], BufferSlice(1, 0, BYTES)))
     return Artefact(
-        target=ArtefactTarget("h100", "cuda", "sm_90"),
+        target=Target.preset("h100"),
         program=thunks,
         allocations=[
             Allocation(0, BYTES, "parameter", parameter=0),

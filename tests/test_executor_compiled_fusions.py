@@ -21,7 +21,6 @@ from heron.hlo.npz_io import load_outputs, save_inputs
 from heron.runtime.core.artefact import (
     Allocation,
     Artefact,
-    ArtefactTarget,
     EntrySignature,
     KernelEntry,
 )
@@ -77,7 +76,7 @@ def chain() -> Artefact:
         ),
     ]
     return Artefact(
-        target=ArtefactTarget("h100", "cuda", "sm_90"),
+        target=Target.preset("h100"),
         program=thunks,
         allocations=[
             Allocation(0, 256, "parameter", parameter=0),

@@ -27,7 +27,6 @@ from heron.runtime.core.artefact import (
     Allocation,
     Artefact,
     ArtefactError,
-    ArtefactTarget,
     EntrySignature,
     KernelEntry,
     Limits,
@@ -46,6 +45,7 @@ from heron.runtime.core.thunks import (
     SequentialThunk,
     WhileThunk,
 )
+from heron.target import Target
 
 S = BufferSlice
 
@@ -56,7 +56,7 @@ def make_artefact(constant: bytes = bytes(range(16)), **changes) -> Artefact:
     )
     step = KernelThunk("step", "fusion.2", [S(3, 0, 16), S(2, 0, 1)], (1, 1, 1), (1, 1, 1))
     fields = dict(
-        target=ArtefactTarget("h100", "cuda", "sm_90"),
+        target=Target.preset("h100"),
         program=[
             MemsetThunk(S(4, 0, 4), 0, 4),
             WhileThunk([step], S(2, 0, 1), [CommandBufferThunk([add])], trip_count=None),
@@ -166,12 +166,8 @@ def test_an_artefact_round_trips_and_is_byte_reproducible(tmp_path: Path) -> Non
     assert names[:2] == [MAGIC_MEMBER, MANIFEST]
     manifest = json.loads(zipfile.ZipFile(tmp_path / "a.heron").read(MANIFEST))
     assert manifest["format_version"] == FORMAT_VERSION
-    assert manifest["target"] == {
-        "name": "h100",
-        "backend": "cuda",
-        "arch": "sm_90",
-        "warp_size": 32,
-    }
+    assert manifest["target"] == Target.preset("h100").to_json()  # every field
+    assert manifest["target"]["compute_capability"] == [9, 0]
     assert {m["name"] for m in manifest["members"]} == set(names[2:])
 
 
@@ -587,7 +583,7 @@ def heron_run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_heron_run_describes_a_good_artefact_and_refuses_a_tampered_one(good: Path) -> None:
     described = heron_run(str(good), "--describe")
     assert described.returncode == 0, described.stderr
-    assert "format version 1" in described.stdout
+    assert "format version 2" in described.stdout
     assert "target: h100 (cuda, sm_90, warps of 32)" in described.stdout
     assert "entry: (f32[4]{0}) -> (f32[4]{0})" in described.stdout
     digest = hashlib.sha256(zipfile.ZipFile(good).read("constants/1.bin")).hexdigest()
@@ -624,8 +620,26 @@ def test_heron_run_is_a_console_script_of_runtime_core() -> None:
     assert artefact_module.load is load
 
 
-def test_the_target_warp_size_is_kept_and_checked() -> None:
-    target = ArtefactTarget("mi300x", "rocm", "gfx942", 64)
-    assert target.warp_size == 64
-    with pytest.raises(ArtefactError, match="warp_size must be 32 or 64"):
-        ArtefactTarget("h100", "cuda", "sm_90", 48)
+def test_the_whole_target_is_kept_and_checked(tmp_path) -> None:
+    path = tmp_path / "rocm.heron"
+    make_artefact(target=Target.preset("mi300x")).save(path)
+    assert load(path).target == Target.preset("mi300x")  # every field, warps of 64 too
+    manifest = json.loads(zipfile.ZipFile(path).read(MANIFEST))
+    assert manifest["target"]["warp_size"] == 64 and manifest["format_version"] == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "pattern"),
+    [
+        ({"warp_size": 48}, "target: .*warp_size"),
+        ({"tensor_cores": 4}, "target: unknown target fields tensor_cores"),
+        ({"name": "h100 /etc"}, "target name must be a name"),
+    ],
+)
+def test_a_manifest_target_that_is_no_target_is_refused(good: Path, change, pattern) -> None:
+    def edit(members):
+        manifest = json.loads(dict(members)[MANIFEST])
+        manifest["target"] |= change
+        return [(n, json.dumps(manifest).encode() if n == MANIFEST else d) for n, d in members]
+
+    refused(rewrite(good, edit), pattern)

@@ -26,7 +26,6 @@ from heron_test_support.fake_blas import (
 from heron.runtime.core.artefact import (
     Allocation,
     Artefact,
-    ArtefactTarget,
     EntrySignature,
     KernelEntry,
 )
@@ -36,6 +35,7 @@ from heron.runtime.core.gemm import GemmCall
 from heron.runtime.core.thunks import BufferSlice, KernelThunk, LibraryCallThunk
 from heron.runtime.cuda.cublaslt import WORKSPACE_BYTES, CublasLt, plan
 from heron.runtime.cuda.device import CudaDevice
+from heron.target import Target
 
 EXTRA_CALLS = extra_gemm_calls()
 
@@ -186,7 +186,7 @@ def _gemm_artefact() -> Artefact:
         "blas", "gemm", slices, CALL.attributes(), fallback=[launch], fallback_emitter="gemm"
     )
     return Artefact(
-        target=ArtefactTarget("h100", "cuda", "sm_90"),
+        target=Target.preset("h100"),
         program=[call],
         allocations=[
             Allocation(0, sizes[0], "parameter", parameter=0),

@@ -25,7 +25,6 @@ from heron_test_support.fake_blas import (
 from heron.runtime.core.artefact import (
     Allocation,
     Artefact,
-    ArtefactTarget,
     EntrySignature,
     KernelEntry,
 )
@@ -36,6 +35,7 @@ from heron.runtime.core.library_calls import resolve
 from heron.runtime.core.thunks import BufferSlice, KernelThunk, LibraryCallThunk
 from heron.runtime.rocm.device import HipDevice
 from heron.runtime.rocm.hipblas import HipBlas, expressible, plan
+from heron.target import Target
 
 EXTRA_CALLS = extra_gemm_calls()
 
@@ -100,7 +100,7 @@ def test_the_executor_takes_hipblas_where_it_can_and_heron_s_kernel_elsewhere(
     call = GemmCall(2, 3, 4, 5)
     sizes = call.byte_sizes()
     artefact = Artefact(
-        target=ArtefactTarget("mi300x", "rocm", "gfx942", 64),
+        target=Target.preset("mi300x"),
         program=[_library_call(call, [0, 1, 2])],
         allocations=[
             Allocation(0, sizes[0], "parameter", parameter=0),

@@ -22,7 +22,6 @@ from heron.hlo.npz_io import load_outputs, save_inputs
 from heron.runtime.core.artefact import (
     Allocation,
     Artefact,
-    ArtefactTarget,
     EntrySignature,
     KernelEntry,
 )
@@ -42,12 +41,13 @@ from heron.runtime.core.thunks import (
 )
 from heron.runtime.interpreter import InterpreterDevice
 from heron.runtime.interpreter.capture import compile_kernel_image
+from heron.target import Target
 
 sys.path.insert(0, str(Path(__file__).parent))
 from kernels_for_tests import kernel_text  # noqa: E402
 
 S = BufferSlice
-TARGET = ArtefactTarget("h100", "cuda", "sm_90")
+TARGET = Target.preset("h100")
 
 KERNELS = {
     # out[i] = a[i] + b[i], four i32

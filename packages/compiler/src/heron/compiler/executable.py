@@ -41,7 +41,6 @@ from heron.hlo.shapes import ArrayShape
 from heron.runtime.core.artefact import (
     Allocation,
     Artefact,
-    ArtefactTarget,
     EntrySignature,
     KernelEntry,
 )
@@ -165,7 +164,7 @@ def compile_program(
         for backend, kernel in emitted.compiled.items()
     ]
     artefact = Artefact(
-        target=ArtefactTarget(_token(target.name), target.backend, target.arch, target.warp_size),
+        target=attrs.evolve(target, name=_token(target.name)),
         program=thunks,
         allocations=allocations,
         signature=_signature(optimized),

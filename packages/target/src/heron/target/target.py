@@ -437,6 +437,31 @@ class Target:
             description=f"{self.description} (arch {arch})",
         )
 
+    # --- as data ---------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field, as JSON values (what an executable artefact records)."""
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in attrs.asdict(self, recurse=False).items()
+        }
+
+    @classmethod
+    def from_json(cls, fields: Mapping[str, Any]) -> Target:
+        """The Target :meth:`to_json` gave, checked as a preset is (unknown or missing
+        fields, and every value, are TargetErrors naming them)."""
+        if not isinstance(fields, Mapping):
+            raise TargetError(f"a target is an object of fields, not {type(fields).__name__}")
+        known = attrs.fields_dict(cls)
+        unknown = sorted(set(fields) - set(known))
+        if unknown:
+            raise TargetError(f"unknown target fields {', '.join(unknown)}")
+        required = {n for n, f in known.items() if f.default is attrs.NOTHING}
+        missing = sorted(required - set(fields))
+        if missing:
+            raise TargetError(f"target fields {', '.join(missing)} missing")
+        return cls(**fields)
+
     # --- reading ---------------------------------------------------------------------------
 
     @property

@@ -59,6 +59,7 @@ from heron.runtime.core.thunks import (
     program_to_json,
     walk,
 )
+from heron.target import Target, TargetError
 
 __all__ = [
     "ALLOCATION_KINDS",
@@ -69,7 +70,6 @@ __all__ = [
     "Allocation",
     "Artefact",
     "ArtefactError",
-    "ArtefactTarget",
     "EntrySignature",
     "KernelEntry",
     "Limits",
@@ -77,7 +77,8 @@ __all__ = [
 ]
 
 #: The artefact format this heron writes and the newest it reads.
-FORMAT_VERSION = 1
+#: 2: the manifest records the whole Target (every field of heron.target.Target).
+FORMAT_VERSION = 2
 MAGIC_MEMBER = "heron-executable"
 MAGIC = b"heron executable artefact\n"
 MANIFEST = "manifest.json"
@@ -118,6 +119,17 @@ def _check(condition: bool, message: str) -> None:
         raise ArtefactError(message)
 
 
+def _manifest_target(value: Any) -> Target:
+    """The manifest's target: every field of a :class:`heron.target.Target`, checked as a
+    preset's are (the device it opens and the interpreter's warp width come from it)."""
+    try:
+        target = Target.from_json(value)
+    except TargetError as error:
+        raise ArtefactError(f"{MANIFEST}: target: {error}") from None
+    _checked_name(target.name, f"{MANIFEST}: target name")
+    return target
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -128,26 +140,6 @@ def _checked_name(value: Any, what: str) -> str:
         f"{what} must be a name of letters, digits, '_', '.', '-', got {value!r:.80}",
     )
     return value
-
-
-@attrs.frozen
-class ArtefactTarget:
-    """What the kernels were compiled for: a Target preset's name, its backend, its arch,
-    and its warp size (a device that emulates a GPU, the interpreter, runs warps of
-    that width: a kernel lowered for 64-lane wavefronts shuffles across 64 lanes)."""
-
-    name: str
-    backend: str
-    arch: str
-    warp_size: int = 32
-
-    def __attrs_post_init__(self) -> None:
-        for field in ("name", "backend", "arch"):
-            _checked_name(getattr(self, field), f"target {field}")
-        _check(
-            _is_int(self.warp_size) and self.warp_size in (32, 64),
-            f"target warp_size must be 32 or 64, got {self.warp_size!r}",
-        )
 
 
 @attrs.frozen
@@ -259,7 +251,7 @@ class Artefact:
     and output numbers name the signature's parameters and results.
     """
 
-    target: ArtefactTarget
+    target: Target
     program: tuple[Thunk, ...] = attrs.field(converter=tuple)
     allocations: tuple[Allocation, ...] = attrs.field(converter=tuple)
     signature: EntrySignature
@@ -375,7 +367,7 @@ class Artefact:
             "format_version": FORMAT_VERSION,
             "heron_version": self.heron_version,
             "created_by": self.created_by,
-            "target": attrs.asdict(self.target),
+            "target": self.target.to_json(),
             "members": [
                 {"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
                 for name, data in members.items()
@@ -590,11 +582,6 @@ def _check_manifest(value: Any) -> dict[str, Any]:
             isinstance(text, str) and text.isprintable() and len(text) <= 200,
             f"{where}: {field} is not one printable line of at most 200 characters",
         )
-    target = value["target"]
-    _check(
-        isinstance(target, dict) and set(target) == {"name", "backend", "arch", "warp_size"},
-        f"{where}: target must have name, backend, arch and warp_size",
-    )
     listing = value["members"]
     _check(isinstance(listing, list), f"{where}: members is not a list")
     names: set[str] = set()
@@ -661,6 +648,7 @@ def _load_members(archive: zipfile.ZipFile, limits: Limits) -> Artefact:
     manifest = _check_manifest(
         _parse_json(_read_bounded(archive, manifest_info, manifest_info.file_size), MANIFEST)
     )
+    target = _manifest_target(manifest["target"])
     listed = {entry["name"]: entry for entry in manifest["members"]}
     present = set(infos) - {MAGIC_MEMBER, MANIFEST}
     for name in sorted(present - set(listed)):
@@ -682,7 +670,7 @@ def _load_members(archive: zipfile.ZipFile, limits: Limits) -> Artefact:
             f"member {name!r}: sha256 differs from the manifest's (the member was altered)",
         )
         data[name] = content
-    return _build(manifest, data, limits)
+    return _build(manifest, target, data, limits)
 
 
 def _json_member(data: Mapping[str, bytes], name: str, limits: Limits) -> Any:
@@ -705,7 +693,9 @@ def _objects(value: Any, member: str, fields: Iterable[str]) -> list[dict[str, A
     return value
 
 
-def _build(manifest: Mapping[str, Any], data: Mapping[str, bytes], limits: Limits) -> Artefact:
+def _build(
+    manifest: Mapping[str, Any], target: Target, data: Mapping[str, bytes], limits: Limits
+) -> Artefact:
     """The artefact from verified members; every table is checked as it is read."""
     used = {PROGRAM, ALLOCATIONS, SIGNATURE, KERNELS, OPTIMIZED_HLO}
     try:
@@ -755,11 +745,8 @@ def _build(manifest: Mapping[str, Any], data: Mapping[str, bytes], limits: Limit
             optimized = data[OPTIMIZED_HLO].decode("utf-8")
         except UnicodeDecodeError:
             raise ArtefactError(f"member {OPTIMIZED_HLO!r} is not UTF-8 text") from None
-    target = manifest["target"]
     return Artefact(
-        target=ArtefactTarget(
-            target["name"], target["backend"], target["arch"], target["warp_size"]
-        ),
+        target=target,
         program=program,
         allocations=allocations,
         signature=signature,
