@@ -281,7 +281,9 @@ def ptxas_resource_usage(
 ) -> dict[str, ResourceUsage]:
     """Run ``ptxas -v`` (the executable ``ptxas``) on ``ptx`` for ``arch`` (default:
     the PTX's ``.target``) and return each kernel's resource usage."""
-    arch = arch or ptx_target(ptx) or "sm_90"
+    arch = arch or ptx_target(ptx)
+    if not arch:
+        raise PtxasInfoError("the PTX names no .target: say which arch to assemble it for")
     with tempfile.TemporaryDirectory(prefix="heron-ptxas-v-") as tmp:
         source = Path(tmp) / "kernel.ptx"
         source.write_text(ptx)

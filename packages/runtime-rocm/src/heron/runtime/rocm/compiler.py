@@ -108,7 +108,7 @@ _SUB_BYTE_VECTOR_TRUNCATE = re.compile(
 
 def lower_to_llvm_ir(
     module: Any,
-    arch: str = "gfx942",
+    arch: str,
     *,
     index_bitwidth: int = 64,
     bare_pointers: bool = True,
@@ -185,7 +185,7 @@ def _device_lib_hint(name: str) -> str:
 def llvm_ir_to_object(
     llvm_ir: str,
     kernel_names: tuple[str, ...],
-    arch: str = "gfx942",
+    arch: str,
     *,
     opt_level: int = 3,
     dump: Dump | None = None,
@@ -291,7 +291,7 @@ def _optimised_module(
 
 def compile_to_hsaco(
     module: Any,
-    arch: str = "gfx942",
+    arch: str,
     *,
     opt_level: int = 3,
     index_bitwidth: int = 64,
