@@ -370,11 +370,11 @@ def test_min_blocks_per_core_reaches_the_backend():
     rocm = pytest.importorskip("heron.runtime.rocm.compiler")
     assert "heron.min_blocks_per_core = 5 : i64" in _lowered(_TWO_BLOCKS)
     llvm_ir = {}
-    for name, backend, warp in (("cuda", cuda, 32), ("rocm", rocm, 64)):
+    for name, backend, warp, arch in (("cuda", cuda, 32, ()), ("rocm", rocm, 64, ("gfx942",))):
         with make_context(), ir.Location.unknown():
             module = ir.Module.parse(_TWO_BLOCKS)
             lower_tensors.run(module, PipelineOptions(backend=name, warp_size=warp))
-            llvm_ir[name], _ = backend.lower_to_llvm_ir(module)
+            llvm_ir[name], _ = backend.lower_to_llvm_ir(module, *arch)
             if name == "cuda":
                 ptx = cuda.compile_to_ptx(module, "sm_90", ptx_version=80).ptx
     assert '"nvvm.minctasm"="5"' in llvm_ir["cuda"]
