@@ -43,7 +43,7 @@ tests compare cuDNN with).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -51,13 +51,12 @@ import numpy as np
 
 from heron.hlo.element_types import ElementType
 from heron.runtime.core.library_contract import (
-    check_argument_slices,
-    contract_from_attributes,
+    LibraryContract,
     is_dense,
     read_strided,
     written_strided,
 )
-from heron.runtime.core.thunks import BufferSlice, LibraryCallThunk, ThunkError
+from heron.runtime.core.thunks import ThunkError
 
 __all__ = ["ATTENTION", "ELEMENT_TYPES", "HEAD_DIM_MULTIPLE", "MAX_HEAD_DIM", "AttentionCall"]
 
@@ -93,7 +92,7 @@ def _flag(value: Any) -> bool:
 
 
 @attrs.frozen
-class AttentionCall:
+class AttentionCall(LibraryContract):
     """One fused attention call (see the module docstring for the contract)."""
 
     operation: ClassVar[str] = ATTENTION
@@ -195,29 +194,6 @@ class AttentionCall:
             f"attention {t}[{'x'.join(map(str, self.q_dims))}] q, {self.k_dims[2]} keys ->"
             f" {t}[{'x'.join(map(str, self.o_dims))}]" + "".join(f", {e}" for e in extras if e)
         )
-
-    # -- the thunk's form --------------------------------------------------------------------
-    def attributes(self) -> dict[str, Any]:
-        return {
-            f.name: list(value) if isinstance(value := getattr(self, f.name), tuple) else value
-            for f in attrs.fields(AttentionCall)
-        }
-
-    @classmethod
-    def from_attributes(cls, attributes: Mapping[str, Any]) -> AttentionCall:
-        return contract_from_attributes(cls, attributes, ATTENTION)
-
-    @classmethod
-    def from_thunk(cls, thunk: LibraryCallThunk) -> AttentionCall:
-        """The call a thunk describes; ThunkError when its slices do not fit the contract."""
-        if thunk.operation != ATTENTION:
-            raise ThunkError(f"library call {thunk.operation!r} is not an attention")
-        call = cls.from_attributes(dict(thunk.attributes))
-        call.check_slices(thunk.arguments)
-        return call
-
-    def check_slices(self, arguments: Sequence[BufferSlice]) -> None:
-        check_argument_slices(self.describe(), self.operand_names, self.byte_sizes(), arguments)
 
     # -- numpy -------------------------------------------------------------------------------
     def reference(self, arguments: Sequence[np.ndarray]) -> np.ndarray:

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -59,14 +59,13 @@ import numpy as np
 from heron.hlo.element_types import ElementType
 from heron.runtime.core.gemm import rounded_to_compute
 from heron.runtime.core.library_contract import (
-    check_argument_slices,
-    contract_from_attributes,
+    LibraryContract,
     dense_strides,
     is_dense,
     read_strided,
     written_strided,
 )
-from heron.runtime.core.thunks import BufferSlice, LibraryCallThunk, ThunkError
+from heron.runtime.core.thunks import ThunkError
 
 __all__ = ["CONVOLUTION", "ELEMENT_TYPES", "MODES", "ConvolutionCall", "dense_strides"]
 
@@ -89,7 +88,7 @@ def _ints(value: Any) -> tuple[int, ...]:
 
 
 @attrs.frozen
-class ConvolutionCall:
+class ConvolutionCall(LibraryContract):
     """One convolution library call (see the module docstring for the contract)."""
 
     operation: ClassVar[str] = CONVOLUTION
@@ -229,29 +228,6 @@ class ConvolutionCall:
             f"{what} {t}[{dims(self.dims_of(a))}] * {t}[{dims(self.w_dims)}] ->"
             f" {t}[{dims(self.dims_of(out))}]" + "".join(f", {e}" for e in extras if e)
         )
-
-    # -- the thunk's form --------------------------------------------------------------------
-    def attributes(self) -> dict[str, Any]:
-        return {
-            f.name: list(value) if isinstance(value := getattr(self, f.name), tuple) else value
-            for f in attrs.fields(ConvolutionCall)
-        }
-
-    @classmethod
-    def from_attributes(cls, attributes: Mapping[str, Any]) -> ConvolutionCall:
-        return contract_from_attributes(cls, attributes, CONVOLUTION)
-
-    @classmethod
-    def from_thunk(cls, thunk: LibraryCallThunk) -> ConvolutionCall:
-        """The call a thunk describes; ThunkError when its slices do not fit the contract."""
-        if thunk.operation != CONVOLUTION:
-            raise ThunkError(f"library call {thunk.operation!r} is not a convolution")
-        call = cls.from_attributes(dict(thunk.attributes))
-        call.check_slices(thunk.arguments)
-        return call
-
-    def check_slices(self, arguments: Sequence[BufferSlice]) -> None:
-        check_argument_slices(self.describe(), self.operand_names, self.byte_sizes(), arguments)
 
     # -- numpy -------------------------------------------------------------------------------
     def reference(self, arguments: Sequence[np.ndarray]) -> np.ndarray:

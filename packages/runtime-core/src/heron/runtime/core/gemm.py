@@ -45,15 +45,15 @@ device's "library", and what the GPU tests compare a library's result with).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
 import numpy as np
 
 from heron.hlo.element_types import ElementType
-from heron.runtime.core.library_contract import check_argument_slices, contract_from_attributes
-from heron.runtime.core.thunks import BufferSlice, LibraryCallThunk, ThunkError
+from heron.runtime.core.library_contract import LibraryContract
+from heron.runtime.core.thunks import ThunkError
 
 __all__ = [
     "ACCUMULATION",
@@ -93,10 +93,11 @@ def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
 
 
 @attrs.frozen
-class GemmCall:
+class GemmCall(LibraryContract):
     """One GEMM library call (see the module docstring for the contract)."""
 
     operation: ClassVar[str] = GEMM
+    may_be_the_output: ClassVar[tuple[str, ...]] = ("c",)  # C = D, as BLAS does
 
     batch: int = attrs.field(validator=_positive)
     m: int = attrs.field(validator=_positive)
@@ -199,29 +200,6 @@ class GemmCall:
             f"gemm {self.lhs_type}[{batch}{self.m}x{self.k}]{'^T' * self.lhs_transposed} x"
             f" {self.rhs_type}[{batch}{self.k}x{self.n}]{'^T' * self.rhs_transposed} ->"
             f" {self.out_type}" + "".join(f", {e}" for e in extras if e)
-        )
-
-    # -- the thunk's form --------------------------------------------------------------------
-    def attributes(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in attrs.fields(GemmCall)}
-
-    @classmethod
-    def from_attributes(cls, attributes: Mapping[str, Any]) -> GemmCall:
-        return contract_from_attributes(cls, attributes, GEMM)
-
-    @classmethod
-    def from_thunk(cls, thunk: LibraryCallThunk) -> GemmCall:
-        """The call a thunk describes; ThunkError when its slices do not fit the contract."""
-        if thunk.operation != GEMM:
-            raise ThunkError(f"library call {thunk.operation!r} is not a gemm")
-        call = cls.from_attributes(dict(thunk.attributes))
-        call.check_slices(thunk.arguments)
-        return call
-
-    def check_slices(self, arguments: Sequence[BufferSlice]) -> None:
-        # C = D: read and written in place, as BLAS does
-        check_argument_slices(
-            self.describe(), self.operand_names, self.byte_sizes(), arguments, ("c",)
         )
 
     # -- numpy -------------------------------------------------------------------------------

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 import numpy as np
 
-from heron.runtime.core.thunks import BufferSlice, ThunkError
+from heron.runtime.core.thunks import BufferSlice, LibraryCallThunk, ThunkError
 
 __all__ = [
+    "LibraryContract",
     "check_argument_slices",
     "contract_from_attributes",
     "dense_strides",
@@ -46,6 +47,60 @@ def contract_from_attributes(cls: type[T], attributes: Mapping[str, Any], operat
             + f"unknown attributes {', '.join(unknown)}" * bool(unknown)
         )
     return cls(**attributes)
+
+
+class LibraryContract:
+    """What every contract (an attrs class) does the same way with its thunk: its fields as
+    the thunk's attributes, read back from a thunk, and its slices checked.
+
+    A contract sets :attr:`operation`, says its arguments (:attr:`operand_names`, the
+    computed one last) and their sizes (``byte_sizes()``), and describes itself
+    (``describe()``); :attr:`may_be_the_output` names an operand the output may be exactly
+    (a GEMM's C, read and written in place, as BLAS does).
+    """
+
+    operation: ClassVar[str]
+    may_be_the_output: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def operand_names(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def byte_sizes(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def attributes(self) -> dict[str, Any]:
+        """The thunk's attributes: every field, tuples as JSON lists."""
+        return {
+            f.name: list(value) if isinstance(value := getattr(self, f.name), tuple) else value
+            for f in attrs.fields(type(self))  # type: ignore[arg-type]
+        }
+
+    @classmethod
+    def from_attributes(cls: type[T], attributes: Mapping[str, Any]) -> T:
+        return contract_from_attributes(cls, attributes, cls.operation)  # type: ignore[attr-defined]
+
+    @classmethod
+    def from_thunk(cls: type[T], thunk: LibraryCallThunk) -> T:
+        """The call a thunk describes; ThunkError when its slices do not fit the contract."""
+        operation = cls.operation  # type: ignore[attr-defined]
+        if thunk.operation != operation:
+            raise ThunkError(f"library call {thunk.operation!r} is not a {operation} call")
+        call = cls.from_attributes(dict(thunk.attributes))  # type: ignore[attr-defined]
+        call.check_slices(thunk.arguments)
+        return call
+
+    def check_slices(self, arguments: Sequence[BufferSlice]) -> None:
+        check_argument_slices(
+            self.describe(),
+            self.operand_names,
+            self.byte_sizes(),
+            arguments,
+            self.may_be_the_output,
+        )
 
 
 def check_argument_slices(
