@@ -456,12 +456,12 @@ def _constant_subgraph(root: Instruction) -> Computation | None:
     """A computation of its own computing ``root``, where nothing below it is a parameter
     or calls a computation; None otherwise."""
     order: list[Instruction] = []
-    seen: set[int] = set()
+    seen: set[Instruction] = set()  # instructions hash by identity
 
     def visit(inst: Instruction) -> bool:
-        if id(inst) in seen:
+        if inst in seen:
             return True
-        seen.add(id(inst))
+        seen.add(inst)
         if inst.opcode in ("parameter", "rng", "infeed", "custom-call") or any(
             isinstance(value, ComputationRef) for value in inst.attributes.values()
         ):
@@ -474,11 +474,11 @@ def _constant_subgraph(root: Instruction) -> Computation | None:
     if not visit(root):
         return None
     computation = Computation("attention_mask")
-    copies: dict[int, Instruction] = {}
+    copies: dict[Instruction, Instruction] = {}
     for inst in order:
-        copy = inst.clone([copies[id(o)] for o in inst.operands])
-        copies[id(inst)] = computation.add(copy)
-    computation.root = copies[id(root)]
+        copy = inst.clone([copies[o] for o in inst.operands])
+        copies[inst] = computation.add(copy)
+    computation.root = copies[root]
     return computation
 
 
@@ -550,11 +550,11 @@ def _match(
     # roles along the way: the scores' dimensions, up the logits path to the softmax
     batch_roles = tuple(f"b{i}" for i in range(nb))
     roles = _of_non_unit((*batch_roles, "q", "k"), scores.array_shape.dims)
-    roles_at: dict[int, tuple[str, ...]] = {}
+    roles_at: dict[Instruction, tuple[str, ...]] = {}
     for inst in reversed(logits.path):
         if inst.opcode in _VIEWS:
             roles = _view_labels(inst, roles)
-        roles_at[id(inst)] = roles
+        roles_at[inst] = roles
     keys = roles[softmax.axis] if softmax.axis < len(roles) else None
     if keys != "k":
         raise _NoMatch("the softmax does not run over the keys")
@@ -566,7 +566,7 @@ def _match(
     causal = False
     if logits.mask is not None:
         assert logits.mask_select is not None
-        mask_roles = _full(roles_at[id(logits.mask_select)], logits.mask.array_shape.dims)
+        mask_roles = _full(roles_at[logits.mask_select], logits.mask.array_shape.dims)
         why = _is_causal(logits.mask, mask_roles, logits.mask_inverted)
         if why:
             raise _NoMatch(why)
@@ -575,7 +575,7 @@ def _match(
     bias_labels: tuple[str, ...] = ()
     if logits.bias is not None:
         assert logits.bias_add is not None
-        at_add = _full(roles_at[id(logits.bias_add)], logits.bias.array_shape.dims)
+        at_add = _full(roles_at[logits.bias_add], logits.bias.array_shape.dims)
         bias, peeled = _peel(logits.bias, at_add, q.element_type)
         bias_labels = _present(peeled)
         if str(bias.array_shape.element_type) != element:
@@ -588,11 +588,11 @@ def _match(
         if len(bias_labels) != len(set(bias_labels)):
             raise _NoMatch(f"bias '{logits.bias.name}' repeats a dimension")
     interior = [scores, *logits.path, *softmax.interior, *probability_path]
-    inside = {id(inst) for inst in interior} | {id(dot)}
+    inside = {*interior, dot}
     for inst in interior:
         if inst is uses.computation.root:
             raise _NoMatch(f"'{inst.name}' is an output of the computation")
-        outside = [user.name for user in uses.users(inst) if id(user) not in inside]
+        outside = [user.name for user in uses.users(inst) if user not in inside]
         if outside:
             raise _NoMatch(
                 f"'{inst.name}' is also used by {', '.join(outside[:3])} (a backward pass keeps"

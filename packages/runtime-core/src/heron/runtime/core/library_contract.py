@@ -11,6 +11,7 @@ for every call; the contracts keep their own meaning and only this here.
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -49,7 +50,7 @@ def contract_from_attributes(cls: type[T], attributes: Mapping[str, Any], operat
     return cls(**attributes)
 
 
-class LibraryContract:
+class LibraryContract(abc.ABC):
     """What every contract (an attrs class) does the same way with its thunk: its fields as
     the thunk's attributes, read back from a thunk, and its slices checked.
 
@@ -63,14 +64,17 @@ class LibraryContract:
     may_be_the_output: ClassVar[tuple[str, ...]] = ()
 
     @property
+    @abc.abstractmethod
     def operand_names(self) -> tuple[str, ...]:
-        raise NotImplementedError
+        """The arguments, in order, the computed one last."""
 
+    @abc.abstractmethod
     def byte_sizes(self) -> tuple[int, ...]:
-        raise NotImplementedError
+        """Each argument's bytes, in :attr:`operand_names` order."""
 
+    @abc.abstractmethod
     def describe(self) -> str:
-        raise NotImplementedError
+        """The call in one line, for reports and errors."""
 
     def attributes(self) -> dict[str, Any]:
         """The thunk's attributes: every field, tuples as JSON lists."""
