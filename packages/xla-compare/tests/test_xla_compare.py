@@ -177,7 +177,14 @@ def test_a_comparison_against_a_replayed_xla_dump(tmp_path):
     if comparison.ptxas:
         assert record["pairs"][0]["xla"]["registers"] > 0
         assert record["pairs"][0]["heron"]["registers"] > 0
+    if comparison.nvdisasm:  # the SASS both cubins hold, measured by one nvdisasm
+        for side in ("heron", "xla"):
+            sass = record["pairs"][0][side]
+            assert sass["sass_instructions"] > 0
+            assert sum(sass["sass_atomics"].values()) >= 1  # a scatter-add adds atomically
     text = format_comparison(comparison)
+    if comparison.nvdisasm:
+        assert "SASS instructions" in text and text.count("heron/XLA") == 2
     assert "launch (blocks x threads)" in text and "same" in text
     assert DEVICELESS_NOTE in text
     json.dumps(record)

@@ -3,7 +3,8 @@
 :func:`compare_file` parses the module with heron, prints it whole for XLA
 (:mod:`heron.xla_compare.module_text`), compiles it with XLA in a worker
 process and with heron fusion by fusion, measures both PTX with one ptxas
-(``ptxas -v``: registers, spills, shared memory), and pairs each heron fusion
+(``ptxas -v``: registers, spills, shared memory) and both cubins with one
+nvdisasm (SASS: instructions, slow paths, MUFU, memory widths), and pairs each heron fusion
 with the XLA kernel that computes the same instructions (the fused
 computations' instruction names, XLA's ``.N`` suffixes aside).
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from heron.hlo.ir import Module
+from heron.runtime.cuda.ptx_statistics import ptx_target
 from heron.xla_compare.heron_side import HeronKernel, compile_with_heron
 from heron.xla_compare.install import XlaInstallation, find_xla
 from heron.xla_compare.module_text import is_prefused, xla_module_text, xla_options
@@ -52,6 +54,7 @@ class Comparison:
     xla: XlaCompile | None = None
     xla_error: str | None = None
     ptxas: str | None = None
+    nvdisasm: str | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -80,41 +83,64 @@ def pair_kernels(heron: list[HeronKernel], xla: list[XlaKernel]) -> list[Pair]:
     return pairs
 
 
-def _ptxas():
-    from heron.runtime.cuda.compiler_tools import ToolNotFoundError, find_ptxas
+def _tool(name: str):
+    """The path of ``find_ptxas``/``find_nvdisasm``'s tool, or None where it is not installed."""
+    from heron.runtime.cuda import compiler_tools
 
     try:
-        return find_ptxas()
-    except ToolNotFoundError:
+        return getattr(compiler_tools, f"find_{name}")()
+    except compiler_tools.ToolNotFoundError:
         return None
 
 
-def measure_resources(comparison: Comparison) -> None:
-    """``ptxas -v`` on both sides' PTX with one ptxas (each PTX for its own .target)."""
-    from heron.runtime.cuda.ptx_statistics import PtxasInfoError, ptxas_resource_usage
+def _has_kernels(ptx: str) -> bool:
+    return ".entry" in ptx
 
-    ptxas = _ptxas()
+
+def measure_machine_code(comparison: Comparison) -> None:
+    """``ptxas -v`` and nvdisasm on both sides' PTX with one ptxas and one nvdisasm (each
+    PTX for its own .target, the target's arch where it names none): registers, spills,
+    shared memory, and the SASS each kernel became. PTX without kernels (XLA's constants
+    module) is skipped."""
+    from heron.runtime.cuda.ptx_statistics import PtxasInfoError, ptxas_resource_usage
+    from heron.runtime.cuda.sass_statistics import SassError, ptx_sass_statistics
+
+    ptxas, nvdisasm = _tool("ptxas"), _tool("nvdisasm")
     if ptxas is None:
-        comparison.notes.append("ptxas not found: no registers, spills or shared memory")
+        comparison.notes.append("ptxas not found: no registers, spills, shared memory or SASS")
         return
+    if nvdisasm is None:
+        comparison.notes.append(
+            "nvdisasm not found (the nvidia-cuda-nvdisasm wheel): no SASS measures"
+        )
     comparison.ptxas = str(ptxas)
-    usage = {}
+    comparison.nvdisasm = None if nvdisasm is None else str(nvdisasm)
+    _, arch = TARGETS[comparison.target]
+
+    def measure(ptx: str, whose: str) -> tuple[dict, dict]:
+        usage, sass = {}, {}
+        try:
+            usage = ptxas_resource_usage(ptx, ptxas, arch=ptx_target(ptx) or arch)
+            if nvdisasm is not None:
+                sass = ptx_sass_statistics(ptx, ptxas, nvdisasm, arch=arch)
+        except (PtxasInfoError, SassError) as exc:
+            comparison.notes.append(f"{whose}: {exc}")
+        return usage, sass
+
+    measured = {}
     if comparison.xla is not None:
         for name, text in comparison.xla.ptx.items():
-            try:
-                usage[name] = ptxas_resource_usage(text, ptxas)
-            except PtxasInfoError as exc:
-                comparison.notes.append(f"XLA's {name}: {exc}")
+            if _has_kernels(text):
+                measured[name] = measure(text, f"XLA's {name}")
     for pair in comparison.pairs:
-        if pair.xla is not None and pair.xla.ptx_file in usage:
-            pair.xla.resources = usage[pair.xla.ptx_file].get(pair.xla.name)
+        if pair.xla is not None and pair.xla.ptx_file in measured:
+            usage, sass = measured[pair.xla.ptx_file]
+            pair.xla.resources = usage.get(pair.xla.name)
+            pair.xla.sass = sass.get(pair.xla.name)
         if pair.heron is not None and pair.heron.ptx:
-            try:
-                found = ptxas_resource_usage(pair.heron.ptx, ptxas)
-            except PtxasInfoError as exc:
-                comparison.notes.append(f"heron's {pair.heron.fusion}: {exc}")
-                continue
-            pair.heron.resources = found.get(pair.heron.kernel)
+            usage, sass = measure(pair.heron.ptx, f"heron's {pair.heron.fusion}")
+            pair.heron.resources = usage.get(pair.heron.kernel)
+            pair.heron.sass = sass.get(pair.heron.kernel)
 
 
 def compare_file(
@@ -175,7 +201,7 @@ def compare_module(
         pairs = [p for p in pairs if p.heron is not None]
     comparison.pairs = pairs
     if heron_full:
-        measure_resources(comparison)
+        measure_machine_code(comparison)
     if not is_prefused(module) and comparison.xla is not None:
         names = ", ".join(k.name for k in comparison.xla.kernels) or "none"
         comparison.notes.append(

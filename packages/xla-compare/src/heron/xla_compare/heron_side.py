@@ -2,8 +2,9 @@
 
 Every fusion goes through ``heron.compiler.compile_fusion`` for the CUDA
 Target of the same name (h100, a100): emission, heron's passes, LLVM IR,
-PTX. Its PTX is measured with ``heron.runtime.cuda.ptx_statistics``, and its
-resource usage comes from the same ptxas that measures XLA's PTX.
+PTX. Its PTX is measured with ``heron.runtime.cuda.ptx_statistics``; its
+resource usage and SASS come from the same ptxas and nvdisasm that measure
+XLA's PTX.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 from heron.hlo.ir import Instruction, Module
 from heron.runtime.cuda.ptx_statistics import KernelStatistics, ResourceUsage, kernel_statistics
+from heron.runtime.cuda.sass_statistics import SassStatistics
 from heron.xla_compare.launch import LaunchShape
 
 
@@ -27,6 +29,7 @@ class HeronKernel(LaunchShape):
     fused_names: frozenset[str] = frozenset()
     stats: KernelStatistics | None = None
     resources: ResourceUsage | None = None
+    sass: SassStatistics | None = None
     ptx: str = ""
     seconds: float = 0.0
     error: str | None = None

@@ -35,6 +35,8 @@ def kernel_record(kernel: HeronKernel | XlaKernel | None) -> dict | None:
         stats = kernel.stats.as_dict()
         stats.pop("name")
         record.update(stats)
+    if kernel.sass is not None:
+        record.update(kernel.sass.as_dict())
     return record
 
 
@@ -61,6 +63,7 @@ def comparison_record(comparison: Comparison) -> dict:
         },
         "xla_error": comparison.xla_error,
         "ptxas": comparison.ptxas,
+        "nvdisasm": comparison.nvdisasm,
         "pairs": [pair_record(p) for p in comparison.pairs],
         "notes": comparison.notes,
     }
@@ -102,6 +105,20 @@ def _rows(record: dict | None) -> dict[str, str]:
         rows["shuffles"] = str(record["shuffles"])
         rows["barriers"] = str(record["barriers"])
         rows["fma / approx"] = f"{record['fma']}/{record['approx']}"
+    if "sass_instructions" in record:
+        rows["SASS instructions"] = str(record["sass_instructions"])
+        rows["SASS in slow paths / calls"] = (
+            f"{record['sass_subroutine_instructions']}/{record['sass_calls']}"
+        )
+        rows["SASS branches"] = str(record["sass_branches"])
+        mufu = record["sass_mufu"]
+        rows["MUFU"] = f"{sum(mufu.values())}" + (
+            f" ({', '.join(f'{k}:{n}' for k, n in mufu.items())})" if mufu else ""
+        )
+        rows["SASS global loads"] = _widths(record["sass_global_loads"])
+        rows["SASS global stores"] = _widths(record["sass_global_stores"])
+        rows["SASS atomics"] = _widths(record["sass_atomics"])
+        rows["SASS local accesses"] = str(record["sass_local"])
     return rows
 
 
@@ -119,6 +136,8 @@ def format_comparison(comparison: Comparison) -> str:
         lines.append(f"XLA: error: {comparison.xla_error}")
     if comparison.ptxas:
         lines.append(f"ptxas -v for both sides: {comparison.ptxas}")
+    if comparison.nvdisasm:
+        lines.append(f"SASS of both sides: {comparison.nvdisasm}")
     for pair in record["pairs"]:
         heron, xla_kernel = pair["heron"], pair["xla"]
         left = f"heron fusion '{heron['fusion']}'" if heron else "(no heron fusion)"
@@ -139,7 +158,8 @@ def format_comparison(comparison: Comparison) -> str:
             mark = ""
             if key.startswith("launch") and pair["same_launch"] is not None:
                 mark = "   same" if pair["same_launch"] else "   DIFFERENT"
-            if key == "PTX instructions" and heron_rows.get(key) and xla_rows.get(key):
+            both = key in heron_rows and key in xla_rows
+            if key in ("PTX instructions", "SASS instructions") and both:
                 ratio = int(left_value) / max(int(right_value), 1)
                 mark = f"   heron/XLA {ratio:.2f}"
             lines.append(f"  {key:{width}}  {left_value:{left_width}}  {right_value}{mark}")

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from heron.runtime.cuda.ptx_statistics import KernelStatistics, ResourceUsage, kernel_statistics
+from heron.runtime.cuda.sass_statistics import SassStatistics
 from heron.xla_compare.install import XlaInstallation
 from heron.xla_compare.launch import LaunchShape
 
@@ -67,6 +68,8 @@ class XlaKernel(LaunchShape):
     fused_names: frozenset[str] = frozenset()
     stats: KernelStatistics | None = None
     resources: ResourceUsage | None = None
+    #: nvdisasm's view of the kernel ptxas made of XLA's PTX (compare.measure_machine_code).
+    sass: SassStatistics | None = None
     ptx_file: str | None = None
 
     @property

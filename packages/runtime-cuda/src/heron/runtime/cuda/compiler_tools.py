@@ -1,4 +1,5 @@
-"""Finding and running the CUDA tools that come from the ``nvidia-cuda-nvcc`` wheel.
+"""Finding and running the CUDA tools that come from the ``nvidia-cuda-nvcc`` wheel
+(and nvdisasm, from ``nvidia-cuda-nvdisasm``).
 
 ``ptxas`` (PTX -> cubin, and the only real judge of whether PTX is valid)
 and ``libdevice.10.bc`` (the math library the NVVM lowering calls into) both
@@ -23,7 +24,7 @@ _TOOLKIT_DIRS = ("cu13", "cu12", "cuda_nvcc")
 
 
 class ToolNotFoundError(FileNotFoundError):
-    """ptxas or libdevice is not installed where heron looks for it."""
+    """ptxas, nvdisasm or libdevice is not installed where heron looks for it."""
 
 
 class PtxasError(RuntimeError):
@@ -59,6 +60,24 @@ def find_ptxas() -> Path:
     raise ToolNotFoundError(
         "ptxas not found: install the 'nvidia-cuda-nvcc' wheel (part of"
         f" {COMPILE_EXTRA!r}), put ptxas on PATH, or set HERON_PTXAS"
+    )
+
+
+def find_nvdisasm() -> Path:
+    """The nvdisasm executable (SASS of a cubin, for ``heron xla`` and the benchmarks):
+    ``$HERON_NVDISASM``, the ``nvidia-cuda-nvdisasm`` wheel, then ``PATH``."""
+    override = os.environ.get("HERON_NVDISASM")
+    if override:
+        return Path(override)
+    for path in _candidates("bin/nvdisasm"):
+        if path.is_file():
+            return path
+    found = shutil.which("nvdisasm")
+    if found:
+        return Path(found)
+    raise ToolNotFoundError(
+        "nvdisasm not found: install the 'nvidia-cuda-nvdisasm' wheel (part of"
+        f" {COMPILE_EXTRA!r}), put nvdisasm on PATH, or set HERON_NVDISASM"
     )
 
 
