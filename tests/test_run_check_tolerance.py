@@ -323,7 +323,7 @@ ENTRY e {
     assert approximations_reaching(square) == {"exponential": 2}
     assert ulp_bound(square, square.shape.element_type) == 2 * 3  # f32 exp: 3 ulps
     assert approximations_reaching(root) == {"exponential": 3, "tanh": 1}
-    assert ulp_bound(root, root.shape.element_type) == 3 * 3 + 3
+    assert ulp_bound(root, root.shape.element_type) == 3 * 3 + 4  # f32 tanh: 4 ulps
 
 
 GEMM_PROGRAMS = ("batched_matmul", "mlp_relu", "conv1d", "scan_rnn")
@@ -548,5 +548,5 @@ def test_the_check_reads_expand_math_s_accuracy_table_the_docstring_states():
     documented = {name: rows[name] for name in ACCURACY if name in rows}
     assert documented == {n: b for n, b in ACCURACY.items() if n in rows}
     assert set(ACCURACY) - set(rows) <= {"powf"}  # "powf  1  2+2|y ln x|"
-    assert ULP_BOUNDS["exponential"] == ACCURACY["exp"] and ULP_BOUNDS["logistic"] == (4, 3)
+    assert ULP_BOUNDS["exponential"] == ACCURACY["exp"] and ULP_BOUNDS["logistic"] == (6, 3)
     assert ULP_BOUNDS["power"] == ACCURACY["powf"] == (1, 2)

@@ -58,6 +58,10 @@ def _mp(fn):
 #: reaches the result unchanged (it is scaled by an exact power of two).
 USES_EX2_APPROX = frozenset({"exp", "exp2", "sinh", "cosh", "tanh"})
 EX2_APPROX_EXTRA = 2 - 0.5
+#: f32 tanh's quotient may be 2 ulp off on the GPU (div.full), at most 1 ulp of its result
+#: (math_exp_log._tanh_f32); the host divides correctly rounded, so its result stays
+#: inside the GPU bound by that ulp too.
+DIV_FULL_EXTRA = {"tanh": 1}
 
 # op: (math op class, reference, domain (lo, hi magnitudes), signed, extra points, f32 bound,
 #      f64 bound); the f32 bound is the GPU's (docs/pipeline.md, "Accuracy contract")
@@ -77,7 +81,7 @@ CASES = {
     "acos": (math_dialect.AcosOp, np.arccos, (1e-10, 1.2), True, [0.5, -0.5, -0.99999], 3, 3),
     "sinh": (math_dialect.SinhOp, np.sinh, (1e-10, 720), True, [8.99, 9.01, 21.9, 710.4], 4, 3),
     "cosh": (math_dialect.CoshOp, np.cosh, (1e-10, 720), True, [8.99, 9.01, 21.9, 710.4], 3, 3),
-    "tanh": (math_dialect.TanhOp, np.tanh, (1e-10, 40), True, [0.99, 1.01, 0.55], 3, 3),
+    "tanh": (math_dialect.TanhOp, np.tanh, (1e-10, 40), True, [0.99, 1.01, 0.55], 4, 3),
     "asinh": (math_dialect.AsinhOp, np.arcsinh, (1e-20, 1e300), True, [2.0, 4096.5], 3, 3),
     "acosh": (math_dialect.AcoshOp, np.arccosh, (0.5, 1e300), False, [1.0, 1.0001, 2.001], 3, 3),
     "atanh": (math_dialect.AtanhOp, np.arctanh, (1e-12, 1.1), True, [0.49999, 0.999999], 3, 3),
@@ -111,6 +115,8 @@ def test_unary_accuracy(name, element):
     bound = bound32 if element is ElementType.F32 else bound64
     if element is ElementType.F32 and name in USES_EX2_APPROX:
         bound -= EX2_APPROX_EXTRA
+    if element is ElementType.F32:
+        bound -= DIV_FULL_EXTRA.get(name, 0)
     worst = int(np.argmax(err))
     assert err[worst] <= bound, (
         f"{name} {element.value}: {err[worst]:.2f} ulp at x={x[worst]!r}: "

@@ -11,7 +11,7 @@ copy, and a test holds the docstring to it.
 
 from __future__ import annotations
 
-__all__ = ["ACCURACY", "APPROXIMATE_EXP2"]
+__all__ = ["ACCURACY", "APPROXIMATE_DIVISION", "APPROXIMATE_EXP2", "DIVISION_ULPS", "FAST_MATH"]
 
 #: math op -> (max ulps of an f32 result, of an f64 result) on the GPU.
 ACCURACY: dict[str, tuple[int, int]] = {
@@ -31,7 +31,7 @@ ACCURACY: dict[str, tuple[int, int]] = {
     "acos": (3, 3),
     "sinh": (4, 3),
     "cosh": (3, 3),
-    "tanh": (3, 3),
+    "tanh": (4, 3),
     "asinh": (3, 3),
     "acosh": (3, 3),
     "atanh": (3, 3),
@@ -44,3 +44,19 @@ ACCURACY: dict[str, tuple[int, int]] = {
 #: Ops whose f32 bound includes the 2 ulp of the GPU's approximate ``2^r``
 #: (``ex2.approx.f32``), which the interpreter computes correctly rounded.
 APPROXIMATE_EXP2 = frozenset({"exp", "exp2", "sinh", "cosh", "tanh", "erf", "erfc"})
+#: Math ops whose f32 bound includes a division within 2 ulp (``div.full.f32`` on CUDA,
+#: :mod:`heron.emitters.fast_math`), which the interpreter divides correctly rounded.
+APPROXIMATE_DIVISION = frozenset({"tanh"})
+#: HLO opcode -> max ulps (f32, f64) on the GPU of the fast forms
+#: :mod:`heron.emitters.fast_math` gives it, XLA:GPU's: f32 division by ``div.full.f32``
+#: (2 ulp from the exact quotient), square root by ``sqrt.approx.f32`` (relative error
+#: 2^-23) and reciprocal square root by ``rsqrt.approx.f32`` (2^-22.9); f64 division and
+#: square root are correctly rounded, f64 rsqrt is expand-math's (:data:`ACCURACY`).
+FAST_MATH: dict[str, tuple[int, int]] = {
+    "divide": (2, 0),
+    "sqrt": (2, 0),
+    "rsqrt": (3, ACCURACY["rsqrt"][1]),
+}
+#: A quotient heron allows to be approximate (HLO ``divide``, and inside ``logistic``
+#: and the ops of :data:`APPROXIMATE_DIVISION`).
+DIVISION_ULPS: tuple[int, int] = FAST_MATH["divide"]

@@ -22,6 +22,7 @@ from mlir import ir
 from mlir.dialects import arith, math
 
 from heron.emitters.elemental.core import ElementalContext, Values, lowering, unsupported
+from heron.emitters.fast_math import approximate_divide, approximate_rsqrt, approximate_sqrt
 from heron.emitters.mlir_types import scalar_type
 from heron.hlo.element_types import ElementType
 from heron.hlo.ir import Instruction
@@ -67,7 +68,7 @@ _FLOAT_BINARY: dict[str, Callable[[ir.Value, ir.Value], ir.Value]] = {
     "add": lambda a, b: arith.AddFOp(a, b).result,
     "subtract": lambda a, b: arith.SubFOp(a, b).result,
     "multiply": lambda a, b: arith.MulFOp(a, b).result,
-    "divide": lambda a, b: arith.DivFOp(a, b).result,
+    "divide": approximate_divide,  # f32: within 2 ulp, as XLA:GPU divides
     "remainder": lambda a, b: arith.RemFOp(a, b).result,  # C fmod, like the evaluator
     "maximum": lambda a, b: _extremum(a, b, maximum=True),
     "minimum": lambda a, b: _extremum(a, b, maximum=False),
@@ -94,14 +95,14 @@ def _logistic(x: ir.Value) -> ir.Value:
 
     e = exp(-|x|); x >= 0 gives 1 / (1 + e), otherwise e / (1 + e), so a large
     negative x yields a tiny result instead of 1 / inf; NaN takes the second
-    branch and stays NaN.
+    branch and stays NaN. f32 divides within 2 ulp (``heron.emitters.fast_math``).
     """
     one = arith.ConstantOp(x.type, 1.0).result
     zero = arith.ConstantOp(x.type, 0.0).result
     e = math.ExpOp(arith.NegFOp(math.AbsFOp(x).result).result).result
     denominator = arith.AddFOp(one, e).result
-    positive = arith.DivFOp(one, denominator).result
-    negative = arith.DivFOp(e, denominator).result
+    positive = approximate_divide(one, denominator)
+    negative = approximate_divide(e, denominator)
     non_negative = arith.CmpFOp(arith.CmpFPredicate.OGE, x, zero).result
     return arith.SelectOp(non_negative, positive, negative).result
 
@@ -115,8 +116,8 @@ _FLOAT_UNARY: dict[str, Callable[[ir.Value], ir.Value]] = {
     "log": lambda x: math.LogOp(x).result,
     "log-plus-one": lambda x: math.Log1pOp(x).result,
     "logistic": _logistic,
-    "sqrt": lambda x: math.SqrtOp(x).result,
-    "rsqrt": lambda x: math.RsqrtOp(x).result,
+    "sqrt": approximate_sqrt,  # f32: XLA:GPU's sqrt.approx (heron.emitters.fast_math)
+    "rsqrt": approximate_rsqrt,
     "cbrt": lambda x: math.CbrtOp(x).result,
     "tanh": lambda x: math.TanhOp(x).result,
     "sine": lambda x: math.SinOp(x).result,

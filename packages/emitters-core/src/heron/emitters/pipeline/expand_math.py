@@ -33,7 +33,9 @@ explicit fma per coefficient. The f32 exponentials take ``2^r`` from the
 GPU's approximate instruction (``llvm.exp2`` afn: ``ex2.approx.f32``, at
 most 2 ulp; AMDGPU ``v_exp_f32``), as XLA's ``__nv_expf`` does: their f32
 bounds (marked *) include its 2 ulp, which the host (libm's ``exp2f``) and
-the interpreter (correctly rounded) do not show; docs/pipeline.md,
+the interpreter (correctly rounded) do not show, and f32 tanh's quotient may be
+2 ulp off (``div.full.f32``, as XLA divides: ``heron.emitters.fast_math``),
+which the host and the interpreter do not show either; docs/pipeline.md,
 "Accuracy contract: what heron shares with XLA":
 
 ==============  =========  =========  ==================================================
@@ -52,7 +54,9 @@ atan            1          1
 atan2           2          2          every IEEE zero/inf quadrant case
 asin, acos      3          3          |x| > 1 -> NaN
 sinh            4*         3          overflow exactly at the true threshold
-cosh, tanh      3*         3          f32 tanh: odd polynomial below 0.625
+cosh            3*         3
+tanh            4*         3          f32: odd polynomial below 0.625; above,
+                                      a quotient within 2 ulp (div.full)
 asinh, acosh,   3          3          acosh(x < 1), atanh(|x| > 1) -> NaN
 atanh
 erf             4*         2
@@ -62,8 +66,10 @@ powf            1          2+2|y ln x|  f32 computed in f64; f64 in f64 without 
                                       double-double log, so the error grows with the
                                       size of y*ln|x|; numpy's special cases
 fpowi           as powf    as powf    exponent converted to f64
-rsqrt           1          1          1 / (correctly rounded sqrt)
-sqrt            exact      exact      llvm.sqrt
+rsqrt           1          1          1 / (correctly rounded sqrt); HLO's f32 rsqrt:
+                                      3 ulp, rsqrt.approx (XLA's), see below
+sqrt            0          0          llvm.sqrt, correctly rounded; HLO's f32 sqrt:
+                                      2 ulp, sqrt.approx (XLA's), see below
 floor, ceil,    exact      exact      also round (half away from 0) and roundeven;
 trunc                                 signs of zero kept
 absf, copysign  exact      exact      sign-bit operations
@@ -75,6 +81,13 @@ ipowi           exact      exact      integers, wrapping; negative exponent -> 0
 
 f16/bf16 results are the f32 result rounded once more (at most 1 ulp of the
 narrow type plus a double-rounding tie in rare cases).
+
+The ``math.sqrt``/``math.rsqrt`` ops the elemental emitter marks ``afn`` for HLO's
+f32 (and f16/bf16) ``sqrt`` and ``rsqrt`` (:mod:`heron.emitters.fast_math`, XLA:GPU's
+forms) become ``llvm.sqrt`` with ``afn`` (``sqrt.approx.f32``: relative error
+2^-23, 2 ulp) and a division by it with ``afn`` (``rsqrt.approx.f32``: 2^-22.9,
+3 ulp): ``math_accuracy.FAST_MATH``. The host and the interpreter compute them
+correctly rounded.
 """
 
 from __future__ import annotations
@@ -85,6 +98,7 @@ from mlir import ir
 from mlir.dialects import arith
 from mlir.dialects import llvm as llvm_dialect
 
+from heron.emitters.fast_math import is_approximate
 from heron.emitters.ir_utils import walk_ops
 from heron.emitters.pipeline import math_exp_log as el
 from heron.emitters.pipeline import math_fmod
@@ -133,6 +147,12 @@ _UNARY: dict[str, Unary] = {
     "math.absf": lambda kit, x: kit.abs(x),
     "math.sqrt": lambda kit, x: kit.sqrt(x),
     "math.rsqrt": lambda kit, x: kit.div(kit.c(1.0), kit.sqrt(x)),
+}
+
+#: The forms of the ops heron.emitters.fast_math marks (XLA:GPU's f32 sqrt and rsqrt).
+_APPROXIMATE: dict[str, Callable[[Kit, ir.Value], ir.Value]] = {
+    "math.sqrt": lambda kit, x: kit.sqrt_approx(x),
+    "math.rsqrt": lambda kit, x: kit.rsqrt_approx(x),
 }
 
 _BINARY: dict[str, Callable[[Kit, ir.Value, ir.Value], ir.Value]] = {
@@ -262,7 +282,9 @@ def expand_op(op: ir.Operation) -> ir.Value:
         return _narrow(result, result_type)
     kit = Kit(compute)
     wide = [_widen(v, compute) for v in operands]
-    if name in _UNARY:
+    if name in _APPROXIMATE and not kit.is_f64 and is_approximate(op):
+        result = _APPROXIMATE[name](kit, wide[0])
+    elif name in _UNARY:
         result = _UNARY[name](kit, wide[0])
     elif name in _BINARY:
         result = _BINARY[name](kit, wide[0], wide[1])

@@ -22,6 +22,8 @@ from mlir import ir
 from mlir.dialects import arith
 from mlir.dialects import llvm as llvm_dialect
 
+from heron.emitters.fast_math import approximate_divide
+
 Value = ir.Value
 
 
@@ -118,6 +120,12 @@ class Kit:
     def div(self, a: Value, b: Value) -> Value:
         return arith.DivFOp(a, b).result
 
+    def div_approx(self, a: Value, b: Value) -> Value:
+        """``a / b`` within 2 ulp for f32 (``div.full.f32`` on CUDA:
+        :mod:`heron.emitters.fast_math`), correctly rounded for f64. For the
+        approximations whose bound allows it (``math_accuracy.APPROXIMATE_DIVISION``)."""
+        return approximate_divide(a, b)
+
     def neg(self, a: Value) -> Value:
         return arith.NegFOp(a).result
 
@@ -130,6 +138,28 @@ class Kit:
         return llvm_dialect.CallIntrinsicOp(
             a.type, ir.StringAttr.get("llvm.sqrt"), [a], [], []
         ).results[0]
+
+    def sqrt_approx(self, a: Value) -> Value:
+        """f32 square root by the hardware's approximation (``llvm.sqrt`` with ``afn``:
+        ``sqrt.approx.f32``, XLA's f32 sqrt; correctly rounded on the host and in the
+        interpreter). Only for what :func:`heron.emitters.fast_math.approximate_sqrt`
+        marked: the approximations here rely on :meth:`sqrt` being rounded."""
+        return llvm_dialect.CallIntrinsicOp(
+            a.type,
+            ir.StringAttr.get("llvm.sqrt"),
+            [a],
+            [],
+            [],
+            fastmathFlags=ir.Attribute.parse("#llvm.fastmath<afn>"),
+        ).results[0]
+
+    def rsqrt_approx(self, a: Value) -> Value:
+        """f32 ``1 / sqrt(a)`` by the hardware's approximation: the ``afn`` division of
+        :meth:`sqrt_approx`, which NVPTX selects as ``rsqrt.approx.f32`` (XLA's rsqrt),
+        AMDGPU as ``v_rsq_f32``."""
+        one = self.c(1.0)
+        afn = ir.Attribute.parse("#arith.fastmath<afn>")
+        return arith.DivFOp(one, self.sqrt_approx(a), fastmath=afn).result
 
     def exp2_approx(self, a: Value) -> Value:
         """``2^a`` by the hardware's approximate instruction (f32 only), ``-24 <= a <= 1``.

@@ -270,14 +270,17 @@ _TANH_SMALL_F32 = 0.625
 def _tanh_f32(kit: Kit, x: Value) -> Value:
     """``x + x^3 Q(x^2)`` below 0.625 (math_coefficients.TANH_Q, 7e-10 relative),
     ``1 - 2/(e^2a + 1)`` above with ``e^2a`` from the approximate exp2 (its 2 ulp
-    are at most halved by the subtraction there: ``2/(e^2a + 1) <= 0.46``)."""
+    are at most halved by the subtraction there: ``2/(e^2a + 1) <= 0.46``) and the
+    quotient within 2 ulp of its own (``div.full`` on CUDA, as XLA's tanh divides)."""
     a = kit.abs(x)
     z = kit.mul(x, x)
     small = kit.fma(kit.mul(x, z), kit.poly(z, coeffs.TANH_Q_F32), x)
     # NaN -> 9.5 (minnum; the result is replaced below), so the exponent stays moderate.
     capped = arith.MinNumFOp(a, kit.c(_HYPERBOLIC_BIG[32])).result
     e = exp_core(kit, kit.add(capped, capped), moderate=True)
-    large = kit.copysign(kit.sub(kit.c(1.0), kit.div(kit.c(2.0), kit.add(e, kit.c(1.0)))), x)
+    # 2/(e + 1) <= 0.46 within 2 ulp of its own: at most 1 ulp of the result (>= 0.55).
+    quotient = kit.div_approx(kit.c(2.0), kit.add(e, kit.c(1.0)))
+    large = kit.copysign(kit.sub(kit.c(1.0), quotient), x)
     r = kit.select(kit.lt(a, kit.c(_TANH_SMALL_F32)), small, large)
     return kit.pass_nan(x, r)
 
