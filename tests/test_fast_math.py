@@ -111,10 +111,28 @@ def test_the_tolerance_allows_an_f32_division_two_ulps_and_an_f64_one_none() -> 
     from heron.harness.tolerance import ULP_BOUNDS, ulp_bound
     from heron.hlo.element_types import ElementType
 
-    assert DIVISION_ULPS == (2, 0) and APPROXIMATE_DIVISION == {"tanh"}
+    assert DIVISION_ULPS == (2, 0) and "tanh" in APPROXIMATE_DIVISION
     assert ULP_BOUNDS["sqrt"] == FAST_MATH["sqrt"] == (2, 0)
     assert ULP_BOUNDS["rsqrt"] == (3, 1)
     for element, ulps in ((ElementType.F32, 2), (ElementType.F64, 0), (ElementType.BF16, 1)):
         module = parse_module(DIVIDE.format(t=element.value))
         root = module.entry.root_instruction
         assert ulp_bound(root, element) == ulps
+
+
+@pytest.mark.parametrize("op", ["divide", "sqrt", "tanh"])
+def test_rocm_keeps_every_operation_correctly_rounded(op: str) -> None:
+    """XLA:GPU on ROCm links OCML with correctly rounded square roots and no unsafe
+    math: heron's marks are removed there, so nothing is left for AMDGPU to approximate."""
+    text = DIVIDE.format(t="f32") if op == "divide" else UNARY.format(name=op, t="f32", op=op)
+    (fusion,) = fusions_of(parse_module(text))
+    for target, marked in (("h100", True), ("mi300x", False)):
+        kernel = compile_fusion(fusion, Target.preset(target), stop_after="expand-math")
+        lines = str(kernel.module).splitlines()
+        fast = [
+            line
+            for line in lines
+            if "fastmath<arcp>" in line
+            or ("afn" in line and ("llvm.sqrt" in line or "arith.divf" in line))
+        ]
+        assert bool(fast) is marked, target

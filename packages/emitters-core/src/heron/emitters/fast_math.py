@@ -23,7 +23,10 @@ them its own way:
   division by it) with ``afn``: NVPTX selects ``sqrt.approx.f32`` and
   ``rsqrt.approx.f32``, AMDGPU ``v_sqrt_f32`` / ``v_rsq_f32``.
 
-The interpreter and the host compute all three correctly rounded, as the
+These are XLA's forms on CUDA only: on ROCm XLA links OCML with correctly
+rounded square roots and no unsafe math, so there expand-math removes the
+marks first (:func:`keeps_fast_math`, :func:`remove_marks`) and all three
+are correctly rounded. The interpreter and the host compute all three correctly rounded, as the
 reference evaluator does, so they never show the error; the check's
 tolerance allows it (:data:`heron.emitters.math_accuracy.FAST_MATH`). The
 elemental emitter applies this to HLO ``divide``, ``logistic``, ``sqrt`` and
@@ -47,6 +50,8 @@ __all__ = [
     "approximate_sqrt",
     "is_approximate",
     "is_approximate_division",
+    "keeps_fast_math",
+    "remove_marks",
 ]
 
 #: The fastmath flag that marks a division allowed to be 2 ulp off.
@@ -109,3 +114,21 @@ def is_approximate_division(op: ir.Operation) -> bool:
     if op.name != "arith.divf" or not isinstance(op.results[0].type, ir.F32Type):
         return False
     return _has_flag(op, DIVISION_FLAG)
+
+
+def keeps_fast_math(backend: str) -> bool:
+    """Whether kernels for ``backend`` compute the marked operations in XLA's fast forms
+    (CUDA; ROCm's XLA rounds them correctly, and so does heron there)."""
+    return backend == "cuda"
+
+
+def remove_marks(module: ir.Module) -> None:
+    """Drop every mark this module's functions put (the ops then round correctly)."""
+    from heron.emitters.ir_utils import walk_ops
+
+    none = _flag("none")
+    for op in walk_ops(module.operation):
+        marked = op.name == "arith.divf" and _has_flag(op, DIVISION_FLAG)
+        marked |= op.name in ("math.sqrt", "math.rsqrt") and _has_flag(op, FUNCTION_FLAG)
+        if marked:
+            op.attributes["fastmath"] = none

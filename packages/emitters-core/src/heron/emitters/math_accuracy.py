@@ -21,7 +21,7 @@ ACCURACY: dict[str, tuple[int, int]] = {
     "log": (1, 2),
     "log2": (3, 3),
     "log10": (3, 3),
-    "log1p": (3, 3),
+    "log1p": (2, 3),
     "sin": (2, 2),
     "cos": (2, 2),
     "tan": (4, 3),
@@ -46,7 +46,7 @@ ACCURACY: dict[str, tuple[int, int]] = {
 APPROXIMATE_EXP2 = frozenset({"exp", "exp2", "sinh", "cosh", "tanh", "erf", "erfc"})
 #: Math ops whose f32 bound includes a division within 2 ulp (``div.full.f32`` on CUDA,
 #: :mod:`heron.emitters.fast_math`), which the interpreter divides correctly rounded.
-APPROXIMATE_DIVISION = frozenset({"tanh"})
+APPROXIMATE_DIVISION = frozenset({"tanh", "log1p", "asinh", "acosh", "atanh"})
 #: HLO opcode -> max ulps (f32, f64) on the GPU of the fast forms
 #: :mod:`heron.emitters.fast_math` gives it, XLA:GPU's: f32 division by ``div.full.f32``
 #: (2 ulp from the exact quotient), square root by ``sqrt.approx.f32`` (relative error

@@ -156,24 +156,37 @@ def expm1(kit: Kit, x: Value) -> Value:
     return kit.pass_nan(x, kit.keep_zero(x, result))
 
 
-def _log_parts_f32(kit: Kit, x: Value) -> tuple[Value, Value]:
-    """f32 ``(e, log(m))``, ``m`` in [2/3, 4/3): ``log(1 + f) = f + f^2 Q(f)``, ``f = m - 1``.
+def _log_reduce_f32(kit: Kit, x: Value, subnormal: bool = True) -> tuple[Value, Value]:
+    """f32 ``(e, f)`` with ``x = (1 + f) 2^e``, ``1 + f`` in [2/3, 4/3), ``e`` an integer.
 
     ``e`` comes from the bits of ``x`` minus those of 2/3 (one integer
-    subtraction and a shift: no frexp, no division, no branch on ``m``), and
-    ``Q`` is a degree-8 near-minimax polynomial (math_coefficients.LOG1P_Q,
-    error 7.7e-8 relative, under 0.2 ulp of the logarithm) evaluated with
-    fmas: the length of libdevice's ``logf``.
+    subtraction and a shift: no frexp, no division, no branch on ``m``).
+    ``subnormal=False`` where ``x`` cannot be subnormal (it is then not scaled).
     """
+    if not subnormal:
+        bits = kit.bits(x)
+        e = kit.ashr(kit.isub(bits, kit.ci(0x3F2AAAAB)), 23)
+        return e, kit.sub(kit.bitcast_f(kit.isub(bits, kit.shl(e, 23))), kit.c(1.0))
     tiny = kit.lt(x, kit.c(2.0**-126))
     scaled = kit.select(tiny, kit.mul(x, kit.c(2.0**23)), x)
     bits = kit.bits(scaled)
     e = kit.ashr(kit.isub(bits, kit.ci(0x3F2AAAAB)), 23)  # 0x3F2AAAAB: 2/3 rounded up
     f = kit.sub(kit.bitcast_f(kit.isub(bits, kit.shl(e, 23))), kit.c(1.0))
-    q = kit.poly(f, coeffs.LOG1P_Q_F32)
-    logm = kit.fma(q, kit.mul(f, f), f)
-    e = kit.select(tiny, kit.isub(e, kit.ci(23)), e)
-    return kit.to_float(e), logm
+    return kit.select(tiny, kit.isub(e, kit.ci(23)), e), f
+
+
+def _log1p_poly_f32(kit: Kit, f: Value) -> Value:
+    """``log(1 + f) = f + f^2 Q(f)`` for ``f`` in [-1/3, 1/3): ``Q`` a degree-8
+    near-minimax polynomial (math_coefficients.LOG1P_Q, error 7.7e-8 relative, under
+    0.2 ulp of the logarithm) evaluated with fmas: the length of libdevice's ``logf``."""
+    return kit.fma(kit.poly(f, coeffs.LOG1P_Q_F32), kit.mul(f, f), f)
+
+
+def _log_parts_f32(kit: Kit, x: Value) -> tuple[Value, Value]:
+    """f32 ``(e, log(m))``, ``m`` in [2/3, 4/3) (:func:`_log_reduce_f32`,
+    :func:`_log1p_poly_f32`)."""
+    e, f = _log_reduce_f32(kit, x)
+    return kit.to_float(e), _log1p_poly_f32(kit, f)
 
 
 def log_parts(kit: Kit, x: Value) -> tuple[Value, Value]:
@@ -231,7 +244,40 @@ def log10(kit: Kit, x: Value) -> Value:
     return _log_special(kit, x, kit.fma(e, kit.c(_LOG10_2_HI[w]), tail))
 
 
+#: Below it (in magnitude) f32 log1p is log's own polynomial in x itself.
+_LOG1P_SMALL_F32 = 1.0 / 3.0
+
+
+def _log1p_f32(kit: Kit, x: Value) -> Value:
+    """One polynomial of log's (:func:`_log1p_poly_f32`) on ``x`` itself for
+    ``|x| < 1/3`` (no rounded ``1 + x``), else on the reduced ``u = 1 + x``: ``e ln2 +
+    log(1 + f) + c/u``, with ``c`` the exact rounding error of ``u`` (Fast2Sum).
+    ``|c/u| <= 2^-24`` there while the result is at least 0.28, so the quotient may
+    be 2 ulp off (``div.full``) at no cost: no IEEE division, one polynomial, as
+    libdevice's ``log1pf``."""
+    small = kit.lt(kit.abs(x), kit.c(_LOG1P_SMALL_F32))
+    u = kit.add(kit.c(1.0), x)
+    c = kit.select(
+        kit.gt(x, kit.c(1.0)),
+        kit.sub(kit.c(1.0), kit.sub(u, x)),
+        kit.sub(x, kit.sub(u, kit.c(1.0))),
+    )
+    # u >= 2^-24 where the result is finite (1 + x is exact near -1): never subnormal.
+    # Negative, zero, infinite or NaN u reduce to garbage, which _log_special replaces.
+    e, f = _log_reduce_f32(kit, u, subnormal=False)
+    f = kit.select(small, x, f)
+    e = kit.select(small, kit.c(0.0), kit.to_float(e))
+    correction = kit.select(small, kit.c(0.0), kit.div_approx(c, u))
+    logm = kit.add(_log1p_poly_f32(kit, f), correction)
+    w = kit.fmt.width
+    result = kit.fma(e, kit.c(_LN2_HI[w]), kit.fma(e, kit.c(_LN2_LO[w]), logm))
+    result = kit.select(small, result, _log_special(kit, u, result))
+    return kit.pass_nan(x, kit.keep_zero(x, result))
+
+
 def log1p(kit: Kit, x: Value) -> Value:
+    if not kit.is_f64:
+        return _log1p_f32(kit, x)
     u = kit.add(kit.c(1.0), x)
     d = kit.sub(u, kit.c(1.0))
     safe_d = kit.select(kit.eq(d, kit.c(0.0)), kit.c(1.0), d)
