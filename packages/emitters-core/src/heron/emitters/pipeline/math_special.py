@@ -36,8 +36,12 @@ def _erf_small(kit: Kit, x: Value) -> Value:
     return kit.mul(x, kit.poly(kit.mul(x, x), series))
 
 
-def _erfc_large(kit: Kit, a: Value) -> Value:
-    """erfc(a) for ``a >= 0.5`` (finite; 0 above the underflow limit)."""
+def _erfc_large(kit: Kit, a: Value, approximate_reciprocal: bool = False) -> Value:
+    """erfc(a) for ``a >= 0.5`` (finite; 0 above the underflow limit).
+
+    ``approximate_reciprocal``: ``1/a`` (the tail above 3) may be 2 ulp off
+    (``div.full`` on CUDA). erf takes it: there erfc is below 2.2e-5 and subtracted
+    from 1, so its 2 ulp are under 2^-38 of erf's ulp; erfc itself does not."""
     limit = _ERFC_LIMIT[kit.fmt.width]
     ac = kit.min(a, kit.c(limit))
     if kit.is_f64:
@@ -46,7 +50,7 @@ def _erfc_large(kit: Kit, a: Value) -> Value:
         g1, g2 = coeffs.ERFC_G1_F32, coeffs.ERFC_G2_F32
     p1 = kit.poly(kit.sub(ac, kit.c(coeffs.ERFC_G1_CENTRE)), g1)
     p2 = kit.poly(kit.sub(ac, kit.c(coeffs.ERFC_G2_CENTRE)), g2)
-    u = kit.div(kit.c(1.0), ac)
+    u = (kit.div_approx if approximate_reciprocal else kit.div)(kit.c(1.0), ac)
     if kit.is_f64:
         ha = kit.poly(kit.sub(u, kit.c(coeffs.ERFC_H3A_CENTRE)), coeffs.ERFC_H3A_F64)
         hb = kit.poly(kit.sub(u, kit.c(coeffs.ERFC_H3B_CENTRE)), coeffs.ERFC_H3B_F64)
@@ -64,7 +68,8 @@ def _erfc_large(kit: Kit, a: Value) -> Value:
 def erf(kit: Kit, x: Value) -> Value:
     a = kit.abs(x)
     finite_a = kit.select(kit.isnan(a), kit.c(0.0), a)
-    large = kit.sub(kit.c(1.0), _erfc_large(kit, kit.max(finite_a, kit.c(0.5))))
+    tail = _erfc_large(kit, kit.max(finite_a, kit.c(0.5)), approximate_reciprocal=True)
+    large = kit.sub(kit.c(1.0), tail)
     r = kit.select(kit.lt(a, kit.c(0.5)), _erf_small(kit, x), kit.copysign(large, x))
     return kit.pass_nan(x, r)
 
