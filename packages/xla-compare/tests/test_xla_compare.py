@@ -265,3 +265,55 @@ def test_the_buffer_sizes_are_read_from_the_dump(tmp_path):
         LIVE_RANGE
     )
     assert read_dump(tmp_path, {}).buffers == BufferSizes(8216, 10240)
+
+
+PROGRAM = """
+HloModule program
+
+add {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  ROOT sum = f32[] add(p0, p1)
+}
+
+ENTRY main {
+  operand = f32[10,5] parameter(0)
+  indices = s32[24,1] parameter(1)
+  update = f32[24,2,3] parameter(2)
+  ROOT scatter = f32[10,5] scatter(operand, indices, update), update_window_dims={1,2},
+    inserted_window_dims={}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+    unique_indices=false, to_apply=add
+}
+"""
+
+
+def test_a_whole_program_is_fused_by_heron_s_own_pipeline(tmp_path):
+    """An unfused module (a program as JAX prints it): XLA runs its whole pipeline, and so
+    does heron (issue 29's program-level comparison); kernels pair by what they compute."""
+    pytest.importorskip("mlir")
+    module = parse_module(PROGRAM)
+    assert not is_prefused(module)
+    comparison = compare_module(module, "program.hlo", installation=fake_xla(tmp_path, DUMP))
+    (pair,) = comparison.pairs
+    assert pair.heron.emitter == "scatter" and pair.heron.fusion != "main"
+    assert pair.xla.name == "loop_scatter_fusion" and pair.same_launch is True
+    assert any("both compilers ran their whole pipelines" in n for n in comparison.notes)
+
+
+def test_a_library_gemm_is_listed_as_the_library():
+    pytest.importorskip("mlir")
+    from heron.xla_compare.heron_side import compile_with_heron
+
+    dot = parse_module("""
+HloModule dot
+ENTRY main {
+  a = f32[64,32] parameter(0)
+  b = f32[32,16] parameter(1)
+  ROOT d = f32[64,16] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+""")
+    (kernel,) = compile_with_heron(dot, "h100", program=True)
+    assert kernel.library == "cublasLt" and kernel.error is None and not kernel.ptx
+    from heron.xla_compare.report import kernel_record
+
+    assert kernel_record(kernel)["library"] == "cublasLt"

@@ -41,7 +41,7 @@ class Pair:
 
     @property
     def same_launch(self) -> bool | None:
-        if self.heron is None or self.xla is None or self.heron.error:
+        if self.heron is None or self.xla is None or self.heron.error or self.heron.library:
             return None
         return (self.heron.blocks, self.heron.threads) == (self.xla.blocks, self.xla.threads)
 
@@ -179,7 +179,7 @@ def compare_module(
     if target not in TARGETS:
         raise ValueError(f"no XLA target spec for {target!r} (known: {', '.join(TARGETS)})")
     installation = installation or find_xla()
-    if fusion is not None:
+    if fusion is not None and is_prefused(module):
         from heron.compiler import selected_fusions
 
         selected_fusions(module, fusion)  # an unknown name is refused before XLA runs
@@ -194,7 +194,8 @@ def compare_module(
         )
     except XlaCompileError as exc:
         comparison.xla_error = str(exc)
-    heron = compile_with_heron(module, target, fusion, full=heron_full)
+    program = not is_prefused(module)
+    heron = compile_with_heron(module, target, fusion, full=heron_full, program=program)
     xla_kernels = comparison.xla.kernels if comparison.xla is not None else []
     pairs = pair_kernels(heron, xla_kernels)
     if fusion is not None:
@@ -202,12 +203,12 @@ def compare_module(
     comparison.pairs = pairs
     if heron_full:
         measure_machine_code(comparison)
-    if not is_prefused(module) and comparison.xla is not None:
+    if program and comparison.xla is not None:
         names = ", ".join(k.name for k in comparison.xla.kernels) or "none"
         comparison.notes.append(
-            "the module has no fusions: XLA ran its whole pipeline and made these kernels"
-            f" ({names}; its optimized HLO is in --dump-dir); heron compiled the entry"
-            " computation as one fusion"
+            "the module has no fusions: both compilers ran their whole pipelines (XLA made"
+            f" {names}; its optimized HLO is in --dump-dir), and kernels are paired by the"
+            " instructions they compute"
         )
     for pair in pairs:
         if pair.xla is not None and pair.xla.backend_kind and "triton" in pair.xla.backend_kind:

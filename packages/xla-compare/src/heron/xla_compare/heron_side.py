@@ -33,6 +33,8 @@ class HeronKernel(LaunchShape):
     ptx: str = ""
     seconds: float = 0.0
     error: str | None = None
+    #: The library that computes this fusion instead of a kernel (``cublaslt``), or None.
+    library: str | None = None
 
     @property
     def shared_memory(self) -> int | None:
@@ -54,20 +56,47 @@ def heron_target(name: str):
     return Target.preset(name)
 
 
+def program_fusions(module: Module, target_name: str) -> list[Instruction]:
+    """The kernels heron's whole pipeline makes of an unfused ``module`` (as JAX prints a
+    program): ``heron.compiler.executable.prepare_module``'s fusions, in every computation."""
+    from heron.compiler.executable import prepare_module
+
+    optimized, _ = prepare_module(module, heron_target(target_name))
+    return [inst for inst in optimized.instructions() if inst.opcode == "fusion"]
+
+
 def compile_with_heron(
-    module: Module, target_name: str, fusion: str | None = None, *, full: bool = True
+    module: Module,
+    target_name: str,
+    fusion: str | None = None,
+    *,
+    full: bool = True,
+    program: bool = False,
 ) -> list[HeronKernel]:
     """Each fusion of ``module`` (or only ``fusion``) compiled for ``target_name``.
 
-    ``full=False`` stops after emission (the launch only, no PTX).
+    ``full=False`` stops after emission (the launch only, no PTX). ``program``: the
+    module is a whole unfused program; heron's pipeline fuses it first
+    (:func:`program_fusions`), and a fusion a library computes (a cuBLASLt GEMM) is
+    listed as that library, not compiled.
     """
     from heron.compiler import compile_fusion, selected_fusions
+    from heron.compiler.library_gemm import gemm_fusion
     from heron.hlo.errors import HloError
 
     target = heron_target(target_name)
+    fusions = program_fusions(module, target_name) if program else None
+    if fusions is None:
+        fusions = selected_fusions(module, fusion)
+    elif fusion is not None:
+        fusions = [f for f in fusions if fusion in (f.name, f.called("calls").name)]
     kernels = []
-    for instruction in selected_fusions(module, fusion):
+    for instruction in fusions:
         kernel = HeronKernel(instruction.name, fused_names=fused_names(instruction))
+        if program and target.gemm_library and gemm_fusion(instruction, target) is not None:
+            kernel.library = target.gemm_library
+            kernels.append(kernel)
+            continue
         try:
             compiled = compile_fusion(
                 instruction, target, "cuda", stop_after=None if full else "emitted"

@@ -18,6 +18,9 @@ def kernel_record(kernel: HeronKernel | XlaKernel | None) -> dict | None:
         return None
     if isinstance(kernel, HeronKernel):
         record: dict = {"fusion": kernel.fusion, "kernel": kernel.kernel, "emitter": kernel.emitter}
+        if kernel.library:
+            record["library"] = kernel.library
+            return record
         if kernel.error:
             record["error"] = kernel.error
             return record
@@ -82,6 +85,8 @@ def _rows(record: dict | None) -> dict[str, str]:
         return {}
     if "error" in record:
         return {"hero / emitter": f"refused: {record['error']}"}
+    if "library" in record:
+        return {"hero / emitter": f"library call ({record['library']}), no kernel"}
     rows = {
         "kernel": record["kernel"],
         "hero / emitter": record["emitter"],
