@@ -5,10 +5,12 @@ deviceless, and by heron for an H100, both PTX measured with one ptxas;
 ``nox -s xla-reference`` regenerates it) and prints issue 14's figures:
 
 - same launch (blocks x threads per block) as XLA: % of files, overall and per hero;
-- PTX instructions per kernel: geomean of heron/XLA, overall and per hero;
+- PTX and SASS instructions per kernel: geomean of heron/XLA, overall and per hero
+  (SASS where the table has it: tables from 2026-11-29 on);
 - registers (ptxas -v): geomean of heron/XLA, overall and per hero;
 - files with ``ld.global.nc`` loads, FMAs, approximate instructions, atomics,
-  spills, on each side; shuffles and shared memory where they differ.
+  spills, on each side; shuffles and shared memory where they differ; SASS
+  slow paths (calls into an IEEE division's or square root's subroutine).
 
 Run: ``python benchmarks/vs_xla.py [--table PATH] [--markdown]``. Needs no XLA.
 """
@@ -50,6 +52,7 @@ def summary(table: dict) -> dict:
             "spills",
             "shared memory",
             "shuffles",
+            "SASS slow paths",
         )
     }
     for file, hero, heron, xla in _pairs(table):
@@ -58,6 +61,8 @@ def summary(table: dict) -> dict:
             group["instructions"].append(heron["instructions"] / max(xla["instructions"], 1))
             if heron.get("registers") and xla.get("registers"):
                 group["registers"].append(heron["registers"] / xla["registers"])
+            if heron.get("sass_instructions") and xla.get("sass_instructions"):
+                group["sass"].append(heron["sass_instructions"] / xla["sass_instructions"])
             group["files"].append(file)
         for side, record in (("heron", heron), ("xla", xla)):
             for measure in ("nc_loads", "fma", "approx", "atomics"):
@@ -69,6 +74,8 @@ def summary(table: dict) -> dict:
                 files_with["shared memory"][side].add(file)
             if record.get("shuffles"):
                 files_with["shuffles"][side].add(file)
+            if record.get("sass_calls"):
+                files_with["SASS slow paths"][side].add(file)
     return {"heroes": heroes, "files_with": files_with}
 
 
@@ -82,7 +89,14 @@ def print_summary(table: dict, markdown: bool) -> None:
     )
     print(f"{len(heroes['all']['files'])} kernels in {len(table['files'])} corpus files")
     print()
-    header = ("hero", "kernels", "same launch", "PTX instr. heron/XLA", "registers heron/XLA")
+    header = (
+        "hero",
+        "kernels",
+        "same launch",
+        "PTX instr. heron/XLA",
+        "SASS instr. heron/XLA",
+        "registers heron/XLA",
+    )
     rows = []
     order = ["all"] + sorted(h for h in heroes if h != "all")
     for hero in order:
@@ -94,6 +108,7 @@ def print_summary(table: dict, markdown: bool) -> None:
                 str(len(group["same"])),
                 f"{100 * same / len(group['same']):.0f}% ({same})",
                 f"{geomean(group['instructions']):.2f}",
+                f"{geomean(group['sass']):.2f}" if group["sass"] else "-",
                 f"{geomean(group['registers']):.2f}",
             )
         )

@@ -183,13 +183,13 @@ def test_the_choice_is_the_device_s_call_by_call_and_reported():
     ]
     calls = [t for t in walk(resolved.program) if isinstance(t, LibraryCallThunk)]
     assert len(calls) == 2 and all(not t.fallback for t in calls)  # no kernel left to load
-    assert {resolved.emitters[id(t)] for t in calls} == {"fastblas"}
+    assert {resolved.emitters[t] for t in calls} == {"fastblas"}
     offered.clear()
     resolved = resolve(program, library_for)
     assert [(c.chosen, c.library) for c in resolved.choices] == [("gemm", False)] * 2
     kernels = [t for t in walk(resolved.program) if isinstance(t, KernelThunk)]
     assert [k.image_key for k in kernels] == ["fusion.0", "fusion.1"]
-    assert {resolved.emitters[id(k)] for k in kernels} == {"gemm"}
+    assert {resolved.emitters[k] for k in kernels} == {"gemm"}
     assert not any(isinstance(t, LibraryCallThunk) for t in walk(resolved.program))
     with pytest.raises(ThunkError, match=r"thunk 0: library call blas\.gemm .*no heron kernel"):
         resolve([_call(0, fallback=False)], library_for)

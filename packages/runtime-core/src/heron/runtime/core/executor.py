@@ -646,7 +646,7 @@ class Executable:
             )
         name, launch = _describe(thunk)
         emitter = ", ".join(
-            dict.fromkeys(self._emitters[id(t)] for t in walk((thunk,)) if id(t) in self._emitters)
+            dict.fromkeys(self._emitters[t] for t in walk((thunk,)) if t in self._emitters)
         )
         if isinstance(thunk, CommandBufferThunk):
             return _Graph(thunk, path, name, launch, emitter)
@@ -671,7 +671,7 @@ class Executable:
                 lambda v: functools.partial(device.memset, v[0], value, width),
             )  # fmt: skip
         if isinstance(thunk, LibraryCallThunk):
-            call = self._library_calls[id(thunk)]
+            call = self._library_calls[thunk]
             return _Leaf(
                 thunk, path, call.describe(), launch, emitter, thunk.arguments,
                 lambda v: functools.partial(device.library_call, call, v),
@@ -737,7 +737,7 @@ class Executable:
                     device.memset(view(inner.destination), inner.value, inner.width)
                 elif isinstance(inner, LibraryCallThunk):
                     device.library_call(
-                        self._library_calls[id(inner)], [view(a) for a in inner.arguments]
+                        self._library_calls[inner], [view(a) for a in inner.arguments]
                     )
                 elif isinstance(inner, WhileThunk):
                     device.record_while(

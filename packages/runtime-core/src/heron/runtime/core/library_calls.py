@@ -91,10 +91,11 @@ class Resolved:
 
     program: tuple[Thunk, ...]
     choices: tuple[LibraryChoice, ...]
-    #: id(thunk) of the program's library calls -> the parsed call the device runs.
-    calls: Mapping[int, Any]
-    #: id(thunk) -> the emitter of a thunk the choice made (library or fallback emitter).
-    emitters: Mapping[int, str]
+    #: The program's library calls -> the parsed call the device runs. Thunks are frozen
+    #: values: equal thunks are the same call on the same slices, so they share an entry.
+    calls: Mapping[Thunk, Any]
+    #: A thunk the choice made -> its emitter (the library, or the fallback's emitter).
+    emitters: Mapping[Thunk, str]
 
 
 def resolve(
@@ -111,8 +112,8 @@ def resolve(
     the reason).
     """
     choices: list[LibraryChoice] = []
-    calls: dict[int, Any] = {}
-    emitters: dict[int, str] = {}
+    calls: dict[Thunk, Any] = {}
+    emitters: dict[Thunk, str] = {}
 
     def sequence(thunks: Sequence[Thunk], prefix: str) -> tuple[Thunk, ...]:
         out: list[Thunk] = []
@@ -158,8 +159,8 @@ def resolve(
         library = library_for(call)
         if library is not None:
             chosen = attrs.evolve(thunk, fallback=())
-            calls[id(chosen)] = call
-            emitters[id(chosen)] = library
+            calls[chosen] = call
+            emitters[chosen] = library
             choices.append(LibraryChoice(path, described, library, True))
             return [chosen]
         reason = refusal(call) if refusal is not None else "the device offers no library for it"
@@ -171,7 +172,7 @@ def resolve(
         emitter = thunk.fallback_emitter or "heron"
         fallback = sequence(thunk.fallback, f"{path}.fallback.")
         for inner in fallback:
-            emitters.setdefault(id(inner), emitter)
+            emitters.setdefault(inner, emitter)
         choices.append(LibraryChoice(path, described, emitter, False, reason))
         return list(fallback)
 
