@@ -73,7 +73,7 @@ def test_every_stage_is_dumped_in_order():
         "arith-expand",
         "convert-scf-to-cf",
         "lower-bf16-mma",
-        "div-full",
+        "fast-math",
         "convert-gpu-to-nvvm",
         "reconcile-unrealized-casts",
         "llvm-ir",

@@ -15,7 +15,7 @@ them its own way:
 
 - :func:`approximate_divide`: an f32 ``arith.divf`` with the fastmath flag
   ``arcp`` (LLVM's licence to divide through a reciprocal). CUDA's lowering
-  calls ``llvm.nvvm.div.full`` for it (``heron.runtime.cuda.compiler_division``;
+  calls ``llvm.nvvm.div.full`` for it (``heron.runtime.cuda.compiler_fast_math``;
   no fastmath flag selects div.full for one division), ROCm's LLVM uses its
   reciprocal.
 - :func:`approximate_sqrt` and :func:`approximate_rsqrt`: an f32 ``math.sqrt`` /

@@ -169,8 +169,10 @@ class Kit:
         2 ulp, CUDA's ``exp2f`` bound), AMDGPU ``v_exp_f32`` (1 ulp), the host
         libm's ``exp2f``. The interpreter computes ``2^a`` correctly rounded;
         the documented error is the instruction's (docs/pipeline.md, "Accuracy
-        contract"). Callers keep the argument at least -24, so the result is
-        normal and flushing subnormals (``.ftz``) could not change it.
+        contract"). Callers keep the argument at least -24 (or scale the result
+        to 0 anyway), so the result is normal and flushing subnormals (``.ftz``)
+        could not change it: the CUDA lowering calls ``ex2.approx.ftz.f32``, one
+        MUFU.EX2 without the subnormal fix-ups (``heron.runtime.cuda.compiler_fast_math``).
         """
         if self.is_f64:
             raise TypeError("exp2_approx is for f32: no GPU has an approximate f64 exp2")
@@ -195,6 +197,16 @@ class Kit:
         for coeff in reversed(coeffs[:-1]):
             acc = self.fma(acc, x, self.c(coeff))
         return acc
+
+    def minnum(self, a: Value, b: Value) -> Value:
+        """IEEE minNum (a NaN operand gives the other) through ``llvm.minnum``: one
+        ``min.f32`` on NVPTX, ``v_min_f32`` on AMDGPU (arith-expand would make
+        ``arith.minnumf`` a compare and two selects)."""
+        return llvm_dialect.intr_minnum(a, b)
+
+    def maxnum(self, a: Value, b: Value) -> Value:
+        """IEEE maxNum through ``llvm.maxnum`` (see :meth:`minnum`)."""
+        return llvm_dialect.intr_maxnum(a, b)
 
     def min(self, a: Value, b: Value) -> Value:
         return arith.MinimumFOp(a, b).result

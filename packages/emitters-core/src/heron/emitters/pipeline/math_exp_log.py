@@ -80,8 +80,7 @@ def _exp_f32(kit: Kit, x: Value, x_lo: Value | None, scale_log2: int, moderate: 
     """
     kc = kit.round_int(kit.mul(x, kit.c(_LOG2E)))
     if not moderate:
-        low = arith.MaxNumFOp(kc, kit.c(-126.0 - scale_log2)).result
-        kc = arith.MinNumFOp(low, kit.c(127.0 - scale_log2)).result
+        kc = kit.minnum(kit.maxnum(kc, kit.c(-126.0 - scale_log2)), kit.c(127.0 - scale_log2))
     t = kit.fma(x, kit.c(_LOG2E_LO_F32), kit.fma(x, kit.c(_LOG2E_HI_F32), kit.neg(kc)))
     if x_lo is not None:
         t = kit.fma(x_lo, kit.c(_LOG2E), t)
@@ -322,7 +321,7 @@ def _tanh_f32(kit: Kit, x: Value) -> Value:
     z = kit.mul(x, x)
     small = kit.fma(kit.mul(x, z), kit.poly(z, coeffs.TANH_Q_F32), x)
     # NaN -> 9.5 (minnum; the result is replaced below), so the exponent stays moderate.
-    capped = arith.MinNumFOp(a, kit.c(_HYPERBOLIC_BIG[32])).result
+    capped = kit.minnum(a, kit.c(_HYPERBOLIC_BIG[32]))
     e = exp_core(kit, kit.add(capped, capped), moderate=True)
     # 2/(e + 1) <= 0.46 within 2 ulp of its own: at most 1 ulp of the result (>= 0.55).
     quotient = kit.div_approx(kit.c(2.0), kit.add(e, kit.c(1.0)))

@@ -36,13 +36,14 @@ def nvvm_steps(index_bitwidth: int, bare_pointers: bool) -> list[Step]:
     )
     # nvgpu.mma.sync (the GEMM emitter's tensor-core path) becomes nvvm.mma.sync first:
     # convert-gpu-to-nvvm leaves nvgpu ops alone, convert-nvgpu-to-nvvm refuses bf16.
-    # Divisions the emitters allow 2 ulp (heron.emitters.fast_math) become div.full.f32.
-    from heron.runtime.cuda.compiler_division import lower_approximate_division
+    # Divisions the emitters allow 2 ulp become div.full.f32, the approximate exp2
+    # ex2.approx.ftz.f32 (heron.runtime.cuda.compiler_fast_math).
+    from heron.runtime.cuda.compiler_fast_math import lower_fast_math
     from heron.runtime.cuda.compiler_mma import lower_bf16_mma
 
     steps = backend_steps("convert-gpu-to-nvvm", f"convert-nvgpu-to-nvvm,{gpu_to_nvvm}")
     at = [name for name, _ in steps].index("convert-gpu-to-nvvm")
-    own = [("lower-bf16-mma", lower_bf16_mma), ("div-full", lower_approximate_division)]
+    own = [("lower-bf16-mma", lower_bf16_mma), ("fast-math", lower_fast_math)]
     return [*steps[:at], *own, *steps[at:]]
 
 
