@@ -30,7 +30,7 @@ ACCURACY: dict[str, tuple[int, int]] = {
     "asin": (3, 3),
     "acos": (3, 3),
     "sinh": (4, 3),
-    "cosh": (3, 3),
+    "cosh": (4, 3),
     "tanh": (4, 3),
     "asinh": (3, 3),
     "acosh": (3, 3),
@@ -46,7 +46,7 @@ ACCURACY: dict[str, tuple[int, int]] = {
 APPROXIMATE_EXP2 = frozenset({"exp", "exp2", "sinh", "cosh", "tanh", "erf", "erfc"})
 #: Math ops whose f32 bound includes a division within 2 ulp (``div.full.f32`` on CUDA,
 #: :mod:`heron.emitters.fast_math`), which the interpreter divides correctly rounded.
-APPROXIMATE_DIVISION = frozenset({"tanh", "log1p", "asinh", "acosh", "atanh", "erf"})
+APPROXIMATE_DIVISION = frozenset({"tanh", "cosh", "log1p", "asinh", "acosh", "atanh", "erf"})
 #: HLO opcode -> max ulps (f32, f64) on the GPU of the fast forms
 #: :mod:`heron.emitters.fast_math` gives it, XLA:GPU's: f32 division by ``div.full.f32``
 #: (2 ulp from the exact quotient), square root by ``sqrt.approx.f32`` (relative error

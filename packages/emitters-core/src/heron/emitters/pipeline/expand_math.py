@@ -56,7 +56,7 @@ atan            1          1
 atan2           2          2          every IEEE zero/inf quadrant case
 asin, acos      3          3          |x| > 1 -> NaN
 sinh            4*         3          overflow exactly at the true threshold
-cosh            3*         3
+cosh            4*         3          f32: its 1/(4h) within 2 ulp (div.full)
 tanh            4*         3          f32: odd polynomial below 0.625; above,
                                       a quotient within 2 ulp (div.full)
 asinh, acosh,   3          3          acosh(x < 1), atanh(|x| > 1) -> NaN
