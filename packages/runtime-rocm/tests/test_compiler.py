@@ -15,6 +15,10 @@ from heron.runtime.rocm.compiler import (
     elf_machine,
     lower_to_llvm_ir,
 )
+from heron.target import Target
+
+#: The largest block a ROCm kernel may have: the device's fact, from its Target.
+BLOCK = Target.preset("mi300x").threads_per_block_limit
 
 #: Test kernels shared with the other GPU backend's tests (tests/data/mlir at the repo root).
 _KERNELS = Path(__file__).resolve().parents[3] / "tests" / "data" / "mlir"
@@ -46,7 +50,7 @@ module attributes {gpu.container_module} {
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
 @pytest.mark.parametrize("source, kernel", [(VECTOR_ADD, "vector_add"), (TANH_VEC4, "tanh_vec4")])
 def test_hsaco_is_an_amdgpu_shared_object_with_the_kernel(source, kernel, arch):
-    image = compile_to_hsaco(source, arch)
+    image = compile_to_hsaco(source, arch, max_block_size=BLOCK)
     assert image[:4] == b"\x7fELF"
     assert elf_machine(image) == EM_AMDGPU == 224
     assert image[16] == 3  # e_type ET_DYN: a loadable shared object, not a .o
@@ -57,7 +61,7 @@ def test_hsaco_is_an_amdgpu_shared_object_with_the_kernel(source, kernel, arch):
 
 def test_every_stage_is_dumped_and_the_vector_load_stays_wide():
     stages: dict[str, str] = {}
-    compile_to_hsaco(TANH_VEC4, "gfx942", dump=stages.__setitem__)
+    compile_to_hsaco(TANH_VEC4, "gfx942", max_block_size=BLOCK, dump=stages.__setitem__)
     assert list(stages)[0] == "input"
     for name in ("math-expand-ops", "convert-gpu-to-rocdl", "llvm-ir", "amdgcn-asm"):
         assert name in stages
@@ -74,7 +78,7 @@ def test_every_stage_is_dumped_and_the_vector_load_stays_wide():
 def test_block_and_grid_dims_use_the_dispatch_packet_not_ockl():
     source = VECTOR_ADD.replace("gpu.block_dim x", "gpu.grid_dim x")
     stages: dict[str, str] = {}
-    image = compile_to_hsaco(source, "gfx942", dump=stages.__setitem__)
+    image = compile_to_hsaco(source, "gfx942", max_block_size=BLOCK, dump=stages.__setitem__)
     assert "__ockl_get_num_groups" in stages["llvm-ir"]
     assert "__ockl" not in stages["llvm-ir-optimised"]  # inlined and gone
     assert b"__ockl" not in image
@@ -98,13 +102,13 @@ def test_max_block_size_is_respected_and_an_explicit_one_kept():
 def test_math_that_needs_the_device_libraries_is_refused_by_name(op, element, reported):
     source = UNARY.replace("TYPE", element).replace("OP", op)
     with pytest.raises(UnsupportedError, match="ROCm backend cannot compile") as info:
-        compile_to_hsaco(source, "gfx942")
+        compile_to_hsaco(source, "gfx942", max_block_size=BLOCK)
     assert reported in str(info.value)
 
 
 @pytest.mark.parametrize("op", ["math.exp", "math.log", "math.sqrt", "math.tanh", "math.rsqrt"])
 def test_math_the_hardware_does_compiles(op):
-    image = compile_to_hsaco(UNARY.replace("TYPE", "f32").replace("OP", op), "gfx90a")
+    image = compile_to_hsaco(UNARY.replace("TYPE", "f32").replace("OP", op), "gfx90a", max_block_size=BLOCK)
     assert elf_machine(image) == EM_AMDGPU
 
 
@@ -120,12 +124,12 @@ def test_check_supported_accepts_f32_intrinsics_and_rejects_f64_sin():
 
 def test_bad_inputs_get_clear_errors():
     with pytest.raises(UnsupportedError, match="AMDGPU architecture"):
-        lower_to_llvm_ir(VECTOR_ADD, "sm_90")
+        lower_to_llvm_ir(VECTOR_ADD, "sm_90", max_block_size=BLOCK)
     with pytest.raises(UnsupportedError, match="exactly one gpu.module"):
-        lower_to_llvm_ir("module {}", "gfx942")
+        lower_to_llvm_ir("module {}", "gfx942", max_block_size=BLOCK)
     no_kernel = VECTOR_ADD.replace(") \n        kernel {", ") {").replace("kernel {", "{")
     with pytest.raises(UnsupportedError, match="no kernel"):
-        lower_to_llvm_ir(no_kernel, "gfx942")
+        lower_to_llvm_ir(no_kernel, "gfx942", max_block_size=BLOCK)
 
 
 def test_an_mlir_module_object_is_accepted_and_left_unchanged():
@@ -134,7 +138,7 @@ def test_an_mlir_module_object_is_accepted_and_left_unchanged():
     with ir.Context():
         module = ir.Module.parse(VECTOR_ADD)
         before = str(module)
-        llvm_ir, kernels = lower_to_llvm_ir(module, "gfx942")
+        llvm_ir, kernels = lower_to_llvm_ir(module, "gfx942", max_block_size=BLOCK)
         assert str(module) == before
     assert kernels == ("vector_add",)
     assert "define amdgpu_kernel void @vector_add(ptr" in llvm_ir  # bare pointers
@@ -145,7 +149,7 @@ def test_a_missing_compile_extra_is_named(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "mlir", None)
     with pytest.raises(CompilerUnavailableError, match=r"heron-runtime-rocm\[compile\]"):
-        compile_to_hsaco(VECTOR_ADD, "gfx942")
+        compile_to_hsaco(VECTOR_ADD, "gfx942", max_block_size=BLOCK)
 
 
 def test_the_runtime_package_imports_without_mlir(monkeypatch):
@@ -161,5 +165,5 @@ def test_the_runtime_package_imports_without_mlir(monkeypatch):
 
 def test_a_processor_llvm_does_not_know_is_one_error_and_no_warnings(capfd):
     with pytest.raises(UnsupportedError, match="does not know the processor 'gfx999'"):
-        compile_to_hsaco(_kernel("vector_add"), "gfx999")
+        compile_to_hsaco(_kernel("vector_add"), "gfx999", max_block_size=BLOCK)
     assert "not a recognized processor" not in capfd.readouterr().err

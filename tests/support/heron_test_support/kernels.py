@@ -45,6 +45,9 @@ def hsaco_stages(text: str, arch: str) -> dict[str, str]:
     from heron.runtime.rocm.compiler import EM_AMDGPU, compile_to_hsaco, elf_machine
 
     stages: dict[str, str] = {}
-    hsaco = compile_to_hsaco(text, arch, dump=stages.__setitem__)
+    from heron.target import Target
+
+    block = Target.preset("mi300x").threads_per_block_limit  # the same on every ROCm preset
+    hsaco = compile_to_hsaco(text, arch, max_block_size=block, dump=stages.__setitem__)
     assert elf_machine(hsaco) == EM_AMDGPU, f"{arch}: not an AMDGPU code object"
     return stages

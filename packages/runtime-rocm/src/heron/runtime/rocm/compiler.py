@@ -7,7 +7,9 @@ The steps, each reported to ``dump(stage, text)`` when one is given:
    available), then the same structural lowering as the NVVM backend with
    ``convert-gpu-to-rocdl{chipset=gfxNNN}`` nested on the gpu.module.
    Kernels with no ``rocdl.flat_work_group_size`` get ``1,max_block_size``
-   (the translation's default is 1,256: a launch with more threads fails).
+   (the translation's default is 1,256: a launch with more threads fails);
+   ``max_block_size`` is the Target's ``threads_per_block_limit``, which the
+   caller passes (no default: a device fact is the Target's to say).
 2. ``translate_module_to_llvmir``: kernels get the ``amdgpu_kernel``
    calling convention. The bindings' LLVM has no AMDGPU target, so:
 3. llvmlite (LLVM 22, with AMDGPU): link the OCKL shims
@@ -112,7 +114,7 @@ def lower_to_llvm_ir(
     *,
     index_bitwidth: int = 64,
     bare_pointers: bool = True,
-    max_block_size: int = 1024,
+    max_block_size: int,
     dump: Dump | None = None,
 ) -> tuple[str, tuple[str, ...]]:
     """MLIR (text or ``mlir.ir.Module``) -> (LLVM IR text, kernel names)."""
@@ -296,7 +298,7 @@ def compile_to_hsaco(
     opt_level: int = 3,
     index_bitwidth: int = 64,
     bare_pointers: bool = True,
-    max_block_size: int = 1024,
+    max_block_size: int,
     dump: Dump | None = None,
 ) -> bytes:
     """MLIR holding one ``gpu.module`` -> a loadable AMDGPU code object for ``arch``."""
