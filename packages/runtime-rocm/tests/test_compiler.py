@@ -108,7 +108,8 @@ def test_math_that_needs_the_device_libraries_is_refused_by_name(op, element, re
 
 @pytest.mark.parametrize("op", ["math.exp", "math.log", "math.sqrt", "math.tanh", "math.rsqrt"])
 def test_math_the_hardware_does_compiles(op):
-    image = compile_to_hsaco(UNARY.replace("TYPE", "f32").replace("OP", op), "gfx90a", max_block_size=BLOCK)
+    source = UNARY.replace("TYPE", "f32").replace("OP", op)
+    image = compile_to_hsaco(source, "gfx90a", max_block_size=BLOCK)
     assert elf_machine(image) == EM_AMDGPU
 
 
