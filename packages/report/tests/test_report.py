@@ -111,6 +111,9 @@ def test_each_kernel_has_its_decisions_and_every_stage(built):
         if kernel.backend == "cuda":
             assert "ptx" in names
             assert kernel.ptx_statistics["instructions"] > 0
+            # With ptxas and nvdisasm (the compile extra), the cubin's SASS too.
+            sass = kernel.ptx_statistics.get("sass_instructions")
+            assert sass is not None and sass > 0 or "SASS" in (kernel.ptx_note or "")
         else:
             assert kernel.ptx_note
 

@@ -15,7 +15,8 @@ kernel compiler that keeps, for each kernel, what its compile decided:
 - the output-to-input indexing maps of the fused computation
   (``heron.indexing.fusion_indexing``, what ``heron indexing`` prints);
 - PTX statistics (``heron.runtime.cuda.ptx_statistics``) when the kernels were
-  compiled for CUDA.
+  compiled for CUDA, and the SASS measures of their cubins
+  (``heron.runtime.cuda.sass_statistics``) where ptxas and nvdisasm are.
 
 The graph, the thunk lines and the memory picture are then read off the
 compiled executable (its module, thunk program and buffer assignment).
@@ -165,7 +166,8 @@ def _stage_texts(kept: _Kept) -> tuple[StageText, ...]:
 
 
 def _ptx_statistics(compiled: CompiledKernel) -> tuple[dict[str, object], str | None]:
-    """PTX statistics of a CUDA kernel, and ptxas's resource usage when ptxas is here."""
+    """PTX statistics of a CUDA kernel, ptxas's resource usage when ptxas is here, and
+    the SASS measures of its cubin when nvdisasm is."""
     if compiled.backend != "cuda":
         return {}, f"compiled for {compiled.backend}: no PTX to measure"
     ptx = next((a.data.decode() for a in compiled.artefacts if a.extension == "ptx"), None)
@@ -199,7 +201,28 @@ def _ptx_statistics(compiled: CompiledKernel) -> tuple[dict[str, object], str | 
         else:
             if usage is not None:
                 statistics.update({f"ptxas {k}": v for k, v in usage.as_dict().items()})
-    return statistics, note
+    sass_note = _sass_statistics(compiled, statistics)
+    return statistics, "; ".join(n for n in (note, sass_note) if n) or None
+
+
+def _sass_statistics(compiled: CompiledKernel, statistics: dict[str, object]) -> str | None:
+    """Add the SASS measures of the kernel's cubin (what the GPU executes: issue 29) to
+    ``statistics``; a note when there is no cubin or no nvdisasm."""
+    cubin = next((a.data for a in compiled.artefacts if a.extension == "cubin"), None)
+    if cubin is None:
+        return "no cubin (ptxas not run): no SASS measures"
+    try:
+        from heron.runtime.cuda.compiler_tools import ToolNotFoundError, find_nvdisasm
+        from heron.runtime.cuda.sass_statistics import SassError, cubin_sass_statistics
+    except ImportError as exc:
+        return f"heron.runtime.cuda's compile side is not importable ({exc}): no SASS"
+    try:
+        found = cubin_sass_statistics(cubin, find_nvdisasm()).get(compiled.kernel_name)
+    except (ToolNotFoundError, SassError) as exc:
+        return f"no SASS measures: {str(exc).splitlines()[0]}"
+    if found is not None:
+        statistics.update(found.as_dict())
+    return None
 
 
 def gather(

@@ -163,7 +163,8 @@ def _kernel(kernel: KernelReport, colour: str) -> str:
             for i in range(0, len(cells), _STATISTICS_PER_ROW)
         )
         parts.append(
-            f"<details open><summary>PTX statistics</summary><table>{rows}</table></details>"
+            "<details open><summary>PTX and SASS statistics</summary>"
+            f"<table>{rows}</table></details>"
         )
     if kernel.ptx_note:
         parts.append(f'<div class="note">{_e(kernel.ptx_note)}</div>')
