@@ -163,7 +163,7 @@ def _kernel(kernel: KernelReport, colour: str) -> str:
             for i in range(0, len(cells), _STATISTICS_PER_ROW)
         )
         parts.append(
-            "<details open><summary>PTX and SASS statistics</summary>"
+            "<details open><summary>PTX statistics and SASS measures</summary>"
             f"<table>{rows}</table></details>"
         )
     if kernel.ptx_note:
