@@ -58,6 +58,14 @@ def element_of(t: ir.Type) -> ir.Type:
     return ir.VectorType(t).element_type if isinstance(t, ir.VectorType) else t
 
 
+def _approximate_intrinsic(name: str, a: Value) -> Value:
+    """The LLVM intrinsic ``name`` of ``a`` with ``afn``: the backend's approximate form."""
+    return llvm_dialect.CallIntrinsicOp(
+        a.type, ir.StringAttr.get(name), [a], [], [],
+        fastmathFlags=ir.Attribute.parse("#llvm.fastmath<afn>"),
+    ).results[0]  # fmt: skip
+
+
 class Kit:
     """Builders for one float type ``ftype`` (f32 or f64, scalar or vector), at the
     current insertion point."""
@@ -144,14 +152,7 @@ class Kit:
         ``sqrt.approx.f32``, XLA's f32 sqrt; correctly rounded on the host and in the
         interpreter). Only for what :func:`heron.emitters.fast_math.approximate_sqrt`
         marked: the approximations here rely on :meth:`sqrt` being rounded."""
-        return llvm_dialect.CallIntrinsicOp(
-            a.type,
-            ir.StringAttr.get("llvm.sqrt"),
-            [a],
-            [],
-            [],
-            fastmathFlags=ir.Attribute.parse("#llvm.fastmath<afn>"),
-        ).results[0]
+        return _approximate_intrinsic("llvm.sqrt", a)
 
     def rsqrt_approx(self, a: Value) -> Value:
         """f32 ``1 / sqrt(a)`` by the hardware's approximation: the ``afn`` division of
@@ -176,14 +177,7 @@ class Kit:
         """
         if self.is_f64:
             raise TypeError("exp2_approx is for f32: no GPU has an approximate f64 exp2")
-        return llvm_dialect.CallIntrinsicOp(
-            a.type,
-            ir.StringAttr.get("llvm.exp2"),
-            [a],
-            [],
-            [],
-            fastmathFlags=ir.Attribute.parse("#llvm.fastmath<afn>"),
-        ).results[0]
+        return _approximate_intrinsic("llvm.exp2", a)
 
     def poly(self, x: Value, coeffs: Sequence[float]) -> Value:
         """Horner evaluation of ``sum(coeffs[i] * x**i)``, one fma per coefficient.

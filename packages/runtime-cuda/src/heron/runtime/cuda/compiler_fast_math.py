@@ -31,14 +31,6 @@ _EXP2 = "llvm.exp2"
 _EX2_FTZ = "llvm.nvvm.ex2.approx.ftz.f"
 
 
-def _walk(operation: Any):
-    for region in operation.regions:
-        for block in region.blocks:
-            for op in list(block.operations):
-                yield op.operation
-                yield from _walk(op.operation)
-
-
 def _is_approximate_exp2(op: Any, ir: Any) -> bool:
     if op.name != "llvm.call_intrinsic" or "intrin" not in op.attributes:
         return False
@@ -65,8 +57,9 @@ def lower_fast_math(module: Any) -> None:
     from mlir.dialects import llvm
 
     from heron.emitters.fast_math import is_approximate_division
+    from heron.runtime.cuda.compiler_mma import walk_operations
 
-    for op in list(_walk(module.operation)):
+    for op in list(walk_operations(module.operation)):
         if is_approximate_division(op):
             _call(ir, llvm, op, "llvm.nvvm.div.full")
         elif _is_approximate_exp2(op, ir):

@@ -19,12 +19,13 @@ from typing import Any
 __all__ = ["lower_bf16_mma"]
 
 
-def _walk(operation: Any):
+def walk_operations(operation: Any):
+    """Every operation nested in ``operation`` (pre-order), for the CUDA-side rewrites."""
     for region in operation.regions:
         for block in region.blocks:
             for op in list(block.operations):
                 yield op.operation
-                yield from _walk(op.operation)
+                yield from walk_operations(op.operation)
 
 
 def _is_bf16_mma(op: Any, ir: Any) -> bool:
@@ -49,7 +50,7 @@ def lower_bf16_mma(module: Any) -> None:
     from mlir import ir
     from mlir.dialects import llvm, nvvm, vector
 
-    found = [op for op in _walk(module.operation) if _is_bf16_mma(op, ir)]
+    found = [op for op in walk_operations(module.operation) if _is_bf16_mma(op, ir)]
     for op in found:
         m, n, k = (int(v) for v in ir.ArrayAttr(op.attributes["mmaShape"]))
         a, b, c = op.operands
