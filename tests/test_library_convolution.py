@@ -21,7 +21,11 @@ import pytest
 
 from heron.compiler import Target
 from heron.compiler.executable import compile_program
-from heron.compiler.library_convolution import convolution_verdict, convolution_verdicts
+from heron.compiler.library_convolution import (
+    convolution_verdict,
+    convolution_verdicts,
+    weight_gradient_padding,
+)
 from heron.hlo.evaluator import evaluate_module
 from heron.hlo.npz_io import save_inputs
 from heron.hlo.parser import parse_module, parse_module_file
@@ -113,7 +117,7 @@ CASES = {
             "[3,3,3,8]{3,2,1,0}",
             "window={size=4x4}, dim_labels=f01b_i01o->01bf",
         ),
-        "convolution f32[3x4x6x6] * f32[8x4x4x4] -> f32[3x8x3x3], tf32",
+        "convolution weight gradient f32[4x3x6x6] * f32[4x8x4x4] -> f32[8x3x3x3], tf32",
     ),
 }
 
@@ -168,7 +172,7 @@ def test_the_interpreter_runs_the_host_fallback_or_its_numpy_library(case, libra
     reference = np.asarray(expected, np.float64)
     error = np.abs(np.asarray(out, np.float64) - reference).max()
     scale = max(1.0, float(np.abs(reference).max()))
-    products = math.prod(call.w_dims[1:])
+    products = call.summed_terms()
     if call.element_type == "bf16":
         bound = 2.0**-8 * scale  # one rounding of the f32 sum to bf16
     elif call.compute == "tf32":
@@ -390,3 +394,161 @@ def test_the_data_gradient_contract_is_the_reversed_base_dilated_convolution():
     ]
     out = call.reference(raw).view(np.float32).reshape(2, 9, 9, 3)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+NHWC_HWIO = ("NHWC", "HWIO", "NHWC")
+
+
+def _forward(
+    x, w, numbers=NHWC_HWIO, strides=(1, 1), padding="SAME", dilation=(1, 1), element="f32"
+):
+    return (x, w, numbers, strides, padding, dilation, element)
+
+
+#: name -> (x shape, w shape, dimension numbers, strides, padding, rhs dilation, element
+#: type): forward convolutions whose kernel gradient jax writes as a convolution
+WEIGHT_GRADIENTS = {
+    "nhwc_same": _forward((2, 9, 9, 3), (3, 3, 3, 4)),
+    "nhwc_strided": _forward((2, 9, 9, 3), (3, 3, 3, 4), strides=(2, 2), padding=((1, 1), (1, 1))),
+    # stride 2 leaves the last input row unread: jax's gradient pads high by -1
+    "nchw_valid_unread_row": _forward(
+        (2, 3, 10, 9), (4, 3, 3, 3), ("NCHW", "OIHW", "NCHW"), (2, 2), "VALID"
+    ),
+    "nwc_1d": _forward((3, 20, 4), (5, 4, 6), ("NWC", "WIO", "NWC"), (1,), dilation=(1,)),
+    "ndhwc_3d": _forward(
+        (1, 5, 6, 5, 2), (2, 3, 2, 2, 3), ("NDHWC", "DHWIO", "NDHWC"), (1, 1, 1), "VALID",
+        (1, 1, 1),
+    ),
+    "nhwc_bf16": _forward((2, 8, 8, 8), (3, 3, 8, 16), element="bf16"),
+    # a dilated forward's kernel gradient strides its window: XLA's rule keeps it forward
+    "nhwc_dilated": _forward((2, 11, 11, 3), (3, 3, 3, 4), padding="VALID", dilation=(2, 2)),
+}  # fmt: skip
+
+
+def _kernel_gradient(name: str) -> str:
+    """jax's gradient, with respect to the kernel only, of one WEIGHT_GRADIENTS case."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    x_shape, w_shape, numbers, strides, padding, dilation, element = WEIGHT_GRADIENTS[name]
+    dtype = jnp.bfloat16 if element == "bf16" else jnp.float32
+
+    def loss(w, x):
+        y = lax.conv_general_dilated(
+            x, w, strides, padding, rhs_dilation=dilation, dimension_numbers=numbers
+        )
+        return (y.astype(jnp.float32) ** 2).sum()
+
+    arguments = (jnp.zeros(w_shape, dtype), jnp.zeros(x_shape, dtype))
+    return jax.jit(jax.grad(loss)).lower(*arguments).as_text(dialect="hlo")
+
+
+@pytest.mark.usefixtures("jax_32_bit")
+@pytest.mark.parametrize("name", sorted(WEIGHT_GRADIENTS))
+def test_a_kernel_gradient_is_cudnn_s_weight_gradient_by_xla_s_rule(name):
+    x_shape, w_shape, numbers, strides, _, dilation, element = WEIGHT_GRADIENTS[name]
+    module = parse_module(_kernel_gradient(name))
+    compiled = compile_program(module, H100, ("interpreter",))
+    calls = [
+        ConvolutionCall.from_thunk(t)
+        for t in walk(compiled.artefact.program)
+        if isinstance(t, LibraryCallThunk) and t.operation == "convolution"
+    ]
+    modes = sorted(call.mode for call in calls)
+    # the forward convolution (for y) and the kernel gradient, both cuDNN's
+    assert modes == (["forward"] * 2 if name == "nhwc_dilated" else ["forward", "weight_gradient"])
+    forward = next(
+        call for call in calls if call.x_dims[0] == x_shape[0] and call.mode == "forward"
+    )
+    gradient = calls[1 - calls.index(forward)]
+    if gradient.mode == "weight_gradient":
+        # the forward's own tensors and window, cuDNN's NCHW / KCRS order
+        assert (gradient.x_dims, gradient.y_dims) == (forward.x_dims, forward.y_dims)
+        assert gradient.w_dims == forward.w_dims
+        assert gradient.stride == forward.stride
+        assert gradient.padding_low == forward.padding_low
+        assert gradient.compute == ("tf32" if element == "f32" else "")
+    inputs = _inputs(module, seed=13)
+    expected = np.asarray(evaluate_module(module, inputs), np.float64)
+    for libraries in ((), ("convolution",)):
+        executable = load_executable(compiled.artefact, InterpreterDevice(libraries=libraries))
+        (out,) = executable.run(inputs)
+        out = np.asarray(out, np.float64)
+        if not libraries:  # the host computes the program's own HLO: the evaluator's bits
+            np.testing.assert_array_equal(out, expected)
+            continue
+        scale = max(1.0, float(np.abs(expected).max()))
+        terms = max(call.summed_terms() for call in calls)
+        if element == "bf16":  # the forward's y and the gradient each rounded to bf16
+            bound = 4 * 2.0**-8 * scale
+        else:  # TF32 products in the forward convolution and again in the gradient
+            bound = 2 * 8 * 2.0**-11 * math.sqrt(terms) * scale
+        error = float(np.abs(out - expected).max())
+        assert error <= bound, (error, bound)
+
+
+def test_the_weight_gradient_contract_is_the_batch_contracting_convolution():
+    # Without TF32 the contract's numpy weight gradient equals the evaluator's HLO
+    # convolution (jax's form: the input's batch contracted, y window-dilated by the
+    # forward's stride), for a forward of stride 2 whose last input row is never read.
+    text = _module(
+        "[2,10,9,3]{3,2,1,0}", "[2,4,4,5]{3,2,1,0}", "[3,3,3,5]{3,2,1,0}",
+        "window={size=4x4 pad=0_-1x1_-1 rhs_dilate=2x2}, dim_labels=f01b_i01o->01bf",
+    )  # fmt: skip
+    module = parse_module(text)
+    conv = module.entry.root_instruction
+    assert weight_gradient_padding(conv) == [(0, 0), (1, 0)]
+    x, dy = _inputs(module, seed=21)
+    expected = np.asarray(evaluate_module(module, [x, dy]))  # [R, S, C, K]
+    nhwc = (0, 2, 3, 1)
+    call = ConvolutionCall(
+        x_dims=(2, 3, 10, 9), x_strides=dense_strides((2, 3, 10, 9), nhwc),
+        w_dims=(5, 3, 3, 3), w_strides=dense_strides((5, 3, 3, 3), (2, 3, 1, 0)),
+        y_dims=(2, 5, 4, 4), y_strides=dense_strides((2, 5, 4, 4), nhwc),
+        padding_low=(0, 1), padding_high=(0, 0), stride=(2, 2), dilation=(1, 1),
+        mode="weight_gradient",
+    )  # fmt: skip
+    raw = [
+        np.ascontiguousarray(x).view(np.uint8).reshape(-1),
+        np.ascontiguousarray(dy).view(np.uint8).reshape(-1),
+        np.zeros(expected.nbytes, np.uint8),
+    ]
+    out = call.reference(raw).view(np.float32).reshape(3, 3, 3, 5)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    assert call.summed_terms() == 2 * 4 * 4
+
+
+@pytest.mark.parametrize(
+    ("window", "labels", "shapes"),
+    [
+        # batch and output features carried through, a window no larger than the output
+        ("size=3x3 pad=1_1x1_1", "b01f_01io->b01f", ("[2,9,9,4]", "[3,3,4,4]", "[2,9,9,4]")),
+        # a large window without dilation and one small dimension: forward, by XLA's rule
+        ("size=4x2", "f01b_i01o->01bf", ("[4,6,6,3]", "[4,4,2,8]", "[3,5,3,8]")),
+        # a strided window is no weight gradient's
+        ("size=4x4 stride=2x2", "f01b_i01o->01bf", ("[4,9,9,3]", "[4,4,4,8]", "[3,3,3,8]")),
+    ],
+)
+def test_xla_s_rule_keeps_these_forward(window, labels, shapes):
+    lhs, rhs, out = shapes
+    module = parse_module(_module(lhs, rhs, out, f"window={{{window}}}, dim_labels={labels}"))
+    assert weight_gradient_padding(module.entry.root_instruction) is None
+    assert convolution_verdict(module.entry.root_instruction, H100) == ""
+
+
+def test_the_corpora_s_kernel_gradients_are_weight_gradients():
+    # cnn_train_grad, equinox_cnn_sgd_step, flax_cnn_adam_step: XLA:GPU calls
+    # __cudnn$convBackwardFilter for each (its after_optimizations dump), and so does heron.
+    found = {}
+    for corpus in ("programs", "models"):
+        for path in sorted((ROOT / corpus).glob("*/module.hlo")):
+            module = parse_module_file(path)
+            for inst in module.instructions():
+                if inst.opcode == "convolution" and weight_gradient_padding(inst) is not None:
+                    found[path.parent.name] = weight_gradient_padding(inst)
+    assert found == {
+        "cnn_train_grad": [(1, 1), (1, 1)],
+        "equinox_cnn_sgd_step": [(1, 1), (1, 1)],
+        "flax_cnn_adam_step": [(1, 1), (1, 1)],
+    }

@@ -23,7 +23,7 @@ from heron.hlo.element_types import ElementType
 from heron.runtime.core.attention import AttentionCall
 from heron.runtime.core.convolution import ConvolutionCall, dense_strides
 from heron.runtime.core.device import DeviceError
-from heron.runtime.cuda.cudnn import Cudnn, plan
+from heron.runtime.cuda.cudnn import NODES, Cudnn, plan
 
 NHWC, KRSC = (0, 2, 3, 1), (0, 2, 3, 1)
 NDHWC = (0, 2, 3, 4, 1)
@@ -87,6 +87,26 @@ CALLS = {
         stride=(2, 2),
         compute="tf32",
         mode="data_gradient",
+    ),
+    "strided_weight_gradient": _call(
+        (2, 3, 9, 9),
+        (4, 3, 3, 3),
+        (2, 4, 5, 5),
+        padding_low=(1, 1),
+        padding_high=(1, 1),
+        stride=(2, 2),
+        compute="tf32",
+        mode="weight_gradient",
+    ),
+    "weight_gradient_bf16_asymmetric": _call(
+        (3, 8, 7, 6),
+        (16, 8, 3, 2),
+        (3, 16, 3, 6),
+        padding_low=(0, 1),
+        padding_high=(1, 0),
+        stride=(2, 1),
+        element_type="bf16",
+        mode="weight_gradient",
     ),
 }
 
@@ -152,6 +172,13 @@ class FakeCudnn:
                 self.record["tensors"]["x"] = out
                 return out
 
+            def conv_wgrad(self, image, loss, **keywords):
+                self.record["conv"] = keywords | {"node": "conv_wgrad"}
+                assert (image, loss) == (self.record["tensors"]["x"], self.record["tensors"]["y"])
+                out = _Tensor("w", [], [], None)
+                self.record["tensors"]["w"] = out
+                return out
+
             def sdpa(self, q, k, v, **keywords):
                 self.record["sdpa"] = keywords
                 tensors = self.record["tensors"]
@@ -206,7 +233,7 @@ class FakeCudnn:
             groups=tensors["x"].dim[1] // tensors["w"].dim[1],
             element_type=element,
             compute="tf32" if element == "f32" and not record["deselected"] else "",
-            mode="forward" if conv["node"] == "conv_fprop" else "data_gradient",
+            mode={node: mode for mode, node in NODES.items()}[conv["node"]],
         )
         arrays = []
         for size, tensor in zip(call.byte_sizes(), call.operand_names, strict=True):
@@ -289,7 +316,7 @@ def test_each_call_is_one_graph_node_computing_the_contract(fake, name):
         assert tensors[tensor].stride == list(getattr(call, f"{tensor}_strides"))
         assert tensors[tensor].data_type == types_[call.element_type]
     conv = graph["conv"]
-    assert conv["node"] == chosen.node == ("conv_fprop" if call.mode == "forward" else "conv_dgrad")
+    assert conv["node"] == chosen.node == NODES[call.mode]
     assert tensors[call.operand_names[-1]].output
     assert (conv["pre_padding"], conv["post_padding"]) == (
         list(call.padding_low),

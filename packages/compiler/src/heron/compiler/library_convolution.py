@@ -17,12 +17,20 @@ as on a target without one.
   gradient: the output gradient base-dilated by the stride, convolved with the
   reversed filter, window stride 1, one feature group: ``conv_dgrad``, the
   forward's padding ``dilation * (window - 1)`` less the gradient's, which must
-  not be negative). Grouped weight gradients (``conv_wgrad``) are not called yet.
+  not be negative), or the weight gradient of a forward convolution (jax's
+  kernel gradient: the input, its batch contracted as a feature, convolved
+  with the output gradient window-dilated by the stride: ``conv_wgrad``).
+  Which convolutions are weight gradients is XLA's rule
+  (:func:`weight_gradient_padding`): mathematically any convolution is both,
+  so the shapes decide. Grouped weight gradients (``batch_group_count`` > 1)
+  are not called yet.
 - The ``library-convolution-rewriter`` pass (first in the GPU pipeline)
   transposes a taken convolution's operands into cuDNN's preferred order
   (``b01f`` input, ``o01i`` filter: NHWC and KRSC once the layouts are
   row-major; a data gradient's filter unreversed, ``i01o``, its window saying
-  ``rhs_reversal`` instead) and makes it the custom call ``__heron$convolution``
+  ``rhs_reversal`` instead; a weight gradient's input and output gradient
+  NHWC, its result KRSC, ``f01b_i01o->f01b``) and makes it the custom call
+  ``__heron$convolution``
   (:mod:`heron.hlo.custom_calls.convolution`), whose result is transposed back
   into the order the program asked for. Transposes that change nothing are
   folded away by the simplifier, so a flax convolution (``b01f_01io->b01f``)
@@ -73,6 +81,7 @@ __all__ = [
     "library_convolution_rewriter",
     "library_convolution_thunk",
     "rewrite_convolutions",
+    "weight_gradient_padding",
 ]
 
 #: The library name a convolution call's thunk carries (the runtime's device picks the
@@ -103,6 +112,8 @@ def convolution_verdict(conv: Instruction, target: Target) -> str:
     dims = list(window.dims) if isinstance(window, Window) else []
     if any(d.base_dilation != 1 for d in dims):
         return _data_gradient_verdict(conv, numbers, dims)
+    if weight_gradient_padding(conv) is not None:
+        return ""
     for dim in dims:
         if dim.window_reversal:
             return "a reversed window"
@@ -155,6 +166,98 @@ def _data_gradient_verdict(conv: Instruction, numbers: ConvDimensionNumbers, dim
     return ""
 
 
+def _looks_like_forward(conv: Instruction, numbers: ConvDimensionNumbers) -> bool:
+    """XLA's test for a forward convolution: batch and output features carried through
+    unchanged and a window no larger than the output (a weight gradient swaps batch and
+    features, and its window is the forward's output)."""
+    lhs, rhs = (operand.shape.dims for operand in conv.operands)
+    out = conv.shape.dims
+    return (
+        lhs[numbers.input_batch] == out[numbers.output_batch]
+        and rhs[numbers.kernel_output_feature] == out[numbers.output_feature]
+        and all(
+            rhs[k] <= out[o]
+            for k, o in zip(numbers.kernel_spatial, numbers.output_spatial, strict=True)
+        )
+    )
+
+
+def _inserts_one_spatial_dimension(conv: Instruction, numbers: ConvDimensionNumbers) -> bool:
+    """Whether the filter is a reshape inserting one size-1 spatial dimension (a 1-D
+    convolution written as a 2-D one, where one "small" window dimension says nothing)."""
+    rhs = conv.operands[1]
+    if len(numbers.kernel_spatial) != 2 or rhs.opcode != "reshape":
+        return False
+    before, after = list(rhs.operands[0].shape.dims), list(rhs.shape.dims)
+    ones = [d for d in numbers.kernel_spatial if after[d] == 1]
+    return len(after) == len(before) + 1 and any(after[:d] + after[d + 1 :] == before for d in ones)
+
+
+def weight_gradient_padding(conv: Instruction) -> list[tuple[int, int]] | None:
+    """The forward convolution's padding where ``conv`` is taken as a weight gradient
+    (cuDNN's ``conv_wgrad``), else None.
+
+    Any convolution with one feature group, unit window strides and no base dilation
+    or reversal can be read as a weight gradient: the input's batch is the forward's
+    features, its features the forward's batch, the filter the forward's output
+    gradient, the window the forward's output and the window dilation its stride.
+    Which reading is faster is a guess from the shapes, XLA:GPU's
+    (``MatchBackwardFilter``): not where batch and output features pass through and
+    the window is no larger than the output, and not where the window is smaller
+    than the output in more than one dimension (in one, for a 1-D convolution,
+    unless written as 2-D), unless the window is dilated (a strided forward's
+    gradient). The forward's high padding is any value that leaves its output as
+    large as the window (XLA prefers the low padding, else the nearest): a weight
+    gradient whose padding would be negative stays a forward convolution.
+    """
+    numbers = conv.attributes.get("dim_labels")
+    window = conv.attributes.get("window")
+    if not isinstance(numbers, ConvDimensionNumbers) or not isinstance(window, Window):
+        return None
+    if int(conv.attributes.get("feature_group_count", 1)) != 1:
+        return None
+    if int(conv.attributes.get("batch_group_count", 1)) != 1:
+        return None
+    if _looks_like_forward(conv, numbers):
+        return None
+    dims = window.dims
+    if any(d.stride != 1 or d.base_dilation != 1 or d.window_reversal for d in dims):
+        return None
+    if any(d.pad_low < 0 for d in dims):
+        return None
+    rhs, out = conv.operands[1].shape.dims, conv.shape.dims
+    small = sum(
+        rhs[k] <= out[o]
+        for k, o in zip(numbers.kernel_spatial, numbers.output_spatial, strict=True)
+    )
+    one_small_says_forward = small == 1 and not _inserts_one_spatial_dimension(conv, numbers)
+    dilated = any(d.window_dilation != 1 for d in dims)
+    if (not dims or small > 1 or one_small_says_forward) and not dilated:
+        return None
+    return _weight_gradient_forward_padding(conv, numbers, dims)
+
+
+def _weight_gradient_forward_padding(
+    conv: Instruction, numbers: ConvDimensionNumbers, dims: Sequence
+) -> list[tuple[int, int]] | None:
+    """The padding of the forward convolution whose weight gradient ``conv`` is (read as
+    one: see :func:`weight_gradient_padding`), None where the high padding is negative."""
+    lhs, out = conv.operands[0].shape.dims, conv.shape.dims
+    padding = []
+    for d, spatial, o in zip(dims, numbers.input_spatial, numbers.output_spatial, strict=True):
+        # the forward: input lhs[spatial], window out[o], stride d.window_dilation,
+        # output d.size; its last window ends at `reach`
+        stride = d.window_dilation
+        reach = out[o] + (d.size - 1) * stride
+        lowest = reach - lhs[spatial] - d.pad_low
+        highest = lowest + stride - 1
+        high = min(max(d.pad_low, lowest), highest)
+        if high < 0:
+            return None
+        padding.append((d.pad_low, high))
+    return padding
+
+
 def convolution_verdicts(module: Module, target: Target) -> list[tuple[str, str]]:
     """(convolution name, what computes it) for every convolution of an uncompiled
     ``module``: ``cudnn`` or ``im2col and a GEMM (why not the library)``, for reports."""
@@ -179,21 +282,33 @@ def is_library_convolution(inst: Instruction) -> bool:
 # -- the pass ----------------------------------------------------------------------------------
 
 
-def _canonical_labels(spatial: int, gradient: bool = False) -> ConvDimensionNumbers:
-    """``b01f_o01i->b01f`` for ``spatial`` spatial dimensions (NHWC, KRSC, NHWC); for a data
-    gradient ``b01f_i01o->b01f`` (its kernel's input features are the forward's K)."""
+def _canonical_labels(spatial: int, mode: str) -> ConvDimensionNumbers:
+    """The labels of a library convolution in cuDNN's layouts, for ``spatial`` spatial
+    dimensions: ``b01f_o01i->b01f`` for a forward convolution (NHWC, KRSC, NHWC); for a
+    data gradient ``b01f_i01o->b01f`` (its kernel's input features are the forward's K);
+    for a weight gradient ``f01b_i01o->f01b`` (the forward's x and y NHWC, its w KRSC)."""
     inner = tuple(range(1, spatial + 1))
+    last = spatial + 1
+    if mode == "weight_gradient":
+        return ConvDimensionNumbers(last, 0, inner, 0, last, inner, last, 0, inner)
     return ConvDimensionNumbers(
         input_batch=0,
-        input_feature=spatial + 1,
+        input_feature=last,
         input_spatial=inner,
-        kernel_input_feature=0 if gradient else spatial + 1,
-        kernel_output_feature=spatial + 1 if gradient else 0,
+        kernel_input_feature=last if mode == "forward" else 0,
+        kernel_output_feature=0 if mode == "forward" else last,
         kernel_spatial=inner,
         output_batch=0,
-        output_feature=spatial + 1,
+        output_feature=last,
         output_spatial=inner,
     )
+
+
+def _canonical_mode(numbers: ConvDimensionNumbers, dims: Sequence) -> str:
+    """What a library convolution (in :func:`_canonical_labels`' form) computes."""
+    if any(d is not None and d.base_dilation != 1 for d in dims):
+        return "data_gradient"
+    return "weight_gradient" if numbers.input_batch != 0 else "forward"
 
 
 def _rewrite(inserter: Inserter, conv: Instruction) -> Instruction:
@@ -201,6 +316,9 @@ def _rewrite(inserter: Inserter, conv: Instruction) -> Instruction:
     lhs, rhs = conv.operands
     window = conv.attributes.get("window")
     gradient = isinstance(window, Window) and any(d.base_dilation != 1 for d in window.dims)
+    mode = "data_gradient" if gradient else "forward"
+    if not gradient and weight_gradient_padding(conv) is not None:
+        mode = "weight_gradient"
     if gradient:
         # cuDNN's dgrad takes the forward filter: read it unreversed, and say in the
         # window that the convolution reverses it (the host computes exactly that)
@@ -216,18 +334,21 @@ def _rewrite(inserter: Inserter, conv: Instruction) -> Instruction:
             "transpose", shape, [operand], {"dimensions": tuple(order)}, like=conv, suffix=suffix
         )
 
-    x = transpose(
-        lhs, (numbers.input_batch, *numbers.input_spatial, numbers.input_feature), "input_nhwc"
-    )
+    batch, feature = numbers.input_batch, numbers.input_feature
     first, last = numbers.kernel_output_feature, numbers.kernel_input_feature
-    if gradient:  # cuDNN's dgrad filter is the forward's, K first: the gradient's input features
+    out_first, out_last = numbers.output_batch, numbers.output_feature
+    if mode == "data_gradient":  # cuDNN's filter is the forward's, K first: the input features
         first, last = last, first
+    if mode == "weight_gradient":  # the forward's x, y (NHWC: the filter's i first) and w (KRSC)
+        batch, feature, out_first, out_last = feature, batch, out_last, out_first
+        first, last = last, first
+    x = transpose(lhs, (batch, *numbers.input_spatial, feature), "input_nhwc")
     w = transpose(rhs, (first, *numbers.kernel_spatial, last), "filter_krsc")
-    out_order = (numbers.output_batch, *numbers.output_spatial, numbers.output_feature)
+    out_order = (out_first, *numbers.output_spatial, out_last)
     canonical = ArrayShape(conv.shape.element_type, tuple(conv.shape.dims[d] for d in out_order))
     attributes = {
         name: value for name, value in conv.attributes.items() if name != "dim_labels"
-    } | {"dim_labels": _canonical_labels(len(numbers.input_spatial), gradient)}
+    } | {"dim_labels": _canonical_labels(len(numbers.input_spatial), mode)}
     if gradient:
         attributes["window"] = window
     described = Instruction("convolution", "convolution", canonical, [x, w], attributes)
@@ -308,7 +429,37 @@ def convolution_call(inst: Instruction, target: Target) -> ConvolutionCall:
         values = [default if d is None else getattr(d, name) for d in dims]
         return [default, *values] if len(values) == 1 else values
 
-    if any(d is not None and d.base_dilation != 1 for d in dims):
+    mode = _canonical_mode(numbers, dims)
+    if mode == "weight_gradient":
+        # the weight gradient of a forward convolution: its x is this lhs (batch and
+        # features swapped), its y this rhs, its w this result ([K, R, S, C])
+        padding = _weight_gradient_forward_padding(conv, numbers, dims)
+        assert padding is not None  # the rewriter took it as one
+        low, high = [lo for lo, _ in padding], [hi for _, hi in padding]
+        if len(low) == 1:
+            low, high = [0, *low], [0, *high]
+        x = described(lhs, (numbers.input_feature, numbers.input_batch, *numbers.input_spatial))
+        y = described(
+            rhs,
+            (numbers.kernel_input_feature, numbers.kernel_output_feature, *numbers.kernel_spatial),
+        )
+        w = described(out, (numbers.output_feature, numbers.output_batch, *numbers.output_spatial))
+        return ConvolutionCall(
+            x_dims=x[0],
+            x_strides=x[1],
+            w_dims=w[0],
+            w_strides=w[1],
+            y_dims=y[0],
+            y_strides=y[1],
+            padding_low=low,
+            padding_high=high,
+            stride=per_dim("window_dilation", 1),
+            dilation=per_dim("stride", 1),
+            element_type=str(out.element_type),
+            compute=dot_compute(conv, tf32=target.tf32),
+            mode=mode,
+        )
+    if mode == "data_gradient":
         # the data gradient of a forward convolution: its x is this result, its y this
         # lhs, its filter [K, C, ...] this rhs read with input and output features swapped
         w = described(

@@ -33,6 +33,17 @@ which is HLO's convolution of ``y`` base-dilated by the stride with the
 spatially reversed filter (what jax's gradient of a strided convolution is).
 Its arguments are ``y``, ``w``, ``x`` (the output last, as always).
 
+With ``mode "weight_gradient"`` the call is cuDNN's ``conv_wgrad``: given
+``x`` and ``y`` (the forward's input and output gradient) it computes ``w``,
+the gradient of the forward's filter::
+
+    w[k, c', r...] = sum over n and output positions o... of
+        y[n, k, o...] * x[n, g * C/groups + c', o * stride + r * dilation - padding_low]
+
+which is HLO's convolution of ``x`` (its batch contracted as a feature, its
+features as the batch) with ``y`` window-dilated by the stride (what jax's
+kernel gradient is). Its arguments are ``x``, ``y``, ``w``.
+
 - ``arguments`` (the thunk's slices, in this order): ``x``, ``w``, ``y``; each
   ``prod(dims)`` elements whose strides are a permutation of a dense layout;
   ``y`` overlaps neither operand.
@@ -40,7 +51,8 @@ Its arguments are ``y``, ``w``, ``x`` (the output last, as always).
   tensors), ``compute`` (``""`` or ``"tf32"``), ``x_dims``, ``x_strides``,
   ``w_dims``, ``w_strides``, ``y_dims``, ``y_strides``, ``padding_low``,
   ``padding_high``, ``stride``, ``dilation`` (one per spatial dimension, 1 to
-  3 of them), ``groups`` and ``mode`` (``forward`` or ``data_gradient``).
+  3 of them), ``groups`` and ``mode`` (``forward``, ``data_gradient`` or
+  ``weight_gradient``).
 
 :meth:`ConvolutionCall.reference` computes the contract with numpy (the
 interpreter device's "library", and what the GPU tests compare cuDNN with).
@@ -73,8 +85,20 @@ __all__ = ["CONVOLUTION", "ELEMENT_TYPES", "MODES", "ConvolutionCall", "dense_st
 CONVOLUTION = "convolution"
 #: The element types a convolution call takes (all three tensors of one type).
 ELEMENT_TYPES = ("f32", "f16", "bf16")
-#: What a call computes: the forward convolution, or its gradient with respect to x.
-MODES = ("forward", "data_gradient")
+#: What a call computes: the forward convolution (y), or its gradient with respect to x or w.
+MODES = ("forward", "data_gradient", "weight_gradient")
+#: Each mode's arguments, the computed one last.
+_ARGUMENTS = {
+    "forward": ("x", "w", "y"),
+    "data_gradient": ("y", "w", "x"),
+    "weight_gradient": ("x", "y", "w"),
+}
+#: How :meth:`ConvolutionCall.describe` names each mode.
+_DESCRIBED = {
+    "forward": "convolution",
+    "data_gradient": "convolution data gradient",
+    "weight_gradient": "convolution weight gradient",
+}
 #: The ``compute`` values: ``""`` (the operands' own precision) or ``"tf32"`` (f32 only).
 _COMPUTES = ("", "tf32")
 
@@ -186,8 +210,9 @@ class ConvolutionCall(LibraryContract):
 
     @property
     def operand_names(self) -> tuple[str, ...]:
-        """The arguments, in order, the computed one last: ``x, w, y`` or ``y, w, x``."""
-        return ("x", "w", "y") if self.mode == "forward" else ("y", "w", "x")
+        """The arguments, in order, the computed one last: ``x, w, y`` (forward), ``y, w, x``
+        (data gradient) or ``x, y, w`` (weight gradient)."""
+        return _ARGUMENTS[self.mode]
 
     def dims_of(self, name: str) -> tuple[int, ...]:
         return getattr(self, f"{name}_dims")
@@ -204,6 +229,10 @@ class ConvolutionCall(LibraryContract):
 
     def flops(self) -> int:
         return 2 * math.prod(self.y_dims) * math.prod(self.w_dims[1:])
+
+    def summed_terms(self) -> int:
+        """How many products each computed element sums (what its rounding error grows with)."""
+        return self.flops() // (2 * math.prod(self.dims_of(self.operand_names[-1])))
 
     def describe(self) -> str:
         """``convolution f32[2x3x8x8] * f32[4x3x3x3] -> f32[2x4x8x8], pad 1_1x1_1, tf32``
@@ -222,11 +251,10 @@ class ConvolutionCall(LibraryContract):
             self.compute,
         ]
         t = self.element_type
-        a, _, out = self.operand_names
-        what = "convolution" if self.mode == "forward" else "convolution data gradient"
+        a, b, out = self.operand_names
         return (
-            f"{what} {t}[{dims(self.dims_of(a))}] * {t}[{dims(self.w_dims)}] ->"
-            f" {t}[{dims(self.dims_of(out))}]" + "".join(f", {e}" for e in extras if e)
+            f"{_DESCRIBED[self.mode]} {t}[{dims(self.dims_of(a))}] * {t}[{dims(self.dims_of(b))}]"
+            f" -> {t}[{dims(self.dims_of(out))}]" + "".join(f", {e}" for e in extras if e)
         )
 
     # -- numpy -------------------------------------------------------------------------------
@@ -253,7 +281,6 @@ class ConvolutionCall(LibraryContract):
         out_spatial = self.y_dims[2:]
         padded = [x + lo + hi for x, lo, hi in zip(self.x_dims[2:], self.padding_low,
                                                    self.padding_high, strict=True)]  # fmt: skip
-        w = logical("w").reshape(g, k // g, c // g, *window)
 
         def taps(tap: tuple[int, ...]) -> tuple[slice, ...]:
             """The padded input positions tap ``tap`` meets, one per output position."""
@@ -271,12 +298,26 @@ class ConvolutionCall(LibraryContract):
             x = logical("x")
             x = np.pad(x, [(0, 0), (0, 0), *zip(self.padding_low, self.padding_high)])
             x = x.reshape(n, g, c // g, *padded)
+            w = logical("w").reshape(g, k // g, c // g, *window)
             result = np.zeros((n, g, k // g, *out_spatial), np.float32)
             for tap in positions:
                 patch = x[(slice(None), slice(None), slice(None), *taps(tap))]
                 result += np.einsum("ngc...,gkc->ngk...", patch, w[(..., *tap)], dtype=np.float32)
+        elif self.mode == "weight_gradient":
+            x = logical("x")
+            x = np.pad(x, [(0, 0), (0, 0), *zip(self.padding_low, self.padding_high)])
+            x = x.reshape(n, g, c // g, *padded)
+            y = logical("y").reshape(n, g, k // g, *out_spatial)
+            spatial = "".join(chr(ord("p") + d) for d in range(self.spatial_rank))
+            taps_of = f"ngc{spatial},ngk{spatial}->gkc"
+            result = np.zeros((g, k // g, c // g, *window), np.float32)
+            for tap in positions:
+                patch = x[(slice(None), slice(None), slice(None), *taps(tap))]
+                result[(..., *tap)] = np.einsum(taps_of, patch, y, dtype=np.float32)
+            result = result.reshape(k, c // g, *window)
         else:
             y = logical("y").reshape(n, g, k // g, *out_spatial)
+            w = logical("w").reshape(g, k // g, c // g, *window)
             grad = np.zeros((n, g, c // g, *padded), np.float32)
             for tap in positions:
                 contribution = np.einsum("ngk...,gkc->ngc...", y, w[(..., *tap)], dtype=np.float32)

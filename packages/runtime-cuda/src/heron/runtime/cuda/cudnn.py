@@ -6,7 +6,8 @@ built by :mod:`.cudnn_attention`; the rest of this docstring is about
 convolutions. Both share one handle, one workspace and the plan cache here.
 
 The contract is :mod:`heron.runtime.core.convolution`: a forward convolution
-(``conv_fprop``) or its data gradient (``conv_dgrad``), whose three tensors
+(``conv_fprop``) or its data or weight gradient (``conv_dgrad``,
+``conv_wgrad``), whose three tensors
 are given in cuDNN's own terms, dimensions ``[N, C,
 spatial...]`` / ``[K, C/groups, window...]`` / ``[N, K, out...]`` with an
 element stride per dimension, so the call is one graph node and
@@ -42,10 +43,12 @@ from heron.runtime.core.device import DeviceError
 from heron.runtime.core.gpu_device import Library
 from heron.runtime.cuda.cudnn_attention import AttentionPlan, attention_plan, build_attention
 
-__all__ = ["DATA_TYPES", "ConvPlan", "Cudnn", "plan"]
+__all__ = ["DATA_TYPES", "NODES", "ConvPlan", "Cudnn", "plan"]
 
 #: HLO element type -> ``cudnn.data_type`` name.
 DATA_TYPES = {"f32": "FLOAT", "f16": "HALF", "bf16": "BFLOAT16"}
+#: The contract's mode -> the graph node computing it.
+NODES = {"forward": "conv_fprop", "data_gradient": "conv_dgrad", "weight_gradient": "conv_wgrad"}
 
 
 @attrs.frozen
@@ -66,7 +69,8 @@ class ConvPlan:
     dilation: tuple[int, ...]
     #: whether TF32 (f32) or half-precision tensor-core engines may run it
     tensor_cores: bool
-    #: ``conv_fprop`` (computes y from x) or ``conv_dgrad`` (x from y)
+    #: ``conv_fprop`` (computes y from x and w), ``conv_dgrad`` (x from y and w) or
+    #: ``conv_wgrad`` (w from x and y)
     node: str = "conv_fprop"
 
 
@@ -88,7 +92,7 @@ def plan(call: ConvolutionCall) -> ConvPlan:
         stride=call.stride,
         dilation=call.dilation,
         tensor_cores=call.element_type != "f32" or call.compute == "tf32",
-        node="conv_fprop" if call.mode == "forward" else "conv_dgrad",
+        node=NODES[call.mode],
     )
 
 
@@ -155,27 +159,31 @@ class Cudnn(Library):
             compute_data_type=compute,
             name="convolution",
         )
-        w = graph.tensor(
-            name="w", dim=list(chosen.w_dims), stride=list(chosen.w_strides), data_type=io
-        )
+
+        def given(name: str) -> Any:
+            return graph.tensor(
+                name=name,
+                dim=list(getattr(chosen, f"{name}_dims")),
+                stride=list(getattr(chosen, f"{name}_strides")),
+                data_type=io,
+            )
+
+        def computed(tensor: Any, name: str) -> Any:
+            tensor.set_output(True).set_data_type(io).set_dim(
+                list(getattr(chosen, f"{name}_dims"))
+            ).set_stride(list(getattr(chosen, f"{name}_strides")))
+            return tensor
+
+        # each node's tensors in the contract's argument order, the computed one last
         if chosen.node == "conv_fprop":
-            x = graph.tensor(
-                name="x", dim=list(chosen.x_dims), stride=list(chosen.x_strides), data_type=io
-            )
-            y = graph.conv_fprop(image=x, weight=w, **window)
-            y.set_output(True).set_data_type(io).set_dim(list(chosen.y_dims)).set_stride(
-                list(chosen.y_strides)
-            )
-            tensors = (x, w, y)  # the contract's argument order
+            x, w = given("x"), given("w")
+            tensors = (x, w, computed(graph.conv_fprop(image=x, weight=w, **window), "y"))
+        elif chosen.node == "conv_dgrad":
+            y, w = given("y"), given("w")
+            tensors = (y, w, computed(graph.conv_dgrad(loss=y, filter=w, **window), "x"))
         else:
-            y = graph.tensor(
-                name="y", dim=list(chosen.y_dims), stride=list(chosen.y_strides), data_type=io
-            )
-            x = graph.conv_dgrad(loss=y, filter=w, **window)
-            x.set_output(True).set_data_type(io).set_dim(list(chosen.x_dims)).set_stride(
-                list(chosen.x_strides)
-            )
-            tensors = (y, w, x)
+            x, y = given("x"), given("y")
+            tensors = (x, y, computed(graph.conv_wgrad(image=x, loss=y, **window), "w"))
         graph.validate()
         graph.build_operation_graph()
         graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
