@@ -552,3 +552,111 @@ def test_the_corpora_s_kernel_gradients_are_weight_gradients():
         "equinox_cnn_sgd_step": [(1, 1), (1, 1)],
         "flax_cnn_adam_step": [(1, 1), (1, 1)],
     }
+
+
+# -- the epilogue: bias and ReLU in the library call (XLA's convBiasActivationForward) ---------
+
+
+def _epilogue_module(layout: str, epilogue: str, element: str = "f32") -> str:
+    """A 3x3 convolution with 8 output features, then ``epilogue`` (HLO lines using ``y``
+    and ``b``, ending in ``ROOT``); NHWC (``b01f``) or NCHW (``bf01``)."""
+    x, w, y, labels, feature = {
+        "nhwc": ("[2,9,9,4]", "[3,3,4,8]", "[2,9,9,8]", "b01f_01io->b01f", 3),
+        "nchw": ("[2,4,9,9]", "[8,4,3,3]", "[2,8,9,9]", "bf01_oi01->bf01", 1),
+    }[layout]
+    body = epilogue.format(t=element, y=y, feature=feature)
+    return f"""
+HloModule conv_epilogue
+ENTRY main {{
+  x = {element}{x} parameter(0)
+  w = {element}{w} parameter(1)
+  b = {element}[8] parameter(2)
+  y = {element}{y} convolution(x, w), window={{size=3x3 pad=1_1x1_1}}, dim_labels={labels}
+{body}
+}}
+"""
+
+
+BIAS_RELU = """  bb = {t}{y} broadcast(b), dimensions={{{feature}}}
+  sum = {t}{y} add(bb, y)
+  zero = {t}[] constant(0)
+  zeros = {t}{y} broadcast(zero), dimensions={{}}
+  ROOT relu = {t}{y} maximum(sum, zeros)"""
+BIAS_ONLY = """  bb = {t}{y} broadcast(b), dimensions={{{feature}}}
+  ROOT sum = {t}{y} add(y, bb)"""
+RELU_ONLY = """  zero = {t}[] constant(0)
+  zeros = {t}{y} broadcast(zero), dimensions={{}}
+  ROOT relu = {t}{y} maximum(zeros, y)
+  unused = {t}[8] negate(b)"""
+#: the convolution also read elsewhere: it must be written as it is, nothing fuses
+TWO_USERS = """  bb = {t}{y} broadcast(b), dimensions={{{feature}}}
+  sum = {t}{y} add(y, bb)
+  ROOT both = ({t}{y}, {t}{y}) tuple(sum, y)"""
+#: a clamp at one is no ReLU: the bias fuses, the maximum stays a kernel
+CLAMP_AT_ONE = """  bb = {t}{y} broadcast(b), dimensions={{{feature}}}
+  sum = {t}{y} add(y, bb)
+  one = {t}[] constant(1)
+  ones = {t}{y} broadcast(one), dimensions={{}}
+  ROOT clamp = {t}{y} maximum(sum, ones)"""
+
+EPILOGUES = {
+    "nhwc_bias_relu": ("nhwc", BIAS_RELU, "f32", "bias, relu", 1),
+    "nchw_bias_relu": ("nchw", BIAS_RELU, "f32", "bias, relu", 2),
+    "nhwc_bias_bf16": ("nhwc", BIAS_ONLY, "bf16", "bias", 1),
+    "nchw_relu_f16": ("nchw", RELU_ONLY, "f16", "relu", 2),
+    "two_users": ("nhwc", TWO_USERS, "f32", "", 2),
+    "clamp_at_one": ("nhwc", CLAMP_AT_ONE, "f32", "bias", 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EPILOGUES))
+def test_a_convolution_s_bias_and_relu_are_part_of_its_library_call(name):
+    from heron.compiler.executable import thunk_counts
+
+    layout, epilogue, element, fused, kernels = EPILOGUES[name]
+    module = parse_module(_epilogue_module(layout, epilogue, element))
+    compiled = compile_program(module, H100, ("interpreter",))
+    call = ConvolutionCall.from_thunk(_call(compiled))
+    assert (call.bias, call.activation) == ("bias" in fused, "relu" if "relu" in fused else "")
+    assert call.describe().endswith(fused) and call.operand_names[2] == ("b" if call.bias else "y")
+    # the operand transposes (one kernel), NCHW's output transpose, what did not fuse
+    assert thunk_counts(compiled) == {"kernel": kernels, "library_call": 1}
+    inputs = _inputs(module, seed=17)
+    expected = evaluate_module(module, inputs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    for libraries in ((), ("convolution",)):
+        executable = load_executable(compiled.artefact, InterpreterDevice(libraries=libraries))
+        outputs = executable.run(inputs)
+        for out, reference in zip(outputs, expected, strict=True):
+            if not libraries:  # the host computes the call's HLO: the program's bits
+                np.testing.assert_array_equal(out, reference)
+                continue
+            reference = np.asarray(reference, np.float64)
+            scale = max(1.0, float(np.abs(reference).max()))
+            if element == "f32":  # TF32 products
+                bound = 8 * 2.0**-11 * math.sqrt(call.summed_terms()) * scale
+            else:  # the epilogue before the one rounding, not after a first one
+                bound = 2 * 2.0 ** -(8 if element == "bf16" else 11) * scale
+            error = float(np.abs(np.asarray(out, np.float64) - reference).max())
+            assert error <= bound, (error, bound)
+            if "relu" in fused:
+                assert float(np.min(out)) == 0.0
+
+
+def test_the_model_corpus_convolutions_take_their_bias_and_relu_into_cudnn():
+    # flax's Conv then nn.relu: XLA:GPU's __cudnn$convBiasActivationForward; heron's call
+    # has the bias as its third operand and the ReLU in its backend_config.
+    from heron.compiler.executable import thunk_counts
+
+    module = parse_module_file(ROOT / "models" / "flax_cnn" / "module.hlo")
+    compiled = compile_program(module, H100, ("interpreter",))
+    (call,) = [
+        ConvolutionCall.from_thunk(t)
+        for t in walk(compiled.artefact.program)
+        if isinstance(t, LibraryCallThunk) and t.operation == "convolution"
+    ]
+    assert call.describe() == (
+        "convolution f32[4x3x8x8] * f32[8x3x3x3] -> f32[4x8x8x8], pad 1_1x1_1, tf32, bias, relu"
+    )
+    # two kernels (the filter transpose; the pooling), the convolution, the Dense GEMM
+    assert thunk_counts(compiled) == {"kernel": 2, "library_call": 2}

@@ -88,6 +88,22 @@ CALLS = {
         compute="tf32",
         mode="data_gradient",
     ),
+    "bias_relu_tf32": _call(
+        (2, 8, 9, 9),
+        (16, 8, 3, 3),
+        (2, 16, 9, 9),
+        padding_low=(1, 1),
+        padding_high=(1, 1),
+        compute="tf32",
+        bias=True,
+        activation="relu",
+    ),
+    "grouped_bias_bf16": _call(
+        (1, 6, 8, 8), (6, 2, 3, 3), (1, 6, 6, 6), groups=3, element_type="bf16", bias=True
+    ),
+    "relu_f16": _call(
+        (2, 4, 1, 16), (8, 4, 1, 3), (2, 8, 1, 14), element_type="f16", activation="relu"
+    ),
     "strided_weight_gradient": _call(
         (2, 3, 9, 9),
         (4, 3, 3, 3),
@@ -172,6 +188,23 @@ class FakeCudnn:
                 self.record["tensors"]["x"] = out
                 return out
 
+            def bias(self, input, bias, name):  # noqa: A002 - the frontend's names
+                tensors = self.record["tensors"]
+                assert (input, bias) == (tensors["y"], tensors["b"])
+                assert bias.dim[1] == tensors["w"].dim[0] and bias.dim[0] == 1
+                return self._epilogue("bias")
+
+            def relu(self, input, name):  # noqa: A002 - the frontend's name
+                assert input is self.record["tensors"]["y"]
+                return self._epilogue("relu")
+
+            def _epilogue(self, step):
+                self.record.setdefault("epilogue", []).append(step)
+                assert not self.record["tensors"]["y"].output  # the convolution's is virtual
+                out = _Tensor("y", [], [], None)
+                self.record["tensors"]["y"] = out
+                return out
+
             def conv_wgrad(self, image, loss, **keywords):
                 self.record["conv"] = keywords | {"node": "conv_wgrad"}
                 assert (image, loss) == (self.record["tensors"]["x"], self.record["tensors"]["y"])
@@ -234,13 +267,15 @@ class FakeCudnn:
             element_type=element,
             compute="tf32" if element == "f32" and not record["deselected"] else "",
             mode={node: mode for mode, node in NODES.items()}[conv["node"]],
+            bias="bias" in record.get("epilogue", ()),
+            activation="relu" if "relu" in record.get("epilogue", ()) else "",
         )
         arrays = []
         for size, tensor in zip(call.byte_sizes(), call.operand_names, strict=True):
             arrays.append(
                 np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(pack[tensors[tensor]]))
             )
-        arrays[2][...] = call.reference(arrays)
+        arrays[-1][...] = call.reference(arrays)
 
     def attention(self, record: dict, pack: dict, element: str) -> None:
         """cuDNN's flash attention from the recorded ``sdpa`` graph, on host memory."""
@@ -288,9 +323,9 @@ def fake(monkeypatch):
 def _operands(call: ConvolutionCall, rng) -> list[np.ndarray]:
     dtype = ElementType(call.element_type).numpy_dtype
     result = []
-    for count in call.element_counts()[:2]:
+    for count in call.element_counts()[:-1]:
         result.append(rng.standard_normal(count).astype(dtype).view(np.uint8))
-    result.append(np.zeros(call.byte_sizes()[2], np.uint8))
+    result.append(np.zeros(call.byte_sizes()[-1], np.uint8))
     return result
 
 
@@ -318,6 +353,12 @@ def test_each_call_is_one_graph_node_computing_the_contract(fake, name):
     conv = graph["conv"]
     assert conv["node"] == chosen.node == NODES[call.mode]
     assert tensors[call.operand_names[-1]].output
+    # the epilogue in the same graph, after the convolution
+    expected_epilogue = ["bias"] * call.bias + [call.activation] * bool(call.activation)
+    assert graph.get("epilogue", []) == expected_epilogue
+    if call.bias:
+        k = call.w_dims[0]
+        assert tensors["b"].dim == [1, k] + [1] * (len(call.w_dims) - 2)
     assert (conv["pre_padding"], conv["post_padding"]) == (
         list(call.padding_low),
         list(call.padding_high),
@@ -336,7 +377,9 @@ def test_each_call_is_one_graph_node_computing_the_contract(fake, name):
     assert fake.streams == [0x5001]
     (execution,) = fake.executions
     assert (execution["workspace"], execution["handle"]) == (0x7000, 0xC0DE)
-    np.testing.assert_array_equal(operands[2], expected)
+    np.testing.assert_array_equal(operands[-1], expected)
+    if call.activation == "relu":
+        assert operands[-1].view(ElementType(call.element_type).numpy_dtype).min() == 0
 
 
 def test_a_graph_cudnn_refuses_is_not_offered_and_says_why(fake):

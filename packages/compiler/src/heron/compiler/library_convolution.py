@@ -52,7 +52,12 @@ import attrs
 
 from heron.hlo.attributes import ConvDimensionNumbers, QuotedString, Window
 from heron.hlo.custom_calls.call import custom_call_of
-from heron.hlo.custom_calls.convolution import TARGET, as_convolution, backend_config
+from heron.hlo.custom_calls.convolution import (
+    TARGET,
+    activation_of,
+    as_convolution,
+    backend_config,
+)
 from heron.hlo.dot_precision import dot_compute
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
@@ -78,6 +83,7 @@ __all__ = [
     "convolution_verdict",
     "convolution_verdicts",
     "is_library_convolution",
+    "library_mode",
     "library_convolution_rewriter",
     "library_convolution_thunk",
     "rewrite_convolutions",
@@ -304,6 +310,15 @@ def _canonical_labels(spatial: int, mode: str) -> ConvDimensionNumbers:
     )
 
 
+def library_mode(inst: Instruction) -> str:
+    """What a ``__heron$convolution`` call computes: ``forward``, ``data_gradient`` or
+    ``weight_gradient`` (the contract's ``mode``)."""
+    conv = as_convolution(custom_call_of(inst))
+    window = conv.attributes.get("window")
+    dims = list(window.dims) if isinstance(window, Window) else []
+    return _canonical_mode(conv.attributes["dim_labels"], dims)
+
+
 def _canonical_mode(numbers: ConvDimensionNumbers, dims: Sequence) -> str:
     """What a library convolution (in :func:`_canonical_labels`' form) computes."""
     if any(d is not None and d.base_dilation != 1 for d in dims):
@@ -403,7 +418,7 @@ def convolution_call(inst: Instruction, target: Target) -> ConvolutionCall:
     """The library call a ``__heron$convolution`` custom call is (its shapes laid out)."""
     conv = as_convolution(custom_call_of(inst))
     numbers: ConvDimensionNumbers = conv.attributes["dim_labels"]
-    lhs, rhs = (operand.array_shape for operand in inst.operands)
+    lhs, rhs = (operand.array_shape for operand in inst.operands[:2])
     out = inst.array_shape
 
     def described(shape: ArrayShape, order: Sequence[int]) -> tuple[list[int], list[int]]:
@@ -500,7 +515,14 @@ def convolution_call(inst: Instruction, target: Target) -> ConvolutionCall:
         groups=int(conv.attributes.get("feature_group_count", 1)),
         element_type=str(out.element_type),
         compute=dot_compute(conv, tf32=target.tf32),
+        bias=len(inst.operands) == 3,
+        activation=activation_of(_config_text(inst)),
     )
+
+
+def _config_text(inst: Instruction) -> str:
+    config = inst.attributes.get("backend_config")
+    return config.text if isinstance(config, QuotedString) else ""
 
 
 def library_convolution_thunk(

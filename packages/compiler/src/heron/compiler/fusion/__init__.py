@@ -33,6 +33,7 @@ from heron.compiler.fusion.priority_fusion import priority_fusion
 from heron.compiler.fusion.wrapper import fusion_wrapper
 from heron.compiler.library_attention import library_attention_rewriter
 from heron.compiler.library_convolution import library_convolution_rewriter
+from heron.compiler.library_convolution_fusion import library_convolution_fusion
 from heron.compiler.scan_rewriter import scan_rewriter
 from heron.compiler.tree_reduction import tree_reduction_rewriter
 from heron.hlo.ir import Module
@@ -55,6 +56,7 @@ __all__ = [
 GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
     "library-convolution-rewriter": library_convolution_rewriter,
     "library-attention-rewriter": library_attention_rewriter,
+    "library-convolution-fusion": library_convolution_fusion,
     "scan-rewriter": scan_rewriter,
     "tree-reduction-rewriter": tree_reduction_rewriter,
     "library-gemm-fusion": gemm_fusion,
@@ -87,7 +89,8 @@ def fusion_pipeline(target: Target) -> Pipeline:
 def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
     """The program pipeline for ``target``: the convolutions its DNN library takes made
     library calls, simplification (before layouts, the attention its fused-attention
-    library takes made one call), scans in log depth, the reductions too long for one
+    library takes made one call and the convolutions' bias and ReLU made part of their
+    calls), scans in log depth, the reductions too long for one
     block split in two, then fusion (``deterministic``: see
     :func:`heron.hlo.passes.simplification_pipeline`)."""
     return Pipeline(
@@ -96,7 +99,10 @@ def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
             library_convolution_rewriter(target),
             simplification_pipeline(
                 deterministic=deterministic,
-                before_layout=(library_attention_rewriter(target),),
+                before_layout=(
+                    library_attention_rewriter(target),
+                    library_convolution_fusion(target),
+                ),
             ),
             scan_rewriter(target),
             tree_reduction_rewriter(target),

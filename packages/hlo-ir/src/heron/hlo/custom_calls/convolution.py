@@ -9,8 +9,14 @@ convolution becomes ``custom-call(lhs, rhs), custom_call_target=
 counts and the precision) kept as JSON in ``backend_config``, its operands and
 result unchanged.
 
+A forward convolution may carry its epilogue, as XLA's
+``__cudnn$convBiasActivationForward`` does: a third operand, the bias (one
+value per output feature, added after the convolution's result is rounded to
+its type), and ``"activation": "relu"`` in ``backend_config`` (then
+``maximum(result, 0)``).
+
 The custom call has one meaning wherever it runs: the convolution it stands
-for. This module is its host implementation (a ``heron.custom_calls`` plugin
+for, with its epilogue. This module is its host implementation (a ``heron.custom_calls`` plugin
 of hlo-ir itself): it rebuilds the convolution and evaluates it with the
 reference evaluator. The evaluator therefore computes the custom call exactly
 as it computed the convolution, and an executor on a device without the
@@ -36,7 +42,10 @@ from heron.hlo.ir import Instruction, Module
 from heron.hlo.shapes import ArrayShape
 
 __all__ = [
+    "ACTIVATION",
+    "ACTIVATIONS",
     "TARGET",
+    "activation_of",
     "as_convolution",
     "backend_config",
     "convolution_text",
@@ -56,16 +65,36 @@ KEPT = (
     "operand_precision",
     "algorithm",
 )
+#: The epilogue's entry in ``backend_config`` and the activations it names.
+ACTIVATION = "activation"
+ACTIVATIONS = ("relu",)
 
 
-def backend_config(conv: Instruction) -> str:
-    """``conv``'s attributes as the custom call's ``backend_config`` (JSON, HLO syntax)."""
+def backend_config(conv: Instruction, activation: str = "") -> str:
+    """``conv``'s attributes as the custom call's ``backend_config`` (JSON, HLO syntax),
+    with the epilogue's ``activation`` where there is one."""
     config: dict[str, str] = {}
     for name in KEPT:
         value = conv.attributes.get(name)
         if value is not None:
             config[name] = format_attribute(name, value).split("=", 1)[1]
+    if activation:
+        config[ACTIVATION] = activation
     return json.dumps(config, sort_keys=True)
+
+
+def activation_of(config: str) -> str:
+    """The activation a custom call's ``backend_config`` names (``""``: none)."""
+    try:
+        attributes = json.loads(config or "{}")
+    except json.JSONDecodeError:
+        return ""
+    return str(attributes.get(ACTIVATION, "")) if isinstance(attributes, dict) else ""
+
+
+def _output_feature(dim_labels: str) -> int:
+    """The output's feature dimension in a ``dim_labels`` text (``b01f_01io->b01f``: 3)."""
+    return dim_labels.split("->", 1)[-1].index("f")
 
 
 def convolution_text(
@@ -78,19 +107,41 @@ def convolution_text(
         raise ValueError(f"backend_config is not JSON ({error})") from None
     if not isinstance(attributes, dict) or "dim_labels" not in attributes:
         raise ValueError("backend_config names no dim_labels: it was not written by heron")
-    unknown = sorted(set(attributes) - set(KEPT))
+    unknown = sorted(set(attributes) - {*KEPT, ACTIVATION})
     if unknown:
         raise ValueError(f"backend_config has unknown attributes {', '.join(unknown)}")
-    lhs, rhs = operand_shapes
+    activation = attributes.get(ACTIVATION, "")
+    if activation and activation not in ACTIVATIONS:
+        raise ValueError(f"activation {activation!r} (takes {', '.join(ACTIVATIONS)})")
+    if len(operand_shapes) not in (2, 3):
+        raise ValueError(f"{len(operand_shapes)} operands (lhs, rhs and an optional bias)")
+    lhs, rhs = operand_shapes[:2]
     extras = "".join(f", {name}={attributes[name]}" for name in KEPT if name in attributes)
-    return (
-        "HloModule library_convolution\n\n"
-        "ENTRY convolution {\n"
-        f"  lhs = {lhs} parameter(0)\n"
-        f"  rhs = {rhs} parameter(1)\n"
-        f"  ROOT convolution = {result_shape} convolution(lhs, rhs){extras}\n"
-        "}\n"
-    )
+    lines = [
+        f"  lhs = {lhs} parameter(0)",
+        f"  rhs = {rhs} parameter(1)",
+        f"  convolution = {result_shape} convolution(lhs, rhs){extras}",
+    ]
+    value = "convolution"
+    if len(operand_shapes) == 3:
+        feature = _output_feature(attributes["dim_labels"])
+        lines += [
+            f"  bias = {operand_shapes[2]} parameter(2)",
+            f"  bias_broadcast = {result_shape} broadcast(bias), dimensions={{{feature}}}",
+            f"  biased = {result_shape} add(convolution, bias_broadcast)",
+        ]
+        value = "biased"
+    if activation == "relu":
+        element = result_shape.element_type
+        lines += [
+            f"  zero = {element}[] constant(0)",
+            f"  zeros = {result_shape} broadcast(zero), dimensions={{}}",
+            f"  relu = {result_shape} maximum({value}, zeros)",
+        ]
+        value = "relu"
+    lines[-1] = "  ROOT " + lines[-1].lstrip()
+    body = "\n".join(lines)
+    return f"HloModule library_convolution\n\nENTRY convolution {{\n{body}\n}}\n"
 
 
 @functools.lru_cache(maxsize=64)
@@ -102,14 +153,16 @@ def _module(text: str) -> Module:
 
 def as_convolution(call: CustomCall) -> Instruction:
     """The convolution ``call`` stands for, as an instruction of a module of its own
-    (shared between calls of one text: read it, do not change it)."""
-    if len(call.operand_shapes) != 2 or not isinstance(call.result_shape, ArrayShape):
-        raise call.error("takes two array operands (lhs, rhs) and gives one array")
+    whose root is the convolution with its epilogue (shared between calls of one text:
+    read it, do not change it)."""
+    if len(call.operand_shapes) not in (2, 3) or not isinstance(call.result_shape, ArrayShape):
+        raise call.error("takes two array operands (lhs, rhs), a bias, and gives one array")
     try:
         text = convolution_text(call.backend_config, call.operand_shapes, call.result_shape)
-        return _module(text).entry.root_instruction
+        entry = _module(text).entry
     except (ValueError, HloError) as error:
         raise call.error(str(error)) from None
+    return next(inst for inst in entry.instructions if inst.opcode == "convolution")
 
 
 def host(operands: Sequence[np.ndarray], call: CustomCall) -> Any:

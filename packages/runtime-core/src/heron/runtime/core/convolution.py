@@ -44,6 +44,12 @@ which is HLO's convolution of ``x`` (its batch contracted as a feature, its
 features as the batch) with ``y`` window-dilated by the stride (what jax's
 kernel gradient is). Its arguments are ``x``, ``y``, ``w``.
 
+A forward call may fuse its epilogue, as cuDNN's graphs (and XLA's
+``__cudnn$convBiasActivationForward``) do: with ``bias`` a fourth argument
+``b [K]`` is added to each output feature, with ``activation "relu"`` the sum
+is clamped at zero, both in f32 before the one rounding to the element type.
+Its arguments are then ``x``, ``w``, ``b``, ``y``.
+
 - ``arguments`` (the thunk's slices, in this order): ``x``, ``w``, ``y``; each
   ``prod(dims)`` elements whose strides are a permutation of a dense layout;
   ``y`` overlaps neither operand.
@@ -51,8 +57,9 @@ kernel gradient is). Its arguments are ``x``, ``y``, ``w``.
   tensors), ``compute`` (``""`` or ``"tf32"``), ``x_dims``, ``x_strides``,
   ``w_dims``, ``w_strides``, ``y_dims``, ``y_strides``, ``padding_low``,
   ``padding_high``, ``stride``, ``dilation`` (one per spatial dimension, 1 to
-  3 of them), ``groups`` and ``mode`` (``forward``, ``data_gradient`` or
-  ``weight_gradient``).
+  3 of them), ``groups``, ``mode`` (``forward``, ``data_gradient`` or
+  ``weight_gradient``), ``bias`` (a boolean) and ``activation`` (``""`` or
+  ``"relu"``), the last two for a forward call only.
 
 :meth:`ConvolutionCall.reference` computes the contract with numpy (the
 interpreter device's "library", and what the GPU tests compare cuDNN with).
@@ -79,7 +86,14 @@ from heron.runtime.core.library_contract import (
 )
 from heron.runtime.core.thunks import ThunkError
 
-__all__ = ["CONVOLUTION", "ELEMENT_TYPES", "MODES", "ConvolutionCall", "dense_strides"]
+__all__ = [
+    "ACTIVATIONS",
+    "CONVOLUTION",
+    "ELEMENT_TYPES",
+    "MODES",
+    "ConvolutionCall",
+    "dense_strides",
+]
 
 #: The operation name of a convolution library call.
 CONVOLUTION = "convolution"
@@ -101,6 +115,8 @@ _DESCRIBED = {
 }
 #: The ``compute`` values: ``""`` (the operands' own precision) or ``"tf32"`` (f32 only).
 _COMPUTES = ("", "tf32")
+#: The activations a forward call may end with (``""``: none).
+ACTIVATIONS = ("", "relu")
 
 
 def _ints(value: Any) -> tuple[int, ...]:
@@ -131,10 +147,19 @@ class ConvolutionCall(LibraryContract):
     element_type: str = "f32"
     compute: str = ""
     mode: str = "forward"
+    bias: bool = False
+    activation: str = ""
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
             raise ThunkError(f"convolution: mode {self.mode!r} (takes {', '.join(MODES)})")
+        if not isinstance(self.bias, bool) or self.activation not in ACTIVATIONS:
+            raise ThunkError(
+                f"convolution: bias {self.bias!r}, activation {self.activation!r} (takes a"
+                f" boolean and one of {', '.join(map(repr, ACTIVATIONS))})"
+            )
+        if (self.bias or self.activation) and self.mode != "forward":
+            raise ThunkError(f"convolution: a {self.mode} call fuses no bias or activation")
         rank = len(self.x_dims)
         if not 3 <= rank <= 5:
             raise ThunkError(f"convolution: x has {rank} dimensions (N, C and 1 to 3 spatial)")
@@ -211,14 +236,17 @@ class ConvolutionCall(LibraryContract):
     @property
     def operand_names(self) -> tuple[str, ...]:
         """The arguments, in order, the computed one last: ``x, w, y`` (forward), ``y, w, x``
-        (data gradient) or ``x, y, w`` (weight gradient)."""
+        (data gradient) or ``x, y, w`` (weight gradient); a forward call's bias ``b``
+        before ``y``."""
+        if self.bias:
+            return ("x", "w", "b", "y")
         return _ARGUMENTS[self.mode]
 
     def dims_of(self, name: str) -> tuple[int, ...]:
-        return getattr(self, f"{name}_dims")
+        return (self.w_dims[0],) if name == "b" else getattr(self, f"{name}_dims")
 
     def strides_of(self, name: str) -> tuple[int, ...]:
-        return getattr(self, f"{name}_strides")
+        return (1,) if name == "b" else getattr(self, f"{name}_strides")
 
     def element_counts(self) -> tuple[int, ...]:
         return tuple(math.prod(self.dims_of(name)) for name in self.operand_names)
@@ -249,9 +277,11 @@ class ConvolutionCall(LibraryContract):
             f"dilation {dims(self.dilation)}" if max(self.dilation) > 1 else "",
             f"{self.groups} groups" if self.groups > 1 else "",
             self.compute,
+            "bias" if self.bias else "",
+            self.activation,
         ]
         t = self.element_type
-        a, b, out = self.operand_names
+        a, b, out = _ARGUMENTS[self.mode]
         return (
             f"{_DESCRIBED[self.mode]} {t}[{dims(self.dims_of(a))}] * {t}[{dims(self.dims_of(b))}]"
             f" -> {t}[{dims(self.dims_of(out))}]" + "".join(f", {e}" for e in extras if e)
@@ -265,8 +295,9 @@ class ConvolutionCall(LibraryContract):
         Products are summed in f32 (numpy's order, not the library's: results agree
         within the sum's rounding), the operands first rounded to ``compute``.
         """
-        if len(arguments) != 3:
-            raise ThunkError(f"{self.describe()}: takes 3 arguments, given {len(arguments)}")
+        count = len(self.operand_names)
+        if len(arguments) != count:
+            raise ThunkError(f"{self.describe()}: takes {count} arguments, given {len(arguments)}")
         dtype = ElementType(self.element_type).numpy_dtype
         raw = dict(zip(self.operand_names, arguments, strict=True))
 
@@ -303,6 +334,11 @@ class ConvolutionCall(LibraryContract):
             for tap in positions:
                 patch = x[(slice(None), slice(None), slice(None), *taps(tap))]
                 result += np.einsum("ngc...,gkc->ngk...", patch, w[(..., *tap)], dtype=np.float32)
+            if self.bias:
+                b = read_strided(raw["b"], (k,), (1,), dtype)  # added in f32, not rounded
+                result += np.asarray(b, np.float32).reshape(g, k // g, *(1,) * self.spatial_rank)
+            if self.activation == "relu":
+                result = np.maximum(result, np.float32(0))
         elif self.mode == "weight_gradient":
             x = logical("x")
             x = np.pad(x, [(0, 0), (0, 0), *zip(self.padding_low, self.padding_high)])

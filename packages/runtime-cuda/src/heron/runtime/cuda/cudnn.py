@@ -21,6 +21,10 @@ layouts cuDNN's fastest engines take, as XLA's layout assignment does).
   (``deselect_numeric_notes([TENSOR_CORE])``), which is what ``precision=
   HIGHEST`` asks for.
 - Groups are implied by the tensors (``C / w's C``), as in cuDNN.
+- A forward call's epilogue is part of its graph: ``bias`` (a ``b``
+  tensor ``[1, K, 1...]``) then ``relu`` after ``conv_fprop``, the
+  convolution's result a virtual FLOAT tensor, so cuDNN runs them in one
+  kernel (XLA's ``__cudnn$convBiasActivationForward``).
 - The graph is built, its engines ranked by heuristic mode A (then FALLBACK)
   and one plan built once per distinct call, when the executable is loaded
   (``offers``), never during a graph capture; the workspace is one device
@@ -72,6 +76,9 @@ class ConvPlan:
     #: ``conv_fprop`` (computes y from x and w), ``conv_dgrad`` (x from y and w) or
     #: ``conv_wgrad`` (w from x and y)
     node: str = "conv_fprop"
+    #: a forward call's epilogue: a bias per output feature, then ``relu`` or nothing
+    bias: bool = False
+    activation: str = ""
 
 
 def plan(call: ConvolutionCall) -> ConvPlan:
@@ -93,6 +100,8 @@ def plan(call: ConvolutionCall) -> ConvPlan:
         dilation=call.dilation,
         tensor_cores=call.element_type != "f32" or call.compute == "tf32",
         node=NODES[call.mode],
+        bias=call.bias,
+        activation=call.activation,
     )
 
 
@@ -177,7 +186,21 @@ class Cudnn(Library):
         # each node's tensors in the contract's argument order, the computed one last
         if chosen.node == "conv_fprop":
             x, w = given("x"), given("w")
-            tensors = (x, w, computed(graph.conv_fprop(image=x, weight=w, **window), "y"))
+            y = graph.conv_fprop(image=x, weight=w, **window)
+            tensors = (x, w)
+            if chosen.bias:
+                k, spatial = chosen.w_dims[0], len(chosen.w_dims) - 2
+                b = graph.tensor(
+                    name="b",
+                    dim=[1, k, *[1] * spatial],
+                    stride=[k, 1, *[k] * spatial],
+                    data_type=io,
+                )
+                y = graph.bias(input=y, bias=b, name="bias")
+                tensors = (x, w, b)
+            if chosen.activation == "relu":
+                y = graph.relu(input=y, name="relu")
+            tensors = (*tensors, computed(y, "y"))
         elif chosen.node == "conv_dgrad":
             y, w = given("y"), given("w")
             tensors = (y, w, computed(graph.conv_dgrad(loss=y, filter=w, **window), "x"))
