@@ -287,6 +287,24 @@ def _convolution():
     return conv
 
 
+def _conv_training_step():
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    def loss(params, x, y):
+        w, b = params
+        numbers = ("NHWC", "HWIO", "NHWC")
+        h = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=numbers) + b
+        return jnp.mean(jnp.square(jax.nn.relu(h) - y))
+
+    def step(w, b, x, y):
+        grads = jax.grad(loss)((w, b), x, y)
+        return tuple(p - 1e-3 * g for p, g in zip((w, b), grads, strict=True))
+
+    return step
+
+
 def _training_step():
     import jax
     import jax.numpy as jnp
@@ -457,6 +475,10 @@ def _conv_flops(args: Sequence[Arg]) -> int:
     n, h, w, _ = args[0].shape
     kh, kw, ci, co = args[1].shape
     return 2 * n * h * w * co * kh * kw * ci
+
+
+def _conv_train_flops(args: Sequence[Arg]) -> int:
+    return 2 * _conv_flops((args[2], args[0]))  # the forward and the weight gradient
 
 
 def _train_flops(args: Sequence[Arg]) -> int:
@@ -726,6 +748,21 @@ WORKLOADS: tuple[Workload, ...] = (
         (Arg((1, 6, 6, 4), BF16), Arg((3, 3, 4, 4), BF16, scale=0.3)),
         _in_out,
         _conv_flops,
+    ),
+    Workload(
+        "conv_training_step",
+        "3x3 convolution + bias + ReLU training step (forward, weight and bias gradients,"
+        " SGD), NHWC f32 [32, 56, 56, 64] -> 64 channels",
+        _conv_training_step,
+        (
+            Arg((3, 3, 64, 64), scale=0.05),
+            Arg((64,), scale=0.1),
+            Arg((32, 56, 56, 64)),
+            Arg((32, 56, 56, 64)),
+        ),
+        (Arg((3, 3, 4, 4), scale=0.3), Arg((4,), scale=0.1), Arg((2, 6, 6, 4)), Arg((2, 6, 6, 4))),
+        lambda args: 4 * args[2].nbytes,
+        _conv_train_flops,
     ),
     Workload(
         "training_step",
