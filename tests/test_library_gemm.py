@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -255,3 +256,56 @@ ENTRY main {{
         executable = load_executable(compiled.artefact, InterpreterDevice(libraries=libraries))
         (out,) = executable.run(inputs)
         np.testing.assert_allclose(out, expected, rtol=3e-2, atol=3e-2)  # TF32, k = 32
+
+
+#: name -> (jax function, operand shapes, element type, the call it makes): complex GEMMs
+COMPLEX_GEMMS = {
+    "c64_matmul": (
+        lambda a, b: a @ b, ((8, 12), (12, 5)), "c64", "gemm c64[8x12] x c64[12x5] -> c64"
+    ),
+    "c128_batched": (
+        lambda a, b: jnp.einsum("bij,bjk->bik", a, b),
+        ((3, 4, 6), (3, 6, 2)),
+        "c128",
+        "gemm c128[3x4x6] x c128[3x6x2] -> c128",
+    ),
+    # a complex scale (no real alpha) and an add are no epilogue of a complex GEMM
+    "c64_scaled": (
+        lambda a, b: (a @ b) * (2 + 3j), ((4, 6), (6, 3)), "c64", "gemm c64[4x6] x c64[6x3] -> c64"
+    ),
+    # the add stays a kernel of its own
+    "c64_plus_one": (
+        lambda a, b: a @ b + 1, ((5, 7), (7, 3)), "c64", "gemm c64[5x7] x c64[7x3] -> c64"
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(COMPLEX_GEMMS))
+def test_a_complex_dot_is_a_library_gemm(name):
+    import jax
+
+    function, shapes, element, described = COMPLEX_GEMMS[name]
+    dtype = {"c64": np.complex64, "c128": np.complex128}[element]
+    rng = np.random.default_rng(7)
+    inputs = [(rng.standard_normal(s) + 1j * rng.standard_normal(s)).astype(dtype) for s in shapes]
+    previous = jax.config.jax_enable_x64  # a global: c128 needs it, others may have set it
+    jax.config.update("jax_enable_x64", element == "c128")
+    try:
+        text = jax.jit(function).lower(*inputs).as_text(dialect="hlo")
+        expected = np.asarray(jax.jit(function)(*inputs))
+    finally:
+        jax.config.update("jax_enable_x64", previous)
+    compiled = compile_program(parse_module(text), Target.preset("h100"), ("interpreter",))
+    (call,) = [t for t in walk(compiled.artefact.program) if isinstance(t, LibraryCallThunk)]
+    from heron.runtime.core.gemm import GemmCall
+
+    assert GemmCall.from_thunk(call).describe() == described
+    k = shapes[0][-1]
+    for libraries in ((), ("gemm",)):
+        executable = load_executable(compiled.artefact, InterpreterDevice(libraries=libraries))
+        (choice,) = executable.library_choices
+        assert choice.library == bool(libraries)
+        (out,) = executable.run(inputs)
+        assert out.dtype == dtype
+        unit = np.finfo(dtype).eps
+        np.testing.assert_allclose(out, expected, rtol=8 * unit * k, atol=8 * unit * k)

@@ -128,7 +128,8 @@ class FakeCublasLt:
             self.compute(record)
 
     def _scalar(self, scale_type, pointer):
-        dtype = {0: np.float32, 1: np.float64, 10: np.int32}[int(scale_type)]
+        dtype = {0: np.float32, 1: np.float64, 4: np.complex64, 5: np.complex128, 10: np.int32}
+        dtype = dtype[int(scale_type)]  # cudaDataType_t: R_32F, R_64F, C_32F, C_64F, R_32I
         return np.frombuffer(ctypes.string_at(pointer, np.dtype(dtype).itemsize), dtype)[0]
 
     def compute(self, record):
@@ -137,9 +138,12 @@ class FakeCublasLt:
 
         types = {0: np.float32, 1: np.float64, 2: np.float16, 14: ml_dtypes.bfloat16, 3: np.int8}
         types[10] = np.int32  # cudaDataType_t: CUDA_R_32I
+        types |= {4: np.complex64, 5: np.complex128}  # CUDA_C_32F, CUDA_C_64F
         compute_type = record["desc"]["compute_type"]
         accumulate = {68: np.float32, 70: np.float64, 72: np.int32, 75: np.float32, 77: np.float32}
         accumulate = accumulate[compute_type]
+        if int(record["desc"]["scale_type"]) in (4, 5):  # complex: the scale type's precision
+            accumulate = np.result_type(accumulate, np.complex64)
         compute = {75: "bf16", 77: "tf32"}.get(compute_type, "")
 
         def matrix(address, layout):

@@ -51,7 +51,7 @@ def _run(call: GemmCall, library: CublasLt, rng: np.random.Generator):
 def _check_plan(call: GemmCall, recorded: dict) -> None:
     """The recorded arguments are the contract, row-major through column-major, swapped."""
     layouts = {role: recorded[role][1] for role in "abcd"}
-    element = {0: "f32", 1: "f64", 2: "f16", 14: "bf16", 3: "s8", 10: "s32"}
+    element = {0: "f32", 1: "f64", 2: "f16", 14: "bf16", 3: "s8", 10: "s32", 4: "c64", 5: "c128"}
     a = (call.k, call.n) if call.rhs_transposed else (call.n, call.k)  # stored rows, cols
     b = (call.m, call.k) if call.lhs_transposed else (call.k, call.m)
     expected = {
@@ -80,6 +80,8 @@ def _check_plan(call: GemmCall, recorded: dict) -> None:
         ("f32", "tf32"): (77, 0),
         ("f32", "bf16"): (75, 0),
         ("f64", ""): (70, 1),
+        ("c64", ""): (68, 4),
+        ("c128", ""): (70, 5),
         ("s32", ""): (72, 10),
     }[(call.accumulation, call.compute)]
     assert (desc["compute_type"], desc["scale_type"]) == compute
@@ -88,7 +90,7 @@ def _check_plan(call: GemmCall, recorded: dict) -> None:
     epilogue |= {(False, "gelu"): 32, (True, "gelu"): 36}
     assert desc["EPILOGUE"] == epilogue[(call.bias, call.activation)]
     assert (desc.get("BIAS_DATA_TYPE") is not None) == call.bias
-    assert (float(recorded["alpha"]), float(recorded["beta"])) == (call.alpha, call.beta)
+    assert (complex(recorded["alpha"]), complex(recorded["beta"])) == (call.alpha, call.beta)
     assert recorded["workspace"][1] == WORKSPACE_BYTES
     assert recorded["stream"] == 0x5001
 

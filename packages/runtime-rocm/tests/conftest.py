@@ -164,6 +164,8 @@ class FakeHipblas:
 
         scalar = {"HIPBLAS_COMPUTE_32F": np.float32, "HIPBLAS_COMPUTE_64F": np.float64}
         dtype = scalar.get(compute.name, np.int32)
+        complex_ = {"HIP_C_32F": np.complex64, "HIP_C_64F": np.complex128}
+        dtype = complex_.get(c_type.name, dtype)  # a complex GEMM's scalars are complex
         read = lambda p: np.frombuffer(ctypes.string_at(p, np.dtype(dtype).itemsize), dtype)[0]  # noqa: E731
         record = dict(
             transa=transa.name, transb=transb.name, m=m, n=n, k=k,
@@ -188,12 +190,15 @@ class FakeHipblas:
         types = {
             "HIP_R_32F": np.float32, "HIP_R_64F": np.float64, "HIP_R_16F": np.float16,
             "HIP_R_16BF": ml_dtypes.bfloat16, "HIP_R_8I": np.int8, "HIP_R_32I": np.int32,
+            "HIP_C_32F": np.complex64, "HIP_C_64F": np.complex128,
         }  # fmt: skip
         accumulate = {
             "HIPBLAS_COMPUTE_32F": np.float32,
             "HIPBLAS_COMPUTE_64F": np.float64,
             "HIPBLAS_COMPUTE_32I": np.int32,
         }[record["compute"]]
+        if record["c"][1].startswith("HIP_C_"):
+            accumulate = np.result_type(accumulate, np.complex64)
         m, n, k = record["m"], record["n"], record["k"]
 
         def matrix(entry, rows, cols):

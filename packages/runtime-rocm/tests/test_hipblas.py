@@ -43,7 +43,7 @@ EXTRA_CALLS = extra_gemm_calls()
 def _check(call: GemmCall, recorded: dict) -> None:
     """hipBLAS computes out^T = rhs^T lhs^T: m and n swapped, rhs first."""
     data = {"f32": "HIP_R_32F", "f16": "HIP_R_16F", "bf16": "HIP_R_16BF", "f64": "HIP_R_64F"}
-    data |= {"s8": "HIP_R_8I", "s32": "HIP_R_32I"}
+    data |= {"s8": "HIP_R_8I", "s32": "HIP_R_32I", "c64": "HIP_C_32F", "c128": "HIP_C_64F"}
     assert (recorded["m"], recorded["n"], recorded["k"]) == (call.n, call.m, call.k)
     assert recorded["a"][1:] == (data[call.rhs_type], call.n, call.k * call.n)
     assert recorded["b"][1:] == (data[call.lhs_type], call.k, call.m * call.k)
@@ -52,10 +52,12 @@ def _check(call: GemmCall, recorded: dict) -> None:
     compute = {
         "f32": "HIPBLAS_COMPUTE_32F",
         "f64": "HIPBLAS_COMPUTE_64F",
+        "c64": "HIPBLAS_COMPUTE_32F",
+        "c128": "HIPBLAS_COMPUTE_64F",
         "s32": "HIPBLAS_COMPUTE_32I",
     }
     assert recorded["compute"] == compute[call.accumulation]
-    assert (float(recorded["alpha"]), float(recorded["beta"])) == (call.alpha, call.beta)
+    assert (complex(recorded["alpha"]), complex(recorded["beta"])) == (call.alpha, call.beta)
     assert recorded["algo"] == "HIPBLAS_GEMM_DEFAULT" and recorded["stream"] == "stream"
 
 

@@ -203,7 +203,8 @@ def assert_gemm_close(
     from heron.hlo.element_types import ElementType
 
     dtype = ElementType(call.out_type).numpy_dtype
-    got, expected = got.view(dtype).astype(np.float64), expected.view(dtype).astype(np.float64)
+    wide = np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+    got, expected = got.view(dtype).astype(wide), expected.view(dtype).astype(wide)
     if call.accumulation == "s32":
         np.testing.assert_array_equal(got, expected, err_msg=call.describe())
         return
@@ -219,7 +220,7 @@ def assert_gemm_close(
 def extra_gemm_calls() -> tuple:
     """Calls the corpus lacks: s8 (s32 accumulation), f16 with and without an epilogue,
     alpha and beta, f64, a matrix-vector product, both operands transposed with a
-    residual and a bias, bf16 compute, GELU without a bias."""
+    residual and a bias, bf16 compute, GELU without a bias, c64 and c128."""
     from heron.runtime.core.gemm import GemmCall
 
     return (
@@ -243,4 +244,6 @@ def extra_gemm_calls() -> tuple:
             activation="gelu",
         ),
         GemmCall(1, 6, 4, 10, "f32", "f32", "f32", compute="bf16", activation="gelu"),
+        GemmCall(2, 5, 6, 7, "c64", "c64", "c64"),
+        GemmCall(1, 4, 3, 5, "c128", "c128", "c128", alpha=0.5),
     )

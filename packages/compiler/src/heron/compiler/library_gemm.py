@@ -94,13 +94,14 @@ def _row_major(shape: object) -> bool:
 
 
 def _scalar_constant(inst: Instruction) -> float | None:
-    """The value of a scalar constant, or of a broadcast of one; else None."""
+    """The value of a real scalar constant, or of a broadcast of one; else None (a complex
+    constant is no real alpha: a complex GEMM takes no epilogue)."""
     if inst.opcode == "broadcast":
         inst = inst.operands[0]
     if inst.opcode != "constant":
         return None
     literal = inst.literal
-    if not isinstance(literal, np.ndarray) or literal.size != 1:
+    if not isinstance(literal, np.ndarray) or literal.size != 1 or literal.dtype.kind == "c":
         return None
     return float(literal.reshape(-1)[0])
 

@@ -11,7 +11,8 @@ rewriter fuses it into a cuBLASLt call::
                               + beta * c[b, m, n] + bias[n])
 
 computed in the accumulation type XLA uses for the element types (f32 for
-f16, bf16 and f32 inputs; f64 for f64; s32, wrapping, for s8), the operands
+f16, bf16 and f32 inputs; f64 for f64; c64 and c128 for themselves; s32,
+wrapping, for s8), the operands
 first rounded to ``compute`` where that is narrower than their type (TF32,
 XLA:GPU's default for f32 dots: :mod:`heron.hlo.dot_precision`), and rounded
 once to the output type.
@@ -81,10 +82,21 @@ ACCUMULATION = {
     ("f16", "f16"): "f32",
     ("bf16", "bf16"): "f32",
     ("f64", "f64"): "f64",
+    ("c64", "c64"): "c64",
+    ("c128", "c128"): "c128",
     ("s8", "s8"): "s32",
 }
 #: accumulation type -> the output types a call may round to.
-_OUTPUTS = {"f32": ("f32", "f16", "bf16"), "f64": ("f64",), "s32": ("s32",)}
+_OUTPUTS = {
+    "f32": ("f32", "f16", "bf16"),
+    "f64": ("f64",),
+    "c64": ("c64",),
+    "c128": ("c128",),
+    "s32": ("s32",),
+}
+#: Accumulation types whose calls have no epilogue but alpha (BLAS's complex and integer
+#: GEMMs: cuBLASLt's bias and activation epilogues are for real floating types).
+_PLAIN_ONLY = ("s32", "c64", "c128")
 
 
 def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -129,8 +141,12 @@ class GemmCall(LibraryContract):
             )
         if self.activation not in ACTIVATIONS:
             raise ThunkError(f"gemm: activation {self.activation!r} (takes {ACTIVATIONS})")
-        if accumulation == "s32" and (self.bias or self.residual or self.activation != "none"):
-            raise ThunkError("gemm: an s8 GEMM has no bias, residual or activation epilogue")
+        if accumulation in _PLAIN_ONLY and (
+            self.bias or self.residual or self.activation != "none"
+        ):
+            raise ThunkError(
+                f"gemm: a {self.lhs_type} GEMM has no bias, residual or activation epilogue"
+            )
         if self.compute not in COMPUTE_TYPES:
             raise ThunkError(f"gemm: compute {self.compute!r} (takes {tuple(COMPUTE_TYPES)})")
         takes = COMPUTE_TYPES[self.compute]

@@ -19,6 +19,9 @@ are ``out``'s columns: exactly the contract's bias over ``n``.
   ``CUBLAS_COMPUTE_32F_FAST_TF32`` where the call's ``compute`` is ``tf32``
   (an f32 dot at default precision on sm_80+: :mod:`heron.hlo.dot_precision`),
   ``_FAST_16BF`` for ``bf16``, ``CUBLAS_COMPUTE_64F`` for f64,
+  ``CUBLAS_COMPUTE_32F`` / ``_64F`` with complex scales for c64 / c128
+  (``CUDA_C_32F`` / ``CUDA_C_64F`` matrices; the row-major swap below needs
+  no conjugation),
   ``CUBLAS_COMPUTE_32I`` with s32 scales for s8 (which cuBLASLt runs only for
   layouts its IMMA kernels take: where the heuristic finds no algorithm,
   :meth:`CublasLt.offers` says no and heron's kernel runs).
@@ -63,6 +66,8 @@ DATA_TYPES = {
     "bf16": "CUDA_R_16BF",
     "f32": "CUDA_R_32F",
     "f64": "CUDA_R_64F",
+    "c64": "CUDA_C_32F",
+    "c128": "CUDA_C_64F",
     "s8": "CUDA_R_8I",
     "s32": "CUDA_R_32I",
 }
@@ -73,6 +78,8 @@ COMPUTE_TYPES = {
     ("f32", "tf32"): ("COMPUTE_32F_FAST_TF32", "f32"),
     ("f32", "bf16"): ("COMPUTE_32F_FAST_16BF", "f32"),
     ("f64", ""): ("COMPUTE_64F", "f64"),
+    ("c64", ""): ("COMPUTE_32F", "c64"),
+    ("c128", ""): ("COMPUTE_64F", "c128"),
     ("s32", ""): ("COMPUTE_32I", "s32"),
 }
 #: (bias, activation) -> ``cublasLtEpilogue_t`` name.
@@ -160,7 +167,13 @@ def plan(call: GemmCall) -> LtPlan:
 
 
 _OPERATIONS = {"CUBLAS_OP_N": 0, "CUBLAS_OP_T": 1}
-_SCALE_DTYPES = {"f32": np.float32, "f64": np.float64, "s32": np.int32}
+_SCALE_DTYPES = {
+    "f32": np.float32,
+    "f64": np.float64,
+    "c64": np.complex64,
+    "c128": np.complex128,
+    "s32": np.int32,
+}
 
 
 class _Prepared:

@@ -10,7 +10,8 @@ k, m*k, beta, out, n, m*n, batch, computeType, HIPBLAS_GEMM_DEFAULT)``.
 hipBLAS's GEMM has no epilogue: a call with a bias, a residual, an activation
 or a transposed operand is not offered (heron's kernel computes it). The compute type is XLA's:
 ``HIPBLAS_COMPUTE_32F`` for f32, f16 and bf16 inputs, ``_64F`` for f64,
-``_32I`` for s8 (alpha and beta on the host in that type). hipBLAS is put on
+``_32F`` / ``_64F`` for c64 / c128 (complex scalars), ``_32I`` for s8 (alpha
+and beta on the host in that type). hipBLAS is put on
 the device's stream (``hipblasSetStream``) before each call, so that calls
 are ordered with the kernels and captured into graphs.
 
@@ -38,6 +39,8 @@ DATA_TYPES = {
     "bf16": "HIP_R_16BF",
     "f32": "HIP_R_32F",
     "f64": "HIP_R_64F",
+    "c64": "HIP_C_32F",
+    "c128": "HIP_C_64F",
     "s8": "HIP_R_8I",
     "s32": "HIP_R_32I",
 }
@@ -45,9 +48,17 @@ DATA_TYPES = {
 COMPUTE_TYPES = {
     "f32": ("HIPBLAS_COMPUTE_32F", "f32"),
     "f64": ("HIPBLAS_COMPUTE_64F", "f64"),
+    "c64": ("HIPBLAS_COMPUTE_32F", "c64"),
+    "c128": ("HIPBLAS_COMPUTE_64F", "c128"),
     "s32": ("HIPBLAS_COMPUTE_32I", "s32"),
 }
-_SCALARS = {"f32": np.float32, "f64": np.float64, "s32": np.int32}
+_SCALARS = {
+    "f32": np.float32,
+    "f64": np.float64,
+    "c64": np.complex64,
+    "c128": np.complex128,
+    "s32": np.int32,
+}
 
 
 @attrs.frozen
