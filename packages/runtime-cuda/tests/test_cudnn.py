@@ -174,18 +174,27 @@ class FakeCudnn:
                 self.record["tensors"][name] = made
                 return made
 
+            def _convolution(self, node, given, computed, keywords):
+                """One convolution node: reads the tensors named ``given``, makes ``computed``."""
+                self.record["conv"] = keywords | {"node": node}
+                tensors = self.record["tensors"]
+                out = _Tensor(computed, [], [], None)
+                tensors[computed] = out
+                return given, out
+
             def conv_fprop(self, image, weight, **keywords):
-                self.record["conv"] = keywords | {"node": "conv_fprop"}
-                assert (image, weight) == (self.record["tensors"]["x"], self.record["tensors"]["w"])
-                out = _Tensor("y", [], [], None)
-                self.record["tensors"]["y"] = out
+                given, out = self._convolution("conv_fprop", "xw", "y", keywords)
+                assert (image, weight) == tuple(self.record["tensors"][n] for n in given)
                 return out
 
             def conv_dgrad(self, loss, filter, **keywords):  # noqa: A002 - the frontend's name
-                self.record["conv"] = keywords | {"node": "conv_dgrad"}
-                assert (loss, filter) == (self.record["tensors"]["y"], self.record["tensors"]["w"])
-                out = _Tensor("x", [], [], None)
-                self.record["tensors"]["x"] = out
+                given, out = self._convolution("conv_dgrad", "yw", "x", keywords)
+                assert (loss, filter) == tuple(self.record["tensors"][n] for n in given)
+                return out
+
+            def conv_wgrad(self, image, loss, **keywords):
+                given, out = self._convolution("conv_wgrad", "xy", "w", keywords)
+                assert (image, loss) == tuple(self.record["tensors"][n] for n in given)
                 return out
 
             def bias(self, input, bias, name):  # noqa: A002 - the frontend's names
@@ -203,13 +212,6 @@ class FakeCudnn:
                 assert not self.record["tensors"]["y"].output  # the convolution's is virtual
                 out = _Tensor("y", [], [], None)
                 self.record["tensors"]["y"] = out
-                return out
-
-            def conv_wgrad(self, image, loss, **keywords):
-                self.record["conv"] = keywords | {"node": "conv_wgrad"}
-                assert (image, loss) == (self.record["tensors"]["x"], self.record["tensors"]["y"])
-                out = _Tensor("w", [], [], None)
-                self.record["tensors"]["w"] = out
                 return out
 
             def sdpa(self, q, k, v, **keywords):

@@ -430,11 +430,6 @@ def convolution_call(inst: Instruction, target: Target) -> ConvolutionCall:
             steps.insert(2, steps[2] * dims[3])
         return dims, steps
 
-    x = described(lhs, (numbers.input_batch, numbers.input_feature, *numbers.input_spatial))
-    w = described(
-        rhs, (numbers.kernel_output_feature, numbers.kernel_input_feature, *numbers.kernel_spatial)
-    )
-    y = described(out, (numbers.output_batch, numbers.output_feature, *numbers.output_spatial))
     window = conv.attributes.get("window")
     dims = list(window.dims) if isinstance(window, Window) else []
     if not dims:
@@ -444,63 +439,41 @@ def convolution_call(inst: Instruction, target: Target) -> ConvolutionCall:
         values = [default if d is None else getattr(d, name) for d in dims]
         return [default, *values] if len(values) == 1 else values
 
-    mode = _canonical_mode(numbers, dims)
-    if mode == "weight_gradient":
-        # the weight gradient of a forward convolution: its x is this lhs (batch and
-        # features swapped), its y this rhs, its w this result ([K, R, S, C])
-        padding = _weight_gradient_forward_padding(conv, numbers, dims)
-        assert padding is not None  # the rewriter took it as one
+    def sides(padding: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
         low, high = [lo for lo, _ in padding], [hi for _, hi in padding]
-        if len(low) == 1:
-            low, high = [0, *low], [0, *high]
-        x = described(lhs, (numbers.input_feature, numbers.input_batch, *numbers.input_spatial))
-        y = described(
-            rhs,
-            (numbers.kernel_input_feature, numbers.kernel_output_feature, *numbers.kernel_spatial),
-        )
-        w = described(out, (numbers.output_feature, numbers.output_batch, *numbers.output_spatial))
-        return ConvolutionCall(
-            x_dims=x[0],
-            x_strides=x[1],
-            w_dims=w[0],
-            w_strides=w[1],
-            y_dims=y[0],
-            y_strides=y[1],
-            padding_low=low,
-            padding_high=high,
-            stride=per_dim("window_dilation", 1),
-            dilation=per_dim("stride", 1),
-            element_type=str(out.element_type),
-            compute=dot_compute(conv, tf32=target.tf32),
-            mode=mode,
-        )
-    if mode == "data_gradient":
+        return ([0, *low], [0, *high]) if len(low) == 1 else (low, high)
+
+    spatial = numbers.input_spatial
+    lhs_order = (numbers.input_batch, numbers.input_feature, *spatial)
+    kernel = (numbers.kernel_output_feature, numbers.kernel_input_feature)
+    kernel_swapped = (*reversed(kernel), *numbers.kernel_spatial)
+    out_order = (numbers.output_batch, numbers.output_feature, *numbers.output_spatial)
+    mode = _canonical_mode(numbers, dims)
+    if mode == "forward":
+        x, y = described(lhs, lhs_order), described(out, out_order)
+        w = described(rhs, (*kernel, *numbers.kernel_spatial))
+        low, high = per_dim("pad_low", 0), per_dim("pad_high", 0)
+        stride, dilation = per_dim("stride", 1), per_dim("window_dilation", 1)
+    elif mode == "data_gradient":
         # the data gradient of a forward convolution: its x is this result, its y this
         # lhs, its filter [K, C, ...] this rhs read with input and output features swapped
-        w = described(
-            rhs,
-            (numbers.kernel_input_feature, numbers.kernel_output_feature, *numbers.kernel_spatial),
+        x, y, w = (
+            described(out, out_order),
+            described(lhs, lhs_order),
+            described(rhs, kernel_swapped),
         )
-        padding = _forward_padding(conv, dims)
-        low, high = [lo for lo, _ in padding], [hi for _, hi in padding]
-        if len(low) == 1:
-            low, high = [0, *low], [0, *high]
-        return ConvolutionCall(
-            x_dims=y[0],
-            x_strides=y[1],
-            w_dims=w[0],
-            w_strides=w[1],
-            y_dims=x[0],
-            y_strides=x[1],
-            padding_low=low,
-            padding_high=high,
-            stride=per_dim("base_dilation", 1),
-            dilation=per_dim("window_dilation", 1),
-            element_type=str(out.element_type),
-            compute=dot_compute(conv, tf32=target.tf32),
-            mode="data_gradient",
-        )
-
+        low, high = sides(_forward_padding(conv, dims))
+        stride, dilation = per_dim("base_dilation", 1), per_dim("window_dilation", 1)
+    else:
+        # the weight gradient of a forward convolution: its x is this lhs (batch and
+        # features swapped), its y this rhs, its w this result ([K, R, S, C])
+        x = described(lhs, (numbers.input_feature, numbers.input_batch, *spatial))
+        y = described(rhs, kernel_swapped)
+        w = described(out, (numbers.output_feature, numbers.output_batch, *numbers.output_spatial))
+        padding = _weight_gradient_forward_padding(conv, numbers, dims)
+        assert padding is not None  # the rewriter took it as one
+        low, high = sides(padding)
+        stride, dilation = per_dim("window_dilation", 1), per_dim("stride", 1)
     return ConvolutionCall(
         x_dims=x[0],
         x_strides=x[1],
@@ -508,13 +481,14 @@ def convolution_call(inst: Instruction, target: Target) -> ConvolutionCall:
         w_strides=w[1],
         y_dims=y[0],
         y_strides=y[1],
-        padding_low=per_dim("pad_low", 0),
-        padding_high=per_dim("pad_high", 0),
-        stride=per_dim("stride", 1),
-        dilation=per_dim("window_dilation", 1),
+        padding_low=low,
+        padding_high=high,
+        stride=stride,
+        dilation=dilation,
         groups=int(conv.attributes.get("feature_group_count", 1)),
         element_type=str(out.element_type),
         compute=dot_compute(conv, tf32=target.tf32),
+        mode=mode,
         bias=len(inst.operands) == 3,
         activation=activation_of(_config_text(inst)),
     )
