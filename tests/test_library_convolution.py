@@ -400,9 +400,10 @@ NHWC_HWIO = ("NHWC", "HWIO", "NHWC")
 
 
 def _forward(
-    x, w, numbers=NHWC_HWIO, strides=(1, 1), padding="SAME", dilation=(1, 1), element="f32"
-):
-    return (x, w, numbers, strides, padding, dilation, element)
+    x, w, numbers=NHWC_HWIO, strides=(1, 1), padding="SAME", dilation=(1, 1), element="f32",
+    groups=1,
+):  # fmt: skip
+    return (x, w, numbers, strides, padding, dilation, element, groups)
 
 
 #: name -> (x shape, w shape, dimension numbers, strides, padding, rhs dilation, element
@@ -422,6 +423,13 @@ WEIGHT_GRADIENTS = {
     "nhwc_bf16": _forward((2, 8, 8, 8), (3, 3, 8, 16), element="bf16"),
     # a dilated forward's kernel gradient strides its window: XLA's rule keeps it forward
     "nhwc_dilated": _forward((2, 11, 11, 3), (3, 3, 3, 4), padding="VALID", dilation=(2, 2)),
+    # grouped and depthwise: jax's kernel gradient has batch groups, conv_wgrad's groups
+    "nhwc_depthwise_strided": _forward(
+        (2, 9, 9, 6), (3, 3, 1, 6), strides=(2, 2), padding=((1, 1), (1, 1)), groups=6
+    ),
+    "nchw_grouped": _forward(
+        (3, 4, 8, 7), (6, 2, 3, 3), ("NCHW", "OIHW", "NCHW"), padding="VALID", groups=2
+    ),
 }  # fmt: skip
 
 
@@ -431,12 +439,18 @@ def _kernel_gradient(name: str) -> str:
     import jax.numpy as jnp
     from jax import lax
 
-    x_shape, w_shape, numbers, strides, padding, dilation, element = WEIGHT_GRADIENTS[name]
+    x_shape, w_shape, numbers, strides, padding, dilation, element, groups = WEIGHT_GRADIENTS[name]
     dtype = jnp.bfloat16 if element == "bf16" else jnp.float32
 
     def loss(w, x):
         y = lax.conv_general_dilated(
-            x, w, strides, padding, rhs_dilation=dilation, dimension_numbers=numbers
+            x,
+            w,
+            strides,
+            padding,
+            rhs_dilation=dilation,
+            dimension_numbers=numbers,
+            feature_group_count=groups,
         )
         return (y.astype(jnp.float32) ** 2).sum()
 
@@ -447,8 +461,10 @@ def _kernel_gradient(name: str) -> str:
 @pytest.mark.usefixtures("jax_32_bit")
 @pytest.mark.parametrize("name", sorted(WEIGHT_GRADIENTS))
 def test_a_kernel_gradient_is_cudnn_s_weight_gradient_by_xla_s_rule(name):
-    x_shape, w_shape, numbers, strides, _, dilation, element = WEIGHT_GRADIENTS[name]
-    module = parse_module(_kernel_gradient(name))
+    x_shape, w_shape, numbers, strides, _, dilation, element, groups = WEIGHT_GRADIENTS[name]
+    text = _kernel_gradient(name)
+    assert (f"batch_group_count={groups}" in text) == (groups > 1)
+    module = parse_module(text)
     compiled = compile_program(module, H100, ("interpreter",))
     calls = [
         ConvolutionCall.from_thunk(t)
@@ -468,6 +484,7 @@ def test_a_kernel_gradient_is_cudnn_s_weight_gradient_by_xla_s_rule(name):
         assert gradient.w_dims == forward.w_dims
         assert gradient.stride == forward.stride
         assert gradient.padding_low == forward.padding_low
+        assert gradient.groups == forward.groups == groups
         assert gradient.compute == ("tf32" if element == "f32" else "")
     inputs = _inputs(module, seed=13)
     expected = np.asarray(evaluate_module(module, inputs), np.float64)

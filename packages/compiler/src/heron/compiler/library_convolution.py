@@ -11,7 +11,7 @@ as on a target without one.
 
 - :func:`convolution_verdict` decides, once, whether the library takes a
   convolution, and says why not: f32, f16 or bf16 (all three tensors one
-  type), 1 to 3 spatial dimensions, ``batch_group_count`` 1, and either a
+  type), 1 to 3 spatial dimensions, and either a
   forward convolution (no base dilation, window reversal or negative padding:
   cuDNN's ``conv_fprop``) or the data gradient of a strided one (jax's input
   gradient: the output gradient base-dilated by the stride, convolved with the
@@ -22,8 +22,10 @@ as on a target without one.
   with the output gradient window-dilated by the stride: ``conv_wgrad``).
   Which convolutions are weight gradients is XLA's rule
   (:func:`weight_gradient_padding`): mathematically any convolution is both,
-  so the shapes decide. Grouped weight gradients (``batch_group_count`` > 1)
-  are not called yet.
+  so the shapes decide. A convolution with ``batch_group_count`` G > 1 (jax's
+  kernel gradient of a grouped or depthwise forward convolution) is always a
+  weight gradient: ``conv_wgrad`` with G groups (XLA rewrites it into a larger
+  feature-grouped forward convolution instead).
 - The ``library-convolution-rewriter`` pass (first in the GPU pipeline)
   transposes a taken convolution's operands into cuDNN's preferred order
   (``b01f`` input, ``o01i`` filter: NHWC and KRSC once the layouts are
@@ -113,7 +115,12 @@ def convolution_verdict(conv: Instruction, target: Target) -> str:
     if not 1 <= spatial <= 3:
         return f"{spatial} spatial dimensions ({target.dnn_library}: 1 to 3)"
     if int(conv.attributes.get("batch_group_count", 1)) != 1:
-        return "batch_group_count > 1 (a grouped weight gradient: conv_wgrad is not called yet)"
+        if weight_gradient_padding(conv) is None:
+            return (
+                "batch_group_count > 1 without a grouped weight gradient's form (feature"
+                " groups, a strided, base-dilated or reversed window, or negative padding)"
+            )
+        return ""
     window = conv.attributes.get("window")
     dims = list(window.dims) if isinstance(window, Window) else []
     if any(d.base_dilation != 1 for d in dims):
@@ -204,7 +211,8 @@ def weight_gradient_padding(conv: Instruction) -> list[tuple[int, int]] | None:
     (cuDNN's ``conv_wgrad``), else None.
 
     Any convolution with one feature group, unit window strides and no base dilation
-    or reversal can be read as a weight gradient: the input's batch is the forward's
+    or reversal can be read as a weight gradient (its ``batch_group_count`` the
+    forward's feature groups): the input's batch is the forward's
     features, its features the forward's batch, the filter the forward's output
     gradient, the window the forward's output and the window dilation its stride.
     Which reading is faster is a guess from the shapes, XLA:GPU's
@@ -212,9 +220,10 @@ def weight_gradient_padding(conv: Instruction) -> list[tuple[int, int]] | None:
     the window is no larger than the output, and not where the window is smaller
     than the output in more than one dimension (in one, for a 1-D convolution,
     unless written as 2-D), unless the window is dilated (a strided forward's
-    gradient). The forward's high padding is any value that leaves its output as
-    large as the window (XLA prefers the low padding, else the nearest): a weight
-    gradient whose padding would be negative stays a forward convolution.
+    gradient); one with batch groups always is. The forward's high padding is any
+    value that leaves its output as large as the window (XLA prefers the low
+    padding, else the nearest): a weight gradient whose padding would be negative
+    stays a forward convolution.
     """
     numbers = conv.attributes.get("dim_labels")
     window = conv.attributes.get("window")
@@ -222,14 +231,15 @@ def weight_gradient_padding(conv: Instruction) -> list[tuple[int, int]] | None:
         return None
     if int(conv.attributes.get("feature_group_count", 1)) != 1:
         return None
-    if int(conv.attributes.get("batch_group_count", 1)) != 1:
-        return None
-    if _looks_like_forward(conv, numbers):
-        return None
     dims = window.dims
     if any(d.stride != 1 or d.base_dilation != 1 or d.window_reversal for d in dims):
         return None
     if any(d.pad_low < 0 for d in dims):
+        return None
+    if int(conv.attributes.get("batch_group_count", 1)) != 1:
+        # only a grouped forward's kernel gradient has batch groups: no guess to make
+        return _weight_gradient_forward_padding(conv, numbers, dims)
+    if _looks_like_forward(conv, numbers):
         return None
     rhs, out = conv.operands[1].shape.dims, conv.shape.dims
     small = sum(
@@ -474,6 +484,9 @@ def convolution_call(inst: Instruction, target: Target) -> ConvolutionCall:
         assert padding is not None  # the rewriter took it as one
         low, high = sides(padding)
         stride, dilation = per_dim("window_dilation", 1), per_dim("stride", 1)
+    groups = conv.attributes.get(
+        "batch_group_count" if mode == "weight_gradient" else "feature_group_count", 1
+    )
     return ConvolutionCall(
         x_dims=x[0],
         x_strides=x[1],
@@ -485,7 +498,7 @@ def convolution_call(inst: Instruction, target: Target) -> ConvolutionCall:
         padding_high=high,
         stride=stride,
         dilation=dilation,
-        groups=int(conv.attributes.get("feature_group_count", 1)),
+        groups=int(groups),
         element_type=str(out.element_type),
         compute=dot_compute(conv, tf32=target.tf32),
         mode=mode,
