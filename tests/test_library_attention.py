@@ -200,6 +200,25 @@ def test_attention_for_cuda_is_one_library_call_and_no_gemm(taken):
     assert gemms == []  # the two dots are the call
 
 
+#: TAKEN cases whose q, k, v and output the library reads and writes where jax keeps them
+#: ([B, S, H, D]: strides, no transpose kernels) -> the kernels left (a bias's own layout).
+IN_PLACE = {"sdpa": 0, "sdpa_causal": 0, "sdpa_bias": 0, "sdpa_bias_per_head_causal": 0}
+
+
+@pytest.mark.parametrize("name", sorted(IN_PLACE))
+def test_jax_s_bshd_tensors_are_read_and_written_through_strides(name):
+    from heron.compiler.executable import thunk_counts
+
+    function, shapes, _ = TAKEN[name]
+    compiled = compile_program(parse_module(_lowered(function, shapes)), H100, ("interpreter",))
+    (thunk,) = _attention_calls(compiled)
+    call = AttentionCall.from_thunk(thunk)
+    b, t, n, h = shapes[0].shape  # jax's [B, T, N, H]
+    bshd = (t * n * h, h, n * h, 1)  # cuDNN's [B, H, S, D] read from [B, S, H, D]
+    assert call.q_strides == call.k_strides == call.v_strides == call.o_strides == bshd
+    assert thunk_counts(compiled).get("kernel", 0) == IN_PLACE[name]
+
+
 @pytest.mark.parametrize("libraries", [(), ("attention",)])
 def test_the_interpreter_gives_xla_s_results_on_the_host_or_with_its_numpy_library(
     taken, libraries

@@ -639,7 +639,84 @@ class _Adder:
         return self.inserter.add(opcode, shape, operands, attributes, like=self.like, suffix=suffix)
 
 
-def _rewrite(inserter: Inserter, match: AttentionMatch) -> Instruction:
+_IDENTITY = (0, 1, 2, 3)
+
+
+def _non_unit(dims: Sequence[int]) -> list[int]:
+    return [d for d, size in enumerate(dims) if size != 1]
+
+
+def _through_view(view: Instruction, towards_operand: bool, dims: list[int | None]) -> list | None:
+    """``dims`` (positions in one side of ``view``, a transpose or a reshape that only adds
+    or drops size-1 dimensions) as positions in the other side, a dropped size-1
+    dimension's None (as are ``None`` entries); None where ``view`` is neither."""
+    outer, inner = view.array_shape.dims, view.operands[0].array_shape.dims
+    if view.opcode == "transpose":
+        order = tuple(view.attributes["dimensions"])
+        if towards_operand:
+            return [None if d is None else order[d] for d in dims]
+        return [None if d is None else order.index(d) for d in dims]
+    if view.opcode != "reshape":
+        return None
+    here, there = (outer, inner) if towards_operand else (inner, outer)
+    mine, theirs = _non_unit(here), _non_unit(there)
+    if [here[d] for d in mine] != [there[d] for d in theirs]:
+        return None
+    mapping = dict(zip(mine, theirs, strict=True))
+    return [None if d is None else mapping.get(d) for d in dims]
+
+
+def _stored(x: Instruction) -> tuple[Instruction, tuple[int, ...]]:
+    """``x`` (4-D, cuDNN's order) as ``transpose(stored, dimensions=order)``: the 4-D
+    tensor the program stored before the transposes and size-1 reshapes that lead to
+    ``x``, and where each of ``x``'s dimensions is in it; ``(x, identity)`` where there
+    are none."""
+    best: tuple[Instruction, tuple[int, ...]] = (x, _IDENTITY)
+    where: list | None = list(_IDENTITY)
+    while x.opcode in ("transpose", "reshape") and where is not None:
+        where = _through_view(x, True, where)
+        x = x.operands[0]
+        if where is None or None in where:
+            break  # not a view, or one of x's dimensions dropped
+        if len(x.array_shape.dims) == 4 and sorted(where) == [0, 1, 2, 3]:
+            best = (x, tuple(where))
+    return best
+
+
+def _written(
+    start: Instruction, where: list[int], uses: Uses
+) -> tuple[Instruction, tuple[int, ...]] | None:
+    """The last of the transposes and size-1 reshapes that alone read ``start`` (whose
+    dimension ``where[i]`` is cuDNN's i-th) that is 4-D, and the order it stores cuDNN's
+    result in (its dimension j is cuDNN's ``order[j]``); None where there is none."""
+    found = None
+    x: Instruction = start
+    # position j of the current tensor -> cuDNN's dimension (None: a size-1 one added)
+    held: list[int | None] = [where.index(j) if j in where else None for j in range(4)]
+    while True:
+        users = uses.users(x)
+        if len(users) != 1 or x is uses.computation.root:
+            return found
+        (user,) = users
+        if user.opcode not in ("transpose", "reshape"):
+            return found
+        positions = _through_view(user, False, list(range(len(x.array_shape.dims))))
+        if positions is None:
+            return found
+        after: list[int | None] = [None] * len(user.array_shape.dims)
+        for j, p in enumerate(positions):
+            if p is not None:
+                after[p] = held[j]
+            elif held[j] is not None:
+                return found  # a dimension of the result would be dropped
+        x, held = user, after
+        if len(held) == 4 and sorted(d for d in held if d is not None) == [0, 1, 2, 3]:
+            found = (x, tuple(d for d in held if d is not None))
+
+
+def _rewrite(inserter: Inserter, match: AttentionMatch) -> tuple[Instruction, Instruction]:
+    """The call (transposed back where needed) and the instruction it replaces: the second
+    dot, or the one transpose reading it (the call then writes the program's order)."""
     scores, dot = match.scores_dot, match.output_dot
     q, k = scores.operands
     v = dot.operands[1 - match.probabilities_side]
@@ -662,27 +739,55 @@ def _rewrite(inserter: Inserter, match: AttentionMatch) -> Instruction:
     if match.probabilities_side == 1:
         v = swap_last(v, "attention_v_rows")
     v4 = four(v, "attention_v")
-    operands = [q4, k4, v4]
+    # q, k and v read where the program stored them, through strides (no transposes)
+    built = [q4, k4, v4]
+    stored = [_stored(x) for x in built]
+    operands = [x for x, _ in stored]
+    orders = {name: order for name, (_, order) in zip("qkv", stored, strict=True)}
     sq, sk = q.array_shape.dims[nb], k.array_shape.dims[nb + 1]
     if match.bias is not None:
         operands.append(_bias(add, match, batch, sq, sk))
     out_dims = _four_dims(batch, sq, v4.array_shape.dims[3])
+    # the result written where the program's transposes put it, when that is all they do
+    replaced, result_dims = dot, out_dims
+    if nb == 2:  # the dot's dimensions are cuDNN's, its last two swapped where v came first
+        where = [0, 1, 3, 2] if match.probabilities_side == 1 else list(_IDENTITY)
+        written = _written(dot, where, inserter.uses)
+        if written is not None:
+            replaced, orders["result"] = written
+            result_dims = tuple(replaced.array_shape.dims)
     call = inserter.add(
         "custom-call",
-        ArrayShape(element, out_dims),
+        ArrayShape(element, result_dims),
         operands,
         {
             "custom_call_target": QuotedString(TARGET),
-            "backend_config": QuotedString(backend_config(match.scale, match.causal)),
+            "backend_config": QuotedString(backend_config(match.scale, match.causal, orders)),
         },
         like=dot,
         suffix="attention",
     )
+    _drop_unused(inserter, built)
+    if replaced is not dot:
+        return replaced, call
     dv = out_dims[3]
     out = add("reshape", (*batch, sq, dv), [call], suffix="attention_output")
     if match.probabilities_side == 1:
         out = swap_last(out, "attention_output_columns")
-    return out
+    return dot, out
+
+
+def _drop_unused(inserter: Inserter, made: Sequence[Instruction]) -> None:
+    """Remove what the rewrite made and did not use (the transposes looked through)."""
+    computation = inserter.uses.computation
+    pending = list(made)
+    while pending:
+        inst = pending.pop()
+        if inst in computation.instructions and not inserter.uses.users(inst):
+            if inst is computation.root or inst.opcode == "parameter":
+                continue
+            remove_instructions(computation, [inst])
+            pending.extend(inst.operands)
 
 
 def _bias(
@@ -731,8 +836,10 @@ def rewrite_attention(module: Module, target: Target) -> bool:
                     matches.append(found)
         for match in matches:
             inserter = Inserter(computation, names)
-            inserter.replace(match.output_dot, _rewrite(inserter, match))
-            remove_instructions(computation, [match.output_dot])
+            replaced, replacement = _rewrite(inserter, match)
+            inserter.replace(replaced, replacement)
+            remove_instructions(computation, [replaced])
+            _drop_unused(inserter, [match.output_dot])
             changed = True
     return changed
 
@@ -795,12 +902,19 @@ def attention_call(inst: Instruction) -> AttentionCall:
     call = custom_call_of(inst)
     config = AttentionConfig(call.backend_config)
 
-    def described(shape: ArrayShape) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        return tuple(shape.dims), dense_strides(shape.dims, shape.major_to_minor)
+    def described(
+        shape: ArrayShape, order: Sequence[int] = (0, 1, 2, 3)
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Dimensions and element strides in cuDNN's [B, H, S, D] order: stored dimension
+        ``order[i]`` is the i-th (the program's own order read through strides)."""
+        strides = dense_strides(shape.dims, shape.major_to_minor)
+        return tuple(shape.dims[d] for d in order), tuple(strides[d] for d in order)
 
     shapes = [operand.array_shape for operand in inst.operands]
-    q, k, v = (described(shape) for shape in shapes[:3])
-    o = described(inst.array_shape)
+    orders = config.orders
+    q, k, v = (described(shape, orders[n]) for shape, n in zip(shapes[:3], "qkv", strict=True))
+    stored = orders["result"]
+    o = described(inst.array_shape, tuple(stored.index(d) for d in range(4)))
     bias = described(shapes[3]) if len(shapes) == 4 else ((), ())
     return AttentionCall(
         q_dims=q[0],

@@ -13,6 +13,13 @@ over tensors in cuDNN's order: ``q [B, H, Sq, D]``, ``k [B, H, Sk, D]``,
 added after the scale), result ``[B, H, Sq, Dv]``, all of one half-precision
 element type.
 
+q, k, v and the result may be stored in another order (jax's ``[B, S, H, D]``):
+``"orders": {"q": [0, 2, 1, 3], ...}`` in ``backend_config`` says, per tensor,
+which stored dimension each of ``[B, H, S, D]`` is (the tensor in cuDNN's order
+is ``transpose(stored, dimensions=order)``; the result is stored as
+``transpose(result, dimensions=order)``). A library reads such a tensor with
+its strides: the transposes a program wrote around its attention cost nothing.
+
 The custom call has one meaning wherever it runs, which this module states as
 HLO (:func:`attention_text`) and the reference evaluator computes (its host
 implementation, a ``heron.custom_calls`` plugin of hlo-ir itself): the scores
@@ -40,6 +47,7 @@ from heron.hlo.ir import Computation, Module
 from heron.hlo.shapes import ArrayShape
 
 __all__ = [
+    "ORDERED",
     "TARGET",
     "AttentionConfig",
     "as_attention",
@@ -47,6 +55,7 @@ __all__ = [
     "backend_config",
     "heron_custom_call_specs",
     "host",
+    "in_cudnn_order",
 ]
 
 #: The custom_call_target of a fused attention.
@@ -55,9 +64,23 @@ TARGET = "__heron$attention"
 ELEMENT_TYPES = ("f16", "bf16")
 
 
-def backend_config(scale: float, causal: bool) -> str:
-    """The custom call's ``backend_config`` (JSON)."""
-    return json.dumps({"causal": bool(causal), "scale": float(scale)}, sort_keys=True)
+#: The tensors whose stored order ``backend_config`` may give.
+ORDERED = ("q", "k", "v", "result")
+_IDENTITY = (0, 1, 2, 3)
+
+
+def backend_config(
+    scale: float, causal: bool, orders: dict[str, Sequence[int]] | None = None
+) -> str:
+    """The custom call's ``backend_config`` (JSON); ``orders`` as the module docstring says,
+    identities left out."""
+    config: dict[str, Any] = {"causal": bool(causal), "scale": float(scale)}
+    kept = {
+        name: list(order) for name, order in (orders or {}).items() if tuple(order) != _IDENTITY
+    }
+    if kept:
+        config["orders"] = kept
+    return json.dumps(config, sort_keys=True)
 
 
 class AttentionConfig:
@@ -68,10 +91,23 @@ class AttentionConfig:
             config = json.loads(text or "{}")
         except json.JSONDecodeError as error:
             raise ValueError(f"backend_config is not JSON ({error})") from None
-        if not isinstance(config, dict) or set(config) != {"causal", "scale"}:
+        if not isinstance(config, dict) or not {"causal", "scale"} <= set(config) <= {
+            "causal",
+            "scale",
+            "orders",
+        }:
             raise ValueError(
-                "backend_config must give exactly 'scale' and 'causal': it was not written by heron"
+                "backend_config must give 'scale', 'causal' and perhaps 'orders': it was not"
+                " written by heron"
             )
+        orders = config.get("orders", {})
+        if not isinstance(orders, dict) or not set(orders) <= set(ORDERED):
+            raise ValueError(f"backend_config's orders name {sorted(orders)}, not {ORDERED}")
+        self.orders: dict[str, tuple[int, ...]] = {name: _IDENTITY for name in ORDERED}
+        for name, order in orders.items():
+            if not isinstance(order, list) or sorted(order) != list(_IDENTITY):
+                raise ValueError(f"backend_config's order of {name} is no permutation: {order!r}")
+            self.orders[name] = tuple(order)
         scale, causal = config["scale"], config["causal"]
         if isinstance(scale, bool) or not isinstance(scale, (int, float)):
             raise ValueError(f"backend_config's scale is not a number: {scale!r}")
@@ -110,22 +146,45 @@ def _check_shapes(operand_shapes: Sequence[ArrayShape], result_shape: ArrayShape
             )
 
 
+def in_cudnn_order(shape: ArrayShape, order: Sequence[int]) -> ArrayShape:
+    """``shape`` (stored) as ``[B, H, S, D]``: its dimensions taken in ``order``."""
+    return ArrayShape(shape.element_type, tuple(shape.dims[d] for d in order))
+
+
 def attention_text(
     config: str, operand_shapes: Sequence[ArrayShape], result_shape: ArrayShape
 ) -> str:
     """A module whose entry computes the attention a custom call stands for (HLO text)."""
     settings = AttentionConfig(config)
-    _check_shapes(operand_shapes, result_shape)
-    q, k, v = operand_shapes[:3]
+    orders = settings.orders
+    if any(len(shape.dims) != 4 for shape in (*operand_shapes, result_shape)):
+        raise ValueError("every tensor has 4 dimensions [B, H, S, D]")
+    logical = [
+        in_cudnn_order(shape, orders[name]) if name in orders else shape
+        for name, shape in zip(("q", "k", "v", "bias"), operand_shapes, strict=False)
+    ]
+    # the stored result's order inverted: result dimension j is [B, H, S, D]'s order[j]
+    result_order = orders["result"]
+    inverse = tuple(result_order.index(d) for d in range(4))
+    _check_shapes(logical, in_cudnn_order(result_shape, inverse))
+    q, k, v = logical[:3]
     t = q.element_type
     b, h, sq, _ = q.dims
     sk, dv = k.dims[2], v.dims[3]
     scores = f"f32[{b},{h},{sq},{sk}]"
     rows = f"f32[{b},{h},{sq}]"
-    lines = [
-        f"  q = {q.without_layout()} parameter(0)",
-        f"  k = {k.without_layout()} parameter(1)",
-        f"  v = {v.without_layout()} parameter(2)",
+    lines = []
+    for number, name in enumerate(("q", "k", "v")):
+        stored = operand_shapes[number].without_layout()
+        if orders[name] == _IDENTITY:
+            lines.append(f"  {name} = {stored} parameter({number})")
+            continue
+        order = ",".join(map(str, orders[name]))
+        lines += [
+            f"  {name}_stored = {stored} parameter({number})",
+            f"  {name} = {logical[number]} transpose({name}_stored), dimensions={{{order}}}",
+        ]
+    lines += [
         f"  dot = {scores} dot(q, k), lhs_batch_dims={{0,1}}, lhs_contracting_dims={{3}},"
         " rhs_batch_dims={0,1}, rhs_contracting_dims={3}",
         f"  scale = f32[] constant({float(np.float32(settings.scale))!r})",
@@ -168,8 +227,16 @@ def attention_text(
         f"  rounded = {t}[{b},{h},{sq},{sk}] convert(probabilities)",
         f"  out = f32[{b},{h},{sq},{dv}] dot(rounded, v), lhs_batch_dims={{0,1}},"
         " lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}",
-        f"  ROOT result = {t}[{b},{h},{sq},{dv}] convert(out)",
+        f"  result = {t}[{b},{h},{sq},{dv}] convert(out)",
     ]
+    if result_order == _IDENTITY:
+        lines[-1] = lines[-1].replace("  result =", "  ROOT result =")
+    else:
+        order = ",".join(map(str, result_order))
+        lines.append(
+            f"  ROOT stored = {result_shape.without_layout()} transpose(result),"
+            f" dimensions={{{order}}}"
+        )
     return (
         "HloModule library_attention\n\n"
         "maximum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
