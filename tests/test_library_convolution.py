@@ -588,6 +588,7 @@ ENTRY main {{
   x = {element}{x} parameter(0)
   w = {element}{w} parameter(1)
   b = {element}[8] parameter(2)
+  z = {element}{y} parameter(3)
   y = {element}{y} convolution(x, w), window={{size=3x3 pad=1_1x1_1}}, dim_labels={labels}
 {body}
 }}
@@ -616,7 +617,21 @@ CLAMP_AT_ONE = """  bb = {t}{y} broadcast(b), dimensions={{{feature}}}
   ones = {t}{y} broadcast(one), dimensions={{}}
   ROOT clamp = {t}{y} maximum(sum, ones)"""
 
+#: ResNet's block end: the shortcut added after the bias, then ReLU (XLA's side input)
+BIAS_RESIDUAL_RELU = """  bb = {t}{y} broadcast(b), dimensions={{{feature}}}
+  sum = {t}{y} add(y, bb)
+  shortcut = {t}{y} add(sum, z)
+  zero = {t}[] constant(0)
+  zeros = {t}{y} broadcast(zero), dimensions={{}}
+  ROOT relu = {t}{y} maximum(shortcut, zeros)"""
+RESIDUAL_ONLY = """  twice = {t}{y} add(z, z)
+  ROOT shortcut = {t}{y} add(twice, y)"""
+
 EPILOGUES = {
+    "nhwc_bias_residual_relu": ("nhwc", BIAS_RESIDUAL_RELU, "f32", "bias, residual, relu", 1),
+    "nhwc_residual_bf16": ("nhwc", RESIDUAL_ONLY, "bf16", "residual", 2),
+    # NCHW: the residual would need its own transpose into the call's order: bias only
+    "nchw_bias_then_residual": ("nchw", BIAS_RESIDUAL_RELU, "f32", "bias", 2),
     "nhwc_bias_relu": ("nhwc", BIAS_RELU, "f32", "bias, relu", 1),
     "nchw_bias_relu": ("nchw", BIAS_RELU, "f32", "bias, relu", 2),
     "nhwc_bias_bf16": ("nhwc", BIAS_ONLY, "bf16", "bias", 1),
@@ -635,7 +650,9 @@ def test_a_convolution_s_bias_and_relu_are_part_of_its_library_call(name):
     compiled = compile_program(module, H100, ("interpreter",))
     call = ConvolutionCall.from_thunk(_call(compiled))
     assert (call.bias, call.activation) == ("bias" in fused, "relu" if "relu" in fused else "")
-    assert call.describe().endswith(fused) and call.operand_names[2] == ("b" if call.bias else "y")
+    assert call.residual == ("residual" in fused)
+    assert call.describe().endswith(fused)
+    assert call.operand_names[2:] == (*"b" * call.bias, *"z" * call.residual, "y")
     # the operand transposes (one kernel), NCHW's output transpose, what did not fuse
     assert thunk_counts(compiled) == {"kernel": kernels, "library_call": 1}
     inputs = _inputs(module, seed=17)

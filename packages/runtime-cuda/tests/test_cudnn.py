@@ -98,6 +98,17 @@ CALLS = {
         bias=True,
         activation="relu",
     ),
+    "bias_residual_relu_nchw_z": _call(
+        (2, 8, 9, 9),
+        (16, 8, 3, 3),
+        (2, 16, 9, 9),
+        padding_low=(1, 1),
+        padding_high=(1, 1),
+        compute="tf32",
+        bias=True,
+        activation="relu",
+        z_strides=dense_strides((2, 16, 9, 9), (0, 1, 2, 3)),  # the residual NCHW, y NHWC
+    ),
     "grouped_bias_bf16": _call(
         (1, 6, 8, 8), (6, 2, 3, 3), (1, 6, 6, 6), groups=3, element_type="bf16", bias=True
     ),
@@ -203,6 +214,12 @@ class FakeCudnn:
                 assert bias.dim[1] == tensors["w"].dim[0] and bias.dim[0] == 1
                 return self._epilogue("bias")
 
+            def add(self, a, b, name):
+                tensors = self.record["tensors"]
+                assert (a, b) == (tensors["y"], tensors["z"])
+                assert b.dim[:2] == [tensors["x"].dim[0], tensors["w"].dim[0]]  # [N, K, out...]
+                return self._epilogue("residual")
+
             def relu(self, input, name):  # noqa: A002 - the frontend's name
                 assert input is self.record["tensors"]["y"]
                 return self._epilogue("relu")
@@ -270,6 +287,7 @@ class FakeCudnn:
             compute="tf32" if element == "f32" and not record["deselected"] else "",
             mode={node: mode for mode, node in NODES.items()}[conv["node"]],
             bias="bias" in record.get("epilogue", ()),
+            z_strides=tensors["z"].stride if "residual" in record.get("epilogue", ()) else (),
             activation="relu" if "relu" in record.get("epilogue", ()) else "",
         )
         arrays = []
@@ -356,7 +374,8 @@ def test_each_call_is_one_graph_node_computing_the_contract(fake, name):
     assert conv["node"] == chosen.node == NODES[call.mode]
     assert tensors[call.operand_names[-1]].output
     # the epilogue in the same graph, after the convolution
-    expected_epilogue = ["bias"] * call.bias + [call.activation] * bool(call.activation)
+    expected_epilogue = ["bias"] * call.bias + ["residual"] * call.residual
+    expected_epilogue += [call.activation] * bool(call.activation)
     assert graph.get("epilogue", []) == expected_epilogue
     if call.bias:
         k = call.w_dims[0]

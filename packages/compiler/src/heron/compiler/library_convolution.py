@@ -487,6 +487,9 @@ def convolution_call(inst: Instruction, target: Target) -> ConvolutionCall:
     groups = conv.attributes.get(
         "batch_group_count" if mode == "weight_gradient" else "feature_group_count", 1
     )
+    # a forward call's residual (after its bias), laid out as it is: y's dims, its strides
+    residuals = [o.array_shape for o in inst.operands[2:] if len(o.array_shape.dims) > 1]
+    residual_strides = described(residuals[0], out_order)[1] if residuals else []
     return ConvolutionCall(
         x_dims=x[0],
         x_strides=x[1],
@@ -502,8 +505,9 @@ def convolution_call(inst: Instruction, target: Target) -> ConvolutionCall:
         element_type=str(out.element_type),
         compute=dot_compute(conv, tf32=target.tf32),
         mode=mode,
-        bias=len(inst.operands) == 3,
+        bias=any(len(o.array_shape.dims) == 1 for o in inst.operands[2:]),
         activation=activation_of(_config_text(inst)),
+        z_strides=residual_strides,
     )
 
 

@@ -1,4 +1,4 @@
-"""A library convolution's bias and ReLU, computed by the library: XLA:GPU's fused-conv rewriter.
+"""A library convolution's bias, residual and ReLU, computed by the library (XLA's fused conv).
 
 XLA:GPU makes ``convolution + broadcast(bias)`` and a following
 ``maximum(·, 0)`` one cuDNN call (``__cudnn$convBiasActivationForward``:
@@ -10,11 +10,15 @@ for the forward convolutions the ``library-convolution-rewriter`` made
     call = __heron$convolution(x, w)          a forward convolution
     [t = transpose(call)]                     back into the program's order
     [a = add(t, broadcast(b))]                b [K], one value per output feature
-    [r = maximum(a, broadcast(0))]            ReLU
+    [s = add(a, z)]                           z: a residual of the result's shape (XLA's
+                                              side input), where there is no transpose
+    [r = maximum(s, broadcast(0))]            ReLU
 
-(at least one of the last two, each the only user of what it reads) and makes
-it ``transpose(__heron$convolution(x, w[, b]))`` with ``"activation": "relu"``
-in the call's ``backend_config`` where the ReLU was fused. The call's meaning
+(at least one of the last three, each the only user of what it reads) and
+makes it ``transpose(__heron$convolution(x, w[, b][, z]))`` with
+``"activation": "relu"`` in the call's ``backend_config`` where the ReLU was
+fused. (A residual beside a transpose back to the program's order would need
+its own transpose into the call's: not taken.) The call's meaning
 is unchanged (:mod:`heron.hlo.custom_calls.convolution` computes the same HLO
 on the host); cuDNN computes the epilogue in f32 before its one rounding, where
 the program rounded the convolution first: for f32 the same, for f16 and bf16
@@ -38,6 +42,7 @@ from heron.hlo.custom_calls.convolution import ACTIVATION, activation_of
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.rewrite import Uses, non_fusion_computations, remove_instructions
+from heron.hlo.shapes import ArrayShape
 from heron.target import Target
 
 __all__ = ["ConvolutionEpilogue", "fuse_convolution_epilogues", "library_convolution_fusion"]
@@ -52,6 +57,8 @@ class ConvolutionEpilogue:
     transpose: Instruction | None
     #: the bias [K] added per output feature (None: no bias)
     bias: Instruction | None
+    #: the residual added to the result (None: none)
+    residual: Instruction | None
     #: ``"relu"`` or ``""``
     activation: str
     #: the instruction the fused call (transposed back) replaces
@@ -113,7 +120,7 @@ def _is_zeros(value: Instruction) -> bool:
 def convolution_epilogue(
     call: Instruction, uses: Uses, computation: Computation
 ) -> ConvolutionEpilogue | None:
-    """The bias and ReLU after a forward library convolution ``call``, or None."""
+    """The bias, residual and ReLU after a forward library convolution ``call``, or None."""
     if not _is_forward_call(call):
         return None
     value, replaced = call, [call]
@@ -133,15 +140,27 @@ def convolution_epilogue(
             value = user
             replaced.append(user)
             user = _only_user(user, uses, computation)
+    residual = None
+    if transpose is None and user is not None and user.opcode == "add" and value in user.operands:
+        other = user.operands[1] if user.operands[0] is value else user.operands[0]
+        same = isinstance(other.shape, ArrayShape) and (
+            other.shape.dims,
+            other.shape.element_type,
+        ) == (call.shape.dims, element)
+        # a broadcast stays in the kernel that reads it, not materialised for the library
+        if same and other is not value and other.opcode != "broadcast":
+            residual, value = other, user
+            replaced.append(user)
+            user = _only_user(user, uses, computation)
     activation = ""
     if user is not None and user.opcode == "maximum" and value in user.operands:
         other = user.operands[1] if user.operands[0] is value else user.operands[0]
         if _is_zeros(other):
             activation, value = "relu", user
             replaced.append(user)
-    if bias is None and not activation:
+    if bias is None and residual is None and not activation:
         return None
-    return ConvolutionEpilogue(call, transpose, bias, activation, value, tuple(replaced))
+    return ConvolutionEpilogue(call, transpose, bias, residual, activation, value, tuple(replaced))
 
 
 def _fuse(epilogue: ConvolutionEpilogue, uses: Uses, computation: Computation) -> None:
@@ -149,7 +168,8 @@ def _fuse(epilogue: ConvolutionEpilogue, uses: Uses, computation: Computation) -
     config = json.loads(call.attributes["backend_config"].text)
     if epilogue.activation:
         config[ACTIVATION] = epilogue.activation
-    operands = [*call.operands, *([epilogue.bias] if epilogue.bias is not None else [])]
+    extra = [e for e in (epilogue.bias, epilogue.residual) if e is not None]
+    operands = [*call.operands, *extra]
     fused = Instruction(
         call.name,
         "custom-call",
@@ -172,7 +192,7 @@ def _fuse(epilogue: ConvolutionEpilogue, uses: Uses, computation: Computation) -
 
 
 def fuse_convolution_epilogues(module: Module, target: Target) -> bool:
-    """Each forward library convolution's bias and ReLU made part of its call."""
+    """Each forward library convolution's bias, residual and ReLU made part of its call."""
     if not target.dnn_library:
         return False
     changed = False

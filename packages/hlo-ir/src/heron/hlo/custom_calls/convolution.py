@@ -10,9 +10,10 @@ counts and the precision) kept as JSON in ``backend_config``, its operands and
 result unchanged.
 
 A forward convolution may carry its epilogue, as XLA's
-``__cudnn$convBiasActivationForward`` does: a third operand, the bias (one
-value per output feature, added after the convolution's result is rounded to
-its type), and ``"activation": "relu"`` in ``backend_config`` (then
+``__cudnn$convBiasActivationForward`` does: after ``lhs`` and ``rhs``, a bias
+(rank 1: one value per output feature) and a residual (XLA's side input: the
+result's shape), each added after the convolution's result is rounded to its
+type, and ``"activation": "relu"`` in ``backend_config`` (then
 ``maximum(result, 0)``).
 
 The custom call has one meaning wherever it runs: the convolution it stands
@@ -113,24 +114,39 @@ def convolution_text(
     activation = attributes.get(ACTIVATION, "")
     if activation and activation not in ACTIVATIONS:
         raise ValueError(f"activation {activation!r} (takes {', '.join(ACTIVATIONS)})")
-    if len(operand_shapes) not in (2, 3):
-        raise ValueError(f"{len(operand_shapes)} operands (lhs, rhs and an optional bias)")
+    if not 2 <= len(operand_shapes) <= 4:
+        raise ValueError(
+            f"{len(operand_shapes)} operands (lhs, rhs, an optional bias and residual)"
+        )
     lhs, rhs = operand_shapes[:2]
+    extra = list(operand_shapes[2:])
+    bias = extra.pop(0) if extra and len(extra[0].dims) == 1 else None
+    residual = extra.pop(0) if extra else None
+    if extra or (residual is not None and residual.dims != result_shape.dims):
+        raise ValueError(
+            f"operands after lhs and rhs are a bias [K] and a residual {list(result_shape.dims)}"
+        )
     extras = "".join(f", {name}={attributes[name]}" for name in KEPT if name in attributes)
     lines = [
         f"  lhs = {lhs} parameter(0)",
         f"  rhs = {rhs} parameter(1)",
         f"  convolution = {result_shape} convolution(lhs, rhs){extras}",
     ]
-    value = "convolution"
-    if len(operand_shapes) == 3:
+    value, number = "convolution", 2
+    if bias is not None:
         feature = _output_feature(attributes["dim_labels"])
         lines += [
-            f"  bias = {operand_shapes[2]} parameter(2)",
+            f"  bias = {bias} parameter({number})",
             f"  bias_broadcast = {result_shape} broadcast(bias), dimensions={{{feature}}}",
             f"  biased = {result_shape} add(convolution, bias_broadcast)",
         ]
-        value = "biased"
+        value, number = "biased", number + 1
+    if residual is not None:
+        lines += [
+            f"  residual = {residual} parameter({number})",
+            f"  summed = {result_shape} add({value}, residual)",
+        ]
+        value = "summed"
     if activation == "relu":
         element = result_shape.element_type
         lines += [
@@ -155,8 +171,10 @@ def as_convolution(call: CustomCall) -> Instruction:
     """The convolution ``call`` stands for, as an instruction of a module of its own
     whose root is the convolution with its epilogue (shared between calls of one text:
     read it, do not change it)."""
-    if len(call.operand_shapes) not in (2, 3) or not isinstance(call.result_shape, ArrayShape):
-        raise call.error("takes two array operands (lhs, rhs), a bias, and gives one array")
+    if not 2 <= len(call.operand_shapes) <= 4 or not isinstance(call.result_shape, ArrayShape):
+        raise call.error(
+            "takes two array operands (lhs, rhs), a bias and a residual, and gives one array"
+        )
     try:
         text = convolution_text(call.backend_config, call.operand_shapes, call.result_shape)
         entry = _module(text).entry

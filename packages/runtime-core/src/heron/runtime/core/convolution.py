@@ -46,9 +46,11 @@ kernel gradient is). Its arguments are ``x``, ``y``, ``w``.
 
 A forward call may fuse its epilogue, as cuDNN's graphs (and XLA's
 ``__cudnn$convBiasActivationForward``) do: with ``bias`` a fourth argument
-``b [K]`` is added to each output feature, with ``activation "relu"`` the sum
-is clamped at zero, both in f32 before the one rounding to the element type.
-Its arguments are then ``x``, ``w``, ``b``, ``y``.
+``b [K]`` is added to each output feature, with ``z_strides`` a residual
+``z`` (XLA's side input: ``y``'s dimensions, its own strides) is added, with
+``activation "relu"`` the sum is clamped at zero, all in f32 before the one
+rounding to the element type. Its arguments are then ``x``, ``w``, [``b``],
+[``z``], ``y``.
 
 - ``arguments`` (the thunk's slices, in this order): ``x``, ``w``, ``y``; each
   ``prod(dims)`` elements whose strides are a permutation of a dense layout;
@@ -58,8 +60,9 @@ Its arguments are then ``x``, ``w``, ``b``, ``y``.
   ``w_dims``, ``w_strides``, ``y_dims``, ``y_strides``, ``padding_low``,
   ``padding_high``, ``stride``, ``dilation`` (one per spatial dimension, 1 to
   3 of them), ``groups``, ``mode`` (``forward``, ``data_gradient`` or
-  ``weight_gradient``), ``bias`` (a boolean) and ``activation`` (``""`` or
-  ``"relu"``), the last two for a forward call only.
+  ``weight_gradient``), ``bias`` (a boolean), ``z_strides`` (empty: no
+  residual) and ``activation`` (``""`` or ``"relu"``), the last three for a
+  forward call only.
 
 :meth:`ConvolutionCall.reference` computes the contract with numpy (the
 interpreter device's "library", and what the GPU tests compare cuDNN with).
@@ -149,6 +152,7 @@ class ConvolutionCall(LibraryContract):
     mode: str = "forward"
     bias: bool = False
     activation: str = ""
+    z_strides: tuple[int, ...] = attrs.field(default=(), converter=_ints)
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
@@ -158,8 +162,15 @@ class ConvolutionCall(LibraryContract):
                 f"convolution: bias {self.bias!r}, activation {self.activation!r} (takes a"
                 f" boolean and one of {', '.join(map(repr, ACTIVATIONS))})"
             )
-        if (self.bias or self.activation) and self.mode != "forward":
-            raise ThunkError(f"convolution: a {self.mode} call fuses no bias or activation")
+        if (self.bias or self.activation or self.z_strides) and self.mode != "forward":
+            raise ThunkError(
+                f"convolution: a {self.mode} call fuses no bias, residual or activation"
+            )
+        if self.z_strides and not is_dense(self.y_dims, self.z_strides):
+            raise ThunkError(
+                f"convolution: z_strides {list(self.z_strides)} do not store y_dims"
+                f" {list(self.y_dims)} densely"
+            )
         rank = len(self.x_dims)
         if not 3 <= rank <= 5:
             raise ThunkError(f"convolution: x has {rank} dimensions (N, C and 1 to 3 spatial)")
@@ -237,13 +248,19 @@ class ConvolutionCall(LibraryContract):
     def operand_names(self) -> tuple[str, ...]:
         """The arguments, in order, the computed one last: ``x, w, y`` (forward), ``y, w, x``
         (data gradient) or ``x, y, w`` (weight gradient); a forward call's bias ``b``
-        before ``y``."""
-        if self.bias:
-            return ("x", "w", "b", "y")
+        and residual ``z`` before ``y``."""
+        if self.bias or self.z_strides:
+            return ("x", "w", *("b",) * self.bias, *("z",) * bool(self.z_strides), "y")
         return _ARGUMENTS[self.mode]
 
+    @property
+    def residual(self) -> bool:
+        return bool(self.z_strides)
+
     def dims_of(self, name: str) -> tuple[int, ...]:
-        return (self.w_dims[0],) if name == "b" else getattr(self, f"{name}_dims")
+        if name == "b":
+            return (self.w_dims[0],)
+        return self.y_dims if name == "z" else getattr(self, f"{name}_dims")
 
     def strides_of(self, name: str) -> tuple[int, ...]:
         return (1,) if name == "b" else getattr(self, f"{name}_strides")
@@ -278,6 +295,7 @@ class ConvolutionCall(LibraryContract):
             f"{self.groups} groups" if self.groups > 1 else "",
             self.compute,
             "bias" if self.bias else "",
+            "residual" if self.z_strides else "",
             self.activation,
         ]
         t = self.element_type
@@ -337,6 +355,9 @@ class ConvolutionCall(LibraryContract):
             if self.bias:
                 b = read_strided(raw["b"], (k,), (1,), dtype)  # added in f32, not rounded
                 result += np.asarray(b, np.float32).reshape(g, k // g, *(1,) * self.spatial_rank)
+            if self.z_strides:
+                z = read_strided(raw["z"], self.y_dims, self.z_strides, dtype)
+                result += np.asarray(z, np.float32).reshape(result.shape)
             if self.activation == "relu":
                 result = np.maximum(result, np.float32(0))
         elif self.mode == "weight_gradient":

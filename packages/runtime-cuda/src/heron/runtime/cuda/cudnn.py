@@ -22,7 +22,8 @@ layouts cuDNN's fastest engines take, as XLA's layout assignment does).
   HIGHEST`` asks for.
 - Groups are implied by the tensors (``C / w's C``), as in cuDNN.
 - A forward call's epilogue is part of its graph: ``bias`` (a ``b``
-  tensor ``[1, K, 1...]``) then ``relu`` after ``conv_fprop``, the
+  tensor ``[1, K, 1...]``), ``add`` of the residual ``z`` (``y``'s dimensions,
+  its own strides), then ``relu`` after ``conv_fprop``, the
   convolution's result a virtual FLOAT tensor, so cuDNN runs them in one
   kernel (XLA's ``__cudnn$convBiasActivationForward``).
 - The graph is built, its engines ranked by heuristic mode A (then FALLBACK)
@@ -79,6 +80,8 @@ class ConvPlan:
     #: a forward call's epilogue: a bias per output feature, then ``relu`` or nothing
     bias: bool = False
     activation: str = ""
+    #: the residual's strides (empty: none)
+    z_strides: tuple[int, ...] = ()
 
 
 def plan(call: ConvolutionCall) -> ConvPlan:
@@ -102,6 +105,7 @@ def plan(call: ConvolutionCall) -> ConvPlan:
         node=NODES[call.mode],
         bias=call.bias,
         activation=call.activation,
+        z_strides=call.z_strides,
     )
 
 
@@ -197,7 +201,13 @@ class Cudnn(Library):
                     data_type=io,
                 )
                 y = graph.bias(input=y, bias=b, name="bias")
-                tensors = (x, w, b)
+                tensors = (*tensors, b)
+            if chosen.z_strides:
+                z = graph.tensor(
+                    name="z", dim=list(chosen.y_dims), stride=list(chosen.z_strides), data_type=io
+                )
+                y = graph.add(a=y, b=z, name="residual")
+                tensors = (*tensors, z)
             if chosen.activation == "relu":
                 y = graph.relu(input=y, name="relu")
             tensors = (*tensors, computed(y, "y"))
