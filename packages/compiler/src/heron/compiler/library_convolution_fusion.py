@@ -107,6 +107,11 @@ def _per_feature(value: Instruction, position: int, element: object) -> Instruct
     return operand if operand.shape.element_type == element else None
 
 
+def _other_operand(binary: Instruction, value: Instruction) -> Instruction:
+    """The operand of ``binary`` (which reads ``value``) that is not ``value``."""
+    return binary.operands[1] if binary.operands[0] is value else binary.operands[0]
+
+
 def _is_zeros(value: Instruction) -> bool:
     if value.opcode != "broadcast" or len(value.operands) != 1:
         return False
@@ -134,7 +139,7 @@ def convolution_epilogue(
     position = _feature_position(call, transpose)
     bias = None
     if user is not None and user.opcode == "add" and value in user.operands:
-        other = user.operands[1] if user.operands[0] is value else user.operands[0]
+        other = _other_operand(user, value)
         bias = _per_feature(other, position, element)
         if bias is not None:
             value = user
@@ -142,7 +147,7 @@ def convolution_epilogue(
             user = _only_user(user, uses, computation)
     residual = None
     if transpose is None and user is not None and user.opcode == "add" and value in user.operands:
-        other = user.operands[1] if user.operands[0] is value else user.operands[0]
+        other = _other_operand(user, value)
         same = isinstance(other.shape, ArrayShape) and (
             other.shape.dims,
             other.shape.element_type,
@@ -154,7 +159,7 @@ def convolution_epilogue(
             user = _only_user(user, uses, computation)
     activation = ""
     if user is not None and user.opcode == "maximum" and value in user.operands:
-        other = user.operands[1] if user.operands[0] is value else user.operands[0]
+        other = _other_operand(user, value)
         if _is_zeros(other):
             activation, value = "relu", user
             replaced.append(user)
