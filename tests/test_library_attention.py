@@ -25,6 +25,7 @@ from heron.cli.main import main as heron
 from heron.compiler import Target
 from heron.compiler.executable import compile_program
 from heron.compiler.library_attention import program_attention_verdicts
+from heron.hlo.evaluator import evaluate_module
 from heron.hlo.parser import parse_module
 from heron.runtime.core.attention import AttentionCall
 from heron.runtime.core.executor import load_executable
@@ -294,3 +295,18 @@ def test_the_contract_refuses_what_it_does_not_describe():
             **{f"{n}_strides": dense_strides(wide, range(4)) for n in ("q", "k", "v", "o")},
             scale=0.1,
         )
+
+
+def test_an_order_that_is_no_permutation_is_refused_by_name():
+    text = """
+HloModule bad
+ENTRY main {
+  q = bf16[2,32,2,16] parameter(0)
+  ROOT a = bf16[2,2,32,16] custom-call(q, q, q), custom_call_target="__heron$attention",
+    backend_config="{\\"causal\\": true, \\"scale\\": 0.25, \\"orders\\": {\\"q\\": [0, 2, 2, 3]}}"
+}
+"""
+    module = parse_module(text)
+    q = np.zeros((2, 32, 2, 16), jnp.bfloat16)
+    with pytest.raises(Exception, match=r"custom-call 'a'.*order of q is no permutation"):
+        evaluate_module(module, [q])

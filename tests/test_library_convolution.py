@@ -694,3 +694,22 @@ def test_the_model_corpus_convolutions_take_their_bias_and_relu_into_cudnn():
     )
     # two kernels (the filter transpose; the pooling), the convolution, the Dense GEMM
     assert thunk_counts(compiled) == {"kernel": 2, "library_call": 2}
+
+
+def test_a_residual_of_another_shape_is_refused_by_name():
+    config = json.dumps({"dim_labels": "b01f_o01i->b01f", "window": "{size=3x3 pad=1_1x1_1}"})
+    quoted = config.replace('"', '\\"')
+    text = f"""
+HloModule bad
+ENTRY main {{
+  x = f32[2,9,9,4] parameter(0)
+  w = f32[8,3,3,4] parameter(1)
+  z = f32[2,9,9,7] parameter(2)
+  ROOT y = f32[2,9,9,8] custom-call(x, w, z), custom_call_target="__heron$convolution",
+    backend_config="{quoted}"
+}}
+"""
+    module = parse_module(text)
+    why = r"custom-call 'y'.*a bias \[K\] and a residual \[2, 9, 9, 8\]"
+    with pytest.raises(Exception, match=why):
+        evaluate_module(module, _inputs(module))
