@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from mlir import ir
-from mlir.dialects import arith, func
+from mlir.dialects import arith, func, tensor
 
 from heron.emitters.dialect import (
     DialectVerificationError,
@@ -221,6 +221,18 @@ def test_atomic_rmw_body_type(ctx):
     k = Kernel()
     k.add(lambda k: atomic_rmw_op(k.t, [k.i, k.i], lambda cur: k.i))
     _expect(k, "atomic_rmw", "body yields (index) but (f32) is expected")
+
+
+def test_atomic_rmw_vector_body_needs_a_1d_tensor(ctx):
+    k = Kernel()
+    k.add(lambda k: atomic_rmw_op(k.t, [k.i, k.i], lambda cur: cur, lanes=4))
+    _expect(k, "atomic_rmw", "a vector body must take a 1-D vector of f32 and update a 1-D")
+
+
+def test_atomic_rmw_vector_body_length(ctx):
+    k = Kernel()
+    k.add(lambda k: atomic_rmw_op(tensor.empty([64], k.f32), [k.i], lambda cur: cur, lanes=3))
+    _expect(k, "atomic_rmw", "a vector body's length must be a power of two from 2, not 3")
 
 
 # -- shuffle_reduce -----------------------------------------------------------

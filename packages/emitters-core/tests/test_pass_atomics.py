@@ -78,3 +78,27 @@ def test_i8_cas_compiles():
     out = _lowered("i8", body)
     assert "memref.generic_atomic_rmw %arg0[%c0] : memref<64xi8>" in out
     _compiles(out)
+
+
+WIDENED = """%wc = arith.extf %cur : {t} to f32
+    %wx = arith.extf %x : {t} to f32
+    %s = {op} %{first}, %{second} : f32
+    %n = arith.truncf %s : f32 to {t}
+    "gpu.yield"(%n) : ({t}) -> ()"""
+
+
+@pytest.mark.parametrize("t", ["f16", "bf16"])
+@pytest.mark.parametrize(("first", "second"), [("wc", "wx"), ("wx", "wc")])
+def test_a_half_add_computed_in_f32_is_the_native_half_add(t, first, second):
+    """f32's 24 bits round a sum of two halves to the correctly rounded half sum: the
+    elemental emitter's widened add is the device's native half atomic add."""
+    out = _lowered(t, WIDENED.format(t=t, op="arith.addf", first=first, second=second))
+    assert "memref.atomic_rmw addf" in out and "generic_atomic_rmw" not in out
+    _compiles(out)
+
+
+def test_a_widened_body_that_is_no_single_op_stays_a_cas_loop():
+    body = WIDENED.format(t="bf16", op="arith.mulf", first="wc", second="wx")
+    assert "generic_atomic_rmw" in _lowered("bf16", body)
+    current_twice = WIDENED.format(t="bf16", op="arith.addf", first="wc", second="wc")
+    assert "generic_atomic_rmw" in _lowered("bf16", current_twice)

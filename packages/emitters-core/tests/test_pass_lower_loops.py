@@ -48,24 +48,20 @@ def test_gelu_structure(ctx):
     assert (_constant(lower), _constant(upper), _constant(step)) == (0, 4, 1)
     main = module.body.operations[0]
     assert init == main.regions[0].blocks[0].arguments[1]  # iter_args = the output tensor
-    (if_op,) = walk_ops(for_op, "scf.if")
-    assert if_op.parent.operation == for_op
-    # both ids carry upper_bound equal to the domain: no check needed, condition is true
-    assert if_op.operands[0].owner.name == "arith.constant"
+    # both ids carry upper_bound equal to the domain: no check, so no scf.if either
+    assert not walk_ops(for_op, "scf.if")
     assert not walk_ops(for_op, "arith.cmpi")
-    (apply,) = walk_ops(if_op, "heron_gpu.apply_indexing")
+    (apply,) = walk_ops(for_op, "heron_gpu.apply_indexing")
+    assert apply.parent.operation == for_op
     assert op_indexing_map(apply) == parse_indexing_map(GELU_MAP)
     tid, bid = list(apply.operands)[:2]
     assert tid.owner.name == "gpu.thread_id" and bid.owner.name == "gpu.block_id"
     assert apply.operands[2] == for_op.regions[0].blocks[0].arguments[0]
-    (extract,) = walk_ops(if_op, "tensor.extract")
+    (extract,) = walk_ops(for_op, "tensor.extract")
     assert list(extract.operands)[1:] == list(apply.results)
-    then_ops = [op.operation.name for op in if_op.regions[0].blocks[0].operations]
-    else_ops = list(if_op.regions[1].blocks[0].operations)
-    assert then_ops[-1] == "scf.yield" and "tensor.insert" in then_ops
-    assert (
-        len(else_ops) == 1 and else_ops[0].operands[0] == for_op.regions[0].blocks[0].arguments[1]
-    )
+    body_ops = [op.operation for op in for_op.regions[0].blocks[0].operations]
+    assert body_ops[-1].name == "scf.yield" and body_ops[-2].name == "tensor.insert"
+    assert body_ops[-1].operands[0] == body_ops[-2].results[0]
     assert main.regions[0].blocks[0].operations[-1].operands[0] == for_op.results[0]
 
 
@@ -313,8 +309,10 @@ def test_induction_variable_and_constant_dims_need_no_check(ctx):
             scf.YieldOp([])
         func.ReturnOp([])
     _run(module)
-    first, second = walk_ops(module.operation, "scf.if")
-    assert first.operands[0].owner.name == "arith.constant"
+    # The first loop needs no check (no scf.if, no constant condition); the second does.
+    (checked,) = walk_ops(module.operation, "scf.if")
+    assert checked.operands[0].owner.name == "arith.cmpi"
+    assert not [c for c in walk_ops(f, "arith.constant") if str(c.results[0].type) == "i1"]
     (cmp,) = walk_ops(f, "arith.cmpi")
     assert ir.IntegerAttr(cmp.attributes["predicate"]).value == 3  # sle only
     assert cmp.operands[0] == iv

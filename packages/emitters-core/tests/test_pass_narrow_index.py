@@ -60,7 +60,7 @@ def test_gelu_through_the_first_passes(ctx):
         m = after["lower-loops-to-scf"]
         names = _names(m)
         assert "heron_gpu.loop" not in names and names.count("scf.for") == 1
-        assert names.count("scf.if") == 1
+        assert names.count("scf.if") == 0  # every point in the domain: no check
         # flatten: 1-D tensors, one apply_indexing per access, composed map
         m = after["flatten-tensors"]
         assert "tensor<6x512x4096xbf16>" not in stages["flatten-tensors"]

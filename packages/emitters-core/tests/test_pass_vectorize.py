@@ -313,3 +313,117 @@ def test_a_run_is_read_in_vectors_of_at_most_16_bytes(element, count, stride, re
     ]
     assert sorted(found) == sorted(reads)
     assert not _ops(out, "tensor.extract")
+
+
+# -- atomic adds (a scatter-add's window) -------------------------------------------------
+
+SCATTER_ADD = """
+func.func @k(%table: tensor<4096x{t}>, %rows: tensor<64xi32>, %upd: tensor<1024x{t}>,
+             %out: tensor<4096x{t}> {{heron.in_place_of = 0 : i64}}) -> tensor<4096x{t}>
+    attributes {{heron.kernel, heron.block_size = array<i64: 64, 1, 1>,
+                heron.grid_size = array<i64: 4, 1, 1>}} {{
+  %tid = gpu.thread_id x upper_bound 64
+  %bid = gpu.block_id x upper_bound 4
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %cv = arith.constant {lanes} : index
+  %r = scf.for %v = %c0 to %cv step %c1 iter_args(%acc = %out) -> (tensor<4096x{t}>) {{
+    %u = "heron_gpu.apply_indexing"(%tid, %bid, %v) {{indexing_map = "{update_map}"}}
+      : (index, index, index) -> index
+    %x = tensor.extract %upd[%u] : tensor<1024x{t}>
+    %ri = "heron_gpu.apply_indexing"(%tid, %bid, %v) {{indexing_map = "{row_map}"}}
+      : (index, index, index) -> index
+    %row32 = tensor.extract %rows[%ri] : tensor<64xi32>
+    %row = arith.index_cast %row32 : i32 to index
+    %c255 = arith.constant 255 : index
+    %ok = arith.cmpi ule, %row, %c255 : index
+    %next = scf.if %ok -> (tensor<4096x{t}>) {{
+      %o = "heron_gpu.apply_indexing"(%row, %tid, %bid, %v) {{indexing_map = "{target_map}"}}
+        : (index, index, index, index) -> index
+      %a = "heron_gpu.atomic_rmw"(%acc, %o) ({{
+      ^bb0(%cur: {t}):
+        %s = {combine} %cur, %x : {t}
+        "gpu.yield"(%s) : ({t}) -> ()
+      }}) : (tensor<4096x{t}>, index) -> tensor<4096x{t}>
+      scf.yield %a : tensor<4096x{t}>
+    }} else {{
+      scf.yield %acc : tensor<4096x{t}>
+    }}
+    scf.yield %next : tensor<4096x{t}>
+  }}
+  return %r : tensor<4096x{t}>
+}}
+"""
+
+
+def _scatter_add(t: str = "f32", lanes: int = 4, combine: str = "arith.addf") -> str:
+    """Rows of 16 elements, each thread ``lanes`` of them; the row index read per update."""
+    element = f"th_x * {lanes} + bl_x * {64 * lanes}"
+    domain = f"th_x in [0, 63], bl_x in [0, 3], v in [0, {lanes - 1}]"
+    return SCATTER_ADD.format(
+        t=t,
+        lanes=lanes,
+        combine=combine,
+        update_map=f"(th_x, bl_x, v) -> ({element} + v), domain: {domain}",
+        row_map=f"(th_x, bl_x, v) -> (({element}) floordiv 16), domain: {domain}",
+        target_map=(
+            f"(d0, th_x, bl_x, v) -> (d0 * 16 + ({element}) mod 16 + v),"
+            f" domain: d0 in [0, 255], {domain}"
+        ),
+    )
+
+
+def _vectorized_for(text: str, vector_atomic_add_bytes: int) -> str:
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        options = PipelineOptions(vector_atomic_add_bytes=vector_atomic_add_bytes)
+        vectorize.run(module, options)
+        verify_xla_ops(module)
+        return str(module)
+
+
+@pytest.mark.parametrize(("t", "lanes"), [("f32", 4), ("f32", 2), ("bf16", 8), ("f16", 4)])
+def test_a_scatter_add_window_becomes_one_vector_atomic_after_the_loop(t, lanes):
+    out = _vectorized_for(_scatter_add(t, lanes), 16)
+    (atomic,) = _ops(out, "heron_gpu.atomic_rmw")
+    assert f"^bb0(%arg4: vector<{lanes}x{t}>)" in atomic
+    assert "arith.addf %arg4, %" in atomic and f": vector<{lanes}x{t}>" in atomic
+    # After the loop, under the guard hoisted before it (the row read is invariant).
+    assert out.index("scf.for") < out.index("heron_gpu.atomic_rmw")
+    guard = _ops(out, "scf.if")[-1]
+    assert "heron_gpu.atomic_rmw" in guard
+    assert out.index("tensor.extract %arg1") < out.index("scf.for")
+    # The index is the window's first element: the map at v = 0.
+    base = [a for a in _ops(out, "heron_gpu.apply_indexing") if "d0 * 16" in a][-1]
+    assert "%c0" in base
+
+
+@pytest.mark.parametrize(
+    ("text", "vector_bytes", "why"),
+    [
+        (_scatter_add(), 0, "the device adds one element at a time"),
+        (_scatter_add("f32", 8), 16, "8 f32 are 32 bytes, more than one atomic adds"),
+        (_scatter_add("f64", 2), 16, "PTX has no vector f64 add"),
+        (_scatter_add("i32", 4, "arith.addi"), 16, "integer adds have no vector form"),
+        (_scatter_add(combine="arith.maximumf"), 16, "only adds are vectorized"),
+    ],
+)
+def test_atomics_that_stay_scalar(text, vector_bytes, why):
+    out = _vectorized_for(text, vector_bytes)
+    (atomic,) = _ops(out, "heron_gpu.atomic_rmw")
+    assert "vector<" not in atomic, why
+    assert out.index("heron_gpu.atomic_rmw") < out.rindex("scf.yield"), why
+
+
+def test_a_row_read_from_the_written_buffer_is_not_hoisted():
+    """The operand the scatter updates in place may change under the loop: a guard that
+    reads it is not loop-invariant, and the atomics stay scalar."""
+    text = _scatter_add().replace("tensor.extract %rows[%ri] : tensor<64xi32>", "PLACEHOLDER")
+    text = text.replace(
+        "PLACEHOLDER",
+        "tensor.extract %table[%ri] : tensor<4096xf32>\n"
+        "    %row32 = arith.fptosi %rowf : f32 to i32",
+    ).replace("%row32 = tensor.extract", "%rowf = tensor.extract")
+    out = _vectorized_for(text, 16)
+    (atomic,) = _ops(out, "heron_gpu.atomic_rmw")
+    assert "vector<" not in atomic

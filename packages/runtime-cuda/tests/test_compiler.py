@@ -74,6 +74,7 @@ def test_every_stage_is_dumped_in_order():
         "convert-scf-to-cf",
         "lower-bf16-mma",
         "fast-math",
+        "vector-atomics",
         "convert-gpu-to-nvvm",
         "reconcile-unrealized-casts",
         "llvm-ir",

@@ -32,7 +32,8 @@ def test_h100_numbers():
     assert h100.shared_memory_per_block == 49152
     assert h100.shared_memory_per_block_optin == 232448
     assert h100.compute_capability == (9, 0)
-    assert h100.isa_version == 80
+    assert h100.isa_version == 81  # sm_90's vector reductions
+    assert h100.vector_atomic_add_bytes == 16
 
 
 def test_rocm_presets():
@@ -85,7 +86,7 @@ def test_for_arch_exact(arch, name):
 @pytest.mark.parametrize(
     "arch, base, capability, isa",
     [
-        ("sm_90a", "h100", (9, 0), 80),
+        ("sm_90a", "h100", (9, 0), 81),
         ("sm_89", "a100", (8, 9), 80),  # same major beats the numerically nearer sm_90
         ("sm_100", "h100", (10, 0), 86),
         ("sm_120", "h100", (12, 0), 87),
@@ -110,11 +111,20 @@ def test_for_arch_refuses_unknown_names(arch):
 
 @pytest.mark.parametrize(
     "arch, isa",
-    [("sm_80", 80), ("sm_90a", 80), ("sm_100", 86), ("sm_100a", 86), ("sm_120", 87)]
+    [("sm_80", 80), ("sm_90", 81), ("sm_90a", 81), ("sm_100", 86), ("sm_100a", 86), ("sm_120", 87)]
     + [("sm_121", 88), ("sm_100f", 88), ("sm_110", 90), ("sm_70", 80)],
 )
 def test_ptx_isa_version(arch, isa):
     assert ptx_isa_version(arch) == isa
+
+
+def test_vector_atomic_adds_need_sm_90_and_ptx_8_1():
+    assert Target.preset("a100").vector_atomic_add_bytes == 0
+    assert Target.preset("mi300x").vector_atomic_add_bytes == 0
+    assert Target.for_arch("sm_100").vector_atomic_add_bytes == 16
+    # They need PTX 8.1: an sm_90 target cannot declare less.
+    with pytest.raises(TargetError, match="isa_version must be at least 81"):
+        attrs.evolve(Target.preset("h100"), isa_version=80)
 
 
 def test_resolve_defaults():
@@ -216,7 +226,7 @@ def test_from_device_refuses(properties, message):
         ({"arch": "gfx942"}, "arch must be a cuda arch .*, got 'gfx942'"),
         ({"arch": "sm90"}, "arch must be a cuda arch .*, got 'sm90'"),
         ({"compute_capability": (8, 0)}, r"compute_capability must be \(9, 0\)"),
-        ({"isa_version": 78}, "isa_version must be at least 80"),
+        ({"isa_version": 78}, "isa_version must be at least 81"),
         ({"name": None}, "name must be a string, got None"),
         ({"shared_memory_per_block": 300000}, "shared_memory_per_block .* must not exceed"),
         ({"threads_per_block_limit": 1000}, "must be a multiple of warp_size"),

@@ -40,7 +40,7 @@ from heron.emitters import mlir_types
 from heron.emitters.dialect import make_context, pure_call_op, verify_xla_ops
 from heron.emitters.elemental import ElementalContext, emit_instruction
 from heron.emitters.fusion_analysis import FusionAnalysis
-from heron.emitters.kernel_arguments import mark_in_place
+from heron.emitters.kernel_arguments import KERNEL_ATTR, mark_in_place
 from heron.hlo.errors import HloError, UnsupportedError
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.shapes import ArrayShape, Shape
@@ -751,7 +751,7 @@ class FusionEmitter(abc.ABC):
         inputs = [*emitter.tensor_types(), *outputs]
         with ir.InsertionPoint(module.body):
             function = func.FuncOp(emitter.entry_name, ir.FunctionType.get(inputs, outputs))
-            function.attributes["heron.kernel"] = ir.UnitAttr.get()
+            function.attributes[KERNEL_ATTR] = ir.UnitAttr.get()
             function.attributes["heron.block_size"] = ir.DenseI64ArrayAttr.get(
                 [launch.thread_x, 1, 1]
             )

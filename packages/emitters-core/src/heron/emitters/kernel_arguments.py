@@ -46,6 +46,7 @@ from heron.hlo.errors import UnsupportedError
 __all__ = [
     "BUFFER_ALIGNMENT",
     "IN_PLACE_ATTR",
+    "KERNEL_ATTR",
     "LLVM_ALIGN",
     "LLVM_DEREFERENCEABLE",
     "LLVM_NOALIAS",
@@ -55,10 +56,13 @@ __all__ = [
     "in_place_pairs",
     "llvm_argument_attributes",
     "mark_in_place",
+    "read_only_arguments",
     "set_llvm_argument_attributes",
     "written_arguments",
 ]
 
+#: On the emitted entry ``func.func``: this function is the kernel (the others are callees).
+KERNEL_ATTR = "heron.kernel"
 #: On an output argument of the emitted entry: the index of the argument whose buffer it is.
 IN_PLACE_ATTR = "heron.in_place_of"
 LLVM_NOALIAS = "llvm.noalias"
@@ -151,6 +155,20 @@ def in_place_pairs(function: ir.Operation) -> dict[int, int]:
         for k, attrs in enumerate(_arg_attrs(function, count))
         if IN_PLACE_ATTR in attrs
     }
+
+
+def read_only_arguments(function: ir.Operation) -> set[int]:
+    """Indices of the arguments of emitted entry ``function`` whose buffer it never writes.
+
+    Parameters outside in-place pairs (``argument_attributes``' ``readonly``): their
+    elements hold the same value for the whole kernel, so a pass may read one earlier
+    than the kernel does.
+    """
+    ftype = _function_type(function)
+    n_args = len(ftype.inputs)
+    outputs = range(n_args - len(ftype.results), n_args)
+    flags = argument_attributes(n_args, outputs, in_place_pairs(function))
+    return {k for k, (_, readonly) in enumerate(flags) if readonly}
 
 
 def _byte_size(memref_type: ir.Type) -> int | None:

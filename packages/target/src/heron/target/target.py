@@ -60,8 +60,10 @@ _ARCH_SPELLING = {
 
 # Lowest PTX ISA version (times ten) that accepts each SM newer than PTX 8.0 covers,
 # from the PTX ISA release notes (LLVM's NVPTX.td carries the same table). Family
-# targets ("sm_100f") arrived with PTX 8.8.
-_PTX_ISA_FOR_SM = {88: 90, 100: 86, 101: 86, 103: 88, 110: 90, 120: 87, 121: 88}
+# targets ("sm_100f") arrived with PTX 8.8. sm_90 is accepted from PTX 7.8, but heron's
+# sm_90 kernels add with vector reductions (``red.global.add.v4.f32``), which PTX 8.1
+# brought (drivers of CUDA 12.1 and later).
+_PTX_ISA_FOR_SM = {88: 90, 90: 81, 100: 86, 101: 86, 103: 88, 110: 90, 120: 87, 121: 88}
 _PTX_ISA_FLOOR = 80  # heron emits PTX 8.0 constructs, so never declare less.
 _ROCM_CODE_OBJECT_VERSION = 5
 
@@ -85,8 +87,9 @@ def _sm_number(arch: str) -> tuple[int, str] | None:
 def ptx_isa_version(arch: str) -> int:
     """The PTX ISA version, times ten, to declare for a CUDA ``arch``.
 
-    The lowest version ptxas accepts for the arch, but at least 8.0: sm_80 and sm_90
-    give 80, sm_100 86, sm_120 87, sm_103 and family targets 88, sm_110 90.
+    The lowest version ptxas accepts for the arch with every instruction heron emits
+    for it, but at least 8.0: sm_80 gives 80, sm_90 81 (its vector reductions), sm_100
+    86, sm_120 87, sm_103 and family targets 88, sm_110 90.
     """
     parsed = _sm_number(arch)
     if parsed is None:
@@ -496,6 +499,17 @@ class Target:
         if not self.dnn_library or capability is None or capability < (8, 0):
             return ""
         return self.dnn_library
+
+    @property
+    def vector_atomic_add_bytes(self) -> int:
+        """How many bytes of consecutive f32, f16 or bf16 elements one global atomic add
+        may update: 16 on CUDA from sm_90 with PTX 8.1 (``red.global.add.v4.f32``,
+        ``.v8.bf16``: PTX ISA, "Parallel Synchronization and Communication Instructions:
+        red", vector types), 0 where every atomic add updates one element. The
+        vectorizer turns an aligned run of a scatter's atomic adds into one such add
+        (:mod:`heron.emitters.pipeline.vectorize`)."""
+        capability = self.compute_capability  # isa_version is at least 81 from sm_90
+        return 16 if capability is not None and capability >= (9, 0) else 0
 
     def summary(self) -> str:
         """One line for ``heron targets``: the numbers that most change code generation."""

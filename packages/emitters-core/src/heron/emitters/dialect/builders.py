@@ -207,11 +207,20 @@ def predicated_extract_op(
 
 
 def atomic_rmw_op(
-    tensor: ir.Value, indices: Values, body_builder: Callable[[ir.Value], ir.Value]
+    tensor: ir.Value,
+    indices: Values,
+    body_builder: Callable[[ir.Value], ir.Value],
+    lanes: int = 1,
 ) -> ir.Operation:
-    """Atomically replace ``tensor[indices]`` by ``body_builder(current value)``."""
+    """Atomically replace ``tensor[indices]`` by ``body_builder(current value)``.
+
+    With ``lanes`` > 1 the op updates that many consecutive elements of a 1-D tensor
+    from ``indices`` on as one vector (the body takes and yields ``vector<lanes>``).
+    """
     op = _create("atomic_rmw", results=[tensor.type], operands=[tensor, *indices], regions=1)
     element = ir.RankedTensorType(tensor.type).element_type
+    if lanes > 1:
+        element = ir.VectorType.get([lanes], element)
     block = op.regions[0].blocks.append(element)
     with ir.InsertionPoint(block):
         yield_op([body_builder(block.arguments[0])])

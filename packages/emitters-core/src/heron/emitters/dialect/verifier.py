@@ -199,13 +199,31 @@ def verify_predicated_extract(op: ir.Operation) -> None:
 
 
 def verify_atomic_rmw(op: ir.Operation) -> None:
-    """Body takes the current element and yields the new one; result is the input's type."""
+    """Body takes the current element (or a vector of consecutive ones) and yields the new
+    one; result is the input's type.
+
+    A vector body updates ``n`` elements of a 1-D tensor from the index on, ``n`` a power
+    of two from 2 (XLA's vectorized ``atomic_rmw``): whether the device can do that in
+    one instruction, and that the index is aligned, is for the pass that makes it.
+    """
     tensor, *indices = op.operands
     element = _check_element_access(op, tensor, indices)
     if op.results[0].type != tensor.type:
         raise _fail(op, "result type must equal the input tensor's type")
     block, terminator = _single_block_with_yield(op)
-    if _types(block.arguments) != [element]:
+    arguments = _types(block.arguments)
+    if len(arguments) == 1 and isinstance(arguments[0], ir.VectorType):
+        vector_type = ir.VectorType(arguments[0])
+        lanes = vector_type.shape
+        if vector_type.element_type != element or len(lanes) != 1 or len(indices) != 1:
+            raise _fail(
+                op, f"a vector body must take a 1-D vector of {element} and update a 1-D tensor"
+            )
+        if lanes[0] < 2 or lanes[0] & (lanes[0] - 1):
+            raise _fail(op, f"a vector body's length must be a power of two from 2, not {lanes[0]}")
+        _check_yield(op, terminator, [vector_type])
+        return
+    if arguments != [element]:
         raise _fail(op, f"body must take exactly one {element} (the current value)")
     _check_yield(op, terminator, [element])
 

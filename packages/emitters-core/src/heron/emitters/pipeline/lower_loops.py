@@ -11,8 +11,10 @@ and runs the body, and whose else-branch passes the iter_args through.
 Checks that can never fail are not emitted: a dimension fed by
 ``gpu.thread_id x upper_bound 128`` always lies in ``[0, 127]``, and a
 constraint implied by the variables' bounds always holds. That keeps the
-condition as small as the seeds' examples (often just ``true``, which
-canonicalize folds away later).
+condition as small as the seeds' examples, and where nothing is left to check
+the body is not guarded at all (the seeds' ``scf.if %true``, which canonicalize
+would fold away later, would hide from vectorize-loads-stores that every
+iteration runs the body).
 
 The constraint check evaluates a map without the symbols it does not use, and
 is given only their values; when it uses no range symbol at all, the whole
@@ -177,7 +179,6 @@ def lower_loop(loop: ir.Operation) -> None:
     runtime_symbols = operands[indexing_map.num_dims : n_dim_operands]
     inits = operands[n_dim_operands:]
     body = loop.regions[0].blocks[0]
-    n_results = indexing_map.num_results
 
     if is_known_empty(indexing_map):  # no point runs the body
         for result, init in zip(loop.results, inits, strict=True):
@@ -211,21 +212,25 @@ def lower_loop(loop: ir.Operation) -> None:
         condition = hoisted
         if condition is None:
             condition = in_domain_condition(indexing_map, dims, induction_vars, runtime_symbols)
-        if_op = scf.IfOp(condition, [v.type for v in iters], has_else=True)
-        with ir.InsertionPoint(if_op.then_block):
-            symbols = [*induction_vars, *runtime_symbols]
-            results = (
-                list(apply_indexing_op(indexing_map, dims, symbols).results) if n_results else []
+    if _is_true(condition):  # every point lies in the domain: no check
+        if not list(condition.uses):
+            condition.owner.erase()
+        with point:
+            inner_results = _clone_body(
+                loop, body, indexing_map, dims, induction_vars, runtime_symbols, iters
             )
-            args = list(body.arguments)
-            mapping = dict(zip(args, [*induction_vars, *results, *iters], strict=True))
-            terminator = clone_block_into(body, mapping)
-            if terminator is None or terminator.name != "gpu.yield":
-                raise UnsupportedError(f"'{LOOP}' at {loop.location}: body must end in gpu.yield")
-            scf.YieldOp(mapped(terminator.operands, mapping))
-        with ir.InsertionPoint(if_op.else_block):
-            scf.YieldOp(iters)
-    inner_results = list(if_op.results)
+    else:
+        with point:
+            if_op = scf.IfOp(condition, [v.type for v in iters], has_else=True)
+            with ir.InsertionPoint(if_op.then_block):
+                scf.YieldOp(
+                    _clone_body(
+                        loop, body, indexing_map, dims, induction_vars, runtime_symbols, iters
+                    )
+                )
+            with ir.InsertionPoint(if_op.else_block):
+                scf.YieldOp(iters)
+        inner_results = list(if_op.results)
     for for_op in reversed(fors):
         with ir.InsertionPoint(for_op.body):
             scf.YieldOp(inner_results)
@@ -233,6 +238,39 @@ def lower_loop(loop: ir.Operation) -> None:
     for old, new in zip(loop.results, inner_results, strict=True):
         old.replace_all_uses_with(new)
     loop.erase()
+
+
+def _is_true(condition: ir.Value) -> bool:
+    """Whether ``condition`` is the ``arith.constant true`` of a check with nothing to check."""
+    if not isinstance(condition, ir.OpResult) or condition.owner.name != "arith.constant":
+        return False
+    value = condition.owner.attributes["value"]
+    return (
+        isinstance(value, ir.BoolAttr)
+        and ir.BoolAttr(value).value
+        or (isinstance(value, ir.IntegerAttr) and ir.IntegerAttr(value).value != 0)
+    )
+
+
+def _clone_body(
+    loop: ir.Operation,
+    body: ir.Block,
+    indexing_map: IndexingMap,
+    dims: Sequence[ir.Value],
+    induction_vars: Sequence[ir.Value],
+    runtime_symbols: Sequence[ir.Value],
+    iters: Sequence[ir.Value],
+) -> list[ir.Value]:
+    """The loop's body at the current insertion point, for the point the induction
+    variables name: the map evaluated, the body cloned; the values it yields."""
+    symbols = [*induction_vars, *runtime_symbols]
+    n_results = indexing_map.num_results
+    results = list(apply_indexing_op(indexing_map, dims, symbols).results) if n_results else []
+    mapping = dict(zip(list(body.arguments), [*induction_vars, *results, *iters], strict=True))
+    terminator = clone_block_into(body, mapping)
+    if terminator is None or terminator.name != "gpu.yield":
+        raise UnsupportedError(f"'{LOOP}' at {loop.location}: body must end in gpu.yield")
+    return mapped(terminator.operands, mapping)
 
 
 def run(module: ir.Module, options: PipelineOptions) -> None:

@@ -44,13 +44,13 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, gpu, memref, nvgpu, scf, vector
 
-from heron.emitters import ir_utils, kernel_arguments
+from heron.emitters import atomics, ir_utils, kernel_arguments
 from heron.emitters.pipeline import packed_stores
 from heron.emitters.pipeline.gpu_lowering import MIN_BLOCKS_PER_CORE_ATTR
 from heron.emitters.pipeline.manager import Pass, PipelineOptions, run_upstream
 from heron.hlo.errors import UnsupportedError
 
-KERNEL_ATTR = "heron.kernel"
+KERNEL_ATTR = kernel_arguments.KERNEL_ATTR
 BLOCK_SIZE_ATTR = "heron.block_size"
 GRID_SIZE_ATTR = "heron.grid_size"
 WORKGROUP_ATTRIBUTIONS = "workgroup_attributions"
@@ -60,22 +60,6 @@ WORKGROUP_ATTRIB_ATTRS = "workgroup_attrib_attrs"
 MAX_VECTOR_ALIGNMENT = 16
 
 # Atomic bodies ``cur <op> x`` that map to one ``memref.atomic_rmw`` kind.
-_ATOMIC_KINDS = {
-    "arith.addf": "addf",
-    "arith.addi": "addi",
-    "arith.maximumf": "maximumf",
-    "arith.minimumf": "minimumf",
-    "arith.maxnumf": "maxnumf",
-    "arith.minnumf": "minnumf",
-    "arith.maxsi": "maxs",
-    "arith.maxui": "maxu",
-    "arith.minsi": "mins",
-    "arith.minui": "minu",
-    "arith.andi": "andi",
-    "arith.ori": "ori",
-}
-
-
 # -- types ------------------------------------------------------------------------------
 
 
@@ -797,9 +781,10 @@ def _atomic_rmw(lw: _Lowering, op: ir.Operation) -> None:
     buffer = lw.get(tensor)
     index = lw.get(indices[0])
     body = op.regions[0].blocks[0]
-    current = body.arguments[0]
-    simple = _simple_atomic(ir_utils.block_ops(body), current)
-    if simple is not None:
+    simple = atomics.simple_atomic(body)
+    if isinstance(body.arguments[0].type, ir.VectorType):
+        _vector_atomic(lw, op, simple, buffer, index)
+    elif simple is not None:
         kind, operand = simple
         memref.AtomicRMWOp(getattr(arith.AtomicRMWKind, kind), lw.get(operand), buffer, [index])
     elif isinstance(element, ir.IntegerType):
@@ -807,6 +792,31 @@ def _atomic_rmw(lw: _Lowering, op: ir.Operation) -> None:
     else:
         _float_generic_atomic(lw, body, buffer, index, element)
     lw.values[op.results[0]] = buffer
+
+
+def _vector_atomic(
+    lw: _Lowering,
+    op: ir.Operation,
+    simple: tuple[str, ir.Value] | None,
+    buffer: ir.Value,
+    index: ir.Value,
+) -> None:
+    """A vector atomic add -> one scalar ``memref.atomic_rmw`` per lane, each marked.
+
+    ``vectorize-loads-stores`` makes vector atomics only where the device adds a
+    vector at once and the index is aligned; no memref op says that, so the lanes
+    carry the mark (:func:`heron.emitters.atomics.mark_lane`) that lets a backend
+    join them into one instruction again. Only adds are vectorized.
+    """
+    if simple is None or simple[0] != "addf":
+        raise lw.unsupported(op, "a vector atomic_rmw must add a value to the current one")
+    addend = lw.get(simple[1])
+    lanes = ir.VectorType(addend.type).shape[0]
+    for lane in range(lanes):
+        value = vector.ExtractOp(addend, [], [lane]).result
+        at = index if lane == 0 else arith.addi(index, ir_utils.index_constant(lane))
+        atomic = memref.AtomicRMWOp(arith.AtomicRMWKind.addf, value, buffer, [at])
+        atomics.mark_lane(atomic.operation, lane, lanes)
 
 
 def _generic_atomic(
@@ -863,42 +873,6 @@ def _float_generic_atomic(
         lw.values[body.arguments[0]] = arith.BitcastOp(element, block.arguments[0]).result
         terminator = lw.lower_block(body)
         memref.AtomicYieldOp(arith.BitcastOp(bits, lw.get(terminator.operands[0])).result)
-
-
-def _simple_atomic(ops: list[ir.Operation], current: ir.Value) -> tuple[str, ir.Value] | None:
-    """``(kind, operand)`` when the body is ``yield(current <op> operand)`` or ``yield(x)``.
-
-    ``yield(x)`` with ``x`` computed outside the body is an exchange
-    (``assign``): the update ignores the current value.
-    """
-    if len(ops) == 1:
-        (yielded,) = ops[0].operands
-        if yielded != current and not _defined_in(yielded, ops[0].operation.block):
-            return "assign", yielded
-        return None
-    if len(ops) != 2:
-        return None
-    combine, terminator = ops
-    kind = _ATOMIC_KINDS.get(combine.name)
-    if kind is None or terminator.operands[0] != combine.results[0]:
-        return None
-    if "fastmath" in combine.attributes and str(combine.attributes["fastmath"]) not in (
-        "#arith.fastmath<none>",
-    ):
-        return None
-    lhs, rhs = combine.operands
-    if lhs == current and rhs != current:
-        return kind, rhs
-    if rhs == current and lhs != current:
-        return kind, lhs
-    return None
-
-
-def _defined_in(value: ir.Value, block: ir.Block) -> bool:
-    """Whether ``value`` is an argument of ``block`` or the result of an op in it."""
-    if isinstance(value, ir.BlockArgument):
-        return value.owner == block
-    return value.owner.operation.block == block
 
 
 def _shuffle_reduce(lw: _Lowering, op: ir.Operation) -> None:

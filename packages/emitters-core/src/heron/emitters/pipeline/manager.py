@@ -42,17 +42,24 @@ class PipelineOptions:
     Built from the compile's Target (:meth:`for_target`), so that no pass keeps
     a device fact of its own. ``backend`` is the GPU family the lowering goes
     on to (``cuda``, ``rocm``); ``warp_size`` the lanes of a warp or wavefront,
-    which shuffles and warp-level reductions are written for. The defaults are
-    an NVIDIA GPU's, for tests that build options by hand.
+    which shuffles and warp-level reductions are written for;
+    ``vector_atomic_add_bytes`` how many bytes of consecutive elements one atomic
+    add may update (``Target.vector_atomic_add_bytes``; 0: one element each). The
+    defaults are an NVIDIA GPU's before sm_90, for tests that build options by hand.
     """
 
     backend: str = attrs.field(default="cuda", validator=_backend)
     warp_size: int = attrs.field(default=32, validator=_warp_size)
+    vector_atomic_add_bytes: int = attrs.field(default=0, validator=attrs.validators.ge(0))
 
     @classmethod
     def for_target(cls, target: Target) -> PipelineOptions:
         """The options for ``target``."""
-        return cls(backend=target.backend, warp_size=target.warp_size)
+        return cls(
+            backend=target.backend,
+            warp_size=target.warp_size,
+            vector_atomic_add_bytes=target.vector_atomic_add_bytes,
+        )
 
 
 @attrs.frozen

@@ -13,13 +13,23 @@ XLA's ``vectorize_loads_stores.cc`` does:
   ``vector.insert`` into a vector the loop now carries, written once after
   the loop with ``vector.transfer_write``.
 
+- where the device adds several elements in one atomic
+  (``PipelineOptions.vector_atomic_add_bytes``: sm_90's ``red.global.add.v4.f32``,
+  XLA's vectorized ``atomic_rmw``), an atomic add into the loop's tensor
+  iter_arg at ``base + %v`` (a scatter-add's window) becomes a carried vector
+  of addends and one vector ``heron_gpu.atomic_rmw`` at ``base`` after the
+  loop; f32, f16 and bf16 elements, adds without fastmath flags.
+
 Only what is provably safe is rewritten: ``base`` must not depend on ``%v``
 and must be a multiple of V on the whole domain of the index map (so the
 access is aligned and, since all V elements are accessed when any one is,
 in bounds); an access guarded by an ``scf.if`` is rewritten only when the
 condition does not depend on ``%v`` (the hoisted access is then guarded by
-the same condition). Sub-byte, ``i1``, fp8/f4 and complex elements are left
-alone: their memory representation differs from their tensor type.
+the same condition). A read of a kernel parameter the kernel never writes
+(``kernel_arguments.read_only_arguments``), made on every iteration, counts
+as loop-invariant when its index is: a scatter's indices, which decide its
+guard. Sub-byte, ``i1``, fp8/f4 and complex elements are left alone: their
+memory representation differs from their tensor type.
 """
 
 from __future__ import annotations
@@ -30,8 +40,8 @@ import attrs
 from mlir import ir
 from mlir.dialects import arith, scf, vector
 
-from heron.emitters import ir_utils
-from heron.emitters.dialect import apply_indexing_op, op_indexing_map
+from heron.emitters import atomics, ir_utils, kernel_arguments
+from heron.emitters.dialect import apply_indexing_op, atomic_rmw_op, op_indexing_map
 from heron.emitters.pipeline import vectorize_adjacent
 from heron.emitters.pipeline.manager import Pass, PipelineOptions
 from heron.emitters.pipeline.vector_access import (
@@ -55,6 +65,7 @@ from heron.indexing.simplifier import linear_form, simplify_expr
 
 VECTOR_SIZES = (2, 4, 8)
 APPLY_INDEXING = "heron_gpu.apply_indexing"
+ATOMIC_RMW = "heron_gpu.atomic_rmw"
 
 # Ops with no side effects and no regions: an op of these kinds whose operands
 # do not depend on the loop variable can be cloned before the loop.
@@ -118,11 +129,19 @@ def _supported_element(element: ir.Type) -> bool:
 
 
 class _Loop:
-    """One candidate loop and what can be cloned before it."""
+    """One candidate loop and what can be cloned before it.
 
-    def __init__(self, loop: ir.Operation, size: int) -> None:
+    ``read_only`` are the function's tensor arguments whose elements never change
+    while the kernel runs: a ``tensor.extract`` from one, made on every iteration
+    (directly in the loop's body), is as pure as arithmetic and may be hoisted.
+    """
+
+    def __init__(
+        self, loop: ir.Operation, size: int, read_only: frozenset[ir.Value] = frozenset()
+    ) -> None:
         self.op = loop
         self.size = size
+        self.read_only = read_only
         self.body = loop.regions[0].blocks[0]
         self.iv = self.body.arguments[0]
         self._variant: dict[ir.Value, bool] = {}
@@ -131,6 +150,15 @@ class _Loop:
     def defined_inside(self, value: ir.Value) -> bool:
         return _is_inside(_defining_op(value), self.op)
 
+    def _hoistable(self, op: ir.Operation) -> bool:
+        if _is_pure(op):
+            return True
+        return (
+            op.name == "tensor.extract"
+            and op.operands[0] in self.read_only
+            and op.parent.operation == self.op
+        )
+
     def depends_on_loop(self, value: ir.Value) -> bool:
         """Whether ``value`` may differ between iterations (conservatively)."""
         known = self._variant.get(value)
@@ -138,7 +166,7 @@ class _Loop:
             return known
         if not self.defined_inside(value):
             result = False
-        elif not isinstance(value, ir.OpResult) or not _is_pure(value.owner.operation):
+        elif not isinstance(value, ir.OpResult) or not self._hoistable(value.owner.operation):
             result = True
         else:
             op = value.owner.operation
@@ -339,32 +367,43 @@ class _Rewriter:
                 found.append(access)
         return found
 
-    def stores(self) -> list[tuple[int, _Access]]:
-        """(iter_arg number, access) for each iter_arg tensor written once per iteration."""
+    def stores(self, vector_atomic_add_bytes: int = 0) -> list[_Write]:
+        """Each iter_arg tensor written once per iteration: by a ``tensor.insert``, or by
+        an atomic add where one atomic adds ``vector_atomic_add_bytes`` at once."""
         found = []
         body = self.loop.body
         yielded = list(ir_utils.block_ops(body)[-1].operands)
         for number, arg in enumerate(list(body.arguments)[1:]):
             if not isinstance(arg.type, ir.RankedTensorType):
                 continue
-            if not _supported_element(ir.RankedTensorType(arg.type).element_type):
+            element = ir.RankedTensorType(arg.type).element_type
+            if not _supported_element(element):
                 continue
-            insert = self._insert_for(arg, yielded[number])
-            if insert is None:
+            write = self._write_for(arg, yielded[number])
+            if write is None:
                 continue
-            access = _index_access(self.loop, insert, list(insert.operands)[2])
+            if write.name == "tensor.insert":
+                index = write.operands[2]
+            else:
+                if not _vector_atomic_element(element) or _atomic_addend(write) is None:
+                    continue
+                if self.loop.size * ir.FloatType(element).width // 8 > vector_atomic_add_bytes:
+                    continue
+                index = write.operands[1]
+            access = _index_access(self.loop, write, index)
             if access is not None and len(access.guards) <= 1:
-                found.append((number, access))
+                found.append(_Write(number, access))
         return found
 
-    def _insert_for(self, arg: ir.Value, result: ir.Value) -> ir.Operation | None:
-        """The tensor.insert producing ``result`` from ``arg``, directly or in an scf.if."""
+    def _write_for(self, arg: ir.Value, result: ir.Value) -> ir.Operation | None:
+        """The tensor.insert or one-index atomic_rmw producing ``result`` from ``arg``,
+        directly or in an scf.if."""
         if not isinstance(result, ir.OpResult):
             return None
         owner = result.owner.operation
         arg_users = [(u.owner.operation, u.operand_number) for u in arg.uses]
-        if owner.name == "tensor.insert":
-            ok = owner.operands[1] == arg and len(arg_users) == 1
+        if _writes(owner, arg):
+            ok = len(arg_users) == 1
             return owner if ok and owner.parent.operation == self.loop.op else None
         if owner.name != "scf.if" or len(owner.regions[1].blocks) == 0:
             return None
@@ -376,14 +415,14 @@ class _Rewriter:
         inner = then_yield.operands[slot]
         if else_yield.operands[slot] != arg or not isinstance(inner, ir.OpResult):
             return None
-        insert = inner.owner.operation
-        if insert.name != "tensor.insert" or insert.operands[1] != arg:
+        write = inner.owner.operation
+        if not _writes(write, arg):
             return None
-        if insert.parent.operation != owner or _single_use(inner) != then_yield:
+        if write.parent.operation != owner or _single_use(inner) != then_yield:
             return None
         if len(arg_users) != 2:
             return None
-        return insert
+        return write
 
     # -- rewriting -----------------------------------------------------------
     def base(self, access: _Access) -> ir.Value:
@@ -440,18 +479,13 @@ class _Rewriter:
         access.op.results[0].replace_all_uses_with(scalar)
         erase_with_unused_index(access.op)
 
-    def vectorize_stores(self, stores: list[tuple[int, _Access]]) -> ir.Operation:
+    def vectorize_stores(self, stores: list[_Write]) -> ir.Operation:
         """Carry one vector per written tensor; write each after the loop. Returns the new loop."""
         old = self.loop.op
-        bases = [self.base(access) for _, access in stores]
-        conditions = [self._guard(access.guards) for _, access in stores]
-        types = []
+        bases = [self.base(store.access) for store in stores]
+        conditions = [self._guard(store.access.guards) for store in stores]
         with ir.InsertionPoint(old):
-            zeros = []
-            for _, access in stores:
-                element = ir.RankedTensorType(access.op.operands[1].type).element_type
-                types.append(ir.VectorType.get([self.loop.size], element))
-                zeros.append(_zero(types[-1]))
+            zeros = [_zero(ir.VectorType.get([self.loop.size], s.value.type)) for s in stores]
         n_old = len(old.results)
         new = _for_with_extra_iter_args(old, zeros)
         body = new.regions[0].blocks[0]
@@ -461,13 +495,13 @@ class _Rewriter:
         # scf.if as an extra result. Two stores in one scf.if rebuild it twice and
         # the first rebuild's op is erased, so results are looked up only at the end.
         pending: list[tuple[ir.Value, int | None]] = []
-        for (number, access), vector_arg in zip(stores, vector_args, strict=True):
-            insert = access.op
-            tensor_arg = body.arguments[1 + number]
-            with ir.InsertionPoint(insert):
-                inserted = _vector_insert(insert.operands[0], vector_arg, iv)
-            insert.results[0].replace_all_uses_with(tensor_arg)
-            erase_with_unused_index(insert)
+        for store, vector_arg in zip(stores, vector_args, strict=True):
+            write, access = store.access.op, store.access
+            tensor_arg = body.arguments[1 + store.number]
+            with ir.InsertionPoint(write):
+                inserted = _vector_insert(store.value, vector_arg, iv)
+            write.results[0].replace_all_uses_with(tensor_arg)
+            erase_with_unused_index(write)
             if access.guards:
                 if_op = _if_with_extra_result(_enclosing_if(inserted), inserted, vector_arg)
                 pending.append((inserted, len(if_op.results) - 1))
@@ -482,19 +516,17 @@ class _Rewriter:
             scf.YieldOp([*terminator.operands, *carried])
         terminator.erase()
         after = ir.InsertionPoint.after(new)
-        for i, ((number, _), base, condition) in enumerate(
-            zip(stores, bases, conditions, strict=True)
-        ):
-            tensor = new.results[number]
+        for i, (store, base, condition) in enumerate(zip(stores, bases, conditions, strict=True)):
+            tensor = new.results[store.number]
             vec = new.results[n_old + i]
             users = [u.owner.operation for u in tensor.uses]
             with after:
                 if condition is None:
-                    written = transfer_write(vec, tensor, base)
+                    written = store.write_vector(vec, tensor, base)
                 else:
                     guarded = scf.IfOp(condition, [tensor.type], has_else=True)
                     with ir.InsertionPoint(guarded.then_block):
-                        scf.YieldOp([transfer_write(vec, tensor, base)])
+                        scf.YieldOp([store.write_vector(vec, tensor, base)])
                     with ir.InsertionPoint(guarded.else_block):
                         scf.YieldOp([tensor])
                     written = guarded.results[0]
@@ -504,6 +536,57 @@ class _Rewriter:
                         user.operands[j] = written
             after = ir.InsertionPoint.after(written.owner.operation)
         return new
+
+
+@attrs.frozen
+class _Write:
+    """A write of iter_arg ``number`` at ``base + %v`` each iteration: a ``tensor.insert``
+    or an atomic add (``access.op``)."""
+
+    number: int
+    access: _Access
+    #: Known before the op is rewritten away.
+    atomic: bool = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "atomic", self.access.op.name == ATOMIC_RMW)
+
+    @property
+    def value(self) -> ir.Value:
+        """What the write stores or adds (read when asked: vectorized loads replace values)."""
+        op = self.access.op
+        if not self.atomic:
+            return op.operands[0]
+        addend = _atomic_addend(op)
+        assert addend is not None, "stores() takes only atomic adds"
+        return addend
+
+    def write_vector(self, vec: ir.Value, tensor: ir.Value, base: ir.Value) -> ir.Value:
+        """The write of all lanes at once, after the loop: the tensor it gives."""
+        if not self.atomic:
+            return transfer_write(vec, tensor, base)
+        lanes = ir.VectorType(vec.type).shape[0]
+        return atomic_rmw_op(tensor, [base], lambda current: arith.addf(current, vec), lanes).result
+
+
+def _writes(op: ir.Operation, tensor: ir.Value) -> bool:
+    """Whether ``op`` is a ``tensor.insert`` into ``tensor`` or a one-index atomic on it."""
+    if op.name == "tensor.insert":
+        return op.operands[1] == tensor
+    return op.name == ATOMIC_RMW and op.operands[0] == tensor and len(op.operands) == 2
+
+
+def _atomic_addend(op: ir.Operation) -> ir.Value | None:
+    """What atomic ``op`` adds to the current value (a float add), None for another body."""
+    simple = atomics.simple_atomic(op.regions[0].blocks[0])
+    if simple is None or simple[0] != "addf":
+        return None
+    return simple[1]
+
+
+def _vector_atomic_element(element: ir.Type) -> bool:
+    """Elements a vector atomic add takes (PTX's vector ``red``: f32, f16, bf16)."""
+    return isinstance(element, ir.F32Type | ir.F16Type | ir.BF16Type)
 
 
 def _enclosing_if(value: ir.Value) -> ir.Operation:
@@ -573,14 +656,20 @@ def _if_with_extra_result(
     return new
 
 
-def vectorize_loop(loop_op: ir.Operation, func_args: set[ir.Value]) -> bool:
-    """Vectorize the loads and stores of one ``scf.for``; whether anything changed."""
+def vectorize_loop(
+    loop_op: ir.Operation,
+    func_args: set[ir.Value],
+    read_only: frozenset[ir.Value] = frozenset(),
+    vector_atomic_add_bytes: int = 0,
+) -> bool:
+    """Vectorize the loads, stores and atomic adds of one ``scf.for``; whether anything
+    changed. ``read_only``: the function arguments no write reaches (see ``_Loop``)."""
     size = _loop_size(loop_op)
     if size is None:
         return False
-    rewriter = _Rewriter(_Loop(loop_op, size), func_args)
+    rewriter = _Rewriter(_Loop(loop_op, size, read_only), func_args)
     loads = rewriter.loads()
-    stores = rewriter.stores()
+    stores = rewriter.stores(vector_atomic_add_bytes)
     for access in loads:
         rewriter.vectorize_load(access)
     if stores:
@@ -590,14 +679,19 @@ def vectorize_loop(loop_op: ir.Operation, func_args: set[ir.Value]) -> bool:
 
 def run(module: ir.Module, options: PipelineOptions) -> None:
     """Vectorize every eligible loop of every function (innermost loops are the candidates)."""
-    del options
     for func_op in ir_utils.block_ops(module.body):
         if func_op.name != "func.func" or len(func_op.regions[0].blocks) == 0:
             continue
-        func_args = set(func_op.regions[0].blocks[0].arguments)
+        arguments = list(func_op.regions[0].blocks[0].arguments)
+        func_args = set(arguments)
+        read_only = frozenset()
+        if kernel_arguments.KERNEL_ATTR in func_op.attributes:
+            read_only = frozenset(
+                arguments[k] for k in kernel_arguments.read_only_arguments(func_op)
+            )
         loops = ir_utils.walk_ops(func_op, "scf.for")
         for loop_op in reversed(loops):  # innermost first: a rewrite replaces only its own loop
-            vectorize_loop(loop_op, func_args)
+            vectorize_loop(loop_op, func_args, read_only, options.vector_atomic_add_bytes)
         vectorize_adjacent.run_function(func_op)
 
 
@@ -605,7 +699,8 @@ PASS = Pass(
     name="vectorize-loads-stores",
     run=run,
     description=(
-        "contiguous aligned extract/insert in a vector loop -> vector.transfer_read/write;"
+        "contiguous aligned extract/insert in a vector loop -> vector.transfer_read/write,"
+        " atomic adds -> one vector atomic where the device has them;"
         " aligned adjacent extracts in one block -> one vector.transfer_read"
     ),
 )

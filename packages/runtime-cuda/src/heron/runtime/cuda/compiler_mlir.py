@@ -38,12 +38,21 @@ def nvvm_steps(index_bitwidth: int, bare_pointers: bool) -> list[Step]:
     # convert-gpu-to-nvvm leaves nvgpu ops alone, convert-nvgpu-to-nvvm refuses bf16.
     # Divisions the emitters allow 2 ulp become div.full.f32, the approximate exp2
     # ex2.approx.ftz.f32 (heron.runtime.cuda.compiler_fast_math).
+    # Marked runs of atomic adds become one vector reduction (compiler_vector_atomics).
     from heron.runtime.cuda.compiler_fast_math import lower_fast_math
     from heron.runtime.cuda.compiler_mma import lower_bf16_mma
+    from heron.runtime.cuda.compiler_vector_atomics import lower_vector_atomics
 
     steps = backend_steps("convert-gpu-to-nvvm", f"convert-nvgpu-to-nvvm,{gpu_to_nvvm}")
     at = [name for name, _ in steps].index("convert-gpu-to-nvvm")
-    own = [("lower-bf16-mma", lower_bf16_mma), ("fast-math", lower_fast_math)]
+    own = [
+        ("lower-bf16-mma", lower_bf16_mma),
+        ("fast-math", lower_fast_math),
+        (
+            "vector-atomics",
+            functools.partial(lower_vector_atomics, index_bitwidth=index_bitwidth),
+        ),
+    ]
     return [*steps[:at], *own, *steps[at:]]
 
 
