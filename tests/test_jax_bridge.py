@@ -137,3 +137,19 @@ def test_heron_jax_lowers_for_the_gpu_it_runs_on():
     with pytest.raises((HloError, PluginError), match="cusolver_potrf_ffi"):
         compile_program(lower(jnp.linalg.cholesky, a, platform="cuda").module,
                         Target.preset("h100"), ("interpreter",))  # fmt: skip
+
+
+def test_a_target_is_named_as_on_the_command_line() -> None:
+    """``target="a100"`` is the A100 preset (it used to fail with an AttributeError)."""
+    jitted = heron_jax.jit(lambda x: x * 2, backend="interpreter", target="a100", cache_dir=False)
+    assert np.array_equal(jitted(np.arange(4.0, dtype=np.float32)), [0, 2, 4, 6])
+    assert jitted.target.name == "a100"
+
+
+@pytest.mark.parametrize(
+    ("target", "fragment"),
+    [("h1000", "unknown target preset 'h1000'"), (3, "not int")],
+)
+def test_a_target_that_names_nothing_is_refused(target, fragment) -> None:
+    with pytest.raises(heron_jax.HeronJaxError, match=fragment):
+        heron_jax.jit(lambda x: x, backend="interpreter", target=target)

@@ -13,8 +13,11 @@ static values):
    signature, returning numpy arrays in the function's own pytree structure.
 
 ``backend``: ``auto`` (the first available of cuda, rocm, the interpreter),
-or a name. ``deterministic=True`` compiles no kernel whose result depends on
-the order its threads run (XLA's ``--xla_gpu_deterministic_ops``): every call
+or a name. ``target``: the device to compile for, a :class:`heron.target.Target`
+or what ``heron --target`` takes (a preset such as ``"h100"``, or ``"cuda"``/``"rocm"``
+for that backend's default); by default the chosen device's own.
+``deterministic=True`` compiles no kernel whose result depends on the order its
+threads run (XLA's ``--xla_gpu_deterministic_ops``): every call
 gives the same bits. Compiles are counted (:attr:`HeronJitted.compiles`), so a test can
 see that a second call with the same signature does not compile again.
 """
@@ -71,7 +74,7 @@ class HeronJitted:
         self.static_argnums = static_argnums
         self.static_argnames = static_argnames
         self.command_buffers = command_buffers
-        self._target = target
+        self._target = _target(target)
         self._device = None
         self._backend: str | None = None
         self._programs: dict[Signature, _Compiled] = {}
@@ -89,6 +92,12 @@ class HeronJitted:
         self._open()
         assert self._backend is not None
         return self._backend
+
+    @property
+    def target(self) -> Any:
+        """The Target the programs are compiled for (the device's where none was given)."""
+        self._open()
+        return self._target
 
     def _open(self) -> None:
         if self._device is not None:
@@ -166,6 +175,25 @@ class HeronJitted:
             artefact, self._device, self._backend, command_buffers=self.command_buffers
         )
         return _Compiled(lowered, artefact, executable, from_disk)
+
+
+def _target(target: Any) -> Any:
+    """The Target ``target`` names (a Target, a preset or backend name, or None: the
+    device's), or a HeronJaxError saying what is wrong with it."""
+    from heron.jax.devices import HeronJaxError
+    from heron.target import Target, TargetError
+
+    if target is None or isinstance(target, Target):
+        return target
+    if not isinstance(target, str):
+        raise HeronJaxError(
+            f"heron.jax.jit: target must be a heron.target.Target or a preset name such as"
+            f" 'h100', not {type(target).__name__}"
+        )
+    try:
+        return Target.resolve(target, None)
+    except TargetError as error:
+        raise HeronJaxError(f"heron.jax.jit: target {target!r}: {error}") from None
 
 
 def jit(
