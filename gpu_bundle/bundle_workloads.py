@@ -413,6 +413,9 @@ def _t_attention():
 
     def attention(q, k, v):  # torch's [B, H, S, D] order
         q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+        groups = q.shape[1] // k.shape[1]  # grouped-query attention: share k and v heads
+        if groups > 1:
+            k, v = (x.repeat_interleave(groups, dim=1) for x in (k, v))
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         return out.transpose(1, 2)
 
@@ -736,6 +739,18 @@ WORKLOADS: tuple[Workload, ...] = (
         _attention,
         tuple(Arg((4, 4096, 16, 128), BF16) for _ in range(3)),
         tuple(Arg((1, 32, 2, 16), BF16) for _ in range(3)),
+        _in_out,
+        _attention_flops,
+        torch=_t_attention,
+    ),
+    Workload(
+        "attention_gqa_bf16",
+        "causal grouped-query attention (jax.nn.dot_product_attention), bf16, batch 2 x 4096"
+        " tokens, 32 query heads over 8 key/value heads of 128 (a Llama-style layer): one"
+        " cuDNN call with its GQA against jax.jit's unfused attention",
+        _attention,
+        (Arg((2, 4096, 32, 128), BF16), Arg((2, 4096, 8, 128), BF16), Arg((2, 4096, 8, 128), BF16)),
+        (Arg((1, 32, 4, 16), BF16), Arg((1, 32, 2, 16), BF16), Arg((1, 32, 2, 16), BF16)),
         _in_out,
         _attention_flops,
         torch=_t_attention,

@@ -8,10 +8,12 @@ host computation beside it: the two GEMMs and the softmax kernel are gone.
 The interpreter runs the host fallback by default and, built with
 ``libraries=("attention",)``, the contract's numpy reference; both equal
 XLA:CPU's results (jax on this machine) within the output type's rounding.
-What the fused call would compute differently (scores in bf16, a mask that is
-not causal, grouped-query heads, a backward pass that keeps the
-probabilities, f32 tensors, too wide a head) is left as two GEMMs and a
-softmax, and the verdict says why.
+Grouped-query attention (fewer key/value heads than query heads, jax's
+``[B, T, K, G, H]`` head groups) is one call with cuDNN's GQA. What the fused
+call would compute differently (scores in bf16, a mask that is not causal, a
+bias per query head of a group, a backward pass that keeps the probabilities,
+f32 tensors, too wide a head) is left as two GEMMs and a softmax, and the
+verdict says why.
 """
 
 from __future__ import annotations
@@ -60,6 +62,20 @@ def _three_batch_dimensions(q, k, v, bias):
     scores = jnp.einsum("abqnh,abknh->abnqk", q, k, preferred_element_type=jnp.float32)
     probabilities = jax.nn.softmax(scores * 0.25 + bias.astype(jnp.float32), axis=-1)
     return jnp.einsum("abnqk,abknh->abqnh", probabilities.astype(q.dtype), v)
+
+
+def _grouped_by_hand(q, k, v):
+    """Grouped-query attention with each group's heads outermost: scores [B, K, G, T, S]
+    (jax's own are [B, K, T, G, S]), causal, in f16."""
+    b, t, n, d = q.shape
+    kv = k.shape[2]
+    grouped = q.reshape(b, t, kv, n // kv, d)
+    scores = jnp.einsum("btkgd,bskd->bkgts", grouped, k, preferred_element_type=jnp.float32)
+    keep = jnp.tril(jnp.ones((t, k.shape[1]), bool))
+    scores = jnp.where(keep, scores / math.sqrt(d), -jnp.inf)
+    probabilities = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probabilities, v)
+    return out.reshape(b, t, n, d)
 
 
 def _bf16_scores(q, k, v):
@@ -122,17 +138,41 @@ TAKEN = {
         # B merges A and B: the bias, over B alone, is broadcast over A first
         "attention bf16[6x2x16x16] q, 16 keys -> bf16[6x2x16x16], scale 0.25, bias bf16[6x2x16x16]",
     ),
+    # grouped-query attention: query heads share key/value heads (cuDNN's GQA and MQA)
+    "grouped_query": (  # jax transposes the softmax's maximum between the head groups
+        jax.nn.dot_product_attention,
+        _shapes(n=4, kv_heads=2),
+        "attention bf16[2x4x32x16] q, 32 keys -> bf16[2x4x32x16], 2 key/value heads, scale 0.25",
+    ),
+    "grouped_query_causal": (
+        lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True),
+        _shapes(n=8, kv_heads=2, d=32),
+        "attention bf16[2x8x32x32] q, 32 keys -> bf16[2x8x32x32], 2 key/value heads,"
+        " scale 0.176777, causal",
+    ),
+    "multi_query_causal_bias": (
+        lambda q, k, v, bias: jax.nn.dot_product_attention(q, k, v, bias=bias, is_causal=True),
+        [*_shapes(n=4, kv_heads=1), _bias((1, 1, T, T))],
+        "attention bf16[2x4x32x16] q, 32 keys -> bf16[2x4x32x16], 1 key/value heads, scale 0.25,"
+        " bias bf16[1x1x32x32], causal",
+    ),
+    "grouped_query_by_hand_group_major": (  # rows (G, T), the other order jax's has
+        _grouped_by_hand,
+        _shapes(t=16, s=24, n=6, kv_heads=2, d=16, dtype="float16"),
+        "attention f16[2x6x16x16] q, 24 keys -> f16[2x6x16x16], 2 key/value heads, scale 0.25,"
+        " causal",
+    ),
 }
 
 #: name -> (function, argument shapes, target, why not)
 REFUSED = {
     "f32": (jax.nn.dot_product_attention, _shapes(dtype="float32"), H100, "not f32"),
     "bf16_scores": (_bf16_scores, _shapes(), H100, "computes the scores or their softmax in bf16"),
-    "grouped_query": (  # jax transposes the softmax's maximum between the head groups
-        jax.nn.dot_product_attention,
-        _shapes(n=4, kv_heads=2),
+    "grouped_query_head_bias": (  # cuDNN's bias has a query head's dimension, not a group's
+        lambda q, k, v, bias: jax.nn.dot_product_attention(q, k, v, bias=bias),
+        [*_shapes(n=4, kv_heads=2), _bias((1, 4, T, T))],
         H100,
-        "subtracts no maximum",
+        "varies along the key/value heads or their groups",
     ),
     "padding_mask": (
         lambda q, k, v, mask: jax.nn.dot_product_attention(q, k, v, mask=mask),
@@ -203,7 +243,16 @@ def test_attention_for_cuda_is_one_library_call_and_no_gemm(taken):
 
 #: TAKEN cases whose q, k, v and output the library reads and writes where jax keeps them
 #: ([B, S, H, D]: strides, no transpose kernels) -> the kernels left (a bias's own layout).
-IN_PLACE = {"sdpa": 0, "sdpa_causal": 0, "sdpa_bias": 0, "sdpa_bias_per_head_causal": 0}
+IN_PLACE = {
+    "sdpa": 0,
+    "sdpa_causal": 0,
+    "sdpa_bias": 0,
+    "sdpa_bias_per_head_causal": 0,
+    "grouped_query": 0,
+    "grouped_query_causal": 0,
+    "multi_query_causal_bias": 0,
+    "grouped_query_by_hand_group_major": 0,
+}
 
 
 @pytest.mark.parametrize("name", sorted(IN_PLACE))
@@ -215,8 +264,11 @@ def test_jax_s_bshd_tensors_are_read_and_written_through_strides(name):
     (thunk,) = _attention_calls(compiled)
     call = AttentionCall.from_thunk(thunk)
     b, t, n, h = shapes[0].shape  # jax's [B, T, N, H]
+    s, kv = shapes[1].shape[1:3]
     bshd = (t * n * h, h, n * h, 1)  # cuDNN's [B, H, S, D] read from [B, S, H, D]
-    assert call.q_strides == call.k_strides == call.v_strides == call.o_strides == bshd
+    assert call.q_strides == call.o_strides == bshd
+    assert call.k_strides == call.v_strides == (s * kv * h, h, kv * h, 1)
+    assert call.k_dims[1] == kv  # grouped queries: the key/value heads as stored
     assert thunk_counts(compiled).get("kernel", 0) == IN_PLACE[name]
 
 
@@ -285,6 +337,10 @@ def test_the_contract_refuses_what_it_does_not_describe():
         ({"bias_dims": (1, 2, 8, 9), "bias_strides": (144, 72, 9, 1)}, "bias_dims"),
         ({"scale": float("nan")}, "finite"),
         ({"causal": 1}, "true or false"),
+        (  # 2 query heads cannot share 3 key/value heads
+            {"k_dims": (1, 3, 8, 16), "k_strides": dense_strides((1, 3, 8, 16), range(4))},
+            "no multiple of k's 3",
+        ),
     ):
         with pytest.raises(ThunkError, match=message):
             AttentionCall(**(fields | {"scale": 0.25} | change))
@@ -295,6 +351,60 @@ def test_the_contract_refuses_what_it_does_not_describe():
             **{f"{n}_strides": dense_strides(wide, range(4)) for n in ("q", "k", "v", "o")},
             scale=0.1,
         )
+
+
+def test_grouped_query_contract_shares_each_key_value_head_among_its_group():
+    """The numpy reference, the host HLO and per-head attention agree: query head n uses
+    key/value head n // G (what cuDNN's GQA and jax's head groups compute)."""
+    from heron.hlo.custom_calls.attention import attention_text
+    from heron.hlo.element_types import ElementType
+    from heron.hlo.evaluator import evaluate_module
+    from heron.hlo.shapes import ArrayShape
+
+    b, h, hk, s, d = 1, 4, 2, 8, 16
+    q_dims, kv_dims = (b, h, s, d), (b, hk, s, d)
+    call = AttentionCall(
+        q_dims=q_dims,
+        q_strides=dense_strides(q_dims, range(4)),
+        k_dims=kv_dims,
+        k_strides=dense_strides(kv_dims, range(4)),
+        v_dims=kv_dims,
+        v_strides=dense_strides(kv_dims, range(4)),
+        o_dims=q_dims,
+        o_strides=dense_strides(q_dims, range(4)),
+        scale=0.25,
+        causal=True,
+    )
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(x).astype(jnp.bfloat16) for x in (q_dims, kv_dims, kv_dims))
+    raw = [np.frombuffer(x.tobytes(), np.uint8) for x in (q, k, v, np.zeros(q_dims, jnp.bfloat16))]
+    out = np.frombuffer(call.reference(raw), jnp.bfloat16).reshape(q_dims)
+    for head in range(h):  # each head alone, with its group's key/value head
+        single = _one_head(call)
+        kv = head // (h // hk)
+        parts = [q[:, head : head + 1], k[:, kv : kv + 1], v[:, kv : kv + 1]]
+        raw_one = [np.frombuffer(np.ascontiguousarray(x).tobytes(), np.uint8) for x in parts]
+        raw_one.append(np.zeros(b * s * d * 2, np.uint8))  # the output's bytes
+        alone = np.frombuffer(single.reference(raw_one), jnp.bfloat16).reshape(b, 1, s, d)
+        assert np.array_equal(out[:, head : head + 1], alone)
+    bf16 = ElementType("bf16")
+    shapes = [ArrayShape(bf16, x) for x in (q_dims, kv_dims, kv_dims)]
+    text = attention_text('{"causal": true, "scale": 0.25}', shapes, ArrayShape(bf16, q_dims))
+    (host,) = [np.asarray(evaluate_module(parse_module(text), [q, k, v]))]
+    assert np.array_equal(host, out)
+
+
+def _one_head(call: AttentionCall) -> AttentionCall:
+    """``call`` for one query head and one key/value head."""
+    b, _, s, d = call.q_dims
+    one = (b, 1, s, d)
+    strides = dense_strides(one, range(4))
+    return AttentionCall(
+        **{f"{n}_dims": one for n in ("q", "k", "v", "o")},
+        **{f"{n}_strides": strides for n in ("q", "k", "v", "o")},
+        scale=call.scale,
+        causal=call.causal,
+    )
 
 
 def test_an_order_that_is_no_permutation_is_refused_by_name():

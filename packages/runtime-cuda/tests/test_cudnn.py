@@ -437,12 +437,16 @@ def test_without_the_frontend_the_device_says_what_to_install(monkeypatch):
         Cudnn(lambda n: 0)
 
 
-def _attention(b, h, sq, sk, d, *, bias=None, causal=False, element_type="bf16", bshd=False):
+def _attention(
+    b, h, sq, sk, d, *, bias=None, causal=False, element_type="bf16", bshd=False, kv_heads=None
+):
     """An attention call over dense tensors: [B, H, S, D] row-major, or stored as
-    [B, S, H, D] (``bshd``: what a program's [batch, sequence, heads, dim] arrays are)."""
+    [B, S, H, D] (``bshd``: what a program's [batch, sequence, heads, dim] arrays are);
+    ``kv_heads`` fewer key/value heads than query heads (grouped-query attention)."""
     order = (0, 2, 1, 3) if bshd else (0, 1, 2, 3)
+    hk = kv_heads or h
     fields = {}
-    for name, dims in (("q", (b, h, sq, d)), ("k", (b, h, sk, d)), ("v", (b, h, sk, d))):
+    for name, dims in (("q", (b, h, sq, d)), ("k", (b, hk, sk, d)), ("v", (b, hk, sk, d))):
         fields |= {f"{name}_dims": dims, f"{name}_strides": dense_strides(dims, order)}
     fields |= {"o_dims": (b, h, sq, d), "o_strides": dense_strides((b, h, sq, d), order)}
     if bias is not None:
@@ -455,6 +459,7 @@ ATTENTION_CALLS = {
     "f16_causal": _attention(1, 2, 48, 48, 32, causal=True, element_type="f16"),
     "bf16_bshd_bias_per_head": _attention(2, 3, 16, 24, 16, bias=(1, 3, 16, 24), bshd=True),
     "bf16_causal_full_bias": _attention(2, 2, 16, 16, 8, bias=(2, 2, 16, 16), causal=True),
+    "bf16_grouped_query_bshd": _attention(2, 8, 16, 16, 16, causal=True, bshd=True, kv_heads=2),
 }
 
 

@@ -24,7 +24,18 @@ looking through what only moves or widens values (converts, transposes,
 reshapes that add or drop size-1 dimensions). Each dimension of the scores
 carries a role (a batch dimension, the queries, the keys) along the way, so
 that the softmax must run over the keys and the second dot must contract
-them and keep the batch dimensions in order. The mask must be causal (a
+them and keep the batch dimensions in order. The scores' dot may read ``k``
+first (``k . q``, as ``jnp.einsum`` orders some contractions); the softmax's
+maximum may be taken before a transpose of the scores (a simplifier moves
+transposes across reductions).
+
+Grouped-query attention (fewer key/value heads than query heads: jax's
+``[B, T, K, G, H]`` head groups) reaches the scores' dot with its rows a
+query position and a head of a group merged; a reshape splits them again
+(:data:`ROW_FACTORS`) and the second dot merges them, in either order. The
+causal mask says which factor is the query position (without a mask either
+is: rows are independent). The call then has ``K x G`` query heads over
+``K`` key/value heads, cuDNN's GQA. The mask must be causal (a
 compile-time constant equal to ``i >= j``, which is how jax writes
 ``is_causal``); the scale a constant; the bias any tensor of the operands'
 type (or widened from it) over batch, queries and keys. The scores and the
@@ -41,7 +52,10 @@ The rewrite makes the custom call ``__heron$attention``
 (:mod:`heron.hlo.custom_calls.attention`) over ``[B, H, S, D]`` operands (the
 batch dimensions merged into two), and :func:`library_attention_thunk` its
 library call (the contract :mod:`heron.runtime.core.attention`), the host
-computation beside it for a device without the library.
+computation beside it for a device without the library. The operands are
+read, and the result written, where the program stores them, through the
+transposes and reshapes between (:mod:`heron.compiler.view_factors` says which
+chains are a permutation): jax's ``[B, S, H, D]`` tensors cost no copy.
 """
 
 from __future__ import annotations
@@ -52,6 +66,7 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
+from heron.compiler import view_factors
 from heron.hlo.attributes import QuotedString
 from heron.hlo.custom_calls.attention import TARGET, AttentionConfig, backend_config
 from heron.hlo.custom_calls.call import custom_call_of
@@ -122,6 +137,28 @@ class AttentionMatch:
     bias: Instruction | None
     bias_labels: tuple[str, ...]
     element_type: str
+    #: Which operand of ``scores_dot`` the queries are (0: ``q . k``, 1: ``k . q``).
+    queries_side: int = 0
+    #: Grouped-query attention: the sizes of the two factors the scores' rows split into
+    #: (major first, :data:`ROW_FACTORS`); empty where the rows are the queries alone.
+    row_factors: tuple[int, ...] = ()
+    #: Which of ``row_factors`` is the query position (the other: a head of a group).
+    query_factor: int = 0
+    #: The factors in the order the second dot's rows merge them (major first).
+    output_rows: tuple[int, ...] = (0, 1)
+
+    @property
+    def groups(self) -> int:
+        """Query heads per key/value head (1 without grouped queries)."""
+        return self.row_factors[1 - self.query_factor] if self.row_factors else 1
+
+    @property
+    def queries(self) -> int:
+        """The query positions a head attends from."""
+        if self.row_factors:
+            return self.row_factors[self.query_factor]
+        q = self.scores_dot.operands[self.queries_side].array_shape.dims
+        return q[-2] if self.queries_side == 0 else q[-1]
 
 
 class _NoMatch(Exception):
@@ -156,16 +193,57 @@ def _view_labels(inst: Instruction, labels: tuple[str, ...]) -> tuple[str, ...]:
     if inst.opcode in ("convert", "copy"):
         return labels
     if inst.opcode == "reshape":
-        if _squeezed(inst.array_shape.dims) != _squeezed(source):
+        regrouped = _regrouped_rows(_squeezed(source), _squeezed(inst.array_shape.dims), labels)
+        if regrouped is None:
             raise _NoMatch(
                 f"reshape '{inst.name}' regroups the scores' dimensions"
                 f" ({list(source)} -> {list(inst.array_shape.dims)})"
             )
-        return labels
+        return regrouped
     if inst.opcode == "transpose":
         full = _full(labels, source)
         return _present(tuple(full[d] for d in inst.attributes["dimensions"]))
     raise _NoMatch(f"{inst.opcode} '{inst.name}' is not a view")  # pragma: no cover - callers
+
+
+#: The two factors a reshape may split the queries' dimension into (grouped-query
+#: attention: jax's rows of [T, G], a query position and a head of a key/value head's
+#: group), major first as the scores' dot has them; which is the query position the
+#: causal mask says (without one, the major).
+ROW_FACTORS = ("r0", "r1")
+
+
+def _regrouped_rows(
+    source: tuple[int, ...], result: tuple[int, ...], labels: tuple[str, ...]
+) -> tuple[str, ...] | None:
+    """The roles of a reshape's non-unit dimensions (``source`` to ``result``, size-1
+    dimensions left out, ``labels`` the source's roles): each dimension kept, the
+    queries' split into the two :data:`ROW_FACTORS`, or two row factors side by side
+    merged (role ``"r1+r0"``: major first); None for any other regrouping."""
+    out: list[str] = []
+    i = j = 0
+    while i < len(source) and j < len(result):
+        if source[i] == result[j]:
+            out.append(labels[i])
+            i, j = i + 1, j + 1
+        elif (
+            labels[i] == "q"
+            and not set(ROW_FACTORS) & set(labels)
+            and j + 1 < len(result)
+            and result[j] * result[j + 1] == source[i]
+        ):
+            out += ROW_FACTORS
+            i, j = i + 1, j + 2
+        elif (
+            i + 1 < len(source)
+            and {labels[i], labels[i + 1]} == set(ROW_FACTORS)
+            and source[i] * source[i + 1] == result[j]
+        ):
+            out.append(f"{labels[i]}+{labels[i + 1]}")
+            i, j = i + 2, j + 1
+        else:
+            return None
+    return tuple(out) if (i, j) == (len(source), len(result)) else None
 
 
 def _operand_labels(inst: Instruction, labels: Labels) -> Labels:
@@ -261,25 +339,6 @@ def _reduced_axis(reduce: Instruction) -> int:
     return sum(1 for d in range(folded[0]) if source[d] != 1)
 
 
-def _restores(broadcast: Instruction, axis: int) -> bool:
-    """Whether ``broadcast`` puts back exactly the non-unit dimension ``axis`` that a
-    reduce took away (the operand's non-unit dimensions onto every other one, in order)."""
-    if broadcast.opcode != "broadcast":
-        return False
-    out = broadcast.array_shape.dims
-    position = {d: i for i, d in enumerate(d for d in range(len(out)) if out[d] != 1)}
-    mapped = [
-        position.get(target, -1)
-        for size, target in zip(
-            broadcast.operands[0].array_shape.dims,
-            broadcast.attributes.get("dimensions", ()),
-            strict=True,
-        )
-        if size != 1
-    ]
-    return mapped == [p for p in range(len(position)) if p != axis]
-
-
 # -- the pattern ---------------------------------------------------------------------------------
 
 
@@ -299,38 +358,87 @@ def _softmax(divide: Instruction) -> _Softmax:
     totals = _through(divide.operands[1], _SOFTMAX_VIEWS, interior)
     if totals.opcode != "broadcast":
         raise _NoMatch(f"'{divide.name}' does not divide by a broadcast sum")
-    total = _through(totals.operands[0], _SOFTMAX_VIEWS, interior)
-    if _combiner(total) != "add":
-        raise _NoMatch(f"'{divide.name}' does not divide by a sum of its exponentials")
-    if _scalar_constant(total.operands[1]) != 0:
-        raise _NoMatch(f"sum '{total.name}' does not start from 0")
-    if _through(total.operands[0], _SOFTMAX_VIEWS, interior) is not numerator:
-        raise _NoMatch(f"sum '{total.name}' adds up something else than '{numerator.name}'")
     shifted = numerator.operands[0]
     if shifted.opcode != "subtract":
         raise _NoMatch(f"exponential '{numerator.name}' is not of x - max(x)")
-    interior += [numerator, shifted, totals, total]
+    interior += [numerator, shifted, totals]
     logits = _through(shifted.operands[0], _SOFTMAX_VIEWS, interior)
     peaks = _through(shifted.operands[1], _SOFTMAX_VIEWS, interior)
     if peaks.opcode != "broadcast":
         raise _NoMatch(f"'{shifted.name}' subtracts no broadcast maximum")
-    peak = _through(peaks.operands[0], _SOFTMAX_VIEWS, interior)
-    if _combiner(peak) != "maximum":
-        raise _NoMatch(f"'{shifted.name}' subtracts no maximum")
+    interior.append(peaks)
+    total, sum_axis = _restored_reduction(
+        totals,
+        numerator,
+        "add",
+        interior,
+        f"'{divide.name}' does not divide by a sum of its exponentials",
+    )
+    if _scalar_constant(total.operands[1]) != 0:
+        raise _NoMatch(f"sum '{total.name}' does not start from 0")
+    peak, axis = _restored_reduction(
+        peaks, logits, "maximum", interior, f"'{shifted.name}' subtracts no maximum"
+    )
     lowest = _scalar_constant(peak.operands[1])
     if lowest is None or lowest > _FILL_AT_MOST:
         raise _NoMatch(f"maximum '{peak.name}' does not start from -inf")
-    if _through(peak.operands[0], _SOFTMAX_VIEWS, interior) is not logits:
-        raise _NoMatch(f"maximum '{peak.name}' is not of the values the softmax shifts")
-    interior += [peaks, peak]
-    axis = _reduced_axis(peak)
-    if _reduced_axis(total) != axis:
+    if sum_axis != axis:
         raise _NoMatch(f"'{peak.name}' and '{total.name}' reduce different dimensions")
-    if _squeezed(total.operands[0].array_shape.dims) != _squeezed(logits.array_shape.dims):
-        raise _NoMatch(f"'{total.name}' sums a differently shaped value")
-    if not (_restores(totals, axis) and _restores(peaks, axis)):
-        raise _NoMatch("the softmax's maximum or sum is broadcast along another dimension")
     return _Softmax(logits, axis, tuple(interior))
+
+
+def _view_chain(inst: Instruction) -> list[Instruction]:
+    """``inst`` and what lies below it through views (transposes, reshapes, converts)."""
+    chain = [inst]
+    while chain[-1].opcode in _VIEWS:
+        chain.append(chain[-1].operands[0])
+    return chain
+
+
+def _restored_reduction(
+    broadcast: Instruction, frame: Instruction, combiner: str, interior: list[Instruction], why: str
+) -> tuple[Instruction, int]:
+    """The reduce (folding with ``combiner``) whose result ``broadcast`` spreads back over
+    ``frame``'s dimensions, and the position among ``frame``'s non-unit dimensions of
+    the one it folds; its instructions are added to ``interior``. Views may stand
+    anywhere between: jax's and XLA's simplifiers move transposes across reductions
+    (grouped-query attention's maximum is taken before the heads are transposed).
+    _NoMatch with ``why`` where ``broadcast`` is no such reduction."""
+    path: list[Instruction] = []
+    reduce = _through(broadcast.operands[0], _VIEWS, path)
+    if _combiner(reduce) != combiner:
+        raise _NoMatch(why)
+    below_frame, below_source = _view_chain(frame), _view_chain(reduce.operands[0])
+    common = next((x for x in below_source if x in below_frame), None)
+    if common is None:
+        raise _NoMatch(f"{combiner} '{reduce.name}' is not of the values the softmax shifts")
+    names = tuple(f"a{i}" for i in range(len(_squeezed(frame.array_shape.dims))))
+    full = _full(names, frame.array_shape.dims)
+    for inst in below_frame[: below_frame.index(common)]:
+        full = _operand_labels(inst, full)
+    labels = _present(full)
+    climb = below_source[: below_source.index(common)]
+    for inst in reversed(climb):
+        labels = _view_labels(inst, labels)
+    position = _reduced_axis(reduce)
+    folded = labels[position]
+    kept = labels[:position] + labels[position + 1 :]
+    for inst in reversed(path):
+        kept = _view_labels(inst, kept)
+    out = broadcast.array_shape.dims
+    if _squeezed(out) != _squeezed(frame.array_shape.dims):
+        raise _NoMatch(f"'{broadcast.name}' is not in the frame of '{frame.name}'")
+    at = {d: i for i, d in enumerate(d for d in range(len(out)) if out[d] != 1)}
+    spread = broadcast.operands[0].array_shape.dims
+    targets = [
+        t
+        for size, t in zip(spread, broadcast.attributes.get("dimensions", ()), strict=True)
+        if size != 1
+    ]
+    if any(t not in at for t in targets) or [names[at[t]] for t in targets] != list(kept):
+        raise _NoMatch("the softmax's maximum or sum is broadcast along another dimension")
+    interior += [*path, reduce, *climb]
+    return reduce, names.index(folded)
 
 
 @attrs.frozen
@@ -428,28 +536,35 @@ def _check_dot(dot: Instruction, what: str) -> tuple[int, ...]:
     return tuple(lhs.dims[:nb])
 
 
-def _is_causal(mask: Instruction, labels: Labels, inverted: bool) -> str:
-    """``""`` where ``mask`` keeps exactly ``i >= j`` (query i, key j), else why not."""
+def _is_causal(
+    mask: Instruction, labels: Labels, inverted: bool, queries: Sequence[str] = ("q",)
+) -> tuple[str, str]:
+    """``("", role)`` where ``mask`` keeps exactly ``i >= j`` (query i, key j), the
+    queries being the dimension of ``role`` (one of ``queries``); else ``(why not, "")``."""
     source, roles = _peel(mask, labels, None)
     present = _present(roles)
-    if sorted(present) != ["k", "q"]:
-        return f"mask '{mask.name}' is not over the queries and keys alone"
+    query = next((r for r in queries if sorted(present) == sorted(("k", r))), "")
+    if not query:
+        return f"mask '{mask.name}' is not over the queries and keys alone", ""
     computation = _constant_subgraph(source)
     if computation is None:
-        return f"mask '{mask.name}' is not a compile-time constant (only causal masks are fused)"
+        why = f"mask '{mask.name}' is not a compile-time constant (only causal masks are fused)"
+        return why, ""
     if math.prod(source.array_shape.dims) > _MASK_ELEMENTS_LIMIT:
-        return f"mask '{mask.name}' is too large to read at compile time"
+        return f"mask '{mask.name}' is too large to read at compile time", ""
     from heron.hlo.evaluator import evaluate_computation
 
     value = np.asarray(evaluate_computation(computation, []), dtype=bool)
     value = value.reshape(_squeezed(source.array_shape.dims))
-    if present == ("k", "q"):
+    if present == ("k", query):
         value = value.T
     if inverted:
         value = ~value
     rows, columns = value.shape
     causal = np.arange(columns)[None, :] <= np.arange(rows)[:, None]
-    return "" if np.array_equal(value, causal) else f"mask '{mask.name}' is not causal"
+    if not np.array_equal(value, causal):
+        return f"mask '{mask.name}' is not causal", ""
+    return "", query
 
 
 def _constant_subgraph(root: Instruction) -> Computation | None:
@@ -529,7 +644,29 @@ def _match(
     out_batch = _check_dot(dot, "the output's dot")
     if out_batch != batch:
         raise _NoMatch(f"the dots' batches differ ({list(batch)} and {list(out_batch)})")
-    q, k = (operand.array_shape for operand in scores.operands)
+    # roles along the way: the scores' dimensions, up the logits path to the softmax; the
+    # queries are the scores' rows, or their columns where the dot reads k first
+    nb = len(batch)
+    batch_roles = tuple(f"b{i}" for i in range(nb))
+    why = _NoMatch("the softmax does not run over the keys")
+    for q_side in (0, 1):
+        scores_roles = ("q", "k") if q_side == 0 else ("k", "q")
+        roles = _of_non_unit((*batch_roles, *scores_roles), scores.array_shape.dims)
+        roles_at: dict[Instruction, tuple[str, ...]] = {}
+        try:
+            for inst in reversed(logits.path):
+                if inst.opcode in _VIEWS:
+                    roles = _view_labels(inst, roles)
+                roles_at[inst] = roles
+        except _NoMatch as error:  # the other orientation may be the one
+            why = error
+            continue
+        keys = roles[softmax.axis] if softmax.axis < len(roles) else None
+        if keys == "k":
+            break
+    else:
+        raise why
+    q, k = (scores.operands[s].array_shape for s in (q_side, 1 - q_side))
     v = dot.operands[1 - side].array_shape
     element = str(q.element_type)
     types = {str(x.element_type) for x in (q, k, v, dot.array_shape)}
@@ -538,8 +675,7 @@ def _match(
             f"the fused call takes q, k, v and its output of one type of"
             f" {', '.join(ELEMENT_TYPES)}, not {' x '.join(sorted(types))}"
         )
-    nb = len(batch)
-    head = q.dims[nb + 1]
+    head = q.dims[nb + 1] if q_side == 0 else q.dims[nb]
     value_head = v.dims[nb + 1] if side == 0 else v.dims[nb]
     for name, size in (("head", head), ("value head", value_head)):
         if size > MAX_HEAD_DIM or size % HEAD_DIM_MULTIPLE:
@@ -547,37 +683,49 @@ def _match(
                 f"{name} dimension {size} (the fused call takes at most {MAX_HEAD_DIM}, a"
                 f" multiple of {HEAD_DIM_MULTIPLE})"
             )
-    # roles along the way: the scores' dimensions, up the logits path to the softmax
-    batch_roles = tuple(f"b{i}" for i in range(nb))
-    roles = _of_non_unit((*batch_roles, "q", "k"), scores.array_shape.dims)
-    roles_at: dict[Instruction, tuple[str, ...]] = {}
-    for inst in reversed(logits.path):
-        if inst.opcode in _VIEWS:
-            roles = _view_labels(inst, roles)
-        roles_at[inst] = roles
-    keys = roles[softmax.axis] if softmax.axis < len(roles) else None
-    if keys != "k":
-        raise _NoMatch("the softmax does not run over the keys")
     for inst in reversed(probability_path):
         roles = _view_labels(inst, roles)
-    order = ("q", "k") if side == 0 else ("k", "q")
-    if roles != _of_non_unit((*batch_roles, *order), dot.operands[side].array_shape.dims):
+        roles_at[inst] = roles
+    operand_dims = dot.operands[side].array_shape.dims
+    merged_rows = [f"{a}+{b}" for a, b in (ROW_FACTORS, ROW_FACTORS[::-1])]
+    rows = next(
+        (
+            r
+            for r in ("q", *merged_rows)
+            if roles
+            == _of_non_unit((*batch_roles, *((r, "k") if side == 0 else ("k", r))), operand_dims)
+        ),
+        None,
+    )
+    if rows is None:
         raise _NoMatch("the second dot does not contract the keys with the batch in order")
+    grouped = rows != "q"
+    query = ROW_FACTORS[0] if grouped else "q"
     causal = False
     if logits.mask is not None:
         assert logits.mask_select is not None
         mask_roles = _full(roles_at[logits.mask_select], logits.mask.array_shape.dims)
-        why = _is_causal(logits.mask, mask_roles, logits.mask_inverted)
+        queries = ROW_FACTORS if grouped else ("q",)
+        why, query = _is_causal(logits.mask, mask_roles, logits.mask_inverted, queries)
         if why:
             raise _NoMatch(why)
         causal = True
+    row_factors: tuple[int, ...] = ()
+    if grouped:
+        row_factors = _row_factor_sizes(scores, logits.path, probability_path, roles_at)
     bias = None
     bias_labels: tuple[str, ...] = ()
     if logits.bias is not None:
         assert logits.bias_add is not None
         at_add = _full(roles_at[logits.bias_add], logits.bias.array_shape.dims)
         bias, peeled = _peel(logits.bias, at_add, q.element_type)
-        bias_labels = _present(peeled)
+        bias_labels = tuple("q" if label == query else label for label in _present(peeled))
+        varies = set(ROW_FACTORS) | set(batch_roles[-1:])
+        if grouped and varies & set(bias_labels):
+            raise _NoMatch(
+                f"bias '{logits.bias.name}' varies along the key/value heads or their groups"
+                " (grouped-query attention takes a bias over the queries and keys alone)"
+            )
         if str(bias.array_shape.element_type) != element:
             raise _NoMatch(
                 f"bias '{logits.bias.name}' is {bias.array_shape.element_type}: the fused call"
@@ -607,17 +755,39 @@ def _match(
         bias=bias,
         bias_labels=bias_labels,
         element_type=element,
+        queries_side=q_side,
+        row_factors=row_factors,
+        query_factor=ROW_FACTORS.index(query) if grouped else 0,
+        output_rows=tuple(ROW_FACTORS.index(r) for r in rows.split("+")) if grouped else (0, 1),
     )
+
+
+def _row_factor_sizes(
+    scores: Instruction,
+    logits_path: Sequence[Instruction],
+    probability_path: Sequence[Instruction],
+    roles_at: dict[Instruction, tuple[str, ...]],
+) -> tuple[int, int]:
+    """The sizes of the two :data:`ROW_FACTORS`, read where a reshape made them."""
+    for inst in (*reversed(logits_path), *reversed(probability_path)):
+        roles = roles_at.get(inst, ())
+        if set(ROW_FACTORS) <= set(roles):
+            sizes = _squeezed(inst.array_shape.dims)
+            return tuple(sizes[roles.index(r)] for r in ROW_FACTORS)  # type: ignore[return-value]
+    raise AssertionError(f"no reshape splits the rows of '{scores.name}'")
 
 
 # -- the rewrite ---------------------------------------------------------------------------------
 
 
-def _four_dims(batch: Sequence[int], rows: int, columns: int) -> tuple[int, int, int, int]:
-    """[B, H, rows, columns] with the batch dimensions merged: H the last, B the rest."""
+def _four_dims(
+    batch: Sequence[int], rows: int, columns: int, groups: int = 1
+) -> tuple[int, int, int, int]:
+    """[B, H, rows, columns] with the batch dimensions merged: H the last (times the
+    ``groups`` of grouped-query heads), B the rest."""
     if not batch:
-        return (1, 1, rows, columns)
-    return (math.prod(batch[:-1]), batch[-1], rows, columns)
+        return (1, groups, rows, columns)
+    return (math.prod(batch[:-1]), batch[-1] * groups, rows, columns)
 
 
 @attrs.frozen
@@ -642,83 +812,69 @@ class _Adder:
 _IDENTITY = (0, 1, 2, 3)
 
 
-def _non_unit(dims: Sequence[int]) -> list[int]:
-    return [d for d, size in enumerate(dims) if size != 1]
-
-
-def _through_view(view: Instruction, towards_operand: bool, dims: list[int | None]) -> list | None:
-    """``dims`` (positions in one side of ``view``, a transpose or a reshape that only adds
-    or drops size-1 dimensions) as positions in the other side, a dropped size-1
-    dimension's None (as are ``None`` entries); None where ``view`` is neither."""
-    outer, inner = view.array_shape.dims, view.operands[0].array_shape.dims
+def _after_view(dims: view_factors.Dims | None, view: Instruction) -> view_factors.Dims | None:
+    """``dims`` (factors of some tensor) after ``view``, a transpose or reshape; None
+    for anything else, or a reshape that cuts a factor unevenly."""
+    if dims is None:
+        return None
     if view.opcode == "transpose":
-        order = tuple(view.attributes["dimensions"])
-        if towards_operand:
-            return [None if d is None else order[d] for d in dims]
-        return [None if d is None else order.index(d) for d in dims]
-    if view.opcode != "reshape":
-        return None
-    here, there = (outer, inner) if towards_operand else (inner, outer)
-    mine, theirs = _non_unit(here), _non_unit(there)
-    if [here[d] for d in mine] != [there[d] for d in theirs]:
-        return None
-    mapping = dict(zip(mine, theirs, strict=True))
-    return [None if d is None else mapping.get(d) for d in dims]
+        return view_factors.transposed(dims, view.attributes["dimensions"])
+    if view.opcode == "reshape":
+        return view_factors.reshaped(dims, view.array_shape.dims)
+    return None
 
 
 def _stored(x: Instruction) -> tuple[Instruction, tuple[int, ...]]:
-    """``x`` (4-D, cuDNN's order) as ``transpose(stored, dimensions=order)``: the 4-D
-    tensor the program stored before the transposes and size-1 reshapes that lead to
-    ``x``, and where each of ``x``'s dimensions is in it; ``(x, identity)`` where there
-    are none."""
-    best: tuple[Instruction, tuple[int, ...]] = (x, _IDENTITY)
-    where: list | None = list(_IDENTITY)
-    while x.opcode in ("transpose", "reshape") and where is not None:
-        where = _through_view(x, True, where)
-        x = x.operands[0]
-        if where is None or None in where:
-            break  # not a view, or one of x's dimensions dropped
-        if len(x.array_shape.dims) == 4 and sorted(where) == [0, 1, 2, 3]:
-            best = (x, tuple(where))
-    return best
+    """``x`` (4-D, cuDNN's order) as ``transpose(stored, dimensions=order)``: the furthest
+    4-D tensor below the transposes and reshapes that lead to ``x`` of which ``x`` is a
+    permutation (:mod:`heron.compiler.view_factors`), and where each of ``x``'s
+    dimensions is in it; ``(x, identity)`` where there is none."""
+    chain = [x]
+    while chain[-1].opcode in ("transpose", "reshape"):
+        chain.append(chain[-1].operands[0])
+    for depth in range(len(chain) - 1, 0, -1):
+        stored = chain[depth]
+        sizes = stored.array_shape.dims
+        if len(sizes) != 4:
+            continue
+        dims: view_factors.Dims | None = view_factors.identity(sizes)
+        for view in reversed(chain[:depth]):
+            dims = _after_view(dims, view)
+        order = view_factors.permutation_of(dims, sizes) if dims is not None else None
+        if order is not None:
+            return stored, order
+    return x, _IDENTITY
 
 
 def _written(
-    start: Instruction, where: list[int], uses: Uses
+    start: Instruction, dims: view_factors.Dims, result_sizes: Sequence[int], uses: Uses
 ) -> tuple[Instruction, tuple[int, ...]] | None:
-    """The last of the transposes and size-1 reshapes that alone read ``start`` (whose
-    dimension ``where[i]`` is cuDNN's i-th) that is 4-D, and the order it stores cuDNN's
-    result in (its dimension j is cuDNN's ``order[j]``); None where there is none."""
+    """The last of the transposes and reshapes that alone read ``start`` (whose
+    dimensions are ``dims``, factors of cuDNN's result of ``result_sizes``) that is a
+    permutation of the result, and the order it stores the result in (its dimension
+    j is the result's ``order[j]``); None where there is none."""
     found = None
     x: Instruction = start
-    # position j of the current tensor -> cuDNN's dimension (None: a size-1 one added)
-    held: list[int | None] = [where.index(j) if j in where else None for j in range(4)]
+    current: view_factors.Dims | None = dims
     while True:
         users = uses.users(x)
         if len(users) != 1 or x is uses.computation.root:
             return found
         (user,) = users
-        if user.opcode not in ("transpose", "reshape"):
+        current = _after_view(current, user)
+        if current is None:
             return found
-        positions = _through_view(user, False, list(range(len(x.array_shape.dims))))
-        if positions is None:
-            return found
-        after: list[int | None] = [None] * len(user.array_shape.dims)
-        for j, p in enumerate(positions):
-            if p is not None:
-                after[p] = held[j]
-            elif held[j] is not None:
-                return found  # a dimension of the result would be dropped
-        x, held = user, after
-        if len(held) == 4 and sorted(d for d in held if d is not None) == [0, 1, 2, 3]:
-            found = (x, tuple(d for d in held if d is not None))
+        x = user
+        order = view_factors.permutation_of(current, result_sizes)
+        if order is not None:
+            found = (x, order)
 
 
 def _rewrite(inserter: Inserter, match: AttentionMatch) -> tuple[Instruction, Instruction]:
     """The call (transposed back where needed) and the instruction it replaces: the second
-    dot, or the one transpose reading it (the call then writes the program's order)."""
+    dot, or the last view that alone reads it (the call then writes the program's order)."""
     scores, dot = match.scores_dot, match.output_dot
-    q, k = scores.operands
+    q, k = (scores.operands[s] for s in (match.queries_side, 1 - match.queries_side))
     v = dot.operands[1 - match.probabilities_side]
     nb = len(dimension_lists(scores)[0])
     batch = q.array_shape.dims[:nb]
@@ -730,11 +886,29 @@ def _rewrite(inserter: Inserter, match: AttentionMatch) -> tuple[Instruction, In
         order = (*range(nb), nb + 1, nb)
         return add("transpose", [dims[d] for d in order], [x], {"dimensions": order}, suffix)
 
-    def four(x: Instruction, suffix: str) -> Instruction:
+    def four(x: Instruction, suffix: str, groups: int = 1) -> Instruction:
         dims = x.array_shape.dims
-        return add("reshape", _four_dims(dims[:nb], dims[nb], dims[nb + 1]), [x], suffix=suffix)
+        rows, columns = dims[-2], dims[-1]
+        return add("reshape", _four_dims(batch, rows, columns, groups), [x], suffix=suffix)
 
-    q4 = four(q, "attention_q")
+    groups, sq = match.groups, match.queries
+    if match.queries_side == 1:  # k . q: the queries [b..., D, Sq], the keys [b..., Sk, D]
+        q = swap_last(q, "attention_q_columns")
+        k = swap_last(k, "attention_k_columns")
+    if match.row_factors:  # rows (r0, r1) -> [b..., group, query] -> heads (b_last x group)
+        q = add(
+            "reshape",
+            (*batch, *match.row_factors, q.array_shape.dims[-1]),
+            [q],
+            suffix="attention_q_rows",
+        )
+        g = 1 - match.query_factor
+        order = (*range(nb), nb + g, nb + match.query_factor, nb + 2)
+        dims = q.array_shape.dims
+        q = add(
+            "transpose", [dims[d] for d in order], [q], {"dimensions": order}, "attention_q_groups"
+        )
+    q4 = four(q, "attention_q", groups)
     k4 = four(swap_last(k, "attention_k_rows"), "attention_k")
     if match.probabilities_side == 1:
         v = swap_last(v, "attention_v_rows")
@@ -744,18 +918,29 @@ def _rewrite(inserter: Inserter, match: AttentionMatch) -> tuple[Instruction, In
     stored = [_stored(x) for x in built]
     operands = [x for x, _ in stored]
     orders = {name: order for name, (_, order) in zip("qkv", stored, strict=True)}
-    sq, sk = q.array_shape.dims[nb], k.array_shape.dims[nb + 1]
+    sk = k.array_shape.dims[nb + 1]
     if match.bias is not None:
         operands.append(_bias(add, match, batch, sq, sk))
-    out_dims = _four_dims(batch, sq, v4.array_shape.dims[3])
-    # the result written where the program's transposes put it, when that is all they do
+    out_dims = _four_dims(batch, sq, v4.array_shape.dims[3], groups)
+    # the dot's dimensions as factors of the call's result: how the output is rebuilt
+    steps = _output_steps(match, batch, out_dims)
+    dims: view_factors.Dims | None = view_factors.identity(out_dims)
+    for kind, argument, _ in steps:
+        dims = (
+            (
+                view_factors.reshaped(dims, argument)
+                if kind == "reshape"
+                else view_factors.transposed(dims, argument)
+            )
+            if dims is not None
+            else None
+        )
     replaced, result_dims = dot, out_dims
-    if nb == 2:  # the dot's dimensions are cuDNN's, its last two swapped where v came first
-        where = [0, 1, 3, 2] if match.probabilities_side == 1 else list(_IDENTITY)
-        written = _written(dot, where, inserter.uses)
-        if written is not None:
-            replaced, orders["result"] = written
-            result_dims = tuple(replaced.array_shape.dims)
+    # the result written where the program's views put it, when that is all they do
+    written = _written(dot, dims, out_dims, inserter.uses) if dims is not None else None
+    if written is not None:
+        replaced, orders["result"] = written
+        result_dims = tuple(replaced.array_shape.dims)
     call = inserter.add(
         "custom-call",
         ArrayShape(element, result_dims),
@@ -770,11 +955,45 @@ def _rewrite(inserter: Inserter, match: AttentionMatch) -> tuple[Instruction, In
     _drop_unused(inserter, built)
     if replaced is not dot:
         return replaced, call
-    dv = out_dims[3]
-    out = add("reshape", (*batch, sq, dv), [call], suffix="attention_output")
-    if match.probabilities_side == 1:
-        out = swap_last(out, "attention_output_columns")
+    out = call
+    for kind, argument, suffix in steps:
+        if kind == "reshape":
+            out = add("reshape", argument, [out], suffix=suffix)
+        else:
+            dims_now = out.array_shape.dims
+            out = add(
+                "transpose",
+                [dims_now[d] for d in argument],
+                [out],
+                {"dimensions": argument},
+                suffix,
+            )
     return dot, out
+
+
+def _output_steps(
+    match: AttentionMatch, batch: Sequence[int], out_dims: Sequence[int]
+) -> list[tuple[str, tuple[int, ...], str]]:
+    """The reshapes and transposes that make the call's ``[B, H, Sq, Dv]`` the second
+    dot's result: ``(kind, new dimensions or permutation, name suffix)``."""
+    nb = len(batch)
+    dv = out_dims[3]
+    steps: list[tuple[str, tuple[int, ...], str]] = []
+    if match.row_factors:
+        g = 1 - match.query_factor
+        sizes = {g: match.groups, match.query_factor: match.queries}
+        steps.append(
+            ("reshape", (*batch, match.groups, match.queries, dv), "attention_output_groups")
+        )
+        if match.output_rows != (g, match.query_factor):
+            steps.append(("transpose", (*range(nb), nb + 1, nb, nb + 2), "attention_output_rows"))
+        rows = sizes[match.output_rows[0]] * sizes[match.output_rows[1]]
+        steps.append(("reshape", (*batch, rows, dv), "attention_output"))
+    else:
+        steps.append(("reshape", (*batch, match.queries, dv), "attention_output"))
+    if match.probabilities_side == 1:
+        steps.append(("transpose", (*range(nb), nb + 1, nb), "attention_output_columns"))
+    return steps
 
 
 def _drop_unused(inserter: Inserter, made: Sequence[Instruction]) -> None:

@@ -8,10 +8,12 @@ a softmax and a second dot) and makes it this custom call::
     custom-call(q, k, v[, bias]), custom_call_target="__heron$attention",
         backend_config={"scale": 0.125, "causal": true}
 
-over tensors in cuDNN's order: ``q [B, H, Sq, D]``, ``k [B, H, Sk, D]``,
-``v [B, H, Sk, Dv]``, ``bias [B or 1, H or 1, Sq, Sk]`` (of the element type,
+over tensors in cuDNN's order: ``q [B, H, Sq, D]``, ``k [B, Hk, Sk, D]``,
+``v [B, Hk, Sk, Dv]``, ``bias [B or 1, H or 1, Sq, Sk]`` (of the element type,
 added after the scale), result ``[B, H, Sq, Dv]``, all of one half-precision
-element type.
+element type. ``Hk`` divides ``H``: with fewer key/value heads than query heads
+(grouped-query attention) query head ``n`` attends with key/value head
+``n // (H / Hk)``, as cuDNN's and jax's.
 
 q, k, v and the result may be stored in another order (jax's ``[B, S, H, D]``):
 ``"orders": {"q": [0, 2, 1, 3], ...}`` in ``backend_config`` says, per tensor,
@@ -132,8 +134,10 @@ def _check_shapes(operand_shapes: Sequence[ArrayShape], result_shape: ArrayShape
     if any(len(shape.dims) != 4 for shape in (*operand_shapes, result_shape)):
         raise ValueError("every tensor has 4 dimensions [B, H, S, D]")
     b, h, sq, d = q.dims
-    sk, dv = k.dims[2], v.dims[3]
-    expected = {"k": (b, h, sk, d), "v": (b, h, sk, dv), "result": (b, h, sq, dv)}
+    hk, sk, dv = k.dims[1], k.dims[2], v.dims[3]
+    if h % hk:
+        raise ValueError(f"q's {h} heads are no multiple of k's {hk} (grouped-query attention)")
+    expected = {"k": (b, hk, sk, d), "v": (b, hk, sk, dv), "result": (b, h, sq, dv)}
     actual = {"k": k.dims, "v": v.dims, "result": result_shape.dims}
     for name, dims in expected.items():
         if tuple(actual[name]) != dims:
@@ -170,7 +174,7 @@ def attention_text(
     q, k, v = logical[:3]
     t = q.element_type
     b, h, sq, _ = q.dims
-    sk, dv = k.dims[2], v.dims[3]
+    hk, sk, dv = k.dims[1], k.dims[2], v.dims[3]
     scores = f"f32[{b},{h},{sq},{sk}]"
     rows = f"f32[{b},{h},{sq}]"
     lines = []
@@ -184,8 +188,17 @@ def attention_text(
             f"  {name}_stored = {stored} parameter({number})",
             f"  {name} = {logical[number]} transpose({name}_stored), dimensions={{{order}}}",
         ]
+    keys, values = ("k", "v") if hk == h else ("k_heads", "v_heads")
+    if hk != h:  # each key/value head serves h / hk query heads: broadcast, then merge
+        for name, shape in (("k", k), ("v", v)):
+            _, _, length, width = shape.dims
+            lines += [
+                f"  {name}_groups = {t}[{b},{hk},{h // hk},{length},{width}] broadcast({name}),"
+                " dimensions={0,1,3,4}",
+                f"  {name}_heads = {t}[{b},{h},{length},{width}] reshape({name}_groups)",
+            ]
     lines += [
-        f"  dot = {scores} dot(q, k), lhs_batch_dims={{0,1}}, lhs_contracting_dims={{3}},"
+        f"  dot = {scores} dot(q, {keys}), lhs_batch_dims={{0,1}}, lhs_contracting_dims={{3}},"
         " rhs_batch_dims={0,1}, rhs_contracting_dims={3}",
         f"  scale = f32[] constant({float(np.float32(settings.scale))!r})",
         f"  scales = {scores} broadcast(scale), dimensions={{}}",
@@ -225,7 +238,7 @@ def attention_text(
         f"  totals = {scores} broadcast(total), dimensions={{0,1,2}}",
         f"  probabilities = {scores} divide(exponentials, totals)",
         f"  rounded = {t}[{b},{h},{sq},{sk}] convert(probabilities)",
-        f"  out = f32[{b},{h},{sq},{dv}] dot(rounded, v), lhs_batch_dims={{0,1}},"
+        f"  out = f32[{b},{h},{sq},{dv}] dot(rounded, {values}), lhs_batch_dims={{0,1}},"
         " lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}",
         f"  result = {t}[{b},{h},{sq},{dv}] convert(out)",
     ]

@@ -7,16 +7,19 @@ each dimension in their buffer, so that any HLO layout is a description, not
 a copy::
 
     q    [B, H, Sq, D]        the queries
-    k    [B, H, Sk, D]        the keys
-    v    [B, H, Sk, Dv]       the values
+    k    [B, Hk, Sk, D]       the keys (Hk divides H; G = H / Hk)
+    v    [B, Hk, Sk, Dv]      the values
     bias [B|1, H|1, Sq, Sk]   optional, added to the scaled scores
     o    [B, H, Sq, Dv]       the output
 
-    s[b, h, i, j] = scale * sum over d of q[b, h, i, d] * k[b, h, j, d]
+    s[b, h, i, j] = scale * sum over d of q[b, h, i, d] * k[b, h // G, j, d]
                     + bias[b, h, i, j]                 (with a bias)
     s[b, h, i, j] = -inf where j > i                   (causal: top-left aligned)
     p[b, h, i, :] = softmax(s[b, h, i, :])             (in f32)
-    o[b, h, i, e] = sum over j of p[b, h, i, j] * v[b, h, j, e]
+    o[b, h, i, e] = sum over j of p[b, h, i, j] * v[b, h // G, j, e]
+
+(``G`` > 1: grouped-query attention, query heads sharing a key/value head, as
+cuDNN's ``sdpa`` takes them.)
 
 with the scores and the softmax in f32, the probabilities rounded to the
 element type before the second product (as a flash-attention kernel feeds
@@ -133,10 +136,14 @@ class AttentionCall(LibraryContract):
         if len(self.bias_dims) != len(self.bias_strides):
             raise ThunkError("attention: bias_dims and bias_strides differ in length")
         b, h, sq, d = self.q_dims
-        sk, dv = self.k_dims[2], self.v_dims[3]
+        hk, sk, dv = self.k_dims[1], self.k_dims[2], self.v_dims[3]
+        if h % hk:
+            raise ThunkError(
+                f"attention: q's {h} heads are no multiple of k's {hk} (grouped-query attention)"
+            )
         expected = {
-            "k": (b, h, sk, d),
-            "v": (b, h, sk, dv),
+            "k": (b, hk, sk, d),
+            "v": (b, hk, sk, dv),
             "o": (b, h, sq, dv),
         }
         for name, dims in expected.items():
@@ -190,6 +197,8 @@ class AttentionCall(LibraryContract):
             f"bias {t}[{'x'.join(map(str, self.bias_dims))}]" if self.bias_dims else "",
             "causal" if self.causal else "",
         ]
+        if self.k_dims[1] != self.q_dims[1]:
+            extras.insert(0, f"{self.k_dims[1]} key/value heads")
         return (
             f"attention {t}[{'x'.join(map(str, self.q_dims))}] q, {self.k_dims[2]} keys ->"
             f" {t}[{'x'.join(map(str, self.o_dims))}]" + "".join(f", {e}" for e in extras if e)
@@ -215,6 +224,8 @@ class AttentionCall(LibraryContract):
             return np.array(view, dtype=np.float32)
 
         q, k, v = logical("q"), logical("k"), logical("v")
+        groups = q.shape[1] // k.shape[1]  # query heads per key/value head
+        k, v = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
         with np.errstate(over="ignore", invalid="ignore"):
             scores = np.einsum("bhid,bhjd->bhij", q, k, dtype=np.float32)
             scores = scores * np.float32(self.scale)
