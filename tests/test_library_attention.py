@@ -78,6 +78,14 @@ def _grouped_by_hand(q, k, v):
     return out.reshape(b, t, n, d)
 
 
+def _masked_by_hand(q, k, v, keep):
+    """Attention with a key padding mask ``keep [B, S]`` filled with -1e9."""
+    scores = jnp.einsum("bqnh,bknh->bnqk", q, k, preferred_element_type=jnp.float32) * 0.25
+    scores = jnp.where(keep[:, None, None, :], scores, -1e9)
+    probabilities = jax.nn.softmax(scores, axis=-1)
+    return jnp.einsum("bnqk,bknh->bqnh", probabilities.astype(q.dtype), v)
+
+
 def _bf16_scores(q, k, v):
     scores = jnp.einsum("bqnh,bknh->bnqk", q, k) / math.sqrt(q.shape[-1])
     return jnp.einsum("bnqk,bknh->bqnh", jax.nn.softmax(scores, axis=-1), v)
@@ -138,6 +146,25 @@ TAKEN = {
         # B merges A and B: the bias, over B alone, is broadcast over A first
         "attention bf16[6x2x16x16] q, 16 keys -> bf16[6x2x16x16], scale 0.25, bias bf16[6x2x16x16]",
     ),
+    # masks other than the causal one join the bias: 0 where kept, jax's fill elsewhere
+    "padding_mask": (
+        lambda q, k, v, mask: jax.nn.dot_product_attention(q, k, v, mask=mask),
+        [*_shapes(), jax.ShapeDtypeStruct((B, 1, T, T), jnp.bool_)],
+        "attention bf16[2x2x32x16] q, 32 keys -> bf16[2x2x32x16], scale 0.25, bias bf16[2x1x32x32]",
+    ),
+    "key_padding_mask_causal_bias": (  # jax ands the two masks: all of it joins the bias
+        lambda q, k, v, bias, lengths: jax.nn.dot_product_attention(
+            q, k, v, bias=bias, is_causal=True, key_value_seq_lengths=lengths
+        ),
+        [*_shapes(), _bias((1, N, T, T)), jax.ShapeDtypeStruct((B,), jnp.int32)],
+        "attention bf16[2x2x32x16] q, 32 keys -> bf16[2x2x32x16], scale 0.25, bias bf16[2x2x32x32]",
+    ),
+    "grouped_query_padding_mask": (
+        lambda q, k, v, mask: jax.nn.dot_product_attention(q, k, v, mask=mask),
+        [*_shapes(n=4, kv_heads=2), jax.ShapeDtypeStruct((B, 1, T, T), jnp.bool_)],
+        "attention bf16[2x4x32x16] q, 32 keys -> bf16[2x4x32x16], 2 key/value heads,"
+        " scale 0.25, bias bf16[2x1x32x32]",
+    ),
     # grouped-query attention: query heads share key/value heads (cuDNN's GQA and MQA)
     "grouped_query": (  # jax transposes the softmax's maximum between the head groups
         jax.nn.dot_product_attention,
@@ -174,17 +201,11 @@ REFUSED = {
         H100,
         "varies along the key/value heads or their groups",
     ),
-    "padding_mask": (
-        lambda q, k, v, mask: jax.nn.dot_product_attention(q, k, v, mask=mask),
-        [*_shapes(), jax.ShapeDtypeStruct((B, 1, T, T), jnp.bool_)],
+    "padding_mask_filled_with_1e9": (  # a row the mask empties would not stay uniform
+        _masked_by_hand,
+        [*_shapes(), jax.ShapeDtypeStruct((B, T), jnp.bool_)],
         H100,
-        "is not over the queries and keys alone",
-    ),
-    "parameter_mask": (
-        lambda q, k, v, mask: jax.nn.dot_product_attention(q, k, v, mask=mask),
-        [*_shapes(), jax.ShapeDtypeStruct((1, 1, T, T), jnp.bool_)],
-        H100,
-        "not a compile-time constant",
+        "with a fill of at most -1e+30 (it fills with -1e+09)",
     ),
     "backward_pass": (
         jax.value_and_grad(
@@ -209,6 +230,8 @@ def _inputs(shapes, seed: int = 7) -> list[np.ndarray]:
     for shape in shapes:
         if shape.dtype == jnp.bool_:
             out.append(rng.random(shape.shape) < 0.8)
+        elif shape.dtype == jnp.int32:  # sequence lengths, 0 (every key masked) among them
+            out.append(np.arange(np.prod(shape.shape), dtype=np.int32).reshape(shape.shape) * 17)
         else:
             out.append(rng.standard_normal(shape.shape).astype(shape.dtype))
     return out

@@ -35,11 +35,15 @@ query position and a head of a group merged; a reshape splits them again
 (:data:`ROW_FACTORS`) and the second dot merges them, in either order. The
 causal mask says which factor is the query position (without a mask either
 is: rows are independent). The call then has ``K x G`` query heads over
-``K`` key/value heads, cuDNN's GQA. The mask must be causal (a
-compile-time constant equal to ``i >= j``, which is how jax writes
-``is_causal``); the scale a constant; the bias any tensor of the operands'
-type (or widened from it) over batch, queries and keys. The scores and the
-softmax must be computed in f32, as the fused call computes them (what
+``K`` key/value heads, cuDNN's GQA.
+
+A causal mask (a compile-time constant equal to ``i >= j``, which is how jax
+writes ``is_causal``) is the call's causal flag; any other mask (a padding
+mask) joins the bias, 0 where it keeps a score and its fill elsewhere, where
+the fill is low enough that adding a score to it gives it back
+(:data:`_MASK_BIAS_FILL_AT_MOST`). The scale must be a constant; the bias
+any tensor of the operands' type (or widened from it) over batch, queries
+and keys. The scores and the softmax must be computed in f32, as the fused call computes them (what
 ``jax.nn.dot_product_attention`` writes): a program that rounds its scores to
 bf16 asks for another result, and keeps it. Nothing in the
 pattern but its output may be used elsewhere: a training step that keeps the
@@ -139,6 +143,13 @@ class AttentionMatch:
     element_type: str
     #: Which operand of ``scores_dot`` the queries are (0: ``q . k``, 1: ``k . q``).
     queries_side: int = 0
+    #: A mask other than the causal one (a padding mask), its roles like the bias's, the
+    #: fill where it does not keep a score, and whether it says where the fill goes:
+    #: the call adds it as a bias (0 or the fill).
+    mask: Instruction | None = None
+    mask_labels: tuple[str, ...] = ()
+    mask_fill: float = 0.0
+    mask_inverted: bool = False
     #: Grouped-query attention: the sizes of the two factors the scores' rows split into
     #: (major first, :data:`ROW_FACTORS`); empty where the rows are the queries alone.
     row_factors: tuple[int, ...] = ()
@@ -453,6 +464,7 @@ class _Logits:
     mask: Instruction | None  #: the select's predicate
     mask_select: Instruction | None
     mask_inverted: bool  #: the predicate says where the fill goes, not what is kept
+    mask_fill: float = 0.0  #: what the select puts where the mask does not keep a score
 
 
 def _scaled_dot_below(inst: Instruction) -> bool:
@@ -478,6 +490,7 @@ def _logits(value: Instruction) -> _Logits:
     scale = 1.0
     bias = bias_add = mask = mask_select = None
     inverted = False
+    mask_fill = 0.0
     stage = 0  # walking down: the mask, then the bias, then the scale
     inst = value
     while inst.opcode != "dot":
@@ -496,7 +509,7 @@ def _logits(value: Instruction) -> _Logits:
             filled = _scalar_constant(fill)
             if filled is None or filled > _FILL_AT_MOST:
                 raise _NoMatch(f"select '{inst.name}' fills with something else than -inf")
-            mask, mask_select = inst.operands[0], inst
+            mask, mask_select, mask_fill = inst.operands[0], inst, filled
             inst = kept
         elif inst.opcode == "add":
             if stage > 1 or bias is not None:
@@ -521,7 +534,7 @@ def _logits(value: Instruction) -> _Logits:
             inst = chain
         else:
             raise _NoMatch(f"{inst.opcode} '{inst.name}' lies between the scores and the softmax")
-    return _Logits(inst, tuple(path), scale, bias, bias_add, mask, mask_select, inverted)
+    return _Logits(inst, tuple(path), scale, bias, bias_add, mask, mask_select, inverted, mask_fill)
 
 
 def _check_dot(dot: Instruction, what: str) -> tuple[int, ...]:
@@ -548,7 +561,7 @@ def _is_causal(
         return f"mask '{mask.name}' is not over the queries and keys alone", ""
     computation = _constant_subgraph(source)
     if computation is None:
-        why = f"mask '{mask.name}' is not a compile-time constant (only causal masks are fused)"
+        why = f"mask '{mask.name}' is not a compile-time constant (so not the causal one)"
         return why, ""
     if math.prod(source.array_shape.dims) > _MASK_ELEMENTS_LIMIT:
         return f"mask '{mask.name}' is too large to read at compile time", ""
@@ -702,14 +715,19 @@ def _match(
     grouped = rows != "q"
     query = ROW_FACTORS[0] if grouped else "q"
     causal = False
+    mask: Instruction | None = None
+    mask_labels: tuple[str, ...] = ()
     if logits.mask is not None:
         assert logits.mask_select is not None
         mask_roles = _full(roles_at[logits.mask_select], logits.mask.array_shape.dims)
         queries = ROW_FACTORS if grouped else ("q",)
         why, query = _is_causal(logits.mask, mask_roles, logits.mask_inverted, queries)
-        if why:
-            raise _NoMatch(why)
-        causal = True
+        if why:  # any other mask joins the bias: 0 where it keeps a score, the fill elsewhere
+            mask, mask_labels, query = _mask_as_bias(
+                logits, mask_roles, queries, batch_roles[-1:] if grouped else (), why
+            )
+        else:
+            causal = True
     row_factors: tuple[int, ...] = ()
     if grouped:
         row_factors = _row_factor_sizes(scores, logits.path, probability_path, roles_at)
@@ -756,10 +774,51 @@ def _match(
         bias_labels=bias_labels,
         element_type=element,
         queries_side=q_side,
+        mask=mask,
+        mask_labels=mask_labels,
+        mask_fill=logits.mask_fill,
+        mask_inverted=logits.mask_inverted,
         row_factors=row_factors,
         query_factor=ROW_FACTORS.index(query) if grouped else 0,
         output_rows=tuple(ROW_FACTORS.index(r) for r in rows.split("+")) if grouped else (0, 1),
     )
+
+
+#: The fill a mask other than a causal one must have to become a bias: adding any
+#: score below 1e30 / 2^24 to it gives it back (its f32 spacing is above twice such a
+#: score), so a row the mask empties stays a row of equal values, as the program's
+#: select makes it (jax fills with -0.7 x f32's largest, -2.38e38).
+_MASK_BIAS_FILL_AT_MOST = -1e30
+
+
+def _mask_as_bias(
+    logits: _Logits,
+    mask_roles: Labels,
+    queries: Sequence[str],
+    heads: tuple[str, ...],
+    why_not_causal: str,
+) -> tuple[Instruction, tuple[str, ...], str]:
+    """A mask that is not causal (a padding mask, from a parameter or not) as the
+    source the call's bias is made of: ``(source, its roles, the queries' role)``;
+    _NoMatch where it cannot be one. ``heads``: roles a grouped-query mask must not
+    vary along (the key/value heads)."""
+    assert logits.mask is not None
+    if logits.mask_fill > _MASK_BIAS_FILL_AT_MOST:
+        raise _NoMatch(
+            f"{why_not_causal}; it would join the bias only with a fill of at most"
+            f" {_MASK_BIAS_FILL_AT_MOST:g} (it fills with {logits.mask_fill:g})"
+        )
+    source, roles = _peel(logits.mask, mask_roles, None)
+    if source.array_shape.element_type is not ElementType.PRED:
+        raise _NoMatch(f"mask '{logits.mask.name}' is not a predicate")
+    labels = _present(roles)
+    rows = [label for label in labels if label in queries]
+    if len(rows) > 1 or set(heads) & set(labels):
+        raise _NoMatch(f"mask '{logits.mask.name}' varies along the heads of a group")
+    query = rows[0] if rows else queries[0]
+    if len(labels) != len(set(labels)):
+        raise _NoMatch(f"mask '{logits.mask.name}' repeats a dimension")
+    return source, tuple("q" if label == query else label for label in labels), query
 
 
 def _row_factor_sizes(
@@ -919,7 +978,7 @@ def _rewrite(inserter: Inserter, match: AttentionMatch) -> tuple[Instruction, In
     operands = [x for x, _ in stored]
     orders = {name: order for name, (_, order) in zip("qkv", stored, strict=True)}
     sk = k.array_shape.dims[nb + 1]
-    if match.bias is not None:
+    if match.bias is not None or match.mask is not None:
         operands.append(_bias(add, match, batch, sq, sk))
     out_dims = _four_dims(batch, sq, v4.array_shape.dims[3], groups)
     # the dot's dimensions as factors of the call's result: how the output is rebuilt
@@ -1009,24 +1068,42 @@ def _drop_unused(inserter: Inserter, made: Sequence[Instruction]) -> None:
             pending.extend(inst.operands)
 
 
+def _in_order(
+    add: _Adder, source: Instruction, labels: tuple[str, ...], canonical: tuple[str, ...], name: str
+) -> Instruction:
+    """``source`` without its size-1 dimensions, the others in ``canonical``'s order."""
+    squeezed = _squeezed(source.array_shape.dims)
+    if tuple(source.array_shape.dims) != squeezed:
+        source = add("reshape", squeezed, [source], suffix=f"{name}_squeezed")
+    order = sorted(range(len(labels)), key=lambda i: canonical.index(labels[i]))
+    if order != list(range(len(labels))):
+        dims = [squeezed[i] for i in order]
+        source = add("transpose", dims, [source], {"dimensions": tuple(order)}, name)
+    return source
+
+
 def _bias(
     add: _Adder, match: AttentionMatch, batch: Sequence[int], sq: int, sk: int
 ) -> Instruction:
     """The bias as ``[B or 1, H or 1, Sq, Sk]``: its source's dimensions put in the
     scores' order, then merged as the batch is (broadcast first where a merged dimension
-    would mix kept and broadcast ones)."""
-    assert match.bias is not None
-    source, labels = match.bias, match.bias_labels
+    would mix kept and broadcast ones). A mask other than the causal one joins it:
+    ``select(mask, bias or 0, fill)`` over the dimensions either varies along."""
     nb = len(batch)
     canonical = (*(f"b{i}" for i in range(nb)), "q", "k")
-    squeezed = _squeezed(source.array_shape.dims)
-    if tuple(source.array_shape.dims) != squeezed:
-        source = add("reshape", squeezed, [source], suffix="attention_bias_squeezed")
-    order = sorted(range(len(labels)), key=lambda i: canonical.index(labels[i]))
-    if order != list(range(len(labels))):
-        dims = [squeezed[i] for i in order]
-        source = add("transpose", dims, [source], {"dimensions": tuple(order)}, "attention_bias")
-    present = {labels[i] for i in order}
+    sizes = dict(zip(canonical, (*batch, sq, sk), strict=True))
+    parts = []
+    if match.bias is not None:
+        source = _in_order(add, match.bias, match.bias_labels, canonical, "attention_bias")
+        parts.append((source, match.bias_labels))
+    if match.mask is not None:
+        source = _in_order(add, match.mask, match.mask_labels, canonical, "attention_mask")
+        parts.append((source, match.mask_labels))
+    present = {label for _, labels in parts for label in labels}
+    union = tuple(label for label in canonical if label in present)
+    source = parts[0][0]
+    if match.mask is not None:
+        source = _mask_bias(add, match, parts, union, sizes)
     merged = [f"b{i}" for i in range(nb - 1)]  # become B; b{nb-1} becomes H
     if any(label in present for label in merged) and not all(label in present for label in merged):
         full = (*batch, sq, sk)
@@ -1034,8 +1111,46 @@ def _bias(
         source = add("broadcast", full, [source], {"dimensions": kept}, "attention_bias_batch")
         present = set(canonical)
     b = math.prod(batch[:-1]) if nb and all(label in present for label in merged) else 1
-    h = batch[-1] if nb and f"b{nb - 1}" in present else 1
+    h = batch[-1] * match.groups if nb and f"b{nb - 1}" in present else 1
     return add("reshape", (b, h, sq, sk), [source], suffix="attention_bias")
+
+
+def _mask_bias(
+    add: _Adder,
+    match: AttentionMatch,
+    parts: list[tuple[Instruction, tuple[str, ...]]],
+    union: tuple[str, ...],
+    sizes: dict[str, int],
+) -> Instruction:
+    """``select(mask, bias or 0, fill)`` (the other way round for an inverted mask) in
+    the operands' type over the ``union`` of the bias's and the mask's roles."""
+    element = ElementType(match.element_type)
+    dims = tuple(sizes[label] for label in union)
+    shape = ArrayShape(element, dims)
+
+    def spread(source: Instruction, labels: tuple[str, ...], name: str) -> Instruction:
+        if labels == union:
+            return source
+        where = tuple(union.index(label) for label in labels)
+        return add("broadcast", dims, [source], {"dimensions": where}, name)
+
+    def constant(value: float, name: str) -> Instruction:
+        literal = np.asarray(value, np.float64).astype(element.numpy_dtype)
+        scalar = add.inserter.add(
+            "constant", ArrayShape(element, ()), [], like=add.like, suffix=name, literal=literal
+        )
+        return add("broadcast", dims, [scalar], {"dimensions": ()}, f"{name}s")
+
+    mask = spread(*parts[-1], "attention_mask_spread")
+    if match.bias is not None:
+        kept = spread(*parts[0], "attention_bias_spread")
+    else:
+        kept = constant(0.0, "attention_mask_zero")
+    fill = constant(match.mask_fill, "attention_mask_fill")
+    chosen = [fill, kept] if match.mask_inverted else [kept, fill]
+    return add.inserter.add(
+        "select", shape, [mask, *chosen], like=add.like, suffix="attention_mask_bias"
+    )
 
 
 def rewrite_attention(module: Module, target: Target) -> bool:
