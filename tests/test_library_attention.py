@@ -143,8 +143,8 @@ TAKEN = {
             *(jax.ShapeDtypeStruct((2, 3, 16, 2, 16), jnp.bfloat16) for _ in range(3)),
             _bias((1, 3, 1, 16, 16)),
         ],
-        # B merges A and B: the bias, over B alone, is broadcast over A first
-        "attention bf16[6x2x16x16] q, 16 keys -> bf16[6x2x16x16], scale 0.25, bias bf16[6x2x16x16]",
+        # B merges A and B: the bias, over B alone, is broadcast over A first (not over H)
+        "attention bf16[6x2x16x16] q, 16 keys -> bf16[6x2x16x16], scale 0.25, bias bf16[6x1x16x16]",
     ),
     # masks other than the causal one join the bias: 0 where kept, jax's fill elsewhere
     "padding_mask": (
@@ -158,6 +158,20 @@ TAKEN = {
         ),
         [*_shapes(), _bias((1, N, T, T)), jax.ShapeDtypeStruct((B,), jnp.int32)],
         "attention bf16[2x2x32x16] q, 32 keys -> bf16[2x2x32x16], scale 0.25, bias bf16[2x2x32x32]",
+    ),
+    "grouped_query_bias_per_query_head": (  # [1, N, T, S]: H spans K and the groups
+        lambda q, k, v, bias: jax.nn.dot_product_attention(q, k, v, bias=bias),
+        [*_shapes(n=4, kv_heads=2), _bias((1, 4, T, T))],
+        "attention bf16[2x4x32x16] q, 32 keys -> bf16[2x4x32x16], 2 key/value heads,"
+        " scale 0.25, bias bf16[1x4x32x32]",
+    ),
+    "grouped_query_sequence_lengths_causal": (  # a row of batch 0 masks every key
+        lambda q, k, v, lengths: jax.nn.dot_product_attention(
+            q, k, v, is_causal=True, key_value_seq_lengths=lengths
+        ),
+        [*_shapes(n=4, kv_heads=2), jax.ShapeDtypeStruct((B,), jnp.int32)],
+        "attention bf16[2x4x32x16] q, 32 keys -> bf16[2x4x32x16], 2 key/value heads,"
+        " scale 0.25, bias bf16[2x4x32x32]",  # jax broadcasts its mask over the heads
     ),
     "grouped_query_padding_mask": (
         lambda q, k, v, mask: jax.nn.dot_product_attention(q, k, v, mask=mask),
@@ -195,12 +209,6 @@ TAKEN = {
 REFUSED = {
     "f32": (jax.nn.dot_product_attention, _shapes(dtype="float32"), H100, "not f32"),
     "bf16_scores": (_bf16_scores, _shapes(), H100, "computes the scores or their softmax in bf16"),
-    "grouped_query_head_bias": (  # cuDNN's bias has a query head's dimension, not a group's
-        lambda q, k, v, bias: jax.nn.dot_product_attention(q, k, v, bias=bias),
-        [*_shapes(n=4, kv_heads=2), _bias((1, 4, T, T))],
-        H100,
-        "varies along the key/value heads or their groups",
-    ),
     "padding_mask_filled_with_1e9": (  # a row the mask empties would not stay uniform
         _masked_by_hand,
         [*_shapes(), jax.ShapeDtypeStruct((B, T), jnp.bool_)],

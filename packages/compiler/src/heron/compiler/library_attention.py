@@ -723,9 +723,7 @@ def _match(
         queries = ROW_FACTORS if grouped else ("q",)
         why, query = _is_causal(logits.mask, mask_roles, logits.mask_inverted, queries)
         if why:  # any other mask joins the bias: 0 where it keeps a score, the fill elsewhere
-            mask, mask_labels, query = _mask_as_bias(
-                logits, mask_roles, queries, batch_roles[-1:] if grouped else (), why
-            )
+            mask, mask_labels, query = _mask_as_bias(logits, mask_roles, queries, why)
         else:
             causal = True
     row_factors: tuple[int, ...] = ()
@@ -737,13 +735,7 @@ def _match(
         assert logits.bias_add is not None
         at_add = _full(roles_at[logits.bias_add], logits.bias.array_shape.dims)
         bias, peeled = _peel(logits.bias, at_add, q.element_type)
-        bias_labels = tuple("q" if label == query else label for label in _present(peeled))
-        varies = set(ROW_FACTORS) | set(batch_roles[-1:])
-        if grouped and varies & set(bias_labels):
-            raise _NoMatch(
-                f"bias '{logits.bias.name}' varies along the key/value heads or their groups"
-                " (grouped-query attention takes a bias over the queries and keys alone)"
-            )
+        bias_labels = _call_labels(_present(peeled), query)
         if str(bias.array_shape.element_type) != element:
             raise _NoMatch(
                 f"bias '{logits.bias.name}' is {bias.array_shape.element_type}: the fused call"
@@ -792,33 +784,39 @@ _MASK_BIAS_FILL_AT_MOST = -1e30
 
 
 def _mask_as_bias(
-    logits: _Logits,
-    mask_roles: Labels,
-    queries: Sequence[str],
-    heads: tuple[str, ...],
-    why_not_causal: str,
+    logits: _Logits, mask_roles: Labels, queries: Sequence[str], why_not_causal: str
 ) -> tuple[Instruction, tuple[str, ...], str]:
     """A mask that is not causal (a padding mask, from a parameter or not) as the
-    source the call's bias is made of: ``(source, its roles, the queries' role)``;
-    _NoMatch where it cannot be one. ``heads``: roles a grouped-query mask must not
-    vary along (the key/value heads)."""
+    source the call's bias is made of: ``(source, its roles, the queries' role)``
+    (the roles as :func:`_call_labels` names them); _NoMatch where it cannot be one.
+    ``queries``: the roles the queries may have (the row factors of grouped-query
+    attention: the one the mask varies along, if only one)."""
     assert logits.mask is not None
     if logits.mask_fill > _MASK_BIAS_FILL_AT_MOST:
         raise _NoMatch(
             f"{why_not_causal}; it would join the bias only with a fill of at most"
             f" {_MASK_BIAS_FILL_AT_MOST:g} (it fills with {logits.mask_fill:g})"
         )
+    # jax ands its causal mask with a padding mask into one: it all joins the bias. The
+    # causal flag and a padding bias would be another result where the padding masks
+    # every key up to the diagonal (the program's row is uniform over all keys, the
+    # flag's only over those up to the diagonal).
     source, roles = _peel(logits.mask, mask_roles, None)
     if source.array_shape.element_type is not ElementType.PRED:
         raise _NoMatch(f"mask '{logits.mask.name}' is not a predicate")
     labels = _present(roles)
     rows = [label for label in labels if label in queries]
-    if len(rows) > 1 or set(heads) & set(labels):
-        raise _NoMatch(f"mask '{logits.mask.name}' varies along the heads of a group")
-    query = rows[0] if rows else queries[0]
+    query = rows[0] if len(rows) == 1 else queries[0]
     if len(labels) != len(set(labels)):
         raise _NoMatch(f"mask '{logits.mask.name}' repeats a dimension")
-    return source, tuple("q" if label == query else label for label in labels), query
+    return source, _call_labels(labels, query), query
+
+
+def _call_labels(labels: Sequence[str], query: str) -> tuple[str, ...]:
+    """A bias's or mask's roles as the call's bias names them: the queries ``q``, the
+    other row factor of grouped-query attention ``g`` (a head of a group)."""
+    named = {query: "q", **{r: "g" for r in ROW_FACTORS if r != query}}
+    return tuple(named.get(label, label) for label in labels)
 
 
 def _row_factor_sizes(
@@ -1086,12 +1084,19 @@ def _bias(
     add: _Adder, match: AttentionMatch, batch: Sequence[int], sq: int, sk: int
 ) -> Instruction:
     """The bias as ``[B or 1, H or 1, Sq, Sk]``: its source's dimensions put in the
-    scores' order, then merged as the batch is (broadcast first where a merged dimension
-    would mix kept and broadcast ones). A mask other than the causal one joins it:
-    ``select(mask, bias or 0, fill)`` over the dimensions either varies along."""
+    scores' order (the batch, a grouped-query head's group ``g`` after the last batch
+    dimension, the queries, the keys), then merged as the call's dimensions merge
+    them (broadcast first where one would mix kept and broadcast ones). A mask other
+    than the causal one joins it: ``select(mask, bias or 0, fill)`` over the
+    dimensions either varies along."""
     nb = len(batch)
-    canonical = (*(f"b{i}" for i in range(nb)), "q", "k")
-    sizes = dict(zip(canonical, (*batch, sq, sk), strict=True))
+    grouped = bool(match.row_factors)
+    batch_labels = tuple(f"b{i}" for i in range(nb))
+    canonical = (*batch_labels, *(("g",) if grouped else ()), "q", "k")
+    sizes = dict(zip(canonical, (*batch, *((match.groups,) if grouped else ()), sq, sk)))
+    # the labels each of the call's [B, H, Sq, Sk] merges
+    heads = (*batch_labels[-1:], *(("g",) if grouped else ()))
+    call_dims = (batch_labels[:-1], heads, ("q",), ("k",))
     parts = []
     if match.bias is not None:
         source = _in_order(add, match.bias, match.bias_labels, canonical, "attention_bias")
@@ -1100,19 +1105,26 @@ def _bias(
         source = _in_order(add, match.mask, match.mask_labels, canonical, "attention_mask")
         parts.append((source, match.mask_labels))
     present = {label for _, labels in parts for label in labels}
+    if match.mask is not None:  # the call's bias spans the queries and keys (a key
+        present |= {"q", "k"}  # padding mask has no queries' dimension)
     union = tuple(label for label in canonical if label in present)
     source = parts[0][0]
     if match.mask is not None:
         source = _mask_bias(add, match, parts, union, sizes)
-    merged = [f"b{i}" for i in range(nb - 1)]  # become B; b{nb-1} becomes H
-    if any(label in present for label in merged) and not all(label in present for label in merged):
-        full = (*batch, sq, sk)
-        kept = tuple(i for i, label in enumerate(canonical) if label in present)
+    needed = set(present)
+    for group in call_dims:  # a merged dimension of the call needs all of its parts
+        if needed & set(group):
+            needed |= set(group)
+    if needed != present:
+        spread = [label for label in canonical if label in needed]
+        full = tuple(sizes[label] for label in spread)
+        kept = tuple(i for i, label in enumerate(spread) if label in present)
         source = add("broadcast", full, [source], {"dimensions": kept}, "attention_bias_batch")
-        present = set(canonical)
-    b = math.prod(batch[:-1]) if nb and all(label in present for label in merged) else 1
-    h = batch[-1] * match.groups if nb and f"b{nb - 1}" in present else 1
-    return add("reshape", (b, h, sq, sk), [source], suffix="attention_bias")
+    out = tuple(
+        math.prod(sizes[label] for label in group) if needed & set(group) else 1
+        for group in call_dims
+    )
+    return add("reshape", out, [source], suffix="attention_bias")
 
 
 def _mask_bias(
