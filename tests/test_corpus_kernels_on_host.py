@@ -41,7 +41,7 @@ from mlir import ir
 
 from heron.compiler import Target, compile_fusion, fusions_of
 from heron.emitters.dialect import make_context
-from heron.emitters.pipeline import PipelineOptions, lower_tensors
+from heron.emitters.pipeline import PipelineOptions, lower_tensors, lower_to_scf
 from heron.harness.check import shrunk_fusion
 from heron.harness.inputs import edge_array
 from heron.harness.tolerance import mismatches, output_sources, ulp_bound
@@ -214,6 +214,7 @@ def test_memory_layout_follows_minor_to_major_and_packs_sub_byte_types():
 def test_kernels_with_barriers_or_shared_memory_are_refused():
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(vector_pipeline_inputs.reduction_lower_input())
+        lower_to_scf.run(module, PipelineOptions())
         lower_tensors.run(module, PipelineOptions())
     f32 = ArrayShape(ElementType.F32, (16,))
     with pytest.raises(UnsupportedError, match="loop kernels only"):

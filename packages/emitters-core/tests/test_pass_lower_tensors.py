@@ -17,7 +17,7 @@ from heron_test_support.kernel_jit import run_lowered_kernel
 from mlir import ir
 
 from heron.emitters.dialect import make_context
-from heron.emitters.pipeline import PipelineOptions, lower_tensors
+from heron.emitters.pipeline import PipelineOptions, lower_tensors, lower_to_scf
 from heron.hlo.element_types import ElementType as E
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.shapes import ArrayShape
@@ -27,6 +27,7 @@ def _lowered(text: str, target: str = "cuda") -> str:
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
         options = PipelineOptions(backend=target, warp_size=64 if target == "rocm" else 32)
+        lower_to_scf.run(module, options)  # the pass before: predicated ops, shuffles
         lower_tensors.run(module, options)
         module.operation.verify()
         return str(module)
@@ -143,6 +144,13 @@ def test_shared_memory_atomics_shuffles_and_surviving_functions(target, warp):
     assert "memref.generic_atomic_rmw %arg2" in out  # cur * x on i32: a CAS loop
     assert out.count("scf.if") == 2  # predicated extract and insert
     assert "heron_gpu" not in out and "tensor" not in out
+
+
+def test_a_shuffle_left_for_lower_tensors_names_the_pass_that_lowers_it():
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(_inputs.reduction_lower_input())
+        with pytest.raises(UnsupportedError, match="lower-heron-gpu-to-scf lowers it"):
+            lower_tensors.run(module, PipelineOptions())
 
 
 def test_leftover_apply_indexing_is_refused_with_the_op_and_fusion():

@@ -11,15 +11,11 @@ import re
 
 import pytest
 from heron_test_support import vector_pipeline_inputs as _inputs
-from heron_test_support.kernels import kernel_after, ptx_and_stages
-
-from heron.emitters.pipeline import PipelineOptions, lower_tensors
+from heron_test_support.kernels import gpu_module, ptx_and_stages
 
 
 def _ptx(text: str, arch: str) -> str:
-    lowered = kernel_after(
-        text, lambda m: lower_tensors.run(m, PipelineOptions(backend="cuda", warp_size=32))
-    )
+    lowered = gpu_module(text, "cuda")
     return ptx_and_stages(lowered, arch)[0]
 
 

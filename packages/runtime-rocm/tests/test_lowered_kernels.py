@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import pytest
 from heron_test_support import vector_pipeline_inputs as _inputs
-from heron_test_support.kernels import hsaco_stages, kernel_after
-
-from heron.emitters.pipeline import PipelineOptions, lower_tensors
+from heron_test_support.kernels import gpu_module, hsaco_stages
 
 
 def _stages(text: str, arch: str) -> dict[str, str]:
     """Every dumped stage of compiling ``text`` (after lower-tensors) for ``arch``."""
-    lowered = kernel_after(
-        text, lambda m: lower_tensors.run(m, PipelineOptions(backend="rocm", warp_size=64))
-    )
+    lowered = gpu_module(text, "rocm")
     return hsaco_stages(lowered, arch)
 
 

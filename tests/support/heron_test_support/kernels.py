@@ -28,6 +28,20 @@ def kernel_after(text: str, step: Callable[[ir.Module], None]) -> str:
         return str(module)
 
 
+def gpu_module(text: str, backend: str = "cuda") -> str:
+    """``text`` (flat tensors, as simplify-indexing leaves a kernel) through the pipeline's
+    last two passes, lower-heron-gpu-to-scf and lower-tensors, for ``backend``."""
+    from heron.emitters.pipeline import PipelineOptions, lower_tensors, lower_to_scf
+
+    options = PipelineOptions(backend=backend, warp_size=64 if backend == "rocm" else 32)
+
+    def lower(module: ir.Module) -> None:
+        lower_to_scf.run(module, options)
+        lower_tensors.run(module, options)
+
+    return kernel_after(text, lower)
+
+
 def ptx_and_stages(text: str, arch: str) -> tuple[str, dict[str, str]]:
     """The PTX of ``text`` for ``arch`` (checked by ptxas) and every stage the compiler dumped."""
     from heron.runtime.cuda.compiler import compile_to_ptx, validate_ptx

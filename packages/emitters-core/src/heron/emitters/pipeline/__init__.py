@@ -14,6 +14,8 @@ simplify-indexing           simplify heron_gpu.apply_indexing with heron.indexin
                             and lower it to arith on index
 narrow-index-types          index arithmetic in i32 where ranges allow
 expand-math                 math ops -> arith approximations (no vendor library)
+lower-heron-gpu-to-scf      predicated accesses -> scf.if, warp reductions ->
+                            gpu.shuffle and calls (XLA's LowerXlaGpuToScf)
 lower-tensors               tensors -> memref loads/stores in a gpu.module kernel
 ==========================  ===================================================
 
@@ -41,6 +43,7 @@ def heron_passes() -> list[Pass]:
         inline,
         lower_loops,
         lower_tensors,
+        lower_to_scf,
         narrow_index,
         simplify_indexing,
         unroll,
@@ -56,6 +59,7 @@ def heron_passes() -> list[Pass]:
         simplify_indexing.PASS,
         narrow_index.PASS,
         expand_math.PASS,
+        lower_to_scf.PASS,
         lower_tensors.PASS,
     ]
 

@@ -193,9 +193,8 @@ def memory_constant(attr: ir.Attribute) -> ir.Attribute:
 class _Lowering:
     """Lowers one module's functions into a gpu.module; holds the value mapping."""
 
-    def __init__(self, module: ir.Module, entry: ir.Operation, warp_size: int) -> None:
+    def __init__(self, module: ir.Module, entry: ir.Operation) -> None:
         self.module = module
-        self.warp_size = warp_size
         self.entry = entry
         self.fusion = ir.StringAttr(entry.attributes["sym_name"]).value
         self.values: dict[ir.Value, ir.Value] = {}
@@ -351,6 +350,8 @@ class _Lowering:
         if handler is not None:
             handler(self, op)
             return
+        if op.name in _LOWERED_BEFORE:
+            raise self.unsupported(op, "lower-heron-gpu-to-scf lowers it: run that pass first")
         if op.name.startswith("heron_gpu."):
             raise self.unsupported(op, "this heron_gpu op has no lowering to memrefs")
         self.clone(op)
@@ -707,31 +708,6 @@ def _sync_threads(lw: _Lowering, op: ir.Operation) -> None:
         lw.values[result] = lw.get(operand)
 
 
-def _predicated_insert(lw: _Lowering, op: ir.Operation) -> None:
-    condition, value, dest, *indices = op.operands
-    if len(indices) != 1:
-        raise lw.unsupported(op, "tensors must be 1-D (run flatten-tensors first)")
-    buffer = lw.get(dest)
-    guarded = scf.IfOp(lw.get(condition))
-    with ir.InsertionPoint(guarded.then_block):
-        lw.store(lw.get(value), buffer, _element(dest), lw.get(indices[0]))
-        scf.YieldOp([])
-    lw.values[op.results[0]] = buffer
-
-
-def _predicated_extract(lw: _Lowering, op: ir.Operation) -> None:
-    condition, fallback, src, *indices = op.operands
-    if len(indices) != 1:
-        raise lw.unsupported(op, "tensors must be 1-D (run flatten-tensors first)")
-    fallback_value = lw.get(fallback)
-    guarded = scf.IfOp(lw.get(condition), [fallback_value.type], has_else=True)
-    with ir.InsertionPoint(guarded.then_block):
-        scf.YieldOp([lw.load(lw.get(src), _element(src), lw.get(indices[0]))])
-    with ir.InsertionPoint(guarded.else_block):
-        scf.YieldOp([fallback_value])
-    lw.values[op.results[0]] = guarded.results[0]
-
-
 def _ldmatrix(lw: _Lowering, op: ir.Operation) -> None:
     """``heron_gpu.ldmatrix`` -> ``nvgpu.ldmatrix`` on the shared buffer (the lane's row
     address is its element of the 1-D buffer)."""
@@ -875,61 +851,6 @@ def _float_generic_atomic(
         memref.AtomicYieldOp(arith.BitcastOp(bits, lw.get(terminator.operands[0])).result)
 
 
-def _shuffle_reduce(lw: _Lowering, op: ir.Operation) -> None:
-    distance = ir.IntegerAttr(op.attributes["max_distance"]).value
-    reducer = ir.FlatSymbolRefAttr(op.attributes["reducer"]).value
-    values = [lw.get(v) for v in op.operands]
-    i32 = ir.IntegerType.get_signless(32)
-    width = arith.ConstantOp(i32, lw.warp_size).result
-    while distance >= 1:
-        offset = arith.ConstantOp(i32, distance).result
-        shuffled = [_shuffle(lw, op, v, offset, width) for v in values]
-        call = func.CallOp([v.type for v in values], reducer, [*values, *shuffled])
-        values = list(call.results)
-        distance //= 2
-    for old, new in zip(op.results, values, strict=True):
-        lw.values[old] = new
-
-
-def _shuffle(
-    lw: _Lowering, op: ir.Operation, value: ir.Value, offset: ir.Value, width: ir.Value
-) -> ir.Value:
-    """``gpu.shuffle xor`` of any scalar: split or widened to 32-bit lanes."""
-    i32 = ir.IntegerType.get_signless(32)
-    kind = gpu.ShuffleMode.XOR
-
-    def lane(v: ir.Value) -> ir.Value:
-        return gpu.ShuffleOp(v, offset, width, kind).results[0]
-
-    t = value.type
-    if isinstance(t, ir.ComplexType):
-        from mlir.dialects import complex as complex_dialect
-
-        re = _shuffle(lw, op, complex_dialect.ReOp(value).result, offset, width)
-        im = _shuffle(lw, op, complex_dialect.ImOp(value).result, offset, width)
-        return complex_dialect.CreateOp(t, re, im).result
-    if not isinstance(t, ir.IntegerType | ir.FloatType):
-        raise lw.unsupported(op, f"cannot shuffle a value of type {t}")
-    bits = _bit_width(t)
-    int_type = ir.IntegerType.get_signless(bits)
-    as_int = value if isinstance(t, ir.IntegerType) else arith.bitcast(int_type, value)
-    if bits == 32:
-        result = lane(as_int)
-    elif bits < 32:
-        result = arith.trunci(int_type, lane(arith.extui(i32, as_int)))
-    elif bits == 64:
-        i64 = ir.IntegerType.get_signless(64)
-        low = lane(arith.trunci(i32, as_int))
-        high = lane(arith.trunci(i32, arith.shrui(as_int, arith.ConstantOp(i64, 32).result)))
-        result = arith.ori(
-            arith.extui(i64, low),
-            arith.shli(arith.extui(i64, high), arith.ConstantOp(i64, 32).result),
-        )
-    else:
-        raise lw.unsupported(op, f"cannot shuffle a value of type {t}")
-    return result if isinstance(t, ir.IntegerType) else arith.bitcast(t, result)
-
-
 def _pure_call(lw: _Lowering, op: ir.Operation) -> None:
     _call(lw, op)
 
@@ -937,6 +858,11 @@ def _pure_call(lw: _Lowering, op: ir.Operation) -> None:
 def _unexpected_terminator(lw: _Lowering, op: ir.Operation) -> None:
     raise lw.unsupported(op, "unexpected terminator in the middle of a block")
 
+
+#: What lower-heron-gpu-to-scf (``pipeline/lower_to_scf.py``) lowers, before this pass.
+_LOWERED_BEFORE = frozenset(
+    {"heron_gpu.predicated_insert", "heron_gpu.predicated_extract", "heron_gpu.shuffle_reduce"}
+)
 
 _HANDLERS = {
     "tensor.extract": _extract,
@@ -951,10 +877,7 @@ _HANDLERS = {
     "heron_gpu.pure_call": _pure_call,
     "heron_gpu.allocate_shared": _allocate_shared,
     "heron_gpu.sync_threads": _sync_threads,
-    "heron_gpu.predicated_insert": _predicated_insert,
-    "heron_gpu.predicated_extract": _predicated_extract,
     "heron_gpu.atomic_rmw": _atomic_rmw,
-    "heron_gpu.shuffle_reduce": _shuffle_reduce,
     "heron_gpu.ldmatrix": _ldmatrix,
 }
 
@@ -974,11 +897,11 @@ def _entry_function(module: ir.Module) -> ir.Operation:
 
 def lower_tensors(module: ir.Module, options: PipelineOptions | None = None) -> None:
     """Rewrite ``module`` (in place) into the gpu.module form described above."""
-    options = options or PipelineOptions()
+    del options  # what it needs of the device is in the IR (the kernel's launch attributes)
     if any(op.name == "gpu.module" for op in ir_utils.block_ops(module.body)):
         raise UnsupportedError("lower-tensors: the module already holds a gpu.module")
     module.context.dialects["memref"]  # noqa: B018 - indexing loads the dialect
-    _Lowering(module, _entry_function(module), options.warp_size).run()
+    _Lowering(module, _entry_function(module)).run()
 
 
 def run(module: ir.Module, options: PipelineOptions) -> None:
