@@ -47,6 +47,7 @@ from heron.hlo.passes.outline import HOST_OPCODES
 from heron.hlo.shapes import ArrayShape, Shape, TupleShape
 from heron.indexing import IndexingError, IndexingMap, output_to_input_maps
 from heron.indexing.affine import AffineExpr, used_dims, used_symbols
+from heron.partitioner.regions import fusion_roots
 from heron.target import Target
 
 __all__ = [
@@ -274,9 +275,7 @@ def _demand(
     """
     demand: dict[int, int] = {}
     coalesced: dict[int, bool] = {}
-    root = computation.root_instruction
-    roots = root.operands if root.opcode == "tuple" else [root]
-    for r in roots:
+    for r in fusion_roots(computation):
         demand[id(r)] = demand.get(id(r), 0) + _elements(r.shape)
         coalesced[id(r)] = True
     for inst in reversed(computation.post_order()):

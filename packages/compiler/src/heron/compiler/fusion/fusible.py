@@ -36,6 +36,7 @@ from heron.hlo.opcodes import is_elementwise
 from heron.hlo.passes.outline import HERO_OPCODES, HOST_OPCODES, REFUSED_OPCODES
 from heron.hlo.plugin_loading import PluginError
 from heron.hlo.shapes import ArrayShape, TupleShape
+from heron.partitioner.regions import fusion_roots
 from heron.target import Target
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def fits_budget(candidate: Candidate, consumer: Instruction | None = None) -> bo
     ``consumer``: XLA's FusionWrapper wraps whatever is left).
     """
     body = candidate.body
-    outputs = len(body.root.operands) if body.root.opcode == "tuple" else 1
+    outputs = len(fusion_roots(body))
     operands = len(candidate.fusion.operands)
     if operands + outputs <= MAX_FUSION_PARAMETERS:
         return True
