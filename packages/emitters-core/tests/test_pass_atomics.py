@@ -12,6 +12,7 @@ from mlir import ir
 
 from heron.emitters.dialect import make_context
 from heron.emitters.pipeline import PipelineOptions, lower_tensors
+from heron.hlo.errors import UnsupportedError
 
 TEMPLATE = """
 func.func @k(%a: tensor<64x{t}>, %v: tensor<64x{t}>) -> tensor<64x{t}>
@@ -102,3 +103,27 @@ def test_a_widened_body_that_is_no_single_op_stays_a_cas_loop():
     assert "generic_atomic_rmw" in _lowered("bf16", body)
     current_twice = WIDENED.format(t="bf16", op="arith.addf", first="wc", second="wc")
     assert "generic_atomic_rmw" in _lowered("bf16", current_twice)
+
+
+def test_a_vector_atomic_that_is_no_add_is_refused_by_name():
+    """vectorize-loads-stores makes vector atomics of adds alone; another body is an error
+    naming the op, not a silently scalar or wrong update."""
+    text = """
+func.func @k(%a: tensor<64xf32>, %v: tensor<64xf32>) -> tensor<64xf32>
+    attributes {heron.kernel, heron.block_size = array<i64: 16>,
+                heron.grid_size = array<i64: 1>} {
+  %c0 = arith.constant 0 : index
+  %z = arith.constant 0.0 : f32
+  %x = vector.transfer_read %v[%c0], %z {in_bounds = [true]} : tensor<64xf32>, vector<4xf32>
+  %r = "heron_gpu.atomic_rmw"(%a, %c0) ({
+  ^bb0(%cur: vector<4xf32>):
+    %n = arith.mulf %cur, %x : vector<4xf32>
+    "gpu.yield"(%n) : (vector<4xf32>) -> ()
+  }) : (tensor<64xf32>, index) -> tensor<64xf32>
+  return %r : tensor<64xf32>
+}
+"""
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        with pytest.raises(UnsupportedError, match="a vector atomic_rmw must add"):
+            lower_tensors.run(module, PipelineOptions())
