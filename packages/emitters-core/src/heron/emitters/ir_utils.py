@@ -110,3 +110,12 @@ def both(a: ir.Value | None, b: ir.Value | None) -> ir.Value | None:
     if a is None or b is None:
         return b if a is None else a
     return arith.andi(a, b)
+
+
+def bit_width(t: ir.Type) -> int:
+    """The width in bits of an integer or float type (TypeError for anything else)."""
+    if isinstance(t, ir.IntegerType):
+        return ir.IntegerType(t).width
+    if isinstance(t, ir.FloatType):
+        return ir.FloatType(t).width
+    raise TypeError(t)

@@ -68,18 +68,10 @@ def _is_small_float(t: ir.Type) -> bool:
     return isinstance(t, ir.FloatType) and ir.FloatType(t).width <= 8
 
 
-def _bit_width(t: ir.Type) -> int:
-    if isinstance(t, ir.IntegerType):
-        return ir.IntegerType(t).width
-    if isinstance(t, ir.FloatType):
-        return ir.FloatType(t).width
-    raise TypeError(t)
-
-
 def is_packed(element: ir.Type) -> bool:
     """Sub-byte elements (i2, i4, f4E2M1FN): several per byte in memory."""
     if isinstance(element, ir.IntegerType | ir.FloatType):
-        width = _bit_width(element)
+        width = ir_utils.bit_width(element)
         return 1 < width < 8
     return False
 
@@ -87,7 +79,7 @@ def is_packed(element: ir.Type) -> bool:
 def register_type(element: ir.Type) -> ir.Type:
     """The type a loaded element has in the lowered code (fp8/f4 -> integer bits)."""
     if _is_small_float(element):
-        return ir.IntegerType.get_signless(_bit_width(element))
+        return ir.IntegerType.get_signless(ir_utils.bit_width(element))
     return element
 
 
@@ -113,7 +105,7 @@ def memref_type(
     element = tensor.element_type
     size = tensor.shape[0]
     if is_packed(element) and not widened:
-        size = -(-size * _bit_width(element) // 8)
+        size = -(-size * ir_utils.bit_width(element) // 8)
     return ir.MemRefType.get([size], memory_type(element), memory_space=memory_space)
 
 
@@ -146,7 +138,7 @@ def _integer_values(attr: ir.Attribute, element: ir.Type) -> np.ndarray:
     bindings cannot read fp8, i1 or i4 elements directly.
     """
     tensor = ir.RankedTensorType(attr.type)
-    width = _bit_width(element)
+    width = ir_utils.bit_width(element)
     wide = ir.IntegerType.get_signless(max(8, width))
     wide_tensor = ir.RankedTensorType.get(tensor.shape, wide)
 
@@ -177,7 +169,7 @@ def memory_constant(attr: ir.Attribute) -> ir.Attribute:
         return attr
     values = _integer_values(attr, element)
     if is_packed(element):
-        width = _bit_width(element)
+        width = ir_utils.bit_width(element)
         per_byte = 8 // width
         padded = np.zeros(mem.shape[0] * per_byte, dtype=np.uint64)
         padded[: len(values)] = values
@@ -340,7 +332,7 @@ class _Lowering:
     def lower_block(self, block: ir.Block) -> ir.Operation:
         """Lower ``block``'s ops at the current insertion point; returns its terminator."""
         ops = ir_utils.block_ops(block)
-        self.byte_groups.update(packed_stores.plan(block, is_packed, _bit_width))
+        self.byte_groups.update(packed_stores.plan(block, is_packed, ir_utils.bit_width))
         for op in ops[:-1]:
             self.lower_op(op)
         return ops[-1]
@@ -378,9 +370,9 @@ class _Lowering:
         """One element of ``buffer`` (in memory layout) as its register type."""
         if is_packed(element) and _is_workgroup(buffer):  # widened: one element a byte
             loaded = memref.LoadOp(buffer, [index]).result
-            return arith.trunci(ir.IntegerType.get_signless(_bit_width(element)), loaded)
+            return arith.trunci(ir.IntegerType.get_signless(ir_utils.bit_width(element)), loaded)
         if is_packed(element):
-            width = _bit_width(element)
+            width = ir_utils.bit_width(element)
             byte, shift = _packed_position(index, width)
             loaded = memref.LoadOp(buffer, [byte]).result
             shifted = arith.shrui(loaded, shift)
@@ -398,7 +390,7 @@ class _Lowering:
             memref.StoreOp(arith.extui(i8, value), buffer, [index])
             return
         if is_packed(element):
-            width = _bit_width(element)
+            width = ir_utils.bit_width(element)
             byte, shift = _packed_position(index, width)
             bits = arith.extui(i8, value)
             ones = ir_utils.int_constant((1 << width) - 1, 8)
@@ -559,7 +551,7 @@ def _insert_into_byte(
 
 def _vector_alignment(vector_type: ir.Type) -> int:
     vec = ir.VectorType(vector_type)
-    size = vec.shape[0] * _bit_width(vec.element_type) // 8
+    size = vec.shape[0] * ir_utils.bit_width(vec.element_type) // 8
     return min(MAX_VECTOR_ALIGNMENT, 1 << (max(size, 1).bit_length() - 1))
 
 
@@ -609,7 +601,7 @@ def _constant(lw: _Lowering, op: ir.Operation) -> None:
         return
     attr = op.attributes["value"]
     if _is_small_float(result_type):
-        bits = ir.IntegerType.get_signless(_bit_width(result_type))
+        bits = ir.IntegerType.get_signless(ir_utils.bit_width(result_type))
         folded = _fold(
             bits, lambda: arith.BitcastOp(bits, arith.ConstantOp(result_type, attr).result).result
         )
@@ -814,7 +806,7 @@ def _packed_generic_atomic(
 
     In shared memory the element has its byte to itself (widened): shift 0.
     """
-    width = _bit_width(element)
+    width = ir_utils.bit_width(element)
     i8 = ir.IntegerType.get_signless(8)
     bits = ir.IntegerType.get_signless(width)
     if _is_workgroup(buffer):
@@ -839,7 +831,7 @@ def _float_generic_atomic(
     lw: _Lowering, body: ir.Block, buffer: ir.Value, index: ir.Value, element: ir.Type
 ) -> None:
     """A CAS loop on a float element through the integer view of its buffer."""
-    bits = ir.IntegerType.get_signless(_bit_width(element))
+    bits = ir.IntegerType.get_signless(ir_utils.bit_width(element))
     source = ir.MemRefType(buffer.type)
     view_type = ir.MemRefType.get(list(source.shape), bits, memory_space=source.memory_space)
     view = arith.BitcastOp(view_type, buffer).result

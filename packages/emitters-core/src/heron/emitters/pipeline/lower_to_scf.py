@@ -75,12 +75,6 @@ def _shuffle_reduce(op: ir.Operation, options: PipelineOptions) -> None:
     _replace(op, values)
 
 
-def _bits(t: ir.Type) -> int:
-    if isinstance(t, ir.IntegerType):
-        return ir.IntegerType(t).width
-    return ir.FloatType(t).width
-
-
 def _shuffle(op: ir.Operation, value: ir.Value, offset: ir.Value, width: ir.Value) -> ir.Value:
     """``gpu.shuffle xor`` of any scalar: split or widened to 32-bit lanes."""
     i32 = ir.IntegerType.get_signless(32)
@@ -97,7 +91,7 @@ def _shuffle(op: ir.Operation, value: ir.Value, offset: ir.Value, width: ir.Valu
         return complex_dialect.CreateOp(t, re, im).result
     if not isinstance(t, ir.IntegerType | ir.FloatType):
         raise _unsupported(op, f"cannot shuffle a value of type {t}")
-    bits = _bits(t)
+    bits = ir_utils.bit_width(t)
     int_type = ir.IntegerType.get_signless(bits)
     as_int = value if isinstance(t, ir.IntegerType) else arith.bitcast(int_type, value)
     if bits == 32:
