@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from heron.hlo.errors import HloEvaluationError
+from heron.hlo.errors import HloEvaluationError, UnsupportedError
 from heron.hlo.evaluator import evaluate_module
 from heron.hlo.parser import parse_module
 
@@ -405,3 +405,26 @@ def test_bitcast_between_sub_byte_types_of_one_width():
     )
     assert out.dtype == ml_dtypes.uint4
     np.testing.assert_array_equal(out.astype(np.int32), [15, 2, 8, 7])
+
+
+BITCAST_WITH_LAYOUT = """
+ENTRY e {{
+  p = f32[2,3]{{1,0{suffix}}} parameter(0)
+  ROOT b = f32[6]{{0}} bitcast(p)
+}}"""
+
+
+def test_bitcast_of_a_memory_space_reads_the_order_and_of_a_tile_is_refused():
+    out = run(BITCAST_WITH_LAYOUT.format(suffix=":S(1)"), X23)
+    np.testing.assert_array_equal(out, [1, 2, 3, 4, 5, 6])
+    with pytest.raises(UnsupportedError, match="tiled layout"):
+        run(BITCAST_WITH_LAYOUT.format(suffix=":T(8,128)"), X23)
+
+
+def test_bitcast_asks_layout_is_tiled(monkeypatch):
+    """The evaluator's refusal is Layout.is_tiled's answer, not a second test of the suffix."""
+    from heron.hlo.shapes import Layout
+
+    monkeypatch.setattr(Layout, "is_tiled", property(lambda layout: True))
+    with pytest.raises(UnsupportedError, match="tiled layout"):
+        run(BITCAST_WITH_LAYOUT.format(suffix=""), X23)

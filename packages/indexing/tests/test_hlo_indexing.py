@@ -658,3 +658,23 @@ def test_input_to_output_examples():
         " (d0 - 1) mod 3 in [0, 0]"
     )
     assert isinstance(Constant(0), Constant) and Symbol(0) != Dim(0)
+
+
+def test_bitcast_of_a_memory_space_is_indexed_and_of_a_tile_is_refused():
+    comp, root = build(["s32[3,4]{1,0:S(1)}"], "s32[12]{0} bitcast(p0)")
+    x = ints((3, 4), np.random.default_rng(3))
+    (m,) = output_to_input_maps(root)
+    check_gather_exact(m, x, run(comp, [x]))
+    _, root = build(["s32[3,4]{1,0:T(8,128)}"], "s32[12]{0} bitcast(p0)")
+    with pytest.raises(UnsupportedError, match="tiled layout"):
+        output_to_input_maps(root)
+
+
+def test_bitcast_asks_layout_is_tiled(monkeypatch):
+    """The indexing's refusal is Layout.is_tiled's answer, not a second test of the suffix."""
+    from heron.hlo.shapes import Layout
+
+    _, root = build(["s32[3,4]{1,0}"], "s32[12]{0} bitcast(p0)")
+    monkeypatch.setattr(Layout, "is_tiled", property(lambda layout: True))
+    with pytest.raises(UnsupportedError, match="tiled layout"):
+        output_to_input_maps(root)

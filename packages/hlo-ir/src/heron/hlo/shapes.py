@@ -23,7 +23,7 @@ from heron.hlo.element_types import ElementType
 MAX_ELEMENTS = 2**48
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Layout:
     """A minor-to-major dimension order, plus uninterpreted suffix text.
 
@@ -50,13 +50,46 @@ class Layout:
 
     @property
     def is_tiled(self) -> bool:
-        """Whether the suffix tiles the buffer (``T(8,128)``, ...): heron's kernels and
-        memory layout know minor-to-major orders only (an ``E(...)`` element size is
-        no tiling). The one test of it: every refusal of tiled layouts asks here."""
-        return any(part and not part.startswith("E(") for part in self.suffix.split(":"))
+        """Whether the suffix tiles the buffer: it has a ``T`` part (``T(8,128)``,
+        ``T(8,128)(2,1)``). heron's kernels and memory layout know minor-to-major
+        orders only; the suffix's other parts (an element size ``E(4)``, a memory
+        space ``S(1)``, ...) leave that order as it is. The one test of it: every
+        refusal of tiled layouts asks here."""
+        return "T" in _suffix_tags(self.suffix)
 
 
-@attrs.frozen
+def _suffix_tags(suffix: str) -> list[str]:
+    """The tags of a layout suffix's parts, in order: ``T(8,128)(2,1)E(4)S(1)`` ->
+    ``["T", "E", "S"]``.
+
+    XLA prints the parts one after another (``D``, ``T``, ``L``, ``#``, ``*``, ``E``,
+    ``S``, ``SC``, ``P``, ``M``), each a tag and its parenthesised groups; a tag is
+    read outside parentheses only, so a physical shape's own layout (``P(...)``)
+    names none. Colons and spaces between parts are accepted as separators.
+    """
+    tags: list[str] = []
+    tag = ""
+    depth = 0
+    for c in suffix:
+        if c == "(":
+            if depth == 0 and tag:
+                tags.append(tag)
+                tag = ""
+            depth += 1
+        elif c == ")":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            if c.isalpha() or c in "#*":
+                tag += c
+            elif tag:
+                tags.append(tag)
+                tag = ""
+    if tag:
+        tags.append(tag)
+    return tags
+
+
+@attrs.frozen(cache_hash=True)
 class ArrayShape:
     """An array (or token) shape.
 
@@ -158,7 +191,7 @@ class ArrayShape:
         return text
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class TupleShape:
     """An ordered list of shapes; element shapes may be tuples themselves."""
 

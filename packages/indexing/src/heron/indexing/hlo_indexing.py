@@ -193,7 +193,7 @@ def _bitcast_operands(inst: Instruction) -> tuple[ArrayShape, ArrayShape]:
     out = _array(inst, inst.shape, "the result")
     src = _array(inst, inst.operands[0].shape, "the operand")
     for shape in (out, src):
-        if shape.layout is not None and "T(" in shape.layout.suffix:
+        if shape.layout is not None and shape.layout.is_tiled:
             raise _unsupported(inst, f"bitcast with a tiled layout {shape}")
     if out.element_type.bit_width != src.element_type.bit_width:
         raise _unsupported(

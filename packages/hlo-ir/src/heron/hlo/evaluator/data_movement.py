@@ -177,7 +177,7 @@ def _bitcast(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
     src_shape = inst.operands[0].array_shape
     dst_shape = inst.array_shape
     for shape in (src_shape, dst_shape):
-        if shape.layout is not None and "T(" in shape.layout.suffix:
+        if shape.layout is not None and shape.layout.is_tiled:
             raise instruction_error(
                 inst, f"bitcast with a tiled layout {shape} is not supported", UnsupportedError
             )
