@@ -26,7 +26,7 @@ import pytest
 from heron.cli.main import main as heron
 from heron.compiler import Target
 from heron.compiler.executable import compile_program
-from heron.compiler.library_attention import program_attention_verdicts
+from heron.compiler.library_attention import is_library_attention, program_attention_verdicts
 from heron.hlo.evaluator import evaluate_module
 from heron.hlo.parser import parse_module
 from heron.runtime.core.attention import AttentionCall
@@ -451,3 +451,27 @@ ENTRY main {
     q = np.zeros((2, 32, 2, 16), jnp.bfloat16)
     with pytest.raises(Exception, match=r"custom-call 'a'.*order of q is no permutation"):
         evaluate_module(module, [q])
+
+
+CUSTOM_CALLS = """
+HloModule calls
+ENTRY e {
+  p = f32[4] parameter(0)
+  conv = f32[4] custom-call(p), custom_call_target="__heron$convolution"
+  attention = f32[4] custom-call(p), custom_call_target="__heron$attention"
+  other = f32[4] custom-call(p), custom_call_target="heron$other"
+  ROOT t = (f32[4], f32[4], f32[4]) tuple(conv, attention, other)
+}
+"""
+
+
+def test_a_library_attention_is_the_library_call_whose_target_is_the_attention_s(monkeypatch):
+    """is_library_attention asks library_call_target (heron's library calls), never reading
+    custom_call_target again: with no library targets, no call is a library attention."""
+    import heron.hlo.custom_calls.library as library
+
+    entry = parse_module(CUSTOM_CALLS).entry
+    found = {inst.name for inst in entry.instructions if is_library_attention(inst)}
+    assert found == {"attention"}
+    monkeypatch.setattr(library, "LIBRARY_TARGETS", frozenset())
+    assert not any(map(is_library_attention, entry.instructions))

@@ -24,6 +24,7 @@ from heron.compiler.executable import compile_program
 from heron.compiler.library_convolution import (
     convolution_verdict,
     convolution_verdicts,
+    is_library_convolution,
     weight_gradient_padding,
 )
 from heron.hlo.evaluator import evaluate_module
@@ -713,3 +714,29 @@ ENTRY main {{
     why = r"custom-call 'y'.*a bias \[K\] and a residual \[2, 9, 9, 8\]"
     with pytest.raises(Exception, match=why):
         evaluate_module(module, _inputs(module))
+
+
+CUSTOM_CALLS = """
+HloModule calls
+ENTRY e {
+  p = f32[4] parameter(0)
+  conv = f32[4] custom-call(p), custom_call_target="__heron$convolution"
+  attention = f32[4] custom-call(p), custom_call_target="__heron$attention"
+  other = f32[4] custom-call(p), custom_call_target="heron$other"
+  ROOT t = (f32[4], f32[4], f32[4]) tuple(conv, attention, other)
+}
+"""
+
+
+def test_a_library_convolution_is_the_library_call_whose_target_is_the_convolution_s(
+    monkeypatch,
+):
+    """is_library_convolution asks library_call_target (heron's library calls), never reading
+    custom_call_target again: with no library targets, no call is a library convolution."""
+    import heron.hlo.custom_calls.library as library
+
+    entry = parse_module(CUSTOM_CALLS).entry
+    found = {inst.name for inst in entry.instructions if is_library_convolution(inst)}
+    assert found == {"conv"}
+    monkeypatch.setattr(library, "LIBRARY_TARGETS", frozenset())
+    assert not any(map(is_library_convolution, entry.instructions))

@@ -74,6 +74,7 @@ from heron.compiler import view_factors
 from heron.hlo.attributes import QuotedString
 from heron.hlo.custom_calls.attention import TARGET, AttentionConfig, backend_config
 from heron.hlo.custom_calls.call import custom_call_of
+from heron.hlo.custom_calls.library import library_call_target
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import HloError, UnsupportedError
 from heron.hlo.ir import Computation, ComputationRef, Instruction, Module
@@ -1233,11 +1234,10 @@ def program_attention_verdicts(module: Module, target: Target) -> list[tuple[str
 
 
 def is_library_attention(inst: Instruction) -> bool:
-    """Whether ``inst`` is an attention the rewriter made a library custom call."""
-    target = inst.attributes.get("custom_call_target")
-    return (
-        inst.opcode == "custom-call" and isinstance(target, QuotedString) and target.text == TARGET
-    )
+    """Whether ``inst`` is an attention the rewriter made a library custom call: of
+    heron's library calls (:func:`heron.hlo.custom_calls.library.library_call_target`)
+    the one whose target is ``__heron$attention``."""
+    return library_call_target(inst) == TARGET
 
 
 # -- the library call ----------------------------------------------------------------------------

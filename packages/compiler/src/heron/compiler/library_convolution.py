@@ -60,6 +60,7 @@ from heron.hlo.custom_calls.convolution import (
     as_convolution,
     backend_config,
 )
+from heron.hlo.custom_calls.library import library_call_target
 from heron.hlo.dot_precision import dot_compute
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
@@ -288,11 +289,10 @@ def convolution_verdicts(module: Module, target: Target) -> list[tuple[str, str]
 
 
 def is_library_convolution(inst: Instruction) -> bool:
-    """Whether ``inst`` is a convolution the rewriter made a library custom call."""
-    target = inst.attributes.get("custom_call_target")
-    return (
-        inst.opcode == "custom-call" and isinstance(target, QuotedString) and target.text == TARGET
-    )
+    """Whether ``inst`` is a convolution the rewriter made a library custom call: of
+    heron's library calls (:func:`heron.hlo.custom_calls.library.library_call_target`)
+    the one whose target is ``__heron$convolution``."""
+    return library_call_target(inst) == TARGET
 
 
 # -- the pass ----------------------------------------------------------------------------------
