@@ -539,6 +539,7 @@ def test_emitter_claims_raising_is_reported():
         ("priority", "high", TypeError),
         ("claims", None, TypeError),
         ("factory", 7, TypeError),
+        ("refuses_when_built", 1, TypeError),
     ],
 )
 def test_emitter_spec_rejects_bad_fields(field, value, error):

@@ -819,3 +819,101 @@ ENTRY main {
     )
     cost = estimate_computation(module.entry, [], H100)
     assert cost.dram_bytes == 2 * 16 * 4
+
+
+def _loop_candidate():
+    from heron.compiler.fusion.builder import build_fusion
+
+    module = parse_module(
+        """HloModule m
+
+ENTRY e {
+  x = f32[64] parameter(0)
+  y = f32[64] exponential(x)
+  ROOT z = f32[64] negate(y)
+}
+"""
+    )
+    root = module.entry.root_instruction
+    return build_fusion([root.operands[0], root], [root])
+
+
+def test_an_emitter_that_refuses_when_built_is_built_not_emitted(monkeypatch) -> None:
+    """The fusion passes' last word on a fusion is the emitter's constructor when the
+    spec says it refuses there (the loop emitter): emission is most of a pass's time."""
+    import heron.emitters.selection as selection
+    from heron.compiler.fusion.fusible import FusionChecker
+
+    def no_emission(*args, **kwargs):
+        raise AssertionError("emitted")
+
+    monkeypatch.setattr(selection, "emit_fusion", no_emission)
+    candidate = _loop_candidate()
+    assert selection.default_registry().get("loop").refuses_when_built
+    assert FusionChecker(H100).emits(candidate)
+
+
+def test_an_emitter_without_the_promise_is_emitted_before_a_fusion_is_made(monkeypatch) -> None:
+    import attrs
+
+    import heron.emitters.selection as selection
+    from heron.compiler.fusion.fusible import FusionChecker
+    from heron.hlo.errors import UnsupportedError
+
+    loop = selection.default_registry().get("loop")
+    emitted = []
+
+    def refusing(fusion, target, registry=None):
+        emitted.append(fusion.name)
+        raise UnsupportedError("a limit found while emitting")
+
+    monkeypatch.setattr(selection, "emit_fusion", refusing)
+    monkeypatch.setattr(
+        selection,
+        "select_emitter",
+        lambda analysis, registry=None: attrs.evolve(loop, refuses_when_built=False),
+    )
+    assert not FusionChecker(H100).emits(_loop_candidate())
+    assert len(emitted) == 1
+
+
+def test_the_loop_emitter_refuses_too_many_outputs_of_one_root_when_built() -> None:
+    """What the loop emitter cannot emit it refuses in its constructor, as its spec's
+    ``refuses_when_built`` promises: a variadic reduce root with more outputs than a
+    loop carries."""
+    from heron.emitters.dialect.irdl_source import MAX_ITER_ARGS
+    from heron.emitters.fusion_analysis import analyse_fusion
+    from heron.plugins.loop import LoopEmitter
+
+    n = MAX_ITER_ARGS + 1
+    params = "\n".join(f"  p{i} = f32[] parameter({i})" for i in range(2 * n))
+    sums = "\n".join(f"  s{i} = f32[] add(p{i}, p{n + i})" for i in range(n))
+    shapes = ", ".join(["f32[]"] * n)
+    xs = "\n".join(f"  x{i} = f32[4,8] parameter({i})" for i in range(n))
+    zeros = "\n".join(f"  z{i} = f32[] constant(0)" for i in range(n))
+    module = parse_module(
+        f"""HloModule m
+
+r {{
+{params}
+{sums}
+  ROOT t = ({shapes}) tuple({", ".join(f"s{i}" for i in range(n))})
+}}
+
+f {{
+{xs}
+{zeros}
+  ROOT v = ({", ".join(["f32[4]"] * n)}) reduce({", ".join(f"x{i}" for i in range(n))},
+    {", ".join(f"z{i}" for i in range(n))}), dimensions={{1}}, to_apply=r
+}}
+
+ENTRY e {{
+{xs}
+  ROOT fz = ({", ".join(["f32[4]"] * n)}) fusion({", ".join(f"x{i}" for i in range(n))}),
+    kind=kLoop, calls=f
+}}
+"""
+    )
+    fusion = module.entry.root_instruction
+    with pytest.raises(UnsupportedError, match=f"{n} outputs from its root 'v' exceed"):
+        LoopEmitter(analyse_fusion(fusion, H100))

@@ -99,6 +99,15 @@ class LoopEmitter(FusionEmitter):
                 f" has shape {fusion.shape}",
                 fusion.location,
             )
+        for root, positions in zip(
+            analysis.roots, analysis.output_positions, strict=True
+        ):  # one root's outputs share a loop's iter_args
+            if len(positions) > MAX_ITER_ARGS:
+                raise UnsupportedError(
+                    f"fusion '{fusion.name}': {len(positions)} outputs from its root"
+                    f" '{root.name}' exceed a loop's {MAX_ITER_ARGS}",
+                    fusion.location,
+                )
         # The loop walks the first output with elements; empty outputs get no write.
         self.first = next((s for s in outputs if s.num_elements), outputs[0])
         counts = {shape.num_elements for shape in outputs} - {0} or {0}
@@ -218,11 +227,7 @@ class LoopEmitter(FusionEmitter):
         """
         chunks: list[list[tuple[Instruction, list[int]]]] = [[]]
         count = 0
-        for root, positions in writes:
-            if len(positions) > MAX_ITER_ARGS:
-                raise entry.error(
-                    root, f"{len(positions)} outputs from one root exceed {MAX_ITER_ARGS}"
-                )
+        for root, positions in writes:  # each at most MAX_ITER_ARGS: the constructor says
             if count + len(positions) > MAX_ITER_ARGS:
                 chunks.append([])
                 count = 0
@@ -249,5 +254,6 @@ def heron_emitter_specs() -> list[EmitterSpec]:
             claims=_claims,
             factory=LoopEmitter,
             description="elementwise loop over the output (the default emitter)",
+            refuses_when_built=True,
         )
     ]

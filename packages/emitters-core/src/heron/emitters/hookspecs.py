@@ -29,6 +29,7 @@ import pluggy
 
 from heron.hlo.plugin_loading import (
     PROJECT,
+    check_bool,
     check_callable,
     check_int,
     check_spec_name,
@@ -56,6 +57,13 @@ class EmitterSpec:
     ``factory(analysis)`` builds the emitter object for that one fusion (a
     ``heron.emitters.emitter_base.FusionEmitter`` whose ``name`` is this
     spec's ``name``: the kernel reports who really emitted it).
+
+    ``refuses_when_built``: the factory raises for every fusion the emitter
+    cannot emit, so that emitting never refuses one it built. The fusion
+    passes, which must know before they make a fusion that its emitter takes
+    it, then build the emitter instead of emitting the whole kernel (emission
+    is most of a fusion pass's time). Leave it False where some limit is only
+    found while emitting: the passes emit each fusion they are about to make.
     """
 
     name: str = attrs.field(validator=check_spec_name)
@@ -63,6 +71,7 @@ class EmitterSpec:
     claims: Callable[[Any], bool] = attrs.field(validator=check_callable)
     factory: Callable[[Any], Any] = attrs.field(validator=check_callable)
     description: str = ""
+    refuses_when_built: bool = attrs.field(default=False, validator=check_bool)
 
 
 @hookspec

@@ -63,6 +63,12 @@ def check_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise TypeError(f"{attribute.name} must be an int, got {type(value).__name__} {value!r}")
 
 
+def check_bool(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """True or False (a flag), nothing that merely converts to one."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{attribute.name} must be True or False, got {type(value).__name__}")
+
+
 def check_callable(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not callable(value):
         raise TypeError(f"{attribute.name} must be callable, got {type(value).__name__}")

@@ -327,12 +327,19 @@ class FusionChecker:
         The analysis says which emitter claims a fusion; some limits are only
         known to the emitter while it emits (a reduction epilogue root of
         another shape than its reduce, say). A pass calls this once for each
-        fusion it is about to make, not for every candidate it prices.
+        fusion it is about to make, not for every candidate it prices. An emitter
+        whose spec says it ``refuses_when_built`` is only built, not emitted.
         """
-        from heron.emitters.selection import emit_fusion
+        from heron.emitters.fusion_analysis import analyse_fusion
+        from heron.emitters.selection import emit_fusion, select_emitter
 
         try:
-            emit_fusion(candidate.fusion, self.target)
+            analysis = analyse_fusion(candidate.fusion, self.target)
+            spec = select_emitter(analysis)
+            if spec.refuses_when_built:
+                spec.factory(analysis)
+            else:
+                emit_fusion(candidate.fusion, self.target)
         except (HloError, PluginError):
             return False
         return True
