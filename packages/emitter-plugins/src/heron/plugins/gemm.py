@@ -798,7 +798,7 @@ def _claims(analysis: object) -> bool:
     dots (no output elements, or nothing to contract) stay with the loop emitter,
     which handles zero sizes for every fusion, and so do dots of other types (fp8:
     the loop emitter's elemental dot)."""
-    if not isinstance(analysis, FusionAnalysis):
+    if not isinstance(analysis, FusionAnalysis) or "dot" not in analysis.graph.opcodes:
         return False
     roots = analysis.roots
     dot = gemm_hero(roots[0]) if len(roots) == 1 else None

@@ -153,7 +153,7 @@ def _broadcast_adds_unit_dims(inst: Instruction) -> bool:
 
 
 def _describe(analysis: FusionAnalysis) -> RowNormalization | None:
-    if analysis.kind != "loop":
+    if analysis.kind != "loop" or "reduce" not in analysis.graph.opcodes:
         return None
     computation = analysis.computation
     order = computation.post_order()

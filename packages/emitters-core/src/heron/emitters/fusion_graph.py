@@ -44,6 +44,8 @@ class FusionGraph:
         self.roots = fusion_roots(computation)
         # Keyed by id(): the graph holds the computation, so the instructions outlive it.
         self._users: dict[int, list[Instruction]] = {}
+        #: The opcodes inside: a hero search for one that is absent need not walk.
+        self.opcodes = frozenset(inst.opcode for inst in computation.instructions)
         for inst in computation.instructions:
             if inst is self.root_tuple:
                 continue

@@ -114,10 +114,12 @@ def find_hero(root: Instruction, graph: FusionGraph) -> Instruction:
     hero = root
     while is_intermediate(hero, 1) and graph.inside(hero.operands[0]):
         hero = hero.operands[0]
-    transpose = _find_unique(hero, graph, lambda n: tiled_transpose(n) is not None)
-    if transpose is not None:
-        return transpose
-    concatenate = _find_unique(hero, graph, lambda n: n.opcode == "concatenate")
-    if concatenate is not None:
-        return concatenate
+    if "transpose" in graph.opcodes:
+        transpose = _find_unique(hero, graph, lambda n: tiled_transpose(n) is not None)
+        if transpose is not None:
+            return transpose
+    if "concatenate" in graph.opcodes:
+        concatenate = _find_unique(hero, graph, lambda n: n.opcode == "concatenate")
+        if concatenate is not None:
+            return concatenate
     return hero if hero.opcode == "reduce" else root

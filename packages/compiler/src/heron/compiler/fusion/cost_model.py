@@ -206,6 +206,10 @@ def _reads_per_element(m: IndexingMap) -> int:
 _NOT_INDEXING = frozenset({"metadata", "calls", "to_apply", "comparator", "select", "scatter"})
 
 
+#: A memo's "not computed yet" (None is an answer: no maps).
+_UNKNOWN = object()
+
+
 @attrs.define
 class ReadPatterns:
     """How each op reads its operands (elements per output element, coalesced), by the
@@ -229,12 +233,12 @@ class ReadPatterns:
                     if name not in _NOT_INDEXING
                 ),
             )
-            hash(key)
+            known = self._known.get(key, _UNKNOWN)
         except TypeError:  # an attribute value without a hash: no memo for this op
             return _read_patterns(inst)
-        if key not in self._known:
-            self._known[key] = _read_patterns(inst)
-        return self._known[key]
+        if known is _UNKNOWN:
+            known = self._known[key] = _read_patterns(inst)
+        return known
 
 
 def _read_patterns(inst: Instruction) -> tuple[tuple[float, bool], ...] | None:
