@@ -329,6 +329,53 @@ ENTRY e {
 GEMM_PROGRAMS = ("batched_matmul", "mlp_relu", "conv1d", "scan_rnn")
 
 
+#: One f32 dot fusion: the GEMM emitter's, which writes each element once.
+GEMM_FUSION = """
+HloModule gemm
+fused {
+  a = f32[32,16]{1,0} parameter(0)
+  b = f32[16,8]{1,0} parameter(1)
+  ROOT d = f32[32,8]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+ENTRY main {
+  a = f32[32,16]{1,0} parameter(0)
+  b = f32[16,8]{1,0} parameter(1)
+  ROOT f = f32[32,8]{1,0} fusion(a, b), kind=kOutput, calls=fused
+}
+"""
+
+
+def _gemm_kernel_and_tolerance():
+    from heron.compiler import Target, compile_fusion, fusions_of
+
+    (fusion,) = fusions_of(parse_module(GEMM_FUSION))
+    kernel = compile_fusion(fusion, Target.preset("h100"), "interpreter", stop_after="emitted")
+    root = fusion.called("calls").root_instruction
+    tolerance = output_tolerance(
+        root, root.shape.element_type, reordering=kernel.sums_in_its_own_order, tf32=False
+    )
+    return kernel, tolerance
+
+
+def test_a_gemm_kernel_and_its_output_agree_that_it_sums_in_its_own_order():
+    """The GEMM kernel writes each element once, yet sums the dot's products in its tiles'
+    order: the kernel says so, and its output gets the reassociation bounds."""
+    kernel, tolerance = _gemm_kernel_and_tolerance()
+    assert kernel.emitter == "gemm" and kernel.writes_each_element_once
+    assert kernel.sums_in_its_own_order and tolerance.reordered
+
+
+def test_the_kernel_and_the_tolerance_ask_one_rule(monkeypatch):
+    """Both answers are heron.compiler.summation_order's: with no order-free opcode
+    neither the GEMM kernel nor its output's tolerance counts the dot as reordered
+    (a second rule in either would keep its yes)."""
+    import heron.compiler.summation_order as summation_order
+
+    monkeypatch.setattr(summation_order, "ORDER_FREE_OPCODES", frozenset())
+    kernel, tolerance = _gemm_kernel_and_tolerance()
+    assert not kernel.sums_in_its_own_order and not tolerance.reordered
+
+
 def test_an_output_a_dot_reaches_gets_the_reassociation_bounds_whatever_its_emitter():
     module = parse_module(
         """

@@ -262,3 +262,73 @@ def test_registries_are_loaded_once_per_process(monkeypatch):
     monkeypatch.setattr(emitter_registry, "load_emitters", rescan)
     for _ in range(2):
         compile_fusion(_fusion(), H100, "interpreter")
+
+
+#: One fusion each for the GEMM, loop and row-reduction emitters.
+ORDER_FUSIONS = {
+    "gemm": """
+fused {
+  a = f32[32,16]{1,0} parameter(0)
+  b = f32[16,8]{1,0} parameter(1)
+  ROOT d = f32[32,8]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+ENTRY main {
+  a = f32[32,16]{1,0} parameter(0)
+  b = f32[16,8]{1,0} parameter(1)
+  ROOT f = f32[32,8]{1,0} fusion(a, b), kind=kOutput, calls=fused
+}""",
+    "loop": """
+fused {
+  a = f32[32,16]{1,0} parameter(0)
+  ROOT n = f32[32,16]{1,0} negate(a)
+}
+ENTRY main {
+  a = f32[32,16]{1,0} parameter(0)
+  ROOT f = f32[32,16]{1,0} fusion(a), kind=kLoop, calls=fused
+}""",
+    "reduction": """
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+fused {
+  a = f32[32,1024]{1,0} parameter(0)
+  zero = f32[] constant(0)
+  ROOT r = f32[32]{0} reduce(a, zero), dimensions={1}, to_apply=add
+}
+ENTRY main {
+  a = f32[32,1024]{1,0} parameter(0)
+  ROOT f = f32[32]{0} fusion(a), kind=kInput, calls=fused
+}""",
+}
+
+
+def _order_kernel(name: str) -> CompiledKernel:
+    (fusion,) = fusions_of(parse_module(f"HloModule {name}\n{ORDER_FUSIONS[name]}"))
+    return compile_fusion(fusion, H100, "interpreter", stop_after="emitted")
+
+
+@pytest.mark.parametrize(
+    ("name", "emitter", "own_order"),
+    [("gemm", "gemm", True), ("loop", "loop", False), ("reduction", "reduce_row", True)],
+)
+def test_a_kernel_sums_in_its_own_order_for_its_dot_or_its_emitters_reduction(
+    name, emitter, own_order
+):
+    """A GEMM kernel writes each element once yet sums its dot's products in its tiles'
+    order; a reduction emitter's kernel sums in its own order; a loop kernel does not."""
+    kernel = _order_kernel(name)
+    assert kernel.emitter == emitter
+    assert kernel.sums_in_its_own_order is own_order
+    assert kernel.writes_each_element_once is (name != "reduction")
+
+
+def test_a_kernels_own_order_asks_the_instruction_rule(monkeypatch):
+    """The kernel's answer is heron.compiler.summation_order's for its instructions, not
+    a rule of its own: with no order-free opcode, the GEMM kernel no longer answers yes."""
+    import heron.compiler.summation_order as summation_order
+
+    monkeypatch.setattr(summation_order, "ORDER_FREE_OPCODES", frozenset())
+    kernel = _order_kernel("gemm")
+    assert kernel.emitter == "gemm" and not kernel.sums_in_its_own_order

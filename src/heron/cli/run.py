@@ -493,10 +493,10 @@ def _leaf_thunks(program) -> int | None:
 
 
 def _reorders(compiled, backend: str) -> dict[str, bool]:
-    """Per fusion (every one, loops' and branches' too): may its kernel reduce in its own order?
+    """Per fusion (every one, loops' and branches' too): may its kernel sum in its own order?
 
-    A kernel that does not write each element once is a reduction emitter's;
-    fusions that share a kernel share the answer.
+    The kernel's answer (``CompiledKernel.sums_in_its_own_order``: a reduction
+    emitter's kernel, a GEMM kernel); fusions that share a kernel share it.
     """
     by_key = {
         emitted.key: emitted.compiled[backend].sums_in_its_own_order

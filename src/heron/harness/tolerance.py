@@ -50,12 +50,13 @@
 * Float outputs that depend on a dot (or a convolution): every kernel of one
   (the GEMM emitter's tiles and MMA fragments, a library's split-K) sums the
   products in its own order, so they get the reassociation bounds whatever
-  emitter computed them (:data:`ORDER_FREE_OPCODES`); so do long float
+  emitter computed them; so do heron's library calls and long float
   cumulative sums and products, which the compiler computes block by block
-  (``heron.compiler.scan_rewriter``). Where the dot may round
-  its operands first (TF32, XLA:GPU's default for f32 dots on sm_80 and later;
-  a bf16 algorithm: :mod:`heron.hlo.dot_precision`), ``t`` grows to what that
-  costs (:func:`narrowed_product_tolerance`).
+  (``heron.compiler.scan_rewriter``): the rule of
+  :func:`heron.compiler.summation_order.sums_in_its_own_order`. Where the dot
+  may round its operands first (TF32, XLA:GPU's default for f32 dots on sm_80
+  and later; a bf16 algorithm: :mod:`heron.hlo.dot_precision`), ``t`` grows to
+  what that costs (:func:`narrowed_product_tolerance`).
 * A corpus file's RUN line may give ``--abs_error_bound`` / ``--rel_error_bound``:
   an element within either of them is accepted too, as XLA's
   ``gpu_test_correctness`` accepts it.
@@ -77,10 +78,10 @@ import attrs
 import ml_dtypes
 import numpy as np
 
+from heron.compiler.summation_order import ORDER_FREE_OPCODES, sums_in_its_own_order
 from heron.emitters.math_accuracy import ACCURACY, DIVISION_ULPS, FAST_MATH
 from heron.hlo import ElementType
-from heron.hlo.custom_calls.library import library_call_target, stood_for
-from heron.hlo.determinism import regrouped
+from heron.hlo.custom_calls.library import stood_for
 from heron.hlo.dot_precision import check_tolerance
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Instruction
@@ -89,7 +90,6 @@ from heron.hlo.shapes import TupleShape
 __all__ = [
     "F64_REFERENCE_ULPS",
     "NARROW_ULPS",
-    "ORDER_FREE_OPCODES",
     "ULP_BOUNDS",
     "ErrorBounds",
     "Mismatches",
@@ -187,24 +187,6 @@ def instructions_reaching(instruction: Instruction) -> list[Instruction]:
 def opcodes_reaching(instruction: Instruction) -> list[str]:
     """Opcodes of ``instruction`` and everything it depends on (called computations too)."""
     return [inst.opcode for inst in instructions_reaching(instruction)]
-
-
-def _regrouped_scan(inst: Instruction) -> bool:
-    """A float sum or product scan the compiler computes in blocks, in another order
-    than the reference's: one it will rewrite (:func:`heron.compiler.scan_rewriter.scan_of`),
-    or one of the ops it made (:func:`heron.hlo.determinism.regrouped`)."""
-    if inst.opcode not in ("reduce-window", "add", "multiply"):
-        return False
-    if not all(leaf.element_type.is_floating for leaf in inst.shape.leaves()):
-        return False
-    if regrouped(inst):
-        return True
-    if inst.opcode != "reduce-window":
-        return False
-    from heron.compiler.scan_rewriter import scan_of
-
-    found = scan_of(inst)
-    return found is not None and found[2] in ("add", "multiply")
 
 
 def narrowed_product_tolerance(source: Instruction, *, tf32: bool = True) -> float:
@@ -553,16 +535,6 @@ class OutputTolerance:
         return ", ".join(parts) or "bitwise"
 
 
-#: Ops whose every kernel sums in an order of its own: an output they reach is compared
-#: within :func:`reassociation_bounds` whichever emitter computed it. So is an output
-#: heron's library custom calls reach (:mod:`heron.hlo.custom_calls.library`).
-ORDER_FREE_OPCODES = frozenset({"dot", "convolution"})
-
-
-def _sums_in_its_own_order(inst: Instruction) -> bool:
-    return inst.opcode in ORDER_FREE_OPCODES or bool(library_call_target(inst))
-
-
 def output_tolerance(
     source: Instruction,
     element: ElementType,
@@ -576,18 +548,24 @@ def output_tolerance(
 
     ``heron check`` and ``heron run --check`` both ask this. ``given``: the RUN
     line's bounds. ``reordering``: the kernel computing it (or one it depends
-    on) may reduce in its own order (a reduction emitter, which does not write
-    each element once). ``reduction``: ``(source, computation, args)`` inside
+    on) may sum in its own order
+    (:attr:`heron.compiler.driver.CompiledKernel.sums_in_its_own_order`: a
+    reduction emitter's, a GEMM kernel's). ``reduction``: ``(source, computation, args)`` inside
     the fusion computing the output, for the per-element
     :func:`summation_bound` (evaluated only with it; without it only
     :func:`reassociation_bounds` apply). ``tf32``: whether the device may multiply
     f32 dots in TF32 (:func:`narrowed_product_tolerance`).
+
+    An output that an instruction
+    :func:`heron.compiler.summation_order.sums_in_its_own_order` names reaches (a
+    dot, a convolution, a library call, a regrouped scan) gets the reassociation
+    bounds whatever kernel computed it, and a reduce where ``reordering``.
     """
     given = given or ErrorBounds()
     ulps = ulp_bound(source, element)
     reached = instructions_reaching(source)
     opcodes = [inst.opcode for inst in reached]
-    if any(map(_sums_in_its_own_order, reached)) or any(map(_regrouped_scan, reached)):
+    if any(map(sums_in_its_own_order, reached)):
         # Whatever kernel computes it, a dot sums its products in the kernel's order
         # (GEMM tiles, MMA fragments, a library's split-K), never the reference's; a
         # long float cumsum or cumprod is regrouped into blocks (the scan rewriter).

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from heron.compiler.summation_order import ordered_by_their_kernels
 from heron.hlo.errors import HloError, UnsupportedError
 from heron.hlo.plugin_loading import PluginError
 from heron.hlo.shapes import ArrayShape
@@ -117,14 +118,19 @@ class CompiledKernel:
     writes_each_element_once: bool = True
     #: Why the kernel's result may change from run to run (``EmittedKernel.order_dependence``).
     order_dependence: str | None = None
+    #: The fused instructions every kernel sums in an order of its own (a dot, a
+    #: convolution, ...: :func:`heron.compiler.summation_order.sums_in_its_own_order`).
+    summed_in_their_own_order: tuple[str, ...] = ()
 
     @property
     def sums_in_its_own_order(self) -> bool:
-        """Whether the kernel may reduce in an order of its own (a reduction emitter's:
-        it does not promise to write each element once), so that a check compares its
-        float sums within the reassociation bounds. The one answer ``heron check`` and
+        """Whether the kernel may sum in an order of its own, so that a check compares its
+        float sums within the reassociation bounds: a reduction emitter's (it does not
+        promise to write each element once), and any kernel of a fusion that computes
+        what no kernel sums in the reference's order (a GEMM kernel's dot:
+        :attr:`summed_in_their_own_order`). The one answer ``heron check`` and
         ``heron run --check`` both read."""
-        return not self.writes_each_element_once
+        return not self.writes_each_element_once or bool(self.summed_in_their_own_order)
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -295,6 +301,11 @@ def _compile(
         output_aliases=dict(kernel.output_aliases),
         writes_each_element_once=kernel.writes_each_element_once,
         order_dependence=kernel.order_dependence,
+        summed_in_their_own_order=(
+            ordered_by_their_kernels(kernel.analysis.computation)
+            if kernel.analysis is not None
+            else ()
+        ),
     )
 
 

@@ -1,0 +1,78 @@
+"""Which instructions every kernel sums in an order of its own: the one rule.
+
+The reference evaluator sums in one order (a dot's products in index order,
+a reduce's elements in a pairwise tree). Some instructions are never
+computed in that order, whichever emitter or library computes them:
+
+- a dot or a convolution (:data:`ORDER_FREE_OPCODES`): the GEMM emitter's
+  tiles and MMA fragments, a library's split-K;
+- one of heron's library custom calls
+  (:func:`heron.hlo.custom_calls.library.library_call_target`): the library
+  sums as it likes;
+- a float cumulative sum or product the scan rewriter regroups into blocks
+  (:func:`heron.compiler.scan_rewriter.scan_of`), or one of the ops it made
+  (:func:`heron.hlo.determinism.regrouped`).
+
+:func:`sums_in_its_own_order` says it of one instruction;
+:func:`heron.compiler.driver.CompiledKernel.sums_in_its_own_order` of a
+kernel (these, or a reduction emitter's own order), and
+:func:`heron.harness.tolerance.output_tolerance` of an output (the
+reassociation bounds apply to what these reach).
+"""
+
+from __future__ import annotations
+
+from heron.compiler.scan_rewriter import scan_of
+from heron.hlo.custom_calls.library import library_call_target
+from heron.hlo.determinism import regrouped
+from heron.hlo.ir import Computation, Instruction
+
+__all__ = ["ORDER_FREE_OPCODES", "ordered_by_their_kernels", "sums_in_its_own_order"]
+
+#: Ops whose every kernel sums in an order of its own (a dot's products, a
+#: convolution's window).
+ORDER_FREE_OPCODES = frozenset({"dot", "convolution"})
+
+
+def sums_in_its_own_order(inst: Instruction) -> bool:
+    """Whether every kernel (or library call) computing ``inst`` sums in an order of its
+    own, never the reference's: see the module docstring."""
+    return (
+        inst.opcode in ORDER_FREE_OPCODES
+        or bool(library_call_target(inst))
+        or _regrouped_scan(inst)
+    )
+
+
+def ordered_by_their_kernels(computation: Computation) -> tuple[str, ...]:
+    """The names of the instructions of ``computation`` (and of the computations it
+    calls) that :func:`sums_in_its_own_order` names, in order."""
+    found: list[str] = []
+    seen: set[int] = set()
+    stack = [computation]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        for inst in current.instructions:
+            if sums_in_its_own_order(inst):
+                found.append(inst.name)
+            stack.extend(inst.called_computations())
+    return tuple(found)
+
+
+def _regrouped_scan(inst: Instruction) -> bool:
+    """A float sum or product scan the compiler computes in blocks, in another order
+    than the reference's: one it will rewrite (:func:`heron.compiler.scan_rewriter.scan_of`),
+    or one of the ops it made (:func:`heron.hlo.determinism.regrouped`)."""
+    if inst.opcode not in ("reduce-window", "add", "multiply"):
+        return False
+    if not all(leaf.element_type.is_floating for leaf in inst.shape.leaves()):
+        return False
+    if regrouped(inst):
+        return True
+    if inst.opcode != "reduce-window":
+        return False
+    found = scan_of(inst)
+    return found is not None and found[2] in ("add", "multiply")
