@@ -11,7 +11,13 @@ XLA's own ``PJRT_Compile`` time. The two are not the same work: XLA's figure
 includes its code generation and LLVM; heron's stops at the optimized HLO.
 Both are given so that the passes' share can be judged, not as a race.
 
-Run: ``python benchmarks/opt_time.py [--runs N] [--xla] [--only NAME] [--slowest N]``;
+With ``--full`` heron's figure is the whole compile XLA's is compared with:
+parsing, then :func:`heron.compiler.executable.compile_program` for the h100
+preset and the CUDA backend alone (the pipeline, scheduling, buffer
+assignment, thunks, every kernel emitted, lowered and compiled to PTX, and to
+a cubin where ptxas is installed, as XLA's compile ends in one).
+
+Run: ``python benchmarks/opt_time.py [--runs N] [--xla] [--full] [--only NAME] [--slowest N]``;
 the generated module alone, at another size:
 ``python benchmarks/opt_time.py --only generated --instructions 2000 --runs 1 --slowest 3``
 (priority fusion keeps a queue of producers updated around each rewrite and
@@ -75,27 +81,42 @@ def generated_module(instructions: int = 10_000, seed: int = 0) -> Module:
 
 
 def time_heron(
-    text: str, runs: int, pipeline_factory
+    text: str, runs: int, pipeline_factory, full: bool = False
 ) -> tuple[float, float, int, list[tuple[str, float]]]:
-    """Median seconds to parse, median seconds for the pipeline, instructions after it,
-    and the passes of the last run by the seconds they took (slowest first)."""
+    """Median seconds to parse, median seconds for the pipeline (``full``: the whole
+    compile), instructions after it (``full``: kernels), and the passes of the last
+    run by the seconds they took (slowest first; none with ``full``)."""
     parse_times, pipeline_times = [], []
     module = None
     passes: list[tuple[str, float]] = []
+    count = 0
     for _ in tracked(range(runs), "runs"):
         start = time.perf_counter()
         module = parse_module(text)
         parse_times.append(time.perf_counter() - start)
         start = time.perf_counter()
+        if full:
+            count = compile_for_h100(module)
+            pipeline_times.append(time.perf_counter() - start)
+            continue
         report = run_pipeline(module, pipeline_factory())
         pipeline_times.append(time.perf_counter() - start)
         passes = sorted(
             ((record.path, record.seconds) for record in report.records),
             key=lambda entry: -entry[1],
         )
-    assert module is not None
-    count = sum(len(c.instructions) for c in module.computations)
+        count = sum(len(c.instructions) for c in module.computations)
     return statistics.median(parse_times), statistics.median(pipeline_times), count, passes
+
+
+def compile_for_h100(module: Module) -> int:
+    """heron's whole compile of ``module`` for the h100 preset, CUDA kernels only; the
+    number of kernels."""
+    from heron.compiler import Target
+    from heron.compiler.executable import compile_program
+
+    compiled = compile_program(module, Target.preset("h100"), backends=("cuda",))
+    return len(compiled.artefact.kernels)
 
 
 def time_xla(text: str, installation) -> float | None:
@@ -119,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instructions", type=int, default=10_000)
     parser.add_argument("--no-generated", action="store_true", help="the corpus programs only")
     parser.add_argument(
+        "--full", action="store_true", help="time heron's whole compile to kernels, not its passes"
+    )
+    parser.add_argument(
         "--slowest", type=int, default=0, metavar="N", help="print each module's N slowest passes"
     )
     args = parser.parse_args(argv)
@@ -134,12 +158,17 @@ def main(argv: list[str] | None = None) -> int:
         cases.append(("generated", print_module(generated_module(args.instructions))))
     if args.only:
         cases = [c for c in cases if c[0] == args.only]
-    print(f"heron pipeline: {label}; median of {args.runs} runs; 2-core machine, no GPU")
-    header = f"{'module':30} {'lines':>7} {'parse s':>8} {'passes s':>9} {'instr. after':>12}"
+    if args.full:
+        label = "the whole compile for h100 (CUDA kernels)"
+    print(f"heron: {label}; median of {args.runs} runs; 2-core machine, no GPU")
+    work, after = ("compile s", "kernels") if args.full else ("passes s", "instr. after")
+    header = f"{'module':30} {'lines':>7} {'parse s':>8} {work:>9} {after:>12}"
     print(header + (f" {'XLA compile s':>13} {'heron/XLA':>9}" if args.xla else ""))
     ratios, totals = [], []
     for name, text in tracked(cases, "modules"):
-        parse_s, passes_s, count, passes = time_heron(text, args.runs, lambda: heron_pipeline()[1])
+        parse_s, passes_s, count, passes = time_heron(
+            text, args.runs, lambda: heron_pipeline()[1], full=args.full
+        )
         line = f"{name:30} {text.count(chr(10)):>7} {parse_s:>8.3f} {passes_s:>9.3f} {count:>12}"
         totals.append(parse_s + passes_s)
         if installation is not None:

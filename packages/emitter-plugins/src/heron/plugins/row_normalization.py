@@ -479,5 +479,6 @@ def heron_emitter_specs() -> list[EmitterSpec]:
             claims=claims,
             factory=RowNormalizationEmitter,
             description="softmax/norm rows kept in registers across their reductions (one kernel)",
+            refuses_when_built=True,
         )
     ]
