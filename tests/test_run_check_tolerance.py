@@ -152,7 +152,9 @@ def test_the_fuzzers_bf16_sums_agree_in_both_commands(tmp_path, capsys, text):
 def test_run_check_decides_as_check_does_for_a_single_fusion():
     module = parse_module(CASE_1669)
     argument = np.random.default_rng(0).integers(0, 8, (129, 64, 2)).astype(np.uint32)
-    (tolerance,) = run_command.output_tolerances(module, {"fusion": True}, [argument], None)
+    (tolerance,) = run_command.output_tolerances(
+        module, {"fusion": True}, [argument], None, tf32=True
+    )
     computation = module.entry.root_instruction.called("calls")
     source = computation.root_instruction
     direct = output_tolerance(
@@ -161,11 +163,12 @@ def test_run_check_decides_as_check_does_for_a_single_fusion():
         ErrorBounds(),
         reordering=True,
         reduction=(source, computation, [argument]),
+        tf32=True,
     )
     assert (tolerance.ulps, tolerance.reordered) == (direct.ulps, direct.reordered) == (0, True)
     assert np.array_equal(tolerance.bounds.per_element, direct.bounds.per_element)
     # A loop kernel (each element written once) is compared bitwise, by both.
-    (loop,) = run_command.output_tolerances(module, {"fusion": False}, [argument], None)
+    (loop,) = run_command.output_tolerances(module, {"fusion": False}, [argument], None, tf32=True)
     assert loop == OutputTolerance() and not loop.reordered
 
 
@@ -220,6 +223,7 @@ def _tolerance_and_reference(element: str, x: np.ndarray) -> tuple[OutputToleran
         ErrorBounds(),
         reordering=True,
         reduction=(source, computation, [x]),
+        tf32=True,
     )
     return tolerance, np.asarray(evaluate_computation(computation, [x]))
 
@@ -396,14 +400,87 @@ ENTRY main {
     # precision: XLA:GPU's choice) the operands' rounding is allowed too: 8 u sqrt(k).
     exact = output_tolerance(root, element, reordering=False, tf32=False)
     assert exact.reordered and exact.bounds.relative == pytest.approx(1e-4)
-    tolerance = output_tolerance(root, element, reordering=False)
+    tolerance = output_tolerance(root, element, reordering=False, tf32=True)
     assert tolerance.reordered
     assert (
         tolerance.bounds.relative == tolerance.bounds.absolute == pytest.approx(8 * 2**-11 * 8**0.5)
     )
     # Without the dot the same negate is compared bitwise.
-    plain = output_tolerance(root.operands[0].operands[0], element, reordering=False)
+    plain = output_tolerance(root.operands[0].operands[0], element, reordering=False, tf32=True)
     assert not plain.reordered and plain.ulps == 0
+
+
+#: The relative bound of GEMM_FUSION's f32 dot (k = 16) with and without TF32.
+TF32_BOUND = 8 * 2**-11 * 16**0.5
+F32_BOUND = 1e-4
+
+
+def test_output_tolerance_has_no_default_for_tf32():
+    """Whether f32 dots multiply in TF32 is the Target's fact: every caller passes it."""
+    import inspect
+
+    from heron.harness.agreement import output_tolerances
+    from heron.harness.tolerance import narrowed_product_tolerance
+
+    for function in (output_tolerance, output_tolerances, narrowed_product_tolerance):
+        assert inspect.signature(function).parameters["tf32"].default is inspect.Parameter.empty
+
+
+def _targets():
+    from heron.target import Target
+
+    with_tf32, without = Target.preset("h100"), Target.resolve("h100", "sm_75")
+    assert with_tf32.tf32 and not without.tf32
+    return with_tf32, without
+
+
+def test_check_takes_tf32_from_the_target(tmp_path, monkeypatch):
+    """heron check of one f32 dot fusion: TF32's looser bound for a Target with TF32,
+    the tighter f32 one for a Target without (an sm_75 H100: no TF32 tensor cores)."""
+    import heron.harness.check as check_module
+
+    seen: list[OutputTolerance] = []
+
+    def recording(*args, **kwargs):
+        seen.append(output_tolerance(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(check_module, "output_tolerance", recording)
+    path = _write(tmp_path, "gemm.hlo", GEMM_FUSION)
+    relative = {}
+    for target in _targets():
+        seen.clear()
+        report = check_file(path, CheckOptions(target=target))
+        assert report.ok, report.text()
+        assert seen and all(t.reordered for t in seen)
+        relative[target.tf32] = sorted({t.bounds.relative for t in seen})
+    assert relative[True] == pytest.approx([TF32_BOUND])
+    assert relative[False] == pytest.approx([F32_BOUND])
+
+
+def test_run_check_takes_tf32_from_the_target(tmp_path, capsys, monkeypatch):
+    """heron run --check of the same module, for each Target: the tolerances it applies."""
+    seen: list[list[OutputTolerance]] = []
+    original = run_command.output_tolerances
+
+    def recording(*args, **kwargs):
+        seen.append(original(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(run_command, "output_tolerances", recording)
+    path = _write(tmp_path, "gemm.hlo", GEMM_FUSION)
+    relative = {}
+    for target in _targets():
+        seen.clear()
+        arch = ["--arch", target.arch] if not target.tf32 else []
+        code, out, _ = heron(
+            capsys, "run", path, "--backend", "interpreter", "--target", "h100", *arch, "--check"
+        )
+        assert code == 0, out
+        ((tolerance,),) = seen
+        assert tolerance.reordered
+        relative[target.tf32] = tolerance.bounds.relative
+    assert relative == {True: pytest.approx(TF32_BOUND), False: pytest.approx(F32_BOUND)}
 
 
 @pytest.mark.parametrize(
@@ -430,7 +507,7 @@ ENTRY main {{
 """
     )
     root = module.entry.root_instruction
-    tolerance = output_tolerance(root, root.shape.element_type, reordering=False)
+    tolerance = output_tolerance(root, root.shape.element_type, reordering=False, tf32=True)
     assert tolerance.bounds.relative == pytest.approx(relative)
 
 
@@ -486,6 +563,7 @@ def _complex_sum_tolerance(x: np.ndarray) -> tuple[OutputTolerance, np.ndarray]:
         ErrorBounds(),
         reordering=True,
         reduction=(source, computation, [x]),
+        tf32=True,
     )
     return tolerance, np.asarray(evaluate_computation(computation, [x]))
 

@@ -80,6 +80,7 @@ from heron.runtime.core.registry import DEVICE_BACKENDS, BackendChoice
 
 if TYPE_CHECKING:
     from heron.compiler.program_run import KernelRecord
+    from heron.target import Target
 
 BACKENDS = ("auto", "interpreter", "reference", "cuda", "rocm")
 PREVIEW = 4
@@ -329,7 +330,9 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         expected, elapsed = _evaluate(module, arguments)
         print(f"check against the reference evaluator ({elapsed:.2f} s):")
-        tolerances = output_tolerances(ran.module, ran.reorders, arguments, given)
+        tolerances = output_tolerances(
+            ran.module, ran.reorders, arguments, given, tf32=ran.target.tf32
+        )
         if not print_agreement(leaves, expected, tolerances):
             print("DISAGREE: results differ from the reference evaluator beyond the tolerance")
             return EXIT_DISAGREEMENT
@@ -379,11 +382,13 @@ def _choose_target(args: argparse.Namespace) -> tuple[BackendChoice, object]:
 
 @attrs.frozen
 class _Ran:
-    """What --check needs of a device run: the module that ran (optimized, scheduled), and
-    per fusion (by name) whether its kernel may reduce in its own order."""
+    """What --check needs of a device run: the module that ran (optimized, scheduled),
+    per fusion (by name) whether its kernel may sum in its own order, and the Target it
+    was compiled for (its ``tf32``)."""
 
     module: object
     reorders: dict[str, bool]
+    target: Target
     #: Whether every --repeat run gave the first run's results, bit for bit.
     identical: bool = True
 
@@ -470,7 +475,7 @@ def _run_on_device(
         print(f"results identical across the {repeat} runs: {'yes' if identical else 'NO'}")
     if args.report_json is not None:
         _write_report(compiled.artefact, executable, choice.name, device, args, identical)
-    return list(first), _Ran(compiled.module, reorders, identical)
+    return list(first), _Ran(compiled.module, reorders, target, identical)
 
 
 def _leaf_thunks(program) -> int | None:

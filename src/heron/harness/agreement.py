@@ -77,12 +77,13 @@ def _cached(cache: dict, entry, instruction, arguments):
     return cache[instruction]
 
 
-def output_tolerances(module, reorders: dict[str, bool], arguments, given) -> list:
+def output_tolerances(module, reorders: dict[str, bool], arguments, given, *, tf32: bool) -> list:
     """Per flattened entry output: :func:`heron.harness.tolerance.output_tolerance`.
 
     An output computed by a fusion is judged as ``heron check`` judges that
     fusion on the values it was given; fusions before it widen that by their
-    own ulps and by a reordered sum (see the module docstring).
+    own ulps and by a reordered sum (see the module docstring). ``tf32``: the
+    Target's :attr:`heron.target.target.Target.tf32`, for the program's dots.
     """
     from heron.harness.tolerance import (
         ErrorBounds,
@@ -108,7 +109,9 @@ def output_tolerances(module, reorders: dict[str, bool], arguments, given) -> li
         upstream = _fusions_reaching(source)
         reordering = any(reorders.get(f.name, False) for f in upstream)
         if produced is None:
-            tolerances.append(output_tolerance(source, element, given, reordering=reordering))
+            tolerances.append(
+                output_tolerance(source, element, given, reordering=reordering, tf32=tf32)
+            )
             continue
         fusion, j = produced
         computation = fusion.called("calls")
@@ -119,12 +122,14 @@ def output_tolerances(module, reorders: dict[str, bool], arguments, given) -> li
             values = None
         own = reorders.get(fusion.name, False)
         reduction = (inner, computation, values) if values is not None else None
-        tolerance = output_tolerance(inner, element, given, reordering=own, reduction=reduction)
+        tolerance = output_tolerance(
+            inner, element, given, reordering=own, reduction=reduction, tf32=tf32
+        )
         before = [f for f in upstream if f is not fusion]
         if before:  # what the kernels before this one may have changed
             ulps = max(tolerance.ulps, ulp_bound(source, element))
             if not tolerance.reordered:  # a reordered sum or a dot before it widens it
-                wider = output_tolerance(source, element, given, reordering=reordering)
+                wider = output_tolerance(source, element, given, reordering=reordering, tf32=tf32)
                 tolerance = OutputTolerance(ulps, wider.bounds, wider.reordered)
             else:
                 tolerance = attrs.evolve(tolerance, ulps=ulps)

@@ -669,6 +669,7 @@ def _check_run(
             reordering=kernel.sums_in_its_own_order,
             # Edge inputs are not compared for a reordered sum: no bound to evaluate.
             reduction=None if set_name == "edge inputs" else (source, computation, args),
+            tf32=kernel.target.tf32,  # the Target the kernel was compiled for
         )
         if tolerance.reordered and set_name == "edge inputs":
             # A float reduction: the order of the sum is the kernel's.

@@ -54,9 +54,10 @@
   cumulative sums and products, which the compiler computes block by block
   (``heron.compiler.scan_rewriter``): the rule of
   :func:`heron.compiler.summation_order.sums_in_its_own_order`. Where the dot
-  may round its operands first (TF32, XLA:GPU's default for f32 dots on sm_80
-  and later; a bf16 algorithm: :mod:`heron.hlo.dot_precision`), ``t`` grows to
-  what that costs (:func:`narrowed_product_tolerance`).
+  may round its operands first (TF32, XLA:GPU's default for f32 dots where the
+  checked Target has it, ``Target.tf32``: sm_80 and later; a bf16 algorithm:
+  :mod:`heron.hlo.dot_precision`), ``t`` grows to what that costs
+  (:func:`narrowed_product_tolerance`); on a Target without TF32 it does not.
 * A corpus file's RUN line may give ``--abs_error_bound`` / ``--rel_error_bound``:
   an element within either of them is accepted too, as XLA's
   ``gpu_test_correctness`` accepts it.
@@ -189,12 +190,12 @@ def opcodes_reaching(instruction: Instruction) -> list[str]:
     return [inst.opcode for inst in instructions_reaching(instruction)]
 
 
-def narrowed_product_tolerance(source: Instruction, *, tf32: bool = True) -> float:
+def narrowed_product_tolerance(source: Instruction, *, tf32: bool) -> float:
     """The widest :func:`heron.hlo.dot_precision.check_tolerance` of the dots and
     convolutions ``source`` depends on: what rounding their operands to TF32 (or
-    bf16, as their algorithm says) may cost. ``tf32``: whether the device may use
-    TF32 for f32 dots at default precision (every CUDA device since sm_80; a check
-    that does not know the device allows it)."""
+    bf16, as their algorithm says) may cost. ``tf32``: the checked Target's
+    :attr:`heron.target.target.Target.tf32` (whether its f32 dots at default
+    precision multiply in TF32)."""
     tolerances = [0.0]
     for inst in instructions_reaching(source):
         if inst.opcode in ORDER_FREE_OPCODES:
@@ -542,7 +543,7 @@ def output_tolerance(
     *,
     reordering: bool = False,
     reduction: tuple[Instruction, object, object] | None = None,
-    tf32: bool = True,
+    tf32: bool,
 ) -> OutputTolerance:
     """The tolerance of an output of type ``element`` produced by ``source``: the one decision.
 
@@ -553,8 +554,9 @@ def output_tolerance(
     reduction emitter's, a GEMM kernel's). ``reduction``: ``(source, computation, args)`` inside
     the fusion computing the output, for the per-element
     :func:`summation_bound` (evaluated only with it; without it only
-    :func:`reassociation_bounds` apply). ``tf32``: whether the device may multiply
-    f32 dots in TF32 (:func:`narrowed_product_tolerance`).
+    :func:`reassociation_bounds` apply). ``tf32``: the checked Target's
+    :attr:`heron.target.target.Target.tf32`, whether its f32 dots multiply in TF32
+    (:func:`narrowed_product_tolerance`); required, since only the Target knows.
 
     An output that an instruction
     :func:`heron.compiler.summation_order.sums_in_its_own_order` names reaches (a
