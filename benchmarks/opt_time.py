@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         for path, seconds in passes[: args.slowest]:
             print(f"    {path:60} {seconds:>8.3f}")
     median = statistics.median(totals)
-    print(f"median heron (parse + passes) over {len(totals)} modules: {median:.3f} s")
+    print(f"median heron (parse + {work.split()[0]}) over {len(totals)} modules: {median:.3f} s")
     if ratios:
         print(f"median heron/XLA: {statistics.median(ratios):.2f}")
     return 0
