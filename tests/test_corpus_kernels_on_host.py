@@ -44,11 +44,12 @@ from heron.emitters.dialect import make_context
 from heron.emitters.pipeline import PipelineOptions, lower_tensors, lower_to_scf
 from heron.harness.check import shrunk_fusion
 from heron.harness.inputs import edge_array
-from heron.harness.tolerance import mismatches, output_sources, ulp_bound
+from heron.harness.tolerance import mismatches, ulp_bound
 from heron.hlo import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.evaluator import evaluate_computation
 from heron.hlo.evaluator.random_inputs import random_array
+from heron.hlo.fusion_outputs import output_roots
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.memory_layout import from_memory, to_memory
 from heron.hlo.parser import parse_module_file
@@ -61,7 +62,6 @@ POISONS = (0xA5, 0x5A)
 
 #: Inputs and tolerances are heron.harness's (the library behind ``heron check``).
 _random_array = edge_array
-_output_sources = output_sources
 _ulp_bound = ulp_bound
 _shrunk = shrunk_fusion
 
@@ -111,7 +111,7 @@ def _check_kernel(fusion, kernel, lowered, label: str, seed: int) -> list[str]:
     output_shapes = [a.shape for a in kernel.arguments if a.is_output]
     grid, block = _launch(kernel)
     host = compile_lowered_kernel(lowered, input_shapes, output_shapes, grid, block)
-    sources = _output_sources(computation.root_instruction)
+    sources = output_roots(computation)
     assert len(output_shapes) == len(sources), label
     rng = np.random.default_rng(seed)
     input_sets = {

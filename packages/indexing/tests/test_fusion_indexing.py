@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from heron.hlo import UnsupportedError, parse_module, parse_module_file
 from heron.hlo.evaluator import evaluate_computation
+from heron.hlo.fusion_outputs import fusion_roots
 from heron.hlo.shapes import ArrayShape
 from heron.indexing.fusion_indexing import fusion_input_maps, map_key
 from heron.indexing.indexing_map import IndexingMap
@@ -272,6 +273,54 @@ def test_tuple_root_and_root_index():
         fusion_input_maps(comp, root_index=2)
 
 
+_VARIADIC_SCATTER = """
+pick {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = f32[] parameter(2)
+  d = f32[] parameter(3)
+  ROOT t = (f32[], f32[]) tuple(c, d)
+}
+"""
+_SCATTER_OPERANDS = [
+    "  p0 = f32[6] parameter(0)",
+    "  p1 = f32[6] parameter(1)",
+    "  i = s32[2,1] parameter(2)",
+    "  u0 = f32[2] parameter(3)",
+    "  u1 = f32[2] parameter(4)",
+]
+_SCATTER = (
+    "s = (f32[6], f32[6]) scatter(p0, p1, i, u0, u1), update_window_dims={},"
+    " inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,"
+    " to_apply=pick"
+)
+
+
+@pytest.mark.parametrize("in_a_tuple", [False, True], ids=["alone", "in-a-root-tuple"])
+def test_a_root_of_tuple_shape_walks_every_result(in_a_tuple):
+    """A variadic scatter as a root is one root (heron.hlo.fusion_outputs.fusion_roots)
+    filling two outputs; result ``k`` reads operand ``k`` element for element, so
+    both results are walked, whether the scatter is the root or in the root tuple
+    (which walked result 0 alone when fusion_indexing chose its roots itself)."""
+    if in_a_tuple:
+        root = [
+            f"  {_SCATTER}",
+            "  e = f32[6] exponential(p0)",
+            "  ROOT out = ((f32[6], f32[6]), f32[6]) tuple(s, e)",
+        ]
+    else:
+        root = [f"  ROOT {_SCATTER}"]
+    comp = _fused([*_SCATTER_OPERANDS, *root], _VARIADIC_SCATTER)
+    p0, p1 = comp.parameters[:2]
+    identity = "(d0) -> (d0), domain: d0 in [0, 5]"
+    for maps in (fusion_input_maps(comp), fusion_input_maps(comp, root_index=0)):
+        assert [str(m) for m in maps[p0]] == [identity]
+        assert [str(m) for m in maps[p1]] == [identity]
+    # root_index counts roots, not outputs: a lone scatter is one root.
+    with pytest.raises(IndexError, match=f"has {2 if in_a_tuple else 1} root"):
+        fusion_input_maps(comp, root_index=2 if in_a_tuple else 1)
+
+
 def test_multi_output_reduce_through_get_tuple_element():
     argminmax = """
 mm {
@@ -353,7 +402,7 @@ def test_corpus_fusions(corpus_file):
             continue
         assert set(maps) == set(comp.parameters)
         root = comp.root_instruction
-        roots = root.operands if root.opcode == "tuple" else [root]
+        roots = fusion_roots(comp)
         ranks = {len(r.shape.dims) for r in roots if isinstance(r.shape, ArrayShape)}
         for param, param_maps in maps.items():
             for m in param_maps:

@@ -93,6 +93,7 @@ def output_tolerances(module, reorders: dict[str, bool], arguments, given, *, tf
         ulp_bound,
     )
     from heron.hlo.errors import HloError
+    from heron.hlo.fusion_outputs import output_roots
     from heron.hlo.shapes import TupleShape
 
     given = given or ErrorBounds()
@@ -115,7 +116,7 @@ def output_tolerances(module, reorders: dict[str, bool], arguments, given, *, tf
             continue
         fusion, j = produced
         computation = fusion.called("calls")
-        inner = output_sources(computation.root_instruction)[j]
+        inner = output_roots(computation)[j]
         try:
             values = [_cached(cache, entry, operand, arguments) for operand in fusion.operands]
         except HloError:  # e.g. over the memory budget: no per-element summation bound

@@ -46,12 +46,12 @@ from heron.harness.tolerance import (
     ErrorBounds,
     OutputTolerance,
     describe_value,
-    output_sources,
     output_tolerance,
 )
 from heron.hlo import memory_budget, parse_module, print_module
 from heron.hlo.errors import HloError
 from heron.hlo.evaluator import evaluate_computation
+from heron.hlo.fusion_outputs import output_roots
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.memory_budget import MemoryBudgetError
 from heron.hlo.memory_layout import logical_elements, memory_dtype, memory_size
@@ -546,7 +546,7 @@ def check_fusion(
         report.findings.append(Finding("refused", f"compile: {exc}"))
         return report
     report.emitter = kernel.emitter
-    sources = output_sources(computation.root_instruction)
+    sources = list(output_roots(computation))
     plan = _plan(computation, spec, sources)
     report.findings += [Finding("run-line", f"RUN line: {error}") for error in plan.errors]
     bounds = ErrorBounds(spec.abs_error_bound, spec.rel_error_bound)

@@ -160,7 +160,12 @@ NAN_DISTANCE = 1 << 62
 
 
 def output_sources(root: Instruction) -> list[Instruction]:
-    """The instruction producing each array leaf of ``root`` (tuples looked through)."""
+    """The instruction producing each array leaf of ``root`` (tuples looked through).
+
+    For the outputs of a sequential computation (the entry's, whose root
+    tuples may nest). A fused computation's outputs come from its roots:
+    :func:`heron.hlo.fusion_outputs.output_roots`.
+    """
     if root.opcode == "tuple":
         return [leaf for operand in root.operands for leaf in output_sources(operand)]
     if isinstance(root.shape, TupleShape):

@@ -7,31 +7,18 @@ graph is built; the graph is built once per fusion analysis and lives on it
 (``FusionAnalysis.graph``), so it can never outlive or disagree with the
 computation it describes.
 
-"The roots of a fusion" is ``heron.partitioner.fusion_roots`` (re-exported
-here) and ``output_positions`` says which outputs each root fills; emitters
-read both from the analysis instead of recomputing them.
+"The roots of a fusion" and the outputs each fills are
+``heron.hlo.fusion_outputs``'s ``fusion_roots`` and ``output_positions``
+(re-exported here); emitters read both from the analysis instead of
+recomputing them.
 """
 
 from __future__ import annotations
 
+from heron.hlo.fusion_outputs import fusion_roots, output_positions
 from heron.hlo.ir import Computation, Instruction
-from heron.partitioner import fusion_roots
 
 __all__ = ["FusionGraph", "fusion_roots", "output_positions"]
-
-
-def output_positions(roots: tuple[Instruction, ...]) -> tuple[tuple[int, ...], ...]:
-    """For each root, the indices of the fusion outputs (array leaves) it fills, in order.
-
-    A root of tuple shape (a variadic reduce) fills one output per leaf.
-    """
-    positions: list[tuple[int, ...]] = []
-    start = 0
-    for root in roots:
-        count = sum(1 for _ in root.shape.leaves())
-        positions.append(tuple(range(start, start + count)))
-        start += count
-    return tuple(positions)
 
 
 class FusionGraph:

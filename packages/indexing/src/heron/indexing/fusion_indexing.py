@@ -16,6 +16,7 @@ diamonds, with 2**n paths, costs n steps.
 from __future__ import annotations
 
 from heron.hlo.errors import UnsupportedError
+from heron.hlo.fusion_outputs import fusion_roots, output_positions
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.shapes import ArrayShape, TupleShape
 from heron.indexing.composition import compose
@@ -56,22 +57,27 @@ class _MapSet:
 
 
 def _roots(computation: Computation, root_index: int | None) -> list[tuple[Instruction, int]]:
-    """(instruction, output index) pairs the fusion's outputs come from."""
-    root = computation.root_instruction
-    if root.opcode == "tuple":
-        starts = [(operand, 0) for operand in root.operands]
-    elif isinstance(root.shape, TupleShape):  # a multi-output op as root (variadic reduce)
-        starts = [(root, k) for k in range(len(root.shape.elements))]
-    else:
-        starts = [(root, 0)]
+    """(instruction, result index) pairs the fusion's outputs come from.
+
+    The roots are :func:`heron.hlo.fusion_outputs.fusion_roots` (``root_index``
+    picks one); a root of tuple shape (a variadic reduce or scatter) starts
+    once per output it fills (:func:`heron.hlo.fusion_outputs.output_positions`),
+    in a root tuple as well as alone: its results need not read the same
+    operands (a variadic scatter's result ``k`` reads operand ``k``).
+    """
+    roots = fusion_roots(computation)
     if root_index is not None:
-        if not 0 <= root_index < len(starts):
+        if not 0 <= root_index < len(roots):
             raise IndexError(
                 f"root_index {root_index} out of range: '{computation.name}' has"
-                f" {len(starts)} root(s)"
+                f" {len(roots)} root(s)"
             )
-        starts = [starts[root_index]]
-    return starts
+        roots = (roots[root_index],)
+    return [
+        (root, k)
+        for root, positions in zip(roots, output_positions(roots))
+        for k in range(len(positions))
+    ]
 
 
 def _result_shape(inst: Instruction, output_index: int) -> ArrayShape:
@@ -92,9 +98,11 @@ def fusion_input_maps(
 ) -> dict[Instruction, list[IndexingMap]]:
     """Every distinct simplified map from the root(s) to each parameter.
 
-    For a tuple root, every element is a root (``root_index`` selects one);
-    maps from different roots have different dimensions when the roots'
-    shapes differ. Every parameter is a key; one no root reads maps to ``[]``.
+    The roots are :func:`heron.hlo.fusion_outputs.fusion_roots`
+    (``root_index`` selects one; a root of tuple shape is one root, every
+    result of which is walked); maps from different roots have different
+    dimensions when the roots' shapes differ. Every parameter is a key; one
+    no root reads maps to ``[]``.
     Raises ``UnsupportedError`` naming the first op the analysis cannot model.
     """
     # id(instruction) -> output index -> maps from the root(s) to that result.

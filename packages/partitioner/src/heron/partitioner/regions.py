@@ -20,20 +20,13 @@ from collections.abc import Iterable
 
 import attrs
 
+from heron.hlo.fusion_outputs import fusion_roots
 from heron.hlo.ir import Computation, Instruction
 
+# fusion_roots: "the roots of a fusion" is heron.hlo.fusion_outputs's (heron.indexing
+# and buffer assignment, below the partitioner, need it too); re-exported here for
+# hero selection, the emitters and the fusion passes.
 __all__ = ["Regions", "distinct_roots", "find_regions", "fusion_roots"]
-
-
-def fusion_roots(computation: Computation) -> tuple[Instruction, ...]:
-    """The roots of a fused computation: the root tuple's operands, else the root itself.
-
-    The one definition of "the roots of a fusion" (hero selection uses it
-    too). An instruction listed twice in the root tuple is two roots: each is
-    an output.
-    """
-    root = computation.root_instruction
-    return tuple(root.operands) if root.opcode == "tuple" else (root,)
 
 
 def distinct_roots(computation: Computation) -> list[Instruction]:

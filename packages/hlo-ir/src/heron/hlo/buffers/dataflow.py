@@ -27,6 +27,7 @@ from collections.abc import Iterator
 import attrs
 
 from heron.hlo.errors import UnsupportedError
+from heron.hlo.fusion_outputs import fusion_roots
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.memory_layout import memory_bytes
 from heron.hlo.shapes import ArrayShape, TupleShape
@@ -71,9 +72,10 @@ def in_place_operands(inst: Instruction) -> list[tuple[int, int]]:
     if inst.opcode != "fusion":
         return []
     body = inst.called("calls")
-    root = body.root_instruction
-    parts = list(root.operands) if root.opcode == "tuple" else [root]
-    if root.opcode == "tuple" and not all(isinstance(p.shape, ArrayShape) for p in parts):
+    parts = fusion_roots(body)
+    # Each root one result leaf: a root of tuple shape (a variadic scatter) is no
+    # in-place update of one operand, and would shift the leaves after it.
+    if not all(isinstance(p.shape, ArrayShape) for p in parts):
         return []
     users = body.users()
     pairs: list[tuple[int, int]] = []

@@ -1,0 +1,106 @@
+"""Decisions that were once made twice stay made once (docs/architecture.md, "One
+owner for each decision").
+
+Each check reads the source with ``ast`` (nothing is imported): the places
+that used to decide on their own must ask the owner, and the owner's idiom
+must not reappear elsewhere. Behaviour tests beside each owner hold what it
+answers; these hold that nobody answers again.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: heron's shipped modules: each distribution's src folder and the meta distribution's.
+SOURCE_ROOTS = (*sorted(ROOT.glob("packages/*/src")), ROOT / "src")
+
+
+@cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def _sources() -> list[Path]:
+    return sorted(p for root in SOURCE_ROOTS for p in root.rglob("*.py"))
+
+
+def _function(relative: str, name: str) -> ast.FunctionDef:
+    path = ROOT / relative
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return node
+    raise AssertionError(f"{relative} has no function {name}")
+
+
+def _names_used(node: ast.AST) -> set[str]:
+    """Every name and attribute ``node`` reads (``f(x)``, ``m.f(x)``: ``f``)."""
+    used: set[str] = set()
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Name):
+            used.add(inner.id)
+        elif isinstance(inner, ast.Attribute):
+            used.add(inner.attr)
+    return used
+
+
+def _compares_opcode_to(node: ast.AST, opcode: str) -> bool:
+    """Whether ``node`` holds ``<something>.opcode == "<opcode>"``."""
+    for inner in ast.walk(node):
+        if (
+            isinstance(inner, ast.Compare)
+            and isinstance(inner.left, ast.Attribute)
+            and inner.left.attr == "opcode"
+            and any(isinstance(c, ast.Constant) and c.value == opcode for c in inner.comparators)
+        ):
+            return True
+    return False
+
+
+# -- the roots of a fusion: heron.hlo.fusion_outputs ------------------------------------------
+
+FUSION_OUTPUTS = "packages/hlo-ir/src/heron/hlo/fusion_outputs.py"
+
+
+def test_only_the_owner_spells_a_fusions_roots():
+    """``root.operands if root.opcode == "tuple" else [root]`` is fusion_roots' body:
+    written anywhere else, it is a second answer to "the roots of a fusion"."""
+    offenders = []
+    for path in _sources():
+        if path == ROOT / FUSION_OUTPUTS:
+            continue
+        for node in ast.walk(_tree(path)):
+            if (
+                isinstance(node, ast.IfExp)
+                and _compares_opcode_to(node.test, "tuple")
+                and "operands" in _names_used(node.body)
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.FunctionDef) and node.name in {
+                "fusion_roots",
+                "output_positions",
+                "output_roots",
+            }:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} defines {node.name}")
+    assert not offenders, f"a fusion's roots decided outside {FUSION_OUTPUTS}: {offenders}"
+
+
+def test_the_places_that_once_decided_a_fusions_roots_ask_the_owner():
+    places = [
+        # the fusion indexing maps, from each root (and each result of a tuple-shaped one)
+        ("packages/indexing/src/heron/indexing/fusion_indexing.py", "_roots", "fusion_roots"),
+        # buffer assignment's in-place fusions
+        ("packages/hlo-ir/src/heron/hlo/buffers/dataflow.py", "in_place_operands", "fusion_roots"),
+        # heron check's outputs and their tolerance; heron run --check's
+        ("src/heron/harness/check.py", "check_fusion", "output_roots"),
+        ("src/heron/harness/agreement.py", "output_tolerances", "output_roots"),
+    ]
+    for relative, name, owner in places:
+        function = _function(relative, name)
+        assert owner in _names_used(function), f"{relative}:{name} no longer asks {owner}"
+        assert not _compares_opcode_to(function, "tuple"), (
+            f"{relative}:{name} looks at the root tuple itself again"
+        )
