@@ -104,3 +104,27 @@ def test_the_places_that_once_decided_a_fusions_roots_ask_the_owner():
         assert not _compares_opcode_to(function, "tuple"), (
             f"{relative}:{name} looks at the root tuple itself again"
         )
+
+
+# -- what a GEMM library computes: heron.runtime.core.gemm.LIBRARY_FEATURES -------------------
+
+GEMM_CONTRACT = "packages/runtime-core/src/heron/runtime/core/gemm.py"
+
+
+def test_only_the_gemm_contract_says_what_a_library_computes():
+    """The table is assigned in the contract alone; the compiler and the hipBLAS binding
+    import it (tests/test_library_gemm.py checks that both follow it)."""
+    assigned = []
+    for path in _sources():
+        for node in ast.walk(_tree(path)):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if isinstance(node, ast.AnnAssign):
+                targets = [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "LIBRARY_FEATURES" for t in targets):
+                assigned.append(str(path.relative_to(ROOT)))
+    assert assigned == [GEMM_CONTRACT]
+    expressible = _function(
+        "packages/runtime-rocm/src/heron/runtime/rocm/hipblas.py", "expressible"
+    )
+    assert "library_computes" in _names_used(expressible)
+    assert not {"bias", "residual", "activation", "lhs_transposed"} & _names_used(expressible)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -309,3 +310,45 @@ def test_a_complex_dot_is_a_library_gemm(name):
         assert out.dtype == dtype
         unit = np.finfo(dtype).eps
         np.testing.assert_allclose(out, expected, rtol=8 * unit * k, atol=8 * unit * k)
+
+
+DENSE_RELU_FUSION = """
+HloModule dense_fusion
+fused {
+  x = f32[16,32]{1,0} parameter(0)
+  w = f32[32,24]{1,0} parameter(1)
+  b = f32[24]{0} parameter(2)
+  d = f32[16,24]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  bb = f32[16,24]{1,0} broadcast(b), dimensions={1}
+  s = f32[16,24]{1,0} add(d, bb)
+  z = f32[] constant(0)
+  zb = f32[16,24]{1,0} broadcast(z), dimensions={}
+  ROOT r = f32[16,24]{1,0} maximum(s, zb)
+}
+ENTRY main {
+  x = f32[16,32]{1,0} parameter(0)
+  w = f32[32,24]{1,0} parameter(1)
+  b = f32[24]{0} parameter(2)
+  ROOT f = f32[16,24]{1,0} fusion(x, w, b), kind=kCustom, calls=fused
+}
+"""
+
+
+def test_the_compiler_and_hipblas_read_one_table_of_what_hipblas_computes(monkeypatch):
+    """What hipBLAS computes is heron.runtime.core.gemm.LIBRARY_FEATURES alone: the
+    compiler's match and the device's offer both follow it (a copy of it on either
+    side would stop following)."""
+    from heron.compiler.library_gemm import GemmMatch, match_gemm
+    from heron.runtime.core import gemm
+    from heron.runtime.rocm.hipblas import HipBlas, expressible
+
+    computation = parse_module(DENSE_RELU_FUSION).computation("fused")
+    rocm = Target.preset("mi300x")
+    assert rocm.gemm_library == HipBlas.name == "hipblas"
+    assert match_gemm(computation, rocm) == "the fusion also computes maximum r after the dot"
+
+    monkeypatch.setitem(gemm.LIBRARY_FEATURES, "hipblas", frozenset({"alpha", "bias", "relu"}))
+    found = match_gemm(computation, rocm)
+    assert isinstance(found, GemmMatch) and found.call.bias and found.call.activation == "relu"
+    assert expressible(found.call)
+    assert not expressible(attrs.evolve(found.call, activation="gelu"))

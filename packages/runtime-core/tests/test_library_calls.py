@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import ml_dtypes
 import numpy as np
 import pytest
@@ -193,3 +194,33 @@ def test_the_choice_is_the_device_s_call_by_call_and_reported():
     assert not any(isinstance(t, LibraryCallThunk) for t in walk(resolved.program))
     with pytest.raises(ThunkError, match=r"thunk 0: library call blas\.gemm .*no heron kernel"):
         resolve([_call(0, fallback=False)], library_for)
+
+
+def test_each_library_computes_what_its_features_say():
+    """``LIBRARY_FEATURES`` is the one statement of what a GEMM library computes: the
+    compiler matches by it and a device's binding offers by it (``library_computes``)."""
+    from heron.runtime.core.gemm import (
+        FEATURES,
+        LIBRARY_FEATURES,
+        call_features,
+        library_computes,
+    )
+
+    assert all(features <= set(FEATURES) for features in LIBRARY_FEATURES.values())
+    plain = GemmCall(1, 3, 4, 5)
+    asks = {
+        "transpose": attrs.evolve(plain, rhs_transposed=True),
+        "alpha": attrs.evolve(plain, alpha=0.5),
+        "residual": attrs.evolve(plain, residual=True, beta=1.0),
+        "bias": attrs.evolve(plain, bias=True),
+        "relu": attrs.evolve(plain, activation="relu"),
+        "gelu": attrs.evolve(plain, activation="gelu"),
+    }
+    assert set(asks) == set(FEATURES) and call_features(plain) == frozenset()
+    for feature, call in asks.items():
+        assert call_features(call) == {feature}
+        for library, features in LIBRARY_FEATURES.items():
+            assert library_computes(library, plain)
+            assert library_computes(library, call) == (feature in features)
+    assert library_computes("cublasLt", asks["gelu"])
+    assert not library_computes("hipblas", asks["bias"])

@@ -32,8 +32,9 @@ A fusion matches when its computation is exactly, and nothing more than::
   approximation (checked numerically, so that jax's, flax's and hand-written
   spellings all match).
 
-Each library takes part of that (:data:`LIBRARY_FEATURES`): cuBLASLt all of
-it, hipBLAS (no epilogue) the dot and alpha only. When a fusion does not
+Each library takes part of that, as the GEMM contract's
+:data:`heron.runtime.core.gemm.LIBRARY_FEATURES` says (re-exported here):
+cuBLASLt all of it, hipBLAS (no epilogue) the dot and alpha only. When a fusion does not
 match, :func:`match_gemm` says why, and heron's reports print it.
 """
 
@@ -48,7 +49,14 @@ from heron.hlo.dot_precision import dot_compute
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.dot_decomposer import is_canonical_dot
 from heron.hlo.shapes import ArrayShape
-from heron.runtime.core.gemm import ACCUMULATION, GEMM, GemmCall, gelu_tanh
+from heron.runtime.core.gemm import (
+    ACCUMULATION,
+    GEMM,
+    LIBRARY_FEATURES,
+    GemmCall,
+    call_features,
+    gelu_tanh,
+)
 from heron.runtime.core.thunks import BufferSlice, KernelThunk, LibraryCallThunk, ThunkError
 from heron.target import Target
 
@@ -65,11 +73,6 @@ __all__ = [
     "splits_at_library",
 ]
 
-#: library -> what it computes besides the plain GEMM (the contract's features).
-LIBRARY_FEATURES = {
-    "cublasLt": frozenset({"transpose", "alpha", "residual", "bias", "relu", "gelu"}),
-    "hipblas": frozenset({"alpha"}),
-}
 #: Ops a GELU's spelling may use besides constants and its argument.
 _GELU_OPCODES = frozenset({"multiply", "add", "subtract", "divide", "negate", "tanh", "convert"})
 #: Each instruction's users in one computation.
@@ -422,18 +425,6 @@ def _members_between(root: Instruction, x: Instruction) -> list[Instruction]:
     return list(seen.values())
 
 
-def _features_of(call: GemmCall) -> set[str]:
-    used = set()
-    if call.lhs_transposed or call.rhs_transposed:
-        used.add("transpose")
-    if call.alpha != 1:
-        used.add("alpha")
-    used |= {name for name in ("bias", "residual") if getattr(call, name)}
-    if call.activation != "none":
-        used.add(call.activation)
-    return used
-
-
 def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
     """The library GEMM ``computation`` (a fusion's) is, or why it is none (a sentence
     fragment: "the fusion also computes exponential.3")."""
@@ -527,7 +518,7 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
             rhs_transposed=not call.lhs_transposed,
         )
         lhs_number, rhs_number = rhs_number, lhs_number
-    missing = _features_of(call) - features
+    missing = call_features(call) - features
     if missing:
         return f"{library} does not compute {', '.join(sorted(missing))}"
     parameters = (

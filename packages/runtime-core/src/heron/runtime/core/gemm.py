@@ -60,9 +60,13 @@ __all__ = [
     "ACCUMULATION",
     "ACTIVATIONS",
     "COMPUTE_TYPES",
+    "FEATURES",
     "GEMM",
+    "LIBRARY_FEATURES",
     "GemmCall",
+    "call_features",
     "gelu_tanh",
+    "library_computes",
     "rounded_to_compute",
 ]
 
@@ -93,6 +97,18 @@ _OUTPUTS = {
     "c64": ("c64",),
     "c128": ("c128",),
     "s32": ("s32",),
+}
+#: What a call may ask besides the plain GEMM (:func:`call_features` names them).
+FEATURES = ("transpose", "alpha", "residual", "bias", "relu", "gelu")
+#: GEMM library (its ``Library.name``, and ``Target.gemm_library``) -> the features it
+#: computes: the one statement of what each library computes. The compiler matches no
+#: fusion asking more of the Target's library (``heron.compiler.library_gemm``); a
+#: device's binding offers no call asking more (:func:`library_computes`). cuBLASLt
+#: takes everything; hipBLAS's GEMM has no epilogue, and heron passes it no transposed
+#: operand.
+LIBRARY_FEATURES = {
+    "cublasLt": frozenset(FEATURES),
+    "hipblas": frozenset({"alpha"}),
 }
 #: Accumulation types whose calls have no epilogue but alpha (BLAS's complex and integer
 #: GEMMs: cuBLASLt's bias and activation epilogues are for real floating types).
@@ -264,6 +280,25 @@ class GemmCall(LibraryContract):
                 result = gelu_tanh(result)
         rounded = result.astype(ElementType(self.out_type).numpy_dtype)
         return np.ascontiguousarray(rounded).reshape(-1).view(np.uint8)
+
+
+def call_features(call: GemmCall) -> frozenset[str]:
+    """The :data:`FEATURES` ``call`` asks for: a transposed operand, an alpha other than
+    1, a bias, a residual, an activation."""
+    used = set()
+    if call.lhs_transposed or call.rhs_transposed:
+        used.add("transpose")
+    if call.alpha != 1:
+        used.add("alpha")
+    used |= {name for name in ("bias", "residual") if getattr(call, name)}
+    if call.activation != "none":
+        used.add(call.activation)
+    return frozenset(used)
+
+
+def library_computes(library: str, call: GemmCall) -> bool:
+    """Whether ``library`` (a :data:`LIBRARY_FEATURES` key) computes ``call`` whole."""
+    return call.operation == GEMM and call_features(call) <= LIBRARY_FEATURES[library]
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:

@@ -28,7 +28,12 @@ import attrs
 import numpy as np
 
 from heron.runtime.core.device import DeviceError
-from heron.runtime.core.gemm import GEMM, GemmCall
+from heron.runtime.core.gemm import (
+    LIBRARY_FEATURES,
+    GemmCall,
+    call_features,
+    library_computes,
+)
 from heron.runtime.core.gpu_device import Library
 
 __all__ = ["COMPUTE_TYPES", "DATA_TYPES", "HipBlas", "HipBlasPlan", "plan"]
@@ -87,18 +92,12 @@ class HipBlasPlan:
 
 
 def expressible(call: GemmCall) -> bool:
-    """Whether hipBLAS's GEMM, as :func:`plan` calls it, computes ``call``: no epilogue
-    (no bias, no activation), no C besides the output, operands as stored (heron's
-    compiler gives a ROCm target no transposed operand: ``LIBRARY_FEATURES``). A
-    narrowed ``compute`` (TF32) is computed in full f32, which is within its bounds."""
-    return (
-        call.operation == GEMM
-        and not call.bias
-        and not call.residual
-        and call.activation == "none"
-        and not call.lhs_transposed
-        and not call.rhs_transposed
-    )
+    """Whether hipBLAS's GEMM, as :func:`plan` calls it, computes ``call``: what the GEMM
+    contract says hipBLAS computes (``LIBRARY_FEATURES["hipblas"]`` of
+    :mod:`heron.runtime.core.gemm`, the table the compiler matches by: alpha, no epilogue,
+    no C besides the output, operands as stored). A narrowed ``compute`` (TF32) is
+    computed in full f32, which is within its bounds."""
+    return library_computes(HipBlas.name, call)
 
 
 def plan(call: GemmCall) -> HipBlasPlan:
@@ -163,10 +162,10 @@ class HipBlas(Library):
         return isinstance(call, GemmCall) and expressible(call)
 
     def refusal(self, call: Any) -> str:
-        return (
-            "hipBLAS's GEMM has no epilogue (bias, residual, activation) and heron passes it"
-            " no transposed operand"
-        )
+        if not isinstance(call, GemmCall):
+            return f"hipBLAS computes GEMMs only, not {call!r}"
+        missing = sorted(call_features(call) - LIBRARY_FEATURES[self.name])
+        return f"hipBLAS's GEMM computes no {', '.join(missing)} (it has no epilogue)"
 
     def run(self, call: Any, addresses: Sequence[int], stream: Any) -> None:
         chosen = plan(call)
