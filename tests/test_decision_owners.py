@@ -128,3 +128,32 @@ def test_only_the_gemm_contract_says_what_a_library_computes():
     )
     assert "library_computes" in _names_used(expressible)
     assert not {"bias", "residual", "activation", "lhs_transposed"} & _names_used(expressible)
+
+
+# -- a dot's contraction length: heron.hlo.dot_precision.contraction_length -----------------
+
+DOT_PRECISION = "packages/hlo-ir/src/heron/hlo/dot_precision.py"
+
+
+def test_only_contraction_length_multiplies_a_dots_contracting_dimensions():
+    """A product over ``lhs_contracting_dims`` (or ``rhs_``) is a dot's contraction
+    length: outside heron.hlo.dot_precision.contraction_length it is a second answer."""
+    # the owner's own nodes (the trees are cached: the same objects as walked below)
+    allowed = {id(node) for node in ast.walk(_function(DOT_PRECISION, "contraction_length"))}
+    offenders = []
+    for path in _sources():
+        for node in ast.walk(_tree(path)):
+            if not isinstance(node, ast.Call) or id(node) in allowed:
+                continue
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else None
+            called = called or (node.func.id if isinstance(node.func, ast.Name) else None)
+            if called != "prod":
+                continue
+            strings = {c.value for c in ast.walk(node) if isinstance(c, ast.Constant)}
+            if strings & {"lhs_contracting_dims", "rhs_contracting_dims"}:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, f"a contraction length computed again: {offenders}"
+    multiply_adds = _function(
+        "packages/compiler/src/heron/compiler/fusion/cost_model.py", "dot_multiply_adds"
+    )
+    assert "contraction_length" in _names_used(multiply_adds)

@@ -179,3 +179,31 @@ def test_read_patterns_are_built_once_per_op_form_and_price_alike():
     # Each op asked twice, through two candidates' clones: one entry per form, and
     # the CNN's gradient repeats forms (its im2col slices, its elementwise ops).
     assert 0 < len(patterns._known) < len(computing)
+
+
+def test_a_dots_multiply_adds_are_its_outputs_times_its_contraction_length():
+    """The sum's length is heron.hlo.dot_precision.contraction_length, the one the check's
+    tolerance reads: two contracting dimensions multiply, none is a sum of one."""
+    from heron.compiler.fusion.cost_model import dot_multiply_adds
+    from heron.hlo.dot_precision import contraction_length
+    from heron.hlo.verifier import verify_module
+
+    module = parse_module(
+        """
+HloModule m
+ENTRY e {
+  x = f32[4,8,3,5]{3,2,1,0} parameter(0)
+  y = f32[4,3,5,6]{3,2,1,0} parameter(1)
+  d = f32[4,8,6]{2,1,0} dot(x, y), lhs_batch_dims={0}, lhs_contracting_dims={2,3},
+    rhs_batch_dims={0}, rhs_contracting_dims={1,2}
+  u = f32[8]{0} parameter(2)
+  v = f32[6]{0} parameter(3)
+  o = f32[8,6]{1,0} dot(u, v)
+  ROOT t = (f32[4,8,6]{2,1,0}, f32[8,6]{1,0}) tuple(d, o)
+}
+"""
+    )
+    verify_module(module)
+    d, o = module.entry.root_instruction.operands
+    assert contraction_length(d) == 15 and dot_multiply_adds(d) == 4 * 8 * 6 * 15
+    assert contraction_length(o) == 1 and dot_multiply_adds(o) == o.array_shape.num_elements

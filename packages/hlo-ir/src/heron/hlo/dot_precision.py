@@ -119,10 +119,16 @@ def rounding_unit(compute: str) -> float:
 
 
 def contraction_length(dot: Instruction) -> int:
-    """How many products each output element of a dot or convolution sums."""
-    lhs, rhs = (operand.array_shape for operand in dot.operands)
+    """How many products each output element of a dot or convolution sums (1 for a dot
+    that contracts nothing).
+
+    The one definition: the check's tolerance (:func:`check_tolerance`) and the
+    fusion cost model's multiply-adds (``heron.compiler.fusion.cost_model``) read it.
+    """
     if dot.opcode == "dot":
+        lhs = dot.operands[0].array_shape
         return math.prod(lhs.dims[d] for d in dot.attributes.get("lhs_contracting_dims", ()))
+    rhs = dot.operands[1].array_shape
     numbers = dot.attributes.get("dim_labels")
     output_features = rhs.dims[numbers.kernel_output_feature] if numbers is not None else 1
     # the kernel holds each output feature's window x (input features / groups)

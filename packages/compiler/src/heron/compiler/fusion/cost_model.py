@@ -41,6 +41,7 @@ import math
 
 import attrs
 
+from heron.hlo.dot_precision import contraction_length
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.passes.outline import HOST_OPCODES
@@ -307,10 +308,9 @@ def dot_multiply_adds(dot: Instruction) -> int:
     """The multiply-adds a dot computes: each output element sums over its contracted dims.
 
     One lane operation each (an FMA), the unit of the cost model's compute time; a
-    FLOP count is twice this (``heron profile`` reports both)."""
-    lhs = dot.operands[0].array_shape
-    contracted = math.prod(lhs.dims[d] for d in dot.attributes.get("lhs_contracting_dims", ()))
-    return dot.array_shape.num_elements * contracted
+    FLOP count is twice this (``heron profile`` reports both). The sum's length is
+    :func:`heron.hlo.dot_precision.contraction_length`, as the check's tolerance sees it."""
+    return dot.array_shape.num_elements * contraction_length(dot)
 
 
 def _dot_prologue(computation: Computation) -> set[int]:
