@@ -157,3 +157,51 @@ def test_only_contraction_length_multiplies_a_dots_contracting_dimensions():
         "packages/compiler/src/heron/compiler/fusion/cost_model.py", "dot_multiply_adds"
     )
     assert "contraction_length" in _names_used(multiply_adds)
+
+
+# -- the kernel image formats a backend's devices load: one declaration per backend -----------
+
+#: backend -> (its backend module, its device module)
+BACKENDS = {
+    name: (
+        f"packages/runtime-{name}/src/heron/runtime/{name}/backend.py",
+        f"packages/runtime-{name}/src/heron/runtime/{name}/device.py",
+    )
+    for name in ("cuda", "rocm", "interpreter")
+}
+
+
+def _imported_from(relative: str) -> dict[str, str]:
+    """name -> the module ``relative`` imports it from (``from M import name``)."""
+    return {
+        alias.asname or alias.name: node.module or ""
+        for node in ast.walk(_tree(ROOT / relative))
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+def test_a_backends_spec_and_its_device_read_one_declaration_of_its_image_formats():
+    """``BackendSpec.image_formats`` is built from a name, not a literal, and the device's
+    ``load_kernel`` checks an image against that same name, imported from the same
+    device-side module: a literal in either would be the second declaration."""
+    for backend, (backend_module, device_module) in BACKENDS.items():
+        (spec,) = [
+            keyword.value
+            for node in ast.walk(_tree(ROOT / backend_module))
+            if isinstance(node, ast.Call)
+            for keyword in node.keywords
+            if keyword.arg == "image_formats"
+        ]
+        literals = [n.value for n in ast.walk(spec) if isinstance(n, ast.Constant)]
+        assert not literals, f"{backend_module} declares image formats {literals} in place"
+        declared = _names_used(spec) & set(_imported_from(backend_module))
+        assert len(declared) == 1, f"{backend}: image_formats={ast.unparse(spec)}"
+        (name,) = declared
+        source = _imported_from(backend_module)[name]
+        assert _imported_from(device_module).get(name) == source, (
+            f"{device_module} does not import {name} from {source}"
+        )
+        assert name in _names_used(_function(device_module, "load_kernel")), (
+            f"{device_module}'s load_kernel checks formats of its own, not {name}"
+        )

@@ -122,6 +122,26 @@ def test_a_cubin_for_another_major_arch_is_refused_and_load_best_takes_the_ptx(f
         device.load_kernel(KernelImage("hsaco", "scale", b"\x7fELF"))
 
 
+def test_the_device_loads_the_formats_its_backend_declares_and_no_other(fake_cuda):
+    """``BackendSpec.image_formats`` (what an executable keeps) and ``load_kernel`` read
+    one declaration, heron.runtime.cuda.kernel_abi.IMAGE_FORMATS."""
+    from heron.runtime.cuda.backend import heron_backend_specs
+    from heron.runtime.cuda.kernel_abi import IMAGE_FORMATS
+
+    device, _ = _device(fake_cuda)
+    spec = heron_backend_specs()
+    assert spec.image_formats == IMAGE_FORMATS == ("cubin", "ptx")
+    images = {
+        "cubin": KernelImage("cubin", "k", _cubin_header(90)),
+        "ptx": KernelImage("ptx", "scale", PTX.encode()),
+    }
+    for image_format in spec.image_formats:
+        assert device.load_kernel(images[image_format]).name == images[image_format].kernel_name
+    for other in ("hsaco", "heron-interpreter", "fatbin"):
+        with pytest.raises(DeviceError, match=f"loads 'cubin' or 'ptx' images, not '{other}'"):
+            device.load_kernel(KernelImage(other, "k", b"\x7fELF"))
+
+
 def test_a_cubins_layout_comes_from_cuFuncGetParamInfo(fake_cuda):
     device, driver = _device(fake_cuda)
     driver.param_info["k"] = [(0, 8), (8, 8), (16, 8)]

@@ -70,6 +70,20 @@ def test_launch_packs_the_kernarg_bytes_at_the_metadata_offsets(hip_runtime, add
         device.launch(loaded, (1,), (64,), [a, b])
 
 
+def test_the_device_loads_the_formats_its_backend_declares_and_no_other(hip_runtime, add_kernel):
+    """``BackendSpec.image_formats`` (what an executable keeps) and ``load_kernel`` read
+    one declaration, heron.runtime.rocm.code_object.IMAGE_FORMATS."""
+    from heron.runtime.rocm.backend import heron_backend_specs
+    from heron.runtime.rocm.code_object import IMAGE_FORMATS
+
+    device, _ = _device(hip_runtime)
+    assert heron_backend_specs().image_formats == IMAGE_FORMATS == (add_kernel.image.format,)
+    assert device.load_kernel(add_kernel.image).name == add_kernel.kernel_name
+    for other in ("cubin", "ptx", "heron-interpreter"):
+        with pytest.raises(DeviceError, match=f"loads 'hsaco' images, not '{other}'"):
+            device.load_kernel(KernelImage(other, "fusion", add_kernel.image.data))
+
+
 def test_a_code_object_for_another_arch_or_format_is_refused(hip_runtime, add_kernel):
     device, _ = _device(hip_runtime, arch="gfx90a:sramecc+:xnack-")
     with pytest.raises(DeviceError, match="is for amdgcn-amd-amdhsa--gfx942, not gfx90a"):

@@ -15,6 +15,7 @@ from typing import Any
 from heron.runtime.core.device import DeviceError
 from heron.runtime.core.hookspecs import BackendSpec, Stage, hookimpl
 from heron.runtime.cuda.driver import probe
+from heron.runtime.cuda.kernel_abi import IMAGE_FORMATS
 
 STAGES = (
     Stage(
@@ -75,5 +76,5 @@ def heron_backend_specs() -> BackendSpec:
         device_factory=create_device,
         stages=STAGES,
         description="CUDA GPUs (PTX and cubin), through cuda-python's driver API",
-        image_formats=("cubin", "ptx"),
+        image_formats=IMAGE_FORMATS,
     )

@@ -91,6 +91,7 @@ from heron.runtime.cuda.conditional import (
 )
 from heron.runtime.cuda.driver import probe
 from heron.runtime.cuda.kernel_abi import (
+    IMAGE_FORMATS,
     KernelParameter,
     KernelSignature,
     choose_image,
@@ -278,7 +279,13 @@ class CudaDevice(CapturingDevice):
         return target_properties(values, self.info.total_memory)
 
     def load_kernel(self, image: KernelImage) -> LoadedKernel:
-        """Load a ``cubin`` (for a compatible arch) or ``ptx`` (JIT-compiled by the driver)."""
+        """Load a ``cubin`` (for a compatible arch) or ``ptx`` (JIT-compiled by the driver):
+        the backend's ``IMAGE_FORMATS``, and no other."""
+        if image.format not in IMAGE_FORMATS:
+            raise DeviceError(
+                f"the CUDA device loads {' or '.join(map(repr, IMAGE_FORMATS))} images,"
+                f" not '{image.format}' (compile with --backend cuda)"
+            )
         if image.format == "cubin":
             arch = cubin_arch(image.data)
             if not cubin_runs_on(arch, self.compute_capability):
@@ -289,13 +296,8 @@ class CudaDevice(CapturingDevice):
                     " PTX instead (the driver JIT-compiles it)"
                 )
             data = image.data
-        elif image.format == "ptx":
+        else:  # "ptx"
             data = image.data if image.data.endswith(b"\0") else image.data + b"\0"
-        else:
-            raise DeviceError(
-                f"the CUDA device loads 'cubin' or 'ptx' images, not '{image.format}'"
-                " (compile with --backend cuda)"
-            )
         module = self._call("cuModuleLoadData", data)
         function = self._call("cuModuleGetFunction", module, image.kernel_name.encode())
         if image.format == "ptx":

@@ -33,6 +33,7 @@ import attrs
 from heron.runtime.core.device import DeviceError, KernelImage
 
 __all__ = [
+    "IMAGE_FORMATS",
     "KernelParameter",
     "choose_image",
     "KernelSignature",
@@ -44,6 +45,11 @@ __all__ = [
     "ptx_entry_names",
 ]
 
+#: The kernel images a CUDA device loads, in order of preference: a cubin (when its arch
+#: runs on the device), else the PTX the driver JIT-compiles. The one declaration: the
+#: backend's ``BackendSpec.image_formats`` is this, and ``CudaDevice.load_kernel`` refuses
+#: any other format.
+IMAGE_FORMATS = ("cubin", "ptx")
 #: Bytes of each PTX fundamental type.
 _TYPE_SIZES = {
     **dict.fromkeys(("u8", "s8", "b8"), 1),

@@ -14,6 +14,7 @@ from typing import Any
 
 from heron.runtime.core.device import DeviceError
 from heron.runtime.core.hookspecs import BackendSpec, Stage, hookimpl
+from heron.runtime.rocm.code_object import IMAGE_FORMATS
 from heron.runtime.rocm.driver import probe
 
 STAGES = (
@@ -74,5 +75,5 @@ def heron_backend_specs() -> BackendSpec:
         device_factory=create_device,
         stages=STAGES,
         description="ROCm GPUs (an HSACO), through hip-python",
-        image_formats=("hsaco",),
+        image_formats=IMAGE_FORMATS,
     )

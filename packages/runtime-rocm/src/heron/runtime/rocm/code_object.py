@@ -34,6 +34,7 @@ import attrs
 from heron.runtime.core.device import DeviceError
 
 __all__ = [
+    "IMAGE_FORMATS",
     "CodeObject",
     "KernelArgument",
     "KernelMetadata",
@@ -42,6 +43,10 @@ __all__ = [
     "read_code_object",
 ]
 
+#: The kernel images a HIP device loads: a code object (HSACO). The one declaration: the
+#: backend's ``BackendSpec.image_formats`` is this, and ``HipDevice.load_kernel`` refuses
+#: any other format.
+IMAGE_FORMATS = ("hsaco",)
 EM_AMDGPU = 224
 NT_AMDGPU_METADATA = 32
 _SHT_SYMTAB, _SHT_NOTE, _SHT_DYNSYM = 2, 7, 11

@@ -56,7 +56,12 @@ from heron.runtime.core.gpu_device import (
     EventTimer,
     Library,
 )
-from heron.runtime.rocm.code_object import KernelMetadata, pack_arguments, read_code_object
+from heron.runtime.rocm.code_object import (
+    IMAGE_FORMATS,
+    KernelMetadata,
+    pack_arguments,
+    read_code_object,
+)
 from heron.runtime.rocm.driver import probe
 from heron.runtime.rocm.properties import target_properties
 
@@ -154,10 +159,10 @@ class HipDevice(CapturingDevice):
         return target_properties(self._call("hipGetDeviceProperties", self.ordinal))
 
     def load_kernel(self, image: KernelImage) -> LoadedKernel:
-        if image.format != "hsaco":
+        if image.format not in IMAGE_FORMATS:
             raise DeviceError(
-                f"the HIP device loads 'hsaco' images, not '{image.format}'"
-                " (compile with --backend rocm)"
+                f"the HIP device loads {' or '.join(map(repr, IMAGE_FORMATS))} images,"
+                f" not '{image.format}' (compile with --backend rocm)"
             )
         code_object = read_code_object(image.data)
         metadata = code_object.kernel(image.kernel_name)
