@@ -235,3 +235,32 @@ def test_simplify_is_fast_on_small_maps():
         simplify(m)
     per_map = (time.perf_counter() - start) / len(maps)
     assert per_map < 0.01  # generous for CI; typically well under 1 ms
+
+
+def test_simplify_is_memoised_for_equal_maps():
+    """A compile asks for the same maps again and again: equal maps (frozen values)
+    are simplified once, and the answer is the same value."""
+    from heron.indexing import IndexingMap, simplify
+    from heron.indexing.affine import Dim
+
+    def build():
+        return IndexingMap.for_shape([4, 8], [Dim(0) * 8 + Dim(1) - Dim(1)])
+
+    simplify.cache_clear()
+    first = simplify(build())
+    second = simplify(build())
+    assert first is second
+    assert simplify.cache_info().hits == 1
+    assert first.results == (Dim(0) * 8,)
+
+
+def test_a_map_built_from_lists_is_a_hashable_value():
+    from heron.indexing import IndexingMap, Interval, Variable, simplify
+    from heron.indexing.affine import Dim
+
+    m = IndexingMap([Variable("d0", Interval(0, 3))], [Dim(0)], [], [], [[Dim(0), Interval(0, 1)]])
+    assert isinstance(m.results, tuple) and isinstance(m.constraints[0], tuple)
+    assert hash(m) == hash(
+        IndexingMap.for_shape([4], [Dim(0)], constraints=[(Dim(0), Interval(0, 1))])
+    )
+    assert simplify(m) == simplify(m)

@@ -105,7 +105,7 @@ class Symbol(AffineExpr):
         return symbols[self.index]
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, cache_hash=True)
 class Binary(AffineExpr):
     kind: BinaryKind
     lhs: AffineExpr

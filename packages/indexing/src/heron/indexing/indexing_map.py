@@ -33,7 +33,7 @@ class IndexingError(ValueError):
     """An indexing map is malformed (bad text, mismatched counts, empty ranges...)."""
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Variable:
     """A named variable with its inclusive range."""
 
@@ -50,13 +50,23 @@ def _check_variables(kind: str, variables: tuple[Variable, ...]) -> None:
             raise IndexingError(f"{kind} variable {v!r} is not a Variable")
 
 
-@attrs.frozen
+def _constraint_pairs(
+    constraints: Sequence[Sequence[AffineExpr | Interval]],
+) -> tuple[tuple[AffineExpr, Interval], ...]:
+    return tuple((expr, interval) for expr, interval in constraints)  # type: ignore[misc]
+
+
+@attrs.frozen(cache_hash=True)
 class IndexingMap:
-    dimensions: tuple[Variable, ...]
-    results: tuple[AffineExpr, ...]
-    range_vars: tuple[Variable, ...] = ()
-    runtime_vars: tuple[Variable, ...] = ()
-    constraints: tuple[tuple[AffineExpr, Interval], ...] = ()
+    # Tuples whatever a caller passes: a map is a value (hashed, memoised by the
+    # simplifier), so no field may be a list.
+    dimensions: tuple[Variable, ...] = attrs.field(converter=tuple)
+    results: tuple[AffineExpr, ...] = attrs.field(converter=tuple)
+    range_vars: tuple[Variable, ...] = attrs.field(default=(), converter=tuple)
+    runtime_vars: tuple[Variable, ...] = attrs.field(default=(), converter=tuple)
+    constraints: tuple[tuple[AffineExpr, Interval], ...] = attrs.field(
+        default=(), converter=_constraint_pairs
+    )
 
     def __attrs_post_init__(self) -> None:
         _check_variables("dimension", self.dimensions)

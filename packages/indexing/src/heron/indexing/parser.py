@@ -17,6 +17,7 @@ hold for maps built by those same constructors.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -290,8 +291,12 @@ class _Parser:
         )
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_indexing_map(text: str) -> IndexingMap:
-    """An ``IndexingMap`` from its text form; ``IndexingError`` saying where and what otherwise."""
+    """An ``IndexingMap`` from its text form; ``IndexingError`` saying where and what otherwise.
+
+    Memoised by the text (maps are frozen values): the MLIR passes read the same
+    ``#heron_gpu.indexing_map`` attributes back many times per kernel."""
     return _Parser(text).indexing_map()
 
 
