@@ -270,9 +270,26 @@ def test_values_are_reused_only_where_they_dominate(monkeypatch):
 def test_emitting_twice_gives_independent_modules():
     a = IdentityEmitter(analysed(fusion_of(LOG_TRANSPOSE_ADD))).emit()
     b = IdentityEmitter(analysed(fusion_of(LOG_TRANSPOSE_ADD))).emit()
-    assert a.module.context is not b.module.context
+    assert a.module is not b.module
     assert str(a.module) == str(b.module)
     assert a == b  # the module is not part of equality
+    with a.module.context:  # changing one leaves the other as it was
+        for op in list(a.module.body.operations):
+            op.erase()
+    assert str(b.module) != str(a.module) and "func.func" in str(b.module)
+
+
+def test_emissions_share_a_context_a_bounded_number_of_times():
+    """A context costs as much to make as a small kernel to emit: a program's kernels
+    share one, and a new one is made after CONTEXT_REUSES (a context keeps every
+    attribute it uniqued, a kernel's constants too, as long as it lives)."""
+    from heron.emitters.dialect import context as contexts
+
+    contexts._local.uses = contexts.CONTEXT_REUSES  # start a fresh one
+    first = contexts.make_context()
+    shared = [contexts.make_context() for _ in range(contexts.CONTEXT_REUSES - 1)]
+    assert all(c is first for c in shared)
+    assert contexts.make_context() is not first
 
 
 def test_an_emitter_is_built_from_an_analysis_only():
