@@ -26,6 +26,7 @@ from heron.compiler.scan_rewriter import scan_of
 from heron.hlo.custom_calls.library import library_call_target
 from heron.hlo.determinism import regrouped
 from heron.hlo.ir import Computation, Instruction
+from heron.hlo.passes.rewrite import computations_reached
 
 __all__ = ["ORDER_FREE_OPCODES", "ordered_by_their_kernels", "sums_in_its_own_order"]
 
@@ -48,17 +49,8 @@ def ordered_by_their_kernels(computation: Computation) -> tuple[str, ...]:
     """The names of the instructions of ``computation`` (and of the computations it
     calls) that :func:`sums_in_its_own_order` names, in order."""
     found: list[str] = []
-    seen: set[int] = set()
-    stack = [computation]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        for inst in current.instructions:
-            if sums_in_its_own_order(inst):
-                found.append(inst.name)
-            stack.extend(inst.called_computations())
+    for current in computations_reached([computation]):
+        found.extend(inst.name for inst in current.instructions if sums_in_its_own_order(inst))
     return tuple(found)
 
 

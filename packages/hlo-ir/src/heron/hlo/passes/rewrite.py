@@ -8,9 +8,8 @@ leaves its computation only when nothing uses it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
-from heron.hlo.attributes import ComputationRef
 from heron.hlo.builder import NameUniquer
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.shapes import Shape
@@ -19,6 +18,7 @@ __all__ = [
     "SIDE_EFFECT_OPCODES",
     "Inserter",
     "Uses",
+    "computations_reached",
     "has_side_effect",
     "module_names",
     "non_fusion_computations",
@@ -246,22 +246,25 @@ def reachable_computations(module: Module) -> list[Computation]:
     roots = [module.entry]
     if module.fusion_under_test is not None:
         roots.append(module.computation(module.fusion_under_test))
+    seen = {id(c) for c in computations_reached(roots)}
+    return [c for c in module.computations if id(c) in seen]
+
+
+def computations_reached(roots: Sequence[Computation]) -> list[Computation]:
+    """``roots`` and every computation their instructions call, directly or not, each
+    once (depth first)."""
     seen: set[int] = set()
+    reached: list[Computation] = []
     stack = list(roots)
     while stack:
         computation = stack.pop()
         if id(computation) in seen:
             continue
         seen.add(id(computation))
+        reached.append(computation)
         for inst in computation.instructions:
-            for value in inst.attributes.values():
-                refs = value if isinstance(value, tuple) else (value,)
-                stack.extend(
-                    ref.computation
-                    for ref in refs
-                    if isinstance(ref, ComputationRef) and ref.computation is not None
-                )
-    return [c for c in module.computations if id(c) in seen]
+            stack.extend(inst.called_computations())
+    return reached
 
 
 def non_fusion_computations(module: Module) -> list[Computation]:
