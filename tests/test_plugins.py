@@ -556,3 +556,10 @@ def test_each_backend_declares_the_image_formats_its_devices_load():
     assert backends.get("cuda").image_formats == ("cubin", "ptx")
     assert backends.get("rocm").image_formats == ("hsaco",)
     assert backends.get("interpreter").image_formats == ("heron-interpreter",)
+
+
+def test_a_stage_says_concurrent_with_a_bool():
+    from heron.runtime.core.hookspecs import Stage
+
+    with pytest.raises(TypeError, match="concurrent"):
+        Stage("cubin", "heron.runtime.cuda.stages:to_cubin", "cubin", concurrent="yes")

@@ -72,14 +72,20 @@ def stages_module(tmp_path, monkeypatch):
     return name
 
 
-def _backend(module: str, *stages: tuple[str, str | None]) -> BackendRegistry:
-    """A registry with one backend, ``tiny``, of the given (function, extension) stages."""
+def _backend(
+    module: str, *stages: tuple[str, str | None], concurrent: tuple[str, ...] = ()
+) -> BackendRegistry:
+    """A registry with one backend, ``tiny``, of the given (function, extension) stages
+    (``concurrent``: the functions whose stages say so)."""
     spec = BackendSpec(
         name="tiny",
         priority=0,
         is_available=lambda: (True, "here"),
         device_factory=lambda target: None,
-        stages=[Stage(fn.replace("_", "-"), f"{module}:{fn}", ext) for fn, ext in stages],
+        stages=[
+            Stage(fn.replace("_", "-"), f"{module}:{fn}", ext, concurrent=fn in concurrent)
+            for fn, ext in stages
+        ],
     )
     return BackendRegistry([(spec, None)])
 
@@ -332,3 +338,64 @@ def test_a_kernels_own_order_asks_the_instruction_rule(monkeypatch):
     monkeypatch.setattr(summation_order, "ORDER_FREE_OPCODES", frozenset())
     kernel = _order_kernel("gemm")
     assert kernel.emitter == "gemm" and not kernel.sums_in_its_own_order
+
+
+def test_concurrent_stages_run_in_the_background_and_finish_when_asked(stages_module):
+    """A whole program's compile hands the stages from the first concurrent one on (CUDA's
+    ptxas) to workers: the kernel comes back unfinished, the same once finished."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    backends = _backend(
+        stages_module, ("text", "txt"), ("binary", "bin"), ("image", "img"), concurrent=("binary",)
+    )
+    with ThreadPoolExecutor(1) as workers:
+        unfinished = compile_fusion(_fusion(), H100, "tiny", backends=backends, background=workers)
+        assert unfinished.finishing is not None
+        assert [a.stage for a in unfinished.artefacts] == ["text"]
+        done = unfinished.finished()
+    plain = compile_fusion(_fusion(), H100, "tiny", backends=backends)
+    assert done.finishing is None and done.finished() is done
+    assert done.image == plain.image and done.artefacts == plain.artefacts
+    assert [r.name for r in done.stages] == [r.name for r in plain.stages]
+
+
+def test_a_concurrent_stage_s_failure_is_raised_when_the_kernel_is_finished(stages_module):
+    from concurrent.futures import ThreadPoolExecutor
+
+    backends = _backend(stages_module, ("text", None), ("fails", None), concurrent=("fails",))
+    with ThreadPoolExecutor(1) as workers:
+        unfinished = compile_fusion(_fusion(), H100, "tiny", backends=backends, background=workers)
+        with pytest.raises(UnsupportedError, match="tiny stage 'fails' \\(sm_90\\) failed"):
+            unfinished.finished()
+
+
+def test_a_stop_before_the_concurrent_stages_leaves_nothing_to_finish(stages_module):
+    from concurrent.futures import ThreadPoolExecutor
+
+    backends = _backend(
+        stages_module, ("text", None), ("binary", None), ("image", None), concurrent=("image",)
+    )
+    with ThreadPoolExecutor(1) as workers:
+        kernel = compile_fusion(
+            _fusion(), H100, "tiny", stop_after="binary", backends=backends, background=workers
+        )
+    assert kernel.finishing is None and kernel.image is None
+
+
+def test_a_program_s_cubins_are_made_while_its_next_kernels_are_emitted():
+    """compile_program runs CUDA's ptxas stage on workers; what it returns is finished."""
+    from heron.compiler.executable import compile_program
+    from heron.runtime.cuda.compiler_tools import ToolNotFoundError, find_ptxas
+
+    try:
+        find_ptxas()
+    except ToolNotFoundError as exc:
+        pytest.skip(str(exc))
+    assert default_backends().get("cuda").stages[-1].concurrent
+    compiled = compile_program(parse_module(SCALE), H100, backends=("cuda",))
+    for emitted in compiled.program.kernels:
+        kernel = emitted.compiled["cuda"]
+        assert kernel.finishing is None
+        assert kernel.image.format == "cubin" and kernel.image.data
+        assert [r.name for r in kernel.stages][-3:] == ["llvm-ir", "ptx", "cubin"]
+    assert {entry.image.format for entry in compiled.artefact.kernels} == {"cubin"}

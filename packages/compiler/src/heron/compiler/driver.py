@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -121,6 +122,14 @@ class CompiledKernel:
     #: The fused instructions every kernel sums in an order of its own (a dot, a
     #: convolution, ...: :func:`heron.compiler.summation_order.sums_in_its_own_order`).
     summed_in_their_own_order: tuple[str, ...] = ()
+    #: Where the backend's concurrent stages still run (:func:`compile_fusion`'s
+    #: ``background``): the finished kernel, which :meth:`finished` waits for.
+    finishing: Future[CompiledKernel] | None = attrs.field(default=None, eq=False, repr=False)
+
+    def finished(self) -> CompiledKernel:
+        """This kernel with every backend stage run: itself, or what :attr:`finishing`
+        gives (a stage's error is raised here)."""
+        return self if self.finishing is None else self.finishing.result()
 
     @property
     def sums_in_its_own_order(self) -> bool:
@@ -227,6 +236,7 @@ def compile_fusion(
     stop_after: str | None = None,
     emitters: EmitterRegistry | None = None,
     backends: BackendRegistry | None = None,
+    background: Executor | None = None,
 ) -> CompiledKernel:
     """Compile ``fusion`` for ``target`` through ``backend`` (default: the Target's own).
 
@@ -235,6 +245,11 @@ def compile_fusion(
     ``backends`` replace the installed registries. Errors about the fusion
     (what no emitter or backend can compile) are ``UnsupportedError`` naming
     the fusion and the stage; a broken plugin is a ``PluginError``.
+
+    ``background``: the backend's stages from its first ``concurrent`` one on
+    (CUDA's ptxas) run there while the caller goes on (a whole program's
+    compile emits its next kernels meanwhile); the kernel returned is then
+    unfinished, its image and artefacts given by :meth:`CompiledKernel.finished`.
     """
     from heron.emitters.selection import emit_fusion
 
@@ -242,7 +257,7 @@ def compile_fusion(
     start = time.perf_counter()
     kernel = emit_fusion(fusion, target, registry=emitters)
     emitted = StageRecord(EMIT, time.perf_counter() - start)
-    return _compile(kernel, target, plan, dump, [emitted])
+    return _compile(kernel, target, plan, dump, [emitted], background)
 
 
 def compile_emitted(
@@ -268,6 +283,7 @@ def _compile(
     plan: _Plan,
     dump: Dump | None,
     records: list[StageRecord],
+    background: Executor | None = None,
 ) -> CompiledKernel:
     from heron.emitters.pipeline import PipelineOptions, run_passes
 
@@ -283,10 +299,10 @@ def _compile(
         )
     except HloError as exc:
         raise UnsupportedError(f"fusion '{kernel.fusion_name}': {exc.message}") from exc
-    image, artefacts = None, []
+    image, artefacts, rest = None, [], None
     if not plan.stops_in_heron:
-        image, artefacts = _run_backend(kernel, target, plan, dump, records)
-    return CompiledKernel(
+        image, artefacts, rest = _run_backend(kernel, target, plan, dump, records, background)
+    compiled = CompiledKernel(
         fusion_name=kernel.fusion_name,
         kernel_name=kernel.name,
         emitter=kernel.emitter,
@@ -307,6 +323,38 @@ def _compile(
             else ()
         ),
     )
+    if rest is None:
+        return compiled
+    assert background is not None
+    return attrs.evolve(compiled, finishing=background.submit(_finish, compiled, rest))
+
+
+@attrs.frozen
+class _Rest:
+    """The backend stages a compile left to a worker: from the first concurrent one on."""
+
+    stages: tuple[Any, ...]
+    value: Any
+    context: StageContext
+    plan: _Plan
+    records: tuple[StageRecord, ...]
+    artefacts: tuple[Artefact, ...]
+    image: KernelImage | None
+
+
+def _finish(kernel: CompiledKernel, rest: _Rest) -> CompiledKernel:
+    """``kernel`` with the stages of ``rest`` run (on a worker thread)."""
+    records, artefacts = list(rest.records), list(rest.artefacts)
+    ran = _run_stages(
+        rest.stages, _Ran(rest.image, rest.value), rest.context, rest.plan, records, artefacts
+    )
+    return attrs.evolve(
+        kernel,
+        image=ran.checked(rest.plan).image,
+        artefacts=tuple(artefacts),
+        stages=tuple(records),
+        finishing=None,
+    )
 
 
 def _run_backend(
@@ -315,43 +363,76 @@ def _run_backend(
     plan: _Plan,
     dump: Dump | None,
     records: list[StageRecord],
-) -> tuple[KernelImage | None, list[Artefact]]:
-    """The backend's stages on the ``lower-tensors`` module: the image and the artefacts."""
-    name = plan.backend.name
-    stages = plan.backends.load_stages(name)
+    background: Executor | None = None,
+) -> tuple[KernelImage | None, list[Artefact], _Rest | None]:
+    """The backend's stages on the ``lower-tensors`` module: the image and the artefacts,
+    and, with ``background``, the stages from the first concurrent one on, not run."""
+    stages = tuple(plan.backends.load_stages(plan.backend.name))
     context = StageContext(target, kernel.name, kernel.fusion_name, dump)
-    value: Any = kernel.module
-    image: KernelImage | None = None
     artefacts: list[Artefact] = []
-    last_ran = "lower-tensors"
+    split = len(stages)
+    if background is not None:
+        split = next((i for i, s in enumerate(stages) if s.stage.concurrent), split)
+    ran = _run_stages(stages[:split], _Ran(None, kernel.module), context, plan, records, artefacts)
+    if ran.stopped or split == len(stages):
+        return ran.checked(plan).image, artefacts, None
+    rest = _Rest(
+        stages[split:], ran.value, context, plan, tuple(records), tuple(artefacts), ran.image
+    )
+    return ran.image, artefacts, rest
+
+
+@attrs.frozen
+class _Ran:
+    """Where a run of backend stages got to."""
+
+    image: KernelImage | None  #: the last KernelImage a stage made
+    value: Any  #: the last stage's output (the next one's input)
+    last_ran: str = "lower-tensors"
+    stopped: bool = False  #: it reached the plan's ``stop_after``
+
+    def checked(self, plan: _Plan) -> _Ran:
+        """Itself, where the compile ended as a backend must end it: at ``stop_after``,
+        or with a KernelImage."""
+        if not self.stopped and not isinstance(self.value, KernelImage):
+            raise PluginError(
+                f"{plan.backends.describe(plan.backend.name)}: its last stage that ran,"
+                f" '{self.last_ran}', returned a {type(self.value).__name__}, not a KernelImage"
+            )
+        return self
+
+
+def _run_stages(
+    stages: tuple[Any, ...],
+    ran: _Ran,
+    context: StageContext,
+    plan: _Plan,
+    records: list[StageRecord],
+    artefacts: list[Artefact],
+) -> _Ran:
+    """Run ``stages`` on from ``ran``, recording each, until the plan's ``stop_after``."""
+    name = plan.backend.name
     for stage in stages:
         start = time.perf_counter()
         try:
-            output = stage.run(value, context)
+            output = stage.run(ran.value, context)
         except StageSkipped as skipped:
             reason = str(skipped) or "skipped by the backend"
             records.append(StageRecord(stage.name, time.perf_counter() - start, reason))
             continue
         except Exception as exc:
-            error = _stage_error(exc, kernel.fusion_name, name, stage.name, target)
+            error = _stage_error(exc, context.fusion_name, name, stage.name, context.target)
             if error is exc:
                 raise
             raise error from exc
         records.append(StageRecord(stage.name, time.perf_counter() - start))
-        last_ran = stage.name
         if stage.stage.extension is not None:
             artefacts.append(_artefact(plan, stage.name, stage.stage.extension, output))
-        if isinstance(output, KernelImage):
-            image = output
-        value = output
-        if stage.name == plan.stop_after:
-            return image, artefacts
-    if not isinstance(value, KernelImage):
-        raise PluginError(
-            f"{plan.backends.describe(name)}: its last stage that ran, '{last_ran}', returned a"
-            f" {type(value).__name__}, not a KernelImage"
-        )
-    return image, artefacts
+        image = output if isinstance(output, KernelImage) else ran.image
+        ran = _Ran(image, output, stage.name, stage.name == plan.stop_after)
+        if ran.stopped:
+            break
+    return ran
 
 
 def _stage_error(

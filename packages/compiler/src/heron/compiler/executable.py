@@ -29,8 +29,10 @@ the program.
 from __future__ import annotations
 
 import copy
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import attrs
@@ -147,15 +149,28 @@ def compile_program(
     _check_entry_parameters(optimized)
     assignment = assign_buffers(optimized, alignment=BUFFER_ALIGNMENT)
     kernel_seconds = 0.0
+    # The backends' concurrent stages (ptxas) run on workers while the next kernels
+    # are emitted; a compiler given by the caller runs as it likes.
+    workers = ThreadPoolExecutor(os.cpu_count() or 1) if compiler is None else None
 
     def compile_all(fusion: Instruction) -> dict[str, CompiledKernel]:
         nonlocal kernel_seconds
         begun = time.perf_counter()
-        compiled = {backend: compile_one(fusion, target, backend) for backend in backends}
+        if workers is None:
+            compiled = {backend: compile_one(fusion, target, backend) for backend in backends}
+        else:
+            compiled = {
+                backend: compile_fusion(fusion, target, backend, background=workers)
+                for backend in backends
+            }
         kernel_seconds += time.perf_counter() - begun
         return compiled
 
-    program = emit_thunks(assignment, compile_all, trip_counts, target)
+    try:
+        program = _finished(emit_thunks(assignment, compile_all, trip_counts, target))
+    finally:
+        if workers is not None:
+            workers.shutdown(cancel_futures=True)
     allocations, result_copies = _allocations(assignment)
     thunks: tuple[Thunk, ...] = (*program.thunks, *result_copies)
     kernels = [
@@ -180,6 +195,18 @@ def compile_program(
         seconds=time.perf_counter() - start,
         kernel_seconds=kernel_seconds,
     )
+
+
+def _finished(program: ThunkProgram) -> ThunkProgram:
+    """``program`` with every kernel's backend stages run (their workers waited for)."""
+    kernels = tuple(
+        attrs.evolve(
+            emitted,
+            compiled={backend: kernel.finished() for backend, kernel in emitted.compiled.items()},
+        )
+        for emitted in program.kernels
+    )
+    return attrs.evolve(program, kernels=kernels)
 
 
 def compile_executable(

@@ -67,6 +67,7 @@ import pluggy
 
 from heron.hlo.plugin_loading import (
     PROJECT,
+    check_bool,
     check_callable,
     check_int,
     check_reference,
@@ -142,12 +143,17 @@ class Stage:
     (see the module docstring), imported lazily. ``extension`` is the file
     extension of what the stage makes when that is an artefact (``ll``,
     ``ptx``, ``cubin``, ``o``, ``hsaco``), None when it is not.
+    ``concurrent``: the stage spends its time outside Python (an external tool
+    such as ptxas) and touches no shared state, so a whole program's compile
+    may run it, and the stages after it, on a worker thread while it emits the
+    next kernels.
     """
 
     name: str = attrs.field(validator=check_spec_name)
     function: str = attrs.field(validator=_check_required_reference)
     extension: str | None = attrs.field(default=None, validator=_check_extension)
     description: str = ""
+    concurrent: bool = attrs.field(default=False, validator=check_bool)
 
 
 def _to_stages(value: Any) -> Any:

@@ -35,6 +35,7 @@ STAGES = (
         "heron.runtime.cuda.stages:to_cubin",
         extension="cubin",
         description="ptxas; skipped when ptxas is not installed (PTX is loadable too)",
+        concurrent=True,  # a subprocess: a program's kernels are emitted meanwhile
     ),
 )
 
