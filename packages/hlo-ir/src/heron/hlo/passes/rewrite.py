@@ -129,6 +129,13 @@ class Uses:
         """Record the uses of ``inst``, which the caller puts into the computation itself."""
         self._register(inst)
 
+    def forget(self, inst: Instruction) -> None:
+        """Forget that ``inst`` uses its operands (it is leaving the computation)."""
+        for operand in inst.operands:
+            users = self._users.get(id(operand))
+            if users is not None:
+                users[:] = [user for user in users if user is not inst]
+
     def replace(self, old: Instruction, new: Instruction) -> bool:
         """Make every user of ``old`` (and the root) use ``new``; True if anything changed."""
         if old is new:
@@ -200,15 +207,18 @@ def rewrite_each(
     names = module_names(module)
     changed = False
     for computation in non_fusion_computations(module):
+        # One inserter for the computation, its uses kept current through every rewrite
+        # (building them again for each instruction made the pass quadratic).
+        inserter = Inserter(computation, names)
         pending = [inst for inst in computation.instructions if inst.opcode == opcode]
         while pending:
             inst = pending.pop()
             before = set(computation.instructions)
-            inserter = Inserter(computation, names)
             replacement = rewrite(inserter, inst)
             if replacement is None:
                 continue
             inserter.replace(inst, replacement)
+            inserter.uses.forget(inst)
             remove_instructions(computation, [inst])
             pending.extend(
                 new
