@@ -149,7 +149,10 @@ def test_a_skipped_stage_is_reported_and_the_next_gets_its_input(stages_module):
     assert compiled.artefacts == ()  # the skipped stage made nothing
 
 
-def test_ptxas_missing_skips_the_cubin_stage_and_says_why(monkeypatch):
+@pytest.mark.parametrize("in_the_background", [False, True])
+def test_ptxas_missing_skips_the_cubin_stage_and_says_why(monkeypatch, in_the_background):
+    from concurrent.futures import ThreadPoolExecutor
+
     from heron.runtime.cuda import stages
     from heron.runtime.cuda.compiler_tools import ToolNotFoundError
 
@@ -157,7 +160,10 @@ def test_ptxas_missing_skips_the_cubin_stage_and_says_why(monkeypatch):
         raise ToolNotFoundError("ptxas not found: install the 'nvidia-cuda-nvcc' wheel")
 
     monkeypatch.setattr(stages, "find_ptxas", missing)
-    compiled = compile_fusion(_fusion(), Target.preset("a100"))
+    with ThreadPoolExecutor(1) as workers:
+        background = workers if in_the_background else None
+        compiled = compile_fusion(_fusion(), Target.preset("a100"), background=background)
+        compiled = compiled.finished()
     assert [(r.name, r.skipped) for r in compiled.skipped] == [
         ("cubin", "ptxas not found: install the 'nvidia-cuda-nvcc' wheel")
     ]

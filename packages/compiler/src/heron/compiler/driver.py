@@ -334,20 +334,17 @@ class _Rest:
     """The backend stages a compile left to a worker: from the first concurrent one on."""
 
     stages: tuple[Any, ...]
-    value: Any
+    ran: _Ran  #: where the stages before them got to
     context: StageContext
     plan: _Plan
     records: tuple[StageRecord, ...]
     artefacts: tuple[Artefact, ...]
-    image: KernelImage | None
 
 
 def _finish(kernel: CompiledKernel, rest: _Rest) -> CompiledKernel:
     """``kernel`` with the stages of ``rest`` run (on a worker thread)."""
     records, artefacts = list(rest.records), list(rest.artefacts)
-    ran = _run_stages(
-        rest.stages, _Ran(rest.image, rest.value), rest.context, rest.plan, records, artefacts
-    )
+    ran = _run_stages(rest.stages, rest.ran, rest.context, rest.plan, records, artefacts)
     return attrs.evolve(
         kernel,
         image=ran.checked(rest.plan).image,
@@ -376,9 +373,7 @@ def _run_backend(
     ran = _run_stages(stages[:split], _Ran(None, kernel.module), context, plan, records, artefacts)
     if ran.stopped or split == len(stages):
         return ran.checked(plan).image, artefacts, None
-    rest = _Rest(
-        stages[split:], ran.value, context, plan, tuple(records), tuple(artefacts), ran.image
-    )
+    rest = _Rest(stages[split:], ran, context, plan, tuple(records), tuple(artefacts))
     return ran.image, artefacts, rest
 
 
