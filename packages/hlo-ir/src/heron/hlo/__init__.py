@@ -1,7 +1,7 @@
 """heron.hlo: the HLO IR, its text form, its verifier, its reference evaluator and HLO passes.
 
-The bottom of heron's dependency graph (docs/architecture.md): it imports no
-other heron package and no MLIR, so the HLO tools run with numpy and
+At the bottom of heron's dependency graph with heron.target (docs/architecture.md):
+it imports no other heron package and no MLIR, so the HLO tools run with numpy and
 ml_dtypes alone. Besides the names below (the public surface) it holds:
 
 - ``heron.hlo.passes``: target-independent HLO passes, one module each
