@@ -15,6 +15,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from heron_test_support.hlo_modules import GEMM_FUSION
 
 import heron.cli.run as run_command
 from heron.cli.main import main
@@ -331,22 +332,6 @@ ENTRY e {
 
 
 GEMM_PROGRAMS = ("batched_matmul", "mlp_relu", "conv1d", "scan_rnn")
-
-
-#: One f32 dot fusion: the GEMM emitter's, which writes each element once.
-GEMM_FUSION = """
-HloModule gemm
-fused {
-  a = f32[32,16]{1,0} parameter(0)
-  b = f32[16,8]{1,0} parameter(1)
-  ROOT d = f32[32,8]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-}
-ENTRY main {
-  a = f32[32,16]{1,0} parameter(0)
-  b = f32[16,8]{1,0} parameter(1)
-  ROOT f = f32[32,8]{1,0} fusion(a, b), kind=kOutput, calls=fused
-}
-"""
 
 
 def _gemm_kernel_and_tolerance():

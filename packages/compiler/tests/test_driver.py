@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from heron_test_support.hlo_modules import SCALE
+from heron_test_support.hlo_modules import GEMM_FUSION, SCALE
 
 from heron.compiler import (
     CompiledKernel,
@@ -278,17 +278,7 @@ def test_registries_are_loaded_once_per_process(monkeypatch):
 
 #: One fusion each for the GEMM, loop and row-reduction emitters.
 ORDER_FUSIONS = {
-    "gemm": """
-fused {
-  a = f32[32,16]{1,0} parameter(0)
-  b = f32[16,8]{1,0} parameter(1)
-  ROOT d = f32[32,8]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-}
-ENTRY main {
-  a = f32[32,16]{1,0} parameter(0)
-  b = f32[16,8]{1,0} parameter(1)
-  ROOT f = f32[32,8]{1,0} fusion(a, b), kind=kOutput, calls=fused
-}""",
+    "gemm": GEMM_FUSION.split("HloModule gemm", 1)[1],
     "loop": """
 fused {
   a = f32[32,16]{1,0} parameter(0)

@@ -24,3 +24,19 @@ ENTRY main {
   ROOT f = f32[64,32] fusion(x), kind=kLoop, calls=fused_scale
 }
 """
+
+
+#: One f32 dot fusion (k = 16): the GEMM emitter's, which writes each element once.
+GEMM_FUSION = """
+HloModule gemm
+fused {
+  a = f32[32,16]{1,0} parameter(0)
+  b = f32[16,8]{1,0} parameter(1)
+  ROOT d = f32[32,8]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+ENTRY main {
+  a = f32[32,16]{1,0} parameter(0)
+  b = f32[16,8]{1,0} parameter(1)
+  ROOT f = f32[32,8]{1,0} fusion(a, b), kind=kOutput, calls=fused
+}
+"""
