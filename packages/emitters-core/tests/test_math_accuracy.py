@@ -56,12 +56,12 @@ def _mp(fn):
 #: the JIT calls libm's ``exp2f`` (within 0.5 ulp), so the host result must stay
 #: :data:`EX2_APPROX_EXTRA` ulps inside the GPU bound: the instruction's error
 #: reaches the result unchanged (it is scaled by an exact power of two).
-USES_EX2_APPROX = frozenset({"exp", "exp2", "sinh", "cosh", "tanh"})
+USES_EX2_APPROX = frozenset({"exp", "exp2", "sinh", "cosh"})
 EX2_APPROX_EXTRA = 2 - 0.5
-#: f32 tanh's quotient may be 2 ulp off on the GPU (div.full), at most 1 ulp of its result
-#: (math_exp_log._tanh_f32); the host divides correctly rounded, so its result stays
-#: inside the GPU bound by that ulp too.
-DIV_FULL_EXTRA = {"tanh": 1, "cosh": 1}
+#: f32 tanh's quotient is its result and may be 2 ulp off on the GPU (div.full); cosh's,
+#: at most 1 ulp of its result (math_exp_log.cosh); the host divides correctly rounded,
+#: so its result stays inside the GPU bound by that many ulps.
+DIV_FULL_EXTRA = {"tanh": 2, "cosh": 1}
 # (log1p's quotient, and so asinh's, acosh's and atanh's, is under 2^-24 of a result
 # of at least 0.28, erf's reciprocal feeds an erfc under 2.2e-5 subtracted from 1:
 # their 2 ulp cost nothing measurable.)
@@ -84,7 +84,7 @@ CASES = {
     "acos": (math_dialect.AcosOp, np.arccos, (1e-10, 1.2), True, [0.5, -0.5, -0.99999], 3, 3),
     "sinh": (math_dialect.SinhOp, np.sinh, (1e-10, 720), True, [8.99, 9.01, 21.9, 710.4], 4, 3),
     "cosh": (math_dialect.CoshOp, np.cosh, (1e-10, 720), True, [8.99, 9.01, 21.9, 710.4], 4, 3),
-    "tanh": (math_dialect.TanhOp, np.tanh, (1e-10, 40), True, [0.99, 1.01, 0.55], 4, 3),
+    "tanh": (math_dialect.TanhOp, np.tanh, (1e-10, 40), True, [0.99, 1.01, 0.55, 5.126039], 7, 3),
     "asinh": (math_dialect.AsinhOp, np.arcsinh, (1e-20, 1e300), True, [2.0, 4096.5], 3, 3),
     "acosh": (math_dialect.AcoshOp, np.arccosh, (0.5, 1e300), False, [1.0, 1.0001, 2.001], 3, 3),
     "atanh": (math_dialect.AtanhOp, np.arctanh, (1e-12, 1.1), True, [0.49999, 0.999999], 3, 3),
@@ -176,3 +176,71 @@ def test_the_division_allowances_are_the_table_s():
     from heron.emitters.math_accuracy import APPROXIMATE_DIVISION
 
     assert set(DIV_FULL_EXTRA) <= APPROXIMATE_DIVISION
+
+
+def _xla_tanh_f32(x: np.ndarray) -> np.ndarray:
+    """XLA:GPU's f32 tanh evaluated in numpy with a correctly rounded quotient (each fma
+    rounded once: the f32 product is exact in long double, the sum rounded from 64 bits)."""
+    from heron.emitters.pipeline import math_exp_log as el
+
+    f32, ld = np.float32, np.longdouble
+    c = f32(el._TANH_CLAMP_F32)
+    clamped = np.where(x > -c, x, -c)  # NaN stays NaN, as XLA's ugt/ult selects keep it
+    clamped = np.where(clamped < c, clamped, c).astype(f32)
+    clamped[np.isnan(x)] = np.nan
+    z = clamped * clamped
+
+    def horner(coefficients):
+        acc = np.full_like(z, f32(coefficients[0]))
+        for k in coefficients[1:]:
+            acc = (acc.astype(ld) * z.astype(ld) + ld(f32(k))).astype(f32)
+        return acc
+
+    numerator = clamped * horner(el._TANH_NUMERATOR_F32)
+    quotient = (numerator.astype(np.float64) / horner(el._TANH_DENOMINATOR_F32)).astype(f32)
+    return np.where(np.abs(x) < f32(el._TANH_TINY_F32), clamped, quotient)
+
+
+def test_f32_tanh_is_xla_s_rational_approximation():
+    """f32 tanh is XLA:GPU's own form (issue 29: 105 SASS instructions for four, XLA's
+    105; 165 with heron's exponential form): the same values to the bit on the host,
+    where the quotient is correctly rounded, over a sample of every f32 magnitude and
+    [-8, 8], and within the host bound of ``math_accuracy`` (7 ulp less div.full's 2:
+    4.90 measured on every f32 from 4e-4 to the clamp)."""
+    rng = np.random.default_rng(29)
+    every = np.arange(0, 0x7F800000, 4099, dtype=np.uint32).view(np.float32)
+    x = np.concatenate([every, -every[::7], rng.uniform(-8, 8, 100_000).astype(np.float32)])
+    with np.errstate(all="ignore"):
+        out = run_op(math_dialect.TanhOp, ElementType.F32, x)
+        want = _xla_tanh_f32(x)
+        err = ulp_error(out, np.tanh(x.astype(np.float64)), np.float32)
+    differ = np.flatnonzero(out.view(np.uint32) != want.view(np.uint32))
+    assert differ.size == 0, list(zip(x[differ][:5], out[differ][:5], want[differ][:5]))
+    worst = int(np.argmax(err))
+    assert err[worst] <= 7 - DIV_FULL_EXTRA["tanh"], (x[worst], err[worst])
+
+
+def test_f32_tanh_edges():
+    """Signed zeros and subnormals are returned (``|x| < 4e-4``), NaN stays NaN through the
+    clamp, +-inf and everything from the clamp (7.9988117) on is exactly +-1, just below it
+    not, and |tanh| never exceeds 1."""
+    from heron.emitters.pipeline import math_exp_log as el
+
+    c = np.float32(el._TANH_CLAMP_F32)
+    tiny = np.float32(el._TANH_TINY_F32)
+    below_c = np.nextafter(c, np.float32(0))
+    below_tiny = np.nextafter(tiny, np.float32(0))
+    x = np.array(
+        [0.0, -0.0, 1e-45, -1e-45, 1.1754942e-38, -3e-39, below_tiny, -below_tiny, tiny,
+         np.nan, np.inf, -np.inf, c, -c, below_c, -below_c, 9.0, 20.0, 3e38, -3e38],
+        dtype=np.float32,
+    )  # fmt: skip
+    out = run_op(math_dialect.TanhOp, ElementType.F32, x)
+    assert np.array_equal(out[:8].view(np.uint32), x[:8].view(np.uint32))
+    assert out[8] != tiny and abs(out[8] - np.tanh(np.float64(tiny))) < 1e-10
+    assert np.isnan(out[9])
+    assert list(out[10:14]) == [1.0, -1.0, 1.0, -1.0]
+    assert 0.9999997 < out[14] < 1.0 and out[15] == -out[14]
+    assert list(out[16:]) == [1.0, 1.0, 1.0, -1.0]
+    dense = np.linspace(-10, 10, 200_001, dtype=np.float32)
+    assert np.all(np.abs(run_op(math_dialect.TanhOp, ElementType.F32, dense)) <= 1.0)

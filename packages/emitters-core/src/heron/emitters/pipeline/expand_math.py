@@ -33,10 +33,12 @@ explicit fma per coefficient. The f32 exponentials take ``2^r`` from the
 GPU's approximate instruction (``llvm.exp2`` afn: ``ex2.approx.f32``, at
 most 2 ulp; AMDGPU ``v_exp_f32``), as XLA's ``__nv_expf`` does: their f32
 bounds (marked *) include its 2 ulp, which the host (libm's ``exp2f``) and
-the interpreter (correctly rounded) do not show, and f32 tanh's quotient may be
-2 ulp off (``div.full.f32``, as XLA divides: ``heron.emitters.fast_math``),
-which the host and the interpreter do not show either; docs/pipeline.md,
-"Accuracy contract: what heron shares with XLA":
+the interpreter (correctly rounded) do not show. f32 tanh is XLA:GPU's own
+rational approximation, to the operation (heron adopts XLA's numerics where
+XLA has its own: ``heron.emitters.math_accuracy.XLA_FORMS``), whose quotient
+may be 2 ulp off (``div.full.f32``, as XLA divides:
+``heron.emitters.fast_math``), which the host and the interpreter do not show
+either; docs/pipeline.md, "Accuracy contract: what heron shares with XLA":
 
 ==============  =========  =========  ==================================================
 op              f32        f64        notes
@@ -57,8 +59,9 @@ atan2           2          2          every IEEE zero/inf quadrant case
 asin, acos      3          3          |x| > 1 -> NaN
 sinh            4*         3          overflow exactly at the true threshold
 cosh            4*         3          f32: its 1/(4h) within 2 ulp (div.full)
-tanh            4*         3          f32: odd polynomial below 0.625; above,
-                                      a quotient within 2 ulp (div.full)
+tanh            7          3          f32: XLA:GPU's own (clamp, odd rational
+                                      13/6, x below 4e-4), 4.90 measured on
+                                      every f32, plus div.full's 2 ulp
 asinh, acosh,   3          3          acosh(x < 1), atanh(|x| > 1) -> NaN
 atanh
 erf             4*         2
