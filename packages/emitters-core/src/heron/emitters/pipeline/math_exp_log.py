@@ -66,28 +66,37 @@ def _reduce(kit: Kit, x: Value) -> tuple[Value, Value]:
     return kf, r
 
 
+#: 1.5 * 2^23: an f32 ``j = x + _SHIFTER`` (``|x| < 2^22``) is ``x`` rounded to an integer
+#: and holds that integer in its low mantissa bits.
+_SHIFTER_F32 = 12582912.0
+
+
 def _exp_f32(kit: Kit, x: Value, x_lo: Value | None, scale_log2: int, moderate: bool) -> Value:
     """f32 ``e^(x + x_lo) * 2^scale_log2`` for any ``x``: ``ex2.approx(x log2e - k) * 2^k``.
 
-    ``k`` is ``x log2e`` rounded, then clamped so that ``2^(k + scale_log2)`` is a
-    normal number; what the clamp leaves (up to 24 below, 3 above) goes into the
-    approximate exp2's argument, which then gives the subnormal or overflowing
-    result (rounded once by the final product). No clamp of ``x``, no two-step
-    scaling, no NaN select: a NaN or infinite ``x`` reaches ex2 as NaN or +-inf
-    (``k`` is clamped with minnum/maxnum before any integer conversion).
-    ``x log2e - k`` is two fmas with log2e split in two f32 parts. ``moderate``:
-    the caller guarantees a finite ``|x| <= 80``, so ``k`` needs no clamp.
+    ``j = fma(x, log2e, 1.5*2^23 + 127 + scale_log2)`` rounds ``x log2e`` to the integer
+    ``k`` and holds ``k + 127 + scale_log2`` in its low bits; ``j`` is clamped
+    (minnum/maxnum) so that the biased exponent is in [1, 254], and then gives both
+    ``k`` (``j`` minus the shifter, exact) and the bits of ``2^(k + scale_log2)`` (``j``'s
+    bits shifted to the exponent field: the shifter's own bits fall off the top). So
+    one fma, two clamps, a subtraction, two fmas (``x log2e - k`` with log2e split in
+    two f32 parts), a shift, ex2 and a multiply: libdevice's ``expf`` has the same ten
+    instructions (its clamp is a saturation of a scaled ``x``). What the clamp leaves
+    (up to 24 below, 3 above) goes into the approximate exp2's argument, which then
+    gives the subnormal or overflowing result (rounded once by the final product). No
+    clamp of ``x``, no NaN select: a NaN ``x`` clamps ``j`` to its lower end (minnum/
+    maxnum drop NaN) and reaches ex2 as NaN, an infinite one as +-inf. ``moderate``:
+    the caller guarantees a finite ``|x| <= 80``, so ``j`` needs no clamp.
     """
-    kc = kit.round_int(kit.mul(x, kit.c(_LOG2E)))
+    shifter = _SHIFTER_F32 + 127 + scale_log2
+    j = kit.fma(x, kit.c(_LOG2E), kit.c(shifter))
     if not moderate:
-        kc = kit.minnum(kit.maxnum(kc, kit.c(-126.0 - scale_log2)), kit.c(127.0 - scale_log2))
+        j = kit.minnum(kit.maxnum(j, kit.c(_SHIFTER_F32 + 1)), kit.c(_SHIFTER_F32 + 254))
+    kc = kit.sub(j, kit.c(shifter))
     t = kit.fma(x, kit.c(_LOG2E_LO_F32), kit.fma(x, kit.c(_LOG2E_HI_F32), kit.neg(kc)))
     if x_lo is not None:
         t = kit.fma(x_lo, kit.c(_LOG2E), t)
-    k = kit.to_int(kc)
-    if scale_log2:
-        k = kit.iadd(k, kit.ci(scale_log2))
-    return kit.mul(kit.exp2_approx(t), kit.pow2i(k))
+    return kit.mul(kit.exp2_approx(t), kit.bitcast_f(kit.shl(kit.bits(j), kit.fmt.mantissa)))
 
 
 def exp_core(
