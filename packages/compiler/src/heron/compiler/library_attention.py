@@ -101,14 +101,18 @@ from heron.target import Target
 
 __all__ = [
     "AttentionMatch",
+    "SoftmaxFrame",
+    "TensorRoles",
     "attention_call",
     "attention_verdicts",
+    "batch_labels",
     "is_library_attention",
     "library_attention_rewriter",
     "library_attention_thunk",
     "match_attention",
     "program_attention_verdicts",
     "rewrite_attention",
+    "softmax_frame",
 ]
 
 #: The library name an attention call's thunk carries (the device picks the implementation:
@@ -775,6 +779,161 @@ def _match(
         query_factor=ROW_FACTORS.index(query) if grouped else 0,
         output_rows=tuple(ROW_FACTORS.index(r) for r in rows.split("+")) if grouped else (0, 1),
     )
+
+
+@attrs.frozen
+class TensorRoles:
+    """A tensor a product reads: the instruction below its moves, and the role of each of
+    its non-unit dimensions (``b0``, ``b1``... the batch; ``q``, ``k``; ``d``, ``e`` the
+    head and the value head)."""
+
+    source: Instruction
+    roles: tuple[str, ...]
+
+
+@attrs.frozen
+class SoftmaxFrame:
+    """An attention's forward softmax and the roles of its dimensions, for the passes that
+    read what the forward computes (the backward pass's matcher): the exponentials,
+    their row sums and the probabilities with the roles of their non-unit dimensions,
+    the scores' q and k, and the scale, mask and bias between the scores and the softmax."""
+
+    divide: Instruction  #: the probabilities, exp / sum
+    exponential: Instruction
+    total: Instruction  #: the reduce summing the exponentials over the keys
+    roles: tuple[str, ...]  #: of the exponentials' and the probabilities' non-unit dimensions
+    row_roles: tuple[str, ...]  #: of the sum's
+    batch_roles: tuple[str, ...]
+    q: TensorRoles
+    k: TensorRoles
+    scale: float
+    causal: bool
+    mask: Instruction | None  #: a mask other than the causal one
+    bias: Instruction | None
+    element_type: str
+    grouped: bool  #: the rows are a query and a head of a group (grouped-query attention)
+
+
+def batch_labels(sizes: Sequence[int]) -> tuple[str, ...]:
+    """Roles of a product's batch dimensions: ``b0``, ``b1``... numbering those of more
+    than one element (``"unit"`` for the others, which no role survives)."""
+    names = iter(f"b{i}" for i in range(len(sizes)))
+    return tuple(next(names) if size != 1 else "unit" for size in sizes)
+
+
+def _roles_above(start: Instruction, top: Instruction, roles: tuple[str, ...]) -> tuple[str, ...]:
+    """The roles of ``top``'s non-unit dimensions, ``start`` (below it through views)
+    having ``roles``."""
+    path: list[Instruction] = []
+    _through(top, _VIEWS, path)
+    if (path[-1].operands[0] if path else top) is not start:
+        raise _NoMatch(f"'{top.name}' is not a view of '{start.name}'")
+    for inst in reversed(path):
+        roles = _view_labels(inst, roles)
+    return roles
+
+
+def softmax_frame(divide: Instruction, target: Target) -> SoftmaxFrame | None:
+    """The attention softmax ``divide`` ends, read as :class:`SoftmaxFrame`; None where it
+    is no softmax of scores, _NoMatch where the fused calls could not compute it."""
+    if not target.fused_attention_library:
+        return None
+    if (
+        divide.opcode != "divide"
+        or _through(divide.operands[0], _SOFTMAX_VIEWS, []).opcode != "exponential"
+    ):
+        return None
+    try:
+        softmax = _softmax(divide)
+        logits = _logits(softmax.logits)
+    except _NoMatch:
+        return None
+    scores = logits.scores_dot
+    for inst in (scores, *logits.path, *softmax.interior):
+        if inst.array_shape.element_type is not ElementType.F32:
+            raise _NoMatch(
+                f"{inst.opcode} '{inst.name}' computes the scores or their softmax in"
+                f" {inst.array_shape.element_type}: the fused call computes them in f32"
+            )
+    batch_roles = batch_labels(_check_dot(scores, "the scores' dot"))
+    why = _NoMatch("the softmax does not run over the keys")
+    for q_side in (0, 1):
+        scores_roles = ("q", "k") if q_side == 0 else ("k", "q")
+        roles = _of_non_unit((*batch_roles, *scores_roles), scores.array_shape.dims)
+        roles_at: dict[Instruction, tuple[str, ...]] = {}
+        try:
+            for inst in reversed(logits.path):
+                if inst.opcode in _VIEWS:
+                    roles = _view_labels(inst, roles)
+                roles_at[inst] = roles
+        except _NoMatch as error:
+            why = error
+            continue
+        if softmax.axis < len(roles) and roles[softmax.axis] == "k":
+            break
+    else:
+        raise why
+    grouped = bool(set(ROW_FACTORS) & {r for rs in roles_at.values() for r in rs})
+    exponential = _through(divide.operands[0], _SOFTMAX_VIEWS, [])
+    shifted = exponential.operands[0]
+    at_exponential = _roles_above(softmax.logits, shifted.operands[0], roles)
+    if _roles_above(exponential, divide.operands[0], at_exponential) != at_exponential:
+        raise _NoMatch(f"'{divide.name}' divides along other dimensions than it exponentiates")
+    total = next(inst for inst in softmax.interior if _combiner(inst) == "add")
+    summed = _roles_above(exponential, total.operands[0], at_exponential)
+    position = _reduced_axis(total)
+    if summed[position] != "k":
+        raise _NoMatch(f"sum '{total.name}' does not run over the keys")
+    causal, mask = False, None
+    if logits.mask is not None:
+        assert logits.mask_select is not None
+        mask_roles = _full(roles_at[logits.mask_select], logits.mask.array_shape.dims)
+        not_causal, _ = _is_causal(logits.mask, mask_roles, logits.mask_inverted)
+        causal, mask = (False, logits.mask) if not_causal else (True, None)
+    q, k = (scores.operands[s] for s in (q_side, 1 - q_side))
+    lhs_roles = (*batch_roles, *(("q", "d") if q_side == 0 else ("k", "d")))
+    rhs_roles = (*batch_roles, *(("d", "k") if q_side == 0 else ("d", "q")))
+    q_roles, k_roles = (lhs_roles, rhs_roles) if q_side == 0 else (rhs_roles, lhs_roles)
+    element = str(q.array_shape.element_type)
+    if element not in ELEMENT_TYPES or k.array_shape.element_type is not q.array_shape.element_type:
+        raise _NoMatch(
+            f"the fused calls take q and k of one type of {', '.join(ELEMENT_TYPES)}, not"
+            f" {q.array_shape.element_type} x {k.array_shape.element_type}"
+        )
+    return SoftmaxFrame(
+        divide=divide,
+        exponential=exponential,
+        total=total,
+        roles=at_exponential,
+        row_roles=summed[:position] + summed[position + 1 :],
+        batch_roles=tuple(r for r in batch_roles if r != "unit"),
+        q=_tensor(q, q_roles),
+        k=_tensor(k, k_roles),
+        scale=logits.scale,
+        causal=causal,
+        mask=mask,
+        bias=logits.bias,
+        element_type=element,
+        grouped=grouped,
+    )
+
+
+def _tensor(operand: Instruction, roles: Sequence[str]) -> TensorRoles:
+    """``operand`` of a product, ``roles`` naming each of its dimensions, as the tensor below
+    its moves (transposes, reshapes that add or drop size-1 dimensions, copies)."""
+    labels: Labels = tuple(
+        None if size == 1 else role
+        for role, size in zip(roles, operand.array_shape.dims, strict=True)
+    )
+    inst = operand
+    while inst.opcode in ("transpose", "reshape", "copy"):
+        if inst.opcode == "reshape" and _squeezed(inst.array_shape.dims) != _squeezed(
+            inst.operands[0].array_shape.dims
+        ):
+            break
+        labels = _operand_labels(inst, labels)
+        inst = inst.operands[0]
+    return TensorRoles(inst, _present(labels))
 
 
 #: The fill a mask other than a causal one must have to become a bias: adding any

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from heron.compiler import library_attention, library_convolution
+from heron.compiler import library_attention, library_attention_backward, library_convolution
 from heron.compiler.library_gemm import library_call_thunk
 from heron.hlo.buffers import BufferAssignment
 from heron.hlo.buffers import Slice as HloSlice
@@ -90,6 +90,10 @@ Compile = Callable[[Instruction], Mapping[str, "CompiledKernel"]]
 _LIBRARY_CUSTOM_CALLS = (
     (library_convolution.is_library_convolution, library_convolution.library_convolution_thunk),
     (library_attention.is_library_attention, library_attention.library_attention_thunk),
+    (
+        library_attention_backward.is_library_attention_backward,
+        library_attention_backward.library_attention_backward_thunk,
+    ),
 )
 
 
@@ -208,7 +212,8 @@ class _Emitter:
             host = self.custom_call(inst)
             library_thunk = _library_thunk_of(inst)
             if self.target is not None and library_thunk is not None:
-                (result,) = self.leaves(inst)
+                results = self.leaves(inst)
+                result = results[0] if len(results) == 1 else results
                 return [library_thunk(inst, host.operands, result, host, self.target)]
             return [host]
         if op in REFUSED_OPCODES:

@@ -32,6 +32,7 @@ from heron.compiler.fusion.multi_output_fusion import multi_output_fusion
 from heron.compiler.fusion.priority_fusion import priority_fusion
 from heron.compiler.fusion.wrapper import fusion_wrapper
 from heron.compiler.library_attention import library_attention_rewriter
+from heron.compiler.library_attention_backward import library_attention_backward_rewriter
 from heron.compiler.library_convolution import library_convolution_rewriter
 from heron.compiler.library_convolution_fusion import library_convolution_fusion
 from heron.compiler.scan_rewriter import scan_rewriter
@@ -56,6 +57,7 @@ __all__ = [
 GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
     "library-convolution-rewriter": library_convolution_rewriter,
     "library-attention-rewriter": library_attention_rewriter,
+    "library-attention-backward-rewriter": library_attention_backward_rewriter,
     "library-convolution-fusion": library_convolution_fusion,
     "scan-rewriter": scan_rewriter,
     "tree-reduction-rewriter": tree_reduction_rewriter,

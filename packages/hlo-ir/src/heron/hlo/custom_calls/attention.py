@@ -86,9 +86,10 @@ def backend_config(
 
 
 class AttentionConfig:
-    """What a ``__heron$attention`` call's ``backend_config`` says, checked."""
+    """What a ``__heron$attention`` call's ``backend_config`` says, checked; ``ordered``:
+    the tensors whose stored order it may give (the backward call's are others)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, ordered: Sequence[str] = ORDERED) -> None:
         try:
             config = json.loads(text or "{}")
         except json.JSONDecodeError as error:
@@ -103,9 +104,9 @@ class AttentionConfig:
                 " written by heron"
             )
         orders = config.get("orders", {})
-        if not isinstance(orders, dict) or not set(orders) <= set(ORDERED):
-            raise ValueError(f"backend_config's orders name {sorted(orders)}, not {ORDERED}")
-        self.orders: dict[str, tuple[int, ...]] = {name: _IDENTITY for name in ORDERED}
+        if not isinstance(orders, dict) or not set(orders) <= set(ordered):
+            raise ValueError(f"backend_config's orders name {sorted(orders)}, not {tuple(ordered)}")
+        self.orders: dict[str, tuple[int, ...]] = {name: _IDENTITY for name in ordered}
         for name, order in orders.items():
             if not isinstance(order, list) or sorted(order) != list(_IDENTITY):
                 raise ValueError(f"backend_config's order of {name} is no permutation: {order!r}")

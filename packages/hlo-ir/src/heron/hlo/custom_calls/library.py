@@ -1,28 +1,29 @@
 """heron's own custom calls that a library computes: which they are, and what they stand for.
 
 The compiler hands a library what the library does faster than heron's
-kernels (a convolution to cuDNN, an attention to cuDNN's flash attention) as
-one of heron's custom calls (:mod:`.convolution`, :mod:`.attention`). Each
+kernels (a convolution to cuDNN, an attention and its backward pass to
+cuDNN's flash attention) as one of heron's custom calls (:mod:`.convolution`,
+:mod:`.attention`, :mod:`.attention_backward`). Each
 has one meaning, the computation it replaced, but a library sums in an order
 of its own: a check compares what such a call reaches within the
 reassociation bounds, as it does a dot. :func:`library_call_target` says
 whether an instruction is one of them; :func:`stood_for` gives the
 instruction whose precision decides its operands' rounding (the convolution
-rebuilt; None for an attention, whose half-precision products are exact in
-f32).
+rebuilt; None for an attention or its backward pass, whose half-precision
+products are exact in f32).
 """
 
 from __future__ import annotations
 
 from heron.hlo.attributes import QuotedString
-from heron.hlo.custom_calls import attention, convolution
+from heron.hlo.custom_calls import attention, attention_backward, convolution
 from heron.hlo.custom_calls.call import custom_call_of
 from heron.hlo.ir import Instruction
 
 __all__ = ["LIBRARY_TARGETS", "library_call_target", "stood_for"]
 
 #: The custom_call_targets of heron's library calls.
-LIBRARY_TARGETS = frozenset({convolution.TARGET, attention.TARGET})
+LIBRARY_TARGETS = frozenset({convolution.TARGET, attention.TARGET, attention_backward.TARGET})
 
 
 def library_call_target(inst: Instruction) -> str:

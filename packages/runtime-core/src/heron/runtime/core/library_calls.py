@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 
 from heron.runtime.core.attention import ATTENTION, AttentionCall
+from heron.runtime.core.attention_backward import ATTENTION_BACKWARD, AttentionBackwardCall
 from heron.runtime.core.convolution import CONVOLUTION, ConvolutionCall
 from heron.runtime.core.gemm import GEMM, GemmCall
 from heron.runtime.core.thunks import (
@@ -45,6 +46,7 @@ OPERATIONS: Mapping[str, Callable[[LibraryCallThunk], Any]] = {
     GEMM: GemmCall.from_thunk,
     CONVOLUTION: ConvolutionCall.from_thunk,
     ATTENTION: AttentionCall.from_thunk,
+    ATTENTION_BACKWARD: AttentionBackwardCall.from_thunk,
 }
 
 

@@ -3,10 +3,12 @@
 A contract (:class:`heron.runtime.core.gemm.GemmCall`,
 :class:`heron.runtime.core.convolution.ConvolutionCall`) is an attrs class whose
 fields are the thunk's attributes and whose arguments are slices in a fixed
-order, the computed one last. Reading a thunk's attributes into one (no
+order, the computed ones last (one for most calls; a fused attention's
+backward pass computes three). Reading a thunk's attributes into one (no
 unknown name, no missing required one) and checking its slices (one per
-argument, each of its size, the output overlapping no operand) are the same
-for every call; the contracts keep their own meaning and only this here.
+argument, each of its size, each output overlapping no other argument) are
+the same for every call; the contracts keep their own meaning and only this
+here.
 """
 
 from __future__ import annotations
@@ -55,13 +57,15 @@ class LibraryContract(abc.ABC):
     the thunk's attributes, read back from a thunk, and its slices checked.
 
     A contract sets :attr:`operation`, says its arguments (:attr:`operand_names`, the
-    computed one last) and their sizes (``byte_sizes()``), and describes itself
-    (``describe()``); :attr:`may_be_the_output` names an operand the output may be exactly
-    (a GEMM's C, read and written in place, as BLAS does).
+    computed ones last: :attr:`outputs` of them) and their sizes (``byte_sizes()``), and
+    describes itself (``describe()``); :attr:`may_be_the_output` names an operand the
+    output may be exactly (a GEMM's C, read and written in place, as BLAS does).
     """
 
     operation: ClassVar[str]
     may_be_the_output: ClassVar[tuple[str, ...]] = ()
+    #: How many of the last arguments the call computes.
+    outputs: ClassVar[int] = 1
 
     @property
     @abc.abstractmethod
@@ -104,6 +108,7 @@ class LibraryContract(abc.ABC):
             self.byte_sizes(),
             arguments,
             self.may_be_the_output,
+            self.outputs,
         )
 
 
@@ -113,10 +118,12 @@ def check_argument_slices(
     sizes: Sequence[int],
     arguments: Sequence[BufferSlice],
     may_be_the_output: Collection[str] = (),
+    outputs: int = 1,
 ) -> None:
-    """One slice per argument (``names``, the output last), each ``sizes`` bytes, and the
-    output overlapping no operand but those of ``may_be_the_output`` when they are exactly
-    it (a GEMM's C read and written in place); ThunkError otherwise, ``described`` first."""
+    """One slice per argument (``names``, the ``outputs`` computed ones last), each
+    ``sizes`` bytes, and each output overlapping no other argument but those of
+    ``may_be_the_output`` when they are exactly it (a GEMM's C read and written in
+    place); ThunkError otherwise, ``described`` first."""
     if len(arguments) != len(names):
         raise ThunkError(
             f"{described}: takes {len(names)} arguments ({', '.join(names)}),"
@@ -125,12 +132,18 @@ def check_argument_slices(
     for name, size, piece in zip(names, sizes, arguments, strict=True):
         if piece.size != size:
             raise ThunkError(f"{described}: {name} is {size} bytes, its slice {piece} {piece.size}")
-    out = arguments[-1]
-    for name, piece in zip(names[:-1], arguments[:-1], strict=True):
-        if name in may_be_the_output and piece == out:
-            continue
-        if piece.allocation == out.allocation and piece.offset < out.end and out.offset < piece.end:
-            raise ThunkError(f"{described}: {names[-1]} {out} overlaps {name} {piece}")
+    first_output = len(names) - outputs
+    for index in range(first_output, len(names)):
+        out = arguments[index]
+        for name, piece in zip(names[:index], arguments[:index], strict=True):
+            if name in may_be_the_output and piece == out:
+                continue
+            if (
+                piece.allocation == out.allocation
+                and piece.offset < out.end
+                and out.offset < piece.end
+            ):
+                raise ThunkError(f"{described}: {names[index]} {out} overlaps {name} {piece}")
 
 
 def dense_strides(dims: Sequence[int], order: Sequence[int]) -> tuple[int, ...]:

@@ -76,7 +76,7 @@ __all__ = ["AccessCounts", "InterpreterDevice", "POISON"]
 
 POISON = 0xA5
 #: Library operations the interpreter can offer (``libraries=``), computed with numpy.
-_LIBRARY_OPERATIONS = ("gemm", "convolution", "attention")
+_LIBRARY_OPERATIONS = ("gemm", "convolution", "attention", "attention_backward")
 #: Host bytes per byte of device memory: the data and its read and write counters (uint32).
 BYTES_PER_BYTE = 9
 
@@ -400,7 +400,12 @@ class InterpreterDevice(Device):
 
     def _library_call_now(self, command: LibraryCallCommand) -> None:
         data = [self._storage(b).data for b in command.buffers]
-        data[-1][...] = command.call.reference(data)
+        computed = getattr(command.call, "outputs", 1)
+        results = command.call.reference(data)
+        if computed == 1:
+            results = (results,)
+        for buffer, result in zip(data[len(data) - computed :], results, strict=True):
+            buffer[...] = result
         self.library_calls += 1
 
     def run_commands(self, recorded: Sequence[commands.Command]) -> None:

@@ -1,0 +1,886 @@
+"""A fused attention's backward pass as one library call: the pattern, and the call it becomes.
+
+A training step's gradient of attention (jax's ``grad`` of a loss of
+``jax.nn.dot_product_attention``, or of attention written by hand) is, as XLA
+sees it, five batched GEMMs around the softmax's derivative::
+
+    dp = do . v^T                            (the output's gradient times the values)
+    dv = p^T . do                            (p: the forward's probabilities, rounded)
+    ds = scale * p * (dp - sum_k(p * dp))    (the softmax's derivative, in f32)
+    dq = ds . k
+    dk = ds^T . q
+
+with the scores and probabilities ``[B, H, Sq, Sk]`` stored and read again
+several times. cuDNN's flash-attention backward computes dq, dk and dv in one
+graph that never stores them. The ``library-attention-backward-rewriter``
+pass (run before the forward's rewriter: once the gradients are one call, the
+forward's probabilities serve only the forward's output, which that rewriter
+then takes) finds the pattern from each forward softmax
+(:func:`heron.compiler.library_attention.softmax_frame`) and makes it the
+custom call ``__heron$attention_backward``
+(:mod:`heron.hlo.custom_calls.attention_backward`).
+
+How the pattern is recognised: the softmax's derivative is read as an
+expression over the forward's exponentials ``e``, their row sums ``l``, the
+probabilities ``p = e / l`` and the product ``dp``, brought to one normal
+form (a sum of monomials with row sums as atoms; :class:`_Polynomial`) and
+compared with ``scale * (e dp / l - e sum_k(e dp) / l^2)``, which is both
+jax's autodiff of ``exp / sum`` and ``jax.nn.softmax``'s own derivative
+``p * (dp - sum_k(p * dp))``. Every tensor is followed with the role of each
+dimension (batch, queries ``q``, keys ``k``, head ``d``, value head ``e``)
+through transposes and reshapes, so that each product must contract what the
+gradient contracts. ``v`` and ``do`` are the operands of the product that
+makes ``dp``; ``dv`` must read the same ``do``, ``dq`` the forward's ``k``
+and ``dk`` its ``q``.
+
+What the call computes differently, and why that is taken: jax computes
+``dp`` in the element type (bf16), the call in f32, as cuDNN does (more
+precise; within the reassociation bounds of a 16-bit result). Everything
+else is the program's rounding: ``ds`` and ``p`` rounded to the element
+type before their products (``algorithm=dot_bf16_bf16_f32``), the gradients
+rounded once. Not taken (the verdict says why): grouped-query attention, a
+mask other than the causal one, f32 gradients that are not rounded to the
+element type, a product that reads something else.
+
+Not yet in the default GPU pipeline: the interpreter computes the call
+(its numpy library, or the host computation), but heron-run's CUDA device
+has no cuDNN ``sdpa_backward`` graph for it yet and would run it on the
+host. Until it has, the pass runs where it is asked for, on a simplified module
+(``heron opt --passes ...,library-attention-backward-rewriter``, docs/devices.md;
+:func:`rewrite_attention_backward`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from heron.compiler.library_attention import (
+    LIBRARY,
+    Labels,
+    SoftmaxFrame,
+    TensorRoles,
+    _combiner,
+    _drop_unused,
+    _four_dims,
+    _full,
+    _is_causal,
+    _NoMatch,
+    _operand_labels,
+    _present,
+    _scalar_constant,
+    _squeezed,
+    _stored,
+    _view_labels,
+    batch_labels,
+    softmax_frame,
+)
+from heron.hlo.attributes import QuotedString
+from heron.hlo.custom_calls.attention import AttentionConfig, backend_config
+from heron.hlo.custom_calls.attention_backward import ORDERED, TARGET
+from heron.hlo.custom_calls.call import custom_call_of
+from heron.hlo.custom_calls.library import library_call_target
+from heron.hlo.dot_precision import dot_compute
+from heron.hlo.element_types import ElementType
+from heron.hlo.errors import UnsupportedError
+from heron.hlo.ir import Instruction, Module
+from heron.hlo.passes.dce import eliminate_dead_code
+from heron.hlo.passes.dot_decomposer import dimension_lists, is_canonical_dot
+from heron.hlo.passes.manager import HloPass
+from heron.hlo.passes.rewrite import (
+    Inserter,
+    Uses,
+    module_names,
+    non_fusion_computations,
+    remove_instructions,
+)
+from heron.hlo.shapes import ArrayShape, TupleShape
+from heron.runtime.core.attention_backward import ATTENTION_BACKWARD, AttentionBackwardCall
+from heron.runtime.core.library_contract import dense_strides
+from heron.runtime.core.thunks import BufferSlice, CustomCallThunk, LibraryCallThunk
+from heron.target import Target
+
+__all__ = [
+    "BackwardMatch",
+    "attention_backward_call",
+    "attention_backward_verdicts",
+    "is_library_attention_backward",
+    "library_attention_backward_rewriter",
+    "library_attention_backward_thunk",
+    "match_attention_backward",
+    "rewrite_attention_backward",
+]
+
+#: What only moves or reshapes values (a tensor read through them is the same tensor).
+_MOVES = frozenset({"copy", "reshape", "transpose"})
+#: The relative difference allowed between the derivative's scale and the forward's
+#: (both f32 constants of one number, perhaps rounded differently).
+_SCALE_TOLERANCE = 1e-6
+
+
+# -- roles through views -----------------------------------------------------------------------
+
+
+def _labels_below(inst: Instruction, roles: Labels) -> Labels | None:
+    """The roles of ``inst``'s operand (every dimension; None for size-1 ones), its
+    own being ``roles``; None where a reshape regroups dimensions."""
+    if inst.opcode == "reshape" and _squeezed(inst.array_shape.dims) != _squeezed(
+        inst.operands[0].array_shape.dims
+    ):
+        return None
+    return _operand_labels(inst, roles)
+
+
+def _source(
+    inst: Instruction, roles: Labels, through: frozenset[str] = _MOVES
+) -> tuple[Instruction, tuple[str, ...]]:
+    """The instruction below ``inst`` through ``through`` (moves, perhaps converts), and
+    the roles of its non-unit dimensions."""
+    while inst.opcode in through:
+        below = _labels_below(inst, roles)
+        if below is None:
+            break
+        inst, roles = inst.operands[0], below
+    return inst, _present(roles)
+
+
+def _dot_operand_roles(
+    dot: Instruction, batch: Sequence[str], rows: str, columns: str, contracted: str
+) -> tuple[Labels, Labels]:
+    """The roles of a canonical dot's operands (``[batch, rows, contracted]`` and
+    ``[batch, contracted, columns]``) where its result is ``[batch, rows, columns]``."""
+    lhs, rhs = (operand.array_shape.dims for operand in dot.operands)
+    nb = len(dimension_lists(dot)[0])
+    batch_full = _full(tuple(batch), dot.array_shape.dims[:nb])
+    return (
+        _full((*_present(batch_full), rows, contracted), lhs)[: nb + 2],
+        _full((*_present(batch_full), contracted, columns), rhs)[: nb + 2],
+    )
+
+
+def _batch_roles(dot: Instruction) -> tuple[str, ...]:
+    nb = len(dimension_lists(dot)[0])
+    return tuple(f"b{i}" for i in range(nb) if dot.array_shape.dims[i] != 1)
+
+
+# -- the softmax's derivative as a polynomial --------------------------------------------------
+
+#: A monomial: (atom, exponent) pairs, sorted. Atoms: "e", "l", "dp" and ("sum", monomial).
+Monomial = tuple[tuple[object, int], ...]
+
+
+@attrs.frozen
+class _Polynomial:
+    """A sum of monomials with float coefficients (the normal form of the derivative)."""
+
+    terms: tuple[tuple[Monomial, float], ...]
+
+    @staticmethod
+    def of(atom: object) -> _Polynomial:
+        return _Polynomial((((((atom, 1),)), 1.0),))
+
+    @staticmethod
+    def constant(value: float) -> _Polynomial:
+        return _Polynomial((((), value),) if value else ())
+
+    def _map(self) -> dict[Monomial, float]:
+        return dict(self.terms)
+
+    @staticmethod
+    def _make(terms: dict[Monomial, float]) -> _Polynomial:
+        return _Polynomial(tuple(sorted(((m, c) for m, c in terms.items() if c), key=repr)))
+
+    def __add__(self, other: _Polynomial) -> _Polynomial:
+        out = self._map()
+        for monomial, coefficient in other.terms:
+            out[monomial] = out.get(monomial, 0.0) + coefficient
+        return self._make(out)
+
+    def scaled(self, factor: float) -> _Polynomial:
+        return self._make({m: c * factor for m, c in self.terms})
+
+    def __mul__(self, other: _Polynomial) -> _Polynomial:
+        out: dict[Monomial, float] = {}
+        for m1, c1 in self.terms:
+            for m2, c2 in other.terms:
+                product = _times(m1, m2)
+                out[product] = out.get(product, 0.0) + c1 * c2
+        return self._make(out)
+
+    def inverse(self) -> _Polynomial:
+        """1 / self, for a single monomial (a division by a sum is no normal form)."""
+        if len(self.terms) != 1:
+            raise _NoMatch("the softmax's derivative divides by a sum")
+        ((monomial, coefficient),) = self.terms
+        return _Polynomial((((tuple((a, -n) for a, n in monomial)), 1.0 / coefficient),))
+
+    def row_sum(self) -> _Polynomial:
+        """The sum over the keys: row factors (``l`` and row sums) come out of it."""
+        out: dict[Monomial, float] = {}
+        for monomial, coefficient in self.terms:
+            row = tuple((a, n) for a, n in monomial if a == "l" or isinstance(a, tuple))
+            full = tuple((a, n) for a, n in monomial if (a, n) not in row)
+            if not full:
+                raise _NoMatch("the softmax's derivative sums a row's constant")
+            summed = _times(row, ((("sum", full), 1),))
+            out[summed] = out.get(summed, 0.0) + coefficient
+        return self._make(out)
+
+    def close_to(self, other: _Polynomial) -> bool:
+        mine, theirs = self._map(), other._map()
+        if set(mine) != set(theirs):
+            return False
+        return all(
+            abs(c - theirs[m]) <= _SCALE_TOLERANCE * max(abs(c), abs(theirs[m]))
+            for m, c in mine.items()
+        )
+
+
+def _times(a: Monomial, b: Monomial) -> Monomial:
+    powers: dict[object, int] = {}
+    for atom, n in (*a, *b):
+        powers[atom] = powers.get(atom, 0) + n
+    return tuple(sorted(((atom, n) for atom, n in powers.items() if n), key=repr))
+
+
+def _expected(scale: float) -> _Polynomial:
+    """``scale * (e dp / l - e sum_k(e dp) / l^2)``: the softmax's derivative."""
+    e, dp, l_ = (_Polynomial.of(atom) for atom in ("e", "dp", "l"))
+    first = e * dp * l_.inverse()
+    second = e * (e * dp).row_sum() * (l_ * l_).inverse()
+    return (first + second.scaled(-1.0)).scaled(scale)
+
+
+@attrs.define
+class _Derivative:
+    """Reads the instructions computing the softmax's derivative as a :class:`_Polynomial`
+    over the forward's ``e``, ``l``, ``p`` and one product ``dp`` (found on the way)."""
+
+    frame: SoftmaxFrame
+    mask_select_allowed: bool
+    dp: Instruction | None = None
+    dp_roles: tuple[str, ...] = ()
+
+    def read(self, inst: Instruction, roles: tuple[str, ...]) -> _Polynomial:
+        full = _full(roles, inst.array_shape.dims)
+        if len(full) != len(inst.array_shape.dims):  # pragma: no cover - defensive
+            raise _NoMatch(f"'{inst.name}' lost track of its dimensions")
+        frame = self.frame
+        if inst is frame.exponential:
+            return self._leaf(_Polynomial.of("e"), roles, frame.roles, inst)
+        if inst is frame.divide:
+            e_over_l = _Polynomial.of("e") * _Polynomial.of("l").inverse()
+            return self._leaf(e_over_l, roles, frame.roles, inst)
+        if inst is frame.total:
+            return self._leaf(_Polynomial.of("l"), roles, frame.row_roles, inst)
+        value = _scalar_constant(inst)
+        if value is not None:
+            return _Polynomial.constant(value)
+        opcode = inst.opcode
+        if opcode in ("reshape", "transpose", "copy", "broadcast") or (
+            opcode == "convert" and inst.operands[0].array_shape.element_type.is_floating
+        ):
+            below = _labels_below(inst, full)
+            if below is None:
+                raise _NoMatch(f"reshape '{inst.name}' regroups the derivative's dimensions")
+            return self.read(inst.operands[0], _present(below))
+        if opcode in ("add", "subtract", "multiply", "divide"):
+            lhs, rhs = (self.read(operand, roles) for operand in inst.operands)
+            if opcode == "add":
+                return lhs + rhs
+            if opcode == "subtract":
+                return lhs + rhs.scaled(-1.0)
+            if opcode == "multiply":
+                return lhs * rhs
+            return lhs * rhs.inverse()
+        if opcode == "negate":
+            return self.read(inst.operands[0], roles).scaled(-1.0)
+        if opcode == "reduce" and self._sums_keys(inst):
+            position = [d for d in inst.attributes["dimensions"]][0]
+            operand_full = list(full)
+            operand_full.insert(position, "k")
+            return self.read(inst.operands[0], _present(tuple(operand_full))).row_sum()
+        if opcode == "select" and self.mask_select_allowed:
+            zero = _scalar_constant(inst.operands[2])
+            why, _ = _is_causal(inst.operands[0], full, False)
+            if zero == 0 and not why:
+                return self.read(inst.operands[1], roles)
+        if opcode == "dot" and self.dp is None:
+            self.dp, self.dp_roles = inst, roles
+            return _Polynomial.of("dp")
+        if opcode == "dot" and inst is self.dp and roles == self.dp_roles:
+            return _Polynomial.of("dp")
+        raise _NoMatch(
+            f"{opcode} '{inst.name}' is not part of the softmax's derivative as the fused"
+            " backward call computes it"
+        )
+
+    @staticmethod
+    def _leaf(
+        value: _Polynomial,
+        roles: tuple[str, ...],
+        expected: tuple[str, ...],
+        inst: Instruction,
+    ) -> _Polynomial:
+        if roles != expected:
+            raise _NoMatch(f"'{inst.name}' is read along other dimensions than the softmax's")
+        return value
+
+    @staticmethod
+    def _sums_keys(reduce: Instruction) -> bool:
+        dims = list(reduce.attributes.get("dimensions", ()))
+        return (
+            _combiner(reduce) == "add"
+            and len(dims) == 1
+            and _scalar_constant(reduce.operands[1]) == 0
+        )
+
+
+# -- the match ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class BackwardMatch:
+    """One attention backward pattern (see the module docstring): the tensors the call
+    reads (each below its moves, with its dimensions' roles) and the products it
+    replaces, each with the roles of its result's non-unit dimensions."""
+
+    frame: SoftmaxFrame
+    q: TensorRoles
+    k: TensorRoles
+    v: TensorRoles
+    do: TensorRoles
+    #: (name: dq, dk or dv; the product; the roles of its result's non-unit dimensions)
+    products: tuple[tuple[str, Instruction, tuple[str, ...]], ...]
+
+    @property
+    def scale(self) -> float:
+        return self.frame.scale
+
+    @property
+    def causal(self) -> bool:
+        return self.frame.causal
+
+    @property
+    def element_type(self) -> str:
+        return self.frame.element_type
+
+
+def _operand_roles(
+    dot: Instruction, side: int, free: str, contracted: str
+) -> tuple[tuple[str, ...], Labels]:
+    """The batch roles of a canonical dot and the roles of operand ``side``'s dimensions
+    when its free dimension is ``free`` and the one it contracts ``contracted``
+    (``[batch, free, contracted]`` on the left, ``[batch, contracted, free]`` on the right)."""
+    nb = len(dimension_lists(dot)[0])
+    batch = batch_labels(dot.array_shape.dims[:nb])
+    pair = (free, contracted) if side == 0 else (contracted, free)
+    dims = dot.operands[side].array_shape.dims
+    return batch, tuple(None if size == 1 else r for r, size in zip((*batch, *pair), dims))
+
+
+def _result_roles(dot: Instruction, side: int, mine: str, theirs: str) -> tuple[str, ...]:
+    """The roles of a canonical dot's result's non-unit dimensions: operand ``side``'s free
+    dimension ``mine``, the other's ``theirs``."""
+    nb = len(dimension_lists(dot)[0])
+    batch = batch_labels(dot.array_shape.dims[:nb])
+    pair = (mine, theirs) if side == 0 else (theirs, mine)
+    return _present(
+        tuple(None if size == 1 else r for r, size in zip((*batch, *pair), dot.array_shape.dims))
+    )
+
+
+def _reads(dot: Instruction, side: int, tensor: TensorRoles, free: str, contracted: str) -> bool:
+    """Whether operand ``side`` of ``dot`` is ``tensor`` (perhaps widened) with ``free`` and
+    ``contracted`` the roles of its free and contracted dimensions."""
+    _, roles = _operand_roles(dot, side, free, contracted)
+    below, present = _source(dot.operands[side], roles, frozenset({*_MOVES, "convert"}))
+    return below is tensor.source and present == tensor.roles
+
+
+def _products_reading(tensor: TensorRoles, uses: Uses) -> list[tuple[Instruction, int]]:
+    """Every canonical dot reading ``tensor`` through moves, and which operand it is."""
+    found = []
+    for user, operand in _users_through(tensor.source, uses, (*_MOVES, "convert")):
+        if user.opcode == "dot" and is_canonical_dot(user):
+            found += [(user, side) for side in (0, 1) if user.operands[side] is operand]
+    return found
+
+
+def _users_through(
+    inst: Instruction, uses: Uses, through: Iterable[str]
+) -> Iterable[tuple[Instruction, Instruction]]:
+    """``(user, operand)`` for each use of ``inst`` and of the instructions of ``through``
+    above it (``operand``: which of them the user reads)."""
+    through = frozenset(through)
+    pending, seen = [inst], set()
+    while pending:
+        x = pending.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        for user in uses.users(x):
+            if user.opcode in through:
+                pending.append(user)
+            else:
+                yield user, x
+
+
+def _rounds_to(dot: Instruction, side: int, element: ElementType) -> bool:
+    """Whether ``dot`` multiplies operand ``side`` as ``element`` values: it is of that
+    type, or the dot's algorithm rounds its operands to it."""
+    if dot.operands[side].array_shape.element_type is element:
+        return True
+    return dot_compute(dot, tf32=False) == str(element)
+
+
+def match_attention_backward(
+    divide: Instruction, uses: Uses, target: Target
+) -> BackwardMatch | str | None:
+    """The backward pass of the attention whose softmax ``divide`` ends, why it is not
+    taken (a string), or None where ``divide`` is no such softmax or has no backward pass
+    (inference)."""
+    try:
+        frame = softmax_frame(divide, target)
+        if frame is None:
+            return None
+        return _match(frame, uses)
+    except _NoMatch as why:
+        return str(why)
+
+
+def _dv_product(frame: SoftmaxFrame, uses: Uses) -> tuple[Instruction, int] | None:
+    """The product reading the probabilities that contracts the queries (dv = p^T . do),
+    and which operand they are."""
+    element = ElementType(frame.element_type)
+    found = []
+    frame_labels = _full(frame.roles, frame.divide.array_shape.dims)
+    for user, operand in _users_through(frame.divide, uses, (*_MOVES, "convert")):
+        if user.opcode != "dot" or not is_canonical_dot(user):
+            continue
+        for side in (0, 1):
+            if user.operands[side] is not operand:
+                continue
+            _, expected = _operand_roles(user, side, "k", "q")
+            above = _walk_up(frame.divide, operand, frame_labels)
+            if above is not None and _present(above) == _present(expected):
+                if not _rounds_to(user, side, element):
+                    raise _NoMatch(f"'{user.name}' multiplies the probabilities in f32")
+                found.append((user, side))
+    if len(found) > 1:
+        raise _NoMatch("the probabilities feed several products contracting the queries")
+    return found[0] if found else None
+
+
+def _walk_up(start: Instruction, top: Instruction, labels: Labels) -> Labels | None:
+    """The roles of ``top``'s dimensions, ``start`` (below it through moves and converts)
+    having ``labels``; None where ``top`` is not above ``start`` that way."""
+    path = []
+    inst = top
+    while inst is not start:
+        if inst.opcode not in (*_MOVES, "convert"):
+            return None
+        path.append(inst)
+        inst = inst.operands[0]
+    present = _present(labels)
+    try:
+        for view in reversed(path):
+            present = _view_labels(view, present)
+    except _NoMatch:
+        return None
+    return _full(present, top.array_shape.dims)
+
+
+def _match(frame: SoftmaxFrame, uses: Uses) -> BackwardMatch | None:
+    dv = _dv_product(frame, uses)
+    if dv is None:
+        return None  # inference: no backward pass reads the probabilities
+    if frame.grouped:
+        raise _NoMatch("grouped-query attention (the backward call does not take it yet)")
+    if frame.mask is not None:
+        raise _NoMatch("a mask other than the causal one (the backward call takes none)")
+    if frame.bias is not None:
+        raise _NoMatch("a bias (the backward call does not take one yet)")
+    element = ElementType(frame.element_type)
+    dv_dot, p_side = dv
+    batch, do_labels = _operand_roles(dv_dot, 1 - p_side, "e", "q")
+    if _present(batch) != frame.batch_roles:
+        raise _NoMatch(f"'{dv_dot.name}' does not keep the batch dimensions in order")
+    do = TensorRoles(*_source(dv_dot.operands[1 - p_side], do_labels))
+    products = [("dv", dv_dot, _result_roles(dv_dot, p_side, "k", "e"))]
+    # dq = ds . k and dk = ds^T . q: the products of the forward's k and q with one f32
+    # tensor, the softmax's derivative
+    derivative: TensorRoles | None = None
+    for name, other, free, contracted in (("dq", frame.k, "q", "k"), ("dk", frame.q, "k", "q")):
+        found = []
+        for dot, side in _products_reading(other, uses):
+            if not _reads(dot, side, other, "d", contracted):
+                continue
+            _, ds_labels = _operand_roles(dot, 1 - side, free, contracted)
+            ds = TensorRoles(
+                *_source(dot.operands[1 - side], ds_labels, frozenset({*_MOVES, "convert"}))
+            )
+            if ds.source.array_shape.element_type is not ElementType.F32:
+                continue
+            if not (_rounds_to(dot, 1 - side, element) and _rounds_to(dot, side, element)):
+                raise _NoMatch(
+                    f"'{dot.name}' multiplies the softmax's derivative in f32: the fused call"
+                    f" rounds it to {element} (a program that asks for f32 keeps its products)"
+                )
+            found.append((dot, ds, _result_roles(dot, 1 - side, free, "d")))
+        if len(found) != 1:
+            raise _NoMatch(
+                f"{'no' if not found else 'more than one'} product of an f32 tensor with the"
+                f" attention's {'k' if name == 'dq' else 'q'} ({name})"
+            )
+        dot, ds, roles = found[0]
+        if derivative is not None and derivative != ds:
+            raise _NoMatch(f"'{dot.name}' reads another derivative than dq's")
+        derivative = ds
+        products.append((name, dot, roles))
+    assert derivative is not None
+    reader = _Derivative(frame, mask_select_allowed=frame.causal)
+    polynomial = reader.read(derivative.source, derivative.roles)
+    if not polynomial.close_to(_expected(frame.scale)):
+        raise _NoMatch(
+            f"'{derivative.source.name}' is not the softmax's derivative times the scale"
+            f" {frame.scale:g}"
+        )
+    assert reader.dp is not None
+    v, dp_do = _dp_operands(reader.dp, reader.dp_roles, element)
+    if dp_do != do:
+        raise _NoMatch(f"'{reader.dp.name}' and '{dv_dot.name}' read different output gradients")
+    for name, dot, _ in products:
+        _check_rounded(dot, element, name, uses)
+    return BackwardMatch(frame, frame.q, frame.k, v, do, tuple(products))
+
+
+def _dp_operands(
+    dp: Instruction, roles: tuple[str, ...], element: ElementType
+) -> tuple[TensorRoles, TensorRoles]:
+    """v and do, the operands of the product ``dp`` (= do . v^T, its result's roles being
+    ``roles``)."""
+    if not is_canonical_dot(dp):
+        raise _NoMatch(f"'{dp.name}' is not canonical")
+    nb = len(dimension_lists(dp)[0])
+    full = _full(roles, dp.array_shape.dims)
+    rows, columns = full[nb], full[nb + 1]
+    if {rows, columns} != {"q", "k"} or _present(full[:nb]) != _present(
+        batch_labels(dp.array_shape.dims[:nb])
+    ):
+        raise _NoMatch(f"'{dp.name}' is not over the batch, the queries and the keys in order")
+    tensors = {}
+    for side, free in ((0, rows), (1, columns)):
+        if dp.operands[side].array_shape.element_type is not element:
+            raise _NoMatch(f"'{dp.name}' does not multiply {element} tensors")
+        _, labels = _operand_roles(dp, side, free, "e")
+        tensors[free] = TensorRoles(*_source(dp.operands[side], labels))
+    return tensors["k"], tensors["q"]
+
+
+def _check_rounded(dot: Instruction, element: ElementType, name: str, uses: Uses) -> None:
+    """``dot`` gives ``element`` values, or f32 ones that only moves lead to roundings to
+    ``element`` (the call rounds the gradient where the program does, once)."""
+    if dot.array_shape.element_type is element:
+        return
+    users = list(_users_through(dot, uses, _MOVES))
+    if (
+        dot.array_shape.element_type is not ElementType.F32
+        or not users
+        or any(
+            user.opcode != "convert" or user.array_shape.element_type is not element
+            for user, _ in users
+        )
+        or dot is uses.computation.root
+    ):
+        raise _NoMatch(
+            f"{name} '{dot.name}' is used as {dot.array_shape.element_type}: the fused call"
+            f" gives it in {element}"
+        )
+
+
+# -- the rewrite -------------------------------------------------------------------------------
+
+#: Each tensor's dimensions as cuDNN's [S, D] after the batch.
+_TENSOR_AXES = {
+    "q": ("q", "d"),
+    "k": ("k", "d"),
+    "v": ("k", "e"),
+    "do": ("q", "e"),
+    "dq": ("q", "d"),
+    "dk": ("k", "d"),
+    "dv": ("k", "e"),
+}
+
+
+def _sizes(match: BackwardMatch) -> dict[str, int]:
+    """The size of each role."""
+    sizes: dict[str, int] = {}
+    for tensor in (match.q, match.k, match.v, match.do):
+        for role, size in zip(tensor.roles, _squeezed(tensor.source.array_shape.dims)):
+            sizes[role] = size
+    for role in ("q", "k", "d", "e"):
+        sizes.setdefault(role, 1)
+    return sizes
+
+
+def _in_cudnn_order(
+    inserter: Inserter,
+    like: Instruction,
+    tensor: TensorRoles,
+    axes: tuple[str, str],
+    batch: tuple[str, ...],
+    sizes: dict[str, int],
+    name: str,
+) -> Instruction:
+    """``tensor`` as ``[B, H, S, D]``: its size-1 dimensions dropped, its dimensions put in
+    the batch's order and ``axes``, the batch merged."""
+    x = tensor.source
+    squeezed = _squeezed(x.array_shape.dims)
+    element = x.array_shape.element_type
+    if tuple(x.array_shape.dims) != squeezed:
+        x = inserter.add(
+            "reshape", ArrayShape(element, squeezed), [x], like=like, suffix=f"{name}_squeezed"
+        )
+    wanted = (*batch, *axes)
+    present = [r for r in wanted if r in tensor.roles]
+    if set(tensor.roles) - set(wanted):
+        raise _NoMatch(f"{name} has dimensions {tensor.roles} beyond {wanted}")
+    order = tuple(tensor.roles.index(r) for r in present)
+    if order != tuple(range(len(order))):
+        dims = tuple(squeezed[i] for i in order)
+        x = inserter.add(
+            "transpose",
+            ArrayShape(element, dims),
+            [x],
+            {"dimensions": order},
+            like=like,
+            suffix=f"{name}_ordered",
+        )
+    four = _four_dims([sizes[b] for b in batch], sizes[axes[0]], sizes[axes[1]])
+    return inserter.add("reshape", ArrayShape(element, four), [x], like=like, suffix=name)
+
+
+def _to_product(
+    inserter: Inserter,
+    like: Instruction,
+    value: Instruction,
+    axes: tuple[str, str],
+    batch: tuple[str, ...],
+    sizes: dict[str, int],
+    roles: tuple[str, ...],
+    name: str,
+) -> Instruction:
+    """The call's ``value`` (``[B, H, S, D]``) as the product ``like`` gives it: the batch
+    split, its dimensions in ``roles``'s order, size-1 dimensions where it has them, of
+    its element type."""
+    element = value.array_shape.element_type
+    labels = (*batch, *axes)
+    split = tuple(sizes[r] for r in labels)
+    x = inserter.add(
+        "reshape", ArrayShape(element, split), [value], like=like, suffix=f"{name}_split"
+    )
+    order = tuple(labels.index(r) for r in roles)
+    if order != tuple(range(len(order))):
+        dims = tuple(split[i] for i in order)
+        x = inserter.add(
+            "transpose",
+            ArrayShape(element, dims),
+            [x],
+            {"dimensions": order},
+            like=like,
+            suffix=f"{name}_ordered",
+        )
+    x = inserter.add(
+        "reshape",
+        ArrayShape(element, like.array_shape.dims),
+        [x],
+        like=like,
+        suffix=f"{name}_shaped",
+    )
+    if like.array_shape.element_type is not element:
+        x = inserter.add("convert", like.array_shape, [x], like=like, suffix=f"{name}_widened")
+    return x
+
+
+def _rewrite(inserter: Inserter, match: BackwardMatch) -> None:
+    """The call, and each product it computes replaced by its part of the call's result."""
+    frame = match.frame
+    batch = frame.batch_roles
+    sizes = _sizes(match)
+    dv_dot = match.products[0][1]
+    built = []
+    for name, tensor in (("q", match.q), ("k", match.k), ("v", match.v), ("do", match.do)):
+        built.append(
+            _in_cudnn_order(
+                inserter,
+                dv_dot,
+                tensor,
+                _TENSOR_AXES[name],
+                batch,
+                sizes,
+                f"attention_backward_{name}",
+            )
+        )
+    stored = [_stored(x) for x in built]
+    operands = [x for x, _ in stored]
+    orders = {name: order for name, (_, order) in zip(("q", "k", "v", "do"), stored, strict=True)}
+    element = ElementType(match.element_type)
+    shapes = [
+        ArrayShape(element, built[index].array_shape.dims) for index in (0, 1, 2)
+    ]  # dq like q, dk like k, dv like v (cuDNN's order)
+    call = inserter.add(
+        "custom-call",
+        TupleShape(tuple(shapes)),
+        operands,
+        {
+            "custom_call_target": QuotedString(TARGET),
+            "backend_config": QuotedString(backend_config(match.scale, match.causal, orders)),
+        },
+        like=dv_dot,
+        suffix="attention_backward",
+    )
+    for index, name in enumerate(("dq", "dk", "dv")):
+        dot, roles = next((d, r) for n, d, r in match.products if n == name)
+        part = inserter.add(
+            "get-tuple-element", shapes[index], [call], {"index": index}, like=dot, suffix=name
+        )
+        replacement = _to_product(
+            inserter,
+            dot,
+            part,
+            _TENSOR_AXES[name],
+            batch,
+            sizes,
+            roles,
+            f"attention_backward_{name}",
+        )
+        inserter.replace(dot, replacement)
+        remove_instructions(inserter.uses.computation, [dot])
+    _drop_unused(inserter, [*built, *(d.operands[i] for _, d, _ in match.products for i in (0, 1))])
+
+
+def rewrite_attention_backward(module: Module, target: Target) -> bool:
+    """Every attention backward pass ``target``'s fused-attention library takes becomes
+    ``__heron$attention_backward``."""
+    if not target.fused_attention_library:
+        return False
+    names = module_names(module)
+    changed = False
+    for computation in non_fusion_computations(module):
+        uses = Uses(computation)
+        matches = []
+        for inst in list(computation.instructions):
+            if inst.opcode == "divide":
+                found = match_attention_backward(inst, uses, target)
+                if isinstance(found, BackwardMatch):
+                    matches.append(found)
+        for match in matches:
+            _rewrite(Inserter(computation, names), match)
+            changed = True
+    if changed:  # what computed the gradients is dead: the forward's rewriter reads the rest
+        eliminate_dead_code(module)
+    return changed
+
+
+def library_attention_backward_rewriter(target: Target) -> HloPass:
+    """The ``library-attention-backward-rewriter`` pass for ``target``."""
+    return HloPass(
+        "library-attention-backward-rewriter",
+        lambda module: rewrite_attention_backward(module, target),
+        "an attention's gradients (dq, dk, dv through the softmax's derivative) become one"
+        " fused-attention backward call (cuDNN's flash attention backward)",
+    )
+
+
+def attention_backward_verdicts(module: Module, target: Target) -> list[tuple[str, str]]:
+    """(the softmax's name, what computes its backward pass) for every attention backward
+    pattern of a simplified ``module``: the library, or why not, for reports."""
+    verdicts = []
+    for computation in non_fusion_computations(module):
+        uses = Uses(computation)
+        for inst in computation.instructions:
+            if inst.opcode != "divide":
+                continue
+            found = match_attention_backward(inst, uses, target)
+            if isinstance(found, BackwardMatch):
+                verdicts.append((inst.name, f"{target.fused_attention_library} backward"))
+            elif found is not None:
+                verdicts.append((inst.name, f"five GEMMs around the softmax ({found})"))
+    return verdicts
+
+
+def is_library_attention_backward(inst: Instruction) -> bool:
+    """Whether ``inst`` is an attention backward pass the rewriter made a library call."""
+    return library_call_target(inst) == TARGET
+
+
+# -- the library call ----------------------------------------------------------------------------
+
+
+def attention_backward_call(inst: Instruction) -> AttentionBackwardCall:
+    """The library call a ``__heron$attention_backward`` custom call is (shapes laid out)."""
+    call = custom_call_of(inst)
+    config = AttentionConfig(call.backend_config, ORDERED)
+    orders = config.orders
+
+    def described(
+        shape: ArrayShape, order: Sequence[int]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        strides = dense_strides(shape.dims, shape.major_to_minor)
+        return tuple(shape.dims[d] for d in order), tuple(strides[d] for d in order)
+
+    def inverse(order: Sequence[int]) -> tuple[int, ...]:
+        return tuple(list(order).index(d) for d in range(4))
+
+    given = {
+        name: described(inst.operands[i].array_shape, orders[name])
+        for i, name in enumerate(("q", "k", "v", "do"))
+    }
+    result = inst.shape
+    assert isinstance(result, TupleShape)
+    computed = {
+        name: described(shape, inverse(orders[name]))  # type: ignore[arg-type]
+        for name, shape in zip(("dq", "dk", "dv"), result.elements, strict=True)
+    }
+    return AttentionBackwardCall(
+        q_dims=given["q"][0],
+        q_strides=given["q"][1],
+        k_dims=given["k"][0],
+        k_strides=given["k"][1],
+        v_dims=given["v"][0],
+        v_strides=given["v"][1],
+        do_strides=given["do"][1],
+        dq_strides=computed["dq"][1],
+        dk_strides=computed["dk"][1],
+        dv_strides=computed["dv"][1],
+        scale=config.scale,
+        causal=config.causal,
+        element_type=str(inst.operands[0].array_shape.element_type),
+    )
+
+
+def library_attention_backward_thunk(
+    inst: Instruction,
+    operands: Sequence[BufferSlice],
+    results: Sequence[BufferSlice],
+    host: CustomCallThunk,
+    target: Target,
+) -> LibraryCallThunk:
+    """The library call of a ``__heron$attention_backward`` custom call, ``host`` beside it."""
+    del target  # the contract depends on the call alone
+    try:
+        call = attention_backward_call(inst)
+    except (ValueError, UnsupportedError) as error:
+        raise UnsupportedError(
+            f"custom-call '{inst.name}' ({TARGET}): {error}", inst.location
+        ) from None
+    return LibraryCallThunk(
+        library=LIBRARY,
+        operation=ATTENTION_BACKWARD,
+        attributes=call.attributes(),
+        arguments=(*operands, *results),
+        fallback=(host,),
+        fallback_emitter="host",
+    )

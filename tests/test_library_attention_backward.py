@@ -1,0 +1,293 @@
+"""An attention's backward pass as one fused library call: the pattern, the call, its results.
+
+jax's gradient of ``jax.nn.dot_product_attention`` (and of attention written
+by hand with ``jax.nn.softmax``) is five dots around the softmax's derivative.
+The ``library-attention-backward-rewriter`` makes dq, dk and dv one
+``__heron$attention_backward`` call (cuDNN's flash attention backward on a
+GPU); the forward's rewriter then takes the forward. The rewritten program,
+on the reference evaluator and compiled for the interpreter (host fallback and
+the contract's numpy library), gives XLA:CPU's gradients within the
+reassociation bounds of a 16-bit result (the call computes ``dp`` in f32
+where jax rounds it to bf16). What the call would compute differently is left
+as it was, and the verdict says why.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from heron.compiler import Target
+from heron.compiler.executable import compile_program
+from heron.compiler.library_attention import rewrite_attention
+from heron.compiler.library_attention_backward import (
+    attention_backward_call,
+    attention_backward_verdicts,
+    is_library_attention_backward,
+    rewrite_attention_backward,
+)
+from heron.hlo.custom_calls.call import custom_call_of
+from heron.hlo.evaluator import evaluate_module
+from heron.hlo.parser import parse_module
+from heron.hlo.passes.dce import eliminate_dead_code
+from heron.hlo.passes.manager import run_pipeline
+from heron.hlo.passes.pipelines import simplification_pipeline
+from heron.hlo.printer import print_module
+from heron.runtime.core.attention_backward import AttentionBackwardCall
+from heron.runtime.core.executor import load_executable
+from heron.runtime.core.thunks import LibraryCallThunk, ThunkError, walk
+from heron.runtime.interpreter import InterpreterDevice
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+H100 = Target.preset("h100")
+B, T, N, D = 2, 32, 2, 16
+
+
+@pytest.fixture(scope="module", autouse=True)
+def jax_32_bit():
+    """jax's default 32-bit types: another suite may have turned x64 on (a global)."""
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", False)
+    yield
+    jax.config.update("jax_enable_x64", previous)
+
+
+def _sdpa(causal):
+    return lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=causal)
+
+
+#: The products' precision jax.nn.dot_product_attention asks for: half-precision operands
+#: (the derivative rounded to them), sums in f32.
+BF16_PRODUCTS = jax.lax.DotAlgorithmPreset.BF16_BF16_F32
+
+
+def _by_hand(q, k, v, precision=BF16_PRODUCTS):
+    """Attention with jax.nn.softmax (its own derivative: p * (dp - sum(p * dp)))."""
+    scores = jnp.einsum(
+        "bqnh,bknh->bnqk", q, k, preferred_element_type=jnp.float32, precision=precision
+    )
+    probabilities = jax.nn.softmax(scores * 0.25, axis=-1).astype(q.dtype)
+    return jnp.einsum("bnqk,bknh->bqnh", probabilities, v)
+
+
+def _by_hand_f32_products(q, k, v):
+    """As :func:`_by_hand`, its products at default precision: the derivative's in f32."""
+    return _by_hand(q, k, v, precision=None)
+
+
+def _gradients(attention, squared):
+    """The gradients of q, k, v of a loss of ``attention``: linear in the output (jax
+    drops the forward's output product) or its square (the forward stays)."""
+
+    def loss(q, k, v, g):
+        out = attention(q, k, v).astype(jnp.float32) * g
+        return jnp.sum(out * out if squared else out)
+
+    return jax.grad(loss, argnums=(0, 1, 2))
+
+
+def _shapes(dtype=jnp.bfloat16, t=T, s=T):
+    return [
+        jax.ShapeDtypeStruct((B, t, N, D), dtype),
+        jax.ShapeDtypeStruct((B, s, N, D), dtype),
+        jax.ShapeDtypeStruct((B, s, N, D), dtype),
+        jax.ShapeDtypeStruct((B, t, N, D), jnp.float32),
+    ]
+
+
+#: name -> (the gradient function, its argument shapes, whether the forward call remains)
+TAKEN = {
+    "sdpa_causal_linear_loss": (_gradients(_sdpa(True), False), _shapes(), False),
+    "sdpa_causal_squared_loss": (_gradients(_sdpa(True), True), _shapes(), True),
+    "sdpa_linear_loss": (_gradients(_sdpa(False), False), _shapes(), False),
+    "by_hand_jax_softmax": (_gradients(_by_hand, True), _shapes(), True),
+}
+
+
+def _inputs(shapes, seed=11):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s.shape).astype(s.dtype) for s in shapes]
+
+
+def _rewritten(function, shapes):
+    """The program simplified, its backward pass and then its forward made library calls."""
+    module = parse_module(jax.jit(function).lower(*shapes).as_text(dialect="hlo"))
+    run_pipeline(module, simplification_pipeline(layouts=False))
+    assert rewrite_attention_backward(module, H100)
+    rewrite_attention(module, H100)
+    eliminate_dead_code(module)  # the forward's scores, as the pipeline's next DCE does
+    return module
+
+
+def _targets(module):
+    return sorted(
+        inst.attributes["custom_call_target"].text
+        for inst in module.instructions()
+        if inst.opcode == "custom-call"
+    )
+
+
+def _close(out, expected):
+    """Within the reassociation bounds of a 16-bit result (3e-2 of the largest gradient)."""
+    for got, reference in zip(out, expected, strict=True):
+        got, reference = np.asarray(got, np.float64), np.asarray(reference, np.float64)
+        assert got.shape == reference.shape
+        assert np.abs(got - reference).max() <= 3e-2 * max(1.0, np.abs(reference).max())
+
+
+@pytest.fixture(scope="module", params=sorted(TAKEN))
+def taken(request):
+    function, shapes, forward = TAKEN[request.param]
+    module = _rewritten(function, shapes)
+    inputs = _inputs(shapes)
+    expected = [np.asarray(x) for x in jax.jit(function)(*inputs)]  # XLA:CPU
+    return module, forward, inputs, expected
+
+
+def test_the_gradients_are_one_backward_call_and_no_product_of_the_scores(taken):
+    module, forward, _, _ = taken
+    calls = ["__heron$attention_backward"]
+    if forward:
+        calls.insert(0, "__heron$attention")
+    assert _targets(module) == calls
+    dots = [inst.name for inst in module.instructions() if inst.opcode == "dot"]
+    assert dots == []  # five backward products, and the forward's two, are the calls
+
+
+def test_the_rewritten_program_gives_xla_s_gradients(taken):
+    module, _, inputs, expected = taken
+    _close(evaluate_module(module, inputs), expected)
+
+
+@pytest.mark.parametrize("libraries", [(), ("attention", "attention_backward")])
+def test_the_interpreter_runs_the_call_on_the_host_or_with_its_numpy_library(taken, libraries):
+    module, _, inputs, expected = taken
+    compiled = compile_program(parse_module(print_module(module)), H100, ("interpreter",))
+    (thunk,) = [
+        t
+        for t in walk(compiled.artefact.program)
+        if isinstance(t, LibraryCallThunk) and t.operation == "attention_backward"
+    ]
+    call = AttentionBackwardCall.from_thunk(thunk)
+    assert call.describe().startswith("attention backward ")
+    executable = load_executable(compiled.artefact, InterpreterDevice(libraries=libraries))
+    (choice,) = [c for c in executable.library_choices if c.call.startswith("attention backward")]
+    assert choice.chosen == ("numpy" if libraries else "host")
+    _close(executable.run(inputs), expected)
+
+
+def test_the_contract_computes_what_the_custom_call_means():
+    function, shapes, _ = TAKEN["sdpa_causal_linear_loss"]
+    module = _rewritten(function, shapes)
+    (inst,) = [i for i in module.instructions() if is_library_attention_backward(i)]
+    call = attention_backward_call(inst)
+    # jax's [B, T, N, H] tensors are read through strides (no transposes); the gradients
+    # are written in cuDNN's dense [B, H, S, D] (the program's views then move them)
+    bshd = (T * N * D, D, N * D, 1)
+    assert call.q_strides == call.k_strides == call.v_strides == call.do_strides == bshd
+    assert call.dq_strides == call.dk_strides == (T * N * D, T * D, D, 1)
+    assert call.causal and call.scale == 0.25
+    rng = np.random.default_rng(3)
+    operands = [rng.standard_normal(o.array_shape.dims).astype(jnp.bfloat16) for o in inst.operands]
+    from heron.hlo.custom_calls.attention_backward import host
+
+    expected = host(operands, custom_call_of(inst))
+    raw = [o.view(np.uint8).reshape(-1) for o in operands]
+    raw += [np.zeros(size, np.uint8) for size in call.byte_sizes()[-3:]]
+    for got, reference in zip(call.reference(raw), expected, strict=True):
+        got = got.view(jnp.bfloat16).reshape(np.asarray(reference).shape).astype(np.float32)
+        reference = np.asarray(reference, np.float32)
+        # f32 sums in numpy's order and the evaluator's, each rounded once to bf16: equal
+        # but where a sum lies at a rounding boundary (one ulp)
+        assert np.mean(got == reference) > 0.99
+        np.testing.assert_allclose(got, reference, rtol=2.0**-7, atol=2.0**-20)
+
+
+def _biased(q, k, v, bias):
+    return jax.nn.dot_product_attention(q, k, v, bias=bias)
+
+
+def _padded(q, k, v, keep):
+    return jax.nn.dot_product_attention(q, k, v, mask=keep[:, None, None, :])
+
+
+def _f32_gradients(q, k, v, g):
+    """The gradients used in f32 (an optimizer reading them unrounded)."""
+    grads = jax.grad(
+        lambda q, k, v: jnp.sum(_sdpa(True)(q, k, v).astype(jnp.float32) * g),
+        argnums=(0, 1, 2),
+    )
+    return grads(q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32))
+
+
+#: name -> (function, shapes, the verdict's reason)
+REFUSED = {
+    "bias": (
+        jax.grad(lambda q, k, v, b: jnp.sum(_biased(q, k, v, b).astype(jnp.float32)), (0, 1, 2)),
+        [*_shapes()[:3], jax.ShapeDtypeStruct((B, N, T, T), jnp.bfloat16)],
+        "a bias",
+    ),
+    "padding_mask": (
+        jax.grad(lambda q, k, v, m: jnp.sum(_padded(q, k, v, m).astype(jnp.float32)), (0, 1, 2)),
+        [*_shapes()[:3], jax.ShapeDtypeStruct((B, T), jnp.bool_)],
+        "a mask other than the causal one",
+    ),
+    "f32_tensors": (_f32_gradients, _shapes(), "take q and k of one type of f16, bf16"),
+    "f32_derivative_products": (
+        _gradients(_by_hand_f32_products, False),
+        _shapes(),
+        "multiplies the softmax's derivative in f32",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_what_the_backward_call_would_change_stays_and_says_why(name):
+    function, shapes, why = REFUSED[name]
+    module = parse_module(jax.jit(function).lower(*shapes).as_text(dialect="hlo"))
+    run_pipeline(module, simplification_pipeline(layouts=False))
+    verdicts = attention_backward_verdicts(module, H100)
+    assert any(why in verdict for _, verdict in verdicts), verdicts
+    assert not rewrite_attention_backward(module, H100)
+
+
+def test_inference_has_no_backward_verdict():
+    function = _sdpa(True)
+    module = parse_module(jax.jit(function).lower(*_shapes()[:3]).as_text(dialect="hlo"))
+    run_pipeline(module, simplification_pipeline(layouts=False))
+    assert attention_backward_verdicts(module, H100) == []
+
+
+def test_the_contract_refuses_gradients_that_do_not_fit():
+    dims, strides = (1, 2, 16, 16), (512, 256, 16, 1)
+    given = dict(
+        q_dims=dims,
+        q_strides=strides,
+        k_dims=dims,
+        k_strides=strides,
+        v_dims=dims,
+        v_strides=strides,
+        do_strides=strides,
+        dq_strides=strides,
+        dk_strides=strides,
+        dv_strides=strides,
+        scale=0.25,
+    )
+    call = AttentionBackwardCall(**given)
+    assert call.operand_names == ("q", "k", "v", "do", "dq", "dk", "dv")
+    assert call.flops() == 2 * 2 * 16 * 16 * (5 * 16)
+    with pytest.raises(ThunkError, match="dq_strides"):
+        AttentionBackwardCall(**{**given, "dq_strides": (512, 256, 32, 1)})
+    with pytest.raises(ThunkError, match="head dimension 12"):
+        narrow = (384, 192, 12, 1)  # a value head of 12: v, do and dv
+        AttentionBackwardCall(
+            **{
+                **given,
+                "v_dims": (1, 2, 16, 12),
+                "v_strides": narrow,
+                "do_strides": narrow,
+                "dv_strides": narrow,
+            }
+        )
