@@ -16,7 +16,8 @@ them its own way:
 - :func:`approximate_divide`: an f32 ``arith.divf`` with the fastmath flag
   ``arcp`` (LLVM's licence to divide through a reciprocal). CUDA's lowering
   calls ``llvm.nvvm.div.full`` for it (``heron.runtime.cuda.compiler_fast_math``;
-  no fastmath flag selects div.full for one division), ROCm's LLVM uses its
+  no fastmath flag selects div.full for one division) and ``rcp.approx.f32`` for
+  a ``1 / y`` (1 ulp; XLA's NVPTX backend selects it so), ROCm's LLVM uses its
   reciprocal.
 - :func:`approximate_sqrt` and :func:`approximate_rsqrt`: an f32 ``math.sqrt`` /
   ``math.rsqrt`` with ``afn``, which expand-math turns into ``llvm.sqrt`` (and a

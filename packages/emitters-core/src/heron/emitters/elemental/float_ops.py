@@ -95,14 +95,19 @@ def _logistic(x: ir.Value) -> ir.Value:
 
     e = exp(-|x|); x >= 0 gives 1 / (1 + e), otherwise e / (1 + e), so a large
     negative x yields a tiny result instead of 1 / inf; NaN takes the second
-    branch and stays NaN. f32 divides within 2 ulp (``heron.emitters.fast_math``).
+    branch and stays NaN. f32 divides within 2 ulp (``heron.emitters.fast_math``):
+    the reciprocal once (CUDA: ``rcp.approx.f32``, XLA's one division of its
+    ``1 / (1 + exp(-x))``), ``e / (1 + e)`` as ``e`` times it.
     """
     one = arith.ConstantOp(x.type, 1.0).result
     zero = arith.ConstantOp(x.type, 0.0).result
     e = math.ExpOp(arith.NegFOp(math.AbsFOp(x).result).result).result
     denominator = arith.AddFOp(one, e).result
     positive = approximate_divide(one, denominator)
-    negative = approximate_divide(e, denominator)
+    if isinstance(x.type, ir.F32Type):
+        negative = arith.MulFOp(e, positive).result
+    else:
+        negative = approximate_divide(e, denominator)
     non_negative = arith.CmpFOp(arith.CmpFPredicate.OGE, x, zero).result
     return arith.SelectOp(non_negative, positive, negative).result
 

@@ -33,9 +33,9 @@ explicit fma per coefficient. The f32 exponentials take ``2^r`` from the
 GPU's approximate instruction (``llvm.exp2`` afn: ``ex2.approx.f32``, at
 most 2 ulp; AMDGPU ``v_exp_f32``), as XLA's ``__nv_expf`` does: their f32
 bounds (marked *) include its 2 ulp, which the host (libm's ``exp2f``) and
-the interpreter (correctly rounded) do not show. f32 tanh is XLA:GPU's own
-rational approximation, to the operation (heron adopts XLA's numerics where
-XLA has its own: ``heron.emitters.math_accuracy.XLA_FORMS``), whose quotient
+the interpreter (correctly rounded) do not show. f32 tanh and erf are XLA:GPU's
+own rational approximations, to the operation (heron adopts XLA's numerics where
+XLA has its own: ``heron.emitters.math_accuracy.XLA_FORMS``), whose quotients
 may be 2 ulp off (``div.full.f32``, as XLA divides:
 ``heron.emitters.fast_math``), which the host and the interpreter do not show
 either; docs/pipeline.md, "Accuracy contract: what heron shares with XLA":
@@ -64,7 +64,8 @@ tanh            7          3          f32: XLA:GPU's own (clamp, odd rational
                                       every f32, plus div.full's 2 ulp
 asinh, acosh,   3          3          acosh(x < 1), atanh(|x| > 1) -> NaN
 atanh
-erf             4*         2
+erf             8          2          f32: XLA:GPU's own (clamp, rational 9/12),
+                                      5.92 measured, plus div.full's 2 ulp
 erfc            6*         4          relative, down to the underflow threshold
 cbrt            2          2
 powf            1          2+2|y ln x|  f32 computed in f64; f64 in f64 without a

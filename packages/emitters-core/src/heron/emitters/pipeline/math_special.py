@@ -1,11 +1,13 @@
 """erf, erfc and the rounding functions, as arith code (f32 and f64).
 
-- erf on ``|x| < 0.5``: its Taylor series ``x*P(x^2)`` (7 terms f32, 13 f64).
+- f32 erf: XLA:GPU's own rational function (:func:`_erf_f32`), clamped.
+- f64 erf on ``|x| < 0.5``, and erfc there: its Taylor series ``x*P(x^2)`` (7 terms
+  f32, 13 f64).
 - erfc on ``x >= 0.5``: ``exp(-x^2) * G(x)`` with ``G`` fitted piecewise
   (math_coefficients: [0.5, 1.5), [1.5, 3), then in ``1/x`` up to the
   underflow point); ``exp(-x^2)`` is evaluated as ``exp(-hi*hi - lo)`` with
   ``hi*hi`` exact, so the error of squaring ``x`` does not grow with ``x``.
-  erf elsewhere is ``1 - erfc``, erfc elsewhere ``1 - erf`` or ``2 - erfc(-x)``.
+  f64 erf elsewhere is ``1 - erfc``, erfc elsewhere ``1 - erf`` or ``2 - erfc(-x)``.
 - floor, ceil, trunc, round, roundeven: through the integer of the same width
   (``|x| < 2^mantissa``; larger values are integers already), signs of zero kept.
 """
@@ -36,12 +38,8 @@ def _erf_small(kit: Kit, x: Value) -> Value:
     return kit.mul(x, kit.poly(kit.mul(x, x), series))
 
 
-def _erfc_large(kit: Kit, a: Value, approximate_reciprocal: bool = False) -> Value:
-    """erfc(a) for ``a >= 0.5`` (finite; 0 above the underflow limit).
-
-    ``approximate_reciprocal``: ``1/a`` (the tail above 3) may be 2 ulp off
-    (``div.full`` on CUDA). erf takes it: there erfc is below 2.2e-5 and subtracted
-    from 1, so its 2 ulp are under 2^-38 of erf's ulp; erfc itself does not."""
+def _erfc_large(kit: Kit, a: Value) -> Value:
+    """erfc(a) for ``a >= 0.5`` (finite; 0 above the underflow limit)."""
     limit = _ERFC_LIMIT[kit.fmt.width]
     ac = kit.min(a, kit.c(limit))
     if kit.is_f64:
@@ -50,7 +48,7 @@ def _erfc_large(kit: Kit, a: Value, approximate_reciprocal: bool = False) -> Val
         g1, g2 = coeffs.ERFC_G1_F32, coeffs.ERFC_G2_F32
     p1 = kit.poly(kit.sub(ac, kit.c(coeffs.ERFC_G1_CENTRE)), g1)
     p2 = kit.poly(kit.sub(ac, kit.c(coeffs.ERFC_G2_CENTRE)), g2)
-    u = (kit.div_approx if approximate_reciprocal else kit.div)(kit.c(1.0), ac)
+    u = kit.div(kit.c(1.0), ac)
     if kit.is_f64:
         ha = kit.poly(kit.sub(u, kit.c(coeffs.ERFC_H3A_CENTRE)), coeffs.ERFC_H3A_F64)
         hb = kit.poly(kit.sub(u, kit.c(coeffs.ERFC_H3B_CENTRE)), coeffs.ERFC_H3B_F64)
@@ -65,10 +63,44 @@ def _erfc_large(kit: Kit, a: Value, approximate_reciprocal: bool = False) -> Val
     return kit.select(kit.gt(a, kit.c(limit)), kit.c(0.0), kit.mul(e, g))
 
 
+#: XLA:GPU's f32 erf (its elemental emitter's, Eigen's ``erf`` for float): ``x`` clamped
+#: to [-c, c], ``x P(x^2) / Q(x^2)`` with ``P`` of degree 4 and ``Q`` of degree 6 in
+#: ``x^2``, and +-1 from ``c`` on. The f32 values, highest degree first, as XLA's
+#: kernels carry them (read from its LLVM IR for an erf fusion).
+_ERF_NUMERATOR_F32 = tuple(
+    float.fromhex(h)
+    for h in ("0x1.e05aa2p-13", "0x1.bebb44p-9", "0x1.a16dd6p-5", "0x1.7b4e8p-3", "0x1.20dd74p+0")
+)
+_ERF_DENOMINATOR_F32 = tuple(
+    float.fromhex(h)
+    for h in (
+        "-0x1.fa720cp-24", "0x1.8b11bep-16", "0x1.0ada5p-10", "0x1.cd0fa8p-7",
+        "0x1.c69842p-4", "0x1.fd6894p-2", "0x1p+0",
+    )
+)  # fmt: skip
+#: From it on (in magnitude) erf is +-1 (the rational function is within an ulp of 1).
+_ERF_CLAMP_F32 = float.fromhex("0x1.df38dp+1")  # 3.7439
+
+
+def _erf_f32(kit: Kit, x: Value) -> Value:
+    """XLA:GPU's f32 erf, to the operation: the clamp keeps NaN (``llvm.minimum``/
+    ``maximum``), one rational function (fmas, Horner in ``x^2``) and a quotient within
+    2 ulp (``div.full``, as XLA divides), +-1 (copysign) from the clamp on. No
+    exponential, no piece per range: one path (``math_accuracy.XLA_FORMS``)."""
+    clamped = kit.min(kit.max(x, kit.c(-_ERF_CLAMP_F32)), kit.c(_ERF_CLAMP_F32))
+    z = kit.mul(clamped, clamped)
+    numerator = kit.mul(clamped, kit.poly(z, _ERF_NUMERATOR_F32[::-1]))
+    rational = kit.div_approx(numerator, kit.poly(z, _ERF_DENOMINATOR_F32[::-1]))
+    one = kit.copysign(kit.c(1.0), x)
+    return kit.select(kit.ge(kit.abs(x), kit.c(_ERF_CLAMP_F32)), one, rational)
+
+
 def erf(kit: Kit, x: Value) -> Value:
+    if not kit.is_f64:
+        return _erf_f32(kit, x)
     a = kit.abs(x)
     finite_a = kit.select(kit.isnan(a), kit.c(0.0), a)
-    tail = _erfc_large(kit, kit.max(finite_a, kit.c(0.5)), approximate_reciprocal=True)
+    tail = _erfc_large(kit, kit.max(finite_a, kit.c(0.5)))
     large = kit.sub(kit.c(1.0), tail)
     r = kit.select(kit.lt(a, kit.c(0.5)), _erf_small(kit, x), kit.copysign(large, x))
     return kit.pass_nan(x, r)

@@ -7,9 +7,11 @@ Two rewrites, before ``convert-gpu-to-nvvm`` (``compiler_mlir.nvvm_steps``):
   ``arith.divf`` with ``arcp``). NVPTX has no fastmath flag that selects
   ``div.full.f32`` for one division (``afn`` gives ``div.approx.f32``, wrong for
   divisors above 2^126; XLA sets the whole compile's ``-nvptx-prec-divf32=1``),
-  so each marked scalar division calls ``llvm.nvvm.div.full``. Unmarked
-  divisions stay ``div.rn.f32``; a marked vector division (none is made
-  today) would too.
+  so each marked scalar division calls ``llvm.nvvm.div.full``, except a marked
+  ``1 / y``: it takes ``afn``, which NVPTX selects as ``rcp.approx.f32`` (1 ulp,
+  subnormals kept), what XLA's ``-nvptx-prec-divf32=1`` makes of ``1 / y``
+  (its logistic's one division). Unmarked divisions stay ``div.rn.f32``; a
+  marked vector division (none is made today) would too.
 - **The approximate exp2 -> ``ex2.approx.ftz.f32``.** expand-math's f32
   exponentials take ``2^t`` from ``llvm.exp2`` with ``afn``
   (``Kit.exp2_approx``), which NVPTX selects as ``ex2.approx.f32``: for a
@@ -51,6 +53,24 @@ def _call(ir: Any, llvm: Any, op: Any, name: str) -> None:
     op.erase()
 
 
+def _is_one(value: Any, ir: Any) -> bool:
+    """Whether ``value`` is the f32 constant 1.0 (an ``arith.constant``)."""
+    owner = value.owner
+    if not isinstance(owner, ir.Operation | ir.OpView):
+        return False
+    owner = owner.operation if isinstance(owner, ir.OpView) else owner
+    if owner.name != "arith.constant":
+        return False
+    attr = owner.attributes["value"]
+    return isinstance(attr, ir.FloatAttr) and ir.FloatAttr(attr).value == 1.0
+
+
+def _reciprocal(ir: Any, op: Any) -> None:
+    """A marked ``1 / x``: the division with ``afn``, which NVPTX selects as
+    ``rcp.approx.f32`` (1 ulp, subnormals kept), XLA's form of it."""
+    op.attributes["fastmath"] = ir.Attribute.parse("#arith.fastmath<afn>")
+
+
 def lower_fast_math(module: Any) -> None:
     """Rewrite ``module``'s marked f32 divisions and approximate exp2s (in place)."""
     from mlir import ir
@@ -60,7 +80,9 @@ def lower_fast_math(module: Any) -> None:
     from heron.runtime.cuda.compiler_mma import walk_operations
 
     for op in list(walk_operations(module.operation)):
-        if is_approximate_division(op):
+        if is_approximate_division(op) and _is_one(op.operands[0], ir):
+            _reciprocal(ir, op)
+        elif is_approximate_division(op):
             _call(ir, llvm, op, "llvm.nvvm.div.full")
         elif _is_approximate_exp2(op, ir):
             _call(ir, llvm, op, _EX2_FTZ)
