@@ -328,7 +328,7 @@ ENTRY e {
     assert approximations_reaching(square) == {"exponential": 2}
     assert ulp_bound(square, square.shape.element_type) == 2 * 3  # f32 exp: 3 ulps
     assert approximations_reaching(root) == {"exponential": 3, "tanh": 1}
-    assert ulp_bound(root, root.shape.element_type) == 3 * 3 + 4  # f32 tanh: 4 ulps
+    assert ulp_bound(root, root.shape.element_type) == 3 * 3 + 7  # f32 tanh: 7 ulps
 
 
 GEMM_PROGRAMS = ("batched_matmul", "mlp_relu", "conv1d", "scan_rnn")

@@ -60,7 +60,7 @@ ACCURACY: dict[str, tuple[int, int]] = {
 APPROXIMATE_EXP2 = frozenset({"exp", "exp2", "sinh", "cosh", "erfc"})
 #: Math ops whose f32 bound includes a division within 2 ulp (``div.full.f32`` on CUDA,
 #: :mod:`heron.emitters.fast_math`), which the interpreter divides correctly rounded.
-APPROXIMATE_DIVISION = frozenset({"tanh", "cosh", "log1p", "asinh", "acosh", "atanh", "erf"})
+APPROXIMATE_DIVISION = frozenset({"tanh", "cosh", "erf"})
 #: The f32 ops computed as XLA:GPU computes them (its elemental emitter's own
 #: approximations), and how their f32 bound was measured.
 XLA_FORMS: dict[str, str] = {

@@ -47,9 +47,9 @@ exp, exp2       3*         2          overflow to inf, subnormal results rounded
 expm1           2          2          sign of -0 kept
 log             1          2          < 0 -> NaN, 0 -> -inf (f64: 1.12 measured)
 log2, log10     3          3          integer part exact (log2(8) == 3)
-log1p           2          3          < -1 -> NaN, -1 -> -inf (1.34 / 2.21 measured);
-                                      f32: x + x^2 Q(x) below 1/3, else
-                                      log(1+x) + c/(1+x), c/(1+x) by div.full
+log1p           2          3          < -1 -> NaN, -1 -> -inf (1.61 / 2.21 measured);
+                                      f32: log's polynomial on f = (1+x)/2^k - 1
+                                      computed from x (libdevice's reduction)
 sin, cos        2          2          f32: every finite x (Payne-Hanek from 2^20 on);
                                       f64: |x| < 1.6e6 (2^20 pi/2), larger: absolute
                                       error grows like |x| 2^-72 (no Payne-Hanek)

@@ -11,8 +11,9 @@ Algorithms (fdlibm's structure, our own polynomials):
 - log: ``x = m*2^e`` with ``m`` in [sqrt(1/2), sqrt(2)), ``f = m - 1``,
   ``s = f/(2+f)``, ``log(1+f) = f - (hfsq - s*(hfsq + R(s^2)))`` with ``R``
   the series of ``2*atanh(s)/s - 2``; ``e*ln2`` added in two parts.
-- log1p: ``u = 1 + x``, ``log(u) * x/(u - 1)`` (exact compensation of the
-  rounding of ``u``, Goldberg/Kahan).
+- log1p: f64 ``u = 1 + x``, ``log(u) * x/(u - 1)`` (exact compensation of the
+  rounding of ``u``, Goldberg/Kahan); f32 log's polynomial on ``(1 + x) 2^-k - 1``
+  computed from ``x`` (:func:`_log1p_f32`).
 - sinh, cosh, tanh, asinh, acosh, atanh: fdlibm's identities on top of these.
 - pow: f32 computes ``exp(y*log|x|)`` in f64 (one rounding); f64 in f64.
 """
@@ -252,35 +253,27 @@ def log10(kit: Kit, x: Value) -> Value:
     return _log_special(kit, x, kit.fma(e, kit.c(_LOG10_2_HI[w]), tail))
 
 
-#: Below it (in magnitude) f32 log1p is log's own polynomial in x itself.
-_LOG1P_SMALL_F32 = 1.0 / 3.0
-
-
 def _log1p_f32(kit: Kit, x: Value) -> Value:
-    """One polynomial of log's (:func:`_log1p_poly_f32`) on ``x`` itself for
-    ``|x| < 1/3`` (no rounded ``1 + x``), else on the reduced ``u = 1 + x``: ``e ln2 +
-    log(1 + f) + c/u``, with ``c`` the exact rounding error of ``u`` (Fast2Sum).
-    ``|c/u| <= 2^-24`` there while the result is at least 0.28, so the quotient may
-    be 2 ulp off (``div.full``) at no cost: no IEEE division, one polynomial, as
-    libdevice's ``log1pf``."""
-    small = kit.lt(kit.abs(x), kit.c(_LOG1P_SMALL_F32))
+    """``k ln2 + log(1 + f)`` with ``(1 + x) = (1 + f) 2^k``, ``1 + f`` in [2/3, 4/3),
+    and ``f`` computed from ``x`` itself, not from the rounded ``u = 1 + x`` (libdevice's
+    ``log1pf`` does the same): ``k`` comes from the bits of ``u`` (as in
+    :func:`_log_reduce_f32`), and ``f = (2^-k - 1) + x 2^-k`` with both terms exact
+    (``x 2^-k`` and ``4 * 2^-k`` by subtracting ``k`` from the exponent bits), so ``f``
+    is rounded once. Where ``u`` rounded across a power of two, ``1 + f`` is 2^-24
+    outside the interval: the polynomial (:func:`_log1p_poly_f32`) holds there too.
+    No division, no branch on the size of ``x``: for ``|x| < 1/3`` (``k = 0``) ``f``
+    is ``x`` exactly. ``k ln2`` is one fma with ln2 rounded to f32 (0.05 ulp of the
+    result at most), the ``2^-23`` of ``k``'s bits folded into it. Special values from
+    ``u`` (-1 -> -inf, below -> NaN, +inf and NaN themselves) and -0 kept."""
     u = kit.add(kit.c(1.0), x)
-    c = kit.select(
-        kit.gt(x, kit.c(1.0)),
-        kit.sub(kit.c(1.0), kit.sub(u, x)),
-        kit.sub(x, kit.sub(u, kit.c(1.0))),
-    )
-    # u >= 2^-24 where the result is finite (1 + x is exact near -1): never subnormal.
-    # Negative, zero, infinite or NaN u reduce to garbage, which _log_special replaces.
-    e, f = _log_reduce_f32(kit, u, subnormal=False)
-    f = kit.select(small, x, f)
-    e = kit.select(small, kit.c(0.0), kit.to_float(e))
-    correction = kit.select(small, kit.c(0.0), kit.div_approx(c, u))
-    logm = kit.add(_log1p_poly_f32(kit, f), correction)
-    w = kit.fmt.width
-    result = kit.fma(e, kit.c(_LN2_HI[w]), kit.fma(e, kit.c(_LN2_LO[w]), logm))
-    result = kit.select(small, result, _log_special(kit, u, result))
-    return kit.pass_nan(x, kit.keep_zero(x, result))
+    e = kit.iand(kit.isub(kit.bits(u), kit.ci(0x3F2AAAAB)), kit.ci(0xFF800000))  # k << 23
+    scaled = kit.bitcast_f(kit.isub(kit.bits(x), e))  # x 2^-k
+    four_scaled = kit.bitcast_f(kit.isub(kit.ci(0x40800000), e))  # 4 2^-k (k >= -126)
+    f = kit.add(kit.fma(four_scaled, kit.c(0.25), kit.c(-1.0)), scaled)
+    logm = _log1p_poly_f32(kit, f)
+    ln2_f32 = float(np.float32(_LN2))
+    result = kit.fma(kit.to_float(e), kit.c(ln2_f32 * 2.0**-23), logm)
+    return kit.keep_zero(x, _log_special(kit, u, result))
 
 
 def log1p(kit: Kit, x: Value) -> Value:
