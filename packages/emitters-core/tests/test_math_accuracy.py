@@ -336,3 +336,32 @@ def test_f32_log1p_reduces_x_itself():
     assert np.isnan(out[4])
     assert np.array_equal(out[5:9].view(np.uint32), edges[5:9].view(np.uint32))
     assert abs(out[9] - np.log1p(3.4e38)) < 1e-5
+
+
+def test_f32_expm1_is_one_fma_of_the_scaled_polynomial():
+    """f32 expm1 is ``fma(expm1(r), 2^k, 2^k - 1)`` (issue 29: SASS 160 -> 105 for four
+    elements, XLA's libdevice expm1f 128): within 2 ulp around k = 0 and where 2^128 is
+    reached by doubling (1.44 measured over every 251st f32), -1 below -17.33, inf from
+    88.7228, -0 and subnormals kept."""
+    rng = np.random.default_rng(29)
+    x = np.concatenate(
+        [
+            rng.uniform(-0.4, 0.4, 50_000),
+            rng.uniform(87.0, 88.7228, 50_000),
+            rng.uniform(-20.0, 20.0, 50_000),
+        ]
+    ).astype(np.float32)
+    with np.errstate(all="ignore"):
+        out = run_op(math_dialect.ExpM1Op, ElementType.F32, x)
+        err = ulp_error(out, np.expm1(x.astype(np.float64)), np.float32)
+    worst = int(np.argmax(err))
+    assert err[worst] <= 2, (x[worst], err[worst])
+    edges = np.array(
+        [0.0, -0.0, 1e-45, -1e-45, np.nan, np.inf, -np.inf, 88.72283, 88.72284, -17.34, -100.0],
+        dtype=np.float32,
+    )
+    out = run_op(math_dialect.ExpM1Op, ElementType.F32, edges)
+    assert np.array_equal(out[:4].view(np.uint32), edges[:4].view(np.uint32))
+    assert np.isnan(out[4]) and out[5] == np.inf and out[6] == -1.0
+    assert np.isfinite(out[7]) and out[7] > 3.4e38 and out[8] == np.inf
+    assert list(out[9:]) == [-1.0, -1.0]

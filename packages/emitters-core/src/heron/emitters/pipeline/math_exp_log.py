@@ -7,7 +7,8 @@ Algorithms (fdlibm's structure, our own polynomials):
   truncation below 0.15 ulp), then ``2^k`` applied in two exact halves so
   that subnormal and overflowing results round once.
 - expm1: the same reduction, ``expm1(r)`` as ``r + r^2*P(r)``, then
-  ``2^k*expm1(r) + (2^k - 1)``; no cancellation for small ``x`` (``k = 0``).
+  ``2^k*expm1(r) + (2^k - 1)``; no cancellation for small ``x`` (``k = 0``);
+  f32 in one fma (:func:`_expm1_f32`).
 - log: ``x = m*2^e`` with ``m`` in [sqrt(1/2), sqrt(2)), ``f = m - 1``,
   ``s = f/(2+f)``, ``log(1+f) = f - (hfsq - s*(hfsq + R(s^2)))`` with ``R``
   the series of ``2*atanh(s)/s - 2``; ``e*ln2`` added in two parts.
@@ -147,7 +148,34 @@ def exp2(kit: Kit, x: Value) -> Value:
     return kit.pass_nan(x, kit.ldexp(p, kit.to_int(kf)))
 
 
+#: f32 expm1's clamp: below it the result is -1 (e^x under half an ulp of 1), above it
+#: +inf (e^x over f32 max), and ``k`` stays in [-26, 129].
+_EXPM1_RANGE_F32 = (-17.4, 89.0)
+
+
+def _expm1_f32(kit: Kit, x: Value) -> Value:
+    """``2^k expm1(r) + (2^k - 1)`` as one fma (libdevice's ``expm1f`` structure): ``x``
+    clamped (``llvm.minimum``/``maximum``: NaN kept), ``k`` the rounded ``x log2e`` (one
+    fma with the shifter), ``r = x - k ln2`` by two fmas, ``expm1(r) = r + r^2 Q(r)``
+    (math_coefficients.EXPM1_Q, degree 5, 0.01 ulp). ``2^128`` is not an f32: at
+    ``k = 128`` the fma takes ``2^127`` and its result is doubled (overflowing to inf
+    where expm1 does). ``2^k`` is exact, so no approximate instruction: the error is the
+    polynomial's and the roundings'. -0 is kept (``keep_zero``)."""
+    lo, hi = _EXPM1_RANGE_F32
+    xc = kit.min(kit.max(x, kit.c(lo)), kit.c(hi))
+    kf = kit.sub(kit.fma(xc, kit.c(_LOG2E), kit.c(_SHIFTER_F32)), kit.c(_SHIFTER_F32))
+    r = kit.fma(kf, kit.c(-_LN2_LO[32]), kit.fma(kf, kit.c(-_LN2_HI[32]), xc))
+    p = kit.fma(kit.mul(r, r), kit.poly(r, coeffs.EXPM1_Q_F32), r)
+    top = kit.eq(kf, kit.c(128.0))
+    t = kit.pow2i(kit.to_int(kit.minnum(kf, kit.c(127.0))))
+    result = kit.fma(p, t, kit.sub(t, kit.c(1.0)))
+    result = kit.select(top, kit.add(result, result), result)
+    return kit.keep_zero(x, result)
+
+
 def expm1(kit: Kit, x: Value) -> Value:
+    if not kit.is_f64:
+        return _expm1_f32(kit, x)
     fmt = kit.fmt
     lo, hi = _EXP_RANGE[fmt.width]
     xs = kit.min(kit.max(_finite_or_zero(kit, x), kit.c(lo)), kit.c(hi))

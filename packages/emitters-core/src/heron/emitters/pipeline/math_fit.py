@@ -14,6 +14,7 @@ from __future__ import annotations
 PIECES = {
     # name: (function of the polynomial variable, interval, centre, {f32 degree, f64 degree})
     "LOG1P_Q": ("log1p_q", (-1 / 3, 1 / 3), 0.0, {"f32": 8}),
+    "EXPM1_Q": ("expm1_q", (-0.35, 0.35), 0.0, {"f32": 5}),
     "ATAN_Q": ("atan_q", (0, (7 / 16) ** 2), 0.0, {"f32": 4, "f64": 11}),
     "ASIN_Q": ("asin_q", (0, 0.25), 0.0, {"f32": 5, "f64": 12}),
     "ERFC_G1": ("erfc_g", (0.5, 1.5), 1.0, {"f32": 10, "f64": 18}),
@@ -29,6 +30,12 @@ def _functions(mp):
         if f == 0:
             return mp.mpf(-1) / 2
         return (mp.log1p(f) - f) / (f * f)
+
+    def expm1_q(r):  # expm1(r) = r + r^2*Q(r)
+        if r == 0:
+            return mp.mpf(1) / 2
+        with mp.extraprec(400):  # expm1(r) - r cancels to r^2/2
+            return +((mp.expm1(r) - r) / (r * r))
 
     def atan_q(z):  # atan(t) = t + t*z*Q(z), z = t^2
         if z == 0:
@@ -51,6 +58,7 @@ def _functions(mp):
 
     return {
         "log1p_q": log1p_q,
+        "expm1_q": expm1_q,
         "atan_q": atan_q,
         "asin_q": asin_q,
         "erfc_g": erfc_g,
