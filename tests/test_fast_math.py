@@ -111,7 +111,15 @@ def test_the_gelu_kernel_has_no_slow_path_in_sass() -> None:
 #: elements a thread), ``benchmarks/sass_vs_xla.py`` with jax-cuda13-pjrt 0.10.2 for the
 #: h100 (docs/benchmarks.md, "SASS of elementwise math against XLA:GPU"): heron's kernel
 #: must stay within 1.2x of it (issue 29's acceptance) and have no slow path.
-XLA_SASS = {"tanh": 105, "exp": 49, "logistic": 82, "erf": 114, "log1p": 122, "expm1": 128}
+XLA_SASS = {
+    "tanh": 105,
+    "exp": 49,
+    "logistic": 82,
+    "erf": 114,
+    "log1p": 122,
+    "expm1": 128,
+    "cbrt": 79,
+}
 
 
 def _sass(text: str):
@@ -145,6 +153,7 @@ _OPS = {
     "erf": ("f32", "erf"),
     "log1p": ("f32", "log-plus-one"),
     "expm1": ("f32", "exponential-minus-one"),
+    "cbrt": ("f32", "cbrt"),
 }
 
 

@@ -68,7 +68,8 @@ atanh
 erf             8          2          f32: XLA:GPU's own (clamp, rational 9/12),
                                       5.92 measured, plus div.full's 2 ulp
 erfc            6*         4          relative, down to the underflow threshold
-cbrt            2          2
+cbrt            2          2          f32: libdevice's lg2/ex2.approx seed and one
+                                      correction, no division (0.99 measured)
 powf            1          2+2|y ln x|  f32 computed in f64; f64 in f64 without a
                                       double-double log, so the error grows with the
                                       size of y*ln|x|; numpy's special cases

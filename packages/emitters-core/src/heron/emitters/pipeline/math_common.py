@@ -179,6 +179,16 @@ class Kit:
             raise TypeError("exp2_approx is for f32: no GPU has an approximate f64 exp2")
         return _approximate_intrinsic("llvm.exp2", a)
 
+    def log2_approx(self, a: Value) -> Value:
+        """``log2(a)`` by the hardware's approximate instruction (f32 only): ``llvm.log2``
+        with ``afn``, which NVPTX selects as ``lg2.approx.f32`` (absolute error 2^-22,
+        subnormals kept; libdevice's ``cbrtf`` seeds with it), AMDGPU ``v_log_f32``, the
+        host libm's ``log2f``; the interpreter computes it correctly rounded. Only for a
+        seed that a correction step makes insensitive to its error (f32 cbrt)."""
+        if self.is_f64:
+            raise TypeError("log2_approx is for f32: no GPU has an approximate f64 log2")
+        return _approximate_intrinsic("llvm.log2", a)
+
     def poly(self, x: Value, coeffs: Sequence[float]) -> Value:
         """Horner evaluation of ``sum(coeffs[i] * x**i)``, one fma per coefficient.
 

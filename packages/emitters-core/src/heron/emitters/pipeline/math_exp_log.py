@@ -442,8 +442,27 @@ def _cbrt_seed_coeffs() -> list[float]:
 _CBRT_SEED = _cbrt_seed_coeffs()
 
 
+def _cbrt_f32(kit: Kit, x: Value) -> Value:
+    """f32 cube root as libdevice's ``cbrtf`` computes it: ``y = 2^(-2/3 log2|x|)``
+    (``|x|^(-2/3)`` from the approximate lg2 and ex2, within about 2^-21), ``s = |x| y``,
+    then one correction ``s + s (1 - s^2 y) / 3``, which cancels the seed's error to
+    first order (``s^2 y`` is ``(1 + d)^3`` for a seed off by ``1 + d``): what is left is
+    the roundings', about 1 ulp. The sign is copied back; +-0, +-inf and NaN are ``x``
+    itself (``x + x == x``: no fraction of them survives ``0 * inf``). No division,
+    so no IEEE slow path (issue 29: SASS 462 -> XLA's 79)."""
+    a = kit.abs(x)
+    y = kit.exp2_approx(kit.mul(kit.log2_approx(a), kit.c(-2.0 / 3.0)))
+    s = kit.mul(a, y)
+    residual = kit.fma(s, kit.mul(y, kit.neg(s)), kit.c(1.0))
+    r = kit.copysign(kit.fma(s, kit.mul(residual, kit.c(1.0 / 3.0)), s), x)
+    return kit.select(kit.eq(kit.add(x, x), x), x, r)
+
+
 def cbrt(kit: Kit, x: Value) -> Value:
-    """Cube root: ``|x| = m*2^(3q+r)``, seed cubic on [1, 8), Newton steps, ``*2^q``."""
+    """Cube root: ``|x| = m*2^(3q+r)``, seed cubic on [1, 8), Newton steps, ``*2^q``
+    (f64; f32: :func:`_cbrt_f32`)."""
+    if not kit.is_f64:
+        return _cbrt_f32(kit, x)
     a = kit.abs(x)
     ok = kit.band(kit.gt(a, kit.c(0.0)), kit.lt(a, kit.inf()))
     m, e = kit.frexp(kit.select(ok, a, kit.c(1.0)))

@@ -1,6 +1,6 @@
 """XLA:GPU's fast f32 instructions that no LLVM flag selects one op at a time (CUDA only).
 
-Two rewrites, before ``convert-gpu-to-nvvm`` (``compiler_mlir.nvvm_steps``):
+Three rewrites, before ``convert-gpu-to-nvvm`` (``compiler_mlir.nvvm_steps``):
 
 - **Marked f32 divisions -> ``div.full.f32``.** heron's emitters mark the f32
   divisions that may be 2 ulp off (:mod:`heron.emitters.fast_math`:
@@ -20,6 +20,10 @@ Two rewrites, before ``convert-gpu-to-nvvm`` (``compiler_mlir.nvvm_steps``):
   so the result is normal and a subnormal ``t`` gives 1 either way: the
   flushing form (XLA's, libdevice's ``__nv_expf``) computes the same, in one
   instruction.
+- **The approximate log2 -> ``lg2.approx.f32``.** ``llvm.log2`` with ``afn``
+  (``Kit.log2_approx``, f32 cbrt's seed, as libdevice's ``cbrtf``) has no
+  NVPTX selection at all ("no libcall available for flog2"): it calls
+  ``llvm.nvvm.lg2.approx.f``, the non-flushing form (subnormal arguments).
 """
 
 from __future__ import annotations
@@ -31,12 +35,15 @@ __all__ = ["lower_fast_math"]
 #: ``llvm.call_intrinsic`` names: what expand-math writes -> what this step calls.
 _EXP2 = "llvm.exp2"
 _EX2_FTZ = "llvm.nvvm.ex2.approx.ftz.f"
+_LOG2 = "llvm.log2"
+#: Not flushing: f32 cbrt seeds subnormal arguments with it.
+_LG2 = "llvm.nvvm.lg2.approx.f"
 
 
-def _is_approximate_exp2(op: Any, ir: Any) -> bool:
+def _is_approximate_exp2(op: Any, ir: Any, name: str = _EXP2) -> bool:
     if op.name != "llvm.call_intrinsic" or "intrin" not in op.attributes:
         return False
-    if ir.StringAttr(op.attributes["intrin"]).value != _EXP2:
+    if ir.StringAttr(op.attributes["intrin"]).value != name:
         return False
     if not isinstance(op.results[0].type, ir.F32Type):
         return False
@@ -72,7 +79,7 @@ def _reciprocal(ir: Any, op: Any) -> None:
 
 
 def lower_fast_math(module: Any) -> None:
-    """Rewrite ``module``'s marked f32 divisions and approximate exp2s (in place)."""
+    """Rewrite ``module``'s marked f32 divisions and approximate exp2s and log2s (in place)."""
     from mlir import ir
     from mlir.dialects import llvm
 
@@ -86,3 +93,5 @@ def lower_fast_math(module: Any) -> None:
             _call(ir, llvm, op, "llvm.nvvm.div.full")
         elif _is_approximate_exp2(op, ir):
             _call(ir, llvm, op, _EX2_FTZ)
+        elif _is_approximate_exp2(op, ir, _LOG2):
+            _call(ir, llvm, op, _LG2)
