@@ -12,7 +12,8 @@ One module per pass, each a factory taking the Target and returning an
 
 and their shared parts: :mod:`.builder` (making and installing fusions),
 :mod:`.fusible` (what may be fused; the emitters' verdict),
-:mod:`.cost_model` (the price of a kernel), :mod:`.reachability` (cycle checks),
+:mod:`.cost_model` (the price of a kernel), :mod:`.pair_key` and :mod:`.pair_price`
+(a producer-consumer pair told and priced without building it), :mod:`.reachability` (cycle checks),
 :mod:`.graph` (users and names kept current while installing), :mod:`.context`.
 :func:`gpu_pipeline` is the whole program pipeline
 (``heron opt --target``), :func:`program_pipeline` what ``heron run`` puts a
@@ -102,6 +103,7 @@ def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
             simplification_pipeline(
                 deterministic=deterministic,
                 before_layout=(
+                    library_attention_backward_rewriter(target),
                     library_attention_rewriter(target),
                     library_convolution_fusion(target),
                 ),

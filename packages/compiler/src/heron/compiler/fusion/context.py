@@ -2,7 +2,9 @@
 
 One :class:`FusionContext` per pass run: a kernel's price is computed once
 (keyed by the instruction object, which a rewrite replaces rather than
-changes) and handed to whichever decision needs it.
+changes) and handed to whichever decision needs it; a pass that removes
+instructions says so (:meth:`FusionContext.forget`), as XLA's priority fusion
+invalidates its caches around a fusion it performed.
 """
 
 from __future__ import annotations
@@ -26,11 +28,16 @@ from heron.compiler.fusion.fusible import (
     verdict_of,
 )
 from heron.compiler.fusion.fusion_cse import signature
+from heron.compiler.fusion.pair_key import PairKey, PairKeys
+from heron.compiler.fusion.pair_price import PairPrices
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.outline import HOST_OPCODES
 from heron.target import Target
 
 __all__ = ["FusionContext", "count_kernels"]
+
+#: A memo's "not known yet" (None is an answer: not emittable).
+_UNKNOWN: object = object()
 
 
 @attrs.define
@@ -38,7 +45,7 @@ class FusionContext:
     module: Module
     target: Target
     checker: FusionChecker = attrs.field(init=False)
-    _costs: dict[int, tuple[Instruction, KernelCost]] = attrs.field(init=False, factory=dict)
+    _costs: dict[Instruction, KernelCost] = attrs.field(init=False, factory=dict)
     _prices: dict[tuple[object, ...], KernelCost] = attrs.field(init=False, factory=dict)
     #: A candidate's body signature and form (names aside), made once per candidate
     #: while it lives: the candidates priced and dropped do not stay in memory.
@@ -49,15 +56,17 @@ class FusionContext:
     #: priority fusion re-plans the same fusions after every rewrite around them.
     _verdicts: dict[object, Verdict | None] = attrs.field(init=False, factory=dict)
     _emitted: dict[object, bool] = attrs.field(init=False, factory=dict)
-    #: The price of a producer fused into one user, by the pair (None: not emittable).
-    _pairs: dict[tuple[int, int], tuple[Instruction, Instruction, float | None]] = attrs.field(
+    #: The price of a producer fused into one user, by producer then user (None: not
+    #: emittable), while both live.
+    _pairs: dict[Instruction, dict[Instruction, float | None]] = attrs.field(
         init=False, factory=dict
     )
-    #: A fused body's form (:meth:`_signatures_of`) while the body lives: a fusion
-    #: this pass installs is priced as its own kernel by the form it was priced by.
-    _body_forms: weakref.WeakKeyDictionary[Computation, object] = attrs.field(
-        init=False, factory=weakref.WeakKeyDictionary
-    )
+    #: The same prices by what the pair is made of (:mod:`.pair_key`): a module that
+    #: repeats a layer fuses the same producer bodies into the same consumer bodies.
+    _pair_prices: dict[PairKey, float | None] = attrs.field(init=False, factory=dict)
+    _pair_keys: PairKeys = attrs.field(init=False)
+    #: Pair prices composed from each instruction's own reads (:mod:`.pair_price`).
+    _composed: PairPrices = attrs.field(init=False)
     #: Signatures of called computations (reducers), which no fusion pass changes.
     _called: dict[int, tuple[object, object]] = attrs.field(init=False, factory=dict)
     #: How each op form reads its operands, for the cost model (built once per form).
@@ -67,6 +76,8 @@ class FusionContext:
 
     def __attrs_post_init__(self) -> None:
         self.checker = FusionChecker(self.target)
+        self._pair_keys = PairKeys(self._called, self._formatted)
+        self._composed = PairPrices(self.target, self._read_patterns)
 
     def candidate(
         self,
@@ -101,21 +112,69 @@ class FusionContext:
     def pair_seconds(self, producer: Instruction, user: Instruction) -> float | None:
         """The price of ``producer`` fused into ``user`` (None when no emitter takes it).
 
-        Built, checked and priced once per pair of instructions: the fused body
-        depends on the two only (their other operands are parameters of the same
-        shapes whatever becomes of them), and a rewrite replaces instructions
-        rather than changing them.
+        Asked once per pair of instructions: the fused body depends on the two
+        only (their other operands are parameters of the same shapes whatever
+        becomes of them), and a rewrite replaces instructions rather than
+        changing them. Built, checked and priced once per :class:`PairKey`: the
+        body and whether it fits the budget are functions of the key, so a pair
+        made of bodies fused before reads the price found then (what the
+        verdict and price memos below would have answered for the built body).
         """
-        key = (id(producer), id(user))
-        known = self._pairs.get(key)
-        if known is not None and known[0] is producer and known[1] is user:
-            return known[2]
-        candidate = build_fusion([producer, user], [user])
-        verdict = self._verdict(candidate, consumer=user)
-        seconds = None if verdict is None else self.price(candidate, verdict).seconds
-        candidate.discard()
-        self._pairs[key] = (producer, user, seconds)
+        by_user = self._pairs.setdefault(producer, {})
+        if user in by_user:
+            return by_user[user]
+        key = self._pair_keys.of(producer, user)
+        if key in self._pair_prices:
+            seconds = self._pair_prices[key]
+        else:
+            candidate = build_fusion([producer, user], [user])
+            # Checked, not looked up by its signature: signing the clone cost about
+            # what checking it does, and a pair key seen before has been answered.
+            verdict = self.checker.check(candidate, consumer=user)
+            seconds = None
+            if verdict is not None:
+                cost = self._composed.pair(producer, user, verdict)
+                seconds = (cost if cost is not None else self.price(candidate, verdict)).seconds
+            candidate.discard()
+            self._pair_prices[key] = seconds
+        by_user[user] = seconds
         return seconds
+
+    def fused_seconds(self, producer: Instruction, users: list[Instruction]) -> float | None:
+        """The prices of ``producer`` fused into each of ``users``, added in order (None
+        as soon as one is not emittable). A producer with many users (a constant
+        every reduce reads) is priced again each time one of them changes: the
+        others' prices are looked up here without a call each."""
+        by_user = self._pairs.get(producer)
+        if by_user is None:
+            by_user = self._pairs[producer] = {}
+        total = 0.0
+        for user in users:
+            seconds = by_user.get(user, _UNKNOWN)
+            if seconds is _UNKNOWN:
+                seconds = self.pair_seconds(producer, user)
+            if seconds is None:
+                return None
+            total += seconds
+        return total
+
+    def apart_seconds(self, producer: Instruction, users: list[Instruction]) -> float:
+        """What ``producer`` and ``users`` cost as kernels of their own, added in order."""
+        costs = self._costs
+        return self.cost(producer).seconds + sum(
+            (costs.get(user) or self.cost(user)).seconds for user in users
+        )
+
+    def forget(self, inst: Instruction) -> None:
+        """Drop what is known about ``inst``, which left the computation: its own price
+        and the pairs it is a side of (the pairs of its operands with it included)."""
+        self._costs.pop(inst, None)
+        self._composed.forget(inst)
+        self._pairs.pop(inst, None)
+        for operand in inst.operands:
+            by_user = self._pairs.get(operand)
+            if by_user is not None:
+                by_user.pop(inst, None)
 
     def _signatures_of(self, candidate: Candidate) -> tuple[object, object]:
         """The candidate's body signature and its form (scalar constants' values aside)."""
@@ -126,17 +185,7 @@ class FusionContext:
         form = signature(candidate.body, self._called, values, self._formatted)
         keys = ((form, tuple(values)), form)
         self._signatures[candidate] = keys
-        self._body_forms[candidate.body] = form
         return keys
-
-    def _body_form(self, body: Computation) -> object:
-        """``body``'s form (scalar constants' values aside), made once per body."""
-        known = self._body_forms.get(body)
-        if known is not None:
-            return known
-        form = signature(body, self._called, [], self._formatted)
-        self._body_forms[body] = form
-        return form
 
     def _estimate(
         self, form: object, body: Computation, operands: list[Instruction], verdict: Verdict
@@ -184,23 +233,22 @@ class FusionContext:
 
     def cost(self, inst: Instruction) -> KernelCost:
         """What ``inst`` costs as a kernel of its own (nothing for host instructions)."""
-        cached = self._costs.get(id(inst))
-        if cached is not None and cached[0] is inst:
-            return cached[1]
+        cached = self._costs.get(inst)
+        if cached is not None:
+            return cached
         cost = NO_KERNEL
         if inst.opcode not in HOST_OPCODES and is_wrappable(inst):
             if inst.opcode == "fusion":
                 from heron.emitters.fusion_analysis import analyse_fusion
 
                 verdict = verdict_of(analyse_fusion(inst, self.target))
-                body = inst.called("calls")
-                cost = self._estimate(self._body_form(body), body, list(inst.operands), verdict)
+                cost = self._composed.cost(inst, verdict)
             else:
                 made = self.candidate([inst], [inst], consumer=inst)
                 if made is not None:
                     cost = self.price(*made)
                     made[0].discard()
-        self._costs[id(inst)] = (inst, cost)
+        self._costs[inst] = cost
         return cost
 
 

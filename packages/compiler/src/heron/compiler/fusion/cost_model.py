@@ -38,9 +38,11 @@ bitcasts) launch nothing and cost nothing.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import attrs
 
+from heron.compiler.fusion.builder import post_order
 from heron.hlo.dot_precision import contraction_length
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Computation, Instruction
@@ -56,10 +58,13 @@ __all__ = [
     "ReadPatterns",
     "FLOPS_PER_ELEMENT",
     "UNCOALESCED_PENALTY",
+    "BodyReads",
     "KernelCost",
+    "body_reads",
     "dot_multiply_adds",
     "estimate_computation",
     "estimate_instruction",
+    "kernel_cost",
     "lane_operations",
     "parallel_threads",
 ]
@@ -262,7 +267,10 @@ def operand_reads(
 
 
 def _demand(
-    computation: Computation, reduces_once: bool = False, patterns: ReadPatterns | None = None
+    computation: Computation,
+    reduces_once: bool = False,
+    patterns: ReadPatterns | None = None,
+    seed: tuple[int, bool] | None = None,
 ) -> tuple[dict[int, int], dict[int, bool]]:
     """Per instruction (by id): elements demanded, and whether every read is coalesced.
 
@@ -276,14 +284,23 @@ def _demand(
     computes each reduce once per element of its result however many read it
     (the row-normalisation emitter keeps a row's reduction in registers), so a
     reduce broadcast back along its row is not demanded once per broadcast
-    element.
+    element. ``seed``: the root's demand and coalescing when the body is a
+    producer's inside a consumer that reads it so (:func:`body_reads`), instead
+    of each element once.
+
+    The order is any in which users come before their operands: a value's
+    demand is the largest of its users', final once they are all seen.
     """
     demand: dict[int, int] = {}
     coalesced: dict[int, bool] = {}
-    for r in fusion_roots(computation):
-        demand[id(r)] = demand.get(id(r), 0) + _elements(r.shape)
-        coalesced[id(r)] = True
-    for inst in reversed(computation.post_order()):
+    if seed is not None:
+        root = computation.root_instruction
+        demand[id(root)], coalesced[id(root)] = seed
+    else:
+        for r in fusion_roots(computation):
+            demand[id(r)] = demand.get(id(r), 0) + _elements(r.shape)
+            coalesced[id(r)] = True
+    for inst in reversed(post_order(computation)):
         count = demand.get(id(inst), 0)
         if count == 0 or inst.opcode in ("parameter", "tuple") or not inst.operands:
             continue
@@ -373,26 +390,43 @@ def estimate_computation(
     pass run's memo of how ops read their operands (:class:`ReadPatterns`).
     """
     demand, coalesced = _demand(computation, reduces_once, patterns)
-    reads_of = {
-        id(p): (demand.get(id(p), 0), coalesced.get(id(p), True)) for p in computation.parameters
-    }
-    dram = cached = 0.0
-    for param in computation.parameters:
-        size = _bytes(param.shape)
-        if not isinstance(param.shape, ArrayShape):
-            dram += size
-            continue
-        elements, straight = reads_of[id(param)]
-        reads = elements * param.shape.element_type.byte_width
-        unique = min(size, reads)
-        penalty = 1.0 if tiled or straight else UNCOALESCED_PENALTY
-        dram += unique * penalty
-        cached += max(0, reads - unique)
+    reads = [
+        (p.shape, demand.get(id(p), 0), coalesced.get(id(p), True)) for p in computation.parameters
+    ]
     del operands  # the parameters carry the operands' shapes
     write = float(_bytes(computation.root_instruction.shape))
     flops = lane_operations(computation, demand)
     if threads is None:
         threads = max(_elements(computation.root_instruction.shape), 1)
+    return kernel_cost(reads, write, flops, target, tiled=tiled, threads=threads)
+
+
+def kernel_cost(
+    reads: Iterable[tuple[Shape, int, bool]],
+    write: float,
+    flops: float,
+    target: Target,
+    *,
+    tiled: bool,
+    threads: int,
+) -> KernelCost:
+    """The cost of one kernel that reads, per operand of ``reads`` (its shape, the
+    elements read, whether every read is coalesced), writes ``write`` bytes and
+    computes ``flops`` lane operations on ``threads`` elements in parallel (see
+    :func:`estimate_computation`). The byte counts are whole numbers, so their
+    sums are exact in any order: a price composed from parts
+    (:mod:`heron.compiler.fusion.pair_price`) is the price of the built body."""
+    dram = cached = 0.0
+    for shape, elements, straight in reads:
+        size = _bytes(shape)
+        if not isinstance(shape, ArrayShape):
+            dram += size
+            continue
+        read = elements * shape.element_type.byte_width
+        unique = min(size, read)
+        penalty = 1.0 if tiled or straight else UNCOALESCED_PENALTY
+        dram += unique * penalty
+        cached += max(0, read - unique)
     slots = target.core_count * target.threads_per_core_limit
     utilisation = min(1.0, threads / slots)
     memory_seconds = (dram + write + cached / CACHE_SPEEDUP) / (
@@ -403,6 +437,49 @@ def estimate_computation(
     )
     seconds = target.launch_overhead_seconds + max(memory_seconds, compute_seconds)
     return KernelCost(dram, cached, write, flops, seconds)
+
+
+@attrs.frozen
+class BodyReads:
+    """A fused body's part of its kernel's price, apart from the emitter and the Target:
+    per parameter number, the elements read and whether every read is coalesced
+    (``reads``); the parameters something in the body reads (``used``); its lane
+    operations (``flops``), bytes written (``write``) and whether it holds a dot
+    (whose operands' producers count at their demand, :func:`lane_operations`)."""
+
+    reads: tuple[tuple[int, bool], ...]
+    used: frozenset[int]
+    flops: float
+    write: float
+    has_dot: bool
+
+
+def body_reads(
+    computation: Computation,
+    reduces_once: bool = False,
+    patterns: ReadPatterns | None = None,
+    seed: tuple[int, bool] | None = None,
+) -> BodyReads:
+    """``computation``'s :class:`BodyReads` (``seed``: see :func:`_demand`)."""
+    demand, coalesced = _demand(computation, reduces_once, patterns, seed)
+    params = computation.parameters
+    read = [(0, True)] * len(params)
+    used = set()
+    for param in params:
+        number = param.parameter_number
+        assert number is not None and 0 <= number < len(params), "parameters 0..n-1"
+        read[number] = (demand.get(id(param), 0), coalesced.get(id(param), True))
+    for inst in computation.instructions:
+        for operand in inst.operands:
+            if operand.opcode == "parameter" and operand.parameter_number is not None:
+                used.add(operand.parameter_number)
+    return BodyReads(
+        tuple(read),
+        frozenset(used),
+        lane_operations(computation, demand),
+        float(_bytes(computation.root_instruction.shape)),
+        any(inst.opcode == "dot" for inst in computation.instructions),
+    )
 
 
 def estimate_instruction(

@@ -110,13 +110,20 @@ ROOT_ONLY_OPCODES = frozenset({"scatter"})
 
 def _computes(inst: Instruction) -> bool:
     """An instruction that runs on the device: not a host op, not a refused op."""
-    if inst.opcode in HOST_OPCODES and inst.opcode != "bitcast":
+    return _computes_opcode(inst.opcode)
+
+
+@functools.cache
+def _computes_opcode(opcode: str) -> bool:
+    """:func:`_computes` by opcode, which is all it reads (priority fusion asks for every
+    user of a producer each time it prices the producer)."""
+    if opcode in HOST_OPCODES and opcode != "bitcast":
         return False
-    if inst.opcode == "fusion" or inst.opcode in ROOT_ONLY_OPCODES:
+    if opcode == "fusion" or opcode in ROOT_ONLY_OPCODES:
         return True
-    if inst.opcode in REFUSED_OPCODES:
+    if opcode in REFUSED_OPCODES:
         return False
-    return inst.opcode in _lowerable()
+    return opcode in _lowerable()
 
 
 def is_fusible_producer(inst: Instruction) -> bool:
@@ -150,9 +157,10 @@ def is_fusible_consumer(inst: Instruction) -> bool:
     and concatenation, a transpose, an activation); a sort takes its iota operands
     only (``IOTA_TAKING_HEROES``, XLA's SortIotaFusion: the sort emitter makes the
     positions itself), every other producer is refused where it is checked."""
-    if inst.opcode == "dot" or inst.opcode in IOTA_TAKING_HEROES:
+    opcode = inst.opcode
+    if opcode == "dot" or opcode in IOTA_TAKING_HEROES:
         return True
-    return inst.opcode not in HERO_OPCODES and _computes(inst)
+    return opcode not in HERO_OPCODES and _computes_opcode(opcode)
 
 
 def is_wrappable(inst: Instruction) -> bool:
@@ -314,10 +322,11 @@ class FusionChecker:
         # where a broadcast or a slice would make a larger reduction computed
         # again and again.
         heroes = {id(hero) for hero in analysis.heroes}
-        users = body.users()
+        users: dict[Instruction, list[Instruction]] | None = None  # made when needed
         for inst in body.instructions:
-            if inst.opcode == "reduce" and id(inst) not in heroes:
-                if not _cheap_to_repeat(inst) and not _read_once(inst, users):
+            if inst.opcode == "reduce" and id(inst) not in heroes and not _cheap_to_repeat(inst):
+                users = body.users() if users is None else users
+                if not _read_once(inst, users):
                     return None
         return verdict
 

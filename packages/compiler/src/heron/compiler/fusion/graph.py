@@ -92,7 +92,8 @@ class FusionGraph:
         found = self._users.get(id(inst))
         if not found:
             return []
-        return sorted(found.values(), key=self.rank)
+        rank = self._rank
+        return sorted(found.values(), key=lambda user: rank[id(user)])
 
     def used(self, inst: Instruction) -> bool:
         return bool(self._users.get(id(inst)))

@@ -25,8 +25,6 @@ import heapq
 import itertools
 from collections.abc import Iterable
 
-import attrs
-
 from heron.compiler.fusion.builder import Candidate, install_fusion
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import Verdict, is_fusible_consumer, is_fusible_producer
@@ -36,13 +34,6 @@ from heron.hlo.passes.manager import HloPass
 from heron.target import Target
 
 __all__ = ["fuse_by_priority", "priority_fusion"]
-
-
-@attrs.frozen
-class _Plan:
-    producer: Instruction
-    benefit: float
-    fusions: tuple[tuple[Candidate, Verdict], ...]
 
 
 #: Ops a producer must not be duplicated for: a reduction is an epilogue's hero
@@ -77,40 +68,37 @@ def _benefit(
 ) -> float | None:
     """The time fusing ``producer`` into all its users saves (None: it may not be fused).
 
-    Each (producer, user) fusion is built, checked and priced once
-    (:meth:`FusionContext.pair_seconds`): a rewrite elsewhere changes neither.
+    Each (producer, user) fusion is priced once while both live, and built and
+    checked once per body it makes (:meth:`FusionContext.pair_seconds`): a
+    rewrite elsewhere changes neither. The popped producer is priced so again
+    before its fusions are built (:func:`_build`), so a stale priority costs no
+    candidate.
     """
     users = _fusible_users(computation, graph, producer)
     if users is None:
         return None
-    fused_seconds = 0.0
-    for user in users:
-        seconds = context.pair_seconds(producer, user)
-        if seconds is None:
-            return None
-        fused_seconds += seconds
-    apart = context.cost(producer).seconds + sum(context.cost(user).seconds for user in users)
-    return apart - fused_seconds
+    fused_seconds = context.fused_seconds(producer, users)
+    if fused_seconds is None:
+        return None
+    return context.apart_seconds(producer, users) - fused_seconds
 
 
-def _plan(
+def _build(
     context: FusionContext, computation: Computation, graph: FusionGraph, producer: Instruction
-) -> _Plan | None:
-    """The fusions of ``producer`` into its users, built from the graph as it is now."""
+) -> list[tuple[Candidate, Verdict]] | None:
+    """The fusions of ``producer`` into its users, built from the graph as it is now
+    (None: one is not emittable after all)."""
     users = _fusible_users(computation, graph, producer)
     if users is None:
         return None
     fusions = []
-    fused_seconds = 0.0
     for user in users:
         made = context.candidate([producer, user], [user], consumer=user)
         if made is None:
             _discard(fusions)
             return None
         fusions.append(made)
-        fused_seconds += context.price(*made).seconds
-    apart = context.cost(producer).seconds + sum(context.cost(user).seconds for user in users)
-    return _Plan(producer, apart - fused_seconds, tuple(fusions))
+    return fusions
 
 
 def _discard(fusions: Iterable[tuple[Candidate, Verdict]]) -> None:
@@ -170,26 +158,25 @@ def fuse_by_priority(module: Module, target: Target) -> bool:
         if not graph.alive(producer):  # a user fused away since it was queued
             queue.drop(producer)
             continue
-        # The cached price is current, but the candidates must be built from the
-        # graph as it is now (an operand of a user may have become a fusion).
-        fresh = _plan(context, computation, graph, producer)
-        if fresh is None:
+        # The benefit again from the prices as they are now (the pairs' prices are
+        # kept while both sides live), before anything is built: most producers
+        # popped are fused, but a refusal should cost no candidate.
+        fresh = _benefit(context, computation, graph, producer)
+        if fresh is None or fresh < 0:
             queue.set(producer, None, graph.rank(producer))
             continue
-        if fresh.benefit < 0:
-            _discard(fresh.fusions)
-            queue.set(producer, None, graph.rank(producer))
+        if fresh < benefit * 0.999:
+            queue.set(producer, fresh, graph.rank(producer))
             continue
-        if fresh.benefit < benefit * 0.999:
-            _discard(fresh.fusions)
-            queue.set(producer, fresh.benefit, graph.rank(producer))
-            continue
-        if not all(context.emits(candidate) for candidate, _ in fresh.fusions):
-            _discard(fresh.fusions)
+        # The candidates are built from the graph as it is now (an operand of a
+        # user may have become a fusion since the pair was priced).
+        fusions = _build(context, computation, graph, producer)
+        if fusions is None or not all(context.emits(candidate) for candidate, _ in fusions):
+            _discard(fusions or ())
             queue.set(producer, None, graph.rank(producer))
             continue
         touched = list(producer.operands)
-        for candidate, verdict in fresh.fusions:
+        for candidate, verdict in fusions:
             # The producer stays until its last user has taken it. A user may read
             # another user, which the fusion installed before replaced: build again.
             if not all(graph.alive(operand) for operand in candidate.fusion.operands):
@@ -199,6 +186,9 @@ def fuse_by_priority(module: Module, target: Target) -> bool:
                 candidate.discard()
                 candidate, verdict = rebuilt
             fusion = install_fusion(module, computation, candidate, verdict.fusion_kind, graph)
+            for member in candidate.members:
+                if not graph.alive(member):
+                    context.forget(member)  # its prices and pairs, as XLA invalidates
             touched.append(fusion)
             touched.extend(fusion.operands)
         queue.drop(producer)

@@ -1,0 +1,89 @@
+"""What a producer fused into one consumer is made of, told without building the fusion.
+
+Priority fusion prices every (producer, user) pair around each fusion it
+performs, and in a module that repeats a layer most pairs are a fusion priced
+before: the same producer body into the same consumer body, reading the same
+operands. Finding that out by building the candidate (cloning both bodies) and
+signing the clone (:func:`~heron.compiler.fusion.fusion_cse.signature`) cost
+more than checking and pricing it did. XLA's priority fusion keeps analyses per
+instruction and composes them per pair; heron does the same for the pair's
+identity: each instruction's own body is signed once while it lives and
+interned to a number, and a pair is keyed by the two numbers and by how the
+consumer's operands relate to the producer and to the producer's operands.
+
+The body :func:`~heron.compiler.fusion.builder.build_fusion` makes of
+``[producer, user]`` is a function of exactly that key (the producer's clone or
+inlined body first, over parameters for its operands in order; then the
+user's, each operand the producer's root, a parameter already made, or a new
+one in order), so whatever was decided about one pair (the emitters' verdict,
+the price) holds for every pair with its key.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import attrs
+
+from heron.compiler.fusion.builder import build_fusion
+from heron.compiler.fusion.fusion_cse import signature
+from heron.hlo.ir import Instruction
+
+__all__ = ["PairKeys"]
+
+#: A pair's key: each side's (is a fusion, interned body signature), then per
+#: operand of the user, ``-1`` for the producer, ``k >= 0`` for the producer's
+#: ``k``-th operand, ``-2 - j`` for another value (``j``: its first slot).
+PairKey = tuple[tuple[bool, int], tuple[bool, int], tuple[int, ...]]
+
+
+@attrs.define
+class PairKeys:
+    """The keys of (producer, user) fusions for one pass run (see the module's doc).
+
+    ``called`` and ``formatted`` are the run's memos of reducers' signatures and
+    formatted attribute values (:func:`signature`), shared with its other signing.
+    """
+
+    called: dict[int, tuple[object, object]]
+    formatted: dict[tuple[str, int], tuple[object, str]]
+    #: Body signatures by the number standing for them.
+    _interned: dict[object, int] = attrs.field(init=False, factory=dict)
+    #: Each instruction's own (is a fusion, interned signature), while it lives.
+    _own: weakref.WeakKeyDictionary[Instruction, tuple[bool, int]] = attrs.field(
+        init=False, factory=weakref.WeakKeyDictionary
+    )
+
+    def own(self, inst: Instruction) -> tuple[bool, int]:
+        """``inst``'s own body, as a number: a fusion's fused computation, or the
+        one-member fusion of anything else (its clone over a parameter per distinct
+        operand). A rewrite replaces instructions rather than changing them, so it
+        is signed once."""
+        known = self._own.get(inst)
+        if known is not None:
+            return known
+        if inst.opcode == "fusion":
+            form = signature(inst.called("calls"), self.called, None, self.formatted)
+        else:
+            alone = build_fusion([inst], [inst])
+            form = signature(alone.body, self.called, None, self.formatted)
+            alone.discard()
+        number = self._interned.setdefault(form, len(self._interned))
+        known = self._own[inst] = (inst.opcode == "fusion", number)
+        return known
+
+    def of(self, producer: Instruction, user: Instruction) -> PairKey:
+        """The key of ``producer`` fused into ``user`` (``user`` reads ``producer``)."""
+        first: dict[Instruction, int] = {}
+        for k, operand in enumerate(producer.operands):
+            first.setdefault(operand, k)
+        slots: dict[Instruction, int] = {}
+        reads: list[int] = []
+        for j, operand in enumerate(user.operands):
+            if operand is producer:
+                reads.append(-1)
+            elif operand in first:
+                reads.append(first[operand])
+            else:
+                reads.append(-2 - slots.setdefault(operand, j))
+        return self.own(producer), self.own(user), tuple(reads)

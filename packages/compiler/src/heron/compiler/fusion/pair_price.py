@@ -1,0 +1,144 @@
+"""The price of a producer fused into one user, composed from the two bodies' own reads.
+
+Priority fusion prices a producer into each of its users around every fusion
+it performs, and the fusion it just made is one side of most of those pairs:
+running the cost model over each built pair (demand from the roots down to the
+parameters, :func:`heron.compiler.fusion.cost_model.estimate_computation`)
+walked the same large body again for every operand it has. XLA's
+``GpuPerformanceModel`` estimates a producer-consumer fusion from analyses it
+keeps per instruction; heron keeps each instruction's own
+:class:`~heron.compiler.fusion.cost_model.BodyReads` (its fusion body, or its
+one-member fusion) while it lives, and composes:
+
+- the user's part of the fused body is the user's body, demanded as it was
+  (demand flows from the roots, which are the user's);
+- the producer's part is the producer's body with its root demanded as the
+  user's parameter for it was (each element once when the user reads it
+  elementwise: the producer's own reads, else walked once with that seed);
+- an operand both read is one parameter of the fused body: the larger demand,
+  coalesced only if both are;
+- without a dot, the lane operations add up (a dot's operand producers count
+  at their demand, so a pair with a dot is priced from its built body).
+
+The byte counts are whole numbers, so the sums do not depend on the parameters'
+order and the price is the built body's to the last bit
+(:func:`~heron.compiler.fusion.cost_model.kernel_cost` prices both).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from heron.compiler.fusion.builder import build_fusion
+from heron.compiler.fusion.cost_model import (
+    BodyReads,
+    KernelCost,
+    ReadPatterns,
+    body_reads,
+    kernel_cost,
+)
+from heron.compiler.fusion.fusible import Verdict
+from heron.hlo.ir import Instruction
+from heron.hlo.shapes import TupleShape
+from heron.target import Target
+
+__all__ = ["PairPrices", "parameter_values"]
+
+
+def parameter_values(inst: Instruction) -> list[Instruction]:
+    """The outer value each parameter of ``inst``'s own body stands for, by number: a
+    fusion's operands, or the distinct operands of anything else in order (its
+    one-member fusion, :func:`build_fusion`)."""
+    if inst.opcode == "fusion":
+        return list(inst.operands)
+    return list(dict.fromkeys(inst.operands))
+
+
+@attrs.define
+class PairPrices:
+    """Composed pair prices for one pass run (see the module's doc)."""
+
+    target: Target
+    patterns: ReadPatterns
+    #: Each instruction's own reads, by (instruction, reduces_once), while it lives.
+    _own: dict[tuple[Instruction, bool], BodyReads] = attrs.field(init=False, factory=dict)
+
+    def _reads(
+        self, inst: Instruction, reduces_once: bool, seed: tuple[int, bool] | None = None
+    ) -> BodyReads:
+        if seed is None:
+            known = self._own.get((inst, reduces_once))
+            if known is not None:
+                return known
+        if inst.opcode == "fusion":
+            reads = body_reads(inst.called("calls"), reduces_once, self.patterns, seed)
+        else:
+            alone = build_fusion([inst], [inst])
+            reads = body_reads(alone.body, reduces_once, self.patterns, seed)
+            alone.discard()
+        if seed is None:
+            self._own[(inst, reduces_once)] = reads
+        return reads
+
+    def cost(self, inst: Instruction, verdict: Verdict) -> KernelCost:
+        """What ``inst`` costs as the kernel ``verdict`` says (its own body)."""
+        own = self._reads(inst, verdict.reduces_once)
+        values = parameter_values(inst)
+        reads = [(v.shape, *own.reads[k]) for k, v in enumerate(values)]
+        return kernel_cost(
+            reads, own.write, own.flops, self.target, tiled=verdict.tiled, threads=verdict.threads
+        )
+
+    def pair(self, producer: Instruction, user: Instruction, verdict: Verdict) -> KernelCost | None:
+        """The cost of ``producer`` fused into ``user`` as ``verdict`` says, or None when
+        it is not composed here (a dot in either body, the user reading the producer
+        through more than one parameter or not at all): the caller prices the built body."""
+        once = verdict.reduces_once
+        user_values = parameter_values(user)
+        at = [k for k, v in enumerate(user_values) if v is producer]
+        if len(at) != 1 or isinstance(producer.shape, TupleShape):
+            return None
+        consumer = self._reads(user, once)
+        if consumer.has_dot or at[0] not in consumer.used:
+            return None
+        seed = consumer.reads[at[0]]
+        own = self._reads(producer, once)
+        if own.has_dot:
+            return None
+        if seed != own_root_seed(producer):
+            own = self._reads(producer, once, seed)
+        # The fused body's parameters: the producer's operands, then the user's others.
+        demand: dict[Instruction, tuple[int, bool]] = {}
+        for k, value in enumerate(parameter_values(producer)):
+            demand[value] = _both(demand.get(value), own.reads[k])
+        for k, value in enumerate(user_values):
+            if k != at[0]:
+                demand[value] = _both(demand.get(value), consumer.reads[k])
+        reads = [(value.shape, *read) for value, read in demand.items()]
+        return kernel_cost(
+            reads,
+            consumer.write,
+            own.flops + consumer.flops,
+            self.target,
+            tiled=verdict.tiled,
+            threads=verdict.threads,
+        )
+
+    def forget(self, inst: Instruction) -> None:
+        """Drop ``inst``'s own reads (it left the computation)."""
+        for once in (False, True):
+            self._own.pop((inst, once), None)
+
+
+def own_root_seed(inst: Instruction) -> tuple[int, bool]:
+    """The demand a body's own root gets: each of its elements once, coalesced."""
+    shape = inst.shape
+    assert not isinstance(shape, TupleShape)
+    return shape.num_elements, True
+
+
+def _both(first: tuple[int, bool] | None, second: tuple[int, bool]) -> tuple[int, bool]:
+    """One parameter read by two parts: the larger demand, coalesced if both are."""
+    if first is None:
+        return second
+    return max(first[0], second[0]), first[1] and second[1]
