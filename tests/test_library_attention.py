@@ -26,7 +26,8 @@ import pytest
 from heron.cli.main import main as heron
 from heron.compiler import Target
 from heron.compiler.executable import compile_program
-from heron.compiler.library_attention import is_library_attention, program_attention_verdicts
+from heron.compiler.library_attention import is_library_attention
+from heron.compiler.library_attention_backward import program_attention_verdicts
 from heron.hlo.evaluator import evaluate_module
 from heron.hlo.parser import parse_module
 from heron.runtime.core.attention import AttentionCall
@@ -323,7 +324,7 @@ def test_the_interpreter_gives_xla_s_results_on_the_host_or_with_its_numpy_libra
 def test_what_the_fused_call_would_change_stays_two_gemms_and_says_why(name):
     function, shapes, target, why = REFUSED[name]
     module = parse_module(_lowered(function, shapes))
-    verdicts = program_attention_verdicts(module, target)
+    _, verdicts = program_attention_verdicts(module, target)
     assert verdicts, "the softmax between two dots is a candidate"
     assert any(why in verdict for _, verdict in verdicts), verdicts
     assert all(verdict.startswith("two GEMMs and a softmax") for _, verdict in verdicts)

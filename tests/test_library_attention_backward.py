@@ -32,7 +32,6 @@ from heron.hlo.parser import parse_module
 from heron.hlo.passes.dce import eliminate_dead_code
 from heron.hlo.passes.manager import run_pipeline
 from heron.hlo.passes.pipelines import simplification_pipeline
-from heron.hlo.printer import print_module
 from heron.runtime.core.attention_backward import AttentionBackwardCall
 from heron.runtime.core.executor import load_executable
 from heron.runtime.core.thunks import LibraryCallThunk, ThunkError, walk
@@ -111,9 +110,13 @@ def _inputs(shapes, seed=11):
     return [rng.standard_normal(s.shape).astype(s.dtype) for s in shapes]
 
 
+def _lowered(function, shapes) -> str:
+    return jax.jit(function).lower(*shapes).as_text(dialect="hlo")
+
+
 def _rewritten(function, shapes):
     """The program simplified, its backward pass and then its forward made library calls."""
-    module = parse_module(jax.jit(function).lower(*shapes).as_text(dialect="hlo"))
+    module = parse_module(_lowered(function, shapes))
     run_pipeline(module, simplification_pipeline(layouts=False))
     assert rewrite_attention_backward(module, H100)
     rewrite_attention(module, H100)
@@ -143,11 +146,12 @@ def taken(request):
     module = _rewritten(function, shapes)
     inputs = _inputs(shapes)
     expected = [np.asarray(x) for x in jax.jit(function)(*inputs)]  # XLA:CPU
-    return module, forward, inputs, expected
+    compiled = compile_program(parse_module(_lowered(function, shapes)), H100, ("interpreter",))
+    return module, forward, inputs, expected, compiled
 
 
 def test_the_gradients_are_one_backward_call_and_no_product_of_the_scores(taken):
-    module, forward, _, _ = taken
+    module, forward, _, _, _ = taken
     calls = ["__heron$attention_backward"]
     if forward:
         calls.insert(0, "__heron$attention")
@@ -157,14 +161,20 @@ def test_the_gradients_are_one_backward_call_and_no_product_of_the_scores(taken)
 
 
 def test_the_rewritten_program_gives_xla_s_gradients(taken):
-    module, _, inputs, expected = taken
+    module, _, inputs, expected, _ = taken
     _close(evaluate_module(module, inputs), expected)
 
 
 @pytest.mark.parametrize("libraries", [(), ("attention", "attention_backward")])
 def test_the_interpreter_runs_the_call_on_the_host_or_with_its_numpy_library(taken, libraries):
-    module, _, inputs, expected = taken
-    compiled = compile_program(parse_module(print_module(module)), H100, ("interpreter",))
+    """The program compiled for an H100 (the default pipeline makes the calls)."""
+    _, forward, inputs, expected, compiled = taken
+    operations = sorted(
+        t.operation for t in walk(compiled.artefact.program) if isinstance(t, LibraryCallThunk)
+    )
+    assert operations == (
+        ["attention", "attention_backward"] if forward else ["attention_backward"]
+    )
     (thunk,) = [
         t
         for t in walk(compiled.artefact.program)
@@ -291,3 +301,30 @@ def test_the_contract_refuses_gradients_that_do_not_fit():
                 "dv_strides": narrow,
             }
         )
+
+
+def test_heron_compile_says_what_computes_each_attention_s_backward_pass(tmp_path, capsys):
+    from heron.cli.main import main as heron
+
+    lines = []
+    for name in ("sdpa_causal_squared_loss", "f32_derivative_products"):
+        function, shapes, *_ = TAKEN.get(name) or REFUSED[name]
+        path = tmp_path / f"{name}.hlo"
+        path.write_text(_lowered(function, shapes))
+        assert heron(["compile", str(path), "--executable", str(tmp_path / f"{name}.heron")]) == 0
+        lines += [line for line in capsys.readouterr().out.splitlines() if "attention" in line]
+    assert any("attention backward through softmax" in x and "cudnn backward" in x for x in lines)
+    assert any("attention ending at" in x and ": cudnn" in x for x in lines), lines
+    assert any("five GEMMs around the softmax" in x and "in f32" in x for x in lines), lines
+
+
+def test_heron_run_check_agrees_on_a_fused_attention_backward(tmp_path, capsys):
+    from heron.cli.main import main as heron
+
+    function, shapes, _ = TAKEN["sdpa_causal_linear_loss"]
+    path = tmp_path / "attention_backward.hlo"
+    path.write_text(_lowered(function, shapes))
+    assert heron(["run", str(path), "--backend", "interpreter", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "agree: every output within the tolerance" in out
+    assert "attention backward bf16[2x2x32x16] q, 32 keys -> dq, dk, dv" in out

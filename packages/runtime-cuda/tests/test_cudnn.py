@@ -16,13 +16,16 @@ from __future__ import annotations
 import ctypes
 import types
 
+import attrs
 import numpy as np
 import pytest
 
 from heron.hlo.element_types import ElementType
 from heron.runtime.core.attention import AttentionCall
+from heron.runtime.core.attention_backward import AttentionBackwardCall
 from heron.runtime.core.convolution import ConvolutionCall, dense_strides
 from heron.runtime.core.device import DeviceError
+from heron.runtime.core.library_contract import read_strided
 from heron.runtime.cuda.cudnn import NODES, Cudnn, plan
 
 NHWC, KRSC = (0, 2, 3, 1), (0, 2, 3, 1)
@@ -238,7 +241,21 @@ class FakeCudnn:
                 assert keywords.get("bias") is tensors.get("bias")
                 out = _Tensor("o", [], [], None)
                 tensors["o"] = out
-                return out, None
+                stats = None
+                if keywords.get("generate_stats"):
+                    stats = tensors["stats"] = _Tensor("stats", [], [], None)
+                return out, stats
+
+            def sdpa_backward(self, q, k, v, o, dO, stats, **keywords):  # noqa: N803
+                self.record["sdpa_backward"] = keywords
+                tensors = self.record["tensors"]
+                given = ("q", "k", "v", "o", "do", "stats")
+                assert (q, k, v, o, dO, stats) == tuple(tensors[n] for n in given)
+                made = []
+                for name in ("dq", "dk", "dv"):
+                    tensors[name] = _Tensor(name, [], [], None)
+                    made.append(tensors[name])
+                return tuple(made)
 
             def __getattr__(self, step):
                 def call(*arguments):
@@ -267,6 +284,9 @@ class FakeCudnn:
         """cuDNN's convolution or attention from the recorded graph, on host memory."""
         names = {"FLOAT": "f32", "HALF": "f16", "BFLOAT16": "bf16"}
         element = names[record["graph"]["io_data_type"]]
+        if "sdpa_backward" in record:
+            self.attention_backward(record, pack, element)
+            return
         if "sdpa" in record:
             self.attention(record, pack, element)
             return
@@ -298,9 +318,11 @@ class FakeCudnn:
         arrays[-1][...] = call.reference(arrays)
 
     def attention(self, record: dict, pack: dict, element: str) -> None:
-        """cuDNN's flash attention from the recorded ``sdpa`` graph, on host memory."""
+        """cuDNN's flash attention from the recorded ``sdpa`` graph, on host memory (and
+        the softmax's statistics, where asked: each row's log-sum-exp)."""
         tensors, sdpa = record["tensors"], record["sdpa"]
-        assert sdpa["generate_stats"] is False
+        if sdpa["generate_stats"]:
+            self.statistics(record, pack, element)
         described = {}
         for name in ("q", "k", "v", "bias", "o"):
             if name in tensors:
@@ -317,6 +339,61 @@ class FakeCudnn:
             for size, name in zip(call.byte_sizes(), call.operand_names, strict=True)
         ]
         arrays[-1][...] = call.reference(arrays)
+
+    @staticmethod
+    def _array(pack: dict, tensor: _Tensor, dtype) -> np.ndarray:
+        count = int(np.prod(tensor.dim))
+        size = count * np.dtype(dtype).itemsize
+        raw = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(pack[tensor]))
+        return raw
+
+    def statistics(self, record: dict, pack: dict, element: str) -> None:
+        """The recorded forward's statistics: log(sum(exp(s))) of each row of scores."""
+        tensors, sdpa = record["tensors"], record["sdpa"]
+        dtype = ElementType(element).numpy_dtype
+
+        def read(name):
+            tensor = tensors[name]
+            raw = self._array(pack, tensor, dtype)
+            return np.array(read_strided(raw, tensor.dim, tensor.stride, dtype), np.float32)
+
+        q, k = read("q"), read("k")
+        k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
+        scores = np.einsum("bhid,bhjd->bhij", q, k) * np.float32(sdpa["attn_scale"])
+        if sdpa["use_causal_mask"]:
+            above = np.arange(scores.shape[3])[None, :] > np.arange(scores.shape[2])[:, None]
+            scores = np.where(above, -np.inf, scores)
+        peak = scores.max(axis=-1, keepdims=True)
+        lse = peak + np.log(np.exp(scores - peak).sum(axis=-1, keepdims=True))
+        stats = tensors["stats"]
+        assert stats.data_type == "FLOAT" and stats.output
+        self._array(pack, stats, np.float32)[...] = (
+            lse.astype(np.float32).view(np.uint8).reshape(-1)
+        )
+
+    def attention_backward(self, record: dict, pack: dict, element: str) -> None:
+        """cuDNN's flash attention backward from the recorded ``sdpa_backward`` graph, on
+        host memory; the forward's o and statistics must be where the graph reads them."""
+        tensors, options = record["tensors"], record["sdpa_backward"]
+        described = {"q_dims": tensors["q"].dim, "k_dims": tensors["k"].dim}
+        described["v_dims"] = tensors["v"].dim
+        for name in ("q", "k", "v", "do", "dq", "dk", "dv"):
+            described[f"{name}_strides"] = tensors[name].stride
+        call = AttentionBackwardCall(
+            **described,
+            scale=options["attn_scale"],
+            causal=options["use_causal_mask"],
+            element_type=element,
+        )
+        dtype = ElementType(element).numpy_dtype
+        arrays = [self._array(pack, tensors[name], dtype) for name in call.operand_names]
+        o = self._array(pack, tensors["o"], dtype)
+        forward = call.forward  # its output, computed as the forward graph did
+        o_call = attrs.evolve(forward, o_strides=tuple(tensors["o"].stride))
+        expected_o = o_call.reference([*arrays[:3], np.zeros_like(o)])
+        assert np.array_equal(o, expected_o), "sdpa_backward ran before its forward"
+        for array, result in zip(arrays[-3:], call.reference(arrays), strict=True):
+            array[...] = result
 
 
 @pytest.fixture
@@ -538,3 +615,90 @@ def test_the_cuda_device_opens_one_cudnn_for_convolutions_and_attention(fake_cud
     assert device.library_for(CALLS["resnet_3x3_tf32"]) == "cudnn"
     assert device.library_for(ATTENTION_CALLS["f16_causal"]) == "cudnn"
     assert opened == [device]  # one handle, one workspace for both operations
+
+
+def _backward(b, h, sq, sk, d, *, causal=False, element_type="bf16", bshd=False, kv_heads=None):
+    """An attention backward call over dense tensors ([B, H, S, D], or stored [B, S, H, D])."""
+    forward = _attention(
+        b, h, sq, sk, d, causal=causal, element_type=element_type, bshd=bshd, kv_heads=kv_heads
+    )
+    return AttentionBackwardCall(
+        q_dims=forward.q_dims,
+        q_strides=forward.q_strides,
+        k_dims=forward.k_dims,
+        k_strides=forward.k_strides,
+        v_dims=forward.v_dims,
+        v_strides=forward.v_strides,
+        do_strides=forward.o_strides,
+        dq_strides=forward.q_strides,
+        dk_strides=forward.k_strides,
+        dv_strides=forward.v_strides,
+        scale=forward.scale,
+        causal=causal,
+        element_type=element_type,
+    )
+
+
+BACKWARD_CALLS = {
+    "bf16_bshd_causal": _backward(2, 2, 16, 16, 16, causal=True, bshd=True),
+    "f16_cross": _backward(1, 3, 8, 24, 32, element_type="f16"),
+    "bf16_grouped_query": _backward(2, 4, 16, 16, 8, causal=True, kv_heads=2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BACKWARD_CALLS))
+def test_an_attention_backward_is_a_forward_with_statistics_then_sdpa_backward(fake, name):
+    call = BACKWARD_CALLS[name]
+    allocated = []
+    scratch = {}
+
+    def allocate(nbytes):
+        buffer = np.zeros(nbytes, np.uint8)
+        scratch[buffer.ctypes.data] = buffer  # kept alive: the library writes there
+        allocated.append(nbytes)
+        return buffer.ctypes.data
+
+    library = Cudnn(allocate, bindings=fake)
+    assert library.offers(call)
+    assert library.offers(call)  # built once per call
+    forward, backward = fake.graphs
+    b, h, sq, _ = call.q_dims
+    dv = call.v_dims[3]
+    width = ElementType(call.element_type).byte_width
+    # the recomputed forward's output (dense [B, H, Sq, Dv]) and statistics, then the workspace
+    assert allocated == [b * h * sq * dv * width, b * h * sq * 4, 4096]
+    assert forward["sdpa"]["generate_stats"] is True
+    stats = forward["tensors"]["stats"]
+    assert (stats.dim, stats.stride, stats.data_type) == (
+        [b, h, sq, 1],
+        [h * sq, sq, 1, 1],
+        "FLOAT",
+    )
+    options = backward["sdpa_backward"]
+    assert options["attn_scale"] == call.scale and options["use_causal_mask"] == call.causal
+    for tensor in ("q", "k", "v", "do", "dq", "dk", "dv"):
+        assert backward["tensors"][tensor].dim == list(call.dims_of(tensor))
+        assert backward["tensors"][tensor].stride == list(call.strides_of(tensor))
+    assert all(backward["tensors"][name].output for name in ("dq", "dk", "dv"))
+    rng = np.random.default_rng(5)
+    dtype = ElementType(call.element_type).numpy_dtype
+    operands = [
+        rng.standard_normal(size // width).astype(dtype).view(np.uint8)
+        for size in call.byte_sizes()[:-3]
+    ]
+    operands += [np.zeros(size, np.uint8) for size in call.byte_sizes()[-3:]]
+    expected = call.reference(operands)
+    library.run(call, [o.ctypes.data for o in operands], 0x5003)
+    assert len(fake.executions) == 2  # the forward, then the backward
+    for got, want in zip(operands[-3:], expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_cuda_device_offers_the_attention_backward_through_cudnn(fake_cuda, fake):
+    from heron.runtime.cuda.device import CudaDevice
+
+    def cudnn(device):
+        return Cudnn(lambda n: int(device.allocate(n, "cuDNN").handle), bindings=fake)
+
+    device = CudaDevice(bindings=fake_cuda(), libraries={"attention_backward": cudnn})
+    assert device.library_for(BACKWARD_CALLS["bf16_bshd_causal"]) == "cudnn"

@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _executable(module, target, args: argparse.Namespace) -> int:
     from heron.compiler.executable import compile_program, thunk_counts
-    from heron.compiler.library_attention import program_attention_verdicts
+    from heron.compiler.library_attention_backward import program_attention_verdicts
     from heron.compiler.library_convolution import convolution_verdicts
     from heron.compiler.library_gemm import dot_fusion_verdicts
     from heron.hlo.memory_budget import format_size
@@ -190,7 +190,7 @@ def _executable(module, target, args: argparse.Namespace) -> int:
             f" ({target.backend}, {target.arch}); a {wrong[0]} image needs a {wrong[0]} target"
         )
     convolutions = convolution_verdicts(module, target)
-    attentions = program_attention_verdicts(module, target)
+    backward_attentions, attentions = program_attention_verdicts(module, target)
     compiled = compile_program(module, target, backends, deterministic=args.deterministic)
     artefact = compiled.artefact
     with atomic_output(path, "--executable") as temporary:
@@ -242,6 +242,8 @@ def _executable(module, target, args: argparse.Namespace) -> int:
         print(f"  convolution {convolution}: {verdict}")
     for attention, verdict in attentions:
         print(f"  attention ending at {attention}: {verdict}")
+    for softmax, verdict in backward_attentions:
+        print(f"  attention backward through softmax {softmax}: {verdict}")
     for kernel, why in order_dependent_kernels(artefact.program):
         print(f"  order-dependent kernel {kernel}: {why} (--deterministic avoids it)")
     print(

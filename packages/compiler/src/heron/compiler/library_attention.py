@@ -110,7 +110,6 @@ __all__ = [
     "library_attention_rewriter",
     "library_attention_thunk",
     "match_attention",
-    "program_attention_verdicts",
     "rewrite_attention",
     "softmax_frame",
 ]
@@ -1375,21 +1374,6 @@ def attention_verdicts(module: Module, target: Target) -> list[tuple[str, str]]:
             elif found is not None:
                 verdicts.append((inst.name, f"two GEMMs and a softmax ({found})"))
     return verdicts
-
-
-def program_attention_verdicts(module: Module, target: Target) -> list[tuple[str, str]]:
-    """:func:`attention_verdicts` of an uncompiled ``module`` as the rewriter sees it: a
-    copy of it simplified as the pipeline simplifies it first (``module`` is unchanged)."""
-    if not any(inst.opcode == "exponential" for inst in module.instructions()):
-        return []
-    from heron.hlo.parser import parse_module
-    from heron.hlo.passes.manager import run_pipeline
-    from heron.hlo.passes.pipelines import simplification_pipeline
-    from heron.hlo.printer import print_module
-
-    copy = parse_module(print_module(module), module.name)
-    run_pipeline(copy, simplification_pipeline(layouts=False))
-    return attention_verdicts(copy, target)
 
 
 def is_library_attention(inst: Instruction) -> bool:

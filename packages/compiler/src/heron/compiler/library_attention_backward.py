@@ -42,12 +42,9 @@ rounded once. Not taken (the verdict says why): grouped-query attention, a
 mask other than the causal one, f32 gradients that are not rounded to the
 element type, a product that reads something else.
 
-Not yet in the default GPU pipeline: the interpreter computes the call
-(its numpy library, or the host computation), but heron-run's CUDA device
-has no cuDNN ``sdpa_backward`` graph for it yet and would run it on the
-host. Until it has, the pass runs where it is asked for, on a simplified module
-(``heron opt --passes ...,library-attention-backward-rewriter``, docs/devices.md;
-:func:`rewrite_attention_backward`).
+On a GPU the call is cuDNN's (a forward graph recomputing the output and its
+softmax statistics, then ``sdpa_backward``: ``heron.runtime.cuda.cudnn_attention``);
+the interpreter computes it with numpy or on the host.
 """
 
 from __future__ import annotations
@@ -73,6 +70,7 @@ from heron.compiler.library_attention import (
     _squeezed,
     _stored,
     _view_labels,
+    attention_verdicts,
     batch_labels,
     softmax_frame,
 )
@@ -109,6 +107,7 @@ __all__ = [
     "library_attention_backward_rewriter",
     "library_attention_backward_thunk",
     "match_attention_backward",
+    "program_attention_verdicts",
     "rewrite_attention_backward",
 ]
 
@@ -443,11 +442,27 @@ def match_attention_backward(
     (inference)."""
     try:
         frame = softmax_frame(divide, target)
-        if frame is None:
-            return None
+    except _NoMatch as why:  # an attention the fused calls do not take: a verdict where the
+        return str(why) if _differentiated(divide, uses) else None  # program trains it
+    if frame is None:
+        return None
+    try:
         return _match(frame, uses)
     except _NoMatch as why:
         return str(why)
+
+
+def _differentiated(divide: Instruction, uses: Uses) -> bool:
+    """Whether something multiplies the softmax's probabilities or exponentials elementwise
+    (its derivative does; an inference attention only sums and divides them)."""
+    exponential = divide.operands[0]
+    while exponential.opcode in ("convert", "copy", "reshape"):
+        exponential = exponential.operands[0]
+    return any(
+        user.opcode == "multiply"
+        for start in (divide, exponential)
+        for user, _ in _users_through(start, uses, (*_MOVES, "convert"))
+    )
 
 
 def _dv_product(frame: SoftmaxFrame, uses: Uses) -> tuple[Instruction, int] | None:
@@ -809,6 +824,28 @@ def attention_backward_verdicts(module: Module, target: Target) -> list[tuple[st
             elif found is not None:
                 verdicts.append((inst.name, f"five GEMMs around the softmax ({found})"))
     return verdicts
+
+
+def program_attention_verdicts(
+    module: Module, target: Target
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The verdicts of an uncompiled ``module``'s attentions as the rewriters see them: the
+    backward passes' (:func:`attention_backward_verdicts`), then the forwards'
+    (:func:`heron.compiler.library_attention.attention_verdicts`) once the backward passes
+    are calls, on a copy simplified as the pipeline simplifies it (``module`` is
+    unchanged)."""
+    if not any(inst.opcode == "exponential" for inst in module.instructions()):
+        return [], []
+    from heron.hlo.parser import parse_module
+    from heron.hlo.passes.manager import run_pipeline
+    from heron.hlo.passes.pipelines import simplification_pipeline
+    from heron.hlo.printer import print_module
+
+    copy = parse_module(print_module(module), module.name)
+    run_pipeline(copy, simplification_pipeline(layouts=False))
+    backward = attention_backward_verdicts(copy, target)
+    rewrite_attention_backward(copy, target)
+    return backward, attention_verdicts(copy, target)
 
 
 def is_library_attention_backward(inst: Instruction) -> bool:

@@ -2,8 +2,10 @@
 cuDNN frontend's Python bindings, the ``nvidia-cudnn-frontend`` wheel, over ``libcudnn`` 9).
 
 Fused attention (:mod:`heron.runtime.core.attention`) is one ``sdpa`` graph,
-built by :mod:`.cudnn_attention`; the rest of this docstring is about
-convolutions. Both share one handle, one workspace and the plan cache here.
+its backward pass (:mod:`heron.runtime.core.attention_backward`) a forward
+graph with statistics then an ``sdpa_backward`` graph, built by
+:mod:`.cudnn_attention`; the rest of this docstring is about convolutions. All
+share one handle, one workspace and the plan cache here.
 
 The contract is :mod:`heron.runtime.core.convolution`: a forward convolution
 (``conv_fprop``) or its data or weight gradient (``conv_dgrad``,
@@ -43,10 +45,18 @@ from typing import Any
 import attrs
 
 from heron.runtime.core.attention import AttentionCall
+from heron.runtime.core.attention_backward import AttentionBackwardCall
 from heron.runtime.core.convolution import CONVOLUTION, ConvolutionCall
 from heron.runtime.core.device import DeviceError
 from heron.runtime.core.gpu_device import Library
-from heron.runtime.cuda.cudnn_attention import AttentionPlan, attention_plan, build_attention
+from heron.runtime.cuda.cudnn_attention import (
+    AttentionBackwardPlan,
+    AttentionPlan,
+    attention_backward_plan,
+    attention_plan,
+    build_attention,
+    build_attention_backward,
+)
 
 __all__ = ["DATA_TYPES", "NODES", "ConvPlan", "Cudnn", "plan"]
 
@@ -113,12 +123,27 @@ class _Prepared:
     """One call's graph, its tensors and its workspace need (kept for the library's life)."""
 
     def __init__(
-        self, chosen: ConvPlan | AttentionPlan, graph: Any, tensors: tuple[Any, ...], size: int
+        self,
+        chosen: ConvPlan | AttentionPlan | AttentionBackwardPlan,
+        graph: Any,
+        tensors: tuple[Any, ...],
+        size: int,
+        then: _Prepared | None = None,
+        scratch: tuple[int, ...] = (),
     ):
         self.plan = chosen
         self.graph = graph
         self.tensors = tensors
-        self.workspace_bytes = size
+        self.workspace_bytes = max(size, then.workspace_bytes if then else 0)
+        #: a second graph run after this one (an attention's backward pass after the
+        #: forward that recomputes its output and statistics)
+        self.then = then
+        #: device addresses the library owns for that (the recomputed o and stats)
+        self.scratch = scratch
+
+
+#: The calls cuDNN computes.
+_CALLS = (ConvolutionCall, AttentionCall, AttentionBackwardCall)
 
 
 class Cudnn(Library):
@@ -145,8 +170,8 @@ class Cudnn(Library):
         self.handle = self._call("create_handle")
         self.workspace = 0
         self.workspace_bytes = 0
-        self._prepared: dict[ConvolutionCall | AttentionCall, _Prepared | None] = {}
-        self._reasons: dict[ConvolutionCall | AttentionCall, str] = {}
+        self._prepared: dict[Any, _Prepared | None] = {}
+        self._reasons: dict[Any, str] = {}
 
     def _call(self, name: str, *arguments: Any, **keywords: Any) -> Any:
         try:
@@ -230,16 +255,29 @@ class Cudnn(Library):
         graph, tensors = build_attention(self._cudnn, self.handle, chosen)
         return _Prepared(chosen, graph, tensors, int(graph.get_workspace_size()))
 
-    def prepare(self, call: ConvolutionCall | AttentionCall) -> _Prepared | None:
+    def _build_attention_backward(self, chosen: AttentionBackwardPlan) -> _Prepared:
+        (forward, forward_tensors), (backward, backward_tensors) = build_attention_backward(
+            self._cudnn, self.handle, chosen
+        )
+        then = _Prepared(chosen, backward, backward_tensors, int(backward.get_workspace_size()))
+        scratch = tuple(self._allocate(size) for size in chosen.scratch_bytes())
+        size = int(forward.get_workspace_size())
+        return _Prepared(chosen, forward, forward_tensors, size, then=then, scratch=scratch)
+
+    def prepare(
+        self, call: ConvolutionCall | AttentionCall | AttentionBackwardCall
+    ) -> _Prepared | None:
         """The built graph for ``call``, or None where cuDNN has no engine for it."""
         if call in self._prepared:
             return self._prepared[call]
         try:
-            prepared: _Prepared | None = (
-                self._build_attention(attention_plan(call))
-                if isinstance(call, AttentionCall)
-                else self._build(plan(call))
-            )
+            prepared: _Prepared | None
+            if isinstance(call, AttentionCall):
+                prepared = self._build_attention(attention_plan(call))
+            elif isinstance(call, AttentionBackwardCall):
+                prepared = self._build_attention_backward(attention_backward_plan(call))
+            else:
+                prepared = self._build(plan(call))
         except Exception as exc:  # noqa: BLE001 - no engine, or a graph cuDNN refuses
             self._reasons[call] = f"cuDNN builds no plan for it ({exc})"
             prepared = None
@@ -250,10 +288,10 @@ class Cudnn(Library):
         return prepared
 
     def offers(self, call: Any) -> bool:
-        return isinstance(call, (ConvolutionCall, AttentionCall)) and self.prepare(call) is not None
+        return isinstance(call, _CALLS) and self.prepare(call) is not None
 
     def refusal(self, call: Any) -> str:
-        if not isinstance(call, (ConvolutionCall, AttentionCall)):
+        if not isinstance(call, _CALLS):
             return f"cuDNN computes convolutions and fused attention only, not {call!r}"
         return self._reasons.get(call, "cuDNN builds no plan for it on this device")
 
@@ -262,11 +300,20 @@ class Cudnn(Library):
         if prepared is None:
             raise DeviceError(f"cuDNN has no plan for {call.describe()}")
         self._call("set_stream", handle=self.handle, stream=int(stream))
+        packs = [(prepared, addresses)]
+        if prepared.then is not None:  # q, k, v -> o, stats; then q, k, v, o, do, stats -> grads
+            q, k, v, do, *gradients = addresses
+            o, stats = prepared.scratch
+            packs = [
+                (prepared, (q, k, v, o, stats)),
+                (prepared.then, (q, k, v, o, do, stats, *gradients)),
+            ]
         try:
-            prepared.graph.execute(
-                dict(zip(prepared.tensors, addresses, strict=True)),
-                self.workspace,
-                handle=self.handle,
-            )
+            for graph, given in packs:
+                graph.graph.execute(
+                    dict(zip(graph.tensors, given, strict=True)),
+                    self.workspace,
+                    handle=self.handle,
+                )
         except Exception as exc:  # the frontend raises its own errors
             raise DeviceError(f"cuDNN: {call.describe()} failed: {exc}") from exc

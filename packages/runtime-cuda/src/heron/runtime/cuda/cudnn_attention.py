@@ -1,4 +1,5 @@
-"""The fused attention call as one cuDNN graph: the frontend's ``sdpa`` node (flash attention).
+"""The fused attention calls as cuDNN graphs: the frontend's ``sdpa`` node (flash attention),
+and for the backward pass ``sdpa`` with its statistics then ``sdpa_backward``.
 
 The contract is :mod:`heron.runtime.core.attention`: q, k, v (and a bias) in
 cuDNN's ``[B, H, S, D]`` order with an element stride per dimension, so the
@@ -11,17 +12,36 @@ scale is the call's constant, the causal mask cuDNN's top-left aligned one.
 :func:`attention_plan` computes every value handed to cuDNN from the call
 alone (what the tests compare with the contract on a stand-in for the
 bindings); :func:`build_attention` builds the graph on the bindings.
+
+The backward call (:mod:`heron.runtime.core.attention_backward`) gives dq, dk
+and dv from q, k, v and do. cuDNN's ``sdpa_backward`` also reads the
+forward's output ``o`` and its softmax statistics (``stats``, f32 ``[B, H, Sq,
+1]``, the log-sum-exp of each row), which the program does not keep: the call
+recomputes them with a forward graph (``generate_stats``) into scratch memory
+the library owns, then runs the backward graph (:func:`attention_backward_plan`,
+:func:`build_attention_backward`). The recomputed forward costs two of the
+seven products; the gradients are the contract's either way.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
 
 from heron.runtime.core.attention import AttentionCall
+from heron.runtime.core.attention_backward import AttentionBackwardCall
+from heron.runtime.core.library_contract import dense_strides
 
-__all__ = ["AttentionPlan", "attention_plan", "build_attention"]
+__all__ = [
+    "AttentionBackwardPlan",
+    "AttentionPlan",
+    "attention_backward_plan",
+    "attention_plan",
+    "build_attention",
+    "build_attention_backward",
+]
 
 #: HLO element type -> ``cudnn.data_type`` name (the types the contract takes).
 DATA_TYPES = {"f16": "HALF", "bf16": "BFLOAT16"}
@@ -94,3 +114,124 @@ def build_attention(cudnn: Any, handle: Any, chosen: AttentionPlan) -> tuple[Any
     graph.build_plans()
     tensors = tuple(made[name] for name, _, _ in chosen.tensors if name != "o") + (out,)
     return graph, tensors
+
+
+@attrs.frozen
+class AttentionBackwardPlan:
+    """Every value of the two graphs of a backward call (see the module docstring)."""
+
+    io_data_type: str
+    compute_data_type: str
+    #: name -> (dims, strides) of q, k, v, do, dq, dk, dv and the scratch o (dense [B, H,
+    #: Sq, Dv]) and stats (f32 [B, H, Sq, 1])
+    tensors: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]
+    scale: float
+    causal: bool
+
+    def of(self, name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        for found, dims, strides in self.tensors:
+            if found == name:
+                return dims, strides
+        raise KeyError(name)
+
+    def scratch_bytes(self) -> tuple[int, int]:
+        """The bytes of the recomputed forward's output and of its statistics."""
+        width = 2  # the half-precision I/O type
+        o_dims, _ = self.of("o")
+        stats_dims, _ = self.of("stats")
+        return math.prod(o_dims) * width, math.prod(stats_dims) * 4
+
+
+def attention_backward_plan(call: AttentionBackwardCall) -> AttentionBackwardPlan:
+    """The cuDNN graph values computing ``call``."""
+    b, h, sq, _ = call.q_dims
+    o_dims = call.do_dims
+    stats_dims = (b, h, sq, 1)
+    named = [(name, call.dims_of(name), call.strides_of(name)) for name in call.operand_names]
+    named += [
+        ("o", o_dims, dense_strides(o_dims, (0, 1, 2, 3))),
+        ("stats", stats_dims, dense_strides(stats_dims, (0, 1, 2, 3))),
+    ]
+    return AttentionBackwardPlan(
+        io_data_type=DATA_TYPES[call.element_type],
+        compute_data_type="FLOAT",
+        tensors=tuple(named),
+        scale=call.scale,
+        causal=call.causal,
+    )
+
+
+def _built(cudnn: Any, graph: Any) -> Any:
+    graph.validate()
+    graph.build_operation_graph()
+    graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    graph.check_support()
+    graph.build_plans()
+    return graph
+
+
+def build_attention_backward(
+    cudnn: Any, handle: Any, chosen: AttentionBackwardPlan
+) -> tuple[tuple[Any, tuple[Any, ...]], tuple[Any, tuple[Any, ...]]]:
+    """The forward graph (q, k, v -> o, stats) and the backward graph (q, k, v, o, do,
+    stats -> dq, dk, dv) of ``chosen`` on the bindings ``cudnn``, each with its tensors
+    in that order."""
+    io = getattr(cudnn.data_type, chosen.io_data_type)
+    compute = getattr(cudnn.data_type, chosen.compute_data_type)
+
+    def graph_of() -> Any:
+        return cudnn.pygraph(
+            io_data_type=io,
+            intermediate_data_type=compute,
+            compute_data_type=compute,
+            handle=handle,
+        )
+
+    def given(graph: Any, name: str, data_type: Any = io) -> Any:
+        dims, strides = chosen.of(name)
+        return graph.tensor(name=name, dim=list(dims), stride=list(strides), data_type=data_type)
+
+    def computed(tensor: Any, name: str, data_type: Any = io) -> Any:
+        dims, strides = chosen.of(name)
+        tensor.set_output(True).set_data_type(data_type).set_dim(list(dims))
+        tensor.set_stride(list(strides))
+        return tensor
+
+    forward = graph_of()
+    q, k, v = (given(forward, name) for name in ("q", "k", "v"))
+    o, stats = forward.sdpa(
+        name="attention",
+        q=q,
+        k=k,
+        v=v,
+        attn_scale=chosen.scale,
+        use_causal_mask=chosen.causal,
+        compute_data_type=compute,
+        generate_stats=True,
+    )
+    forward_tensors = (q, k, v, computed(o, "o"), computed(stats, "stats", compute))
+    backward = graph_of()
+    inputs = {name: given(backward, name) for name in ("q", "k", "v", "o", "do")}
+    inputs["stats"] = given(backward, "stats", compute)
+    dq, dk, dv = backward.sdpa_backward(
+        name="attention_backward",
+        q=inputs["q"],
+        k=inputs["k"],
+        v=inputs["v"],
+        o=inputs["o"],
+        dO=inputs["do"],
+        stats=inputs["stats"],
+        attn_scale=chosen.scale,
+        use_causal_mask=chosen.causal,
+        compute_data_type=compute,
+    )
+    backward_tensors = (
+        *(inputs[name] for name in ("q", "k", "v", "o", "do", "stats")),
+        computed(dq, "dq"),
+        computed(dk, "dk"),
+        computed(dv, "dv"),
+    )
+    return (
+        (_built(cudnn, forward), forward_tensors),
+        (_built(cudnn, backward), backward_tensors),
+    )

@@ -73,6 +73,7 @@ from typing import Any
 
 from heron.runtime.core import commands as recorded
 from heron.runtime.core.attention import ATTENTION
+from heron.runtime.core.attention_backward import ATTENTION_BACKWARD
 from heron.runtime.core.convolution import CONVOLUTION
 from heron.runtime.core.device import DeviceError, KernelImage, LoadedKernel
 from heron.runtime.core.gemm import GEMM
@@ -192,7 +193,12 @@ class CudaDevice(CapturingDevice):
         self._library_makers = (
             dict(libraries)
             if libraries is not None
-            else {GEMM: _cublaslt, CONVOLUTION: _cudnn, ATTENTION: _cudnn}
+            else {
+                GEMM: _cublaslt,
+                CONVOLUTION: _cudnn,
+                ATTENTION: _cudnn,
+                ATTENTION_BACKWARD: _cudnn,
+            }
         )
         self._opened: dict[Any, Library] = {}
         self._open(bindings, probe(bindings), ordinal, "driver")
