@@ -276,6 +276,18 @@ def _attention():
     return lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True)
 
 
+def _attention_backward():
+    import jax
+
+    def gradients(q, k, v, do):
+        """dq, dk, dv of a causal attention for the output's gradient ``do``."""
+        attention = _attention()
+        _, pullback = jax.vjp(attention, q, k, v)
+        return pullback(do)
+
+    return gradients
+
+
 def _convolution():
     from jax import lax
 
@@ -422,6 +434,18 @@ def _t_attention():
     return attention
 
 
+def _t_attention_backward():
+    import torch
+
+    forward = _t_attention()
+
+    def gradients(q, k, v, do):
+        q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+        return torch.autograd.grad(forward(q, k, v), (q, k, v), do)
+
+    return gradients
+
+
 def _t_mlp():
     import torch
 
@@ -472,6 +496,13 @@ def _block_flops(args: Sequence[Arg]) -> int:
 def _attention_flops(args: Sequence[Arg]) -> int:
     b, s, n, d = args[0].shape
     return 2 * 2 * b * n * s * s * d // 2  # two products over the causal half
+
+
+def _attention_backward_flops(args: Sequence[Arg]) -> int:
+    """The backward pass's five products (the scores again, dp, dv, dq, dk) over the causal
+    half (the fused call's recomputed forward not counted)."""
+    b, s, n, d = args[0].shape
+    return 5 * 2 * b * n * s * s * d // 2
 
 
 def _conv_flops(args: Sequence[Arg]) -> int:
@@ -754,6 +785,21 @@ WORKLOADS: tuple[Workload, ...] = (
         _in_out,
         _attention_flops,
         torch=_t_attention,
+    ),
+    Workload(
+        "attention_backward_bf16",
+        "the gradients (dq, dk, dv) of causal self-attention (jax.vjp of"
+        " jax.nn.dot_product_attention), bf16, batch 2 x 4096 tokens, 16 heads of 128: heron's"
+        " fused backward call (cuDNN's sdpa_backward after a forward with statistics) against"
+        " jax.jit's five GEMMs around the softmax's derivative",
+        _attention_backward,
+        tuple(Arg((2, 4096, 16, 128), BF16) for _ in range(4)),
+        tuple(Arg((1, 32, 2, 16), BF16) for _ in range(4)),
+        lambda args: 2 * sum(a.nbytes for a in args),
+        _attention_backward_flops,
+        torch=_t_attention_backward,
+        # dp in f32 where jax rounds it to bf16: the reassociation bound of a 16-bit result
+        ulps=4,
     ),
     Workload(
         "convolution",
