@@ -119,6 +119,8 @@ XLA_SASS = {
     "log1p": 122,
     "expm1": 128,
     "cbrt": 79,
+    "sin": 470,
+    "cos": 478,
 }
 
 
@@ -154,6 +156,8 @@ _OPS = {
     "log1p": ("f32", "log-plus-one"),
     "expm1": ("f32", "exponential-minus-one"),
     "cbrt": ("f32", "cbrt"),
+    "sin": ("f32", "sine"),
+    "cos": ("f32", "cosine"),
 }
 
 

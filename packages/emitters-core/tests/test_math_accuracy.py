@@ -151,8 +151,8 @@ def test_tanh_saturates_to_exactly_one(element):
 def test_trig_huge_arguments_f32(name):
     """Fuzz finding (a bf16 sine of edge inputs was inf where the reference has 0.574):
     the Cody-Waite reduction only holds for moderate |x|; f32 sin(1e30) was -inf.
-    f32 arguments from 2^20 on take a Payne-Hanek reduction, accurate up to f32 max
-    (16367173 * 2^72 is within 2^-29 of a multiple of pi/2)."""
+    f32 arguments from 2^20 (sin, cos: 2^17) on take a Payne-Hanek reduction, accurate
+    up to f32 max (16367173 * 2^72 is within 2^-29 of a multiple of pi/2)."""
     op_class, reference, _, _, _, bound32, _ = CASES[name]
     rng = np.random.default_rng(zlib.crc32(f"{name}-huge".encode()))
     info = np.finfo(np.float32)
@@ -394,3 +394,23 @@ def test_f32_cbrt_corrects_an_approximate_seed():
     assert np.array_equal(out[:4].view(np.uint32), edges[:4].view(np.uint32))
     assert np.isnan(out[4]) and list(out[5:7]) == [2.0, -3.0]
     assert out[7] == -out[8] and abs(out[7] / np.cbrt(1.401298464324817e-45) - 1) < 1e-7
+
+
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_f32_sin_cos_reduce_in_f32_below_2_17(name):
+    """f32 sin and cos reduce in f32 below 2^17 (three fmas with pi/2 in three f32 parts,
+    as libdevice's sinf; issue 29: SASS 611 -> 538 for four elements, XLA's 470): within
+    the 2 ulp bound where the reduction cancels most, next to multiples of pi/2 on both
+    sides of the switch to Payne-Hanek (1.49 measured over 81 f32 around each of the
+    first 86000 multiples, 1.47 over every 23rd f32 below 1.05 * 2^17)."""
+    op_class, reference, *_ = CASES[name]
+    k = np.arange(1, 86000, 7, dtype=np.float64)
+    centre = (k * np.pi / 2).astype(np.float32).view(np.uint32).astype(np.int64)
+    near = (centre[:, None] + np.arange(-6, 7)[None, :]).astype(np.uint32).ravel()
+    x = np.concatenate([near.view(np.float32), np.float32([2.0**17, np.nextafter(2.0**17, 0)])])
+    x = np.concatenate([x, -x[::5]])
+    with np.errstate(all="ignore"):
+        out = run_op(op_class, ElementType.F32, x)
+        err = ulp_error(out, reference(x.astype(np.float64)), np.float32)
+    worst = int(np.argmax(err))
+    assert err[worst] <= 2, (x[worst], err[worst])

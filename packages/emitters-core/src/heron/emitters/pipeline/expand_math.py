@@ -51,10 +51,11 @@ log2, log10     3          3          integer part exact (log2(8) == 3)
 log1p           2          3          < -1 -> NaN, -1 -> -inf (1.61 / 2.21 measured);
                                       f32: log's polynomial on f = (1+x)/2^k - 1
                                       computed from x (libdevice's reduction)
-sin, cos        2          2          f32: every finite x (Payne-Hanek from 2^20 on);
+sin, cos        2          2          f32: every finite x (f32 Cody-Waite below
+                                      2^17, 1.49 measured; Payne-Hanek above);
                                       f64: |x| < 1.6e6 (2^20 pi/2), larger: absolute
                                       error grows like |x| 2^-72 (no Payne-Hanek)
-tan             4          3          same ranges
+tan             4          3          f32: Payne-Hanek from 2^20 on; f64 as sin
 atan            1          1
 atan2           2          2          every IEEE zero/inf quadrant case
 asin, acos      3          3          |x| > 1 -> NaN

@@ -15,6 +15,8 @@ PIECES = {
     # name: (function of the polynomial variable, interval, centre, {f32 degree, f64 degree})
     "LOG1P_Q": ("log1p_q", (-1 / 3, 1 / 3), 0.0, {"f32": 8}),
     "EXPM1_Q": ("expm1_q", (-0.35, 0.35), 0.0, {"f32": 5}),
+    "SIN_S": ("sin_s", (0, 0.63), 0.0, {"f32": 3}),
+    "COS_C": ("cos_c", (0, 0.63), 0.0, {"f32": 3}),
     "ATAN_Q": ("atan_q", (0, (7 / 16) ** 2), 0.0, {"f32": 4, "f64": 11}),
     "ASIN_Q": ("asin_q", (0, 0.25), 0.0, {"f32": 5, "f64": 12}),
     "ERFC_G1": ("erfc_g", (0.5, 1.5), 1.0, {"f32": 10, "f64": 18}),
@@ -36,6 +38,20 @@ def _functions(mp):
             return mp.mpf(1) / 2
         with mp.extraprec(400):  # expm1(r) - r cancels to r^2/2
             return +((mp.expm1(r) - r) / (r * r))
+
+    def sin_s(z):  # sin(t) = t + t*z*S(z), z = t^2
+        if z == 0:
+            return mp.mpf(-1) / 6
+        t = mp.sqrt(z)
+        with mp.extraprec(400):
+            return +((mp.sin(t) / t - 1) / z)
+
+    def cos_c(z):  # cos(t) = 1 + z*C(z), z = t^2
+        if z == 0:
+            return mp.mpf(-1) / 2
+        t = mp.sqrt(z)
+        with mp.extraprec(400):
+            return +((mp.cos(t) - 1) / z)
 
     def atan_q(z):  # atan(t) = t + t*z*Q(z), z = t^2
         if z == 0:
@@ -59,6 +75,8 @@ def _functions(mp):
     return {
         "log1p_q": log1p_q,
         "expm1_q": expm1_q,
+        "sin_s": sin_s,
+        "cos_c": cos_c,
         "atan_q": atan_q,
         "asin_q": asin_q,
         "erfc_g": erfc_g,

@@ -2,13 +2,17 @@
 
 - sin, cos, tan: ``x = k*pi/2 + r`` computed in f64 with fdlibm's four-part
   ``pi/2`` (33 + 33 + 33 + 53 bits; ``k*pio2_1`` is exact for ``|k| < 2^20``), so
-  the reduction is accurate for ``|x| < 2^20*pi/2`` (about 1.6e6). f32 inputs
-  are reduced in f64 and evaluated in f32; for ``|x| >= 2^20`` they take a
-  Payne-Hanek reduction instead (``_reduce_pio2_large_f32``, exact products of
+  the reduction is accurate for ``|x| < 2^20*pi/2`` (about 1.6e6). f32 tan
+  inputs are reduced in f64 and evaluated in f32; f32 sin and cos are reduced in
+  f32 below 2^17, as libdevice's ``sinf`` (``_reduce_pio2_f32``: three fmas with
+  pi/2 in three f32 parts), and evaluated with near-minimax polynomials of
+  degree 3 in ``r^2``. f32 arguments from 2^20 (tan) or 2^17 (sin, cos) on take
+  a Payne-Hanek reduction instead (``_reduce_pio2_large_f32``, exact products of
   ``x`` with 26-bit chunks of ``2/pi``), so f32 sin/cos/tan are accurate for
   every finite argument. f64 has no Payne-Hanek path: beyond ``2^20*pi/2`` the
   absolute error of its ``r`` grows like ``|x|*2^-72`` (wrong for huge ``x``).
-  Taylor polynomials on ``|r| <= pi/4`` (sin to r^9 / r^17, cos to r^10 / r^18).
+  Taylor polynomials on ``|r| <= pi/4`` (sin to r^9 / r^17, cos to r^10 / r^18)
+  for f64 and f32 tan.
 - atan: fdlibm's five intervals (reductions by 0.5, 1, 1.5 and ``1/x``, all
   exact-constant), then ``t + t*z*Q(z)`` with a fitted ``Q`` (math_coefficients).
 - atan2: ``atan(min/max)`` of the magnitudes, then the octant and quadrant
@@ -38,7 +42,7 @@ _PIO2_3T = 8.47842766036889956997e-32
 # 26 bits, so x (24 bits) times one is exact in f64).
 _TWO_OVER_PI_26 = (42722829, 48555073, 21659401, 56087029,
                    13858563, 28715353, 38736100, 4324945)  # fmt: skip
-# f32 arguments with |x| below this take the Cody-Waite reduction, the rest Payne-Hanek.
+# f32 tan arguments with |x| below this take the Cody-Waite reduction, the rest Payne-Hanek.
 _LARGE_F32 = 2.0**20
 _SIN_TAYLOR = {32: 9, 64: 17}
 _COS_TAYLOR = {32: 10, 64: 18}
@@ -164,6 +168,55 @@ def _reduce_pio2(kit: Kit, x: Value) -> tuple[Value, Value]:
     return q, r
 
 
+#: f32 arguments below it (in magnitude) take the f32 Cody-Waite reduction of
+#: :func:`_reduce_pio2_f32`, the rest Payne-Hanek (in f64).
+_CODY_WAITE_F32 = 2.0**17
+#: pi/2 in three f32 parts: the first truncated (so ``x - k*C1`` is exact for every
+#: ``|x| < 2^17``), the others rounded; their sum is within 1.1e-23 of pi/2.
+_PIO2_F32 = (float.fromhex("0x1.921fb4p+0"), float.fromhex("0x1.4442d2p-24"),
+             float.fromhex("-0x1.ee59dap-50"))  # fmt: skip
+#: 1.5 * 2^23: ``fma(x, 2/pi, shifter)`` is ``x 2/pi`` rounded to an integer ``k``, with
+#: ``k mod 4`` in its two lowest bits (``|x 2/pi| < 2^22``).
+_SHIFTER_F32 = 12582912.0
+
+
+def _reduce_pio2_f32(kit: Kit, x: Value) -> tuple[Value, Value]:
+    """f32 ``(q, r)`` for finite f32 ``x``: ``x = k*pi/2 + r``, ``q = k mod 4``.
+
+    Below 2^17 in f32, as libdevice's ``sinf``/``cosf`` reduce: ``k`` and ``k mod 4``
+    from one fma with the shifter, ``r`` by three fmas with pi/2 in three f32 parts
+    (:data:`_PIO2_F32`: ``x - k*C1`` is exact, each later fma rounds once, so ``r``
+    is within about an ulp of its own even where it cancels). From 2^17 on, the f64
+    Payne-Hanek reduction (:func:`_reduce_pio2_large_f32`). ``|r|`` may exceed pi/4 by
+    2^17 * 2^-24 (``k`` from an f32 2/pi): the polynomials hold up to 0.794."""
+    j = kit.fma(x, kit.c(2.0 / math.pi), kit.c(_SHIFTER_F32))
+    kf = kit.sub(j, kit.c(_SHIFTER_F32))
+    q = kit.iand(kit.bits(j), kit.ci(3))
+    r = x
+    for part in _PIO2_F32:
+        r = kit.fma(kf, kit.c(-part), r)
+    element = ir.F64Type.get()
+    ftype = (
+        ir.VectorType.get(list(ir.VectorType(kit.ftype).shape), element)
+        if isinstance(kit.ftype, ir.VectorType)
+        else element
+    )
+    q_big, r_big = _reduce_pio2_large_f32(Kit(ftype), arith.ExtFOp(ftype, x).result)
+    large = kit.ge(kit.abs(x), kit.c(_CODY_WAITE_F32))
+    r = kit.select(large, arith.TruncFOp(kit.ftype, r_big).result, r)
+    return kit.select(large, arith.TruncIOp(kit.itype, q_big).result, q), r
+
+
+def _sin_cos_poly_f32(kit: Kit, r: Value) -> tuple[Value, Value]:
+    """f32 ``(sin r, cos r)``, ``|r| <= 0.794``: ``r + r z S(z)`` and ``1 + z C(z)``
+    with near-minimax ``S`` and ``C`` of degree 3 (math_coefficients.SIN_S, COS_C;
+    under 0.01 ulp)."""
+    z = kit.mul(r, r)
+    s = kit.fma(kit.mul(r, z), kit.poly(z, coeffs.SIN_S_F32), r)
+    c = kit.fma(z, kit.poly(z, coeffs.COS_C_F32), kit.c(1.0))
+    return s, c
+
+
 def _sin_cos_poly(kit: Kit, r: Value) -> tuple[Value, Value]:
     w = kit.fmt.width
     z = kit.mul(r, r)
@@ -177,8 +230,12 @@ def _sin_cos_poly(kit: Kit, r: Value) -> tuple[Value, Value]:
 def _trig(kit: Kit, x: Value, which: str) -> Value:
     finite = kit.lt(kit.abs(x), kit.inf())
     xs = kit.select(finite, x, kit.c(0.0))
-    q, r = _reduce_pio2(kit, xs)
-    s, c = _sin_cos_poly(kit, r)
+    if not kit.is_f64 and which != "tan":
+        q, r = _reduce_pio2_f32(kit, xs)
+        s, c = _sin_cos_poly_f32(kit, r)
+    else:
+        q, r = _reduce_pio2(kit, xs)
+        s, c = _sin_cos_poly(kit, r)
     q_odd = kit.icmp("ne", kit.iand(q, kit.ci(1)), kit.ci(0))
     q_high = kit.icmp("ne", kit.iand(q, kit.ci(2)), kit.ci(0))
     if which == "sin":  # q: s, c, -s, -c
