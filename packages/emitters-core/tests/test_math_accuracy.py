@@ -414,3 +414,25 @@ def test_f32_sin_cos_reduce_in_f32_below_2_17(name):
         err = ulp_error(out, reference(x.astype(np.float64)), np.float32)
     worst = int(np.argmax(err))
     assert err[worst] <= 2, (x[worst], err[worst])
+
+
+def test_f32_atan2_takes_one_polynomial_on_the_unit_interval():
+    """f32 atan2 evaluates atan(min/max) with one polynomial on [0, 1] (as libdevice's
+    atan2f; issue 29: SASS 457 -> 302 for four elements, XLA's 313): within the 2 ulp
+    bound where the octant changes (1.50 measured over every f32 x in [0.25, 4) against
+    y = +-1, 1.64 over 10.8M random pairs)."""
+    from heron_test_support.host_jit import run_elementwise
+    from heron_test_support.math_accuracy import expand_checked
+
+    f32 = ElementType.F32
+    lo, hi = np.float32(0.25).view(np.uint32), np.float32(4.0).view(np.uint32)
+    x = np.arange(lo, hi, 97, dtype=np.uint32).view(np.float32)
+    x = np.concatenate([x, -x])
+    y = np.where(np.arange(x.size) % 2 == 0, np.float32(1), np.float32(-1))
+    (out,) = run_elementwise(
+        lambda a: [math_dialect.Atan2Op(*a).result], [f32, f32], [f32], [y, x],
+        pre_lowering=expand_checked,
+    )  # fmt: skip
+    err = ulp_error(out, np.arctan2(y.astype(np.float64), x.astype(np.float64)), np.float32)
+    worst = int(np.argmax(err))
+    assert err[worst] <= 2, (y[worst], x[worst], err[worst])

@@ -18,6 +18,7 @@ PIECES = {
     "SIN_S": ("sin_s", (0, 0.63), 0.0, {"f32": 3}),
     "COS_C": ("cos_c", (0, 0.63), 0.0, {"f32": 3}),
     "ATAN_Q": ("atan_q", (0, (7 / 16) ** 2), 0.0, {"f32": 4, "f64": 11}),
+    "ATAN_Q01": ("atan_q", (0, 1), 0.0, {"f32": 8}),
     "ASIN_Q": ("asin_q", (0, 0.25), 0.0, {"f32": 5, "f64": 12}),
     "ERFC_G1": ("erfc_g", (0.5, 1.5), 1.0, {"f32": 10, "f64": 18}),
     "ERFC_G2": ("erfc_g", (1.5, 3.0), 2.25, {"f32": 10, "f64": 18}),
@@ -57,7 +58,8 @@ def _functions(mp):
         if z == 0:
             return mp.mpf(-1) / 3
         t = mp.sqrt(z)
-        return (mp.atan(t) / t - 1) / z
+        with mp.extraprec(400):
+            return +((mp.atan(t) / t - 1) / z)
 
     def asin_q(z):  # asin(t) = t + t*z*Q(z), z = t^2
         if z == 0:
