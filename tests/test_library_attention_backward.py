@@ -193,11 +193,11 @@ def test_the_contract_computes_what_the_custom_call_means():
     module = _rewritten(function, shapes)
     (inst,) = [i for i in module.instructions() if is_library_attention_backward(i)]
     call = attention_backward_call(inst)
-    # jax's [B, T, N, H] tensors are read through strides (no transposes); the gradients
-    # are written in cuDNN's dense [B, H, S, D] (the program's views then move them)
+    # jax's [B, T, N, H] tensors are read and the gradients written through strides (no
+    # transposes)
     bshd = (T * N * D, D, N * D, 1)
     assert call.q_strides == call.k_strides == call.v_strides == call.do_strides == bshd
-    assert call.dq_strides == call.dk_strides == (T * N * D, T * D, D, 1)
+    assert call.dq_strides == call.dk_strides == call.dv_strides == bshd
     assert call.causal and call.scale == 0.25
     rng = np.random.default_rng(3)
     operands = [rng.standard_normal(o.array_shape.dims).astype(jnp.bfloat16) for o in inst.operands]
@@ -243,6 +243,17 @@ REFUSED = {
         jax.grad(lambda q, k, v, m: jnp.sum(_padded(q, k, v, m).astype(jnp.float32)), (0, 1, 2)),
         [*_shapes()[:3], jax.ShapeDtypeStruct((B, T), jnp.bool_)],
         "a mask other than the causal one",
+    ),
+    "grouped_query": (
+        jax.grad(
+            lambda q, k, v: jnp.sum(_sdpa(True)(q, k, v).astype(jnp.float32)), argnums=(0, 1, 2)
+        ),
+        [
+            jax.ShapeDtypeStruct((B, T, 4, D), jnp.bfloat16),
+            jax.ShapeDtypeStruct((B, T, 2, D), jnp.bfloat16),
+            jax.ShapeDtypeStruct((B, T, 2, D), jnp.bfloat16),
+        ],
+        "grouped-query attention",
     ),
     "f32_tensors": (_f32_gradients, _shapes(), "take q and k of one type of f16, bf16"),
     "f32_derivative_products": (
@@ -301,6 +312,17 @@ def test_the_contract_refuses_gradients_that_do_not_fit():
                 "dv_strides": narrow,
             }
         )
+
+
+def test_the_gradients_are_written_where_the_program_returns_them(taken):
+    """No kernel moves q, k, v, do or the gradients: what is left computes do (the loss's
+    derivative), and the call writes the entry's outputs (no copies)."""
+    from heron.compiler.executable import thunk_counts
+
+    *_, compiled = taken
+    counts = thunk_counts(compiled)
+    assert counts.get("copy", 0) == 0
+    assert counts.get("kernel", 0) <= 1, counts
 
 
 def test_heron_compile_says_what_computes_each_attention_s_backward_pass(tmp_path, capsys):

@@ -53,6 +53,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
+from heron.compiler import view_factors
 from heron.compiler.library_attention import (
     LIBRARY,
     Labels,
@@ -365,6 +366,10 @@ class BackwardMatch:
     def element_type(self) -> str:
         return self.frame.element_type
 
+    def product(self, name: str) -> tuple[Instruction, tuple[str, ...]]:
+        """The product computing gradient ``name`` and its result's roles."""
+        return next((dot, roles) for found, dot, roles in self.products if found == name)
+
 
 def _operand_roles(
     dot: Instruction, side: int, free: str, contracted: str
@@ -508,15 +513,22 @@ def _walk_up(start: Instruction, top: Instruction, labels: Labels) -> Labels | N
 
 
 def _match(frame: SoftmaxFrame, uses: Uses) -> BackwardMatch | None:
+    not_taken = (
+        "grouped-query attention (the backward call does not take it yet)"
+        if frame.grouped
+        else "a mask other than the causal one (the backward call takes none)"
+        if frame.mask is not None
+        else "a bias (the backward call does not take one yet)"
+        if frame.bias is not None
+        else ""
+    )
+    if not_taken:
+        if not _differentiated(frame.divide, uses):
+            return None  # inference: the forward's rewriter says what computes it
+        raise _NoMatch(not_taken)
     dv = _dv_product(frame, uses)
     if dv is None:
         return None  # inference: no backward pass reads the probabilities
-    if frame.grouped:
-        raise _NoMatch("grouped-query attention (the backward call does not take it yet)")
-    if frame.mask is not None:
-        raise _NoMatch("a mask other than the causal one (the backward call takes none)")
-    if frame.bias is not None:
-        raise _NoMatch("a bias (the backward call does not take one yet)")
     element = ElementType(frame.element_type)
     dv_dot, p_side = dv
     batch, do_labels = _operand_roles(dv_dot, 1 - p_side, "e", "q")
@@ -677,6 +689,64 @@ def _in_cudnn_order(
     return inserter.add("reshape", ArrayShape(element, four), [x], like=like, suffix=name)
 
 
+def _product_factors(
+    dot: Instruction,
+    four: Sequence[int],
+    axes: tuple[str, str],
+    batch: tuple[str, ...],
+    sizes: dict[str, int],
+    roles: tuple[str, ...],
+) -> view_factors.Dims | None:
+    """``dot``'s dimensions as factors of the call's ``four`` ([B, H, S, D]): the moves
+    :func:`_to_product` makes, followed (None where a reshape cuts a factor)."""
+    labels = (*batch, *axes)
+    split = tuple(sizes[r] for r in labels)
+    dims: view_factors.Dims | None = view_factors.reshaped(view_factors.identity(four), split)
+    order = tuple(labels.index(r) for r in roles)
+    if dims is not None:
+        dims = view_factors.transposed(dims, order)
+    if dims is not None:
+        dims = view_factors.reshaped(dims, dot.array_shape.dims)
+    return dims
+
+
+def _written_rounded(
+    start: Instruction,
+    dims: view_factors.Dims | None,
+    four: Sequence[int],
+    uses: Uses,
+    element: ElementType,
+) -> tuple[Instruction, tuple[int, ...]] | None:
+    """The last instruction of the chain that alone reads ``start`` through moves and a
+    rounding to ``element`` (``start`` being f32) that holds the call's result ``four``
+    permuted, of ``element``, and the order it stores it in (its dimension j is the
+    result's ``order[j]``); None where there is none."""
+    found = None
+    x, current = start, dims
+    while current is not None:
+        users = uses.users(x)
+        if len(users) != 1 or x is uses.computation.root:
+            break
+        (user,) = users
+        if user.opcode == "convert":
+            if user.array_shape.element_type is not element:
+                break
+        elif user.opcode in ("transpose", "reshape"):
+            current = (
+                view_factors.transposed(current, user.attributes["dimensions"])
+                if user.opcode == "transpose"
+                else view_factors.reshaped(current, user.array_shape.dims)
+            )
+        else:
+            break
+        x = user
+        if current is not None and x.array_shape.element_type is element:
+            order = view_factors.permutation_of(current, four)
+            if order is not None:
+                found = (x, order)
+    return found
+
+
 def _to_product(
     inserter: Inserter,
     like: Instruction,
@@ -742,9 +812,19 @@ def _rewrite(inserter: Inserter, match: BackwardMatch) -> None:
     operands = [x for x, _ in stored]
     orders = {name: order for name, (_, order) in zip(("q", "k", "v", "do"), stored, strict=True)}
     element = ElementType(match.element_type)
-    shapes = [
-        ArrayShape(element, built[index].array_shape.dims) for index in (0, 1, 2)
-    ]  # dq like q, dk like k, dv like v (cuDNN's order)
+    # each gradient written where the program's moves (and its rounding to the element
+    # type) put it, when that is all they do; else in cuDNN's order, moved back
+    written: dict[str, tuple[Instruction, tuple[int, ...]] | None] = {}
+    shapes = []
+    for index, name in enumerate(("dq", "dk", "dv")):
+        dot, roles = match.product(name)
+        four = built[index].array_shape.dims  # dq like q, dk like k, dv like v
+        dims = _product_factors(dot, four, _TENSOR_AXES[name], batch, sizes, roles)
+        written[name] = _written_rounded(dot, dims, four, inserter.uses, element)
+        found = written[name]
+        if found is not None:
+            orders[name] = found[1]
+        shapes.append(ArrayShape(element, found[0].array_shape.dims if found else four))
     call = inserter.add(
         "custom-call",
         TupleShape(tuple(shapes)),
@@ -757,10 +837,14 @@ def _rewrite(inserter: Inserter, match: BackwardMatch) -> None:
         suffix="attention_backward",
     )
     for index, name in enumerate(("dq", "dk", "dv")):
-        dot, roles = next((d, r) for n, d, r in match.products if n == name)
+        dot, roles = match.product(name)
         part = inserter.add(
             "get-tuple-element", shapes[index], [call], {"index": index}, like=dot, suffix=name
         )
+        found = written[name]
+        if found is not None:  # the call writes the program's tensor: the chain to it is dead
+            inserter.replace(found[0], part)
+            continue
         replacement = _to_product(
             inserter,
             dot,
@@ -773,7 +857,7 @@ def _rewrite(inserter: Inserter, match: BackwardMatch) -> None:
         )
         inserter.replace(dot, replacement)
         remove_instructions(inserter.uses.computation, [dot])
-    _drop_unused(inserter, [*built, *(d.operands[i] for _, d, _ in match.products for i in (0, 1))])
+    _drop_unused(inserter, built)
 
 
 def rewrite_attention_backward(module: Module, target: Target) -> bool:

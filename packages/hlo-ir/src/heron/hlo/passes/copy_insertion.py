@@ -482,6 +482,15 @@ def _reaches(
     return False
 
 
+def _writes_its_tuple(holder: Instruction) -> bool:
+    """Whether each leaf of ``holder``'s tuple result is bytes it writes: a loop's, a
+    branch's, a call's, a fusion's, and a custom call's that aliases no operand (a
+    library call giving several results, an attention's gradients)."""
+    if holder.opcode == "custom-call":
+        return "output_to_operand_aliasing" not in holder.attributes
+    return holder.opcode in ("while", "conditional", "call", "fusion")
+
+
 def _source(value: Instruction) -> tuple[int, int] | None:
     """The (instruction, leaf) whose own bytes ``value`` is; None: a parameter's, a constant's."""
     leaf = 0
@@ -493,7 +502,7 @@ def _source(value: Instruction) -> tuple[int, int] | None:
             index = int(value.attr("index"))
             if holder.opcode == "tuple":
                 value = holder.operands[index]
-            elif holder.opcode in ("while", "conditional", "call", "fusion") and isinstance(
+            elif _writes_its_tuple(holder) and isinstance(
                 holder.shape.elements[index],
                 ArrayShape,  # type: ignore[union-attr]
             ):
