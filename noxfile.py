@@ -1,5 +1,5 @@
 """heron's sessions: `nox` runs the test suite (lint, tests, runtime, isolation, oracle,
-gpu-bundle, dev).
+gpu-bundle, dev, xla).
 
     nox                  the default sessions below: what CI runs (.ci/run)
     nox -s dev           .venv/heron: every package editable, with the extras this machine
@@ -19,6 +19,9 @@ gpu-bundle, dev).
     nox -s gpu-bundle    build/gpu-bundle/ (docs/gpu.md): artefacts, wheels and run.py for one
                          GPU window; checks its size and dry-runs it on the interpreter from an
                          empty venv with the bundle's wheels (--no-index)
+    nox -s xla           heron[xla] installed from the checkout (uv) and `heron xla` on
+                         examples/gelu.hlo, deviceless: XLA:GPU's kernel beside heron's; then
+                         the README's plain-pip command (local-packages.txt) dry-run in a venv
     nox -s bench         benchmarks/*.py
     nox -s xla-reference the XLA:GPU reference table (tests/data/xla_reference.json): every
                          corpus file compiled by XLA, deviceless, and by heron (heron[xla])
@@ -35,7 +38,9 @@ Extra arguments after `--` go to pytest, e.g. `nox -s tests -- -k npz -x`.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import tomllib
 from pathlib import Path
@@ -43,7 +48,16 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "tests", "runtime", "isolation", "oracle", "gpu-bundle", "dev"]
+nox.options.sessions = [
+    "lint",
+    "tests",
+    "runtime",
+    "isolation",
+    "oracle",
+    "gpu-bundle",
+    "dev",
+    "xla",
+]
 nox.options.error_on_external_run = True
 
 ROOT = Path(__file__).resolve().parent
@@ -649,6 +663,77 @@ def xla_reference(session: nox.Session) -> None:
     if "--corpus" not in args:
         args += ["--corpus", corpus]
     session.run("python", "-m", "heron.xla_compare.reference", *args)
+
+
+#: The small module `nox -s xla` compiles with XLA:GPU and heron (in the clone, no corpus).
+XLA_EXAMPLE = "examples/gelu.hlo"
+#: The README's pip command for a checkout (local-packages.txt), dry-run by `nox -s xla`.
+PIP_FROM_CHECKOUT = ("-r", "local-packages.txt", "-e", ".[cuda,jax]")
+
+
+@nox.session
+def xla(session: nox.Session) -> None:
+    """A new user's `heron xla` (docs/xla.md), and plain pip's install from a checkout.
+
+    1. Installs heron with its extra heron[xla] as the README says, `uv pip install -e
+       '.[xla]'` (uv reads heron's packages from the checkout, a uv workspace): jaxlib,
+       the jax CUDA PJRT plugin (XLA:GPU itself), ptxas and libdevice. Then `heron xla` on
+       examples/gelu.hlo, deviceless (no GPU, no network but the index the install used):
+       it must print XLA's version line and XLA:GPU's kernel beside each heron fusion, with
+       both sides' SASS; XLA missing or failing exits 2 and fails the session.
+    2. The README's plain pip command, `pip install -r local-packages.txt -e '.[cuda,jax]'`,
+       in a fresh venv made by `python -m venv` (its own pip), as a dry run (`--dry-run
+       --report`): it must resolve, every heron distribution from the checkout, editable.
+
+    """
+    # The extra's own XLA, never one named by the environment.
+    no_override = {"HERON_XLA_PYTHON": "", "HERON_XLA_PLUGIN": ""}
+    session.install("-e", ".[xla]")
+    output = session.run("heron", "xla", XLA_EXAMPLE, silent=True, env=no_override)
+    print(output)
+    pairs = re.findall(r"^(heron fusion '.+'|\(no heron fusion\))  <->  (.+)$", output, re.M)
+    problems = []
+    if not re.search(r"^XLA:GPU jax-cuda13-pjrt \S+ \(jaxlib ", output, re.M):
+        problems.append("no line saying which XLA:GPU compiled the module")
+    if not pairs:
+        problems.append("no kernel pairs")
+    problems += [f"unpaired: {left} <-> {right}" for left, right in pairs
+                 if left.startswith("(") or not right.startswith("XLA kernel '")]  # fmt: skip
+    if len(re.findall(r"^  SASS instructions +\d+ +\d+ +heron/XLA", output, re.M)) != len(pairs):
+        problems.append("a pair without both sides' SASS instructions")
+    if problems:
+        session.error(f"heron xla {XLA_EXAMPLE}: {'; '.join(problems)}")
+    session.log(f"heron xla: {len(pairs)} heron fusion(s) beside XLA:GPU's kernels")
+
+    venv = Path(session.create_tmp()) / "pip-venv"
+    if venv.exists():
+        shutil.rmtree(venv)
+    session.run("python", "-m", "venv", str(venv))
+    python = str(venv / "bin" / "python")
+    session.run(python, "-m", "pip", "--version", external=True)
+    report = venv / "report.json"
+    session.run(
+        python, "-m", "pip", "install", "-q", "--dry-run", "--report", str(report),
+        *PIP_FROM_CHECKOUT, external=True,
+    )  # fmt: skip
+    install = json.loads(report.read_text())["install"]
+    heron = {
+        item["metadata"]["name"]: item["download_info"]
+        for item in install
+        if item["metadata"]["name"] == "heron" or item["metadata"]["name"].startswith("heron-")
+    }
+    expected = {_project(ROOT)["name"], *_DIST_TO_FOLDER}
+    if set(heron) != expected:
+        session.error(f"pip resolved heron's {sorted(heron)}, expected {sorted(expected)}")
+    outside = [
+        name
+        for name, info in heron.items()
+        if not info["url"].startswith(ROOT.as_uri()) or not info.get("dir_info", {}).get("editable")
+    ]
+    if outside:
+        session.error(f"not editable from this checkout: {outside}")
+    session.log(f"pip {' '.join(PIP_FROM_CHECKOUT)}: {len(install)} distributions resolve,"
+                f" heron's {len(heron)} editable from the checkout")  # fmt: skip
 
 
 @nox.session
