@@ -122,6 +122,7 @@ XLA_SASS = {
     "sin": 470,
     "cos": 478,
     "atan2": 313,
+    "power": 387,
 }
 
 
@@ -160,6 +161,7 @@ _OPS = {
     "sin": ("f32", "sine"),
     "cos": ("f32", "cosine"),
     "atan2": ("f32", "atan2"),
+    "power": ("f32", "power"),
 }
 BINARY_LOOP = """
 HloModule {name}
@@ -175,7 +177,7 @@ ENTRY main {{
 }}
 """
 #: The binary ops among them.
-_BINARY = {"atan2"}
+_BINARY = {"atan2", "power"}
 #: Whose IEEE-division slow path XLA's kernel has too (libdevice's atan2f divides so).
 _XLA_SLOW_PATH = {"atan2"}
 

@@ -173,10 +173,11 @@ def test_powf_matches_numpy_special_cases_and_values(element):
         wide = np.float64 if element is F32 else np.longdouble
         ref = np.power(x.astype(wide), y.astype(wide))
     err = ulp_error(out, ref, dtype)
-    # f32 is computed in f64 (1 ulp); the f64 error grows with |y ln x| (docstring table).
+    # f32 with double-f32 steps (4 ulp, 3.38 measured where |y log2 x| nears 128);
+    # the f64 error grows with |y ln x| (docstring table).
     with np.errstate(all="ignore"):
         growth = np.nan_to_num(np.abs(y * np.log(np.abs(x).astype(np.float64))), posinf=0.0)
-    bound = 1.0 if element is F32 else 2.0 + 2.0 * growth
+    bound = 4.0 if element is F32 else 2.0 + 2.0 * growth
     excess = err - bound
     worst = int(np.argmax(excess))
     assert excess[worst] <= 0, (x[worst], y[worst], out[worst], err[worst])

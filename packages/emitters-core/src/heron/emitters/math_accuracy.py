@@ -52,7 +52,7 @@ ACCURACY: dict[str, tuple[int, int]] = {
     "erf": (8, 2),
     "erfc": (6, 4),
     "cbrt": (2, 2),
-    "powf": (1, 2),
+    "powf": (4, 2),
     "rsqrt": (1, 1),
 }
 #: Ops whose f32 bound includes the 2 ulp of the GPU's approximate ``2^r``

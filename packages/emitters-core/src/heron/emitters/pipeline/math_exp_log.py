@@ -16,7 +16,7 @@ Algorithms (fdlibm's structure, our own polynomials):
   rounding of ``u``, Goldberg/Kahan); f32 log's polynomial on ``(1 + x) 2^-k - 1``
   computed from ``x`` (:func:`_log1p_f32`).
 - sinh, cosh, tanh, asinh, acosh, atanh: fdlibm's identities on top of these.
-- pow: f32 computes ``exp(y*log|x|)`` in f64 (one rounding); f64 in f64.
+- pow: f32 in f32 with double-f32 steps (:func:`_pow_magnitude_f32`); f64 in f64.
 """
 
 from __future__ import annotations
@@ -493,13 +493,82 @@ def _is_integer(kit: Kit, y: Value) -> tuple[Value, Value]:
     return integral, kit.band(integral, kit.band(fits, odd_bit))
 
 
+#: log2(e) in two f32 parts.
+_LOG2E_F32 = (float(np.float32(_LOG2E)), float(np.float32(_LOG2E - float(np.float32(_LOG2E)))))
+
+
+def _pow_magnitude_f32(kit: Kit, ax: Value, y: Value) -> Value:
+    """f32 ``2^(y log2 ax)`` for finite ``ax > 0``, in f32 with double-f32 steps (the
+    structure of libdevice's ``powf``, heron's polynomials):
+
+    - ``ax = m 2^k``, ``m`` in [sqrt(1/2), sqrt(2)) from the bits (subnormals scaled
+      by 2^24 first), ``f = m - 1`` exact;
+    - ``log m = u + lo + u^3 C(u^2)`` with ``u + lo = 2f/(m + 1)``: ``u = 2f r`` for an
+      approximate ``r = 1/(m + 1)`` (``rcp.approx.f32`` on CUDA), and ``lo = r (2(f - u)
+      - u f)``, the residual ``2f - u(2 + f)`` computed exactly but for one rounding
+      (``f - u`` is exact), so the pair does not depend on ``r``'s error;
+      ``C`` (math_coefficients.POW_LOG_C, degree 3) is the atanh series' tail,
+      evaluated at ``u`` and corrected by its derivative times ``lo``;
+    - ``log2 ax = k + log2e (u + lo + ...)`` as a pair ``h + l`` (the product
+      ``u log2e_hi`` split exactly by an fma, then Fast2Sums), about 2^-40 relative;
+    - ``p + p_lo = y (h + l)`` (the product's error by an fma), clamped to +-160
+      (beyond, the result is 0 or inf), ``n = round(p)``, ``2^(p - n + p_lo)`` by
+      ``1 + t E(t)`` (POW_EXP2_E, degree 6), then times ``2^n`` in two exact steps, so
+      subnormal and overflowing results are rounded once.
+    """
+    tiny = kit.lt(ax, kit.c(2.0**-126))
+    a = kit.select(tiny, kit.mul(ax, kit.c(2.0**24)), ax)
+    e = kit.iand(kit.isub(kit.bits(a), kit.ci(0x3F3504F3)), kit.ci(0xFF800000))  # k << 23
+    m = kit.bitcast_f(kit.isub(kit.bits(a), e))
+    k = kit.fma(kit.to_float(e), kit.c(2.0**-23), kit.select(tiny, kit.c(-24.0), kit.c(0.0)))
+    f = kit.sub(m, kit.c(1.0))
+    r = kit.div_approx(kit.c(1.0), kit.add(m, kit.c(1.0)))
+    u = kit.mul(kit.add(f, f), r)
+    d = kit.sub(f, u)
+    lo = kit.mul(r, kit.fma(kit.neg(u), f, kit.add(d, d)))
+    z = kit.mul(u, u)
+    zc = kit.mul(z, kit.poly(z, coeffs.POW_LOG_C_F32))
+    # (u + lo)^3 C: u^3 C + 3 u^2 C lo (u is 2^-23 off the exact quotient, which the
+    # cube would triple)
+    tail = kit.fma(u, zc, kit.fma(kit.mul(lo, kit.c(3.0)), zc, lo))
+    l2e_hi, l2e_lo = _LOG2E_F32
+    a_hi = kit.mul(u, kit.c(l2e_hi))
+    small = kit.fma(u, kit.c(l2e_lo), kit.fma(u, kit.c(l2e_hi), kit.neg(a_hi)))
+    small = kit.fma(tail, kit.c(l2e_hi), small)
+    s = kit.add(k, a_hi)  # |k| >= |a_hi| unless k = 0: Fast2Sum
+    lo2 = kit.add(kit.sub(a_hi, kit.sub(s, k)), small)
+    h = kit.add(s, lo2)
+    l = kit.sub(lo2, kit.sub(h, s))  # noqa: E741
+    p = kit.mul(y, h)
+    p_lo = kit.fma(y, l, kit.fma(y, h, kit.neg(p)))
+    pc = kit.minnum(kit.maxnum(p, kit.c(-160.0)), kit.c(160.0))  # NaN (from y) -> -160
+    n = kit.round_int(pc)
+    t = kit.add(kit.sub(pc, n), p_lo)
+    q = kit.fma(t, kit.poly(t, coeffs.POW_EXP2_E_F32), kit.c(1.0))
+    return kit.ldexp(q, kit.to_int(n))
+
+
+def pow_f32(kit: Kit, x: Value, y: Value) -> Value:
+    """f32 ``x**y`` with numpy's special cases (:func:`_pow_magnitude_f32`)."""
+    return _pow(kit, x, y, lambda ax: _pow_magnitude_f32(kit, _log_argument(kit, ax), y))
+
+
 def pow_f64(kit: Kit, x: Value, y: Value) -> Value:
-    """``x**y`` with numpy's special cases; ``kit`` must be f64 (f32 callers extend)."""
+    """``x**y`` with numpy's special cases; ``kit`` must be f64."""
+
+    def magnitude(ax: Value) -> Value:
+        prod = kit.mul(y, log_finite(kit, _log_argument(kit, ax)))
+        return kit.pass_nan(prod, exp_core(kit, _finite_or_zero(kit, prod)))
+
+    return _pow(kit, x, y, magnitude)
+
+
+def _pow(kit: Kit, x: Value, y: Value, core) -> Value:
+    """``x**y`` from ``core(|x|)`` (``|x|^y`` for finite ``|x| > 0`` and finite ``y``) and
+    numpy's special cases."""
     ax = kit.abs(x)
     integral, odd = _is_integer(kit, y)
-    logx = log_finite(kit, _log_argument(kit, ax))
-    prod = kit.mul(y, logx)
-    magnitude = kit.pass_nan(prod, exp_core(kit, _finite_or_zero(kit, prod)))
+    magnitude = core(ax)
     # |x| = 0 or inf: the limits of exp(y*log|x|), by the signs of y and log|x|.
     zero_or_inf = kit.bor(kit.eq(ax, kit.c(0.0)), kit.eq(ax, kit.inf()))
     grows = kit.icmp("eq", kit.eq(ax, kit.inf()), kit.gt(y, kit.c(0.0)))

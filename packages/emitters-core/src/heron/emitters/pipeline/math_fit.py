@@ -19,6 +19,8 @@ PIECES = {
     "COS_C": ("cos_c", (0, 0.63), 0.0, {"f32": 3}),
     "ATAN_Q": ("atan_q", (0, (7 / 16) ** 2), 0.0, {"f32": 4, "f64": 11}),
     "ATAN_Q01": ("atan_q", (0, 1), 0.0, {"f32": 8}),
+    "POW_LOG_C": ("pow_log_c", (0, 0.1177), 0.0, {"f32": 3}),
+    "POW_EXP2_E": ("pow_exp2_e", (-0.5001, 0.5001), 0.0, {"f32": 6}),
     "ASIN_Q": ("asin_q", (0, 0.25), 0.0, {"f32": 5, "f64": 12}),
     "ERFC_G1": ("erfc_g", (0.5, 1.5), 1.0, {"f32": 10, "f64": 18}),
     "ERFC_G2": ("erfc_g", (1.5, 3.0), 2.25, {"f32": 10, "f64": 18}),
@@ -54,6 +56,19 @@ def _functions(mp):
         with mp.extraprec(400):
             return +((mp.cos(t) - 1) / z)
 
+    def pow_log_c(z):  # log(m) = u + u^3*C(u^2), u = 2(m - 1)/(m + 1), z = u^2
+        if z == 0:
+            return mp.mpf(1) / 12
+        u = mp.sqrt(z)
+        with mp.extraprec(400):
+            return +((2 * mp.atanh(u / 2) - u) / u**3)
+
+    def pow_exp2_e(f):  # 2^f = 1 + f*E(f)
+        if f == 0:
+            return mp.log(2)
+        with mp.extraprec(400):
+            return +((mp.power(2, f) - 1) / f)
+
     def atan_q(z):  # atan(t) = t + t*z*Q(z), z = t^2
         if z == 0:
             return mp.mpf(-1) / 3
@@ -80,6 +95,8 @@ def _functions(mp):
         "sin_s": sin_s,
         "cos_c": cos_c,
         "atan_q": atan_q,
+        "pow_log_c": pow_log_c,
+        "pow_exp2_e": pow_exp2_e,
         "asin_q": asin_q,
         "erfc_g": erfc_g,
         "erfc_h": erfc_h,
