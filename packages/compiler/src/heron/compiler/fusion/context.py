@@ -67,6 +67,10 @@ class FusionContext:
     _pair_keys: PairKeys = attrs.field(init=False)
     #: Pair prices composed from each instruction's own reads (:mod:`.pair_price`).
     _composed: PairPrices = attrs.field(init=False)
+    #: Floors of pair prices not known yet, by producer then user (None: no floor).
+    _floors: dict[Instruction, dict[Instruction, float | None]] = attrs.field(
+        init=False, factory=dict
+    )
     #: Signatures of called computations (reducers), which no fusion pass changes.
     _called: dict[int, tuple[object, object]] = attrs.field(init=False, factory=dict)
     #: How each op form reads its operands, for the cost model (built once per form).
@@ -158,6 +162,32 @@ class FusionContext:
             total += seconds
         return total
 
+    def fused_floor(self, producer: Instruction, users: list[Instruction]) -> float | None:
+        """At most :meth:`fused_seconds`, without building a pair not priced yet where
+        its floor can be told (:meth:`PairPrices.bound`); None when a pair is known
+        not to be emittable (then so is the producer's fusion). A pair whose floor
+        cannot be told is priced."""
+        by_user = self._pairs.get(producer)
+        if by_user is None:
+            by_user = self._pairs[producer] = {}
+        floors = self._floors.get(producer)
+        if floors is None:
+            floors = self._floors[producer] = {}
+        total = 0.0
+        for user in users:
+            seconds = by_user.get(user, _UNKNOWN)
+            if seconds is _UNKNOWN:
+                seconds = floors.get(user, _UNKNOWN)
+                if seconds is _UNKNOWN:
+                    floor = self._composed.bound(producer, user)
+                    seconds = floors[user] = None if floor is None else floor.seconds
+                if seconds is None:  # no floor: the price itself
+                    seconds = self.pair_seconds(producer, user)
+            if seconds is None:
+                return None
+            total += seconds
+        return total
+
     def apart_seconds(self, producer: Instruction, users: list[Instruction]) -> float:
         """What ``producer`` and ``users`` cost as kernels of their own, added in order."""
         costs = self._costs
@@ -170,11 +200,12 @@ class FusionContext:
         and the pairs it is a side of (the pairs of its operands with it included)."""
         self._costs.pop(inst, None)
         self._composed.forget(inst)
-        self._pairs.pop(inst, None)
-        for operand in inst.operands:
-            by_user = self._pairs.get(operand)
-            if by_user is not None:
-                by_user.pop(inst, None)
+        for pairs in (self._pairs, self._floors):
+            pairs.pop(inst, None)
+            for operand in inst.operands:
+                by_user = pairs.get(operand)
+                if by_user is not None:
+                    by_user.pop(inst, None)
 
     def _signatures_of(self, candidate: Candidate) -> tuple[object, object]:
         """The candidate's body signature and its form (scalar constants' values aside)."""

@@ -444,14 +444,19 @@ class BodyReads:
     """A fused body's part of its kernel's price, apart from the emitter and the Target:
     per parameter number, the elements read and whether every read is coalesced
     (``reads``); the parameters something in the body reads (``used``); its lane
-    operations (``flops``), bytes written (``write``) and whether it holds a dot
-    (whose operands' producers count at their demand, :func:`lane_operations`)."""
+    operations (``flops``), bytes written (``write``), whether it holds a dot
+    (whose operands' producers count at their demand, :func:`lane_operations`)
+    or a reduce (without one, ``reduces_once`` changes nothing), and the elements
+    of its largest value (``largest``: no emitter works on more in parallel,
+    :func:`parallel_threads`)."""
 
     reads: tuple[tuple[int, bool], ...]
     used: frozenset[int]
     flops: float
     write: float
     has_dot: bool
+    has_reduce: bool
+    largest: int
 
 
 def body_reads(
@@ -479,6 +484,8 @@ def body_reads(
         lane_operations(computation, demand),
         float(_bytes(computation.root_instruction.shape)),
         any(inst.opcode == "dot" for inst in computation.instructions),
+        any(inst.opcode == "reduce" for inst in computation.instructions),
+        max((_elements(inst.shape) for inst in computation.instructions), default=1),
     )
 
 

@@ -60,24 +60,28 @@ class PairPrices:
 
     target: Target
     patterns: ReadPatterns
-    #: Each instruction's own reads, by (instruction, reduces_once), while it lives.
-    _own: dict[tuple[Instruction, bool], BodyReads] = attrs.field(init=False, factory=dict)
+    #: Each instruction's own reads, by instruction then (reduces_once, root's seed),
+    #: while it lives (a constant every reduce reads is read with one seed by all).
+    _own: dict[Instruction, dict[tuple[bool, tuple[int, bool] | None], BodyReads]] = attrs.field(
+        init=False, factory=dict
+    )
 
     def _reads(
         self, inst: Instruction, reduces_once: bool, seed: tuple[int, bool] | None = None
     ) -> BodyReads:
-        if seed is None:
-            known = self._own.get((inst, reduces_once))
-            if known is not None:
-                return known
+        known = self._own.get(inst)
+        if known is None:
+            known = self._own[inst] = {}
+        reads = known.get((reduces_once, seed))
+        if reads is not None:
+            return reads
         if inst.opcode == "fusion":
             reads = body_reads(inst.called("calls"), reduces_once, self.patterns, seed)
         else:
             alone = build_fusion([inst], [inst])
             reads = body_reads(alone.body, reduces_once, self.patterns, seed)
             alone.discard()
-        if seed is None:
-            self._own[(inst, reduces_once)] = reads
+        known[(reduces_once, seed)] = reads
         return reads
 
     def cost(self, inst: Instruction, verdict: Verdict) -> KernelCost:
@@ -93,7 +97,24 @@ class PairPrices:
         """The cost of ``producer`` fused into ``user`` as ``verdict`` says, or None when
         it is not composed here (a dot in either body, the user reading the producer
         through more than one parameter or not at all): the caller prices the built body."""
-        once = verdict.reduces_once
+        return self._compose(producer, user, verdict.reduces_once, verdict.tiled, verdict.threads)
+
+    def bound(self, producer: Instruction, user: Instruction) -> KernelCost | None:
+        """At most the cost of ``producer`` fused into ``user`` whatever the emitters'
+        verdict, told without building the fusion (None where :meth:`pair` would not
+        compose it). The cost only falls as the verdict's kernel reads through shared
+        memory (every read coalesced), computes each reduce once (less demand) and
+        works on more elements in parallel (up to the largest value in the body, which
+        bounds the root's and any reduction hero's input): the price with all three
+        is a floor, and the floor of a loop fusion without reductions is its price."""
+        plain = self._reads(producer, False), self._reads(user, False)
+        once = any(reads.has_reduce for reads in plain)  # else the same reads
+        largest = max(plain[0].largest, plain[1].largest, 1)
+        return self._compose(producer, user, once, True, largest)
+
+    def _compose(
+        self, producer: Instruction, user: Instruction, once: bool, tiled: bool, threads: int
+    ) -> KernelCost | None:
         user_values = parameter_values(user)
         at = [k for k, v in enumerate(user_values) if v is producer]
         if len(at) != 1 or isinstance(producer.shape, TupleShape):
@@ -120,14 +141,13 @@ class PairPrices:
             consumer.write,
             own.flops + consumer.flops,
             self.target,
-            tiled=verdict.tiled,
-            threads=verdict.threads,
+            tiled=tiled,
+            threads=threads,
         )
 
     def forget(self, inst: Instruction) -> None:
         """Drop ``inst``'s own reads (it left the computation)."""
-        for once in (False, True):
-            self._own.pop((inst, once), None)
+        self._own.pop(inst, None)
 
 
 def own_root_seed(inst: Instruction) -> tuple[int, bool]:
