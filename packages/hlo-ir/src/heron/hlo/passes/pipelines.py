@@ -24,6 +24,7 @@ from heron.hlo.passes import (
     dce,
     dot_decomposer,
     layouts,
+    optimization_barrier_expander,
     scatter_determinism_expander,
     scheduler,
     select_and_scatter_expander,
@@ -49,6 +50,7 @@ _REGISTERING = (
     dce,
     dot_decomposer,
     layouts,
+    optimization_barrier_expander,
     scatter_determinism_expander,
     scheduler,
     select_and_scatter_expander,
@@ -65,11 +67,11 @@ def simplification_pipeline(
     before_layout: Sequence[HloPass] = (),
     layouts: bool = True,
 ) -> Pipeline:
-    """Inline calls, decompose topk, expand stable sorts and select-and-scatter, lower
-    convolutions to dots, canonicalise dots; then simplify to a fixed point, run
-    ``before_layout`` (a target's rewrites that read the simplified graph before it has
-    layouts: the GPU pipeline's fused attention), and assign layouts (unless
-    ``layouts`` is False: what a report of those rewrites' verdicts reads).
+    """Inline calls, remove optimization barriers, decompose topk, expand stable sorts and
+    select-and-scatter, lower convolutions to dots, canonicalise dots; then simplify to a
+    fixed point, run ``before_layout`` (a target's rewrites that read the simplified graph
+    before it has layouts: the GPU pipeline's fused attention), and assign layouts
+    (unless ``layouts`` is False: what a report of those rewrites' verdicts reads).
     ``deterministic`` (``--deterministic``, XLA's ``--xla_gpu_deterministic_ops``)
     also rewrites the scatters whose result depends on the order of their updates
     (``scatter-determinism-expander``)."""
@@ -78,6 +80,7 @@ def simplification_pipeline(
         "simplification",
         (
             pass_named("call-inliner"),
+            pass_named("optimization-barrier-expander"),
             pass_named("topk-decomposer"),
             pass_named("stable-sort-expander"),
             pass_named("select-and-scatter-expander"),
