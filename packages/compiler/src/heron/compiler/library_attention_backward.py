@@ -159,11 +159,6 @@ def _dot_operand_roles(
     )
 
 
-def _batch_roles(dot: Instruction) -> tuple[str, ...]:
-    nb = len(dimension_lists(dot)[0])
-    return tuple(f"b{i}" for i in range(nb) if dot.array_shape.dims[i] != 1)
-
-
 # -- the softmax's derivative as a polynomial --------------------------------------------------
 
 #: A monomial: (atom, exponent) pairs, sorted. Atoms: "e", "l", "dp" and ("sum", monomial).
@@ -378,7 +373,7 @@ def _operand_roles(
     when its free dimension is ``free`` and the one it contracts ``contracted``
     (``[batch, free, contracted]`` on the left, ``[batch, contracted, free]`` on the right)."""
     nb = len(dimension_lists(dot)[0])
-    batch = batch_labels(dot.array_shape.dims[:nb])
+    batch = tuple(None if r == "unit" else r for r in batch_labels(dot.array_shape.dims[:nb]))
     pair = (free, contracted) if side == 0 else (contracted, free)
     dims = dot.operands[side].array_shape.dims
     return batch, tuple(None if size == 1 else r for r, size in zip((*batch, *pair), dims))
@@ -429,6 +424,23 @@ def _users_through(
                 pending.append(user)
             else:
                 yield user, x
+
+
+def _derived_from(value: Instruction, frame: SoftmaxFrame) -> bool:
+    """Whether ``value`` is computed from ``frame``'s softmax (its exponentials, their sums
+    or the probabilities) without passing through a product: what the derivative of that
+    softmax is, and another attention's is not."""
+    softmax = {frame.exponential, frame.total, frame.divide}
+    pending, seen = [value], set()
+    while pending:
+        inst = pending.pop()
+        if inst in softmax:
+            return True
+        if inst in seen or inst.opcode in ("dot", "parameter", "constant"):
+            continue
+        seen.add(inst)
+        pending.extend(inst.operands)
+    return False
 
 
 def _rounds_to(dot: Instruction, side: int, element: ElementType) -> bool:
@@ -550,6 +562,8 @@ def _match(frame: SoftmaxFrame, uses: Uses) -> BackwardMatch | None:
             )
             if ds.source.array_shape.element_type is not ElementType.F32:
                 continue
+            if not _derived_from(ds.source, frame):
+                continue  # another attention's derivative (k or q shared between layers)
             if not (_rounds_to(dot, 1 - side, element) and _rounds_to(dot, side, element)):
                 raise _NoMatch(
                     f"'{dot.name}' multiplies the softmax's derivative in f32: the fused call"
@@ -593,9 +607,8 @@ def _dp_operands(
     nb = len(dimension_lists(dp)[0])
     full = _full(roles, dp.array_shape.dims)
     rows, columns = full[nb], full[nb + 1]
-    if {rows, columns} != {"q", "k"} or _present(full[:nb]) != _present(
-        batch_labels(dp.array_shape.dims[:nb])
-    ):
+    batch = tuple(r for r in batch_labels(dp.array_shape.dims[:nb]) if r != "unit")
+    if {rows, columns} != {"q", "k"} or _present(full[:nb]) != batch:
         raise _NoMatch(f"'{dp.name}' is not over the batch, the queries and the keys in order")
     tensors = {}
     for side, free in ((0, rows), (1, columns)):
