@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise CommandError(
             "XLA:GPU comparison is not installed: pip install 'heron[xla]' (from a checkout:"
-            f" uv pip install -e '.[xla]'; {exc.name or exc} is missing)"
+            " uv pip install -e '.[xla]', or pip install -r local-packages.txt -e '.[xla]';"
+            f" {exc.name or exc} is missing)"
         ) from exc
     try:
         installation = find_xla()

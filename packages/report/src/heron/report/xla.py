@@ -22,7 +22,8 @@ def compare_with_xla(module: Module, source: str, target: Target) -> tuple[str |
     except ImportError as exc:
         return None, (
             "the XLA:GPU comparison is not installed: pip install 'heron[xla]' (from a"
-            f" checkout: uv pip install -e '.[xla]'; {exc.name or exc} is missing)"
+            " checkout: uv pip install -e '.[xla]', or pip install -r local-packages.txt -e"
+            f" '.[xla]'; {exc.name or exc} is missing)"
         )
     if target.name not in TARGETS:
         return None, (

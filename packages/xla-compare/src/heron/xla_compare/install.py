@@ -19,7 +19,8 @@ PYTHON_ENV = "HERON_XLA_PYTHON"
 PLUGIN_ENV = "HERON_XLA_PLUGIN"
 INSTALL_HINT = (
     "XLA:GPU is not installed: pip install 'heron[xla]' (jaxlib and the jax CUDA PJRT"
-    " plugin; from a checkout: uv pip install -e '.[xla]'), or set"
+    " plugin; from a checkout: uv pip install -e '.[xla]', or pip install -r"
+    " local-packages.txt -e '.[xla]'), or set"
     f" {PYTHON_ENV} to a Python that has them"
 )
 

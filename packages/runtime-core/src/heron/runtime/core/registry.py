@@ -97,7 +97,8 @@ class BackendRegistry(PluginTable[BackendSpec]):
                 raise
             where = (
                 f" (heron[{name}] where heron's wheels are on your index; from a checkout"
-                f" `nox -s dev`, or `uv pip install -e '.[{name}]'`)"
+                f" `nox -s dev`, `uv pip install -e '.[{name}]'` or `pip install -r"
+                f" local-packages.txt -e '.[{name}]'`)"
                 if name != "interpreter"
                 else ""
             )
