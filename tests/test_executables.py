@@ -57,8 +57,8 @@ from heron_test_support.programs import index as corpus_index
 
 from heron.compiler import Target
 from heron.compiler.executable import CompiledExecutable, compile_program
-from heron.compiler.library_convolution import is_library_convolution
 from heron.hlo.buffers.dataflow import sequential_computations
+from heron.hlo.custom_calls.library import library_call_target
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.memory_layout import memory_bytes, to_memory
 from heron.hlo.parser import parse_module
@@ -362,8 +362,8 @@ def _check_kernel_table_row(program: CorpusProgram, compiled: CompiledExecutable
     # their own), so it refuses nothing that compiles.
     assert heron.count is not None, heron
     assert heron.count >= 1 and heron.peak_bytes > 0
-    library_convolutions = sum(map(is_library_convolution, compiled.module.entry.instructions))
-    assert heron.count == len(compiled.program.kernel_of) + library_convolutions
+    library_calls = sum(1 for i in compiled.module.entry.instructions if library_call_target(i))
+    assert heron.count == len(compiled.program.kernel_of) + library_calls
     facts = program.xla_facts()
     xla = table.xla_kernels(facts)
     over = heron.count > xla * (1.5 if facts["triton"] else 1)

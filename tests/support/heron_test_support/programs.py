@@ -126,6 +126,11 @@ NARROW_ARITHMETIC: dict[str, tuple[np.dtype, str]] = {
         np.dtype(ml_dtypes.bfloat16),
         "f32 master weights, moments and loss from a bf16 forward and backward pass",
     ),
+    "models/flax_bf16_attention_adamw_step": (
+        np.dtype(ml_dtypes.bfloat16),
+        "f32 parameters, AdamW moments and loss from a bf16 attention's forward and backward"
+        " pass (whose fused call also computes dp in f32 where jax rounds it to bf16)",
+    ),
 }
 
 
