@@ -687,9 +687,10 @@ def xla(session: nox.Session) -> None:
        --report`): it must resolve, every heron distribution from the checkout, editable.
 
     Measured from a clean clone with .ci/run's empty caches on a shared 2-core machine:
-    184 s in all. The uv install downloads about 0.6 GB of wheels (jax-cuda13-pjrt 129 MiB,
-    jaxlib 81 MiB, nvidia-nvvm 72 MiB, heron's own MLIR and LLVM tools); the pip dry run
-    fetches only metadata, preparing the 15 editable packages' own with hatchling.
+    99 s and 184 s in two runs. The uv install downloads about 0.6 GB of wheels
+    (jax-cuda13-pjrt 129 MiB, jaxlib 81 MiB, nvidia-nvvm 72 MiB, heron's own MLIR and LLVM
+    tools); the pip dry run fetches only metadata, preparing the 15 editable packages' own
+    with hatchling.
     """
     # The extra's own XLA, never one named by the environment.
     no_override = {"HERON_XLA_PYTHON": "", "HERON_XLA_PLUGIN": ""}
