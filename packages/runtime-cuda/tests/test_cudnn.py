@@ -249,6 +249,7 @@ class FakeCudnn:
             def sdpa_backward(self, q, k, v, o, dO, stats, **keywords):  # noqa: N803
                 self.record["sdpa_backward"] = keywords
                 tensors = self.record["tensors"]
+                assert keywords.get("bias") is tensors.get("bias")
                 given = ("q", "k", "v", "o", "do", "stats")
                 assert (q, k, v, o, dO, stats) == tuple(tensors[n] for n in given)
                 made = []
@@ -360,6 +361,8 @@ class FakeCudnn:
         q, k = read("q"), read("k")
         k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
         scores = np.einsum("bhid,bhjd->bhij", q, k) * np.float32(sdpa["attn_scale"])
+        if "bias" in tensors:
+            scores = scores + read("bias")
         if sdpa["use_causal_mask"]:
             above = np.arange(scores.shape[3])[None, :] > np.arange(scores.shape[2])[:, None]
             scores = np.where(above, -np.inf, scores)
@@ -379,6 +382,8 @@ class FakeCudnn:
         described["v_dims"] = tensors["v"].dim
         for name in ("q", "k", "v", "do", "dq", "dk", "dv"):
             described[f"{name}_strides"] = tensors[name].stride
+        if "bias" in tensors:
+            described |= {"bias_dims": tensors["bias"].dim, "bias_strides": tensors["bias"].stride}
         call = AttentionBackwardCall(
             **described,
             scale=options["attn_scale"],
@@ -390,7 +395,9 @@ class FakeCudnn:
         o = self._array(pack, tensors["o"], dtype)
         forward = call.forward  # its output, computed as the forward graph did
         o_call = attrs.evolve(forward, o_strides=tuple(tensors["o"].stride))
-        expected_o = o_call.reference([*arrays[:3], np.zeros_like(o)])
+        named = dict(zip(call.operand_names, arrays, strict=True))
+        given = [named[name] for name in o_call.operand_names[:-1]]
+        expected_o = o_call.reference([*given, np.zeros_like(o)])
         assert np.array_equal(o, expected_o), "sdpa_backward ran before its forward"
         for array, result in zip(arrays[-3:], call.reference(arrays), strict=True):
             array[...] = result
@@ -617,10 +624,21 @@ def test_the_cuda_device_opens_one_cudnn_for_convolutions_and_attention(fake_cud
     assert opened == [device]  # one handle, one workspace for both operations
 
 
-def _backward(b, h, sq, sk, d, *, causal=False, element_type="bf16", bshd=False, kv_heads=None):
+def _backward(
+    b, h, sq, sk, d, *, causal=False, element_type="bf16", bshd=False, kv_heads=None, bias=None
+):
     """An attention backward call over dense tensors ([B, H, S, D], or stored [B, S, H, D])."""
     forward = _attention(
-        b, h, sq, sk, d, causal=causal, element_type=element_type, bshd=bshd, kv_heads=kv_heads
+        b,
+        h,
+        sq,
+        sk,
+        d,
+        causal=causal,
+        element_type=element_type,
+        bshd=bshd,
+        kv_heads=kv_heads,
+        bias=bias,
     )
     return AttentionBackwardCall(
         q_dims=forward.q_dims,
@@ -633,6 +651,8 @@ def _backward(b, h, sq, sk, d, *, causal=False, element_type="bf16", bshd=False,
         dq_strides=forward.q_strides,
         dk_strides=forward.k_strides,
         dv_strides=forward.v_strides,
+        bias_dims=forward.bias_dims,
+        bias_strides=forward.bias_strides,
         scale=forward.scale,
         causal=causal,
         element_type=element_type,
@@ -643,6 +663,7 @@ BACKWARD_CALLS = {
     "bf16_bshd_causal": _backward(2, 2, 16, 16, 16, causal=True, bshd=True),
     "f16_cross": _backward(1, 3, 8, 24, 32, element_type="f16"),
     "bf16_grouped_query": _backward(2, 4, 16, 16, 8, causal=True, kv_heads=2),
+    "bf16_bias_per_head_causal": _backward(2, 2, 16, 16, 16, causal=True, bias=(1, 2, 16, 16)),
 }
 
 
@@ -676,7 +697,8 @@ def test_an_attention_backward_is_a_forward_with_statistics_then_sdpa_backward(f
     )
     options = backward["sdpa_backward"]
     assert options["attn_scale"] == call.scale and options["use_causal_mask"] == call.causal
-    for tensor in ("q", "k", "v", "do", "dq", "dk", "dv"):
+    assert ("bias" in forward["tensors"]) == ("bias" in backward["tensors"]) == bool(call.bias_dims)
+    for tensor in call.operand_names:
         assert backward["tensors"][tensor].dim == list(call.dims_of(tensor))
         assert backward["tensors"][tensor].stride == list(call.strides_of(tensor))
     assert all(backward["tensors"][name].output for name in ("dq", "dk", "dv"))

@@ -101,6 +101,7 @@ from heron.target import Target
 
 __all__ = [
     "AttentionMatch",
+    "BiasParts",
     "SoftmaxFrame",
     "TensorRoles",
     "attention_call",
@@ -168,12 +169,48 @@ class AttentionMatch:
         return self.row_factors[1 - self.query_factor] if self.row_factors else 1
 
     @property
+    def bias_parts(self) -> BiasParts:
+        return BiasParts(
+            bias=self.bias,
+            bias_labels=self.bias_labels,
+            element_type=self.element_type,
+            grouped=bool(self.row_factors),
+            groups=self.groups,
+            mask=self.mask,
+            mask_labels=self.mask_labels,
+            mask_fill=self.mask_fill,
+            mask_inverted=self.mask_inverted,
+        )
+
+    @property
     def queries(self) -> int:
         """The query positions a head attends from."""
         if self.row_factors:
             return self.row_factors[self.query_factor]
         q = self.scores_dot.operands[self.queries_side].array_shape.dims
         return q[-2] if self.queries_side == 0 else q[-1]
+
+
+@attrs.frozen
+class BiasParts:
+    """What a call's bias operand is made of (:func:`_bias`): the program's bias (its
+    source, of the operands' type, and the roles of its non-unit dimensions), a mask
+    other than the causal one that joins it, and whether the rows are grouped-query
+    heads (``groups`` of them per key/value head)."""
+
+    bias: Instruction | None
+    bias_labels: tuple[str, ...]
+    element_type: str
+    grouped: bool = False
+    groups: int = 1
+    mask: Instruction | None = None
+    mask_labels: tuple[str, ...] = ()
+    mask_fill: float = 0.0
+    mask_inverted: bool = False
+
+    @property
+    def present(self) -> bool:
+        return self.bias is not None or self.mask is not None
 
 
 class _NoMatch(Exception):
@@ -808,7 +845,10 @@ class SoftmaxFrame:
     scale: float
     causal: bool
     mask: Instruction | None  #: a mask other than the causal one
+    #: the bias's source (of the operands' type) and the roles of its non-unit dimensions
+    #: (:func:`_call_labels`; empty for grouped-query attention, whose rows it would split)
     bias: Instruction | None
+    bias_labels: tuple[str, ...]
     element_type: str
     grouped: bool  #: the rows are a query and a head of a group (grouped-query attention)
 
@@ -899,6 +939,16 @@ def softmax_frame(divide: Instruction, target: Target) -> SoftmaxFrame | None:
             f"the fused calls take q and k of one type of {', '.join(ELEMENT_TYPES)}, not"
             f" {q.array_shape.element_type} x {k.array_shape.element_type}"
         )
+    bias, bias_labels = None, ()
+    if logits.bias is not None and not grouped:
+        assert logits.bias_add is not None
+        at_add = _full(roles_at[logits.bias_add], logits.bias.array_shape.dims)
+        bias, peeled = _peel(logits.bias, at_add, q.array_shape.element_type)
+        bias_labels = _call_labels(_present(peeled), "q")
+        if str(bias.array_shape.element_type) != element:
+            raise _NoMatch(f"bias '{logits.bias.name}' is not {element}")
+        if not {"q", "k"} <= set(bias_labels) or len(bias_labels) != len(set(bias_labels)):
+            raise _NoMatch(f"bias '{logits.bias.name}' is not over the queries and keys once")
     return SoftmaxFrame(
         divide=divide,
         exponential=exponential,
@@ -911,7 +961,8 @@ def softmax_frame(divide: Instruction, target: Target) -> SoftmaxFrame | None:
         scale=logits.scale,
         causal=causal,
         mask=mask,
-        bias=logits.bias,
+        bias=bias if bias is not None else logits.bias,
+        bias_labels=bias_labels,
         element_type=element,
         grouped=grouped,
     )
@@ -1136,7 +1187,7 @@ def _rewrite(inserter: Inserter, match: AttentionMatch) -> tuple[Instruction, In
     orders = {name: order for name, (_, order) in zip("qkv", stored, strict=True)}
     sk = k.array_shape.dims[nb + 1]
     if match.bias is not None or match.mask is not None:
-        operands.append(_bias(add, match, batch, sq, sk))
+        operands.append(_bias(add, match.bias_parts, batch, sq, sk))
     out_dims = _four_dims(batch, sq, v4.array_shape.dims[3], groups)
     # the dot's dimensions as factors of the call's result: how the output is rebuilt
     steps = _output_steps(match, batch, out_dims)
@@ -1239,9 +1290,7 @@ def _in_order(
     return source
 
 
-def _bias(
-    add: _Adder, match: AttentionMatch, batch: Sequence[int], sq: int, sk: int
-) -> Instruction:
+def _bias(add: _Adder, match: BiasParts, batch: Sequence[int], sq: int, sk: int) -> Instruction:
     """The bias as ``[B or 1, H or 1, Sq, Sk]``: its source's dimensions put in the
     scores' order (the batch, a grouped-query head's group ``g`` after the last batch
     dimension, the queries, the keys), then merged as the call's dimensions merge
@@ -1249,7 +1298,7 @@ def _bias(
     than the causal one joins it: ``select(mask, bias or 0, fill)`` over the
     dimensions either varies along."""
     nb = len(batch)
-    grouped = bool(match.row_factors)
+    grouped = match.grouped
     batch_labels = tuple(f"b{i}" for i in range(nb))
     canonical = (*batch_labels, *(("g",) if grouped else ()), "q", "k")
     sizes = dict(zip(canonical, (*batch, *((match.groups,) if grouped else ()), sq, sk)))
@@ -1288,7 +1337,7 @@ def _bias(
 
 def _mask_bias(
     add: _Adder,
-    match: AttentionMatch,
+    match: BiasParts,
     parts: list[tuple[Instruction, tuple[str, ...]]],
     union: tuple[str, ...],
     sizes: dict[str, int],

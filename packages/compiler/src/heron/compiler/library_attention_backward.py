@@ -33,6 +33,9 @@ gradient contracts. ``v`` and ``do`` are the operands of the product that
 makes ``dp``; ``dv`` must read the same ``do``, ``dq`` the forward's ``k``
 and ``dk`` its ``q``.
 
+A bias the forward adds to its scores (not differentiated: the call gives no
+gradient of it) is the call's operand, as the forward call's.
+
 What the call computes differently, and why that is taken: jax computes
 ``dp`` in the element type (bf16), the call in f32, as cuDNN does (more
 precise; within the reassociation bounds of a 16-bit result). Everything
@@ -56,9 +59,12 @@ import attrs
 from heron.compiler import view_factors
 from heron.compiler.library_attention import (
     LIBRARY,
+    BiasParts,
     Labels,
     SoftmaxFrame,
     TensorRoles,
+    _Adder,
+    _bias,
     _combiner,
     _drop_unused,
     _four_dims,
@@ -530,8 +536,6 @@ def _match(frame: SoftmaxFrame, uses: Uses) -> BackwardMatch | None:
         if frame.grouped
         else "a mask other than the causal one (the backward call takes none)"
         if frame.mask is not None
-        else "a bias (the backward call does not take one yet)"
-        if frame.bias is not None
         else ""
     )
     if not_taken:
@@ -824,6 +828,10 @@ def _rewrite(inserter: Inserter, match: BackwardMatch) -> None:
     stored = [_stored(x) for x in built]
     operands = [x for x, _ in stored]
     orders = {name: order for name, (_, order) in zip(("q", "k", "v", "do"), stored, strict=True)}
+    if frame.bias is not None:  # the forward's, as the forward call takes it
+        parts = BiasParts(frame.bias, frame.bias_labels, frame.element_type)
+        batch_sizes = [sizes[b] for b in batch]
+        operands.append(_bias(_Adder(inserter, dv_dot), parts, batch_sizes, sizes["q"], sizes["k"]))
     element = ElementType(match.element_type)
     # each gradient written where the program's moves (and its rounding to the element
     # type) put it, when that is all they do; else in cuDNN's order, moved back
@@ -972,6 +980,11 @@ def attention_backward_call(inst: Instruction) -> AttentionBackwardCall:
         name: described(inst.operands[i].array_shape, orders[name])
         for i, name in enumerate(("q", "k", "v", "do"))
     }
+    bias = (
+        described(inst.operands[4].array_shape, (0, 1, 2, 3))
+        if len(inst.operands) == 5
+        else ((), ())
+    )
     result = inst.shape
     assert isinstance(result, TupleShape)
     computed = {
@@ -989,6 +1002,8 @@ def attention_backward_call(inst: Instruction) -> AttentionBackwardCall:
         dq_strides=computed["dq"][1],
         dk_strides=computed["dk"][1],
         dv_strides=computed["dv"][1],
+        bias_dims=bias[0],
+        bias_strides=bias[1],
         scale=config.scale,
         causal=config.causal,
         element_type=str(inst.operands[0].array_shape.element_type),

@@ -54,6 +54,7 @@ from heron.runtime.cuda.cudnn_attention import (
     AttentionPlan,
     attention_backward_plan,
     attention_plan,
+    backward_tensor_names,
     build_attention,
     build_attention_backward,
 )
@@ -300,13 +301,15 @@ class Cudnn(Library):
         if prepared is None:
             raise DeviceError(f"cuDNN has no plan for {call.describe()}")
         self._call("set_stream", handle=self.handle, stream=int(stream))
-        packs = [(prepared, addresses)]
+        packs = [(prepared, tuple(addresses))]
         if prepared.then is not None:  # q, k, v -> o, stats; then q, k, v, o, do, stats -> grads
-            q, k, v, do, *gradients = addresses
-            o, stats = prepared.scratch
+            assert isinstance(prepared.plan, AttentionBackwardPlan)
+            by_name = dict(zip(call.operand_names, addresses, strict=True))
+            by_name["o"], by_name["stats"] = prepared.scratch
+            forward, backward = backward_tensor_names(prepared.plan)
             packs = [
-                (prepared, (q, k, v, o, stats)),
-                (prepared.then, (q, k, v, o, do, stats, *gradients)),
+                (prepared, tuple(by_name[name] for name in forward)),
+                (prepared.then, tuple(by_name[name] for name in backward)),
             ]
         try:
             for graph, given in packs:

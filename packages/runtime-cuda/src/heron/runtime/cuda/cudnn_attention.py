@@ -35,10 +35,13 @@ from heron.runtime.core.attention_backward import AttentionBackwardCall
 from heron.runtime.core.library_contract import dense_strides
 
 __all__ = [
+    "BACKWARD_TENSORS",
+    "FORWARD_TENSORS",
     "AttentionBackwardPlan",
     "AttentionPlan",
     "attention_backward_plan",
     "attention_plan",
+    "backward_tensor_names",
     "build_attention",
     "build_attention_backward",
 ]
@@ -134,6 +137,10 @@ class AttentionBackwardPlan:
                 return dims, strides
         raise KeyError(name)
 
+    @property
+    def has_bias(self) -> bool:
+        return any(name == "bias" for name, _, _ in self.tensors)
+
     def scratch_bytes(self) -> tuple[int, int]:
         """The bytes of the recomputed forward's output and of its statistics."""
         width = 2  # the half-precision I/O type
@@ -170,12 +177,25 @@ def _built(cudnn: Any, graph: Any) -> Any:
     return graph
 
 
+#: The tensors of the backward call's forward graph and of its backward graph, in order
+#: (a bias, where the call has one, after v in the first and after stats in the second).
+FORWARD_TENSORS = ("q", "k", "v", "o", "stats")
+BACKWARD_TENSORS = ("q", "k", "v", "o", "do", "stats", "dq", "dk", "dv")
+
+
+def backward_tensor_names(chosen: AttentionBackwardPlan) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The names of :func:`build_attention_backward`'s two graphs' tensors, in order."""
+    if not chosen.has_bias:
+        return FORWARD_TENSORS, BACKWARD_TENSORS
+    return ("q", "k", "v", "bias", "o", "stats"), (*BACKWARD_TENSORS[:6], "bias", "dq", "dk", "dv")
+
+
 def build_attention_backward(
     cudnn: Any, handle: Any, chosen: AttentionBackwardPlan
 ) -> tuple[tuple[Any, tuple[Any, ...]], tuple[Any, tuple[Any, ...]]]:
     """The forward graph (q, k, v -> o, stats) and the backward graph (q, k, v, o, do,
     stats -> dq, dk, dv) of ``chosen`` on the bindings ``cudnn``, each with its tensors
-    in that order."""
+    in :func:`backward_tensor_names`'s order (a bias read by both)."""
     io = getattr(cudnn.data_type, chosen.io_data_type)
     compute = getattr(cudnn.data_type, chosen.compute_data_type)
 
@@ -197,23 +217,33 @@ def build_attention_backward(
         tensor.set_stride(list(strides))
         return tensor
 
+    forward_names, backward_names = backward_tensor_names(chosen)
     forward = graph_of()
-    q, k, v = (given(forward, name) for name in ("q", "k", "v"))
-    o, stats = forward.sdpa(
+    made = {name: given(forward, name) for name in ("q", "k", "v", "bias") if name in forward_names}
+    extra = {"bias": made["bias"]} if chosen.has_bias else {}
+    made["o"], made["stats"] = forward.sdpa(
         name="attention",
-        q=q,
-        k=k,
-        v=v,
+        q=made["q"],
+        k=made["k"],
+        v=made["v"],
         attn_scale=chosen.scale,
         use_causal_mask=chosen.causal,
         compute_data_type=compute,
         generate_stats=True,
+        **extra,
     )
-    forward_tensors = (q, k, v, computed(o, "o"), computed(stats, "stats", compute))
+    computed(made["o"], "o")
+    computed(made["stats"], "stats", compute)
+    forward_tensors = tuple(made[name] for name in forward_names)
     backward = graph_of()
-    inputs = {name: given(backward, name) for name in ("q", "k", "v", "o", "do")}
+    inputs = {
+        name: given(backward, name)
+        for name in ("q", "k", "v", "o", "do", "bias")
+        if name in backward_names
+    }
     inputs["stats"] = given(backward, "stats", compute)
-    dq, dk, dv = backward.sdpa_backward(
+    extra = {"bias": inputs["bias"]} if chosen.has_bias else {}
+    inputs["dq"], inputs["dk"], inputs["dv"] = backward.sdpa_backward(
         name="attention_backward",
         q=inputs["q"],
         k=inputs["k"],
@@ -224,13 +254,11 @@ def build_attention_backward(
         attn_scale=chosen.scale,
         use_causal_mask=chosen.causal,
         compute_data_type=compute,
+        **extra,
     )
-    backward_tensors = (
-        *(inputs[name] for name in ("q", "k", "v", "o", "do", "stats")),
-        computed(dq, "dq"),
-        computed(dk, "dk"),
-        computed(dv, "dv"),
-    )
+    for name in ("dq", "dk", "dv"):
+        computed(inputs[name], name)
+    backward_tensors = tuple(inputs[name] for name in backward_names)
     return (
         (_built(cudnn, forward), forward_tensors),
         (_built(cudnn, backward), backward_tensors),
