@@ -32,6 +32,7 @@ from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = [
     "Candidate",
+    "OwnBodies",
     "build_fusion",
     "install_fusion",
     "fusion_kind_of",
@@ -63,6 +64,32 @@ class Candidate:
         for inst in self.body.instructions:
             inst.parent = None
         self.body.instructions = []
+
+
+@attrs.define
+class OwnBodies:
+    """Each instruction's own fused body while it lives: a fusion's computation, or the
+    one-member fusion of anything else (its clone over a parameter per distinct
+    operand), built once. The fusion passes sign it and read its demand many times
+    (:mod:`heron.compiler.fusion.pair_key`, :mod:`heron.compiler.fusion.pair_price`);
+    a rewrite replaces instructions rather than changing them, and an operand
+    replaced has the shape of the one it replaces."""
+
+    _built: dict[Instruction, Candidate] = attrs.field(factory=dict)
+
+    def of(self, inst: Instruction) -> Computation:
+        if inst.opcode == "fusion":
+            return inst.called("calls")
+        made = self._built.get(inst)
+        if made is None:
+            made = self._built[inst] = build_fusion([inst], [inst])
+        return made.body
+
+    def forget(self, inst: Instruction) -> None:
+        """Let go of ``inst``'s body (it left the computation)."""
+        made = self._built.pop(inst, None)
+        if made is not None:
+            made.discard()
 
 
 def is_multi_output(inst: Instruction) -> bool:

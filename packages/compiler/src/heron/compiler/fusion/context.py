@@ -13,7 +13,7 @@ import weakref
 
 import attrs
 
-from heron.compiler.fusion.builder import Candidate, build_fusion
+from heron.compiler.fusion.builder import Candidate, OwnBodies, build_fusion
 from heron.compiler.fusion.cost_model import (
     NO_KERNEL,
     KernelCost,
@@ -64,6 +64,8 @@ class FusionContext:
     #: The same prices by what the pair is made of (:mod:`.pair_key`): a module that
     #: repeats a layer fuses the same producer bodies into the same consumer bodies.
     _pair_prices: dict[PairKey, float | None] = attrs.field(init=False, factory=dict)
+    #: Each instruction's own body (:class:`OwnBodies`), for the pairs' keys and prices.
+    _own_bodies: OwnBodies = attrs.field(init=False, factory=OwnBodies)
     _pair_keys: PairKeys = attrs.field(init=False)
     #: Pair prices composed from each instruction's own reads (:mod:`.pair_price`).
     _composed: PairPrices = attrs.field(init=False)
@@ -80,8 +82,8 @@ class FusionContext:
 
     def __attrs_post_init__(self) -> None:
         self.checker = FusionChecker(self.target)
-        self._pair_keys = PairKeys(self._called, self._formatted)
-        self._composed = PairPrices(self.target, self._read_patterns)
+        self._pair_keys = PairKeys(self._called, self._formatted, self._own_bodies)
+        self._composed = PairPrices(self.target, self._read_patterns, self._own_bodies)
 
     def candidate(
         self,
@@ -200,6 +202,7 @@ class FusionContext:
         and the pairs it is a side of (the pairs of its operands with it included)."""
         self._costs.pop(inst, None)
         self._composed.forget(inst)
+        self._own_bodies.forget(inst)
         for pairs in (self._pairs, self._floors):
             pairs.pop(inst, None)
             for operand in inst.operands:

@@ -37,7 +37,9 @@ bitcasts) launch nothing and cost nothing.
 
 from __future__ import annotations
 
+import functools
 import math
+import weakref
 from collections.abc import Iterable
 
 import attrs
@@ -66,6 +68,7 @@ __all__ = [
     "estimate_instruction",
     "kernel_cost",
     "lane_operations",
+    "largest_value",
     "parallel_threads",
 ]
 
@@ -156,6 +159,13 @@ def _bytes(shape: Shape) -> int:
     return shape.num_elements * shape.element_type.byte_width
 
 
+@functools.lru_cache(maxsize=4096)
+def _array_bytes(shape: ArrayShape) -> tuple[int, int]:
+    """An array's bytes (:func:`_bytes`) and its element's, once per shape: a fusion's
+    price reads them for each of its operands, and priority fusion prices thousands."""
+    return _bytes(shape), shape.element_type.byte_width
+
+
 def _elements(shape: Shape) -> int:
     if isinstance(shape, TupleShape):
         return max((_elements(element) for element in shape.elements), default=0)
@@ -225,9 +235,21 @@ class ReadPatterns:
     concatenate's with im2col's nine operands, say) is most of a price."""
 
     _known: dict[object, tuple[tuple[float, bool], ...] | None] = attrs.field(factory=dict)
+    #: The same by instruction, while it lives: the bodies of the fusions a pass made
+    #: are read again and again (with each demand a consumer puts on them), and
+    #: making an op's form and comparing it cost more than its maps' answer.
+    _by_inst: weakref.WeakKeyDictionary[Instruction, tuple[tuple[float, bool], ...] | None] = (
+        attrs.field(factory=weakref.WeakKeyDictionary)
+    )
 
     def of(self, inst: Instruction) -> tuple[tuple[float, bool], ...] | None:
         """Per operand, (reads per element, coalesced); None when heron has no maps."""
+        known = self._by_inst.get(inst, _UNKNOWN)
+        if known is _UNKNOWN:
+            known = self._by_inst[inst] = self._of_form(inst)
+        return known  # type: ignore[return-value]
+
+    def _of_form(self, inst: Instruction) -> tuple[tuple[float, bool], ...] | None:
         try:
             key = (
                 inst.opcode,
@@ -418,11 +440,11 @@ def kernel_cost(
     (:mod:`heron.compiler.fusion.pair_price`) is the price of the built body."""
     dram = cached = 0.0
     for shape, elements, straight in reads:
-        size = _bytes(shape)
         if not isinstance(shape, ArrayShape):
-            dram += size
+            dram += _bytes(shape)
             continue
-        read = elements * shape.element_type.byte_width
+        size, width = _array_bytes(shape)
+        read = elements * width
         unique = min(size, read)
         penalty = 1.0 if tiled or straight else UNCOALESCED_PENALTY
         dram += unique * penalty
@@ -485,8 +507,13 @@ def body_reads(
         float(_bytes(computation.root_instruction.shape)),
         any(inst.opcode == "dot" for inst in computation.instructions),
         any(inst.opcode == "reduce" for inst in computation.instructions),
-        max((_elements(inst.shape) for inst in computation.instructions), default=1),
+        largest_value(computation),
     )
+
+
+def largest_value(computation: Computation) -> int:
+    """The elements of ``computation``'s largest value (:attr:`BodyReads.largest`)."""
+    return max((_elements(inst.shape) for inst in computation.instructions), default=1)
 
 
 def estimate_instruction(

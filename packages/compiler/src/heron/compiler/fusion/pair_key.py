@@ -25,7 +25,7 @@ import weakref
 
 import attrs
 
-from heron.compiler.fusion.builder import build_fusion
+from heron.compiler.fusion.builder import OwnBodies
 from heron.compiler.fusion.fusion_cse import signature
 from heron.hlo.ir import Instruction
 
@@ -42,11 +42,13 @@ class PairKeys:
     """The keys of (producer, user) fusions for one pass run (see the module's doc).
 
     ``called`` and ``formatted`` are the run's memos of reducers' signatures and
-    formatted attribute values (:func:`signature`), shared with its other signing.
+    formatted attribute values (:func:`signature`), shared with its other signing;
+    ``bodies`` its instructions' own bodies.
     """
 
     called: dict[int, tuple[object, object]]
     formatted: dict[tuple[str, int], tuple[object, str]]
+    bodies: OwnBodies
     #: Body signatures by the number standing for them.
     _interned: dict[object, int] = attrs.field(init=False, factory=dict)
     #: Each instruction's own (is a fusion, interned signature), while it lives.
@@ -62,12 +64,7 @@ class PairKeys:
         known = self._own.get(inst)
         if known is not None:
             return known
-        if inst.opcode == "fusion":
-            form = signature(inst.called("calls"), self.called, None, self.formatted)
-        else:
-            alone = build_fusion([inst], [inst])
-            form = signature(alone.body, self.called, None, self.formatted)
-            alone.discard()
+        form = signature(self.bodies.of(inst), self.called, None, self.formatted)
         number = self._interned.setdefault(form, len(self._interned))
         known = self._own[inst] = (inst.opcode == "fusion", number)
         return known

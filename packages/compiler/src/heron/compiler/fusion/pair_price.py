@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import attrs
 
-from heron.compiler.fusion.builder import build_fusion
+from heron.compiler.fusion.builder import OwnBodies
 from heron.compiler.fusion.cost_model import (
     BodyReads,
     KernelCost,
     ReadPatterns,
     body_reads,
     kernel_cost,
+    largest_value,
 )
 from heron.compiler.fusion.fusible import Verdict
 from heron.hlo.ir import Instruction
@@ -60,6 +61,7 @@ class PairPrices:
 
     target: Target
     patterns: ReadPatterns
+    bodies: OwnBodies
     #: Each instruction's own reads, by instruction then (reduces_once, root's seed),
     #: while it lives (a constant every reduce reads is read with one seed by all).
     _own: dict[Instruction, dict[tuple[bool, tuple[int, bool] | None], BodyReads]] = attrs.field(
@@ -75,12 +77,7 @@ class PairPrices:
         reads = known.get((reduces_once, seed))
         if reads is not None:
             return reads
-        if inst.opcode == "fusion":
-            reads = body_reads(inst.called("calls"), reduces_once, self.patterns, seed)
-        else:
-            alone = build_fusion([inst], [inst])
-            reads = body_reads(alone.body, reduces_once, self.patterns, seed)
-            alone.discard()
+        reads = body_reads(self.bodies.of(inst), reduces_once, self.patterns, seed)
         known[(reduces_once, seed)] = reads
         return reads
 
@@ -107,10 +104,19 @@ class PairPrices:
         works on more elements in parallel (up to the largest value in the body, which
         bounds the root's and any reduction hero's input): the price with all three
         is a floor, and the floor of a loop fusion without reductions is its price."""
-        plain = self._reads(producer, False), self._reads(user, False)
-        once = any(reads.has_reduce for reads in plain)  # else the same reads
-        largest = max(plain[0].largest, plain[1].largest, 1)
-        return self._compose(producer, user, once, True, largest)
+        facts = self._facts(producer), self._facts(user)
+        once = facts[0][0] or facts[1][0]  # without a reduce, the same reads
+        return self._compose(producer, user, once, True, max(facts[0][1], facts[1][1], 1))
+
+    def _facts(self, inst: Instruction) -> tuple[bool, int]:
+        """Whether ``inst``'s own body holds a reduce, and its largest value's elements
+        (read from whichever of its reads is known, else from the body)."""
+        known = self._own.get(inst)
+        if known:
+            reads = next(iter(known.values()))
+            return reads.has_reduce, reads.largest
+        body = self.bodies.of(inst)
+        return any(i.opcode == "reduce" for i in body.instructions), largest_value(body)
 
     def _compose(
         self, producer: Instruction, user: Instruction, once: bool, tiled: bool, threads: int
