@@ -391,3 +391,55 @@ def test_heron_run_check_agrees_on_a_fused_attention_backward(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "agree: every output within the tolerance" in out
     assert "attention backward bf16[2x2x32x16] q, 32 keys -> dq, dk, dv" in out
+
+
+def _custom_softmax_gradient(delta_factor: float, scale_factor: float):
+    """Attention whose softmax has a hand-written derivative ``p * (dp - delta_factor *
+    sum(p * dp)) * scale_factor`` (jax.custom_vjp): the softmax's only when both are 1."""
+
+    @jax.custom_vjp
+    def softmax(scores):
+        return jax.nn.softmax(scores, axis=-1)
+
+    def forward(scores):
+        p = softmax(scores)
+        return p, p
+
+    def backward(p, dp):
+        delta = jnp.sum(p * dp, axis=-1, keepdims=True)
+        return ((p * (dp - delta_factor * delta)) * scale_factor,)
+
+    softmax.defvjp(forward, backward)
+
+    def attention(q, k, v):
+        scores = jnp.einsum(
+            "bqnh,bknh->bnqk", q, k, preferred_element_type=jnp.float32, precision=BF16_PRODUCTS
+        )
+        probabilities = softmax(scores * 0.25).astype(q.dtype)
+        return jnp.einsum("bnqk,bknh->bqnh", probabilities, v, precision=BF16_PRODUCTS)
+
+    return attention
+
+
+@pytest.mark.parametrize(
+    ("delta_factor", "scale_factor", "taken"),
+    [(1.0, 1.0, True), (0.5, 1.0, False), (1.0, 2.0, False), (0.0, 1.0, False)],
+)
+def test_only_the_softmax_s_own_derivative_is_taken(delta_factor, scale_factor, taken):
+    """A derivative that is not the softmax's (a different weight on the row sum, another
+    scale, no row sum) is left as the program wrote it, and the program still gives
+    XLA:CPU's results: the matcher proves what it takes, it does not guess."""
+    function = _gradients(_custom_softmax_gradient(delta_factor, scale_factor), True)
+    shapes = _shapes()
+    module = parse_module(_lowered(function, shapes))
+    run_pipeline(module, simplification_pipeline(layouts=False))
+    verdicts = attention_backward_verdicts(module, H100)
+    assert len(verdicts) == 1, verdicts
+    assert verdicts[0][1].endswith("backward") == taken, verdicts
+    if not taken:
+        assert "is not the softmax's derivative" in verdicts[0][1], verdicts
+    compiled = compile_program(parse_module(_lowered(function, shapes)), H100, ("interpreter",))
+    inputs = _inputs(shapes)
+    expected = [np.asarray(x) for x in jax.jit(function)(*inputs)]
+    executable = load_executable(compiled.artefact, InterpreterDevice())
+    _close(executable.run(inputs), expected)
