@@ -7,9 +7,9 @@ For each workload of ``gpu_bundle/bundle_workloads.py`` (the sizes issue 28's an
 prepares it for the target as ``compile_program`` does (simplification, the scan and
 tree-reduction rewriters, library GEMM fusion and the fusion passes), then prints:
 kernels, GEMM library calls (with their compute type and epilogue) against dot
-fusions, cuDNN convolution and attention calls, the reduce and reduce-window fusions with the
-fewest blocks (a reduction in fewer blocks than the device has SMs leaves it
-idle) and the longest window any
+fusions, cuDNN convolution and attention calls (forward and backward), the
+reduce and reduce-window fusions with the fewest blocks (a reduction in fewer
+blocks than the device has SMs leaves it idle) and the longest window any
 kernel still computes per element (a quadratic scan's mark). The structural
 facts the GPU gaps came from, measured on the CPU: nothing here is timed.
 """
@@ -36,6 +36,10 @@ def describe(workload, target) -> dict:
     """The launch facts of one workload (see the module docstring)."""
     from heron.compiler.executable import prepare_module
     from heron.compiler.library_attention import attention_call, is_library_attention
+    from heron.compiler.library_attention_backward import (
+        attention_backward_call,
+        is_library_attention_backward,
+    )
     from heron.compiler.library_convolution import convolution_call, is_library_convolution
     from heron.compiler.library_gemm import match_gemm
     from heron.emitters.fusion_analysis import analyse_fusion
@@ -72,6 +76,11 @@ def describe(workload, target) -> dict:
         f"{target.fused_attention_library}: {attention_call(inst).describe()}"
         for inst in optimized.instructions()
         if is_library_attention(inst)
+    ]
+    convolutions += [
+        f"{target.fused_attention_library}: {attention_backward_call(inst).describe()}"
+        for inst in optimized.instructions()
+        if is_library_attention_backward(inst)
     ]
     return {
         "kernels": len(fusions),
