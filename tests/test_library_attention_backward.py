@@ -89,12 +89,12 @@ def _gradients(attention, squared):
     return jax.grad(loss, argnums=(0, 1, 2))
 
 
-def _shapes(dtype=jnp.bfloat16, t=T, s=T):
+def _shapes(dtype=jnp.bfloat16, t=T, s=T, heads=N):
     return [
-        jax.ShapeDtypeStruct((B, t, N, D), dtype),
-        jax.ShapeDtypeStruct((B, s, N, D), dtype),
-        jax.ShapeDtypeStruct((B, s, N, D), dtype),
-        jax.ShapeDtypeStruct((B, t, N, D), jnp.float32),
+        jax.ShapeDtypeStruct((B, t, heads, D), dtype),
+        jax.ShapeDtypeStruct((B, s, heads, D), dtype),
+        jax.ShapeDtypeStruct((B, s, heads, D), dtype),
+        jax.ShapeDtypeStruct((B, t, heads, D), jnp.float32),
     ]
 
 
@@ -127,6 +127,21 @@ TAKEN = {
     "sdpa_linear_loss": (_gradients(_sdpa(False), False), _shapes(), False),
     "by_hand_jax_softmax": (_gradients(_by_hand, True), _shapes(), True),
     "cross_attention": (_gradients(_sdpa(False), True), _shapes(t=8, s=40), True),
+    "grouped_query_causal": (
+        _gradients(_sdpa(True), True),
+        [_shapes(heads=4)[0], *_shapes(heads=2)[1:3], _shapes(heads=4)[3]],
+        True,
+    ),
+    "grouped_query_cross": (
+        _gradients(_sdpa(False), True),
+        [_shapes(heads=4)[0], *_shapes(heads=2, s=24)[1:3], _shapes(heads=4)[3]],
+        True,
+    ),
+    "multi_query_causal": (
+        _gradients(_sdpa(True), True),
+        [_shapes(heads=4)[0], *_shapes(heads=1)[1:3], _shapes(heads=4)[3]],
+        True,
+    ),
     "bias_per_head_causal": (
         _biased_gradients,
         [*_shapes(), jax.ShapeDtypeStruct((1, N, T, T), jnp.bfloat16)],
@@ -184,7 +199,7 @@ LAYERS = {"two_layers_sharing_k_and_v": 2}
 #: (dk and dv summed over both, the first's output and its gradient between them);
 #: unbatched [T, N, H] tensors (q, k, v and do are moved: the call reads 4-D tensors in
 #: place, not 3-D ones).
-KERNELS = {"two_layers_sharing_k_and_v": 5, "unbatched": 3}
+KERNELS = {"two_layers_sharing_k_and_v": 5, "unbatched": 3, "multi_query_causal": 2}
 
 
 @pytest.fixture(scope="module", params=sorted(TAKEN))
@@ -239,6 +254,23 @@ def test_the_interpreter_runs_the_call_on_the_host_or_with_its_numpy_library(tak
     _close(executable.run(taken.inputs), taken.expected)
 
 
+def test_grouped_query_gradients_are_one_call_with_cudnn_s_key_value_heads():
+    """jax's [B, T, K, G, H] head groups: the call has K x G query heads over K key/value
+    heads (dk and dv summed over each group by the call), reading jax's tensors in place."""
+    function, shapes, _ = TAKEN["grouped_query_causal"]
+    compiled = compile_program(parse_module(_lowered(function, shapes)), H100, ("interpreter",))
+    (thunk,) = [
+        t
+        for t in walk(compiled.artefact.program)
+        if isinstance(t, LibraryCallThunk) and t.operation == "attention_backward"
+    ]
+    call = AttentionBackwardCall.from_thunk(thunk)
+    assert (call.q_dims, call.k_dims) == ((B, 4, T, D), (B, 2, T, D))
+    assert call.q_strides == call.dq_strides == (T * 4 * D, D, 4 * D, 1)
+    assert call.k_strides == call.dk_strides == (T * 2 * D, D, 2 * D, 1)
+    assert "2 key/value heads" in call.describe()
+
+
 def test_the_contract_computes_what_the_custom_call_means():
     function, shapes, _ = TAKEN["sdpa_causal_linear_loss"]
     module = _rewritten(function, shapes)
@@ -285,17 +317,6 @@ REFUSED = {
         jax.grad(lambda q, k, v, m: jnp.sum(_padded(q, k, v, m).astype(jnp.float32)), (0, 1, 2)),
         [*_shapes()[:3], jax.ShapeDtypeStruct((B, T), jnp.bool_)],
         "a mask other than the causal one",
-    ),
-    "grouped_query": (
-        jax.grad(
-            lambda q, k, v: jnp.sum(_sdpa(True)(q, k, v).astype(jnp.float32)), argnums=(0, 1, 2)
-        ),
-        [
-            jax.ShapeDtypeStruct((B, T, 4, D), jnp.bfloat16),
-            jax.ShapeDtypeStruct((B, T, 2, D), jnp.bfloat16),
-            jax.ShapeDtypeStruct((B, T, 2, D), jnp.bfloat16),
-        ],
-        "grouped-query attention",
     ),
     "f32_tensors": (_f32_gradients, _shapes(), "take q and k of one type of f16, bf16"),
     "f32_derivative_products": (

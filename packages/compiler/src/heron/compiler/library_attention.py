@@ -102,6 +102,7 @@ from heron.target import Target
 __all__ = [
     "AttentionMatch",
     "BiasParts",
+    "MERGED_ROWS",
     "SoftmaxFrame",
     "TensorRoles",
     "attention_call",
@@ -263,6 +264,8 @@ def _view_labels(inst: Instruction, labels: tuple[str, ...]) -> tuple[str, ...]:
 #: group), major first as the scores' dot has them; which is the query position the
 #: causal mask says (without one, the major).
 ROW_FACTORS = ("r0", "r1")
+#: The role of a dimension merging both row factors, the major first.
+MERGED_ROWS = ("r0+r1", "r1+r0")
 
 
 def _regrouped_rows(
@@ -293,6 +296,13 @@ def _regrouped_rows(
         ):
             out.append(f"{labels[i]}+{labels[i + 1]}")
             i, j = i + 2, j + 1
+        elif (
+            labels[i] in MERGED_ROWS
+            and j + 1 < len(result)
+            and result[j] * result[j + 1] == source[i]
+        ):  # merged row factors split again, major first
+            out += labels[i].split("+")
+            i, j = i + 1, j + 2
         else:
             return None
     return tuple(out) if (i, j) == (len(source), len(result)) else None
@@ -851,6 +861,16 @@ class SoftmaxFrame:
     bias_labels: tuple[str, ...]
     element_type: str
     grouped: bool  #: the rows are a query and a head of a group (grouped-query attention)
+    #: Grouped-query attention: the sizes of the two :data:`ROW_FACTORS` the scores' rows
+    #: split into (major first), and which of them is the query position (the other: a
+    #: head of a key/value head's group). The scores' dot's rows are ``"r0+r1"``.
+    row_factors: tuple[int, ...] = ()
+    query_role: str = "q"
+
+    @property
+    def group_role(self) -> str:
+        """The row factor that is a head of a group (grouped-query attention)."""
+        return next(r for r in ROW_FACTORS if r != self.query_role)
 
 
 def batch_labels(sizes: Sequence[int]) -> tuple[str, ...]:
@@ -864,9 +884,12 @@ def _roles_above(start: Instruction, top: Instruction, roles: tuple[str, ...]) -
     """The roles of ``top``'s non-unit dimensions, ``start`` (below it through views)
     having ``roles``."""
     path: list[Instruction] = []
-    _through(top, _VIEWS, path)
-    if (path[-1].operands[0] if path else top) is not start:
-        raise _NoMatch(f"'{top.name}' is not a view of '{start.name}'")
+    inst = top
+    while inst is not start:
+        if inst.opcode not in _VIEWS:
+            raise _NoMatch(f"'{top.name}' is not a view of '{start.name}'")
+        path.append(inst)
+        inst = inst.operands[0]
     for inst in reversed(path):
         roles = _view_labels(inst, roles)
     return roles
@@ -924,14 +947,21 @@ def softmax_frame(divide: Instruction, target: Target) -> SoftmaxFrame | None:
     if summed[position] != "k":
         raise _NoMatch(f"sum '{total.name}' does not run over the keys")
     causal, mask = False, None
+    queries = ROW_FACTORS if grouped else ("q",)
+    query_role = queries[0]
     if logits.mask is not None:
         assert logits.mask_select is not None
         mask_roles = _full(roles_at[logits.mask_select], logits.mask.array_shape.dims)
-        not_causal, _ = _is_causal(logits.mask, mask_roles, logits.mask_inverted)
+        not_causal, query = _is_causal(logits.mask, mask_roles, logits.mask_inverted, queries)
         causal, mask = (False, logits.mask) if not_causal else (True, None)
+        query_role = query or query_role
+    row_factors: tuple[int, ...] = ()
+    if grouped:
+        row_factors = _row_factor_sizes(scores, logits.path, (), roles_at)
     q, k = (scores.operands[s] for s in (q_side, 1 - q_side))
-    lhs_roles = (*batch_roles, *(("q", "d") if q_side == 0 else ("k", "d")))
-    rhs_roles = (*batch_roles, *(("d", "k") if q_side == 0 else ("d", "q")))
+    rows = "r0+r1" if grouped else "q"  # the scores' rows, split after the dot
+    lhs_roles = (*batch_roles, *((rows, "d") if q_side == 0 else ("k", "d")))
+    rhs_roles = (*batch_roles, *(("d", "k") if q_side == 0 else ("d", rows)))
     q_roles, k_roles = (lhs_roles, rhs_roles) if q_side == 0 else (rhs_roles, lhs_roles)
     element = str(q.array_shape.element_type)
     if element not in ELEMENT_TYPES or k.array_shape.element_type is not q.array_shape.element_type:
@@ -965,6 +995,8 @@ def softmax_frame(divide: Instruction, target: Target) -> SoftmaxFrame | None:
         bias_labels=bias_labels,
         element_type=element,
         grouped=grouped,
+        row_factors=row_factors,
+        query_role=query_role,
     )
 
 

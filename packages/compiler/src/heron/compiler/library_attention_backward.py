@@ -41,8 +41,11 @@ What the call computes differently, and why that is taken: jax computes
 precise; within the reassociation bounds of a 16-bit result). Everything
 else is the program's rounding: ``ds`` and ``p`` rounded to the element
 type before their products (``algorithm=dot_bf16_bf16_f32``), the gradients
-rounded once. Not taken (the verdict says why): grouped-query attention, a
-mask other than the causal one, f32 gradients that are not rounded to the
+rounded once. Grouped-query attention (jax's ``[B, T, K, G, H]`` head groups:
+the scores' rows are two factors, a query position and a head of a group,
+merged in the products) is one call with cuDNN's GQA: its query heads ``K x
+G``, dk and dv summed over each group by the call. Not taken (the verdict
+says why): a mask other than the causal one, a bias with grouped queries, f32 gradients that are not rounded to the
 element type, a product that reads something else.
 
 On a GPU the call is cuDNN's (a forward graph recomputing the output and its
@@ -59,6 +62,8 @@ import attrs
 from heron.compiler import view_factors
 from heron.compiler.library_attention import (
     LIBRARY,
+    MERGED_ROWS,
+    ROW_FACTORS,
     BiasParts,
     Labels,
     SoftmaxFrame,
@@ -130,12 +135,39 @@ _SCALE_TOLERANCE = 1e-6
 
 def _labels_below(inst: Instruction, roles: Labels) -> Labels | None:
     """The roles of ``inst``'s operand (every dimension; None for size-1 ones), its
-    own being ``roles``; None where a reshape regroups dimensions."""
+    own being ``roles``; None where a reshape regroups dimensions otherwise than
+    merging or splitting grouped-query attention's two row factors."""
     if inst.opcode == "reshape" and _squeezed(inst.array_shape.dims) != _squeezed(
         inst.operands[0].array_shape.dims
     ):
-        return None
+        return _regrouped_below(inst, _present(roles))
     return _operand_labels(inst, roles)
+
+
+def _regrouped_below(reshape: Instruction, roles: tuple[str, ...]) -> Labels | None:
+    """The operand's roles of a reshape merging the row factors (``r0, r1`` -> ``r0+r1``)
+    or splitting them (``r0+r1`` -> ``r0, r1``), checked by the forward's reading of the
+    reshape (:func:`heron.compiler.library_attention._view_labels`)."""
+    candidates = []
+    merged = [r for r in roles if r in MERGED_ROWS]
+    if merged:  # the result merges: the operand has the factors
+        (label,) = merged
+        at = roles.index(label)
+        candidates.append((*roles[:at], *label.split("+"), *roles[at + 1 :]))
+    for at in range(len(roles) - 1):  # the result splits: the operand has them merged
+        pair = roles[at : at + 2]
+        if set(pair) == set(ROW_FACTORS):
+            candidates.append((*roles[:at], "+".join(pair), *roles[at + 2 :]))
+    source = reshape.operands[0].array_shape.dims
+    for candidate in candidates:
+        if len(candidate) != len(_squeezed(source)):
+            continue
+        try:
+            if _view_labels(reshape, candidate) == roles:
+                return _full(candidate, source)
+        except _NoMatch:
+            continue
+    return None
 
 
 def _source(
@@ -304,8 +336,9 @@ class _Derivative:
             return self.read(inst.operands[0], _present(tuple(operand_full))).row_sum()
         if opcode == "select" and self.mask_select_allowed:
             zero = _scalar_constant(inst.operands[2])
-            why, _ = _is_causal(inst.operands[0], full, False)
-            if zero == 0 and not why:
+            queries = ROW_FACTORS if frame.grouped else ("q",)
+            why, query = _is_causal(inst.operands[0], full, False, queries)
+            if zero == 0 and not why and query == frame.query_role:
                 return self.read(inst.operands[1], roles)
         if opcode == "dot" and self.dp is None:
             self.dp, self.dp_roles = inst, roles
@@ -432,6 +465,13 @@ def _users_through(
                 yield user, x
 
 
+def _factor_sizes_agree(tensor: TensorRoles, frame: SoftmaxFrame) -> bool:
+    """Whether each grouped-query row factor of ``tensor`` has the frame's size for it."""
+    sizes = dict(zip(ROW_FACTORS, frame.row_factors))
+    dims = _squeezed(tensor.source.array_shape.dims)
+    return all(dims[i] == sizes[r] for i, r in enumerate(tensor.roles) if r in sizes)
+
+
 def _derived_from(value: Instruction, frame: SoftmaxFrame) -> bool:
     """Whether ``value`` is computed from ``frame``'s softmax (its exponentials, their sums
     or the probabilities) without passing through a product: what the derivative of that
@@ -488,9 +528,9 @@ def _differentiated(divide: Instruction, uses: Uses) -> bool:
     )
 
 
-def _dv_product(frame: SoftmaxFrame, uses: Uses) -> tuple[Instruction, int] | None:
+def _dv_product(frame: SoftmaxFrame, uses: Uses) -> tuple[Instruction, int, str] | None:
     """The product reading the probabilities that contracts the queries (dv = p^T . do),
-    and which operand they are."""
+    which operand they are, and what the queries are called in it."""
     element = ElementType(frame.element_type)
     found = []
     frame_labels = _full(frame.roles, frame.divide.array_shape.dims)
@@ -500,12 +540,13 @@ def _dv_product(frame: SoftmaxFrame, uses: Uses) -> tuple[Instruction, int] | No
         for side in (0, 1):
             if user.operands[side] is not operand:
                 continue
-            _, expected = _operand_roles(user, side, "k", "q")
             above = _walk_up(frame.divide, operand, frame_labels)
-            if above is not None and _present(above) == _present(expected):
-                if not _rounds_to(user, side, element):
-                    raise _NoMatch(f"'{user.name}' multiplies the probabilities in f32")
-                found.append((user, side))
+            for rows in _row_labels(frame):
+                _, expected = _operand_roles(user, side, "k", rows)
+                if above is not None and _present(above) == _present(expected):
+                    if not _rounds_to(user, side, element):
+                        raise _NoMatch(f"'{user.name}' multiplies the probabilities in f32")
+                    found.append((user, side, rows))
     if len(found) > 1:
         raise _NoMatch("the probabilities feed several products contracting the queries")
     return found[0] if found else None
@@ -532,10 +573,10 @@ def _walk_up(start: Instruction, top: Instruction, labels: Labels) -> Labels | N
 
 def _match(frame: SoftmaxFrame, uses: Uses) -> BackwardMatch | None:
     not_taken = (
-        "grouped-query attention (the backward call does not take it yet)"
-        if frame.grouped
-        else "a mask other than the causal one (the backward call takes none)"
+        "a mask other than the causal one (the backward call takes none)"
         if frame.mask is not None
+        else "a bias with grouped-query attention (the backward call does not take it yet)"
+        if frame.grouped and frame.bias is not None
         else ""
     )
     if not_taken:
@@ -546,8 +587,8 @@ def _match(frame: SoftmaxFrame, uses: Uses) -> BackwardMatch | None:
     if dv is None:
         return None  # inference: no backward pass reads the probabilities
     element = ElementType(frame.element_type)
-    dv_dot, p_side = dv
-    batch, do_labels = _operand_roles(dv_dot, 1 - p_side, "e", "q")
+    dv_dot, p_side, rows = dv
+    batch, do_labels = _operand_roles(dv_dot, 1 - p_side, "e", rows)
     if _present(batch) != frame.batch_roles:
         raise _NoMatch(f"'{dv_dot.name}' does not keep the batch dimensions in order")
     do = TensorRoles(*_source(dv_dot.operands[1 - p_side], do_labels))
@@ -555,9 +596,16 @@ def _match(frame: SoftmaxFrame, uses: Uses) -> BackwardMatch | None:
     # dq = ds . k and dk = ds^T . q: the products of the forward's k and q with one f32
     # tensor, the softmax's derivative
     derivative: TensorRoles | None = None
-    for name, other, free, contracted in (("dq", frame.k, "q", "k"), ("dk", frame.q, "k", "q")):
+    q, k = (_further(tensor) for tensor in (frame.q, frame.k))
+    for name, other, free, contracted in (("dq", k, "q", "k"), ("dk", q, "k", "q")):
         found = []
-        for dot, side in _products_reading(other, uses):
+        for (dot, side), row_label in (
+            (product, label)
+            for product in _products_reading(other, uses)
+            for label in _row_labels(frame)
+        ):
+            free = row_label if name == "dq" else "k"
+            contracted = "k" if name == "dq" else row_label
             if not _reads(dot, side, other, "d", contracted):
                 continue
             _, ds_labels = _operand_roles(dot, 1 - side, free, contracted)
@@ -566,6 +614,8 @@ def _match(frame: SoftmaxFrame, uses: Uses) -> BackwardMatch | None:
             )
             if ds.source.array_shape.element_type is not ElementType.F32:
                 continue
+            if not _factor_sizes_agree(ds, frame):
+                continue  # the row factors named the other way round
             if not _derived_from(ds.source, frame):
                 continue  # another attention's derivative (k or q shared between layers)
             if not (_rounds_to(dot, 1 - side, element) and _rounds_to(dot, side, element)):
@@ -593,16 +643,28 @@ def _match(frame: SoftmaxFrame, uses: Uses) -> BackwardMatch | None:
             f" {frame.scale:g}"
         )
     assert reader.dp is not None
-    v, dp_do = _dp_operands(reader.dp, reader.dp_roles, element)
+    v, dp_do = _dp_operands(reader.dp, reader.dp_roles, element, _row_labels(frame))
     if dp_do != do:
         raise _NoMatch(f"'{reader.dp.name}' and '{dv_dot.name}' read different output gradients")
     for name, dot, _ in products:
         _check_rounded(dot, element, name, uses)
-    return BackwardMatch(frame, frame.q, frame.k, v, do, tuple(products))
+    return BackwardMatch(frame, q, k, v, do, tuple(products))
+
+
+def _further(tensor: TensorRoles) -> TensorRoles:
+    """``tensor`` followed below its moves as :func:`_source` follows every tensor here
+    (through a merge of grouped-query attention's row factors too)."""
+    return TensorRoles(*_source(tensor.source, _full(tensor.roles, tensor.source.array_shape.dims)))
+
+
+def _row_labels(frame: SoftmaxFrame) -> tuple[str, ...]:
+    """What the scores' rows are called in a product: the queries, or (grouped-query
+    attention) both row factors merged, in either order."""
+    return MERGED_ROWS if frame.grouped else ("q",)
 
 
 def _dp_operands(
-    dp: Instruction, roles: tuple[str, ...], element: ElementType
+    dp: Instruction, roles: tuple[str, ...], element: ElementType, row_labels: Sequence[str]
 ) -> tuple[TensorRoles, TensorRoles]:
     """v and do, the operands of the product ``dp`` (= do . v^T, its result's roles being
     ``roles``)."""
@@ -612,15 +674,17 @@ def _dp_operands(
     full = _full(roles, dp.array_shape.dims)
     rows, columns = full[nb], full[nb + 1]
     batch = tuple(r for r in batch_labels(dp.array_shape.dims[:nb]) if r != "unit")
-    if {rows, columns} != {"q", "k"} or _present(full[:nb]) != batch:
+    if "k" not in (rows, columns) or not {rows, columns} - {"k"} <= set(row_labels):
+        raise _NoMatch(f"'{dp.name}' is not over the queries and the keys")
+    if _present(full[:nb]) != batch:
         raise _NoMatch(f"'{dp.name}' is not over the batch, the queries and the keys in order")
     tensors = {}
     for side, free in ((0, rows), (1, columns)):
         if dp.operands[side].array_shape.element_type is not element:
             raise _NoMatch(f"'{dp.name}' does not multiply {element} tensors")
         _, labels = _operand_roles(dp, side, free, "e")
-        tensors[free] = TensorRoles(*_source(dp.operands[side], labels))
-    return tensors["k"], tensors["q"]
+        tensors["k" if free == "k" else "rows"] = TensorRoles(*_source(dp.operands[side], labels))
+    return tensors["k"], tensors["rows"]
 
 
 def _check_rounded(dot: Instruction, element: ElementType, name: str, uses: Uses) -> None:
@@ -659,8 +723,8 @@ _TENSOR_AXES = {
 
 
 def _sizes(match: BackwardMatch) -> dict[str, int]:
-    """The size of each role."""
-    sizes: dict[str, int] = {}
+    """The size of each role (each row factor's too, for grouped-query attention)."""
+    sizes: dict[str, int] = dict(zip(ROW_FACTORS, match.frame.row_factors))
     for tensor in (match.q, match.k, match.v, match.do):
         for role, size in zip(tensor.roles, _squeezed(tensor.source.array_shape.dims)):
             sizes[role] = size
@@ -669,11 +733,36 @@ def _sizes(match: BackwardMatch) -> dict[str, int]:
     return sizes
 
 
+def _axes(frame: SoftmaxFrame, name: str) -> tuple[str, ...]:
+    """The roles after the batch of tensor ``name`` in cuDNN's order: ``(S, D)``, or for
+    the queries' tensors of grouped-query attention ``(group, S, D)`` (the group merged
+    into the heads after the last batch dimension: query head ``k * G + g`` uses key/value
+    head ``k``, as cuDNN's)."""
+    axes = _TENSOR_AXES[name]
+    if frame.grouped and axes[0] == "q":
+        return (frame.group_role, frame.query_role, axes[1])
+    return axes
+
+
+def _expanded(roles: Sequence[str]) -> tuple[str, ...]:
+    """``roles`` with merged row factors written as the two factors, major first."""
+    return tuple(
+        part for role in roles for part in (role.split("+") if role in MERGED_ROWS else (role,))
+    )
+
+
+def _four(
+    batch_sizes: Sequence[int], axes: tuple[str, ...], sizes: dict[str, int]
+) -> tuple[int, ...]:
+    groups = sizes[axes[0]] if len(axes) == 3 else 1
+    return _four_dims(batch_sizes, sizes[axes[-2]], sizes[axes[-1]], groups)
+
+
 def _in_cudnn_order(
     inserter: Inserter,
     like: Instruction,
     tensor: TensorRoles,
-    axes: tuple[str, str],
+    axes: tuple[str, ...],
     batch: tuple[str, ...],
     sizes: dict[str, int],
     name: str,
@@ -681,17 +770,18 @@ def _in_cudnn_order(
     """``tensor`` as ``[B, H, S, D]``: its size-1 dimensions dropped, its dimensions put in
     the batch's order and ``axes``, the batch merged."""
     x = tensor.source
-    squeezed = _squeezed(x.array_shape.dims)
+    roles = _expanded(tensor.roles)
+    squeezed = tuple(sizes[r] for r in roles)  # size-1 dimensions dropped, row factors split
     element = x.array_shape.element_type
     if tuple(x.array_shape.dims) != squeezed:
         x = inserter.add(
             "reshape", ArrayShape(element, squeezed), [x], like=like, suffix=f"{name}_squeezed"
         )
     wanted = (*batch, *axes)
-    present = [r for r in wanted if r in tensor.roles]
-    if set(tensor.roles) - set(wanted):
-        raise _NoMatch(f"{name} has dimensions {tensor.roles} beyond {wanted}")
-    order = tuple(tensor.roles.index(r) for r in present)
+    present = [r for r in wanted if r in roles]
+    if set(roles) - set(wanted):
+        raise _NoMatch(f"{name} has dimensions {roles} beyond {wanted}")
+    order = tuple(roles.index(r) for r in present)
     if order != tuple(range(len(order))):
         dims = tuple(squeezed[i] for i in order)
         x = inserter.add(
@@ -702,14 +792,14 @@ def _in_cudnn_order(
             like=like,
             suffix=f"{name}_ordered",
         )
-    four = _four_dims([sizes[b] for b in batch], sizes[axes[0]], sizes[axes[1]])
+    four = _four([sizes[b] for b in batch], axes, sizes)
     return inserter.add("reshape", ArrayShape(element, four), [x], like=like, suffix=name)
 
 
 def _product_factors(
     dot: Instruction,
     four: Sequence[int],
-    axes: tuple[str, str],
+    axes: tuple[str, ...],
     batch: tuple[str, ...],
     sizes: dict[str, int],
     roles: tuple[str, ...],
@@ -719,7 +809,7 @@ def _product_factors(
     labels = (*batch, *axes)
     split = tuple(sizes[r] for r in labels)
     dims: view_factors.Dims | None = view_factors.reshaped(view_factors.identity(four), split)
-    order = tuple(labels.index(r) for r in roles)
+    order = tuple(labels.index(r) for r in _expanded(roles))
     if dims is not None:
         dims = view_factors.transposed(dims, order)
     if dims is not None:
@@ -768,7 +858,7 @@ def _to_product(
     inserter: Inserter,
     like: Instruction,
     value: Instruction,
-    axes: tuple[str, str],
+    axes: tuple[str, ...],
     batch: tuple[str, ...],
     sizes: dict[str, int],
     roles: tuple[str, ...],
@@ -783,7 +873,7 @@ def _to_product(
     x = inserter.add(
         "reshape", ArrayShape(element, split), [value], like=like, suffix=f"{name}_split"
     )
-    order = tuple(labels.index(r) for r in roles)
+    order = tuple(labels.index(r) for r in _expanded(roles))
     if order != tuple(range(len(order))):
         dims = tuple(split[i] for i in order)
         x = inserter.add(
@@ -819,7 +909,7 @@ def _rewrite(inserter: Inserter, match: BackwardMatch) -> None:
                 inserter,
                 dv_dot,
                 tensor,
-                _TENSOR_AXES[name],
+                _axes(frame, name),
                 batch,
                 sizes,
                 f"attention_backward_{name}",
@@ -840,7 +930,7 @@ def _rewrite(inserter: Inserter, match: BackwardMatch) -> None:
     for index, name in enumerate(("dq", "dk", "dv")):
         dot, roles = match.product(name)
         four = built[index].array_shape.dims  # dq like q, dk like k, dv like v
-        dims = _product_factors(dot, four, _TENSOR_AXES[name], batch, sizes, roles)
+        dims = _product_factors(dot, four, _axes(frame, name), batch, sizes, roles)
         written[name] = _written_rounded(dot, dims, four, inserter.uses, element)
         found = written[name]
         if found is not None:
@@ -870,7 +960,7 @@ def _rewrite(inserter: Inserter, match: BackwardMatch) -> None:
             inserter,
             dot,
             part,
-            _TENSOR_AXES[name],
+            _axes(frame, name),
             batch,
             sizes,
             roles,
