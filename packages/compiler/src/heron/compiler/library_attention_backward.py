@@ -45,8 +45,9 @@ rounded once. Grouped-query attention (jax's ``[B, T, K, G, H]`` head groups:
 the scores' rows are two factors, a query position and a head of a group,
 merged in the products) is one call with cuDNN's GQA: its query heads ``K x
 G``, dk and dv summed over each group by the call. Not taken (the verdict
-says why): a mask other than the causal one, a bias with grouped queries, f32 gradients that are not rounded to the
-element type, a product that reads something else.
+says why): a mask other than the causal one, a bias with grouped queries,
+f32 gradients that are not rounded to the element type, a product that reads
+something else.
 
 On a GPU the call is cuDNN's (a forward graph recomputing the output and its
 softmax statistics, then ``sdpa_backward``: ``heron.runtime.cuda.cudnn_attention``);
