@@ -802,6 +802,30 @@ WORKLOADS: tuple[Workload, ...] = (
         ulps=4,
     ),
     Workload(
+        "attention_gqa_backward_bf16",
+        "the gradients of causal grouped-query attention (jax.vjp of"
+        " jax.nn.dot_product_attention), bf16, batch 2 x 4096 tokens, 32 query heads over 8"
+        " key/value heads of 128: one cuDNN backward call with its GQA (dk, dv summed over"
+        " each group) against jax.jit's GEMMs",
+        _attention_backward,
+        (
+            Arg((2, 4096, 32, 128), BF16),
+            Arg((2, 4096, 8, 128), BF16),
+            Arg((2, 4096, 8, 128), BF16),
+            Arg((2, 4096, 32, 128), BF16),
+        ),
+        (
+            Arg((1, 32, 4, 16), BF16),
+            Arg((1, 32, 2, 16), BF16),
+            Arg((1, 32, 2, 16), BF16),
+            Arg((1, 32, 4, 16), BF16),
+        ),
+        lambda args: 2 * sum(a.nbytes for a in args),
+        _attention_backward_flops,
+        torch=_t_attention_backward,
+        ulps=4,
+    ),
+    Workload(
         "convolution",
         "3x3 convolution, NHWC bf16 [64, 64, 64, 256] -> 256 channels",
         _convolution,
