@@ -661,6 +661,33 @@ def _constant_subgraph(root: Instruction) -> Computation | None:
     return computation
 
 
+def _logits_roles(
+    logits: _Logits, softmax: _Softmax, batch_roles: Sequence[str]
+) -> tuple[int, tuple[str, ...], dict[Instruction, tuple[str, ...]]]:
+    """Which operand of the scores' dot the queries are (its rows, or its columns where
+    the dot reads k first), the roles of the softmax input's non-unit dimensions, and
+    the roles at each instruction of the logits path: the scores' dimensions followed
+    up the path; _NoMatch where neither orientation has the softmax run over the keys.
+    ``batch_roles`` name the scores' batch dimensions (size-1 ones are dropped)."""
+    scores = logits.scores_dot
+    why = _NoMatch("the softmax does not run over the keys")
+    for q_side in (0, 1):
+        scores_roles = ("q", "k") if q_side == 0 else ("k", "q")
+        roles = _of_non_unit((*batch_roles, *scores_roles), scores.array_shape.dims)
+        roles_at: dict[Instruction, tuple[str, ...]] = {}
+        try:
+            for inst in reversed(logits.path):
+                if inst.opcode in _VIEWS:
+                    roles = _view_labels(inst, roles)
+                roles_at[inst] = roles
+        except _NoMatch as error:  # the other orientation may be the one
+            why = error
+            continue
+        if softmax.axis < len(roles) and roles[softmax.axis] == "k":
+            return q_side, roles, roles_at
+    raise why
+
+
 def match_attention(dot: Instruction, uses: Uses, target: Target) -> AttentionMatch | str | None:
     """The attention ``dot`` ends (its product of probabilities and values), why it is
     not taken (a string), or None where ``dot`` ends no softmax at all."""
@@ -712,24 +739,7 @@ def _match(
     # queries are the scores' rows, or their columns where the dot reads k first
     nb = len(batch)
     batch_roles = tuple(f"b{i}" for i in range(nb))
-    why = _NoMatch("the softmax does not run over the keys")
-    for q_side in (0, 1):
-        scores_roles = ("q", "k") if q_side == 0 else ("k", "q")
-        roles = _of_non_unit((*batch_roles, *scores_roles), scores.array_shape.dims)
-        roles_at: dict[Instruction, tuple[str, ...]] = {}
-        try:
-            for inst in reversed(logits.path):
-                if inst.opcode in _VIEWS:
-                    roles = _view_labels(inst, roles)
-                roles_at[inst] = roles
-        except _NoMatch as error:  # the other orientation may be the one
-            why = error
-            continue
-        keys = roles[softmax.axis] if softmax.axis < len(roles) else None
-        if keys == "k":
-            break
-    else:
-        raise why
+    q_side, roles, roles_at = _logits_roles(logits, softmax, batch_roles)
     q, k = (scores.operands[s].array_shape for s in (q_side, 1 - q_side))
     v = dot.operands[1 - side].array_shape
     element = str(q.element_type)
@@ -918,23 +928,7 @@ def softmax_frame(divide: Instruction, target: Target) -> SoftmaxFrame | None:
                 f" {inst.array_shape.element_type}: the fused call computes them in f32"
             )
     batch_roles = batch_labels(_check_dot(scores, "the scores' dot"))
-    why = _NoMatch("the softmax does not run over the keys")
-    for q_side in (0, 1):
-        scores_roles = ("q", "k") if q_side == 0 else ("k", "q")
-        roles = _of_non_unit((*batch_roles, *scores_roles), scores.array_shape.dims)
-        roles_at: dict[Instruction, tuple[str, ...]] = {}
-        try:
-            for inst in reversed(logits.path):
-                if inst.opcode in _VIEWS:
-                    roles = _view_labels(inst, roles)
-                roles_at[inst] = roles
-        except _NoMatch as error:
-            why = error
-            continue
-        if softmax.axis < len(roles) and roles[softmax.axis] == "k":
-            break
-    else:
-        raise why
+    q_side, roles, roles_at = _logits_roles(logits, softmax, batch_roles)
     grouped = bool(set(ROW_FACTORS) & {r for rs in roles_at.values() for r in rs})
     exponential = _through(divide.operands[0], _SOFTMAX_VIEWS, [])
     shifted = exponential.operands[0]

@@ -58,6 +58,7 @@ __all__ = [
     "heron_custom_call_specs",
     "host",
     "in_cudnn_order",
+    "probabilities_lines",
 ]
 
 #: The custom_call_target of a fused attention.
@@ -177,7 +178,6 @@ def attention_text(
     b, h, sq, _ = q.dims
     hk, sk, dv = k.dims[1], k.dims[2], v.dims[3]
     scores = f"f32[{b},{h},{sq},{sk}]"
-    rows = f"f32[{b},{h},{sq}]"
     lines = []
     for number, name in enumerate(("q", "k", "v")):
         stored = operand_shapes[number].without_layout()
@@ -201,43 +201,10 @@ def attention_text(
     lines += [
         f"  dot = {scores} dot(q, {keys}), lhs_batch_dims={{0,1}}, lhs_contracting_dims={{3}},"
         " rhs_batch_dims={0,1}, rhs_contracting_dims={3}",
-        f"  scale = f32[] constant({float(np.float32(settings.scale))!r})",
-        f"  scales = {scores} broadcast(scale), dimensions={{}}",
-        f"  scaled = {scores} multiply(dot, scales)",
     ]
-    last = "scaled"
-    if len(operand_shapes) == 4:
-        bias = operand_shapes[3]
-        kept = [i for i, size in enumerate(bias.dims) if size == (b, h, sq, sk)[i]]
-        kept_dims = ",".join(str(bias.dims[i]) for i in kept)
-        lines += [
-            f"  bias = {bias.without_layout()} parameter(3)",
-            f"  bias_kept = {t}[{kept_dims}] reshape(bias)",
-            f"  bias_f32 = f32[{kept_dims}] convert(bias_kept)",
-            f"  biases = {scores} broadcast(bias_f32), dimensions={{{','.join(map(str, kept))}}}",
-            f"  biased = {scores} add({last}, biases)",
-        ]
-        last = "biased"
-    if settings.causal:
-        lines += [
-            f"  row = s32[{b},{h},{sq},{sk}] iota(), iota_dimension=2",
-            f"  column = s32[{b},{h},{sq},{sk}] iota(), iota_dimension=3",
-            f"  keep = pred[{b},{h},{sq},{sk}] compare(row, column), direction=GE",
-            "  minus_inf = f32[] constant(-inf)",
-            f"  minus_infs = {scores} broadcast(minus_inf), dimensions={{}}",
-            f"  masked = {scores} select(keep, {last}, minus_infs)",
-        ]
-        last = "masked"
+    bias = operand_shapes[3] if len(operand_shapes) == 4 else None
+    lines += probabilities_lines(settings, t, (b, h, sq, sk), bias, 3)
     lines += [
-        "  lowest = f32[] constant(-inf)",
-        f"  peak = {rows} reduce({last}, lowest), dimensions={{3}}, to_apply=maximum",
-        f"  peaks = {scores} broadcast(peak), dimensions={{0,1,2}}",
-        f"  shifted = {scores} subtract({last}, peaks)",
-        f"  exponentials = {scores} exponential(shifted)",
-        "  zero = f32[] constant(0)",
-        f"  total = {rows} reduce(exponentials, zero), dimensions={{3}}, to_apply=add",
-        f"  totals = {scores} broadcast(total), dimensions={{0,1,2}}",
-        f"  probabilities = {scores} divide(exponentials, totals)",
         f"  rounded = {t}[{b},{h},{sq},{sk}] convert(probabilities)",
         f"  out = f32[{b},{h},{sq},{dv}] dot(rounded, {values}), lhs_batch_dims={{0,1}},"
         " lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}",
@@ -259,6 +226,60 @@ def attention_text(
         "  ROOT s = f32[] add(a, b)\n}\n\n"
         "ENTRY attention {\n" + "\n".join(lines) + "\n}\n"
     )
+
+
+def probabilities_lines(
+    settings: AttentionConfig,
+    t: object,
+    dims: tuple[int, int, int, int],
+    bias: ArrayShape | None,
+    bias_parameter: int,
+) -> list[str]:
+    """HLO lines computing the forward's ``probabilities`` (f32 ``[B, H, Sq, Sk]``) from the
+    scores' dot ``dot``: times the scale (``scales``), plus the bias (parameter
+    ``bias_parameter``), the causal mask, the softmax. The one statement of what a fused
+    attention's probabilities are, for the forward call and its backward pass; needs
+    the computations ``maximum`` and ``add`` and defines ``zero``."""
+    b, h, sq, sk = dims
+    scores, rows = f"f32[{b},{h},{sq},{sk}]", f"f32[{b},{h},{sq}]"
+    lines = [
+        f"  scale = f32[] constant({float(np.float32(settings.scale))!r})",
+        f"  scales = {scores} broadcast(scale), dimensions={{}}",
+        f"  scaled = {scores} multiply(dot, scales)",
+    ]
+    last = "scaled"
+    if bias is not None:
+        kept = [i for i, size in enumerate(bias.dims) if size == (b, h, sq, sk)[i]]
+        kept_dims = ",".join(str(bias.dims[i]) for i in kept)
+        lines += [
+            f"  bias = {bias.without_layout()} parameter({bias_parameter})",
+            f"  bias_kept = {t}[{kept_dims}] reshape(bias)",
+            f"  bias_f32 = f32[{kept_dims}] convert(bias_kept)",
+            f"  biases = {scores} broadcast(bias_f32), dimensions={{{','.join(map(str, kept))}}}",
+            f"  biased = {scores} add({last}, biases)",
+        ]
+        last = "biased"
+    if settings.causal:
+        lines += [
+            f"  row = s32[{b},{h},{sq},{sk}] iota(), iota_dimension=2",
+            f"  column = s32[{b},{h},{sq},{sk}] iota(), iota_dimension=3",
+            f"  keep = pred[{b},{h},{sq},{sk}] compare(row, column), direction=GE",
+            "  minus_inf = f32[] constant(-inf)",
+            f"  minus_infs = {scores} broadcast(minus_inf), dimensions={{}}",
+            f"  masked = {scores} select(keep, {last}, minus_infs)",
+        ]
+        last = "masked"
+    return lines + [
+        "  lowest = f32[] constant(-inf)",
+        f"  peak = {rows} reduce({last}, lowest), dimensions={{3}}, to_apply=maximum",
+        f"  peaks = {scores} broadcast(peak), dimensions={{0,1,2}}",
+        f"  shifted = {scores} subtract({last}, peaks)",
+        f"  exponentials = {scores} exponential(shifted)",
+        "  zero = f32[] constant(0)",
+        f"  total = {rows} reduce(exponentials, zero), dimensions={{3}}, to_apply=add",
+        f"  totals = {scores} broadcast(total), dimensions={{0,1,2}}",
+        f"  probabilities = {scores} divide(exponentials, totals)",
+    ]
 
 
 @functools.lru_cache(maxsize=64)

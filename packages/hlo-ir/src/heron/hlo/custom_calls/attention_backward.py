@@ -36,6 +36,7 @@ from heron.hlo.custom_calls.attention import (
     ELEMENT_TYPES,
     AttentionConfig,
     in_cudnn_order,
+    probabilities_lines,
 )
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
@@ -158,51 +159,18 @@ def attention_backward_text(
 
     lines += [
         product("dot", f"{b},{h},{sq},{sk}", "q", keys, (3, 3)),
-        f"  scale = f32[] constant({float(np.float32(settings.scale))!r})",
-        f"  scales = {scores} broadcast(scale), dimensions={{}}",
-        f"  scaled = {scores} multiply(dot, scales)",
     ]
-    last = "scaled"
-    if bias is not None:
-        kept = [i for i, size in enumerate(bias.dims) if size == (b, h, sq, sk)[i]]
-        kept_dims = ",".join(str(bias.dims[i]) for i in kept)
-        lines += [
-            f"  bias = {bias.without_layout()} parameter(4)",
-            f"  bias_kept = {t}[{kept_dims}] reshape(bias)",
-            f"  bias_f32 = f32[{kept_dims}] convert(bias_kept)",
-            f"  biases = {scores} broadcast(bias_f32), dimensions={{{','.join(map(str, kept))}}}",
-            f"  biased = {scores} add({last}, biases)",
-        ]
-        last = "biased"
-    if settings.causal:
-        lines += [
-            f"  row = s32[{b},{h},{sq},{sk}] iota(), iota_dimension=2",
-            f"  column = s32[{b},{h},{sq},{sk}] iota(), iota_dimension=3",
-            f"  keep = pred[{b},{h},{sq},{sk}] compare(row, column), direction=GE",
-            "  minus_inf = f32[] constant(-inf)",
-            f"  minus_infs = {scores} broadcast(minus_inf), dimensions={{}}",
-            f"  masked = {scores} select(keep, {last}, minus_infs)",
-        ]
-        last = "masked"
+    lines += probabilities_lines(settings, t, (b, h, sq, sk), bias, 4)
     lines += [
-        "  lowest = f32[] constant(-inf)",
-        f"  peak = {rows} reduce({last}, lowest), dimensions={{3}}, to_apply=maximum",
-        f"  peaks = {scores} broadcast(peak), dimensions={{0,1,2}}",
-        f"  shifted = {scores} subtract({last}, peaks)",
-        f"  exponentials = {scores} exponential(shifted)",
-        "  zero = f32[] constant(0)",
-        f"  total = {rows} reduce(exponentials, zero), dimensions={{3}}, to_apply=add",
-        f"  totals = {scores} broadcast(total), dimensions={{0,1,2}}",
-        f"  p = {scores} divide(exponentials, totals)",
         product("dp", f"{b},{h},{sq},{sk}", "do", values, (3, 3)),
-        f"  p_dp = {scores} multiply(p, dp)",
+        f"  p_dp = {scores} multiply(probabilities, dp)",
         f"  delta = {rows} reduce(p_dp, zero), dimensions={{3}}, to_apply=add",
         f"  deltas = {scores} broadcast(delta), dimensions={{0,1,2}}",
         f"  centred = {scores} subtract(dp, deltas)",
-        f"  softmax_grad = {scores} multiply(p, centred)",
+        f"  softmax_grad = {scores} multiply(probabilities, centred)",
         f"  ds = {scores} multiply(softmax_grad, scales)",
         f"  ds_rounded = {t}[{b},{h},{sq},{sk}] convert(ds)",
-        f"  p_rounded = {t}[{b},{h},{sq},{sk}] convert(p)",
+        f"  p_rounded = {t}[{b},{h},{sq},{sk}] convert(probabilities)",
         product("dq_sum", f"{b},{h},{sq},{d}", "ds_rounded", keys, (3, 2)),
         product("dk_sum", f"{b},{h},{sk},{d}", "ds_rounded", "q", (2, 2)),
         product("dv_sum", f"{b},{h},{sk},{dv}", "p_rounded", "do", (2, 2)),
