@@ -192,6 +192,8 @@ def fuse_by_priority(module: Module, target: Target) -> bool:
             continue
         if not exact:  # ahead on its bound: its priority now, back in line
             exact_benefit = _benefit(context, computation, graph, producer)
+            # A floor above a price would fuse in another order than XLA's queue.
+            assert exact_benefit is None or exact_benefit <= benefit, "a bound below it"
             queue.set(producer, exact_benefit, graph.rank(producer))
             continue
         # The benefit again from the prices as they are now (the pairs' prices are
