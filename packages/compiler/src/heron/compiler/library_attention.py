@@ -1500,11 +1500,12 @@ def attention_call(inst: Instruction) -> AttentionCall:
 def library_attention_thunk(
     inst: Instruction,
     operands: Sequence[BufferSlice],
-    result: BufferSlice,
+    results: Sequence[BufferSlice],
     host: CustomCallThunk,
     target: Target,
 ) -> LibraryCallThunk:
     """The library call of a ``__heron$attention`` custom call, ``host`` beside it."""
+    (result,) = results  # one array
     del target  # the contract depends on the call alone
     try:
         call = attention_call(inst)

@@ -519,11 +519,12 @@ def _config_text(inst: Instruction) -> str:
 def library_convolution_thunk(
     inst: Instruction,
     operands: Sequence[BufferSlice],
-    result: BufferSlice,
+    results: Sequence[BufferSlice],
     host: CustomCallThunk,
     target: Target,
 ) -> LibraryCallThunk:
     """The library call of a ``__heron$convolution`` custom call, ``host`` beside it."""
+    (result,) = results  # one array
     try:
         call = convolution_call(inst, target)
     except (ValueError, UnsupportedError) as error:

@@ -86,7 +86,8 @@ Compile = Callable[[Instruction], Mapping[str, "CompiledKernel"]]
 
 
 #: heron's library custom calls: whether an instruction is one, and the library call it makes
-#: (the host call beside it as the fallback).
+#: from the call's operands and every array leaf of its result (the host call beside it as
+#: the fallback).
 _LIBRARY_CUSTOM_CALLS = (
     (library_convolution.is_library_convolution, library_convolution.library_convolution_thunk),
     (library_attention.is_library_attention, library_attention.library_attention_thunk),
@@ -213,8 +214,7 @@ class _Emitter:
             library_thunk = _library_thunk_of(inst)
             if self.target is not None and library_thunk is not None:
                 results = self.leaves(inst)
-                result = results[0] if len(results) == 1 else results
-                return [library_thunk(inst, host.operands, result, host, self.target)]
+                return [library_thunk(inst, host.operands, results, host, self.target)]
             return [host]
         if op in REFUSED_OPCODES:
             raise refusal(inst)
