@@ -116,7 +116,8 @@ def test_lower_gives_the_module_heron_compiles() -> None:
 
 def test_heron_jax_lowers_for_the_gpu_it_runs_on():
     # Issue 29: a CUDA program gets the HLO jax gives XLA:GPU (no GPU needed to lower);
-    # a GPU custom call no installed plugin runs is refused by name when compiled.
+    # its cuSOLVER calls run on the host (heron.jax.gpu_solvers), and a GPU custom call
+    # no installed plugin runs is refused by name when compiled.
     import jax.numpy as jnp
 
     from heron.compiler import Target
@@ -134,8 +135,12 @@ def test_heron_jax_lowers_for_the_gpu_it_runs_on():
     cpu = lower(jnp.linalg.cholesky, a).hlo_text
     cuda = lower(jnp.linalg.cholesky, a, platform="cuda").hlo_text
     assert "lapack_spotrf_ffi" in cpu and "cusolver_potrf_ffi" in cuda
-    with pytest.raises((HloError, PluginError), match="cusolver_potrf_ffi"):
-        compile_program(lower(jnp.linalg.cholesky, a, platform="cuda").module,
+    program = compile_program(lower(jnp.linalg.cholesky, a, platform="cuda").module,
+                              Target.preset("h100"), ("interpreter",))  # fmt: skip
+    kinds = [thunk.kind for thunk in program.artefact.program]
+    assert "custom_call" in kinds
+    with pytest.raises((HloError, PluginError), match="cuhybrid_eig_real"):
+        compile_program(lower(jnp.linalg.eig, a, platform="cuda").module,
                         Target.preset("h100"), ("interpreter",))  # fmt: skip
 
 

@@ -38,6 +38,7 @@ from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
 
 __all__ = [
     "POTRF_TARGETS",
+    "check_matrices",
     "cholesky_factor",
     "getrf",
     "lu_factor",
@@ -66,7 +67,8 @@ def _flag(call: CustomCall, name: str, default: str, allowed: str) -> str:
     return value
 
 
-def _matrices(call: CustomCall, array: np.ndarray, dtype, *, square: bool) -> None:
+def check_matrices(call: CustomCall, array: np.ndarray, dtype, *, square: bool) -> None:
+    """Refuse, naming the call, an operand that is not a batch of (square) ``dtype`` matrices."""
     if array.dtype != dtype:
         raise call.error(f"takes {np.dtype(dtype).name} matrices, not {array.dtype}")
     if array.ndim < 2 or (square and array.shape[-1] != array.shape[-2]):
@@ -97,7 +99,7 @@ def cholesky_factor(matrix: np.ndarray, lower: bool) -> tuple[np.ndarray, int]:
 def potrf(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray]:
     """``lapack_?potrf_ffi``'s host implementation (the module docstring)."""
     (a,) = operands
-    _matrices(call, a, POTRF_TARGETS[call.target], square=True)
+    check_matrices(call, a, POTRF_TARGETS[call.target], square=True)
     lower = _flag(call, "uplo", "L", "LU") == "L"
     batch = a.shape[:-2]
     factors = np.empty_like(a)
@@ -135,7 +137,7 @@ def lu_factor(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
 def getrf(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray]:
     """``lapack_?getrf_ffi``'s host implementation (the module docstring)."""
     (a,) = operands
-    _matrices(call, a, GETRF_TARGETS[call.target], square=False)
+    check_matrices(call, a, GETRF_TARGETS[call.target], square=False)
     batch = a.shape[:-2]
     factors = np.empty_like(a)
     pivots = np.zeros((*batch, min(a.shape[-2:])), np.int32)
@@ -171,8 +173,8 @@ def trsm(operands: tuple[np.ndarray, ...], call: CustomCall) -> np.ndarray:
     """``lapack_?trsm_ffi``'s host implementation (the module docstring)."""
     a, b = operands
     dtype = TRSM_TARGETS[call.target]
-    _matrices(call, a, dtype, square=True)
-    _matrices(call, b, dtype, square=False)
+    check_matrices(call, a, dtype, square=True)
+    check_matrices(call, b, dtype, square=False)
     left = _flag(call, "side", "L", "LR") == "L"
     size = b.shape[-2] if left else b.shape[-1]
     if a.shape[-1] != size or a.shape[:-2] != b.shape[:-2]:
