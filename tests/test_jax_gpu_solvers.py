@@ -3,7 +3,8 @@
 ``heron.jax.jit(f, backend="cuda")`` lowers with jax for CUDA, so ``jnp.linalg``
 arrives as cuSOLVER custom calls (``cusolver_potrf_ffi``, ``cusolver_getrf_ffi``,
 ``cu_lu_pivots_to_permutation``, ``cusolver_geqrf_ffi``, ``cusolver_orgqr_ffi``,
-``cusolver_syevd_ffi``, ``cusolver_gesvdj_ffi``, ...), and for ROCm as the
+``cusolver_syevd_ffi``, ``cusolver_gesvdj_ffi``, ...) and HLO's
+``triangular-solve`` (heron's ``__heron$triangular_solve``), and for ROCm as the
 ``hipsolver_`` ones. Each function is lowered for the GPU platform here (no GPU
 needed), compiled by heron for the interpreter and run by the thunk executor
 (the host calls between device copies), and compared with ``jax.jit`` on the CPU
@@ -116,12 +117,28 @@ FACTORIZATIONS = {
     "eigvalsh": (jnp.linalg.eigvalsh, "hermitian", {"cusolver_syevd_ffi"}),
     "svdvals": (lambda a: jnp.linalg.svd(a, compute_uv=False), (2, 6, 4), {"cusolver_gesvdj_ffi"}),
     "pinv": (jnp.linalg.pinv, (2, 4, 6), {"cusolver_gesvdj_ffi"}),
+    # LU then HLO triangular-solves (heron's __heron$triangular_solve, on the host)
+    "solve": (
+        lambda a: jnp.linalg.solve(a, a[..., :2] + 1),
+        "well-posed",
+        {"cusolver_getrf_ffi", "cu_lu_pivots_to_permutation"},
+    ),
+    "inv": (jnp.linalg.inv, "well-posed", {"cusolver_getrf_ffi", "cu_lu_pivots_to_permutation"}),
+    "solve_triangular": (
+        lambda a: jax.scipy.linalg.solve_triangular(a, a[..., :3], lower=True, trans=2),
+        "well-posed",
+        set(),
+    ),
 }
 
 
 def _operand(shape, dtype, seed: int = 1):
     rng = np.random.default_rng(seed)
-    return _hermitian(rng, (2,), 5, dtype) if shape == "hermitian" else _random(rng, shape, dtype)
+    if shape == "hermitian":
+        return _hermitian(rng, (2,), 5, dtype)
+    if shape == "well-posed":
+        return (_random(rng, (2, 5, 5), dtype) + 5 * np.eye(5)).astype(dtype)
+    return _random(rng, shape, dtype)
 
 
 @pytest.mark.parametrize("dtype", sorted(DTYPES), ids=str)
@@ -246,14 +263,21 @@ def test_a_matrix_that_is_not_positive_definite_is_nan_as_in_jax(device, platfor
     _close(actual[1], expected[1], np.float32)
 
 
-def test_a_singular_matrix_has_jax_s_determinant_and_lu():
+def test_a_singular_matrix_has_jax_s_determinant_lu_and_solution(device):
     a = np.array([[[1.0, 2.0], [2.0, 4.0]], [[0.0, 0.0], [0.0, 0.0]]])
-    device = open_device("interpreter")[1]
-    for function in (jnp.linalg.det, lambda m: tuple(jnp.linalg.slogdet(m)), jax.lax.linalg.lu):
+    functions = (
+        jnp.linalg.det,
+        lambda m: tuple(jnp.linalg.slogdet(m)),
+        jax.lax.linalg.lu,
+        jnp.linalg.inv,
+        lambda m: jnp.linalg.solve(m, np.ones((2, 2, 1))),
+    )
+    for function in functions:
         expected = jax.tree_util.tree_leaves(jax.jit(function)(a))
         actual = jax.tree_util.tree_leaves(run_on_heron(device, "cuda", function, a))
         for got, want in zip(actual, expected, strict=True):
-            np.testing.assert_array_equal(got, want)  # 0, -inf, the zero pivots kept
+            # 0, -inf, the zero pivots kept; inv and solve divide by them: inf and NaN
+            np.testing.assert_array_equal(got, want)
 
 
 def test_a_gpu_call_heron_does_not_provide_is_refused_by_name(device):

@@ -22,7 +22,9 @@ front) and every flag a character code in ``backend_config``:
   A's ``uplo`` triangle read, its diagonal taken as ones when ``diag`` is 85
   (``'U'``).
 
-Each is the unblocked column algorithm (``?potf2``, ``?getf2``, substitution) in
+Each is the unblocked column algorithm (``?potf2``, ``?getf2``, and
+substitution: :func:`heron.hlo.custom_calls.triangular_solve.solve`, which also
+runs HLO's ``triangular-solve``) in
 the operand's own precision (f32 for the ``s`` targets), so it agrees with LAPACK to
 rounding, not bit for bit (LAPACK blocks large matrices).
 """
@@ -35,6 +37,7 @@ import numpy as np
 
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
+from heron.hlo.custom_calls.triangular_solve import solve as triangular_solve
 
 __all__ = [
     "POTRF_TARGETS",
@@ -145,28 +148,6 @@ def getrf(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray
     for index in np.ndindex(*batch):
         factors[index], pivots[index], infos[index] = lu_factor(a[index])
     return [factors, pivots, infos]
-
-
-def triangular_solve(
-    a: np.ndarray, b: np.ndarray, *, left: bool, lower: bool, trans: str, unit: bool
-) -> np.ndarray:
-    """One ``?trsm`` with alpha 1: X with ``op(A) X = B`` (left) or ``X op(A) = B``."""
-    t = np.tril(a) if lower else np.triu(a)
-    if unit:
-        np.fill_diagonal(t, 1)
-    if trans == "T":
-        t, lower = t.T, not lower
-    elif trans == "C":
-        t, lower = t.conj().T, not lower
-    if not left:  # X T = B  <=>  T^T X^T = B^T
-        return triangular_solve(t.T, b.T, left=True, lower=not lower, trans="N", unit=False).T
-    x = np.array(b, copy=True)
-    n = t.shape[0]
-    rows = range(n) if lower else range(n - 1, -1, -1)
-    for i in rows:
-        done = slice(0, i) if lower else slice(i + 1, n)
-        x[i] = (x[i] - t[i, done] @ x[done]) / t[i, i]
-    return x
 
 
 def trsm(operands: tuple[np.ndarray, ...], call: CustomCall) -> np.ndarray:

@@ -36,6 +36,7 @@ from heron.compiler.library_attention import library_attention_rewriter
 from heron.compiler.library_attention_backward import library_attention_backward_rewriter
 from heron.compiler.library_convolution import library_convolution_rewriter
 from heron.compiler.library_convolution_fusion import library_convolution_fusion
+from heron.compiler.library_triangular_solve import triangular_solve_rewriter
 from heron.compiler.scan_rewriter import scan_rewriter
 from heron.compiler.tree_reduction import tree_reduction_rewriter
 from heron.hlo.ir import Module
@@ -57,6 +58,7 @@ __all__ = [
 #: The GPU passes by name, each a factory of the pass for a Target.
 GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
     "library-convolution-rewriter": library_convolution_rewriter,
+    "triangular-solve-rewriter": triangular_solve_rewriter,
     "library-attention-rewriter": library_attention_rewriter,
     "library-attention-backward-rewriter": library_attention_backward_rewriter,
     "library-convolution-fusion": library_convolution_fusion,
@@ -90,16 +92,17 @@ def fusion_pipeline(target: Target) -> Pipeline:
 
 
 def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
-    """The program pipeline for ``target``: the convolutions its DNN library takes made
-    library calls, simplification (before layouts, the attention its fused-attention
-    library takes made one call and the convolutions' bias and ReLU made part of their
-    calls), scans in log depth, the reductions too long for one
+    """The program pipeline for ``target``: the convolutions its DNN library takes and
+    the triangular solves made library calls, simplification (before layouts, the
+    attention its fused-attention library takes made one call and the convolutions'
+    bias and ReLU made part of their calls), scans in log depth, the reductions too long for one
     block split in two, then fusion (``deterministic``: see
     :func:`heron.hlo.passes.simplification_pipeline`)."""
     return Pipeline(
         "gpu",
         (
             library_convolution_rewriter(target),
+            triangular_solve_rewriter(target),
             simplification_pipeline(
                 deterministic=deterministic,
                 before_layout=(
