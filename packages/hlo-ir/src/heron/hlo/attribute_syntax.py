@@ -33,6 +33,11 @@ from heron.hlo.attributes import (
 )
 from heron.hlo.element_types import ElementType
 from heron.hlo.float_text import format_float
+from heron.hlo.input_output_alias import (
+    InputOutputAlias,
+    format_input_output_alias,
+    parse_input_output_alias,
+)
 from heron.hlo.lexer import WORD, Cursor, escape, unescape
 
 
@@ -526,6 +531,9 @@ HEADER_ATTRIBUTES: dict[str, AttributeSyntax] = {
     "replica_count": INT,
     "num_partitions": INT,
     "frontend_attributes": KEY_VALUES,
+    "input_output_alias": AttributeSyntax(
+        parse_input_output_alias, format_input_output_alias, (InputOutputAlias,)
+    ),
 }
 
 

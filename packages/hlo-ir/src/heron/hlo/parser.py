@@ -61,6 +61,7 @@ from heron.hlo.attribute_syntax import (
 )
 from heron.hlo.attributes import ComputationRef, InstructionRefs, RawAttribute
 from heron.hlo.errors import HloParseError, SourceLocation
+from heron.hlo.input_output_alias import check_input_output_alias
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.lexer import ATTRIBUTE_NAME, Cursor, line_starts_of
 from heron.hlo.literals import parse_literal
@@ -204,6 +205,8 @@ class _ModuleParser:
         self.references: list[tuple[Instruction, str]] = []
         # Instructions written without a shape (``t = tuple(a, b)``), inferred at the end.
         self.shapeless: list[Instruction] = []
+        # Where the header's input_output_alias is written (its refusals point there).
+        self.alias_location: SourceLocation | None = None
 
     # module ::= [header] section* computation*
     def parse(self) -> Module:
@@ -242,6 +245,7 @@ class _ModuleParser:
         self._resolve_computations(module, seen)
         if self.shapeless:
             self._infer_missing_shapes()
+        check_input_output_alias(module, self.alias_location)
         return module
 
     # header ::= 'HloModule' name (',' attribute)*
@@ -258,6 +262,8 @@ class _ModuleParser:
                 raise cur.error(f"module attribute '{key}' given twice", attr_pos)
             cur.expect("=", f"after module attribute '{key}'")
             header[key] = HEADER_ATTRIBUTES.get(key, RAW).parse(cur)
+            if key == "input_output_alias":
+                self.alias_location = cur.location(attr_pos)
         return name, header
 
     # section ::= title NEWLINE line* blank-line

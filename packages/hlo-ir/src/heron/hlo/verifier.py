@@ -19,6 +19,7 @@ from __future__ import annotations
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.errors import HloVerifyError, SourceLocation
 from heron.hlo.forwarded_layouts import layout_disagreement
+from heron.hlo.input_output_alias import check_input_output_alias
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.opcodes import OPCODES, VARIADIC, closest_opcode
 from heron.hlo.shape_inference import ShapeInferenceError, describe_instruction, infer_shape
@@ -63,6 +64,7 @@ def verify_module(module: Module) -> None:
     for comp in module.computations:
         for inst in orders[id(comp)]:
             _verify_instruction(inst)
+    check_input_output_alias(module)
     if module.layouts_assigned:
         for comp in module.computations:
             for inst in orders[id(comp)]:
