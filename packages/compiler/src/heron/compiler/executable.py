@@ -23,7 +23,9 @@ The entry's results live in output allocations: copy insertion makes every
 result leaf a value of its own (never a parameter or a constant); a result
 leaf that still is one, or that shares its buffer with another result leaf,
 gets an output allocation of its own here and a ``CopyThunk`` at the end of
-the program.
+the program. A result the module's ``input_output_alias`` donates a parameter
+to has no allocation of its own: the parameter's allocation has ``output``
+set, and the executor reads the result from the caller's (donated) bytes.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from heron.hlo.errors import UnsupportedError
+from heron.hlo.input_output_alias import input_output_aliases, leaf_number
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.shapes import ArrayShape
 from heron.runtime.core.artefact import (
@@ -274,17 +277,29 @@ def _allocations(assignment: BufferAssignment) -> tuple[list[Allocation], list[T
     parameter or constant allocation, or in an output allocation an earlier
     leaf already holds, gets a new output allocation and a copy.
     """
-    root = assignment.module.entry.root_instruction
+    module = assignment.module
+    root = module.entry.root_instruction
     owner: dict[int, int] = {}  # allocation index -> result leaf it holds
     extra: list[Allocation] = []
     copies: list[Thunk] = []
     next_index = len(assignment.allocations)
+    donated = {
+        leaf_number(root.shape, alias.output_index): alias.parameter_number
+        for alias in input_output_aliases(module)
+    }
     for leaf, piece in enumerate(assignment.leaf_slices(root)):
         if piece is None:
             continue
         allocation = assignment.allocations[piece.allocation]
         if allocation.kind == "output" and piece.allocation not in owner:
             owner[piece.allocation] = leaf
+            continue
+        if (
+            allocation.kind == "parameter"
+            and donated.get(leaf) == allocation.parameter_number
+            and piece.allocation not in owner
+        ):
+            owner[piece.allocation] = leaf  # donated: the result is in the caller's buffer
             continue
         extra.append(Allocation(next_index, piece.size, "output", output=leaf))
         copies.append(
@@ -308,6 +323,7 @@ def _allocations(assignment: BufferAssignment) -> tuple[list[Allocation], list[T
                     allocation.size,
                     "parameter",
                     parameter=allocation.parameter_number,
+                    output=owner.get(allocation.index),
                 )
             )
         elif allocation.kind == "output":

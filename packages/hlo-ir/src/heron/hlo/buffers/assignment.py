@@ -2,7 +2,9 @@
 
 Allocations, as in XLA: one per entry parameter leaf (the caller's memory),
 one per constant (loaded with the program), one per output leaf (live after
-the program: the caller reads it), and one block for every temporary, where
+the program: the caller reads it; none for an output the module's
+``input_output_alias`` puts in a donated parameter's allocation, which then
+is both: ``live_out``), and one block for every temporary, where
 buffers whose live ranges do not overlap reuse the same bytes (placed by
 :mod:`heron.hlo.buffers.heap`). The module must have been through copy
 insertion (so a buffer never mixes a parameter or constant with values
@@ -19,6 +21,7 @@ from heron.hlo.buffers.dataflow import Dataflow, Value, analyze_dataflow
 from heron.hlo.buffers.heap import Chunk, HeapRequest, place
 from heron.hlo.buffers.liveness import Liveness, LiveRange, analyze_liveness, max_live
 from heron.hlo.errors import HloVerifyError
+from heron.hlo.input_output_alias import input_output_aliases, leaf_number
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.memory_budget import format_size
 
@@ -155,9 +158,18 @@ def assign_buffers(module: Module, *, alignment: int) -> BufferAssignment:
         allocations.append(allocation)
         slices[buffer] = Slice(allocation.index, 0, size)
 
+    donated = {
+        (alias.parameter_number, leaf_number(param.shape, alias.parameter_index))
+        for alias in input_output_aliases(module)
+        for param in entry.parameters
+        if param.parameter_number == alias.parameter_number
+    }
     for param in entry.parameters:
         for leaf, buffer in enumerate(flow.leaf_buffers(param)):
-            _check_read_only(buffers[buffer], param)
+            if (param.parameter_number, leaf) in donated:
+                _check_donated(buffers[buffer], param)
+            else:
+                _check_read_only(buffers[buffer], param)
             if buffers[buffer][0].size:
                 own("parameter", buffer, parameter_number=param.parameter_number, leaf=leaf)
     for buffer, values in buffers.items():
@@ -190,6 +202,22 @@ def assign_buffers(module: Module, *, alignment: int) -> BufferAssignment:
         slices,
         max_live((r.live, r.size) for r in requests),
     )
+
+
+def _check_donated(values: list[Value], owner: Instruction) -> None:
+    """A donated parameter's buffer holds the program's writes, never a constant's or
+    another parameter's bytes (copy insertion copies those into it)."""
+    strangers = [
+        v.instruction.name
+        for v in values
+        if v.instruction is not owner and v.instruction.opcode in ("constant", "parameter")
+    ]
+    if strangers:
+        raise HloVerifyError(
+            f"donated parameter '{owner.name}' shares its bytes with"
+            f" {', '.join(strangers[:3])}: run copy insertion before buffer assignment",
+            owner.location,
+        )
 
 
 def _check_read_only(values: list[Value], owner: Instruction) -> None:

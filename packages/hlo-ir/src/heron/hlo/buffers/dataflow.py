@@ -10,7 +10,9 @@ parameter and the loop's result are one buffer per leaf), ``dynamic-update-
 slice`` and ``scatter`` update their first operand(s), and so does a fusion
 whose root is one of those applied to a fusion parameter. A ``conditional`` or
 ``call`` result lives where each branch's root lives. A *buffer* is a class of
-values that must share bytes; it is what buffer assignment places.
+values that must share bytes; it is what buffer assignment places. An entry
+output that the module's ``input_output_alias`` names is in its donated
+parameter's buffer (:mod:`heron.hlo.input_output_alias`).
 
 Only the entry and the computations it reaches through ``while``,
 ``conditional`` and ``call`` hold buffers (the *sequential* computations, run
@@ -28,6 +30,7 @@ import attrs
 
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.fusion_outputs import fusion_roots
+from heron.hlo.input_output_alias import input_output_aliases, leaf_number
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.memory_layout import memory_bytes
 from heron.hlo.shapes import ArrayShape, TupleShape
@@ -209,7 +212,21 @@ def analyze_dataflow(module: Module) -> Dataflow:
     flow = Dataflow()
     flow.computations = sequential_computations(module)
     _walk(flow, module.entry, None)
+    _donate(flow, module)
     return flow
+
+
+def _donate(flow: Dataflow, module: Module) -> None:
+    """Each output the header's ``input_output_alias`` names lives in its parameter's
+    buffer (copy insertion has made that safe: :mod:`heron.hlo.passes.copy_insertion`)."""
+    entry = module.entry
+    root = entry.root_instruction
+    outputs = flow.leaves[id(root)]
+    parameters = {p.parameter_number: p for p in entry.parameters}
+    for alias in input_output_aliases(module):
+        param = parameters[alias.parameter_number]
+        donated = flow.leaves[id(param)][leaf_number(param.shape, alias.parameter_index)]
+        flow.union(outputs[leaf_number(root.shape, alias.output_index)], donated)
 
 
 def _walk(flow: Dataflow, computation: Computation, arguments: list[list[int]] | None) -> None:

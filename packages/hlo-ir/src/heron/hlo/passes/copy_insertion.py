@@ -29,11 +29,22 @@ them. The rules, per sequential computation (callers first):
    runs first. Parameters, constants and loop results are copied first.
 4. The roots of the entry, of branches and of calls: every leaf a distinct
    value of its own; parameters, constants, views of them and repeats are
-   copied (an output must not be the caller's argument or a constant).
+   copied (an output must not be the caller's argument or a constant, except
+   the argument donated to that very output).
+
+5. Donation (the module's ``input_output_alias``, :meth:`_Inserter.run_donating`):
+   an aliased output goes into its parameter's bytes, as a body root element goes
+   into its state (rule 2). It may be the parameter itself, unchanged (no copy);
+   a while's result whose init element is the parameter, read by nothing else (the
+   loop runs in the caller's bytes); a chain of in-place updates of the parameter
+   (rule 3 then lets the first update write it, every other reader first); or a
+   value of its own (or a multi-output fusion's leaf) whose instruction runs after
+   every reader of the parameter and reads it only element by element. Anything
+   else gets a copy that runs last. ``may-alias`` and ``must-alias`` are the same
+   here: the alias is always honoured. Parameters not aliased are never written.
 
 It runs after fusion (it needs the fusions' in-place roots) and before the
-scheduler. Entry parameters are never donated (``input_output_alias`` is not
-read): writing one always goes through a copy.
+scheduler.
 """
 
 from __future__ import annotations
@@ -47,6 +58,8 @@ from heron.hlo.buffers.dataflow import (
 )
 from heron.hlo.builder import NameUniquer
 from heron.hlo.errors import UnsupportedError
+from heron.hlo.fusion_outputs import fusion_roots
+from heron.hlo.input_output_alias import AliasEntry, input_output_aliases
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.opcodes import is_elementwise
 from heron.hlo.passes.registry import hlo_pass
@@ -76,9 +89,27 @@ def insert_copies(module: Module) -> bool:
                 roles[id(callees[0])] = "condition"
                 roles[id(callees[1])] = "body"
     inserter = _Inserter(module_names(module))
+    donations = input_output_aliases(module)
     for computation in computations:
-        inserter.run(computation, roles[id(computation)])
+        if computation is module.entry and donations:
+            inserter.run_donating(computation, donations)
+        else:
+            inserter.run(computation, roles[id(computation)])
     return inserter.changed
+
+
+class _Donation:
+    """One input_output_alias entry in the entry: the output's path in the root, and the
+    instructions that read the donated parameter leaf (the parameter itself, or the
+    get-tuple-elements of a tuple parameter's element)."""
+
+    def __init__(self, alias: AliasEntry, group: list[Instruction]) -> None:
+        self.alias = alias
+        self.path = alias.output_index
+        self.group = group
+        #: "unchanged" (the output is the parameter), "loop" (a while runs in its bytes),
+        #: "chain" (in-place updates of the parameter), "written" (a value written into it).
+        self.state = "written"
 
 
 class _Inserter:
@@ -170,7 +201,11 @@ class _Inserter:
             if owned is not root:
                 computation.root = owned
 
-    def while_init(self, computation: Computation, loop: Instruction) -> None:
+    def while_init(
+        self, computation: Computation, loop: Instruction, keep: frozenset[int] = frozenset()
+    ) -> None:
+        """Rule 1; ``keep``: ids of init elements that stay (donated parameters the loop's
+        result gives back into their own bytes, :meth:`donated_carries`)."""
         init = loop.operands[0]
         users = self.users(computation)
         if isinstance(init.shape, ArrayShape):
@@ -188,6 +223,8 @@ class _Inserter:
             users = self.users(computation)
         for k, element in enumerate(init.operands):
             alone = users[element] == [init] and init.operands.count(element) == 1
+            if alone and id(element) in keep:
+                continue
             if not (_own(element) and alone and computation.root is not element):
                 init.operands[k] = self.copy(computation, element, init)
 
@@ -300,8 +337,14 @@ class _Inserter:
         value: Instruction,
         seen: set[tuple[int, int]],
         before: Instruction,
+        keep: dict[tuple[int, ...], list[Instruction]] | None = None,
+        path: tuple[int, ...] = (),
     ) -> Instruction:
-        """Rule 4: ``value`` with every leaf a distinct value of its own (copies where not)."""
+        """Rule 4: ``value`` with every leaf a distinct value of its own (copies where not).
+
+        ``keep``: output path -> the donated parameter leaf's readers; an output that
+        is its own donated parameter, unchanged, stays (its bytes are already there).
+        """
         if isinstance(value.shape, TupleShape):
             if value.opcode == "tuple":
                 parts = list(value.operands)
@@ -310,17 +353,243 @@ class _Inserter:
                     self.new(computation, "get-tuple-element", shape, [value], before, index=k)
                     for k, shape in enumerate(value.shape.elements)
                 ]
-            owned = [self.own_leaves(computation, part, seen, before) for part in parts]
+            owned = [
+                self.own_leaves(computation, part, seen, before, keep, (*path, k))
+                for k, part in enumerate(parts)
+            ]
             if value.opcode == "tuple" and all(a is b for a, b in zip(owned, value.operands)):
                 return value
             return self.new(computation, "tuple", value.shape, owned, before)
         if value.shape.is_token:
+            return value
+        if keep is not None and value in keep.get(path, ()):
             return value
         source = _source(value)
         if source is None or source in seen:
             return self.copy(computation, value, before)
         seen.add(source)
         return value
+
+    # -- donated entry parameters (input_output_alias) ----------------------------------
+    def run_donating(self, entry: Computation, aliases: tuple[AliasEntry, ...]) -> None:
+        """The entry of a module whose outputs live in donated parameters' bytes.
+
+        Rule 5: an aliased output goes into its parameter's buffer, as a while body's
+        root goes into its state (rule 2): it may be the parameter itself, unchanged;
+        the result of a loop whose init is the parameter (the loop runs in its bytes);
+        an in-place chain on the parameter (each update in place when rule 3 allows);
+        or a value of its own whose instruction runs after every reader of the
+        parameter and writes each element over the one it reads (:func:`reads_in_place`).
+        Anything else gets a copy, after every reader.
+        """
+        donations = [_Donation(alias, _donated_readers(entry, alias)) for alias in aliases]
+        for inst in list(entry.instructions):
+            if inst.opcode == "while":
+                self.while_init(entry, inst, self.donated_carries(entry, inst, donations))
+        root = entry.root_instruction
+        keep = {d.path: d.group for d in donations}
+        owned = self.own_leaves(entry, root, set(), root, keep)
+        if owned is not root:
+            entry.root = owned
+            self._drop_dead_views(entry, root)
+        groups: dict[int, list[Instruction]] = {}
+        seen: set[int] = set()
+        for n, donation in enumerate(donations):
+            element = self._leaf_at(entry, donation.path)
+            origin = _chain_origin(element)
+            if element in donation.group:
+                donation.state = "unchanged"
+            elif _carried(element, donation.group):
+                donation.state = "loop"
+            elif origin in donation.group:
+                donation.state = "chain"
+                groups[n] = donation.group
+            elif _fusion_leaf(element) is not None and id(element.operands[0]) not in seen:
+                origin = element.operands[0]
+            elif not (_own(origin) and id(origin) not in seen):
+                copy = self.copy(entry, element, entry.root_instruction)
+                self._set_leaf(entry, donation.path, copy)
+                origin = copy
+            seen.add(id(origin))
+        for inst in entry.post_order():
+            for _, operand in in_place_operands(inst):
+                if not self.can_update(entry, inst, operand, groups):
+                    inst.operands[operand] = self.copy(entry, inst.operands[operand], inst)
+        for donation in donations:
+            if donation.state in ("unchanged", "loop"):
+                continue
+            self.donated_order(entry, donation)
+
+    def donated_carries(
+        self, entry: Computation, loop: Instruction, donations: list[_Donation]
+    ) -> frozenset[int]:
+        """Init elements of ``loop`` that are donated parameters whose output is the loop's
+        same element: the loop may run in the parameter's bytes (no copy at all)."""
+        init = loop.operands[0]
+        if init.opcode != "tuple" or self.users(entry)[init] != [loop]:
+            return frozenset()
+        keep: set[int] = set()
+        for donation in donations:
+            at = _element_at(entry.root_instruction, donation.path)
+            if at is None or at[0] is not loop:
+                continue
+            element = init.operands[at[1]]
+            if element in donation.group:
+                keep.add(id(element))
+        return frozenset(keep)
+
+    def donated_order(self, entry: Computation, donation: _Donation) -> None:
+        """Rule 5, after in-place updates: the output's writer runs after every reader of
+        the parameter's old bytes; where it cannot, or reads them at other elements, the
+        output is copied into them last."""
+        root = entry.root_instruction
+        users = self.users(entry)
+        chain = _chain_from(donation.group, users)
+        element = self._leaf_at(entry, donation.path)
+        if element in chain:
+            return
+        leaf = _fusion_leaf(element)
+        writer = _chain_origin(element) if leaf is None else element.operands[0]
+        readers = _readers(chain, users, skip={root})
+        old = _with_views(chain, users)
+        if leaf is None:
+            over_itself = not _own(writer) or any(
+                operand in old and not reads_in_place(writer, k)
+                for k, operand in enumerate(writer.operands)
+            )
+        else:
+            over_itself = any(
+                operand in old and not _root_reads_in_place(writer, k, leaf)
+                for k, operand in enumerate(writer.operands)
+            )
+        if over_itself or not self.order_after(entry, writer, readers):
+            copy = self.copy(entry, element, root)
+            self._set_leaf(entry, donation.path, copy)
+            if not self.order_after(entry, copy, readers):
+                raise AssertionError(f"copy '{copy.name}' cannot follow its readers")
+
+    def _drop_dead_views(self, computation: Computation, value: Instruction) -> None:
+        """Remove the old root ``value`` and the views under it nothing reads any more: they
+        would count as readers of the parameters they name."""
+        stack = [value]
+        while stack:
+            inst = stack.pop()
+            users = self.users(computation)
+            if users.get(inst) or inst is computation.root or inst.opcode not in VIEW_OPCODES:
+                continue
+            computation.instructions.remove(inst)
+            self._users.clear()
+            stack.extend(inst.operands)
+
+    def _leaf_at(self, computation: Computation, path: tuple[int, ...]) -> Instruction:
+        """The root's leaf at ``path`` (rule 4 has made the root tuples down to its leaves)."""
+        value = computation.root_instruction
+        for k in path:
+            if value.opcode != "tuple":
+                raise AssertionError(f"output path {path} meets '{value.name}', not a tuple")
+            value = value.operands[k]
+        return value
+
+    def _set_leaf(
+        self, computation: Computation, path: tuple[int, ...], value: Instruction
+    ) -> None:
+        if not path:
+            computation.root = value
+            return
+        holder = self._leaf_at(computation, path[:-1])
+        holder.operands[path[-1]] = value
+        self._users.clear()
+
+
+def _donated_readers(entry: Computation, alias: AliasEntry) -> list[Instruction]:
+    """What reads the donated parameter leaf: the parameter, or for an element of a
+    tuple parameter the get-tuple-elements of it."""
+    param = next(p for p in entry.parameters if p.parameter_number == alias.parameter_number)
+    if not alias.parameter_index:
+        return [param]
+    users = entry.users().get(param, [])
+    if len(alias.parameter_index) != 1 or any(u.opcode != "get-tuple-element" for u in users):
+        raise UnsupportedError(
+            f"input_output_alias entry '{alias}': copy insertion donates an array parameter"
+            f" or an element of a tuple parameter read through get-tuple-element;"
+            f" parameter '{param.name}' is {param.shape}"
+        )
+    (index,) = alias.parameter_index
+    return [u for u in users if int(u.attr("index")) == index]
+
+
+def _element_at(root: Instruction, path: tuple[int, ...]) -> tuple[Instruction, int] | None:
+    """(holder, element) of the output at ``path`` before rule 4: a get-tuple-element's
+    operand and index, or the tuple-shaped instruction the path's last step enters."""
+    value = root
+    for depth, k in enumerate(path):
+        if value.opcode != "tuple":
+            return (value, k) if depth == len(path) - 1 else None
+        value = value.operands[k]
+    if value.opcode == "get-tuple-element":
+        return (value.operands[0], int(value.attr("index")))
+    return None
+
+
+def _fusion_leaf(element: Instruction) -> int | None:
+    """The leaf of a multi-output fusion that ``element`` is (its own bytes), or None."""
+    if element.opcode != "get-tuple-element" or not isinstance(element.shape, ArrayShape):
+        return None
+    holder = element.operands[0]
+    if holder.opcode != "fusion" or not isinstance(holder.shape, TupleShape):
+        return None
+    roots = fusion_roots(holder.called("calls"))
+    if len(roots) != len(holder.shape.elements) or not all(
+        isinstance(r.shape, ArrayShape) for r in roots
+    ):
+        return None
+    return int(element.attr("index"))
+
+
+def _root_reads_in_place(fusion: Instruction, operand: int, leaf: int) -> bool:
+    """Whether root ``leaf`` of the multi-output ``fusion`` may be written over operand
+    ``operand`` while the kernel reads it: every element of the operand is read only by
+    elementwise ops of the root's dimensions that feed root ``leaf`` alone (no other
+    root reads the operand), so the thread that writes an element has read it first,
+    whatever order the emitter writes the roots in."""
+    body = fusion.called("calls")
+    roots = fusion_roots(body)
+    mine = roots[leaf]
+    value = fusion.operands[operand]
+    result = mine.shape
+    if not isinstance(result, ArrayShape) or not isinstance(value.shape, ArrayShape):
+        return False
+    if (value.shape.dims, value.shape.minor_to_major) != (result.dims, result.minor_to_major):
+        return False
+    users = body.users()
+    top = body.root_instruction
+    stack, seen = [body.parameters[operand]], set()
+    reached: list[Instruction] = []
+    while stack:
+        for reader in users.get(stack.pop(), []):
+            if id(reader) in seen or reader is top and top.opcode == "tuple":
+                continue
+            seen.add(id(reader))
+            shape = reader.shape
+            if not (
+                is_elementwise(reader.opcode)
+                and isinstance(shape, ArrayShape)
+                and shape.dims == result.dims
+            ):
+                return False
+            reached.append(reader)
+            stack.append(reader)
+    roots_reached = {id(r) for r in reached if any(r is root for root in roots)}
+    return roots_reached == {id(mine)}
+
+
+def _carried(element: Instruction, group: list[Instruction]) -> bool:
+    """Whether ``element`` is a loop's result element whose init is the donated parameter."""
+    if element.opcode != "get-tuple-element" or element.operands[0].opcode != "while":
+        return False
+    init = element.operands[0].operands[0]
+    index = int(element.attr("index"))
+    return init.opcode == "tuple" and init.operands[index] in group
 
 
 class _Graph:
