@@ -22,20 +22,12 @@ from heron_test_support.fake_blas import (
     extra_gemm_calls,
     random_operands,
 )
+from heron_test_support.gemm_artefact import gemm_artefact
 
-from heron.runtime.core.artefact import (
-    Allocation,
-    Artefact,
-    EntrySignature,
-    KernelEntry,
-)
-from heron.runtime.core.device import KernelImage
 from heron.runtime.core.executor import Executable
 from heron.runtime.core.gemm import GemmCall
-from heron.runtime.core.thunks import BufferSlice, KernelThunk, LibraryCallThunk
 from heron.runtime.cuda.cublaslt import WORKSPACE_BYTES, CublasLt, plan
 from heron.runtime.cuda.device import CudaDevice
-from heron.target import Target
 
 EXTRA_CALLS = extra_gemm_calls()
 
@@ -164,44 +156,6 @@ def test_the_bias_pointer_follows_each_call(fake_cublaslt):
 
 # -- the executor's choice on the CUDA device (stand-in driver and library) ------------------
 
-CALL = GemmCall(2, 3, 4, 5, bias=True, activation="relu")
-PTX = """
-.version 8.0
-.target sm_90
-.address_size 64
-.visible .entry gemm_fusion(
-    .param .u64 .ptr .align 16 p0,
-    .param .u64 .ptr .align 16 p1,
-    .param .u64 .ptr .align 16 p2,
-    .param .u64 .ptr .align 16 p3
-)
-{ ret; }
-"""
-
-
-def _gemm_artefact() -> Artefact:
-    """(lhs, rhs, bias) -> relu(lhs @ rhs + bias): a library call, heron's kernel beside it."""
-    sizes = CALL.byte_sizes()
-    slices = [BufferSlice(i, 0, size) for i, size in enumerate(sizes)]
-    launch = KernelThunk("gemm_fusion", "fusion", slices, (1, 1, 1), (32, 1, 1))
-    call = LibraryCallThunk(
-        "blas", "gemm", slices, CALL.attributes(), fallback=[launch], fallback_emitter="gemm"
-    )
-    return Artefact(
-        target=Target.preset("h100"),
-        program=[call],
-        allocations=[
-            Allocation(0, sizes[0], "parameter", parameter=0),
-            Allocation(1, sizes[1], "parameter", parameter=1),
-            Allocation(2, sizes[2], "parameter", parameter=2),
-            Allocation(3, sizes[3], "output", output=0),
-        ],
-        signature=EntrySignature(
-            ["f32[2,3,5]{2,1,0}", "f32[2,5,4]{2,1,0}", "f32[4]{0}"], ["f32[2,3,4]{2,1,0}"]
-        ),
-        kernels=[KernelEntry("cuda", "fusion", KernelImage("ptx", "gemm_fusion", PTX.encode()))],
-    )
-
 
 def _inputs(rng):
     return [
@@ -228,7 +182,7 @@ def test_the_executor_takes_cublaslt_where_the_device_offers_it(
 
     device = CudaDevice(bindings=driver, libraries={"gemm": cublaslt})
     executable = Executable(
-        _gemm_artefact(), device, command_buffers=command_buffers, min_graph_size=1
+        gemm_artefact(), device, command_buffers=command_buffers, min_graph_size=1
     )
     (choice,) = executable.library_choices
     assert (choice.chosen, choice.library, choice.call) == (
@@ -255,7 +209,7 @@ def test_the_executor_runs_heron_s_kernel_where_cublaslt_is_missing(fake_cuda):
 
     driver = fake_cuda()
     device = CudaDevice(bindings=driver, libraries={"gemm": missing})
-    executable = Executable(_gemm_artefact(), device)
+    executable = Executable(gemm_artefact(), device)
     (choice,) = executable.library_choices
     assert (choice.chosen, choice.library) == ("gemm", False)
     assert device.library_reasons["gemm"].endswith("(not installed)")

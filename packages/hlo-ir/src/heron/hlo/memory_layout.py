@@ -21,6 +21,7 @@ from heron.hlo.shapes import ArrayShape
 
 __all__ = [
     "from_memory",
+    "is_c_order",
     "memory_bytes",
     "memory_dtype",
     "memory_size",
@@ -142,3 +143,20 @@ def poisoned(shape: ArrayShape, poison: int) -> np.ndarray:
 def memory_bytes(shape: ArrayShape) -> int:
     """The buffer's size in bytes."""
     return memory_size(shape) * memory_dtype(shape.element_type).itemsize
+
+
+def is_c_order(shape: ArrayShape) -> bool:
+    """Whether a buffer of ``shape`` holds exactly the bytes of a C-contiguous numpy array of
+    its logical values, so that another library can read it in place (DLPack).
+
+    True when the layout orders the dimensions as numpy does (size-1 dimensions
+    anywhere) and the element type is stored as numpy stores it: not a packed
+    sub-byte type; pred as one byte 0 or 1, the fp8 family as its bits. An
+    empty array is not (its buffer is one element, never read).
+    """
+    if shape.element_type.is_sub_byte or shape.num_elements == 0:
+        return False
+    if shape.layout is not None and shape.layout.is_tiled:
+        return False
+    order = [d for d in shape.major_to_minor if shape.dims[d] != 1]
+    return order == sorted(order)

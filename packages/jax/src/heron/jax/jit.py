@@ -10,7 +10,22 @@ static values):
    :func:`heron.compiler.executable.compile_executable`), unless the disk
    cache (:mod:`heron.jax.cache`) already holds it;
 3. load it on the device once, then run it for every call with that
-   signature, returning numpy arrays in the function's own pytree structure.
+   signature (:class:`heron.runtime.core.resident.ResidentRunner`): arguments
+   already on the device (a ``jax.Array`` on the same GPU, through DLPack; an
+   earlier call's result) are used in place, host arrays are copied once;
+   results stay on the device and the call returns once the work is issued,
+   in the function's own pytree structure.
+
+What a call returns (``results``): ``"auto"`` gives numpy arrays where the
+device's memory is the host's (the interpreter) and, on a GPU, ``jax.Array`` values
+on that GPU (exchanged through DLPack, no copy) where jax has that GPU, else
+heron's :class:`~heron.runtime.core.resident.DeviceArray` (``np.asarray``,
+``__dlpack__``, ``block_until_ready``); ``"numpy"``, ``"jax"`` and ``"device"``
+ask for one of them. ``donate_argnums`` (``donate_argnames``) are jax's: the
+module is lowered with the donation, so that a result may be written into a
+donated argument's buffer (input-output aliasing); a donated heron array is
+then consumed, any other donated value copied first (docs/runtime.md,
+"Device-resident arrays").
 
 ``backend``: ``auto`` (the first available of cuda, rocm, the interpreter),
 or a name. ``target``: the device to compile for, a :class:`heron.target.Target`
@@ -29,6 +44,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
+import numpy as np
 
 from heron.jax.cache import DiskCache, cache_key, default_cache_dir
 from heron.jax.lowering import (
@@ -39,18 +55,26 @@ from heron.jax.lowering import (
     signature_of,
     split_static,
 )
+from heron.runtime.core import dlpack
 
-__all__ = ["HeronJitted", "jit"]
+__all__ = ["RESULTS", "HeronJitted", "jit"]
+
+#: What ``results=`` may ask for (see the module docstring).
+RESULTS = ("auto", "numpy", "jax", "device")
 
 
 @attrs.define
 class _Compiled:
-    """One signature's program: how it was lowered, and its executable loaded on the device."""
+    """One signature's program: how it was lowered, its executable loaded on the device, and
+    the runner that takes device-resident arguments; ``donated`` are the entry parameters
+    (argument leaves) the caller donates."""
 
     lowered: Lowered
     artefact: Any
     executable: Any
     from_disk: bool
+    runner: Any
+    donated: frozenset[int]
 
 
 class HeronJitted:
@@ -67,9 +91,21 @@ class HeronJitted:
         static_argnames: str | Sequence[str] = (),
         command_buffers: bool = True,
         deterministic: bool = False,
+        donate_argnums: int | Sequence[int] = (),
+        donate_argnames: str | Sequence[str] = (),
+        results: str = "auto",
     ) -> None:
+        from heron.jax.devices import HeronJaxError
+
+        if results not in RESULTS:
+            raise HeronJaxError(
+                f"heron.jax.jit: results={results!r}; it is one of {', '.join(RESULTS)}"
+            )
         self.function = function
         self.deterministic = deterministic
+        self.donate_argnums = donate_argnums
+        self.donate_argnames = donate_argnames
+        self.results = results
         self.requested_backend = backend
         self.static_argnums = static_argnums
         self.static_argnames = static_argnames
@@ -117,15 +153,36 @@ class HeronJitted:
             *args,
             static_argnums=self.static_argnums,
             static_argnames=self.static_argnames,
+            donate_argnums=self.donate_argnums,
+            donate_argnames=self.donate_argnames,
             platform=platform_for(self.backend),
             **kwargs,
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         program, dynamic_args, dynamic_kwargs = self._program(args, kwargs)
-        leaves = program.lowered.flatten_arguments(dynamic_args, dynamic_kwargs)
-        outputs = program.executable.run(leaves)
-        return program.lowered.unflatten_results(outputs)
+        leaves = program.lowered.argument_leaves(dynamic_args, dynamic_kwargs)
+        outputs = program.runner(leaves, donate=program.donated)
+        return program.lowered.unflatten_results(self._deliver(outputs))
+
+    def _deliver(self, outputs: Sequence[Any]) -> list[Any]:
+        """The results as ``results=`` asks (see the module docstring)."""
+        from heron.jax.arrays import as_jax_arrays, jax_sees
+
+        wanted = self.results
+        if wanted == "auto":
+            device = self._device
+            assert device is not None
+            where = device.dlpack_device
+            if where is None or where[0] == dlpack.CPU:
+                wanted = "numpy"
+            else:
+                wanted = "jax" if jax_sees(where) else "device"
+        if wanted == "numpy":
+            return [np.asarray(output) for output in outputs]
+        if wanted == "jax":
+            return as_jax_arrays(outputs)
+        return list(outputs)
 
     def _program(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -149,10 +206,17 @@ class HeronJitted:
         kind, kernel, launch, seconds; command buffers; kernel launches)."""
         return self._program(args, kwargs)[0].executable.stats
 
+    def inputs_taken(self, *args: Any, **kwargs: Any) -> Any:
+        """How the last call for these arguments' signature took each entry parameter
+        (:class:`heron.runtime.core.resident.RunInputs`: in place, through DLPack, donated,
+        copied)."""
+        return self._program(args, kwargs)[0].runner.last_inputs
+
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Compiled:
         from heron.compiler.executable import compile_executable
-        from heron.jax.devices import load_on_device
+        from heron.jax.devices import load_on_device, result_pool
         from heron.runtime.core import __version__
+        from heron.runtime.core.resident import ResidentRunner
 
         self._open()
         lowered = self.lower(*args, **kwargs)
@@ -174,7 +238,11 @@ class HeronJitted:
         executable = load_on_device(
             artefact, self._device, self._backend, command_buffers=self.command_buffers
         )
-        return _Compiled(lowered, artefact, executable, from_disk)
+        runner = ResidentRunner(executable, result_pool(self._device))
+        donated = lowered.donated_leaves(
+            args, kwargs, self.donate_argnums, self.donate_argnames, self.static_argnums
+        )
+        return _Compiled(lowered, artefact, executable, from_disk, runner, donated)
 
 
 def _target(target: Any) -> Any:
@@ -206,6 +274,9 @@ def jit(
     static_argnames: str | Sequence[str] = (),
     command_buffers: bool = True,
     deterministic: bool = False,
+    donate_argnums: int | Sequence[int] = (),
+    donate_argnames: str | Sequence[str] = (),
+    results: str = "auto",
 ) -> Any:
     """``function`` compiled by heron (see the module docstring); usable as a decorator,
     with or without arguments (``@heron.jax.jit`` or ``@heron.jax.jit(backend=...)``)."""
@@ -217,6 +288,9 @@ def jit(
         static_argnames=static_argnames,
         command_buffers=command_buffers,
         deterministic=deterministic,
+        donate_argnums=donate_argnums,
+        donate_argnames=donate_argnames,
+        results=results,
     )
     if function is None:
         return lambda f: HeronJitted(f, **options)

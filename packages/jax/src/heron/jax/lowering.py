@@ -41,8 +41,18 @@ class Signature:
 
 def _leaf_spec(leaf: Any) -> tuple[tuple[int, ...], str, bool]:
     weak = isinstance(leaf, (bool, int, float, complex))
-    aval = jax.typeof(leaf) if hasattr(jax, "typeof") else jax.core.get_aval(leaf)
+    aval = jax.typeof(_abstract(leaf))
     return tuple(int(d) for d in aval.shape), str(aval.dtype), weak
+
+
+def _abstract(leaf: Any) -> Any:
+    """``leaf`` as jax traces it: an array jax does not know (a heron DeviceArray, another
+    library's device array) by its shape and dtype, anything else as it is."""
+    if isinstance(leaf, (jax.Array, np.ndarray, np.generic, bool, int, float, complex)):
+        return leaf
+    if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+        return jax.ShapeDtypeStruct(tuple(leaf.shape), np.dtype(leaf.dtype))
+    return leaf
 
 
 def signature_of(
@@ -80,9 +90,63 @@ class Lowered:
             array.astype(jax.dtypes.canonicalize_dtype(array.dtype), copy=False) for array in arrays
         ]
 
+    def argument_leaves(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
+        """The entry's arguments for a device-resident run: arrays that may be on a device
+        (a ``jax.Array``, a heron DeviceArray, anything with ``__dlpack__``) as they are,
+        the rest as :meth:`flatten_arguments` makes them (numpy, in jax's dtypes)."""
+        leaves, tree = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
+        if tree != self.in_tree:
+            raise TypeError(
+                f"heron.jax: arguments of structure {tree} given to '{self.name}',"
+                f" lowered for {self.in_tree}"
+            )
+        return [leaf if _on_a_device(leaf) else _host_leaf(leaf) for leaf in leaves]
+
+    def donated_leaves(
+        self,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        donate_argnums: int | Sequence[int],
+        donate_argnames: str | Sequence[str],
+        static_argnums: int | Sequence[int] = (),
+    ) -> frozenset[int]:
+        """The entry parameters (argument leaves) of the arguments donated by position
+        (``donate_argnums``, counted among all positional arguments, as jax counts them)
+        or by name."""
+        numbers = {n % len(args) for n in _as_tuple(donate_argnums)} if args else set()
+        static = {n % len(args) for n in _as_tuple(static_argnums)} if args else set()
+        names = set(_as_tuple(donate_argnames))
+        donated: set[int] = set()
+        position = 0
+        for number, arg in enumerate(args):
+            if number in static:
+                continue
+            count = len(jax.tree_util.tree_leaves(arg))
+            if number in numbers:
+                donated.update(range(position, position + count))
+            position += count
+        for name, value in sorted(kwargs.items()):  # jax flattens a dict by sorted keys
+            count = len(jax.tree_util.tree_leaves(value))
+            if name in names:
+                donated.update(range(position, position + count))
+            position += count
+        return frozenset(donated)
+
     def unflatten_results(self, leaves: Sequence[np.ndarray]) -> Any:
         """The function's result, in its own pytree structure, from the entry's leaves."""
         return jax.tree_util.tree_unflatten(self.out_tree, list(leaves))
+
+
+def _on_a_device(leaf: Any) -> bool:
+    """Whether ``leaf`` may live on a device (then the runner decides how to take it)."""
+    return isinstance(leaf, jax.Array) or (
+        hasattr(leaf, "__dlpack__") and not isinstance(leaf, (np.ndarray, np.generic))
+    )
+
+
+def _host_leaf(leaf: Any) -> np.ndarray:
+    array = np.asarray(leaf)
+    return array.astype(jax.dtypes.canonicalize_dtype(array.dtype), copy=False)
 
 
 def _name(function: Callable[..., Any]) -> str:
@@ -105,6 +169,8 @@ def lower(
     *args: Any,
     static_argnums: int | Sequence[int] = (),
     static_argnames: str | Sequence[str] = (),
+    donate_argnums: int | Sequence[int] = (),
+    donate_argnames: str | Sequence[str] = (),
     platform: str = "cpu",
     **kwargs: Any,
 ) -> Lowered:
@@ -114,15 +180,20 @@ def lower(
     Arguments are anything jax takes (arrays, scalars, pytrees of them, or
     ``jax.ShapeDtypeStruct`` to lower without data). Every argument becomes an
     entry parameter, used or not (``keep_unused``), so that parameters and
-    leaves correspond one to one.
+    leaves correspond one to one. Donated arguments (``donate_argnums``,
+    ``donate_argnames``, as jax's) give the module an ``input_output_alias``
+    where a result can take a donated argument's buffer.
     """
     jitted = jax.jit(
         function,
         keep_unused=True,
         static_argnums=static_argnums,
         static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+        donate_argnames=donate_argnames,
     )
-    lowered = jitted.trace(*args, **kwargs).lower(lowering_platforms=(platform,))
+    abstract_args, abstract_kwargs = jax.tree_util.tree_map(_abstract, (args, kwargs))
+    lowered = jitted.trace(*abstract_args, **abstract_kwargs).lower(lowering_platforms=(platform,))
     text = lowered.compiler_ir("hlo").as_hlo_text()
     name = _name(function)
     module = parse_module(text, source=f"<jax: {name}>")

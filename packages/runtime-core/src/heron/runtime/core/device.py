@@ -35,6 +35,13 @@ stands for):
   predicate or selector is read on the device at replay time.
 - ``timer()``: a :class:`Timer` measuring device time between two points of the
   stream (events on a GPU).
+- Memory shared with other libraries (DLPack, :mod:`heron.runtime.core.dlpack`):
+  ``dlpack_device`` says where the device's memory is in DLPack's terms,
+  ``address(buffer)`` where a buffer starts, ``adopt(address, nbytes, owner)``
+  makes a buffer of memory someone else owns (never freed by heron; ``owner``
+  keeps it alive), and ``dlpack_stream`` is what a producer's
+  ``__dlpack__(stream=...)`` is told so that its work comes before this
+  device's. A device without them exchanges nothing (``dlpack_device`` None).
 - Library calls (:mod:`heron.runtime.core.library_calls`): ``library_for(call)``
   names the library that runs a call here (``"cublasLt"``) or is None;
   ``library_call(call, buffers)`` runs it, stream-ordered like a launch and
@@ -122,6 +129,9 @@ class DeviceBuffer:
     nbytes: int
     handle: Any = attrs.field(repr=False)
     label: str = ""
+    #: What keeps adopted memory alive (:meth:`Device.adopt`: a DLPack producer's
+    #: tensor); None for memory the device allocated.
+    owner: Any = attrs.field(default=None, repr=False)
 
 
 @attrs.frozen(eq=False)
@@ -325,7 +335,43 @@ class Device(abc.ABC):
         return HostTimer(self)
 
     def free(self, buffer: DeviceBuffer) -> None:  # noqa: B027 - optional for a device
-        """Give ``buffer`` back (devices with garbage-collected memory need do nothing)."""
+        """Give ``buffer`` back (devices with garbage-collected memory need do nothing).
+
+        An adopted buffer (:meth:`adopt`) is not the device's to free: nothing happens.
+        """
+
+    # -- memory shared with other libraries (DLPack) -------------------------------------
+
+    @property
+    def dlpack_device(self) -> tuple[int, int] | None:
+        """``(DLPack device type, device id)`` of this device's memory: ``(1, 0)`` (kDLCPU)
+        for memory the host addresses, ``(2, ordinal)`` a CUDA GPU's, ``(10, ordinal)`` a
+        ROCm GPU's; None (this default) where buffers are not shared."""
+        return None
+
+    @property
+    def dlpack_stream(self) -> int | None:
+        """What ``__dlpack__(stream=...)`` is told when this device consumes an array: its
+        stream's handle on a GPU (the producer orders its pending work before it), None
+        on the host (the protocol's value there)."""
+        return None
+
+    def address(self, buffer: DeviceBuffer) -> int:
+        """Where ``buffer``'s bytes start, as other libraries address this device's memory
+        (a device pointer; a host address on the CPU)."""
+        raise DeviceError(f"{self.description}: buffers have no address to share")
+
+    def same_memory(self, first: DeviceBuffer, second: DeviceBuffer) -> bool:
+        """Whether two buffers are the same bytes (the same memory adopted twice, say), so
+        that commands recorded on one serve the other unchanged. This default: the same
+        buffer object."""
+        return first is second
+
+    def adopt(self, address: int, nbytes: int, owner: Any, label: str = "") -> DeviceBuffer:
+        """A buffer of ``nbytes`` of this device's memory at ``address`` that another
+        library owns: kernels read and write it in place, :meth:`free` leaves it alone,
+        and the buffer keeps ``owner`` (what keeps the memory alive) referenced."""
+        raise DeviceError(f"{self.description}: cannot adopt memory it did not allocate")
 
     def upload(self, data: np.ndarray | bytes, label: str = "") -> DeviceBuffer:
         """A new buffer holding ``data``'s bytes."""

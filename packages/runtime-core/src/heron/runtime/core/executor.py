@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -232,13 +232,13 @@ class _Leaf:
 
     ``make(views)`` builds the action (a zero-argument callable: a prepared launch,
     copy, memset, library or host call) from the views of ``pieces``; it is
-    built on the first run and again only after an allocation is bound to
-    another buffer (the executor's binding generation), so a run does no more
-    per thunk than call it and note the record.
+    built on the first run and again only after one of its pieces' allocations
+    is bound to another buffer (the executor then drops its action), so a run
+    does no more per thunk than call it and note the record.
     """
 
-    __slots__ = ("action", "emitter", "generation", "launch", "launches", "make", "name",
-                 "path", "pieces", "thunk")  # fmt: skip
+    __slots__ = ("action", "emitter", "launch", "launches", "make", "name", "path", "pieces",
+                 "thunk")  # fmt: skip
 
     def __init__(
         self,
@@ -254,12 +254,10 @@ class _Leaf:
         self.thunk, self.path, self.name, self.launch = thunk, path, name, launch
         self.emitter, self.pieces, self.make, self.launches = emitter, tuple(pieces), make, launches
         self.action: Callable[[], None] | None = None
-        self.generation = -1
 
     def run(self, executor: Executable) -> None:
-        if self.generation != executor._generation:
+        if self.action is None:
             self.action = self.make([executor._view(piece) for piece in self.pieces])
-            self.generation = executor._generation
         stats = executor.stats
         if executor.timing:
             stats.entries.append((self, executor._timed(self.action)))  # type: ignore[arg-type]
@@ -454,9 +452,12 @@ class Executable:
         #: The buffer each allocation is now (its own, or a caller's parameter buffer).
         self.table: list[DeviceBuffer] = list(self.own)
         self._views: list[dict[tuple[int, int], DeviceBuffer]] = [{} for _ in self.own]
-        #: Bumped whenever an allocation is bound to another buffer: prepared actions and
-        #: recorded command buffers built for an older binding are rebuilt or updated.
+        #: Bumped whenever an allocation is bound to another buffer: recorded command
+        #: buffers made for an older binding are updated.
         self._generation = 0
+        #: Allocation index -> the prepared leaves using it: their actions are rebuilt
+        #: when it is bound to another buffer, the other leaves' are kept.
+        self._leaves_of: list[list[_Leaf]] = [[] for _ in self.own]
         self._nodes = self._prepare(self.program, "")
         self.stats = RunStats()
         self.runs: list[RunStats] = []
@@ -495,33 +496,106 @@ class Executable:
     def run(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
         """Run on logical ``inputs`` (parameter order); the results, logical arrays."""
         arrays = self.check_inputs(inputs)
-        self._bind(None)
         for number, array in enumerate(arrays):
-            index = self._parameter_allocations.get(number)
-            if index is not None:  # an unused parameter has no allocation
-                raw = to_memory(array, self.parameter_shapes[number])
-                self.device.copy_to_device(self.own[index], raw)
-        self._execute_program()
+            self.write_parameter(number, array)
+        self.execute([None] * len(arrays))
         return self.results()
 
-    def execute(self, parameters: Sequence[DeviceBuffer], *, synchronize: bool = True) -> None:
-        """Run with each parameter allocation bound to the caller's buffer (``to_memory`` bytes).
+    def write_parameter(self, number: int, array: np.ndarray) -> None:
+        """Copy logical ``array`` (checked by :meth:`check_inputs`) into parameter
+        ``number``'s own allocation, in heron's memory representation: what an
+        :meth:`execute` given None for that parameter reads."""
+        index = self._parameter_allocations.get(number)
+        if index is not None:  # an unused parameter has no allocation
+            raw = to_memory(array, self.parameter_shapes[number])
+            self.device.copy_to_device(self.own[index], raw)
 
-        A donated parameter's buffer (its allocation has ``output`` set) is
-        written; :meth:`results` reads the results afterwards.
+    def execute(
+        self,
+        parameters: Sequence[DeviceBuffer | None],
+        *,
+        results: Mapping[int, DeviceBuffer] | None = None,
+        synchronize: bool = True,
+    ) -> None:
+        """Run with each parameter allocation bound to the caller's buffer (``to_memory`` bytes),
+        or to its own where the caller gives None (filled by :meth:`write_parameter`).
+
+        ``results`` (result number -> buffer, each at least its allocation's
+        :meth:`result_size`) binds those results' allocations to the caller's
+        buffers for this run, so that the results are written there and nothing
+        is copied out: the caller owns them afterwards (heron.jax's device-resident
+        results). A donated parameter's result (its allocation is the
+        parameter's: :meth:`donated_parameter`) is written into the parameter's
+        buffer and cannot be given one. :meth:`results` reads the results afterwards.
+
         ``synchronize=False`` returns once the work is issued, without waiting for
         the device: N runs back to back then one ``device.synchronize()`` measure
         the device's throughput rather than the host's round trips (the GPU
-        bundle's speed cases). The run's ``seconds`` are then the host's issue
+        bundle's speed cases), and a caller that reads results later overlaps its
+        own work with the device's. The run's ``seconds`` are then the host's issue
         time; with ``timing`` on, each thunk's event timer still waits for it.
+
+        Binding another buffer than the last run's to an allocation repoints the
+        prepared launches and updates the recorded command buffers (no re-recording):
+        callers that run often keep handing the same buffers (heron.jax reuses the
+        result buffers of arrays that are gone).
         """
         if len(parameters) != len(self.parameter_shapes):
             raise ExecutorError(
                 f"the entry takes {len(self.parameter_shapes)} parameters, given"
                 f" {len(parameters)} buffers"
             )
-        self._bind(parameters)
+        bindings: dict[int, DeviceBuffer] = {}
+        for number, index in self._parameter_allocations.items():
+            buffer = parameters[number]
+            if buffer is None:
+                continue
+            needed = memory_bytes(self.parameter_shapes[number])
+            if buffer.nbytes < needed:
+                raise ExecutorError(
+                    f"parameter {number} ({self.parameter_shapes[number]}) needs {needed}"
+                    f" bytes; its buffer has {buffer.nbytes}"
+                )
+            bindings[index] = buffer
+        for number, buffer in (results or {}).items():
+            index = self._result_allocations.get(number)
+            if index is None:
+                raise ExecutorError(f"the entry has no result {number}")
+            if self.donated_parameter(number) is not None:
+                raise ExecutorError(
+                    f"result {number} is written into donated parameter"
+                    f" {self.donated_parameter(number)}'s buffer; it takes no buffer of its own"
+                )
+            if index in self.artefact.constants:
+                raise ExecutorError(
+                    f"result {number}'s allocation {index} holds constants; it takes no buffer"
+                )
+            if buffer.nbytes < self.result_size(number):
+                raise ExecutorError(
+                    f"result {number} ({self.result_shapes[number]}) needs a buffer of"
+                    f" {self.result_size(number)} bytes (its allocation's); given {buffer.nbytes}"
+                )
+            bindings[index] = buffer
+        self._bind(bindings)
         self._execute_program(synchronize=synchronize)
+
+    def result_size(self, number: int) -> int:
+        """Bytes a buffer given for result ``number`` must have: its whole allocation (the
+        program may keep other values in it before the result is written)."""
+        return self.artefact.allocations[self._result_allocations[number]].size
+
+    def parameter_size(self, number: int) -> int:
+        """Bytes of parameter ``number``'s allocation (a donated parameter's buffer holds
+        its result too)."""
+        index = self._parameter_allocations.get(number)
+        if index is None:
+            return memory_bytes(self.parameter_shapes[number])
+        return self.artefact.allocations[index].size
+
+    def donated_parameter(self, number: int) -> int | None:
+        """The parameter whose buffer result ``number`` is written into (input-output
+        aliasing: the two share an allocation), or None."""
+        return self.artefact.allocations[self._result_allocations[number]].parameter
 
     def results(self) -> tuple[np.ndarray, ...]:
         """The results of the last run, read from their allocations (``from_memory``)."""
@@ -544,34 +618,34 @@ class Executable:
                 f"the entry takes {len(signature)} parameters ({', '.join(signature)}),"
                 f" given {len(inputs)} inputs"
             )
-        arrays = []
-        for number, (value, shape) in enumerate(zip(inputs, self.parameter_shapes, strict=True)):
-            array = np.asarray(value)
-            expected = np.dtype(shape.element_type.numpy_dtype)
-            if tuple(array.shape) != tuple(shape.dims) or array.dtype != expected:
-                raise ExecutorError(
-                    f"parameter {number} is {signature[number]} (numpy shape"
-                    f" {tuple(shape.dims)}, {expected}); given shape {tuple(array.shape)},"
-                    f" {array.dtype}"
-                )
-            arrays.append(array)
-        return arrays
+        return [self.check_input(number, value) for number, value in enumerate(inputs)]
 
-    def _bind(self, parameters: Sequence[DeviceBuffer] | None) -> None:
-        for number, index in self._parameter_allocations.items():
-            buffer = self.own[index] if parameters is None else parameters[number]
-            if parameters is not None and buffer.nbytes < memory_bytes(
-                self.parameter_shapes[number]
-            ):
-                raise ExecutorError(
-                    f"parameter {number} ({self.parameter_shapes[number]}) needs"
-                    f" {memory_bytes(self.parameter_shapes[number])} bytes; its buffer has"
-                    f" {buffer.nbytes}"
-                )
-            if buffer is not self.table[index]:
-                self.table[index] = buffer
+    def check_input(self, number: int, value: Any) -> np.ndarray:
+        """``value`` as an array of parameter ``number``'s shape and type, or ExecutorError."""
+        shape = self.parameter_shapes[number]
+        array = np.asarray(value)
+        expected = np.dtype(shape.element_type.numpy_dtype)
+        if tuple(array.shape) != tuple(shape.dims) or array.dtype != expected:
+            raise ExecutorError(
+                f"parameter {number} is {self.artefact.signature.parameters[number]} (numpy"
+                f" shape {tuple(shape.dims)}, {expected}); given shape {tuple(array.shape)},"
+                f" {array.dtype}"
+            )
+        return array
+
+    def _bind(self, bindings: Mapping[int, DeviceBuffer]) -> None:
+        """Allocation index -> the buffer it is for this run; every other allocation its own."""
+        for index, own in enumerate(self.own):
+            buffer = bindings.get(index, own)
+            old = self.table[index]
+            if buffer is not old:
+                self.table[index] = buffer  # it keeps adopted memory's owner alive
+                if self.device.same_memory(buffer, old):
+                    continue  # the same bytes: views, actions and recordings stay as they are
                 self._views[index] = {}
                 self._generation += 1
+                for leaf in self._leaves_of[index]:
+                    leaf.action = None
 
     def _view(self, piece: BufferSlice) -> DeviceBuffer:
         views = self._views[piece.allocation]
@@ -625,7 +699,12 @@ class Executable:
     def _prepare(self, thunks: Sequence[Thunk], prefix: str) -> tuple[_Node, ...]:
         """The program's thunks as nodes whose actions are built once per binding (see
         :class:`_Leaf`): the run walks nodes, never formats a path or describes a thunk."""
-        return tuple(self._node(thunk, f"{prefix}{i}") for i, thunk in enumerate(thunks))
+        nodes = tuple(self._node(thunk, f"{prefix}{i}") for i, thunk in enumerate(thunks))
+        for node in nodes:
+            if isinstance(node, _Leaf):
+                for allocation in {piece.allocation for piece in node.pieces}:
+                    self._leaves_of[allocation].append(node)
+        return nodes
 
     def _node(self, thunk: Thunk, path: str) -> _Node:
         if isinstance(thunk, SequentialThunk):

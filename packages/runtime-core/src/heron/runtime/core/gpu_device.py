@@ -108,6 +108,8 @@ class CapturingDevice(Device):
     """
 
     calls: ClassVar[DriverCalls]
+    #: DLPack's device type of the vendor's memory (kDLCUDA 2, kDLROCM 10).
+    dlpack_device_type: ClassVar[int]
     #: Why ``record_while`` / ``record_conditional`` are refused (when they are).
     conditional_nodes_reason: str = "its graphs have no conditional nodes"
 
@@ -186,6 +188,34 @@ class CapturingDevice(Device):
     def _refuse_while_recording(self, what: str) -> None:
         if self._recording:
             raise DeviceError(f"{what} while recording a command buffer (a capturing stream)")
+
+    # -- memory shared with other libraries (DLPack) -------------------------------------
+    @property
+    def dlpack_device(self) -> tuple[int, int]:
+        return (self.dlpack_device_type, self.ordinal)
+
+    @property
+    def dlpack_stream(self) -> int:
+        """The device's stream as DLPack names a stream: its handle's value (``CUstream`` and
+        ``hipStream_t`` convert to it)."""
+        return int(self._stream)
+
+    def address(self, buffer: DeviceBuffer) -> int:
+        return self._own(buffer)
+
+    def same_memory(self, first: DeviceBuffer, second: DeviceBuffer) -> bool:
+        return (
+            first.device is second.device
+            and first.nbytes == second.nbytes
+            and int(first.handle) == int(second.handle)
+        )
+
+    def adopt(self, address: int, nbytes: int, owner: Any, label: str = "") -> DeviceBuffer:
+        """Memory another library allocated on this GPU (see :meth:`Device.adopt`): not in
+        the device's allocation table, so :meth:`free` leaves it alone."""
+        if nbytes < 0 or (nbytes and not address):
+            raise DeviceError(f"cannot adopt {nbytes} bytes at address {address:#x}")
+        return DeviceBuffer(self, nbytes, int(address), label or "adopted", owner)
 
     def copy_to_device(self, buffer: DeviceBuffer, data: np.ndarray | bytes) -> None:
         self._refuse_while_recording("copy_to_device")

@@ -72,6 +72,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from heron.runtime.core import commands as recorded
+from heron.runtime.core import dlpack
 from heron.runtime.core.attention import ATTENTION
 from heron.runtime.core.attention_backward import ATTENTION_BACKWARD
 from heron.runtime.core.convolution import CONVOLUTION
@@ -177,6 +178,7 @@ class CudaDevice(CapturingDevice):
     """One CUDA GPU (see the module docstring). ``bindings``: ``cuda.bindings.driver``."""
 
     backend = "cuda"
+    dlpack_device_type = dlpack.CUDA
     calls = CUDA_CALLS
 
     def __init__(

@@ -43,15 +43,18 @@ what the interpreter is for (it executes what heron emits).
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 import numpy as np
 
 from heron.hlo import memory_budget
 from heron.hlo.control_flow import branch_index
+from heron.runtime.core import dlpack
 from heron.runtime.core.commands import (
     LibraryCallCommand,
     check_predicate,
@@ -196,6 +199,36 @@ class InterpreterDevice(Device):
         if not storage.freed and not storage.is_view:
             storage.freed = True
             self.live_bytes = max(0, self.live_bytes - buffer.nbytes * BYTES_PER_BYTE)
+
+    # -- memory shared with other libraries (DLPack) -------------------------------------
+    @property
+    def dlpack_device(self) -> tuple[int, int]:
+        """The interpreter's memory is host memory (numpy arrays): kDLCPU."""
+        return (dlpack.CPU, 0)
+
+    def address(self, buffer: DeviceBuffer) -> int:
+        return int(self._storage(buffer).data.ctypes.data)
+
+    def same_memory(self, first: DeviceBuffer, second: DeviceBuffer) -> bool:
+        return first.nbytes == second.nbytes and self.address(first) == self.address(second)
+
+    def adopt(self, address: int, nbytes: int, owner: Any, label: str = "") -> DeviceBuffer:
+        """Host memory another library owns (a numpy or jax CPU array's bytes), read and
+        written in place by the kernels; its access counters are the interpreter's own."""
+        if nbytes < 0 or (nbytes and not address):
+            raise DeviceError(f"cannot adopt {nbytes} bytes at address {address:#x}")
+        label = label or "adopted"
+        data = (
+            np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
+            if nbytes
+            else np.zeros(0, np.uint8)
+        )
+        storage = _Storage(
+            data,
+            memory.Memory(label, "global", data.reshape(1, -1), count_accesses=True),
+            is_view=True,  # not the interpreter's: never counted in its budget nor freed
+        )
+        return DeviceBuffer(self, nbytes, storage, label, owner)
 
     def _storage(self, buffer: DeviceBuffer) -> _Storage:
         if buffer.device is not self:

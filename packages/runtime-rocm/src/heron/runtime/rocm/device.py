@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from heron.runtime.core import commands as recorded
+from heron.runtime.core import dlpack
 from heron.runtime.core.device import DeviceError, KernelImage, LoadedKernel
 from heron.runtime.core.gemm import GEMM
 from heron.runtime.core.gpu_device import (
@@ -111,6 +112,7 @@ class HipDevice(CapturingDevice):
     """One AMD GPU (see the module docstring). ``bindings``: ``hip.hip``."""
 
     backend = "rocm"
+    dlpack_device_type = dlpack.ROCM
     calls = HIP_CALLS
     supports_conditional_nodes = False
     conditional_nodes_reason = "HIP graphs have no conditional nodes"
