@@ -22,12 +22,16 @@ that each of them can be installed, editable or not, without the others.
   plugins (:mod:`heron.hlo.custom_calls`), resolved when an artefact loads;
 - ``artefact``: the executable artefact file (a zip with a verified manifest),
   ``save`` and ``load``;
-- ``heron_run``: the ``heron-run`` console script (verify and describe an artefact).
+- ``executor``: an artefact loaded on a device and run (thunks, command buffers,
+  library and host calls); ``command_buffers``: the conversion that decides the
+  graphs;
+- ``resident`` and ``dlpack``: runs on arrays that stay on the device, exchanged
+  with other libraries through DLPack (heron.jax's path);
+- ``heron_run``: the ``heron-run`` console script (verify, describe and run an artefact).
 
 It imports heron.hlo only, never MLIR, llvmlite or heron's compile side (the
 import-linter contracts check it): a machine that only runs compiled kernels
-needs none of them. The thunk executor, the command-buffer conversion and the
-GPU devices' launches are not built yet (docs/runtime.md).
+needs none of them (docs/runtime.md).
 """
 
 __version__ = "0.1.0"
