@@ -14,7 +14,11 @@ A program is ``--kernels`` launches of a two-pointer kernel on views that
 ping-pong between two halves of a temp allocation, between a parameter copy
 and a result copy. Each configuration is run ``--runs`` times after a warm-up
 (which records the graph); the figure is the median run's wall time divided
-by the kernel thunks, and the driver calls one run makes.
+by the kernel thunks, and the driver calls one run makes. A second table
+calls the program inside one graph as ``Executable.run`` does (numpy arrays in
+and out, waiting for the device) and as heron.jax does
+(:class:`~heron.runtime.core.resident.ResidentRunner`: the previous result
+passed back in place, the result left on the device, nothing waited for).
 
 Run: ``python benchmarks/launch_cost.py [--kernels N] [--runs N]``.
 """
@@ -25,6 +29,7 @@ import argparse
 import ctypes
 import statistics
 import time
+from typing import Any
 
 import numpy as np
 from heron_test_support.fake_cuda import FakeCuda
@@ -37,6 +42,7 @@ from heron.runtime.core.artefact import (
 )
 from heron.runtime.core.device import KernelImage
 from heron.runtime.core.executor import Executable
+from heron.runtime.core.resident import ResidentRunner
 from heron.runtime.core.thunks import BufferSlice, CopyThunk, KernelThunk
 from heron.runtime.cuda.device import CudaDevice
 from heron.target import Target
@@ -100,6 +106,29 @@ def measure(
     return statistics.median(times) / kernels, calls
 
 
+def measure_calls(kernels: int, runs: int, resident: bool) -> tuple[float, float]:
+    """(median host seconds per program run, driver calls per run) of the program in one
+    graph, called as ``Executable.run`` does (numpy in, numpy out, waiting) or as heron.jax
+    does (:class:`ResidentRunner`: the last run's result passed back in place, the
+    result left on the device, nothing waited for)."""
+    driver = FakeCuda()
+    device = CudaDevice(bindings=driver)
+    executable = Executable(program(kernels), device, min_graph_size=1)
+    x = np.zeros(BYTES // 4, np.float32)
+    runner = ResidentRunner(executable)
+    value: Any = x
+    call = (lambda v: runner([v])[0]) if resident else (lambda v: executable.run([v])[0])
+    value = call(call(value))  # warm-up: loads, records and instantiates; the pool fills
+    times, calls = [], 0
+    for _ in range(runs):
+        before = len(driver.calls)
+        start = time.perf_counter()
+        value = call(value)
+        times.append(time.perf_counter() - start)
+        calls = len(driver.calls) - before
+    return statistics.median(times), calls
+
+
 def stand_in_launch_cost(count: int) -> float:
     """Seconds one bare ``cuLaunchKernel`` costs the stand-in itself."""
     driver = FakeCuda()
@@ -138,6 +167,12 @@ def main() -> None:
             f"| {'yes' if command_buffers else 'no'} | {launch} | {seconds * 1e6:.1f} us |"
             f" {calls if not null_launch else '-'} |"
         )
+    print()
+    print("| a program in one graph, called | host time a call | driver calls a call |")
+    print("|---|---|---|")
+    for resident, how in ((False, "Executable.run (numpy in and out)"), (True, "ResidentRunner")):
+        seconds, calls = measure_calls(args.kernels, args.runs, resident)
+        print(f"| {how} | {seconds * 1e6:.1f} us | {calls} |")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from heron.hlo.npz_io import load_outputs, save_inputs
+from heron.runtime.core import executor as executor_module
 from heron.runtime.core.artefact import (
     Allocation,
     Artefact,
@@ -191,30 +192,56 @@ def test_straight_line_program(command_buffers):
         assert all(r.seconds >= 0 for r in stats.records)
 
 
-def test_command_buffer_is_updated_when_parameter_buffers_move():
+def test_a_command_buffer_is_recorded_per_binding_then_updated(monkeypatch):
+    # Each binding of its allocations gets a recording of its own, up to RECORDINGS_KEPT;
+    # past that the least recently replayed one is updated (repointed, not re-recorded).
+    monkeypatch.setattr(executor_module, "RECORDINGS_KEPT", 2)
     device = InterpreterDevice()
     executable = Executable(straight(), device)
     own = executable.run([i32(1, 1, 1, 1), i32(2, 2, 2, 2)])
     assert executable.stats.command_buffers_recorded == 1
     buffers = []
-    for a, b in ((i32(5, 6, 7, 8), i32(0, 1, 0, 1)), (i32(-1, -2, -3, -4), i32(9, 9, 9, 9))):
+    expected = [(1, 0), (0, 1)]  # a second binding recorded; a third updates the oldest
+    for (a, b), counts in zip(
+        ((i32(5, 6, 7, 8), i32(0, 1, 0, 1)), (i32(-1, -2, -3, -4), i32(9, 9, 9, 9))),
+        expected,
+        strict=True,
+    ):
         pa, pb = device.upload(a), device.upload(b)
-        buffers.append(pb)
+        buffers.append((pa, pb))
         executable.execute([pa, pb])
         stats = executable.stats
-        assert (stats.command_buffers_recorded, stats.command_buffers_updated) == (0, 1)
+        assert (stats.command_buffers_recorded, stats.command_buffers_updated) == counts
         results = executable.results()
         np.testing.assert_array_equal(results[0], a + CONSTANT + b)
         np.testing.assert_array_equal(results[1], b + 1)
         # Donated: the caller's buffer holds result 1 now.
         np.testing.assert_array_equal(device.copy_from_device(pb).view(np.int32), b + 1)
-    # The same buffers again: nothing to update.
-    executable.execute([device.upload(i32(0, 0, 0, 0)), buffers[-1]])
-    assert executable.stats.command_buffers_updated == 1  # parameter 0 moved, 1 did not
-    back = executable.run([i32(1, 1, 1, 1), i32(2, 2, 2, 2)])  # back on its own buffers
+    # The last binding again: replayed as it is.
+    executable.execute(list(buffers[-1]))
+    assert (
+        executable.stats.command_buffers_recorded,
+        executable.stats.command_buffers_updated,
+    ) == (0, 0)
+    # The program's own buffers: their recording was the least recently used, updated away.
+    back = executable.run([i32(1, 1, 1, 1), i32(2, 2, 2, 2)])
     assert executable.stats.command_buffers_updated == 1
     assert [r.tobytes() for r in back] == [r.tobytes() for r in own]
     assert executable.stats.command_buffers_recorded == 0
+
+
+def test_two_bindings_taking_turns_replay_their_own_recordings():
+    # heron.jax passes a result back as the next run's argument: two buffers trade places.
+    device = InterpreterDevice()
+    executable = Executable(straight(), device)
+    first = [device.upload(i32(1, 2, 3, 4)), device.upload(i32(0, 0, 0, 0))]
+    second = [device.upload(i32(4, 3, 2, 1)), device.upload(i32(1, 1, 1, 1))]
+    for _ in range(3):
+        for parameters in (first, second):
+            executable.execute(parameters)
+    runs = executable.runs
+    assert sum(r.command_buffers_recorded for r in runs) == 2
+    assert sum(r.command_buffers_updated for r in runs) == 0
 
 
 def test_launches_are_prepared_once_per_binding_of_their_buffers(monkeypatch):

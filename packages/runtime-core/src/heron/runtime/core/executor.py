@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -116,6 +117,10 @@ __all__ = [
     "ThunkRecord",
     "load_executable",
 ]
+
+
+#: Recordings of one command buffer kept for distinct bindings of its allocations.
+RECORDINGS_KEPT = 4
 
 
 class ExecutorError(Exception):
@@ -270,9 +275,15 @@ class _Leaf:
 
 
 class _Graph:
-    """A command buffer: recorded on its first run, updated when a binding changed."""
+    """A command buffer, recorded once per binding of the allocations it uses (at most
+    :data:`RECORDINGS_KEPT`; beyond, the least recently replayed is updated instead).
 
-    __slots__ = ("emitter", "generation", "launch", "name", "path", "recorded", "thunk")
+    A caller alternating between buffers (heron.jax's results passed back as the next
+    run's arguments: two buffers trading places every run) then replays recordings as
+    they are: updating a graph costs a capture of all its commands on a GPU device.
+    """
+
+    __slots__ = ("allocations", "emitter", "launch", "name", "path", "recordings", "thunk")
 
     def __init__(
         self, thunk: CommandBufferThunk, path: str, name: str, launch: str, emitter: str
@@ -280,8 +291,11 @@ class _Graph:
         self.thunk, self.path, self.name, self.launch, self.emitter = (
             thunk, path, name, launch, emitter
         )  # fmt: skip
-        self.recorded: _Recorded | None = None
-        self.generation = -1
+        #: The allocations its commands use: the binding of these is a recording's key.
+        self.allocations = tuple(
+            sorted({piece.allocation for inner in walk((thunk,)) for piece in inner.slices()})
+        )
+        self.recordings: OrderedDict[tuple[Any, ...], _Recorded] = OrderedDict()
 
     def run(self, executor: Executable) -> None:
         executor._command_buffer(self)
@@ -452,12 +466,12 @@ class Executable:
         #: The buffer each allocation is now (its own, or a caller's parameter buffer).
         self.table: list[DeviceBuffer] = list(self.own)
         self._views: list[dict[tuple[int, int], DeviceBuffer]] = [{} for _ in self.own]
-        #: Bumped whenever an allocation is bound to another buffer: recorded command
-        #: buffers made for an older binding are updated.
-        self._generation = 0
         #: Allocation index -> the prepared leaves using it: their actions are rebuilt
         #: when it is bound to another buffer, the other leaves' are kept.
         self._leaves_of: list[list[_Leaf]] = [[] for _ in self.own]
+        #: Allocation index -> what its buffer's memory is (its address where the device
+        #: shares one): the key of a command buffer's recording (see :class:`_Graph`).
+        self._memory_keys: list[Any] = [self._memory_key(buffer) for buffer in self.own]
         self._nodes = self._prepare(self.program, "")
         self.stats = RunStats()
         self.runs: list[RunStats] = []
@@ -642,10 +656,18 @@ class Executable:
                 self.table[index] = buffer  # it keeps adopted memory's owner alive
                 if self.device.same_memory(buffer, old):
                     continue  # the same bytes: views, actions and recordings stay as they are
+                self._memory_keys[index] = self._memory_key(buffer)
                 self._views[index] = {}
-                self._generation += 1
                 for leaf in self._leaves_of[index]:
                     leaf.action = None
+
+    def _memory_key(self, buffer: DeviceBuffer) -> Any:
+        """What identifies ``buffer``'s memory: its address, or on a device that shares
+        none the buffer itself."""
+        try:
+            return (self.device.address(buffer), buffer.nbytes)
+        except DeviceError:
+            return buffer
 
     def _view(self, piece: BufferSlice) -> DeviceBuffer:
         views = self._views[piece.allocation]
@@ -763,13 +785,18 @@ class Executable:
     # -- command buffers ---------------------------------------------------------------
 
     def _command_buffer(self, node: _Graph) -> None:
-        recorded = node.recorded
+        key = tuple(self._memory_keys[index] for index in node.allocations)
+        recorded = node.recordings.get(key)
         launch = "replayed"
-        if recorded is None:
-            recorded = node.recorded = self._record(node.thunk)
+        if recorded is not None:
+            node.recordings.move_to_end(key)
+        elif len(node.recordings) < RECORDINGS_KEPT:
+            recorded = node.recordings[key] = self._record(node.thunk)
             self.stats.command_buffers_recorded += 1
             launch = "recorded, replayed"
-        elif node.generation != self._generation:
+        else:
+            _, recorded = node.recordings.popitem(last=False)
+            node.recordings[key] = recorded
             changed = {}
             for piece, old in recorded.views.items():
                 new = self._view(piece)
@@ -780,7 +807,6 @@ class Executable:
                 recorded.buffer.update(changed)
                 self.stats.command_buffers_updated += 1
                 launch = "updated, replayed"
-        node.generation = self._generation
         node.launch = launch
         self._finish(node, self._timed(recorded.buffer.replay))
         self.stats.command_buffers_replayed += 1
