@@ -102,7 +102,9 @@ def _peak(compiled: CompiledExecutable) -> int:
 
 
 def _kv_update(cache, update, i):
-    return lax.dynamic_update_slice(cache, update, (i, 0))
+    # The column index in i's own type: other suites turn jax_enable_x64 on (a global), and
+    # then a literal 0 is s64 beside the s32 row.
+    return lax.dynamic_update_slice(cache, update, (i, jnp.zeros((), jnp.asarray(i).dtype)))
 
 
 def test_an_update_of_a_donated_cache_runs_in_place_with_no_copy() -> None:
@@ -140,7 +142,7 @@ def test_execute_writes_the_result_into_the_callers_buffer() -> None:
 
 def test_a_donated_parameter_read_after_the_update_is_copied_first() -> None:
     def f(cache, update, i):
-        new = lax.dynamic_update_slice(cache, update, (i, 0))
+        new = lax.dynamic_update_slice(cache, update, (i, jnp.zeros((), jnp.asarray(i).dtype)))
         return new, (new - cache).sum()  # the old cache is read after the update
 
     cache = np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
@@ -252,7 +254,9 @@ def test_a_loop_whose_carry_is_donated_runs_in_the_parameters_bytes() -> None:
 def test_a_loop_carry_donated_and_read_after_the_loop() -> None:
     def f(x, cache, u):
         def body(i, c):
-            return lax.dynamic_update_slice(c, u * i.astype(jnp.float32), (i, 0))
+            return lax.dynamic_update_slice(
+                c, u * i.astype(jnp.float32), (i, jnp.zeros((), i.dtype))
+            )
 
         new = lax.fori_loop(0, 4, body, cache)
         return new, (new * cache).sum() + x.sum()

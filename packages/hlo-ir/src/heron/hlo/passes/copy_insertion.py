@@ -561,26 +561,39 @@ def _root_reads_in_place(fusion: Instruction, operand: int, leaf: int) -> bool:
         return False
     if (value.shape.dims, value.shape.minor_to_major) != (result.dims, result.minor_to_major):
         return False
+    reached = _elementwise_readers(body, operand, result.dims, past_root_tuple=True)
+    if reached is None:
+        return False
+    roots_reached = {id(r) for r in reached if any(r is root for root in roots)}
+    return roots_reached == {id(mine)}
+
+
+def _elementwise_readers(
+    body: Computation, operand: int, dims: tuple[int, ...], *, past_root_tuple: bool = False
+) -> list[Instruction] | None:
+    """Every instruction of ``body`` that reads parameter ``operand``, directly or through
+    another such reader, when each is an elementwise op of ``dims`` (an element is then
+    read only by the thread that writes the same element); None when one is not.
+    ``past_root_tuple``: a multi-output fusion's root tuple is not counted as a reader."""
     users = body.users()
     top = body.root_instruction
     stack, seen = [body.parameters[operand]], set()
     reached: list[Instruction] = []
     while stack:
         for reader in users.get(stack.pop(), []):
-            if id(reader) in seen or reader is top and top.opcode == "tuple":
+            if id(reader) in seen or past_root_tuple and reader is top and top.opcode == "tuple":
                 continue
             seen.add(id(reader))
             shape = reader.shape
             if not (
                 is_elementwise(reader.opcode)
                 and isinstance(shape, ArrayShape)
-                and shape.dims == result.dims
+                and shape.dims == dims
             ):
-                return False
+                return None
             reached.append(reader)
             stack.append(reader)
-    roots_reached = {id(r) for r in reached if any(r is root for root in roots)}
-    return roots_reached == {id(mine)}
+    return reached
 
 
 def _carried(element: Instruction, group: list[Instruction]) -> bool:
@@ -714,24 +727,7 @@ def reads_in_place(user: Instruction, operand: int) -> bool:
         return False
     if user.opcode != "fusion":
         return is_elementwise(user.opcode)
-    body = user.called("calls")
-    parameter = body.parameters[operand]
-    users = body.users()
-    stack, seen = [parameter], set()
-    while stack:
-        for reader in users.get(stack.pop(), []):
-            if id(reader) in seen:
-                continue
-            seen.add(id(reader))
-            shape = reader.shape
-            if not (
-                is_elementwise(reader.opcode)
-                and isinstance(shape, ArrayShape)
-                and shape.dims == result.dims
-            ):
-                return False
-            stack.append(reader)
-    return True
+    return _elementwise_readers(user.called("calls"), operand, result.dims) is not None
 
 
 def _reaches(
