@@ -175,3 +175,92 @@ def test_a_kernel_writing_a_parameter_it_returns_is_not_readonly():
         attrs = _attrs(kernel)
         assert "llvm.readonly" not in attrs[0] and "llvm.noalias" in attrs[0]
         assert "llvm.readonly" not in attrs[1]  # the last argument counts as an output too
+
+
+# An elementwise update whose output the buffer assignment put over its input %p (a while
+# state element, a donated parameter): %p and %o are marked heron.shares_buffer; %g is
+# only read and is a buffer of its own.
+SHARED = """
+func.func @k(%p: tensor<64xf32> {heron.shares_buffer}, %g: tensor<64xf32>,
+             %o: tensor<64xf32> {heron.shares_buffer}) -> tensor<64xf32>
+    attributes {heron.kernel, heron.block_size = array<i64: 64>,
+                heron.grid_size = array<i64: 1>} {
+  %t = gpu.thread_id x
+  %x = tensor.extract %p[%t] : tensor<64xf32>
+  %y = tensor.extract %g[%t] : tensor<64xf32>
+  %z = arith.subf %x, %y : f32
+  %r = tensor.insert %z into %o[%t] : tensor<64xf32>
+  return %r : tensor<64xf32>
+}
+"""
+
+
+def test_shared_arguments_are_neither_noalias_nor_readonly():
+    # parameters 0..2, outputs 3, 4: output 4 overlaps parameter 0 outside any in-place pair
+    assert ka.argument_attributes(5, {3, 4}, {}, {0, 4}) == [
+        (False, False),
+        (True, True),
+        (True, True),
+        (True, False),
+        (False, False),
+    ]
+    # shared and in-place together: both rules take noalias and readonly away
+    assert ka.argument_attributes(3, {2}, {2: 0}, {1, 2}) == [
+        (False, False),
+        (False, False),
+        (False, False),
+    ]
+
+
+def test_lower_tensors_drops_noalias_and_readonly_of_shared_arguments():
+    with make_context(), ir.Location.unknown():
+        module = _lowered(SHARED)
+        _, kernel = _kernel(module)
+        attrs = _attrs(kernel)
+        assert attrs[0] == {"llvm.align", "llvm.dereferenceable", ka.SHARED_ATTR}
+        assert attrs[1] == {"llvm.align", "llvm.dereferenceable", "llvm.noalias", "llvm.readonly"}
+        assert attrs[2] == {"llvm.align", "llvm.dereferenceable", ka.SHARED_ATTR}
+        assert ka.shared_arguments(kernel) == {0, 2}
+        text = str(module)
+    _, stages = ptx_and_stages(text, "sm_90")
+    (define,) = re.findall(r"^define ptx_kernel void @k\((.*)\)", stages["llvm-ir"], re.M)
+    assert define.split(", ") == [
+        "ptr align 16 dereferenceable(256) %0",
+        "ptr noalias readonly align 16 dereferenceable(256) %1",
+        "ptr align 16 dereferenceable(256) %2",
+    ]
+    # %g through the read-only cache, %p (written through %o) by a coherent load
+    assert stages["ptx"].count("ld.global.nc.") == 1
+    assert len(re.findall(r"ld\.global\.(?!nc)", stages["ptx"])) == 1
+
+
+def test_a_shared_argument_marked_noalias_or_readonly_is_refused():
+    with make_context(), ir.Location.unknown():
+        module = _lowered(SHARED)
+        gpu_module, kernel = _kernel(module)
+        ka.check_argument_attributes(gpu_module, kernel, "test")  # as lowered: fine
+        for wrong in ("llvm.noalias", "llvm.readonly"):
+            attrs = list(ir.ArrayAttr(kernel.attributes["arg_attrs"]))
+            attrs[0] = ir.DictAttr.get(
+                {ka.SHARED_ATTR: ir.UnitAttr.get(), wrong: ir.UnitAttr.get()}
+            )
+            kernel.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
+            with pytest.raises(UnsupportedError, match="argument 0 overlaps another argument"):
+                ka.check_argument_attributes(gpu_module, kernel, "test")
+
+
+def test_mark_shared_checks_the_indices_and_leaves_a_kernel_without_sharing_alone():
+    text = SHARED.replace(" {heron.shares_buffer}", "")
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        entry = next(op.operation for op in module.body.operations)
+        before = str(module)
+        ka.mark_shared(entry, ())
+        assert str(module) == before
+        with pytest.raises(UnsupportedError, match=r"arguments \[3\] cannot share"):
+            ka.mark_shared(entry, {0, 3})
+        assert ka.shared_arguments(entry) == set()
+        ka.mark_shared(entry, {0, 2})
+        assert ka.shared_arguments(entry) == {0, 2}
+        # the vectorizer may read a readonly parameter early: not a shared one
+        assert ka.read_only_arguments(entry) == {1}

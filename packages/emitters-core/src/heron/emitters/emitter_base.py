@@ -18,7 +18,9 @@ of them and lives here (docs/pipeline.md, stage ``emitted``):
   outputs, with ``heron.kernel``, ``heron.block_size`` and ``heron.grid_size``,
   each in-place output argument marked with the parameter whose buffer it is
   (``heron.in_place_of``, ``heron.emitters.kernel_arguments``), and the thread
-  and block ids the hero's loop is indexed by;
+  and block ids the hero's loop is indexed by; the arguments a buffer
+  assignment makes overlap another are marked afterwards, by whoever emits for
+  it (``heron.shares_buffer``, :func:`share_buffers`);
 - verification (MLIR's verifier and ``verify_xla_ops``), so a broken emitter
   is caught where it is, not three passes later.
 
@@ -29,7 +31,7 @@ Errors: an op with no lowering, or any failure while emitting an op, is an
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import ClassVar
 
 import attrs
@@ -40,7 +42,7 @@ from heron.emitters import mlir_types
 from heron.emitters.dialect import make_context, pure_call_op, verify_xla_ops
 from heron.emitters.elemental import ElementalContext, emit_instruction
 from heron.emitters.fusion_analysis import FusionAnalysis
-from heron.emitters.kernel_arguments import KERNEL_ATTR, mark_in_place
+from heron.emitters.kernel_arguments import KERNEL_ATTR, mark_in_place, mark_shared
 from heron.hlo.errors import HloError, UnsupportedError
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.shapes import ArrayShape, Shape
@@ -55,6 +57,7 @@ __all__ = [
     "KernelArgument",
     "fusion_output_shapes",
     "same_buffer",
+    "share_buffers",
 ]
 
 Values = list[ir.Value]
@@ -102,6 +105,45 @@ class EmittedKernel:
     order_dependence: str | None = None
     analysis: FusionAnalysis | None = attrs.field(default=None, eq=False, repr=False)
     partitioned: PartitionedComputation | None = attrs.field(default=None, eq=False, repr=False)
+    #: Argument indices whose buffer overlaps another argument's outside the in-place
+    #: pairs (:func:`share_buffers`): neither ``noalias`` nor ``readonly``.
+    shared_arguments: frozenset[int] = frozenset()
+
+
+def share_buffers(kernel: EmittedKernel, shared: Collection[int]) -> EmittedKernel:
+    """``kernel`` for a launch whose arguments ``shared`` overlap another argument's buffer.
+
+    The buffer assignment, not the emitter, knows which slices a launch hands
+    the kernel; an argument overlapping another (a while body's state element
+    written over the old one, a donated parameter's update) must lose its
+    ``noalias`` and ``readonly`` (``heron.emitters.kernel_arguments``). The
+    entry's arguments are marked ``heron.shares_buffer`` (in place, in
+    ``kernel.module``) and the kernel returned records them. An empty
+    ``shared`` changes nothing. An index outside the kernel's arguments is an
+    ``UnsupportedError``.
+    """
+    wanted = frozenset(shared)
+    bad = sorted(k for k in wanted if not (isinstance(k, int) and 0 <= k < len(kernel.arguments)))
+    if bad:
+        raise UnsupportedError(
+            f"fusion '{kernel.fusion_name}': arguments {bad} cannot share a buffer: the kernel"
+            f" has {len(kernel.arguments)} arguments"
+        )
+    if not wanted:
+        return kernel
+    entries = [
+        op
+        for op in kernel.module.body.operations
+        if op.operation.name == "func.func" and KERNEL_ATTR in op.operation.attributes
+    ]
+    if len(entries) != 1:
+        raise UnsupportedError(
+            f"fusion '{kernel.fusion_name}': expected one entry function marked {KERNEL_ATTR}"
+            f" to mark shared arguments on, found {len(entries)}"
+        )
+    with kernel.module.context:
+        mark_shared(entries[0].operation, wanted)
+    return attrs.evolve(kernel, shared_arguments=kernel.shared_arguments | wanted)
 
 
 def fusion_output_shapes(fusion: Instruction) -> tuple[ArrayShape, ...]:

@@ -1,37 +1,51 @@
 """Kernel arguments: which buffers may alias and which are read-only, from the kernel ABI to LLVM.
 
 The kernel ABI (``heron.emitters.emitter_base``: fusion parameter leaves, then
-outputs) says everything LLVM needs to know about the kernel's pointers, as
-XLA's buffer assignment does for its kernels:
+outputs) and the buffer assignment say everything LLVM needs to know about the
+kernel's pointers, as XLA's buffer assignment does for its kernels:
 
 - distinct buffers never overlap: every argument is ``noalias``, except an
   in-place output (``FusionEmitter.output_aliases``: dynamic-update-slice,
-  scatter) and the parameter whose buffer it is, which may be one buffer;
-- a parameter the kernel never writes is ``readonly`` (an aliased parameter
-  is not: the kernel writes its buffer through the output);
+  scatter) and the parameter whose buffer it is, which may be one buffer,
+  and except a *shared* argument (``SHARED_ATTR``): one whose slice the buffer
+  assignment made overlap another argument's outside those pairs;
+- a parameter the kernel never writes is ``readonly`` (an aliased or shared
+  parameter is not: the kernel writes its buffer through another argument);
 - every buffer is aligned to ``BUFFER_ALIGNMENT`` bytes (the guarantee the
   vector accesses of lower-tensors already rely on) and ``dereferenceable``
   for its whole size (the memref's bytes: a zero-element array's one-element
   placeholder included, which the runtimes allocate).
 
 ``noalias`` and ``readonly`` together are what lets NVPTX load through the
-read-only data cache (``ld.global.nc``). They state what heron's launchers do
+read-only data cache (``ld.global.nc``), which is not coherent with the
+kernel's own stores: a buffer written during the kernel must not be read
+through it, and two ``noalias`` pointers into one written buffer are undefined
+behaviour for LLVM. They state what heron's launchers do
 (``heron.compiler.device_kernels``): every argument is an allocation of its
 own, of at least the memref's bytes, and an in-place output starts as a copy
 of its parameter or is the parameter's buffer itself. A buffer assignment that
-hands a kernel overlapping slices of one allocation must declare them here.
+hands a kernel overlapping slices of one allocation declares them here: thunk
+emission (``heron.compiler.thunk_emission``) finds the arguments whose slice
+overlaps a written argument's (a while body's new state element over the old
+one, an update of a donated parameter written into the parameter's buffer),
+and the kernel is compiled for them (``compile_fusion(..., shared=...)``),
+as XLA computes noalias from the slices. Kernels whose arguments do not
+overlap carry no mark and compile exactly as without this rule.
 
 The facts travel as data. The emitter marks each in-place output argument of
 the entry ``func.func`` with ``heron.in_place_of = <parameter argument index>``
-(``mark_in_place``); the passes keep argument attributes; lower-tensors reads
-them back (``in_place_pairs``) and gives the ``gpu.func`` the LLVM dialect's
-argument attributes (``llvm_argument_attributes``), which
+(``mark_in_place``), and emission for a buffer assignment marks each shared
+argument with the unit attribute ``heron.shares_buffer`` (``mark_shared``);
+the passes keep argument attributes; lower-tensors reads them back
+(``in_place_pairs``, ``shared_arguments``) and gives the ``gpu.func`` the LLVM
+dialect's argument attributes (``llvm_argument_attributes``), which
 ``convert-gpu-to-nvvm``/``convert-gpu-to-rocdl`` copy to the ``llvm.func``'s
 pointers and the translation to LLVM IR prints (``ptr noalias readonly align 16
 dereferenceable(N)``). lower-tensors then holds the lowered kernel to them
 (``check_argument_attributes``): a store or atomic reaching a ``readonly``
-argument, or an aliased pair with ``noalias`` or ``readonly``, is an error, not
-a miscompile. The interpreter runs the lower-tensors module and ignores them.
+argument, or an aliased pair or shared argument with ``noalias`` or
+``readonly``, is an error, not a miscompile. The interpreter runs the
+lower-tensors module and ignores them.
 """
 
 from __future__ import annotations
@@ -51,13 +65,16 @@ __all__ = [
     "LLVM_DEREFERENCEABLE",
     "LLVM_NOALIAS",
     "LLVM_READONLY",
+    "SHARED_ATTR",
     "argument_attributes",
     "check_argument_attributes",
     "in_place_pairs",
     "llvm_argument_attributes",
     "mark_in_place",
+    "mark_shared",
     "read_only_arguments",
     "set_llvm_argument_attributes",
+    "shared_arguments",
     "written_arguments",
 ]
 
@@ -65,6 +82,9 @@ __all__ = [
 KERNEL_ATTR = "heron.kernel"
 #: On an output argument of the emitted entry: the index of the argument whose buffer it is.
 IN_PLACE_ATTR = "heron.in_place_of"
+#: On an argument of the emitted entry (a unit attribute): the buffer assignment hands the
+#: kernel a slice overlapping another argument's, outside the in-place pairs.
+SHARED_ATTR = "heron.shares_buffer"
 LLVM_NOALIAS = "llvm.noalias"
 LLVM_READONLY = "llvm.readonly"
 LLVM_ALIGN = "llvm.align"
@@ -147,6 +167,33 @@ def mark_in_place(function: ir.Operation, aliases: Mapping[int, int]) -> None:
         _set_arg_attrs(function, attrs)
 
 
+def mark_shared(function: ir.Operation, shared: Collection[int]) -> None:
+    """Mark the entry's arguments ``shared`` (argument indices) ``SHARED_ATTR``.
+
+    ``function`` is the emitted entry ``func.func``. Nothing is changed when
+    ``shared`` is empty: a kernel whose arguments do not overlap is the module
+    the emitter made, byte for byte.
+    """
+    n_args = len(_function_type(function).inputs)
+    bad = sorted(k for k in shared if not 0 <= k < n_args)
+    if bad:
+        raise UnsupportedError(
+            f"kernel arguments {bad} cannot share a buffer: the kernel has {n_args} arguments"
+        )
+    if not shared:
+        return
+    attrs = _arg_attrs(function, n_args)
+    for k in shared:
+        attrs[k][SHARED_ATTR] = ir.UnitAttr.get()
+    _set_arg_attrs(function, attrs)
+
+
+def shared_arguments(function: ir.Operation) -> set[int]:
+    """Indices of the arguments of ``function`` marked ``SHARED_ATTR`` (``mark_shared``)."""
+    count = len(_function_type(function).inputs)
+    return {k for k, attrs in enumerate(_arg_attrs(function, count)) if SHARED_ATTR in attrs}
+
+
 def in_place_pairs(function: ir.Operation) -> dict[int, int]:
     """Argument index of each in-place output -> argument index of its parameter."""
     count = len(_function_type(function).inputs)
@@ -160,14 +207,16 @@ def in_place_pairs(function: ir.Operation) -> dict[int, int]:
 def read_only_arguments(function: ir.Operation) -> set[int]:
     """Indices of the arguments of emitted entry ``function`` whose buffer it never writes.
 
-    Parameters outside in-place pairs (``argument_attributes``' ``readonly``): their
-    elements hold the same value for the whole kernel, so a pass may read one earlier
-    than the kernel does.
+    Parameters outside in-place pairs and not shared (``argument_attributes``'
+    ``readonly``): their elements hold the same value for the whole kernel, so a pass
+    may read one earlier than the kernel does.
     """
     ftype = _function_type(function)
     n_args = len(ftype.inputs)
     outputs = range(n_args - len(ftype.results), n_args)
-    flags = argument_attributes(n_args, outputs, in_place_pairs(function))
+    flags = argument_attributes(
+        n_args, outputs, in_place_pairs(function), shared_arguments(function)
+    )
     return {k for k, (_, readonly) in enumerate(flags) if readonly}
 
 
@@ -193,30 +242,37 @@ def _byte_size(memref_type: ir.Type) -> int | None:
 
 
 def argument_attributes(
-    n_args: int, outputs: Collection[int], pairs: Mapping[int, int]
+    n_args: int,
+    outputs: Collection[int],
+    pairs: Mapping[int, int],
+    shared: Collection[int] = (),
 ) -> list[tuple[bool, bool]]:
     """``(noalias, readonly)`` for each of ``n_args`` kernel arguments.
 
     ``outputs`` are the indices of the output arguments, ``pairs`` the in-place
-    pairs (``in_place_pairs``): an argument of a pair is neither, any other
-    argument is ``noalias``, and ``readonly`` unless it is an output.
+    pairs (``in_place_pairs``), ``shared`` the arguments whose buffer overlaps
+    another's (``shared_arguments``): an argument of a pair or a shared one is
+    neither, any other argument is ``noalias``, and ``readonly`` unless it is an
+    output.
     """
-    aliased = {k for pair in pairs.items() for k in pair}
+    aliased = {k for pair in pairs.items() for k in pair} | set(shared)
     return [(k not in aliased, k not in outputs and k not in aliased) for k in range(n_args)]
 
 
 def llvm_argument_attributes(
-    memref_types: Sequence[ir.Type], outputs: Collection[int], pairs: Mapping[int, int]
+    memref_types: Sequence[ir.Type],
+    outputs: Collection[int],
+    pairs: Mapping[int, int],
+    shared: Collection[int] = (),
 ) -> list[dict[str, ir.Attribute]]:
     """The LLVM argument attributes of a kernel taking ``memref_types``.
 
-    ``outputs`` and ``pairs`` as for ``argument_attributes``. A non-memref
-    argument gets none. See the module docstring.
+    ``outputs``, ``pairs`` and ``shared`` as for ``argument_attributes``. A
+    non-memref argument gets none. See the module docstring.
     """
     result = []
-    for memref_type, (noalias, readonly) in zip(
-        memref_types, argument_attributes(len(memref_types), outputs, pairs), strict=True
-    ):
+    flags = argument_attributes(len(memref_types), outputs, pairs, shared)
+    for memref_type, (noalias, readonly) in zip(memref_types, flags, strict=True):
         attrs: dict[str, ir.Attribute] = {}
         if isinstance(memref_type, ir.MemRefType):
             if noalias:
@@ -232,17 +288,23 @@ def llvm_argument_attributes(
 
 
 def set_llvm_argument_attributes(
-    kernel: ir.Operation, outputs: Collection[int], pairs: Mapping[int, int]
+    kernel: ir.Operation,
+    outputs: Collection[int],
+    pairs: Mapping[int, int],
+    shared: Collection[int] = (),
 ) -> None:
     """Give ``kernel`` (a ``gpu.func``) the attributes of ``llvm_argument_attributes``.
 
-    The in-place marks (``IN_PLACE_ATTR``) stay beside them, for the checks and
-    readers of the lower-tensors stage (the conversions to NVVM and ROCDL drop them).
+    The in-place and shared marks (``IN_PLACE_ATTR``, ``SHARED_ATTR``) stay beside
+    them, for the checks and readers of the lower-tensors stage (the conversions to
+    NVVM and ROCDL drop them).
     """
     inputs = list(_function_type(kernel).inputs)
-    attrs = llvm_argument_attributes(inputs, outputs, pairs)
+    attrs = llvm_argument_attributes(inputs, outputs, pairs, shared)
     for k, param in pairs.items():
         attrs[k][IN_PLACE_ATTR] = _i64(param)
+    for k in shared:
+        attrs[k][SHARED_ATTR] = ir.UnitAttr.get()
     _set_arg_attrs(kernel, attrs)
 
 
@@ -299,7 +361,8 @@ def check_argument_attributes(gpu_module: ir.Operation, kernel: ir.Operation, wh
     """Refuse a kernel whose argument attributes its lowered code contradicts.
 
     A ``readonly`` argument must never be written (``written_arguments``), and
-    the two arguments of an in-place pair are neither ``noalias`` nor ``readonly``.
+    the two arguments of an in-place pair, and a shared argument (``SHARED_ATTR``),
+    are neither ``noalias`` nor ``readonly``.
     """
     n_args = len(_function_type(kernel).inputs)
     attrs = _arg_attrs(kernel, n_args)
@@ -317,3 +380,8 @@ def check_argument_attributes(gpu_module: ir.Operation, kernel: ir.Operation, wh
                         f"{where}: kernel argument {j} shares its buffer with another"
                         " argument but is marked noalias or readonly"
                     )
+        if SHARED_ATTR in attr and (LLVM_NOALIAS in attr or LLVM_READONLY in attr):
+            raise UnsupportedError(
+                f"{where}: kernel argument {k} overlaps another argument's buffer (the buffer"
+                " assignment's slices) but is marked noalias or readonly"
+            )

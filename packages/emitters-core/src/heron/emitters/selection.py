@@ -16,8 +16,9 @@ own ``registry``.
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
 
-from heron.emitters.emitter_base import EmittedKernel
+from heron.emitters.emitter_base import EmittedKernel, share_buffers
 from heron.emitters.fusion_analysis import FusionAnalysis, analyse_fusion
 from heron.emitters.hookspecs import EmitterSpec
 from heron.emitters.registry import EmitterRegistry, load_emitters
@@ -65,12 +66,19 @@ def emitter_heroes(analysis: FusionAnalysis, spec: EmitterSpec) -> tuple[Instruc
 
 
 def emit_fusion(
-    fusion: Instruction, target: Target, registry: EmitterRegistry | None = None
+    fusion: Instruction,
+    target: Target,
+    registry: EmitterRegistry | None = None,
+    *,
+    shared: Collection[int] = (),
 ) -> EmittedKernel:
     """Analyse ``fusion`` for ``target``, select its emitter and emit it (stage ``emitted``).
 
     ``target`` is the device (:class:`heron.target.Target`). The kernel's
-    ``emitter`` is the name of the emitter that emitted it.
+    ``emitter`` is the name of the emitter that emitted it. ``shared`` are the
+    kernel argument indices whose buffer the launch makes overlap another
+    argument's (:func:`heron.emitters.emitter_base.share_buffers`): they are
+    emitted neither ``noalias`` nor ``readonly``; none by default.
     """
     analysis = analyse_fusion(fusion, target)
     spec = select_emitter(analysis, registry)
@@ -83,4 +91,4 @@ def emit_fusion(
             f" {built!r} ({type(emitter).__name__}), not {spec.name!r}; a factory must build"
             " the emitter its spec names"
         )
-    return emitter.emit()
+    return share_buffers(emitter.emit(), shared)

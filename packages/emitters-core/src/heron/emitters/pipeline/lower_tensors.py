@@ -242,8 +242,9 @@ class _Lowering:
         The outputs are the entry's last arguments, one per result, and any
         argument whose buffer a result is (destination passing: a returned
         tensor is the buffer it was inserted into); the in-place pairs are the
-        entry's ``heron.in_place_of`` marks. The lowered kernel is then checked
-        against the attributes.
+        entry's ``heron.in_place_of`` marks, the arguments sharing a buffer with
+        another its ``heron.shares_buffer`` marks. The lowered kernel is then
+        checked against the attributes.
         """
         assert self.kernel is not None and self.gpu_module is not None
         arguments = list(self.kernel.regions[0].blocks[0].arguments)
@@ -253,7 +254,10 @@ class _Lowering:
         for value in returned:
             outputs.update(k for k in range(n_args) if arguments[k] == value)
         kernel_arguments.set_llvm_argument_attributes(
-            self.kernel, outputs, kernel_arguments.in_place_pairs(self.entry)
+            self.kernel,
+            outputs,
+            kernel_arguments.in_place_pairs(self.entry),
+            kernel_arguments.shared_arguments(self.entry),
         )
         kernel_arguments.check_argument_attributes(
             self.gpu_module, self.kernel, f"lower-tensors: fusion {self.fusion!r}"
