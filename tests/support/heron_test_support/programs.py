@@ -309,8 +309,8 @@ def kernel_compiler():
     registry = EmitterRegistry(
         [*installed, *((s, None) for s in gemm_plugin.heron_emitter_specs())]
     )
-    return lambda fusion, target, backend: compile_fusion(
-        fusion, target, backend, emitters=registry
+    return lambda fusion, target, backend, shared=(): compile_fusion(
+        fusion, target, backend, emitters=registry, shared=shared
     )
 
 

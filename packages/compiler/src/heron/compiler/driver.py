@@ -30,7 +30,7 @@ imports ``heron.compiler`` for the Target alone (``heron targets``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +114,9 @@ class CompiledKernel:
     stages: tuple[StageRecord, ...]
     #: Output index -> input index of an in-place output (``EmittedKernel.output_aliases``).
     output_aliases: Mapping[int, int] = attrs.field(factory=dict)
+    #: Argument indices compiled as overlapping another argument's buffer (neither
+    #: ``noalias`` nor ``readonly``: :func:`compile_fusion`'s ``shared``).
+    shared_arguments: frozenset[int] = frozenset()
     #: The emitter's promise that each output element is written once
     #: (``EmittedKernel.writes_each_element_once``).
     writes_each_element_once: bool = True
@@ -237,6 +240,7 @@ def compile_fusion(
     emitters: EmitterRegistry | None = None,
     backends: BackendRegistry | None = None,
     background: Executor | None = None,
+    shared: Collection[int] = (),
 ) -> CompiledKernel:
     """Compile ``fusion`` for ``target`` through ``backend`` (default: the Target's own).
 
@@ -250,12 +254,19 @@ def compile_fusion(
     (CUDA's ptxas) run there while the caller goes on (a whole program's
     compile emits its next kernels meanwhile); the kernel returned is then
     unfinished, its image and artefacts given by :meth:`CompiledKernel.finished`.
+
+    ``shared``: the kernel argument indices (parameter leaves, then outputs) whose
+    buffer the caller's launch makes overlap another argument's, outside the
+    kernel's own in-place pairs (thunk emission knows them from the buffer
+    assignment); they are compiled neither ``noalias`` nor ``readonly``
+    (:mod:`heron.emitters.kernel_arguments`). None by default: every argument a
+    buffer of its own, as :func:`heron.compiler.device_kernels.run_on_device` hands them.
     """
     from heron.emitters.selection import emit_fusion
 
     plan = _plan(target, backend, stop_after, backends)
     start = time.perf_counter()
-    kernel = emit_fusion(fusion, target, registry=emitters)
+    kernel = emit_fusion(fusion, target, registry=emitters, shared=shared)
     emitted = StageRecord(EMIT, time.perf_counter() - start)
     return _compile(kernel, target, plan, dump, [emitted], background)
 
@@ -315,6 +326,7 @@ def _compile(
         artefacts=tuple(artefacts),
         stages=tuple(records),
         output_aliases=dict(kernel.output_aliases),
+        shared_arguments=kernel.shared_arguments,
         writes_each_element_once=kernel.writes_each_element_once,
         order_dependence=kernel.order_dependence,
         summed_in_their_own_order=(

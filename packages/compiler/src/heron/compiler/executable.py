@@ -69,7 +69,11 @@ __all__ = [
 ]
 
 #: ``compiler(fusion, target, backend)``: :func:`heron.compiler.compile_fusion` or a cache of it.
-KernelCompiler = Callable[[Instruction, Target, str], "CompiledKernel"]
+#: A kernel whose arguments overlap in the buffer assignment is asked for as
+#: ``compiler(fusion, target, backend, shared=indices)`` (``compile_fusion``'s ``shared``;
+#: a cache keys on it); ``shared`` is passed only then, so a compiler that never meets
+#: overlapping arguments may take three arguments.
+KernelCompiler = Callable[..., "CompiledKernel"]
 
 
 @attrs.frozen
@@ -156,14 +160,18 @@ def compile_program(
     # are emitted; a compiler given by the caller runs as it likes.
     workers = ThreadPoolExecutor(os.cpu_count() or 1) if compiler is None else None
 
-    def compile_all(fusion: Instruction) -> dict[str, CompiledKernel]:
+    def compile_all(fusion: Instruction, shared: frozenset[int]) -> dict[str, CompiledKernel]:
         nonlocal kernel_seconds
         begun = time.perf_counter()
+        # Overlapping arguments only when there are some: the common call is unchanged.
+        extra = {"shared": shared} if shared else {}
         if workers is None:
-            compiled = {backend: compile_one(fusion, target, backend) for backend in backends}
+            compiled = {
+                backend: compile_one(fusion, target, backend, **extra) for backend in backends
+            }
         else:
             compiled = {
-                backend: compile_fusion(fusion, target, backend, background=workers)
+                backend: compile_fusion(fusion, target, backend, background=workers, **extra)
                 for backend in backends
             }
         kernel_seconds += time.perf_counter() - begun

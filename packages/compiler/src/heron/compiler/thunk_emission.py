@@ -14,9 +14,18 @@ its operands and results:
   not make its input's gets a ``CopyThunk`` of the input first, as
   :func:`~heron.compiler.device_kernels.run_on_device` does. An output the
   assignment put over an input the kernel does not update in place (a while
-  body's new state element over the old one) is written there: copy
+  body's new state element over the old one, an update of a donated
+  parameter written into the parameter's buffer) is written there: copy
   insertion allows that only where the kernel reads the input element by
-  element (``heron.hlo.passes.copy_insertion.reads_in_place``).
+  element (``heron.hlo.passes.copy_insertion.reads_in_place``). Such a
+  kernel is compiled knowing it: every argument whose slice overlaps a
+  written argument's, outside the kernel's own in-place pairs, is *shared*
+  (``compile(fusion, shared)``: neither ``noalias`` nor ``readonly``, so no
+  load of it goes through the non-coherent ``ld.global.nc``;
+  :mod:`heron.emitters.kernel_arguments`), as XLA computes noalias from the
+  slices. The shared arguments are part of the kernel's identity: the same
+  fusion launched on separate buffers elsewhere is another kernel, compiled
+  as before.
 - ``parameter``, ``constant``, ``tuple``, ``get-tuple-element``, ``bitcast``:
   nothing; their slices are their operands' or their allocation's.
 - ``copy`` (added by copy insertion): a ``CopyThunk`` per leaf whose slices
@@ -43,8 +52,8 @@ its operands and results:
   convolution ...): refused, naming the instruction.
 
 Kernels are compiled by the caller's ``compile`` function (one call per
-distinct fusion: fusions with the same body, kind and shapes share one kernel
-image; :func:`heron.compiler.compile_fusion` per backend, or a cache of it);
+distinct fusion: fusions with the same body, kind, shapes and shared arguments
+share one kernel image; :func:`heron.compiler.compile_fusion` per backend, or a cache of it);
 this module only places them. Which kernels an executable holds, its allocation
 table and its entry signature are :mod:`heron.compiler.executable`'s.
 """
@@ -59,7 +68,7 @@ import attrs
 
 from heron.compiler import library_attention, library_attention_backward, library_convolution
 from heron.compiler.library_gemm import library_call_thunk
-from heron.hlo.buffers import BufferAssignment
+from heron.hlo.buffers import BufferAssignment, in_place_operands
 from heron.hlo.buffers import Slice as HloSlice
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction
@@ -81,8 +90,10 @@ if TYPE_CHECKING:
 
 __all__ = ["EmittedKernel", "ThunkProgram", "emit_thunks", "image_key"]
 
-#: ``compile(fusion)`` -> the fusion compiled for each backend, by backend name.
-Compile = Callable[[Instruction], Mapping[str, "CompiledKernel"]]
+#: ``compile(fusion, shared)`` -> the fusion compiled for each backend, by backend name;
+#: ``shared``: the kernel argument indices whose slice overlaps another argument's
+#: (:func:`heron.compiler.compile_fusion`'s ``shared``), mostly empty.
+Compile = Callable[[Instruction, frozenset[int]], Mapping[str, "CompiledKernel"]]
 
 
 #: heron's library custom calls: whether an instruction is one, and the library call it makes
@@ -153,7 +164,8 @@ def emit_thunks(
 ) -> ThunkProgram:
     """The thunk program of ``assignment.module``'s entry (see the module docstring).
 
-    ``compile(fusion)`` gives the fusion's :class:`CompiledKernel` per backend;
+    ``compile(fusion, shared)`` gives the fusion's :class:`CompiledKernel` per
+    backend, compiled with the arguments ``shared`` overlapping another's;
     ``trip_counts`` maps a while instruction's name to its known trip count;
     ``target`` is the device compiled for, whose GEMM library computes the
     fusions it can (:mod:`heron.compiler.library_gemm`; none without a target).
@@ -226,51 +238,53 @@ class _Emitter:
 
     # -- kernels -----------------------------------------------------------------------
 
-    def kernel_for(self, inst: Instruction) -> EmittedKernel:
-        """The kernel of ``inst``: compiled once per distinct fusion (same body, kind, shapes)."""
-        identity = _identity(inst)
+    def kernel_for(self, inst: Instruction, shared: frozenset[int]) -> EmittedKernel:
+        """The kernel of ``inst`` with arguments ``shared`` overlapping another's: compiled
+        once per distinct fusion (same body, kind, shapes, shared arguments)."""
+        identity = (*_identity(inst), tuple(sorted(shared)))
         found = self.by_identity.get(identity)
         if found is None:
-            compiled = dict(self.compile(inst))
+            compiled = dict(self.compile(inst, shared))
             if not compiled:
                 raise UnsupportedError(f"fusion {describe(inst)} was compiled for no backend")
+            for backend, kernel in compiled.items():
+                if not shared <= kernel.shared_arguments:
+                    raise UnsupportedError(
+                        f"fusion {describe(inst)}: its arguments {sorted(shared)} overlap"
+                        f" another argument's buffer, but the {backend} kernel was compiled"
+                        f" for {sorted(kernel.shared_arguments)} only (a compiler that"
+                        " ignores compile_fusion's shared?)"
+                    )
             found = EmittedKernel(self.unique_key(inst), inst, compiled)
             self.kernels.append(found)
             self.by_identity[identity] = found
         self.kernel_of[inst.name] = found.key
         return found
 
+    def forget(self, emitted: EmittedKernel) -> None:
+        """Drop ``emitted``, just compiled and not launched, from the program."""
+        self.kernels.remove(emitted)
+        self.keys.discard(emitted.key)
+        for identity, kernel in list(self.by_identity.items()):
+            if kernel is emitted:
+                del self.by_identity[identity]
+
     def fusion(self, inst: Instruction) -> list[Thunk]:
-        emitted = self.kernel_for(inst)
-        compiled = emitted.compiled
-        kernel = next(iter(compiled.values()))
-        for backend, other in compiled.items():
-            if (other.kernel_name, other.grid, other.block, other.arguments) != (
-                kernel.kernel_name,
-                kernel.grid,
-                kernel.block,
-                kernel.arguments,
-            ) or dict(other.output_aliases) != dict(kernel.output_aliases):
-                raise UnsupportedError(
-                    f"fusion {describe(inst)}: the {backend} kernel's name, launch or arguments"
-                    f" differ from the {next(iter(compiled))} kernel's; one thunk cannot launch"
-                    " both"
-                )
         inputs = [piece for operand in inst.operands for piece in self.leaves(operand)]
         outputs = self.leaves(inst)
-        expected = [(a.shape.element_type, a.shape.dims) for a in kernel.arguments]
-        given = [
-            (leaf.element_type, leaf.dims)
-            for leaf in (
-                *(leaf for operand in inst.operands for leaf in operand.shape.leaves()),
-                *inst.shape.leaves(),
-            )
-        ]
-        if expected != given or len(inputs) + len(outputs) != len(given):
-            raise UnsupportedError(
-                f"fusion {describe(inst)}: the kernel's {len(expected)} arguments are not the"
-                f" fusion's {len(inputs)} operand leaves and {len(outputs)} results"
-            )
+        overlaps = _overlaps((*inputs, *outputs), len(inputs))
+        # The pairs the kernel will update in place, as the dataflow sees them; the kernel
+        # says which it does once compiled (an emitter may decline one).
+        shared = _shared(overlaps, _dataflow_pairs(inst, len(inputs))) if overlaps else frozenset()
+        count = len(self.kernels)
+        emitted = self.kernel_for(inst, shared)
+        kernel = self.checked(inst, emitted, inputs, outputs)
+        needed = _shared(overlaps, _declared_pairs(kernel.output_aliases, len(inputs)))
+        if not needed <= shared:
+            if len(self.kernels) > count:
+                self.forget(emitted)
+            emitted = self.kernel_for(inst, shared | needed)
+            kernel = self.checked(inst, emitted, inputs, outputs)
         thunks: list[Thunk] = []
         aliases = dict(kernel.output_aliases)
         for out, source in sorted(aliases.items()):
@@ -289,6 +303,44 @@ class _Emitter:
         if not thunks and self.target is not None:
             call = library_call_thunk(inst, inputs, outputs, launch, kernel.emitter, self.target)
         return [call] if call is not None else [*thunks, launch]
+
+    def checked(
+        self,
+        inst: Instruction,
+        emitted: EmittedKernel,
+        inputs: Sequence[BufferSlice],
+        outputs: Sequence[BufferSlice],
+    ) -> CompiledKernel:
+        """The kernel one thunk launches for every backend of ``emitted``, its arguments
+        the fusion's ``inputs`` then ``outputs``."""
+        compiled = emitted.compiled
+        kernel = next(iter(compiled.values()))
+        for backend, other in compiled.items():
+            if (other.kernel_name, other.grid, other.block, other.arguments) != (
+                kernel.kernel_name,
+                kernel.grid,
+                kernel.block,
+                kernel.arguments,
+            ) or dict(other.output_aliases) != dict(kernel.output_aliases):
+                raise UnsupportedError(
+                    f"fusion {describe(inst)}: the {backend} kernel's name, launch or arguments"
+                    f" differ from the {next(iter(compiled))} kernel's; one thunk cannot launch"
+                    " both"
+                )
+        expected = [(a.shape.element_type, a.shape.dims) for a in kernel.arguments]
+        given = [
+            (leaf.element_type, leaf.dims)
+            for leaf in (
+                *(leaf for operand in inst.operands for leaf in operand.shape.leaves()),
+                *inst.shape.leaves(),
+            )
+        ]
+        if expected != given or len(inputs) + len(outputs) != len(given):
+            raise UnsupportedError(
+                f"fusion {describe(inst)}: the kernel's {len(expected)} arguments are not the"
+                f" fusion's {len(inputs)} operand leaves and {len(outputs)} results"
+            )
+        return kernel
 
     def unique_key(self, inst: Instruction) -> str:
         key = base = image_key(inst)
@@ -414,6 +466,47 @@ def _identity(fusion: Instruction) -> tuple[object, ...]:
         str(getattr(config, "text", config)),
         signature(fusion.called("calls")),
     )
+
+
+def _overlaps(arguments: Sequence[BufferSlice], n_inputs: int) -> set[tuple[int, int]]:
+    """Pairs ``(i, j)``, ``i < j``, of kernel arguments whose bytes overlap, one of them written.
+
+    ``arguments`` are the launch's slices, the ``n_inputs`` inputs first, then the
+    outputs (written). Two inputs in one buffer are left alone: pointers that are
+    only read may be ``noalias readonly`` both (nothing is written through either).
+    """
+    pairs = set()
+    for j in range(n_inputs, len(arguments)):
+        mine = arguments[j]
+        for i, other in enumerate(arguments):
+            if (
+                i != j
+                and other.allocation == mine.allocation
+                and other.offset < mine.end
+                and mine.offset < other.end
+            ):
+                pairs.add((min(i, j), max(i, j)))
+    return pairs
+
+
+def _dataflow_pairs(fusion: Instruction, n_inputs: int) -> set[tuple[int, int]]:
+    """The in-place pairs the dataflow expects of ``fusion``'s kernel, as argument indices
+    ``(parameter leaf, n_inputs + output)`` (``heron.hlo.buffers.in_place_operands``)."""
+    first_leaf, count = [], 0
+    for operand in fusion.operands:
+        first_leaf.append(count)
+        count += sum(1 for _ in operand.shape.leaves())
+    return {(first_leaf[operand], n_inputs + leaf) for leaf, operand in in_place_operands(fusion)}
+
+
+def _declared_pairs(aliases: Mapping[int, int], n_inputs: int) -> set[tuple[int, int]]:
+    """A kernel's in-place pairs (``output_aliases``) as argument index pairs."""
+    return {(source, n_inputs + out) for out, source in aliases.items()}
+
+
+def _shared(overlaps: set[tuple[int, int]], in_place: set[tuple[int, int]]) -> frozenset[int]:
+    """The arguments of the ``overlaps`` that are not an in-place pair of the kernel's."""
+    return frozenset(k for pair in overlaps - in_place for k in pair)
 
 
 def moves(sources: Sequence[BufferSlice], destinations: Sequence[BufferSlice]) -> list[Thunk]:

@@ -25,7 +25,7 @@ compiled executable (its module, thunk program and buffer assignment).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 import attrs
@@ -120,12 +120,14 @@ class _KernelCompiler:
     def __init__(self) -> None:
         self.kept: dict[str, _Kept] = {}
 
-    def __call__(self, fusion: Instruction, target: Target, backend: str) -> CompiledKernel:
+    def __call__(
+        self, fusion: Instruction, target: Target, backend: str, shared: Collection[int] = ()
+    ) -> CompiledKernel:
         from heron.compiler.driver import compile_emitted
         from heron.emitters.selection import emit_fusion
 
         start = time.perf_counter()
-        emitted = emit_fusion(fusion, target)
+        emitted = emit_fusion(fusion, target, shared=shared)
         emit_seconds = time.perf_counter() - start
         stages: list[tuple[str, str]] = []
         compiled = compile_emitted(
