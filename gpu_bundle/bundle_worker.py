@@ -197,6 +197,9 @@ class Worker:
         details["seconds"] = round(time.perf_counter() - start, 4)
         details["order_dependent_kernels"] = [k for k, _ in order_dependent]
         problems: list[str] = []
+        resident = self._resident(artefact, device, inputs, runs[0], bool(order_dependent))
+        details["resident"] = resident
+        problems += resident.pop("problems", [])
         deterministic = bool(case.get("deterministic"))
         if deterministic and order_dependent:
             problems.append(
@@ -236,6 +239,75 @@ class Worker:
             problems.append("no reference outputs in the bundle")
         status = "fail" if problems else "pass"
         return {"status": status, "reason": "; ".join(problems), "details": details}
+
+    def _resident(
+        self,
+        artefact: Any,
+        device: Any,
+        inputs: list[np.ndarray],
+        expected: list,
+        order_dependent: bool,
+    ) -> dict[str, Any]:
+        """heron.jax's path on this GPU (issue 30): the inputs as another library's arrays on
+        the device (jax's, else torch's), taken through DLPack in place by a
+        :class:`~heron.runtime.core.resident.ResidentRunner`, the results handed back to that
+        library without a copy; they must equal the executor's run bit for bit (unless the
+        program has order-dependent kernels). Host time of one call both ways, too."""
+        from heron.hlo.memory_layout import is_c_order
+        from heron.runtime.core.executor import Executable
+        from heron.runtime.core.resident import ResidentRunner
+
+        library = _dlpack_library(device)
+        if library is None:
+            return {"skipped": "neither jax nor torch has memory on this device"}
+        name, to_device, from_dlpack = library
+        try:
+            arguments = [to_device(a) for a in inputs]
+        except Exception as error:  # noqa: BLE001 - a type the library lacks: not heron's fault
+            return {"skipped": f"{name} cannot hold the inputs: {error}"[:300]}
+        changed = [
+            f"{a.dtype} as {b.dtype}"
+            for a, b in zip(inputs, arguments, strict=True)
+            if np.dtype(a.dtype) != np.dtype(b.dtype)
+        ]
+        if changed:  # jax without x64 holds f64 as f32
+            return {"skipped": f"{name} holds {', '.join(changed)}"}
+        executable = Executable(artefact, device, self.backend, command_buffers=True)
+        result: dict[str, Any] = {"library": name, "problems": []}
+        try:
+            runner = ResidentRunner(executable)
+            arrays = runner(arguments)
+            result["ways"] = sorted(set(runner.last_inputs.ways))
+            outputs = [np.asarray(a) for a in arrays]
+            same = bundle_compare.identical(expected, outputs)
+            result["identical_to_run"] = same
+            if not same and not order_dependent:
+                result["problems"].append("device-resident results differ from run()'s")
+            exported = 0
+            for array, output in zip(arrays, outputs, strict=True):
+                if not is_c_order(array.hlo_shape):
+                    continue
+                back = np.asarray(from_dlpack(array))
+                if not bundle_compare.identical([output], [back]):
+                    result["problems"].append(f"{name} reads a result differently via DLPack")
+                exported += 1
+            result["exported"] = exported
+            singles = {"resident_s": [], "run_s": []}
+            for _ in range(SINGLE_RUNS):
+                begun = time.perf_counter()
+                kept = runner(arguments)
+                for array in kept:
+                    array.block_until_ready()
+                singles["resident_s"].append(time.perf_counter() - begun)
+                begun = time.perf_counter()
+                executable.run(inputs)
+                singles["run_s"].append(time.perf_counter() - begun)
+            result.update({k: statistics.median(v) for k, v in singles.items()})
+        except Exception as error:  # noqa: BLE001 - reported, the case's other checks stand
+            result["problems"].append(f"resident run: {type(error).__name__}: {error}"[:300])
+        finally:
+            executable.close()
+        return result
 
     # -- speed ---------------------------------------------------------------------------
 
@@ -429,6 +501,37 @@ def _jax_times(workload: Any, inputs: list[np.ndarray]) -> tuple[list[np.ndarray
     entry.update(_times(call, lambda: jax.block_until_ready(last[0])))
     outputs = [np.asarray(x) for x in jax.tree.leaves(result)]
     return outputs, entry
+
+
+def _dlpack_library(device: Any) -> tuple[str, Any, Any] | None:
+    """(name, numpy -> its array on ``device``, DLPack consumer) of jax or torch, whichever
+    has a GPU at ``device``'s DLPack address; None where neither does."""
+    where = tuple(device.dlpack_device or ())
+    if not where:
+        return None
+    try:
+        import jax
+
+        for candidate in jax.devices("cpu" if where[0] == 1 else "gpu"):
+            if where[0] == 1:  # kDLCPU: the interpreter's memory is the host's
+                put = lambda array, at=candidate: jax.device_put(array, at)  # noqa: E731
+                return "jax", put, jax.dlpack.from_dlpack
+            if (where[1:] or (0,))[0] == candidate.local_hardware_id:
+                return (
+                    "jax",
+                    lambda array, at=candidate: jax.device_put(array, at),
+                    jax.dlpack.from_dlpack,
+                )
+    except Exception:  # noqa: BLE001 - no jax, or jax without a GPU
+        pass
+    try:
+        import torch
+
+        if where[0] != 1 and torch.cuda.is_available():
+            return "torch", lambda array: _to_torch(torch, array), torch.from_dlpack
+    except Exception:  # noqa: BLE001 - no torch
+        pass
+    return None
 
 
 def _to_torch(torch: Any, array: np.ndarray) -> Any:

@@ -159,6 +159,9 @@ class WorkerProcess:
         paths = [str(site), str(HERE), environment.get("PYTHONPATH", "")]
         environment["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         environment["PYTHONUNBUFFERED"] = "1"
+        # jax shares the GPU with heron's device in the worker (speed cases, the DLPack
+        # checks): it must not take 75% of the memory up front, as it does by default.
+        environment.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         self.log = open(log, "a")  # noqa: SIM115 - kept open for the process's lifetime
         self.process = subprocess.Popen(
             [sys.executable, str(HERE / "bundle_worker.py"), str(HERE), backend],
