@@ -172,3 +172,31 @@ def test_a_loop_takes_xlas_known_trip_count(config: str, expected: int | None) -
     # The condition's kernel writes the predicate the loop reads.
     (condition,) = loop.condition
     assert isinstance(condition, KernelThunk) and condition.arguments[-1] == loop.predicate
+
+
+def test_a_kernel_handed_one_slice_twice_is_compiled_with_those_arguments_shared() -> None:
+    """The body's divide writes the loop state over the element it reads (elementwise);
+    the condition's compare reads the state into a pred of its own."""
+    from heron.compiler import compile_fusion
+
+    module = parse_module(DATA_DEPENDENT_LOOP.replace("%CONFIG%", ""))
+    asked: dict[str, frozenset[int]] = {}
+
+    def compiler(fusion, target, backend, shared=frozenset()):
+        asked[fusion.called("calls").root_instruction.opcode] = frozenset(shared)
+        return compile_fusion(fusion, target, backend, shared=shared)
+
+    compiled = compile_program(module, TARGET, ("interpreter",), compiler=compiler)
+    assert asked == {"compare": frozenset(), "divide": frozenset({0, 1})}
+    (loop,) = [t for t in walk(compiled.artefact.program) if isinstance(t, WhileThunk)]
+    (body,) = loop.body
+    assert body.arguments[0] == body.arguments[1]
+    by_key = {e.key: e.compiled["interpreter"] for e in compiled.program.kernels}
+    assert by_key[body.image_key].shared_arguments == {0, 1}
+
+    # A compiler that takes ``shared`` but ignores it would hand back a noalias kernel.
+    def ignoring(fusion, target, backend, shared=frozenset()):
+        return compile_fusion(fusion, target, backend)
+
+    with pytest.raises(UnsupportedError, match=r"arguments \[0, 1\] overlap another"):
+        compile_program(module, TARGET, ("interpreter",), compiler=ignoring)

@@ -3,10 +3,12 @@
 ``heron.emitters.kernel_arguments``: the emitter marks in-place outputs on the
 entry (``heron.in_place_of``), lower-tensors gives the ``gpu.func`` the LLVM
 dialect's argument attributes and checks the lowered kernel against them, and
-both backends' conversions carry them to the ``define`` of the kernel. A wrong
-``readonly`` (an argument the kernel writes) or an aliased pair marked
-``noalias``/``readonly`` is refused. The corpus-wide checks are in
-tests/test_nc_loads.py.
+both backends' conversions carry them to the ``define`` of the kernel. An argument
+marked ``heron.shares_buffer`` (its buffer overlaps another argument's) gets neither
+``noalias`` nor ``readonly``. A wrong ``readonly`` (an argument the kernel writes), or
+an aliased pair or shared argument marked ``noalias``/``readonly``, is refused. The
+corpus-wide checks are in tests/test_nc_loads.py, the programs whose buffer assignment
+shares arguments in tests/test_shared_kernel_arguments.py.
 """
 
 from __future__ import annotations
