@@ -25,7 +25,8 @@ from heron.runtime.core.attention import AttentionCall
 from heron.runtime.core.attention_backward import AttentionBackwardCall
 from heron.runtime.core.convolution import ConvolutionCall, dense_strides
 from heron.runtime.core.device import DeviceError
-from heron.runtime.core.library_contract import read_strided
+from heron.runtime.core.library_contract import read_strided, written_strided
+from heron.runtime.core.thunks import ThunkError
 from heron.runtime.cuda.cudnn import NODES, Cudnn, plan
 
 NHWC, KRSC = (0, 2, 3, 1), (0, 2, 3, 1)
@@ -174,6 +175,8 @@ class FakeCudnn:
         self.graphs: list[dict] = []
         self.executions: list[dict] = []
         self.streams: list[int] = []
+        #: per sdpa_backward execution, the addresses it read o and stats from
+        self.backward_reads: list[dict] = []
         self.workspace = workspace
         self.refuse = refuse
         fake = self
@@ -370,18 +373,24 @@ class FakeCudnn:
         lse = peak + np.log(np.exp(scores - peak).sum(axis=-1, keepdims=True))
         stats = tensors["stats"]
         assert stats.data_type == "FLOAT" and stats.output
-        self._array(pack, stats, np.float32)[...] = (
-            lse.astype(np.float32).view(np.uint8).reshape(-1)
+        assert stats.dim == [*q.shape[:3], 1]
+        self._array(pack, stats, np.float32)[...] = written_strided(
+            lse, stats.dim, stats.stride, np.float32
         )
 
     def attention_backward(self, record: dict, pack: dict, element: str) -> None:
         """cuDNN's flash attention backward from the recorded ``sdpa_backward`` graph, on
-        host memory; the forward's o and statistics must be where the graph reads them."""
+        host memory: as cuDNN, from the o and statistics where the graph reads them (the
+        contract of a call reading the forward call's: ``reads_forward``)."""
         tensors, options = record["tensors"], record["sdpa_backward"]
         described = {"q_dims": tensors["q"].dim, "k_dims": tensors["k"].dim}
         described["v_dims"] = tensors["v"].dim
-        for name in ("q", "k", "v", "do", "dq", "dk", "dv"):
+        for name in ("q", "k", "v", "do", "dq", "dk", "dv", "o"):
             described[f"{name}_strides"] = tensors[name].stride
+        stats = tensors["stats"]
+        assert stats.data_type == "FLOAT" and not stats.output
+        assert stats.dim == [*tensors["q"].dim[:3], 1]
+        described["stats_strides"] = stats.stride[:3]
         if "bias" in tensors:
             described |= {"bias_dims": tensors["bias"].dim, "bias_strides": tensors["bias"].stride}
         call = AttentionBackwardCall(
@@ -391,14 +400,11 @@ class FakeCudnn:
             element_type=element,
         )
         dtype = ElementType(element).numpy_dtype
-        arrays = [self._array(pack, tensors[name], dtype) for name in call.operand_names]
-        o = self._array(pack, tensors["o"], dtype)
-        forward = call.forward  # its output, computed as the forward graph did
-        o_call = attrs.evolve(forward, o_strides=tuple(tensors["o"].stride))
-        named = dict(zip(call.operand_names, arrays, strict=True))
-        given = [named[name] for name in o_call.operand_names[:-1]]
-        expected_o = o_call.reference([*given, np.zeros_like(o)])
-        assert np.array_equal(o, expected_o), "sdpa_backward ran before its forward"
+        arrays = [
+            self._array(pack, tensors[name], np.float32 if name == "stats" else dtype)
+            for name in call.operand_names
+        ]
+        self.backward_reads.append({name: pack[tensors[name]] for name in ("o", "stats")})
         for array, result in zip(arrays[-3:], call.reference(arrays), strict=True):
             array[...] = result
 
@@ -712,8 +718,19 @@ def test_an_attention_backward_is_a_forward_with_statistics_then_sdpa_backward(f
     expected = call.reference(operands)
     library.run(call, [o.ctypes.data for o in operands], 0x5003)
     assert len(fake.executions) == 2  # the forward, then the backward
+    # the backward read o and stats from the scratch the forward wrote, o as the contract's
+    o_address, stats_address = list(scratch)[:2]  # allocated in that order
+    assert fake.backward_reads == [{"o": o_address, "stats": stats_address}]
+    o = scratch[o_address]
+    forward_call = attrs.evolve(call.forward, o_strides=dense_strides(call.do_dims, (0, 1, 2, 3)))
+    given = dict(zip(call.operand_names, operands, strict=True))
+    inputs = [given[name] for name in forward_call.operand_names[:-1]]
+    assert np.array_equal(o, forward_call.reference([*inputs, np.zeros_like(o)]))
+    # cuDNN's gradients (from o and the statistics) are the recomputing contract's within
+    # o's rounding to the element type
     for got, want in zip(operands[-3:], expected, strict=True):
-        np.testing.assert_array_equal(got, want)
+        got, want = (x.view(dtype).astype(np.float32) for x in (got, want))
+        np.testing.assert_allclose(got, want, rtol=2.0**-6, atol=2.0**-6 * np.abs(want).max())
 
 
 def test_the_cuda_device_offers_the_attention_backward_through_cudnn(fake_cuda, fake):
@@ -724,3 +741,123 @@ def test_the_cuda_device_offers_the_attention_backward_through_cudnn(fake_cuda, 
 
     device = CudaDevice(bindings=fake_cuda(), libraries={"attention_backward": cudnn})
     assert device.library_for(BACKWARD_CALLS["bf16_bshd_causal"]) == "cudnn"
+
+
+def _with_stats(call: AttentionCall, order=(0, 1, 2)) -> AttentionCall:
+    """``call`` giving its softmax's statistics too (f32 [B, H, Sq], stored in ``order``)."""
+    return attrs.evolve(call, stats_strides=dense_strides(call.q_dims[:3], order))
+
+
+def _reading(call: AttentionBackwardCall, forward: AttentionCall) -> AttentionBackwardCall:
+    """``call`` reading ``forward``'s o and statistics (a training step's pair)."""
+    return attrs.evolve(call, o_strides=forward.o_strides, stats_strides=forward.stats_strides)
+
+
+def _filled(call, rng) -> list[np.ndarray]:
+    """Random given arguments (f32 statistics a plausible log-sum-exp), zeroed computed ones."""
+    dtype = ElementType(call.element_type).numpy_dtype
+    out = []
+    computed = call.operand_names[len(call.operand_names) - call.outputs :]
+    for name, size in zip(call.operand_names, call.byte_sizes(), strict=True):
+        if name in computed:
+            out.append(np.zeros(size, np.uint8))
+        elif name == "stats":
+            out.append((rng.random(size // 4) + 2.0).astype(np.float32).view(np.uint8))
+        else:
+            width = np.dtype(dtype).itemsize
+            out.append(rng.standard_normal(size // width).astype(dtype).view(np.uint8))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTION_CALLS))
+def test_a_training_step_s_forward_writes_its_statistics_with_generate_stats(fake, name):
+    call = _with_stats(ATTENTION_CALLS[name], order=(1, 0, 2))  # stats stored [H, B, Sq]
+    assert call.operand_names[-2:] == ("o", "stats") and call.outputs == 2
+    library = Cudnn(lambda n: 0x7000, bindings=fake)
+    assert library.offers(call)
+    (graph,) = fake.graphs
+    assert graph["sdpa"]["generate_stats"] is True
+    stats = graph["tensors"]["stats"]
+    b, h, sq, _ = call.q_dims
+    assert (stats.dim, stats.stride, stats.data_type, stats.output) == (
+        [b, h, sq, 1],
+        [sq, b * sq, 1, 1],
+        "FLOAT",
+        True,
+    )
+    operands = _filled(call, np.random.default_rng(7))
+    o_expected, stats_expected = call.reference(operands)
+    addresses = [o.ctypes.data for o in operands]
+    library.run(call, addresses, 0x5004)
+    # each tensor bound to its argument's pointer, in the contract's order
+    (execution,) = fake.executions
+    names = [tensor.name for tensor in execution["pack"]]
+    assert names == list(call.operand_names)
+    assert list(execution["pack"].values()) == addresses
+    np.testing.assert_array_equal(operands[-2], o_expected)
+    np.testing.assert_allclose(
+        operands[-1].view(np.float32), stats_expected.view(np.float32), rtol=1e-6
+    )
+
+
+@pytest.mark.parametrize("name", sorted(BACKWARD_CALLS))
+def test_a_backward_reading_the_forward_s_statistics_is_sdpa_backward_alone(fake, name):
+    recomputing = BACKWARD_CALLS[name]
+    forward = _with_stats(recomputing.forward)
+    call = _reading(recomputing, forward)
+    assert call.reads_forward
+    allocated = []
+    library = Cudnn(lambda n: allocated.append(n) or 0x7000, bindings=fake)
+    assert library.offers(call)
+    (graph,) = fake.graphs  # no forward graph
+    assert "sdpa" not in graph and "sdpa_backward" in graph
+    assert allocated == [4096]  # the workspace: no scratch for o and stats
+    tensors = graph["tensors"]
+    b, h, sq, _ = call.q_dims
+    assert (tensors["stats"].dim, tensors["stats"].stride) == ([b, h, sq, 1], [h * sq, sq, 1, 1])
+    assert tensors["o"].stride == list(call.o_strides)
+    rng = np.random.default_rng(9)
+    operands = _filled(call, rng)
+    expected = call.reference(operands)
+    addresses = [o.ctypes.data for o in operands]
+    library.run(call, addresses, 0x5005)
+    (execution,) = fake.executions
+    assert [t.name for t in execution["pack"]] == list(call.operand_names)
+    assert list(execution["pack"].values()) == addresses
+    by_name = dict(zip(call.operand_names, addresses, strict=True))
+    assert fake.backward_reads == [{"o": by_name["o"], "stats": by_name["stats"]}]
+    for got, want in zip(operands[-3:], expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_pair_gives_the_recomputing_call_s_gradients(fake):
+    """A forward with statistics then a backward reading them: the gradients of the
+    backward call that computes the forward itself, within o's rounding."""
+    recomputing = BACKWARD_CALLS["bf16_bias_per_head_causal"]
+    forward = _with_stats(recomputing.forward)
+    call = _reading(recomputing, forward)
+    library = Cudnn(lambda n: 0x7000, bindings=fake)
+    rng = np.random.default_rng(13)
+    given = _filled(recomputing, rng)
+    named = dict(zip(recomputing.operand_names, given, strict=True))
+    o, stats = (np.zeros(size, np.uint8) for size in forward.byte_sizes()[-2:])
+    library.run(
+        forward,
+        [named[n].ctypes.data for n in forward.operand_names[:-2]]
+        + [o.ctypes.data, stats.ctypes.data],
+        0,
+    )
+    named |= {"o": o, "stats": stats}
+    named |= {n: np.zeros_like(named[n]) for n in ("dq", "dk", "dv")}
+    library.run(call, [named[n].ctypes.data for n in call.operand_names], 0)
+    expected = recomputing.reference(given)
+    dtype = ElementType(call.element_type).numpy_dtype
+    for name, want in zip(("dq", "dk", "dv"), expected, strict=True):
+        got, want = (x.view(dtype).astype(np.float32) for x in (named[name], want))
+        np.testing.assert_allclose(got, want, rtol=2.0**-6, atol=2.0**-6 * np.abs(want).max())
+
+
+def test_a_backward_reading_o_without_stats_is_refused():
+    call = BACKWARD_CALLS["f16_cross"]
+    with pytest.raises(ThunkError, match="o_strides and stats_strides come together"):
+        attrs.evolve(call, o_strides=call.do_strides)

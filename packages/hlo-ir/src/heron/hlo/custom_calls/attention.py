@@ -22,6 +22,19 @@ is ``transpose(stored, dimensions=order)``; the result is stored as
 ``transpose(result, dimensions=order)``). A library reads such a tensor with
 its strides: the transposes a program wrote around its attention cost nothing.
 
+A training step's forward call may also give the softmax's statistics, which
+its backward call reads instead of computing the forward again (XLA's cuDNN
+fMHA forward/backward pair; ``heron.compiler.library_attention_pairing``
+decides it): ``"stats": true`` in ``backend_config``, and the result is the
+tuple ``(o, stats)``, ``stats`` an f32 ``[B, H, Sq]`` array, per query row
+the log-sum-exp of the scaled, biased, masked scores in f32::
+
+    stats[b, h, i] = m + log(sum over j of exp(s[b, h, i, j] - m)),  m = max over j of s
+
+which is cuDNN's ``Stats`` tensor (``sdpa(generate_stats=True)``, ``[B, H,
+Sq, 1]``: the trailing 1 dropped here). ``stats`` may be stored in any layout
+(its strides say where each row's value is).
+
 The custom call has one meaning wherever it runs, which this module states as
 HLO (:func:`attention_text`) and the reference evaluator computes (its host
 implementation, a ``heron.custom_calls`` plugin of hlo-ir itself): the scores
@@ -44,12 +57,14 @@ import numpy as np
 
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
+from heron.hlo.element_types import ElementType
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Computation, Module
-from heron.hlo.shapes import ArrayShape
+from heron.hlo.shapes import ArrayShape, Shape, TupleShape
 
 __all__ = [
     "ORDERED",
+    "STATS_TYPE",
     "TARGET",
     "AttentionConfig",
     "as_attention",
@@ -58,7 +73,9 @@ __all__ = [
     "heron_custom_call_specs",
     "host",
     "in_cudnn_order",
+    "logits_lines",
     "probabilities_lines",
+    "stats_shape",
 ]
 
 #: The custom_call_target of a fused attention.
@@ -69,20 +86,35 @@ ELEMENT_TYPES = ("f16", "bf16")
 
 #: The tensors whose stored order ``backend_config`` may give.
 ORDERED = ("q", "k", "v", "result")
+#: The element type of the softmax's statistics (cuDNN's: f32 whatever the I/O type).
+STATS_TYPE = "f32"
 _IDENTITY = (0, 1, 2, 3)
 
 
+def stats_shape(b: int, h: int, sq: int) -> ArrayShape:
+    """The statistics of a ``[B, H, Sq, .]`` attention: f32 ``[B, H, Sq]`` (no layout yet:
+    layout assignment gives it one)."""
+    return ArrayShape(ElementType(STATS_TYPE), (b, h, sq))
+
+
 def backend_config(
-    scale: float, causal: bool, orders: dict[str, Sequence[int]] | None = None
+    scale: float,
+    causal: bool,
+    orders: dict[str, Sequence[int]] | None = None,
+    *,
+    stats: bool = False,
 ) -> str:
     """The custom call's ``backend_config`` (JSON); ``orders`` as the module docstring says,
-    identities left out."""
+    identities left out; ``stats``: the forward gives its statistics too, the backward
+    reads them (left out where false, so a call without them reads as it always did)."""
     config: dict[str, Any] = {"causal": bool(causal), "scale": float(scale)}
     kept = {
         name: list(order) for name, order in (orders or {}).items() if tuple(order) != _IDENTITY
     }
     if kept:
         config["orders"] = kept
+    if stats:
+        config["stats"] = True
     return json.dumps(config, sort_keys=True)
 
 
@@ -99,11 +131,17 @@ class AttentionConfig:
             "causal",
             "scale",
             "orders",
+            "stats",
         }:
             raise ValueError(
-                "backend_config must give 'scale', 'causal' and perhaps 'orders': it was not"
-                " written by heron"
+                "backend_config must give 'scale', 'causal' and perhaps 'orders' and 'stats':"
+                " it was not written by heron"
             )
+        stats = config.get("stats", False)
+        if not isinstance(stats, bool):
+            raise ValueError(f"backend_config's stats is not true or false: {stats!r}")
+        #: The forward gives the softmax's statistics too; the backward reads them.
+        self.stats = stats
         orders = config.get("orders", {})
         if not isinstance(orders, dict) or not set(orders) <= set(ordered):
             raise ValueError(f"backend_config's orders name {sorted(orders)}, not {tuple(ordered)}")
@@ -157,12 +195,28 @@ def in_cudnn_order(shape: ArrayShape, order: Sequence[int]) -> ArrayShape:
     return ArrayShape(shape.element_type, tuple(shape.dims[d] for d in order))
 
 
-def attention_text(
-    config: str, operand_shapes: Sequence[ArrayShape], result_shape: ArrayShape
-) -> str:
+def _split_result(settings: AttentionConfig, result: Shape) -> tuple[ArrayShape, ArrayShape | None]:
+    """The output's shape and the statistics' (None without ``"stats"``), checked as the
+    config says the result is: one array, or the tuple ``(o, stats)``."""
+    if not settings.stats:
+        if not isinstance(result, ArrayShape):
+            raise ValueError("gives one array (the output) without 'stats'")
+        return result, None
+    if (
+        not isinstance(result, TupleShape)
+        or len(result.elements) != 2
+        or not all(isinstance(e, ArrayShape) for e in result.elements)
+    ):
+        raise ValueError("gives a tuple (o, stats) with 'stats'")
+    o, stats = result.elements
+    return o, stats  # type: ignore[return-value]
+
+
+def attention_text(config: str, operand_shapes: Sequence[ArrayShape], result: Shape) -> str:
     """A module whose entry computes the attention a custom call stands for (HLO text)."""
     settings = AttentionConfig(config)
     orders = settings.orders
+    result_shape, stats = _split_result(settings, result)
     if any(len(shape.dims) != 4 for shape in (*operand_shapes, result_shape)):
         raise ValueError("every tensor has 4 dimensions [B, H, S, D]")
     logical = [
@@ -177,6 +231,10 @@ def attention_text(
     t = q.element_type
     b, h, sq, _ = q.dims
     hk, sk, dv = k.dims[1], k.dims[2], v.dims[3]
+    if stats is not None and (
+        str(stats.element_type) != STATS_TYPE or tuple(stats.dims) != (b, h, sq)
+    ):
+        raise ValueError(f"stats is {stats.without_layout()}, not {STATS_TYPE}[{b},{h},{sq}]")
     scores = f"f32[{b},{h},{sq},{sk}]"
     lines = []
     for number, name in enumerate(("q", "k", "v")):
@@ -210,14 +268,22 @@ def attention_text(
         " lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}",
         f"  result = {t}[{b},{h},{sq},{dv}] convert(out)",
     ]
-    if result_order == _IDENTITY:
-        lines[-1] = lines[-1].replace("  result =", "  ROOT result =")
-    else:
+    output = "result"
+    if result_order != _IDENTITY:
         order = ",".join(map(str, result_order))
         lines.append(
-            f"  ROOT stored = {result_shape.without_layout()} transpose(result),"
-            f" dimensions={{{order}}}"
+            f"  stored = {result_shape.without_layout()} transpose(result), dimensions={{{order}}}"
         )
+        output = "stored"
+    if stats is None:
+        lines[-1] = lines[-1].replace(f"  {output} =", f"  ROOT {output} =", 1)
+    else:  # each row's log-sum-exp: its maximum plus the log of its shifted exponentials' sum
+        lines += [
+            f"  log_total = f32[{b},{h},{sq}] log(total)",
+            f"  stats = f32[{b},{h},{sq}] add(peak, log_total)",
+            f"  ROOT outputs = ({result_shape.without_layout()}, f32[{b},{h},{sq}])"
+            f" tuple({output}, stats)",
+        ]
     return (
         "HloModule library_attention\n\n"
         "maximum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
@@ -228,20 +294,19 @@ def attention_text(
     )
 
 
-def probabilities_lines(
+def logits_lines(
     settings: AttentionConfig,
     t: object,
     dims: tuple[int, int, int, int],
     bias: ArrayShape | None,
     bias_parameter: int,
-) -> list[str]:
-    """HLO lines computing the forward's ``probabilities`` (f32 ``[B, H, Sq, Sk]``) from the
-    scores' dot ``dot``: times the scale (``scales``), plus the bias (parameter
-    ``bias_parameter``), the causal mask, the softmax. The one statement of what a fused
-    attention's probabilities are, for the forward call and its backward pass; needs
-    the computations ``maximum`` and ``add`` and defines ``zero``."""
+) -> tuple[list[str], str]:
+    """HLO lines computing the forward's logits (f32 ``[B, H, Sq, Sk]``) from the scores'
+    dot ``dot``: times the scale (``scales``), plus the bias (parameter
+    ``bias_parameter``), ``-inf`` where the causal mask removes a score; and the name of
+    the last. What the softmax and its statistics read, for every attention call."""
     b, h, sq, sk = dims
-    scores, rows = f"f32[{b},{h},{sq},{sk}]", f"f32[{b},{h},{sq}]"
+    scores = f"f32[{b},{h},{sq},{sk}]"
     lines = [
         f"  scale = f32[] constant({float(np.float32(settings.scale))!r})",
         f"  scales = {scores} broadcast(scale), dimensions={{}}",
@@ -269,6 +334,24 @@ def probabilities_lines(
             f"  masked = {scores} select(keep, {last}, minus_infs)",
         ]
         last = "masked"
+    return lines, last
+
+
+def probabilities_lines(
+    settings: AttentionConfig,
+    t: object,
+    dims: tuple[int, int, int, int],
+    bias: ArrayShape | None,
+    bias_parameter: int,
+) -> list[str]:
+    """HLO lines computing the forward's ``probabilities`` (f32 ``[B, H, Sq, Sk]``) from the
+    scores' dot ``dot``: the logits (:func:`logits_lines`), the softmax. The one statement
+    of what a fused attention's probabilities are, for the forward call and its backward
+    pass; needs the computations ``maximum`` and ``add`` and defines ``zero``, and the
+    rows' maximum ``peak`` and sum of shifted exponentials ``total`` (the statistics)."""
+    b, h, sq, sk = dims
+    scores, rows = f"f32[{b},{h},{sq},{sk}]", f"f32[{b},{h},{sq}]"
+    lines, last = logits_lines(settings, t, dims, bias, bias_parameter)
     return lines + [
         "  lowest = f32[] constant(-inf)",
         f"  peak = {rows} reduce({last}, lowest), dimensions={{3}}, to_apply=maximum",
@@ -292,10 +375,8 @@ def _module(text: str) -> Module:
 def as_attention(call: CustomCall) -> Computation:
     """The computation ``call`` stands for (shared between calls of one text: read it, do
     not change it)."""
-    if not isinstance(call.result_shape, ArrayShape) or not all(
-        isinstance(shape, ArrayShape) for shape in call.operand_shapes
-    ):
-        raise call.error("takes array operands (q, k, v, bias) and gives one array")
+    if not all(isinstance(shape, ArrayShape) for shape in call.operand_shapes):
+        raise call.error("takes array operands (q, k, v, bias) and gives one array or (o, stats)")
     try:
         text = attention_text(call.backend_config, call.operand_shapes, call.result_shape)
         return _module(text).entry

@@ -13,15 +13,30 @@ with a tuple ``(dq, dk, dv)`` as its result, every tensor in cuDNN's order
 or stored in another one (``"orders"``, per tensor of :data:`ORDERED`, as the
 forward call's: :mod:`heron.hlo.custom_calls.attention`).
 
+Where the program also has the forward call of the same attention (a
+training step), the backward call reads that call's output and statistics
+instead of computing them again (XLA's cuDNN fMHA pair;
+``heron.compiler.library_attention_pairing``)::
+
+    custom-call(q, k, v, o, do, stats[, bias]), custom_call_target="__heron$attention_backward",
+        backend_config={"scale": 0.125, "causal": true, "stats": true}
+
+``o`` ``[B, H, Sq, Dv]`` (perhaps stored in another order: ``"orders"``'s
+``"o"``) and ``stats`` f32 ``[B, H, Sq]`` are the forward call's results.
+
 Its meaning (:func:`attention_backward_text`, the host computation the
 reference evaluator runs): the forward's probabilities ``p`` in f32 exactly
 as the forward call computes them; ``dp = do . v^T`` summed in f32;
 ``ds = scale * p * (dp - sum_j p * dp)`` in f32; ``dq = round(ds) . k``,
 ``dk = round(ds)^T . q`` and ``dv = round(p)^T . do`` summed in f32 and rounded
 once to the element type, ``round`` being the element type (the key/value
-gradients of grouped-query attention summed over each group's heads). The
-library call's contract (``heron.runtime.core.attention_backward``) is the
-same computation in numpy.
+gradients of grouped-query attention summed over each group's heads). With
+``"stats"`` two things are read instead of computed, as cuDNN's
+``sdpa_backward`` reads them: ``p = exp(s - stats)`` (``s`` the forward's
+logits, ``exp(-inf) = 0`` where masked) and ``sum_j p * dp`` as ``sum_e do *
+o`` (per query row, in f32: equal to it where ``o`` is the forward's output,
+``o = p . v``, but for ``o``'s rounding). The library call's contract
+(``heron.runtime.core.attention_backward``) is the same computation in numpy.
 """
 
 from __future__ import annotations
@@ -34,8 +49,10 @@ import numpy as np
 
 from heron.hlo.custom_calls.attention import (
     ELEMENT_TYPES,
+    STATS_TYPE,
     AttentionConfig,
     in_cudnn_order,
+    logits_lines,
     probabilities_lines,
 )
 from heron.hlo.custom_calls.call import CustomCall
@@ -45,7 +62,9 @@ from heron.hlo.ir import Computation, Module
 from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = [
+    "OPERANDS",
     "ORDERED",
+    "PAIRED_OPERANDS",
     "TARGET",
     "as_attention_backward",
     "attention_backward_text",
@@ -55,10 +74,12 @@ __all__ = [
 
 #: The custom_call_target of a fused attention's backward pass.
 TARGET = "__heron$attention_backward"
-#: The tensors whose stored order ``backend_config`` may give.
-ORDERED = ("q", "k", "v", "do", "dq", "dk", "dv")
+#: The tensors whose stored order ``backend_config`` may give (``o`` only with ``"stats"``).
+ORDERED = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
 #: The operands, in order (a bias may follow).
 OPERANDS = ("q", "k", "v", "do")
+#: The operands of a call reading the forward call's output and statistics (``"stats"``).
+PAIRED_OPERANDS = ("q", "k", "v", "o", "do", "stats")
 #: The results, in the tuple's order.
 RESULTS = ("dq", "dk", "dv")
 _IDENTITY = (0, 1, 2, 3)
@@ -70,6 +91,11 @@ def _inverse(order: Sequence[int]) -> tuple[int, ...]:
 
 def _check(logical: dict[str, ArrayShape], bias: ArrayShape | None) -> None:
     """The tensors (in cuDNN's order) fit together; ValueError naming the one that does not."""
+    stats = logical.pop("stats", None)
+    if stats is not None:
+        b, h, sq, _ = logical["q"].dims
+        if str(stats.element_type) != STATS_TYPE or tuple(stats.dims) != (b, h, sq):
+            raise ValueError(f"stats is {stats.without_layout()}, not {STATS_TYPE}[{b},{h},{sq}]")
     types = {str(shape.element_type) for shape in logical.values()}
     if bias is not None:
         types.add(str(bias.element_type))
@@ -91,9 +117,10 @@ def _check(logical: dict[str, ArrayShape], bias: ArrayShape | None) -> None:
         "dq": (b, h, sq, d),
         "dk": (b, hk, sk, d),
         "dv": (b, hk, sk, dv),
+        "o": (b, h, sq, dv),
     }
     for name, dims in expected.items():
-        if tuple(logical[name].dims) != dims:
+        if name in logical and tuple(logical[name].dims) != dims:
             raise ValueError(f"{name} is {list(logical[name].dims)}; q, k and v give {list(dims)}")
     if bias is not None:
         bb, bh, bq, bk = bias.dims if len(bias.dims) == 4 else (0, 0, 0, 0)
@@ -107,33 +134,38 @@ def attention_backward_text(
     """A module whose entry computes the gradients a backward call stands for (HLO text)."""
     settings = AttentionConfig(config, ORDERED)
     orders = settings.orders
-    if len(operand_shapes) not in (4, 5):
+    given = PAIRED_OPERANDS if settings.stats else OPERANDS
+    if len(operand_shapes) - len(given) not in (0, 1):
         raise ValueError(
-            f"takes q, k, v, do and an optional bias, not {len(operand_shapes)} operands"
+            f"takes {', '.join(given)} and an optional bias, not {len(operand_shapes)} operands"
         )
+    if not settings.stats and orders["o"] != _IDENTITY:
+        raise ValueError("orders o, which only a call with 'stats' reads")
     if len(result_shapes) != 3:
         raise ValueError(f"gives a tuple (dq, dk, dv), not {len(result_shapes)} results")
-    stored = {**dict(zip(OPERANDS, operand_shapes[:4], strict=True))}
+    stored = {**dict(zip(given, operand_shapes[: len(given)], strict=True))}
     stored.update(zip(RESULTS, result_shapes, strict=True))
-    if any(len(shape.dims) != 4 for shape in stored.values()):
+    if any(len(shape.dims) != 4 for name, shape in stored.items() if name != "stats"):
         raise ValueError("every tensor has 4 dimensions [B, H, S, D]")
     # an operand in cuDNN's order is transpose(stored, order); a result is stored as
     # transpose(result, order), so its cuDNN order is the stored one through the inverse
     logical = {
-        name: in_cudnn_order(shape, orders[name] if name in OPERANDS else _inverse(orders[name]))
+        name: shape
+        if name == "stats"
+        else in_cudnn_order(shape, orders[name] if name in given else _inverse(orders[name]))
         for name, shape in stored.items()
     }
-    bias = operand_shapes[4] if len(operand_shapes) == 5 else None
-    _check(logical, bias)
+    bias = operand_shapes[len(given)] if len(operand_shapes) > len(given) else None
+    _check(dict(logical), bias)
     t = logical["q"].element_type
     b, h, sq, d = logical["q"].dims
     hk, sk, dv = logical["k"].dims[1], logical["k"].dims[2], logical["v"].dims[3]
     groups = h // hk
     scores, rows = f"f32[{b},{h},{sq},{sk}]", f"f32[{b},{h},{sq}]"
     lines = []
-    for number, name in enumerate(OPERANDS):
+    for number, name in enumerate(given):
         shape = stored[name].without_layout()
-        if orders[name] == _IDENTITY:
+        if name == "stats" or orders[name] == _IDENTITY:
             lines.append(f"  {name} = {shape} parameter({number})")
             continue
         order = ",".join(map(str, orders[name]))
@@ -160,11 +192,29 @@ def attention_backward_text(
     lines += [
         product("dot", f"{b},{h},{sq},{sk}", "q", keys, (3, 3)),
     ]
-    lines += probabilities_lines(settings, t, (b, h, sq, sk), bias, 4)
+    if settings.stats:  # p from the forward's statistics, delta from its output
+        logits, last = logits_lines(settings, t, (b, h, sq, sk), bias, len(given))
+        outputs = f"f32[{b},{h},{sq},{dv}]"
+        lines += logits
+        lines += [
+            f"  statses = {scores} broadcast(stats), dimensions={{0,1,2}}",
+            f"  shifted = {scores} subtract({last}, statses)",
+            f"  probabilities = {scores} exponential(shifted)",
+            "  zero = f32[] constant(0)",
+            product("dp", f"{b},{h},{sq},{sk}", "do", values, (3, 3)),
+            f"  do_f32 = {outputs} convert(do)",
+            f"  o_f32 = {outputs} convert(o)",
+            f"  do_o = {outputs} multiply(do_f32, o_f32)",
+            f"  delta = {rows} reduce(do_o, zero), dimensions={{3}}, to_apply=add",
+        ]
+    else:
+        lines += probabilities_lines(settings, t, (b, h, sq, sk), bias, len(given))
+        lines += [
+            product("dp", f"{b},{h},{sq},{sk}", "do", values, (3, 3)),
+            f"  p_dp = {scores} multiply(probabilities, dp)",
+            f"  delta = {rows} reduce(p_dp, zero), dimensions={{3}}, to_apply=add",
+        ]
     lines += [
-        product("dp", f"{b},{h},{sq},{sk}", "do", values, (3, 3)),
-        f"  p_dp = {scores} multiply(probabilities, dp)",
-        f"  delta = {rows} reduce(p_dp, zero), dimensions={{3}}, to_apply=add",
         f"  deltas = {scores} broadcast(delta), dimensions={{0,1,2}}",
         f"  centred = {scores} subtract(dp, deltas)",
         f"  softmax_grad = {scores} multiply(probabilities, centred)",
@@ -226,7 +276,10 @@ def as_attention_backward(call: CustomCall) -> Computation:
         or not all(isinstance(shape, ArrayShape) for shape in result.elements)
         or not all(isinstance(shape, ArrayShape) for shape in call.operand_shapes)
     ):
-        raise call.error("takes array operands (q, k, v, do, bias) and gives (dq, dk, dv)")
+        raise call.error(
+            "takes array operands (q, k, v, do, bias; or q, k, v, o, do, stats, bias) and"
+            " gives (dq, dk, dv)"
+        )
     try:
         text = attention_backward_text(
             call.backend_config,

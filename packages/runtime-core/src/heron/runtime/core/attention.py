@@ -28,13 +28,22 @@ f32, and the output rounded once to the element type. This is what the
 compiler makes of the HLO pattern dot -> scale -> bias -> causal mask ->
 softmax -> dot (``heron.compiler.library_attention`` says which programs).
 
+A training step's forward call also gives the softmax's statistics, which its
+backward call (:mod:`heron.runtime.core.attention_backward`) reads instead of
+computing the forward again (cuDNN's ``sdpa(generate_stats=True)``)::
+
+    stats [B, H, Sq]          f32: m + log(sum over j of exp(s[b, h, i, j] - m)),
+                              m = max over j of s[b, h, i, j] (the masked, biased logits)
+
 - ``arguments`` (the thunk's slices, in this order): ``q``, ``k``, ``v``,
-  ``bias`` (only with ``bias_dims``), ``o``; each ``prod(dims)`` elements whose
-  strides are a permutation of a dense layout; ``o`` overlaps no operand.
+  ``bias`` (only with ``bias_dims``), ``o``, ``stats`` (only with
+  ``stats_strides``); each ``prod(dims)`` elements whose strides are a
+  permutation of a dense layout; the computed ones overlap no other argument.
 - ``attributes``: ``element_type`` (:data:`ELEMENT_TYPES`, every tensor),
   ``q_dims``, ``q_strides``, ``k_dims``, ``k_strides``, ``v_dims``,
   ``v_strides``, ``o_dims``, ``o_strides``, ``bias_dims`` and ``bias_strides``
-  (empty without a bias), ``scale`` (a float), ``causal`` (a bool).
+  (empty without a bias), ``scale`` (a float), ``causal`` (a bool),
+  ``stats_strides`` (three element strides of ``stats``; empty: no statistics).
 
 The limits a fused-attention library has (:data:`ELEMENT_TYPES`,
 :data:`MAX_HEAD_DIM`, :data:`HEAD_DIM_MULTIPLE`) are part of the contract: the
@@ -61,7 +70,14 @@ from heron.runtime.core.library_contract import (
 )
 from heron.runtime.core.thunks import ThunkError
 
-__all__ = ["ATTENTION", "ELEMENT_TYPES", "HEAD_DIM_MULTIPLE", "MAX_HEAD_DIM", "AttentionCall"]
+__all__ = [
+    "ATTENTION",
+    "ELEMENT_TYPES",
+    "HEAD_DIM_MULTIPLE",
+    "MAX_HEAD_DIM",
+    "STATS_BYTES",
+    "AttentionCall",
+]
 
 #: The operation name of a fused attention library call.
 ATTENTION = "attention"
@@ -72,6 +88,8 @@ ELEMENT_TYPES = ("f16", "bf16")
 MAX_HEAD_DIM = 128
 #: Head dimensions must be multiples of this (16-byte aligned rows of half-precision).
 HEAD_DIM_MULTIPLE = 8
+#: Bytes of a statistic (f32, whatever the tensors' type).
+STATS_BYTES = 4
 
 
 def _ints(value: Any) -> tuple[int, ...]:
@@ -113,6 +131,8 @@ class AttentionCall(LibraryContract):
     bias_strides: tuple[int, ...] = attrs.field(default=(), converter=_ints)
     causal: bool = attrs.field(default=False, converter=_flag)
     element_type: str = "bf16"
+    #: Where the call writes the softmax's statistics (f32 [B, H, Sq]); empty: it does not.
+    stats_strides: tuple[int, ...] = attrs.field(default=(), converter=_ints)
 
     def __attrs_post_init__(self) -> None:
         if self.element_type not in ELEMENT_TYPES:
@@ -120,6 +140,8 @@ class AttentionCall(LibraryContract):
                 f"attention: element type {self.element_type!r} (takes {', '.join(ELEMENT_TYPES)})"
             )
         for name in self.operand_names:
+            if name == "stats":
+                continue
             dims, strides = self.dims_of(name), self.strides_of(name)
             if len(dims) != 4 or len(strides) != 4:
                 raise ThunkError(
@@ -165,12 +187,30 @@ class AttentionCall(LibraryContract):
                     f"attention: head dimension {head} (at most {MAX_HEAD_DIM}, a multiple of"
                     f" {HEAD_DIM_MULTIPLE})"
                 )
+        if self.stats_strides and (
+            len(self.stats_strides) != 3 or not is_dense(self.stats_dims, self.stats_strides)
+        ):
+            raise ThunkError(
+                f"attention: stats_strides {list(self.stats_strides)} do not store"
+                f" {list(self.stats_dims)} densely"
+            )
 
     # -- derived ---------------------------------------------------------------------------
     @property
+    def outputs(self) -> int:  # type: ignore[override]
+        """The computed arguments: o, and the statistics where the call gives them."""
+        return 2 if self.stats_strides else 1
+
+    @property
+    def stats_dims(self) -> tuple[int, ...]:
+        """The statistics' dimensions: a value per (batch, head, query row)."""
+        return tuple(self.q_dims[:3])
+
+    @property
     def operand_names(self) -> tuple[str, ...]:
-        """The arguments, in order, the computed one last."""
-        return ("q", "k", "v", "bias", "o") if self.bias_dims else ("q", "k", "v", "o")
+        """The arguments, in order, the computed ones last."""
+        given = ("q", "k", "v", "bias") if self.bias_dims else ("q", "k", "v")
+        return (*given, "o", "stats") if self.stats_strides else (*given, "o")
 
     def dims_of(self, name: str) -> tuple[int, ...]:
         return getattr(self, f"{name}_dims")
@@ -180,7 +220,10 @@ class AttentionCall(LibraryContract):
 
     def byte_sizes(self) -> tuple[int, ...]:
         width = ElementType(self.element_type).byte_width
-        return tuple(math.prod(self.dims_of(name)) * width for name in self.operand_names)
+        return tuple(
+            math.prod(self.dims_of(name)) * (STATS_BYTES if name == "stats" else width)
+            for name in self.operand_names
+        )
 
     def flops(self) -> int:
         b, h, sq, d = self.q_dims
@@ -199,15 +242,20 @@ class AttentionCall(LibraryContract):
         ]
         if self.k_dims[1] != self.q_dims[1]:
             extras.insert(0, f"{self.k_dims[1]} key/value heads")
+        stats = (
+            f" and f32[{'x'.join(map(str, self.stats_dims))}] stats" if self.stats_strides else ""
+        )
         return (
             f"attention {t}[{'x'.join(map(str, self.q_dims))}] q, {self.k_dims[2]} keys ->"
-            f" {t}[{'x'.join(map(str, self.o_dims))}]" + "".join(f", {e}" for e in extras if e)
+            f" {t}[{'x'.join(map(str, self.o_dims))}]{stats}"
+            + "".join(f", {e}" for e in extras if e)
         )
 
     # -- numpy -------------------------------------------------------------------------------
-    def reference(self, arguments: Sequence[np.ndarray]) -> np.ndarray:
+    def reference(self, arguments: Sequence[np.ndarray]) -> Any:
         """The contract computed with numpy from the arguments' raw bytes (uint8 arrays in
-        :attr:`operand_names` order, the computed one last); returns its bytes.
+        :attr:`operand_names` order, the computed ones last); returns o's bytes, or the
+        bytes of o and of the statistics where the call gives them.
 
         Sums in f32 in numpy's order (a library's differ within the sums' rounding).
         """
@@ -237,7 +285,12 @@ class AttentionCall(LibraryContract):
                 scores = np.where(above, np.float32(-np.inf), scores)
             peak = scores.max(axis=-1, keepdims=True)
             exponentials = np.exp(scores - peak)
-            probabilities = exponentials / exponentials.sum(axis=-1, keepdims=True)
+            total = exponentials.sum(axis=-1, keepdims=True, dtype=np.float32)
+            probabilities = exponentials / total
             rounded = probabilities.astype(dtype).astype(np.float32)
             out = np.einsum("bhij,bhje->bhie", rounded, v, dtype=np.float32)
-        return written_strided(out, self.o_dims, self.o_strides, dtype)
+            o = written_strided(out, self.o_dims, self.o_strides, dtype)
+            if not self.stats_strides:
+                return o
+            stats = (peak + np.log(total))[..., 0]
+        return o, written_strided(stats, self.stats_dims, self.stats_strides, np.float32)

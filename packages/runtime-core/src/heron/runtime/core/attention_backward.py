@@ -26,9 +26,21 @@ it computes ``dp`` in f32, as cuDNN does, within the reassociation bounds of a
 16-bit result (the decision is the compiler's:
 ``heron.compiler.library_attention_backward``).
 
+Where the program has the forward call too (a training step), the call reads
+that call's output ``o`` and softmax statistics (``stats``, f32 ``[B, H, Sq]``,
+each row's log-sum-exp: :mod:`heron.runtime.core.attention`) instead of
+computing the forward again, as cuDNN's ``sdpa_backward`` reads them::
+
+    p      = exp(s - stats)                     (s: the forward's logits, f32)
+    delta  = sum over e of do * o               (per query row, f32)
+
+the rest as above (``delta`` equals the other one where ``o = p . v``, but for
+``o``'s rounding to the element type).
+
 - ``arguments`` (the thunk's slices, in this order): ``q``, ``k``, ``v``,
-  ``do``, ``bias`` (only with ``bias_dims``), then the three computed ones
-  ``dq``, ``dk``, ``dv``; each ``prod(dims)`` elements whose strides are a
+  (``o``, only with ``o_strides``), ``do``, (``stats``, only with
+  ``o_strides``), ``bias`` (only with ``bias_dims``), then the three computed
+  ones ``dq``, ``dk``, ``dv``; each ``prod(dims)`` elements whose strides are a
   permutation of a dense layout; no output overlaps another argument.
 - ``attributes``: ``element_type``, ``q_dims``, ``q_strides``, ``k_dims``,
   ``k_strides``, ``v_dims``, ``v_strides``, ``do_strides``, ``dq_strides``,
@@ -52,7 +64,7 @@ import attrs
 import numpy as np
 
 from heron.hlo.element_types import ElementType
-from heron.runtime.core.attention import AttentionCall, _flag, _ints, _scale
+from heron.runtime.core.attention import STATS_BYTES, AttentionCall, _flag, _ints, _scale
 from heron.runtime.core.library_contract import (
     LibraryContract,
     is_dense,
@@ -89,9 +101,19 @@ class AttentionBackwardCall(LibraryContract):
     bias_strides: tuple[int, ...] = attrs.field(default=(), converter=_ints)
     causal: bool = attrs.field(default=False, converter=_flag)
     element_type: str = "bf16"
+    #: Where the forward call's output and statistics are (both empty: computed here).
+    o_strides: tuple[int, ...] = attrs.field(default=(), converter=_ints)
+    stats_strides: tuple[int, ...] = attrs.field(default=(), converter=_ints)
 
     def __attrs_post_init__(self) -> None:
+        if bool(self.o_strides) != bool(self.stats_strides):
+            raise ThunkError(
+                "attention_backward: o_strides and stats_strides come together (the forward"
+                " call's output and statistics) or not at all"
+            )
         self.forward  # noqa: B018 - checks the shared tensors as the forward contract does
+        if self.o_strides:  # o and stats as the forward call that gives them has them
+            attrs.evolve(self.forward, o_strides=self.o_strides, stats_strides=self.stats_strides)
         for name in ("dq", "dk", "dv"):
             dims, strides = self.dims_of(name), self.strides_of(name)
             if len(strides) != 4 or not is_dense(dims, strides):
@@ -121,6 +143,19 @@ class AttentionBackwardCall(LibraryContract):
 
     # -- derived ---------------------------------------------------------------------------
     @property
+    def reads_forward(self) -> bool:
+        """Whether the call reads the forward call's o and statistics (else computes them)."""
+        return bool(self.o_strides)
+
+    @property
+    def o_dims(self) -> tuple[int, ...]:
+        return self.do_dims
+
+    @property
+    def stats_dims(self) -> tuple[int, ...]:
+        return tuple(self.q_dims[:3])
+
+    @property
     def do_dims(self) -> tuple[int, ...]:
         b, h, sq, _ = self.q_dims
         return (b, h, sq, self.v_dims[3])
@@ -140,7 +175,9 @@ class AttentionBackwardCall(LibraryContract):
     @property
     def operand_names(self) -> tuple[str, ...]:
         """The arguments, in order, the three computed ones last."""
-        given = ("q", "k", "v", "do", "bias") if self.bias_dims else ("q", "k", "v", "do")
+        given = ("q", "k", "v", "o", "do", "stats") if self.o_strides else ("q", "k", "v", "do")
+        if self.bias_dims:
+            given = (*given, "bias")
         return (*given, "dq", "dk", "dv")
 
     def dims_of(self, name: str) -> tuple[int, ...]:
@@ -151,7 +188,10 @@ class AttentionBackwardCall(LibraryContract):
 
     def byte_sizes(self) -> tuple[int, ...]:
         width = ElementType(self.element_type).byte_width
-        return tuple(math.prod(self.dims_of(name)) * width for name in self.operand_names)
+        return tuple(
+            math.prod(self.dims_of(name)) * (STATS_BYTES if name == "stats" else width)
+            for name in self.operand_names
+        )
 
     def flops(self) -> int:
         """The five products of the backward pass (the scores again, dp, dv, dq, dk)."""
@@ -166,10 +206,12 @@ class AttentionBackwardCall(LibraryContract):
         forward = self.forward.describe()
         head, _, tail = forward.partition(" -> ")
         extras = tail.partition(", ")[2]
+        reads = ", reading the forward's o and stats" if self.o_strides else ""
         return (
             head.replace("attention ", "attention backward ", 1)
             + " -> dq, dk, dv"
             + (f", {extras}" if extras else "")
+            + reads
         )
 
     # -- numpy -------------------------------------------------------------------------------
@@ -188,7 +230,8 @@ class AttentionBackwardCall(LibraryContract):
         raw = dict(zip(names, arguments, strict=True))
 
         def logical(name: str) -> np.ndarray:
-            view = read_strided(raw[name], self.dims_of(name), self.strides_of(name), dtype)
+            of = np.float32 if name == "stats" else dtype
+            view = read_strided(raw[name], self.dims_of(name), self.strides_of(name), of)
             return np.array(view, dtype=np.float32)
 
         def rounded(x: np.ndarray) -> np.ndarray:
@@ -207,10 +250,14 @@ class AttentionBackwardCall(LibraryContract):
                 sq = scores.shape[2]
                 above = np.arange(sk)[None, :] > np.arange(sq)[:, None]
                 scores = np.where(above, np.float32(-np.inf), scores)
-            exponentials = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            p = exponentials / exponentials.sum(axis=-1, keepdims=True)
             dp = np.einsum("bhie,bhje->bhij", do, values, dtype=np.float32)
-            delta = (p * dp).sum(axis=-1, keepdims=True, dtype=np.float32)
+            if self.o_strides:  # the forward call's statistics and output
+                p = np.exp(scores - logical("stats")[..., None])
+                delta = (do * logical("o")).sum(axis=-1, keepdims=True, dtype=np.float32)
+            else:
+                exponentials = np.exp(scores - scores.max(axis=-1, keepdims=True))
+                p = exponentials / exponentials.sum(axis=-1, keepdims=True)
+                delta = (p * dp).sum(axis=-1, keepdims=True, dtype=np.float32)
             ds = rounded(scale * (p * (dp - delta)))
             dq = np.einsum("bhij,bhjd->bhid", ds, keys, dtype=np.float32)
             dk = np.einsum("bhij,bhid->bhjd", ds, q, dtype=np.float32)

@@ -3,7 +3,8 @@ cuDNN frontend's Python bindings, the ``nvidia-cudnn-frontend`` wheel, over ``li
 
 Fused attention (:mod:`heron.runtime.core.attention`) is one ``sdpa`` graph,
 its backward pass (:mod:`heron.runtime.core.attention_backward`) a forward
-graph with statistics then an ``sdpa_backward`` graph, built by
+graph with statistics then an ``sdpa_backward`` graph (the ``sdpa_backward``
+graph alone where the call reads a forward call's output and statistics), built by
 :mod:`.cudnn_attention`; the rest of this docstring is about convolutions. All
 share one handle, one workspace and the plan cache here.
 
@@ -257,10 +258,13 @@ class Cudnn(Library):
         return _Prepared(chosen, graph, tensors, int(graph.get_workspace_size()))
 
     def _build_attention_backward(self, chosen: AttentionBackwardPlan) -> _Prepared:
-        (forward, forward_tensors), (backward, backward_tensors) = build_attention_backward(
+        first, (backward, backward_tensors) = build_attention_backward(
             self._cudnn, self.handle, chosen
         )
         then = _Prepared(chosen, backward, backward_tensors, int(backward.get_workspace_size()))
+        if first is None:  # o and stats are the call's arguments (the forward call's)
+            return then
+        forward, forward_tensors = first
         scratch = tuple(self._allocate(size) for size in chosen.scratch_bytes())
         size = int(forward.get_workspace_size())
         return _Prepared(chosen, forward, forward_tensors, size, then=then, scratch=scratch)
@@ -302,15 +306,17 @@ class Cudnn(Library):
             raise DeviceError(f"cuDNN has no plan for {call.describe()}")
         self._call("set_stream", handle=self.handle, stream=int(stream))
         packs = [(prepared, tuple(addresses))]
-        if prepared.then is not None:  # q, k, v -> o, stats; then q, k, v, o, do, stats -> grads
-            assert isinstance(prepared.plan, AttentionBackwardPlan)
+        if isinstance(prepared.plan, AttentionBackwardPlan):  # each graph's tensors by name
             by_name = dict(zip(call.operand_names, addresses, strict=True))
-            by_name["o"], by_name["stats"] = prepared.scratch
             forward, backward = backward_tensor_names(prepared.plan)
-            packs = [
-                (prepared, tuple(by_name[name] for name in forward)),
-                (prepared.then, tuple(by_name[name] for name in backward)),
-            ]
+            if prepared.then is None:  # q, k, v, o, do, stats (the forward call's) -> grads
+                packs = [(prepared, tuple(by_name[name] for name in backward))]
+            else:  # q, k, v -> o, stats (scratch); then q, k, v, o, do, stats -> grads
+                by_name["o"], by_name["stats"] = prepared.scratch
+                packs = [
+                    (prepared, tuple(by_name[name] for name in forward)),
+                    (prepared.then, tuple(by_name[name] for name in backward)),
+                ]
         try:
             for graph, given in packs:
                 graph.graph.execute(

@@ -6,8 +6,10 @@ cuDNN's ``[B, H, S, D]`` order with an element stride per dimension, so the
 call is one graph node and nothing is copied here. The graph's I/O type is
 the call's half-precision type, its intermediate and compute types FLOAT
 (the scores and the softmax in f32, as the contract says); ``generate_stats``
-is off (inference: no backward pass reads the softmax's statistics), the
-scale is the call's constant, the causal mask cuDNN's top-left aligned one.
+is on only where the call gives the statistics (a training step's forward,
+whose backward call reads them: the ``stats`` output, f32 ``[B, H, Sq, 1]``
+with the call's strides and 1 for the trailing dimension), off for inference;
+the scale is the call's constant, the causal mask cuDNN's top-left aligned one.
 
 :func:`attention_plan` computes every value handed to cuDNN from the call
 alone (what the tests compare with the contract on a stand-in for the
@@ -20,7 +22,11 @@ forward's output ``o`` and its softmax statistics (``stats``, f32 ``[B, H, Sq,
 recomputes them with a forward graph (``generate_stats``) into scratch memory
 the library owns, then runs the backward graph (:func:`attention_backward_plan`,
 :func:`build_attention_backward`). The recomputed forward costs two of the
-seven products; the gradients are the contract's either way.
+seven products; the gradients are the contract's either way. Where the call
+reads the forward call's o and statistics (``AttentionBackwardCall.reads_forward``:
+the compiler paired it with the forward call of a training step) there is no
+forward graph and no scratch: the backward graph reads them from the call's
+arguments.
 """
 
 from __future__ import annotations
@@ -65,6 +71,15 @@ class AttentionPlan:
     def has_bias(self) -> bool:
         return any(name == "bias" for name, _, _ in self.tensors)
 
+    @property
+    def has_stats(self) -> bool:
+        return any(name == "stats" for name, _, _ in self.tensors)
+
+
+def _stats(dims: tuple[int, ...], strides: tuple[int, ...]) -> tuple[str, tuple, tuple]:
+    """The statistics ``[B, H, Sq]`` as cuDNN's ``[B, H, Sq, 1]`` tensor."""
+    return ("stats", (*dims, 1), (*strides, 1))
+
 
 def attention_plan(call: AttentionCall) -> AttentionPlan:
     """The cuDNN graph values computing ``call``."""
@@ -72,7 +87,10 @@ def attention_plan(call: AttentionCall) -> AttentionPlan:
         io_data_type=DATA_TYPES[call.element_type],
         compute_data_type="FLOAT",
         tensors=tuple(
-            (name, call.dims_of(name), call.strides_of(name)) for name in call.operand_names
+            _stats(call.stats_dims, call.stats_strides)
+            if name == "stats"
+            else (name, call.dims_of(name), call.strides_of(name))
+            for name in call.operand_names
         ),
         scale=call.scale,
         causal=call.causal,
@@ -91,7 +109,7 @@ def build_attention(cudnn: Any, handle: Any, chosen: AttentionPlan) -> tuple[Any
     made = {
         name: graph.tensor(name=name, dim=list(dims), stride=list(strides), data_type=io)
         for name, dims, strides in chosen.tensors
-        if name != "o"
+        if name not in ("o", "stats")
     }
     options = dict(
         name="attention",
@@ -104,19 +122,23 @@ def build_attention(cudnn: Any, handle: Any, chosen: AttentionPlan) -> tuple[Any
     )
     if chosen.has_bias:
         options["bias"] = made["bias"]
-    try:
-        out, _ = graph.sdpa(generate_stats=False, **options)
-    except TypeError:  # a frontend older than generate_stats (1.x before 1.10)
-        out, _ = graph.sdpa(is_inference=True, **options)
-    _, o_dims, o_strides = chosen.tensors[-1]
-    out.set_output(True).set_data_type(io).set_dim(list(o_dims)).set_stride(list(o_strides))
+    if chosen.has_stats:  # a training step's forward: its backward call reads them
+        made["o"], made["stats"] = graph.sdpa(generate_stats=True, **options)
+    else:
+        try:
+            made["o"], _ = graph.sdpa(generate_stats=False, **options)
+        except TypeError:  # a frontend older than generate_stats (1.x before 1.10)
+            made["o"], _ = graph.sdpa(is_inference=True, **options)
+    for name, dims, strides in chosen.tensors:
+        if name in ("o", "stats"):
+            made[name].set_output(True).set_data_type(compute if name == "stats" else io)
+            made[name].set_dim(list(dims)).set_stride(list(strides))
     graph.validate()
     graph.build_operation_graph()
     graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
     graph.check_support()
     graph.build_plans()
-    tensors = tuple(made[name] for name, _, _ in chosen.tensors if name != "o") + (out,)
-    return graph, tensors
+    return graph, tuple(made[name] for name, _, _ in chosen.tensors)
 
 
 @attrs.frozen
@@ -125,11 +147,14 @@ class AttentionBackwardPlan:
 
     io_data_type: str
     compute_data_type: str
-    #: name -> (dims, strides) of q, k, v, do, dq, dk, dv and the scratch o (dense [B, H,
-    #: Sq, Dv]) and stats (f32 [B, H, Sq, 1])
+    #: name -> (dims, strides) of q, k, v, do, dq, dk, dv and o and stats (f32 [B, H,
+    #: Sq, 1]): the call's arguments where it reads the forward call's, else scratch
+    #: (dense)
     tensors: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]
     scale: float
     causal: bool
+    #: o and stats are the call's arguments (no forward graph, no scratch)
+    reads_forward: bool = False
 
     def of(self, name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
         for found, dims, strides in self.tensors:
@@ -141,8 +166,11 @@ class AttentionBackwardPlan:
     def has_bias(self) -> bool:
         return any(name == "bias" for name, _, _ in self.tensors)
 
-    def scratch_bytes(self) -> tuple[int, int]:
-        """The bytes of the recomputed forward's output and of its statistics."""
+    def scratch_bytes(self) -> tuple[int, ...]:
+        """The bytes of the recomputed forward's output and of its statistics (none where
+        the call reads the forward call's)."""
+        if self.reads_forward:
+            return ()
         width = 2  # the half-precision I/O type
         o_dims, _ = self.of("o")
         stats_dims, _ = self.of("stats")
@@ -152,19 +180,28 @@ class AttentionBackwardPlan:
 def attention_backward_plan(call: AttentionBackwardCall) -> AttentionBackwardPlan:
     """The cuDNN graph values computing ``call``."""
     b, h, sq, _ = call.q_dims
-    o_dims = call.do_dims
-    stats_dims = (b, h, sq, 1)
-    named = [(name, call.dims_of(name), call.strides_of(name)) for name in call.operand_names]
-    named += [
-        ("o", o_dims, dense_strides(o_dims, (0, 1, 2, 3))),
-        ("stats", stats_dims, dense_strides(stats_dims, (0, 1, 2, 3))),
-    ]
+    if call.reads_forward:
+        named = [
+            _stats(call.stats_dims, call.stats_strides)
+            if name == "stats"
+            else (name, call.dims_of(name), call.strides_of(name))
+            for name in call.operand_names
+        ]
+    else:
+        o_dims = call.do_dims
+        stats_dims = (b, h, sq, 1)
+        named = [(name, call.dims_of(name), call.strides_of(name)) for name in call.operand_names]
+        named += [
+            ("o", o_dims, dense_strides(o_dims, (0, 1, 2, 3))),
+            ("stats", stats_dims, dense_strides(stats_dims, (0, 1, 2, 3))),
+        ]
     return AttentionBackwardPlan(
         io_data_type=DATA_TYPES[call.element_type],
         compute_data_type="FLOAT",
         tensors=tuple(named),
         scale=call.scale,
         causal=call.causal,
+        reads_forward=call.reads_forward,
     )
 
 
@@ -184,18 +221,22 @@ BACKWARD_TENSORS = ("q", "k", "v", "o", "do", "stats", "dq", "dk", "dv")
 
 
 def backward_tensor_names(chosen: AttentionBackwardPlan) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The names of :func:`build_attention_backward`'s two graphs' tensors, in order."""
-    if not chosen.has_bias:
-        return FORWARD_TENSORS, BACKWARD_TENSORS
-    return ("q", "k", "v", "bias", "o", "stats"), (*BACKWARD_TENSORS[:6], "bias", "dq", "dk", "dv")
+    """The names of :func:`build_attention_backward`'s two graphs' tensors, in order (no
+    forward graph's, ``()``, where the call reads the forward call's o and stats)."""
+    forward, backward = FORWARD_TENSORS, BACKWARD_TENSORS
+    if chosen.has_bias:
+        forward = ("q", "k", "v", "bias", "o", "stats")
+        backward = (*BACKWARD_TENSORS[:6], "bias", "dq", "dk", "dv")
+    return (() if chosen.reads_forward else forward), backward
 
 
 def build_attention_backward(
     cudnn: Any, handle: Any, chosen: AttentionBackwardPlan
-) -> tuple[tuple[Any, tuple[Any, ...]], tuple[Any, tuple[Any, ...]]]:
-    """The forward graph (q, k, v -> o, stats) and the backward graph (q, k, v, o, do,
-    stats -> dq, dk, dv) of ``chosen`` on the bindings ``cudnn``, each with its tensors
-    in :func:`backward_tensor_names`'s order (a bias read by both)."""
+) -> tuple[tuple[Any, tuple[Any, ...]] | None, tuple[Any, tuple[Any, ...]]]:
+    """The forward graph (q, k, v -> o, stats; None where the call reads the forward
+    call's) and the backward graph (q, k, v, o, do, stats -> dq, dk, dv) of ``chosen`` on
+    the bindings ``cudnn``, each with its tensors in :func:`backward_tensor_names`'s order
+    (a bias read by both)."""
     io = getattr(cudnn.data_type, chosen.io_data_type)
     compute = getattr(cudnn.data_type, chosen.compute_data_type)
 
@@ -218,23 +259,27 @@ def build_attention_backward(
         return tensor
 
     forward_names, backward_names = backward_tensor_names(chosen)
-    forward = graph_of()
-    made = {name: given(forward, name) for name in ("q", "k", "v", "bias") if name in forward_names}
-    extra = {"bias": made["bias"]} if chosen.has_bias else {}
-    made["o"], made["stats"] = forward.sdpa(
-        name="attention",
-        q=made["q"],
-        k=made["k"],
-        v=made["v"],
-        attn_scale=chosen.scale,
-        use_causal_mask=chosen.causal,
-        compute_data_type=compute,
-        generate_stats=True,
-        **extra,
-    )
-    computed(made["o"], "o")
-    computed(made["stats"], "stats", compute)
-    forward_tensors = tuple(made[name] for name in forward_names)
+    first = None
+    if forward_names:  # o and stats recomputed into scratch
+        forward = graph_of()
+        made = {
+            name: given(forward, name) for name in ("q", "k", "v", "bias") if name in forward_names
+        }
+        extra = {"bias": made["bias"]} if chosen.has_bias else {}
+        made["o"], made["stats"] = forward.sdpa(
+            name="attention",
+            q=made["q"],
+            k=made["k"],
+            v=made["v"],
+            attn_scale=chosen.scale,
+            use_causal_mask=chosen.causal,
+            compute_data_type=compute,
+            generate_stats=True,
+            **extra,
+        )
+        computed(made["o"], "o")
+        computed(made["stats"], "stats", compute)
+        first = (_built(cudnn, forward), tuple(made[name] for name in forward_names))
     backward = graph_of()
     inputs = {
         name: given(backward, name)
@@ -259,7 +304,4 @@ def build_attention_backward(
     for name in ("dq", "dk", "dv"):
         computed(inputs[name], name)
     backward_tensors = tuple(inputs[name] for name in backward_names)
-    return (
-        (_built(cudnn, forward), forward_tensors),
-        (_built(cudnn, backward), backward_tensors),
-    )
+    return first, (_built(cudnn, backward), backward_tensors)
