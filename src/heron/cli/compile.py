@@ -175,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
 def _executable(module, target, args: argparse.Namespace) -> int:
     from heron.compiler.executable import compile_program, thunk_counts
     from heron.compiler.library_attention_backward import program_attention_verdicts
+    from heron.compiler.library_attention_pairing import attention_pairing_verdicts
     from heron.compiler.library_convolution import convolution_verdicts
     from heron.compiler.library_gemm import dot_fusion_verdicts
     from heron.hlo.memory_budget import format_size
@@ -244,6 +245,8 @@ def _executable(module, target, args: argparse.Namespace) -> int:
         print(f"  attention ending at {attention}: {verdict}")
     for softmax, verdict in backward_attentions:
         print(f"  attention backward through softmax {softmax}: {verdict}")
+    for call, verdict in attention_pairing_verdicts(compiled.module):
+        print(f"  attention backward call {call}: {verdict}")
     for kernel, why in order_dependent_kernels(artefact.program):
         print(f"  order-dependent kernel {kernel}: {why} (--deterministic avoids it)")
     print(

@@ -87,7 +87,7 @@ from heron.hlo.passes.rewrite import (
     non_fusion_computations,
     remove_instructions,
 )
-from heron.hlo.shapes import ArrayShape
+from heron.hlo.shapes import ArrayShape, TupleShape
 from heron.runtime.core.attention import (
     ATTENTION,
     ELEMENT_TYPES,
@@ -1478,7 +1478,16 @@ def attention_call(inst: Instruction) -> AttentionCall:
     orders = config.orders
     q, k, v = (described(shape, orders[n]) for shape, n in zip(shapes[:3], "qkv", strict=True))
     stored = orders["result"]
-    o = described(inst.array_shape, tuple(stored.index(d) for d in range(4)))
+    result = inst.shape
+    stats_strides: tuple[int, ...] = ()
+    if config.stats:  # (o, stats): the statistics a backward call reads
+        if not isinstance(result, TupleShape) or len(result.elements) != 2:
+            raise UnsupportedError("gives (o, stats) with 'stats' in its backend_config")
+        result, stats = result.elements
+        assert isinstance(stats, ArrayShape)
+        stats_strides = dense_strides(stats.dims, stats.major_to_minor)
+    assert isinstance(result, ArrayShape)
+    o = described(result, tuple(stored.index(d) for d in range(4)))
     bias = described(shapes[3]) if len(shapes) == 4 else ((), ())
     return AttentionCall(
         q_dims=q[0],
@@ -1493,7 +1502,8 @@ def attention_call(inst: Instruction) -> AttentionCall:
         bias_strides=bias[1],
         scale=config.scale,
         causal=config.causal,
-        element_type=str(inst.array_shape.element_type),
+        element_type=str(result.element_type),
+        stats_strides=stats_strides,
     )
 
 
@@ -1505,7 +1515,6 @@ def library_attention_thunk(
     target: Target,
 ) -> LibraryCallThunk:
     """The library call of a ``__heron$attention`` custom call, ``host`` beside it."""
-    (result,) = results  # one array
     del target  # the contract depends on the call alone
     try:
         call = attention_call(inst)
@@ -1517,7 +1526,7 @@ def library_attention_thunk(
         library=LIBRARY,
         operation=ATTENTION,
         attributes=call.attributes(),
-        arguments=(*operands, result),
+        arguments=(*operands, *results),  # o, and the statistics where the call gives them
         fallback=(host,),
         fallback_emitter="host",
     )

@@ -89,7 +89,12 @@ from heron.compiler.library_attention import (
 )
 from heron.hlo.attributes import QuotedString
 from heron.hlo.custom_calls.attention import AttentionConfig, backend_config
-from heron.hlo.custom_calls.attention_backward import ORDERED, TARGET
+from heron.hlo.custom_calls.attention_backward import (
+    OPERANDS,
+    ORDERED,
+    PAIRED_OPERANDS,
+    TARGET,
+)
 from heron.hlo.custom_calls.call import custom_call_of
 from heron.hlo.custom_calls.library import library_call_target
 from heron.hlo.dot_precision import dot_compute
@@ -1067,15 +1072,21 @@ def attention_backward_call(inst: Instruction) -> AttentionBackwardCall:
     def inverse(order: Sequence[int]) -> tuple[int, ...]:
         return tuple(list(order).index(d) for d in range(4))
 
+    names = PAIRED_OPERANDS if config.stats else OPERANDS
     given = {
         name: described(inst.operands[i].array_shape, orders[name])
-        for i, name in enumerate(("q", "k", "v", "do"))
+        for i, name in enumerate(names)
+        if name != "stats"
     }
     bias = (
-        described(inst.operands[4].array_shape, (0, 1, 2, 3))
-        if len(inst.operands) == 5
+        described(inst.operands[len(names)].array_shape, (0, 1, 2, 3))
+        if len(inst.operands) == len(names) + 1
         else ((), ())
     )
+    stats_strides: tuple[int, ...] = ()
+    if config.stats:
+        stats = inst.operands[names.index("stats")].array_shape
+        stats_strides = dense_strides(stats.dims, stats.major_to_minor)
     result = inst.shape
     assert isinstance(result, TupleShape)
     computed = {
@@ -1098,6 +1109,8 @@ def attention_backward_call(inst: Instruction) -> AttentionBackwardCall:
         scale=config.scale,
         causal=config.causal,
         element_type=str(inst.operands[0].array_shape.element_type),
+        o_strides=given["o"][1] if config.stats else (),
+        stats_strides=stats_strides,
     )
 
 

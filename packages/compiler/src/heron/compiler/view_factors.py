@@ -24,7 +24,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["Dims", "Factor", "identity", "permutation_of", "reshaped", "transposed"]
+__all__ = [
+    "Dims",
+    "Factor",
+    "identity",
+    "normalised",
+    "permutation_of",
+    "reshaped",
+    "transposed",
+]
 
 #: (source dimension, size, stride within the source dimension)
 Factor = tuple[int, int, int]
@@ -83,6 +91,13 @@ def _joined(factors: tuple[Factor, ...]) -> tuple[Factor, ...]:
         else:
             out.append((source, size, stride))
     return tuple(out)
+
+
+def normalised(dims: Dims) -> Dims:
+    """``dims`` with each dimension's adjacent pieces of one source dimension joined: two
+    views of one source read the same elements in the same order exactly when their
+    normalised factors are equal."""
+    return tuple(_joined(factors) for factors in dims)
 
 
 def permutation_of(dims: Dims, source_sizes: Sequence[int]) -> tuple[int, ...] | None:

@@ -34,8 +34,10 @@ from heron.compiler.fusion.priority_fusion import priority_fusion
 from heron.compiler.fusion.wrapper import fusion_wrapper
 from heron.compiler.library_attention import library_attention_rewriter
 from heron.compiler.library_attention_backward import library_attention_backward_rewriter
+from heron.compiler.library_attention_pairing import library_attention_pairing
 from heron.compiler.library_convolution import library_convolution_rewriter
 from heron.compiler.library_convolution_fusion import library_convolution_fusion
+from heron.compiler.library_fft import fft_rewriter
 from heron.compiler.library_triangular_solve import triangular_solve_rewriter
 from heron.compiler.scan_rewriter import scan_rewriter
 from heron.compiler.tree_reduction import tree_reduction_rewriter
@@ -59,8 +61,10 @@ __all__ = [
 GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
     "library-convolution-rewriter": library_convolution_rewriter,
     "triangular-solve-rewriter": triangular_solve_rewriter,
+    "fft-rewriter": fft_rewriter,
     "library-attention-rewriter": library_attention_rewriter,
     "library-attention-backward-rewriter": library_attention_backward_rewriter,
+    "library-attention-pairing": library_attention_pairing,
     "library-convolution-fusion": library_convolution_fusion,
     "scan-rewriter": scan_rewriter,
     "tree-reduction-rewriter": tree_reduction_rewriter,
@@ -92,10 +96,11 @@ def fusion_pipeline(target: Target) -> Pipeline:
 
 
 def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
-    """The program pipeline for ``target``: the convolutions its DNN library takes and
-    the triangular solves made library calls, simplification (before layouts, the
-    attention its fused-attention library takes made one call and the convolutions'
-    bias and ReLU made part of their calls), scans in log depth, the reductions too long for one
+    """The program pipeline for ``target``: the convolutions its DNN library takes, the
+    triangular solves and the FFTs made library calls, simplification (before layouts, the
+    attention its fused-attention library takes made one call, a training step's forward
+    and backward calls paired, and the convolutions' bias and ReLU made part of their
+    calls), scans in log depth, the reductions too long for one
     block split in two, then fusion (``deterministic``: see
     :func:`heron.hlo.passes.simplification_pipeline`)."""
     return Pipeline(
@@ -103,11 +108,13 @@ def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
         (
             library_convolution_rewriter(target),
             triangular_solve_rewriter(target),
+            fft_rewriter(target),
             simplification_pipeline(
                 deterministic=deterministic,
                 before_layout=(
                     library_attention_backward_rewriter(target),
                     library_attention_rewriter(target),
+                    library_attention_pairing(target),
                     library_convolution_fusion(target),
                 ),
             ),
