@@ -7,7 +7,9 @@ For each workload of ``gpu_bundle/bundle_workloads.py`` (the sizes issue 28's an
 prepares it for the target as ``compile_program`` does (simplification, the scan and
 tree-reduction rewriters, library GEMM fusion and the fusion passes), then prints:
 kernels, GEMM library calls (with their compute type and epilogue) against dot
-fusions, cuDNN convolution and attention calls (forward and backward), the
+fusions, cuDNN convolution and attention calls (forward and backward; a
+training step's pair shows as a forward ``-> ... and f32[...] stats`` and a
+backward ``..., reading the forward's o and stats``), the
 reduce and reduce-window fusions with the fewest blocks (a reduction in fewer
 blocks than the device has SMs leaves it idle) and the longest window any
 kernel still computes per element (a quadratic scan's mark). The structural
