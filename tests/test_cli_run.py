@@ -53,12 +53,12 @@ ENTRY main {
 }
 """
 
-WITH_FFT = """\
-HloModule jit_fft
+WITH_CHOLESKY = """\
+HloModule jit_cholesky
 
 ENTRY main {
-  a = c64[2,8]{1,0} parameter(0)
-  ROOT fft.3 = c64[2,8]{1,0} fft(a), fft_type=FFT, fft_length={8}
+  a = f32[2,4,4]{2,1,0} parameter(0)
+  ROOT cholesky.3 = f32[2,4,4]{2,1,0} cholesky(a), lower=true
 }
 """
 
@@ -186,10 +186,10 @@ def test_a_batch_grouped_convolution_runs_and_agrees(hlo, capsys):
 
 
 def test_an_unsupported_instruction_is_refused_by_name(hlo, capsys):
-    code, out, err = heron(capsys, "run", hlo(WITH_FFT), "--backend", "interpreter")
+    code, out, err = heron(capsys, "run", hlo(WITH_CHOLESKY), "--backend", "interpreter")
     assert code == 2
-    assert "'fft.3' (fft, c64[2,8]" in err
-    assert "no heron emitter handles fft" in err
+    assert "'cholesky.3' (cholesky, f32[2,4,4]" in err
+    assert "no heron emitter handles cholesky" in err
     assert "Traceback" not in err
 
 

@@ -80,12 +80,12 @@ PROGRAMS = ROOT / "programs"
 TARGET = Target.preset("h100")
 BY_ID = {program.id: program for program in corpus_programs()}
 
-#: What no emitter runs yet: an fft (a cuFFT call in XLA).
-WITH_FFT = """\
-HloModule jit_fft
+#: What no emitter runs yet: HLO's cholesky (jax lowers its own LAPACK or cuSOLVER call).
+WITH_CHOLESKY = """\
+HloModule jit_cholesky
 ENTRY main {
-  a = c64[2,8]{1,0} parameter(0)
-  ROOT c = c64[2,8]{1,0} fft(a), fft_type=FFT, fft_length={8}
+  a = f32[2,4,4]{2,1,0} parameter(0)
+  ROOT c = f32[2,4,4]{2,1,0} cholesky(a), lower=true
 }
 """
 #: Programs with loops and conditionals (their thunks are checked by kind), by
@@ -128,10 +128,10 @@ def test_the_tables_name_programs() -> None:
 
 
 def test_what_no_emitter_runs_is_refused_with_the_instruction_named() -> None:
-    """What no emitter runs is refused with the instruction named: an fft."""
-    with pytest.raises(UnsupportedError, match=r"cannot run instruction 'c' \(fft,"):
+    """What no emitter runs is refused with the instruction named: a cholesky."""
+    with pytest.raises(UnsupportedError, match=r"cannot run instruction 'c' \(cholesky,"):
         compile_program(
-            parse_module(WITH_FFT), TARGET, ("interpreter",), compiler=kernel_compiler()
+            parse_module(WITH_CHOLESKY), TARGET, ("interpreter",), compiler=kernel_compiler()
         )
 
 
@@ -564,11 +564,11 @@ def test_heron_compile_executable_writes_an_artefact(capsys, tmp_path) -> None:
 
 
 def test_heron_compile_executable_refuses_what_it_cannot_run(capsys, tmp_path) -> None:
-    out = tmp_path / "fft.heron"
-    unsupported = tmp_path / "fft.hlo"
-    unsupported.write_text(WITH_FFT)
+    out = tmp_path / "cholesky.heron"
+    unsupported = tmp_path / "cholesky.hlo"
+    unsupported.write_text(WITH_CHOLESKY)
     code, _, err = _heron(capsys, "compile", str(unsupported), "--executable", str(out))
-    assert code == 2 and "(fft," in err and "no heron emitter handles fft" in err
+    assert code == 2 and "(cholesky," in err and "no heron emitter handles cholesky" in err
     assert not out.exists()
     source = str(PROGRAMS / "conv1d" / "module.hlo")
     code, _, err = _heron(capsys, "compile", source, "--executable", str(out), "--backend", "rocm")

@@ -389,14 +389,14 @@ def test_a_dot_is_never_duplicated_into_its_users() -> None:
     assert len(dots) == 1
 
 
-WITH_FFT = """
-HloModule with_fft
+#: What no emitter or library call runs: HLO's cholesky (jax lowers its own call instead).
+WITH_CHOLESKY = """
+HloModule with_cholesky
 
 ENTRY main {
-  a = f32[2,8]{1,0} parameter(0)
-  t = f32[2,8]{1,0} tanh(a)
-  z = c64[2,8]{1,0} convert(t)
-  ROOT c = c64[2,8]{1,0} fft(z), fft_type=FFT, fft_length={8}
+  a = f32[2,4,4]{2,1,0} parameter(0)
+  t = f32[2,4,4]{2,1,0} tanh(a)
+  ROOT c = f32[2,4,4]{2,1,0} cholesky(t), lower=true
 }
 """
 
@@ -405,9 +405,10 @@ def test_the_pipeline_refuses_nothing_a_run_would_refuse_later() -> None:
     from heron.compiler.program_run import run_program
     from heron.runtime.core.registry import load_backends
 
-    module = parse_module(WITH_FFT)
+    module = parse_module(WITH_CHOLESKY)
     device = load_backends().create_device("interpreter")
-    with pytest.raises(UnsupportedError, match=r"'c' \(fft.*no heron emitter handles fft"):
+    refused = r"'c' \(cholesky.*no heron emitter handles cholesky"
+    with pytest.raises(UnsupportedError, match=refused):
         run_program(module, random_arguments(module), device, "interpreter")
 
 

@@ -1,4 +1,4 @@
-"""dot and convolution.
+"""dot, convolution and fft.
 
 Numerics: products are accumulated in a wide type and the sum is converted
 to the result type once, at the end -- f32 for every float type of 32 bits or
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from heron.hlo.attributes import ConvDimensionNumbers, Window, WindowDim
+from heron.hlo.custom_calls.fft import transform as fft_transform
 from heron.hlo.element_types import ElementType
 from heron.hlo.evaluator.common import convert_array, instruction_error
 from heron.hlo.evaluator.data_movement import pad_array, required
@@ -163,7 +164,19 @@ def _convolution(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Litera
     return _finish(inst, np.transpose(result, source))
 
 
+def _fft(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    """The op's one meaning (:func:`heron.hlo.custom_calls.fft.transform`, also what the
+    ``__heron$fft`` host call runs): computed in double precision, rounded once."""
+    (x,) = ops
+    length = inst.attributes.get("fft_length", ())
+    try:
+        return fft_transform(x, str(inst.attributes.get("fft_type")), tuple(length))
+    except ValueError as error:
+        raise instruction_error(inst, str(error)) from None
+
+
 HANDLERS = {
     "dot": _dot,
     "convolution": _convolution,
+    "fft": _fft,
 }
