@@ -9,18 +9,21 @@ computes it on the interpreter.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from heron.compiler import Target
 from heron.compiler.executable import compile_program
-from heron.compiler.library_fft import is_library_fft, rewrite_ffts
+from heron.compiler.library_fft import fft_call, is_library_fft, rewrite_ffts
 from heron.hlo.custom_calls.call import CustomCall, CustomCallError
 from heron.hlo.custom_calls.fft import TARGET, backend_config, host, transform
 from heron.hlo.errors import HloError
 from heron.hlo.evaluator import evaluate_module
 from heron.hlo.parser import parse_module
 from heron.hlo.shapes import TupleShape
+from heron.runtime.core.fft import FftCall
 
 MODULE = """HloModule fft
 ENTRY main {{
@@ -139,3 +142,66 @@ def test_the_evaluator_refuses_an_fft_that_does_not_fit_its_operand():
     module.entry.root.attributes["fft_length"] = (4,)
     with pytest.raises(HloError, match=r"fft 'r'.*FFT of fft_length=\[4\]"):
         evaluate_module(module, [_operand("fft")])
+
+
+@pytest.mark.parametrize("name", ["rfft2", "irfft_odd", "irfft2", "fft3", "ifft2"])
+@pytest.mark.parametrize("libraries", [(), ("fft",)], ids=["host", "numpy-library"])
+def test_the_library_call_or_its_host_fallback_computes_the_op(name, libraries):
+    """A compiled fft is one library call with the host call beside it: a device with an
+    FFT library runs the call's contract (the interpreter's numpy reference on the raw
+    bytes), any other the host call; both equal the evaluator."""
+    from heron.runtime.core.executor import load_executable
+    from heron.runtime.core.thunks import LibraryCallThunk
+    from heron.runtime.interpreter import InterpreterDevice
+
+    program = compile_program(parse_module(_text(name)), Target.preset("h100"), ("interpreter",))
+    (call,) = [t for t in program.artefact.program if isinstance(t, LibraryCallThunk)]
+    contract = FftCall.from_thunk(call)
+    kind, operand, _, length, _ = CASES[name]
+    assert (contract.fft_type, contract.fft_length, contract.batch) == (
+        kind,
+        tuple(int(n) for n in length.split(",")),
+        math.prod(parse_module(_text(name)).entry.parameters[0].shape.dims)
+        // math.prod(contract.operand_dims),
+    )
+    device = InterpreterDevice(libraries=libraries)
+    executable = load_executable(program.artefact, device)
+    x = _operand(name)
+    (got,) = executable.run([x])
+    assert device.library_calls == len(libraries)
+    np.testing.assert_array_equal(got, evaluate_module(parse_module(_text(name)), [x]))
+
+
+def test_a_call_whose_operand_is_not_row_major_stays_a_host_call():
+    module = parse_module(
+        _text("fft").replace("c64[2,3,5] parameter", "c64[2,3,5]{1,2,0} parameter")
+    )
+    rewrite_ffts(module)
+    assert fft_call(module.entry.root) is None
+    row_major = parse_module(_text("fft"))
+    rewrite_ffts(row_major)
+    assert fft_call(row_major.entry.root) == FftCall("FFT", (5,), 6, "c64")
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        (("DCT", (4,), 1, "c64"), "fft_type"),
+        (("RFFT", (4,), 1, "c64"), "RFFT takes f32 or f64, not c64"),
+        (("FFT", (4, 4, 4, 4), 1, "c64"), "1 to 3 lengths"),
+        (("FFT", (4,), 0, "c64"), "a batch of 0"),
+    ],
+)
+def test_the_contract_refuses_what_no_fft_is(fields, match):
+    from heron.runtime.core.thunks import ThunkError
+
+    with pytest.raises((ThunkError, ValueError), match=match):
+        FftCall(*fields)
+
+
+def test_the_contract_s_sizes_and_description():
+    call = FftCall("IRFFT", (3, 8), 2, "c128")
+    assert call.operand_dims == (3, 5) and call.out_dims == (3, 8)
+    assert call.byte_sizes() == (2 * 15 * 16, 2 * 24 * 8)
+    assert call.describe() == "fft IRFFT [3x8] x 2 c128 -> f64"
+    assert FftCall.from_attributes(call.attributes()) == call

@@ -12,18 +12,33 @@ every ``jnp.fft`` function, on every platform.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from heron.hlo.attributes import QuotedString
-from heron.hlo.custom_calls.fft import FFT_TYPES, TARGET, backend_config
+from heron.hlo.custom_calls.call import custom_call_of
+from heron.hlo.custom_calls.fft import FFT_TYPES, TARGET, backend_config, parse_config
 from heron.hlo.custom_calls.library import library_call_target
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.rewrite import Inserter, rewrite_each
+from heron.hlo.shapes import ArrayShape
+from heron.runtime.core.fft import FFT, FftCall
+from heron.runtime.core.thunks import BufferSlice, CustomCallThunk, LibraryCallThunk, ThunkError
 from heron.target import Target
 
-__all__ = ["fft_rewriter", "is_library_fft", "rewrite_ffts"]
+__all__ = [
+    "LIBRARY",
+    "fft_call",
+    "fft_rewriter",
+    "is_library_fft",
+    "library_fft_thunk",
+    "rewrite_ffts",
+]
+
+#: The library a LibraryCallThunk of an FFT names (cuFFT on CUDA).
+LIBRARY = "fft"
 
 
 def _call(inserter: Inserter, fft: Instruction) -> Instruction:
@@ -68,3 +83,56 @@ def fft_rewriter(target: Target) -> HloPass:
 def is_library_fft(inst: Instruction) -> bool:
     """Whether ``inst`` is an ``__heron$fft`` call (one of heron's library calls)."""
     return library_call_target(inst) == TARGET
+
+
+def _row_major(shape: ArrayShape) -> bool:
+    """Whether ``shape`` is stored row-major (its layout minor to major n-1, ..., 0)."""
+    layout = shape.layout
+    order = tuple(layout.minor_to_major) if layout is not None else ()
+    return not order or order == tuple(range(shape.rank - 1, -1, -1))
+
+
+def fft_call(inst: Instruction) -> FftCall | None:
+    """The library call of an ``__heron$fft`` call; None where no library can take it: an
+    operand or result not row-major (the contract's transforms are dense and minor), or an
+    empty transform (the host gives its zeros)."""
+    call = custom_call_of(inst)
+    (operand,) = call.operand_shapes
+    (result,) = call.result_shapes
+    fft_type, fft_length = parse_config(call.backend_config)
+    rank = len(fft_length)
+    if not (_row_major(operand) and _row_major(result)) or operand.rank < rank:
+        return None
+    batch = math.prod(operand.dims[: operand.rank - rank])
+    if batch == 0 or math.prod(fft_length) == 0:
+        return None
+    return FftCall(fft_type, fft_length, batch, str(operand.element_type))
+
+
+def library_fft_thunk(
+    inst: Instruction,
+    operands: Sequence[BufferSlice],
+    results: Sequence[BufferSlice],
+    host: CustomCallThunk,
+    target: Target,
+) -> LibraryCallThunk | CustomCallThunk:
+    """The library call of an ``__heron$fft`` call, ``host`` beside it (the host call
+    alone where :func:`fft_call` finds no library call)."""
+    del target  # every target's FFT library takes the same call
+    try:
+        call = fft_call(inst)
+    except (ValueError, ThunkError) as error:
+        raise UnsupportedError(
+            f"custom-call '{inst.name}' ({TARGET}): {error}", inst.location
+        ) from None
+    if call is None:
+        return host
+    (result,) = results
+    return LibraryCallThunk(
+        library=LIBRARY,
+        operation=FFT,
+        attributes=call.attributes(),
+        arguments=(*operands, result),
+        fallback=(host,),
+        fallback_emitter="host",
+    )

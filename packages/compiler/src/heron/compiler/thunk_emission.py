@@ -47,7 +47,8 @@ its operands and results:
   computation, at its location. A convolution the DNN library takes
   (``__heron$convolution``, :mod:`heron.compiler.library_convolution`) and a
   fused attention (``__heron$attention``, :mod:`heron.compiler.library_attention`)
-  are each a ``LibraryCallThunk`` with that host call as its fallback.
+  and an FFT (``__heron$fft``, :mod:`heron.compiler.library_fft`) are each a
+  ``LibraryCallThunk`` with that host call as its fallback.
 - anything else (a dot or sort the fusion passes left unfused, a
   convolution ...): refused, naming the instruction.
 
@@ -66,7 +67,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from heron.compiler import library_attention, library_attention_backward, library_convolution
+from heron.compiler import (
+    library_attention,
+    library_attention_backward,
+    library_convolution,
+    library_fft,
+)
 from heron.compiler.library_gemm import library_call_thunk
 from heron.hlo.buffers import BufferAssignment, in_place_operands
 from heron.hlo.buffers import Slice as HloSlice
@@ -106,6 +112,7 @@ _LIBRARY_CUSTOM_CALLS = (
         library_attention_backward.is_library_attention_backward,
         library_attention_backward.library_attention_backward_thunk,
     ),
+    (library_fft.is_library_fft, library_fft.library_fft_thunk),
 )
 
 

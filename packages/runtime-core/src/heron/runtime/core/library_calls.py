@@ -5,8 +5,9 @@ carrying both the library call (``operation "gemm"``, the contract of
 :mod:`heron.runtime.core.gemm`) and, as its ``fallback``, the launch of
 heron's own kernel; a convolution the compiler gave a DNN library
 (``operation "convolution"``, :mod:`heron.runtime.core.convolution`) carries
-its host computation as the fallback, and so does a fused attention
-(``operation "attention"``, :mod:`heron.runtime.core.attention`). When an
+its host computation as the fallback, and so do a fused attention
+(``operation "attention"``, :mod:`heron.runtime.core.attention`) and an FFT
+(``operation "fft"``, :mod:`heron.runtime.core.fft`). When an
 executable is loaded, :func:`resolve` asks the device, call by call, whether
 it offers the call (``Device.library_for``: cuBLASLt on a CUDA device where
 nvmath-python finds it, hipBLAS on ROCm for the calls hipBLAS can express,
@@ -28,6 +29,7 @@ import attrs
 from heron.runtime.core.attention import ATTENTION, AttentionCall
 from heron.runtime.core.attention_backward import ATTENTION_BACKWARD, AttentionBackwardCall
 from heron.runtime.core.convolution import CONVOLUTION, ConvolutionCall
+from heron.runtime.core.fft import FFT, FftCall
 from heron.runtime.core.gemm import GEMM, GemmCall
 from heron.runtime.core.thunks import (
     CommandBufferThunk,
@@ -47,6 +49,7 @@ OPERATIONS: Mapping[str, Callable[[LibraryCallThunk], Any]] = {
     CONVOLUTION: ConvolutionCall.from_thunk,
     ATTENTION: AttentionCall.from_thunk,
     ATTENTION_BACKWARD: AttentionBackwardCall.from_thunk,
+    FFT: FftCall.from_thunk,
 }
 
 

@@ -34,7 +34,8 @@ call, computed with numpy (:meth:`heron.runtime.core.gemm.GemmCall.reference`,
 library name ``"numpy"``), and with ``"convolution"`` the convolution call
 (:meth:`heron.runtime.core.convolution.ConvolutionCall.reference`), and with
 ``"attention"`` the fused attention call
-(:meth:`heron.runtime.core.attention.AttentionCall.reference`), so that the
+(:meth:`heron.runtime.core.attention.AttentionCall.reference`), with ``"fft"``
+the FFT call (:meth:`heron.runtime.core.fft.FftCall.reference`), so that the
 executor's library-call path runs on a CPU. By default it offers none: the
 executor then runs what an artefact carries beside each library call (heron's
 GEMM kernel; a convolution's or an attention's host computation), which is
@@ -79,7 +80,7 @@ __all__ = ["AccessCounts", "InterpreterDevice", "POISON"]
 
 POISON = 0xA5
 #: Library operations the interpreter can offer (``libraries=``), computed with numpy.
-_LIBRARY_OPERATIONS = ("gemm", "convolution", "attention", "attention_backward")
+_LIBRARY_OPERATIONS = ("gemm", "convolution", "attention", "attention_backward", "fft")
 #: Host bytes per byte of device memory: the data and its read and write counters (uint32).
 BYTES_PER_BYTE = 9
 
