@@ -327,3 +327,53 @@ def test_launch_shape_lists_the_pair():
     library = [call for call in facts["library"] if "attention" in call]
     assert any(" and f32[2x2x32] stats" in call for call in library), library
     assert any("reading the forward's o and stats" in call for call in library), library
+
+
+def test_the_contracts_refuse_statistics_that_do_not_fit():
+    from heron.runtime.core.thunks import ThunkError
+
+    dims, strides = (1, 2, 16, 16), (512, 256, 16, 1)
+    forward = AttentionCall(
+        q_dims=dims,
+        q_strides=strides,
+        k_dims=dims,
+        k_strides=strides,
+        v_dims=dims,
+        v_strides=strides,
+        o_dims=dims,
+        o_strides=strides,
+        scale=0.25,
+        stats_strides=(32, 16, 1),
+    )
+    assert forward.operand_names == ("q", "k", "v", "o", "stats") and forward.outputs == 2
+    assert forward.byte_sizes()[-1] == 2 * 16 * 4  # f32 whatever the tensors' type
+    assert "-> bf16[1x2x16x16] and f32[1x2x16] stats" in forward.describe()
+    with pytest.raises(ThunkError, match="stats_strides"):
+        AttentionCall(**{**attrs_of(forward), "stats_strides": (32, 1, 4)})
+    backward = AttentionBackwardCall(
+        q_dims=dims,
+        q_strides=strides,
+        k_dims=dims,
+        k_strides=strides,
+        v_dims=dims,
+        v_strides=strides,
+        do_strides=strides,
+        dq_strides=strides,
+        dk_strides=strides,
+        dv_strides=strides,
+        scale=0.25,
+        o_strides=strides,
+        stats_strides=(32, 16, 1),
+    )
+    names = ("q", "k", "v", "o", "do", "stats", "dq", "dk", "dv")
+    assert backward.operand_names == names and backward.outputs == 3
+    with pytest.raises(ThunkError, match="stats_strides"):
+        AttentionBackwardCall(**{**attrs_of(backward), "stats_strides": (1, 1, 1)})
+    with pytest.raises(ThunkError, match="come together"):
+        AttentionBackwardCall(**{**attrs_of(backward), "stats_strides": ()})
+
+
+def attrs_of(call) -> dict:
+    import attrs
+
+    return attrs.asdict(call)

@@ -51,7 +51,10 @@ something else.
 
 On a GPU the call is cuDNN's (a forward graph recomputing the output and its
 softmax statistics, then ``sdpa_backward``: ``heron.runtime.cuda.cudnn_attention``);
-the interpreter computes it with numpy or on the host.
+the interpreter computes it with numpy or on the host. Where the program also
+has the forward call of the same attention (a training step), the
+``library-attention-pairing`` pass (:mod:`heron.compiler.library_attention_pairing`)
+makes the call read that call's output and statistics instead.
 """
 
 from __future__ import annotations
