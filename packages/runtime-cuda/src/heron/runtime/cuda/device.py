@@ -77,6 +77,7 @@ from heron.runtime.core.attention import ATTENTION
 from heron.runtime.core.attention_backward import ATTENTION_BACKWARD
 from heron.runtime.core.convolution import CONVOLUTION
 from heron.runtime.core.device import DeviceError, KernelImage, LoadedKernel
+from heron.runtime.core.fft import FFT
 from heron.runtime.core.gemm import GEMM
 from heron.runtime.core.gpu_device import (
     CapturingDevice,
@@ -143,6 +144,23 @@ def _cublaslt(device: CudaDevice) -> Library:
     return CublasLt(lambda nbytes: int(device.allocate(nbytes, "cublasLt workspace").handle))
 
 
+def _cufft(device: CudaDevice) -> Library:
+    """cuFFT for ``device``: scratch allocated on it, copies on its stream (imported only
+    when asked)."""
+    from heron.runtime.cuda.cufft import Cufft
+
+    def copy(destination: int, source: int, nbytes: int, stream: Any) -> None:
+        device._call(
+            device.calls.copy_on_device,
+            device._pointer(destination),
+            device._pointer(source),
+            nbytes,
+            stream,
+        )
+
+    return Cufft(lambda nbytes: int(device.allocate(nbytes, "cuFFT scratch").handle), copy)
+
+
 def _cudnn(device: CudaDevice) -> Library:
     """cuDNN for ``device``, its workspace allocated on it (imported only when asked)."""
     from heron.runtime.cuda.cudnn import Cudnn
@@ -186,7 +204,8 @@ class CudaDevice(CapturingDevice):
     ) -> None:
         """``libraries``: operation -> a function making its :class:`Library` from the
         device (tests pass stand-ins); by default GEMM is cuBLASLt's, convolution and
-        attention cuDNN's (one library serving both: one maker opens one library)."""
+        attention cuDNN's (one library serving both: one maker opens one library), FFT
+        cuFFT's."""
         if bindings is None:
             try:
                 from cuda.bindings import driver as bindings
@@ -200,6 +219,7 @@ class CudaDevice(CapturingDevice):
                 CONVOLUTION: _cudnn,
                 ATTENTION: _cudnn,
                 ATTENTION_BACKWARD: _cudnn,
+                FFT: _cufft,
             }
         )
         self._opened: dict[Any, Library] = {}
