@@ -101,6 +101,37 @@ def test_a_damaged_cache_file_is_compiled_again(tmp_path: Path) -> None:
     assert (again.compiles, again.disk_hits) == (1, 0)
 
 
+def test_a_heron_whose_code_changed_compiles_again(tmp_path: Path, monkeypatch) -> None:
+    """The disk cache's key holds a fingerprint of heron's source: an artefact compiled by
+    other code (a fix under the same version number) is not loaded."""
+    program = BY_NAME["softmax"]
+    arguments = program.arguments()
+    heron_jax.jit(program.function, backend="interpreter", cache_dir=tmp_path)(*arguments)
+    # heron.jax.jit is the function; its module holds the name the key is made with.
+    monkeypatch.setattr(sys.modules["heron.jax.jit"], "heron_fingerprint", lambda: "changed")
+    changed = heron_jax.jit(program.function, backend="interpreter", cache_dir=tmp_path)
+    changed(*arguments)
+    assert (changed.compiles, changed.disk_hits) == (1, 0)
+    assert len(list(tmp_path.glob("*.heron"))) == 2
+
+
+def test_the_fingerprint_follows_every_source_file(tmp_path: Path) -> None:
+    from heron.jax.cache import source_fingerprint
+
+    one, two = tmp_path / "one" / "heron", tmp_path / "two" / "heron"
+    (one / "compiler").mkdir(parents=True)
+    two.mkdir(parents=True)
+    (one / "compiler" / "a.py").write_text("x = 1\n")
+    (two / "b.py").write_text("y = 2\n")
+    (two / "notes.txt").write_text("not source")
+    first = source_fingerprint([one, two])
+    assert first == source_fingerprint([two, one])  # the order folders are found in
+    (two / "notes.txt").write_text("still not source")
+    assert source_fingerprint([one, two]) == first
+    (one / "compiler" / "a.py").write_text("x = 2\n")
+    assert source_fingerprint([one, two]) != first
+
+
 def test_an_unavailable_backend_is_refused_with_the_reason() -> None:
     jitted = heron_jax.jit(lambda x: x + 1, backend="cuda", cache_dir=False)
     with pytest.raises(heron_jax.HeronJaxError, match="backend 'cuda' is not available here"):

@@ -46,7 +46,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from heron.jax.cache import DiskCache, cache_key, default_cache_dir
+from heron.jax.cache import DiskCache, cache_key, default_cache_dir, heron_fingerprint
 from heron.jax.lowering import (
     Lowered,
     Signature,
@@ -222,7 +222,11 @@ class HeronJitted:
         lowered = self.lower(*args, **kwargs)
         backends = tuple(dict.fromkeys((self._backend, "interpreter")))
         key = cache_key(
-            lowered.hlo_text, self._target, backends, __version__, deterministic=self.deterministic
+            lowered.hlo_text,
+            self._target,
+            backends,
+            f"{__version__}+{heron_fingerprint()}",
+            deterministic=self.deterministic,
         )
         artefact = self._disk.get(key) if self._disk is not None else None
         from_disk = artefact is not None
