@@ -17,6 +17,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from heron_test_support.jax_config import jax_x64
 from heron_test_support.programs import assert_close
 
 import heron.jax as heron_jax
@@ -40,10 +41,8 @@ BY_NAME = {program.name: program for program in DEFINITIONS.PROGRAMS}
 def jax_32_bit():
     """The corpus was lowered with jax's default 32-bit types; other suites in the same
     process turn jax_enable_x64 on (a global), which changes what a program lowers to."""
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+    with jax_x64(False):
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -24,10 +24,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from heron_test_support.jax_config import jax_x64
+from heron_test_support.jax_runs import run_on_heron
 
 from heron.compiler import Target
 from heron.compiler.executable import compile_executable
-from heron.jax.devices import load_on_device, open_device
+from heron.jax.devices import open_device
 from heron.jax.lowering import lower
 from heron.runtime.core.thunks import LibraryCallThunk
 
@@ -35,24 +37,13 @@ from heron.runtime.core.thunks import LibraryCallThunk
 @pytest.fixture(autouse=True)
 def x64():
     """f64 needs jax_enable_x64 (a global other suites set either way)."""
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+    with jax_x64(True):
+        yield
 
 
 @pytest.fixture(scope="module")
 def device():
     return open_device("interpreter")[1]
-
-
-def run_on_heron(device, platform: str, function, *args):
-    """``function`` lowered by jax for ``platform``, compiled by heron, run on the interpreter."""
-    lowered = lower(function, *args, platform=platform)
-    assert " fft(" in lowered.hlo_text  # jax emitted HLO's fft, not a custom call
-    artefact = compile_executable(lowered.module, Target.preset("h100"), ("interpreter",))
-    executable = load_on_device(artefact, device, "interpreter")
-    return lowered.unflatten_results(executable.run(lowered.flatten_arguments(args, {})))
 
 
 def _close(actual, expected, size: int) -> float:
@@ -92,7 +83,7 @@ def test_jnp_fft_equals_jax_on_the_cpu(device, name, dtype, platform):
     function, size = FUNCTIONS[name]
     x = np.random.default_rng(7).standard_normal((3, 6, 7)).astype(dtype)
     expected = jax.jit(function)(x)
-    _close(run_on_heron(device, platform, function, x), expected, size)
+    _close(run_on_heron(device, platform, function, x, expect_in_hlo=" fft("), expected, size)
 
 
 def test_a_complex_operand_and_a_round_trip(device):
@@ -102,7 +93,7 @@ def test_a_complex_operand_and_a_round_trip(device):
     def function(a):
         return jnp.fft.ifftn(jnp.fft.fftn(a, axes=(1, 2)), axes=(1, 2)), jnp.fft.fft(a, axis=1)
 
-    got = run_on_heron(device, "cuda", function, z)
+    got = run_on_heron(device, "cuda", function, z, expect_in_hlo=" fft(")
     want = jax.jit(function)(z)
     _close(got[0], want[0], 45)
     _close(got[1], want[1], 5)

@@ -26,12 +26,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from heron_test_support.jax_config import jax_x64
+from heron_test_support.jax_runs import run_on_heron
 
-from heron.compiler import Target
-from heron.compiler.executable import compile_executable
 from heron.hlo.errors import HloError
 from heron.hlo.plugin_loading import PluginError
-from heron.jax.devices import load_on_device, open_device
+from heron.jax.devices import open_device
 from heron.jax.lowering import lower
 
 DTYPES = {"f32": np.float32, "f64": np.float64, "c64": np.complex64, "c128": np.complex128}
@@ -40,23 +40,13 @@ DTYPES = {"f32": np.float32, "f64": np.float64, "c64": np.complex64, "c128": np.
 @pytest.fixture(autouse=True)
 def x64():
     """f64 and c128 need jax_enable_x64 (a global other suites set either way)."""
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+    with jax_x64(True):
+        yield
 
 
 @pytest.fixture(scope="module")
 def device():
     return open_device("interpreter")[1]
-
-
-def run_on_heron(device, platform: str, function, *args):
-    """``function`` lowered by jax for ``platform``, compiled by heron, run on the interpreter."""
-    lowered = lower(function, *args, platform=platform)
-    artefact = compile_executable(lowered.module, Target.preset("h100"), ("interpreter",))
-    executable = load_on_device(artefact, device, "interpreter")
-    return lowered.unflatten_results(executable.run(lowered.flatten_arguments(args, {})))
 
 
 def targets_of(platform: str, function, *args) -> set[str]:

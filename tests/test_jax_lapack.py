@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from heron_test_support.jax_config import jax_x64
 
 import heron.jax as heron_jax
 from heron.hlo.custom_calls.call import CustomCall, CustomCallError
@@ -26,10 +27,8 @@ from heron.jax.lapack import cholesky_factor, lu_factor, potrf, trsm
 @pytest.fixture
 def x64(request):
     """Other suites in the same process turn jax_enable_x64 on or off (a global)."""
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", request.param)
-    yield request.param
-    jax.config.update("jax_enable_x64", previous)
+    with jax_x64(request.param) as enabled:
+        yield enabled
 
 
 def _spd(rng, batch, n, dtype):

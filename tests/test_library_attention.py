@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 import pytest
+from heron_test_support.jax_config import jax_x64
 
 from heron.cli.main import main as heron
 from heron.compiler import Target
@@ -46,10 +47,8 @@ B, T, N, D = 2, 32, 2, 16
 @pytest.fixture(scope="module", autouse=True)
 def jax_32_bit():
     """jax's default 32-bit types: another suite may have turned x64 on (a global)."""
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+    with jax_x64(False):
+        yield
 
 
 def _hand_written(q, k, v):

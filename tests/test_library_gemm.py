@@ -19,6 +19,7 @@ import attrs
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from heron_test_support.jax_config import jax_x64
 
 from heron.compiler import Target
 from heron.compiler.executable import compile_program
@@ -289,13 +290,9 @@ def test_a_complex_dot_is_a_library_gemm(name):
     dtype = {"c64": np.complex64, "c128": np.complex128}[element]
     rng = np.random.default_rng(7)
     inputs = [(rng.standard_normal(s) + 1j * rng.standard_normal(s)).astype(dtype) for s in shapes]
-    previous = jax.config.jax_enable_x64  # a global: c128 needs it, others may have set it
-    jax.config.update("jax_enable_x64", element == "c128")
-    try:
+    with jax_x64(element == "c128"):  # c128 needs it
         text = jax.jit(function).lower(*inputs).as_text(dialect="hlo")
         expected = np.asarray(jax.jit(function)(*inputs))
-    finally:
-        jax.config.update("jax_enable_x64", previous)
     compiled = compile_program(parse_module(text), Target.preset("h100"), ("interpreter",))
     (call,) = [t for t in walk(compiled.artefact.program) if isinstance(t, LibraryCallThunk)]
     from heron.runtime.core.gemm import GemmCall

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from heron_test_support.jax_config import jax_x64
 
 from heron.jax import lower
 from heron.jax.lowering import signature_of, split_static
@@ -44,10 +44,8 @@ def test_arguments_of_another_structure_are_refused_by_name():
 @pytest.fixture
 def x64_off():
     """Other suites in the same process turn jax_enable_x64 on (a global)."""
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+    with jax_x64(False):
+        yield
 
 
 def test_arguments_take_the_dtypes_jax_lowered_them_as(x64_off):
