@@ -209,6 +209,25 @@ def test_an_adam_step_with_donated_parameters_and_state() -> None:
     assert _peak(donated) <= _peak(plain) - params[0].nbytes - params[1].nbytes
 
 
+def test_a_momentum_jax_lays_out_by_columns_is_donated_in_the_parameter_s_layout() -> None:
+    # jax declares the moment column-major (it follows the gradient's dot) over a row-major
+    # parameter, as in optax's adam: the output is relaid into the parameter's bytes.
+    def step(w, m, x, y):
+        g = jax.grad(lambda w: jnp.mean((jnp.tanh(x @ w) - y) ** 2))(w)
+        m = 0.1 * g + 0.9 * m
+        return w - 0.1 * m, m
+
+    rng = np.random.default_rng(3)
+    args = [
+        rng.standard_normal(s).astype(np.float32) for s in ((8, 32), (8, 32), (16, 8), (16, 32))
+    ]
+    text = _lower(step, args, (0, 1))
+    assert "->(f32[8,32]{1,0}, f32[8,32]{0,1})" in text  # what jax declares
+    donated, _ = _check(step, args, (0, 1), inexact=(0, 1))
+    assert sorted(_donated_allocations(donated).items()) == [(0, 0), (1, 1)]
+    assert donated.artefact.signature.results[1] == "f32[8,32]{1,0}"
+
+
 def test_an_sgd_step_updates_the_parameters_in_place() -> None:
     def sgd(w, gw):
         return w - 0.1 * gw

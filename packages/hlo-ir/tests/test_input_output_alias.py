@@ -12,6 +12,8 @@ from heron.hlo.parser import parse_module
 from heron.hlo.passes import pass_named, run_pipeline
 from heron.hlo.passes.manager import pipeline_of
 from heron.hlo.printer import print_module
+from heron.hlo.shapes import TupleShape
+from heron.hlo.verifier import verify_module
 
 ALIAS = "{ {0}: (0, {}, may-alias), {1}: (1, {}) }"
 
@@ -54,6 +56,34 @@ def test_an_alias_the_entry_cannot_honour_is_refused(alias: str, message: str) -
         parse_module(_module(TWO, alias))
     assert "input_output_alias entry" in str(error.value)
     assert error.value.location is not None and error.value.location.line == 1
+
+
+COLUMN_MAJOR_RESULT = """HloModule m, input_output_alias={ {0}: (0, {}, may-alias) }, \
+entry_computation_layout={(f32[4,6]{1,0}, f32[4,6]{1,0})->(f32[4,6]{0,1})}
+
+ENTRY main {
+  a = f32[4,6]{1,0} parameter(0)
+  b = f32[4,6]{1,0} parameter(1)
+  x = f32[4,6]{0,1} add(a, b)
+  ROOT t = (f32[4,6]{0,1}) tuple(x)
+}
+""".replace("\\\n", "")
+
+
+def test_an_aliased_output_takes_its_parameter_s_layout() -> None:
+    # jax declares some results of an optax step column-major over row-major parameters:
+    # the result lives in the parameter's bytes, so layout assignment lays it out so.
+    module = parse_module(COLUMN_MAJOR_RESULT)
+    run_pipeline(module, pipeline_of([pass_named("layout-assignment")]))
+    root = module.entry.root_instruction
+    (copy,) = root.operands
+    assert copy.opcode == "copy" and str(copy.shape) == "f32[4,6]{1,0}"
+    assert str(root.shape) == "(f32[4,6]{1,0})"
+    # From then on the verifier holds the two to one layout.
+    copy.shape = module.entry.instruction("x").shape
+    root.shape = TupleShape((copy.shape,))
+    with pytest.raises(HloVerifyError, match="different layouts"):
+        verify_module(module)
 
 
 def test_an_unknown_alias_kind_is_a_parse_error() -> None:

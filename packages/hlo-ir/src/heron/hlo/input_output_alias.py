@@ -18,7 +18,11 @@ the parameter's bytes (``may-alias`` lets XLA decline; heron never does).
 The parser keeps the value typed in ``module.header["input_output_alias"]``
 (printing gives the same text back) and refuses an alias that names an output
 or parameter leaf the entry does not have, leaves of different shapes or
-element types, or one parameter leaf for two outputs. The verifier checks it
+element types, or one parameter leaf for two outputs. Their layouts may differ
+as jax prints them (an optax step declares some results column-major over
+row-major parameters): layout assignment gives the output its parameter's
+layout (:func:`heron.hlo.passes.layouts.assign_layouts`), as XLA's layout
+assignment constrains an aliased output, and from then on they must agree. The verifier checks it
 again after every pass, so a pass that changes the entry's parameters or
 result in a way the alias no longer fits is caught where it happens.
 """
@@ -208,7 +212,8 @@ def check_input_output_alias(module: Module, location: SourceLocation | None = N
                 " an aliased result must have its parameter's element type and dimensions"
             )
         if (
-            out.layout is not None
+            module.layouts_assigned
+            and out.layout is not None
             and into.layout is not None
             and out.minor_to_major != into.minor_to_major
         ):

@@ -33,6 +33,7 @@ import functools
 
 from heron.hlo.attributes import RawAttribute
 from heron.hlo.errors import UnsupportedError
+from heron.hlo.input_output_alias import input_output_aliases, subshape
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.parser import parse_shape
 from heron.hlo.passes.layout_agreement import agree_forwarded_layouts
@@ -129,8 +130,50 @@ def assign_layouts(module: Module) -> bool:
             if shape != inst.shape:
                 inst.shape = shape
                 changed = True
+    changed |= _aliased_outputs_in_parameter_layouts(module)
     changed |= agree_forwarded_layouts(module)
     module.layouts_assigned = True
+    return changed
+
+
+def _aliased_outputs_in_parameter_layouts(module: Module) -> bool:
+    """An output aliased with a parameter (``input_output_alias``) lives in the parameter's
+    bytes, so it is laid out as the parameter is: where the module declares another
+    layout for it (jax may), the root's element becomes a copy into the parameter's
+    layout, which normalisation makes a transpose, and the entry's result says so. XLA's
+    layout assignment constrains an aliased output the same way."""
+    entry = module.entry
+    parameters = {p.parameter_number: p for p in entry.parameters}
+    names = module_names(module)
+    changed = False
+    for alias in input_output_aliases(module):
+        root = entry.root_instruction
+        output = subshape(root.shape, alias.output_index)
+        parameter = subshape(parameters[alias.parameter_number].shape, alias.parameter_index)
+        if not isinstance(output, ArrayShape) or not isinstance(parameter, ArrayShape):
+            continue
+        if output.minor_to_major == parameter.minor_to_major:
+            continue
+        target = ArrayShape(output.element_type, output.dims, parameter.layout)
+        inserter = Inserter(entry, names)
+        if not alias.output_index:
+            copy = inserter.add("copy", target, [root], like=root, suffix="donated_layout")
+            entry.root = copy
+        elif len(alias.output_index) == 1 and root.opcode == "tuple":
+            (k,) = alias.output_index
+            element = root.operands[k]
+            copy = inserter.add("copy", target, [element], like=element, suffix="donated_layout")
+            root.operands[k] = copy
+            elements = list(root.shape.elements)
+            elements[k] = target
+            root.shape = TupleShape(tuple(elements))
+        else:
+            raise UnsupportedError(
+                f"module '{module.name}': output {list(alias.output_index)} is aliased with"
+                f" parameter {alias.parameter_number} of layout {parameter.layout} but laid out"
+                f" {output.layout}; heron relays out aliased outputs of a flat result tuple only"
+            )
+        changed = True
     return changed
 
 
