@@ -3,7 +3,8 @@
 The rule is the program corpus's (``heron_test_support.programs.assert_close``,
 which the bundle cannot import: test aids are never shipped): integers and pred
 bit for bit; floats within ``FLOAT_ULPS`` machine epsilons of the output type
-times the reference's largest finite magnitude (a cancelling sum has no relative
+times the reference's largest finite magnitude (complex numbers: their real and
+imaginary parts so, as floats of the component type) (a cancelling sum has no relative
 bound of its own), infinities and NaNs where the reference has them. Beside the
 verdict each comparison says how many elements are bit-identical and the worst
 error in those epsilons, which is what the report prints for "against heron's
@@ -31,6 +32,15 @@ def compare(got: np.ndarray, want: np.ndarray, ulps: int | None = None) -> dict[
     """One output against its reference: ``ok`` (within the rule), ``identical`` (bytes),
     ``identical_elements``, ``elements``, ``error_eps`` (worst error in epsilons x scale)."""
     got, want = np.asarray(got), np.asarray(want)
+    if want.dtype.kind == "c" and got.dtype == want.dtype and got.shape == want.shape:
+        # Complex: the real and imaginary parts, each a float of the component type (an FFT's
+        # sums run in the library's order, as any float sum's).
+        parts = compare(_parts(got), _parts(want), ulps)
+        parts["elements"] = int(want.size)
+        if "identical_elements" in parts:
+            same = np.all(_parts(got) == _parts(want), axis=-1) | _same_nan(got, want)
+            parts["identical_elements"] = int(same.sum())
+        return parts
     result: dict[str, Any] = {"elements": int(want.size)}
     if got.dtype != want.dtype or got.shape != want.shape:
         result.update(
@@ -71,6 +81,16 @@ def compare(got: np.ndarray, want: np.ndarray, ulps: int | None = None) -> dict[
     if not result["ok"]:
         result["why"] = f"max error {error:.3g} = {in_eps:.1f} eps x max|reference|, over {bound}"
     return result
+
+
+def _parts(values: np.ndarray) -> np.ndarray:
+    """A complex array as floats of its component type, real and imaginary last."""
+    component = np.float32 if values.dtype == np.complex64 else np.float64
+    return np.ascontiguousarray(values).view(component).reshape(*values.shape, 2)
+
+
+def _same_nan(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    return np.all(np.isnan(_parts(got)) & np.isnan(_parts(want)), axis=-1)
 
 
 def compare_all(

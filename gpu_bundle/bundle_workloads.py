@@ -98,6 +98,8 @@ def make_inputs(args: Sequence[Arg], seed: int) -> list[np.ndarray]:
             block = rng.uniform(0.5, 1.5, drawn)
         else:
             block = rng.standard_normal(drawn) * arg.scale
+            if _dtype(arg.dtype).kind == "c":  # complex: an imaginary part of its own
+                block = block + 1j * rng.standard_normal(drawn) * arg.scale
         block = block.astype(_dtype(arg.dtype))
         flat = block if drawn == count else np.resize(block, count)
         arrays.append(np.ascontiguousarray(flat.reshape(arg.shape)))
@@ -288,6 +290,24 @@ def _attention_backward():
     return gradients
 
 
+def _attention_training():
+    import jax
+
+    def forward_and_gradients(q, k, v, do):
+        """A training step's attention: its output and its gradients (forward and backward
+        in one program, so that heron pairs the two calls)."""
+        out, pullback = jax.vjp(_attention(), q, k, v)
+        return (out, *pullback(do))
+
+    return forward_and_gradients
+
+
+def _fft2():
+    import jax.numpy as jnp
+
+    return lambda x: jnp.fft.fft2(x)
+
+
 def _convolution():
     from jax import lax
 
@@ -446,6 +466,25 @@ def _t_attention_backward():
     return gradients
 
 
+def _t_attention_training():
+    import torch
+
+    forward = _t_attention()
+
+    def forward_and_gradients(q, k, v, do):
+        q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+        out = forward(q, k, v)
+        return (out.detach(), *torch.autograd.grad(out, (q, k, v), do))
+
+    return forward_and_gradients
+
+
+def _t_fft2():
+    import torch
+
+    return lambda x: torch.fft.fft2(x)
+
+
 def _t_mlp():
     import torch
 
@@ -503,6 +542,19 @@ def _attention_backward_flops(args: Sequence[Arg]) -> int:
     half (the fused call's recomputed forward not counted)."""
     b, s, n, d = args[0].shape
     return 5 * 2 * b * n * s * s * d // 2
+
+
+def _attention_training_flops(args: Sequence[Arg]) -> int:
+    """The forward's two products and the backward's five over the causal half."""
+    b, s, n, d = args[0].shape
+    return 7 * 2 * b * n * s * s * d // 2
+
+
+def _fft_flops(args: Sequence[Arg]) -> int:
+    """5 N log2 N per complex transform of N points (the conventional count), both axes."""
+    *batch, rows, columns = args[0].shape
+    points = math.prod(batch) * rows * columns
+    return 5 * points * (int(math.log2(rows)) + int(math.log2(columns)))
 
 
 def _conv_flops(args: Sequence[Arg]) -> int:
@@ -824,6 +876,32 @@ WORKLOADS: tuple[Workload, ...] = (
         _attention_backward_flops,
         torch=_t_attention_backward,
         ulps=4,
+    ),
+    Workload(
+        "attention_training_bf16",
+        "causal self-attention's output and gradients in one program (jax.vjp of"
+        " jax.nn.dot_product_attention, as a training step has them), bf16, batch 2 x 4096"
+        " tokens, 16 heads of 128: heron pairs its two cuDNN calls (the forward writes the"
+        " softmax statistics, sdpa_backward reads them and the output instead of a second"
+        " forward) against jax.jit's GEMMs",
+        _attention_training,
+        tuple(Arg((2, 4096, 16, 128), BF16) for _ in range(4)),
+        tuple(Arg((1, 32, 2, 16), BF16) for _ in range(4)),
+        lambda args: 3 * sum(a.nbytes for a in args),
+        _attention_training_flops,
+        torch=_t_attention_training,
+        ulps=4,
+    ),
+    Workload(
+        "fft2_c64",
+        "jnp.fft.fft2 of complex64 [256, 512, 512]: heron's fft library call (cuFFT, planned"
+        " once at load) against jax.jit's (XLA's cuFFT thunk)",
+        _fft2,
+        (Arg((256, 512, 512), "complex64"),),
+        (Arg((2, 16, 8), "complex64"),),
+        lambda args: 2 * sum(a.nbytes for a in args),
+        _fft_flops,
+        torch=_t_fft2,
     ),
     Workload(
         "convolution",

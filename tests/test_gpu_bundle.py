@@ -181,6 +181,12 @@ def test_comparisons_follow_the_corpus_rule():
     summary = compare.compare_all([want, ints], [want, ints + 1])
     assert summary["identical_outputs"] == "1/2" and not summary["ok"] and "out1" in summary["why"]
     assert compare.relative_error(np.array([1, 5], np.int32), np.array([1, 4], np.int32)) == 0.5
+    # Complex numbers: each part a float of the component type (an FFT sums in its order).
+    spectrum = (np.arange(4) - 1j * np.arange(4)).astype(np.complex64)
+    nudged = spectrum + np.complex64(1j * 8 * eps * 3)
+    close = compare.compare(nudged, spectrum)
+    assert close["ok"] and close["identical_elements"] == 0 and close["error_eps"] == 8.0
+    assert not compare.compare(spectrum + np.complex64(1), spectrum)["ok"]
 
 
 def test_speed_inputs_come_from_a_seed_and_tile_one_random_block():
