@@ -12,7 +12,11 @@ check), and in its body one
 ``pure_call`` per fusion root at that root's index and one ``tensor.insert``
 per output. That is the seeds' GELU structure.
 
-Multi-output fusions write every root in the same loop. Roots may have
+Multi-output fusions write every root in the same loop (up to
+``OUTPUTS_WRITTEN_TOGETHER`` outputs a loop), each element's roots all
+computed before any is stored, so that an output written over an input other
+roots read (a donated optimizer state: copy insertion relies on it) is read
+first. Roots may have
 different shapes with the same element count (``mof_reshapes``): each
 root's index is the first root's, linearised in the first root's layout and
 delinearised in the root's own, so every root is walked in its physical
@@ -40,6 +44,7 @@ from heron.emitters.emitter_base import EntryFunction, FusionEmitter, fusion_out
 from heron.emitters.fusion_analysis import FusionAnalysis
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.hlo.errors import UnsupportedError
+from heron.hlo.fusion_outputs import OUTPUTS_WRITTEN_TOGETHER
 from heron.hlo.ir import Instruction
 from heron.hlo.shapes import ArrayShape
 from heron.indexing import Dim, IndexingError, IndexingMap, Interval, Variable, simplify
@@ -53,6 +58,9 @@ from heron.indexing.thread_maps import (
 from heron.plugins.iteration import loop_launch, loop_unroll_factor
 
 __all__ = ["LoopEmitter", "heron_emitter_specs", "reindex_map"]
+
+# A loop carries its outputs as iter_args: the promise copy insertion relies on must fit.
+assert OUTPUTS_WRITTEN_TOGETHER <= MAX_ITER_ARGS
 
 
 def reindex_map(source: ArrayShape, target: ArrayShape) -> IndexingMap:
@@ -190,10 +198,15 @@ class LoopEmitter(FusionEmitter):
                 del symbols
                 tensors = list(iter_args)
                 seen: dict = {}
+                # Every root of the element is computed before any is stored: an output
+                # written over an input another root reads (a donated optimizer state)
+                # is read first (OUTPUTS_WRITTEN_TOGETHER, which copy insertion relies on).
+                computed = []
                 for root, positions in chunk:
                     root_shape = outputs[positions[0]]
                     indices = indices_for(root_shape, first_indices, seen)
-                    values = entry.value_of(root, indices)
+                    computed.append((positions, root_shape, indices, entry.value_of(root, indices)))
+                for positions, root_shape, indices, values in computed:
                     for value, k in zip(values, positions, strict=True):
                         leaf = outputs[k]
                         leaf_indices = (
@@ -219,16 +232,18 @@ class LoopEmitter(FusionEmitter):
     def _chunks(
         self, writes: list[tuple[Instruction, list[int]]], entry: EntryFunction
     ) -> list[list[tuple[Instruction, list[int]]]]:
-        """The writes split into loops of at most ``MAX_ITER_ARGS`` outputs each.
+        """The writes split into loops of at most ``OUTPUTS_WRITTEN_TOGETHER`` outputs each.
 
         One loop is what XLA emits; the dialect caps a loop's iter_args, so a
         fusion with more outputs (``mof_reshapes`` has 46) gets several loops
-        over the same thread map, in output order.
+        over the same thread map, in output order (and copy insertion, told by
+        ``OUTPUTS_WRITTEN_TOGETHER``, writes no output of such a fusion over an
+        input another root reads).
         """
         chunks: list[list[tuple[Instruction, list[int]]]] = [[]]
         count = 0
         for root, positions in writes:  # each at most MAX_ITER_ARGS: the constructor says
-            if count + len(positions) > MAX_ITER_ARGS:
+            if count + len(positions) > OUTPUTS_WRITTEN_TOGETHER:
                 chunks.append([])
                 count = 0
             chunks[-1].append((root, positions))

@@ -16,7 +16,16 @@ from __future__ import annotations
 
 from heron.hlo.ir import Computation, Instruction
 
-__all__ = ["fusion_roots", "output_positions", "output_roots"]
+__all__ = ["OUTPUTS_WRITTEN_TOGETHER", "fusion_roots", "output_positions", "output_roots"]
+
+#: The most outputs a loop fusion's kernel computes and writes in one pass over its
+#: elements. The loop emitter (``heron.plugins.loop``) computes every root of an element
+#: before it stores any of them, for fusions of at most this many outputs (more are
+#: split over several loops), so such a fusion may write an output over an input that
+#: other roots read element by element: copy insertion relies on it for donated buffers
+#: (``heron.hlo.passes.copy_insertion``), as XLA's loop emitter allows its in-place
+#: multi-output fusions.
+OUTPUTS_WRITTEN_TOGETHER = 16
 
 
 def fusion_roots(computation: Computation) -> tuple[Instruction, ...]:

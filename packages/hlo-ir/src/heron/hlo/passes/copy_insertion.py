@@ -58,7 +58,7 @@ from heron.hlo.buffers.dataflow import (
 )
 from heron.hlo.builder import NameUniquer
 from heron.hlo.errors import UnsupportedError
-from heron.hlo.fusion_outputs import fusion_roots
+from heron.hlo.fusion_outputs import OUTPUTS_WRITTEN_TOGETHER, fusion_roots
 from heron.hlo.input_output_alias import AliasEntry, input_output_aliases
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.opcodes import is_elementwise
@@ -393,10 +393,14 @@ class _Inserter:
             entry.root = owned
             self._drop_dead_views(entry, root)
         groups: dict[int, list[Instruction]] = {}
-        seen: set[int] = set()
+        # The values already written into a donated parameter: an instruction's own bytes,
+        # or one leaf of a multi-output fusion (each leaf its own bytes).
+        seen: set[tuple[int, int | None]] = set()
         for n, donation in enumerate(donations):
             element = self._leaf_at(entry, donation.path)
             origin = _chain_origin(element)
+            leaf = _fusion_leaf(element)
+            key = (id(origin), None)
             if element in donation.group:
                 donation.state = "unchanged"
             elif _carried(element, donation.group):
@@ -404,13 +408,13 @@ class _Inserter:
             elif origin in donation.group:
                 donation.state = "chain"
                 groups[n] = donation.group
-            elif _fusion_leaf(element) is not None and id(element.operands[0]) not in seen:
-                origin = element.operands[0]
-            elif not (_own(origin) and id(origin) not in seen):
+            elif leaf is not None and (id(element.operands[0]), leaf) not in seen:
+                key = (id(element.operands[0]), leaf)
+            elif not (_own(origin) and key not in seen):
                 copy = self.copy(entry, element, entry.root_instruction)
                 self._set_leaf(entry, donation.path, copy)
-                origin = copy
-            seen.add(id(origin))
+                key = (id(copy), None)
+            seen.add(key)
         for inst in entry.post_order():
             for _, operand in in_place_operands(inst):
                 if not self.can_update(entry, inst, operand, groups):
@@ -549,9 +553,12 @@ def _fusion_leaf(element: Instruction) -> int | None:
 def _root_reads_in_place(fusion: Instruction, operand: int, leaf: int) -> bool:
     """Whether root ``leaf`` of the multi-output ``fusion`` may be written over operand
     ``operand`` while the kernel reads it: every element of the operand is read only by
-    elementwise ops of the root's dimensions that feed root ``leaf`` alone (no other
-    root reads the operand), so the thread that writes an element has read it first,
-    whatever order the emitter writes the roots in."""
+    elementwise ops of the root's dimensions, so the thread that writes an element has
+    read it first; and either only root ``leaf`` reads it (whatever order an emitter
+    writes the roots in), or the fusion is a loop fusion of elementwise ops whose
+    emitter computes every root of an element before storing any
+    (:data:`~heron.hlo.fusion_outputs.OUTPUTS_WRITTEN_TOGETHER`: an optimizer step's
+    moment, which the parameter's update reads too)."""
     body = fusion.called("calls")
     roots = fusion_roots(body)
     mine = roots[leaf]
@@ -565,7 +572,28 @@ def _root_reads_in_place(fusion: Instruction, operand: int, leaf: int) -> bool:
     if reached is None:
         return False
     roots_reached = {id(r) for r in reached if any(r is root for root in roots)}
-    return roots_reached == {id(mine)}
+    if roots_reached == {id(mine)}:
+        return True
+    return id(mine) in roots_reached and _written_together(fusion)
+
+
+#: What a loop fusion written by the loop emitter alone may hold: elementwise ops and
+#: these, none of them a hero another emitter claims (a transpose, a reduce, a concatenate,
+#: a dynamic-update-slice, a scatter, a dot).
+_LOOP_ONLY = frozenset({"parameter", "constant", "broadcast", "iota", "tuple"})
+
+
+def _written_together(fusion: Instruction) -> bool:
+    """Whether ``fusion``'s kernel computes every root of an element before it stores any:
+    a loop fusion of elementwise ops (the loop emitter's, which promises it) with at most
+    :data:`~heron.hlo.fusion_outputs.OUTPUTS_WRITTEN_TOGETHER` outputs."""
+    body = fusion.called("calls")
+    outputs = sum(1 for _ in fusion.shape.leaves())
+    if fusion.attr("kind") != "kLoop" or outputs > OUTPUTS_WRITTEN_TOGETHER:
+        return False
+    return all(
+        inst.opcode in _LOOP_ONLY or is_elementwise(inst.opcode) for inst in body.instructions
+    )
 
 
 def _elementwise_readers(
