@@ -38,8 +38,12 @@ them. The rules, per sequential computation (callers first):
    a while's result whose init element is the parameter, read by nothing else (the
    loop runs in the caller's bytes); a chain of in-place updates of the parameter
    (rule 3 then lets the first update write it, every other reader first); or a
-   value of its own (or a multi-output fusion's leaf) whose instruction runs after
-   every reader of the parameter and reads it only element by element. Anything
+   value of its own (or a multi-output fusion's leaf, several leaves of one fusion
+   each into its own parameter) whose instruction runs after every reader of the
+   parameter and reads it only element by element; in a multi-output fusion, read
+   by that leaf's root alone, or by several roots of a loop fusion of elementwise
+   ops whose emitter computes every root of an element before storing any
+   (:data:`~heron.hlo.fusion_outputs.OUTPUTS_WRITTEN_TOGETHER`). Anything
    else gets a copy that runs last. ``may-alias`` and ``must-alias`` are the same
    here: the alias is always honoured. Parameters not aliased are never written.
 
