@@ -124,8 +124,13 @@ def test_a_result_is_handed_on_in_place_and_read_when_asked(cuda):
         (2, 3, 4),
         np.dtype(np.float32),
     )
-    result.__dlpack__(stream=12345)  # another stream: the device's work is finished first
-    assert driver.calls.count("cuStreamSynchronize") == synchronized + 1
+    # Another library's stream waits for an event after the device's work; the host does not.
+    calls = len(driver.calls)
+    result.__dlpack__(stream=12345)
+    assert driver.calls[calls:] == ["cuEventCreate", "cuEventRecord", "cuStreamWaitEvent"]
+    result.__dlpack__(stream=None)  # the default stream: the same, with the one event
+    assert driver.calls[calls + 3 :] == ["cuEventRecord", "cuStreamWaitEvent"]
+    assert driver.calls.count("cuStreamSynchronize") == synchronized
 
 
 def test_a_run_issues_its_work_and_returns_reading_waits(cuda):

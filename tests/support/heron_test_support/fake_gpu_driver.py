@@ -205,6 +205,7 @@ GENERIC_CALLS = {
     ("cuEventCreate", "hipEventCreate"): "create_event",
     ("cuEventRecord", "hipEventRecord"): "nothing",
     ("cuEventSynchronize", "hipEventSynchronize"): "nothing",
+    ("cuStreamWaitEvent", "hipStreamWaitEvent"): "nothing",
 }
 
 

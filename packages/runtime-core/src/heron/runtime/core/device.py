@@ -361,6 +361,14 @@ class Device(abc.ABC):
         (a device pointer; a host address on the CPU)."""
         raise DeviceError(f"{self.description}: buffers have no address to share")
 
+    def order_before(self, consumer: int | None) -> None:
+        """Make another library's stream ``consumer`` (as DLPack names streams; None: its
+        default) see every command issued so far before its own later work: what a
+        DLPack export owes its consumer. A GPU records an event the consumer's stream
+        waits for, the host not waiting; this default, for synchronous devices and those
+        without events, waits for the device."""
+        self.synchronize()
+
     def same_memory(self, first: DeviceBuffer, second: DeviceBuffer) -> bool:
         """Whether two buffers are the same bytes (the same memory adopted twice, say), so
         that commands recorded on one serve the other unchanged. This default: the same

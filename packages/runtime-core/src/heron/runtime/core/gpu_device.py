@@ -76,6 +76,8 @@ class DriverCalls:
     record_event: str
     synchronize_event: str
     elapsed_time: str
+    #: Makes another stream wait for an event (``cuStreamWaitEvent`` / ``hipStreamWaitEvent``).
+    stream_wait_event: str
 
 
 class Library(abc.ABC):
@@ -126,6 +128,7 @@ class CapturingDevice(Device):
         self.info = status.devices[ordinal]
         self.ordinal = ordinal
         self._stream: Any = None
+        self._export_event: Any = None  # made on the first order_before
         self._allocations: dict[int, int] = {}  # id(root buffer) -> device address
         # Commands being recorded: one list per level (a loop's or a branch's inside).
         self._recording: list[list[recorded.Command]] = []
@@ -202,6 +205,26 @@ class CapturingDevice(Device):
 
     def address(self, buffer: DeviceBuffer) -> int:
         return self._own(buffer)
+
+    def order_before(self, consumer: int | None) -> None:
+        """An event recorded on the device's stream that ``consumer`` waits for
+        (``cuEventRecord`` + ``cuStreamWaitEvent``): the consumer's later work sees every
+        command issued so far, and the host does not wait. ``consumer`` as DLPack names a
+        stream (None: the default stream). One event serves every export: a wait takes
+        the event as recorded when it is enqueued."""
+        self._refuse_while_recording("order_before")
+        if self._export_event is None:
+            self._export_event = self._create_event()
+        self._call(self.calls.record_event, self._export_event, self._stream)
+        stream = self._consumer_stream(self._default_stream if consumer is None else consumer)
+        self._call(self.calls.stream_wait_event, stream, self._export_event, 0)
+
+    #: DLPack's ``stream=None`` for this vendor: the legacy default stream.
+    _default_stream: ClassVar[int] = 1
+
+    def _consumer_stream(self, value: int) -> Any:
+        """Another library's stream handle as the bindings take it (CUDA wraps it)."""
+        return value
 
     def same_memory(self, first: DeviceBuffer, second: DeviceBuffer) -> bool:
         return (

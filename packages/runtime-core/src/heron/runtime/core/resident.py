@@ -25,8 +25,9 @@ the same executable the way JAX runs XLA's:
   then used as they are; a buffer that differs from the last run's costs a
   re-prepared launch or a graph update, never a re-recording).
 - **Runs are asynchronous.** A run returns once its work is issued; reading
-  a result (``np.asarray``, ``__dlpack__`` to a consumer on another stream,
-  ``block_until_ready``) waits for it.
+  a result (``np.asarray``, ``block_until_ready``) waits for it, and handing it
+  to another library (``__dlpack__``) orders that library's stream after it
+  without the host waiting.
 - **Donation.** A parameter that shares its allocation with a result
   (input-output aliasing, from ``jax.jit``'s ``donate_argnums``) is written by
   the program: it is given a buffer the result then owns. A
@@ -161,8 +162,9 @@ class DeviceArray:
     ) -> Any:
         """A DLPack capsule of the array's bytes (the unversioned one every consumer takes).
 
-        The consumer's ``stream`` is waited for by synchronizing the device unless
-        it is the device's own stream: the capsule's memory is then complete.
+        The consumer's ``stream`` is ordered after the device's work so far
+        (:meth:`~heron.runtime.core.device.Device.order_before`: an event its stream
+        waits for on a GPU, so the host does not wait) unless it is the device's own.
         ``copy=True`` and another ``dl_device`` are refused (BufferError), as is a
         layout whose bytes are not numpy's (transposed or packed).
         """
@@ -178,7 +180,7 @@ class DeviceArray:
             )
         device = self.device
         if stream is None or stream != device.dlpack_stream:
-            device.synchronize()
+            device.order_before(stream)
         return dlpack.capsule(device.address(self.buffer), self.shape, self.dtype, where, self)
 
 

@@ -130,6 +130,7 @@ CUDA_CALLS = DriverCalls(
     create_event="cuEventCreate",
     record_event="cuEventRecord",
     synchronize_event="cuEventSynchronize",
+    stream_wait_event="cuStreamWaitEvent",
     elapsed_time="cuEventElapsedTime",
 )
 #: A CUDA graph and timer are the shared ones (the names stay for readers of CUDA code).
@@ -262,6 +263,10 @@ class CudaDevice(CapturingDevice):
         except Exception:  # noqa: BLE001 - the name alone still says what failed
             pass
         return name
+
+    def _consumer_stream(self, value: int) -> Any:
+        wrap = getattr(self._cu, "CUstream", None)  # the stand-in takes the int itself
+        return wrap(value) if wrap is not None else value
 
     def _pointer(self, address: int) -> Any:
         return self._cu.CUdeviceptr(address)

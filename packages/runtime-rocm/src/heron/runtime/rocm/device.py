@@ -87,6 +87,7 @@ HIP_CALLS = DriverCalls(
     create_event="hipEventCreate",
     record_event="hipEventRecord",
     synchronize_event="hipEventSynchronize",
+    stream_wait_event="hipStreamWaitEvent",
     elapsed_time="hipEventElapsedTime",
 )
 #: A HIP graph and timer are the shared ones (the names stay for readers of HIP code).
@@ -113,6 +114,7 @@ class HipDevice(CapturingDevice):
 
     backend = "rocm"
     dlpack_device_type = dlpack.ROCM
+    _default_stream = 0  # HIP's null stream (DLPack: None or 0)
     calls = HIP_CALLS
     supports_conditional_nodes = False
     conditional_nodes_reason = "HIP graphs have no conditional nodes"
