@@ -97,6 +97,23 @@ def attention_plan(call: AttentionCall) -> AttentionPlan:
     )
 
 
+def _sdpa_arguments(chosen: Any, made: dict[str, Any], compute: Any) -> dict[str, Any]:
+    """The forward ``sdpa``'s arguments (its tensors, scale, mask, compute type, bias), the
+    same for the forward call and for the forward a backward call computes again."""
+    arguments = dict(
+        name="attention",
+        q=made["q"],
+        k=made["k"],
+        v=made["v"],
+        attn_scale=chosen.scale,
+        use_causal_mask=chosen.causal,
+        compute_data_type=compute,
+    )
+    if chosen.has_bias:
+        arguments["bias"] = made["bias"]
+    return arguments
+
+
 def build_attention(cudnn: Any, handle: Any, chosen: AttentionPlan) -> tuple[Any, tuple[Any, ...]]:
     """The ``sdpa`` graph of ``chosen`` on the bindings ``cudnn`` (validated, its
     operation graph built, engines ranked by heuristic mode A then FALLBACK), and its
@@ -111,17 +128,7 @@ def build_attention(cudnn: Any, handle: Any, chosen: AttentionPlan) -> tuple[Any
         for name, dims, strides in chosen.tensors
         if name not in ("o", "stats")
     }
-    options = dict(
-        name="attention",
-        q=made["q"],
-        k=made["k"],
-        v=made["v"],
-        attn_scale=chosen.scale,
-        use_causal_mask=chosen.causal,
-        compute_data_type=compute,
-    )
-    if chosen.has_bias:
-        options["bias"] = made["bias"]
+    options = _sdpa_arguments(chosen, made, compute)
     if chosen.has_stats:  # a training step's forward: its backward call reads them
         made["o"], made["stats"] = graph.sdpa(generate_stats=True, **options)
     else:
@@ -265,17 +272,8 @@ def build_attention_backward(
         made = {
             name: given(forward, name) for name in ("q", "k", "v", "bias") if name in forward_names
         }
-        extra = {"bias": made["bias"]} if chosen.has_bias else {}
         made["o"], made["stats"] = forward.sdpa(
-            name="attention",
-            q=made["q"],
-            k=made["k"],
-            v=made["v"],
-            attn_scale=chosen.scale,
-            use_causal_mask=chosen.causal,
-            compute_data_type=compute,
-            generate_stats=True,
-            **extra,
+            generate_stats=True, **_sdpa_arguments(chosen, made, compute)
         )
         computed(made["o"], "o")
         computed(made["stats"], "stats", compute)
