@@ -23,7 +23,6 @@ from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.rewrite import Inserter, rewrite_each
-from heron.hlo.shapes import ArrayShape
 from heron.runtime.core.fft import FFT, FftCall
 from heron.runtime.core.thunks import BufferSlice, CustomCallThunk, LibraryCallThunk, ThunkError
 from heron.target import Target
@@ -85,13 +84,6 @@ def is_library_fft(inst: Instruction) -> bool:
     return library_call_target(inst) == TARGET
 
 
-def _row_major(shape: ArrayShape) -> bool:
-    """Whether ``shape`` is stored row-major (its layout minor to major n-1, ..., 0)."""
-    layout = shape.layout
-    order = tuple(layout.minor_to_major) if layout is not None else ()
-    return not order or order == tuple(range(shape.rank - 1, -1, -1))
-
-
 def fft_call(inst: Instruction) -> FftCall | None:
     """The library call of an ``__heron$fft`` call; None where no library can take it: an
     operand or result not row-major (the contract's transforms are dense and minor), or an
@@ -101,7 +93,7 @@ def fft_call(inst: Instruction) -> FftCall | None:
     (result,) = call.result_shapes
     fft_type, fft_length = parse_config(call.backend_config)
     rank = len(fft_length)
-    if not (_row_major(operand) and _row_major(result)) or operand.rank < rank:
+    if not (operand.is_row_major and result.is_row_major) or operand.rank < rank:
         return None
     batch = math.prod(operand.dims[: operand.rank - rank])
     if batch == 0 or math.prod(fft_length) == 0:
