@@ -23,6 +23,7 @@ from heron.hlo.passes import (
     cse,
     dce,
     dot_decomposer,
+    flatten_call_graph,
     layouts,
     optimization_barrier_expander,
     scatter_determinism_expander,
@@ -49,6 +50,7 @@ _REGISTERING = (
     cse,
     dce,
     dot_decomposer,
+    flatten_call_graph,
     layouts,
     optimization_barrier_expander,
     scatter_determinism_expander,
@@ -67,7 +69,8 @@ def simplification_pipeline(
     before_layout: Sequence[HloPass] = (),
     layouts: bool = True,
 ) -> Pipeline:
-    """Inline calls, remove optimization barriers, decompose topk, expand stable sorts and
+    """Inline calls (then give each loop body, condition and branch one caller), remove
+    optimization barriers, decompose topk, expand stable sorts and
     select-and-scatter, lower convolutions to dots, canonicalise dots; then simplify to a
     fixed point, run ``before_layout`` (a target's rewrites that read the simplified graph
     before it has layouts: the GPU pipeline's fused attention), and assign layouts
@@ -80,6 +83,7 @@ def simplification_pipeline(
         "simplification",
         (
             pass_named("call-inliner"),
+            pass_named("flatten-call-graph"),
             pass_named("optimization-barrier-expander"),
             pass_named("topk-decomposer"),
             pass_named("stable-sort-expander"),
@@ -94,6 +98,7 @@ def simplification_pipeline(
                     pass_named("conditional-simplifier"),
                     pass_named("while-loop-simplifier"),
                     pass_named("call-inliner"),
+                    pass_named("flatten-call-graph"),
                     pass_named("tuple-simplifier"),
                     pass_named("hlo-dce"),
                     pass_named("hlo-cse"),
