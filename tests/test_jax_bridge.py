@@ -169,8 +169,13 @@ def test_heron_jax_lowers_for_the_gpu_it_runs_on():
                               Target.preset("h100"), ("interpreter",))  # fmt: skip
     kinds = [thunk.kind for thunk in program.artefact.program]
     assert "custom_call" in kinds
-    with pytest.raises((HloError, PluginError), match="cuhybrid_eig_real"):
-        compile_program(lower(jnp.linalg.eig, a, platform="cuda").module,
+
+    def perturbed(m):  # jaxlib's own perturbed tridiagonal solve: no plugin runs it
+        return jax.lax.linalg.tridiagonal_solve(m[0], m[1], m[2], m[:, :1],
+                                                perturb_singular=True)  # fmt: skip
+
+    with pytest.raises((HloError, PluginError), match="cu_tridiagonal_solve_perturbed"):
+        compile_program(lower(perturbed, a, platform="cuda").module,
                         Target.preset("h100"), ("interpreter",))  # fmt: skip
 
 

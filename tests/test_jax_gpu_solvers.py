@@ -271,9 +271,13 @@ def test_a_singular_matrix_has_jax_s_determinant_lu_and_solution(device):
 
 
 def test_a_gpu_call_heron_does_not_provide_is_refused_by_name(device):
-    # jnp.linalg.eig on a GPU is jax's hybrid host call (MAGMA or LAPACK), with its own
-    # contract: no installed plugin provides it, and the compile says which target.
-    a = np.eye(3, dtype=np.float32)
-    assert targets_of("cuda", jnp.linalg.eig, a) == {"cuhybrid_eig_real"}
-    with pytest.raises((HloError, PluginError), match="cuhybrid_eig_real"):
-        run_on_heron(device, "cuda", jnp.linalg.eig, a)
+    # tridiagonal_solve(perturb_singular=True) is jaxlib's own kernel (not LAPACK's):
+    # no installed plugin provides it, and the compile says which target.
+    v, b = np.ones(4, np.float32), np.ones((4, 1), np.float32)
+
+    def solve(*operands):
+        return jax.lax.linalg.tridiagonal_solve(*operands, perturb_singular=True)
+
+    assert targets_of("cuda", solve, v, v, v, b) == {"cu_tridiagonal_solve_perturbed"}
+    with pytest.raises((HloError, PluginError), match="cu_tridiagonal_solve_perturbed"):
+        run_on_heron(device, "cuda", solve, v, v, v, b)

@@ -51,12 +51,16 @@ cuSOLVER and LAPACK pick differently. A call whose numpy routine does not
 converge (a NaN or infinite operand) reports ``info`` 1, and jax makes its
 results NaN as it does on a GPU.
 
-jax's other GPU calls are not provided and are refused by name when the
-program is compiled (no installed plugin has them): ``?solver_ormqr_ffi``
-(``jax.lax.linalg.ormqr``), ``cusolver_geev_ffi`` and ``?hybrid_eig_*``
-(``jnp.linalg.eig``, which jax computes on the host through MAGMA or LAPACK
-with its own contract), ``?hybrid_geqp3`` (pivoted QR), ``?solver_sytrd_ffi``,
-``?sparse_gtsv2_ffi`` (tridiagonal solves), ``cu_cholesky_update_ffi``.
+jax's other GPU linear algebra is LAPACK on the host too, in modules of their
+own whose targets this plugin registers with its own:
+:mod:`heron.jax.gpu_eig` (``?hybrid_eig_real``, ``?hybrid_eig_comp``,
+``cusolver_geev_ffi``: ``jnp.linalg.eig``), :mod:`heron.jax.gpu_householder`
+(``?hybrid_geqp3``, ``?solver_ormqr_ffi``, ``?solver_sytrd_ffi``),
+:mod:`heron.jax.gpu_tridiagonal_solve` (``?sparse_gtsv2_ffi``) and
+:mod:`heron.jax.gpu_cholesky_update` (``cu_cholesky_update_ffi``). Only
+``?_tridiagonal_solve_perturbed`` (``tridiagonal_solve(perturb_singular=True)``,
+jaxlib's own perturbation) is not provided: refused by name when the program
+is compiled, as any unknown target is.
 """
 
 from __future__ import annotations
@@ -68,6 +72,10 @@ import numpy as np
 
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
+from heron.jax.gpu_cholesky_update import cholesky_update_specs
+from heron.jax.gpu_eig import eig_specs
+from heron.jax.gpu_householder import householder_specs
+from heron.jax.gpu_tridiagonal_solve import tridiagonal_solve_specs
 from heron.jax.lapack import check_matrices, cholesky_factor, lu_factor
 
 __all__ = [
@@ -320,4 +328,10 @@ def heron_custom_call_specs() -> list[CustomCallSpec]:
         CustomCallSpec(target=target, host=host, description=f"jax's hipSOLVER {what}, on the host")
         for target, (host, what) in _ROCM_ONLY.items()
     ]
-    return specs
+    return [
+        *specs,
+        *eig_specs(PREFIXES),
+        *householder_specs(PREFIXES),
+        *tridiagonal_solve_specs(PREFIXES),
+        *cholesky_update_specs(),
+    ]
