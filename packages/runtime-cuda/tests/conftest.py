@@ -177,6 +177,26 @@ class FakeCublasLt:
             transpose=lambda side: bool(desc.get(f"TRANS{side.upper()}", 0)),
             c=matrix(*record["c"]),
             compute=compute,
+            aux=self._aux(desc, record["d"][1]) if "AUX" in epilogue else None,
+        )
+
+    def _aux(self, desc, d_layout):
+        """The aux matrix the descriptor points at: D's type and shape, its own leading
+        dimension and batch stride (cuBLASLt's rules: both multiples of 8)."""
+        from heron_test_support.fake_blas import Matrix
+
+        types = {0: np.float32, 2: np.float16, 14: ml_dtypes.bfloat16}
+        ld = desc["EPILOGUE_AUX_LD"]
+        assert ld % 8 == 0 and ld >= d_layout["ROWS"], "EPILOGUE_AUX_LD"
+        stride = desc.get("EPILOGUE_AUX_BATCH_STRIDE", 0)
+        assert stride % 8 == 0 and (stride or d_layout.get("BATCH_COUNT", 1) == 1)
+        return Matrix(
+            desc["EPILOGUE_AUX_POINTER"],
+            types[d_layout["TYPE"]],
+            d_layout["ROWS"],
+            d_layout["COLS"],
+            ld,
+            stride,
         )
 
 

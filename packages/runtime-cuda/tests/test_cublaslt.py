@@ -13,6 +13,7 @@ stand-in driver, offering and not offering cuBLASLt.
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 from heron_test_support.fake_blas import (
@@ -33,11 +34,14 @@ EXTRA_CALLS = extra_gemm_calls()
 
 
 def _run(call: GemmCall, library: CublasLt, rng: np.random.Generator):
-    """Random operands in host memory (the stand-in's device); the output, the contract's."""
+    """Random operands in host memory (the stand-in's device); the outputs (the last
+    arguments: out, and aux with it) and the contract's."""
     operands = random_operands(call, rng)
     expected = expected_bytes(call, operands)
     library.run(call, [o.ctypes.data for o in operands], 0x5001)
-    return operands[-1], expected
+    if call.aux:
+        return operands[-2:], expected
+    return [operands[-1]], [expected]
 
 
 def _check_plan(call: GemmCall, recorded: dict) -> None:
@@ -80,8 +84,20 @@ def _check_plan(call: GemmCall, recorded: dict) -> None:
     assert (desc["TRANSA"], desc["TRANSB"]) == (int(call.rhs_transposed), int(call.lhs_transposed))
     epilogue = {(False, "none"): 1, (True, "none"): 4, (False, "relu"): 2, (True, "relu"): 6}
     epilogue |= {(False, "gelu"): 32, (True, "gelu"): 36}
-    assert desc["EPILOGUE"] == epilogue[(call.bias, call.activation)]
+    aux_epilogue = {False: 160, True: 164}  # GELU_AUX, GELU_AUX_BIAS
+    expected_epilogue = (
+        aux_epilogue[call.bias] if call.aux else epilogue[(call.bias, call.activation)]
+    )
+    assert desc["EPILOGUE"] == expected_epilogue
     assert (desc.get("BIAS_DATA_TYPE") is not None) == call.bias
+    # the aux matrix: D's layout (leading dimension n, batch stride m * n), its own pointer
+    assert ("EPILOGUE_AUX_POINTER" in desc) == ("EPILOGUE_AUX_LD" in desc) == call.aux
+    if call.aux:
+        assert desc["EPILOGUE_AUX_LD"] == call.n
+        assert desc.get("EPILOGUE_AUX_BATCH_STRIDE") == (
+            call.m * call.n if call.batch > 1 else None
+        )
+        assert desc["EPILOGUE_AUX_POINTER"] == recorded["aux_address"]
     assert (complex(recorded["alpha"]), complex(recorded["beta"])) == (call.alpha, call.beta)
     assert recorded["workspace"][1] == WORKSPACE_BYTES
     assert recorded["stream"] == 0x5001
@@ -105,13 +121,16 @@ def test_every_corpus_gemm_and_more_as_cublaslt_computes_it(fake_cublaslt):
     workspace = []
     library = CublasLt(lambda n: workspace.append(n) or 0x9000, bindings=stand_in)
     assert workspace == [WORKSPACE_BYTES]
+    assert any(c.aux and c.bias and c.batch > 1 for c in calls)  # the corpus has none
     for call in calls:
         assert library.offers(call), call.describe()
         got, expected = _run(call, library, rng)
+        stand_in.matmuls[-1]["aux_address"] = got[-1].ctypes.data
         _check_plan(call, stand_in.matmuls[-1])
         if call.bias:
             assert stand_in.matmuls[-1]["desc"]["BIAS_POINTER"] != 0
-        assert_gemm_close(call, got, expected)
+        for output, contract in zip(got, expected, strict=True):
+            assert_gemm_close(call, output, contract)
     assert stand_in.heuristics == len(set(calls))  # one algorithm choice per call shape
 
 
@@ -131,6 +150,19 @@ def test_plan_swaps_the_operands_for_row_major():
         "BIAS",
     )
     assert chosen.bias_data_type == "CUDA_R_16BF"
+
+
+def test_an_aux_matrix_cublaslt_cannot_lay_out_is_not_offered_and_says_why(fake_cublaslt):
+    stand_in = fake_cublaslt()
+    library = CublasLt(lambda n: 0x9000, bindings=stand_in)
+    odd = GemmCall(1, 16, 12, 32, bias=True, activation="gelu", aux=True)
+    assert not library.offers(odd) and stand_in.heuristics == 0  # no descriptor made
+    assert library.refusal(odd) == (
+        "cuBLASLt's GELU_AUX needs the aux leading dimension (n = 12) divisible by 8"
+    )
+    assert library.offers(attrs.evolve(odd, n=16)) and library.offers(attrs.evolve(odd, aux=False))
+    assert plan(attrs.evolve(odd, n=16)).epilogue == "GELU_AUX_BIAS"
+    assert plan(attrs.evolve(odd, n=16, bias=False)).epilogue == "GELU_AUX"
 
 
 def test_a_call_without_an_algorithm_is_not_offered_and_its_descriptors_go(fake_cublaslt):
@@ -237,8 +269,10 @@ def test_cublaslt_on_a_real_gpu():
             continue
         operands = random_operands(call, rng)
         expected = expected_bytes(call, operands)
+        expected = expected if call.aux else (expected,)
         buffers = [device.upload(o) for o in operands]
         library.run(call, [int(b.handle) for b in buffers], device._stream)
         device.synchronize()
-        got = device.copy_from_device(buffers[-1])
-        assert_gemm_close(call, got, expected, slack=4, device_rounding=True)
+        for buffer, contract in zip(buffers[-len(expected) :], expected, strict=True):
+            got = device.copy_from_device(buffer)
+            assert_gemm_close(call, got, contract, slack=4, device_rounding=True)

@@ -103,9 +103,11 @@ def column_major_gemm(
     transpose: Callable[[str], bool] = lambda _: False,
     c: Matrix | None = None,
     compute: str = "",
+    aux: Matrix | None = None,
 ) -> None:
     """``D = activation(alpha * op(A) @ op(B) + beta * C + bias[row])`` per batch, as BLAS
-    computes it (C is D where not given; ``compute`` rounds the operands first)."""
+    computes it (C is D where not given; ``compute`` rounds the operands first); ``aux``
+    receives the activation's argument (cuBLASLt's GELU_AUX)."""
     from heron.runtime.core.gemm import gelu_tanh, rounded_to_compute
 
     a_values = rounded_to_compute(a.read(memory, batch), compute).astype(accumulate)
@@ -123,6 +125,8 @@ def column_major_gemm(
             address, dtype = bias
             vector = np.frombuffer(memory.read(address, d.rows * np.dtype(dtype).itemsize), dtype)
             result = result + vector.astype(accumulate)[None, :, None]
+        if aux is not None:
+            aux.write(memory, result.astype(accumulate))
         if activation == "relu":
             result = np.maximum(result, np.zeros((), accumulate))
         elif activation == "gelu":
@@ -220,7 +224,8 @@ def assert_gemm_close(
 def extra_gemm_calls() -> tuple:
     """Calls the corpus lacks: s8 (s32 accumulation), f16 with and without an epilogue,
     alpha and beta, f64, a matrix-vector product, both operands transposed with a
-    residual and a bias, bf16 compute, GELU without a bias, c64 and c128."""
+    residual and a bias, bf16 compute, GELU without a bias, c64 and c128, and GELUs
+    writing their argument too (aux: bf16 with a bias and a batch, f32 without)."""
     from heron.runtime.core.gemm import GemmCall
 
     return (
@@ -246,4 +251,6 @@ def extra_gemm_calls() -> tuple:
         GemmCall(1, 6, 4, 10, "f32", "f32", "f32", compute="bf16", activation="gelu"),
         GemmCall(2, 5, 6, 7, "c64", "c64", "c64"),
         GemmCall(1, 4, 3, 5, "c128", "c128", "c128", alpha=0.5),
+        GemmCall(3, 5, 16, 9, "bf16", "bf16", "bf16", bias=True, activation="gelu", aux=True),
+        GemmCall(1, 6, 8, 10, lhs_transposed=True, compute="tf32", activation="gelu", aux=True),
     )

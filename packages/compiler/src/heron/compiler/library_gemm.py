@@ -30,7 +30,12 @@ A fusion matches when its computation is exactly, and nothing more than::
 - ``activation``: ``maximum(x, 0)`` (RELU) or any arrangement of multiplies,
   adds and one tanh of ``x`` and constants that computes GELU's tanh
   approximation (checked numerically, so that jax's, flax's and hand-written
-  spellings all match).
+  spellings all match);
+- a GELU's argument ``x`` may be read elsewhere too (a training step's
+  backward pass): the fusion then has two outputs, ``(GELU, x)`` in either
+  order, and the call an auxiliary output (the contract's ``aux``, cuBLASLt's
+  ``GELU_AUX``), as XLA's rewriter makes it when nothing else of the GELU's
+  spelling is shared.
 
 Each library takes part of that, as the GEMM contract's
 :data:`heron.runtime.core.gemm.LIBRARY_FEATURES` says (re-exported here):
@@ -85,11 +90,13 @@ _GELU_SAMPLES = np.linspace(-6.0, 6.0, 97)
 
 @attrs.frozen
 class GemmMatch:
-    """A fusion computation a GEMM library call computes: the call, and which fusion
-    parameters feed its arguments (the call's order, ``out`` left out)."""
+    """A fusion computation a GEMM library call computes: the call, which fusion
+    parameters feed its arguments (the call's order, the outputs left out) and which
+    fusion outputs its computed arguments are (``out``, then ``aux`` where it has one)."""
 
     call: GemmCall
     parameters: tuple[int, ...]
+    outputs: tuple[int, ...] = (0,)
 
 
 def _row_major(shape: object) -> bool:
@@ -222,13 +229,20 @@ def _bitcasts_between(top: Instruction, bottom: Instruction) -> list[Instruction
 
 
 def _activation(
-    top: Instruction, users: Users, features: frozenset[str], root: Instruction | None
+    top: Instruction,
+    users: Users,
+    features: frozenset[str],
+    root: Instruction | None,
+    aux: bool = False,
 ) -> tuple[str, Instruction, list[Instruction]] | None:
     """The activation computed from ``top``: its name, the instruction computing it and
     the members from ``top`` (excluded) up to it; None when there is none.
 
     ``root``: the fused computation's root (matching a fusion); None when planning
     one, where the largest GELU whose every intermediate value stays inside is found.
+    ``aux``: ``top`` itself (the GELU's argument) may be read elsewhere too, and becomes
+    the call's auxiliary output (XLA's rewriter asks the same: every value of the GELU's
+    spelling but its argument read by the GELU alone).
     """
     relu = _single_user(top, users)
     if (
@@ -248,7 +262,7 @@ def _activation(
         # every value but the end stays inside: nothing else reads the GELU's parts
         if any(
             user not in inside
-            for inst in (top, *members)
+            for inst in (*((top,) * (not aux)), *members)
             if inst is not end
             for user in users.get(inst, [])
         ):
@@ -331,35 +345,45 @@ def _operand_members(dot: Instruction, features: frozenset[str]) -> list[Instruc
 
 def epilogue_members(
     dot: Instruction, users: Users, features: frozenset[str]
-) -> list[tuple[list[Instruction], Instruction]]:
+) -> list[tuple[list[Instruction], list[Instruction]]]:
     """The fusions a library computes around ``dot`` of an unfused computation, largest
-    first: (members, the member computing the fusion's output). The last is the dot
-    and its transposed operands alone."""
+    first: (members, the members computing the fusion's outputs). The last is the dot
+    and its transposed operands alone. A GELU whose argument is read elsewhere too
+    computes two outputs, the GELU and its argument (the call's auxiliary output),
+    where the library has one."""
     operands = _operand_members(dot, features)
     epilogue = _chain(dot, users, features, lambda inst: True)
-    plans = []
+    plans: list[tuple[list[Instruction], list[Instruction]]] = []
     activation = _activation(epilogue.top, users, features, None)
+    aux = False
+    if activation is None and "aux" in features:
+        activation = _activation(epilogue.top, users, features, None, aux=True)
+        aux = activation is not None
     end, members = epilogue.top, list(epilogue.members)
     if activation is not None:
         end, members = activation[1], [*members, *activation[2]]
     transpose = _single_user(end, users)
-    if transpose is not None and (
-        _moves_no_byte(transpose)
-        or (
-            _result_transpose(transpose, dot, features)
-            and epilogue.bias is None
-            and epilogue.residual is None
+    if (
+        not aux
+        and transpose is not None
+        and (
+            _moves_no_byte(transpose)
+            or (
+                _result_transpose(transpose, dot, features)
+                and epilogue.bias is None
+                and epilogue.residual is None
+            )
         )
     ):
-        plans.append(([*operands, *members, transpose], transpose))
+        plans.append(([*operands, *members, transpose], [transpose]))
     if activation is not None:
-        plans.append(([*operands, *members], end))
-    plans.append(([*operands, *epilogue.members], epilogue.top))
+        plans.append(([*operands, *members], [end, epilogue.top] if aux else [end]))
+    plans.append(([*operands, *epilogue.members], [epilogue.top]))
     if epilogue.top is not dot:
-        plans.append(([*operands, dot], dot))
+        plans.append(([*operands, dot], [dot]))
     unique = []
-    for members, end in plans:
-        unique.append((list(dict.fromkeys(members)), end))
+    for members, outputs in plans:
+        unique.append((list(dict.fromkeys(members)), outputs))
     return unique
 
 
@@ -443,23 +467,36 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
     root = computation.root
     epilogue = _chain(dot, users, features, lambda inst: inst.opcode == "parameter")
     members = {i for i in epilogue.members}
+    outputs: tuple[int, ...] = (0,)
+    aux = root.opcode == "tuple"
+    if aux:
+        # two outputs: a GELU and its argument, the call's auxiliary output
+        found_aux = _aux_outputs(root, epilogue.top, library, features)
+        if isinstance(found_aux, str):
+            return found_aux
+        outputs = found_aux
+        members.add(root)
+        root = root.operands[outputs[0]]
     # out^T = (A B)^T = B^T A^T: a transposed result is the GEMM of the swapped operands
     transposed_out = (
-        root is not epilogue.top
+        not aux
+        and root is not epilogue.top
         and _result_transpose(root, dot, features)
         and epilogue.bias is None
         and epilogue.residual is None
     )
-    if transposed_out or (root is not epilogue.top and _moves_no_byte(root)):
+    if transposed_out or (not aux and root is not epilogue.top and _moves_no_byte(root)):
         members.add(root)
         root = root.operands[0]
     activation = "none"
     if root is not epilogue.top:
-        found = _activation(epilogue.top, users, features, root)
+        found = _activation(epilogue.top, users, features, root, aux=aux)
         if found is None:
             return f"the fusion also computes {root.opcode} {root.name} after the dot"
         activation = found[0]
         members |= {i for i in found[2]}
+    if aux and activation != "gelu":
+        return f"the fusion's second output {root.name} is no GELU of the first"
     lhs, rhs = dot.operands
     batch = len(dot.attributes.get("lhs_batch_dims", ()))
     sides = []
@@ -504,6 +541,7 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
             bias=epilogue.bias is not None,
             residual=epilogue.residual is not None,
             activation=activation,
+            aux=aux,
         )
     except ThunkError as error:
         return str(error)
@@ -527,7 +565,22 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
         *(() if epilogue.bias is None else (epilogue.bias.parameter_number,)),
         *(() if epilogue.residual is None else (epilogue.residual.parameter_number,)),
     )
-    return GemmMatch(call, tuple(parameters))
+    return GemmMatch(call, tuple(parameters), outputs)
+
+
+def _aux_outputs(
+    root: Instruction, top: Instruction, library: str, features: frozenset[str]
+) -> tuple[int, int] | str:
+    """(out, aux): which of a two-output fusion's outputs are the activation and its
+    argument ``top`` (the call's auxiliary output), or why the fusion is no such call."""
+    if len(root.operands) != 2:
+        return f"the fusion computes {len(root.operands)} outputs"
+    if "aux" not in features:
+        return f"{library} does not compute aux (a second output)"
+    if top not in root.operands or root.operands[0] is root.operands[1]:
+        return "the fusion's second output is not the dot's epilogue before its activation"
+    aux = root.operands.index(top)
+    return 1 - aux, aux
 
 
 def dot_verdict(dot: Instruction) -> str:
@@ -606,9 +659,9 @@ def library_call_thunk(
     fallback, or None when the fusion is no library GEMM or its slices do not fit the
     contract (an output over an operand: the library writes out of place)."""
     found = gemm_fusion(fusion, target)
-    if found is None or len(outputs) != 1 or len(inputs) != len(fusion.operands):
+    if found is None or len(outputs) != len(found.outputs) or len(inputs) != len(fusion.operands):
         return None
-    arguments = (*(inputs[p] for p in found.parameters), outputs[0])
+    arguments = (*(inputs[p] for p in found.parameters), *(outputs[o] for o in found.outputs))
     try:
         found.call.check_slices(arguments)
     except ThunkError:

@@ -6,7 +6,10 @@ dimension a side, at most one contracting dimension;
 ``heron.hlo.passes.dot_decomposer``). This emitter claims fusions whose one
 root is such a dot, elementwise ops of the dot's shape after it (an
 epilogue: bias, activation, convert; ``gemm_hero``), or a transpose of it (a
-weight gradient: each element of C is stored at the transposed index), and
+weight gradient: each element of C is stored at the transposed index), or
+whose several roots are such epilogues of one dot (a GELU and its argument,
+the two outputs of a GEMM library call's ``GELU_AUX``: each thread stores
+every root's element at its index), and
 computes the dot as
 the classic shared-memory tiled GEMM:
 
@@ -72,6 +75,7 @@ from heron.plugins import gemm_mma, gemm_vector
 from heron.plugins.gemm_hero import (
     accumulates_in_floats,
     gemm_hero,
+    gemm_roots_hero,
     is_canonical_gemm,
 )
 from heron.plugins.gemm_plan import GemmPlan, plan_gemm
@@ -126,17 +130,19 @@ class GemmEmitter(FusionEmitter):
     def __init__(self, analysis: FusionAnalysis) -> None:
         super().__init__(analysis)
         roots = analysis.roots
-        dot = gemm_hero(roots[0]) if len(roots) == 1 else None
+        dot = gemm_roots_hero(roots)
         if dot is None and len(roots) == 1 and roots[0].opcode == "dot":
             dot = roots[0]
         if dot is None:
             found = ", ".join(f"{r.opcode} '{r.name}'" for r in roots)
             raise self.error(
                 "the gemm emitter needs one root that is a dot or elementwise ops of a dot's"
-                f" shape after one dot, not {found}"
+                " shape after one dot (or several such roots of the same dot, none a"
+                f" transpose), not {found}"
             )
         self.dot = dot
         self.root = roots[0]
+        self.roots = tuple(roots)
         if not is_canonical_gemm(self.dot):
             raise self.error(
                 "the dot is not in the canonical form [batch..., M, K] x [batch..., K, N]"
@@ -600,20 +606,26 @@ class GemmEmitter(FusionEmitter):
                 # C stored transposed: the root's element i is C's at permutation[i].
                 permutation = self.root.attr("dimensions")
                 return [tensor.insert(value, current[0], [index[d] for d in permutation])]
-            if self.root is not self.dot:
-                value = self._epilogue(entry, index, value)
-            return [tensor.insert(value, current[0], index)]
+            stored = []
+            for root, output in zip(self.roots, current, strict=True):
+                element = value if root is self.dot else self._epilogue(entry, root, index, value)
+                stored.append(tensor.insert(element, output, index))
+            return stored
 
         return self._guarded(inside, outputs, store)
 
-    def _epilogue(self, entry: EntryFunction, index: Values, value: ir.Value) -> ir.Value:
-        """The root's element at ``index``: its epilogue called with the dot's ``value``."""
-        sub = entry.partitioned.epilogue_of(self.root)
+    def _epilogue(
+        self, entry: EntryFunction, root: Instruction, index: Values, value: ir.Value
+    ) -> ir.Value:
+        """``root``'s element at ``index``: its epilogue called with the dot's ``value``
+        (one call per epilogue computes all of its roots: ``call_subgraph`` memoises)."""
+        sub = entry.partitioned.epilogue_of(root)
         if sub is None or [id(h) for h in sub.injected] != [id(self.dot)]:
-            raise entry.error(self.root, "its epilogue is not a subgraph after the dot alone")
+            raise entry.error(root, "its epilogue is not a subgraph after the dot alone")
         scalar = mlir_types.to_scalar(value, self.output)
-        (result,) = entry.call_subgraph(sub, index, [scalar])
-        return mlir_types.to_element(result, self.root.array_shape.element_type)
+        results = entry.call_subgraph(sub, index, [scalar])
+        result = results[[id(r) for r in sub.roots].index(id(root))]
+        return mlir_types.to_element(result, root.array_shape.element_type)
 
     def _tile_type(
         self, rows: int, cols: int, element: ir.Type | None = None
@@ -800,8 +812,7 @@ def _claims(analysis: object) -> bool:
     the loop emitter's elemental dot)."""
     if not isinstance(analysis, FusionAnalysis) or "dot" not in analysis.graph.opcodes:
         return False
-    roots = analysis.roots
-    dot = gemm_hero(roots[0]) if len(roots) == 1 else None
+    dot = gemm_roots_hero(analysis.roots)
     if dot is None:
         return False
     if accumulates_in_floats(dot) is None or has_no_output_elements(analysis.fusion):

@@ -13,6 +13,8 @@ defines (:func:`accumulates_in_floats`). Planning the tiles is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from heron.hlo.element_types import ElementType
 from heron.hlo.ir import Instruction
 from heron.hlo.opcodes import is_elementwise
@@ -23,6 +25,7 @@ __all__ = [
     "INTEGER_INPUTS",
     "accumulates_in_floats",
     "gemm_hero",
+    "gemm_roots_hero",
     "is_canonical_gemm",
 ]
 
@@ -74,6 +77,20 @@ def gemm_hero(root: Instruction) -> Instruction | None:
     if root.array_shape.dims != dot.array_shape.dims:
         return None
     return dot
+
+
+def gemm_roots_hero(roots: Sequence[Instruction]) -> Instruction | None:
+    """The canonical dot a fusion's ``roots`` compute, or None: one root
+    (:func:`gemm_hero`), or several elementwise epilogues of the same dot (the dot
+    itself among them perhaps, no transpose), each element of C giving each root's
+    element at its index: a GELU and its argument, which a GEMM library writes as its
+    output and its auxiliary output."""
+    if len(roots) == 1:
+        return gemm_hero(roots[0])
+    heroes = {id(hero): hero for hero in map(gemm_hero, roots)}
+    if None in heroes.values() or len(heroes) != 1 or any(r.opcode == "transpose" for r in roots):
+        return None
+    return next(iter(heroes.values()))
 
 
 def accumulates_in_floats(dot: Instruction) -> bool | None:

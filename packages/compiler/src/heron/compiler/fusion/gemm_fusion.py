@@ -2,7 +2,8 @@
 
 XLA:GPU's GEMM rewriter runs before its fusion passes: it turns a dot into a
 cuBLASLt call and pulls in what cuBLASLt computes with it (a transposed
-operand, alpha, a residual, a bias, RELU or GELU), so that the fusion passes
+operand, alpha, a residual, a bias, RELU or GELU, and a GELU's argument as a
+second output where something else reads it too), so that the fusion passes
 never give those ops to another kernel first. This pass is that step on
 heron's terms: for every dot the Target's library takes
 (:func:`heron.compiler.library_gemm.match_gemm`), it makes the largest fusion
@@ -37,9 +38,9 @@ def fuse_library_gemms(module: Module, target: Target) -> bool:
             continue
         users = computation.users()
         order = {inst: n for n, inst in enumerate(post_order(computation))}
-        for members, output in epilogue_members(dot, users, features):
+        for members, outputs in epilogue_members(dot, users, features):
             ordered = sorted(members, key=lambda inst: order[inst])
-            made = context.candidate(ordered, [output], consumer=output)
+            made = context.candidate(ordered, outputs, consumer=outputs[0])
             if made is None:
                 continue
             if not context.emits(made[0]):

@@ -20,10 +20,13 @@ once to the output type.
 - ``arguments`` (the thunk's slices, in this order): ``lhs`` (batch*m*k
   elements), ``rhs`` (batch*k*n), ``bias`` (n elements of the output type,
   only with ``bias``), ``c`` (batch*m*n of the output type, only with
-  ``residual``), ``out`` (batch*m*n). ``out`` overlaps no operand, except
-  that it may be exactly ``c`` (cuBLASLt's C = D). Without ``residual``,
+  ``residual``), ``out`` (batch*m*n), ``aux`` (batch*m*n of the output type,
+  only with ``aux``). ``out`` overlaps no operand, except
+  that it may be exactly ``c`` (cuBLASLt's C = D); ``aux`` overlaps nothing.
+  Without ``residual``,
   ``beta`` scales what ``out`` held before (BLAS's C = D); heron's compiler
-  then emits 0.
+  then emits 0. The call computes its last argument, or its last two with
+  ``aux``.
 - ``attributes``: ``batch``, ``m``, ``n``, ``k`` (each at least 1: a missing
   free or contracting dimension is 1, all batch dimensions flattened into one
   count), ``lhs_type``, ``rhs_type``, ``out_type`` (HLO element type names),
@@ -35,7 +38,12 @@ once to the output type.
   ``residual`` (bool), ``activation`` (:data:`ACTIVATIONS`: ``"relu"`` is
   ``max(x, 0)``, exactly XLA's ``maximum(x, 0)``; ``"gelu"`` is the tanh
   approximation ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``, cuBLASLt's
-  GELU epilogue, which XLA fuses for a GELU written that way).
+  GELU epilogue, which XLA fuses for a GELU written that way), ``aux``
+  (bool, only with the GELU: the call also writes the activation's argument,
+  ``alpha * sum + beta * c + bias`` rounded to the output type, to ``aux``:
+  cuBLASLt's ``GELU_AUX`` / ``GELU_AUX_BIAS`` epilogues, which XLA's GEMM
+  rewriter uses when that pre-activation is also read elsewhere, as a
+  training step's backward pass reads it).
 
 An artefact written before an attribute existed leaves it out: a missing
 attribute with a default (everything but the sizes) takes it.
@@ -99,13 +107,14 @@ _OUTPUTS = {
     "s32": ("s32",),
 }
 #: What a call may ask besides the plain GEMM (:func:`call_features` names them).
-FEATURES = ("transpose", "alpha", "residual", "bias", "relu", "gelu")
+FEATURES = ("transpose", "alpha", "residual", "bias", "relu", "gelu", "aux")
 #: GEMM library (its ``Library.name``, and ``Target.gemm_library``) -> the features it
 #: computes: the one statement of what each library computes. The compiler matches no
 #: fusion asking more of the Target's library (``heron.compiler.library_gemm``); a
 #: device's binding offers no call asking more (:func:`library_computes`). cuBLASLt
-#: takes everything; hipBLAS's GEMM has no epilogue, and heron passes it no transposed
-#: operand.
+#: takes everything; hipBLAS's GEMM has no epilogue (so no GELU and no auxiliary
+#: output: ROCm keeps a GELU whose argument is read elsewhere in a kernel of its own),
+#: and heron passes it no transposed operand.
 LIBRARY_FEATURES = {
     "cublasLt": frozenset(FEATURES),
     "hipblas": frozenset({"alpha"}),
@@ -142,6 +151,7 @@ class GemmCall(LibraryContract):
     bias: bool = False
     residual: bool = False
     activation: str = "none"
+    aux: bool = False
 
     def __attrs_post_init__(self) -> None:
         accumulation = ACCUMULATION.get((self.lhs_type, self.rhs_type))
@@ -171,7 +181,11 @@ class GemmCall(LibraryContract):
                 f"gemm: compute {self.compute} rounds {', '.join(takes)} operands, not"
                 f" {self.lhs_type} x {self.rhs_type}"
             )
-        for name in ("lhs_transposed", "rhs_transposed", "bias", "residual"):
+        if self.aux is True and self.activation != "gelu":
+            raise ThunkError(
+                f"gemm: an auxiliary output is the GELU's argument; activation is {self.activation}"
+            )
+        for name in ("lhs_transposed", "rhs_transposed", "bias", "residual", "aux"):
             if not isinstance(getattr(self, name), bool):
                 raise ThunkError(f"gemm: {name} must be true or false")
         for name in ("alpha", "beta"):
@@ -186,9 +200,21 @@ class GemmCall(LibraryContract):
         return ACCUMULATION[(self.lhs_type, self.rhs_type)]
 
     @property
+    def outputs(self) -> int:  # type: ignore[override]
+        """The arguments the call computes (the last ones): ``out``, and ``aux`` with it."""
+        return 2 if self.aux else 1
+
+    @property
     def operand_names(self) -> tuple[str, ...]:
-        """The arguments, in order: ``lhs``, ``rhs``, [``bias``], [``c``], ``out``."""
-        return ("lhs", "rhs", *("bias",) * self.bias, *("c",) * self.residual, "out")
+        """The arguments, in order: ``lhs``, ``rhs``, [``bias``], [``c``], ``out``, [``aux``]."""
+        return (
+            "lhs",
+            "rhs",
+            *("bias",) * self.bias,
+            *("c",) * self.residual,
+            "out",
+            *("aux",) * self.aux,
+        )
 
     def argument(self, name: str) -> int | None:
         """The position of argument ``name`` (None where the call has none)."""
@@ -199,7 +225,7 @@ class GemmCall(LibraryContract):
         """Elements of each argument, in :attr:`operand_names` order."""
         out = self.batch * self.m * self.n
         sizes = {"lhs": self.batch * self.m * self.k, "rhs": self.batch * self.k * self.n}
-        sizes |= {"bias": self.n, "c": out, "out": out}
+        sizes |= {"bias": self.n, "c": out, "out": out, "aux": out}
         return tuple(sizes[name] for name in self.operand_names)
 
     def element_types(self) -> tuple[str, ...]:
@@ -227,6 +253,7 @@ class GemmCall(LibraryContract):
             "bias" if self.bias else "",
             "residual" if self.residual else "",
             "" if self.activation == "none" else self.activation,
+            "aux" if self.aux else "",
         ]
         return (
             f"gemm {self.lhs_type}[{batch}{self.m}x{self.k}]{'^T' * self.lhs_transposed} x"
@@ -235,15 +262,15 @@ class GemmCall(LibraryContract):
         )
 
     # -- numpy -------------------------------------------------------------------------------
-    def reference(self, arguments: Sequence[np.ndarray]) -> np.ndarray:
+    def reference(self, arguments: Sequence[np.ndarray]) -> Any:
         """The contract computed with numpy from the arguments' raw bytes (uint8 arrays,
-        in :attr:`operand_names` order, ``out`` last: what it held before).
+        in :attr:`operand_names` order, the outputs last: what they held before).
 
-        Returns the output's bytes. Products are summed in the accumulation
-        type (numpy's order, not a GPU library's: floats agree within the
-        accumulation's rounding, integers exactly), the operands first rounded
-        to ``compute`` (to nearest, ties to even), as the library's tensor
-        cores take them.
+        Returns the output's bytes, or with ``aux`` the pair (output's, aux's).
+        Products are summed in the accumulation type (numpy's order, not a GPU
+        library's: floats agree within the accumulation's rounding, integers
+        exactly), the operands first rounded to ``compute`` (to nearest, ties
+        to even), as the library's tensor cores take them.
         """
         if len(arguments) != len(self.operand_names):
             raise ThunkError(
@@ -274,23 +301,30 @@ class GemmCall(LibraryContract):
                 result = result + np.asarray(self.beta, accumulate) * before.astype(accumulate)
             if self.bias:
                 result = result + typed("bias", self.out_type, (n,)).astype(accumulate)
+            before_activation = result
             if self.activation == "relu":
                 result = np.maximum(result, np.zeros((), accumulate))
             elif self.activation == "gelu":
                 result = gelu_tanh(result)
-        rounded = result.astype(ElementType(self.out_type).numpy_dtype)
-        return np.ascontiguousarray(rounded).reshape(-1).view(np.uint8)
+        out_dtype = ElementType(self.out_type).numpy_dtype
+
+        def raw_bytes(values: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(values.astype(out_dtype)).reshape(-1).view(np.uint8)
+
+        if self.aux:
+            return raw_bytes(result), raw_bytes(before_activation)
+        return raw_bytes(result)
 
 
 def call_features(call: GemmCall) -> frozenset[str]:
     """The :data:`FEATURES` ``call`` asks for: a transposed operand, an alpha other than
-    1, a bias, a residual, an activation."""
+    1, a bias, a residual, an activation, an auxiliary output."""
     used = set()
     if call.lhs_transposed or call.rhs_transposed:
         used.add("transpose")
     if call.alpha != 1:
         used.add("alpha")
-    used |= {name for name in ("bias", "residual") if getattr(call, name)}
+    used |= {name for name in ("bias", "residual", "aux") if getattr(call, name)}
     if call.activation != "none":
         used.add(call.activation)
     return frozenset(used)

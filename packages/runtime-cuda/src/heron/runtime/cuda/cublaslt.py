@@ -26,8 +26,15 @@ are ``out``'s columns: exactly the contract's bias over ``n``.
   layouts its IMMA kernels take: where the heuristic finds no algorithm,
   :meth:`CublasLt.offers` says no and heron's kernel runs).
 - Epilogues: ``DEFAULT``, ``BIAS``, ``RELU``, ``RELU_BIAS``, ``GELU``,
-  ``GELU_BIAS`` (the bias pointer set on the descriptor before each call: the
-  executor's views may move); ``BIAS_DATA_TYPE`` is the output type.
+  ``GELU_BIAS``, and with the contract's ``aux`` ``GELU_AUX`` /
+  ``GELU_AUX_BIAS`` (the bias and aux pointers set on the descriptor before
+  each call: the executor's views may move); ``BIAS_DATA_TYPE`` is the output
+  type. The aux matrix (the GELU's argument, of the output type) is laid out
+  as D: ``EPILOGUE_AUX_LD`` is D's leading dimension ``n``, and
+  ``EPILOGUE_AUX_BATCH_STRIDE`` ``m * n`` with a batch. cuBLASLt wants that
+  leading dimension (and batch stride) divisible by 8 (``cublasLtMatmulDescAttributes_t``,
+  ``EPILOGUE_AUX_LD``): a call whose ``n`` is not is not offered
+  (:func:`broken_rule` says why, heron-run prints it) and heron's kernel runs.
 - An algorithm is chosen once per call shape (``cublasLtMatmulAlgoGetHeuristic``
   with a preference of at most the workspace's bytes), when the executable is
   loaded (``offers``), never during a graph capture; the workspace is one
@@ -55,6 +62,7 @@ __all__ = [
     "EPILOGUES",
     "WORKSPACE_BYTES",
     "CublasLt",
+    "broken_rule",
     "LtMatrix",
     "LtPlan",
     "plan",
@@ -91,6 +99,10 @@ EPILOGUES = {
     (False, "gelu"): "GELU",
     (True, "gelu"): "GELU_BIAS",
 }
+#: bias -> the ``cublasLtEpilogue_t`` name of a GELU that also writes its argument (aux).
+AUX_EPILOGUES = {False: "GELU_AUX", True: "GELU_AUX_BIAS"}
+#: What an aux matrix's leading dimension and batch stride must be a multiple of (elements).
+AUX_ALIGNMENT = 8
 #: The workspace cuBLASLt may use (XLA gives cuBLASLt 32 MiB on Hopper, 4 MiB before).
 WORKSPACE_BYTES = 32 * 2**20
 
@@ -128,6 +140,9 @@ class LtPlan:
     bias_argument: int | None
     c_argument: int
     out_argument: int
+    #: the aux matrix (laid out as ``d``) and its argument, with a ``GELU_AUX`` epilogue
+    aux: LtMatrix | None = None
+    aux_argument: int | None = None
 
 
 def _stored(role: str, kind: str, rows: int, cols: int, batch: int, transposed: bool) -> LtMatrix:
@@ -147,12 +162,13 @@ def plan(call: GemmCall) -> LtPlan:
     b = _stored("lhs", call.lhs_type, call.k, call.m, call.batch, call.lhs_transposed)
     d = _stored("out", call.out_type, call.n, call.m, call.batch, False)
     c = attrs.evolve(d, role="c") if call.residual else d
+    epilogue = AUX_EPILOGUES[call.bias] if call.aux else EPILOGUES[(call.bias, call.activation)]
     return LtPlan(
         compute_type=compute,
         scale_type=scale,
         transa="CUBLAS_OP_T" if call.rhs_transposed else "CUBLAS_OP_N",
         transb="CUBLAS_OP_T" if call.lhs_transposed else "CUBLAS_OP_N",
-        epilogue=EPILOGUES[(call.bias, call.activation)],
+        epilogue=epilogue,
         bias_data_type=DATA_TYPES[call.out_type] if call.bias else None,
         a=a,
         b=b,
@@ -163,7 +179,21 @@ def plan(call: GemmCall) -> LtPlan:
         bias_argument=call.argument("bias"),
         c_argument=call.argument("c" if call.residual else "out"),
         out_argument=call.argument("out"),
+        aux=attrs.evolve(d, role="aux") if call.aux else None,
+        aux_argument=call.argument("aux"),
     )
+
+
+def broken_rule(call: GemmCall) -> str:
+    """Which of cuBLASLt's rules ``call`` breaks ("" when none): the aux matrix's leading
+    dimension (and batch stride), ``n`` in heron's swapped layout, must be a multiple of
+    :data:`AUX_ALIGNMENT`."""
+    if call.aux and call.n % AUX_ALIGNMENT:
+        return (
+            f"cuBLASLt's GELU_AUX needs the aux leading dimension (n = {call.n}) divisible by"
+            f" {AUX_ALIGNMENT}"
+        )
+    return ""
 
 
 _OPERATIONS = {"CUBLAS_OP_N": 0, "CUBLAS_OP_T": 1}
@@ -273,6 +303,11 @@ class CublasLt(Library):
         if chosen.bias_data_type is not None:
             bias_type = int(getattr(self._types, chosen.bias_data_type))
             self._set(set_, dtype_of, desc, attribute.BIAS_DATA_TYPE, bias_type)
+        if chosen.aux is not None:
+            self._set(set_, dtype_of, desc, attribute.EPILOGUE_AUX_LD, chosen.aux.ld)
+            if chosen.aux.batch_count > 1:
+                stride = chosen.aux.batch_stride
+                self._set(set_, dtype_of, desc, attribute.EPILOGUE_AUX_BATCH_STRIDE, stride)
         layouts = {role: self._layout(getattr(chosen, role)) for role in ("a", "b", "c", "d")}
         preference = self._call("matmul_preference_create")
         self._set(
@@ -311,25 +346,33 @@ class CublasLt(Library):
         return prepared
 
     def offers(self, call: Any) -> bool:
-        return isinstance(call, GemmCall) and self.prepare(call) is not None
+        return (
+            isinstance(call, GemmCall) and not broken_rule(call) and self.prepare(call) is not None
+        )
 
     def refusal(self, call: Any) -> str:
         if not isinstance(call, GemmCall):
             return f"cuBLASLt computes GEMMs only, not {call!r}"
-        return "cuBLASLt's heuristic found no algorithm for it on this device"
+        return broken_rule(call) or "cuBLASLt's heuristic found no algorithm for it on this device"
 
     def run(self, call: Any, addresses: Sequence[int], stream: Any) -> None:
         prepared = self.prepare(call)
         if prepared is None:
             raise DeviceError(f"cuBLASLt has no algorithm for {call.describe()}")
         chosen = prepared.plan
-        if chosen.bias_argument is not None:
+        pointers = {
+            "BIAS_POINTER": chosen.bias_argument,
+            "EPILOGUE_AUX_POINTER": chosen.aux_argument,
+        }
+        for name, argument in pointers.items():
+            if argument is None:
+                continue
             self._set(
                 "matmul_desc_set_attribute",
                 "get_matmul_desc_attribute_dtype",
                 prepared.desc,
-                self._lt.MatmulDescAttribute.BIAS_POINTER,
-                addresses[chosen.bias_argument],
+                getattr(self._lt.MatmulDescAttribute, name),
+                addresses[argument],
             )
         self._call(
             "matmul",
