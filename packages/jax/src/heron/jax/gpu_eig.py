@@ -31,30 +31,15 @@ results equal jax's on the CPU exactly.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec
+from heron.jax.ffi_attributes import boolean, check_magma
 from heron.jax.lapack import check_matrices
 from heron.jax.scipy_lapack import check_dtype, routine, workspace
 
 __all__ = ["eig_specs", "geev", "hybrid_eig", "unpack_pairs"]
-
-
-def _flag(call: CustomCall, name: str) -> bool:
-    found = re.search(rf"\b{name}\s*=\s*(true|false)\b", call.backend_config)
-    if found is None:
-        raise call.error(f"backend_config {call.backend_config!r} has no boolean {name}")
-    return found.group(1) == "true"
-
-
-def _magma(call: CustomCall) -> None:
-    """Refuse a ``magma`` setting jax never writes (it chooses MAGMA or LAPACK: same results)."""
-    found = re.search(r'\bmagma\s*=\s*"([^"]*)"', call.backend_config)
-    if found is not None and found.group(1) not in ("on", "off", "auto"):
-        raise call.error(f'magma "{found.group(1)}" is none of "on", "off", "auto"')
 
 
 def unpack_pairs(wi: np.ndarray, packed: np.ndarray) -> np.ndarray:
@@ -95,8 +80,8 @@ def hybrid_eig(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.nd
     (a,) = operands
     real = call.target.endswith("_real")
     _operand(call, a, real=real)
-    _magma(call)
-    left, right = _flag(call, "left"), _flag(call, "right")
+    check_magma(call)
+    left, right = boolean(call, "left"), boolean(call, "right")
     batch, n = a.shape[:-2], a.shape[-1]
     complex_type = np.result_type(a.dtype, np.complex64)
     values = [np.zeros((*batch, n), a.dtype) for _ in range(2 if real else 1)]
@@ -119,7 +104,7 @@ def geev(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray]
     """``cusolver_geev_ffi`` (the module docstring): vectors left packed for jax to unpack."""
     (a,) = operands
     _operand(call, a, real=None)
-    left, right = _flag(call, "left"), _flag(call, "right")
+    left, right = boolean(call, "left"), boolean(call, "right")
     batch, n = a.shape[:-2], a.shape[-1]
     w = np.zeros((*batch, n), np.result_type(a.dtype, np.complex64))
     vl, vr = np.zeros_like(a), np.zeros_like(a)

@@ -31,23 +31,15 @@ sytrd agree with LAPACK to rounding (the same reflector conventions).
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec
+from heron.jax.ffi_attributes import boolean, check_magma
 from heron.jax.lapack import check_matrices
 from heron.jax.scipy_lapack import check_dtype, routine, workspace
 
 __all__ = ["geqp3", "householder_specs", "ormqr", "pivoted_qr", "sytrd"]
-
-
-def _flag(call: CustomCall, name: str) -> bool:
-    found = re.search(rf"\b{name}\s*=\s*(true|false)\b", call.backend_config)
-    if found is None:
-        raise call.error(f"backend_config {call.backend_config!r} has no boolean {name}")
-    return found.group(1) == "true"
 
 
 def _matrices(call: CustomCall, a: np.ndarray, *, square: bool) -> None:
@@ -103,9 +95,7 @@ def geqp3(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray
     """``?hybrid_geqp3`` (the module docstring)."""
     a, jpvt = operands
     _matrices(call, a, square=False)
-    magma = re.search(r'\bmagma\s*=\s*"([^"]*)"', call.backend_config)
-    if magma is not None and magma.group(1) not in ("on", "off", "auto"):
-        raise call.error(f'magma "{magma.group(1)}" is none of "on", "off", "auto"')
+    check_magma(call)
     m, n = a.shape[-2:]
     if jpvt.dtype != np.int32 or jpvt.shape != (*a.shape[:-2], n):
         raise call.error(
@@ -143,7 +133,7 @@ def ormqr(operands: tuple[np.ndarray, ...], call: CustomCall) -> np.ndarray:
     """``?solver_ormqr_ffi`` (the module docstring)."""
     a, taus, c = operands
     _matrices(call, a, square=False)
-    left, transpose = _flag(call, "left"), _flag(call, "transpose")
+    left, transpose = boolean(call, "left"), boolean(call, "transpose")
     m, n = a.shape[-2:]
     k = taus.shape[-1] if taus.ndim else -1
     size = c.shape[-2] if left else (c.shape[-1] if c.ndim >= 2 else -1)
@@ -170,7 +160,7 @@ def sytrd(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray
     """``?solver_sytrd_ffi`` (the module docstring)."""
     (a,) = operands
     _matrices(call, a, square=True)
-    lower = _flag(call, "lower")
+    lower = boolean(call, "lower")
     batch, n = a.shape[:-2], a.shape[-1]
     if n == 0:
         raise call.error("takes matrices of at least one row (jax's tridiagonal does too)")

@@ -72,6 +72,7 @@ import numpy as np
 
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
+from heron.jax.ffi_attributes import boolean
 from heron.jax.gpu_cholesky_update import cholesky_update_specs
 from heron.jax.gpu_eig import eig_specs
 from heron.jax.gpu_householder import householder_specs
@@ -104,14 +105,6 @@ def _dtype(call: CustomCall, a: np.ndarray, *, square: bool) -> None:
     check_matrices(call, a, a.dtype, square=square)
 
 
-def _bool(call: CustomCall, name: str) -> bool:
-    """A boolean FFI attribute of ``backend_config`` (``lower = true``); jax always sets it."""
-    found = re.search(rf"\b{name}\s*=\s*(true|false)\b", call.backend_config)
-    if found is None:
-        raise call.error(f"backend_config {call.backend_config!r} has no boolean {name}")
-    return found.group(1) == "true"
-
-
 def _batch(a: np.ndarray) -> tuple[int, ...]:
     return a.shape[:-2]
 
@@ -120,7 +113,7 @@ def potrf(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray
     """``?solver_potrf_ffi`` (the module docstring)."""
     (a,) = operands
     _dtype(call, a, square=True)
-    lower = _bool(call, "lower")
+    lower = boolean(call, "lower")
     factors = np.empty_like(a)
     infos = np.zeros(_batch(a), np.int32)
     for index in np.ndindex(*_batch(a)):
@@ -203,7 +196,7 @@ def syevd(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray
     """``?solver_syevd_ffi`` (the module docstring)."""
     (a,) = operands
     _dtype(call, a, square=True)
-    lower = _bool(call, "lower")
+    lower = boolean(call, "lower")
     algorithm = re.search(r"\balgorithm\s*=\s*(\d+)", call.backend_config)
     if algorithm is not None and int(algorithm.group(1)) not in (0, 1, 2):
         raise call.error(f"algorithm {algorithm.group(1)} is none of 0, 1 (QR), 2 (Jacobi)")
@@ -263,7 +256,7 @@ def _check_dims(call: CustomCall, results: list[np.ndarray]) -> list[np.ndarray]
 def gesvdj(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray]:
     """``?solver_gesvdj_ffi`` and ``?solver_gesvdp_ffi`` (the module docstring): U and V."""
     (a,) = operands
-    full, vectors = _bool(call, "full_matrices"), _bool(call, "compute_uv")
+    full, vectors = boolean(call, "full_matrices"), boolean(call, "compute_uv")
     s, uv, infos = _svd(a, call, full=full, vectors=vectors)
     if vectors:
         u, vt = uv
@@ -277,8 +270,8 @@ def gesvd(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray
     """``?solver_gesvd_ffi`` and ``hipsolver_gesdd_ffi`` (the module docstring): U and V^H,
     swapped where ``transposed``."""
     (a,) = operands
-    full, vectors = _bool(call, "full_matrices"), _bool(call, "compute_uv")
-    transposed = _bool(call, "transposed")
+    full, vectors = boolean(call, "full_matrices"), boolean(call, "compute_uv")
+    transposed = boolean(call, "transposed")
     s, uv, infos = _svd(a, call, full=full, vectors=vectors)
     if vectors:
         u, vt = uv
