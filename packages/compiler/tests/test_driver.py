@@ -395,3 +395,47 @@ def test_a_program_s_cubins_are_made_while_its_next_kernels_are_emitted():
         assert kernel.image.format == "cubin" and kernel.image.data
         assert [r.name for r in kernel.stages][-3:] == ["llvm-ir", "ptx", "cubin"]
     assert {entry.image.format for entry in compiled.artefact.kernels} == {"cubin"}
+
+
+def test_several_backends_share_one_emission_and_one_run_of_heron_s_passes(monkeypatch):
+    """compile_fusion_for_backends emits once: each backend's image is the one a compile
+    for that backend alone makes, and its stage records start with the shared ones."""
+    import heron.emitters.selection as selection
+    from heron.compiler import compile_fusion_for_backends
+
+    emissions = []
+    emit = selection.emit_fusion
+
+    def counting(*args, **kwargs):
+        emissions.append(args[0].name)
+        return emit(*args, **kwargs)
+
+    monkeypatch.setattr(selection, "emit_fusion", counting)
+    fusion = fusions_of(parse_module(SCALE))[0]
+    both = compile_fusion_for_backends(fusion, H100, ("interpreter", "cuda", "interpreter"))
+    assert emissions == [fusion.name]
+    assert list(both) == ["interpreter", "cuda"]
+    alone = compile_fusion(fusion, H100, "interpreter")
+    assert both["interpreter"].image == alone.image
+    assert both["cuda"].image.format in ("cubin", "ptx") and both["cuda"].image.data
+    assert both["cuda"].backend == "cuda" and both["interpreter"].backend == "interpreter"
+    shared = [r.name for r in both["interpreter"].stages]
+    assert shared == ["emit", *pass_names()[1:], "capture"]
+    assert [r.name for r in both["cuda"].stages][: len(shared) - 1] == shared[:-1]
+    with pytest.raises(ValueError, match="no backend"):
+        compile_fusion_for_backends(fusion, H100, ())
+
+
+def test_a_program_for_two_backends_emits_each_fusion_once(monkeypatch):
+    import heron.emitters.selection as selection
+    from heron.compiler.executable import compile_program
+
+    emissions = []
+    emit = selection.emit_fusion
+    monkeypatch.setattr(
+        selection, "emit_fusion", lambda *a, **k: emissions.append(a[0].name) or emit(*a, **k)
+    )
+    compiled = compile_program(parse_module(SCALE), H100, backends=("cuda", "interpreter"))
+    assert len(emissions) == len(set(emissions)) == len(compiled.program.kernels)
+    for emitted in compiled.program.kernels:
+        assert set(emitted.compiled) == {"cuda", "interpreter"}

@@ -27,6 +27,7 @@ from heron.compiler.driver import (
     StageRecord,
     compile_emitted,
     compile_fusion,
+    compile_fusion_for_backends,
     stage_names,
 )
 from heron.compiler.dumps import DumpWriter, stage_file_name
@@ -42,6 +43,7 @@ __all__ = [
     "Target",
     "compile_emitted",
     "compile_fusion",
+    "compile_fusion_for_backends",
     "default_target",
     "find_fusion",
     "fusions_of",

@@ -20,6 +20,10 @@ all call it. It runs, in order:
 the backend's stages. The backend is the Target's own (``cuda``, ``rocm``)
 unless another is named: the interpreter compiles for the Target it emulates.
 
+:func:`compile_fusion_for_backends` does steps 1 and 2 once for several
+backends and step 3 for each (a program's executable carries the Target's
+images and the interpreter's).
+
 Registries are loaded once per process (``default_registry`` for emitters,
 ``default_backends`` for backends); tests pass their own.
 
@@ -30,7 +34,7 @@ imports ``heron.compiler`` for the Target alone (``heron targets``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +63,7 @@ __all__ = [
     "StageRecord",
     "compile_emitted",
     "compile_fusion",
+    "compile_fusion_for_backends",
     "stage_names",
 ]
 
@@ -262,13 +267,41 @@ def compile_fusion(
     (:mod:`heron.emitters.kernel_arguments`). None by default: every argument a
     buffer of its own, as :func:`heron.compiler.device_kernels.run_on_device` hands them.
     """
-    from heron.emitters.selection import emit_fusion
-
     plan = _plan(target, backend, stop_after, backends)
-    start = time.perf_counter()
-    kernel = emit_fusion(fusion, target, registry=emitters, shared=shared)
-    emitted = StageRecord(EMIT, time.perf_counter() - start)
-    return _compile(kernel, target, plan, dump, [emitted], background)
+    kernel, records = _emit_and_pass(fusion, target, plan, dump, emitters, shared)
+    return _compile_for_backend(kernel, target, plan, dump, records, background)
+
+
+def compile_fusion_for_backends(
+    fusion: Instruction,
+    target: Target,
+    backends: Sequence[str],
+    *,
+    emitters: EmitterRegistry | None = None,
+    registry: BackendRegistry | None = None,
+    background: Executor | None = None,
+    shared: Collection[int] = (),
+) -> dict[str, CompiledKernel]:
+    """:func:`compile_fusion` for each of ``backends`` (in their order), emitted and
+    taken through heron's passes once.
+
+    Emission and heron's passes depend on the Target alone, not on the backend
+    (the interpreter runs the kernel the Target's GPU would run): an executable
+    with CUDA and interpreter images used to make them twice, a fifth to a third
+    of its compile. Every backend's first stage reads the same ``lower-tensors``
+    module, which the stage contract forbids it to change
+    (``heron.runtime.core.hookspecs``). Each kernel's ``stages`` start with the
+    shared records, so each still tells its whole compile.
+    """
+    names = tuple(dict.fromkeys(backends))
+    if not names:
+        raise ValueError("compile_fusion_for_backends: no backend named")
+    plans = {name: _plan(target, name, None, registry) for name in names}
+    kernel, records = _emit_and_pass(fusion, target, plans[names[0]], None, emitters, shared)
+    return {
+        name: _compile_for_backend(kernel, target, plan, None, list(records), background)
+        for name, plan in plans.items()
+    }
 
 
 def compile_emitted(
@@ -285,17 +318,38 @@ def compile_emitted(
     For tests and tools that build the kernel themselves (a forced emitter);
     the kernel's module is changed in place by heron's passes.
     """
-    return _compile(kernel, target, _plan(target, backend, stop_after, backends), dump, [])
+    plan = _plan(target, backend, stop_after, backends)
+    records: list[StageRecord] = []
+    _run_heron_passes(kernel, target, plan, dump, records)
+    return _compile_for_backend(kernel, target, plan, dump, records)
 
 
-def _compile(
+def _emit_and_pass(
+    fusion: Instruction,
+    target: Target,
+    plan: _Plan,
+    dump: Dump | None,
+    emitters: EmitterRegistry | None,
+    shared: Collection[int],
+) -> tuple[EmittedKernel, list[StageRecord]]:
+    """The fusion emitted for ``target`` and taken through heron's passes (in place)."""
+    from heron.emitters.selection import emit_fusion
+
+    start = time.perf_counter()
+    kernel = emit_fusion(fusion, target, registry=emitters, shared=shared)
+    records = [StageRecord(EMIT, time.perf_counter() - start)]
+    _run_heron_passes(kernel, target, plan, dump, records)
+    return kernel, records
+
+
+def _run_heron_passes(
     kernel: EmittedKernel,
     target: Target,
     plan: _Plan,
     dump: Dump | None,
     records: list[StageRecord],
-    background: Executor | None = None,
-) -> CompiledKernel:
+) -> None:
+    """heron's passes on the kernel's module, in place, each recorded in ``records``."""
     from heron.emitters.pipeline import PipelineOptions, run_passes
 
     heron_stop = plan.stop_after if plan.stops_in_heron else None
@@ -310,6 +364,17 @@ def _compile(
         )
     except HloError as exc:
         raise UnsupportedError(f"fusion '{kernel.fusion_name}': {exc.message}") from exc
+
+
+def _compile_for_backend(
+    kernel: EmittedKernel,
+    target: Target,
+    plan: _Plan,
+    dump: Dump | None,
+    records: list[StageRecord],
+    background: Executor | None = None,
+) -> CompiledKernel:
+    """The kernel, through heron's passes, taken through ``plan``'s backend."""
     image, artefacts, rest = None, [], None
     if not plan.stops_in_heron:
         image, artefacts, rest = _run_backend(kernel, target, plan, dump, records, background)

@@ -143,7 +143,7 @@ def compile_program(
     updates with atomics in arrival order; see :func:`prepare_module`).
     Unsupported input raises ``UnsupportedError`` naming the instruction.
     """
-    from heron.compiler.driver import compile_fusion
+    from heron.compiler.driver import compile_fusion, compile_fusion_for_backends
     from heron.compiler.thunk_emission import emit_thunks
     from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
     from heron.hlo.buffers import assign_buffers
@@ -170,10 +170,10 @@ def compile_program(
                 backend: compile_one(fusion, target, backend, **extra) for backend in backends
             }
         else:
-            compiled = {
-                backend: compile_fusion(fusion, target, backend, background=workers, **extra)
-                for backend in backends
-            }
+            # One emission and one run of heron's passes for every backend.
+            compiled = compile_fusion_for_backends(
+                fusion, target, backends, background=workers, **extra
+            )
         kernel_seconds += time.perf_counter() - begun
         return compiled
 
