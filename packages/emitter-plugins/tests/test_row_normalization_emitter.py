@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from heron_test_support.analysis import H100, analysed, artefact_text, compile_everywhere
 
@@ -223,6 +224,72 @@ def test_several_roots_kept_dims_and_a_per_row_parameter(warp, installed):
     """Rows of two kept dimensions, per-row values reshaped on the way and mixed with a
     per-row parameter, a side output (x - max) and a root listed twice."""
     _check(SEVERAL_ROOTS, warp)
+
+
+#: A loop carry updated in place by a normalisation: ``x <- x + sum(y) * y`` over rows of 8
+#: (lanes 8..31 of each row's warp hold no element), twice. Copy insertion lets the fusion
+#: write x's new value over the carry it reads elementwise (issue 26: the backward pass of
+#: a LayerNorm stack under ``nn.scan`` with ``nn.remat``).
+IN_PLACE_CARRY = """
+HloModule row_norm_in_place_carry
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+cond {
+  cp = (s32[], f32[4,8], f32[4,8]) parameter(0)
+  ci = s32[] get-tuple-element(cp), index=0
+  two = s32[] constant(2)
+  ROOT lt = pred[] compare(ci, two), direction=LT
+}
+
+body {
+  bp = (s32[], f32[4,8], f32[4,8]) parameter(0)
+  bi = s32[] get-tuple-element(bp), index=0
+  x = f32[4,8] get-tuple-element(bp), index=1
+  y = f32[4,8] get-tuple-element(bp), index=2
+  one = s32[] constant(1)
+  next = s32[] add(bi, one)
+  zero = f32[] constant(0)
+  s = f32[4] reduce(y, zero), dimensions={1}, to_apply=add
+  b = f32[4,8] broadcast(s), dimensions={0}
+  m = f32[4,8] multiply(b, y)
+  r = f32[4,8] add(x, m)
+  ROOT t = (s32[], f32[4,8], f32[4,8]) tuple(next, r, y)
+}
+
+ENTRY main {
+  x0 = f32[4,8] parameter(0)
+  y0 = f32[4,8] parameter(1)
+  z = s32[] constant(0)
+  init = (s32[], f32[4,8], f32[4,8]) tuple(z, x0, y0)
+  w = (s32[], f32[4,8], f32[4,8]) while(init), condition=cond, body=body
+  ROOT out = f32[4,8] get-tuple-element(w), index=1
+}
+"""
+
+
+def test_idle_lanes_read_nothing_of_a_carry_the_kernel_overwrites(installed):
+    """Lanes past a row's end (and rows past the last) clamp their index and their result
+    is discarded; they must not load either: here the output shares x's buffer, so a
+    clamped load of x[row, 7] raced with lane 7's store of it (the interpreter's
+    sanitizer refused the program: 'global-memory-race ... read by several threads')."""
+    from heron.compiler.program_run import run_program
+    from heron.hlo.evaluator import evaluate_module
+    from heron.runtime.core.registry import load_backends
+
+    module = parse_module(IN_PLACE_CARRY)
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal((4, 8)).astype(np.float32) for _ in range(2))
+    device = load_backends().create_device("interpreter")
+    run = run_program(module, [x, y], device, "interpreter", target=H100)
+    np.testing.assert_allclose(run.outputs[0], evaluate_module(module, [x, y]), rtol=1e-5)
+    (fusion,) = [f for f in fusions_of(parse_module(softmax("f32", 9, 8)))]
+    emitted = str(RowNormalizationEmitter(analysed(fusion)).emit().module)
+    assert "heron_gpu.predicated_extract" in emitted  # partial rows, and a partial block
 
 
 def _emitter(text: str, target: Target | None = None) -> RowNormalizationEmitter:

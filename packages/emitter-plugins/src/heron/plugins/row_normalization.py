@@ -39,6 +39,10 @@ row. This emitter takes the whole chain as one fusion:
   and reductions read instead of recomputing the reduce.
 - **Outputs**: every root element a thread holds is written once
   (``predicated_insert`` where the row or the element may be out of range).
+  Such an element also reads its parameters only where it is in range
+  (``predicated_extract``): its index is clamped, and an output may share a
+  parameter's buffer (a loop carry updated in place), whose clamped element
+  another thread writes in the same launch.
 
 Rows longer than ``MAX_ELEMENTS_PER_THREAD`` x 1,024 elements are not claimed
 (the fusion keeps its loop emitter); a forced emitter refuses them naming the
@@ -330,6 +334,9 @@ class _RowEmission:
         self.threads = emitter.rows_per_block * emitter.row_threads
         self.memo: dict[tuple, list[ir.Value]] = {}
         self.reduced: dict[int, ir.Value] = {}
+        #: While a slot is evaluated: the condition under which it is an output element
+        #: (None: always); parameter reads are predicated on it (see :meth:`value`).
+        self.guard: ir.Value | None = None
         self.context = ElementalContext(
             resolve=self.value, call=entry.call_computation, fusion_name=entry.fusion_name
         )
@@ -365,9 +372,10 @@ class _RowEmission:
             self.row_valid = self.below(row, norm.rows)
             row = arith.minsi(row, self.constant(norm.rows - 1))
         self.row = row
-        # Per element a thread holds: its row-shape index and whether it is in the row.
+        # Per element a thread holds: its row-shape index, whether it is in the row, and
+        # whether it is an element of the output at all (in the row, of a real row).
         linear = Dim(0) * n + Dim(1)
-        self.slots: list[tuple[list[ir.Value], ir.Value | None]] = []
+        self.slots: list[tuple[list[ir.Value], ir.Value | None, ir.Value | None]] = []
         V = e.vector_size
         for k in range(e.elements // V):
             for v in range(V):
@@ -379,7 +387,10 @@ class _RowEmission:
                 index = self.apply(
                     physical_index(linear, norm.row_shape), (norm.rows, n), [row, column]
                 )
-                self.slots.append((index, valid))
+                written = valid
+                if self.row_valid is not None:
+                    written = self.row_valid if valid is None else arith.andi(valid, self.row_valid)
+                self.slots.append((index, valid, written))
         for reduce in norm.reduces:
             self.reduced[id(reduce)] = self.reduce_row(reduce)
         return self.write_outputs()
@@ -395,21 +406,36 @@ class _RowEmission:
     # -- values --------------------------------------------------------------------------
     def value(self, inst: Instruction, indices: Sequence[ir.Value]) -> list[ir.Value]:
         """``inst`` at ``indices``: a reduce's row value, a per-row value computed once,
-        a parameter read, anything else emitted once per distinct index."""
+        a parameter read, anything else emitted once per distinct index (and per
+        :attr:`guard`).
+
+        While a slot that may hold no output element is evaluated (``guard``: its
+        condition), parameters are read only where it holds. Its column and row are
+        clamped into range, so an unguarded read would load an element another thread
+        writes in this launch when an output shares that parameter's buffer (a loop
+        carry updated in place: copy insertion lets a loop fusion write over an input
+        its roots read elementwise); the value is discarded, but it is a race, and the
+        interpreter's sanitizer refuses it."""
         if id(inst) in self.reduced:
             return [self.reduced[id(inst)]]
+        guard = self.guard
         if id(inst) in self.norm.per_row:
+            # Computed once for the row, from reduces and per-row values: never guarded.
             key: tuple = (id(inst),)
             indices = self.row_index(inst.array_shape)
+            self.guard = None
         else:
-            key = (id(inst), *indices)
-        found = self.memo.get(key)
-        if found is None:
-            if inst.opcode == "parameter":
-                found = self.entry.value_of(inst, list(indices))
-            else:
-                found = emit_instruction(inst, list(indices), self.context)
-            self.memo[key] = found
+            key = (id(inst), *indices, guard)
+        try:
+            found = self.memo.get(key)
+            if found is None:
+                if inst.opcode == "parameter":
+                    found = self.entry.value_of(inst, list(indices), self.guard)
+                else:
+                    found = emit_instruction(inst, list(indices), self.context)
+                self.memo[key] = found
+        finally:
+            self.guard = guard
         return found
 
     # -- reductions ----------------------------------------------------------------------
@@ -417,8 +443,10 @@ class _RowEmission:
         e, entry = self.e, self.entry
         computation = reduce.called("to_apply")
         (accumulator,) = self.value(reduce.operands[1], [])
-        for index, valid in self.slots:
+        for index, valid, written in self.slots:
+            self.guard = written
             (element,) = self.value(reduce.operands[0], index)
+            self.guard = None
             (combined,) = entry.call_computation(computation, [accumulator, element])
             accumulator = combined if valid is None else arith.select(valid, combined, accumulator)
         reducer = entry.computation_function(computation)
@@ -452,13 +480,10 @@ class _RowEmission:
         shapes = self.entry.output_shapes
         analysis = self.e.analysis
         for root, positions in zip(analysis.roots, analysis.output_positions, strict=True):
-            for index, valid in self.slots:
+            for index, _, condition in self.slots:
+                self.guard = condition
                 (value,) = self.value(root, index)
-                condition = valid
-                if self.row_valid is not None:
-                    condition = (
-                        self.row_valid if valid is None else arith.andi(valid, self.row_valid)
-                    )
+                self.guard = None
                 for position in positions:
                     element = mlir_types.to_element(value, shapes[position].element_type)
                     if condition is None:

@@ -39,8 +39,14 @@ from mlir import ir
 from mlir.dialects import func, gpu, tensor
 
 from heron.emitters import mlir_types
-from heron.emitters.dialect import make_context, pure_call_op, verify_xla_ops
+from heron.emitters.dialect import (
+    make_context,
+    predicated_extract_op,
+    pure_call_op,
+    verify_xla_ops,
+)
 from heron.emitters.elemental import ElementalContext, emit_instruction
+from heron.emitters.elemental.data_ops import scalar_constant
 from heron.emitters.fusion_analysis import FusionAnalysis
 from heron.emitters.kernel_arguments import KERNEL_ATTR, mark_in_place, mark_shared
 from heron.hlo.errors import HloError, UnsupportedError
@@ -348,9 +354,19 @@ class _ModuleEmitter:
         raise self.error(inst, f"it is not a root of {sub.name}, which computes it")
 
     def extract_parameter(
-        self, param: Instruction, tensors: Sequence[ir.Value], indices: Sequence[ir.Value]
+        self,
+        param: Instruction,
+        tensors: Sequence[ir.Value],
+        indices: Sequence[ir.Value],
+        condition: ir.Value | None = None,
     ) -> Values:
-        """A fusion parameter's element(s) at ``indices``: ``tensor.extract`` + ``to_scalar``."""
+        """A fusion parameter's element(s) at ``indices``: ``tensor.extract`` + ``to_scalar``.
+
+        With ``condition`` (an ``i1``), the element is read only where it holds and is
+        zero elsewhere (``predicated_extract``): a thread whose element is out of range
+        and whose result is discarded must not read a clamped index either, since an
+        output may share the parameter's buffer (an in-place loop carry) and another
+        thread writes that element in the same launch."""
         first, count = self.parameter_leaves[id(param)]
         values = []
         for leaf, source in zip(leaf_shapes(param.shape), tensors[first : first + count]):
@@ -358,7 +374,12 @@ class _ModuleEmitter:
                 raise self.error(
                     param, f"read with {len(indices)} indices, but it has rank {leaf.rank}"
                 )
-            element = tensor.extract(source, list(indices))
+            if condition is None:
+                element = tensor.extract(source, list(indices))
+            else:
+                zero = scalar_constant(0, leaf.element_type)
+                zero = mlir_types.to_element(zero, leaf.element_type)
+                element = predicated_extract_op(condition, zero, source, list(indices)).results[0]
             values.append(mlir_types.to_scalar(element, leaf.element_type))
         return values
 
@@ -563,10 +584,14 @@ class EntryFunction:
     def output_shapes(self) -> tuple[ArrayShape, ...]:
         return fusion_output_shapes(self.fusion)
 
-    def value_of(self, inst: Instruction, indices: Sequence[ir.Value]) -> Values:
-        """``inst``'s element(s) at ``indices``: a parameter is read, anything else called."""
+    def value_of(
+        self, inst: Instruction, indices: Sequence[ir.Value], condition: ir.Value | None = None
+    ) -> Values:
+        """``inst``'s element(s) at ``indices``: a parameter is read (only where
+        ``condition`` holds, when given: ``_ModuleEmitter.extract_parameter``),
+        anything else called."""
         if inst.opcode == "parameter" and id(inst) in self._emitter.parameter_leaves:
-            return self._emitter.extract_parameter(inst, self.parameters, indices)
+            return self._emitter.extract_parameter(inst, self.parameters, indices, condition)
         return self._emitter.root_values(inst, self.parameters, indices)
 
     def call_subgraph(
