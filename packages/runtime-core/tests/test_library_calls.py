@@ -216,6 +216,7 @@ def test_each_library_computes_what_its_features_say():
         "relu": attrs.evolve(plain, activation="relu"),
         "gelu": attrs.evolve(plain, activation="gelu"),
         "aux": attrs.evolve(plain, activation="gelu", aux=True),  # only with the GELU
+        "fp8": attrs.evolve(plain, lhs_type="f8e4m3fn", rhs_type="f8e5m2"),
     }
     assert set(asks) == set(FEATURES) and call_features(plain) == frozenset()
     for feature, call in asks.items():

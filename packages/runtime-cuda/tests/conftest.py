@@ -137,6 +137,7 @@ class FakeCublasLt:
         from heron_test_support.fake_blas import Matrix, column_major_gemm
 
         types = {0: np.float32, 1: np.float64, 2: np.float16, 14: ml_dtypes.bfloat16, 3: np.int8}
+        types |= {28: ml_dtypes.float8_e4m3fn, 29: ml_dtypes.float8_e5m2}  # CUDA_R_8F_E4M3, E5M2
         types[10] = np.int32  # cudaDataType_t: CUDA_R_32I
         types |= {4: np.complex64, 5: np.complex128}  # CUDA_C_32F, CUDA_C_64F
         compute_type = record["desc"]["compute_type"]
@@ -178,7 +179,16 @@ class FakeCublasLt:
             c=matrix(*record["c"]),
             compute=compute,
             aux=self._aux(desc, record["d"][1]) if "AUX" in epilogue else None,
+            scale=self._scale(desc, "A") * self._scale(desc, "B"),
+            d_scale=self._scale(desc, "D"),
         )
+
+    def _scale(self, desc, matrix):
+        """The f32 a ``{matrix}_SCALE_POINTER`` points at (1 where none is set)."""
+        pointer = desc.get(f"{matrix}_SCALE_POINTER", 0)
+        if not pointer:
+            return 1.0
+        return float(np.frombuffer(self.memory.read(pointer, 4), np.float32)[0])
 
     def _aux(self, desc, d_layout):
         """The aux matrix the descriptor points at: D's type and shape, its own leading

@@ -38,6 +38,7 @@ def _run(call: GemmCall, library: CublasLt, rng: np.random.Generator):
     arguments: out, and aux with it) and the contract's."""
     operands = random_operands(call, rng)
     expected = expected_bytes(call, operands)
+    library._lt.last_addresses = [o.ctypes.data for o in operands]
     library.run(call, [o.ctypes.data for o in operands], 0x5001)
     if call.aux:
         return operands[-2:], expected
@@ -48,12 +49,20 @@ def _check_plan(call: GemmCall, recorded: dict) -> None:
     """The recorded arguments are the contract, row-major through column-major, swapped."""
     layouts = {role: recorded[role][1] for role in "abcd"}
     element = {0: "f32", 1: "f64", 2: "f16", 14: "bf16", 3: "s8", 10: "s32", 4: "c64", 5: "c128"}
+    element |= {28: "f8e4m3fn", 29: "f8e5m2"}
     a = (call.k, call.n) if call.rhs_transposed else (call.n, call.k)  # stored rows, cols
     b = (call.m, call.k) if call.lhs_transposed else (call.k, call.m)
     expected = {
         "a": (call.rhs_type, *a, a[0], call.k * call.n),
         "b": (call.lhs_type, *b, b[0], call.m * call.k),
-        "c": (call.out_type, call.n, call.m, call.n, call.m * call.n),
+        # beside an fp8 D, C is bf16 (cuBLASLt's fp8 types; beta 0: not read)
+        "c": (
+            "bf16" if call.out_type.startswith("f8") else call.out_type,
+            call.n,
+            call.m,
+            call.n,
+            call.m * call.n,
+        ),
         "d": (call.out_type, call.n, call.m, call.n, call.m * call.n),
     }
     for role, (kind, rows, cols, ld, stride) in expected.items():
@@ -69,7 +78,8 @@ def _check_plan(call: GemmCall, recorded: dict) -> None:
             assert (layout["BATCH_COUNT"], layout["STRIDED_BATCH_OFFSET"]) == (call.batch, stride)
         else:
             assert "BATCH_COUNT" not in layout
-    assert (recorded["c"] == recorded["d"]) == (not call.residual)  # C is D, or the c argument
+    # C is D, or the c argument
+    assert (recorded["c"][0] == recorded["d"][0]) == (not call.residual)
     desc = recorded["desc"]
     compute = {
         ("f32", ""): (68, 0),
@@ -98,6 +108,12 @@ def _check_plan(call: GemmCall, recorded: dict) -> None:
             call.m * call.n if call.batch > 1 else None
         )
         assert desc["EPILOGUE_AUX_POINTER"] == recorded["aux_address"]
+    # fp8 scales: cuBLASLt's A is heron's rhs, so its A scale is the contract's b_scale
+    scales = {"A": "b_scale", "B": "a_scale", "D": "d_scale"}
+    for matrix, name in scales.items():
+        index = call.argument(name)
+        pointer = desc.get(f"{matrix}_SCALE_POINTER")
+        assert pointer == (None if index is None else recorded["addresses"][index]), matrix
     assert (complex(recorded["alpha"]), complex(recorded["beta"])) == (call.alpha, call.beta)
     assert recorded["workspace"][1] == WORKSPACE_BYTES
     assert recorded["stream"] == 0x5001
@@ -122,10 +138,12 @@ def test_every_corpus_gemm_and_more_as_cublaslt_computes_it(fake_cublaslt):
     library = CublasLt(lambda n: workspace.append(n) or 0x9000, bindings=stand_in)
     assert workspace == [WORKSPACE_BYTES]
     assert any(c.aux and c.bias and c.batch > 1 for c in calls)  # the corpus has none
+    assert any(c.d_scale for c in calls) and any(c.rhs_type == "f8e5m2" for c in calls)
     for call in calls:
         assert library.offers(call), call.describe()
         got, expected = _run(call, library, rng)
         stand_in.matmuls[-1]["aux_address"] = got[-1].ctypes.data
+        stand_in.matmuls[-1]["addresses"] = stand_in.last_addresses
         _check_plan(call, stand_in.matmuls[-1])
         if call.bias:
             assert stand_in.matmuls[-1]["desc"]["BIAS_POINTER"] != 0
@@ -150,6 +168,26 @@ def test_plan_swaps_the_operands_for_row_major():
         "BIAS",
     )
     assert chosen.bias_data_type == "CUDA_R_16BF"
+
+
+def test_an_fp8_call_cublaslt_cannot_read_is_not_offered_and_says_why(fake_cublaslt):
+    library = CublasLt(lambda n: 0x9000, bindings=fake_cublaslt())
+    tn = GemmCall(1, 16, 32, 48, "f8e4m3fn", "f8e4m3fn", "f32", rhs_transposed=True)
+    assert library.offers(tn)
+    nn = attrs.evolve(tn, rhs_transposed=False)
+    assert not library.offers(nn)
+    assert library.refusal(nn) == "cuBLASLt's fp8 GEMM reads lhs [m, k] and rhs [n, k] only (TN)"
+    odd = attrs.evolve(tn, k=40)
+    assert not library.offers(odd)
+    assert library.refusal(odd).endswith("multiples of 16 (m 16, n 32, k 40)")
+    chosen = plan(attrs.evolve(tn, out_type="f8e4m3fn", scales=True, d_scale=True))
+    assert (chosen.a.data_type, chosen.d.data_type, chosen.c.data_type) == (
+        "CUDA_R_8F_E4M3",
+        "CUDA_R_8F_E4M3",
+        "CUDA_R_16BF",
+    )
+    # the rhs's scale (argument 3, b_scale) is cuBLASLt's A scale
+    assert (chosen.a_scale_argument, chosen.b_scale_argument, chosen.d_scale_argument) == (3, 2, 4)
 
 
 def test_an_aux_matrix_cublaslt_cannot_lay_out_is_not_offered_and_says_why(fake_cublaslt):

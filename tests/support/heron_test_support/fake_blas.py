@@ -104,10 +104,16 @@ def column_major_gemm(
     c: Matrix | None = None,
     compute: str = "",
     aux: Matrix | None = None,
+    scale: float = 1.0,
+    d_scale: float = 1.0,
 ) -> None:
     """``D = activation(alpha * op(A) @ op(B) + beta * C + bias[row])`` per batch, as BLAS
     computes it (C is D where not given; ``compute`` rounds the operands first); ``aux``
-    receives the activation's argument (cuBLASLt's GELU_AUX)."""
+    receives the activation's argument (cuBLASLt's GELU_AUX); ``scale`` (fp8: A's scale
+    times B's) multiplies the products' sum, ``d_scale`` the result before it is
+    rounded to D's type (saturated where D is fp8, as cuBLASLt's fp8 D)."""
+    import ml_dtypes
+
     from heron.runtime.core.gemm import gelu_tanh, rounded_to_compute
 
     a_values = rounded_to_compute(a.read(memory, batch), compute).astype(accumulate)
@@ -118,6 +124,8 @@ def column_major_gemm(
         b_values = b_values.transpose(0, 2, 1)
     with np.errstate(over="ignore", invalid="ignore"):
         result = np.matmul(a_values, b_values) * np.asarray(alpha, accumulate)
+        if scale != 1:
+            result = result * np.asarray(scale, accumulate)
         if beta:
             before = (c or d).read(memory, batch).astype(accumulate)
             result = result + np.asarray(beta, accumulate) * before
@@ -131,6 +139,11 @@ def column_major_gemm(
             result = np.maximum(result, np.zeros((), accumulate))
         elif activation == "gelu":
             result = gelu_tanh(result)
+        if d_scale != 1:
+            result = result * np.asarray(d_scale, accumulate)
+    if np.dtype(d.dtype).itemsize == 1 and np.dtype(d.dtype).kind == "V":  # fp8: saturated
+        largest = float(ml_dtypes.finfo(d.dtype).max)
+        result = np.where(np.isnan(result), result, np.clip(result, -largest, largest))
     d.write(memory, result.astype(accumulate))
 
 
@@ -183,6 +196,8 @@ def random_operands(call, rng: np.random.Generator) -> list[np.ndarray]:
             operands.append(rng.integers(-128, 128, count).astype(np.int8))
         elif kind == "s32":
             operands.append(rng.integers(-1000, 1000, count).astype(np.int32))
+        elif kind == "f32" and count == 1:  # an fp8 call's scale
+            operands.append(rng.uniform(0.25, 2, 1).astype(np.float32))
         else:
             operands.append(rng.standard_normal(count).astype(ElementType(kind).numpy_dtype))
     return operands
@@ -225,7 +240,8 @@ def extra_gemm_calls() -> tuple:
     """Calls the corpus lacks: s8 (s32 accumulation), f16 with and without an epilogue,
     alpha and beta, f64, a matrix-vector product, both operands transposed with a
     residual and a bias, bf16 compute, GELU without a bias, c64 and c128, and GELUs
-    writing their argument too (aux: bf16 with a bias and a batch, f32 without)."""
+    writing their argument too (aux: bf16 with a bias and a batch, f32 without), fp8
+    (scaled and not, e4m3 and e5m2, to f32, bf16 and a scaled e4m3)."""
     from heron.runtime.core.gemm import GemmCall
 
     return (
@@ -253,4 +269,18 @@ def extra_gemm_calls() -> tuple:
         GemmCall(1, 4, 3, 5, "c128", "c128", "c128", alpha=0.5),
         GemmCall(3, 5, 16, 9, "bf16", "bf16", "bf16", bias=True, activation="gelu", aux=True),
         GemmCall(1, 6, 8, 10, lhs_transposed=True, compute="tf32", activation="gelu", aux=True),
+        GemmCall(1, 16, 32, 48, "f8e4m3fn", "f8e4m3fn", "f32", rhs_transposed=True, scales=True),
+        GemmCall(2, 16, 16, 32, "f8e4m3fn", "f8e5m2", "bf16", rhs_transposed=True, alpha=0.5),
+        GemmCall(
+            1,
+            32,
+            16,
+            16,
+            "f8e5m2",
+            "f8e4m3fn",
+            "f8e4m3fn",
+            rhs_transposed=True,
+            scales=True,
+            d_scale=True,
+        ),  # fmt: skip
     )

@@ -22,7 +22,10 @@ A fusion matches when its computation is exactly, and nothing more than::
 - ``dot`` canonical (``heron.hlo.passes.dot_decomposer``: batch, m, k x batch,
   k, n), its element types ones the contract takes, every shape row-major;
 - ``A`` and ``B`` parameters of the fusion, each perhaps through bitcasts and
-  one transpose of its last two dimensions (read transposed by the library);
+  one transpose of its last two dimensions (read transposed by the library;
+  fp8 and s8: the rhs only, cuBLASLt's "TN"), or, on a Target with fp8 GEMMs,
+  both fp8 parameters read through their dequantization (``convert``, times a
+  broadcast f32 scalar: the call's scales; :mod:`.library_gemm_fp8`);
 - ``alpha``: a multiply by (or divide by) a scalar constant, on the dot itself;
 - ``C``: a parameter of the output's shape and type (``beta`` 1), ``bias`` a
   parameter ``[n]`` of the output type broadcast along the last dimension;
@@ -50,12 +53,14 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 import numpy as np
 
+from heron.compiler.library_gemm_fp8 import TN_TYPES, Fp8Operand, fp8_gemms, fp8_operand
 from heron.hlo.dot_precision import dot_compute
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.dot_decomposer import is_canonical_dot
 from heron.hlo.shapes import ArrayShape
 from heron.runtime.core.gemm import (
     ACCUMULATION,
+    FP8_TYPES,
     GEMM,
     LIBRARY_FEATURES,
     GemmCall,
@@ -76,6 +81,7 @@ __all__ = [
     "library_verdict",
     "match_gemm",
     "splits_at_library",
+    "target_features",
 ]
 
 #: Ops a GELU's spelling may use besides constants and its argument.
@@ -97,6 +103,34 @@ class GemmMatch:
     call: GemmCall
     parameters: tuple[int, ...]
     outputs: tuple[int, ...] = (0,)
+
+
+def target_features(target: Target) -> frozenset[str]:
+    """What ``target``'s GEMM library computes there: :data:`LIBRARY_FEATURES`, without
+    fp8 on a device without fp8 tensor cores (before sm_89)."""
+    features = LIBRARY_FEATURES[target.gemm_library]
+    return features if fp8_gemms(target) else features - {"fp8"}
+
+
+def _tn(dot: Instruction) -> bool:
+    """Whether cuBLASLt reads ``dot``'s operands only as lhs [m, k], rhs [n, k] (fp8, s8)."""
+    return any(o.array_shape.element_type.value in TN_TYPES for o in dot.operands)
+
+
+def _fp8_sides(dot: Instruction, features: frozenset[str], is_input: Input) -> list[Fp8Operand]:
+    """Both operands of ``dot`` as fp8 values (their dequantization read by the library;
+    the lhs never read transposed), or [] where they are not both fp8 or the library
+    takes none."""
+    if "fp8" not in features:
+        return []
+    batch = len(dot.attributes.get("lhs_batch_dims", ()))
+    sides = []
+    for number, side in enumerate(dot.operands):
+        found = fp8_operand(side, batch, number == 1 and "transpose" in features, _scalar_constant)
+        if found is None or not is_input(found.source):
+            return []
+        sides.append(found)
+    return sides
 
 
 def _row_major(shape: object) -> bool:
@@ -327,10 +361,16 @@ def _result_transpose(inst: Instruction, dot: Instruction, features: frozenset[s
 
 
 def _operand_members(dot: Instruction, features: frozenset[str]) -> list[Instruction]:
-    """The transposes (of the last two dimensions) the library reads instead of copying."""
+    """The transposes (of the last two dimensions) the library reads instead of copying,
+    and an fp8 operand's dequantization (fp8 and s8: the rhs only, "TN")."""
+    fp8 = _fp8_sides(dot, features, lambda inst: True)
+    if fp8:
+        return [m for side in fp8 for m in side.members]
     batch = len(dot.attributes.get("lhs_batch_dims", ()))
     members = []
-    for side in dot.operands:
+    for number, side in enumerate(dot.operands):
+        if number == 0 and _tn(dot):
+            continue
         swap = (*range(batch), batch + 1, batch)
         if (
             "transpose" in features
@@ -455,12 +495,12 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
     library = target.gemm_library
     if not library:
         return f"no GEMM library on {target.backend}"
-    features = LIBRARY_FEATURES[library]
+    features = target_features(target)
     dots = [i for i in computation.instructions if i.opcode == "dot"]
     if len(dots) != 1:
         return f"the fusion holds {len(dots)} dots"
     (dot,) = dots
-    verdict = dot_verdict(dot)
+    verdict = dot_verdict(dot, target)
     if verdict:
         return verdict
     users = computation.users()
@@ -500,8 +540,19 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
     lhs, rhs = dot.operands
     batch = len(dot.attributes.get("lhs_batch_dims", ()))
     sides = []
-    for side in (lhs, rhs):
-        read = _operand(side, batch, features)
+    fp8 = _fp8_sides(dot, features, lambda inst: inst.opcode == "parameter")
+    scale_numbers: tuple[int, ...] = ()
+    for number, side in enumerate((lhs, rhs)):
+        if fp8:
+            found = fp8[number]
+            if not _row_major(found.source.shape):
+                return f"dot {dot.name}: its operand {found.source.name} is not row-major"
+            sides.append((int(found.source.parameter_number), found.transposed))
+            members |= set(found.members)
+            continue
+        # fp8 and s8: cuBLASLt reads the lhs [m, k] only ("TN"): a transpose is a kernel
+        reads = features - {"transpose"} if number == 0 and _tn(dot) else features
+        read = _operand(side, batch, reads)
         if isinstance(read, str):
             return f"dot {dot.name}: {read}"
         sides.append(read)
@@ -509,6 +560,14 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
         while chain.opcode in ("transpose", "bitcast"):
             members.add(chain)
             chain = chain.operands[0]
+    if fp8:
+        scales = [side.scale for side in fp8]
+        if (scales[0] is None) != (scales[1] is None):
+            return f"dot {dot.name}: one fp8 operand is scaled by a device scalar, the other not"
+        if scales[0] is not None:
+            if any(s.opcode != "parameter" for s in scales):
+                return f"dot {dot.name}: an fp8 scale is computed in the fusion"
+            scale_numbers = tuple(int(s.parameter_number) for s in scales)
     for inst in computation.instructions:
         if inst in members or inst.opcode in ("parameter", "constant"):
             continue
@@ -524,6 +583,12 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
     if (lhs_transposed and not (has_m and has_k)) or (rhs_transposed and not (has_n and has_k)):
         return f"dot {dot.name}: a transposed operand without two matrix dimensions"
     types = (lhs.array_shape.element_type.value, rhs.array_shape.element_type.value)
+    compute = dot_compute(dot, tf32=target.tf32)
+    alpha = epilogue.alpha
+    if fp8:  # the products of fp8 values, exact in f32: no operand rounding
+        types = tuple(side.source.array_shape.element_type.value for side in fp8)
+        compute = ""
+        alpha *= fp8[0].constant_scale * fp8[1].constant_scale
     try:
         call = GemmCall(
             batch=int(np.prod(lhs_dims[:batch], dtype=np.int64)) if batch else 1,
@@ -535,13 +600,14 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
             out_type=dot.array_shape.element_type.value,
             lhs_transposed=lhs_transposed,
             rhs_transposed=rhs_transposed,
-            compute=dot_compute(dot, tf32=target.tf32),
-            alpha=epilogue.alpha,
+            compute=compute,
+            alpha=alpha,
             beta=1.0 if epilogue.residual is not None else 0.0,
             bias=epilogue.bias is not None,
             residual=epilogue.residual is not None,
             activation=activation,
             aux=aux,
+            scales=bool(scale_numbers),
         )
     except ThunkError as error:
         return str(error)
@@ -556,12 +622,14 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
             rhs_transposed=not call.lhs_transposed,
         )
         lhs_number, rhs_number = rhs_number, lhs_number
+        scale_numbers = scale_numbers[::-1]
     missing = call_features(call) - features
     if missing:
         return f"{library} does not compute {', '.join(sorted(missing))}"
     parameters = (
         lhs_number,
         rhs_number,
+        *scale_numbers,
         *(() if epilogue.bias is None else (epilogue.bias.parameter_number,)),
         *(() if epilogue.residual is None else (epilogue.residual.parameter_number,)),
     )
@@ -583,18 +651,28 @@ def _aux_outputs(
     return 1 - aux, aux
 
 
-def dot_verdict(dot: Instruction) -> str:
-    """Why no library takes ``dot`` whatever its fusion ("" when one may)."""
+def dot_verdict(dot: Instruction, target: Target) -> str:
+    """Why no library takes ``dot`` whatever its fusion on ``target`` ("" when one may)."""
     if not isinstance(dot.shape, ArrayShape) or not is_canonical_dot(dot):
         return f"dot {dot.name} is not canonical"
     types = tuple(o.array_shape.element_type.value for o in dot.operands)
     if types not in ACCUMULATION:
         return f"dot {dot.name}: no library GEMM of {' x '.join(types)}"
+    if types[0] in FP8_TYPES and not fp8_gemms(target):
+        return (
+            f"dot {dot.name}: no library GEMM of {' x '.join(types)} on {target.name}"
+            f" (cuBLASLt's fp8 GEMMs need sm_89; {_capability(target)})"
+        )
     if not _row_major(dot.shape):
         return f"dot {dot.name}: its result is not row-major ({dot.shape})"
     if any(size == 0 for o in dot.operands for size in o.array_shape.dims):
         return f"dot {dot.name}: an empty operand"
     return ""
+
+
+def _capability(target: Target) -> str:
+    capability = target.compute_capability
+    return f"sm_{capability[0]}{capability[1]}" if capability else target.backend
 
 
 def splits_at_library(computation: Computation, target: Target) -> str:
@@ -614,7 +692,7 @@ def splits_at_library(computation: Computation, target: Target) -> str:
     ]
     if len(computing) == 1:
         return ""
-    if all(dot_verdict(dot) for dot in dots):
+    if all(dot_verdict(dot, target) for dot in dots):
         return ""  # heron's kernel computes these dots anyway: fuse as it likes
     found = match_gemm(computation, target)
     return found if isinstance(found, str) else ""

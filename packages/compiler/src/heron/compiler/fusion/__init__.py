@@ -3,6 +3,8 @@
 One module per pass, each a factory taking the Target and returning an
 :class:`~heron.hlo.passes.HloPass`:
 
+- :mod:`heron.compiler.library_gemm_fp8`: fp8 and s8 dots' operands laid out as
+  cuBLASLt reads them (XLA's "TN" transposes);
 - :mod:`.gemm_fusion`: each dot with what its GEMM library computes with it;
 - :mod:`.priority_fusion`: producers into all their consumers, by time saved;
 - :mod:`.multi_output_fusion`: sibling and producer-consumer multi-output fusion;
@@ -38,6 +40,7 @@ from heron.compiler.library_attention_pairing import library_attention_pairing
 from heron.compiler.library_convolution import library_convolution_rewriter
 from heron.compiler.library_convolution_fusion import library_convolution_fusion
 from heron.compiler.library_fft import fft_rewriter
+from heron.compiler.library_gemm_fp8 import operand_layout
 from heron.compiler.library_triangular_solve import triangular_solve_rewriter
 from heron.compiler.scan_rewriter import scan_rewriter
 from heron.compiler.tree_reduction import tree_reduction_rewriter
@@ -68,6 +71,7 @@ GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
     "library-convolution-fusion": library_convolution_fusion,
     "scan-rewriter": scan_rewriter,
     "tree-reduction-rewriter": tree_reduction_rewriter,
+    "library-gemm-operand-layout": operand_layout,
     "library-gemm-fusion": gemm_fusion,
     "priority-fusion": priority_fusion,
     "multi-output-fusion": multi_output_fusion,
@@ -78,11 +82,12 @@ GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
 
 
 def fusion_pipeline(target: Target) -> Pipeline:
-    """Library GEMMs, priority, multi-output and horizontal fusion, the wrapper, then CSE
-    and DCE."""
+    """Library GEMMs (their operands laid out as the library reads them first), priority,
+    multi-output and horizontal fusion, the wrapper, then CSE and DCE."""
     return Pipeline(
         "fusion",
         (
+            operand_layout(target),
             gemm_fusion(target),
             priority_fusion(target),
             fusion_cse(target),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from heron.compiler.fusion.builder import install_fusion, post_order
 from heron.compiler.fusion.context import FusionContext
-from heron.compiler.library_gemm import LIBRARY_FEATURES, dot_verdict, epilogue_members
+from heron.compiler.library_gemm import dot_verdict, epilogue_members, target_features
 from heron.hlo.ir import Module
 from heron.hlo.passes.manager import HloPass
 from heron.target import Target
@@ -29,12 +29,12 @@ def fuse_library_gemms(module: Module, target: Target) -> bool:
     """Give each library-typed dot of ``module``'s entry its library fusion."""
     if not target.gemm_library:
         return False
-    features = LIBRARY_FEATURES[target.gemm_library]
+    features = target_features(target)
     context = FusionContext(module, target)
     computation = module.entry
     changed = False
     for dot in [i for i in computation.instructions if i.opcode == "dot"]:
-        if dot_verdict(dot):
+        if dot_verdict(dot, target):
             continue
         users = computation.users()
         order = {inst: n for n, inst in enumerate(post_order(computation))}

@@ -11,7 +11,7 @@ rewriter fuses it into a cuBLASLt call::
                               + beta * c[b, m, n] + bias[n])
 
 computed in the accumulation type XLA uses for the element types (f32 for
-f16, bf16 and f32 inputs; f64 for f64; c64 and c128 for themselves; s32,
+f16, bf16, f32 and fp8 inputs; f64 for f64; c64 and c128 for themselves; s32,
 wrapping, for s8), the operands
 first rounded to ``compute`` where that is narrower than their type (TF32,
 XLA:GPU's default for f32 dots: :mod:`heron.hlo.dot_precision`), and rounded
@@ -45,6 +45,20 @@ once to the output type.
   rewriter uses when that pre-activation is also read elsewhere, as a
   training step's backward pass reads it).
 
+fp8 GEMMs (``f8e4m3fn`` x ``f8e4m3fn``, and either operand ``f8e5m2``: not
+both, which cuBLASLt does not take) are XLA's ``__cublas$lt$matmul$f8``:
+``out = round(d_scale * alpha * a_scale * b_scale * sum_k lhs * rhs)``, the
+fp8 products summed in f32, ``a_scale``, ``b_scale`` (``scales``) and
+``d_scale`` (``d_scale``) device f32 scalars, the result rounded to
+``out_type`` (f32, bf16, f16, or an fp8 type: saturated to its largest
+finite value first, as XLA's clamp before the convert says). No bias,
+residual or activation (not yet). ``compute`` is ``""``.
+
+- ``scales`` (bool): the arguments ``a_scale``, ``b_scale`` (one f32 each)
+  follow ``rhs`` (without them both are 1: an fp8 dot as jax writes it
+  unscaled); ``d_scale`` (bool, only with an fp8 output): then ``d_scale``
+  (one f32), before ``out``.
+
 An artefact written before an attribute existed leaves it out: a missing
 attribute with a default (everything but the sizes) takes it.
 
@@ -58,6 +72,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
+import ml_dtypes
 import numpy as np
 
 from heron.hlo.element_types import ElementType
@@ -66,6 +81,7 @@ from heron.runtime.core.thunks import ThunkError
 
 __all__ = [
     "ACCUMULATION",
+    "FP8_TYPES",
     "ACTIVATIONS",
     "COMPUTE_TYPES",
     "FEATURES",
@@ -97,7 +113,14 @@ ACCUMULATION = {
     ("c64", "c64"): "c64",
     ("c128", "c128"): "c128",
     ("s8", "s8"): "s32",
+    ("f8e4m3fn", "f8e4m3fn"): "f32",
+    ("f8e4m3fn", "f8e5m2"): "f32",
+    ("f8e5m2", "f8e4m3fn"): "f32",
 }
+#: The fp8 element types a GEMM takes (cuBLASLt's ``CUDA_R_8F_E4M3``, ``_E5M2``).
+FP8_TYPES = ("f8e4m3fn", "f8e5m2")
+#: What an fp8 GEMM's f32 sum may be rounded to (an fp8 output only with fp8 inputs).
+_FP8_OUTPUTS = ("f32", "f16", "bf16", *FP8_TYPES)
 #: accumulation type -> the output types a call may round to.
 _OUTPUTS = {
     "f32": ("f32", "f16", "bf16"),
@@ -107,7 +130,7 @@ _OUTPUTS = {
     "s32": ("s32",),
 }
 #: What a call may ask besides the plain GEMM (:func:`call_features` names them).
-FEATURES = ("transpose", "alpha", "residual", "bias", "relu", "gelu", "aux")
+FEATURES = ("transpose", "alpha", "residual", "bias", "relu", "gelu", "aux", "fp8")
 #: GEMM library (its ``Library.name``, and ``Target.gemm_library``) -> the features it
 #: computes: the one statement of what each library computes. The compiler matches no
 #: fusion asking more of the Target's library (``heron.compiler.library_gemm``); a
@@ -152,6 +175,8 @@ class GemmCall(LibraryContract):
     residual: bool = False
     activation: str = "none"
     aux: bool = False
+    scales: bool = False
+    d_scale: bool = False
 
     def __attrs_post_init__(self) -> None:
         accumulation = ACCUMULATION.get((self.lhs_type, self.rhs_type))
@@ -160,11 +185,22 @@ class GemmCall(LibraryContract):
                 f"gemm: no library GEMM of {self.lhs_type} x {self.rhs_type} (takes"
                 f" {', '.join(' x '.join(pair) for pair in ACCUMULATION)})"
             )
-        if self.out_type not in _OUTPUTS[accumulation]:
+        fp8 = self.lhs_type in FP8_TYPES
+        outputs = _FP8_OUTPUTS if fp8 else _OUTPUTS[accumulation]
+        if self.out_type not in outputs:
             raise ThunkError(
                 f"gemm: {self.lhs_type} x {self.rhs_type} accumulates in {accumulation}, which"
-                f" rounds to {', '.join(_OUTPUTS[accumulation])}, not {self.out_type}"
+                f" rounds to {', '.join(outputs)}, not {self.out_type}"
             )
+        if fp8 and (self.bias or self.residual or self.activation != "none" or self.compute):
+            raise ThunkError(
+                f"gemm: an fp8 GEMM ({self.lhs_type} x {self.rhs_type}) has no bias, residual,"
+                " activation or compute rounding"
+            )
+        if self.scales is True and not fp8:
+            raise ThunkError(f"gemm: scales are for fp8 operands, not {self.lhs_type}")
+        if self.d_scale is True and self.out_type not in FP8_TYPES:
+            raise ThunkError(f"gemm: d_scale is for an fp8 output, not {self.out_type}")
         if self.activation not in ACTIVATIONS:
             raise ThunkError(f"gemm: activation {self.activation!r} (takes {ACTIVATIONS})")
         if accumulation in _PLAIN_ONLY and (
@@ -185,7 +221,15 @@ class GemmCall(LibraryContract):
             raise ThunkError(
                 f"gemm: an auxiliary output is the GELU's argument; activation is {self.activation}"
             )
-        for name in ("lhs_transposed", "rhs_transposed", "bias", "residual", "aux"):
+        for name in (
+            "lhs_transposed",
+            "rhs_transposed",
+            "bias",
+            "residual",
+            "aux",
+            "scales",
+            "d_scale",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ThunkError(f"gemm: {name} must be true or false")
         for name in ("alpha", "beta"):
@@ -206,10 +250,13 @@ class GemmCall(LibraryContract):
 
     @property
     def operand_names(self) -> tuple[str, ...]:
-        """The arguments, in order: ``lhs``, ``rhs``, [``bias``], [``c``], ``out``, [``aux``]."""
+        """The arguments, in order: ``lhs``, ``rhs``, [``a_scale``, ``b_scale``],
+        [``d_scale``], [``bias``], [``c``], ``out``, [``aux``]."""
         return (
             "lhs",
             "rhs",
+            *("a_scale", "b_scale") * self.scales,
+            *("d_scale",) * self.d_scale,
             *("bias",) * self.bias,
             *("c",) * self.residual,
             "out",
@@ -226,10 +273,12 @@ class GemmCall(LibraryContract):
         out = self.batch * self.m * self.n
         sizes = {"lhs": self.batch * self.m * self.k, "rhs": self.batch * self.k * self.n}
         sizes |= {"bias": self.n, "c": out, "out": out, "aux": out}
+        sizes |= {"a_scale": 1, "b_scale": 1, "d_scale": 1}
         return tuple(sizes[name] for name in self.operand_names)
 
     def element_types(self) -> tuple[str, ...]:
         types = {"lhs": self.lhs_type, "rhs": self.rhs_type}
+        types |= {"a_scale": "f32", "b_scale": "f32", "d_scale": "f32"}
         return tuple(types.get(name, self.out_type) for name in self.operand_names)
 
     def byte_sizes(self) -> tuple[int, ...]:
@@ -254,6 +303,8 @@ class GemmCall(LibraryContract):
             "residual" if self.residual else "",
             "" if self.activation == "none" else self.activation,
             "aux" if self.aux else "",
+            "scales" if self.scales else "",
+            "d_scale" if self.d_scale else "",
         ]
         return (
             f"gemm {self.lhs_type}[{batch}{self.m}x{self.k}]{'^T' * self.lhs_transposed} x"
@@ -294,6 +345,9 @@ class GemmCall(LibraryContract):
         a, w = (rounded_to_compute(x, self.compute).astype(accumulate) for x in (a, w))
         with np.errstate(over="ignore", invalid="ignore"):
             result = np.matmul(a, w)  # int32 wraps, as XLA's s32 accumulation
+            if self.scales:
+                scale = typed("a_scale", "f32", ()) * typed("b_scale", "f32", ())
+                result = (result * scale).astype(accumulate)
             if self.alpha != 1:
                 result = (result * np.asarray(self.alpha, accumulate)).astype(accumulate)
             if self.beta != 0:
@@ -307,6 +361,11 @@ class GemmCall(LibraryContract):
             elif self.activation == "gelu":
                 result = gelu_tanh(result)
         out_dtype = ElementType(self.out_type).numpy_dtype
+        if self.d_scale:
+            result = (result * typed("d_scale", "f32", ())).astype(accumulate)
+        if self.out_type in FP8_TYPES:  # saturated, as XLA's clamp before the convert
+            largest = float(ml_dtypes.finfo(out_dtype).max)
+            result = np.where(np.isnan(result), result, np.clip(result, -largest, largest))
 
         def raw_bytes(values: np.ndarray) -> np.ndarray:
             return np.ascontiguousarray(values.astype(out_dtype)).reshape(-1).view(np.uint8)
@@ -318,7 +377,7 @@ class GemmCall(LibraryContract):
 
 def call_features(call: GemmCall) -> frozenset[str]:
     """The :data:`FEATURES` ``call`` asks for: a transposed operand, an alpha other than
-    1, a bias, a residual, an activation, an auxiliary output."""
+    1, a bias, a residual, an activation, an auxiliary output, fp8 operands."""
     used = set()
     if call.lhs_transposed or call.rhs_transposed:
         used.add("transpose")
@@ -327,6 +386,8 @@ def call_features(call: GemmCall) -> frozenset[str]:
     used |= {name for name in ("bias", "residual", "aux") if getattr(call, name)}
     if call.activation != "none":
         used.add(call.activation)
+    if call.lhs_type in FP8_TYPES:
+        used.add("fp8")
     return frozenset(used)
 
 

@@ -42,6 +42,18 @@ are ``out``'s columns: exactly the contract's bias over ``n``.
 
 :func:`plan` computes every argument value from the call alone (what the
 tests compare with the contract on a stand-in for the bindings).
+
+- fp8 (XLA's ``__cublas$lt$matmul$f8``): ``CUDA_R_8F_E4M3`` / ``_E5M2``
+  operands, ``CUBLAS_COMPUTE_32F``, the scales as device pointers set before
+  each call: ``A_SCALE_POINTER`` is the contract's ``b_scale`` and
+  ``B_SCALE_POINTER`` its ``a_scale`` (cuBLASLt's A is heron's rhs),
+  ``D_SCALE_POINTER`` its ``d_scale``; with an fp8 D, C is described as bf16
+  (cuBLASLt's fp8 type table: a 16-bit C beside an fp8 D; beta is 0, C is not
+  read). cuBLASLt's fp8 kernels read A transposed and B not ("TN": heron's
+  ``rhs [n, k]``, ``lhs [m, k]``, which the compiler arranges,
+  :mod:`heron.compiler.library_gemm_fp8`) with m, n and k multiples of 16
+  (XLA pads to that): :func:`broken_rule` refuses other calls, and heron's
+  kernel runs.
 """
 
 from __future__ import annotations
@@ -53,7 +65,7 @@ import attrs
 import numpy as np
 
 from heron.runtime.core.device import DeviceError
-from heron.runtime.core.gemm import GEMM, GemmCall
+from heron.runtime.core.gemm import FP8_TYPES, GEMM, GemmCall
 from heron.runtime.core.gpu_device import Library
 
 __all__ = [
@@ -78,6 +90,8 @@ DATA_TYPES = {
     "c128": "CUDA_C_64F",
     "s8": "CUDA_R_8I",
     "s32": "CUDA_R_32I",
+    "f8e4m3fn": "CUDA_R_8F_E4M3",
+    "f8e5m2": "CUDA_R_8F_E5M2",
 }
 #: (accumulation type, the call's ``compute``) -> (``cublasComputeType_t`` name, scale
 #: type): XLA's choice.
@@ -103,6 +117,8 @@ EPILOGUES = {
 AUX_EPILOGUES = {False: "GELU_AUX", True: "GELU_AUX_BIAS"}
 #: What an aux matrix's leading dimension and batch stride must be a multiple of (elements).
 AUX_ALIGNMENT = 8
+#: What an fp8 GEMM's m, n and k must be multiples of (XLA pads its fp8 operands to it).
+FP8_MULTIPLE = 16
 #: The workspace cuBLASLt may use (XLA gives cuBLASLt 32 MiB on Hopper, 4 MiB before).
 WORKSPACE_BYTES = 32 * 2**20
 
@@ -143,6 +159,10 @@ class LtPlan:
     #: the aux matrix (laid out as ``d``) and its argument, with a ``GELU_AUX`` epilogue
     aux: LtMatrix | None = None
     aux_argument: int | None = None
+    #: fp8: the arguments holding cuBLASLt's A, B and D scales (None: 1)
+    a_scale_argument: int | None = None
+    b_scale_argument: int | None = None
+    d_scale_argument: int | None = None
 
 
 def _stored(role: str, kind: str, rows: int, cols: int, batch: int, transposed: bool) -> LtMatrix:
@@ -162,6 +182,8 @@ def plan(call: GemmCall) -> LtPlan:
     b = _stored("lhs", call.lhs_type, call.k, call.m, call.batch, call.lhs_transposed)
     d = _stored("out", call.out_type, call.n, call.m, call.batch, False)
     c = attrs.evolve(d, role="c") if call.residual else d
+    if call.out_type in FP8_TYPES:  # a 16-bit C beside an fp8 D (never read: beta 0)
+        c = attrs.evolve(c, role="c", data_type=DATA_TYPES["bf16"])
     epilogue = AUX_EPILOGUES[call.bias] if call.aux else EPILOGUES[(call.bias, call.activation)]
     return LtPlan(
         compute_type=compute,
@@ -181,6 +203,9 @@ def plan(call: GemmCall) -> LtPlan:
         out_argument=call.argument("out"),
         aux=attrs.evolve(d, role="aux") if call.aux else None,
         aux_argument=call.argument("aux"),
+        a_scale_argument=call.argument("b_scale"),
+        b_scale_argument=call.argument("a_scale"),
+        d_scale_argument=call.argument("d_scale"),
     )
 
 
@@ -193,6 +218,14 @@ def broken_rule(call: GemmCall) -> str:
             f"cuBLASLt's GELU_AUX needs the aux leading dimension (n = {call.n}) divisible by"
             f" {AUX_ALIGNMENT}"
         )
+    if call.lhs_type in FP8_TYPES:
+        if call.lhs_transposed or not call.rhs_transposed:
+            return "cuBLASLt's fp8 GEMM reads lhs [m, k] and rhs [n, k] only (TN)"
+        if any(size % FP8_MULTIPLE for size in (call.m, call.n, call.k)):
+            return (
+                f"cuBLASLt's fp8 GEMM needs m, n and k multiples of {FP8_MULTIPLE}"
+                f" (m {call.m}, n {call.n}, k {call.k})"
+            )
     return ""
 
 
@@ -363,6 +396,9 @@ class CublasLt(Library):
         pointers = {
             "BIAS_POINTER": chosen.bias_argument,
             "EPILOGUE_AUX_POINTER": chosen.aux_argument,
+            "A_SCALE_POINTER": chosen.a_scale_argument,
+            "B_SCALE_POINTER": chosen.b_scale_argument,
+            "D_SCALE_POINTER": chosen.d_scale_argument,
         }
         for name, argument in pointers.items():
             if argument is None:
