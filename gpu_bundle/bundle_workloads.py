@@ -76,10 +76,10 @@ class Workload:
 
 
 def _dtype(name: str) -> np.dtype:
-    if name == "bfloat16":
+    if name == "bfloat16" or name.startswith("float8"):  # ml_dtypes' types
         import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
 
 
@@ -352,6 +352,31 @@ def _training_step():
     return step
 
 
+def _matmul_fp8():
+    import jax.numpy as jnp
+
+    def scaled(a, b, a_scale, b_scale):
+        return (a.astype(jnp.float32) * a_scale) @ (b.astype(jnp.float32) * b_scale)
+
+    return scaled
+
+
+def _mlp_training_gelu():
+    import jax
+    import jax.numpy as jnp
+
+    def loss(params, x, y):
+        w1, b1, w2 = params
+        hidden = jax.nn.gelu(x @ w1 + b1, approximate=True)
+        return jnp.mean(jnp.square((hidden @ w2).astype(jnp.float32) - y.astype(jnp.float32)))
+
+    def step(w1, b1, w2, x, y):
+        grads = jax.grad(loss)((w1, b1, w2), x, y)
+        return tuple(p - 0.1 * g for p, g in zip((w1, b1, w2), grads, strict=True))
+
+    return step
+
+
 # -- torch twins (torch.compile where torch is installed) ---------------------------------------
 
 
@@ -518,6 +543,16 @@ def _matmul_flops(args: Sequence[Arg]) -> int:
 def _matmul_bytes(args: Sequence[Arg]) -> int:
     (m, _), (_, n) = args[0].shape, args[1].shape
     return _reads(args) + m * n * _dtype(args[0].dtype).itemsize
+
+
+def _fp8_matmul_bytes(args: Sequence[Arg]) -> int:
+    (m, _), (_, n) = args[0].shape, args[1].shape
+    return _reads(args) + m * n * 4  # an f32 result
+
+
+def _mlp_training_flops(args: Sequence[Arg]) -> int:
+    (d, h), (_, o), (m, _) = args[0].shape, args[2].shape, args[3].shape
+    return 3 * 2 * m * h * (d + o)  # each GEMM forward, and two more for its gradients
 
 
 def _mlp_flops(args: Sequence[Arg]) -> int:
@@ -940,6 +975,50 @@ WORKLOADS: tuple[Workload, ...] = (
         (Arg((16, 32), scale=0.2), Arg((32, 16), scale=0.2), Arg((8, 16)), Arg((8, 16))),
         lambda args: 3 * sum(a.nbytes for a in args),
         _train_flops,
+    ),
+    Workload(
+        "matmul_fp8",
+        "scaled fp8 matrix product as jax users write it, (f32(a) * a_scale) @ (f32(b) *"
+        " b_scale), f8e4m3fn [8192, 8192] x [8192, 8192] -> f32: one cuBLASLt fp8 call with"
+        " its scales (XLA's __cublas$lt$matmul$f8) after a transpose of b to [n, k]",
+        _matmul_fp8,
+        (
+            Arg((8192, 8192), "float8_e4m3fn"),
+            Arg((8192, 8192), "float8_e4m3fn"),
+            Arg((), kind="positive"),
+            Arg((), kind="positive"),
+        ),
+        (
+            Arg((32, 64), "float8_e4m3fn"),
+            Arg((64, 48), "float8_e4m3fn"),
+            Arg((), kind="positive"),
+            Arg((), kind="positive"),
+        ),
+        _fp8_matmul_bytes,
+        _matmul_flops,
+    ),
+    Workload(
+        "mlp_training_gelu_bf16",
+        "MLP training step with jax.nn.gelu(approximate=True) (forward, gradients, SGD), bf16"
+        " [8192, 1024] -> 4096 -> 1024: the first dense layer one cuBLASLt call writing the"
+        " GELU and, for the backward pass, its argument (GELU_AUX_BIAS)",
+        _mlp_training_gelu,
+        (
+            Arg((1024, 4096), BF16, scale=0.03),
+            Arg((4096,), BF16, scale=0.1),
+            Arg((4096, 1024), BF16, scale=0.02),
+            Arg((8192, 1024), BF16),
+            Arg((8192, 1024), BF16),
+        ),
+        (
+            Arg((32, 64), BF16, scale=0.2),
+            Arg((64,), BF16, scale=0.1),
+            Arg((64, 16), BF16, scale=0.2),
+            Arg((16, 32), BF16),
+            Arg((16, 16), BF16),
+        ),
+        lambda args: 3 * sum(a.nbytes for a in args),
+        _mlp_training_flops,
     ),
 )
 
