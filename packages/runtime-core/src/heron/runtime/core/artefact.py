@@ -49,9 +49,11 @@ from heron.hlo.errors import HloError
 from heron.hlo.parser import parse_shape
 from heron.runtime.core import __version__
 from heron.runtime.core.device import KernelImage
+from heron.runtime.core.gemm import GEMM, GemmTuning
 from heron.runtime.core.thunks import (
     NAME_PATTERN,
     KernelThunk,
+    LibraryCallThunk,
     Thunk,
     ThunkError,
     check_slices,
@@ -273,6 +275,7 @@ class Artefact:
             raise ArtefactError(f"{PROGRAM}: {error}") from None
         self._check_kernels()
         self._check_constants()
+        self._check_tunings()
         for allocation in self.allocations:
             if allocation.parameter is not None:
                 _check(
@@ -287,6 +290,23 @@ class Artefact:
                     f" has {len(self.signature.results)} results",
                 )
         _check(isinstance(self.optimized_hlo, str | None), "optimized_hlo must be a string or None")
+
+    def _check_tunings(self) -> None:
+        """A GEMM call's autotuning result (``heron compile --autotune``) is well formed: the
+        device reads its algorithm's bytes (the rest of a call is checked when the executor
+        reads it against the call's contract)."""
+        for thunk in walk(self.program):
+            if not isinstance(thunk, LibraryCallThunk) or thunk.operation != GEMM:
+                continue
+            tuning = dict(thunk.attributes).get("tuning")
+            if tuning is None:
+                continue
+            try:
+                GemmTuning.from_attribute(tuning)
+            except ThunkError as error:
+                raise ArtefactError(
+                    f"{PROGRAM}: library call {thunk.library}.{thunk.operation}: {error}"
+                ) from None
 
     def _check_kernels(self) -> None:
         images: dict[tuple[str, str], KernelImage] = {}

@@ -314,6 +314,12 @@ class Device(abc.ABC):
         executor's report of its choice."""
         return f"{self.description} offers no library calls"
 
+    def library_algorithm(self, call: Any) -> str:
+        """Which algorithm the library :meth:`library_for` names runs ``call`` with, and
+        why (cuBLASLt's heuristic, or an autotuned one stored with the call, or why that
+        one does not apply here), for the executor's report; "" where it says nothing."""
+        return ""
+
     def library_call(self, call: Any, buffers: Sequence[DeviceBuffer]) -> None:
         """Run ``call`` on ``buffers`` (its contract's argument order), stream-ordered.
 

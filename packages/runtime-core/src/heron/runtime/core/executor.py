@@ -409,7 +409,12 @@ class Executable:
         self.backend = backend or device.backend
         self.timing = timing
         try:
-            resolved = resolve(artefact.program, device.library_for, device.library_refusal)
+            resolved = resolve(
+                artefact.program,
+                device.library_for,
+                device.library_refusal,
+                device.library_algorithm,
+            )
         except ThunkError as error:
             raise ExecutorError(str(error)) from None
         #: One per library call of the artefact: the library or heron kernel chosen here.

@@ -59,6 +59,19 @@ residual or activation (not yet). ``compute`` is ``""``.
   unscaled); ``d_scale`` (bool, only with an fp8 output): then ``d_scale``
   (one f32), before ``out``.
 
+- ``tuning`` (optional): the algorithm an autotuning pass on a device chose for
+  this call (``heron compile --autotune``: ``heron.runtime.cuda.autotune``),
+  as a list of ``[name, value]`` pairs (:class:`GemmTuning`): ``library``
+  (``cublasLt``), ``device`` (the GPU's name), ``compute_capability``
+  (``"9.0"``), ``version`` (the library's, ``cublasLtGetVersion``),
+  ``algorithm`` (the library's algorithm descriptor, ``cublasLtMatmulAlgo_t``,
+  as hex), ``seconds`` (its median time there) and ``candidates`` (how many
+  algorithms were timed). As XLA keys its autotuning results by device and
+  library version, a library uses it only on that device with that version
+  and only where it still accepts the algorithm for the call; elsewhere it
+  takes its heuristic's choice and the load-time report says why. The result
+  is the contract's either way: the tuning changes the speed only.
+
 An artefact written before an attribute existed leaves it out: a missing
 attribute with a default (everything but the sizes) takes it.
 
@@ -68,6 +81,7 @@ device's "library", and what the GPU tests compare a library's result with).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -75,8 +89,9 @@ import attrs
 import ml_dtypes
 import numpy as np
 
+from heron.hlo.dot_precision import rounding_unit
 from heron.hlo.element_types import ElementType
-from heron.runtime.core.library_contract import LibraryContract
+from heron.runtime.core.library_contract import LibraryContract, contract_from_attributes
 from heron.runtime.core.thunks import ThunkError
 
 __all__ = [
@@ -88,6 +103,8 @@ __all__ = [
     "GEMM",
     "LIBRARY_FEATURES",
     "GemmCall",
+    "GemmTuning",
+    "agreement_tolerance",
     "call_features",
     "gelu_tanh",
     "library_computes",
@@ -152,6 +169,78 @@ def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise ThunkError(f"gemm: {attribute.name} must be an integer >= 1, got {value!r}")
 
 
+def _text(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise ThunkError(f"gemm: tuning {attribute.name} must be a non-empty string, got {value!r}")
+
+
+def _hex(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    _text(instance, attribute, value)
+    try:
+        bytes.fromhex(value)
+    except ValueError:
+        raise ThunkError(f"gemm: tuning algorithm must be hex digits, got {value!r:.80}") from None
+
+
+def _count(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ThunkError(f"gemm: tuning {attribute.name} must be an integer >= 0, got {value!r}")
+
+
+def _duration(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e9:
+        raise ThunkError(f"gemm: tuning seconds must be a time >= 0, got {value!r}")
+
+
+@attrs.frozen
+class GemmTuning:
+    """The algorithm an autotuning pass chose for one call on one device (the ``tuning``
+    attribute of the module docstring).
+
+    Kept with the call in the artefact, so that loading the artefact on the device it
+    was tuned on runs the fastest algorithm measured there without measuring again;
+    the device and library version are part of it because an algorithm descriptor
+    means nothing to another GPU or another release of the library.
+    """
+
+    library: str = attrs.field(validator=_text)
+    device: str = attrs.field(validator=_text)
+    compute_capability: str = attrs.field(validator=_text)
+    version: int = attrs.field(validator=_count)
+    algorithm: str = attrs.field(validator=_hex)
+    seconds: float = attrs.field(default=0.0, validator=_duration)
+    candidates: int = attrs.field(default=0, validator=_count)
+
+    @property
+    def algorithm_bytes(self) -> bytes:
+        return bytes.fromhex(self.algorithm)
+
+    def to_attribute(self) -> list[list[Any]]:
+        """The ``[name, value]`` pairs the thunk's attribute holds (JSON has no tuples)."""
+        return [[f.name, getattr(self, f.name)] for f in attrs.fields(GemmTuning)]
+
+    @classmethod
+    def from_attribute(cls, value: Any) -> GemmTuning:
+        """The tuning a thunk's ``tuning`` attribute holds; ThunkError saying what is wrong."""
+        if not isinstance(value, (list, tuple)) or not all(
+            isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], str)
+            for pair in value
+        ):
+            raise ThunkError(
+                f"gemm: tuning must be a list of [name, value] pairs, got {value!r:.80}"
+            )
+        fields = dict(value)
+        if len(fields) != len(value):
+            raise ThunkError("gemm: tuning names a field twice")
+        return contract_from_attributes(cls, fields, "gemm tuning")
+
+
+def _to_tuning(value: Any) -> GemmTuning | None:
+    if value is None or isinstance(value, GemmTuning):
+        return value
+    return GemmTuning.from_attribute(value)
+
+
 @attrs.frozen
 class GemmCall(LibraryContract):
     """One GEMM library call (see the module docstring for the contract)."""
@@ -177,6 +266,8 @@ class GemmCall(LibraryContract):
     aux: bool = False
     scales: bool = False
     d_scale: bool = False
+    #: The algorithm an autotuning pass chose (None: the library's heuristic decides).
+    tuning: GemmTuning | None = attrs.field(default=None, converter=_to_tuning)
 
     def __attrs_post_init__(self) -> None:
         accumulation = ACCUMULATION.get((self.lhs_type, self.rhs_type))
@@ -237,7 +328,21 @@ class GemmCall(LibraryContract):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ThunkError(f"gemm: {name} must be a number, got {value!r}")
 
+    def attributes(self) -> dict[str, Any]:
+        """The thunk's attributes; ``tuning`` as its pairs, and only where there is one (an
+        untuned call's attributes are those of a heron without autotuning)."""
+        out = super().attributes()
+        del out["tuning"]
+        if self.tuning is not None:
+            out["tuning"] = self.tuning.to_attribute()
+        return out
+
     # -- derived ---------------------------------------------------------------------------
+    @property
+    def untuned(self) -> GemmCall:
+        """The call without its tuning: what the library's descriptors depend on."""
+        return self if self.tuning is None else attrs.evolve(self, tuning=None)
+
     @property
     def accumulation(self) -> str:
         """The type the products are summed in (XLA's for the input types)."""
@@ -373,6 +478,23 @@ class GemmCall(LibraryContract):
         if self.aux:
             return raw_bytes(result), raw_bytes(before_activation)
         return raw_bytes(result)
+
+
+def agreement_tolerance(call: GemmCall) -> float:
+    """How far two correct computations of ``call`` may be apart, relative to
+    ``1 + |value|`` per element: 0 for integers (exact); for floats twice what each may
+    be from the exact result, 4 units of the output type (or of the narrowed
+    ``compute``'s rounding, which tensor cores may do otherwise) times ``sqrt(k)``:
+    summing ``k`` products in another order (another algorithm, split-K) moves the
+    result by about that. The autotuning pass drops a candidate algorithm whose result
+    is further than this from the heuristic's (as XLA's autotuner checks each one).
+    """
+    if call.accumulation == "s32":
+        return 0.0
+    unit = float(ml_dtypes.finfo(ElementType(call.out_type).numpy_dtype).eps)
+    if call.compute:
+        unit = max(unit, 2 * rounding_unit(call.compute))
+    return 2 * (4 * unit * math.sqrt(call.k) + 1e-6)
 
 
 def call_features(call: GemmCall) -> frozenset[str]:

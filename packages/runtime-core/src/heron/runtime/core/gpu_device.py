@@ -98,6 +98,11 @@ class Library(abc.ABC):
         """Why it does not offer ``call`` (asked only where :meth:`offers` said no)."""
         return f"{self.name} does not compute it"
 
+    def algorithm(self, call: Any) -> str:
+        """Which of its algorithms runs ``call`` and why, for reports ("" where it has no
+        choice to report; asked only where :meth:`offers` said yes)."""
+        return ""
+
 
 class CapturingDevice(Device):
     """A GPU device on a driver API whose streams capture into graphs (see the module docstring).
@@ -367,6 +372,12 @@ class CapturingDevice(Device):
         """The vendor library for ``operation``; DeviceError saying why there is none."""
         raise DeviceError(f"{self.description}: no library for {operation}")
 
+    def library(self, operation: str) -> Library | None:
+        """The vendor library serving ``operation`` here, opened on the first ask; None
+        where there is none (:attr:`library_reasons` says why). What a pass that works
+        with the library itself (the GEMM autotuner) asks for."""
+        return self._library(operation)
+
     def _library(self, operation: str) -> Library | None:
         if operation not in self._libraries:
             try:
@@ -379,6 +390,10 @@ class CapturingDevice(Device):
     def library_for(self, call: Any) -> str | None:
         library = self._library(getattr(call, "operation", ""))
         return library.name if library is not None and library.offers(call) else None
+
+    def library_algorithm(self, call: Any) -> str:
+        library = self._library(getattr(call, "operation", ""))
+        return library.algorithm(call) if library is not None else ""
 
     def library_refusal(self, call: Any) -> str:
         operation = getattr(call, "operation", "")

@@ -16,7 +16,10 @@ either the library call (its fallback dropped) or the fallback's thunks in its
 place. The choice is made once, here,
 and reported: one :class:`LibraryChoice` per call, and the emitter of every
 resulting thunk (the library's name, or the fallback's emitter such as
-``"gemm"``) for the run records.
+``"gemm"``) for the run records. Where the library runs the call, the choice
+also says which of its algorithms it runs and why (``Device.library_algorithm``:
+cuBLASLt's heuristic, or the algorithm an autotuning pass stored with the call,
+or the heuristic because that stored one does not apply here, with the reason).
 """
 
 from __future__ import annotations
@@ -78,15 +81,26 @@ class LibraryChoice:
     library: bool  #: whether the library runs it (else heron's kernel)
     #: why heron's kernel runs it (the device's word), "" where the library does
     reason: str = ""
+    #: which of the library's algorithms runs it and why (the device's word: ``tuned
+    #: algorithm ...`` or ``heuristic ...``), "" where the library says nothing or
+    #: heron's kernel runs it
+    algorithm: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        """Every field; ``algorithm`` only where the library said which (the reports of a
+        call heron's kernel runs are as they were before libraries reported it)."""
+        out = attrs.asdict(self)
+        if not self.algorithm:
+            del out["algorithm"]
+        return out
 
     def report_line(self) -> str:
         """``library call 3: gemm f32[...] -> f32: cublasLt (library)``: what the reports
         of ``heron run`` and ``heron-run`` print for it."""
         fallback = "on the host" if self.chosen == "host" else "heron kernel"
         how = "library" if self.library else f"{fallback}: {self.reason}"
+        if self.library and self.algorithm:
+            how = f"library; {self.algorithm}"
         return f"library call {self.path}: {self.call}: {self.chosen} ({how})"
 
 
@@ -107,12 +121,15 @@ def resolve(
     program: Sequence[Thunk],
     library_for: Callable[[Any], str | None],
     refusal: Callable[[Any], str] | None = None,
+    algorithm: Callable[[Any], str] | None = None,
 ) -> Resolved:
     """``program`` with each library call or its fallback, as ``library_for(call)`` says.
 
     ``library_for`` is the device's: the name of the library that runs the
     call there, or None; ``refusal(call)`` (the device's ``library_refusal``)
-    says why not, for the report. A call the device does not offer and that has
+    says why not, for the report; ``algorithm(call)`` (the device's
+    ``library_algorithm``) which algorithm the library runs it with, for the report
+    too. A call the device does not offer and that has
     no fallback is refused (:class:`ThunkError`, naming the call, its place and
     the reason).
     """
@@ -166,7 +183,8 @@ def resolve(
             chosen = attrs.evolve(thunk, fallback=())
             calls[chosen] = call
             emitters[chosen] = library
-            choices.append(LibraryChoice(path, described, library, True))
+            how = algorithm(call) if algorithm is not None else ""
+            choices.append(LibraryChoice(path, described, library, True, algorithm=how))
             return [chosen]
         reason = refusal(call) if refusal is not None else "the device offers no library for it"
         if not thunk.fallback:
