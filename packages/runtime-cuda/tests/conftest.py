@@ -27,9 +27,28 @@ class FakeCublasLt:
     stream (``heron_test_support.fake_blas``), through ``memory``, run at once
     or captured by ``driver`` when given. ``no_algorithm(desc, layouts)``
     makes the heuristic find none.
+
+    Algorithms: the heuristic returns ``candidates`` distinct algorithms per
+    descriptor (``cublasLtMatmulAlgo_t`` bytes: the descriptor's handle and the
+    candidate's number), which ``matmul_algo_check`` accepts for that
+    descriptor only (and refuses where ``reject(algo)`` says so, as cuBLASLt
+    raises: ``CUBLAS_STATUS_NOT_SUPPORTED``); ``matmul`` records the algorithm it
+    was given, takes ``cost_ms(algo)`` of :attr:`clock_ms` (what a stand-in
+    driver's event timer reads) and, where ``wrong(algo)``, computes a wrong
+    result (adds 1 to D). ``version`` is ``cublasLtGetVersion``'s.
     """
 
-    def __init__(self, memory=None, driver=None, no_algorithm=lambda desc, layouts: False):
+    def __init__(
+        self,
+        memory=None,
+        driver=None,
+        no_algorithm=lambda desc, layouts: False,
+        candidates=3,
+        version=120805,
+        reject=lambda algo: False,
+        wrong=lambda algo: False,
+        cost_ms=lambda algo: 1.0,
+    ):
         from nvmath.bindings import cublasLt as real
 
         self.real = real
@@ -40,6 +59,7 @@ class FakeCublasLt:
             "Order",
             "Epilogue",
             "MatmulHeuristicResult",
+            "matmul_heuristic_result_dtype",
             "get_matrix_layout_attribute_dtype",
             "get_matmul_desc_attribute_dtype",
             "get_matmul_preference_attribute_dtype",
@@ -54,6 +74,25 @@ class FakeCublasLt:
         self.matmuls: list[dict] = []
         self.destroyed: list[int] = []
         self.heuristics = 0
+        self.candidates = candidates
+        self.version = version
+        self.reject = reject
+        self.wrong = wrong
+        self.cost_ms = cost_ms
+        self.clock_ms = 0.0
+        self.checks: list[bytes] = []
+
+    def get_version(self):
+        return self.version
+
+    @staticmethod
+    def algorithm(layouts, number):
+        """The stand-in's ``cublasLtMatmulAlgo_t`` bytes for candidate ``number`` of a call
+        with these A, B, C, D layouts (a real one depends on the problem, not on the
+        descriptors' handles: another library object accepts it too)."""
+        a, b, _, d = layouts
+        words = [number + 1, a["ROWS"], a["COLS"], b["ROWS"], b["COLS"], d["ROWS"], d["COLS"]]
+        return np.array([*words, d["TYPE"]], np.uint64).tobytes()
 
     def _new(self, **fields):
         handle = 100 + len(self.objects)
@@ -97,10 +136,29 @@ class FakeCublasLt:
 
     def matmul_algo_get_heuristic(self, handle, desc, a, b, c, d, preference, count, out, found):
         self.heuristics += 1
-        assert count == 1 and self.objects[preference]["MAX_WORKSPACE_BYTES"] > 0
+        assert count >= 1 and self.objects[preference]["MAX_WORKSPACE_BYTES"] > 0
         layouts = [self.objects[x] for x in (a, b, c, d)]
         none = self.no_algorithm(self.objects[desc], layouts)
-        ctypes.c_int32.from_address(found).value = 0 if none else 1
+        returned = 0 if none else min(count, self.candidates)
+        dtype = np.dtype(self.real.matmul_heuristic_result_dtype)
+        results = np.frombuffer((ctypes.c_char * (dtype.itemsize * count)).from_address(out), dtype)
+        for number in range(returned):
+            algorithm = self.algorithm(layouts, number)
+            results[number]["algo"] = np.frombuffer(algorithm, dtype["algo"])[0]
+            results[number]["state"] = 0
+        ctypes.c_int32.from_address(found).value = returned
+
+    def matmul_algo_check(self, handle, desc, a, b, c, d, algo, result):
+        algorithm = ctypes.string_at(algo, 64)
+        self.checks.append(algorithm)
+        layouts = [self.objects[x] for x in (a, b, c, d)]
+        ours = {self.algorithm(layouts, n) for n in range(self.candidates)}
+        if algorithm not in ours or self.reject(algorithm):
+            raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED (15)")
+        dtype = np.dtype(self.real.matmul_heuristic_result_dtype)
+        np.frombuffer((ctypes.c_char * dtype.itemsize).from_address(result), dtype)[0][
+            "workspace_size"
+        ] = 1024
 
     def _destroy(self, handle):
         self.destroyed.append(handle)
@@ -117,15 +175,31 @@ class FakeCublasLt:
             d=(d, dict(self.objects[ddesc])),
             workspace=(workspace, workspace_size),
             stream=stream,
+            algo=ctypes.string_at(algo, 64),
         )
         record["alpha"], record["beta"] = (
             self._scalar(record["desc"]["scale_type"], p) for p in (alpha, beta)
         )
         self.matmuls.append(record)
         if self.driver is not None:
-            self.driver.run(("call", lambda: self.compute(record)), stream)
+            self.driver.run(("call", lambda: self._execute(record)), stream)
         else:
-            self.compute(record)
+            self._execute(record)
+
+    def _execute(self, record):
+        """What the GPU does when the call runs: the GEMM, the time it takes, and the
+        wrong result of a broken algorithm."""
+        self.compute(record)
+        self.clock_ms += self.cost_ms(record["algo"])
+        if self.wrong(record["algo"]):
+            from heron_test_support.fake_blas import Matrix
+
+            address, layout = record["d"]
+            dtype = {0: np.float32, 2: np.float16, 14: ml_dtypes.bfloat16}[layout["TYPE"]]
+            d = Matrix(address, dtype, layout["ROWS"], layout["COLS"], layout["LD"],
+                       layout.get("STRIDED_BATCH_OFFSET", 0))  # fmt: skip
+            batch = layout.get("BATCH_COUNT", 1)
+            d.write(self.memory, (d.read(self.memory, batch).astype(np.float64) + 1).astype(dtype))
 
     def _scalar(self, scale_type, pointer):
         dtype = {0: np.float32, 1: np.float64, 4: np.complex64, 5: np.complex128, 10: np.int32}

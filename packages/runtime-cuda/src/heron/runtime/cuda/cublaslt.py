@@ -35,10 +35,21 @@ are ``out``'s columns: exactly the contract's bias over ``n``.
   leading dimension (and batch stride) divisible by 8 (``cublasLtMatmulDescAttributes_t``,
   ``EPILOGUE_AUX_LD``): a call whose ``n`` is not is not offered
   (:func:`broken_rule` says why, heron-run prints it) and heron's kernel runs.
-- An algorithm is chosen once per call shape (``cublasLtMatmulAlgoGetHeuristic``
-  with a preference of at most the workspace's bytes), when the executable is
-  loaded (``offers``), never during a graph capture; the workspace is one
-  device allocation made when the library is opened.
+- Algorithms: once per call shape, when the executable is loaded (``offers``),
+  never during a graph capture, ``cublasLtMatmulAlgoGetHeuristic`` (a
+  preference of at most the workspace's bytes) is asked for up to
+  :data:`HEURISTIC_CANDIDATES` algorithms, best first; each candidate is its
+  ``cublasLtMatmulAlgo_t`` (:data:`ALGORITHM_BYTES` opaque bytes,
+  :meth:`CublasLt.candidates`). A call runs the heuristic's first, unless it
+  carries a tuning result (``GemmCall.tuning``, stored in the artefact by the
+  autotuning pass, :mod:`~.autotune`) made for this library, this device
+  (name and compute capability) and this cuBLASLt version
+  (``cublasLtGetVersion``), whose algorithm ``cublasLtMatmulAlgoCheck`` accepts
+  for the call's descriptors with at most the workspace's bytes: then that
+  one. :meth:`CublasLt.algorithm` says which ran and why (the executor's
+  ``LibraryChoice.algorithm``): ``heuristic's first of 8 candidates (tuned on
+  another device: ...)``. The workspace is one device allocation made when the
+  library is opened.
 
 :func:`plan` computes every argument value from the call alone (what the
 tests compare with the contract on a stand-in for the bindings).
@@ -65,10 +76,12 @@ import attrs
 import numpy as np
 
 from heron.runtime.core.device import DeviceError
-from heron.runtime.core.gemm import FP8_TYPES, GEMM, GemmCall
+from heron.runtime.core.gemm import FP8_TYPES, GEMM, GemmCall, GemmTuning
 from heron.runtime.core.gpu_device import Library
 
 __all__ = [
+    "ALGORITHM_BYTES",
+    "HEURISTIC_CANDIDATES",
     "COMPUTE_TYPES",
     "DATA_TYPES",
     "EPILOGUES",
@@ -121,6 +134,15 @@ AUX_ALIGNMENT = 8
 FP8_MULTIPLE = 16
 #: The workspace cuBLASLt may use (XLA gives cuBLASLt 32 MiB on Hopper, 4 MiB before).
 WORKSPACE_BYTES = 32 * 2**20
+#: How many algorithms the heuristic is asked for per call shape: the first runs
+#: untuned, all are what the autotuning pass times (XLA's GEMM autotuner asks
+#: cuBLASLt's heuristic for several too; more rarely adds a faster one and costs
+#: tuning time).
+HEURISTIC_CANDIDATES = 8
+#: ``sizeof(cublasLtMatmulAlgo_t)``: an algorithm is 8 opaque 64-bit words.
+ALGORITHM_BYTES = 64
+#: The library's name in a tuning result (``GemmTuning.library``).
+LIBRARY_NAME = "cublasLt"
 
 
 @attrs.frozen
@@ -240,15 +262,28 @@ _SCALE_DTYPES = {
 
 
 class _Prepared:
-    """One call's descriptors, chosen algorithm and host scalars (kept for the library's life)."""
+    """One call shape's descriptors, the heuristic's candidates and the host scalars (kept
+    for the library's life, shared by the call's tuned and untuned forms)."""
 
-    def __init__(self, plan: LtPlan, desc: int, layouts: dict[str, int], heuristic: Any) -> None:
+    def __init__(
+        self, plan: LtPlan, desc: int, layouts: dict[str, int], candidates: tuple[bytes, ...]
+    ) -> None:
         self.plan = plan
         self.desc = desc
         self.layouts = layouts
-        self.heuristic = heuristic  # a MatmulHeuristicResult: its first field is the algo
+        self.candidates = candidates  # each a cublasLtMatmulAlgo_t, the heuristic's best first
         self.alpha = np.zeros(1, _SCALE_DTYPES[plan.scale_type])
         self.beta = np.zeros(1, _SCALE_DTYPES[plan.scale_type])
+
+
+@attrs.frozen
+class _Chosen:
+    """The algorithm one call runs (its bytes, where ``cublasLtMatmul`` reads them) and why."""
+
+    prepared: _Prepared
+    algorithm: np.ndarray  # ALGORITHM_BYTES uint8
+    note: str
+    refused: str = ""  #: why the call's tuning result is not used ("" where none is refused)
 
 
 class CublasLt(Library):
@@ -270,7 +305,11 @@ class CublasLt(Library):
         data_types: Any = None,
         compute_types: Any = None,
         workspace_bytes: int = WORKSPACE_BYTES,
+        device_name: str = "",
+        compute_capability: tuple[int, int] = (0, 0),
     ) -> None:
+        """``device_name`` and ``compute_capability`` say which GPU the library runs on:
+        a tuning result made on another is not used (and results tuned here say so)."""
         if bindings is None or data_types is None or compute_types is None:
             try:
                 import nvmath
@@ -288,7 +327,13 @@ class CublasLt(Library):
         self.handle = self._call("create")
         self.workspace_bytes = workspace_bytes
         self.workspace = allocate(workspace_bytes)
+        self.device_name = device_name
+        self.compute_capability = "{}.{}".format(*compute_capability)
+        #: ``cublasLtGetVersion()`` (major * 10000 + minor * 100 + patch).
+        self.version = int(self._call("get_version"))
+        #: untuned call -> its descriptors and candidates (None: the heuristic found none)
         self._prepared: dict[GemmCall, _Prepared | None] = {}
+        self._chosen: dict[GemmCall, _Chosen | None] = {}
 
     def _call(self, name: str, *arguments: Any) -> Any:
         try:
@@ -320,7 +365,9 @@ class CublasLt(Library):
         return layout
 
     def prepare(self, call: GemmCall) -> _Prepared | None:
-        """The descriptors and algorithm for ``call``, or None where the heuristic finds none."""
+        """The descriptors and the heuristic's candidates for ``call``'s shape (its untuned
+        form), or None where the heuristic finds none."""
+        call = call.untuned
         if call in self._prepared:
             return self._prepared[call]
         lt = self._lt
@@ -350,7 +397,7 @@ class CublasLt(Library):
             lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES,
             self.workspace_bytes,
         )
-        heuristic = lt.MatmulHeuristicResult(1)
+        heuristic = np.zeros(HEURISTIC_CANDIDATES, lt.matmul_heuristic_result_dtype)
         found = np.zeros(1, np.int32)
         self._call(
             "matmul_algo_get_heuristic",
@@ -361,27 +408,132 @@ class CublasLt(Library):
             layouts["c"],
             layouts["d"],
             preference,
-            1,
-            heuristic.ptr,
+            HEURISTIC_CANDIDATES,
+            heuristic.ctypes.data,
             found.ctypes.data,
         )
         self._call("matmul_preference_destroy", preference)
-        if not found[0]:
+        candidates = _candidates(heuristic[: int(found[0])])
+        if not candidates:
             for layout in layouts.values():
                 self._call("matrix_layout_destroy", layout)
             self._call("matmul_desc_destroy", desc)
             self._prepared[call] = None
             return None
-        prepared = _Prepared(chosen, desc, layouts, heuristic)
+        prepared = _Prepared(chosen, desc, layouts, candidates)
         prepared.alpha[0] = call.alpha
         prepared.beta[0] = call.beta
         self._prepared[call] = prepared
         return prepared
 
+    def choose(self, call: GemmCall) -> _Chosen | None:
+        """The algorithm ``call`` runs and why (see the module docstring), or None where the
+        heuristic finds none; decided once per call."""
+        if call in self._chosen:
+            return self._chosen[call]
+        prepared = self.prepare(call)
+        chosen = None
+        if prepared is not None:
+            count = len(prepared.candidates)
+            algorithm = prepared.candidates[0]
+            note = f"heuristic's first of {count} candidate{'s' * (count != 1)}"
+            why = ""
+            if call.tuning is not None:
+                why = self.foreign(call.tuning) or self._rejection(prepared, call.tuning)
+                if why:
+                    note = f"{note} ({why})"
+                else:
+                    algorithm = call.tuning.algorithm_bytes
+                    note = (
+                        f"tuned algorithm (fastest of {call.tuning.candidates} on this device,"
+                        f" {call.tuning.seconds * 1e6:.1f} us)"
+                    )
+            chosen = _Chosen(prepared, np.frombuffer(algorithm, np.uint8).copy(), note, why)
+        self._chosen[call] = chosen
+        return chosen
+
+    def tuning_refusal(self, call: GemmCall) -> str:
+        """Why ``call``'s tuning result is not what runs ("" where it is, or where the call
+        has none): another device or version, ``cublasLtMatmulAlgoCheck``'s refusal, or no
+        algorithm at all."""
+        chosen = self.choose(call)
+        if chosen is None:
+            return "cuBLASLt's heuristic found no algorithm for it on this device"
+        return chosen.refused
+
+    def foreign(self, tuning: GemmTuning) -> str:
+        """Why a tuning result was not made for this library, device and version ("" when
+        it was): an algorithm descriptor means nothing elsewhere."""
+        if tuning.library != LIBRARY_NAME:
+            return f"tuned for {tuning.library}, not {LIBRARY_NAME}"
+        here = (self.device_name, self.compute_capability)
+        if (tuning.device, tuning.compute_capability) != here:
+            return (
+                f"tuned on another device ({tuning.device}, compute capability"
+                f" {tuning.compute_capability}; this is {here[0] or 'unnamed'}, {here[1]})"
+            )
+        if tuning.version != self.version:
+            return f"tuned with another cuBLASLt version ({tuning.version}; this is {self.version})"
+        if len(tuning.algorithm_bytes) != ALGORITHM_BYTES:
+            return (
+                f"the tuned algorithm is {len(tuning.algorithm_bytes)} bytes; a"
+                f" cublasLtMatmulAlgo_t is {ALGORITHM_BYTES}"
+            )
+        return ""
+
+    def _rejection(self, prepared: _Prepared, tuning: GemmTuning) -> str:
+        """Why ``cublasLtMatmulAlgoCheck`` refuses the tuned algorithm for the prepared
+        descriptors, or needs more workspace than heron gives ("" when it takes it)."""
+        algorithm = np.frombuffer(tuning.algorithm_bytes, np.uint8).copy()
+        result = np.zeros(1, self._lt.matmul_heuristic_result_dtype)
+        layouts = prepared.layouts
+        try:
+            self._lt.matmul_algo_check(
+                self.handle,
+                prepared.desc,
+                layouts["a"],
+                layouts["b"],
+                layouts["c"],
+                layouts["d"],
+                algorithm.ctypes.data,
+                result.ctypes.data,
+            )
+        except Exception as exc:  # nvmath's cuBLASLtError: NOT_SUPPORTED, INVALID_VALUE, ...
+            return f"tuned algorithm rejected by cublasLtMatmulAlgoCheck: {exc}"
+        needed = int(result[0]["workspace_size"])
+        if needed > self.workspace_bytes:
+            return (
+                f"tuned algorithm needs {needed} bytes of workspace; heron gives cuBLASLt"
+                f" {self.workspace_bytes}"
+            )
+        return ""
+
+    def candidates(self, call: GemmCall) -> tuple[bytes, ...]:
+        """The heuristic's algorithms for ``call``'s shape, best first (empty where it finds
+        none): what the autotuning pass times."""
+        prepared = self.prepare(call)
+        return () if prepared is None else prepared.candidates
+
+    def tuning(self, algorithm: bytes, seconds: float, candidates: int) -> GemmTuning:
+        """The tuning result saying ``algorithm`` is the fastest of ``candidates`` here."""
+        return GemmTuning(
+            library=LIBRARY_NAME,
+            device=self.device_name or "unnamed",
+            compute_capability=self.compute_capability,
+            version=self.version,
+            algorithm=algorithm.hex(),
+            seconds=float(seconds),
+            candidates=candidates,
+        )
+
     def offers(self, call: Any) -> bool:
         return (
             isinstance(call, GemmCall) and not broken_rule(call) and self.prepare(call) is not None
         )
+
+    def algorithm(self, call: Any) -> str:
+        chosen = self.choose(call) if isinstance(call, GemmCall) else None
+        return "" if chosen is None else chosen.note
 
     def refusal(self, call: Any) -> str:
         if not isinstance(call, GemmCall):
@@ -389,9 +541,10 @@ class CublasLt(Library):
         return broken_rule(call) or "cuBLASLt's heuristic found no algorithm for it on this device"
 
     def run(self, call: Any, addresses: Sequence[int], stream: Any) -> None:
-        prepared = self.prepare(call)
-        if prepared is None:
+        choice = self.choose(call)
+        if choice is None:
             raise DeviceError(f"cuBLASLt has no algorithm for {call.describe()}")
+        prepared = choice.prepared
         chosen = prepared.plan
         pointers = {
             "BIAS_POINTER": chosen.bias_argument,
@@ -424,8 +577,19 @@ class CublasLt(Library):
             prepared.layouts["c"],
             addresses[chosen.out_argument],
             prepared.layouts["d"],
-            prepared.heuristic.ptr,
+            choice.algorithm.ctypes.data,
             self.workspace,
             self.workspace_bytes,
             int(stream),  # a CUstream is its handle's int
         )
+
+
+def _candidates(results: np.ndarray) -> tuple[bytes, ...]:
+    """The algorithms of the heuristic's results (``cublasLtMatmulHeuristicResult_t``
+    records), in its order, each once; a result whose ``state`` is not success is none."""
+    out: list[bytes] = []
+    for record in results:
+        algorithm = record["algo"].tobytes()
+        if int(record["state"]) == 0 and algorithm not in out:
+            out.append(algorithm)
+    return tuple(out)

@@ -142,7 +142,11 @@ def _cublaslt(device: CudaDevice) -> Library:
     """cuBLASLt for ``device``, its workspace allocated on it (imported only when asked)."""
     from heron.runtime.cuda.cublaslt import CublasLt
 
-    return CublasLt(lambda nbytes: int(device.allocate(nbytes, "cublasLt workspace").handle))
+    return CublasLt(
+        lambda nbytes: int(device.allocate(nbytes, "cublasLt workspace").handle),
+        device_name=device.info.name,
+        compute_capability=device.compute_capability,
+    )
 
 
 def _cufft(device: CudaDevice) -> Library:
