@@ -5,7 +5,11 @@ With ``--executable OUT.heron`` it compiles the whole program instead
 insertion, the scheduler, buffer assignment, thunk emission) and writes one
 executable artefact (docs/runtime.md) holding kernel images for the target's
 backend and the interpreter, or the backends ``--backend`` names; it prints a
-summary: thunks by kind, kernels, allocations, peak memory.
+summary: thunks by kind, kernels, allocations, peak memory. ``--autotune`` (with
+``--executable``, a CUDA target) then times every candidate cuBLASLt algorithm
+of each GEMM library call on the CUDA device here and stores the fastest
+correct one with the call (:func:`heron.runtime.cuda.autotune.autotune_gemms`);
+without a CUDA device it says so and writes nothing.
 
 Each fusion goes through :func:`heron.compiler.compile_fusion` for the Target
 (emission, heron's passes, the backend's stages). Writes the device code the
@@ -80,6 +84,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         " run (order-dependent scatters become sorted scatters, as XLA's"
         " --xla_gpu_deterministic_ops)",
     )
+    parser.add_argument(
+        "--autotune",
+        action="store_true",
+        help="with --executable: time each GEMM library call's cuBLASLt algorithms on this"
+        " machine's CUDA device and store the fastest correct one in the artefact",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -129,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError("--backend applies to --executable only")
         if args.deterministic:
             raise CommandError("--deterministic applies to --executable only")
+        if args.autotune:
+            raise CommandError("--autotune applies to --executable only")
     else:
         for option, given in (("--fusion", args.fusion), ("-o", args.output)):
             if given is not None:
@@ -190,10 +202,14 @@ def _executable(module, target, args: argparse.Namespace) -> int:
             f"--backend {wrong[0]}: the kernels are compiled for {target.name}"
             f" ({target.backend}, {target.arch}); a {wrong[0]} image needs a {wrong[0]} target"
         )
+    device = _tuning_device(target) if args.autotune else None  # before the compile
     convolutions = convolution_verdicts(module, target)
     backward_attentions, attentions = program_attention_verdicts(module, target)
     compiled = compile_program(module, target, backends, deterministic=args.deterministic)
     artefact = compiled.artefact
+    tuned: list = []
+    if device is not None:
+        artefact = _autotuned(artefact, device, tuned)
     with atomic_output(path, "--executable") as temporary:
         artefact.save(temporary)
     counts = thunk_counts(compiled)
@@ -249,11 +265,38 @@ def _executable(module, target, args: argparse.Namespace) -> int:
         print(f"  attention backward call {call}: {verdict}")
     for kernel, why in order_dependent_kernels(artefact.program):
         print(f"  order-dependent kernel {kernel}: {why} (--deterministic avoids it)")
+    if device is not None:
+        print(f"  autotuned on {device.description}: {len(tuned)} GEMM library calls")
+        for report in tuned:
+            print(f"    {report.report_line()}")
     print(
         f"  compiled in {compiled.seconds:.2f} s ({compiled.kernel_seconds:.2f} s in kernels);"
         f" wrote {path} ({path.stat().st_size} bytes)"
     )
     return 0
+
+
+def _tuning_device(target):
+    """The CUDA device ``--autotune`` measures on; a CommandError saying why there is none."""
+    try:
+        from heron.runtime.cuda.autotune import AutotuneError, tuning_device
+    except ImportError as error:
+        raise CommandError(f"--autotune needs heron-runtime-cuda ({error})") from None
+
+    try:
+        return tuning_device(target)
+    except AutotuneError as error:
+        raise CommandError(f"--autotune: {error}") from None
+
+
+def _autotuned(artefact, device, reports: list):
+    """``artefact`` autotuned on ``device``, each call's outcome appended to ``reports``."""
+    from heron.runtime.cuda.autotune import AutotuneError, autotune_gemms
+
+    try:
+        return autotune_gemms(artefact, device, on_call=reports.append)
+    except AutotuneError as error:
+        raise CommandError(f"--autotune: {error}") from None
 
 
 def _emitters(compiled) -> dict[str, int]:
