@@ -254,3 +254,13 @@ def test_target_is_frozen_and_hashable():
 def test_fields_are_keyword_only():
     with pytest.raises(TypeError):
         Target("h100", "cuda")  # type: ignore[misc]
+
+
+def test_fp8_tensor_cores_from_compute_capability_8_9():
+    """fp8 GEMMs (cuBLASLt's, PTX mma .e4m3/.e5m2) need sm_89 or later: Ada and Hopper
+    have them, Ampere and the AMD presets do not."""
+    assert Target.preset("h100").fp8
+    assert Target.for_arch("sm_89").fp8
+    assert not Target.preset("a100").fp8
+    assert not Target.for_arch("sm_86").fp8
+    assert not Target.preset("mi300x").fp8

@@ -12,8 +12,8 @@ its column-major terms: heron's ``lhs [m, k]`` and ``rhs [n, k]``. XLA puts a
 transpose before the call where the program's layout is another; so does
 this module's pass, ``library-gemm-operand-layout``:
 
-- :func:`fp8_gemms`: whether a Target's GEMM library computes fp8 (cuBLASLt
-  from sm_89, :data:`FP8_SINCE`);
+- :func:`fp8_gemms`: whether a Target's GEMM library computes fp8 (cuBLASLt,
+  on a device with fp8 tensor cores: ``Target.fp8``, sm_89 and later);
 - :func:`fp8_operand`: a dot operand as an fp8 value read through its
   dequantization (perhaps through one transpose of its last two dimensions
   and bitcasts), or None where it is none;
@@ -42,7 +42,6 @@ from heron.runtime.core.gemm import FP8_TYPES
 from heron.target import Target
 
 __all__ = [
-    "FP8_SINCE",
     "TN_TYPES",
     "Fp8Operand",
     "fp8_gemms",
@@ -50,16 +49,13 @@ __all__ = [
     "operand_layout",
 ]
 
-#: The compute capability from which cuBLASLt multiplies fp8 (sm_89: Ada; Hopper).
-FP8_SINCE = (8, 9)
 #: Operand types whose cuBLASLt kernels read lhs [m, k] and rhs [n, k] only ("TN").
 TN_TYPES = (*FP8_TYPES, "s8")
 
 
 def fp8_gemms(target: Target) -> bool:
     """Whether ``target``'s GEMM library computes fp8 GEMMs (cuBLASLt from sm_89)."""
-    capability = target.compute_capability
-    return target.gemm_library == "cublasLt" and capability is not None and capability >= FP8_SINCE
+    return target.gemm_library == "cublasLt" and target.fp8
 
 
 @attrs.frozen

@@ -122,6 +122,8 @@ def _default_isa_version(target: Target) -> int:
 # Multiply-Accumulate Instructions", the table of mma shapes and types with their
 # target ISA requirements (m16n8k16 .f16 and .bf16, m16n8k8 .tf32 and m16n8k32 .s8 all
 # require sm_80). Later architectures keep them (sm_90's wgmma is another instruction).
+#: The compute capability from which a CUDA device multiplies fp8 (sm_89: Ada; Hopper).
+_FP8_SINCE = (8, 9)
 _MMA_SINCE = {(8, 0): ("m16n8k16.f16", "m16n8k16.bf16", "m16n8k8.tf32", "m16n8k32.s8")}
 
 
@@ -473,6 +475,15 @@ class Target:
         has TF32 tensor cores (its MMA shapes include ``m16n8k8.tf32``: sm_80 and later).
         :func:`heron.hlo.dot_precision.dot_compute` applies it."""
         return "m16n8k8.tf32" in self.mma_shapes
+
+    @property
+    def fp8(self) -> bool:
+        """Whether the device multiplies fp8 (e4m3, e5m2) in its tensor cores: CUDA's
+        compute capability 8.9 (Ada) and later, where PTX's ``mma`` takes ``.e4m3`` and
+        ``.e5m2`` operands and cuBLASLt its fp8 GEMMs
+        (:mod:`heron.compiler.library_gemm_fp8` makes such dots library calls)."""
+        capability = self.compute_capability
+        return self.backend == "cuda" and capability is not None and capability >= _FP8_SINCE
 
     @property
     def gemm_library(self) -> str:
