@@ -59,7 +59,13 @@ PEAK_PRESETS = ("h100", "h200", "a100", "mi250x", "mi300x")
 #: (both are stored: 1 MiB let the fusions' data alone take 26 MB of the 40 MiB).
 SMALL_FUSION_BYTES = 256 * 1024
 #: The files of the run side, copied to the bundle's root.
-RUN_FILES = ("run.py", "bundle_worker.py", "bundle_compare.py", "bundle_workloads.py")
+RUN_FILES = (
+    "run.py",
+    "bundle_worker.py",
+    "bundle_compare.py",
+    "bundle_workloads.py",
+    "bundle_autotune.py",
+)
 #: heron's runtime packages, each one wheel (runtime-only: no [compile] extra).
 HERON_WHEELS = (
     "target",

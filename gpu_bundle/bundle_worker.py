@@ -1,7 +1,9 @@
 """The bundle's worker: one process that opens the device once and runs the cases it is sent.
 
 ``run.py`` starts it (with the bundle's wheels on ``PYTHONPATH``) and talks to it
-over a pipe, one JSON line per request and one per answer: a case per request.
+over a pipe, one JSON line per request and one per answer: a case per request,
+and after a speed case its autotuning step (``bundle_autotune``: a request of
+its own, so that a hang there costs the step, not the case's numbers).
 One process for every case because opening a CUDA context, importing heron, jax
 and torch cost seconds that one process per case would pay again each time; a
 separate process all the same so that the parent can stop a hung case (a kernel
@@ -31,6 +33,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import bundle_autotune  # noqa: E402
 import bundle_compare  # noqa: E402
 import bundle_workloads  # noqa: E402
 
@@ -64,6 +67,9 @@ class Worker:
         self.device = None if backend == "interpreter" else registry.create_device(backend, None)
         self.target = self._target()
         self.peak_name, self.peak = self._peak()
+        #: The last speed case's untuned run, for its autotuning step (one at a time: the
+        #: GPU-size inputs and outputs are large).
+        self.speed_run: bundle_autotune.SpeedRun | None = None
 
     # -- the device and its artefacts --------------------------------------------------------
 
@@ -319,7 +325,12 @@ class Worker:
         artefact = self._load(case)
         inputs = bundle_workloads.make_inputs(workload.gpu, case["seed"])
         details: dict[str, Any] = {"target": self.target, "peak_preset": self.peak_name}
+        self.speed_run = None
+        begun = time.perf_counter()
         heron_out, details["heron"] = self._heron_times(artefact, inputs)
+        self.speed_run = bundle_autotune.SpeedRun(
+            case["name"], artefact, inputs, heron_out, details["heron"], time.perf_counter() - begun
+        )
         try:
             jax_out, details["jax"] = _jax_times(workload, inputs)
         except ImportError as error:
@@ -386,6 +397,11 @@ class Worker:
                 "throughput_s": statistics.median(batches),
                 "device_s": statistics.median(device_batches),
                 "library_calls": [c.chosen for c in executable.library_choices],
+                # which algorithm each library call ran (cuBLASLt: the heuristic's or a
+                # tuned one), by the call's path: the autotuning step compares them
+                "library_algorithms": {
+                    c.path: c.algorithm for c in executable.library_choices if c.algorithm
+                },
                 "command_buffers": sum(1 for _ in executable.program if _.kind == "command_buffer"),
             }
             result["kernels"] = self._kernel_times(artefact, buffers)
@@ -423,6 +439,35 @@ class Worker:
                 entry["tflop_per_s"] = case["flops"] / seconds / 1e12
                 if flops_peak:
                     entry["flops_of_peak"] = case["flops"] / seconds / flops_peak
+
+    def autotune(self, case: dict[str, Any], seconds: float) -> dict[str, Any]:
+        """The speed case's autotuning step (``bundle_autotune.measure``): its artefact's
+        GEMM calls tuned on this device, the tuned copy timed as the untuned one was and
+        compared with it, within ``seconds``. The untuned run is the speed case's own,
+        kept from it; a fresh worker (the last one was stopped) runs it again."""
+        deadline = time.monotonic() + seconds
+        if self.backend != "cuda":
+            raise _Skip(
+                "autotuning times cuBLASLt's algorithms on a CUDA device; this worker's"
+                f" backend is {self.backend}"
+            )
+        run, self.speed_run = self.speed_run, None
+        if run is None or run.name != case["name"]:
+            workload = bundle_workloads.BY_NAME[case["workload"]]
+            artefact = self._load(case)
+            inputs = bundle_workloads.make_inputs(workload.gpu, case["seed"])
+            begun = time.perf_counter()
+            outputs, times = self._heron_times(artefact, inputs)
+            run = bundle_autotune.SpeedRun(
+                case["name"], artefact, inputs, outputs, times, time.perf_counter() - begun
+            )
+        return bundle_autotune.measure(
+            run,
+            self.device,
+            lambda tuned: self._heron_times(tuned, run.inputs),
+            deadline,
+            SPEED_INT_TOLERANCE,
+        )
 
     def torch(self, case: dict[str, Any]) -> dict[str, Any]:
         """torch.compile's times for the workload's torch twin (when torch sees a GPU)."""
@@ -601,7 +646,10 @@ def main() -> int:
         case = request["case"]
         begun = time.perf_counter()
         try:
-            answer = handlers[request["mode"]](case)
+            if request["mode"] == "autotune":  # a speed case's step: its time is run.py's
+                answer = worker.autotune(case, float(request["seconds"]))
+            else:
+                answer = handlers[request["mode"]](case)
         except _Skip as skip:
             answer = {"status": "skipped", "reason": str(skip)}
         except _Error as error:

@@ -2,6 +2,7 @@
 
     python build/gpu-bundle/run.py --out DIR [--backend auto|cuda|rocm|interpreter]
                                    [--budget SECONDS] [--only GLOB ...] [--case-timeout S]
+                                   [--no-autotune]
 
 1. Installs the bundle's wheels with ``pip install --no-index --no-deps --target
    DIR/site`` (a folder of its own, put on the worker's ``sys.path``), skipping
@@ -10,8 +11,10 @@
 2. Starts a worker process (``bundle_worker.py``) that opens the device once,
    then sends it the cases one at a time: correctness (every corpus program, the
    small XLA-corpus fusions, the workloads at their small size), then speed
-   (heron beside ``jax.jit``, with per-kernel device times), then
-   ``torch.compile`` where torch is installed.
+   (heron beside ``jax.jit``, with per-kernel device times; on CUDA each speed
+   case whose artefact has GEMM library calls is then autotuned, its tuned copy
+   timed the same way: ``bundle_autotune``), then ``torch.compile`` where torch
+   is installed.
 3. Writes ``DIR/report.json`` and ``DIR/report.md`` after every case, so a run
    cut short still reports what it did.
 
@@ -45,7 +48,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 #: Seconds a case may take before the watchdog stops it, per mode.
-CASE_TIMEOUTS = {"correctness": 60.0, "speed": 120.0, "torch": 120.0}
+CASE_TIMEOUTS = {"correctness": 60.0, "speed": 120.0, "torch": 120.0, "autotune": 120.0}
+#: A speed case's autotuning step is skipped when fewer seconds than this are left of the
+#: speed phase: tuning a call shape takes a fraction of a second, timing the tuned copy
+#: about as long as the untuned timing did; less than this would mostly be cut short.
+AUTOTUNE_MIN_SECONDS = 10.0
 #: Share of the budget (from the start, install included) each phase may run until,
 #: when later phases have cases waiting.
 PHASE_SHARE = {"correctness": 0.5, "speed": 0.85, "torch": 1.0}
@@ -319,8 +326,9 @@ def render_markdown(document: dict[str, Any]) -> str:
             "",
             "| workload | status | heron single | heron throughput | jax single |"
             " jax throughput | torch.compile throughput | jax / heron | heron GB/s (of peak) |"
-            " heron TFLOP/s (of peak) | slowest heron kernel |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            " heron TFLOP/s (of peak) | slowest heron kernel | heron autotuned throughput"
+            " (untuned / tuned) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         torch_rows = {
             c.get("workload"): (c.get("details") or {}).get("torch") or {}
@@ -359,7 +367,7 @@ def render_markdown(document: dict[str, Any]) -> str:
                 f" {_ms(heron.get('single_s'))} |"
                 f" {_ms(heron.get('throughput_s'))} | {_ms(jax.get('single_s'))} |"
                 f" {_ms(jax.get('throughput_s'))} | {_ms(torch.get('throughput_s'))} | {ratio} |"
-                f" {gbs} | {tfs} | {slowest} |"
+                f" {gbs} | {tfs} | {slowest} | {_tuned_cell(d.get('autotune'))} |"
             )
         lines.append("")
         lines += ["## Per-kernel device times (heron, event timers, no command buffers)", ""]
@@ -372,6 +380,7 @@ def render_markdown(document: dict[str, Any]) -> str:
             )
             lines.append(f"- {case.get('workload', case['name'])}: {top}")
         lines.append("")
+    lines += _autotune_section(speed)
     problems = [c for c in document["cases"] if c["status"] in ("fail", "error")]
     skipped = [c for c in document["cases"] if c["status"] == "skipped"]
     if problems:
@@ -388,7 +397,150 @@ def render_markdown(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _tuned_cell(autotune: Any) -> str:
+    """The speed table's autotuning cell: the tuned throughput and untuned / tuned, or
+    the step's status (its reason is in the autotuning section)."""
+    if not isinstance(autotune, dict):
+        return "-"
+    if autotune.get("status") != "measured":
+        return str(autotune.get("status", "-"))
+    ratio = (autotune.get("untuned_over_tuned") or {}).get("throughput")
+    cell = f"{_ms((autotune.get('tuned') or {}).get('throughput_s'))}"
+    cell += f" ({ratio:.2f}x)" if isinstance(ratio, (int, float)) else ""
+    if not (autotune.get("outputs") or {}).get("agree", True):
+        cell += " OUTPUTS DIFFER"
+    return cell
+
+
+def _us(seconds: Any) -> str:
+    return f"{seconds * 1e6:.1f} us" if isinstance(seconds, (int, float)) else "-"
+
+
+def _autotune_section(speed: list[dict[str, Any]]) -> list[str]:
+    """report.md's autotuning section: a row per tuned workload (times, ratio, whether the
+    outputs agree, the tuning's time, each call's chosen candidate against the heuristic's
+    first), the algorithm each call ran, then the skipped and failed steps by reason."""
+    steps = [
+        (c.get("workload", c["name"]), (c.get("details") or {}).get("autotune"))
+        for c in speed
+        if c.get("mode") != "torch"
+    ]
+    steps = [(name, step) for name, step in steps if isinstance(step, dict)]
+    if not steps:
+        return []
+    lines = [
+        "## GEMM autotuning (cuBLASLt; ms as in the speed table; untuned / tuned > 1: tuned is"
+        " faster)",
+        "",
+    ]
+    measured = [(n, s) for n, s in steps if s.get("status") == "measured"]
+    if measured:
+        lines += [
+            "| workload | untuned throughput | tuned throughput | untuned / tuned (device) |"
+            " outputs agree (distance / bound) | tuning s | calls: chosen vs heuristic's first |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, step in measured:
+            ratios = step.get("untuned_over_tuned") or {}
+            ratio = " ".join(
+                f"{ratios[k]:.2f}x" if k == "throughput" else f"({ratios[k]:.2f}x)"
+                for k in ("throughput", "device")
+                if isinstance(ratios.get(k), (int, float))
+            )
+            outputs = step.get("outputs") or {}
+            distances = [d for d in outputs.get("distances") or [] if isinstance(d, float)]
+            agree = "yes" if outputs.get("agree") else "NO"
+            worst = f"{max(distances):.3g}" if distances else "-"
+            bound = outputs.get("bound")
+            agree += f" ({worst} / {bound:.3g})" if isinstance(bound, float) else ""
+            calls = "; ".join(
+                f"{c['path']}: "
+                + (
+                    "not tuned"
+                    if c.get("chosen") is None
+                    else f"{c['chosen']} of {c['candidates']}, {_us(c.get('chosen_s'))} vs"
+                    f" {_us(c.get('heuristic_first_s'))}"
+                )
+                for c in step.get("calls") or []
+            )
+            tuning = step.get("autotune_s")
+            lines.append(
+                f"| {name} | {_ms((step.get('untuned') or {}).get('throughput_s'))} |"
+                f" {_ms((step.get('tuned') or {}).get('throughput_s'))} | {ratio or '-'} |"
+                f" {agree} | {f'{tuning:.2f}' if isinstance(tuning, (int, float)) else '-'} |"
+                f" {calls or '-'} |"
+            )
+        lines.append("")
+        lines += ["Each call: the pass's line, then the algorithm each run said it ran:", ""]
+        for name, step in measured:
+            for call in step.get("calls") or []:
+                ran = f"untuned: {call.get('untuned_algorithm', '-')}; tuned:"
+                ran += f" {call.get('tuned_algorithm', '-')}"
+                lines.append(f"- {name}: {call['line']} ({ran})")
+        lines.append("")
+    problems = [(n, s) for n, s in measured if s.get("problem")]
+    problems += [(n, s) for n, s in steps if s.get("status") == "error"]
+    if problems:
+        lines += ["Autotuning problems (the cases' statuses stand):", ""]
+        lines += [f"- {n}: {s.get('problem') or s.get('reason', '')}" for n, s in problems]
+        lines.append("")
+    reasons: dict[str, list[str]] = {}
+    for name, step in steps:
+        if step.get("status") == "skipped":
+            reasons.setdefault(str(step.get("reason", "")), []).append(name)
+    if reasons:
+        lines += ["Not autotuned:", ""]
+        lines += [f"- {', '.join(names)}: {reason}" for reason, names in reasons.items()]
+        lines.append("")
+    return lines
+
+
 # -- the run ---------------------------------------------------------------------------------
+
+
+def ask(
+    worker: WorkerProcess, request: dict[str, Any], timeout: float
+) -> tuple[dict[str, Any], WorkerProcess | None]:
+    """Send ``request`` and wait for the answer under the watchdog: (the answer, the worker),
+    or (an error answer saying why, None) when it did not answer in time or died: the
+    worker is then stopped, and the next request starts a fresh one."""
+    worker.send(request)
+    try:
+        answer = worker.answer(timeout)
+    except TimeoutError:
+        worker.stop()
+        reason = f"watchdog: no answer in {timeout:.0f} s; the worker was stopped"
+        return {"status": "error", "reason": reason}, None
+    if answer is None:
+        answer = {"status": "error", "reason": f"the worker died ({worker.exit_text()})"}
+        worker.stop()
+        return answer, None
+    return answer, worker
+
+
+def autotune_skip(
+    entry: dict[str, Any], backend: str | None, left: float, disabled: bool = False
+) -> str | None:
+    """Why a speed case gets no autotuning step (``details.autotune.reason``), or None
+    when it does: autotuning times cuBLASLt on a CUDA device, tunes heron's artefact
+    once it was timed, and needs :data:`AUTOTUNE_MIN_SECONDS` of the speed phase."""
+    if disabled:
+        return "--no-autotune"
+    if backend is not None and backend != "cuda":
+        return (
+            "autotuning times cuBLASLt's algorithms on a CUDA device; this run's backend"
+            f" is {backend}"
+        )
+    heron = (entry.get("details") or {}).get("heron") or {}
+    if not heron.get("throughput_s"):
+        why = f": {entry['reason']}" if entry.get("reason") else ""
+        return f"heron's artefact was not timed (the speed case is {entry['status']}{why})"
+    if left < AUTOTUNE_MIN_SECONDS:
+        return (
+            f"budget: {max(left, 0):.0f} s left of the speed phase, autotuning needs"
+            f" {AUTOTUNE_MIN_SECONDS:.0f}"
+        )
+    return None
 
 
 def _plan(manifest: dict[str, Any], only: list[str] | None) -> list[dict[str, Any]]:
@@ -418,6 +570,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case-timeout", type=float, default=None, help="seconds, every mode")
     parser.add_argument(
         "--no-install", action="store_true", help="use what this Python has (no wheels)"
+    )
+    parser.add_argument(
+        "--no-autotune", action="store_true", help="no autotuning step after the speed cases"
     )
     parser.add_argument(
         "--site",
@@ -466,6 +621,8 @@ def main(argv: list[str] | None = None) -> int:
             entry["workload"] = item["case"]["workload"]
         if elapsed >= until:
             entry.update(status="skipped", reason=f"budget: {mode} cases stop at {until:.0f} s")
+            if mode == "speed":
+                _skip_autotune(entry, autotune_skip(entry, _backend(report, args), 0.0))
             report.add(entry)
             continue
         if worker is None:
@@ -480,37 +637,27 @@ def main(argv: list[str] | None = None) -> int:
                 worker = None
                 report.header["device_error"] = why
                 for rest in plan[index:]:
-                    report.cases.append(
-                        {
-                            "name": rest["name"],
-                            "kind": "speed" if rest["mode"] != "correctness" else "correctness",
-                            "mode": rest["mode"],
-                            "status": "error",
-                            "reason": f"no device: {why}",
-                        }
-                    )
+                    failed = {
+                        "name": rest["name"],
+                        "kind": "speed" if rest["mode"] != "correctness" else "correctness",
+                        "mode": rest["mode"],
+                        "status": "error",
+                        "reason": f"no device: {why}",
+                    }
+                    if rest["mode"] == "speed":
+                        _skip_autotune(failed, autotune_skip(failed, None, 0.0))
+                    report.cases.append(failed)
                 break
             report.header["device"] = hello["hello"]
             print(f"device: {hello['hello']['device']}", flush=True)
         timeout = args.case_timeout or CASE_TIMEOUTS[mode]
         timeout = min(timeout, until - (time.monotonic() - started))
-        worker.send({"mode": mode, "case": item["case"]})
-        try:
-            answer = worker.answer(timeout)
-        except TimeoutError:
-            answer = {
-                "status": "error",
-                "reason": f"watchdog: no answer in {timeout:.0f} s; the worker was stopped",
-            }
-            worker.stop()
-            worker = None
-        if answer is None:
-            answer = {"status": "error", "reason": f"the worker died ({worker.exit_text()})"}
-            worker.stop()
-            worker = None
+        answer, worker = ask(worker, {"mode": mode, "case": item["case"]}, timeout)
         entry.update(answer)
         report.add(entry)
         print(f"{entry['status']:>7} {entry['name']} {entry.get('reason', '')}"[:200], flush=True)
+        if mode == "speed":
+            worker = _autotune_step(entry, item["case"], worker, report, args, until, started)
     if worker is not None:
         assert worker.process.stdin is not None
         worker.process.stdin.close()
@@ -524,6 +671,52 @@ def main(argv: list[str] | None = None) -> int:
     print(f"report: {args.out / 'report.md'}; {json.dumps(counts)}")
     bad = sum(n for kind in counts.values() for s, n in kind.items() if s in ("fail", "error"))
     return 1 if bad else 0
+
+
+def _backend(report: Report, args: argparse.Namespace) -> str | None:
+    """The backend the worker opened, else the one asked for (None: auto, not yet known)."""
+    device = report.header.get("device") or {}
+    if device.get("backend"):
+        return str(device["backend"])
+    return None if args.backend == "auto" else str(args.backend)
+
+
+def _skip_autotune(entry: dict[str, Any], reason: str | None) -> None:
+    """Record in the speed case ``entry`` why it gets no autotuning step."""
+    if reason is not None:
+        entry.setdefault("details", {})["autotune"] = {"status": "skipped", "reason": reason}
+
+
+def _autotune_step(
+    entry: dict[str, Any],
+    case: dict[str, Any],
+    worker: WorkerProcess | None,
+    report: Report,
+    args: argparse.Namespace,
+    until: float,
+    started: float,
+) -> WorkerProcess | None:
+    """The speed case's autotuning step, its result put in ``entry['details']['autotune']``
+    (the report rewritten); the worker to use next (None when it was stopped). The case's
+    status never changes: a hang, a crash or an error of the step is the step's result."""
+    left = until - (time.monotonic() - started)
+    reason = autotune_skip(entry, _backend(report, args), left, args.no_autotune)
+    if reason is None and worker is None:
+        reason = "the speed case's worker was stopped"
+    if reason is not None:
+        _skip_autotune(entry, reason)
+        report.write()
+        return worker
+    assert worker is not None
+    timeout = min(args.case_timeout or CASE_TIMEOUTS["autotune"], left)
+    # the worker's own deadline a little before the watchdog's: it answers with what it has
+    request = {"mode": "autotune", "case": case, "seconds": max(timeout - 5.0, timeout * 0.8)}
+    answer, worker = ask(worker, request, timeout)
+    entry.setdefault("details", {})["autotune"] = answer
+    report.write()
+    line = f"{'':>7} {entry['name']} autotuning: {answer['status']} {answer.get('reason', '')}"
+    print(line[:200], flush=True)
+    return worker
 
 
 if __name__ == "__main__":

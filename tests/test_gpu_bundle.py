@@ -14,6 +14,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -204,3 +205,281 @@ def test_speed_inputs_come_from_a_seed_and_tile_one_random_block():
         peak = 790e12 if any(a.dtype == "bfloat16" for a in w.gpu) else 67e12
         seconds = max(w.bytes_moved(w.gpu) / 4.8e12, w.flops(w.gpu) / peak)
         assert seconds >= 0.2e-3 or w.name in ("fori_loop", "sort", "top_k"), w.name
+
+
+# -- the speed cases' autotuning step (bundle_autotune) -----------------------------------------
+
+
+def test_autotuning_is_skipped_on_the_interpreter_with_the_reason(bundle, tmp_path):
+    code, report = _run(bundle, tmp_path / "out", "--only", "speed/*")
+    assert code == 0, report
+    cases = {c["name"]: c for c in report["cases"]}
+    step = cases["speed/gelu_bf16"]["details"]["autotune"]
+    assert step == {
+        "status": "skipped",
+        "reason": "autotuning times cuBLASLt's algorithms on a CUDA device; this run's backend"
+        " is interpreter",
+    }
+    assert cases["speed/gelu_bf16"]["status"] == "skipped"  # the case's own reason stands
+    assert "need a GPU" in cases["speed/gelu_bf16"]["reason"]
+    assert "autotune" not in (cases["speed/gelu_bf16[torch.compile]"].get("details") or {})
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "## GEMM autotuning" in markdown
+    assert "- gelu_bf16: autotuning times cuBLASLt's algorithms on a CUDA device" in markdown
+    code, report = _run(bundle, tmp_path / "off", "--only", "speed/gelu_bf16", "--no-autotune")
+    assert code == 0
+    assert report["cases"][0]["details"]["autotune"]["reason"] == "--no-autotune"
+
+
+def _test_module(name: str, relative: str):
+    """A module of the CUDA runtime's tests (its stand-ins), loaded by path: the bundle's
+    step is checked on the very stand-ins that check ``autotune_gemms``."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / relative)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def stand_in_cuda():
+    """A factory of CUDA devices over the timed stand-in driver (``TimedCuda``), their
+    GEMMs through the stand-in cuBLASLt (``FakeCublasLt``: three candidates a call shape,
+    each taking ``cost_ms(algo)`` on the driver's event clock); (device, cuBLASLt)."""
+    pytest.importorskip("nvmath", reason="the cuBLASLt stand-in borrows nvmath-python's enums")
+    fakes = _test_module("runtime_cuda_conftest", "packages/runtime-cuda/tests/conftest.py")
+    timed = _test_module("runtime_cuda_autotune", "packages/runtime-cuda/tests/test_autotune.py")
+    from heron.runtime.cuda.cublaslt import CublasLt
+    from heron.runtime.cuda.device import CudaDevice
+
+    def make(**stand_in):
+        driver = timed.TimedCuda()
+        lt = fakes.FakeCublasLt(memory=driver.device_memory(), driver=driver, **stand_in)
+        driver.clock = lambda: lt.clock_ms
+
+        def cublaslt(device):
+            return CublasLt(
+                lambda n: int(device.allocate(n, "workspace").handle),
+                bindings=lt,
+                workspace_bytes=4096,
+                device_name=device.info.name,
+                compute_capability=device.compute_capability,
+            )
+
+        return CudaDevice(bindings=driver, libraries={"gemm": cublaslt}), lt
+
+    return make
+
+
+def _cuda_worker(device):
+    """The bundle's worker on ``device`` without opening one (its handlers need no more)."""
+    worker_module = _module("bundle_worker")
+    worker = object.__new__(worker_module.Worker)
+    worker.device, worker.backend, worker.speed_run = device, "cuda", None
+    return worker_module, worker
+
+
+def _speed_run(worker, artefact, name="speed/gemm"):
+    """What the speed handler keeps of its untuned run: timed by the worker's own timing."""
+    autotune = _module("bundle_autotune")
+    rng = np.random.default_rng(1)
+    inputs = [
+        rng.standard_normal((2, 3, 5)).astype(np.float32),
+        rng.standard_normal((2, 5, 4)).astype(np.float32),
+        rng.standard_normal(4).astype(np.float32),
+    ]
+    outputs, times = worker._heron_times(artefact, inputs)
+    return autotune.SpeedRun(name, artefact, inputs, outputs, times, 0.01)
+
+
+def gemm_artefact_call():
+    """The call of ``heron_test_support.gemm_artefact``'s artefact (its one GEMM)."""
+    from heron_test_support.gemm_artefact import CALL
+
+    return CALL
+
+
+def test_the_step_tunes_times_and_compares_on_the_stand_ins(stand_in_cuda, tmp_path):
+    from heron_test_support.gemm_artefact import gemm_artefact
+
+    # candidate n (its first byte n + 1) takes 4 - (n + 1) ms: the heuristic's first 3 ms,
+    # candidate 2 (the last) 1 ms
+    device, lt = stand_in_cuda(cost_ms=lambda algo: 4.0 - algo[0])
+    _, worker = _cuda_worker(device)
+    worker.speed_run = _speed_run(worker, gemm_artefact())
+    candidates = device.library("gemm").candidates(gemm_artefact_call())
+    assert {m["algo"] for m in lt.matmuls} == {candidates[0]}  # untuned: the heuristic's
+    step = worker.autotune({"name": "speed/gemm"}, 60.0)
+    assert step["status"] == "measured", step
+    assert worker.speed_run is None  # given up: the next case's inputs replace it
+    (call,) = step["calls"]
+    assert call["path"] == "0" and call["candidates"] == 3 and call["chosen"] == 2
+    assert call["chosen_s"] == pytest.approx(1e-3) and call["heuristic_first_s"] == 3e-3
+    assert call["untuned_algorithm"] == "heuristic's first of 3 candidates"
+    assert call["tuned_algorithm"].startswith("tuned algorithm (fastest of 3")
+    assert call["line"].endswith("candidate 2 of 3, 1000.0 us, heuristic's first 3000.0 us")
+    # timed the same way: the stand-in clock's device time per run, 3 ms then 1 ms
+    assert step["untuned"]["device_s"] == pytest.approx(3e-3)
+    assert step["tuned"]["device_s"] == pytest.approx(1e-3)
+    assert step["untuned_over_tuned"]["device"] == pytest.approx(3.0)
+    assert step["tuned"]["throughput_s"] > 0 and step["untuned_over_tuned"]["throughput"] > 0
+    assert step["outputs"]["agree"] and step["outputs"]["distances"] == [0.0]
+    assert step["outputs"]["bound"] > 0 and step["autotune_s"] > 0
+    assert lt.matmuls[-1]["algo"] == candidates[2]  # the tuned run ran the tuned algorithm
+    # report.md: the speed table's cell and the section's row and call line
+    run = _module("run")
+    case = {"name": "speed/gemm", "kind": "speed", "mode": "speed", "workload": "gemm"}
+    case |= {"status": "pass", "details": {"heron": step["untuned"], "autotune": step}}
+    document = {"budget_s": 1, "elapsed_s": 1, "finished": True, "summary": {}, "cases": [case]}
+    markdown = run.render_markdown(document)
+    assert f"| {run._ms(step['tuned']['throughput_s'])} (" in markdown
+    assert "(3.00x) | yes (0 / " in markdown
+    assert "| 0: 2 of 3, 1000.0 us vs 3000.0 us |" in markdown
+    assert "(untuned: heuristic's first of 3 candidates; tuned: tuned algorithm" in markdown
+
+
+def test_the_step_says_why_it_did_not_tune(stand_in_cuda):
+    from heron_test_support.fake_cuda import FakeCuda
+    from heron_test_support.gemm_artefact import gemm_artefact
+
+    from heron.runtime.core.device import DeviceError
+    from heron.runtime.cuda.device import CudaDevice
+
+    autotune = _module("bundle_autotune")
+    device, _ = stand_in_cuda()
+    worker_module, worker = _cuda_worker(device)
+    run = _speed_run(worker, gemm_artefact())
+
+    def time_run(tuned):
+        return worker._heron_times(tuned, run.inputs)
+
+    # no GEMM library call: nothing to tune
+    plain = gemm_artefact()
+    kernel_only = type(plain)(
+        target=plain.target,
+        program=list(plain.program[0].fallback),
+        allocations=plain.allocations,
+        signature=plain.signature,
+        kernels=plain.kernels,
+    )
+    nothing = autotune.SpeedRun("x", kernel_only, run.inputs, run.outputs, run.times, 0.01)
+    step = autotune.measure(nothing, device, time_run, time.monotonic() + 60, 1e-3)
+    assert step == {"status": "skipped", "reason": "the artefact has no GEMM library calls"}
+
+    # no cuBLASLt on the device: autotune_gemms's reason
+    def missing(device):
+        raise DeviceError("cuBLASLt needs nvmath-python (not installed)")
+
+    bare = CudaDevice(bindings=FakeCuda(), libraries={"gemm": missing})
+    step = autotune.measure(run, bare, time_run, time.monotonic() + 60, 1e-3)
+    assert step["status"] == "skipped" and "(not installed)" in step["reason"]
+    # the deadline passed during tuning: the tuned copy is not timed (the watchdog would
+    # lose the case's answer), the calls tuned so far are reported
+    step = autotune.measure(run, device, time_run, time.monotonic() - 1, 1e-3)
+    assert step["status"] == "skipped" and step["reason"].startswith("budget: ")
+    assert step["calls"][0]["chosen"] is not None and "tuned" not in step
+
+    # the tuned run raising is the step's error, never the case's
+    def broken(tuned):
+        raise RuntimeError("launch failed")
+
+    step = autotune.measure(run, device, broken, time.monotonic() + 60, 1e-3)
+    assert step["status"] == "error" and "RuntimeError: launch failed" in step["reason"]
+    # the interpreter's worker refuses the step with its reason
+    worker.backend = "interpreter"
+    with pytest.raises(worker_module._Skip, match="on a CUDA device; this worker's backend is"):
+        worker.autotune({"name": "x"}, 60.0)
+
+
+def test_tuned_outputs_beyond_the_contract_are_a_problem_not_a_failure(stand_in_cuda):
+    from heron_test_support.gemm_artefact import gemm_artefact
+
+    from heron.runtime.core.gemm import agreement_tolerance
+
+    autotune = _module("bundle_autotune")
+    device, _ = stand_in_cuda(cost_ms=lambda algo: 4.0 - algo[0])
+    _, worker = _cuda_worker(device)
+    run = _speed_run(worker, gemm_artefact())
+    bound = agreement_tolerance(gemm_artefact_call())
+
+    def off_by(amount):
+        def time_run(tuned):
+            outputs, times = worker._heron_times(tuned, run.inputs)
+            return [o + np.float32(amount) for o in outputs], times
+
+        return time_run
+
+    scale = 1 + float(np.max(np.abs(run.outputs[0])))
+    step = autotune.measure(run, device, off_by(bound * scale / 2), time.monotonic() + 60, 0)
+    assert step["status"] == "measured" and step["outputs"]["agree"], step["outputs"]
+    step = autotune.measure(run, device, off_by(bound * scale * 4), time.monotonic() + 60, 0)
+    assert step["status"] == "measured" and not step["outputs"]["agree"]
+    assert step["problem"].startswith("the tuned artefact's outputs differ from the untuned")
+    assert step["outputs"]["distances"][0] == pytest.approx(4 * bound, rel=1e-3)
+    # NaNs, integers, shapes
+    f = np.array([1.0, np.nan], np.float32)
+    assert autotune.agreement([f], [f.copy()], 0.0, 0)["agree"]
+    assert not autotune.agreement([np.array([1.0, 2.0], np.float32)], [f], 1.0, 0)["agree"]
+    ints = np.arange(1000, dtype=np.int32)
+    one_off = ints.copy()
+    one_off[0] = 7
+    assert not autotune.agreement([one_off], [ints], 0.0, 1e-2)["agree"]  # integer GEMM: exact
+    assert autotune.agreement([one_off], [ints], 1e-3, 1e-2)["agree"]  # ties of float top-k
+    assert not autotune.agreement([ints[:3]], [ints], 1.0, 0)["agree"]
+    # report.md lists the problem; the case's status is what the speed case said
+    run_module = _module("run")
+    case = {"name": "speed/gemm", "kind": "speed", "mode": "speed", "workload": "gemm"}
+    case |= {"status": "pass", "details": {"heron": step["untuned"], "autotune": step}}
+    document = {"budget_s": 1, "elapsed_s": 1, "finished": True, "summary": {}, "cases": [case]}
+    markdown = run_module.render_markdown(document)
+    assert "OUTPUTS DIFFER" in markdown and "| NO (" in markdown
+    assert "Autotuning problems (the cases' statuses stand):" in markdown
+    assert "## Failures and errors" not in markdown
+
+
+class _SilentWorker:
+    """A worker that never answers (a hung autotuning): what the watchdog stops."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
+        self.stopped = False
+
+    def send(self, request: dict) -> None:
+        self.sent.append(request)
+
+    def answer(self, timeout: float):
+        raise TimeoutError
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_a_hung_autotuning_step_is_its_own_error_and_the_case_stands(tmp_path):
+    import argparse
+
+    run = _module("run")
+    report = run.Report(tmp_path, {"budget_s": 100, "device": {"backend": "cuda"}})
+    entry = {"name": "speed/matmul_bf16", "kind": "speed", "mode": "speed"}
+    entry |= {"status": "pass", "reason": "", "details": {"heron": {"throughput_s": 1e-3}}}
+    report.add(entry)
+    args = argparse.Namespace(no_autotune=False, case_timeout=None, backend="auto")
+    worker = _SilentWorker()
+    started = time.monotonic()
+    after = run._autotune_step(entry, {"name": entry["name"]}, worker, report, args, 100, started)
+    assert after is None and worker.stopped  # the next case starts a fresh worker
+    (request,) = worker.sent
+    assert request["mode"] == "autotune" and 0 < request["seconds"] < run.CASE_TIMEOUTS["autotune"]
+    assert entry["status"] == "pass"
+    assert entry["details"]["autotune"]["status"] == "error"
+    assert entry["details"]["autotune"]["reason"].startswith("watchdog: no answer in")
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert written["cases"][0]["details"]["autotune"]["status"] == "error"
+    assert written["summary"] == {"speed": {"pass": 1}}
+    # too little of the speed phase left: skipped before asking, with the reason
+    worker = _SilentWorker()
+    entry["details"].pop("autotune")
+    assert run._autotune_step(entry, {}, worker, report, args, 5, started) is worker
+    assert not worker.sent and entry["details"]["autotune"]["reason"].startswith("budget: ")
+    assert run.autotune_skip({"status": "error", "reason": "watchdog"}, "cuda", 100).startswith(
+        "heron's artefact was not timed (the speed case is error: watchdog)"
+    )
