@@ -60,6 +60,22 @@ STAGES_MODULE = """
 
     def fails(previous, context):
         raise ValueError("the assembler said no")
+
+    def images(items):
+        CALLS.append(("images", [previous for previous, _ in items]))
+        joined = b"+".join(previous for previous, _ in items)
+        return [KernelImage("tiny", context.kernel_name, joined) for _, context in items]
+
+    def images_skip(items):
+        CALLS.append(("images_skip", len(items)))
+        raise StageSkipped("the batch tool is not installed here")
+
+    def images_fail(items):
+        CALLS.append(("images_fail", len(items)))
+        raise ValueError("the batch assembler said no")
+
+    def too_few(items):
+        return []
 """
 
 
@@ -439,3 +455,87 @@ def test_a_program_for_two_backends_emits_each_fusion_once(monkeypatch):
     assert len(emissions) == len(set(emissions)) == len(compiled.program.kernels)
     for emitted in compiled.program.kernels:
         assert set(emitted.compiled) == {"cuda", "interpreter"}
+
+
+def _batched_backend(module: str, batched: str) -> BackendRegistry:
+    """``tiny`` with text -> binary -> image, the last stage concurrent and batched."""
+    spec = BackendSpec(
+        name="tiny",
+        priority=0,
+        is_available=lambda: (True, "here"),
+        device_factory=lambda target: None,
+        stages=[
+            Stage("text", f"{module}:text", "txt"),
+            Stage("binary", f"{module}:binary", "bin"),
+            Stage(
+                "image", f"{module}:image", "img", concurrent=True, batched=f"{module}:{batched}"
+            ),
+        ],
+    )
+    return BackendRegistry([(spec, None)])
+
+
+def _compile_in_batches(module: str, batched: str, kernels: int, size: int):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from heron.compiler import compile_fusion_for_backends
+    from heron.compiler.driver import StageBatches
+
+    registry = _batched_backend(module, batched)
+    with ThreadPoolExecutor(2) as workers:
+        batches = StageBatches(workers, size=size)
+        pending = [
+            compile_fusion_for_backends(
+                _fusion(), H100, ("tiny",), registry=registry, background=workers, batches=batches
+            )["tiny"]
+            for _ in range(kernels)
+        ]
+        batches.flush()
+        return [kernel.finished() for kernel in pending]
+
+
+def test_a_batched_last_stage_runs_once_for_a_group_of_kernels(stages_module):
+    finished = _compile_in_batches(stages_module, "images", kernels=3, size=2)
+    batch_calls = [call for call in _calls(stages_module) if call[0] == "images"]
+    # Groups of two: the first when full, the last at flush; no kernel ran `image` alone.
+    assert [len(call[1]) for call in batch_calls] == [2, 1]
+    assert not [call for call in _calls(stages_module) if call[0] == "image"]
+    assert [k.image.data for k in finished] == [b"f for sm_90+f for sm_90"] * 2 + [b"f for sm_90"]
+    for kernel in finished:
+        assert kernel.finishing is None and kernel.image.format == "tiny"
+        assert [r.name for r in kernel.stages][-3:] == ["text", "binary", "image"]
+        assert kernel.artefacts[-1].stage == "image" and kernel.artefacts[-1].loadable
+
+
+def test_a_batch_that_fails_runs_kernel_by_kernel_and_a_skipped_one_says_why(stages_module):
+    finished = _compile_in_batches(stages_module, "images_fail", kernels=2, size=4)
+    assert ("images_fail", 2) in _calls(stages_module)
+    assert [k.image.data for k in finished] == [b"f for sm_90!"] * 2  # `image`, one by one
+    # Skipped, each kernel ends with what the stage before made, which must be an image
+    # (CUDA's PTX, where ptxas is missing); the tiny backend's `binary` makes bytes.
+    with pytest.raises(PluginError, match="returned a bytes, not a KernelImage"):
+        _compile_in_batches(stages_module, "images_skip", kernels=2, size=4)
+
+
+def test_a_batched_stage_that_breaks_its_contract_is_a_plugin_error(stages_module):
+    with pytest.raises(PluginError, match="returned 0 values for 2 kernels"):
+        _compile_in_batches(stages_module, "too_few", kernels=2, size=2)
+
+
+def test_only_a_concurrent_last_stage_may_be_batched():
+    with pytest.raises(ValueError, match="must be the last stage and concurrent"):
+        BackendSpec(
+            name="tiny",
+            priority=0,
+            is_available=lambda: (True, "here"),
+            device_factory=lambda target: None,
+            stages=[Stage("a", "m:a", batched="m:many", concurrent=True), Stage("b", "m:b")],
+        )
+    with pytest.raises(ValueError, match="must be the last stage and concurrent"):
+        BackendSpec(
+            name="tiny",
+            priority=0,
+            is_available=lambda: (True, "here"),
+            device_factory=lambda target: None,
+            stages=[Stage("a", "m:a", batched="m:many")],
+        )

@@ -583,7 +583,7 @@ def heron_run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_heron_run_describes_a_good_artefact_and_refuses_a_tampered_one(good: Path) -> None:
     described = heron_run(str(good), "--describe")
     assert described.returncode == 0, described.stderr
-    assert "format version 2" in described.stdout
+    assert f"format version {FORMAT_VERSION}" in described.stdout
     assert "target: h100 (cuda, sm_90, warps of 32)" in described.stdout
     assert "entry: (f32[4]{0}) -> (f32[4]{0})" in described.stdout
     digest = hashlib.sha256(zipfile.ZipFile(good).read("constants/1.bin")).hexdigest()
@@ -625,7 +625,7 @@ def test_the_whole_target_is_kept_and_checked(tmp_path) -> None:
     make_artefact(target=Target.preset("mi300x")).save(path)
     assert load(path).target == Target.preset("mi300x")  # every field, warps of 64 too
     manifest = json.loads(zipfile.ZipFile(path).read(MANIFEST))
-    assert manifest["target"]["warp_size"] == 64 and manifest["format_version"] == 2
+    assert manifest["target"]["warp_size"] == 64 and manifest["format_version"] == FORMAT_VERSION
 
 
 @pytest.mark.parametrize(
@@ -643,3 +643,71 @@ def test_a_manifest_target_that_is_no_target_is_refused(good: Path, change, patt
         return [(n, json.dumps(manifest).encode() if n == MANIFEST else d) for n, d in members]
 
     refused(rewrite(good, edit), pattern)
+
+
+def _sharing_artefact() -> Artefact:
+    """Two CUDA kernels whose images are one cubin (one ptxas made it of both)."""
+    cubin = b"\x7fELF\x00cubin of add_f32 and step"
+    kernels = [
+        KernelEntry("cuda", "fusion.1", KernelImage("cubin", "add_f32", cubin)),
+        KernelEntry("cuda", "fusion.2", KernelImage("cubin", "step", cubin)),
+        KernelEntry(
+            "interpreter", "fusion.1", KernelImage("heron-interpreter", "add_f32", b'{"p": 1}')
+        ),
+        KernelEntry(
+            "interpreter", "fusion.2", KernelImage("heron-interpreter", "step", b'{"p": 2}')
+        ),
+    ]
+    return make_artefact(kernels=kernels)
+
+
+def test_kernels_sharing_an_image_store_it_once(tmp_path: Path) -> None:
+    path = tmp_path / "shared.heron"
+    artefact = _sharing_artefact()
+    artefact.save(path)
+    names = zipfile.ZipFile(path).namelist()
+    assert "kernels/cuda/fusion.1.cubin" in names and "kernels/cuda/fusion.2.cubin" not in names
+    entries = json.loads(zipfile.ZipFile(path).read("kernels.json"))
+    assert entries[1]["member"] == "kernels/cuda/fusion.1.cubin" and "member" not in entries[0]
+    loaded = load(path)
+    assert loaded.kernel_image("cuda", "fusion.2") == KernelImage(
+        "cubin", "step", artefact.kernels[0].image.data
+    )
+    assert loaded == artefact
+
+
+@pytest.mark.parametrize(
+    ("member", "pattern"),
+    [
+        ("kernels/interpreter/fusion.1.heron-interpreter", "not one of its backend's cubin"),
+        ("kernels/cuda/fusion.9.cubin", r"'kernels/cuda/fusion.9.cubin' .* is missing"),
+        ("../escape.cubin", "not one of its backend's cubin"),
+    ],
+)
+def test_a_shared_image_member_must_be_one_of_its_backend_s(tmp_path, member, pattern) -> None:
+    good = tmp_path / "shared.heron"
+    _sharing_artefact().save(good)
+
+    def point_elsewhere(members):
+        table = json.loads(dict(members)["kernels.json"])
+        table[1]["member"] = member
+        return [(n, _json(table) if n == "kernels.json" else d) for n, d in members]
+
+    refused(rewrite(good, point_elsewhere, remanifest=True), pattern)
+
+
+def test_a_format_2_artefact_still_loads_but_names_no_shared_member(tmp_path) -> None:
+    good = tmp_path / "good.heron"
+    make_artefact().save(good)
+
+    def as_version_2(members):
+        return [(n, manifest_for(members, 2) if n == MANIFEST else d) for n, d in members]
+
+    assert load(rewrite(good, as_version_2)) == make_artefact()
+    shared = tmp_path / "shared.heron"
+    _sharing_artefact().save(shared)
+    refused(rewrite(shared, as_version_2), r"entry 1 does not have exactly")
+
+
+def _json(value) -> bytes:
+    return json.dumps(value).encode()

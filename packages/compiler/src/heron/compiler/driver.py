@@ -60,6 +60,7 @@ __all__ = [
     "Artefact",
     "CompiledKernel",
     "Dump",
+    "StageBatches",
     "StageRecord",
     "compile_emitted",
     "compile_fusion",
@@ -280,6 +281,7 @@ def compile_fusion_for_backends(
     emitters: EmitterRegistry | None = None,
     registry: BackendRegistry | None = None,
     background: Executor | None = None,
+    batches: StageBatches | None = None,
     shared: Collection[int] = (),
 ) -> dict[str, CompiledKernel]:
     """:func:`compile_fusion` for each of ``backends`` (in their order), emitted and
@@ -292,6 +294,11 @@ def compile_fusion_for_backends(
     module, which the stage contract forbids it to change
     (``heron.runtime.core.hookspecs``). Each kernel's ``stages`` start with the
     shared records, so each still tells its whole compile.
+
+    ``batches`` (with ``background``, its executor): a backend whose last stage is
+    batched (``Stage.batched``: CUDA's ptxas) leaves that stage to it, to run for
+    several kernels at once; the kernels returned are unfinished until their
+    group has run (:meth:`StageBatches.flush` runs the last groups).
     """
     names = tuple(dict.fromkeys(backends))
     if not names:
@@ -299,7 +306,7 @@ def compile_fusion_for_backends(
     plans = {name: _plan(target, name, None, registry) for name in names}
     kernel, records = _emit_and_pass(fusion, target, plans[names[0]], None, emitters, shared)
     return {
-        name: _compile_for_backend(kernel, target, plan, None, list(records), background)
+        name: _compile_for_backend(kernel, target, plan, None, list(records), background, batches)
         for name, plan in plans.items()
     }
 
@@ -373,6 +380,7 @@ def _compile_for_backend(
     dump: Dump | None,
     records: list[StageRecord],
     background: Executor | None = None,
+    batches: StageBatches | None = None,
 ) -> CompiledKernel:
     """The kernel, through heron's passes, taken through ``plan``'s backend."""
     image, artefacts, rest = None, [], None
@@ -402,8 +410,113 @@ def _compile_for_backend(
     )
     if rest is None:
         return compiled
+    if batches is not None and len(rest.stages) == 1 and rest.stages[0].run_batch is not None:
+        return attrs.evolve(compiled, finishing=batches.add(compiled, rest))
     assert background is not None
     return attrs.evolve(compiled, finishing=background.submit(_finish, compiled, rest))
+
+
+#: How many kernels one batched stage run takes at most (one ptxas for 16 kernels: the
+#: process's start paid once, and a large program's groups still run side by side).
+BATCH_KERNELS = 16
+
+
+class StageBatches:
+    """Kernels whose last backend stage is batched (``Stage.batched``), grouped per
+    backend and stage, each group run on ``executor`` when it holds ``size`` kernels or
+    at :meth:`flush`.
+
+    A program's compile (:func:`heron.compiler.executable.compile_program`) emits
+    kernels one after another; CUDA's ``cubin`` stage used to start a ptxas for
+    each, a process costing about 20 ms against a few ms of assembling. Grouped,
+    a 15-kernel training step starts one. Each kernel's future
+    (``CompiledKernel.finishing``) is resolved when its group has run; a group
+    the batched function fails on runs the stage kernel by kernel instead, so
+    that an error names its kernel. Used from one thread (the compile's).
+    """
+
+    def __init__(self, executor: Executor, size: int = BATCH_KERNELS) -> None:
+        if size < 1:
+            raise ValueError(f"StageBatches: a group holds at least one kernel, not {size}")
+        self._executor = executor
+        self._size = size
+        self._waiting: dict[tuple[str, str], list[_Waiting]] = {}
+
+    def add(self, compiled: CompiledKernel, rest: _Rest) -> Future[CompiledKernel]:
+        """Leave ``compiled``'s last stage (``rest``) to a group; the finished kernel's future."""
+        future: Future[CompiledKernel] = Future()
+        key = (rest.plan.backend.name, rest.stages[0].name)
+        group = self._waiting.setdefault(key, [])
+        group.append(_Waiting(compiled, rest, future))
+        if len(group) >= self._size:
+            self._executor.submit(_finish_group, self._waiting.pop(key))
+        return future
+
+    def flush(self) -> None:
+        """Run every group not yet full (call it before waiting for the kernels)."""
+        for key in list(self._waiting):
+            self._executor.submit(_finish_group, self._waiting.pop(key))
+
+
+@attrs.frozen
+class _Waiting:
+    compiled: CompiledKernel
+    rest: _Rest
+    future: Future[CompiledKernel] = attrs.field(eq=False)
+
+
+def _finish_group(group: list[_Waiting]) -> None:
+    """Run a group's batched stage once and resolve each kernel's future; where that
+    fails, the stage kernel by kernel (each error then names its kernel)."""
+    try:
+        _finish_batched(group)
+    except PluginError as exc:  # the backend broke the batched stage's contract: say so
+        for waiting in group:
+            if not waiting.future.done():
+                waiting.future.set_exception(exc)
+    except BaseException:  # noqa: BLE001 - retried one by one below
+        for waiting in group:
+            if waiting.future.done():
+                continue
+            try:
+                waiting.future.set_result(_finish(waiting.compiled, waiting.rest))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+                waiting.future.set_exception(exc)
+
+
+def _finish_batched(group: list[_Waiting]) -> None:
+    stage = group[0].rest.stages[0]
+    start = time.perf_counter()
+    skipped: str | None = None
+    try:
+        images = list(stage.run_batch([(w.rest.ran.value, w.rest.context) for w in group]))
+    except StageSkipped as exc:  # each kernel keeps what the stage before made, as unbatched
+        images = [w.rest.ran.checked(w.rest.plan).image for w in group]
+        skipped = str(exc) or "skipped by the backend"
+    share = (time.perf_counter() - start) / len(group)
+    if len(images) != len(group) or (
+        skipped is None and not all(isinstance(image, KernelImage) for image in images)
+    ):
+        plan = group[0].rest.plan
+        raise PluginError(
+            f"{plan.backends.describe(plan.backend.name)}: batched stage '{stage.name}' returned"
+            f" {len(images)} values for {len(group)} kernels, not one KernelImage each"
+        )
+    for waiting, image in zip(group, images, strict=True):
+        rest = waiting.rest
+        records = [*rest.records, StageRecord(stage.name, share, skipped)]
+        artefacts = list(rest.artefacts)
+        if skipped is None and stage.stage.extension is not None:
+            artefacts.append(_artefact(rest.plan, stage.name, stage.stage.extension, image))
+        waiting.future.set_result(
+            attrs.evolve(
+                waiting.compiled,
+                image=image,
+                artefacts=tuple(artefacts),
+                stages=tuple(records),
+                finishing=None,
+            )
+        )
 
 
 @attrs.frozen

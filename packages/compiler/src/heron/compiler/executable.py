@@ -143,7 +143,7 @@ def compile_program(
     updates with atomics in arrival order; see :func:`prepare_module`).
     Unsupported input raises ``UnsupportedError`` naming the instruction.
     """
-    from heron.compiler.driver import compile_fusion, compile_fusion_for_backends
+    from heron.compiler.driver import StageBatches, compile_fusion, compile_fusion_for_backends
     from heron.compiler.thunk_emission import emit_thunks
     from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
     from heron.hlo.buffers import assign_buffers
@@ -159,6 +159,8 @@ def compile_program(
     # The backends' concurrent stages (ptxas) run on workers while the next kernels
     # are emitted; a compiler given by the caller runs as it likes.
     workers = ThreadPoolExecutor(os.cpu_count() or 1) if compiler is None else None
+    # A batched last stage (CUDA's ptxas) runs for groups of kernels: one process each.
+    batches = StageBatches(workers) if workers is not None else None
 
     def compile_all(fusion: Instruction, shared: frozenset[int]) -> dict[str, CompiledKernel]:
         nonlocal kernel_seconds
@@ -172,13 +174,16 @@ def compile_program(
         else:
             # One emission and one run of heron's passes for every backend.
             compiled = compile_fusion_for_backends(
-                fusion, target, backends, background=workers, **extra
+                fusion, target, backends, background=workers, batches=batches, **extra
             )
         kernel_seconds += time.perf_counter() - begun
         return compiled
 
     try:
-        program = _finished(emit_thunks(assignment, compile_all, trip_counts, target))
+        emitted_program = emit_thunks(assignment, compile_all, trip_counts, target)
+        if batches is not None:
+            batches.flush()
+        program = _finished(emitted_program)
     finally:
         if workers is not None:
             workers.shutdown(cancel_futures=True)

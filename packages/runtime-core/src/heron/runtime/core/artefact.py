@@ -10,8 +10,11 @@ with a fixed layout (docs/runtime.md has the table):
 ``program.json``            the thunk program (:mod:`heron.runtime.core.thunks`)
 ``allocations.json``        the allocation table: size, kind, parameter / output number
 ``signature.json``          the entry's parameter and result shapes, as HLO text
-``kernels.json``            the kernel images: backend, key, format, kernel name
-``kernels/B/KEY.FORMAT``    one kernel image's bytes (PTX, cubin, HSACO, interpreter)
+``kernels.json``            the kernel images: backend, key, format, kernel name, and
+                            the member holding the bytes where another kernel's does
+``kernels/B/KEY.FORMAT``    one kernel image's bytes (PTX, cubin, HSACO, interpreter);
+                            kernels whose images are the same bytes (a cubin made of
+                            several kernels by one ptxas) share the first one's
 ``constants/N.bin``         constant allocation N's bytes
 ``optimized.hlo``           (optional) the optimized module, for reports
 =========================== ==========================================================
@@ -80,7 +83,11 @@ __all__ = [
 
 #: The artefact format this heron writes and the newest it reads.
 #: 2: the manifest records the whole Target (every field of heron.target.Target).
-FORMAT_VERSION = 2
+#: 3: a kernels.json entry may name the member holding its image (``member``): kernels
+#: whose images are the same bytes share one member.
+FORMAT_VERSION = 3
+#: The formats this heron reads (2 is 3 without shared image members).
+READABLE_VERSIONS = (2, 3)
 MAGIC_MEMBER = "heron-executable"
 MAGIC = b"heron executable artefact\n"
 MANIFEST = "manifest.json"
@@ -230,13 +237,18 @@ class KernelEntry:
     def member(self) -> str:
         return f"kernels/{self.backend}/{self.key}.{self.image.format}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, member: str | None = None) -> dict[str, Any]:
+        """The kernels.json entry; ``member``: the member holding the image, where that is
+        not the entry's own (:attr:`member`)."""
+        entry = {
             "backend": self.backend,
             "key": self.key,
             "format": self.image.format,
             "kernel_name": self.image.kernel_name,
         }
+        if member is not None and member != self.member:
+            entry["member"] = member
+        return entry
 
 
 def _constant_member(index: int) -> str:
@@ -367,14 +379,23 @@ class Artefact:
 
     def members(self) -> dict[str, bytes]:
         """Every member but the magic and the manifest, by name (the layout above)."""
+        # Images of one backend and format with the same bytes are written once.
+        holders: dict[tuple[str, str, bytes], str] = {}
+        images: dict[str, bytes] = {}
+        entries = []
+        for entry in self.kernels:
+            digest = hashlib.sha256(entry.image.data).digest()
+            holder = holders.setdefault((entry.backend, entry.image.format, digest), entry.member)
+            if holder == entry.member:
+                images[entry.member] = entry.image.data
+            entries.append(entry.to_json(holder))
         members = {
             PROGRAM: _json_bytes(program_to_json(self.program)),
             ALLOCATIONS: _json_bytes([a.to_json() for a in self.allocations]),
             SIGNATURE: _json_bytes(self.signature.to_json()),
-            KERNELS: _json_bytes([entry.to_json() for entry in self.kernels]),
+            KERNELS: _json_bytes(entries),
+            **images,
         }
-        for entry in self.kernels:
-            members[entry.member] = entry.image.data
         for index in sorted(self.constants):
             members[_constant_member(index)] = self.constants[index]
         if self.optimized_hlo is not None:
@@ -588,8 +609,9 @@ def _check_manifest(value: Any) -> dict[str, Any]:
         f" ({__version__}) reads (version {FORMAT_VERSION}); use a newer heron",
     )
     _check(
-        version == FORMAT_VERSION,
-        f"{where}: format version {version} is not one this heron reads (version {FORMAT_VERSION})",
+        version in READABLE_VERSIONS,
+        f"{where}: format version {version} is not one this heron reads (versions"
+        f" {', '.join(map(str, READABLE_VERSIONS))})",
     )
     expected = {"format_version", "heron_version", "created_by", "target", "members"}
     _check(
@@ -702,6 +724,20 @@ def _json_member(data: Mapping[str, bytes], name: str, limits: Limits) -> Any:
     return _parse_json(data[name], name)
 
 
+def _kernel_entries(value: Any, version: int) -> list[dict[str, Any]]:
+    """kernels.json's entries: the four fields, and from format 3 perhaps ``member``."""
+    fields = {"backend", "key", "format", "kernel_name"}
+    _check(isinstance(value, list), f"member {KERNELS!r}: not a JSON list")
+    for i, item in enumerate(value):
+        _check(
+            isinstance(item, dict)
+            and (set(item) == fields or (version >= 3 and set(item) == fields | {"member"})),
+            f"member {KERNELS!r}: entry {i} does not have exactly {sorted(fields)}"
+            + (" (and perhaps 'member')" if version >= 3 else ""),
+        )
+    return value
+
+
 def _objects(value: Any, member: str, fields: Iterable[str]) -> list[dict[str, Any]]:
     fields = set(fields)
     _check(isinstance(value, list), f"member {member!r}: not a JSON list")
@@ -739,13 +775,19 @@ def _build(
     )
     signature = EntrySignature(**signature_json)
     kernels = []
-    for entry in _objects(
-        _json_member(data, KERNELS, limits), KERNELS, ("backend", "key", "format", "kernel_name")
-    ):
+    for entry in _kernel_entries(_json_member(data, KERNELS, limits), manifest["format_version"]):
         _checked_name(entry["format"], f"member {KERNELS!r}: a kernel format")
         _checked_name(entry["backend"], f"member {KERNELS!r}: a kernel backend")
         _checked_name(entry["key"], f"member {KERNELS!r}: a kernel key")
-        member = f"kernels/{entry['backend']}/{entry['key']}.{entry['format']}"
+        own = f"kernels/{entry['backend']}/{entry['key']}.{entry['format']}"
+        member = entry.get("member", own)
+        _check(
+            isinstance(member, str)
+            and member.startswith(f"kernels/{entry['backend']}/")
+            and member.endswith(f".{entry['format']}"),
+            f"member {KERNELS!r}: kernel {entry['key']!r} names member {member!r}, not one of"
+            f" its backend's {entry['format']} images",
+        )
         _check(member in data, f"member {member!r} (named by {KERNELS!r}) is missing")
         used.add(member)
         image = KernelImage(entry["format"], entry["kernel_name"], data[member])

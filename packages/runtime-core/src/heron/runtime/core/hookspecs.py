@@ -147,6 +147,14 @@ class Stage:
     such as ptxas) and touches no shared state, so a whole program's compile
     may run it, and the stages after it, on a worker thread while it emits the
     next kernels.
+    ``batched``: the ``"module:attribute"`` of ``fn(items) -> images``, the same
+    stage for several kernels at once (``items``: ``(previous, context)`` pairs;
+    ``images``: one KernelImage per item, in order, which may share their bytes),
+    for a stage whose tool costs more to start than to run (ptxas: about 20 ms a
+    process, a few ms a kernel). Only the last stage may be batched, and it must
+    be ``concurrent``. A whole program's compile hands it groups of kernels; a
+    compile of one fusion, or a group the batched function fails on, runs
+    ``function`` kernel by kernel (so an error names its kernel).
     """
 
     name: str = attrs.field(validator=check_spec_name)
@@ -154,6 +162,7 @@ class Stage:
     extension: str | None = attrs.field(default=None, validator=_check_extension)
     description: str = ""
     concurrent: bool = attrs.field(default=False, validator=check_bool)
+    batched: str | None = attrs.field(default=None, validator=check_reference)
 
 
 def _to_stages(value: Any) -> Any:
@@ -175,6 +184,12 @@ def _check_stages(instance: Any, attribute: attrs.Attribute, value: Any) -> None
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise ValueError(f"{attribute.name}: more than one stage is named {', '.join(repeated)}")
+    for position, stage in enumerate(value):
+        if stage.batched is not None and (position != len(value) - 1 or not stage.concurrent):
+            raise ValueError(
+                f"{attribute.name}: stage '{stage.name}' is batched, so it must be the last"
+                " stage and concurrent"
+            )
 
 
 @attrs.frozen

@@ -68,6 +68,8 @@ class LoadedStage:
 
     stage: Stage
     run: Callable[[Any, Any], Any]
+    #: The stage for several kernels at once (``Stage.batched``), or None.
+    run_batch: Callable[[Any], Any] | None = None
 
     @property
     def name(self) -> str:
@@ -200,29 +202,38 @@ class BackendRegistry(PluginTable[BackendSpec]):
             )
         loaded = []
         for stage in spec.stages:
+            loaded.append(self._load_stage(name, stage))
+        self._loaded_stages[name] = tuple(loaded)
+        return self._loaded_stages[name]
+
+    def _load_stage(self, name: str, stage: Stage) -> LoadedStage:
+        functions = []
+        for reference in (stage.function, stage.batched):
+            if reference is None:
+                functions.append(None)
+                continue
             try:
-                function = resolve_reference(stage.function)
+                function = resolve_reference(reference)
             except ImportError as exc:
                 origin = self.origin(name)
                 extra = f"{origin.distribution}[compile]" if origin else "its [compile] extra"
                 raise PluginError(
                     f"{self.describe(name)}: cannot load stage '{stage.name}'"
-                    f" ('{stage.function}'): {exc}. Compiling for this backend needs its"
+                    f" ('{reference}'): {exc}. Compiling for this backend needs its"
                     f" compile side: install {extra}"
                 ) from exc
             except Exception as exc:
                 raise PluginError(
                     f"{self.describe(name)}: cannot load stage '{stage.name}'"
-                    f" ('{stage.function}'): {type(exc).__name__}: {exc}"
+                    f" ('{reference}'): {type(exc).__name__}: {exc}"
                 ) from exc
             if not callable(function):
                 raise PluginError(
-                    f"{self.describe(name)}: stage '{stage.name}' ('{stage.function}') is a"
+                    f"{self.describe(name)}: stage '{stage.name}' ('{reference}') is a"
                     f" {type(function).__name__}, not a function"
                 )
-            loaded.append(LoadedStage(stage, function))
-        self._loaded_stages[name] = tuple(loaded)
-        return self._loaded_stages[name]
+            functions.append(function)
+        return LoadedStage(stage, functions[0], functions[1])
 
 
 def load_backends(path: Sequence[str] | None = None) -> BackendRegistry:

@@ -36,6 +36,7 @@ STAGES = (
         extension="cubin",
         description="ptxas; skipped when ptxas is not installed (PTX is loadable too)",
         concurrent=True,  # a subprocess: a program's kernels are emitted meanwhile
+        batched="heron.runtime.cuda.stages:to_cubins",  # one ptxas for several kernels
     ),
 )
 

@@ -14,6 +14,7 @@ place that decides it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from heron.hlo.errors import UnsupportedError
@@ -21,9 +22,14 @@ from heron.runtime.core.device import KernelImage
 from heron.runtime.core.gpu_backend import lowering_dump
 from heron.runtime.core.hookspecs import StageContext, StageSkipped
 from heron.runtime.cuda.compiler import llvm_ir_to_ptx, lower_to_llvm_ir
-from heron.runtime.cuda.compiler_tools import ToolNotFoundError, assemble_cubin, find_ptxas
+from heron.runtime.cuda.compiler_tools import (
+    ToolNotFoundError,
+    assemble_cubin,
+    assemble_cubins,
+    find_ptxas,
+)
 
-__all__ = ["to_cubin", "to_llvm_ir", "to_ptx"]
+__all__ = ["to_cubin", "to_cubins", "to_llvm_ir", "to_ptx"]
 
 
 def to_llvm_ir(module: Any, context: StageContext) -> str:
@@ -57,3 +63,23 @@ def to_cubin(ptx: KernelImage, context: StageContext) -> KernelImage:
         raise StageSkipped(str(exc)) from exc
     cubin = assemble_cubin(ptx.data.decode(), context.target.arch)
     return KernelImage("cubin", context.kernel_name, cubin)
+
+
+def to_cubins(items: Sequence[tuple[KernelImage, StageContext]]) -> list[KernelImage]:
+    """Several kernels' PTX -> one cubin holding them all, through one ptxas (the ``cubin``
+    stage batched: ``heron.runtime.core.hookspecs.Stage.batched``); each kernel's image
+    is that cubin under its own kernel name. Skipped as :func:`to_cubin` is."""
+    try:
+        find_ptxas()
+    except ToolNotFoundError as exc:
+        raise StageSkipped(str(exc)) from exc
+    archs = {context.target.arch for _, context in items}
+    if len(archs) != 1:
+        raise ValueError(f"to_cubins: one cubin is for one arch, not {sorted(archs)}")
+    names = [context.kernel_name for _, context in items]
+    if len(set(names)) != len(names):
+        raise ValueError(f"to_cubins: kernel names repeat in {names}")
+    cubin = assemble_cubins(
+        {name: ptx.data.decode() for name, (ptx, _) in zip(names, items)}, archs.pop()
+    )
+    return [KernelImage("cubin", name, cubin) for name in names]
