@@ -30,7 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import nnx
 from jax import lax
+from jax.flatten_util import ravel_pytree
+from optax import contrib as optax_contrib
 
 from programs.definitions import Program, integers, normal, uniform
 
@@ -1323,4 +1326,800 @@ _optax_step(
     optax.MultiSteps(optax.adamw(1e-3), every_k_schedule=2),
     "adamw",
     "gradient-accumulation",
+)
+
+
+# -- beyond the first corpus: layer stacks, convolution variants, sampling, more optimizers -----
+
+
+class FlaxResidualLayer(nn.Module):
+    """One layer of a stack scanned over depth: pre-LayerNorm GELU MLP, residual. Its
+    ``__call__`` has nn.scan's carry signature ``(carry, _) -> (carry, output)``."""
+
+    @nn.compact
+    def __call__(self, x, _):
+        h = nn.Dense(2 * x.shape[-1], use_bias=False)(nn.LayerNorm(use_bias=False)(x))
+        return x + nn.Dense(x.shape[-1], use_bias=False)(nn.gelu(h)), None
+
+
+class FlaxScannedStack(nn.Module):
+    """Three residual layers whose parameters are stacked on a leading axis
+    (``nn.scan`` with ``variable_axes={"params": 0}``), each rematerialised in the
+    backward pass (``nn.remat``, jax.checkpoint), as large transformers are written."""
+
+    layers: int = 3
+
+    @nn.compact
+    def __call__(self, x):
+        stack = nn.scan(
+            nn.remat(FlaxResidualLayer),
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            length=self.layers,
+        )
+        x, _ = stack()(x, None)
+        return nn.Dense(CLASSES)(nn.LayerNorm()(x))
+
+
+_FLAX_STACK = FlaxScannedStack()
+_SGD_CLIPPED = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.05, momentum=0.9))
+add(
+    "flax_scan_remat_layers_sgd_step",
+    "flax",
+    "training step of 3 residual LayerNorm-GELU-MLP layers (no biases) stacked under"
+    " nn.scan (variable_axes params 0) with nn.remat per layer, optax.sgd with momentum"
+    " after clip_by_global_norm, on f32 [4,8]",
+    train_step(_flax_loss(_FLAX_STACK), _SGD_CLIPPED),
+    with_optimizer_state(
+        _SGD_CLIPPED, _flax_classifier_batch(_FLAX_STACK, lambda r: normal(r, BATCH, FEATURES))
+    ),
+    "scan",
+    "remat",
+    "layernorm",
+    "mlp",
+    "training",
+    "optimizer",
+    "sgd-momentum",
+    "gradient-clipping",
+)
+
+
+def rotary(x: jax.Array, base: float = 10000.0) -> jax.Array:
+    """Rotary position embedding of ``x`` [batch, steps, heads, dim] (dim even): each pair
+    of features (i, i + dim/2) rotated by position * base**(-2i/dim), as LLaMA's."""
+    steps, dim = x.shape[1], x.shape[-1]
+    frequencies = base ** (-jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)
+    angles = jnp.arange(steps, dtype=jnp.float32)[:, None] * frequencies[None, :]
+    cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]
+    first, second = jnp.split(x, 2, axis=-1)
+    return jnp.concatenate([first * cos - second * sin, first * sin + second * cos], axis=-1)
+
+
+class FlaxRoPEAttention(nn.Module):
+    """Causal self-attention (2 heads of 4) with rotary position embeddings on the queries
+    and keys, written out (einsum scores, a where-mask, softmax)."""
+
+    heads: int = 2
+    head_dim: int = 4
+
+    @nn.compact
+    def __call__(self, x):
+        q, k, v = (
+            nn.DenseGeneral((self.heads, self.head_dim), use_bias=False, name=name)(x)
+            for name in ("query", "key", "value")
+        )
+        q, k = rotary(q), rotary(k)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(self.head_dim)
+        causal = jnp.tril(jnp.ones((x.shape[1], x.shape[1]), dtype=bool))
+        weights = jax.nn.softmax(jnp.where(causal, scores, -1e9), axis=-1)
+        out = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+        return nn.DenseGeneral(x.shape[-1], axis=(-2, -1), use_bias=False, name="out")(out)
+
+
+add(
+    "flax_rope_attention",
+    "flax",
+    "causal self-attention with rotary position embeddings (cos/sin of position x"
+    " frequency, half-split rotation) on queries and keys, 2 heads of 4, nn.DenseGeneral"
+    " projections, on f32 [2,8,8] (XLA:GPU 0.12 finds no tile sizes for its projections of"
+    " 12 rows)",
+    _flax_apply(FlaxRoPEAttention()),
+    lambda r: (
+        flax_params(FlaxRoPEAttention(), r, normal(r, 2, 8, FEATURES)),
+        normal(r, 2, 8, FEATURES),
+    ),
+    "attention",
+    "rope",
+    "forward",
+)
+
+
+class FlaxMoE(nn.Module):
+    """A top-2 mixture of 4 GELU experts: a router's softmax, ``lax.top_k``, one-hot
+    dispatch and combine tensors (einsum), the experts' stacked kernels, and the
+    Switch-Transformer load-balancing loss (fraction routed x mean router probability)."""
+
+    experts: int = 4
+    top: int = 2
+    hidden: int = HIDDEN
+
+    @nn.compact
+    def __call__(self, x):  # x: [tokens, features]
+        features = x.shape[-1]
+        probabilities = jax.nn.softmax(nn.Dense(self.experts, use_bias=False, name="router")(x))
+        gates, chosen = lax.top_k(probabilities, self.top)  # [tokens, top]
+        gates = gates / gates.sum(-1, keepdims=True)
+        dispatch = jax.nn.one_hot(chosen, self.experts, dtype=x.dtype)  # [tokens, top, experts]
+        combine = jnp.einsum("tk,tke->te", gates, dispatch)
+        w_in = self.param(
+            "w_in", nn.initializers.lecun_normal(), (self.experts, features, self.hidden)
+        )
+        w_out = self.param(
+            "w_out", nn.initializers.lecun_normal(), (self.experts, self.hidden, features)
+        )
+        expert_inputs = jnp.einsum("te,tf->etf", dispatch.sum(1), x)
+        hidden = nn.gelu(jnp.einsum("etf,efh->eth", expert_inputs, w_in))
+        expert_outputs = jnp.einsum("eth,ehf->etf", hidden, w_out)
+        y = jnp.einsum("te,etf->tf", combine, expert_outputs)
+        routed = dispatch.sum(1).mean(0) / self.top
+        balance = self.experts * jnp.sum(routed * probabilities.mean(0))
+        return y, balance
+
+
+_FLAX_MOE = FlaxMoE()
+
+
+def _moe_loss(params, x, target):
+    y, balance = _FLAX_MOE.apply({"params": params}, x)
+    return jnp.mean(jnp.square(y - target)) + 0.01 * balance
+
+
+_MOE_TOKENS = 8
+_SGD_MOMENTUM_DECAY = optax.chain(optax.add_decayed_weights(1e-4), optax.sgd(0.05, momentum=0.9))
+add(
+    "flax_moe_top2_router_step",
+    "flax",
+    "training step of a top-2 mixture of 4 GELU experts (softmax router, lax.top_k,"
+    " one_hot dispatch, einsum dispatch and combine, load-balancing loss) on 8 tokens of 8,"
+    " optax.sgd with momentum after add_decayed_weights",
+    train_step(_moe_loss, _SGD_MOMENTUM_DECAY),
+    with_optimizer_state(
+        _SGD_MOMENTUM_DECAY,
+        lambda r: (
+            flax_params(_FLAX_MOE, r, normal(r, _MOE_TOKENS, FEATURES))["params"],
+            normal(r, _MOE_TOKENS, FEATURES),
+            normal(r, _MOE_TOKENS, FEATURES),
+        ),
+    ),
+    "mixture-of-experts",
+    "top-k",
+    "training",
+    "optimizer",
+    "sgd-momentum",
+)
+
+
+class NnxCNN(nnx.Module):
+    """flax's new API: nnx.Conv, nnx.BatchNorm (train mode, running statistics updated in
+    place), ReLU, nnx.Dropout, nnx.Linear, on NHWC [2,6,6,3]."""
+
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.conv = nnx.Conv(3, 4, (3, 3), use_bias=False, rngs=rngs)  # BatchNorm's offset
+        self.norm = nnx.BatchNorm(4, momentum=0.9, rngs=rngs)
+        self.dropout = nnx.Dropout(0.25)
+        self.head = nnx.Linear(4 * 3 * 3, CLASSES, rngs=rngs)
+
+    def __call__(self, x: jax.Array, dropout_key: jax.Array) -> jax.Array:
+        x = nnx.relu(self.norm(self.conv(x)))
+        x = nnx.avg_pool(x, (2, 2), strides=(2, 2))
+        x = self.dropout(x, rngs=dropout_key)
+        return self.head(x.reshape(x.shape[0], -1))
+
+
+def _nnx_model_and_optimizer(key: jax.Array) -> tuple[NnxCNN, nnx.Optimizer]:
+    model = NnxCNN(nnx.Rngs(key))
+    return model, nnx.Optimizer(model, optax.sgd(0.05, momentum=0.9), wrt=nnx.Param)
+
+
+#: The graph of (model, optimizer), static; their state is the step's argument (nnx.split).
+_NNX_GRAPH = nnx.split(_nnx_model_and_optimizer(jax.random.PRNGKey(0)))[0]
+
+
+def _nnx_step(state, dropout_key, x, y):
+    """nnx's training step over a split state: merge, nnx.value_and_grad of the model,
+    ``optimizer.update`` in place, split again."""
+    model, optimizer = nnx.merge(_NNX_GRAPH, state)
+
+    def loss(model):
+        return cross_entropy(model(x, dropout_key), y)
+
+    value, grads = nnx.value_and_grad(loss)(model)
+    optimizer.update(model, grads)
+    return nnx.split((model, optimizer))[1], value
+
+
+def _nnx_step_arguments(rng):
+    model, optimizer = _nnx_model_and_optimizer(init_key(rng))
+    x = normal(rng, 2, 6, 6, 3)
+    for _ in range(3):  # moments not zero, the step count past 1
+        grads = nnx.state(model, nnx.Param)
+        grads = jax.tree.map(lambda p: normal(rng, *p.shape, scale=0.1), grads)
+        optimizer.update(model, grads)
+    return as_numpy(nnx.split((model, optimizer))[1]), key(rng), x, labels(rng)[:2]
+
+
+add(
+    "flax_nnx_cnn_sgd_step",
+    "flax",
+    "flax nnx training step: nnx.Conv, nnx.BatchNorm (train mode), nnx.avg_pool,"
+    " nnx.Dropout(0.25) with a raw key, nnx.Linear, nnx.Optimizer(optax.sgd, momentum) updated in"
+    " place, the (model, optimizer) state split and merged, on NHWC f32 [2,6,6,3]",
+    _nnx_step,
+    _nnx_step_arguments,
+    "nnx",
+    "cnn",
+    "batchnorm",
+    "dropout",
+    "pooling",
+    "random",
+    "training",
+    "optimizer",
+    "sgd-momentum",
+)
+
+
+class FlaxUNet(nn.Module):
+    """A two-level U-Net: strided nn.Conv down, nn.ConvTranspose (stride 2) up, a skip
+    connection concatenated, and a bilinear jax.image.resize of the bottleneck added."""
+
+    @nn.compact
+    def __call__(self, x):  # NHWC [2,8,8,3]
+        skip = nn.relu(nn.Conv(4, (3, 3))(x))
+        down = nn.relu(nn.Conv(8, (3, 3), strides=(2, 2))(skip))  # [2,4,4,8]
+        up = nn.ConvTranspose(4, (2, 2), strides=(2, 2))(down)  # [2,8,8,4]
+        resized = jax.image.resize(down, (*x.shape[:3], 8), method="bilinear")
+        merged = jnp.concatenate([up, skip], axis=-1) + nn.Dense(8)(resized)
+        return nn.Conv(2, (1, 1))(nn.relu(merged))
+
+
+add(
+    "flax_unet_convtranspose",
+    "flax",
+    "a two-level U-Net: nn.Conv 3x3, a strided nn.Conv down, nn.ConvTranspose(2x2, stride"
+    " 2) up, the skip concatenated, a bilinear jax.image.resize of the bottleneck added,"
+    " 1x1 nn.Conv head, on NHWC f32 [2,8,8,3]",
+    _flax_apply(FlaxUNet()),
+    lambda r: (flax_params(FlaxUNet(), r, normal(r, 2, 8, 8, 3)), normal(r, 2, 8, 8, 3)),
+    "cnn",
+    "conv-transpose",
+    "resize",
+    "forward",
+)
+
+
+class FlaxViT(nn.Module):
+    """A ViT front: a patch embedding (nn.Conv with kernel and stride 4 on 8x8 images:
+    4 patches), a learned class token and 3 register tokens prepended (ViT with registers;
+    8 tokens an image: XLA:GPU 0.12 finds no Triton tile sizes for the projections of 5),
+    learned position embeddings, one pre-norm self-attention layer, and a head on the
+    class token."""
+
+    width: int = 8
+    registers: int = 3
+
+    @nn.compact
+    def __call__(self, x):
+        patches = nn.Conv(self.width, (4, 4), strides=(4, 4), padding="VALID")(x)
+        patches = patches.reshape(x.shape[0], -1, self.width)
+        cls = self.param("cls", nn.initializers.normal(0.02), (1, 1 + self.registers, self.width))
+        cls = jnp.broadcast_to(cls, (x.shape[0], *cls.shape[1:]))
+        tokens = jnp.concatenate([cls, patches], 1)
+        position = self.param("position", nn.initializers.normal(0.02), tokens.shape[1:])
+        tokens = tokens + position
+        tokens = tokens + nn.SelfAttention(num_heads=2)(nn.LayerNorm()(tokens))
+        return nn.Dense(CLASSES)(nn.LayerNorm()(tokens[:, 0]))
+
+
+add(
+    "flax_vit_patch_embedding",
+    "flax",
+    "ViT: patch embedding (nn.Conv 4x4, stride 4), a learned class token and 3 register"
+    " tokens concatenated, learned position embeddings, nn.SelfAttention (2 heads), head"
+    " on the class token, on NHWC f32 [4,8,8,3]",
+    _flax_apply(FlaxViT()),
+    lambda r: (flax_params(FlaxViT(), r, images(r)), images(r)),
+    "attention",
+    "cnn",
+    "forward",
+)
+
+
+class FlaxSampler(nn.Module):
+    """A decoding step: logits of a dense head, a temperature, top-p (nucleus) filtering by
+    sort and cumsum, then a draw with jax.random.categorical and a Gumbel-max draw."""
+
+    top_p: float = 0.8
+
+    @nn.compact
+    def __call__(self, x, sample_key):
+        logits = nn.Dense(VOCAB)(x) / 0.7
+        order = jnp.argsort(-logits, axis=-1)
+        sorted_logits = jnp.take_along_axis(logits, order, axis=-1)
+        cumulative = jnp.cumsum(jax.nn.softmax(sorted_logits, axis=-1), axis=-1)
+        keep_sorted = cumulative - jax.nn.softmax(sorted_logits, axis=-1) < self.top_p
+        threshold = jnp.min(jnp.where(keep_sorted, sorted_logits, jnp.inf), -1, keepdims=True)
+        filtered = jnp.where(logits >= threshold, logits, -jnp.inf)
+        categorical_key, gumbel_key = jax.random.split(sample_key)
+        drawn = jax.random.categorical(categorical_key, filtered, axis=-1)
+        gumbel = jax.random.gumbel(gumbel_key, logits.shape)
+        return drawn, jnp.argmax(filtered + gumbel, axis=-1), jax.nn.log_softmax(filtered)
+
+
+add(
+    "flax_top_p_sampling",
+    "flax",
+    "a decoding step: nn.Dense logits over 16 tokens, temperature, top-p 0.8 filtering"
+    " (argsort, take_along_axis, cumsum of softmax), jax.random.categorical and a"
+    " jax.random.gumbel argmax draw from a raw key, on f32 [4,8]",
+    lambda variables, sample_key, x: FlaxSampler().apply(variables, x, sample_key),
+    lambda r: (
+        flax_params(FlaxSampler(), r, normal(r, BATCH, FEATURES), key(r)),
+        key(r),
+        normal(r, BATCH, FEATURES),
+    ),
+    "sampling",
+    "random",
+    "sort",
+    "forward",
+)
+
+
+class EquinoxConvVariants(eqx.Module):
+    """Convolutions the first corpus lacks, channels-first and unbatched as equinox's are:
+    a 1-D conv over a [4,12] signal, a dilated 3-D conv over a [2,4,4,4] volume, and on a
+    [4,8,8] image a depthwise (groups = channels) strided conv and a ConvTranspose2d
+    (stride 2, output padding 1) followed by a nearest-neighbour jax.image.resize."""
+
+    conv1d: eqx.nn.Conv1d
+    conv3d: eqx.nn.Conv3d
+    depthwise: eqx.nn.Conv2d
+    transpose: eqx.nn.ConvTranspose2d
+
+    def __init__(self, key):
+        k1, k2, k3, k4 = jax.random.split(key, 4)
+        self.conv1d = eqx.nn.Conv1d(4, 6, 3, stride=2, padding=1, key=k1)
+        self.conv3d = eqx.nn.Conv3d(2, 3, 2, dilation=2, key=k2)
+        self.depthwise = eqx.nn.Conv2d(4, 4, 3, stride=2, padding=1, groups=4, key=k3)
+        self.transpose = eqx.nn.ConvTranspose2d(
+            4, 2, 3, stride=2, padding=1, output_padding=1, key=k4
+        )
+
+    def __call__(self, signal, volume, image):
+        a = jax.nn.relu(self.conv1d(signal))
+        b = jnp.tanh(self.conv3d(volume))
+        c = self.transpose(jax.nn.relu(self.depthwise(image)))  # [2,8,8]
+        return a, b, jax.image.resize(c, (2, 12, 12), method="nearest")
+
+
+_EQX_CONVS = EquinoxModel(EquinoxConvVariants)
+add(
+    "equinox_conv1d_conv3d_transpose",
+    "equinox",
+    "eqx.nn.Conv1d (stride 2), a dilated eqx.nn.Conv3d, a depthwise strided eqx.nn.Conv2d"
+    " (groups 4), eqx.nn.ConvTranspose2d (stride 2, output padding 1) and a nearest"
+    " jax.image.resize to 12x12, vmapped over batches of 2",
+    lambda params, signal, volume, image: jax.vmap(_EQX_CONVS(params))(signal, volume, image),
+    lambda r: (
+        _EQX_CONVS.params(r),
+        normal(r, 2, 4, 12),
+        normal(r, 2, 2, 4, 4, 4),
+        normal(r, 2, 4, 8, 8),
+    ),
+    "cnn",
+    "conv-transpose",
+    "resize",
+    "forward",
+)
+
+
+class EquinoxVAE(eqx.Module):
+    """A VAE on 8 features: an MLP encoder to a mean and a log-variance of 2 latents, the
+    reparameterisation trick (mean + exp(logvar / 2) x standard normal noise from a key),
+    an MLP decoder."""
+
+    encoder: eqx.nn.MLP
+    decoder: eqx.nn.MLP
+
+    def __init__(self, key):
+        encoder_key, decoder_key = jax.random.split(key)
+        self.encoder = eqx.nn.MLP(
+            FEATURES, 4, HIDDEN, depth=1, activation=jax.nn.softplus, key=encoder_key
+        )
+        self.decoder = eqx.nn.MLP(2, FEATURES, HIDDEN, depth=1, key=decoder_key)
+
+    def __call__(self, x, noise):
+        mean, log_variance = jnp.split(self.encoder(x), 2)
+        z = mean + jnp.exp(0.5 * log_variance) * noise
+        reconstruction = self.decoder(z)
+        kl = -0.5 * jnp.sum(1 + log_variance - mean**2 - jnp.exp(log_variance))
+        return jnp.sum(jnp.square(reconstruction - x)) + kl
+
+
+_EQX_VAE = EquinoxModel(EquinoxVAE)
+
+
+def _vae_loss(params, noise_key, x):
+    noise = jax.random.normal(noise_key, (x.shape[0], 2))  # the batch's standard normals
+    return jnp.mean(jax.vmap(_EQX_VAE(params))(x, noise))
+
+
+_ADABELIEF = optax.adabelief(1e-3)
+add(
+    "equinox_vae_adabelief_step",
+    "equinox",
+    "training step of an equinox VAE (eqx.nn.MLP encoder to mean and log-variance, the"
+    " reparameterisation trick with jax.random.normal from a raw key, eqx.nn.MLP"
+    " decoder, Gaussian KL) with optax.adabelief, on f32 [4,8]",
+    train_step(_vae_loss, _ADABELIEF),
+    with_optimizer_state(
+        _ADABELIEF, lambda r: (_EQX_VAE.params(r), key(r), normal(r, BATCH, FEATURES))
+    ),
+    "vae",
+    "random",
+    "mlp",
+    "training",
+    "optimizer",
+    "adabelief",
+)
+
+
+_EQX_DP_MLP = EquinoxModel(lambda k: eqx.nn.MLP(FEATURES, CLASSES, HIDDEN, depth=1, key=k))
+
+
+def _dp_sgd_step(params, noise_key, x, y, clip: float = 1.0, noise: float = 0.5):
+    """DP-SGD: each example's gradient (jax.vmap of jax.grad), clipped to a global norm of
+    ``clip``, summed, Gaussian noise of ``noise x clip`` added, averaged, an SGD step."""
+
+    def example_loss(p, xi, yi):
+        return cross_entropy(_EQX_DP_MLP(p)(xi)[None], yi[None])
+
+    grads = jax.vmap(jax.grad(example_loss), in_axes=(None, 0, 0))(params, x, y)
+    squares = [jnp.sum(g.reshape(g.shape[0], -1) ** 2, 1) for g in jax.tree.leaves(grads)]
+    norms = jnp.sqrt(sum(squares))
+    factors = jnp.minimum(1.0, clip / (norms + 1e-6))
+    clipped_sum = jax.tree.map(lambda g: jnp.einsum("b,b...->...", factors, g), grads)
+    flat, unravel = ravel_pytree(clipped_sum)  # one noise draw for every parameter
+    noisy = (flat + noise * clip * jax.random.normal(noise_key, flat.shape)) / x.shape[0]
+    update = unravel(noisy)
+    return jax.tree.map(lambda p, g: p - 0.1 * g, params, update), norms
+
+
+add(
+    "equinox_dp_sgd_per_example_clipping",
+    "equinox",
+    "DP-SGD step of an eqx.nn.MLP: per-example gradients (jax.vmap of jax.grad), each"
+    " clipped to norm 1, summed, Gaussian noise from a raw key added to the raveled sum"
+    " (jax.flatten_util.ravel_pytree), an SGD update; returns"
+    " the parameters and the per-example norms",
+    _dp_sgd_step,
+    lambda r: (_EQX_DP_MLP.params(r), key(r), normal(r, BATCH, FEATURES), labels(r)),
+    "per-example-gradients",
+    "gradient-clipping",
+    "random",
+    "training",
+)
+
+
+def _hk_conv_variants(x):
+    x = hk.Conv2D(6, 3, stride=2, with_bias=False)(x)  # [4,4,4,6]
+    x = jax.nn.relu(hk.Conv2D(6, 3, rate=2, feature_group_count=3, with_bias=False)(x))
+    x = hk.DepthwiseConv2D(channel_multiplier=2, kernel_shape=3, with_bias=False)(x)
+    x = hk.Conv2DTranspose(4, 3, stride=2, with_bias=False)(jax.nn.relu(x))  # [4,8,8,4]
+    return hk.Linear(CLASSES)(hk.Flatten()(jnp.mean(x, axis=(1, 2), keepdims=True)))
+
+
+_HK_CONVS = hk.without_apply_rng(hk.transform(_hk_conv_variants))
+_RMSPROP = optax.rmsprop(1e-3)
+add(
+    "haiku_conv_variants_rmsprop_step",
+    "haiku",
+    "training step through a strided hk.Conv2D, a dilated (rate 2) grouped (3 groups)"
+    " hk.Conv2D, hk.DepthwiseConv2D (multiplier 2) and hk.Conv2DTranspose (stride 2), mean"
+    " pooled, hk.Linear, with optax.rmsprop, on NHWC f32 [4,8,8,3]",
+    train_step(_haiku_loss(_HK_CONVS), _RMSPROP),
+    with_optimizer_state(_RMSPROP, _haiku_classifier_batch(_HK_CONVS, images)),
+    "cnn",
+    "conv-transpose",
+    "training",
+    "optimizer",
+    "rmsprop",
+)
+
+
+def _hk_smoothed_classifier(x):
+    return hk.nets.MLP([HIDDEN, CLASSES], activation=jax.nn.silu)(x)
+
+
+_HK_SMOOTHED = hk.without_apply_rng(hk.transform(_hk_smoothed_classifier))
+
+
+def _label_smoothing_loss(params, x, y):
+    """Label-smoothed cross-entropy (optax.smooth_labels, optax.softmax_cross_entropy)
+    plus the integer-label form and a z-loss on logsumexp, as large models add."""
+    logits = _HK_SMOOTHED.apply(params, x)
+    smoothed = optax.smooth_labels(jax.nn.one_hot(y, CLASSES), 0.1)
+    z_loss = 1e-3 * jnp.square(jax.nn.logsumexp(logits, axis=-1))
+    integer = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+    return jnp.mean(optax.softmax_cross_entropy(logits, smoothed) + 0.5 * integer + z_loss)
+
+
+_ADAGRAD = optax.adagrad(0.05)
+add(
+    "haiku_label_smoothing_adagrad_step",
+    "haiku",
+    "training step of an hk.nets.MLP (SiLU) with label-smoothed cross-entropy"
+    " (optax.smooth_labels), optax.softmax_cross_entropy_with_integer_labels and a"
+    " logsumexp z-loss, optax.adagrad",
+    train_step(_label_smoothing_loss, _ADAGRAD),
+    with_optimizer_state(
+        _ADAGRAD, _haiku_classifier_batch(_HK_SMOOTHED, lambda r: normal(r, BATCH, FEATURES))
+    ),
+    "mlp",
+    "training",
+    "optimizer",
+    "adagrad",
+)
+
+
+def _hk_ctc_model(x):
+    return hk.Linear(VOCAB // 2)(jax.nn.relu(hk.Linear(HIDDEN)(x)))
+
+
+_HK_CTC = hk.without_apply_rng(hk.transform(_hk_ctc_model))
+#: CTC's frames and label length: [2 sequences, 8 frames, 8 features], 3 labels each.
+_CTC_FRAMES, _CTC_LABELS = 8, 3
+
+
+def _ctc_loss(params, x, frame_padding, labels_, label_padding):
+    logits = _HK_CTC.apply(params, x)
+    return jnp.mean(optax.ctc_loss(logits, frame_padding, labels_, label_padding))
+
+
+def _ctc_arguments(rng):
+    x = normal(rng, 2, _CTC_FRAMES, FEATURES)
+    frame_padding = np.zeros((2, _CTC_FRAMES), np.float32)
+    frame_padding[1, 6:] = 1.0  # the second sequence has 6 frames
+    label_ids = integers(rng, 2, _CTC_LABELS, low=1, high=VOCAB // 2)
+    label_padding = np.zeros((2, _CTC_LABELS), np.float32)
+    label_padding[1, 2:] = 1.0  # and 2 labels
+    return haiku_params(_HK_CTC, rng, x), x, frame_padding, label_ids, label_padding
+
+
+_LION = optax.lion(1e-4, weight_decay=0.01)
+add(
+    "haiku_ctc_lion_step",
+    "haiku",
+    "training step of an hk.Linear frame classifier under optax.ctc_loss (a scan of"
+    " logsumexp over alignments, padded frames and labels) with optax.lion",
+    train_step(_ctc_loss, _LION),
+    with_optimizer_state(_LION, _ctc_arguments),
+    "ctc",
+    "scan",
+    "training",
+    "optimizer",
+    "lion",
+)
+
+_optax_step(
+    "optax_masked_decay_chain_step",
+    "optax.chain(optax.clip_by_global_norm, optax.scale_by_adam, optax.add_decayed_weights"
+    " masked to the kernels (optax.masked), optax.scale_by_learning_rate of an"
+    " optax.linear_schedule)",
+    optax.chain(
+        optax.clip_by_global_norm(1.0),
+        optax.scale_by_adam(b2=0.95),
+        optax.masked(optax.add_decayed_weights(0.1), lambda p: {"kernel": True, "bias": False}),
+        optax.scale_by_learning_rate(optax.linear_schedule(1e-2, 1e-3, 20)),
+    ),
+    "adam",
+    "weight-decay",
+    "schedule",
+    "gradient-clipping",
+)
+_optax_step(
+    "optax_contrib_muon_step",
+    "optax.contrib.muon: the [8,4] kernel's momentum orthogonalised by Newton-Schulz"
+    " iterations (matmuls), the bias by adam",
+    optax_contrib.muon(1e-2),
+    "muon",
+)
+_optax_step(
+    "optax_contrib_schedule_free_adamw_step",
+    "optax.contrib.schedule_free_adamw: the iterate interpolated between the fast and the"
+    " averaged weights, the averaging weight from the step count",
+    optax_contrib.schedule_free_adamw(1e-2, warmup_steps=2),
+    "schedule-free",
+    "adamw",
+)
+
+
+class FlaxGreedyDecoder(nn.Module):
+    """Greedy decoding to an end token: a GRU cell over tied embeddings (``nn.Embed.attend``
+    for the logits), stepped by ``lax.while_loop`` until every sequence has emitted token
+    0 or 8 steps have passed; tokens written with ``dynamic_update_slice``."""
+
+    steps: int = 8
+
+    def setup(self):
+        self.embed = nn.Embed(VOCAB, FEATURES)
+        self.cell = nn.GRUCell(FEATURES)
+
+    def __call__(self, first_tokens):
+        batch = first_tokens.shape[0]
+
+        def condition(state):
+            step, _, _, done = state
+            return (step < self.steps) & ~jnp.all(done)
+
+        def body(state):
+            step, tokens, carry, done = state
+            previous = lax.dynamic_index_in_dim(tokens, step, axis=1, keepdims=False)
+            carry, out = self.cell(carry, self.embed(previous))
+            chosen = jnp.argmax(self.embed.attend(out), axis=-1).astype(jnp.int32)
+            chosen = jnp.where(done, 0, chosen)
+            tokens = lax.dynamic_update_slice_in_dim(tokens, chosen[:, None], step + 1, axis=1)
+            return step + 1, tokens, carry, done | (chosen == 0)
+
+        tokens = jnp.zeros((batch, self.steps + 1), jnp.int32).at[:, 0].set(first_tokens)
+        carry = jnp.zeros((batch, FEATURES))
+        state = (jnp.int32(0), tokens, carry, jnp.zeros(batch, bool))
+        # Initialise the submodules outside the loop: a while body cannot create parameters.
+        if self.is_initializing():
+            body(state)
+        step, tokens, carry, _ = lax.while_loop(condition, body, state)
+        return step, tokens, carry
+
+
+add(
+    "flax_greedy_decode_while_loop",
+    "flax",
+    "greedy decoding: nn.GRUCell over nn.Embed tokens with tied output weights"
+    " (nn.Embed.attend), argmax, lax.while_loop until all 4 sequences emit token 0 or 8"
+    " steps, tokens written by dynamic_update_slice",
+    lambda variables, first: FlaxGreedyDecoder().apply(variables, first),
+    lambda r: (
+        flax_params(FlaxGreedyDecoder(), r, tokens(r, BATCH)),
+        tokens(r, BATCH),
+    ),
+    "recurrent",
+    "gru",
+    "embedding",
+    "while-loop",
+    "forward",
+)
+
+
+class FlaxFFTLongConvolution(nn.Module):
+    """A Hyena/S4-style long convolution: a learned filter over the whole sequence applied
+    by FFT (``jnp.fft.rfft``, product, ``irfft``, causal by zero padding to twice the
+    length), a gate, and a diagonal linear recurrence by ``lax.associative_scan``."""
+
+    @nn.compact
+    def __call__(self, x):  # [batch, steps, features]
+        steps = x.shape[1]
+        kernel = self.param("filter", nn.initializers.normal(0.3), (steps, x.shape[-1]))
+        n = 2 * steps
+        spectrum = jnp.fft.rfft(x, n=n, axis=1) * jnp.fft.rfft(kernel, n=n, axis=0)[None]
+        convolved = jnp.fft.irfft(spectrum, n=n, axis=1)[:, :steps]
+        gated = convolved * nn.sigmoid(nn.Dense(x.shape[-1])(x))
+        decay = nn.sigmoid(self.param("decay", nn.initializers.normal(1.0), (x.shape[-1],)))
+
+        def combine(a, b):
+            return a[0] * b[0], a[1] * b[0] + b[1]
+
+        decays = jnp.broadcast_to(decay, gated.shape)
+        _, states = lax.associative_scan(combine, (decays, gated), axis=1)
+        return nn.Dense(CLASSES)(states[:, -1]), states
+
+
+add(
+    "flax_fft_long_convolution_associative_scan",
+    "flax",
+    "a long convolution by FFT (jnp.fft.rfft of input and learned filter, product, irfft,"
+    " causal by padding), a sigmoid gate, a diagonal linear recurrence by"
+    " lax.associative_scan, dense head, on f32 [2,8,4]",
+    _flax_apply(FlaxFFTLongConvolution()),
+    lambda r: (
+        flax_params(FlaxFFTLongConvolution(), r, normal(r, 2, 8, 4)),
+        normal(r, 2, 8, 4),
+    ),
+    "fft",
+    "scan",
+    "forward",
+)
+
+
+def _hk_image_ops(x):
+    """Reflect padding, a VALID hk.Conv2D, hk.max_pool with SAME padding, jnp.roll, a
+    bicubic jax.image.resize and a stable argsort of the pooled features. (An avg_pool
+    with SAME padding divides by window counts XLA folds into a constant its dump elides,
+    which heron cannot read back.)"""
+    x = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="reflect")
+    x = jax.nn.gelu(hk.Conv2D(4, 3, padding="VALID")(x), approximate=False)  # [4,8,8,4]
+    x = hk.max_pool(x, window_shape=(1, 3, 3, 1), strides=(1, 2, 2, 1), padding="SAME")
+    x = jnp.roll(x, shift=1, axis=1) - jnp.flip(x, axis=2)
+    up = jax.image.resize(x, (x.shape[0], 6, 6, x.shape[-1]), method="cubic")
+    order = jnp.argsort(up.mean(axis=(1, 2)), axis=-1, stable=True)
+    return hk.Linear(CLASSES)(hk.Flatten()(up)), order
+
+
+_HK_IMAGE_OPS = hk.without_apply_rng(hk.transform(_hk_image_ops))
+add(
+    "haiku_reflect_pad_cubic_resize",
+    "haiku",
+    "jnp.pad reflect, hk.Conv2D VALID, exact GELU (erf), hk.max_pool SAME with stride 2,"
+    " jnp.roll, jnp.flip, bicubic jax.image.resize 4x4 -> 6x6, a stable jnp.argsort,"
+    " hk.Linear, on NHWC f32 [4,8,8,3]",
+    _HK_IMAGE_OPS.apply,
+    lambda r: (haiku_params(_HK_IMAGE_OPS, r, images(r)), images(r)),
+    "cnn",
+    "pooling",
+    "resize",
+    "sort",
+    "forward",
+)
+
+
+def _segment_statistics(params, values, segment_ids, queries):
+    """Metrics a training loop computes on the side: per-class counts (jnp.bincount),
+    segment means (jax.ops.segment_sum), a cumulative product, bucketing of queries
+    (jnp.searchsorted into sorted edges), a gather with mode="fill" past the end, and a
+    top-1 accuracy of an equinox linear classifier."""
+    logits = jax.vmap(_EQX_LINEAR(params))(values)
+    predicted = jnp.argmax(logits, axis=-1)
+    accuracy = jnp.mean(predicted == segment_ids[: values.shape[0]] % CLASSES)
+    counts = jnp.bincount(segment_ids, length=CLASSES)
+    sums = jax.ops.segment_sum(
+        values[:, 0].repeat(2)[: segment_ids.shape[0]], segment_ids, num_segments=CLASSES
+    )
+    means = sums / jnp.maximum(counts, 1)
+    edges = jnp.sort(values[:, 1])
+    buckets = jnp.searchsorted(edges, queries, side="right")
+    picked = jnp.take(values[:, 2], buckets, mode="fill", fill_value=-1.0)
+    growth = jnp.cumprod(1.0 + 0.1 * jnp.tanh(values[:, 3]))
+    return accuracy, counts, means, buckets, picked, growth
+
+
+_EQX_LINEAR = EquinoxModel(lambda k: eqx.nn.Linear(FEATURES, CLASSES, key=k))
+add(
+    "equinox_segment_metrics",
+    "equinox",
+    "metrics beside an eqx.nn.Linear classifier: argmax accuracy, jnp.bincount,"
+    " jax.ops.segment_sum means, jnp.sort and jnp.searchsorted bucketing, jnp.take with"
+    " mode='fill' past the end, jnp.cumprod",
+    _segment_statistics,
+    lambda r: (
+        _EQX_LINEAR.params(r),
+        normal(r, BATCH, FEATURES),
+        integers(r, 2 * BATCH, high=CLASSES),
+        normal(r, 6),
+    ),
+    "scatter",
+    "sort",
+    "gather",
+    "forward",
+)
+_optax_step(
+    "optax_inject_hyperparams_apply_if_finite_step",
+    "optax.apply_if_finite around optax.inject_hyperparams(optax.adamw) (learning rate"
+    " and weight decay carried in the state) after optax.zero_nans, the update skipped"
+    " when a gradient is not finite",
+    optax.chain(
+        optax.zero_nans(),
+        optax.apply_if_finite(
+            optax.inject_hyperparams(optax.adamw)(learning_rate=1e-2, weight_decay=0.05), 3
+        ),
+    ),
+    "adamw",
+    "schedule",
 )

@@ -111,8 +111,21 @@ CONTROL_FLOW = {
             "equinox_lstm_fori_loop",
             "haiku_lstm_dynamic_unroll",
             "haiku_gru_dynamic_unroll",
+            # nn.scan over layers and its backward loop; threefry's loops (dropout,
+            # sampling, the VAE's and DP-SGD's noise); CTC's alignment scan and its
+            # gradient; a while_loop decoder; searchsorted's bisection loop
+            "flax_scan_remat_layers_sgd_step",
+            "flax_nnx_cnn_sgd_step",
+            "flax_top_p_sampling",
+            "equinox_vae_adabelief_step",
+            "equinox_dp_sgd_per_example_clipping",
+            "haiku_ctc_lion_step",
+            "flax_greedy_decode_while_loop",
+            "equinox_segment_metrics",
         )
     },
+    # optax.apply_if_finite's lax.cond: its branches are not cheap (the whole update)
+    "models/optax_inject_hyperparams_apply_if_finite_step": "conditional",
 }
 
 
@@ -393,6 +406,15 @@ OVER_THE_RULE = {
     "programs/cumsum": (
         "the scan rewriter's block scan is read twice (the block totals and the"
         " combination), so it is a kernel of its own; XLA's loop fusion computes it again"
+    ),
+    "models/flax_moe_top2_router_step": (
+        "36 kernels to XLA:GPU's 21 (7 of them Triton GEMM fusions): the expert einsums"
+        " and their gradients; not yet looked into (issue 26's second round of models)"
+    ),
+    "models/equinox_dp_sgd_per_example_clipping": (
+        "26 kernels to XLA:GPU 0.12's 17 (3 of them Triton GEMM fusions, 12 copies beside"
+        " them): the per-example gradients under vmap; not yet looked into (issue 26's"
+        " second round of models)"
     ),
 }
 
