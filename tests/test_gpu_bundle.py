@@ -249,26 +249,7 @@ def stand_in_cuda():
     pytest.importorskip("nvmath", reason="the cuBLASLt stand-in borrows nvmath-python's enums")
     fakes = _test_module("runtime_cuda_conftest", "packages/runtime-cuda/tests/conftest.py")
     timed = _test_module("runtime_cuda_autotune", "packages/runtime-cuda/tests/test_autotune.py")
-    from heron.runtime.cuda.cublaslt import CublasLt
-    from heron.runtime.cuda.device import CudaDevice
-
-    def make(**stand_in):
-        driver = timed.TimedCuda()
-        lt = fakes.FakeCublasLt(memory=driver.device_memory(), driver=driver, **stand_in)
-        driver.clock = lambda: lt.clock_ms
-
-        def cublaslt(device):
-            return CublasLt(
-                lambda n: int(device.allocate(n, "workspace").handle),
-                bindings=lt,
-                workspace_bytes=4096,
-                device_name=device.info.name,
-                compute_capability=device.compute_capability,
-            )
-
-        return CudaDevice(bindings=driver, libraries={"gemm": cublaslt}), lt
-
-    return make
+    return lambda **stand_in: timed.stand_in_device(fakes.FakeCublasLt, **stand_in)
 
 
 def _cuda_worker(device):

@@ -44,8 +44,9 @@ class TimedCuda(FakeCuda):
         return (self.OK, self.marks[id(stop)] - self.marks[id(start)])
 
 
-def _device(fake_cublaslt, **stand_in):
-    """A CUDA device over the timed stand-in driver, its GEMMs through a stand-in cuBLASLt."""
+def stand_in_device(fake_cublaslt, **stand_in):
+    """A CUDA device over the timed stand-in driver, its GEMMs through a stand-in cuBLASLt
+    (``fake_cublaslt``: the class); (device, cuBLASLt). The GPU bundle's tests use it too."""
     driver = TimedCuda()
     lt = fake_cublaslt(memory=driver.device_memory(), driver=driver, **stand_in)
     driver.clock = lambda: lt.clock_ms
@@ -105,7 +106,9 @@ def test_the_heuristic_offers_several_candidates_and_an_untuned_call_runs_its_fi
 
 def test_autotuning_records_the_fastest_candidate_and_a_load_runs_it(fake_cublaslt, tmp_path):
     fastest = {}
-    device, lt = _device(fake_cublaslt, cost_ms=lambda algo: 0.5 if algo == fastest["algo"] else 2)
+    device, lt = stand_in_device(
+        fake_cublaslt, cost_ms=lambda algo: 0.5 if algo == fastest["algo"] else 2
+    )
     candidates = _candidates(device)
     assert len(candidates) == 3
     fastest["algo"] = candidates[2]
@@ -126,7 +129,7 @@ def test_autotuning_records_the_fastest_candidate_and_a_load_runs_it(fake_cublas
     tuned.save(path)
     loaded = load(path)
     assert _tuning(loaded) == tuning and loaded.program == tuned.program
-    fresh, lt = _device(fake_cublaslt)
+    fresh, lt = stand_in_device(fake_cublaslt)
     executable = Executable(loaded, fresh, command_buffers=False)
     (choice,) = executable.library_choices
     assert choice.library and choice.algorithm.startswith("tuned algorithm (fastest of 3")
@@ -139,7 +142,7 @@ def test_autotuning_records_the_fastest_candidate_and_a_load_runs_it(fake_cublas
 
 def test_a_candidate_with_a_wrong_result_is_never_chosen(fake_cublaslt):
     bad = {}
-    device, lt = _device(
+    device, lt = stand_in_device(
         fake_cublaslt,
         cost_ms=lambda algo: 0.1 if algo == bad.get("algo") else 1.0,
         wrong=lambda algo: algo == bad.get("algo"),
@@ -160,7 +163,7 @@ def test_a_candidate_with_a_wrong_result_is_never_chosen(fake_cublaslt):
 
 def test_a_candidate_cublaslt_refuses_is_dropped(fake_cublaslt):
     refused = {}
-    device, _ = _device(fake_cublaslt, reject=lambda algo: algo == refused.get("algo"))
+    device, _ = stand_in_device(fake_cublaslt, reject=lambda algo: algo == refused.get("algo"))
     refused["algo"] = _candidates(device)[0]
     reports = []
     autotune_gemms(gemm_artefact(), device, on_call=reports.append)
@@ -172,7 +175,8 @@ def test_a_candidate_cublaslt_refuses_is_dropped(fake_cublaslt):
 
 
 def _tuned_artefact(fake_cublaslt) -> tuple[Artefact, tuple[bytes, ...]]:
-    device, _ = _device(fake_cublaslt, cost_ms=lambda algo: 4.0 - algo[0])  # the last: fastest
+    # The last candidate is the fastest.
+    device, _ = stand_in_device(fake_cublaslt, cost_ms=lambda algo: 4.0 - algo[0])
     tuned = autotune_gemms(gemm_artefact(), device)
     candidates = _candidates(device)
     assert _tuning(tuned).algorithm == candidates[2].hex()
@@ -205,7 +209,7 @@ def test_a_tuning_that_does_not_apply_here_runs_the_heuristic_and_says_why(
     fake_cublaslt, changes, reason
 ):
     tuned, candidates = _tuned_artefact(fake_cublaslt)
-    device, lt = _device(fake_cublaslt)
+    device, lt = stand_in_device(fake_cublaslt)
     executable = Executable(_with_tuning(tuned, **changes), device, command_buffers=False)
     (choice,) = executable.library_choices
     assert choice.library and choice.chosen == "cublasLt"
@@ -222,7 +226,7 @@ def test_an_artefact_without_tuning_loads_and_a_malformed_one_is_refused(fake_cu
     old.save(tmp_path / "old.heron")
     loaded = load(tmp_path / "old.heron")
     assert _tuning(loaded) is None
-    device, _ = _device(fake_cublaslt)
+    device, _ = stand_in_device(fake_cublaslt)
     (choice,) = Executable(loaded, device).library_choices
     assert choice.algorithm == "heuristic's first of 3 candidates"
     tuned, _ = _tuned_artefact(fake_cublaslt)
