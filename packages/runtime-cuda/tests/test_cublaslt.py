@@ -30,7 +30,20 @@ from heron.runtime.core.gemm import GemmCall
 from heron.runtime.cuda.cublaslt import WORKSPACE_BYTES, CublasLt, plan
 from heron.runtime.cuda.device import CudaDevice
 
-EXTRA_CALLS = extra_gemm_calls()
+EXTRA_CALLS = (
+    *extra_gemm_calls(),
+    # fp8 with one scale (the other 1: its pointer left unset), fast accumulation, an fp8
+    # output of one scale (the compiler's calls for XLA's fp8 patterns)
+    GemmCall(1, 16, 32, 48, "f8e4m3fn", "f8e4m3fn", "f32", rhs_transposed=True, scales="a"),
+    GemmCall(
+        2, 16, 16, 32, "f8e4m3fn", "f8e5m2", "bf16", rhs_transposed=True, scales="b",
+        fast_accum=True,
+    ),
+    GemmCall(
+        1, 32, 16, 16, "f8e4m3fn", "f8e4m3fn", "f8e5m2", rhs_transposed=True, scales="a",
+        d_scale=True, fast_accum=True, alpha=0.5,
+    ),
+)  # fmt: skip
 
 
 def _run(call: GemmCall, library: CublasLt, rng: np.random.Generator):
@@ -99,6 +112,8 @@ def _check_plan(call: GemmCall, recorded: dict) -> None:
         aux_epilogue[call.bias] if call.aux else epilogue[(call.bias, call.activation)]
     )
     assert desc["EPILOGUE"] == expected_epilogue
+    # XLA's FAST_ACCUM for an fp8 dot at DEFAULT precision: set only where the call says so
+    assert bool(desc.get("FAST_ACCUM", 0)) == call.fast_accum
     assert (desc.get("BIAS_DATA_TYPE") is not None) == call.bias
     # the aux matrix: D's layout (leading dimension n, batch stride m * n), its own pointer
     assert ("EPILOGUE_AUX_POINTER" in desc) == ("EPILOGUE_AUX_LD" in desc) == call.aux
@@ -139,6 +154,7 @@ def test_every_corpus_gemm_and_more_as_cublaslt_computes_it(fake_cublaslt):
     assert workspace == [WORKSPACE_BYTES]
     assert any(c.aux and c.bias and c.batch > 1 for c in calls)  # the corpus has none
     assert any(c.d_scale for c in calls) and any(c.rhs_type == "f8e5m2" for c in calls)
+    assert {c.scales for c in calls} >= {"a", "b", "ab"} and any(c.fast_accum for c in calls)
     for call in calls:
         assert library.offers(call), call.describe()
         got, expected = _run(call, library, rng)

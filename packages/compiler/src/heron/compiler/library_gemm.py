@@ -24,8 +24,9 @@ A fusion matches when its computation is exactly, and nothing more than::
 - ``A`` and ``B`` parameters of the fusion, each perhaps through bitcasts and
   one transpose of its last two dimensions (read transposed by the library;
   fp8 and s8: the rhs only, cuBLASLt's "TN"), or, on a Target with fp8 GEMMs,
-  both fp8 parameters read through their dequantization (``convert``, times a
-  broadcast f32 scalar: the call's scales; :mod:`.library_gemm_fp8`);
+  both fp8 parameters read through their dequantization (``convert``, perhaps
+  times a broadcast f32 scalar: the call's scales, one or both;
+  :mod:`.library_gemm_fp8`);
 - ``alpha``: a multiply by (or divide by) a scalar constant, on the dot itself;
 - ``C``: a parameter of the output's shape and type (``beta`` 1), ``bias`` a
   parameter ``[n]`` of the output type broadcast along the last dimension;
@@ -34,6 +35,10 @@ A fusion matches when its computation is exactly, and nothing more than::
   adds and one tanh of ``x`` and constants that computes GELU's tanh
   approximation (checked numerically, so that jax's, flax's and hand-written
   spellings all match);
+- an fp8 dot's result may be saturated and rounded to fp8 after its alpha,
+  ``convert(clamp(-max, x * s, max))`` (:func:`.library_gemm_fp8.fp8_output`;
+  ``s`` a parameter, the call's ``d_scale``, or absent): the call's output is
+  then fp8;
 - a GELU's argument ``x`` may be read elsewhere too (a training step's
   backward pass): the fusion then has two outputs, ``(GELU, x)`` in either
   order, and the call an auxiliary output (the contract's ``aux``, cuBLASLt's
@@ -53,8 +58,15 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 import numpy as np
 
-from heron.compiler.library_gemm_fp8 import TN_TYPES, Fp8Operand, fp8_gemms, fp8_operand
-from heron.hlo.dot_precision import dot_compute
+from heron.compiler.library_gemm_fp8 import (
+    TN_TYPES,
+    Fp8Operand,
+    Fp8Output,
+    fp8_gemms,
+    fp8_operand,
+    fp8_output,
+)
+from heron.hlo.dot_precision import dot_compute, fp8_fast_accumulation
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.dot_decomposer import is_canonical_dot
 from heron.hlo.shapes import ArrayShape
@@ -394,6 +406,11 @@ def epilogue_members(
     operands = _operand_members(dot, features)
     epilogue = _chain(dot, users, features, lambda inst: True)
     plans: list[tuple[list[Instruction], list[Instruction]]] = []
+    if _fp8_sides(dot, features, lambda inst: True):
+        output = fp8_output(epilogue.top, lambda inst: users.get(inst, []))
+        if output is not None and not output.divides:
+            # the f32 sum saturated and rounded to fp8 by the call (its d_scale: ``s``)
+            plans.append(([*operands, *epilogue.members, *output.members], [output.convert]))
     activation = _activation(epilogue.top, users, features, None)
     aux = False
     if activation is None and "aux" in features:
@@ -508,6 +525,10 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
     epilogue = _chain(dot, users, features, lambda inst: inst.opcode == "parameter")
     members = {i for i in epilogue.members}
     outputs: tuple[int, ...] = (0,)
+    fp8_out = _fp8_result(root, epilogue.top, users, features)
+    if fp8_out is not None:
+        members |= set(fp8_out.members)
+        root = epilogue.top
     aux = root.opcode == "tuple"
     if aux:
         # two outputs: a GELU and its argument, the call's auxiliary output
@@ -560,14 +581,17 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
         while chain.opcode in ("transpose", "bitcast"):
             members.add(chain)
             chain = chain.operands[0]
-    if fp8:
-        scales = [side.scale for side in fp8]
-        if (scales[0] is None) != (scales[1] is None):
-            return f"dot {dot.name}: one fp8 operand is scaled by a device scalar, the other not"
-        if scales[0] is not None:
-            if any(s.opcode != "parameter" for s in scales):
+    scaled = ""
+    if fp8:  # each operand's device scale, where it has one (the other's is 1)
+        for letter, side in zip("ab", fp8, strict=True):
+            if side.scale is None:
+                continue
+            if side.scale.opcode != "parameter":
                 return f"dot {dot.name}: an fp8 scale is computed in the fusion"
-            scale_numbers = tuple(int(s.parameter_number) for s in scales)
+            scaled += letter
+            scale_numbers += (int(side.scale.parameter_number),)
+    elif fp8_out is not None:
+        return f"dot {dot.name}: an fp8 output of operands that are not fp8"
     for inst in computation.instructions:
         if inst in members or inst.opcode in ("parameter", "constant"):
             continue
@@ -585,10 +609,16 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
     types = (lhs.array_shape.element_type.value, rhs.array_shape.element_type.value)
     compute = dot_compute(dot, tf32=target.tf32)
     alpha = epilogue.alpha
+    out_type = dot.array_shape.element_type.value
     if fp8:  # the products of fp8 values, exact in f32: no operand rounding
         types = tuple(side.source.array_shape.element_type.value for side in fp8)
         compute = ""
         alpha *= fp8[0].constant_scale * fp8[1].constant_scale
+    d_scale_number: tuple[int, ...] = ()
+    if fp8_out is not None:
+        out_type = fp8_out.convert.array_shape.element_type.value
+        if fp8_out.scale is not None:
+            d_scale_number = (int(fp8_out.scale.parameter_number),)
     try:
         call = GemmCall(
             batch=int(np.prod(lhs_dims[:batch], dtype=np.int64)) if batch else 1,
@@ -597,7 +627,7 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
             k=lhs_dims[-1] if has_k else 1,
             lhs_type=types[0],
             rhs_type=types[1],
-            out_type=dot.array_shape.element_type.value,
+            out_type=out_type,
             lhs_transposed=lhs_transposed,
             rhs_transposed=rhs_transposed,
             compute=compute,
@@ -607,7 +637,9 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
             residual=epilogue.residual is not None,
             activation=activation,
             aux=aux,
-            scales=bool(scale_numbers),
+            scales=scaled,
+            d_scale=bool(d_scale_number),
+            fast_accum=bool(fp8) and fp8_fast_accumulation(dot),
         )
     except ThunkError as error:
         return str(error)
@@ -623,6 +655,7 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
         )
         lhs_number, rhs_number = rhs_number, lhs_number
         scale_numbers = scale_numbers[::-1]
+        call = attrs.evolve(call, scales={"a": "b", "b": "a"}.get(call.scales, call.scales))
     missing = call_features(call) - features
     if missing:
         return f"{library} does not compute {', '.join(sorted(missing))}"
@@ -630,10 +663,28 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
         lhs_number,
         rhs_number,
         *scale_numbers,
+        *d_scale_number,
         *(() if epilogue.bias is None else (epilogue.bias.parameter_number,)),
         *(() if epilogue.residual is None else (epilogue.residual.parameter_number,)),
     )
     return GemmMatch(call, tuple(parameters), outputs)
+
+
+def _fp8_result(
+    root: Instruction, top: Instruction, users: Users, features: frozenset[str]
+) -> Fp8Output | None:
+    """The fp8 output (:func:`.library_gemm_fp8.fp8_output`) a fused computation's
+    ``root`` is, computed from ``top`` with a multiply by a parameter (the call's
+    ``d_scale``) or none; None where it is not one (a divide: the compiler makes it a
+    multiply by the reciprocal before fusing)."""
+    if "fp8" not in features or root.opcode != "convert":
+        return None
+    found = fp8_output(top, lambda inst: users.get(inst, []))
+    if found is None or found.convert is not root or found.divides:
+        return None
+    if found.scale is not None and found.scale.opcode != "parameter":
+        return None
+    return found
 
 
 def _aux_outputs(

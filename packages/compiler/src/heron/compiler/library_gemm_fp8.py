@@ -16,14 +16,24 @@ this module's pass, ``library-gemm-operand-layout``:
   on a device with fp8 tensor cores: ``Target.fp8``, sm_89 and later);
 - :func:`fp8_operand`: a dot operand as an fp8 value read through its
   dequantization (perhaps through one transpose of its last two dimensions
-  and bitcasts), or None where it is none;
+  and bitcasts), or None where it is none; each operand on its own: one
+  dequantized with a scale and the other a plain convert is a call with one
+  scale (XLA passes a constant 1 for the other);
+- :func:`fp8_output`: the fp8 result XLA's rewriter makes the call's own
+  output, ``convert(clamp(-max, dot * s (or dot / s), max))`` to an fp8 type
+  whose largest finite value is ``max`` (jax's ``jnp.clip`` spells the clamp
+  ``minimum(maximum(...))``, which XLA's simplifier makes a clamp first);
 - :func:`operand_layout`: the pass. For each canonical fp8 (or s8) dot
   whose ``rhs`` is stored ``[k, n]``, the fp8 value gets a transpose to
   ``[n, k]`` (a kernel of its own: the library's fusion never takes it, the
   fusion checker refuses it) and a transpose back that the library reads as a
-  transposed operand. A transposed ``lhs`` stays a transpose the library does
-  not read (:data:`TN_TYPES`: :func:`heron.compiler.library_gemm.match_gemm`
-  then leaves it outside, a kernel).
+  transposed operand. An fp8 ``lhs`` read transposed gets its fp8 value
+  transposed to ``[m, k]`` by a kernel, below its dequantization, as XLA's
+  ``wrapped_transpose`` (an s8 one stays a transpose the library does not
+  read: :func:`heron.compiler.library_gemm.match_gemm` leaves it outside, a
+  kernel). An fp8 output divided by ``s`` becomes one multiplied by
+  ``1 / s``, a scalar computed by a kernel of its own, the call's
+  ``d_scale``: what XLA passes.
 """
 
 from __future__ import annotations
@@ -31,6 +41,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import attrs
+import ml_dtypes
+import numpy as np
 
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.dce import eliminate_dead_code
@@ -44,8 +56,10 @@ from heron.target import Target
 __all__ = [
     "TN_TYPES",
     "Fp8Operand",
+    "Fp8Output",
     "fp8_gemms",
     "fp8_operand",
+    "fp8_output",
     "operand_layout",
 ]
 
@@ -69,6 +83,8 @@ class Fp8Operand:
     scale: Instruction | None
     constant_scale: float
     members: tuple[Instruction, ...]
+    #: the scalar the converted value is multiplied by (a constant or not), or None
+    scalar: Instruction | None = None
 
 
 def _swaps_last_two(inst: Instruction, batch: int) -> bool:
@@ -101,6 +117,7 @@ def fp8_operand(
     the last two dimensions above or below that when ``transposable``, bitcasts."""
     members: list[Instruction] = []
     transposed = False
+    scalar: Instruction | None = None
     inst = side
     if transposable and _swaps_last_two(inst, batch):
         transposed, inst = True, inst.operands[0]
@@ -122,7 +139,8 @@ def fp8_operand(
         if found is None:
             return None
         converted, broadcast = found
-        value = constant(broadcast.operands[0])
+        scalar = broadcast.operands[0]
+        value = constant(scalar)
         if value is None:
             scale = broadcast.operands[0]
         else:
@@ -142,7 +160,114 @@ def fp8_operand(
     while inst.opcode == "bitcast" and inst.operands[0].array_shape.is_row_major:
         members.append(inst)
         inst = inst.operands[0]
-    return Fp8Operand(inst, transposed, scale, constant_scale, tuple(members))
+    return Fp8Operand(inst, transposed, scale, constant_scale, tuple(members), scalar)
+
+
+@attrs.frozen
+class Fp8Output:
+    """An fp8 dot's result saturated and rounded to fp8 (:func:`fp8_output`): the convert
+    computing it, the scalar it is multiplied or divided by first (None: 1), whether it
+    divides, and the instructions from the dot's result (excluded) to the convert (the
+    scalar excluded, the clamp's constant bounds included)."""
+
+    convert: Instruction
+    scale: Instruction | None
+    divides: bool
+    members: tuple[Instruction, ...]
+
+
+def _constant_value(inst: Instruction) -> tuple[float | None, list[Instruction]]:
+    """The value of a real scalar constant or a broadcast of one, and its instructions."""
+    chain = [inst]
+    if inst.opcode == "broadcast":
+        inst = inst.operands[0]
+        chain.append(inst)
+    literal = inst.literal if inst.opcode == "constant" else None
+    if not isinstance(literal, np.ndarray) or literal.size != 1 or literal.dtype.kind != "f":
+        return None, []
+    return float(literal.reshape(-1)[0]), chain
+
+
+def _only_user(
+    inst: Instruction, users: Callable[[Instruction], list[Instruction]]
+) -> Instruction | None:
+    """The one instruction reading ``inst``, or None (none, or several)."""
+    found = users(inst)
+    return found[0] if len(found) == 1 else None
+
+
+def _clamp(
+    inst: Instruction, users: Callable[[Instruction], list[Instruction]]
+) -> tuple[Instruction, float, float, list[Instruction]] | None:
+    """The clamp of ``inst`` (its only reader): ``clamp(lo, inst, hi)``, or
+    ``minimum(maximum(inst, lo), hi)`` / ``maximum(minimum(inst, hi), lo)`` in either
+    operand order, the bounds scalar constants or broadcasts of them; (its last op, lo,
+    hi, its instructions) or None."""
+    user = _only_user(inst, users)
+    if user is None:
+        return None
+    if user.opcode == "clamp" and len(user.operands) == 3 and user.operands[1] is inst:
+        (lo, lo_chain), (hi, hi_chain) = (_constant_value(user.operands[i]) for i in (0, 2))
+        if lo is None or hi is None:
+            return None
+        return user, lo, hi, [user, *lo_chain, *hi_chain]
+    members: list[Instruction] = []
+    bounds: dict[str, float] = {}
+    top = inst
+    for _ in range(2):
+        if user is None or user.opcode not in ("maximum", "minimum") or user.opcode in bounds:
+            return None
+        others = [o for o in user.operands if o is not top]
+        if len(user.operands) != 2 or len(others) != 1:
+            return None
+        value, chain = _constant_value(others[0])
+        if value is None:
+            return None
+        bounds[user.opcode] = value
+        members += [user, *chain]
+        top = user
+        user = _only_user(top, users) if len(bounds) < 2 else None
+    return top, bounds["maximum"], bounds["minimum"], members
+
+
+def fp8_output(
+    top: Instruction, users: Callable[[Instruction], list[Instruction]]
+) -> Fp8Output | None:
+    """The fp8 output computed from ``top`` (an fp8 dot's result, after its alpha), as
+    XLA's GEMM rewriter takes it into the call: ``top``, perhaps multiplied by (or divided
+    by) a broadcast f32 scalar, clamped to exactly ``[-max, max]`` of the fp8 type it is
+    then converted to, each value read by the next alone; None where it is not that
+    (other bounds, no clamp, another reader: XLA then keeps the f32 call and a kernel).
+    ``users(inst)``: the instructions reading ``inst``."""
+    members: list[Instruction] = []
+    scale: Instruction | None = None
+    divides = False
+    inst = top
+    user = _only_user(inst, users)
+    if user is not None and user.opcode in ("multiply", "divide") and len(user.operands) == 2:
+        if user.operands[0] is user.operands[1]:
+            return None
+        other = user.operands[1] if user.operands[0] is inst else user.operands[0]
+        if user.opcode == "divide" and user.operands[0] is not inst:
+            return None
+        if other.opcode != "broadcast" or not _scalar(other.operands[0]):
+            return None
+        if other.operands[0].array_shape.element_type.value != "f32":
+            return None
+        scale, divides = other.operands[0], user.opcode == "divide"
+        members += [user, other]
+        inst = user
+    clamp = _clamp(inst, users)
+    if clamp is None:
+        return None
+    last, lo, hi, chain = clamp
+    convert = _only_user(last, users)
+    if convert is None or convert.opcode != "convert" or not _is_fp8(convert):
+        return None
+    largest = float(ml_dtypes.finfo(convert.array_shape.element_type.numpy_dtype).max)
+    if (lo, hi) != (-largest, largest):
+        return None
+    return Fp8Output(convert, scale, divides, (*members, *chain, convert))
 
 
 def _tn_operands(dot: Instruction) -> bool:
@@ -186,7 +311,12 @@ def _stored_nk(inserter: Inserter, dot: Instruction, target: Target) -> Instruct
         return dequantized  # rewrite_each gives the new dot this treatment too
     batch = len(dot.attributes.get("lhs_batch_dims", ()))
     lhs, rhs = dot.operands
-    if rhs.array_shape.rank != batch + 2 or not _tn_operands(dot):
+    if rhs.array_shape.rank != batch + 2:
+        return None
+    moved = _lhs_stored_mk(inserter, dot, batch) if fp8_gemms(target) else None
+    if moved is not None:
+        return moved  # rewrite_each gives the new dot its rhs treatment next
+    if not _tn_operands(dot):
         return None
     if rhs.array_shape.element_type.value != "s8" and not fp8_gemms(target):
         return None
@@ -213,6 +343,127 @@ def _stored_nk(inserter: Inserter, dot: Instruction, target: Target) -> Instruct
     return inserter.add(
         "dot", dot.shape, [lhs, new_rhs], dict(dot.attributes), like=dot, suffix="tn"
     )
+
+
+@attrs.frozen
+class _Dequantized:
+    """A dot operand as its fp8 value (``value``), read through ``swaps`` transposes of
+    its last two dimensions (above the dequantization in any layout; below it only one
+    that moves no byte, which layout assignment leaves), a convert (``converted``) and
+    a multiply by a broadcast ``scalar``."""
+
+    value: Instruction
+    swaps: int
+    converted: bool
+    scalar: Instruction | None
+
+
+def _swap_of(inst: Instruction, batch: int) -> bool:
+    return (
+        inst.opcode == "transpose"
+        and inst.array_shape.rank == batch + 2
+        and tuple(inst.attributes.get("dimensions", ())) == (*range(batch), batch + 1, batch)
+    )
+
+
+def _dequantized_chain(side: Instruction, batch: int) -> _Dequantized | None:
+    """``side`` as :class:`_Dequantized`, or None where it is no fp8 value so read."""
+    inst, swaps, scalar, converted = side, 0, None, False
+    if _swap_of(inst, batch):
+        swaps, inst = 1, inst.operands[0]
+    if inst.opcode == "multiply" and len(inst.operands) == 2:
+        for product, broadcast in (inst.operands, reversed(inst.operands)):
+            if (
+                product.opcode == "convert"
+                and broadcast.opcode == "broadcast"
+                and _scalar(broadcast.operands[0])
+                and broadcast.operands[0].array_shape.element_type.value == "f32"
+            ):
+                scalar, inst = broadcast.operands[0], product
+                break
+        else:
+            return None
+    if inst.opcode == "convert":
+        converted, inst = True, inst.operands[0]
+    if not _is_fp8(inst) or (scalar is not None and not converted):
+        return None
+    if _swap_of(inst, batch) and not inst.array_shape.is_row_major:
+        # a transpose that moves no byte: the value is stored as its operand is (a
+        # row-major one is a value of its own, stored as the dot reads it)
+        swaps, inst = swaps + 1, inst.operands[0]
+    return _Dequantized(inst, swaps, converted, scalar)
+
+
+def _lhs_stored_mk(inserter: Inserter, dot: Instruction, batch: int) -> Instruction | None:
+    """A canonical fp8 ``dot`` whose lhs it reads transposed (its fp8 value stored
+    ``[k, m]``, row-major): that value transposed to ``[m, k]`` (a kernel, XLA's
+    ``wrapped_transpose``) and dequantized as before, row-major, the dot reading it;
+    None where the lhs is no such operand or the rhs is not fp8."""
+    lhs, rhs = dot.operands
+    found = _dequantized_chain(lhs, batch)
+    if (
+        found is None
+        or found.swaps != 1
+        or _dequantized_chain(rhs, batch) is None
+        or lhs.array_shape.rank != batch + 2
+        or not found.value.array_shape.is_row_major
+    ):
+        return None
+    swap = (*range(batch), batch + 1, batch)
+    dims = lhs.array_shape.dims
+    if tuple(found.value.array_shape.dims) != tuple(dims[d] for d in swap):
+        return None
+    fp8 = ArrayShape(found.value.array_shape.element_type, tuple(dims))
+    new_lhs = inserter.add(
+        "transpose", fp8, [found.value], {"dimensions": swap}, like=dot, suffix="lhs_mk"
+    )
+    shape = ArrayShape(lhs.array_shape.element_type, tuple(dims))
+    if found.converted:
+        new_lhs = inserter.add("convert", shape, [new_lhs], like=dot, suffix="lhs_fp8")
+    if found.scalar is not None:
+        scale = inserter.add(
+            "broadcast", shape, [found.scalar], {"dimensions": ()}, like=dot, suffix="lhs_scale"
+        )
+        new_lhs = inserter.add(
+            "multiply", shape, [new_lhs, scale], like=dot, suffix="lhs_dequantized"
+        )
+    return inserter.add(
+        "dot", dot.shape, [new_lhs, rhs], dict(dot.attributes), like=dot, suffix="mk"
+    )
+
+
+def _reciprocal_scale(
+    inserter: Inserter, divide: Instruction, target: Target
+) -> Instruction | None:
+    """``divide(x, broadcast(s))`` of an fp8 dot's result ``x`` saturated and rounded to
+    fp8 after it (:func:`fp8_output`) as ``multiply(x, broadcast(1 / s))``, the
+    reciprocal a scalar computed on its own: the ``d_scale`` XLA passes the call for a
+    program's ``dot / s``. None where ``divide`` is none such."""
+    if not fp8_gemms(target) or len(divide.operands) != 2:
+        return None
+    top, broadcast = divide.operands
+    dot = top
+    while dot.opcode in ("multiply", "divide") and any(
+        _constant_value(o)[0] is not None for o in dot.operands
+    ):
+        dot = next(o for o in dot.operands if _constant_value(o)[0] is None)
+    if dot.opcode != "dot" or not is_canonical_dot(dot):
+        return None
+    batch = len(dot.attributes.get("lhs_batch_dims", ()))
+    if not all(fp8_operand(o, batch, True, lambda _: None) for o in dot.operands):
+        return None
+    found = fp8_output(top, inserter.uses.users)
+    if found is None or not found.divides or found.members[0] is not divide:
+        return None
+    scalar = broadcast.operands[0]
+    one = inserter.add(
+        "constant", scalar.shape, [], like=divide, suffix="one", literal=np.array(1, np.float32)
+    )
+    reciprocal = inserter.add("divide", scalar.shape, [one, scalar], like=divide, suffix="d_scale")
+    spread = inserter.add(
+        "broadcast", broadcast.shape, [reciprocal], dict(broadcast.attributes), like=broadcast
+    )
+    return inserter.add("multiply", divide.shape, [top, spread], like=divide, suffix="d_scale")
 
 
 def _below_dequantization(side: Instruction) -> Instruction:
@@ -248,6 +499,9 @@ def layout_for_library(module: Module, target: Target) -> bool:
     if target.gemm_library != "cublasLt":
         return False
     changed = rewrite_each(module, "dot", lambda inserter, dot: _stored_nk(inserter, dot, target))
+    changed |= rewrite_each(
+        module, "divide", lambda inserter, divide: _reciprocal_scale(inserter, divide, target)
+    )
     if changed:
         eliminate_dead_code(module)
     return changed
@@ -258,5 +512,6 @@ def operand_layout(target: Target) -> HloPass:
     return HloPass(
         "library-gemm-operand-layout",
         lambda module: layout_for_library(module, target),
-        "fp8 and s8 dots' rhs transposed to [n, k] for cuBLASLt (XLA's TN layout)",
+        "fp8 and s8 dots' rhs transposed to [n, k], an fp8 lhs to [m, k], for cuBLASLt"
+        " (XLA's TN layout), an fp8 output's divisor made its reciprocal (XLA's d_scale)",
     )

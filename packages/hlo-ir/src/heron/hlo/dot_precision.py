@@ -21,6 +21,12 @@ and out, a device with TF32: sm_80+)                          device has TF32
 other element types (f16, bf16, f64, s8)    -                 their own type
 ==========================================  ================  ==================
 
+fp8 dots multiply exactly (every fp8 product is an f32); how they *sum* is
+the one choice: XLA:GPU lets cuBLASLt accumulate fast (``FAST_ACCUM``, fewer
+bits than f32) where the dot has no ``algorithm`` and every operand
+precision is ``default``, or its algorithm is
+``dot_any_f8_any_f8_f32_fast_accum`` (:func:`fp8_fast_accumulation`).
+
 A convolution follows the same rules (XLA:GPU's cuDNN calls take TF32 for
 f32 convolutions at default precision; heron lowers convolutions to dots that
 keep the attributes).
@@ -44,6 +50,7 @@ __all__ = [
     "check_tolerance",
     "contraction_length",
     "dot_compute",
+    "fp8_fast_accumulation",
     "rounding_unit",
 ]
 
@@ -111,6 +118,17 @@ def dot_compute(dot: Instruction, *, tf32: bool) -> str:
     if tf32 and not highest and lhs == rhs == out == "f32":
         return "tf32"
     return ""
+
+
+def fp8_fast_accumulation(dot: Instruction) -> bool:
+    """Whether XLA:GPU has cuBLASLt sum an fp8 ``dot`` fast (``FAST_ACCUM``): with an
+    ``algorithm``, only for ``dot_any_f8_any_f8_f32_fast_accum``; without one, where no
+    operand precision is above ``default`` (XLA's compute precision 0). XLA asks it for
+    any dot with an fp8 operand; this says it for any dot (the caller knows its types)."""
+    algorithm = dot.attributes.get("algorithm")
+    if algorithm is not None:
+        return str(algorithm).lower() == "dot_any_f8_any_f8_f32_fast_accum"
+    return all(precision == "default" for precision in _operand_precisions(dot))
 
 
 def rounding_unit(compute: str) -> float:

@@ -54,10 +54,19 @@ fp8 products summed in f32, ``a_scale``, ``b_scale`` (``scales``) and
 finite value first, as XLA's clamp before the convert says). No bias,
 residual or activation (not yet). ``compute`` is ``""``.
 
-- ``scales`` (bool): the arguments ``a_scale``, ``b_scale`` (one f32 each)
-  follow ``rhs`` (without them both are 1: an fp8 dot as jax writes it
-  unscaled); ``d_scale`` (bool, only with an fp8 output): then ``d_scale``
-  (one f32), before ``out``.
+- ``scales``: which operands have a device scale, ``""``, ``"a"``, ``"b"`` or
+  ``"ab"`` (``true`` and ``false``, an older artefact's, are ``"ab"`` and
+  ``""``): the arguments ``a_scale`` and/or ``b_scale`` (one f32 each) follow
+  ``rhs``; a missing one is 1 (an fp8 dot as jax writes it unscaled, or only
+  one operand dequantized with a scale: XLA passes a constant 1 there,
+  cuBLASLt's unset scale pointer is 1). ``d_scale`` (bool, only with an fp8
+  output): then ``d_scale`` (one f32), before ``out``: the factor the result
+  is multiplied by before it is saturated and rounded (XLA passes ``1 / s``
+  for a program's ``dot / s``, ``s`` for ``dot * s``).
+- ``fast_accum`` (bool, fp8 only): the library may accumulate with fewer bits
+  than f32 (cuBLASLt's ``FAST_ACCUM``), which XLA asks for an fp8 dot at
+  DEFAULT precision (or the algorithm ``dot_any_f8_any_f8_f32_fast_accum``);
+  the result is the contract's within :func:`agreement_tolerance`, wider for it.
 
 - ``tuning`` (optional): the algorithm an autotuning pass on a device chose for
   this call (``heron compile --autotune``: ``heron.runtime.cuda.autotune``),
@@ -99,6 +108,7 @@ __all__ = [
     "FP8_TYPES",
     "ACTIVATIONS",
     "COMPUTE_TYPES",
+    "FAST_ACCUM_UNIT",
     "FEATURES",
     "GEMM",
     "LIBRARY_FEATURES",
@@ -136,6 +146,11 @@ ACCUMULATION = {
 }
 #: The fp8 element types a GEMM takes (cuBLASLt's ``CUDA_R_8F_E4M3``, ``_E5M2``).
 FP8_TYPES = ("f8e4m3fn", "f8e5m2")
+#: The relative rounding an fp8 call's fast accumulation may add (cuBLASLt's ``FAST_ACCUM``
+#: sums in the fp8 tensor cores' accumulator without promoting it to f32 now and then,
+#: which keeps fewer bits than f32; taken as 13 fraction bits, so that a correct library
+#: is not refused on a wide sum).
+FAST_ACCUM_UNIT = 2.0**-13
 #: What an fp8 GEMM's f32 sum may be rounded to (an fp8 output only with fp8 inputs).
 _FP8_OUTPUTS = ("f32", "f16", "bf16", *FP8_TYPES)
 #: accumulation type -> the output types a call may round to.
@@ -235,6 +250,20 @@ class GemmTuning:
         return contract_from_attributes(cls, fields, "gemm tuning")
 
 
+#: ``scales`` values: which fp8 operands have a device scale (the module docstring).
+_SCALES = ("", "a", "b", "ab")
+
+
+def _to_scales(value: Any) -> Any:
+    """``scales`` as one of :data:`_SCALES` (an older artefact's booleans: both or none);
+    anything else is left for the call's check to name."""
+    if value is True:
+        return "ab"
+    if value is False:
+        return ""
+    return value
+
+
 def _to_tuning(value: Any) -> GemmTuning | None:
     if value is None or isinstance(value, GemmTuning):
         return value
@@ -264,8 +293,9 @@ class GemmCall(LibraryContract):
     residual: bool = False
     activation: str = "none"
     aux: bool = False
-    scales: bool = False
+    scales: str = attrs.field(default="", converter=_to_scales)
     d_scale: bool = False
+    fast_accum: bool = False
     #: The algorithm an autotuning pass chose (None: the library's heuristic decides).
     tuning: GemmTuning | None = attrs.field(default=None, converter=_to_tuning)
 
@@ -288,8 +318,12 @@ class GemmCall(LibraryContract):
                 f"gemm: an fp8 GEMM ({self.lhs_type} x {self.rhs_type}) has no bias, residual,"
                 " activation or compute rounding"
             )
-        if self.scales is True and not fp8:
+        if self.scales not in _SCALES:
+            raise ThunkError(f"gemm: scales {self.scales!r} (takes {_SCALES})")
+        if self.scales and not fp8:
             raise ThunkError(f"gemm: scales are for fp8 operands, not {self.lhs_type}")
+        if self.fast_accum is True and not fp8:
+            raise ThunkError(f"gemm: fast_accum is for fp8 operands, not {self.lhs_type}")
         if self.d_scale is True and self.out_type not in FP8_TYPES:
             raise ThunkError(f"gemm: d_scale is for an fp8 output, not {self.out_type}")
         if self.activation not in ACTIVATIONS:
@@ -318,8 +352,8 @@ class GemmCall(LibraryContract):
             "bias",
             "residual",
             "aux",
-            "scales",
             "d_scale",
+            "fast_accum",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ThunkError(f"gemm: {name} must be true or false")
@@ -355,12 +389,13 @@ class GemmCall(LibraryContract):
 
     @property
     def operand_names(self) -> tuple[str, ...]:
-        """The arguments, in order: ``lhs``, ``rhs``, [``a_scale``, ``b_scale``],
+        """The arguments, in order: ``lhs``, ``rhs``, [``a_scale``], [``b_scale``],
         [``d_scale``], [``bias``], [``c``], ``out``, [``aux``]."""
         return (
             "lhs",
             "rhs",
-            *("a_scale", "b_scale") * self.scales,
+            *("a_scale",) * ("a" in self.scales),
+            *("b_scale",) * ("b" in self.scales),
             *("d_scale",) * self.d_scale,
             *("bias",) * self.bias,
             *("c",) * self.residual,
@@ -408,8 +443,9 @@ class GemmCall(LibraryContract):
             "residual" if self.residual else "",
             "" if self.activation == "none" else self.activation,
             "aux" if self.aux else "",
-            "scales" if self.scales else "",
+            {"": "", "a": "a_scale", "b": "b_scale", "ab": "scales"}.get(self.scales, ""),
             "d_scale" if self.d_scale else "",
+            "fast_accum" if self.fast_accum else "",
         ]
         return (
             f"gemm {self.lhs_type}[{batch}{self.m}x{self.k}]{'^T' * self.lhs_transposed} x"
@@ -450,8 +486,11 @@ class GemmCall(LibraryContract):
         a, w = (rounded_to_compute(x, self.compute).astype(accumulate) for x in (a, w))
         with np.errstate(over="ignore", invalid="ignore"):
             result = np.matmul(a, w)  # int32 wraps, as XLA's s32 accumulation
-            if self.scales:
-                scale = typed("a_scale", "f32", ()) * typed("b_scale", "f32", ())
+            if self.scales:  # a missing scale is 1
+                scale = np.float32(1)
+                for name in ("a_scale", "b_scale"):
+                    if name in raw:
+                        scale = scale * typed(name, "f32", ())
                 result = (result * scale).astype(accumulate)
             if self.alpha != 1:
                 result = (result * np.asarray(self.alpha, accumulate)).astype(accumulate)
@@ -488,12 +527,16 @@ def agreement_tolerance(call: GemmCall) -> float:
     summing ``k`` products in another order (another algorithm, split-K) moves the
     result by about that. The autotuning pass drops a candidate algorithm whose result
     is further than this from the heuristic's (as XLA's autotuner checks each one).
+    An fp8 call with ``fast_accum`` may keep fewer bits while it sums: its unit is at
+    least :data:`FAST_ACCUM_UNIT`.
     """
     if call.accumulation == "s32":
         return 0.0
     unit = float(ml_dtypes.finfo(ElementType(call.out_type).numpy_dtype).eps)
     if call.compute:
         unit = max(unit, 2 * rounding_unit(call.compute))
+    if call.fast_accum:
+        unit = max(unit, FAST_ACCUM_UNIT)
     return 2 * (4 * unit * math.sqrt(call.k) + 1e-6)
 
 

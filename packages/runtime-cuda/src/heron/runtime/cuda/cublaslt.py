@@ -58,7 +58,9 @@ tests compare with the contract on a stand-in for the bindings).
   operands, ``CUBLAS_COMPUTE_32F``, the scales as device pointers set before
   each call: ``A_SCALE_POINTER`` is the contract's ``b_scale`` and
   ``B_SCALE_POINTER`` its ``a_scale`` (cuBLASLt's A is heron's rhs),
-  ``D_SCALE_POINTER`` its ``d_scale``; with an fp8 D, C is described as bf16
+  ``D_SCALE_POINTER`` its ``d_scale`` (a scale the call does not have is left
+  unset: cuBLASLt's default, 1); ``FAST_ACCUM`` where the call says
+  ``fast_accum`` (as XLA sets it); with an fp8 D, C is described as bf16
   (cuBLASLt's fp8 type table: a 16-bit C beside an fp8 D; beta is 0, C is not
   read). cuBLASLt's fp8 kernels read A transposed and B not ("TN": heron's
   ``rhs [n, k]``, ``lhs [m, k]``, which the compiler arranges,
@@ -185,6 +187,8 @@ class LtPlan:
     a_scale_argument: int | None = None
     b_scale_argument: int | None = None
     d_scale_argument: int | None = None
+    #: fp8: ``FAST_ACCUM`` (the contract's ``fast_accum``)
+    fast_accum: bool = False
 
 
 def _stored(role: str, kind: str, rows: int, cols: int, batch: int, transposed: bool) -> LtMatrix:
@@ -228,6 +232,7 @@ def plan(call: GemmCall) -> LtPlan:
         a_scale_argument=call.argument("b_scale"),
         b_scale_argument=call.argument("a_scale"),
         d_scale_argument=call.argument("d_scale"),
+        fast_accum=call.fast_accum,
     )
 
 
@@ -383,6 +388,8 @@ class CublasLt(Library):
         if chosen.bias_data_type is not None:
             bias_type = int(getattr(self._types, chosen.bias_data_type))
             self._set(set_, dtype_of, desc, attribute.BIAS_DATA_TYPE, bias_type)
+        if chosen.fast_accum:
+            self._set(set_, dtype_of, desc, attribute.FAST_ACCUM, 1)
         if chosen.aux is not None:
             self._set(set_, dtype_of, desc, attribute.EPILOGUE_AUX_LD, chosen.aux.ld)
             if chosen.aux.batch_count > 1:
