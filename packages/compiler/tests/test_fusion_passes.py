@@ -344,6 +344,59 @@ def test_a_dot_no_library_takes_keeps_its_prologue_and_epilogue_in_heron_s_gemm(
     assert {i.opcode for i in body.instructions} >= {"dot", "broadcast", "add", "negate"}
 
 
+_COLUMN_MAJOR_LAYOUT = "{(f32[16,32]{0,1}, f32[32,8]{1,0}, f32[16,8]{1,0})->f32[16,8]{1,0}}"
+COLUMN_MAJOR_OPERAND = f"""
+HloModule column_major_operand, entry_computation_layout={_COLUMN_MAJOR_LAYOUT}
+
+ENTRY main {{
+  a = f32[16,32]{{0,1}} parameter(0)
+  w = f32[32,8]{{1,0}} parameter(1)
+  p = f32[16,8]{{1,0}} parameter(2)
+  nw = f32[32,8]{{1,0}} negate(w)
+  d = f32[16,8]{{1,0}} dot(a, nw), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  ROOT o = f32[16,8]{{1,0}} subtract(p, d)
+}}
+"""
+
+
+@pytest.mark.parametrize("layout", ["{0,1}", "{1,0}"])
+def test_a_dot_the_library_cannot_read_takes_what_the_library_would_not(layout: str) -> None:
+    # The library reads row-major operands only: with ``a`` column-major the dot is
+    # heron's GEMM kernel as it stands, and the negate before it and the update after
+    # it (an SGD step's) are computed with it, one kernel as XLA's Triton GEMM fusion
+    # (jax's weight gradients read a transposed activation so: flax's MoE step, 36
+    # kernels to 33). With ``a`` row-major the dot is a cuBLASLt call: the negate and
+    # the subtract stay kernels of their own (the split at the library).
+    from heron.compiler.library_gemm import gemm_fusion
+    from heron.compiler.program_run import run_program
+    from heron.emitters.fusion_analysis import analyse_fusion
+    from heron.emitters.selection import select_emitter
+    from heron.runtime.core.registry import load_backends
+
+    module = parse_module(COLUMN_MAJOR_OPERAND.replace("{0,1}", layout))
+    fused = check_each_pass(module)
+    (gemm,) = [f for f in _fusions(fused) if "dot" in _opcodes(f)]
+    assert select_emitter(analyse_fusion(gemm, H100)).name == "gemm"
+    if layout == "{0,1}":
+        assert count_kernels(fused) == 1
+        assert {"negate", "dot", "subtract"} <= _opcodes(gemm)
+        assert gemm_fusion(gemm, H100) is None
+    else:
+        assert count_kernels(fused) == 3
+        assert gemm_fusion(gemm, H100) is not None
+    arguments = random_arguments(module, np.random.default_rng(5))
+    device = load_backends().create_device("interpreter")
+    run = run_program(module, arguments, device, "interpreter", target=H100)
+    assert run.kernel_launches == count_kernels(fused)
+    np.testing.assert_allclose(
+        run.outputs[0], evaluate_module(module, arguments), rtol=1e-5, atol=1e-5
+    )
+
+
+def _opcodes(fusion) -> set[str]:
+    return {i.opcode for i in fusion.called("calls").instructions}
+
+
 def test_a_dot_is_fused_only_into_the_gemm_emitter_that_computes_it_whole() -> None:
     # jax's softmax(gelu(x @ w + b)): the row-normalisation emitter claims a fusion
     # of the whole layer, but it would compute each element's dot product on its

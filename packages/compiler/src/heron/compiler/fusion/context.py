@@ -52,8 +52,9 @@ class FusionContext:
     _signatures: weakref.WeakKeyDictionary[Candidate, tuple[object, object]] = attrs.field(
         init=False, factory=weakref.WeakKeyDictionary
     )
-    #: The checker's answers by body signature: programs repeat the same layer, and
-    #: priority fusion re-plans the same fusions after every rewrite around them.
+    #: The checker's answers by body signature and which members are library GEMMs:
+    #: programs repeat the same layer, and priority fusion re-plans the same fusions
+    #: after every rewrite around them.
     _verdicts: dict[object, Verdict | None] = attrs.field(init=False, factory=dict)
     _emitted: dict[object, bool] = attrs.field(init=False, factory=dict)
     #: The price of a producer fused into one user, by producer then user (None: not
@@ -109,7 +110,9 @@ class FusionContext:
         """
         if not fits_budget(candidate, consumer):
             return None
-        key = self._signature(candidate)
+        # the same body made of other members may take a dot away from its library call
+        # where these do not (FusionChecker.library_members)
+        key = (self._signature(candidate), self.checker.library_members(candidate))
         if key in self._verdicts:
             return self._verdicts[key]
         verdict = self._verdicts[key] = self.checker.check(candidate, consumer)

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from heron.compiler.fusion.builder import Candidate, fusion_kind_of
+from heron.compiler.fusion.builder import Candidate, build_fusion, fusion_kind_of
 from heron.compiler.fusion.cost_model import parallel_threads
-from heron.compiler.library_gemm import splits_at_library
+from heron.compiler.library_gemm import GemmMatch, match_gemm, splits_at_library
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Instruction
 from heron.hlo.opcodes import is_elementwise
@@ -263,6 +263,44 @@ class FusionChecker:
     """Decides, for one Target, whether candidates can be emitted."""
 
     target: Target
+    #: Whether each member asked about is a library GEMM as it stands
+    #: (:meth:`library_members`), by the member itself: a rewrite replaces
+    #: instructions rather than changing them, so the answer holds while it lives.
+    _library: dict[Instruction, bool] = attrs.field(init=False, factory=dict)
+
+    def library_members(self, candidate: Candidate) -> tuple[int, ...]:
+        """The positions of ``candidate``'s members that are library GEMMs as they stand:
+        a fusion :func:`~heron.compiler.library_gemm.match_gemm` matches, or a dot the
+        library takes alone.
+
+        Only a fusion that takes a dot away from its library call is split at the
+        library (:meth:`check`). A dot that is heron's GEMM kernel as it stands (an
+        operand the library cannot read, XLA's Triton GEMM fusions' territory: a
+        transposed batch operand, an operand laid out column-major) loses nothing
+        to its operands' producers, its epilogue or a transpose after it, which the
+        GEMM emitter computes with it. The fusion passes build members into larger
+        fusions only, so whether a member is one is a function of its body, which
+        the callers' memos (by body signature, by pair) key on.
+        """
+        return tuple(n for n, member in enumerate(candidate.members) if self._is_library(member))
+
+    def _is_library(self, member: Instruction) -> bool:
+        known = self._library.get(member)
+        if known is not None:
+            return known
+        if member.opcode == "fusion":
+            body = member.called("calls")
+            found = any(i.opcode == "dot" for i in body.instructions) and isinstance(
+                match_gemm(body, self.target), GemmMatch
+            )
+        elif member.opcode == "dot":
+            alone = build_fusion([member], [member])
+            found = isinstance(match_gemm(alone.body, self.target), GemmMatch)
+            alone.discard()
+        else:
+            found = False
+        self._library[member] = found
+        return found
 
     def check(self, candidate: Candidate, consumer: Instruction | None = None) -> Verdict | None:
         """The verdict for ``candidate``, or None when no emitter can emit it.
@@ -309,8 +347,10 @@ class FusionChecker:
                     return None
         except (HloError, PluginError):
             return None
-        if splits_at_library(body, self.target):
-            return None  # the library computes the dot and its epilogue, a kernel the rest
+        if splits_at_library(body, self.target) and self.library_members(candidate):
+            # the library computes the dot and its epilogue, a kernel the rest; a dot
+            # already heron's kernel computes with it what its emitter takes
+            return None
         verdict = verdict_of(analysis, spec)
         if verdict.reduces_once:
             return verdict  # every reduce computed once (per row), however many read it

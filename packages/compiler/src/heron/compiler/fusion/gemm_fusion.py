@@ -17,7 +17,13 @@ from __future__ import annotations
 
 from heron.compiler.fusion.builder import install_fusion, post_order
 from heron.compiler.fusion.context import FusionContext
-from heron.compiler.library_gemm import dot_verdict, epilogue_members, target_features
+from heron.compiler.library_gemm import (
+    GemmMatch,
+    dot_verdict,
+    epilogue_members,
+    match_gemm,
+    target_features,
+)
 from heron.hlo.ir import Module
 from heron.hlo.passes.manager import HloPass
 from heron.target import Target
@@ -42,6 +48,11 @@ def fuse_library_gemms(module: Module, target: Target) -> bool:
             ordered = sorted(members, key=lambda inst: order[inst])
             made = context.candidate(ordered, outputs, consumer=outputs[0])
             if made is None:
+                continue
+            if not isinstance(match_gemm(made[0].body, target), GemmMatch):
+                # a dot the library cannot read (an operand laid out column-major): the
+                # checker lets heron's GEMM kernel take its epilogue, priority fusion's call
+                made[0].discard()
                 continue
             if not context.emits(made[0]):
                 made[0].discard()
