@@ -279,7 +279,23 @@ def test_a_target_without_a_dnn_library_lowers_every_convolution():
 
 
 #: Convolutions of the corpora cuDNN's forward call does not take, and why.
-NOT_TAKEN: dict[tuple[str, str], str] = {}
+_TRANSPOSED = (
+    "im2col and a GEMM (base (lhs) dilation without a reversed filter (no data gradient's form))"
+)
+NOT_TAKEN: dict[tuple[str, str], str] = {
+    # Transposed convolutions (flax nn.ConvTranspose, hk.Conv2DTranspose, equinox
+    # ConvTranspose: jax.lax.conv_transpose without transpose_kernel) read the filter
+    # unreversed; cuDNN's data gradient wants it reversed (XLA reverses it first).
+    ("equinox_conv1d_conv3d_transpose", "conv_general_dilated.7"): _TRANSPOSED,
+    ("flax_unet_convtranspose", "conv_general_dilated.6"): _TRANSPOSED,
+    ("haiku_conv_variants_rmsprop_step", "conv_general_dilated.14"): _TRANSPOSED,
+    ("haiku_conv_variants_rmsprop_step", "conv_general_dilated.15"): _TRANSPOSED,
+    # The weight gradient of a strided, dilated grouped convolution.
+    ("haiku_conv_variants_rmsprop_step", "conv_general_dilated.19"): (
+        "im2col and a GEMM (batch_group_count > 1 without a grouped weight gradient's form"
+        " (feature groups, a strided, base-dilated or reversed window, or negative padding))"
+    ),
+}
 
 
 def test_every_corpus_convolution_compiled_for_cuda_is_a_cudnn_call():
