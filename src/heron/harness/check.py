@@ -823,7 +823,10 @@ def shrunk_fusion(module: Module, fusion: Instruction) -> Instruction:
     sizes; anything else raises ``ValueError`` naming the instruction.
     """
     computation: Computation = fusion.called("calls")
-    dims = computation.root_instruction.array_shape.dims
+    root = computation.root_instruction
+    if not isinstance(root.shape, ArrayShape):
+        raise ValueError(f"cannot shrink '{fusion.name}': it has several outputs ('{root.name}')")
+    dims = root.array_shape.dims
     for instruction in computation.instructions:
         shape = instruction.shape
         if instruction.opcode not in _SHAPE_FREE:

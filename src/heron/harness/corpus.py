@@ -206,11 +206,14 @@ def check_corpus_file(path: Path):
 
     if any(not f.ok and not refused(f) for f in report.fusions) or report.ok:
         return report, ""
-    small = [
-        shrunk_fusion(module, fusion)
-        for fusion, checked in zip(fusions, report.fusions, strict=True)
-        if refused(checked)
-    ]
+    try:
+        small = [
+            shrunk_fusion(module, fusion)
+            for fusion, checked in zip(fusions, report.fusions, strict=True)
+            if refused(checked)
+        ]
+    except ValueError as exc:  # refused at full size (the host's memory budget), not shrinkable
+        return report, f"refused at full size, and {exc}"
     shrunk = check_fusions(small, f"{path.name} (shrunk)")
     count = f"{len(small)} fusion" + ("s" if len(small) > 1 else "")
     return shrunk, f"agrees on a shrunk copy ({count} too large for the host at full size)"
