@@ -247,7 +247,12 @@ def test_the_contract_refuses_what_it_does_not_describe(change, message):
 @pytest.mark.parametrize(
     ("window", "out", "element", "why"),
     [
-        ("size=3x3 lhs_dilate=2x2", "[2,15,15,4]", "f32", "without a reversed filter"),
+        (
+            "size=3x3 stride=2x2 lhs_dilate=2x2 rhs_reversal=1x1",
+            "[2,8,8,4]",
+            "f32",
+            "a reversed window (no forward form either)",
+        ),
         ("size=3x3 pad=-1_0x0_0", "[2,6,7,4]", "f32", "negative padding"),
         ("size=3x3 rhs_reversal=1x1", "[2,7,7,4]", "f32", "reversed"),
         ("size=3x3", "[2,7,7,4]", "f64", "not f64"),
@@ -279,17 +284,7 @@ def test_a_target_without_a_dnn_library_lowers_every_convolution():
 
 
 #: Convolutions of the corpora cuDNN's forward call does not take, and why.
-_TRANSPOSED = (
-    "im2col and a GEMM (base (lhs) dilation without a reversed filter (no data gradient's form))"
-)
 NOT_TAKEN: dict[tuple[str, str], str] = {
-    # Transposed convolutions (flax nn.ConvTranspose, hk.Conv2DTranspose, equinox
-    # ConvTranspose: jax.lax.conv_transpose without transpose_kernel) read the filter
-    # unreversed; cuDNN's data gradient wants it reversed (XLA reverses it first).
-    ("equinox_conv1d_conv3d_transpose", "conv_general_dilated.7"): _TRANSPOSED,
-    ("flax_unet_convtranspose", "conv_general_dilated.6"): _TRANSPOSED,
-    ("haiku_conv_variants_rmsprop_step", "conv_general_dilated.14"): _TRANSPOSED,
-    ("haiku_conv_variants_rmsprop_step", "conv_general_dilated.15"): _TRANSPOSED,
     # The weight gradient of a strided, dilated grouped convolution.
     ("haiku_conv_variants_rmsprop_step", "conv_general_dilated.19"): (
         "im2col and a GEMM (batch_group_count > 1 without a grouped weight gradient's form"

@@ -17,9 +17,14 @@ as on a target without one.
   gradient: the output gradient base-dilated by the stride, convolved with the
   reversed filter, window stride 1, one feature group: ``conv_dgrad``, the
   forward's padding ``dilation * (window - 1)`` less the gradient's, which must
-  not be negative), or the weight gradient of a forward convolution (jax's
-  kernel gradient: the input, its batch contracted as a feature, convolved
-  with the output gradient window-dilated by the stride: ``conv_wgrad``).
+  not be negative; XLA's ``MatchBackwardInput`` also takes a 1x1 or constant
+  filter unreversed), or any other base-dilated convolution (jax's
+  ``conv_transpose`` without ``transpose_kernel``: flax, haiku and equinox
+  ``ConvTranspose``, whose filter is not reversed) as XLA does: a forward call
+  on the input padded and dilated by a ``pad``, or the weight gradient of a
+  forward convolution (jax's kernel gradient: the input, its batch contracted
+  as a feature, convolved with the output gradient window-dilated by the
+  stride: ``conv_wgrad``).
   Which convolutions are weight gradients is XLA's rule
   (:func:`weight_gradient_padding`): mathematically any convolution is both,
   so the shapes decide. A convolution with ``batch_group_count`` G > 1 (jax's
@@ -51,8 +56,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import attrs
+import numpy as np
 
-from heron.hlo.attributes import ConvDimensionNumbers, QuotedString, Window
+from heron.hlo.attributes import (
+    ConvDimensionNumbers,
+    PadDim,
+    PaddingConfig,
+    QuotedString,
+    Window,
+)
 from heron.hlo.custom_calls.call import custom_call_of
 from heron.hlo.custom_calls.convolution import (
     TARGET,
@@ -125,7 +137,11 @@ def convolution_verdict(conv: Instruction, target: Target) -> str:
     window = conv.attributes.get("window")
     dims = list(window.dims) if isinstance(window, Window) else []
     if any(d.base_dilation != 1 for d in dims):
-        return _data_gradient_verdict(conv, numbers, dims)
+        why = _data_gradient_verdict(conv, numbers, dims)
+        if why and any(d.window_reversal for d in dims):
+            return f"{why}, and a reversed window (no forward form either)"
+        # not a data gradient: XLA's forward form, the base dilation padded into the input
+        return ""
     if weight_gradient_padding(conv) is not None:
         return ""
     for dim in dims:
@@ -153,6 +169,30 @@ def _reversed_filter(conv: Instruction) -> Instruction | None:
     return None
 
 
+def _data_gradient_filter(conv: Instruction) -> tuple[Instruction, bool] | None:
+    """The forward filter a data-gradient call on ``conv`` (base-dilated) reads, and
+    whether it must be reversed first; None where ``conv`` has no data gradient's form.
+
+    XLA's ``MatchBackwardInput`` takes a filter reversed over every spatial dimension,
+    and, since reversing them changes nothing or is folded away, a 1x1 window or a
+    constant filter (for the constant it inserts the reverse, which the cuDNN call
+    undoes: the double reverse is a no-op). Any other unreversed filter (jax's
+    ``conv_transpose`` without ``transpose_kernel``: flax, haiku and equinox
+    ``ConvTranspose``) is no match: XLA makes it a forward convolution instead."""
+    rhs = _reversed_filter(conv)
+    if rhs is not None:
+        return rhs, False
+    window = conv.attributes.get("window")
+    dims = list(window.dims) if isinstance(window, Window) else []
+    if any(d.window_reversal for d in dims):
+        return None
+    if all(d.size == 1 for d in dims):
+        return conv.operands[1], False
+    if conv.operands[1].opcode == "constant":
+        return conv.operands[1], True
+    return None
+
+
 def _forward_padding(conv: Instruction, dims: Sequence) -> list[tuple[int, int]]:
     """The forward convolution's padding that ``conv`` (a data gradient: the output
     gradient base-dilated by the stride, convolved with the reversed filter) stands for:
@@ -173,8 +213,8 @@ def _data_gradient_verdict(conv: Instruction, numbers: ConvDimensionNumbers, dim
         return "base (lhs) dilation with feature groups (a grouped data gradient)"
     if any(d.stride != 1 for d in dims):
         return "base (lhs) dilation with a window stride (no data gradient's form)"
-    if _reversed_filter(conv) is None:
-        return "base (lhs) dilation without a reversed filter (no data gradient's form)"
+    if _data_gradient_filter(conv) is None:
+        return "base (lhs) dilation without a reversed, 1x1 or constant filter"
     if any(lo < 0 or hi < 0 for lo, hi in _forward_padding(conv, dims)):
         return "base (lhs) dilation whose forward padding would be negative"
     return ""
@@ -336,20 +376,66 @@ def _canonical_mode(numbers: ConvDimensionNumbers, dims: Sequence) -> str:
     return "weight_gradient" if numbers.input_batch != 0 else "forward"
 
 
+def _dilated_input(inserter: Inserter, conv: Instruction) -> Instruction:
+    """``conv``'s input padded and base-dilated as the convolution reads it: a ``pad``
+    with the window's padding on the edges and ``base_dilation - 1`` zeros between
+    elements (XLA's ``GpuConvPaddingLegalization`` inserts the same before a forward
+    cuDNN call, which then has neither padding nor base dilation)."""
+    numbers: ConvDimensionNumbers = conv.attributes["dim_labels"]
+    lhs = conv.operands[0]
+    config = [PadDim(0, 0)] * len(lhs.shape.dims)
+    dims = list(lhs.shape.dims)
+    for d, axis in zip(conv.attributes["window"].dims, numbers.input_spatial, strict=True):
+        config[axis] = PadDim(d.pad_low, d.pad_high, d.base_dilation - 1)
+        size = dims[axis]
+        dims[axis] = size + max(size - 1, 0) * (d.base_dilation - 1) + d.pad_low + d.pad_high
+    element = lhs.shape.element_type
+    zero = inserter.add(
+        "constant",
+        ArrayShape(element, ()),
+        like=conv,
+        suffix="zero",
+        literal=np.zeros((), element.numpy_dtype),
+    )
+    return inserter.add(
+        "pad",
+        ArrayShape(element, tuple(dims)),
+        [lhs, zero],
+        {"padding": PaddingConfig(tuple(config))},
+        like=conv,
+        suffix="input_dilated",
+    )
+
+
 def _rewrite(inserter: Inserter, conv: Instruction) -> Instruction:
     numbers: ConvDimensionNumbers = conv.attributes["dim_labels"]
     lhs, rhs = conv.operands
     window = conv.attributes.get("window")
-    gradient = isinstance(window, Window) and any(d.base_dilation != 1 for d in window.dims)
+    dims = list(window.dims) if isinstance(window, Window) else []
+    dilated = any(d.base_dilation != 1 for d in dims)
+    gradient = dilated and not _data_gradient_verdict(conv, numbers, dims)
     mode = "data_gradient" if gradient else "forward"
-    if not gradient and weight_gradient_padding(conv) is not None:
+    if not dilated and weight_gradient_padding(conv) is not None:
         mode = "weight_gradient"
     if gradient:
         # cuDNN's dgrad takes the forward filter: read it unreversed, and say in the
         # window that the convolution reverses it (the host computes exactly that)
-        rhs = _reversed_filter(conv)
-        assert rhs is not None  # the verdict checked it
-        window = Window(tuple(attrs.evolve(d, window_reversal=True) for d in window.dims))
+        found = _data_gradient_filter(conv)
+        assert found is not None  # the verdict checked it
+        rhs, reverse = found
+        if reverse:  # a constant: reversed here, reversed back by the call (XLA's)
+            spatial = tuple(numbers.kernel_spatial)
+            rhs = inserter.add(
+                "reverse", rhs.shape, [rhs], {"dimensions": spatial}, like=conv, suffix="filter"
+            )
+        window = Window(tuple(attrs.evolve(d, window_reversal=True) for d in dims))
+    elif dilated:
+        # no data gradient's form (jax's conv_transpose): XLA's forward convolution of
+        # the input padded and dilated by a pad, the window left without either
+        lhs = _dilated_input(inserter, conv)
+        window = Window(
+            tuple(attrs.evolve(d, pad_low=0, pad_high=0, base_dilation=1) for d in dims)
+        )
 
     def transpose(operand: Instruction, order: Sequence[int], suffix: str) -> Instruction:
         if list(order) == list(range(len(order))):
@@ -374,7 +460,7 @@ def _rewrite(inserter: Inserter, conv: Instruction) -> Instruction:
     attributes = {
         name: value for name, value in conv.attributes.items() if name != "dim_labels"
     } | {"dim_labels": _canonical_labels(len(numbers.input_spatial), mode)}
-    if gradient:
+    if dilated:
         attributes["window"] = window
     described = Instruction("convolution", "convolution", canonical, [x, w], attributes)
     call = inserter.add(
