@@ -1,4 +1,5 @@
-"""Transposed convolutions as flax, haiku and equinox write them, compiled for an H100.
+"""Transposed convolutions as flax, haiku and equinox write them (``jax.lax.conv_transpose``
+with their layouts, built here without those libraries), compiled for an H100.
 
 ``jax.lax.conv_transpose`` without ``transpose_kernel`` (flax ``nn.ConvTranspose``,
 haiku ``hk.Conv*DTranspose``, equinox ``ConvTranspose``) is a convolution of the
@@ -32,57 +33,58 @@ from heron.runtime.interpreter import InterpreterDevice
 H100 = Target.preset("h100")
 
 
-def _flax(shape, features, kernel, strides, padding) -> Callable:
-    import flax.linen as nn
+def _transpose(
+    shape, features, kernel, strides, padding, numbers: tuple[str, str, str]
+) -> tuple[Callable, dict]:
+    """``jax.lax.conv_transpose`` as the layers call it (``transpose_kernel`` False), with
+    their dimension numbers: the HLO is theirs without needing flax, haiku or equinox
+    (the tests read no model library; the model corpus has the layers themselves)."""
     import jax
 
-    module = nn.ConvTranspose(features, kernel, strides=strides, padding=padding)
-    x = np.zeros(shape, np.float32)
-    return module.apply, module.init(jax.random.PRNGKey(0), x)
+    lhs, rhs, _ = numbers
+    in_features = shape[lhs.index("C")]
+    sizes = {"I": in_features, "O": features}
+    spatial = iter(kernel)
+    w_shape = tuple(sizes[c] if c in sizes else next(spatial) for c in rhs)
+
+    def apply(params, x):
+        return jax.lax.conv_transpose(x, params["w"], strides, padding, dimension_numbers=numbers)
+
+    return apply, {"w": np.zeros(w_shape, np.float32)}
 
 
-def _haiku(shape, features, kernel, strides, padding, data_format) -> Callable:
-    import haiku as hk
-    import jax
+_NHWC = ("NHWC", "HWIO", "NHWC")
+_NCHW = ("NCHW", "OIHW", "NCHW")
 
-    layer = {1: hk.Conv1DTranspose, 2: hk.Conv2DTranspose, 3: hk.Conv3DTranspose}[len(kernel)]
-
-    def forward(x):
-        return layer(features, kernel, stride=strides, padding=padding, data_format=data_format)(x)
-
-    transformed = hk.without_apply_rng(hk.transform(forward))
-    return transformed.apply, transformed.init(jax.random.PRNGKey(0), np.zeros(shape, np.float32))
-
-
-def _equinox(shape, features, kernel, strides, padding) -> Callable:
-    import equinox as eqx
-    import jax
-
-    layer = eqx.nn.ConvTranspose(
-        len(kernel), shape[1], features, kernel, stride=strides, padding=padding,
-        key=jax.random.PRNGKey(0),
-    )  # fmt: skip
-    params, static = eqx.partition(layer, eqx.is_array)
-    return (lambda p, x: jax.vmap(eqx.combine(p, static))(x)), params
-
-
-#: name -> (input shape (batch first), a function building (apply(params, x), params))
+#: name -> (input shape (batch first), a function building (apply(params, x), params)):
+#: the layouts flax (channels last), haiku (either) and equinox (channels first, vmapped
+#: to a batch) give jax.lax.conv_transpose.
 PROGRAMS = {
     "flax_2d_nhwc_strided_same": (
-        (2, 5, 5, 3), lambda s: _flax(s, 4, (3, 3), (2, 2), "SAME")
+        (2, 5, 5, 3), lambda s: _transpose(s, 4, (3, 3), (2, 2), "SAME", _NHWC)
     ),
-    "flax_1d_nwc_strided_valid": ((2, 7, 3), lambda s: _flax(s, 5, (4,), (3,), "VALID")),
-    "flax_3d_ndhwc_same": ((1, 3, 4, 3, 2), lambda s: _flax(s, 3, (2, 3, 2), (2, 1, 2), "SAME")),
+    "flax_1d_nwc_strided_valid": (
+        (2, 7, 3), lambda s: _transpose(s, 5, (4,), (3,), "VALID", ("NWC", "WIO", "NWC"))
+    ),
+    "flax_3d_ndhwc_same": (
+        (1, 3, 4, 3, 2),
+        lambda s: _transpose(s, 3, (2, 3, 2), (2, 1, 2), "SAME", ("NDHWC", "DHWIO", "NDHWC")),
+    ),
     "haiku_2d_nchw_strided_same": (
-        (2, 3, 5, 5), lambda s: _haiku(s, 4, (3, 3), (2, 2), "SAME", "NCHW")
+        (2, 3, 5, 5), lambda s: _transpose(s, 4, (3, 3), (2, 2), "SAME", _NCHW)
     ),
     "haiku_2d_nhwc_strided_valid": (
-        (2, 4, 4, 3), lambda s: _haiku(s, 2, (3, 3), (2, 2), "VALID", "NHWC")
+        (2, 4, 4, 3), lambda s: _transpose(s, 2, (3, 3), (2, 2), "VALID", _NHWC)
     ),
-    "haiku_1d_nwc_strided_same": ((2, 6, 3), lambda s: _haiku(s, 4, (3,), (2,), "SAME", "NWC")),
-    "equinox_2d_nchw_strided": ((2, 3, 4, 4), lambda s: _equinox(s, 2, (3, 3), (2, 2), 1)),
+    "haiku_1d_nwc_strided_same": (
+        (2, 6, 3), lambda s: _transpose(s, 4, (3,), (2,), "SAME", ("NWC", "WIO", "NWC"))
+    ),
+    "equinox_2d_nchw_strided": (
+        (2, 3, 4, 4), lambda s: _transpose(s, 2, (3, 3), (2, 2), ((1, 1), (1, 1)), _NCHW)
+    ),
     "equinox_3d_ncdhw_strided": (
-        (1, 2, 3, 3, 3), lambda s: _equinox(s, 2, (2, 2, 2), (2, 2, 2), 0)
+        (1, 2, 3, 3, 3),
+        lambda s: _transpose(s, 2, (2, 2, 2), (2, 2, 2), "VALID", ("NCDHW", "OIDHW", "NCDHW")),
     ),
 }  # fmt: skip
 
