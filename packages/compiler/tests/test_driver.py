@@ -89,17 +89,28 @@ def stages_module(tmp_path, monkeypatch):
 
 
 def _backend(
-    module: str, *stages: tuple[str, str | None], concurrent: tuple[str, ...] = ()
+    module: str,
+    *stages: tuple[str, str | None],
+    concurrent: tuple[str, ...] = (),
+    batched: dict[str, str] | None = None,
 ) -> BackendRegistry:
     """A registry with one backend, ``tiny``, of the given (function, extension) stages
-    (``concurrent``: the functions whose stages say so)."""
+    (``concurrent``: the functions whose stages say so; ``batched``: function -> the
+    function doing its stage for several kernels)."""
+    batched = batched or {}
     spec = BackendSpec(
         name="tiny",
         priority=0,
         is_available=lambda: (True, "here"),
         device_factory=lambda target: None,
         stages=[
-            Stage(fn.replace("_", "-"), f"{module}:{fn}", ext, concurrent=fn in concurrent)
+            Stage(
+                fn.replace("_", "-"),
+                f"{module}:{fn}",
+                ext,
+                concurrent=fn in concurrent,
+                batched=f"{module}:{batched[fn]}" if fn in batched else None,
+            )
             for fn, ext in stages
         ],
     )
@@ -457,31 +468,21 @@ def test_a_program_for_two_backends_emits_each_fusion_once(monkeypatch):
         assert set(emitted.compiled) == {"cuda", "interpreter"}
 
 
-def _batched_backend(module: str, batched: str) -> BackendRegistry:
-    """``tiny`` with text -> binary -> image, the last stage concurrent and batched."""
-    spec = BackendSpec(
-        name="tiny",
-        priority=0,
-        is_available=lambda: (True, "here"),
-        device_factory=lambda target: None,
-        stages=[
-            Stage("text", f"{module}:text", "txt"),
-            Stage("binary", f"{module}:binary", "bin"),
-            Stage(
-                "image", f"{module}:image", "img", concurrent=True, batched=f"{module}:{batched}"
-            ),
-        ],
-    )
-    return BackendRegistry([(spec, None)])
-
-
 def _compile_in_batches(module: str, batched: str, kernels: int, size: int):
     from concurrent.futures import ThreadPoolExecutor
 
     from heron.compiler import compile_fusion_for_backends
     from heron.compiler.driver import StageBatches
 
-    registry = _batched_backend(module, batched)
+    # text -> binary -> image, the last stage concurrent and batched
+    registry = _backend(
+        module,
+        ("text", "txt"),
+        ("binary", "bin"),
+        ("image", "img"),
+        concurrent=("image",),
+        batched={"image": batched},
+    )
     with ThreadPoolExecutor(2) as workers:
         batches = StageBatches(workers, size=size)
         pending = [
