@@ -523,20 +523,20 @@ def test_a_batched_stage_that_breaks_its_contract_is_a_plugin_error(stages_modul
         _compile_in_batches(stages_module, "too_few", kernels=2, size=2)
 
 
-def test_only_a_concurrent_last_stage_may_be_batched():
+@pytest.mark.parametrize(
+    "stages",
+    [
+        [Stage("a", "m:a", batched="m:many", concurrent=True), Stage("b", "m:b")],  # not last
+        [Stage("a", "m:a", batched="m:many")],  # not concurrent
+    ],
+    ids=["not_last", "not_concurrent"],
+)
+def test_only_a_concurrent_last_stage_may_be_batched(stages):
     with pytest.raises(ValueError, match="must be the last stage and concurrent"):
         BackendSpec(
             name="tiny",
             priority=0,
             is_available=lambda: (True, "here"),
             device_factory=lambda target: None,
-            stages=[Stage("a", "m:a", batched="m:many", concurrent=True), Stage("b", "m:b")],
-        )
-    with pytest.raises(ValueError, match="must be the last stage and concurrent"):
-        BackendSpec(
-            name="tiny",
-            priority=0,
-            is_available=lambda: (True, "here"),
-            device_factory=lambda target: None,
-            stages=[Stage("a", "m:a", batched="m:many")],
+            stages=stages,
         )
