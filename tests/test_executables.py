@@ -407,17 +407,6 @@ OVER_THE_RULE = {
         "the scan rewriter's block scan is read twice (the block totals and the"
         " combination), so it is a kernel of its own; XLA's loop fusion computes it again"
     ),
-    "models/equinox_dp_sgd_per_example_clipping": (
-        "26 kernels to XLA:GPU 0.12's 17 (the loop's 3 alike): XLA's simplifier makes the"
-        " per-example gradients' outer products and the clipped sums over the examples"
-        " (dots of a vector) multiplies and reductions, computed in its norms' and its"
-        " updates' fusions, where heron runs 6 GEMMs, 4 of them cuBLASLt calls (+5, the"
-        " norms one kernel fewer); the ReLU after the first GEMM is a kernel of its own"
-        " (XLA: the next Triton GEMM's prologue; _LIBRARY_SPLIT), as are the size-1"
-        " reduce's 0 + x, which XLA drops, and the ReLU's gradient and the noise, which"
-        " XLA computes again in each kernel reading them and heron's cost model prices"
-        " dearer than a kernel (docs/models.md)"
-    ),
 }
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "ROUNDING_SPREAD",
     "check_tolerance",
     "contraction_length",
+    "default_precision",
     "dot_compute",
     "fp8_fast_accumulation",
     "rounding_unit",
@@ -120,6 +121,12 @@ def dot_compute(dot: Instruction, *, tf32: bool) -> str:
     return ""
 
 
+def default_precision(dot: Instruction) -> bool:
+    """Whether no operand precision of ``dot`` is above ``default`` (XLA's compute
+    precision 0; an absent ``operand_precision`` is all default)."""
+    return all(precision == "default" for precision in _operand_precisions(dot))
+
+
 def fp8_fast_accumulation(dot: Instruction) -> bool:
     """Whether XLA:GPU has cuBLASLt sum an fp8 ``dot`` fast (``FAST_ACCUM``): with an
     ``algorithm``, only for ``dot_any_f8_any_f8_f32_fast_accum``; without one, where no
@@ -128,7 +135,7 @@ def fp8_fast_accumulation(dot: Instruction) -> bool:
     algorithm = dot.attributes.get("algorithm")
     if algorithm is not None:
         return str(algorithm).lower() == "dot_any_f8_any_f8_f32_fast_accum"
-    return all(precision == "default" for precision in _operand_precisions(dot))
+    return default_precision(dot)
 
 
 def rounding_unit(compute: str) -> float:

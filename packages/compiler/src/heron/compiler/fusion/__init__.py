@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from heron.compiler.dot_strength_reduction import dot_strength_reduction
 from heron.compiler.fusion.context import count_kernels
 from heron.compiler.fusion.fusion_cse import fusion_cse
 from heron.compiler.fusion.gemm_fusion import gemm_fusion
@@ -65,6 +66,7 @@ GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
     "library-convolution-rewriter": library_convolution_rewriter,
     "triangular-solve-rewriter": triangular_solve_rewriter,
     "fft-rewriter": fft_rewriter,
+    "dot-strength-reduction": dot_strength_reduction,
     "library-attention-rewriter": library_attention_rewriter,
     "library-attention-backward-rewriter": library_attention_backward_rewriter,
     "library-attention-pairing": library_attention_pairing,
@@ -102,7 +104,8 @@ def fusion_pipeline(target: Target) -> Pipeline:
 
 def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
     """The program pipeline for ``target``: the convolutions its DNN library takes, the
-    triangular solves and the FFTs made library calls, simplification (before layouts, the
+    triangular solves and the FFTs made library calls, simplification (the dots with a
+    vector side made multiplies and reduces before dots are canonicalised; before layouts, the
     attention its fused-attention library takes made one call, a training step's forward
     and backward calls paired, and the convolutions' bias and ReLU made part of their
     calls), scans in log depth, the reductions too long for one
@@ -116,6 +119,7 @@ def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
             fft_rewriter(target),
             simplification_pipeline(
                 deterministic=deterministic,
+                before_dots=(dot_strength_reduction(target),),
                 before_layout=(
                     library_attention_backward_rewriter(target),
                     library_attention_rewriter(target),

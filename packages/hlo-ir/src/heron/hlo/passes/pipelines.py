@@ -66,12 +66,15 @@ _REGISTERING = (
 def simplification_pipeline(
     *,
     deterministic: bool = False,
+    before_dots: Sequence[HloPass] = (),
     before_layout: Sequence[HloPass] = (),
     layouts: bool = True,
 ) -> Pipeline:
     """Inline calls (then give each loop body, condition and branch one caller), remove
     optimization barriers, decompose topk, expand stable sorts and
-    select-and-scatter, lower convolutions to dots, canonicalise dots; then simplify to a
+    select-and-scatter, lower convolutions to dots, run ``before_dots`` (a target's
+    rewrites of dots as the program has them: the GPU pipeline's dot strength
+    reduction), canonicalise dots; then simplify to a
     fixed point, run ``before_layout`` (a target's rewrites that read the simplified graph
     before it has layouts: the GPU pipeline's fused attention), and assign layouts
     (unless ``layouts`` is False: what a report of those rewrites' verdicts reads).
@@ -90,6 +93,7 @@ def simplification_pipeline(
             pass_named("select-and-scatter-expander"),
             *determinism,
             pass_named("convolution-to-dot"),
+            *before_dots,
             pass_named("dot-decomposer"),
             FixedPoint(
                 "simplify",

@@ -1,0 +1,299 @@
+"""Dot strength reduction: a dot with a vector side becomes a multiply and a reduce (issue 28).
+
+A GEMM library (or a GEMM kernel) earns its launch by reusing each operand
+tile across many products. A dot one of whose sides has no free dimension
+(a matrix-vector product, a dot of two vectors, a batched one) reuses
+nothing: it reads the matrix once and is bound by memory, like a reduction.
+XLA:GPU's ``DotStrengthReduction`` (in its simplification pipeline) rewrites
+such dots as ``reduce(multiply(broadcast(lhs), broadcast(rhs)))`` so that
+the fusion passes can put them into the kernels around them (a per-example
+gradient's norm, a DP-SGD update, an attention step over one query), and so
+does this pass, with XLA's rules, which :func:`reduces` states:
+
+- a dot that contracts nothing (an outer product) is a multiply, where its
+  ``algorithm`` is unset or ``dot_f32_f32_f32`` (XLA's algebraic
+  simplifier does this one);
+- a dot of two vectors, always;
+- a dot with one vector side where the matrix side is small (XLA's
+  ``IsMatrixMultiplicationTooSmallForRewriting``: the free sizes of both
+  sides summed, times the contraction length, under :data:`SIZE_THRESHOLD`)
+  or where XLA's GEMM fusion (Triton) would not take it (:func:`gemm_fusion_takes`:
+  an output type other than f16, f32, bf16 and the fp8 types, a non-default
+  operand precision without an algorithm, an algorithm Triton lacks, more
+  than one batch dimension);
+- an ``s32`` dot whose right side contracts its dimension 1, always (XLA:
+  its loop emitter is slow on it).
+
+The expansion is XLA's: each side converted to the dot's output type,
+transposed to [batch, free, contracting] and broadcast to [batch, lhs free,
+rhs free, contracting]; their product (each side first rounded to the
+precision the dot's ``algorithm`` multiplies in, where it names TF32 or bf16:
+:data:`heron.hlo.dot_precision.ALGORITHMS`; the TF32 a GEMM library takes for
+an f32 dot without one is the library's choice, not the dot's);
+a sum over the contracting dimensions in the dot's accumulator type (f32 for
+f16 and bf16 outputs, the output type otherwise; the algorithm's where it
+names one); a convert back to the output type.
+
+It runs before :mod:`heron.hlo.passes.dot_decomposer` (where XLA's sees dots as
+the program has them: its decomposer leaves one-free, one-contracting dots in
+either order, and the ``s32`` rule reads that order). The sum is taken in
+another order than a GEMM's, which the check's reassociation bounds allow; an
+f32 dot at default precision that a GEMM multiplies in TF32 is multiplied in
+f32 here, closer to the exact result. A dot of fp8 (or s8) operands is
+reduced in its output type (f32, s32), as XLA's is after it converts them; one
+whose output is fp8 stays a dot (its sum would be taken in fp8).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from heron.hlo.attributes import ComputationRef
+from heron.hlo.builder import NameUniquer
+from heron.hlo.dot_precision import ALGORITHMS, default_precision
+from heron.hlo.element_types import ElementType
+from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.passes.dot_decomposer import dimension_lists
+from heron.hlo.passes.manager import HloPass
+from heron.hlo.passes.rewrite import Inserter, rewrite_each
+from heron.hlo.shapes import ArrayShape
+from heron.target import Target
+
+__all__ = [
+    "SIZE_THRESHOLD",
+    "dot_strength_reduction",
+    "gemm_fusion_takes",
+    "reduces",
+    "strength_reduce_dots",
+]
+
+#: XLA's threshold: a one-vector-side dot whose (lhs free + rhs free) x contraction
+#: is under this is a multiply and a reduce.
+SIZE_THRESHOLD = 10_000_000
+#: Output types XLA's GEMM fusion computes (fp8 ones by device: :func:`gemm_fusion_takes`).
+_GEMM_OUTPUTS = frozenset({"f16", "f32", "bf16"})
+#: Input types it reads besides those.
+_GEMM_INPUTS = _GEMM_OUTPUTS | {"pred", "s8", "s16", "s32"}
+_FP8 = frozenset({"f8e4m3fn", "f8e5m2"})
+#: Algorithms XLA's GEMM fusion runs (on CUDA; the bf16 ones on ROCm too).
+_GEMM_ALGORITHMS = frozenset(
+    {"dot_tf32_tf32_f32", "dot_bf16_bf16_f32", "dot_bf16_bf16_f32_x3", "dot_bf16_bf16_f32_x6"}
+)
+#: Algorithms an outer product may have and still be a plain multiply.
+_OUTER_ALGORITHMS = frozenset({None, "dot_f32_f32_f32"})
+#: (exponent bits, mantissa bits) of the compute a narrowed algorithm multiplies in.
+_ROUNDING = {"tf32": (8, 10), "bf16": (8, 7)}
+
+
+def _algorithm(dot: Instruction) -> str | None:
+    algorithm = dot.attributes.get("algorithm")
+    return None if algorithm is None else str(algorithm).lower()
+
+
+def _free(rank: int, batch: list[int], contracting: list[int]) -> list[int]:
+    return [d for d in range(rank) if d not in batch and d not in contracting]
+
+
+def _types(dot: Instruction) -> tuple[str, str, str]:
+    lhs, rhs = (operand.array_shape.element_type.value for operand in dot.operands)
+    return lhs, rhs, dot.array_shape.element_type.value
+
+
+def gemm_fusion_takes(dot: Instruction, target: Target) -> bool:
+    """Whether XLA's GEMM fusion (its legacy Triton rules) would compute ``dot`` on
+    ``target``; a dot with a vector side that it would not take is strength-reduced."""
+    algorithm = _algorithm(dot)
+    if algorithm is None:
+        if not default_precision(dot):
+            return False
+    elif algorithm not in _GEMM_ALGORITHMS or (
+        target.backend != "cuda" and algorithm == "dot_tf32_tf32_f32"
+    ):
+        return False
+    lhs, rhs, out = _types(dot)
+    fp8_outputs = set()
+    if target.backend == "cuda" and target.compute_capability is not None:
+        if target.compute_capability >= (8, 0):
+            fp8_outputs.add("f8e5m2")
+        if target.compute_capability >= (9, 0):
+            fp8_outputs.add("f8e4m3fn")
+    if out not in _GEMM_OUTPUTS | fp8_outputs:
+        return False
+    if lhs not in _GEMM_INPUTS | fp8_outputs or rhs not in _GEMM_INPUTS | fp8_outputs:
+        return False
+    return len(dot.attributes.get("lhs_batch_dims", ())) <= 1
+
+
+def reduces(dot: Instruction, target: Target) -> bool:
+    """Whether ``dot`` becomes a multiply and a reduce (the module docstring's rules)."""
+    if not isinstance(dot.shape, ArrayShape) or _types(dot)[2] in _FP8:
+        return False
+    lb, rb, lc, rc = dimension_lists(dot)
+    lhs, rhs = (operand.array_shape for operand in dot.operands)
+    if not lc:
+        return _algorithm(dot) in _OUTER_ALGORITHMS
+    if _algorithm(dot) is not None and _algorithm(dot) not in ALGORITHMS:
+        return False  # dot_precision names the unknown algorithm when the dot is compiled
+    lhs_free = _free(len(lhs.dims), lb, lc)
+    rhs_free = _free(len(rhs.dims), rb, rc)
+    if not lhs_free and not rhs_free:
+        return True
+    if lhs_free and rhs_free:
+        return _types(dot) == ("s32", "s32", "s32") and rc == [1]
+    free = math.prod(lhs.dims[d] for d in lhs_free) + math.prod(rhs.dims[d] for d in rhs_free)
+    if free * math.prod(lhs.dims[d] for d in lc) < SIZE_THRESHOLD:
+        return True
+    return not gemm_fusion_takes(dot, target)
+
+
+def _accumulator(dot: Instruction) -> ElementType:
+    """XLA's ``GetGemmAccumulatorType``: the algorithm's accumulator where it names one
+    (``..._f16``, ``..._bf16``, ``..._f64``, else f32), f32 for f16 and bf16 outputs,
+    the output type otherwise."""
+    out = dot.array_shape.element_type
+    algorithm = _algorithm(dot)
+    if algorithm is not None:
+        return ElementType(
+            algorithm.rsplit("_", 1)[-1] if algorithm.endswith(("16", "64")) else "f32"
+        )
+    return ElementType.F32 if out.value in ("f16", "bf16") else out
+
+
+class _Reducer:
+    """Builds each dot's expansion; one scalar add computation per accumulator type."""
+
+    def __init__(self, module: Module, target: Target) -> None:
+        self.module = module
+        self.target = target
+        self.adders: dict[ElementType, Computation] = {}
+
+    def rewrite(self, inserter: Inserter, dot: Instruction) -> Instruction | None:
+        if not reduces(dot, self.target):
+            return None
+        out = dot.array_shape.element_type
+        lb, rb, lc, rc = dimension_lists(dot)
+        lhs, rhs = dot.operands
+        lhs_free = _free(len(lhs.array_shape.dims), lb, lc)
+        rhs_free = _free(len(rhs.array_shape.dims), rb, rc)
+        batch = [lhs.array_shape.dims[d] for d in lb]
+        m = [lhs.array_shape.dims[d] for d in lhs_free]
+        n = [rhs.array_shape.dims[d] for d in rhs_free]
+        k = [lhs.array_shape.dims[d] for d in lc]
+        full = ArrayShape(out, tuple(batch + m + n + k))
+
+        def add(opcode: str, shape: ArrayShape, operands, attributes=None, suffix=None):
+            return inserter.add(opcode, shape, operands, attributes, like=dot, suffix=suffix)
+
+        def side(operand: Instruction, order: list[int], name: str, placed: list[int]):
+            value = operand
+            if value.array_shape.element_type != out:
+                shape = ArrayShape(out, value.array_shape.dims)
+                value = add("convert", shape, [value], suffix=f"{name}_convert")
+            if order != list(range(len(order))):
+                dims = tuple(value.array_shape.dims[d] for d in order)
+                value = add(
+                    "transpose",
+                    ArrayShape(out, dims),
+                    [value],
+                    {"dimensions": tuple(order)},
+                    suffix=f"{name}_transpose",
+                )
+            compute = ALGORITHMS.get(_algorithm(dot) or "", "")
+            if compute in _ROUNDING:
+                exponent, mantissa = _ROUNDING[compute]
+                value = add(
+                    "reduce-precision",
+                    value.array_shape,
+                    [value],
+                    {"exponent_bits": exponent, "mantissa_bits": mantissa},
+                    suffix=f"{name}_rounded",
+                )
+            if list(value.array_shape.dims) == list(full.dims):
+                return value
+            return add(
+                "broadcast",
+                full,
+                [value],
+                {"dimensions": tuple(placed)},
+                suffix=f"{name}_broadcast",
+            )
+
+        b, nm, nn, nk = len(batch), len(m), len(n), len(k)
+        lhs_placed = [*range(b), *range(b, b + nm), *range(b + nm + nn, b + nm + nn + nk)]
+        rhs_placed = [*range(b), *range(b + nm, b + nm + nn), *range(b + nm + nn, len(full.dims))]
+        product = add(
+            "multiply",
+            full,
+            [
+                side(lhs, lb + lhs_free + lc, "lhs", lhs_placed),
+                side(rhs, rb + rhs_free + rc, "rhs", rhs_placed),
+            ],
+            suffix="product",
+        )
+        if not k:
+            return product
+        accumulator = _accumulator(dot)
+        if accumulator != out:
+            product = add(
+                "convert", ArrayShape(accumulator, full.dims), [product], suffix="widened"
+            )
+        zero = inserter.add(
+            "constant",
+            ArrayShape(accumulator, ()),
+            like=dot,
+            suffix="zero",
+            literal=np.zeros((), accumulator.numpy_dtype),
+        )
+        adder = self._adder(accumulator, inserter.names)
+        summed = add(
+            "reduce",
+            ArrayShape(accumulator, tuple(batch + m + n)),
+            [product, zero],
+            {
+                "dimensions": tuple(range(b + nm + nn, len(full.dims))),
+                "to_apply": ComputationRef(adder.name, adder),
+            },
+            suffix="sum",
+        )
+        if accumulator != out:
+            summed = add(
+                "convert", ArrayShape(out, summed.array_shape.dims), [summed], suffix="narrowed"
+            )
+        return summed
+
+    def _adder(self, element_type: ElementType, names: NameUniquer) -> Computation:
+        adder = self.adders.get(element_type)
+        if adder is not None:
+            return adder
+        scalar = ArrayShape(element_type, ())
+        adder = Computation(names.unique(f"dot_sum_{element_type.value}"))
+        x, y = (
+            adder.add(
+                Instruction(
+                    names.unique(f"{adder.name}.{p}"), "parameter", scalar, parameter_number=i
+                )
+            )
+            for i, p in enumerate(("x", "y"))
+        )
+        adder.root = adder.add(
+            Instruction(names.unique(f"{adder.name}.add"), "add", scalar, operands=[x, y])
+        )
+        self.module.computations.insert(0, adder)
+        self.adders[element_type] = adder
+        return adder
+
+
+def strength_reduce_dots(module: Module, target: Target) -> bool:
+    """Rewrite every dot of ``module`` that :func:`reduces` says (module docstring)."""
+    return rewrite_each(module, "dot", _Reducer(module, target).rewrite)
+
+
+def dot_strength_reduction(target: Target) -> HloPass:
+    """The ``dot-strength-reduction`` pass for ``target``."""
+    return HloPass(
+        "dot-strength-reduction",
+        lambda module: strength_reduce_dots(module, target),
+        "a dot with a vector side becomes a multiply and a reduce (XLA's DotStrengthReduction)",
+    )

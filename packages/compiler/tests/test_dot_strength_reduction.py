@@ -1,0 +1,247 @@
+"""Dot strength reduction: dots with a vector side become a multiply and a reduce (issue 28).
+
+The decisions are XLA:GPU's: the cases of :data:`DOTS`, in one module,
+were compiled by XLA:GPU 0.12 (jax-cuda13-pjrt 0.12.0.1, deviceless, H100,
+``xla_dump_hlo_pass_re=dot-strength-reduction``); after its simplification
+``bigmv`` (4096 x 4096 at default precision: over the size threshold),
+``outer_bf16_algorithm``, ``ii_rhs_kn`` and ``mm`` were still dots, every
+other one a multiply (and a reduce). The rewritten module is checked against the original with the
+reference evaluator (bit for bit for integers, within a summation bound for
+floats), and run on the interpreter.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from heron.compiler import Target
+from heron.compiler.dot_strength_reduction import reduces, strength_reduce_dots
+from heron.compiler.fusion import gpu_pipeline
+from heron.hlo.evaluator import evaluate_module, flatten_literal
+from heron.hlo.parser import parse_module
+from heron.hlo.passes import run_pipeline
+from heron.hlo.verifier import verify_module
+
+H100 = Target.preset("h100")
+MI300X = Target.preset("mi300x")
+
+#: name -> (operands, result, dimension numbers and attributes, XLA:GPU's decision)
+DOTS = {
+    "vv": (
+        "f32[256] a, f32[256] b",
+        "f32[]",
+        "lhs_contracting_dims={0}, rhs_contracting_dims={0}",
+        True,
+    ),
+    "mv": (
+        "f32[64,256] a, f32[256] b",
+        "f32[64]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        True,
+    ),
+    "vm": (
+        "f32[256] a, f32[256,48] b",
+        "f32[48]",
+        "lhs_contracting_dims={0}, rhs_contracting_dims={0}",
+        True,
+    ),
+    "bigmv": (
+        "f32[4096,4096] a, f32[4096] b",
+        "f32[4096]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        False,
+    ),
+    "bigmv_highest": (
+        "f32[4096,4096] a, f32[4096] b",
+        "f32[4096]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}, operand_precision={highest,highest}",
+        True,
+    ),
+    "bigmv_f64": (
+        "f64[4096,4096] a, f64[4096] b",
+        "f64[4096]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        True,
+    ),
+    "bmv": (
+        "f32[8,64,256] a, f32[8,256] b",
+        "f32[8,64]",
+        "lhs_batch_dims={0}, rhs_batch_dims={0},"
+        " lhs_contracting_dims={2}, rhs_contracting_dims={1}",
+        True,
+    ),
+    "outer": ("f32[256] a, f32[96] b", "f32[256,96]", "", True),
+    "batched_outer": (
+        "f32[4,16] a, f32[4,8] b",
+        "f32[4,16,8]",
+        "lhs_batch_dims={0}, rhs_batch_dims={0}",
+        True,
+    ),
+    "outer_bf16_algorithm": (
+        "f32[256] a, f32[96] b",
+        "f32[256,96]",
+        "algorithm=dot_bf16_bf16_f32",
+        False,
+    ),
+    "ii": (
+        "s32[32,16] a, s32[8,16] b",
+        "s32[32,8]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={1}",
+        True,
+    ),
+    "ii_rhs_kn": (
+        "s32[32,16] a, s32[16,8] b",
+        "s32[32,8]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        False,
+    ),
+    "mm": (
+        "f32[64,32] a, f32[32,48] b",
+        "f32[64,48]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        False,
+    ),
+    "mv_bf16": (
+        "bf16[64,256] a, bf16[256] b",
+        "bf16[64]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        True,
+    ),
+    "mv_s8": (
+        "s8[64,256] a, s8[256] b",
+        "s32[64]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        True,
+    ),
+    "mv_bf16_algorithm": (
+        "f32[64,256] a, f32[256] b",
+        "f32[64]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}, algorithm=dot_bf16_bf16_f32",
+        True,
+    ),
+    "vv_f8": (
+        "f8e4m3fn[256] a, f8e4m3fn[256] b",
+        "f32[]",
+        "lhs_contracting_dims={0}, rhs_contracting_dims={0}",
+        True,
+    ),
+}
+
+
+def _module(name: str):
+    operands, result, attributes = DOTS[name][:3]
+    (lhs_type, lhs), (rhs_type, rhs) = (part.split() for part in operands.split(", "))
+    separator = ", " if attributes else ""
+    return parse_module(
+        f"""
+HloModule {name}
+
+ENTRY main {{
+  {lhs} = {lhs_type} parameter(0)
+  {rhs} = {rhs_type} parameter(1)
+  ROOT {name} = {result} dot({lhs}, {rhs}){separator}{attributes}
+}}
+"""
+    )
+
+
+def _inputs(module, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for parameter in module.entry.parameters:
+        shape = parameter.array_shape
+        dtype = shape.element_type.numpy_dtype
+        values = (
+            rng.integers(-40, 40, shape.dims)
+            if np.issubdtype(dtype, np.integer)
+            else (rng.standard_normal(shape.dims))
+        )
+        arrays.append(np.asarray(values).astype(dtype))
+    return arrays
+
+
+@pytest.mark.parametrize("name", sorted(DOTS))
+def test_the_dots_xla_rewrites_are_the_ones_heron_rewrites(name):
+    module = _module(name)
+    assert reduces(module.entry.root, H100) == DOTS[name][3]
+    changed = strength_reduce_dots(module, H100)
+    verify_module(module)
+    assert changed == DOTS[name][3]
+    opcodes = {inst.opcode for inst in module.entry.instructions}
+    assert ("dot" in opcodes) != DOTS[name][3], sorted(opcodes)
+
+
+@pytest.mark.parametrize("name", [name for name, case in sorted(DOTS.items()) if case[3]])
+def test_the_rewritten_dot_computes_what_the_dot_did(name):
+    module = _module(name)
+    rewritten = copy.deepcopy(module)
+    strength_reduce_dots(rewritten, H100)
+    arguments = _inputs(module)
+    want = np.asarray(flatten_literal(evaluate_module(module, arguments))[0])
+    got = np.asarray(flatten_literal(evaluate_module(rewritten, arguments))[0])
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if np.issubdtype(want.dtype, np.integer):
+        np.testing.assert_array_equal(got, want)
+        return
+    if name == "mv_bf16_algorithm":
+        # the algorithm rounds each side to bf16 before the products: the evaluator's
+        # dot multiplies in f32, so the two differ by about 2^-8 relative per product
+        np.testing.assert_allclose(got, want, rtol=0.05, atol=0.5)
+        assert "reduce-precision" in {inst.opcode for inst in rewritten.entry.instructions}
+        return
+    # another summation order: within (k - 1) u sum |a b| (bf16 output: its rounding)
+    tolerance = 2.0**-7 if want.dtype.itemsize == 2 else 1e-5
+    np.testing.assert_allclose(
+        got.astype(np.float64), want.astype(np.float64), rtol=tolerance, atol=tolerance * 16
+    )
+
+
+def test_a_bf16_dot_multiplies_in_bf16_and_sums_in_f32_as_xla():
+    module = _module("mv_bf16")
+    strength_reduce_dots(module, H100)
+    by_opcode = {inst.opcode: inst for inst in module.entry.instructions}
+    assert by_opcode["multiply"].array_shape.element_type.value == "bf16"
+    assert by_opcode["reduce"].array_shape.element_type.value == "f32"
+    assert module.entry.root.opcode == "convert"
+    assert module.entry.root.array_shape.element_type.value == "bf16"
+
+
+def test_a_large_matrix_vector_product_is_reduced_where_xla_s_gemm_fusion_would_not_take_it():
+    # f64 on both devices; an f32 one at default precision is a GEMM on both.
+    big = _module("bigmv_f64").entry.root
+    assert reduces(big, H100) and reduces(big, MI300X)
+    assert not reduces(_module("bigmv").entry.root, MI300X)
+
+
+def test_the_gpu_pipeline_fuses_a_reduced_dot_with_what_reads_it():
+    # A matrix-vector product and the tanh after it: one reduction kernel, no GEMM.
+    module = parse_module(
+        """
+HloModule mv_tanh
+
+ENTRY main {
+  m = f32[64,256] parameter(0)
+  v = f32[256] parameter(1)
+  d = f32[64] dot(m, v), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = f32[64] tanh(d)
+}
+"""
+    )
+    work = copy.deepcopy(module)
+    run_pipeline(work, gpu_pipeline(H100))
+    fusions = [inst for inst in work.entry.instructions if inst.opcode == "fusion"]
+    assert len(fusions) == 1
+    assert not any(inst.opcode == "dot" for c in work.computations for inst in c.instructions)
+
+    from heron.compiler.program_run import run_program
+    from heron.runtime.core.registry import load_backends
+
+    device = load_backends().create_device("interpreter")
+    arguments = _inputs(module, seed=3)
+    run = run_program(module, arguments, device, "interpreter", target=H100)
+    want = np.asarray(evaluate_module(module, arguments))
+    np.testing.assert_allclose(run.outputs[0], want, rtol=1e-5, atol=1e-5)
+    assert run.kernel_launches == 1
