@@ -283,14 +283,44 @@ def test_a_target_without_a_dnn_library_lowers_every_convolution():
     )
 
 
-#: Convolutions of the corpora cuDNN's forward call does not take, and why.
-NOT_TAKEN: dict[tuple[str, str], str] = {
-    # The weight gradient of a strided, dilated grouped convolution.
-    ("haiku_conv_variants_rmsprop_step", "conv_general_dilated.19"): (
-        "im2col and a GEMM (batch_group_count > 1 without a grouped weight gradient's form"
-        " (feature groups, a strided, base-dilated or reversed window, or negative padding))"
-    ),
-}
+#: Convolutions of the corpora cuDNN's forward call does not take, and why (none: the
+#: last, haiku_conv_variants_rmsprop_step's strided grouped kernel gradient, is a forward
+#: call with its batch groups made feature groups, as XLA makes it).
+NOT_TAKEN: dict[tuple[str, str], str] = {}
+
+
+def test_a_strided_grouped_kernel_gradient_is_a_forward_call_with_feature_groups():
+    # haiku_conv_variants_rmsprop_step's conv_general_dilated.19: the kernel gradient of a
+    # strided convolution with 3 feature groups, which has no weight gradient's form
+    # (its window is strided); XLA:GPU 0.12 makes it cudnn-conv.20, a forward convolution
+    # with feature_group_count=3 of the input with its batch groups moved to the features.
+    text = _module(
+        "[4,4,4,6]{3,2,1,0}",
+        "[4,4,4,6]{3,2,1,0}",
+        "[3,3,2,6]{3,2,1,0}",
+        "window={size=4x4 stride=2x2 pad=2_2x2_2}, dim_labels=f01b_i01o->01bf, batch_group_count=3",
+    )
+    module = parse_module(text)
+    assert convolution_verdict(module.entry.root_instruction, H100) == ""
+    compiled = compile_program(module, H100, ("interpreter",))
+    call = ConvolutionCall.from_thunk(_call(compiled))
+    assert (call.mode, call.groups) == ("forward", 3)
+    assert call.describe() == (
+        "convolution f32[2x12x4x4] * f32[6x4x4x4] -> f32[2x6x3x3], stride 2x2, pad 2_2x2_2,"
+        " 3 groups, tf32"
+    )
+    inputs = _inputs(module, seed=5)
+    expected = np.asarray(evaluate_module(module, inputs), np.float64)
+    for libraries in ((), ("convolution",)):
+        executable = load_executable(compiled.artefact, InterpreterDevice(libraries=libraries))
+        (out,) = executable.run(inputs)
+        error = float(np.abs(np.asarray(out, np.float64) - expected).max())
+        scale = max(1.0, float(np.abs(expected).max()))
+        # the host computes the rewritten convolution: another order of the same sums
+        bound = 8 * 2.0**-24 * call.summed_terms() * scale
+        if libraries:  # numpy's library call rounds the operands to TF32
+            bound = 8 * 2.0**-11 * math.sqrt(call.summed_terms()) * scale
+        assert error <= bound, (libraries, error, bound)
 
 
 def test_every_corpus_convolution_compiled_for_cuda_is_a_cudnn_call():

@@ -30,7 +30,9 @@ as on a target without one.
   so the shapes decide. A convolution with ``batch_group_count`` G > 1 (jax's
   kernel gradient of a grouped or depthwise forward convolution) is always a
   weight gradient: ``conv_wgrad`` with G groups (XLA rewrites it into a larger
-  feature-grouped forward convolution instead).
+  feature-grouped forward convolution instead), or, where it has no weight
+  gradient's form (a strided kernel gradient), a forward convolution with G
+  feature groups of its input's batch groups, as XLA's last resort.
 - The ``library-convolution-rewriter`` pass (first in the GPU pipeline)
   transposes a taken convolution's operands into cuDNN's preferred order
   (``b01f`` input, ``o01i`` filter: NHWC and KRSC once the layouts are
@@ -127,15 +129,22 @@ def convolution_verdict(conv: Instruction, target: Target) -> str:
     spatial = len(numbers.input_spatial)
     if not 1 <= spatial <= 3:
         return f"{spatial} spatial dimensions ({target.dnn_library}: 1 to 3)"
-    if int(conv.attributes.get("batch_group_count", 1)) != 1:
-        if weight_gradient_padding(conv) is None:
-            return (
-                "batch_group_count > 1 without a grouped weight gradient's form (feature"
-                " groups, a strided, base-dilated or reversed window, or negative padding)"
-            )
-        return ""
     window = conv.attributes.get("window")
     dims = list(window.dims) if isinstance(window, Window) else []
+    if int(conv.attributes.get("batch_group_count", 1)) != 1:
+        if weight_gradient_padding(conv) is not None:
+            return ""
+        # XLA's last resort: a forward call with the batch groups made feature groups
+        if int(conv.attributes.get("feature_group_count", 1)) != 1 or any(
+            d.base_dilation != 1 or d.window_reversal or d.pad_low < 0 or d.pad_high < 0
+            for d in dims
+        ):
+            return (
+                "batch_group_count > 1 with neither a grouped weight gradient's form nor a"
+                " forward one (feature groups, a base-dilated or reversed window, or"
+                " negative padding)"
+            )
+        return ""
     if any(d.base_dilation != 1 for d in dims):
         why = _data_gradient_verdict(conv, numbers, dims)
         if why and any(d.window_reversal for d in dims):
@@ -407,7 +416,60 @@ def _dilated_input(inserter: Inserter, conv: Instruction) -> Instruction:
     )
 
 
+def _feature_grouped(inserter: Inserter, conv: Instruction) -> Instruction:
+    """``conv`` (``batch_group_count`` G, read as no weight gradient) as the forward
+    convolution XLA's rewriter makes of it (``ConvertBatchGroupedToFeatureGroupedConvolution``):
+    the input's batch ``N`` split into ``[G, N / G]`` and G moved in front of the features,
+    ``[G, C]`` merged into ``G * C`` features, the convolution then one with G feature
+    groups and no batch groups (group g of its output features reads batch group g, as
+    before). The result is not added to the computation: :func:`_rewrite` reads it."""
+    numbers: ConvDimensionNumbers = conv.attributes["dim_labels"]
+    groups = int(conv.attributes["batch_group_count"])
+    lhs = conv.operands[0]
+    element = lhs.shape.element_type
+    dims = list(lhs.shape.dims)
+    batch, feature = numbers.input_batch, numbers.input_feature
+    split = [*dims[:batch], groups, dims[batch] // groups, *dims[batch + 1 :]]
+    value = inserter.add(
+        "reshape", ArrayShape(element, tuple(split)), [lhs], like=conv, suffix="batch_groups"
+    )
+    # G (at `batch`) moved just before the features (at `feature` + 1 once split)
+    rest = [d for d in range(len(split)) if d != batch]
+    order = rest.copy()
+    order.insert(rest.index(feature + (1 if feature > batch else 0)), batch)
+    value = inserter.add(
+        "transpose",
+        ArrayShape(element, tuple(split[d] for d in order)),
+        [value],
+        {"dimensions": tuple(order)},
+        like=conv,
+        suffix="groups_to_features",
+    )
+    merged = [*dims]
+    merged[batch] //= groups
+    merged[feature] *= groups
+    value = inserter.add(
+        "reshape", ArrayShape(element, tuple(merged)), [value], like=conv, suffix="grouped_input"
+    )
+    attributes = dict(conv.attributes)
+    attributes.pop("batch_group_count")
+    attributes["feature_group_count"] = groups
+    return Instruction(
+        conv.name,
+        "convolution",
+        conv.shape,
+        [value, conv.operands[1]],
+        attributes,
+        location=conv.location,
+    )
+
+
 def _rewrite(inserter: Inserter, conv: Instruction) -> Instruction:
+    if (
+        int(conv.attributes.get("batch_group_count", 1)) != 1
+        and weight_gradient_padding(conv) is None
+    ):
+        conv = _feature_grouped(inserter, conv)
     numbers: ConvDimensionNumbers = conv.attributes["dim_labels"]
     lhs, rhs = conv.operands
     window = conv.attributes.get("window")
