@@ -23,10 +23,12 @@ keeps every op, attribute and region as it was; only accesses are rebuilt.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Sequence
 
+import attrs
 from mlir import ir
 from mlir.dialects import arith
 
@@ -40,7 +42,10 @@ from heron.emitters.pipeline.simplify_indexing import (
     simplify_with_mod_expansion,
 )
 from heron.hlo.errors import UnsupportedError
-from heron.indexing import Dim, IndexingMap, Interval, compose
+from heron.indexing import AffineExpr, Constant, Dim, IndexingMap, Interval, Variable, compose
+from heron.indexing.affine import add, mul
+from heron.indexing.range_analysis import RangeEvaluator
+from heron.indexing.simplifier import from_linear_form, linear_form
 
 #: Element accesses: op name -> position of the tensor operand (the indices follow it).
 ACCESS_OPS = {
@@ -135,8 +140,50 @@ def linear_index(t: ir.RankedTensorType, indices: Sequence[ir.Value]) -> ir.Valu
     first = IndexingMap(
         tuple(builder.variables), tuple(exprs), constraints=tuple(builder.constraints)
     )
-    composed = simplify_with_mod_expansion(compose(first, linearisation_map(t)))
+    composed = _offset_linearisation(first, t)
+    if composed is None:
+        composed = simplify_with_mod_expansion(compose(first, linearisation_map(t)))
     return apply_indexing_op(composed, builder.values).results[0]
+
+
+def _offset_linearisation(first: IndexingMap, t: ir.RankedTensorType) -> IndexingMap | None:
+    """``first`` composed with ``t``'s linearisation, from the map of the same access at
+    offset zero, where the variables' own ranges keep every index in bounds and meet
+    every constraint (else None: the caller composes ``first`` itself).
+
+    The linearisation is linear (``sum index_i * stride_i``), so the constant term of
+    each index only adds ``offset_i * stride_i`` to the position; the rest is the same
+    for every access at another offset, and a kernel has many (a GEMM kernel's tiles:
+    70 distinct access maps in ``mlp_silu_bf16``, 11 once the offsets are taken out),
+    each composed and simplified once (:func:`_linear_sum`). With the constraints
+    implied by the ranges, the domain is the variables' ranges either way, which is
+    what the composed map's simplification would find."""
+    ranges = RangeEvaluator(first, use_constraints=False)
+    for expr, interval in first.constraints:
+        if not interval.contains_interval(ranges.range(expr)):
+            return None
+    plain, offset = [], 0
+    for expr, size, stride in zip(first.results, t.shape, strides(t), strict=True):
+        if not Interval(0, size - 1).contains_interval(ranges.range(expr)):
+            return None
+        terms, constant = linear_form(expr)
+        plain.append(from_linear_form(terms, 0))
+        offset += constant * stride
+    base = _linear_sum(first.dimensions, tuple(plain), tuple(strides(t)))
+    (position,) = base.results
+    return attrs.evolve(base, results=(add(position, Constant(offset)),))
+
+
+@functools.lru_cache(maxsize=4096)
+def _linear_sum(
+    variables: tuple[Variable, ...], indices: tuple[AffineExpr, ...], steps: tuple[int, ...]
+) -> IndexingMap:
+    """``sum indices_i * steps_i`` over ``variables``, simplified (mods expanded where
+    cheaper). Memoised: maps and expressions are frozen values."""
+    position = from_linear_form({}, 0)
+    for index, step in zip(indices, steps, strict=True):
+        position = add(position, mul(index, Constant(step)))
+    return simplify_with_mod_expansion(IndexingMap(variables, (position,)))
 
 
 def _copy_attributes(op: ir.Operation) -> dict[str, ir.Attribute]:
