@@ -360,13 +360,13 @@ ENTRY main {{
 
 
 @pytest.mark.parametrize("layout", ["{0,1}", "{1,0}"])
-def test_a_dot_the_library_cannot_read_takes_what_the_library_would_not(layout: str) -> None:
-    # The library reads row-major operands only: with ``a`` column-major the dot is
-    # heron's GEMM kernel as it stands, and the negate before it and the update after
-    # it (an SGD step's) are computed with it, one kernel as XLA's Triton GEMM fusion
-    # (jax's weight gradients read a transposed activation so: flax's MoE step, 36
-    # kernels to 33). With ``a`` row-major the dot is a cuBLASLt call: the negate and
-    # the subtract stay kernels of their own (the split at the library).
+def test_a_column_major_operand_is_read_transposed_and_split_at_the_library(layout: str) -> None:
+    # With ``a`` column-major (jax's weight gradients read a transposed activation so)
+    # the library reads it transposed, as a row-major one as it is: the dot is a cuBLASLt
+    # call either way, the negate before it and the subtract after it (an SGD step's)
+    # kernels of their own (the split at the library). Before the library read column-
+    # major operands, heron's GEMM kernel took all three (XLA's Triton GEMM fusion's
+    # shape; flax's MoE step, 36 kernels to 33).
     from heron.compiler.library_gemm import gemm_fusion
     from heron.compiler.program_run import run_program
     from heron.emitters.fusion_analysis import analyse_fusion
@@ -377,13 +377,10 @@ def test_a_dot_the_library_cannot_read_takes_what_the_library_would_not(layout: 
     fused = check_each_pass(module)
     (gemm,) = [f for f in _fusions(fused) if "dot" in _opcodes(f)]
     assert select_emitter(analyse_fusion(gemm, H100)).name == "gemm"
-    if layout == "{0,1}":
-        assert count_kernels(fused) == 1
-        assert {"negate", "dot", "subtract"} <= _opcodes(gemm)
-        assert gemm_fusion(gemm, H100) is None
-    else:
-        assert count_kernels(fused) == 3
-        assert gemm_fusion(gemm, H100) is not None
+    assert count_kernels(fused) == 3
+    assert "negate" not in _opcodes(gemm) and "subtract" not in _opcodes(gemm)
+    match = gemm_fusion(gemm, H100)
+    assert match is not None and match.call.lhs_transposed == (layout == "{0,1}")
     arguments = random_arguments(module, np.random.default_rng(5))
     device = load_backends().create_device("interpreter")
     run = run_program(module, arguments, device, "interpreter", target=H100)

@@ -148,9 +148,10 @@ def column_major_gemm(
 
 
 @functools.cache
-def corpus_dot_fusions() -> tuple[tuple[str, str, object], ...]:
-    """(program, fusion, verdict) for every fusion of the program corpus holding a dot:
-    its :class:`~heron.compiler.library_gemm.GemmMatch`, or why no library computes it.
+def corpus_dot_fusions(corpus: str = "programs") -> tuple[tuple[str, str, object], ...]:
+    """(program, fusion, verdict) for every fusion of ``corpus`` (``programs`` or
+    ``models``) holding a dot: its :class:`~heron.compiler.library_gemm.GemmMatch`, or
+    why no library computes it.
 
     The programs are prepared for the h100 Target as ``compile_program`` does
     (fusion, copy insertion, scheduling), without compiling kernels.
@@ -161,7 +162,7 @@ def corpus_dot_fusions() -> tuple[tuple[str, str, object], ...]:
     from heron.hlo.parser import parse_module_file
 
     target = Target.preset("h100")
-    programs = Path(__file__).resolve().parents[3] / "programs"
+    programs = Path(__file__).resolve().parents[3] / corpus
     found = []
     for path in sorted(programs.glob("*/module.hlo")):
         if " dot(" not in path.read_text():

@@ -59,13 +59,13 @@ import attrs
 import numpy as np
 
 from heron.compiler.library_gemm_fp8 import (
-    TN_TYPES,
     Fp8Operand,
     Fp8Output,
     fp8_gemms,
     fp8_operand,
     fp8_output,
 )
+from heron.compiler.library_gemm_layout import TN_TYPES, operand_reading
 from heron.hlo.dot_precision import dot_compute, fp8_fast_accumulation
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.dot_decomposer import is_canonical_dot
@@ -186,6 +186,10 @@ def _operand(inst: Instruction, batch: int, features: frozenset[str]) -> tuple[i
     source = _through_bitcasts(inst)
     if source.opcode != "parameter":
         return f"its operand {inst.name} is computed in the fusion ({inst.opcode})"
+    reading = operand_reading(source.array_shape, batch) if source is inst else ""
+    if reading == "transposed" and "transpose" in features:
+        # stored with its last two dimensions swapped: the library reads it transposed
+        return int(source.parameter_number), not transposed
     if not _row_major(source.shape):
         return f"its operand {source.name} is not row-major ({source.shape})"
     return int(source.parameter_number), transposed

@@ -44,6 +44,7 @@ import attrs
 import ml_dtypes
 import numpy as np
 
+from heron.compiler.library_gemm_layout import TN_TYPES, readable_operands
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.dce import eliminate_dead_code
 from heron.hlo.passes.dot_decomposer import is_canonical_dot
@@ -62,9 +63,6 @@ __all__ = [
     "fp8_output",
     "operand_layout",
 ]
-
-#: Operand types whose cuBLASLt kernels read lhs [m, k] and rhs [n, k] only ("TN").
-TN_TYPES = (*FP8_TYPES, "s8")
 
 
 def fp8_gemms(target: Target) -> bool:
@@ -495,13 +493,18 @@ def _rebuilt(
 
 def layout_for_library(module: Module, target: Target) -> bool:
     """Give each fp8 and s8 dot of ``module`` the operand layout cuBLASLt reads (see the
-    module docstring); True when anything changed."""
-    if target.gemm_library != "cublasLt":
-        return False
-    changed = rewrite_each(module, "dot", lambda inserter, dot: _stored_nk(inserter, dot, target))
-    changed |= rewrite_each(
-        module, "divide", lambda inserter, divide: _reciprocal_scale(inserter, divide, target)
-    )
+    module docstring), and every other library dot operands its library reads
+    (:func:`.library_gemm_layout.readable_operands`); True when anything changed."""
+    changed = False
+    if target.gemm_library == "cublasLt":
+        changed |= rewrite_each(
+            module, "dot", lambda inserter, dot: _stored_nk(inserter, dot, target)
+        )
+        changed |= rewrite_each(
+            module, "divide", lambda inserter, divide: _reciprocal_scale(inserter, divide, target)
+        )
+    # every library dot's operands in a layout the library reads (XLA's layout constraints)
+    changed |= readable_operands(module, target)
     if changed:
         eliminate_dead_code(module)
     return changed
@@ -513,5 +516,6 @@ def operand_layout(target: Target) -> HloPass:
         "library-gemm-operand-layout",
         lambda module: layout_for_library(module, target),
         "fp8 and s8 dots' rhs transposed to [n, k], an fp8 lhs to [m, k], for cuBLASLt"
-        " (XLA's TN layout), an fp8 output's divisor made its reciprocal (XLA's d_scale)",
+        " (XLA's TN layout), an fp8 output's divisor made its reciprocal (XLA's d_scale);"
+        " an operand no library reads copied into row-major order",
     )
