@@ -2123,3 +2123,399 @@ _optax_step(
     "adamw",
     "schedule",
 )
+
+
+# -- quasi-Newton, key/value caches, stateful layers, gamma sampling, graphs, ODEs, ranks ----
+
+
+_FLAX_LOGISTIC = nn.Dense(1)
+_LBFGS = optax.lbfgs()
+
+
+def _lbfgs_loss(params, x, y):
+    """L2-regularised logistic regression (a flax nn.Dense(1)), L-BFGS's textbook use."""
+    logits = _FLAX_LOGISTIC.apply({"params": params}, x)[:, 0]
+    l2 = sum(jnp.sum(jnp.square(p)) for p in jax.tree.leaves(params))
+    return jnp.mean(optax.sigmoid_binary_cross_entropy(logits, y)) + 1e-2 * l2
+
+
+def _lbfgs_step(params, opt_state, x, y):
+    """An iteration of optax.lbfgs as its documentation writes it:
+    optax.value_and_grad_from_state reuses the line search's value and gradient, the update
+    runs the zoom line search (a while loop of conds) on ``value_fn``."""
+
+    def loss(p):
+        return _lbfgs_loss(p, x, y)
+
+    value, grad = optax.value_and_grad_from_state(loss)(params, state=opt_state)
+    updates, opt_state = _LBFGS.update(
+        grad, opt_state, params, value=value, grad=grad, value_fn=loss
+    )
+    return optax.apply_updates(params, updates), opt_state, value
+
+
+def _lbfgs_arguments(rng):
+    x = normal(rng, 16, FEATURES)
+    y = (x[:, 0] - x[:, 1] + normal(rng, 16, scale=0.5) > 0).astype(np.float32)
+    params = flax_params(_FLAX_LOGISTIC, rng, x)["params"]
+    state = _LBFGS.init(params)
+    # two real iterations first: the memory of differences is not empty
+    step = jax.jit(_lbfgs_step)
+    for _ in range(2):
+        params, state, _ = step(params, state, x, y)
+    return as_numpy(params), as_numpy(state), x, y
+
+
+add(
+    "optax_lbfgs_zoom_linesearch",
+    "optax",
+    "an iteration of optax.lbfgs (memory 10, the default zoom line search: while loops of"
+    " conds) with optax.value_and_grad_from_state, on an L2-regularised logistic regression"
+    " (flax nn.Dense(1), optax.sigmoid_binary_cross_entropy) of 16 points; the state after"
+    " two real iterations",
+    _lbfgs_step,
+    _lbfgs_arguments,
+    "quasi-newton",
+    "line-search",
+    "training",
+    "optimizer",
+    "lbfgs",
+)
+
+
+class FlaxCachedDecoder(nn.Module):
+    """One decoding step of a small language model with a key/value cache:
+    nn.MultiHeadDotProductAttention(decode=True) writes the step's key and value at the
+    cache index (dynamic_update_slice) and attends to the filled prefix."""
+
+    @nn.compact
+    def __call__(self, token_ids):  # [batch, 1]
+        embed = nn.Embed(VOCAB, FEATURES)
+        x = embed(token_ids)
+        x = x + nn.MultiHeadDotProductAttention(num_heads=2, decode=True)(nn.LayerNorm()(x))
+        return embed.attend(nn.LayerNorm()(x))
+
+
+_FLAX_CACHED = FlaxCachedDecoder()
+#: The cache's length: 3 prompt tokens, then 5 generated ones.
+_CACHE_LENGTH, _PROMPT = 8, 3
+
+
+def _kv_cache_decode(params, cache, last_tokens, steps: int = _CACHE_LENGTH - _PROMPT):
+    """Greedy decoding by lax.scan: each step applies the decoder to the last token with the
+    cache mutable, takes the argmax, and carries the updated cache."""
+
+    def step(carry, _):
+        cache, token_ids = carry
+        logits, updated = _FLAX_CACHED.apply(
+            {"params": params, "cache": cache}, token_ids, mutable=["cache"]
+        )
+        chosen = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)[:, None]
+        return (updated["cache"], chosen), (chosen[:, 0], logits[:, -1])
+
+    (cache, _), (generated, logits) = lax.scan(step, (cache, last_tokens), None, length=steps)
+    return generated.T, logits, cache
+
+
+def _kv_cache_arguments(rng):
+    prompt = tokens(rng, 2, _PROMPT)
+    variables = _FLAX_CACHED.init(init_key(rng), jnp.zeros((2, _CACHE_LENGTH), jnp.int32))
+    params, cache = variables["params"], variables["cache"]
+    for t in range(_PROMPT - 1):  # the prompt but its last token, through the cache
+        _, updated = _FLAX_CACHED.apply(
+            {"params": params, "cache": cache}, prompt[:, t : t + 1], mutable=["cache"]
+        )
+        cache = updated["cache"]
+    return as_numpy(params), as_numpy(cache), prompt[:, -1:]
+
+
+add(
+    "flax_kv_cache_decode_scan",
+    "flax",
+    "greedy decoding with a key/value cache: nn.MultiHeadDotProductAttention(decode=True,"
+    " 2 heads) between nn.LayerNorms, tied nn.Embed logits, the cache (length 8, 2 prompt"
+    " tokens in it) mutable under lax.scan over 5 steps of a batch of 2",
+    _kv_cache_decode,
+    _kv_cache_arguments,
+    "attention",
+    "kv-cache",
+    "scan",
+    "embedding",
+    "forward",
+)
+
+
+class EquinoxSpectralNormMLP(eqx.Module):
+    """A discriminator's layers under eqx.nn.SpectralNorm: the weight divided by its
+    largest singular value, estimated by one power iteration whose vectors are eqx.nn.State."""
+
+    first: eqx.nn.SpectralNorm
+    second: eqx.nn.SpectralNorm
+
+    def __init__(self, key):
+        first_key, second_key, u_key, v_key = jax.random.split(key, 4)
+        self.first = eqx.nn.SpectralNorm(
+            eqx.nn.Linear(FEATURES, HIDDEN, key=first_key), "weight", key=u_key
+        )
+        self.second = eqx.nn.SpectralNorm(
+            eqx.nn.Linear(HIDDEN, 1, key=second_key), "weight", key=v_key
+        )
+
+    def __call__(self, x, state):
+        h, state = self.first(x, state)
+        h, state = self.second(jax.nn.leaky_relu(h, 0.2), state)
+        return h[0], state
+
+
+_EQX_SPECTRAL_STATIC = eqx.partition(
+    eqx.nn.make_with_state(EquinoxSpectralNormMLP)(jax.random.PRNGKey(0))[0], eqx.is_array
+)[1]
+_ADAM_GAN = optax.adam(2e-4, b1=0.5, b2=0.999)
+
+
+def _spectral_norm_step(params, state, opt_state, real, fake):
+    """A GAN discriminator's step (SN-GAN's hinge loss on real and fake samples, one batch
+    through the discriminator) with the power iteration's state threaded through the
+    vmapped batch (``axis_name``, as equinox's stateful layers are batched) and returned."""
+
+    def loss(params, state):
+        model = eqx.combine(params, _EQX_SPECTRAL_STATIC)
+        batched = jax.vmap(model, in_axes=(0, None), out_axes=(0, None), axis_name="batch")
+        logits, state = batched(jnp.concatenate([real, fake]), state)
+        real_logits, fake_logits = jnp.split(logits, 2)
+        value = jnp.mean(jax.nn.relu(1 - real_logits)) + jnp.mean(jax.nn.relu(1 + fake_logits))
+        return value, state
+
+    (value, state), grads = jax.value_and_grad(loss, has_aux=True)(params, state)
+    updates, opt_state = _ADAM_GAN.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), state, opt_state, value
+
+
+def _spectral_norm_arguments(rng):
+    model, state = eqx.nn.make_with_state(EquinoxSpectralNormMLP)(init_key(rng))
+    params = eqx.partition(model, eqx.is_array)[0]
+    opt_state = _ADAM_GAN.init(params)
+    for _ in range(3):
+        grads = jax.tree.map(lambda p: normal(rng, *p.shape, scale=0.1), params)
+        _, opt_state = _ADAM_GAN.update(grads, opt_state, params)
+    return (
+        as_numpy(params),
+        as_numpy(state),
+        as_numpy(opt_state),
+        normal(rng, BATCH, FEATURES),
+        normal(rng, BATCH, FEATURES, scale=2.0),
+    )
+
+
+add(
+    "equinox_spectral_norm_gan_step",
+    "equinox",
+    "a GAN discriminator's training step: two eqx.nn.Linear under eqx.nn.SpectralNorm (one"
+    " power iteration, its vectors eqx.nn.State threaded through a vmap with axis_name and"
+    " returned), leaky ReLU, SN-GAN's hinge loss on real and fake batches,"
+    " optax.adam(b1=0.5)",
+    _spectral_norm_step,
+    _spectral_norm_arguments,
+    "spectral-norm",
+    "stateful",
+    "training",
+    "optimizer",
+    "adam",
+)
+
+
+def _hk_dirichlet_vae(x, sample_key):
+    """A Dirichlet VAE: an hk.nets.MLP encoder to positive concentrations (softplus), a
+    reparameterised jax.random.dirichlet draw (gamma variates by rejection sampling, their
+    gradient by implicit differentiation), an hk.nets.MLP decoder, and the KL divergence to
+    a flat Dirichlet prior (lgamma, digamma)."""
+    gammaln, digamma = jax.scipy.special.gammaln, jax.scipy.special.digamma
+    concentration = jax.nn.softplus(hk.nets.MLP([HIDDEN, CLASSES])(x)) + 0.1
+    z = jax.random.dirichlet(sample_key, concentration)
+    reconstruction = hk.nets.MLP([HIDDEN, x.shape[-1]])(z)
+    prior = jnp.ones_like(concentration)
+    total = concentration.sum(-1)
+    kl = (
+        gammaln(total)
+        - jnp.sum(gammaln(concentration), -1)
+        - gammaln(prior.sum(-1))
+        + jnp.sum(gammaln(prior), -1)
+        + jnp.sum((concentration - prior) * (digamma(concentration) - digamma(total)[:, None]), -1)
+    )
+    return jnp.mean(jnp.sum(jnp.square(reconstruction - x), -1) + kl)
+
+
+_HK_DIRICHLET = hk.without_apply_rng(hk.transform(_hk_dirichlet_vae))
+_ADAMAX = optax.adamax(1e-3)
+add(
+    "haiku_dirichlet_vae_adamax_step",
+    "haiku",
+    "training step of a Dirichlet VAE: hk.nets.MLP encoder to softplus concentrations,"
+    " jax.random.dirichlet from a raw key (gamma variates by rejection-sampling while"
+    " loops, reparameterised by implicit differentiation), hk.nets.MLP decoder, the"
+    " Dirichlet KL to a flat prior (gammaln, digamma), optax.adamax, on f32 [4,8]",
+    train_step(_HK_DIRICHLET.apply, _ADAMAX),
+    with_optimizer_state(
+        _ADAMAX,
+        lambda r: (
+            haiku_params(_HK_DIRICHLET, r, normal(r, BATCH, FEATURES), init_key(r)),
+            normal(r, BATCH, FEATURES),
+            key(r),
+        ),
+    ),
+    "vae",
+    "random",
+    "mlp",
+    "training",
+    "optimizer",
+    "adamax",
+)
+
+
+#: A graph of 6 nodes (states of 8) and 10 directed edges; node 5 receives nothing, node 2
+#: three times.
+_GRAPH_NODES, _GRAPH_WIDTH = 6, 8
+_SENDERS = np.array([0, 1, 3, 4, 0, 2, 1, 5, 3, 4], np.int32)
+_RECEIVERS = np.array([2, 2, 2, 0, 1, 1, 3, 3, 4, 0], np.int32)
+
+
+def _hk_graph_network(nodes, edges, senders, receivers):
+    """Two rounds of message passing with shared weights (as gated graph networks tie
+    them): each edge's message an hk.Linear of its sender, its receiver and itself;
+    messages aggregated per receiver by jax.ops.segment_sum and jax.ops.segment_max (an
+    empty segment's -inf replaced by 0); an hk.Linear node update with a residual; a
+    graph-level readout (mean and max of nodes)."""
+    h = hk.Linear(_GRAPH_WIDTH)(nodes)
+    message, update = hk.Linear(_GRAPH_WIDTH), hk.Linear(_GRAPH_WIDTH)
+    for _ in range(2):
+        messages = jax.nn.relu(message(jnp.concatenate([h[senders], h[receivers], edges], -1)))
+        summed = jax.ops.segment_sum(messages, receivers, num_segments=_GRAPH_NODES)
+        largest = jax.ops.segment_max(messages, receivers, num_segments=_GRAPH_NODES)
+        largest = jnp.where(jnp.isfinite(largest), largest, 0.0)
+        h = h + jnp.tanh(update(jnp.concatenate([h, summed, largest], axis=-1)))
+    readout = jnp.concatenate([h.mean(0), h.max(0)])
+    return hk.Linear(1)(readout)[0]
+
+
+_HK_GRAPH = hk.without_apply_rng(hk.transform(_hk_graph_network))
+_ADAMW_GRAPH = optax.adamw(1e-3, weight_decay=1e-2)
+
+
+def _graph_loss(params, nodes, edges, senders, receivers, target):
+    return jnp.square(_HK_GRAPH.apply(params, nodes, edges, senders, receivers) - target)
+
+
+def _graph_arguments(rng):
+    nodes, edges = normal(rng, _GRAPH_NODES, FEATURES), normal(rng, _SENDERS.size, 2)
+    params = haiku_params(_HK_GRAPH, rng, nodes, edges, _SENDERS, _RECEIVERS)
+    return params, nodes, edges, _SENDERS, _RECEIVERS, np.float32(0.5)
+
+
+add(
+    "haiku_graph_network_adamw_step",
+    "haiku",
+    "training step of a message-passing graph network (6 nodes, 10 edges with repeated"
+    " receivers and a node receiving nothing, 2 rounds with shared weights): hk.Linear"
+    " messages from gathered sender and receiver states, jax.ops.segment_sum and"
+    " segment_max aggregation, hk.Linear node updates, mean and max readout; optax.adamw",
+    train_step(_graph_loss, _ADAMW_GRAPH),
+    with_optimizer_state(_ADAMW_GRAPH, _graph_arguments),
+    "graph",
+    "scatter",
+    "gather",
+    "training",
+    "optimizer",
+    "adamw",
+)
+
+
+_EQX_VECTOR_FIELD = EquinoxModel(
+    lambda k: eqx.nn.MLP(FEATURES // 2, FEATURES // 2, HIDDEN, depth=1, activation=jnp.tanh, key=k)
+)
+_ODE_STEPS, _ODE_DT = 6, 0.1
+
+
+def _neural_ode_loss(params, y0, target):
+    """A neural ODE dy/dt = f(y), f an eqx.nn.MLP (autonomous, as diffrax's neural ODE
+    example), integrated by classic fixed-step RK4 under lax.scan over 6 steps, vmapped over
+    the batch; the loss is the mean squared error of the whole trajectory against the
+    target's."""
+    field = _EQX_VECTOR_FIELD(params)
+
+    def solve(y):
+        def rk4(y, _):
+            k1 = field(y)
+            k2 = field(y + _ODE_DT / 2 * k1)
+            k3 = field(y + _ODE_DT / 2 * k2)
+            k4 = field(y + _ODE_DT * k3)
+            y = y + _ODE_DT / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+            return y, y
+
+        return lax.scan(rk4, y, None, length=_ODE_STEPS)[1]
+
+    trajectory = jax.vmap(solve)(y0)  # [batch, steps, state]
+    return jnp.mean(jnp.square(trajectory - target))
+
+
+_NADAM = optax.nadam(1e-3)
+add(
+    "equinox_neural_ode_rk4_nadam_step",
+    "equinox",
+    "training step of a neural ODE: an autonomous eqx.nn.MLP vector field, fixed-step"
+    " RK4 under lax.scan over 6 steps vmapped over 4 initial states of 4, the trajectory's"
+    " squared error, its gradient through the scan (a backward scan), optax.nadam",
+    train_step(_neural_ode_loss, _NADAM),
+    with_optimizer_state(
+        _NADAM,
+        lambda r: (
+            _EQX_VECTOR_FIELD.params(r),
+            normal(r, BATCH, FEATURES // 2),
+            normal(r, BATCH, _ODE_STEPS, FEATURES // 2),
+        ),
+    ),
+    "ode",
+    "scan",
+    "mlp",
+    "training",
+    "optimizer",
+    "nadam",
+)
+
+
+class FlaxOrderStatistics(nn.Module):
+    """Order statistics over a dense layer's scores: jnp.sort, jnp.median, jnp.quantile
+    (linear interpolation), a learned piecewise-linear calibration (jnp.interp on sorted
+    knots), jnp.searchsorted bucketing, lax.cummax, jnp.cumsum and lax.cumlogsumexp."""
+
+    @nn.compact
+    def __call__(self, x):  # [batch, features]
+        scores = nn.Dense(HIDDEN)(x)  # [batch, 16]
+        ordered = jnp.sort(scores, axis=-1)
+        median = jnp.median(scores, axis=-1)
+        quantiles = jnp.quantile(scores, jnp.array([0.1, 0.5, 0.9]), axis=-1)  # [3, batch]
+        knots = jnp.sort(self.param("knots", nn.initializers.normal(1.0), (6,)))
+        heights = self.param("heights", nn.initializers.normal(1.0), (6,))
+        calibrated = jnp.interp(scores, knots, heights)
+        buckets = jnp.searchsorted(knots, scores.reshape(-1)).reshape(scores.shape)
+        running_max = lax.cummax(scores, axis=1)
+        running_logsumexp = lax.cumlogsumexp(scores, axis=1)
+        ranks = jnp.cumsum(ordered - median[:, None], axis=-1)
+        cumulative = (running_max, running_logsumexp, ranks)
+        return ordered, median, quantiles, calibrated, buckets, *cumulative
+
+
+add(
+    "flax_order_statistics",
+    "flax",
+    "order statistics of an nn.Dense's scores [4,16]: jnp.sort, jnp.median, jnp.quantile at"
+    " 0.1/0.5/0.9, jnp.interp on learned knots (jnp.sort), jnp.searchsorted, lax.cummax,"
+    " lax.cumlogsumexp, jnp.cumsum",
+    _flax_apply(FlaxOrderStatistics()),
+    lambda r: (
+        flax_params(FlaxOrderStatistics(), r, normal(r, BATCH, FEATURES)),
+        normal(r, BATCH, FEATURES),
+    ),
+    "sort",
+    "scan",
+    "forward",
+)

@@ -122,6 +122,14 @@ CONTROL_FLOW = {
             "haiku_ctc_lion_step",
             "flax_greedy_decode_while_loop",
             "equinox_segment_metrics",
+            # L-BFGS's zoom line search; a decoding scan with a key/value cache; gamma's
+            # rejection-sampling loops; RK4 under lax.scan and its backward scan;
+            # searchsorted's bisection loops (jnp.interp, jnp.searchsorted)
+            "optax_lbfgs_zoom_linesearch",
+            "flax_kv_cache_decode_scan",
+            "haiku_dirichlet_vae_adamax_step",
+            "equinox_neural_ode_rk4_nadam_step",
+            "flax_order_statistics",
         )
     },
     # optax.apply_if_finite's lax.cond: its branches are not cheap (the whole update)

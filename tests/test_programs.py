@@ -150,6 +150,19 @@ MODEL_BYTES = {
     "equinox_vae_adabelief_step": 170_000,
     "flax_nnx_cnn_sgd_step": 120_000,
     "equinox_dp_sgd_per_example_clipping": 115_000,
+    # One L-BFGS iteration: the zoom line search's while loops of conds carry a state of
+    # about 20 values beside the parameters, the loss and its gradient inlined in each
+    # (XLA's optimized module 235 KB, JAX's 84 KB).
+    "optax_lbfgs_zoom_linesearch": 370_000,
+    # jax.random.dirichlet's gamma variates: the rejection sampler's while loops with
+    # threefry inline, their implicit gradient (random_gamma_grad's series), lgamma and
+    # digamma and their derivatives in the KL (XLA's optimized module 290 KB, JAX's 170 KB).
+    "haiku_dirichlet_vae_adamax_step": 550_000,
+    # The scan of RK4 steps (4 MLP evaluations each) and its backward scan; the graph
+    # network's two rounds of gathers, segment sums and maxes and their gradients (XLA's
+    # optimized modules 115 and 111 KB).
+    "equinox_neural_ode_rk4_nadam_step": 220_000,
+    "haiku_graph_network_adamw_step": 205_000,
 }
 
 
