@@ -2519,3 +2519,33 @@ add(
     "scan",
     "forward",
 )
+
+
+def _hk_separable_convs(x):
+    """A MobileNet-style block: hk.SeparableDepthwiseConv2D (a 3x1 then a 1x3 depthwise
+    kernel), a strided and dilated hk.DepthwiseConv2D, a pointwise hk.Conv2D, then an
+    hk.Conv2D with stride 2 and rate 2 at once, all SAME-padded, ReLU6 between."""
+    x = jax.nn.relu6(hk.SeparableDepthwiseConv2D(channel_multiplier=2, kernel_shape=3)(x))
+    x = hk.DepthwiseConv2D(channel_multiplier=1, kernel_shape=3, stride=2, rate=2)(x)
+    x = jax.nn.relu6(hk.Conv2D(8, 1)(x))  # [4,4,4,8]
+    x = jax.nn.relu6(hk.Conv2D(8, 3, stride=2, rate=2, padding="SAME")(x))  # [4,2,2,8]
+    return hk.Linear(CLASSES)(jnp.mean(x, axis=(1, 2)))
+
+
+_HK_SEPARABLE = hk.without_apply_rng(hk.transform(_hk_separable_convs))
+_ADAMW_SEPARABLE = optax.adamw(1e-3, weight_decay=1e-4)
+add(
+    "haiku_separable_strided_dilated_conv_adamw_step",
+    "haiku",
+    "training step of a MobileNet-style block: hk.SeparableDepthwiseConv2D (multiplier 2),"
+    " hk.DepthwiseConv2D with stride 2 and rate 2, a pointwise hk.Conv2D, an hk.Conv2D with"
+    " stride 2 and rate 2, SAME padding, ReLU6, mean pooled, hk.Linear; optax.adamw, on"
+    " NHWC f32 [4,8,8,3]",
+    train_step(_haiku_loss(_HK_SEPARABLE), _ADAMW_SEPARABLE),
+    with_optimizer_state(_ADAMW_SEPARABLE, _haiku_classifier_batch(_HK_SEPARABLE, images)),
+    "cnn",
+    "depthwise",
+    "training",
+    "optimizer",
+    "adamw",
+)
