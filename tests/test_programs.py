@@ -63,7 +63,9 @@ from heron.hlo.verifier import verify_module
 EXPECTED_FAILURES: dict[str, tuple[type[Exception], str]] = {}
 
 #: What each corpus's size may not exceed: the files are committed, and CI reads them all.
-CORPUS_BYTES = {"programs": 3_000_000, "models": 3_700_000}
+#: The models grew to 5.6 MB with the eleventh session's eight (the L-BFGS line search's
+#: and the Dirichlet sampler's loops alone take 0.9 MB: MODEL_BYTES).
+CORPUS_BYTES = {"programs": 3_000_000, "models": 6_000_000}
 
 
 def _evaluate(module: Module, arguments: list[np.ndarray]) -> list[np.ndarray]:

@@ -5,9 +5,11 @@ were compiled by XLA:GPU 0.12 (jax-cuda13-pjrt 0.12.0.1, deviceless, H100,
 ``xla_dump_hlo_pass_re=dot-strength-reduction``); after its simplification
 ``bigmv`` (4096 x 4096 at default precision: over the size threshold),
 ``outer_bf16_algorithm``, ``ii_rhs_kn`` and ``mm`` were still dots, every
-other one a multiply (and a reduce). The rewritten module is checked against the original with the
-reference evaluator (bit for bit for integers, within a summation bound for
-floats), and run on the interpreter.
+other one a multiply (and a reduce); ``row_vector``, ``column_vector`` and
+``outer_k1`` separately (their size-1 dimensions removed by XLA's simplifier,
+then a reduce, a reduce and one loop multiply). The rewritten module is
+checked against the original with the reference evaluator (bit for bit for
+integers, within a summation bound for floats), and run on the interpreter.
 """
 
 from __future__ import annotations
@@ -120,6 +122,25 @@ DOTS = {
         "f32[64,256] a, f32[256] b",
         "f32[64]",
         "lhs_contracting_dims={1}, rhs_contracting_dims={0}, algorithm=dot_bf16_bf16_f32",
+        True,
+    ),
+    # size-1 dimensions count as absent (XLA's simplifier removes them first)
+    "row_vector": (
+        "f32[1,16] a, f32[16,8] b",
+        "f32[1,8]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        True,
+    ),
+    "column_vector": (
+        "f32[8,16] a, f32[16,1] b",
+        "f32[8,1]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        True,
+    ),
+    "outer_k1": (
+        "f32[64,1] a, f32[1,48] b",
+        "f32[64,48]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
         True,
     ),
     "vv_f8": (

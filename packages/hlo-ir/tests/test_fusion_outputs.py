@@ -93,3 +93,35 @@ ENTRY e {
     )
     fusion = module.entry.root_instruction
     assert in_place_operands(fusion) == [(1, 0)]
+
+
+def test_an_update_another_root_reads_is_not_in_place():
+    """A multi-output fusion whose other root reads the updated array (flax's decoding
+    step: the key cache updated and the attention's scores summed over it) is no
+    in-place update: its other threads would read the bytes it writes (the
+    interpreter's sanitizer saw the race), so the result gets a buffer of its own."""
+    module = parse_module(
+        """HloModule m
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+fused {
+  p0 = f32[8] parameter(0)
+  p1 = f32[2] parameter(1)
+  i = s32[] parameter(2)
+  d = f32[8] dynamic-update-slice(p0, p1, i)
+  z = f32[] constant(0)
+  r = f32[] reduce(d, z), dimensions={0}, to_apply=add
+  ROOT t = (f32[8], f32[]) tuple(d, r)
+}
+ENTRY e {
+  a = f32[8] parameter(0)
+  b = f32[2] parameter(1)
+  c = s32[] parameter(2)
+  ROOT f = (f32[8], f32[]) fusion(a, b, c), kind=kInput, calls=fused
+}
+"""
+    )
+    assert in_place_operands(module.entry.root_instruction) == []

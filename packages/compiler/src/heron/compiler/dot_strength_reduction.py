@@ -13,6 +13,9 @@ does this pass, with XLA's rules, which :func:`reduces` states:
 - a dot that contracts nothing (an outer product) is a multiply, where its
   ``algorithm`` is unset or ``dot_f32_f32_f32`` (XLA's algebraic
   simplifier does this one);
+- size-1 dimensions count as absent, as XLA's simplifier removes them from a
+  dot first: ``[1, k] x [k, n]`` is a vector's dot, ``[m, 1] x [1, n]`` an
+  outer product;
 - a dot of two vectors, always;
 - a dot with one vector side where the matrix side is small (XLA's
   ``IsMatrixMultiplicationTooSmallForRewriting``: the free sizes of both
@@ -123,7 +126,8 @@ def gemm_fusion_takes(dot: Instruction, target: Target) -> bool:
         return False
     if lhs not in _GEMM_INPUTS | fp8_outputs or rhs not in _GEMM_INPUTS | fp8_outputs:
         return False
-    return len(dot.attributes.get("lhs_batch_dims", ())) <= 1
+    lhs_dims = dot.operands[0].array_shape.dims
+    return sum(lhs_dims[d] != 1 for d in dot.attributes.get("lhs_batch_dims", ())) <= 1
 
 
 def reduces(dot: Instruction, target: Target) -> bool:
@@ -132,12 +136,14 @@ def reduces(dot: Instruction, target: Target) -> bool:
         return False
     lb, rb, lc, rc = dimension_lists(dot)
     lhs, rhs = (operand.array_shape for operand in dot.operands)
-    if not lc:
+    # XLA's simplifier drops a dot's size-1 dimensions first: [1, k] x [k, n] is a
+    # vector's dot, a dot contracting only size-1 dimensions an outer product
+    if not [d for d in lc if lhs.dims[d] != 1]:
         return _algorithm(dot) in _OUTER_ALGORITHMS
     if _algorithm(dot) is not None and _algorithm(dot) not in ALGORITHMS:
         return False  # dot_precision names the unknown algorithm when the dot is compiled
-    lhs_free = _free(len(lhs.dims), lb, lc)
-    rhs_free = _free(len(rhs.dims), rb, rc)
+    lhs_free = [d for d in _free(len(lhs.dims), lb, lc) if lhs.dims[d] != 1]
+    rhs_free = [d for d in _free(len(rhs.dims), rb, rc) if rhs.dims[d] != 1]
     if not lhs_free and not rhs_free:
         return True
     if lhs_free and rhs_free:
@@ -232,8 +238,10 @@ class _Reducer:
             ],
             suffix="product",
         )
-        if not k:
-            return product
+        if math.prod(k) == 1:  # nothing summed (an outer product): the product, reshaped
+            if list(full.dims) == list(dot.array_shape.dims):
+                return product
+            return add("reshape", ArrayShape(out, dot.array_shape.dims), [product], suffix="result")
         accumulator = _accumulator(dot)
         if accumulator != out:
             product = add(

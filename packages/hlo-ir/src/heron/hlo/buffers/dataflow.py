@@ -67,8 +67,10 @@ def in_place_operands(inst: Instruction) -> list[tuple[int, int]]:
     A fusion updates operand ``p`` in place when its root (or an element of
     its root tuple) is a dynamic-update-slice or scatter whose updated operand
     is fused parameter ``p`` and nothing else in the fusion reads that
-    parameter: the kernel then writes only the updated window, and the rest of
-    the bytes are the operand's (what XLA's emitters do for such fusions).
+    parameter, nor the update's result (a multi-output fusion whose other root
+    reads the updated array reads, in other threads, the bytes it writes):
+    the kernel then writes only the updated window, and the rest of the bytes
+    are the operand's (what XLA's emitters do for such fusions).
     """
     if inst.opcode in _UPDATERS:
         return _updated_operands(inst)
@@ -81,8 +83,11 @@ def in_place_operands(inst: Instruction) -> list[tuple[int, int]]:
     if not all(isinstance(p.shape, ArrayShape) for p in parts):
         return []
     users = body.users()
+    root = body.root
     pairs: list[tuple[int, int]] = []
     for leaf, part in enumerate(parts):
+        if any(user is not root for user in users.get(part, [])):
+            continue  # the updated array is read in the fusion too
         for _, operand in _updated_operands(part):
             param = part.operands[operand]
             if (
