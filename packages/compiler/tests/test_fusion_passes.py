@@ -968,3 +968,39 @@ ENTRY e {{
     fusion = module.entry.root_instruction
     with pytest.raises(UnsupportedError, match=f"{n} outputs from its root 'v' exceed"):
         LoopEmitter(analyse_fusion(fusion, H100))
+
+
+IN_PLACE_AND_ITS_READER = """
+HloModule cache_and_scores
+
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+ENTRY main {
+  cache = f32[64,8]{1,0} parameter(0)
+  new = f32[1,8]{1,0} parameter(1)
+  at = s32[] parameter(2)
+  zero = s32[] constant(0)
+  updated = f32[64,8]{1,0} dynamic-update-slice(cache, new, at, zero)
+  z = f32[] constant(0)
+  scores = f32[64]{0} reduce(updated, z), dimensions={1}, to_apply=add
+  ROOT t = (f32[64,8]{1,0}, f32[64]{0}) tuple(updated, scores)
+}
+"""
+
+
+def test_an_update_in_place_is_not_fused_with_a_consumer_that_reads_it() -> None:
+    # A decoding step's key cache updated and read by its attention (flax's decode=True):
+    # XLA bans multi-output fusion of an in-place producer, whose kernel would otherwise
+    # have other threads read the bytes it writes (or copy the whole cache each step).
+    from heron.hlo.buffers.dataflow import in_place_operands
+
+    module = parse_module(IN_PLACE_AND_ITS_READER)
+    fused = check_each_pass(module)
+    assert count_kernels(fused) == 2
+    (update,) = [f for f in _fusions(fused) if "dynamic-update-slice" in _opcodes(f)]
+    assert "reduce" not in _opcodes(update)
+    assert in_place_operands(update) == [(0, 0)]

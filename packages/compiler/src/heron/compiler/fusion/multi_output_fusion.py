@@ -8,7 +8,9 @@ XLA's ``MultiOutputFusion``, after priority fusion:
 - *producer-consumer*: a producer that priority fusion could not fuse away
   (it has a user that cannot take it, or is an output of the module) is fused
   into one consumer and stays an output of the new fusion, so its kernel
-  disappears while its other users read the fusion's output.
+  disappears while its other users read the fusion's output; never a producer
+  that updates an operand in place (a dynamic-update-slice, a scatter), as
+  in XLA.
 
 A merge is made only when no path leads from one kernel to the other through
 the rest of the graph (it would make a cycle: checked with
@@ -28,6 +30,7 @@ from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import Verdict, is_fusible_consumer, is_fusible_producer
 from heron.compiler.fusion.graph import FusionGraph
 from heron.compiler.fusion.reachability import Reachability
+from heron.hlo.buffers.dataflow import in_place_operands
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.outline import HOST_OPCODES
@@ -168,6 +171,11 @@ def _into_consumer(search: _Search, producer: Instruction) -> bool:
     """Fuse ``producer`` (an output, or read by several users) into one consumer."""
     computation = search.computation
     if producer.opcode in HOST_OPCODES or not is_fusible_producer(producer):
+        return False
+    if in_place_operands(producer):
+        # XLA's ban (IsProducerMultiOutputFusible): an update in place fused with a
+        # consumer that reads it would have other threads read the bytes it writes, so
+        # the update could no longer be in place and the kernel would copy the array
         return False
     users = search.graph.users(producer)
     if len(users) < 2 and computation.root is not producer:
