@@ -69,9 +69,13 @@ def add(
     function: Callable[..., Any],
     make_arguments: Callable[[np.random.Generator], tuple[Any, ...]],
     *tags: str,
+    platform: str = "cpu",
 ) -> None:
-    """Register a model; ``library`` (flax, equinox, haiku, optax) is one of its tags."""
-    PROGRAMS.append(Program(name, description, function, make_arguments, (library, *tags)))
+    """Register a model; ``library`` (flax, equinox, haiku, optax) is one of its tags;
+    ``platform``: what jax lowers it for (``Program.platform``)."""
+    PROGRAMS.append(
+        Program(name, description, function, make_arguments, (library, *tags), platform)
+    )
 
 
 # -- what every model's arguments are made of ------------------------------------------------
@@ -2548,4 +2552,117 @@ add(
     "training",
     "optimizer",
     "adamw",
+)
+
+
+# -- linear algebra: lowered for CUDA (cuSOLVER's calls, which heron runs; XLA:GPU
+# cannot compile the CPU's LAPACK calls) ----------------------------------------------
+
+
+def _rbf_kernel(a: jax.Array, b: jax.Array, log_lengthscale: jax.Array) -> jax.Array:
+    """exp(-|a - b|^2 / 2 l^2) with a lengthscale per input feature (ARD)."""
+    scaled_a, scaled_b = a / jnp.exp(log_lengthscale), b / jnp.exp(log_lengthscale)
+    squared = jnp.sum((scaled_a[:, None, :] - scaled_b[None, :, :]) ** 2, axis=-1)
+    return jnp.exp(-0.5 * squared)
+
+
+def _gp_negative_log_marginal_likelihood(params, x, y):
+    """A Gaussian process's negative log marginal likelihood: K = s^2 k(x, x) + noise I,
+    L = cholesky(K), alpha = K^-1 y by cho_solve, 1/2 y^T alpha + sum log diag L + n/2
+    log 2 pi."""
+    n = x.shape[0]
+    gram = jnp.exp(2 * params["log_signal"]) * _rbf_kernel(x, x, params["log_lengthscale"])
+    gram = gram + (jnp.exp(2 * params["log_noise"]) + 1e-5) * jnp.eye(n)
+    factor = jnp.linalg.cholesky(gram)
+    alpha = jax.scipy.linalg.cho_solve((factor, True), y)
+    return (
+        0.5 * jnp.dot(y, alpha)
+        + jnp.sum(jnp.log(jnp.diagonal(factor)))
+        + 0.5 * n * jnp.log(2 * jnp.pi)
+    )
+
+
+def _gp_step(params, opt_state, x, y, x_test):
+    """One optax.adam step on the GP's hyperparameters, then the posterior mean and
+    variance at the test points (solve_triangular against the new Cholesky factor)."""
+    value, grads = jax.value_and_grad(_gp_negative_log_marginal_likelihood)(params, x, y)
+    updates, opt_state = _ADAM.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    signal, noise = jnp.exp(2 * params["log_signal"]), jnp.exp(2 * params["log_noise"]) + 1e-5
+    gram = signal * _rbf_kernel(x, x, params["log_lengthscale"]) + noise * jnp.eye(x.shape[0])
+    factor = jnp.linalg.cholesky(gram)
+    cross = signal * _rbf_kernel(x, x_test, params["log_lengthscale"])  # [n, m]
+    projected = jax.scipy.linalg.solve_triangular(factor, cross, lower=True)
+    mean = projected.T @ jax.scipy.linalg.solve_triangular(factor, y, lower=True)
+    variance = signal - jnp.sum(projected**2, axis=0)
+    return params, opt_state, value, mean, variance
+
+
+def _gp_arguments(rng):
+    x = normal(rng, 8, 2)
+    y = (np.sin(2 * x[:, 0]) + 0.5 * x[:, 1] + normal(rng, 8, scale=0.1)).astype(np.float32)
+    params = {
+        "log_lengthscale": normal(rng, 2, scale=0.1),
+        "log_signal": np.float32(0.1),
+        "log_noise": np.float32(-1.0),
+    }
+    state = _ADAM.init(params)
+    for _ in range(3):
+        grads = jax.tree.map(lambda p: normal(rng, *np.shape(p), scale=0.1), params)
+        _, state = _ADAM.update(grads, state, params)
+    return params, as_numpy(state), x, y, normal(rng, 4, 2)
+
+
+add(
+    "optax_gaussian_process_adam_step",
+    "optax",
+    "Gaussian-process regression: an ARD RBF kernel on 8 points of 2 features, learnable"
+    " log lengthscales, signal and noise; jnp.linalg.cholesky, jax.scipy.linalg.cho_solve,"
+    " the log-determinant from the factor's diagonal, the negative log marginal likelihood"
+    " and its gradient (through the Cholesky factor and triangular solves), an optax.adam"
+    " step, then the posterior mean and variance at 4 test points by solve_triangular",
+    _gp_step,
+    _gp_arguments,
+    "linear-algebra",
+    "cholesky",
+    "training",
+    "optimizer",
+    "adam",
+    platform="cuda",
+)
+
+
+class FlaxZCAWhitening(nn.Module):
+    """ZCA whitening of a batch (the covariance's eigendecomposition, jnp.linalg.eigh:
+    V diag(1/sqrt(w + eps)) V^T, which no eigenvector's sign changes), the batch's singular
+    values (jnp.linalg.svd) as a feature, then a dense layer."""
+
+    @nn.compact
+    def __call__(self, x):  # [samples, features]
+        centred = x - x.mean(0)
+        covariance = centred.T @ centred / x.shape[0]
+        eigenvalues, eigenvectors = jnp.linalg.eigh(covariance)
+        whitening = (eigenvectors / jnp.sqrt(eigenvalues + 1e-3)) @ eigenvectors.T
+        whitened = centred @ whitening
+        singular = jnp.linalg.svd(centred, compute_uv=False)
+        logits = nn.Dense(CLASSES)(whitened)
+        return logits, eigenvalues, singular
+
+
+add(
+    "flax_zca_whitening_eigh_svd",
+    "flax",
+    "ZCA whitening of a batch of 32 samples of 8 features: the covariance's jnp.linalg.eigh,"
+    " V diag(1/sqrt(w + eps)) V^T, the centred batch's singular values (jnp.linalg.svd,"
+    " compute_uv=False), then nn.Dense; returns the logits, eigenvalues and singular values",
+    _flax_apply(FlaxZCAWhitening()),
+    lambda r: (
+        # 32 samples: a full-rank covariance (8 centred samples have rank 7, and the
+        # whitening's 1 / sqrt(w + eps) magnified the eigensolvers' rounding 30 times)
+        flax_params(FlaxZCAWhitening(), r, normal(r, 32, FEATURES)),
+        normal(r, 32, FEATURES),
+    ),
+    "linear-algebra",
+    "forward",
+    platform="cuda",
 )

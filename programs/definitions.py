@@ -37,6 +37,11 @@ class Program:
     function: Callable[..., Any]
     make_arguments: Callable[[np.random.Generator], tuple[Any, ...]]
     tags: tuple[str, ...] = ()
+    #: The platform jax lowers module.hlo for: "cpu" (the default), or "cuda" for a
+    #: program whose GPU module differs in its custom calls (jnp.linalg's cuSOLVER calls
+    #: where the CPU's are LAPACK's, which XLA:GPU cannot compile); XLA:CPU computes the
+    #: outputs either way.
+    platform: str = "cpu"
 
     def arguments(self) -> tuple[Any, ...]:
         """The example arguments, drawn from this program's own seed."""

@@ -12,7 +12,8 @@ optax models). For every program it writes ``<corpus>/<name>/``:
 
 - ``module.hlo``: ``jax.jit(f, keep_unused=True).lower(*args).compiler_ir("hlo").as_hlo_text()``,
   the pre-optimization HLO (checked: heron parses and verifies it, and its entry
-  takes one parameter per argument leaf);
+  takes one parameter per argument leaf), lowered for the program's ``platform``
+  (the CPU, or CUDA for a program whose linear algebra is cuSOLVER's on a GPU);
 - ``inputs.npz``: the argument leaves (``jax.tree.leaves``) as ``arg0``, ``arg1``...
   (heron's convention, :mod:`heron.hlo.npz_io`; bf16 widened to f32 with its type);
 - ``outputs.npz``: what XLA:CPU computes through jax, ``out0``, ``out1``... over the
@@ -93,7 +94,9 @@ _ENTRY_LAYOUT = "entry_computation_layout={"
 
 
 def hlo_text(program: Program, arguments: tuple) -> str:
-    lowered = jax.jit(program.function, keep_unused=True).lower(*arguments)
+    """The program's module as jax lowers it for its platform (no device of it needed)."""
+    traced = jax.jit(program.function, keep_unused=True).trace(*arguments)
+    lowered = traced.lower(lowering_platforms=(program.platform,))
     return lowered.compiler_ir("hlo").as_hlo_text()
 
 

@@ -36,7 +36,6 @@ from heron.compiler.executable import prepare_module
 from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
 from heron.hlo.buffers import BufferAssignment, assign_buffers
 from heron.hlo.buffers.dataflow import sequential_computations
-from heron.hlo.custom_calls.library import library_call_target
 from heron.hlo.ir import Module
 from heron.hlo.parser import parse_module_file
 from heron.hlo.passes.outline import HOST_OPCODES
@@ -91,12 +90,13 @@ def kernels_of(prepared: Module, assignment: BufferAssignment | None = None) -> 
     computations = sequential_computations(prepared)
     instructions = [i for c in computations for i in c.instructions]
     # a library call (a convolution, an attention or its backward pass) is one launch
-    # (cuDNN's), as XLA's kConvolution and fMHA thunks count
-    launches = [i for i in instructions if i.opcode == "fusion" or library_call_target(i)]
+    # (cuDNN's), as XLA's kConvolution and fMHA thunks count; so is any other custom call
+    # (jax's cuSOLVER calls: a custom-call thunk of their own, XLA's kCustomCall)
+    launches = [i for i in instructions if i.opcode in ("fusion", "custom-call")]
     refused = [
         i.opcode
         for i in instructions
-        if i.opcode not in RUN_OUTSIDE_FUSIONS | {"fusion"} and not library_call_target(i)
+        if i.opcode not in RUN_OUTSIDE_FUSIONS | {"fusion", "custom-call"}
     ]
     if refused:
         return HeronKernels(None, refused[0])

@@ -145,6 +145,8 @@ def test_the_model_corpus_is_what_issue_26_asks_for():
 #: alignment scan and its gradient, and the VAE, nnx and DP-SGD steps (an MLP's forward
 #: and backward with threefry's rounds inline, per-example gradients under vmap).
 MODEL_BYTES = {
+    # The Gaussian process's gradient through its Cholesky factor and triangular solves.
+    "optax_gaussian_process_adam_step": 120_000,
     "flax_transformer_adamw_step": 200_000,
     "flax_bf16_attention_adamw_step": 150_000,
     "flax_scan_remat_layers_sgd_step": 200_000,

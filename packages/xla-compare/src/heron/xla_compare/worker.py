@@ -263,6 +263,7 @@ def compile_request(request: dict) -> dict:
 
     plugin = _Plugin(plugin_path)
     plugin.call(_PLUGIN_INITIALIZE, _make(_PluginInitialize), "PJRT_Plugin_Initialize")
+    registered = register_gpu_custom_calls(plugin.api)
     topology = plugin.topology(request["target_config"])
     start = time.perf_counter()
     plugin.compile(topology, proto, serialized)
@@ -274,7 +275,42 @@ def compile_request(request: dict) -> dict:
         "plugin_version": plugin_version(plugin_path),
         "pjrt_api": f"{plugin.version[0]}.{plugin.version[1]}",
         "jaxlib_version": getattr(jaxlib, "__version__", None) or _jaxlib_version(),
+        "custom_calls_registered": registered,
     }
+
+
+#: The modules of jax's CUDA plugin whose ``registrations()`` are the FFI handlers of
+#: jax's GPU custom calls (cuSOLVER, the hybrid eigensolvers, cuSPARSE, the PRNG...).
+_GPU_CUSTOM_CALL_MODULES = ("_solver", "_hybrid", "_linalg", "_prng", "_sparse", "_rnn")
+
+
+def register_gpu_custom_calls(api: int) -> int:
+    """Register jax's GPU custom calls (``cusolver_potrf_ffi``, ...) with the plugin at
+    PJRT API address ``api``, as jax's CUDA plugin does when jax loads it: XLA:GPU
+    compiles a module holding them only then. Their handlers come from jax's CUDA
+    plugin package of this Python (jax-cuda13-plugin); a deviceless compile never runs
+    them. Returns how many were registered (0 where that package is absent)."""
+    import importlib
+
+    try:
+        extension = importlib.import_module("jax_cuda13_plugin.cuda_plugin_extension")
+    except ImportError:
+        return 0
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype = ctypes.py_object
+    new_capsule.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+    c_api = new_capsule(api, b"pjrt_c_api", None)
+    count = 0
+    for name in _GPU_CUSTOM_CALL_MODULES:
+        try:
+            module = importlib.import_module(f"jax_cuda13_plugin.{name}")
+        except ImportError:
+            continue
+        for target, handler in getattr(module, "registrations", dict)().items():
+            version = 1 if target.endswith("_ffi") else 0
+            extension.register_custom_call_target(c_api, target, handler, "CUDA", version)
+            count += 1
+    return count
 
 
 def _jaxlib_version() -> str:

@@ -27,7 +27,7 @@ import numpy as np
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
 
-__all__ = ["TARGET", "TRANSPOSES", "backend_config", "host", "solve"]
+__all__ = ["TARGET", "TRANSPOSES", "backend_config", "host", "solve", "triangular_solve"]
 
 TARGET = "__heron$triangular_solve"
 #: HLO's transpose_a -> the BLAS letter ``solve`` takes.
@@ -89,17 +89,26 @@ def _attributes(call: CustomCall) -> dict[str, object]:
     return config
 
 
-def host(operands: tuple[np.ndarray, ...], call: CustomCall) -> np.ndarray:
-    """The call's host implementation (the module docstring), batched over a's and b's
-    leading dimensions."""
-    a, b = operands
-    config = _attributes(call)
-    left = bool(config["left_side"])
+def triangular_solve(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    left_side: bool,
+    lower: bool,
+    unit_diagonal: bool,
+    transpose_a: str,
+) -> np.ndarray:
+    """HLO's ``triangular-solve`` of ``a`` and ``b`` with these attributes, batched over
+    their leading dimensions: the op's one meaning, which the reference evaluator and
+    this call's host implementation both compute. Raises ValueError for operands the op
+    does not take."""
     if a.dtype != b.dtype or a.dtype.kind not in "fcV" or a.ndim < 2 or a.ndim != b.ndim:
-        raise call.error(f"takes a and b of one float type, not {a.dtype} and {b.dtype}")
-    size = b.shape[-2] if left else b.shape[-1]
+        raise ValueError(f"takes a and b of one float type, not {a.dtype} and {b.dtype}")
+    size = b.shape[-2] if left_side else b.shape[-1]
     if a.shape[-1] != a.shape[-2] or a.shape[-1] != size or a.shape[:-2] != b.shape[:-2]:
-        raise call.error(f"a {list(a.shape)} does not fit b {list(b.shape)}")
+        raise ValueError(f"a {list(a.shape)} does not fit b {list(b.shape)}")
+    if transpose_a not in TRANSPOSES:
+        raise ValueError(f"transpose_a={transpose_a} is none of {', '.join(TRANSPOSES)}")
     # f16, bf16 (ml_dtypes, kind 'V') are solved in f32 and rounded back
     work = a.dtype if a.dtype.kind == "c" or a.dtype.itemsize >= 4 else np.dtype(np.float32)
     x = np.empty(b.shape, work)
@@ -107,12 +116,29 @@ def host(operands: tuple[np.ndarray, ...], call: CustomCall) -> np.ndarray:
         x[index] = solve(
             a[index].astype(work),
             b[index].astype(work),
-            left=left,
-            lower=bool(config["lower"]),
-            trans=TRANSPOSES[str(config["transpose_a"])],
-            unit=bool(config["unit_diagonal"]),
+            left=left_side,
+            lower=lower,
+            trans=TRANSPOSES[transpose_a],
+            unit=unit_diagonal,
         )
     return x.astype(b.dtype)
+
+
+def host(operands: tuple[np.ndarray, ...], call: CustomCall) -> np.ndarray:
+    """The call's host implementation (the module docstring): :func:`triangular_solve`."""
+    a, b = operands
+    config = _attributes(call)
+    try:
+        return triangular_solve(
+            a,
+            b,
+            left_side=bool(config["left_side"]),
+            lower=bool(config["lower"]),
+            unit_diagonal=bool(config["unit_diagonal"]),
+            transpose_a=str(config["transpose_a"]),
+        )
+    except ValueError as error:
+        raise call.error(str(error)) from None
 
 
 @hookimpl

@@ -1,4 +1,4 @@
-"""dot, convolution and fft.
+"""dot, convolution, fft and triangular-solve.
 
 Numerics: products are accumulated in a wide type and the sum is converted
 to the result type once, at the end -- f32 for every float type of 32 bits or
@@ -16,6 +16,7 @@ import numpy as np
 
 from heron.hlo.attributes import ConvDimensionNumbers, Window, WindowDim
 from heron.hlo.custom_calls.fft import transform as fft_transform
+from heron.hlo.custom_calls.triangular_solve import triangular_solve
 from heron.hlo.element_types import ElementType
 from heron.hlo.evaluator.common import convert_array, instruction_error
 from heron.hlo.evaluator.data_movement import pad_array, required
@@ -175,8 +176,28 @@ def _fft(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
         raise instruction_error(inst, str(error)) from None
 
 
+def _triangular_solve(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    """The op's one meaning (:func:`heron.hlo.custom_calls.triangular_solve.
+    triangular_solve`, also what the ``__heron$triangular_solve`` host call runs):
+    substitution in the operands' precision (f16 and bf16 in f32), as LAPACK's trsm."""
+    a, b = ops
+    attributes = inst.attributes
+    try:
+        return triangular_solve(
+            np.asarray(a),
+            np.asarray(b),
+            left_side=bool(attributes.get("left_side", False)),
+            lower=bool(attributes.get("lower", False)),
+            unit_diagonal=bool(attributes.get("unit_diagonal", False)),
+            transpose_a=str(attributes.get("transpose_a", "NO_TRANSPOSE")),
+        )
+    except ValueError as error:
+        raise instruction_error(inst, str(error)) from None
+
+
 HANDLERS = {
     "dot": _dot,
     "convolution": _convolution,
     "fft": _fft,
+    "triangular-solve": _triangular_solve,
 }
