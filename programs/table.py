@@ -50,7 +50,15 @@ KERNEL_THUNKS = frozenset({"kKernel", "kCustomKernel"})
 #: convolutions, custom calls (``__gpu$TopK``), cuBLAS GEMMs, FFTs. The issue's rule
 #: counts "fusions plus unfused ops": each is one launch beside the kernel count.
 LIBRARY_THUNKS = frozenset(
-    {"kConvolution", "kCustomCall", "kGemm", "kCublasLtMatmul", "kCuDnn", "kFft"}
+    {
+        "kConvolution",
+        "kCustomCall",
+        "kGemm",
+        "kCublasLtMatmul",
+        "kCuDnn",
+        "kFft",
+        "kTriangularSolve",  # cuBLAS's trsm
+    }
 )
 
 #: The device the counts are for.
