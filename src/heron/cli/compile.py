@@ -27,6 +27,7 @@ was skipped, with the reason.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from heron.cli.common import (
@@ -90,6 +91,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --executable: time each GEMM library call's cuBLASLt algorithms on this"
         " machine's CUDA device and store the fastest correct one in the artefact",
     )
+    parser.add_argument(
+        "--timing",
+        action="store_true",
+        help="with --executable: print where the compile's time went, each HLO pass and"
+        " each kernel stage summed over the kernels (to stderr)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -141,6 +148,10 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError("--deterministic applies to --executable only")
         if args.autotune:
             raise CommandError("--autotune applies to --executable only")
+        if args.timing:
+            raise CommandError(
+                "--timing applies to --executable only (a fusion's compile prints its stages)"
+            )
     else:
         for option, given in (("--fusion", args.fusion), ("-o", args.output)):
             if given is not None:
@@ -273,6 +284,8 @@ def _executable(module, target, args: argparse.Namespace) -> int:
         f"  compiled in {compiled.seconds:.2f} s ({compiled.kernel_seconds:.2f} s in kernels);"
         f" wrote {path} ({path.stat().st_size} bytes)"
     )
+    if args.timing and compiled.profile is not None:
+        print(compiled.profile.table(), file=sys.stderr)
     return 0
 
 

@@ -42,6 +42,7 @@ import attrs
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.input_output_alias import input_output_aliases, leaf_number
 from heron.hlo.ir import Instruction, Module
+from heron.hlo.passes.manager import PipelineReport
 from heron.hlo.shapes import ArrayShape
 from heron.runtime.core.artefact import (
     Allocation,
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from heron.hlo.buffers import BufferAssignment
 
 __all__ = [
+    "CompileProfile",
     "CompiledExecutable",
     "known_trip_count",
     "thunk_counts",
@@ -88,10 +90,55 @@ class CompiledExecutable:
     seconds: float
     #: Seconds spent compiling kernels (all backends).
     kernel_seconds: float
+    #: Where the time went, pass by pass and stage by stage (``heron compile --timing``).
+    profile: CompileProfile | None = None
+
+
+@attrs.frozen
+class CompileProfile:
+    """Where one :func:`compile_program` spent its time: each HLO pass of
+    :func:`prepare_module` (its pipelines' records), and each kernel stage summed over
+    the program's kernels (emission and heron's passes, which the backends share,
+    counted once; a backend's own stages per backend, ptxas's batched runs included)."""
+
+    passes: PipelineReport
+    #: (stage, runs, seconds), the slowest first.
+    stages: tuple[tuple[str, int, float], ...]
+    #: The whole compile's wall-clock seconds.
+    seconds: float
+
+    def table(self) -> str:
+        """The passes' table (:meth:`PipelineReport.timing_table`), then the stages'."""
+        width = max([len("stage"), *(len(name) for name, _, _ in self.stages)])
+        lines = [self.passes.timing_table(), "", f"{'stage':<{width}}  runs  seconds"]
+        lines += [f"{name:<{width}}  {n:>4}  {seconds:>7.3f}" for name, n, seconds in self.stages]
+        kernels = sum(seconds for _, _, seconds in self.stages)
+        lines.append(f"{'kernels':<{width}}  {'':>4}  {kernels:>7.3f}")
+        lines.append(
+            f"whole compile {self.seconds:.3f} s: HLO passes {self.passes.seconds:.3f} s,"
+            f" kernel stages {kernels:.3f} s (ptxas on worker threads overlaps the rest)"
+        )
+        return "\n".join(lines)
+
+
+def _stage_totals(kernels: Sequence[CompiledKernel]) -> tuple[tuple[str, int, float], ...]:
+    """Each stage's runs and seconds over ``kernels``, a record shared by several of them
+    (one emission for every backend) counted once."""
+    unique = {id(r): r for kernel in kernels for r in kernel.stages if r.skipped is None}
+    totals: dict[str, list[float]] = {}
+    for record in unique.values():
+        runs, seconds = totals.get(record.name, [0, 0.0])
+        totals[record.name] = [runs + 1, seconds + record.seconds]
+    rows = sorted(totals.items(), key=lambda item: -item[1][1])
+    return tuple((name, int(runs), seconds) for name, (runs, seconds) in rows)
 
 
 def prepare_module(
-    module: Module, target: Target, *, deterministic: bool = False
+    module: Module,
+    target: Target,
+    *,
+    deterministic: bool = False,
+    report: PipelineReport | None = None,
 ) -> tuple[Module, dict[str, int]]:
     """A copy of ``module``, fused, with copies inserted and scheduled; and known trip counts.
 
@@ -102,6 +149,8 @@ def prepare_module(
     form is what :func:`heron.hlo.passes.while_loop_simplifier.trip_count`
     recognises), by while instruction name; a loop XLA already analysed says
     its count in its backend config (:func:`known_trip_count`).
+
+    ``report``: where the passes' records go (``heron compile --timing``).
     """
     from heron.compiler.control_flow_fusion import fuse_control_flow_computations
     from heron.compiler.fusion import is_fused, program_pipeline
@@ -111,7 +160,9 @@ def prepare_module(
 
     optimized = copy.deepcopy(module)
     already_fused = is_fused(optimized)  # decided on the module as given, before fusion
-    run_pipeline(optimized, program_pipeline(optimized, target, deterministic=deterministic))
+    fused = run_pipeline(
+        optimized, program_pipeline(optimized, target, deterministic=deterministic)
+    )
     trip_counts = {}
     for inst in optimized.instructions():
         if inst.opcode != "while":
@@ -122,7 +173,11 @@ def prepare_module(
         if count is not None:
             trip_counts[inst.name] = count
     fuse_control_flow_computations(optimized, target, already_fused)
-    run_pipeline(optimized, pipeline_of([pass_named("copy-insertion"), pass_named("scheduler")]))
+    scheduled = run_pipeline(
+        optimized, pipeline_of([pass_named("copy-insertion"), pass_named("scheduler")])
+    )
+    if report is not None:
+        report.records.extend([*fused.records, *scheduled.records])
     return optimized, trip_counts
 
 
@@ -152,7 +207,10 @@ def compile_program(
     start = time.perf_counter()
     backends = tuple(dict.fromkeys(backends or (target.backend, "interpreter")))
     compile_one = compiler or compile_fusion
-    optimized, trip_counts = prepare_module(module, target, deterministic=deterministic)
+    passes = PipelineReport()
+    optimized, trip_counts = prepare_module(
+        module, target, deterministic=deterministic, report=passes
+    )
     _check_entry_parameters(optimized)
     assignment = assign_buffers(optimized, alignment=BUFFER_ALIGNMENT)
     kernel_seconds = 0.0
@@ -203,13 +261,16 @@ def compile_program(
         constants=_constants(assignment),
         optimized_hlo=print_module(optimized),
     )
+    seconds = time.perf_counter() - start
+    compiled_kernels = [k for emitted in program.kernels for k in emitted.compiled.values()]
     return CompiledExecutable(
         artefact=artefact,
         module=optimized,
         assignment=assignment,
         program=program,
-        seconds=time.perf_counter() - start,
+        seconds=seconds,
         kernel_seconds=kernel_seconds,
+        profile=CompileProfile(passes, _stage_totals(compiled_kernels), seconds),
     )
 
 

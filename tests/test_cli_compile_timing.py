@@ -1,0 +1,62 @@
+"""``heron compile --executable OUT --timing``: where a whole compile's time went.
+
+Issue 32 asks for a profile of the compile: each HLO pass (the pipelines of
+``prepare_module``) and each kernel stage summed over the program's kernels,
+emission and heron's passes counted once though every backend's kernel starts
+from them (``heron.compiler.executable.CompileProfile``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from heron.cli.main import main
+from heron.compiler import Target
+from heron.compiler.executable import compile_program
+from heron.hlo.parser import parse_module
+
+MLP = """
+HloModule mlp
+ENTRY main {
+  x = f32[16,32]{1,0} parameter(0)
+  w = f32[32,24]{1,0} parameter(1)
+  d = f32[16,24]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = f32[16,24]{1,0} tanh(d)
+}
+"""
+
+
+def test_the_profile_counts_each_stage_once_per_kernel_and_each_pass_run():
+    compiled = compile_program(parse_module(MLP), Target.preset("h100"), ("interpreter",))
+    profile = compiled.profile
+    assert profile is not None
+    stages = {name: (runs, seconds) for name, runs, seconds in profile.stages}
+    kernels = len(compiled.program.kernels)
+    assert kernels == 2  # the GEMM's fallback and the tanh
+    assert stages["emit"][0] == stages["flatten-tensors"][0] == kernels
+    assert all(seconds >= 0 for _, seconds in stages.values())
+    passes = {record.path.rsplit("/", 1)[-1] for record in profile.passes.records}
+    assert {"priority-fusion", "dot-strength-reduction", "scheduler"} <= passes
+    assert profile.seconds <= compiled.seconds + 1e-9
+
+
+def test_the_two_backends_share_one_emission(capsys):
+    compiled = compile_program(parse_module(MLP), Target.preset("h100"), ("cuda", "interpreter"))
+    stages = {name: runs for name, runs, _ in compiled.profile.stages}
+    # emitted and taken through heron's passes once; each backend's own stages per backend
+    assert stages["emit"] == 2 and stages["ptx"] == 2 and stages["capture"] == 2
+
+
+def test_heron_compile_prints_it(capsys, hlo, tmp_path):
+    out_path = tmp_path / "mlp.heron"
+    code = main(["compile", hlo(MLP), "--executable", str(out_path), "--timing"])
+    out, err = capsys.readouterr()
+    assert code == 0 and out_path.exists()
+    assert re.search(r"^priority-fusion\s+\d+\s+\d+\s+\d+\.\d{3}$", err, re.M), err
+    assert re.search(r"^flatten-tensors\s+2\s+\d+\.\d{3}$", err, re.M), err
+    assert re.search(r"^whole compile \d+\.\d{3} s: HLO passes", err, re.M), err
+    code = main(["compile", hlo(MLP), "--timing", "-o", str(tmp_path) + "/"])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.endswith(
+        "error: --timing applies to --executable only (a fusion's compile prints its stages)\n"
+    )
