@@ -19,6 +19,7 @@ interpreter in CI, and the programs are about what the compiler decides.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -2665,4 +2666,213 @@ add(
     "linear-algebra",
     "forward",
     platform="cuda",
+)
+
+
+# -- narrow and quantized arithmetic, sparse matrices, rematerialisation policies ------------
+
+
+class FlaxFp8MLP(nn.Module):
+    """Two nn.Dense layers whose dots are flax's fp8 dots: the first
+    ``nn.Fp8DirectDotGeneralOp`` (the dot itself on e4m3 operands, its backward dots e5m2 x
+    e4m3), the second ``nn.Fp8DotGeneralOp`` (quantize-dequantize around an f32 dot);
+    delayed scaling, each scale and amax history a variable of the
+    ``_overwrite_with_gradient`` collection (a history of 4 steps)."""
+
+    @nn.compact
+    def __call__(self, x):
+        direct = functools.partial(nn.Fp8DirectDotGeneralOp, amax_history_length=4)
+        x = nn.gelu(nn.Dense(HIDDEN, dot_general_cls=direct)(x))
+        qdq = functools.partial(nn.Fp8DotGeneralOp, amax_history_length=4)
+        return nn.Dense(CLASSES, dot_general_cls=qdq)(x)
+
+
+_FP8_MLP = FlaxFp8MLP()
+_FP8_SGD = optax.sgd(0.05)
+_FP8_COLLECTION = flax.linen.fp8_ops.OVERWRITE_WITH_GRADIENT
+
+
+def _fp8_loss(params, fp8_state, x, y):
+    logits = _FP8_MLP.apply({"params": params, _FP8_COLLECTION: fp8_state}, x)
+    return cross_entropy(logits, y)
+
+
+def _fp8_step(params, fp8_state, opt_state, x, y):
+    """A training step as flax's fp8 guide writes it: the gradient of the fp8 collection
+    is its next value (the new scales and rolled amax histories), the parameters' gradient
+    goes through optax.sgd."""
+    value, (grads, fp8_state) = jax.value_and_grad(_fp8_loss, argnums=(0, 1))(
+        params, fp8_state, x, y
+    )
+    updates, opt_state = _FP8_SGD.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), fp8_state, opt_state, value
+
+
+def _fp8_arguments(rng):
+    """The parameters, and the fp8 state after two steps of the same batch (amax histories
+    filled, scales no longer 1)."""
+    x, y = normal(rng, BATCH, FEATURES, scale=2.0), labels(rng)
+    variables = flax_params(_FP8_MLP, rng, x)
+    params, fp8_state = variables["params"], variables[_FP8_COLLECTION]
+    opt_state = _FP8_SGD.init(params)
+    for _ in range(2):
+        _, fp8_state, _, _ = jax.jit(_fp8_step)(params, fp8_state, opt_state, x, y)
+    return params, as_numpy(fp8_state), as_numpy(opt_state), x, y
+
+
+add(
+    "flax_fp8_dense_sgd_step",
+    "flax",
+    "training step of an MLP whose nn.Dense dots are flax's fp8 dots: nn.Fp8DirectDotGeneralOp"
+    " (an f8e4m3fn x f8e4m3fn dot, its gradients' dots f8e5m2 x f8e4m3fn) and"
+    " nn.Fp8DotGeneralOp (quantize-dequantize around an f32 dot), delayed scaling from amax"
+    " histories; the fp8 collection's gradient is its next value,"
+    " optax.sgd on the parameters, on f32 [4,8]",
+    _fp8_step,
+    _fp8_arguments,
+    "fp8",
+    "quantization",
+    "mlp",
+    "training",
+    "optimizer",
+    "sgd",
+)
+
+
+def _quantize_per_channel(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 weights with one f32 scale per output channel (the last axis)."""
+    scale = np.abs(w).max(axis=0) / 127.0
+    return np.round(w / scale).clip(-127, 127).astype(np.int8), scale.astype(np.float32)
+
+
+def _quantize_rows(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Dynamic symmetric int8 quantization of activations, one scale per row (token)."""
+    scale = jnp.maximum(jnp.max(jnp.abs(x), axis=-1, keepdims=True), 1e-6) / 127.0
+    return jnp.clip(jnp.round(x / scale), -127, 127).astype(jnp.int8), scale
+
+
+class FlaxInt8Dense(nn.Module):
+    """An AQT-style int8 dense layer for inference: int8 kernel and per-channel f32 scales
+    as parameters, activations quantized per row, the dot int8 x int8 accumulated in int32
+    (``preferred_element_type=jnp.int32``), rescaled to f32 by both scales, plus a bias.
+    ``transposed``: the kernel is stored [out, in] and contracted on its last axis (the
+    "NT" layout int8 GEMMs want)."""
+
+    features: int
+    transposed: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        shape = (self.features, x.shape[-1]) if self.transposed else (x.shape[-1], self.features)
+
+        def int8_init(key, shape):
+            return jax.random.randint(key, shape, -127, 128, jnp.int32).astype(jnp.int8)
+
+        kernel = self.param("kernel", int8_init, shape)
+        scale = self.param("scale", nn.initializers.constant(0.01), (self.features,))
+        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        q, row_scale = _quantize_rows(x)
+        contracting = (((1,), (1,)) if self.transposed else ((1,), (0,)), ((), ()))
+        accumulated = lax.dot_general(q, kernel, contracting, preferred_element_type=jnp.int32)
+        return accumulated.astype(jnp.float32) * row_scale * scale + bias
+
+
+class FlaxInt8MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        h = nn.relu(FlaxInt8Dense(32)(x))
+        h = nn.relu(FlaxInt8Dense(HIDDEN, transposed=True)(h))
+        return nn.Dense(CLASSES)(h)  # the head in f32, as quantized models keep it
+
+
+def _int8_mlp_arguments(rng):
+    x = normal(rng, 8, FEATURES)
+    variables = flax_params(FlaxInt8MLP(), rng, x)
+    params = variables["params"]
+    for layer, shape in (("FlaxInt8Dense_0", (FEATURES, 32)), ("FlaxInt8Dense_1", (32, HIDDEN))):
+        kernel, scale = _quantize_per_channel(normal(rng, *shape, scale=0.3))
+        params[layer]["kernel"] = kernel if layer.endswith("0") else kernel.T.copy()
+        params[layer]["scale"] = scale
+        params[layer]["bias"] = normal(rng, shape[1], scale=0.1)
+    return variables, x
+
+
+add(
+    "flax_int8_quantized_mlp",
+    "flax",
+    "AQT-style int8 inference: two dense layers with int8 kernels (one stored [out, in])"
+    " and per-channel f32 scales, activations quantized per row (round, clip, s8), the dots"
+    " lax.dot_general(s8, s8, preferred_element_type=s32) rescaled to f32, an f32 nn.Dense"
+    " head, on f32 [8,8]",
+    _flax_apply(FlaxInt8MLP()),
+    _int8_mlp_arguments,
+    "int8",
+    "quantization",
+    "mlp",
+    "forward",
+)
+
+
+#: Weight-only int4 quantization: one scale per group of this many input features.
+_INT4_GROUP = 4
+
+
+class FlaxInt4WeightOnlyDense(nn.Module):
+    """A w4a16 dense layer as LLM inference writes it: an int4 kernel (``jnp.int4``) with
+    one f32 scale per group of 4 input rows and output column, dequantized to bf16 and
+    multiplied with bf16 activations, accumulated in f32."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, x):
+        rows = x.shape[-1]
+
+        def int4_init(key, shape):
+            return jax.random.randint(key, shape, -8, 8, jnp.int32).astype(jnp.int4)
+
+        kernel = self.param("kernel", int4_init, (rows, self.features))
+        scale = self.param(
+            "scale", nn.initializers.constant(0.05), (rows // _INT4_GROUP, self.features)
+        )
+        grouped = kernel.reshape(rows // _INT4_GROUP, _INT4_GROUP, self.features)
+        weights = (grouped.astype(jnp.bfloat16) * scale[:, None].astype(jnp.bfloat16)).reshape(
+            rows, self.features
+        )
+        return jnp.dot(x.astype(jnp.bfloat16), weights, preferred_element_type=jnp.float32)
+
+
+class FlaxInt4MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        h = nn.gelu(FlaxInt4WeightOnlyDense(HIDDEN)(x))
+        return FlaxInt4WeightOnlyDense(CLASSES)(h)
+
+
+def _int4_arguments(rng):
+    x = normal(rng, BATCH, FEATURES)
+    params = flax_params(FlaxInt4MLP(), rng, x)["params"]
+    for layer, (rows, columns) in (
+        ("FlaxInt4WeightOnlyDense_0", (FEATURES, HIDDEN)),
+        ("FlaxInt4WeightOnlyDense_1", (HIDDEN, CLASSES)),
+    ):
+        w = normal(rng, rows // _INT4_GROUP, _INT4_GROUP, columns, scale=0.3)
+        scale = np.abs(w).max(axis=1) / 7.0
+        q = np.round(w / scale[:, None]).clip(-8, 7).reshape(rows, columns)
+        params[layer] = {"kernel": q.astype(jnp.int4), "scale": scale.astype(np.float32)}
+    return {"params": params}, x
+
+
+add(
+    "flax_int4_weight_only_mlp",
+    "flax",
+    "w4a16 inference: two dense layers with int4 kernels (jnp.int4) and f32 scales per group"
+    " of 4 input rows, dequantized to bf16 (convert, multiply, reshape), bf16 x bf16 dots"
+    " accumulated in f32, GELU, on f32 [4,8]",
+    _flax_apply(FlaxInt4MLP()),
+    _int4_arguments,
+    "int4",
+    "quantization",
+    "mlp",
+    "forward",
 )

@@ -145,6 +145,10 @@ def test_the_model_corpus_is_what_issue_26_asks_for():
 #: alignment scan and its gradient, and the VAE, nnx and DP-SGD steps (an MLP's forward
 #: and backward with threefry's rounds inline, per-example gradients under vmap).
 MODEL_BYTES = {
+    # flax's fp8 dots in a training step: each dot's quantization of its input, kernel and
+    # output gradient (scale, clip, convert) and each amax history's update, for two
+    # layers (XLA's optimized module 73 KB).
+    "flax_fp8_dense_sgd_step": 140_000,
     # The Gaussian process's gradient through its Cholesky factor and triangular solves.
     "optax_gaussian_process_adam_step": 120_000,
     "flax_transformer_adamw_step": 200_000,
