@@ -33,6 +33,8 @@ import numpy as np
 import optax
 from flax import nnx
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
+from jax.experimental import sparse
 from jax.flatten_util import ravel_pytree
 from optax import contrib as optax_contrib
 
@@ -2810,6 +2812,197 @@ add(
     "quantization",
     "mlp",
     "forward",
+)
+
+
+#: The node graph of the sparse GCN: 8 nodes, 14 directed edges plus a self-loop each
+#: (22 stored entries of an 8x8 adjacency, row-major sorted, no duplicates).
+_GCN_NODES = 8
+_GCN_EDGES = np.array(
+    sorted(
+        {(i, i) for i in range(_GCN_NODES)}
+        | {(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2), (3, 4)}
+        | {(4, 5), (5, 6), (6, 7), (7, 0), (0, 4), (4, 0), (5, 2)}
+    ),
+    np.int32,
+)
+#: Stored entries of the node features' BCOO: at most this many of the 8x16 are nonzero.
+_GCN_FEATURE_NSE = 40
+
+
+def _hk_sparse_gcn(features, edges):
+    """A two-layer graph convolutional network on jax.experimental.sparse: the node
+    features (a bag of words, mostly zeros) made a BCOO by ``BCOO.fromdense`` with a static
+    number of stored entries, the adjacency a BCOO of learned positive edge weights
+    (softplus of a parameter per stored entry) over the given indices, its degrees by
+    ``bcoo_reduce_sum``, symmetric normalisation, and products ``sparse @ dense`` (a
+    bcoo_dot_general; its transpose for the weights' gradient, a sampled dot for the
+    edge weights')."""
+    x = sparse.BCOO.fromdense(features, nse=_GCN_FEATURE_NSE)
+    weights = jax.nn.softplus(hk.get_parameter("edge_logits", (edges.shape[0],), init=jnp.zeros))
+    adjacency = sparse.BCOO((weights, edges), shape=(_GCN_NODES, _GCN_NODES))
+    degree = adjacency.sum(axis=1).todense()
+    scale = lax.rsqrt(degree)
+    normalised = sparse.BCOO(
+        (weights * scale[edges[:, 0]] * scale[edges[:, 1]], edges),
+        shape=(_GCN_NODES, _GCN_NODES),
+        indices_sorted=True,
+        unique_indices=True,
+    )
+    w0 = hk.get_parameter("w0", (features.shape[1], HIDDEN), init=hk.initializers.VarianceScaling())
+    h = jax.nn.relu(normalised @ (x @ w0) + hk.get_parameter("b0", (HIDDEN,), init=jnp.zeros))
+    return normalised @ hk.Linear(CLASSES)(h)
+
+
+_HK_SPARSE_GCN = hk.without_apply_rng(hk.transform(_hk_sparse_gcn))
+_SGD_GCN = optax.sgd(0.05)
+
+
+def _sparse_gcn_loss(params, features, edges, targets):
+    return cross_entropy(_HK_SPARSE_GCN.apply(params, features, edges), targets)
+
+
+def _sparse_gcn_batch(rng):
+    dense = normal(rng, _GCN_NODES, HIDDEN)
+    features = np.where(uniform(rng, _GCN_NODES, HIDDEN) < 0.25, np.abs(dense), 0.0)
+    features = features.astype(np.float32)
+    params = haiku_params(_HK_SPARSE_GCN, rng, features, _GCN_EDGES)
+    params["~"]["edge_logits"] = normal(rng, _GCN_EDGES.shape[0], scale=0.5)
+    return params, features, _GCN_EDGES, integers(rng, _GCN_NODES, high=CLASSES)
+
+
+add(
+    "haiku_sparse_bcoo_gcn_sgd_step",
+    "haiku",
+    "training step of a two-layer GCN on jax.experimental.sparse (8 nodes, 22 stored"
+    " adjacency entries): node features made a BCOO by BCOO.fromdense(nse=40), an"
+    " adjacency BCOO of learned softplus edge weights, degrees by bcoo_reduce_sum,"
+    " symmetric normalisation, sparse @ dense products (bcoo_dot_general and its"
+    " gradients); optax.sgd",
+    train_step(_sparse_gcn_loss, _SGD_GCN),
+    with_optimizer_state(_SGD_GCN, _sparse_gcn_batch),
+    "sparse",
+    "graph",
+    "gather",
+    "scatter",
+    "training",
+    "optimizer",
+    "sgd",
+)
+
+
+class EquinoxRematBlock(eqx.Module):
+    """A GELU MLP block with a residual; its up-projection named for the rematerialisation
+    policy (``jax.ad_checkpoint.checkpoint_name``)."""
+
+    up: eqx.nn.Linear
+    down: eqx.nn.Linear
+
+    def __init__(self, key):
+        up, down = jax.random.split(key)
+        self.up = eqx.nn.Linear(FEATURES, HIDDEN, key=up)
+        self.down = eqx.nn.Linear(HIDDEN, FEATURES, key=down)
+
+    def __call__(self, x):
+        h = checkpoint_name(self.up(x), "up")
+        return x + self.down(jax.nn.gelu(h))
+
+
+class EquinoxRematStack(eqx.Module):
+    """Two blocks, each under ``eqx.filter_checkpoint`` with its own policy: save the dots
+    without batch dimensions (under vmap, a batch of matrix-vector products is such a
+    dot), save only the named up-projection."""
+
+    blocks: list
+    head: eqx.nn.Linear
+
+    def __init__(self, key):
+        keys = jax.random.split(key, 3)
+        self.blocks = [EquinoxRematBlock(k) for k in keys[:2]]
+        self.head = eqx.nn.Linear(FEATURES, CLASSES, key=keys[2])
+
+    def __call__(self, x):
+        policies = (
+            jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+            jax.checkpoint_policies.save_only_these_names("up"),
+        )
+        for block, policy in zip(self.blocks, policies, strict=True):
+            x = eqx.filter_checkpoint(block, policy=policy)(x)
+        return self.head(x)
+
+
+_EQX_REMAT = EquinoxModel(EquinoxRematStack)
+_SGD_REMAT = optax.sgd(0.05)
+add(
+    "equinox_remat_policies_sgd_step",
+    "equinox",
+    "training step of two residual GELU-MLP eqx.Modules, each under"
+    " eqx.filter_checkpoint with a jax.checkpoint_policies policy"
+    " (dots_with_no_batch_dims_saveable; save_only_these_names of a checkpoint_name),"
+    " vmapped over [4,8]: opt-barriers around the recomputed forward; optax.sgd",
+    train_step(_equinox_loss(_EQX_REMAT), _SGD_REMAT),
+    with_optimizer_state(
+        _SGD_REMAT,
+        lambda r: (_EQX_REMAT.params(r), normal(r, BATCH, FEATURES), labels(r)),
+    ),
+    "remat",
+    "mlp",
+    "training",
+    "optimizer",
+    "sgd",
+)
+
+
+class FlaxBf16AlibiAttention(nn.Module):
+    """Causal self-attention in bf16 with ALiBi: a bias per head, slope times the
+    key-query distance, computed from the slopes (an argument, not trained) in bf16, and
+    added to the scores by jax.nn.dot_product_attention(bias=..., is_causal=True)."""
+
+    @nn.compact
+    def __call__(self, x, slopes):
+        # no biases: a bias's gradient is a bf16 reduction over the batch and positions,
+        # which XLA:CPU sums in f32 (results a few bf16 roundings apart)
+        dense = dict(dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, use_bias=False)
+        qkv = nn.DenseGeneral((3, 2, 8), **dense)(x)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        positions = jnp.arange(x.shape[1])
+        distance = (positions[None, :] - positions[:, None]).astype(jnp.bfloat16)
+        bias = (slopes[:, None, None] * distance)[None]  # [1, heads, queries, keys]
+        out = jax.nn.dot_product_attention(q, k, v, bias=bias, is_causal=True)
+        return nn.DenseGeneral(x.shape[-1], axis=(-2, -1), **dense)(out)
+
+
+_ALIBI_ATTENTION = FlaxBf16AlibiAttention()
+#: Plain SGD, every output bf16 as the parameters are (AdamW's moments would be f32 from bf16
+#: gradients: outputs one bf16 rounding of a gradient away from XLA:CPU's).
+_SGD_BF16 = optax.sgd(0.05)
+
+
+def _alibi_loss(params, x, slopes, target):
+    return jnp.mean(jnp.square(_ALIBI_ATTENTION.apply({"params": params}, x, slopes) - target))
+
+
+def _alibi_batch(rng):
+    x = normal(rng, 2, 8, 16).astype(jnp.bfloat16)
+    slopes = np.array([0.5, 0.25], jnp.bfloat16)  # ALiBi's geometric slopes for 2 heads
+    params = flax_params(_ALIBI_ATTENTION, rng, x, slopes)["params"]
+    return params, x, slopes, normal(rng, 2, 8, 16).astype(jnp.bfloat16)
+
+
+add(
+    "flax_bf16_alibi_causal_attention_sgd_step",
+    "flax",
+    "training step of causal self-attention with ALiBi in bf16 parameters and arithmetic"
+    " (nn.DenseGeneral without biases, a per-head linear distance bias from bf16 slopes,"
+    " jax.nn.dot_product_attention(bias=..., is_causal=True), 2 heads of 8, [2,8,16]):"
+    " the bias read by the forward and the backward pass, optax.sgd on bf16 parameters",
+    train_step(_alibi_loss, _SGD_BF16),
+    with_optimizer_state(_SGD_BF16, _alibi_batch),
+    "attention",
+    "bf16",
+    "training",
+    "optimizer",
+    "sgd",
 )
 
 

@@ -149,6 +149,9 @@ MODEL_BYTES = {
     # output gradient (scale, clip, convert) and each amax history's update, for two
     # layers (XLA's optimized module 73 KB).
     "flax_fp8_dense_sgd_step": 140_000,
+    # jax.experimental.sparse's BCOO products and their gradients: gathers, scatter-adds and
+    # BCOO.fromdense's nonzero bookkeeping written out as HLO (XLA's optimized module 84 KB).
+    "haiku_sparse_bcoo_gcn_sgd_step": 160_000,
     # The Gaussian process's gradient through its Cholesky factor and triangular solves.
     "optax_gaussian_process_adam_step": 120_000,
     "flax_transformer_adamw_step": 200_000,
