@@ -279,17 +279,19 @@ def compile_request(request: dict) -> dict:
     }
 
 
-#: The modules of jax's CUDA plugin whose ``registrations()`` are the FFI handlers of
-#: jax's GPU custom calls (cuSOLVER, the hybrid eigensolvers, cuSPARSE, the PRNG...).
-_GPU_CUSTOM_CALL_MODULES = ("_solver", "_hybrid", "_linalg", "_prng", "_sparse", "_rnn")
+#: jaxlib's modules whose ``registrations()`` list jax's GPU custom calls per platform,
+#: each ``(target, handler, api_version)`` (cuSOLVER, the hybrid eigensolvers, the LU
+#: pivots, the PRNG, cuSPARSE): jax registers exactly these when it loads its CUDA plugin.
+_GPU_CUSTOM_CALL_MODULES = ("gpu_solver", "gpu_linalg", "gpu_prng", "gpu_sparse")
 
 
 def register_gpu_custom_calls(api: int) -> int:
-    """Register jax's GPU custom calls (``cusolver_potrf_ffi``, ...) with the plugin at
-    PJRT API address ``api``, as jax's CUDA plugin does when jax loads it: XLA:GPU
-    compiles a module holding them only then. Their handlers come from jax's CUDA
-    plugin package of this Python (jax-cuda13-plugin); a deviceless compile never runs
-    them. Returns how many were registered (0 where that package is absent)."""
+    """Register jax's GPU custom calls (``cusolver_potrf_ffi``, ``cu_lu_pivots_to_permutation``,
+    ...) with the plugin at PJRT API address ``api``, each with the API version jaxlib
+    gives it, as jax does when it loads its CUDA plugin: XLA:GPU compiles a module
+    holding them only then. The handlers come from jax's CUDA plugin package of this
+    Python (jax-cuda13-plugin); a deviceless compile never runs them. Returns how many
+    were registered (0 where that package is absent)."""
     import importlib
 
     try:
@@ -303,11 +305,11 @@ def register_gpu_custom_calls(api: int) -> int:
     count = 0
     for name in _GPU_CUSTOM_CALL_MODULES:
         try:
-            module = importlib.import_module(f"jax_cuda13_plugin.{name}")
+            module = importlib.import_module(f"jaxlib.{name}")
         except ImportError:
             continue
-        for target, handler in getattr(module, "registrations", dict)().items():
-            version = 1 if target.endswith("_ffi") else 0
+        listed = getattr(module, "registrations", dict)()
+        for target, handler, version in listed.get("CUDA", ()):
             extension.register_custom_call_target(c_api, target, handler, "CUDA", version)
             count += 1
     return count
