@@ -58,7 +58,7 @@ from heron.hlo.builder import NameUniquer
 from heron.hlo.dot_precision import ALGORITHMS, default_precision
 from heron.hlo.element_types import ElementType
 from heron.hlo.ir import Computation, Instruction, Module
-from heron.hlo.passes.dot_decomposer import dimension_lists
+from heron.hlo.passes.dot_decomposer import dimension_lists, free_dimensions
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.rewrite import Inserter, rewrite_each
 from heron.hlo.shapes import ArrayShape
@@ -93,10 +93,6 @@ _ROUNDING = {"tf32": (8, 10), "bf16": (8, 7)}
 def _algorithm(dot: Instruction) -> str | None:
     algorithm = dot.attributes.get("algorithm")
     return None if algorithm is None else str(algorithm).lower()
-
-
-def _free(rank: int, batch: list[int], contracting: list[int]) -> list[int]:
-    return [d for d in range(rank) if d not in batch and d not in contracting]
 
 
 def _types(dot: Instruction) -> tuple[str, str, str]:
@@ -142,8 +138,8 @@ def reduces(dot: Instruction, target: Target) -> bool:
         return _algorithm(dot) in _OUTER_ALGORITHMS
     if _algorithm(dot) is not None and _algorithm(dot) not in ALGORITHMS:
         return False  # dot_precision names the unknown algorithm when the dot is compiled
-    lhs_free = [d for d in _free(len(lhs.dims), lb, lc) if lhs.dims[d] != 1]
-    rhs_free = [d for d in _free(len(rhs.dims), rb, rc) if rhs.dims[d] != 1]
+    lhs_free = [d for d in free_dimensions(len(lhs.dims), lb, lc) if lhs.dims[d] != 1]
+    rhs_free = [d for d in free_dimensions(len(rhs.dims), rb, rc) if rhs.dims[d] != 1]
     if not lhs_free and not rhs_free:
         return True
     if lhs_free and rhs_free:
@@ -181,8 +177,8 @@ class _Reducer:
         out = dot.array_shape.element_type
         lb, rb, lc, rc = dimension_lists(dot)
         lhs, rhs = dot.operands
-        lhs_free = _free(len(lhs.array_shape.dims), lb, lc)
-        rhs_free = _free(len(rhs.array_shape.dims), rb, rc)
+        lhs_free = free_dimensions(len(lhs.array_shape.dims), lb, lc)
+        rhs_free = free_dimensions(len(rhs.array_shape.dims), rb, rc)
         batch = [lhs.array_shape.dims[d] for d in lb]
         m = [lhs.array_shape.dims[d] for d in lhs_free]
         n = [rhs.array_shape.dims[d] for d in rhs_free]

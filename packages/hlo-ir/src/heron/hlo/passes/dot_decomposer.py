@@ -28,7 +28,7 @@ from heron.hlo.passes.rewrite import (
 )
 from heron.hlo.shapes import ArrayShape
 
-__all__ = ["canonicalise_dots", "dimension_lists", "is_canonical_dot"]
+__all__ = ["canonicalise_dots", "dimension_lists", "free_dimensions", "is_canonical_dot"]
 
 _DIMENSION_ATTRIBUTES = (
     "lhs_batch_dims",
@@ -44,7 +44,8 @@ def dimension_lists(dot: Instruction) -> tuple[list[int], list[int], list[int], 
     return tuple(list(dot.attributes.get(name, ())) for name in _DIMENSION_ATTRIBUTES)  # type: ignore[return-value]
 
 
-def _free(rank: int, batch: list[int], contracting: list[int]) -> list[int]:
+def free_dimensions(rank: int, batch: list[int], contracting: list[int]) -> list[int]:
+    """A dot operand's free (non-contracting, non-batch) dimensions, in order."""
     return [d for d in range(rank) if d not in batch and d not in contracting]
 
 
@@ -52,7 +53,7 @@ def is_canonical_dot(dot: Instruction) -> bool:
     """Whether ``dot`` already has the canonical form (see the module docstring)."""
     lb, rb, lc, rc = dimension_lists(dot)
     lhs_rank, rhs_rank = len(dot.operands[0].shape.dims), len(dot.operands[1].shape.dims)
-    lf, rf = _free(lhs_rank, lb, lc), _free(rhs_rank, rb, rc)
+    lf, rf = free_dimensions(lhs_rank, lb, lc), free_dimensions(rhs_rank, rb, rc)
     batch = list(range(len(lb)))
     return (
         lb == batch
@@ -83,8 +84,8 @@ def canonicalise_dots(module: Module) -> bool:
 def _canonical(inserter: Inserter, dot: Instruction) -> Instruction:
     lhs, rhs = dot.operands
     lb, rb, lc, rc = dimension_lists(dot)
-    lf = _free(len(lhs.shape.dims), lb, lc)
-    rf = _free(len(rhs.shape.dims), rb, rc)
+    lf = free_dimensions(len(lhs.shape.dims), lb, lc)
+    rf = free_dimensions(len(rhs.shape.dims), rb, rc)
     batch = [lhs.shape.dims[d] for d in lb]
 
     def add(name: str, opcode: str, shape: ArrayShape, operands, attributes=None) -> Instruction:
