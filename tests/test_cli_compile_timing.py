@@ -41,10 +41,22 @@ def test_the_profile_counts_each_stage_once_per_kernel_and_each_pass_run():
 
 
 def test_the_two_backends_share_one_emission(capsys):
-    compiled = compile_program(parse_module(MLP), Target.preset("h100"), ("cuda", "interpreter"))
+    compiled = compile_program(
+        parse_module(MLP),
+        Target.preset("h100"),
+        ("cuda", "interpreter"),
+        library_fallbacks=True,
+    )
     stages = {name: runs for name, runs, _ in compiled.profile.stages}
     # emitted and taken through heron's passes once; each backend's own stages per backend
     assert stages["emit"] == 2 and stages["ptx"] == 2 and stages["capture"] == 2
+
+
+def test_a_gemm_cuda_always_runs_has_no_cuda_kernel_beside_it():
+    compiled = compile_program(parse_module(MLP), Target.preset("h100"), ("cuda", "interpreter"))
+    stages = {name: runs for name, runs, _ in compiled.profile.stages}
+    # the GEMM's fallback is emitted once, for the interpreter; only the tanh reaches PTX
+    assert stages["emit"] == 2 and stages["ptx"] == 1 and stages["capture"] == 2
 
 
 def test_heron_compile_prints_it(capsys, hlo, tmp_path):

@@ -119,7 +119,7 @@ def test_a_copy_that_changes_the_layout_is_refused() -> None:
     run_pipeline(module, pipeline_of([pass_named("copy-insertion"), pass_named("scheduler")]))
     assignment = assign_buffers(module, alignment=16)
     with pytest.raises(UnsupportedError, match=r"copy 'c' .* changes the layout"):
-        emit_thunks(assignment, lambda fusion, shared: {})
+        emit_thunks(assignment, lambda fusion, shared, backends: {})
     compiled = compile_program(parse_module(LAYOUT_COPY), TARGET, ("interpreter",))
     kernels = [t for t in walk(compiled.artefact.program) if isinstance(t, KernelThunk)]
     assert len(kernels) == 1
@@ -130,7 +130,7 @@ def test_a_fusion_compiled_for_no_backend_is_an_error() -> None:
     run_pipeline(module, pipeline_of([pass_named("copy-insertion"), pass_named("scheduler")]))
     assignment = assign_buffers(module, alignment=16)
     with pytest.raises(UnsupportedError, match="compiled for no backend"):
-        emit_thunks(assignment, lambda fusion, shared: {})
+        emit_thunks(assignment, lambda fusion, shared, backends: {})
 
 
 DATA_DEPENDENT_LOOP = """

@@ -5,7 +5,10 @@ With ``--executable OUT.heron`` it compiles the whole program instead
 insertion, the scheduler, buffer assignment, thunk emission) and writes one
 executable artefact (docs/runtime.md) holding kernel images for the target's
 backend and the interpreter, or the backends ``--backend`` names; it prints a
-summary: thunks by kind, kernels, allocations, peak memory. ``--autotune`` (with
+summary: thunks by kind, kernels, images per backend, allocations, peak memory. A
+GEMM library call has heron's kernel beside it only for the backends whose devices
+may not run it (the interpreter; not CUDA, whose cuBLASLt runs every plain real
+GEMM), unless ``--library-fallbacks`` keeps it for all. ``--autotune`` (with
 ``--executable``, a CUDA target) then times every candidate cuBLASLt algorithm
 of each GEMM library call on the CUDA device here and stores the fastest
 correct one with the call (:func:`heron.runtime.cuda.autotune.autotune_gemms`);
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 
 from heron.cli.common import (
@@ -90,6 +94,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --executable: time each GEMM library call's cuBLASLt algorithms on this"
         " machine's CUDA device and store the fastest correct one in the artefact",
+    )
+    parser.add_argument(
+        "--library-fallbacks",
+        action="store_true",
+        help="with --executable: keep heron's kernel beside every GEMM library call for"
+        " every backend (by default a backend whose devices always run the call, CUDA"
+        " with cuBLASLt for plain real GEMMs, holds none, as XLA's executables hold none)",
     )
     parser.add_argument(
         "--timing",
@@ -216,7 +227,13 @@ def _executable(module, target, args: argparse.Namespace) -> int:
     device = _tuning_device(target) if args.autotune else None  # before the compile
     convolutions = convolution_verdicts(module, target)
     backward_attentions, attentions = program_attention_verdicts(module, target)
-    compiled = compile_program(module, target, backends, deterministic=args.deterministic)
+    compiled = compile_program(
+        module,
+        target,
+        backends,
+        deterministic=args.deterministic,
+        library_fallbacks=args.library_fallbacks,
+    )
     artefact = compiled.artefact
     tuned: list = []
     if device is not None:
@@ -243,14 +260,16 @@ def _executable(module, target, args: argparse.Namespace) -> int:
             else ""
         )
     )
+    images = Counter(entry.backend for entry in artefact.kernels)
     print(
-        f"  kernels: {len(compiled.program.kernels)} images for"
+        f"  kernels: {len(compiled.program.kernels)} for"
         f" {len(compiled.program.kernel_of)} fusions ("
         + ", ".join(
             f"{n} {emitter}"
             for emitter, n in sorted(_emitters(compiled).items(), key=lambda item: -item[1])
         )
-        + ")"
+        + "); images: "
+        + (", ".join(f"{backend} {images[backend]}" for backend in backends) or "none")
     )
     print(
         f"  allocations: {len(artefact.allocations)}; "

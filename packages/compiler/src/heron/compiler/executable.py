@@ -188,6 +188,7 @@ def compile_program(
     *,
     compiler: KernelCompiler | None = None,
     deterministic: bool = False,
+    library_fallbacks: bool | Callable[[object], bool] = False,
 ) -> CompiledExecutable:
     """Compile ``module`` for ``target`` into an executable with kernels for ``backends``.
 
@@ -196,6 +197,12 @@ def compile_program(
     :func:`heron.compiler.compile_fusion` (tests share compiled kernels).
     ``deterministic``: every run gives the same bits (no kernel combines
     updates with atomics in arrival order; see :func:`prepare_module`).
+    ``library_fallbacks``: True keeps heron's kernel beside every GEMM library call,
+    for every backend; a function of the call's contract object keeps it for the
+    calls it says True to (a compile for the device at hand: those the device does
+    not run). Besides, a backend whose devices may not run a call keeps it
+    (``BackendSpec.library_always_runs``: a CUDA device always runs a plain real
+    GEMM with cuBLASLt; XLA keeps no kernel beside its cuBLAS calls either).
     Unsupported input raises ``UnsupportedError`` naming the instruction.
     """
     from heron.compiler.driver import StageBatches, compile_fusion, compile_fusion_for_backends
@@ -203,9 +210,17 @@ def compile_program(
     from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
     from heron.hlo.buffers import assign_buffers
     from heron.hlo.printer import print_module
+    from heron.runtime.core.registry import default_backends
 
     start = time.perf_counter()
     backends = tuple(dict.fromkeys(backends or (target.backend, "interpreter")))
+    specs = {name: default_backends().get(name) for name in backends}
+
+    def fallback_backends(call: object) -> tuple[str, ...]:
+        if library_fallbacks is True or (callable(library_fallbacks) and library_fallbacks(call)):
+            return backends
+        return tuple(name for name, spec in specs.items() if not spec.library_always_runs(call))
+
     compile_one = compiler or compile_fusion
     passes = PipelineReport()
     optimized, trip_counts = prepare_module(
@@ -220,25 +235,28 @@ def compile_program(
     # A batched last stage (CUDA's ptxas) runs for groups of kernels: one process each.
     batches = StageBatches(workers) if workers is not None else None
 
-    def compile_all(fusion: Instruction, shared: frozenset[int]) -> dict[str, CompiledKernel]:
+    def compile_all(
+        fusion: Instruction, shared: frozenset[int], only: tuple[str, ...] | None
+    ) -> dict[str, CompiledKernel]:
         nonlocal kernel_seconds
         begun = time.perf_counter()
         # Overlapping arguments only when there are some: the common call is unchanged.
         extra = {"shared": shared} if shared else {}
+        names = backends if only is None else only
         if workers is None:
-            compiled = {
-                backend: compile_one(fusion, target, backend, **extra) for backend in backends
-            }
+            compiled = {backend: compile_one(fusion, target, backend, **extra) for backend in names}
         else:
             # One emission and one run of heron's passes for every backend.
             compiled = compile_fusion_for_backends(
-                fusion, target, backends, background=workers, batches=batches, **extra
+                fusion, target, names, background=workers, batches=batches, **extra
             )
         kernel_seconds += time.perf_counter() - begun
         return compiled
 
     try:
-        emitted_program = emit_thunks(assignment, compile_all, trip_counts, target)
+        emitted_program = emit_thunks(
+            assignment, compile_all, trip_counts, target, fallback_backends
+        )
         if batches is not None:
             batches.flush()
         program = _finished(emitted_program)
@@ -293,10 +311,16 @@ def compile_executable(
     *,
     compiler: KernelCompiler | None = None,
     deterministic: bool = False,
+    library_fallbacks: bool | Callable[[object], bool] = False,
 ) -> Artefact:
     """:func:`compile_program`'s artefact."""
     return compile_program(
-        module, target, backends, compiler=compiler, deterministic=deterministic
+        module,
+        target,
+        backends,
+        compiler=compiler,
+        deterministic=deterministic,
+        library_fallbacks=library_fallbacks,
     ).artefact
 
 

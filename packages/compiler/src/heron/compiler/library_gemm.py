@@ -12,8 +12,10 @@ heron does the same in two places, both deciding through :func:`match_gemm`:
   own, the split XLA makes at the library boundary;
 - thunk emission gives a fusion that matches a
   :class:`~heron.runtime.core.thunks.LibraryCallThunk` of the GEMM contract
-  (:mod:`heron.runtime.core.gemm`) with heron's own kernel as its fallback;
-  the runtime picks one when it loads the executable.
+  (:mod:`heron.runtime.core.gemm`) with heron's own kernel as its fallback
+  for the backends whose device may lack the library or refuse the call
+  (``BackendSpec.library_always_runs``); the runtime picks one when it loads
+  the executable.
 
 A fusion matches when its computation is exactly, and nothing more than::
 
@@ -79,17 +81,18 @@ from heron.runtime.core.gemm import (
     call_features,
     gelu_tanh,
 )
-from heron.runtime.core.thunks import BufferSlice, KernelThunk, LibraryCallThunk, ThunkError
+from heron.runtime.core.thunks import BufferSlice, LibraryCallThunk, Thunk, ThunkError
 from heron.target import Target
 
 __all__ = [
     "LIBRARY_FEATURES",
+    "GemmLibraryCall",
     "GemmMatch",
     "dot_fusion_verdicts",
     "dot_verdict",
     "epilogue_members",
     "gemm_fusion",
-    "library_call_thunk",
+    "gemm_library_call",
     "library_verdict",
     "match_gemm",
     "splits_at_library",
@@ -780,17 +783,35 @@ def dot_fusion_verdicts(module: Module, target: Target) -> list[tuple[str, str]]
     ]
 
 
-def library_call_thunk(
+@attrs.frozen
+class GemmLibraryCall:
+    """A GEMM fusion the library computes, before any kernel is compiled for it: the
+    contract's call and its arguments (the fusion's slices in the contract's order)."""
+
+    call: GemmCall
+    arguments: tuple[BufferSlice, ...]
+
+    def thunk(self, fallback: Sequence[Thunk] = (), emitter: str = "") -> LibraryCallThunk:
+        """The library call, with heron's ``fallback`` thunks (by ``emitter``) beside it."""
+        return LibraryCallThunk(
+            library="blas",
+            operation=GEMM,
+            arguments=self.arguments,
+            attributes=self.call.attributes(),
+            fallback=tuple(fallback),
+            fallback_emitter=emitter if fallback else "",
+        )
+
+
+def gemm_library_call(
     fusion: Instruction,
     inputs: Sequence[BufferSlice],
     outputs: Sequence[BufferSlice],
-    launch: KernelThunk,
-    emitter: str,
     target: Target,
-) -> LibraryCallThunk | None:
-    """The GEMM library call computing ``fusion`` with ``launch`` (heron's kernel) as its
-    fallback, or None when the fusion is no library GEMM or its slices do not fit the
-    contract (an output over an operand: the library writes out of place)."""
+) -> GemmLibraryCall | None:
+    """The GEMM library call computing ``fusion`` from its slices, or None when the fusion
+    is no library GEMM or its slices do not fit the contract (an output over an operand:
+    the library writes out of place)."""
     found = gemm_fusion(fusion, target)
     if found is None or len(outputs) != len(found.outputs) or len(inputs) != len(fusion.operands):
         return None
@@ -799,11 +820,4 @@ def library_call_thunk(
         found.call.check_slices(arguments)
     except ThunkError:
         return None
-    return LibraryCallThunk(
-        library="blas",
-        operation=GEMM,
-        arguments=arguments,
-        attributes=found.call.attributes(),
-        fallback=(launch,),
-        fallback_emitter=emitter,
-    )
+    return GemmLibraryCall(found.call, arguments)

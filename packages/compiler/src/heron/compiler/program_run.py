@@ -176,7 +176,13 @@ def load_program(
 
     target = target_for_device(device, backend, target)
     compiled = compile_program(
-        module, target, (backend,), compiler=compiler, deterministic=deterministic
+        module,
+        target,
+        (backend,),
+        compiler=compiler,
+        deterministic=deterministic,
+        # heron's kernel beside a library call exactly where this device will run it.
+        library_fallbacks=lambda call: device.library_for(call) is None,
     )
     executable = Executable(
         compiled.artefact, device, backend, command_buffers=command_buffers, timing=True

@@ -9,7 +9,11 @@ its operands and results:
   arguments in heron's kernel ABI order (the fusion's operand leaves, then its
   result leaves). A GEMM fusion a library can compute
   (:mod:`heron.compiler.library_gemm`) is a ``LibraryCallThunk`` holding that
-  launch as its fallback: the runtime picks one at load time. An in-place
+  launch as its fallback: the runtime picks one at load time. The launch's
+  kernel is compiled only for the backends whose device may not run the call
+  (``fallback_backends``; a CUDA device always runs a plain real GEMM with
+  cuBLASLt, so a CUDA-only executable holds no kernel for it, as XLA's holds
+  none); with none, the call has no fallback. An in-place
   output (``CompiledKernel.output_aliases``) whose slice the assignment did
   not make its input's gets a ``CopyThunk`` of the input first, as
   :func:`~heron.compiler.device_kernels.run_on_device` does. An output the
@@ -20,7 +24,7 @@ its operands and results:
   element (``heron.hlo.passes.copy_insertion.reads_in_place``). Such a
   kernel is compiled knowing it: every argument whose slice overlaps a
   written argument's, outside the kernel's own in-place pairs, is *shared*
-  (``compile(fusion, shared)``: neither ``noalias`` nor ``readonly``, so no
+  (``compile(fusion, shared, backends)``: neither ``noalias`` nor ``readonly``, so no
   load of it goes through the non-coherent ``ld.global.nc``;
   :mod:`heron.emitters.kernel_arguments`), as XLA computes noalias from the
   slices. The shared arguments are part of the kernel's identity: the same
@@ -73,7 +77,7 @@ from heron.compiler import (
     library_convolution,
     library_fft,
 )
-from heron.compiler.library_gemm import library_call_thunk
+from heron.compiler.library_gemm import gemm_library_call
 from heron.hlo.buffers import BufferAssignment, in_place_operands
 from heron.hlo.buffers import Slice as HloSlice
 from heron.hlo.errors import UnsupportedError
@@ -96,10 +100,16 @@ if TYPE_CHECKING:
 
 __all__ = ["EmittedKernel", "ThunkProgram", "emit_thunks", "image_key"]
 
-#: ``compile(fusion, shared)`` -> the fusion compiled for each backend, by backend name;
-#: ``shared``: the kernel argument indices whose slice overlaps another argument's
-#: (:func:`heron.compiler.compile_fusion`'s ``shared``), mostly empty.
-Compile = Callable[[Instruction, frozenset[int]], Mapping[str, "CompiledKernel"]]
+#: ``compile(fusion, shared, backends)`` -> the fusion compiled for each backend, by
+#: backend name; ``shared``: the kernel argument indices whose slice overlaps another
+#: argument's (:func:`heron.compiler.compile_fusion`'s ``shared``), mostly empty;
+#: ``backends``: the backends to compile for, None for every one the program has.
+Compile = Callable[
+    [Instruction, frozenset[int], tuple[str, ...] | None], Mapping[str, "CompiledKernel"]
+]
+#: A library call's contract object -> the backends whose images hold heron's kernel beside
+#: it (a device of the others always runs the library: ``BackendSpec.library_always_runs``).
+FallbackBackends = Callable[[object], tuple[str, ...]]
 
 
 #: heron's library custom calls: whether an instruction is one, and the library call it makes
@@ -168,16 +178,20 @@ def emit_thunks(
     compile: Compile,
     trip_counts: Mapping[str, int] | None = None,
     target: Target | None = None,
+    fallback_backends: FallbackBackends | None = None,
 ) -> ThunkProgram:
     """The thunk program of ``assignment.module``'s entry (see the module docstring).
 
-    ``compile(fusion, shared)`` gives the fusion's :class:`CompiledKernel` per
-    backend, compiled with the arguments ``shared`` overlapping another's;
+    ``compile(fusion, shared, backends)`` gives the fusion's :class:`CompiledKernel`
+    per backend, compiled with the arguments ``shared`` overlapping another's;
     ``trip_counts`` maps a while instruction's name to its known trip count;
     ``target`` is the device compiled for, whose GEMM library computes the
-    fusions it can (:mod:`heron.compiler.library_gemm`; none without a target).
+    fusions it can (:mod:`heron.compiler.library_gemm`; none without a target);
+    ``fallback_backends(call)`` the backends heron's kernel beside a GEMM library
+    call is compiled for (None: every backend; none at all: the call has no
+    fallback, and no kernel is compiled for its fusion).
     """
-    emitter = _Emitter(assignment, compile, dict(trip_counts or {}), target)
+    emitter = _Emitter(assignment, compile, dict(trip_counts or {}), target, fallback_backends)
     thunks = emitter.computation(assignment.module.entry)
     return ThunkProgram(tuple(thunks), tuple(emitter.kernels), dict(emitter.kernel_of))
 
@@ -188,6 +202,7 @@ class _Emitter:
     compile: Compile
     trip_counts: dict[str, int]
     target: Target | None
+    fallback_backends: FallbackBackends | None = None
     kernels: list[EmittedKernel] = attrs.field(factory=list)
     keys: set[str] = attrs.field(factory=set)
     by_identity: dict[tuple[object, ...], EmittedKernel] = attrs.field(factory=dict)
@@ -245,13 +260,16 @@ class _Emitter:
 
     # -- kernels -----------------------------------------------------------------------
 
-    def kernel_for(self, inst: Instruction, shared: frozenset[int]) -> EmittedKernel:
-        """The kernel of ``inst`` with arguments ``shared`` overlapping another's: compiled
-        once per distinct fusion (same body, kind, shapes, shared arguments)."""
-        identity = (*_identity(inst), tuple(sorted(shared)))
+    def kernel_for(
+        self, inst: Instruction, shared: frozenset[int], backends: tuple[str, ...] | None = None
+    ) -> EmittedKernel:
+        """The kernel of ``inst`` with arguments ``shared`` overlapping another's, for
+        ``backends`` (None: all): compiled once per distinct fusion (same body, kind,
+        shapes, shared arguments, backends)."""
+        identity = (*_identity(inst), tuple(sorted(shared)), backends)
         found = self.by_identity.get(identity)
         if found is None:
-            compiled = dict(self.compile(inst, shared))
+            compiled = dict(self.compile(inst, shared, backends))
             if not compiled:
                 raise UnsupportedError(f"fusion {describe(inst)} was compiled for no backend")
             for backend, kernel in compiled.items():
@@ -283,13 +301,25 @@ class _Emitter:
         # The pairs the kernel will update in place, as the dataflow sees them; the kernel
         # says which it does once compiled (an emitter may decline one).
         shared = _shared(overlaps, _dataflow_pairs(inst, len(inputs))) if overlaps else frozenset()
+        # A GEMM a library computes: the library call, heron's launch beside it (issue 17)
+        # for the backends whose device may not run the call.
+        library = None
+        if self.target is not None:
+            library = gemm_library_call(inst, inputs, outputs, self.target)
+        backends = None
+        if library is not None and self.fallback_backends is not None:
+            backends = tuple(self.fallback_backends(library.call))
+            if not backends:
+                return [library.thunk()]
         count = len(self.kernels)
-        emitted = self.kernel_for(inst, shared)
+        emitted = self.kernel_for(inst, shared, backends)
         kernel = self.checked(inst, emitted, inputs, outputs)
         needed = _shared(overlaps, _declared_pairs(kernel.output_aliases, len(inputs)))
-        if not needed <= shared:
+        if not needed <= shared or (kernel.output_aliases and backends is not None):
+            # In place: no library call, so the kernel runs on every backend.
             if len(self.kernels) > count:
                 self.forget(emitted)
+            library, backends = None, None
             emitted = self.kernel_for(inst, shared | needed)
             kernel = self.checked(inst, emitted, inputs, outputs)
         thunks: list[Thunk] = []
@@ -305,11 +335,9 @@ class _Emitter:
             block=kernel.block,
             order_dependence=kernel.order_dependence,
         )
-        # A GEMM a library computes: the library call, heron's launch beside it (issue 17).
-        call = None
-        if not thunks and self.target is not None:
-            call = library_call_thunk(inst, inputs, outputs, launch, kernel.emitter, self.target)
-        return [call] if call is not None else [*thunks, launch]
+        if library is not None and not thunks:
+            return [library.thunk((launch,), kernel.emitter)]
+        return [*thunks, launch]
 
     def checked(
         self,

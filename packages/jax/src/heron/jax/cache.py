@@ -77,8 +77,11 @@ def cache_key(
     version: str,
     *,
     deterministic: bool = False,
+    gemm_library: str | None = None,
 ) -> str:
-    """The sha256 (hex) naming one compiled program (see the module docstring)."""
+    """The sha256 (hex) naming one compiled program (see the module docstring).
+    ``gemm_library``: the device's GEMM library, which decides whether heron's kernels
+    beside the GEMM calls are compiled."""
     description = json.dumps(
         {
             "hlo": hlo_text,
@@ -87,6 +90,7 @@ def cache_key(
             "heron": version,
             # Only when set: keys of programs compiled before the option stay valid.
             **({"deterministic": True} if deterministic else {}),
+            **({"gemm_library": gemm_library} if gemm_library else {}),
         },
         sort_keys=True,
     )

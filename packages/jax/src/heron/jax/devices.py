@@ -17,10 +17,11 @@ from typing import Any
 from heron.runtime.core.artefact import Artefact
 from heron.runtime.core.device import Device, DeviceError
 from heron.runtime.core.executor import Executable, load_executable
+from heron.runtime.core.gemm import GEMM
 from heron.runtime.core.registry import NoBackendError, default_backends
 from heron.runtime.core.resident import BufferPool
 
-__all__ = ["HeronJaxError", "load_on_device", "open_device", "result_pool"]
+__all__ = ["HeronJaxError", "gemm_library", "load_on_device", "open_device", "result_pool"]
 
 
 class HeronJaxError(RuntimeError):
@@ -65,6 +66,13 @@ def result_pool(device: Device) -> BufferPool:
             if opened is device:
                 return pool
     raise HeronJaxError(f"heron.jax: {device.description} was not opened by open_device")
+
+
+def gemm_library(device: Device) -> str | None:
+    """The name of the library ``device`` runs GEMM calls with (cuBLASLt), or None."""
+    library = getattr(device, "library", None)
+    found = library(GEMM) if callable(library) else None
+    return getattr(found, "name", None)
 
 
 def load_on_device(

@@ -214,7 +214,7 @@ class HeronJitted:
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Compiled:
         from heron.compiler.executable import compile_executable
-        from heron.jax.devices import load_on_device, result_pool
+        from heron.jax.devices import gemm_library, load_on_device, result_pool
         from heron.runtime.core import __version__
         from heron.runtime.core.resident import ResidentRunner
 
@@ -227,12 +227,18 @@ class HeronJitted:
             backends,
             f"{__version__}+{heron_fingerprint()}",
             deterministic=self.deterministic,
+            gemm_library=gemm_library(self._device),
         )
         artefact = self._disk.get(key) if self._disk is not None else None
         from_disk = artefact is not None
         if artefact is None:
             artefact = compile_executable(
-                lowered.module, self._target, backends=backends, deterministic=self.deterministic
+                lowered.module,
+                self._target,
+                backends=backends,
+                deterministic=self.deterministic,
+                # heron's kernel beside a library call where this device will run it.
+                library_fallbacks=lambda call: self._device.library_for(call) is None,
             )
             self.compiles += 1
             if self._disk is not None:

@@ -244,7 +244,11 @@ def gather(
 
     backend, backend_note = kernel_backend(target)
     compiler = _KernelCompiler()
-    compiled = compile_program(module, target, (backend,), compiler=compiler)
+    # Every fusion's kernel, a library call's too (heron's kernel beside it): the page
+    # shows what heron compiles for each fusion.
+    compiled = compile_program(
+        module, target, (backend,), compiler=compiler, library_fallbacks=True
+    )
     program = compiled.program
     kernels = []
     emitter_of = {}

@@ -42,7 +42,7 @@ import stat
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +85,12 @@ __all__ = [
 #: 2: the manifest records the whole Target (every field of heron.target.Target).
 #: 3: a kernels.json entry may name the member holding its image (``member``): kernels
 #: whose images are the same bytes share one member.
-FORMAT_VERSION = 3
-#: The formats this heron reads (2 is 3 without shared image members).
-READABLE_VERSIONS = (2, 3)
+#: 4: a kernel launched only beside a library call (its fallback) may have no image for a
+#: backend whose devices always run the call (``BackendSpec.library_always_runs``).
+FORMAT_VERSION = 4
+#: The formats this heron reads (2 is 3 without shared image members; 3 is 4 with every
+#: fallback kernel's image for every backend).
+READABLE_VERSIONS = (2, 3, 4)
 MAGIC_MEMBER = "heron-executable"
 MAGIC = b"heron executable artefact\n"
 MANIFEST = "manifest.json"
@@ -251,6 +254,18 @@ class KernelEntry:
         return entry
 
 
+def _kernel_thunks(
+    thunks: Sequence[Thunk], beside_library: bool = False
+) -> Iterator[tuple[KernelThunk, bool]]:
+    """Every kernel thunk of ``thunks``, nested ones too, and whether it is in a library
+    call's fallback (where a backend may hold no image for it)."""
+    for thunk in thunks:
+        if isinstance(thunk, KernelThunk):
+            yield thunk, beside_library
+        inside = beside_library or isinstance(thunk, LibraryCallThunk)
+        yield from _kernel_thunks(tuple(thunk.children()), inside)
+
+
 def _constant_member(index: int) -> str:
     return f"constants/{index}.bin"
 
@@ -328,11 +343,11 @@ class Artefact:
                 f"{KERNELS}: kernel {entry.key!r} appears twice for backend {entry.backend!r}",
             )
             images[entry.backend, entry.key] = entry.image
-        for thunk in walk(self.program):
-            if not isinstance(thunk, KernelThunk):
-                continue
+        for thunk, beside_library in _kernel_thunks(self.program):
             for backend in self.backends:
                 image = images.get((backend, thunk.image_key))
+                if image is None and beside_library:
+                    continue  # this backend's devices run the library call (compile's choice)
                 _check(
                     image is not None,
                     f"{PROGRAM}: kernel thunk {thunk.kernel_name!r} needs image"
@@ -344,6 +359,15 @@ class Artefact:
                     f" {thunk.image_key!r} of backend {backend!r}, whose kernel is"
                     f" {image.kernel_name!r}",  # type: ignore[union-attr]
                 )
+
+    def runs_fallback(self, call: LibraryCallThunk, backend: str) -> bool:
+        """Whether ``call``'s fallback can run on ``backend``: it has one, and every kernel
+        it launches has an image for that backend (a compile leaves heron's kernel out
+        of a backend whose devices always run the library call)."""
+        if not call.fallback:
+            return False
+        held = {(entry.backend, entry.key) for entry in self.kernels}
+        return all((backend, thunk.image_key) in held for thunk, _ in _kernel_thunks(call.fallback))
 
     def _check_constants(self) -> None:
         kinds = {a.index: a for a in self.allocations}

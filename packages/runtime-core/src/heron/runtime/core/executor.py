@@ -414,6 +414,7 @@ class Executable:
                 device.library_for,
                 device.library_refusal,
                 device.library_algorithm,
+                runs_fallback=lambda call: artefact.runs_fallback(call, self.backend),
             )
         except ThunkError as error:
             raise ExecutorError(str(error)) from None

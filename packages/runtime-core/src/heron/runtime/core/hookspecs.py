@@ -192,6 +192,11 @@ def _check_stages(instance: Any, attribute: attrs.Attribute, value: Any) -> None
             )
 
 
+def never(call: Any) -> bool:
+    """A backend's ``library_always_runs`` when it promises no library call."""
+    return False
+
+
 @attrs.frozen
 class BackendSpec:
     """One backend as a plugin offers it.
@@ -209,6 +214,16 @@ class BackendSpec:
     what a compile made, the first of them (``cubin`` before ``ptx`` on CUDA);
     without them, what the last stage returned. Higher ``priority`` wins when no
     backend is named.
+
+    ``library_always_runs(call)`` says whether every device of the backend runs
+    the library call ``call`` (its contract object, such as a
+    :class:`~heron.runtime.core.gemm.GemmCall`) with its library, wherever the
+    backend's runtime is installed as its package requires. A compile leaves
+    heron's kernel beside such a call out of the backend's images (XLA keeps
+    none; ``heron compile --library-fallbacks`` keeps it): the kernel would never
+    run, and compiling it costs most of a GEMM program's compile. Unsure means
+    False, the default: the device may then refuse the call (cuBLASLt's
+    heuristic finding no algorithm) and run heron's kernel.
     """
 
     name: str = attrs.field(validator=check_spec_name)
@@ -221,6 +236,9 @@ class BackendSpec:
     description: str = ""
     image_formats: tuple[str, ...] = attrs.field(
         default=(), converter=_to_stages, validator=_check_formats
+    )
+    library_always_runs: Callable[[Any], bool] = attrs.field(
+        default=never, validator=check_callable
     )
 
 

@@ -122,6 +122,8 @@ def resolve(
     library_for: Callable[[Any], str | None],
     refusal: Callable[[Any], str] | None = None,
     algorithm: Callable[[Any], str] | None = None,
+    *,
+    runs_fallback: Callable[[LibraryCallThunk], bool] | None = None,
 ) -> Resolved:
     """``program`` with each library call or its fallback, as ``library_for(call)`` says.
 
@@ -129,9 +131,10 @@ def resolve(
     call there, or None; ``refusal(call)`` (the device's ``library_refusal``)
     says why not, for the report; ``algorithm(call)`` (the device's
     ``library_algorithm``) which algorithm the library runs it with, for the report
-    too. A call the device does not offer and that has
-    no fallback is refused (:class:`ThunkError`, naming the call, its place and
-    the reason).
+    too; ``runs_fallback(thunk)`` whether the thunk's fallback can run here (the
+    artefact's: every kernel of it has an image for the device's backend; default:
+    it has a fallback). A call the device does not offer and whose fallback cannot
+    run is refused (:class:`ThunkError`, naming the call, its place and the reason).
     """
     choices: list[LibraryChoice] = []
     calls: dict[Thunk, Any] = {}
@@ -190,7 +193,15 @@ def resolve(
         if not thunk.fallback:
             raise ThunkError(
                 f"thunk {path}: library call {thunk.library}.{thunk.operation} ({described}):"
-                f" {reason}, and the artefact has no heron kernel beside it"
+                f" {reason}, and the artefact has no heron kernel beside it (its compile"
+                " counted on the library: `heron compile --library-fallbacks` keeps one)"
+            )
+        if runs_fallback is not None and not runs_fallback(thunk):
+            raise ThunkError(
+                f"thunk {path}: library call {thunk.library}.{thunk.operation} ({described}):"
+                f" {reason}, and the artefact holds heron's kernel beside it for other"
+                " backends only (its compile counted on this backend's library: compile"
+                " with `heron compile --library-fallbacks` to keep the kernel everywhere)"
             )
         emitter = thunk.fallback_emitter or "heron"
         fallback = sequence(thunk.fallback, f"{path}.fallback.")

@@ -69,6 +69,14 @@ def create_device(target: Any = None, *, bindings: Any = None) -> Any:
     return device
 
 
+def library_always_runs(call: Any) -> bool:
+    """cuBLASLt's promise (:func:`heron.runtime.cuda.cublaslt.always_runs`), imported
+    when a compile asks (nvmath-python is loaded only to run a call)."""
+    from heron.runtime.cuda.cublaslt import always_runs
+
+    return always_runs(call)
+
+
 @hookimpl
 def heron_backend_specs() -> BackendSpec:
     return BackendSpec(
@@ -79,4 +87,5 @@ def heron_backend_specs() -> BackendSpec:
         stages=STAGES,
         description="CUDA GPUs (PTX and cubin), through cuda-python's driver API",
         image_formats=IMAGE_FORMATS,
+        library_always_runs=library_always_runs,
     )

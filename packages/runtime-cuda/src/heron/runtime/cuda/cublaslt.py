@@ -88,7 +88,9 @@ __all__ = [
     "DATA_TYPES",
     "EPILOGUES",
     "WORKSPACE_BYTES",
+    "ALWAYS_RUN_TYPES",
     "CublasLt",
+    "always_runs",
     "broken_rule",
     "LtMatrix",
     "LtPlan",
@@ -254,6 +256,28 @@ def broken_rule(call: GemmCall) -> str:
                 f" (m {call.m}, n {call.n}, k {call.k})"
             )
     return ""
+
+
+#: Operand types whose GEMMs cuBLASLt runs in every layout, shape and alignment the
+#: contract allows, with or without a bias, ReLU or GELU (its non-tensor-core kernels
+#: take what its tensor-core ones refuse). Not s8 (IMMA kernels only, for some
+#: layouts), fp8 (TN, multiples of 16, device-dependent), complex (epilogues).
+ALWAYS_RUN_TYPES = ("f16", "bf16", "f32", "f64")
+
+
+def always_runs(call: Any) -> bool:
+    """Whether cuBLASLt runs ``call`` on every CUDA device heron compiles for, so that a
+    compile need not keep heron's kernel beside it (the backend's
+    ``library_always_runs``): plain real GEMMs with XLA's usual epilogues, no aux
+    output (its leading-dimension rule) and no rule broken. Calls it may refuse
+    keep their fallback kernel."""
+    return (
+        isinstance(call, GemmCall)
+        and call.lhs_type in ALWAYS_RUN_TYPES
+        and call.rhs_type == call.lhs_type
+        and not call.aux
+        and not broken_rule(call)
+    )
 
 
 _OPERATIONS = {"CUBLAS_OP_N": 0, "CUBLAS_OP_T": 1}
