@@ -17,7 +17,8 @@ preset and the CUDA backend alone (the pipeline, scheduling, buffer
 assignment, thunks, every kernel emitted, lowered and compiled to PTX, and to
 a cubin where ptxas is installed, as XLA's compile ends in one).
 
-Run: ``python benchmarks/opt_time.py [--runs N] [--xla] [--full] [--only NAME] [--slowest N]``;
+Run: ``python benchmarks/opt_time.py [--runs N] [--xla] [--full [--library-fallbacks]]
+[--only NAME] [--slowest N]``;
 the generated module alone, at another size:
 ``python benchmarks/opt_time.py --only generated --instructions 2000 --runs 1 --slowest 3``
 (priority fusion keeps a queue of producers updated around each rewrite and
@@ -81,7 +82,7 @@ def generated_module(instructions: int = 10_000, seed: int = 0) -> Module:
 
 
 def time_heron(
-    text: str, runs: int, pipeline_factory, full: bool = False
+    text: str, runs: int, pipeline_factory, full: bool = False, library_fallbacks: bool = False
 ) -> tuple[float, float, int, list[tuple[str, float]]]:
     """Median seconds to parse, median seconds for the pipeline (``full``: the whole
     compile), instructions after it (``full``: kernels), and the passes of the last
@@ -96,7 +97,7 @@ def time_heron(
         parse_times.append(time.perf_counter() - start)
         start = time.perf_counter()
         if full:
-            count = compile_for_h100(module)
+            count = compile_for_h100(module, library_fallbacks)
             pipeline_times.append(time.perf_counter() - start)
             continue
         report = run_pipeline(module, pipeline_factory())
@@ -109,9 +110,10 @@ def time_heron(
     return statistics.median(parse_times), statistics.median(pipeline_times), count, passes
 
 
-def compile_for_h100(module: Module) -> int:
+def compile_for_h100(module: Module, library_fallbacks: bool = False) -> int:
     """heron's whole compile of ``module`` for the h100 preset, CUDA kernels only; the
-    number of kernels."""
+    number of kernels (``library_fallbacks``: heron's GEMM kernel beside each library
+    call too, as every compile made it before the twelfth session)."""
     from heron.compiler import Target
     from heron.compiler.executable import compile_program
     from heron.indexing import parser, simplifier
@@ -119,7 +121,9 @@ def compile_for_h100(module: Module) -> int:
     # each run compiles cold: no indexing map remembered from the previous run
     simplifier.simplify.cache_clear()
     parser.parse_indexing_map.cache_clear()
-    compiled = compile_program(module, Target.preset("h100"), backends=("cuda",))
+    compiled = compile_program(
+        module, Target.preset("h100"), backends=("cuda",), library_fallbacks=library_fallbacks
+    )
     return len(compiled.artefact.kernels)
 
 
@@ -147,6 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         "--full", action="store_true", help="time heron's whole compile to kernels, not its passes"
     )
     parser.add_argument(
+        "--library-fallbacks",
+        action="store_true",
+        help="with --full: compile heron's GEMM kernel beside each library call too",
+    )
+    parser.add_argument(
         "--slowest", type=int, default=0, metavar="N", help="print each module's N slowest passes"
     )
     args = parser.parse_args(argv)
@@ -171,7 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     ratios, totals = [], []
     for name, text in tracked(cases, "modules"):
         parse_s, passes_s, count, passes = time_heron(
-            text, args.runs, lambda: heron_pipeline()[1], full=args.full
+            text,
+            args.runs,
+            lambda: heron_pipeline()[1],
+            full=args.full,
+            library_fallbacks=args.library_fallbacks,
         )
         line = f"{name:30} {text.count(chr(10)):>7} {parse_s:>8.3f} {passes_s:>9.3f} {count:>12}"
         totals.append(parse_s + passes_s)
