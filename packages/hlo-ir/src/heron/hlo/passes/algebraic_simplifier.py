@@ -34,6 +34,10 @@ The rules, by opcode (each a function registered with :func:`_rule`):
   ``broadcast(broadcast)``, ``transpose(transpose)``, ``slice(slice)``, and a
   ``dynamic-slice`` with constant start indices becomes a ``slice`` (with the
   clamping ``dynamic-slice`` applies);
+- ``transpose(dot(a, b))`` swapping the dot's two free dimensions becomes
+  ``dot(b^T, a^T)`` (XLA's ``transpose(dot(a,b)) -> dot(b,a)``, for the
+  canonical dots heron has here): exact up to the order of the dot's own
+  sum, which no kernel or library fixes;
 - canonical operand order: ``compare(constant, x)`` becomes
   ``compare(x, constant)`` with the direction mirrored;
 - constant folding: an instruction whose operands are all constants is
@@ -48,11 +52,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from heron.hlo.attributes import SliceRange
+from heron.hlo.attributes import RawAttribute, SliceRange
 from heron.hlo.errors import HloError
 from heron.hlo.evaluator import evaluate_computation
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.opcodes import Category, opcode_info
+from heron.hlo.passes.dot_decomposer import is_canonical_dot
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
     Inserter,
@@ -61,7 +66,7 @@ from heron.hlo.passes.rewrite import (
     non_fusion_computations,
     remove_instructions,
 )
-from heron.hlo.shapes import ArrayShape, Shape
+from heron.hlo.shapes import ArrayShape, Layout, Shape
 
 __all__ = ["FOLD_LIMIT", "simplify_algebra"]
 
@@ -155,6 +160,13 @@ def _apply_rules(inst: Instruction, rewriter: Inserter) -> Instruction | None:
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+
+def _row_major_or_free(shape: Shape) -> bool:
+    """Whether ``shape`` has no layout yet or lays its elements out row-major."""
+    return isinstance(shape, ArrayShape) and (
+        shape.layout is None or list(shape.minor_to_major) == list(reversed(range(len(shape.dims))))
+    )
 
 
 def _same_layout_shape(a: Shape, b: Shape) -> bool:
@@ -384,7 +396,59 @@ def _transpose(inst: Instruction, rewriter: Inserter) -> Instruction | None:
         return rewriter.add(
             "transpose", inst.shape, [operand.operands[0]], {"dimensions": composed}, like=inst
         )
+    if operand.opcode == "dot" and len(rewriter.uses.users(operand)) == 1:
+        return _transposed_dot(inst, operand, rewriter)
     return None
+
+
+def _transposed_dot(
+    transpose: Instruction, dot: Instruction, rewriter: Inserter
+) -> Instruction | None:
+    """``transpose(dot(a, b))`` as ``dot(b^T, a^T)`` where the transpose swaps the dot's
+    two free dimensions: XLA's algebraic simplifier turns ``transpose(dot(a, b))`` into
+    ``dot(b, a)`` (``HandleTranspose``; checked against XLA:GPU 0.12's decisions: the
+    batch dimensions lead both operands in the same order, one free dimension a side,
+    no other user of the dot). Here the dots are canonical already
+    (``dot-decomposer`` runs first), so the swapped operands are transposed back into
+    canonical form: those transposes fold into the ones canonicalisation made, and a
+    GEMM library reads any that is left as a transposed operand. Exact up to the order
+    of the dot's own sum, which no rule fixes (every kernel and library sums a dot in
+    its own order). jax writes such transposes for ``vmap`` over a layer computing
+    ``W @ x`` (equinox's Linear): the swapped dot writes the result itself, with no
+    transpose kernel after a library GEMM."""
+    if not is_canonical_dot(dot) or not isinstance(dot.shape, ArrayShape):
+        return None
+    lhs, rhs = dot.operands
+    rank = len(dot.shape.dims)
+    batch = tuple(range(rank - 2))
+    if len(lhs.shape.dims) != rank or len(rhs.shape.dims) != rank:
+        return None  # a side without a free dimension, or nothing contracted
+    swap = (*batch, rank - 1, rank - 2)
+    if tuple(transpose.attr("dimensions")) != swap:
+        return None
+    if not (_row_major_or_free(dot.shape) and _row_major_or_free(transpose.shape)):
+        # heron keeps the layouts jax printed (XLA assigns its own after this rule): a
+        # transpose into another layout moves nothing already, and the swapped dot
+        # would write its result column-major, which no GEMM does.
+        return None
+
+    def transposed(operand: Instruction) -> Instruction:
+        shape = operand.array_shape
+        dims = tuple(shape.dims[d] for d in swap)
+        layout = Layout.default_for_rank(rank) if shape.layout is not None else None
+        moved = ArrayShape(shape.element_type, dims, layout)
+        return rewriter.add(
+            "transpose", moved, [operand], {"dimensions": swap}, like=dot, suffix="swapped"
+        )
+
+    attributes = dict(dot.attributes)
+    precision = attributes.get("operand_precision")
+    if precision is not None:
+        text = getattr(precision, "text", str(precision))
+        names = [part.strip() for part in text.strip("{} ").split(",")]
+        attributes["operand_precision"] = RawAttribute("{" + ",".join(reversed(names)) + "}")
+    operands = [transposed(rhs), transposed(lhs)]
+    return rewriter.add("dot", transpose.shape, operands, attributes, like=dot)
 
 
 @_rule("reshape")
