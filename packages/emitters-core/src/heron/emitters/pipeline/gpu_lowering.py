@@ -92,15 +92,17 @@ def lower_gpu_module(
     if isinstance(module, str):
         context = ir.Context()
         with context:
-            work = ir.Module.parse(module)
+            parsed = ir.Module.parse(module)  # owns the operation worked on
+            work = parsed.operation.opview
     else:
+        # A clone of the module's operation: a tenth of printing and parsing it again.
         context = module.context
         with context:
-            work = ir.Module.parse(str(module))
+            work = module.operation.clone()
     with context, ir.Location.unknown():
         if dump is not None:
             dump("input", str(work))
-        for name, pipeline in steps:
+        for name, pipeline in steps if dump is not None else _merged(steps):
             try:
                 if callable(pipeline):
                     pipeline(work)
@@ -141,6 +143,30 @@ def lower_gpu_module(
     if dump is not None:
         dump("llvm-ir", text)
     return text, tuple(kernels)
+
+
+def _merged(steps: list[Step]) -> list[Step]:
+    """``steps`` with each run of consecutive pipeline strings made one pipeline (one pass
+    manager instead of several), where no step's result is dumped. A failure then names
+    the run (``expand-strided-metadata+lower-affine``)."""
+
+    def nested(pipeline: object) -> bool:
+        return (
+            isinstance(pipeline, str)
+            and pipeline.startswith("builtin.module(")
+            and pipeline.endswith(")")
+        )
+
+    merged: list[Step] = []
+    for name, pipeline in steps:
+        previous = merged[-1][1] if merged else None
+        if nested(pipeline) and nested(previous):
+            inner = previous.removeprefix("builtin.module(").removesuffix(")")  # type: ignore[union-attr]
+            added = pipeline.removeprefix("builtin.module(").removesuffix(")")  # type: ignore[union-attr]
+            merged[-1] = (f"{merged[-1][0]}+{name}", f"builtin.module({inner},{added})")
+        else:
+            merged.append((name, pipeline))
+    return merged
 
 
 def _hand_min_blocks_to_backend(ir: Any, kernel: Any) -> None:
