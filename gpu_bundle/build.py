@@ -137,6 +137,10 @@ def _compile_job(job: dict[str, Any]) -> dict[str, Any]:
                 Target.preset(job["target"]),
                 tuple(job["backends"]),
                 deterministic=job["deterministic"],
+                # heron's GEMM kernel beside every library call, so that a GPU whose
+                # cuBLASLt refuses a call (or is missing) still runs the case; where
+                # cuBLASLt runs it the kernel is dropped at load, as without it.
+                library_fallbacks=True,
             )
             temporary = cache / f".{key}.{os.getpid()}.heron"
             compiled.artefact.save(temporary)
