@@ -1489,16 +1489,22 @@ def pure_callback(x):
     "with_sharding_constraint_on_one_device",
     lambda: (_f32(4, 2),),
     EXACT,
-    pytest.mark.xfail(
-        strict=True,
-        raises=UnsupportedError,
-        reason="custom-call 'Sharding' (lax.with_sharding_constraint, a no-op on one device,"
-        " sharding={replicated}): heron refuses it, 'provided by no installed plugin'",
-    ),
 )
 def sharding_constraint(x):
+    # custom-call 'Sharding': on one device its operand (the sharding-remover pass)
     sharding = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
     return lax.with_sharding_constraint(x * 2, sharding) + 1
+
+
+@case(
+    "named_sharding_constraint_on_a_one_device_mesh",
+    lambda: (_f32(4, 4),),
+    rel(1e-6),  # sine: a few ulps
+)
+def named_sharding_constraint(x):
+    mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:1]), ("x",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x", None))
+    return lax.with_sharding_constraint(jnp.sin(x), sharding) * 3
 
 
 @case(

@@ -19,6 +19,7 @@ import numpy as np
 from heron.hlo.control_flow import branch_index, conditional_branches
 from heron.hlo.custom_calls.call import CustomCallError
 from heron.hlo.custom_calls.registry import resolve
+from heron.hlo.custom_calls.sharding import is_sharding_annotation
 from heron.hlo.errors import HloEvaluationError
 from heron.hlo.evaluator.common import (
     MAX_WHILE_ITERATIONS_ENV,
@@ -138,7 +139,10 @@ def _done(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
 
 
 def _custom_call(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
-    """The target's host implementation on the operands' array leaves (the plugin ABI)."""
+    """The target's host implementation on the operands' array leaves (the plugin ABI);
+    a sharding annotation is its operand (one device)."""
+    if is_sharding_annotation(inst):
+        return ops[0]
     call, registry = resolve(inst)  # an unknown target: UnsupportedError, named and placed
     try:
         results = registry.invoke(call, [leaf for op in ops for leaf in flatten_literal(op)])

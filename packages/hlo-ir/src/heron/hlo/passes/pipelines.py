@@ -29,6 +29,7 @@ from heron.hlo.passes import (
     scatter_determinism_expander,
     scheduler,
     select_and_scatter_expander,
+    sharding_remover,
     stable_sort_expander,
     topk_decomposer,
     tuple_simplifier,
@@ -56,6 +57,7 @@ _REGISTERING = (
     scatter_determinism_expander,
     scheduler,
     select_and_scatter_expander,
+    sharding_remover,
     stable_sort_expander,
     topk_decomposer,
     tuple_simplifier,
@@ -70,11 +72,11 @@ def simplification_pipeline(
     before_layout: Sequence[HloPass] = (),
     layouts: bool = True,
 ) -> Pipeline:
-    """Inline calls (then give each loop body, condition and branch one caller), remove
-    optimization barriers, decompose topk, expand stable sorts and
-    select-and-scatter, lower convolutions to dots, run ``before_dots`` (a target's
-    rewrites of dots as the program has them: the GPU pipeline's dot strength
-    reduction), canonicalise dots; then simplify to a
+    """Remove sharding annotations (one device), inline calls (then give each loop body,
+    condition and branch one caller), remove optimization barriers, decompose topk,
+    expand stable sorts and select-and-scatter, lower convolutions to dots, run
+    ``before_dots`` (a target's rewrites of dots as the program has them: the GPU
+    pipeline's dot strength reduction), canonicalise dots; then simplify to a
     fixed point, run ``before_layout`` (a target's rewrites that read the simplified graph
     before it has layouts: the GPU pipeline's fused attention), and assign layouts
     (unless ``layouts`` is False: what a report of those rewrites' verdicts reads).
@@ -85,6 +87,7 @@ def simplification_pipeline(
     return Pipeline(
         "simplification",
         (
+            pass_named("sharding-remover"),
             pass_named("call-inliner"),
             pass_named("flatten-call-graph"),
             pass_named("optimization-barrier-expander"),
