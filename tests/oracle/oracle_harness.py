@@ -14,10 +14,19 @@ Two XLA:CPU behaviours are accepted rather than reproduced: it flushes
 subnormal float results to zero (so a subnormal from heron matches XLA's
 zero of the same sign), and it computes complex products with fused
 multiply-adds (complex results get the few-ulp bound).
+
+``run_compiled_oracle`` checks heron's compiled kernels the same way: the
+module compiled for the h100 preset and run by the thunk executor on the
+interpreter device, against XLA:CPU, exact where the case is exact and
+otherwise within the case's bound plus heron's documented one
+(``compiled_tolerance``). XLA:CPU also reads subnormal f32, f64 and bf16
+inputs as zero; the elements that depend on one are compared with heron's
+reference evaluator instead.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,11 +49,13 @@ class Tolerance:
     """How far heron may be from XLA: ``ulps`` of the result type, or exact.
 
     ``atol`` lets results near zero (where ulps are tiny, e.g. sin(pi)) pass
-    with an absolute error relative to the magnitude of the inputs.
+    with an absolute error relative to the magnitude of the inputs; ``rtol`` a
+    relative error of XLA's value (heron's reassociation bounds for dots).
     """
 
     ulps: float = 0
     atol: float = 0.0
+    rtol: float = 0.0
 
 
 EXACT = Tolerance()
@@ -83,9 +94,10 @@ def assert_close(got: np.ndarray, want: np.ndarray, tol: Tolerance, what: str) -
         smallest_normal = float(ml_dtypes.finfo(got.dtype).smallest_normal)
         flushed = (w == 0) & (np.abs(g) < smallest_normal) & (np.signbit(g) == np.signbit(w))
         same = (g == w) | both_nan | flushed
-        if tol.ulps or tol.atol:
+        if tol.ulps or tol.atol or tol.rtol:
             ulp = _ulp_of(got.dtype, w)
-            near = np.abs(g - w) <= tol.ulps * ulp + tol.atol
+            with np.errstate(invalid="ignore"):  # inf - inf: not near, whatever it gives
+                near = np.abs(g - w) <= tol.ulps * ulp + tol.atol + tol.rtol * np.abs(w)
             same |= near & np.isfinite(g) & np.isfinite(w)
         else:
             # Exact: also tell -0 from +0.
@@ -165,3 +177,166 @@ def random_array(
         mask = rng.random(size) < 0.2
         values = np.where(mask, rng.choice(np.array(pool), size=size), values)
     return values.reshape(shape).astype(dtype)
+
+
+# -- heron's compiled kernels against XLA:CPU --------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_artefact(hlo_text: str) -> Any:
+    """jax's HLO text compiled by heron for the h100 preset with interpreter kernel images
+    (what ``heron compile --executable`` does); one compile per program, so that a test
+    running one program on several inputs of the same shapes compiles it once."""
+    from heron.compiler import Target
+    from heron.compiler.executable import compile_program
+
+    module = parse_module(hlo_text, source="<jax>")
+    verify_module(module)
+    return compile_program(module, Target.preset("h100"), ("interpreter",)).artefact
+
+
+def compiled_tolerance(module: Any, tol: Tolerance) -> list[Tolerance]:
+    """Per output leaf of ``module``'s entry: how far heron's compiled kernels may be
+    from XLA:CPU.
+
+    ``tol`` is the case's own tolerance, XLA:CPU's distance from the exact result
+    (as :func:`run_oracle` uses it). An exact case stays exact: the compiled kernels
+    must give XLA:CPU's bits (NaN-ness and the sign of zero included). Otherwise
+    heron's documented bound for the output is added, since each side may be that
+    far from the exact value: ``heron.harness.tolerance.output_tolerance``, what
+    ``heron check`` allows a kernel against the reference, for the h100 preset: the
+    ulps of every approximated op reaching the output (``ACCURACY`` and ``FAST_MATH``
+    of ``heron.emitters.math_accuracy``, once per path; one rounding more for
+    f16/bf16), and for what a dot reaches (or a regrouped cumulative sum) the
+    reassociation bounds, widened for TF32 (the h100 multiplies f32 dots in TF32 at
+    default precision: ``heron.hlo.dot_precision.check_tolerance``). A plain
+    reduce's reassociation is the caller's ``tol`` (a bound of the instance).
+    """
+    from heron.compiler import Target
+    from heron.harness.tolerance import output_tolerance
+
+    tf32 = Target.preset("h100").tf32
+    leaves: list[tuple[Any, Any]] = []  # (instruction, element type) per output leaf
+
+    def walk(inst: Any) -> None:
+        if inst.opcode == "tuple":
+            for operand in inst.operands:
+                walk(operand)
+        else:
+            leaves.extend((inst, shape.element_type) for shape in inst.shape.leaves())
+
+    walk(module.entry.root_instruction)
+    if tol == EXACT:
+        return [EXACT] * len(leaves)
+    out = []
+    for inst, element in leaves:
+        documented = output_tolerance(inst, element, tf32=tf32)
+        out.append(
+            Tolerance(
+                ulps=tol.ulps + documented.ulps,
+                atol=max(tol.atol, documented.bounds.absolute or 0.0),
+                rtol=max(tol.rtol, documented.bounds.relative or 0.0),
+            )
+        )
+    return out
+
+
+def _at(array: np.ndarray, index: tuple[int, ...], shape: tuple[int, ...]) -> str:
+    """``array[index]`` when it has the output's shape (an elementwise operand), else
+    the whole array when small."""
+    if array.shape == shape:
+        return repr(array[index])
+    return repr(array) if array.size <= 16 else f"{array.dtype}{list(array.shape)}"
+
+
+#: The float types whose subnormal inputs XLA:CPU reads as zero: it runs with
+#: denormals-are-zero and flush-to-zero set (f64 and f32, and bf16, which it computes in
+#: f32, where a bf16 subnormal is still subnormal; an f16 subnormal is a normal f32).
+DAZ_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64), np.dtype(ml_dtypes.bfloat16)})
+
+
+def subnormal(array: np.ndarray) -> np.ndarray:
+    """Per element: a subnormal of a type in :data:`DAZ_TYPES` (XLA:CPU reads it as 0)."""
+    if array.dtype not in DAZ_TYPES:
+        return np.zeros(array.shape, np.bool_)
+    mags = np.abs(array.astype(np.float64))
+    return (mags > 0) & (mags < float(ml_dtypes.finfo(array.dtype).smallest_normal))
+
+
+def run_compiled_oracle(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    tol: Tolerance = EXACT,
+    *,
+    expected_fn: Callable[..., Any] | None = None,
+) -> OracleRun:
+    """Compile ``fn`` (its HLO text as jax lowers it) with heron, run the executable on
+    the interpreter device, and compare every output with what XLA:CPU computes
+    (``jax.jit(fn)(*args)``) within :func:`compiled_tolerance`.
+
+    XLA:CPU reads subnormal inputs as zero (:data:`DAZ_TYPES`), heron's kernels (as
+    XLA:GPU's) do not; so an output element whose elementwise operand (an argument of
+    the output's shape) is subnormal is compared with heron's reference evaluator's
+    value instead, which the evaluator's own oracle checks against XLA:CPU elsewhere.
+
+    ``expected_fn``: another jax function of the same arguments and results whose
+    XLA:CPU value is the expected one, where XLA:CPU's own result for ``fn`` is not
+    the op's defined result (the caller says why); default ``fn``.
+
+    A failure names the first differing element, its inputs (elementwise operands),
+    heron's compiled value, XLA:CPU's and heron's reference evaluator's, so that a
+    compiled-path bug (the evaluator agrees with XLA) reads apart from a reference
+    one.
+    """
+    from heron.runtime.core.executor import Executable
+    from heron.runtime.interpreter.device import InterpreterDevice
+
+    jitted = jax.jit(fn, keep_unused=True)
+    hlo_text = jitted.lower(*args).as_text("hlo")
+    module = parse_module(hlo_text, source="<jax>")
+    verify_module(module)
+    np_args = [np.asarray(a) for a in args]
+    artefact = _compiled_artefact(hlo_text)
+    compiled = [np.asarray(x) for x in Executable(artefact, InterpreterDevice()).run(np_args)]
+    expected = jax.jit(expected_fn or fn, keep_unused=True)(*args)
+    leaves = jax.tree_util.tree_flatten_with_path(expected)[0]
+    xla_out = [np.asarray(x) for _, x in leaves]
+    names = [jax.tree_util.keystr(path) for path, _ in leaves]
+    assert len(compiled) == len(xla_out), f"{len(compiled)} outputs vs XLA's {len(xla_out)}"
+    tolerances = compiled_tolerance(module, tol)
+    reference: list[np.ndarray] = []
+
+    def evaluated() -> list[np.ndarray]:
+        if not reference:
+            reference.extend(
+                np.asarray(x) for x in flatten_literal(evaluate_module(module, np_args))
+            )
+        return reference
+
+    for i, (got, want) in enumerate(zip(compiled, xla_out)):
+        flushed = np.zeros(want.shape, np.bool_)
+        for a in np_args:
+            if a.shape == want.shape:
+                flushed |= subnormal(a)
+        if flushed.any():
+            want = np.where(flushed, evaluated()[i], want)
+        try:
+            assert_close(got, want, tolerances[i], f"output {i}{names[i]} (compiled)")
+        except AssertionError as err:
+            bad = _first_bad(got, want, tolerances[i])
+            inputs = ", ".join(_at(a, bad, want.shape) for a in np_args)
+            raise AssertionError(
+                f"{err}\n  inputs at {bad}: {inputs}\n  reference evaluator: "
+                f"{evaluated()[i][bad]!r}\n--- HLO ---\n{hlo_text}"
+            ) from None
+    return OracleRun(hlo_text, compiled, xla_out)
+
+
+def _first_bad(got: np.ndarray, want: np.ndarray, tol: Tolerance) -> tuple[int, ...]:
+    """The index :func:`assert_close` reports first."""
+    for index in np.ndindex(*want.shape):
+        try:
+            assert_close(got[index][None], want[index][None], tol, "")
+        except AssertionError:
+            return tuple(int(i) for i in index)
+    return ()
