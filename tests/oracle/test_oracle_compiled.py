@@ -53,11 +53,6 @@ SEEDS = (0, 1)
 #: its row when it is fixed. Each: the op, the dtype, what differs (the reference
 #: evaluator gives XLA:CPU's value).
 KNOWN_BUGS: dict[tuple, str] = {
-    ("power", "float32"): (
-        "power f32 with a huge exponent (|y| >= ~1e8): wrong infinity or zero, e.g."
-        " pow(2.4831078, 3.4028235e38) = -inf (XLA +inf), pow(1.1754944e-38, 3.4028235e38)"
-        " = inf (XLA 0), pow(1.5, -1e30) = -inf (XLA 0), pow(-3, 1e8) = -inf (XLA +inf)"
-    ),
     ("power", "float64"): (
         "power f64 off by up to hundreds of ulps where |y log x| is large (documented bound"
         " 2): pow(0.5, -700) = 5.2601359015483607e+210 (XLA 2**700 = 5.260135901548374e+210),"

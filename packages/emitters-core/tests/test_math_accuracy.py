@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import zlib
 
+import ml_dtypes
 import mpmath
 import numpy as np
 import pytest
@@ -462,3 +463,36 @@ def test_f32_power_in_f32():
         err = ulp_error(out, np.power(x.astype(np.float64), y.astype(np.float64)), np.float32)
     assert err[:n].max() <= 1, err[:n].max()
     assert err.max() <= 4, err.max()
+
+
+#: pow's special cases with huge exponents (the oracle's edge values): |y| from 2^24 on
+#: is an even integer, so (-x)^y = x^y; 1e8, 1e10, 1e30 and f32 max overflow or underflow.
+_HUGE_Y = [1e8, -1e8, 2.0**24 + 2, 1e10, -1e10, 1e30, -1e30, 3.4028235e38, -3.4028235e38]
+_POW_X = [2.4831078, 1.1754944e-38, 1.5, 0.5, -3.0, 3.0, 1.0000001, 0.9999999, 1e-45,
+          3.4028235e38, -0.0, 0.0, np.inf, -np.inf, 1.0, -1.0, np.nan]  # fmt: skip
+
+
+@pytest.mark.parametrize("element", [ElementType.F32, ElementType.F16, ElementType.BF16])
+def test_power_huge_exponents(element):
+    """pow(2.4831078, 3.4028235e38) was -inf, pow(1.1754944e-38, 3.4028235e38) inf,
+    pow(-3, 1e8) -inf (f32: the product y log2 x's rounding error, up to 2^(e-24), or
+    -+inf where it overflows, reached the exp2 polynomial past the +-160 clamp)."""
+    from heron_test_support.host_jit import run_elementwise
+    from heron_test_support.math_accuracy import expand_checked
+
+    dtype = element.numpy_dtype
+    pairs = [(x, y) for x in _POW_X for y in _HUGE_Y + [np.inf, -np.inf, 0.5, 3.0]]
+    with np.errstate(all="ignore"):
+        x = np.array([p[0] for p in pairs]).astype(dtype)
+        y = np.array([p[1] for p in pairs]).astype(dtype)
+        (out,) = run_elementwise(
+            lambda a: [math_dialect.PowFOp(*a).result], [element] * 2, [element], [x, y],
+            pre_lowering=expand_checked,
+        )  # fmt: skip
+        ref = np.power(x.astype(np.float64), y.astype(np.float64)).astype(dtype)
+    out64, ref64 = out.astype(np.float64), ref.astype(np.float64)
+    eps = float(ml_dtypes.finfo(dtype).eps)
+    close = np.isfinite(ref64) & (np.abs(out64 - ref64) <= 4 * np.abs(ref64) * eps)
+    ok = close | (out64 == ref64) | (np.isnan(out64) & np.isnan(ref64))
+    bad = [(x[i], y[i], out[i], ref[i]) for i in np.nonzero(~ok)[0]]
+    assert not bad, bad[:10]

@@ -543,7 +543,10 @@ def _pow_magnitude_f32(kit: Kit, ax: Value, y: Value) -> Value:
     p_lo = kit.fma(y, l, kit.fma(y, h, kit.neg(p)))
     pc = kit.minnum(kit.maxnum(p, kit.c(-160.0)), kit.c(160.0))  # NaN (from y) -> -160
     n = kit.round_int(pc)
-    t = kit.add(kit.sub(pc, n), p_lo)
+    # Where |p| >= 2^24 (|y| ~1e8 and more) p_lo is p's rounding error, up to 2^(e-24)
+    # (or -+inf where y h overflows): clamping t to [-1, 1] keeps 2^t in [1/2, 2], so
+    # the clamped 2^+-160 makes the result inf or 0. Elsewhere |t| <= 1/2 + 2^-20.
+    t = kit.minnum(kit.maxnum(kit.add(kit.sub(pc, n), p_lo), kit.c(-1.0)), kit.c(1.0))
     q = kit.fma(t, kit.poly(t, coeffs.POW_EXP2_E_F32), kit.c(1.0))
     return kit.ldexp(q, kit.to_int(n))
 
