@@ -53,12 +53,6 @@ SEEDS = (0, 1)
 #: its row when it is fixed. Each: the op, the dtype, what differs (the reference
 #: evaluator gives XLA:CPU's value).
 KNOWN_BUGS: dict[tuple, str] = {
-    ("power", "float64"): (
-        "power f64 off by up to hundreds of ulps where |y log x| is large (documented bound"
-        " 2): pow(0.5, -700) = 5.2601359015483607e+210 (XLA 2**700 = 5.260135901548374e+210),"
-        " pow(1.7976931348623157e308, 1.0) = 1.7976931348622732e308, pow(10, 2) ="
-        " 100.00000000000004"
-    ),
     ("sine", "float64"): (
         "sine f64 of large arguments (|x| above ~8.5e6) loses all accuracy, then worse:"
         " sin(1e8) = 0.9316390294787271 (XLA 0.931639027109726), sin(1e20) = 1.36e34,"

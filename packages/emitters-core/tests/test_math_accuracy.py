@@ -472,7 +472,9 @@ _POW_X = [2.4831078, 1.1754944e-38, 1.5, 0.5, -3.0, 3.0, 1.0000001, 0.9999999, 1
           3.4028235e38, -0.0, 0.0, np.inf, -np.inf, 1.0, -1.0, np.nan]  # fmt: skip
 
 
-@pytest.mark.parametrize("element", [ElementType.F32, ElementType.F16, ElementType.BF16])
+@pytest.mark.parametrize(
+    "element", [ElementType.F32, ElementType.F16, ElementType.BF16, ElementType.F64]
+)
 def test_power_huge_exponents(element):
     """pow(2.4831078, 3.4028235e38) was -inf, pow(1.1754944e-38, 3.4028235e38) inf,
     pow(-3, 1e8) -inf (f32: the product y log2 x's rounding error, up to 2^(e-24), or
@@ -496,3 +498,45 @@ def test_power_huge_exponents(element):
     ok = close | (out64 == ref64) | (np.isnan(out64) & np.isnan(ref64))
     bad = [(x[i], y[i], out[i], ref[i]) for i in np.nonzero(~ok)[0]]
     assert not bad, bad[:10]
+
+
+def _mp_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    with mpmath.workdps(60):
+        return np.array(
+            [
+                np.longdouble(
+                    mpmath.nstr(mpmath.power(mpmath.mpf(float(a)), mpmath.mpf(float(b))), 30)
+                )
+                for a, b in zip(x, y, strict=True)
+            ],
+            dtype=np.longdouble,
+        )
+
+
+def test_f64_power_accuracy():
+    """f64 pow within its 2 ulp bound where ``|y log x|`` is large: the log is a
+    double-double and ``y log x`` a pair into exp (it was one f64 product: pow(0.5, -700)
+    was 275 ulp off, pow(f64 max, 1) = 1.7976931348622732e308, pow(10, 2) =
+    100.00000000000004). Reference: mpmath at 60 digits."""
+    rng = np.random.default_rng(275)
+    n = 1500
+    x = np.concatenate(
+        [
+            np.exp(rng.uniform(-700, 700, n)),
+            rng.uniform(0.5, 2.0, n),
+            np.exp(rng.uniform(-1e-3, 1e-3, n)),
+            rng.uniform(0.0, 100.0, n),
+        ]
+    )
+    target = np.concatenate([rng.uniform(-745, 709, 3 * n), np.zeros(n)])
+    y = np.where(target != 0, target / np.log(x), rng.uniform(-30, 30, 4 * n))
+    specific = [(0.5, -700.0), (1.7976931348623157e308, 1.0), (10.0, 2.0), (89.0, 100.0),
+                (2.0, 0.5), (3.0, -1.0), (7.0, 3.0), (2.0, -1074.0), (2.0, 1023.0)]  # fmt: skip
+    x = np.concatenate([x, [p[0] for p in specific]])
+    y = np.concatenate([y, [p[1] for p in specific]])
+    out = run_op(math_dialect.PowFOp, ElementType.F64, x, y)
+    with np.errstate(all="ignore"):
+        err = ulp_error(out, _mp_pow(x, y), np.float64)
+    worst = int(np.argmax(err))
+    assert err[worst] <= 2, (x[worst], y[worst], out[worst], err[worst])
+    assert list(out[-len(specific) :][:3]) == [2.0**700, 1.7976931348623157e308, 100.0]

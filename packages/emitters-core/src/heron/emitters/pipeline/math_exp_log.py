@@ -16,7 +16,8 @@ Algorithms (fdlibm's structure, our own polynomials):
   rounding of ``u``, Goldberg/Kahan); f32 log's polynomial on ``(1 + x) 2^-k - 1``
   computed from ``x`` (:func:`_log1p_f32`).
 - sinh, cosh, tanh, asinh, acosh, atanh: fdlibm's identities on top of these.
-- pow: f32 in f32 with double-f32 steps (:func:`_pow_magnitude_f32`); f64 in f64.
+- pow: f32 in f32 with double-f32 steps (:func:`_pow_magnitude_f32`); f64 in f64 with
+  a double-double log (:func:`_log_f64_double`) and ``y log x`` as a pair into exp.
 """
 
 from __future__ import annotations
@@ -115,9 +116,12 @@ def exp_core(
         return _exp_f32(kit, x, x_lo, scale_log2, moderate)
     lo, hi = _EXP_RANGE[kit.fmt.width]
     x = kit.min(kit.max(x, kit.c(lo)), kit.c(hi))
-    kf, r = _reduce(kit, x)
-    if x_lo is not None:
-        r = kit.add(r, x_lo)
+    if x_lo is None:
+        kf, r = _reduce(kit, x)
+    else:  # x - k ln2_hi is exact; x_lo - k ln2_lo is small: r is rounded once
+        kf = kit.round_int(kit.mul(x, kit.c(_LOG2E)))
+        r_hi = kit.fma(kf, kit.c(-_LN2_HI[64]), x)
+        r = kit.add(r_hi, kit.fma(kf, kit.c(-_LN2_LO[64]), x_lo))
     p = kit.poly(r, _exp_coeffs(_EXP_DEGREE[kit.fmt.width]))
     k = kit.to_int(kf)
     if scale_log2:
@@ -556,12 +560,70 @@ def pow_f32(kit: Kit, x: Value, y: Value) -> Value:
     return _pow(kit, x, y, lambda ax: _pow_magnitude_f32(kit, _log_argument(kit, ax), y))
 
 
+#: 2/3 as f64 head and tail.
+_TWO_THIRDS_HI = 2.0 / 3.0
+_TWO_THIRDS_LO = float(np.float64((2 - 3 * np.longdouble(_TWO_THIRDS_HI)) / 3))
+#: ``w(z) = sum_{n>=1} 2 z^n / (2n+3)``: the atanh series past 2/3, ``z = s^2 <= 0.0295``
+#: (13 terms: the rest is under 2^-72 of log m).
+_LOG_DOUBLE_TAIL = [2.0 / (2 * n + 5) for n in range(13)]
+
+
+def _log_f64_double(kit: Kit, x: Value) -> tuple[Value, Value]:
+    """f64 ``log x`` as a head and a tail (about 2^-70 relative, under 2^-66 absolute),
+    for finite ``x > 0``: what ``y log x`` in pow needs, whose absolute error is the
+    result's relative one (``|y log x|`` up to 745: libdevice's ``__nv_pow`` computes
+    its log in double-double too).
+
+    ``x = m 2^e``, ``m`` in [sqrt(1/2), sqrt(2)], ``f = m - 1`` exact; ``s = f/(2 + f)``
+    as ``s_hi + s_lo`` (``2 + f`` as a pair by Fast2Sum, the quotient's residual by
+    an fma); ``log m = 2s + s^3 (2/3 + w(s^2))`` with ``2/3 + w`` and ``s^3`` as pairs
+    (``w`` is at most 1.2% of 2/3, so its own f64 roundings are 2^-59 of the
+    ``s^3`` term, which is at most 1% of ``log m``); ``e ln2`` with ln2 in two parts
+    (``e ln2_hi`` exact) added by Fast2Sums.
+    """
+    m, e = kit.frexp(x)
+    big = kit.gt(m, kit.c(math.sqrt(2.0)))
+    m = kit.select(big, kit.mul(m, kit.c(0.5)), m)
+    ef = kit.to_float(kit.select(big, kit.iadd(e, kit.ci(1)), e))
+    two = kit.c(2.0)
+    f = kit.sub(m, kit.c(1.0))
+    v_hi = kit.add(two, f)
+    v_lo = kit.sub(f, kit.sub(v_hi, two))
+    s_hi = kit.div(f, v_hi)
+    residual = kit.sub(kit.fma(kit.neg(s_hi), v_hi, f), kit.mul(s_hi, v_lo))
+    s_lo = kit.div(residual, v_hi)
+    z_hi = kit.mul(s_hi, s_hi)
+    z_lo = kit.fma(s_hi, s_hi, kit.neg(z_hi))
+    w = kit.mul(z_hi, kit.poly(z_hi, _LOG_DOUBLE_TAIL))
+    a_hi = kit.add(kit.c(_TWO_THIRDS_HI), w)
+    a_lo = kit.add(kit.add(kit.sub(kit.c(_TWO_THIRDS_HI), a_hi), w), kit.c(_TWO_THIRDS_LO))
+    c_hi = kit.mul(z_hi, s_hi)  # s^3
+    c_lo = kit.fma(z_hi, s_hi, kit.neg(c_hi))
+    c_lo = kit.add(c_lo, kit.fma(z_lo, s_hi, kit.mul(kit.mul(z_hi, s_lo), kit.c(3.0))))
+    t_hi = kit.mul(c_hi, a_hi)
+    t_lo = kit.fma(c_hi, a_hi, kit.neg(t_hi))
+    t_lo = kit.add(t_lo, kit.fma(c_hi, a_lo, kit.mul(c_lo, a_hi)))
+    two_s = kit.add(s_hi, s_hi)
+    h = kit.add(two_s, t_hi)  # |2s| > |t|: Fast2Sum
+    l = kit.add(kit.add(kit.sub(two_s, h), t_hi), kit.add(kit.add(s_lo, s_lo), t_lo))  # noqa: E741
+    big_part = kit.mul(ef, kit.c(_LN2_HI[64]))  # exact; |e ln2| >= ln2 > |h| unless e = 0
+    head = kit.add(big_part, h)
+    lo = kit.add(kit.add(kit.sub(big_part, head), h), kit.fma(ef, kit.c(_LN2_LO[64]), l))
+    log_hi = kit.add(head, lo)
+    return log_hi, kit.add(kit.sub(head, log_hi), lo)
+
+
 def pow_f64(kit: Kit, x: Value, y: Value) -> Value:
     """``x**y`` with numpy's special cases; ``kit`` must be f64."""
 
     def magnitude(ax: Value) -> Value:
-        prod = kit.mul(y, log_finite(kit, _log_argument(kit, ax)))
-        return kit.pass_nan(prod, exp_core(kit, _finite_or_zero(kit, prod)))
+        log_hi, log_lo = _log_f64_double(kit, _log_argument(kit, ax))
+        prod = kit.mul(y, log_hi)
+        prod_lo = kit.fma(y, log_lo, kit.fma(y, log_hi, kit.neg(prod)))
+        # |prod| > 800 (inf included) is 0 or inf whatever prod_lo (which may be -+inf)
+        moderate = kit.lt(kit.abs(prod), kit.c(800.0))
+        prod_lo = kit.select(moderate, prod_lo, kit.c(0.0))
+        return kit.pass_nan(prod, exp_core(kit, _finite_or_zero(kit, prod), prod_lo))
 
     return _pow(kit, x, y, magnitude)
 
