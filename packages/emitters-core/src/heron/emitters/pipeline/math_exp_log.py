@@ -501,7 +501,11 @@ def _is_integer(kit: Kit, y: Value) -> tuple[Value, Value]:
 _LOG2E_F32 = (float(np.float32(_LOG2E)), float(np.float32(_LOG2E - float(np.float32(_LOG2E)))))
 
 
-def _pow_magnitude_f32(kit: Kit, ax: Value, y: Value) -> Value:
+#: ``|y log2 x|`` from which f32 pow is 0 or inf (2^-150 rounds to 0, 2^128 is inf).
+_POW_SATURATED_F32 = 256.0
+
+
+def _pow_magnitude_f32(kit: Kit, ax: Value, y: Value) -> tuple[Value, Value]:
     """f32 ``2^(y log2 ax)`` for finite ``ax > 0``, in f32 with double-f32 steps (the
     structure of libdevice's ``powf``, heron's polynomials):
 
@@ -547,12 +551,12 @@ def _pow_magnitude_f32(kit: Kit, ax: Value, y: Value) -> Value:
     p_lo = kit.fma(y, l, kit.fma(y, h, kit.neg(p)))
     pc = kit.minnum(kit.maxnum(p, kit.c(-160.0)), kit.c(160.0))  # NaN (from y) -> -160
     n = kit.round_int(pc)
-    # Where |p| >= 2^24 (|y| ~1e8 and more) p_lo is p's rounding error, up to 2^(e-24)
-    # (or -+inf where y h overflows): clamping t to [-1, 1] keeps 2^t in [1/2, 2], so
-    # the clamped 2^+-160 makes the result inf or 0. Elsewhere |t| <= 1/2 + 2^-20.
-    t = kit.minnum(kit.maxnum(kit.add(kit.sub(pc, n), p_lo), kit.c(-1.0)), kit.c(1.0))
+    t = kit.add(kit.sub(pc, n), p_lo)
     q = kit.fma(t, kit.poly(t, coeffs.POW_EXP2_E_F32), kit.c(1.0))
-    return kit.ldexp(q, kit.to_int(n))
+    # From |p| = 2^24 on (|y| ~1e8 and more) p_lo, p's rounding error, is up to 2^(e-24)
+    # (-+inf where y h overflows) and t is anything: the result is 0 or inf there
+    # (from |p| >= 150), which _pow selects by this flag (one compare).
+    return kit.ldexp(q, kit.to_int(n)), kit.ge(kit.abs(p), kit.c(_POW_SATURATED_F32))
 
 
 def pow_f32(kit: Kit, x: Value, y: Value) -> Value:
@@ -620,28 +624,31 @@ def pow_f64(kit: Kit, x: Value, y: Value) -> Value:
         log_hi, log_lo = _log_f64_double(kit, _log_argument(kit, ax))
         prod = kit.mul(y, log_hi)
         prod_lo = kit.fma(y, log_lo, kit.fma(y, log_hi, kit.neg(prod)))
-        # |prod| > 800 (inf included) is 0 or inf whatever prod_lo (which may be -+inf)
-        moderate = kit.lt(kit.abs(prod), kit.c(800.0))
-        prod_lo = kit.select(moderate, prod_lo, kit.c(0.0))
-        return kit.pass_nan(prod, exp_core(kit, _finite_or_zero(kit, prod), prod_lo))
+        # from |prod| = 800 on (inf included) the result is 0 or inf, whatever prod_lo
+        # (which may then be -+inf): _pow selects it
+        saturated = kit.ge(kit.abs(prod), kit.c(800.0))
+        prod_lo = kit.select(saturated, kit.c(0.0), prod_lo)
+        return exp_core(kit, _finite_or_zero(kit, prod), prod_lo), saturated
 
     return _pow(kit, x, y, magnitude)
 
 
 def _pow(kit: Kit, x: Value, y: Value, core) -> Value:
-    """``x**y`` from ``core(|x|)`` (``|x|^y`` for finite ``|x| > 0`` and finite ``y``) and
-    numpy's special cases."""
+    """``x**y`` from ``core(|x|)`` and numpy's special cases. ``core`` gives ``|x|^y`` for
+    finite ``|x| > 0`` and finite ``y``, and a flag: ``|y log|x||`` is so large (``y``
+    infinite included) that ``|x|^y`` is 0 or inf, by the sign of ``y log|x|``."""
     ax = kit.abs(x)
     integral, odd = _is_integer(kit, y)
-    magnitude = core(ax)
+    magnitude, saturated = core(ax)
     # |x| = 0 or inf: the limits of exp(y*log|x|), by the signs of y and log|x|.
     zero_or_inf = kit.bor(kit.eq(ax, kit.c(0.0)), kit.eq(ax, kit.inf()))
     grows = kit.icmp("eq", kit.eq(ax, kit.inf()), kit.gt(y, kit.c(0.0)))
     magnitude = kit.select(zero_or_inf, kit.select(grows, kit.inf(), kit.c(0.0)), magnitude)
-    # y = +-inf: 0 or inf by whether |x| < 1 (|x| = 1 gives 1).
+    # |y log|x|| huge (y = +-inf with |x| not 0, 1 or inf included): 0 or inf by whether
+    # |x| < 1 (|x| = 1 gives 1 below; |x| = 0 or inf: y log|x| is NaN, not saturated).
     y_inf = kit.eq(kit.abs(y), kit.inf())
     inf_grows = kit.icmp("eq", kit.gt(ax, kit.c(1.0)), kit.gt(y, kit.c(0.0)))
-    magnitude = kit.select(y_inf, kit.select(inf_grows, kit.inf(), kit.c(0.0)), magnitude)
+    magnitude = kit.select(saturated, kit.select(inf_grows, kit.inf(), kit.c(0.0)), magnitude)
     magnitude = kit.select(kit.eq(ax, kit.c(1.0)), kit.c(1.0), magnitude)
     negative = kit.signbit_set(x)
     result = kit.select(kit.band(negative, odd), kit.neg(magnitude), magnitude)
