@@ -53,21 +53,6 @@ SEEDS = (0, 1)
 #: its row when it is fixed. Each: the op, the dtype, what differs (the reference
 #: evaluator gives XLA:CPU's value).
 KNOWN_BUGS: dict[tuple, str] = {
-    ("sine", "float64"): (
-        "sine f64 of large arguments (|x| above ~8.5e6) loses all accuracy, then worse:"
-        " sin(1e8) = 0.9316390294787271 (XLA 0.931639027109726), sin(1e20) = 1.36e34,"
-        " sin(1.7976931348623157e308) = inf"
-    ),
-    ("cosine", "float64"): (
-        "cosine f64 of large arguments (|x| above ~8.5e6) loses all accuracy, then worse:"
-        " cos(1e8) = -0.3633850832820954 (XLA -0.3633850893556905), cos(1e20) = -5.53e35,"
-        " cos(1.7976931348623157e308) = -inf"
-    ),
-    ("tan", "float64"): (
-        "tan f64 of large arguments (|x| above ~8.5e6) loses all accuracy, then worse:"
-        " tan(1e8) = -2.563778956098473 (XLA -2.5637789067283774), tan(1e20) = -0.0246"
-        " (XLA -0.8446), tan(1.7976931348623157e308) = nan"
-    ),
     **{
         ("long-argmax", dtype): (
             f"argmax/argmin {dtype} along a row of 8 or more with two NaNs give the later"

@@ -540,3 +540,33 @@ def test_f64_power_accuracy():
     worst = int(np.argmax(err))
     assert err[worst] <= 2, (x[worst], y[worst], out[worst], err[worst])
     assert list(out[-len(specific) :][:3]) == [2.0**700, 1.7976931348623157e308, 100.0]
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "tan"])
+def test_trig_huge_arguments_f64(name):
+    """f64 sin/cos/tan reduce every finite argument: from 2^20 on by Payne-Hanek with
+    2/pi in 48-bit chunks (the Cody-Waite reduction lost all accuracy from ~8.5e6 on:
+    sin(1e8) = 0.9316390294787271, want 0.931639027109726; sin(1e20) = 1.36e34,
+    sin(f64 max) = inf, tan(f64 max) = NaN). Reference: mpmath with 2400 bits, enough
+    for 2/pi at f64 max. 6381956970095103 * 2^797 is the f64 closest to a multiple of
+    pi/2 (Muller, *Elementary Functions*)."""
+    op_class, _, _, _, _, _, bound64 = CASES[name]
+    fn = {"sin": mpmath.sin, "cos": mpmath.cos, "tan": mpmath.tan}[name]
+    rng = np.random.default_rng(zlib.crc32(f"{name}-huge-f64".encode()))
+    specific = [1e8, 1e20, 1e300, float(np.finfo(np.float64).max), 6381956970095103 * 2.0**797,
+                2.0**20, 2.0**20 - 1, 8.6e6, 2.0**54, 2.0**102, 2.0**150, 2.0**1023]  # fmt: skip
+    x = np.concatenate(
+        [
+            log_uniform(rng, 1e5, float(np.finfo(np.float64).max), 600),
+            np.array(specific + [-v for v in specific], dtype=np.float64),
+        ]
+    )
+    out = run_op(op_class, ElementType.F64, x)
+    with mpmath.workprec(2400):
+        ref = np.array(
+            [np.longdouble(mpmath.nstr(fn(mpmath.mpf(float(v))), 25)) for v in x],
+            dtype=np.longdouble,
+        )
+    err = ulp_error(out, ref, np.float64)
+    worst = int(np.argmax(err))
+    assert err[worst] <= bound64, (x[worst], out[worst], ref[worst], err[worst])

@@ -53,8 +53,9 @@ log1p           2          3          < -1 -> NaN, -1 -> -inf (1.61 / 2.21 measu
                                       computed from x (libdevice's reduction)
 sin, cos        2          2          f32: every finite x (f32 Cody-Waite below
                                       2^17, 1.49 measured; Payne-Hanek above);
-                                      f64: |x| < 1.6e6 (2^20 pi/2), larger: absolute
-                                      error grows like |x| 2^-72 (no Payne-Hanek)
+                                      f64: every finite x (Cody-Waite below 2^20,
+                                      Payne-Hanek above, behind a branch; 1.23
+                                      measured up to f64 max)
 tan             4          3          f32: Payne-Hanek from 2^20 on; f64 as sin
 atan            1          1
 atan2           2          2          every IEEE zero/inf quadrant case; f32: one

@@ -9,8 +9,12 @@
   degree 3 in ``r^2``. f32 arguments from 2^20 (tan) or 2^17 (sin, cos) on take
   a Payne-Hanek reduction instead (``_reduce_pio2_large_f32``, exact products of
   ``x`` with 26-bit chunks of ``2/pi``), so f32 sin/cos/tan are accurate for
-  every finite argument. f64 has no Payne-Hanek path: beyond ``2^20*pi/2`` the
-  absolute error of its ``r`` grows like ``|x|*2^-72`` (wrong for huge ``x``).
+  every finite argument. f64 arguments from 2^20 on take an f64 Payne-Hanek
+  reduction (``_reduce_pio2_large_f64``: 2/pi in 48-bit chunks chosen by the
+  exponent, exact fma products, a coarse sum mod 4 and a fine double-double one),
+  in an ``scf.if`` taken only where some lane needs it, so f64 sin/cos/tan are
+  accurate for every finite argument too (libdevice's ``__nv_sin`` also branches
+  to a Payne-Hanek reduction for large arguments).
   Taylor polynomials on ``|r| <= pi/4`` (sin to r^9 / r^17, cos to r^10 / r^18)
   for f64 and f32 tan.
 - atan: fdlibm's five intervals (reductions by 0.5, 1, 1.5 and ``1/x``, all
@@ -28,7 +32,7 @@ import math
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith
+from mlir.dialects import arith, scf, vector
 
 from heron.emitters.pipeline import math_coefficients as coeffs
 from heron.emitters.pipeline.math_common import Kit
@@ -138,6 +142,98 @@ def _reduce_pio2_large_f32(k64: Kit, x: Value) -> tuple[Value, Value]:
     return q, r
 
 
+def _two_over_pi_48() -> tuple[int, ...]:
+    """2/pi in 48-bit chunks, a zero first: ``2/pi = sum(d[k] * 2^(-48k))`` (1200 bits)."""
+    import mpmath
+
+    with mpmath.workprec(1400):
+        bits = int(mpmath.floor(2 / mpmath.pi * mpmath.mpf(2) ** 1200))
+    return (0,) + tuple((bits >> (1200 - 48 * (k + 1))) & ((1 << 48) - 1) for k in range(25))
+
+
+_TWO_OVER_PI_48 = _two_over_pi_48()
+#: f64 arguments from it on (in magnitude) take :func:`_reduce_pio2_large_f64`: below,
+#: ``k * _PIO2_1`` (33 bits) is exact.
+_LARGE_F64 = 2.0**20
+#: The coarse part's granularity in :func:`_reduce_pio2_large_f64`.
+_COARSE = 2.0**-46
+
+
+def _reduce_pio2_large_f64(k64: Kit, x: Value) -> tuple[Value, Value]:
+    """Payne-Hanek ``(q, r)`` (i64 ``k mod 4``, f64 ``r``) for finite f64 ``|x| >= 2^6``.
+
+    ``x = M 2^(E-52)`` (``M`` a 53-bit integer); ``2/pi = sum d_k 2^(-48k)``
+    (:data:`_TWO_OVER_PI_48`, 48-bit chunks, ``d_0 = 0``). The terms of ``x 2/pi``
+    with ``k < j0``, ``j0 = floor((E - 6)/48)``, are multiples of 4 and are dropped:
+    ``x' = x 2^(-48 j0)`` (exact) times the chunks ``d_(j0+i) 2^(-48i)``, ``i < 5``
+    (selected by comparing ``|x|`` with ``2^(6+48j)``; no table in memory). Each
+    product is split exactly by an fma, ``hi + lo = M d 2^(g - 48i)`` with
+    ``g = E - 52 - 48 j0`` in [-46, 2): every part is a multiple of ``2^(g - 48i)``.
+    The parts are sorted into a coarse sum (multiples of 2^-46, kept mod 4 in
+    [-2, 2]: exact) and a fine one (each under 2^-40, added as a double-double):
+    chunk 0's parts are coarse; chunk 1's and chunk 2's ``hi`` (and chunk 1's ``lo``,
+    under 4) are reduced mod 4 and split by the 1.5*2^6 shifter into a multiple of
+    2^-46 and a remainder under 2^-47; the rest is fine. Chunk 4 is a plain product
+    (under 2^-89, rounded by 2^-142) and what chunk 5 on would add is under 2^-137.
+    So ``f = x 2/pi - k`` (``k`` the coarse sum rounded) has an absolute error of
+    about 2^-130: relative 2^-68 at the closest an f64 comes to a multiple of pi/2
+    (``6381956970095103 * 2^797``, about 2^-61 away: Muller, *Elementary
+    Functions*). ``r = f pi/2`` in a double-double, rounded once. Any ``x`` gives
+    finite values (dropped by the caller's select below 2^20).
+    """
+    a = k64.abs(x)
+    steps = [k64.ge(a, k64.c(2.0 ** (6 + 48 * j))) for j in range(1, 22)]
+    d = _TWO_OVER_PI_48
+
+    def by_j0(values: list[float]) -> Value:
+        v = k64.c(values[0])
+        for j, crossed in enumerate(steps, start=1):
+            v = k64.select(crossed, k64.c(values[j]), v)
+        return v
+
+    xs = k64.mul(x, by_j0([2.0 ** (-48 * j) for j in range(22)]))
+    parts = []
+    for i in range(5):
+        chunk = by_j0([float(d[j + i]) * 2.0 ** (-48 * i) for j in range(22)])
+        hi = k64.mul(xs, chunk)
+        parts.append((hi, k64.fma(xs, chunk, k64.neg(hi))))
+    shifter = k64.c(1.5 * 2.0**52 * _COARSE)
+
+    def split(v: Value) -> tuple[Value, Value]:  # v in [-2, 2]: (multiple of 2^-46, rest)
+        c = k64.sub(k64.add(v, shifter), shifter)
+        return c, k64.sub(v, c)
+
+    coarse = [_mod4(k64, parts[0][0], huge=True), _mod4(k64, parts[0][1], huge=False)]
+    fine = []
+    for v, huge in ((parts[1][0], True), (parts[1][1], False), (parts[2][0], False)):
+        c, rest = split(_mod4(k64, v, huge=huge))
+        coarse.append(c)
+        fine.append(rest)
+    fine += [parts[2][1], parts[3][0], parts[3][1], parts[4][0]]
+    acc = coarse[0]
+    for c in coarse[1:]:
+        acc = _mod4(k64, k64.add(acc, c), huge=False)
+    fine_hi, fine_lo = fine[0], k64.c(0.0)
+    for v in fine[1:]:
+        fine_hi, e = _two_sum(k64, fine_hi, v)
+        fine_lo = k64.add(fine_lo, e)
+    kf = k64.round_int(acc)
+    f_hi, e = _two_sum(k64, k64.sub(acc, kf), fine_hi)
+    f_lo = k64.add(e, fine_lo)
+    r_hi = k64.mul(f_hi, k64.c(_PIO2_HI))
+    r_lo = k64.fma(f_hi, k64.c(_PIO2_HI), k64.neg(r_hi))
+    r_lo = k64.add(r_lo, k64.fma(f_hi, k64.c(_PIO2_LO), k64.mul(f_lo, k64.c(_PIO2_HI))))
+    q = k64.iand(k64.to_int(kf), k64.ci(3))
+    return q, k64.add(r_hi, r_lo)
+
+
+def _any(cond: Value) -> Value:
+    """One i1, true where any lane of ``cond`` is (``cond`` itself for scalars)."""
+    if not isinstance(cond.type, ir.VectorType):
+        return cond
+    return vector.ReductionOp(ir.IntegerType.get_signless(1), vector.CombiningKind.OR, cond).result
+
+
 def _reduce_pio2(kit: Kit, x: Value) -> tuple[Value, Value]:
     """``(q, r)``: ``x = k*pi/2 + r`` with ``q = k mod 4`` (int of kit's width), ``r`` in kit."""
     x_in = x
@@ -166,6 +262,15 @@ def _reduce_pio2(kit: Kit, x: Value) -> tuple[Value, Value]:
         q = arith.TruncIOp(kit.itype, q).result
         r = kit.select(large, arith.TruncFOp(kit.ftype, r_big).result, r)
         q = kit.select(large, arith.TruncIOp(kit.itype, q_big).result, q)
+    else:  # Payne-Hanek behind a branch taken only where some lane needs it
+        large = kit.ge(kit.abs(x), kit.c(_LARGE_F64))
+        branch = scf.IfOp(_any(large), [q.type, r.type], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            q_big, r_big = _reduce_pio2_large_f64(kit, x)
+            scf.YieldOp([kit.select(large, q_big, q), kit.select(large, r_big, r)])
+        with ir.InsertionPoint(branch.else_block):
+            scf.YieldOp([q, r])
+        q, r = branch.results
     return q, r
 
 
