@@ -580,10 +580,11 @@ def _log_f64_double(kit: Kit, x: Value) -> tuple[Value, Value]:
 
     ``x = m 2^e``, ``m`` in [sqrt(1/2), sqrt(2)], ``f = m - 1`` exact; ``s = f/(2 + f)``
     as ``s_hi + s_lo`` (``2 + f`` as a pair by Fast2Sum, the quotient's residual by
-    an fma); ``log m = 2s + s^3 (2/3 + w(s^2))`` with ``2/3 + w`` and ``s^3`` as pairs
-    (``w`` is at most 1.2% of 2/3, so its own f64 roundings are 2^-59 of the
-    ``s^3`` term, which is at most 1% of ``log m``); ``e ln2`` with ln2 in two parts
-    (``e ln2_hi`` exact) added by Fast2Sums.
+    an fma, divided by ``2 + f`` as a product with ``(1 - s)/2``); ``log m = 2s +
+    s^3 (2/3 + w(s^2))`` with ``2/3 + w`` and ``s^3`` as pairs (``w`` is at most 1.2%
+    of 2/3, so its own f64 roundings are 2^-59 of the ``s^3`` term, which is at most
+    1% of ``log m``); ``e ln2`` with ln2 in two parts (``e ln2_hi`` exact) added by
+    Fast2Sums.
     """
     m, e = kit.frexp(x)
     big = kit.gt(m, kit.c(math.sqrt(2.0)))
@@ -595,7 +596,8 @@ def _log_f64_double(kit: Kit, x: Value) -> tuple[Value, Value]:
     v_lo = kit.sub(f, kit.sub(v_hi, two))
     s_hi = kit.div(f, v_hi)
     residual = kit.sub(kit.fma(kit.neg(s_hi), v_hi, f), kit.mul(s_hi, v_lo))
-    s_lo = kit.div(residual, v_hi)
+    # residual / (2 + f), with 1/(2 + f) = (1 - s)/2: one division in all
+    s_lo = kit.mul(residual, kit.fma(s_hi, kit.c(-0.5), kit.c(0.5)))
     z_hi = kit.mul(s_hi, s_hi)
     z_lo = kit.fma(s_hi, s_hi, kit.neg(z_hi))
     w = kit.mul(z_hi, kit.poly(z_hi, _LOG_DOUBLE_TAIL))
