@@ -1640,13 +1640,7 @@ def integer_identities(n, one):
 @case(
     "linalg_eigh",
     lambda: (np.eye(3, dtype=np.float32) * 2 + 0.5,),
-    rel(1e-5),
-    pytest.mark.xfail(
-        strict=True,
-        raises=UnsupportedError,
-        reason="custom-call 'lapack_ssyevd_ffi' (jnp.linalg.eigh lowered for the CPU): refused,"
-        " 'provided by no installed plugin' (docs/custom-calls.md: only potrf, getrf, trsm)",
-    ),
+    rel(1e-5),  # LAPACK ssyevd through scipy on both sides (heron.jax.cpu_lapack)
 )
 def linalg_eigh(s):
     return jnp.linalg.eigh(s)[0]
@@ -1655,13 +1649,7 @@ def linalg_eigh(s):
 @case(
     "linalg_svd",
     lambda: (_f32(4, 3),),
-    rel(1e-5),
-    pytest.mark.xfail(
-        strict=True,
-        raises=UnsupportedError,
-        reason="custom-call 'lapack_sgesdd_ffi' (jnp.linalg.svd, also lstsq and pinv, lowered"
-        " for the CPU): refused, 'provided by no installed plugin'",
-    ),
+    rel(1e-5),  # LAPACK sgesdd through scipy on both sides
 )
 def linalg_svd(a):
     return jnp.linalg.svd(a, compute_uv=False)
@@ -1670,13 +1658,7 @@ def linalg_svd(a):
 @case(
     "linalg_qr",
     lambda: (_f32(4, 3),),
-    rel(1e-5),
-    pytest.mark.xfail(
-        strict=True,
-        raises=UnsupportedError,
-        reason="custom-call 'lapack_sgeqrf_ffi' (jnp.linalg.qr lowered for the CPU): refused,"
-        " 'provided by no installed plugin'",
-    ),
+    rel(1e-5),  # LAPACK sgeqrf through scipy on both sides
 )
 def linalg_qr(a):
     return jnp.abs(jnp.linalg.qr(a)[1])

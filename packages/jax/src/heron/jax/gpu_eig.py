@@ -36,10 +36,9 @@ import numpy as np
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec
 from heron.jax.ffi_attributes import boolean, check_magma
-from heron.jax.lapack import check_matrices
-from heron.jax.scipy_lapack import check_dtype, routine, workspace
+from heron.jax.scipy_lapack import check_dtype, check_matrices, routine, workspace
 
-__all__ = ["eig_specs", "geev", "hybrid_eig", "unpack_pairs"]
+__all__ = ["eig_batch", "eig_specs", "geev", "hybrid_eig", "unpack_pairs"]
 
 
 def unpack_pairs(wi: np.ndarray, packed: np.ndarray) -> np.ndarray:
@@ -81,7 +80,12 @@ def hybrid_eig(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.nd
     real = call.target.endswith("_real")
     _operand(call, a, real=real)
     check_magma(call)
-    left, right = boolean(call, "left"), boolean(call, "right")
+    return eig_batch(a, real=real, left=boolean(call, "left"), right=boolean(call, "right"))
+
+
+def eig_batch(a: np.ndarray, *, real: bool, left: bool, right: bool) -> list[np.ndarray]:
+    """``?geev`` of every matrix of a batch: ``[wr, wi]`` or ``[w]``, then complex ``vl``,
+    ``vr`` (zeros where not asked for) and ``info``; also jax's CPU ``lapack_?geev_ffi``."""
     batch, n = a.shape[:-2], a.shape[-1]
     complex_type = np.result_type(a.dtype, np.complex64)
     values = [np.zeros((*batch, n), a.dtype) for _ in range(2 if real else 1)]

@@ -36,8 +36,7 @@ import numpy as np
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec
 from heron.jax.ffi_attributes import boolean, check_magma
-from heron.jax.lapack import check_matrices
-from heron.jax.scipy_lapack import check_dtype, routine, workspace
+from heron.jax.scipy_lapack import check_dtype, check_matrices, routine, workspace
 
 __all__ = ["geqp3", "householder_specs", "ormqr", "pivoted_qr", "sytrd"]
 

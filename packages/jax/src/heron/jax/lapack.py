@@ -27,6 +27,10 @@ substitution: :func:`heron.hlo.custom_calls.triangular_solve.solve`, which also
 runs HLO's ``triangular-solve``) in
 the operand's own precision (f32 for the ``s`` targets), so it agrees with LAPACK to
 rounding, not bit for bit (LAPACK blocks large matrices).
+
+This module's hook also registers :mod:`heron.jax.cpu_lapack`'s targets (eigh, SVD,
+QR, eig, Schur, Hessenberg, tridiagonal solve: scipy's LAPACK): one entry point for
+jax's CPU calls.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ import numpy as np
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
 from heron.hlo.custom_calls.triangular_solve import solve as triangular_solve
+from heron.jax.cpu_lapack import cpu_lapack_specs
+from heron.jax.scipy_lapack import check_matrices
 
 __all__ = [
     "POTRF_TARGETS",
@@ -68,15 +74,6 @@ def _flag(call: CustomCall, name: str, default: str, allowed: str) -> str:
         choices = ", ".join(f"'{c}' ({ord(c)})" for c in allowed)
         raise call.error(f"{name} {ord(value)} is none of {choices}")
     return value
-
-
-def check_matrices(call: CustomCall, array: np.ndarray, dtype, *, square: bool) -> None:
-    """Refuse, naming the call, an operand that is not a batch of (square) ``dtype`` matrices."""
-    if array.dtype != dtype:
-        raise call.error(f"takes {np.dtype(dtype).name} matrices, not {array.dtype}")
-    if array.ndim < 2 or (square and array.shape[-1] != array.shape[-2]):
-        kind = "square matrices" if square else "matrices"
-        raise call.error(f"takes {kind}, not {list(array.shape)}")
 
 
 def cholesky_factor(matrix: np.ndarray, lower: bool) -> tuple[np.ndarray, int]:
@@ -179,9 +176,12 @@ def heron_custom_call_specs() -> list[CustomCallSpec]:
         (TRSM_TARGETS, trsm, "triangular solve (jax.scipy.linalg.solve_triangular)"),
     )
     return [
-        CustomCallSpec(
-            target=target, host=host, description=f"jax's CPU LAPACK {what}, on the host"
-        )
-        for targets, host, what in routines
-        for target in targets
+        *(
+            CustomCallSpec(
+                target=target, host=host, description=f"jax's CPU LAPACK {what}, on the host"
+            )
+            for targets, host, what in routines
+            for target in targets
+        ),
+        *cpu_lapack_specs(),
     ]

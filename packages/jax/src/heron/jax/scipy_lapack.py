@@ -6,7 +6,8 @@ and the LAPACK behind its GPU "hybrid" host kernels (``cuhybrid_eig_*``,
 binds the same library. So a routine called here with the operand's own type
 (``sgeev`` for f32, not ``dgeev`` and a rounding) and the optimal workspace
 computes exactly what jax computes: heron's host versions of those calls match
-jax on the CPU bit for bit rather than to a tolerance.
+jax on the CPU bit for bit rather than to a tolerance. :func:`check_matrices` is the
+operand check every linear-algebra target of heron-jax shares.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import scipy.linalg.lapack as _lapack
 
 from heron.hlo.custom_calls.call import CustomCall
 
-__all__ = ["LETTERS", "check_dtype", "routine", "workspace"]
+__all__ = ["LETTERS", "check_dtype", "check_matrices", "routine", "workspace"]
 
 #: LAPACK's type letter of each element type jax's solvers take.
 LETTERS = {
@@ -51,3 +52,12 @@ def workspace(work: Any) -> int:
     binding's first result or the ``work`` of a call with ``lwork=-1``): what jax's
     kernels query and allocate, and a blocked routine's rounding depends on it."""
     return max(1, int(np.real(np.ravel(work)[0])))
+
+
+def check_matrices(call: CustomCall, array: np.ndarray, dtype, *, square: bool) -> None:
+    """Refuse, naming the call, an operand that is not a batch of (square) ``dtype`` matrices."""
+    if array.dtype != dtype:
+        raise call.error(f"takes {np.dtype(dtype).name} matrices, not {array.dtype}")
+    if array.ndim < 2 or (square and array.shape[-1] != array.shape[-2]):
+        kind = "square matrices" if square else "matrices"
+        raise call.error(f"takes {kind}, not {list(array.shape)}")
