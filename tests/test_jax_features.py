@@ -863,12 +863,6 @@ def narrow_formats(x, n):
     "rbg_keys_rng_bit_generator",
     lambda: (np.int32(11),),
     EXACT,
-    pytest.mark.xfail(
-        strict=True,
-        raises=UnsupportedError,
-        reason="rng-bit-generator (u64[2] state, rng_default, from jax's 'rbg' keys): heron"
-        " refuses it, 'no heron emitter handles rng-bit-generator yet'",
-    ),
 )
 def rbg_random(seed):
     key = jax.random.key(seed, impl="rbg")

@@ -179,7 +179,7 @@ def test_tokens_and_barriers_pass_values_through():
         ("ROOT r = f32[8] all-gather(p), dimensions={0}, replica_groups={}", "all-gather"),
         ("ROOT r = f32[4] rng(z, o), distribution=rng_uniform", "rng"),
         (
-            "ROOT r = (u64[2], u32[4]) rng-bit-generator(s), algorithm=rng_default",
+            "ROOT r = (u64[2], c64[4]) rng-bit-generator(s), algorithm=rng_default",
             "rng-bit-generator",
         ),
     ],

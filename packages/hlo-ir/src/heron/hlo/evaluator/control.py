@@ -7,7 +7,9 @@ computation.
 
 Also the deliberate refusals: operations that need a device, other replicas,
 the host or randomness (collectives, infeed/outfeed, send/recv, rng) have no
-reference value, and say so naming the instruction.
+reference value, and say so naming the instruction. ``rng-bit-generator`` is the
+exception: its bits are fixed by XLA's expansion (Philox or Threefry), which the
+evaluator builds and evaluates (:mod:`heron.hlo.passes.rng_bit_generator_expander`).
 """
 
 from __future__ import annotations
@@ -154,6 +156,17 @@ def _custom_call(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Litera
     return call.nest(results)
 
 
+def _rng_bit_generator(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    """The bits XLA computes: its expansion (Philox or Threefry in plain HLO), evaluated."""
+    # Imported here: heron.hlo.passes imports the evaluator (constant folding).
+    from heron.hlo.passes.rng_bit_generator_expander import generator_computation, refusal
+
+    why = refusal(inst)
+    if why is not None:
+        raise unsupported(inst, why)
+    return ev.call(generator_computation(inst), ops)
+
+
 def _refuse(why: str):
     def handler(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
         raise unsupported(inst, why)
@@ -182,7 +195,7 @@ HANDLERS = {
     "partition-id": _single_device_id,
     "custom-call": _custom_call,
     "rng": _refuse("random number generation has no reference value"),
-    "rng-bit-generator": _refuse("random bit generation has no reference value"),
+    "rng-bit-generator": _rng_bit_generator,
     "rng-get-and-update-state": _refuse("random number generation has no reference value"),
     "infeed": _refuse("it reads from the host"),
     "outfeed": _refuse("it writes to the host"),

@@ -26,6 +26,7 @@ from heron.hlo.passes import (
     flatten_call_graph,
     layouts,
     optimization_barrier_expander,
+    rng_bit_generator_expander,
     scatter_determinism_expander,
     scheduler,
     select_and_scatter_expander,
@@ -54,6 +55,7 @@ _REGISTERING = (
     flatten_call_graph,
     layouts,
     optimization_barrier_expander,
+    rng_bit_generator_expander,
     scatter_determinism_expander,
     scheduler,
     select_and_scatter_expander,
@@ -73,8 +75,8 @@ def simplification_pipeline(
     layouts: bool = True,
 ) -> Pipeline:
     """Remove sharding annotations (one device), inline calls (then give each loop body,
-    condition and branch one caller), remove optimization barriers, decompose topk,
-    expand stable sorts and select-and-scatter, lower convolutions to dots, run
+    condition and branch one caller), remove optimization barriers, expand rng-bit-generators,
+    decompose topk, expand stable sorts and select-and-scatter, lower convolutions to dots, run
     ``before_dots`` (a target's rewrites of dots as the program has them: the GPU
     pipeline's dot strength reduction), canonicalise dots; then simplify to a
     fixed point, run ``before_layout`` (a target's rewrites that read the simplified graph
@@ -91,6 +93,7 @@ def simplification_pipeline(
             pass_named("call-inliner"),
             pass_named("flatten-call-graph"),
             pass_named("optimization-barrier-expander"),
+            pass_named("rng-bit-generator-expander"),
             pass_named("topk-decomposer"),
             pass_named("stable-sort-expander"),
             pass_named("select-and-scatter-expander"),
