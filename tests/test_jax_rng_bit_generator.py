@@ -56,7 +56,7 @@ def _check(fn, *args) -> None:
 
 #: (shape, dtype) drawn one after the other, each from the state the last one left:
 #: scalars, sizes that fill no whole Philox block (4 words) or Threefry pair, shapes
-#: with no even dimension (Threefry splits the longest), 8- to 64-bit words.
+#: with no even dimension (Threefry splits the longest), 8- to 64-bit words, no bits.
 DRAWS = (
     ((), jnp.uint32),
     ((7,), jnp.uint32),
@@ -66,6 +66,7 @@ DRAWS = (
     ((2, 3, 3), jnp.uint64),
     ((9,), jnp.uint8),
     ((3, 3), jnp.uint16),
+    ((0, 2), jnp.uint32),
 )
 
 

@@ -206,6 +206,12 @@ def _expand(inserter: Inserter, inst: Instruction) -> Instruction:
     bits = inst.shape.elements[1]
     b = _Builder(inserter, inst)
     state = inst.operands[0]
+    if bits.num_elements == 0:
+        # No bits: the counter advances by nothing. An empty constant, not an empty
+        # computation (whose zero-sized intermediates the emitters need not meet).
+        empty = np.zeros(bits.dims, dtype=bits.element_type.numpy_dtype)
+        value = b.add("constant", bits, literal=empty)
+        return b.add("tuple", inst.shape, [state, value])
     key = b.element(state, 0)
     if algorithm in _PHILOX:
         counter_low = b.element(state, 1)
