@@ -62,7 +62,7 @@ import numpy as np
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec
 from heron.jax.gpu_eig import eig_batch
-from heron.jax.gpu_householder import geqp3, ormqr
+from heron.jax.gpu_householder import geqp3, ormqr, tridiagonal_reduction
 from heron.jax.scipy_lapack import check_dtype, check_matrices, routine, workspace
 
 __all__ = [
@@ -308,20 +308,9 @@ def sytrd(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray
     (a,) = operands
     _matrices(call, a, square=True)
     lower = _flag(call, "uplo", "LU") == "L"
-    batch, n = a.shape[:-2], a.shape[-1]
-    if n == 0:
+    if a.shape[-1] == 0:
         raise call.error("takes matrices of at least one row (jax's tridiagonal does too)")
-    real = _real(a.dtype)
-    reduce = routine("sytrd", a.dtype, complex_name="hetrd")
-    lwork = workspace(routine("sytrd_lwork", a.dtype, complex_name="hetrd_lwork")(n, lower=lower))
-    packed, d = np.empty_like(a), np.empty((*batch, n), real)
-    e, taus = np.empty((*batch, n - 1), real), np.empty((*batch, n - 1), a.dtype)
-    infos = np.zeros(batch, np.int32)
-    for index in np.ndindex(*batch):
-        packed[index], d[index], e[index], taus[index], infos[index] = reduce(
-            a[index], lower=int(lower), lwork=lwork
-        )
-    return _check(call, [packed, d, e, taus, infos])
+    return _check(call, tridiagonal_reduction(a, lower))
 
 
 #: routine (as jax names it for real, complex types) -> (host, what jax computes with it).

@@ -38,7 +38,7 @@ from heron.hlo.custom_calls.hookspecs import CustomCallSpec
 from heron.jax.ffi_attributes import boolean, check_magma
 from heron.jax.scipy_lapack import check_dtype, check_matrices, routine, workspace
 
-__all__ = ["geqp3", "householder_specs", "ormqr", "pivoted_qr", "sytrd"]
+__all__ = ["geqp3", "householder_specs", "ormqr", "pivoted_qr", "sytrd", "tridiagonal_reduction"]
 
 
 def _matrices(call: CustomCall, a: np.ndarray, *, square: bool) -> None:
@@ -160,9 +160,16 @@ def sytrd(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray
     (a,) = operands
     _matrices(call, a, square=True)
     lower = boolean(call, "lower")
-    batch, n = a.shape[:-2], a.shape[-1]
-    if n == 0:
+    if a.shape[-1] == 0:
         raise call.error("takes matrices of at least one row (jax's tridiagonal does too)")
+    return tridiagonal_reduction(a, lower)
+
+
+def tridiagonal_reduction(a: np.ndarray, lower: bool) -> list[np.ndarray]:
+    """LAPACK's ``?sytrd``/``?hetrd`` of each matrix of the batch ``a`` (at least 1x1): the
+    packed reflectors, the diagonal, the off-diagonal, the taus and each ``info``, as
+    jax's CPU and GPU calls both return them."""
+    batch, n = a.shape[:-2], a.shape[-1]
     real = np.finfo(a.dtype).dtype
     reduce = routine("sytrd", a.dtype, complex_name="hetrd")
     lwork = workspace(routine("sytrd_lwork", a.dtype, complex_name="hetrd_lwork")(n, lower=lower))
@@ -171,7 +178,7 @@ def sytrd(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray
     infos = np.zeros(batch, np.int32)
     for index in np.ndindex(*batch):
         packed[index], d[index], e[index], taus[index], infos[index] = reduce(
-            a[index], lower=lower, lwork=lwork
+            a[index], lower=int(lower), lwork=lwork
         )
     return [packed, d, e, taus, infos]
 

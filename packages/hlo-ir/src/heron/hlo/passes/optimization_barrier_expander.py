@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from heron.hlo.ir import Module
 from heron.hlo.passes.registry import hlo_pass
-from heron.hlo.passes.rewrite import Uses, non_fusion_computations, remove_instructions
+from heron.hlo.passes.rewrite import forward_operands
 
 __all__ = ["BARRIERS", "expand_optimization_barriers"]
 
@@ -27,15 +27,4 @@ BARRIERS = frozenset({"opt-barrier", "optimization-barrier"})
 @hlo_pass("optimization-barrier-expander", "opt-barrier(x) becomes x (XLA's expander)")
 def expand_optimization_barriers(module: Module) -> bool:
     """Replace every barrier outside fusion bodies by its operand; True when any was."""
-    changed = False
-    for computation in non_fusion_computations(module):
-        barriers = [inst for inst in computation.instructions if inst.opcode in BARRIERS]
-        if not barriers:
-            continue
-        uses = Uses(computation)
-        for barrier in barriers:
-            (operand,) = barrier.operands
-            uses.replace(barrier, operand)
-        remove_instructions(computation, barriers)
-        changed = True
-    return changed
+    return forward_operands(module, lambda inst: inst.opcode in BARRIERS)

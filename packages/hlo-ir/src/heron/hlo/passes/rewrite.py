@@ -19,6 +19,7 @@ __all__ = [
     "Inserter",
     "Uses",
     "computations_reached",
+    "forward_operands",
     "has_side_effect",
     "module_names",
     "non_fusion_computations",
@@ -226,6 +227,24 @@ def rewrite_each(
                 if new.opcode == opcode and new not in before
             )
             changed = True
+    return changed
+
+
+def forward_operands(module: Module, computes_nothing: Callable[[Instruction], bool]) -> bool:
+    """Replace every one-operand instruction outside fusion bodies that ``computes_nothing``
+    says is its operand (an optimization barrier, a sharding annotation) by that operand,
+    and remove it; True when any was."""
+    changed = False
+    for computation in non_fusion_computations(module):
+        forwarded = [i for i in computation.instructions if computes_nothing(i)]
+        if not forwarded:
+            continue
+        uses = Uses(computation)
+        for inst in forwarded:
+            (operand,) = inst.operands
+            uses.replace(inst, operand)
+        remove_instructions(computation, forwarded)
+        changed = True
     return changed
 
 

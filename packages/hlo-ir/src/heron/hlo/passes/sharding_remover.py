@@ -13,7 +13,7 @@ from __future__ import annotations
 from heron.hlo.custom_calls.sharding import is_sharding_annotation
 from heron.hlo.ir import Module
 from heron.hlo.passes.registry import hlo_pass
-from heron.hlo.passes.rewrite import Uses, non_fusion_computations, remove_instructions
+from heron.hlo.passes.rewrite import forward_operands
 
 __all__ = ["remove_shardings"]
 
@@ -21,15 +21,4 @@ __all__ = ["remove_shardings"]
 @hlo_pass("sharding-remover", "sharding annotations become their operand (one device, XLA's)")
 def remove_shardings(module: Module) -> bool:
     """Replace every sharding annotation outside fusion bodies by its operand."""
-    changed = False
-    for computation in non_fusion_computations(module):
-        annotations = [i for i in computation.instructions if is_sharding_annotation(i)]
-        if not annotations:
-            continue
-        uses = Uses(computation)
-        for annotation in annotations:
-            (operand,) = annotation.operands
-            uses.replace(annotation, operand)
-        remove_instructions(computation, annotations)
-        changed = True
-    return changed
+    return forward_operands(module, is_sharding_annotation)
