@@ -38,7 +38,6 @@ from heron_test_support.jax_config import jax_x64
 from jax import lax
 
 import heron.jax as heron_jax
-from heron.hlo.errors import UnsupportedError
 
 BF16 = jnp.bfloat16
 
@@ -1447,33 +1446,13 @@ def high_rank(x):
     )
 
 
-@case(
-    "debug_print",
-    lambda: (_f32(3),),
-    EXACT,
-    pytest.mark.xfail(
-        strict=True,
-        raises=UnsupportedError,
-        reason="custom-call 'xla_ffi_python_cpu_callback' (jax.debug.print's host callback, a"
-        " side effect returning ()): heron refuses it, 'provided by no installed plugin'",
-    ),
-)
+@case("debug_print", lambda: (_f32(3),), EXACT)  # heron.jax.host_callbacks
 def debug_print(x):
     jax.debug.print("x = {}", x)
     return x * 2
 
 
-@case(
-    "pure_callback",
-    lambda: (_f32(3),),
-    EXACT,
-    pytest.mark.xfail(
-        strict=True,
-        raises=UnsupportedError,
-        reason="custom-call 'xla_ffi_python_cpu_callback' (jax.pure_callback's host callback):"
-        " heron refuses it, 'provided by no installed plugin'",
-    ),
-)
+@case("pure_callback", lambda: (_f32(3),), EXACT)  # heron.jax.host_callbacks
 def pure_callback(x):
     shape = jax.ShapeDtypeStruct((3,), jnp.float32)
     return jax.pure_callback(lambda v: np.asarray(v) * 2, shape, x) + 1

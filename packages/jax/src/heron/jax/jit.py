@@ -215,6 +215,7 @@ class HeronJitted:
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Compiled:
         from heron.compiler.executable import compile_executable
         from heron.jax.devices import gemm_library, load_on_device, result_pool
+        from heron.jax.host_callbacks import bind_callbacks
         from heron.runtime.core import __version__
         from heron.runtime.core.resident import ResidentRunner
 
@@ -229,7 +230,9 @@ class HeronJitted:
             deterministic=self.deterministic,
             gemm_library=gemm_library(self._device),
         )
-        artefact = self._disk.get(key) if self._disk is not None else None
+        # Callbacks are this process's Python functions: such a program is not cached on disk.
+        disk = self._disk if not bind_callbacks(lowered.module, lowered.host_callbacks) else None
+        artefact = disk.get(key) if disk is not None else None
         from_disk = artefact is not None
         if artefact is None:
             artefact = compile_executable(
@@ -241,8 +244,8 @@ class HeronJitted:
                 library_fallbacks=lambda call: self._device.library_for(call) is None,
             )
             self.compiles += 1
-            if self._disk is not None:
-                self._disk.put(key, artefact)
+            if disk is not None:
+                disk.put(key, artefact)
         else:
             self.disk_hits += 1
         executable = load_on_device(

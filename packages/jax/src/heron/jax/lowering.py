@@ -73,6 +73,9 @@ class Lowered:
     module: Module = attrs.field(repr=False)
     in_tree: Any
     out_tree: Any
+    #: The Python functions of the lowering's callbacks (``jax.debug.print``,
+    #: ``pure_callback``), by their ``backend_config`` index (heron.jax.host_callbacks).
+    host_callbacks: tuple[Callable[..., Any], ...] = attrs.field(default=(), repr=False)
 
     def flatten_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[np.ndarray]:
         """The entry's arguments: the leaves of ``(args, kwargs)`` as numpy arrays, each of
@@ -199,7 +202,11 @@ def lower(
     module = parse_module(text, source=f"<jax: {name}>")
     dynamic_args, dynamic_kwargs = _dynamic(args, kwargs, static_argnums, static_argnames)
     in_tree = jax.tree_util.tree_structure((tuple(dynamic_args), dict(dynamic_kwargs)))
-    return Lowered(name, text, module, in_tree, lowered.out_tree)
+    # jax's own record of the callbacks' functions (private: absent, a callback is refused
+    # when it runs, naming it).
+    compile_args = getattr(getattr(lowered, "_lowering", None), "compile_args", None) or {}
+    callbacks = tuple(compile_args.get("host_callbacks", ()))
+    return Lowered(name, text, module, in_tree, lowered.out_tree, callbacks)
 
 
 def _as_tuple(value: Any) -> tuple[Any, ...]:
