@@ -230,8 +230,10 @@ def runtime(session: nox.Session) -> None:
 
 @nox.session
 def oracle(session: nox.Session) -> None:
-    """heron's reference evaluator against XLA:CPU (jax), in tests/oracle."""
-    session.install("-e", "packages/hlo-ir", JAX, *TEST_TOOLS)
+    """heron's reference evaluator, and its compiled kernels on the interpreter
+    (test_oracle_compiled.py), against XLA:CPU (jax), in tests/oracle: the test
+    environment, since the compiled oracle needs the compiler and the runtime."""
+    install_test_environment(session)
     # No fallback when tests/oracle is missing: pytest then fails, as it should.
     session.run("pytest", "-n", "auto", "tests/oracle", *session.posargs)
 

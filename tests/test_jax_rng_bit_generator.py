@@ -30,8 +30,16 @@ ALGORITHMS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def jax_32_bit():
+    """jax's default 32-bit types, whatever another suite in the process set (a global):
+    with x64 on, the loop's uint32 carry would meet uint64 bits."""
+    with jax_x64(False):
+        yield
+
+
 @pytest.fixture
-def x64():
+def x64(jax_32_bit):
     """u64 bits and u64 keys need jax_enable_x64 (a process-wide flag, restored after)."""
     with jax_x64(True):
         yield

@@ -542,6 +542,17 @@ def test_f64_power_accuracy():
     assert list(out[-len(specific) :][:3]) == [2.0**700, 1.7976931348623157e308, 100.0]
 
 
+def test_the_payne_hanek_table_is_2_over_pi():
+    """The f64 reduction's 1200 bits of 2/pi (integer arithmetic, no mpmath at run time)
+    are mpmath's."""
+    from heron.emitters.pipeline.math_trig import _TWO_OVER_PI_48
+
+    with mpmath.workprec(1400):
+        bits = int(mpmath.floor(2 / mpmath.pi * mpmath.mpf(2) ** 1200))
+    chunks = tuple((bits >> (1200 - 48 * (k + 1))) & ((1 << 48) - 1) for k in range(25))
+    assert _TWO_OVER_PI_48 == (0, *chunks)
+
+
 @pytest.mark.parametrize("name", ["sin", "cos", "tan"])
 def test_trig_huge_arguments_f64(name):
     """f64 sin/cos/tan reduce every finite argument: from 2^20 on by Payne-Hanek with

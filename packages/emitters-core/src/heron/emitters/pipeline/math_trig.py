@@ -142,12 +142,28 @@ def _reduce_pio2_large_f32(k64: Kit, x: Value) -> tuple[Value, Value]:
     return q, r
 
 
-def _two_over_pi_48() -> tuple[int, ...]:
-    """2/pi in 48-bit chunks, a zero first: ``2/pi = sum(d[k] * 2^(-48k))`` (1200 bits)."""
-    import mpmath
+def _pi_fixed(bits: int) -> int:
+    """pi * 2^bits to within a few thousand units, in integers (Machin's formula:
+    pi = 16 atan(1/5) - 4 atan(1/239), each series term truncated once)."""
 
-    with mpmath.workprec(1400):
-        bits = int(mpmath.floor(2 / mpmath.pi * mpmath.mpf(2) ** 1200))
+    def atan_inverse(n: int) -> int:  # atan(1/n) * 2^bits
+        total, term, k, sign = 0, (1 << bits) // n, 1, 1
+        while term:
+            total += sign * (term // k)
+            term //= n * n
+            k, sign = k + 2, -sign
+        return total
+
+    return 16 * atan_inverse(5) - 4 * atan_inverse(239)
+
+
+def _two_over_pi_48() -> tuple[int, ...]:
+    """2/pi in 48-bit chunks, a zero first: ``2/pi = sum(d[k] * 2^(-48k))`` (1200 bits),
+    from pi in 1500-bit integers: the truncation (under 2^-1480 relative) cannot move
+    the 1200th bit unless 2/pi's next 280 bits were all ones or all zeros
+    (``test_math_accuracy`` compares the table with mpmath's)."""
+    guard = 1500
+    bits = (1 << (1201 + guard)) // _pi_fixed(guard)
     return (0,) + tuple((bits >> (1200 - 48 * (k + 1))) & ((1 << 48) - 1) for k in range(25))
 
 
