@@ -92,3 +92,21 @@ def test_a_callback_number_this_process_never_gave_is_refused_by_name():
     )
     with pytest.raises(CustomCallError, match="no Python callback 987654321 in this process"):
         python_callback((np.zeros(3, np.float32),), call)
+
+
+def test_a_dropped_program_forgets_its_callbacks(tmp_path):
+    import gc
+
+    from heron.jax import host_callbacks
+
+    def f(x):
+        return jax.pure_callback(np.negative, jax.ShapeDtypeStruct((3,), jnp.float32), x)
+
+    before = set(host_callbacks._CALLBACKS)
+    jitted = _jit(f, tmp_path)
+    jitted(np.ones(3, np.float32))
+    mine = set(host_callbacks._CALLBACKS) - before
+    assert len(mine) == 1  # this program's one callback
+    del jitted
+    gc.collect()
+    assert not mine & set(host_callbacks._CALLBACKS)

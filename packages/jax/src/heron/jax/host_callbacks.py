@@ -30,7 +30,7 @@ from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
 from heron.hlo.ir import Module
 
-__all__ = ["TARGETS", "bind_callbacks", "callback_specs", "python_callback"]
+__all__ = ["TARGETS", "bind_callbacks", "callback_specs", "forget_callbacks", "python_callback"]
 
 #: The custom-call targets jax's Python callbacks lower to (typed FFI), CPU and GPU.
 TARGETS = ("xla_ffi_python_cpu_callback", "xla_ffi_python_gpu_callback")
@@ -47,12 +47,12 @@ def _index(text: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def bind_callbacks(module: Module, callbacks: Sequence[Callable[..., Any]]) -> int:
+def bind_callbacks(module: Module, callbacks: Sequence[Callable[..., Any]]) -> tuple[int, ...]:
     """Number ``module``'s callback calls for the process: call ``K`` of the lowering gets
     ``callbacks[K]`` under a fresh number written into its ``backend_config``. Returns
-    how many calls were bound; a call whose index has no function is left to be refused
-    when it runs."""
-    bound = 0
+    the numbers given (for :func:`forget_callbacks` when the program goes); a call whose
+    index has no function is left to be refused when it runs."""
+    bound: list[int] = []
     for inst in module.instructions():
         if inst.opcode != "custom-call":
             continue
@@ -67,8 +67,16 @@ def bind_callbacks(module: Module, callbacks: Sequence[Callable[..., Any]]) -> i
             number = next(_NUMBERS)
             _CALLBACKS[number] = callbacks[index]
         inst.attributes["backend_config"] = RawAttribute(f"{{index = {number} : ui64}}")
-        bound += 1
-    return bound
+        bound.append(number)
+    return tuple(bound)
+
+
+def forget_callbacks(numbers: Sequence[int]) -> None:
+    """Drop the functions bound under ``numbers`` (heron.jax does when the compiled program
+    that calls them is collected, so the table holds only live programs' callbacks)."""
+    with _LOCK:
+        for number in numbers:
+            _CALLBACKS.pop(number, None)
 
 
 def python_callback(

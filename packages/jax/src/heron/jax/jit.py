@@ -40,6 +40,7 @@ see that a second call with the same signature does not compile again.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -215,7 +216,7 @@ class HeronJitted:
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Compiled:
         from heron.compiler.executable import compile_executable
         from heron.jax.devices import gemm_library, load_on_device, result_pool
-        from heron.jax.host_callbacks import bind_callbacks
+        from heron.jax.host_callbacks import bind_callbacks, forget_callbacks
         from heron.runtime.core import __version__
         from heron.runtime.core.resident import ResidentRunner
 
@@ -231,7 +232,8 @@ class HeronJitted:
             gemm_library=gemm_library(self._device),
         )
         # Callbacks are this process's Python functions: such a program is not cached on disk.
-        disk = self._disk if not bind_callbacks(lowered.module, lowered.host_callbacks) else None
+        callbacks = bind_callbacks(lowered.module, lowered.host_callbacks)
+        disk = self._disk if not callbacks else None
         artefact = disk.get(key) if disk is not None else None
         from_disk = artefact is not None
         if artefact is None:
@@ -255,7 +257,10 @@ class HeronJitted:
         donated = lowered.donated_leaves(
             args, kwargs, self.donate_argnums, self.donate_argnames, self.static_argnums
         )
-        return _Compiled(lowered, artefact, executable, from_disk, runner, donated)
+        compiled = _Compiled(lowered, artefact, executable, from_disk, runner, donated)
+        if callbacks:  # the numbers live as long as the program that calls them
+            weakref.finalize(compiled, forget_callbacks, callbacks)
+        return compiled
 
 
 def _target(target: Any) -> Any:
