@@ -182,7 +182,7 @@ class Worker:
         backend = self.backend
         details: dict[str, Any] = {"target": self.target}
         start = time.perf_counter()
-        plain = Executable(artefact, device, backend, command_buffers=False)
+        plain = Executable(artefact, device, backend, command_buffers=False, timing=True)
         try:
             without = plain.run(inputs)
             details["kernels"] = _top_kernels(plain.stats)
@@ -415,7 +415,9 @@ class Worker:
         """Per-kernel device times (event timers around each thunk, no command buffers)."""
         from heron.runtime.core.executor import Executable
 
-        executable = Executable(artefact, self.device, self.backend, command_buffers=False)
+        executable = Executable(
+            artefact, self.device, self.backend, command_buffers=False, timing=True
+        )
         try:
             executable.execute(buffers)
             return _top_kernels(executable.stats, 8)

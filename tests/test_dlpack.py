@@ -108,3 +108,36 @@ def test_types_dlpack_cannot_carry_are_refused():
         dlpack.dtype_code(ml_dtypes.int4)
     with pytest.raises(dlpack.DLPackError, match="4 lanes"):
         dlpack.numpy_dtype(2, 32, 4)
+
+
+@pytest.fixture
+def foreign_capsule_signatures():
+    """``ctypes.pythonapi`` as many libraries leave it (numba-jax bridges, DLPack helpers):
+    ``PyCapsule_New``'s and ``PyCapsule_SetName``'s name declared ``c_char_p``, process-wide.
+    Found on the H200, where an image's library did this before heron exported a result."""
+    import ctypes
+
+    api = ctypes.pythonapi
+    saved = {
+        name: (getattr(api, name).argtypes, getattr(api, name).restype)
+        for name in ("PyCapsule_New", "PyCapsule_SetName", "PyCapsule_GetPointer")
+    }
+    api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    api.PyCapsule_New.restype = ctypes.py_object
+    api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    yield
+    for name, (argtypes, restype) in saved.items():
+        getattr(api, name).argtypes = argtypes
+        getattr(api, name).restype = restype
+
+
+def test_other_libraries_signatures_on_ctypes_pythonapi_do_not_reach_heron(
+    foreign_capsule_signatures,
+):
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    imported = jax.dlpack.from_dlpack(_Exporter(values))  # heron's PyCapsule_New
+    np.testing.assert_array_equal(np.asarray(imported), values)
+    x = jnp.arange(4, dtype=jnp.int32)
+    tensor = dlpack.take(x.__dlpack__(), "x")  # heron's IsValid, GetPointer and SetName
+    assert tensor.address == x.unsafe_buffer_pointer()

@@ -136,7 +136,18 @@ def numpy_dtype(code: int, bits: int, lanes: int = 1) -> np.dtype:
 
 
 # -- the CPython capsule API -------------------------------------------------------------
-_api = ctypes.pythonapi
+# A handle of heron's own on the interpreter's C API: ``ctypes.pythonapi``'s function objects
+# are shared by the whole process, and libraries set their argtypes to suit themselves
+# (``PyCapsule_New``'s name as ``c_char_p`` is common; seen on the H200, where it made every
+# address heron passed "argument 2: TypeError: wrong type"). Its own objects are heron's alone.
+
+
+def _own_api() -> ctypes.PyDLL:
+    """A private handle on the interpreter's C API (fresh function objects)."""
+    return ctypes.PyDLL(ctypes.pythonapi._name, handle=ctypes.pythonapi._handle)
+
+
+_api = _own_api()
 _api.PyCapsule_IsValid.restype = ctypes.c_int
 _api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _api.PyCapsule_GetPointer.restype = ctypes.c_void_p
@@ -147,10 +158,11 @@ _CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _api.PyCapsule_New.restype = ctypes.py_object
 _api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _CAPSULE_DESTRUCTOR]
 # The destructor sees a dying capsule: it must not take a reference to it (py_object would).
-_get_pointer_raw = ctypes.PyDLL(None).PyCapsule_GetPointer
+_raw_api = _own_api()
+_get_pointer_raw = _raw_api.PyCapsule_GetPointer
 _get_pointer_raw.restype = ctypes.c_void_p
 _get_pointer_raw.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_is_valid_address = ctypes.PyDLL(None).PyCapsule_IsValid
+_is_valid_address = _raw_api.PyCapsule_IsValid
 _is_valid_address.restype = ctypes.c_int
 _is_valid_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 
