@@ -1,7 +1,7 @@
 """The tree reduction rewriter: reductions longer than one block takes become two (issue 29).
 
-Each case is checked three ways: the shapes of the two reduces (XLA's split:
-``n = ceil(sqrt(R))``), the evaluator's result against the unsplit module's
+Each case is checked three ways: the shapes of the two reduces (XLA's split, as
+XLA:GPU's deviceless compiler made them), the evaluator's result against the unsplit module's
 (bitwise for integers and max, within the summation bound for float sums), and
 for the small cases the kernels run on the interpreter. A reduction to a
 scalar of 256M elements, as issue 29 measured it, launches enough blocks to
@@ -18,7 +18,12 @@ import pytest
 
 from heron.compiler import Target
 from heron.compiler.fusion import gpu_pipeline
-from heron.compiler.tree_reduction import column_bound, row_bound, split_long_reductions
+from heron.compiler.tree_reduction import (
+    column_bound,
+    row_bound,
+    split_factors,
+    split_long_reductions,
+)
 from heron.hlo.evaluator import evaluate_module
 from heron.hlo.parser import parse_module
 from heron.hlo.passes import run_pipeline
@@ -64,22 +69,63 @@ def _split(module, target=H100):
     return work, changed, [(i.operands[0].array_shape.dims, i.attr("dimensions")) for i in reduces]
 
 
-#: name -> input shape, output shape, reduced dimensions, the reduces it becomes.
+#: name -> input shape, output shape, reduced dimensions, the reduces it becomes (XLA:GPU's
+#: own, read off its optimized HLO: jax-cuda13-pjrt 0.12, deviceless, H100).
 CASES = {
-    # a scalar sum of 1,000,003 elements: padded to 1001^2, rows of 1001, then 1001
-    "to_scalar": ("[1000003]", "[]", "{0}", [((1001,), (0,)), ((1001, 1001), (1,))]),
+    # a scalar sum of 1,000,003 elements: padded to 815 x 1227, the 1227-long rows first
+    "to_scalar": ("[1000003]", "[]", "{0}", [((815,), (0,)), ((815, 1227), (1,))]),
     # long rows: each of 4 rows of 40000 = 200 x 200
     "rows": ("[4,40000]", "[4]", "{1}", [((4, 200), (1,)), ((4, 200, 200), (2,))]),
-    # long columns: 9000 = 95^2 padded; the first reduce keeps 95 x 3 columns
-    "columns": ("[9000,3]", "[3]", "{0}", [((95, 3), (0,)), ((95, 95, 3), (0,))]),
-    # a batched row reduction: the rows first, then the batch, each split again
+    # long columns: 9000 = 90 x 100, the minor 100 first (90 x 3 columns left)
+    "columns": ("[9000,3]", "[3]", "{0}", [((90, 3), (0,)), ((90, 100, 3), (1,))]),
+    # a batched row reduction: the rows first, then the batch; the rows split again
     "batched": (
         "[20,3,50000]",
         "[3]",
         "{0,2}",
-        [((60, 224), (1,)), ((60, 224, 224), (2,)), ((20, 3), (0,))],
+        [((60, 200), (1,)), ((60, 200, 250), (2,)), ((20, 3), (0,))],
+    ),
+    # a batch small enough for one block, its rows too long: the batch goes with the rows
+    "small_batch_long_rows": (
+        "[4,3,50000]",
+        "[3]",
+        "{0,2}",
+        [((4, 3, 200, 250), (0, 3)), ((3, 200), (1,))],
     ),
 }
+
+#: (reduced length, row?) -> XLA:GPU's (k1, k2) on the H100 (its optimized HLO, as above):
+#: rows bound 16384, columns 4096. Padding where no factor pair is near sqrt(length).
+XLA_SPLITS = {
+    (8192, False): (64, 128),
+    (10000, False): (100, 100),
+    (5000, False): (50, 100),
+    (100000, False): (250, 400),
+    (65536, False): (256, 256),
+    (6000, False): (75, 80),
+    (8191, False): (64, 128),
+    (10007, False): (72, 139),
+    (8198, False): (82, 100),
+    (9000, False): (90, 100),
+    (4097, False): (50, 82),
+    (100003, True): (295, 339),
+    (16390, True): (149, 110),
+    (40000, True): (200, 200),
+    (100000, True): (250, 400),
+    (65536, True): (256, 256),
+    (1000003, True): (815, 1227),
+    (268435456, True): (16384, 16384),
+    (70001, True): (172, 407),
+    (30001, True): (137, 219),
+    (30000, True): (150, 200),
+    (50000, True): (200, 250),
+}
+
+
+@pytest.mark.parametrize(("length", "row"), sorted(XLA_SPLITS))
+def test_the_factors_are_xla_s(length, row):
+    bound = row_bound(H100) if row else column_bound(H100)
+    assert split_factors(length, bound, row=row) == XLA_SPLITS[length, row]
 
 
 def _key(entry):

@@ -8,17 +8,16 @@ its emitters take in one block into two reductions, and so does this pass,
 with XLA's rules (so that heron launches what XLA launches):
 
 - **row** (the reduced dimensions the most minor: ``[K, R]`` after collapsing
-  adjacent dimensions, ``K`` possibly absent): when ``R`` exceeds
-  :func:`row_bound`, ``R`` is split into ``[R / n, n]`` with ``n =
-  ceil(sqrt(R))`` (padded with the init value to ``n * n`` when ``n`` does not
-  divide it): the first reduce sums the ``n``-long rows (``K * R / n`` of them,
-  enough blocks to fill the device), the second the ``R / n`` partial sums;
+  adjacent dimensions, ``K`` possibly absent; or ``[B, K, R]`` with a batch ``B``
+  of at most :data:`BATCH_BOUND` reduced too): when ``R`` exceeds
+  :func:`row_bound`, ``R`` becomes ``[k1, k2]`` (:func:`split_factors`, padded
+  with the init value when ``k1 * k2`` exceeds ``R``): the first reduce sums the
+  ``k2``-long minor runs (and the batch), the second the ``k1`` partial sums;
 - **column** (``[K1, R, K2]``, ``K2`` present): when ``R`` exceeds
-  :func:`column_bound`, the same split, the first reduce over the ``R / n``
-  part (keeping ``n * K2`` columns), the second over ``n``;
-- **batched row** (``[R1, K, R2]``): when ``R1`` exceeds
-  :data:`BATCH_BOUND`, ``R2`` is reduced first, then ``R1`` (each new reduce
-  is looked at again).
+  :func:`column_bound`, the same split, the first reduce again over the minor
+  ``k2`` part (keeping ``k1 * K2`` columns), the second over ``k1``;
+- **batched row** (``[B, K, R]``): when ``B`` exceeds :data:`BATCH_BOUND`,
+  ``R`` is reduced first, then ``B`` (each new reduce is looked at again).
 
 The split changes the order a float sum is taken in, which the check's
 reassociation bounds allow (any order is within ``(n - 1) u sum|x|``); min,
@@ -41,6 +40,7 @@ __all__ = [
     "BATCH_BOUND",
     "column_bound",
     "row_bound",
+    "split_factors",
     "split_long_reductions",
     "tree_reduction_rewriter",
 ]
@@ -64,6 +64,35 @@ def column_bound(target: Target) -> int:
     """The longest column one block reduces: a warp's lanes times :data:`_COLUMN_TILE`
     rows (XLA's ``WarpSize() * tile``): 4096 on CUDA."""
     return target.warp_size * _COLUMN_TILE
+
+
+def split_factors(length: int, bound: int, *, row: bool) -> tuple[int, int]:
+    """``(k1, k2)``: a reduced run of ``length`` as ``[k1, k2]`` (``k1 * k2 - length``
+    elements of padding), the minor ``k2`` reduced first. XLA's choice, so that heron
+    launches XLA's kernels: ``k2`` near ``sqrt(length)`` (at most ``bound``, what one block
+    takes), searched down to half of that for the least padding, a power of two on ties; the
+    two then swap for a column (the first kernel reads the longer runs) and for a row where
+    that keeps the minor part even (vectorised loads), if the outer part still fits a block.
+    """
+    k2 = min(math.isqrt(length), bound)
+    padding = -length % k2
+    k1 = (length + padding) // k2
+    for size in range(k2 - 1, k2 // 2, -1):
+        pad = -length % size
+        if pad < padding or (pad == padding and size & (size - 1) == 0):
+            padding, k1 = pad, (length + pad) // size
+    k2 = (length + padding) // k1
+    if k1 <= bound and (not row or _row_swap(k1, k2, length)):
+        return k2, k1
+    return k1, k2
+
+
+def _row_swap(k1: int, k2: int, length: int) -> bool:
+    """Whether a row split is better with its parts swapped (``k1 >= k2``): keep an even
+    minor part where the row could load two elements at a time."""
+    if k2 % 2 == 0 and length % 2 == 0:
+        return k2 * 2 < k1 or k1 % 2 == 0
+    return length % 2 == 0 or k1 % 2 != 0
 
 
 def _row_major(shape: object) -> bool:
@@ -116,19 +145,28 @@ class _Splitter:
             if sizes[at] <= column_bound(self.target):
                 return None
             return self._split_run(reduce, inputs, inits, sizes, at, row=False)
-        if pattern == (True, False, True) and sizes[0] > BATCH_BOUND:
-            return self._split_batch(reduce, inputs, inits, sizes)
+        if pattern == (True, False, True):
+            if sizes[0] > BATCH_BOUND:
+                return self._split_batch(reduce, inputs, inits, sizes)
+            if sizes[2] > row_bound(self.target):
+                return self._split_run(reduce, inputs, inits, sizes, 2, row=True)
         return None
 
     def _reduce(
-        self, like: Instruction, operands: list[Instruction], inits, dims: list[int], reduced: int
+        self,
+        like: Instruction,
+        operands: list[Instruction],
+        inits,
+        dims: list[int],
+        reduced: int | tuple[int, ...],
     ) -> Instruction:
-        """``reduce(operands) over {reduced}`` with ``like``'s reducer, row-major."""
-        kept = [size for d, size in enumerate(dims) if d != reduced]
+        """``reduce(operands) over reduced`` with ``like``'s reducer, row-major."""
+        over = (reduced,) if isinstance(reduced, int) else reduced
+        kept = [size for d, size in enumerate(dims) if d not in over]
         leaves = [_array(o.array_shape, kept) for o in operands]
         shape = leaves[0] if len(leaves) == 1 else TupleShape(tuple(leaves))
         attributes = dict(like.attributes)
-        attributes["dimensions"] = (reduced,)
+        attributes["dimensions"] = over
         return self.add("reduce", shape, [*operands, *inits], attributes, like=like, suffix="split")
 
     def _bitcast(self, like: Instruction, value: Instruction, dims: list[int]) -> Instruction:
@@ -139,11 +177,12 @@ class _Splitter:
         )
 
     def _split_run(self, reduce, inputs, inits, sizes: list[int], at: int, *, row: bool):
-        """Split run ``at`` (the reduced one) of the collapsed ``sizes`` in two."""
+        """Split run ``at`` (the reduced one) of the collapsed ``sizes`` into ``[k1, k2]``;
+        a batch run (run 0 of ``[B, K, R]``) is reduced with the ``k2`` part."""
         length = sizes[at]
-        n = math.isqrt(length - 1) + 1  # ceil(sqrt(length))
-        padded = length if length % n == 0 else n * n
-        outer = padded // n
+        bound = row_bound(self.target) if row else column_bound(self.target)
+        k1, k2 = split_factors(length, bound, row=row)
+        padded = k1 * k2
         pieces = []
         for value, init in zip(inputs, inits, strict=True):
             flat = self._bitcast(reduce, value, sizes)
@@ -159,14 +198,13 @@ class _Splitter:
                     like=reduce,
                     suffix="pad",
                 )
-            pieces.append(self._bitcast(reduce, flat, [*sizes[:at], outer, n, *sizes[at + 1 :]]))
-        dims = [*sizes[:at], outer, n, *sizes[at + 1 :]]
-        # a row reduction sums the n-long rows first; a column one the outer part first
-        first = at + 1 if row else at
+            pieces.append(self._bitcast(reduce, flat, [*sizes[:at], k1, k2, *sizes[at + 1 :]]))
+        dims = [*sizes[:at], k1, k2, *sizes[at + 1 :]]
+        batch = (0,) if row and len(sizes) == 3 else ()
+        first = (*batch, at + 1)
         partial = self._reduce(reduce, pieces, inits, dims, first)
-        rest = [size for d, size in enumerate(dims) if d != first]
-        partials = self._leaves(reduce, partial)
-        final = self._reduce(reduce, partials, inits, rest, at)
+        rest = [size for d, size in enumerate(dims) if d not in first]
+        final = self._reduce(reduce, self._leaves(reduce, partial), inits, rest, at - len(batch))
         return self._reshaped(reduce, final)
 
     def _split_batch(self, reduce, inputs, inits, sizes: list[int]):
