@@ -143,6 +143,16 @@ def test_fusion_limits_of_the_corpus_cases():
     )
     assert fusion_vectorization_limits(variadic) == (32, 32, False)
 
+    # a reduce-window (jax's cumsum): one element a thread, as XLA:GPU 0.12 emits it
+    # (16 scalar loads for a 16-wide window of f32[4096,4096])
+    window = _computation(
+        "HloModule m\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+        "  ROOT s = f32[] add(a, b)\n}\nENTRY e {\n  p = f32[4096,4096] parameter(0)\n"
+        "  z = f32[] constant(0)\n  ROOT r = f32[4096,4096] reduce-window(p, z),"
+        " window={size=1x16 pad=0_0x15_0}, to_apply=add\n}\n"
+    )
+    assert fusion_vectorization_limits(window) == (32, 32, False)
+
 
 def test_bounds_check_is_on_whole_vectors_when_they_divide_the_output():
     """vectorize_x4: 240000 elements in 469 blocks of 512; the check must not use vector_index."""

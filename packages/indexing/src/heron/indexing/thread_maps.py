@@ -71,8 +71,11 @@ class LaunchDimensions:
 
 
 #: Ops after which XLA does not vectorise a loop fusion (their code is too
-#: large to replicate per vector element, or they read with no locality).
-VECTORIZATION_BLOCKERS = frozenset({"dot", "sort"})
+#: large to replicate per vector element, or they read with no locality). A
+#: reduce-window's windows overlap: unrolled, a thread's loads of neighbouring
+#: windows are scalar and 16 bytes apart across a warp (jax's cumsum on an H200 ran
+#: at 0.71x XLA's so); XLA:GPU (0.12) keeps one element a thread there.
+VECTORIZATION_BLOCKERS = frozenset({"dot", "sort", "reduce-window"})
 
 #: A concatenate with more operands than this keeps one element per thread
 #: (XLA's empirical limit: more causes register spilling).
@@ -85,8 +88,8 @@ def fusion_vectorization_limits(computation: Computation) -> tuple[int, int, boo
     The widest type among the parameters and outputs bounds the vector size
     (128-bit accesses); the narrowest output decides how many sub-byte
     elements one thread must write; ops that XLA's ``MayPreventVectorization``
-    lists (dot, sort, a concatenate of more than ten operands, a variadic
-    reduce) turn vectorisation off.
+    lists (dot, sort, reduce-window, a concatenate of more than ten operands, a
+    variadic reduce) turn vectorisation off.
     """
     widest = 0
     for parameter in computation.parameters:
