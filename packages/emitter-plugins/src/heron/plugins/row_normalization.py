@@ -22,10 +22,11 @@ row. This emitter takes the whole chain as one fusion:
   about ``ELEMENTS_PER_THREAD_TARGET`` elements each, at most 1,024 and the
   Target's block limit); short rows share a block (``256 / T`` rows). A thread
   holds ``E = ceil(n / T)`` elements of its row, in vectors of ``V`` adjacent
-  elements (the reduction emitters' ``vector_size_for``: 2 for 32-bit, 4 for
-  16-bit inputs, where whole vectors tile the row, else 1): lane ``l`` holds
-  vectors ``l, l + T, l + 2T, ...``, so a warp reads consecutive vectors
-  (coalesced) and LLVM loads each vector with one ``ld.global.v2``/``v4``.
+  elements (``row_vector_size``: 16 bytes of the narrowest input, 4 f32 or 8
+  bf16, where whole vectors tile the row, else fewer): lane ``l`` holds vectors
+  ``l, l + T, l + 2T, ...``, so a warp reads consecutive vectors (coalesced) and
+  LLVM loads each vector with one ``ld.global.v4``. A row of 4096 f32 is 128
+  threads of 32 elements, as XLA's Triton softmax has it.
   The kernel is straight-line code over those ``E`` elements, in registers:
   each parameter element is loaded once and every value computed from it is
   reused by each reduction and by the output (the elemental code is
@@ -74,7 +75,7 @@ from heron.emitters.reductions import (
     is_reduction_from_or_to_contiguous_dimensions,
     reduction_dimensions,
 )
-from heron.hlo.ir import Instruction
+from heron.hlo.ir import Computation, Instruction
 from heron.hlo.opcodes import is_elementwise
 from heron.hlo.shapes import ArrayShape
 from heron.indexing import Dim, IndexingMap, Interval, Variable
@@ -97,8 +98,14 @@ __all__ = [
 ]
 
 #: Elements a thread of a long row aims for: enough work per thread to hide the
-#: reductions' shuffles and barriers, few enough to keep a row in registers.
-ELEMENTS_PER_THREAD_TARGET = 8
+#: reductions' shuffles and barriers, few enough to keep a row in registers. XLA's
+#: Triton softmax gives a row of 4096 f32 128 threads (32 each, in 16-byte loads);
+#: heron's 512 threads of 8 (in 8-byte loads) ran softmax at 0.84x its speed on an
+#: H200 (docs/gpu.md): four times fewer rows in flight on each multiprocessor.
+ELEMENTS_PER_THREAD_TARGET = 32
+#: The widest load a thread issues (``ld.global.v4.b32``): a vector of adjacent
+#: elements fills it where whole vectors tile the row.
+VECTOR_BYTES = 16
 #: Most elements a thread keeps in registers (a design bound of this emitter:
 #: every element is straight-line code, and the values computed from it stay live
 #: until the outputs are written). Longer rows are not claimed.
@@ -249,10 +256,36 @@ def describe_row_normalization(analysis: FusionAnalysis) -> RowNormalization | N
 
 
 def row_threads(row_length: int, target_limit: int) -> int:
-    """Threads on one row: a multiple of the logical warp, about 8 elements each."""
+    """Threads on one row: a multiple of the logical warp, about
+    :data:`ELEMENTS_PER_THREAD_TARGET` elements each."""
     wanted = -(-row_length // ELEMENTS_PER_THREAD_TARGET)
     threads = -(-wanted // LOGICAL_WARP_SIZE) * LOGICAL_WARP_SIZE
     return max(LOGICAL_WARP_SIZE, min(threads, MAX_ROW_THREADS, target_limit))
+
+
+def row_vector_size(
+    computation: Computation, norm: RowNormalization, threads: int, elements: int
+) -> int:
+    """Adjacent elements a thread reads together: :data:`VECTOR_BYTES` of the narrowest
+    parameter, at most a thread's ``elements``, halved until whole vectors tile the row
+    (LLVM then loads each with one vector load); 1 where the reduction emitters' rule
+    (``vector_size_for``) reads one at a time (complex or variadic reduces, 64-bit
+    inputs, an odd row)."""
+    if vector_size_for(computation, norm.reduces, norm.row_length, threads) == 1:
+        return 1
+    narrowest = min(
+        (
+            max(leaf.element_type.bit_width, 8) // 8
+            for parameter in computation.parameters
+            for leaf in parameter.shape.leaves()
+            if not leaf.is_token
+        ),
+        default=4,
+    )
+    vector = max(1, min(VECTOR_BYTES // narrowest, elements))
+    while vector > 1 and norm.row_length % (threads * vector):
+        vector //= 2
+    return vector
 
 
 def fits_in_registers(row_length: int, target_limit: int) -> bool:
@@ -302,14 +335,9 @@ class RowNormalizationEmitter(FusionEmitter):
                 f" thread with {self.row_threads} threads a row, over the"
                 f" {MAX_ELEMENTS_PER_THREAD} a thread keeps in registers"
             )
-        # Adjacent elements a thread reads together (the reduction emitters' rule), where
-        # whole vectors tile the row: LLVM then loads them with one vector load.
-        vector = vector_size_for(
-            self.computation, description.reduces, description.row_length, self.row_threads
+        self.vector_size = row_vector_size(
+            self.computation, description, self.row_threads, self.elements
         )
-        if description.row_length % (self.row_threads * vector):
-            vector = 1
-        self.vector_size = vector
         per_block = max(1, THREADS_PER_BLOCK_TARGET // self.row_threads)
         self.rows_per_block = min(per_block, description.rows)
         self.blocks = -(-description.rows // self.rows_per_block)
