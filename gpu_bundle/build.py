@@ -207,6 +207,46 @@ def _narrowed_product_ulps(hlo: str, floor: int | None = None) -> int | None:
     return max(ulps, floor or 0)
 
 
+#: What lies between an fp8 GEMM's operand and its f8 source in jax's scaled matmul
+#: (``dot(convert(a) * scale, ...)``): the chain heron's fp8 GEMM rewrite looks through.
+_OPERAND_CHAIN = ("convert", "multiply", "broadcast", "bitcast", "copy", "transpose", "reshape")
+
+
+def _source_types(operand: Any, depth: int = 4) -> set[str]:
+    """Element types of ``operand`` and of what it is made from through
+    :data:`_OPERAND_CHAIN`, ``depth`` steps at most (an f8 matrix widened and scaled)."""
+    types = {operand.array_shape.element_type.value}
+    if depth and operand.opcode in _OPERAND_CHAIN:
+        for source in operand.operands:
+            types |= _source_types(source, depth - 1)
+    return types
+
+
+def _flops_unit(hlo: str) -> str:
+    """The unit a workload's FLOPs are rated against: ``fp8``, ``mma`` (16-bit tensor
+    cores), ``tf32`` or ``fp32`` (the lanes), by its dots and convolutions: the narrowest
+    type any of them multiplies in (:func:`heron.hlo.dot_precision.dot_compute`: TF32 for
+    f32 at default precision, as on a CUDA device since sm_80; an operand widened from f8
+    counts as f8, :func:`_source_types`)."""
+    from heron.hlo.dot_precision import dot_compute
+    from heron.hlo.parser import parse_module
+
+    units = set()
+    for computation in parse_module(hlo).computations:
+        for instruction in computation.instructions:
+            if instruction.opcode not in ("dot", "convolution"):
+                continue
+            types = {t for o in instruction.operands for t in _source_types(o)}
+            compute = dot_compute(instruction, tf32=True)
+            if any(t.startswith("f8") for t in types):
+                units.add("fp8")
+            elif types & {"bf16", "f16"} or compute == "bf16":
+                units.add("mma")
+            elif compute == "tf32":
+                units.add("tf32")
+    return next((unit for unit in ("fp8", "mma", "tf32") if unit in units), "fp32")
+
+
 def _program_cases(names: list[str] | None, data: Path) -> list[dict[str, Any]]:
     index = json.loads((ROOT / "programs" / "index.json").read_text())
     cases = []
@@ -340,6 +380,7 @@ def _workload_cases(names: list[str] | None, data: Path) -> list[dict[str, Any]]
                 "group": "speed",
                 "workload": workload.name,
                 "hlo": lower(function, *shapes).hlo_text,
+                "flops_unit": _flops_unit(lower(function, *shapes).hlo_text),
                 "description": workload.description,
                 "seed": seed,
                 "bytes": workload.bytes_moved(workload.gpu),
@@ -449,6 +490,10 @@ def _peaks() -> dict[str, dict[str, Any]]:
             "memory_bandwidth": t.memory_bandwidth,
             "fp32_flops": fp32,
             "mma_flops": mma or fp32,
+            # NVIDIA's dense tensor-core rates by operand type: TF32 half the 16-bit rate
+            # (sm_80, sm_90), fp8 twice it (sm_89 and later); None where the device has none
+            "tf32_flops": mma / 2 if mma and t.tf32 else None,
+            "fp8_flops": mma * 2 if mma and t.fp8 else None,
         }
     return peaks
 

@@ -427,8 +427,11 @@ class Worker:
     def _rates(self, case: dict, workload: Any, details: dict[str, Any]) -> None:
         """Achieved GB/s and TFLOP/s from each side's throughput time, against the peak."""
         peak = self.peak
-        bf16 = any(a.dtype in ("bfloat16", "float16") for a in workload.gpu)
-        flops_peak = peak.get("mma_flops" if bf16 else "fp32_flops") or 0
+        unit = case.get("flops_unit") or (
+            "mma" if any(a.dtype in ("bfloat16", "float16") for a in workload.gpu) else "fp32"
+        )
+        flops_peak = peak.get(f"{unit}_flops") or peak.get("fp32_flops") or 0
+        details["flops_unit"] = unit
         for side in ("heron", "jax", "torch"):
             entry = details.get(side)
             if not isinstance(entry, dict) or not entry.get("throughput_s"):

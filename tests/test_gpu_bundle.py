@@ -468,3 +468,31 @@ def test_a_hung_autotuning_step_is_its_own_error_and_the_case_stands(tmp_path):
     assert run.autotune_skip({"status": "error", "reason": "watchdog"}, "cuda", 100).startswith(
         "heron's artefact was not timed (the speed case is error: watchdog)"
     )
+
+
+def test_a_workload_s_flops_are_rated_against_the_unit_its_dots_run_on():
+    build = _module("build")
+    dot = """HloModule m
+ENTRY main {{
+  a = {a}[8,16]{{1,0}} parameter(0)
+  b = {b}[16,4]{{1,0}} parameter(1)
+  {prologue}
+  ROOT d = f32[8,4]{{1,0}} dot({lhs}, {rhs}), lhs_contracting_dims={{1}},
+    rhs_contracting_dims={{0}}{extra}
+}}"""
+    plain = {"prologue": "", "lhs": "a", "rhs": "b", "extra": ""}
+    assert build._flops_unit(dot.format(a="f32", b="f32", **plain)) == "tf32"
+    highest = {**plain, "extra": ", operand_precision={highest,highest}"}
+    assert build._flops_unit(dot.format(a="f32", b="f32", **highest)) == "fp32"
+    assert build._flops_unit(dot.format(a="bf16", b="bf16", **plain)) == "mma"
+    scaled = {
+        "prologue": "wa = f32[8,16]{1,0} convert(a)\n  s = f32[] parameter(2)\n"
+        "  sa = f32[8,16]{1,0} broadcast(s), dimensions={}\n"
+        "  xa = f32[8,16]{1,0} multiply(wa, sa)\n  wb = f32[16,4]{1,0} convert(b)",
+        "lhs": "xa",
+        "rhs": "wb",
+        "extra": "",
+    }
+    assert build._flops_unit(dot.format(a="f8e4m3fn", b="f8e4m3fn", **scaled)) == "fp8"
+    peaks = build._peaks()["h100"]
+    assert peaks["tf32_flops"] * 2 == peaks["mma_flops"] == peaks["fp8_flops"] / 2
