@@ -2,7 +2,7 @@
 
     python gpu_bundle/build.py OUT [--targets h100,a100,mi300x] [--programs NAME ...]
                                [--fusions GLOB ...] [--workloads NAME ...] [--no-wheels]
-                               [--jobs N] [--cache DIR] [--max-mib 40]
+                               [--jobs N] [--cache DIR] [--max-mib 40] [--pythons 312,311,313]
 
 (``nox -s gpu-bundle`` runs it with the defaults.) The bundle holds
 
@@ -75,7 +75,9 @@ HERON_WHEELS = (
     "runtime-cuda",
     "runtime-rocm",
 )
-PYTHONS = ("311", "312", "313")
+#: The CPython versions the bundle has binary wheels for, in the order optional wheels are
+#: taken while they fit (3.12 first: the GPU images this project sees run it).
+PYTHONS = ("312", "311", "313")
 #: Third-party wheels: (requirement, per Python version?, minimum a machine's own copy must
 #: have to be used instead, required?). Optional ones go in, in this order, while they fit.
 THIRD_PARTY = (
@@ -436,16 +438,18 @@ def _download(requirement: str, python: str | None, into: Path) -> Path:
     return wheel
 
 
-def _third_party_wheels(wheels: Path, cache: Path, room: int) -> tuple[list[dict], list[str]]:
-    """Required wheels always; optional ones (per Python version, 3.12 first) while they fit
-    in ``room`` bytes. Returns the entries and a line per wheel left out."""
+def _third_party_wheels(
+    wheels: Path, cache: Path, room: int, pythons: tuple[str, ...] = PYTHONS
+) -> tuple[list[dict], list[str]]:
+    """Required wheels always; optional ones (per Python version of ``pythons``, in its
+    order) while they fit in ``room`` bytes. Returns the entries and a line per wheel left
+    out."""
     downloads = cache / "wheels"
     downloads.mkdir(parents=True, exist_ok=True)
     entries, left_out = [], []
     order = []
     for requirement, per_python, minimum, required in THIRD_PARTY:
-        pythons = ("312", "311", "313") if per_python else (None,)
-        for python in pythons:
+        for python in pythons if per_python else (None,):
             order.append((required, requirement, python, minimum))
     order.sort(key=lambda item: not item[0])  # required first, in the table's order
     used = 0
@@ -575,7 +579,8 @@ def build(args: argparse.Namespace) -> int:
         (out / "wheels").mkdir()
         wheels = _build_heron_wheels(out / "wheels")
         room = int(args.max_mib * 2**20) - _directory_bytes(out) - 64 * 1024
-        more, left_out = _third_party_wheels(out / "wheels", cache, room)
+        pythons = tuple(p for p in PYTHONS if p in args.pythons.split(","))
+        more, left_out = _third_party_wheels(out / "wheels", cache, room, pythons)
         wheels += more
     from heron.hlo import __version__ as heron_version
 
@@ -616,6 +621,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--cache", type=Path, default=ROOT / "build" / "gpu-bundle-cache")
     parser.add_argument("--max-mib", type=float, default=40.0)
+    parser.add_argument(
+        "--pythons",
+        default=",".join(PYTHONS),
+        help="CPython versions to bundle binary wheels for (312: the lent H200's; a"
+        " bundle for one version has room for the cuDNN frontend)",
+    )
     return build(parser.parse_args(argv))
 
 

@@ -496,3 +496,34 @@ ENTRY main {{
     assert build._flops_unit(dot.format(a="f8e4m3fn", b="f8e4m3fn", **scaled)) == "fp8"
     peaks = build._peaks()["h100"]
     assert peaks["tf32_flops"] * 2 == peaks["mma_flops"] == peaks["fp8_flops"] / 2
+
+
+def test_a_bundle_for_one_python_has_room_for_the_cudnn_frontend(tmp_path, monkeypatch):
+    """``--pythons 312``: binary wheels for one version only, so that the optional wheels
+    (cuda-bindings, cuda-core, the cuDNN frontend) fit where three versions' would not."""
+    build = _module("build")
+    sizes = {"nvmath": 5.3, "cuda-python": 0.01, "cuda-pathfinder": 0.06, "cuda-bindings": 7.2}
+    sizes |= {"cuda-core": 6.3, "nvidia-cudnn-frontend": 11.1}
+
+    def fake_download(requirement, python, into):
+        name = requirement.split("==")[0]
+        size = sizes["nvmath" if name == "nvmath-python" else name]
+        wheel = into / f"{name.replace('-', '_')}-{python or 'py3'}.whl"
+        wheel.write_bytes(b"\0" * int(size * 2**20))
+        return wheel
+
+    monkeypatch.setattr(build, "_download", fake_download)
+    room = 31 * 2**20  # the 1-version set takes 30 MiB; three versions need more
+    (tmp_path / "w1").mkdir()
+    entries, left_out = build._third_party_wheels(tmp_path / "w1", tmp_path / "c1", room, ("312",))
+    assert {e["dist"] for e in entries} >= {"nvidia-cudnn-frontend", "cuda-bindings"}
+    assert all(e["python"] in (None, "cp312") for e in entries)
+    (tmp_path / "w3").mkdir()
+    entries, left_out = build._third_party_wheels(tmp_path / "w3", tmp_path / "c3", room)
+    assert "nvidia-cudnn-frontend" not in {e["dist"] for e in entries}
+    assert {e["python"] for e in entries if e["dist"] == "nvmath-python"} == {
+        "cp311",
+        "cp312",
+        "cp313",
+    }
+    assert any("nvidia_cudnn_frontend" in line for line in left_out)

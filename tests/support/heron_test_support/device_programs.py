@@ -50,7 +50,16 @@ ENTRY main {
 
 
 def compile_add(target):
-    """:data:`ADD`'s fusion compiled for ``target`` (a CompiledKernel)."""
+    """:data:`ADD`'s fusion compiled for ``target`` (a CompiledKernel). Skips, saying why,
+    where heron's compiler is not installed: the GPU bundle carries the runtime alone, and
+    its window runs the CUDA tests that need no compiler (docs/gpu.md)."""
+    import pytest
+
+    pytest.importorskip(
+        "heron.compiler",
+        reason="compiling a kernel on the GPU machine needs heron's compiler (the dev"
+        " environment); the GPU bundle installs the runtime only",
+    )
     from heron.compiler import compile_fusion, fusions_of
     from heron.hlo.parser import parse_module
 
