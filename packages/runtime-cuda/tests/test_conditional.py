@@ -1,6 +1,6 @@
 """The kernels that set CUDA conditional nodes' conditions: their PTX and their parameters.
 
-ptxas is the judge of PTX without a GPU: it must accept both kernels for the
+ptxas is the judge of PTX without a GPU: it must accept the kernels for the
 archs heron targets in a whole-program compile, which leaves
 ``cudaGraphSetConditional`` for the driver to resolve at load (and refuses
 any other unresolved function, which the second test shows). What the
@@ -12,7 +12,13 @@ from __future__ import annotations
 
 import pytest
 
-from heron.runtime.cuda.conditional import BRANCH_KERNEL, SET_CONDITION_PTX, WHILE_KERNEL
+from heron.runtime.cuda.conditional import (
+    BRANCH_KERNEL,
+    COUNT_KERNEL,
+    COUNTDOWN_KERNEL,
+    SET_CONDITION_PTX,
+    WHILE_KERNEL,
+)
 from heron.runtime.cuda.kernel_abi import pack_values, ptx_entry_names, ptx_entry_signature
 
 
@@ -29,7 +35,8 @@ def _assemble(ptx: str, arch: str) -> bytes:
 def test_ptxas_accepts_the_condition_kernels(arch):
     cubin = _assemble(SET_CONDITION_PTX, arch)
     assert cubin[:4] == b"\x7fELF"
-    assert WHILE_KERNEL.encode() in cubin and BRANCH_KERNEL.encode() in cubin
+    for kernel in (WHILE_KERNEL, BRANCH_KERNEL, COUNT_KERNEL, COUNTDOWN_KERNEL):
+        assert kernel.encode() in cubin
     assert b"cudaGraphSetConditional" in cubin  # left for the driver to resolve
 
 
@@ -42,7 +49,16 @@ def test_ptxas_refuses_an_unknown_external_function():
 
 
 def test_the_kernels_parameters():
-    assert ptx_entry_names(SET_CONDITION_PTX) == (WHILE_KERNEL, BRANCH_KERNEL)
+    assert ptx_entry_names(SET_CONDITION_PTX) == (
+        WHILE_KERNEL,
+        BRANCH_KERNEL,
+        COUNT_KERNEL,
+        COUNTDOWN_KERNEL,
+    )
+    count = ptx_entry_signature(SET_CONDITION_PTX, COUNT_KERNEL)
+    assert [(p.offset, p.size) for p in count.parameters] == [(0, 8), (8, 8), (16, 4)]
+    down = ptx_entry_signature(SET_CONDITION_PTX, COUNTDOWN_KERNEL)
+    assert [(p.offset, p.size) for p in down.parameters] == [(0, 8), (8, 8)]
     setter = ptx_entry_signature(SET_CONDITION_PTX, WHILE_KERNEL)
     assert [(p.offset, p.size) for p in setter.parameters] == [(0, 8), (8, 8)]
     branch = ptx_entry_signature(SET_CONDITION_PTX, BRANCH_KERNEL)

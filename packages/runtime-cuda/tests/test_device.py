@@ -453,3 +453,69 @@ def test_command_buffers_have_the_interpreters_semantics(fake_cuda):
     from heron.runtime.interpreter.device import InterpreterDevice
 
     assert command_program(CudaDevice(bindings=fake_cuda())) == command_program(InterpreterDevice())
+
+
+def _counted_loop(device, trips: int):
+    """A loop of ``trips`` proved trips whose body is one memset, and a condition that
+    would end it at once (it is never run): recorded, replayed once; (graph, predicate)."""
+    predicate = device.allocate(1, "predicate")
+    flag = device.allocate(1, "flag")
+    device.begin_recording()
+    device.record_while(
+        lambda: device.memset(predicate, 0),  # never needed: the trip count is proved
+        predicate,
+        lambda: device.memset(flag, 1),
+        trip_count=trips,
+    )
+    graph = device.end_recording()
+    graph.replay()
+    return graph, device.copy_from_device(predicate).tobytes()
+
+
+def test_a_loop_of_a_proved_trip_count_runs_no_condition_and_counts_down_on_the_device(
+    fake_cuda,
+):
+    from heron.runtime.core.gpu_device import counted_loop_unroll
+
+    device, driver = _device(fake_cuda)
+    graph, _ = _counted_loop(device, 1000)
+    setter, node = graph._executable.nodes
+    assert (setter[0], setter[1]["function"], node[0]) == (
+        "launch",
+        "heron_set_count",
+        "conditional",
+    )
+    _, handle, condition_type, (body,) = node
+    assert condition_type == driver.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE
+    assert counted_loop_unroll(1000, 1) == 8 and setter[1]["args"][2] == 125  # passes
+    assert [n[0] for n in body.nodes] == ["memset"] * 8 + ["launch"]
+    assert body.nodes[-1][1]["function"] == "heron_count_down"
+    assert body.nodes[-1][1]["args"][0] == handle
+    # the body ran 1000 times, the count-down kernel 125, the condition never
+    for trips, unroll in ((1000, 8), (7, 1), (6, 2), (0, 1)):
+        device, driver = _device(fake_cuda)
+        before = dict(driver.executed)
+        graph, predicate = _counted_loop(device, trips)
+        ran = {k: driver.executed.get(k, 0) - before.get(k, 0) for k in ("memset", "launch")}
+        passes = trips // unroll
+        assert ran == {"memset": trips, "launch": passes + 1 if trips else 0}, trips
+        assert counted_loop_unroll(trips, 1) == unroll if trips else True
+    assert counted_loop_unroll(1000, 9) == 4  # 8 copies of 9 commands: over the bound
+
+
+def test_the_interpreter_runs_a_proved_trip_count_without_the_condition():
+    from heron.runtime.interpreter.device import InterpreterDevice
+
+    device = InterpreterDevice()
+    predicate, tally = device.allocate(1, "predicate"), device.allocate(6, "tally")
+    device.begin_recording()
+    device.record_while(
+        lambda: device.memset(predicate, 0),  # run once, it would end the loop at once
+        predicate,
+        lambda: device.copy_on_device(device.view(tally, 0, 5), device.view(tally, 1, 5)),
+        trip_count=3,
+    )
+    graph = device.end_recording()
+    device.copy_to_device(tally, np.array([9, 0, 0, 0, 0, 0], np.uint8))
+    graph.replay()
+    assert device.copy_from_device(tally).tobytes() == bytes([9, 9, 9, 9, 0, 0])  # 3 shifts

@@ -6,9 +6,10 @@ names; here: kernel launches recorded with the parameter bytes read through
 ``kernelParams`` as the driver reads them, device attributes, and
 conditional nodes (``cuGraphAddNode`` into a capture, bodies captured with
 ``cuStreamBeginCaptureToGraph``) run their bodies by their handle's value, which
-heron's two condition-setting kernels (``heron.runtime.cuda.conditional``) set
-when they run: the stand-in does what their PTX says (the PTX itself is
-checked by ptxas in test_conditional.py, its behaviour only on a GPU).
+heron's condition-setting kernels (``heron.runtime.cuda.conditional``: a
+predicate's, a selector's, a counted loop's count and count-down) set when they
+run: the stand-in does what their PTX says (the PTX itself is checked by ptxas
+in test_conditional.py, its behaviour only on a GPU).
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ class FakeCuda(FakeGpuDriver):
             CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8
         )
         self.param_info: dict[str, list[tuple[int, int]]] = {}
+        #: Graph nodes run so far, by kind ("launch", "copy", "memset", ...): what a
+        #: replay really did, loops' bodies counted once per trip.
+        self.executed: dict[str, int] = {}
 
     @staticmethod
     def CUgraphNodeParams():  # noqa: N802 - the bindings' spelling
@@ -97,6 +101,7 @@ class FakeCuda(FakeGpuDriver):
         return SimpleNamespace(type=None, conditional=conditional)
 
     def execute(self, node):
+        self.executed[node[0]] = self.executed.get(node[0], 0) + 1
         if node[0] == "launch":
             self._set_condition(node[1])
         if node[0] != "conditional":
@@ -112,6 +117,10 @@ class FakeCuda(FakeGpuDriver):
                 break
             assert runs < 1000, "fake: a while node that does not stop"
 
+    def _store_s32(self, address, value):
+        start = self.slot(address, 4)
+        self.memory[start : start + 4] = struct.pack("<i", value)
+
     def _byte(self, address):
         return self.memory[self.slot(address, 1)]
 
@@ -120,6 +129,16 @@ class FakeCuda(FakeGpuDriver):
         args = launch["args"]
         if launch["function"] == "heron_set_while":
             self.handles[args[0]] = int(self._byte(args[1]) != 0)
+        elif launch["function"] == "heron_set_count":
+            handle, counter, count = args
+            self._store_s32(counter, count)
+            self.handles[handle] = int(count > 0)
+        elif launch["function"] == "heron_count_down":
+            handle, counter = args
+            start = self.slot(counter, 4)
+            left = struct.unpack("<i", self.memory[start : start + 4])[0] - 1
+            self._store_s32(counter, left)
+            self.handles[handle] = int(left > 0)
         elif launch["function"] == "heron_set_branch":
             handle, selector, is_s32, branch, count = args
             if is_s32:

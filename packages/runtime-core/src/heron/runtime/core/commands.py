@@ -72,11 +72,13 @@ class LibraryCallCommand:
 
 @attrs.define(eq=False)
 class WhileCommand:
-    """``condition``; while the predicate byte is nonzero: ``body``, ``condition``."""
+    """``condition``; while the predicate byte is nonzero: ``body``, ``condition``. With
+    ``trip_count`` (proved by the compiler): ``body`` that many times, no condition."""
 
     condition: list[Any]
     buffers: list[DeviceBuffer]  # [predicate]
     body: list[Any]
+    trip_count: int | None = None
 
 
 @attrs.define(eq=False)

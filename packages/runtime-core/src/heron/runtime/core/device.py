@@ -264,9 +264,13 @@ class Device(abc.ABC):
         condition: Callable[[], None],
         predicate: DeviceBuffer,
         body: Callable[[], None],
+        trip_count: int | None = None,
     ) -> None:
         """Record a loop: ``condition()``; while the 1-byte ``predicate`` is nonzero: ``body()``,
-        ``condition()``.
+        ``condition()``. ``trip_count``, where the compiler proved it (the condition holds
+        exactly that many times and writes nothing but the predicate), lets the device
+        run ``body()`` that many times without the condition (the CUDA device: a counter
+        on the device, the body recorded several times in one node).
 
         ``condition`` and ``body`` are called once, now, to record their
         commands (launches, copies, memsets, nested loops and conditionals)

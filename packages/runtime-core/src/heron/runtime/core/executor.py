@@ -855,6 +855,7 @@ class Executable:
                         lambda inner=inner: record(inner.condition),
                         view(inner.predicate),
                         lambda inner=inner: record(inner.body),
+                        trip_count=inner.trip_count,
                     )
                 elif isinstance(inner, ConditionalThunk):
                     device.record_conditional(

@@ -43,11 +43,13 @@ from heron.runtime.core.device import (
 from heron.runtime.core.driver_probe import DriverStatus
 
 __all__ = [
+    "COUNTED_LOOP_COMMANDS",
     "CapturingDevice",
     "DeviceGraph",
     "DriverCalls",
     "EventTimer",
     "Library",
+    "counted_loop_unroll",
     "host_bytes",
 ]
 
@@ -102,6 +104,22 @@ class Library(abc.ABC):
         """Which of its algorithms runs ``call`` and why, for reports ("" where it has no
         choice to report; asked only where :meth:`offers` said yes)."""
         return ""
+
+
+#: The most commands a counted loop's body is recorded with, unrolled (a bound on the
+#: graph's size: each copy is nodes of its own).
+COUNTED_LOOP_COMMANDS = 64
+
+
+def counted_loop_unroll(trips: int, body_commands: int) -> int:
+    """How many times a loop of a proved trip count records its body in one pass of its
+    WHILE node: the largest of 8, 4, 2 dividing ``trips`` within
+    :data:`COUNTED_LOOP_COMMANDS`, else 1. Each pass ends in one kernel that counts down
+    (no condition runs), so a loop of small bodies pays that kernel once per 8 trips."""
+    for unroll in (8, 4, 2):
+        if trips % unroll == 0 and unroll * max(body_commands, 1) <= COUNTED_LOOP_COMMANDS:
+            return unroll
+    return 1
 
 
 class CapturingDevice(Device):
@@ -523,6 +541,7 @@ class CapturingDevice(Device):
         condition: Callable[[], None],
         predicate: DeviceBuffer,
         body: Callable[[], None],
+        trip_count: int | None = None,
     ) -> None:
         self._check_conditional_nodes("while")
         recorded.check_predicate(predicate)
@@ -530,7 +549,7 @@ class CapturingDevice(Device):
         condition_commands = self._record_nested(condition)
         body_commands = self._record_nested(body)
         self._recording[-1].append(
-            recorded.WhileCommand(condition_commands, [predicate], body_commands)
+            recorded.WhileCommand(condition_commands, [predicate], body_commands, trip_count)
         )
 
     def record_conditional(

@@ -13,7 +13,12 @@ predicates and selectors:
   is whether the selector picks ``branch`` of ``count``: a pred picks branch 0
   when true and 1 when false, an s32 picks its value, and an index out of
   range (negative too) picks the last branch, as XLA's conditional does
-  (``heron.hlo.control_flow.branch_index``).
+  (``heron.hlo.control_flow.branch_index``);
+- ``heron_set_count(handle, counter, count)`` and ``heron_count_down(handle,
+  counter)``: a loop whose trip count the compiler proved runs no condition: the
+  first stores ``count`` (the WHILE node's passes) in the s32 at ``counter`` and
+  sets the condition to ``count > 0``; the second, last in the node's body,
+  decrements it and sets the condition to what is left ``> 0``.
 
 ``cudaGraphSetConditional`` is one of the device functions the driver
 resolves when it loads a module (as ``vprintf``): ptxas accepts the call in a
@@ -27,6 +32,8 @@ from __future__ import annotations
 
 __all__ = [
     "BRANCH_KERNEL",
+    "COUNTDOWN_KERNEL",
+    "COUNT_KERNEL",
     "MINIMUM_DRIVER",
     "SET_CONDITION_PTX",
     "WHILE_KERNEL",
@@ -34,6 +41,8 @@ __all__ = [
 
 WHILE_KERNEL = "heron_set_while"
 BRANCH_KERNEL = "heron_set_branch"
+COUNT_KERNEL = "heron_set_count"
+COUNTDOWN_KERNEL = "heron_count_down"
 #: cuDriverGetVersion's value from which conditional nodes exist (CUDA 12.4).
 MINIMUM_DRIVER = 12040
 
@@ -109,6 +118,60 @@ SELECTOR_S32:
 COMPARE:
     setp.eq.u32 %picked, %index, %branch;
     selp.u32 %value, 1, 0, %picked;
+    {
+        .param .b64 handle_argument;
+        .param .b32 value_argument;
+        st.param.b64 [handle_argument], %handle;
+        st.param.b32 [value_argument], %value;
+        call.uni cudaGraphSetConditional, (handle_argument, value_argument);
+    }
+    ret;
+}
+
+.visible .entry heron_set_count(
+    .param .u64 heron_set_count_handle,
+    .param .u64 heron_set_count_counter,
+    .param .u32 heron_set_count_count
+)
+{
+    .reg .pred %taken;
+    .reg .b32 %count, %value;
+    .reg .b64 %handle, %address;
+
+    ld.param.u64 %handle, [heron_set_count_handle];
+    ld.param.u64 %address, [heron_set_count_counter];
+    ld.param.u32 %count, [heron_set_count_count];
+    cvta.to.global.u64 %address, %address;
+    st.global.u32 [%address], %count;
+    setp.gt.s32 %taken, %count, 0;
+    selp.u32 %value, 1, 0, %taken;
+    {
+        .param .b64 handle_argument;
+        .param .b32 value_argument;
+        st.param.b64 [handle_argument], %handle;
+        st.param.b32 [value_argument], %value;
+        call.uni cudaGraphSetConditional, (handle_argument, value_argument);
+    }
+    ret;
+}
+
+.visible .entry heron_count_down(
+    .param .u64 heron_count_down_handle,
+    .param .u64 heron_count_down_counter
+)
+{
+    .reg .pred %taken;
+    .reg .b32 %count, %value;
+    .reg .b64 %handle, %address;
+
+    ld.param.u64 %handle, [heron_count_down_handle];
+    ld.param.u64 %address, [heron_count_down_counter];
+    cvta.to.global.u64 %address, %address;
+    ld.global.u32 %count, [%address];
+    sub.s32 %count, %count, 1;
+    st.global.u32 [%address], %count;
+    setp.gt.s32 %taken, %count, 0;
+    selp.u32 %value, 1, 0, %taken;
     {
         .param .b64 handle_argument;
         .param .b32 value_argument;

@@ -76,7 +76,7 @@ from heron.runtime.core import dlpack
 from heron.runtime.core.attention import ATTENTION
 from heron.runtime.core.attention_backward import ATTENTION_BACKWARD
 from heron.runtime.core.convolution import CONVOLUTION
-from heron.runtime.core.device import DeviceError, KernelImage, LoadedKernel
+from heron.runtime.core.device import DeviceBuffer, DeviceError, KernelImage, LoadedKernel
 from heron.runtime.core.fft import FFT
 from heron.runtime.core.gemm import GEMM
 from heron.runtime.core.gpu_device import (
@@ -85,9 +85,12 @@ from heron.runtime.core.gpu_device import (
     DriverCalls,
     EventTimer,
     Library,
+    counted_loop_unroll,
 )
 from heron.runtime.cuda.conditional import (
     BRANCH_KERNEL,
+    COUNT_KERNEL,
+    COUNTDOWN_KERNEL,
     MINIMUM_DRIVER,
     SET_CONDITION_PTX,
     WHILE_KERNEL,
@@ -108,6 +111,8 @@ from heron.runtime.cuda.properties import ATTRIBUTES, target_properties
 
 __all__ = ["CUDA_CALLS", "CudaDevice", "CudaGraph", "CudaTimer"]
 
+#: Loops nested deeper than this inside a graph run their condition (a counter each).
+COUNTED_LOOP_DEPTH = 16
 _CU_STREAM_NON_BLOCKING = 1
 _CU_EVENT_DEFAULT = 0
 
@@ -246,6 +251,7 @@ class CudaDevice(CapturingDevice):
         )
         self._body_streams: list[Any] = []
         self._setters: dict[str, _Kernel] | None = None
+        self._counters: DeviceBuffer | None = None
         version = int(self._call("cuDriverGetVersion"))
         #: CUDA 12.4+ conditional graph nodes: while loops and conditionals recorded too.
         self.supports_conditional_nodes = version >= MINIMUM_DRIVER
@@ -427,7 +433,7 @@ class CudaDevice(CapturingDevice):
             image = KernelImage("ptx", WHILE_KERNEL, SET_CONDITION_PTX.encode())
             module = self._call("cuModuleLoadData", image.data + b"\0")
             self._setters = {}
-            for name in (WHILE_KERNEL, BRANCH_KERNEL):
+            for name in (WHILE_KERNEL, BRANCH_KERNEL, COUNT_KERNEL, COUNTDOWN_KERNEL):
                 function = self._call("cuModuleGetFunction", module, name.encode())
                 signature = ptx_entry_signature(SET_CONDITION_PTX, name)
                 self._setters[name] = _Kernel(
@@ -488,8 +494,55 @@ class CudaDevice(CapturingDevice):
         finally:
             self._call("cuStreamEndCapture", stream)
 
+    def record_while(
+        self,
+        condition: Callable[[], None],
+        predicate: DeviceBuffer,
+        body: Callable[[], None],
+        trip_count: int | None = None,
+    ) -> None:
+        if trip_count is not None:
+            self._loop_counters()  # allocated now: never while a stream captures
+        super().record_while(condition, predicate, body, trip_count)
+
+    def _loop_counters(self) -> DeviceBuffer:
+        """One s32 counter per loop depth for counted loops (``_capture_counted``), made once."""
+        if self._counters is None:
+            self._counters = self.allocate(4 * COUNTED_LOOP_DEPTH, "counted-loop counters")
+        return self._counters
+
+    def _capture_counted(self, command: recorded.WhileCommand, stream: Any, depth: int) -> bool:
+        """A loop whose trip count the compiler proved, without its condition: a kernel stores
+        the passes left in this depth's counter and sets the WHILE node's handle; the node's
+        body is the loop body ``counted_loop_unroll`` times, then a kernel that counts down
+        (issue 30: a 1000-step fori_loop ran four kernels a step, the condition's two among
+        them). False where it does not apply (then the condition runs as usual)."""
+        trips = command.trip_count
+        if trips is None or self._counters is None or depth >= COUNTED_LOOP_DEPTH:
+            return False
+        unroll = counted_loop_unroll(trips, len(command.body))
+        passes = trips // unroll
+        if passes >= 2**31:
+            return False
+        if passes == 0:
+            return True  # the body never runs, and the condition writes only the predicate
+        counter = int(self._counters.handle) + 4 * depth
+        handle = self._new_handle(stream)
+        self._set_condition(COUNT_KERNEL, [int(handle), counter, passes], stream)
+        body = self._conditional_node(stream, handle, "CU_GRAPH_COND_TYPE_WHILE")
+        self._capture_body(
+            body,
+            depth + 1,
+            list(command.body) * unroll,
+            lambda s: self._set_condition(COUNTDOWN_KERNEL, [int(handle), counter], s),
+        )
+        return True
+
     def _capture_while(self, command: recorded.WhileCommand, stream: Any, depth: int) -> None:
-        """condition; a WHILE node on the predicate; its body: body, condition, set again."""
+        """condition; a WHILE node on the predicate; its body: body, condition, set again.
+        A loop of a proved trip count runs no condition (``_capture_counted``)."""
+        if self._capture_counted(command, stream, depth):
+            return
         predicate = int(command.buffers[0].handle)
         for inner in command.condition:
             self.run_command(inner, stream, depth)

@@ -391,6 +391,7 @@ class InterpreterDevice(Device):
         condition: Callable[[], None],
         predicate: DeviceBuffer,
         body: Callable[[], None],
+        trip_count: int | None = None,
     ) -> None:
         self._check_conditional_nodes("record_while")
         check_predicate(predicate)
@@ -398,7 +399,7 @@ class InterpreterDevice(Device):
         condition_commands = commands.record_nested(self, condition)
         body_commands = commands.record_nested(self, body)
         self._recording[-1].append(
-            commands.WhileCommand(condition_commands, [predicate], body_commands)
+            commands.WhileCommand(condition_commands, [predicate], body_commands, trip_count)
         )
 
     def record_conditional(
@@ -457,6 +458,10 @@ class InterpreterDevice(Device):
             elif isinstance(command, LibraryCallCommand):
                 self._library_call_now(command)
             elif isinstance(command, commands.WhileCommand):
+                if command.trip_count is not None:  # proved: no condition, as on CUDA
+                    for _ in range(command.trip_count):
+                        self.run_commands(command.body)
+                    continue
                 predicate = self._storage(command.buffers[0]).data
                 self.run_commands(command.condition)
                 while predicate[0]:
