@@ -337,6 +337,7 @@ class Worker:
             jax_out, details["jax"] = None, {"skipped": f"jax is not installed ({error})"}
         except Exception as error:  # noqa: BLE001 - heron's numbers still count
             jax_out, details["jax"] = None, {"error": f"{type(error).__name__}: {error}"[:300]}
+        details["resident"] = self._resident_times(artefact, inputs)
         self._rates(case, workload, details)
         problems = []
         if jax_out is not None:
@@ -410,6 +411,48 @@ class Worker:
             executable.close()
             for buffer in buffers:
                 device.free(buffer)
+
+    def _resident_times(self, artefact: Any, inputs: list[np.ndarray]) -> dict[str, Any]:
+        """The artefact as heron.jax runs it (issue 30): a
+        :class:`~heron.runtime.core.resident.ResidentRunner` over jax's (else torch's) arrays
+        on this GPU, results left on the device; timed as jax is (``_times``). Skipped
+        where no such library has the device's memory or holds the inputs' types."""
+        from heron.runtime.core.executor import Executable
+        from heron.runtime.core.resident import ResidentRunner
+
+        library = _dlpack_library(self.device)
+        if library is None:
+            return {"skipped": "neither jax nor torch has memory on this device"}
+        name, to_device, _ = library
+        try:
+            arguments = [to_device(a) for a in inputs]
+        except Exception as error:  # noqa: BLE001 - a type the library lacks
+            return {"skipped": f"{name} cannot hold the inputs: {error}"[:300]}
+        if any(np.dtype(a.dtype) != np.dtype(b.dtype) for a, b in zip(inputs, arguments)):
+            return {"skipped": f"{name} holds the inputs in other types (no x64?)"}
+        executable = Executable(artefact, self.device, self.backend, command_buffers=True)
+        try:
+            runner = ResidentRunner(executable)
+            begun = time.perf_counter()
+            last = [runner(arguments)]
+            for array in last[0]:
+                array.block_until_ready()
+            entry: dict[str, Any] = {"library": name, "first_s": time.perf_counter() - begun}
+
+            def call() -> None:
+                last[:] = [runner(arguments)]
+
+            def synchronize() -> None:
+                for array in last[0]:
+                    array.block_until_ready()
+
+            entry.update(_times(call, synchronize))
+            entry["ways"] = sorted(set(runner.last_inputs.ways))
+            return entry
+        except Exception as error:  # noqa: BLE001 - the executor's numbers still count
+            return {"error": f"{type(error).__name__}: {error}"[:300]}
+        finally:
+            executable.close()
 
     def _kernel_times(self, artefact: Any, buffers: list) -> list[dict[str, Any]]:
         """Per-kernel device times (event timers around each thunk, no command buffers)."""

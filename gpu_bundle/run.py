@@ -370,6 +370,32 @@ def render_markdown(document: dict[str, Any]) -> str:
                 f" {gbs} | {tfs} | {slowest} | {_tuned_cell(d.get('autotune'))} |"
             )
         lines.append("")
+        lines += [
+            "## Device-resident runs (heron.jax's runner on the library's GPU arrays)",
+            "",
+            "| workload | resident throughput | executor throughput | jax throughput |"
+            " jax / resident | inputs taken |",
+            "|---|---|---|---|---|---|",
+        ]
+        for case in speed:
+            d = case.get("details") or {}
+            resident, heron, jax = (d.get(k) or {} for k in ("resident", "heron", "jax"))
+            if not resident.get("throughput_s"):
+                why = resident.get("skipped") or resident.get("error")
+                if why:
+                    lines.append(f"| {case.get('workload', case['name'])} | {why} | | | | |")
+                continue
+            ratio = (
+                f"{jax['throughput_s'] / resident['throughput_s']:.2f}"
+                if jax.get("throughput_s")
+                else "-"
+            )
+            lines.append(
+                f"| {case.get('workload', case['name'])} | {_ms(resident['throughput_s'])} |"
+                f" {_ms(heron.get('throughput_s'))} | {_ms(jax.get('throughput_s'))} | {ratio} |"
+                f" {', '.join(resident.get('ways', []))} |"
+            )
+        lines.append("")
         lines += ["## Per-kernel device times (heron, event timers, no command buffers)", ""]
         for case in speed:
             kernels = ((case.get("details") or {}).get("heron") or {}).get("kernels") or []

@@ -527,3 +527,24 @@ def test_a_bundle_for_one_python_has_room_for_the_cudnn_frontend(tmp_path, monke
         "cp313",
     }
     assert any("nvidia_cudnn_frontend" in line for line in left_out)
+
+
+def test_a_speed_case_times_the_artefact_as_heron_jax_runs_it_on_device_arrays(bundle):
+    """Issue 30's resident figure: the artefact through a ResidentRunner over jax's arrays
+    (on the interpreter: jax's CPU arrays, read in place through DLPack), timed as jax is."""
+    from heron.hlo.npz_io import load_inputs
+    from heron.hlo.parser import parse_shape
+    from heron.runtime.core.artefact import load
+    from heron.runtime.interpreter import InterpreterDevice
+
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    (case,) = [c for c in manifest["cases"] if c["name"] == "program/softmax"]
+    artefact = load(bundle / case["artefacts"]["h100"])
+    shapes = [parse_shape(text) for text in artefact.signature.parameters]
+    inputs = list(load_inputs(bundle / case["inputs"], shapes))
+    worker_module = _module("bundle_worker")
+    worker = object.__new__(worker_module.Worker)
+    worker.device, worker.backend = InterpreterDevice(), "interpreter"
+    timed = worker._resident_times(artefact, inputs)
+    assert timed["library"] == "jax" and timed["ways"] == ["dlpack"], timed
+    assert timed["throughput_s"] > 0 and timed["batch_runs"] >= 3
