@@ -146,3 +146,14 @@ def test_bad_expression_input():
         parse_affine_expr("d0 + x", ["d0"])
     with pytest.raises(IndexingError, match="expected end of input"):
         parse_affine_expr("d0 d0", ["d0"])
+
+
+def test_a_map_refuses_variables_it_does_not_have_and_names_them():
+    from heron.indexing.affine import used_variables
+
+    d0 = Variable("d0", Interval(0, 3))
+    expr = Dim(0) + Dim(2) * 4 + Symbol(1)
+    assert used_variables(expr) == (frozenset({0, 2}), frozenset({1}))
+    with pytest.raises(IndexingError, match=r"uses d2, s1 but the map has 1 dimension\(s\)"):
+        IndexingMap((d0,), (expr,))
+    assert IndexingMap((d0,), (Dim(0) * 2,)).num_results == 1  # its own variables: fine

@@ -17,6 +17,7 @@ minus infinity, ``mod`` has the sign of the (positive) divisor.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Sequence
 
 import attrs
@@ -207,12 +208,26 @@ def symbol(index: int) -> Symbol:
 # -- queries ------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def used_variables(expr: AffineExpr) -> tuple[frozenset[int], frozenset[int]]:
+    """The dimension and the symbol indices ``expr`` uses, in one walk; memoised by the
+    expression's value (every IndexingMap checks its expressions with it, and the
+    simplifier rebuilds maps from the same expressions many times)."""
+    dims, symbols = set(), set()
+    for node in walk(expr):
+        if isinstance(node, Dim):
+            dims.add(node.index)
+        elif isinstance(node, Symbol):
+            symbols.add(node.index)
+    return frozenset(dims), frozenset(symbols)
+
+
 def used_dims(expr: AffineExpr) -> set[int]:
-    return {node.index for node in walk(expr) if isinstance(node, Dim)}
+    return set(used_variables(expr)[0])
 
 
 def used_symbols(expr: AffineExpr) -> set[int]:
-    return {node.index for node in walk(expr) if isinstance(node, Symbol)}
+    return set(used_variables(expr)[1])
 
 
 def walk(expr: AffineExpr):

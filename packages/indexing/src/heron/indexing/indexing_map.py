@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
-from heron.indexing.affine import AffineExpr, Dim, Symbol, used_dims, used_symbols
+from heron.indexing.affine import AffineExpr, Dim, Symbol, used_variables
 from heron.indexing.interval import Interval
 
 
@@ -74,8 +74,11 @@ class IndexingMap:
         _check_variables("runtime", self.runtime_vars)
         n_dims, n_syms = len(self.dimensions), self.num_symbols
         for expr in (*self.results, *(c for c, _ in self.constraints)):
-            bad_dims = [d for d in used_dims(expr) if d >= n_dims]
-            bad_syms = [s for s in used_symbols(expr) if s >= n_syms]
+            dims, syms = used_variables(expr)
+            if max(dims, default=-1) < n_dims and max(syms, default=-1) < n_syms:
+                continue
+            bad_dims = sorted(d for d in dims if d >= n_dims)
+            bad_syms = sorted(s for s in syms if s >= n_syms)
             if bad_dims or bad_syms:
                 raise IndexingError(
                     f"expression {expr} uses "
