@@ -46,7 +46,21 @@ COUNTDOWN_KERNEL = "heron_count_down"
 #: cuDriverGetVersion's value from which conditional nodes exist (CUDA 12.4).
 MINIMUM_DRIVER = 12040
 
-SET_CONDITION_PTX = """\
+#: Every kernel's ending: the condition (in ``%value``) handed to the node's handle.
+_SET_AND_RETURN = """\
+    {
+        .param .b64 handle_argument;
+        .param .b32 value_argument;
+        st.param.b64 [handle_argument], %handle;
+        st.param.b32 [value_argument], %value;
+        call.uni cudaGraphSetConditional, (handle_argument, value_argument);
+    }
+    ret;
+}
+"""
+
+SET_CONDITION_PTX = (
+    """\
 .version 8.4
 .target sm_70
 .address_size 64
@@ -73,16 +87,9 @@ SET_CONDITION_PTX = """\
     ld.global.u8 %byte, [%address];
     setp.ne.s16 %taken, %byte, 0;
     selp.u32 %value, 1, 0, %taken;
-    {
-        .param .b64 handle_argument;
-        .param .b32 value_argument;
-        st.param.b64 [handle_argument], %handle;
-        st.param.b32 [value_argument], %value;
-        call.uni cudaGraphSetConditional, (handle_argument, value_argument);
-    }
-    ret;
-}
-
+"""
+    + _SET_AND_RETURN
+    + """
 .visible .entry heron_set_branch(
     .param .u64 heron_set_branch_handle,
     .param .u64 heron_set_branch_selector,
@@ -118,16 +125,9 @@ SELECTOR_S32:
 COMPARE:
     setp.eq.u32 %picked, %index, %branch;
     selp.u32 %value, 1, 0, %picked;
-    {
-        .param .b64 handle_argument;
-        .param .b32 value_argument;
-        st.param.b64 [handle_argument], %handle;
-        st.param.b32 [value_argument], %value;
-        call.uni cudaGraphSetConditional, (handle_argument, value_argument);
-    }
-    ret;
-}
-
+"""
+    + _SET_AND_RETURN
+    + """
 .visible .entry heron_set_count(
     .param .u64 heron_set_count_handle,
     .param .u64 heron_set_count_counter,
@@ -145,16 +145,9 @@ COMPARE:
     st.global.u32 [%address], %count;
     setp.gt.s32 %taken, %count, 0;
     selp.u32 %value, 1, 0, %taken;
-    {
-        .param .b64 handle_argument;
-        .param .b32 value_argument;
-        st.param.b64 [handle_argument], %handle;
-        st.param.b32 [value_argument], %value;
-        call.uni cudaGraphSetConditional, (handle_argument, value_argument);
-    }
-    ret;
-}
-
+"""
+    + _SET_AND_RETURN
+    + """
 .visible .entry heron_count_down(
     .param .u64 heron_count_down_handle,
     .param .u64 heron_count_down_counter
@@ -172,13 +165,6 @@ COMPARE:
     st.global.u32 [%address], %count;
     setp.gt.s32 %taken, %count, 0;
     selp.u32 %value, 1, 0, %taken;
-    {
-        .param .b64 handle_argument;
-        .param .b32 value_argument;
-        st.param.b64 [handle_argument], %handle;
-        st.param.b32 [value_argument], %value;
-        call.uni cudaGraphSetConditional, (handle_argument, value_argument);
-    }
-    ret;
-}
 """
+    + _SET_AND_RETURN
+)
