@@ -27,13 +27,13 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
+from heron_test_support.custom_calls import ffi_call
 from heron_test_support.jax_config import jax_x64
 from jax import lax
 
 import heron.jax as heron_jax
-from heron.hlo.custom_calls.call import CustomCall, CustomCallError
+from heron.hlo.custom_calls.call import CustomCallError
 from heron.hlo.custom_calls.registry import default_custom_calls
-from heron.hlo.shapes import TupleShape
 from heron.jax.cpu_lapack import TARGETS, gees, gehrd, syevd
 from heron.jax.lowering import lower
 
@@ -373,18 +373,6 @@ def test_pivoted_qr_qr_multiply_and_tridiagonal(name):
 # --- the host implementations alone: flags jax never writes are refused by name ---
 
 
-def _call(target: str, backend_config: str) -> CustomCall:
-    return CustomCall(
-        target=target,
-        instruction="call",
-        computation="main",
-        operand_shapes=(),
-        result_shape=TupleShape(()),
-        backend_config=backend_config,
-        api_version="API_VERSION_TYPED_FFI",
-    )
-
-
 def test_every_routine_is_registered_for_every_type():
     assert len(TARGETS) == 12 * 4
     assert {
@@ -399,16 +387,16 @@ def test_every_routine_is_registered_for_every_type():
 def test_a_sorted_schur_form_is_refused_by_name():
     a = np.eye(3)
     with pytest.raises(CustomCallError, match="sort 'S'"):
-        gees((a,), _call("lapack_dgees_ffi", "{mode = 86 : ui8, sort = 83 : ui8}"))
+        gees((a,), ffi_call("lapack_dgees_ffi", "{mode = 86 : ui8, sort = 83 : ui8}"))
 
 
 def test_unknown_flags_and_another_type_are_refused():
     a = np.eye(3, dtype=np.float32)
     with pytest.raises(CustomCallError, match="mode 88"):
-        syevd((a,), _call("lapack_ssyevd_ffi", "{mode = 88 : ui8, uplo = 76 : ui8}"))
+        syevd((a,), ffi_call("lapack_ssyevd_ffi", "{mode = 88 : ui8, uplo = 76 : ui8}"))
     with pytest.raises(CustomCallError, match="has no uplo"):
-        syevd((a,), _call("lapack_ssyevd_ffi", "{mode = 86 : ui8}"))
+        syevd((a,), ffi_call("lapack_ssyevd_ffi", "{mode = 86 : ui8}"))
     with pytest.raises(CustomCallError, match="float64"):
-        syevd((a,), _call("lapack_dsyevd_ffi", "{mode = 86 : ui8, uplo = 76 : ui8}"))
+        syevd((a,), ffi_call("lapack_dsyevd_ffi", "{mode = 86 : ui8, uplo = 76 : ui8}"))
     with pytest.raises(CustomCallError, match="low 0"):
-        gehrd((a,), _call("lapack_sgehrd_ffi", "{high = 3 : i32, low = 0 : i32}"))
+        gehrd((a,), ffi_call("lapack_sgehrd_ffi", "{high = 3 : i32, low = 0 : i32}"))

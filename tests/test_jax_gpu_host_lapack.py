@@ -25,12 +25,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from heron_test_support.custom_calls import ffi_call
 from heron_test_support.jax_config import jax_x64
 from heron_test_support.jax_runs import run_on_heron
 from jax._src.lax import linalg as jax_linalg
 
-from heron.hlo.custom_calls.call import CustomCall, CustomCallError
-from heron.hlo.shapes import TupleShape
+from heron.hlo.custom_calls.call import CustomCallError
 from heron.jax.devices import open_device
 from heron.jax.gpu_cholesky_update import cholesky_update
 from heron.jax.gpu_eig import hybrid_eig
@@ -367,40 +367,28 @@ def test_cholesky_update_equals_jax_on_the_cpu(device, dtype):
 # --- the host implementations refuse what jax never lowers, naming the call ---
 
 
-def _call(target: str, backend_config: str = "") -> CustomCall:
-    return CustomCall(
-        target=target,
-        instruction="call",
-        computation="main",
-        operand_shapes=(),
-        result_shape=TupleShape(()),
-        backend_config=backend_config,
-        api_version="API_VERSION_TYPED_FFI",
-    )
-
-
 def test_unsupported_operands_are_refused_naming_the_call():
     f16 = np.eye(3, dtype=np.float16)
     flags = '{left = false, magma = "auto", right = true}'
     with pytest.raises(CustomCallError, match="cuhybrid_eig_real.*float16"):
-        hybrid_eig((f16,), _call("cuhybrid_eig_real", flags))
+        hybrid_eig((f16,), ffi_call("cuhybrid_eig_real", flags))
     with pytest.raises(CustomCallError, match="cuhybrid_eig_real.*real matrices"):
-        hybrid_eig((np.eye(3, dtype=np.complex64),), _call("cuhybrid_eig_real", flags))
+        hybrid_eig((np.eye(3, dtype=np.complex64),), ffi_call("cuhybrid_eig_real", flags))
     with pytest.raises(CustomCallError, match='magma "gpu"'):
-        hybrid_eig((np.eye(3),), _call("cuhybrid_eig_real", flags.replace("auto", "gpu")))
+        hybrid_eig((np.eye(3),), ffi_call("cuhybrid_eig_real", flags.replace("auto", "gpu")))
     with pytest.raises(CustomCallError, match="cuhybrid_geqp3.*jpvt int64"):
-        geqp3((np.eye(3), np.zeros(3, np.int64)), _call("cuhybrid_geqp3", '{magma = "off"}'))
+        geqp3((np.eye(3), np.zeros(3, np.int64)), ffi_call("cuhybrid_geqp3", '{magma = "off"}'))
     with pytest.raises(CustomCallError, match="cusolver_ormqr_ffi.*do not fit"):
         ormqr(
             (np.eye(4), np.zeros(4), np.eye(3)),
-            _call("cusolver_ormqr_ffi", "{left = true, transpose = false}"),
+            ffi_call("cusolver_ormqr_ffi", "{left = true, transpose = false}"),
         )
     with pytest.raises(CustomCallError, match=r"cusparse_gtsv2_ffi.*\[4\].*\[5, 2\]"):
-        gtsv2((np.ones(4),) * 3 + (np.ones((5, 2)),), _call("cusparse_gtsv2_ffi"))
+        gtsv2((np.ones(4),) * 3 + (np.ones((5, 2)),), ffi_call("cusparse_gtsv2_ffi"))
     with pytest.raises(CustomCallError, match="cu_cholesky_update_ffi.*complex64"):
         cholesky_update(
             (np.eye(2, dtype=np.complex64), np.ones(2, np.complex64)),
-            _call("cu_cholesky_update_ffi"),
+            ffi_call("cu_cholesky_update_ffi"),
         )
     with pytest.raises(CustomCallError, match=r"cu_cholesky_update_ffi.*\[2, 3, 3\]"):
-        cholesky_update((np.ones((2, 3, 3)), np.ones((2, 3))), _call("cu_cholesky_update_ffi"))
+        cholesky_update((np.ones((2, 3, 3)), np.ones((2, 3))), ffi_call("cu_cholesky_update_ffi"))

@@ -16,11 +16,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from heron_test_support.custom_calls import ffi_call
 from heron_test_support.jax_config import jax_x64
 
 import heron.jax as heron_jax
 from heron.hlo.custom_calls.call import CustomCall, CustomCallError
-from heron.hlo.shapes import TupleShape
 from heron.jax.lapack import cholesky_factor, lu_factor, potrf, trsm
 
 
@@ -62,15 +62,7 @@ def test_a_matrix_that_is_not_positive_definite_is_nan_as_in_jax(x64):
 
 
 def _call(target: str, uplo: int) -> CustomCall:
-    return CustomCall(
-        target=target,
-        instruction="cholesky",
-        computation="main",
-        operand_shapes=(),
-        result_shape=TupleShape(()),
-        backend_config=f"{{uplo = {uplo} : ui8}}",
-        api_version="API_VERSION_TYPED_FFI",
-    )
+    return ffi_call(target, f"{{uplo = {uplo} : ui8}}", instruction="cholesky")
 
 
 @pytest.mark.parametrize("target", ["lapack_dpotrf_ffi", "lapack_zpotrf_ffi"])
