@@ -519,3 +519,14 @@ def test_the_interpreter_runs_a_proved_trip_count_without_the_condition():
     device.copy_to_device(tally, np.array([9, 0, 0, 0, 0, 0], np.uint8))
     graph.replay()
     assert device.copy_from_device(tally).tobytes() == bytes([9, 9, 9, 9, 0, 0])  # 3 shifts
+
+
+@pytest.mark.parametrize("trips", [-1, 2.5, True])
+def test_a_trip_count_that_is_not_a_count_is_refused_by_both_devices(fake_cuda, trips):
+    from heron.runtime.core.device import DeviceError
+    from heron.runtime.interpreter.device import InterpreterDevice
+
+    for device in (_device(fake_cuda)[0], InterpreterDevice()):
+        device.begin_recording()
+        with pytest.raises(DeviceError, match="trip count is an integer >= 0"):
+            device.record_while(lambda: None, device.allocate(1), lambda: None, trip_count=trips)

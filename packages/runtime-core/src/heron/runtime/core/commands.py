@@ -183,10 +183,15 @@ def memset_command(buffer: DeviceBuffer, value: int, width: int) -> MemsetComman
     return MemsetCommand([buffer], value, width)
 
 
-def check_predicate(predicate: DeviceBuffer) -> None:
-    """A while node's predicate is one byte (a pred); DeviceError otherwise."""
+def check_predicate(predicate: DeviceBuffer, trip_count: int | None = None) -> None:
+    """A while node's predicate is one byte (a pred), and its proved trip count, if any, an
+    integer >= 0; DeviceError otherwise."""
     if predicate.nbytes != 1:
         raise DeviceError(f"record_while: the predicate is 1 byte, not {predicate.nbytes}")
+    if trip_count is not None and (
+        isinstance(trip_count, bool) or not isinstance(trip_count, int) or trip_count < 0
+    ):
+        raise DeviceError(f"record_while: a trip count is an integer >= 0, not {trip_count!r}")
 
 
 def check_selector(selector: DeviceBuffer, selector_type: str, branch_count: int) -> None:

@@ -544,7 +544,7 @@ class CapturingDevice(Device):
         trip_count: int | None = None,
     ) -> None:
         self._check_conditional_nodes("while")
-        recorded.check_predicate(predicate)
+        recorded.check_predicate(predicate, trip_count)
         self._own(predicate)
         condition_commands = self._record_nested(condition)
         body_commands = self._record_nested(body)

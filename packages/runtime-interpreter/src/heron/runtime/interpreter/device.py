@@ -394,7 +394,7 @@ class InterpreterDevice(Device):
         trip_count: int | None = None,
     ) -> None:
         self._check_conditional_nodes("record_while")
-        check_predicate(predicate)
+        check_predicate(predicate, trip_count)
         self._storage(predicate)
         condition_commands = commands.record_nested(self, condition)
         body_commands = commands.record_nested(self, body)
