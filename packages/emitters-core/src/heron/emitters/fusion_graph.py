@@ -29,21 +29,21 @@ class FusionGraph:
         root = computation.root_instruction
         self.root_tuple = root if root.opcode == "tuple" else None
         self.roots = fusion_roots(computation)
-        # Keyed by id(): the graph holds the computation, so the instructions outlive it.
-        self._users: dict[int, list[Instruction]] = {}
+        self._users: dict[Instruction, list[Instruction]] = {}
         #: The opcodes inside: a hero search for one that is absent need not walk.
         self.opcodes = frozenset(inst.opcode for inst in computation.instructions)
         for inst in computation.instructions:
             if inst is self.root_tuple:
                 continue
             for operand in inst.operands:
-                users = self._users.setdefault(id(operand), [])
-                if not any(u is inst for u in users):
+                users = self._users.setdefault(operand, [])
+                # an instruction reading a value twice is one user; its reads come in a row
+                if not users or users[-1] is not inst:
                     users.append(inst)
 
     def users(self, inst: Instruction) -> list[Instruction]:
         """The instructions inside the fusion that read ``inst`` (not the root tuple)."""
-        return self._users.get(id(inst), [])
+        return self._users.get(inst, [])
 
     @staticmethod
     def inside(inst: Instruction) -> bool:

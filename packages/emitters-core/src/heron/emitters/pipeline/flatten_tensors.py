@@ -137,9 +137,7 @@ def linear_index(t: ir.RankedTensorType, indices: Sequence[ir.Value]) -> ir.Valu
         builder.expr(v, f"d{i}", Interval(0, n - 1))
         for i, (v, n) in enumerate(zip(indices, t.shape, strict=True))
     ]
-    first = IndexingMap(
-        tuple(builder.variables), tuple(exprs), constraints=tuple(builder.constraints)
-    )
+    first = IndexingMap(tuple(builder.variables), tuple(exprs), constraints=builder.constraints)
     composed = _offset_linearisation(first, t)
     if composed is None:
         composed = simplify_with_mod_expansion(compose(first, linearisation_map(t)))

@@ -72,15 +72,27 @@ class IndexExpressionBuilder:
     other value becomes a dimension of the map being built (bounded by what
     its uses promise: the domain of the map it fed, or a tensor's extent).
     The domains of the maps looked through become constraints, which the
-    simplifier keeps only where they say something.
+    simplifier keeps only where they say something. A producer used by several
+    operands is looked through once, and a constraint met again (every map of a
+    chain repeats the thread domain) is kept once: the simplifier's time grows
+    with the constraints it is handed.
     """
 
     def __init__(self) -> None:
         self.values: list[ir.Value] = []
         self.variables: list[Variable] = []
-        self.constraints: list[tuple[AffineExpr, Interval]] = []
+        self._constraints: dict[tuple[AffineExpr, Interval], None] = {}
         self._dims: dict[ir.Value, int] = {}
         self._names: set[str] = set()
+        self._results: dict[ir.Operation, list[AffineExpr]] = {}
+
+    @property
+    def constraints(self) -> tuple[tuple[AffineExpr, Interval], ...]:
+        """The constraints met so far, each once, in the order first met."""
+        return tuple(self._constraints)
+
+    def _constrain(self, expr: AffineExpr, bounds: Interval) -> None:
+        self._constraints[(expr, bounds)] = None
 
     def _variable(self, value: ir.Value, name: str, bounds: Interval) -> AffineExpr:
         index = self._dims.get(value)
@@ -88,7 +100,7 @@ class IndexExpressionBuilder:
             old = self.variables[index]
             merged = old.bounds.intersect(bounds)
             if merged.is_empty:  # contradictory promises: keep one, record the other
-                self.constraints.append((Dim(index), bounds))
+                self._constrain(Dim(index), bounds)
             else:
                 self.variables[index] = Variable(old.name, merged)
             return Dim(index)
@@ -112,24 +124,30 @@ class IndexExpressionBuilder:
             return self._variable(value, name, bounds)
         expr = self.results(op)[ir.OpResult(value).result_number]
         if bounds != UNKNOWN:
-            self.constraints.append((expr, bounds))
+            self._constrain(expr, bounds)
         return expr
 
     def results(self, op: ir.Operation) -> list[AffineExpr]:
         """The results of one ``apply_indexing`` op as expressions over the leaves."""
+        known = self._results.get(op)
+        if known is None:
+            known = self._results[op] = self._look_through(op)
+        return known
+
+    def _look_through(self, op: ir.Operation) -> list[AffineExpr]:
         indexing_map = op_indexing_map(op)
         variables = [*indexing_map.dimensions, *indexing_map.symbols]
         operands = list(op.operands)
         subs = [self.expr(v, var.name, var.bounds) for v, var in zip(operands, variables)]
         dims, symbols = subs[: indexing_map.num_dims], subs[indexing_map.num_dims :]
         for expr, interval in indexing_map.constraints:
-            self.constraints.append((replace(expr, dims, symbols), interval))
+            self._constrain(replace(expr, dims, symbols), interval)
         return [replace(e, dims, symbols) for e in indexing_map.results]
 
     def build(self, results: Sequence[AffineExpr]) -> IndexingMap:
         """The map (leaves as dimensions, no symbols) computing ``results``, simplified."""
         return simplify_with_mod_expansion(
-            IndexingMap(tuple(self.variables), tuple(results), constraints=tuple(self.constraints))
+            IndexingMap(tuple(self.variables), tuple(results), constraints=self.constraints)
         )
 
 
