@@ -1,21 +1,25 @@
 """Build ``build/gpu-bundle/``: everything one GPU window needs, compiled here, without a GPU.
 
     python gpu_bundle/build.py OUT [--targets h100,a100,mi300x] [--programs NAME ...]
+                               [--program-speed NAME ... | none]
                                [--fusions GLOB ...] [--workloads NAME ...] [--no-wheels]
                                [--jobs N] [--cache DIR] [--max-mib 40] [--pythons 312,311,313]
 
 (``nox -s gpu-bundle`` runs it with the defaults.) The bundle holds
 
-- ``run.py`` and the modules it loads (``bundle_*.py``): the one command on the GPU machine;
+- ``run.py`` and the modules it loads (``bundle_*.py``; ``bundle_programs.py`` is
+  ``programs/definitions.py``, the programs' jax functions): the one command on the GPU machine;
 - ``bundle.json``: the cases, the artefact of each per Target, the wheels, the devices' peaks;
 - ``artefacts/TARGET/CASE.heron``: every corpus program (and each scatter program again with
   ``deterministic=True``), every small XLA-corpus fusion, every workload at its small size
-  (correctness) and at its GPU size (speed), compiled for the h100 (sm_90, with interpreter
-  images beside the cubins so that every case can be checked on a CPU), a100 (sm_80) and
-  mi300x (gfx942) Targets;
+  (correctness) and at its GPU size (speed), every control-flow program again as a speed
+  case (``--program-speed``: heron against ``jax.jit`` of its function on its own inputs),
+  compiled for the h100 (sm_90, with interpreter images beside the cubins so that every
+  case can be checked on a CPU), a100 (sm_80) and mi300x (gfx942) Targets;
 - ``data/``: the correctness cases' inputs, XLA:CPU's outputs (programs: the corpus's own;
-  workloads: jax on the CPU, here) and heron's interpreter outputs; the speed cases' inputs
-  are drawn on the GPU machine from a seed (``bundle_workloads.make_inputs``);
+  workloads: jax on the CPU, here) and heron's interpreter outputs; the workloads' speed
+  cases' inputs are drawn on the GPU machine from a seed (``bundle_workloads.make_inputs``),
+  the programs' speed cases take their correctness cases' inputs;
 - ``wheels/``: heron's runtime wheels and what a CUDA image with jax and torch lacks
   (nvmath-python for cp311-cp313, cuda-python, cuda-pathfinder; cuda-bindings,
   cuda-core and the cuDNN frontend only for the Python versions that still fit under
@@ -66,6 +70,12 @@ RUN_FILES = (
     "bundle_workloads.py",
     "bundle_autotune.py",
 )
+#: Files of the repository copied to the bundle's root under another name: the programs'
+#: jax functions, which the worker times as ``jax.jit`` for the program speed cases.
+RENAMED_RUN_FILES = {"bundle_programs.py": ROOT / "programs" / "definitions.py"}
+#: The tag of the programs that get a speed case by default (issue 30: every control-flow
+#: program at most 1.0x XLA's time).
+PROGRAM_SPEED_TAG = "control-flow"
 #: heron's runtime packages, each one wheel (runtime-only: no [compile] extra).
 HERON_WHEELS = (
     "target",
@@ -249,22 +259,32 @@ def _flops_unit(hlo: str) -> str:
     return next((unit for unit in ("fp8", "mma", "tf32") if unit in units), "fp32")
 
 
+def _program_index() -> list[dict[str, Any]]:
+    """``programs/index.json``'s entries: name, description, tags, element types."""
+    return json.loads((ROOT / "programs" / "index.json").read_text())["programs"]
+
+
+def _program_inputs(name: str, data: Path) -> str:
+    """The program's inputs copied into ``data``; their path in the bundle (one file for its
+    correctness and speed cases)."""
+    shutil.copyfile(ROOT / "programs" / name / "inputs.npz", data / f"program-{name}.inputs.npz")
+    return f"data/program-{name}.inputs.npz"
+
+
 def _program_cases(names: list[str] | None, data: Path) -> list[dict[str, Any]]:
-    index = json.loads((ROOT / "programs" / "index.json").read_text())
     cases = []
-    for entry in index["programs"]:
+    for entry in _program_index():
         name = entry["name"]
         if names is not None and name not in names:
             continue
         folder = ROOT / "programs" / name
-        shutil.copyfile(folder / "inputs.npz", data / f"program-{name}.inputs.npz")
         shutil.copyfile(folder / "outputs.npz", data / f"program-{name}.xla.npz")
         hlo = (folder / "module.hlo").read_text()
         base = {
             "kind": "correctness",
             "group": "program",
             "hlo": hlo,
-            "inputs": f"data/program-{name}.inputs.npz",
+            "inputs": _program_inputs(name, data),
             "xla_cpu": f"data/program-{name}.xla.npz",
             "description": entry.get("description", ""),
             "ulps": _narrowed_product_ulps(hlo),
@@ -282,6 +302,63 @@ def _program_cases(names: list[str] | None, data: Path) -> list[dict[str, Any]]:
     return cases
 
 
+def _program_speed_names(programs: list[str] | None, speed: list[str] | None) -> list[str]:
+    """The programs that get a speed case: ``speed`` (``--program-speed``; ``none``: none),
+    else every :data:`PROGRAM_SPEED_TAG` program among ``programs`` (None: all)."""
+    index = _program_index()
+    if speed is not None:
+        names = [n for n in speed if n != "none"]
+        unknown = sorted(set(names) - {e["name"] for e in index})
+        if unknown:
+            raise SystemExit(f"--program-speed: not corpus programs: {', '.join(unknown)}")
+        return [e["name"] for e in index if e["name"] in names]
+    return [
+        e["name"]
+        for e in index
+        if PROGRAM_SPEED_TAG in e.get("tags", ()) and (programs is None or e["name"] in programs)
+    ]
+
+
+def _module_bytes(module: Any) -> int:
+    """The bytes a module's entry reads and writes: its parameters and its result's leaves."""
+    from heron.hlo.memory_layout import memory_bytes
+
+    outputs = module.entry.root_instruction.shape.leaves()
+    return sum(memory_bytes(p.shape) for p in module.entry.parameters) + sum(
+        memory_bytes(leaf) for leaf in outputs
+    )
+
+
+def _program_speed_cases(names: list[str], data: Path) -> list[dict[str, Any]]:
+    """Each named program as a speed case (issue 30): its module.hlo compiled for the GPU
+    Targets and timed on the GPU machine against ``jax.jit`` of its function (the bundle's
+    ``bundle_programs.py``) on its corpus inputs. Tens of microseconds each: launch and host
+    overhead dominate, which is what these cases measure."""
+    from heron.hlo.parser import parse_module
+
+    entries = {e["name"]: e for e in _program_index()}
+    cases = []
+    for name in names:
+        hlo = (ROOT / "programs" / name / "module.hlo").read_text()
+        cases.append(
+            {
+                "id": f"speed-program-{name}",
+                "name": f"speed/program/{name}",
+                "kind": "speed",
+                "group": "speed",
+                "program": name,
+                "hlo": hlo,
+                "inputs": _program_inputs(name, data),
+                "flops_unit": _flops_unit(hlo),
+                "description": entries[name].get("description", ""),
+                "bytes": _module_bytes(parse_module(hlo, source=f"{name}/module.hlo")),
+                "flops": 0,
+                "torch": False,
+            }
+        )
+    return cases
+
+
 def _fusion_cases(patterns: list[str] | None, data: Path) -> list[dict[str, Any]]:
     """Every corpus file whose inputs are small, with inputs drawn as ``heron check`` draws them."""
     import numpy as np
@@ -289,7 +366,6 @@ def _fusion_cases(patterns: list[str] | None, data: Path) -> list[dict[str, Any]
     from heron.harness.corpus import default_corpus
     from heron.harness.inputs import moderate_array
     from heron.harness.scatter_inputs import keep_scatter_promises
-    from heron.hlo.memory_layout import memory_bytes
     from heron.hlo.npz_io import save_inputs
     from heron.hlo.parser import parse_module_file
     from heron.hlo.shapes import ArrayShape
@@ -304,9 +380,7 @@ def _fusion_cases(patterns: list[str] | None, data: Path) -> list[dict[str, Any]
         parameters = module.entry.parameters
         if not all(isinstance(p.shape, ArrayShape) for p in parameters):
             continue  # a tuple parameter: no npz convention for it
-        outputs = list(module.entry.root_instruction.shape.leaves())
-        stored = sum(memory_bytes(p.shape) for p in parameters)
-        if stored + sum(memory_bytes(leaf) for leaf in outputs) > SMALL_FUSION_BYTES:
+        if _module_bytes(module) > SMALL_FUSION_BYTES:
             continue
         case_id = "fusion-" + relative.removesuffix(".hlo").replace("/", "-")
         rng = np.random.default_rng(bundle_workloads.seed_of(relative))
@@ -520,6 +594,7 @@ def build(args: argparse.Namespace) -> int:
         raise SystemExit(f"--targets must include {REFERENCE_TARGET} (its interpreter images)")
 
     cases = _program_cases(args.programs, data)
+    cases += _program_speed_cases(_program_speed_names(args.programs, args.program_speed), data)
     cases += _fusion_cases(args.fusions, data)
     cases += _workload_cases(args.workloads, data)
     print(f"{len(cases)} cases; compiling for {', '.join(targets)}", flush=True)
@@ -573,6 +648,8 @@ def build(args: argparse.Namespace) -> int:
 
     for name in RUN_FILES:
         shutil.copyfile(HERE / name, out / name)
+    for name, source in RENAMED_RUN_FILES.items():
+        shutil.copyfile(source, out / name)
     wheels: list[dict[str, Any]] = []
     left_out: list[str] = []
     if not args.no_wheels:
@@ -615,6 +692,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--programs", nargs="*", metavar="NAME", help="only these programs")
+    parser.add_argument(
+        "--program-speed",
+        nargs="+",
+        metavar="NAME",
+        help="programs timed against jax.jit (default: the control-flow ones among the"
+        " programs built; none: none)",
+    )
     parser.add_argument("--fusions", nargs="*", metavar="GLOB", help="only these corpus files")
     parser.add_argument("--workloads", nargs="*", metavar="NAME", help="only these workloads")
     parser.add_argument("--no-wheels", action="store_true", help="no wheels (tests)")

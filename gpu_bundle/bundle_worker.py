@@ -25,6 +25,7 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -162,22 +163,34 @@ class Worker:
             raise _Error(f"no artefact for {self.target}: heron did not compile it: {error}")
         return load(self.bundle / relative)
 
+    def _stored_inputs(self, case: dict[str, Any], artefact: Any) -> list[np.ndarray]:
+        """The case's inputs from the bundle's npz, in the artefact's parameter types."""
+        from heron.hlo.npz_io import load_inputs
+        from heron.hlo.parser import parse_shape
+
+        shapes = [parse_shape(text) for text in artefact.signature.parameters]
+        return load_inputs(self.bundle / case["inputs"], shapes)
+
+    def _speed_inputs(self, case: dict[str, Any], artefact: Any) -> list[np.ndarray]:
+        """A speed case's inputs: a program's are its corpus inputs (stored in the bundle), a
+        workload's are drawn here from its seed at the GPU size (too large to store)."""
+        if case.get("program"):
+            return self._stored_inputs(case, artefact)
+        workload = bundle_workloads.BY_NAME[case["workload"]]
+        return bundle_workloads.make_inputs(workload.gpu, case["seed"])
+
     # -- correctness ---------------------------------------------------------------------
 
     def correctness(self, case: dict[str, Any]) -> dict[str, Any]:
         """No command buffers once; with them REPEATS times. Against XLA:CPU's outputs and the
         interpreter's; command buffers or not and the repeats identical, except for the
         kernels the artefact marks order-dependent (a deterministic compile has none)."""
-        from heron.hlo.npz_io import load_inputs, load_outputs
-        from heron.hlo.parser import parse_shape
+        from heron.hlo.npz_io import load_outputs
         from heron.runtime.core.executor import Executable
         from heron.runtime.core.thunks import order_dependent_kernels
 
         artefact = self._load(case)
-        inputs = load_inputs(
-            self.bundle / case["inputs"],
-            [parse_shape(text) for text in artefact.signature.parameters],
-        )
+        inputs = self._stored_inputs(case, artefact)
         device = self._device_for(artefact)
         backend = self.backend
         details: dict[str, Any] = {"target": self.target}
@@ -318,12 +331,12 @@ class Worker:
     # -- speed ---------------------------------------------------------------------------
 
     def speed(self, case: dict[str, Any]) -> dict[str, Any]:
-        """heron (its artefact) and jax.jit, side by side on this device, at the GPU size."""
+        """heron (its artefact) and jax.jit, side by side on this device: a workload at its
+        GPU size, a corpus program (``case["program"]``) on its own small inputs."""
         if self.device is None:
             raise _Skip("speed cases need a GPU (backend interpreter)")
-        workload = bundle_workloads.BY_NAME[case["workload"]]
         artefact = self._load(case)
-        inputs = bundle_workloads.make_inputs(workload.gpu, case["seed"])
+        inputs = self._speed_inputs(case, artefact)
         details: dict[str, Any] = {"target": self.target, "peak_preset": self.peak_name}
         self.speed_run = None
         begun = time.perf_counter()
@@ -332,13 +345,13 @@ class Worker:
             case["name"], artefact, inputs, heron_out, details["heron"], time.perf_counter() - begun
         )
         try:
-            jax_out, details["jax"] = _jax_times(workload, inputs)
+            jax_out, details["jax"] = _jax_times(speed_function(case), inputs)
         except ImportError as error:
             jax_out, details["jax"] = None, {"skipped": f"jax is not installed ({error})"}
         except Exception as error:  # noqa: BLE001 - heron's numbers still count
             jax_out, details["jax"] = None, {"error": f"{type(error).__name__}: {error}"[:300]}
         details["resident"] = self._resident_times(artefact, inputs)
-        self._rates(case, workload, details)
+        self._rates(case, details)
         problems = []
         if jax_out is not None:
             errors = [bundle_compare.relative_error(h, j) for h, j in zip(heron_out, jax_out)]
@@ -467,11 +480,15 @@ class Worker:
         finally:
             executable.close()
 
-    def _rates(self, case: dict, workload: Any, details: dict[str, Any]) -> None:
-        """Achieved GB/s and TFLOP/s from each side's throughput time, against the peak."""
+    def _rates(self, case: dict, details: dict[str, Any]) -> None:
+        """Achieved GB/s and TFLOP/s from each side's throughput time, against the peak (a
+        program case counts no FLOPs: its bytes only)."""
         peak = self.peak
+        workload = bundle_workloads.BY_NAME.get(case.get("workload") or "")
         unit = case.get("flops_unit") or (
-            "mma" if any(a.dtype in ("bfloat16", "float16") for a in workload.gpu) else "fp32"
+            "mma"
+            if workload and any(a.dtype in ("bfloat16", "float16") for a in workload.gpu)
+            else "fp32"
         )
         flops_peak = peak.get(f"{unit}_flops") or peak.get("fp32_flops") or 0
         details["flops_unit"] = unit
@@ -501,9 +518,8 @@ class Worker:
             )
         run, self.speed_run = self.speed_run, None
         if run is None or run.name != case["name"]:
-            workload = bundle_workloads.BY_NAME[case["workload"]]
             artefact = self._load(case)
-            inputs = bundle_workloads.make_inputs(workload.gpu, case["seed"])
+            inputs = self._speed_inputs(case, artefact)
             begun = time.perf_counter()
             outputs, times = self._heron_times(artefact, inputs)
             run = bundle_autotune.SpeedRun(
@@ -540,7 +556,7 @@ class Worker:
         }
         entry.update(_times(lambda: function(*tensors), torch.cuda.synchronize))
         details = {"torch": entry}
-        self._rates(case, workload, details)
+        self._rates(case, details)
         torch.cuda.empty_cache()
         return {"status": "pass", "reason": "", "details": details}
 
@@ -573,10 +589,38 @@ def _times(call: Any, synchronize: Any) -> dict[str, Any]:
     return {"single_s": single, "batch_runs": count, "throughput_s": statistics.median(batches)}
 
 
-def _jax_times(workload: Any, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], dict]:
+def speed_function(case: dict[str, Any]) -> Callable[..., Any]:
+    """The jax function a speed case's artefact is timed against: the workload's, or the
+    program's (:func:`program_function`)."""
+    if case.get("program"):
+        return program_function(case["program"])
+    return bundle_workloads.BY_NAME[case["workload"]].function()
+
+
+def program_function(name: str) -> Callable[..., Any]:
+    """The corpus program's jax function, from the bundle's copy of
+    ``programs/definitions.py`` (``bundle_programs``), taking its inputs' leaves in order as
+    the module's entry does: a program whose arguments are a pytree (``adam_step``'s
+    parameter dicts) gets them put back together (the structure of its example arguments).
+    Imported here, not at the top: it imports jax, which a worker may lack."""
+    import bundle_programs
     import jax
 
-    function = jax.jit(workload.function())
+    (program,) = [p for p in bundle_programs.PROGRAMS if p.name == name]
+    structure = jax.tree.structure(program.arguments())
+
+    def function(*leaves: Any) -> Any:
+        return program.function(*jax.tree.unflatten(structure, leaves))
+
+    return function
+
+
+def _jax_times(function: Callable[..., Any], inputs: list[np.ndarray]) -> tuple[list, dict]:
+    """jax.jit of ``function`` on ``inputs`` (on jax's default device), timed as heron is:
+    the first call (compile included), then :func:`_times`; its outputs' leaves."""
+    import jax
+
+    function = jax.jit(function)
     arguments = [jax.device_put(a) for a in inputs]
     begun = time.perf_counter()
     result = function(*arguments)

@@ -11,7 +11,8 @@
 2. Starts a worker process (``bundle_worker.py``) that opens the device once,
    then sends it the cases one at a time: correctness (every corpus program, the
    small XLA-corpus fusions, the workloads at their small size), then speed
-   (heron beside ``jax.jit``, with per-kernel device times; on CUDA each speed
+   (heron beside ``jax.jit``, with per-kernel device times: the workloads at their
+   GPU size, the control-flow corpus programs on their own inputs; on CUDA each speed
    case whose artefact has GEMM library calls is then autotuned, its tuned copy
    timed the same way: ``bundle_autotune``), then ``torch.compile`` where torch
    is installed.
@@ -58,6 +59,12 @@ AUTOTUNE_MIN_SECONDS = 10.0
 PHASE_SHARE = {"correctness": 0.5, "speed": 0.85, "torch": 1.0}
 #: Seconds the worker may take to start (imports, the device's context).
 START_TIMEOUT = 90.0
+#: report.md's line above the speed table when it has corpus programs' rows (issue 30).
+PROGRAM_SPEED_NOTE = (
+    "Rows `program/NAME` (cases `speed/program/NAME`) are corpus programs on their own small"
+    " inputs: tens of microseconds each, where launch and host overhead dominate, so the single"
+    " run's time matters as much as the throughput; their jax / heron cell gives both."
+)
 
 
 # -- installing the wheels -------------------------------------------------------------------
@@ -324,6 +331,10 @@ def render_markdown(document: dict[str, Any]) -> str:
         lines += [
             "## Speed (ms; throughput = median of batches of back-to-back runs, one sync each)",
             "",
+        ]
+        if any(c.get("program") for c in speed):
+            lines += [PROGRAM_SPEED_NOTE, ""]
+        lines += [
             "| workload | status | heron single | heron throughput | jax single |"
             " jax throughput | torch.compile throughput | jax / heron | heron GB/s (of peak) |"
             " heron TFLOP/s (of peak) | slowest heron kernel | heron autotuned throughput"
@@ -331,7 +342,7 @@ def render_markdown(document: dict[str, Any]) -> str:
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         torch_rows = {
-            c.get("workload"): (c.get("details") or {}).get("torch") or {}
+            _speed_row(c): (c.get("details") or {}).get("torch") or {}
             for c in speed
             if c.get("mode") == "torch"
         }
@@ -340,12 +351,10 @@ def render_markdown(document: dict[str, Any]) -> str:
                 continue
             d = case.get("details") or {}
             heron, jax = d.get("heron") or {}, d.get("jax") or {}
-            torch = torch_rows.get(case.get("workload"), {})
-            ratio = (
-                f"{jax['throughput_s'] / heron['throughput_s']:.2f}"
-                if heron.get("throughput_s") and jax.get("throughput_s")
-                else "-"
-            )
+            torch = torch_rows.get(_speed_row(case), {})
+            ratio = _ratio(jax, heron, "throughput_s")
+            if case.get("program"):
+                ratio += f" (single {_ratio(jax, heron, 'single_s')})"
             kernels = heron.get("kernels") or []
             slowest = (
                 f"{kernels[0]['name']} [{kernels[0]['emitter']}] {_ms(kernels[0]['seconds'])}"
@@ -363,7 +372,7 @@ def render_markdown(document: dict[str, Any]) -> str:
                 else "-"
             )
             lines.append(
-                f"| {case.get('workload', case['name'])} | {case['status']} |"
+                f"| {_speed_row(case)} | {case['status']} |"
                 f" {_ms(heron.get('single_s'))} |"
                 f" {_ms(heron.get('throughput_s'))} | {_ms(jax.get('single_s'))} |"
                 f" {_ms(jax.get('throughput_s'))} | {_ms(torch.get('throughput_s'))} | {ratio} |"
@@ -383,15 +392,11 @@ def render_markdown(document: dict[str, Any]) -> str:
             if not resident.get("throughput_s"):
                 why = resident.get("skipped") or resident.get("error")
                 if why:
-                    lines.append(f"| {case.get('workload', case['name'])} | {why} | | | | |")
+                    lines.append(f"| {_speed_row(case)} | {why} | | | | |")
                 continue
-            ratio = (
-                f"{jax['throughput_s'] / resident['throughput_s']:.2f}"
-                if jax.get("throughput_s")
-                else "-"
-            )
+            ratio = _ratio(jax, resident, "throughput_s")
             lines.append(
-                f"| {case.get('workload', case['name'])} | {_ms(resident['throughput_s'])} |"
+                f"| {_speed_row(case)} | {_ms(resident['throughput_s'])} |"
                 f" {_ms(heron.get('throughput_s'))} | {_ms(jax.get('throughput_s'))} | {ratio} |"
                 f" {', '.join(resident.get('ways', []))} |"
             )
@@ -404,7 +409,7 @@ def render_markdown(document: dict[str, Any]) -> str:
             top = ", ".join(
                 f"{k['name']} [{k['emitter'] or k['kind']}] {_ms(k['seconds'])} ms" for k in kernels
             )
-            lines.append(f"- {case.get('workload', case['name'])}: {top}")
+            lines.append(f"- {_speed_row(case)}: {top}")
         lines.append("")
     lines += _autotune_section(speed)
     problems = [c for c in document["cases"] if c["status"] in ("fail", "error")]
@@ -421,6 +426,23 @@ def render_markdown(document: dict[str, Any]) -> str:
         lines += [f"- {n} case(s): {reason}" for reason, n in reasons.items()]
         lines.append("")
     return "\n".join(lines)
+
+
+def _speed_row(case: dict[str, Any]) -> str:
+    """A speed case's name in report.md's tables: its workload, ``program/NAME`` for a corpus
+    program's (``speed/program/NAME``), else the case's name."""
+    if case.get("workload"):
+        return str(case["workload"])
+    if case.get("program"):
+        return f"program/{case['program']}"
+    return str(case["name"])
+
+
+def _ratio(jax: dict[str, Any], heron: dict[str, Any], key: str) -> str:
+    """jax's time over heron's (above 1: heron is faster), or ``-`` where either is missing."""
+    if isinstance(heron.get(key), (int, float)) and heron[key] and jax.get(key):
+        return f"{jax[key] / heron[key]:.2f}"
+    return "-"
 
 
 def _tuned_cell(autotune: Any) -> str:
@@ -447,7 +469,7 @@ def _autotune_section(speed: list[dict[str, Any]]) -> list[str]:
     outputs agree, the tuning's time, each call's chosen candidate against the heuristic's
     first), the algorithm each call ran, then the skipped and failed steps by reason."""
     steps = [
-        (c.get("workload", c["name"]), (c.get("details") or {}).get("autotune"))
+        (_speed_row(c), (c.get("details") or {}).get("autotune"))
         for c in speed
         if c.get("mode") != "torch"
     ]
@@ -643,8 +665,9 @@ def main(argv: list[str] | None = None) -> int:
             "kind": "speed" if mode in ("speed", "torch") else "correctness",
             "mode": mode,
         }
-        if item["case"].get("workload"):
-            entry["workload"] = item["case"]["workload"]
+        for key in ("workload", "program"):
+            if item["case"].get(key):
+                entry[key] = item["case"][key]
         if elapsed >= until:
             entry.update(status="skipped", reason=f"budget: {mode} cases stop at {until:.0f} s")
             if mode == "speed":

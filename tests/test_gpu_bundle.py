@@ -37,7 +37,7 @@ def _module(name: str):
 def bundle(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bundle") / "gpu-bundle"
     command = [sys.executable, str(BUNDLE_SOURCE / "build.py"), str(out), "--targets", "h100"]
-    command += ["--programs", "softmax", "embedding_scatter_add_grad"]
+    command += ["--programs", "softmax", "embedding_scatter_add_grad", "cond"]
     command += ["--fusions", "gpu/reduce_row/epilogue.hlo", "--workloads", "gelu_bf16"]
     command += ["--no-wheels", "--jobs", "2", "--cache", str(out.parent / "cache")]
     subprocess.run(command, check=True, cwd=ROOT)
@@ -58,6 +58,8 @@ def test_the_bundle_runs_on_the_interpreter_and_every_correctness_case_passes(bu
         "program/softmax",
         "program/embedding_scatter_add_grad",
         "program/embedding_scatter_add_grad[deterministic]",
+        "program/cond",
+        "speed/program/cond",
         "fusion/gpu/reduce_row/epilogue.hlo",
         "workload/gelu_bf16",
         "speed/gelu_bf16",
@@ -71,7 +73,7 @@ def test_the_bundle_runs_on_the_interpreter_and_every_correctness_case_passes(bu
     assert code == 0, report
     cases = {c["name"]: c for c in report["cases"]}
     correctness = [c for c in report["cases"] if c["kind"] == "correctness"]
-    assert len(correctness) == 5 and all(c["status"] == "pass" for c in correctness), correctness
+    assert len(correctness) == 6 and all(c["status"] == "pass" for c in correctness), correctness
     assert report["finished"] is True and report["device"]["backend"] == "interpreter"
     # The scatter's float atomics are named; the deterministic compile has none.
     plain = cases["program/embedding_scatter_add_grad"]["details"]
@@ -88,17 +90,23 @@ def test_the_bundle_runs_on_the_interpreter_and_every_correctness_case_passes(bu
     assert timed and all(k["seconds"] > 0 for k in timed), softmax["kernels"]
     assert cases["fusion/gpu/reduce_row/epilogue.hlo"]["details"]["interpreter"]["identical"]
     speed = [c for c in report["cases"] if c["kind"] == "speed"]
-    assert {c["name"] for c in speed} == {"speed/gelu_bf16", "speed/gelu_bf16[torch.compile]"}
+    assert {c["name"] for c in speed} == {
+        "speed/gelu_bf16",
+        "speed/gelu_bf16[torch.compile]",
+        "speed/program/cond",
+    }
     assert all(c["status"] == "skipped" and "need a GPU" in c["reason"] for c in speed)
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "| program/softmax | pass |" in markdown
+    assert "| program/cond | skipped |" in markdown  # the speed table's row
+    assert "launch and host overhead dominate" in markdown
 
 
 def test_a_case_that_does_not_answer_is_stopped_and_the_rest_go_on(bundle, tmp_path):
     code, report = _run(bundle, tmp_path / "out", "--only", "program/*", "--case-timeout", "0.001")
     assert code == 1
     statuses = [(c["name"], c["status"]) for c in report["cases"]]
-    assert len(statuses) == 3 and all(s == "error" for _, s in statuses), statuses
+    assert len(statuses) == 4 and all(s == "error" for _, s in statuses), statuses
     assert all("watchdog" in c["reason"] for c in report["cases"])
 
 
@@ -229,7 +237,10 @@ def test_autotuning_is_skipped_on_the_interpreter_with_the_reason(bundle, tmp_pa
     assert "autotune" not in (cases["speed/gelu_bf16[torch.compile]"].get("details") or {})
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "## GEMM autotuning" in markdown
-    assert "- gelu_bf16: autotuning times cuBLASLt's algorithms on a CUDA device" in markdown
+    assert (
+        "- program/cond, gelu_bf16: autotuning times cuBLASLt's algorithms on a CUDA device"
+        in markdown
+    )
     code, report = _run(bundle, tmp_path / "off", "--only", "speed/gelu_bf16", "--no-autotune")
     assert code == 0
     assert report["cases"][0]["details"]["autotune"]["reason"] == "--no-autotune"
@@ -548,3 +559,93 @@ def test_a_speed_case_times_the_artefact_as_heron_jax_runs_it_on_device_arrays(b
     timed = worker._resident_times(artefact, inputs)
     assert timed["library"] == "jax" and timed["ways"] == ["dlpack"], timed
     assert timed["throughput_s"] > 0 and timed["batch_runs"] >= 3
+
+
+# -- the corpus programs' speed cases (issue 30) ------------------------------------------------
+
+
+def test_the_control_flow_programs_built_get_a_speed_case_unless_told_otherwise():
+    build = _module("build")
+    assert build._program_speed_names(["softmax", "cond", "switch"], None) == ["cond", "switch"]
+    every = build._program_speed_names(None, None)
+    assert {"cond", "while_loop_collatz", "scan_rnn", "dropout_threefry"} <= set(every)
+    assert "softmax" not in every
+    assert build._program_speed_names(["cond"], ["none"]) == []
+    assert build._program_speed_names(["cond"], ["softmax"]) == ["softmax"]
+    with pytest.raises(SystemExit, match="not corpus programs: no_such_program"):
+        build._program_speed_names(None, ["no_such_program"])
+
+
+def test_a_program_speed_case_is_compiled_for_the_gpu_with_the_program_s_inputs(bundle):
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    cases = {c["name"]: c for c in manifest["cases"]}
+    speed, correctness = cases["speed/program/cond"], cases["program/cond"]
+    assert speed["kind"] == "speed" and speed["group"] == "speed" and speed["program"] == "cond"
+    assert speed["id"] == "speed-program-cond" and speed["inputs"] == correctness["inputs"]
+    assert speed["flops"] == 0 and speed["flops_unit"] == "fp32" and speed["torch"] is False
+    assert speed["bytes"] == 1 + 2 * 32 * 4  # cond(pred[], f32[32]) -> f32[32]
+    assert set(speed["artefacts"]) == {"h100"} and "interpreter" not in speed  # no interp images
+    assert (bundle / "bundle_programs.py").read_text() == (
+        ROOT / "programs" / "definitions.py"
+    ).read_text()
+
+
+def _bundled_worker(bundle: Path):
+    """The worker module as the bundle holds it (its ``bundle_programs`` beside it)."""
+    spec = importlib.util.spec_from_file_location("bundle_worker", bundle / "bundle_worker.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bundle_worker"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_program_speed_case_times_jax_on_the_program_s_own_function(bundle):
+    """The speed handler's pieces for a program (the worker skips speed cases on the
+    interpreter): its inputs from the bundle, jax.jit of the bundle's copy of its function
+    giving the corpus's outputs, its rates from bytes alone; then the handler itself."""
+    pytest.importorskip("jax")
+    from heron.hlo.npz_io import load_outputs
+    from heron.runtime.core.artefact import load
+    from heron.runtime.interpreter import InterpreterDevice
+
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    (case,) = [c for c in manifest["cases"] if c["name"] == "speed/program/cond"]
+    worker_module = _bundled_worker(bundle)
+    worker = object.__new__(worker_module.Worker)
+    worker.bundle, worker.device, worker.backend = bundle, InterpreterDevice(), "interpreter"
+    worker.peak = manifest["peaks"]["h100"]
+    inputs = worker._speed_inputs(case, load(bundle / case["artefacts"]["h100"]))
+    assert [a.dtype for a in inputs] == [np.dtype(np.bool_), np.dtype(np.float32)]
+    outputs, timed = worker_module._jax_times(worker_module.speed_function(case), inputs)
+    expected = load_outputs(ROOT / "programs" / "cond" / "outputs.npz")
+    versus = _module("bundle_compare").compare_all(outputs, expected)
+    assert versus["ok"], versus
+    assert timed["single_s"] > 0 and timed["throughput_s"] > 0 and timed["batch_runs"] >= 3
+    details = {"jax": timed}
+    worker._rates(case, details)
+    assert details["flops_unit"] == "fp32" and details["jax"]["gb_per_s"] > 0
+    assert "tflop_per_s" not in details["jax"]
+    # The whole handler, the interpreter standing in for the GPU, on the correctness case's
+    # artefact (the speed case's has no interpreter images): heron, jax, resident, compared.
+    worker.manifest, worker.target, worker.peak_name, worker.speed_run = manifest, "h100", "", None
+    (correctness,) = [c for c in manifest["cases"] if c["name"] == "program/cond"]
+    answer = worker.speed({**case, "artefacts": correctness["artefacts"]})
+    assert answer["status"] == "pass", answer
+    details = answer["details"]
+    assert details["heron"]["throughput_s"] > 0 and details["jax"]["throughput_s"] > 0
+    assert details["resident"]["library"] == "jax" and details["resident"]["throughput_s"] > 0
+    assert details["error_vs_jax"] == [pytest.approx(0, abs=1e-6)]
+
+
+def test_a_program_row_of_the_speed_table_gives_both_ratios():
+    run = _module("run")
+    times = {"heron": {"single_s": 2e-5, "throughput_s": 1e-5}}
+    times["jax"] = {"single_s": 3e-5, "throughput_s": 1.2e-5}
+    case = {"name": "speed/program/cond", "kind": "speed", "mode": "speed", "program": "cond"}
+    case |= {"status": "pass", "details": times}
+    document = {"budget_s": 1, "elapsed_s": 1, "finished": True, "summary": {}, "cases": [case]}
+    markdown = run.render_markdown(document)
+    assert "| program/cond | pass | 0.020 | 0.010 | 0.030 | 0.012 | - | 1.20 (single 1.50) |" in (
+        markdown
+    )
+    assert run.PROGRAM_SPEED_NOTE in markdown
