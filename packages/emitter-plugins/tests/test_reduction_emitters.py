@@ -287,3 +287,52 @@ fusion {
     assert analysis.kind == "loop"  # kept {1, 3} and reduced {0, 2} both interleave
     with pytest.raises(UnsupportedError, match="fusion 'fusion': the reduce_row emitter"):
         reduction.RowReductionEmitter(analysis)
+
+
+def _reduction_fusion(body: str):
+    from heron.hlo import parse_module
+
+    module = parse_module(
+        f"""
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+fusion {{
+{body}
+}}
+"""
+    )
+    (fusion,) = fusions_of(module)
+    return fusion
+
+
+def test_every_variant_refuses_when_built_as_its_spec_promises():
+    """The fusion passes build these emitters instead of emitting each fusion they make
+    (``EmitterSpec.refuses_when_built``): what they cannot write they refuse when built."""
+    assert all(spec.refuses_when_built for spec in reduction.heron_emitter_specs())
+
+
+def test_an_epilogue_root_of_another_shape_is_refused_when_built():
+    """A root computed from a row reduction must have its reduce's output shape (only a
+    reduction to a scalar may be broadcast); f32[16,1] after a reduce to f32[16] is not."""
+    fusion = _reduction_fusion(
+        """  p = f32[16,512] parameter(0)
+  c = f32[] constant(0)
+  r = f32[16] reduce(p, c), dimensions={1}, to_apply=add
+  b = f32[16,1] bitcast(r)
+  ROOT t = (f32[16], f32[16,1]) tuple(r, b)"""
+    )
+    analysis = analysed(fusion)
+    emitter = _factory(analysis.kind)
+    with pytest.raises(UnsupportedError, match="bitcast 'b'.*an epilogue root whose shape differs"):
+        emitter(analysis)
+
+
+def test_a_reduction_to_a_scalar_may_be_broadcast_in_its_epilogue():
+    """The one epilogue of another shape the emitters write, built and emitted: XLA's
+    ``side_output_broadcast`` (a sum to a scalar broadcast back to the input's shape)."""
+    analysis = analysed(_fusion(CORPUS / "reduce_row" / "side_output_broadcast.hlo"))
+    assert analysis.reduction is not None, analysis.kind
+    assert _factory(analysis.kind)(analysis).emit().module is not None

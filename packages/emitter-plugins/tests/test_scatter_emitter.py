@@ -18,7 +18,7 @@ from heron.harness import check_file
 from heron.harness.corpus import default_corpus
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.parser import parse_module, parse_module_file
-from heron.plugins.scatter import ScatterEmitter
+from heron.plugins.scatter import ScatterEmitter, heron_emitter_specs
 from heron.runtime.interpreter.device import InterpreterDevice
 
 CORPUS = default_corpus() / "gpu" / "scatter"
@@ -84,7 +84,9 @@ def test_an_operand_that_is_not_a_parameter_is_refused():
         )
     )
     with pytest.raises(UnsupportedError, match=r"updates negate 'neg' in place"):
-        ScatterEmitter(analysed(_fusion(text)))
+        ScatterEmitter(analysed(_fusion(text)))  # when built: the spec promises it
+    (spec,) = heron_emitter_specs()
+    assert spec.refuses_when_built
 
 
 @pytest.mark.parametrize(("element", "reduction"), [("f32", "v4.f32"), ("bf16", "noftz.v4.bf16")])

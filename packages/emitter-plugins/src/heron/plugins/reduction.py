@@ -41,6 +41,8 @@ def heron_emitter_specs() -> list[EmitterSpec]:
             claims=claims_kind(cls.name),
             factory=cls,
             description=description,
+            # every limit is checked when built (plan(), ReductionEmitterBase._check_roots)
+            refuses_when_built=True,
         )
         for cls, description in _EMITTERS
     ]

@@ -236,6 +236,7 @@ class ReductionEmitterBase(FusionEmitter):
         #: accumulator for all of them: rows) or unrolled (one accumulator each: columns).
         self.vector_in_loop = False
         self.plan()
+        self._check_roots()
 
     # -- variant hooks ---------------------------------------------------------------
     @abc.abstractmethod
@@ -350,6 +351,52 @@ class ReductionEmitterBase(FusionEmitter):
             seen.add(id(inst))
             stack.extend(inst.operands)
         return seen
+
+    def _check_roots(self) -> None:
+        """Refuse, when built, every fusion whose roots this emitter cannot write, so that
+        emitting never refuses a fusion it built (its spec says ``refuses_when_built``: the
+        fusion passes build the emitter instead of emitting each fusion they make).
+
+        A root that is not a reduction is an epilogue (computed from the reduced values
+        by the thread that owns them: of its reduce's output shape, or of any shape after
+        a reduction to a scalar) or a side output (computed per input element: as many
+        elements as the reduction's input); a group's accumulators and side outputs are
+        one loop's iteration arguments.
+        """
+        partitioned = self.partitioned()
+        lanes = 1 if self.vector_in_loop else self.vector_size
+        for group in self.groups:
+            carried = 0
+            for root in group.roots:
+                if any(root is h for h in self.all_heroes):
+                    continue
+                sub = partitioned.epilogue_of(root) if root.opcode != "parameter" else None
+                if sub is None:
+                    for leaf in leaf_shapes(root.shape):
+                        if leaf.num_elements != self.input_elements:
+                            raise self.error_for(
+                                root,
+                                f"a side output with {leaf.num_elements} elements next to a"
+                                f" reduction of {self.input_elements} input elements",
+                            )
+                    carried += len(self.writes(root))
+                    continue
+                hero_shapes = {leaf_shapes(h.shape)[0].dims for h in sub.injected}
+                if hero_shapes not in ({leaf_shapes(root.shape)[0].dims}, {()}):
+                    raise self.error_for(
+                        root,
+                        "an epilogue root whose shape differs from its reduce's output"
+                        " (only reductions to a scalar may be broadcast in an epilogue)",
+                    )
+            for hero in group.heroes:
+                arity = len(hero.operands) // 2
+                flagged = not all(_is_constant_like(init) for init in hero.operands[arity:])
+                carried += lanes * (arity + flagged)
+            if carried > MAX_ITER_ARGS:
+                raise self.error_for(
+                    group.heroes[0],
+                    f"{carried} accumulators and side outputs exceed the loop's {MAX_ITER_ARGS}",
+                )
 
     def error_for(self, inst: Instruction, why: str) -> UnsupportedError:
         return UnsupportedError(
@@ -528,15 +575,7 @@ class GroupState:
     # -- phase 1: every thread reduces its subshape -------------------------------------------
     def per_thread(self) -> None:
         e = self.emitter
-        side = self.side_outputs()
-        for root in side:
-            for leaf in leaf_shapes(root.shape):
-                if leaf.num_elements != e.input_elements:
-                    raise e.error_for(
-                        root,
-                        f"a side output with {leaf.num_elements} elements next to a reduction"
-                        f" of {e.input_elements} input elements",
-                    )
+        side = self.side_outputs()  # of the input's size (ReductionEmitterBase._check_roots)
         side_positions = [k for root in side for _, k in e.writes(root)]
         inits: list[ir.Value] = [self.outputs[k] for k in side_positions]
         slots: dict[tuple[int, int], int] = {}
@@ -544,11 +583,7 @@ class GroupState:
             for vi in range(self.lanes):
                 slots[(id(hero), vi)] = len(inits)
                 inits.extend(self.start[id(hero)])
-        if len(inits) > MAX_ITER_ARGS:
-            raise e.error_for(
-                self.heroes[0],
-                f"{len(inits)} accumulators and side outputs exceed the loop's {MAX_ITER_ARGS}",
-            )
+        assert len(inits) <= MAX_ITER_ARGS, "refused when built (_check_roots)"
         tm = e.input_map()
         index_maps: dict[tuple, IndexingMap] = {}
 
@@ -713,14 +748,8 @@ class GroupState:
                 values = self._epilogue_values(sub, root, index, injected)
                 for leaf, k in e.writes(root):
                     self._insert(k, has_output, values[leaf], index)
-            elif hero_shapes == {()}:
+            else:  # after a reduction to a scalar (any other shape: refused when built)
                 self._scalar_epilogue(sub, root, injected, has_output)
-            else:
-                raise e.error_for(
-                    root,
-                    "an epilogue root whose shape differs from its reduce's output"
-                    " (only reductions to a scalar may be broadcast in an epilogue)",
-                )
 
     def _epilogue_values(self, sub, root, index, injected) -> list[ir.Value]:
         results = self.entry.call_subgraph(sub, index, injected)

@@ -385,5 +385,9 @@ def heron_emitter_specs() -> list[EmitterSpec]:
             claims=claims_kind("scatter"),
             factory=ScatterEmitter,
             description="scatter: one thread per update element, atomics or plain writes",
+            # its limits (the root, operands that are parameters, the launch) are all the
+            # constructor's: over the program and model corpora, 160 of 311 fusions the
+            # passes were about to make were refused there, none while emitting
+            refuses_when_built=True,
         )
     ]

@@ -677,6 +677,7 @@ class FusionEmitter(abc.ABC):
         self.target = analysis.target
         self.fusion = analysis.fusion
         self.computation = analysis.computation
+        self._partitioned: PartitionedComputation | None = None
 
     def error(self, why: str, inst: Instruction | None = None) -> UnsupportedError:
         """An ``UnsupportedError`` naming the fusion, this emitter and ``inst`` (if any)."""
@@ -761,16 +762,25 @@ class FusionEmitter(abc.ABC):
         ]
         return (*params, *outputs)
 
-    def emit(self) -> EmittedKernel:
-        """The fusion as an ``emitted``-stage module (docs/pipeline.md)."""
+    def partitioned(self) -> PartitionedComputation:
+        """The fused computation partitioned around :meth:`heroes` (made once: an emitter
+        that checks its epilogues when built and then emits asks twice)."""
+        if self._partitioned is not None:
+            return self._partitioned
         try:
-            partitioned = partition(self.computation, self.heroes())
+            known = partition(self.computation, self.heroes())
         except HloError:
             raise
         except Exception as exc:
             raise UnsupportedError(
                 f"fusion '{self.fusion.name}': partitioning failed: {exc}", self.fusion.location
             ) from exc
+        self._partitioned = known
+        return known
+
+    def emit(self) -> EmittedKernel:
+        """The fusion as an ``emitted``-stage module (docs/pipeline.md)."""
+        partitioned = self.partitioned()
         launch = self.launch_dimensions()
         skipped = {id(hero) for hero in self.unemitted_heroes()}
         subgraphs = [
