@@ -904,6 +904,29 @@ def test_an_emitter_that_refuses_when_built_is_built_not_emitted(monkeypatch) ->
     assert FusionChecker(H100).emits(candidate)
 
 
+def test_the_emitters_whose_limits_are_all_their_constructors_say_so():
+    """``refuses_when_built`` is a promise about where an emitter refuses; the ones that
+    keep a limit found while emitting (the GEMM's tile rounds and epilogues, the
+    concatenate's epilogue indices, the transpose) are emitted before a fusion is made."""
+    from heron.emitters.selection import default_registry
+
+    promised = {spec.name for spec in default_registry().specs if spec.refuses_when_built}
+    assert promised >= {
+        "loop",
+        "row_normalization",
+        "reduce_row",
+        "reduce_multirow",
+        "reduce_column",
+        "reduce_column_small",
+        "scatter",
+        "dynamic_update_slice",
+        "input_slices",
+        "sort",
+        "topk",
+    }
+    assert not promised & {"gemm", "concatenate", "transpose"}
+
+
 def test_an_emitter_without_the_promise_is_emitted_before_a_fusion_is_made(monkeypatch) -> None:
     import attrs
 

@@ -245,5 +245,6 @@ def heron_emitter_specs() -> list[EmitterSpec]:
             claims=claims_kind("dynamic_update_slice"),
             factory=DynamicUpdateSliceEmitter,
             description="in-place dynamic-update-slice: a loop over the update",
+            refuses_when_built=True,  # every limit is its constructor's
         )
     ]

@@ -169,5 +169,6 @@ def heron_emitter_specs() -> list[EmitterSpec]:
             claims=claims_kind("input_slices"),
             factory=InputSlicesEmitter,
             description="slice roots of one input, written in one loop over the input",
+            refuses_when_built=True,  # every limit is its constructor's
         )
     ]

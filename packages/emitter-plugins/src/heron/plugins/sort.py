@@ -653,5 +653,6 @@ def heron_emitter_specs() -> list[EmitterSpec]:
             claims=claims_root("sort"),
             factory=SortEmitter,
             description="sort: bitonic sorting network per row in shared memory",
+            refuses_when_built=True,  # every limit is its constructor's
         )
     ]

@@ -349,5 +349,6 @@ def heron_emitter_specs() -> list[EmitterSpec]:
             claims=claims_root("topk"),
             factory=TopkEmitter,
             description="topk: one block per row keeps the running top k",
+            refuses_when_built=True,  # every limit is its constructor's
         )
     ]
