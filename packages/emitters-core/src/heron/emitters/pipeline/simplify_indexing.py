@@ -196,20 +196,26 @@ def _cost(expr: AffineExpr) -> int:
 
 
 def simplify_with_mod_expansion(indexing_map: IndexingMap) -> IndexingMap:
-    """``simplify``, also trying each result with its ``mod``s expanded; the cheaper one wins."""
-    simplified = simplify(indexing_map)
+    """``simplify``, also trying each result with its ``mod``s expanded; the cheaper one wins.
+
+    Both forms are simplified as the results of one map: the domain is the same, so
+    its constraints are normalised once and the sub-expressions the two forms share
+    are simplified once (each result's simplification depends on its own value and the
+    domain only, so it is what two maps would give).
+    """
     expanded_results = []
     for expr in indexing_map.results:
         terms: dict[AffineExpr, int] = {}
         constant = _linear_terms(expr, 1, terms)
         expanded_results.append(from_linear_form(terms, constant))
-    expanded = simplify(attrs.evolve(indexing_map, results=tuple(expanded_results)))
-    same_domain = attrs.evolve(expanded, results=simplified.results) == simplified
-    if not same_domain or simplified.has_trivially_empty_domain():
+    count = len(indexing_map.results)
+    both = simplify(attrs.evolve(indexing_map, results=(*indexing_map.results, *expanded_results)))
+    simplified = attrs.evolve(both, results=both.results[:count])
+    if simplified.has_trivially_empty_domain():
         return simplified
     best = [
         b if _cost(b) < _cost(a) else a
-        for a, b in zip(simplified.results, expanded.results, strict=True)
+        for a, b in zip(simplified.results, both.results[count:], strict=True)
     ]
     return attrs.evolve(simplified, results=tuple(best))
 
