@@ -20,6 +20,7 @@ from heron.compiler import compile_fusion, fusions_of
 from heron.emitters.transposes import normalise_transpose
 from heron.harness.check import check_file, check_fusions
 from heron.harness.corpus import CORPUS_TARGETS, compile_corpus_file, default_corpus
+from heron.hlo.errors import UnsupportedError
 from heron.hlo.parser import parse_module, parse_module_file
 from heron.plugins.transpose import TransposeEmitter, heron_emitter_specs
 from heron.runtime.interpreter.device import InterpreterDevice
@@ -224,3 +225,47 @@ def test_spec_claims_at_priority_10():
 def test_compile_uses_the_forced_emitter(transpose):
     kernel = compile_fusion(_fusion(CORPUS / "transpose_10.hlo"), H100, stop_after="emitted")
     assert kernel.emitter == "transpose"
+
+
+#: Found by checking every fusion the passes were about to make against a full emission
+#: (haiku's conv-transpose RMSProp step): the second root reads the first, an epilogue
+#: root after another copy of the same transpose. XLA computes such a read from its
+#: main partition (the transpose elemental); heron's partition has only the epilogue.
+EPILOGUE_READ_ELSEWHERE = """
+fusion {
+  %param_0 = f32[3,3,4,12]{3,2,1,0} parameter(0)
+  %param_1 = f32[12,3,3,4]{3,2,1,0} parameter(1)
+  %constant.64 = f32[] constant(0.9)
+  %constant.65 = f32[] constant(0.1)
+  %mul.46 = f32[3,3,4,12]{3,2,1,0} broadcast(%constant.64), dimensions={}
+  %mul.59 = f32[3,3,4,12]{3,2,1,0} multiply(%param_0, %mul.46)
+  %mul.47 = f32[3,3,4,12]{3,2,1,0} broadcast(%constant.65), dimensions={}
+  %t.1 = f32[3,3,4,12]{3,2,1,0} transpose(%param_1), dimensions={1,2,3,0}
+  %square = f32[3,3,4,12]{3,2,1,0} multiply(%t.1, %t.1)
+  %mul.58 = f32[3,3,4,12]{3,2,1,0} multiply(%square, %mul.47)
+  %add.30 = f32[3,3,4,12]{3,2,1,0} add(%mul.58, %mul.59)
+  %param_2 = f32[3,3,4,12]{3,2,1,0} parameter(2)
+  %constant.47 = f32[] constant(-0.001)
+  %constant.53 = f32[] constant(1e-08)
+  %mul.41 = f32[3,3,4,12]{3,2,1,0} broadcast(%constant.47), dimensions={}
+  %add.24 = f32[3,3,4,12]{3,2,1,0} broadcast(%constant.53), dimensions={}
+  %add.36 = f32[3,3,4,12]{3,2,1,0} add(%add.30, %add.24)
+  %rsqrt.8 = f32[3,3,4,12]{3,2,1,0} rsqrt(%add.36)
+  %t.2 = f32[3,3,4,12]{3,2,1,0} transpose(%param_1), dimensions={1,2,3,0}
+  %mul.68 = f32[3,3,4,12]{3,2,1,0} multiply(%rsqrt.8, %t.2)
+  %mul.74 = f32[3,3,4,12]{3,2,1,0} multiply(%mul.68, %mul.41)
+  %add.42 = f32[3,3,4,12]{3,2,1,0} add(%param_2, %mul.74)
+  ROOT %tuple = (f32[3,3,4,12]{3,2,1,0}, f32[3,3,4,12]{3,2,1,0}) tuple(%add.30, %add.42)
+}
+"""
+
+
+def test_a_root_read_outside_its_epilogue_is_refused_by_name_not_as_invalid_ir():
+    """The second root is a side output (two transposes reach it): it reads the first
+    root, which only the epilogue of hero 't.1' computes. The emitter used to call that
+    epilogue without its hero's value (IR that does not verify); it is a refusal naming
+    the root and the hero, so that priority fusion leaves the fusion unmade."""
+    (fusion,) = fusions_of(parse_module(EPILOGUE_READ_ELSEWHERE))
+    emitter = TransposeEmitter(analysed(fusion))
+    with pytest.raises(UnsupportedError, match="add 'add.42'.*read outside the epilogue.*'t.1'"):
+        emitter.emit()

@@ -338,12 +338,24 @@ class _ModuleEmitter:
         indices: Sequence[ir.Value],
         sub: Subgraph | None = None,
     ) -> Values:
-        """The values (one per leaf) of ``inst``, computed by calling its subgraph."""
+        """The values (one per leaf) of ``inst``, computed by calling its subgraph.
+
+        A subgraph computed from injected heroes (an epilogue) cannot be called from
+        here: nothing hands it the heroes' values. That is a refusal naming the root
+        and the hero, not a call whose arguments do not match its function.
+        """
         if sub is None:
             try:
                 sub = self.partitioned.subgraph_of(inst)
             except KeyError as exc:
                 raise self.error(inst, str(exc)) from exc
+        if sub.injected:
+            heroes = ", ".join(f"'{hero.name}'" for hero in sub.injected)
+            raise self.error(
+                inst,
+                f"it is read outside the epilogue {sub.name} that computes it from the"
+                f" hero {heroes} (a root read at another index than its hero's)",
+            )
         results = self.call_subgraph(sub, tensors, indices)
         offset = 0
         for root in sub.roots:
