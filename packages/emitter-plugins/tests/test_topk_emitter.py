@@ -138,6 +138,21 @@ def test_the_plan_reads_about_k_elements_a_thread():
     assert (long.plan.threads, long.plan.per_thread, long.plan.key_width) == (128, 40, 32)
 
 
+def test_the_kernel_does_not_grow_with_the_merge_rounds():
+    """The merge rounds and a partner's ``k`` offers are loops: written out, a top 16 of
+    32,768 held 7 rounds of 16 offers of 16 compare-and-swaps (8 s of compile, a 200 KiB
+    cubin, issue 32). The emitted kernel is the same size for 3 rounds and for 7."""
+
+    def ops(length: int) -> tuple[int, int]:
+        emitter = TopkEmitter(analysed(_fusion(topk_module("f32", (4, length), 16))))
+        text = str(emitter.emit().module)
+        return emitter.plan.rounds, text.count("arith.cmpi")
+
+    (few, few_ops), (many, many_ops) = ops(128), ops(32768)
+    assert (few, many) == (3, 7)
+    assert many_ops == few_ops
+
+
 def _fusion(text: str):
     (fusion,) = fusions_of(parse_module(text))
     return fusion
