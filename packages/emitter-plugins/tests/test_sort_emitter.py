@@ -408,3 +408,21 @@ def test_an_empty_sort_is_a_kernel_that_writes_nothing(dims):
     got, want, kernel = run_sort(text, [np.zeros(dims, np.float32)])
     assert kernel.grid == (1, 1, 1) and kernel.block == (1, 1, 1)
     assert [g.shape for g in got] == [w.shape for w in want] == [dims, dims]
+
+
+@pytest.mark.parametrize(("short", "long"), [((4, 512), (4, 2048)), ((1, 32768), (1, 65536))])
+def test_a_long_network_is_loops_the_same_size_for_any_row(short, long):
+    """Past 36 steps (rows over 256 elements) the network's stages and steps, and a long
+    row's tiles and global stages, are loops that unroll-loops leaves alone: written out,
+    a sort of rows of 16,384 held 196 steps (1.3-2 s of compile, issue 32). The kernel
+    after heron's passes is as large for 2,048 elements as for 512 (in shared memory)
+    and for 65,536 as for 32,768 (through tiles; a thread's pairs of a global step are
+    still unrolled up to 8, as every loop of 8 small iterations is)."""
+    from heron_test_support.analysis import H100
+
+    def size(dims: tuple[int, int]) -> int:
+        fusion = _fusion(sort_module("f32", dims, 1))
+        kernel = compile_fusion(fusion, H100, "interpreter", stop_after="lower-tensors")
+        return str(kernel.module).count("\n")
+
+    assert size(long) == size(short)

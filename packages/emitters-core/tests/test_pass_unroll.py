@@ -112,3 +112,19 @@ def test_dynamic_bounds_are_left_alone():
         before = str(module)
         unroll.run(module, PipelineOptions())
         assert str(module) == before
+
+
+def test_a_loop_marked_keep_rolled_stays_a_loop():
+    """An emitter's phase loop (a sort's tiles, a network's steps) is marked
+    ``heron.keep_rolled``: copies of a phase only grow the kernel. The inner loop of
+    the same nest, unmarked, is still unrolled."""
+    marked = NEST.replace(
+        "    scf.yield %inner : index\n  }\n",
+        "    scf.yield %inner : index\n  } {heron.keep_rolled}\n",
+    )
+    assert marked != NEST
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(marked)
+        unroll.run(module, PipelineOptions())
+        loops = _names(module, "scf.for")
+        assert len(loops) == 1 and unroll.KEEP_ROLLED in loops[0].attributes

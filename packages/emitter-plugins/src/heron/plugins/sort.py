@@ -62,6 +62,7 @@ from heron.emitters.emitter_base import EntryFunction, FusionEmitter
 from heron.emitters.fusion_analysis import FusionAnalysis, claims_root, has_no_output_elements
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.emitters.ir_utils import both, index_constant
+from heron.emitters.pipeline.unroll import KEEP_ROLLED
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
@@ -142,6 +143,17 @@ class SortPlan:
             phases += [(False, [(j, j == s)]) for j in range(s, tile - 1, -1)]
             phases.append((True, [(j, False) for j in range(tile - 1, -1, -1)]))
         return phases
+
+
+#: Networks of at most this many steps (rows of up to 256 elements) are written out,
+#: each step's distances constants; longer ones are loops (``SortEmitter._network``).
+WRITTEN_OUT_STEPS = 36
+
+
+def _kept_rolled(loop: scf.ForOp) -> scf.ForOp:
+    """``loop``, marked so that unroll-loops leaves it a loop (a phase, not elements)."""
+    loop.operation.attributes[KEEP_ROLLED] = ir.UnitAttr.get()
+    return loop
 
 
 def _shared_type(element: ElementType) -> ir.Type:
@@ -282,9 +294,13 @@ class SortEmitter(FusionEmitter):
         for position in halves:
             tiles = self._load(entry, tiles, position, row_ok)
         tiles = list(sync_threads_op(tiles).results)
-        for distance, mirrored in plan.steps:
-            tiles = self._step(entry, tiles, pair, distance, mirrored, row_ok)
-            tiles = list(sync_threads_op(tiles).results)
+        tiles = self._network(
+            plan.steps,
+            tiles,
+            lambda d, m, current: list(
+                sync_threads_op(self._step(entry, current, pair, d, m, row_ok)).results
+            ),
+        )
         outputs = list(entry.outputs)
         for position in halves:
             outputs = self._store(tiles, outputs, position, row_ok)
@@ -312,16 +328,16 @@ class SortEmitter(FusionEmitter):
             copies, outputs, lambda r, current: self._copy(entry, current, nth(r))
         )
         outputs = list(sync_threads_op(outputs).results)
-        for distance, mirrored in plan.steps:
-            outputs = self._rounds(
+
+        def step(d: int | ir.Value, m: bool | ir.Value, current: Values) -> Values:
+            current = self._rounds(
                 plan.rounds,
-                outputs,
-                lambda r, current, d=distance, m=mirrored: self._step(
-                    entry, current, nth(r), d, m, None
-                ),
+                current,
+                lambda r, carried: self._step(entry, carried, nth(r), d, m, None),
             )
-            outputs = list(sync_threads_op(outputs).results)
-        return outputs
+            return list(sync_threads_op(current).results)
+
+        return self._network(plan.steps, outputs, step)
 
     def _sort_in_chunks(self, entry: EntryFunction, lane: ir.Value, outputs: Values, nth) -> Values:
         """The row through ``chunk``-element shared tiles (``SortPlan.phases``).
@@ -343,20 +359,11 @@ class SortEmitter(FusionEmitter):
             active = arith.cmpi(arith.CmpIPredicate.ult, lane, index_constant(half))
         chunks = math.ceil(plan.length / plan.chunk)
         count = len(tiles)
-        for first, (in_tile, steps) in enumerate(plan.phases):
-            if not in_tile:
-                ((distance, mirrored),) = steps
-                outputs = self._rounds(
-                    plan.rounds,
-                    outputs,
-                    lambda r, current, d=distance, m=mirrored: self._step(
-                        entry, current, nth(r), d, m, None
-                    ),
-                )
-                outputs = list(sync_threads_op(outputs).results)
-                continue
 
-            def tile(c: ir.Value, carried: Values, steps=steps, first=first == 0) -> Values:
+        def tile_phase(carried: Values, steps: list[tuple[int, bool]], first: bool) -> Values:
+            """The row's tiles in turn through ``steps`` (see the docstring)."""
+
+            def one_tile(c: ir.Value, carried: Values) -> Values:
                 base = arith.muli(c, index_constant(plan.chunk))
                 current_tiles, current = carried[:count], carried[count:]
                 for position in (lane, arith.addi(lane, index_constant(half))):
@@ -366,22 +373,60 @@ class SortEmitter(FusionEmitter):
                         lambda t, p=position: self._load_chunk(entry, t, current, base, p, first),
                     )
                 current_tiles = list(sync_threads_op(current_tiles).results)
-                for distance, mirrored in steps:
-                    current_tiles = self._step(
-                        entry, current_tiles, lane, distance, mirrored, active, base=base
-                    )
-                    current_tiles = list(sync_threads_op(current_tiles).results)
+                current_tiles = self._network(
+                    steps,
+                    current_tiles,
+                    lambda d, m, t: list(
+                        sync_threads_op(self._step(entry, t, lane, d, m, active, base=base)).results
+                    ),
+                    written_out=0,
+                )
                 for position in (lane, arith.addi(lane, index_constant(half))):
                     current = self._guarded(
                         active,
                         current,
                         lambda o, p=position: self._store_chunk(current_tiles, o, base, p),
                     )
-                both_kinds = list(sync_threads_op([*current_tiles, *current]).results)
-                return both_kinds
+                return list(sync_threads_op([*current_tiles, *current]).results)
 
-            carried = self._rounds(chunks, [*tiles, *outputs], tile)
-            tiles, outputs = carried[:count], carried[count:]
+            return self._rounds(chunks, carried, one_tile, keep_rolled=True)
+
+        def global_step(d: int | ir.Value, m: bool | ir.Value, current: Values) -> Values:
+            current = self._rounds(
+                plan.rounds,
+                current,
+                lambda r, carried: self._step(entry, carried, nth(r), d, m, None),
+            )
+            return list(sync_threads_op(current).results)
+
+        # SortPlan.phases as loops: the first stages in tiles, then for each later stage s
+        # its steps of distance s down to the tile's in the outputs, the rest in tiles.
+        stages = plan.padded.bit_length() - 1
+        tile = plan.chunk.bit_length() - 1
+        first_steps = [(j, j == s) for s in range(tile) for j in range(s, -1, -1)]
+        carried = tile_phase([*tiles, *outputs], first_steps, True)
+        stage_loop = _kept_rolled(
+            scf.ForOp(index_constant(tile), index_constant(stages), index_constant(1), carried)
+        )
+        with ir.InsertionPoint(stage_loop.body):
+            stage = stage_loop.induction_variable
+            current_tiles, current = (
+                list(stage_loop.inner_iter_args)[:count],
+                list(stage_loop.inner_iter_args)[count:],
+            )
+            far = scf.ForOp(
+                index_constant(0),
+                arith.subi(arith.addi(stage, index_constant(1)), index_constant(tile)),
+                index_constant(1),
+                current,
+            )
+            with ir.InsertionPoint(far.body):
+                t = far.induction_variable
+                mirrored = arith.cmpi(arith.CmpIPredicate.eq, t, index_constant(0))
+                scf.YieldOp(global_step(arith.subi(stage, t), mirrored, list(far.inner_iter_args)))
+            near = [(j, False) for j in range(tile - 1, -1, -1)]
+            scf.YieldOp(tile_phase([*current_tiles, *far.results], near, False))
+        tiles, outputs = list(stage_loop.results)[:count], list(stage_loop.results)[count:]
         return outputs
 
     def _load_chunk(
@@ -432,11 +477,68 @@ class SortEmitter(FusionEmitter):
 
         return self._guarded(inside, outputs, write)
 
-    def _rounds(self, count: int, carried: Values, body) -> Values:
-        """``body(r, carried)`` for ``r`` in ``0 .. count-1`` (an ``scf.for`` when > 1)."""
+    def _network(
+        self,
+        steps: list[tuple[int, bool]],
+        carried: Values,
+        step,
+        written_out: int = WRITTEN_OUT_STEPS,
+    ) -> Values:
+        """``step(distance, mirrored, carried)`` for each of ``steps`` in order.
+
+        A network of more than ``written_out`` steps is loops (over its
+        stages, then a stage's steps), the distance and whether the step is mirrored
+        computed at run time: written out, a row of 16,384 elements held its network's
+        105 steps and the tile phases' 91 (1.3 s of compile for one sort); shorter
+        networks are written out, each step's distances constants. The two shapes of
+        step list a sort makes are rolled: a whole network (``SortPlan.steps``, a tile
+        phase of the first stages) and a run of unmirrored steps down to distance 0.
+        """
+        if len(steps) <= written_out:
+            for distance, mirrored in steps:
+                carried = step(distance, mirrored, carried)
+            return carried
+        stages = (math.isqrt(8 * len(steps) + 1) - 1) // 2
+        if steps == [(j, j == s) for s in range(stages) for j in range(s, -1, -1)]:
+            outer = _kept_rolled(
+                scf.ForOp(index_constant(0), index_constant(stages), index_constant(1), carried)
+            )
+            with ir.InsertionPoint(outer.body):
+                stage = outer.induction_variable
+                inner = scf.ForOp(
+                    index_constant(0),
+                    arith.addi(stage, index_constant(1)),
+                    index_constant(1),
+                    list(outer.inner_iter_args),
+                )
+                with ir.InsertionPoint(inner.body):
+                    t = inner.induction_variable
+                    distance = arith.subi(stage, t)
+                    mirrored = arith.cmpi(arith.CmpIPredicate.eq, t, index_constant(0))
+                    scf.YieldOp(step(distance, mirrored, list(inner.inner_iter_args)))
+                scf.YieldOp(list(inner.results))
+            return list(outer.results)
+        if steps == [(j, False) for j in range(len(steps) - 1, -1, -1)]:
+            top = index_constant(len(steps) - 1)
+            loop = _kept_rolled(
+                scf.ForOp(index_constant(0), index_constant(len(steps)), index_constant(1), carried)
+            )
+            with ir.InsertionPoint(loop.body):
+                distance = arith.subi(top, loop.induction_variable)
+                scf.YieldOp(step(distance, False, list(loop.inner_iter_args)))
+            return list(loop.results)
+        for distance, mirrored in steps:
+            carried = step(distance, mirrored, carried)
+        return carried
+
+    def _rounds(self, count: int, carried: Values, body, keep_rolled: bool = False) -> Values:
+        """``body(r, carried)`` for ``r`` in ``0 .. count-1`` (an ``scf.for`` when > 1;
+        ``keep_rolled``: one unroll-loops leaves a loop, a phase over a row's tiles)."""
         if count == 1:
             return body(index_constant(0), carried)
         loop = scf.ForOp(index_constant(0), index_constant(count), index_constant(1), carried)
+        if keep_rolled:
+            _kept_rolled(loop)
         with ir.InsertionPoint(loop.body):
             scf.YieldOp(body(loop.induction_variable, list(loop.inner_iter_args)))
         return list(loop.results)
@@ -550,22 +652,35 @@ class SortEmitter(FusionEmitter):
         entry: EntryFunction,
         tiles: Values,
         pair: ir.Value,
-        distance: int,
-        mirrored: bool,
+        distance: int | ir.Value,
+        mirrored: bool | ir.Value,
         row_ok: ir.Value | None,
         base: ir.Value | None = None,
     ) -> Values:
         """One compare-and-swap of the thread's pair for one step of the network
-        (``base``: in the shared tile of the row's chunk starting there)."""
-        span = 1 << distance
-        low = arith.addi(
-            arith.muli(arith.divui(pair, index_constant(span)), index_constant(2 * span)),
-            arith.remui(pair, index_constant(span)),
-        )
-        if mirrored:
-            high = arith.xori(low, index_constant(2 * span - 1))
+        (``base``: in the shared tile of the row's chunk starting there). The distance
+        exponent and whether the step is mirrored are constants, or index and i1 values
+        of a rolled network (:meth:`_network`)."""
+        if isinstance(distance, int):
+            span = 1 << distance
+            low = arith.addi(
+                arith.muli(arith.divui(pair, index_constant(span)), index_constant(2 * span)),
+                arith.remui(pair, index_constant(span)),
+            )
+            mask = index_constant(2 * span - 1)
+            width = index_constant(span)
         else:
-            high = arith.addi(low, index_constant(span))
+            one = index_constant(1)
+            width = arith.shli(one, distance)
+            mask = arith.subi(arith.shli(width, one), one)
+            low = arith.addi(
+                arith.shli(arith.shrui(pair, distance), arith.addi(distance, one)),
+                arith.andi(pair, arith.subi(width, one)),
+            )
+        if isinstance(mirrored, bool):
+            high = arith.xori(low, mask) if mirrored else arith.addi(low, width)
+        else:
+            high = arith.select(mirrored, arith.xori(low, mask), arith.addi(low, width))
         in_tile = self.plan.in_shared or base is not None
         inside = self._in_row(high if base is None else arith.addi(base, high))
         low_slot = self._slot(low, in_tile)

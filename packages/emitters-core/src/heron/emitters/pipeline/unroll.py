@@ -19,6 +19,10 @@ from heron.emitters import ir_utils
 from heron.emitters.callbacks import walk
 from heron.emitters.pipeline.manager import Pass, PipelineOptions, run_upstream
 
+#: A loop an emitter marks with this unit attribute stays a loop: a phase of a kernel
+#: (a sort's tiles, a network's steps, each followed by a barrier), not the loop over a
+#: thread's vector elements this pass is for (copies of a phase only grow the kernel).
+KEEP_ROLLED = "heron.keep_rolled"
 MAX_TRIP_COUNT = 8
 MAX_BODY_OPS = 300
 
@@ -85,7 +89,9 @@ def unroll_all(root: ir.Operation) -> int:
     walk(root, visit, ir.WalkOrder.POST_ORDER, name="unroll: find loops")
     for loop in loops:
         count = trip_count(loop)
-        if count is None or count > MAX_TRIP_COUNT or body_size(loop) > MAX_BODY_OPS:
+        if count is None or count > MAX_TRIP_COUNT or KEEP_ROLLED in loop.attributes:
+            continue
+        if body_size(loop) > MAX_BODY_OPS:
             continue
         unroll(loop)
         unrolled += 1
