@@ -19,6 +19,8 @@ a cubin where ptxas is installed, as XLA's compile ends in one).
 
 Run: ``python benchmarks/opt_time.py [--runs N] [--xla] [--full [--library-fallbacks]]
 [--only NAME] [--slowest N]``;
+single top-k and sort fusions of GPU size (``--heavy``: issue 32 asks each under 1 s):
+``python benchmarks/opt_time.py --heavy --full --xla``;
 the generated module alone, at another size:
 ``python benchmarks/opt_time.py --only generated --instructions 2000 --runs 1 --slowest 3``
 (priority fusion keeps a queue of producers updated around each rewrite and
@@ -110,6 +112,36 @@ def time_heron(
     return statistics.median(parse_times), statistics.median(pipeline_times), count, passes
 
 
+#: Single-fusion modules of GPU size whose kernels were the slowest to compile (issue 32:
+#: "top-k and sort fusions under 1 s"): name, jax function, shape.
+HEAVY = (
+    ("top_k_16_f32_1024x32768", "top_k", 16, (1024, 32768)),
+    ("top_k_8_f32_32768x4096", "top_k", 8, (32768, 4096)),
+    ("sort_f32_256x16384", "sort", 0, (256, 16384)),
+    ("sort_f32_16384x1024", "sort", 0, (16384, 1024)),
+    ("argsort_f32_256x16384", "argsort", 0, (256, 16384)),
+)
+
+
+def heavy_modules() -> list[tuple[str, str]]:
+    """The :data:`HEAVY` functions as jax lowers them for the CPU (one sort or top-k each)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from heron.jax.lowering import lower
+
+    functions = {
+        "top_k": lambda k: lambda x: lax.top_k(x, k),
+        "sort": lambda k: lambda x: jnp.sort(x, axis=-1),
+        "argsort": lambda k: lambda x: jnp.argsort(x, axis=-1),
+    }
+    return [
+        (name, lower(functions[kind](k), jax.ShapeDtypeStruct(shape, jnp.float32)).hlo_text)
+        for name, kind, k, shape in HEAVY
+    ]
+
+
 def compile_for_h100(module: Module, library_fallbacks: bool = False) -> int:
     """heron's whole compile of ``module`` for the h100 preset, CUDA kernels only; the
     number of kernels (``library_fallbacks``: heron's GEMM kernel beside each library
@@ -149,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instructions", type=int, default=10_000)
     parser.add_argument("--no-generated", action="store_true", help="the corpus programs only")
     parser.add_argument(
+        "--heavy",
+        action="store_true",
+        help="instead of the corpus: single top-k and sort fusions of GPU size (HEAVY)",
+    )
+    parser.add_argument(
         "--full", action="store_true", help="time heron's whole compile to kernels, not its passes"
     )
     parser.add_argument(
@@ -168,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         installation = find_xla()
     cases = [(p.name, (p / "module.hlo").read_text()) for p in sorted(PROGRAMS.iterdir())
              if (p / "module.hlo").exists()]  # fmt: skip
-    if not args.no_generated:
+    if args.heavy:
+        cases = heavy_modules()
+    elif not args.no_generated:
         cases.append(("generated", print_module(generated_module(args.instructions))))
     if args.only:
         cases = [c for c in cases if c[0] == args.only]
