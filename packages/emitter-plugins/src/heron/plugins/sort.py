@@ -145,9 +145,12 @@ class SortPlan:
         return phases
 
 
-#: Networks of at most this many steps (rows of up to 256 elements) are written out,
-#: each step's distances constants; longer ones are loops (``SortEmitter._network``).
-WRITTEN_OUT_STEPS = 36
+#: Networks of at most this many steps are written out, each step's distances
+#: constants: every row a block sorts in shared memory (up to 2,048 elements, 66 steps),
+#: where a step is a few shared-memory accesses and a barrier and its index arithmetic
+#: counts; longer networks are loops (``SortEmitter._network``), and a long row's tile
+#: phases always are (their steps go with global reads and writes).
+WRITTEN_OUT_STEPS = 66
 
 
 def _kept_rolled(loop: scf.ForOp) -> scf.ForOp:
