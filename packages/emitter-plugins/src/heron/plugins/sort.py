@@ -331,16 +331,21 @@ class SortEmitter(FusionEmitter):
             copies, outputs, lambda r, current: self._copy(entry, current, nth(r))
         )
         outputs = list(sync_threads_op(outputs).results)
+        return self._network(
+            plan.steps, outputs, lambda d, m, current: self._global_step(entry, nth, d, m, current)
+        )
 
-        def step(d: int | ir.Value, m: bool | ir.Value, current: Values) -> Values:
-            current = self._rounds(
-                plan.rounds,
-                current,
-                lambda r, carried: self._step(entry, carried, nth(r), d, m, None),
-            )
-            return list(sync_threads_op(current).results)
-
-        return self._network(plan.steps, outputs, step)
+    def _global_step(
+        self, entry: EntryFunction, nth, distance: int | ir.Value, mirrored, outputs: Values
+    ) -> Values:
+        """One step of the network over a row in the outputs: each thread's ``rounds``
+        pairs (its ``nth(r)``), then a barrier."""
+        outputs = self._rounds(
+            self.plan.rounds,
+            outputs,
+            lambda r, carried: self._step(entry, carried, nth(r), distance, mirrored, None),
+        )
+        return list(sync_threads_op(outputs).results)
 
     def _sort_in_chunks(self, entry: EntryFunction, lane: ir.Value, outputs: Values, nth) -> Values:
         """The row through ``chunk``-element shared tiles (``SortPlan.phases``).
@@ -394,14 +399,6 @@ class SortEmitter(FusionEmitter):
 
             return self._rounds(chunks, carried, one_tile, keep_rolled=True)
 
-        def global_step(d: int | ir.Value, m: bool | ir.Value, current: Values) -> Values:
-            current = self._rounds(
-                plan.rounds,
-                current,
-                lambda r, carried: self._step(entry, carried, nth(r), d, m, None),
-            )
-            return list(sync_threads_op(current).results)
-
         # SortPlan.phases as loops: the first stages in tiles, then for each later stage s
         # its steps of distance s down to the tile's in the outputs, the rest in tiles.
         stages = plan.padded.bit_length() - 1
@@ -426,7 +423,10 @@ class SortEmitter(FusionEmitter):
             with ir.InsertionPoint(far.body):
                 t = far.induction_variable
                 mirrored = arith.cmpi(arith.CmpIPredicate.eq, t, index_constant(0))
-                scf.YieldOp(global_step(arith.subi(stage, t), mirrored, list(far.inner_iter_args)))
+                distance = arith.subi(stage, t)
+                scf.YieldOp(
+                    self._global_step(entry, nth, distance, mirrored, list(far.inner_iter_args))
+                )
             near = [(j, False) for j in range(tile - 1, -1, -1)]
             scf.YieldOp(tile_phase([*current_tiles, *far.results], near, False))
         tiles, outputs = list(stage_loop.results)[:count], list(stage_loop.results)[count:]
