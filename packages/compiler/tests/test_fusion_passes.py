@@ -1027,3 +1027,55 @@ def test_an_update_in_place_is_not_fused_with_a_consumer_that_reads_it() -> None
     (update,) = [f for f in _fusions(fused) if "dynamic-update-slice" in _opcodes(f)]
     assert "reduce" not in _opcodes(update)
     assert in_place_operands(update) == [(0, 0)]
+
+
+#: Corpus programs whose fusions the reduction, scatter, sort and top-k emitters take,
+#: some of them refused (an epilogue root of another shape, a scatter of a broadcast).
+_BUILT_NOT_EMITTED = (
+    "softmax_axis0",
+    "logsumexp",
+    "layernorm",
+    "log_softmax",
+    "variance_two_pass",
+    "embedding_scatter_add_grad",
+    "maxpool_grad",
+    "top_k",
+    "argsort",
+)
+
+
+@pytest.mark.parametrize("program", _BUILT_NOT_EMITTED)
+def test_an_emitter_that_refuses_when_built_refuses_nothing_while_emitting(program, monkeypatch):
+    """The promise behind ``refuses_when_built``, checked where the passes rely on it:
+    for every fusion a pass is about to make whose emitter is only built, a full
+    emission agrees (it emits what the constructor accepted; a refused one would have
+    been refused by its constructor). Before the reduction emitters made the promise,
+    their epilogue shapes were checked while emitting only: the layer norms', log-softmax's
+    and the two-pass variance's passes propose fusions whose epilogue root has another
+    shape than its reduce."""
+    from heron.compiler.executable import prepare_module
+    from heron.compiler.fusion.fusible import FusionChecker
+    from heron.emitters.fusion_analysis import analyse_fusion
+    from heron.emitters.selection import emit_fusion, select_emitter
+
+    root = Path(__file__).resolve().parents[3] / "programs" / program / "module.hlo"
+    checked: list[tuple[str, bool]] = []
+    built_only = FusionChecker.emits
+
+    def emits_and_compare(self, candidate):
+        verdict = built_only(self, candidate)
+        spec = select_emitter(analyse_fusion(candidate.fusion, self.target))
+        if spec.refuses_when_built:
+            try:
+                emit_fusion(candidate.fusion, self.target)
+                emitted = True
+            except UnsupportedError:
+                emitted = False
+            assert emitted == verdict, (spec.name, candidate.fusion.name)
+            checked.append((spec.name, verdict))
+        return verdict
+
+    monkeypatch.setattr(FusionChecker, "emits", emits_and_compare)
+    for target in (H100, Target.preset("mi300x")):
+        prepare_module(parse_module(root.read_text()), target)
+    assert any(name != "loop" for name, _ in checked), checked

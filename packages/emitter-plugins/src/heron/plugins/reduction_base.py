@@ -748,8 +748,12 @@ class GroupState:
                 values = self._epilogue_values(sub, root, index, injected)
                 for leaf, k in e.writes(root):
                     self._insert(k, has_output, values[leaf], index)
-            else:  # after a reduction to a scalar (any other shape: refused when built)
+            elif hero_shapes == {()}:
                 self._scalar_epilogue(sub, root, injected, has_output)
+            else:  # refused when built (_check_roots): a guard against a silent miscompile
+                raise e.error_for(
+                    root, "an epilogue root whose shape differs (not refused when built)"
+                )
 
     def _epilogue_values(self, sub, root, index, injected) -> list[ir.Value]:
         results = self.entry.call_subgraph(sub, index, injected)
