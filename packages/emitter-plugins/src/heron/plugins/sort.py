@@ -145,14 +145,6 @@ class SortPlan:
         return phases
 
 
-#: Networks of at most this many steps are written out, each step's distances
-#: constants: every row a block sorts in shared memory (up to 2,048 elements, 66 steps),
-#: where a step is a few shared-memory accesses and a barrier and its index arithmetic
-#: counts; longer networks are loops (``SortEmitter._network``), and a long row's tile
-#: phases always are (their steps go with global reads and writes).
-WRITTEN_OUT_STEPS = 66
-
-
 def _kept_rolled(loop: scf.ForOp) -> scf.ForOp:
     """``loop``, marked so that unroll-loops leaves it a loop (a phase, not elements)."""
     loop.operation.attributes[KEEP_ROLLED] = ir.UnitAttr.get()
@@ -297,13 +289,12 @@ class SortEmitter(FusionEmitter):
         for position in halves:
             tiles = self._load(entry, tiles, position, row_ok)
         tiles = list(sync_threads_op(tiles).results)
-        tiles = self._network(
-            plan.steps,
-            tiles,
-            lambda d, m, current: list(
-                sync_threads_op(self._step(entry, current, pair, d, m, row_ok)).results
-            ),
-        )
+        # Written out, each step's distances constants: in shared memory a step is a few
+        # accesses and a barrier, and its index arithmetic counts (these are the kernels
+        # the GPU measured); only rows longer than a block holds are loops (_network).
+        for distance, mirrored in plan.steps:
+            tiles = self._step(entry, tiles, pair, distance, mirrored, row_ok)
+            tiles = list(sync_threads_op(tiles).results)
         outputs = list(entry.outputs)
         for position in halves:
             outputs = self._store(tiles, outputs, position, row_ok)
@@ -387,7 +378,6 @@ class SortEmitter(FusionEmitter):
                     lambda d, m, t: list(
                         sync_threads_op(self._step(entry, t, lane, d, m, active, base=base)).results
                     ),
-                    written_out=0,
                 )
                 for position in (lane, arith.addi(lane, index_constant(half))):
                     current = self._guarded(
@@ -480,27 +470,15 @@ class SortEmitter(FusionEmitter):
 
         return self._guarded(inside, outputs, write)
 
-    def _network(
-        self,
-        steps: list[tuple[int, bool]],
-        carried: Values,
-        step,
-        written_out: int = WRITTEN_OUT_STEPS,
-    ) -> Values:
-        """``step(distance, mirrored, carried)`` for each of ``steps`` in order.
-
-        A network of more than ``written_out`` steps is loops (over its
-        stages, then a stage's steps), the distance and whether the step is mirrored
-        computed at run time: written out, a row of 16,384 elements held its network's
-        105 steps and the tile phases' 91 (1.3 s of compile for one sort); shorter
-        networks are written out, each step's distances constants. The two shapes of
-        step list a sort makes are rolled: a whole network (``SortPlan.steps``, a tile
-        phase of the first stages) and a run of unmirrored steps down to distance 0.
+    def _network(self, steps: list[tuple[int, bool]], carried: Values, step) -> Values:
+        """``step(distance, mirrored, carried)`` for each of ``steps`` in order, as loops
+        (over the stages, then a stage's steps), the distance and whether the step is
+        mirrored computed at run time: written out, a row of 16,384 elements held its
+        network's 105 steps and the tile phases' 91 (1.3 s of compile for one sort).
+        The two shapes of step list a long row makes are rolled: a whole network (a
+        tile phase of the first stages, ``SortPlan.steps``) and a run of unmirrored
+        steps down to distance 0; any other list is written out.
         """
-        if len(steps) <= written_out:
-            for distance, mirrored in steps:
-                carried = step(distance, mirrored, carried)
-            return carried
         stages = (math.isqrt(8 * len(steps) + 1) - 1) // 2
         if steps == [(j, j == s) for s in range(stages) for j in range(s, -1, -1)]:
             outer = _kept_rolled(
