@@ -25,6 +25,7 @@ from heron.hlo.passes import REFUSED_OPCODES, Pipeline, run_pipeline, simplifica
 from heron.hlo.verifier import verify_module
 
 PROGRAMS = Path(__file__).parent / "fusion_programs"
+ROOT = Path(__file__).parents[3]
 H100 = Target.preset("h100")
 
 
@@ -1079,3 +1080,63 @@ def test_an_emitter_that_refuses_when_built_refuses_nothing_while_emitting(progr
     for target in (H100, Target.preset("mi300x")):
         prepare_module(parse_module(root.read_text()), target)
     assert any(name != "loop" for name, _ in checked), checked
+
+
+def test_small_constants_are_fused_last_into_every_kernel_that_reads_them(monkeypatch) -> None:
+    """XLA's priority fusion never queues a small constant: once the queue is empty each
+    is fused into every user that takes it. Queued, the thirty constants of exact GELU's
+    erf polynomial were each priced and built into the kernel of 148 instructions they
+    went into, one after another."""
+    from heron.compiler.fusion.builder import is_small_constant
+    from heron.compiler.fusion.context import FusionContext
+
+    priced: list[str] = []
+    pair_seconds = FusionContext.pair_seconds
+
+    def recording(self, producer, user):
+        priced.append(producer.opcode)
+        return pair_seconds(self, producer, user)
+
+    monkeypatch.setattr(FusionContext, "pair_seconds", recording)
+    module = parse_module((ROOT / "programs" / "mlp_gelu_exact" / "module.hlo").read_text())
+    run_pipeline(module, gpu_pipeline(H100))
+    assert priced and "constant" not in priced
+    (kernel,) = [f for f in _fusions(module) if f.called("calls").root.opcode == "multiply"]
+    body = kernel.called("calls")
+    assert sum(is_small_constant(i) for i in body.instructions) >= 30
+    assert not any(is_small_constant(op) for f in _fusions(module) for op in f.operands)
+
+
+def test_a_small_constant_operand_is_read_for_nothing() -> None:
+    """The cost model prices a fusion reading a small constant as the kernel it becomes
+    once the constant is folded in (embedding_scatter_add_grad: the index computation,
+    reading two constants, is fused into the scatter as XLA fuses it)."""
+    from heron.compiler.fusion.cost_model import estimate_computation
+
+    module = parse_module(
+        """
+    HloModule reads
+    ENTRY e {
+      x = f32[24]{0} parameter(0)
+      c = f32[] parameter(1)
+      b = f32[24]{0} broadcast(c), dimensions={}
+      ROOT s = f32[24]{0} add(x, b)
+    }
+    """
+    )
+    x = module.entry.parameters[0]
+    constant = parse_module(
+        "HloModule k\nENTRY e {\n  ROOT c = f32[] constant(2)\n}\n"
+    ).entry.root_instruction
+    computed = parse_module(
+        "HloModule k\nENTRY e {\n  p = f32[] parameter(0)\n  ROOT n = f32[] negate(p)\n}\n"
+    ).entry.root_instruction
+    as_constant = estimate_computation(module.entry, [x, constant], H100)
+    as_value = estimate_computation(module.entry, [x, computed], H100)
+    assert as_value.dram_bytes - as_constant.dram_bytes == 4  # the f32 scalar, read once
+    assert as_constant.seconds < as_value.seconds
+    program = parse_module(
+        (ROOT / "programs" / "embedding_scatter_add_grad" / "module.hlo").read_text()
+    )
+    run_pipeline(program, gpu_pipeline(H100))
+    assert count_kernels(program) == 2  # the zeros, then the scatter with its indices

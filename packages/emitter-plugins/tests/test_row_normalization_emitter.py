@@ -456,3 +456,57 @@ def test_the_fusion_checker_lets_this_emitter_take_a_whole_softmax(monkeypatch, 
     without = EmitterRegistry([(s, None) for s in registry.specs if s.name != "row_normalization"])
     monkeypatch.setattr(selection, "default_registry", lambda: without)
     assert FusionChecker(h100).check(_whole_softmax_candidate()) is None
+
+
+#: A softmax whose reduces start from values the program is given (as priority fusion
+#: sees a fusion before it folds the constants it reads, XLA's order: small constants
+#: are fused last, so the normalisation is chosen while its inits are parameters).
+SOFTMAX_GIVEN_INITS = """
+HloModule softmax_given_inits
+
+max_r {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+
+add_r {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[6,1000]{1,0} parameter(0)
+  lowest = f32[] parameter(1)
+  nothing = f32[] parameter(2)
+  mx = f32[6]{0} reduce(x, lowest), dimensions={1}, to_apply=max_r
+  mxb = f32[6,1000]{1,0} broadcast(mx), dimensions={0}
+  sub = f32[6,1000]{1,0} subtract(x, mxb)
+  e = f32[6,1000]{1,0} exponential(sub)
+  sm = f32[6]{0} reduce(e, nothing), dimensions={1}, to_apply=add_r
+  smb = f32[6,1000]{1,0} broadcast(sm), dimensions={0}
+  ROOT out = f32[6,1000]{1,0} divide(e, smb)
+}
+"""
+
+
+def test_a_normalisation_whose_inits_are_parameters_is_one_kernel(installed):
+    """The inits are read from the kernel's parameters (each the reducer's identity, as
+    HLO asks of an init a kernel may apply once per thread)."""
+    from heron.compiler.fusion import gpu_pipeline
+    from heron.compiler.program_run import run_program
+    from heron.hlo.evaluator import evaluate_module
+    from heron.hlo.passes import run_pipeline
+    from heron.runtime.core.registry import load_backends
+
+    fused = parse_module(SOFTMAX_GIVEN_INITS)
+    run_pipeline(fused, gpu_pipeline(H100))
+    (fusion,) = fusions_of(fused)
+    assert selection.select_emitter(analysed(fusion), installed).name == "row_normalization"
+    module = parse_module(SOFTMAX_GIVEN_INITS)
+    x = np.random.default_rng(0).standard_normal((6, 1000)).astype(np.float32)
+    arguments = [x, np.float32(-np.inf), np.float32(0)]
+    device = load_backends().create_device("interpreter")
+    run = run_program(module, arguments, device, "interpreter", target=H100)
+    np.testing.assert_allclose(run.outputs[0], evaluate_module(module, arguments), rtol=1e-5)

@@ -12,7 +12,7 @@ row. This emitter takes the whole chain as one fusion:
   analysis: XLA's kind is ``loop`` (no root has a reduction hero of its own:
   the reduces are broadcast back into the roots), every ``reduce`` is a plain
   row reduction of one row shape (``[rows, n]`` after collapsing, reduced
-  dimensions minor, a constant init, no variadic reduce) that the reduction
+  dimensions minor, a constant or parameter init, no variadic reduce) that the reduction
   emitters would take as a real hero (``is_reduction_from_or_to_contiguous
   _dimensions``), every root has that row shape, and whatever depends on a
   reduce is a per-row value (elementwise on reduce results, reshapes) that
@@ -184,7 +184,7 @@ def _describe(analysis: FusionAnalysis) -> RowNormalization | None:
     for reduce in reduces:
         if reduce.shape.is_tuple or len(reduce.operands) != 2:
             return None
-        if reduce.operands[1].opcode != "constant":
+        if reduce.operands[1].opcode not in ("constant", "parameter"):
             return None
         shape = reduce.operands[0].array_shape
         if shape.dims != row_shape.dims or not _is_default_layout(shape):

@@ -36,9 +36,20 @@ __all__ = [
     "build_fusion",
     "install_fusion",
     "fusion_kind_of",
+    "is_small_constant",
     "outputs_of",
     "post_order",
 ]
+
+
+def is_small_constant(inst: Instruction) -> bool:
+    """A constant of one element (XLA's ``IsSmallConstant``): folded into the code of
+    each kernel that reads it, which priority fusion does last."""
+    return (
+        inst.opcode == "constant"
+        and isinstance(inst.shape, ArrayShape)
+        and inst.shape.num_elements == 1
+    )
 
 
 @attrs.define(eq=False)

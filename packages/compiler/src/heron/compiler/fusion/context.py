@@ -13,7 +13,7 @@ import weakref
 
 import attrs
 
-from heron.compiler.fusion.builder import Candidate, OwnBodies, build_fusion
+from heron.compiler.fusion.builder import Candidate, OwnBodies, build_fusion, is_small_constant
 from heron.compiler.fusion.cost_model import (
     NO_KERNEL,
     KernelCost,
@@ -228,8 +228,10 @@ class FusionContext:
         self, form: object, body: Computation, operands: list[Instruction], verdict: Verdict
     ) -> KernelCost:
         """The cost of a kernel computing ``body`` (of ``form``) as ``verdict`` says,
-        estimated once per form and verdict: the model reads shapes, maps and opcodes."""
-        key = (form, verdict.tiled, verdict.threads, verdict.reduces_once)
+        estimated once per form, verdict and which operands are small constants: the
+        model reads shapes, maps and opcodes, and reads a small constant for nothing."""
+        constants = tuple(k for k, operand in enumerate(operands) if is_small_constant(operand))
+        key = (form, verdict.tiled, verdict.threads, verdict.reduces_once, constants)
         cost = self._prices.get(key)
         if cost is None:
             cost = estimate_computation(

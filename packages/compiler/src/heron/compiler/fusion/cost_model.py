@@ -18,6 +18,11 @@ overhead plus the larger of its memory time and its compute time.
   the minor-most loop variable, while another result does (a transpose read
   outside a transpose hero, which tiles through shared memory), pays
   ``UNCOALESCED_PENALTY``.
+- *Small constants*: an operand that is a constant of one element costs nothing
+  to read: priority fusion folds every one into the kernels that read it at its
+  end (as XLA's does), so a fusion reading one as a parameter is priced as the
+  kernel it will be (at a kernel's low occupancy a scalar read per thread would
+  otherwise outweigh fusing an index computation into a scatter).
 - *Bytes written*: every output, once.
 - *Flops*: per fused instruction, its elements times the opcode's cost
   (a dot: one multiply-add per output element and contracted element,
@@ -44,7 +49,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from heron.compiler.fusion.builder import post_order
+from heron.compiler.fusion.builder import is_small_constant, post_order
 from heron.hlo.dot_precision import contraction_length
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Computation, Instruction
@@ -400,7 +405,9 @@ def estimate_computation(
     reduces_once: bool = False,
     patterns: ReadPatterns | None = None,
 ) -> KernelCost:
-    """The cost of one kernel computing ``computation`` (a fused body) from ``operands``.
+    """The cost of one kernel computing ``computation`` (a fused body) from ``operands``
+    (the values its parameters stand for, by number: those that are small constants
+    are read for nothing; none given, every parameter is read).
 
     ``tiled`` says the emitter reads through shared memory (a transpose hero),
     so its reads count as coalesced whatever their maps. ``threads`` is how
@@ -412,10 +419,12 @@ def estimate_computation(
     pass run's memo of how ops read their operands (:class:`ReadPatterns`).
     """
     demand, coalesced = _demand(computation, reduces_once, patterns)
+    constants = {k for k, operand in enumerate(operands) if is_small_constant(operand)}
     reads = [
-        (p.shape, demand.get(id(p), 0), coalesced.get(id(p), True)) for p in computation.parameters
+        (p.shape, demand.get(id(p), 0), coalesced.get(id(p), True))
+        for p in computation.parameters
+        if p.parameter_number not in constants
     ]
-    del operands  # the parameters carry the operands' shapes
     write = float(_bytes(computation.root_instruction.shape))
     flops = lane_operations(computation, demand)
     if threads is None:

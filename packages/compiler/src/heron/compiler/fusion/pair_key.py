@@ -25,7 +25,7 @@ import weakref
 
 import attrs
 
-from heron.compiler.fusion.builder import OwnBodies
+from heron.compiler.fusion.builder import OwnBodies, is_small_constant
 from heron.compiler.fusion.fusion_cse import signature
 from heron.hlo.ir import Instruction
 
@@ -33,8 +33,12 @@ __all__ = ["PairKeys"]
 
 #: A pair's key: each side's (is a fusion, interned body signature), then per
 #: operand of the user, ``-1`` for the producer, ``k >= 0`` for the producer's
-#: ``k``-th operand, ``-2 - j`` for another value (``j``: its first slot).
-PairKey = tuple[tuple[bool, int], tuple[bool, int], tuple[int, ...]]
+#: ``k``-th operand, ``-2 - j`` for another value (``j``: its first slot); then which
+#: operands of the producer and of the user are small constants (read for nothing,
+#: :mod:`~heron.compiler.fusion.cost_model`).
+PairKey = tuple[
+    tuple[bool, int], tuple[bool, int], tuple[int, ...], tuple[int, ...], tuple[int, ...]
+]
 
 
 @attrs.define
@@ -83,4 +87,14 @@ class PairKeys:
                 reads.append(first[operand])
             else:
                 reads.append(-2 - slots.setdefault(operand, j))
-        return self.own(producer), self.own(user), tuple(reads)
+        return (
+            self.own(producer),
+            self.own(user),
+            tuple(reads),
+            _small_constants(producer),
+            _small_constants(user),
+        )
+
+
+def _small_constants(inst: Instruction) -> tuple[int, ...]:
+    return tuple(k for k, operand in enumerate(inst.operands) if is_small_constant(operand))

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import attrs
 
-from heron.compiler.fusion.builder import OwnBodies
+from heron.compiler.fusion.builder import OwnBodies, is_small_constant
 from heron.compiler.fusion.cost_model import (
     BodyReads,
     KernelCost,
@@ -85,7 +85,7 @@ class PairPrices:
         """What ``inst`` costs as the kernel ``verdict`` says (its own body)."""
         own = self._reads(inst, verdict.reduces_once)
         values = parameter_values(inst)
-        reads = [(v.shape, *own.reads[k]) for k, v in enumerate(values)]
+        reads = [(v.shape, *own.reads[k]) for k, v in enumerate(values) if not is_small_constant(v)]
         return kernel_cost(
             reads, own.write, own.flops, self.target, tiled=verdict.tiled, threads=verdict.threads
         )
@@ -135,11 +135,13 @@ class PairPrices:
         if seed != own_root_seed(producer):
             own = self._reads(producer, once, seed)
         # The fused body's parameters: the producer's operands, then the user's others.
+        # A small constant is read for nothing (the cost model's rule).
         demand: dict[Instruction, tuple[int, bool]] = {}
         for k, value in enumerate(parameter_values(producer)):
-            demand[value] = _both(demand.get(value), own.reads[k])
+            if not is_small_constant(value):
+                demand[value] = _both(demand.get(value), own.reads[k])
         for k, value in enumerate(user_values):
-            if k != at[0]:
+            if k != at[0] and not is_small_constant(value):
                 demand[value] = _both(demand.get(value), consumer.reads[k])
         reads = [(value.shape, *read) for value, read in demand.items()]
         return kernel_cost(

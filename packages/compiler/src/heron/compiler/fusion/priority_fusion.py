@@ -17,6 +17,13 @@ and an elementwise consumer of a reduction takes the reduction as its epilogue
 when the result is still a reduction hero the emitters accept; a reduction is
 never fused where it would be recomputed per element. Only the entry
 computation is fused (reducers and other called computations stay as they are).
+
+Small constants are not queued: as in XLA, each is fused into every user that
+takes it once the queue is empty (:func:`_fuse_constants`), unpriced (a constant
+read from a parameter or folded into the code costs the same to the model, and
+queued it would be priced again at every step of the fusion it ends in: the
+thirty constants of an erf polynomial each cloned the kernel of 148
+instructions they went into).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import heapq
 import itertools
 from collections.abc import Iterable
 
-from heron.compiler.fusion.builder import Candidate, install_fusion
+from heron.compiler.fusion.builder import Candidate, install_fusion, is_small_constant
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import Verdict, is_fusible_consumer, is_fusible_producer
 from heron.compiler.fusion.graph import FusionGraph
@@ -52,8 +59,13 @@ def _heavy(inst: Instruction) -> bool:
 def _fusible_users(
     computation: Computation, graph: FusionGraph, producer: Instruction
 ) -> list[Instruction] | None:
-    """The users ``producer`` would be fused into, or None when it may not be fused."""
-    if not is_fusible_producer(producer) or computation.root is producer:
+    """The users ``producer`` would be fused into, or None when it may not be fused
+    by priority (a small constant is fused after the queue, :func:`_fuse_constants`)."""
+    if (
+        not is_fusible_producer(producer)
+        or computation.root is producer
+        or is_small_constant(producer)
+    ):
         return None
     users = graph.users(producer)
     if not users or not all(is_fusible_consumer(user) for user in users):
@@ -236,7 +248,44 @@ def fuse_by_priority(module: Module, target: Target) -> bool:
                 seen.add(id(inst))
                 update(inst)
         changed = True
+    changed |= _fuse_constants(context, module, computation, graph)
     graph.finish()
+    return changed
+
+
+def _fuse_constants(
+    context: FusionContext, module: Module, computation: Computation, graph: FusionGraph
+) -> bool:
+    """Fuse the small constants into each user that takes them, all of a user's at once.
+
+    XLA's priority fusion ends so, unpriced: a small constant is folded into the
+    code of every kernel that reads it. Here each user that may be fused into
+    takes its constant operands in one fusion (one build of its body, not one per
+    constant), checked and emitted like any fusion a pass makes; a user that
+    refuses them keeps reading them as parameters.
+    """
+    changed = False
+    for user in list(computation.instructions):
+        if not graph.alive(user) or not is_fusible_consumer(user):
+            continue
+        constants = [
+            operand
+            for operand in dict.fromkeys(user.operands)
+            if is_small_constant(operand) and computation.root is not operand
+        ]
+        if not constants:
+            continue
+        made = context.candidate([*constants, user], [user], consumer=user)
+        if made is None or not context.emits(made[0]):
+            if made is not None:
+                made[0].discard()
+            continue
+        candidate, verdict = made
+        install_fusion(module, computation, candidate, verdict.fusion_kind, graph)
+        for member in candidate.members:
+            if not graph.alive(member):
+                context.forget(member)
+        changed = True
     return changed
 
 
