@@ -40,6 +40,41 @@ def test_the_profile_counts_each_stage_once_per_kernel_and_each_pass_run():
     assert profile.seconds <= compiled.seconds + 1e-9
 
 
+LOOP = """
+HloModule loop
+cond {
+  p = (s32[], f32[64]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(10)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[64]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[64] get-tuple-element(p), index=1
+  one = s32[] constant(1)
+  next = s32[] add(i, one)
+  y = f32[64] tanh(x)
+  ROOT t = (s32[], f32[64]) tuple(next, y)
+}
+ENTRY main {
+  x = f32[64] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], f32[64]) tuple(zero, x)
+  w = (s32[], f32[64]) while(init), condition=cond, body=body
+  ROOT out = f32[64] get-tuple-element(w), index=1
+}
+"""
+
+
+def test_the_profile_counts_the_fusion_of_loop_bodies():
+    """A loop's body and condition go through the fusion passes as if each were an entry
+    (``fuse_control_flow_computations``): their passes are in the profile too."""
+    compiled = compile_program(parse_module(LOOP), Target.preset("h100"), ("interpreter",))
+    runs = [r for r in compiled.profile.passes.records if r.path.endswith("/priority-fusion")]
+    assert len(runs) == 3  # the entry, the body and the condition
+
+
 def test_the_two_backends_share_one_emission(capsys):
     compiled = compile_program(
         parse_module(MLP),

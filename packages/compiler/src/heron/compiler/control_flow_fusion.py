@@ -22,6 +22,7 @@ from heron.compiler.fusion.wrapper import fusion_wrapper
 from heron.hlo.buffers.dataflow import sequential_computations
 from heron.hlo.ir import Computation, Module
 from heron.hlo.passes import Pipeline, pass_named, run_pipeline
+from heron.hlo.passes.manager import PipelineReport
 from heron.target import Target
 
 __all__ = ["fuse_control_flow_computations"]
@@ -39,7 +40,9 @@ def _passes_for(already_fused: bool, target: Target) -> Pipeline:
     return Pipeline("control-flow-fusion", steps)
 
 
-def fuse_control_flow_computations(module: Module, target: Target, already_fused: bool) -> bool:
+def fuse_control_flow_computations(
+    module: Module, target: Target, already_fused: bool, report: PipelineReport | None = None
+) -> bool:
     """Fuse every computation run by a ``while`` or ``conditional`` of ``module``, in place.
 
     Returns whether anything changed. The entry itself is the program
@@ -47,7 +50,9 @@ def fuse_control_flow_computations(module: Module, target: Target, already_fused
     ``already_fused``: the module came fused (XLA's optimized dump), as
     :func:`heron.compiler.fusion.is_fused` said of it *before* the program
     pipeline (after it, every entry holds fusions): its computations then keep
-    their fusions and only get the wrapper, as its entry did.
+    their fusions and only get the wrapper, as its entry did. ``report``: where the
+    passes' records go (``heron compile --timing``: a loop body's priority fusion is
+    often most of a program's).
     """
     entry = module.entry
     computations = sequential_computations(module)[1:]
@@ -55,15 +60,21 @@ def fuse_control_flow_computations(module: Module, target: Target, already_fused
         return False
     pipeline = _passes_for(already_fused, target)
     changed = False
+    records = PipelineReport() if report is None else report
     for computation in computations:
-        changed |= _fuse_as_entry(module, entry, computation, pipeline)
+        changed |= _fuse_as_entry(module, entry, computation, pipeline, records)
     if changed:
-        run_pipeline(module, Pipeline("control-flow-dce", (pass_named(_DCE),)))
+        dce = run_pipeline(module, Pipeline("control-flow-dce", (pass_named(_DCE),)))
+        records.records.extend(dce.records)
     return changed
 
 
 def _fuse_as_entry(
-    module: Module, entry: Computation, computation: Computation, pipeline: Pipeline
+    module: Module,
+    entry: Computation,
+    computation: Computation,
+    pipeline: Pipeline,
+    records: PipelineReport,
 ) -> bool:
     view = Module(
         name=f"{module.name}.{computation.name}",
@@ -77,4 +88,5 @@ def _fuse_as_entry(
     finally:
         computation.is_entry, entry.is_entry = False, True
     module.computations = list(view.computations)
+    records.records.extend(report.records)
     return report.changed

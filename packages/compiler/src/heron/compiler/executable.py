@@ -172,12 +172,13 @@ def prepare_module(
             count = known_trip_count(inst)
         if count is not None:
             trip_counts[inst.name] = count
-    fuse_control_flow_computations(optimized, target, already_fused)
+    bodies = PipelineReport()
+    fuse_control_flow_computations(optimized, target, already_fused, bodies)
     scheduled = run_pipeline(
         optimized, pipeline_of([pass_named("copy-insertion"), pass_named("scheduler")])
     )
     if report is not None:
-        report.records.extend([*fused.records, *scheduled.records])
+        report.records.extend([*fused.records, *bodies.records, *scheduled.records])
     return optimized, trip_counts
 
 
