@@ -1184,3 +1184,27 @@ def test_a_fused_body_computes_each_value_once(program: str) -> None:
     ]
     assert bodies
     assert {body.name: _repeats(body) for body in bodies if _repeats(body)} == {}
+
+
+def test_the_fusion_installed_is_the_one_built_to_price_it(monkeypatch) -> None:
+    """A pair built and checked for its price is handed to the install when neither side
+    changed since (``FusionContext.built_pair``): the fusion is not built, signed and
+    checked again. The modules are the same as when every install rebuilt its fusion
+    (the corpora's optimized HLO and kernels byte-identical)."""
+    from heron.compiler.fusion.context import FusionContext
+
+    handed: list[bool] = []
+    built_pair = FusionContext.built_pair
+
+    def recording(self, producer, user):
+        made = built_pair(self, producer, user)
+        handed.append(made is not None)
+        return made
+
+    monkeypatch.setattr(FusionContext, "built_pair", recording)
+    module = parse_module((ROOT / "programs" / "dropout_threefry" / "module.hlo").read_text())
+    expected = evaluate_module(module, random_arguments(module, np.random.default_rng(0)))
+    run_pipeline(module, gpu_pipeline(H100))
+    assert sum(handed) > len(handed) / 2, handed
+    arguments = random_arguments(module, np.random.default_rng(0))
+    assert _same(evaluate_module(module, arguments), expected)

@@ -39,6 +39,9 @@ __all__ = ["FusionContext", "count_kernels"]
 #: A memo's "not known yet" (None is an answer: not emittable).
 _UNKNOWN: object = object()
 
+#: Pairs built for their price kept for installing (:meth:`FusionContext.built_pair`).
+_KEPT_PAIRS = 32
+
 
 @attrs.define
 class FusionContext:
@@ -80,6 +83,13 @@ class FusionContext:
     _read_patterns: ReadPatterns = attrs.field(init=False, factory=ReadPatterns)
     #: Formatted attribute values for the signatures (a clone shares its values).
     _formatted: dict[tuple[str, int], tuple[object, str]] = attrs.field(init=False, factory=dict)
+    #: The last pairs built and checked to be priced (:meth:`pair_seconds`), with the
+    #: operands they were built from, kept for the fusion about to be installed
+    #: (:meth:`built_pair`): the producer priced last is most often fused next.
+    _built: dict[
+        tuple[Instruction, Instruction],
+        tuple[Candidate, Verdict, tuple[Instruction, ...], tuple[Instruction, ...]],
+    ] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self.checker = FusionChecker(self.target)
@@ -144,10 +154,45 @@ class FusionContext:
             if verdict is not None:
                 cost = self._composed.pair(producer, user, verdict)
                 seconds = (cost if cost is not None else self.price(candidate, verdict)).seconds
-            candidate.discard()
+                self._keep_built(producer, user, candidate, verdict)
+            else:
+                candidate.discard()
             self._pair_prices[key] = seconds
         by_user[user] = seconds
         return seconds
+
+    def _keep_built(
+        self, producer: Instruction, user: Instruction, candidate: Candidate, verdict: Verdict
+    ) -> None:
+        if len(self._built) >= _KEPT_PAIRS:
+            oldest = next(iter(self._built))
+            self._built.pop(oldest)[0].discard()
+        self._built[(producer, user)] = (
+            candidate,
+            verdict,
+            tuple(producer.operands),
+            tuple(user.operands),
+        )
+
+    def built_pair(
+        self, producer: Instruction, user: Instruction
+    ) -> tuple[Candidate, Verdict] | None:
+        """The fusion of ``producer`` into ``user`` built and checked when the pair was
+        priced, if it is still what a build would make now (neither side's operands
+        replaced since), handed over once; None otherwise."""
+        kept = self._built.pop((producer, user), None)
+        if kept is None:
+            return None
+        candidate, verdict, producer_operands, user_operands = kept
+        same = len(producer_operands) == len(producer.operands) and len(user_operands) == len(
+            user.operands
+        )
+        same = same and all(a is b for a, b in zip(producer_operands, producer.operands))
+        same = same and all(a is b for a, b in zip(user_operands, user.operands))
+        if not same:
+            candidate.discard()
+            return None
+        return candidate, verdict
 
     def fused_seconds(self, producer: Instruction, users: list[Instruction]) -> float | None:
         """The prices of ``producer`` fused into each of ``users``, added in order (None
@@ -204,6 +249,8 @@ class FusionContext:
         """Drop what is known about ``inst``, which left the computation: its own price
         and the pairs it is a side of (the pairs of its operands with it included)."""
         self._costs.pop(inst, None)
+        for pair in [pair for pair in self._built if inst in pair]:
+            self._built.pop(pair)[0].discard()
         self._composed.forget(inst)
         self._own_bodies.forget(inst)
         for pairs in (self._pairs, self._floors):

@@ -126,7 +126,9 @@ def _build(
         return None
     fusions = []
     for user in users:
-        made = context.candidate([producer, user], [user], consumer=user)
+        made = context.built_pair(producer, user)  # built when the pair was priced
+        if made is None:
+            made = context.candidate([producer, user], [user], consumer=user)
         if made is None:
             _discard(fusions)
             return None
