@@ -10,6 +10,7 @@ invalidates its caches around a fusion it performed.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 
 import attrs
 
@@ -184,12 +185,10 @@ class FusionContext:
         if kept is None:
             return None
         candidate, verdict, producer_operands, user_operands = kept
-        same = len(producer_operands) == len(producer.operands) and len(user_operands) == len(
-            user.operands
-        )
-        same = same and all(a is b for a, b in zip(producer_operands, producer.operands))
-        same = same and all(a is b for a, b in zip(user_operands, user.operands))
-        if not same:
+        if not (
+            _identical(producer_operands, producer.operands)
+            and _identical(user_operands, user.operands)
+        ):
             candidate.discard()
             return None
         return candidate, verdict
@@ -336,6 +335,11 @@ class FusionContext:
                     made[0].discard()
         self._costs[inst] = cost
         return cost
+
+
+def _identical(before: Sequence[Instruction], now: Sequence[Instruction]) -> bool:
+    """The same instructions in the same order (an operand replaced is another object)."""
+    return len(before) == len(now) and all(a is b for a, b in zip(before, now))
 
 
 def count_kernels(module: Module) -> int:
