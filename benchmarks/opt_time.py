@@ -148,12 +148,9 @@ def compile_for_h100(module: Module, library_fallbacks: bool = False) -> int:
     call too, as every compile made it before the twelfth session)."""
     from heron.compiler import Target
     from heron.compiler.executable import compile_program
-    from heron.indexing import affine, parser, simplifier
+    from heron.indexing import forget_memos
 
-    # each run compiles cold: no indexing map remembered from the previous run
-    simplifier.simplify.cache_clear()
-    parser.parse_indexing_map.cache_clear()
-    affine.used_variables.cache_clear()
+    forget_memos()  # each run compiles cold: no indexing map remembered from the previous run
     compiled = compile_program(
         module, Target.preset("h100"), backends=("cuda",), library_fallbacks=library_fallbacks
     )

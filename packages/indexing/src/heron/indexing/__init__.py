@@ -26,6 +26,20 @@ from heron.indexing.simplifier import is_known_empty, rescale_symbols, simplify
 
 __version__ = "0.1.0"
 
+
+def forget_memos() -> None:
+    """Forget every memo of the package (simplified maps and the domains' simplifiers,
+    parsed maps, expressions' variables, interned expressions): what a benchmark calls
+    between runs so that each starts cold, as a fresh process would."""
+    from heron.indexing import affine, parser, simplifier
+
+    simplifier.simplify.cache_clear()
+    simplifier.forget_domains()
+    parser.parse_indexing_map.cache_clear()
+    affine.used_variables.cache_clear()
+    affine.forget_interned()
+
+
 __all__ = [
     "AffineExpr",
     "Constant",
@@ -36,6 +50,7 @@ __all__ = [
     "Symbol",
     "Variable",
     "compose",
+    "forget_memos",
     "fusion_input_maps",
     "input_to_output_map",
     "is_known_empty",

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import enum
 import functools
+import operator
 from collections.abc import Sequence
-
-import attrs
 
 
 class BinaryKind(enum.Enum):
@@ -31,10 +30,84 @@ class BinaryKind(enum.Enum):
     MOD = "mod"
 
 
-class AffineExpr:
-    """Base of all expression nodes; operators build (and lightly fold) new nodes."""
+#: Canonical order of the kinds in a sum's terms (the simplifier's, through ``order_key``).
+_KIND_RANK = {
+    BinaryKind.MUL: 0,
+    BinaryKind.FLOORDIV: 1,
+    BinaryKind.CEILDIV: 2,
+    BinaryKind.MOD: 3,
+    BinaryKind.ADD: 4,
+}
+_CONSTANT, _DIM, _SYMBOL = -1, -2, -3  # interning keys of the leaves; a Binary's is its rank
 
-    __slots__ = ()
+#: Every node built and not yet forgotten, by its kind and fields (children by identity).
+_INTERNED: dict[tuple, AffineExpr] = {}
+#: How many nodes :data:`_INTERNED` keeps before it starts again: a bound on its memory
+#: (a node built after a reset may equal one built before: equality then compares fields).
+_INTERN_LIMIT = 1 << 17
+
+
+def _interned(cls: type, key: tuple, hash_: int, order_key: tuple, **fields: object) -> AffineExpr:
+    """A new node of ``cls``, remembered under ``key``."""
+    node = object.__new__(cls)
+    for name, value in fields.items():
+        object.__setattr__(node, name, value)
+    object.__setattr__(node, "hash", hash_)
+    object.__setattr__(node, "order_key", order_key)
+    if len(_INTERNED) >= _INTERN_LIMIT:
+        _INTERNED.clear()
+    _INTERNED[key] = node
+    return node
+
+
+def forget_interned() -> None:
+    """Start the intern table again (:func:`heron.indexing.forget_memos`); nodes built
+    before stay valid and equal to the ones built after."""
+    _INTERNED.clear()
+
+
+class AffineExpr:
+    """Base of all expression nodes; operators build (and lightly fold) new nodes.
+
+    Nodes are hash-consed: building a node equal to one already built returns that
+    node, so equality is identity almost always and costs O(1), as does hashing (the
+    hash is computed once, from the children's). The simplifier compares, hashes and
+    sorts the same sub-expressions thousands of times per kernel; as attrs values that
+    compared whole trees, it was a fifth of compiling an indexing-heavy program.
+    ``order_key`` is the canonical order of the terms of a sum (compound terms, then
+    dimensions, symbols, constants), also computed once.
+    """
+
+    __slots__ = ("hash", "order_key")
+    hash: int
+    order_key: tuple
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not type(self):
+            return NotImplemented if not isinstance(other, AffineExpr) else False
+        # Equal nodes are one object unless the intern table was reset between them.
+        return self.hash == other.hash and self._fields() == other._fields()  # type: ignore[attr-defined]
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"affine expressions are immutable (setting {name!r})")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"affine expressions are immutable (deleting {name!r})")
+
+    def __copy__(self) -> AffineExpr:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> AffineExpr:
+        return self
 
     # -- construction --------------------------------------------------------
     def __add__(self, other: AffineExpr | int) -> AffineExpr:
@@ -82,35 +155,101 @@ class AffineExpr:
         return f"AffineExpr({self.format()})"
 
 
-@attrs.frozen(repr=False)
 class Constant(AffineExpr):
+    __slots__ = ("value",)
     value: int
+
+    def __new__(cls, value: int) -> Constant:
+        value = int(operator.index(value))  # numpy integers and bools as plain ints
+        key = (_CONSTANT, value)
+        node = _INTERNED.get(key)
+        if node is None:
+            node = _interned(cls, key, hash(key), (3, value), value=value)
+        return node  # type: ignore[return-value]
+
+    def _fields(self) -> tuple:
+        return (self.value,)
+
+    def __reduce__(self) -> tuple:
+        return Constant, (self.value,)
 
     def evaluate(self, dims: Sequence[int], symbols: Sequence[int] = ()) -> int:
         return self.value
 
 
-@attrs.frozen(repr=False)
 class Dim(AffineExpr):
+    __slots__ = ("index",)
     index: int
+
+    def __new__(cls, index: int) -> Dim:
+        index = operator.index(index)
+        key = (_DIM, index)
+        node = _INTERNED.get(key)
+        if node is None:
+            node = _interned(cls, key, hash(key), (1, index), index=index)
+        return node  # type: ignore[return-value]
+
+    def _fields(self) -> tuple:
+        return (self.index,)
+
+    def __reduce__(self) -> tuple:
+        return Dim, (self.index,)
 
     def evaluate(self, dims: Sequence[int], symbols: Sequence[int] = ()) -> int:
         return dims[self.index]
 
 
-@attrs.frozen(repr=False)
 class Symbol(AffineExpr):
+    __slots__ = ("index",)
     index: int
+
+    def __new__(cls, index: int) -> Symbol:
+        index = operator.index(index)
+        key = (_SYMBOL, index)
+        node = _INTERNED.get(key)
+        if node is None:
+            node = _interned(cls, key, hash(key), (2, index), index=index)
+        return node  # type: ignore[return-value]
+
+    def _fields(self) -> tuple:
+        return (self.index,)
+
+    def __reduce__(self) -> tuple:
+        return Symbol, (self.index,)
 
     def evaluate(self, dims: Sequence[int], symbols: Sequence[int] = ()) -> int:
         return symbols[self.index]
 
 
-@attrs.frozen(repr=False, cache_hash=True)
 class Binary(AffineExpr):
+    __slots__ = ("kind", "lhs", "rhs")
     kind: BinaryKind
     lhs: AffineExpr
     rhs: AffineExpr
+
+    def __new__(cls, kind: BinaryKind, lhs: AffineExpr, rhs: AffineExpr) -> Binary:
+        rank = _KIND_RANK[kind]
+        key = (rank, lhs, rhs)
+        node = _INTERNED.get(key)
+        if node is None:
+            if not (isinstance(lhs, AffineExpr) and isinstance(rhs, AffineExpr)):
+                raise TypeError(f"{kind.value} of {lhs!r} and {rhs!r}: not affine expressions")
+            node = _interned(
+                cls,
+                key,
+                hash((rank, lhs.hash, rhs.hash)),
+                (0, lhs.order_key, rank, rhs.order_key),
+                kind=kind,
+                lhs=lhs,
+                rhs=rhs,
+            )
+        return node  # type: ignore[return-value]
+
+    def _fields(self) -> tuple:
+        return (self.kind, self.lhs, self.rhs)
+
+    def __reduce__(self) -> tuple:
+        return Binary, (self.kind, self.lhs, self.rhs)
 
     def evaluate(self, dims: Sequence[int], symbols: Sequence[int] = ()) -> int:
         a = self.lhs.evaluate(dims, symbols)

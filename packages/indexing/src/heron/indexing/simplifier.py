@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 
 from heron.indexing.affine import (
     AffineExpr,
@@ -46,25 +47,9 @@ from heron.indexing.range_analysis import RangeEvaluator
 
 Terms = dict[AffineExpr, int]
 
-_KIND_RANK = {
-    BinaryKind.MUL: 0,
-    BinaryKind.FLOORDIV: 1,
-    BinaryKind.CEILDIV: 2,
-    BinaryKind.MOD: 3,
-    BinaryKind.ADD: 4,
-}
-
-
-def _order_key(expr: AffineExpr) -> tuple:
-    """Canonical order of the terms of a sum: compound terms, dimensions, symbols."""
-    if isinstance(expr, Dim):
-        return (1, expr.index)
-    if isinstance(expr, Symbol):
-        return (2, expr.index)
-    if isinstance(expr, Constant):
-        return (3, expr.value)
-    assert isinstance(expr, Binary)
-    return (0, _order_key(expr.lhs), _KIND_RANK[expr.kind], _order_key(expr.rhs))
+#: Canonical order of the terms of a sum: compound terms, dimensions, symbols
+#: (computed once per node: :attr:`AffineExpr.order_key`).
+_order_key = operator.attrgetter("order_key")
 
 
 def linear_form(expr: AffineExpr) -> tuple[Terms, int]:
@@ -317,12 +302,34 @@ def _normalise_constraint(
     return from_linear_form({t: c // g for t, c in terms.items()}, 0), new_interval, False
 
 
+@functools.lru_cache(maxsize=256)
+def _simplifier_over(domain: IndexingMap) -> _ExprSimplifier:
+    """The simplifier for ``domain`` (a map without results), its memo shared by every map
+    over that domain: an emitter's maps share one domain (the thread and block ids' ranges,
+    a kernel's constraints) and most of their sub-expressions, which are then simplified
+    once for all of them. Exact: a node's simplification depends on the node and the
+    domain's ranges alone."""
+    return _ExprSimplifier(RangeEvaluator(domain))
+
+
+def forget_domains() -> None:
+    """Forget the domains' simplifiers (:func:`heron.indexing.forget_memos`)."""
+    _simplifier_over.cache_clear()
+
+
+def _bounds_only(indexing_map: IndexingMap) -> IndexingMap:
+    """The domain of ``indexing_map`` without its constraints: its variables' bounds alone."""
+    return IndexingMap(
+        indexing_map.dimensions, (), indexing_map.range_vars, indexing_map.runtime_vars
+    )
+
+
 def _simplify_once(indexing_map: IndexingMap) -> IndexingMap:
     if indexing_map.has_trivially_empty_domain():
         return indexing_map
     n_dims = indexing_map.num_dims
     variables = [*indexing_map.dimensions, *indexing_map.symbols]
-    plain = _ExprSimplifier(RangeEvaluator(indexing_map, use_constraints=False))
+    plain = _simplifier_over(_bounds_only(indexing_map))
 
     merged: dict[AffineExpr, Interval] = {}
     impossible: list[tuple[AffineExpr, Interval]] = []
@@ -353,8 +360,7 @@ def _simplify_once(indexing_map: IndexingMap) -> IndexingMap:
     n_range = len(indexing_map.range_vars)
     range_vars = tuple(variables[n_dims : n_dims + n_range])
     runtime_vars = tuple(variables[n_dims + n_range :])
-    bounded = IndexingMap(dims, indexing_map.results, range_vars, runtime_vars)
-    plain_ranges = RangeEvaluator(bounded, use_constraints=False)
+    plain_ranges = _simplifier_over(IndexingMap(dims, (), range_vars, runtime_vars)).ranges
     constraints = [
         (expr, interval)
         for expr, interval in merged.items()
@@ -362,7 +368,7 @@ def _simplify_once(indexing_map: IndexingMap) -> IndexingMap:
     ]
     constraints.extend(impossible)
     constrained = IndexingMap(dims, (), range_vars, runtime_vars, tuple(constraints))
-    simplifier = _ExprSimplifier(RangeEvaluator(constrained))
+    simplifier = _simplifier_over(constrained)
     results = tuple(simplifier.expr(e) for e in indexing_map.results)
     return IndexingMap(dims, results, range_vars, runtime_vars, tuple(constraints))
 
