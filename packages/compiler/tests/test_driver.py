@@ -35,6 +35,7 @@ STAGES_MODULE = """
     from heron.runtime.core.hookspecs import StageSkipped
 
     CALLS = []
+    THREADS = []  # where `binary` ran
 
     def text(module, context):
         CALLS.append(("text", type(module).__name__, context.target.name, context.kernel_name))
@@ -48,7 +49,10 @@ STAGES_MODULE = """
         raise StageSkipped("the tool is not installed here")
 
     def binary(previous, context):
+        import threading
+
         CALLS.append(("binary", previous))
+        THREADS.append(threading.current_thread().name)
         return previous.encode()
 
     def image(previous, context):
@@ -414,7 +418,7 @@ def test_a_program_s_cubins_are_made_while_its_next_kernels_are_emitted():
         find_ptxas()
     except ToolNotFoundError as exc:
         pytest.skip(str(exc))
-    assert default_backends().get("cuda").stages[-1].concurrent
+    assert [s.concurrent for s in default_backends().get("cuda").stages] == [False, True, True]
     compiled = compile_program(parse_module(SCALE), H100, backends=("cuda",))
     for emitted in compiled.program.kernels:
         kernel = emitted.compiled["cuda"]
@@ -422,6 +426,28 @@ def test_a_program_s_cubins_are_made_while_its_next_kernels_are_emitted():
         assert kernel.image.format == "cubin" and kernel.image.data
         assert [r.name for r in kernel.stages][-3:] == ["llvm-ir", "ptx", "cubin"]
     assert {entry.image.format for entry in compiled.artefact.kernels} == {"cubin"}
+
+
+def test_a_program_s_compile_gives_the_switch_interval_back_even_when_it_fails(monkeypatch):
+    """While its workers run, compile_program hands the GIL over every 0.2 ms (LLVM's
+    calls on a worker wait for it); the interpreter's interval comes back after."""
+    import sys
+
+    import heron.emitters.selection as selection
+    from heron.compiler.executable import compile_program
+
+    before = sys.getswitchinterval()
+    compile_program(parse_module(SCALE), H100, backends=("cuda",))
+    assert sys.getswitchinterval() == before
+
+    def refuse(*args, **kwargs):
+        assert sys.getswitchinterval() < before  # emission runs beside the workers
+        raise UnsupportedError("no emitter today")
+
+    monkeypatch.setattr(selection, "emit_fusion", refuse)
+    with pytest.raises(UnsupportedError, match="no emitter today"):
+        compile_program(parse_module(SCALE), H100, backends=("cuda",))
+    assert sys.getswitchinterval() == before
 
 
 def test_several_backends_share_one_emission_and_one_run_of_heron_s_passes(monkeypatch):
@@ -468,7 +494,14 @@ def test_a_program_for_two_backends_emits_each_fusion_once(monkeypatch):
         assert set(emitted.compiled) == {"cuda", "interpreter"}
 
 
-def _compile_in_batches(module: str, batched: str, kernels: int, size: int):
+def _compile_in_batches(
+    module: str,
+    batched: str,
+    kernels: int,
+    size: int,
+    concurrent: tuple[str, ...] = ("image",),
+    middle: str = "binary",
+):
     from concurrent.futures import ThreadPoolExecutor
 
     from heron.compiler import compile_fusion_for_backends
@@ -478,9 +511,9 @@ def _compile_in_batches(module: str, batched: str, kernels: int, size: int):
     registry = _backend(
         module,
         ("text", "txt"),
-        ("binary", "bin"),
+        (middle, "bin"),
         ("image", "img"),
-        concurrent=("image",),
+        concurrent=concurrent,
         batched={"image": batched},
     )
     with ThreadPoolExecutor(2) as workers:
@@ -506,6 +539,40 @@ def test_a_batched_last_stage_runs_once_for_a_group_of_kernels(stages_module):
         assert kernel.finishing is None and kernel.image.format == "tiny"
         assert [r.name for r in kernel.stages][-3:] == ["text", "binary", "image"]
         assert kernel.artefacts[-1].stage == "image" and kernel.artefacts[-1].loadable
+
+
+def test_the_stages_before_a_batched_one_run_on_the_workers_and_the_group_waits(stages_module):
+    """CUDA's ``ptx`` (LLVM) is concurrent too: each kernel's stages before the batched
+    ``cubin`` start on a worker as the kernel is handed over, and its group's one batched
+    run waits for them; the kernels are what a compile with only the last stage
+    concurrent makes."""
+    import importlib
+    import threading
+
+    finished = _compile_in_batches(
+        stages_module, "images", kernels=3, size=2, concurrent=("binary", "image")
+    )
+    threads = importlib.import_module(stages_module).THREADS
+    assert len(threads) == 3 and threading.current_thread().name not in threads
+    batch_calls = [call for call in _calls(stages_module) if call[0] == "images"]
+    assert [len(call[1]) for call in batch_calls] == [2, 1]
+    assert [k.image.data for k in finished] == [b"f for sm_90+f for sm_90"] * 2 + [b"f for sm_90"]
+    for kernel in finished:
+        assert [r.name for r in kernel.stages][-3:] == ["text", "binary", "image"]
+        assert [a.stage for a in kernel.artefacts][-3:] == ["text", "binary", "image"]
+
+
+def test_a_failure_before_the_batched_stage_is_its_kernel_s_error(stages_module):
+    with pytest.raises(UnsupportedError, match="tiny stage 'fails' \\(sm_90\\) failed"):
+        _compile_in_batches(
+            stages_module,
+            "images",
+            kernels=2,
+            size=2,
+            concurrent=("fails", "image"),
+            middle="fails",
+        )
+    assert not [call for call in _calls(stages_module) if call[0] == "images"]
 
 
 def test_a_batch_that_fails_runs_kernel_by_kernel_and_a_skipped_one_says_why(stages_module):

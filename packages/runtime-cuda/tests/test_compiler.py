@@ -122,6 +122,34 @@ def test_a_processor_llvm_does_not_know_is_one_error_and_no_warnings(capfd):
     assert "not a recognized processor" not in capfd.readouterr().err
 
 
+def test_a_processor_llvm_does_not_know_is_refused_every_time():
+    """The target machines are shared once made; a refused one is never kept."""
+    for _ in range(2):
+        with pytest.raises(UnsupportedError, match="does not know the processor 'sm_10'"):
+            compile_to_ptx(VECTOR_ADD, "sm_10", ptx_version=80)
+
+
+def test_ptx_made_on_several_threads_at_once_is_what_one_thread_makes():
+    """The ``ptx`` stage runs on a program's workers (a context of its own per kernel,
+    one target machine shared): kernels compiled side by side, libdevice linked or not,
+    come out as they do one at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from heron.runtime.cuda.compiler import llvm_ir_to_ptx
+
+    kernels = {name: lower_to_llvm_ir(_kernel(name)) for name in ("vector_add", "tanh_vec4")}
+
+    def ptx(name: str) -> str:
+        llvm_ir, names = kernels[name]
+        return llvm_ir_to_ptx(llvm_ir, names, "sm_90", ptx_version=ptx_isa_version("sm_90"))
+
+    alone = {name: ptx(name) for name in kernels}
+    order = list(kernels) * 6
+    with ThreadPoolExecutor(4) as workers:
+        side_by_side = list(workers.map(ptx, order))
+    assert side_by_side == [alone[name] for name in order]
+
+
 def test_llvm_dialect_kernels_pass_through():
     source = """
     module attributes {gpu.container_module} {

@@ -410,7 +410,7 @@ def _compile_for_backend(
     )
     if rest is None:
         return compiled
-    if batches is not None and len(rest.stages) == 1 and rest.stages[0].run_batch is not None:
+    if batches is not None and rest.stages[-1].run_batch is not None and plan.stop_after is None:
         return attrs.evolve(compiled, finishing=batches.add(compiled, rest))
     assert background is not None
     return attrs.evolve(compiled, finishing=background.submit(_finish, compiled, rest))
@@ -443,11 +443,15 @@ class StageBatches:
         self._waiting: dict[tuple[str, str], list[_Waiting]] = {}
 
     def add(self, compiled: CompiledKernel, rest: _Rest) -> Future[CompiledKernel]:
-        """Leave ``compiled``'s last stage (``rest``) to a group; the finished kernel's future."""
+        """Leave ``compiled``'s stages ``rest`` to a group (the batched one last); the
+        finished kernel's future. The stages before the batched one start now, on the
+        executor (CUDA's ``ptx``: LLVM while the next kernels are emitted); the group
+        waits for them. It cannot wait forever: they were queued before it."""
         future: Future[CompiledKernel] = Future()
-        key = (rest.plan.backend.name, rest.stages[0].name)
+        key = (rest.plan.backend.name, rest.stages[-1].name)
         group = self._waiting.setdefault(key, [])
-        group.append(_Waiting(compiled, rest, future))
+        before = rest if len(rest.stages) == 1 else self._executor.submit(_run_all_but_last, rest)
+        group.append(_Waiting(compiled, before, future))
         if len(group) >= self._size:
             self._executor.submit(_finish_group, self._waiting.pop(key))
         return future
@@ -461,13 +465,41 @@ class StageBatches:
 @attrs.frozen
 class _Waiting:
     compiled: CompiledKernel
-    rest: _Rest
+    #: The batched stage alone, or the future of the stages before it (then it alone).
+    rest: _Rest | Future[_Rest] = attrs.field(eq=False)
     future: Future[CompiledKernel] = attrs.field(eq=False)
+
+
+def _run_all_but_last(rest: _Rest) -> _Rest:
+    """``rest`` with its stages but the last run (on a worker): what is left is the batched one."""
+    records, artefacts = list(rest.records), list(rest.artefacts)
+    ran = _run_stages(rest.stages[:-1], rest.ran, rest.context, rest.plan, records, artefacts)
+    return attrs.evolve(
+        rest, stages=rest.stages[-1:], ran=ran, records=tuple(records), artefacts=tuple(artefacts)
+    )
+
+
+def _ready(group: list[_Waiting]) -> list[_Waiting]:
+    """The kernels of ``group`` whose stages before the batched one ran, each with what is
+    left to run; a kernel whose stages failed gets the error as its result instead."""
+    ready = []
+    for waiting in group:
+        if not isinstance(waiting.rest, Future):
+            ready.append(waiting)
+            continue
+        try:
+            ready.append(attrs.evolve(waiting, rest=waiting.rest.result()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+            waiting.future.set_exception(exc)
+    return ready
 
 
 def _finish_group(group: list[_Waiting]) -> None:
     """Run a group's batched stage once and resolve each kernel's future; where that
     fails, the stage kernel by kernel (each error then names its kernel)."""
+    group = _ready(group)
+    if not group:
+        return
     try:
         _finish_batched(group)
     except PluginError as exc:  # the backend broke the batched stage's contract: say so

@@ -30,10 +30,12 @@ set, and the executor reads the result from the caller's (donated) bytes.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -230,8 +232,8 @@ def compile_program(
     _check_entry_parameters(optimized)
     assignment = assign_buffers(optimized, alignment=BUFFER_ALIGNMENT)
     kernel_seconds = 0.0
-    # The backends' concurrent stages (ptxas) run on workers while the next kernels
-    # are emitted; a compiler given by the caller runs as it likes.
+    # The backends' concurrent stages (LLVM and ptxas) run on workers while the next
+    # kernels are emitted; a compiler given by the caller runs as it likes.
     workers = ThreadPoolExecutor(os.cpu_count() or 1) if compiler is None else None
     # A batched last stage (CUDA's ptxas) runs for groups of kernels: one process each.
     batches = StageBatches(workers) if workers is not None else None
@@ -255,12 +257,13 @@ def compile_program(
         return compiled
 
     try:
-        emitted_program = emit_thunks(
-            assignment, compile_all, trip_counts, target, fallback_backends
-        )
-        if batches is not None:
-            batches.flush()
-        program = _finished(emitted_program)
+        with _prompt_handoffs() if workers is not None else contextlib.nullcontext():
+            emitted_program = emit_thunks(
+                assignment, compile_all, trip_counts, target, fallback_backends
+            )
+            if batches is not None:
+                batches.flush()
+            program = _finished(emitted_program)
     finally:
         if workers is not None:
             workers.shutdown(cancel_futures=True)
@@ -291,6 +294,28 @@ def compile_program(
         kernel_seconds=kernel_seconds,
         profile=CompileProfile(passes, _stage_totals(compiled_kernels), seconds),
     )
+
+
+#: The interpreter's switch interval while a compile's workers run (:func:`_prompt_handoffs`).
+HANDOFF_SECONDS = 0.0002
+
+
+@contextlib.contextmanager
+def _prompt_handoffs() -> Iterator[None]:
+    """Let the compile's workers have the GIL back promptly while it lasts.
+
+    A worker's stage (LLVM through llvmlite) leaves the GIL at each call into LLVM and
+    needs it again after; with the emitting thread busy in Python it waited for the
+    interpreter's switch interval (5 ms) every time, and a kernel's ptx stage makes a
+    few dozen such calls: 60 ms of LLVM took 120-180 ms beside emission. At 0.2 ms the
+    overlap is what two cores give. The previous interval comes back afterwards.
+    """
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(min(previous, HANDOFF_SECONDS))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
 
 
 def _finished(program: ThunkProgram) -> ThunkProgram:

@@ -10,6 +10,7 @@ extras) import it, their device sides never do.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -189,8 +190,17 @@ def _single_gpu_module(work: Any) -> Any:
     return found[0].operation
 
 
+#: Target machines made, by triple, processor and options (:func:`target_machine`).
+_MACHINES: dict[tuple, Any] = {}
+#: Held while one is made: its warnings are caught by redirecting the process's stderr,
+#: which two threads must not do at once (CUDA's ``ptx`` stage runs on workers).
+_MACHINES_LOCK = threading.Lock()
+
+
 def target_machine(llvm: Any, triple: str, cpu: str, **options: Any) -> Any:
-    """LLVM's target machine for ``cpu``, refusing a processor LLVM does not know.
+    """LLVM's target machine for ``cpu``, refusing a processor LLVM does not know; made
+    once per triple, processor and options, then shared (llvmlite serialises every call
+    into LLVM behind one lock, so a machine is never used by two threads at once).
 
     For an unknown processor (``sm_10``, ``gfx999``) LLVM does not fail: it
     prints "is not a recognized processor" on the process's stderr, several
@@ -201,6 +211,17 @@ def target_machine(llvm: Any, triple: str, cpu: str, **options: Any) -> Any:
     ``llvmlite.binding``, passed in by the backend (only the backends' compile
     sides import llvmlite).
     """
+    key = (triple, cpu, tuple(sorted(options.items())))
+    machine = _MACHINES.get(key)
+    if machine is None:
+        with _MACHINES_LOCK:
+            machine = _MACHINES.get(key)
+            if machine is None:
+                machine = _MACHINES[key] = _new_target_machine(llvm, triple, cpu, **options)
+    return machine
+
+
+def _new_target_machine(llvm: Any, triple: str, cpu: str, **options: Any) -> Any:
     import os
     import sys
     import tempfile

@@ -144,9 +144,10 @@ class Stage:
     extension of what the stage makes when that is an artefact (``ll``,
     ``ptx``, ``cubin``, ``o``, ``hsaco``), None when it is not.
     ``concurrent``: the stage spends its time outside Python (an external tool
-    such as ptxas) and touches no shared state, so a whole program's compile
-    may run it, and the stages after it, on a worker thread while it emits the
-    next kernels.
+    such as ptxas, or a library that leaves the GIL, as LLVM through llvmlite) and
+    touches no shared state, so a whole program's compile may run it, and the
+    stages after it, on a worker thread while it emits the next kernels (the
+    stages before a batched one start at once; its group waits for them).
     ``batched``: the ``"module:attribute"`` of ``fn(items) -> images``, the same
     stage for several kernels at once (``items``: ``(previous, context)`` pairs;
     ``images``: one KernelImage per item, in order, which may share their bytes),

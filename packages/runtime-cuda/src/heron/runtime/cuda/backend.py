@@ -29,6 +29,9 @@ STAGES = (
         "heron.runtime.cuda.stages:to_ptx",
         extension="ptx",
         description="llvmlite O3 (libdevice linked when used) and the NVPTX printer",
+        # in LLVM with the GIL released, in a context of its own: a program's next
+        # kernels are emitted meanwhile
+        concurrent=True,
     ),
     Stage(
         "cubin",

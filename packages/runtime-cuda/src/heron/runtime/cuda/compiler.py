@@ -131,34 +131,55 @@ def llvm_ir_to_ptx(
     llvm = _llvmlite()
     version = ptx_version
     machine = target_machine(llvm, NVPTX_TRIPLE, arch, features=f"+ptx{version}", opt=opt_level)
+    # A context of its own: the stage runs on worker threads beside other kernels' (a
+    # program's compile), and what a module interns in a context is freed with it.
+    context = llvm.create_context()
     try:
-        module = llvm.parse_assembly(llvm_ir)
+        return _optimised_ptx(llvm, context, machine, llvm_ir, kernel_names, opt_level, dump)
+    finally:
+        context.close()
+
+
+def _optimised_ptx(
+    llvm: Any,
+    context: Any,
+    machine: Any,
+    llvm_ir: str,
+    kernel_names: tuple[str, ...],
+    opt_level: int,
+    dump: Dump | None,
+) -> str:
+    try:
+        module = llvm.parse_assembly(llvm_ir, context=context)
     except RuntimeError as exc:
         raise UnsupportedError(f"llvmlite could not parse the LLVM IR: {exc}") from exc
-    module.triple = NVPTX_TRIPLE
-    module.data_layout = str(machine.target_data)
-    if any(f.is_declaration and f.name.startswith("__nv_") for f in module.functions):
-        libdevice = llvm.parse_bitcode(_libdevice_bitcode())
-        libdevice.triple = module.triple
-        libdevice.data_layout = module.data_layout
-        module.link_in(libdevice)
-    _internalise_all_but(module, set(kernel_names))
-    module.verify()
-    tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
-    builder = llvm.create_pass_builder(machine, tuning)
-    builder.getModulePassManager().run(module, builder)
-    if dump is not None:
-        dump("llvm-ir-optimised", str(module))
-    unresolved = sorted(
-        f.name
-        for f in module.functions
-        if f.is_declaration and not f.name.startswith("llvm.") and f.name != "vprintf"
-    )
-    if unresolved:
-        raise UnsupportedError(
-            f"the kernels call functions with no definition: {', '.join(unresolved)}"
+    try:
+        module.triple = NVPTX_TRIPLE
+        module.data_layout = str(machine.target_data)
+        if any(f.is_declaration and f.name.startswith("__nv_") for f in module.functions):
+            libdevice = llvm.parse_bitcode(_libdevice_bitcode(), context=context)
+            libdevice.triple = module.triple
+            libdevice.data_layout = module.data_layout
+            module.link_in(libdevice)
+        _internalise_all_but(module, set(kernel_names))
+        module.verify()
+        tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+        builder = llvm.create_pass_builder(machine, tuning)
+        builder.getModulePassManager().run(module, builder)
+        if dump is not None:
+            dump("llvm-ir-optimised", str(module))
+        unresolved = sorted(
+            f.name
+            for f in module.functions
+            if f.is_declaration and not f.name.startswith("llvm.") and f.name != "vprintf"
         )
-    ptx = machine.emit_assembly(module)
+        if unresolved:
+            raise UnsupportedError(
+                f"the kernels call functions with no definition: {', '.join(unresolved)}"
+            )
+        ptx = machine.emit_assembly(module)
+    finally:
+        module.close()  # before its context
     if dump is not None:
         dump("ptx", ptx)
     return ptx
