@@ -334,10 +334,12 @@ def _fold_complex_parts(module: ir.Module) -> None:
 
 def expand_module(module: ir.Module) -> None:
     """Run the pass body on ``module`` (must be inside its context)."""
-    if any(op.name.startswith("complex.") for op in walk_ops(module.operation)):
+    ops = walk_ops(module.operation)
+    if any(op.name.startswith("complex.") for op in ops):
         run_upstream(module, "builtin.module(convert-complex-to-standard)")
         _fold_complex_parts(module)
-    for op in walk_ops(module.operation):
+        ops = walk_ops(module.operation)  # the conversion made new ops
+    for op in ops:
         if op.name != "arith.remf" and (not op.name.startswith("math.") or op.name in NATIVE_MATH):
             continue
         if op.name not in EXPANDED_MATH:

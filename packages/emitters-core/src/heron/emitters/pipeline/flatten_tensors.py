@@ -342,9 +342,10 @@ def _erase_dead_apply_indexing(module: ir.Module) -> None:
 
 
 def run(module: ir.Module, options: PipelineOptions) -> None:
-    for op in walk_ops(module.operation):
+    ops = walk_ops(module.operation)
+    for op in ops:
         _check_supported(op)
-    for op in walk_ops(module.operation):
+    for op in ops:  # every op is checked before any is rewritten
         if op.name in ACCESS_OPS:
             _rewrite_access(op)
     for op in walk_ops(module.operation, "arith.constant"):

@@ -355,7 +355,8 @@ class _Lowering:
     def clone(self, op: ir.Operation) -> None:
         """Copy an op that touches no tensors, with its operands remapped."""
         touches_tensors = False
-        for nested in ir_utils.walk_ops(op):
+        # most ops have no regions: no walk (its setup costs more than the check)
+        for nested in ir_utils.walk_ops(op) if len(op.regions) else (op,):
             if nested.name.startswith(("tensor.", "heron_gpu.")) or any(
                 _is_tensor(v.type) for v in [*nested.operands, *nested.results]
             ):

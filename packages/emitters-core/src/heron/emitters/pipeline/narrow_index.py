@@ -57,11 +57,10 @@ def _is_wide(value_type: ir.Type) -> bool:
 def _mark_wide_shifts(module: ir.Module) -> int:
     """Mark every scalar 64-bit (or ``index``) shift; how many there are."""
     marked = 0
-    for name in SHIFTS:
-        for op in walk_ops(module.operation, name):
-            if _is_wide(op.results[0].type):
-                op.attributes[WIDE_SHIFT] = ir.UnitAttr.get()
-                marked += 1
+    for op in walk_ops(module.operation):  # one walk for the three names
+        if op.name in SHIFTS and _is_wide(op.results[0].type):
+            op.attributes[WIDE_SHIFT] = ir.UnitAttr.get()
+            marked += 1
     return marked
 
 
@@ -75,15 +74,14 @@ def _constant_amount(value: ir.Value) -> int | None:
 
 def _define_narrowed_shifts(module: ir.Module) -> None:
     """Give each marked shift that narrowing made i32 its 64-bit result (module docstring)."""
-    for name in SHIFTS:
-        for op in walk_ops(module.operation, name):
-            if WIDE_SHIFT not in op.attributes:
-                continue
-            del op.attributes[WIDE_SHIFT]
-            result_type = op.results[0].type
-            if isinstance(result_type, ir.IntegerType):
-                if ir.IntegerType(result_type).width == NARROW_WIDTH:
-                    _define(op, name, result_type)
+    for op in walk_ops(module.operation):
+        if op.name not in SHIFTS or WIDE_SHIFT not in op.attributes:
+            continue
+        del op.attributes[WIDE_SHIFT]
+        result_type = op.results[0].type
+        if isinstance(result_type, ir.IntegerType):
+            if ir.IntegerType(result_type).width == NARROW_WIDTH:
+                _define(op, op.name, result_type)
 
 
 def _define(op: ir.Operation, name: str, narrow: ir.Type) -> None:
