@@ -18,7 +18,8 @@ assignment, thunks, every kernel emitted, lowered and compiled to PTX, and to
 a cubin where ptxas is installed, as XLA's compile ends in one).
 
 Run: ``python benchmarks/opt_time.py [--runs N] [--xla] [--full [--library-fallbacks]]
-[--only NAME] [--slowest N]``;
+[--only NAME] [--slowest N] [--models]`` (``--models``: the model corpus, flax/equinox/haiku
+programs, instead of the program corpus);
 single top-k and sort fusions of GPU size (``--heavy``: issue 32 asks each under 1 s):
 ``python benchmarks/opt_time.py --heavy --full --xla``;
 the generated module alone, at another size:
@@ -49,6 +50,7 @@ from heron.hlo.shapes import array_shape
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "programs"
+MODELS = ROOT / "models"
 
 
 def heron_pipeline():
@@ -183,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
         help="instead of the corpus: single top-k and sort fusions of GPU size (HEAVY)",
     )
     parser.add_argument(
+        "--models",
+        action="store_true",
+        help="instead of the program corpus: the model corpus (models/*/module.hlo)",
+    )
+    parser.add_argument(
         "--full", action="store_true", help="time heron's whole compile to kernels, not its passes"
     )
     parser.add_argument(
@@ -204,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
              if (p / "module.hlo").exists()]  # fmt: skip
     if args.heavy:
         cases = heavy_modules()
+    elif args.models:
+        cases = [(p.name, (p / "module.hlo").read_text()) for p in sorted(MODELS.iterdir())
+                 if (p / "module.hlo").exists()]  # fmt: skip
     elif not args.no_generated:
         cases.append(("generated", print_module(generated_module(args.instructions))))
     if args.only:

@@ -19,11 +19,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-import jax
 import numpy as np
 
 from heron.hlo.ir import Module
 from heron.hlo.parser import parse_module
+
+# jax is imported in the functions that use it: importing this package (its custom-call
+# plugins, which every compile of a module with a custom call loads) must not import jax
+# (a second or more).
 
 __all__ = ["PLATFORMS", "Lowered", "Signature", "lower", "platform_for", "signature_of"]
 
@@ -40,6 +43,8 @@ class Signature:
 
 
 def _leaf_spec(leaf: Any) -> tuple[tuple[int, ...], str, bool]:
+    import jax
+
     weak = isinstance(leaf, (bool, int, float, complex))
     aval = jax.typeof(_abstract(leaf))
     return tuple(int(d) for d in aval.shape), str(aval.dtype), weak
@@ -48,6 +53,8 @@ def _leaf_spec(leaf: Any) -> tuple[tuple[int, ...], str, bool]:
 def _abstract(leaf: Any) -> Any:
     """``leaf`` as jax traces it: an array jax does not know (a heron DeviceArray, another
     library's device array) by its shape and dtype, anything else as it is."""
+    import jax
+
     if isinstance(leaf, (jax.Array, np.ndarray, np.generic, bool, int, float, complex)):
         return leaf
     if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
@@ -59,6 +66,8 @@ def signature_of(
     args: Sequence[Any], kwargs: dict[str, Any], static: tuple[Any, ...] = ()
 ) -> Signature:
     """The signature of one call (the cache key of its compiled program)."""
+    import jax
+
     leaves, tree = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
     return Signature(tree, tuple(_leaf_spec(leaf) for leaf in leaves), static)
 
@@ -82,6 +91,8 @@ class Lowered:
         the dtype jax lowered it as (``jax.dtypes.canonicalize_dtype``: without
         ``jax_enable_x64`` an int64 or float64 argument is an s32 or f32 parameter, and
         jax converts the value as ``astype`` does, so heron does the same)."""
+        import jax
+
         leaves, tree = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
         if tree != self.in_tree:
             raise TypeError(
@@ -97,6 +108,8 @@ class Lowered:
         """The entry's arguments for a device-resident run: arrays that may be on a device
         (a ``jax.Array``, a heron DeviceArray, anything with ``__dlpack__``) as they are,
         the rest as :meth:`flatten_arguments` makes them (numpy, in jax's dtypes)."""
+        import jax
+
         leaves, tree = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
         if tree != self.in_tree:
             raise TypeError(
@@ -116,6 +129,8 @@ class Lowered:
         """The entry parameters (argument leaves) of the arguments donated by position
         (``donate_argnums``, counted among all positional arguments, as jax counts them)
         or by name."""
+        import jax
+
         numbers = {n % len(args) for n in _as_tuple(donate_argnums)} if args else set()
         static = {n % len(args) for n in _as_tuple(static_argnums)} if args else set()
         names = set(_as_tuple(donate_argnames))
@@ -137,17 +152,23 @@ class Lowered:
 
     def unflatten_results(self, leaves: Sequence[np.ndarray]) -> Any:
         """The function's result, in its own pytree structure, from the entry's leaves."""
+        import jax
+
         return jax.tree_util.tree_unflatten(self.out_tree, list(leaves))
 
 
 def _on_a_device(leaf: Any) -> bool:
     """Whether ``leaf`` may live on a device (then the runner decides how to take it)."""
+    import jax
+
     return isinstance(leaf, jax.Array) or (
         hasattr(leaf, "__dlpack__") and not isinstance(leaf, (np.ndarray, np.generic))
     )
 
 
 def _host_leaf(leaf: Any) -> np.ndarray:
+    import jax
+
     array = np.asarray(leaf)
     return array.astype(jax.dtypes.canonicalize_dtype(array.dtype), copy=False)
 
@@ -187,6 +208,8 @@ def lower(
     ``donate_argnames``, as jax's) give the module an ``input_output_alias``
     where a result can take a donated argument's buffer.
     """
+    import jax
+
     jitted = jax.jit(
         function,
         keep_unused=True,

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import scipy.linalg.lapack as _lapack
 
 from heron.hlo.custom_calls.call import CustomCall
 
@@ -42,9 +41,13 @@ def check_dtype(call: CustomCall, array: np.ndarray, what: str, *, real_only: bo
 def routine(name: str, dtype: np.dtype, *, complex_name: str | None = None) -> Callable[..., Any]:
     """scipy's binding of LAPACK's ``?name`` for ``dtype`` (``complex_name`` for c and z
     where LAPACK names the complex routine otherwise: ``sytrd``/``hetrd``)."""
+    # imported when a routine runs: loading the custom-call plugins (every compile of a
+    # module with a custom call does) must not import scipy's LAPACK
+    import scipy.linalg.lapack as lapack
+
     letter = LETTERS[np.dtype(dtype)]
     base = complex_name if complex_name is not None and letter in "cz" else name
-    return getattr(_lapack, letter + base)
+    return getattr(lapack, letter + base)
 
 
 def workspace(work: Any) -> int:
