@@ -16,6 +16,8 @@ the offending instruction's source location when it came from text.
 
 from __future__ import annotations
 
+import functools
+
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.errors import HloVerifyError, SourceLocation
 from heron.hlo.forwarded_layouts import layout_disagreement
@@ -178,7 +180,10 @@ def _verify_no_recursion(module: Module) -> None:
 # -- instructions -----------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
 def _shape_problem(shape: Shape) -> str | None:
+    """What is wrong with ``shape`` on its own, or None; memoised (shapes are frozen
+    values, and a module verified after each pass asks about the same few again)."""
     if isinstance(shape, TupleShape):
         for element in shape.elements:
             problem = _shape_problem(element)
