@@ -13,7 +13,13 @@ import sys
 import numpy as np
 import pytest
 
-from heron.indexing import IndexingMap, forget_memos, parse_indexing_map, simplify
+from heron.indexing import (
+    IndexingError,
+    IndexingMap,
+    forget_memos,
+    parse_indexing_map,
+    simplify,
+)
 from heron.indexing.affine import Binary, BinaryKind, Constant, Dim, Symbol, forget_interned
 from heron.indexing.simplifier import _simplifier_over
 
@@ -109,3 +115,13 @@ def test_maps_over_one_domain_share_one_simplifier_and_give_what_a_cold_one_give
         forget_memos()
         cold.append(simplify(parse_indexing_map(text)))
     assert shared == cold
+
+
+def test_a_node_knows_the_highest_dimension_and_symbol_it_uses():
+    expr = (Dim(2) * 4 + Symbol(1)) % 1024 + Dim(0)
+    assert (expr.max_dim, expr.max_symbol) == (2, 1)
+    assert (Constant(7).max_dim, Constant(7).max_symbol) == (-1, -1)
+    with pytest.raises(IndexingError, match="uses d2 but the map has 2 dimension"):
+        IndexingMap.for_shape([4, 8], [expr], range_sizes=[4, 4])
+    with pytest.raises(IndexingError, match="is not an affine expression"):
+        IndexingMap.for_shape([4], [3])  # type: ignore[list-item]

@@ -47,13 +47,23 @@ _INTERNED: dict[tuple, AffineExpr] = {}
 _INTERN_LIMIT = 1 << 17
 
 
-def _interned(cls: type, key: tuple, hash_: int, order_key: tuple, **fields: object) -> AffineExpr:
+def _interned(
+    cls: type,
+    key: tuple,
+    hash_: int,
+    order_key: tuple,
+    max_dim: int,
+    max_symbol: int,
+    **fields: object,
+) -> AffineExpr:
     """A new node of ``cls``, remembered under ``key``."""
     node = object.__new__(cls)
     for name, value in fields.items():
         object.__setattr__(node, name, value)
     object.__setattr__(node, "hash", hash_)
     object.__setattr__(node, "order_key", order_key)
+    object.__setattr__(node, "max_dim", max_dim)
+    object.__setattr__(node, "max_symbol", max_symbol)
     if len(_INTERNED) >= _INTERN_LIMIT:
         _INTERNED.clear()
     _INTERNED[key] = node
@@ -78,9 +88,13 @@ class AffineExpr:
     dimensions, symbols, constants), also computed once.
     """
 
-    __slots__ = ("hash", "order_key")
+    __slots__ = ("hash", "max_dim", "max_symbol", "order_key")
     hash: int
     order_key: tuple
+    #: The highest dimension and symbol index the expression uses (-1: none), what an
+    #: IndexingMap checks of every expression it is built with.
+    max_dim: int
+    max_symbol: int
 
     def __hash__(self) -> int:
         return self.hash
@@ -164,7 +178,7 @@ class Constant(AffineExpr):
         key = (_CONSTANT, value)
         node = _INTERNED.get(key)
         if node is None:
-            node = _interned(cls, key, hash(key), (3, value), value=value)
+            node = _interned(cls, key, hash(key), (3, value), -1, -1, value=value)
         return node  # type: ignore[return-value]
 
     def _fields(self) -> tuple:
@@ -186,7 +200,7 @@ class Dim(AffineExpr):
         key = (_DIM, index)
         node = _INTERNED.get(key)
         if node is None:
-            node = _interned(cls, key, hash(key), (1, index), index=index)
+            node = _interned(cls, key, hash(key), (1, index), index, -1, index=index)
         return node  # type: ignore[return-value]
 
     def _fields(self) -> tuple:
@@ -208,7 +222,7 @@ class Symbol(AffineExpr):
         key = (_SYMBOL, index)
         node = _INTERNED.get(key)
         if node is None:
-            node = _interned(cls, key, hash(key), (2, index), index=index)
+            node = _interned(cls, key, hash(key), (2, index), -1, index, index=index)
         return node  # type: ignore[return-value]
 
     def _fields(self) -> tuple:
@@ -239,6 +253,8 @@ class Binary(AffineExpr):
                 key,
                 hash((rank, lhs.hash, rhs.hash)),
                 (0, lhs.order_key, rank, rhs.order_key),
+                max(lhs.max_dim, rhs.max_dim),
+                max(lhs.max_symbol, rhs.max_symbol),
                 kind=kind,
                 lhs=lhs,
                 rhs=rhs,

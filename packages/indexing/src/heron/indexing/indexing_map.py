@@ -74,9 +74,11 @@ class IndexingMap:
         _check_variables("runtime", self.runtime_vars)
         n_dims, n_syms = len(self.dimensions), self.num_symbols
         for expr in (*self.results, *(c for c, _ in self.constraints)):
-            dims, syms = used_variables(expr)
-            if max(dims, default=-1) < n_dims and max(syms, default=-1) < n_syms:
+            if not isinstance(expr, AffineExpr):
+                raise IndexingError(f"{expr!r} is not an affine expression")
+            if expr.max_dim < n_dims and expr.max_symbol < n_syms:
                 continue
+            dims, syms = used_variables(expr)
             bad_dims = sorted(d for d in dims if d >= n_dims)
             bad_syms = sorted(s for s in syms if s >= n_syms)
             if bad_dims or bad_syms:
