@@ -3,7 +3,8 @@
 An expression is a tree of ``Constant``, ``Dim`` (d0, d1...), ``Symbol``
 (s0, s1...) and ``Binary`` nodes (+, *, floordiv, ceildiv, mod). Nodes are
 immutable and hashable with structural equality, so they can key dicts (the
-constraints of an indexing map) and be compared in tests.
+constraints of an indexing map) and be compared in tests; they are hash-consed
+(:class:`AffineExpr`), so that equality and hashing cost O(1).
 
 The constructors in this module fold the trivial cases (constant arithmetic,
 ``x + 0``, ``x * 1``, ``x * 0``, ``x floordiv 1``, ``x mod 1``) so that
