@@ -117,3 +117,20 @@ def test_compose_matches_applying_both(pair):
             expected[(dims, combined)] = second.evaluate(mid, syms2)
     actual = {(d, s): c.evaluate(d, s) for d, s in c.domain_points()}
     assert actual == expected
+
+
+def test_compose_is_memoised_for_equal_maps_and_forgotten_with_the_other_memos():
+    """The partitioner composes a map per operand access of every kernel, mostly the
+    same few: equal maps are composed once, and forget_memos starts cold again."""
+    from heron.indexing import IndexingMap, compose, forget_memos
+
+    def maps():
+        return IndexingMap.identity([4, 8]), IndexingMap.identity([4, 8])
+
+    forget_memos()
+    first = compose(*maps())
+    assert compose(*maps()) is first
+    assert compose.cache_info().hits == 1
+    forget_memos()
+    assert compose.cache_info().currsize == 0
+    assert compose(*maps()) == first

@@ -28,12 +28,13 @@ __version__ = "0.1.0"
 
 
 def forget_memos() -> None:
-    """Forget every memo of the package (simplified maps and the domains' simplifiers,
-    parsed maps, expressions' variables, interned expressions): what a benchmark calls
-    between runs so that each starts cold, as a fresh process would."""
-    from heron.indexing import affine, parser, simplifier
+    """Forget every memo of the package (simplified and composed maps, the domains'
+    simplifiers, parsed maps, expressions' variables, interned expressions): what a
+    benchmark calls between runs so that each starts cold, as a fresh process would."""
+    from heron.indexing import affine, composition, parser, simplifier
 
     simplifier.simplify.cache_clear()
+    composition.compose.cache_clear()
     simplifier.forget_domains()
     parser.parse_indexing_map.cache_clear()
     affine.used_variables.cache_clear()

@@ -14,6 +14,8 @@ restrictions that provably hold.
 
 from __future__ import annotations
 
+import functools
+
 from heron.indexing.affine import AffineExpr, Symbol, replace
 from heron.indexing.indexing_map import IndexingError, IndexingMap, Variable
 from heron.indexing.simplifier import simplify
@@ -35,8 +37,13 @@ def _unique_names(variables: list[Variable], taken: set[str], default: str) -> l
     return renamed
 
 
+@functools.lru_cache(maxsize=8192)
 def compose(first: IndexingMap, second: IndexingMap) -> IndexingMap:
-    """``second ∘ first``, simplified (``len(first.results) == second.num_dims``)."""
+    """``second ∘ first``, simplified (``len(first.results) == second.num_dims``).
+
+    Memoised (maps are frozen values): the partitioner composes a map per operand
+    access of every kernel, the fusion passes' cost model one per read, and most are
+    the same few (an identity through an elementwise op's identity)."""
     if first.num_results != second.num_dims:
         raise IndexingError(
             f"cannot compose: the first map has {first.num_results} result(s) but the second "
