@@ -4,7 +4,6 @@ two agree."""
 
 from __future__ import annotations
 
-from heron.compiler.fusion.builder import post_order
 from heron.compiler.fusion.fusion_cse import signature
 from heron.hlo.parser import parse_module
 
@@ -51,13 +50,37 @@ def test_different_attributes_sign_differently() -> None:
     assert signature(a) != signature(b)
 
 
+def _walked_post_order(computation) -> list:
+    """The post-order by a depth-first walk from each instruction, root moved last."""
+    order: list = []
+    done: set[int] = set()
+
+    def visit(inst) -> None:
+        if id(inst) in done:
+            return
+        for op in inst.operands:
+            visit(op)
+        done.add(id(inst))
+        order.append(inst)
+
+    for inst in computation.instructions:
+        visit(inst)
+    if computation.root is not None and order[-1] is not computation.root:
+        order.remove(computation.root)
+        order.append(computation.root)
+    return order
+
+
 def test_post_order_takes_the_list_only_when_it_is_one() -> None:
+    """Computation.post_order returns the instruction list itself when it is a post-order
+    already (one scan, no walk), and the walk's order otherwise: the same either way."""
     computation = parse_module(_HLO).entry
     by_name = {inst.name: inst for inst in computation.instructions}
     for names in (
         ("p0", "p1", "a", "t", "m", "u", "n"),
         ("n", "m", "u", "p1", "t", "a", "p0"),
         ("p0", "p1", "a", "t", "m", "n", "u"),
+        ("p0", "p1", "a", "t", "m", "u", "n", "a"),  # listed twice
     ):
         computation.instructions = [by_name[n] for n in names]
-        assert post_order(computation) == computation.post_order()
+        assert computation.post_order() == _walked_post_order(computation), names

@@ -151,7 +151,19 @@ class Computation:
         """Every instruction after all its operands (root last when reachable).
 
         Raises ``HloVerifyError`` naming an instruction on a cycle if there is one.
+        The instruction list itself when it is one already (each instruction after its
+        operands, the root last: what parsing and the passes mostly leave), found in
+        one scan without the walk; the verifier asks after every pass.
         """
+        instructions = self.instructions
+        if instructions and (self.root is None or instructions[-1] is self.root):
+            seen: set[int] = set()
+            for inst in instructions:
+                if id(inst) in seen or any(id(op) not in seen for op in inst.operands):
+                    break
+                seen.add(id(inst))
+            else:
+                return list(instructions)
         order: list[Instruction] = []
         state: dict[int, int] = {}  # id -> 1 visiting, 2 done
         for start in self.instructions:

@@ -38,7 +38,6 @@ __all__ = [
     "fusion_kind_of",
     "is_small_constant",
     "outputs_of",
-    "post_order",
 ]
 
 
@@ -287,32 +286,13 @@ def _inline(
     """Clone ``fusion``'s body into ``body`` reading ``operands``; the clone of its root."""
     inner = fusion.called("calls")
     mapped: dict[int, Instruction] = {}
-    for inst in post_order(inner):
+    for inst in inner.post_order():
         if inst.opcode == "parameter":
             mapped[id(inst)] = operands[inst.parameter_number]
             continue
         new_operands = [mapped[id(op)] for op in inst.operands]
         mapped[id(inst)] = interned.clone(inst, new_operands)
     return mapped[id(inner.root_instruction)]
-
-
-def post_order(computation: Computation) -> list[Instruction]:
-    """``computation.post_order()``, without the walk when the instruction list is one
-    already: each instruction comes after its operands (a depth-first walk from each
-    finds them visited) and the root, if any, comes last (the post-order puts it there).
-    Fused bodies are built so, and the fusion passes walk thousands of them."""
-    instructions = computation.instructions
-    if computation.root is not None and instructions and instructions[-1] is not computation.root:
-        return computation.post_order()
-    seen: set[int] = set()
-    for inst in instructions:
-        if id(inst) in seen:
-            return computation.post_order()
-        for op in inst.operands:
-            if id(op) not in seen:
-                return computation.post_order()
-        seen.add(id(inst))
-    return list(instructions)
 
 
 def _drop_unused(body: Computation) -> None:

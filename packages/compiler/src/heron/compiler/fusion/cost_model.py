@@ -49,7 +49,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from heron.compiler.fusion.builder import is_small_constant, post_order
+from heron.compiler.fusion.builder import is_small_constant
 from heron.hlo.dot_precision import contraction_length
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Computation, Instruction
@@ -327,7 +327,7 @@ def _demand(
         for r in fusion_roots(computation):
             demand[id(r)] = demand.get(id(r), 0) + _elements(r.shape)
             coalesced[id(r)] = True
-    for inst in reversed(post_order(computation)):
+    for inst in reversed(computation.post_order()):
         count = demand.get(id(inst), 0)
         if count == 0 or inst.opcode in ("parameter", "tuple") or not inst.operands:
             continue

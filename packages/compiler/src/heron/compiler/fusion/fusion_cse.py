@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from heron.compiler.fusion.builder import post_order
 from heron.hlo.attribute_syntax import format_attribute
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.ir import Computation, Instruction, Literal, Module
@@ -56,7 +55,7 @@ def signature(
     the value) for a caller that signs many clones of the same instructions (a
     clone shares its attribute values).
     """
-    order = post_order(computation)
+    order = computation.post_order()
     position: dict[int, int] = {}
     rows = []
     for k, inst in enumerate(order):

@@ -15,7 +15,7 @@ FusionChecker` refuses to add anything the library would not compute.
 
 from __future__ import annotations
 
-from heron.compiler.fusion.builder import install_fusion, post_order
+from heron.compiler.fusion.builder import install_fusion
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.library_gemm import (
     GemmMatch,
@@ -43,7 +43,7 @@ def fuse_library_gemms(module: Module, target: Target) -> bool:
         if dot_verdict(dot, target):
             continue
         users = computation.users()
-        order = {inst: n for n, inst in enumerate(post_order(computation))}
+        order = {inst: n for n, inst in enumerate(computation.post_order())}
         for members, outputs in epilogue_members(dot, users, features):
             ordered = sorted(members, key=lambda inst: order[inst])
             made = context.candidate(ordered, outputs, consumer=outputs[0])
