@@ -39,7 +39,6 @@ _KIND_RANK = {
     BinaryKind.MOD: 3,
     BinaryKind.ADD: 4,
 }
-_CONSTANT, _DIM, _SYMBOL = -1, -2, -3  # interning keys of the leaves; a Binary's is its rank
 
 #: Every node built and not yet forgotten, by its kind and fields (children by identity).
 _INTERNED: dict[tuple, AffineExpr] = {}
@@ -170,67 +169,56 @@ class AffineExpr:
         return f"AffineExpr({self.format()})"
 
 
-class Constant(AffineExpr):
-    __slots__ = ("value",)
-    value: int
+class _Leaf(AffineExpr):
+    """A leaf: one integer (a constant's value, a variable's index), interned by kind."""
 
-    def __new__(cls, value: int) -> Constant:
-        value = int(operator.index(value))  # numpy integers and bools as plain ints
-        key = (_CONSTANT, value)
+    __slots__ = ()
+    _TAG: int  #: interning key of the kind (a Binary's is its rank, >= 0)
+    _RANK: int  #: first element of the order key
+    _FIELD: str  #: the integer's name
+
+    def __new__(cls, number: int) -> _Leaf:
+        number = int(operator.index(number))  # numpy integers and bools as plain ints
+        key = (cls._TAG, number)
         node = _INTERNED.get(key)
         if node is None:
-            node = _interned(cls, key, hash(key), (3, value), -1, -1, value=value)
+            max_dim = number if cls is Dim else -1
+            max_symbol = number if cls is Symbol else -1
+            fields = {cls._FIELD: number}
+            node = _interned(
+                cls, key, hash(key), (cls._RANK, number), max_dim, max_symbol, **fields
+            )
         return node  # type: ignore[return-value]
 
     def _fields(self) -> tuple:
-        return (self.value,)
+        return (getattr(self, self._FIELD),)
 
     def __reduce__(self) -> tuple:
-        return Constant, (self.value,)
+        return type(self), self._fields()
+
+
+class Constant(_Leaf):
+    __slots__ = ("value",)
+    _TAG, _RANK, _FIELD = -1, 3, "value"
+    value: int
 
     def evaluate(self, dims: Sequence[int], symbols: Sequence[int] = ()) -> int:
         return self.value
 
 
-class Dim(AffineExpr):
+class Dim(_Leaf):
     __slots__ = ("index",)
+    _TAG, _RANK, _FIELD = -2, 1, "index"
     index: int
-
-    def __new__(cls, index: int) -> Dim:
-        index = operator.index(index)
-        key = (_DIM, index)
-        node = _INTERNED.get(key)
-        if node is None:
-            node = _interned(cls, key, hash(key), (1, index), index, -1, index=index)
-        return node  # type: ignore[return-value]
-
-    def _fields(self) -> tuple:
-        return (self.index,)
-
-    def __reduce__(self) -> tuple:
-        return Dim, (self.index,)
 
     def evaluate(self, dims: Sequence[int], symbols: Sequence[int] = ()) -> int:
         return dims[self.index]
 
 
-class Symbol(AffineExpr):
+class Symbol(_Leaf):
     __slots__ = ("index",)
+    _TAG, _RANK, _FIELD = -3, 2, "index"
     index: int
-
-    def __new__(cls, index: int) -> Symbol:
-        index = operator.index(index)
-        key = (_SYMBOL, index)
-        node = _INTERNED.get(key)
-        if node is None:
-            node = _interned(cls, key, hash(key), (2, index), -1, index, index=index)
-        return node  # type: ignore[return-value]
-
-    def _fields(self) -> tuple:
-        return (self.index,)
-
-    def __reduce__(self) -> tuple:
-        return Symbol, (self.index,)
 
     def evaluate(self, dims: Sequence[int], symbols: Sequence[int] = ()) -> int:
         return symbols[self.index]
@@ -243,7 +231,9 @@ class Binary(AffineExpr):
     rhs: AffineExpr
 
     def __new__(cls, kind: BinaryKind, lhs: AffineExpr, rhs: AffineExpr) -> Binary:
-        rank = _KIND_RANK[kind]
+        rank = _KIND_RANK.get(kind)
+        if rank is None:
+            raise TypeError(f"{kind!r} is not a BinaryKind")
         key = (rank, lhs, rhs)
         node = _INTERNED.get(key)
         if node is None:
