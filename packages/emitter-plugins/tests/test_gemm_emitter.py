@@ -827,3 +827,61 @@ def test_mma_fragment_loads_have_no_bank_conflicts(dtype, out):
         assert np.array_equal(got, np.asarray(want))
     else:
         assert_within_bound(got, np.asarray(want), a, b, m, k, n, dtype)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "out", "m", "k", "n"),
+    [
+        ("f32", "f32", 3, 3, 3),  # partial rounds, A's not in whole tile rows
+        ("f32", "f32", 100, 3, 24),
+        ("f32", "f32", 40, 100, 200),
+        ("f16", "f32", 64, 40, 24),
+        ("bf16", "f32", 3, 256, 100),
+        ("s8", "s32", 24, 40, 16),
+        ("f16", "f32", 256, 128, 256),
+    ],
+)
+def test_the_constructors_staging_layout_is_what_emission_copies(dtype, out, m, k, n):
+    """The constructor decides from the plan alone (``_Staging``) what the copy of each
+    tile looks like, so that it refuses what emission cannot write (the spec promises
+    ``refuses_when_built``): some thread idle in a round exactly where ``_slots`` guards
+    a copy, and as many rounds."""
+    from mlir import ir
+    from mlir.dialects import func
+
+    from heron.emitters.dialect.context import make_context
+    from heron.emitters.ir_utils import index_constant
+
+    emitter = GemmEmitter(analysed(_fusion(dot_module(m, k, n, dtype=dtype, out=out))))
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            index = ir.IndexType.get()
+            function = func.FuncOp("f", ir.FunctionType.get([index], []))
+            with ir.InsertionPoint(function.add_entry_block()):
+                thread = function.entry_block.arguments[0]
+                for side in (0, 1):
+                    staging = emitter._staging(side)
+                    slots = emitter._slots(side, [], index_constant(0), index_constant(0), thread)
+                    assert len(slots) == staging.rounds * staging.word
+                    assert staging.partial == any(slot.used is not None for slot in slots)
+                func.ReturnOp([])
+
+
+def test_an_mma_gemm_whose_tiles_are_not_whole_rounds_is_refused_when_built(monkeypatch):
+    """On the MMA path without chunk staging the next K step travels in whole words, so
+    a block whose threads would not all copy in every round cannot be emitted: the
+    constructor says so (none of heron's plans makes one; K tiles of 25 would)."""
+    import attrs
+
+    from heron.plugins import gemm_plan
+
+    def odd_k_tiles(dot, target):
+        plan = gemm_plan.plan_gemm(dot, target)
+        assert plan.mma is not None
+        return attrs.evolve(plan, tk=25)
+
+    monkeypatch.setattr(gemm_plugin, "plan_gemm", odd_k_tiles)
+    monkeypatch.setattr(gemm_plugin, "vector_staging", lambda *args: None)
+    with pytest.raises(UnsupportedError, match="whole rounds of the block"):
+        GemmEmitter(analysed(_fusion(dot_module(256, 128, 256, dtype="f16", out="f32"))))

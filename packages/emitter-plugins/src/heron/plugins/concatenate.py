@@ -141,6 +141,43 @@ class ConcatenateEmitter(FusionEmitter):
             raise UnsupportedError(f"fusion '{fusion.name}': {exc}", fusion.location) from exc
         self.operand_maps = [self._operand_map(size) for size in self.pieces]
         self.root_maps = [self._root_maps(k) for k in range(len(self.pieces))]
+        self._check_epilogues()
+
+    def _check_epilogues(self) -> None:
+        """Refuse, when built, every root emission could not write (the spec says
+        ``refuses_when_built``): a root that is not a concatenate is its epilogue's
+        root, the epilogue reads the heroes only and, being called once at one index,
+        is written at the same index for all its roots, for every operand; no function
+        reads a value only an epilogue computes."""
+        partitioned = self.partitioned()
+        hero_ids = {id(hero) for hero in self._heroes}
+        for write in self.writes:
+            root = write.root
+            if id(root) in hero_ids:
+                continue
+            sub = partitioned.epilogue_of(root)
+            if sub is None:
+                raise self.error("a root of a concatenate fusion must follow the hero", root)
+            if not any(sub_root is root for sub_root in sub.roots):
+                raise self.error(f"it is not a root of the epilogue {sub.name}", root)
+            for hero in sub.injected:
+                if id(hero) not in hero_ids:
+                    raise self.error(f"the epilogue {sub.name} injects a non-hero", hero)
+            for size, operand_maps in zip(self.pieces, self.root_maps, strict=True):
+                if size == 0:
+                    continue  # an empty operand is not emitted
+                key = operand_maps[id(root)].format()
+                for other in sub.roots:
+                    other_map = operand_maps.get(id(other))
+                    if other_map is None or other_map.format() != key:
+                        raise self.error(
+                            f"the epilogue {sub.name} computes roots '{root.name}' and"
+                            f" '{other.name}' at different indices; it is called at one index",
+                            other,
+                        )
+        self.refuse_uncallable_reads(
+            hero.operands[k] for hero in self._heroes for k, size in enumerate(self.pieces) if size
+        )
 
     # -- maps --------------------------------------------------------------------------
 
@@ -230,11 +267,10 @@ class ConcatenateEmitter(FusionEmitter):
         if id(root) in hero_values:
             return hero_values[id(root)]
         sub = entry.partitioned.epilogue_of(root)
-        if sub is None:
-            raise entry.error(root, "a root of a concatenate fusion must follow the hero")
+        assert sub is not None, "the constructor refuses a root without an epilogue"
         memo_key = (id(sub), self.root_maps[operand][id(root)].format())
         if memo_key not in memo:
-            memo[memo_key] = self._call_epilogue(entry, operand, sub, root, indices, hero_values)
+            memo[memo_key] = self._call_epilogue(entry, sub, indices, hero_values)
         values = memo[memo_key]
         offset = 0
         for sub_root in sub.roots:
@@ -242,32 +278,19 @@ class ConcatenateEmitter(FusionEmitter):
             if sub_root is root:
                 return values[offset : offset + count]
             offset += count
-        raise entry.error(root, f"it is not a root of the epilogue {sub.name}")
+        raise AssertionError(f"'{root.name}' is not a root of {sub.name}: refused when built")
 
     def _call_epilogue(
         self,
         entry: EntryFunction,
-        operand: int,
         sub: Subgraph,
-        root: Instruction,
         indices: list[ir.Value],
         hero_values: dict[int, list[ir.Value]],
     ) -> list[ir.Value]:
-        """Call ``sub`` at ``root``'s index; its other roots must be written at the same one."""
-        operand_maps = self.root_maps[operand]
-        key = operand_maps[id(root)].format()
-        for other in sub.roots:
-            other_map = operand_maps.get(id(other))
-            if other_map is None or other_map.format() != key:
-                raise entry.error(
-                    other,
-                    f"the epilogue {sub.name} computes roots '{root.name}' and '{other.name}'"
-                    " at different indices; it is called at one index",
-                )
+        """Call ``sub`` at ``indices`` (where all its roots are written, and it reads the
+        heroes only: the constructor refuses it otherwise)."""
         injected: list[ir.Value] = []
         for hero in sub.injected:
-            if id(hero) not in hero_values:
-                raise entry.error(hero, f"the epilogue {sub.name} injects a non-hero")
             injected.extend(hero_values[id(hero)])
         return entry.call_subgraph(sub, indices, injected)
 
@@ -280,6 +303,7 @@ def heron_emitter_specs() -> list[EmitterSpec]:
             priority=10,
             claims=claims_kind("concatenate"),
             factory=ConcatenateEmitter,
+            refuses_when_built=True,
             description="one loop per concatenate operand over the largest operand",
         )
     ]

@@ -106,6 +106,34 @@ class _Slot:
     inside: ir.Value | None
 
 
+@attrs.frozen
+class _Staging:
+    """How a block's threads copy one operand's tile (``GemmEmitter._slots``): ``word``
+    consecutive elements of a tile row a copy, ``groups`` copies a tile row; where the
+    threads cover whole tile rows a round (``whole_rows``) each round moves
+    ``rows_per_round`` rows down, else a round is the next ``threads`` elements of the
+    tile. Known from the plan alone, so the constructor can tell what emission needs."""
+
+    rows: int
+    cols: int
+    threads: int
+    word: int
+    groups: int
+    whole_rows: bool
+    rounds: int
+
+    @property
+    def rows_per_round(self) -> int:
+        return self.threads // self.groups
+
+    @property
+    def partial(self) -> bool:
+        """Some thread has no element to copy in the last round (its copy is guarded)."""
+        if self.whole_rows:
+            return self.rounds * self.rows_per_round > self.rows
+        return self.rounds * self.threads > self.rows * self.cols
+
+
 def _offset(value: ir.Value, constant: int) -> ir.Value:
     return arith.addi(value, index_constant(constant)) if constant else value
 
@@ -187,6 +215,28 @@ class GemmEmitter(FusionEmitter):
             if self.vector_staging is not None
             else None
         )
+        self._check_emittable()
+
+    def _check_emittable(self) -> None:
+        """Refuse, when built, what emission could not write (the spec says
+        ``refuses_when_built``, so the fusion passes build this emitter instead of
+        emitting every fusion they make): on the MMA path without chunk staging the
+        fetched K step travels in whole words, so every thread copies in every round;
+        a root other than the dot is its epilogue, called with the dot's value alone; no
+        function reads a value only an epilogue computes."""
+        if self.empty:
+            return
+        if self.plan.mma is not None and self.vector_staging is None:
+            if any(self._staging(side).partial for side in (0, 1)):
+                raise self.error("the MMA tiles must be whole rounds of the block", self.dot)
+        partitioned = self.partitioned()
+        for root in self.roots:
+            if root is self.dot:
+                continue
+            sub = partitioned.epilogue_of(root)
+            if sub is None or [id(h) for h in sub.injected] != [id(self.dot)]:
+                raise self.error("its epilogue is not a subgraph after the dot alone", root)
+        self.refuse_uncallable_reads(self.dot.operands)
 
     def launch_dimensions(self) -> LaunchDimensions:
         if self.empty:
@@ -403,8 +453,7 @@ class GemmEmitter(FusionEmitter):
             )
             for group in _chunks(slots, self._word)
         ]
-        if any(slot.used is not None for _, word in words for slot in word):
-            raise entry.error(self.dot, "the MMA tiles must be whole rounds of the block")
+        assert all(slot.used is None for _, word in words for slot in word), "refused when built"
         kinds = [ir.VectorType.get([len(word)], self._staged) for _, word in words]
         fetched = scf.IfOp(has_next, kinds, has_else=True)
         with ir.InsertionPoint(fetched.then_block):
@@ -620,8 +669,7 @@ class GemmEmitter(FusionEmitter):
         """``root``'s element at ``index``: its epilogue called with the dot's ``value``
         (one call per epilogue computes all of its roots: ``call_subgraph`` memoises)."""
         sub = entry.partitioned.epilogue_of(root)
-        if sub is None or [id(h) for h in sub.injected] != [id(self.dot)]:
-            raise entry.error(root, "its epilogue is not a subgraph after the dot alone")
+        assert sub is not None, "the constructor refuses a root without an epilogue"
         scalar = mlir_types.to_scalar(value, self.output)
         results = entry.call_subgraph(sub, index, [scalar])
         result = results[[id(r) for r in sub.roots].index(id(root))]
@@ -697,7 +745,9 @@ class GemmEmitter(FusionEmitter):
         consecutive elements of a tile row (coalesced global reads), or consecutive
         words of it (``_layout_word``: each thread's elements in order)."""
         plan = self.plan
-        rows, cols = (plan.tm, plan.tk) if side == 0 else (plan.tk, plan.tn)
+        staging = self._staging(side)
+        rows, cols, word, groups = staging.rows, staging.cols, staging.word, staging.groups
+        whole_rows = staging.whole_rows
         extent_rows = (plan.m, plan.k) if side == 0 else (plan.k, plan.n)
         spans = (plan.tiles_m * plan.tm, plan.k_steps * plan.tk)
         if side == 1:
@@ -705,26 +755,16 @@ class GemmEmitter(FusionEmitter):
         has_row = plan.has_m if side == 0 else plan.has_k
         has_col = plan.has_k if side == 0 else plan.has_n
         elements = rows * cols
-        # Where the block's threads cover whole tile rows a round, a thread keeps its
-        # column and moves down a fixed number of rows: every round's address is the
-        # first one plus a constant (an immediate offset, not a register of its own),
-        # the constant added last so that LLVM keeps one pointer for all rounds.
-        word = self._layout_word(side)
-        word = word if cols % word == 0 else 1
-        groups = cols // word
-        whole_rows = plan.threads % groups == 0
-        if not whole_rows:
-            word, groups = 1, cols
         first_r = arith.divui(thread, index_constant(groups))
         first_c = arith.remui(thread, index_constant(groups))
         if word > 1:
             first_c = arith.muli(first_c, index_constant(word))
         slots = []
-        for r in range(math.ceil(elements / (plan.threads * word))):
+        for r in range(staging.rounds):
             if whole_rows:
-                step = r * (plan.threads // groups)
+                step = r * staging.rows_per_round
                 local_r = _offset(first_r, step)
-                used = _below(local_r, rows, step + plan.threads // groups)
+                used = _below(local_r, rows, step + staging.rows_per_round)
                 g_row = _offset(arith.addi(row0, first_r), step)
                 columns = [(_offset(first_c, e), e) for e in range(word)]
             else:
@@ -745,6 +785,23 @@ class GemmEmitter(FusionEmitter):
                 index = [*batch, *([g_row] if has_row else []), *([g_col] if has_col else [])]
                 slots.append(_Slot(used, local_r, local_c, index, inside))
         return slots
+
+    def _staging(self, side: int) -> _Staging:
+        """How the block copies operand ``side``'s tile. Where its threads cover whole tile
+        rows a round, a thread keeps its column and moves down a fixed number of rows:
+        every round's address is the first one plus a constant (an immediate offset, not
+        a register of its own), the constant added last so that LLVM keeps one pointer
+        for all rounds."""
+        plan = self.plan
+        rows, cols = (plan.tm, plan.tk) if side == 0 else (plan.tk, plan.tn)
+        word = self._layout_word(side)
+        word = word if cols % word == 0 else 1
+        groups = cols // word
+        whole_rows = plan.threads % groups == 0
+        if not whole_rows:
+            word, groups = 1, cols
+        rounds = math.ceil(rows * cols / (plan.threads * word))
+        return _Staging(rows, cols, plan.threads, word, groups, whole_rows, rounds)
 
     @property
     def _word(self) -> int:
@@ -828,6 +885,7 @@ def heron_emitter_specs() -> list[EmitterSpec]:
             priority=10,
             claims=_claims,
             factory=GemmEmitter,
+            refuses_when_built=True,
             description="gemm: canonical dot, shared-memory tiles, mma.sync or scalar multiply-add",
         )
     ]

@@ -113,6 +113,35 @@ class TransposeEmitter(FusionEmitter):
         )
         self._check_limits(bits)
         self.maps: TileMaps = tile_maps(self.tiling)
+        self._check_epilogues()
+
+    def _check_epilogues(self) -> None:
+        """Refuse, when built, every root emission could not write (the spec says
+        ``refuses_when_built``): a transposed root after its hero is an epilogue root
+        reading the tiled heroes only, the epilogue's roots of one shape; the side
+        outputs and the transposed roots each fit one loop's iteration arguments; no
+        function reads a value only an epilogue computes."""
+        side = [r for r in self.roots if r.hero is None]
+        for count in (len(side), len(self.roots) - len(side)):
+            self._check_iter_args(count)
+        partitioned = self.partitioned()
+        tiled = {id(t) for t in self.transposes}
+        for root in self.roots:
+            if root.hero is None or root.epilogue is None:
+                continue
+            sub = partitioned.epilogue_of(root.inst)
+            if sub is None:
+                raise self.error("a transposed root without an epilogue subgraph", root.inst)
+            missing = [h.name for h in sub.injected if id(h) not in tiled]
+            if missing:
+                raise self.error(f"its epilogue needs heroes {missing} not tiled here", root.inst)
+            if len({r.shape.dims for r in sub.roots}) != 1:
+                raise self.error("an epilogue whose roots have different shapes", root.inst)
+            if not any(sub_root is root.inst for sub_root in sub.roots):
+                raise self.error(f"it is not a root of its epilogue {sub.name}", root.inst)
+        self.refuse_uncallable_reads(
+            [*(t.operands[0] for t in self.transposes), *(r.inst for r in side)]
+        )
 
     # -- analysis --------------------------------------------------------------------
 
@@ -226,7 +255,6 @@ class TransposeEmitter(FusionEmitter):
         side = [r for r in self.roots if r.hero is None]
         if not side:
             return filled, []
-        self._check_iter_args(len(side_outputs))
         side_maps = [
             maps.map(physical_index(maps.read_input, spec.dims, r.inst.shape)) for r in side
         ]
@@ -266,7 +294,6 @@ class TransposeEmitter(FusionEmitter):
             )
             for r in roots
         ]
-        self._check_iter_args(len(outputs))
 
         def body(symbols: Values, hero_index: Values, iter_args: Values) -> Values:
             shared = list(apply_indexing_op(shared_map, dims, symbols).results)
@@ -301,13 +328,7 @@ class TransposeEmitter(FusionEmitter):
     ) -> ir.Value:
         """The root's value: its epilogue called with the injected heroes' values."""
         sub = entry.partitioned.epilogue_of(root.inst)
-        if sub is None:
-            raise entry.error(root.inst, "a transposed root without an epilogue subgraph")
-        missing = [h.name for h in sub.injected if id(h) not in hero_values]
-        if missing:
-            raise entry.error(root.inst, f"its epilogue needs heroes {missing} not tiled here")
-        if len({r.shape.dims for r in sub.roots}) != 1:
-            raise entry.error(root.inst, "an epilogue whose roots have different shapes")
+        assert sub is not None, "refused when built (_check_epilogues)"
         injected = [hero_values[id(h)] for h in sub.injected]
         results = entry.call_subgraph(sub, index, injected)
         offset = 0
@@ -315,7 +336,7 @@ class TransposeEmitter(FusionEmitter):
             if sub_root is root.inst:
                 return results[offset]
             offset += len(leaf_shapes(sub_root.shape))
-        raise entry.error(root.inst, f"it is not a root of its epilogue {sub.name}")
+        raise AssertionError(f"'{root.inst.name}' is not a root of {sub.name}: refused when built")
 
     def _check_iter_args(self, count: int) -> None:
         if count > MAX_ITER_ARGS:
@@ -381,6 +402,7 @@ def heron_emitter_specs() -> list[EmitterSpec]:
             priority=10,
             claims=claims_kind("transpose"),
             factory=TransposeEmitter,
+            refuses_when_built=True,
             description="shared-memory tiled transpose (coalesced reads and writes)",
         )
     ]

@@ -31,7 +31,7 @@ Errors: an op with no lowering, or any failure while emitting an op, is an
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import ClassVar
 
 import attrs
@@ -345,17 +345,10 @@ class _ModuleEmitter:
         and the hero, not a call whose arguments do not match its function.
         """
         if sub is None:
-            try:
-                sub = self.partitioned.subgraph_of(inst)
-            except KeyError as exc:
-                raise self.error(inst, str(exc)) from exc
-        if sub.injected:
-            heroes = ", ".join(f"'{hero.name}'" for hero in sub.injected)
-            raise self.error(
-                inst,
-                f"it is read outside the epilogue {sub.name} that computes it from the"
-                f" hero {heroes} (a root read at another index than its hero's)",
-            )
+            why = why_not_callable(self.partitioned, inst)
+            if why is not None:
+                raise self.error(inst, why)
+            sub = self.partitioned.subgraph_of(inst)
         results = self.call_subgraph(sub, tensors, indices)
         offset = 0
         for root in sub.roots:
@@ -630,6 +623,30 @@ class EntryFunction:
         return self._emitter.error(inst, why)
 
 
+def why_not_callable(partitioned: PartitionedComputation, inst: Instruction) -> str | None:
+    """Why ``inst``'s value cannot be had by calling the function that computes it (None:
+    it can): it is in no function, or only an epilogue computes it (from heroes that a
+    caller other than the emitter's own epilogue call cannot hand it), or it does not
+    leave its function."""
+    sub = partitioned.instruction_to_subgraph.get(inst)
+    if sub is None:
+        sub = partitioned.instruction_to_epilogue.get(inst)
+    if sub is None:
+        return (
+            f"'{inst.name}' ({inst.opcode}) is in no subgraph of"
+            f" '{partitioned.computation.name}' (parameters and a root tuple never are)"
+        )
+    if sub.injected:
+        heroes = ", ".join(f"'{hero.name}'" for hero in sub.injected)
+        return (
+            f"it is read outside the epilogue {sub.name} that computes it from the"
+            f" hero {heroes} (a root read at another index than its hero's)"
+        )
+    if not any(root is inst for root in sub.roots):
+        return f"it is not a root of {sub.name}, which computes it"
+    return None
+
+
 def called_computations(computation: Computation) -> list[Computation]:
     """Every computation reached from ``computation``'s instructions, callees first."""
     order: list[Computation] = []
@@ -789,6 +806,33 @@ class FusionEmitter(abc.ABC):
             ) from exc
         self._partitioned = known
         return known
+
+    def refuse_uncallable_reads(self, read_by_entry: Iterable[Instruction] = ()) -> None:
+        """Refuse a fusion where a value is read by calling a function that cannot give it
+        (:func:`why_not_callable`: a value only an epilogue computes, from heroes nothing
+        else hands it): the error :meth:`emit` would meet, raised by a constructor
+        instead, so that an emitter whose spec says ``refuses_when_built`` can be built
+        rather than emitted. The reads are each emitted function's operands from other
+        functions, and ``read_by_entry``: what the emitter's entry reads itself
+        (``EntryFunction.value_of``: a hero's operands, a side output)."""
+        partitioned = self.partitioned()
+        skipped = {id(hero) for hero in self.unemitted_heroes()}
+        reads: list[Instruction] = [r for r in read_by_entry if r.opcode != "parameter"]
+        for sub in partitioned.subgraphs:
+            if all(id(root) in skipped for root in sub.roots):
+                continue  # not emitted
+            inside = {id(inst) for inst in sub.instructions}
+            inside.update(id(hero) for hero in sub.injected)
+            reads.extend(
+                operand
+                for inst in sub.instructions
+                for operand in inst.operands
+                if id(operand) not in inside and operand.opcode != "parameter"
+            )
+        for value in dict.fromkeys(reads):
+            why = why_not_callable(partitioned, value)
+            if why is not None:
+                raise self.error(why, value)
 
     def emit(self) -> EmittedKernel:
         """The fusion as an ``emitted``-stage module (docs/pipeline.md)."""
