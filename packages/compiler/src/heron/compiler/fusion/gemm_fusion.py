@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from heron.compiler.fusion.builder import install_fusion
 from heron.compiler.fusion.context import FusionContext
+from heron.compiler.fusion.graph import FusionGraph
 from heron.compiler.library_gemm import (
     GemmMatch,
     dot_verdict,
@@ -24,7 +25,7 @@ from heron.compiler.library_gemm import (
     match_gemm,
     target_features,
 )
-from heron.hlo.ir import Module
+from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.target import Target
 
@@ -38,12 +39,18 @@ def fuse_library_gemms(module: Module, target: Target) -> bool:
     features = target_features(target)
     context = FusionContext(module, target)
     computation = module.entry
+    # One graph for the pass (an install then costs what it touches); the users and
+    # the order are read again only after an install changed them.
+    graph = FusionGraph(module, computation)
+    users: dict[Instruction, list[Instruction]] | None = None
+    order: dict[Instruction, int] = {}
     changed = False
     for dot in [i for i in computation.instructions if i.opcode == "dot"]:
         if dot_verdict(dot, target):
             continue
-        users = computation.users()
-        order = {inst: n for n, inst in enumerate(computation.post_order())}
+        if users is None:
+            users = computation.users()
+            order = {inst: n for n, inst in enumerate(computation.post_order())}
         for members, outputs in epilogue_members(dot, users, features):
             ordered = sorted(members, key=lambda inst: order[inst])
             made = context.candidate(ordered, outputs, consumer=outputs[0])
@@ -57,7 +64,9 @@ def fuse_library_gemms(module: Module, target: Target) -> bool:
             if not context.emits(made[0]):
                 made[0].discard()
                 continue
-            install_fusion(module, computation, made[0], made[1].fusion_kind)
+            install_fusion(module, computation, made[0], made[1].fusion_kind, graph)
+            graph.finish()  # instruction order as a post-order, as after each install before
+            users = None
             changed = True
             break
     return changed
