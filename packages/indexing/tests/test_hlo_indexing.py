@@ -678,3 +678,54 @@ def test_bitcast_asks_layout_is_tiled(monkeypatch):
     monkeypatch.setattr(Layout, "is_tiled", property(lambda layout: True))
     with pytest.raises(UnsupportedError, match="tiled layout"):
         output_to_input_maps(root)
+
+
+# -- the memo by form ---------------------------------------------------------------------------
+
+
+def test_maps_are_memoised_by_form_not_by_instruction():
+    """Two ops of one form (opcode, shapes, attributes but metadata and called computations)
+    share their maps; another attribute value is another form, and a list handed out
+    is the caller's own."""
+    from heron.indexing.hlo_indexing import forget_maps, indexing_form
+
+    forget_maps()
+    module = parse_module(
+        f"""HloModule m
+{ADD_S32}
+ENTRY e {{
+  p = s32[4,6] parameter(0)
+  z = s32[] constant(0)
+  a = s32[4] reduce(p, z), dimensions={{1}}, to_apply=add, metadata={{op_name="a"}}
+  b = s32[4] reduce(p, z), dimensions={{1}}, to_apply=add, metadata={{op_name="b"}}
+  c = s32[6] reduce(p, z), dimensions={{0}}, to_apply=add
+  ROOT t = (s32[4], s32[4], s32[6]) tuple(a, b, c)
+}}
+"""
+    )
+    a, b, c = (module.entry.instruction(name) for name in "abc")
+    assert indexing_form(a) == indexing_form(b) != indexing_form(c)
+    first = output_to_input_maps(a)
+    first.append(None)  # the caller's list, not the memo's
+    assert output_to_input_maps(b) == output_to_input_maps(a) == first[:-1]
+    assert output_to_input_maps(c) != output_to_input_maps(a)
+    assert output_to_input_maps(c)[0].format() != output_to_input_maps(a)[0].format()
+
+
+def test_a_refusal_is_not_memoised_and_names_its_instruction():
+    from heron.indexing.hlo_indexing import forget_maps
+
+    forget_maps()
+    module = parse_module(
+        """HloModule m
+ENTRY e {
+  p = s32[4] parameter(0)
+  x = s32[4] custom-call(p), custom_call_target="first"
+  y = s32[4] custom-call(p), custom_call_target="first"
+  ROOT t = (s32[4], s32[4]) tuple(x, y)
+}
+"""
+    )
+    for name in ("x", "y"):
+        with pytest.raises(UnsupportedError, match=f"'{name}' \\(custom-call\\)"):
+            output_to_input_maps(module.entry.instruction(name))

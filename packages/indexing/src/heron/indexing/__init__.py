@@ -28,11 +28,12 @@ __version__ = "0.1.0"
 
 
 def forget_memos() -> None:
-    """Forget every memo of the package (simplified and composed maps, the domains'
-    simplifiers, parsed maps, expressions' variables, interned expressions): what a
+    """Forget every memo of the package (ops' maps, simplified and composed maps, the
+    domains' simplifiers, parsed maps, expressions' variables, interned expressions): what a
     benchmark calls between runs so that each starts cold, as a fresh process would."""
-    from heron.indexing import affine, composition, parser, simplifier
+    from heron.indexing import affine, composition, hlo_indexing, parser, simplifier
 
+    hlo_indexing.forget_maps()
     simplifier.simplify.cache_clear()
     composition.compose.cache_clear()
     simplifier.forget_domains()

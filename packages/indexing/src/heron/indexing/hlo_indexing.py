@@ -221,8 +221,63 @@ def _result_shape(inst: Instruction, output_index: int) -> ArrayShape:
 # -- output to input ----------------------------------------------------------------------
 
 
+#: Attributes that never change an op's maps: source metadata and the computations an
+#: op calls (its maps are those of its shapes and its other attributes).
+NOT_INDEXING = frozenset({"metadata", "calls", "to_apply", "comparator", "select", "scatter"})
+
+#: Maps by :func:`indexing_form`, bounded (cleared when full; maps are frozen values).
+_MAPS: dict[tuple[object, ...], tuple[IndexingMap, ...]] = {}
+_MAPS_KEPT = 1 << 15
+
+
+def indexing_form(inst: Instruction, output_index: int = 0) -> tuple[object, ...] | None:
+    """What ``inst``'s output-to-input maps are a function of: its opcode, result and
+    operand shapes and the attributes but :data:`NOT_INDEXING` (None where a value has
+    no hash). Two instructions of one form read their operands alike, whichever they
+    are; the one place that says so (the cost model keys its read patterns on it)."""
+    try:
+        form = (
+            inst.opcode,
+            output_index,
+            inst.shape,
+            tuple(operand.shape for operand in inst.operands),
+            tuple(
+                (name, value) for name, value in inst.attributes.items() if name not in NOT_INDEXING
+            ),
+        )
+        hash(form)
+    except TypeError:
+        return None
+    return form
+
+
 def output_to_input_maps(inst: Instruction, output_index: int = 0) -> list[IndexingMap]:
-    """One map per operand, from result ``output_index``'s indices to that operand's indices."""
+    """One map per operand, from result ``output_index``'s indices to that operand's indices.
+
+    Memoised by :func:`indexing_form`: the partitioner asks for every user of every
+    kernel's instructions, the fusion passes for every candidate, and the few forms
+    of a program recur (a refusal is not kept: it names the instruction)."""
+    if not inst.operands:
+        _result_shape(inst, output_index)  # a bad output index is still refused
+        return []
+    form = indexing_form(inst, output_index)
+    if form is None:
+        return _output_to_input_maps(inst, output_index)
+    known = _MAPS.get(form)
+    if known is None:
+        known = tuple(_output_to_input_maps(inst, output_index))
+        if len(_MAPS) >= _MAPS_KEPT:
+            _MAPS.clear()
+        _MAPS[form] = known
+    return list(known)
+
+
+def forget_maps() -> None:
+    """Forget the memoised maps (``heron.indexing.forget_memos``)."""
+    _MAPS.clear()
+
+
+def _output_to_input_maps(inst: Instruction, output_index: int) -> list[IndexingMap]:
     op = inst.opcode
     out = _result_shape(inst, output_index)
     dims = out.dims

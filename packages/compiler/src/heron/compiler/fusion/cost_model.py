@@ -57,6 +57,7 @@ from heron.hlo.passes.outline import HOST_OPCODES
 from heron.hlo.shapes import ArrayShape, Shape, TupleShape
 from heron.indexing import IndexingError, IndexingMap, output_to_input_maps
 from heron.indexing.affine import AffineExpr, used_dims, used_symbols
+from heron.indexing.hlo_indexing import indexing_form
 from heron.partitioner.regions import fusion_roots
 from heron.target import Target
 
@@ -223,10 +224,6 @@ def _reads_per_element(m: IndexingMap) -> int:
     return math.prod(max(v.bounds.upper - v.bounds.lower + 1, 0) for v in m.range_vars)
 
 
-#: Attributes that say nothing about how an op reads its operands.
-_NOT_INDEXING = frozenset({"metadata", "calls", "to_apply", "comparator", "select", "scatter"})
-
-
 #: A memo's "not computed yet" (None is an answer: no maps).
 _UNKNOWN = object()
 
@@ -255,20 +252,10 @@ class ReadPatterns:
         return known  # type: ignore[return-value]
 
     def _of_form(self, inst: Instruction) -> tuple[tuple[float, bool], ...] | None:
-        try:
-            key = (
-                inst.opcode,
-                inst.shape,
-                tuple(op.shape for op in inst.operands),
-                tuple(
-                    (name, value)
-                    for name, value in inst.attributes.items()
-                    if name not in _NOT_INDEXING
-                ),
-            )
-            known = self._known.get(key, _UNKNOWN)
-        except TypeError:  # an attribute value without a hash: no memo for this op
+        key = indexing_form(inst)
+        if key is None:  # an attribute value without a hash: no memo for this op
             return _read_patterns(inst)
+        known = self._known.get(key, _UNKNOWN)
         if known is _UNKNOWN:
             known = self._known[key] = _read_patterns(inst)
         return known
