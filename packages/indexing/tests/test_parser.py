@@ -157,3 +157,23 @@ def test_a_map_refuses_variables_it_does_not_have_and_names_them():
     with pytest.raises(IndexingError, match=r"uses d2, s1 but the map has 1 dimension\(s\)"):
         IndexingMap((d0,), (expr,))
     assert IndexingMap((d0,), (Dim(0) * 2,)).num_results == 1  # its own variables: fine
+
+
+def test_a_formatted_map_is_read_back_as_itself_without_parsing(monkeypatch):
+    """An emitter writes each map it builds into an attribute as text and every later
+    pass reads the text back: the map that text came from is the answer (it parses to
+    an equal map), and a text never formatted here is parsed."""
+    from heron.indexing import forget_memos, parser
+    from heron.indexing.parser import format_indexing_map, parse_indexing_map
+
+    forget_memos()
+    built = IndexingMap.for_shape([4, 8], [Dim(0) * 8 + Dim(1)])
+    text = format_indexing_map(built)
+    parsed = []
+    monkeypatch.setattr(parser._Parser, "indexing_map", lambda self: parsed.append(self))
+    assert parse_indexing_map(text) is built
+    assert parsed == []
+    monkeypatch.undo()
+    forget_memos()
+    again = parse_indexing_map(text)
+    assert again == built and again is not built

@@ -37,7 +37,7 @@ def forget_memos() -> None:
     simplifier.simplify.cache_clear()
     composition.compose.cache_clear()
     simplifier.forget_domains()
-    parser.parse_indexing_map.cache_clear()
+    parser.forget_parsed()
     affine.used_variables.cache_clear()
     affine.forget_interned()
 

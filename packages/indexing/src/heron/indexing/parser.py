@@ -291,13 +291,44 @@ class _Parser:
         )
 
 
-@functools.lru_cache(maxsize=4096)
+#: Maps by the text :func:`format_indexing_map` gave them, bounded (cleared when full).
+_FORMATTED: dict[str, IndexingMap] = {}
+_FORMATTED_KEPT = 1 << 14
+
+
+def format_indexing_map(indexing_map: IndexingMap) -> str:
+    """``indexing_map``'s text form, which :func:`parse_indexing_map` then answers with
+    the map itself: an emitter writes each map it builds into an MLIR attribute as
+    text, and every pass after it reads that text back (a map parses to an equal one,
+    so parsing it again only cost the time)."""
+    text = indexing_map.format()
+    if len(_FORMATTED) >= _FORMATTED_KEPT:
+        _FORMATTED.clear()
+    _FORMATTED[text] = indexing_map
+    return text
+
+
 def parse_indexing_map(text: str) -> IndexingMap:
     """An ``IndexingMap`` from its text form; ``IndexingError`` saying where and what otherwise.
 
     Memoised by the text (maps are frozen values): the MLIR passes read the same
-    ``#heron_gpu.indexing_map`` attributes back many times per kernel."""
+    ``#heron_gpu.indexing_map`` attributes back many times per kernel, most of them
+    written by :func:`format_indexing_map`."""
+    known = _FORMATTED.get(text)
+    if known is not None:
+        return known
+    return _parse_text(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> IndexingMap:
     return _Parser(text).indexing_map()
+
+
+def forget_parsed() -> None:
+    """Forget the parsed and formatted maps (``heron.indexing.forget_memos``)."""
+    _parse_text.cache_clear()
+    _FORMATTED.clear()
 
 
 def parse_affine_expr(

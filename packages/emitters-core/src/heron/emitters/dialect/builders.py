@@ -38,6 +38,7 @@ from heron.emitters.dialect.irdl_source import (
 )
 from heron.hlo.errors import UnsupportedError
 from heron.indexing import IndexingMap, parse_indexing_map
+from heron.indexing.parser import format_indexing_map
 
 Values = Sequence[ir.Value]
 LoopBody = Callable[[list[ir.Value], list[ir.Value], list[ir.Value]], Values]
@@ -51,7 +52,7 @@ def map_attr(indexing_map: IndexingMap | str) -> ir.StringAttr:
     """The string attribute for a map; text is parsed first so bad maps fail here."""
     if isinstance(indexing_map, str):
         indexing_map = parse_indexing_map(indexing_map)
-    return ir.StringAttr.get(indexing_map.format())
+    return ir.StringAttr.get(format_indexing_map(indexing_map))
 
 
 def _symbol(callee: str | ir.Operation | ir.OpView) -> ir.FlatSymbolRefAttr:
