@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from heron.hlo.builder import ModuleBuilder
-from heron.hlo.errors import UnsupportedError
+from heron.hlo.errors import HloVerifyError, UnsupportedError
 from heron.hlo.evaluator import evaluate_module, random_arguments
 from heron.hlo.ir import Module
 from heron.hlo.parser import parse_module
@@ -323,6 +323,84 @@ def test_a_pass_that_breaks_the_module_is_named() -> None:
     with pytest.raises(UnsupportedError, match="instruction 'x' \\(sort\\)") as refused:
         run_pipeline(parse_module(JAX_STYLE), HloPass("refuser", refuse))
     assert not isinstance(refused.value, PassFailure)
+
+
+WITH_A_REDUCER = """
+HloModule m
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  x = f32[4,8] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[4] reduce(x, z), dimensions={1}, to_apply=add
+}
+"""
+
+
+def test_an_entry_only_pass_is_verified_in_its_scope_then_the_module_once(monkeypatch) -> None:
+    """After a pass that promises to change the entry alone, the manager checks the
+    entry and the computations the pass added, not the others (a loop body fused as a
+    view's entry is a small part of the module); the whole module once at the end."""
+    import heron.hlo.passes.manager as manager
+
+    checked: list[list[str] | None] = []
+
+    def recording(module, computations=None):
+        checked.append(None if computations is None else [c.name for c in computations])
+        verify_module(module, computations)
+
+    monkeypatch.setattr(manager, "verify_module", recording)
+
+    def add_a_computation(module: Module) -> bool:
+        extra = parse_module(WITH_A_REDUCER).computation("add")
+        extra.name = "added"
+        module.computations.insert(0, extra)
+        return True
+
+    module = parse_module(WITH_A_REDUCER)
+    report = run_pipeline(module, HloPass("adder", add_a_computation, entry_only=True))
+    assert checked == [None, ["e", "added"], None]
+    assert report.scoped == ["adder"]
+    # A module known to verify (what an earlier pipeline left) is not checked first.
+    checked.clear()
+    run_pipeline(module, HloPass("nothing", lambda module: False), verified=True)
+    assert checked == []
+    run_pipeline(module, HloPass("nothing", lambda module: False))
+    assert checked == [None]
+
+
+def test_an_entry_only_pass_that_changes_another_computation_is_caught() -> None:
+    def break_the_reducer(module: Module) -> bool:
+        module.computation("add").instructions[1].name = "a"  # a name used twice
+        return True
+
+    module = parse_module(WITH_A_REDUCER)
+    with pytest.raises(PassFailure, match="pipeline 'outer' left a module that does not verify"):
+        run_pipeline(
+            module,
+            Pipeline("outer", (HloPass("breaker", break_the_reducer, entry_only=True),)),
+        )
+    with pytest.raises(UnsupportedError, match="entry_only must be True or False"):
+        HloPass("p", break_the_reducer, entry_only="yes")
+
+
+def test_a_scoped_verification_still_checks_the_module_as_a_whole() -> None:
+    """Computations not listed are trusted; one entry and unique names are not."""
+    module = parse_module(WITH_A_REDUCER)
+    reducer = module.computation("add")
+    reducer.instructions[1].name = "a"
+    verify_module(module, [module.entry])  # the reducer is not looked at
+    with pytest.raises(HloVerifyError, match="the name 'a' is used twice"):
+        verify_module(module)
+    reducer.instructions[1].name = "b"
+    reducer.name = "e"
+    with pytest.raises(HloVerifyError, match="two computations named 'e'"):
+        verify_module(module, [module.entry])
 
 
 def test_a_fixed_point_group_stops_at_its_bound_and_says_so() -> None:

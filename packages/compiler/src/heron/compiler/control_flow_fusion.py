@@ -12,7 +12,8 @@ The passes read ``module.entry``; here each computation takes the entry's
 place in turn, on a module that lists every computation, so the fusions they
 make land in the real module. Dead-code elimination runs once at the end, with
 the real entry back in place (run with a body as the entry it would delete
-the program).
+the program). The module each view starts from is the one the program pipeline
+or the view before left, verified at its end: it is not verified again first.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def fuse_control_flow_computations(
     for computation in computations:
         changed |= _fuse_as_entry(module, entry, computation, pipeline, records)
     if changed:
-        dce = run_pipeline(module, Pipeline("control-flow-dce", (pass_named(_DCE),)))
+        dce = run_pipeline(module, Pipeline("control-flow-dce", (pass_named(_DCE),)), verified=True)
         records.records.extend(dce.records)
     return changed
 
@@ -84,7 +85,8 @@ def _fuse_as_entry(
     )
     entry.is_entry, computation.is_entry = False, True
     try:
-        report = run_pipeline(view, pipeline)
+        # Verified as it is: the module the program pipeline (or the last view) left.
+        report = run_pipeline(view, pipeline, verified=True)
     finally:
         computation.is_entry, entry.is_entry = False, True
     module.computations = list(view.computations)

@@ -177,7 +177,9 @@ def prepare_module(
     bodies = PipelineReport()
     fuse_control_flow_computations(optimized, target, already_fused, bodies)
     scheduled = run_pipeline(
-        optimized, pipeline_of([pass_named("copy-insertion"), pass_named("scheduler")])
+        optimized,
+        pipeline_of([pass_named("copy-insertion"), pass_named("scheduler")]),
+        verified=True,  # what the pipelines before left, verified at their ends
     )
     if report is not None:
         report.records.extend([*fused.records, *bodies.records, *scheduled.records])

@@ -17,6 +17,7 @@ the offending instruction's source location when it came from text.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.errors import HloVerifyError, SourceLocation
@@ -33,8 +34,16 @@ __all__ = ["verify_computation", "verify_module"]
 _CALLING_OPS = frozenset({"call", "fusion", "while", "conditional"})
 
 
-def verify_module(module: Module) -> None:
-    """Raise ``HloVerifyError`` at the first inconsistency in ``module``."""
+def verify_module(module: Module, computations: Sequence[Computation] | None = None) -> None:
+    """Raise ``HloVerifyError`` at the first inconsistency in ``module``.
+
+    ``computations``: check the instructions of these only (computations of the
+    module), trusting the others as verified before and unchanged since: the pass
+    manager's scope after a pass that changes the entry computation alone
+    (``HloPass.entry_only``). What the module must be as a whole (one entry, names
+    of computations unique, no recursion, its input-output aliases) is checked
+    either way.
+    """
     entries = [c for c in module.computations if c.is_entry]
     if len(entries) != 1:
         location = entries[1].location if len(entries) > 1 else None
@@ -57,18 +66,19 @@ def verify_module(module: Module) -> None:
             f" '{module.fusion_under_test}', which is not one of its computations"
         )
 
-    orders = {id(comp): _verify_structure(comp) for comp in module.computations}
+    checked = module.computations if computations is None else computations
+    orders = {id(comp): _verify_structure(comp) for comp in checked}
     members = {id(comp) for comp in module.computations}
-    for comp in module.computations:
+    for comp in checked:
         for inst in comp.instructions:
             _verify_references(inst, members)
     _verify_no_recursion(module)
-    for comp in module.computations:
+    for comp in checked:
         for inst in orders[id(comp)]:
             _verify_instruction(inst)
     check_input_output_alias(module)
     if module.layouts_assigned:
-        for comp in module.computations:
+        for comp in checked:
             for inst in orders[id(comp)]:
                 disagreement = layout_disagreement(inst)
                 if disagreement is not None:

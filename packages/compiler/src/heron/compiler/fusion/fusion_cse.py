@@ -148,4 +148,9 @@ def eliminate_common_fusions(module: Module) -> bool:
 def fusion_cse(target: object = None) -> HloPass:
     """The ``fusion-cse`` pass (target-independent; the argument keeps the factories alike)."""
     del target
-    return HloPass("fusion-cse", eliminate_common_fusions, "merge fusions that compute the same")
+    return HloPass(
+        "fusion-cse",
+        eliminate_common_fusions,
+        "merge fusions that compute the same",
+        entry_only=True,
+    )

@@ -78,4 +78,5 @@ def gemm_fusion(target: Target) -> HloPass:
         "library-gemm-fusion",
         lambda module: fuse_library_gemms(module, target),
         "each dot with what its GEMM library computes with it (XLA's GEMM rewriter)",
+        entry_only=True,
     )

@@ -172,4 +172,5 @@ def horizontal_fusion(target: Target) -> HloPass:
         "horizontal-fusion",
         lambda module: fuse_horizontally(module, target),
         "merge small independent loop fusions into one input-slices kernel",
+        entry_only=True,
     )

@@ -250,4 +250,5 @@ def multi_output_fusion(target: Target) -> HloPass:
         "multi-output-fusion",
         lambda module: fuse_multi_output(module, target),
         "merge sibling kernels and producers with a consumer into multi-output fusions",
+        entry_only=True,
     )

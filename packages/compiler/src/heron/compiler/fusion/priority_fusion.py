@@ -297,4 +297,5 @@ def priority_fusion(target: Target) -> HloPass:
         "priority-fusion",
         lambda module: fuse_by_priority(module, target),
         "fuse producers into all their consumers, most time saved first (cost model)",
+        entry_only=True,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 from heron.compiler.fusion.builder import install_fusion
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import is_wrappable
+from heron.compiler.fusion.graph import FusionGraph
 from heron.hlo.ir import Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.outline import HOST_OPCODES
@@ -27,6 +28,7 @@ def wrap_in_fusions(module: Module, target: Target) -> bool:
     """Wrap each remaining computing instruction of ``module``'s entry in a fusion."""
     context = FusionContext(module, target)
     computation = module.entry
+    graph = FusionGraph(module, computation)  # one for the pass: an install costs what it touches
     changed = False
     for inst in list(computation.instructions):
         if inst.opcode in HOST_OPCODES or inst.opcode == "fusion":
@@ -36,8 +38,9 @@ def wrap_in_fusions(module: Module, target: Target) -> bool:
         made = context.candidate([inst], [inst], consumer=inst)
         if made is None or not context.emits(made[0]):
             continue
-        install_fusion(module, computation, made[0], made[1].fusion_kind)
+        install_fusion(module, computation, made[0], made[1].fusion_kind, graph)
         changed = True
+    graph.finish()
     return changed
 
 
@@ -47,4 +50,5 @@ def fusion_wrapper(target: Target) -> HloPass:
         "fusion-wrapper",
         lambda module: wrap_in_fusions(module, target),
         "give every computing instruction left unfused a fusion of its own",
+        entry_only=True,
     )

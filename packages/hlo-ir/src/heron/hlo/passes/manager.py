@@ -47,13 +47,28 @@ def _name(instance: object, attribute: attrs.Attribute, value: object) -> None:
         )
 
 
+def _bool(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, bool):
+        raise UnsupportedError(f"{attribute.name} must be True or False, got {value!r}")
+
+
 @attrs.frozen
 class HloPass:
-    """One rewrite: ``run(module)`` changes ``module`` in place and returns whether it did."""
+    """One rewrite: ``run(module)`` changes ``module`` in place and returns whether it did.
+
+    ``entry_only`` promises that the pass changes the entry computation alone (its
+    instructions and their order), adding computations it builds (fusion bodies) and
+    removing those the entry no longer calls, never changing another one (XLA's fusion
+    passes, which fuse the entry only). After it the manager verifies the entry and
+    the computations it added rather than the whole module (a loop body fused as its
+    view's entry is a small part of it), and the whole module once when the pipeline
+    ends, so a pass that breaks the promise is still caught.
+    """
 
     name: str = attrs.field(validator=_name)
     run: Callable[[Module], bool]
     description: str = ""
+    entry_only: bool = attrs.field(default=False, validator=_bool)
 
 
 @attrs.frozen
@@ -114,6 +129,9 @@ class PipelineReport:
     records: list[PassRecord] = attrs.field(factory=list)
     unconverged: list[str] = attrs.field(factory=list)
     dumps: list[Path] = attrs.field(factory=list)
+    #: The passes that changed the module and were verified in their scope only
+    #: (``HloPass.entry_only``): the whole module is verified once more at the end.
+    scoped: list[str] = attrs.field(factory=list)
 
     @property
     def changed(self) -> bool:
@@ -153,13 +171,16 @@ def run_pipeline(
     pipeline: Step,
     *,
     verify: bool = True,
+    verified: bool = False,
     dump_dir: str | Path | None = None,
     dump_passes: str | None = None,
     on_pass: Callable[[PassRecord], None] | None = None,
 ) -> PipelineReport:
     """Run ``pipeline`` on ``module`` in place and report what each pass did.
 
-    ``verify`` checks the module after every pass (and before the first).
+    ``verify`` checks the module after every pass (and before the first, unless
+    ``verified`` says the module is known to verify: the output of an earlier
+    pipeline run with ``verify``, which always leaves a verified module).
     ``dump_dir`` receives ``<module>.0000.before_optimizations.txt``, then one
     file per pass run that changed the module (``<module>.NNNN.<path>.txt``,
     only for paths matching the regular expression ``dump_passes`` when given)
@@ -177,12 +198,21 @@ def run_pipeline(
             except re.error as exc:
                 raise UnsupportedError(f"--dump-passes {dump_passes!r}: {exc}") from exc
         dumper = _Dumper(directory, pattern)
-    if verify:
+    if verify and not verified:
         verify_module(module)
     report = PipelineReport()
     if dumper is not None:
         _dump(module, dumper, report, "before_optimizations")
     _run_step(module, pipeline, "", 0, report, verify, dumper, on_pass)
+    if verify and report.scoped:
+        try:
+            verify_module(module)
+        except HloError as exc:
+            raise PassFailure(
+                f"pipeline {pipeline.name!r} left a module that does not verify (after"
+                f" {', '.join(repr(path) for path in report.scoped)}, which promise to change"
+                f" the entry computation only): {exc}"
+            ) from exc
     if dumper is not None:
         _dump(module, dumper, report, "after_optimizations")
     return report
@@ -233,6 +263,9 @@ def _run_pass(
     on_pass: Callable[[PassRecord], None] | None,
 ) -> bool:
     start = time.perf_counter()
+    # Held while the pass runs, so that no computation it adds can take the id of one
+    # that was there before.
+    before = list(module.computations) if step.entry_only else []
     try:
         changed = step.run(module)
     except (HloError, PassFailure):
@@ -243,7 +276,12 @@ def _run_pass(
         raise PassFailure(f"pass {path!r} returned {changed!r}; a pass returns whether it changed")
     if verify and changed:
         try:
-            verify_module(module)
+            scope = None
+            if step.entry_only:
+                known = {id(computation) for computation in before}
+                scope = [module.entry, *(c for c in module.computations if id(c) not in known)]
+                report.scoped.append(path)
+            verify_module(module, scope)
         except HloError as exc:
             raise PassFailure(f"pass {path!r} left a module that does not verify: {exc}") from exc
     record = PassRecord(path, changed, time.perf_counter() - start, iteration)
