@@ -914,6 +914,31 @@ def test_an_emitter_that_refuses_when_built_is_built_not_emitted(monkeypatch) ->
     assert FusionChecker(H100).emits(candidate)
 
 
+def test_a_candidate_is_analysed_once_for_its_check_and_its_emitters_last_word(monkeypatch):
+    """A fusion pass asks about one fusion more than once (is it emittable, does its
+    emitter take it, what does it cost once installed): the checker analyses it once."""
+    import heron.emitters.fusion_analysis as fusion_analysis
+    from heron.compiler.fusion.fusible import FusionChecker
+
+    analysed_fusions: list[str] = []
+    analyse = fusion_analysis.analyse_fusion
+
+    def counting(fusion, target):
+        analysed_fusions.append(fusion.name)
+        return analyse(fusion, target)
+
+    monkeypatch.setattr(fusion_analysis, "analyse_fusion", counting)
+    candidate = _loop_candidate()
+    checker = FusionChecker(H100)
+    assert checker.check(candidate) is not None
+    assert checker.emits(candidate)
+    assert checker.analysis(candidate.fusion) is checker.analysis(candidate.fusion)
+    assert analysed_fusions == [candidate.fusion.name]
+    # another checker (another pass run) analyses again
+    assert FusionChecker(H100).emits(candidate)
+    assert len(analysed_fusions) == 2
+
+
 def test_the_emitters_whose_limits_are_all_their_constructors_say_so():
     """``refuses_when_built`` is a promise about where an emitter refuses: every emitter
     heron ships keeps it (the GEMM's tile rounds and epilogues, the concatenate's

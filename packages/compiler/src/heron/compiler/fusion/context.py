@@ -324,9 +324,7 @@ class FusionContext:
         cost = NO_KERNEL
         if inst.opcode not in HOST_OPCODES and is_wrappable(inst):
             if inst.opcode == "fusion":
-                from heron.emitters.fusion_analysis import analyse_fusion
-
-                verdict = verdict_of(analyse_fusion(inst, self.target))
+                verdict = verdict_of(self.checker.analysis(inst))
                 cost = self._composed.cost(inst, verdict)
             else:
                 made = self.candidate([inst], [inst], consumer=inst)

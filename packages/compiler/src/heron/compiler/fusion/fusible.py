@@ -23,6 +23,7 @@ the fusion passes never make a fusion the emitters refuse.
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import TYPE_CHECKING
 
 import attrs
@@ -267,6 +268,23 @@ class FusionChecker:
     #: (:meth:`library_members`), by the member itself: a rewrite replaces
     #: instructions rather than changing them, so the answer holds while it lives.
     _library: dict[Instruction, bool] = attrs.field(init=False, factory=dict)
+    #: Each fusion's analysis (a candidate's, or one installed since), made once while
+    #: the fusion lives: a candidate is analysed to be checked, again before it is
+    #: installed (:meth:`emits`) and again when priced as an installed fusion. A fusion
+    #: pass builds bodies and installs them whole, never changing one it analysed.
+    _analyses: weakref.WeakKeyDictionary[Instruction, FusionAnalysis] = attrs.field(
+        init=False, factory=weakref.WeakKeyDictionary
+    )
+
+    def analysis(self, fusion: Instruction) -> FusionAnalysis:
+        """``fusion``'s :func:`~heron.emitters.fusion_analysis.analyse_fusion` for this
+        Target, made once (a refusal is raised every time, not kept)."""
+        known = self._analyses.get(fusion)
+        if known is None:
+            from heron.emitters.fusion_analysis import analyse_fusion
+
+            known = self._analyses[fusion] = analyse_fusion(fusion, self.target)
+        return known
 
     def library_members(self, candidate: Candidate) -> tuple[int, ...]:
         """The positions of ``candidate``'s members that are library GEMMs as they stand:
@@ -308,7 +326,6 @@ class FusionChecker:
         ``consumer``: the instruction the candidate fuses producers into, whose
         operand count may stand for the budget (:func:`fits_budget`).
         """
-        from heron.emitters.fusion_analysis import analyse_fusion
         from heron.emitters.selection import default_registry, emitter_heroes, select_emitter
 
         registry = default_registry()  # a plugin that fails to load is an error, not a "no"
@@ -335,7 +352,7 @@ class FusionChecker:
             elif inst.opcode not in _lowerable():
                 return None
         try:
-            analysis = analyse_fusion(candidate.fusion, self.target)
+            analysis = self.analysis(candidate.fusion)
             spec = select_emitter(analysis, registry)
             if fused_heroes:
                 # A dot or a sort with other ops must be the selected emitter's own
@@ -379,11 +396,10 @@ class FusionChecker:
         fusion it is about to make, not for every candidate it prices. An emitter
         whose spec says it ``refuses_when_built`` is only built, not emitted.
         """
-        from heron.emitters.fusion_analysis import analyse_fusion
         from heron.emitters.selection import emit_fusion, select_emitter
 
         try:
-            analysis = analyse_fusion(candidate.fusion, self.target)
+            analysis = self.analysis(candidate.fusion)
             spec = select_emitter(analysis)
             if spec.refuses_when_built:
                 spec.factory(analysis)
