@@ -150,10 +150,9 @@ class ConcatenateEmitter(FusionEmitter):
         is written at the same index for all its roots, for every operand; no function
         reads a value only an epilogue computes."""
         partitioned = self.partitioned()
-        hero_ids = {id(hero) for hero in self._heroes}
         for write in self.writes:
             root = write.root
-            if id(root) in hero_ids:
+            if self._is_hero(root):
                 continue
             sub = partitioned.epilogue_of(root)
             if sub is None:
@@ -161,7 +160,7 @@ class ConcatenateEmitter(FusionEmitter):
             if not any(sub_root is root for sub_root in sub.roots):
                 raise self.error(f"it is not a root of the epilogue {sub.name}", root)
             for hero in sub.injected:
-                if id(hero) not in hero_ids:
+                if not self._is_hero(hero):
                     raise self.error(f"the epilogue {sub.name} injects a non-hero", hero)
             for size, operand_maps in zip(self.pieces, self.root_maps, strict=True):
                 if size == 0:
@@ -178,6 +177,9 @@ class ConcatenateEmitter(FusionEmitter):
         self.refuse_uncallable_reads(
             hero.operands[k] for hero in self._heroes for k, size in enumerate(self.pieces) if size
         )
+
+    def _is_hero(self, inst: Instruction) -> bool:
+        return any(inst is hero for hero in self._heroes)
 
     # -- maps --------------------------------------------------------------------------
 

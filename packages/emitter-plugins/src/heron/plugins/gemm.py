@@ -234,7 +234,7 @@ class GemmEmitter(FusionEmitter):
             if root is self.dot:
                 continue
             sub = partitioned.epilogue_of(root)
-            if sub is None or [id(h) for h in sub.injected] != [id(self.dot)]:
+            if sub is None or len(sub.injected) != 1 or sub.injected[0] is not self.dot:
                 raise self.error("its epilogue is not a subgraph after the dot alone", root)
         self.refuse_uncallable_reads(self.dot.operands)
 
