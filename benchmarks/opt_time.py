@@ -6,10 +6,18 @@ printed it) and for a generated module of about 10,000 instructions, it times
 (``heron opt --target h100``'s: :func:`heron.compiler.fusion.gpu_pipeline`,
 the target-independent passes then the GPU fusion passes). With ``--xla`` (needs
 ``heron[xla]`` or ``HERON_XLA_PYTHON``, docs/xla.md) it also compiles each
-module once with XLA:GPU, deviceless, for an H100 in the same run and reports
-XLA's own ``PJRT_Compile`` time. The two are not the same work: XLA's figure
-includes its code generation and LLVM; heron's stops at the optimized HLO.
-Both are given so that the passes' share can be judged, not as a race.
+module with XLA:GPU, deviceless, for an H100 in the same run and reports XLA's
+own ``PJRT_Compile`` time, the median of ``--runs`` workers. The two are not
+the same work: XLA's figure includes its code generation and LLVM; heron's
+stops at the optimized HLO. Both are given so that the passes' share can be
+judged, not as a race.
+
+Both sides are timed warm: before any timed compile heron compiles another
+module once in this process, and each XLA worker compiles one before the timed
+module (:data:`heron.xla_compare.xla_side.WARM_UP_MODULE`, the same module for
+both), so neither figure holds what its compiler pays once per process. (Until
+the eighteenth session XLA's figure was a fresh worker's first compile, 40-60 ms
+of start-up included: docs/benchmarks.md, "Warm against warm".)
 
 With ``--full`` heron's figure is the whole compile XLA's is compared with:
 parsing, then :func:`heron.compiler.executable.compile_program` for the h100
@@ -34,7 +42,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -159,17 +166,31 @@ def compile_for_h100(module: Module, library_fallbacks: bool = False) -> int:
     return len(compiled.artefact.kernels)
 
 
-def time_xla(text: str, installation) -> float | None:
+def time_xla(text: str, installation, runs: int) -> float | None:
+    """The median of ``runs`` warm XLA:GPU compiles of ``text`` (one worker each)."""
     from heron.xla_compare.targets import target_config
-    from heron.xla_compare.xla_side import XlaCompileError, compile_with_xla
+    from heron.xla_compare.xla_side import XlaCompileError, time_xla_compile
 
-    with tempfile.TemporaryDirectory(prefix="heron-opt-time-") as dump:
+    seconds = []
+    for _ in range(runs):
         try:
-            compiled = compile_with_xla(text, target_config("h100"), installation, {}, Path(dump))
+            seconds.append(time_xla_compile(text, target_config("h100"), installation))
         except XlaCompileError as exc:
             print(f"  XLA refused it: {exc}", file=sys.stderr)
             return None
-    return compiled.seconds
+    return statistics.median(seconds)
+
+
+def warm_up_heron(full: bool) -> None:
+    """Compile the XLA timing's warm-up module once, untimed: the imports and what heron
+    sets up once per process are not the first timed module's."""
+    from heron.xla_compare.xla_side import WARM_UP_MODULE
+
+    module = parse_module(WARM_UP_MODULE)
+    if full:
+        compile_for_h100(module)
+    else:
+        run_pipeline(module, heron_pipeline()[1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     header = f"{'module':30} {'lines':>7} {'parse s':>8} {work:>9} {after:>12}"
     print(header + (f" {'XLA compile s':>13} {'heron/XLA':>9}" if args.xla else ""))
     ratios, totals = [], []
+    warm_up_heron(args.full)
     for name, text in tracked(cases, "modules"):
         parse_s, passes_s, count, passes = time_heron(
             text,
@@ -236,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         line = f"{name:30} {text.count(chr(10)):>7} {parse_s:>8.3f} {passes_s:>9.3f} {count:>12}"
         totals.append(parse_s + passes_s)
         if installation is not None:
-            xla_s = time_xla(text, installation)
+            xla_s = time_xla(text, installation, args.runs)
             if xla_s:
                 ratios.append((parse_s + passes_s) / xla_s)
                 line += f" {xla_s:>13.3f} {(parse_s + passes_s) / xla_s:>9.2f}"

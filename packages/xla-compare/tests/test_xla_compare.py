@@ -22,7 +22,9 @@ from heron.xla_compare.module_text import is_prefused, with_default_layouts, xla
 from heron.xla_compare.report import comparison_record, format_comparison
 from heron.xla_compare.worker import _fields, without_debug_options
 from heron.xla_compare.xla_side import (
+    WARM_UP_MODULE,
     BufferSizes,
+    XlaCompileError,
     XlaKernel,
     buffer_sizes,
     fatal_line,
@@ -30,9 +32,12 @@ from heron.xla_compare.xla_side import (
     parse_fusions,
     parse_thunk_sequence,
     read_dump,
+    time_xla_compile,
 )
 
 DUMP = Path(__file__).parent / "data" / "scatter_add_dump"
+
+TINY_MODULE = "HloModule m\nENTRY e {\n  ROOT p = f32[4]{0} parameter(0)\n}\n"
 
 SCATTER = """
 add {
@@ -188,6 +193,42 @@ def test_a_comparison_against_a_replayed_xla_dump(tmp_path):
     assert "launch (blocks x threads)" in text and "same" in text
     assert DEVICELESS_NOTE in text
     json.dumps(record)
+
+
+def test_a_timed_compile_is_a_warm_worker_s_without_a_dump(tmp_path):
+    """time_xla_compile asks the worker to compile the warm-up module first and to dump
+    nothing, and answers the worker's seconds (the timed compile's alone)."""
+    seen = tmp_path / "request.json"
+    script = tmp_path / "fake-xla-python"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys, pathlib\n"
+        "request = json.loads(sys.stdin.read())\n"
+        f"pathlib.Path({str(seen)!r}).write_text(json.dumps(request))\n"
+        "print(json.dumps({'ok': True, 'seconds': 0.0425, 'warm': True}))\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    seconds = time_xla_compile(TINY_MODULE, target_config("h100"), XlaInstallation(str(script)))
+    assert seconds == 0.0425
+    request = json.loads(seen.read_text())
+    assert request["warm_up"] == WARM_UP_MODULE and request["hlo"] == TINY_MODULE
+    assert not request.get("dump_dir")  # no dump: its writing is no part of the compile
+    script.write_text(
+        f"#!{sys.executable}\nimport json\nprint(json.dumps({{'ok': False, 'error': 'no'}}))\n"
+    )
+    with pytest.raises(XlaCompileError, match="no"):
+        time_xla_compile(TINY_MODULE, target_config("h100"), XlaInstallation(str(script)))
+
+
+def test_the_warm_up_module_compiles_with_heron_too():
+    """benchmarks/opt_time.py warms heron up on the same module as XLA's workers."""
+    pytest.importorskip("mlir")
+    from heron.compiler import Target
+    from heron.compiler.executable import compile_program
+
+    module = parse_module(WARM_UP_MODULE)
+    compiled = compile_program(module, Target.preset("h100"), ("interpreter",))
+    assert len(compiled.artefact.kernels) >= 1
 
 
 def test_an_xla_abort_is_reported_not_raised(tmp_path):

@@ -135,7 +135,8 @@ def format_comparison(comparison: Comparison) -> str:
     if xla is not None:
         lines.append(
             f"XLA:GPU {xla['plugin']} (jaxlib {xla['jaxlib']}, PJRT C API {xla['pjrt_api']}):"
-            f" the whole module compiled in {xla['seconds'] * 1000:.0f} ms"
+            f" the whole module compiled in {xla['seconds'] * 1000:.0f} ms (a fresh process's"
+            " first compile: benchmarks/opt_time.py times warm ones)"
         )
     else:
         lines.append(f"XLA: error: {comparison.xla_error}")

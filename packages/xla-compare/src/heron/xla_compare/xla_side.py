@@ -261,45 +261,107 @@ def compile_with_xla(
 ) -> XlaCompile:
     """Compile ``hlo_text`` with XLA:GPU, deviceless, in a worker process; read its dump.
 
-    ``dump_dir`` keeps XLA's dump folder (a temporary one otherwise).
+    ``dump_dir`` keeps XLA's dump folder (a temporary one otherwise). The
+    compile is the worker's first, so its ``seconds`` include what XLA pays once
+    per process; :func:`time_xla_compile` times a compile without it.
     """
     with tempfile.TemporaryDirectory(prefix="heron-xla-") as scratch:
         dump = Path(dump_dir) if dump_dir is not None else Path(scratch) / "dump"
         dump.mkdir(parents=True, exist_ok=True)
-        request = {
+        answer = _run_worker(
+            {
+                "hlo": hlo_text,
+                "target_config": target_config,
+                "dump_dir": str(dump),
+                "options": dict(options or {}),
+                "plugin": installation.plugin,
+            },
+            installation,
+            timeout,
+        )
+        return read_dump(dump, answer)
+
+
+#: The module a timing worker compiles first, untimed (:func:`time_xla_compile`): a
+#: loop fusion and a row reduction, so that LLVM, libdevice, ptxas and the emitters
+#: XLA sets up once per process are set up before the timed compile.
+WARM_UP_MODULE = """HloModule warm_up, entry_computation_layout={(f32[64,256]{1,0})->f32[64]{0}}
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT sum = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[64,256]{1,0} parameter(0)
+  e = f32[64,256]{1,0} exponential(x)
+  t = f32[64,256]{1,0} tanh(e)
+  zero = f32[] constant(0)
+  ROOT r = f32[64]{0} reduce(t, zero), dimensions={1}, to_apply=add
+}
+"""
+
+
+def time_xla_compile(
+    hlo_text: str,
+    target_config: str,
+    installation: XlaInstallation,
+    options: dict[str, object] | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> float:
+    """Seconds XLA:GPU takes to compile ``hlo_text`` (deviceless) in a process that has
+    compiled another module before (:data:`WARM_UP_MODULE`), without dumping: the
+    figure to set beside heron's compile of the same module in a warm process.
+
+    A process's first compile pays XLA's start-up too (40-60 ms on the 2-core
+    machine of docs/benchmarks.md, against a 45 ms compile of a 100-line module); a
+    second compile of the same module reuses what XLA keeps in memory (its PTX
+    compilation cache), so each timing is a fresh worker's second module.
+    """
+    answer = _run_worker(
+        {
             "hlo": hlo_text,
             "target_config": target_config,
-            "dump_dir": str(dump),
             "options": dict(options or {}),
             "plugin": installation.plugin,
-        }
-        try:
-            process = subprocess.run(
-                [installation.python, "-I", str(installation.worker)],
-                input=json.dumps(request),
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise XlaCompileError(f"XLA did not finish within {timeout:.0f} s") from exc
-        except OSError as exc:
-            raise XlaCompileError(f"cannot run {installation.python}: {exc}") from exc
-        answer = _answer(process.stdout)
-        if process.returncode != 0 or answer is None:
-            fatal = fatal_line(process.stderr)
-            how = (
-                f"killed by signal {-process.returncode}"
-                if process.returncode < 0
-                else f"exit status {process.returncode}"
-            )
-            last = [line for line in process.stderr.splitlines() if line.strip()]
-            detail = fatal or (last[-1].strip() if last else "no message")
-            raise XlaCompileError(f"XLA aborted ({how}): {detail}")
-        if not answer.get("ok"):
-            raise XlaCompileError(str(answer.get("error", "XLA failed")).splitlines()[0])
-        return read_dump(dump, answer)
+            "warm_up": WARM_UP_MODULE,
+        },
+        installation,
+        timeout,
+    )
+    return float(answer["seconds"])
+
+
+def _run_worker(request: dict, installation: XlaInstallation, timeout: float) -> dict:
+    """The worker's answer to ``request`` (XlaCompileError when XLA failed or aborted)."""
+    try:
+        process = subprocess.run(
+            [installation.python, "-I", str(installation.worker)],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise XlaCompileError(f"XLA did not finish within {timeout:.0f} s") from exc
+    except OSError as exc:
+        raise XlaCompileError(f"cannot run {installation.python}: {exc}") from exc
+    answer = _answer(process.stdout)
+    if process.returncode != 0 or answer is None:
+        fatal = fatal_line(process.stderr)
+        how = (
+            f"killed by signal {-process.returncode}"
+            if process.returncode < 0
+            else f"exit status {process.returncode}"
+        )
+        last = [line for line in process.stderr.splitlines() if line.strip()]
+        detail = fatal or (last[-1].strip() if last else "no message")
+        raise XlaCompileError(f"XLA aborted ({how}): {detail}")
+    if not answer.get("ok"):
+        raise XlaCompileError(str(answer.get("error", "XLA failed")).splitlines()[0])
+    return answer
 
 
 def _answer(stdout: str) -> dict | None:
