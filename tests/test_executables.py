@@ -61,6 +61,7 @@ from heron.hlo.buffers.dataflow import sequential_computations
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.memory_layout import memory_bytes, to_memory
 from heron.hlo.parser import parse_module
+from heron.hlo.printer import print_module
 from heron.runtime.core.artefact import Artefact
 from heron.runtime.core.thunks import (
     CommandBufferThunk,
@@ -190,7 +191,9 @@ def _check_artefact_round_trip(compiled: CompiledExecutable, path: Path) -> None
     artefact.save(path)
     loaded = Artefact.load(path)
     assert loaded == artefact
-    assert loaded.backends == ("interpreter",)
+    # the backends it holds kernel images for: none where every instruction is a copy or a
+    # bitcast (a transpose that moves no byte)
+    assert loaded.backends == (("interpreter",) if artefact.kernels else ())
     assert loaded.optimized_hlo is not None and "is_scheduled=true" in loaded.optimized_hlo
 
 
@@ -211,7 +214,9 @@ def _check_kernel_thunks(compiled) -> None:
         if inst.opcode == "fusion"
     ]
     kernel_thunks = [t for t in walk(compiled.artefact.program) if isinstance(t, KernelThunk)]
-    assert len(kernel_thunks) == len(fusions) >= 1
+    assert len(kernel_thunks) == len(fusions)
+    # no kernel only where nothing computes (a transpose that moves no byte is a bitcast)
+    assert fusions or _moves_bytes_only(compiled.module), print_module(compiled.module)
     kernel_of = compiled.program.kernel_of
     assert sorted(kernel_of) == sorted(f.name for f in fusions)
     assert len({e.key for e in compiled.program.kernels}) == len(compiled.program.kernels)
@@ -364,7 +369,8 @@ def _check_artefact_run(program: CorpusProgram, compiled: CompiledExecutable, pa
     total = sum(a.size for a in artefact.allocations)
     assert recorded.peak_device_bytes == direct.peak_device_bytes == total
     launches = [r for r in direct.stats.records if r.kind == "kernel"]
-    assert direct.stats.kernel_launches == len(launches) >= 1
+    assert direct.stats.kernel_launches == len(launches)
+    assert launches or not any(isinstance(t, KernelThunk) for t in walk(artefact.program))
     if not any(isinstance(t, (WhileThunk, ConditionalThunk)) for t in artefact.program):
         # Straight-line programs launch every kernel thunk once.
         kernel_thunks = [t for t in walk(artefact.program) if isinstance(t, KernelThunk)]
@@ -384,7 +390,7 @@ def _check_kernel_table_row(program: CorpusProgram, compiled: CompiledExecutable
     # The table counts the executable's kernels (loops and conditionals are thunks of
     # their own), so it refuses nothing that compiles.
     assert heron.count is not None, heron
-    assert heron.count >= 1 and heron.peak_bytes > 0
+    assert (heron.count >= 1 or _moves_bytes_only(compiled.module)) and heron.peak_bytes > 0
     custom_calls = sum(
         1
         for c in sequential_computations(compiled.module)
@@ -396,6 +402,15 @@ def _check_kernel_table_row(program: CorpusProgram, compiled: CompiledExecutable
     xla = table.xla_kernels(facts)
     over = heron.count > xla * (1.5 if facts["triton"] else 1)
     assert over == (program.id in OVER_THE_RULE), (heron.count, xla)
+
+
+def _moves_bytes_only(module) -> bool:
+    """Whether ``module`` computes nothing: parameters, bitcasts, copies and tuples only."""
+    return all(
+        inst.opcode in ("parameter", "bitcast", "copy", "tuple", "get-tuple-element")
+        for computation in sequential_computations(module)
+        for inst in computation.instructions
+    )
 
 
 def _table():

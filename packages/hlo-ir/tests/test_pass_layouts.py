@@ -15,6 +15,7 @@ from heron.hlo.passes.layouts import (
     decompose_reshapes,
     is_row_major,
     normalize_layouts,
+    transpose_is_bitcast,
 )
 from heron.hlo.printer import print_module
 from heron.hlo.shapes import ArrayShape, Layout
@@ -92,6 +93,31 @@ ENTRY main {
 """
     module = parse_module(text)
     assert not normalize_layouts(module)
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "dimensions", "moves_bytes"),
+    [
+        # the layouts undo the permutation: the result is the operand's bytes
+        ("f32[32,48]{1,0}", "f32[48,32]{0,1}", "1,0", False),
+        ("f32[4,8,16]{2,1,0}", "f32[16,4,8]{0,2,1}", "2,0,1", False),
+        ("f16[2,3,4,5]{3,2,1,0}", "f16[5,4,3,2]{0,1,2,3}", "3,2,1,0", False),
+        ("f32[2,16,4,8]{3,2,1,0}", "f32[2,4,16,8]{3,1,2,0}", "0,2,1,3", False),
+        # size-1 dimensions go anywhere
+        ("f32[1,6]{1,0}", "f32[6,1]{1,0}", "1,0", False),
+        # a real transpose: row-major in and out, or a layout that keeps it one
+        ("f32[32,48]{1,0}", "f32[48,32]{1,0}", "1,0", True),
+        ("f32[4,8,16]{2,1,0}", "f32[16,4,8]{2,0,1}", "2,0,1", True),
+    ],
+)
+def test_whether_a_transpose_moves_any_byte(
+    source: str, target: str, dimensions: str, moves_bytes: bool
+) -> None:
+    text = (
+        f"HloModule m\nENTRY main {{\n  p = {source} parameter(0)\n"
+        f"  ROOT t = {target} transpose(p), dimensions={{{dimensions}}}\n}}\n"
+    )
+    assert transpose_is_bitcast(parse_module(text).entry.root_instruction) is not moves_bytes
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,7 @@ from heron.compiler.fusion.gemm_fusion import gemm_fusion
 from heron.compiler.fusion.horizontal_fusion import horizontal_fusion
 from heron.compiler.fusion.multi_output_fusion import multi_output_fusion
 from heron.compiler.fusion.priority_fusion import priority_fusion
+from heron.compiler.fusion.transpose_bitcast import transpose_bitcast
 from heron.compiler.fusion.wrapper import fusion_wrapper
 from heron.compiler.library_attention import library_attention_rewriter
 from heron.compiler.library_attention_backward import library_attention_backward_rewriter
@@ -75,6 +76,7 @@ GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
     "tree-reduction-rewriter": tree_reduction_rewriter,
     "library-gemm-operand-layout": operand_layout,
     "library-gemm-fusion": gemm_fusion,
+    "transpose-bitcast": transpose_bitcast,
     "priority-fusion": priority_fusion,
     "multi-output-fusion": multi_output_fusion,
     "horizontal-fusion": horizontal_fusion,
@@ -84,13 +86,17 @@ GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
 
 
 def fusion_pipeline(target: Target) -> Pipeline:
-    """Library GEMMs (their operands laid out as the library reads them first), priority,
-    multi-output and horizontal fusion, the wrapper, then CSE and DCE."""
+    """Library GEMMs (their operands laid out as the library reads them first), the
+    transposes no kernel reads that move no byte made bitcasts (their chains folded),
+    priority, multi-output and horizontal fusion, the wrapper, then CSE and DCE."""
     return Pipeline(
         "fusion",
         (
             operand_layout(target),
             gemm_fusion(target),
+            transpose_bitcast(target),
+            pass_named("algebraic-simplifier"),
+            pass_named("hlo-dce"),
             priority_fusion(target),
             fusion_cse(target),
             multi_output_fusion(target),

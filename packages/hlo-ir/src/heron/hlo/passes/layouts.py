@@ -20,9 +20,9 @@ Three passes, in the order XLA's GPU pipeline runs their counterparts:
   row-major (size-1 dimensions aside) moves no byte: it becomes a
   ``bitcast``. Any other reshape becomes copies to and from row-major around a
   bitcast (the copies then normalise to transposes).
-
 Row-major-ness is decided by :func:`is_row_major`, the one definition of the
-question for these passes; the physical order itself is
+question for these passes (and :func:`transpose_is_bitcast` whether a transpose
+moves any byte, for ``heron.compiler.fusion.transpose_bitcast``); the physical order itself is
 ``ArrayShape.major_to_minor`` (``heron.hlo.memory_layout`` has the rest of the
 convention).
 """
@@ -51,6 +51,7 @@ __all__ = [
     "decompose_reshapes",
     "is_row_major",
     "normalize_layouts",
+    "transpose_is_bitcast",
     "with_default_layout",
 ]
 
@@ -215,9 +216,7 @@ def normalize_layouts(module: Module) -> bool:
                 continue
             if source.layout is None or target.layout is None:
                 continue
-            if [d for d in source.major_to_minor if source.dims[d] != 1] == [
-                d for d in target.major_to_minor if target.dims[d] != 1
-            ]:
+            if _memory_order(source) == _memory_order(target):
                 continue  # the same memory order: the simplifier's business, not a transpose
             replacement = _physical_transpose(inserter, copy, copy.operands[0], target)
             inserter.replace(copy, replacement)
@@ -225,6 +224,24 @@ def normalize_layouts(module: Module) -> bool:
             changed = True
         remove_instructions(computation, removed)
     return changed
+
+
+def _memory_order(shape: ArrayShape) -> list[int]:
+    """The dimensions from major to minor in memory, size-1 dimensions aside."""
+    return [d for d in shape.major_to_minor if shape.dims[d] != 1]
+
+
+def transpose_is_bitcast(transpose: Instruction) -> bool:
+    """Whether ``transpose`` (operand and result laid out) moves no byte: its result's
+    dimensions, from major to minor in memory, are the operand's in the operand's memory
+    order (size-1 dimensions aside). A JAX program often transposes into a layout that
+    is the operand's own bytes (``f32[32,48]{1,0}`` to ``f32[48,32]{0,1}``); XLA's
+    layout-sensitive simplifier makes such a transpose a bitcast
+    (``ShapeUtil::TransposeIsBitcast``), a copy of the buffer where it is an output."""
+    source, target = transpose.operands[0].array_shape, transpose.array_shape
+    permutation = tuple(transpose.attr("dimensions"))
+    through = [permutation[d] for d in target.major_to_minor if target.dims[d] != 1]
+    return through == _memory_order(source)
 
 
 # -- reshapes ----------------------------------------------------------------------------
