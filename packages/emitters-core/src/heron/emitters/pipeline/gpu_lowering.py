@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from heron.emitters.pipeline.upstream import upstream_pass_manager
 from heron.hlo.errors import UnsupportedError
 
 #: Optional on an emitter's entry: the blocks a core should keep resident (an
@@ -89,7 +90,7 @@ def lower_gpu_module(
     the string attributes of ``default_kernel_attrs`` that it does not have, and
     its ``heron.min_blocks_per_core`` as its backend's attribute (``MIN_BLOCKS_ATTRS``).
     """
-    ir, passmanager, llvm_dialect = import_mlir(extra)
+    ir, _, llvm_dialect = import_mlir(extra)
     if isinstance(module, str):
         context = ir.Context()
         with context:
@@ -109,7 +110,7 @@ def lower_gpu_module(
                     pipeline(work)
                     work.operation.verify()
                 else:
-                    passmanager.PassManager.parse(pipeline).run(work.operation)
+                    upstream_pass_manager(pipeline, context).run(work.operation)
             except Exception as exc:  # MLIR reports pass failures as MLIRError
                 raise UnsupportedError(f"MLIR lowering step {name!r} failed: {exc}") from exc
             if dump is not None:

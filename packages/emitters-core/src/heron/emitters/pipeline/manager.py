@@ -16,6 +16,7 @@ import attrs
 from mlir import ir
 
 from heron.emitters.callbacks import CallbackError
+from heron.emitters.pipeline.upstream import upstream_pass_manager
 from heron.hlo.errors import UnsupportedError
 from heron.target import Target
 
@@ -130,7 +131,6 @@ def run_passes(
 
 
 def run_upstream(module: ir.Module, pipeline: str) -> None:
-    """Run an upstream pass pipeline string (``builtin.module(...)``) on ``module``."""
-    from mlir import passmanager
-
-    passmanager.PassManager.parse(pipeline).run(module.operation)
+    """Run an upstream pass pipeline string (``builtin.module(...)``) on ``module`` (its
+    pass manager made once per context: :mod:`heron.emitters.pipeline.upstream`)."""
+    upstream_pass_manager(pipeline, module.context).run(module.operation)
