@@ -213,3 +213,22 @@ def test_compile_fusion_api_records_every_stage(tmp_path):
     assert [a.extension for a in compiled.device_code()] == ["ptx"]
     assert (compiled.fusion_name, compiled.kernel_name, compiled.emitter) == ("f", "f", "loop")
     assert len(list(tmp_path.glob("f.*"))) >= len(pass_names()) + 2
+
+
+def test_a_program_with_no_fusion_that_is_no_kernel_points_to_executable(capsys, hlo, tmp_path):
+    """A JAX program (no fusion yet) is read as one fusion, as XLA's fusion_to_mlir
+    reads such a file; where that is no kernel, the error says how to compile it as a
+    program."""
+    path = hlo(
+        "HloModule p\nENTRY main {\n  x = f32[8,32] parameter(0)\n"
+        "  t = (f32[8,4], s32[8,4]) topk(x), k=4, largest=true\n"
+        "  v = f32[8,4] get-tuple-element(t), index=0\n"
+        "  i = s32[8,4] get-tuple-element(t), index=1\n"
+        "  ROOT r = (f32[8,4], s32[8,4]) tuple(v, i)\n}\n"
+    )
+    code, out, err = heron(capsys, "compile", str(path), "-o", str(tmp_path / "k"))
+    assert code == 2 and out == ""
+    assert "no elemental lowering" in err
+    assert f"heron compile --executable OUT.heron {path}" in err
+    code, out, err = heron(capsys, "compile", str(path), "--executable", str(tmp_path / "p.heron"))
+    assert code == 0, err

@@ -45,6 +45,7 @@ from heron.cli.common import (
     resolve_target,
     write_atomically,
 )
+from heron.hlo.errors import UnsupportedError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -151,6 +152,7 @@ def _file_name(fusion: str, single: str | None, extension: str, known: set[str])
 
 def run(args: argparse.Namespace) -> int:
     from heron.compiler import DumpWriter, compile_fusion, selected_fusions
+    from heron.compiler.fusion import is_fused
 
     if args.executable is None:
         if args.backend:
@@ -182,9 +184,20 @@ def run(args: argparse.Namespace) -> int:
     directory, single = _destinations(args.output, [f.name for f in fusions])
     if args.dump_dir:
         check_output_directory(Path(args.dump_dir), f"--dump-dir {args.dump_dir}", create=True)
+    unfused = not is_fused(module)
     for fusion in fusions:
         dump = DumpWriter(args.dump_dir, fusion.name) if args.dump_dir else None
-        compiled = compile_fusion(fusion, target, dump=dump)
+        try:
+            compiled = compile_fusion(fusion, target, dump=dump)
+        except UnsupportedError as exc:
+            if not unfused:
+                raise
+            raise UnsupportedError(
+                f"{exc.message}\n(note: {args.file} holds no fusion, so its entry computation"
+                " was read as one fusion, as XLA's fusion_to_mlir reads such a file; to fuse"
+                f" and compile it as a program: heron compile --executable OUT.heron {args.file})",
+                exc.location,
+            ) from exc
         code = compiled.device_code()
         known = {artefact.extension for artefact in code}
         written = []
