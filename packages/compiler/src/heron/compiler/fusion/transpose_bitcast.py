@@ -41,15 +41,11 @@ def transposes_as_bitcasts(module: Module) -> bool:
     names = module_names(module)
     changed = False
     for computation in non_fusion_computations(module):
-        users: dict[Instruction, list[Instruction]] = {}
-        for inst in computation.instructions:
-            for operand in inst.operands:
-                users.setdefault(operand, []).append(inst)
         inserter, removed = Inserter(computation, names), []
         for transpose in [i for i in computation.instructions if i.opcode == "transpose"]:
             if not _moves_no_byte(transpose):
                 continue
-            if any(is_fusible_consumer(user) for user in users.get(transpose, ())):
+            if any(is_fusible_consumer(user) for user in inserter.uses.users(transpose)):
                 continue  # read by a kernel: fused into it, at no cost
             bitcast = inserter.add("bitcast", transpose.shape, transpose.operands, like=transpose)
             inserter.replace(transpose, bitcast)
