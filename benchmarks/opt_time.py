@@ -26,8 +26,9 @@ assignment, thunks, every kernel emitted, lowered and compiled to PTX, and to
 a cubin where ptxas is installed, as XLA's compile ends in one).
 
 Run: ``python benchmarks/opt_time.py [--runs N] [--xla] [--full [--library-fallbacks]]
-[--only NAME] [--slowest N] [--models]`` (``--models``: the model corpus, flax/equinox/haiku
-programs, instead of the program corpus);
+[--only NAME] [--slowest N] [--models] [--stages]`` (``--models``: the model corpus,
+flax/equinox/haiku programs, instead of the program corpus; ``--stages`` with ``--full``:
+the HLO passes and kernel stages summed over the modules, where the time goes);
 single top-k and sort fusions of GPU size (``--heavy``: issue 32 asks each under 1 s):
 ``python benchmarks/opt_time.py --heavy --full --xla``;
 the generated module alone, at another size:
@@ -94,13 +95,15 @@ def generated_module(instructions: int = 10_000, seed: int = 0) -> Module:
 
 def time_heron(
     text: str, runs: int, pipeline_factory, full: bool = False, library_fallbacks: bool = False
-) -> tuple[float, float, int, list[tuple[str, float]]]:
+) -> tuple[float, float, int, list[tuple[str, float]], object | None]:
     """Median seconds to parse, median seconds for the pipeline (``full``: the whole
-    compile), instructions after it (``full``: kernels), and the passes of the last
-    run by the seconds they took (slowest first; none with ``full``)."""
+    compile), instructions after it (``full``: kernels), the passes of the last run by
+    the seconds they took (slowest first; none with ``full``), and with ``full`` the
+    median run's :class:`~heron.compiler.executable.CompileProfile` (else None)."""
     parse_times, pipeline_times = [], []
     module = None
     passes: list[tuple[str, float]] = []
+    profiles = []
     count = 0
     for _ in tracked(range(runs), "runs"):
         start = time.perf_counter()
@@ -108,8 +111,10 @@ def time_heron(
         parse_times.append(time.perf_counter() - start)
         start = time.perf_counter()
         if full:
-            count = compile_for_h100(module, library_fallbacks)
+            compiled = compile_for_h100(module, library_fallbacks)
             pipeline_times.append(time.perf_counter() - start)
+            count = len(compiled.artefact.kernels)
+            profiles.append(compiled.profile)
             continue
         report = run_pipeline(module, pipeline_factory())
         pipeline_times.append(time.perf_counter() - start)
@@ -118,7 +123,37 @@ def time_heron(
             key=lambda entry: -entry[1],
         )
         count = sum(len(c.instructions) for c in module.computations)
-    return statistics.median(parse_times), statistics.median(pipeline_times), count, passes
+    profile = sorted(profiles, key=lambda p: p.seconds)[len(profiles) // 2] if profiles else None
+    return (
+        statistics.median(parse_times),
+        statistics.median(pipeline_times),
+        count,
+        passes,
+        profile,
+    )
+
+
+def print_stages(profiles: list) -> None:
+    """The HLO passes and kernel stages of ``profiles`` (each module's median run), summed
+    over the modules, the slowest first: where the whole compile's time goes."""
+    passes: dict[str, float] = {}
+    stages: dict[str, float] = {}
+    for profile in profiles:
+        for record in profile.passes.records:
+            name = record.path.rsplit("/", 1)[-1]
+            passes[name] = passes.get(name, 0.0) + record.seconds
+        for name, _, seconds in profile.stages:
+            stages[name] = stages.get(name, 0.0) + seconds
+    whole = sum(p.seconds for p in profiles)
+    hlo = sum(p.passes.seconds for p in profiles)
+    print(
+        f"\nsummed over {len(profiles)} modules (each module's median run): whole {whole:.2f} s,"
+        f" HLO passes {hlo:.2f} s, kernel stages {sum(stages.values()):.2f} s"
+        " (LLVM and ptxas on workers, beside emission)"
+    )
+    for title, table in (("HLO pass", passes), ("kernel stage", stages)):
+        for name, seconds in sorted(table.items(), key=lambda item: -item[1])[:15]:
+            print(f"  {title:12} {name:40} {seconds:8.3f}")
 
 
 #: Single-fusion modules of GPU size whose kernels were the slowest to compile (issue 32:
@@ -151,19 +186,18 @@ def heavy_modules() -> list[tuple[str, str]]:
     ]
 
 
-def compile_for_h100(module: Module, library_fallbacks: bool = False) -> int:
-    """heron's whole compile of ``module`` for the h100 preset, CUDA kernels only; the
-    number of kernels (``library_fallbacks``: heron's GEMM kernel beside each library
-    call too, as every compile made it before the twelfth session)."""
+def compile_for_h100(module: Module, library_fallbacks: bool = False):
+    """heron's whole compile of ``module`` for the h100 preset, CUDA kernels only
+    (``library_fallbacks``: heron's GEMM kernel beside each library call too, as every
+    compile made it before the twelfth session): the CompiledExecutable."""
     from heron.compiler import Target
     from heron.compiler.executable import compile_program
     from heron.indexing import forget_memos
 
     forget_memos()  # each run compiles cold: no indexing map remembered from the previous run
-    compiled = compile_program(
+    return compile_program(
         module, Target.preset("h100"), backends=("cuda",), library_fallbacks=library_fallbacks
     )
-    return len(compiled.artefact.kernels)
 
 
 def time_xla(text: str, installation, runs: int) -> float | None:
@@ -221,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--slowest", type=int, default=0, metavar="N", help="print each module's N slowest passes"
     )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="with --full: the HLO passes and kernel stages summed over the modules",
+    )
     args = parser.parse_args(argv)
     label, _ = heron_pipeline()
     installation = None
@@ -245,10 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     work, after = ("compile s", "kernels") if args.full else ("passes s", "instr. after")
     header = f"{'module':30} {'lines':>7} {'parse s':>8} {work:>9} {after:>12}"
     print(header + (f" {'XLA compile s':>13} {'heron/XLA':>9}" if args.xla else ""))
-    ratios, totals = [], []
+    ratios, totals, profiles = [], [], []
     warm_up_heron(args.full)
     for name, text in tracked(cases, "modules"):
-        parse_s, passes_s, count, passes = time_heron(
+        parse_s, passes_s, count, passes, profile = time_heron(
             text,
             args.runs,
             lambda: heron_pipeline()[1],
@@ -265,10 +304,14 @@ def main(argv: list[str] | None = None) -> int:
         print(line, flush=True)
         for path, seconds in passes[: args.slowest]:
             print(f"    {path:60} {seconds:>8.3f}")
+        if profile is not None:
+            profiles.append(profile)
     median = statistics.median(totals)
     print(f"median heron (parse + {work.split()[0]}) over {len(totals)} modules: {median:.3f} s")
     if ratios:
         print(f"median heron/XLA: {statistics.median(ratios):.2f}")
+    if args.stages and profiles:
+        print_stages(profiles)
     return 0
 
 
