@@ -41,15 +41,31 @@ def compute_dtype(et: ElementType) -> np.dtype:
     return np.dtype(np.float64) if et is ElementType.F64 else np.dtype(np.float32)
 
 
+#: f32 bits of 2^-127, f8e8m0fnu's smallest value (code 0x00), and of the largest f32
+#: subnormal: XLA rounds a positive f32 subnormal above 2^-127 up to 2^-126 (0x01).
+_E8M0_SMALLEST_BITS = 0x00400000
+_F32_LARGEST_SUBNORMAL_BITS = 0x007FFFFF
+
+
 def from_f32(values: np.ndarray, et: ElementType) -> np.ndarray:
-    """Round f32 values to ``et`` as XLA's convert does (ml_dtypes, plus one fix-up).
+    """Round f32 values to ``et`` as XLA's convert does (ml_dtypes, plus two fix-ups).
 
     f4e2m1fn has no NaN; XLA maps every NaN to its -0 encoding, whereas
-    ml_dtypes picks the zero's sign from the NaN's.
+    ml_dtypes picks the zero's sign from the NaN's. f8e8m0fnu from a positive f32
+    subnormal: XLA (jaxlib 0.10.2's XLA:CPU, and heron's kernels) gives 2^-127 up to
+    2^-127 itself and 2^-126 above it, as ml_dtypes 0.6 did; ml_dtypes 0.7 rounds
+    those to the nearer of the two instead. The rule is written out here so that the
+    evaluator is XLA's whichever ml_dtypes is installed.
     """
-    out = np.asarray(values, dtype=np.float32).astype(et.numpy_dtype)
+    values = np.asarray(values, dtype=np.float32)
+    out = values.astype(et.numpy_dtype)
     if et is ElementType.F4E2M1FN:
         out = np.where(np.isnan(values), np.array(-0.0, dtype=et.numpy_dtype), out)
+    elif et is ElementType.F8E8M0FNU:
+        bits = values.view(np.uint32)
+        subnormal = (bits > 0) & (bits <= _F32_LARGEST_SUBNORMAL_BITS)
+        codes = (bits > _E8M0_SMALLEST_BITS).astype(np.uint8)
+        out = np.where(subnormal, codes.view(et.numpy_dtype), out)
     return out
 
 
