@@ -67,9 +67,14 @@ def with_default_layout(shape: Shape) -> Shape:
     )
 
 
+def _memory_order(shape: ArrayShape) -> list[int]:
+    """The dimensions from major to minor in memory, size-1 dimensions aside."""
+    return [d for d in shape.major_to_minor if shape.dims[d] != 1]
+
+
 def is_row_major(shape: ArrayShape) -> bool:
     """Whether the elements lie in memory in logical row-major order (size-1 dims aside)."""
-    order = [d for d in shape.major_to_minor if shape.dims[d] != 1]
+    order = _memory_order(shape)
     return order == sorted(order)
 
 
@@ -226,11 +231,6 @@ def normalize_layouts(module: Module) -> bool:
     return changed
 
 
-def _memory_order(shape: ArrayShape) -> list[int]:
-    """The dimensions from major to minor in memory, size-1 dimensions aside."""
-    return [d for d in shape.major_to_minor if shape.dims[d] != 1]
-
-
 def transpose_is_bitcast(transpose: Instruction) -> bool:
     """Whether ``transpose`` (operand and result laid out) moves no byte: its result's
     dimensions, from major to minor in memory, are the operand's in the operand's memory
@@ -240,7 +240,7 @@ def transpose_is_bitcast(transpose: Instruction) -> bool:
     (``ShapeUtil::TransposeIsBitcast``), a copy of the buffer where it is an output."""
     source, target = transpose.operands[0].array_shape, transpose.array_shape
     permutation = tuple(transpose.attr("dimensions"))
-    through = [permutation[d] for d in target.major_to_minor if target.dims[d] != 1]
+    through = [permutation[d] for d in _memory_order(target)]
     return through == _memory_order(source)
 
 
