@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from heron.compiler.gc_policy import fewer_collections
 from heron.compiler.summation_order import ordered_by_their_kernels
 from heron.hlo.errors import HloError, UnsupportedError
 from heron.hlo.plugin_loading import PluginError
@@ -236,6 +237,7 @@ def stage_names(backend: str, *, backends: BackendRegistry | None = None) -> lis
     return [*_heron_stage_names(tuple(heron_passes())), *(stage.name for stage in spec.stages)]
 
 
+@fewer_collections()
 def compile_fusion(
     fusion: Instruction,
     target: Target,

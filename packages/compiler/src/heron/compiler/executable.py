@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from heron.compiler.gc_policy import fewer_collections
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.input_output_alias import input_output_aliases, leaf_number
 from heron.hlo.ir import Instruction, Module
@@ -135,6 +136,7 @@ def _stage_totals(kernels: Sequence[CompiledKernel]) -> tuple[tuple[str, int, fl
     return tuple((name, int(runs), seconds) for name, (runs, seconds) in rows)
 
 
+@fewer_collections()
 def prepare_module(
     module: Module,
     target: Target,
@@ -186,6 +188,7 @@ def prepare_module(
     return optimized, trip_counts
 
 
+@fewer_collections()
 def compile_program(
     module: Module,
     target: Target,
