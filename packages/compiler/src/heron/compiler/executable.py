@@ -31,7 +31,6 @@ set, and the executor reads the result from the caller's (donated) bytes.
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import sys
 import time
@@ -162,7 +161,7 @@ def prepare_module(
     from heron.hlo.passes.manager import pipeline_of
     from heron.hlo.passes.while_loop_simplifier import trip_count
 
-    optimized = copy.deepcopy(module)
+    optimized = module.copy()
     already_fused = is_fused(optimized)  # decided on the module as given, before fusion
     fused = run_pipeline(
         optimized, program_pipeline(optimized, target, deterministic=deterministic)
