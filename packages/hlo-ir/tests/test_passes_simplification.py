@@ -536,3 +536,66 @@ def test_rewrite_each_keeps_one_uses_table_per_computation(monkeypatch):
     assert seen_users == [1] * 39  # each operand's one live user, never a replaced one
     x = np.arange(4, dtype=np.float32)
     assert np.array_equal(evaluate_module(module, [x]), x * (1 if 39 % 2 == 0 else -1))
+
+
+def test_a_group_verified_at_its_end_checks_the_module_once(monkeypatch) -> None:
+    """``verify_each_pass=False`` (XLA's debug-only invariant checker, which its GPU
+    compiler puts on the simplification and fusion groups): the module is verified
+    when the group ends and changed it, not after each of its passes; with
+    ``HERON_VERIFY_EACH_PASS=1`` (or the argument) after each again."""
+    import heron.hlo.passes.manager as manager
+
+    checked: list[int] = []  # how many passes had reported when each check ran
+
+    def recording(module, computations=None):
+        checked.append(len(record))
+        verify_module(module, computations)
+
+    record: list = []
+    monkeypatch.setattr(manager, "verify_module", recording)
+    monkeypatch.delenv(manager.VERIFY_EACH_PASS_ENV, raising=False)
+    group = FixedPoint(
+        "simplify",
+        (pass_named("tuple-simplifier"), pass_named("hlo-dce"), pass_named("hlo-cse")),
+        verify_each_pass=False,
+    )
+    pipeline = Pipeline("simplification", (pass_named("call-inliner"), group))
+    report = run_pipeline(parse_module(JAX_STYLE), pipeline, on_pass=record.append)
+    changed = [r.path for r in report.records if r.changed]
+    assert "simplification/call-inliner" in changed
+    assert any(path.startswith("simplification/simplify/") for path in changed)
+    # Once before the pipeline, once after the inliner (before it reports), once when
+    # the group ended, after all its passes.
+    assert checked == [0, 0, len(report.records)]
+
+    for each in (True, None):
+        checked.clear()
+        record.clear()
+        if each is None:
+            monkeypatch.setenv(manager.VERIFY_EACH_PASS_ENV, "1")
+        report = run_pipeline(
+            parse_module(JAX_STYLE), pipeline, on_pass=record.append, verify_each_pass=each
+        )
+        assert len(checked) == 1 + sum(r.changed for r in report.records)
+
+
+def test_a_group_verified_at_its_end_names_its_passes_when_the_module_breaks() -> None:
+    def break_root(module: Module) -> bool:
+        module.entry.root = None
+        return True
+
+    group = Pipeline(
+        "fusion",
+        (HloPass("fine", lambda module: False), HloPass("breaker", break_root)),
+        verify_each_pass=False,
+    )
+    with pytest.raises(PassFailure) as failure:
+        run_pipeline(parse_module(JAX_STYLE), Pipeline("outer", (group,)), verify_each_pass=False)
+    message = str(failure.value)
+    assert "'outer/fusion' left a module that does not verify" in message
+    assert "outer/fusion/breaker" in message and "outer/fusion/fine" not in message
+    assert "HERON_VERIFY_EACH_PASS=1" in message
+    with pytest.raises(PassFailure, match="pass 'outer/fusion/breaker' left a module"):
+        run_pipeline(parse_module(JAX_STYLE), Pipeline("outer", (group,)), verify_each_pass=True)
+    with pytest.raises(UnsupportedError, match="verify_each_pass must be True or False"):
+        Pipeline("p", (), verify_each_pass="no")

@@ -35,10 +35,9 @@ def _passes_for(already_fused: bool, target: Target) -> Pipeline:
     """The entry's fusion passes without DCE (which needs the real entry)."""
     if already_fused:  # an optimized module keeps its fusions: only the wrapper
         return Pipeline("control-flow-fusion", (fusion_wrapper(target),))
-    steps = tuple(
-        step for step in fusion_pipeline(target).steps if getattr(step, "name", "") != _DCE
-    )
-    return Pipeline("control-flow-fusion", steps)
+    entry = fusion_pipeline(target)
+    steps = tuple(step for step in entry.steps if getattr(step, "name", "") != _DCE)
+    return Pipeline("control-flow-fusion", steps, verify_each_pass=entry.verify_each_pass)
 
 
 def fuse_control_flow_computations(

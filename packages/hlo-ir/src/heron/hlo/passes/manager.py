@@ -9,6 +9,12 @@ verifies the module (so a broken pass is named by the error, not by a later
 stage), times it, records whether it changed the module, and dumps the module
 text when it did (the counterpart of XLA's ``--xla_dump_hlo_pass_re``).
 
+A group whose passes run many times over a whole module (the simplification
+fixed points, the fusion pipeline) verifies once when it ends instead
+(``verify_each_pass=False``: XLA's ``AddInvariantCheckerDebug``, which its GPU
+compiler uses for the same groups), unless ``HERON_VERIFY_EACH_PASS=1`` asks for
+every pass to be verified again, to name the one that broke the module.
+
 The manager knows nothing about particular passes: the target-independent ones
 live beside it (one module each), the GPU ones in the compiler package, and
 :mod:`heron.hlo.passes.registry` names them for ``heron opt --passes``.
@@ -16,6 +22,7 @@ live beside it (one module each), the GPU ones in the compiler package, and
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +43,7 @@ __all__ = [
     "Pipeline",
     "PipelineReport",
     "Step",
+    "VERIFY_EACH_PASS_ENV",
     "run_pipeline",
 ]
 
@@ -71,12 +79,22 @@ class HloPass:
     entry_only: bool = attrs.field(default=False, validator=_bool)
 
 
+#: Set to 1, every pass is verified after it changes the module, in the groups that
+#: otherwise verify once at their end (``verify_each_pass=False``).
+VERIFY_EACH_PASS_ENV = "HERON_VERIFY_EACH_PASS"
+
+
 @attrs.frozen
 class Pipeline:
-    """Steps run once, in order."""
+    """Steps run once, in order.
+
+    ``verify_each_pass=False``: the module is verified once, when the pipeline has
+    run and changed it, rather than after each of its passes (see the module's doc).
+    """
 
     name: str = attrs.field(validator=_name)
     steps: tuple[Step, ...] = attrs.field(converter=tuple)
+    verify_each_pass: bool = attrs.field(default=True, validator=_bool)
 
 
 def _positive(instance: object, attribute: attrs.Attribute, value: object) -> None:
@@ -91,11 +109,13 @@ class FixedPoint:
     ``max_iterations`` bounds the loop: passes that undo each other would
     otherwise never stop. Reaching the bound is not an error (the module is
     still valid after every pass), but the report says so.
+    ``verify_each_pass``: as :class:`Pipeline`'s (the rounds verified once, at the end).
     """
 
     name: str = attrs.field(validator=_name)
     steps: tuple[Step, ...] = attrs.field(converter=tuple)
     max_iterations: int = attrs.field(default=25, validator=_positive)
+    verify_each_pass: bool = attrs.field(default=True, validator=_bool)
 
 
 Step = HloPass | Pipeline | FixedPoint
@@ -175,12 +195,16 @@ def run_pipeline(
     dump_dir: str | Path | None = None,
     dump_passes: str | None = None,
     on_pass: Callable[[PassRecord], None] | None = None,
+    verify_each_pass: bool | None = None,
 ) -> PipelineReport:
     """Run ``pipeline`` on ``module`` in place and report what each pass did.
 
     ``verify`` checks the module after every pass (and before the first, unless
     ``verified`` says the module is known to verify: the output of an earlier
-    pipeline run with ``verify``, which always leaves a verified module).
+    pipeline run with ``verify``, which always leaves a verified module); in a
+    group with ``verify_each_pass=False``, once when the group ends, unless
+    ``verify_each_pass`` (default: ``HERON_VERIFY_EACH_PASS=1`` in the
+    environment) asks for every pass.
     ``dump_dir`` receives ``<module>.0000.before_optimizations.txt``, then one
     file per pass run that changed the module (``<module>.NNNN.<path>.txt``,
     only for paths matching the regular expression ``dump_passes`` when given)
@@ -203,7 +227,10 @@ def run_pipeline(
     report = PipelineReport()
     if dumper is not None:
         _dump(module, dumper, report, "before_optimizations")
-    _run_step(module, pipeline, "", 0, report, verify, dumper, on_pass)
+    every = verify_each_pass
+    if every is None:
+        every = os.environ.get(VERIFY_EACH_PASS_ENV) == "1"
+    _run_step(module, pipeline, "", 0, report, _Checks(verify, every), dumper, on_pass)
     if verify and report.scoped:
         try:
             verify_module(module)
@@ -218,38 +245,77 @@ def run_pipeline(
     return report
 
 
+@attrs.frozen
+class _Checks:
+    """What a run verifies: after the passes (``verify``), and whether after every pass
+    even in a group that verifies once at its end (``every``)."""
+
+    verify: bool
+    every: bool
+
+
 def _run_step(
     module: Module,
     step: Step,
     prefix: str,
     iteration: int,
     report: PipelineReport,
-    verify: bool,
+    checks: _Checks,
     dumper: _Dumper | None,
     on_pass: Callable[[PassRecord], None] | None,
 ) -> bool:
     path = f"{prefix}/{step.name}" if prefix else step.name
     if isinstance(step, HloPass):
-        return _run_pass(module, step, path, iteration, report, verify, dumper, on_pass)
+        return _run_pass(module, step, path, iteration, report, checks.verify, dumper, on_pass)
+    if not isinstance(step, Pipeline | FixedPoint):
+        raise UnsupportedError(f"not a pass, pipeline or fixed-point group: {step!r}")
+    if not (checks.verify and not step.verify_each_pass and not checks.every):
+        return _run_group(module, step, path, iteration, report, checks, dumper, on_pass)
+    first = len(report.records)
+    changed = _run_group(
+        module, step, path, iteration, report, _Checks(False, False), dumper, on_pass
+    )
+    if changed:
+        try:
+            verify_module(module)
+        except HloError as exc:
+            changers = dict.fromkeys(r.path for r in report.records[first:] if r.changed)
+            raise PassFailure(
+                f"{path!r} left a module that does not verify (its passes that changed it:"
+                f" {', '.join(changers)}; {VERIFY_EACH_PASS_ENV}=1 verifies after each"
+                f" and names the one): {exc}"
+            ) from exc
+    return changed
+
+
+def _run_group(
+    module: Module,
+    step: Pipeline | FixedPoint,
+    path: str,
+    iteration: int,
+    report: PipelineReport,
+    checks: _Checks,
+    dumper: _Dumper | None,
+    on_pass: Callable[[PassRecord], None] | None,
+) -> bool:
+    """The steps of a pipeline once, or of a fixed-point group until none changes."""
     if isinstance(step, Pipeline):
         changed = False
         for inner in step.steps:
-            changed |= _run_step(module, inner, path, iteration, report, verify, dumper, on_pass)
+            changed |= _run_step(module, inner, path, iteration, report, checks, dumper, on_pass)
         return changed
-    if isinstance(step, FixedPoint):
-        changed = False
-        for round_number in range(step.max_iterations):
-            changed_this_round = False
-            for inner in step.steps:
-                changed_this_round |= _run_step(
-                    module, inner, path, round_number, report, verify, dumper, on_pass
-                )
-            changed |= changed_this_round
-            if not changed_this_round:
-                return changed
-        report.unconverged.append(path)
-        return changed
-    raise UnsupportedError(f"not a pass, pipeline or fixed-point group: {step!r}")
+    changed = False
+    for round_number in range(step.max_iterations):
+        changed_this_round = False
+        for inner in step.steps:
+            changed_this_round |= _run_step(
+                module, inner, path, round_number, report, checks, dumper, on_pass
+            )
+        changed |= changed_this_round
+        if not changed_this_round:
+            return changed
+    report.unconverged.append(path)
+    return changed
 
 
 def _run_pass(

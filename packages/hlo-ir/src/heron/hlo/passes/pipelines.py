@@ -113,6 +113,7 @@ def simplification_pipeline(
                     pass_named("hlo-dce"),
                     pass_named("hlo-cse"),
                 ),
+                verify_each_pass=False,  # verified when it converges (XLA's debug checker)
             ),
             *before_layout,
             *((layout_pipeline(),) if layouts else ()),
@@ -136,6 +137,7 @@ def layout_pipeline() -> Pipeline:
                     pass_named("hlo-dce"),
                     pass_named("hlo-cse"),
                 ),
+                verify_each_pass=False,
             ),
         ),
     )
