@@ -41,6 +41,7 @@ not hours).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -223,6 +224,7 @@ def warm_up_heron(full: bool) -> None:
     module = parse_module(WARM_UP_MODULE)
     if full:
         compile_for_h100(module)
+        compile_for_h100(parse_module(WARM_UP_MODULE))  # each kernel worker served once
     else:
         run_pipeline(module, heron_pipeline()[1])
 
@@ -260,7 +262,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --full: the HLO passes and kernel stages summed over the modules",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --full: heron's passes of programs with several kernels on N worker"
+        " processes (HERON_COMPILE_WORKERS; default: the environment's, else none)",
+    )
     args = parser.parse_args(argv)
+    if args.workers is not None:
+        from heron.compiler.kernel_workers import WORKERS_ENV
+
+        os.environ[WORKERS_ENV] = str(args.workers)
     label, _ = heron_pipeline()
     installation = None
     if args.xla:

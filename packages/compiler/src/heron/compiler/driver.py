@@ -33,6 +33,7 @@ imports ``heron.compiler`` for the Target alone (``heron targets``).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor, Future
@@ -52,6 +53,7 @@ from heron.runtime.core.registry import BackendRegistry, default_backends
 from heron.target import Target
 
 if TYPE_CHECKING:
+    from heron.compiler.kernel_workers import KernelWorkers, WorkerStages
     from heron.emitters.emitter_base import EmittedKernel, KernelArgument
     from heron.emitters.pipeline import Pass
     from heron.emitters.registry import EmitterRegistry
@@ -64,6 +66,7 @@ __all__ = [
     "StageBatches",
     "StageRecord",
     "compile_emitted",
+    "compile_emitted_text",
     "compile_fusion",
     "compile_fusion_for_backends",
     "stage_names",
@@ -285,6 +288,7 @@ def compile_fusion_for_backends(
     background: Executor | None = None,
     batches: StageBatches | None = None,
     shared: Collection[int] = (),
+    workers: KernelWorkers | None = None,
 ) -> dict[str, CompiledKernel]:
     """:func:`compile_fusion` for each of ``backends`` (in their order), emitted and
     taken through heron's passes once.
@@ -301,16 +305,159 @@ def compile_fusion_for_backends(
     batched (``Stage.batched``: CUDA's ptxas) leaves that stage to it, to run for
     several kernels at once; the kernels returned are unfinished until their
     group has run (:meth:`StageBatches.flush` runs the last groups).
+
+    ``workers`` (with ``batches``, and the installed registries): the fusion is
+    emitted here and the rest runs on a worker process
+    (:mod:`heron.compiler.kernel_workers`), the kernels returned unfinished.
     """
     names = tuple(dict.fromkeys(backends))
     if not names:
         raise ValueError("compile_fusion_for_backends: no backend named")
     plans = {name: _plan(target, name, None, registry) for name in names}
-    kernel, records = _emit_and_pass(fusion, target, plans[names[0]], None, emitters, shared)
+    if workers is not None:
+        if batches is None or emitters is not None or registry is not None:
+            raise ValueError(
+                "compile_fusion_for_backends: workers need batches and the installed registries"
+            )
+        from heron.compiler.kernel_workers import WorkersEnded
+        from heron.emitters.selection import emit_fusion
+
+        start = time.perf_counter()
+        kernel = emit_fusion(fusion, target, shared=shared)
+        records = [StageRecord(EMIT, time.perf_counter() - start)]
+        try:
+            return _compile_on_workers(kernel, target, plans, records, workers, batches)
+        except WorkersEnded:  # a worker ended: this kernel, and the compiles after, here
+            _run_heron_passes(kernel, target, plans[names[0]], None, records)
+    else:
+        kernel, records = _emit_and_pass(fusion, target, plans[names[0]], None, emitters, shared)
     return {
         name: _compile_for_backend(kernel, target, plan, None, list(records), background, batches)
         for name, plan in plans.items()
     }
+
+
+@attrs.frozen
+class KernelOnWorker:
+    """What heron's passes and the backends' stages read of an emitted kernel on a worker
+    process (:mod:`heron.compiler.kernel_workers`): its names and its module."""
+
+    name: str
+    fusion_name: str
+    module: Any
+
+
+def _compile_on_workers(
+    kernel: EmittedKernel,
+    target: Target,
+    plans: Mapping[str, _Plan],
+    records: list[StageRecord],
+    workers: KernelWorkers,
+    batches: StageBatches,
+) -> dict[str, CompiledKernel]:
+    """``kernel`` (emitted here) through heron's passes and each plan's backend on a
+    worker; a batched last stage left to ``batches``. The kernels returned are
+    unfinished: their images, artefacts and stage records come with the worker's answer
+    (and the group's run)."""
+    made = workers.submit(str(kernel.module), kernel.name, kernel.fusion_name, target, tuple(plans))
+    compiled = {}
+    for name, plan in plans.items():
+        unfinished = _compiled(kernel, target, plan, None, [], records)
+        stages = _then(made, functools.partial(_worker_stages_for, name))
+        last = plan.backends.load_stages(name)[-1]
+        if last.stage.batched is not None:
+            context = StageContext(target, kernel.name, kernel.fusion_name)
+            rest = _then(stages, functools.partial(_batched_rest, last, context, plan, records))
+            finishing = batches.add_pending(unfinished, (name, last.name), rest)
+        else:
+            finishing = _then(stages, functools.partial(_worker_finished, unfinished, records))
+        compiled[name] = attrs.evolve(unfinished, finishing=finishing)
+    return compiled
+
+
+def compile_emitted_text(
+    text: str, kernel_name: str, fusion_name: str, target: Target, backends: Sequence[str]
+) -> dict[str, WorkerStages]:
+    """heron's passes and each backend's stages but a batched last one on an emitted
+    kernel's MLIR ``text``, as :func:`compile_fusion_for_backends` runs them in process:
+    what a kernel worker (:mod:`heron.compiler.kernel_worker`) answers."""
+    from mlir import ir
+
+    from heron.compiler.kernel_workers import WorkerStages
+    from heron.emitters.dialect.context import make_context
+
+    with make_context():
+        module = ir.Module.parse(text)
+    plans = {name: _plan(target, name, None, None) for name in backends}
+    kernel = KernelOnWorker(kernel_name, fusion_name, module)
+    records: list[StageRecord] = []
+    _run_heron_passes(kernel, target, plans[backends[0]], None, records)
+    made = {}
+    for name, plan in plans.items():
+        stages = plan.backends.load_stages(name)
+        batched = stages[-1].stage.batched is not None
+        context = StageContext(target, kernel_name, fusion_name)
+        backend_records: list[StageRecord] = list(records)
+        artefacts: list[Artefact] = []
+        ran = _run_stages(
+            stages[:-1] if batched else stages,
+            _Ran(None, module),
+            context,
+            plan,
+            backend_records,
+            artefacts,
+        )
+        if not batched:
+            ran = ran.checked(plan)
+        made[name] = WorkerStages(
+            ran.image,
+            ran.value if batched else None,
+            ran.last_ran,
+            tuple(artefacts),
+            tuple(backend_records),
+            batched,
+        )
+    return made
+
+
+def _worker_stages_for(backend: str, made: Mapping[str, WorkerStages]) -> WorkerStages:
+    return made[backend]
+
+
+def _batched_rest(
+    last: Any, context: StageContext, plan: _Plan, records: Sequence[StageRecord], ran: WorkerStages
+) -> _Rest:
+    """What a worker left of a kernel's backend: its batched last stage."""
+    before = _Ran(ran.image, ran.value, ran.last_ran)
+    return _Rest((last,), before, context, plan, (*records, *ran.records), ran.artefacts)
+
+
+def _worker_finished(
+    unfinished: CompiledKernel, records: Sequence[StageRecord], ran: WorkerStages
+) -> CompiledKernel:
+    """A kernel whose backend a worker ran to its end."""
+    return attrs.evolve(
+        unfinished,
+        image=ran.image,
+        artefacts=ran.artefacts,
+        stages=(*records, *ran.records),
+        finishing=None,
+    )
+
+
+def _then(future: Future[Any], then: Callable[[Any], Any]) -> Future[Any]:
+    """A future of ``then(future's result)``, made on the thread that resolves ``future``
+    (``then`` is quick: it builds records); ``future``'s error is the new one's."""
+    chained: Future[Any] = Future()
+
+    def done(resolved: Future[Any]) -> None:
+        try:
+            chained.set_result(then(resolved.result()))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
+            chained.set_exception(exc)
+
+    future.add_done_callback(done)
+    return chained
 
 
 def compile_emitted(
@@ -352,7 +499,7 @@ def _emit_and_pass(
 
 
 def _run_heron_passes(
-    kernel: EmittedKernel,
+    kernel: EmittedKernel | KernelOnWorker,
     target: Target,
     plan: _Plan,
     dump: Dump | None,
@@ -388,7 +535,24 @@ def _compile_for_backend(
     image, artefacts, rest = None, [], None
     if not plan.stops_in_heron:
         image, artefacts, rest = _run_backend(kernel, target, plan, dump, records, background)
-    compiled = CompiledKernel(
+    compiled = _compiled(kernel, target, plan, image, artefacts, records)
+    if rest is None:
+        return compiled
+    if batches is not None and rest.stages[-1].run_batch is not None and plan.stop_after is None:
+        return attrs.evolve(compiled, finishing=batches.add(compiled, rest))
+    assert background is not None
+    return attrs.evolve(compiled, finishing=background.submit(_finish, compiled, rest))
+
+
+def _compiled(
+    kernel: EmittedKernel,
+    target: Target,
+    plan: _Plan,
+    image: KernelImage | None,
+    artefacts: Sequence[Artefact],
+    records: Sequence[StageRecord],
+) -> CompiledKernel:
+    return CompiledKernel(
         fusion_name=kernel.fusion_name,
         kernel_name=kernel.name,
         emitter=kernel.emitter,
@@ -410,12 +574,6 @@ def _compile_for_backend(
             else ()
         ),
     )
-    if rest is None:
-        return compiled
-    if batches is not None and rest.stages[-1].run_batch is not None and plan.stop_after is None:
-        return attrs.evolve(compiled, finishing=batches.add(compiled, rest))
-    assert background is not None
-    return attrs.evolve(compiled, finishing=background.submit(_finish, compiled, rest))
 
 
 #: How many kernels one batched stage run takes at most (one ptxas for 16 kernels: the
@@ -449,11 +607,23 @@ class StageBatches:
         finished kernel's future. The stages before the batched one start now, on the
         executor (CUDA's ``ptx``: LLVM while the next kernels are emitted); the group
         waits for them. It cannot wait forever: they were queued before it."""
-        future: Future[CompiledKernel] = Future()
         key = (rest.plan.backend.name, rest.stages[-1].name)
-        group = self._waiting.setdefault(key, [])
         before = rest if len(rest.stages) == 1 else self._executor.submit(_run_all_but_last, rest)
-        group.append(_Waiting(compiled, before, future))
+        return self.add_pending(compiled, key, before)
+
+    def add_pending(
+        self,
+        compiled: CompiledKernel,
+        key: tuple[str, str],
+        rest: _Rest | Future[_Rest],
+    ) -> Future[CompiledKernel]:
+        """Leave ``compiled``'s batched stage (``key``: its backend and stage) to a group,
+        once ``rest`` (what is left to run, the batched stage alone) is known: a kernel
+        whose stages before it run elsewhere (a worker process,
+        :mod:`heron.compiler.kernel_workers`). The finished kernel's future."""
+        future: Future[CompiledKernel] = Future()
+        group = self._waiting.setdefault(key, [])
+        group.append(_Waiting(compiled, rest, future))
         if len(group) >= self._size:
             self._executor.submit(_finish_group, self._waiting.pop(key))
         return future

@@ -58,6 +58,7 @@ from heron.target import Target
 
 if TYPE_CHECKING:
     from heron.compiler.driver import CompiledKernel
+    from heron.compiler.kernel_workers import KernelWorkers
     from heron.compiler.thunk_emission import ThunkProgram
     from heron.hlo.buffers import BufferAssignment
 
@@ -241,6 +242,8 @@ def compile_program(
     workers = ThreadPoolExecutor(os.cpu_count() or 1) if compiler is None else None
     # A batched last stage (CUDA's ptxas) runs for groups of kernels: one process each.
     batches = StageBatches(workers) if workers is not None else None
+    # heron's passes of a program with several kernels on worker processes, when asked for.
+    processes = _kernel_workers(optimized) if workers is not None else None
 
     def compile_all(
         fusion: Instruction, shared: frozenset[int], only: tuple[str, ...] | None
@@ -255,7 +258,13 @@ def compile_program(
         else:
             # One emission and one run of heron's passes for every backend.
             compiled = compile_fusion_for_backends(
-                fusion, target, names, background=workers, batches=batches, **extra
+                fusion,
+                target,
+                names,
+                background=workers,
+                batches=batches,
+                workers=processes,
+                **extra,
             )
         kernel_seconds += time.perf_counter() - begun
         return compiled
@@ -298,6 +307,21 @@ def compile_program(
         kernel_seconds=kernel_seconds,
         profile=CompileProfile(passes, _stage_totals(compiled_kernels), seconds),
     )
+
+
+#: The fewest kernels a program has for its compile to use worker processes: one
+#: kernel's passes gain nothing from another process, and its hand-over costs a few ms.
+WORKER_KERNELS = 2
+
+
+def _kernel_workers(optimized: Module) -> KernelWorkers | None:
+    """The worker processes for ``optimized``'s kernels (``HERON_COMPILE_WORKERS``), or None."""
+    from heron.compiler.kernel_workers import configured_workers, shared_workers
+
+    if configured_workers() == 0:
+        return None
+    fusions = sum(1 for inst in optimized.instructions() if inst.opcode == "fusion")
+    return shared_workers() if fusions >= WORKER_KERNELS else None
 
 
 #: The interpreter's switch interval while a compile's workers run (:func:`_prompt_handoffs`).
