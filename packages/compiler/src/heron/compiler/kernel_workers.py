@@ -25,6 +25,7 @@ kernels it held, naming its exit status; the next compiles run in process.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import os
 import pickle
@@ -95,6 +96,9 @@ class WorkerStages:
 
 @attrs.frozen
 class KernelRequest:
+    """One emitted kernel for a worker: its MLIR text, names, Target and backends, and
+    the number its answer comes back under."""
+
     number: int
     text: str
     kernel_name: str
@@ -168,10 +172,8 @@ class _Worker:
     def end(self) -> None:
         stdin = self.process.stdin
         if stdin is not None and not stdin.closed:
-            try:
+            with contextlib.suppress(OSError):  # already gone: nothing to end
                 stdin.close()  # a worker ends at the end of its input
-            except OSError:
-                pass
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
