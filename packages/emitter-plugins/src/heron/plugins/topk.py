@@ -44,6 +44,7 @@ from mlir.dialects import arith, scf, tensor
 
 from heron.emitters import mlir_types
 from heron.emitters.dialect import allocate_shared_op, sync_threads_op
+from heron.emitters.pipeline.unroll import KEEP_ROLLED
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter
 from heron.emitters.fusion_analysis import FusionAnalysis, claims_root, has_no_output_elements
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
@@ -294,6 +295,8 @@ class TopkEmitter(FusionEmitter):
             index_constant(1),
             [*items, keys, indices, index_constant(1)],
         )
+        # A phase per round, each ending in a barrier: a loop even when it has few rounds.
+        rounds.operation.attributes[KEEP_ROLLED] = ir.UnitAttr.get()
         with ir.InsertionPoint(rounds.body):
             *items, keys, indices, span = rounds.inner_iter_args
             for j in range(k):
