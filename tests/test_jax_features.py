@@ -1637,6 +1637,17 @@ def linalg_qr(a):
     return jnp.abs(jnp.linalg.qr(a)[1])
 
 
+@case(
+    "linalg_inv_and_det",
+    lambda: (_f32(4, 4) + 4 * np.eye(4, dtype=np.float32),),
+    rel(1e-5),  # LAPACK sgetrf through scipy on both sides
+)
+def linalg_inv_and_det(a):
+    # det's singularity test (any zero on the LU diagonal) beside the pivots' iota: a
+    # reduction fusion whose first root is a side output (multi-output fusion crashed)
+    return jnp.linalg.inv(a), jnp.linalg.det(a)
+
+
 class _State(NamedTuple):
     w: Any
     step: Any

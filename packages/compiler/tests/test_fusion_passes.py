@@ -1241,3 +1241,48 @@ def test_the_fusion_installed_is_the_one_built_to_price_it(monkeypatch) -> None:
     assert sum(handed) > len(handed) / 2, handed
     arguments = random_arguments(module, np.random.default_rng(0))
     assert _same(evaluate_module(module, arguments), expected)
+
+
+SIDE_OUTPUT_FIRST = """HloModule m
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+any {
+  a = pred[] parameter(0)
+  b = pred[] parameter(1)
+  ROOT o = pred[] or(a, b)
+}
+
+ENTRY e {
+  x = f32[4,4]{1,0} parameter(0)
+  i = s32[4]{0} iota(), iota_dimension=0
+  z = f32[] constant(0)
+  w = f32[4]{0} reduce(x, z), dimensions={1}, to_apply=add
+  zero = f32[4]{0} broadcast(z), dimensions={}
+  eq = pred[4]{0} compare(w, zero), direction=EQ
+  f = pred[] constant(false)
+  r = pred[] reduce(eq, f), dimensions={0}, to_apply=any
+  ROOT t = (s32[4]{0}, pred[]) tuple(i, r)
+}
+"""
+
+
+def test_a_reduction_whose_first_root_is_a_side_output_is_priced_by_its_reduce() -> None:
+    """A reduction fusion's parallelism is its reduce hero's input (the emitter splits it
+    across threads), whatever root comes first: an iota beside the reduce (what
+    ``jnp.linalg.inv`` and ``det`` give multi-output fusion) reads nothing, and taking
+    its operand crashed the pass; a broadcast of a scalar was priced as one thread."""
+    from heron.compiler.fusion.builder import build_fusion
+    from heron.compiler.fusion.fusible import FusionChecker
+
+    entry = parse_module(SIDE_OUTPUT_FIRST).entry
+    by_name = {inst.name: inst for inst in entry.instructions}
+    members = [by_name[name] for name in ("i", "w", "zero", "eq", "r")]
+    candidate = build_fusion(members, [by_name["i"], by_name["r"]])
+    verdict = FusionChecker(H100).check(candidate)
+    assert verdict is not None and verdict.fusion_kind == "kInput"
+    assert verdict.threads == 4  # the scalar reduce's input, not the iota's

@@ -253,7 +253,14 @@ def verdict_of(analysis: FusionAnalysis, spec: EmitterSpec | None = None) -> Ver
             spec = select_emitter(analysis)
         except PluginError:
             spec = None
-    hero = analysis.heroes[0] if analysis.kind.startswith("reduce") else None
+    hero = None
+    if analysis.reduction is not None:
+        # The first root whose hero is a reduce, not the first root's hero: a root may be
+        # a side output (an iota, a broadcast of a scalar) that reads nothing or one
+        # element. A reduce computed per element (a short row behind the real hero)
+        # counts as the hero: the cost model's share of the device grows with the
+        # threads, and XLA's (whose bandwidth grows with the blocks) fuses such kernels.
+        hero = next(h for h in analysis.heroes if h.opcode == "reduce")
     threads = parallel_threads(analysis.computation, hero)
     once = bool(getattr(getattr(spec, "factory", None), "computes_each_reduce_once", False))
     return Verdict(analysis.kind, fusion_kind_of(analysis.kind), threads, once)
