@@ -1637,6 +1637,16 @@ def linalg_qr(a):
     return jnp.abs(jnp.linalg.qr(a)[1])
 
 
+_SINES = np.sin(np.arange(40, dtype=np.float32) / 7).reshape(5, 8)
+
+
+@case("closes_over_a_constant_table", lambda: (_f32(5, 8),))
+def closes_over_a_constant_table(x):
+    # jax prints a constant of more than a few elements as {...} unless asked not to (a
+    # rotary embedding's table of sines and cosines: equinox's RotaryPositionalEmbedding)
+    return x * jnp.asarray(_SINES) + jnp.asarray(np.arange(40, dtype=np.int32).reshape(5, 8))
+
+
 @case(
     "linalg_inv_and_det",
     lambda: (_f32(4, 4) + 4 * np.eye(4, dtype=np.float32),),

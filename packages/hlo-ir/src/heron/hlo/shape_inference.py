@@ -1442,7 +1442,11 @@ def _literal_matches(shape: Shape, literal: Any) -> bool:
 def _constant(ctx: _Ctx) -> Shape:
     literal = ctx.inst.literal
     if literal is None:
-        raise _Failure("constant has no value")
+        raise _Failure(
+            "constant has no value: the text elides it ({...}); print the module with its"
+            " large constants (jax: compiler_ir('hlo').as_hlo_text(print_large_constants=True);"
+            " XLA: --xla_dump_large_constants)"
+        )
     if not _literal_matches(ctx.inst.shape, literal):
         raise _Failure(f"the value does not have the declared shape {_fmt(ctx.inst.shape)}")
     return ctx.inst.shape

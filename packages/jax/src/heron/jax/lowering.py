@@ -220,7 +220,9 @@ def lower(
     )
     abstract_args, abstract_kwargs = jax.tree_util.tree_map(_abstract, (args, kwargs))
     lowered = jitted.trace(*abstract_args, **abstract_kwargs).lower(lowering_platforms=(platform,))
-    text = lowered.compiler_ir("hlo").as_hlo_text()
+    # Every constant in full: by default the text elides an array of more than a few
+    # elements as {...} (a function closing over a table of sines could not compile).
+    text = lowered.compiler_ir("hlo").as_hlo_text(print_large_constants=True)
     name = _name(function)
     module = parse_module(text, source=f"<jax: {name}>")
     dynamic_args, dynamic_kwargs = _dynamic(args, kwargs, static_argnums, static_argnames)
