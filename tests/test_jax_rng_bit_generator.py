@@ -157,3 +157,31 @@ def test_rbg_keys_under_vmap_and_in_a_loop_equal_jax():
         return jax.vmap(one)(keys)
 
     _check(fn, np.arange(3, dtype=np.int32))
+
+
+@pytest.mark.parametrize("impl", ["threefry2x32", "rbg"])
+def test_typed_keys_go_in_and_come_out_as_keys(impl):
+    """A typed key (``jax.random.key``, jax's recommended form) is an argument and a
+    result as jax.jit takes and gives it: the entry reads and returns the key's data
+    (``u32[2]`` for threefry, ``u32[4]`` for rbg), heron.jax unwraps and wraps it. An
+    optimizer state holding a key (``optax.noisy_sgd``) is such a pytree."""
+
+    def fn(key, x):
+        k1, k2 = jax.random.split(key)
+        return {
+            "noisy": x + jax.random.uniform(k1, x.shape),
+            "next": k2,
+            "folded": jax.random.fold_in(key, 7),
+        }
+
+    key = jax.random.key(11, impl=impl)
+    x = np.arange(6, dtype=np.float32)
+    expected = jax.jit(fn)(key, x)
+    actual = heron_jax.jit(fn, backend="interpreter")(key, x)
+    for name in ("next", "folded"):
+        assert actual[name].dtype == expected[name].dtype  # a key of the same implementation
+        _same_bits(jax.random.key_data(actual[name]), jax.random.key_data(expected[name]))
+    _same_bits(actual["noisy"], expected["noisy"])
+    # the key a call returned is the next call's argument
+    again = heron_jax.jit(fn, backend="interpreter")(actual["next"], x)
+    _same_bits(again["noisy"], jax.jit(fn)(expected["next"], x)["noisy"])

@@ -85,6 +85,10 @@ class Lowered:
     #: The Python functions of the lowering's callbacks (``jax.debug.print``,
     #: ``pure_callback``), by their ``backend_config`` index (heron.jax.host_callbacks).
     host_callbacks: tuple[Callable[..., Any], ...] = attrs.field(default=(), repr=False)
+    #: Per result leaf, the PRNG implementation of a typed key (``jax.random.key``),
+    #: else None: the entry returns the key's data (``u32[..., 2]`` for threefry), and
+    #: the caller gets a key back (:meth:`unflatten_results`).
+    result_keys: tuple[Any, ...] = attrs.field(default=(), repr=False)
 
     def flatten_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[np.ndarray]:
         """The entry's arguments: the leaves of ``(args, kwargs)`` as numpy arrays, each of
@@ -99,7 +103,7 @@ class Lowered:
                 f"heron.jax: arguments of structure {tree} given to '{self.name}',"
                 f" lowered for {self.in_tree}"
             )
-        arrays = [np.asarray(leaf) for leaf in leaves]
+        arrays = [np.asarray(_key_data(leaf)) for leaf in leaves]
         return [
             array.astype(jax.dtypes.canonicalize_dtype(array.dtype), copy=False) for array in arrays
         ]
@@ -116,6 +120,7 @@ class Lowered:
                 f"heron.jax: arguments of structure {tree} given to '{self.name}',"
                 f" lowered for {self.in_tree}"
             )
+        leaves = [_key_data(leaf) for leaf in leaves]
         return [leaf if _on_a_device(leaf) else _host_leaf(leaf) for leaf in leaves]
 
     def donated_leaves(
@@ -151,10 +156,42 @@ class Lowered:
         return frozenset(donated)
 
     def unflatten_results(self, leaves: Sequence[np.ndarray]) -> Any:
-        """The function's result, in its own pytree structure, from the entry's leaves."""
+        """The function's result, in its own pytree structure, from the entry's leaves (a
+        typed PRNG key's data made a key again)."""
         import jax
 
-        return jax.tree_util.tree_unflatten(self.out_tree, list(leaves))
+        leaves = list(leaves)
+        for number, impl in enumerate(self.result_keys):
+            if impl is not None:
+                data = leaves[number]
+                data = data if isinstance(data, jax.Array) else np.asarray(data)
+                leaves[number] = jax.random.wrap_key_data(data, impl=impl)
+        return jax.tree_util.tree_unflatten(self.out_tree, leaves)
+
+
+def _is_key(dtype: Any) -> bool:
+    import jax
+
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _key_data(leaf: Any) -> Any:
+    """A typed PRNG key array (``jax.random.key``) as the entry takes it: its data (jax
+    lowers a key of threefry as ``u32[..., 2]``); any other leaf as it is."""
+    import jax
+
+    if isinstance(leaf, jax.Array) and _is_key(leaf.dtype):
+        return jax.random.key_data(leaf)
+    return leaf
+
+
+def _result_key(aval: Any) -> Any:
+    """The PRNG implementation of a result that is a typed key (None otherwise): what
+    ``jax.random.wrap_key_data`` takes to make the entry's data a key again."""
+    dtype = getattr(aval, "dtype", None)
+    if not _is_key(dtype):
+        return None
+    return dtype._impl  # jax's key dtype carries its implementation; no public accessor
 
 
 def _on_a_device(leaf: Any) -> bool:
@@ -201,8 +238,8 @@ def lower(
     """``function`` lowered by jax for ``platform`` (``cpu``, ``cuda`` or ``rocm``: no device
     of it is needed) at these arguments (see the module docstring).
 
-    Arguments are anything jax takes (arrays, scalars, pytrees of them, or
-    ``jax.ShapeDtypeStruct`` to lower without data). Every argument becomes an
+    Arguments are anything jax takes (arrays, scalars, typed PRNG keys, pytrees of them,
+    or ``jax.ShapeDtypeStruct`` to lower without data). Every argument becomes an
     entry parameter, used or not (``keep_unused``), so that parameters and
     leaves correspond one to one. Donated arguments (``donate_argnums``,
     ``donate_argnames``, as jax's) give the module an ``input_output_alias``
@@ -231,7 +268,10 @@ def lower(
     # when it runs, naming it).
     compile_args = getattr(getattr(lowered, "_lowering", None), "compile_args", None) or {}
     callbacks = tuple(compile_args.get("host_callbacks", ()))
-    return Lowered(name, text, module, in_tree, lowered.out_tree, callbacks)
+    result_keys = tuple(_result_key(aval) for aval in jax.tree_util.tree_leaves(lowered.out_info))
+    if not any(impl is not None for impl in result_keys):
+        result_keys = ()
+    return Lowered(name, text, module, in_tree, lowered.out_tree, callbacks, result_keys)
 
 
 def _as_tuple(value: Any) -> tuple[Any, ...]:
