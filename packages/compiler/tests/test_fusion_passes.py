@@ -1286,3 +1286,56 @@ def test_a_reduction_whose_first_root_is_a_side_output_is_priced_by_its_reduce()
     verdict = FusionChecker(H100).check(candidate)
     assert verdict is not None and verdict.fusion_kind == "kInput"
     assert verdict.threads == 4  # the scalar reduce's input, not the iota's
+
+
+STALE_INDEPENDENCE = """HloModule stale
+
+fa {
+  p = f32[2,8]{1,0} parameter(0)
+  ROOT n = f32[2,8]{1,0} negate(p)
+}
+
+fb {
+  p = f32[8]{0} parameter(0)
+  b = f32[2,8]{1,0} broadcast(p), dimensions={1}
+  ROOT e = f32[2,8]{1,0} exponential(b)
+}
+
+fx {
+  p = f32[2,8]{1,0} parameter(0)
+  s = f32[1,8]{1,0} slice(p), slice={[0:1], [0:8]}
+  ROOT r = f32[8]{0} reshape(s)
+}
+
+fy {
+  p = f32[8]{0} parameter(0)
+  ROOT t = f32[8]{0} tanh(p)
+}
+
+ENTRY main {
+  u = f32[2,8]{1,0} parameter(0)
+  v = f32[8]{0} parameter(1)
+  a = f32[2,8]{1,0} fusion(u), kind=kLoop, calls=fa
+  y = f32[8]{0} fusion(v), kind=kLoop, calls=fy
+  b = f32[2,8]{1,0} fusion(y), kind=kLoop, calls=fb
+  x = f32[8]{0} fusion(a), kind=kLoop, calls=fx
+  ROOT t = (f32[2,8]{1,0}, f32[2,8]{1,0}, f32[8]{0}) tuple(a, b, x)
+}
+"""
+
+
+def test_horizontal_groups_are_independent_in_the_graph_the_merges_before_left() -> None:
+    """``a`` and ``b`` (one shape) are merged first; ``x`` reads ``a`` and ``b`` reads
+    ``y``, so ``y`` then reaches ``x`` through the merged kernel, though the two were
+    independent when the groups were formed: merging them too made a cycle (optax's
+    ``clip_by_block_rms`` then ``scale_by_trust_ratio``, a training step's update)."""
+    from heron.compiler.fusion.horizontal_fusion import fuse_horizontally
+
+    module = parse_module(STALE_INDEPENDENCE)
+    arguments = random_arguments(module, seed=3)
+    expected = evaluate_module(copy.deepcopy(module), arguments)
+    assert fuse_horizontally(module, H100)
+    verify_module(module)
+    merged = [f for f in _fusions(module) if f.shape.__class__.__name__ == "TupleShape"]
+    assert len(merged) == 1 and {i.name for i in merged[0].operands} == {"u", "y"}
+    assert _same(evaluate_module(module, arguments), expected)

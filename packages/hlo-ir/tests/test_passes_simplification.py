@@ -316,6 +316,17 @@ def test_a_pass_that_breaks_the_module_is_named() -> None:
     with pytest.raises(PassFailure, match="pass 'crasher' failed: ZeroDivisionError: oops"):
         run_pipeline(parse_module(JAX_STYLE), HloPass("crasher", crash))
 
+    def make_a_cycle(module: Module) -> bool:
+        entry = module.entry
+        first = next(i for i in entry.instructions if i.operands)
+        first.operands = [entry.root_instruction, *first.operands[1:]]
+        entry.post_order()  # what a pass asks when it reorders: the cycle is found here
+        return True
+
+    # A verify error raised inside a pass is the pass's bug, not the user's input: named.
+    with pytest.raises(PassFailure, match="pass 'cycler' left a module .* cycle in"):
+        run_pipeline(parse_module(JAX_STYLE), HloPass("cycler", make_a_cycle))
+
     def refuse(module: Module) -> bool:
         raise UnsupportedError("instruction 'x' (sort) is not handled")
 

@@ -44,11 +44,11 @@ from mlir.dialects import arith, scf, tensor
 
 from heron.emitters import mlir_types
 from heron.emitters.dialect import allocate_shared_op, sync_threads_op
-from heron.emitters.pipeline.unroll import KEEP_ROLLED
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter
 from heron.emitters.fusion_analysis import FusionAnalysis, claims_root, has_no_output_elements
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.emitters.ir_utils import index_constant, int_constant
+from heron.emitters.pipeline.unroll import KEEP_ROLLED
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction

@@ -113,14 +113,22 @@ def _flatten_outputs(candidate: Candidate) -> None:
 
 
 def _groups(module: Module, limit: int, key: Callable[[Instruction], object]):
-    """Small independent loop fusions of the entry, grouped by ``key``, in order."""
+    """Small loop fusions of the entry grouped by ``key``, in order (each group's members
+    independent in the graph as it is now: :func:`_independent` again before a merge)."""
     computation = module.entry
-    order = Reachability(computation)
     groups: dict[object, list[Instruction]] = {}
     for inst in computation.post_order():
-        if not _small_loop_fusion(inst, limit):
-            continue
-        group = groups.setdefault(key(inst), [])
+        if _small_loop_fusion(inst, limit):
+            groups.setdefault(key(inst), []).append(inst)
+    order = Reachability(computation)
+    return [g for g in (_independent(g, order) for g in groups.values()) if len(g) > 1]
+
+
+def _independent(candidates: list[Instruction], order: Reachability) -> list[Instruction]:
+    """The members of ``candidates`` (in order) that go in one group: no path between any
+    two, within the member and operand limits."""
+    group: list[Instruction] = []
+    for inst in candidates:
         operands = sum(len(m.operands) for m in group) + len(inst.operands) + len(group) + 1
         if (
             len(group) < MAX_HORIZONTAL_MEMBERS
@@ -128,7 +136,21 @@ def _groups(module: Module, limit: int, key: Callable[[Instruction], object]):
             and all(order.independent(inst, m) for m in group)
         ):
             group.append(inst)
-    return [group for group in groups.values() if len(group) > 1]
+    return group
+
+
+def _merge_groups(context: FusionContext, groups: list[list[Instruction]], flatten: bool) -> bool:
+    """Merge each group in turn. A merge makes its members one node, which may put a path
+    between members of a later group (one reads a member, another is read by one): a
+    later group is taken again from the graph as the merges before it left it."""
+    changed = False
+    for group in groups:
+        if changed:
+            group = _independent(group, Reachability(context.module.entry))
+            if len(group) < 2:
+                continue
+        changed |= _merge(context, group, flatten)
+    return changed
 
 
 def _merge(context: FusionContext, group: list[Instruction], flatten: bool) -> bool:
@@ -158,12 +180,9 @@ def fuse_horizontally(module: Module, target: Target) -> bool:
     """
     context = FusionContext(module, target)
     limit = target.core_count * target.threads_per_core_limit
-    changed = False
-    for group in _groups(module, limit, lambda inst: inst.shape.dims):
-        changed |= _merge(context, group, flatten=False)
-    for group in _groups(module, limit, lambda inst: inst.shape.element_type):
-        changed |= _merge(context, group, flatten=True)
-    return changed
+    changed = _merge_groups(context, _groups(module, limit, lambda inst: inst.shape.dims), False)
+    by_type = _groups(module, limit, lambda inst: inst.shape.element_type)
+    return _merge_groups(context, by_type, True) or changed
 
 
 def horizontal_fusion(target: Target) -> HloPass:

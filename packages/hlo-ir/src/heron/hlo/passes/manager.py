@@ -30,7 +30,7 @@ from pathlib import Path
 
 import attrs
 
-from heron.hlo.errors import HloError, UnsupportedError
+from heron.hlo.errors import HloError, HloVerifyError, UnsupportedError
 from heron.hlo.ir import Module
 from heron.hlo.printer import print_module
 from heron.hlo.verifier import verify_module
@@ -334,6 +334,8 @@ def _run_pass(
     before = list(module.computations) if step.entry_only else []
     try:
         changed = step.run(module)
+    except HloVerifyError as exc:  # the pass broke the module (a cycle): a bug in heron
+        raise PassFailure(f"pass {path!r} left a module that does not verify: {exc}") from exc
     except (HloError, PassFailure):
         raise
     except Exception as exc:  # a bug in a pass: name the pass, keep the cause
