@@ -427,3 +427,49 @@ def test_heron_run_check_runs_the_program_and_gives_xla_cpus_outputs(
         report = f"heron run exited {code}:\n{captured.out[-4000:]}\n{captured.err}"
         assert code == 0 and "agree: every output within the tolerance" in captured.out, report
         program.assert_outputs(load_outputs(output), "heron run on the interpreter")
+
+
+#: Programs whose XLA:GPU optimized module heron runs as it is (its fusions, XLA's), and
+#: what each exercises: asynchronous dynamic-slice fusions in a loop (``fusion-start``/
+#: ``fusion-done`` under control edges), an in-place update of a parameter through a
+#: bitcast of another layout, XLA's loop bodies, scatters, variadic reductions and
+#: sorts. XLA's library calls (cuDNN convolutions, cuBLAS, ``__gpu$TopK``) are refused by
+#: name: no heron plugin provides XLA's targets.
+XLA_OPTIMIZED = (
+    "programs/scan_rnn",
+    "programs/scan_cumulative_max",
+    "programs/while_loop_collatz",
+    "programs/adam_step",
+    "programs/argmax_argmin",
+    "programs/embedding_scatter_add_grad",
+    "programs/sort",
+    "models/flax_gru_scan",
+    "models/flax_lstm_rnn",
+)
+
+
+@pytest.mark.parametrize("program", [p for p in parameters() if p.id in XLA_OPTIMIZED])
+def test_heron_runs_xla_gpus_optimized_module_and_gives_xla_cpus_outputs(
+    program: CorpusProgram, capsys, tmp_path
+) -> None:
+    """Code heron did not fuse: XLA's own fusion decisions, emitted by heron's emitters."""
+    from heron.cli.main import main
+
+    output = tmp_path / "out.npz"
+    code = main(
+        [
+            "run",
+            str(program.folder / "xla_gpu_optimized.hlo"),
+            "--backend",
+            "interpreter",
+            "--inputs",
+            str(program.folder / "inputs.npz"),
+            "--output",
+            str(output),
+            "--check",
+        ]
+    )
+    captured = capsys.readouterr()
+    report = f"heron run exited {code}:\n{captured.out[-4000:]}\n{captured.err}"
+    assert code == 0 and "agree: every output within the tolerance" in captured.out, report
+    program.assert_outputs(load_outputs(output), "heron run of XLA's optimized module")

@@ -118,10 +118,15 @@ class DynamicUpdateSliceEmitter(FusionEmitter):
         """The parameter leaf whose buffer the root's output is: the operand of its DUS."""
         dus = self.dus[id(root)]
         param = dus.operands[OPERAND]
+        # A bitcast moves no byte: XLA's fusions update a parameter laid out otherwise
+        # through one (a scan's stacked outputs, batch-major in the loop's carry).
+        while param.opcode == "bitcast":
+            param = param.operands[0]
         if param.opcode != "parameter":
             raise UnsupportedError(
                 f"fusion '{self.fusion.name}': dynamic-update-slice '{dus.name}' updates"
-                f" {param.opcode} '{param.name}', not a fusion parameter; it cannot be in place",
+                f" {param.opcode} '{param.name}', not a fusion parameter (or a bitcast of"
+                " one); it cannot be in place",
                 dus.location,
             )
         if param.shape.is_tuple or not same_buffer(param.shape, output):

@@ -34,6 +34,7 @@ def inline_calls(module: Module) -> bool:
             continue
         uses = Uses(computation)
         instructions: list[Instruction] = []
+        inlined: dict[str, str] = {}  # a call's name -> what stands for its result
         for inst in computation.instructions:
             if inst.opcode != "call":
                 instructions.append(inst)
@@ -43,9 +44,23 @@ def inline_calls(module: Module) -> bool:
             for clone in clones:
                 uses.record(clone)
             uses.replace(inst, result)
+            inlined[inst.name] = result.name
         computation.instructions = instructions
+        _rename_control_predecessors(instructions, inlined)
         changed = True
     return changed
+
+
+def _rename_control_predecessors(instructions: list[Instruction], inlined: dict[str, str]) -> None:
+    """An instruction ordered after a call is ordered after what stands for its result (XLA's
+    optimized modules order a loop's counter update after its asynchronous slices)."""
+    for inst in instructions:
+        refs = inst.attributes.get("control-predecessors")
+        if isinstance(refs, InstructionRefs) and any(n in inlined for n in refs.names):
+            names = (inlined.get(n, n) for n in refs.names)
+            inst.attributes["control-predecessors"] = InstructionRefs(
+                tuple(dict.fromkeys(n for n in names if n != inst.name))
+            )
 
 
 def _callees_first(module: Module) -> list[Computation]:
@@ -94,10 +109,13 @@ def _inline(
         renamed[inst.name] = clone.name
         mapped[id(inst)] = clone
         clones.append(clone)
+    # The call's own control predecessors come before everything it computed.
+    outer = call.attributes.get("control-predecessors")
+    before = outer.names if isinstance(outer, InstructionRefs) else ()
     for clone in clones:
         predecessors = clone.attributes.get("control-predecessors")
-        if isinstance(predecessors, InstructionRefs):
-            clone.attributes["control-predecessors"] = InstructionRefs(
-                tuple(renamed.get(name, name) for name in predecessors.names)
-            )
+        inner = predecessors.names if isinstance(predecessors, InstructionRefs) else ()
+        names = tuple(dict.fromkeys([*(renamed.get(name, name) for name in inner), *before]))
+        if names:
+            clone.attributes["control-predecessors"] = InstructionRefs(names)
     return clones, mapped[id(body.root_instruction)]

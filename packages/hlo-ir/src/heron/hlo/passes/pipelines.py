@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from heron.hlo.passes import (
     algebraic_simplifier,
+    async_to_sync,
     call_inliner,
     conditional_simplifier,
     convolution_to_dot,
@@ -45,6 +46,7 @@ __all__ = ["layout_pipeline", "simplification_pipeline"]
 # imports are visibly needed.
 _REGISTERING = (
     algebraic_simplifier,
+    async_to_sync,
     call_inliner,
     conditional_simplifier,
     convolution_to_dot,
@@ -74,8 +76,9 @@ def simplification_pipeline(
     before_layout: Sequence[HloPass] = (),
     layouts: bool = True,
 ) -> Pipeline:
-    """Remove sharding annotations (one device), inline calls (then give each loop body,
-    condition and branch one caller), remove optimization barriers, expand rng-bit-generators,
+    """Remove sharding annotations (one device), make async pairs calls, inline calls (then
+    give each loop body, condition and branch one caller), remove optimization barriers,
+    expand rng-bit-generators,
     decompose topk, expand stable sorts and select-and-scatter, lower convolutions to dots, run
     ``before_dots`` (a target's rewrites of dots as the program has them: the GPU
     pipeline's dot strength reduction), canonicalise dots; then simplify to a
@@ -90,6 +93,7 @@ def simplification_pipeline(
         "simplification",
         (
             pass_named("sharding-remover"),
+            pass_named("async-to-sync"),
             pass_named("call-inliner"),
             pass_named("flatten-call-graph"),
             pass_named("optimization-barrier-expander"),
