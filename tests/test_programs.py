@@ -432,9 +432,10 @@ def test_heron_run_check_runs_the_program_and_gives_xla_cpus_outputs(
 #: Programs whose XLA:GPU optimized module heron runs as it is (its fusions, XLA's), and
 #: what each exercises: asynchronous dynamic-slice fusions in a loop (``fusion-start``/
 #: ``fusion-done`` under control edges), an in-place update of a parameter through a
-#: bitcast of another layout, XLA's loop bodies, scatters, variadic reductions and
-#: sorts. XLA's library calls (cuDNN convolutions, cuBLAS, ``__gpu$TopK``) are refused by
-#: name: no heron plugin provides XLA's targets.
+#: bitcast of another layout, an FFT XLA leaves an instruction of its own, XLA's loop
+#: bodies, scatters, variadic reductions and sorts. XLA's library calls (cuDNN
+#: convolutions, cuBLAS, ``__gpu$TopK``) are refused by name: no heron plugin provides
+#: XLA's targets (docs/programs.md, "XLA's optimized modules through heron").
 XLA_OPTIMIZED = (
     "programs/scan_rnn",
     "programs/scan_cumulative_max",
@@ -445,6 +446,7 @@ XLA_OPTIMIZED = (
     "programs/sort",
     "models/flax_gru_scan",
     "models/flax_lstm_rnn",
+    "models/flax_fft_long_convolution_associative_scan",
 )
 
 

@@ -152,14 +152,20 @@ def program_pipeline(module: Module, target: Target, *, deterministic: bool = Fa
     """What a module goes through before it runs: the GPU pipeline when it is not fused yet.
 
     An optimized module (XLA's ``after_optimizations`` dump, a corpus fusion)
-    keeps its fusions: it is simplified outside them, and what computes outside
-    a fusion gets one of its own (:mod:`.wrapper`), nothing is fused further.
+    keeps its fusions: its FFTs become library calls (XLA keeps ``fft`` an
+    instruction of its own, run by cuFFT), it is simplified outside them, and what
+    computes outside a fusion gets one of its own (:mod:`.wrapper`), nothing is
+    fused further.
     """
     if not is_fused(module):
         return gpu_pipeline(target, deterministic=deterministic)
     return Pipeline(
         "fused-module",
-        (simplification_pipeline(deterministic=deterministic), fusion_wrapper(target)),
+        (
+            fft_rewriter(target),
+            simplification_pipeline(deterministic=deterministic),
+            fusion_wrapper(target),
+        ),
     )
 
 
