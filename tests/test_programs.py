@@ -433,9 +433,9 @@ def test_heron_run_check_runs_the_program_and_gives_xla_cpus_outputs(
 #: what each exercises: asynchronous dynamic-slice fusions in a loop (``fusion-start``/
 #: ``fusion-done`` under control edges), an in-place update of a parameter through a
 #: bitcast of another layout, an FFT XLA leaves an instruction of its own, XLA's loop
-#: bodies, scatters, variadic reductions and sorts. XLA's library calls (cuDNN
-#: convolutions, cuBLAS, ``__gpu$TopK``) are refused by name: no heron plugin provides
-#: XLA's targets (docs/programs.md, "XLA's optimized modules through heron").
+#: bodies, scatters, variadic reductions and sorts, and XLA's library calls heron
+#: computes (docs/programs.md, "XLA's optimized modules through heron"). XLA:CPU's
+#: outputs are the oracle: the reference evaluator reads XLA's calls as heron does.
 XLA_OPTIMIZED = (
     "programs/scan_rnn",
     "programs/scan_cumulative_max",
@@ -447,6 +447,14 @@ XLA_OPTIMIZED = (
     "models/flax_gru_scan",
     "models/flax_lstm_rnn",
     "models/flax_fft_long_convolution_associative_scan",
+    # XLA's library calls as heron computes them (the xla-library-calls pass): cuDNN
+    # convolutions with and without their bias epilogue, cuBLAS triangular solves, TopK
+    "programs/top_k",
+    "programs/conv1d",
+    "models/flax_cnn",
+    "models/flax_unet_convtranspose",
+    "models/haiku_conv_batchnorm",
+    "models/optax_gaussian_process_adam_step",
 )
 
 

@@ -112,7 +112,8 @@ def fusion_pipeline(target: Target) -> Pipeline:
 
 
 def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
-    """The program pipeline for ``target``: the convolutions its DNN library takes, the
+    """The program pipeline for ``target``: XLA's library calls as heron's
+    (``xla-library-calls``: a module XLA optimized), the convolutions its DNN library takes, the
     triangular solves and the FFTs made library calls, simplification (the dots with a
     vector side made multiplies and reduces before dots are canonicalised; before layouts, the
     attention its fused-attention library takes made one call, a training step's forward
@@ -123,6 +124,7 @@ def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
     return Pipeline(
         "gpu",
         (
+            pass_named("xla-library-calls"),
             library_convolution_rewriter(target),
             triangular_solve_rewriter(target),
             fft_rewriter(target),
@@ -152,8 +154,9 @@ def program_pipeline(module: Module, target: Target, *, deterministic: bool = Fa
     """What a module goes through before it runs: the GPU pipeline when it is not fused yet.
 
     An optimized module (XLA's ``after_optimizations`` dump, a corpus fusion)
-    keeps its fusions: its FFTs become library calls (XLA keeps ``fft`` an
-    instruction of its own, run by cuFFT), it is simplified outside them, and what
+    keeps its fusions: XLA's library calls become heron's (``xla-library-calls``),
+    its triangular solves and FFTs library calls (XLA keeps ``fft`` an instruction
+    of its own, run by cuFFT), it is simplified outside them, and what
     computes outside a fusion gets one of its own (:mod:`.wrapper`), nothing is
     fused further.
     """
@@ -162,6 +165,8 @@ def program_pipeline(module: Module, target: Target, *, deterministic: bool = Fa
     return Pipeline(
         "fused-module",
         (
+            pass_named("xla-library-calls"),
+            triangular_solve_rewriter(target),
             fft_rewriter(target),
             simplification_pipeline(deterministic=deterministic),
             fusion_wrapper(target),

@@ -145,6 +145,12 @@ def _custom_call(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Litera
     a sharding annotation is its operand (one device)."""
     if is_sharding_annotation(inst):
         return ops[0]
+    # Imported here: heron.hlo.passes imports the evaluator (constant folding).
+    from heron.hlo.passes.xla_library_calls import equivalent_computation
+
+    equivalent = equivalent_computation(inst)  # XLA's library calls: the same rewrite
+    if equivalent is not None:
+        return ev.call(equivalent, ops)
     call, registry = resolve(inst)  # an unknown target: UnsupportedError, named and placed
     try:
         results = registry.invoke(call, [leaf for op in ops for leaf in flatten_literal(op)])

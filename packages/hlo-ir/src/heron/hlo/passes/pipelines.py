@@ -36,6 +36,7 @@ from heron.hlo.passes import (
     topk_decomposer,
     tuple_simplifier,
     while_loop_simplifier,
+    xla_library_calls,
 )
 from heron.hlo.passes.manager import FixedPoint, HloPass, Pipeline
 from heron.hlo.passes.registry import pass_named
@@ -66,6 +67,7 @@ _REGISTERING = (
     topk_decomposer,
     tuple_simplifier,
     while_loop_simplifier,
+    xla_library_calls,
 )
 
 

@@ -1,0 +1,233 @@
+"""The ``xla-library-calls`` pass: XLA:GPU's library custom calls as heron computes them.
+
+XLA's optimized module calls cuDNN, cuBLAS and its own top-k kernel through
+custom calls whose targets no heron plugin provides, so heron refused every
+such module by name. This pass rewrites the calls whose meaning it can state:
+
+- ``__cudnn$convForward`` and ``__cudnn$convBiasActivationForward`` (result
+  scale 1, activation none or ReLU, side input scale 0 or 1) become heron's
+  ``__heron$convolution`` (:mod:`heron.hlo.custom_calls.convolution`) with the
+  same window, ``dim_labels`` and group counts, the bias and side input as its
+  epilogue: cuDNN computes it on a CUDA device, the host elsewhere;
+- ``__cublas$triangularSolve`` becomes the ``triangular-solve`` its
+  ``backend_config`` describes (heron's pipeline makes it a library call again);
+- ``__gpu$TopK`` becomes ``topk``, ``k`` the result's last dimension, largest
+  first (``order = "TOTAL"``: NaNs ordered as heron's ``topk`` orders them).
+
+Each XLA call returns a tuple whose last element is the library's scratch
+memory; only ``get-tuple-element`` reads of the other elements may use it, and
+they are given the new instruction's values. A call that does not fit
+(backward convolutions, other activations or scales, cuBLAS GEMMs, a scratch
+that is read) is left as it is, and the module is refused naming its target.
+
+The reference evaluator gives such a call its value through the same rewrite
+(:func:`equivalent_computation`): the calls mean one thing, here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+
+from heron.hlo.attributes import QuotedString, RawAttribute
+from heron.hlo.custom_calls.convolution import TARGET as CONVOLUTION
+from heron.hlo.custom_calls.convolution import backend_config as convolution_config
+from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.passes.registry import hlo_pass
+from heron.hlo.passes.rewrite import Inserter, module_names, non_fusion_computations
+from heron.hlo.shapes import ArrayShape, TupleShape
+
+__all__ = ["TARGETS", "equivalent_computation", "rewrite_xla_library_calls"]
+
+CONV_FORWARD = "__cudnn$convForward"
+CONV_BIAS_ACTIVATION = "__cudnn$convBiasActivationForward"
+TRIANGULAR_SOLVE = "__cublas$triangularSolve"
+TOP_K = "__gpu$TopK"
+#: cuDNN's activation modes heron's convolution epilogue has.
+ACTIVATIONS = {"kNone": "", "kRelu": "relu"}
+#: cuBLAS's ``transpose_a`` words as HLO's ``triangular-solve`` spells them.
+TRANSPOSES = {"NO_TRANSPOSE": "NO_TRANSPOSE", "TRANSPOSE": "TRANSPOSE", "ADJOINT": "ADJOINT"}
+
+
+@hlo_pass(
+    "xla-library-calls",
+    "XLA's cuDNN convolution, cuBLAS triangular solve and TopK calls as heron computes them",
+)
+def rewrite_xla_library_calls(module: Module) -> bool:
+    """Rewrite every XLA library call of ``module`` heron computes; True if any was."""
+    names = module_names(module)
+    changed = False
+    for computation in non_fusion_computations(module):
+        calls = [inst for inst in computation.instructions if _target(inst) in _REWRITES]
+        if not calls:
+            continue
+        inserter = Inserter(computation, names)
+        for call in calls:
+            readers = _element_readers(computation, inserter, call)
+            if readers is None:
+                continue
+            values = _REWRITES[_target(call)](inserter, call)
+            if values is None:
+                continue
+            for reader in readers:
+                index = reader.attr("index")
+                inserter.replace(reader, values[index])
+                inserter.uses.forget(reader)
+            inserter.uses.forget(call)
+            doomed = {id(call), *(id(reader) for reader in readers)}
+            computation.instructions = [i for i in computation.instructions if id(i) not in doomed]
+            changed = True
+    return changed
+
+
+def equivalent_computation(call: Instruction) -> Computation | None:
+    """A computation of ``call``'s operands giving its tuple (the scratch element zeros),
+    computed as this pass rewrites it; None where the pass leaves ``call`` alone. How the
+    reference evaluator gives XLA's library calls their values."""
+    if _target(call) not in _REWRITES or not isinstance(call.shape, TupleShape):
+        return None
+    computation = Computation(f"{call.name}.equivalent", is_entry=True)
+    parameters = [
+        computation.add(
+            Instruction(f"{call.name}.operand.{k}", "parameter", op.shape, parameter_number=k)
+        )
+        for k, op in enumerate(call.operands)
+    ]
+    clone = computation.add(call.clone(parameters))
+    *results, scratch = call.shape.elements
+    elements = [
+        computation.add(
+            Instruction(f"{call.name}.{k}", "get-tuple-element", shape, [clone], {"index": k})
+        )
+        for k, shape in enumerate(results)
+    ]
+    assert isinstance(scratch, ArrayShape)
+    zero = computation.add(
+        Instruction(
+            f"{call.name}.zero",
+            "constant",
+            ArrayShape(scratch.element_type, ()),
+            literal=np.zeros((), scratch.element_type.numpy_dtype),
+        )
+    )
+    scratch_value = computation.add(
+        Instruction(f"{call.name}.scratch", "broadcast", scratch, [zero], {"dimensions": ()})
+    )
+    computation.root = computation.add(
+        Instruction(f"{call.name}.tuple", "tuple", call.shape, [*elements, scratch_value])
+    )
+    if not rewrite_xla_library_calls(Module(computation.name, [computation])):
+        return None
+    return computation
+
+
+def _target(inst: Instruction) -> str:
+    if inst.opcode != "custom-call":
+        return ""
+    target = inst.attributes.get("custom_call_target")
+    return target.text if isinstance(target, QuotedString) else ""
+
+
+def _element_readers(
+    computation: Computation, inserter: Inserter, call: Instruction
+) -> list[Instruction] | None:
+    """The ``get-tuple-element`` readers of ``call``'s results but its last (the scratch);
+    None when anything else reads it."""
+    if not isinstance(call.shape, TupleShape) or computation.root is call:
+        return None
+    readers = inserter.uses.users(call)
+    results = len(call.shape.elements) - 1
+    for reader in readers:
+        if reader.opcode != "get-tuple-element" or not 0 <= reader.attr("index") < results:
+            return None
+    return readers
+
+
+def _config(call: Instruction) -> dict:
+    """``backend_config`` as JSON (``{}`` when it is none)."""
+    value = call.attributes.get("backend_config")
+    text = value.text if isinstance(value, (QuotedString, RawAttribute)) else ""
+    try:
+        parsed = json.loads(text or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _convolution(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
+    config = _config(call).get("cudnn_conv_backend_config", {})
+    activation = ACTIVATIONS.get(str(config.get("activation_mode", "kNone")))
+    operands = list(call.operands)
+    if activation is None or float(config.get("conv_result_scale", 1)) != 1:
+        return None
+    if len(operands) == 4 and float(config.get("side_input_scale", 0)) == 0:
+        operands = operands[:3]  # a side input scaled by 0 adds nothing
+    elif len(operands) == 4 and float(config.get("side_input_scale", 0)) != 1:
+        return None
+    if _target(call) == CONV_FORWARD and (len(operands) != 2 or activation):
+        return None
+    result = call.shape.elements[0]
+    value = inserter.add(
+        "custom-call",
+        result,
+        operands,
+        {
+            "custom_call_target": QuotedString(CONVOLUTION),
+            "backend_config": QuotedString(convolution_config(call, activation)),
+        },
+        like=call,
+        suffix="heron",
+    )
+    return [value]
+
+
+def _triangular_solve(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
+    config = _config(call)
+    transpose = TRANSPOSES.get(str(config.get("transpose_a", "NO_TRANSPOSE")))
+    if transpose is None or len(call.operands) != 2:
+        return None
+    attributes = {
+        "left_side": bool(config.get("left_side", False)),
+        "lower": bool(config.get("lower", False)),
+        "unit_diagonal": bool(config.get("unit_diagonal", False)),
+        "transpose_a": transpose,
+    }
+    value = inserter.add(
+        "triangular-solve",
+        call.shape.elements[0],
+        call.operands,
+        attributes,
+        like=call,
+        suffix="solve",
+    )
+    return [value]
+
+
+def _top_k(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
+    config = call.attributes.get("backend_config")
+    text = config.text if isinstance(config, (QuotedString, RawAttribute)) else ""
+    order = re.search(r'order\s*=\s*"(\w+)"', text)
+    if (order is not None and order.group(1) != "TOTAL") or len(call.operands) != 1:
+        return None
+    values, indices = call.shape.elements[:2]
+    pair = TupleShape((values, indices))
+    topk = inserter.add(
+        "topk", pair, call.operands, {"k": values.dims[-1], "largest": True}, like=call, suffix="k"
+    )
+    return [
+        inserter.add("get-tuple-element", shape, [topk], {"index": k}, like=call, suffix=f"k.{k}")
+        for k, shape in enumerate((values, indices))
+    ]
+
+
+#: The XLA library targets this pass knows (it may still leave a call of one alone).
+TARGETS = frozenset({CONV_FORWARD, CONV_BIAS_ACTIVATION, TRIANGULAR_SOLVE, TOP_K})
+
+_REWRITES = {
+    CONV_FORWARD: _convolution,
+    CONV_BIAS_ACTIVATION: _convolution,
+    TRIANGULAR_SOLVE: _triangular_solve,
+    TOP_K: _top_k,
+}

@@ -1,0 +1,122 @@
+# ruff: noqa: E501 - XLA's custom calls as it prints them
+"""``xla-library-calls``: XLA:GPU's cuDNN, cuBLAS and TopK custom calls as heron computes them.
+
+Each rewritten call must give what the plain HLO it stands for gives (a
+convolution with its bias and ReLU, a triangular solve, a top-k), through the
+pass and through the reference evaluator (which reads the calls with the same
+rewrite); a call the pass does not know how to state stays, refused by name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from heron.hlo.errors import HloError
+from heron.hlo.evaluator import evaluate_module
+from heron.hlo.parser import parse_module
+from heron.hlo.passes.xla_library_calls import rewrite_xla_library_calls
+
+CONV_CONFIG = (
+    '{{"cudnn_conv_backend_config":{{"activation_mode":"{mode}","conv_result_scale":1,'
+    '"side_input_scale":0}}}}'
+)
+
+XLA_CONV = """
+HloModule xla_conv
+
+ENTRY main {{
+  x = f32[2,6,3]{{2,1,0}} parameter(0)
+  w = f32[4,3,3]{{2,1,0}} parameter(1)
+  b = f32[4]{{0}} parameter(2)
+  c = (f32[2,6,4]{{2,1,0}}, u8[0]{{0}}) custom-call(x, w, b), window={{size=3 pad=1_1}}, dim_labels=b0f_o0i->b0f, custom_call_target="__cudnn$convBiasActivationForward", backend_config={config}
+  ROOT r = f32[2,6,4]{{2,1,0}} get-tuple-element(c), index=0
+}}
+"""
+
+PLAIN_CONV = """
+HloModule plain_conv
+
+ENTRY main {
+  x = f32[2,6,3]{2,1,0} parameter(0)
+  w = f32[4,3,3]{2,1,0} parameter(1)
+  b = f32[4]{0} parameter(2)
+  conv = f32[2,6,4]{2,1,0} convolution(x, w), window={size=3 pad=1_1}, dim_labels=b0f_o0i->b0f
+  bias = f32[2,6,4]{2,1,0} broadcast(b), dimensions={2}
+  sum = f32[2,6,4]{2,1,0} add(conv, bias)
+  zero = f32[] constant(0)
+  zeros = f32[2,6,4]{2,1,0} broadcast(zero), dimensions={}
+  ROOT r = f32[2,6,4]{2,1,0} maximum(sum, zeros)
+}
+"""
+
+XLA_TOPK = """
+HloModule xla_topk
+
+ENTRY main {
+  x = f32[3,10]{1,0} parameter(0)
+  t = (f32[3,4]{1,0}, s32[3,4]{1,0}, u8[64]{0}) custom-call(x), custom_call_target="__gpu$TopK", api_version=API_VERSION_TYPED_FFI, backend_config={is_stable = false, order = "TOTAL"}
+  ROOT r = (f32[3,4]{1,0}, s32[3,4]{1,0}) tuple(t#0, t#1)
+}
+"""
+
+XLA_TRSM = """
+HloModule xla_trsm
+
+ENTRY main {
+  a = f32[4,4]{1,0} parameter(0)
+  b = f32[4,2]{1,0} parameter(1)
+  s = (f32[4,2]{1,0}, s8[0]{0}) custom-call(a, b), custom_call_target="__cublas$triangularSolve", backend_config={"left_side":true,"lower":true,"transpose_a":"TRANSPOSE","unit_diagonal":false}
+  ROOT r = f32[4,2]{1,0} get-tuple-element(s), index=0
+}
+"""
+
+
+def _rng():
+    return np.random.default_rng(7)
+
+
+def test_a_cudnn_convolution_with_bias_and_relu_is_heron_s_with_its_epilogue() -> None:
+    rng = _rng()
+    args = [
+        rng.standard_normal((2, 6, 3)).astype(np.float32),
+        rng.standard_normal((4, 3, 3)).astype(np.float32),
+        rng.standard_normal(4).astype(np.float32),
+    ]
+    expected = evaluate_module(parse_module(PLAIN_CONV), args)
+    module = parse_module(XLA_CONV.format(config=CONV_CONFIG.format(mode="kRelu")))
+    np.testing.assert_allclose(evaluate_module(module, args), expected, rtol=1e-6, atol=1e-6)
+    assert rewrite_xla_library_calls(module)
+    (call,) = [i for i in module.entry.instructions if i.opcode == "custom-call"]
+    assert call.attr("custom_call_target").text == "__heron$convolution"
+    np.testing.assert_allclose(evaluate_module(module, args), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_gpu_topk_is_topk_and_cublas_triangular_solve_is_triangular_solve() -> None:
+    rng = _rng()
+    x = rng.standard_normal((3, 10)).astype(np.float32)
+    values, indices = evaluate_module(parse_module(XLA_TOPK), [x])
+    np.testing.assert_array_equal(indices, np.argsort(-x, axis=1, kind="stable")[:, :4])
+    np.testing.assert_array_equal(values, np.take_along_axis(x, indices, axis=1))
+    module = parse_module(XLA_TOPK)
+    assert rewrite_xla_library_calls(module)
+    assert [i.opcode for i in module.entry.instructions].count("topk") == 1
+    a = np.tril(rng.standard_normal((4, 4))).astype(np.float32) + 4 * np.eye(4, dtype=np.float32)
+    b = rng.standard_normal((4, 2)).astype(np.float32)
+    solved = evaluate_module(parse_module(XLA_TRSM), [a, b])
+    np.testing.assert_allclose(a.T @ solved, b, rtol=1e-5, atol=1e-5)  # op(a) x = b
+    module = parse_module(XLA_TRSM)
+    assert rewrite_xla_library_calls(module)
+    assert any(i.opcode == "triangular-solve" for i in module.entry.instructions)
+
+
+def test_a_call_it_cannot_state_stays_and_is_refused_by_name() -> None:
+    text = XLA_CONV.format(config=CONV_CONFIG.format(mode="kElu"))
+    assert not rewrite_xla_library_calls(parse_module(text))
+    arguments = [
+        np.zeros((2, 6, 3), np.float32),
+        np.zeros((4, 3, 3), np.float32),
+        np.zeros(4, np.float32),
+    ]
+    with pytest.raises(HloError, match=r"__cudnn\$convBiasActivationForward"):
+        evaluate_module(parse_module(text), arguments)
