@@ -32,8 +32,8 @@ import re
 import numpy as np
 
 from heron.hlo.attributes import QuotedString, RawAttribute
-from heron.hlo.custom_calls.convolution import TARGET as CONVOLUTION
-from heron.hlo.custom_calls.convolution import backend_config as convolution_config
+from heron.hlo.custom_calls.convolution_config import TARGET as CONVOLUTION
+from heron.hlo.custom_calls.convolution_config import backend_config as convolution_config
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import Inserter, module_names, non_fusion_computations
