@@ -455,6 +455,8 @@ XLA_OPTIMIZED = (
     "models/flax_unet_convtranspose",
     "models/haiku_conv_batchnorm",
     "models/optax_gaussian_process_adam_step",
+    "programs/cnn_train_grad",  # the weight gradient: a cuDNN backward-filter call
+    "models/flax_cnn_adam_step",
 )
 
 

@@ -120,3 +120,33 @@ def test_a_call_it_cannot_state_stays_and_is_refused_by_name() -> None:
     ]
     with pytest.raises(HloError, match=r"__cudnn\$convBiasActivationForward"):
         evaluate_module(parse_module(text), arguments)
+
+
+XLA_BACKWARD_FILTER = """
+HloModule xla_backward_filter
+
+ENTRY main {
+  x = f32[2,7,3]{2,1,0} parameter(0)
+  dy = f32[2,4,5]{2,1,0} parameter(1)
+  g = (f32[5,3,3]{2,1,0}, u8[0]{0}) custom-call(x, dy), window={size=3 stride=2 pad=1_1}, dim_labels=b0f_o0i->b0f, custom_call_target="__cudnn$convBackwardFilter", backend_config={"cudnn_conv_backend_config":{"activation_mode":"kNone","conv_result_scale":1,"side_input_scale":0}}
+  ROOT r = f32[5,3,3]{2,1,0} get-tuple-element(g), index=0
+}
+"""
+
+
+def test_a_cudnn_backward_filter_is_the_forward_convolution_s_weight_gradient() -> None:
+    """A stride-2, padded 1-D convolution ``y[b, s, o] = sum x[b, 2s + k - 1, i] w[o, k, i]``:
+    the call gives ``dw[o, k, i] = sum_{b, s} x[b, 2s + k - 1, i] dy[b, s, o]``."""
+    rng = _rng()
+    x = rng.standard_normal((2, 7, 3)).astype(np.float32)
+    dy = rng.standard_normal((2, 4, 5)).astype(np.float32)
+    padded = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (0, 0)))
+    expected = np.zeros((5, 3, 3))
+    for k in range(3):
+        for s in range(4):
+            expected[:, k, :] += dy[:, s, :].astype(np.float64).T @ padded[:, 2 * s + k, :]
+    module = parse_module(XLA_BACKWARD_FILTER)
+    np.testing.assert_allclose(evaluate_module(module, [x, dy]), expected, rtol=1e-5, atol=1e-5)
+    assert rewrite_xla_library_calls(module)
+    assert any(i.opcode == "convolution" for i in module.entry.instructions)
+    np.testing.assert_allclose(evaluate_module(module, [x, dy]), expected, rtol=1e-5, atol=1e-5)

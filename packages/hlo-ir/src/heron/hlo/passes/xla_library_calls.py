@@ -31,7 +31,13 @@ import re
 
 import numpy as np
 
-from heron.hlo.attributes import QuotedString, RawAttribute
+from heron.hlo.attributes import (
+    ConvDimensionNumbers,
+    QuotedString,
+    RawAttribute,
+    Window,
+    WindowDim,
+)
 from heron.hlo.custom_calls.convolution_config import TARGET as CONVOLUTION
 from heron.hlo.custom_calls.convolution_config import backend_config as convolution_config
 from heron.hlo.ir import Computation, Instruction, Module
@@ -43,6 +49,7 @@ __all__ = ["TARGETS", "equivalent_computation", "rewrite_xla_library_calls"]
 
 CONV_FORWARD = "__cudnn$convForward"
 CONV_BIAS_ACTIVATION = "__cudnn$convBiasActivationForward"
+CONV_BACKWARD_FILTER = "__cudnn$convBackwardFilter"
 TRIANGULAR_SOLVE = "__cublas$triangularSolve"
 TOP_K = "__gpu$TopK"
 #: cuDNN's activation modes heron's convolution epilogue has.
@@ -183,6 +190,56 @@ def _convolution(inserter: Inserter, call: Instruction) -> list[Instruction] | N
     return [value]
 
 
+def _backward_filter(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
+    """The weight gradient of the forward convolution the call's ``window`` and
+    ``dim_labels`` describe, from its input ``x`` and output gradient ``dy``, as the
+    convolution XLA's own ``ConvolutionVisitor`` would have matched: ``x`` read with its
+    features as the batch, ``dy`` as the kernel (its batch the contracted features), the
+    forward stride as the kernel's dilation and the forward dilation as the stride, so
+    that the result has the kernel's spatial extent. Ungrouped, undilated inputs only."""
+    config = _config(call).get("cudnn_conv_backend_config", {})
+    window, numbers = call.attributes.get("window"), call.attributes.get("dim_labels")
+    if (
+        not isinstance(window, Window)
+        or not isinstance(numbers, ConvDimensionNumbers)
+        or len(call.operands) != 2
+        or float(config.get("conv_result_scale", 1)) != 1
+        or call.attributes.get("feature_group_count", 1) != 1
+        or call.attributes.get("batch_group_count", 1) != 1
+    ):
+        return None
+    x, dy = call.operands
+    result = call.shape.elements[0]
+    dims: list[WindowDim] = []
+    for d, forward in enumerate(window.dims):
+        if forward.base_dilation != 1 or forward.window_reversal:
+            return None
+        n = x.array_shape.dims[numbers.input_spatial[d]]
+        m = dy.array_shape.dims[numbers.output_spatial[d]]
+        k = result.dims[numbers.kernel_spatial[d]]
+        stride, dilation = forward.stride, forward.window_dilation
+        pad_high = (k - 1) * dilation + (m - 1) * stride + 1 - n - forward.pad_low
+        if pad_high < 0 or forward.pad_low < 0:
+            return None
+        dims.append(WindowDim(m, dilation, forward.pad_low, pad_high, stride))
+    gradient = ConvDimensionNumbers(
+        input_batch=numbers.input_feature,
+        input_feature=numbers.input_batch,
+        input_spatial=numbers.input_spatial,
+        kernel_input_feature=numbers.output_batch,
+        kernel_output_feature=numbers.output_feature,
+        kernel_spatial=numbers.output_spatial,
+        output_batch=numbers.kernel_input_feature,
+        output_feature=numbers.kernel_output_feature,
+        output_spatial=numbers.kernel_spatial,
+    )
+    attributes = {"window": Window(tuple(dims)), "dim_labels": gradient}
+    value = inserter.add(
+        "convolution", result, [x, dy], attributes, like=call, suffix="filter_gradient"
+    )
+    return [value]
+
+
 def _triangular_solve(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
     config = _config(call)
     transpose = TRANSPOSES.get(str(config.get("transpose_a", "NO_TRANSPOSE")))
@@ -223,11 +280,14 @@ def _top_k(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
 
 
 #: The XLA library targets this pass knows (it may still leave a call of one alone).
-TARGETS = frozenset({CONV_FORWARD, CONV_BIAS_ACTIVATION, TRIANGULAR_SOLVE, TOP_K})
+TARGETS = frozenset(
+    {CONV_FORWARD, CONV_BIAS_ACTIVATION, CONV_BACKWARD_FILTER, TRIANGULAR_SOLVE, TOP_K}
+)
 
 _REWRITES = {
     CONV_FORWARD: _convolution,
     CONV_BIAS_ACTIVATION: _convolution,
+    CONV_BACKWARD_FILTER: _backward_filter,
     TRIANGULAR_SOLVE: _triangular_solve,
     TOP_K: _top_k,
 }
