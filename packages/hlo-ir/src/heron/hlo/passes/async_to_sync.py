@@ -23,7 +23,7 @@ from __future__ import annotations
 from heron.hlo.attributes import ComputationRef, InstructionRefs
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
-from heron.hlo.passes.rewrite import Uses, non_fusion_computations
+from heron.hlo.passes.rewrite import Uses, non_fusion_computations, rename_control_predecessors
 
 __all__ = ["make_async_sync"]
 
@@ -69,7 +69,7 @@ def _make_sync(computation: Computation) -> bool:
         computation.instructions = [i for i in computation.instructions if id(i) not in doomed]
         changed = True
     if renamed:
-        _rename_control_predecessors(computation, renamed)
+        rename_control_predecessors(computation.instructions, renamed)
     return changed
 
 
@@ -105,12 +105,3 @@ def _call_attributes(start: Instruction, chain: list[Instruction]) -> dict:
     if predecessors:
         attributes[CONTROL] = InstructionRefs(tuple(predecessors))
     return attributes
-
-
-def _rename_control_predecessors(computation: Computation, renamed: dict[str, str]) -> None:
-    """Control edges to a start or an update now name the call that took their place."""
-    for inst in computation.instructions:
-        refs = inst.attributes.get(CONTROL)
-        if isinstance(refs, InstructionRefs) and any(n in renamed for n in refs.names):
-            names = tuple(dict.fromkeys(renamed.get(n, n) for n in refs.names if n != inst.name))
-            inst.attributes[CONTROL] = InstructionRefs(names)

@@ -19,7 +19,7 @@ from heron.hlo.attributes import InstructionRefs
 from heron.hlo.builder import NameUniquer
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
-from heron.hlo.passes.rewrite import Uses, module_names
+from heron.hlo.passes.rewrite import Uses, module_names, rename_control_predecessors
 
 __all__ = ["inline_calls"]
 
@@ -46,21 +46,9 @@ def inline_calls(module: Module) -> bool:
             uses.replace(inst, result)
             inlined[inst.name] = result.name
         computation.instructions = instructions
-        _rename_control_predecessors(instructions, inlined)
+        rename_control_predecessors(instructions, inlined)
         changed = True
     return changed
-
-
-def _rename_control_predecessors(instructions: list[Instruction], inlined: dict[str, str]) -> None:
-    """An instruction ordered after a call is ordered after what stands for its result (XLA's
-    optimized modules order a loop's counter update after its asynchronous slices)."""
-    for inst in instructions:
-        refs = inst.attributes.get("control-predecessors")
-        if isinstance(refs, InstructionRefs) and any(n in inlined for n in refs.names):
-            names = (inlined.get(n, n) for n in refs.names)
-            inst.attributes["control-predecessors"] = InstructionRefs(
-                tuple(dict.fromkeys(n for n in names if n != inst.name))
-            )
 
 
 def _callees_first(module: Module) -> list[Computation]:

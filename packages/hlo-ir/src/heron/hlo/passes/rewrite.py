@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from heron.hlo.attributes import InstructionRefs
 from heron.hlo.builder import NameUniquer
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.shapes import Shape
@@ -25,9 +26,13 @@ __all__ = [
     "non_fusion_computations",
     "reachable_computations",
     "remove_instructions",
+    "rename_control_predecessors",
     "replace_all_uses",
     "rewrite_each",
 ]
+
+#: The attribute naming the instructions one must come after.
+CONTROL = "control-predecessors"
 
 #: Opcodes whose instructions must run even when nothing uses their value, and
 #: which two identical instructions must not share: I/O, communication, random
@@ -246,6 +251,20 @@ def forward_operands(module: Module, computes_nothing: Callable[[Instruction], b
         remove_instructions(computation, forwarded)
         changed = True
     return changed
+
+
+def rename_control_predecessors(
+    instructions: Iterable[Instruction], renamed: dict[str, str]
+) -> None:
+    """Control edges to an instruction a rewrite replaced name what took its place
+    (``renamed``: old name -> new); an edge to itself is dropped, repeats kept once."""
+    for inst in instructions:
+        refs = inst.attributes.get(CONTROL)
+        if isinstance(refs, InstructionRefs) and any(n in renamed for n in refs.names):
+            names = (renamed.get(n, n) for n in refs.names)
+            inst.attributes[CONTROL] = InstructionRefs(
+                tuple(dict.fromkeys(n for n in names if n != inst.name))
+            )
 
 
 def remove_instructions(computation: Computation, dead: Iterable[Instruction]) -> int:

@@ -9,6 +9,9 @@ such module by name. This pass rewrites the calls whose meaning it can state:
   ``__heron$convolution`` (:mod:`heron.hlo.custom_calls.convolution`) with the
   same window, ``dim_labels`` and group counts, the bias and side input as its
   epilogue: cuDNN computes it on a CUDA device, the host elsewhere;
+- ``__cudnn$convBackwardFilter`` (an ungrouped forward convolution without base
+  dilation) becomes the weight-gradient ``convolution`` of the forward
+  convolution its ``window`` and ``dim_labels`` describe;
 - ``__cublas$triangularSolve`` becomes the ``triangular-solve`` its
   ``backend_config`` describes (heron's pipeline makes it a library call again);
 - ``__gpu$TopK`` becomes ``topk``, ``k`` the result's last dimension, largest
@@ -16,9 +19,12 @@ such module by name. This pass rewrites the calls whose meaning it can state:
 
 Each XLA call returns a tuple whose last element is the library's scratch
 memory; only ``get-tuple-element`` reads of the other elements may use it, and
-they are given the new instruction's values. A call that does not fit
-(backward convolutions, other activations or scales, cuBLAS GEMMs, a scratch
-that is read) is left as it is, and the module is refused naming its target.
+they are given the new instruction's values, and control edges to the call or
+its readers name them. A call that does not fit (backward inputs, grouped
+backward filters, other activations or scales, cuBLAS GEMMs, a scratch that is
+read) is left as it is, and the module is refused naming its target. (A GEMM
+is a ``dot``, but XLA orders its loops' other work after it by control edges,
+which heron's passes after this one do not all carry through their rewrites.)
 
 The reference evaluator gives such a call its value through the same rewrite
 (:func:`equivalent_computation`): the calls mean one thing, here.
@@ -42,7 +48,12 @@ from heron.hlo.custom_calls.convolution_config import TARGET as CONVOLUTION
 from heron.hlo.custom_calls.convolution_config import backend_config as convolution_config
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
-from heron.hlo.passes.rewrite import Inserter, module_names, non_fusion_computations
+from heron.hlo.passes.rewrite import (
+    Inserter,
+    module_names,
+    non_fusion_computations,
+    rename_control_predecessors,
+)
 from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = ["TARGETS", "equivalent_computation", "rewrite_xla_library_calls"]
@@ -85,6 +96,13 @@ def rewrite_xla_library_calls(module: Module) -> bool:
             inserter.uses.forget(call)
             doomed = {id(call), *(id(reader) for reader in readers)}
             computation.instructions = [i for i in computation.instructions if id(i) not in doomed]
+            # edges to the call or its readers now name what computes the results
+            edges = call.attributes.get("control-predecessors")
+            if edges is not None:
+                values[0].attributes["control-predecessors"] = edges
+            renamed = {call.name: values[0].name}
+            renamed |= {reader.name: values[reader.attr("index")].name for reader in readers}
+            rename_control_predecessors(computation.instructions, renamed)
             changed = True
     return changed
 
