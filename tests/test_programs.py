@@ -401,32 +401,39 @@ def test_the_tolerance_rejects_a_wrong_float():
 def test_heron_run_check_runs_the_program_and_gives_xla_cpus_outputs(
     program: CorpusProgram, capsys, tmp_path
 ) -> None:
-    from heron.cli.main import main
-
     failure = KNOWN_FAILURES.get(program.id)
     if failure is not None and failure.refused:
         # Compiling it until the refusal costs as much as a compile: it is checked once,
         # by tests/test_executables.py, which fails as soon as it compiles.
         pytest.skip(f"refused ({failure.reason}); tests/test_executables.py checks that it is")
-    output = tmp_path / "out.npz"
     with expect_known_failure(program, "results"):
-        code = main(
-            [
-                "run",
-                str(program.folder / "module.hlo"),
-                "--backend",
-                "interpreter",
-                "--inputs",
-                str(program.folder / "inputs.npz"),
-                "--output",
-                str(output),
-                "--check",
-            ]
-        )
-        captured = capsys.readouterr()
-        report = f"heron run exited {code}:\n{captured.out[-4000:]}\n{captured.err}"
-        assert code == 0 and "agree: every output within the tolerance" in captured.out, report
-        program.assert_outputs(load_outputs(output), "heron run on the interpreter")
+        outputs = _heron_run_check(program, "module.hlo", capsys, tmp_path)
+        program.assert_outputs(outputs, "heron run on the interpreter")
+
+
+def _heron_run_check(program: CorpusProgram, file: str, capsys, tmp_path) -> list[np.ndarray]:
+    """``heron run FILE --check`` on the interpreter with the program's inputs: its outputs,
+    once the run exited 0 agreeing with the reference evaluator."""
+    from heron.cli.main import main
+
+    output = tmp_path / "out.npz"
+    code = main(
+        [
+            "run",
+            str(program.folder / file),
+            "--backend",
+            "interpreter",
+            "--inputs",
+            str(program.folder / "inputs.npz"),
+            "--output",
+            str(output),
+            "--check",
+        ]
+    )
+    captured = capsys.readouterr()
+    report = f"heron run exited {code}:\n{captured.out[-4000:]}\n{captured.err}"
+    assert code == 0 and "agree: every output within the tolerance" in captured.out, report
+    return load_outputs(output)
 
 
 #: Programs whose XLA:GPU optimized module heron runs as it is (its fusions, XLA's), and
@@ -465,23 +472,5 @@ def test_heron_runs_xla_gpus_optimized_module_and_gives_xla_cpus_outputs(
     program: CorpusProgram, capsys, tmp_path
 ) -> None:
     """Code heron did not fuse: XLA's own fusion decisions, emitted by heron's emitters."""
-    from heron.cli.main import main
-
-    output = tmp_path / "out.npz"
-    code = main(
-        [
-            "run",
-            str(program.folder / "xla_gpu_optimized.hlo"),
-            "--backend",
-            "interpreter",
-            "--inputs",
-            str(program.folder / "inputs.npz"),
-            "--output",
-            str(output),
-            "--check",
-        ]
-    )
-    captured = capsys.readouterr()
-    report = f"heron run exited {code}:\n{captured.out[-4000:]}\n{captured.err}"
-    assert code == 0 and "agree: every output within the tolerance" in captured.out, report
-    program.assert_outputs(load_outputs(output), "heron run of XLA's optimized module")
+    outputs = _heron_run_check(program, "xla_gpu_optimized.hlo", capsys, tmp_path)
+    program.assert_outputs(outputs, "heron run of XLA's optimized module")
