@@ -464,6 +464,9 @@ XLA_OPTIMIZED = (
     "models/optax_gaussian_process_adam_step",
     "programs/cnn_train_grad",  # the weight gradient: a cuDNN backward-filter call
     "models/flax_cnn_adam_step",
+    # cuBLASLt GEMMs as dots, XLA's control edges to them kept through fusion
+    "models/equinox_lstm_fori_loop",
+    "models/flax_mixed_precision_adam_step",
 )
 
 

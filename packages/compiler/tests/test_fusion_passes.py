@@ -1339,3 +1339,31 @@ def test_horizontal_groups_are_independent_in_the_graph_the_merges_before_left()
     merged = [f for f in _fusions(module) if f.shape.__class__.__name__ == "TupleShape"]
     assert len(merged) == 1 and {i.name for i in merged[0].operands} == {"u", "y"}
     assert _same(evaluate_module(module, arguments), expected)
+
+
+ORDERED_BY_EDGES = """HloModule ordered
+
+ENTRY main {
+  x = f32[8]{0} parameter(0)
+  e = f32[8]{0} exponential(x)
+  n = f32[8]{0} negate(e)
+  one = f32[] constant(1)
+  later = f32[] add(one, one), control-predecessors={e}
+  ROOT t = (f32[8]{0}, f32[]) tuple(n, later)
+}
+"""
+
+
+def test_a_control_edge_to_a_fused_instruction_names_its_fusion() -> None:
+    """XLA's optimized modules order a loop's counter after its slices by control edges;
+    an instruction fused away hands its edges to the fusion that computes it."""
+    from heron.compiler.fusion.builder import build_fusion, install_fusion
+
+    module = parse_module(ORDERED_BY_EDGES)
+    entry = module.entry
+    by_name = {inst.name: inst for inst in entry.instructions}
+    candidate = build_fusion([by_name["e"], by_name["n"]], [by_name["n"]])
+    fusion = install_fusion(module, entry, candidate, "kLoop")
+    later = next(inst for inst in entry.instructions if inst.name == "later")
+    assert later.attributes["control-predecessors"].names == (fusion.name,)
+    verify_module(module)

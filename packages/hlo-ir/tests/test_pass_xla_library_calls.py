@@ -150,3 +150,33 @@ def test_a_cudnn_backward_filter_is_the_forward_convolution_s_weight_gradient() 
     assert rewrite_xla_library_calls(module)
     assert any(i.opcode == "convolution" for i in module.entry.instructions)
     np.testing.assert_allclose(evaluate_module(module, [x, dy]), expected, rtol=1e-5, atol=1e-5)
+
+
+XLA_GEMM = """
+HloModule xla_gemm
+
+ENTRY main {
+  a = f32[4,3]{1,0} parameter(0)
+  b = f32[5,3]{1,0} parameter(1)
+  g = (f32[4,5]{1,0}, s8[1024]{0}) custom-call(a, b), custom_call_target="__cublas$lt$matmul", backend_config={"gemm_backend_config":{"alpha_imag":0,"alpha_real":1,"beta":0,"dot_dimension_numbers":{"lhs_batch_dimensions":[],"lhs_contracting_dimensions":["1"],"rhs_batch_dimensions":[],"rhs_contracting_dimensions":["1"]},"epilogue":"DEFAULT"}}
+  r = f32[4,5]{1,0} get-tuple-element(g), index=0
+  one = f32[] constant(1)
+  later = f32[] add(one, one), control-predecessors={g, r}
+  ROOT t = (f32[4,5]{1,0}, f32[]) tuple(r, later)
+}
+"""
+
+
+def test_a_cublas_gemm_without_epilogue_is_its_dot_and_keeps_the_edges_to_it() -> None:
+    rng = _rng()
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    b = rng.standard_normal((5, 3)).astype(np.float32)
+    module = parse_module(XLA_GEMM)
+    product, _ = evaluate_module(module, [a, b])
+    np.testing.assert_allclose(product, a @ b.T, rtol=1e-5, atol=1e-5)
+    assert rewrite_xla_library_calls(module)
+    (dot,) = [i for i in module.entry.instructions if i.opcode == "dot"]
+    later = next(i for i in module.entry.instructions if i.name == "later")
+    assert later.attributes["control-predecessors"].names == (dot.name,)
+    product, _ = evaluate_module(module, [a, b])
+    np.testing.assert_allclose(product, a @ b.T, rtol=1e-5, atol=1e-5)

@@ -24,10 +24,11 @@ from collections.abc import Sequence
 import attrs
 
 from heron.compiler.fusion.graph import FusionGraph
-from heron.hlo.attributes import ComputationRef
+from heron.hlo.attributes import ComputationRef, InstructionRefs
 from heron.hlo.builder import NameUniquer
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.passes.rewrite import CONTROL, rename_control_predecessors
 from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = [
@@ -370,6 +371,7 @@ def install_fusion(
                 value = cast
             graph.replace(output, value)
             renamed.append((gte, cast))
+    ordered_after = _control_predecessors(candidate.members)
     _remove_dead_members(graph, candidate.members)
     # Named once the members are gone, so a fusion replacing one can take its name.
     graph.rename(fusion, graph.module_names.first_free(fusion.name, itself=1))
@@ -382,9 +384,25 @@ def install_fusion(
         graph.rename(gte, graph.names.first_free(f"get-tuple-element.{fusion.name}.{index}"))
         if cast is not None:
             graph.rename(cast, graph.names.first_free(f"bitcast.{fusion.name}.{index}"))
+    if ordered_after:  # XLA's optimized modules order work by control edges: keep them
+        fusion.attributes[CONTROL] = InstructionRefs(ordered_after)
+    removed = {m.name: fusion.name for m in candidate.members if not graph.alive(m)}
+    if removed:
+        rename_control_predecessors(computation.instructions, removed)
     if own_graph:
         graph.finish()
     return fusion
+
+
+def _control_predecessors(members: Sequence[Instruction]) -> tuple[str, ...]:
+    """The instructions outside ``members`` that one of them must come after."""
+    inside = {m.name for m in members}
+    names: dict[str, None] = {}
+    for member in members:
+        refs = member.attributes.get(CONTROL)
+        if isinstance(refs, InstructionRefs):
+            names.update((n, None) for n in refs.names if n not in inside)
+    return tuple(names)
 
 
 def _remove_dead_members(graph: FusionGraph, members: Sequence[Instruction]) -> None:

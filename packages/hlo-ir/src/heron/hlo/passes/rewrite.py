@@ -96,6 +96,7 @@ def replace_all_uses(computation: Computation, old: Instruction, new: Instructio
     if computation.root is old:
         computation.root = new
         changed = True
+    rename_control_predecessors(computation.instructions, {old.name: new.name})
     return changed
 
 
@@ -113,6 +114,9 @@ class Uses:
         self._users: dict[int, list[Instruction]] = {}
         for inst in computation.instructions:
             self._register(inst)
+        #: Whether an instruction orders itself after another by name (XLA's optimized
+        #: modules do): then a replaced instruction's edges move to its replacement.
+        self._control = any(CONTROL in inst.attributes for inst in computation.instructions)
 
     def _register(self, inst: Instruction) -> None:
         seen: set[int] = set()
@@ -156,6 +160,8 @@ class Uses:
         if self.computation.root is old:
             self.computation.root = new
             changed = True
+        if self._control:
+            rename_control_predecessors(self.computation.instructions, {old.name: new.name})
         return changed
 
 

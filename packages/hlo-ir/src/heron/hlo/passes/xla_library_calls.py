@@ -12,6 +12,9 @@ such module by name. This pass rewrites the calls whose meaning it can state:
 - ``__cudnn$convBackwardFilter`` (an ungrouped forward convolution without base
   dilation) becomes the weight-gradient ``convolution`` of the forward
   convolution its ``window`` and ``dim_labels`` describe;
+- ``__cublas$gemm`` and ``__cublas$lt$matmul`` without scaling or epilogue become
+  the ``dot`` their dimension numbers describe (heron's pipeline picks the GEMM
+  library or its own kernel again);
 - ``__cublas$triangularSolve`` becomes the ``triangular-solve`` its
   ``backend_config`` describes (heron's pipeline makes it a library call again);
 - ``__gpu$TopK`` becomes ``topk``, ``k`` the result's last dimension, largest
@@ -21,10 +24,9 @@ Each XLA call returns a tuple whose last element is the library's scratch
 memory; only ``get-tuple-element`` reads of the other elements may use it, and
 they are given the new instruction's values, and control edges to the call or
 its readers name them. A call that does not fit (backward inputs, grouped
-backward filters, other activations or scales, cuBLAS GEMMs, a scratch that is
-read) is left as it is, and the module is refused naming its target. (A GEMM
-is a ``dot``, but XLA orders its loops' other work after it by control edges,
-which heron's passes after this one do not all carry through their rewrites.)
+backward filters, other activations or scales, a scratch that is
+read, GEMMs with scales or epilogues) is left as it is, and the module is
+refused naming its target.
 
 The reference evaluator gives such a call its value through the same rewrite
 (:func:`equivalent_computation`): the calls mean one thing, here.
@@ -62,6 +64,7 @@ CONV_FORWARD = "__cudnn$convForward"
 CONV_BIAS_ACTIVATION = "__cudnn$convBiasActivationForward"
 CONV_BACKWARD_FILTER = "__cudnn$convBackwardFilter"
 TRIANGULAR_SOLVE = "__cublas$triangularSolve"
+GEMMS = ("__cublas$gemm", "__cublas$lt$matmul")
 TOP_K = "__gpu$TopK"
 #: cuDNN's activation modes heron's convolution epilogue has.
 ACTIVATIONS = {"kNone": "", "kRelu": "relu"}
@@ -258,6 +261,35 @@ def _backward_filter(inserter: Inserter, call: Instruction) -> list[Instruction]
     return [value]
 
 
+def _gemm(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
+    """A cuBLAS GEMM without scaling or epilogue (``alpha`` 1, ``beta`` 0, ``DEFAULT``)
+    is the ``dot`` its dimension numbers describe, of the call's result shape."""
+    config = _config(call).get("gemm_backend_config", {})
+    numbers = config.get("dot_dimension_numbers", {})
+    if (
+        len(call.operands) != 2
+        or float(config.get("alpha_real", 1)) != 1
+        or float(config.get("alpha_imag", 0)) != 0
+        or float(config.get("beta", 0)) != 0
+        or config.get("epilogue", "DEFAULT") != "DEFAULT"
+        or not isinstance(numbers, dict)
+    ):
+        return None
+    attributes = {
+        name: tuple(int(d) for d in numbers.get(key, ()))
+        for name, key in (
+            ("lhs_batch_dims", "lhs_batch_dimensions"),
+            ("rhs_batch_dims", "rhs_batch_dimensions"),
+            ("lhs_contracting_dims", "lhs_contracting_dimensions"),
+            ("rhs_contracting_dims", "rhs_contracting_dimensions"),
+        )
+    }
+    value = inserter.add(
+        "dot", call.shape.elements[0], call.operands, attributes, like=call, suffix="dot"
+    )
+    return [value]
+
+
 def _triangular_solve(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
     config = _config(call)
     transpose = TRANSPOSES.get(str(config.get("transpose_a", "NO_TRANSPOSE")))
@@ -299,7 +331,7 @@ def _top_k(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
 
 #: The XLA library targets this pass knows (it may still leave a call of one alone).
 TARGETS = frozenset(
-    {CONV_FORWARD, CONV_BIAS_ACTIVATION, CONV_BACKWARD_FILTER, TRIANGULAR_SOLVE, TOP_K}
+    {CONV_FORWARD, CONV_BIAS_ACTIVATION, CONV_BACKWARD_FILTER, TRIANGULAR_SOLVE, TOP_K, *GEMMS}
 )
 
 _REWRITES = {
@@ -308,4 +340,5 @@ _REWRITES = {
     CONV_BACKWARD_FILTER: _backward_filter,
     TRIANGULAR_SOLVE: _triangular_solve,
     TOP_K: _top_k,
+    **dict.fromkeys(GEMMS, _gemm),
 }
