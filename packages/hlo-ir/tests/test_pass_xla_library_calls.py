@@ -180,3 +180,35 @@ def test_a_cublas_gemm_without_epilogue_is_its_dot_and_keeps_the_edges_to_it() -
     assert later.attributes["control-predecessors"].names == (dot.name,)
     product, _ = evaluate_module(module, [a, b])
     np.testing.assert_allclose(product, a @ b.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            XLA_GEMM.replace(
+                '"lhs_contracting_dimensions":["1"]', '"lhs_contracting_dimensions":["7"]'
+            ),
+            r"'g' \(custom_call_target '__cublas\$lt\$matmul'\): its attributes describe no valid"
+            r" dot: .*dimension 7 is out of range",
+        ),
+        (
+            XLA_TRSM.replace(
+                'backend_config={"left_side"', 'backend_config="garbage{", x={"left_side"'
+            ),
+            r"'s' \(custom_call_target '__cublas\$triangularSolve'\): backend_config is not",
+        ),
+        (
+            XLA_CONV.format(config=CONV_CONFIG.format(mode="kNone")).replace(
+                "window={size=3 pad=1_1}, ", ""
+            ),
+            r"'c' \(custom_call_target '__cudnn\$convBiasActivationForward'\): a convolution"
+            " call without window",
+        ),
+    ],
+    ids=["gemm-dimension-out-of-range", "backend-config-not-json", "convolution-without-window"],
+)
+def test_a_malformed_call_is_refused_naming_it(text: str, message: str) -> None:
+    """Never a guess (a default for an unreadable configuration) nor an internal error."""
+    with pytest.raises(HloError, match=message):
+        rewrite_xla_library_calls(parse_module(text))

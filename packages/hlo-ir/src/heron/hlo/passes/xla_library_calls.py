@@ -48,6 +48,7 @@ from heron.hlo.attributes import (
 )
 from heron.hlo.custom_calls.convolution_config import TARGET as CONVOLUTION
 from heron.hlo.custom_calls.convolution_config import backend_config as convolution_config
+from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
@@ -56,6 +57,7 @@ from heron.hlo.passes.rewrite import (
     non_fusion_computations,
     rename_control_predecessors,
 )
+from heron.hlo.shape_inference import ShapeInferenceError, infer_shape
 from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = ["TARGETS", "equivalent_computation", "rewrite_xla_library_calls"]
@@ -74,7 +76,7 @@ TRANSPOSES = {"NO_TRANSPOSE": "NO_TRANSPOSE", "TRANSPOSE": "TRANSPOSE", "ADJOINT
 
 @hlo_pass(
     "xla-library-calls",
-    "XLA's cuDNN convolution, cuBLAS triangular solve and TopK calls as heron computes them",
+    "XLA's cuDNN convolutions, cuBLAS GEMMs and triangular solves, TopK as heron computes them",
 )
 def rewrite_xla_library_calls(module: Module) -> bool:
     """Rewrite every XLA library call of ``module`` heron computes; True if any was."""
@@ -92,6 +94,7 @@ def rewrite_xla_library_calls(module: Module) -> bool:
             values = _REWRITES[_target(call)](inserter, call)
             if values is None:
                 continue
+            _checked(call, values)
             for reader in readers:
                 index = reader.attr("index")
                 inserter.replace(reader, values[index])
@@ -173,19 +176,48 @@ def _element_readers(
     return readers
 
 
+def _refusal(call: Instruction, why: str) -> UnsupportedError:
+    return UnsupportedError(
+        f"custom-call '{call.name}' (custom_call_target '{_target(call)}'): {why}", call.location
+    )
+
+
 def _config(call: Instruction) -> dict:
-    """``backend_config`` as JSON (``{}`` when it is none)."""
+    """``backend_config`` as JSON (``{}`` when it is none); refused when it is not a
+    JSON object (its defaults would be guesses)."""
     value = call.attributes.get("backend_config")
     text = value.text if isinstance(value, (QuotedString, RawAttribute)) else ""
     try:
         parsed = json.loads(text or "{}")
-    except json.JSONDecodeError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
+    except json.JSONDecodeError as error:
+        raise _refusal(call, f"backend_config is not JSON ({error})") from None
+    if not isinstance(parsed, dict):
+        raise _refusal(call, "backend_config is not a JSON object")
+    return parsed
+
+
+def _checked(call: Instruction, values: list[Instruction]) -> list[Instruction]:
+    """``values``, each of the shape the call's result element says: a call whose
+    attributes describe something else (a dimension out of range) is refused, naming it."""
+    for value, expected in zip(values, call.shape.elements, strict=False):
+        try:
+            inferred = infer_shape(value)
+        except ShapeInferenceError as error:
+            raise _refusal(
+                call, f"its attributes describe no valid {value.opcode}: {error}"
+            ) from None
+        if inferred is not None and not inferred.same_type_and_dims(expected):
+            raise _refusal(
+                call, f"its {value.opcode} gives {inferred}, its result element is {expected}"
+            )
+    return values
 
 
 def _convolution(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
     config = _config(call).get("cudnn_conv_backend_config", {})
+    for name, kind in (("window", Window), ("dim_labels", ConvDimensionNumbers)):
+        if not isinstance(call.attributes.get(name), kind):
+            raise _refusal(call, f"a convolution call without {name}")
     activation = ACTIVATIONS.get(str(config.get("activation_mode", "kNone")))
     operands = list(call.operands)
     if activation is None or float(config.get("conv_result_scale", 1)) != 1:
