@@ -23,11 +23,14 @@ from __future__ import annotations
 from heron.hlo.attributes import ComputationRef, InstructionRefs
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
-from heron.hlo.passes.rewrite import Uses, non_fusion_computations, rename_control_predecessors
+from heron.hlo.passes.rewrite import (
+    CONTROL,
+    Uses,
+    non_fusion_computations,
+    rename_control_predecessors,
+)
 
 __all__ = ["make_async_sync"]
-
-CONTROL = "control-predecessors"
 
 
 @hlo_pass("async-to-sync", "run each async-start/async-done pair's computation as a call")
