@@ -23,12 +23,16 @@ from heron.runtime.cuda.kernel_abi import pack_values, ptx_entry_names, ptx_entr
 
 
 def _assemble(ptx: str, arch: str) -> bytes:
+    """``ptx`` assembled whole-program, as the driver JIT-compiles it: by the ptxas
+    executable (nvJitLink, heron's compile-side assembler, links relocatable code)."""
     compiler_tools = pytest.importorskip("heron.runtime.cuda.compiler_tools")
     try:
-        compiler_tools.find_ptxas()
+        ptxas = compiler_tools.find_ptxas()
     except compiler_tools.ToolNotFoundError as exc:
         pytest.skip(str(exc))
-    return compiler_tools.assemble_cubin(ptx, arch)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HERON_PTXAS", str(ptxas))
+        return compiler_tools.assemble_cubin(ptx, arch)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100"])

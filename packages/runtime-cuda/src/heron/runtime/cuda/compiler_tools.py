@@ -6,6 +6,11 @@ and ``libdevice.10.bc`` (the math library the NVVM lowering calls into) both
 ship in that wheel, under ``site-packages/nvidia/cu13/`` (``nvidia/cuda_nvcc/``
 in the CUDA 12 wheels). Neither needs a GPU. ``HERON_PTXAS`` and
 ``HERON_LIBDEVICE`` override the search, for machines with a system CUDA.
+
+PTX is assembled in this process by nvJitLink (the same ptxas, as a library:
+:mod:`heron.runtime.cuda.nvjitlink_assembler`) where it loads and no
+``HERON_PTXAS`` names an executable; otherwise by the ptxas executable.
+:func:`cubin_assembler` says which.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from heron.runtime.cuda import nvjitlink_assembler
 from heron.runtime.cuda.compiler_mlir import COMPILE_EXTRA
 
 # Where the NVIDIA wheels put the toolkit, relative to the ``nvidia`` namespace package.
@@ -101,16 +107,45 @@ def find_libdevice() -> Path:
     )
 
 
-def _run_ptxas(ptx: str, arch: str, extra: tuple[str, ...], keep_output: bool) -> bytes:
-    """Run ptxas on ``ptx``; the cubin's bytes when ``keep_output``, else ``b""``."""
-    return _run_ptxas_on({"kernel": ptx}, arch, extra, keep_output)
+def cubin_assembler() -> str:
+    """What turns PTX into cubins here, in words: nvJitLink in this process (see
+    :mod:`heron.runtime.cuda.nvjitlink_assembler`), or the ptxas executable where
+    ``$HERON_PTXAS`` names one or nvJitLink cannot be loaded. Raises
+    :class:`ToolNotFoundError` when neither is here (the ``cubin`` stage is then
+    skipped, saying why)."""
+    if _in_process():
+        from cuda.bindings import nvjitlink
+
+        major, minor = nvjitlink.version()
+        return f"nvJitLink {major}.{minor} (in process)"
+    return f"ptxas ({find_ptxas()})"
+
+
+def _in_process() -> bool:
+    """Whether PTX is assembled by nvJitLink: it loads, and no ``$HERON_PTXAS`` asks
+    for an executable of the user's choosing."""
+    return not os.environ.get("HERON_PTXAS") and nvjitlink_assembler.unavailable_reason() is None
+
+
+def _run_ptxas(ptx: str, arch: str, opt_level: int | None, keep_output: bool) -> bytes:
+    """Assemble ``ptx``; the cubin's bytes when ``keep_output``, else ``b""``."""
+    return _run_ptxas_on({"kernel": ptx}, arch, opt_level, keep_output)
 
 
 def _run_ptxas_on(
-    modules: Mapping[str, str], arch: str, extra: tuple[str, ...], keep_output: bool
+    modules: Mapping[str, str], arch: str, opt_level: int | None, keep_output: bool
 ) -> bytes:
-    """Run one ptxas on the PTX ``modules`` (file name -> text): one cubin holding them all."""
+    """Assemble the PTX ``modules`` (file name -> text) into one cubin holding them all:
+    in this process through nvJitLink where it loads, else with one ptxas process."""
+    if _in_process():
+        try:
+            return nvjitlink_assembler.assemble(modules, arch, opt_level, keep_output)
+        except nvjitlink_assembler.NvJitLinkRejected as exc:
+            raise PtxasError(
+                f"ptxas rejected the PTX for {arch} (nvJitLink):\n{exc.log}", exc.log
+            ) from None
     ptxas = find_ptxas()
+    extra = () if opt_level is None else (f"-O{opt_level}",)
     with tempfile.TemporaryDirectory(prefix="heron-ptxas-") as tmp:
         sources = []
         for name, ptx in modules.items():
@@ -135,23 +170,24 @@ def _run_ptxas_on(
 
 def validate_ptx(ptx: str, arch: str) -> None:
     """Assemble ``ptx`` for ``arch`` and throw the result away; raise ``PtxasError`` if rejected."""
-    _run_ptxas(ptx, arch, (), keep_output=False)
+    _run_ptxas(ptx, arch, None, keep_output=False)
 
 
 def assemble_cubin(ptx: str, arch: str, opt_level: int = 3) -> bytes:
     """Assemble ``ptx`` to a cubin for ``arch`` with ptxas (``-O{opt_level}``)."""
-    return _run_ptxas(ptx, arch, (f"-O{opt_level}",), keep_output=True)
+    return _run_ptxas(ptx, arch, opt_level, keep_output=True)
 
 
 def assemble_cubins(modules: Mapping[str, str], arch: str, opt_level: int = 3) -> bytes:
     """Assemble several PTX modules (a name each, unique: its file's, which ptxas's
-    messages quote) into one cubin for ``arch`` with one ptxas (``-O{opt_level}``).
+    messages quote) into one cubin for ``arch`` in one ptxas run (``-O{opt_level}``).
 
-    Starting ptxas costs about 20 ms, four times what it takes to assemble a
-    typical fusion's kernel; each kernel's machine code is what it would be alone
+    A ptxas run has a fixed cost (starting the executable: 11 ms for a tiny kernel; nvJitLink's
+    5 ms), more than it takes to assemble a typical fusion's kernel, so a
+    program pays it once; each kernel's machine code is what it would be alone
     (the modules share no symbol but their kernels' distinct names). XLA:GPU
     likewise makes one cubin of a module's kernels.
     """
     if not modules:
         raise ValueError("assemble_cubins: no PTX module given")
-    return _run_ptxas_on(modules, arch, (f"-O{opt_level}",), keep_output=True)
+    return _run_ptxas_on(modules, arch, opt_level, keep_output=True)

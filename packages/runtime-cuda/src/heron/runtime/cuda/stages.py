@@ -8,8 +8,9 @@ compile of one fusion for one Target needs: the Target's arch and PTX ISA, the
 check that the module holds exactly the fusion's kernel, and a KernelImage.
 
 ptxas is optional: PTX is itself loadable (the driver JIT-compiles it), so
-without ptxas the ``cubin`` stage is skipped, and says why. This is the one
-place that decides it.
+without ptxas (neither nvJitLink nor the executable:
+``compiler_tools.cubin_assembler``) the ``cubin`` stage is skipped, and says
+why. This is the one place that decides it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from heron.runtime.cuda.compiler_tools import (
     ToolNotFoundError,
     assemble_cubin,
     assemble_cubins,
-    find_ptxas,
+    cubin_assembler,
 )
 
 __all__ = ["to_cubin", "to_cubins", "to_llvm_ir", "to_ptx"]
@@ -56,9 +57,10 @@ def to_ptx(llvm_ir: str, context: StageContext) -> KernelImage:
 
 
 def to_cubin(ptx: KernelImage, context: StageContext) -> KernelImage:
-    """PTX -> a cubin through ptxas; skipped, with the reason, when ptxas is not installed."""
+    """PTX -> a cubin through ptxas (nvJitLink or the executable); skipped, with the
+    reason, when neither is installed."""
     try:
-        find_ptxas()
+        cubin_assembler()
     except ToolNotFoundError as exc:
         raise StageSkipped(str(exc)) from exc
     cubin = assemble_cubin(ptx.data.decode(), context.target.arch)
@@ -70,7 +72,7 @@ def to_cubins(items: Sequence[tuple[KernelImage, StageContext]]) -> list[KernelI
     stage batched: ``heron.runtime.core.hookspecs.Stage.batched``); each kernel's image
     is that cubin under its own kernel name. Skipped as :func:`to_cubin` is."""
     try:
-        find_ptxas()
+        cubin_assembler()
     except ToolNotFoundError as exc:
         raise StageSkipped(str(exc)) from exc
     archs = {context.target.arch for _, context in items}
