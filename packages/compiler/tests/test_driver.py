@@ -190,7 +190,7 @@ def test_ptxas_missing_skips_the_cubin_stage_and_says_why(monkeypatch, in_the_ba
     def missing():
         raise ToolNotFoundError("ptxas not found: install the 'nvidia-cuda-nvcc' wheel")
 
-    monkeypatch.setattr(stages, "find_ptxas", missing)
+    monkeypatch.setattr(stages, "cubin_assembler", missing)
     with ThreadPoolExecutor(1) as workers:
         background = workers if in_the_background else None
         compiled = compile_fusion(_fusion(), Target.preset("a100"), background=background)

@@ -154,3 +154,14 @@ def test_modules_that_cannot_share_one_stay_apart():
     # Declared twice, they are still assembled, each module an input of its own.
     cubin = compiler_tools.assemble_cubins({"a": vector_add + table, "b": with_table}, "sm_90")
     assert b"vector_add" in cubin and b"tanh_vec4" in cubin
+
+
+def test_with_neither_assembler_the_error_names_both(monkeypatch):
+    def missing():
+        raise compiler_tools.ToolNotFoundError("ptxas not found")
+
+    monkeypatch.delenv("HERON_PTXAS", raising=False)
+    monkeypatch.setattr(nvjitlink_assembler, "unavailable_reason", lambda: "no libnvJitLink")
+    monkeypatch.setattr(compiler_tools, "find_ptxas", missing)
+    with pytest.raises(compiler_tools.ToolNotFoundError, match="ptxas not found; nvJitLink"):
+        compiler_tools.cubin_assembler()

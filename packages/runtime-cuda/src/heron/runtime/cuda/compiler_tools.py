@@ -118,7 +118,13 @@ def cubin_assembler() -> str:
 
         major, minor = nvjitlink.version()
         return f"nvJitLink {major}.{minor} (in process)"
-    return f"ptxas ({find_ptxas()})"
+    try:
+        return f"ptxas ({find_ptxas()})"
+    except ToolNotFoundError as exc:
+        unavailable = nvjitlink_assembler.unavailable_reason()
+        if unavailable is None:
+            raise
+        raise ToolNotFoundError(f"{exc}; nvJitLink cannot assemble either: {unavailable}") from None
 
 
 def _in_process() -> bool:
