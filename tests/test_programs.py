@@ -464,6 +464,10 @@ XLA_OPTIMIZED = (
     "models/optax_gaussian_process_adam_step",
     "programs/cnn_train_grad",  # the weight gradient: a cuDNN backward-filter call
     "models/flax_cnn_adam_step",
+    # backward filters of grouped (depthwise, separable) and strided convolutions whose
+    # stride leaves the input's last rows unread
+    "models/haiku_conv_variants_rmsprop_step",
+    "models/haiku_separable_strided_dilated_conv_adamw_step",
     # cuBLASLt GEMMs as dots, XLA's control edges to them kept through fusion
     "models/equinox_lstm_fori_loop",
     "models/flax_mixed_precision_adam_step",

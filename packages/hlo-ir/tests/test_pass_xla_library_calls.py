@@ -152,6 +152,41 @@ def test_a_cudnn_backward_filter_is_the_forward_convolution_s_weight_gradient() 
     np.testing.assert_allclose(evaluate_module(module, [x, dy]), expected, rtol=1e-5, atol=1e-5)
 
 
+XLA_GROUPED_BACKWARD_FILTER = """
+HloModule xla_grouped_backward_filter
+
+ENTRY main {
+  x = f32[2,8,4]{2,1,0} parameter(0)
+  dy = f32[2,3,6]{2,1,0} parameter(1)
+  g = (f32[6,3,2]{2,1,0}, u8[0]{0}) custom-call(x, dy), window={size=3 stride=2}, dim_labels=b0f_o0i->b0f, feature_group_count=2, custom_call_target="__cudnn$convBackwardFilter", backend_config={"cudnn_conv_backend_config":{"activation_mode":"kNone","conv_result_scale":1,"side_input_scale":0}}
+  ROOT r = f32[6,3,2]{2,1,0} get-tuple-element(g), index=0
+}
+"""
+
+
+def test_a_grouped_backward_filter_whose_stride_leaves_rows_unread() -> None:
+    """Two groups of two input features, three outputs each, a stride of 2 over 8 rows
+    (the last row never read): ``dw[o, k, i] = sum_{b, s} x[b, 2s + k, 2 (o // 3) + i]
+    dy[b, s, o]``, the forward's groups as the gradient's batch groups, ``x`` sliced to
+    the rows the forward read."""
+    rng = _rng()
+    x = rng.standard_normal((2, 8, 4)).astype(np.float32)
+    dy = rng.standard_normal((2, 3, 6)).astype(np.float32)
+    expected = np.zeros((6, 3, 2))
+    for o in range(6):
+        for k in range(3):
+            for s in range(3):
+                features = x[:, 2 * s + k, 2 * (o // 3) : 2 * (o // 3) + 2].astype(np.float64)
+                expected[o, k, :] += dy[:, s, o].astype(np.float64) @ features
+    module = parse_module(XLA_GROUPED_BACKWARD_FILTER)
+    assert rewrite_xla_library_calls(module)
+    (gradient,) = [i for i in module.entry.instructions if i.opcode == "convolution"]
+    assert gradient.attributes["batch_group_count"] == 2
+    assert gradient.operands[0].opcode == "slice"
+    assert gradient.operands[0].array_shape.dims == (2, 7, 4)
+    np.testing.assert_allclose(evaluate_module(module, [x, dy]), expected, rtol=1e-5, atol=1e-5)
+
+
 XLA_GEMM = """
 HloModule xla_gemm
 

@@ -9,9 +9,10 @@ such module by name. This pass rewrites the calls whose meaning it can state:
   ``__heron$convolution`` (:mod:`heron.hlo.custom_calls.convolution`) with the
   same window, ``dim_labels`` and group counts, the bias and side input as its
   epilogue: cuDNN computes it on a CUDA device, the host elsewhere;
-- ``__cudnn$convBackwardFilter`` (an ungrouped forward convolution without base
-  dilation) becomes the weight-gradient ``convolution`` of the forward
-  convolution its ``window`` and ``dim_labels`` describe;
+- ``__cudnn$convBackwardFilter`` (a forward convolution without base dilation,
+  grouped or not) becomes the weight-gradient ``convolution`` of the forward
+  convolution its ``window``, ``dim_labels`` and ``feature_group_count``
+  describe (the groups as its ``batch_group_count``);
 - ``__cublas$gemm`` and ``__cublas$lt$matmul`` without scaling or epilogue become
   the ``dot`` their dimension numbers describe (heron's pipeline picks the GEMM
   library or its own kernel again);
@@ -23,8 +24,8 @@ such module by name. This pass rewrites the calls whose meaning it can state:
 Each XLA call returns a tuple whose last element is the library's scratch
 memory; only ``get-tuple-element`` reads of the other elements may use it, and
 they are given the new instruction's values, and control edges to the call or
-its readers name them. A call that does not fit (backward inputs, grouped
-backward filters, other activations or scales, a scratch that is
+its readers name them. A call that does not fit (backward inputs, backward
+filters of base-dilated convolutions, other activations or scales, a scratch that is
 read, GEMMs with scales or epilogues) is left as it is, and the module is
 refused naming its target.
 
@@ -37,12 +38,14 @@ from __future__ import annotations
 import json
 import re
 
+import attrs
 import numpy as np
 
 from heron.hlo.attributes import (
     ConvDimensionNumbers,
     QuotedString,
     RawAttribute,
+    SliceRange,
     Window,
     WindowDim,
 )
@@ -244,37 +247,48 @@ def _convolution(inserter: Inserter, call: Instruction) -> list[Instruction] | N
 
 
 def _backward_filter(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
-    """The weight gradient of the forward convolution the call's ``window`` and
-    ``dim_labels`` describe, from its input ``x`` and output gradient ``dy``, as the
-    convolution XLA's own ``ConvolutionVisitor`` would have matched: ``x`` read with its
-    features as the batch, ``dy`` as the kernel (its batch the contracted features), the
-    forward stride as the kernel's dilation and the forward dilation as the stride, so
-    that the result has the kernel's spatial extent. Ungrouped, undilated inputs only."""
+    """The weight gradient of the forward convolution the call's ``window``,
+    ``dim_labels`` and ``feature_group_count`` describe, from its input ``x`` and
+    output gradient ``dy``, as the convolution XLA's own ``ConvolutionVisitor`` would
+    have matched: ``x`` read with its features as the batch, ``dy`` as the kernel (its
+    batch the contracted features), the forward stride as the kernel's dilation, the
+    forward dilation as the stride, and the forward's feature groups as batch groups,
+    so that the result has the kernel's spatial extent. Where the forward window never
+    reached the input's last elements (a stride that does not divide it), ``x`` is
+    sliced to the elements it read. Inputs without base dilation only."""
     config = _config(call).get("cudnn_conv_backend_config", {})
     window, numbers = call.attributes.get("window"), call.attributes.get("dim_labels")
+    groups = call.attributes.get("feature_group_count", 1)
     if (
         not isinstance(window, Window)
         or not isinstance(numbers, ConvDimensionNumbers)
         or len(call.operands) != 2
         or float(config.get("conv_result_scale", 1)) != 1
-        or call.attributes.get("feature_group_count", 1) != 1
+        or not isinstance(groups, int)
+        or groups < 1
         or call.attributes.get("batch_group_count", 1) != 1
     ):
         return None
     x, dy = call.operands
     result = call.shape.elements[0]
     dims: list[WindowDim] = []
+    unread: dict[int, int] = {}  # x's spatial dimension -> elements past the last window
     for d, forward in enumerate(window.dims):
-        if forward.base_dilation != 1 or forward.window_reversal:
+        if forward.base_dilation != 1 or forward.window_reversal or forward.pad_low < 0:
             return None
         n = x.array_shape.dims[numbers.input_spatial[d]]
         m = dy.array_shape.dims[numbers.output_spatial[d]]
         k = result.dims[numbers.kernel_spatial[d]]
         stride, dilation = forward.stride, forward.window_dilation
         pad_high = (k - 1) * dilation + (m - 1) * stride + 1 - n - forward.pad_low
-        if pad_high < 0 or forward.pad_low < 0:
-            return None
+        if pad_high < 0:
+            if -pad_high > n:
+                return None
+            unread[numbers.input_spatial[d]] = -pad_high
+            pad_high = 0
         dims.append(WindowDim(m, dilation, forward.pad_low, pad_high, stride))
+    if unread:
+        x = _leading(inserter, call, x, unread)
     gradient = ConvDimensionNumbers(
         input_batch=numbers.input_feature,
         input_feature=numbers.input_batch,
@@ -286,11 +300,24 @@ def _backward_filter(inserter: Inserter, call: Instruction) -> list[Instruction]
         output_feature=numbers.kernel_output_feature,
         output_spatial=numbers.kernel_spatial,
     )
-    attributes = {"window": Window(tuple(dims)), "dim_labels": gradient}
+    attributes: dict[str, object] = {"window": Window(tuple(dims)), "dim_labels": gradient}
+    if groups != 1:
+        attributes["batch_group_count"] = groups
     value = inserter.add(
         "convolution", result, [x, dy], attributes, like=call, suffix="filter_gradient"
     )
     return [value]
+
+
+def _leading(
+    inserter: Inserter, call: Instruction, x: Instruction, unread: dict[int, int]
+) -> Instruction:
+    """``x`` without the last ``unread[d]`` elements of each dimension ``d`` named."""
+    shape = x.array_shape
+    limits = tuple(size - unread.get(d, 0) for d, size in enumerate(shape.dims))
+    slices = tuple(SliceRange(0, limit, 1) for limit in limits)
+    sliced = attrs.evolve(shape, dims=limits)
+    return inserter.add("slice", sliced, [x], {"slice": slices}, like=call, suffix="read")
 
 
 def _gemm(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
