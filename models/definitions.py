@@ -1604,6 +1604,30 @@ add(
 )
 
 
+add(
+    "flax_unet_sgd_step",
+    "flax",
+    "training step of the U-Net (mean squared error against a [2,8,8,2] target) with"
+    " optax.sgd: XLA:GPU computes the strided convolution's input gradient with cuDNN's"
+    " backward-input call and folds the update w - lr * dw into the weight gradients' calls",
+    train_step(_regression_loss(FlaxUNet()), _SGD),
+    with_optimizer_state(
+        _SGD,
+        lambda r: (
+            flax_params(FlaxUNet(), r, normal(r, 2, 8, 8, 3))["params"],
+            normal(r, 2, 8, 8, 3),
+            normal(r, 2, 8, 8, 2),
+        ),
+    ),
+    "cnn",
+    "conv-transpose",
+    "resize",
+    "training",
+    "optimizer",
+    "sgd",
+)
+
+
 class FlaxViT(nn.Module):
     """A ViT front: a patch embedding (nn.Conv with kernel and stride 4 on 8x8 images:
     4 patches), a learned class token and 3 register tokens prepended (ViT with registers;

@@ -118,7 +118,7 @@ def test_compile_says_when_the_cubin_stage_is_skipped(capsys, hlo, tmp_path, mon
     def missing():
         raise ToolNotFoundError("ptxas not found: install the 'nvidia-cuda-nvcc' wheel")
 
-    monkeypatch.setattr(stages, "find_ptxas", missing)
+    monkeypatch.setattr(stages, "cubin_assembler", missing)
     out_dir = tmp_path / "out"
     code, out, err = heron(capsys, "compile", hlo(SCALE), "--target", "h100", "-o", f"{out_dir}/")
     assert (code, err) == (0, "")

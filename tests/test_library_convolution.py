@@ -616,6 +616,9 @@ def test_the_corpora_s_kernel_gradients_are_weight_gradients():
         # its three (1x1, 3x1 and 1x3 windows; the last found here) are XLA's three
         # __cudnn$convBackwardFilter calls, paddings 0_0x0_0, 1_1x0_0 and 0_0x1_1
         "haiku_separable_strided_dilated_conv_adamw_step": [(0, 0), (1, 1)],
+        # its three: the 3x3 convolution's (1_1), the strided one's (0_1, SAME at stride 2)
+        # and the 1x1 head's (the last found here); XLA's three backward filters
+        "flax_unet_sgd_step": [(0, 0), (0, 0)],
     }
 
 
@@ -787,3 +790,37 @@ def test_a_library_convolution_is_the_library_call_whose_target_is_the_convoluti
     assert found == {"conv"}
     monkeypatch.setattr(library, "LIBRARY_TARGETS", frozenset())
     assert not any(map(is_library_convolution, entry.instructions))
+
+
+# -- XLA's backward-input calls, run as heron computes them (xla-library-calls) --------------
+
+XLA_DEPTHWISE_BACKWARD_INPUT = """
+HloModule xla_depthwise_backward_input
+
+ENTRY main {
+  dy = f32[2,4,8]{2,1,0} parameter(0)
+  w = f32[8,3,1]{2,1,0} parameter(1)
+  g = (f32[2,9,4]{2,1,0}, u8[0]{0}) custom-call(dy, w),
+    window={size=3 stride=2 pad=1_1 rhs_dilate=2}, dim_labels=b0f_o0i->b0f,
+    feature_group_count=4, custom_call_target="__cudnn$convBackwardInput",
+    backend_config={"cudnn_conv_backend_config":{"conv_result_scale":1}}
+  ROOT r = f32[2,9,4]{2,1,0} get-tuple-element(g), index=0
+}
+"""
+
+
+def test_xla_s_depthwise_backward_input_runs_and_agrees(tmp_path, capsys):
+    """A depthwise (four groups, two outputs each), strided, dilated convolution's input
+    gradient as XLA calls cuDNN for it: heron's kernel (the dot it becomes reduced into
+    one loop fusion) agrees with the reference evaluator within the reassociation bounds
+    (the evaluator's is checked against the sums it means in
+    packages/hlo-ir/tests/test_pass_xla_library_calls.py)."""
+    from heron.cli.main import main
+
+    path = tmp_path / "backward_input.hlo"
+    path.write_text(XLA_DEPTHWISE_BACKWARD_INPUT)
+    code = main(["run", str(path), "--backend", "interpreter", "--check"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "agree: every output within the tolerance" in out
+    assert "reassociation bounds" in out

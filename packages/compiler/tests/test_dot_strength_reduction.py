@@ -266,3 +266,22 @@ ENTRY main {
     want = np.asarray(evaluate_module(module, arguments))
     np.testing.assert_allclose(run.outputs[0], want, rtol=1e-5, atol=1e-5)
     assert run.kernel_launches == 1
+
+
+def test_the_sum_a_dot_becomes_is_checked_within_the_reassociation_bounds():
+    """The reference computes the dot (or the convolution it came from) in its own order,
+    so the reduce the rewrite makes sums in an order of its own wherever it is fused: a
+    loop kernel holding it is checked within the reassociation bounds, not bit for bit.
+    (A depthwise convolution's input gradient, its dot strength-reduced into one loop
+    fusion with the transposes around it, differed from the evaluator's convolution by
+    4 ulps and was called a disagreement.)"""
+    from heron.compiler.summation_order import sums_in_its_own_order
+
+    module = _module("mv")
+    strength_reduce_dots(module, H100)
+    (summed,) = [inst for inst in module.entry.instructions if inst.opcode == "reduce"]
+    assert sums_in_its_own_order(summed)
+    integers = _module("ii")
+    strength_reduce_dots(integers, H100)
+    (exact,) = [inst for inst in integers.entry.instructions if inst.opcode == "reduce"]
+    assert not sums_in_its_own_order(exact)  # integer sums are exact in any order

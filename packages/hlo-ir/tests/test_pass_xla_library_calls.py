@@ -92,6 +92,50 @@ def test_a_cudnn_convolution_with_bias_and_relu_is_heron_s_with_its_epilogue() -
     np.testing.assert_allclose(evaluate_module(module, args), expected, rtol=1e-6, atol=1e-6)
 
 
+XLA_SCALED_CONV = """
+HloModule xla_scaled_conv
+
+ENTRY main {{
+  x = {t}[2,6,3]{{2,1,0}} parameter(0)
+  w = {t}[4,3,3]{{2,1,0}} parameter(1)
+  b = {t}[4]{{0}} parameter(2)
+  z = {t}[2,6,4]{{2,1,0}} parameter(3)
+  c = ({t}[2,6,4]{{2,1,0}}, u8[0]{{0}}) custom-call(x, w, b, z), window={{size=3 pad=1_1}}, dim_labels=b0f_o0i->b0f, custom_call_target="__cudnn$convBiasActivationForward", backend_config={{"cudnn_conv_backend_config":{{"activation_mode":"{mode}","conv_result_scale":-0.0099999997764825821,"side_input_scale":{side}}}}}
+  ROOT r = {t}[2,6,4]{{2,1,0}} get-tuple-element(c), index=0
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("element", "mode", "side"), [("f32", "kNone", 1), ("f32", "kRelu", 0.5), ("f16", "kNone", 1)]
+)
+def test_a_scaled_cudnn_epilogue_is_the_plain_call_and_its_epilogue(element, mode, side) -> None:
+    """``activation(scale * conv(x, w) + side_scale * z + b)``: XLA folds an SGD update into
+    a weight gradient's call so (scale ``-lr``, the weights as ``z``). f16 is computed in
+    f32 and rounded once, as cuDNN computes it."""
+    rng = _rng()
+    dtype = np.dtype({"f32": "float32", "f16": "float16"}[element])
+    x, w = rng.standard_normal((2, 6, 3)), rng.standard_normal((4, 3, 3))
+    b, z = rng.standard_normal(4), rng.standard_normal((2, 6, 4))
+    args = [a.astype(dtype) for a in (x, w, b, z)]
+    wide = [a.astype(np.float64) for a in args]
+    padded = np.pad(wide[0], ((0, 0), (1, 1), (0, 0)))
+    conv = sum(
+        np.einsum("bsi,oi->bso", padded[:, k : k + 6, :], wide[1][:, k, :]) for k in range(3)
+    )
+    expected = np.float32(-0.0099999997764825821) * conv + side * wide[3] + wide[2]
+    if mode == "kRelu":
+        expected = np.maximum(expected, 0)
+    module = parse_module(XLA_SCALED_CONV.format(t=element, mode=mode, side=side))
+    assert rewrite_xla_library_calls(module)
+    opcodes = [i.opcode for i in module.entry.instructions]
+    assert "multiply" in opcodes and ("maximum" in opcodes) == (mode == "kRelu")
+    got = evaluate_module(module, args)
+    assert got.dtype == dtype
+    tolerance = 1e-3 if element == "f16" else 1e-5
+    np.testing.assert_allclose(got.astype(np.float64), expected, rtol=tolerance, atol=tolerance)
+
+
 def test_gpu_topk_is_topk_and_cublas_triangular_solve_is_triangular_solve() -> None:
     rng = _rng()
     x = rng.standard_normal((3, 10)).astype(np.float32)
@@ -185,6 +229,51 @@ def test_a_grouped_backward_filter_whose_stride_leaves_rows_unread() -> None:
     assert gradient.operands[0].opcode == "slice"
     assert gradient.operands[0].array_shape.dims == (2, 7, 4)
     np.testing.assert_allclose(evaluate_module(module, [x, dy]), expected, rtol=1e-5, atol=1e-5)
+
+
+XLA_BACKWARD_INPUT = """
+HloModule xla_backward_input
+
+ENTRY main {{
+  dy = f32[2,{m},8]{{2,1,0}} parameter(0)
+  w = f32[8,3,{per_group}]{{2,1,0}} parameter(1)
+  g = (f32[2,9,4]{{2,1,0}}, u8[0]{{0}}) custom-call(dy, w), window={{size=3 stride=2 pad=1_1 rhs_dilate={dilation}}}, dim_labels=b0f_o0i->b0f, feature_group_count={groups}, custom_call_target="__cudnn$convBackwardInput", backend_config={{"cudnn_conv_backend_config":{{"activation_mode":"kNone","conv_result_scale":1,"side_input_scale":0}}}}
+  ROOT r = f32[2,9,4]{{2,1,0}} get-tuple-element(g), index=0
+}}
+"""
+
+
+@pytest.mark.parametrize(("groups", "dilation"), [(1, 1), (1, 2), (2, 1), (4, 2)])
+def test_a_cudnn_backward_input_is_the_forward_convolution_s_input_gradient(
+    groups: int, dilation: int
+) -> None:
+    """The forward ``y[b, s, o] = sum_{k, c in o's group} x[b, 2s + dk - 1, c] w[o, k, c']``
+    (9 rows, padded by 1, stride 2, dilation d, ``G`` groups of ``4 / G`` features and
+    ``8 / G`` outputs; four groups a depthwise convolution): the call gives ``dx[b, i, c]``, the sum of ``dy[b, s, o] w[o, k,
+    c']`` over the taps that read row ``i``."""
+    per_group, outputs_per_group = 4 // groups, 8 // groups
+    m = (9 + 2 - (2 * dilation + 1)) // 2 + 1
+    rng = _rng()
+    dy = rng.standard_normal((2, m, 8)).astype(np.float32)
+    w = rng.standard_normal((8, 3, per_group)).astype(np.float32)
+    expected = np.zeros((2, 9, 4))
+    for s in range(m):
+        for k in range(3):
+            row = 2 * s + dilation * k - 1
+            if not 0 <= row < 9:
+                continue
+            for c in range(4):
+                group = c // per_group
+                outputs = slice(group * outputs_per_group, (group + 1) * outputs_per_group)
+                expected[:, row, c] += dy[:, s, outputs].astype(np.float64) @ w[
+                    outputs, k, c % per_group
+                ].astype(np.float64)
+    text = XLA_BACKWARD_INPUT.format(m=m, per_group=per_group, dilation=dilation, groups=groups)
+    module = parse_module(text)
+    assert rewrite_xla_library_calls(module)
+    (gradient,) = [i for i in module.entry.instructions if i.opcode == "convolution"]
+    assert gradient.attributes.get("feature_group_count", 1) == groups
+    np.testing.assert_allclose(evaluate_module(module, [dy, w]), expected, rtol=1e-5, atol=1e-5)
 
 
 XLA_GEMM = """

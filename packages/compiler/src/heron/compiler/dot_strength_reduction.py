@@ -40,7 +40,9 @@ names one); a convert back to the output type.
 It runs before :mod:`heron.hlo.passes.dot_decomposer` (where XLA's sees dots as
 the program has them: its decomposer leaves one-free, one-contracting dots in
 either order, and the ``s32`` rule reads that order). The sum is taken in
-another order than a GEMM's, which the check's reassociation bounds allow; an
+another order than a GEMM's (or the reference's), which the check's reassociation
+bounds allow: the reduce is marked regrouped (:mod:`heron.compiler.summation_order`),
+so a kernel it lands in is checked within them whatever else it holds; an
 f32 dot at default precision that a GEMM multiplies in TF32 is multiplied in
 f32 here, closer to the exact result. A dot of fp8 (or s8) operands is
 reduced in its output type (f32, s32), as XLA's is after it converts them; one
@@ -55,6 +57,7 @@ import numpy as np
 
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.builder import NameUniquer
+from heron.hlo.determinism import mark_regrouped
 from heron.hlo.dot_precision import ALGORITHMS, default_precision
 from heron.hlo.element_types import ElementType
 from heron.hlo.ir import Computation, Instruction, Module
@@ -261,6 +264,8 @@ class _Reducer:
             },
             suffix="sum",
         )
+        # The reference sums the dot (or the convolution it came from) in its own order.
+        mark_regrouped(summed)
         if accumulator != out:
             summed = add(
                 "convert", ArrayShape(out, summed.array_shape.dims), [summed], suffix="narrowed"

@@ -10,8 +10,11 @@ computed in that order, whichever emitter or library computes them:
   (:func:`heron.hlo.custom_calls.library.library_call_target`): the library
   sums as it likes;
 - a float cumulative sum or product the scan rewriter regroups into blocks
-  (:func:`heron.compiler.scan_rewriter.scan_of`), or one of the ops it made
-  (:func:`heron.hlo.determinism.regrouped`).
+  (:func:`heron.compiler.scan_rewriter.scan_of`);
+- an op a rewrite made to compute another in its own order
+  (:func:`heron.hlo.determinism.regrouped`): the scan rewriter's blocks, and the
+  sum a dot with a vector side becomes (:mod:`heron.compiler.dot_strength_reduction`),
+  which the reference computes as the dot (or the convolution the dot came from).
 
 :func:`sums_in_its_own_order` says it of one instruction;
 :func:`heron.compiler.driver.CompiledKernel.sums_in_its_own_order` of a
@@ -41,6 +44,7 @@ def sums_in_its_own_order(inst: Instruction) -> bool:
     return (
         inst.opcode in ORDER_FREE_OPCODES
         or bool(library_call_target(inst))
+        or (_floating(inst) and regrouped(inst))
         or _regrouped_scan(inst)
     )
 
@@ -55,16 +59,13 @@ def ordered_by_their_kernels(computation: Computation) -> tuple[str, ...]:
 
 
 def _regrouped_scan(inst: Instruction) -> bool:
-    """A float sum or product scan the compiler computes in blocks, in another order
-    than the reference's: one it will rewrite (:func:`heron.compiler.scan_rewriter.scan_of`),
-    or one of the ops it made (:func:`heron.hlo.determinism.regrouped`)."""
-    if inst.opcode not in ("reduce-window", "add", "multiply"):
-        return False
-    if not all(leaf.element_type.is_floating for leaf in inst.shape.leaves()):
-        return False
-    if regrouped(inst):
-        return True
-    if inst.opcode != "reduce-window":
+    """A float sum or product scan the compiler will compute in blocks, in another order
+    than the reference's (:func:`heron.compiler.scan_rewriter.scan_of`)."""
+    if inst.opcode != "reduce-window" or not _floating(inst):
         return False
     found = scan_of(inst)
     return found is not None and found[2] in ("add", "multiply")
+
+
+def _floating(inst: Instruction) -> bool:
+    return all(leaf.element_type.is_floating for leaf in inst.shape.leaves())

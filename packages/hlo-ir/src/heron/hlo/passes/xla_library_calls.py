@@ -4,15 +4,21 @@ XLA's optimized module calls cuDNN, cuBLAS and its own top-k kernel through
 custom calls whose targets no heron plugin provides, so heron refused every
 such module by name. This pass rewrites the calls whose meaning it can state:
 
-- ``__cudnn$convForward`` and ``__cudnn$convBiasActivationForward`` (result
-  scale 1, activation none or ReLU, side input scale 0 or 1) become heron's
-  ``__heron$convolution`` (:mod:`heron.hlo.custom_calls.convolution`) with the
-  same window, ``dim_labels`` and group counts, the bias and side input as its
-  epilogue: cuDNN computes it on a CUDA device, the host elsewhere;
+- ``__cudnn$convForward`` and ``__cudnn$convBiasActivationForward`` (activation
+  none or ReLU) become heron's ``__heron$convolution``
+  (:mod:`heron.hlo.custom_calls.convolution`) with the same window,
+  ``dim_labels`` and group counts, the bias and side input as its epilogue
+  (result scale 1, side input scale 0 or 1): cuDNN computes it on a CUDA
+  device, the host elsewhere; with other scales (XLA folds an SGD update
+  ``w - lr * dw`` into a weight gradient's call) the plain call, then the
+  epilogue as HLO;
 - ``__cudnn$convBackwardFilter`` (a forward convolution without base dilation,
   grouped or not) becomes the weight-gradient ``convolution`` of the forward
   convolution its ``window``, ``dim_labels`` and ``feature_group_count``
   describe (the groups as its ``batch_group_count``);
+- ``__cudnn$convBackwardInput`` (likewise) becomes the input-gradient
+  ``convolution``: the output gradient dilated by the forward stride, the kernel
+  reversed with its features exchanged (regrouped where the forward is grouped);
 - ``__cublas$gemm`` and ``__cublas$lt$matmul`` without scaling or epilogue become
   the ``dot`` their dimension numbers describe (heron's pipeline picks the GEMM
   library or its own kernel again);
@@ -24,8 +30,8 @@ such module by name. This pass rewrites the calls whose meaning it can state:
 Each XLA call returns a tuple whose last element is the library's scratch
 memory; only ``get-tuple-element`` reads of the other elements may use it, and
 they are given the new instruction's values, and control edges to the call or
-its readers name them. A call that does not fit (backward inputs, backward
-filters of base-dilated convolutions, other activations or scales, a scratch that is
+its readers name them. A call that does not fit (backward filters and inputs
+of base-dilated convolutions, other activations, a scratch that is
 read, GEMMs with scales or epilogues) is left as it is, and the module is
 refused naming its target.
 
@@ -51,6 +57,7 @@ from heron.hlo.attributes import (
 )
 from heron.hlo.custom_calls.convolution_config import TARGET as CONVOLUTION
 from heron.hlo.custom_calls.convolution_config import backend_config as convolution_config
+from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
@@ -68,6 +75,7 @@ __all__ = ["TARGETS", "equivalent_computation", "rewrite_xla_library_calls"]
 CONV_FORWARD = "__cudnn$convForward"
 CONV_BIAS_ACTIVATION = "__cudnn$convBiasActivationForward"
 CONV_BACKWARD_FILTER = "__cudnn$convBackwardFilter"
+CONV_BACKWARD_INPUT = "__cudnn$convBackwardInput"
 TRIANGULAR_SOLVE = "__cublas$triangularSolve"
 GEMMS = ("__cublas$gemm", "__cublas$lt$matmul")
 TOP_K = "__gpu$TopK"
@@ -223,14 +231,18 @@ def _convolution(inserter: Inserter, call: Instruction) -> list[Instruction] | N
             raise _refusal(call, f"a convolution call without {name}")
     activation = ACTIVATIONS.get(str(config.get("activation_mode", "kNone")))
     operands = list(call.operands)
-    if activation is None or float(config.get("conv_result_scale", 1)) != 1:
-        return None
-    if len(operands) == 4 and float(config.get("side_input_scale", 0)) == 0:
-        operands = operands[:3]  # a side input scaled by 0 adds nothing
-    elif len(operands) == 4 and float(config.get("side_input_scale", 0)) != 1:
+    if activation is None:
         return None
     if _target(call) == CONV_FORWARD and (len(operands) != 2 or activation):
         return None
+    result_scale = float(config.get("conv_result_scale", 1))
+    side_scale = float(config.get("side_input_scale", 0))
+    if len(operands) not in (2, 3, 4):
+        return None
+    if result_scale != 1 or (len(operands) == 4 and side_scale not in (0, 1)):
+        return _scaled_convolution(inserter, call, activation, result_scale, side_scale)
+    if len(operands) == 4 and side_scale == 0:
+        operands = operands[:3]  # a side input scaled by 0 adds nothing
     result = call.shape.elements[0]
     value = inserter.add(
         "custom-call",
@@ -244,6 +256,86 @@ def _convolution(inserter: Inserter, call: Instruction) -> list[Instruction] | N
         suffix="heron",
     )
     return [value]
+
+
+def _scaled_convolution(
+    inserter: Inserter, call: Instruction, activation: str, result_scale: float, side_scale: float
+) -> list[Instruction]:
+    """cuDNN's whole epilogue, ``activation(result_scale * conv(x, w) + side_scale * side +
+    bias)``, where heron's convolution call has no place for a scale (XLA folds an SGD
+    update, ``w - lr * dw``, into the weight gradient's call so): the plain convolution
+    call, then the epilogue as HLO, computed in f32 for narrower floats as cuDNN
+    computes it."""
+    result = call.shape.elements[0]
+    assert isinstance(result, ArrayShape)
+    x, w, *epilogue = call.operands
+    numbers = call.attributes["dim_labels"]
+    assert isinstance(numbers, ConvDimensionNumbers)
+    conv = inserter.add(
+        "custom-call",
+        result,
+        [x, w],
+        {
+            "custom_call_target": QuotedString(CONVOLUTION),
+            "backend_config": QuotedString(convolution_config(call, "")),
+        },
+        like=call,
+        suffix="heron",
+    )
+    element = result.element_type
+    compute = element if element in (ElementType.F32, ElementType.F64) else ElementType.F32
+    wide = attrs.evolve(result, element_type=compute)
+
+    def widened(value: Instruction, suffix: str) -> Instruction:
+        if value.array_shape.element_type == compute:
+            return value
+        shape = attrs.evolve(value.array_shape, element_type=compute)
+        return inserter.add("convert", shape, [value], like=call, suffix=suffix)
+
+    def scaled(value: Instruction, scale: float, suffix: str) -> Instruction:
+        if scale == 1:
+            return value
+        constant = inserter.add(
+            "constant",
+            ArrayShape(compute, ()),
+            like=call,
+            suffix=f"{suffix}_scale",
+            literal=np.asarray(scale, compute.numpy_dtype),
+        )
+        factor = inserter.add(
+            "broadcast", wide, [constant], {"dimensions": ()}, like=call, suffix=f"{suffix}_factor"
+        )
+        return inserter.add("multiply", wide, [value, factor], like=call, suffix=suffix)
+
+    total = scaled(widened(conv, "wide"), result_scale, "scaled")
+    if len(epilogue) == 2 and side_scale != 0:
+        side = scaled(widened(epilogue[1], "side_wide"), side_scale, "side")
+        total = inserter.add("add", wide, [total, side], like=call, suffix="with_side")
+    if epilogue:
+        bias = inserter.add(
+            "broadcast",
+            wide,
+            [widened(epilogue[0], "bias_wide")],
+            {"dimensions": (numbers.output_feature,)},
+            like=call,
+            suffix="bias",
+        )
+        total = inserter.add("add", wide, [total, bias], like=call, suffix="with_bias")
+    if activation == "relu":
+        zero = inserter.add(
+            "constant",
+            ArrayShape(compute, ()),
+            like=call,
+            suffix="zero",
+            literal=np.zeros((), compute.numpy_dtype),
+        )
+        zeros = inserter.add(
+            "broadcast", wide, [zero], {"dimensions": ()}, like=call, suffix="zeros"
+        )
+        total = inserter.add("maximum", wide, [total, zeros], like=call, suffix="relu")
+    if compute != element:
+        total = inserter.add("convert", result, [total], like=call, suffix="narrowed")
+    return [total]
 
 
 def _backward_filter(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
@@ -307,6 +399,120 @@ def _backward_filter(inserter: Inserter, call: Instruction) -> list[Instruction]
         "convolution", result, [x, dy], attributes, like=call, suffix="filter_gradient"
     )
     return [value]
+
+
+def _backward_input(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
+    """The input gradient of the forward convolution the call's ``window``,
+    ``dim_labels`` and ``feature_group_count`` describe, from the output gradient
+    ``dy`` and the kernel ``w``: ``dy`` dilated by the forward stride and padded so
+    that every input position meets the taps that read it (low ``(K - 1) d - pad_low``,
+    high ``n + pad_low - 1 - (m - 1) stride``: negative crops), convolved with ``w``
+    reversed, its input and output features exchanged. Grouped, ``w``'s output
+    features are regrouped so that each group's input features are the gradient's
+    kernel's outputs (:func:`_regrouped_kernel`). Inputs without base dilation only."""
+    config = _config(call).get("cudnn_conv_backend_config", {})
+    window, numbers = call.attributes.get("window"), call.attributes.get("dim_labels")
+    groups = call.attributes.get("feature_group_count", 1)
+    if (
+        not isinstance(window, Window)
+        or not isinstance(numbers, ConvDimensionNumbers)
+        or len(call.operands) != 2
+        or float(config.get("conv_result_scale", 1)) != 1
+        or not isinstance(groups, int)
+        or groups < 1
+        or call.attributes.get("batch_group_count", 1) != 1
+    ):
+        return None
+    dy, w = call.operands
+    result = call.shape.elements[0]
+    dims: list[WindowDim] = []
+    for d, forward in enumerate(window.dims):
+        if forward.base_dilation != 1 or forward.window_reversal:
+            return None
+        n = result.dims[numbers.input_spatial[d]]
+        m = dy.array_shape.dims[numbers.output_spatial[d]]
+        taps = (forward.size - 1) * forward.window_dilation
+        dims.append(
+            WindowDim(
+                forward.size,
+                pad_low=taps - forward.pad_low,
+                pad_high=n + forward.pad_low - 1 - (m - 1) * forward.stride,
+                window_dilation=forward.window_dilation,
+                base_dilation=forward.stride,
+                window_reversal=True,
+            )
+        )
+    if groups == 1:
+        kernel = w
+        kernel_input, kernel_output = numbers.kernel_output_feature, numbers.kernel_input_feature
+        kernel_spatial = numbers.kernel_spatial
+    else:
+        kernel = _regrouped_kernel(inserter, call, w, numbers, groups)
+        if kernel is None:
+            return None
+        kernel_input, kernel_output = 0, 1
+        kernel_spatial = tuple(range(2, 2 + len(numbers.kernel_spatial)))
+    gradient = ConvDimensionNumbers(
+        input_batch=numbers.output_batch,
+        input_feature=numbers.output_feature,
+        input_spatial=numbers.output_spatial,
+        kernel_input_feature=kernel_input,
+        kernel_output_feature=kernel_output,
+        kernel_spatial=kernel_spatial,
+        output_batch=numbers.input_batch,
+        output_feature=numbers.input_feature,
+        output_spatial=numbers.input_spatial,
+    )
+    attributes: dict[str, object] = {"window": Window(tuple(dims)), "dim_labels": gradient}
+    if groups != 1:
+        attributes["feature_group_count"] = groups
+    value = inserter.add(
+        "convolution", result, [dy, kernel], attributes, like=call, suffix="input_gradient"
+    )
+    return [value]
+
+
+def _regrouped_kernel(
+    inserter: Inserter,
+    call: Instruction,
+    w: Instruction,
+    numbers: ConvDimensionNumbers,
+    groups: int,
+) -> Instruction | None:
+    """A grouped forward kernel ``w`` (``G * Og`` output features, ``Cg`` input features
+    a group) as the input gradient's kernel ``[Og, G * Cg, spatial...]``: group ``g``'s
+    output feature ``j`` becomes input feature ``j`` of the gradient's group ``g``, whose
+    outputs are that group's ``Cg`` features (reshape, transpose, reshape)."""
+    shape = w.array_shape
+    out_at, in_at = numbers.kernel_output_feature, numbers.kernel_input_feature
+    outputs, inputs = shape.dims[out_at], shape.dims[in_at]
+    if outputs % groups:
+        return None
+    per_group = outputs // groups
+    split_dims = shape.dims[:out_at] + (groups, per_group) + shape.dims[out_at + 1 :]
+
+    def after_split(d: int) -> int:
+        return d if d < out_at else d + 1
+
+    spatial = [after_split(d) for d in numbers.kernel_spatial]
+    order = (out_at + 1, out_at, after_split(in_at), *spatial)
+    element = shape.element_type
+    split = inserter.add(
+        "reshape", ArrayShape.row_major(element, split_dims), [w], like=call, suffix="groups"
+    )
+    moved_dims = tuple(split_dims[d] for d in order)
+    moved = inserter.add(
+        "transpose",
+        ArrayShape.row_major(element, moved_dims),
+        [split],
+        {"dimensions": order},
+        like=call,
+        suffix="regrouped",
+    )
+    kernel_dims = (per_group, groups * inputs, *moved_dims[3:])
+    return inserter.add(
+        "reshape", ArrayShape.row_major(element, kernel_dims), [moved], like=call, suffix="kernel"
+    )
 
 
 def _leading(
@@ -390,13 +596,22 @@ def _top_k(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
 
 #: The XLA library targets this pass knows (it may still leave a call of one alone).
 TARGETS = frozenset(
-    {CONV_FORWARD, CONV_BIAS_ACTIVATION, CONV_BACKWARD_FILTER, TRIANGULAR_SOLVE, TOP_K, *GEMMS}
+    {
+        CONV_FORWARD,
+        CONV_BIAS_ACTIVATION,
+        CONV_BACKWARD_FILTER,
+        CONV_BACKWARD_INPUT,
+        TRIANGULAR_SOLVE,
+        TOP_K,
+        *GEMMS,
+    }
 )
 
 _REWRITES = {
     CONV_FORWARD: _convolution,
     CONV_BIAS_ACTIVATION: _convolution,
     CONV_BACKWARD_FILTER: _backward_filter,
+    CONV_BACKWARD_INPUT: _backward_input,
     TRIANGULAR_SOLVE: _triangular_solve,
     TOP_K: _top_k,
     **dict.fromkeys(GEMMS, _gemm),
