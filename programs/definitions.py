@@ -229,6 +229,20 @@ add(
     lambda r: (integers(r, 8, 16, low=-10, high=10), integers(r, 16, 8, low=-10, high=10)),
 )
 
+def _complex(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return (normal(rng, *shape) + 1j * normal(rng, *shape)).astype(np.complex64)
+
+
+add(
+    "matmul_complex64_axpby",
+    "complex product scaled and accumulated, 2 (a @ b) + c, c64 [16,32]x[32,24]"
+    " (XLA:GPU: one cuBLASLt call with alpha 2 and beta 1)",
+    lambda a, b, c: 2.0 * (a @ b) + c,
+    lambda r: (_complex(r, 16, 32), _complex(r, 32, 24), _complex(r, 16, 24)),
+    "complex",
+)
+
+
 # -- normalisation and softmax -----------------------------------------------------------------
 
 

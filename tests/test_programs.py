@@ -477,6 +477,8 @@ XLA_OPTIMIZED = (
     # folded into the weight gradients' calls (a result scale of -lr, the weights as the
     # side input)
     "models/flax_unet_sgd_step",
+    # a complex GEMM with alpha 2 and beta 1 (one cuBLASLt call): the dot and its epilogue
+    "programs/matmul_complex64_axpby",
     # cuBLASLt GEMMs as dots, XLA's control edges to them kept through fusion
     "models/equinox_lstm_fori_loop",
     "models/flax_mixed_precision_adam_step",

@@ -9,6 +9,7 @@ rewrite); a call the pass does not know how to state stays, refused by name.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -304,6 +305,84 @@ def test_a_cublas_gemm_without_epilogue_is_its_dot_and_keeps_the_edges_to_it() -
     assert later.attributes["control-predecessors"].names == (dot.name,)
     product, _ = evaluate_module(module, [a, b])
     np.testing.assert_allclose(product, a @ b.T, rtol=1e-5, atol=1e-5)
+
+
+XLA_GEMM_EPILOGUE = """
+HloModule xla_gemm_epilogue
+
+ENTRY main {{
+  a = {t}[4,3]{{1,0}} parameter(0)
+  b = {t}[3,5]{{1,0}} parameter(1)
+  {extra}
+  g = ({t}[4,5]{{1,0}}, s8[1024]{{0}}) custom-call(a, b{operands}), custom_call_target="__cublas$lt$matmul", backend_config={{"gemm_backend_config":{{"alpha_real":{alpha_real},"alpha_imag":{alpha_imag},"beta":{beta},"dot_dimension_numbers":{{"lhs_batch_dimensions":[],"lhs_contracting_dimensions":["1"],"rhs_batch_dimensions":[],"rhs_contracting_dimensions":["0"]}},"epilogue":"{epilogue}"}}}}
+  ROOT r = {t}[4,5]{{1,0}} get-tuple-element(g), index=0
+}}
+"""
+
+_NUMPY = {"f32": np.float32, "bf16": np.float32, "c64": np.complex64}
+
+
+@pytest.mark.parametrize(
+    ("element", "alpha", "beta", "epilogue"),
+    [
+        ("f32", -0.25, 1.0, "DEFAULT"),  # c - 0.25 (a @ b): an SGD update folded in
+        ("c64", 2 + 1j, 1.0, "DEFAULT"),
+        ("f32", 1, 0.0, "RELU"),
+        ("f32", 1, 0.5, "BIAS_RELU"),
+        ("bf16", 1, 0.0, "BIAS_GELU"),
+        ("f32", 1, 0.0, "GELU"),
+    ],
+)
+def test_a_cublas_gemm_with_scales_and_an_epilogue(element, alpha, beta, epilogue) -> None:
+    """``activation(alpha (a @ b) + beta c + bias)``, GELU in its tanh form, computed in
+    f32 for bf16 and rounded once."""
+    rng = _rng()
+
+    def draw(*shape):
+        values = rng.standard_normal(shape)
+        if element == "c64":
+            values = values + 1j * rng.standard_normal(shape)
+        return values.astype(_NUMPY[element])
+
+    a, b, c, bias = draw(4, 3), draw(3, 5), draw(4, 5), draw(5)
+    if element == "bf16":  # values bf16 holds exactly: the expectation is exact too
+        a, b, bias = (np.asarray(v, ml_dtypes.bfloat16).astype(np.float32) for v in (a, b, bias))
+    arguments, extra, operands = [a, b], [], ""
+    if beta:
+        arguments.append(c)
+        extra.append(f"c = {element}[4,5]{{1,0}} parameter(2)")
+        operands += ", c"
+    if "BIAS" in epilogue:
+        arguments.append(bias)
+        extra.append(f"bias = {element}[5]{{0}} parameter({len(arguments) - 1})")
+        operands += ", bias"
+    text = XLA_GEMM_EPILOGUE.format(
+        t=element,
+        extra="\n  ".join(extra),
+        operands=operands,
+        alpha_real=np.real(alpha),
+        alpha_imag=np.imag(alpha),
+        beta=beta,
+        epilogue=epilogue,
+    )
+    wide = np.complex128 if element == "c64" else np.float64
+    expected = alpha * (a.astype(wide) @ b.astype(wide)) + beta * c.astype(wide)
+    if "BIAS" in epilogue:
+        expected = expected + bias.astype(wide)
+    if epilogue.endswith("RELU"):
+        expected = np.maximum(expected, 0)
+    if epilogue.endswith("GELU"):
+        expected = (
+            0.5 * expected * (1 + np.tanh(np.sqrt(2 / np.pi) * (expected + 0.044715 * expected**3)))
+        )
+    module = parse_module(text)
+    assert rewrite_xla_library_calls(module)
+    assert not any(i.opcode == "custom-call" for i in module.entry.instructions)
+    if element == "bf16":
+        arguments = [np.asarray(v, ml_dtypes.bfloat16) for v in arguments]
+    got = np.asarray(evaluate_module(module, arguments)).astype(wide)
+    tolerance = 2**-7 if element == "bf16" else 1e-5
+    np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
 
 
 @pytest.mark.parametrize(

@@ -82,13 +82,19 @@ FLOAT_ULPS = {
 def assert_close(
     got: np.ndarray, expected: np.ndarray, label: str, arithmetic: np.dtype | None = None
 ) -> None:
-    """Equal dtype and shape; bitwise for integers and pred, FLOAT_ULPS for floats: of the
+    """Equal dtype and shape; bitwise for integers and pred, FLOAT_ULPS for floats (and for
+    each part of a complex number, relative to the largest part): of the
     output's type, or of ``arithmetic``, the narrower float type the output was computed
     through, when that bound is the wider one."""
     assert got.dtype == expected.dtype and got.shape == expected.shape, (
         f"{label}: {got.dtype}{list(got.shape)} against XLA:CPU's"
         f" {expected.dtype}{list(expected.shape)}"
     )
+    if expected.dtype.kind == "c":  # each part within its float type's bound
+        part = np.dtype(np.float32 if expected.dtype == np.complex64 else np.float64)
+        parts = [np.ascontiguousarray(a).view(part) for a in (got, expected)]
+        assert_close(*parts, label, arithmetic)
+        return
     if expected.dtype not in FLOAT_ULPS:
         assert np.array_equal(got, expected), f"{label}: differs from XLA:CPU (bitwise)"
         return

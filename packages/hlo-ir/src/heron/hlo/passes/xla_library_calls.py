@@ -19,9 +19,11 @@ such module by name. This pass rewrites the calls whose meaning it can state:
 - ``__cudnn$convBackwardInput`` (likewise) becomes the input-gradient
   ``convolution``: the output gradient dilated by the forward stride, the kernel
   reversed with its features exchanged (regrouped where the forward is grouped);
-- ``__cublas$gemm`` and ``__cublas$lt$matmul`` without scaling or epilogue become
-  the ``dot`` their dimension numbers describe (heron's pipeline picks the GEMM
-  library or its own kernel again);
+- ``__cublas$gemm`` and ``__cublas$lt$matmul`` become the ``dot`` their
+  dimension numbers describe (heron's pipeline picks the GEMM library or its own
+  kernel again), followed, where the call has them, by its scales, its ``c``
+  operand, its bias and its ReLU or GELU as HLO
+  (:mod:`heron.hlo.passes.library_epilogue`);
 - ``__cublas$triangularSolve`` becomes the ``triangular-solve`` its
   ``backend_config`` describes (heron's pipeline makes it a library call again);
 - ``__gpu$TopK`` becomes ``topk``, ``k`` the result's last dimension, largest
@@ -32,7 +34,7 @@ memory; only ``get-tuple-element`` reads of the other elements may use it, and
 they are given the new instruction's values, and control edges to the call or
 its readers name them. A call that does not fit (backward filters and inputs
 of base-dilated convolutions, other activations, a scratch that is
-read, GEMMs with scales or epilogues) is left as it is, and the module is
+read, GEMMs with fp8 scales or auxiliary outputs) is left as it is, and the module is
 refused naming its target.
 
 The reference evaluator gives such a call its value through the same rewrite
@@ -57,9 +59,9 @@ from heron.hlo.attributes import (
 )
 from heron.hlo.custom_calls.convolution_config import TARGET as CONVOLUTION
 from heron.hlo.custom_calls.convolution_config import backend_config as convolution_config
-from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.passes.library_epilogue import Epilogue
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
     Inserter,
@@ -264,11 +266,11 @@ def _scaled_convolution(
     """cuDNN's whole epilogue, ``activation(result_scale * conv(x, w) + side_scale * side +
     bias)``, where heron's convolution call has no place for a scale (XLA folds an SGD
     update, ``w - lr * dw``, into the weight gradient's call so): the plain convolution
-    call, then the epilogue as HLO, computed in f32 for narrower floats as cuDNN
-    computes it."""
+    call, then the epilogue as HLO (:class:`Epilogue`: in f32 for narrower floats, as
+    cuDNN computes it)."""
     result = call.shape.elements[0]
     assert isinstance(result, ArrayShape)
-    x, w, *epilogue = call.operands
+    x, w, *rest = call.operands
     numbers = call.attributes["dim_labels"]
     assert isinstance(numbers, ConvDimensionNumbers)
     conv = inserter.add(
@@ -282,60 +284,14 @@ def _scaled_convolution(
         like=call,
         suffix="heron",
     )
-    element = result.element_type
-    compute = element if element in (ElementType.F32, ElementType.F64) else ElementType.F32
-    wide = attrs.evolve(result, element_type=compute)
-
-    def widened(value: Instruction, suffix: str) -> Instruction:
-        if value.array_shape.element_type == compute:
-            return value
-        shape = attrs.evolve(value.array_shape, element_type=compute)
-        return inserter.add("convert", shape, [value], like=call, suffix=suffix)
-
-    def scaled(value: Instruction, scale: float, suffix: str) -> Instruction:
-        if scale == 1:
-            return value
-        constant = inserter.add(
-            "constant",
-            ArrayShape(compute, ()),
-            like=call,
-            suffix=f"{suffix}_scale",
-            literal=np.asarray(scale, compute.numpy_dtype),
-        )
-        factor = inserter.add(
-            "broadcast", wide, [constant], {"dimensions": ()}, like=call, suffix=f"{suffix}_factor"
-        )
-        return inserter.add("multiply", wide, [value, factor], like=call, suffix=suffix)
-
-    total = scaled(widened(conv, "wide"), result_scale, "scaled")
-    if len(epilogue) == 2 and side_scale != 0:
-        side = scaled(widened(epilogue[1], "side_wide"), side_scale, "side")
-        total = inserter.add("add", wide, [total, side], like=call, suffix="with_side")
-    if epilogue:
-        bias = inserter.add(
-            "broadcast",
-            wide,
-            [widened(epilogue[0], "bias_wide")],
-            {"dimensions": (numbers.output_feature,)},
-            like=call,
-            suffix="bias",
-        )
-        total = inserter.add("add", wide, [total, bias], like=call, suffix="with_bias")
-    if activation == "relu":
-        zero = inserter.add(
-            "constant",
-            ArrayShape(compute, ()),
-            like=call,
-            suffix="zero",
-            literal=np.zeros((), compute.numpy_dtype),
-        )
-        zeros = inserter.add(
-            "broadcast", wide, [zero], {"dimensions": ()}, like=call, suffix="zeros"
-        )
-        total = inserter.add("maximum", wide, [total, zeros], like=call, suffix="relu")
-    if compute != element:
-        total = inserter.add("convert", result, [total], like=call, suffix="narrowed")
-    return [total]
+    epilogue = Epilogue(inserter, call, result)
+    total = epilogue.scaled(epilogue.widened(conv, "wide"), result_scale, "scaled")
+    if len(rest) == 2 and side_scale != 0:
+        side = epilogue.scaled(epilogue.widened(rest[1], "side_wide"), side_scale, "side")
+        total = epilogue.plus(total, side, "with_side")
+    if rest:
+        total = epilogue.plus_vector(total, rest[0], numbers.output_feature)
+    return [epilogue.narrowed(epilogue.activated(total, activation))]
 
 
 def _backward_filter(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
@@ -526,19 +482,41 @@ def _leading(
     return inserter.add("slice", sliced, [x], {"slice": slices}, like=call, suffix="read")
 
 
+#: cuBLAS(Lt) epilogues heron states: whether a bias vector is added, and the activation.
+GEMM_EPILOGUES = {
+    "DEFAULT": (False, ""),
+    "RELU": (False, "relu"),
+    "GELU": (False, "gelu"),
+    "BIAS": (True, ""),
+    "BIAS_RELU": (True, "relu"),
+    "BIAS_GELU": (True, "gelu"),
+}
+
+
 def _gemm(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
-    """A cuBLAS GEMM without scaling or epilogue (``alpha`` 1, ``beta`` 0, ``DEFAULT``)
-    is the ``dot`` its dimension numbers describe, of the call's result shape."""
+    """A cuBLAS GEMM, ``activation(alpha * (a @ b) + beta * c + bias)``: the ``dot`` its
+    dimension numbers describe, and where the call scales, adds or activates, that
+    epilogue after it (:class:`Epilogue`; the dot then gives the compute type, f32 for
+    16-bit floats, and the result is rounded once). Operands: ``a``, ``b``, then ``c``
+    where ``beta`` is not 0, then the bias (a vector along the result's last dimension)
+    where the epilogue has one. fp8 scales and auxiliary outputs are not stated."""
     config = _config(call).get("gemm_backend_config", {})
     numbers = config.get("dot_dimension_numbers", {})
-    if (
-        len(call.operands) != 2
-        or float(config.get("alpha_real", 1)) != 1
-        or float(config.get("alpha_imag", 0)) != 0
-        or float(config.get("beta", 0)) != 0
-        or config.get("epilogue", "DEFAULT") != "DEFAULT"
-        or not isinstance(numbers, dict)
-    ):
+    form = GEMM_EPILOGUES.get(str(config.get("epilogue", "DEFAULT")))
+    if form is None or not isinstance(numbers, dict) or len(call.shape.elements) != 2:
+        return None
+    with_bias, activation = form
+    alpha = complex(float(config.get("alpha_real", 1)), float(config.get("alpha_imag", 0)))
+    beta = float(config.get("beta", 0))
+    if len(call.operands) != 2 + (beta != 0) + with_bias:
+        return None
+    result = call.shape.elements[0]
+    assert isinstance(result, ArrayShape)
+    element = result.element_type
+    plain = alpha == 1 and beta == 0 and not with_bias and not activation
+    if not plain and not (element.is_floating or element.is_complex):
+        return None  # an integer GEMM with scales: cuBLAS's rounding of them is its own
+    if alpha.imag and not element.is_complex:
         return None
     attributes = {
         name: tuple(int(d) for d in numbers.get(key, ()))
@@ -549,10 +527,23 @@ def _gemm(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
             ("rhs_contracting_dims", "rhs_contracting_dimensions"),
         )
     }
-    value = inserter.add(
-        "dot", call.shape.elements[0], call.operands, attributes, like=call, suffix="dot"
+    if plain:
+        return [inserter.add("dot", result, call.operands[:2], attributes, like=call, suffix="dot")]
+    epilogue = Epilogue(inserter, call, result)
+    total = inserter.add(
+        "dot", epilogue.wide, call.operands[:2], attributes, like=call, suffix="dot"
     )
-    return [value]
+    total = epilogue.scaled(total, alpha, "scaled")
+    rest = list(call.operands[2:])
+    if beta != 0:
+        c = epilogue.scaled(epilogue.widened(rest.pop(0), "c_wide"), beta, "c")
+        total = epilogue.plus(total, c, "with_c")
+    if with_bias:
+        (bias,) = rest
+        if bias.array_shape.dims != (result.dims[-1],):
+            return None
+        total = epilogue.plus_vector(total, bias, result.rank - 1)
+    return [epilogue.narrowed(epilogue.activated(total, activation))]
 
 
 def _triangular_solve(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
