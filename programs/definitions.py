@@ -229,6 +229,7 @@ add(
     lambda r: (integers(r, 8, 16, low=-10, high=10), integers(r, 16, 8, low=-10, high=10)),
 )
 
+
 def _complex(rng: np.random.Generator, *shape: int) -> np.ndarray:
     return (normal(rng, *shape) + 1j * normal(rng, *shape)).astype(np.complex64)
 
