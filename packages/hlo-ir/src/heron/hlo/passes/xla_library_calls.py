@@ -294,16 +294,10 @@ def _scaled_convolution(
     return [epilogue.narrowed(epilogue.activated(total, activation))]
 
 
-def _backward_filter(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
-    """The weight gradient of the forward convolution the call's ``window``,
-    ``dim_labels`` and ``feature_group_count`` describe, from its input ``x`` and
-    output gradient ``dy``, as the convolution XLA's own ``ConvolutionVisitor`` would
-    have matched: ``x`` read with its features as the batch, ``dy`` as the kernel (its
-    batch the contracted features), the forward stride as the kernel's dilation, the
-    forward dilation as the stride, and the forward's feature groups as batch groups,
-    so that the result has the kernel's spatial extent. Where the forward window never
-    reached the input's last elements (a stride that does not divide it), ``x`` is
-    sliced to the elements it read. Inputs without base dilation only."""
+def _gradient_call(call: Instruction) -> tuple[Window, ConvDimensionNumbers, int] | None:
+    """A cuDNN gradient call's forward convolution (its window, dimension labels and
+    feature groups), or None where the call is not one heron states: two operands, no
+    scale of the result, no batch groups."""
     config = _config(call).get("cudnn_conv_backend_config", {})
     window, numbers = call.attributes.get("window"), call.attributes.get("dim_labels")
     groups = call.attributes.get("feature_group_count", 1)
@@ -317,6 +311,23 @@ def _backward_filter(inserter: Inserter, call: Instruction) -> list[Instruction]
         or call.attributes.get("batch_group_count", 1) != 1
     ):
         return None
+    return window, numbers, groups
+
+
+def _backward_filter(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
+    """The weight gradient of the forward convolution the call's ``window``,
+    ``dim_labels`` and ``feature_group_count`` describe, from its input ``x`` and
+    output gradient ``dy``, as the convolution XLA's own ``ConvolutionVisitor`` would
+    have matched: ``x`` read with its features as the batch, ``dy`` as the kernel (its
+    batch the contracted features), the forward stride as the kernel's dilation, the
+    forward dilation as the stride, and the forward's feature groups as batch groups,
+    so that the result has the kernel's spatial extent. Where the forward window never
+    reached the input's last elements (a stride that does not divide it), ``x`` is
+    sliced to the elements it read. Inputs without base dilation only."""
+    described = _gradient_call(call)
+    if described is None:
+        return None
+    window, numbers, groups = described
     x, dy = call.operands
     result = call.shape.elements[0]
     dims: list[WindowDim] = []
@@ -366,19 +377,10 @@ def _backward_input(inserter: Inserter, call: Instruction) -> list[Instruction] 
     reversed, its input and output features exchanged. Grouped, ``w``'s output
     features are regrouped so that each group's input features are the gradient's
     kernel's outputs (:func:`_regrouped_kernel`). Inputs without base dilation only."""
-    config = _config(call).get("cudnn_conv_backend_config", {})
-    window, numbers = call.attributes.get("window"), call.attributes.get("dim_labels")
-    groups = call.attributes.get("feature_group_count", 1)
-    if (
-        not isinstance(window, Window)
-        or not isinstance(numbers, ConvDimensionNumbers)
-        or len(call.operands) != 2
-        or float(config.get("conv_result_scale", 1)) != 1
-        or not isinstance(groups, int)
-        or groups < 1
-        or call.attributes.get("batch_group_count", 1) != 1
-    ):
+    described = _gradient_call(call)
+    if described is None:
         return None
+    window, numbers, groups = described
     dy, w = call.operands
     result = call.shape.elements[0]
     dims: list[WindowDim] = []
