@@ -118,7 +118,7 @@ class Epilogue:
             one_plus = self.plus(tanh, self.constant(1, "one"), "gelu_one_plus")
             half = self.scaled(total, 0.5, "gelu_half")
             return self._add("multiply", self.wide, [half, one_plus], "gelu")
-        assert activation == "", activation
+        assert activation in ACTIVATIONS, f"no epilogue activation {activation!r}"
         return total
 
     def narrowed(self, total: Instruction) -> Instruction:
