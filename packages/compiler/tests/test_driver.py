@@ -501,6 +501,7 @@ def _compile_in_batches(
     size: int,
     concurrent: tuple[str, ...] = ("image",),
     middle: str = "binary",
+    planned: int | None = None,
 ):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -517,7 +518,7 @@ def _compile_in_batches(
         batched={"image": batched},
     )
     with ThreadPoolExecutor(2) as workers:
-        batches = StageBatches(workers, size=size)
+        batches = StageBatches(workers, size=size, kernels=planned)
         pending = [
             compile_fusion_for_backends(
                 _fusion(), H100, ("tiny",), registry=registry, background=workers, batches=batches
@@ -560,6 +561,55 @@ def test_the_stages_before_a_batched_one_run_on_the_workers_and_the_group_waits(
     for kernel in finished:
         assert [r.name for r in kernel.stages][-3:] == ["text", "binary", "image"]
         assert [a.stage for a in kernel.artefacts][-3:] == ["text", "binary", "image"]
+
+
+@pytest.mark.parametrize(
+    ("kernels", "largest", "sizes"),
+    [
+        (0, 16, []),
+        (1, 16, [1]),
+        (3, 16, [2, 1]),
+        (4, 16, [1, 2, 1]),
+        (15, 16, [8, 4, 2, 1]),
+        (40, 16, [9, 16, 8, 4, 2, 1]),
+        (5, 2, [2, 2, 1]),
+    ],
+)
+def test_a_program_s_groups_halve_towards_its_end(kernels, largest, sizes):
+    from heron.compiler.driver import tapered_group_sizes
+
+    assert tapered_group_sizes(kernels, largest) == sizes
+    assert sum(sizes) == kernels and all(1 <= size <= largest for size in sizes)
+
+
+def test_groups_follow_the_program_s_planned_length_then_take_one_kernel_each(stages_module):
+    """Five kernels planned, six compiled: groups of 2, 2, 1 as planned, and the kernel
+    the plan did not foresee alone; each image is its group's, whatever the timing."""
+    finished = _compile_in_batches(
+        stages_module, "images", kernels=6, size=16, concurrent=("binary", "image"), planned=5
+    )
+    batch_calls = [call for call in _calls(stages_module) if call[0] == "images"]
+    assert [len(call[1]) for call in batch_calls] == [2, 2, 1, 1]
+    assert [k.image.data for k in finished] == [b"f for sm_90+f for sm_90"] * 4 + [
+        b"f for sm_90"
+    ] * 2
+
+
+def test_a_group_is_queued_once_the_stages_before_it_are_done():
+    """A group waiting for its kernels' LLVM held a worker thread while it waited."""
+    from concurrent.futures import Future
+
+    from heron.compiler.driver import _when_done
+
+    ran: list[str] = []
+    _when_done([], lambda: ran.append("at once"))
+    assert ran == ["at once"]
+    first, second = Future(), Future()
+    _when_done([first, second], lambda: ran.append("both"))
+    first.set_result(1)
+    assert ran == ["at once"]
+    second.set_exception(ValueError("failed stages are the group's to report"))
+    assert ran == ["at once", "both"]
 
 
 def test_a_failure_before_the_batched_stage_is_its_kernel_s_error(stages_module):

@@ -200,3 +200,44 @@ def test_a_kernel_handed_one_slice_twice_is_compiled_with_those_arguments_shared
 
     with pytest.raises(UnsupportedError, match=r"arguments \[0, 1\] overlap another"):
         compile_program(module, TARGET, ("interpreter",), compiler=ignoring)
+
+
+REPEATED_LAYERS_AND_A_GEMM = """
+HloModule layers
+
+%relu (p0: f32[64,64]) -> f32[64,64] {
+  %p0 = f32[64,64]{1,0} parameter(0)
+  %zero = f32[] constant(0)
+  %zeros = f32[64,64]{1,0} broadcast(%zero), dimensions={}
+  ROOT %m = f32[64,64]{1,0} maximum(%p0, %zeros)
+}
+
+%gemm (p0: f32[64,64], p1: f32[64,64]) -> f32[64,64] {
+  %p0 = f32[64,64]{1,0} parameter(0)
+  %p1 = f32[64,64]{1,0} parameter(1)
+  ROOT %d = f32[64,64]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (x: f32[64,64], y: f32[64,64], w: f32[64,64]) -> (f32[64,64], f32[64,64], f32[64,64]) {
+  %x = f32[64,64]{1,0} parameter(0)
+  %y = f32[64,64]{1,0} parameter(1)
+  %w = f32[64,64]{1,0} parameter(2)
+  %r.1 = f32[64,64]{1,0} fusion(%x), kind=kLoop, calls=%relu
+  %r.2 = f32[64,64]{1,0} fusion(%y), kind=kLoop, calls=%relu
+  %g = f32[64,64]{1,0} fusion(%x, %w), kind=kCustom, calls=%gemm
+  ROOT %t = (f32[64,64]{1,0}, f32[64,64]{1,0}, f32[64,64]{1,0}) tuple(%r.1, %r.2, %g)
+}
+"""
+
+
+def test_the_kernels_expected_before_emission_are_the_kernels_compiled() -> None:
+    """Two fusions of one body are one kernel; a GEMM cuBLASLt computes is none."""
+    from heron.compiler.library_gemm import gemm_fusion
+    from heron.compiler.thunk_emission import expected_kernels
+
+    module = parse_module(REPEATED_LAYERS_AND_A_GEMM)
+    assert gemm_fusion(_fusion(module, "g"), TARGET) is not None
+    assert expected_kernels(module, TARGET) == 1
+    compiled = compile_program(module, TARGET, ("cuda", "interpreter"))
+    cuda_kernels = [k for k in compiled.program.kernels if "cuda" in k.compiled]
+    assert len(cuda_kernels) == expected_kernels(compiled.module, TARGET) == 1

@@ -34,6 +34,7 @@ imports ``heron.compiler`` for the Target alone (``heron targets``).
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor, Future
@@ -64,6 +65,7 @@ __all__ = [
     "CompiledKernel",
     "Dump",
     "StageBatches",
+    "tapered_group_sizes",
     "StageRecord",
     "compile_emitted",
     "compile_emitted_text",
@@ -576,31 +578,63 @@ def _compiled(
     )
 
 
-#: How many kernels one batched stage run takes at most (one ptxas for 16 kernels: the
-#: process's start paid once, and a large program's groups still run side by side).
+#: How many kernels one batched stage run takes at most (one ptxas for 16 kernels: its
+#: set-up paid once, and a large program's groups still run side by side).
 BATCH_KERNELS = 16
+
+
+def tapered_group_sizes(kernels: int, largest: int = BATCH_KERNELS) -> list[int]:
+    """How a program's ``kernels`` are grouped for a batched stage, in program order:
+    groups halving towards the end (..., 8, 4, 2, 1), none over ``largest``.
+
+    A group is run once its last kernel has been through the stages before it, so the
+    program's last group is left to run after everything else: the compile's tail.
+    A group of sixteen there cost a small program 15-25 ms of ptxas after its last
+    kernel's LLVM; a kernel alone costs 5-12 (nvJitLink sets ptxas up per call, with
+    cold caches). Each group before the last has the emission of every later kernel
+    to hide behind, and each twice the previous one's: the set-up is paid about
+    log2(kernels) times, and the tail is one kernel's.
+    """
+    if largest < 1:
+        raise ValueError(f"tapered_group_sizes: a group holds at least one kernel, not {largest}")
+    sizes: list[int] = []
+    size, left = 1, kernels
+    while left > 0:
+        take = min(size, largest, left)
+        sizes.append(take)
+        left -= take
+        size *= 2
+    return sizes[::-1]
 
 
 class StageBatches:
     """Kernels whose last backend stage is batched (``Stage.batched``), grouped per
-    backend and stage, each group run on ``executor`` when it holds ``size`` kernels or
-    at :meth:`flush`.
+    backend and stage, each group run on ``executor`` when it is complete or at
+    :meth:`flush`.
 
     A program's compile (:func:`heron.compiler.executable.compile_program`) emits
     kernels one after another; CUDA's ``cubin`` stage used to start a ptxas for
     each, a process costing about 20 ms against a few ms of assembling. Grouped,
-    a 15-kernel training step starts one. Each kernel's future
+    a 15-kernel training step sets ptxas up four times. Groups are ``size``
+    kernels each, or, where the program's number of ``kernels`` is known, the
+    tapered sizes of :func:`tapered_group_sizes` (then one kernel a group past
+    that number): either way they depend on the program alone, so the images are
+    the same bytes from one compile to the next. Each kernel's future
     (``CompiledKernel.finishing``) is resolved when its group has run; a group
     the batched function fails on runs the stage kernel by kernel instead, so
     that an error names its kernel. Used from one thread (the compile's).
     """
 
-    def __init__(self, executor: Executor, size: int = BATCH_KERNELS) -> None:
+    def __init__(
+        self, executor: Executor, size: int = BATCH_KERNELS, kernels: int | None = None
+    ) -> None:
         if size < 1:
             raise ValueError(f"StageBatches: a group holds at least one kernel, not {size}")
         self._executor = executor
         self._size = size
+        self._plan = tuple(tapered_group_sizes(kernels, size)) if kernels is not None else None
         self._waiting: dict[tuple[str, str], list[_Waiting]] = {}
+        self._groups_run: dict[tuple[str, str], int] = {}
 
     def add(self, compiled: CompiledKernel, rest: _Rest) -> Future[CompiledKernel]:
         """Leave ``compiled``'s stages ``rest`` to a group (the batched one last); the
@@ -624,14 +658,51 @@ class StageBatches:
         future: Future[CompiledKernel] = Future()
         group = self._waiting.setdefault(key, [])
         group.append(_Waiting(compiled, rest, future))
-        if len(group) >= self._size:
-            self._executor.submit(_finish_group, self._waiting.pop(key))
+        if len(group) >= self._group_size(key):
+            self._run(key)
         return future
 
     def flush(self) -> None:
         """Run every group not yet full (call it before waiting for the kernels)."""
         for key in list(self._waiting):
-            self._executor.submit(_finish_group, self._waiting.pop(key))
+            self._run(key)
+
+    def _group_size(self, key: tuple[str, str]) -> int:
+        if self._plan is None:
+            return self._size
+        index = self._groups_run.get(key, 0)
+        return self._plan[index] if index < len(self._plan) else 1
+
+    def _run(self, key: tuple[str, str]) -> None:
+        """Run the group once the stages before the batched one have run for each of its
+        kernels: queued earlier, it would hold a worker thread waiting for them, and the
+        kernels' LLVM, queued after it, could wait for a second worker to be free."""
+        self._groups_run[key] = self._groups_run.get(key, 0) + 1
+        group = self._waiting.pop(key)
+        _when_done(
+            [w.rest for w in group if isinstance(w.rest, Future)],
+            functools.partial(self._executor.submit, _finish_group, group),
+        )
+
+
+def _when_done(futures: Sequence[Future[Any]], then: Callable[[], object]) -> None:
+    """Call ``then()`` once every one of ``futures`` is done (now, if they are), on the
+    thread that finishes the last of them."""
+    if not futures:
+        then()
+        return
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: Future[Any]) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            then()
+
+    for future in futures:
+        future.add_done_callback(one_done)
 
 
 @attrs.frozen

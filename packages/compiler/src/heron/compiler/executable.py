@@ -214,7 +214,7 @@ def compile_program(
     Unsupported input raises ``UnsupportedError`` naming the instruction.
     """
     from heron.compiler.driver import StageBatches, compile_fusion, compile_fusion_for_backends
-    from heron.compiler.thunk_emission import emit_thunks
+    from heron.compiler.thunk_emission import emit_thunks, expected_kernels
     from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
     from heron.hlo.buffers import assign_buffers
     from heron.hlo.printer import print_module
@@ -240,8 +240,11 @@ def compile_program(
     # The backends' concurrent stages (LLVM and ptxas) run on workers while the next
     # kernels are emitted; a compiler given by the caller runs as it likes.
     workers = ThreadPoolExecutor(os.cpu_count() or 1) if compiler is None else None
-    # A batched last stage (CUDA's ptxas) runs for groups of kernels: one process each.
-    batches = StageBatches(workers) if workers is not None else None
+    # A batched last stage (CUDA's ptxas) runs for groups of kernels, smaller towards the
+    # program's end: the last group is the compile's tail.
+    batches = None
+    if workers is not None:
+        batches = StageBatches(workers, kernels=expected_kernels(optimized, target))
     # heron's passes of a program with several kernels on worker processes, when asked for.
     processes = _kernel_workers(optimized) if workers is not None else None
 

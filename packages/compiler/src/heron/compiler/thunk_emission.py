@@ -77,11 +77,11 @@ from heron.compiler import (
     library_convolution,
     library_fft,
 )
-from heron.compiler.library_gemm import gemm_library_call
+from heron.compiler.library_gemm import gemm_fusion, gemm_library_call
 from heron.hlo.buffers import BufferAssignment, in_place_operands
 from heron.hlo.buffers import Slice as HloSlice
 from heron.hlo.errors import UnsupportedError
-from heron.hlo.ir import Computation, Instruction
+from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.outline import HOST_OPCODES, REFUSED_OPCODES, describe, refusal
 from heron.hlo.shapes import ArrayShape
 from heron.runtime.core.thunks import (
@@ -98,7 +98,7 @@ from heron.target import Target
 if TYPE_CHECKING:
     from heron.compiler.driver import CompiledKernel
 
-__all__ = ["EmittedKernel", "ThunkProgram", "emit_thunks", "image_key"]
+__all__ = ["EmittedKernel", "ThunkProgram", "emit_thunks", "expected_kernels", "image_key"]
 
 #: ``compile(fusion, shared, backends)`` -> the fusion compiled for each backend, by
 #: backend name; ``shared``: the kernel argument indices whose slice overlaps another
@@ -482,6 +482,24 @@ class _Emitter:
         if inst.attributes.get("branch_computations") is not None:
             return list(inst.called_computations())
         return [inst.called("true_computation"), inst.called("false_computation")]
+
+
+def expected_kernels(module: Module, target: Target) -> int:
+    """How many kernels :func:`emit_thunks` will compile for ``module``, as far as can be
+    told before it runs: its fusions of distinct :func:`_identity` (one kernel each),
+    less those a GEMM library computes on ``target``.
+
+    An estimate, and the same one for the same module: a library call that keeps
+    heron's kernel beside it, or a kernel compiled again to update in place, is one
+    more. The compile groups its kernels' last stage by it
+    (:class:`heron.compiler.driver.StageBatches`).
+    """
+    identities = {
+        _identity(inst)
+        for inst in module.instructions()
+        if inst.opcode == "fusion" and gemm_fusion(inst, target) is None
+    }
+    return len(identities)
 
 
 def _identity(fusion: Instruction) -> tuple[object, ...]:

@@ -386,9 +386,10 @@ def install_fusion(
             graph.rename(cast, graph.names.first_free(f"bitcast.{fusion.name}.{index}"))
     if ordered_after:  # XLA's optimized modules order work by control edges: keep them
         fusion.attributes[CONTROL] = InstructionRefs(ordered_after)
-    removed = {m.name: fusion.name for m in candidate.members if not graph.alive(m)}
-    if removed:
-        rename_control_predecessors(computation.instructions, removed)
+    if graph.has_control_edges:
+        removed = {m.name: fusion.name for m in candidate.members if not graph.alive(m)}
+        if removed:
+            rename_control_predecessors(computation.instructions, removed)
     if own_graph:
         graph.finish()
     return fusion

@@ -17,6 +17,7 @@ import itertools
 from collections import Counter
 
 from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.passes.rewrite import CONTROL
 
 __all__ = ["FusionGraph", "TakenNames"]
 
@@ -85,6 +86,11 @@ class FusionGraph:
             self._rank[id(inst)] = (position, next(self._sequence))
             self.names.take(inst.name)
             self._register(inst)
+        #: Whether an instruction of the computation must come after another (control
+        #: edges, which XLA's optimized modules carry and JAX's seldom do): a fusion
+        #: only inherits its members' edges, so without any none appear, and an install
+        #: need not look for edges naming the members it removed.
+        self.has_control_edges = any(CONTROL in i.attributes for i in computation.instructions)
 
     # -- queries -------------------------------------------------------------
     def users(self, inst: Instruction) -> list[Instruction]:
