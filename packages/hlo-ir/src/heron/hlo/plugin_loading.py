@@ -250,11 +250,18 @@ class PluginTable(Generic[T]):
                     f" one from {origin or 'code'}"
                 )
             self._by_name[name] = (spec, origin)
+        # In selection order once: a table is filled here only, and priority fusion asks
+        # for a fusion's emitter tens of thousands of times in a large module.
+        self._ordered: tuple[T, ...] = tuple(
+            sorted(
+                (spec for spec, _ in self._by_name.values()),
+                key=lambda s: (-s.priority, s.name),  # type: ignore[attr-defined]
+            )
+        )
 
     @property
     def specs(self) -> list[T]:
-        entries = [spec for spec, _ in self._by_name.values()]
-        return sorted(entries, key=lambda s: (-s.priority, s.name))  # type: ignore[attr-defined]
+        return list(self._ordered)
 
     def names(self) -> list[str]:
         return [s.name for s in self.specs]  # type: ignore[attr-defined]
