@@ -398,3 +398,36 @@ def test_the_simplifier_preserves_results_bit_for_bit(module: Module, seed: int,
     rewritten = parse_module(print_module(module))
     run_pipeline(rewritten, HloPass("under-test", simplify_algebra))
     assert _same_bits(before, evaluate_module(rewritten, arguments)), print_module(rewritten)
+
+
+@pytest.mark.parametrize(
+    ("element", "dtype"),
+    [
+        ("s2", ml_dtypes.int2),
+        ("u2", ml_dtypes.uint2),
+        ("s4", ml_dtypes.int4),
+        ("u4", ml_dtypes.uint4),
+        ("s8", np.int8),
+        ("u32", np.uint32),
+        ("s64", np.int64),
+    ],
+)
+def test_max_of_the_lowest_and_min_of_the_highest_integer_are_the_operand(element, dtype) -> None:
+    """numpy's iinfo knows no s4/u4/s2/u2: the rule raised on ``jnp.maximum`` of int4s."""
+    info = ml_dtypes.iinfo(dtype)
+    values = np.resize(np.array([info.min, info.max, 0, 1], dtype=np.int64), 8)
+    arguments = [values.astype(dtype)]
+    for opcode, extreme, simplified in (
+        ("maximum", info.min, True),
+        ("minimum", info.max, True),
+        ("maximum", info.min + 1, False),
+        ("minimum", info.max - 1, False),
+    ):
+        text = _entry(
+            f"  c = {element}[] constant({extreme})\n"
+            f"  b = {element}[8] broadcast(c), dimensions={{}}\n"
+            f"  ROOT r = {element}[8] {opcode}(p, b)",
+            params=f"p = {element}[8] parameter(0)",
+        )
+        module = _simplified(text, arguments)
+        assert (_root_opcode(module) == "parameter") == simplified, print_module(module)

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import ml_dtypes
 import numpy as np
 
 from heron.hlo.attributes import RawAttribute, SliceRange
@@ -316,7 +317,8 @@ def _extreme_identity(inst: Instruction, rewriter: Inserter) -> Instruction | No
     elif shape.element_type.is_floating:
         lowest, highest = -np.inf, np.inf
     else:
-        lowest, highest = np.iinfo(dtype).min, np.iinfo(dtype).max
+        info = ml_dtypes.iinfo(dtype)  # numpy's knows no s4/u4/s2
+        lowest, highest = info.min, info.max
     neutral = lowest if inst.opcode == "maximum" else highest
     for keep, other in ((0, 1), (1, 0)):
         value = _splat(inst.operands[other])
