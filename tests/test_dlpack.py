@@ -19,7 +19,7 @@ JAX_TYPES = [
     jnp.bool_, jnp.int8, jnp.int16, jnp.int32, jnp.uint8, jnp.uint16, jnp.uint32,
     jnp.float16, jnp.bfloat16, jnp.float32, jnp.complex64,
     jnp.float8_e4m3fn, jnp.float8_e5m2, jnp.float8_e4m3fnuz, jnp.float8_e5m2fnuz,
-    jnp.float8_e4m3b11fnuz,
+    jnp.float8_e4m3b11fnuz, jnp.float8_e4m3, jnp.float8_e3m4,
 ]  # fmt: skip
 
 

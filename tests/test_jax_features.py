@@ -855,6 +855,10 @@ def narrow_formats(x, n):
         (x / 3).astype(jnp.float8_e4m3b11fnuz).astype(jnp.float32),
         (x / 100).astype(jnp.float4_e2m1fn).astype(jnp.float32),
         jnp.abs(x).astype(jnp.float8_e8m0fnu).astype(jnp.float32),
+        x.astype(jnp.float8_e4m3).astype(jnp.float32),  # IEEE-like: inf and NaNs
+        (x / 30).astype(jnp.float8_e3m4).astype(jnp.float32),
+        (x.astype(jnp.float8_e4m3) * jnp.float8_e4m3(3)).astype(jnp.float32),
+        jnp.maximum((x / 30).astype(jnp.float8_e3m4), jnp.float8_e3m4(0.5)),
     )
 
 

@@ -32,6 +32,8 @@ NARROW_FLOATS = [
     ElementType.F8E4M3FNUZ,
     ElementType.F8E5M2FNUZ,
     ElementType.F8E4M3B11FNUZ,
+    ElementType.F8E4M3,
+    ElementType.F8E3M4,
     ElementType.F8E8M0FNU,
     ElementType.F4E2M1FN,
 ]

@@ -34,6 +34,8 @@ _FLOAT_TYPES = {
     ElementType.F8E4M3FNUZ: lambda: ir.Float8E4M3FNUZType.get(),
     ElementType.F8E5M2FNUZ: lambda: ir.Float8E5M2FNUZType.get(),
     ElementType.F8E4M3B11FNUZ: lambda: ir.Float8E4M3B11FNUZType.get(),
+    ElementType.F8E4M3: lambda: ir.Float8E4M3Type.get(),
+    ElementType.F8E3M4: lambda: ir.Float8E3M4Type.get(),
     ElementType.F8E8M0FNU: lambda: ir.Float8E8M0FNUType.get(),
     ElementType.F4E2M1FN: lambda: ir.Float4E2M1FNType.get(),
 }

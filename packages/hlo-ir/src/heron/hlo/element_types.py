@@ -62,6 +62,8 @@ class ElementType(enum.Enum):
     F8E4M3FNUZ = "f8e4m3fnuz"
     F8E5M2FNUZ = "f8e5m2fnuz"
     F8E4M3B11FNUZ = "f8e4m3b11fnuz"
+    F8E4M3 = "f8e4m3"
+    F8E3M4 = "f8e3m4"
     F8E8M0FNU = "f8e8m0fnu"
     F4E2M1FN = "f4e2m1fn"
     TOKEN = "token"
@@ -187,6 +189,8 @@ _TYPE_INFO: dict[ElementType, _TypeInfo] = {
     ElementType.F8E4M3FNUZ: _info(TypeKind.FLOAT, 8, ml_dtypes.float8_e4m3fnuz),
     ElementType.F8E5M2FNUZ: _info(TypeKind.FLOAT, 8, ml_dtypes.float8_e5m2fnuz),
     ElementType.F8E4M3B11FNUZ: _info(TypeKind.FLOAT, 8, ml_dtypes.float8_e4m3b11fnuz),
+    ElementType.F8E4M3: _info(TypeKind.FLOAT, 8, ml_dtypes.float8_e4m3),
+    ElementType.F8E3M4: _info(TypeKind.FLOAT, 8, ml_dtypes.float8_e3m4),
     ElementType.F8E8M0FNU: _info(TypeKind.FLOAT, 8, ml_dtypes.float8_e8m0fnu),
     ElementType.F4E2M1FN: _info(TypeKind.FLOAT, 4, ml_dtypes.float4_e2m1fn),
     ElementType.TOKEN: _info(TypeKind.TOKEN, 0, None),

@@ -52,11 +52,21 @@ _SIGNED_NAN_TYPES = frozenset(
         ElementType.F64,
         ElementType.F8E5M2,
         ElementType.F8E4M3FN,
+        ElementType.F8E4M3,
+        ElementType.F8E3M4,
     }
 )
 #: Float types with IEEE-style NaN payloads (several NaN encodings per sign).
 _PAYLOAD_NAN_TYPES = frozenset(
-    {ElementType.F16, ElementType.BF16, ElementType.F32, ElementType.F64, ElementType.F8E5M2}
+    {
+        ElementType.F16,
+        ElementType.BF16,
+        ElementType.F32,
+        ElementType.F64,
+        ElementType.F8E5M2,
+        ElementType.F8E4M3,
+        ElementType.F8E3M4,
+    }
 )
 _UINT_OF_WIDTH = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 

@@ -66,6 +66,8 @@ FORMATS: dict[ElementType, SmallFloat] = {
     ElementType.F8E4M3FNUZ: SmallFloat(4, 3, 8, Specials.FNUZ),
     ElementType.F8E5M2FNUZ: SmallFloat(5, 2, 16, Specials.FNUZ),
     ElementType.F8E4M3B11FNUZ: SmallFloat(4, 3, 11, Specials.FNUZ),
+    ElementType.F8E4M3: SmallFloat(4, 3, 7, Specials.IEEE),
+    ElementType.F8E3M4: SmallFloat(3, 4, 3, Specials.IEEE),
     ElementType.F8E8M0FNU: SmallFloat(8, 0, 127, Specials.E8M0),
     ElementType.F4E2M1FN: SmallFloat(2, 1, 1, Specials.SATURATE),
 }
