@@ -1,8 +1,11 @@
-"""A program's CUDA kernels are assembled by one ptxas: one cubin, each kernel's machine
-code as alone (the ``cubin`` stage batched, ``heron.runtime.core.hookspecs.Stage.batched``).
+"""A program's CUDA kernels are assembled in groups, one ptxas (nvJitLink) run and one
+cubin each, each kernel's machine code as alone (the ``cubin`` stage batched,
+``heron.runtime.core.hookspecs.Stage.batched``).
 
-Starting ptxas costs about 20 ms, several times what assembling a fusion's kernel
-takes; a program's compile runs one per group of kernels instead of one per kernel.
+Setting ptxas up costs several times what assembling a fusion's kernel takes, so a
+program's compile runs it once per group of kernels; the groups halve towards the
+program's end (``heron.compiler.driver.tapered_group_sizes``), so that what is left
+after the last kernel's LLVM is one kernel's assembly.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ def _sass_by_kernel(cubin: bytes, nvdisasm: Path, tmp_path: Path) -> dict[str, l
     return kernels
 
 
-def test_a_program_s_kernels_share_one_cubin_with_each_kernel_as_alone(tmp_path):
+def test_a_program_s_kernels_share_a_cubin_per_group_with_each_kernel_as_alone(tmp_path):
+    from heron.compiler.driver import tapered_group_sizes
     from heron.runtime.cuda.compiler_tools import assemble_cubin
 
     _, nvdisasm = _tools()
@@ -54,20 +58,27 @@ def test_a_program_s_kernels_share_one_cubin_with_each_kernel_as_alone(tmp_path)
         parse_module(PROGRAM.read_text()), Target.preset("h100"), ("cuda", "interpreter")
     )
     kernels = [emitted.compiled["cuda"] for emitted in compiled.program.kernels]
-    assert len(kernels) >= 2
-    images = {kernel.image.data for kernel in kernels}
-    assert len(images) == 1 and all(k.image.format == "cubin" for k in kernels)
-    shared = _sass_by_kernel(images.pop(), nvdisasm, tmp_path)
-    assert set(shared) == {kernel.kernel_name for kernel in kernels}
-    for kernel in kernels:
-        (ptx,) = [a.data.decode() for a in kernel.artefacts if a.stage == "ptx"]
-        alone = _sass_by_kernel(assemble_cubin(ptx, "sm_90"), nvdisasm, tmp_path)
-        assert alone[kernel.kernel_name] == shared[kernel.kernel_name], kernel.kernel_name
-    # The artefact stores the cubin once; every kernel still loads its own name from it.
+    assert len(kernels) == 3 and all(k.image.format == "cubin" for k in kernels)
+    # adam_step's three kernels: the first two in one cubin, the last alone.
+    sizes = tapered_group_sizes(len(kernels))
+    assert sizes == [2, 1]
+    groups, start = [], 0
+    for size in sizes:
+        groups.append(kernels[start : start + size])
+        start += size
+    for group in groups:
+        assert len({kernel.image.data for kernel in group}) == 1
+        shared = _sass_by_kernel(group[0].image.data, nvdisasm, tmp_path)
+        assert set(shared) == {kernel.kernel_name for kernel in group}
+        for kernel in group:
+            (ptx,) = [a.data.decode() for a in kernel.artefacts if a.stage == "ptx"]
+            alone = _sass_by_kernel(assemble_cubin(ptx, "sm_90"), nvdisasm, tmp_path)
+            assert alone[kernel.kernel_name] == shared[kernel.kernel_name], kernel.kernel_name
+    # The artefact stores each group's cubin once; every kernel loads its own name from it.
     path = tmp_path / "adam.heron"
     compiled.artefact.save(path)
     cubins = [n for n in zipfile.ZipFile(path).namelist() if n.endswith(".cubin")]
-    assert len(cubins) == 1
+    assert len(cubins) == len(sizes)
 
 
 def test_a_ptxas_error_still_names_its_kernel(tmp_path):

@@ -270,3 +270,60 @@ def test_a_root_read_outside_its_epilogue_is_refused_by_name_not_as_invalid_ir()
     (fusion,) = fusions_of(parse_module(EPILOGUE_READ_ELSEWHERE))
     with pytest.raises(UnsupportedError, match="add 'add.42'.*read outside the epilogue.*'t.1'"):
         TransposeEmitter(analysed(fusion))
+
+
+def _optimizer_update_on_transposed_gradients(weights: int) -> str:
+    """An Adam-like update of ``weights`` depthwise kernels whose gradients arrive
+    transposed ([32,3,3,1] -> [3,3,1,32]), three outputs each (m, v, the weight): the
+    multi-output fusion XLA's passes make of a MobileNet step's update."""
+    params, body, roots = [], [], []
+    for w in range(weights):
+        params += [f"g{w} = f32[32,3,3,1] parameter({3 * w})"]
+        params += [f"m{w} = f32[3,3,1,32] parameter({3 * w + 1})"]
+        params += [f"p{w} = f32[3,3,1,32] parameter({3 * w + 2})"]
+        body += [
+            f"t{w} = f32[3,3,1,32] transpose(g{w}), dimensions={{1,2,3,0}}",
+            f"mn{w} = f32[3,3,1,32] add(m{w}, t{w})",
+            f"mc{w} = f32[3,3,1,32] divide(mn{w}, correction)",
+            f"v{w} = f32[3,3,1,32] multiply(t{w}, t{w})",
+            f"vc{w} = f32[3,3,1,32] divide(v{w}, correction)",
+            f"pn{w} = f32[3,3,1,32] subtract(p{w}, mn{w})",
+            f"pc{w} = f32[3,3,1,32] divide(pn{w}, correction)",
+        ]
+        roots += [f"mc{w}", f"vc{w}", f"pc{w}"]
+    params.append(f"step = f32[] parameter({3 * weights})")
+    # The bias correction every weight's update divides by ties the roots into one
+    # epilogue (computed once, returned for all).
+    shared = [
+        "nine = f32[] constant(0.9)",
+        "one = f32[] constant(1)",
+        "decay = f32[] power(nine, step)",
+        "left = f32[] subtract(one, decay)",
+        "correction = f32[3,3,1,32] broadcast(left), dimensions={}",
+    ]
+    shape = ", ".join(["f32[3,3,1,32]"] * len(roots))
+    tuple_root = f"ROOT r = ({shape}) tuple({', '.join(roots)})"
+    lines = "\n  ".join([*params, *shared, *body, tuple_root])
+    operands = ", ".join(p.split(" = ")[0] for p in params)
+    entry = "\n  ".join(params)
+    return (
+        f"HloModule m\nfused {{\n  {lines}\n}}\n"
+        f"ENTRY main {{\n  {entry}\n  ROOT f = ({shape}) fusion({operands}), kind=kInput,"
+        " calls=fused\n}\n"
+    )
+
+
+def test_a_transpose_fusion_with_a_dozen_outputs_is_emitted_and_agrees(transpose, monkeypatch):
+    """Its epilogue is one function returning every output: 12 results, over the 8 a
+    ``heron_gpu.pure_call`` once had (the fusion passes installed it, then emission
+    failed). A subgraph returning more than the dialect allows is refused when the
+    emitter is built (so that the fusion passes' build-only check refuses it too)."""
+    text = _optimizer_update_on_transposed_gradients(4)
+    fusion = fusions_of(parse_module(text, "adam.hlo"))[0]
+    emitter = TransposeEmitter(analysed(fusion))
+    assert max(len(sub.roots) for sub in emitter.partitioned().subgraphs) == 12
+    report = check_fusions([fusion], "adam")
+    assert report.ok, report.text()
+    monkeypatch.setattr("heron.emitters.emitter_base.MAX_CALL_RESULTS", 8)
+    with pytest.raises(UnsupportedError, match="returns 12 values, more than a heron_gpu"):
+        TransposeEmitter(analysed(fusions_of(parse_module(text, "adam.hlo"))[0]))

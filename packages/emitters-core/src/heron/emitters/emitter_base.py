@@ -45,6 +45,7 @@ from heron.emitters.dialect import (
     pure_call_op,
     verify_xla_ops,
 )
+from heron.emitters.dialect.irdl_source import MAX_CALL_RESULTS
 from heron.emitters.elemental import ElementalContext, emit_instruction
 from heron.emitters.elemental.data_ops import scalar_constant
 from heron.emitters.fusion_analysis import FusionAnalysis
@@ -804,6 +805,14 @@ class FusionEmitter(abc.ABC):
             raise UnsupportedError(
                 f"fusion '{self.fusion.name}': partitioning failed: {exc}", self.fusion.location
             ) from exc
+        for sub in known.subgraphs:  # refused here, when built, not by the call's builder
+            results = sum(len(leaf_shapes(root.shape)) for root in sub.roots)
+            if results > MAX_CALL_RESULTS:
+                raise UnsupportedError(
+                    f"fusion '{self.fusion.name}': subgraph {sub.name} returns {results}"
+                    f" values, more than a heron_gpu.pure_call's {MAX_CALL_RESULTS}",
+                    self.fusion.location,
+                )
         self._partitioned = known
         return known
 

@@ -40,7 +40,10 @@ RESULT_SEGMENTS_ATTR = "resultSegmentSizes"
 # im2col columns), so a call holds as many tensors as a kernel can take: 512
 # pointers fill the 4 KiB of kernel parameters CUDA passes.
 MAX_CALL_OPERANDS = 512
-MAX_CALL_RESULTS = 8
+# A subgraph's function returns a value per root leaf: a fusion's outputs, which the
+# fusion passes keep within XLA's 96 operands plus outputs (a transpose fusion of a
+# MobileNet step's optimizer update had 15, over the 8 this once was).
+MAX_CALL_RESULTS = 96
 MAX_ITER_ARGS = 16
 MAX_SYNC_TENSORS = 16
 MAX_REDUCE_VALUES = 8
