@@ -134,3 +134,30 @@ def test_real_xla(corpus_dir, capsys):
     assert code == 0, err
     (pair,) = json.loads(out)["pairs"]
     assert pair["xla"]["launch"] == pair["heron"]["launch"]
+
+
+LARGE_CONSTANT = """HloModule large_constant
+
+ENTRY main {
+  p = f32[4,4] parameter(0)
+  c = f32[4,4] constant({{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, 11, 12}, {13, 14, 15, 16}})
+  ROOT r = f32[4,4] multiply(p, c)
+}
+"""
+
+
+@pytest.mark.skipif(
+    not os.environ.get("HERON_XLA_PYTHON"), reason="XLA:GPU not installed (HERON_XLA_PYTHON)"
+)
+def test_xla_s_dumped_module_holds_its_large_constants_so_heron_runs_it(tmp_path, capsys):
+    """XLA dumps a constant of more than 10 elements as ``{...}`` unless asked not to;
+    ``heron run`` on such a dump then has nothing to run (diffrax's Tsit5 tableau)."""
+    module = tmp_path / "m.hlo"
+    module.write_text(LARGE_CONSTANT)
+    code, _, err = heron(capsys, "xla", str(module), "--dump-dir", str(tmp_path / "dump"))
+    assert code == 0, err
+    (optimized,) = (tmp_path / "dump").glob("*after_optimizations.txt")
+    text = optimized.read_text()
+    assert "{...}" not in text and "13, 14, 15, 16" in text
+    code, out, err = heron(capsys, "run", str(optimized), "--backend", "interpreter", "--check")
+    assert code == 0, err + out

@@ -269,7 +269,13 @@ def compile_request(request: dict) -> dict:
     plugin_path = find_plugin(request.get("plugin"))
     overrides: dict = {}
     if request.get("dump_dir"):
-        overrides = {"xla_dump_to": request["dump_dir"], "xla_dump_hlo_as_text": True}
+        # With its large constants: a dumped module heron runs (`heron run` on XLA's
+        # optimized module) must hold every value, not ``{...}``.
+        overrides = {
+            "xla_dump_to": request["dump_dir"],
+            "xla_dump_hlo_as_text": True,
+            "xla_dump_large_constants": True,
+        }
     overrides.update(request.get("options", {}))
     proto, serialized = _compilation(request["hlo"], overrides)
 
