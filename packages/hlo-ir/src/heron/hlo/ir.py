@@ -157,11 +157,11 @@ class Computation:
         """
         instructions = self.instructions
         if instructions and (self.root is None or instructions[-1] is self.root):
-            seen: set[int] = set()
+            seen: set[Instruction] = set()  # by identity (eq=False): a C-level check each
             for inst in instructions:
-                if id(inst) in seen or any(id(op) not in seen for op in inst.operands):
+                if inst in seen or not seen.issuperset(inst.operands):
                     break
-                seen.add(id(inst))
+                seen.add(inst)
             else:
                 return list(instructions)
         order: list[Instruction] = []

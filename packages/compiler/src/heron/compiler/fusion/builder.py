@@ -257,12 +257,15 @@ class _Interned:
     def clone(self, inst: Instruction, operands: list[Instruction]) -> Instruction:
         key = None
         if inst.opcode not in _NOT_INTERNED:
+            attributes = inst.attributes
             try:
                 key = (
                     inst.opcode,
                     inst.shape,
-                    tuple(id(op) for op in operands),
-                    tuple(kv for kv in inst.attributes.items() if kv[0] != "metadata"),
+                    tuple(map(id, operands)),
+                    tuple(kv for kv in attributes.items() if kv[0] != "metadata")
+                    if "metadata" in attributes
+                    else tuple(attributes.items()),
                 )
                 hash(key)
             except TypeError:  # an attribute value without a hash: made again

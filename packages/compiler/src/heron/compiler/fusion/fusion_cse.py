@@ -56,32 +56,35 @@ def signature(
     clone shares its attribute values).
     """
     order = computation.post_order()
-    position: dict[int, int] = {}
+    # By identity (Instruction has eq=False): the walk runs for every candidate a fusion
+    # pass prices, so each instruction costs a few C-level lookups, not id() calls.
+    position: dict[Instruction, int] = {}
     rows = []
     for k, inst in enumerate(order):
-        position[id(inst)] = k
+        position[inst] = k
         called = []
+        shown = []
         for name, value in inst.attributes.items():
             refs = value if isinstance(value, tuple) else (value,)
             for ref in refs:
                 if isinstance(ref, ComputationRef) and ref.computation is not None:
                     called.append((name, _called_signature(ref.computation, called_memo)))
+            if name not in _IGNORED:
+                shown.append(_format(name, value, formatted))
         rows.append(
             (
                 inst.opcode,
                 inst.shape,
-                tuple(position[id(op)] for op in inst.operands),
+                tuple(map(position.__getitem__, inst.operands)),
                 inst.parameter_number,
-                tuple(
-                    _format(name, value, formatted)
-                    for name, value in inst.attributes.items()
-                    if name not in _IGNORED
-                ),
+                tuple(shown),
                 tuple(called),
-                _value(inst, scalar_values),
+                _value(inst, scalar_values)
+                if inst.literal is not None or inst.opcode == "constant"
+                else None,
             )
         )
-    return (tuple(rows), position[id(computation.root_instruction)])
+    return (tuple(rows), position[computation.root_instruction])
 
 
 def _format(name: str, value: Any, memo: dict[tuple[str, int], tuple[Any, str]] | None) -> str:
