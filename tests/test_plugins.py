@@ -500,6 +500,29 @@ def test_a_factory_must_build_the_emitter_its_spec_names():
         emit_fusion(_real_fusion("f"), Target.preset("h100"), registry)
 
 
+def test_an_error_met_while_emitting_names_the_fusion_and_its_emitter():
+    """A limit met inside emission (a dialect builder's) knows no fusion: emit_fusion
+    names it, once."""
+    from heron.emitters.selection import emit_fusion
+    from heron.hlo.errors import UnsupportedError
+    from heron.plugins.loop import LoopEmitter
+    from heron.target import Target
+
+    class Limited(LoopEmitter):
+        name = "limited"
+
+        def emit(self):
+            raise UnsupportedError("heron_gpu.pure_call: 9 results exceed the limit of 8")
+
+    spec = EmitterSpec(name="limited", priority=1, claims=lambda a: True, factory=Limited)
+    registry = EmitterRegistry([(spec, None)])
+    with pytest.raises(UnsupportedError) as caught:
+        emit_fusion(_real_fusion("f"), Target.preset("h100"), registry)
+    assert caught.value.message == (
+        "fusion 'f' (limited emitter): heron_gpu.pure_call: 9 results exceed the limit of 8"
+    )
+
+
 def test_what_is_not_an_analysis_is_claimed_by_no_installed_emitter():
     registry = load_emitters()
     with pytest.raises(PluginError, match="no hero emitter claims fusion 'f'"):

@@ -22,6 +22,7 @@ from heron.emitters.emitter_base import EmittedKernel, share_buffers
 from heron.emitters.fusion_analysis import FusionAnalysis, analyse_fusion
 from heron.emitters.hookspecs import EmitterSpec
 from heron.emitters.registry import EmitterRegistry, load_emitters
+from heron.hlo.errors import HloError, UnsupportedError
 from heron.hlo.ir import Instruction
 from heron.hlo.plugin_loading import PluginError
 from heron.target import Target
@@ -91,4 +92,13 @@ def emit_fusion(
             f" {built!r} ({type(emitter).__name__}), not {spec.name!r}; a factory must build"
             " the emitter its spec names"
         )
-    return share_buffers(emitter.emit(), shared)
+    try:
+        emitted = emitter.emit()
+    except HloError as exc:  # a limit met while emitting (the dialect's, say): say where
+        if f"fusion '{fusion.name}'" in exc.message:
+            raise
+        raise UnsupportedError(
+            f"fusion '{fusion.name}' ({spec.name} emitter): {exc.message}",
+            exc.location or fusion.location,
+        ) from exc
+    return share_buffers(emitted, shared)
