@@ -314,6 +314,29 @@ def _gradient_call(call: Instruction) -> tuple[Window, ConvDimensionNumbers, int
     return window, numbers, groups
 
 
+def _gradient_convolution(
+    inserter: Inserter,
+    call: Instruction,
+    operands: list[Instruction],
+    dims: list[WindowDim],
+    labels: ConvDimensionNumbers,
+    grouping: tuple[str, int],
+    of: str,
+) -> list[Instruction]:
+    """The convolution a gradient call stands for: ``operands`` over ``dims`` with
+    ``labels``, its groups (``grouping``: the attribute that counts them, and how many)
+    stated where there are several; the call's first result."""
+    attributes: dict[str, object] = {"window": Window(tuple(dims)), "dim_labels": labels}
+    name, groups = grouping
+    if groups != 1:
+        attributes[name] = groups
+    result = call.shape.elements[0]
+    value = inserter.add(
+        "convolution", result, operands, attributes, like=call, suffix=f"{of}_gradient"
+    )
+    return [value]
+
+
 def _backward_filter(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
     """The weight gradient of the forward convolution the call's ``window``,
     ``dim_labels`` and ``feature_group_count`` describe, from its input ``x`` and
@@ -359,13 +382,8 @@ def _backward_filter(inserter: Inserter, call: Instruction) -> list[Instruction]
         output_feature=numbers.kernel_output_feature,
         output_spatial=numbers.kernel_spatial,
     )
-    attributes: dict[str, object] = {"window": Window(tuple(dims)), "dim_labels": gradient}
-    if groups != 1:
-        attributes["batch_group_count"] = groups
-    value = inserter.add(
-        "convolution", result, [x, dy], attributes, like=call, suffix="filter_gradient"
-    )
-    return [value]
+    grouping = ("batch_group_count", groups)
+    return _gradient_convolution(inserter, call, [x, dy], dims, gradient, grouping, "filter")
 
 
 def _backward_input(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
@@ -421,13 +439,8 @@ def _backward_input(inserter: Inserter, call: Instruction) -> list[Instruction] 
         output_feature=numbers.input_feature,
         output_spatial=numbers.input_spatial,
     )
-    attributes: dict[str, object] = {"window": Window(tuple(dims)), "dim_labels": gradient}
-    if groups != 1:
-        attributes["feature_group_count"] = groups
-    value = inserter.add(
-        "convolution", result, [dy, kernel], attributes, like=call, suffix="input_gradient"
-    )
-    return [value]
+    grouping = ("feature_group_count", groups)
+    return _gradient_convolution(inserter, call, [dy, kernel], dims, gradient, grouping, "input")
 
 
 def _regrouped_kernel(
