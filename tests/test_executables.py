@@ -433,11 +433,6 @@ OVER_THE_RULE = {
     "models/equinox_batchnorm_train": "docs/models.md",
     "programs/scan_rnn": _LIBRARY_SPLIT,
     "models/flax_lstm_fori_loop": _LIBRARY_SPLIT,
-    "programs/matmul_complex64_axpby": (
-        "heron's GEMM contract gives a complex call alpha but no residual (_PLAIN_ONLY:"
-        " cuBLASLt's epilogues are for real types), so + c is a kernel of its own; XLA's"
-        " cuBLASLt call takes beta and c as well"
-    ),
     "programs/cumsum": (
         "the scan rewriter's block scan is read twice (the block totals and the"
         " combination), so it is a kernel of its own; XLA's loop fusion computes it again"

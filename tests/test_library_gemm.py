@@ -284,11 +284,27 @@ COMPLEX_GEMMS = {
         "c128",
         "gemm c128[3x4x6] x c128[3x6x2] -> c128",
     ),
-    # a complex scale (no real alpha) and an add are no epilogue of a complex GEMM
+    # a complex GEMM's alpha is complex (XLA's alpha_real and alpha_imag) ...
     "c64_scaled": (
-        lambda a, b: (a @ b) * (2 + 3j), ((4, 6), (6, 3)), "c64", "gemm c64[4x6] x c64[6x3] -> c64"
+        lambda a, b: (a @ b) * (2 + 3j),
+        ((4, 6), (6, 3)),
+        "c64",
+        "gemm c64[4x6] x c64[6x3] -> c64, alpha (2+3j)",
     ),
-    # the add stays a kernel of its own
+    # ... and it takes a C matrix (BLAS's cgemm/zgemm): XLA's one cuBLAS call
+    "c64_axpby": (
+        lambda a, b, c: 2 * (a @ b) + c,
+        ((16, 32), (32, 24), (16, 24)),
+        "c64",
+        "gemm c64[16x32] x c64[32x24] -> c64, alpha 2, beta 1, residual",
+    ),
+    "c128_batched_residual": (
+        lambda a, b, c: jnp.einsum("bij,bjk->bik", a, b) / (1 - 2j) + c,
+        ((2, 3, 5), (2, 5, 4), (2, 3, 4)),
+        "c128",
+        "gemm c128[2x3x5] x c128[2x5x4] -> c128, alpha (0.2+0.4j), beta 1, residual",
+    ),
+    # a broadcast constant is no C matrix: the add stays a kernel of its own
     "c64_plus_one": (
         lambda a, b: a @ b + 1, ((5, 7), (7, 3)), "c64", "gemm c64[5x7] x c64[7x3] -> c64"
     ),

@@ -129,7 +129,7 @@ def _check_plan(call: GemmCall, recorded: dict) -> None:
         index = call.argument(name)
         pointer = desc.get(f"{matrix}_SCALE_POINTER")
         assert pointer == (None if index is None else recorded["addresses"][index]), matrix
-    assert (complex(recorded["alpha"]), complex(recorded["beta"])) == (call.alpha, call.beta)
+    assert (complex(recorded["alpha"]), complex(recorded["beta"])) == (call.scale, call.beta)
     assert recorded["workspace"][1] == WORKSPACE_BYTES
     assert recorded["stream"] == 0x5001
 

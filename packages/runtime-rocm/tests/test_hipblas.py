@@ -57,7 +57,7 @@ def _check(call: GemmCall, recorded: dict) -> None:
         "s32": "HIPBLAS_COMPUTE_32I",
     }
     assert recorded["compute"] == compute[call.accumulation]
-    assert (complex(recorded["alpha"]), complex(recorded["beta"])) == (call.alpha, call.beta)
+    assert (complex(recorded["alpha"]), complex(recorded["beta"])) == (call.scale, call.beta)
     assert recorded["algo"] == "HIPBLAS_GEMM_DEFAULT" and recorded["stream"] == "stream"
 
 

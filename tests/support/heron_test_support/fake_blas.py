@@ -240,7 +240,8 @@ def assert_gemm_close(
 def extra_gemm_calls() -> tuple:
     """Calls the corpus lacks: s8 (s32 accumulation), f16 with and without an epilogue,
     alpha and beta, f64, a matrix-vector product, both operands transposed with a
-    residual and a bias, bf16 compute, GELU without a bias, c64 and c128, and GELUs
+    residual and a bias, bf16 compute, GELU without a bias, c64 and c128 (with complex
+    alphas and residuals), and GELUs
     writing their argument too (aux: bf16 with a bias and a batch, f32 without), fp8
     (scaled and not, e4m3 and e5m2, to f32, bf16 and a scaled e4m3)."""
     from heron.runtime.core.gemm import GemmCall
@@ -268,6 +269,10 @@ def extra_gemm_calls() -> tuple:
         GemmCall(1, 6, 4, 10, "f32", "f32", "f32", compute="bf16", activation="gelu"),
         GemmCall(2, 5, 6, 7, "c64", "c64", "c64"),
         GemmCall(1, 4, 3, 5, "c128", "c128", "c128", alpha=0.5),
+        GemmCall(
+            2, 5, 6, 7, "c64", "c64", "c64", alpha=2.0, alpha_imag=-1.0, beta=1.0, residual=True
+        ),
+        GemmCall(1, 4, 3, 5, "c128", "c128", "c128", alpha_imag=0.5, beta=1.0, residual=True),
         GemmCall(3, 5, 16, 9, "bf16", "bf16", "bf16", bias=True, activation="gelu", aux=True),
         GemmCall(1, 6, 8, 10, lhs_transposed=True, compute="tf32", activation="gelu", aux=True),
         GemmCall(1, 16, 32, 48, "f8e4m3fn", "f8e4m3fn", "f32", rhs_transposed=True, scales=True),

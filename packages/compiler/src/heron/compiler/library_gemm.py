@@ -154,7 +154,7 @@ def _row_major(shape: object) -> bool:
 
 def _scalar_constant(inst: Instruction) -> float | None:
     """The value of a real scalar constant, or of a broadcast of one; else None (a complex
-    constant is no real alpha: a complex GEMM takes no epilogue)."""
+    constant is a complex GEMM's alpha only: :func:`_scale_constant`)."""
     if inst.opcode == "broadcast":
         inst = inst.operands[0]
     if inst.opcode != "constant":
@@ -163,6 +163,21 @@ def _scalar_constant(inst: Instruction) -> float | None:
     if not isinstance(literal, np.ndarray) or literal.size != 1 or literal.dtype.kind == "c":
         return None
     return float(literal.reshape(-1)[0])
+
+
+def _scale_constant(inst: Instruction, complex_gemm: bool) -> float | complex | None:
+    """The scalar constant (or broadcast of one) ``inst`` is, as a GEMM's alpha: real, or
+    for a complex GEMM complex (XLA's ``alpha_real`` and ``alpha_imag``); else None."""
+    if not complex_gemm:
+        return _scalar_constant(inst)
+    if inst.opcode == "broadcast":
+        inst = inst.operands[0]
+    if inst.opcode != "constant":
+        return None
+    literal = inst.literal
+    if not isinstance(literal, np.ndarray) or literal.size != 1 or literal.dtype.kind != "c":
+        return None
+    return complex(literal.reshape(-1)[0])
 
 
 def _positive_zero(inst: Instruction) -> bool:
@@ -205,7 +220,7 @@ class _Epilogue:
 
     top: Instruction
     members: list[Instruction]
-    alpha: float = 1.0
+    alpha: float | complex = 1.0
     bias: Instruction | None = None
     residual: Instruction | None = None
 
@@ -234,7 +249,7 @@ def _chain(dot: Instruction, users: Users, features: frozenset[str], is_input: I
             break
         (operand,) = other
         if user.opcode in ("multiply", "divide") and found.top is dot and "alpha" in features:
-            value = _scalar_constant(operand)
+            value = _scale_constant(operand, out_type.is_complex)
             if value is None or (user.opcode == "divide" and user.operands[0] is not dot):
                 break
             if value == 0 or not np.isfinite(value):
@@ -638,7 +653,8 @@ def match_gemm(computation: Computation, target: Target) -> GemmMatch | str:
             lhs_transposed=lhs_transposed,
             rhs_transposed=rhs_transposed,
             compute=compute,
-            alpha=alpha,
+            alpha=float(np.real(alpha)),
+            alpha_imag=float(np.imag(alpha)),
             beta=1.0 if epilogue.residual is not None else 0.0,
             bias=epilogue.bias is not None,
             residual=epilogue.residual is not None,

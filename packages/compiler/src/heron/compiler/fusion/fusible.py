@@ -223,6 +223,17 @@ def _read_once(inst: Instruction, users: dict[Instruction, list[Instruction]]) -
     return True
 
 
+def _complex_dot_read_once(inst: Instruction, users: dict[Instruction, list[Instruction]]) -> bool:
+    """A complex dot (which heron's GEMM emitter does not take, so its fallback kernel is
+    the loop emitter's) whose each element is computed once (:func:`_read_once`)."""
+    return (
+        inst.opcode == "dot"
+        and isinstance(inst.shape, ArrayShape)
+        and inst.shape.element_type.is_complex
+        and _read_once(inst, users)
+    )
+
+
 @attrs.frozen
 class Verdict:
     """A candidate the emitters take: its emitter kind, XLA's ``kind=``, how many
@@ -365,10 +376,16 @@ class FusionChecker:
                 # A dot or a sort with other ops must be the selected emitter's own
                 # hero (the GEMM emitter's dot under its epilogue and over its
                 # operands' producers): any other emitter (loop, row normalisation)
-                # would compute it once per element that reads it.
+                # would compute it once per element that reads it. A complex dot, which
+                # the GEMM emitter does not take, may keep the epilogue its library call
+                # computes (alpha, a residual): the loop emitter computes it per output
+                # element, once each where only elementwise ops of its size follow.
                 heroes = {id(hero) for hero in emitter_heroes(analysis, spec)}
-                if any(id(inst) not in heroes for inst in fused_heroes):
-                    return None
+                strays = [inst for inst in fused_heroes if id(inst) not in heroes]
+                if strays:
+                    users = body.users()
+                    if not all(_complex_dot_read_once(i, users) for i in strays):
+                        return None
         except (HloError, PluginError):
             return None
         if splits_at_library(body, self.target) and self.library_members(candidate):

@@ -34,7 +34,9 @@ once to the output type.
   transpose of it, which the library reads as a transposed operand instead of
   a copy), ``rhs_transposed`` (``rhs`` stored ``[batch, n, k]``), ``compute``
   (the type the operands are rounded to before they are multiplied:
-  :data:`COMPUTE_TYPES`), ``alpha``, ``beta`` (floats), ``bias`` (bool),
+  :data:`COMPUTE_TYPES`), ``alpha``, ``beta`` (floats), ``alpha_imag`` (a
+  float, 0 but for complex GEMMs: alpha is ``alpha + alpha_imag * i``, XLA's
+  ``alpha_real`` and ``alpha_imag``; :attr:`GemmCall.scale`), ``bias`` (bool),
   ``residual`` (bool), ``activation`` (:data:`ACTIVATIONS`: ``"relu"`` is
   ``max(x, 0)``, exactly XLA's ``maximum(x, 0)``; ``"gelu"`` is the tanh
   approximation ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``, cuBLASLt's
@@ -174,9 +176,14 @@ LIBRARY_FEATURES = {
     "cublasLt": frozenset(FEATURES),
     "hipblas": frozenset({"alpha"}),
 }
-#: Accumulation types whose calls have no epilogue but alpha (BLAS's complex and integer
-#: GEMMs: cuBLASLt's bias and activation epilogues are for real floating types).
-_PLAIN_ONLY = ("s32", "c64", "c128")
+#: Accumulation types whose calls have no bias or activation epilogue (cuBLASLt's are for
+#: real floating types): complex GEMMs take alpha and a C matrix with beta, as BLAS's
+#: ``cgemm``/``zgemm`` do, and s32 ones (cuBLAS's rounding of integer scales is its own)
+#: alpha alone.
+_NO_EPILOGUE = ("s32", "c64", "c128")
+_NO_RESIDUAL = ("s32",)
+#: Accumulation types whose alpha may be complex.
+COMPLEX_ACCUMULATIONS = ("c64", "c128")
 
 
 def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -296,6 +303,8 @@ class GemmCall(LibraryContract):
     scales: str = attrs.field(default="", converter=_to_scales)
     d_scale: bool = False
     fast_accum: bool = False
+    #: The imaginary part of a complex GEMM's alpha (XLA's ``alpha_imag``; 0 otherwise).
+    alpha_imag: float = 0.0
     #: The algorithm an autotuning pass chose (None: the library's heuristic decides).
     tuning: GemmTuning | None = attrs.field(default=None, converter=_to_tuning)
 
@@ -328,12 +337,10 @@ class GemmCall(LibraryContract):
             raise ThunkError(f"gemm: d_scale is for an fp8 output, not {self.out_type}")
         if self.activation not in ACTIVATIONS:
             raise ThunkError(f"gemm: activation {self.activation!r} (takes {ACTIVATIONS})")
-        if accumulation in _PLAIN_ONLY and (
-            self.bias or self.residual or self.activation != "none"
-        ):
-            raise ThunkError(
-                f"gemm: a {self.lhs_type} GEMM has no bias, residual or activation epilogue"
-            )
+        if accumulation in _NO_EPILOGUE and (self.bias or self.activation != "none"):
+            raise ThunkError(f"gemm: a {self.lhs_type} GEMM has no bias or activation epilogue")
+        if accumulation in _NO_RESIDUAL and self.residual:
+            raise ThunkError(f"gemm: a {self.lhs_type} GEMM has no residual (C matrix)")
         if self.compute not in COMPUTE_TYPES:
             raise ThunkError(f"gemm: compute {self.compute!r} (takes {tuple(COMPUTE_TYPES)})")
         takes = COMPUTE_TYPES[self.compute]
@@ -357,16 +364,26 @@ class GemmCall(LibraryContract):
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ThunkError(f"gemm: {name} must be true or false")
-        for name in ("alpha", "beta"):
+        for name in ("alpha", "beta", "alpha_imag"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ThunkError(f"gemm: {name} must be a number, got {value!r}")
+        if self.alpha_imag != 0 and accumulation not in COMPLEX_ACCUMULATIONS:
+            raise ThunkError(
+                f"gemm: a complex alpha ({complex(self.alpha, self.alpha_imag):g}) for a"
+                f" {self.lhs_type} GEMM, which"
+                f" accumulates in {accumulation}"
+            )
 
     def attributes(self) -> dict[str, Any]:
         """The thunk's attributes; ``tuning`` as its pairs, and only where there is one (an
-        untuned call's attributes are those of a heron without autotuning)."""
+        untuned call's attributes are those of a heron without autotuning), and
+        ``alpha_imag`` only where it is not 0 (a real GEMM's attributes are those of a
+        heron before complex alphas)."""
         out = super().attributes()
         del out["tuning"]
+        if self.alpha_imag == 0:
+            del out["alpha_imag"]
         if self.tuning is not None:
             out["tuning"] = self.tuning.to_attribute()
         return out
@@ -376,6 +393,13 @@ class GemmCall(LibraryContract):
     def untuned(self) -> GemmCall:
         """The call without its tuning: what the library's descriptors depend on."""
         return self if self.tuning is None else attrs.evolve(self, tuning=None)
+
+    @property
+    def scale(self) -> float | complex:
+        """alpha: ``alpha + alpha_imag * i`` for a complex GEMM, else the real ``alpha``."""
+        if self.accumulation in COMPLEX_ACCUMULATIONS:
+            return complex(self.alpha, self.alpha_imag)
+        return self.alpha
 
     @property
     def accumulation(self) -> str:
@@ -437,7 +461,7 @@ class GemmCall(LibraryContract):
         batch = f"{self.batch}x" if self.batch > 1 else ""
         extras = [
             self.compute,
-            f"alpha {self.alpha:g}" if self.alpha != 1 else "",
+            f"alpha {_number(self.scale)}" if self.scale != 1 else "",
             f"beta {self.beta:g}" if self.beta != 0 else "",
             "bias" if self.bias else "",
             "residual" if self.residual else "",
@@ -492,8 +516,8 @@ class GemmCall(LibraryContract):
                     if name in raw:
                         scale = scale * typed(name, "f32", ())
                 result = (result * scale).astype(accumulate)
-            if self.alpha != 1:
-                result = (result * np.asarray(self.alpha, accumulate)).astype(accumulate)
+            if self.scale != 1:
+                result = (result * np.asarray(self.scale, accumulate)).astype(accumulate)
             if self.beta != 0:
                 before = typed("c" if self.residual else "out", self.out_type, (b, m, n))
                 result = result + np.asarray(self.beta, accumulate) * before.astype(accumulate)
@@ -517,6 +541,13 @@ class GemmCall(LibraryContract):
         if self.aux:
             return raw_bytes(result), raw_bytes(before_activation)
         return raw_bytes(result)
+
+
+def _number(value: float | complex) -> str:
+    """``2``, ``0.5``, or a complex value's ``(2+1j)`` where its imaginary part is not 0."""
+    if isinstance(value, complex) and value.imag == 0:
+        value = value.real
+    return f"{value:g}" if isinstance(value, float) else f"({value:g})"
 
 
 def agreement_tolerance(call: GemmCall) -> float:
@@ -546,7 +577,7 @@ def call_features(call: GemmCall) -> frozenset[str]:
     used = set()
     if call.lhs_transposed or call.rhs_transposed:
         used.add("transpose")
-    if call.alpha != 1:
+    if call.scale != 1:
         used.add("alpha")
     used |= {name for name in ("bias", "residual", "aux") if getattr(call, name)}
     if call.activation != "none":

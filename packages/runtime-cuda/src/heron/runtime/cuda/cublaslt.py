@@ -452,7 +452,7 @@ class CublasLt(Library):
             self._prepared[call] = None
             return None
         prepared = _Prepared(chosen, desc, layouts, candidates)
-        prepared.alpha[0] = call.alpha
+        prepared.alpha[0] = call.scale
         prepared.beta[0] = call.beta
         self._prepared[call] = prepared
         return prepared

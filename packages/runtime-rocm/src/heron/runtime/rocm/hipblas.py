@@ -173,7 +173,7 @@ class HipBlas(Library):
         if scalars is None:
             dtype = _SCALARS[chosen.scalar_type]
             scalars = self._scalars[call] = (
-                np.array([call.alpha], dtype),
+                np.array([call.scale], dtype),
                 np.array([call.beta], dtype),
             )
         alpha, beta = scalars
