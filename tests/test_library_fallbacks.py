@@ -192,7 +192,18 @@ def _gemm(**fields) -> GemmCall:
         ({"lhs_type": "f64", "rhs_type": "f64", "out_type": "f64"}, True),
         ({"n": 24, "activation": "gelu", "aux": True}, False),  # GELU_AUX's ld rule
         ({"lhs_type": "s8", "rhs_type": "s8", "out_type": "s32"}, False),  # IMMA layouts
-        ({"lhs_type": "c64", "rhs_type": "c64", "out_type": "c64"}, False),
+        ({"lhs_type": "c64", "rhs_type": "c64", "out_type": "c64"}, True),
+        (
+            {
+                "lhs_type": "c128",
+                "rhs_type": "c128",
+                "out_type": "c128",
+                "alpha_imag": 2.0,
+                "beta": 1.0,
+                "residual": True,
+            },
+            True,
+        ),
         (
             {"lhs_type": "f8e4m3fn", "rhs_type": "f8e4m3fn", "out_type": "bf16"},
             False,

@@ -209,8 +209,8 @@ def compile_program(
     for every backend; a function of the call's contract object keeps it for the
     calls it says True to (a compile for the device at hand: those the device does
     not run). Besides, a backend whose devices may not run a call keeps it
-    (``BackendSpec.library_always_runs``: a CUDA device always runs a plain real
-    GEMM with cuBLASLt; XLA keeps no kernel beside its cuBLAS calls either).
+    (``BackendSpec.library_always_runs``: a CUDA device always runs a real or
+    complex GEMM with cuBLASLt; XLA keeps no kernel beside its cuBLAS calls either).
     Unsupported input raises ``UnsupportedError`` naming the instruction.
     """
     from heron.compiler.driver import StageBatches, compile_fusion, compile_fusion_for_backends

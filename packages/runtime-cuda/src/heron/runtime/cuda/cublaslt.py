@@ -260,15 +260,17 @@ def broken_rule(call: GemmCall) -> str:
 
 #: Operand types whose GEMMs cuBLASLt runs in every layout, shape and alignment the
 #: contract allows, with or without a bias, ReLU or GELU (its non-tensor-core kernels
-#: take what its tensor-core ones refuse). Not s8 (IMMA kernels only, for some
-#: layouts), fp8 (TN, multiples of 16, device-dependent), complex (epilogues).
-ALWAYS_RUN_TYPES = ("f16", "bf16", "f32", "f64")
+#: take what its tensor-core ones refuse); complex GEMMs with their alpha and C matrix
+#: (the contract gives them no other epilogue), as XLA:GPU leaves every complex dot to
+#: cuBLAS. Not s8 (IMMA kernels only, for some layouts), fp8 (TN, multiples of 16,
+#: device-dependent). ``test_cublaslt_on_a_real_gpu`` checks the promise on a GPU.
+ALWAYS_RUN_TYPES = ("f16", "bf16", "f32", "f64", "c64", "c128")
 
 
 def always_runs(call: Any) -> bool:
     """Whether cuBLASLt runs ``call`` on every CUDA device heron compiles for, so that a
     compile need not keep heron's kernel beside it (the backend's
-    ``library_always_runs``): plain real GEMMs with XLA's usual epilogues, no aux
+    ``library_always_runs``): real GEMMs with XLA's usual epilogues, complex ones, no aux
     output (its leading-dimension rule) and no rule broken. Calls it may refuse
     keep their fallback kernel."""
     return (
