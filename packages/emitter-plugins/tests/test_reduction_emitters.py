@@ -336,3 +336,49 @@ def test_a_reduction_to_a_scalar_may_be_broadcast_in_its_epilogue():
     analysis = analysed(_fusion(CORPUS / "reduce_row" / "side_output_broadcast.hlo"))
     assert analysis.reduction is not None, analysis.kind
     assert _factory(analysis.kind)(analysis).emit().module is not None
+
+
+def test_an_epilogue_of_two_ranks_is_refused_when_built():
+    """blackjax's MCLMC step: ``x * exp(sum(x))`` and ``exp(sum(x))`` both outputs. Their
+    epilogue is one function indexed as the scalar root is, so the vector root has no
+    index to read ``x`` at: refused when built (multi-output fusion then leaves the two
+    kernels apart), never a fusion the emitter refuses only while emitting it."""
+    fusion = _reduction_fusion(
+        """  x = f32[4] parameter(0)
+  zero = f32[] constant(0)
+  ss = f32[] reduce(x, zero), dimensions={0}, to_apply=add
+  e = f32[] exponential(ss)
+  eb = f32[4] broadcast(e), dimensions={}
+  r = f32[4] multiply(x, eb)
+  ROOT t = (f32[], f32[4]) tuple(e, r)"""
+    )
+    analysis = analysed(fusion)
+    emitter = _factory(analysis.kind)
+    with pytest.raises(UnsupportedError, match="multiply 'r'.*an epilogue root of rank 1 beside"):
+        emitter(analysis)
+
+
+def test_a_program_of_a_sum_s_exponential_and_its_product_runs(tmp_path):
+    """The same two outputs as a program: two kernels, the evaluator's answers."""
+    from heron.cli.main import main
+
+    path = tmp_path / "mclmc.hlo"
+    path.write_text(
+        """HloModule mclmc
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[4] parameter(0)
+  zero = f32[] constant(0)
+  ss = f32[] reduce(x, zero), dimensions={0}, to_apply=add
+  e = f32[] exponential(ss)
+  eb = f32[4] broadcast(e), dimensions={}
+  r = f32[4] multiply(x, eb)
+  ROOT t = (f32[4], f32[]) tuple(r, e)
+}
+"""
+    )
+    assert main(["run", "--backend", "interpreter", "--check", str(path)]) == 0

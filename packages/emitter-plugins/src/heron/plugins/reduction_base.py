@@ -388,6 +388,18 @@ class ReductionEmitterBase(FusionEmitter):
                         "an epilogue root whose shape differs from its reduce's output"
                         " (only reductions to a scalar may be broadcast in an epilogue)",
                     )
+                # The epilogue's function is indexed as its subgraph's roots are: a root
+                # of another rank beside them (x * exp(sum(x)) written with exp(sum(x))
+                # itself, both outputs) has no index to read its other operands at.
+                indexed_by = len(sub.signature.index_ranges)
+                for other in sub.roots:
+                    rank = len(leaf_shapes(other.shape)[0].dims)
+                    if rank != indexed_by:
+                        raise self.error_for(
+                            other,
+                            f"an epilogue root of rank {rank} beside roots of rank"
+                            f" {indexed_by} in one epilogue ({sub.name})",
+                        )
             for hero in group.heroes:
                 arity = len(hero.operands) // 2
                 flagged = not all(_is_constant_like(init) for init in hero.operands[arity:])
