@@ -226,6 +226,41 @@ def test_several_roots_kept_dims_and_a_per_row_parameter(warp, installed):
     _check(SEVERAL_ROOTS, warp)
 
 
+#: blackjax's MCLMC step: a row of [0.05, p, 0.05, 0.05] (one constant read by two
+#: operands of a concatenate) summed and broadcast back. Each operand is emitted in the
+#: ``scf.if`` branch that selects it; the constant emitted in the first branch was reused
+#: in the third, a value that does not dominate it (invalid IR, the program refused).
+CONCATENATED_CONSTANT = """
+HloModule row_norm_concatenated_constant
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+fused {
+  p = f32[1]{0} parameter(0)
+  c = f32[] constant(0.05)
+  zero = f32[] constant(0)
+  cb = f32[1]{0} bitcast(c)
+  q = f32[2]{0} broadcast(c), dimensions={}
+  x = f32[4]{0} concatenate(cb, p, q), dimensions={0}
+  sum = f32[] reduce(x, zero), dimensions={0}, to_apply=add
+  ROOT sb = f32[4]{0} broadcast(sum), dimensions={}
+}
+
+ENTRY main {
+  p = f32[1]{0} parameter(0)
+  ROOT f = f32[4]{0} fusion(p), kind=kLoop, calls=fused
+}
+"""
+
+
+def test_a_value_shared_by_two_branches_is_emitted_in_each(installed):
+    _check(CONCATENATED_CONSTANT)
+
+
 #: A loop carry updated in place by a normalisation: ``x <- x + sum(y) * y`` over rows of 8
 #: (lanes 8..31 of each row's warp hold no element), twice. Copy insertion lets the fusion
 #: write x's new value over the carry it reads elementwise (issue 26: the backward pass of

@@ -68,7 +68,7 @@ from heron.emitters.dialect import (
     sync_threads_op,
 )
 from heron.emitters.elemental import ElementalContext, emit_instruction
-from heron.emitters.emitter_base import EntryFunction, FusionEmitter
+from heron.emitters.emitter_base import DominanceMemo, EntryFunction, FusionEmitter
 from heron.emitters.fusion_analysis import FusionAnalysis
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.emitters.reductions import (
@@ -360,7 +360,11 @@ class _RowEmission:
         self.entry = entry
         self.dims = [entry.thread_ids[0], entry.block_ids[0]]
         self.threads = emitter.rows_per_block * emitter.row_threads
-        self.memo: dict[tuple, list[ir.Value]] = {}
+        #: Values by instruction and index, found again only where they dominate: a
+        #: concatenate's or a pad's operands are emitted inside the ``scf.if`` that
+        #: selects them, and a value shared by two operands (a constant) must be
+        #: emitted again in the other's branch.
+        self.memo = DominanceMemo()
         self.reduced: dict[int, ir.Value] = {}
         #: While a slot is evaluated: the condition under which it is an output element
         #: (None: always); parameter reads are predicated on it (see :meth:`value`).
@@ -426,10 +430,12 @@ class _RowEmission:
     def row_index(self, shape: ArrayShape) -> list[ir.Value]:
         """The index of this thread's row in a per-row value of ``shape``."""
         key = ("row index", shape.dims)
-        if key not in self.memo:
+        found = self.memo.get(key)
+        if found is None:
             exprs = delinearise(Dim(0), shape.dims)  # row-major, as reshapes number elements
-            self.memo[key] = self.apply(exprs, (self.norm.rows,), [self.row]) if exprs else []
-        return self.memo[key]
+            found = self.apply(exprs, (self.norm.rows,), [self.row]) if exprs else []
+            self.memo.put(key, found)
+        return found
 
     # -- values --------------------------------------------------------------------------
     def value(self, inst: Instruction, indices: Sequence[ir.Value]) -> list[ir.Value]:
@@ -461,7 +467,7 @@ class _RowEmission:
                     found = self.entry.value_of(inst, list(indices), self.guard)
                 else:
                     found = emit_instruction(inst, list(indices), self.context)
-                self.memo[key] = found
+                self.memo.put(key, found)
         finally:
             self.guard = guard
         return found

@@ -58,6 +58,7 @@ from heron.partitioner import PartitionedComputation, Subgraph, function_name, p
 from heron.partitioner.subgraph import leaf_shapes
 
 __all__ = [
+    "DominanceMemo",
     "EmittedKernel",
     "EntryFunction",
     "FusionEmitter",
@@ -174,7 +175,7 @@ def _leaf_count(shape: Shape) -> int:
     return len(leaf_shapes(shape))
 
 
-class _Memo:
+class DominanceMemo:
     """Values computed per key, reusable only where they dominate.
 
     A lowering may resolve an operand inside a region (a reduce's loop body);
@@ -232,7 +233,7 @@ class _ModuleEmitter:
         self.subgraph_of_root: dict[int, Subgraph] = {}
         self.computation_functions: dict[int, func.FuncOp] = {}
         self.parameter_leaves: dict[int, tuple[int, int]] = {}  # id(param) -> (first, count)
-        self.call_memo = _Memo()
+        self.call_memo = DominanceMemo()
         position = 0
         for param in self.computation.parameters:
             count = _leaf_count(param.shape)
@@ -485,7 +486,7 @@ class _SubgraphScope:
         self.members = {id(inst) for inst in sub.instructions}
         self.tensors = tensors
         self.injected = injected
-        self.memo = _Memo()
+        self.memo = DominanceMemo()
         self.context = ElementalContext(
             resolve=self.resolve,
             call=emitter.call_computation,
