@@ -29,7 +29,8 @@ the operand's own precision (f32 for the ``s`` targets), so it agrees with LAPAC
 rounding, not bit for bit (LAPACK blocks large matrices).
 
 This module's hook also registers :mod:`heron.jax.cpu_lapack`'s targets (eigh, SVD,
-QR, eig, Schur, Hessenberg, tridiagonal solve: scipy's LAPACK): one entry point for
+QR, eig, Schur, Hessenberg, tridiagonal solve: scipy's LAPACK) and
+:mod:`heron.jax.cpu_sparse`'s (BCSR's sparse-dense product): one entry point for
 jax's CPU calls.
 """
 
@@ -43,6 +44,7 @@ from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
 from heron.hlo.custom_calls.triangular_solve import solve as triangular_solve
 from heron.jax.cpu_lapack import cpu_lapack_specs
+from heron.jax.cpu_sparse import cpu_sparse_specs
 from heron.jax.scipy_lapack import check_matrices
 
 __all__ = [
@@ -184,4 +186,5 @@ def heron_custom_call_specs() -> list[CustomCallSpec]:
             for target in targets
         ),
         *cpu_lapack_specs(),
+        *cpu_sparse_specs(),
     ]
