@@ -28,7 +28,10 @@ S = BufferSlice
     [
         (dict(lhs_type="f16", rhs_type="f32"), r"no library GEMM of f16 x f32"),
         (dict(lhs_type="f16", rhs_type="f16", out_type="s32"), r"accumulates in f32.*not s32"),
-        (dict(lhs_type="s8", rhs_type="s8", out_type="s32", bias=True), "no bias, residual"),
+        (dict(lhs_type="s8", rhs_type="s8", out_type="s32", bias=True), "no bias or activation"),
+        (dict(lhs_type="s8", rhs_type="s8", out_type="s32", residual=True), r"no residual"),
+        (dict(lhs_type="c64", rhs_type="c64", out_type="c64", activation="relu"), "no bias or"),
+        (dict(alpha_imag=1.0), r"a complex alpha \(1\+1j\) for a f32 GEMM"),
         (dict(activation="swish"), r"activation 'swish'"),
         (dict(alpha="1"), "alpha must be a number"),
         (dict(compute="tf16"), r"compute 'tf16'"),
