@@ -382,3 +382,41 @@ ENTRY main {
 """
     )
     assert main(["run", "--backend", "interpreter", "--check", str(path)]) == 0
+
+
+def test_a_reduction_with_twenty_side_outputs_runs(tmp_path):
+    """XLA's multi-output fusion of numpyro's distributions put one reduce and 23 side
+    outputs in a kInput fusion; the reduction's per-thread loop carries them all (once
+    refused: 17 accumulators and side outputs exceeded a loop's 16)."""
+    from heron.cli.main import main
+
+    sides = 20
+    body = "\n".join(
+        f"  c{i} = f32[] constant({i})\n  b{i} = f32[2]{{0}} broadcast(c{i}), dimensions={{}}\n"
+        f"  o{i} = f32[2]{{0}} multiply(p0, b{i})"
+        for i in range(1, sides + 1)
+    )
+    outputs = ", ".join(f"o{i}" for i in range(1, sides + 1))
+    shapes = ", ".join(["f32[]", *["f32[2]{0}"] * sides])
+    path = tmp_path / "side_outputs.hlo"
+    path.write_text(
+        f"""HloModule side_outputs
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+fused {{
+  p0 = f32[2]{{0}} parameter(0)
+  z = f32[] constant(0)
+  r = f32[] reduce(p0, z), dimensions={{0}}, to_apply=add
+{body}
+  ROOT t = ({shapes}) tuple(r, {outputs})
+}}
+ENTRY main {{
+  p0 = f32[2]{{0}} parameter(0)
+  ROOT f = ({shapes}) fusion(p0), kind=kInput, calls=fused
+}}
+"""
+    )
+    assert main(["run", "--backend", "interpreter", "--check", str(path)]) == 0

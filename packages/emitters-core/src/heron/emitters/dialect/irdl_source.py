@@ -44,7 +44,11 @@ MAX_CALL_OPERANDS = 512
 # fusion passes keep within XLA's 96 operands plus outputs (a transpose fusion of a
 # MobileNet step's optimizer update had 15, over the 8 this once was).
 MAX_CALL_RESULTS = 96
-MAX_ITER_ARGS = 16
+# A loop carries a tensor per output it writes: a reduction's per-thread loop carries
+# its accumulators and every side output, which XLA's multi-output fusion lets grow
+# past 16 (23 in numpyro's distributions' optimized module), so as many as a fusion
+# has outputs.
+MAX_ITER_ARGS = 96
 MAX_SYNC_TENSORS = 16
 MAX_REDUCE_VALUES = 8
 
