@@ -24,6 +24,7 @@ from heron.hlo.buffers.dataflow import sequential_computations
 from heron.hlo.ir import Computation, Module
 from heron.hlo.passes import Pipeline, pass_named, run_pipeline
 from heron.hlo.passes.manager import PipelineReport
+from heron.hlo.passes.rewrite import computations_reached
 from heron.target import Target
 
 __all__ = ["fuse_control_flow_computations"]
@@ -82,12 +83,18 @@ def _fuse_as_entry(
         source=module.source,
         layouts_assigned=module.layouts_assigned,
     )
+    # What the view's entry does not reach (the real entry, the other bodies and
+    # conditions) is no business of its passes; one that removes dead computations (an
+    # s8 dot's operand layout ends so) would take them from the program.
+    reached = {id(c) for c in computations_reached([computation])}
+    outside = [c for c in module.computations if id(c) not in reached]
     entry.is_entry, computation.is_entry = False, True
     try:
         # Verified as it is: the module the program pipeline (or the last view) left.
         report = run_pipeline(view, pipeline, verified=True)
     finally:
         computation.is_entry, entry.is_entry = False, True
-    module.computations = list(view.computations)
+    kept = {id(c) for c in view.computations}
+    module.computations = [*(c for c in outside if id(c) not in kept), *view.computations]
     records.records.extend(report.records)
     return report.changed
