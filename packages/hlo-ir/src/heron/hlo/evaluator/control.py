@@ -107,6 +107,20 @@ def _single_device_id(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> L
     return np.zeros((), dtype=inst.array_shape.numpy_dtype)
 
 
+def _one_device_collective(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
+    """A collective as the one device the evaluator models runs it: over replica groups of
+    one device, its operand (a reduction, gather or scatter of one contribution); a
+    collective-permute, its operand where device 0 sends to itself, else zeros. Any
+    other is refused (:mod:`heron.hlo.passes.one_device_collectives`: the same rule)."""
+    # Imported here: heron.hlo.passes imports the evaluator (constant folding).
+    from heron.hlo.passes.one_device_collectives import one_device_value
+
+    found = one_device_value(inst, ops)
+    if found is None:
+        raise unsupported(inst, _NEEDS_DEVICES)
+    return found
+
+
 def _zeros(shape: Shape) -> Literal:
     if isinstance(shape, TupleShape):
         return tuple(_zeros(e) for e in shape.elements)
@@ -213,6 +227,16 @@ HANDLERS = {
         name: _refuse(_NEEDS_DEVICES)
         for name, info in OPCODES.items()
         if info.category is Category.COLLECTIVE
+    },
+    **{
+        name: _one_device_collective
+        for name in (
+            "all-reduce",
+            "all-gather",
+            "reduce-scatter",
+            "all-to-all",
+            "collective-permute",
+        )
     },
 }
 

@@ -26,6 +26,7 @@ from heron.hlo.passes import (
     dot_decomposer,
     flatten_call_graph,
     layouts,
+    one_device_collectives,
     optimization_barrier_expander,
     rng_bit_generator_expander,
     scatter_determinism_expander,
@@ -57,6 +58,7 @@ _REGISTERING = (
     dot_decomposer,
     flatten_call_graph,
     layouts,
+    one_device_collectives,
     optimization_barrier_expander,
     rng_bit_generator_expander,
     scatter_determinism_expander,
@@ -78,7 +80,8 @@ def simplification_pipeline(
     before_layout: Sequence[HloPass] = (),
     layouts: bool = True,
 ) -> Pipeline:
-    """Remove sharding annotations (one device), make async pairs calls, inline calls (then
+    """Remove sharding annotations (one device), make async pairs calls, simplify the
+    collectives of a one-device program away, inline calls (then
     give each loop body, condition and branch one caller), remove optimization barriers,
     expand rng-bit-generators,
     decompose topk, expand stable sorts and select-and-scatter, lower convolutions to dots, run
@@ -96,6 +99,7 @@ def simplification_pipeline(
         (
             pass_named("sharding-remover"),
             pass_named("async-to-sync"),
+            pass_named("one-device-collectives"),
             pass_named("call-inliner"),
             pass_named("flatten-call-graph"),
             pass_named("optimization-barrier-expander"),
