@@ -115,3 +115,23 @@ def test_a_permute_nothing_sends_to_the_device_gives_zeros():
 def test_several_devices_are_left_to_be_refused(header, groups, pairs, kept):
     opcodes = _opcodes(COLLECTIVES.format(header=header, groups=groups, pairs=pairs))
     assert kept <= set(opcodes)
+
+
+def test_heron_run_checks_a_collective_over_all_of_one_device(tmp_path, capsys):
+    """``replica_groups={}`` is every device: one where the header declares no more, so
+    the device's kernels and the reference evaluator agree on the operand."""
+    from heron.cli.main import main
+    from heron.hlo.errors import HloError
+    from heron.hlo.evaluator import evaluate_module
+
+    text = COLLECTIVES.format(header="", groups="{}", pairs="{{0,0}}")
+    path = tmp_path / "all_of_one.hlo"
+    path.write_text(text)
+    assert main(["run", "--backend", "interpreter", "--check", str(path)]) == 0
+    x = np.arange(4, dtype=np.float32)
+    permuted, index = evaluate_module(parse_module(text), [x])
+    np.testing.assert_array_equal(permuted, x)
+    assert int(index) == 0
+    several = COLLECTIVES.format(header=", num_partitions=2", groups="{}", pairs="{{0,0}}")
+    with pytest.raises(HloError, match="all-reduce"):
+        evaluate_module(parse_module(several), [x])

@@ -175,7 +175,7 @@ def test_tokens_and_barriers_pass_values_through():
 @pytest.mark.parametrize(
     ("line", "opcode"),
     [
-        ("ROOT r = f32[4] all-reduce(p), replica_groups={}, to_apply=add", "all-reduce"),
+        ("ROOT r = f32[4] all-reduce(p), replica_groups={{0,1}}, to_apply=add", "all-reduce"),
         ("ROOT r = f32[8] all-gather(p), dimensions={0}, replica_groups={}", "all-gather"),
         ("ROOT r = f32[4] rng(z, o), distribution=rng_uniform", "rng"),
         (

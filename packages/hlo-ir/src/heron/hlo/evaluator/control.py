@@ -108,14 +108,15 @@ def _single_device_id(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> L
 
 
 def _one_device_collective(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
-    """A collective as the one device the evaluator models runs it: over replica groups of
-    one device, its operand (a reduction, gather or scatter of one contribution); a
+    """A collective as the one device the evaluator models runs it: over replica groups
+    of one device (``{}`` where the program declares one: ``EvaluatorOptions.devices``),
+    its operand (a reduction, gather or scatter of one contribution); a
     collective-permute, its operand where device 0 sends to itself, else zeros. Any
     other is refused (:mod:`heron.hlo.passes.one_device_collectives`: the same rule)."""
     # Imported here: heron.hlo.passes imports the evaluator (constant folding).
     from heron.hlo.passes.one_device_collectives import one_device_value
 
-    found = one_device_value(inst, ops)
+    found = one_device_value(inst, ops, ev.options.devices)
     if found is None:
         raise unsupported(inst, _NEEDS_DEVICES)
     return found

@@ -32,6 +32,7 @@ import attrs
 import numpy as np
 
 from heron.hlo import memory_budget
+from heron.hlo.devices import devices_declared
 from heron.hlo.errors import HloError, HloEvaluationError, HloInputError
 from heron.hlo.evaluator import control, data_movement, indexing_ops, linalg, reductions
 from heron.hlo.evaluator.common import (
@@ -85,12 +86,17 @@ class EvaluatorOptions:
     ``max_while_iterations``: how many times one ``while`` may run its body
     before evaluation stops with an error naming it; default 1,000,000 or
     ``HERON_EVALUATOR_MAX_WHILE_ITERATIONS``.
+    ``devices``: how many devices the program is written for (its header's replicas
+    times partitions; :func:`evaluate_module` reads it), so that a collective over all
+    of them (``replica_groups={}``) is known to be one device's; None: not known (a
+    computation evaluated alone), and such a collective is refused.
     """
 
     max_bytes: int = attrs.field(factory=lambda: _default_max_bytes())
     max_while_iterations: int = attrs.field(
         factory=lambda: _env_int(MAX_WHILE_ITERATIONS_ENV, DEFAULT_MAX_WHILE_ITERATIONS)
     )
+    devices: int | None = None
 
 
 Handler = Callable[["Evaluator", Instruction, list[Literal]], Literal]
@@ -570,5 +576,9 @@ def evaluate_module(
     *,
     options: EvaluatorOptions | None = None,
 ) -> Literal:
-    """Evaluate ``module``'s entry computation on ``args`` (see ``evaluate_computation``)."""
+    """Evaluate ``module``'s entry computation on ``args`` (see ``evaluate_computation``),
+    for the devices its header declares (``EvaluatorOptions.devices``, unless given)."""
+    options = options if options is not None else EvaluatorOptions()
+    if options.devices is None:
+        options = attrs.evolve(options, devices=devices_declared(module))
     return evaluate_computation(module.entry, args, options=options)

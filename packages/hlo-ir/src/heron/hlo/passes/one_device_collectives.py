@@ -28,6 +28,7 @@ import re
 import numpy as np
 
 from heron.hlo.attributes import RawAttribute
+from heron.hlo.devices import devices_declared
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
@@ -47,16 +48,6 @@ __all__ = [
 
 _PASSING = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")
 _IDS = ("partition-id", "replica-id")
-
-
-def devices_declared(module: Module) -> int:
-    """Replicas times partitions the module's header declares (1 where it says none)."""
-    count = 1
-    for name in ("replica_count", "num_partitions"):
-        value = module.header.get(name)
-        if value is not None:
-            count *= int(value.text if isinstance(value, RawAttribute) else value)
-    return count
 
 
 def groups_of_one(inst: Instruction, devices: int | None) -> bool:
