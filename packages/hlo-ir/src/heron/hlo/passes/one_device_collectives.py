@@ -31,12 +31,7 @@ from heron.hlo.attributes import RawAttribute
 from heron.hlo.devices import devices_declared
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
-from heron.hlo.passes.rewrite import (
-    Inserter,
-    module_names,
-    non_fusion_computations,
-    remove_instructions,
-)
+from heron.hlo.passes.rewrite import Inserter, rewrite_each
 from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = [
@@ -145,23 +140,8 @@ def simplify_one_device_collectives(module: Module) -> bool:
     devices = devices_declared(module)
     if devices != 1:
         return False
-    names = module_names(module)
-    changed = False
-    for computation in non_fusion_computations(module):
-        targets = [
-            inst
-            for inst in computation.instructions
-            if inst.opcode in (*_PASSING, *_IDS, "collective-permute")
-        ]
-        if not targets:
-            continue
-        inserter = Inserter(computation, names)
-        for inst in targets:
-            replacement = _replacement(inserter, inst, devices)
-            if replacement is None:
-                continue
-            inserter.replace(inst, replacement)
-            inserter.uses.forget(inst)
-            remove_instructions(computation, [inst])
-            changed = True
-    return changed
+    return rewrite_each(
+        module,
+        (*_PASSING, *_IDS, "collective-permute"),
+        lambda inserter, inst: _replacement(inserter, inst, devices),
+    )

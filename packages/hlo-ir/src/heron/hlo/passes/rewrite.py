@@ -8,7 +8,7 @@ leaves its computation only when nothing uses it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from heron.hlo.attributes import InstructionRefs
 from heron.hlo.builder import NameUniquer
@@ -208,21 +208,24 @@ class Inserter:
 
 def rewrite_each(
     module: Module,
-    opcode: str,
+    opcode: str | Collection[str],
     rewrite: Callable[[Inserter, Instruction], Instruction | None],
 ) -> bool:
-    """Replace every ``opcode`` instruction of ``module``'s non-fusion computations by
-    what ``rewrite(inserter, inst)`` builds with the inserter (None: keep it), and give
-    each ``opcode`` instruction a rewrite adds the same treatment, until none is
-    replaced: a rewrite that splits an instruction in two may leave a part that
-    needs splitting again. Returns whether anything changed."""
+    """Replace every ``opcode`` instruction (one opcode, or any of several) of ``module``'s
+    non-fusion computations by what ``rewrite(inserter, inst)`` builds with the inserter
+    (None: keep it), and give each such instruction a rewrite adds the same treatment,
+    until none is replaced: a rewrite that splits an instruction in two may leave a part
+    that needs splitting again. Returns whether anything changed."""
+    opcodes = {opcode} if isinstance(opcode, str) else set(opcode)
     names = module_names(module)
     changed = False
     for computation in non_fusion_computations(module):
+        pending = [inst for inst in computation.instructions if inst.opcode in opcodes]
+        if not pending:
+            continue
         # One inserter for the computation, its uses kept current through every rewrite
         # (building them again for each instruction made the pass quadratic).
         inserter = Inserter(computation, names)
-        pending = [inst for inst in computation.instructions if inst.opcode == opcode]
         while pending:
             inst = pending.pop()
             before = set(computation.instructions)
@@ -235,7 +238,7 @@ def rewrite_each(
             pending.extend(
                 new
                 for new in computation.instructions
-                if new.opcode == opcode and new not in before
+                if new.opcode in opcodes and new not in before
             )
             changed = True
     return changed
