@@ -181,3 +181,49 @@ def test_a_missing_compile_extra_is_named(monkeypatch):
     monkeypatch.setitem(sys.modules, "mlir", None)
     with pytest.raises(CompilerUnavailableError, match=r"heron-runtime-cuda\[compile\]"):
         compile_to_ptx(VECTOR_ADD, "sm_90", ptx_version=ptx_isa_version("sm_90"))
+
+
+#: A kernel calling a helper function of the module and, optionally, an external one.
+_HELPER_CALL = """
+module attributes {gpu.container_module} {
+  gpu.module @m {
+    llvm.func @twice(%x: f32) -> f32 {
+      %y = llvm.fadd %x, %x : f32
+      llvm.return %y : f32
+    }
+    llvm.func @EXTERNAL(f32) -> f32
+    llvm.func @k(%p: !llvm.ptr<1>) attributes {nvvm.kernel} {
+      %v = llvm.load %p : !llvm.ptr<1> -> f32
+      %w = llvm.call @CALLEE(%v) : (f32) -> f32
+      llvm.store %w, %p : f32, !llvm.ptr<1>
+      llvm.return
+    }
+  }
+}
+"""
+
+
+def test_every_definition_but_the_kernels_is_internal_before_llvm():
+    """lower_gpu_module gives the module's other definitions internal linkage, so O3
+    inlines and drops them without the stage walking the module through llvmlite."""
+    stages: dict[str, str] = {}
+    compiled = compile_to_ptx(
+        _HELPER_CALL.replace("CALLEE", "twice"),
+        "sm_90",
+        ptx_version=ptx_isa_version("sm_90"),
+        dump=stages.__setitem__,
+    )
+    assert "define internal float @twice(" in stages["llvm-ir"]
+    assert "define ptx_kernel void @k(" in stages["llvm-ir"]
+    assert compiled.kernel_names == ("k",)
+    assert ".func" not in compiled.ptx and "twice" not in compiled.ptx
+    validate_ptx(compiled.ptx, "sm_90")
+
+
+def test_a_call_to_a_function_nobody_defines_is_refused_by_name():
+    with pytest.raises(UnsupportedError, match="functions with no definition: EXTERNAL"):
+        compile_to_ptx(
+            _HELPER_CALL.replace("CALLEE", "EXTERNAL"),
+            "sm_90",
+            ptx_version=ptx_isa_version("sm_90"),
+        )

@@ -10,7 +10,9 @@ extras) import it, their device sides never do.
 
 from __future__ import annotations
 
+import re
 import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -133,6 +135,8 @@ def lower_gpu_module(
                         if key not in clone.attributes:
                             clone.attributes[key] = ir.StringAttr.get(value)
                     _hand_min_blocks_to_backend(ir, clone)
+                elif _is_external_definition(clone):
+                    clone.attributes["linkage"] = ir.Attribute.parse(INTERNAL_LINKAGE)
         if not kernels:
             raise UnsupportedError(
                 "the gpu.module has no kernel (a gpu.func marked `kernel`, or an llvm.func"
@@ -145,6 +149,44 @@ def lower_gpu_module(
     if dump is not None:
         dump("llvm-ir", text)
     return text, tuple(kernels)
+
+
+#: The linkage every definition but the kernels gets (:func:`lower_gpu_module`).
+INTERNAL_LINKAGE = "#llvm.linkage<internal>"
+
+
+def _is_external_definition(op: Any) -> bool:
+    """Whether ``op`` (an ``llvm.func`` or ``llvm.mlir.global``) defines a symbol other
+    modules could see: a body, a value or an initializer, and external linkage.
+
+    A kernel is the module's only entry, so every other definition is made internal
+    where it is translated (the reducers' regions, constants): LLVM's O3 then inlines
+    and drops them, and the backend's stage does not walk the module through llvmlite to
+    change linkages, one call into LLVM per function, each taking the GIL back from the
+    thread that emits the next kernel.
+    """
+    if op.name not in ("llvm.func", "llvm.mlir.global"):
+        return False
+    if "linkage" in op.attributes and str(op.attributes["linkage"]) != "#llvm.linkage<external>":
+        return False
+    has_body = any(len(region.blocks) for region in op.regions)
+    return has_body or "value" in op.attributes
+
+
+def declared_functions(llvm_ir: str) -> frozenset[str]:
+    """The functions an LLVM IR module declares and uses (names but does not define), read
+    from its text: what a backend must resolve (a library to link, an intrinsic to expand)
+    known without parsing the module into LLVM and walking it. A declaration nothing
+    names is left out, as LLVM's optimiser would drop it."""
+    declared = _DECLARATION.findall(llvm_ir)
+    if not declared:
+        return frozenset()
+    mentions = Counter(_SYMBOL.findall(llvm_ir))
+    return frozenset(name.strip('"') for name in declared if mentions[name] > 1)
+
+
+_DECLARATION = re.compile(r'^declare\b[^@\n]*@("[^"]+"|[-\w.$]+)\(', re.MULTILINE)
+_SYMBOL = re.compile(r'@("[^"]+"|[-\w.$]+)')
 
 
 def _merged(steps: list[Step]) -> list[Step]:

@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from heron.emitters.pipeline.gpu_lowering import target_machine
+from heron.emitters.pipeline.gpu_lowering import declared_functions, target_machine
 from heron.hlo.errors import UnsupportedError
 from heron.runtime.cuda.compiler_mlir import (
     COMPILE_EXTRA,
@@ -151,40 +151,80 @@ def _optimised_ptx(
     opt_level: int,
     dump: Dump | None,
 ) -> str:
+    """Parse, link libdevice where called, O3, print PTX.
+
+    Every call into llvmlite leaves the GIL and takes it back, which costs up to a
+    switch interval (5 ms) while the compiling thread runs Python (this stage runs on a
+    worker beside the emission of the next kernels). So what can be read from the text
+    is: the functions it declares (:func:`declared_functions`); every definition but the
+    kernels is internal already (``lower_gpu_module``), and only a module that linked
+    libdevice is walked function by function.
+    """
+    declared = declared_functions(llvm_ir)
+    libdevice_calls = any(name.startswith("__nv_") for name in declared)
+    unresolved = sorted(
+        name
+        for name in declared
+        if not name.startswith(("llvm.", "__nv_")) and name not in _RUNTIME_FUNCTIONS
+    )
+    if unresolved:
+        raise UnsupportedError(
+            f"the kernels call functions with no definition: {', '.join(unresolved)}"
+        )
     try:
         module = llvm.parse_assembly(llvm_ir, context=context)
     except RuntimeError as exc:
         raise UnsupportedError(f"llvmlite could not parse the LLVM IR: {exc}") from exc
     try:
         module.triple = NVPTX_TRIPLE
-        module.data_layout = str(machine.target_data)
-        if any(f.is_declaration and f.name.startswith("__nv_") for f in module.functions):
+        module.data_layout = _data_layout(machine)
+        if libdevice_calls:
             libdevice = llvm.parse_bitcode(_libdevice_bitcode(), context=context)
             libdevice.triple = module.triple
             libdevice.data_layout = module.data_layout
             module.link_in(libdevice)
-        _internalise_all_but(module, set(kernel_names))
+            _internalise_all_but(module, set(kernel_names))
         module.verify()
         tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
         builder = llvm.create_pass_builder(machine, tuning)
         builder.getModulePassManager().run(module, builder)
         if dump is not None:
             dump("llvm-ir-optimised", str(module))
-        unresolved = sorted(
-            f.name
-            for f in module.functions
-            if f.is_declaration and not f.name.startswith("llvm.") and f.name != "vprintf"
-        )
-        if unresolved:
-            raise UnsupportedError(
-                f"the kernels call functions with no definition: {', '.join(unresolved)}"
-            )
+        if libdevice_calls:
+            _check_libdevice_resolved(module)
         ptx = machine.emit_assembly(module)
     finally:
         module.close()  # before its context
     if dump is not None:
         dump("ptx", ptx)
     return ptx
+
+
+#: Functions a kernel may declare that the CUDA driver provides (``printf``'s).
+_RUNTIME_FUNCTIONS = frozenset({"vprintf"})
+#: Each target machine's data layout string, by the machine (made once per arch and
+#: options by ``target_machine``, so a handful at most).
+_DATA_LAYOUTS: dict[Any, str] = {}
+
+
+def _data_layout(machine: Any) -> str:
+    layout = _DATA_LAYOUTS.get(machine)
+    if layout is None:
+        layout = _DATA_LAYOUTS[machine] = str(machine.target_data)
+    return layout
+
+
+def _check_libdevice_resolved(module: Any) -> None:
+    """Refuse a call libdevice did not define (an ``__nv_`` name it lacks)."""
+    unresolved = sorted(
+        f.name
+        for f in module.functions
+        if f.is_declaration and not f.name.startswith("llvm.") and f.name not in _RUNTIME_FUNCTIONS
+    )
+    if unresolved:
+        raise UnsupportedError(
+            f"the kernels call functions with no definition: {', '.join(unresolved)}"
+        )
 
 
 def _internalise_all_but(module: Any, keep: set[str]) -> None:

@@ -41,7 +41,7 @@ import functools
 import re
 from typing import Any
 
-from heron.emitters.pipeline.gpu_lowering import target_machine
+from heron.emitters.pipeline.gpu_lowering import declared_functions, target_machine
 from heron.hlo.errors import UnsupportedError
 from heron.runtime.rocm.compiler_mlir import (
     COMPILE_EXTRA,
@@ -271,16 +271,17 @@ def _optimised_module(
         raise UnsupportedError(f"llvmlite could not parse the LLVM IR: {exc}") from exc
     module.triple = AMDGPU_TRIPLE
     module.data_layout = str(machine.target_data)
-    if any(f.is_declaration and f.name in SHIMMED for f in module.functions):
+    if declared_functions(llvm_ir) & SHIMMED:
         shims = llvm.parse_assembly(OCKL_SHIMS)
         shims.triple = module.triple
         shims.data_layout = module.data_layout
         module.link_in(shims)
+        # The rest of the module is internal already (lower_gpu_module); the shims are not.
+        keep = set(kernel_names)
+        for function in module.functions:
+            if not function.is_declaration and function.name not in keep:
+                function.linkage = "internal"
     check_supported(module)
-    keep = set(kernel_names)
-    for function in module.functions:
-        if not function.is_declaration and function.name not in keep:
-            function.linkage = "internal"
     module.verify()
     tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
     if not vectorize:
