@@ -71,6 +71,7 @@ import attrs
 import numpy as np
 
 from heron.compiler import view_factors
+from heron.compiler.library_thunks import described_or_refused, host_backed_call
 from heron.hlo.attributes import QuotedString
 from heron.hlo.custom_calls.attention import TARGET, AttentionConfig, backend_config
 from heron.hlo.custom_calls.call import custom_call_of
@@ -89,7 +90,6 @@ from heron.hlo.passes.rewrite import (
 )
 from heron.hlo.shapes import ArrayShape, TupleShape
 from heron.runtime.core.attention import (
-    ATTENTION,
     ELEMENT_TYPES,
     HEAD_DIM_MULTIPLE,
     MAX_HEAD_DIM,
@@ -1516,17 +1516,6 @@ def library_attention_thunk(
 ) -> LibraryCallThunk:
     """The library call of a ``__heron$attention`` custom call, ``host`` beside it."""
     del target  # the contract depends on the call alone
-    try:
-        call = attention_call(inst)
-    except (ValueError, UnsupportedError) as error:
-        raise UnsupportedError(
-            f"custom-call '{inst.name}' ({TARGET}): {error}", inst.location
-        ) from None
-    return LibraryCallThunk(
-        library=LIBRARY,
-        operation=ATTENTION,
-        attributes=call.attributes(),
-        arguments=(*operands, *results),  # o, and the statistics where the call gives them
-        fallback=(host,),
-        fallback_emitter="host",
-    )
+    call = described_or_refused(inst, TARGET, attention_call)
+    # o, and the statistics where the call gives them
+    return host_backed_call(LIBRARY, call, (*operands, *results), host)

@@ -90,6 +90,7 @@ from heron.compiler.library_attention import (
     batch_labels,
     softmax_frame,
 )
+from heron.compiler.library_thunks import described_or_refused, host_backed_call
 from heron.hlo.attributes import QuotedString
 from heron.hlo.custom_calls.attention import AttentionConfig, backend_config
 from heron.hlo.custom_calls.attention_backward import (
@@ -102,7 +103,6 @@ from heron.hlo.custom_calls.call import custom_call_of
 from heron.hlo.custom_calls.library import library_call_target
 from heron.hlo.dot_precision import dot_compute
 from heron.hlo.element_types import ElementType
-from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.dce import eliminate_dead_code
 from heron.hlo.passes.dot_decomposer import dimension_lists, is_canonical_dot
@@ -115,7 +115,7 @@ from heron.hlo.passes.rewrite import (
     remove_instructions,
 )
 from heron.hlo.shapes import ArrayShape, TupleShape
-from heron.runtime.core.attention_backward import ATTENTION_BACKWARD, AttentionBackwardCall
+from heron.runtime.core.attention_backward import AttentionBackwardCall
 from heron.runtime.core.library_contract import dense_strides
 from heron.runtime.core.thunks import BufferSlice, CustomCallThunk, LibraryCallThunk
 from heron.target import Target
@@ -1126,17 +1126,5 @@ def library_attention_backward_thunk(
 ) -> LibraryCallThunk:
     """The library call of a ``__heron$attention_backward`` custom call, ``host`` beside it."""
     del target  # the contract depends on the call alone
-    try:
-        call = attention_backward_call(inst)
-    except (ValueError, UnsupportedError) as error:
-        raise UnsupportedError(
-            f"custom-call '{inst.name}' ({TARGET}): {error}", inst.location
-        ) from None
-    return LibraryCallThunk(
-        library=LIBRARY,
-        operation=ATTENTION_BACKWARD,
-        attributes=call.attributes(),
-        arguments=(*operands, *results),
-        fallback=(host,),
-        fallback_emitter="host",
-    )
+    call = described_or_refused(inst, TARGET, attention_backward_call)
+    return host_backed_call(LIBRARY, call, (*operands, *results), host)

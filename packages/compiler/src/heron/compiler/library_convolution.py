@@ -60,6 +60,7 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
+from heron.compiler.library_thunks import described_or_refused, host_backed_call
 from heron.hlo.attributes import (
     ConvDimensionNumbers,
     PadDim,
@@ -76,7 +77,6 @@ from heron.hlo.custom_calls.convolution import (
 )
 from heron.hlo.custom_calls.library import library_call_target
 from heron.hlo.dot_precision import dot_compute
-from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.rewrite import (
@@ -87,7 +87,6 @@ from heron.hlo.passes.rewrite import (
 )
 from heron.hlo.shapes import ArrayShape
 from heron.runtime.core.convolution import (
-    CONVOLUTION,
     ELEMENT_TYPES,
     ConvolutionCall,
     dense_strides,
@@ -673,17 +672,5 @@ def library_convolution_thunk(
 ) -> LibraryCallThunk:
     """The library call of a ``__heron$convolution`` custom call, ``host`` beside it."""
     (result,) = results  # one array
-    try:
-        call = convolution_call(inst, target)
-    except (ValueError, UnsupportedError) as error:
-        raise UnsupportedError(
-            f"custom-call '{inst.name}' ({TARGET}): {error}", inst.location
-        ) from None
-    return LibraryCallThunk(
-        library=LIBRARY,
-        operation=CONVOLUTION,
-        attributes=call.attributes(),
-        arguments=(*operands, result),
-        fallback=(host,),
-        fallback_emitter="host",
-    )
+    call = described_or_refused(inst, TARGET, lambda inst: convolution_call(inst, target))
+    return host_backed_call(LIBRARY, call, (*operands, result), host)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from heron.compiler.library_thunks import described_or_refused, host_backed_call
 from heron.hlo.attributes import QuotedString
 from heron.hlo.custom_calls.call import custom_call_of
 from heron.hlo.custom_calls.fft import FFT_TYPES, TARGET, backend_config, parse_config
@@ -23,8 +24,8 @@ from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.rewrite import Inserter, rewrite_each
-from heron.runtime.core.fft import FFT, FftCall
-from heron.runtime.core.thunks import BufferSlice, CustomCallThunk, LibraryCallThunk, ThunkError
+from heron.runtime.core.fft import FftCall
+from heron.runtime.core.thunks import BufferSlice, CustomCallThunk, LibraryCallThunk
 from heron.target import Target
 
 __all__ = [
@@ -111,20 +112,8 @@ def library_fft_thunk(
     """The library call of an ``__heron$fft`` call, ``host`` beside it (the host call
     alone where :func:`fft_call` finds no library call)."""
     del target  # every target's FFT library takes the same call
-    try:
-        call = fft_call(inst)
-    except (ValueError, ThunkError) as error:
-        raise UnsupportedError(
-            f"custom-call '{inst.name}' ({TARGET}): {error}", inst.location
-        ) from None
+    call = described_or_refused(inst, TARGET, fft_call)
     if call is None:
         return host
     (result,) = results
-    return LibraryCallThunk(
-        library=LIBRARY,
-        operation=FFT,
-        attributes=call.attributes(),
-        arguments=(*operands, result),
-        fallback=(host,),
-        fallback_emitter="host",
-    )
+    return host_backed_call(LIBRARY, call, (*operands, result), host)
