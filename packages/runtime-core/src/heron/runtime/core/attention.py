@@ -112,8 +112,30 @@ def _flag(value: Any) -> bool:
     return value
 
 
+class AttentionOperands(LibraryContract):
+    """What the forward and backward attention calls share: each argument ``NAME`` has
+    the fields ``NAME_dims`` and ``NAME_strides``, all of ``element_type`` but the
+    statistics (f32, a value per query row). Not an attrs class: the calls' fields are
+    their own, in their own order."""
+
+    element_type: str  # declared by each call's fields
+
+    def dims_of(self, name: str) -> tuple[int, ...]:
+        return getattr(self, f"{name}_dims")
+
+    def strides_of(self, name: str) -> tuple[int, ...]:
+        return getattr(self, f"{name}_strides")
+
+    def byte_sizes(self) -> tuple[int, ...]:
+        width = ElementType(self.element_type).byte_width
+        return tuple(
+            math.prod(self.dims_of(name)) * (STATS_BYTES if name == "stats" else width)
+            for name in self.operand_names
+        )
+
+
 @attrs.frozen
-class AttentionCall(LibraryContract):
+class AttentionCall(AttentionOperands):
     """One fused attention call (see the module docstring for the contract)."""
 
     operation: ClassVar[str] = ATTENTION
@@ -211,19 +233,6 @@ class AttentionCall(LibraryContract):
         """The arguments, in order, the computed ones last."""
         given = ("q", "k", "v", "bias") if self.bias_dims else ("q", "k", "v")
         return (*given, "o", "stats") if self.stats_strides else (*given, "o")
-
-    def dims_of(self, name: str) -> tuple[int, ...]:
-        return getattr(self, f"{name}_dims")
-
-    def strides_of(self, name: str) -> tuple[int, ...]:
-        return getattr(self, f"{name}_strides")
-
-    def byte_sizes(self) -> tuple[int, ...]:
-        width = ElementType(self.element_type).byte_width
-        return tuple(
-            math.prod(self.dims_of(name)) * (STATS_BYTES if name == "stats" else width)
-            for name in self.operand_names
-        )
 
     def flops(self) -> int:
         b, h, sq, d = self.q_dims

@@ -56,7 +56,6 @@ computes the contract with numpy.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -64,9 +63,8 @@ import attrs
 import numpy as np
 
 from heron.hlo.element_types import ElementType
-from heron.runtime.core.attention import STATS_BYTES, AttentionCall, _flag, _ints, _scale
+from heron.runtime.core.attention import AttentionCall, AttentionOperands, _flag, _ints, _scale
 from heron.runtime.core.library_contract import (
-    LibraryContract,
     is_dense,
     read_strided,
     written_strided,
@@ -80,7 +78,7 @@ ATTENTION_BACKWARD = "attention_backward"
 
 
 @attrs.frozen
-class AttentionBackwardCall(LibraryContract):
+class AttentionBackwardCall(AttentionOperands):
     """One fused attention backward call (see the module docstring for the contract)."""
 
     operation: ClassVar[str] = ATTENTION_BACKWARD
@@ -179,19 +177,6 @@ class AttentionBackwardCall(LibraryContract):
         if self.bias_dims:
             given = (*given, "bias")
         return (*given, "dq", "dk", "dv")
-
-    def dims_of(self, name: str) -> tuple[int, ...]:
-        return getattr(self, f"{name}_dims")
-
-    def strides_of(self, name: str) -> tuple[int, ...]:
-        return getattr(self, f"{name}_strides")
-
-    def byte_sizes(self) -> tuple[int, ...]:
-        width = ElementType(self.element_type).byte_width
-        return tuple(
-            math.prod(self.dims_of(name)) * (STATS_BYTES if name == "stats" else width)
-            for name in self.operand_names
-        )
 
     def flops(self) -> int:
         """The five products of the backward pass (the scores again, dp, dv, dq, dk)."""
