@@ -266,3 +266,34 @@ def test_every_callback_registration_goes_through_the_guard():
             if RAW_REGISTRATIONS.search(code):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not offenders, "use heron.emitters.callbacks:\n" + "\n".join(offenders)
+
+
+def test_collect_ops_finds_every_op_or_those_of_one_name():
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(
+            "func.func @f(%a: i32) -> i32 {\n"
+            "  %b = arith.addi %a, %a : i32\n"
+            "  %c = arith.addi %b, %a : i32\n"
+            "  return %c : i32\n}"
+        )
+        every = callbacks.collect_ops(module.operation, label="test")
+        assert [op.name for op in every] == [
+            "builtin.module",
+            "func.func",
+            "arith.addi",
+            "arith.addi",
+            "func.return",
+        ]
+        assert len(callbacks.collect_ops(module.operation, "arith.addi", label="test")) == 2
+
+
+def test_collect_ops_reraises_what_its_visitor_raised_naming_the_walk():
+    class Unequal:
+        def __eq__(self, other):
+            raise ValueError("cannot compare")
+
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse("func.func @f() {\n  return\n}")
+        with pytest.raises(callbacks.CallbackError, match="walk 'probe' failed on op") as info:
+            callbacks.collect_ops(module.operation, Unequal(), label="probe")  # type: ignore[arg-type]
+        assert isinstance(info.value.original, ValueError)

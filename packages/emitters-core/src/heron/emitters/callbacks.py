@@ -186,6 +186,50 @@ def walk(
         root.operation.walk(guard.visitor(visit, name), order)
 
 
+def collect_ops(
+    root: ir.Operation | ir.OpView, name: str | None = None, *, label: str
+) -> list[ir.Operation]:
+    """Every op nested in ``root`` (``root`` included), pre-order, optionally of one name.
+
+    A walk with its guard written into the visitor, one Python frame an op instead of
+    two: the passes walk every kernel some forty times, and a walk's cost is its
+    visitor's calls (about 0.7 us an op). The guarantee is :func:`walk`'s: what the
+    visitor raises (a KeyboardInterrupt arriving in it) stops the walk and is re-raised
+    once MLIR has returned, as :class:`CallbackError` naming ``label`` and the op.
+    """
+    found: list[ir.Operation] = []
+    failure: list[tuple[ir.Operation, BaseException]] = []
+    append = found.append
+    advance, interrupt = ir.WalkResult.ADVANCE, ir.WalkResult.INTERRUPT
+    if name is None:
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            try:
+                append(op)
+            except BaseException as exc:  # noqa: BLE001 - nothing may reach the C++ caller
+                failure.append((op, exc))
+                return interrupt
+            return advance
+
+    else:
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            try:
+                if op.name == name:
+                    append(op)
+            except BaseException as exc:  # noqa: BLE001
+                failure.append((op, exc))
+                return interrupt
+            return advance
+
+    root.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    if failure:
+        guard = CallbackGuard()
+        guard.record(f"walk {label!r}", *failure[0])
+        guard.check()
+    return found
+
+
 def add_pattern(
     patterns: Any,
     root: type | str,

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from mlir import ir
 from mlir.dialects import arith
 
-from heron.emitters.callbacks import walk
+from heron.emitters.callbacks import collect_ops, walk
 
 ValueMap = Mapping[ir.Value, ir.Value]
 
@@ -22,15 +22,7 @@ def walk_ops(root: ir.Operation | ir.OpView, name: str | None = None) -> list[ir
 
     Returns a list (not a generator) so callers may change the IR while iterating.
     """
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if name is None or op.name == name:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    walk(root, visit, ir.WalkOrder.PRE_ORDER, name="walk_ops")
-    return found
+    return collect_ops(root, name, label="walk_ops")
 
 
 def block_ops(block: ir.Block) -> list[ir.Operation]:
