@@ -314,3 +314,51 @@ def test_the_work_limit_comes_from_the_environment(monkeypatch):
         InterpreterDevice()
     monkeypatch.delenv("HERON_INTERPRETER_MAX_WORK")
     assert InterpreterDevice().work_limit is None
+
+
+SCALE = kernel_text(
+    "%a: memref<64xf32>, %b: memref<64xf32>",
+    """
+      %t = gpu.thread_id x
+      %c = arith.constant 2.5 : f32
+      %v = memref.load %a[%t] : memref<64xf32>
+      %w = arith.mulf %v, %c : f32
+      memref.store %w, %b[%t] : memref<64xf32>""",
+)
+
+
+def test_constants_are_decoded_once_per_program_not_per_launch(monkeypatch):
+    from heron.runtime.interpreter.semantics import arith
+
+    decoded = []
+    real = arith.constant_value
+    monkeypatch.setattr(
+        arith, "constant_value", lambda *a: decoded.append(a) or real(*a), raising=True
+    )
+    device = InterpreterDevice()
+    kernel = device.load_kernel(compile_kernel_image(SCALE))
+    x = np.arange(64, dtype=np.float32)
+    a, b = device.upload(x), device.allocate(256)
+    for _ in range(3):
+        device.launch(kernel, (1, 1, 1), (64, 1, 1), [a, b])
+    assert np.array_equal(device.copy_from_device(b).view(np.float32), x * 2.5)
+    assert len(decoded) == 1
+
+
+def test_a_program_is_checked_for_support_once(monkeypatch):
+    from heron.runtime.interpreter import engine
+
+    program = capture_module(SCALE)
+    walks = []
+    real_walk = type(program).walk
+    monkeypatch.setattr(type(program), "walk", lambda self: walks.append(1) or real_walk(self))
+    engine.check_supported(program)
+    engine.check_supported(program)
+    assert len(walks) == 1
+
+
+def test_an_operation_is_prepared_at_most_once():
+    from heron.runtime.interpreter import engine
+
+    with pytest.raises(ValueError, match="prepared twice"):
+        engine.prepares("arith.constant")(lambda op: None)

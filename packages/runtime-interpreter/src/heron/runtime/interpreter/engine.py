@@ -20,7 +20,10 @@ How a launch runs (see :mod:`~.lanes` for how values are laid out):
   with an error naming the operation (:func:`check_supported`).
 - Each block runs from its :class:`BlockPlan`, made once per program: the
   handlers of its operations, and after each operation the values that are
-  dead, which the frame drops (docs/interpreter.md, "Speed").
+  dead, which the frame drops (docs/interpreter.md, "Speed"). An operation
+  whose result depends on the operation alone (a constant) may have a
+  handler prepared for it when the plan is made (:data:`PREPARED`, filled by
+  the :func:`prepares` decorator), which computes it once per program.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from heron.runtime.interpreter.races import GlobalRaces
 from heron.runtime.interpreter.types import AnyType, VectorType, parse_type
 
 __all__ = [
+    "PREPARED",
     "SEMANTICS",
     "BlockPlan",
     "TERMINATORS",
@@ -55,14 +59,21 @@ __all__ = [
     "block_plans",
     "operation_uses",
     "check_supported",
+    "prepares",
     "run_kernel",
     "semantics",
 ]
 
 Handler = Callable[["Frame", Op], None]
+#: Makes one operation's own handler when its block's plan is made (:func:`prepares`).
+Preparer = Callable[[Op], Handler | None]
 
 #: Operation name -> how it runs.
 SEMANTICS: dict[str, Handler] = {}
+#: Operation name -> what makes an operation's own handler when its block's plan is made
+#: (None: the operation runs through :data:`SEMANTICS` after all, e.g. to report an error
+#: with the frame's context when it runs).
+PREPARED: dict[str, Preparer] = {}
 #: Operations that end a block: running a region returns their operands.
 TERMINATORS = frozenset(
     {"scf.yield", "scf.condition", "func.return", "gpu.return", "memref.atomic_yield"}
@@ -105,6 +116,20 @@ def semantics(*names: str) -> Callable[[Handler], Handler]:
     return register
 
 
+def prepares(*names: str) -> Callable[[Preparer], Preparer]:
+    """Register the decorated ``prepare(op) -> handler | None`` for the operations ``names``
+    (each must also have its :func:`semantics`, which runs where ``prepare`` gives None)."""
+
+    def register(prepare: Preparer) -> Preparer:
+        for name in names:
+            if name in PREPARED:
+                raise ValueError(f"operation '{name}' is prepared twice in the interpreter")
+            PREPARED[name] = prepare
+        return prepare
+
+    return register
+
+
 def load_semantics() -> None:
     """Import every semantics module (idempotent)."""
     for name in _SEMANTIC_MODULES:
@@ -112,7 +137,10 @@ def load_semantics() -> None:
 
 
 def check_supported(program: Program) -> None:
-    """Refuse a program with an operation the interpreter does not implement."""
+    """Refuse a program with an operation the interpreter does not implement (checked once
+    per program: every launch of a kernel asks)."""
+    if program.derived.get(_SUPPORTED):
+        return
     load_semantics()
     for function, op in program.walk():
         if op.name not in SEMANTICS and op.name not in TERMINATORS:
@@ -128,6 +156,11 @@ def check_supported(program: Program) -> None:
                 raise UnsupportedOperationError(
                     f"{exc} ({op.describe()} in function '{function.name}')"
                 ) from None
+    program.derived[_SUPPORTED] = True
+
+
+#: The key of :func:`check_supported`'s answer in a program's ``derived`` state.
+_SUPPORTED = "engine.supported"
 
 
 class BlockPlan:
@@ -192,9 +225,19 @@ def _build_plan(block: Block) -> BlockPlan:
         if index < len(ops):
             dead[index].append(value)
     steps = tuple(
-        (SEMANTICS[op.name], op, tuple(sorted(gone))) for op, gone in zip(ops, dead, strict=True)
+        (_handler(op), op, tuple(sorted(gone))) for op, gone in zip(ops, dead, strict=True)
     )
     return BlockPlan(steps, terminator, len(block.ops))
+
+
+def _handler(op: Op) -> Handler:
+    """How ``op`` runs in a plan: its prepared handler where it has one, else its semantics."""
+    prepare = PREPARED.get(op.name)
+    if prepare is not None:
+        prepared = prepare(op)
+        if prepared is not None:
+            return prepared
+    return SEMANTICS[op.name]
 
 
 def block_plans(program: Program) -> dict[int, tuple[Block, BlockPlan]]:

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from heron.runtime.interpreter import memory
-from heron.runtime.interpreter.engine import Frame, semantics
+from heron.runtime.interpreter.engine import Frame, Handler, prepares, semantics
 from heron.runtime.interpreter.program import Op
 from heron.runtime.interpreter.types import (
     ComplexType,
@@ -306,6 +306,27 @@ def scalar_constant(attribute: Any, element) -> np.ndarray:
     if isinstance(attribute, bool):
         attribute = int(attribute)
     return wrap(np.asarray(int(attribute) & ((1 << 64) - 1), np.uint64), element)
+
+
+@prepares("arith.constant")
+def prepare_constant(op: Op) -> Handler | None:
+    """The constant decoded once per program (a kernel's loops run their constants every
+    iteration); its array is read-only, since every handler sees the same one. None where
+    it cannot be decoded: :func:`constant` then says why when it runs."""
+    if "value" not in op.attributes:
+        return None
+    try:
+        value = constant_value(op.attributes["value"], op.result_types[0])
+    except (TypeError, ValueError, KeyError):
+        return None
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    result = op.results[0]
+
+    def set_constant(frame: Frame, op: Op) -> None:
+        frame.values[result] = value
+
+    return set_constant
 
 
 @semantics("arith.constant")
