@@ -150,8 +150,11 @@ def _svd(operands: tuple[np.ndarray, ...], call: CustomCall, name: str) -> list[
     batch, (m, n) = a.shape[:-2], a.shape[-2:]
     k = min(m, n)
     s = np.zeros((*batch, k), _real(a.dtype))
-    u = np.zeros((*batch, m, m if mode != "S" else k), a.dtype)
-    vt = np.zeros((*batch, n if mode != "S" else k, n), a.dtype)
+    if vectors:
+        u = np.zeros((*batch, m, m if full else k), a.dtype)
+        vt = np.zeros((*batch, n if full else k, n), a.dtype)
+    else:  # no vectors computed: U and V^H are placeholders of the sizes jax declares
+        u, vt = (np.zeros(shape.dims, a.dtype) for shape in call.result_shapes[2:4])
     infos = np.zeros(batch, np.int32)
     if k == 0:  # jax lowers an empty SVD without the call
         raise call.error(f"takes matrices with rows and columns, not {list(a.shape)}")
@@ -293,7 +296,12 @@ def gtsv(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray]
         )
     dl_out, d_out, du_out, x = (np.array(v, copy=True) for v in (dl, d, du, b))
     infos = np.zeros(b.shape[:-2], np.int32)
-    if b.shape[-2] > 0:
+    if b.shape[-2] == 1:  # LAPACK's own arithmetic for one row (its wrapper wants m >= 2)
+        singular = d[..., 0] == 0
+        infos[singular] = 1  # ?gtsv: U(1,1) is zero; b is left as it was
+        solved = b / np.where(singular, 1, d[..., 0])[..., None, None]
+        x[...] = np.where(singular[..., None, None], b, solved)
+    elif b.shape[-2] > 1:
         solve = routine("gtsv", b.dtype)
         for index in np.ndindex(*b.shape[:-2]):
             second, d_out[index], upper, x[index], infos[index] = solve(
