@@ -505,6 +505,19 @@ def test_mma_with_batch_dimensions_and_an_f32_result():
     assert_within_bound(got, want, a, b, 20, 40, 24, "f32")
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_float_dots_with_an_f64_result_take_no_mma(dtype):
+    """An f64 result accumulates in f64, which no MMA shape does (the accumulator was
+    given to mma.sync as f64: refused by the interpreter, no PTX instruction either):
+    the vector path computes it, equal to the evaluator."""
+    rng = np.random.default_rng(12)
+    a, b = _values(dtype, (16, 16), rng), _values(dtype, (16, 8), rng)
+    got, want, kernel = run_dot(dot_module(16, 16, 8, dtype=dtype, out="f64"), [a, b])
+    assert _mma_instructions(kernel) == 0
+    assert got.dtype == want.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)  # f16 products are exact
+
+
 @pytest.mark.parametrize(
     "layouts", [("{0,1}", ""), ("", "{0,1}"), ("{0,1}", "{0,1}")], ids=["At", "Bt", "AtBt"]
 )

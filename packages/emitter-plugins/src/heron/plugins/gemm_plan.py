@@ -154,9 +154,14 @@ MMA_INPUTS = {ElementType.F16: "f16", ElementType.BF16: "bf16", ElementType.S8: 
 
 def _mma_instruction(dot: Instruction, target: Target) -> str | None:
     """The MMA instruction for ``dot``'s products on ``target`` (both operands f16, both
-    bf16 or both s8, 32-lane warps, the shape in the Target's ``mma_shapes``), else None."""
+    bf16 or both s8, 32-lane warps, the shape in the Target's ``mma_shapes``), else None.
+
+    An f64 result accumulates in f64 (as XLA computes it), which no MMA shape does:
+    those dots keep the vector path."""
     inputs = {op.array_shape.element_type for op in dot.operands}
     if len(inputs) != 1 or target.warp_size != gemm_mma.WARP_SIZE:
+        return None
+    if dot.array_shape.element_type is ElementType.F64:
         return None
     (element,) = inputs
     if element not in MMA_INPUTS or accumulates_in_floats(dot) is None:
