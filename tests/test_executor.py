@@ -210,3 +210,27 @@ def test_wrong_argument_count_is_refused():
     module = parse_module(UNFUSED)
     with pytest.raises(ExecutorError, match=r"takes 2 parameters .*given 1 inputs"):
         run_program(module, random_arguments(module)[:1], _interpreter(), "interpreter")
+
+
+def test_mulhi_kernels_of_every_width_equal_the_evaluator():
+    """mulhi (lax.mulhi) through heron's kernels on the interpreter, sub-byte and 64-bit
+    types included, against the evaluator's exact products."""
+    types = ["s4", "u4", "s8", "u16", "s32", "u32", "s64", "u64"]
+    params = ", ".join(f"{t}[33]{{0}}, {t}[33]{{0}}" for t in types)
+    results = ", ".join(f"{t}[33]{{0}}" for t in types)
+    body = "\n".join(
+        f"  a{k} = {t}[33]{{0}} parameter({2 * k})\n  b{k} = {t}[33]{{0}} parameter({2 * k + 1})\n"
+        f"  m{k} = {t}[33]{{0}} mulhi(a{k}, b{k})"
+        for k, t in enumerate(types)
+    )
+    tuple_operands = ", ".join(f"m{k}" for k in range(len(types)))
+    module = parse_module(
+        f"HloModule mulhi, entry_computation_layout={{({params})->({results})}}\n"
+        f"ENTRY main {{\n{body}\n  ROOT t = ({results}) tuple({tuple_operands})\n}}\n"
+    )
+    arguments = random_arguments(module, seed=3)
+    expected = flatten_literal(evaluate_module(module, arguments))
+    result = run_program(module, arguments, _interpreter(), "interpreter")
+    assert len(result.outputs) == len(types)
+    for actual, reference in zip(result.outputs, expected, strict=True):
+        assert np.array_equal(actual, reference)

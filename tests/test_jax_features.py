@@ -653,6 +653,20 @@ def bit_ops(u, s, shift):
 
 
 @case(
+    "mulhi_of_32_bit_integers",
+    lambda: (
+        np.array([7, -3, 2**30, -(2**31), 2**31 - 1, -1, 0, 65537], np.int32),
+        np.array([5, 9, 8, 3, 2**31 - 1, -(2**31), 12345, -65537], np.int32),
+    ),
+)
+def mulhi_widths(a, b):
+    """lax.mulhi (XLA's mulhi): the high half of the exact product, signed or unsigned.
+    (XLA:CPU refuses 8- and 16-bit mulhi of several elements; the oracle's elementwise
+    table checks the evaluator's on every width.)"""
+    return lax.mulhi(a, b), lax.mulhi(a.astype(jnp.uint32), b.astype(jnp.uint32))
+
+
+@case(
     "clip_maximum_fmax_with_nan",
     lambda: (np.array([np.nan, -3, 0.5, 4, np.inf, -np.inf, -0.0], np.float32),),
 )
@@ -1706,6 +1720,19 @@ def int64_ops(a, b):
         a.astype(jnp.float32),
         a.astype(jnp.float64),
     )
+
+
+@case(
+    "x64_mulhi_of_64_bit_integers",
+    lambda: (
+        np.array([2**62, -(2**63), 2**63 - 1, -7, 3, 2**40 + 1, -1], np.int64),
+        np.array([4, -1, 2**63 - 1, 2**63 - 1, -(2**63), 2**33 - 3, -1], np.int64),
+    ),
+    x64=True,
+)
+def mulhi_64(a, b):
+    """The 128-bit product's high word (mul.hi.s64 / mul.hi.u64)."""
+    return lax.mulhi(a, b), lax.mulhi(a.astype(jnp.uint64), b.astype(jnp.uint64))
 
 
 @case(

@@ -55,6 +55,7 @@ def _cases() -> list[Case]:
         Case("shift-left", lax.shift_left, 2, tuple(INTS)),
         Case("shift-right-arithmetic", lax.shift_right_arithmetic, 2, tuple(INTS)),
         Case("shift-right-logical", lax.shift_right_logical, 2, tuple(INTS)),
+        Case("mulhi", lax.mulhi, 2, tuple(INTS)),
         Case("negate", lax.neg, 1, (*FLOATS, *INTS, *COMPLEX)),
         Case("abs", lax.abs, 1, (*FLOATS, *SIGNED, *COMPLEX), APPROX),
         Case("sign", lax.sign, 1, (*FLOATS, *SIGNED)),

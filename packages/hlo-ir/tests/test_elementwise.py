@@ -476,6 +476,7 @@ _XLA_BINARY = {
     "minimum": shlo.minimum, "and": shlo.and_, "or": shlo.or_, "xor": shlo.xor,
     "shift-left": shlo.shift_left, "shift-right-arithmetic": shlo.shift_right_arithmetic,
     "shift-right-logical": shlo.shift_right_logical, "atan2": shlo.atan2, "complex": shlo.complex,
+    "mulhi": chlo.mulhi,
 }  # fmt: skip
 
 _oracle = Primitive("heron_test_xla_elementwise")
@@ -749,6 +750,11 @@ def _xla_cpu_widening_artifact(opcode, et, operands):
         return operands[0].astype(np.int64) < 0
     if opcode == "power" and et.is_unsigned_integral:
         return operands[1].astype(np.int64) >= 2 ** (et.bit_width - 1)
+    if opcode == "mulhi" and et.bit_width == 4:
+        # XLA:CPU shifts a 4-bit product by 8, its byte's half (s2/u2 get their own);
+        # heron gives every width its own half (integer_semantics.mulhi)
+        product = operands[0].astype(np.int64) * operands[1].astype(np.int64)
+        return ((product >> 4) & 15) != ((product >> 8) & 15)
     return np.zeros(operands[0].shape, bool)
 
 

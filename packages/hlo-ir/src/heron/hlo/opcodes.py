@@ -55,7 +55,7 @@ _TABLE: list[OpcodeInfo] = [
     *_ops(
         Category.ELEMENTWISE_BINARY,
         2,
-        "add and atan2 compare complex divide maximum minimum multiply or power"
+        "add and atan2 compare complex divide maximum minimum multiply mulhi or power"
         " remainder shift-left shift-right-arithmetic shift-right-logical subtract xor"
         # stochastic-convert(operand, random_bits): elementwise with two operands.
         " stochastic-convert",

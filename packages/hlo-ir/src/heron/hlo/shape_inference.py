@@ -534,6 +534,7 @@ _LOGICAL = frozenset({"and", "or", "xor"})
     "and",
     "or",
     "xor",
+    "mulhi",
     *_SHIFTS,
     "compare",
     "complex",
@@ -550,7 +551,7 @@ def _binary(ctx: _Ctx) -> Shape:
     op = ctx.opcode
     if op in _NO_PRED and et.is_pred:
         raise _type_error(ctx, lhs, "an arithmetic type (not pred)")
-    if op in _SHIFTS and not et.is_integral:
+    if (op in _SHIFTS or op == "mulhi") and not et.is_integral:
         raise _type_error(ctx, lhs, "an integer type")
     if op == "atan2" and not (et.is_floating or et.is_complex):
         raise _type_error(ctx, lhs, "a floating-point or complex type")

@@ -281,6 +281,15 @@ def _shift(inst: Instruction, indices: Sequence[ir.Value], ctx: ElementalContext
     return [_select(in_range, op(x, safe).result, _const(0, x))]
 
 
+@lowering("mulhi")
+def _mulhi(inst: Instruction, indices: Sequence[ir.Value], ctx: ElementalContext) -> Values:
+    """The high half of the full product (signed for signed types): ``mul.hi`` in PTX;
+    every width its own half (the evaluator's ``integer_semantics.mulhi``)."""
+    element, (lhs, rhs) = _integral_operands(inst, indices, ctx, allow_pred=False)
+    op = arith.MulSIExtendedOp if element.is_signed_integral else arith.MulUIExtendedOp
+    return [op(lhs, rhs).high]
+
+
 @lowering("popcnt")
 def _popcnt(inst: Instruction, indices: Sequence[ir.Value], ctx: ElementalContext) -> Values:
     """Set bits within the type's width, wrapped into the type (math.ctpop at iN)."""

@@ -223,6 +223,7 @@ _INT_BINARY = {
     "maximum": ints.maximum,
     "minimum": ints.minimum,
     "multiply": ints.multiply,
+    "mulhi": ints.mulhi,
     "power": ints.power,
     "remainder": ints.remainder,
     "shift-left": ints.shift_left,

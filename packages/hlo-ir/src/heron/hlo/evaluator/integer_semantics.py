@@ -88,6 +88,25 @@ def multiply(a, b, et):
     return from_codes(to_codes(a, et) * to_codes(b, et), et)
 
 
+def mulhi(a, b, et):
+    """The high half of the exact product (signed for signed types): jax's ``lax.mulhi``,
+    XLA's ``mulhi``. Python integers carry the product exactly.
+
+    Every width's own half, as jax defines it: XLA:CPU gives s2/u2 theirs but shifts
+    s4/u4 products by 8 (their byte's half: 0 or -1), which looks like its storage
+    showing through; heron's kernels compute the defined half on every backend."""
+    width = et.bit_width
+    if et.is_signed_integral:
+        x = signed_values(to_codes(a, et), width).astype(object)
+        y = signed_values(to_codes(b, et), width).astype(object)
+    else:
+        x, y = to_codes(a, et).astype(object), to_codes(b, et).astype(object)
+    high = np.asarray((x * y) >> width, dtype=object)  # floor: the two's complement word
+    mask = (1 << width) - 1
+    codes = np.array([int(v) & mask for v in high.ravel()], np.uint64)
+    return from_codes(codes.reshape(high.shape), et)
+
+
 def negate(a, et):
     return from_codes(_U64(0) - to_codes(a, et), et)
 
