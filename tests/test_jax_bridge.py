@@ -193,3 +193,52 @@ def test_a_target_is_named_as_on_the_command_line() -> None:
 def test_a_target_that_names_nothing_is_refused(target, fragment) -> None:
     with pytest.raises(heron_jax.HeronJaxError, match=fragment):
         heron_jax.jit(lambda x: x, backend="interpreter", target=target)
+
+
+def test_a_weakly_and_a_strongly_typed_array_are_two_signatures(tmp_path: Path) -> None:
+    """jnp.asarray(100) is weakly typed: it takes the other operand's int8 (and wraps),
+    where an int32 array promotes the sum to int32. The cached program of one was run
+    for the other (int8 -56 where jax gives int32 200)."""
+    import jax.numpy as jnp
+
+    def add(x, k):
+        return x + k
+
+    jitted = heron_jax.jit(add, backend="interpreter", cache_dir=tmp_path)
+    x = np.full(3, 100, np.int8)
+    for k in (jnp.asarray(100, jnp.int32), jnp.asarray(100), jnp.asarray(100, jnp.int32)):
+        want, got = np.asarray(jax.jit(add)(x, k)), np.asarray(jitted(x, k))
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert jitted.compiles == 2
+
+
+def test_a_static_argument_named_is_found_when_passed_by_position(tmp_path: Path) -> None:
+    def step(x, train):
+        return x * 2 if train else x
+
+    jitted = heron_jax.jit(
+        step, backend="interpreter", cache_dir=tmp_path, static_argnames="train"
+    )
+    x = np.arange(3, dtype=np.float32)
+    np.testing.assert_array_equal(jitted(x, True), x * 2)
+    np.testing.assert_array_equal(jitted(x, train=False), x)
+    by_number = heron_jax.jit(step, backend="interpreter", cache_dir=tmp_path, static_argnums=1)
+    np.testing.assert_array_equal(by_number(x, train=True), x * 2)
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+def test_donation_by_name_skips_static_keyword_arguments(tmp_path: Path) -> None:
+    def f(x, a, b, c):
+        return x * a + b + c
+
+    jitted = heron_jax.jit(
+        f,
+        backend="interpreter",
+        cache_dir=tmp_path,
+        static_argnames="a",
+        donate_argnames="b",
+    )
+    x, b, c = (np.ones(3, np.float32) * v for v in (1, 2, 3))
+    np.testing.assert_array_equal(jitted(x, a=2.0, b=b, c=c), np.full(3, 7.0))
+    program = jitted._program((x,), {"a": 2.0, "b": b, "c": c})[0]
+    assert program.donated == frozenset({1})  # b, the leaf after x; a is no parameter

@@ -53,6 +53,7 @@ from heron.jax.lowering import (
     Signature,
     lower,
     platform_for,
+    resolve_argnums_and_argnames,
     signature_of,
     split_static,
 )
@@ -104,12 +105,16 @@ class HeronJitted:
             )
         self.function = function
         self.deterministic = deterministic
-        self.donate_argnums = donate_argnums
-        self.donate_argnames = donate_argnames
+        # each completed from the other, as jax.jit does: an argument named static (or
+        # donated) is found when a call passes it by position, and the other way round
+        self.donate_argnums, self.donate_argnames = resolve_argnums_and_argnames(
+            function, donate_argnums, donate_argnames
+        )
         self.results = results
         self.requested_backend = backend
-        self.static_argnums = static_argnums
-        self.static_argnames = static_argnames
+        self.static_argnums, self.static_argnames = resolve_argnums_and_argnames(
+            function, static_argnums, static_argnames
+        )
         self.command_buffers = command_buffers
         self._target = _target(target)
         self._device = None
@@ -255,7 +260,12 @@ class HeronJitted:
         )
         runner = ResidentRunner(executable, result_pool(self._device))
         donated = lowered.donated_leaves(
-            args, kwargs, self.donate_argnums, self.donate_argnames, self.static_argnums
+            args,
+            kwargs,
+            self.donate_argnums,
+            self.donate_argnames,
+            self.static_argnums,
+            self.static_argnames,
         )
         compiled = _Compiled(lowered, artefact, executable, from_disk, runner, donated)
         if callbacks:  # the numbers live as long as the program that calls them

@@ -28,7 +28,15 @@ from heron.hlo.parser import parse_module
 # plugins, which every compile of a module with a custom call loads) must not import jax
 # (a second or more).
 
-__all__ = ["PLATFORMS", "Lowered", "Signature", "lower", "platform_for", "signature_of"]
+__all__ = [
+    "PLATFORMS",
+    "Lowered",
+    "Signature",
+    "lower",
+    "platform_for",
+    "resolve_argnums_and_argnames",
+    "signature_of",
+]
 
 
 @attrs.frozen
@@ -43,10 +51,13 @@ class Signature:
 
 
 def _leaf_spec(leaf: Any) -> tuple[tuple[int, ...], str, bool]:
+    """A leaf's shape, dtype and weak-typedness, as jax's abstract value gives them: a
+    Python scalar and a weakly typed ``jax.Array`` (``jnp.asarray(0.1)``) promote to the
+    other operand's type where a strongly typed one wins, so jax lowers them apart."""
     import jax
 
-    weak = isinstance(leaf, (bool, int, float, complex))
     aval = jax.typeof(_abstract(leaf))
+    weak = bool(getattr(aval, "weak_type", False))
     return tuple(int(d) for d in aval.shape), str(aval.dtype), weak
 
 
@@ -130,14 +141,16 @@ class Lowered:
         donate_argnums: int | Sequence[int],
         donate_argnames: str | Sequence[str],
         static_argnums: int | Sequence[int] = (),
+        static_argnames: str | Sequence[str] = (),
     ) -> frozenset[int]:
         """The entry parameters (argument leaves) of the arguments donated by position
         (``donate_argnums``, counted among all positional arguments, as jax counts them)
-        or by name."""
+        or by name; static arguments, by position or name, are no parameters."""
         import jax
 
-        numbers = {n % len(args) for n in _as_tuple(donate_argnums)} if args else set()
-        static = {n % len(args) for n in _as_tuple(static_argnums)} if args else set()
+        numbers = _positions(donate_argnums, len(args))
+        static = _positions(static_argnums, len(args))
+        static_names = set(_as_tuple(static_argnames))
         names = set(_as_tuple(donate_argnames))
         donated: set[int] = set()
         position = 0
@@ -149,6 +162,8 @@ class Lowered:
                 donated.update(range(position, position + count))
             position += count
         for name, value in sorted(kwargs.items()):  # jax flattens a dict by sorted keys
+            if name in static_names:
+                continue
             count = len(jax.tree_util.tree_leaves(value))
             if name in names:
                 donated.update(range(position, position + count))
@@ -274,6 +289,50 @@ def lower(
     return Lowered(name, text, module, in_tree, lowered.out_tree, callbacks, result_keys)
 
 
+def resolve_argnums_and_argnames(
+    function: Callable[..., Any],
+    argnums: int | Sequence[int],
+    argnames: str | Sequence[str],
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Both ways of naming ``function``'s static (or donated) arguments, each completed
+    from the other as ``jax.jit`` completes them: given positions, the names of those
+    parameters that may be passed by keyword; given names, the positions of those that
+    may be passed by position; given both (or a function without a signature), as
+    given. So an argument is found however a call passes it."""
+    import inspect
+
+    numbers, names = tuple(_as_tuple(argnums)), tuple(_as_tuple(argnames))
+    if (numbers and names) or not (numbers or names):
+        return numbers, names
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return numbers, names
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    if numbers:
+        names = tuple(
+            positional[n].name
+            for n in numbers
+            if -len(positional) <= n < len(positional)
+            and positional[n].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        )
+    else:
+        where = {p.name: k for k, p in enumerate(positional)}
+        numbers = tuple(where[name] for name in names if name in where)
+    return numbers, names
+
+
+def _positions(argnums: int | Sequence[int], count: int) -> set[int]:
+    """The positions among a call's ``count`` positional arguments that ``argnums``
+    names (a negative one counts from the end; one past the end names none: that
+    argument came by keyword or not at all)."""
+    return {n + count if n < 0 else n for n in _as_tuple(argnums)} & set(range(count))
+
+
 def _as_tuple(value: Any) -> tuple[Any, ...]:
     if isinstance(value, (int, str)):
         return (value,)
@@ -287,7 +346,7 @@ def _dynamic(
     static_argnames: str | Sequence[str],
 ) -> tuple[list[Any], dict[str, Any]]:
     """The arguments that become entry parameters (the static ones removed)."""
-    numbers = {n % len(args) if args else n for n in _as_tuple(static_argnums)}
+    numbers = _positions(static_argnums, len(args))
     names = set(_as_tuple(static_argnames))
     return (
         [a for i, a in enumerate(args) if i not in numbers],
@@ -303,7 +362,7 @@ def split_static(
 ) -> tuple[list[Any], dict[str, Any], tuple[Any, ...]]:
     """``(dynamic args, dynamic kwargs, static values)`` of one call."""
     dynamic_args, dynamic_kwargs = _dynamic(args, kwargs, static_argnums, static_argnames)
-    numbers = sorted({n % len(args) if args else n for n in _as_tuple(static_argnums)})
+    numbers = sorted(_positions(static_argnums, len(args)))
     names = sorted(set(_as_tuple(static_argnames)) & set(kwargs))
     static = tuple(args[n] for n in numbers if n < len(args)) + tuple(
         (name, kwargs[name]) for name in names
