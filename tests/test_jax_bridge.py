@@ -216,9 +216,7 @@ def test_a_static_argument_named_is_found_when_passed_by_position(tmp_path: Path
     def step(x, train):
         return x * 2 if train else x
 
-    jitted = heron_jax.jit(
-        step, backend="interpreter", cache_dir=tmp_path, static_argnames="train"
-    )
+    jitted = heron_jax.jit(step, backend="interpreter", cache_dir=tmp_path, static_argnames="train")
     x = np.arange(3, dtype=np.float32)
     np.testing.assert_array_equal(jitted(x, True), x * 2)
     np.testing.assert_array_equal(jitted(x, train=False), x)
