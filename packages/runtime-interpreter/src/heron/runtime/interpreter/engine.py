@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -67,6 +67,7 @@ __all__ = [
 Handler = Callable[["Frame", Op], None]
 #: Makes one operation's own handler when its block's plan is made (:func:`prepares`).
 Preparer = Callable[[Op], Handler | None]
+Registered = TypeVar("Registered")
 
 #: Operation name -> how it runs.
 SEMANTICS: dict[str, Handler] = {}
@@ -105,27 +106,27 @@ OPERATION_OVERHEAD_LANES = 64
 
 def semantics(*names: str) -> Callable[[Handler], Handler]:
     """Register the decorated function as the meaning of the operations ``names``."""
-
-    def register(handler: Handler) -> Handler:
-        for name in names:
-            if name in SEMANTICS:
-                raise ValueError(f"operation '{name}' has two meanings in the interpreter")
-            SEMANTICS[name] = handler
-        return handler
-
-    return register
+    return _registering(SEMANTICS, names, "has two meanings")
 
 
 def prepares(*names: str) -> Callable[[Preparer], Preparer]:
     """Register the decorated ``prepare(op) -> handler | None`` for the operations ``names``
     (each must also have its :func:`semantics`, which runs where ``prepare`` gives None)."""
+    return _registering(PREPARED, names, "is prepared twice")
 
-    def register(prepare: Preparer) -> Preparer:
+
+def _registering(
+    table: dict[str, Registered], names: tuple[str, ...], twice: str
+) -> Callable[[Registered], Registered]:
+    """A decorator putting what it decorates into ``table`` under each of ``names``,
+    refusing a name already there."""
+
+    def register(value: Registered) -> Registered:
         for name in names:
-            if name in PREPARED:
-                raise ValueError(f"operation '{name}' is prepared twice in the interpreter")
-            PREPARED[name] = prepare
-        return prepare
+            if name in table:
+                raise ValueError(f"operation '{name}' {twice} in the interpreter")
+            table[name] = value
+        return value
 
     return register
 
