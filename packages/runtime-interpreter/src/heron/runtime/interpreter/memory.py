@@ -296,7 +296,7 @@ def flat_index(frame: Frame, op: Op, ref: MemRef, indices: Sequence[Any], width:
         index = np.asarray(index).astype(np.int64, copy=False)
         last = width if k == len(shape) - 1 else 1
         bad = (index < 0) | (index > size - last)
-        if np.any(bad):
+        if bad.any():
             _out_of_bounds(frame, op, ref, bad, index, k, size, width if last > 1 else 1)
         flat = flat + index * stride
     return flat
@@ -320,7 +320,7 @@ def check_alignment(frame: Frame, op: Op, ref: MemRef, flat, alignment: int | No
         return
     offset = np.asarray(flat, np.int64) * ref.type.dtype.itemsize
     bad = offset % alignment != 0
-    if np.any(bad):
+    if bad.any():
         frame.fail(
             "misaligned",
             op,

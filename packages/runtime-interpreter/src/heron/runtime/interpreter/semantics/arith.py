@@ -144,7 +144,7 @@ def round_to_odd(total: np.ndarray, error: np.ndarray) -> np.ndarray:
     error = np.asarray(error, np.float64)
     even = (total.view(np.uint64) & np.uint64(1)) == 0
     fix = (error != 0) & even & np.isfinite(total)
-    if not np.any(fix):
+    if not fix.any():
         return total
     toward = np.where(error > 0, np.inf, -np.inf)
     return np.where(fix, np.nextafter(total, toward), total)
@@ -165,8 +165,8 @@ def _f64_to_f32_odd(value: np.ndarray) -> np.ndarray:
     inexact = (back != value) & np.isfinite(value)
     even = (near.view(np.uint32) & np.uint32(1)) == 0
     fix = inexact & even
-    if not np.any(fix):
-        return near.astype(np.float64) if not np.any(inexact) else np.where(inexact, back, value)
+    if not fix.any():
+        return near.astype(np.float64) if not inexact.any() else np.where(inexact, back, value)
     toward = np.where(value > back, np.float32(np.inf), np.float32(-np.inf))
     odd = np.where(fix, np.nextafter(near, toward), near)
     return np.where(np.isnan(value), value, odd.astype(np.float64))
@@ -186,7 +186,7 @@ def float_to_float(value: Value, target: np.dtype) -> np.ndarray:
     elif source.itemsize == 2 and target.itemsize == 2:
         value = value.astype(np.float32)  # f16 <-> bf16 through f32, which holds both exactly
     out = np.asarray(value.astype(target))
-    return _quiet(out) if np.any(np.isnan(out)) else out
+    return _quiet(out) if np.isnan(out).any() else out
 
 
 def int_to_float(value: Value, t, target: np.dtype, is_signed: bool) -> np.ndarray:
@@ -226,7 +226,7 @@ def propagate_nan(result: np.ndarray, *operands: np.ndarray) -> np.ndarray:
     """``result`` with each NaN replaced by the first NaN operand, quieted (x86's choice)."""
     result = np.asarray(result)
     nan = np.isnan(result)
-    if not np.any(nan):
+    if not nan.any():
         return result
     chosen = result
     for operand in reversed(operands):
@@ -444,7 +444,7 @@ def _divisor(frame: Frame, op: Op, t, a, b, is_signed: bool):
     zero = np.asarray(b == 0)
     overflow = (a == _int_min(t)) & (b == -1) if is_signed else np.zeros((), np.bool_)
     bad = zero | overflow
-    if not np.any(bad):
+    if not bad.any():
         return b
     lane_zero = np.broadcast_to(lane_any(zero, op.operand_types[1]), (frame.lanes.size,))
 
@@ -662,7 +662,7 @@ def maximum(a: np.ndarray, b: np.ndarray, largest: bool) -> np.ndarray:
     pick_a = pick_a | (equal & (~sign_a if largest else sign_a))
     result = np.where(pick_a, a, b)
     nan = np.isnan(a) | np.isnan(b)
-    if np.any(nan):
+    if nan.any():
         first = np.where(np.isnan(a), a, b)
         result = np.where(nan, _quiet(np.ascontiguousarray(first)), result)
     return result

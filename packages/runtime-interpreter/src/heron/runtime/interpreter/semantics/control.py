@@ -277,7 +277,7 @@ def _plain_for(frame: Frame, block: Block, trips: range, values: list, iv_dtype,
 def _divergent_for(frame: Frame, op: Op, bounds, values, iv_dtype) -> None:
     lanes = frame.lanes.size
     lower, upper, step = (np.broadcast_to(b, (lanes,)).astype(iv_dtype) for b in bounds)
-    if np.any(step[frame.active()] <= 0):
+    if (step[frame.active()] <= 0).any():
         raise frame.unsupported(op, "a step that is not positive")
     iv = lower.copy()
     active = frame.active()

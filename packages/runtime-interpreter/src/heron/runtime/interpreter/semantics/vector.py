@@ -68,7 +68,7 @@ def _check_positions(frame: Frame, op: Op, positions: list, shape) -> list:
             checked.append(p)
             continue
         bad = (p < 0) | (p >= size)
-        if np.any(bad):
+        if bad.any():
             frame.fail(
                 "out-of-bounds",
                 op,
