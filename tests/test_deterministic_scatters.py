@@ -58,6 +58,12 @@ def bf16_rows(table, ids, grads):
     return table.at[ids].add(grads)
 
 
+def apply_to_duplicates(x, ids):
+    """``.at[].apply(g)``: the combiner ignores the update (g(x)), so each duplicate applies
+    g once more; a scan of the updates would apply it once (serial fallback)."""
+    return x.at[ids].apply(lambda v: v * 2 + 1)
+
+
 def overlapping_windows(x, starts, values):
     """Windows of 3 along the indexed dimension: distinct starts overlap (serial fallback)."""
     dnums = jax.lax.ScatterDimensionNumbers(
@@ -103,6 +109,10 @@ CASES = {
             RNG.integers(0, 4, 9).astype(np.int32),
             jnp.asarray(RNG.standard_normal((9, 3)), jnp.bfloat16),
         ),
+    ),
+    "apply_to_duplicates": (
+        apply_to_duplicates,
+        (np.arange(6, dtype=np.float32), np.array([1, 3, 1, 1, 4, 3, 0, 1], np.int32)),
     ),
     "overlapping_windows": (
         overlapping_windows,
@@ -158,7 +168,7 @@ def test_the_expansion_computes_what_the_scatter_computes(name: str) -> None:
     module = heron_jax.lower(function, *arguments).module
     run_pipeline(module, pipeline_of([pass_named("scatter-determinism-expander")]))
     scatters = _scatters(module)
-    if name == "overlapping_windows":  # left for the emitter to apply serially
+    if name in ("overlapping_windows", "apply_to_duplicates"):  # the emitter: serially
         assert [serial_updates_requested(s) for s in scatters] == [True]
     else:
         assert scatters and all(s.attr("unique_indices") for s in scatters)

@@ -81,7 +81,11 @@ def expand_order_dependent_scatters(module: Module) -> bool:
                 continue
             # A fusion's body is the emitter's input (an already fused module): its
             # scatter can only be applied serially.
-            if id(computation) not in rewritable or not _expandable(scatter):
+            if (
+                id(computation) not in rewritable
+                or not _expandable(scatter)
+                or not _scannable(scatter.called("to_apply"))
+            ):
                 changed |= _ask_for_serial_updates(scatter)
                 continue
             inserter = Inserter(computation, names)
@@ -100,6 +104,33 @@ def _ask_for_serial_updates(scatter: Instruction) -> bool:
     entries[SERIAL_UPDATES] = QuotedString("true")
     scatter.attributes["frontend_attributes"] = KeyValueList(tuple(entries.items()))
     return True
+
+
+#: Combiners whose updates a scan may combine before the operand meets them: f is
+#: associative (a float sum or product up to reassociation), so f(f(x, a), b) equals
+#: f(x, f(a, b)).
+_ASSOCIATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
+
+
+def _scannable(combiner: Computation) -> bool:
+    """Whether the scan of step 3 computes what the scatter does: the combiner is an
+    overwrite (the later update wins) or an associative op of its two parameters. Any
+    other (jax's ``.at[].apply(g)`` is ``g(x)``, which ignores the update and must run
+    once per update) is applied serially instead."""
+    root = combiner.root_instruction
+    parameters = sorted(
+        (i for i in combiner.instructions if i.opcode == "parameter"),
+        key=lambda i: i.parameter_number or 0,
+    )
+    if len(parameters) != 2:
+        return False
+    if root is parameters[1]:
+        return True
+    return (
+        root.opcode in _ASSOCIATIVE
+        and set(root.operands) == set(parameters)
+        and len(root.operands) == 2
+    )
 
 
 def _expandable(scatter: Instruction) -> bool:
