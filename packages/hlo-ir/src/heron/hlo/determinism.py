@@ -24,6 +24,7 @@ from heron.hlo.ir import Computation, Instruction
 __all__ = [
     "REGROUPED",
     "SERIAL_UPDATES",
+    "combiner_opcode",
     "frontend_attributes",
     "mark_regrouped",
     "regrouped",
@@ -49,17 +50,24 @@ _EXACT_INTEGER_OPS = frozenset({"add", "multiply", "and", "or", "xor", "maximum"
 _EXACT_FLOAT_OPS = frozenset({"maximum", "minimum", "and", "or"})
 
 
-def order_independent_combiner(combiner: Computation) -> bool:
-    """Whether ``combiner`` (two scalar parameters, one op over them) folds alike in any order."""
+def combiner_opcode(combiner: Computation) -> str | None:
+    """The opcode of ``combiner``'s one op when it is that op over its two parameters
+    (``add(x, u)``), else None."""
     root = combiner.root_instruction
     parameters = combiner.parameters
     if len(parameters) != 2 or len(combiner.instructions) != 3:
-        return False
+        return None
     if sorted(map(id, root.operands)) != sorted(map(id, parameters)):
-        return False
-    element = root.shape.element_type
+        return None
+    return root.opcode
+
+
+def order_independent_combiner(combiner: Computation) -> bool:
+    """Whether ``combiner`` (two scalar parameters, one op over them) folds alike in any order."""
+    opcode = combiner_opcode(combiner)
+    element = combiner.root_instruction.shape.element_type
     exact = _EXACT_FLOAT_OPS if element.is_floating or element.is_complex else _EXACT_INTEGER_OPS
-    return root.opcode in exact
+    return opcode in exact
 
 
 def order_dependence(inst: Instruction) -> str | None:

@@ -48,6 +48,7 @@ from heron.hlo.attributes import (
 from heron.hlo.builder import NameUniquer
 from heron.hlo.determinism import (
     SERIAL_UPDATES,
+    combiner_opcode,
     frontend_attributes,
     order_dependence,
     serial_updates_requested,
@@ -117,20 +118,10 @@ def _scannable(combiner: Computation) -> bool:
     overwrite (the later update wins) or an associative op of its two parameters. Any
     other (jax's ``.at[].apply(g)`` is ``g(x)``, which ignores the update and must run
     once per update) is applied serially instead."""
-    root = combiner.root_instruction
-    parameters = sorted(
-        (i for i in combiner.instructions if i.opcode == "parameter"),
-        key=lambda i: i.parameter_number or 0,
-    )
-    if len(parameters) != 2:
-        return False
-    if root is parameters[1]:
+    parameters = combiner.parameters
+    if len(parameters) == 2 and combiner.root_instruction is parameters[1]:
         return True
-    return (
-        root.opcode in _ASSOCIATIVE
-        and set(root.operands) == set(parameters)
-        and len(root.operands) == 2
-    )
+    return combiner_opcode(combiner) in _ASSOCIATIVE
 
 
 def _expandable(scatter: Instruction) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -137,7 +138,10 @@ def llvm_ir_to_ptx(
     # program's compile), and what a module interns in a context is freed with it.
     context = llvm.create_context()
     try:
-        return _optimised_ptx(llvm, context, machine, llvm_ir, kernel_names, opt_level, dump)
+        layout = _data_layout(arch, version, opt_level)
+        return _optimised_ptx(
+            llvm, context, machine, layout, llvm_ir, kernel_names, opt_level, dump
+        )
     finally:
         context.close()
 
@@ -146,6 +150,7 @@ def _optimised_ptx(
     llvm: Any,
     context: Any,
     machine: Any,
+    data_layout: str,
     llvm_ir: str,
     kernel_names: tuple[str, ...],
     opt_level: int,
@@ -162,22 +167,14 @@ def _optimised_ptx(
     """
     declared = declared_functions(llvm_ir)
     libdevice_calls = any(name.startswith("__nv_") for name in declared)
-    unresolved = sorted(
-        name
-        for name in declared
-        if not name.startswith(("llvm.", "__nv_")) and name not in _RUNTIME_FUNCTIONS
-    )
-    if unresolved:
-        raise UnsupportedError(
-            f"the kernels call functions with no definition: {', '.join(unresolved)}"
-        )
+    _refuse_undefined(name for name in declared if not name.startswith("__nv_"))
     try:
         module = llvm.parse_assembly(llvm_ir, context=context)
     except RuntimeError as exc:
         raise UnsupportedError(f"llvmlite could not parse the LLVM IR: {exc}") from exc
     try:
         module.triple = NVPTX_TRIPLE
-        module.data_layout = _data_layout(machine)
+        module.data_layout = data_layout
         if libdevice_calls:
             libdevice = llvm.parse_bitcode(_libdevice_bitcode(), context=context)
             libdevice.triple = module.triple
@@ -202,24 +199,27 @@ def _optimised_ptx(
 
 #: Functions a kernel may declare that the CUDA driver provides (``printf``'s).
 _RUNTIME_FUNCTIONS = frozenset({"vprintf"})
-#: Each target machine's data layout string, by the machine (made once per arch and
-#: options by ``target_machine``, so a handful at most).
-_DATA_LAYOUTS: dict[Any, str] = {}
 
 
-def _data_layout(machine: Any) -> str:
-    layout = _DATA_LAYOUTS.get(machine)
-    if layout is None:
-        layout = _DATA_LAYOUTS[machine] = str(machine.target_data)
-    return layout
+@functools.cache
+def _data_layout(arch: str, ptx_version: int, opt_level: int) -> str:
+    """The NVPTX target machine's data layout for these options (asked of LLVM once)."""
+    machine = target_machine(
+        _llvmlite(), NVPTX_TRIPLE, arch, features=f"+ptx{ptx_version}", opt=opt_level
+    )
+    return str(machine.target_data)
 
 
 def _check_libdevice_resolved(module: Any) -> None:
     """Refuse a call libdevice did not define (an ``__nv_`` name it lacks)."""
+    _refuse_undefined(f.name for f in module.functions if f.is_declaration)
+
+
+def _refuse_undefined(declared: Iterable[str]) -> None:
+    """Refuse the kernels' calls to functions neither LLVM (intrinsics) nor the driver
+    (:data:`_RUNTIME_FUNCTIONS`) provides, naming them."""
     unresolved = sorted(
-        f.name
-        for f in module.functions
-        if f.is_declaration and not f.name.startswith("llvm.") and f.name not in _RUNTIME_FUNCTIONS
+        name for name in declared if not name.startswith("llvm.") and name not in _RUNTIME_FUNCTIONS
     )
     if unresolved:
         raise UnsupportedError(
