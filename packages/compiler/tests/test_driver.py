@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import textwrap
 
+import attrs
 import pytest
 from heron_test_support.hlo_modules import GEMM_FUSION, SCALE
 
@@ -529,11 +530,19 @@ def _compile_in_batches(
         return [kernel.finished() for kernel in pending]
 
 
+def _group_sizes(batch_calls: list) -> list[int]:
+    """The sizes of the groups the batched stage ran, largest first: the groups run on
+    worker threads, so the order their calls were recorded in is a race (each kernel's
+    image, checked beside, tells which group it was in)."""
+    return sorted((len(call[1]) for call in batch_calls), reverse=True)
+
+
 def test_a_batched_last_stage_runs_once_for_a_group_of_kernels(stages_module):
     finished = _compile_in_batches(stages_module, "images", kernels=3, size=2)
     batch_calls = [call for call in _calls(stages_module) if call[0] == "images"]
     # Groups of two: the first when full, the last at flush; no kernel ran `image` alone.
-    assert [len(call[1]) for call in batch_calls] == [2, 1]
+    # (The groups run on two worker threads: which one calls first is theirs to race.)
+    assert _group_sizes(batch_calls) == [2, 1]
     assert not [call for call in _calls(stages_module) if call[0] == "image"]
     assert [k.image.data for k in finished] == [b"f for sm_90+f for sm_90"] * 2 + [b"f for sm_90"]
     for kernel in finished:
@@ -556,7 +565,7 @@ def test_the_stages_before_a_batched_one_run_on_the_workers_and_the_group_waits(
     threads = importlib.import_module(stages_module).THREADS
     assert len(threads) == 3 and threading.current_thread().name not in threads
     batch_calls = [call for call in _calls(stages_module) if call[0] == "images"]
-    assert [len(call[1]) for call in batch_calls] == [2, 1]
+    assert _group_sizes(batch_calls) == [2, 1]
     assert [k.image.data for k in finished] == [b"f for sm_90+f for sm_90"] * 2 + [b"f for sm_90"]
     for kernel in finished:
         assert [r.name for r in kernel.stages][-3:] == ["text", "binary", "image"]
@@ -589,7 +598,7 @@ def test_groups_follow_the_program_s_planned_length_then_take_one_kernel_each(st
         stages_module, "images", kernels=6, size=16, concurrent=("binary", "image"), planned=5
     )
     batch_calls = [call for call in _calls(stages_module) if call[0] == "images"]
-    assert [len(call[1]) for call in batch_calls] == [2, 2, 1, 1]
+    assert _group_sizes(batch_calls) == [2, 2, 1, 1]
     assert [k.image.data for k in finished] == [b"f for sm_90+f for sm_90"] * 4 + [
         b"f for sm_90"
     ] * 2
@@ -657,3 +666,64 @@ def test_only_a_concurrent_last_stage_may_be_batched(stages):
             device_factory=lambda target: None,
             stages=stages,
         )
+
+
+def _breaking_pass():
+    """A pass that leaves the kernel invalid: its first ``func.return`` erased."""
+    from heron.emitters.ir_utils import walk_ops
+    from heron.emitters.pipeline import Pass
+
+    def run(module, options):
+        returns = walk_ops(module.operation, "func.return")
+        returns[0].erase()
+
+    return Pass("breaker", run, "erases a terminator")
+
+
+def test_an_invalid_kernel_after_the_passes_names_the_pass_that_broke_it(monkeypatch):
+    """The driver verifies once, after heron's last pass; an invalid kernel makes it run
+    the passes again on a fresh emission, verifying each, so the error names the pass."""
+    import heron.emitters.pipeline as pipeline
+
+    real = pipeline.heron_passes
+    runs = []
+
+    def passes():
+        made = real()
+        counted = [
+            attrs.evolve(step, run=lambda m, o, step=step: (runs.append(step.name), step.run(m, o)))
+            for step in made
+        ]
+        return [counted[0], _breaking_pass(), *counted[1:]]
+
+    monkeypatch.setattr(pipeline, "heron_passes", passes)
+    with pytest.raises(UnsupportedError) as info:
+        compile_fusion(_fusion(), H100, "interpreter")
+    message = str(info.value)
+    assert "fusion 'f': pass 'breaker' produced invalid IR" in message
+    # The first run, verified at its end, went past the breaker until an upstream pass
+    # manager refused the module; the second, verifying each pass, stopped at the breaker.
+    first_pass = runs[0]
+    assert runs.count(first_pass) == 2 and runs[-1] == first_pass
+    assert len(runs) > 2
+
+
+def test_run_passes_verifies_each_pass_or_only_after_the_last():
+    from heron.emitters.pipeline import InvalidAfterPasses, PipelineOptions, run_passes
+    from heron.emitters.selection import emit_fusion
+
+    steps = [_breaking_pass(), *[p for p in pipeline_passes() if p.name == "inline"]]
+    with pytest.raises(InvalidAfterPasses, match="passes 'breaker' to 'inline' produced invalid"):
+        run_passes(emit_fusion(_fusion(), H100).module, steps, PipelineOptions(), verify="end")
+    with pytest.raises(UnsupportedError, match="pass 'breaker' produced invalid IR") as info:
+        run_passes(emit_fusion(_fusion(), H100).module, steps, PipelineOptions())
+    assert not isinstance(info.value, InvalidAfterPasses)
+    run_passes(emit_fusion(_fusion(), H100).module, steps, PipelineOptions(), verify="off")
+    with pytest.raises(ValueError, match="verify must be 'each', 'end' or 'off'"):
+        run_passes(emit_fusion(_fusion(), H100).module, steps, PipelineOptions(), verify=True)
+
+
+def pipeline_passes():
+    from heron.emitters.pipeline import heron_passes
+
+    return heron_passes()

@@ -330,7 +330,11 @@ def compile_fusion_for_backends(
         try:
             return _compile_on_workers(kernel, target, plans, records, workers, batches)
         except WorkersEnded:  # a worker ended: this kernel, and the compiles after, here
-            _run_heron_passes(kernel, target, plans[names[0]], None, records)
+
+            def again() -> Any:
+                return emit_fusion(fusion, target, shared=shared).module
+
+            _run_heron_passes(kernel, target, plans[names[0]], None, records, again)
     else:
         kernel, records = _emit_and_pass(fusion, target, plans[names[0]], None, emitters, shared)
     return {
@@ -393,7 +397,12 @@ def compile_emitted_text(
     plans = {name: _plan(target, name, None, None) for name in backends}
     kernel = KernelOnWorker(kernel_name, fusion_name, module)
     records: list[StageRecord] = []
-    _run_heron_passes(kernel, target, plans[backends[0]], None, records)
+
+    def again() -> Any:
+        with make_context():
+            return ir.Module.parse(text)
+
+    _run_heron_passes(kernel, target, plans[backends[0]], None, records, again)
     made = {}
     for name, plan in plans.items():
         stages = plan.backends.load_stages(name)
@@ -493,10 +502,13 @@ def _emit_and_pass(
     """The fusion emitted for ``target`` and taken through heron's passes (in place)."""
     from heron.emitters.selection import emit_fusion
 
+    def emit() -> EmittedKernel:
+        return emit_fusion(fusion, target, registry=emitters, shared=shared)
+
     start = time.perf_counter()
-    kernel = emit_fusion(fusion, target, registry=emitters, shared=shared)
+    kernel = emit()
     records = [StageRecord(EMIT, time.perf_counter() - start)]
-    _run_heron_passes(kernel, target, plan, dump, records)
+    _run_heron_passes(kernel, target, plan, dump, records, lambda: emit().module)
     return kernel, records
 
 
@@ -506,20 +518,38 @@ def _run_heron_passes(
     plan: _Plan,
     dump: Dump | None,
     records: list[StageRecord],
+    again: Callable[[], Any] | None = None,
 ) -> None:
-    """heron's passes on the kernel's module, in place, each recorded in ``records``."""
+    """heron's passes on the kernel's module, in place, each recorded in ``records``.
+
+    ``again`` makes the kernel's emitted module anew (emission is deterministic):
+    given it, the module is verified once, after the last pass (a tenth of the
+    passes' time is verification after each), and a failure runs the passes again on
+    a fresh module, verifying each, for the error to name the pass at fault (an
+    invalid module may also make a later pass fail: an upstream pass manager
+    verifies its input). Without it (or with ``dump``) each pass is verified."""
     from heron.emitters.pipeline import PipelineOptions, run_passes
 
     heron_stop = plan.stop_after if plan.stops_in_heron else None
+    options = PipelineOptions.for_target(target)
+    verified_at_the_end = again is not None and dump is None
     try:
-        run_passes(
-            kernel.module,
-            plan.passes,
-            PipelineOptions.for_target(target),
-            dump=dump,
-            stop_after=heron_stop,
-            on_pass=lambda name, seconds: records.append(StageRecord(name, seconds)),
-        )
+        try:
+            run_passes(
+                kernel.module,
+                plan.passes,
+                options,
+                dump=dump,
+                stop_after=heron_stop,
+                verify="end" if verified_at_the_end else "each",
+                on_pass=lambda name, seconds: records.append(StageRecord(name, seconds)),
+            )
+        except HloError:
+            if not verified_at_the_end:
+                raise
+            assert again is not None
+            run_passes(again(), plan.passes, options, stop_after=heron_stop, verify="each")
+            raise  # each pass verified, the same passes ran: the first word stands
     except HloError as exc:
         raise UnsupportedError(f"fusion '{kernel.fusion_name}': {exc.message}") from exc
 

@@ -7,8 +7,9 @@ domain). This package holds:
 - ``affine``: affine expressions over dimensions and symbols;
 - ``interval``, ``indexing_map``: ranges and the map itself (dimensions, range
   and runtime symbols, constraints), with its text form (``parser``);
-- ``range_analysis``, ``simplifier``, ``composition``: interval analysis, the
-  range-aware simplifier, composition of maps;
+- ``range_analysis``, ``simplifier``, ``mod_expansion``, ``composition``: interval
+  analysis, the range-aware simplifier (and its variant that also tries ``mod``s
+  written out), composition of maps;
 - ``hlo_indexing``, ``fusion_indexing``: output-to-input maps per HLO op and
   through whole fused computations;
 - ``thread_maps``: launch dimensions and the loop emitter's thread-to-output map;
@@ -31,10 +32,18 @@ def forget_memos() -> None:
     """Forget every memo of the package (ops' maps, simplified and composed maps, the
     domains' simplifiers, parsed maps, expressions' variables, interned expressions): what a
     benchmark calls between runs so that each starts cold, as a fresh process would."""
-    from heron.indexing import affine, composition, hlo_indexing, parser, simplifier
+    from heron.indexing import (
+        affine,
+        composition,
+        hlo_indexing,
+        mod_expansion,
+        parser,
+        simplifier,
+    )
 
     hlo_indexing.forget_maps()
     simplifier.simplify.cache_clear()
+    mod_expansion.simplify_with_mod_expansion.cache_clear()
     composition.compose.cache_clear()
     simplifier.forget_domains()
     parser.forget_parsed()

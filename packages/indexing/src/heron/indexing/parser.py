@@ -291,8 +291,10 @@ class _Parser:
         )
 
 
-#: Maps by the text :func:`format_indexing_map` gave them, bounded (cleared when full).
+#: Maps by the text :func:`format_indexing_map` gave them, and that text by the map,
+#: bounded (cleared when full).
 _FORMATTED: dict[str, IndexingMap] = {}
+_TEXTS: dict[IndexingMap, str] = {}
 _FORMATTED_KEPT = 1 << 14
 
 
@@ -300,11 +302,17 @@ def format_indexing_map(indexing_map: IndexingMap) -> str:
     """``indexing_map``'s text form, which :func:`parse_indexing_map` then answers with
     the map itself: an emitter writes each map it builds into an MLIR attribute as
     text, and every pass after it reads that text back (a map parses to an equal one,
-    so parsing it again only cost the time)."""
+    so parsing it again only cost the time). Memoised by the map: the passes write
+    the same access map at many places of a kernel."""
+    text = _TEXTS.get(indexing_map)
+    if text is not None:
+        return text
     text = indexing_map.format()
     if len(_FORMATTED) >= _FORMATTED_KEPT:
         _FORMATTED.clear()
+        _TEXTS.clear()
     _FORMATTED[text] = indexing_map
+    _TEXTS[indexing_map] = text
     return text
 
 
@@ -329,6 +337,7 @@ def forget_parsed() -> None:
     """Forget the parsed and formatted maps (``heron.indexing.forget_memos``)."""
     _parse_text.cache_clear()
     _FORMATTED.clear()
+    _TEXTS.clear()
 
 
 def parse_affine_expr(

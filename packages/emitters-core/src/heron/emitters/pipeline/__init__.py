@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from heron.emitters.pipeline.manager import (
     Dump,
+    InvalidAfterPasses,
     Pass,
     PassFailure,
     PipelineOptions,
@@ -71,6 +72,7 @@ def pass_names() -> list[str]:
 __all__ = [
     "Dump",
     "Pass",
+    "InvalidAfterPasses",
     "PassFailure",
     "PipelineOptions",
     "heron_passes",

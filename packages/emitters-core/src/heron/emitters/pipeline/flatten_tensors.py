@@ -23,7 +23,6 @@ keeps every op, attribute and region as it was; only accesses are rebuilt.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Sequence
@@ -36,14 +35,11 @@ from heron.emitters.dialect import apply_indexing_op
 from heron.emitters.ir_utils import walk_ops
 from heron.emitters.mlir_types import minor_to_major
 from heron.emitters.pipeline.manager import Pass, PipelineOptions
-from heron.emitters.pipeline.simplify_indexing import (
-    APPLY_INDEXING,
-    IndexExpressionBuilder,
-    simplify_with_mod_expansion,
-)
+from heron.emitters.pipeline.simplify_indexing import APPLY_INDEXING, IndexExpressionBuilder
 from heron.hlo.errors import UnsupportedError
 from heron.indexing import AffineExpr, Constant, Dim, IndexingMap, Interval, Variable, compose
 from heron.indexing.affine import add, mul
+from heron.indexing.mod_expansion import simplify_with_mod_expansion
 from heron.indexing.range_analysis import RangeEvaluator
 from heron.indexing.simplifier import from_linear_form, linear_form
 
@@ -172,12 +168,11 @@ def _offset_linearisation(first: IndexingMap, t: ir.RankedTensorType) -> Indexin
     return attrs.evolve(base, results=(add(position, Constant(offset)),))
 
 
-@functools.lru_cache(maxsize=4096)
 def _linear_sum(
     variables: tuple[Variable, ...], indices: tuple[AffineExpr, ...], steps: tuple[int, ...]
 ) -> IndexingMap:
     """``sum indices_i * steps_i`` over ``variables``, simplified (mods expanded where
-    cheaper). Memoised: maps and expressions are frozen values."""
+    cheaper; the simplification is memoised by the map)."""
     position = from_linear_form({}, 0)
     for index, step in zip(indices, steps, strict=True):
         position = add(position, mul(index, Constant(step)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import attrs
 from mlir import ir
@@ -76,6 +77,15 @@ class PassFailure(UnsupportedError):
     """A pass could not transform the module; the message names the pass."""
 
 
+class InvalidAfterPasses(PassFailure):
+    """The module verified once after several passes (``run_passes(verify="end")``) is
+    invalid; which pass broke it takes running them again, verifying each."""
+
+
+#: When :func:`run_passes` verifies the module: after each pass, after the last, never.
+Verification = Literal["each", "end", "off"]
+
+
 def run_passes(
     module: ir.Module,
     passes: Sequence[Pass],
@@ -83,28 +93,35 @@ def run_passes(
     *,
     dump: Dump | None = None,
     stop_after: str | None = None,
-    verify: bool = True,
+    verify: Verification = "each",
     on_pass: OnPass | None = None,
 ) -> ir.Module:
     """Run ``passes`` in order on ``module`` (in place), reporting each stage to ``dump``.
 
     ``stop_after`` names the last pass to run (an unknown name is an error,
-    listing the known ones). With ``verify`` the module is verified after each
-    pass, so a broken pass is named by the error instead of surfacing later.
-    ``on_pass(name, seconds)`` hears how long each pass took (the compile
-    driver's per-stage timings), verification included, dumping not.
+    listing the known ones). ``verify``: ``"each"`` verifies the module after each
+    pass, so a broken pass is named by the error instead of surfacing later;
+    ``"end"`` once, after the last pass run (:class:`InvalidAfterPasses` if it fails:
+    the compile driver, which verifies so to save a tenth of the passes' time, then
+    runs them again on the kernel emitted again, verifying each, to name the pass);
+    ``"off"`` never. ``on_pass(name, seconds)`` hears how long each pass took (the
+    compile driver's per-stage timings), verification included, dumping not.
     """
     names = [p.name for p in passes]
     if stop_after is not None and stop_after not in names and stop_after != "emitted":
         raise UnsupportedError(
             f"unknown pass {stop_after!r}; the passes are: emitted, {', '.join(names)}"
         )
+    if verify not in ("each", "end", "off"):
+        raise ValueError(f"run_passes: verify must be 'each', 'end' or 'off', not {verify!r}")
     if dump is not None:
         dump("emitted", str(module))
     if stop_after == "emitted":
         return module
+    ran: list[str] = []
     with module.context, ir.Location.unknown():
         for step in passes:
+            ran.append(step.name)
             start = time.perf_counter()
             try:
                 step.run(module, options)
@@ -114,7 +131,7 @@ def run_passes(
                 raise
             except Exception as exc:
                 raise PassFailure(f"pass {step.name!r} failed: {exc}") from exc
-            if verify:
+            if verify == "each":
                 try:
                     module.operation.verify()
                 except Exception as exc:
@@ -127,6 +144,14 @@ def run_passes(
                 dump(step.name, str(module))
             if step.name == stop_after:
                 break
+        if verify == "end" and ran:
+            try:
+                module.operation.verify()
+            except Exception as exc:
+                raise InvalidAfterPasses(
+                    f"heron's passes {ran[0]!r} to {ran[-1]!r} produced invalid IR"
+                    f" (verified after the last only): {exc}\n{module}"
+                ) from exc
     return module
 
 
