@@ -223,3 +223,43 @@ def test_the_deterministic_kernels_use_no_atomics() -> None:
         )
     assert "atom.global" in ptx[False]
     assert ptx[True] and "atom." not in ptx[True]
+
+
+def test_the_scan_of_a_float_sum_is_marked_regrouped_and_an_overwrite_s_is_not() -> None:
+    """A float scatter-add's (or -multiply's) colliding updates are combined by the scan's
+    tree, not in order: its combining maps say so (what the check's reassociation bounds
+    read); an overwrite keeps the last update exactly, and is unmarked."""
+    from heron.hlo.determinism import regrouped
+
+    ids = np.array([0, 1, 0, 0], np.int32)
+
+    def marks(function, *arguments):
+        module = heron_jax.lower(function, *arguments).module
+        run_pipeline(module, pipeline_of([pass_named("scatter-determinism-expander")]))
+        maps = [i for i in module.instructions() if i.opcode == "map"]
+        assert maps
+        return {regrouped(m) for m in maps}
+
+    def product(x, ids, values):
+        return x.at[ids].multiply(values)
+
+    floats, values = np.zeros(2, np.float32), np.ones(4, np.float32)
+    assert marks(embedding_gradient, floats, ids, values) == {True}
+    assert marks(product, floats, ids, values) == {True}
+    assert marks(overwrite_duplicates, floats, ids, values) == {False}
+
+
+def test_heron_run_check_accepts_a_deterministic_float_scatter_add(tmp_path, capsys) -> None:
+    """``heron run --check --deterministic`` on the embedding gradient of the program
+    corpus: the scan sums colliding rows in its own order (1 ulp from the evaluator's
+    sequential sum on this input), which the check allows as it allows a reduction's."""
+    from pathlib import Path
+
+    from heron.cli.main import main
+
+    program = Path(__file__).resolve().parent.parent / "programs/embedding_scatter_add_grad"
+    argv = ["run", str(program / "module.hlo"), "--backend", "interpreter"]
+    code = main([*argv, "--check", "--deterministic", "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "allowed: reassociation bounds" in out and "agree:" in out

@@ -12,9 +12,12 @@ computed in that order, whichever emitter or library computes them:
 - a float cumulative sum or product the scan rewriter regroups into blocks
   (:func:`heron.compiler.scan_rewriter.scan_of`);
 - an op a rewrite made to compute another in its own order
-  (:func:`heron.hlo.determinism.regrouped`): the scan rewriter's blocks, and the
+  (:func:`heron.hlo.determinism.regrouped`): the scan rewriter's blocks, the
   sum a dot with a vector side becomes (:mod:`heron.compiler.dot_strength_reduction`),
-  which the reference computes as the dot (or the convolution the dot came from).
+  which the reference computes as the dot (or the convolution the dot came from),
+  and the scan a deterministic float scatter-add or -multiply combines its colliding
+  updates in (:mod:`heron.hlo.passes.scatter_determinism_expander`), which the
+  reference applies in order.
 
 :func:`sums_in_its_own_order` says it of one instruction;
 :func:`heron.compiler.driver.CompiledKernel.sums_in_its_own_order` of a

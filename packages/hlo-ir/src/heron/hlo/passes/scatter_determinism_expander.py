@@ -50,6 +50,7 @@ from heron.hlo.determinism import (
     SERIAL_UPDATES,
     combiner_opcode,
     frontend_attributes,
+    mark_regrouped,
     order_dependence,
     serial_updates_requested,
 )
@@ -159,6 +160,13 @@ class _Expansion:
         self.index_map = tuple(scatter.attr("scatter_dims_to_operand_dims", ()))
         largest = max((self.operand.array_shape.dims[d] for d in self.index_map), default=0)
         self.index_type = ElementType.S32 if largest < 2**31 else ElementType.S64
+        # A float sum or product of the updates that meet, combined by the scan's tree
+        # instead of in order (an overwrite keeps the last update, exactly).
+        combiner = scatter.called("to_apply")
+        element = combiner.root_instruction.shape.element_type
+        self._reassociates = combiner_opcode(combiner) in ("add", "multiply") and (
+            element.is_floating or element.is_complex
+        )
 
     def add(
         self,
@@ -429,6 +437,8 @@ class _Expansion:
             },
             suffix="combined",
         )
+        if self._reassociates:
+            mark_regrouped(combined)  # a check compares the sums within reassociation bounds
         mask = self.add(
             "broadcast",
             ArrayShape(ElementType.PRED, shape.dims),
