@@ -660,3 +660,114 @@ def test_the_check_reads_expand_math_s_accuracy_table_the_docstring_states():
     assert set(ACCURACY) <= set(rows)  # powf too, now that f64 powf has a plain bound
     assert ULP_BOUNDS["exponential"] == ACCURACY["exp"] and ULP_BOUNDS["logistic"] == (6, 3)
     assert ULP_BOUNDS["power"] == ACCURACY["powf"] == (4, 2)
+
+
+#: jnp.argmax(x, axis=1) as jax writes it: the reducer keeps its first operand when that
+#: is a NaN (``x > y or x != x``), so over two NaNs the combination order decides.
+ARGMAX_ROWS = """\
+HloModule argmax_rows, entry_computation_layout={(f32[4,1000]{1,0})->s32[4]{0}}
+
+argmax_reducer {
+  a = f32[] parameter(0)
+  i = s32[] parameter(1)
+  b = f32[] parameter(2)
+  j = s32[] parameter(3)
+  gt = pred[] compare(a, b), direction=GT
+  a_nan = pred[] compare(a, a), direction=NE
+  pick_a = pred[] or(gt, a_nan)
+  value = f32[] select(pick_a, a, b)
+  eq = pred[] compare(a, b), direction=EQ
+  lower = pred[] compare(i, j), direction=LT
+  tie = pred[] and(eq, lower)
+  pick_i = pred[] or(pick_a, tie)
+  index = s32[] select(pick_i, i, j)
+  ROOT pair = (f32[], s32[]) tuple(value, index)
+}
+
+ENTRY main {
+  x = f32[4,1000]{1,0} parameter(0)
+  iota = s32[4,1000]{1,0} iota(), iota_dimension=1
+  lowest = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  r = (f32[4], s32[4]) reduce(x, iota, lowest, zero), dimensions={1}, to_apply=argmax_reducer
+  ROOT argmax = s32[4]{0} get-tuple-element(r), index=1
+}
+"""
+
+
+def _argmax_rows_input() -> np.ndarray:
+    """Rows with NaNs every third element from 2 (the first NaN is index 2), one NaN,
+    none, and every element a NaN."""
+    x = np.random.default_rng(7).standard_normal((4, 1000)).astype(np.float32)
+    x[0, 2::3] = np.nan
+    x[1, 500] = np.nan
+    x[3, :] = np.nan
+    return x
+
+
+def test_an_argmax_over_several_nans_may_name_any_of_them(tmp_path, capsys):
+    """The kernel combines each thread's strided elements and then the threads', so
+    its index of a row with several NaNs is another NaN's than the evaluator's first
+    (as XLA:GPU's): ``run --check`` accepts it, and says so."""
+    module, inputs = tmp_path / "argmax.hlo", tmp_path / "x.npz"
+    module.write_text(ARGMAX_ROWS)
+    np.savez(inputs, arg0=_argmax_rows_input())
+    argv = ["run", str(module), "--backend", "interpreter", "--inputs", str(inputs)]
+    assert main([*argv, "--check", "--output", str(tmp_path / "out.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "allowed: any NaN's index where a row has several" in out
+    kernel = np.load(tmp_path / "out.npz")["out0"]
+    assert kernel[0] != 2 and kernel[0] % 3 == 2  # another NaN of row 0 than the first
+    assert kernel[1] == 500 and kernel[2] == np.nanargmax(_argmax_rows_input()[2])
+
+
+#: The same argmax with a reducer that orders two NaNs by their index (the lower wins):
+#: commutative, so every combination order gives the first NaN's index.
+ARGMAX_ROWS_NANS_ORDERED = ARGMAX_ROWS.replace(
+    "  pick_a = pred[] or(gt, a_nan)\n",
+    "  b_nan = pred[] compare(b, b), direction=NE\n"
+    "  a_first = pred[] compare(i, j), direction=LT\n"
+    "  both_nan = pred[] and(a_nan, b_nan)\n"
+    "  a_nan_wins = pred[] select(both_nan, a_first, a_nan)\n"
+    "  pick_a = pred[] or(gt, a_nan_wins)\n",
+)
+
+
+def _argmax_tolerance(text: str = ARGMAX_ROWS):
+    module = parse_module(text)
+    root = module.entry.root_instruction
+    return output_tolerance(
+        root,
+        root.shape.element_type,
+        reduction=(root, module.entry, [_argmax_rows_input()]),
+        tf32=False,
+    )
+
+
+def test_a_nan_tie_accepts_another_nan_s_index_and_nothing_else():
+    tolerance = _argmax_tolerance()
+    assert tolerance.ties is not None
+    reference = np.array([2, 500, 7, 0], np.int32)
+    reference[2] = np.nanargmax(_argmax_rows_input()[2])
+    assert tolerance.mismatches(reference, reference).count == 0
+    another_nan = reference.copy()
+    another_nan[0], another_nan[3] = 998, 999
+    assert tolerance.mismatches(another_nan, reference).count == 0
+    a_number = reference.copy()
+    a_number[0] = 3  # row 0's element 3 is a number
+    assert list(tolerance.mismatches(a_number, reference).indices) == [0]
+    one_nan = reference.copy()
+    one_nan[1] = 501  # row 1 has one NaN: its index is the only answer
+    assert list(tolerance.mismatches(one_nan, reference).indices) == [1]
+    outside = reference.copy()
+    outside[3] = 1000  # no such index in the row
+    assert list(tolerance.mismatches(outside, reference).indices) == [3]
+
+
+def test_a_reducer_that_orders_its_nans_keeps_the_exact_comparison():
+    """Two NaNs are ordered by index in this reducer (commutative): every order gives
+    the first NaN's index, and another is a miscompile."""
+    assert ARGMAX_ROWS_NANS_ORDERED != ARGMAX_ROWS
+    tolerance = _argmax_tolerance(ARGMAX_ROWS_NANS_ORDERED)
+    assert tolerance.ties is None
+    assert tolerance.describe() == "bitwise"

@@ -81,6 +81,8 @@ import numpy as np
 
 from heron.compiler.summation_order import ORDER_FREE_OPCODES, sums_in_its_own_order
 from heron.emitters.math_accuracy import ACCURACY, DIVISION_ULPS, FAST_MATH
+from heron.harness.nan_ties import NanTies, nan_ties
+from heron.harness.reference_values import value_of
 from heron.hlo import ElementType
 from heron.hlo.custom_calls.library import stood_for
 from heron.hlo.dot_precision import check_tolerance
@@ -436,22 +438,6 @@ def unit_roundoff(element: ElementType) -> float:
     return float(ml_dtypes.finfo(element.numpy_dtype).eps) / 2
 
 
-def value_of(computation, instruction: Instruction, arguments):
-    """The reference value of one ``instruction`` of ``computation`` given its arguments:
-    a parameter's argument, else the computation evaluated up to that instruction."""
-    from heron.hlo.evaluator import evaluate_computation
-    from heron.hlo.ir import Computation
-
-    if instruction.opcode == "parameter":
-        return arguments[instruction.parameter_number]
-    view = Computation(
-        f"{computation.name}.value_of_{instruction.name}",
-        list(computation.instructions),
-        instruction,
-    )
-    return evaluate_computation(view, list(arguments))
-
-
 def summation_bound(source: Instruction, computation, args) -> np.ndarray | None:
     """Per element of ``source``'s output: how far two summation orders may differ.
 
@@ -524,12 +510,20 @@ class OutputTolerance:
     ulps: int = 0
     bounds: ErrorBounds = ErrorBounds()
     reordered: bool = False
+    #: An arg-reduction's index output over rows with several NaNs: either NaN's index
+    #: is accepted (:mod:`heron.harness.nan_ties`).
+    ties: NanTies | None = attrs.field(default=None, eq=False)
 
     def mismatches(self, kernel: np.ndarray, reference: np.ndarray) -> Mismatches:
-        return mismatches(kernel, reference, self.ulps, self.bounds)
+        found = mismatches(kernel, reference, self.ulps, self.bounds)
+        if self.ties is None or not found.count:
+            return found
+        tied = self.ties.accepts(kernel, reference)[found.indices]
+        return Mismatches(found.indices[~tied], found.distances[~tied])
 
     def describe(self) -> str:
-        """A few words: ``bitwise``, ``2 ulps``, ``reassociation bounds``, RUN-line bounds."""
+        """A few words: ``bitwise``, ``2 ulps``, ``reassociation bounds``, RUN-line bounds,
+        ``any NaN's index``."""
         parts = [f"{self.ulps} ulp{'s' * (self.ulps != 1)}"] if self.ulps else []
         if self.reordered:
             parts.append("reassociation bounds")
@@ -538,6 +532,8 @@ class OutputTolerance:
                 parts.append(f"abs {self.bounds.absolute:g}")
             if self.bounds.relative is not None:
                 parts.append(f"rel {self.bounds.relative:g}")
+        if self.ties is not None:
+            parts.append("any NaN's index where a row has several")
         return ", ".join(parts) or "bitwise"
 
 
@@ -549,6 +545,7 @@ def output_tolerance(
     reordering: bool = False,
     reduction: tuple[Instruction, object, object] | None = None,
     tf32: bool,
+    leaf: int = 0,
 ) -> OutputTolerance:
     """The tolerance of an output of type ``element`` produced by ``source``: the one decision.
 
@@ -562,12 +559,35 @@ def output_tolerance(
     :func:`reassociation_bounds` apply). ``tf32``: the checked Target's
     :attr:`heron.target.target.Target.tf32`, whether its f32 dots multiply in TF32
     (:func:`narrowed_product_tolerance`); required, since only the Target knows.
+    ``leaf``: which of ``source``'s results the output is, when it has several (a
+    variadic reduce a multi-output fusion returns whole).
 
     An output that an instruction
     :func:`heron.compiler.summation_order.sums_in_its_own_order` names reaches (a
     dot, a convolution, a library call, a regrouped scan) gets the reassociation
-    bounds whatever kernel computed it, and a reduce where ``reordering``.
+    bounds whatever kernel computed it, and a reduce where ``reordering``. The index
+    output of an arg-reduction over rows with several NaNs accepts any of their
+    indices (:func:`heron.harness.nan_ties.nan_ties`, from ``reduction``'s values).
     """
+    tolerance = _output_tolerance(
+        source, element, given, reordering=reordering, reduction=reduction, tf32=tf32
+    )
+    if reduction is not None and reduction[2] is not None:
+        ties = nan_ties(*reduction, leaf=leaf)
+        if ties is not None:
+            tolerance = attrs.evolve(tolerance, ties=ties)
+    return tolerance
+
+
+def _output_tolerance(
+    source: Instruction,
+    element: ElementType,
+    given: ErrorBounds | None,
+    *,
+    reordering: bool,
+    reduction: tuple[Instruction, object, object] | None,
+    tf32: bool,
+) -> OutputTolerance:
     given = given or ErrorBounds()
     ulps = ulp_bound(source, element)
     reached = instructions_reaching(source)
