@@ -1367,3 +1367,30 @@ def test_a_control_edge_to_a_fused_instruction_names_its_fusion() -> None:
     later = next(inst for inst in entry.instructions if inst.name == "later")
     assert later.attributes["control-predecessors"].names == (fusion.name,)
     verify_module(module)
+
+
+@pytest.mark.parametrize("name", ["gelu", "adam", "layernorm", "sgd_momentum"])
+def test_a_fusion_s_reads_composed_at_install_are_its_body_s(name: str, monkeypatch) -> None:
+    """Priority fusion knows each fusion it installs from its two sides' reads instead of
+    walking the body (:meth:`PairPrices.installed`): each composed answer is the walk's,
+    and most fusions get one (the rest, where the builder merged equal ops, are walked)."""
+    from heron.compiler.fusion import pair_price
+
+    seen = {"composed": 0, "walked": 0}
+    installed = pair_price.PairPrices.installed
+
+    def checked(self, fusion, producer, user, once):
+        installed(self, fusion, producer, user, once)
+        composed = self._own.get(fusion, {}).get((once, None))
+        if composed is None:
+            seen["walked"] += 1
+            return
+        seen["composed"] += 1
+        walked = pair_price.body_reads(fusion.called("calls"), once, self.patterns, None)
+        assert composed == walked, fusion.name
+
+    monkeypatch.setattr(pair_price.PairPrices, "installed", checked)
+    module = _load(name)
+    run_pipeline(module, simplification_pipeline())
+    run_pipeline(module, fusion_pipeline(H100))
+    assert seen["composed"] >= 1 and seen["composed"] >= seen["walked"]

@@ -244,6 +244,14 @@ class FusionContext:
             (costs.get(user) or self.cost(user)).seconds for user in users
         )
 
+    def installed(
+        self, fusion: Instruction, producer: Instruction, user: Instruction, verdict: Verdict
+    ) -> None:
+        """``producer`` was fused into ``user`` as ``fusion`` (installed, the two not yet
+        forgotten): its own reads are composed from theirs
+        (:meth:`~heron.compiler.fusion.pair_price.PairPrices.installed`)."""
+        self._composed.installed(fusion, producer, user, verdict.reduces_once)
+
     def forget(self, inst: Instruction) -> None:
         """Drop what is known about ``inst``, which left the computation: its own price
         and the pairs it is a side of (the pairs of its operands with it included)."""

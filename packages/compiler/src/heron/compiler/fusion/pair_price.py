@@ -121,6 +121,22 @@ class PairPrices:
     def _compose(
         self, producer: Instruction, user: Instruction, once: bool, tiled: bool, threads: int
     ) -> KernelCost | None:
+        composed = self._composed_reads(producer, user, once)
+        if composed is None:
+            return None
+        demand, flops, consumer, _ = composed
+        # A small constant is read for nothing (the cost model's rule).
+        reads = [
+            (value.shape, *read) for value, read in demand.items() if not is_small_constant(value)
+        ]
+        return kernel_cost(reads, consumer.write, flops, self.target, tiled=tiled, threads=threads)
+
+    def _composed_reads(
+        self, producer: Instruction, user: Instruction, once: bool
+    ) -> tuple[dict[Instruction, tuple[int, bool]], float, BodyReads, BodyReads] | None:
+        """The fused body's demand per outer value (the producer's operands, then the
+        user's others), its lane operations, and the user's and (seeded) producer's
+        reads; None where not composed (see :meth:`pair`)."""
         user_values = parameter_values(user)
         at = [k for k, v in enumerate(user_values) if v is producer]
         if len(at) != 1 or isinstance(producer.shape, TupleShape):
@@ -134,28 +150,56 @@ class PairPrices:
             return None
         if seed != own_root_seed(producer):
             own = self._reads(producer, once, seed)
-        # The fused body's parameters: the producer's operands, then the user's others.
-        # A small constant is read for nothing (the cost model's rule).
         demand: dict[Instruction, tuple[int, bool]] = {}
         for k, value in enumerate(parameter_values(producer)):
-            if not is_small_constant(value):
-                demand[value] = _both(demand.get(value), own.reads[k])
+            demand[value] = _both(demand.get(value), own.reads[k])
         for k, value in enumerate(user_values):
-            if k != at[0] and not is_small_constant(value):
+            if k != at[0]:
                 demand[value] = _both(demand.get(value), consumer.reads[k])
-        reads = [(value.shape, *read) for value, read in demand.items()]
-        return kernel_cost(
-            reads,
-            consumer.write,
-            own.flops + consumer.flops,
-            self.target,
-            tiled=tiled,
-            threads=threads,
-        )
+        return demand, own.flops + consumer.flops, consumer, own
+
+    def installed(
+        self, fusion: Instruction, producer: Instruction, user: Instruction, once: bool
+    ) -> None:
+        """Know ``fusion``'s own reads (``reduces_once`` = ``once``) from ``producer``'s and
+        ``user``'s, as :meth:`pair` composed them, instead of walking its body when it is
+        next priced: priority fusion grows a fusion one producer at a time, and walking
+        the whole body each time made the pass quadratic in it (a quarter of its time on
+        the model corpus). Only where the body is the two bodies side by side: no op of
+        one merged with an equal op of the other (:func:`build_fusion` interns them) or
+        dropped, so the composed demand, lane operations and largest value are the
+        walk's; otherwise the body is walked when asked."""
+        composed = self._composed_reads(producer, user, once)
+        if composed is None:
+            return
+        demand, flops, consumer, own = composed
+        body = fusion.called("calls")
+        members = self.bodies.of(producer), self.bodies.of(user)
+        if _ops(body) != _ops(members[0]) + _ops(members[1]):
+            return
+        if len(demand) != len(fusion.operands) or any(v not in demand for v in fusion.operands):
+            return  # parameters other than the two sides' operands: not side by side
+        reads = [demand[value] for value in fusion.operands]
+        self._own[fusion] = {
+            (once, None): BodyReads(
+                tuple(reads),
+                frozenset(range(len(reads))),
+                flops,
+                consumer.write,
+                False,
+                own.has_reduce or consumer.has_reduce,
+                max(own.largest, consumer.largest),
+            )
+        }
 
     def forget(self, inst: Instruction) -> None:
         """Drop ``inst``'s own reads (it left the computation)."""
         self._own.pop(inst, None)
+
+
+def _ops(body) -> int:
+    """The instructions of a body that are not its parameters."""
+    return sum(1 for inst in body.instructions if inst.opcode != "parameter")
 
 
 def own_root_seed(inst: Instruction) -> tuple[int, bool]:
