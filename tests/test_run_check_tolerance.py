@@ -771,3 +771,19 @@ def test_a_reducer_that_orders_its_nans_keeps_the_exact_comparison():
     tolerance = _argmax_tolerance(ARGMAX_ROWS_NANS_ORDERED)
     assert tolerance.ties is None
     assert tolerance.describe() == "bitwise"
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_the_norm_wise_bound_at_the_type_s_largest_value_is_finite(dtype):
+    """An approximation's error is measured against the output's largest finite
+    magnitude; where that is the type's largest value, its ulp is the gap below it
+    (the spacing above overflows, and an infinite scale accepted any difference, an
+    infinity where the reference is finite among them)."""
+    largest = np.finfo(dtype).max
+    reference = np.array([largest, 1.0, 2.0], dtype)
+    kernel = np.array([largest, 1.0, np.inf], dtype)  # an overflow where there is none
+    found = OutputTolerance(ulps=2).mismatches(kernel, reference)
+    assert list(found.indices) == [2]
+    gap = float(largest) - float(np.nextafter(largest, dtype(0)))
+    near = np.array([largest, 1.0 + gap, 2.0], dtype)  # within 2 ulps of the largest
+    assert OutputTolerance(ulps=2).mismatches(near, reference).count == 0

@@ -641,7 +641,11 @@ def _within_normwise(a: np.ndarray, b: np.ndarray, ulps: int) -> np.ndarray:
     finite = np.abs(wide[np.isfinite(wide)])
     if finite.size == 0:
         return np.zeros(b.shape, np.bool_)
-    scale = float(np.spacing(b.dtype.type(finite.max())))
+    top = b.dtype.type(finite.max())
+    with np.errstate(over="ignore"):
+        scale = float(np.spacing(top))
+    if not math.isfinite(scale):  # the type's largest finite value: the gap below it
+        scale = float(top) - float(np.nextafter(top, b.dtype.type(0)))
     with np.errstate(all="ignore"):
         return np.abs(a.astype(np.float64) - wide) <= ulps * scale
 
