@@ -88,6 +88,7 @@ def output_tolerances(module, reorders: dict[str, bool], arguments, given, *, tf
     from heron.harness.tolerance import (
         ErrorBounds,
         OutputTolerance,
+        leaf_of,
         output_sources,
         output_tolerance,
         ulp_bound,
@@ -105,7 +106,7 @@ def output_tolerances(module, reorders: dict[str, bool], arguments, given, *, tf
     cache: dict[object, object] = {}  # the values of the fusions' operands
     for k, (source, shape) in enumerate(zip(sources, shapes, strict=False)):
         element = shape.element_type
-        leaf = sum(1 for s in sources[:k] if s is source)  # a tuple-shaped root's leaves
+        leaf = leaf_of(sources, k)
         produced = _producer(source, leaf)
         upstream = _fusions_reaching(source)
         reordering = any(reorders.get(f.name, False) for f in upstream)
@@ -118,7 +119,7 @@ def output_tolerances(module, reorders: dict[str, bool], arguments, given, *, tf
         computation = fusion.called("calls")
         roots = output_roots(computation)
         inner = roots[j]
-        inner_leaf = sum(1 for r in roots[:j] if r is inner)  # of a tuple-shaped root
+        inner_leaf = leaf_of(roots, j)
         try:
             values = [_cached(cache, entry, operand, arguments) for operand in fusion.operands]
         except HloError:  # e.g. over the memory budget: no per-element summation bound

@@ -46,6 +46,7 @@ from heron.harness.tolerance import (
     ErrorBounds,
     OutputTolerance,
     describe_value,
+    leaf_of,
     output_tolerance,
 )
 from heron.hlo import memory_budget, parse_module, print_module
@@ -670,7 +671,7 @@ def _check_run(
             # Edge inputs are not compared for a reordered sum: no bound to evaluate.
             reduction=None if set_name == "edge inputs" else (source, computation, args),
             tf32=kernel.target.tf32,  # the Target the kernel was compiled for
-            leaf=sum(1 for s in state.sources[:k] if s is source),  # of a tuple-shaped root
+            leaf=leaf_of(state.sources, k),
         )
         if tolerance.reordered and set_name == "edge inputs":
             # A float reduction: the order of the sum is the kernel's.

@@ -102,6 +102,7 @@ __all__ = [
     "approximations_reaching",
     "opcodes_reaching",
     "ordered",
+    "leaf_of",
     "output_sources",
     "output_tolerance",
     "reassociation_bounds",
@@ -159,6 +160,12 @@ NAN_DISTANCE = 1 << 62
 
 
 # -- what each output depends on --------------------------------------------------------
+
+
+def leaf_of(sources: list[Instruction], k: int) -> int:
+    """Which of ``sources[k]``'s results output ``k`` is: a tuple-shaped source (a
+    variadic reduce kept whole) stands for several outputs in a row, one per leaf."""
+    return sum(1 for source in sources[:k] if source is sources[k])
 
 
 def output_sources(root: Instruction) -> list[Instruction]:
