@@ -150,6 +150,28 @@ def _rmsnorm():
     return rmsnorm
 
 
+#: The group count of the group-norm workload (flax's and Stable Diffusion's 32).
+GROUPS = 32
+
+
+def _groupnorm():
+    import jax.numpy as jnp
+    from jax import lax
+
+    def groupnorm(x, gamma, beta):
+        # flax.linen.GroupNorm's statistics: the mean and the mean of squares over
+        # (H, W, C/G) of NHWC, one pass over the input for both.
+        n, h, w, c = x.shape
+        grouped = x.reshape(n, h, w, GROUPS, c // GROUPS)
+        mean = jnp.mean(grouped, axis=(1, 2, 4), keepdims=True)
+        mean2 = jnp.mean(jnp.square(grouped), axis=(1, 2, 4), keepdims=True)
+        var = jnp.maximum(mean2 - jnp.square(mean), 0.0)
+        y = ((grouped - mean) * lax.rsqrt(var + 1e-6)).reshape(x.shape)
+        return y * gamma + beta
+
+    return groupnorm
+
+
 def _reduce(axis):
     def make():
         import jax.numpy as jnp
@@ -666,6 +688,14 @@ WORKLOADS: tuple[Workload, ...] = (
         (Arg((16, 128), BF16), Arg((128,), kind="positive")),
         _in_out,
         torch=_t_rmsnorm,
+    ),
+    Workload(
+        "groupnorm",
+        "group norm (32 groups, flax's statistics) over NHWC f32 [64, 64, 64, 512]",
+        _groupnorm,
+        (Arg((64, 64, 64, 512)), Arg((512,), kind="positive"), Arg((512,))),
+        (Arg((2, 4, 4, 64)), Arg((64,), kind="positive"), Arg((64,))),
+        _in_out,
     ),
     Workload(
         "reduce_row",

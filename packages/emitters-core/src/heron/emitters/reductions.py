@@ -28,6 +28,7 @@ __all__ = [
     "REDUCTION_KINDS",
     "ReductionDescription",
     "ReductionDimensions",
+    "is_contiguous_reduction",
     "is_real_reduction_hero",
     "reduction_dimensions",
     "reduction_is_race_free",
@@ -107,12 +108,12 @@ def _partition(shape: ArrayShape, middle: list[int]) -> tuple[int, int, int]:
     return major, mid, minor
 
 
-def _kept_and_reduced(reduce: Instruction) -> tuple[ArrayShape, list[int], list[int]]:
-    """The reduce's operand and its kept and reduced dimensions, size-1 ones left out."""
-    shape = reduce.operands[0].array_shape
-    reduced = set(reduce.attr("dimensions", ()))
+def _kept_and_reduced(shape: ArrayShape, dimensions: Iterable[int]) -> tuple[list[int], list[int]]:
+    """The kept and reduced dimensions of ``shape`` reduced over ``dimensions``, size-1
+    ones left out."""
+    reduced = set(dimensions)
     kept = [d for d in range(shape.rank) if d not in reduced and shape.dims[d] != 1]
-    return shape, kept, sorted(d for d in reduced if shape.dims[d] != 1)
+    return kept, sorted(d for d in reduced if shape.dims[d] != 1)
 
 
 def reduction_dimensions(reduce: Instruction) -> ReductionDimensions:
@@ -121,7 +122,11 @@ def reduction_dimensions(reduce: Instruction) -> ReductionDimensions:
         raise UnsupportedError(
             f"reduction_dimensions: '{reduce.name}' is a {reduce.opcode}, not a reduce"
         )
-    shape, kept, reduced = _kept_and_reduced(reduce)
+    return _collapsed(reduce.operands[0].array_shape, reduce.attr("dimensions", ()))
+
+
+def _collapsed(shape: ArrayShape, dimensions: Iterable[int]) -> ReductionDimensions:
+    kept, reduced = _kept_and_reduced(shape, dimensions)
     if not kept:
         return ReductionDimensions(True, (1, 1, shape.num_elements))
     if not reduced:  # only size-1 dimensions reduced: every element is kept
@@ -177,12 +182,21 @@ def is_reduction_from_or_to_contiguous_dimensions(inst: Instruction, target: Tar
     """
     if inst.opcode != "reduce":
         return False
-    shape, kept, reduced = _kept_and_reduced(inst)
+    return is_contiguous_reduction(
+        inst.operands[0].array_shape, inst.attr("dimensions", ()), target
+    )
+
+
+def is_contiguous_reduction(shape: ArrayShape, dimensions: Iterable[int], target: Target) -> bool:
+    """:func:`is_reduction_from_or_to_contiguous_dimensions` of an operand of ``shape``
+    reduced over ``dimensions``: asked of a reduce before it is made (the reduction
+    splitter's first half)."""
     if shape.num_elements == 0:
         return False
+    kept, reduced = _kept_and_reduced(shape, dimensions)
     if not (_consecutive(shape, kept) or _consecutive(shape, reduced)):
         return False
-    return unnested_reduction_faster_than_elemental(reduction_dimensions(inst), target)
+    return unnested_reduction_faster_than_elemental(_collapsed(shape, dimensions), target)
 
 
 def is_real_reduction_hero(root: Instruction, hero: Instruction, target: Target) -> bool:

@@ -44,6 +44,7 @@ from heron.compiler.library_convolution_fusion import library_convolution_fusion
 from heron.compiler.library_fft import fft_rewriter
 from heron.compiler.library_gemm_fp8 import operand_layout
 from heron.compiler.library_triangular_solve import triangular_solve_rewriter
+from heron.compiler.reduction_splitter import reduction_splitter
 from heron.compiler.scan_rewriter import scan_rewriter
 from heron.compiler.tree_reduction import tree_reduction_rewriter
 from heron.hlo.ir import Module
@@ -73,6 +74,7 @@ GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
     "library-attention-pairing": library_attention_pairing,
     "library-convolution-fusion": library_convolution_fusion,
     "scan-rewriter": scan_rewriter,
+    "reduction-splitter": reduction_splitter,
     "tree-reduction-rewriter": tree_reduction_rewriter,
     "library-gemm-operand-layout": operand_layout,
     "library-gemm-fusion": gemm_fusion,
@@ -139,6 +141,7 @@ def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
                 ),
             ),
             scan_rewriter(target),
+            reduction_splitter(target),
             tree_reduction_rewriter(target),
             fusion_pipeline(target),
         ),
