@@ -136,6 +136,36 @@ def test_kernels_pair_by_fused_instruction_names():
     ]
 
 
+def test_the_closest_pairs_are_made_first_and_a_fusion_of_the_same_name_is_preferred():
+    def heron_kernel(fusion, names):
+        return HeronKernel(fusion, fused_names=frozenset(names))
+
+    def xla_kernel(fusion, names):
+        return XlaKernel(fusion, (1, 1, 1), (32, 1, 1), 0, fusion, fused_names=frozenset(names))
+
+    heron = [
+        # a split reduce's halves keep the reduce's name (heron's rewrite suffixes)
+        heron_kernel("input_reduce_fusion", {"r.split.1", "square.2"}),
+        # the normalisation with the rsqrt XLA keeps in a kernel of its own
+        heron_kernel("loop_add_fusion", {"add.4", "multiply.3", "rsqrt.1", "divide.2", "y.3"}),
+        # named by another rewrite than XLA's: no name in common, the same fusion name
+        heron_kernel("loop_broadcast_fusion", {"init.broadcast.1"}),
+    ]
+    xla = [
+        xla_kernel("loop_multiply_rsqrt_fusion", {"rsqrt.1.2", "divide.2", "y.3.1", "m.1"}),
+        xla_kernel("loop_add_fusion.1", {"add.4.1", "multiply.3"}),
+        xla_kernel("input_reduce_fusion", {"r.3", "square.2.5"}),
+        xla_kernel("loop_broadcast_fusion", {"broadcast.2"}),
+    ]
+    pairs = pair_kernels(heron, xla)
+    assert [(p.heron and p.heron.fusion, p.xla and p.xla.name) for p in pairs] == [
+        ("input_reduce_fusion", "input_reduce_fusion"),
+        ("loop_add_fusion", "loop_add_fusion.1"),
+        ("loop_broadcast_fusion", "loop_broadcast_fusion"),
+        (None, "loop_multiply_rsqrt_fusion"),
+    ]
+
+
 def test_find_xla(tmp_path):
     with pytest.raises(XlaNotInstalledError, match=r"pip install 'heron\[xla\]'"):
         find_xla({"HERON_XLA_PYTHON": str(tmp_path / "missing")})

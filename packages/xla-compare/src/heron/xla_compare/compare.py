@@ -58,26 +58,58 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
 
 
+#: A name's tail that says nothing of what it computes: XLA's ``.N`` copies and clones, and
+#: the suffixes heron's rewrites give what they make (``Inserter.add``), so that the two
+#: halves of a split reduce keep the reduce's name.
+_TAIL = re.compile(r"(\.(\d+|split|rest|pad|bitcast|part|results|clone))+$")
+
+
 def _normal(name: str) -> str:
-    return re.sub(r"(\.\d+)+$", "", name)
+    return _TAIL.sub("", name)
 
 
 def _overlap(heron: HeronKernel, xla: XlaKernel) -> int:
     return len({_normal(n) for n in heron.fused_names} & {_normal(n) for n in xla.fused_names})
 
 
+def _same_name(heron: HeronKernel, xla: XlaKernel) -> bool:
+    """Whether the two fusions have the same name (heron names a fusion as XLA does: its
+    kind and its root's opcode), ``.N``/``_N`` copies aside."""
+    if heron.fusion is None or xla.fusion is None:
+        return False
+    return _normal(heron.fusion.replace("_", ".")) == _normal(xla.fusion.replace("_", "."))
+
+
 def pair_kernels(heron: list[HeronKernel], xla: list[XlaKernel]) -> list[Pair]:
-    """Each heron fusion with the unpaired XLA kernel sharing most fused instruction names;
-    a lone heron fusion and a lone XLA fusion kernel pair regardless. XLA kernels
-    left over follow, unpaired."""
+    """Each heron fusion with the XLA kernel that computes the same instructions: of the
+    kernels sharing fused instruction names with it, one of the same name (the same kind
+    and root) first, then the one sharing most names; the closest pairs are made first,
+    so that a kernel listed early does not take the partner of a closer match. Then a
+    fusion sharing no name with any kernel left pairs with one of its name (a rewrite
+    named what it made its own way: heron's select-and-scatter expansion, XLA's), and a
+    lone heron fusion with a lone XLA fusion kernel regardless. Heron's fusions in
+    their order, then the XLA kernels left over, unpaired."""
     left = [k for k in xla if k.fusion is not None] or list(xla)
-    pairs = []
-    for kernel in heron:
-        scored = sorted(((_overlap(kernel, x), i) for i, x in enumerate(left)), reverse=True)
-        if scored and (scored[0][0] > 0 or (len(heron) == 1 and len(left) == 1)):
-            pairs.append(Pair(kernel, left.pop(scored[0][1])))
-        else:
-            pairs.append(Pair(kernel, None))
+    scores = []
+    for h, kernel in enumerate(heron):
+        for i, x in enumerate(left):
+            shared = _overlap(kernel, x)
+            if shared:
+                scores.append((not _same_name(kernel, x), -shared, h, i))
+    partner: dict[int, XlaKernel] = {}
+    taken: set[int] = set()
+    for _, _, h, i in sorted(scores):
+        if h not in partner and i not in taken:
+            partner[h] = left[i]
+            taken.add(i)
+    for h, kernel in enumerate(heron):
+        for i, x in enumerate(left):
+            if h not in partner and i not in taken and _same_name(kernel, x):
+                partner[h] = x
+                taken.add(i)
+    if not partner and len(heron) == 1 and len(left) == 1:
+        partner[0] = left[0]
+    pairs = [Pair(kernel, partner.get(h)) for h, kernel in enumerate(heron)]
     paired = {id(p.xla) for p in pairs if p.xla is not None}
     pairs += [Pair(None, k) for k in xla if id(k) not in paired]
     return pairs
