@@ -7,9 +7,10 @@ GPU bundle's workloads are one set of GPU-size programs; this is a second, of th
 reductions, normalisations, pools, scans and index ops that flax, equinox and haiku
 layers and their losses lower to, each at a size a training step meets. Each is
 lowered by jax from shapes alone and compiled by both compilers without a GPU
-(``heron xla --json``: XLA:GPU's deviceless compile through the ``heron[xla]`` extra,
-``HERON_XLA_PYTHON``), and its kernels' launches (blocks x threads) are printed side
-by side, with the largest kernel's thread count of each and a verdict:
+(``heron xla``'s machinery: XLA:GPU's deviceless compile through the ``heron[xla]``
+extra or ``HERON_XLA_PYTHON``; without it the script says so and compares nothing),
+and its kernels' launches (blocks x threads) are printed side by side, with the
+largest kernel's thread count of each and a verdict:
 
 - ``same``: each of heron's launches is one of XLA's (heron may make fewer kernels:
   XLA's small loop kernels between reductions are often fused in heron's);
@@ -24,13 +25,8 @@ Nothing is timed; the launch shape is what predicted the GPU gaps issue 29 measu
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 
 
 def _workloads() -> dict[str, tuple[Callable, list]]:
@@ -125,23 +121,19 @@ def verdict(heron: list[str], xla: list[str]) -> str:
     return "differs"
 
 
-def compare(name: str, function: Callable, shapes: list, target: str, folder: Path) -> dict:
+def compare(name: str, function: Callable, shapes: list, target: str, installation) -> dict:
+    """Both compilers' launches for ``function`` at ``shapes`` (heron stops after emission:
+    the launches are decided by then)."""
+    from heron.hlo.parser import parse_module
     from heron.jax.lowering import lower
+    from heron.xla_compare.compare import compare_module
 
-    path = folder / f"{name}.hlo"
-    path.write_text(lower(function, *shapes).hlo_text)
-    done = subprocess.run(
-        ["heron", "xla", str(path), "--json", "--quiet", "--target", target],
-        capture_output=True,
-        text=True,
-        env=os.environ,
-        timeout=1800,
-    )
-    if done.returncode != 0:
-        return {"name": name, "error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
-    pairs = json.loads(done.stdout)["pairs"]
-    heron = [p["heron"]["launch"] for p in pairs if p.get("heron")]
-    xla = [p["xla"]["launch"] for p in pairs if p.get("xla")]
+    module = parse_module(lower(function, *shapes).hlo_text)
+    comparison = compare_module(module, name, target, installation=installation, heron_full=False)
+    if comparison.xla_error:
+        return {"name": name, "error": f"XLA: {comparison.xla_error}"}
+    heron = [f"{p.heron.blocks}x{p.heron.threads}" for p in comparison.pairs if p.heron]
+    xla = [f"{p.xla.blocks}x{p.xla.threads}" for p in comparison.pairs if p.xla]
     return {"name": name, "heron": heron, "xla": xla, "verdict": verdict(heron, xla)}
 
 
@@ -154,24 +146,30 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.names if n not in workloads]
     if unknown:
         parser.error(f"unknown workloads {unknown}; known: {', '.join(workloads)}")
+    from heron.xla_compare.install import XlaNotInstalledError, find_xla
+
+    try:
+        installation = find_xla()
+    except XlaNotInstalledError as exc:
+        print(f"launches_vs_xla: nothing compared: {exc}")
+        return 0
     print(f"target {args.target}; launches as blocks x threads, heron's then XLA:GPU's")
     print("| workload | heron | XLA:GPU | largest kernel's threads, heron / XLA | verdict |")
     print("|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as scratch:
-        for name in args.names or list(workloads):
-            function, shapes = workloads[name]
-            row = compare(name, function, shapes, args.target, Path(scratch))
-            if "error" in row:
-                print(f"| {name} | error: {row['error']} | | | |", flush=True)
-                continue
-            ratio = max(map(_threads, row["heron"]), default=0) / max(
-                max(map(_threads, row["xla"]), default=0), 1
-            )
-            print(
-                f"| {name} | {len(row['heron'])}: {', '.join(row['heron'])}"
-                f" | {len(row['xla'])}: {', '.join(row['xla'])} | {ratio:.2f} | {row['verdict']} |",
-                flush=True,
-            )
+    for name in args.names or list(workloads):
+        function, shapes = workloads[name]
+        row = compare(name, function, shapes, args.target, installation)
+        if "error" in row:
+            print(f"| {name} | {row['error']} | | | |", flush=True)
+            continue
+        ratio = max(map(_threads, row["heron"]), default=0) / max(
+            max(map(_threads, row["xla"]), default=0), 1
+        )
+        print(
+            f"| {name} | {len(row['heron'])}: {', '.join(row['heron'])}"
+            f" | {len(row['xla'])}: {', '.join(row['xla'])} | {ratio:.2f} | {row['verdict']} |",
+            flush=True,
+        )
     return 0
 
 
