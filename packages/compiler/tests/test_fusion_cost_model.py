@@ -207,3 +207,56 @@ ENTRY e {
     d, o = module.entry.root_instruction.operands
     assert contraction_length(d) == 15 and dot_multiply_adds(d) == 4 * 8 * 6 * 15
     assert contraction_length(o) == 1 and dot_multiply_adds(o) == o.array_shape.num_elements
+
+
+#: A scan's block totals: every sixteenth element of a [256, 16, 4096] array, a slice,
+#: scanned by a window of 16 (the scan rewriter's next level).
+SLICE_SCANNED = """
+HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[256,16,4096]{2,1,0} parameter(0)
+  t = f32[256,1,4096]{2,1,0} slice(x), slice={[0:256], [15:16], [0:4096]}
+  z = f32[] constant(0)
+  ROOT s = f32[256,1,4096] reduce-window(t, z), window={size=16x1x1 pad=15_0x0_0x0_0}, to_apply=add
+}
+"""
+
+TWO_SLICES_SCANNED = """
+HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[2,65536]{1,0} parameter(0)
+  z = f32[] constant(0)
+  first = f32[1,65536]{1,0} slice(x), slice={[0:1], [0:65536]}
+  second = f32[1,65536]{1,0} slice(x), slice={[1:2], [0:65536]}
+  a = f32[1,65536]{1,0} reduce-window(first, z), window={size=1x16 pad=0_0x15_0}, to_apply=add
+  b = f32[1,65536]{1,0} reduce-window(second, z), window={size=1x16 pad=0_0x15_0}, to_apply=add
+  ROOT s = f32[1,65536]{1,0} add(a, b)
+}
+"""
+
+
+def test_reads_through_a_slice_come_from_dram_up_to_the_slice_only():
+    cost = _kernel(SLICE_SCANNED)
+    sliced = 256 * 4096 * 4
+    # each total is read by up to 16 windows: its first read from DRAM, the others cached
+    assert cost.dram_bytes == sliced
+    assert cost.cached_bytes == 16 * sliced - sliced
+
+
+def test_two_slices_of_one_operand_need_both_parts_from_dram():
+    # each slice is read 16 times over (the larger demand: 16 x 65536 elements); the
+    # distinct elements are both slices' added, the whole operand: every byte from DRAM
+    # once (the larger of the two slices' alone would have priced half of them)
+    cost = _kernel(TWO_SLICES_SCANNED)
+    assert cost.dram_bytes == 2 * 65536 * 4
+    assert cost.cached_bytes == 16 * 65536 * 4 - 2 * 65536 * 4

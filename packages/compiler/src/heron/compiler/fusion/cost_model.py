@@ -10,10 +10,16 @@ overhead plus the larger of its memory time and its compute time.
   parameters: a reduction reads its input once per reduced element, a
   broadcast operand once per output element). Up to the operand's size those
   reads come from DRAM; the rest hit the cache and cost ``1 / CACHE_SPEEDUP``
-  of that. (Composing the maps through the whole fusion,
-  ``heron.indexing.fusion_input_maps``, would see reads at the same index
-  exactly, but costs a hundred times more on JAX's large elementwise bodies,
-  and priority fusion prices thousands of candidates.)
+  of that. Up to its size, or fewer: the distinct elements the kernel can
+  touch are followed from the roots too (each op needs at most its distinct
+  elements times its reads per element of each operand, users' needs added),
+  so that a value read through a slice by a window (a scan's block totals,
+  a sixteenth of their array, each read sixteen times) is priced as the slice's
+  bytes from DRAM and the re-reads from the cache, not as the whole array.
+  (Composing the maps through the whole fusion,
+  ``heron.indexing.fusion_input_maps``, would see reads at the same index exactly,
+  but costs a hundred times more on JAX's large elementwise bodies, and priority
+  fusion prices thousands of candidates.)
 - *Coalescing*: a read through a map whose minor-most result does not follow
   the minor-most loop variable, while another result does (a transpose read
   outside a transpose hero, which tiles through shared memory), pays
@@ -271,12 +277,13 @@ def _read_patterns(inst: Instruction) -> tuple[tuple[float, bool], ...] | None:
 
 def operand_reads(
     computation: Computation, reduces_once: bool = False
-) -> dict[int, tuple[int, bool]]:
-    """Per parameter (by id): elements read, and whether every read is coalesced
-    (:func:`_demand`)."""
-    demand, coalesced = _demand(computation, reduces_once)
+) -> dict[int, tuple[int, bool, int]]:
+    """Per parameter (by id): elements read, whether every read is coalesced, and the
+    distinct elements read (:func:`_demand`)."""
+    demand, coalesced, distinct = _demand(computation, reduces_once)
     return {
-        id(p): (demand.get(id(p), 0), coalesced.get(id(p), True)) for p in computation.parameters
+        id(p): (demand.get(id(p), 0), coalesced.get(id(p), True), distinct.get(id(p), 0))
+        for p in computation.parameters
     }
 
 
@@ -284,9 +291,10 @@ def _demand(
     computation: Computation,
     reduces_once: bool = False,
     patterns: ReadPatterns | None = None,
-    seed: tuple[int, bool] | None = None,
-) -> tuple[dict[int, int], dict[int, bool]]:
-    """Per instruction (by id): elements demanded, and whether every read is coalesced.
+    seed: tuple[int, bool, int] | None = None,
+) -> tuple[dict[int, int], dict[int, bool], dict[int, int]]:
+    """Per instruction (by id): elements demanded, whether every read is coalesced, and
+    how many distinct elements are read.
 
     Demand flows from the roots (each output element once) to the parameters
     through each op's output-to-input indexing maps: an operand is read, per
@@ -302,18 +310,27 @@ def _demand(
     producer's inside a consumer that reads it so (:func:`body_reads`), instead
     of each element once.
 
+    The distinct elements bound the DRAM bytes (:func:`kernel_cost`): a value's are at
+    most its size and at most the sum of what its users need of it, each user
+    needing its own distinct elements times its reads per element (a slice of a
+    sixteenth of an array needs a sixteenth of it, however often a window reads
+    the slice). Added, not the larger, so that two slices of one operand count
+    both; capped by the size, so that two elementwise users count it once.
+
     The order is any in which users come before their operands: a value's
     demand is the largest of its users', final once they are all seen.
     """
     demand: dict[int, int] = {}
     coalesced: dict[int, bool] = {}
+    distinct: dict[int, int] = {}
     if seed is not None:
         root = computation.root_instruction
-        demand[id(root)], coalesced[id(root)] = seed
+        demand[id(root)], coalesced[id(root)], distinct[id(root)] = seed
     else:
         for r in fusion_roots(computation):
             demand[id(r)] = demand.get(id(r), 0) + _elements(r.shape)
             coalesced[id(r)] = True
+            distinct[id(r)] = min(_elements(r.shape), distinct.get(id(r), 0) + _elements(r.shape))
     for inst in reversed(computation.post_order()):
         count = demand.get(id(inst), 0)
         if count == 0 or inst.opcode in ("parameter", "tuple") or not inst.operands:
@@ -321,6 +338,7 @@ def _demand(
         if reduces_once and inst.opcode == "reduce":
             count = min(count, _elements(inst.shape))
         ok = coalesced.get(id(inst), True)
+        needed = distinct.get(id(inst), 0)
         reads = patterns.of(inst) if patterns is not None else _read_patterns(inst)
         for k, operand in enumerate(inst.operands):
             if reads is None or k >= len(reads):
@@ -332,7 +350,10 @@ def _demand(
             # kernel computes it once): the demand is the larger one, not the sum.
             demand[id(operand)] = max(demand.get(id(operand), 0), int(count * per))
             coalesced[id(operand)] = coalesced.get(id(operand), True) and ok and straight
-    return demand, coalesced
+            distinct[id(operand)] = min(
+                _elements(operand.shape), distinct.get(id(operand), 0) + int(needed * per)
+            )
+    return demand, coalesced, distinct
 
 
 def dot_multiply_adds(dot: Instruction) -> int:
@@ -405,10 +426,10 @@ def estimate_computation(
     as it is. ``reduces_once``: see :func:`operand_reads`. ``patterns``: the
     pass run's memo of how ops read their operands (:class:`ReadPatterns`).
     """
-    demand, coalesced = _demand(computation, reduces_once, patterns)
+    demand, coalesced, distinct = _demand(computation, reduces_once, patterns)
     constants = {k for k, operand in enumerate(operands) if is_small_constant(operand)}
     reads = [
-        (p.shape, demand.get(id(p), 0), coalesced.get(id(p), True))
+        (p.shape, demand.get(id(p), 0), coalesced.get(id(p), True), distinct.get(id(p), 0))
         for p in computation.parameters
         if p.parameter_number not in constants
     ]
@@ -420,7 +441,7 @@ def estimate_computation(
 
 
 def kernel_cost(
-    reads: Iterable[tuple[Shape, int, bool]],
+    reads: Iterable[tuple[Shape, int, bool, int]],
     write: float,
     flops: float,
     target: Target,
@@ -429,19 +450,20 @@ def kernel_cost(
     threads: int,
 ) -> KernelCost:
     """The cost of one kernel that reads, per operand of ``reads`` (its shape, the
-    elements read, whether every read is coalesced), writes ``write`` bytes and
+    elements read, whether every read is coalesced, the distinct elements read: at
+    most that many come from DRAM), writes ``write`` bytes and
     computes ``flops`` lane operations on ``threads`` elements in parallel (see
     :func:`estimate_computation`). The byte counts are whole numbers, so their
     sums are exact in any order: a price composed from parts
     (:mod:`heron.compiler.fusion.pair_price`) is the price of the built body."""
     dram = cached = 0.0
-    for shape, elements, straight in reads:
+    for shape, elements, straight, touched in reads:
         if not isinstance(shape, ArrayShape):
             dram += _bytes(shape)
             continue
         size, width = _array_bytes(shape)
         read = elements * width
-        unique = min(size, read)
+        unique = min(size, read, touched * width)
         penalty = 1.0 if tiled or straight else UNCOALESCED_PENALTY
         dram += unique * penalty
         cached += max(0, read - unique)
@@ -460,15 +482,15 @@ def kernel_cost(
 @attrs.frozen
 class BodyReads:
     """A fused body's part of its kernel's price, apart from the emitter and the Target:
-    per parameter number, the elements read and whether every read is coalesced
-    (``reads``); the parameters something in the body reads (``used``); its lane
-    operations (``flops``), bytes written (``write``), whether it holds a dot
+    per parameter number, the elements read, whether every read is coalesced and the
+    distinct elements read (``reads``); the parameters something in the body reads
+    (``used``); its lane operations (``flops``), bytes written (``write``), whether it holds a dot
     (whose operands' producers count at their demand, :func:`lane_operations`)
     or a reduce (without one, ``reduces_once`` changes nothing), and the elements
     of its largest value (``largest``: no emitter works on more in parallel,
     :func:`parallel_threads`)."""
 
-    reads: tuple[tuple[int, bool], ...]
+    reads: tuple[tuple[int, bool, int], ...]
     used: frozenset[int]
     flops: float
     write: float
@@ -481,17 +503,21 @@ def body_reads(
     computation: Computation,
     reduces_once: bool = False,
     patterns: ReadPatterns | None = None,
-    seed: tuple[int, bool] | None = None,
+    seed: tuple[int, bool, int] | None = None,
 ) -> BodyReads:
     """``computation``'s :class:`BodyReads` (``seed``: see :func:`_demand`)."""
-    demand, coalesced = _demand(computation, reduces_once, patterns, seed)
+    demand, coalesced, distinct = _demand(computation, reduces_once, patterns, seed)
     params = computation.parameters
-    read = [(0, True)] * len(params)
+    read = [(0, True, 0)] * len(params)
     used = set()
     for param in params:
         number = param.parameter_number
         assert number is not None and 0 <= number < len(params), "parameters 0..n-1"
-        read[number] = (demand.get(id(param), 0), coalesced.get(id(param), True))
+        read[number] = (
+            demand.get(id(param), 0),
+            coalesced.get(id(param), True),
+            distinct.get(id(param), 0),
+        )
     for inst in computation.instructions:
         for operand in inst.operands:
             if operand.opcode == "parameter" and operand.parameter_number is not None:

@@ -16,7 +16,8 @@ one-member fusion) while it lives, and composes:
   user's parameter for it was (each element once when the user reads it
   elementwise: the producer's own reads, else walked once with that seed);
 - an operand both read is one parameter of the fused body: the larger demand,
-  coalesced only if both are;
+  coalesced only if both are, the distinct elements both need added (at most its
+  size);
 - without a dot, the lane operations add up (a dot's operand producers count
   at their demand, so a pair with a dot is priced from its built body).
 
@@ -40,7 +41,7 @@ from heron.compiler.fusion.cost_model import (
 )
 from heron.compiler.fusion.fusible import Verdict
 from heron.hlo.ir import Instruction
-from heron.hlo.shapes import TupleShape
+from heron.hlo.shapes import ArrayShape, TupleShape
 from heron.target import Target
 
 __all__ = ["PairPrices", "parameter_values"]
@@ -64,12 +65,12 @@ class PairPrices:
     bodies: OwnBodies
     #: Each instruction's own reads, by instruction then (reduces_once, root's seed),
     #: while it lives (a constant every reduce reads is read with one seed by all).
-    _own: dict[Instruction, dict[tuple[bool, tuple[int, bool] | None], BodyReads]] = attrs.field(
-        init=False, factory=dict
+    _own: dict[Instruction, dict[tuple[bool, tuple[int, bool, int] | None], BodyReads]] = (
+        attrs.field(init=False, factory=dict)
     )
 
     def _reads(
-        self, inst: Instruction, reduces_once: bool, seed: tuple[int, bool] | None = None
+        self, inst: Instruction, reduces_once: bool, seed: tuple[int, bool, int] | None = None
     ) -> BodyReads:
         known = self._own.get(inst)
         if known is None:
@@ -133,7 +134,7 @@ class PairPrices:
 
     def _composed_reads(
         self, producer: Instruction, user: Instruction, once: bool
-    ) -> tuple[dict[Instruction, tuple[int, bool]], float, BodyReads, BodyReads] | None:
+    ) -> tuple[dict[Instruction, tuple[int, bool, int]], float, BodyReads, BodyReads] | None:
         """The fused body's demand per outer value (the producer's operands, then the
         user's others), its lane operations, and the user's and (seeded) producer's
         reads; None where not composed (see :meth:`pair`)."""
@@ -150,12 +151,12 @@ class PairPrices:
             return None
         if seed != own_root_seed(producer):
             own = self._reads(producer, once, seed)
-        demand: dict[Instruction, tuple[int, bool]] = {}
+        demand: dict[Instruction, tuple[int, bool, int]] = {}
         for k, value in enumerate(parameter_values(producer)):
-            demand[value] = _both(demand.get(value), own.reads[k])
+            demand[value] = _both(value, demand.get(value), own.reads[k])
         for k, value in enumerate(user_values):
             if k != at[0]:
-                demand[value] = _both(demand.get(value), consumer.reads[k])
+                demand[value] = _both(value, demand.get(value), consumer.reads[k])
         return demand, own.flops + consumer.flops, consumer, own
 
     def installed(
@@ -202,15 +203,23 @@ def _ops(body) -> int:
     return sum(1 for inst in body.instructions if inst.opcode != "parameter")
 
 
-def own_root_seed(inst: Instruction) -> tuple[int, bool]:
+def own_root_seed(inst: Instruction) -> tuple[int, bool, int]:
     """The demand a body's own root gets: each of its elements once, coalesced."""
     shape = inst.shape
     assert not isinstance(shape, TupleShape)
-    return shape.num_elements, True
+    return shape.num_elements, True, shape.num_elements
 
 
-def _both(first: tuple[int, bool] | None, second: tuple[int, bool]) -> tuple[int, bool]:
-    """One parameter read by two parts: the larger demand, coalesced if both are."""
+def _both(
+    value: Instruction, first: tuple[int, bool, int] | None, second: tuple[int, bool, int]
+) -> tuple[int, bool, int]:
+    """``value``, one parameter read by two parts: the larger demand, coalesced if both
+    are, the distinct elements both need added up to its size (as the walk adds them)."""
     if first is None:
         return second
-    return max(first[0], second[0]), first[1] and second[1]
+    size = value.shape.num_elements if isinstance(value.shape, ArrayShape) else 0
+    return (
+        max(first[0], second[0]),
+        first[1] and second[1],
+        min(size, first[2] + second[2]),
+    )
