@@ -153,6 +153,22 @@ def test_fusion_limits_of_the_corpus_cases():
     )
     assert fusion_vectorization_limits(window) == (32, 32, False)
 
+    # windows of at most 8 elements are unrolled, as XLA:GPU 0.12 launches them (a 2x2
+    # average pool: a quarter of the threads); 9 (a 3x3 max pool) is not
+    for size, pad, vectorised in (
+        ("1x8", "0_0x7_0", True),
+        ("2x2", "1_0x1_0", True),
+        ("3x3", "2_0x2_0", False),
+        ("1x9", "0_0x8_0", False),
+    ):
+        pooled = _computation(
+            "HloModule m\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+            "  ROOT s = f32[] add(a, b)\n}\nENTRY e {\n  p = f32[64,64] parameter(0)\n"
+            "  z = f32[] constant(0)\n  ROOT r = f32[64,64] reduce-window(p, z),"
+            f" window={{size={size} pad={pad}}}, to_apply=add\n}}\n"
+        )
+        assert fusion_vectorization_limits(pooled)[2] is vectorised, size
+
 
 def test_bounds_check_is_on_whole_vectors_when_they_divide_the_output():
     """vectorize_x4: 240000 elements in 469 blocks of 512; the check must not use vector_index."""

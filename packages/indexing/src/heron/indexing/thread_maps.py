@@ -71,11 +71,15 @@ class LaunchDimensions:
 
 
 #: Ops after which XLA does not vectorise a loop fusion (their code is too
-#: large to replicate per vector element, or they read with no locality). A
-#: reduce-window's windows overlap: unrolled, a thread's loads of neighbouring
-#: windows are scalar and 16 bytes apart across a warp (jax's cumsum on an H200 ran
-#: at 0.71x XLA's so); XLA:GPU (0.12) keeps one element a thread there.
-VECTORIZATION_BLOCKERS = frozenset({"dot", "sort", "reduce-window"})
+#: large to replicate per vector element, or they read with no locality).
+VECTORIZATION_BLOCKERS = frozenset({"dot", "sort"})
+
+#: The largest window (in elements) a reduce-window of a vectorised loop fusion may
+#: have. A long window's loads, unrolled, are scalar and 16 bytes apart across a warp
+#: (jax's cumsum on an H200 ran at 0.71x XLA's so); XLA:GPU (0.12) keeps one element a
+#: thread from 9 elements on and unrolls shorter windows four times (its launches for
+#: windows of 2, 3, 5, 6, 7 and 8 elements and of 9, 16; ``heron xla``).
+MAX_VECTORIZED_WINDOW = 8
 
 #: A concatenate with more operands than this keeps one element per thread
 #: (XLA's empirical limit: more causes register spilling).
@@ -88,8 +92,9 @@ def fusion_vectorization_limits(computation: Computation) -> tuple[int, int, boo
     The widest type among the parameters and outputs bounds the vector size
     (128-bit accesses); the narrowest output decides how many sub-byte
     elements one thread must write; ops that XLA's ``MayPreventVectorization``
-    lists (dot, sort, reduce-window, a concatenate of more than ten operands, a
-    variadic reduce) turn vectorisation off.
+    lists (dot, sort, a reduce-window of more than :data:`MAX_VECTORIZED_WINDOW`
+    elements, a concatenate of more than ten operands, a variadic reduce) turn
+    vectorisation off.
     """
     widest = 0
     for parameter in computation.parameters:
@@ -103,6 +108,11 @@ def fusion_vectorization_limits(computation: Computation) -> tuple[int, int, boo
     for inst in computation.instructions:
         if inst.opcode in VECTORIZATION_BLOCKERS:
             may_vectorize = False
+        elif inst.opcode == "reduce-window":
+            window = inst.attributes.get("window")
+            sizes = [d.size for d in window.dims] if window is not None else []
+            if math.prod(sizes) > MAX_VECTORIZED_WINDOW:
+                may_vectorize = False
         elif inst.opcode == "concatenate":
             if len(inst.operands) > MAX_CONCAT_OPERANDS_FOR_VECTORIZATION:
                 may_vectorize = False
