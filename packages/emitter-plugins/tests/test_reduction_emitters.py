@@ -219,8 +219,18 @@ def test_the_edge_case_files_are_there():
         "reduce_tall_column_f32.hlo",
         "reduce_tall_small_column_s32.hlo",
         "reduce_argmax.hlo",
+        "reduce_argmax_column.hlo",
         "reduce_side_output.hlo",
     } <= set(EDGE_FILES)
+
+
+def test_a_variadic_column_reduction_reads_two_columns_a_thread():
+    """XLA:GPU 0.12 launches a column argmax of f32[4096, 32768] in 512 blocks: two
+    columns a thread (benchmarks/launches_vs_xla.py); a variadic row reduction reads one."""
+    emitter = reduction.ColumnReductionEmitter(analysed(_fusion(DATA / "reduce_argmax_column.hlo")))
+    assert emitter.vector_size == 2 and emitter.blocks == 3  # 130 columns, 64 a block
+    row = reduction.RowReductionEmitter(analysed(_fusion(DATA / "reduce_argmax.hlo")))
+    assert row.vector_size == 1
 
 
 EDGE_VARIANTS = {
@@ -230,6 +240,7 @@ EDGE_VARIANTS = {
     "reduce_tall_column_f32.hlo": "reduce_column",
     "reduce_tall_small_column_s32.hlo": "reduce_column_small",
     "reduce_argmax.hlo": "reduce_row",
+    "reduce_argmax_column.hlo": "reduce_column",
     "reduce_side_output.hlo": "reduce_row",
     "reduce_init_parameter_bare_bijection.hlo": "reduce_row",
 }

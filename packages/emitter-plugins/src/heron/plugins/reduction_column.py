@@ -50,7 +50,9 @@ class ColumnReductionEmitter(ReductionEmitterBase):
         if self.dims.is_row_reduction:
             raise self.shape_error("it is a row reduction, not a column one")
         major, reduced, minor = self.dims.dimensions
-        self.vector_size = vector_size_for(self.computation, self.all_heroes, minor, TILE)
+        self.vector_size = vector_size_for(
+            self.computation, self.all_heroes, minor, TILE, variadic=True
+        )
         self.threads = TILE * TILE
         if self.threads > self.target.threads_per_block_limit:
             raise self.shape_error(
