@@ -102,6 +102,32 @@ def _workloads() -> dict[str, tuple[Callable, list]]:
             lambda a, b: jnp.sqrt(jnp.sum(a * a) + jnp.sum(b * b)),
             [shape((4096, 4096), f32), shape((8192, 1024), f32)],
         ),
+        "layer_norm_bf16": (
+            lambda x: normalised(x.astype(f32), (-1,)).astype(bf16),
+            [shape((32768, 4096), bf16)],
+        ),
+        "top_k": (lambda x: jax.lax.top_k(x, 8), [shape((16384, 1024), f32)]),
+        "concatenate": (
+            lambda a, b: jnp.concatenate([a, b], axis=1),
+            [shape((8192, 2048), f32), shape((8192, 1024), f32)],
+        ),
+        "pad_edge": (
+            lambda x: jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="edge"),
+            [shape((64, 112, 112, 64), f32)],
+        ),
+        "dynamic_update_slice": (
+            lambda cache, row, i: jax.lax.dynamic_update_slice(cache, row, (0, i, 0)),
+            [shape((32, 4096, 1024), bf16), shape((32, 1, 1024), bf16), shape((), s32)],
+        ),
+        "gather_rows": (
+            lambda table, ids: table[ids],
+            [shape((65536, 1024), bf16), shape((131072,), s32)],
+        ),
+        "transpose_heads": (
+            lambda x: jnp.transpose(x, (0, 2, 1, 3)) * 2,
+            [shape((32, 2048, 16, 128), bf16)],
+        ),
+        "reverse": (lambda x: x[:, ::-1] + 1, [shape((8192, 8192), f32)]),
     }
 
 
