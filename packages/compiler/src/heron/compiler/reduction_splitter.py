@@ -35,6 +35,8 @@ XLA:GPU's own split of the same modules in the tests.
 
 from __future__ import annotations
 
+import math
+
 from heron.emitters.reductions import (
     is_contiguous_reduction,
     is_reduction_from_or_to_contiguous_dimensions,
@@ -66,16 +68,9 @@ def first_reduced_run(reduce: Instruction) -> tuple[int, ...] | None:
         previous_reduced = d in reduced
     if len(runs) < 2:
         return None
-    sizes = [_elements(shape, run) for run in runs]
+    sizes = [math.prod(shape.dims[d] for d in run) for run in runs]
     longest = sizes.index(max(sizes))
     return tuple(sorted(runs[longest]))
-
-
-def _elements(shape: ArrayShape, dims: list[int]) -> int:
-    count = 1
-    for d in dims:
-        count *= shape.dims[d]
-    return count
 
 
 def _without(shape: ArrayShape, dropped: tuple[int, ...], element_type) -> ArrayShape:
