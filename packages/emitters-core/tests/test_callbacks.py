@@ -268,7 +268,7 @@ def test_every_callback_registration_goes_through_the_guard():
     assert not offenders, "use heron.emitters.callbacks:\n" + "\n".join(offenders)
 
 
-def test_collect_ops_finds_every_op_or_those_of_one_name():
+def test_collect_ops_finds_every_op_or_those_of_one_name_or_of_a_set():
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(
             "func.func @f(%a: i32) -> i32 {\n"
@@ -285,6 +285,12 @@ def test_collect_ops_finds_every_op_or_those_of_one_name():
             "func.return",
         ]
         assert len(callbacks.collect_ops(module.operation, "arith.addi", label="test")) == 2
+        names = frozenset({"arith.addi", "func.return"})
+        assert [op.name for op in callbacks.collect_ops(module.operation, names, label="t")] == [
+            "arith.addi",
+            "arith.addi",
+            "func.return",
+        ]
 
 
 def test_collect_ops_reraises_what_its_visitor_raised_naming_the_walk():

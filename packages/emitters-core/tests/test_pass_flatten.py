@@ -62,7 +62,9 @@ def test_gelu_after_flatten(ctx):
     )
     assert len(accesses) == 2
     applies = walk_ops(module.operation, "heron_gpu.apply_indexing")
-    assert len(applies) == 2  # one per access; the 3-result map is gone
+    # One for both accesses: the extract and the insert are at the same indices of
+    # tensors of one shape, in one block (the 3-result map is gone).
+    assert len(applies) == 1
     expected = parse_indexing_map(
         "(th_x, bl_x, vector_index) -> (th_x * 4 + bl_x * 512 + vector_index), "
         "domain: th_x in [0, 127], bl_x in [0, 24575], vector_index in [0, 3]"
@@ -251,3 +253,33 @@ def test_unknown_op_on_a_tensor_is_rejected(ctx):
     )
     with pytest.raises(UnsupportedError, match=r"fusion 'fusion'.*tensor\.dim.*tensor<4x4xf32>"):
         _run(module)
+
+
+def test_positions_shared_in_a_block_for_one_shape_and_layout(ctx):
+    """Accesses of one block at the same indices into tensors of one shape and layout
+    share one position; another layout, another shape or another block gets its own."""
+    module = ir.Module.parse(
+        "func.func @fusion(%a: tensor<4x8xf32>, %b: tensor<4x8xi32>,"
+        " %c: tensor<4x8xf32, {minor_to_major = array<i64: 0, 1>}>, %d: tensor<8x4xf32>,"
+        " %i: index, %j: index, %p: i1) -> (f32, i32, f32, f32, f32) {\n"
+        "  %0 = tensor.extract %a[%i, %j] : tensor<4x8xf32>\n"
+        "  %1 = tensor.extract %b[%i, %j] : tensor<4x8xi32>\n"
+        "  %2 = tensor.extract %c[%i, %j] : tensor<4x8xf32, {minor_to_major = array<i64: 0, 1>}>\n"
+        "  %3 = tensor.extract %d[%j, %i] : tensor<8x4xf32>\n"
+        "  %4 = scf.if %p -> f32 {\n"
+        "    %5 = tensor.extract %a[%i, %j] : tensor<4x8xf32>\n"
+        "    scf.yield %5 : f32\n"
+        "  } else {\n"
+        "    %6 = arith.constant 0.0 : f32\n"
+        "    scf.yield %6 : f32\n"
+        "  }\n"
+        "  return %0, %1, %2, %3, %4 : f32, i32, f32, f32, f32\n}"
+    )
+    _run(module)
+    extracts = walk_ops(module.operation, "tensor.extract")
+    positions = [list(op.operands)[-1].owner for op in extracts]
+    assert all(p.name == "heron_gpu.apply_indexing" for p in positions)
+    row_major_a, row_major_b, column_major, other_shape, nested = positions
+    assert row_major_a == row_major_b  # same shape, layout, indices and block
+    assert len({row_major_a, column_major, other_shape, nested}) == 4
+    assert len(walk_ops(module.operation, "heron_gpu.apply_indexing")) == 4

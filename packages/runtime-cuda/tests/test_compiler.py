@@ -88,6 +88,23 @@ def test_every_stage_is_dumped_in_order():
     assert "__nv_tanhf" not in stages["llvm-ir-optimised"]  # inlined from libdevice
 
 
+def test_the_lowering_merges_its_steps_when_nothing_is_dumped():
+    """Undumped, runs of pipeline strings are one pass manager and runs of Python steps one
+    step verified once (:func:`_merged`); the LLVM IR is the dumped lowering's."""
+    from heron.emitters.pipeline.gpu_lowering import _merged
+    from heron.runtime.cuda.compiler_mlir import nvvm_steps
+
+    merged = [name for name, _ in _merged(nvvm_steps(64, True))]
+    assert merged == [
+        "expand-strided-metadata+lower-affine+arith-expand+convert-scf-to-cf",
+        "lower-bf16-mma+fast-math+vector-atomics",
+        "convert-gpu-to-nvvm+reconcile-unrealized-casts",
+    ]
+    for kernel in (TANH_VEC4, VECTOR_ADD):
+        dumped: dict[str, str] = {}
+        assert lower_to_llvm_ir(kernel, dump=dumped.__setitem__)[0] == lower_to_llvm_ir(kernel)[0]
+
+
 def test_cubin_is_an_elf_for_the_gpu():
     compiled = compile_to_ptx(VECTOR_ADD, "sm_90", ptx_version=ptx_isa_version("sm_90"))
     cubin = assemble_cubin(compiled.ptx, "sm_90")

@@ -187,9 +187,14 @@ def walk(
 
 
 def collect_ops(
-    root: ir.Operation | ir.OpView, name: str | None = None, *, label: str
+    root: ir.Operation | ir.OpView,
+    name: str | frozenset[str] | None = None,
+    *,
+    label: str,
 ) -> list[ir.Operation]:
-    """Every op nested in ``root`` (``root`` included), pre-order, optionally of one name.
+    """Every op nested in ``root`` (``root`` included), pre-order, optionally of one name
+    or of a set of names (a rewrite that looks for a few kinds of op among hundreds
+    tests each op's name here, without a frame of its own per op).
 
     A walk with its guard written into the visitor, one Python frame an op instead of
     two: the passes walk every kernel some forty times, and a walk's cost is its
@@ -207,6 +212,18 @@ def collect_ops(
             try:
                 append(op)
             except BaseException as exc:  # noqa: BLE001 - nothing may reach the C++ caller
+                failure.append((op, exc))
+                return interrupt
+            return advance
+
+    elif isinstance(name, frozenset):
+        names = name
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            try:
+                if op.name in names:
+                    append(op)
+            except BaseException as exc:  # noqa: BLE001
                 failure.append((op, exc))
                 return interrupt
             return advance

@@ -11,7 +11,10 @@ store. The pass
   one) composed with the ``apply_indexing`` ops that produced the old
   indices, and simplified, so the loop emitter's
   ``(bl_x floordiv 4096, (bl_x floordiv 8) mod 512, ...)`` becomes
-  ``th_x * 4 + bl_x * 512 + vector_index``;
+  ``th_x * 4 + bl_x * 512 + vector_index``; accesses of one block at the same
+  indices into tensors of one shape and layout share that one op (a loop
+  kernel reads each of its inputs at its thread's position: composed and
+  simplified once, not once per input);
 * then changes, in place, the type of every tensor value (block arguments,
   op results of scf/heron_gpu ops, function signatures) to
   ``tensor<N x T>`` without encoding (rank 0 becomes ``tensor<1 x T>``);
@@ -184,7 +187,12 @@ def _copy_attributes(op: ir.Operation) -> dict[str, ir.Attribute]:
     return {attributes[i].name: attributes[i].attr for i in range(len(attributes))}
 
 
-def _rewrite_access(op: ir.Operation) -> None:
+#: A linear position already computed in a block: by the block, the tensor's shape and
+#: strides, and the index values (:func:`_rewrite_access`).
+PositionKey = tuple[ir.Block, tuple[int, ...], tuple[int, ...], tuple[ir.Value, ...]]
+
+
+def _rewrite_access(op: ir.Operation, positions: dict[PositionKey, ir.Value]) -> None:
     position = ACCESS_OPS[op.name]
     operands = list(op.operands)
     tensor = operands[position]
@@ -199,7 +207,13 @@ def _rewrite_access(op: ir.Operation) -> None:
             # one-element placeholder (flat_type), so index 0 is still in bounds.
             index = arith.ConstantOp(ir.IndexType.get(), 0).result
         else:
-            index = linear_index(tensor_type, indices)
+            # An earlier access of this block at the same indices into a tensor of the
+            # same shape and layout has the position already (a loop kernel reads
+            # every input at its thread's indices): one apply_indexing for all.
+            key = (op.block, tuple(tensor_type.shape), tuple(strides(tensor_type)), tuple(indices))
+            index = positions.get(key)
+            if index is None:
+                index = positions[key] = linear_index(tensor_type, indices)
         new = ir.Operation.create(
             op.name,
             results=[r.type for r in op.results],
@@ -340,9 +354,10 @@ def run(module: ir.Module, options: PipelineOptions) -> None:
     ops = walk_ops(module.operation)
     for op in ops:
         _check_supported(op)
+    positions: dict[PositionKey, ir.Value] = {}
     for op in ops:  # every op is checked before any is rewritten
         if op.name in ACCESS_OPS:
-            _rewrite_access(op)
+            _rewrite_access(op, positions)
     for op in walk_ops(module.operation, "arith.constant"):
         if needs_flattening(op.results[0].type):
             _flatten_constant(op)
@@ -361,5 +376,6 @@ def run(module: ir.Module, options: PipelineOptions) -> None:
 PASS = Pass(
     name="flatten-tensors",
     run=run,
-    description="N-d tensors -> 1-D in layout order; each access one composed apply_indexing",
+    description="N-d tensors -> 1-D in layout order; each access position one composed"
+    " apply_indexing (shared in a block)",
 )

@@ -113,10 +113,19 @@ def lower_gpu_module(
                     work.operation.verify()
                 else:
                     upstream_pass_manager(pipeline, context).run(work.operation)
+                if dump is not None:  # dumped, each step's module is verified after it
+                    work.operation.verify()
             except Exception as exc:  # MLIR reports pass failures as MLIRError
                 raise UnsupportedError(f"MLIR lowering step {name!r} failed: {exc}") from exc
             if dump is not None:
                 dump(name, str(work))
+        if dump is None:
+            # The upstream pass managers do not verify after each pass (heron's Python
+            # steps are verified after each): once here, before the translation.
+            try:
+                work.operation.verify()
+            except Exception as exc:
+                raise UnsupportedError(f"MLIR lowering produced invalid IR: {exc}") from exc
         gpu_module = _single_gpu_module(work)
         llvm_module = ir.Module.create()
         kernels: list[str] = []
@@ -191,8 +200,9 @@ _SYMBOL = re.compile(r'@("[^"]+"|[-\w.$]+)')
 
 def _merged(steps: list[Step]) -> list[Step]:
     """``steps`` with each run of consecutive pipeline strings made one pipeline (one pass
-    manager instead of several), where no step's result is dumped. A failure then names
-    the run (``expand-strided-metadata+lower-affine``)."""
+    manager instead of several), and each run of consecutive Python steps one step (the
+    module verified once after the run, not after each), where no step's result is
+    dumped. A failure then names the run (``expand-strided-metadata+lower-affine``)."""
 
     def nested(pipeline: object) -> bool:
         return (
@@ -208,9 +218,21 @@ def _merged(steps: list[Step]) -> list[Step]:
             inner = previous.removeprefix("builtin.module(").removesuffix(")")  # type: ignore[union-attr]
             added = pipeline.removeprefix("builtin.module(").removesuffix(")")  # type: ignore[union-attr]
             merged[-1] = (f"{merged[-1][0]}+{name}", f"builtin.module({inner},{added})")
+        elif callable(pipeline) and callable(previous):
+            merged[-1] = (f"{merged[-1][0]}+{name}", _in_turn(previous, pipeline))
         else:
             merged.append((name, pipeline))
     return merged
+
+
+def _in_turn(first: Callable[[Any], None], then: Callable[[Any], None]) -> Callable[[Any], None]:
+    """One Python step running ``first`` then ``then`` on the module."""
+
+    def both(module: Any) -> None:
+        first(module)
+        then(module)
+
+    return both
 
 
 def _hand_min_blocks_to_backend(ir: Any, kernel: Any) -> None:

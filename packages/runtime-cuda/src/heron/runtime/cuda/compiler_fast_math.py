@@ -38,6 +38,8 @@ _EX2_FTZ = "llvm.nvvm.ex2.approx.ftz.f"
 _LOG2 = "llvm.log2"
 #: Not flushing: f32 cbrt seeds subnormal arguments with it.
 _LG2 = "llvm.nvvm.lg2.approx.f"
+#: The ops this step may rewrite: marked divisions and the intrinsic calls above.
+_REWRITTEN = frozenset({"arith.divf", "llvm.call_intrinsic"})
 
 
 def _is_approximate_exp2(op: Any, ir: Any, name: str = _EXP2) -> bool:
@@ -86,7 +88,7 @@ def lower_fast_math(module: Any) -> None:
     from heron.emitters.fast_math import is_approximate_division
     from heron.runtime.cuda.compiler_mma import walk_operations
 
-    for op in list(walk_operations(module.operation)):
+    for op in walk_operations(module.operation, _REWRITTEN):
         if is_approximate_division(op) and _is_one(op.operands[0], ir):
             _reciprocal(ir, op)
         elif is_approximate_division(op):

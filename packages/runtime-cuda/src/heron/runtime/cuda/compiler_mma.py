@@ -19,22 +19,15 @@ from typing import Any
 __all__ = ["lower_bf16_mma"]
 
 
-def walk_operations(operation: Any) -> list[Any]:
-    """Every operation nested in ``operation`` (pre-order), for the CUDA-side rewrites:
-    collected by MLIR's own walk (a Python generator over regions, blocks and
-    operations cost five times as much, for each of the three rewrites)."""
-    from mlir import ir
+def walk_operations(operation: Any, names: frozenset[str]) -> list[Any]:
+    """The operations named one of ``names`` nested in ``operation`` (pre-order), for the
+    CUDA-side rewrites: collected by MLIR's own walk, the names tested in its visitor
+    (each rewrite looks for a few kinds of op among a kernel's hundreds; a Python
+    generator over regions, blocks and operations cost five times as much)."""
+    from heron.emitters.callbacks import collect_ops
 
-    from heron.emitters.callbacks import walk
-
-    found: list[Any] = []
-
-    def visit(op: Any) -> Any:
-        found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    walk(operation, visit, ir.WalkOrder.PRE_ORDER, name="walk_operations")
-    return found[1:]  # the pre-order begins with ``operation`` itself
+    found = collect_ops(operation, names, label="walk_operations")
+    return found[1:] if found and found[0] == operation else found
 
 
 def _is_bf16_mma(op: Any, ir: Any) -> bool:
@@ -59,7 +52,11 @@ def lower_bf16_mma(module: Any) -> None:
     from mlir import ir
     from mlir.dialects import llvm, nvvm, vector
 
-    found = [op for op in walk_operations(module.operation) if _is_bf16_mma(op, ir)]
+    found = [
+        op
+        for op in walk_operations(module.operation, frozenset({"nvgpu.mma.sync"}))
+        if _is_bf16_mma(op, ir)
+    ]
     for op in found:
         m, n, k = (int(v) for v in ir.ArrayAttr(op.attributes["mmaShape"]))
         a, b, c = op.operands

@@ -118,12 +118,9 @@ def lower_vector_atomics(module: Any, *, index_bitwidth: int = 64) -> None:
     from heron.runtime.cuda.compiler_mma import walk_operations
 
     runs = []
-    for op in list(walk_operations(module.operation)):
-        if op.name == "memref.atomic_rmw":
-            run = _marked_run(op, ir)
-            if run is not None and str(ir.MemRefType(op.operands[1].type).element_type) in (
-                _ELEMENTS
-            ):
-                runs.append(run)
+    for op in walk_operations(module.operation, frozenset({"memref.atomic_rmw"})):
+        run = _marked_run(op, ir)
+        if run is not None and str(ir.MemRefType(op.operands[1].type).element_type) in (_ELEMENTS):
+            runs.append(run)
     for run in runs:
         _reduce(run, ir, arith, llvm, memref)
