@@ -727,3 +727,59 @@ def pipeline_passes():
     from heron.emitters.pipeline import heron_passes
 
     return heron_passes()
+
+
+#: A stable sort of 32-element rows, as heron's pipeline fuses jnp.sort (the comparator
+#: made stable by the positions, then NaN-aware).
+SORT_FUSION = """
+HloModule sort_rows
+
+comparator {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  nan = f32[] constant(nan)
+  zero = f32[] constant(0)
+  a_nan = pred[] compare(a, a), direction=NE
+  a_zero = pred[] compare(a, zero), direction=EQ
+  a_0 = f32[] select(a_zero, zero, a)
+  a_key = f32[] select(a_nan, nan, a_0)
+  b_nan = pred[] compare(b, b), direction=NE
+  b_zero = pred[] compare(b, zero), direction=EQ
+  b_0 = f32[] select(b_zero, zero, b)
+  b_key = f32[] select(b_nan, nan, b_0)
+  ROOT lt = pred[] compare(a_key, b_key), direction=LT, type=TOTALORDER
+  i = s32[] parameter(2)
+  j = s32[] parameter(3)
+}
+
+fused_sort {
+  positions = s32[8,32]{1,0} iota(), iota_dimension=1
+  x = f32[8,32]{1,0} parameter(0)
+  ROOT sorted = (f32[8,32]{1,0}, s32[8,32]{1,0}) sort(x, positions), dimensions={1},
+    is_stable=true, to_apply=comparator
+}
+
+ENTRY main {
+  x = f32[8,32]{1,0} parameter(0)
+  ROOT sort_fusion = (f32[8,32]{1,0}, s32[8,32]{1,0}) fusion(x), kind=kLoop, calls=fused_sort
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["h100", "mi250x"])
+def test_a_sort_networks_comparator_is_left_to_llvm_and_inlined_there(target):
+    """The comparator, called twice per exchange of the network, stays one function
+    through heron's passes (inline's growth limit) and reaches LLVM ``alwaysinline``: the
+    kernel's machine code calls nothing."""
+    (fusion,) = fusions_of(parse_module(SORT_FUSION))
+    stages: dict[str, str] = {}
+    compiled = compile_fusion(fusion, Target.preset(target), dump=stages.__setitem__)
+    kept = stages["lower-tensors"]
+    assert kept.count("func.call @comparator") == 30  # 15 stages of a 32-element network
+    assert 'passthrough = ["alwaysinline"]' in kept
+    assert "alwaysinline" in stages["llvm-ir"]
+    if target == "h100":
+        ptx = next(a.data.decode() for a in compiled.artefacts if a.extension == "ptx")
+        assert "call" not in ptx
+    else:
+        assert "@comparator" not in stages["llvm-ir-optimised"]  # inlined and dropped

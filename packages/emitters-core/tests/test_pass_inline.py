@@ -19,7 +19,7 @@ from heron.emitters.dialect import (
 )
 from heron.emitters.ir_utils import walk_ops
 from heron.emitters.pipeline import PipelineOptions
-from heron.emitters.pipeline.inline import PASS, SMALL_FUNCTION_OPS
+from heron.emitters.pipeline.inline import PASS, SCALAR_GROWTH, SMALL_FUNCTION_OPS
 
 
 def _private(name: str, inputs, results) -> func.FuncOp:
@@ -87,6 +87,8 @@ def _call_module(callee_ops: int, n_calls: int) -> ir.Module:
         (SMALL_FUNCTION_OPS, 3, True),  # small: inlined at every call
         (SMALL_FUNCTION_OPS + 5, 1, True),  # big but called once
         (SMALL_FUNCTION_OPS + 5, 2, False),  # big and shared: stays a function
+        (10, SCALAR_GROWTH // 10, True),  # small on scalars, copies within the growth
+        (10, SCALAR_GROWTH // 10 + 1, False),  # small on scalars, too many copies: LLVM's
     ],
 )
 def test_inlining_rule(ctx, callee_ops, n_calls, inlined):
@@ -98,6 +100,33 @@ def test_inlining_rule(ctx, callee_ops, n_calls, inlined):
         assert len(walk_ops(module.operation, "arith.addf")) == callee_ops * n_calls
     else:
         assert len(calls) == n_calls and _function_names(module) == ["main", "f"]
+        (f,) = walk_ops(module.operation, "func.func")[1:]
+        passthrough = str(f.attributes["passthrough"]) if "passthrough" in f.attributes else ""
+        always = "alwaysinline" in passthrough
+        # a small function left to LLVM is inlined there; a big shared one is LLVM's choice
+        assert always == (callee_ops <= SMALL_FUNCTION_OPS)
+
+
+def test_small_function_on_indices_is_inlined_whatever_its_copies(ctx):
+    """Only functions on plain scalars are left to LLVM: one taking an index has copies
+    whose indexing the later passes simplify in place."""
+    f32, index = ir.F32Type.get(), ir.IndexType.get()
+    n_calls = SCALAR_GROWTH  # 1-op body: SCALAR_GROWTH copies would be the limit, 2 ops past it
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        main = func.FuncOp("main", ir.FunctionType.get([f32, index], [f32]))
+        f = _private("f", [f32, index], [f32])
+    with ir.InsertionPoint(f.add_entry_block()):
+        cast = arith.index_cast(ir.IntegerType.get_signless(32), f.arguments[1])
+        func.ReturnOp([arith.addf(f.arguments[0], arith.sitofp(f32, cast))])
+    with ir.InsertionPoint(main.add_entry_block()):
+        value = main.arguments[0]
+        for _ in range(n_calls):
+            value = pure_call_op(f, [value, main.arguments[1]], [f32]).results[0]
+        func.ReturnOp([value])
+    _run(module)
+    assert not walk_ops(module.operation, "heron_gpu.pure_call")
+    assert _function_names(module) == ["main"]
 
 
 def test_post_order_and_nested_regions(ctx):

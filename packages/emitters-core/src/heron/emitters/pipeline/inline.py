@@ -9,6 +9,13 @@ indices stay functions while everything else folds into the entry function.
 Callees are processed before their callers (post-order over the call graph),
 so a caller sees its callees' final bodies. Private functions that nothing
 refers to any more are erased afterwards.
+
+One kind of small callee is left to LLVM: a function on plain scalars whose
+copies would add more than :data:`SCALAR_GROWTH` ops (a sort network's
+comparator, called twice per exchange). Nothing of heron's indexing passes
+learns from its body in place, and every later pass walks each copy op by op
+in Python; it is marked ``alwaysinline``, and LLVM's inliner makes the same
+code (the PTX of the program corpus's sorts differs in one compare's form).
 """
 
 from __future__ import annotations
@@ -23,10 +30,15 @@ from heron.emitters.pipeline.manager import Pass, PipelineOptions
 from heron.hlo.errors import UnsupportedError
 
 PURE_CALL = "heron_gpu.pure_call"
+#: LLVM function attributes on a ``func.func``: what ``func-to-llvm`` gives the function.
+PASSTHROUGH = "passthrough"
 
 #: A callee with at most this many ops (nested ones included, terminator excluded)
 #: is inlined at every call site.
 SMALL_FUNCTION_OPS = 30
+#: The most ops the copies of a small function on scalars may add before it is left to
+#: LLVM's inliner instead (:func:`_kept_for_llvm`).
+SCALAR_GROWTH = 512
 
 _SYMBOL_TABLES = ("builtin.module", "gpu.module")
 
@@ -257,11 +269,38 @@ def _inline_table(table: ir.Operation) -> None:
                 continue
             if not list(callee.regions[0].blocks):
                 continue  # a declaration: nothing to inline
-            small = graph.body_size(callee_name) <= SMALL_FUNCTION_OPS
-            if small or graph.counts[callee_name] == 1:
+            size = graph.body_size(callee_name)
+            calls = graph.counts[callee_name]
+            kept = size <= SMALL_FUNCTION_OPS and _kept_for_llvm(callee, size, calls)
+            if kept:
+                # LLVM inlines it at every call (the func-to-llvm conversion hands
+                # ``passthrough`` on as the function's attributes).
+                callee.attributes[PASSTHROUGH] = ir.ArrayAttr.get(
+                    [ir.StringAttr.get("alwaysinline")]
+                )
+            elif size <= SMALL_FUNCTION_OPS or calls == 1:
                 inline_call(call, callee)
                 graph.inlined(name, callee_name)
     _erase_unreferenced(table)
+
+
+def _kept_for_llvm(callee: ir.Operation, size: int, calls: int) -> bool:
+    """Whether a small callee stays a function for LLVM's inliner: one on scalars only
+    (no tensor and no ``index``, so none of heron's indexing passes learns anything from
+    its body in place) whose copies would add more than :data:`SCALAR_GROWTH` ops.
+
+    A sort network calls its comparator twice per exchange: a 32-element row's 15
+    stages made 30 copies of a 26-op comparator, three quarters of the kernel every
+    later pass walked op by op. LLVM inlines it (``alwaysinline``, given it in
+    lower-tensors) into the same code."""
+    if size * calls <= SCALAR_GROWTH:
+        return False
+    function_type = ir.FunctionType(ir.TypeAttr(callee.attributes["function_type"]).value)
+    return all(_plain_scalar(t) for t in [*function_type.inputs, *function_type.results])
+
+
+def _plain_scalar(t: ir.Type) -> bool:
+    return isinstance(t, ir.IntegerType | ir.FloatType)
 
 
 def _erase_unreferenced(table: ir.Operation) -> None:
@@ -305,6 +344,6 @@ def run(module: ir.Module, options: PipelineOptions) -> None:
 PASS = Pass(
     name="inline",
     run=run,
-    description="inline pure_calls of small or once-called functions (post-order); "
-    "erase unused private functions",
+    description="inline pure_calls of small or once-called functions (post-order; small ones on "
+    "scalars with many copies are left to LLVM, alwaysinline); erase unused private functions",
 )

@@ -56,6 +56,8 @@ GRID_SIZE_ATTR = "heron.grid_size"
 WORKGROUP_ATTRIBUTIONS = "workgroup_attributions"
 #: The workgroup attributions' argument attributes (their ``llvm.align``).
 WORKGROUP_ATTRIB_ATTRS = "workgroup_attrib_attrs"
+#: LLVM function attributes a function carries to its ``llvm.func`` (``alwaysinline``).
+PASSTHROUGH = "passthrough"
 #: Largest alignment promised for a vector access (XLA's buffer alignment guarantee).
 MAX_VECTOR_ALIGNMENT = 16
 
@@ -285,6 +287,8 @@ class _Lowering:
             )
         new = func.FuncOp(name, ir.FunctionType.get(inputs, results)).operation
         new.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        if PASSTHROUGH in function.attributes:  # LLVM function attributes (the inline pass's)
+            new.attributes[PASSTHROUGH] = function.attributes[PASSTHROUGH]
         new.regions[0].blocks.append(*inputs)
         return new
 
