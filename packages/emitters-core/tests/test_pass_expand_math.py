@@ -100,6 +100,30 @@ def test_only_native_math_remains_for_every_op(type_name):
     )
 
 
+def test_expansions_share_their_constants():
+    """Each expansion writes its own constants; the pass folds and shares them after, so
+    two exps and a tanh of other arguments leave each constant value once."""
+    from mlir.dialects import func
+
+    with make_context(), ir.Location.unknown():
+        f32 = ir.F32Type.get()
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            f = func.FuncOp("f", ir.FunctionType.get([f32, f32, f32], [f32, f32, f32]))
+            block = f.add_entry_block()
+        with ir.InsertionPoint(block):
+            a, b, c = block.arguments
+            func.ReturnOp([math_dialect.exp(a), math_dialect.exp(b), math_dialect.tanh(c)])
+        expand_math.PASS.run(module, PipelineOptions())
+        module.operation.verify()
+        constants = [
+            str(op.attributes["value"]) for op in walk_ops(module.operation, "arith.constant")
+        ]
+        assert len(constants) > 5  # the polynomials' coefficients, the ranges' bounds
+        assert len(constants) == len(set(constants))
+        assert not walk_ops(module.operation, "math.exp")
+
+
 def test_complex_ops_are_lowered_first():
     def build(args):
         c = ir.ComplexType.get(ir.F32Type.get())
