@@ -138,3 +138,15 @@ def test_sine_of_large_arguments_agrees() -> None:
     f64 still has no such path (docs/reliability.md, the notes of the run)."""
     result = _heron("check", str(REPRODUCERS / "sine_bf16_large_arguments.hlo"))
     assert result.returncode == 0, result.stdout[-2000:]
+
+
+def test_a_scatter_adding_in_its_own_order_is_checked_within_the_reassociation_bounds() -> None:
+    """Fixed fuzz finding mutation-s20261203-222: `heron run --check` compared a float
+    scatter-add bitwise, though its kernel adds the updates that meet at an element in
+    the order they arrive (here a loop launch striding its threads over two million
+    update elements; on a GPU, atomics): the same 703-ulp difference from the
+    reference's update order is now within the reassociation bounds."""
+    hlo = REPRODUCERS / "scatter_add_many_updates_strided.hlo"
+    result = _heron("run", str(hlo), "--backend", "interpreter", "--seed", "0", "--check")
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert "(allowed: reassociation bounds)" in result.stdout

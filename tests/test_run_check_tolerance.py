@@ -395,6 +395,86 @@ ENTRY main {
     assert not plain.reordered and plain.ulps == 0
 
 
+_SCATTERS = """
+HloModule scatters
+
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+add_s32 {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT s = s32[] add(a, b)
+}
+
+overwrite {
+  a = f32[] parameter(0)
+  ROOT b = f32[] parameter(1)
+}
+
+argmax {
+  v0 = f32[] parameter(0)
+  i0 = s32[] parameter(1)
+  v1 = f32[] parameter(2)
+  i1 = s32[] parameter(3)
+  larger = pred[] compare(v1, v0), direction=GT
+  v = f32[] select(larger, v1, v0)
+  i = s32[] select(larger, i1, i0)
+  ROOT r = (f32[], s32[]) tuple(v, i)
+}
+
+ENTRY main {
+  operand = f32[8] parameter(0)
+  ints = s32[8] parameter(1)
+  indices = s32[64,1] parameter(2)
+  updates = f32[64] parameter(3)
+  int_updates = s32[64] parameter(4)
+  sum = f32[8] scatter(operand, indices, updates), update_window_dims={},
+    inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+    to_apply=add_f32
+  int_sum = s32[8] scatter(ints, indices, int_updates), update_window_dims={},
+    inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+    to_apply=add_s32
+  last = f32[8] scatter(operand, indices, updates), update_window_dims={},
+    inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+    to_apply=overwrite
+  unique = f32[8] scatter(operand, indices, updates), update_window_dims={},
+    inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+    unique_indices=true, to_apply=add_f32
+  pair = (f32[8], s32[8]) scatter(operand, ints, indices, updates, int_updates),
+    update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0},
+    index_vector_dim=1, to_apply=argmax
+  ROOT all = (f32[8], s32[8], f32[8], f32[8], (f32[8], s32[8])) tuple(sum, int_sum, last,
+    unique, pair)
+}
+"""
+
+
+def test_a_float_scatter_that_adds_in_arrival_order_gets_the_reassociation_bounds():
+    """Updates that meet at an element are added in the order they arrive (atomics; a
+    strided loop): fuzz finding mutation-s20261203-222. Only where the kernel says it
+    may sum in its own order, only for float sums and products: integer sums are exact
+    in any order, an overwrite is no rounding, unique indices never meet, and a
+    variadic scatter is serial."""
+    entry = parse_module(_SCATTERS).entry
+    by_name = {inst.name: inst for inst in entry.instructions}
+
+    def tolerance(name: str, reordering: bool = True) -> OutputTolerance:
+        source = by_name[name]
+        element = next(iter(source.shape.leaves())).element_type
+        return output_tolerance(source, element, reordering=reordering, tf32=False)
+
+    reordered = tolerance("sum")
+    assert reordered.reordered and reordered.bounds.relative == pytest.approx(1e-4)
+    assert not tolerance("sum", reordering=False).reordered  # a serial kernel: in order
+    for name in ("int_sum", "last", "unique", "pair"):
+        plain = tolerance(name)
+        assert not plain.reordered and plain.ulps == 0, name
+
+
 #: The relative bound of GEMM_FUSION's f32 dot (k = 16) with and without TF32.
 TF32_BOUND = 8 * 2**-11 * 16**0.5
 F32_BOUND = 1e-4

@@ -208,6 +208,18 @@ CASES: list[tuple[str, Callable[[ComputationBuilder], object], str]] = [
         "s4[8,9]",
     ),
     (
+        # a scalar has no dimension to start at (fuzz finding mutation-s20261203-540: the
+        # empty list of start indices was an IndexError, not a shape)
+        "dynamic-update-slice of a scalar",
+        lambda b: b.dynamic_update_slice(P(b, "f32[]"), P(b, "f32[]"), []),
+        "f32[]",
+    ),
+    (
+        "dynamic-slice of a scalar",
+        lambda b: b.dynamic_slice(P(b, "bf16[]"), [], ()),
+        "bf16[]",
+    ),
+    (
         "pad negative and interior",
         lambda b: b.pad(P(b, "f32[5,6]"), P(b, "f32[]"), [(-1, 2), (2, -3, 1)]),
         "f32[6,10]",

@@ -85,6 +85,7 @@ from heron.harness.nan_ties import NanTies, nan_ties
 from heron.harness.reference_values import value_of
 from heron.hlo import ElementType
 from heron.hlo.custom_calls.library import stood_for
+from heron.hlo.determinism import order_dependence
 from heron.hlo.dot_precision import check_tolerance
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Instruction
@@ -606,6 +607,12 @@ def _output_tolerance(
         floor = narrowed_product_tolerance(source, tf32=tf32)
         wide = reassociation_bounds(element, given, floor)
         return OutputTolerance(ulps, wide or given, reordered=wide is not None)
+    if reordering and any(map(_combines_in_arrival_order, reached)):
+        # A scatter whose updates meet at an element: its kernel adds (or multiplies)
+        # them in the order they arrive (atomics on a GPU; a thread looping over the
+        # updates strided on the interpreter), not in the reference's update order.
+        wide = reassociation_bounds(element, given)
+        return OutputTolerance(ulps, wide or given, reordered=wide is not None)
     if not reordering or "reduce" not in opcodes:
         return OutputTolerance(ulps, given)
     wide = reassociation_bounds(element, given)
@@ -613,6 +620,21 @@ def _output_tolerance(
         return OutputTolerance(ulps, given)
     sound = summation_bound(*reduction) if reduction is not None else None
     return OutputTolerance(ulps, attrs.evolve(wide or given, per_element=sound), reordered=True)
+
+
+def _combines_in_arrival_order(inst: Instruction) -> bool:
+    """A float scatter whose updates that meet are summed or multiplied in the order they
+    arrive (:func:`heron.hlo.determinism.order_dependence`): a reassociation, which the
+    reassociation bounds cover. An overwrite is not one (which update wins is no
+    rounding); integer sums are exact in any order."""
+    if inst.opcode != "scatter" or len(inst.operands) != 3:  # variadic: serial, in order
+        return False
+    root = inst.called("to_apply").root_instruction
+    if root.opcode not in ("add", "multiply"):
+        return False
+    return inst.operands[0].array_shape.element_type.is_floating and (
+        order_dependence(inst) is not None
+    )
 
 
 def _check_same_form(kernel: np.ndarray, reference: np.ndarray) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from heron.hlo.attributes import KeyValueList
 from heron.hlo.ir import Computation, Instruction
+from heron.hlo.shapes import TupleShape
 
 __all__ = [
     "REGROUPED",
@@ -65,7 +66,10 @@ def combiner_opcode(combiner: Computation) -> str | None:
 def order_independent_combiner(combiner: Computation) -> bool:
     """Whether ``combiner`` (two scalar parameters, one op over them) folds alike in any order."""
     opcode = combiner_opcode(combiner)
-    element = combiner.root_instruction.shape.element_type
+    shape = combiner.root_instruction.shape
+    if isinstance(shape, TupleShape):  # a variadic combiner: several values, no one op
+        return False
+    element = shape.element_type
     exact = _EXACT_FLOAT_OPS if element.is_floating or element.is_complex else _EXACT_INTEGER_OPS
     return opcode in exact
 

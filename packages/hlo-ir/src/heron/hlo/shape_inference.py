@@ -255,6 +255,8 @@ def _same_dims(ctx: _Ctx, shapes: Sequence[ArrayShape], what: str) -> None:
 
 
 def _same_element_type(ctx: _Ctx, shapes: Sequence[ArrayShape], what: str = "operands") -> None:
+    if not shapes:  # a rank-0 dynamic slice or update has no start index
+        return
     first = shapes[0]
     for shape in shapes[1:]:
         if shape.element_type is not first.element_type:
