@@ -58,6 +58,11 @@
   checked Target has it, ``Target.tf32``: sm_80 and later; a bf16 algorithm:
   :mod:`heron.hlo.dot_precision`), ``t`` grows to what that costs
   (:func:`narrowed_product_tolerance`); on a Target without TF32 it does not.
+* Float outputs of a scatter that sums (or multiplies) updates that meet at an
+  element, computed by a kernel that may sum in its own order (atomics in arrival
+  order on a GPU, a loop launch striding over the updates on the interpreter):
+  the reassociation bounds. Integer sums, overwrites (which update wins is no
+  rounding), unique indices and serial (variadic) scatters are compared as above.
 * A corpus file's RUN line may give ``--abs_error_bound`` / ``--rel_error_bound``:
   an element within either of them is accepted too, as XLA's
   ``gpu_test_correctness`` accepts it.
