@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from heron_test_support.hlo_modules import SCATTER_KINDS
 from heron_test_support.programs import assert_close
 
 import heron.jax as heron_jax
@@ -165,34 +166,8 @@ def test_a_variadic_scatter_s_combiner_is_no_single_order_free_op() -> None:
     from heron.hlo.determinism import order_independent_combiner
     from heron.hlo.parser import parse_module
 
-    module = parse_module(
-        """
-HloModule variadic
-
-argmax {
-  v0 = f32[] parameter(0)
-  i0 = s32[] parameter(1)
-  v1 = f32[] parameter(2)
-  i1 = s32[] parameter(3)
-  larger = pred[] compare(v1, v0), direction=GT
-  v = f32[] select(larger, v1, v0)
-  i = s32[] select(larger, i1, i0)
-  ROOT r = (f32[], s32[]) tuple(v, i)
-}
-
-ENTRY main {
-  values = f32[4] parameter(0)
-  positions = s32[4] parameter(1)
-  ids = s32[6,1] parameter(2)
-  new_values = f32[6] parameter(3)
-  new_positions = s32[6] parameter(4)
-  ROOT s = (f32[4], s32[4]) scatter(values, positions, ids, new_values, new_positions),
-    update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0},
-    index_vector_dim=1, to_apply=argmax
-}
-"""
-    )
-    (scatter,) = _scatters(module)
+    module = parse_module(SCATTER_KINDS)
+    (scatter,) = [s for s in _scatters(module) if s.name == "pair"]
     assert not order_independent_combiner(scatter.called("to_apply"))
     assert order_dependence(scatter) is not None
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from heron_test_support.hlo_modules import GEMM_FUSION
+from heron_test_support.hlo_modules import GEMM_FUSION, SCATTER_KINDS
 
 import heron.cli.run as run_command
 from heron.cli.main import main
@@ -395,71 +395,13 @@ ENTRY main {
     assert not plain.reordered and plain.ulps == 0
 
 
-_SCATTERS = """
-HloModule scatters
-
-add_f32 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-add_s32 {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  ROOT s = s32[] add(a, b)
-}
-
-overwrite {
-  a = f32[] parameter(0)
-  ROOT b = f32[] parameter(1)
-}
-
-argmax {
-  v0 = f32[] parameter(0)
-  i0 = s32[] parameter(1)
-  v1 = f32[] parameter(2)
-  i1 = s32[] parameter(3)
-  larger = pred[] compare(v1, v0), direction=GT
-  v = f32[] select(larger, v1, v0)
-  i = s32[] select(larger, i1, i0)
-  ROOT r = (f32[], s32[]) tuple(v, i)
-}
-
-ENTRY main {
-  operand = f32[8] parameter(0)
-  ints = s32[8] parameter(1)
-  indices = s32[64,1] parameter(2)
-  updates = f32[64] parameter(3)
-  int_updates = s32[64] parameter(4)
-  sum = f32[8] scatter(operand, indices, updates), update_window_dims={},
-    inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
-    to_apply=add_f32
-  int_sum = s32[8] scatter(ints, indices, int_updates), update_window_dims={},
-    inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
-    to_apply=add_s32
-  last = f32[8] scatter(operand, indices, updates), update_window_dims={},
-    inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
-    to_apply=overwrite
-  unique = f32[8] scatter(operand, indices, updates), update_window_dims={},
-    inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
-    unique_indices=true, to_apply=add_f32
-  pair = (f32[8], s32[8]) scatter(operand, ints, indices, updates, int_updates),
-    update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0},
-    index_vector_dim=1, to_apply=argmax
-  ROOT all = (f32[8], s32[8], f32[8], f32[8], (f32[8], s32[8])) tuple(sum, int_sum, last,
-    unique, pair)
-}
-"""
-
-
 def test_a_float_scatter_that_adds_in_arrival_order_gets_the_reassociation_bounds():
     """Updates that meet at an element are added in the order they arrive (atomics; a
     strided loop): fuzz finding mutation-s20261203-222. Only where the kernel says it
     may sum in its own order, only for float sums and products: integer sums are exact
     in any order, an overwrite is no rounding, unique indices never meet, and a
     variadic scatter is serial."""
-    entry = parse_module(_SCATTERS).entry
+    entry = parse_module(SCATTER_KINDS).entry
     by_name = {inst.name: inst for inst in entry.instructions}
 
     def tolerance(name: str, reordering: bool = True) -> OutputTolerance:

@@ -40,3 +40,63 @@ ENTRY main {
   ROOT f = f32[32,8]{1,0} fusion(a, b), kind=kOutput, calls=fused
 }
 """
+
+
+#: Scatters of each kind the tolerance and the order rules tell apart: a float sum, an
+#: integer sum, an overwrite, unique indices, and a variadic (argmax) one.
+SCATTER_KINDS = """
+HloModule scatters
+
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+add_s32 {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT s = s32[] add(a, b)
+}
+
+overwrite {
+  a = f32[] parameter(0)
+  ROOT b = f32[] parameter(1)
+}
+
+argmax {
+  v0 = f32[] parameter(0)
+  i0 = s32[] parameter(1)
+  v1 = f32[] parameter(2)
+  i1 = s32[] parameter(3)
+  larger = pred[] compare(v1, v0), direction=GT
+  v = f32[] select(larger, v1, v0)
+  i = s32[] select(larger, i1, i0)
+  ROOT r = (f32[], s32[]) tuple(v, i)
+}
+
+ENTRY main {
+  operand = f32[8] parameter(0)
+  ints = s32[8] parameter(1)
+  indices = s32[64,1] parameter(2)
+  updates = f32[64] parameter(3)
+  int_updates = s32[64] parameter(4)
+  sum = f32[8] scatter(operand, indices, updates), update_window_dims={},
+    inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+    to_apply=add_f32
+  int_sum = s32[8] scatter(ints, indices, int_updates), update_window_dims={},
+    inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+    to_apply=add_s32
+  last = f32[8] scatter(operand, indices, updates), update_window_dims={},
+    inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+    to_apply=overwrite
+  unique = f32[8] scatter(operand, indices, updates), update_window_dims={},
+    inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+    unique_indices=true, to_apply=add_f32
+  pair = (f32[8], s32[8]) scatter(operand, ints, indices, updates, int_updates),
+    update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0},
+    index_vector_dim=1, to_apply=argmax
+  ROOT all = (f32[8], s32[8], f32[8], f32[8], (f32[8], s32[8])) tuple(sum, int_sum, last,
+    unique, pair)
+}
+"""
