@@ -17,8 +17,11 @@ from heron.emitters.callbacks import collect_ops, walk
 ValueMap = Mapping[ir.Value, ir.Value]
 
 
-def walk_ops(root: ir.Operation | ir.OpView, name: str | None = None) -> list[ir.Operation]:
-    """Every op nested in ``root`` (``root`` included), pre-order, optionally of one name.
+def walk_ops(
+    root: ir.Operation | ir.OpView, name: str | frozenset[str] | None = None
+) -> list[ir.Operation]:
+    """Every op nested in ``root`` (``root`` included), pre-order, optionally of one name
+    or of a set of names.
 
     Returns a list (not a generator) so callers may change the IR while iterating.
     """

@@ -86,9 +86,9 @@ def lower_fast_math(module: Any) -> None:
     from mlir.dialects import llvm
 
     from heron.emitters.fast_math import is_approximate_division
-    from heron.runtime.cuda.compiler_mma import walk_operations
+    from heron.emitters.ir_utils import walk_ops
 
-    for op in walk_operations(module.operation, _REWRITTEN):
+    for op in walk_ops(module.operation, _REWRITTEN):
         if is_approximate_division(op) and _is_one(op.operands[0], ir):
             _reciprocal(ir, op)
         elif is_approximate_division(op):

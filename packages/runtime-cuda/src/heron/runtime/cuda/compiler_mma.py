@@ -19,17 +19,6 @@ from typing import Any
 __all__ = ["lower_bf16_mma"]
 
 
-def walk_operations(operation: Any, names: frozenset[str]) -> list[Any]:
-    """The operations named one of ``names`` nested in ``operation`` (pre-order), for the
-    CUDA-side rewrites: collected by MLIR's own walk, the names tested in its visitor
-    (each rewrite looks for a few kinds of op among a kernel's hundreds; a Python
-    generator over regions, blocks and operations cost five times as much)."""
-    from heron.emitters.callbacks import collect_ops
-
-    found = collect_ops(operation, names, label="walk_operations")
-    return found[1:] if found and found[0] == operation else found
-
-
 def _is_bf16_mma(op: Any, ir: Any) -> bool:
     if op.name != "nvgpu.mma.sync":
         return False
@@ -52,9 +41,11 @@ def lower_bf16_mma(module: Any) -> None:
     from mlir import ir
     from mlir.dialects import llvm, nvvm, vector
 
+    from heron.emitters.ir_utils import walk_ops
+
     found = [
         op
-        for op in walk_operations(module.operation, frozenset({"nvgpu.mma.sync"}))
+        for op in walk_ops(module.operation, frozenset({"nvgpu.mma.sync"}))
         if _is_bf16_mma(op, ir)
     ]
     for op in found:

@@ -115,10 +115,10 @@ def lower_vector_atomics(module: Any, *, index_bitwidth: int = 64) -> None:
     from mlir import ir
     from mlir.dialects import arith, llvm, memref
 
-    from heron.runtime.cuda.compiler_mma import walk_operations
+    from heron.emitters.ir_utils import walk_ops
 
     runs = []
-    for op in walk_operations(module.operation, frozenset({"memref.atomic_rmw"})):
+    for op in walk_ops(module.operation, frozenset({"memref.atomic_rmw"})):
         run = _marked_run(op, ir)
         if run is not None and str(ir.MemRefType(op.operands[1].type).element_type) in (_ELEMENTS):
             runs.append(run)
