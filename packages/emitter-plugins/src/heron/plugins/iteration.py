@@ -173,27 +173,6 @@ def add_constraints(
     )
 
 
-def _path_to(
-    root: Instruction, hero: Instruction, dead_ends: set[int] | None = None
-) -> list[tuple[Instruction, int]] | None:
-    """(user, operand index) steps from ``hero`` up to ``root``, or None when unreachable.
-
-    ``dead_ends`` remembers instructions that do not reach the hero, so a
-    diamond-shaped epilogue is not walked once per path.
-    """
-    if root is hero:
-        return []
-    dead_ends = set() if dead_ends is None else dead_ends
-    if id(root) in dead_ends:
-        return None
-    for k, operand in enumerate(root.operands):
-        below = _path_to(operand, hero, dead_ends)
-        if below is not None:
-            return [*below, (root, k)]
-    dead_ends.add(id(root))
-    return None
-
-
 def epilogue_map(hero: Instruction, root: Instruction) -> IndexingMap:
     """Map from ``hero``'s index to the index of ``root`` that it produces.
 
@@ -201,30 +180,73 @@ def epilogue_map(hero: Instruction, root: Instruction) -> IndexingMap:
     ops, bitcasts, reshapes, transposes, ...): the emitter writes one root
     element per hero element, so an epilogue that broadcasts, slices or
     reduces the hero's value cannot be emitted this way and is refused.
+
+    Every path from the hero up to the root is followed, and all must map the
+    hero's index alike: the emitter injects the hero's value at one index, so a
+    root reading it at two (``add(r, transpose(r))`` of a square ``r``) would
+    read that one value twice, and is refused.
     """
     hero_shape = _array_shape(hero)
-    result = IndexingMap.identity(hero_shape.dims)
-    path = _path_to(root, hero)
-    if path is None:
+    identity = IndexingMap.identity(hero_shape.dims)
+    if root is hero:
+        return identity
+    maps: dict[Instruction, IndexingMap | None] = {hero: identity}
+    for inst in _operands_first(root):
+        if inst in maps:
+            continue
+        found: IndexingMap | None = None
+        for k, operand in enumerate(inst.operands):
+            below = maps.get(operand)
+            if below is None:
+                continue
+            step = input_to_output_map(inst, k)
+            if step.range_vars or step.runtime_vars or step.constraints:
+                raise UnsupportedError(
+                    f"{inst.opcode} '{inst.name}' after the hero '{hero.name}' does not map"
+                    f" each hero element to one element of '{root.name}' ({step.format()})",
+                    inst.location,
+                )
+            through = simplify(compose(below, step))
+            if found is None:
+                found = through
+            elif through.results != found.results:
+                raise UnsupportedError(
+                    f"{inst.opcode} '{inst.name}' reads the hero {hero.opcode} '{hero.name}'"
+                    f" at two indices ({found.format()} and {through.format()}); its epilogue"
+                    " is given the hero's value at one",
+                    inst.location,
+                )
+        maps[inst] = found
+    result = maps.get(root)
+    if result is None:
         raise UnsupportedError(
             f"root '{root.name}' does not use the hero {hero.opcode} '{hero.name}'", root.location
         )
-    for user, k in path:
-        step = input_to_output_map(user, k)
-        if step.range_vars or step.runtime_vars or step.constraints:
-            raise UnsupportedError(
-                f"{user.opcode} '{user.name}' after the hero '{hero.name}' does not map each"
-                f" hero element to one element of '{root.name}' ({step.format()})",
-                user.location,
-            )
-        result = compose(result, step)
     if _array_shape(root).num_elements != hero_shape.num_elements:
         raise UnsupportedError(
             f"root '{root.name}' ({root.shape}) does not have the element count of its hero"
             f" '{hero.name}' ({hero.shape})",
             root.location,
         )
-    return simplify(result)
+    return result
+
+
+def _operands_first(root: Instruction) -> list[Instruction]:
+    """``root`` and every instruction it depends on, each after its operands."""
+    order: list[Instruction] = []
+    seen: set[Instruction] = set()
+    stack: list[tuple[Instruction, bool]] = [(root, False)]
+    while stack:
+        inst, expanded = stack.pop()
+        if expanded:
+            order.append(inst)
+            continue
+        if inst in seen:
+            continue
+        seen.add(inst)
+        stack.append((inst, True))
+        stack.extend((operand, False) for operand in reversed(inst.operands))
+    return order
 
 
 def _array_shape(inst: Instruction) -> ArrayShape:

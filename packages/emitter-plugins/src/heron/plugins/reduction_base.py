@@ -63,8 +63,10 @@ from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.shapes import ArrayShape
 from heron.indexing import AffineExpr, Constant, Dim, IndexingMap, Interval, Symbol, Variable
+from heron.indexing.affine import replace
 from heron.indexing.thread_maps import LaunchDimensions
 from heron.partitioner.subgraph import leaf_shapes
+from heron.plugins.iteration import epilogue_map
 
 __all__ = [
     "LOGICAL_WARP_SIZE",
@@ -242,6 +244,9 @@ class ReductionEmitterBase(FusionEmitter):
         #: Whether the vector element is the input map's innermost range symbol (one
         #: accumulator for all of them: rows) or unrolled (one accumulator each: columns).
         self.vector_in_loop = False
+        #: Each epilogue root after reduces of its own shape: hero index -> its index
+        #: (:func:`~heron.plugins.iteration.epilogue_map`), made when the roots are checked.
+        self.epilogue_maps: dict[Instruction, IndexingMap] = {}
         self.plan()
         self._check_roots()
 
@@ -395,6 +400,8 @@ class ReductionEmitterBase(FusionEmitter):
                         "an epilogue root whose shape differs from its reduce's output"
                         " (only reductions to a scalar may be broadcast in an epilogue)",
                     )
+                if hero_shapes != {()}:
+                    self.epilogue_maps[root] = self._epilogue_map(sub.injected, root)
                 # The epilogue's function is indexed as its subgraph's roots are: a root
                 # of another rank beside them (x * exp(sum(x)) written with exp(sum(x))
                 # itself, both outputs) has no index to read its other operands at.
@@ -416,6 +423,22 @@ class ReductionEmitterBase(FusionEmitter):
                     group.heroes[0],
                     f"{carried} accumulators and side outputs exceed the loop's {MAX_ITER_ARGS}",
                 )
+
+    def _epilogue_map(self, heroes: Sequence[Instruction], root: Instruction) -> IndexingMap:
+        """The map from the heroes' output index to ``root``'s index, the same for each hero
+        its epilogue reads (a layout-changing bitcast, a transpose or a reverse of the
+        reduce's shape moves each value elsewhere: the owner thread writes it there)."""
+        maps = []
+        for hero in heroes:
+            try:
+                maps.append(epilogue_map(hero, root))
+            except UnsupportedError as exc:
+                raise self.error_for(root, f"its epilogue: {exc.message}") from exc
+        if any(m.results != maps[0].results for m in maps[1:]):
+            raise self.error_for(
+                root, "an epilogue reading its reduces at different indices (called at one)"
+            )
+        return maps[0]
 
     def error_for(self, inst: Instruction, why: str) -> UnsupportedError:
         return UnsupportedError(
@@ -763,7 +786,12 @@ class GroupState:
             hero_shapes = {leaf_shapes(h.shape)[0].dims for h in sub.injected}
             root_dims = leaf_shapes(root.shape)[0].dims
             if hero_shapes == {root_dims}:
-                index = out_index(sub.injected[0])
+                moved = e.epilogue_maps.get(root)  # None: a scalar, at no index
+                if moved is None:
+                    index = out_index(sub.injected[0])
+                else:
+                    hero_index = e.hero_output_index(sub.injected[0], kept)
+                    index = self.apply([replace(r, dims=hero_index) for r in moved.results])
                 values = self._epilogue_values(sub, root, index, injected)
                 for leaf, k in e.writes(root):
                     self._insert(k, has_output, values[leaf], index)
