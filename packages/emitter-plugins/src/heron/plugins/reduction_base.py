@@ -651,10 +651,14 @@ class GroupState:
                 coords = list(results[3 * vi : 3 * vi + 3])
                 for hero in self.heroes:
                     arity = len(hero.operands) // 2
+                    # The operands of a variadic reduce are combined element by logical
+                    # element, whatever their layouts (jax's argmax over a transposed
+                    # array: the values in one layout, the iota in another): each is read
+                    # at the logical index of the position in the first one's layout.
+                    index = indices_in(leaf_shapes(hero.operands[0].shape)[0], coords)
                     elements: list[ir.Value] = []
                     for operand in hero.operands[:arity]:
-                        shape = leaf_shapes(operand.shape)[0]
-                        elements.extend(self.entry.value_of(operand, indices_in(shape, coords)))
+                        elements.extend(self.entry.value_of(operand, index))
                     start = slots[(id(hero), vi)]
                     count = len(self.start[id(hero)])
                     accumulators = values[start : start + count]

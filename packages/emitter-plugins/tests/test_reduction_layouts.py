@@ -1,4 +1,6 @@
-"""A reduction's epilogue root is written where the epilogue moves each reduced value.
+"""Reductions over values in several layouts: two silent wrong answers, found by library code.
+
+A reduction's epilogue root is written where the epilogue moves each reduced value.
 
 equinox's ``AdaptiveMaxPool2d`` gave a silent wrong answer: JAX ends it in a
 ``transpose`` that layout assignment turns into a ``bitcast`` of the same
@@ -10,6 +12,11 @@ wrong places. Now each epilogue root is written at its index as the epilogue
 maps it (:func:`heron.plugins.iteration.epilogue_map`, XLA's
 ``ComputeEpilogueInputToOutputIndexing``), and an epilogue that reads a hero at
 two indices is refused (its function is given the hero's value at one).
+
+The operands of a variadic reduce are combined element by logical element: jax's
+argmax over a transposed array reduces values in one layout beside an iota in
+another, and each operand was read at the logical index of the position in its own
+layout (the last test).
 """
 
 from __future__ import annotations
@@ -134,3 +141,53 @@ def test_an_epilogue_reading_its_hero_at_two_indices_is_refused():
         epilogue_map(insts["r"], insts["s"])
     same = _instructions(text.replace("add(r, t)", "multiply(t, t)"))
     assert [str(e) for e in epilogue_map(same["r"], same["s"]).results] == ["d1", "d0"]
+
+
+#: jnp.argmax(jnp.transpose(x, (2, 1, 0)), axis=1) as JAX prints it: the transpose is a
+#: bitcast to the layout {0,1,2}, the iota beside it has the default one.
+ARGMAX_OF_A_TRANSPOSE = """HloModule jit_f
+
+region {
+  a = f32[] parameter(0)
+  b = f32[] parameter(2)
+  gt = pred[] compare(a, b), direction=GT
+  nan = pred[] compare(a, a), direction=NE
+  pick = pred[] or(gt, nan)
+  value = f32[] select(pick, a, b)
+  eq = pred[] compare(a, b), direction=EQ
+  i = s32[] parameter(1)
+  j = s32[] parameter(3)
+  lt = pred[] compare(i, j), direction=LT
+  tie = pred[] and(eq, lt)
+  first = pred[] or(pick, tie)
+  index = s32[] select(first, i, j)
+  ROOT t = (f32[], s32[]) tuple(value, index)
+}
+
+ENTRY main {
+  x = f32[32,32,33]{2,1,0} parameter(0)
+  transposed = f32[33,32,32]{0,1,2} transpose(x), dimensions={2,1,0}
+  iota = s32[32]{0} iota(), iota_dimension=0
+  positions = s32[33,32,32]{2,1,0} broadcast(iota), dimensions={1}
+  ninf = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  r = (f32[33,32]{1,0}, s32[33,32]{1,0}) reduce(transposed, positions, ninf, zero),
+    dimensions={1}, to_apply=region
+  ROOT argmax = s32[33,32]{1,0} get-tuple-element(r), index=1
+}
+"""
+
+
+def test_a_variadic_reduce_reads_its_operands_at_one_logical_index(tmp_path, capsys):
+    """The operands of a variadic reduce in two layouts (jax's argmax over a transposed
+    array) are combined element by logical element: the reduction emitters read each at
+    the logical index of the position in its own layout, so 1,021 of 1,056 indices came
+    out wrong."""
+    from heron.cli.main import main
+
+    path = tmp_path / "argmax_of_a_transpose.hlo"
+    path.write_text(ARGMAX_OF_A_TRANSPOSE)
+    code = main(["run", str(path), "--backend", "interpreter", "--check"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "out0  identical" in out
