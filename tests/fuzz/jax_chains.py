@@ -1,0 +1,258 @@
+"""Random chains of jax.numpy ops through heron.jax, against jax.jit on the CPU.
+
+heron's fuzzer (``heron_fuzz``) mutates HLO; this one starts where users do, in
+JAX: a random array goes through a random chain of transposes, reshapes,
+reductions (sum, max, argmax, logsumexp, ...), scans, sorts, top-k, scatters,
+gathers, pads and elementwise math, and the last values of the chain are
+compared with XLA:CPU's. JAX prints such chains with the layouts its transposes
+leave behind (a transpose that moves no data is a bitcast to another layout), a
+corner heron's own corpora never reached: its first 60 chains found argmax
+over a transposed array returning 1,021 wrong indices of 1,056 (the reduction
+emitters read the iota beside the values in the values' layout).
+
+    python tests/fuzz/jax_chains.py --seed 0 --cases 200 [--half]
+
+prints each chain heron disagrees on or refuses, with the seed that rebuilds it
+(``--first SEED --cases 1``); exit status 1 if there was one. ``--half`` runs
+every third chain in bf16 and f16 too. ``tests/test_jax_chains_sample.py`` runs a
+fixed sample in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+#: The step kinds a chain draws from.
+KINDS = (
+    "transpose",
+    "reduce",
+    "elementwise",
+    "reshape",
+    "broadcast",
+    "cumsum",
+    "sort",
+    "argsort",
+    "top_k",
+    "concatenate",
+    "reverse",
+    "softmax",
+    "cummax",
+    "pad",
+    "scatter_add",
+    "einsum",
+    "take",
+)
+REDUCTIONS = ("sum", "max", "min", "mean", "logsumexp", "argmax")
+ELEMENTWISE: dict[str, Callable[[Any], Any]] = {
+    "exp": lambda v: jnp.exp(v * 0.1),
+    "tanh": jnp.tanh,
+    "square": lambda v: v * v,
+    "negative_abs": lambda v: -jnp.abs(v),
+    "sin": jnp.sin,
+}
+#: Largest input, in elements: the interpreter runs every kernel.
+MAX_ELEMENTS = 60_000
+
+
+@attrs.frozen
+class Chain:
+    """One drawn chain: the input's shape and type, the steps, how many last values count."""
+
+    seed: int
+    dims: tuple[int, ...]
+    dtype: Any
+    steps: tuple[tuple[Any, ...], ...]
+    outputs: int
+
+    def describe(self) -> str:
+        name = np.dtype(self.dtype).name
+        return f"seed {self.seed}: {name}{list(self.dims)} {list(self.steps)}"
+
+
+def draw(seed: int, half: bool = False) -> Chain:
+    """The chain of ``seed`` (a function of the seed alone)."""
+    rng = np.random.default_rng(seed)
+    rank = int(rng.integers(2, 5))
+    dims = [int(rng.choice([2, 3, 4, 5, 8, 16, 33, 64, 128])) for _ in range(rank)]
+    while np.prod(dims) > MAX_ELEMENTS:
+        dims[int(np.argmax(dims))] //= 2
+    shape = list(dims)
+    steps: list[tuple[Any, ...]] = []
+    for _ in range(int(rng.integers(2, 6))):
+        step = _step(str(rng.choice(KINDS)), shape, rng)
+        steps.append(step)
+    dtype = [np.float32, jnp.bfloat16, np.float16][seed % 3] if half else np.float32
+    return Chain(seed, tuple(dims), dtype, tuple(steps), int(rng.integers(1, 3)))
+
+
+def _step(kind: str, shape: list[int], rng: np.random.Generator) -> tuple[Any, ...]:
+    """One step of ``kind`` on an array of ``shape`` (updated in place), or an
+    elementwise step where ``kind`` does not apply to it."""
+    rank = len(shape)
+    axis = int(rng.integers(0, rank))
+    if kind == "transpose" and rank > 1:
+        perm = [int(p) for p in rng.permutation(rank)]
+        shape[:] = [shape[p] for p in perm]
+        return ("transpose", tuple(perm))
+    if kind == "reduce" and rank > 1:
+        shape.pop(axis)
+        return ("reduce", axis, str(rng.choice(REDUCTIONS)))
+    if kind == "reshape" and rank > 1:
+        i = int(rng.integers(0, rank - 1))
+        shape[i : i + 2] = [shape[i] * shape[i + 1]]
+        return ("reshape", tuple(shape))
+    if kind == "broadcast" and rank < 4:
+        where, n = int(rng.integers(0, rank + 1)), int(rng.choice([2, 3]))
+        shape.insert(where, n)
+        return ("broadcast", where, n)
+    if kind == "top_k" and shape[-1] >= 2:
+        k = int(rng.integers(1, min(shape[-1], 8) + 1))
+        shape[-1] = k
+        return ("top_k", k)
+    if kind == "concatenate":
+        shape[axis] *= 2
+        return ("concatenate", axis)
+    if kind == "pad":
+        shape[axis] += 3
+        return ("pad", axis)
+    if kind in ("scatter_add", "einsum", "take") and shape[0] >= 2 and rank >= 2:
+        salt = int(rng.integers(0, 1 << 30))
+        if kind == "take":
+            n = int(rng.integers(1, 6))
+            shape[0] = n
+            return ("take", salt, n)
+        return (kind, salt)
+    if kind in ("cumsum", "sort", "argsort", "reverse", "softmax", "cummax"):
+        return (kind, axis)
+    return ("elementwise", str(rng.choice(sorted(ELEMENTWISE))))
+
+
+def function(chain: Chain) -> Callable[[Any], list[Any]]:
+    """The jax function computing ``chain`` (its last ``outputs`` values)."""
+
+    def apply(x: Any, step: tuple[Any, ...]) -> Any:
+        kind = step[0]
+        if kind == "transpose":
+            return jnp.transpose(x, step[1])
+        if kind == "reduce":
+            axis, how = step[1], step[2]
+            if how == "logsumexp":
+                return jax.nn.logsumexp(x, axis=axis)
+            if how == "argmax":
+                return jnp.argmax(x, axis=axis).astype(x.dtype)
+            return getattr(jnp, how)(x, axis=axis)
+        if kind == "reshape":
+            return x.reshape(step[1])
+        if kind == "broadcast":
+            return jnp.expand_dims(x, step[1]).repeat(step[2], axis=step[1])
+        if kind == "cumsum":
+            return jnp.cumsum(x, axis=step[1])
+        if kind == "sort":
+            return jnp.sort(x, axis=step[1])
+        if kind == "argsort":
+            return jnp.argsort(x, axis=step[1]).astype(x.dtype) + x
+        if kind == "top_k":
+            return jax.lax.top_k(x, step[1])[0]
+        if kind == "concatenate":
+            return jnp.concatenate([x, jnp.flip(x, step[1]) * 2], axis=step[1])
+        if kind == "reverse":
+            return jnp.flip(x, step[1])
+        if kind == "softmax":
+            return jax.nn.softmax(x, axis=step[1])
+        if kind == "cummax":
+            return jax.lax.cummax(x, axis=step[1])
+        if kind == "pad":
+            pads = [(1, 2) if i == step[1] else (0, 0) for i in range(x.ndim)]
+            return jnp.pad(x, pads, mode="edge")
+        if kind == "scatter_add":
+            r = np.random.default_rng(step[1])
+            where = r.integers(0, x.shape[0], (5,))
+            return x.at[where].add(r.standard_normal((5, *x.shape[1:])).astype(x.dtype))
+        if kind == "einsum":
+            r = np.random.default_rng(step[1])
+            w = r.standard_normal((x.shape[-2], x.shape[-2])).astype(x.dtype)
+            return jnp.einsum("...ij,ik->...kj", x, w)
+        if kind == "take":
+            r = np.random.default_rng(step[1])
+            return jnp.take(x, r.integers(0, x.shape[0], (step[2],)), axis=0)
+        return ELEMENTWISE[step[1]](x)
+
+    def run(x: Any) -> list[Any]:
+        values = []
+        for step in chain.steps:
+            x = apply(x, step)
+            values.append(x)
+        return values[-chain.outputs :]
+
+    return run
+
+
+def argument(chain: Chain) -> np.ndarray:
+    return np.random.default_rng(chain.seed + 999).standard_normal(chain.dims).astype(chain.dtype)
+
+
+def disagreement(got: Sequence[Any], expected: Sequence[Any], dtype: Any) -> str | None:
+    """Why heron's values are not XLA:CPU's (None when they are, within a relative
+    1e-3 of the largest value for f32 and 3e-2 for 16-bit floats: chains reassociate
+    sums and round through their type between steps)."""
+    relative = 1e-3 if np.dtype(dtype) == np.float32 else 3e-2
+    for k, (g, e) in enumerate(zip(got, expected, strict=True)):
+        g64, e64 = np.asarray(g).astype(np.float64), np.asarray(e).astype(np.float64)
+        if g64.shape != e64.shape:
+            return f"value {k}: shape {g64.shape}, XLA's {e64.shape}"
+        if (np.isnan(g64) != np.isnan(e64)).any():
+            return f"value {k}: NaN where XLA has a number or the other way round"
+        if not e64.size:
+            continue
+        scale = max(1.0, float(np.nanmax(np.abs(e64))))
+        error = float(np.nanmax(np.abs(g64 - e64)))
+        if error > relative * scale:
+            return f"value {k}: max |difference| {error:.4g} (allowed {relative * scale:.4g})"
+    return None
+
+
+def check(chain: Chain, backend: str = "interpreter") -> str | None:
+    """heron.jax's values of ``chain`` against jax.jit's: None when they agree, else what
+    went wrong (a refusal included). A chain jax itself rejects is not checked."""
+    from heron import jax as heron_jax
+
+    f = function(chain)
+    x = argument(chain)
+    try:
+        expected = jax.jit(f)(x)
+    except Exception:  # noqa: BLE001 - a chain jax rejects (a shape it refuses) is no case
+        return None
+    try:
+        got = heron_jax.jit(f, backend=backend)(x)
+    except Exception as exc:  # noqa: BLE001 - a refusal is reported, whatever it is
+        return f"refused: {type(exc).__name__}: {str(exc)[:400]}"
+    return disagreement(got, expected, chain.dtype)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", "--first", type=int, default=0, dest="first")
+    parser.add_argument("--cases", type=int, default=100)
+    parser.add_argument("--half", action="store_true", help="bf16 and f16 chains too")
+    args = parser.parse_args(argv)
+    found = 0
+    for seed in range(args.first, args.first + args.cases):
+        chain = draw(seed, args.half)
+        why = check(chain)
+        if why is not None:
+            found += 1
+            print(f"{chain.describe()}\n  {why}", flush=True)
+    print(f"{args.cases} chains, {found} disagreeing or refused")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
