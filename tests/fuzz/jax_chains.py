@@ -14,7 +14,9 @@ emitters read the iota beside the values in the values' layout).
 
 prints each chain heron disagrees on or refuses, with the seed that rebuilds it
 (``--first SEED --cases 1``); exit status 1 if there was one. ``--half`` runs
-every third chain in bf16 and f16 too. ``tests/test_jax_chains_sample.py`` runs a
+two chains in three in bf16 or f16; a 16-bit chain whose values differ from XLA's
+while heron's are exactly its reference evaluator's is counted apart (XLA keeps
+excess precision: docs/reliability.md). ``tests/test_jax_chains_sample.py`` runs a
 fixed sample in CI.
 """
 
@@ -219,9 +221,21 @@ def disagreement(got: Sequence[Any], expected: Sequence[Any], dtype: Any) -> str
     return None
 
 
-def check(chain: Chain, backend: str = "interpreter") -> str | None:
-    """heron.jax's values of ``chain`` against jax.jit's: None when they agree, else what
-    went wrong (a refusal included). A chain jax itself rejects is not checked."""
+@attrs.frozen
+class Outcome:
+    """What became of one chain: ``agree``, ``disagree``, ``refused``, or ``excess`` (a
+    16-bit chain where XLA:CPU's values differ from heron's but heron's are exactly its
+    reference evaluator's: XLA computes some 16-bit steps in f32 without rounding
+    between them, heron rounds where the HLO says; a sort after such a step then
+    orders ties differently). ``why`` says how, for all but ``agree``."""
+
+    status: str
+    why: str = ""
+
+
+def check(chain: Chain, backend: str = "interpreter") -> Outcome:
+    """heron.jax's values of ``chain`` against jax.jit's. A chain jax itself rejects
+    agrees (there is nothing to compare)."""
     from heron import jax as heron_jax
 
     f = function(chain)
@@ -229,12 +243,31 @@ def check(chain: Chain, backend: str = "interpreter") -> str | None:
     try:
         expected = jax.jit(f)(x)
     except Exception:  # noqa: BLE001 - a chain jax rejects (a shape it refuses) is no case
-        return None
+        return Outcome("agree")
     try:
         got = heron_jax.jit(f, backend=backend)(x)
     except Exception as exc:  # noqa: BLE001 - a refusal is reported, whatever it is
-        return f"refused: {type(exc).__name__}: {str(exc)[:400]}"
-    return disagreement(got, expected, chain.dtype)
+        return Outcome("refused", f"{type(exc).__name__}: {str(exc)[:400]}")
+    why = disagreement(got, expected, chain.dtype)
+    if why is None:
+        return Outcome("agree")
+    if np.dtype(chain.dtype).itemsize == 2 and _is_the_evaluators(f, x, got):
+        return Outcome("excess", why)
+    return Outcome("disagree", why)
+
+
+def _is_the_evaluators(f: Callable[[Any], Any], x: np.ndarray, got: Sequence[Any]) -> bool:
+    """Whether ``got`` is, bit for bit, what heron's reference evaluator gives for the
+    HLO JAX prints for ``f`` (the semantics heron compiles to)."""
+    from heron.hlo.evaluator import evaluate_module, flatten_literal
+    from heron.hlo.parser import parse_module
+
+    module = parse_module(jax.jit(f).lower(x).as_text(dialect="hlo"))
+    reference = flatten_literal(evaluate_module(module, [np.asarray(x)]))
+    return len(reference) == len(got) and all(
+        np.asarray(g).tobytes() == np.asarray(r).tobytes()
+        for g, r in zip(got, reference, strict=True)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,15 +276,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=100)
     parser.add_argument("--half", action="store_true", help="bf16 and f16 chains too")
     args = parser.parse_args(argv)
-    found = 0
+    counts = dict.fromkeys(("agree", "disagree", "refused", "excess"), 0)
     for seed in range(args.first, args.first + args.cases):
         chain = draw(seed, args.half)
-        why = check(chain)
-        if why is not None:
-            found += 1
-            print(f"{chain.describe()}\n  {why}", flush=True)
-    print(f"{args.cases} chains, {found} disagreeing or refused")
-    return 1 if found else 0
+        outcome = check(chain)
+        counts[outcome.status] += 1
+        if outcome.status != "agree":
+            print(f"{outcome.status}: {chain.describe()}\n  {outcome.why}", flush=True)
+    print(
+        f"{args.cases} chains: {counts['agree']} agree, {counts['disagree']} disagree,"
+        f" {counts['refused']} refused, {counts['excess']} differ by XLA's excess precision"
+        " (heron gives its reference evaluator's values)"
+    )
+    return 1 if counts["disagree"] or counts["refused"] else 0
 
 
 if __name__ == "__main__":
