@@ -191,3 +191,53 @@ def test_a_variadic_reduce_reads_its_operands_at_one_logical_index(tmp_path, cap
     out = capsys.readouterr().out
     assert code == 0, out
     assert "out0  identical" in out
+
+
+#: A softmax over rows whose root is a bitcast to the transposed layout: the row
+#: normalisation emitter evaluated the bitcast at its operand's index, writing 3,707
+#: of 4,096 values to the wrong place; it now leaves the fusion to the loop emitter.
+SOFTMAX_INTO_ANOTHER_LAYOUT = f"""HloModule m
+
+{_ADD}
+mx {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] maximum(a, b)
+}}
+
+fused {{
+  p = f32[64,64] parameter(0)
+  c = f32[] constant(-inf)
+  z = f32[] constant(0)
+  m = f32[64] reduce(p, c), dimensions={{1}}, to_apply=mx
+  mb = f32[64,64] broadcast(m), dimensions={{0}}
+  d = f32[64,64] subtract(p, mb)
+  e = f32[64,64] exponential(d)
+  s = f32[64] reduce(e, z), dimensions={{1}}, to_apply=add
+  sb = f32[64,64] broadcast(s), dimensions={{0}}
+  q = f32[64,64] divide(e, sb)
+  ROOT t = f32[64,64]{{0,1}} bitcast(q)
+}}
+
+ENTRY e {{
+  p0 = f32[64,64] parameter(0)
+  ROOT f = f32[64,64]{{0,1}} fusion(p0), kind=kInput, calls=fused
+}}
+"""
+
+
+def test_a_row_normalisation_into_another_layout_is_not_claimed(tmp_path):
+    path = tmp_path / "softmax_into_another_layout.hlo"
+    path.write_text(SOFTMAX_INTO_ANOTHER_LAYOUT)
+    (fusion,) = check_file(path).fusions
+    assert fusion.emitter == "loop"
+    assert fusion.ok, fusion.lines("softmax")
+    # the same softmax written in its own layout is still the row normalisation's
+    path.write_text(
+        SOFTMAX_INTO_ANOTHER_LAYOUT.replace("  ROOT t = f32[64,64]{0,1} bitcast(q)\n", "")
+        .replace("  q = f32[64,64] divide", "  ROOT q = f32[64,64] divide")
+        .replace("f32[64,64]{0,1} fusion", "f32[64,64] fusion")
+    )
+    (fusion,) = check_file(path).fusions
+    assert fusion.emitter == "row_normalization"
+    assert fusion.ok, fusion.lines("softmax")

@@ -78,7 +78,7 @@ from heron.emitters.reductions import (
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.opcodes import is_elementwise
 from heron.hlo.shapes import ArrayShape
-from heron.indexing import Dim, IndexingMap, Interval, Variable
+from heron.indexing import Dim, IndexingMap, Interval, Variable, input_to_output_map
 from heron.indexing.thread_maps import LaunchDimensions
 from heron.plugins.reduction_base import (
     LOGICAL_WARP_SIZE,
@@ -139,6 +139,20 @@ class RowNormalization:
 
 def _non_unit(shape: ArrayShape) -> tuple[int, ...]:
     return tuple(n for n in shape.dims if n != 1)
+
+
+def _in_place(inst: Instruction, operands: Sequence[Instruction]) -> bool:
+    """Whether ``inst`` (a reshape, bitcast or broadcast of row values into the row's
+    dimensions) leaves each element at its logical index: the emitter evaluates it at
+    the index of its operand. A bitcast to another layout of the same dimensions moves
+    elements (jnp's ``x.T`` of a square row block, once layouts are assigned), and so
+    does a broadcast that permutes them."""
+    for k, operand in enumerate(inst.operands):
+        if any(operand is o for o in operands):
+            identity = IndexingMap.identity(operand.array_shape.dims)
+            if input_to_output_map(inst, k).results != identity.results:
+                return False
+    return True
 
 
 def _is_default_layout(shape: ArrayShape) -> bool:
@@ -230,6 +244,8 @@ def _describe(analysis: FusionAnalysis) -> RowNormalization | None:
             per_row.add(id(inst))
         elif shape.dims != row_shape.dims:
             return None  # a row value reshaped or broadcast: not the row any more
+        elif not is_elementwise(inst.opcode) and not _in_place(inst, touched):
+            return None  # a bitcast to another layout, a broadcast that transposes
     for root in analysis.roots:
         if root.shape.is_tuple or root.array_shape.dims != row_shape.dims:
             return None
