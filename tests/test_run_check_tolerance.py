@@ -743,6 +743,34 @@ def test_an_argmax_over_several_nans_may_name_any_of_them(tmp_path, capsys):
     assert kernel[1] == 500 and kernel[2] == np.nanargmax(_argmax_rows_input()[2])
 
 
+def test_check_accepts_an_argmax_s_nan_ties_on_its_edge_inputs(tmp_path):
+    """``heron check`` draws edge inputs with NaNs in the columns of a column argmax
+    (jnp.argmax(x, axis=1) of f32[33,32,32]): the tolerance's NaN ties must be read
+    from them too (they were not, and 17 of 1,056 indices "differed", each another
+    NaN of its column than the evaluator's first)."""
+    reducer = ARGMAX_ROWS[ARGMAX_ROWS.index("argmax_reducer {") : ARGMAX_ROWS.index("ENTRY")]
+    text = (
+        f"HloModule argmax_columns\n\n{reducer}"
+        "fused {\n"
+        "  x = f32[33,32,32]{2,1,0} parameter(0)\n"
+        "  iota = s32[33,32,32]{2,1,0} iota(), iota_dimension=1\n"
+        "  lowest = f32[] constant(-inf)\n"
+        "  zero = s32[] constant(0)\n"
+        "  ROOT r = (f32[33,32]{1,0}, s32[33,32]{1,0}) reduce(x, iota, lowest, zero),"
+        " dimensions={1}, to_apply=argmax_reducer\n"
+        "}\n\n"
+        "ENTRY main {\n"
+        "  x = f32[33,32,32]{2,1,0} parameter(0)\n"
+        "  ROOT f = (f32[33,32]{1,0}, s32[33,32]{1,0}) fusion(x), kind=kInput, calls=fused\n"
+        "}\n"
+    )
+    path = tmp_path / "argmax_columns.hlo"
+    path.write_text(text)
+    report = check_file(path)
+    assert [f.emitter for f in report.fusions] == ["reduce_column_small"], report.text()
+    assert report.ok, report.text()
+
+
 #: The same argmax with a reducer that orders two NaNs by their index (the lower wins):
 #: commutative, so every combination order gives the first NaN's index.
 ARGMAX_ROWS_NANS_ORDERED = ARGMAX_ROWS.replace(
