@@ -46,6 +46,19 @@ def test_a_random_chain_agrees_with_jax(seed: int) -> None:
     assert outcome.status == "agree", (chain.describe(), outcome.why)
 
 
+#: Fixed chains under jax.vmap (batch axes moved) and as a lax.scan body (a while loop).
+WRAPPED = [("vmap", seed) for seed in range(20261290, 20261294)] + [
+    ("scan", seed) for seed in range(20261290, 20261294)
+]
+
+
+@pytest.mark.parametrize(("wrap", "seed"), WRAPPED)
+def test_a_wrapped_chain_agrees_with_jax(wrap: str, seed: int) -> None:
+    chain = jax_chains.draw(seed, wrap=wrap)
+    outcome = jax_chains.check(chain)
+    assert outcome.status == "agree", (chain.describe(), outcome.why)
+
+
 def test_the_argmax_of_a_transpose_agrees_with_jax() -> None:
     assert jax_chains.check(ARGMAX_OF_A_TRANSPOSE).status == "agree"
 

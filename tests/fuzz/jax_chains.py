@@ -10,7 +10,7 @@ corner heron's own corpora never reached: its first 60 chains found argmax
 over a transposed array returning 1,021 wrong indices of 1,056 (the reduction
 emitters read the iota beside the values in the values' layout).
 
-    python tests/fuzz/jax_chains.py --seed 0 --cases 200 [--half]
+    python tests/fuzz/jax_chains.py --seed 0 --cases 200 [--half] [--wrap vmap|scan]
 
 prints each chain heron disagrees on or refuses, with the seed that rebuilds it
 (``--first SEED --cases 1``); exit status 1 if there was one. ``--half`` runs
@@ -62,6 +62,12 @@ ELEMENTWISE: dict[str, Callable[[Any], Any]] = {
 }
 #: Largest input, in elements: the interpreter runs every kernel.
 MAX_ELEMENTS = 60_000
+#: How a chain is run: alone, under ``jax.vmap`` over three copies stacked along a
+#: drawn axis (batch dimensions moved by JAX's batching rules), or as the body of a
+#: ``lax.scan`` over three copies with a carry (a while loop around the chain).
+WRAPS = ("none", "vmap", "scan")
+#: Copies a wrapped chain runs on.
+COPIES = 3
 
 
 @attrs.frozen
@@ -73,18 +79,25 @@ class Chain:
     dtype: Any
     steps: tuple[tuple[Any, ...], ...]
     outputs: int
+    #: One of :data:`WRAPS`, and for ``vmap`` the axis the copies are stacked along.
+    wrap: str = "none"
+    wrap_axis: int = 0
 
     def describe(self) -> str:
         name = np.dtype(self.dtype).name
-        return f"seed {self.seed}: {name}{list(self.dims)} {list(self.steps)}"
+        how = "" if self.wrap == "none" else f" under {self.wrap} (axis {self.wrap_axis})"
+        return f"seed {self.seed}: {name}{list(self.dims)} {list(self.steps)}{how}"
 
 
-def draw(seed: int, half: bool = False) -> Chain:
-    """The chain of ``seed`` (a function of the seed alone)."""
+def draw(seed: int, half: bool = False, wrap: str = "none") -> Chain:
+    """The chain of ``seed`` (a function of the seed and the options alone)."""
+    if wrap not in WRAPS:
+        raise ValueError(f"wrap {wrap!r}: one of {WRAPS}")
     rng = np.random.default_rng(seed)
     rank = int(rng.integers(2, 5))
     dims = [int(rng.choice([2, 3, 4, 5, 8, 16, 33, 64, 128])) for _ in range(rank)]
-    while np.prod(dims) > MAX_ELEMENTS:
+    limit = MAX_ELEMENTS if wrap == "none" else MAX_ELEMENTS // COPIES
+    while np.prod(dims) > limit:
         dims[int(np.argmax(dims))] //= 2
     shape = list(dims)
     steps: list[tuple[Any, ...]] = []
@@ -92,7 +105,9 @@ def draw(seed: int, half: bool = False) -> Chain:
         step = _step(str(rng.choice(KINDS)), shape, rng)
         steps.append(step)
     dtype = [np.float32, jnp.bfloat16, np.float16][seed % 3] if half else np.float32
-    return Chain(seed, tuple(dims), dtype, tuple(steps), int(rng.integers(1, 3)))
+    outputs = int(rng.integers(1, 3))
+    axis = int(rng.integers(0, rank + 1)) if wrap == "vmap" else 0
+    return Chain(seed, tuple(dims), dtype, tuple(steps), outputs, wrap, axis)
 
 
 def _step(kind: str, shape: list[int], rng: np.random.Generator) -> tuple[Any, ...]:
@@ -194,11 +209,29 @@ def function(chain: Chain) -> Callable[[Any], list[Any]]:
             values.append(x)
         return values[-chain.outputs :]
 
+    if chain.wrap == "vmap":
+        return jax.vmap(run, in_axes=chain.wrap_axis)
+    if chain.wrap == "scan":
+
+        def scanned(xs: Any) -> list[Any]:
+            def body(carry: Any, x: Any) -> tuple[Any, list[Any]]:
+                values = run(x + (carry * 0.01).astype(x.dtype))
+                return carry + jnp.tanh(jnp.sum(values[-1].astype(jnp.float32))), values
+
+            carry, values = jax.lax.scan(body, jnp.float32(0), xs)
+            return [carry, *values]
+
+        return scanned
     return run
 
 
 def argument(chain: Chain) -> np.ndarray:
-    return np.random.default_rng(chain.seed + 999).standard_normal(chain.dims).astype(chain.dtype)
+    """The chain's input: one array, or the wrapped chain's copies stacked."""
+    x = np.random.default_rng(chain.seed + 999).standard_normal(chain.dims).astype(chain.dtype)
+    if chain.wrap == "none":
+        return x
+    copies = [x, (x * 0.5 + 1).astype(chain.dtype), -x]
+    return np.stack(copies, axis=chain.wrap_axis)
 
 
 def disagreement(got: Sequence[Any], expected: Sequence[Any], dtype: Any) -> str | None:
@@ -275,10 +308,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", "--first", type=int, default=0, dest="first")
     parser.add_argument("--cases", type=int, default=100)
     parser.add_argument("--half", action="store_true", help="bf16 and f16 chains too")
+    parser.add_argument("--wrap", choices=WRAPS, default="none", help="under vmap or lax.scan")
     args = parser.parse_args(argv)
     counts = dict.fromkeys(("agree", "disagree", "refused", "excess"), 0)
     for seed in range(args.first, args.first + args.cases):
-        chain = draw(seed, args.half)
+        chain = draw(seed, args.half, args.wrap)
         outcome = check(chain)
         counts[outcome.status] += 1
         if outcome.status != "agree":
