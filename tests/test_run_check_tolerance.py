@@ -15,7 +15,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from heron_test_support.hlo_modules import GEMM_FUSION, SCATTER_KINDS
+from heron_test_support.hlo_modules import GEMM_FUSION, JAX_ARGMAX_REDUCER, SCATTER_KINDS
 
 import heron.cli.run as run_command
 from heron.cli.main import main
@@ -686,34 +686,18 @@ def test_the_check_reads_expand_math_s_accuracy_table_the_docstring_states():
 
 #: jnp.argmax(x, axis=1) as jax writes it: the reducer keeps its first operand when that
 #: is a NaN (``x > y or x != x``), so over two NaNs the combination order decides.
-ARGMAX_ROWS = """\
-HloModule argmax_rows, entry_computation_layout={(f32[4,1000]{1,0})->s32[4]{0}}
+ARGMAX_ROWS = f"""\
+HloModule argmax_rows, entry_computation_layout={{(f32[4,1000]{{1,0}})->s32[4]{{0}}}}
 
-argmax_reducer {
-  a = f32[] parameter(0)
-  i = s32[] parameter(1)
-  b = f32[] parameter(2)
-  j = s32[] parameter(3)
-  gt = pred[] compare(a, b), direction=GT
-  a_nan = pred[] compare(a, a), direction=NE
-  pick_a = pred[] or(gt, a_nan)
-  value = f32[] select(pick_a, a, b)
-  eq = pred[] compare(a, b), direction=EQ
-  lower = pred[] compare(i, j), direction=LT
-  tie = pred[] and(eq, lower)
-  pick_i = pred[] or(pick_a, tie)
-  index = s32[] select(pick_i, i, j)
-  ROOT pair = (f32[], s32[]) tuple(value, index)
-}
-
-ENTRY main {
-  x = f32[4,1000]{1,0} parameter(0)
-  iota = s32[4,1000]{1,0} iota(), iota_dimension=1
+{JAX_ARGMAX_REDUCER}
+ENTRY main {{
+  x = f32[4,1000]{{1,0}} parameter(0)
+  iota = s32[4,1000]{{1,0}} iota(), iota_dimension=1
   lowest = f32[] constant(-inf)
   zero = s32[] constant(0)
-  r = (f32[4], s32[4]) reduce(x, iota, lowest, zero), dimensions={1}, to_apply=argmax_reducer
-  ROOT argmax = s32[4]{0} get-tuple-element(r), index=1
-}
+  r = (f32[4], s32[4]) reduce(x, iota, lowest, zero), dimensions={{1}}, to_apply=argmax_reducer
+  ROOT argmax = s32[4]{{0}} get-tuple-element(r), index=1
+}}
 """
 
 
@@ -748,9 +732,8 @@ def test_check_accepts_an_argmax_s_nan_ties_on_its_edge_inputs(tmp_path):
     (jnp.argmax(x, axis=1) of f32[33,32,32]): the tolerance's NaN ties must be read
     from them too (they were not, and 17 of 1,056 indices "differed", each another
     NaN of its column than the evaluator's first)."""
-    reducer = ARGMAX_ROWS[ARGMAX_ROWS.index("argmax_reducer {") : ARGMAX_ROWS.index("ENTRY")]
     text = (
-        f"HloModule argmax_columns\n\n{reducer}"
+        f"HloModule argmax_columns\n\n{JAX_ARGMAX_REDUCER}\n"
         "fused {\n"
         "  x = f32[33,32,32]{2,1,0} parameter(0)\n"
         "  iota = s32[33,32,32]{2,1,0} iota(), iota_dimension=1\n"

@@ -22,6 +22,7 @@ layout (the last test).
 from __future__ import annotations
 
 import pytest
+from heron_test_support.hlo_modules import JAX_ARGMAX_REDUCER
 
 from heron.harness.check import check_file
 from heron.hlo.errors import UnsupportedError
@@ -145,36 +146,20 @@ def test_an_epilogue_reading_its_hero_at_two_indices_is_refused():
 
 #: jnp.argmax(jnp.transpose(x, (2, 1, 0)), axis=1) as JAX prints it: the transpose is a
 #: bitcast to the layout {0,1,2}, the iota beside it has the default one.
-ARGMAX_OF_A_TRANSPOSE = """HloModule jit_f
+ARGMAX_OF_A_TRANSPOSE = f"""HloModule jit_f
 
-region {
-  a = f32[] parameter(0)
-  b = f32[] parameter(2)
-  gt = pred[] compare(a, b), direction=GT
-  nan = pred[] compare(a, a), direction=NE
-  pick = pred[] or(gt, nan)
-  value = f32[] select(pick, a, b)
-  eq = pred[] compare(a, b), direction=EQ
-  i = s32[] parameter(1)
-  j = s32[] parameter(3)
-  lt = pred[] compare(i, j), direction=LT
-  tie = pred[] and(eq, lt)
-  first = pred[] or(pick, tie)
-  index = s32[] select(first, i, j)
-  ROOT t = (f32[], s32[]) tuple(value, index)
-}
-
-ENTRY main {
-  x = f32[32,32,33]{2,1,0} parameter(0)
-  transposed = f32[33,32,32]{0,1,2} transpose(x), dimensions={2,1,0}
-  iota = s32[32]{0} iota(), iota_dimension=0
-  positions = s32[33,32,32]{2,1,0} broadcast(iota), dimensions={1}
+{JAX_ARGMAX_REDUCER}
+ENTRY main {{
+  x = f32[32,32,33]{{2,1,0}} parameter(0)
+  transposed = f32[33,32,32]{{0,1,2}} transpose(x), dimensions={{2,1,0}}
+  iota = s32[32]{{0}} iota(), iota_dimension=0
+  positions = s32[33,32,32]{{2,1,0}} broadcast(iota), dimensions={{1}}
   ninf = f32[] constant(-inf)
   zero = s32[] constant(0)
-  r = (f32[33,32]{1,0}, s32[33,32]{1,0}) reduce(transposed, positions, ninf, zero),
-    dimensions={1}, to_apply=region
-  ROOT argmax = s32[33,32]{1,0} get-tuple-element(r), index=1
-}
+  r = (f32[33,32]{{1,0}}, s32[33,32]{{1,0}}) reduce(transposed, positions, ninf, zero),
+    dimensions={{1}}, to_apply=argmax_reducer
+  ROOT argmax = s32[33,32]{{1,0}} get-tuple-element(r), index=1
+}}
 """
 
 

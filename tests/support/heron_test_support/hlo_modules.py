@@ -6,7 +6,7 @@ variant writes its own.
 
 from __future__ import annotations
 
-__all__ = ["SCALE"]
+__all__ = ["JAX_ARGMAX_REDUCER", "SCALE"]
 
 #: One loop fusion, f32[64,32] times 3: the smallest module with a real kernel.
 SCALE = """\
@@ -98,5 +98,28 @@ ENTRY main {
     index_vector_dim=1, to_apply=argmax
   ROOT all = (f32[8], s32[8], f32[8], f32[8], (f32[8], s32[8])) tuple(sum, int_sum, last,
     unique, pair)
+}
+"""
+
+
+#: The reducer of jnp.argmax as jax writes it, named ``argmax_reducer``: it keeps its
+#: first operand when that is a NaN (``x > y or x != x``), so over two NaNs the order the
+#: elements are combined in decides the index; equal values keep the lower index.
+JAX_ARGMAX_REDUCER = """\
+argmax_reducer {
+  a = f32[] parameter(0)
+  i = s32[] parameter(1)
+  b = f32[] parameter(2)
+  j = s32[] parameter(3)
+  gt = pred[] compare(a, b), direction=GT
+  a_nan = pred[] compare(a, a), direction=NE
+  pick_a = pred[] or(gt, a_nan)
+  value = f32[] select(pick_a, a, b)
+  eq = pred[] compare(a, b), direction=EQ
+  lower = pred[] compare(i, j), direction=LT
+  tie = pred[] and(eq, lower)
+  pick_i = pred[] or(pick_a, tie)
+  index = s32[] select(pick_i, i, j)
+  ROOT pair = (f32[], s32[]) tuple(value, index)
 }
 """
