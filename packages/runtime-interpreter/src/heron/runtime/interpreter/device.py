@@ -14,6 +14,15 @@ counters (:data:`BYTES_PER_BYTE` host bytes per device byte), plus what the
 device's live buffers already hold; over it, ``MemoryBudgetError`` and nothing
 is allocated.
 
+Kernels over more than 2^31 elements (a GPU's large tensors, beyond what the
+interpreter can run whole) can still be checked where their index arithmetic is
+at its widest: built with ``sampled_blocks=K``, a launch of more than ``2K``
+blocks runs only its first and last ``K`` blocks (:func:`~.engine.run_kernel`'s
+``blocks``; the rest of the output keeps its poison), and with
+``count_accesses=False`` buffers carry no access counters (one host byte per
+device byte; :meth:`access_counts` then answers None for each count).
+``tests/fuzz/large_indices.py`` uses both.
+
 A launch may be given a work limit, in lane-operations
 (:class:`~.engine.WorkCounter`): ``work_limit``, else the environment variable
 ``HERON_INTERPRETER_MAX_WORK``; past it the launch stops with a
@@ -83,6 +92,8 @@ POISON = 0xA5
 _LIBRARY_OPERATIONS = ("gemm", "convolution", "attention", "attention_backward", "fft")
 #: Host bytes per byte of device memory: the data and its read and write counters (uint32).
 BYTES_PER_BYTE = 9
+#: ... without access counters (``count_accesses=False``): the data alone.
+BYTES_PER_BYTE_UNCOUNTED = 1
 
 
 @attrs.frozen
@@ -141,9 +152,18 @@ class InterpreterDevice(Device):
         work_limit: int | None = None,
         conditional_nodes: bool = True,
         libraries: Sequence[str] = (),
+        sampled_blocks: int | None = None,
+        count_accesses: bool = True,
     ) -> None:
         if warp_size not in (32, 64):
             raise DeviceError(f"warp size must be 32 or 64, not {warp_size}")
+        if sampled_blocks is not None and sampled_blocks < 1:
+            raise DeviceError(f"sampled_blocks must be at least 1, not {sampled_blocks}")
+        #: Run only the first and last this many blocks of a larger launch (None: all).
+        self.sampled_blocks = sampled_blocks
+        #: Whether buffers count each byte's reads and writes (:meth:`access_counts`).
+        self.count_accesses = count_accesses
+        self._bytes_per_byte = BYTES_PER_BYTE if count_accesses else BYTES_PER_BYTE_UNCOUNTED
         self.warp_size = warp_size
         self.max_lanes = max_lanes
         #: Lane-operations one launch may do (None: no limit); see the module docstring.
@@ -179,27 +199,34 @@ class InterpreterDevice(Device):
     def allocate(self, nbytes: int, label: str = "") -> DeviceBuffer:
         if nbytes < 0:
             raise DeviceError(f"cannot allocate {nbytes} bytes")
-        host_bytes = nbytes * BYTES_PER_BYTE
-        held = f" and the {self.live_bytes} bytes of live buffers" if self.live_bytes else ""
+        host_bytes = nbytes * self._bytes_per_byte
         memory_budget.check(
             self.live_bytes + host_bytes,
-            f"interpreter buffer '{label or 'buffer'}' of {nbytes} bytes (with its access"
-            f" counters{held})",
+            f"interpreter buffer '{label or 'buffer'}' of {nbytes} bytes{self._held()}",
         )
         data = np.full(nbytes, POISON, np.uint8)
         storage = _Storage(
             data,
-            memory.Memory(label or "buffer", "global", data.reshape(1, -1), count_accesses=True),
+            memory.Memory(
+                label or "buffer", "global", data.reshape(1, -1), count_accesses=self.count_accesses
+            ),
         )
         self.live_bytes += host_bytes
         return DeviceBuffer(self, nbytes, storage, label)
+
+    def _held(self) -> str:
+        """What an allocation's budget check counts besides its bytes, in words."""
+        live = f"the {self.live_bytes} bytes of live buffers" if self.live_bytes else ""
+        if self.count_accesses:
+            return f" (with its access counters{' and ' + live if live else ''})"
+        return f" (besides {live})" if live else ""
 
     def free(self, buffer: DeviceBuffer) -> None:
         """Forget ``buffer`` in the budget's account (numpy frees it with its last reference)."""
         storage = self._storage(buffer)
         if not storage.freed and not storage.is_view:
             storage.freed = True
-            self.live_bytes = max(0, self.live_bytes - buffer.nbytes * BYTES_PER_BYTE)
+            self.live_bytes = max(0, self.live_bytes - buffer.nbytes * self._bytes_per_byte)
 
     # -- memory shared with other libraries (DLPack) -------------------------------------
     @property
@@ -226,7 +253,7 @@ class InterpreterDevice(Device):
         )
         storage = _Storage(
             data,
-            memory.Memory(label, "global", data.reshape(1, -1), count_accesses=True),
+            memory.Memory(label, "global", data.reshape(1, -1), count_accesses=self.count_accesses),
             is_view=True,  # not the interpreter's: never counted in its budget nor freed
         )
         return DeviceBuffer(self, nbytes, storage, label, owner)
@@ -308,6 +335,7 @@ class InterpreterDevice(Device):
             command.grid,
             command.block,
             arguments,
+            blocks=engine.sampled_blocks(command.grid, self.sampled_blocks),
             globals_memory=loaded.globals_memory,
             max_lanes=self.max_lanes,
             warp_size=self.warp_size,
@@ -330,7 +358,7 @@ class InterpreterDevice(Device):
         label = view_label(buffer, offset, nbytes)
         view = _Storage(
             data,
-            memory.Memory(label, "global", data.reshape(1, -1), count_accesses=True),
+            memory.Memory(label, "global", data.reshape(1, -1), count_accesses=self.count_accesses),
             is_view=True,
         )
         return DeviceBuffer(self, nbytes, view, label)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -466,6 +466,36 @@ class Frame:
         )
 
 
+def sampled_blocks(grid: Dim3, sample: int | None) -> tuple[int, ...] | None:
+    """The first and last ``sample`` blocks of ``grid`` (linear ids), or None (every block)
+    when ``sample`` is None or the grid has at most ``2 * sample`` blocks.
+
+    A kernel's index arithmetic is at its widest in its last blocks: over more than
+    2^31 elements, a 32-bit offset that should have stayed 64-bit shows there, and the
+    first blocks check the narrow end (``InterpreterDevice(sampled_blocks=K)``).
+    """
+    total = grid[0] * grid[1] * grid[2]
+    if sample is None or total <= 2 * sample:
+        return None
+    return (*range(sample), *range(total - sample, total))
+
+
+def _runs_of(
+    grid: Dim3, block: Dim3, blocks: Sequence[int], max_lanes: int, warp_size: int
+) -> Iterator[LaneSpace]:
+    """LaneSpaces over the ascending ``blocks``: consecutive ones together, at most
+    ``max_lanes`` lanes (or one block) a batch."""
+    per_batch = max(1, max_lanes // (block[0] * block[1] * block[2]))
+    k = 0
+    while k < len(blocks):
+        first = blocks[k]
+        count = 1
+        while k + count < len(blocks) and count < per_batch and blocks[k + count] == first + count:
+            count += 1
+        yield LaneSpace(grid, block, first, count, warp_size)
+        k += count
+
+
 def run_kernel(
     program: Program,
     kernel_name: str,
@@ -479,6 +509,7 @@ def run_kernel(
     work_limit: int | None = None,
     observer: Any = None,
     progress: Callable[[int, int], None] | None = None,
+    blocks: Sequence[int] | None = None,
 ) -> None:
     """Run ``kernel_name`` of ``program`` over ``grid`` x ``block`` on ``arguments``.
 
@@ -489,6 +520,9 @@ def run_kernel(
     ``observer``: told of every memory access and block of operations (:class:`Launch`).
     ``progress(blocks_done, blocks_total)``: told after each batch of blocks (a
     progress bar; one call per batch of up to ``max_lanes`` lanes, nothing when None).
+    ``blocks``: run only these blocks (linear block ids; consecutive ones batched as
+    the whole grid's are; :func:`sampled_blocks`), without the race checker, which
+    needs every block's accesses; None runs the whole grid.
     """
     from heron.runtime.interpreter import memory
 
@@ -517,10 +551,21 @@ def run_kernel(
         globals_memory = memory.globals_of(program)
     workgroup_types = kernel.body.entry.argument_types[len(parameter_types) :]
     work = WorkCounter(kernel_name, work_limit)
-    blocks = grid[0] * grid[1] * grid[2]
-    races = GlobalRaces(grid, block) if races_module.ENABLED else None
+    total_blocks = grid[0] * grid[1] * grid[2]
+    if blocks is None:
+        spaces = batches(grid, block, max_lanes, warp_size)
+        races = GlobalRaces(grid, block) if races_module.ENABLED else None
+    else:
+        outside = [b for b in blocks if not 0 <= b < total_blocks]
+        if outside:
+            raise InterpreterError(
+                f"kernel '{kernel_name}': block {outside[0]} is outside its grid of"
+                f" {total_blocks} blocks"
+            )
+        spaces = _runs_of(grid, block, sorted(set(blocks)), max_lanes, warp_size)
+        races = None
     with np.errstate(all="ignore"):
-        for lanes in batches(grid, block, max_lanes, warp_size):
+        for lanes in spaces:
             if races is not None:
                 races.start_batch(lanes)
             launch = Launch(program, kernel, lanes, globals_memory, work, observer, races)
@@ -530,4 +575,4 @@ def run_kernel(
             ]
             Frame(launch, kernel).run_region(kernel.body, [*arguments, *shared])
             if progress is not None:
-                progress(lanes.first_block + lanes.block_count, blocks)
+                progress(lanes.first_block + lanes.block_count, total_blocks)
