@@ -126,6 +126,12 @@ def _softmax():
     return lambda x: jax.nn.softmax(x, axis=-1)
 
 
+def _log_softmax():
+    import jax
+
+    return lambda x: jax.nn.log_softmax(x, axis=-1)
+
+
 def _layernorm():
     import jax.numpy as jnp
     from jax import lax
@@ -414,6 +420,12 @@ def _t_softmax():
     return lambda x: torch.softmax(x, dim=-1)
 
 
+def _t_log_softmax():
+    import torch
+
+    return lambda x: torch.log_softmax(x, dim=-1)
+
+
 def _t_layernorm():
     import torch
 
@@ -670,6 +682,17 @@ WORKLOADS: tuple[Workload, ...] = (
         (Arg((16, 128)),),
         _in_out,
         torch=_t_softmax,
+    ),
+    Workload(
+        "log_softmax_2g",
+        "log-softmax over rows of bf16 logits [8192, 262144] (8,192 tokens by a 262,144-word"
+        " vocabulary): 2^31 elements, so offsets past 2^31 must stay 64-bit (docs/reliability.md,"
+        " 'Kernels over 2^31 elements')",
+        _log_softmax,
+        (Arg((8192, 262144), BF16),),
+        (Arg((8, 1024), BF16),),
+        _in_out,
+        torch=_t_log_softmax,
     ),
     Workload(
         "layernorm",

@@ -183,6 +183,12 @@ def _optimised_ptx(
             _internalise_all_but(module, set(kernel_names))
         module.verify()
         tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+        # No loop vectorizer: NVPTX has no vector registers for it to fill (heron's
+        # vectorize-loads-stores makes the v2/v4 accesses), and it changed none of the
+        # 1,154 kernels of both corpora while it costs the O3 pipeline a few percent
+        # of a program's compile (docs/benchmarks.md).
+        tuning.loop_vectorization = False
+        tuning.loop_interleaving = False
         builder = llvm.create_pass_builder(machine, tuning)
         builder.getModulePassManager().run(module, builder)
         if dump is not None:
