@@ -87,7 +87,6 @@ def output_tolerances(module, reorders: dict[str, bool], arguments, given, *, tf
     """
     from heron.harness.tolerance import (
         ErrorBounds,
-        OutputTolerance,
         leaf_of,
         output_sources,
         output_tolerance,
@@ -134,7 +133,10 @@ def output_tolerances(module, reorders: dict[str, bool], arguments, given, *, tf
             ulps = max(tolerance.ulps, ulp_bound(source, element))
             if not tolerance.reordered:  # a reordered sum or a dot before it widens it
                 wider = output_tolerance(source, element, given, reordering=reordering, tf32=tf32)
-                tolerance = OutputTolerance(ulps, wider.bounds, wider.reordered)
+                # (the ties and orders this kernel's own values allow stay)
+                tolerance = attrs.evolve(
+                    tolerance, ulps=ulps, bounds=wider.bounds, reordered=wider.reordered
+                )
             else:
                 tolerance = attrs.evolve(tolerance, ulps=ulps)
         tolerances.append(tolerance)

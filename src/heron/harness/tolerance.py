@@ -88,6 +88,7 @@ from heron.compiler.summation_order import ORDER_FREE_OPCODES, sums_in_its_own_o
 from heron.emitters.math_accuracy import ACCURACY, DIVISION_ULPS, FAST_MATH
 from heron.harness.nan_ties import NanTies, nan_ties
 from heron.harness.reference_values import value_of
+from heron.harness.sort_orders import SortFreedom, sort_freedom
 from heron.hlo import ElementType
 from heron.hlo.custom_calls.library import stood_for
 from heron.hlo.determinism import order_dependence
@@ -526,13 +527,19 @@ class OutputTolerance:
     #: An arg-reduction's index output over rows with several NaNs: either NaN's index
     #: is accepted (:mod:`heron.harness.nan_ties`).
     ties: NanTies | None = attrs.field(default=None, eq=False)
+    #: A sort's output whose order is open where keys are equivalent (an unstable sort)
+    #: or the comparator is not a strict weak order: any order of those positions' values
+    #: is accepted (:mod:`heron.harness.sort_orders`).
+    orders: SortFreedom | None = attrs.field(default=None, eq=False)
 
     def mismatches(self, kernel: np.ndarray, reference: np.ndarray) -> Mismatches:
         found = mismatches(kernel, reference, self.ulps, self.bounds)
-        if self.ties is None or not found.count:
-            return found
-        tied = self.ties.accepts(kernel, reference)[found.indices]
-        return Mismatches(found.indices[~tied], found.distances[~tied])
+        for freedom in (self.ties, self.orders):
+            if freedom is None or not found.count:
+                continue
+            accepted = freedom.accepts(kernel, reference)[found.indices]
+            found = Mismatches(found.indices[~accepted], found.distances[~accepted])
+        return found
 
     def describe(self) -> str:
         """A few words: ``bitwise``, ``2 ulps``, ``reassociation bounds``, RUN-line bounds,
@@ -547,6 +554,8 @@ class OutputTolerance:
                 parts.append(f"rel {self.bounds.relative:g}")
         if self.ties is not None:
             parts.append("any NaN's index where a row has several")
+        if self.orders is not None:
+            parts.append("any order of keys the sort may order freely")
         return ", ".join(parts) or "bitwise"
 
 
@@ -581,7 +590,9 @@ def output_tolerance(
     dot, a convolution, a library call, a regrouped scan) gets the reassociation
     bounds whatever kernel computed it, and a reduce where ``reordering``. The index
     output of an arg-reduction over rows with several NaNs accepts any of their
-    indices (:func:`heron.harness.nan_ties.nan_ties`, from ``reduction``'s values).
+    indices (:func:`heron.harness.nan_ties.nan_ties`, from ``reduction``'s values), and
+    a sort's output any order its comparator leaves open
+    (:func:`heron.harness.sort_orders.sort_freedom`).
     ``summation_bounds``: whether ``reduction`` is also evaluated for the per-element
     bound (not on edge inputs, where a float reduction is not compared: its order
     decides overflow and NaN; its NaN ties still are).
@@ -598,6 +609,9 @@ def output_tolerance(
         ties = nan_ties(*reduction, leaf=leaf)
         if ties is not None:
             tolerance = attrs.evolve(tolerance, ties=ties)
+        orders = sort_freedom(*reduction, leaf=leaf)
+        if orders is not None:
+            tolerance = attrs.evolve(tolerance, orders=orders)
     return tolerance
 
 
