@@ -44,9 +44,14 @@ class SortFreedom:
         """Per element of the flat outputs: its group holds the same values in both, bit
         for bit, as a multiset."""
         kernel, reference = np.asarray(kernel).reshape(-1), np.asarray(reference).reshape(-1)
-        if kernel.shape != self.groups.shape or reference.shape != self.groups.shape:
-            return np.zeros(kernel.shape[0], np.bool_)
         bits_k, bits_r = _bits(kernel), _bits(reference)
+        if (
+            bits_k is None
+            or bits_r is None
+            or kernel.shape != self.groups.shape
+            or reference.shape != self.groups.shape
+        ):
+            return np.zeros(kernel.shape[0], np.bool_)
         order_k = np.lexsort((bits_k, self.groups))
         order_r = np.lexsort((bits_r, self.groups))
         differs = bits_k[order_k] != bits_r[order_r]  # both ordered by group, then bits
@@ -75,11 +80,13 @@ def sort_freedom(
     try:
         from heron.hlo.evaluator.interpreter import Evaluator
 
+        evaluator = Evaluator()
+        if not evaluator.is_vector_safe(comparator):
+            return None  # compared element by element: too slow over whole rows
         result = value_of(computation, source, args)
         keys = np.asarray(result[0] if isinstance(result, tuple) else result)
         rows = np.moveaxis(keys, dimension, -1).reshape(-1, keys.shape[dimension])
-        before = _comparing(Evaluator(), comparator)
-        groups = _runs(rows, before, stable)
+        groups = _runs(rows, _comparing(evaluator, comparator), stable)
     except HloError:  # e.g. over the memory budget: the exact comparison
         return None
     if groups is None:
@@ -152,10 +159,11 @@ def _not_a_strict_weak_order(rows: np.ndarray, before) -> np.ndarray:
     return (both & ordered).any(axis=(1, 2))
 
 
-def _bits(values: np.ndarray) -> np.ndarray:
-    """Values as unsigned integers of their width: equal exactly when bitwise equal."""
+def _bits(values: np.ndarray) -> np.ndarray | None:
+    """Values as unsigned integers of their width: equal exactly when bitwise equal (None
+    for a width with no such integer, complex128's: compared exactly)."""
     values = np.ascontiguousarray(values)
-    width = values.dtype.itemsize
     if values.dtype == np.bool_:
         return values.astype(np.uint8)
-    return values.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[width])
+    unsigned = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(values.dtype.itemsize)
+    return None if unsigned is None else values.view(unsigned)
