@@ -325,3 +325,19 @@ def test_the_contract_takes_one_scale_as_one_and_fast_accumulation_for_fp8_only(
         GemmCall(1, 4, 16, 32, "bf16", "bf16", "f32", fast_accum=True)
     fast = attrs.evolve(one, fast_accum=True)
     assert agreement_tolerance(fast) > agreement_tolerance(one)
+
+
+def test_a_divide_of_constants_alone_leads_to_no_fp8_dot():
+    """``jax.random.wald`` divides a product of constants by a broadcast scalar: the
+    search for an fp8 dot's ``d_scale`` under it found no operand that was not constant
+    and raised StopIteration, a pass failure on every fp8 target."""
+
+    def wald(key):
+        return jax.random.wald(key, 2.0, (64,))
+
+    key = np.asarray(jax.random.key_data(jax.random.PRNGKey(3)))
+    text = jax.jit(lambda k: wald(jax.random.wrap_key_data(k))).lower(key).as_text(dialect="hlo")
+    compiled = compile_program(parse_module(text), Target.preset("h100"), ("interpreter",))
+    (out,) = load_executable(compiled.artefact, InterpreterDevice()).run([key])
+    expected = np.asarray(wald(jax.random.wrap_key_data(key)))
+    np.testing.assert_allclose(out, expected, rtol=1e-5)

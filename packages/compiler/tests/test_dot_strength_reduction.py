@@ -220,14 +220,39 @@ def test_the_rewritten_dot_computes_what_the_dot_did(name):
     )
 
 
-def test_a_bf16_dot_multiplies_in_bf16_and_sums_in_f32_as_xla():
+def test_a_bf16_dot_multiplies_and_sums_in_f32():
     module = _module("mv_bf16")
     strength_reduce_dots(module, H100)
     by_opcode = {inst.opcode: inst for inst in module.entry.instructions}
-    assert by_opcode["multiply"].array_shape.element_type.value == "bf16"
+    assert by_opcode["multiply"].array_shape.element_type.value == "f32"
     assert by_opcode["reduce"].array_shape.element_type.value == "f32"
     assert module.entry.root.opcode == "convert"
     assert module.entry.root.array_shape.element_type.value == "bf16"
+
+
+def test_a_bf16_dot_whose_products_cancel_keeps_the_dot_s_value():
+    """XLA rounds each product to the bf16 output before summing: (1 + 2^-7)^2 - (1 + 2^-6)
+    is 2^-14 exactly, but its first product rounded to bf16 is 1 + 2^-6 and the sum 0.
+    Products in f32 (exact for bf16 operands) keep the dot's 2^-14, as a GEMM would."""
+    module = parse_module(
+        """
+HloModule bf16_vv
+
+ENTRY main {
+  a = bf16[2] parameter(0)
+  b = bf16[2] parameter(1)
+  ROOT d = bf16[] dot(a, b), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+}
+"""
+    )
+    import ml_dtypes
+
+    a = np.array([1 + 2.0**-7, 1 + 2.0**-6], ml_dtypes.bfloat16)
+    b = np.array([1 + 2.0**-7, -1.0], ml_dtypes.bfloat16)
+    want = np.asarray(evaluate_module(module, [a, b]))
+    assert float(want) == 2.0**-14
+    strength_reduce_dots(module, H100)
+    assert float(np.asarray(evaluate_module(module, [a, b]))) == 2.0**-14
 
 
 def test_a_large_matrix_vector_product_is_reduced_where_xla_s_gemm_fusion_would_not_take_it():

@@ -27,15 +27,24 @@ does this pass, with XLA's rules, which :func:`reduces` states:
 - an ``s32`` dot whose right side contracts its dimension 1, always (XLA:
   its loop emitter is slow on it).
 
-The expansion is XLA's: each side converted to the dot's output type,
-transposed to [batch, free, contracting] and broadcast to [batch, lhs free,
-rhs free, contracting]; their product (each side first rounded to the
-precision the dot's ``algorithm`` multiplies in, where it names TF32 or bf16:
-:data:`heron.hlo.dot_precision.ALGORITHMS`; the TF32 a GEMM library takes for
-an f32 dot without one is the library's choice, not the dot's);
-a sum over the contracting dimensions in the dot's accumulator type (f32 for
-f16 and bf16 outputs, the output type otherwise; the algorithm's where it
-names one); a convert back to the output type.
+The expansion is XLA's but for one type: each side converted to the type
+the products are taken in, transposed to [batch, free, contracting] and
+broadcast to [batch, lhs free, rhs free, contracting]; their product (each
+side first rounded to the precision the dot's ``algorithm`` multiplies in,
+where it names TF32 or bf16: :data:`heron.hlo.dot_precision.ALGORITHMS`; the
+TF32 a GEMM library takes for an f32 dot without one is the library's choice,
+not the dot's); a sum over the contracting dimensions in the dot's
+accumulator type (f32 for f16 and bf16 outputs, the output type otherwise;
+the algorithm's where it names one); a convert back to the output type.
+
+XLA takes the products in the output type, so a bf16 dot's products are each
+rounded to bf16 before the f32 sum: a dot of two bf16[8] vectors whose terms
+cancel came out -1.9921875 where the dot (a GEMM library's, XLA:CPU's, the
+reference's: exact products, an f32 sum) is -2.0625. heron takes the products
+in the accumulator type where it is the wider one (:func:`_product_type`),
+the excess precision XLA allows by default (``xla_allow_excess_precision``),
+so that the rewrite keeps the dot's value; an outer product, which sums
+nothing, still multiplies in the output type (one rounding either way).
 
 It runs before :mod:`heron.hlo.passes.dot_decomposer` (where XLA's sees dots as
 the program has them: its decomposer leaves one-free, one-contracting dots in
@@ -166,6 +175,16 @@ def _accumulator(dot: Instruction) -> ElementType:
     return ElementType.F32 if out.value in ("f16", "bf16") else out
 
 
+def _product_type(dot: Instruction) -> ElementType:
+    """The type a summed expansion multiplies in: the accumulator where it is a wider
+    float than the output (a bf16 or f16 dot's f32), else the output type (module
+    docstring: XLA multiplies in the output type and rounds each product)."""
+    out, accumulator = dot.array_shape.element_type, _accumulator(dot)
+    if out.is_floating and accumulator.is_floating and accumulator.bit_width > out.bit_width:
+        return accumulator
+    return out
+
+
 class _Reducer:
     """Builds each dot's expansion; one scalar add computation per accumulator type."""
 
@@ -186,21 +205,22 @@ class _Reducer:
         m = [lhs.array_shape.dims[d] for d in lhs_free]
         n = [rhs.array_shape.dims[d] for d in rhs_free]
         k = [lhs.array_shape.dims[d] for d in lc]
-        full = ArrayShape(out, tuple(batch + m + n + k))
+        multiplied = _product_type(dot) if math.prod(k) != 1 else out
+        full = ArrayShape(multiplied, tuple(batch + m + n + k))
 
         def add(opcode: str, shape: ArrayShape, operands, attributes=None, suffix=None):
             return inserter.add(opcode, shape, operands, attributes, like=dot, suffix=suffix)
 
         def side(operand: Instruction, order: list[int], name: str, placed: list[int]):
             value = operand
-            if value.array_shape.element_type != out:
-                shape = ArrayShape(out, value.array_shape.dims)
+            if value.array_shape.element_type != multiplied:
+                shape = ArrayShape(multiplied, value.array_shape.dims)
                 value = add("convert", shape, [value], suffix=f"{name}_convert")
             if order != list(range(len(order))):
                 dims = tuple(value.array_shape.dims[d] for d in order)
                 value = add(
                     "transpose",
-                    ArrayShape(out, dims),
+                    ArrayShape(multiplied, dims),
                     [value],
                     {"dimensions": tuple(order)},
                     suffix=f"{name}_transpose",
@@ -242,7 +262,7 @@ class _Reducer:
                 return product
             return add("reshape", ArrayShape(out, dot.array_shape.dims), [product], suffix="result")
         accumulator = _accumulator(dot)
-        if accumulator != out:
+        if accumulator != multiplied:
             product = add(
                 "convert", ArrayShape(accumulator, full.dims), [product], suffix="widened"
             )

@@ -440,12 +440,15 @@ def _reciprocal_scale(
     if not fp8_gemms(target) or len(divide.operands) != 2:
         return None
     top, broadcast = divide.operands
-    dot = top
-    while dot.opcode in ("multiply", "divide") and any(
-        _constant_value(o)[0] is not None for o in dot.operands
+    dot: Instruction | None = top
+    while (
+        dot is not None
+        and dot.opcode in ("multiply", "divide")
+        and any(_constant_value(o)[0] is not None for o in dot.operands)
     ):
-        dot = next(o for o in dot.operands if _constant_value(o)[0] is None)
-    if dot.opcode != "dot" or not is_canonical_dot(dot):
+        # a product of constants alone (jax.random.wald's) leads to no dot
+        dot = next((o for o in dot.operands if _constant_value(o)[0] is None), None)
+    if dot is None or dot.opcode != "dot" or not is_canonical_dot(dot):
         return None
     batch = len(dot.attributes.get("lhs_batch_dims", ()))
     if not all(fp8_operand(o, batch, True, lambda _: None) for o in dot.operands):
