@@ -542,9 +542,15 @@ class OutputTolerance:
         return found
 
     def describe(self) -> str:
-        """A few words: ``bitwise``, ``2 ulps``, ``reassociation bounds``, RUN-line bounds,
-        ``any NaN's index``."""
-        parts = [f"{self.ulps} ulp{'s' * (self.ulps != 1)}"] if self.ulps else []
+        """A few words: ``bitwise``, ``2 ulps of ...``, ``reassociation bounds``, RUN-line
+        bounds, ``any NaN's index``. An ulp bound names both of its readings (the
+        element's own ulps, or as many of the output's largest magnitude:
+        :func:`_within_normwise`), so that a report's "max 1060 ulp" beside "2 ulps"
+        does not read as a contradiction."""
+        parts = []
+        if self.ulps:
+            ulps = f"{self.ulps} ulp{'s' * (self.ulps != 1)}"
+            parts.append(f"{ulps} of the element or of the output's largest magnitude")
         if self.reordered:
             parts.append("reassociation bounds")
         else:
