@@ -69,6 +69,17 @@ def _fusions_reaching(instruction) -> list:
     return found
 
 
+def _ulps_into(operand) -> int:
+    """The ulps an earlier kernel's approximations may leave in a fusion's ``operand``
+    (0 for a tuple or a non-float)."""
+    from heron.harness.tolerance import ulp_bound
+    from heron.hlo.shapes import ArrayShape
+
+    if not isinstance(operand.shape, ArrayShape):
+        return 0
+    return ulp_bound(operand, operand.shape.element_type)
+
+
 def _cached(cache: dict, entry, instruction, arguments):
     if instruction not in cache:  # instructions hash by identity
         from heron.harness.reference_values import value_of
@@ -125,10 +136,17 @@ def output_tolerances(module, reorders: dict[str, bool], arguments, given, *, tf
             values = None
         own = reorders.get(fusion.name, False)
         reduction = (inner, computation, values) if values is not None else None
-        tolerance = output_tolerance(
-            inner, element, given, reordering=own, reduction=reduction, tf32=tf32, leaf=inner_leaf
-        )
         before = [f for f in upstream if f is not fusion]
+        tolerance = output_tolerance(
+            inner,
+            element,
+            given,
+            reordering=own,
+            reduction=reduction,
+            tf32=tf32,
+            leaf=inner_leaf,
+            parameter_ulps=[_ulps_into(operand) for operand in fusion.operands] if before else (),
+        )
         if before:  # what the kernels before this one may have changed
             ulps = max(tolerance.ulps, ulp_bound(source, element))
             if not tolerance.reordered:  # a reordered sum or a dot before it widens it

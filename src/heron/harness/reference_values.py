@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from heron.hlo.ir import Computation, Instruction
 
-__all__ = ["value_of"]
+__all__ = ["value_of", "value_with"]
 
 
 def value_of(computation: Computation, instruction: Instruction, arguments):
@@ -25,3 +25,34 @@ def value_of(computation: Computation, instruction: Instruction, arguments):
         instruction,
     )
     return evaluate_computation(view, list(arguments))
+
+
+def value_with(
+    computation: Computation, instruction: Instruction, arguments, replaced: Instruction, value
+):
+    """The reference value of ``instruction`` when ``replaced`` (an instruction of
+    ``computation``) takes ``value`` instead of its own: the check's error propagation
+    moves an approximation's result by its bound and measures the output
+    (:mod:`heron.harness.error_propagation`). ``computation`` is not changed."""
+    from heron.hlo.evaluator import evaluate_computation
+
+    if replaced.opcode == "parameter":
+        moved = list(arguments)
+        moved[replaced.parameter_number] = value
+        return value_of(computation, instruction, moved)
+    stand_in = Instruction(
+        f"{replaced.name}.replaced",
+        "parameter",
+        replaced.shape,
+        parameter_number=len(computation.parameters),
+    )
+    copies: dict[Instruction, Instruction] = {replaced: stand_in}
+    for inst in computation.post_order():
+        if inst not in copies:
+            copies[inst] = inst.clone([copies[o] for o in inst.operands])
+    view = Computation(
+        f"{computation.name}.value_with_{replaced.name}",
+        list(copies.values()),
+        copies[instruction],
+    )
+    return evaluate_computation(view, [*arguments, value])

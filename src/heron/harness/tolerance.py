@@ -17,7 +17,11 @@
   more (:data:`NARROW_ULPS`). Several such ops in a chain add their bounds.
   The bound is also met norm-wise: an absolute error of that many ulps of the
   output's largest finite magnitude is accepted, since an approximation's
-  error survives cancellation in a later add (``exp(x) + p`` near 0).
+  error survives cancellation in a later add (``exp(x) + p`` near 0). And it
+  is met as the ops after an approximation amplify its error
+  (``expm1(25 * log1p(x))``: about 20 times log1p's), which the reference
+  evaluator measures (:mod:`heron.harness.error_propagation`), within the
+  fused computation and from the earlier kernels' bounds on its arguments.
 * Float and complex outputs of a reduction emitter that depend on a reduce:
   the kernel sums in its own order, so the moderate inputs are compared
   within the reassociation bounds (:func:`output_tolerance`), and the edge
@@ -79,6 +83,7 @@ ulps apart; a bitwise comparison still tells them apart (``negate(0.0)`` is
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import attrs
 import ml_dtypes
@@ -86,6 +91,7 @@ import numpy as np
 
 from heron.compiler.summation_order import ORDER_FREE_OPCODES, sums_in_its_own_order
 from heron.emitters.math_accuracy import ACCURACY, DIVISION_ULPS, FAST_MATH
+from heron.harness.error_propagation import ErrorPropagation, error_propagation
 from heron.harness.nan_ties import NanTies, nan_ties
 from heron.harness.reference_values import value_of
 from heron.harness.sort_orders import SortFreedom, sort_freedom
@@ -531,10 +537,13 @@ class OutputTolerance:
     #: or the comparator is not a strict weak order: any order of those positions' values
     #: is accepted (:mod:`heron.harness.sort_orders`).
     orders: SortFreedom | None = attrs.field(default=None, eq=False)
+    #: The approximations' errors as the ops after them amplify them, measured where the
+    #: ulp bound refuses an element (:mod:`heron.harness.error_propagation`).
+    amplified: ErrorPropagation | None = attrs.field(default=None, eq=False)
 
     def mismatches(self, kernel: np.ndarray, reference: np.ndarray) -> Mismatches:
         found = mismatches(kernel, reference, self.ulps, self.bounds)
-        for freedom in (self.ties, self.orders):
+        for freedom in (self.amplified, self.ties, self.orders):
             if freedom is None or not found.count:
                 continue
             accepted = freedom.accepts(kernel, reference)[found.indices]
@@ -551,6 +560,8 @@ class OutputTolerance:
         if self.ulps:
             ulps = f"{self.ulps} ulp{'s' * (self.ulps != 1)}"
             parts.append(f"{ulps} of the element or of the output's largest magnitude")
+        if self.amplified is not None:
+            parts.append("or as the ops after an approximation amplify its error")
         if self.reordered:
             parts.append("reassociation bounds")
         else:
@@ -575,6 +586,7 @@ def output_tolerance(
     tf32: bool,
     leaf: int = 0,
     summation_bounds: bool = True,
+    parameter_ulps: Sequence[int] = (),
 ) -> OutputTolerance:
     """The tolerance of an output of type ``element`` produced by ``source``: the one decision.
 
@@ -602,6 +614,11 @@ def output_tolerance(
     ``summation_bounds``: whether ``reduction`` is also evaluated for the per-element
     bound (not on edge inputs, where a float reduction is not compared: its order
     decides overflow and NaN; its NaN ties still are).
+    An output with an ulp bound also accepts the approximations' errors as the ops
+    after them in ``reduction``'s computation amplify them
+    (:func:`heron.harness.error_propagation.error_propagation`); ``parameter_ulps``:
+    the bound, by parameter number, of what earlier kernels' approximations left in
+    the computation's arguments.
     """
     tolerance = _output_tolerance(
         source,
@@ -618,7 +635,25 @@ def output_tolerance(
         orders = sort_freedom(*reduction, leaf=leaf)
         if orders is not None:
             tolerance = attrs.evolve(tolerance, orders=orders)
+        if tolerance.ulps or any(parameter_ulps):
+            amplified = error_propagation(
+                *reduction, op_ulps=_own_ulps, leaf=leaf, parameter_ulps=parameter_ulps
+            )
+            if amplified is not None:
+                tolerance = attrs.evolve(tolerance, amplified=amplified)
     return tolerance
+
+
+def _own_ulps(inst: Instruction) -> int:
+    """The ulps of ``inst``'s own approximation (:data:`ULP_BOUNDS`), not of those before
+    it: what :mod:`heron.harness.error_propagation` moves it by."""
+    if inst.opcode not in ULP_BOUNDS:
+        return 0
+    operands = [
+        Instruction(f"{inst.name}.operand{i}", "parameter", o.shape, parameter_number=i)
+        for i, o in enumerate(inst.operands)
+    ]
+    return ulp_bound(inst.clone(operands), inst.shape.element_type)
 
 
 def _output_tolerance(

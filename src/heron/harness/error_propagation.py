@@ -1,0 +1,174 @@
+"""How far an approximation's error may grow on its way to an output.
+
+The check allows each transcendental op its bound in ulps (expand-math's table,
+:data:`heron.harness.tolerance.ULP_BOUNDS`) and adds the bounds of a chain: an
+error of ``b`` ulps in ``log1p(x)`` is taken to reach the output as ``b`` ulps.
+Later ops can amplify it: ``expm1(25 * log1p(x))`` multiplies the relative error of
+its argument by about ``|25 log1p(x)|`` (exp's condition number), so a kernel whose
+log1p is 1 ulp off (within its bound) gives an output 10 ulps off, and the check
+called a correct kernel wrong. (A helper's sweep of jax.scipy found it on
+``boxcox1p``.)
+
+:func:`error_propagation` measures that growth with the reference evaluator
+itself, to first order: each approximated op of the fused computation (and each
+parameter whose value an earlier kernel's approximations reach, with that
+kernel's bound) is moved by its bound in ulps, up and down, and the computation
+evaluated again from there; the output moves by the amplified error. The sum
+over the ops of the larger move, doubled (the reference's own roundings of the
+op go the same way, and the second-order terms), is the bound per element.
+A move to a NaN or an infinity bounds nothing (edge inputs keep their exact
+comparison). It is evaluated only for the elements the ulp bound refused
+(:class:`ErrorPropagation` is lazy), so a check that passes pays nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+import ml_dtypes
+import numpy as np
+
+from heron.harness.reference_values import value_of, value_with
+from heron.hlo.errors import HloError
+from heron.hlo.ir import Computation, Instruction
+from heron.hlo.shapes import ArrayShape
+
+__all__ = ["MAX_POINTS", "ErrorPropagation", "error_propagation", "moved_by_ulps"]
+
+#: The most approximated ops (and parameters) moved for one output: each costs two
+#: evaluations of the fused computation. Past it the ulp bound alone applies.
+MAX_POINTS = 48
+#: The first-order bound is doubled: the reference's own rounding of each op goes the
+#: same way as the kernel's error, and the terms of second order are not counted.
+SAFETY = 2.0
+
+
+@attrs.frozen(eq=False)
+class ErrorPropagation:
+    """The ops whose error may be amplified on the way to one output, and the values
+    to measure it on: ``points`` are ``(instruction, ulps)`` of ``computation``
+    (evaluated on ``arguments``); ``source`` (its ``leaf``-th result when a tuple) is
+    the output."""
+
+    source: Instruction
+    computation: Computation
+    arguments: tuple
+    points: tuple[tuple[Instruction, int], ...]
+    leaf: int = 0
+
+    def bound(self) -> np.ndarray | None:
+        """Per element of the output (flat): the amplified error allowed, or None where
+        the output could not be evaluated (over the evaluator's memory budget)."""
+        try:
+            base = self._output(None, None)
+            total = np.zeros(base.size, np.float64)
+            for instruction, ulps in self.points:
+                value = np.asarray(value_of(self.computation, instruction, self.arguments))
+                largest = np.zeros(base.size, np.float64)
+                for direction in (1, -1):
+                    moved = self._output(instruction, moved_by_ulps(value, direction * ulps))
+                    with np.errstate(all="ignore"):
+                        change = np.abs(moved - base)
+                    largest = np.maximum(largest, np.where(np.isfinite(change), change, 0.0))
+                total += largest
+        except HloError:
+            return None
+        return SAFETY * total
+
+    def accepts(self, kernel: np.ndarray, reference: np.ndarray) -> np.ndarray:
+        """Per element of the flat outputs: within the amplified bound."""
+        kernel = np.asarray(kernel).reshape(-1)
+        bound = self.bound()
+        if bound is None or bound.size != kernel.size:
+            return np.zeros(kernel.size, np.bool_)
+        with np.errstate(all="ignore"):
+            error = np.abs(
+                kernel.astype(np.float64) - np.asarray(reference).reshape(-1).astype(np.float64)
+            )
+        return error <= bound
+
+    def _output(self, instruction: Instruction | None, value) -> np.ndarray:
+        if instruction is None:
+            result = value_of(self.computation, self.source, self.arguments)
+        else:
+            result = value_with(self.computation, self.source, self.arguments, instruction, value)
+        if isinstance(result, tuple):
+            result = result[self.leaf]
+        return np.asarray(result).astype(np.float64).reshape(-1)
+
+
+def moved_by_ulps(value: np.ndarray, ulps: int) -> np.ndarray:
+    """``value`` moved by ``ulps`` ulps of its own type (toward +inf when positive),
+    each element by its own ulp; NaNs and infinities stay."""
+    value = np.asarray(value)
+    info = ml_dtypes.finfo(value.dtype)
+    wide = value.astype(np.float64)
+    with np.errstate(all="ignore"):
+        exponent = np.floor(np.log2(np.abs(wide)))
+        exponent = np.maximum(np.where(np.isfinite(exponent), exponent, info.minexp), info.minexp)
+        ulp = np.exp2(exponent - int(info.nmant))
+        moved = np.where(np.isfinite(wide), wide + ulps * ulp, wide)
+    return moved.astype(value.dtype)
+
+
+def error_propagation(
+    source: Instruction,
+    computation: Computation,
+    arguments: Sequence | None,
+    *,
+    op_ulps: Callable[[Instruction], int],
+    leaf: int = 0,
+    parameter_ulps: Sequence[int] = (),
+) -> ErrorPropagation | None:
+    """The ops of ``computation`` that reach ``source`` with a bound of their own
+    (``op_ulps``: the check's table, the op's approximation alone) and the parameters
+    ``parameter_ulps`` gives a bound (by parameter number); None when there are none,
+    more than :data:`MAX_POINTS`, the output is not a float array, or there are no
+    values to measure on."""
+    shape = _leaf_shape(source, leaf)
+    if arguments is None or not isinstance(shape, ArrayShape):
+        return None
+    if not shape.element_type.is_floating or shape.element_type.bit_width <= 8:
+        return None
+
+    def ulps_of(inst: Instruction) -> int:
+        if not isinstance(inst.shape, ArrayShape):
+            return 0
+        element = inst.shape.element_type
+        if not element.is_floating or element.bit_width <= 8:
+            return 0
+        if inst.opcode != "parameter":
+            return op_ulps(inst)
+        number = inst.parameter_number
+        return parameter_ulps[number] if number is not None and number < len(parameter_ulps) else 0
+
+    reached = _reaching(source)
+    points = tuple(
+        (inst, ulps)
+        for inst in computation.post_order()
+        if inst in reached and (ulps := ulps_of(inst))
+    )
+    if not points or len(points) > MAX_POINTS:
+        return None
+    return ErrorPropagation(source, computation, tuple(arguments), points, leaf)
+
+
+def _reaching(source: Instruction) -> set[Instruction]:
+    """``source`` and the instructions of its computation it depends on."""
+    reached: set[Instruction] = set()
+    stack = [source]
+    while stack:
+        inst = stack.pop()
+        if inst not in reached:
+            reached.add(inst)
+            stack.extend(inst.operands)
+    return reached
+
+
+def _leaf_shape(source: Instruction, leaf: int):
+    shape = source.shape
+    if isinstance(shape, ArrayShape):
+        return shape
+    leaves = list(shape.leaves())
+    return leaves[leaf] if leaf < len(leaves) else None

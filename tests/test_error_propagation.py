@@ -1,0 +1,139 @@
+"""The check allows an approximation's error as the ops after it amplify it.
+
+``expm1(25 * log1p(x))`` (scipy's ``boxcox1p`` with lambda 25) multiplies
+log1p's relative error by about ``|25 log1p(x)|``: a kernel whose log1p is one
+ulp off gives an output some ten ulps off, and ``heron run --check`` refused a
+correct kernel (28 of 256 elements, up to 15 ulps, where it allowed 4). The
+bound is measured with the reference evaluator (:mod:`heron.harness.error_propagation`);
+these tests hold it to accepting that and to still refusing an approximation
+further off than its bound.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from heron.cli.main import main
+from heron.harness.error_propagation import moved_by_ulps
+from heron.harness.reference_values import value_of, value_with
+from heron.harness.tolerance import ULP_BOUNDS, output_tolerance
+from heron.hlo.parser import parse_module
+
+BOXCOX = """\
+HloModule boxcox
+
+ENTRY main {
+  x = f32[256] parameter(0)
+  lam = f32[256] parameter(1)
+  l = f32[256] log-plus-one(x)
+  y = f32[256] multiply(lam, l)
+  ROOT e = f32[256] exponential-minus-one(y)
+}
+"""
+#: log1p's bound in f32 (expand-math's table, as the check reads it).
+LOG1P_ULPS = ULP_BOUNDS["log-plus-one"][0]
+
+
+def _case():
+    module = parse_module(BOXCOX)
+    computation = module.entry
+    x = np.linspace(0.45, 0.55, 256).astype(np.float32)
+    arguments = (x, np.full(256, 25.0, np.float32))
+    root = computation.root_instruction
+    tolerance = output_tolerance(
+        root,
+        root.shape.element_type,
+        reduction=(root, computation, arguments),
+        tf32=False,
+    )
+    return computation, arguments, tolerance
+
+
+def _kernel_with_log1p_off_by(ulps: int) -> tuple[np.ndarray, np.ndarray]:
+    """The output of a kernel whose log1p is ``ulps`` ulps off (and exact elsewhere),
+    and the reference's."""
+    computation, arguments, _ = _case()
+    log1p = computation.instruction("l")
+    root = computation.root_instruction
+    moved = moved_by_ulps(np.asarray(value_of(computation, log1p, arguments)), ulps)
+    kernel = np.asarray(value_with(computation, root, arguments, log1p, moved))
+    return kernel, np.asarray(value_of(computation, root, arguments))
+
+
+def test_an_error_within_log1p_s_bound_that_expm1_amplifies_is_accepted():
+    _, _, tolerance = _case()
+    assert tolerance.amplified is not None
+    kernel, reference = _kernel_with_log1p_off_by(LOG1P_ULPS)
+    assert tolerance.mismatches(kernel, reference).count == 0
+    # the ulp bound alone refuses it: the amplification is what the new rule measures
+    plain = attrs.evolve(tolerance, amplified=None)
+    assert plain.mismatches(kernel, reference).count > 50
+
+
+def test_an_approximation_further_off_than_its_bound_is_still_refused():
+    _, _, tolerance = _case()
+    kernel, reference = _kernel_with_log1p_off_by(6 * LOG1P_ULPS)
+    assert tolerance.mismatches(kernel, reference).count > 200
+    kernel, reference = _kernel_with_log1p_off_by(-6 * LOG1P_ULPS)
+    assert tolerance.mismatches(kernel, reference).count > 200
+
+
+def test_moving_by_ulps_steps_each_element_by_its_own_ulp():
+    values = np.array([1.0, -3.0, 0.0, 1e-40, np.inf, np.nan], np.float32)
+    moved = moved_by_ulps(values, 2)
+    assert moved[0] == np.nextafter(np.nextafter(np.float32(1), np.float32(2)), np.float32(2))
+    assert moved[1] == np.float32(-3.0) + 2 * np.spacing(np.float32(3.0))
+    assert moved[2] == 2 * np.float32(1.4e-45)  # the smallest subnormal's steps
+    assert moved[4] == np.inf and np.isnan(moved[5])
+
+
+def test_run_check_accepts_the_correct_boxcox_kernel(tmp_path, capsys):
+    path = tmp_path / "boxcox.hlo"
+    path.write_text(BOXCOX)
+    _, arguments, _ = _case()
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, arg0=arguments[0], arg1=arguments[1])
+    argv = ["run", str(path), "--check", "--backend", "interpreter", "--inputs", str(inputs)]
+    assert main(argv) == 0
+    assert "as the ops after an approximation amplify its error" in capsys.readouterr().out
+
+
+#: The same program as two kernels: log1p's error reaches the second as an argument.
+BOXCOX_TWO_KERNELS = """\
+HloModule boxcox2
+
+log1p_computation {
+  p = f32[256] parameter(0)
+  ROOT l = f32[256] log-plus-one(p)
+}
+
+expm1_computation {
+  l = f32[256] parameter(0)
+  lam = f32[256] parameter(1)
+  y = f32[256] multiply(lam, l)
+  ROOT e = f32[256] exponential-minus-one(y)
+}
+
+ENTRY main {
+  x = f32[256] parameter(0)
+  lam = f32[256] parameter(1)
+  f1 = f32[256] fusion(x), kind=kLoop, calls=log1p_computation
+  ROOT f2 = f32[256] fusion(f1, lam), kind=kLoop, calls=expm1_computation
+}
+"""
+
+
+def test_an_earlier_kernel_s_error_is_amplified_by_the_one_after_it(tmp_path, monkeypatch):
+    path = tmp_path / "boxcox2.hlo"
+    path.write_text(BOXCOX_TWO_KERNELS)
+    _, arguments, _ = _case()
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, arg0=arguments[0], arg1=arguments[1])
+    argv = ["--quiet", "run", str(path), "--check", "--backend", "interpreter"]
+    assert main([*argv, "--inputs", str(inputs)]) == 0
+    # without the first kernel's bound moved into the second's argument, it differs
+    import heron.harness.agreement as agreement
+
+    monkeypatch.setattr(agreement, "_ulps_into", lambda operand: 0)
+    assert main([*argv, "--inputs", str(inputs)]) == 1
