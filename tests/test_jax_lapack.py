@@ -21,6 +21,7 @@ from heron_test_support.jax_config import jax_x64
 
 import heron.jax as heron_jax
 from heron.hlo.custom_calls.call import CustomCall, CustomCallError
+from heron.hlo.evaluator import evaluate_module
 from heron.jax.lapack import cholesky_factor, lu_factor, potrf, trsm
 
 
@@ -130,6 +131,24 @@ def test_lu_and_triangular_solves_equal_jax_on_the_cpu(x64, name):
     actual = np.asarray(heron_jax.jit(function, backend="interpreter")(a, b))
     tolerance = 1e-10 if x64 else 2e-4
     np.testing.assert_allclose(actual, expected, rtol=tolerance, atol=tolerance)
+
+
+def test_cho_solve_on_a_runtime_is_the_evaluator_s_bit_for_bit():
+    """The factor reaches the solves transposed ({0,1} buffers on a runtime, row-major
+    arrays in the evaluator); numpy's products inside the host implementations summed
+    in other orders by stride, and heron run --check found 3 of 8 elements 3 ulps off."""
+    function = lambda a, b: jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(a), b)  # noqa: E731
+    rng = np.random.default_rng(7)
+    differing = []
+    with jax_x64(False):
+        compiled = heron_jax.jit(function, backend="interpreter")
+        for draw in range(4):  # (each of 8 such draws differed)
+            a = _spd(rng, (), 16, np.float32)
+            b = rng.standard_normal((16, 4)).astype(np.float32)
+            expected = evaluate_module(heron_jax.lower(function, a, b).module, [a, b])
+            if np.asarray(compiled(a, b)).tobytes() != np.asarray(expected).tobytes():
+                differing.append(draw)
+    assert differing == []
 
 
 def test_lu_pivots_on_the_first_largest_entry_and_reports_a_zero_pivot():

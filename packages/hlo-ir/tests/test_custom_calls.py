@@ -158,6 +158,25 @@ def test_the_evaluator_calls_the_host_implementation():
     np.testing.assert_array_equal(result, X * 3)
 
 
+def test_an_implementation_gets_row_major_operands_whatever_their_strides():
+    """A transposed view (a runtime's buffer of another layout) arrives C-contiguous:
+    numpy's matrix products pick BLAS kernels by strides, so the same call gave
+    other bits on a runtime than in the evaluator."""
+    seen = []
+
+    def record(operands, call):
+        seen.append(operands[0].flags.c_contiguous)
+        return operands[0].copy()
+
+    registry = CustomCallRegistry([(CustomCallSpec("test.record", record), None)])
+    call = custom_call_of(_module("test.record").entry.root_instruction)
+    transposed = np.asfortranarray(X)
+    (result,) = registry.invoke(call, [transposed])
+    assert seen == [True]
+    np.testing.assert_array_equal(result, X)
+    assert transposed.flags.f_contiguous  # the caller's array is left alone
+
+
 def test_the_evaluator_passes_tuple_operands_as_leaves_and_nests_tuple_results():
     seen = {}
 

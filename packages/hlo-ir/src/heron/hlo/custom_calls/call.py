@@ -81,7 +81,15 @@ class CustomCall:
 
     def check_operands(self, operands: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
         """``operands`` as the read-only arrays the implementation gets (checked: a bug
-        in heron, not in the plugin, would make them differ from the declared shapes)."""
+        in heron, not in the plugin, would make them differ from the declared shapes).
+
+        Each in row-major order whatever the layout of the buffer it came from: an
+        implementation's arithmetic may depend on strides (numpy hands a matrix
+        product to BLAS kernels chosen by them, which sum in other orders), and the
+        same call must give the same bits on a device's runtime, whose buffers have
+        the HLO's layouts, and in the reference evaluator, whose arrays do not. A
+        transposed Cholesky factor made ``jax.scipy.linalg.cho_solve`` differ by 3 ulps
+        between the two, which ``heron run --check`` called a disagreement."""
         if len(operands) != len(self.operand_shapes):
             raise self.error(
                 f"{len(operands)} operand arrays for {len(self.operand_shapes)} operand leaves"
@@ -92,7 +100,7 @@ class CustomCall:
             why = _mismatch(array, shape)
             if why is not None:
                 raise self.error(f"operand {k}: {why}")
-            view = array.view()
+            view = np.asarray(array, order="C").view()  # (0-d stays 0-d)
             view.flags.writeable = False
             given.append(view)
         return tuple(given)
