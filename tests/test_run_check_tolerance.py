@@ -641,6 +641,80 @@ def test_kernel_and_reference_add_complex_numbers_part_by_part():
         assert np.array_equal(bits(getattr(reference, part)), bits(float_reference))
 
 
+# -- cumulative sums the compiler regroups ---------------------------------------------------
+
+#: jnp.cumsum of bf16[200] as jax writes it: the reduce-window inside a call.
+BF16_CUMSUM = """\
+HloModule jit_cumsum
+
+add {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT sum = bf16[] add(a, b)
+}
+
+cumsum {
+  x = bf16[200]{0} parameter(0)
+  zero = bf16[] constant(0)
+  ROOT scan = bf16[200]{0} reduce-window(x, zero), window={size=200 pad=199_0}, to_apply=add
+}
+
+ENTRY main {
+  a = bf16[200]{0} parameter(0)
+  ROOT call = bf16[200]{0} call(a), to_apply=cumsum
+}
+"""
+
+
+def test_a_bf16_cumsum_in_blocks_agrees_within_its_prefixes_summation_bound(tmp_path, capsys):
+    """The blocks' order is not the reference's sequential one: with partial sums near
+    1 and sum|x| near 20, 19 of 200 elements differed by up to 8 ulps, more than the
+    fixed 3e-2 allows; heron's values were XLA:CPU's bit for bit (a library sweep)."""
+    from heron.hlo.npz_io import save_inputs
+
+    path = _write(tmp_path, "cumsum.hlo", BF16_CUMSUM)
+    inputs = str(tmp_path / "inputs.npz")
+    save_inputs(inputs, [np.random.RandomState(1).randn(200).astype(BF16)])
+    code, out, err = heron(
+        capsys, "run", path, "--inputs", inputs, "--backend", "interpreter", "--check"
+    )
+    assert (code, err) == (0, ""), out
+    assert "agree: every output within the tolerance" in out
+
+
+def test_a_cumsum_s_bound_grows_with_its_prefix_and_is_none_for_other_outputs():
+    from heron.harness.agreement import written_scan_bounds
+
+    x = np.ones(200, BF16)
+    (bound,) = written_scan_bounds(parse_module(BF16_CUMSUM), [x])
+    k = np.arange(200)
+    # 2 (n - 1) u sum|x| over the prefix and the initial value: n = k + 2 terms
+    np.testing.assert_allclose(bound, 2 * (k + 1) * 2.0**-8 * (k + 1))
+    reversed_scan = BF16_CUMSUM.replace("pad=199_0", "pad=0_199")
+    (bound,) = written_scan_bounds(parse_module(reversed_scan), [x])
+    np.testing.assert_allclose(bound, (2 * (k + 1) * 2.0**-8 * (k + 1))[::-1])
+    windowed = BF16_CUMSUM.replace("size=200 pad=199_0", "size=3 pad=2_0")
+    assert written_scan_bounds(parse_module(windowed), [x]) == [None]
+
+
+def test_an_f32_cumsum_that_sums_an_element_twice_is_still_refused():
+    from heron.harness.agreement import compare, written_scan_bounds
+
+    text = BF16_CUMSUM.replace("bf16", "f32")
+    x = np.random.RandomState(2).randn(200).astype(np.float32)
+    (expected,) = [np.asarray(evaluate_computation(parse_module(text).entry, [x]))]
+    (bound,) = written_scan_bounds(parse_module(text), [x])
+    tolerance = OutputTolerance(
+        bounds=ErrorBounds(absolute=1e-4, relative=1e-4, per_element=bound), reordered=True
+    )
+    reordered = np.cumsum(x[::-1].astype(np.float64))[::-1]  # a valid other order
+    valid = (reordered[0] - reordered + x).astype(np.float32)
+    assert compare(valid, expected, tolerance).agrees
+    wrong = expected.copy()
+    wrong[100:] += x[100]  # x[100] summed twice
+    assert not compare(wrong, expected, tolerance).agrees
+
+
 def test_the_tolerance_is_labelled_and_counted_in_words():
     # issue 31: `--check` printed "(1 ulps)" with nothing saying it was the tolerance
     from heron.harness.tolerance import OutputTolerance

@@ -331,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
         expected, elapsed = _evaluate(module, arguments)
         print(f"check against the reference evaluator ({elapsed:.2f} s):")
         tolerances = output_tolerances(
-            ran.module, ran.reorders, arguments, given, tf32=ran.target.tf32
+            ran.module, ran.reorders, arguments, given, tf32=ran.target.tf32, written=module
         )
         if not print_agreement(leaves, expected, tolerances):
             print("DISAGREE: results differ from the reference evaluator beyond the tolerance")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-__all__ = ["Agreement", "compare", "output_tolerances", "type_name"]
+__all__ = ["Agreement", "compare", "output_tolerances", "type_name", "written_scan_bounds"]
 
 
 @attrs.frozen
@@ -88,13 +88,18 @@ def _cached(cache: dict, entry, instruction, arguments):
     return cache[instruction]
 
 
-def output_tolerances(module, reorders: dict[str, bool], arguments, given, *, tf32: bool) -> list:
+def output_tolerances(
+    module, reorders: dict[str, bool], arguments, given, *, tf32: bool, written=None
+) -> list:
     """Per flattened entry output: :func:`heron.harness.tolerance.output_tolerance`.
 
     An output computed by a fusion is judged as ``heron check`` judges that
     fusion on the values it was given; fusions before it widen that by their
     own ulps and by a reordered sum (see the module docstring). ``tf32``: the
     Target's :attr:`heron.target.target.Target.tf32`, for the program's dots.
+    ``written``: the module as written (before the compiler's passes), whose
+    cumulative sums bound their regrouped outputs per element
+    (:func:`written_scan_bounds`).
     """
     from heron.harness.tolerance import (
         ErrorBounds,
@@ -158,7 +163,56 @@ def output_tolerances(module, reorders: dict[str, bool], arguments, given, *, tf
             else:
                 tolerance = attrs.evolve(tolerance, ulps=ulps)
         tolerances.append(tolerance)
+    if written is not None:
+        tolerances = _with_scan_bounds(tolerances, written_scan_bounds(written, arguments))
     return tolerances
+
+
+def written_scan_bounds(written, arguments) -> list:
+    """Per flattened entry output of ``written`` (a module before the compiler's passes):
+    :func:`heron.harness.tolerance.scan_summation_bound` of a cumulative sum it is, or None.
+
+    The scan rewriter splits a long cumsum into blocks and a sum of their totals, so
+    in the compiled module no instruction holds the prefix whose ``sum|x_i|`` bounds
+    how far the blocks' order may be from the reference's sequential one; the
+    module as written does (its calls inlined, as the compiler inlines them).
+    """
+    from heron.compiler.scan_rewriter import scan_of
+    from heron.harness.tolerance import output_sources, scan_summation_bound
+    from heron.hlo.errors import HloError
+    from heron.hlo.parser import parse_module
+    from heron.hlo.passes.call_inliner import inline_calls
+    from heron.hlo.printer import print_module
+    from heron.hlo.shapes import TupleShape
+
+    root = written.entry.root_instruction
+    count = len(list(root.shape.leaves())) if isinstance(root.shape, TupleShape) else 1
+    if not any(scan_of(i) for c in written.computations for i in c.instructions):
+        return [None] * count
+    inlined = parse_module(print_module(written))  # a copy: the caller keeps its module
+    inline_calls(inlined)
+    entry = inlined.entry
+    bounds = []
+    for source in output_sources(entry.root_instruction):
+        try:
+            bounds.append(scan_summation_bound(source, entry, arguments))
+        except HloError:  # e.g. over the memory budget: the fixed bounds only
+            bounds.append(None)
+    return bounds
+
+
+def _with_scan_bounds(tolerances: list, bounds: list) -> list:
+    """``tolerances`` whose reordered outputs also accept their scan's bound."""
+    merged = []
+    for tolerance, bound in zip(tolerances, bounds, strict=True):
+        if bound is not None and tolerance.reordered:
+            own = tolerance.bounds.per_element
+            per_element = bound if own is None else np.maximum(own, bound)
+            tolerance = attrs.evolve(
+                tolerance, bounds=attrs.evolve(tolerance.bounds, per_element=per_element)
+            )
+        merged.append(tolerance)
+    return merged
 
 
 def compare(actual: object, expected: object, tolerance=None) -> Agreement:
