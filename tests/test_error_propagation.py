@@ -88,12 +88,18 @@ def test_moving_by_ulps_steps_each_element_by_its_own_ulp():
     assert moved[4] == np.inf and np.isnan(moved[5])
 
 
-def test_run_check_accepts_the_correct_boxcox_kernel(tmp_path, capsys):
-    path = tmp_path / "boxcox.hlo"
-    path.write_text(BOXCOX)
+def _program_and_inputs(tmp_path, name: str, text: str):
+    """The program written to ``name`` and the boxcox case's arguments beside it."""
+    path = tmp_path / name
+    path.write_text(text)
     _, arguments, _ = _case()
     inputs = tmp_path / "inputs.npz"
     np.savez(inputs, arg0=arguments[0], arg1=arguments[1])
+    return path, inputs
+
+
+def test_run_check_accepts_the_correct_boxcox_kernel(tmp_path, capsys):
+    path, inputs = _program_and_inputs(tmp_path, "boxcox.hlo", BOXCOX)
     argv = ["run", str(path), "--check", "--backend", "interpreter", "--inputs", str(inputs)]
     assert main(argv) == 0
     assert "as the ops after an approximation amplify its error" in capsys.readouterr().out
@@ -125,11 +131,7 @@ ENTRY main {
 
 
 def test_an_earlier_kernel_s_error_is_amplified_by_the_one_after_it(tmp_path, monkeypatch):
-    path = tmp_path / "boxcox2.hlo"
-    path.write_text(BOXCOX_TWO_KERNELS)
-    _, arguments, _ = _case()
-    inputs = tmp_path / "inputs.npz"
-    np.savez(inputs, arg0=arguments[0], arg1=arguments[1])
+    path, inputs = _program_and_inputs(tmp_path, "boxcox2.hlo", BOXCOX_TWO_KERNELS)
     argv = ["--quiet", "run", str(path), "--check", "--backend", "interpreter"]
     assert main([*argv, "--inputs", str(inputs)]) == 0
     # without the first kernel's bound moved into the second's argument, it differs
