@@ -80,3 +80,26 @@ def test_the_comparison_can_fail() -> None:
     assert jax_chains.disagreement([ones * 1.01], [ones], np.float16) is None
     assert "NaN" in jax_chains.disagreement([ones * np.nan], [ones], np.float32)
     assert "shape" in jax_chains.disagreement([ones.T], [ones], np.float32)
+
+
+#: Fixed chains with a step adding two layouts of one array (``--mix``).
+MIXED = range(20261300, 20261304)
+
+
+@pytest.mark.parametrize("seed", MIXED)
+def test_a_chain_adding_two_layouts_of_one_array_agrees_with_jax(seed: int) -> None:
+    chain = jax_chains.draw(seed, mix=True)
+    assert any(step[0] == "mix" for step in chain.steps)
+    assert tuple(s for s in chain.steps if s[0] != "mix") == jax_chains.draw(seed).steps
+    outcome = jax_chains.check(chain)
+    assert outcome.status == "agree", (chain.describe(), outcome.why)
+
+
+def test_an_infinity_against_a_number_is_a_disagreement() -> None:
+    expected = [np.array([1.0, np.inf, 3.0], np.float32)]
+    assert jax_chains.disagreement(expected, expected, np.float32) is None
+    wrong = [np.array([1.0, np.inf, 300.0], np.float32)]  # once hidden by an infinite scale
+    assert "max |difference|" in jax_chains.disagreement(wrong, expected, np.float32)
+    flipped = [np.array([1.0, -np.inf, 3.0], np.float32)]
+    assert "infinity" in jax_chains.disagreement(flipped, expected, np.float32)
+

@@ -10,13 +10,15 @@ corner heron's own corpora never reached: its first 60 chains found argmax
 over a transposed array returning 1,021 wrong indices of 1,056 (the reduction
 emitters read the iota beside the values in the values' layout).
 
-    python tests/fuzz/jax_chains.py --seed 0 --cases 200 [--half] [--wrap vmap|scan]
+    python tests/fuzz/jax_chains.py --seed 0 --cases 200 [--half] [--wrap vmap|scan] [--mix]
 
 prints each chain heron disagrees on or refuses, with the seed that rebuilds it
 (``--first SEED --cases 1``); exit status 1 if there was one. ``--half`` runs
 two chains in three in bf16 or f16; a 16-bit chain whose values differ from XLA's
 while heron's are exactly its reference evaluator's is counted apart (XLA keeps
-excess precision: docs/reliability.md). ``tests/test_jax_chains_sample.py`` runs a
+excess precision: docs/reliability.md). ``--mix`` adds to each chain a step
+that adds to the array a transposed copy of itself, worked on and transposed back
+(two layouts of one shape meeting in one add). ``tests/test_jax_chains_sample.py`` runs a
 fixed sample in CI.
 """
 
@@ -89,8 +91,15 @@ class Chain:
         return f"seed {self.seed}: {name}{list(self.dims)} {list(self.steps)}{how}"
 
 
-def draw(seed: int, half: bool = False, wrap: str = "none") -> Chain:
-    """The chain of ``seed`` (a function of the seed and the options alone)."""
+#: What a ``mix`` step computes in a transposed copy before adding it back: each
+#: leaves the copy in its own layout, so the add meets two layouts of one shape.
+MIXES = ("cumsum", "softmax", "sort", "exp")
+
+
+def draw(seed: int, half: bool = False, wrap: str = "none", mix: bool = False) -> Chain:
+    """The chain of ``seed`` (a function of the seed and the options alone). ``mix``:
+    the same chain with one more step, ``x + transpose^-1(f(transpose(x)))``, drawn
+    after the rest so that the chain around it stays the one of ``seed``."""
     if wrap not in WRAPS:
         raise ValueError(f"wrap {wrap!r}: one of {WRAPS}")
     rng = np.random.default_rng(seed)
@@ -101,12 +110,19 @@ def draw(seed: int, half: bool = False, wrap: str = "none") -> Chain:
         dims[int(np.argmax(dims))] //= 2
     shape = list(dims)
     steps: list[tuple[Any, ...]] = []
+    ranks = [rank]  # before each step, then after the last
     for _ in range(int(rng.integers(2, 6))):
         step = _step(str(rng.choice(KINDS)), shape, rng)
         steps.append(step)
+        ranks.append(len(shape))
     dtype = [np.float32, jnp.bfloat16, np.float16][seed % 3] if half else np.float32
     outputs = int(rng.integers(1, 3))
     axis = int(rng.integers(0, rank + 1)) if wrap == "vmap" else 0
+    if mix:
+        where = int(rng.integers(0, len(steps) + 1))
+        if ranks[where] > 1:
+            perm = tuple(int(p) for p in rng.permutation(ranks[where]))
+            steps.insert(where, ("mix", perm, str(rng.choice(MIXES))))
     return Chain(seed, tuple(dims), dtype, tuple(steps), outputs, wrap, axis)
 
 
@@ -200,6 +216,16 @@ def function(chain: Chain) -> Callable[[Any], list[Any]]:
         if kind == "take":
             r = np.random.default_rng(step[1])
             return jnp.take(x, r.integers(0, x.shape[0], (step[2],)), axis=0)
+        if kind == "mix":
+            perm, how = step[1], step[2]
+            moved = jnp.transpose(x, perm)
+            if how == "exp":
+                moved = jnp.exp(moved * 0.1)
+            else:
+                moved = {"cumsum": jnp.cumsum, "softmax": jax.nn.softmax, "sort": jnp.sort}[how](
+                    moved, axis=-1
+                )
+            return x + jnp.transpose(moved, np.argsort(perm))
         return ELEMENTWISE[step[1]](x)
 
     def run(x: Any) -> list[Any]:
@@ -247,8 +273,14 @@ def disagreement(got: Sequence[Any], expected: Sequence[Any], dtype: Any) -> str
             return f"value {k}: NaN where XLA has a number or the other way round"
         if not e64.size:
             continue
-        scale = max(1.0, float(np.nanmax(np.abs(e64))))
-        error = float(np.nanmax(np.abs(g64 - e64)))
+        infinite = np.isinf(g64) | np.isinf(e64)
+        if (infinite & (g64 != e64)).any():
+            return f"value {k}: an infinity where XLA has another value or the other way round"
+        finite = ~infinite & ~np.isnan(e64)
+        if not finite.any():
+            continue
+        scale = max(1.0, float(np.abs(e64[finite]).max()))
+        error = float(np.abs(g64[finite] - e64[finite]).max())
         if error > relative * scale:
             return f"value {k}: max |difference| {error:.4g} (allowed {relative * scale:.4g})"
     return None
@@ -309,10 +341,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=100)
     parser.add_argument("--half", action="store_true", help="bf16 and f16 chains too")
     parser.add_argument("--wrap", choices=WRAPS, default="none", help="under vmap or lax.scan")
+    parser.add_argument(
+        "--mix", action="store_true", help="one more step adding two layouts of one array"
+    )
     args = parser.parse_args(argv)
     counts = dict.fromkeys(("agree", "disagree", "refused", "excess"), 0)
     for seed in range(args.first, args.first + args.cases):
-        chain = draw(seed, args.half, args.wrap)
+        chain = draw(seed, args.half, args.wrap, args.mix)
         outcome = check(chain)
         counts[outcome.status] += 1
         if outcome.status != "agree":
