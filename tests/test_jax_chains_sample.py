@@ -102,4 +102,3 @@ def test_an_infinity_against_a_number_is_a_disagreement() -> None:
     assert "max |difference|" in jax_chains.disagreement(wrong, expected, np.float32)
     flipped = [np.array([1.0, -np.inf, 3.0], np.float32)]
     assert "infinity" in jax_chains.disagreement(flipped, expected, np.float32)
-

@@ -991,6 +991,18 @@ def test_a_bf16_product_rounding_up_to_the_smallest_normal_is_flushed_by_xla():
     _check_real_ops(E.BF16, [floats_from_codes(lhs, E.BF16), floats_from_codes(rhs, E.BF16)])
 
 
+def test_complex_sign_at_signed_zeros_and_infinities_is_xla_s_bit_for_bit():
+    """A sweep of jnp.sign found heron's kernel and XLA:CPU at (-0, -0) and (0, nan) where
+    the evaluator said (0, 0) and (nan, nan): heron run --check called them wrong."""
+    z = np.array(
+        [complex(-0.0, -0.0), complex(0, np.inf), complex(np.inf, 0), 3 - 4j, 0j, complex(-0.0, 0)],
+        np.complex64,
+    )
+    (theirs,) = xla([("sign", {}, E.C64, (0,))], [z, z])
+    ours = evaluate_elementwise("sign", {}, [z], E.C64)
+    assert ours.view(np.uint32).tolist() == np.asarray(theirs).view(np.uint32).tolist()
+
+
 def test_complex_logistic_near_its_pole_is_held_to_its_condition_number():
     """CI found it (2026-11-29): at z = 0.00195 + 3.1387i, 1 + e^-z cancels to 0.0035 of its
     terms, so f32 logistic magnifies rounding errors ~900 times and the evaluator and

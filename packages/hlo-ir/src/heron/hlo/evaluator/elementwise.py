@@ -153,8 +153,14 @@ _REAL_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 
 
 def _complex_sign(z):
+    """XLA's complex sign: ``z`` itself where ``|z|`` is 0 (a signed zero keeps its
+    signs), else each part divided by ``|z|`` (``0 + inf i`` gives ``0 + nan i``)."""
     magnitude = np.abs(z)
-    return np.where(magnitude == 0, 0, z / np.where(magnitude == 0, 1, magnitude))
+    safe = np.where(magnitude == 0, 1, magnitude)
+    parts = np.empty_like(z)  # part by part: 1j * nan would make the real part NaN too
+    with np.errstate(invalid="ignore"):
+        parts.real, parts.imag = z.real / safe, z.imag / safe
+    return np.where(magnitude == 0, z, parts)
 
 
 def _complex_power(x, y):
