@@ -1003,6 +1003,27 @@ def test_complex_sign_at_signed_zeros_and_infinities_is_xla_s_bit_for_bit():
     assert ours.view(np.uint32).tolist() == np.asarray(theirs).view(np.uint32).tolist()
 
 
+def test_complex_division_by_zeros_and_infinities_is_xla_s_bit_for_bit():
+    """numpy's division ignores a zero divisor's sign and C99's recovery of infinities:
+    a sweep found ``1 / (-0 - 0i)`` +inf in the evaluator, -inf in heron's kernel and in
+    XLA:CPU. Every pair of parts from signed zeros, 1, -2.5, infinities and NaN (2,401
+    divisions): a result with an infinite or NaN part bit for bit (NaNs of either sign
+    count as one), the finite ones within an ulp (XLA:CPU's (1 - 2.5i) / (1 - 2.5i) is
+    1 - 5e-9i)."""
+    values = [0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, np.nan]
+    parts = [complex(r, i) for r in values for i in values]
+    z = np.array([p for p in parts for _ in parts], np.complex64)
+    w = np.array([q for _ in parts for q in parts], np.complex64)
+    (theirs,) = xla([("divide", {}, E.C64, (0, 1))], [z, w])
+    ours = evaluate_elementwise("divide", {}, [z, w], E.C64)
+    o, t = ours.view(np.float32).reshape(-1, 2), np.asarray(theirs).view(np.float32).reshape(-1, 2)
+    special = ~np.isfinite(o).all(axis=1) | ~np.isfinite(t).all(axis=1)
+    same = (o.view(np.uint32) == t.view(np.uint32)) | (np.isnan(o) & np.isnan(t))
+    wrong = np.flatnonzero(special & ~same.all(axis=1))
+    assert special.sum() > 1500 and wrong.size == 0, [(z[i], w[i], ours[i]) for i in wrong[:4]]
+    np.testing.assert_allclose(ours[~special], np.asarray(theirs)[~special], rtol=2**-23)
+
+
 def test_complex_logistic_near_its_pole_is_held_to_its_condition_number():
     """CI found it (2026-11-29): at z = 0.00195 + 3.1387i, 1 + e^-z cancels to 0.0035 of its
     terms, so f32 logistic magnifies rounding errors ~900 times and the evaluator and

@@ -18,8 +18,10 @@ details and the XLA facts they rest on):
   XLA:CPU do.
 * Integers wrap at their own width (s2...u64); division, remainder, shifts,
   power, popcnt and count-leading-zeros follow XLA's elemental IR emitter.
-* Complex ops are evaluated in complex128 and rounded per component; power
-  uses XLA's formula (|z|^c e^(-d arg z) cis(c arg z + d ln|z|), with
+* Complex ops are evaluated in complex128 and rounded per component, but for
+  divide, computed in the component type as XLA's kernels divide (Smith's
+  scaling, then C99's recovery of infinities and zeros where both parts are
+  NaN); power uses XLA's formula (|z|^c e^(-d arg z) cis(c arg z + d ln|z|), with
   0^w = 1 for w = 0 and 0 for real w > 0).
 * compare: FLOAT (IEEE; NE is true on NaN), TOTALORDER (sign-magnitude bit
   order: -NaN < -inf < ... < -0 < +0 < ... < inf < NaN; the lone NaN of the
@@ -163,6 +165,45 @@ def _complex_sign(z):
     return np.where(magnitude == 0, z, parts)
 
 
+def _complex_divide(x, y):
+    """XLA's complex division: Smith's (scale by the divisor's larger part), then, where
+    both parts came out NaN, C99's recovery of infinities and zeros (Annex G.5.1): a
+    number over a signed zero is an infinity of the zero's sign, an infinity over a
+    finite number infinite, a finite number over an infinity zero. numpy ignores the
+    zero's sign (``1 / (-0 - 0i)`` is ``+inf``), where XLA's kernels give ``-inf``."""
+    a, b, c, d = x.real, x.imag, y.real, y.imag
+    one = np.ones((), a.dtype)
+    with np.errstate(all="ignore"):
+        by_real = np.abs(c) >= np.abs(d)
+        ratio = np.where(by_real, d / c, c / d)
+        denominator = np.where(by_real, c + ratio * d, d + ratio * c)
+        re = np.where(by_real, a + b * ratio, a * ratio + b) / denominator
+        im = np.where(by_real, b - a * ratio, b * ratio - a) / denominator
+        lost = np.isnan(re) & np.isnan(im)
+        over_zero = lost & (c == 0) & (d == 0) & ~(np.isnan(a) & np.isnan(b))
+        infinity = np.copysign(np.inf, c)
+        re = np.where(over_zero, infinity * a, re)
+        im = np.where(over_zero, infinity * b, im)
+        finite_divisor = np.isfinite(c) & np.isfinite(d)
+        infinite = lost & ~over_zero & (np.isinf(a) | np.isinf(b)) & finite_divisor
+        a1, b1 = _unit_if_infinite(a), _unit_if_infinite(b)
+        re = np.where(infinite, np.inf * one * (a1 * c + b1 * d), re)
+        im = np.where(infinite, np.inf * one * (b1 * c - a1 * d), im)
+        finite_dividend = np.isfinite(a) & np.isfinite(b)
+        vanishing = lost & (np.isinf(c) | np.isinf(d)) & finite_dividend
+        c1, d1 = _unit_if_infinite(c), _unit_if_infinite(d)
+        re = np.where(vanishing, 0 * one * (a * c1 + b * d1), re)
+        im = np.where(vanishing, 0 * one * (b * c1 - a * d1), im)
+    result = np.empty(np.broadcast(x, y).shape, x.dtype)
+    result.real, result.imag = re, im
+    return result
+
+
+def _unit_if_infinite(v):
+    """A signed 1 where ``v`` is infinite, a signed 0 elsewhere (the sign ``v``'s)."""
+    return np.copysign(np.where(np.isinf(v), 1, 0).astype(v.dtype), v)
+
+
 def _complex_power(x, y):
     """XLA's complex power formula, evaluated in complex128."""
     a, b, c, d = x.real, x.imag, y.real, y.imag
@@ -207,7 +248,7 @@ _COMPLEX_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 _COMPLEX_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add,
     "atan2": _complex_atan2,
-    "divide": np.divide,
+    "divide": _complex_divide,
     "multiply": np.multiply,
     "power": _complex_power,
     "subtract": np.subtract,
@@ -375,6 +416,8 @@ def _dispatch(opcode, attributes, arrays, result_type):
     if et.is_complex:
         table = _COMPLEX_UNARY if len(arrays) == 1 else _COMPLEX_BINARY
         _expect(opcode, opcode in table, et)
+        if opcode == "divide":  # in the component type, as XLA's kernels divide
+            return _complex_divide(*arrays).astype(et.numpy_dtype)
         wide = [a.astype(np.complex128) for a in arrays]
         return table[opcode](*wide).astype(et.numpy_dtype)
     if opcode in _BITWISE:
