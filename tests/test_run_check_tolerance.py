@@ -715,6 +715,68 @@ def test_an_f32_cumsum_that_sums_an_element_twice_is_still_refused():
     assert not compare(wrong, expected, tolerance).agrees
 
 
+# -- complex products ----------------------------------------------------------------------
+
+COMPLEX_PRODUCTS = """\
+HloModule complex_products
+
+times {
+  a = c64[] parameter(0)
+  b = c64[] parameter(1)
+  ROOT p = c64[] multiply(a, b)
+}
+
+ENTRY main {
+  a = c64[512] parameter(0)
+  b = c64[512] parameter(1)
+  product = c64[512] multiply(a, b)
+  rows = c64[128,4] reshape(b)
+  one = c64[] constant((1, 0))
+  row_products = c64[128] reduce(rows, one), dimensions={1}, to_apply=times
+  real_part = f32[128] real(row_products)
+  ROOT out = (c64[512], f32[128]) tuple(product, real_part)
+}
+"""
+
+
+def test_complex_products_agree_though_kernels_round_them_in_f32(tmp_path, capsys):
+    """A kernel computes (ac - bd) + (ad + bc)i in f32, the evaluator rounds the complex128
+    product once: a plain c64 multiply of random values 'differed' in 2,407 of 4,096
+    elements (a part that cancels is hundreds of its own ulps off), and jnp.prod of
+    complex64 rows was compared bitwise (a library sweep)."""
+    path = _write(tmp_path, "products.hlo", COMPLEX_PRODUCTS)
+    code, out, err = heron(capsys, "run", path, "--backend", "interpreter", "--check")
+    assert (code, err) == (0, ""), out
+    assert "4 ulps of the element or of the output's largest magnitude" in out
+
+
+def test_a_complex_product_s_bound_counts_each_multiply_a_reduce_applies():
+    from heron.harness.tolerance import ulp_bound
+
+    entry = parse_module(COMPLEX_PRODUCTS).entry
+    product, real_part = entry.root_instruction.operands
+    assert ulp_bound(product, product.shape.element_type) == 4
+    assert ulp_bound(real_part, real_part.shape.element_type) == 4 * 3  # rows of 4
+    real_product = parse_module(
+        _sum_module("f32", 8).replace("add(", "multiply(")
+    ).entry.root_instruction
+    assert ulp_bound(real_product, real_product.shape.element_type) == 0  # exact in f32
+
+
+def test_a_wrong_complex_product_is_still_refused():
+    from heron.harness.agreement import compare
+
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal(64) + 1j * rng.standard_normal(64)).astype(np.complex64)
+    b = (rng.standard_normal(64) + 1j * rng.standard_normal(64)).astype(np.complex64)
+    expected = (a.astype(np.complex128) * b).astype(np.complex64)
+    tolerance = OutputTolerance(ulps=4)
+    f32 = (a.real * b.real - a.imag * b.imag) + 1j * (a.real * b.imag + a.imag * b.real)
+    assert compare(f32.astype(np.complex64), expected, tolerance).agrees
+    conjugated = (a * np.conj(b)).astype(np.complex64)  # a plainly wrong product
+    assert not compare(conjugated, expected, tolerance).agrees
+
+
 def test_the_tolerance_is_labelled_and_counted_in_words():
     # issue 31: `--check` printed "(1 ulps)" with nothing saying it was the tolerance
     from heron.harness.tolerance import OutputTolerance

@@ -22,6 +22,12 @@
   (``expm1(25 * log1p(x))``: about 20 times log1p's), which the reference
   evaluator measures (:mod:`heron.harness.error_propagation`), within the
   fused computation and from the earlier kernels' bounds on its arguments.
+* c64 products: within 4 ulps each (:data:`COMPLEX_ULP_BOUNDS`), norm-wise where
+  a part cancels: a kernel computes ``(ac - bd) + (ad + bc) i`` in f32 (or with
+  fused multiply-adds), the evaluator rounds the complex128 product once. A
+  reduce applies its reducer's bounds once per element it combines (a product
+  of n values rounds n - 1 times). c128 products are the evaluator's own
+  arithmetic, compared bitwise.
 * Float and complex outputs of a reduction emitter that depend on a reduce:
   the kernel sums in its own order, so the moderate inputs are compared
   within the reassociation bounds (:func:`output_tolerance`), and the edge
@@ -108,7 +114,7 @@ from heron.hlo.determinism import order_dependence
 from heron.hlo.dot_precision import check_tolerance
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Instruction
-from heron.hlo.shapes import TupleShape
+from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = [
     "F64_REFERENCE_ULPS",
@@ -171,6 +177,12 @@ ULP_BOUNDS["logistic"] = (
 )
 # XLA:GPU's fast f32 division, sqrt and rsqrt (heron.emitters.fast_math).
 ULP_BOUNDS.update(FAST_MATH)
+#: A complex product, which kernels compute in the component type ``(ac - bd) + (ad +
+#: bc) i`` (each product and sum rounded, or fused) where the evaluator rounds the
+#: complex128 product once: (f32, f64) ulps, read norm-wise (of the output's largest
+#: magnitude) where a part cancels. An f64 product is the evaluator's own arithmetic.
+COMPLEX_MULTIPLY = "multiply (complex)"
+COMPLEX_ULP_BOUNDS: dict[str, tuple[int, int]] = {COMPLEX_MULTIPLY: (4, 0)}
 #: f16/bf16 results: the f32 result rounded once more.
 NARROW_ULPS = 1
 #: The f64 reference (numpy's libm routines) is itself up to this many ulps off.
@@ -248,7 +260,7 @@ def ulp_bound(source: Instruction, element: ElementType) -> int:
         return 0
     bound = 0
     for opcode, paths in approximations_reaching(source).items():
-        f32, f64 = ULP_BOUNDS[opcode]
+        f32, f64 = ULP_BOUNDS.get(opcode) or COMPLEX_ULP_BOUNDS[opcode]
         if element in (ElementType.F32, ElementType.C64):
             bound += f32 * paths
         elif element in (ElementType.F64, ElementType.C128):
@@ -270,18 +282,47 @@ def approximations_reaching(source: Instruction) -> dict[str, int]:
         inst, ready = stack.pop()
         if id(inst) in memo:
             continue
-        inputs = list(inst.operands)
-        inputs += [called.root_instruction for called in inst.called_computations()]
+        called = [c.root_instruction for c in inst.called_computations()]
+        inputs = [*inst.operands, *called]
+        called_ids = {id(c) for c in called}
         if not ready:
             stack.append((inst, True))
             stack.extend((i, False) for i in inputs if id(i) not in memo)
             continue
-        total: dict[str, int] = {inst.opcode: 1} if inst.opcode in ULP_BOUNDS else {}
+        kind = _approximation(inst)
+        total: dict[str, int] = {kind: 1} if kind is not None else {}
         for i in inputs:
+            times = _applications(inst) if id(i) in called_ids else 1
             for opcode, n in memo[id(i)].items():
-                total[opcode] = total.get(opcode, 0) + n
+                total[opcode] = total.get(opcode, 0) + n * times
         memo[id(inst)] = total
     return memo[id(source)]
+
+
+def _approximation(inst: Instruction) -> str | None:
+    """Which bound of :data:`ULP_BOUNDS` or :data:`COMPLEX_ULP_BOUNDS` ``inst`` adds."""
+    if inst.opcode in ULP_BOUNDS:
+        return inst.opcode
+    if inst.opcode == "multiply" and any(
+        leaf.element_type.is_complex for leaf in inst.shape.leaves()
+    ):
+        return COMPLEX_MULTIPLY
+    return None
+
+
+def _applications(inst: Instruction) -> int:
+    """How many times ``inst`` applies its called computation on the way to one output
+    element: a reduce's reducer once per element combined (a product of n complex
+    values rounds n - 1 times), everything else once."""
+    operand = inst.operands[0] if inst.operands else None
+    if operand is None or not isinstance(operand.shape, ArrayShape):
+        return 1
+    if inst.opcode == "reduce":
+        dims = [operand.shape.dims[int(d)] for d in inst.attr("dimensions")]
+        return max(1, int(np.prod(dims, dtype=np.int64)) - 1)
+    if inst.opcode == "reduce-window" and (window := inst.attributes.get("window")):
+        return max(1, int(np.prod([d.size for d in window.dims], dtype=np.int64)) - 1)
+    return 1
 
 
 # -- comparison -----------------------------------------------------------------------
@@ -698,7 +739,7 @@ def output_tolerance(
 def _own_ulps(inst: Instruction) -> int:
     """The ulps of ``inst``'s own approximation (:data:`ULP_BOUNDS`), not of those before
     it: what :mod:`heron.harness.error_propagation` moves it by."""
-    if inst.opcode not in ULP_BOUNDS:
+    if _approximation(inst) is None:
         return 0
     operands = [
         Instruction(f"{inst.name}.operand{i}", "parameter", o.shape, parameter_number=i)
