@@ -958,3 +958,69 @@ def test_the_norm_wise_bound_at_the_type_s_largest_value_is_finite(dtype):
     gap = float(largest) - float(np.nextafter(largest, dtype(0)))
     near = np.array([largest, 1.0 + gap, 2.0], dtype)  # within 2 ulps of the largest
     assert OutputTolerance(ulps=2).mismatches(near, reference).count == 0
+
+
+# -- complex functions: their values' magnitude, and XLA's special values ------------------
+
+#: Complex functions of one c64 parameter, each an output (and expm1's real part).
+COMPLEX_OPS = ["exponential-minus-one", "tanh", "tan", "exponential", "log", "log-plus-one"]
+COMPLEX_OPS += ["sine", "cosine", "rsqrt", "logistic"]
+
+
+def _complex_functions_module(n: int) -> str:
+    names = [op.replace("-", "_") for op in COMPLEX_OPS]
+    body = [f"  {name} = c64[{n}] {op}(z)" for name, op in zip(names, COMPLEX_OPS)]
+    body.append(f"  expm1_real = f32[{n}] real(exponential_minus_one)")
+    names.append("expm1_real")
+    shapes = ", ".join([f"c64[{n}]"] * len(COMPLEX_OPS) + [f"f32[{n}]"])
+    lines = "\n".join(body)
+    return (
+        f"HloModule complex_functions\n\nENTRY main {{\n  z = c64[{n}] parameter(0)\n{lines}\n"
+        f"  ROOT out = ({shapes}) tuple({', '.join(names)})\n}}\n"
+    )
+
+
+def _complex_functions(tmp_path: Path, z: np.ndarray) -> tuple[str, str]:
+    path = _write(tmp_path, "functions.hlo", _complex_functions_module(z.size))
+    inputs = tmp_path / "z.npz"
+    np.savez(inputs, arg0=z)
+    return path, str(inputs)
+
+
+def test_expm1_of_1_plus_i_agrees_though_its_real_part_cancels(tmp_path, capsys):
+    """A sweep found ``expm1(1 + i)`` alone in an output called wrong: its real part,
+    expm1(1) cos(1) + (cos(1) - 1) = 0.93 - 0.46, keeps the terms' rounding errors, 5 ulps
+    of 0.47 where the bound is 2. A complex op's error is bounded by its value's
+    magnitude: the complex output within 2 ulps of |w| (1.5 ulps here), its real part
+    through the error propagation of the complex point."""
+    path, inputs = _complex_functions(tmp_path, np.array([1 + 1j], np.complex64))
+    code, out, err = heron(
+        capsys, "run", path, "--inputs", inputs, "--backend", "interpreter", "--check"
+    )
+    assert (code, err) == (0, ""), out
+    assert "max 5 ulp" in out  # the real part is that far off, and accepted
+
+
+def test_complex_functions_agree_at_infinities_nan_and_overflow(tmp_path, capsys):
+    """At infinities, NaN and values whose exponentials overflow f32, heron's kernels give
+    XLA's formulas' values (``tanh(0 + inf i)`` is ``nan + nan i``, ``expm1(inf + 0i)``
+    ``inf + 0i``) where the evaluator gave C99's: heron run --check called them wrong."""
+    parts = [0.0, -0.0, 1.0, -2.5, 50.0, 100.0, 3e38, np.inf, -np.inf, np.nan]
+    z = np.array([complex(a, b) for a in parts for b in parts], np.complex64)
+    path, inputs = _complex_functions(tmp_path, z)
+    code, out, err = heron(
+        capsys, "run", path, "--inputs", inputs, "--backend", "interpreter", "--check"
+    )
+    assert (code, err) == (0, ""), out
+
+
+def test_a_complex_value_off_by_more_than_its_bound_of_its_magnitude_is_refused():
+    from heron.harness.agreement import compare
+
+    reference = np.array([0.46869394 + 2.2873552j], np.complex64)
+    gap = float(np.spacing(np.float32(abs(complex(reference[0])))))  # an ulp of |w|
+    tolerance = OutputTolerance(ulps=2)
+    for off, agrees in ((2 * gap, True), (3 * gap, False)):
+        for part in (1, 1j):
+            kernel = (reference.astype(np.complex128) + part * off).astype(np.complex64)
+            assert compare(kernel, reference, tolerance).agrees is agrees, (off / gap, part)

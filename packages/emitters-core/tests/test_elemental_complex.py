@@ -221,3 +221,51 @@ def test_select_and_arithmetic_compose():
     (got,), (want,) = run_both(text, [p, a, b])
     np.testing.assert_allclose(got, want, rtol=1e-6)
     np.testing.assert_allclose(got, np.where(p, a, b) * a, rtol=1e-6)
+
+
+#: Parts of the special-value grid: signed zeros, units, values whose exponentials or
+#: squares overflow f32 (50, 89, 100, 3e38), a tiny one, infinities and NaN.
+EDGE_PARTS = [0.0, -0.0, 1.0, -2.5, 0.3, 50.0, 89.0, -100.0, 3e38, 1e-30, np.inf, -np.inf, np.nan]
+#: heron's own compositions through complex log and sqrt, which the evaluator defines by
+#: numpy's principal branches (C99's special values): no XLA opcode has them (XLA expands
+#: them from CHLO before its kernels see them).
+COMPOSED = {"acos", "acosh", "asin", "asinh", "atanh", "cosh", "sinh", "cbrt"}
+
+
+def _agree_at_edges(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Per element: each part the same infinity or both NaN, and finite parts within
+    2^-17 of the larger finite part's magnitude (or 1)."""
+    g, w = got.astype(np.complex128), want.astype(np.complex128)
+    finite_parts = [np.where(np.isfinite(p), np.abs(p), 0) for p in (w.real, w.imag)]
+    scale = np.maximum(np.maximum(*finite_parts), 1.0)
+    same = np.ones(g.shape, np.bool_)
+    for a, b in ((g.real, w.real), (g.imag, w.imag)):
+        with np.errstate(invalid="ignore"):
+            close = np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= 2.0**-17 * scale)
+        same &= (a == b) | (np.isnan(a) & np.isnan(b)) | close
+    return same
+
+
+@pytest.mark.parametrize("op", sorted(set(UNARY) - COMPOSED - EXACT))
+def test_unary_at_infinities_nan_and_overflow_is_the_evaluator_s(op: str):
+    """heron run --check compares kernels with the evaluator, so where a part is
+    infinite or NaN, or overflows f32 on the way, the two must say the same: a sweep of
+    jax.numpy found ``tanh(0 + inf i)``, ``expm1(inf + 0i)`` and nine more ops where the
+    evaluator gave C99's values and the kernels (and XLA) their formulas'."""
+    z = np.array([complex(a, b) for a in EDGE_PARTS for b in EDGE_PARTS], np.complex64)
+    text = hlo(f"{op}(%p0)", [(E.C64, z.size)], f"c64[{z.size}]")
+    (got,), (want,) = run_both(text, [z])
+    bad = np.flatnonzero(~_agree_at_edges(got, want))
+    assert bad.size == 0, [(z[i], got[i], want[i]) for i in bad[:6]]
+
+
+def test_products_past_f32_are_the_evaluator_s():
+    """(inf + 3e38 i)^2 is ``nan + inf i`` in a kernel (3e38^2 overflows f32 before the
+    subtraction), ``inf + inf i`` in complex128: the evaluator now says the kernel's."""
+    parts = [complex(a, b) for a in EDGE_PARTS for b in EDGE_PARTS]
+    z = np.array([p for p in parts for _ in parts], np.complex64)
+    w = np.array([q for _ in parts for q in parts], np.complex64)
+    text = hlo("multiply(%p0, %p1)", [(E.C64, z.size), (E.C64, z.size)], f"c64[{z.size}]")
+    (got,), (want,) = run_both(text, [z, w])
+    bad = np.flatnonzero(~_agree_at_edges(got, want))
+    assert bad.size == 0, [(z[i], w[i], got[i], want[i]) for i in bad[:6]]

@@ -1035,3 +1035,83 @@ def test_complex_logistic_near_its_pole_is_held_to_its_condition_number():
     assert condition[0] > 500 and condition[1] < 2
     o, t = ours.astype(np.complex128), theirs.astype(np.complex128)
     assert np.all(np.abs(o - t) <= COMPLEX_RTOL[E.C64] * np.maximum(np.abs(o), 1.0) * condition)
+
+
+def _same_class(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+    """Per element of two c64 arrays: each part the same infinity or zero (signs too)
+    or both NaN, and finite parts within 1e-5 of the larger finite part (or 1)."""
+    o, t = ours.astype(np.complex128), np.asarray(theirs).astype(np.complex128)
+    finite_parts = [np.where(np.isfinite(p), np.abs(p), 0) for p in (o.real, o.imag)]
+    scale = np.maximum(np.maximum(*finite_parts), 1.0)
+    same = np.ones(o.shape, np.bool_)
+    for p, q in ((o.real, t.real), (o.imag, t.imag)):
+        with np.errstate(invalid="ignore"):
+            close = np.isfinite(p) & np.isfinite(q) & (np.abs(p - q) <= 1e-5 * scale)
+        same &= (p == q) | (np.isnan(p) & np.isnan(q)) | close
+    return same
+
+
+SPECIAL_PARTS = [0.0, -0.0, 1.0, -2.5, 0.3, 50.0, 89.0, -100.0, 3e38, 1e-30]
+SPECIAL_PARTS += [np.inf, -np.inf, np.nan]
+
+
+def _xla_cpu_s_own_formula(op: str, z: np.ndarray) -> np.ndarray:
+    """Where XLA:CPU's emitter has a formula of its own, not XLA:GPU's (which heron's
+    kernels and the evaluator follow: :mod:`heron.hlo.evaluator.complex_semantics`):
+    its sqrt ignores the sign of a zero imaginary part and has other NaN rules, and its
+    log does not overflow where |z| does."""
+    if op == "sqrt":
+        return np.ones(z.shape, np.bool_)
+    if op == "log":
+        with np.errstate(over="ignore"):
+            return ~np.isfinite(np.abs(z))
+    return np.zeros(z.shape, np.bool_)
+
+
+def test_complex_unary_special_values_are_xla_s():
+    """A sweep found ``tanh(0 + inf i)`` and ``expm1(inf + 0i)`` reported wrong by heron
+    run --check: the evaluator gave C99's (numpy's) special values, heron's kernels and
+    XLA:CPU those of XLA's formulas (``nan + nan i``, ``inf + 0i``). Every unary op on
+    every pair of parts from signed zeros, units, values whose exponentials or squares
+    overflow f32, a tiny one, infinities and NaN: the same NaNs, infinities and zeros as
+    XLA:CPU (before: 11 ops differed), but where XLA:CPU has formulas of its own. The
+    ops XLA expands from CHLO are left out: jax hands heron their expansion."""
+    z = np.array([complex(r, i) for r in SPECIAL_PARTS for i in SPECIAL_PARTS], np.complex64)
+    unary = sorted(set(ew._COMPLEX_UNARY) - {"cbrt"} - CHLO_EXPANDED)
+    specs = [(op, {}, E.C64, (0,)) for op in unary] + [("abs", {}, E.F32, (0,))]
+    wrong = {}
+    for (op, _, rt, _), theirs in zip(specs, xla(specs, [z, z])):
+        with np.errstate(all="ignore"):
+            ours = evaluate_elementwise(op, {}, [z], rt)
+        same = _same_class(ours.astype(np.complex64), np.asarray(theirs).astype(np.complex64))
+        same |= _xla_cpu_s_own_formula(op, z)
+        if not same.all():
+            wrong[op] = [(z[i], ours[i], theirs[i]) for i in np.flatnonzero(~same)[:3]]
+    assert not wrong, wrong
+
+
+def test_complex_products_past_the_component_range_are_xla_s():
+    """A c64 product whose partial products overflow f32 is NaN where complex128 has room
+    ((inf + 3e38 i)^2 is nan + inf i in heron's kernels and XLA:CPU, inf + inf i in
+    complex128). On all products of pairs of parts from the special values, the evaluator
+    matches XLA:CPU but where XLA:CPU contracts ``ac - bd`` into a fused multiply-add
+    (``fma(a, c, -bd)`` reaches an infinity where the rounded ``ac`` is one too and the
+    difference NaN)."""
+    parts = [complex(r, i) for r in SPECIAL_PARTS for i in SPECIAL_PARTS]
+    z = np.array([p for p in parts for _ in parts], np.complex64)
+    w = np.array([q for _ in parts for q in parts], np.complex64)
+    (theirs,) = xla([("multiply", {}, E.C64, (0, 1))], [z, w])
+    with np.errstate(all="ignore"):
+        ours = evaluate_elementwise("multiply", {}, [z, w], E.C64)
+        a, b, c, d = (v.astype(np.float64) for v in (z.real, z.imag, w.real, w.imag))
+        fused = np.empty(z.shape, np.complex64)  # each product exact in f64, one rounding
+        fused.real = (a * c - (b * d).astype(np.float32)).astype(np.float32)
+        fused.imag = (a * d + (b * c).astype(np.float32)).astype(np.float32)
+        fused_other = np.empty(z.shape, np.complex64)  # the other product fused
+        fused_other.real = ((a * c).astype(np.float32) - b * d).astype(np.float32)
+        fused_other.imag = ((a * d).astype(np.float32) + b * c).astype(np.float32)
+    explained = _same_class(fused, theirs) | _same_class(fused_other, theirs)
+    same = _same_class(ours, theirs)
+    wrong = np.flatnonzero(~same & ~explained)
+    assert wrong.size == 0, [(z[i], w[i], ours[i], theirs[i]) for i in wrong[:4]]
+    assert same.sum() > 0.97 * z.size

@@ -653,7 +653,11 @@ def describe(leaf: object) -> str:
     if leaf.dtype.kind == "c":
         values = flat.astype(np.complex128)
         preview = ", ".join(f"{v:.4g}" for v in values[:PREVIEW])
-        return f"{head}  mean {values.mean():.4g}  first [{preview}]"
+        finite = values[np.isfinite(values)]
+        stats = f"mean {finite.mean():.4g}" if finite.size else "no finite values"
+        special = values.size - finite.size
+        extra = f"  ({special} non-finite)" if special else ""
+        return f"{head}  {stats}{extra}  first [{preview}]"
     values = flat.astype(np.float64)
     preview = ", ".join(f"{v:.4g}" for v in values[:PREVIEW])
     finite = values[np.isfinite(values)]

@@ -13,7 +13,10 @@ called a correct kernel wrong. (A helper's sweep of jax.scipy found it on
 itself, to first order: each approximated op of the fused computation (and each
 parameter whose value an earlier kernel's approximations reach, with that
 kernel's bound) is moved by its bound in ulps, up and down, and the computation
-evaluated again from there; the output moves by the amplified error. The sum
+evaluated again from there; the output moves by the amplified error. A complex op
+is moved part by part, by its bound in ulps of its value's magnitude: the real
+part of ``expm1(1 + i)`` cancels (0.93 - 0.46), so a kernel within 2 ulps of
+``|expm1(1 + i)|`` is 5 ulps off in it. The sum
 over the ops of the larger move, doubled (the reference's own roundings of the
 op go the same way, and the second-order terms), is the bound per element.
 A move to a NaN or an infinity bounds nothing (edge inputs keep their exact
@@ -65,13 +68,14 @@ class ErrorPropagation:
             total = np.zeros(base.size, np.float64)
             for instruction, ulps in self.points:
                 value = np.asarray(value_of(self.computation, instruction, self.arguments))
-                largest = np.zeros(base.size, np.float64)
-                for direction in (1, -1):
-                    moved = self._output(instruction, moved_by_ulps(value, direction * ulps))
-                    with np.errstate(all="ignore"):
-                        change = np.abs(moved - base)
-                    largest = np.maximum(largest, np.where(np.isfinite(change), change, 0.0))
-                total += largest
+                for moves in _moves(value, ulps):
+                    largest = np.zeros(base.size, np.float64)
+                    for moved_value in moves:
+                        moved = self._output(instruction, moved_value)
+                        with np.errstate(all="ignore"):
+                            change = np.abs(moved - base)
+                        largest = np.maximum(largest, np.where(np.isfinite(change), change, 0.0))
+                    total += largest
         except HloError:
             return None
         return SAFETY * total
@@ -98,17 +102,43 @@ class ErrorPropagation:
         return np.asarray(result).astype(np.float64).reshape(-1)
 
 
+def _moves(value: np.ndarray, ulps: int) -> list[tuple[np.ndarray, ...]]:
+    """The ways an approximation's result may be off, in groups of which only the
+    larger effect counts: a real value up or down; a complex one's real part up or down,
+    and its imaginary part up or down, each by ``ulps`` ulps of the value's magnitude
+    (a complex op's error is bounded relative to ``|w|``: expm1(1 + i)'s real part
+    0.47 is the sum of 0.93 and -0.46, each with its own rounding)."""
+    if not np.iscomplexobj(value):
+        return [(moved_by_ulps(value, ulps), moved_by_ulps(value, -ulps))]
+    step = ulps * _ulp(np.abs(value.astype(np.complex128)), value.real.dtype)
+    groups = []
+    for axis in (1, 1j):
+        with np.errstate(all="ignore"):
+            up, down = value + axis * step, value - axis * step
+        finite = np.isfinite(value)
+        groups.append(
+            tuple(np.where(finite, moved, value).astype(value.dtype) for moved in (up, down))
+        )
+    return groups
+
+
+def _ulp(magnitude: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """One ulp of ``dtype`` at each of ``magnitude``'s values (float64), the smallest
+    normal's at zero."""
+    info = ml_dtypes.finfo(dtype)
+    with np.errstate(all="ignore"):
+        exponent = np.floor(np.log2(np.abs(magnitude)))
+        exponent = np.maximum(np.where(np.isfinite(exponent), exponent, info.minexp), info.minexp)
+        return np.exp2(exponent - int(info.nmant))
+
+
 def moved_by_ulps(value: np.ndarray, ulps: int) -> np.ndarray:
     """``value`` moved by ``ulps`` ulps of its own type (toward +inf when positive),
     each element by its own ulp; NaNs and infinities stay."""
     value = np.asarray(value)
-    info = ml_dtypes.finfo(value.dtype)
     wide = value.astype(np.float64)
     with np.errstate(all="ignore"):
-        exponent = np.floor(np.log2(np.abs(wide)))
-        exponent = np.maximum(np.where(np.isfinite(exponent), exponent, info.minexp), info.minexp)
-        ulp = np.exp2(exponent - int(info.nmant))
-        moved = np.where(np.isfinite(wide), wide + ulps * ulp, wide)
+        moved = np.where(np.isfinite(wide), wide + ulps * _ulp(wide, value.dtype), wide)
     return moved.astype(value.dtype)
 
 
@@ -136,6 +166,8 @@ def error_propagation(
         if not isinstance(inst.shape, ArrayShape):
             return 0
         element = inst.shape.element_type
+        if element.is_complex and inst.opcode != "parameter":
+            return op_ulps(inst)
         if not element.is_floating or element.bit_width <= 8:
             return 0
         if inst.opcode != "parameter":

@@ -18,11 +18,15 @@ details and the XLA facts they rest on):
   XLA:CPU do.
 * Integers wrap at their own width (s2...u64); division, remainder, shifts,
   power, popcnt and count-leading-zeros follow XLA's elemental IR emitter.
-* Complex ops are evaluated in complex128 and rounded per component, but for
-  divide, computed in the component type as XLA's kernels divide (Smith's
-  scaling, then C99's recovery of infinities and zeros where both parts are
-  NaN); power uses XLA's formula (|z|^c e^(-d arg z) cis(c arg z + d ln|z|), with
-  0^w = 1 for w = 0 and 0 for real w > 0).
+* Complex ops are evaluated in complex128 and rounded per component; divide
+  and sign are computed in the component type as XLA's kernels compute them
+  (division: Smith's scaling, then C99's recovery of infinities and zeros where
+  both parts are NaN); exp, expm1, log, log1p, logistic, sin, cos, tan, tanh,
+  rsqrt and multiply give XLA's formulas' values where a part is not finite
+  (:mod:`.complex_semantics`: ``tanh(0 + inf i)`` is ``nan + nan i``, not C99's
+  ``0 + nan i``), and abs is NaN where a part is NaN; power uses XLA's formula
+  (|z|^c e^(-d arg z) cis(c arg z + d ln|z|), with 0^w = 1 for w = 0 and 0 for
+  real w > 0).
 * compare: FLOAT (IEEE; NE is true on NaN), TOTALORDER (sign-magnitude bit
   order: -NaN < -inf < ... < -0 < +0 < ... < inf < NaN; the lone NaN of the
   fnuz formats sorts first, as on XLA), SIGNED, UNSIGNED. Complex operands
@@ -98,6 +102,7 @@ import numpy as np
 
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import HloEvaluationError
+from heron.hlo.evaluator import complex_semantics as cs
 from heron.hlo.evaluator import float_semantics as fs
 from heron.hlo.evaluator import integer_semantics as ints
 from heron.hlo.evaluator.conversions import (
@@ -154,56 +159,6 @@ _REAL_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 
 
-def _complex_sign(z):
-    """XLA's complex sign: ``z`` itself where ``|z|`` is 0 (a signed zero keeps its
-    signs), else each part divided by ``|z|`` (``0 + inf i`` gives ``0 + nan i``)."""
-    magnitude = np.abs(z)
-    safe = np.where(magnitude == 0, 1, magnitude)
-    parts = np.empty_like(z)  # part by part: 1j * nan would make the real part NaN too
-    with np.errstate(invalid="ignore"):
-        parts.real, parts.imag = z.real / safe, z.imag / safe
-    return np.where(magnitude == 0, z, parts)
-
-
-def _complex_divide(x, y):
-    """XLA's complex division: Smith's (scale by the divisor's larger part), then, where
-    both parts came out NaN, C99's recovery of infinities and zeros (Annex G.5.1): a
-    number over a signed zero is an infinity of the zero's sign, an infinity over a
-    finite number infinite, a finite number over an infinity zero. numpy ignores the
-    zero's sign (``1 / (-0 - 0i)`` is ``+inf``), where XLA's kernels give ``-inf``."""
-    a, b, c, d = x.real, x.imag, y.real, y.imag
-    one = np.ones((), a.dtype)
-    with np.errstate(all="ignore"):
-        by_real = np.abs(c) >= np.abs(d)
-        ratio = np.where(by_real, d / c, c / d)
-        denominator = np.where(by_real, c + ratio * d, d + ratio * c)
-        re = np.where(by_real, a + b * ratio, a * ratio + b) / denominator
-        im = np.where(by_real, b - a * ratio, b * ratio - a) / denominator
-        lost = np.isnan(re) & np.isnan(im)
-        over_zero = lost & (c == 0) & (d == 0) & ~(np.isnan(a) & np.isnan(b))
-        infinity = np.copysign(np.inf, c)
-        re = np.where(over_zero, infinity * a, re)
-        im = np.where(over_zero, infinity * b, im)
-        finite_divisor = np.isfinite(c) & np.isfinite(d)
-        infinite = lost & ~over_zero & (np.isinf(a) | np.isinf(b)) & finite_divisor
-        a1, b1 = _unit_if_infinite(a), _unit_if_infinite(b)
-        re = np.where(infinite, np.inf * one * (a1 * c + b1 * d), re)
-        im = np.where(infinite, np.inf * one * (b1 * c - a1 * d), im)
-        finite_dividend = np.isfinite(a) & np.isfinite(b)
-        vanishing = lost & (np.isinf(c) | np.isinf(d)) & finite_dividend
-        c1, d1 = _unit_if_infinite(c), _unit_if_infinite(d)
-        re = np.where(vanishing, 0 * one * (a * c1 + b * d1), re)
-        im = np.where(vanishing, 0 * one * (b * c1 - a * d1), im)
-    result = np.empty(np.broadcast(x, y).shape, x.dtype)
-    result.real, result.imag = re, im
-    return result
-
-
-def _unit_if_infinite(v):
-    """A signed 1 where ``v`` is infinite, a signed 0 elsewhere (the sign ``v``'s)."""
-    return np.copysign(np.where(np.isinf(v), 1, 0).astype(v.dtype), v)
-
-
 def _complex_power(x, y):
     """XLA's complex power formula, evaluated in complex128."""
     a, b, c, d = x.real, x.imag, y.real, y.imag
@@ -229,27 +184,47 @@ _COMPLEX_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "atanh": np.arctanh,
     "cbrt": lambda z: _complex_power(z, np.full_like(z, 1.0 / 3.0)),
     "cosh": np.cosh,
-    "cosine": np.cos,
-    "exponential": np.exp,
-    "exponential-minus-one": np.expm1,
-    "log": np.log,
-    "log-plus-one": np.log1p,
-    "logistic": lambda z: 1.0 / (1.0 + np.exp(-z)),
+    "cosine": cs.cos,
+    "exponential": cs.exp,
+    "exponential-minus-one": cs.expm1,
+    "log": cs.log,
+    "log-plus-one": cs.log1p,
+    "logistic": cs.logistic,
     "negate": np.negative,
-    "rsqrt": lambda z: 1.0 / np.sqrt(z),
-    "sign": _complex_sign,
-    "sine": np.sin,
+    "rsqrt": cs.rsqrt,
+    "sign": cs.complex_sign,
+    "sine": cs.sin,
     "sinh": np.sinh,
     "sqrt": np.sqrt,
-    "tan": np.tan,
-    "tanh": np.tanh,
+    "tan": cs.tan,
+    "tanh": cs.tanh,
 }
+
+#: Complex ops computed from the operands' own type (:mod:`.complex_semantics`: XLA's
+#: formulas in the component type where a value is not finite); the rest in complex128.
+_IN_THE_COMPONENT_TYPE = frozenset(
+    {
+        "cosine",
+        "divide",
+        "exponential",
+        "exponential-minus-one",
+        "log",
+        "log-plus-one",
+        "logistic",
+        "multiply",
+        "rsqrt",
+        "sign",
+        "sine",
+        "tan",
+        "tanh",
+    }
+)
 
 _COMPLEX_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add,
     "atan2": _complex_atan2,
-    "divide": _complex_divide,
-    "multiply": np.multiply,
+    "divide": cs.complex_divide,
+    "multiply": cs.multiply,
     "power": _complex_power,
     "subtract": np.subtract,
 }
@@ -404,7 +379,11 @@ def _dispatch(opcode, attributes, arrays, result_type):
         )
     if opcode == "abs" and et.is_complex:
         _expect_result(opcode, result_type, et.component_type)
-        return np.abs(arrays[0].astype(np.complex128)).astype(result_type.numpy_dtype)
+        z = arrays[0]
+        magnitude = np.abs(z.astype(np.complex128))  # XLA's: NaN where a part is, inf or not
+        return np.where(np.isnan(z.real) | np.isnan(z.imag), np.nan, magnitude).astype(
+            result_type.numpy_dtype
+        )
 
     _expect_result(opcode, result_type, et)
     if et.is_floating:
@@ -416,8 +395,8 @@ def _dispatch(opcode, attributes, arrays, result_type):
     if et.is_complex:
         table = _COMPLEX_UNARY if len(arrays) == 1 else _COMPLEX_BINARY
         _expect(opcode, opcode in table, et)
-        if opcode == "divide":  # in the component type, as XLA's kernels divide
-            return _complex_divide(*arrays).astype(et.numpy_dtype)
+        if opcode in _IN_THE_COMPONENT_TYPE:
+            return table[opcode](*arrays).astype(et.numpy_dtype)
         wide = [a.astype(np.complex128) for a in arrays]
         return table[opcode](*wide).astype(et.numpy_dtype)
     if opcode in _BITWISE:
