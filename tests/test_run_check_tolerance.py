@@ -1024,3 +1024,43 @@ def test_a_complex_value_off_by_more_than_its_bound_of_its_magnitude_is_refused(
         for part in (1, 1j):
             kernel = (reference.astype(np.complex128) + part * off).astype(np.complex64)
             assert compare(kernel, reference, tolerance).agrees is agrees, (off / gap, part)
+
+
+COMPLEX_MAGNITUDES = """\
+HloModule complex_magnitudes
+
+ENTRY main {
+  re = f32[4096] parameter(0)
+  im = f32[4096] parameter(1)
+  z = c64[4096] complex(re, im)
+  ROOT magnitude = f32[4096] abs(z)
+}
+"""
+
+
+def test_complex_magnitudes_agree_though_kernels_compute_them_with_a_quotient(tmp_path, capsys):
+    """``jnp.abs`` of c64 values was compared bitwise: kernels (and XLA:CPU, bit for bit)
+    compute ``max * sqrt(1 + (min / max)^2)``, 1-2 ulps from the correctly rounded hypot
+    in a third of random elements (a helper's sweep, through jnp.linalg.eigvals)."""
+    rng = np.random.default_rng(0)
+    inputs = tmp_path / "parts.npz"
+    parts = rng.standard_normal((2, 4096)).astype(np.float32)
+    np.savez(inputs, arg0=parts[0], arg1=parts[1])
+    path = _write(tmp_path, "magnitudes.hlo", COMPLEX_MAGNITUDES)
+    code, out, err = heron(
+        capsys, "run", path, "--inputs", str(inputs), "--backend", "interpreter", "--check"
+    )
+    assert (code, err) == (0, ""), out
+    assert "max 2 ulp" in out and "4 ulps" in out
+
+
+def test_a_complex_magnitude_off_by_more_than_its_bound_is_refused():
+    from heron.harness.agreement import compare
+
+    source = parse_module(COMPLEX_MAGNITUDES).entry.root_instruction
+    tolerance = output_tolerance(source, source.shape.element_type, tf32=False)
+    assert tolerance.ulps == 4
+    reference = np.array([1.8150647878646851], np.float32)
+    for ulps, agrees in ((4, True), (5, False)):
+        kernel = reference.view(np.uint32) + np.uint32(ulps)
+        assert compare(kernel.view(np.float32), reference, tolerance).agrees is agrees
