@@ -165,7 +165,29 @@ def output_tolerances(
         tolerances.append(tolerance)
     if written is not None:
         tolerances = _with_scan_bounds(tolerances, written_scan_bounds(written, arguments))
+        tolerances = _with_loop_propagation(tolerances, written, arguments)
     return tolerances
+
+
+def _with_loop_propagation(tolerances: list, written, arguments) -> list:
+    """Each output with an ulp bound that a loop or conditional of the module as written
+    reaches also accepts the approximations' errors as every trip of the loops carries
+    them on (:mod:`heron.harness.unrolled`), measured on the unrolled program where the
+    ulp bound refuses an element."""
+    from heron.harness.tolerance import instructions_reaching, output_sources, own_ulps
+    from heron.harness.unrolled import LoopErrorPropagation, UnrolledProgram, has_control_flow
+
+    entry = written.entry
+    sources = output_sources(entry.root_instruction)
+    if len(sources) != len(tolerances) or arguments is None:
+        return tolerances
+    program = UnrolledProgram(entry, arguments)
+    widened = list(tolerances)
+    for k, (source, tolerance) in enumerate(zip(sources, tolerances)):
+        if tolerance.ulps and has_control_flow(instructions_reaching(source)):
+            loops = LoopErrorPropagation(program, k, own_ulps)
+            widened[k] = attrs.evolve(tolerance, amplified=loops)
+    return widened
 
 
 def written_scan_bounds(written, arguments) -> list:

@@ -100,6 +100,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 import ml_dtypes
@@ -120,6 +121,9 @@ from heron.hlo.errors import HloError
 from heron.hlo.ir import Instruction
 from heron.hlo.shapes import ArrayShape, TupleShape
 
+if TYPE_CHECKING:
+    from heron.harness.unrolled import LoopErrorPropagation
+
 __all__ = [
     "F64_REFERENCE_ULPS",
     "NARROW_ULPS",
@@ -135,6 +139,7 @@ __all__ = [
     "leaf_of",
     "output_sources",
     "output_tolerance",
+    "own_ulps",
     "reassociation_bounds",
     "scan_summation_bound",
     "summation_bound",
@@ -651,7 +656,9 @@ class OutputTolerance:
     orders: SortFreedom | None = attrs.field(default=None, eq=False)
     #: The approximations' errors as the ops after them amplify them, measured where the
     #: ulp bound refuses an element (:mod:`heron.harness.error_propagation`).
-    amplified: ErrorPropagation | None = attrs.field(default=None, eq=False)
+    #: An output a loop reaches: its errors as every trip carries them on, measured on the
+    #: program unrolled (:mod:`heron.harness.unrolled`).
+    amplified: ErrorPropagation | LoopErrorPropagation | None = attrs.field(default=None, eq=False)
 
     def mismatches(self, kernel: np.ndarray, reference: np.ndarray) -> Mismatches:
         found = mismatches(kernel, reference, self.ulps, self.bounds)
@@ -749,14 +756,14 @@ def output_tolerance(
             tolerance = attrs.evolve(tolerance, orders=orders)
         if tolerance.ulps or any(parameter_ulps):
             amplified = error_propagation(
-                *reduction, op_ulps=_own_ulps, leaf=leaf, parameter_ulps=parameter_ulps
+                *reduction, op_ulps=own_ulps, leaf=leaf, parameter_ulps=parameter_ulps
             )
             if amplified is not None:
                 tolerance = attrs.evolve(tolerance, amplified=amplified)
     return tolerance
 
 
-def _own_ulps(inst: Instruction) -> int:
+def own_ulps(inst: Instruction) -> int:
     """The ulps of ``inst``'s own approximation (:data:`ULP_BOUNDS`), not of those before
     it: what :mod:`heron.harness.error_propagation` moves it by."""
     if _approximation(inst) is None:
