@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from heron_test_support.jax_config import jax_x64
 
+import heron.jax as heron_jax
 from heron.jax import lower
 from heron.jax.lowering import signature_of, split_static
 
@@ -80,3 +82,54 @@ def test_static_arguments_are_split_out_and_lowered_as_constants():
     lowered = lower(_affine, PARAMS, X, scale=2.0, static_argnames="scale")
     assert len(lowered.module.entry.parameters) == 3
     assert "constant(2)" in lowered.hlo_text
+
+
+@jax.tree_util.register_pytree_node_class
+class _CheckedScale:
+    """A pytree whose constructor looks at its leaf's dtype, as ``jmp.DynamicLossScale``
+    does (``jax.eval_shape`` on it): jax's lowering rebuilds argument classes around
+    placeholder leaves to describe them, and this one fails there."""
+
+    def __init__(self, value, period=2):
+        if jax.eval_shape(lambda: value).dtype != jnp.float32:
+            raise TypeError("a float32 scale")
+        self.value, self.period = value, period
+
+    def tree_flatten(self):
+        return (self.value,), self.period
+
+    @classmethod
+    def tree_unflatten(cls, period, children):
+        return cls(*children, period=period)
+
+
+def _scaled_step(scale, x, *, offset, twice=False):
+    grown = _CheckedScale(scale.value * 2 if twice else scale.value, scale.period)
+    return grown, x * scale.value + offset
+
+
+def test_an_argument_class_jax_cannot_describe_is_lowered_over_its_leaves():
+    """``jax.jit(f).lower(scale, x)`` raises for such a class where ``jax.jit(f)(scale,
+    x)`` runs (a helper's sweep: jmp's dynamic loss scaling in mixed-precision
+    training steps); heron lowers the function over the arguments' leaves instead,
+    static and donated arguments kept."""
+    scale, x = _CheckedScale(np.float32(4.0)), np.arange(3, dtype=np.float32)
+    with pytest.raises(TypeError):
+        jax.jit(_scaled_step, static_argnames="twice").lower(scale, x, offset=1.0, twice=True)
+    lowered = lower(
+        _scaled_step,
+        scale,
+        x,
+        offset=np.float32(1.0),
+        twice=True,
+        static_argnames="twice",
+        donate_argnums=1,
+    )
+    assert len(lowered.module.entry.parameters) == 3  # scale's leaf, x, offset
+    assert "input_output_alias" in lowered.hlo_text  # x's buffer donated
+    out = heron_jax.jit(_scaled_step, backend="interpreter", static_argnames="twice")(
+        scale, x, offset=np.float32(1.0), twice=True
+    )
+    grown, y = out
+    assert isinstance(grown, _CheckedScale) and grown.period == 2 and float(grown.value) == 8.0
+    np.testing.assert_array_equal(np.asarray(y), x * 4 + 1)

@@ -271,7 +271,23 @@ def lower(
         donate_argnames=donate_argnames,
     )
     abstract_args, abstract_kwargs = jax.tree_util.tree_map(_abstract, (args, kwargs))
-    lowered = jitted.trace(*abstract_args, **abstract_kwargs).lower(lowering_platforms=(platform,))
+    try:
+        traced = jitted.trace(*abstract_args, **abstract_kwargs)
+        lowered = traced.lower(lowering_platforms=(platform,))
+    except TypeError as error:  # an argument's class jax cannot describe: over its leaves
+        flat, leaves, donated = _over_leaves(
+            function,
+            args,
+            kwargs,
+            (static_argnums, static_argnames),
+            (donate_argnums, donate_argnames),
+        )
+        over_leaves = jax.jit(flat, keep_unused=True, donate_argnums=donated)
+        try:
+            traced = over_leaves.trace(*[_abstract(leaf) for leaf in leaves])
+            lowered = traced.lower(lowering_platforms=(platform,))
+        except Exception:
+            raise error from None
     # Every constant in full: by default the text elides an array of more than a few
     # elements as {...} (a function closing over a table of sines could not compile).
     text = lowered.compiler_ir("hlo").as_hlo_text(print_large_constants=True)
@@ -287,6 +303,60 @@ def lower(
     if not any(impl is not None for impl in result_keys):
         result_keys = ()
     return Lowered(name, text, module, in_tree, lowered.out_tree, callbacks, result_keys)
+
+
+def _over_leaves(
+    function: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    static: tuple[Any, Any],
+    donate: tuple[Any, Any],
+) -> tuple[Callable[..., Any], list[Any], tuple[int, ...]]:
+    """``function`` as a function of its dynamic arguments' leaves (the static ones
+    closed over), those leaves, and the positions of the donated arguments' leaves:
+    what :func:`lower` lowers where jax cannot lower ``function`` itself.
+
+    jax lowers the same program either way (its parameters are these leaves in this
+    order; only their names, taken from the function's parameters, are lost), but
+    lowering a pytree argument rebuilds the argument's class around placeholder
+    leaves to describe it, and a class whose constructor computes with its leaves
+    fails there: ``jmp.DynamicLossScale`` runs ``jax.eval_shape`` on
+    them, so ``jax.jit(f).lower(loss_scale, x)`` raises where ``jax.jit(f)(loss_scale,
+    x)`` runs (a helper's sweep of mixed-precision training steps). Over leaves the
+    class is rebuilt only inside the trace, from tracers, as a call of ``jax.jit``
+    rebuilds it."""
+    import jax
+
+    static_numbers = _positions(static[0], len(args))
+    static_names = set(_as_tuple(static[1]))
+    dynamic_numbers = [i for i in range(len(args)) if i not in static_numbers]
+    dynamic_names = [name for name in kwargs if name not in static_names]
+    donated_numbers = _positions(donate[0], len(args))
+    donated_names = set(_as_tuple(donate[1]))
+    leaves: list[Any] = []
+    donated: list[int] = []
+    for key, value in [
+        *((i, args[i]) for i in dynamic_numbers),
+        *sorted(((name, kwargs[name]) for name in dynamic_names), key=lambda item: item[0]),
+    ]:
+        own = jax.tree_util.tree_leaves(value)
+        if key in donated_numbers or key in donated_names:
+            donated.extend(range(len(leaves), len(leaves) + len(own)))
+        leaves.extend(own)
+    structure = jax.tree_util.tree_structure(
+        (tuple(args[i] for i in dynamic_numbers), {name: kwargs[name] for name in dynamic_names})
+    )
+
+    def over_leaves(*values: Any) -> Any:
+        dynamic_args, dynamic_kwargs = jax.tree_util.tree_unflatten(structure, values)
+        full_args = list(args)
+        for number, value in zip(dynamic_numbers, dynamic_args, strict=True):
+            full_args[number] = value
+        return function(*full_args, **{**kwargs, **dynamic_kwargs})
+
+    over_leaves.__name__ = getattr(function, "__name__", "function")
+    over_leaves.__qualname__ = getattr(function, "__qualname__", over_leaves.__name__)
+    return over_leaves, leaves, tuple(donated)
 
 
 def resolve_argnums_and_argnames(
