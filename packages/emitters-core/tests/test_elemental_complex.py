@@ -225,7 +225,8 @@ def test_select_and_arithmetic_compose():
 
 #: Parts of the special-value grid: signed zeros, units, values whose exponentials or
 #: squares overflow f32 (50, 89, 100, 3e38), a tiny one, infinities and NaN.
-EDGE_PARTS = [0.0, -0.0, 1.0, -2.5, 0.3, 50.0, 89.0, -100.0, 3e38, 1e-30, np.inf, -np.inf, np.nan]
+EDGE_PARTS = [0.0, -0.0, 1.0, -1.0, -2.5, 0.3, 50.0, 89.0, -100.0, 3e38, 1e-30]
+EDGE_PARTS += [np.inf, -np.inf, np.nan]
 #: heron's own compositions through complex log and sqrt, which the evaluator defines by
 #: numpy's principal branches (C99's special values): no XLA opcode has them (XLA expands
 #: them from CHLO before its kernels see them).
@@ -269,3 +270,28 @@ def test_products_past_f32_are_the_evaluator_s():
     (got,), (want,) = run_both(text, [z, w])
     bad = np.flatnonzero(~_agree_at_edges(got, want))
     assert bad.size == 0, [(z[i], w[i], got[i], want[i]) for i in bad[:6]]
+
+
+def test_square_roots_of_negative_numbers_are_imaginary():
+    """Upstream's formula multiplies ``|z|^(1/2)`` by the f32 cosine of half of pi,
+    -4.4e-8: ``sqrt(-2.5 - 0i)`` was ``-6.9e-8 - 1.58i``, and acosh, computed through
+    it, took ``acosh(-2.5 - 0i)`` to the other side of its branch cut."""
+    z = np.array([-2.5 - 0j, complex(-2.5, 0.0), -1e30 + 0j, -4 - 0j, 2 + 0j], np.complex64)
+    text = hlo("sqrt(%p0)", [(E.C64, z.size)], f"c64[{z.size}]")
+    (got,), (want,) = run_both(text, [z])
+    assert got.real[:4].tolist() == [0.0] * 4 and not np.signbit(got.real[:4]).any()
+    np.testing.assert_array_equal(np.signbit(got.imag), np.signbit(want.imag))
+    np.testing.assert_allclose(got, want, rtol=2**-22)
+
+
+def test_log1p_of_minus_one_is_minus_infinity():
+    """Upstream's log1p computes the modulus of ``1 + z`` as ``max * sqrt(1 + (min /
+    max)^2)``: ``0 * NaN`` at ``z = -1``, where it falls back to ``min``, 0, and gave
+    ``log1p(-1 + 0i) = 0`` (XLA:CPU and numpy: ``-inf``), so ``atanh(1)`` was 0.35."""
+    z = np.array([-1 + 0j, complex(-1, -0.0), 1 + 0j, -0.5 + 0j], np.complex64)
+    for op, infinite in (("log-plus-one", [0, 1]), ("atanh", [0, 1, 2])):
+        text = hlo(f"{op}(%p0)", [(E.C64, z.size)], f"c64[{z.size}]")
+        (got,), (want,) = run_both(text, [z])
+        assert np.isinf(got.real[infinite]).all(), (op, got)
+        np.testing.assert_array_equal(got.real[infinite], want.real[infinite])
+        assert np.isfinite(got.real[3])

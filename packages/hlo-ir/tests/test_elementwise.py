@@ -1051,7 +1051,7 @@ def _same_class(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:
     return same
 
 
-SPECIAL_PARTS = [0.0, -0.0, 1.0, -2.5, 0.3, 50.0, 89.0, -100.0, 3e38, 1e-30]
+SPECIAL_PARTS = [0.0, -0.0, 1.0, -1.0, -2.5, 0.3, 50.0, 89.0, -100.0, 3e38, 1e-30]
 SPECIAL_PARTS += [np.inf, -np.inf, np.nan]
 
 

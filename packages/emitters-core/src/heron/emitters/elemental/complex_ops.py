@@ -80,8 +80,36 @@ def _log(z: ir.Value) -> ir.Value:
     return cx.LogOp(z).result
 
 
+def _log1p(z: ir.Value) -> ir.Value:
+    """log(1 + z), upstream's formula but at ``z = -1``: its modulus ``max * (1 + (min /
+    max)^2)`` is ``0 * NaN`` there and falls back to ``min``, 0, where the logarithm is
+    ``-inf`` (XLA:CPU's value; numpy's)."""
+    part = ir.ComplexType(z.type).element_type
+    result = cx.Log1pOp(z).result
+    at_minus_one = arith.AndIOp(
+        arith.CmpFOp(arith.CmpFPredicate.OEQ, _re(z), _real_constant(part, -1.0)).result,
+        arith.CmpFOp(arith.CmpFPredicate.OEQ, _im(z), _real_constant(part, 0.0)).result,
+    ).result
+    re = arith.SelectOp(at_minus_one, _real_constant(part, float("-inf")), _re(result)).result
+    return _create(z.type, re, _im(result))
+
+
 def _sqrt(z: ir.Value) -> ir.Value:
-    return cx.SqrtOp(z).result
+    """The principal square root, upstream's formula but on the negative real axis: its
+    real part is ``|z|^(1/2) cos(arg(z) / 2)``, and the f32 ``cos`` of half of pi is
+    -4.4e-8, not 0 (``sqrt(-2.5 - 0i)`` was ``-6.9e-8 - 1.58i``). The square root of a
+    negative number is imaginary: its real part is +0 there. Else the compositions
+    through sqrt (acosh, asin, acos, asinh) land on the wrong side of their branch
+    cuts: ``acosh(-2.5 - 0i)`` had the sign of ``-pi`` flipped."""
+    part = ir.ComplexType(z.type).element_type
+    result = cx.SqrtOp(z).result
+    zero = _real_constant(part, 0.0)
+    negative_real = arith.AndIOp(
+        arith.CmpFOp(arith.CmpFPredicate.OLT, _re(z), zero).result,
+        arith.CmpFOp(arith.CmpFPredicate.OEQ, _im(z), zero).result,
+    ).result
+    re = arith.SelectOp(negative_real, zero, _re(result)).result
+    return _create(z.type, re, _im(result))
 
 
 def _scale(z: ir.Value, factor: float) -> ir.Value:
@@ -178,8 +206,8 @@ def _acosh(z: ir.Value) -> ir.Value:
 
 def _atanh(z: ir.Value) -> ir.Value:
     """atanh(z) = (log1p(z) - log1p(-z)) / 2."""
-    plus = cx.Log1pOp(z).result
-    minus = cx.Log1pOp(cx.NegOp(z).result).result
+    plus = _log1p(z)
+    minus = _log1p(cx.NegOp(z).result)
     return _scale(_sub(plus, minus), 0.5)
 
 
@@ -217,7 +245,7 @@ _UNARY = {
     "exponential": lambda z: cx.ExpOp(z).result,
     "exponential-minus-one": lambda z: cx.Expm1Op(z).result,
     "log": _log,
-    "log-plus-one": lambda z: cx.Log1pOp(z).result,
+    "log-plus-one": _log1p,
     "logistic": _logistic,
     "sqrt": _sqrt,
     "rsqrt": lambda z: cx.RsqrtOp(z).result,

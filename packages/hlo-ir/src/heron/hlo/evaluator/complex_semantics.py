@@ -12,8 +12,9 @@ there, C99's ``0 + nan i``; ``expm1(inf + 0i)`` is ``inf + 0i`` where numpy's
 
 So each op here has both: the accurate value (complex128) and XLA's formula,
 evaluated in the component type with numpy's correctly rounded functions; a
-part comes from the formula wherever the formula's part or the accurate one is
-not finite, and from the accurate value everywhere else. heron run --check then
+part comes from the formula wherever the formula's part is not finite or the
+accurate one is NaN, and from the accurate value everywhere else (an accurate
+infinity the formula misses is kept: ``log1p(-1 + 0i)`` is ``-inf``). heron run --check then
 compares kernels with the accurate value on finite results and with XLA's
 semantics on the rest (a sweep of jax.numpy on complex64 found the checker
 calling correct kernels wrong at such values).
@@ -52,14 +53,17 @@ Parts = tuple[np.ndarray, np.ndarray]
 
 def _combine(accurate: np.ndarray, formula: Parts, dtype: np.dtype) -> np.ndarray:
     """``accurate`` (complex128) rounded to ``dtype``, each part replaced by the
-    formula's where either is not finite."""
+    formula's where that is not finite (an overflow or NaN of XLA's formula) or the
+    accurate one is NaN (numpy's own formula failed: ``logistic(-inf + i)`` is 0).
+    An infinity of the accurate value stays: the formula loses it at
+    ``log1p(-1 + 0i)``, which is ``-inf`` (XLA:CPU's too), not the formula's 0."""
     with np.errstate(all="ignore"):
         rounded = accurate.astype(dtype)
     result = np.empty(rounded.shape, dtype)
     for which, part in zip(("real", "imag"), formula):
         mine = getattr(rounded, which)
         theirs = np.broadcast_to(np.asarray(part, mine.dtype), mine.shape)
-        use_formula = ~np.isfinite(mine) | ~np.isfinite(theirs)
+        use_formula = ~np.isfinite(theirs) | np.isnan(mine)
         setattr(result, which, np.where(use_formula, theirs, mine))
     return result
 
