@@ -33,7 +33,14 @@ from heron.hlo.errors import HloError
 from heron.hlo.evaluator import evaluate_computation
 from heron.hlo.ir import Computation, Instruction
 
-__all__ = ["MAX_INSTRUCTIONS", "LoopErrorPropagation", "Unrolled", "UnrolledProgram", "unrolled"]
+__all__ = [
+    "MAX_INSTRUCTIONS",
+    "has_control_flow",
+    "LoopErrorPropagation",
+    "Unrolled",
+    "UnrolledProgram",
+    "unrolled",
+]
 
 #: The most instructions an unrolled program may have: past it (a loop of thousands of
 #: trips) the loop's approximations keep their bound counted once.
@@ -52,7 +59,7 @@ class Unrolled:
 
 
 class _TooLong(Exception):
-    pass
+    """The unrolled program would exceed :data:`MAX_INSTRUCTIONS`."""
 
 
 def has_control_flow(instructions: Sequence[Instruction]) -> bool:
