@@ -210,3 +210,25 @@ def test_a_loop_too_long_to_unroll_keeps_its_bound_counted_once(monkeypatch):
     tolerance, reference, x = _tolerance_and_reference(6)
     off_by_its_cos = _per_op_f32(x, 6, cos_ulps=1)
     assert not compare(off_by_its_cos, reference, tolerance).agrees
+
+
+def test_a_loop_that_never_ends_is_not_unrolled():
+    text = """\
+HloModule forever
+
+body {
+  ROOT s = f32[2] parameter(0)
+}
+
+condition {
+  s = f32[2] parameter(0)
+  ROOT yes = pred[] constant(true)
+}
+
+ENTRY main {
+  x = f32[2] parameter(0)
+  ROOT loop = f32[2] while(x), condition=condition, body=body
+}
+"""
+    x = np.ones(2, np.float32)
+    assert unrolled(parse_module(text).entry, [x]) is None

@@ -35,6 +35,7 @@ from heron.hlo.ir import Computation, Instruction
 
 __all__ = [
     "MAX_INSTRUCTIONS",
+    "MAX_TRIPS",
     "has_control_flow",
     "LoopErrorPropagation",
     "Unrolled",
@@ -45,6 +46,9 @@ __all__ = [
 #: The most instructions an unrolled program may have: past it (a loop of thousands of
 #: trips) the loop's approximations keep their bound counted once.
 MAX_INSTRUCTIONS = 20_000
+#: The most trips of one loop unrolled (a body of no instructions, its state passed
+#: through, would otherwise never reach :data:`MAX_INSTRUCTIONS`).
+MAX_TRIPS = 10_000
 
 _CONTROL = ("while", "conditional", "call")
 
@@ -59,7 +63,8 @@ class Unrolled:
 
 
 class _TooLong(Exception):
-    """The unrolled program would exceed :data:`MAX_INSTRUCTIONS`."""
+    """The unrolled program would exceed :data:`MAX_INSTRUCTIONS` or a loop
+    :data:`MAX_TRIPS`."""
 
 
 def has_control_flow(instructions: Sequence[Instruction]) -> bool:
@@ -113,10 +118,12 @@ class _Tracer:
             return self.trace(branches[index], [operands[index + 1]], [operand_values[index + 1]])
         condition, body = inst.called("condition"), inst.called("body")
         (state,), (value,) = operands, operand_values
-        while bool(np.asarray(evaluate_computation(condition, [value]))):
+        for _ in range(MAX_TRIPS):
+            if not bool(np.asarray(evaluate_computation(condition, [value]))):
+                return state
             state = self.trace(body, [state], [value])
             value = evaluate_computation(body, [value])
-        return state
+        raise _TooLong
 
     def _emit(self, instruction: Instruction) -> None:
         self.emitted.append(instruction)
