@@ -83,3 +83,34 @@ def test_a_canonical_dot_is_left_alone_and_the_pipeline_cleans_up() -> None:
     run_pipeline(module, simplification_pipeline())
     opcodes = sorted(i.opcode for i in module.entry.instructions)
     assert opcodes == ["dot", "parameter", "parameter", "transpose"], print_module(module)
+
+
+def test_a_chain_of_dots_is_rewritten_with_one_look_at_the_computation(monkeypatch) -> None:
+    # Each dot reads the one before, transposed: every rewrite replaces an operand of
+    # the next. One inserter serves the whole computation (made per dot, it scanned the
+    # computation each time: 16 s for the 3,000 dots of a GPT-2 training step).
+    from heron.hlo.passes import dot_decomposer
+
+    lines = ["HloModule chain", "", "ENTRY main {", "  d0 = f32[4,4]{1,0} parameter(0)"]
+    for k in range(6):
+        lines.append(
+            f"  d{k + 1} = f32[4,4]{{1,0}} dot(d{k}, d{k}),"
+            " lhs_contracting_dims={0}, rhs_contracting_dims={1}"
+        )
+    lines += ["  ROOT out = f32[4,4]{1,0} negate(d6)", "}"]
+    module = parse_module("\n".join(lines))
+    arguments = random_arguments(module, np.random.default_rng(0))
+    expected = evaluate_module(module, arguments)
+    made = []
+    original = dot_decomposer.Inserter
+
+    def counting(*args, **kwargs):
+        made.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dot_decomposer, "Inserter", counting)
+    assert canonicalise_dots(module)
+    assert len(made) == 1
+    dots = [i for i in module.entry.instructions if i.opcode == "dot"]
+    assert len(dots) == 6 and all(is_canonical_dot(d) for d in dots)
+    assert np.array_equal(evaluate_module(module, arguments), expected)

@@ -112,8 +112,10 @@ def is_multi_output(inst: Instruction) -> bool:
     return inst.opcode == "fusion" and inst.called("calls").root_instruction.opcode == "tuple"
 
 
-def outputs_of(inst: Instruction) -> list[Instruction] | None:
-    """The values ``inst`` produces: itself, or for a multi-output fusion its users (gtes).
+def outputs_of(inst: Instruction, graph: FusionGraph) -> list[Instruction] | None:
+    """The values ``inst`` produces: itself, or for a multi-output fusion its users (gtes),
+    read from the pass's ``graph`` (scanning the computation made a pass over a model of
+    thousands of kernels quadratic).
 
     An array, or one tuple-shaped value (a variadic reduce, fused or not), is
     one output: merged with another kernel it stays a root whole, its users
@@ -127,12 +129,9 @@ def outputs_of(inst: Instruction) -> list[Instruction] | None:
     """
     if not isinstance(inst.shape, TupleShape) or not is_multi_output(inst):
         return [inst]
-    parent = inst.parent
-    users = (
-        [u for u in parent.instructions if any(op is inst for op in u.operands)] if parent else []
-    )
-    if parent is not None and parent.root is inst:
+    if graph.computation.root is inst:
         return None
+    users = graph.users(inst)
     if not users or any(u.opcode != "get-tuple-element" for u in users):
         return None
     return users

@@ -29,7 +29,7 @@ from heron.compiler.fusion.fusible import (
     verdict_of,
 )
 from heron.compiler.fusion.fusion_cse import signature
-from heron.compiler.fusion.pair_key import PairKey, PairKeys
+from heron.compiler.fusion.pair_key import MembersKey, PairKey, PairKeys
 from heron.compiler.fusion.pair_price import PairPrices
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.outline import HOST_OPCODES
@@ -111,6 +111,11 @@ class FusionContext:
             candidate.discard()
             return None
         return candidate, verdict
+
+    def members_key(self, members: list[Instruction], outputs: list[Instruction]) -> MembersKey:
+        """What :meth:`candidate` would build of ``members`` and ``outputs``, told without
+        building it (:meth:`PairKeys.of_members`): a pass remembers its answers by it."""
+        return self._pair_keys.of_members(members, outputs)
 
     def _verdict(self, candidate: Candidate, consumer: Instruction | None = None) -> Verdict | None:
         """The checker's verdict on ``candidate``, asked once per body signature.

@@ -15,6 +15,8 @@ FusionChecker` refuses to add anything the library would not compute.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 from heron.compiler.fusion.builder import install_fusion
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.graph import FusionGraph
@@ -39,20 +41,20 @@ def fuse_library_gemms(module: Module, target: Target) -> bool:
     features = target_features(target)
     context = FusionContext(module, target)
     computation = module.entry
-    # One graph for the pass (an install then costs what it touches); the users and
-    # the order are read again only after an install changed them.
+    # One graph for the pass, kept current by each install: the users and the order of
+    # the computation read from it cost what a query touches (read again from the whole
+    # computation after each install, they took 5 s of a GPT-2 training step's compile).
     graph = FusionGraph(module, computation)
-    users: dict[Instruction, list[Instruction]] | None = None
-    order: dict[Instruction, int] = {}
+    users = _GraphUsers(graph)
+    # Members are instructions the pass found (never a fusion it made), so a post-order
+    # of the computation as it came orders them as one after any install would.
+    order = {inst: n for n, inst in enumerate(computation.post_order())}
     changed = False
     for dot in [i for i in computation.instructions if i.opcode == "dot"]:
         if dot_verdict(dot, target):
             continue
-        if users is None:
-            users = computation.users()
-            order = {inst: n for n, inst in enumerate(computation.post_order())}
         for members, outputs in epilogue_members(dot, users, features):
-            ordered = sorted(members, key=lambda inst: order[inst])
+            ordered = sorted(members, key=order.__getitem__)
             made = context.candidate(ordered, outputs, consumer=outputs[0])
             if made is None:
                 continue
@@ -65,11 +67,32 @@ def fuse_library_gemms(module: Module, target: Target) -> bool:
                 made[0].discard()
                 continue
             install_fusion(module, computation, made[0], made[1].fusion_kind, graph)
-            graph.finish()  # instruction order as a post-order, as after each install before
-            users = None
             changed = True
             break
+    if changed:
+        graph.finish()  # the instruction order a post-order again
     return changed
+
+
+class _GraphUsers(Mapping[Instruction, list[Instruction]]):
+    """``computation.users()`` as the graph has it now: each user as often as it reads
+    the instruction, in instruction order."""
+
+    def __init__(self, graph: FusionGraph) -> None:
+        self._graph = graph
+
+    def __getitem__(self, inst: Instruction) -> list[Instruction]:
+        if not self._graph.alive(inst):
+            raise KeyError(inst.name)
+        return [
+            user for user in self._graph.users(inst) for operand in user.operands if operand is inst
+        ]
+
+    def __iter__(self) -> Iterator[Instruction]:
+        return iter(list(self._graph.computation.instructions))
+
+    def __len__(self) -> int:
+        return len(self._graph.computation.instructions)
 
 
 def gemm_fusion(target: Target) -> HloPass:

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from heron.compiler.fusion.builder import Candidate, install_fusion, outputs_of
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import Verdict, is_fusible_consumer, is_fusible_producer
 from heron.compiler.fusion.graph import FusionGraph
+from heron.compiler.fusion.pair_key import MembersKey
 from heron.compiler.fusion.reachability import Reachability
 from heron.hlo.buffers.dataflow import in_place_operands
 from heron.hlo.ir import Computation, Instruction, Module
@@ -79,6 +80,12 @@ class _Search:
         self.settled_operands: dict[int, tuple[Instruction, set[int]]] = {}
         self._refused: set[tuple[int, int]] = set()
         self._keep: list[Instruction] = []  # refused ids stay unique while kept
+        #: Merges refused by what they would build (:meth:`FusionContext.members_key`):
+        #: None when no emitter takes that body or a loop kernel's outputs differ in
+        #: shape, else its price, refused where the kernels apart cost no more. A
+        #: model repeating a layer offers the same merges in every layer (5,300 of the
+        #: 6,300 a GPT-2 training step built were refused, most of them seen before).
+        self.refused_bodies: dict[MembersKey, float | None] = {}
         for inst in computation.post_order():
             self.touch(inst)
 
@@ -95,6 +102,26 @@ class _Search:
         heapq.heappush(self.producers, (rank, next(self._sequence), inst))
         heapq.heappush(self.operands, (rank, next(self._sequence), inst))
 
+    def _stand_ins(
+        self, fusion: Instruction, outputs: tuple[Instruction, ...], order: Reachability
+    ) -> tuple[list[tuple[Instruction, list[Instruction]]], list[Instruction]]:
+        """Each value read now in place of an output, with its readers, and what the
+        install made (the fusion, its ``get-tuple-element``s and the bitcasts after
+        them), in order."""
+        if len(outputs) == 1:
+            return [(fusion, self.graph.users(fusion))], [fusion]
+        stand_ins: list[tuple[Instruction, list[Instruction]]] = []
+        new = [fusion]
+        for gte in self.graph.users(fusion):
+            value = gte
+            new.append(gte)
+            for user in self.graph.users(gte):
+                if user.opcode == "bitcast" and not order.knows(user):
+                    value = user  # a horizontal output's shape restored
+                    new.append(user)
+            stand_ins.append((value, self.graph.users(value)))
+        return stand_ins, new
+
     def refuse(self, a: Instruction, b: Instruction) -> None:
         self._refused.add((id(a), id(b)))
         self._keep.extend((a, b))
@@ -103,10 +130,13 @@ class _Search:
         return (id(a), id(b)) in self._refused
 
     def install(self, made: tuple[Candidate, Verdict]) -> None:
+        candidate = made[0]
         fusion = install_fusion(
-            self.context.module, self.computation, made[0], made[1].fusion_kind, self.graph
+            self.context.module, self.computation, candidate, made[1].fusion_kind, self.graph
         )
-        self._order = None
+        if self._order is not None:
+            stand_ins, new = self._stand_ins(fusion, candidate.outputs, self._order)
+            self._order.fused(candidate.members, stand_ins, new, self.graph.alive)
         self.touch(fusion)
         for operand in fusion.operands:
             self.touch(operand)
@@ -121,14 +151,20 @@ def _try(
     apart: float,
 ) -> bool:
     members = sorted(members, key=search.order.position)
+    key = search.context.members_key(members, outputs)
+    if key in search.refused_bodies:
+        seconds = search.refused_bodies[key]
+        if seconds is None or seconds >= apart:
+            return False
     made = search.context.candidate(members, outputs)
-    if made is None:
+    if made is None or not _shapes_agree(made[1], outputs):
+        search.refused_bodies[key] = None
+        if made is not None:
+            made[0].discard()
         return False
-    if (
-        not _shapes_agree(made[1], outputs)
-        or search.context.price(*made).seconds >= apart
-        or not search.context.emits(made[0])
-    ):
+    seconds = search.context.price(*made).seconds
+    if seconds >= apart or not search.context.emits(made[0]):
+        search.refused_bodies[key] = seconds if seconds >= apart else None
         made[0].discard()
         return False
     search.install(made)
@@ -145,17 +181,16 @@ def _siblings(search: _Search, operand: Instruction) -> bool:
     users = _kernel_users(search, operand)
     settled = search.settled_operands.get(id(operand))
     old = settled[1] if settled is not None and settled[0] is operand else set()
-    fresh = [k for k, user in enumerate(users) if id(user) not in old]
-    pairs = sorted({(min(i, k), max(i, k)) for k in fresh for i in range(len(users)) if i != k})
+    fresh = {k for k, user in enumerate(users) if id(user) not in old}
     context = search.context
-    for i, j in pairs:
+    for i, j in _pairs_with(len(users), fresh):
         a, b = users[i], users[j]
         if search.is_refused(a, b):
             continue
         if not search.order.independent(a, b):
             search.refuse(a, b)
             continue
-        outs_a, outs_b = outputs_of(a), outputs_of(b)
+        outs_a, outs_b = outputs_of(a, search.graph), outputs_of(b, search.graph)
         if outs_a is None or outs_b is None:
             continue
         apart = context.cost(a).seconds + context.cost(b).seconds
@@ -165,6 +200,17 @@ def _siblings(search: _Search, operand: Instruction) -> bool:
         search.refuse(a, b)
     search.settled_operands[id(operand)] = (operand, {id(user) for user in users})
     return False
+
+
+def _pairs_with(count: int, fresh: set[int]) -> Iterator[tuple[int, int]]:
+    """The pairs ``i < j`` of ``range(count)`` with at least one in ``fresh``, in order,
+    made as they are asked for: an operand read by hundreds of kernels (a model's
+    inputs, a learning rate) has tens of thousands, and the first merge ends the search."""
+    for i in range(count):
+        if i in fresh:
+            yield from ((i, j) for j in range(i + 1, count))
+        else:
+            yield from ((i, j) for j in range(i + 1, count) if j in fresh)
 
 
 def _into_consumer(search: _Search, producer: Instruction) -> bool:
@@ -188,7 +234,7 @@ def _into_consumer(search: _Search, producer: Instruction) -> bool:
         if any(op is not producer and order.reaches(producer, op) for op in consumer.operands):
             search.refuse(producer, consumer)
             continue  # another path from the producer into the consumer: a cycle
-        outs = outputs_of(consumer)
+        outs = outputs_of(consumer, search.graph)
         if outs is None:
             continue
         apart = context.cost(producer).seconds + context.cost(consumer).seconds

@@ -22,6 +22,7 @@ the price) holds for every pair with its key.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 
 import attrs
 
@@ -29,7 +30,7 @@ from heron.compiler.fusion.builder import OwnBodies, is_small_constant
 from heron.compiler.fusion.fusion_cse import signature
 from heron.hlo.ir import Instruction
 
-__all__ = ["PairKeys"]
+__all__ = ["MembersKey", "PairKey", "PairKeys"]
 
 #: A pair's key: each side's (is a fusion, interned body signature), then per
 #: operand of the user, ``-1`` for the producer, ``k >= 0`` for the producer's
@@ -38,6 +39,10 @@ __all__ = ["PairKeys"]
 #: :mod:`~heron.compiler.fusion.cost_model`).
 PairKey = tuple[
     tuple[bool, int], tuple[bool, int], tuple[int, ...], tuple[int, ...], tuple[int, ...]
+]
+#: A fusion of any members' key (:meth:`PairKeys.of_members`).
+MembersKey = tuple[
+    tuple[tuple[tuple[bool, int], object, tuple[int, ...]], ...], tuple[int, ...], tuple[int, ...]
 ]
 
 
@@ -93,6 +98,40 @@ class PairKeys:
             tuple(reads),
             _small_constants(producer),
             _small_constants(user),
+        )
+
+    def of_members(
+        self, members: Sequence[Instruction], outputs: Sequence[Instruction]
+    ) -> MembersKey:
+        """The key of the fusion :func:`~heron.compiler.fusion.builder.build_fusion`
+        makes of ``members`` (in that order) computing ``outputs`` (members).
+
+        The built body is a function of it, as a pair's of a :data:`PairKey`: each
+        member's own body and kind in order, where each of its operands comes from
+        (``-1 - k``: the ``k``-th member; ``j >= 0``: the ``j``-th value read from
+        outside, the fusion's ``j``-th parameter), the outputs' positions, and which
+        values read from outside are small constants."""
+        position = {id(member): k for k, member in enumerate(members)}
+        slots: dict[int, int] = {}
+        outside: list[Instruction] = []
+        parts = []
+        for member in members:
+            reads = []
+            for operand in member.operands:
+                k = position.get(id(operand))
+                if k is not None:
+                    reads.append(-1 - k)
+                    continue
+                slot = slots.get(id(operand))
+                if slot is None:
+                    slot = slots[id(operand)] = len(outside)
+                    outside.append(operand)
+                reads.append(slot)
+            parts.append((self.own(member), member.attributes.get("kind"), tuple(reads)))
+        return (
+            tuple(parts),
+            tuple(position[id(output)] for output in outputs),
+            tuple(j for j, value in enumerate(outside) if is_small_constant(value)),
         )
 
 

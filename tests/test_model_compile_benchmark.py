@@ -1,0 +1,37 @@
+"""benchmarks/model_compile.py: the GPT-style training step it times lowers and compiles."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("jax")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "model_compile.py"
+
+
+def _benchmark():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("model_compile", SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return module
+
+
+def test_a_small_step_is_timed_and_its_module_saved(tmp_path, capsys) -> None:
+    saved = tmp_path / "step.hlo"
+    small = ["--d-model", "32", "--heads", "4", "--seq", "8", "--batch", "2", "--vocab", "31"]
+    assert _benchmark().main(["--layers", "1,2", "--runs", "1", "--save", str(saved), *small]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    timed = [row for row in rows if row and row[0] in ("1", "2")]
+    assert [row[0] for row in timed] == ["1", "2"]
+    # a second layer adds instructions: parameters, dots and their gradients
+    assert int(timed[1][1]) > int(timed[0][1]) > 500
+    text = saved.read_text()
+    assert text.startswith("HloModule") and text.count(" dot(") >= 2 * 12
