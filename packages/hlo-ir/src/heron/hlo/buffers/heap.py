@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import attrs
+import numpy as np
 
 from heron.hlo.buffers.liveness import LiveRange
 from heron.hlo.errors import UnsupportedError
@@ -47,38 +48,51 @@ def _align(offset: int, alignment: int) -> int:
 
 
 def place(requests: Sequence[HeapRequest], alignment: int) -> tuple[dict[int, Chunk], int]:
-    """Offsets for every request and the heap's size (the end of the highest chunk)."""
+    """Offsets for every request and the heap's size (the end of the highest chunk).
+
+    The chunks placed so far are columns of arrays, so that finding the ones a
+    request overlaps in time, and the gaps between them, is a few vector operations
+    over them rather than a walk (bucketed by time, a model's thousands of
+    temporaries live across most of its step each: 23 million overlap tests, 10 s
+    for a GPT-2 training step).
+    """
     if alignment <= 0:
         raise UnsupportedError(f"buffer alignment must be positive, got {alignment}")
     order = sorted(requests, key=lambda r: (-r.size, r.live.start, r.key))
-    # Placed chunks indexed by the stretches of time they cover, so that finding
-    # the ones a request overlaps does not look at every chunk placed so far.
-    span = max((r.live.end for r in requests), default=0) + 1
-    width = max(1, span // 4096)
-    by_time: dict[int, list[tuple[HeapRequest, Chunk]]] = {}
+    count = len(order)
+    firsts = np.empty(count, np.int64)  # each placed chunk's live range and bytes
+    lasts = np.empty(count, np.int64)
+    offsets = np.empty(count, np.int64)
+    ends = np.empty(count, np.int64)
     chunks: dict[int, Chunk] = {}
     heap_size = 0
-    for request in order:
+    for placed, request in enumerate(order):
         live = request.live
-        candidates: dict[int, Chunk] = {}
-        for stretch in range(live.start // width, live.end // width + 1):
-            for other, chunk in by_time.get(stretch, ()):
-                if other.live.overlaps(live):
-                    candidates[other.key] = chunk
-        best: int | None = None
-        best_gap: int | None = None
-        cursor = 0
-        for chunk in sorted(candidates.values(), key=lambda c: c.offset):
-            start = _align(cursor, alignment)
-            gap = chunk.offset - start
-            if gap >= request.size and (best_gap is None or gap < best_gap):
-                best, best_gap = start, gap
-            cursor = max(cursor, chunk.end)
-        if best is None:
-            best = _align(cursor, alignment)
+        overlapping = np.flatnonzero(
+            (firsts[:placed] <= live.end) & (lasts[:placed] >= live.start)
+        )
+        best = _best_gap(offsets[overlapping], ends[overlapping], request.size, alignment)
         chunk = Chunk(best, request.size)
         chunks[request.key] = chunk
-        for stretch in range(live.start // width, live.end // width + 1):
-            by_time.setdefault(stretch, []).append((request, chunk))
+        firsts[placed], lasts[placed] = live.start, live.end
+        offsets[placed], ends[placed] = chunk.offset, chunk.end
         heap_size = max(heap_size, chunk.end)
     return chunks, heap_size
+
+
+def _best_gap(offsets: np.ndarray, ends: np.ndarray, size: int, alignment: int) -> int:
+    """The offset of the smallest gap of at least ``size`` bytes below the chunks
+    ``offsets``/``ends`` (the lowest such gap on a tie), else the first aligned offset
+    above them all. Each gap runs from the highest end below a chunk, aligned, to that
+    chunk's offset."""
+    if not offsets.size:
+        return 0
+    by_offset = np.argsort(offsets, kind="stable")
+    offsets, ends = offsets[by_offset], ends[by_offset]
+    below = np.concatenate(([0], np.maximum.accumulate(ends)[:-1]))
+    starts = -(-below // alignment) * alignment
+    gaps = offsets - starts
+    fitting = np.flatnonzero(gaps >= size)
+    if fitting.size:
+        return int(starts[fitting[np.argmin(gaps[fitting])]])
+    return _align(max(0, int(ends.max())), alignment)
