@@ -68,9 +68,7 @@ def place(requests: Sequence[HeapRequest], alignment: int) -> tuple[dict[int, Ch
     heap_size = 0
     for placed, request in enumerate(order):
         live = request.live
-        overlapping = np.flatnonzero(
-            (firsts[:placed] <= live.end) & (lasts[:placed] >= live.start)
-        )
+        overlapping = np.flatnonzero((firsts[:placed] <= live.end) & (lasts[:placed] >= live.start))
         best = _best_gap(offsets[overlapping], ends[overlapping], request.size, alignment)
         chunk = Chunk(best, request.size)
         chunks[request.key] = chunk
