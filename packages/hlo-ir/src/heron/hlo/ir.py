@@ -160,9 +160,18 @@ class Computation:
         install, thousands of times for a model of a few thousand kernels).
         """
         instructions = self.instructions
-        order: list[Instruction] = []
         placed: set[Instruction] = set()  # by identity (eq=False): a C-level check each
-        for start in instructions:
+        in_place = 0  # the leading instructions already after their operands
+        for inst in instructions:
+            if inst in placed or not placed.issuperset(inst.operands):
+                break
+            placed.add(inst)
+            in_place += 1
+        else:
+            if self.root is None or not instructions or instructions[-1] is self.root:
+                return list(instructions)
+        order = instructions[:in_place]
+        for start in instructions[in_place:]:
             if start in placed:
                 continue
             if placed.issuperset(start.operands):

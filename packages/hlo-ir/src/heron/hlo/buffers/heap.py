@@ -12,6 +12,7 @@ above them all. Offsets are multiples of ``alignment``, which the caller gives
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 
 import attrs
 import numpy as np
@@ -47,35 +48,64 @@ def _align(offset: int, alignment: int) -> int:
     return -(-offset // alignment) * alignment
 
 
+#: Placed chunks up to which a request's overlaps are found by a walk over them; above,
+#: by vector operations (a numpy call costs what a walk over a few hundred does).
+_WALKED = 256
+
+
 def place(requests: Sequence[HeapRequest], alignment: int) -> tuple[dict[int, Chunk], int]:
     """Offsets for every request and the heap's size (the end of the highest chunk).
 
-    The chunks placed so far are columns of arrays, so that finding the ones a
-    request overlaps in time, and the gaps between them, is a few vector operations
-    over them rather than a walk (bucketed by time, a model's thousands of
-    temporaries live across most of its step each: 23 million overlap tests, 10 s
-    for a GPT-2 training step).
+    A request's overlaps in time, and the gaps between them, are found by a walk
+    over the chunks placed so far while they are few, then with a few vector
+    operations over them as numpy columns (bucketed by time, a model's thousands of
+    temporaries living across most of its step each made 23 million overlap tests:
+    10 s for a GPT-2 training step). Both find the same gap.
     """
     if alignment <= 0:
         raise UnsupportedError(f"buffer alignment must be positive, got {alignment}")
     order = sorted(requests, key=lambda r: (-r.size, r.live.start, r.key))
     count = len(order)
-    firsts = np.empty(count, np.int64)  # each placed chunk's live range and bytes
+    walked: list[tuple[int, int, int, int]] = []  # first, last, offset, end
+    firsts = np.empty(count, np.int64)
     lasts = np.empty(count, np.int64)
     offsets = np.empty(count, np.int64)
     ends = np.empty(count, np.int64)
     chunks: dict[int, Chunk] = {}
     heap_size = 0
     for placed, request in enumerate(order):
-        live = request.live
-        overlapping = np.flatnonzero((firsts[:placed] <= live.end) & (lasts[:placed] >= live.start))
-        best = _best_gap(offsets[overlapping], ends[overlapping], request.size, alignment)
-        chunk = Chunk(best, request.size)
+        first, last, size = request.live.start, request.live.end, request.size
+        if placed <= _WALKED:
+            around = sorted(
+                ((o, e) for lo, hi, o, e in walked if lo <= last and hi >= first),
+                key=itemgetter(0),  # on a tie, in the order placed, as the vector path
+            )
+            best = _walk_gaps(around, size, alignment)
+        else:
+            overlapping = np.flatnonzero((firsts[:placed] <= last) & (lasts[:placed] >= first))
+            best = _best_gap(offsets[overlapping], ends[overlapping], size, alignment)
+        chunk = Chunk(best, size)
         chunks[request.key] = chunk
-        firsts[placed], lasts[placed] = live.start, live.end
+        if placed < _WALKED:
+            walked.append((first, last, chunk.offset, chunk.end))
+        firsts[placed], lasts[placed] = first, last
         offsets[placed], ends[placed] = chunk.offset, chunk.end
         heap_size = max(heap_size, chunk.end)
     return chunks, heap_size
+
+
+def _walk_gaps(around: list[tuple[int, int]], size: int, alignment: int) -> int:
+    """:func:`_best_gap` by a walk over the (offset, end) of the chunks, by offset."""
+    best: int | None = None
+    best_gap: int | None = None
+    cursor = 0
+    for offset, end in around:
+        start = _align(cursor, alignment)
+        gap = offset - start
+        if gap >= size and (best_gap is None or gap < best_gap):
+            best, best_gap = start, gap
+        cursor = max(cursor, end)
+    return best if best is not None else _align(cursor, alignment)
 
 
 def _best_gap(offsets: np.ndarray, ends: np.ndarray, size: int, alignment: int) -> int:
