@@ -170,10 +170,13 @@ def output_tolerances(
 
 
 def _with_loop_propagation(tolerances: list, written, arguments) -> list:
-    """Each output with an ulp bound that a loop or conditional of the module as written
-    reaches also accepts the approximations' errors as every trip of the loops carries
-    them on (:mod:`heron.harness.unrolled`), measured on the unrolled program where the
-    ulp bound refuses an element."""
+    """Each output that a loop or conditional of the module as written reaches also
+    accepts, with an ulp bound, the approximations' errors as every trip of the loops
+    carries them on (:mod:`heron.harness.unrolled`), measured on the unrolled program
+    where the ulp bound refuses an element; and, whatever its type, any value within the
+    spread of random roundings of the reference where they change the program's
+    decisions (:mod:`heron.harness.random_rounding`)."""
+    from heron.harness.random_rounding import RandomRoundings, RoundingFreedom
     from heron.harness.tolerance import instructions_reaching, output_sources, own_ulps
     from heron.harness.unrolled import LoopErrorPropagation, UnrolledProgram, has_control_flow
 
@@ -182,11 +185,16 @@ def _with_loop_propagation(tolerances: list, written, arguments) -> list:
     if len(sources) != len(tolerances) or arguments is None:
         return tolerances
     program = UnrolledProgram(entry, arguments)
+    roundings = RandomRoundings(written, arguments)
     widened = list(tolerances)
     for k, (source, tolerance) in enumerate(zip(sources, tolerances)):
-        if tolerance.ulps and has_control_flow(instructions_reaching(source)):
-            loops = LoopErrorPropagation(program, k, own_ulps)
-            widened[k] = attrs.evolve(tolerance, amplified=loops)
+        if not has_control_flow(instructions_reaching(source)):
+            continue
+        if tolerance.ulps:
+            tolerance = attrs.evolve(
+                tolerance, amplified=LoopErrorPropagation(program, k, own_ulps)
+            )
+        widened[k] = attrs.evolve(tolerance, rounding=RoundingFreedom(roundings, k))
     return widened
 
 

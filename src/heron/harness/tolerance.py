@@ -122,6 +122,7 @@ from heron.hlo.ir import Instruction
 from heron.hlo.shapes import ArrayShape, TupleShape
 
 if TYPE_CHECKING:
+    from heron.harness.random_rounding import RoundingFreedom
     from heron.harness.unrolled import LoopErrorPropagation
 
 __all__ = [
@@ -659,10 +660,13 @@ class OutputTolerance:
     #: An output a loop reaches: its errors as every trip carries them on, measured on the
     #: program unrolled (:mod:`heron.harness.unrolled`).
     amplified: ErrorPropagation | LoopErrorPropagation | None = attrs.field(default=None, eq=False)
+    #: An output of a program whose loops or conditionals rounding decides: any value in
+    #: the spread of random roundings of the reference (:mod:`heron.harness.random_rounding`).
+    rounding: RoundingFreedom | None = attrs.field(default=None, eq=False)
 
     def mismatches(self, kernel: np.ndarray, reference: np.ndarray) -> Mismatches:
         found = mismatches(kernel, reference, self.ulps, self.bounds)
-        for freedom in (self.amplified, self.ties, self.orders):
+        for freedom in (self.amplified, self.ties, self.orders, self.rounding):
             if freedom is None or not found.count:
                 continue
             accepted = freedom.accepts(kernel, reference)[found.indices]
@@ -692,6 +696,8 @@ class OutputTolerance:
             parts.append("any NaN's index where a row has several")
         if self.orders is not None:
             parts.append("any order of keys the sort may order freely")
+        if self.rounding is not None and (said := self.rounding.describe()):
+            parts.append(said)
         return ", ".join(parts) or "bitwise"
 
 

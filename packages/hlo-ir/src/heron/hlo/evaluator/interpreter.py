@@ -101,6 +101,11 @@ class EvaluatorOptions:
 
 Handler = Callable[["Evaluator", Instruction, list[Literal]], Literal]
 
+#: Called with each instruction the evaluator evaluates, its operands' values and its
+#: value; returns the value to use instead (the same value to only observe). The check's
+#: random rounding (:mod:`heron.harness.random_rounding`) rounds results up or down.
+StepHook = Callable[[Instruction, list[Literal], Literal], Literal]
+
 
 # -- errors ----------------------------------------------------------------------
 
@@ -372,8 +377,9 @@ class Evaluator:
     (``call_vectorized``).
     """
 
-    def __init__(self, options: EvaluatorOptions | None = None):
+    def __init__(self, options: EvaluatorOptions | None = None, hook: StepHook | None = None):
         self.options = options if options is not None else EvaluatorOptions()
+        self.hook = hook
         self._plans: dict[tuple[int, bool], tuple[Computation, _Plan]] = {}
         self._vector_safe: dict[int, tuple[Computation, bool]] = {}
         #: Per-evaluation cache for handlers (e.g. computations derived from called ones).
@@ -477,6 +483,7 @@ class Evaluator:
                 )
             values[slot] = args[number]
         max_bytes = self.options.max_bytes
+        hook = self.hook
         for step in plan.steps:
             inst = step.inst
             if step.result_bytes > max_bytes:
@@ -497,6 +504,8 @@ class Evaluator:
                     inst, f"evaluation failed: {type(error).__name__}: {error}"
                 ) from error
             value = _normalize(value)
+            if hook is not None:
+                value = hook(inst, operands, value)
             if not vector:
                 why = value_mismatch(inst.shape, value)
                 if why is not None:
@@ -557,15 +566,17 @@ def evaluate_computation(
     args: Sequence[Literal],
     *,
     options: EvaluatorOptions | None = None,
+    hook: StepHook | None = None,
 ) -> Literal:
     """Evaluate ``computation`` on ``args`` (one value per parameter, in order).
 
     Arguments must match the parameters exactly (dtype and dimensions; tuples
     as Python tuples, tokens as ``TOKEN``): ``HloInputError`` names the first
     that does not. Returns the root's value: an array or a nested tuple.
+    ``hook``: sees (and may replace) every instruction's value (:data:`StepHook`).
     """
     checked = check_arguments(computation, args)
-    evaluator = Evaluator(options)
+    evaluator = Evaluator(options, hook)
     inputs = {id(leaf) for leaf in flatten_literal(tuple(checked))}
     return _materialize(evaluator.call(computation, checked), inputs)
 
@@ -575,10 +586,11 @@ def evaluate_module(
     args: Sequence[Literal],
     *,
     options: EvaluatorOptions | None = None,
+    hook: StepHook | None = None,
 ) -> Literal:
     """Evaluate ``module``'s entry computation on ``args`` (see ``evaluate_computation``),
     for the devices its header declares (``EvaluatorOptions.devices``, unless given)."""
     options = options if options is not None else EvaluatorOptions()
     if options.devices is None:
         options = attrs.evolve(options, devices=devices_declared(module))
-    return evaluate_computation(module.entry, args, options=options)
+    return evaluate_computation(module.entry, args, options=options, hook=hook)

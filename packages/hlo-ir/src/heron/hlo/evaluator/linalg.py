@@ -51,6 +51,14 @@ def _finish(inst: Instruction, result: np.ndarray) -> np.ndarray:
 
 def _dot(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
     lhs, rhs = ops
+    acc = accumulation_dtype(_element_type(lhs), _element_type(rhs), inst.array_shape.element_type)
+    return _finish(inst, dot_product(inst, lhs, rhs, acc))
+
+
+def dot_product(inst: Instruction, lhs: np.ndarray, rhs: np.ndarray, accumulate) -> np.ndarray:
+    """``inst``'s dot (its dimension numbers) of ``lhs`` and ``rhs`` summed in the numpy
+    dtype ``accumulate``, not rounded to the result type: the check's random rounding
+    takes a float64 product as the exact one (:mod:`heron.harness.random_rounding`)."""
     lb = list(inst.attributes.get("lhs_batch_dims", ()))
     rb = list(inst.attributes.get("rhs_batch_dims", ()))
     lc = list(inst.attributes.get("lhs_contracting_dims", ()))
@@ -71,11 +79,9 @@ def _dot(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
     size_m = int(np.prod(lfree, dtype=np.int64))
     size_n = int(np.prod(rfree, dtype=np.int64))
     size_k = int(np.prod([lhs.shape[d] for d in lc], dtype=np.int64))
-    acc = accumulation_dtype(_element_type(lhs), _element_type(rhs), inst.array_shape.element_type)
-    left = np.transpose(lhs, lb + lf + lc).astype(acc).reshape(size_b, size_m, size_k)
-    right = np.transpose(rhs, rb + rc + rf).astype(acc).reshape(size_b, size_k, size_n)
-    product = np.matmul(left, right).reshape(batch + lfree + rfree)
-    return _finish(inst, product)
+    left = np.transpose(lhs, lb + lf + lc).astype(accumulate).reshape(size_b, size_m, size_k)
+    right = np.transpose(rhs, rb + rc + rf).astype(accumulate).reshape(size_b, size_k, size_n)
+    return np.matmul(left, right).reshape(batch + lfree + rfree)
 
 
 def _conv_window(inst: Instruction, kernel_spatial: list[int]) -> list[WindowDim]:

@@ -1,0 +1,268 @@
+"""Outputs that rounding decides: loops whose trip counts turn on a rounding error.
+
+An optimizer's loop runs until its gradient's norm falls under a tolerance. Near
+the solution that norm is a difference of nearly equal values, as much rounding
+error as signal: jaxopt's ``LevenbergMarquardt`` stopped after 4 trips on the
+reference evaluator and after 5 on heron and on XLA:CPU, its iteration counter
+(an s32 output, compared exactly) and its solution a few ulps apart. Five such
+optimizers of optimistix and jaxopt (a helper's sweep) made ``heron run --check``
+call correct programs wrong; no ulp bound covers them, since the loop's last trip
+is decided, not computed.
+
+Random rounding (Monte Carlo arithmetic, the random-rounding mode of Verificarlo and
+CADNA) measures how much of an output rounding decides: the reference is evaluated
+again several times, each floating-point result of an arithmetic op (elementwise
+math, a dot, a sum) rounded at random to one of the two values of its type around
+the exact result (float64's) instead of to the nearer one. Every op stays within
+one ulp, as any correct compiler's op is, while the roundings vary. Where some of
+these evaluations take a loop for another number of trips (or a conditional down
+another branch) than the reference does, the program's control flow turns on
+rounding, and an output it reaches is accepted anywhere in the range the
+evaluations spread over, widened by that range's width (the samples are few). A
+program whose decisions no rounding changes gains nothing: its outputs keep the
+ulp and propagation bounds. Float64 results keep their nearest rounding (there is
+no wider exact value here); so do ops outside :data:`EXACT_OPS`.
+
+:class:`RandomRoundings` evaluates the samples on first use (only where an output
+is outside every other bound) and shares them among a program's outputs;
+:class:`RoundingFreedom` is one output's freedom, as :class:`OutputTolerance`
+takes it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+
+import attrs
+import numpy as np
+
+from heron.hlo.errors import HloError
+from heron.hlo.evaluator import evaluate_module, flatten_literal
+from heron.hlo.evaluator.linalg import dot_product
+from heron.hlo.ir import Instruction, Module
+from heron.hlo.shapes import ArrayShape
+
+__all__ = ["EXACT_OPS", "SAMPLES", "RandomRounding", "RandomRoundings", "RoundingFreedom"]
+
+#: Random roundings of the reference evaluated per program.
+SAMPLES = 8
+#: The first seed; sample k uses ``SEED + k`` (a check is repeatable).
+SEED = 20261204
+
+
+#: The elementwise ops whose exact result float64 gives (to within its own rounding):
+#: their float64 value from the operands in float64.
+EXACT_OPS: dict[str, Callable[..., np.ndarray]] = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "divide": np.divide,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "cbrt": np.cbrt,
+    "exponential": np.exp,
+    "exponential-minus-one": np.expm1,
+    "log": np.log,
+    "log-plus-one": np.log1p,
+    "logistic": lambda x: 0.5 * np.tanh(0.5 * x) + 0.5,
+    "tanh": np.tanh,
+    "sine": np.sin,
+    "cosine": np.cos,
+    "tan": np.tan,
+    "power": np.power,
+    "atan2": np.arctan2,
+}
+
+#: Result widths (bits) of the floats rounded at random: float64 has no wider exact value.
+_ROUNDED_WIDTHS = (16, 32)
+
+
+class RandomRounding:
+    """An evaluator hook (:data:`heron.hlo.evaluator.interpreter.StepHook`) that rounds
+    each result of :data:`EXACT_OPS`, a dot or a sum at random (``seed``; None: as the
+    reference rounds) and records the program's control-flow decisions in order: each
+    value of a while condition's root or a conditional's selector in ``deciding``."""
+
+    def __init__(self, seed: int | None, deciding: frozenset[Instruction]) -> None:
+        self._random = None if seed is None else np.random.default_rng(seed)
+        self._deciding = deciding
+        self.decisions: list[tuple[str, bytes]] = []
+
+    def __call__(self, inst: Instruction, operands: list, value):
+        if inst in self._deciding:
+            self.decisions.append((inst.name, np.asarray(value).tobytes()))
+        if self._random is None or not _rounded(inst, value):
+            return value
+        exact = _exact(inst, operands)
+        if exact is None:
+            return value
+        return _round_at_random(value, np.broadcast_to(exact, value.shape), self._random)
+
+
+def _rounded(inst: Instruction, value) -> bool:
+    shape = inst.shape
+    return (
+        isinstance(value, np.ndarray)
+        and isinstance(shape, ArrayShape)
+        and shape.element_type.is_floating
+        and not shape.element_type.is_complex
+        and shape.element_type.bit_width in _ROUNDED_WIDTHS
+    )
+
+
+def _exact(inst: Instruction, operands: list) -> np.ndarray | None:
+    """``inst``'s result in float64 from its operands, or None (no exact form here)."""
+    with np.errstate(all="ignore"):
+        function = EXACT_OPS.get(inst.opcode)
+        if function is not None:
+            return function(*(np.asarray(o).astype(np.float64) for o in operands))
+        if inst.opcode == "dot" and len(operands) == 2:
+            return dot_product(inst, operands[0], operands[1], np.float64)
+        if inst.opcode == "reduce" and _adds(inst):
+            operand, init = (np.asarray(o).astype(np.float64) for o in operands)
+            return np.sum(operand, axis=tuple(inst.attr("dimensions"))) + init
+    return None
+
+
+def _adds(reduce: Instruction) -> bool:
+    """A one-operand reduce whose reducer adds its two parameters."""
+    if len(reduce.operands) != 2:
+        return False
+    root = reduce.called("to_apply").root_instruction
+    return root.opcode == "add" and all(o.opcode == "parameter" for o in root.operands)
+
+
+def _round_at_random(value: np.ndarray, exact: np.ndarray, random) -> np.ndarray:
+    """Each element of ``value`` (the nearest rounding of ``exact``), or its neighbour on
+    ``exact``'s side, at even odds; exact and non-finite elements stay."""
+    wide = value.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        inexact = np.isfinite(wide) & np.isfinite(exact) & (wide != exact)
+    if not inexact.any():
+        return value
+    take = inexact & (random.random(value.shape) < 0.5)
+    return np.where(take, _neighbour(value, exact > wide), value)
+
+
+def _neighbour(value: np.ndarray, upward: np.ndarray) -> np.ndarray:
+    """The next value of ``value``'s type above (``upward``) or below each element."""
+    unsigned = np.dtype(f"u{value.dtype.itemsize}")
+    bits = np.ascontiguousarray(value).view(unsigned).astype(np.int64)
+    sign = 1 << (8 * value.dtype.itemsize - 1)
+    negative = (bits & sign) != 0
+    magnitude = bits & (sign - 1)
+    grows = upward != negative
+    stepped = np.where(grows, bits + 1, bits - 1)
+    from_zero = np.where(upward, 1, sign | 1)  # the smallest subnormal of either sign
+    stepped = np.where(magnitude == 0, from_zero, stepped)
+    return stepped.astype(unsigned).view(value.dtype).reshape(value.shape)
+
+
+def _deciding(module: Module) -> frozenset[Instruction]:
+    """The instructions whose values decide control flow: each while condition's root,
+    each conditional's selector."""
+    found = set()
+    for computation in module.computations:
+        for inst in computation.instructions:
+            if inst.opcode == "while":
+                found.add(inst.called("condition").root_instruction)
+            elif inst.opcode == "conditional":
+                found.add(inst.operands[0])
+    return frozenset(found)
+
+
+@attrs.frozen
+class _Spread:
+    """The reference's outputs and those of each random rounding, and whether any
+    rounding changed a control-flow decision."""
+
+    outputs: tuple[tuple[np.ndarray, ...], ...]
+    decided_by_rounding: bool
+
+
+class RandomRoundings:
+    """:data:`SAMPLES` random roundings of ``module``'s entry on ``arguments``, evaluated
+    on first use (a check that passes never evaluates them) and shared by its outputs."""
+
+    def __init__(self, module: Module, arguments: Sequence, samples: int = SAMPLES) -> None:
+        self._module, self._arguments, self._samples = module, list(arguments), samples
+        self._spread: _Spread | None = None
+        self._done = False
+
+    def spread(self) -> _Spread | None:
+        """None when the reference could not be evaluated (over the memory budget, a
+        loop past the evaluator's limit under some rounding)."""
+        if not self._done:
+            self._spread, self._done = self._evaluate(), True
+        return self._spread
+
+    def evaluated(self) -> _Spread | None:
+        """The spread if it was evaluated, without evaluating it."""
+        return self._spread
+
+    def _evaluate(self) -> _Spread | None:
+        deciding = _deciding(self._module)
+        if not deciding:
+            return None
+        runs = []
+        try:
+            for seed in [None, *(SEED + k for k in range(self._samples))]:
+                hook = RandomRounding(seed, deciding)
+                result = evaluate_module(self._module, self._arguments, hook=hook)
+                runs.append((tuple(np.asarray(v) for v in flatten_literal(result)), hook))
+        except HloError:
+            return None
+        reference_decisions = runs[0][1].decisions
+        changed = any(hook.decisions != reference_decisions for _, hook in runs[1:])
+        return _Spread(tuple(outputs for outputs, _ in runs), changed)
+
+
+@attrs.frozen(eq=False)
+class RoundingFreedom:
+    """Output ``output`` (flattened) of a program whose control flow rounding decides:
+    any value within the random roundings' spread (see the module docstring)."""
+
+    roundings: RandomRoundings
+    output: int
+
+    def describe(self) -> str:
+        """A few words for the report once the roundings were evaluated and change the
+        program's decisions; empty before (the freedom has not been used)."""
+        spread = self.roundings.evaluated()
+        if spread is None or not spread.decided_by_rounding:
+            return ""
+        return (
+            f"within the spread of {len(spread.outputs) - 1} random roundings of the"
+            " reference, which take its loops or conditionals another way"
+        )
+
+    def accepts(self, kernel: np.ndarray, reference: np.ndarray) -> np.ndarray:
+        kernel = np.asarray(kernel).reshape(-1)
+        spread = self.roundings.spread()
+        if spread is None or not spread.decided_by_rounding:
+            return np.zeros(kernel.size, np.bool_)
+        values = [np.asarray(run[self.output]).reshape(-1) for run in spread.outputs]
+        if any(v.size != kernel.size or v.dtype != kernel.dtype for v in values):
+            return np.zeros(kernel.size, np.bool_)
+        if kernel.dtype.kind == "c":
+            return _within(kernel.real, [v.real for v in values]) & _within(
+                kernel.imag, [v.imag for v in values]
+            )
+        if kernel.dtype == np.bool_:
+            return np.any(np.stack(values) == kernel, axis=0)
+        return _within(kernel, values)
+
+
+def _within(kernel: np.ndarray, values: list[np.ndarray]) -> np.ndarray:
+    """Per element: ``kernel`` within the values' range widened by its width on each
+    side, or NaN where some value is NaN."""
+    wide = np.stack([v.astype(np.float64) for v in values])
+    actual = kernel.astype(np.float64)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # an element NaN in every value
+        low, high = np.nanmin(wide, axis=0), np.nanmax(wide, axis=0)
+        width = high - low
+        inside = (actual >= low - width) & (actual <= high + width)
+    nan_seen = np.isnan(wide).any(axis=0)
+    return inside | (np.isnan(actual) & nan_seen)
