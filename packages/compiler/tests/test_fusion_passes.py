@@ -1479,3 +1479,37 @@ def test_reachability_kept_current_is_the_one_built_afresh(name: str, monkeypatc
     monkeypatch.setattr(reachability.Reachability, "fused", fused_and_checked)
     assert multi_output_fusion.fuse_multi_output(module, H100)
     assert checked > 0
+
+
+def test_a_merge_over_the_budget_is_refused_before_its_body_is_built(monkeypatch) -> None:
+    # The budget depends on the operand and output counts only, which
+    # fusion_operands tells without building: multi-output fusion of a GPT-2 training
+    # step cloned 300,000 instructions into sibling merges refused over the budget.
+    from heron.compiler.fusion import context as context_module
+    from heron.compiler.fusion.builder import build_fusion, fusion_operands
+    from heron.compiler.fusion.context import FusionContext
+    from heron.compiler.fusion.fusible import MAX_FUSION_PARAMETERS
+
+    module = parse_module(_wide_concatenate(MAX_FUSION_PARAMETERS))
+    entry = module.entry
+    concatenate = entry.root_instruction
+    negates = [i for i in entry.instructions if i.opcode == "negate"]
+    members = [*negates, concatenate]
+    built = build_fusion(members, [concatenate])
+    assert fusion_operands(members) == built.fusion.operands
+    built.discard()
+    context = FusionContext(module, H100)
+    builds = []
+    monkeypatch.setattr(
+        context_module,
+        "build_fusion",
+        lambda *args, **kwargs: builds.append(args) or build_fusion(*args, **kwargs),
+    )
+    # over the budget as a multi-output merge (no consumer): refused unbuilt
+    assert len(fusion_operands(members)) + 1 > MAX_FUSION_PARAMETERS
+    assert context.candidate(members, [concatenate]) is None
+    assert builds == []
+    # as producers fused into the concatenate it reads no more than it did: built
+    made = context.candidate(members, [concatenate], consumer=concatenate)
+    assert len(builds) == 1 and made is not None
+    made[0].discard()

@@ -35,6 +35,7 @@ __all__ = [
     "Candidate",
     "OwnBodies",
     "build_fusion",
+    "fusion_operands",
     "install_fusion",
     "fusion_kind_of",
     "is_small_constant",
@@ -147,6 +148,18 @@ def fusion_kind_of(analysis_kind: str) -> str:
     ):
         return "kInput"
     return "kLoop"
+
+
+def fusion_operands(members: Sequence[Instruction]) -> list[Instruction]:
+    """The operands :func:`build_fusion` gives the fusion of ``members``: what they read
+    from outside, each once, in the order first read."""
+    member_ids = {id(m) for m in members}
+    operands: dict[int, Instruction] = {}
+    for member in members:
+        for operand in member.operands:
+            if id(operand) not in member_ids:
+                operands.setdefault(id(operand), operand)
+    return list(operands.values())
 
 
 def build_fusion(

@@ -51,6 +51,7 @@ __all__ = [
     "FusionChecker",
     "Verdict",
     "fits_budget",
+    "within_budget",
     "is_fusible_consumer",
     "is_fusible_producer",
     "is_wrappable",
@@ -78,9 +79,15 @@ def fits_budget(candidate: Candidate, consumer: Instruction | None = None) -> bo
     instruction reads what that instruction reads (pass it as its own
     ``consumer``: XLA's FusionWrapper wraps whatever is left).
     """
-    body = candidate.body
-    outputs = len(fusion_roots(body))
-    operands = len(candidate.fusion.operands)
+    return within_budget(
+        len(candidate.fusion.operands), len(fusion_roots(candidate.body)), consumer
+    )
+
+
+def within_budget(operands: int, outputs: int, consumer: Instruction | None = None) -> bool:
+    """:func:`fits_budget` from the counts, which a pass knows before it builds a body
+    (:func:`heron.compiler.fusion.builder.fusion_operands`): a merge of two large
+    kernels over the budget is refused without cloning them."""
     if operands + outputs <= MAX_FUSION_PARAMETERS:
         return True
     return consumer is not None and operands <= len(consumer.operands)
