@@ -134,6 +134,29 @@ def test_power_of_zero_base():
     np.testing.assert_array_equal(got, np.array([1, 0, 0], np.complex64))
 
 
+@pytest.mark.parametrize("op", ["power", "cbrt"])
+def test_power_of_bases_whose_square_leaves_the_component_range(op: str):
+    # |z|^2 in f32 overflows from |z| of 1.8e19 and vanishes under 1e-19: sqrt as a
+    # power was NaN at 1e20 + 1e20i and 0 at 1e-30 (a helper's sweep); the exact
+    # values are far from either limit.
+    a = np.array(
+        [1e20 + 1e20j, 3e19, 2e19 - 1e19j, 1e-25 + 1e-25j, 1e-30, -4e-30j, 1e30 - 1e-30j, 2.5],
+        np.complex64,
+    )
+    if op == "power":
+        b = np.full(a.size, 0.5 + 0j, np.complex64)
+        text = hlo("power(%p0, %p1)", [(E.C64, a.size), (E.C64, a.size)], f"c64[{a.size}]")
+        arguments = [a, b]
+        exact = a.astype(np.complex128) ** 0.5
+    else:
+        text = hlo("cbrt(%p0)", [(E.C64, a.size)], f"c64[{a.size}]")
+        arguments = [a]
+        exact = a.astype(np.complex128) ** (1 / 3)
+    (got,) = run_hlo(text, arguments)
+    assert np.all(np.isfinite(got)) and np.all(got != 0)
+    np.testing.assert_allclose(got, exact, rtol=2.0**-20)
+
+
 @pytest.mark.parametrize("et", COMPLEX, ids=lambda e: e.value)
 def test_abs_is_real(et: E):
     x = np.concatenate([off_cuts(et, 200, rng_for("abs", et)), np.array([3 + 4j, 0, -0.0])])

@@ -126,31 +126,52 @@ def _power(x: ir.Value, y: ir.Value) -> ir.Value:
 
     |x|^c e^(-d arg x) cis(c arg x + d ln|x|) for x = a + ib, y = c + id, with
     0^y = 1 for y = 0 and 0 for real y > 0.
+
+    |x| is taken apart as m = max(|a|, |b|) and s = (a/m)^2 + (b/m)^2 in [1, 2]:
+    |x|^c = m^c s^(c/2), ln|x| = ln m + ln(s) / 2. Squared in the component type,
+    ``a^2 + b^2`` overflows f32 from |x| of 1.8e19 and vanishes under 1e-19, which
+    made ``sqrt`` as a power (``z ** 0.5``, ``cbrt``) NaN or 0 there (a helper's sweep;
+    the evaluator squares in complex128).
     """
     part = ir.ComplexType(x.type).element_type
     a, b, c, d = _re(x), _im(x), _re(y), _im(y)
     zero = _real_constant(part, 0.0)
+    one = _real_constant(part, 1.0)
     half = _real_constant(part, 0.5)
-    aa_p_bb = arith.AddFOp(arith.MulFOp(a, a).result, arith.MulFOp(b, b).result).result
+    largest = arith.MaximumFOp(math.AbsFOp(a).result, math.AbsFOp(b).result).result
+    scaled_a = arith.DivFOp(a, largest).result
+    scaled_b = arith.DivFOp(b, largest).result
+    sum_of_squares = arith.AddFOp(
+        arith.MulFOp(scaled_a, scaled_a).result, arith.MulFOp(scaled_b, scaled_b).result
+    ).result
+    # an infinite part: |x| is infinite, as m alone says (s would be NaN)
+    infinite = arith.CmpFOp(
+        arith.CmpFPredicate.OEQ, largest, _real_constant(part, float("inf"))
+    ).result
+    sum_of_squares = arith.SelectOp(infinite, one, sum_of_squares).result
     arg = math.Atan2Op(b, a).result
-    magnitude = math.PowFOp(aa_p_bb, arith.MulFOp(half, c).result).result
+    magnitude = arith.MulFOp(
+        math.PowFOp(largest, c).result,
+        math.PowFOp(sum_of_squares, arith.MulFOp(half, c).result).result,
+    ).result
+    log_magnitude = arith.AddFOp(
+        math.LogOp(largest).result,
+        arith.MulFOp(half, math.LogOp(sum_of_squares).result).result,
+    ).result
     decay = math.ExpOp(arith.MulFOp(arith.NegFOp(d).result, arg).result).result
     coeff = arith.MulFOp(magnitude, decay).result
-    q = arith.AddFOp(
-        arith.MulFOp(c, arg).result,
-        arith.MulFOp(arith.MulFOp(half, d).result, math.LogOp(aa_p_bb).result).result,
-    ).result
+    q = arith.AddFOp(arith.MulFOp(c, arg).result, arith.MulFOp(d, log_magnitude).result).result
     re = arith.MulFOp(coeff, math.CosOp(q).result).result
     im = arith.MulFOp(coeff, math.SinOp(q).result).result
     zero_base = arith.AndIOp(
         arith.AndIOp(
-            arith.CmpFOp(arith.CmpFPredicate.OEQ, aa_p_bb, zero).result,
+            arith.CmpFOp(arith.CmpFPredicate.OEQ, largest, zero).result,
             arith.CmpFOp(arith.CmpFPredicate.OEQ, d, zero).result,
         ).result,
         arith.CmpFOp(arith.CmpFPredicate.OGE, c, zero).result,
     ).result
     exponent_zero = arith.CmpFOp(arith.CmpFPredicate.OEQ, c, zero).result
-    special_re = arith.SelectOp(exponent_zero, _real_constant(part, 1.0), zero).result
+    special_re = arith.SelectOp(exponent_zero, one, zero).result
     re = arith.SelectOp(zero_base, special_re, re).result
     im = arith.SelectOp(zero_base, zero, im).result
     return _create(x.type, re, im)
