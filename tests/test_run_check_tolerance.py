@@ -1064,3 +1064,66 @@ def test_a_complex_magnitude_off_by_more_than_its_bound_is_refused():
     for ulps, agrees in ((4, True), (5, False)):
         kernel = reference.view(np.uint32) + np.uint32(ulps)
         assert compare(kernel.view(np.float32), reference, tolerance).agrees is agrees
+
+
+#: ``(jnp.sum(u), jnp.mean(u), jnp.sum(u) * 0.5)`` as jax lowers it: CSE makes one reduce,
+#: and the divide and the multiply a loop kernel after it.
+SUM_MEAN_HALF = """\
+HloModule sum_mean_half
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  u = f32[300]{0} parameter(0)
+  zero = f32[] constant(0)
+  sum = f32[] reduce(u, zero), dimensions={0}, to_apply=add
+  sum.1 = f32[] reduce(u, zero), dimensions={0}, to_apply=add
+  count = f32[] constant(300)
+  mean = f32[] divide(sum.1, count)
+  sum.2 = f32[] reduce(u, zero), dimensions={0}, to_apply=add
+  half = f32[] constant(0.5)
+  halved = f32[] multiply(sum.2, half)
+  ROOT out = (f32[], f32[], f32[]) tuple(sum, mean, halved)
+}
+"""
+
+
+def _cancelling_values() -> np.ndarray:
+    """300 values of about 1e4 whose exact sum is 0.37 (a helper's sweep)."""
+    u = (np.random.default_rng(0).standard_normal(300) * 1e4).astype(np.float32)
+    u[-1] = np.float32(-u[:-1].astype(np.float64).sum() + 0.37)
+    return u
+
+
+def test_a_sum_scaled_in_a_later_kernel_keeps_its_summation_bound(tmp_path, capsys):
+    # The compiled sum is 0.375, the reference's 0.367: 0.0039 apart after the multiply,
+    # 40 times the fixed reassociation bound; sum|u| is 2.4e6, and 300 additions in
+    # any two orders may differ by 0.14 there.
+    path = _write(tmp_path, "sum_mean_half.hlo", SUM_MEAN_HALF)
+    inputs = tmp_path / "u.npz"
+    np.savez(inputs, arg0=_cancelling_values())
+    code, out, err = heron(
+        capsys, "run", path, "--backend", "interpreter", "--inputs", str(inputs), "--check"
+    )
+    assert (code, err) == (0, ""), out
+
+
+def test_the_written_sum_s_bound_scales_with_its_factor_and_refuses_more():
+    from heron.harness.agreement import WrittenSum
+    from heron.hlo.evaluator import evaluate_module
+
+    module = parse_module(SUM_MEAN_HALF)
+    u = _cancelling_values()
+    sums = [WrittenSum(module.entry, o, [u]) for o in module.entry.root_instruction.operands]
+    reference = evaluate_module(module, [u])
+    scale = (1.0, 1 / 300, 0.5)
+    bound = 2.4e6 * 300 * 2.0**-24  # sum|u| times the additions' roundings, about 0.043
+    for written, value, factor in zip(sums, reference, scale, strict=True):
+        near = np.asarray(value + np.float32(0.5 * bound * factor), np.float32)
+        far = np.asarray(value + np.float32(50 * bound * factor), np.float32)
+        assert written.accepts(near, value).all()
+        assert not written.accepts(far, value).any()

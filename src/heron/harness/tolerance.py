@@ -122,6 +122,7 @@ from heron.hlo.ir import Instruction
 from heron.hlo.shapes import ArrayShape, TupleShape
 
 if TYPE_CHECKING:
+    from heron.harness.agreement import WrittenSum
     from heron.harness.random_rounding import RoundingFreedom
     from heron.harness.unrolled import LoopErrorPropagation
 
@@ -482,6 +483,32 @@ def reassociation_bounds(
 #: Ops that carry a reduce's result to an output element for element, moving two values
 #: no further apart (the bound follows; a convert adds its own rounding).
 _CARRIERS = frozenset({"convert", "copy", "negate", "abs"})
+#: Ops that carry it scaled by a constant factor (``jnp.mean``'s divide by the count):
+#: the bound scales with it and gains the op's own rounding.
+_SCALINGS = ("multiply", "divide")
+#: What a constant factor may pass through on its way from its ``constant``.
+_FACTOR_CARRIERS = frozenset({"broadcast", "reshape", "bitcast", "convert", "copy"})
+
+
+def _constant_factor(inst: Instruction) -> bool:
+    """Whether ``inst`` is a constant, broadcast, reshaped or converted: a value the
+    check knows exactly."""
+    while inst.opcode in _FACTOR_CARRIERS and len(inst.operands) == 1:
+        inst = inst.operands[0]
+    return inst.opcode == "constant"
+
+
+def _scaled(inst: Instruction) -> Instruction | None:
+    """The operand a multiply or divide scales by a constant factor (a divide's
+    numerator only), or None."""
+    if inst.opcode not in _SCALINGS or len(inst.operands) != 2:
+        return None
+    value, factor = inst.operands
+    if _constant_factor(factor):
+        return value
+    if inst.opcode == "multiply" and _constant_factor(value):
+        return factor
+    return None
 
 
 def _plain_add(reduce: Instruction) -> bool:
@@ -497,9 +524,15 @@ def _reduce_feeding(source: Instruction) -> tuple[Instruction, list[Instruction]
     """The reduce ``source`` is computed from through carriers only, and the carriers."""
     carriers = []
     current = source
-    while current.opcode in _CARRIERS and len(current.operands) == 1:
-        carriers.append(current)
-        current = current.operands[0]
+    while True:
+        if current.opcode in _CARRIERS and len(current.operands) == 1:
+            carriers.append(current)
+            current = current.operands[0]
+        elif (scaled := _scaled(current)) is not None:
+            carriers.append(current)
+            current = scaled
+        else:
+            break
     if current.opcode != "reduce" and _add_scan(current) is None:
         return None
     return current, carriers
@@ -533,6 +566,8 @@ def _summed_reduce(
         return None
     if element.is_complex and not all(c.shape.element_type.is_complex for c in carriers):
         return None
+    if element.is_complex and any(c.opcode in _SCALINGS for c in carriers):
+        return None  # a complex factor mixes the parts' bounds
     return reduce, carriers, element
 
 
@@ -565,13 +600,23 @@ def summation_bound(source: Instruction, computation, args) -> np.ndarray | None
         init = np.asarray(value_of(computation, reduce.operands[1], args))
     except HloError:  # e.g. over the memory budget: the fixed bounds only
         return None
+    factors = {}
+    for carrier in carriers:
+        if carrier.opcode in _SCALINGS:
+            factor = carrier.operands[1] if _constant_factor(carrier.operands[1]) else None
+            factor = factor if factor is not None else carrier.operands[0]
+            try:
+                value = np.abs(np.asarray(value_of(computation, factor, args), np.float64))
+            except HloError:
+                return None
+            factors[carrier] = 1.0 / value if carrier.opcode == "divide" else value
     if element.is_complex:  # two float sums: each part's bound from that part's values
         real = _part_bound(reduce, values.real, init.real, element.component_type, carriers)
         imag = _part_bound(reduce, values.imag, init.imag, element.component_type, carriers)
         bound = np.empty(real.shape, np.complex128)  # not real + 1j * imag: 1j * inf is nan
         bound.real, bound.imag = real, imag
         return bound.reshape(-1)
-    return _part_bound(reduce, values, init, element, carriers).reshape(-1)
+    return _part_bound(reduce, values, init, element, carriers, factors).reshape(-1)
 
 
 def scan_summation_bound(source: Instruction, computation, args) -> np.ndarray | None:
@@ -618,12 +663,22 @@ def _part_bound(
     init: np.ndarray,
     element: ElementType,
     carriers: list[Instruction],
+    factors: dict[Instruction, np.ndarray] | None = None,
 ) -> np.ndarray:
     """:func:`summation_bound` of ``reduce``'s float sum of ``values``, rounded to
-    ``element``, then through ``carriers`` (a complex sum: one part of it)."""
+    ``element``, then through ``carriers`` (a complex sum: one part of it; ``factors``:
+    the magnitude each scaling carrier multiplies by)."""
     magnitudes, steps = _magnitudes_and_steps(reduce, values, init)
     bound = steps * unit_roundoff(element) * magnitudes
     for carrier in reversed(carriers):  # from the reduce outwards
+        if carrier.opcode in _SCALINGS:
+            # both sums scaled, then rounded once more: one ulp at the larger
+            factor = (factors or {})[carrier]
+            with np.errstate(all="ignore"):
+                magnitudes, bound = magnitudes * factor, bound * factor
+                top = (magnitudes + bound).astype(carrier.shape.element_type.numpy_dtype)
+                bound = bound + np.abs(np.spacing(top).astype(np.float64))
+            continue
         if carrier.opcode != "convert":
             continue  # copy, negate, abs: exact, and no wider apart
         to = carrier.shape.element_type.component_type
@@ -660,13 +715,17 @@ class OutputTolerance:
     #: An output a loop reaches: its errors as every trip carries them on, measured on the
     #: program unrolled (:mod:`heron.harness.unrolled`).
     amplified: ErrorPropagation | LoopErrorPropagation | None = attrs.field(default=None, eq=False)
+    #: A sum of the module as written, carried to this output, that a kernel before the
+    #: output's own summed in its order: that sum's bound per element
+    #: (:class:`heron.harness.agreement.WrittenSum`).
+    summed: WrittenSum | None = attrs.field(default=None, eq=False)
     #: An output of a program whose loops or conditionals rounding decides: any value in
     #: the spread of random roundings of the reference (:mod:`heron.harness.random_rounding`).
     rounding: RoundingFreedom | None = attrs.field(default=None, eq=False)
 
     def mismatches(self, kernel: np.ndarray, reference: np.ndarray) -> Mismatches:
         found = mismatches(kernel, reference, self.ulps, self.bounds)
-        for freedom in (self.amplified, self.ties, self.orders, self.rounding):
+        for freedom in (self.amplified, self.summed, self.ties, self.orders, self.rounding):
             if freedom is None or not found.count:
                 continue
             accepted = freedom.accepts(kernel, reference)[found.indices]
