@@ -1127,3 +1127,41 @@ def test_the_written_sum_s_bound_scales_with_its_factor_and_refuses_more():
         far = np.asarray(value + np.float32(50 * bound * factor), np.float32)
         assert written.accepts(near, value).all()
         assert not written.accepts(far, value).any()
+
+
+DOT_ROW_BY_COLUMN = """\
+HloModule dot_cancel
+
+ENTRY main {
+  a = f32[1,256]{1,0} parameter(0)
+  b = f32[256,1]{1,0} parameter(1)
+  ROOT d = f32[1,1]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def test_a_dot_that_cancels_is_judged_by_its_products_summation_bound():
+    # 256 products of about 600 summing to 0.0127: two summation orders of f32 differ
+    # by 0.001 there, ten times the fixed bound (1e-4); sum|a_k b_k| bounds it per
+    # element (a helper's sweep: an f16 dot with f32 accumulation, K = 256).
+    from heron.harness.agreement import WrittenSum, compare
+    from heron.hlo.evaluator import evaluate_module
+
+    module = parse_module(DOT_ROW_BY_COLUMN)
+    generator = np.random.default_rng(3)
+    a = (generator.standard_normal((1, 256)) * 30).astype(np.float32)
+    b = (generator.standard_normal((256, 1)) * 30).astype(np.float32)
+    b[-1, 0] = np.float32(-(a[0, :-1].astype(np.float64) @ b[:-1, 0]) / a[0, -1])
+    (reference,) = [evaluate_module(module, [a, b])]
+    written = WrittenSum(module.entry, module.entry.root_instruction, [a, b])
+    magnitude = float(np.abs(a[0]).astype(np.float64) @ np.abs(b[:, 0]))
+    unit = 2.0**-24
+    assert written.accepts(reference + np.float32(256 * unit * magnitude), reference).all()
+    assert not written.accepts(reference + np.float32(2000 * unit * magnitude), reference).any()
+    (tolerance,) = run_command.output_tolerances(
+        module, {"d": True}, [a, b], None, tf32=False, written=module
+    )
+    sequential = np.float32(0)
+    for x, y in zip(a[0], b[:, 0], strict=True):  # one valid order, the GEMM thread's
+        sequential = np.float32(sequential + np.float32(x * y))
+    assert compare(np.full((1, 1), sequential, np.float32), reference, tolerance).agrees

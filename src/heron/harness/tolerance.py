@@ -533,7 +533,7 @@ def _reduce_feeding(source: Instruction) -> tuple[Instruction, list[Instruction]
             current = scaled
         else:
             break
-    if current.opcode != "reduce" and _add_scan(current) is None:
+    if current.opcode not in ("reduce", "dot") and _add_scan(current) is None:
         return None
     return current, carriers
 
@@ -559,7 +559,12 @@ def _summed_reduce(
     if found is None:
         return None
     reduce, carriers = found
-    if isinstance(reduce.shape, TupleShape) or not _plain_add(reduce):
+    if isinstance(reduce.shape, TupleShape):
+        return None
+    if reduce.opcode == "dot":
+        if not reduce.shape.element_type.is_floating or reduce.shape.element_type.is_complex:
+            return None
+    elif not _plain_add(reduce):
         return None
     element = reduce.shape.element_type
     if not element.component_type.is_floating:
@@ -600,6 +605,8 @@ def summation_bound(source: Instruction, computation, args) -> np.ndarray | None
         init = np.asarray(value_of(computation, reduce.operands[1], args))
     except HloError:  # e.g. over the memory budget: the fixed bounds only
         return None
+    if reduce.opcode == "dot":  # the sums of products: sum|a_k b_k| per output element
+        values, init = _dot_magnitudes(reduce, values, init), None
     factors = {}
     for carrier in carriers:
         if carrier.opcode in _SCALINGS:
@@ -634,6 +641,12 @@ def _magnitudes_and_steps(
 ) -> tuple[np.ndarray, np.ndarray | int]:
     """``sum|x_i|`` per output element of ``reduce`` (a reduce or a cumulative sum) and
     the roundings two of its summation orders may differ by, each to first order."""
+    if reduce.opcode == "dot":  # ``values``: sum|a_k b_k| already
+        contracted = tuple(reduce.attributes.get("lhs_contracting_dims", ()))
+        shape = reduce.operands[0].shape.dims
+        k = int(np.prod([shape[d] for d in contracted], dtype=np.int64)) if contracted else 1
+        # each product rounded, then any order of the sum against the reference's
+        return values, k + max(k - 1, 0) + (math.ceil(math.log2(k)) if k > 1 else 0)
     with np.errstate(all="ignore"):
         magnitudes = np.abs(values.astype(np.float64))
         scan = _add_scan(reduce)
@@ -655,6 +668,16 @@ def _magnitudes_and_steps(
         # exact sum.
         steps = max(n - 1, 0) + (math.ceil(math.log2(n)) if n > 1 else 0)
         return magnitudes.sum(axis=dims), steps
+
+
+def _dot_magnitudes(dot: Instruction, lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """``sum_k |a_k| |b_k|`` for each element of ``dot``'s result, in float64."""
+    from heron.hlo.evaluator.linalg import dot_product
+
+    with np.errstate(all="ignore"):
+        return dot_product(
+            dot, np.abs(lhs.astype(np.float64)), np.abs(rhs.astype(np.float64)), np.float64
+        )
 
 
 def _part_bound(
