@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import numpy as np
 
+from heron.harness.tolerance import is_plain_add
 from heron.hlo.errors import HloError
 from heron.hlo.evaluator import evaluate_module, flatten_literal
 from heron.hlo.evaluator.linalg import dot_product
@@ -119,18 +120,10 @@ def _exact(inst: Instruction, operands: list) -> np.ndarray | None:
             return function(*(np.asarray(o).astype(np.float64) for o in operands))
         if inst.opcode == "dot" and len(operands) == 2:
             return dot_product(inst, operands[0], operands[1], np.float64)
-        if inst.opcode == "reduce" and _adds(inst):
+        if inst.opcode == "reduce" and is_plain_add(inst):
             operand, init = (np.asarray(o).astype(np.float64) for o in operands)
             return np.sum(operand, axis=tuple(inst.attr("dimensions"))) + init
     return None
-
-
-def _adds(reduce: Instruction) -> bool:
-    """A one-operand reduce whose reducer adds its two parameters."""
-    if len(reduce.operands) != 2:
-        return False
-    root = reduce.called("to_apply").root_instruction
-    return root.opcode == "add" and all(o.opcode == "parameter" for o in root.operands)
 
 
 def _round_at_random(value: np.ndarray, exact: np.ndarray, random) -> np.ndarray:

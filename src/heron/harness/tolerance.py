@@ -127,6 +127,7 @@ if TYPE_CHECKING:
     from heron.harness.unrolled import LoopErrorPropagation
 
 __all__ = [
+    "is_plain_add",
     "F64_REFERENCE_ULPS",
     "NARROW_ULPS",
     "ULP_BOUNDS",
@@ -511,7 +512,7 @@ def _scaled(inst: Instruction) -> Instruction | None:
     return None
 
 
-def _plain_add(reduce: Instruction) -> bool:
+def is_plain_add(reduce: Instruction) -> bool:
     """A one-operand reduce whose reducer is ``add(parameter, parameter)``."""
     if len(reduce.operands) != 2:
         return False
@@ -564,7 +565,7 @@ def _summed_reduce(
     if reduce.opcode == "dot":
         if not reduce.shape.element_type.is_floating or reduce.shape.element_type.is_complex:
             return None
-    elif not _plain_add(reduce):
+    elif not is_plain_add(reduce):
         return None
     element = reduce.shape.element_type
     if not element.component_type.is_floating:
