@@ -1415,6 +1415,27 @@ def _sibling_layers(count: int) -> str:
     return text + f"  ROOT out = ({shapes}) tuple({outputs})\n}}\n"
 
 
+def _sibling_reduction_layers(count: int) -> str:
+    """Layers side by side, each summing its own input along rows and along columns:
+    sibling reduction kernels whose merge no reduction emitter takes (two reduction
+    shapes), a loop kernel with outputs of two shapes, built and refused."""
+    layer = """
+  p{k} = f32[64,256]{{1,0}} parameter({k})
+  y{k} = f32[64,256]{{1,0}} multiply(p{k}, p{k})
+  r{k} = f32[64]{{0}} reduce(y{k}, zero), dimensions={{1}}, to_apply=add
+  c{k} = f32[256]{{0}} reduce(y{k}, zero), dimensions={{0}}, to_apply=add
+"""
+    text = (
+        "HloModule sibling_reduction_layers\n\nadd {\n  x = f32[] parameter(0)\n"
+        "  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n\nENTRY main {\n"
+        "  zero = f32[] constant(0)\n"
+    )
+    text += "".join(layer.format(k=k) for k in range(count))
+    outputs = ", ".join(f"r{k}, c{k}" for k in range(count))
+    shapes = ", ".join("f32[64]{0}, f32[256]{0}" for _ in range(count))
+    return text + f"  ROOT out = ({shapes}) tuple({outputs})\n}}\n"
+
+
 def _multi_output_builds(text: str, monkeypatch) -> tuple[int, Module]:
     """The candidates multi-output fusion builds for ``text`` after the passes before it."""
     context = importlib.import_module("heron.compiler.fusion.context")
@@ -1442,12 +1463,68 @@ def test_multi_output_fusion_builds_a_merge_refused_in_one_layer_once(monkeypatc
     # A model repeating a layer offers the same merges in every layer: one refused in
     # the first is refused by what it would build, not built again (a GPT-2 training
     # step built 6,300 candidates for 830 merges, most of the pass's time).
-    one, _ = _multi_output_builds(_sibling_layers(1), monkeypatch)
-    eight, module = _multi_output_builds(_sibling_layers(8), monkeypatch)
+    one, _ = _multi_output_builds(_sibling_reduction_layers(1), monkeypatch)
+    eight, module = _multi_output_builds(_sibling_reduction_layers(8), monkeypatch)
     assert one >= 1  # the layer offers a merge, refused
     assert not any(i.opcode == "get-tuple-element" for i in module.entry.instructions)
     assert eight == one, (one, eight)
-    check_each_pass(parse_module(_sibling_layers(3)))
+    check_each_pass(parse_module(_sibling_reduction_layers(3)))
+
+
+def test_sibling_loop_kernels_of_other_shapes_are_refused_unbuilt(monkeypatch) -> None:
+    # Two loop kernels reading one operand, with outputs of other shapes, cannot be one
+    # loop kernel: their own analyses tell it (union_is_loop), as XLA's
+    # ShapesCompatibleForMultiOutputFusion does, and the merge is not built (a GPT-2
+    # training step built 512 such merges, 150,000 instructions cloned, to refuse them).
+    built, module = _multi_output_builds(_sibling_layers(4), monkeypatch)
+    assert built == 0
+    assert not any(i.opcode == "get-tuple-element" for i in module.entry.instructions)
+    check_each_pass(parse_module(_sibling_layers(2)))
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "programs/cnn_train_grad/module.hlo",
+        "programs/mlp_train_grad/module.hlo",
+        "programs/adam_step/module.hlo",
+        "models/flax_transformer_adamw_step/module.hlo",
+        "models/haiku_separable_strided_dilated_conv_adamw_step/module.hlo",
+    ],
+)
+def test_a_merge_refused_unbuilt_is_one_its_analysis_makes_a_loop(path: str, monkeypatch) -> None:
+    # Where multi-output fusion refuses two sibling kernels from their own analyses, the
+    # merge built anyway is a loop fusion with outputs of other shapes: the refusal
+    # _shapes_agree gives it after building.
+    from heron.compiler.fusion.builder import build_fusion, outputs_of
+
+    multi_output_fusion = importlib.import_module("heron.compiler.fusion.multi_output_fusion")
+    original = multi_output_fusion._loop_outputs_differ
+    refused = 0
+
+    def checked(search, kernels, outputs):
+        nonlocal refused
+        answer = original(search, kernels, outputs)
+        if answer:
+            members = []
+            for kernel in kernels:
+                outs = outputs_of(kernel, search.graph)
+                members += multi_output_fusion._members(kernel, outs)
+            members.sort(key=search.order.position)
+            candidate = build_fusion(members, outputs)
+            analysis = search.context.checker.analysis(candidate.fusion)
+            assert analysis.kind == "loop", (kernels, analysis.kind)
+            assert not multi_output_fusion._one_shape(outputs)
+            candidate.discard()
+            refused += 1
+        return answer
+
+    monkeypatch.setattr(multi_output_fusion, "_loop_outputs_differ", checked)
+    from heron.compiler.fusion import program_pipeline
+
+    module = parse_module((ROOT / path).read_text())
+    run_pipeline(module, program_pipeline(module, H100))
+    assert refused > 0, path
 
 
 @pytest.mark.parametrize("name", ["adam_step", "sgd_momentum_step", "cnn_train_grad"])

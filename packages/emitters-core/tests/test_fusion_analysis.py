@@ -9,7 +9,12 @@ import pytest
 from heron_test_support.analysis import H100, MI300X, analysed
 
 from heron.compiler import fusions_of
-from heron.emitters.fusion_analysis import FusionAnalysis, analyse_fusion, claims_kind
+from heron.emitters.fusion_analysis import (
+    FusionAnalysis,
+    analyse_fusion,
+    claims_kind,
+    union_is_loop,
+)
 from heron.emitters.fusion_graph import FusionGraph
 from heron.emitters.heroes import find_hero
 from heron.emitters.reductions import reduction_dimensions
@@ -381,3 +386,45 @@ def test_claims_kind_declines_anything_but_an_analysis():
     assert claims_kind("transpose")(analysed(fusion)) is False
     assert loop(fusion) is False and loop(object()) is False
     assert isinstance(analysed(fusion), FusionAnalysis)
+
+
+# ---------------------------------------------------------------------------
+# union_is_loop: multi-output fusion's refusal before building a sibling merge.
+# ---------------------------------------------------------------------------
+_ELEMENTWISE = " p = f32[64,128] parameter(0)\n ROOT n = f32[64,128] negate(p)"
+_OTHER_SHAPE = " p = f32[32] parameter(0)\n ROOT e = f32[32] exponential(p)"
+_TRANSPOSE = " p = f32[64,128] parameter(0)\n ROOT t = f32[128,64] transpose(p), dimensions={1,0}"
+_ROW_SUM = (
+    " p = f32[64,128] parameter(0)\n z = f32[] constant(0)\n"
+    " ROOT r = f32[64] reduce(p, z), dimensions={1}, to_apply=add"
+)
+_SLICE = " p = f32[64,128] parameter(0)\n ROOT s = f32[64,64] slice(p), slice={[0:64], [0:64]}"
+
+
+def _analyses(*bodies: tuple[str, str]) -> list[FusionAnalysis]:
+    return [analysed(_fusion(body, params)) for body, params in bodies]
+
+
+def test_union_of_loop_fusions_is_a_loop():
+    assert union_is_loop(_analyses((_ELEMENTWISE, "f32[64,128]"), (_OTHER_SHAPE, "f32[32]")))
+
+
+def test_union_with_a_reduction_is_left_to_its_analysis():
+    # a reduction emitter may take the union (its other roots of the reduce input's size)
+    analyses = _analyses((_ELEMENTWISE, "f32[64,128]"), (_ROW_SUM, "f32[64,128]"))
+    assert analyses[1].kind == "reduce_row"
+    assert not union_is_loop(analyses)
+
+
+def test_union_of_slices_is_left_to_its_analysis():
+    # several roots all slices of same-shaped inputs are input slices, not a loop
+    assert not union_is_loop(_analyses((_SLICE, "f32[64,128]"), (_ELEMENTWISE, "f32[64,128]")))
+
+
+def test_union_with_a_transpose_and_a_root_of_another_size_is_a_loop():
+    # the transpose emitter takes a union only with every other root of its input's size
+    analyses = _analyses((_TRANSPOSE, "f32[64,128]"), (_OTHER_SHAPE, "f32[32]"))
+    assert analyses[0].kind == "transpose"
+    assert union_is_loop(analyses)
+    same_size = _analyses((_TRANSPOSE, "f32[64,128]"), (_ELEMENTWISE, "f32[64,128]"))
+    assert not union_is_loop(same_size)

@@ -44,6 +44,7 @@ __all__ = [
     "claims_root",
     "dynamic_update_slice_of",
     "has_no_output_elements",
+    "union_is_loop",
 ]
 
 #: The emitter kinds XLA decides between (``EmitterFusionKind`` and the reduction
@@ -342,3 +343,49 @@ def analyse_fusion(fusion: Instruction, target: Target) -> FusionAnalysis:
     if _is_dus_fusion(roots) and _can_emit_dynamic_update_slice_in_place(roots, graph):
         return result("dynamic_update_slice")
     return result("loop")
+
+
+def union_is_loop(analyses: Sequence[FusionAnalysis]) -> bool:
+    """Whether one fusion computing the roots of the fusions ``analyses`` describe, none
+    of them reading another's outputs (siblings merged into a multi-output fusion), is
+    certainly a loop fusion: told from their own analyses, without building it (False
+    also where the union's own analysis must decide).
+
+    Each must be a loop or a transpose fusion with no reduce hero, and no root a slice
+    or an update of a slice (several roots that all are go to the input-slices or the
+    in-place emitter). A root's hero in the union is its hero in its own fusion or the
+    root itself: the union gives an instruction more users, which can only end a
+    transpose's claim, and no new operands. So no reduction emitter takes it, and
+    the transpose emitter only with every other root of its transposes' input size
+    (:func:`_consistent_transpose`): with equivalent transposes of one input size and a
+    root of another, the union is a loop fusion whichever transposes keep their claim.
+    XLA's multi-output fusion, too, decides from each fusion's own hero which merges
+    cannot share a kernel (``ShapesCompatibleForMultiOutputFusion``).
+    """
+    tiled: list[TransposeDescription] = []
+    others: list[Instruction] = []
+    for analysis in analyses:
+        if analysis.kind not in ("loop", "transpose"):
+            return False
+        for root, hero in zip(analysis.roots, analysis.heroes, strict=True):
+            if hero.opcode == "reduce":
+                return False
+            if root.opcode == "slice" or dynamic_update_slice_of(root) is not None:
+                return False
+            description = tiled_transpose(hero)
+            if description is None:
+                others.append(root)
+            elif analysis.kind == "loop":
+                return False  # a claim its own fusion refused: the union decides
+            else:
+                tiled.append(description)
+    if not tiled:
+        return True
+    first = tiled[0]
+    elements = first.instruction.operands[0].array_shape.num_elements
+    if not all(
+        first.equivalent(t) and t.instruction.operands[0].array_shape.num_elements == elements
+        for t in tiled[1:]
+    ):
+        return False
+    return any(root.array_shape.num_elements != elements for root in others)
