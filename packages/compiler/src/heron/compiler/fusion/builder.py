@@ -353,9 +353,7 @@ def install_fusion(
         fusion.name = "input_" + fusion.name.removeprefix("loop_")
     graph.add_computation(candidate.body)
     last = max(candidate.members, key=graph.rank)
-    position = computation.instructions.index(last)
-    fusion.parent = computation
-    computation.instructions.insert(position + 1, fusion)
+    graph.insert_after(last, fusion)
     graph.add(fusion, after=last)
     renamed: list[tuple[Instruction, Instruction | None]] = []
     if len(candidate.outputs) == 1:
@@ -370,7 +368,7 @@ def install_fusion(
                 operands=[fusion],
                 attributes={"index": index},
             )
-            computation.add(gte)
+            graph.append(gte)
             graph.add(gte, after=fusion)
             value, cast = gte, None
             flat = isinstance(output.shape, ArrayShape) and gte.shape.dims != output.shape.dims
@@ -381,7 +379,7 @@ def install_fusion(
                     shape=output.shape,
                     operands=[gte],
                 )
-                computation.add(cast)
+                graph.append(cast)
                 graph.add(cast, after=fusion)
                 value = cast
             graph.replace(output, value)
@@ -404,7 +402,7 @@ def install_fusion(
     if graph.has_control_edges:
         removed = {m.name: fusion.name for m in candidate.members if not graph.alive(m)}
         if removed:
-            rename_control_predecessors(computation.instructions, removed)
+            rename_control_predecessors(graph.instructions(), removed)
     if own_graph:
         graph.finish()
     return fusion

@@ -89,10 +89,10 @@ class _GraphUsers(Mapping[Instruction, list[Instruction]]):
         ]
 
     def __iter__(self) -> Iterator[Instruction]:
-        return iter(list(self._graph.computation.instructions))
+        return iter(list(self._graph.instructions()))
 
     def __len__(self) -> int:
-        return len(self._graph.computation.instructions)
+        return len(self._graph.instructions())
 
 
 def gemm_fusion(target: Target) -> HloPass:

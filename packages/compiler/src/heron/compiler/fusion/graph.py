@@ -9,10 +9,17 @@ installs a fusion per few instructions becomes quadratic. A
 (in instruction order), the names taken in the module and in the
 computation, and an order rank per instruction. A pass that installs through
 it calls :meth:`FusionGraph.finish` when it is done.
+
+The graph also holds the edits to the computation's instruction list and the
+module's list of computations until :meth:`FusionGraph.sync` makes them (each
+list edit scans its list: ``index``, ``remove``, 2 s of the 10,000 fusions of
+a GPT-2 training step). Between two syncs those lists are out of date: a pass
+that reads them while it installs syncs first (:meth:`FusionGraph.instructions`).
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections import Counter
 
@@ -21,6 +28,10 @@ from heron.hlo.passes.rewrite import CONTROL
 
 __all__ = ["FusionGraph", "TakenNames"]
 
+#: Held list edits up to which a sync makes them one by one (an install makes a few);
+#: more (priority fusion's thousands between syncs) rebuild the list once.
+_EDITS_MADE_ONE_BY_ONE = 32
+
 
 class TakenNames:
     """Names with how many instructions or computations hold each, and the first free
@@ -28,13 +39,18 @@ class TakenNames:
     from 1 every time: a module fused layer by layer holds thousands of
     ``loop_add_fusion.N`` at once, and the count made installing quadratic.
 
-    ``_lowest[name]`` is never above the lowest free suffix of ``name``: raised past the
-    suffixes a search finds taken, lowered when a name is released.
+    Per name searched: ``_scanned[name]``, below which every suffix was seen taken by
+    a search, and ``_released[name]``, a heap holding every suffix below it released
+    since (and some taken again, dropped when met). The lowest free suffix is the
+    heap's least live one, else the first free from ``_scanned`` up. (A lower bound
+    that a release lowered sent the next search over every suffix taken above it:
+    40 names tried per fusion of a GPT-2 training step.)
     """
 
     def __init__(self) -> None:
         self._counts: Counter[str] = Counter()
-        self._lowest: dict[str, int] = {}
+        self._scanned: dict[str, int] = {}
+        self._released: dict[str, list[int]] = {}
 
     def count(self, name: str) -> int:
         return self._counts.get(name, 0)
@@ -49,18 +65,23 @@ class TakenNames:
         else:
             self._counts.pop(name, None)
             base, dot, suffix = name.rpartition(".")
-            if dot and suffix.isdigit() and base in self._lowest:
-                self._lowest[base] = min(self._lowest[base], int(suffix))
+            if dot and suffix.isdigit() and int(suffix) < self._scanned.get(base, 0):
+                heapq.heappush(self._released.setdefault(base, []), int(suffix))
 
     def first_free(self, name: str, itself: int = 0) -> str:
         """``name``, else the lowest free ``name.N``; ``name`` counts as taken when more
         than ``itself`` instructions or computations hold it (the one being renamed)."""
         if self.count(name) <= itself:
             return name
-        n = self._lowest.get(name, 1)
+        released = self._released.get(name)
+        while released:
+            if self.count(f"{name}.{released[0]}") == 0:
+                return f"{name}.{released[0]}"
+            heapq.heappop(released)  # taken again since
+        n = self._scanned.get(name, 1)
         while self.count(f"{name}.{n}") > 0:
             n += 1
-        self._lowest[name] = n
+        self._scanned[name] = n
         return f"{name}.{n}"
 
 
@@ -91,6 +112,13 @@ class FusionGraph:
         #: only inherits its members' edges, so without any none appear, and an install
         #: need not look for edges naming the members it removed.
         self.has_control_edges = any(CONTROL in i.attributes for i in computation.instructions)
+        #: List edits not made yet (:meth:`sync`), in the order asked, each holding the
+        #: instructions it names: ("after", anchor, inst), ("last", inst, None),
+        #: ("out", inst, None).
+        self._edits: list[tuple[str, Instruction, Instruction | None]] = []
+        #: Bodies added and taken out since the last sync, by id (holding them).
+        self._bodies_added: dict[int, Computation] = {}
+        self._bodies_taken_out: dict[int, Computation] = {}
 
     # -- queries -------------------------------------------------------------
     def users(self, inst: Instruction) -> list[Instruction]:
@@ -124,6 +152,87 @@ class FusionGraph:
         self.module_names.take(inst.name)
         self._register(inst)
 
+    def insert_after(self, anchor: Instruction, inst: Instruction) -> None:
+        """Put ``inst`` into the computation's list just after ``anchor`` (what
+        ``list.insert`` at ``anchor``'s place plus one does), at the next sync."""
+        inst.parent = self.computation
+        self._edits.append(("after", anchor, inst))
+
+    def append(self, inst: Instruction) -> None:
+        """Put ``inst`` at the end of the computation's list (``Computation.add``), at
+        the next sync."""
+        inst.parent = self.computation
+        self._edits.append(("last", inst, None))
+
+    def sync(self) -> None:
+        """Make the list edits held since the last sync: the computation's instructions
+        and the module's computations as each edit, made on its own, would leave them."""
+        if self._edits:
+            if len(self._edits) <= _EDITS_MADE_ONE_BY_ONE:
+                self._make_each()
+            else:
+                self.computation.instructions = self._edited_instructions()
+            self._edits = []
+        added, gone = self._bodies_added, self._bodies_taken_out
+        if len(added) + len(gone) <= _EDITS_MADE_ONE_BY_ONE:
+            computations = self.module.computations
+            for body in gone.values():
+                computations.remove(body)
+            if added:
+                at = computations.index(self.computation)
+                computations[at:at] = added.values()
+        else:
+            kept = [c for c in self.module.computations if id(c) not in gone]
+            at = next(n for n, c in enumerate(kept) if c is self.computation)
+            kept[at:at] = added.values()
+            self.module.computations = kept
+        self._bodies_added, self._bodies_taken_out = {}, {}
+
+    def _make_each(self) -> None:
+        """The few edits of one install, each a list operation (a scan of the list in C,
+        cheaper than rebuilding it in Python: multi-output fusion syncs after each)."""
+        instructions = self.computation.instructions
+        for edit, inst, new in self._edits:
+            if edit == "after":
+                instructions.insert(instructions.index(inst) + 1, new)
+            elif edit == "last":
+                instructions.append(inst)
+            else:
+                instructions.remove(inst)
+
+    def _edited_instructions(self) -> list[Instruction]:
+        """The list with every held edit made, in one pass: an instruction put after
+        another comes just after it, before those put there earlier, and after them
+        whatever was put after it in turn (the order one ``list.insert`` after another
+        makes); one taken out leaves what was put after it in place."""
+        put_after: dict[int, list[Instruction]] = {}
+        put_last: list[Instruction] = []
+        taken_out: set[int] = set()
+        for edit, inst, new in self._edits:  # the instructions stay alive: ids are unique
+            if edit == "after":
+                put_after.setdefault(id(inst), []).append(new)
+            elif edit == "last":
+                put_last.append(inst)
+            else:
+                taken_out.add(id(inst))
+        edited: list[Instruction] = []
+        stack: list[Instruction] = []
+        for start in [*self.computation.instructions, *put_last]:
+            stack.append(start)
+            while stack:
+                inst = stack.pop()
+                if id(inst) not in taken_out:
+                    edited.append(inst)
+                later = put_after.get(id(inst))
+                if later:
+                    stack.extend(later)  # the latest pops first
+        return edited
+
+    def instructions(self) -> list[Instruction]:
+        """The computation's instructions as they are now (synced)."""
+        self.sync()
+        return self.computation.instructions
+
     def rename(self, inst: Instruction, name: str) -> None:
         for names in (self.names, self.module_names):
             names.release(inst.name)
@@ -152,16 +261,19 @@ class FusionGraph:
         del self._rank[id(inst)]
         self.names.release(inst.name)
         self.module_names.release(inst.name)
-        self.computation.instructions.remove(inst)
+        self._edits.append(("out", inst, None))  # out of the list at the next sync
 
     def add_computation(self, body: Computation) -> None:
-        self.module.computations.insert(self.module.computations.index(self.computation), body)
+        """Put ``body`` into the module's computations, before the one fused (at the
+        next sync)."""
+        self._bodies_added[id(body)] = body
         self.module_names.take(body.name)
         for inst in body.instructions:
             self.module_names.take(inst.name)
 
     def remove_computation(self, body: Computation) -> None:
-        self.module.computations.remove(body)
+        if self._bodies_added.pop(id(body), None) is None:
+            self._bodies_taken_out[id(body)] = body
         self.module_names.release(body.name)
         for inst in body.instructions:
             self.module_names.release(inst.name)
@@ -172,6 +284,8 @@ class FusionGraph:
         body.name = name
 
     def finish(self) -> None:
-        """Leave the text order a definition order (a user of an output may have come
-        before the fusion); the post-order also proves there is no cycle."""
+        """Make the held list edits and leave the text order a definition order (a user
+        of an output may have come before the fusion); the post-order also proves there
+        is no cycle."""
+        self.sync()
         self.computation.instructions = self.computation.post_order()

@@ -157,6 +157,7 @@ class _Search:
         fusion = install_fusion(
             self.context.module, self.computation, candidate, made[1].fusion_kind, self.graph
         )
+        self.graph.sync()  # the reachability's post-order reads the instruction list
         if self._order is not None:
             stand_ins, new = self._stand_ins(fusion, candidate.outputs, self._order)
             self._order.fused(candidate.members, stand_ins, new, self.graph.alive)

@@ -268,7 +268,7 @@ def _fuse_constants(
     refuses them keeps reading them as parameters.
     """
     changed = False
-    for user in list(computation.instructions):
+    for user in list(graph.instructions()):
         if not graph.alive(user) or not is_fusible_consumer(user):
             continue
         constants = [
