@@ -52,9 +52,17 @@ class Reachability:
         return id(inst) in self._bit
 
     def position(self, inst: Instruction) -> int:
-        """``inst``'s place in the computation's post-order (made again after a fusion)."""
+        """``inst``'s place in the computation's post-order (made again after a fusion).
+
+        The post-order is made the computation's instruction order too, so the next
+        one walks only from what the next fusion put out of place: a list left as the
+        installs leave it (each fusion after its last member, users of an earlier
+        member before it) made every post-order walk from every instruction an earlier
+        fusion had put out of place, 216 walks a fusion on a GPT-2 training step.
+        """
         if self._positions is None:
             order = self._computation.post_order()
+            self._computation.instructions = order
             self._positions = {id(i): n for n, i in enumerate(order)}
         return self._positions[id(inst)]
 
