@@ -116,9 +116,9 @@ class FusionGraph:
         #: instructions it names: ("after", anchor, inst), ("last", inst, None),
         #: ("out", inst, None).
         self._edits: list[tuple[str, Instruction, Instruction | None]] = []
-        #: Bodies added and taken out since the last sync, by id (holding them).
-        self._bodies_added: dict[int, Computation] = {}
-        self._bodies_taken_out: dict[int, Computation] = {}
+        #: Bodies added and taken out since the last sync (as dicts: in order, unique).
+        self._bodies_added: dict[Computation, None] = {}
+        self._bodies_taken_out: dict[Computation, None] = {}
 
     # -- queries -------------------------------------------------------------
     def users(self, inst: Instruction) -> list[Instruction]:
@@ -176,15 +176,15 @@ class FusionGraph:
         added, gone = self._bodies_added, self._bodies_taken_out
         if len(added) + len(gone) <= _EDITS_MADE_ONE_BY_ONE:
             computations = self.module.computations
-            for body in gone.values():
+            for body in gone:
                 computations.remove(body)
             if added:
                 at = computations.index(self.computation)
-                computations[at:at] = added.values()
+                computations[at:at] = added
         else:
-            kept = [c for c in self.module.computations if id(c) not in gone]
+            kept = [c for c in self.module.computations if c not in gone]
             at = next(n for n, c in enumerate(kept) if c is self.computation)
-            kept[at:at] = added.values()
+            kept[at:at] = added
             self.module.computations = kept
         self._bodies_added, self._bodies_taken_out = {}, {}
 
@@ -205,25 +205,25 @@ class FusionGraph:
         another comes just after it, before those put there earlier, and after them
         whatever was put after it in turn (the order one ``list.insert`` after another
         makes); one taken out leaves what was put after it in place."""
-        put_after: dict[int, list[Instruction]] = {}
+        put_after: dict[Instruction, list[Instruction]] = {}
         put_last: list[Instruction] = []
-        taken_out: set[int] = set()
-        for edit, inst, new in self._edits:  # the instructions stay alive: ids are unique
+        taken_out: set[Instruction] = set()  # instructions hash by identity (eq=False)
+        for edit, inst, new in self._edits:
             if edit == "after":
-                put_after.setdefault(id(inst), []).append(new)
+                put_after.setdefault(inst, []).append(new)
             elif edit == "last":
                 put_last.append(inst)
             else:
-                taken_out.add(id(inst))
+                taken_out.add(inst)
         edited: list[Instruction] = []
         stack: list[Instruction] = []
         for start in [*self.computation.instructions, *put_last]:
             stack.append(start)
             while stack:
                 inst = stack.pop()
-                if id(inst) not in taken_out:
+                if inst not in taken_out:
                     edited.append(inst)
-                later = put_after.get(id(inst))
+                later = put_after.get(inst)
                 if later:
                     stack.extend(later)  # the latest pops first
         return edited
@@ -266,14 +266,16 @@ class FusionGraph:
     def add_computation(self, body: Computation) -> None:
         """Put ``body`` into the module's computations, before the one fused (at the
         next sync)."""
-        self._bodies_added[id(body)] = body
+        self._bodies_added[body] = None
         self.module_names.take(body.name)
         for inst in body.instructions:
             self.module_names.take(inst.name)
 
     def remove_computation(self, body: Computation) -> None:
-        if self._bodies_added.pop(id(body), None) is None:
-            self._bodies_taken_out[id(body)] = body
+        if body in self._bodies_added:
+            del self._bodies_added[body]
+        else:
+            self._bodies_taken_out[body] = None
         self.module_names.release(body.name)
         for inst in body.instructions:
             self.module_names.release(inst.name)
