@@ -164,3 +164,72 @@ def test_heron_run_check_accepts_a_levenberg_marquardt_fit_one_trip_longer(capsy
     out, err = capsys.readouterr()
     assert (code, err) == (0, ""), out
     assert "out1  1 of 1 elements differ (allowed: within the spread of 8 random" in out
+
+
+#: Two sums of the same 500 values in two orders, compared (sweep 8): equal in exact
+#: arithmetic, so which rounds larger is up to each compiler's summation order.
+TIED_SUMS = """\
+HloModule tied_sums
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[32,500] parameter(0)
+  zero = f32[] constant(0)
+  forward = f32[32] reduce(x, zero), dimensions={1}, to_apply=add
+  reversed = f32[32,500] reverse(x), dimensions={1}
+  backward = f32[32] reduce(reversed, zero), dimensions={1}, to_apply=add
+  greater = pred[32] compare(forward, backward), direction=GT
+  ROOT out = s32[32] convert(greater)
+}
+"""
+
+
+def test_a_comparison_of_tied_sums_accepts_either_answer_where_an_order_flips_it():
+    module = parse_module(TIED_SUMS)
+    x = np.random.default_rng(4242).standard_normal((32, 500)).astype(np.float32)
+    x[:4] = np.round(x[:4] * 4)  # rows of small integers: exact sums in every order
+    (tolerance,) = output_tolerances(module, {}, [x], None, tf32=False, written=module)
+    (reference,) = flatten_literal(evaluate_module(module, [x]))
+    spread = RandomRoundings(module, [x]).spread()
+    assert spread is not None and spread.decided_by_rounding
+    # the sums in other orders flip some rows (never an exact one)
+    other_orders = np.stack([run[0] for run in spread.outputs])
+    flipped = (other_orders != reference).any(axis=0)
+    assert 0 < np.count_nonzero(flipped) and not flipped[:4].any()
+    either = np.where(flipped, 1 - reference, reference).astype(np.int32)
+    result = compare(either, reference, tolerance)
+    assert result.agrees, result.summary
+    assert "random roundings" in result.summary
+    # a row whose sums every order makes equal keeps its answer
+    wrong = reference.copy()
+    wrong[0] ^= 1
+    assert not compare(wrong, reference, tolerance).agrees
+
+
+def test_a_comparison_of_sums_every_order_makes_exactly_is_not_decided_by_rounding():
+    module = parse_module(TIED_SUMS)
+    x = np.random.default_rng(1).integers(-8, 8, (32, 500)).astype(np.float32)
+    spread = RandomRoundings(module, [x]).spread()
+    assert spread is not None and not spread.decided_by_rounding
+
+
+def test_heron_run_check_accepts_a_kernel_summing_tied_sums_in_its_own_order(capsys):
+    code = main(
+        [
+            "run",
+            str(DATA / "tied_sums_compared.hlo"),
+            "--inputs",
+            str(DATA / "tied_sums_compared.npz"),
+            "--backend",
+            "interpreter",
+            "--check",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, ""), out
+    assert "random roundings of the reference, which decide" in out

@@ -234,10 +234,11 @@ def _with_loop_propagation(tolerances: list, written, arguments) -> list:
     """Each output that a loop or conditional of the module as written reaches also
     accepts, with an ulp bound, the approximations' errors as every trip of the loops
     carries them on (:mod:`heron.harness.unrolled`), measured on the unrolled program
-    where the ulp bound refuses an element; and, whatever its type, any value within the
-    spread of random roundings of the reference where they change the program's
-    decisions (:mod:`heron.harness.random_rounding`)."""
-    from heron.harness.random_rounding import RandomRoundings, RoundingFreedom
+    where the ulp bound refuses an element; and each output a loop, a conditional or a
+    decision on floats reaches (a comparison, a conversion to an integer), whatever its
+    type, any value within the spread of random roundings of the reference where they
+    change the program's decisions (:mod:`heron.harness.random_rounding`)."""
+    from heron.harness.random_rounding import RandomRoundings, RoundingFreedom, decides
     from heron.harness.tolerance import instructions_reaching, output_sources, own_ulps
     from heron.harness.unrolled import LoopErrorPropagation, UnrolledProgram, has_control_flow
 
@@ -249,13 +250,14 @@ def _with_loop_propagation(tolerances: list, written, arguments) -> list:
     roundings = RandomRoundings(written, arguments)
     widened = list(tolerances)
     for k, (source, tolerance) in enumerate(zip(sources, tolerances)):
-        if not has_control_flow(instructions_reaching(source)):
-            continue
-        if tolerance.ulps:
+        reaching = instructions_reaching(source)
+        looped = has_control_flow(reaching)
+        if looped and tolerance.ulps:
             tolerance = attrs.evolve(
                 tolerance, amplified=LoopErrorPropagation(program, k, own_ulps)
             )
-        widened[k] = attrs.evolve(tolerance, rounding=RoundingFreedom(roundings, k))
+        if looped or any(decides(inst) for inst in reaching):
+            widened[k] = attrs.evolve(tolerance, rounding=RoundingFreedom(roundings, k))
     return widened
 
 

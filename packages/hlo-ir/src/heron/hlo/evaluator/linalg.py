@@ -59,6 +59,16 @@ def dot_product(inst: Instruction, lhs: np.ndarray, rhs: np.ndarray, accumulate)
     """``inst``'s dot (its dimension numbers) of ``lhs`` and ``rhs`` summed in the numpy
     dtype ``accumulate``, not rounded to the result type: the check's random rounding
     takes a float64 product as the exact one (:mod:`heron.harness.random_rounding`)."""
+    left, right, shape = dot_matrices(inst, lhs, rhs, accumulate)
+    return np.matmul(left, right).reshape(shape)
+
+
+def dot_matrices(
+    inst: Instruction, lhs: np.ndarray, rhs: np.ndarray, dtype
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """``inst``'s operands as batched matrices in the numpy dtype ``dtype``: ``lhs`` as
+    [batch, m, k], ``rhs`` as [batch, k, n], and the dot's result shape (batch, then
+    ``lhs``'s free dimensions, then ``rhs``'s)."""
     lb = list(inst.attributes.get("lhs_batch_dims", ()))
     rb = list(inst.attributes.get("rhs_batch_dims", ()))
     lc = list(inst.attributes.get("lhs_contracting_dims", ()))
@@ -79,9 +89,9 @@ def dot_product(inst: Instruction, lhs: np.ndarray, rhs: np.ndarray, accumulate)
     size_m = int(np.prod(lfree, dtype=np.int64))
     size_n = int(np.prod(rfree, dtype=np.int64))
     size_k = int(np.prod([lhs.shape[d] for d in lc], dtype=np.int64))
-    left = np.transpose(lhs, lb + lf + lc).astype(accumulate).reshape(size_b, size_m, size_k)
-    right = np.transpose(rhs, rb + rc + rf).astype(accumulate).reshape(size_b, size_k, size_n)
-    return np.matmul(left, right).reshape(batch + lfree + rfree)
+    left = np.transpose(lhs, lb + lf + lc).astype(dtype).reshape(size_b, size_m, size_k)
+    right = np.transpose(rhs, rb + rc + rf).astype(dtype).reshape(size_b, size_k, size_n)
+    return left, right, batch + lfree + rfree
 
 
 def _conv_window(inst: Instruction, kernel_spatial: list[int]) -> list[WindowDim]:
