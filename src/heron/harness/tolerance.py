@@ -743,8 +743,9 @@ class OutputTolerance:
     #: output's own summed in its order: that sum's bound per element
     #: (:class:`heron.harness.agreement.WrittenSum`).
     summed: WrittenSum | None = attrs.field(default=None, eq=False)
-    #: An output of a program whose loops or conditionals rounding decides: any value in
-    #: the spread of random roundings of the reference (:mod:`heron.harness.random_rounding`).
+    #: An output of a program whose decisions (loops, conditionals, comparisons of floats)
+    #: rounding changes: any value in the spread of random roundings of the reference
+    #: (:mod:`heron.harness.random_rounding`).
     rounding: RoundingFreedom | None = attrs.field(default=None, eq=False)
 
     def mismatches(self, kernel: np.ndarray, reference: np.ndarray) -> Mismatches:
