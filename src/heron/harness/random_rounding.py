@@ -165,11 +165,15 @@ def _reordered_sum(inst: Instruction, operands: list, value: np.ndarray, random)
     terms = np.transpose(operand, kept + list(dims)).reshape(*value.shape, -1)
     if terms.shape[-1] < 2:
         return value
-    order = np.argsort(random.random(terms.shape), axis=-1)
-    shuffled = np.take_along_axis(terms, order, axis=-1)
     with np.errstate(all="ignore"):
-        total = shuffled.sum(axis=-1, dtype=terms.dtype) + init.astype(terms.dtype)
+        total = _summed_in_random_order(terms, random) + init.astype(terms.dtype)
     return np.asarray(total, dtype=value.dtype).reshape(value.shape)
+
+
+def _summed_in_random_order(terms: np.ndarray, random) -> np.ndarray:
+    """``terms`` summed along the last axis in their type, each row in an order of its own."""
+    order = np.argsort(random.random(terms.shape), axis=-1)
+    return np.take_along_axis(terms, order, axis=-1).sum(axis=-1, dtype=terms.dtype)
 
 
 #: Products a dot may have for :func:`_reordered_dot` (each one held in float64).
@@ -189,8 +193,7 @@ def _reordered_dot(
         return None
     with np.errstate(all="ignore"):
         terms = (left[:, :, None, :] * np.swapaxes(right, 1, 2)[:, None, :, :]).astype(value.dtype)
-        order = np.argsort(random.random(terms.shape), axis=-1)
-        total = np.take_along_axis(terms, order, axis=-1).sum(axis=-1, dtype=value.dtype)
+        total = _summed_in_random_order(terms, random)
     return np.asarray(total, dtype=value.dtype).reshape(shape)
 
 
