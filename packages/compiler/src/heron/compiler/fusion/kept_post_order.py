@@ -51,6 +51,10 @@ class KeptPostOrder:
         post-order does."""
         return self._place[id(inst)]
 
+    def from_place(self, place: int) -> list[Instruction]:
+        """The instructions at ``place`` and after it, in order."""
+        return self._items[bisect_left(self._places, place) :]
+
     def order(self) -> list[Instruction]:
         """The instructions in post-order (a copy)."""
         return list(self._items)
