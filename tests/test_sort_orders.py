@@ -134,3 +134,121 @@ def test_heron_check_accepts_open_orders_on_its_edge_inputs(tmp_path):
         path.write_text(text)
         report = check_file(path)
         assert report.ok, report.text()
+
+
+#: jax.lax.approx_max_k as it lowers off TPU: a sort of (values, iota) with a plain GT,
+#: then the first k of each row. Compiled, the sort is one kernel and the slice another.
+TOP_3_BY_PLAIN_GT = """HloModule approx_max_k_nan
+greater {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  i = s32[] parameter(2)
+  j = s32[] parameter(3)
+  ROOT gt = pred[] compare(a, b), direction=GT
+}
+ENTRY e {
+  x = f32[2,8] parameter(0)
+  iota = s32[2,8] iota(), iota_dimension=1
+  s = (f32[2,8], s32[2,8]) sort(x, iota), dimensions={1}, to_apply=greater
+  v = f32[2,8] get-tuple-element(s), index=0
+  k = s32[2,8] get-tuple-element(s), index=1
+  top_v = f32[2,3] slice(v), slice={[0:2], [0:3]}
+  top_k = s32[2,3] slice(k), slice={[0:2], [0:3]}
+  ROOT t = (f32[2,3], s32[2,3]) tuple(top_v, top_k)
+}
+"""
+
+NAN_ROW = np.array(
+    [[0.3, -1.0, 2.0, np.nan, 1.5, 0.7, -0.2, 2.5], [1, 2, 3, 4, 5, 6, 7, 8]], np.float32
+)
+
+
+def _xla_gpu_network(row: list[float], before) -> list[float]:
+    """XLA:GPU's sort of one row as its emitter orders the compare-exchanges (bitonic, by
+    xor masks: the first step of each stage a flip), the later position moving ahead
+    where ``before`` says so."""
+    keys, n = list(row), len(row)
+    stages = (n - 1).bit_length()
+    for stage in range(stages):
+        for j in range(stage, -1, -1):
+            mask = (1 << (stage + 1)) - 1 if j == stage else 1 << j
+            for a in range(n):
+                b = a ^ mask
+                if a < b < n and before(keys[b], keys[a]):
+                    keys[a], keys[b] = keys[b], keys[a]
+    return keys
+
+
+def test_heron_sorts_a_row_with_a_nan_as_xla_gpus_network_does():
+    """Over a row with a NaN a plain GT is no strict weak order: the result is the
+    network's. heron's sort kernel is XLA:GPU's network, so it keeps XLA:GPU's top 3
+    (2.0, 0.7, 1.5: not the reference's stable nan, 2.5, 2.0)."""
+    from heron.compiler import Target
+    from heron.compiler.program_run import run_program
+    from heron.runtime.core.registry import load_backends
+
+    device = load_backends().create_device("interpreter")
+    module = parse_module(TOP_3_BY_PLAIN_GT)
+    run = run_program(module, [NAN_ROW], device, "interpreter", target=Target.preset("h100"))
+    values, indices = (np.asarray(out) for out in run.outputs)
+    network = _xla_gpu_network(list(NAN_ROW[0]), lambda a, b: a > b)
+    assert np.array_equal(values[0], np.float32(network[:3]))
+    assert np.array_equal(values[0], np.float32([2.0, 0.7, 1.5]))
+    assert list(indices[0]) == [2, 5, 4]
+    assert list(indices[1]) == [7, 6, 5]
+
+
+def _written_tolerances(text: str, x: np.ndarray):
+    from heron.harness.agreement import output_tolerances
+
+    module = parse_module(text)
+    reference = evaluate_computation(module.entry, [x])
+    tolerances = output_tolerances(module, {}, [x], None, tf32=False, written=module)
+    return tolerances, [np.asarray(r) for r in reference]
+
+
+def test_a_slice_of_a_sort_with_an_open_order_accepts_some_of_each_runs_values():
+    tolerances, (values, indices) = _written_tolerances(TOP_3_BY_PLAIN_GT, NAN_ROW)
+    assert all(t.orders is not None for t in tolerances)
+    assert "any order of keys the sort may order freely" in tolerances[0].describe()
+    assert np.isnan(values[0, 0])  # the reference's stable sort: nan, 2.5, 2.0
+    network_values = np.array([[2.0, 0.7, 1.5], values[1]], np.float32)
+    network_indices = np.array([[2, 5, 4], indices[1]], np.int32)
+    assert tolerances[0].mismatches(network_values, values).count == 0
+    assert tolerances[1].mismatches(network_indices, indices).count == 0
+    not_in_row = network_values.copy()
+    not_in_row[0, 1] = 0.5  # no such value in row 0
+    assert list(tolerances[0].mismatches(not_in_row, values).indices) == [0, 1, 2]
+    twice = network_indices.copy()
+    twice[0, 1] = 2  # index 2 twice: more copies than the row has
+    assert tolerances[1].mismatches(twice, indices).count > 0
+    second_row = network_values.copy()
+    second_row[1] = [8.0, 6.0, 7.0]  # row 1 has no NaN: GT orders it
+    assert list(tolerances[0].mismatches(second_row, values).indices) == [4, 5]
+
+
+def test_a_slice_of_a_sort_with_a_strict_order_stays_exact():
+    x = NAN_ROW.copy()
+    x[0, 3] = 9.0
+    tolerances, _ = _written_tolerances(TOP_3_BY_PLAIN_GT, x)
+    assert all(t.orders is None for t in tolerances)
+
+
+def test_heron_run_check_agrees_on_a_top_k_over_a_row_with_a_nan(tmp_path):
+    """The sweep's case: ``heron run --check`` reported 3 of 6 elements wrong where heron
+    kept what XLA:GPU keeps (fails on the old code)."""
+    import subprocess
+    import sys
+
+    program, inputs = tmp_path / "top3.hlo", tmp_path / "in.npz"
+    program.write_text(TOP_3_BY_PLAIN_GT)
+    np.savez(inputs, arg0=NAN_ROW)
+    done = subprocess.run(
+        [sys.executable, "-m", "heron.cli.main", "run", str(program), "--inputs", str(inputs)]
+        + ["--backend", "interpreter", "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "agree: every output within the tolerance" in done.stdout

@@ -173,6 +173,7 @@ def output_tolerances(
     if written is not None:
         tolerances = _with_scan_bounds(tolerances, written_scan_bounds(written, arguments))
         tolerances = _with_written_sums(tolerances, written, arguments)
+        tolerances = _with_written_sort_slices(tolerances, written, arguments)
         tolerances = _with_loop_propagation(tolerances, written, arguments)
     return tolerances
 
@@ -230,6 +231,44 @@ def _with_written_sums(tolerances: list, written, arguments) -> list:
     ]
 
 
+def _with_written_sort_slices(tolerances: list, written, arguments) -> list:
+    """Each output that is, in the module as written, a slice of a sort's output whose
+    order the sort leaves open (:func:`heron.harness.sort_orders.sort_freedom`: a top-k
+    as ``jax.lax.approx_max_k`` lowers it) takes that freedom. The compiled program
+    sorts in one kernel and slices in another, whose body holds no sort to look at."""
+    from heron.harness.sort_orders import sort_freedom
+    from heron.harness.tolerance import output_sources
+
+    if arguments is None or not any(
+        inst.opcode == "sort" for c in written.computations for inst in c.instructions
+    ):
+        return tolerances
+    entry = _inlined_copy(written).entry
+    sources = output_sources(entry.root_instruction)
+    if len(sources) != len(tolerances):
+        return tolerances
+    freed = []
+    for source, tolerance in zip(sources, tolerances, strict=True):
+        if tolerance.orders is None and source.opcode == "slice":
+            freedom = sort_freedom(source, entry, list(arguments))
+            if freedom is not None:
+                tolerance = attrs.evolve(tolerance, orders=freedom)
+        freed.append(tolerance)
+    return freed
+
+
+def _inlined_copy(written):
+    """A copy of ``written`` with its calls inlined, as the compiler inlines them (jax
+    wraps a sort or a cumulative sum in a call); the caller keeps its module."""
+    from heron.hlo.parser import parse_module
+    from heron.hlo.passes.call_inliner import inline_calls
+    from heron.hlo.printer import print_module
+
+    inlined = parse_module(print_module(written))
+    inline_calls(inlined)
+    return inlined
+
+
 def _with_loop_propagation(tolerances: list, written, arguments) -> list:
     """Each output that a loop or conditional of the module as written reaches also
     accepts, with an ulp bound, the approximations' errors as every trip of the loops
@@ -273,18 +312,13 @@ def written_scan_bounds(written, arguments) -> list:
     from heron.compiler.scan_rewriter import scan_of
     from heron.harness.tolerance import output_sources, scan_summation_bound
     from heron.hlo.errors import HloError
-    from heron.hlo.parser import parse_module
-    from heron.hlo.passes.call_inliner import inline_calls
-    from heron.hlo.printer import print_module
     from heron.hlo.shapes import TupleShape
 
     root = written.entry.root_instruction
     count = len(list(root.shape.leaves())) if isinstance(root.shape, TupleShape) else 1
     if not any(scan_of(i) for c in written.computations for i in c.instructions):
         return [None] * count
-    inlined = parse_module(print_module(written))  # a copy: the caller keeps its module
-    inline_calls(inlined)
-    entry = inlined.entry
+    entry = _inlined_copy(written).entry
     bounds = []
     for source in output_sources(entry.root_instruction):
         try:

@@ -18,6 +18,13 @@ kernel's row where each run holds the same values as the reference's, bit for bi
 in any order. The keys are what the comparator reads: only comparators that read
 the first operand alone are handled (jax's sorts with ``num_keys=1``, argsort, a
 sort of (keys, values)); any other keeps the exact comparison.
+
+A slice of such a sort (a top-k as ``jax.lax.approx_max_k`` lowers it: the sort's
+first k of each row) keeps a part of a run: which of the run's values land in it is
+as open as their order, so each run's values in the slice must be some of the run's
+values in the reference's whole sort (a sub-multiset), bit for bit. Over a row with
+a NaN under a plain ``GT``, XLA:GPU's bitonic network, and heron's, which is the
+same network, keep other values than the reference's stable sort does.
 """
 
 from __future__ import annotations
@@ -34,29 +41,55 @@ __all__ = ["SortFreedom", "sort_freedom"]
 
 @attrs.frozen(eq=False)
 class SortFreedom:
-    """For an output of a sort along ``dimension``: each element's group (``groups``, in
-    the output's row-major order), the positions of a run of equivalent keys of one row
-    sharing a group."""
+    """For an output of a sort along ``dimension`` (or a slice of one): each element's
+    group (``groups``, in the output's row-major order), the positions of a run of
+    equivalent keys of one row sharing a group; ``whole``: for a slice, every group's
+    values in the reference's whole sort (group numbers and values, flat), the values
+    the slice's positions of that group may hold."""
 
     groups: np.ndarray
+    whole: tuple[np.ndarray, np.ndarray] | None = None
 
     def accepts(self, kernel: np.ndarray, reference: np.ndarray) -> np.ndarray:
-        """Per element of the flat outputs: its group holds the same values in both, bit
-        for bit, as a multiset."""
+        """Per element of the flat outputs: its group holds some of the values the group
+        has in the reference, bit for bit, as a multiset (all of them, for a sort's
+        whole output: as many positions as values)."""
         kernel, reference = np.asarray(kernel).reshape(-1), np.asarray(reference).reshape(-1)
-        bits_k, bits_r = _bits(kernel), _bits(reference)
+        bits_k = _bits(kernel)
+        if self.whole is None:
+            pool_groups, bits_r = self.groups, _bits(reference)
+        else:
+            pool_groups, bits_r = self.whole[0], _bits(self.whole[1])
         if (
             bits_k is None
             or bits_r is None
+            or bits_k.dtype != bits_r.dtype
             or kernel.shape != self.groups.shape
             or reference.shape != self.groups.shape
         ):
             return np.zeros(kernel.shape[0], np.bool_)
-        order_k = np.lexsort((bits_k, self.groups))
-        order_r = np.lexsort((bits_r, self.groups))
-        differs = bits_k[order_k] != bits_r[order_r]  # both ordered by group, then bits
-        bad_groups = np.unique(self.groups[order_k][differs])
+        bad_groups = _groups_with_extra_values(self.groups, bits_k, pool_groups, bits_r)
         return ~np.isin(self.groups, bad_groups)
+
+
+def _groups_with_extra_values(
+    groups: np.ndarray, bits: np.ndarray, pool_groups: np.ndarray, pool_bits: np.ndarray
+) -> np.ndarray:
+    """The groups some value of which ``bits`` holds more times than ``pool_bits`` does."""
+    all_groups = np.concatenate([groups, pool_groups])
+    all_bits = np.concatenate([bits, pool_bits])
+    weights = np.concatenate(
+        [np.ones(groups.shape[0], np.int64), -np.ones(pool_groups.shape[0], np.int64)]
+    )
+    order = np.lexsort((all_bits, all_groups))
+    sorted_groups, sorted_bits = all_groups[order], all_bits[order]
+    new_pair = np.ones(order.shape[0], np.bool_)
+    new_pair[1:] = (sorted_groups[1:] != sorted_groups[:-1]) | (
+        sorted_bits[1:] != sorted_bits[:-1]
+    )
+    starts = np.flatnonzero(new_pair)
+    excess = np.add.reduceat(weights[order], starts) > 0
+    return np.unique(sorted_groups[starts][excess])
 
 
 def sort_freedom(
@@ -67,7 +100,10 @@ def sort_freedom(
     ``source`` is a sort whose comparator reads its first operand alone, and some row
     has a run of two or more equivalent keys that the sort may order freely (an
     unstable sort's, or any row the comparator is not a strict weak order on); else
-    None."""
+    None. A ``slice`` of such an output is free as far as it keeps a part of a run
+    (:class:`SortFreedom`'s ``whole``)."""
+    if source.opcode == "slice":
+        return _sliced(source, computation, args)
     if source.opcode == "get-tuple-element":
         source = source.operands[0]  # every operand's output is ordered as the keys are
     if source.opcode != "sort":
@@ -95,6 +131,37 @@ def sort_freedom(
     # Back to the output's own element order (the sorted dimension where it was).
     flat = np.moveaxis(groups.reshape(shape), -1, dimension).reshape(-1)
     return SortFreedom(flat)
+
+
+def _sliced(source: Instruction, computation: Computation, args) -> SortFreedom | None:
+    """The freedom of ``source``, a slice of a sort's output (or of a tuple element of
+    one), from the sort's own: its groups at the positions the slice keeps, and every
+    group's values in the whole output."""
+    (sliced,) = source.operands
+    leaf = 0
+    if sliced.opcode == "get-tuple-element":
+        leaf = int(sliced.attr("index"))
+        sort = sliced.operands[0]
+    else:
+        sort = sliced
+    if sort.opcode != "sort":
+        return None
+    freedom = sort_freedom(sort, computation, args, leaf=leaf)
+    if freedom is None:
+        return None
+    try:
+        result = value_of(computation, sort, args)
+    except HloError:
+        return None
+    values = np.asarray(result[leaf] if isinstance(result, tuple) else result)
+    positions = np.arange(values.size).reshape(values.shape)
+    kept = positions[_slice_index(source)].reshape(-1)
+    return SortFreedom(freedom.groups[kept], whole=(freedom.groups, values.reshape(-1)))
+
+
+def _slice_index(source: Instruction) -> tuple[slice, ...]:
+    """``source``'s slice as numpy's index (HLO's ``slice={[start:limit:stride], ...}``)."""
+    return tuple(slice(r.start, r.limit, r.stride) for r in source.attr("slice"))
 
 
 def _reads_first_operand_only(comparator: Computation) -> bool:
