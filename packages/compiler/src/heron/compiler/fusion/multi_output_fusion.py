@@ -32,11 +32,18 @@ from heron.compiler.fusion.graph import FusionGraph
 from heron.compiler.fusion.pair_key import MembersKey
 from heron.compiler.fusion.reachability import Reachability
 from heron.emitters.fusion_analysis import union_is_loop
+from heron.emitters.heroes import reshape_is_bitcast
+from heron.emitters.reductions import (
+    is_real_reduction_hero,
+    is_reduction_from_or_to_contiguous_dimensions,
+)
+from heron.emitters.transposes import tiled_transpose
 from heron.hlo.buffers.dataflow import in_place_operands
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.outline import HOST_OPCODES
+from heron.hlo.shapes import ArrayShape
 from heron.target import Target
 
 __all__ = ["fuse_multi_output", "multi_output_fusion"]
@@ -76,6 +83,74 @@ def _loop_outputs_differ(
     except HloError:
         return False  # the merge's own check decides
     return union_is_loop(analyses)
+
+
+def _heroes_compatible(search: _Search, a: Instruction, b: Instruction) -> bool:
+    """XLA's ``ShapesCompatibleForMultiOutputFusion`` where a reduction or a tiled
+    transpose is a hero: never a transpose with a reduction, transposes only of one
+    tiling, and the loops the two kernels run over (a reduce's or a transpose's input,
+    else the output) equal or a bitcast of each other. Decided from each kernel's own
+    analysis before the merge is built; two reductions, and two kernels with neither
+    hero, are left to the merge's analysis and :func:`_shapes_agree`.
+
+    The merge's own analysis alone took a reduction with transposes of its input as
+    side outputs (their element counts agree): a GPT-2 step's attention-gradient
+    reduce with both transposed copies of its operand, where XLA makes three kernels,
+    one of heron's slowest to compile (0.9 s).
+    """
+    target = search.context.target
+    heroes = [_real_hero(search, kernel) for kernel in (a, b)]
+    if heroes[0] is None or heroes[1] is None:
+        return True  # an analysis refused: the merge's own check decides
+    reduces = [is_reduction_from_or_to_contiguous_dimensions(h, target) for h in heroes]
+    transposes = [tiled_transpose(h) for h in heroes]
+    if (reduces[0] and transposes[1] is not None) or (reduces[1] and transposes[0] is not None):
+        return False  # "MOF-fusion of a transpose and a reduction"
+    if not any(reduces) and all(t is None for t in transposes):
+        return True
+    if transposes[0] is not None and transposes[1] is not None:
+        if not transposes[0].equivalent(transposes[1]):
+            return False
+    loops = [
+        h.operands[0].shape if reduces[k] or transposes[k] is not None else h.shape
+        for k, h in enumerate(heroes)
+    ]
+    return _same_loop(loops[0], loops[1])
+
+
+def _real_hero(search: _Search, kernel: Instruction) -> Instruction | None:
+    """XLA's ``GetRealHeroForMultiOutputFusion``: an unfused instruction itself; in a
+    fusion the first root whose hero is a real reduction or a tiled transpose, else its
+    first root. None when the fusion's analysis refuses it."""
+    if kernel.opcode != "fusion":
+        return kernel
+    try:
+        analysis = search.context.checker.analysis(kernel)
+    except HloError:
+        return None
+    target = search.context.target
+    for root, hero in zip(analysis.roots, analysis.heroes, strict=True):
+        if is_real_reduction_hero(root, hero, target) or tiled_transpose(hero) is not None:
+            return hero
+    return analysis.roots[0]
+
+
+def _same_loop(first: object, second: object) -> bool:
+    """``EqualIgnoringElementType`` or ``IsReshapeOrTransposeBitcast`` of two loop shapes:
+    the same dimensions and layout, or the same elements in the same physical order (a
+    reshape between row-major shapes, or a transpose that moves nothing)."""
+    if not isinstance(first, ArrayShape) or not isinstance(second, ArrayShape):
+        return first == second
+    if first.dims == second.dims and first.major_to_minor == second.major_to_minor:
+        return True
+    if reshape_is_bitcast(first, second):
+        return True
+    return len(first.dims) == len(second.dims) and _physical(first) == _physical(second)
+
+
+def _physical(shape: ArrayShape) -> tuple[int, ...]:
+    """The dimensions' sizes major to minor in memory."""
+    return tuple(shape.dims[d] for d in shape.major_to_minor)
 
 
 class _Search:
@@ -217,7 +292,9 @@ def _siblings(search: _Search, operand: Instruction) -> bool:
         outs_a, outs_b = outputs_of(a, search.graph), outputs_of(b, search.graph)
         if outs_a is None or outs_b is None:
             continue
-        if _loop_outputs_differ(search, (a, b), outs_a + outs_b):
+        if not _heroes_compatible(search, a, b) or _loop_outputs_differ(
+            search, (a, b), outs_a + outs_b
+        ):
             search.refuse(a, b)
             continue
         apart = context.cost(a).seconds + context.cost(b).seconds
@@ -263,6 +340,9 @@ def _into_consumer(search: _Search, producer: Instruction) -> bool:
             continue  # another path from the producer into the consumer: a cycle
         outs = outputs_of(consumer, search.graph)
         if outs is None:
+            continue
+        if not _heroes_compatible(search, consumer, producer):
+            search.refuse(producer, consumer)
             continue
         apart = context.cost(producer).seconds + context.cost(consumer).seconds
         members = [producer, *_members(consumer, outs)]
