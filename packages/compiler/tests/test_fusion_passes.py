@@ -1592,3 +1592,44 @@ def test_a_merge_over_the_budget_is_refused_before_its_body_is_built(monkeypatch
     made = context.candidate(members, [concatenate], consumer=concatenate)
     assert len(builds) == 1 and made is not None
     made[0].discard()
+
+
+_REDUCE_WITH_TRANSPOSED_COPY = """HloModule reduce_and_transpose
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  p = f32[256,512]{1,0} parameter(0)
+  e = f32[256,512]{1,0} exponential(p)
+  z = f32[] constant(0)
+  r = f32[256]{0} reduce(e, z), dimensions={1}, to_apply=add
+  t = f32[512,256]{1,0} transpose(e), dimensions={1,0}
+  n = f32[256,512]{1,0} negate(e)
+  ROOT out = (f32[256]{0}, f32[512,256]{1,0}, f32[256,512]{1,0}) tuple(r, t, n)
+}
+"""
+
+
+def test_multi_output_fusion_keeps_a_tiled_transpose_apart_from_a_reduction() -> None:
+    # XLA's ShapesCompatibleForMultiOutputFusion: "MOF-fusion of a transpose and a
+    # reduction" is refused, while the negate (the reduce's input shape) joins the
+    # reduction. XLA 0.12 makes the same two kernels of this module
+    # (input_transpose_fusion, input_negate_reduce_fusion); heron made one, the
+    # transposed copy written by the reduction's threads (fails on the old code).
+    module = parse_module(_REDUCE_WITH_TRANSPOSED_COPY)
+    run_pipeline(module, gpu_pipeline(H100))
+    fusions = [i for i in module.entry.instructions if i.opcode == "fusion"]
+    roots = sorted(
+        sorted(r.opcode for r in _roots(f.called("calls").root_instruction)) for f in fusions
+    )
+    assert roots == [["negate", "reduce"], ["transpose"]]
+    arguments = random_arguments(parse_module(_REDUCE_WITH_TRANSPOSED_COPY), seed=0)
+    expected = evaluate_module(parse_module(_REDUCE_WITH_TRANSPOSED_COPY), arguments)
+    for got, want in zip(evaluate_module(module, arguments), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def _roots(root):
+    return root.operands if root.opcode == "tuple" else [root]
