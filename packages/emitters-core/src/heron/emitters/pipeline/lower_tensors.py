@@ -44,7 +44,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, gpu, memref, nvgpu, scf, vector
 
-from heron.emitters import atomics, ir_utils, kernel_arguments
+from heron.emitters import atomics, callbacks, ir_utils, kernel_arguments
 from heron.emitters.pipeline import packed_stores
 from heron.emitters.pipeline.gpu_lowering import MIN_BLOCKS_PER_CORE_ATTR
 from heron.emitters.pipeline.manager import Pass, PipelineOptions, run_upstream
@@ -766,6 +766,8 @@ def _atomic_rmw(lw: _Lowering, op: ir.Operation) -> None:
         memref.AtomicRMWOp(getattr(arith.AtomicRMWKind, kind), lw.get(operand), buffer, [index])
     elif isinstance(element, ir.IntegerType):
         _generic_atomic(lw, body, buffer, index, element)
+    elif _calls_by_name(body):
+        _float_cas_loop(lw, body, buffer, index, element)
     else:
         _float_generic_atomic(lw, body, buffer, index, element)
     lw.values[op.results[0]] = buffer
@@ -850,6 +852,55 @@ def _float_generic_atomic(
         lw.values[body.arguments[0]] = arith.BitcastOp(element, block.arguments[0]).result
         terminator = lw.lower_block(body)
         memref.AtomicYieldOp(arith.BitcastOp(bits, lw.get(terminator.operands[0])).result)
+
+
+def _float_cas_loop(
+    lw: _Lowering, body: ir.Block, buffer: ir.Value, index: ir.Value, element: ir.Type
+) -> None:
+    """A CAS loop on a float element, the combiner computed outside the atomic op.
+
+    ``memref.generic_atomic_rmw`` admits only ops MLIR knows to be free of side effects
+    in its body, which an intrinsic called by name (``llvm.call_intrinsic``: the
+    exponential's ``exp2``, a square root) is not: a scatter whose combiner takes the
+    exponential or the square root of the current value (``x.at[i].apply(jnp.exp)``)
+    failed verification. So, as XLA's own CAS loop does, the loop reads the current
+    bits, computes the combiner, and swaps the result in only where the element still
+    holds those bits (an atomic op whose body is a compare and a select), again from
+    the bits it found until they agree. The first read is atomic too.
+    """
+    bits = ir.IntegerType.get_signless(ir_utils.bit_width(element))
+    source = ir.MemRefType(buffer.type)
+    view_type = ir.MemRefType.get(list(source.shape), bits, memory_space=source.memory_space)
+    view = arith.BitcastOp(view_type, buffer).result
+    read = memref.GenericAtomicRMWOp(bits, view, [index])
+    read_block = read.regions[0].blocks.append(bits)
+    with ir.InsertionPoint(read_block):
+        memref.AtomicYieldOp(read_block.arguments[0])
+    loop = scf.WhileOp([bits], [read.result])
+    before = loop.before.blocks.append(bits)
+    with ir.InsertionPoint(before):
+        expected = before.arguments[0]
+        lw.values[body.arguments[0]] = arith.BitcastOp(element, expected).result
+        terminator = lw.lower_block(body)
+        new = arith.BitcastOp(bits, lw.get(terminator.operands[0])).result
+        swap = memref.GenericAtomicRMWOp(bits, view, [index])
+        swap_block = swap.regions[0].blocks.append(bits)
+        with ir.InsertionPoint(swap_block):
+            found = swap_block.arguments[0]
+            unchanged = arith.CmpIOp(arith.CmpIPredicate.eq, found, expected).result
+            memref.AtomicYieldOp(arith.SelectOp(unchanged, new, found).result)
+        changed = arith.CmpIOp(arith.CmpIPredicate.ne, swap.result, expected).result
+        scf.ConditionOp(changed, [swap.result])
+    after = loop.after.blocks.append(bits)
+    with ir.InsertionPoint(after):
+        scf.YieldOp([after.arguments[0]])
+
+
+def _calls_by_name(body: ir.Block) -> bool:
+    """Whether ``body`` calls an intrinsic by name (an op with side effects to MLIR)."""
+    return any(
+        callbacks.collect_ops(op, "llvm.call_intrinsic", label="atomic body") for op in body
+    )
 
 
 def _pure_call(lw: _Lowering, op: ir.Operation) -> None:
