@@ -898,9 +898,7 @@ def _float_cas_loop(
 
 def _calls_by_name(body: ir.Block) -> bool:
     """Whether ``body`` calls an intrinsic by name (an op with side effects to MLIR)."""
-    return any(
-        callbacks.collect_ops(op, "llvm.call_intrinsic", label="atomic body") for op in body
-    )
+    return any(callbacks.collect_ops(op, "llvm.call_intrinsic", label="atomic body") for op in body)
 
 
 def _pure_call(lw: _Lowering, op: ir.Operation) -> None:
