@@ -134,6 +134,26 @@ def test_power_of_zero_base():
     np.testing.assert_array_equal(got, np.array([1, 0, 0], np.complex64))
 
 
+@pytest.mark.parametrize("et", COMPLEX, ids=lambda e: e.value)
+def test_power_keeps_upstreams_special_cases(et: E):
+    # MLIR's convert-complex-to-standard, which XLA lowers complex power with, and
+    # XLA:CPU: x^0 = 1 and 1^y = 1 whatever the other (NaN too), inf^c = inf for real
+    # c > 0 and 0 for real c < 0. heron's kernels and evaluator gave NaN for each
+    # (a helper's sweep 9).
+    inf, nan = np.inf, np.nan
+    a = np.array([inf, inf, nan, inf, 1, 1, inf, complex(nan, nan), 2 + 1j], et.numpy_dtype)
+    b = np.array(
+        [0.5, -0.5, 0, 0, complex(inf, 1), complex(nan, nan), 2, complex(0, 0), 2],
+        et.numpy_dtype,
+    )
+    want = np.array([inf, 0, 1, 1, 1, 1, inf, 1, 3 + 4j], et.numpy_dtype)
+    text = hlo("power(%p0, %p1)", [(et, a.size), (et, a.size)], f"{et.value}[{a.size}]")
+    (got,), (evaluated,) = run_both(text, [a, b])
+    for values in (got, evaluated):
+        np.testing.assert_array_equal(values[:-1], want[:-1])
+        np.testing.assert_allclose(values[-1], want[-1], rtol=TOLERANCE[et])
+
+
 @pytest.mark.parametrize("op", ["power", "cbrt"])
 def test_power_of_bases_whose_square_leaves_the_component_range(op: str):
     # |z|^2 in f32 overflows from |z| of 1.8e19 and vanishes under 1e-19: sqrt as a

@@ -1115,3 +1115,16 @@ def test_complex_products_past_the_component_range_are_xla_s():
     wrong = np.flatnonzero(~same & ~explained)
     assert wrong.size == 0, [(z[i], w[i], ours[i], theirs[i]) for i in wrong[:4]]
     assert same.sum() > 0.97 * z.size
+
+
+def test_complex128_power_of_a_base_whose_square_overflows():
+    # a * a + b * b overflowed f64 from |x| of 1e154: z ** 0.5 at 1e300 + 1e300i was
+    # NaN in the evaluator, where heron's kernels and XLA:CPU give 1.1e150 + 4.6e149i
+    # (a helper's sweep 9). The square root of 1 + i, scaled.
+    from heron.hlo.evaluator.elementwise import _complex_power
+
+    base = np.array([1e300 + 1e300j, 1e308, 1e-300 + 1e-300j], np.complex128)
+    got = _complex_power(base, np.full(3, 0.5 + 0j))
+    root = 1.0986841134678099 + 0.45508986056222733j
+    expected = np.array([1e150 * root, 1e154, 1e-150 * root], np.complex128)
+    np.testing.assert_allclose(got, expected, rtol=4e-16)

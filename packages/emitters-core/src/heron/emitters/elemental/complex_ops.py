@@ -125,7 +125,9 @@ def _power(x: ir.Value, y: ir.Value) -> ir.Value:
     """XLA's complex power, as the evaluator writes it.
 
     |x|^c e^(-d arg x) cis(c arg x + d ln|x|) for x = a + ib, y = c + id, with
-    0^y = 1 for y = 0 and 0 for real y > 0.
+    upstream ``convert-complex-to-standard``'s special cases: 0^y = 1 for y = 0 and 0
+    for real y > 0; x^0 = 1 and 1^y = 1 whatever the other is (NaN too); inf^c = inf
+    for real c > 0 and 0 for real c < 0.
 
     |x| is taken apart as m = max(|a|, |b|) and s = (a/m)^2 + (b/m)^2 in [1, 2]:
     |x|^c = m^c s^(c/2), ln|x| = ln m + ln(s) / 2. Squared in the component type,
@@ -174,6 +176,29 @@ def _power(x: ir.Value, y: ir.Value) -> ir.Value:
     special_re = arith.SelectOp(exponent_zero, one, zero).result
     re = arith.SelectOp(zero_base, special_re, re).result
     im = arith.SelectOp(zero_base, zero, im).result
+    # upstream's other cases: x^0 = 1 and 1^y = 1 (NaN or not), inf^c = inf for real
+    # c > 0 and 0 for real c < 0 (the formula gave NaN for each)
+    d_zero = arith.CmpFOp(arith.CmpFPredicate.OEQ, d, zero).result
+    b_zero = arith.CmpFOp(arith.CmpFPredicate.OEQ, b, zero).result
+    unit = arith.OrIOp(
+        arith.AndIOp(exponent_zero, d_zero).result,
+        arith.AndIOp(arith.CmpFOp(arith.CmpFPredicate.OEQ, a, one).result, b_zero).result,
+    ).result
+    inf = _real_constant(part, float("inf"))
+    infinite_base = arith.AndIOp(
+        arith.AndIOp(arith.CmpFOp(arith.CmpFPredicate.OEQ, a, inf).result, b_zero).result,
+        d_zero,
+    ).result
+    grows = arith.AndIOp(
+        infinite_base, arith.CmpFOp(arith.CmpFPredicate.OGT, c, zero).result
+    ).result
+    vanishes = arith.AndIOp(
+        infinite_base, arith.CmpFOp(arith.CmpFPredicate.OLT, c, zero).result
+    ).result
+    re = arith.SelectOp(unit, one, re).result
+    im = arith.SelectOp(unit, zero, im).result
+    re = arith.SelectOp(grows, inf, arith.SelectOp(vanishes, zero, re).result).result
+    im = arith.SelectOp(arith.OrIOp(grows, vanishes).result, zero, im).result
     return _create(x.type, re, im)
 
 

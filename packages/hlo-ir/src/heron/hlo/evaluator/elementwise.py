@@ -160,15 +160,33 @@ _REAL_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 
 
 def _complex_power(x, y):
-    """XLA's complex power formula, evaluated in complex128."""
+    """XLA's complex power, evaluated in complex128: MLIR's ``convert-complex-to-standard``
+    formula ``|x|^c e^(-d arg x) cis(c arg x + d ln|x|)`` with its special cases (0^y is
+    1 for y = 0 and 0 for real y > 0; x^0 = 1 and 1^y = 1, NaN or not; inf^c is inf for
+    real c > 0 and 0 for real c < 0), as the kernels compute it
+    (``heron.emitters.elemental.complex_ops``).
+
+    ``|x|`` is taken apart as the kernels take it, m = max(|a|, |b|) and s = (a/m)^2 +
+    (b/m)^2 in [1, 2]: ``a * a + b * b`` overflowed complex128's parts from |x| of 1e154,
+    and ``z ** 0.5`` at 1e300 + 1e300i was NaN here where the kernels and XLA:CPU give
+    1.1e150 + 4.6e149i (a helper's sweep)."""
     a, b, c, d = x.real, x.imag, y.real, y.imag
-    aa_p_bb = a * a + b * b
-    arg = np.arctan2(b, a)
-    coeff = np.power(aa_p_bb, 0.5 * c) * np.exp(-d * arg)
-    q = c * arg + 0.5 * d * np.log(aa_p_bb)
-    general = coeff * np.cos(q) + 1j * (coeff * np.sin(q))
-    zero_base = (aa_p_bb == 0) & (d == 0) & (c >= 0)
-    return np.where(zero_base, np.where(c == 0, 1.0 + 0j, 0j), general)
+    with np.errstate(all="ignore"):
+        largest = np.maximum(np.abs(a), np.abs(b))
+        s = np.where(np.isinf(largest), 1.0, (a / largest) ** 2 + (b / largest) ** 2)
+        arg = np.arctan2(b, a)
+        magnitude = np.power(largest, c) * np.power(s, 0.5 * c)
+        log_magnitude = np.log(largest) + 0.5 * np.log(s)
+        coeff = magnitude * np.exp(-d * arg)
+        q = c * arg + d * log_magnitude
+        general = coeff * np.cos(q) + 1j * (coeff * np.sin(q))
+    zero_base = (largest == 0) & (d == 0) & (c >= 0)
+    result = np.where(zero_base, np.where(c == 0, 1.0 + 0j, 0j), general)
+    one = ((c == 0) & (d == 0)) | ((a == 1) & (b == 0))
+    infinite_base = (a == np.inf) & (b == 0) & (d == 0)
+    result = np.where(one, 1.0 + 0j, result)
+    result = np.where(infinite_base & (c > 0), complex(np.inf, 0.0), result)
+    return np.where(infinite_base & (c < 0), 0j, result)
 
 
 def _complex_atan2(y, x):
