@@ -3,10 +3,11 @@
 The semantics are the reference evaluator's (``heron.hlo.evaluator.conversions``,
 checked there against XLA): float -> integer truncates and saturates against
 the integer bounds converted to the *source* type, NaN -> 0; integers wrap;
-integer -> float rounds once to f32 (or f64) and goes on from f32; float ->
-float rounds once to nearest even, except f64 -> bf16 which XLA rounds
-through f32 (reproduced). f64 -> f16 and f64 -> fp8/f4 round once: the f64 is
-narrowed to f32 with round-to-odd, after which one more rounding to a format
+integer -> float rounds once to f32, f64 or bf16 (XLA:GPU's ``cvt.rn.bf16.s32``;
+XLA:CPU goes through f32) and to the other formats from f32; float -> float
+rounds once to nearest even, f64 -> bf16 too (XLA:GPU's ``cvt.rn.bf16.f64``;
+XLA:CPU rounds through f32). f64 -> f16, bf16 and fp8/f4 round once: the f64
+is narrowed to f32 with round-to-odd, after which one more rounding to a format
 of at most 11 significant bits is exact-then-rounded (24 >= 2 * 11 + 2). That
 avoids ``fptrunc double to half``, which the host cannot run and which would
 tie the result to the hardware. Values are in :func:`scalar_type` form: fp8
@@ -71,6 +72,8 @@ def convert_scalar(value: ir.Value, src: ElementType, dst: ElementType) -> ir.Va
     if dst.is_floating:
         if dst is F64:
             return _int_to_float(value, src, ir.F64Type.get())
+        if dst is ElementType.BF16:  # once, as XLA:GPU (LLVM's sitofp to bfloat)
+            return _int_to_float(value, src, scalar_type(dst))
         return narrow_f32(_int_to_float(value, src, ir.F32Type.get()), dst)
     return _int_to_int(value, src, dst)
 
@@ -100,8 +103,6 @@ def _float_to_float(value: ir.Value, src: ElementType, dst: ElementType) -> ir.V
         return narrow_f32(widen(value, src), dst)
     if dst is F32:
         return arith.TruncFOp(ir.F32Type.get(), value).result
-    if dst is ElementType.BF16:  # XLA goes through f32 here: double rounding, reproduced
-        return narrow_f32(arith.TruncFOp(ir.F32Type.get(), value).result, dst)
     if dst is ElementType.F16:  # integer code: no fptrunc to half, no hardware dependence
         return arith.BitcastOp(ir.F16Type.get(), f64_to_format(value, F16_FORMAT)).result
     narrowed = narrow_f32(f64_to_f32_round_to_odd(value), dst)
@@ -148,7 +149,7 @@ def f64_to_f32_round_to_odd(value: ir.Value) -> ir.Value:
 
 
 def _int_to_float(value: ir.Value, src: ElementType, target: ir.Type) -> ir.Value:
-    """An integer or pred rounded once to ``target`` (f32 or f64)."""
+    """An integer or pred rounded once to ``target`` (f32, f64 or bf16)."""
     width = 1 if src.is_pred else src.bit_width
     signed = src.is_signed_integral
     if width < 32:

@@ -7,14 +7,17 @@ convert (all checked bit-for-bit against XLA:CPU through jax):
   integer bounds converted to the source type, so f4e2m1fn 6.0 -> s4 is 7
   (7 itself converts to 6.0).
 * integer -> integer keeps the low bits (two's-complement wrap), any width.
-* integer -> f32/f64 rounds once to nearest even; integer -> any narrower
-  float goes through f32 (so s64 -> bf16 can double-round, as XLA does).
+* integer -> f32/f64/f16/bf16 rounds once to nearest even, as XLA:GPU converts
+  (``cvt.rn.bf16.s32``, ``cvt.rn.bf16.s64``); integer -> the fp8/f4 formats goes
+  through f32. XLA:CPU goes through f32 for bf16 too, so s32 2^24 + 2^16 + 1 is
+  16777216 there and 16908288 here: heron follows XLA:GPU where the two differ.
 * float -> float rounds to nearest even; overflow follows the target format
   (inf, NaN for the ``fn`` formats without inf, saturation for f4e2m1fn),
   exactly as ml_dtypes does from f32, except that XLA turns every NaN into
-  f4e2m1fn's -0 (ml_dtypes gives +0 for -NaN). From f64, XLA rounds once to f16 and
-  to the fp8/f4 formats (we narrow to f32 with round-to-odd first, which is
-  equivalent), but goes through f32 for bf16 (double rounding, reproduced).
+  f4e2m1fn's -0 (ml_dtypes gives +0 for -NaN). From f64, XLA:GPU rounds once to
+  every narrower format, bf16 included (``cvt.rn.bf16.f64``; we narrow to f32 with
+  round-to-odd first, which is equivalent); XLA:CPU goes through f32 for bf16
+  (double rounding), which heron does not follow.
   f64 -> f8e8m0fnu: XLA turns every value below 2^-127 (the smallest e8m0
   value) into NaN, where f32 -> f8e8m0fnu rounds it up; both reproduced.
 * anything -> pred is ``x != 0`` (NaN -> true); pred -> number is 0 / 1.
@@ -93,9 +96,36 @@ def _convert(x: np.ndarray, src: ElementType, to: ElementType) -> np.ndarray:
     if to.is_floating:
         if to is ElementType.F64:
             return value.astype(np.float64)
+        if to is ElementType.BF16:
+            return _int_to_bf16(value)
         as_f32 = value.astype(np.float32)
         return as_f32 if to is ElementType.F32 else fs.from_f32(as_f32, to)
     return ints.from_codes(value.astype(np.uint64), to)
+
+
+def _int_to_bf16(value: np.ndarray) -> np.ndarray:
+    """Integers rounded once to bf16 (nearest even). Below 2^53 an integer is exact in
+    f64, from which a round-to-odd f32 rounds once more correctly; the few 64-bit
+    integers above it are rounded exactly, one by one."""
+    value = np.asarray(value)
+    small = np.abs(value.astype(np.float64)) < 2.0**53
+    result = fs.from_f32(
+        fs.f64_to_f32_round_to_odd(np.where(small, value, 0).astype(np.float64)), ElementType.BF16
+    )
+    for at in np.flatnonzero(~small.reshape(-1)):
+        result.reshape(-1)[at] = _round_integer_to_bf16(int(value.reshape(-1)[at]))
+    return result
+
+
+def _round_integer_to_bf16(v: int) -> float:
+    """``v`` rounded to 8 significant bits, ties to even (exact: Python integers)."""
+    magnitude = abs(v)
+    shift = max(0, magnitude.bit_length() - 8)
+    kept, dropped = magnitude >> shift, magnitude & ((1 << shift) - 1)
+    half = 1 << (shift - 1) if shift else 0
+    if shift and (dropped > half or (dropped == half and kept & 1)):
+        kept += 1
+    return float(-(kept << shift) if v < 0 else kept << shift)
 
 
 def _make_complex(re: np.ndarray, im: np.ndarray, to: ElementType) -> np.ndarray:
@@ -113,8 +143,8 @@ def _float_to_float(x: np.ndarray, src: ElementType, to: ElementType) -> np.ndar
         return fs.from_f32(x.astype(np.float32), to)
     if to is ElementType.F32:
         return x.astype(np.float32)
-    if to is ElementType.BF16:
-        return x.astype(np.float32).astype(to.numpy_dtype)
+    if to is ElementType.BF16:  # once, as XLA:GPU (cvt.rn.bf16.f64); not through f32
+        return fs.from_f32(fs.f64_to_f32_round_to_odd(x), to)
     if to is ElementType.F16:
         return x.astype(np.float16)  # numpy rounds f64 -> f16 once
     narrowed = fs.from_f32(fs.f64_to_f32_round_to_odd(x), to)
