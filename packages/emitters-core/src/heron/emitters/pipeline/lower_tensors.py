@@ -842,10 +842,7 @@ def _float_generic_atomic(
     lw: _Lowering, body: ir.Block, buffer: ir.Value, index: ir.Value, element: ir.Type
 ) -> None:
     """A CAS loop on a float element through the integer view of its buffer."""
-    bits = ir.IntegerType.get_signless(ir_utils.bit_width(element))
-    source = ir.MemRefType(buffer.type)
-    view_type = ir.MemRefType.get(list(source.shape), bits, memory_space=source.memory_space)
-    view = arith.BitcastOp(view_type, buffer).result
+    bits, view = _integer_view(buffer, element)
     generic = memref.GenericAtomicRMWOp(bits, view, [index])
     block = generic.regions[0].blocks.append(bits)
     with ir.InsertionPoint(block):
@@ -868,10 +865,7 @@ def _float_cas_loop(
     holds those bits (an atomic op whose body is a compare and a select), again from
     the bits it found until they agree. The first read is atomic too.
     """
-    bits = ir.IntegerType.get_signless(ir_utils.bit_width(element))
-    source = ir.MemRefType(buffer.type)
-    view_type = ir.MemRefType.get(list(source.shape), bits, memory_space=source.memory_space)
-    view = arith.BitcastOp(view_type, buffer).result
+    bits, view = _integer_view(buffer, element)
     read = memref.GenericAtomicRMWOp(bits, view, [index])
     read_block = read.regions[0].blocks.append(bits)
     with ir.InsertionPoint(read_block):
@@ -894,6 +888,15 @@ def _float_cas_loop(
     after = loop.after.blocks.append(bits)
     with ir.InsertionPoint(after):
         scf.YieldOp([after.arguments[0]])
+
+
+def _integer_view(buffer: ir.Value, element: ir.Type) -> tuple[ir.Type, ir.Value]:
+    """The integer type of ``element``'s width and ``buffer`` viewed as such integers
+    (LLVM's ``cmpxchg`` takes integers only)."""
+    bits = ir.IntegerType.get_signless(ir_utils.bit_width(element))
+    source = ir.MemRefType(buffer.type)
+    view_type = ir.MemRefType.get(list(source.shape), bits, memory_space=source.memory_space)
+    return bits, arith.BitcastOp(view_type, buffer).result
 
 
 def _calls_by_name(body: ir.Block) -> bool:
