@@ -84,9 +84,7 @@ def _groups_with_extra_values(
     order = np.lexsort((all_bits, all_groups))
     sorted_groups, sorted_bits = all_groups[order], all_bits[order]
     new_pair = np.ones(order.shape[0], np.bool_)
-    new_pair[1:] = (sorted_groups[1:] != sorted_groups[:-1]) | (
-        sorted_bits[1:] != sorted_bits[:-1]
-    )
+    new_pair[1:] = (sorted_groups[1:] != sorted_groups[:-1]) | (sorted_bits[1:] != sorted_bits[:-1])
     starts = np.flatnonzero(new_pair)
     excess = np.add.reduceat(weights[order], starts) > 0
     return np.unique(sorted_groups[starts][excess])
