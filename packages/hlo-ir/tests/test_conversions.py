@@ -455,3 +455,12 @@ def test_bitcast_convert_vs_xla(src):
         # ... and back again, through the narrower-to-wider direction.
         back = bitcast_convert(ours, src)
         np.testing.assert_array_equal(bits_of(back), bits_of(x), err_msg=f"{to} -> {src}")
+
+
+def test_large_integers_round_once_to_bf16_in_a_transposed_array():
+    # The integers over 2^53 are rounded one by one; written into a transposed view's
+    # reshaped copy they were lost (0 where the kernel had -2.5e18: the fuzz sample).
+    x = np.array([[-(2**61) - 2**53 - 1, 5], [2**62 + 2**54 + 1, -(2**63)]], np.int64).T
+    got = convert_array(x, E.BF16).astype(np.float64)
+    expected = [[-(2.0**61) - 2**54, 2.0**62 + 2**55], [5.0, -(2.0**63)]]
+    np.testing.assert_array_equal(got, expected)

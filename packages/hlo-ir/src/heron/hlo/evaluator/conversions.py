@@ -107,14 +107,18 @@ def _int_to_bf16(value: np.ndarray) -> np.ndarray:
     """Integers rounded once to bf16 (nearest even). Below 2^53 an integer is exact in
     f64, from which a round-to-odd f32 rounds once more correctly; the few 64-bit
     integers above it are rounded exactly, one by one."""
-    value = np.asarray(value)
-    small = np.abs(value.astype(np.float64)) < 2.0**53
-    result = fs.from_f32(
-        fs.f64_to_f32_round_to_odd(np.where(small, value, 0).astype(np.float64)), ElementType.BF16
+    shape = np.shape(value)
+    flat = np.ascontiguousarray(value).reshape(-1)  # a transposed view reshapes to a copy
+    small = np.abs(flat.astype(np.float64)) < 2.0**53
+    result = np.array(
+        fs.from_f32(
+            fs.f64_to_f32_round_to_odd(np.where(small, flat, 0).astype(np.float64)),
+            ElementType.BF16,
+        )
     )
-    for at in np.flatnonzero(~small.reshape(-1)):
-        result.reshape(-1)[at] = _round_integer_to_bf16(int(value.reshape(-1)[at]))
-    return result
+    for at in np.flatnonzero(~small):
+        result[at] = _round_integer_to_bf16(int(flat[at]))
+    return result.reshape(shape)
 
 
 def _round_integer_to_bf16(v: int) -> float:
