@@ -110,6 +110,20 @@ def _install(rng: random.Random, computation: Computation, members: list[Instruc
     return members, new, readers
 
 
+def _installs(rng: random.Random, computation: Computation, kept: KeptPostOrder, tries: int):
+    """Random installs on ``computation``, each handed to ``kept``: after each, what
+    ``post_order`` makes of the list the install left (computed before ``kept`` writes
+    its order back)."""
+    for step in range(tries):
+        members = _members(rng, computation)
+        if members is None:
+            continue
+        gone, new, readers = _install(rng, computation, members, step)
+        expected = computation.post_order()
+        kept.installed(gone, new, readers)
+        yield expected
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_each_install_leaves_the_post_order_of_the_edited_list(seed: int) -> None:
     rng = random.Random(seed)
@@ -117,20 +131,14 @@ def test_each_install_leaves_the_post_order_of_the_edited_list(seed: int) -> Non
     kept = KeptPostOrder(computation)
     assert kept.order() == computation.post_order()
     installs = 0
-    for step in range(200):
-        if installs == 12:
-            break
-        members = _members(rng, computation)
-        if members is None:
-            continue
-        gone, new, readers = _install(rng, computation, members, step)
-        expected = computation.post_order()
-        kept.installed(gone, new, readers)
+    for expected in _installs(rng, computation, kept, 200):
         installs += 1
         assert [i.name for i in kept.order()] == [i.name for i in expected]
         assert computation.instructions == expected  # written back
         places = [kept.place(i) for i in expected]
         assert places == sorted(places) and len(set(places)) == len(places)
+        if installs == 12:
+            break
     assert installs > 0
 
 
@@ -142,11 +150,5 @@ def test_a_gap_run_out_renumbers_the_places(monkeypatch: pytest.MonkeyPatch) -> 
         rng = random.Random(100 + seed)
         computation = _random_computation(rng, 40)
         kept = KeptPostOrder(computation)
-        for step in range(60):
-            members = _members(rng, computation)
-            if members is None:
-                continue
-            gone, new, readers = _install(rng, computation, members, step)
-            expected = computation.post_order()
-            kept.installed(gone, new, readers)
+        for expected in _installs(rng, computation, kept, 60):
             assert kept.order() == expected

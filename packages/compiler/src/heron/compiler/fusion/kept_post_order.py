@@ -43,13 +43,14 @@ class KeptPostOrder:
         self._items: list[Instruction] = order if order is not None else computation.post_order()
         computation.instructions = list(self._items)
         self._places: list[int] = []
-        self._place: dict[int, int] = {}
+        #: Each instruction's place, by the instruction (they hash by identity, eq=False).
+        self._place: dict[Instruction, int] = {}
         self._renumber()
 
     def place(self, inst: Instruction) -> int:
         """A number that orders ``inst`` among the computation's instructions as the
         post-order does."""
-        return self._place[id(inst)]
+        return self._place[inst]
 
     def from_place(self, place: int) -> list[Instruction]:
         """The instructions at ``place`` and after it, in order."""
@@ -89,8 +90,8 @@ class KeptPostOrder:
         self._put(self._index(before) + 1 if before is not None else 0, [fusion])
         for inst in appended:
             self._put(len(self._items), [inst])
-        suspects = {id(inst): inst for inst in (*new, *readers) if id(inst) in self._place}
-        for suspect in sorted(suspects.values(), key=self.place):
+        suspects = dict.fromkeys(inst for inst in (*new, *readers) if inst in self._place)
+        for suspect in sorted(suspects, key=self.place):
             self._pull_operands_before(suspect)
         root = self._computation.root
         if root is not None and self._items and self._items[-1] is not root:
@@ -103,21 +104,21 @@ class KeptPostOrder:
         """What ``post_order``'s walk from ``start`` does when ``start`` comes before
         one of its operands: every operand placed later, depth first, operands in
         order, put just before ``start`` (each after its own)."""
-        limit = self._place[id(start)]
+        limit = self._place[start]
         place = self._place
-        if all(place[id(op)] < limit for op in start.operands):
+        if all(place[op] < limit for op in start.operands):
             return
         pulled: list[Instruction] = []
-        seen: set[int] = {id(start)}
+        seen: set[Instruction] = {start}
         stack: list[tuple[Instruction, int]] = [(start, 0)]
         while stack:
             inst, next_operand = stack[-1]
             if next_operand < len(inst.operands):
                 stack[-1] = (inst, next_operand + 1)
                 op = inst.operands[next_operand]
-                if id(op) in seen or place[id(op)] < limit:
+                if op in seen or place[op] < limit:
                     continue
-                seen.add(id(op))
+                seen.add(op)
                 stack.append((op, 0))
             else:
                 stack.pop()
@@ -129,11 +130,11 @@ class KeptPostOrder:
 
     # -- sparse places -------------------------------------------------------------
     def _index(self, inst: Instruction) -> int:
-        return bisect_left(self._places, self._place[id(inst)])
+        return bisect_left(self._places, self._place[inst])
 
     def _take_out(self, inst: Instruction) -> None:
         at = self._index(inst)
-        del self._items[at], self._places[at], self._place[id(inst)]
+        del self._items[at], self._places[at], self._place[inst]
 
     def _put(self, at: int, insts: list[Instruction]) -> None:
         """Put ``insts`` in order before the ``at``-th instruction (at the end when
@@ -150,7 +151,7 @@ class KeptPostOrder:
         self._items[at:at] = insts
         self._places[at:at] = places
         for inst, number in zip(insts, places, strict=True):
-            self._place[id(inst)] = number
+            self._place[inst] = number
 
     def _gap(self, at: int, count: int) -> tuple[int, int]:
         places = self._places
@@ -163,4 +164,4 @@ class KeptPostOrder:
         instructions in each gap."""
         spacing = max(SPACING, room + 2)
         self._places = [n * spacing for n in range(len(self._items))]
-        self._place = {id(inst): n * spacing for n, inst in enumerate(self._items)}
+        self._place = {inst: n * spacing for n, inst in enumerate(self._items)}
