@@ -13,6 +13,10 @@ kernels compile to PTX that ptxas accepts (sm_80, sm_90) and to gfx942 HSACO.
 
 from __future__ import annotations
 
+import contextlib
+from unittest import mock
+
+import attrs
 import ml_dtypes
 import numpy as np
 import pytest
@@ -122,13 +126,19 @@ def _bits(x: np.ndarray) -> np.ndarray:
     return x.view(np.uint8) if x.dtype != bool else x
 
 
-def run_sort(text: str, inputs: list[np.ndarray], warp: int = 32):
-    """(kernel outputs, evaluator outputs, compiled kernel) of the module's one fusion."""
+def run_sort(text: str, inputs: list[np.ndarray], warp: int = 32, *, written_out: bool = False):
+    """(kernel outputs, evaluator outputs, compiled kernel) of the module's one fusion.
+
+    ``written_out``: the network's steps written out, as on a grid of more blocks than
+    the device has cores (``SortPlan.rolled`` false); otherwise the small grids of these
+    tests keep them loops."""
     module = parse_module(text)
     (fusion,) = fusions_of(module)
     device = InterpreterDevice(warp_size=warp)
     target = target_for_device(device, "interpreter", None)
-    kernel = compile_fusion(fusion, target, "interpreter", emitters=REGISTRY)
+    rolled_never = mock.patch.object(sort_plugin, "one_block_per_core", lambda *_: False)
+    with rolled_never if written_out else contextlib.nullcontext():
+        kernel = compile_fusion(fusion, target, "interpreter", emitters=REGISTRY)
     assert kernel.emitter == "sort"
     run = run_on_device(device, kernel, inputs)
     expected = evaluate_module(parse_module(text), inputs)
@@ -145,11 +155,12 @@ def assert_bitwise(got: list[np.ndarray], want: list[np.ndarray]) -> None:
 
 @pytest.mark.parametrize("length", [1, 2, 3, 31, 32, 33, 1024])
 @pytest.mark.parametrize("warp", [32, 64])
-def test_f32_total_order_rows_of_every_length(length, warp):
+@pytest.mark.parametrize("written_out", [False, True])
+def test_f32_total_order_rows_of_every_length(length, warp, written_out):
     rng = np.random.default_rng(length)
     dims = (5, length)
     text = sort_module("f32", dims, 1)
-    got, want, _ = run_sort(text, [_values("f32", dims, rng)], warp)
+    got, want, _ = run_sort(text, [_values("f32", dims, rng)], warp, written_out=written_out)
     assert_bitwise(got, want)
 
 
@@ -166,12 +177,13 @@ def test_every_key_type_both_directions(dtype, direction):
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "s32", "u8", "pred"])
 @pytest.mark.parametrize("length", [32, 100])
 @pytest.mark.parametrize("warp", [32, 64])
-def test_stable_argsort_with_ties(dtype, length, warp):
+@pytest.mark.parametrize("written_out", [False, True])
+def test_stable_argsort_with_ties(dtype, length, warp, written_out):
     """key + s32 iota, is_stable: ties keep their original order (the evaluator's)."""
     rng = np.random.default_rng(length)
     dims = (4, length)
     text = sort_module(dtype, dims, 1, stable=True, iota=True)
-    got, want, kernel = run_sort(text, [_values(dtype, dims, rng)], warp)
+    got, want, kernel = run_sort(text, [_values(dtype, dims, rng)], warp, written_out=written_out)
     assert_bitwise(got, want)
     assert kernel.emitter == "sort"
 
@@ -222,11 +234,12 @@ def test_sort_along_a_non_minor_dimension(dims, dimension):
     assert_bitwise(got, want)
 
 
-def test_short_rows_share_a_block_and_a_partial_block_is_guarded():
+@pytest.mark.parametrize("written_out", [False, True])
+def test_short_rows_share_a_block_and_a_partial_block_is_guarded(written_out):
     rng = np.random.default_rng(1)
     dims = (9, 31)  # 16 pairs a row, 8 rows a block: 2 blocks, the second partial
     text = sort_module("s32", dims, 1)
-    got, want, kernel = run_sort(text, [_values("s32", dims, rng)])
+    got, want, kernel = run_sort(text, [_values("s32", dims, rng)], written_out=written_out)
     assert_bitwise(got, want)
     assert kernel.grid[0] == 2 and kernel.block[0] == 128
 
@@ -425,3 +438,29 @@ def test_a_long_network_is_loops_the_same_size_for_any_row():
         return str(kernel.module).count("\n")
 
     assert size((1, 65536)) == size((1, 32768))
+
+
+def test_a_network_on_one_block_a_core_is_loops_and_written_out_on_more():
+    """A grid that gives no core a second block takes one block's latency: its network
+    is loops (a barrier in the loop body, the kernel as large for rows of 64 as of 16),
+    which compiles in about half the time (issue 32: a sort of 8 rows of 32 took 100 ms,
+    XLA 89 ms); a grid of more blocks than cores writes its steps out (a barrier each),
+    the kernels the GPU measured."""
+    from heron_test_support.analysis import H100
+
+    from heron.plugins.sort import plan_sort
+
+    def barriers(dims: tuple[int, int], cores: int) -> int:
+        fusion = _fusion(sort_module("f32", dims, 1))
+        target = attrs.evolve(H100, core_count=cores)
+        kernel = compile_fusion(fusion, target, "interpreter", stop_after="lower-tensors")
+        return str(kernel.module).count("gpu.barrier")
+
+    one_wave = _fusion(sort_module("f32", (132 * 8, 32), 1))  # 8 rows a block: 132 blocks
+    assert plan_sort(one_wave.called("calls").root, H100).rolled
+    more = _fusion(sort_module("f32", (132 * 8 + 1, 32), 1))
+    assert not plan_sort(more.called("calls").root, H100).rolled
+    # 32 elements: 15 steps; 64: 21. Loops: the load's barrier and one in the loop.
+    assert barriers((16, 32), cores=132) == barriers((16, 64), cores=132) == 2
+    assert barriers((16, 32), cores=1) == 1 + 15  # two blocks on one core
+    assert barriers((16, 64), cores=1) == 1 + 21

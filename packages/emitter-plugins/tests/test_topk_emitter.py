@@ -13,6 +13,9 @@ sm_90) and to gfx942 HSACO.
 
 from __future__ import annotations
 
+import contextlib
+from unittest import mock
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -72,12 +75,18 @@ def _values(dtype: str, dims: tuple[int, ...], rng: np.random.Generator) -> np.n
     return rng.integers(0, 256, count).astype(np.uint8).reshape(dims)
 
 
-def run_topk(text: str, inputs: list[np.ndarray], warp: int = 32):
-    """(kernel outputs, evaluator outputs, compiled kernel) of the module's one fusion."""
+def run_topk(text: str, inputs: list[np.ndarray], warp: int = 32, *, unrolled: bool = False):
+    """(kernel outputs, evaluator outputs, compiled kernel) of the module's one fusion.
+
+    ``unrolled``: the short loops left to unroll-loops, as on a grid of more blocks than
+    the device has cores (``TopkPlan.rolled`` false); the small grids of these tests
+    otherwise keep them loops."""
     (fusion,) = fusions_of(parse_module(text))
     device = InterpreterDevice(warp_size=warp)
     target = target_for_device(device, "interpreter", None)
-    kernel = compile_fusion(fusion, target, "interpreter", emitters=REGISTRY)
+    rolled_never = mock.patch.object(topk_plugin, "one_block_per_core", lambda *_: False)
+    with rolled_never if unrolled else contextlib.nullcontext():
+        kernel = compile_fusion(fusion, target, "interpreter", emitters=REGISTRY)
     assert kernel.emitter == "topk"
     run = run_on_device(device, kernel, inputs)
     expected = evaluate_module(parse_module(text), inputs)
@@ -94,11 +103,13 @@ def assert_bitwise(got: list[np.ndarray], want: list[np.ndarray]) -> None:
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "s32"])
 @pytest.mark.parametrize("k", [1, 2, 8, 16])
 @pytest.mark.parametrize("length", [16, 37, 128, 1000])
-def test_every_k_type_and_row_length(dtype, k, length):
+@pytest.mark.parametrize("unrolled", [False, True])
+def test_every_k_type_and_row_length(dtype, k, length, unrolled):
     """Rows of 16 (k threads or fewer), 37 and 1,000 (not a multiple of the threads)."""
     rng = np.random.default_rng(length * 100 + k)
     dims = (3, length)
-    got, want, _ = run_topk(topk_module(dtype, dims, k), [_values(dtype, dims, rng)])
+    text = topk_module(dtype, dims, k)
+    got, want, _ = run_topk(text, [_values(dtype, dims, rng)], unrolled=unrolled)
     assert_bitwise(got, want)
 
 
@@ -156,6 +167,25 @@ def test_the_kernel_does_not_grow_with_the_merge_rounds():
 def _fusion(text: str):
     (fusion,) = fusions_of(parse_module(text))
     return fusion
+
+
+def test_short_loops_stay_loops_on_one_block_a_core():
+    """On a grid of no more blocks than cores (a row a block) the scan and the offers are
+    loops however few their trips: after unroll-loops the kernel for 132 rows holds one
+    offer's compare-and-swaps per loop, the kernel for 133 rows every trip's."""
+    from heron_test_support.analysis import H100
+
+    def compares(rows: int) -> tuple[bool, int]:
+        fusion = _fusion(topk_module("f32", (rows, 32), 4))
+        kernel = compile_fusion(fusion, H100, "interpreter", stop_after="unroll-loops")
+        rolled = TopkEmitter(analysed(fusion)).plan.rolled
+        return rolled, str(kernel.module).count("arith.cmpi")
+
+    (one_wave, few), (more, many) = compares(132), compares(133)
+    assert one_wave and not more
+    # 4 elements a thread and 4 offers a round, each offer's compare-and-swaps (and
+    # guard) once in the loops, four times written out
+    assert many > 2 * few
 
 
 def test_unsupported_topks_are_refused_by_name():

@@ -15,7 +15,12 @@ bitonic network, and writes them out:
   ``i`` is compared with its mirror ``i ^ (2^(s+1) - 1)``, then with
   ``i + 2^j`` for ``j = s - 1 .. 0``; a barrier follows every step. The lower
   index keeps the element that comes first; the higher one is swapped in when
-  ``comparator(higher, lower)`` holds, as XLA calls it. The padding behaves as
+  ``comparator(higher, lower)`` holds, as XLA calls it. The steps are written out
+  with constant distances, except on a grid of one block a core
+  (:func:`heron.emitters.target.one_block_per_core`), whose kernel takes one
+  block's latency however they are written: there they are loops over the
+  stages and their steps (``SortPlan.rolled``), and the kernel's size, and
+  LLVM's and ptxas's time, no longer grow with the network. The padding behaves as
   elements ordered after everything and never moves, so a pair whose higher
   index is at or past ``n`` is skipped and never read;
 - ``is_stable=true``: ties (neither element ordered before the other) are
@@ -63,6 +68,7 @@ from heron.emitters.fusion_analysis import FusionAnalysis, claims_root, has_no_o
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.emitters.ir_utils import both, index_constant
 from heron.emitters.pipeline.unroll import KEEP_ROLLED
+from heron.emitters.target import one_block_per_core
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
@@ -100,6 +106,10 @@ class SortPlan:
     #: For rows sorted in the outputs: the elements of the shared-memory tile the
     #: in-tile steps run in (a power of two below ``padded``), 0 when none fits.
     chunk: int = 0
+    #: Whether a network in shared memory is emitted as loops over its stages and steps
+    #: (the distances computed at run time) instead of written out step by step: on a
+    #: grid of one block a core (:func:`heron.emitters.target.one_block_per_core`).
+    rolled: bool = False
 
     @property
     def rounds(self) -> int:
@@ -212,8 +222,10 @@ def plan_sort(sort: Instruction, target: Target) -> SortPlan:
         target.shared_memory_per_block // row_bytes,
         target.threads_per_block_limit // pairs,
     )
+    per_block = max(1, per_block)
+    rolled = one_block_per_core(math.ceil(rows / per_block), target) and padded > 2
     return SortPlan(
-        dimension, length, padded, rows, max(1, per_block), stable, positions, True, pairs
+        dimension, length, padded, rows, per_block, stable, positions, True, pairs, rolled=rolled
     )
 
 
@@ -291,10 +303,19 @@ class SortEmitter(FusionEmitter):
         tiles = list(sync_threads_op(tiles).results)
         # Written out, each step's distances constants: in shared memory a step is a few
         # accesses and a barrier, and its index arithmetic counts (these are the kernels
-        # the GPU measured); only rows longer than a block holds are loops (_network).
-        for distance, mirrored in plan.steps:
-            tiles = self._step(entry, tiles, pair, distance, mirrored, row_ok)
-            tiles = list(sync_threads_op(tiles).results)
+        # the GPU measured). A grid of one block a core keeps the loops (SortPlan.rolled).
+        if plan.rolled:
+            tiles = self._network(
+                plan.steps,
+                tiles,
+                lambda d, m, current: list(
+                    sync_threads_op(self._step(entry, current, pair, d, m, row_ok)).results
+                ),
+            )
+        else:
+            for distance, mirrored in plan.steps:
+                tiles = self._step(entry, tiles, pair, distance, mirrored, row_ok)
+                tiles = list(sync_threads_op(tiles).results)
         outputs = list(entry.outputs)
         for position in halves:
             outputs = self._store(tiles, outputs, position, row_ok)

@@ -29,6 +29,10 @@ two nearest ``n / k``, at most ``ROW_THREADS``):
   ``t % 2s == 0`` inserts the list of thread ``t + s`` into its own, a barrier;
 - thread 0 writes the ``k`` values (keys turned back) and indices.
 
+On a grid of one block a core (:func:`heron.emitters.target.one_block_per_core`)
+the scan and the offers stay loops however few their trips (``TopkPlan.rolled``):
+the kernel takes one block's latency there, and a smaller one compiles faster.
+
 Launch: one block of ``T`` threads per row. XLA's TopK kernel is one block
 per row too (its rows are loaded with vector loads and merged across warps
 with shuffles); heron's merges go through shared memory.
@@ -49,6 +53,7 @@ from heron.emitters.fusion_analysis import FusionAnalysis, claims_root, has_no_o
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.emitters.ir_utils import index_constant, int_constant
 from heron.emitters.pipeline.unroll import KEEP_ROLLED
+from heron.emitters.target import one_block_per_core
 from heron.hlo.element_types import ElementType
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Instruction
@@ -78,6 +83,9 @@ class TopkPlan:
     threads: int  #: T, a power of two
     key_width: int  #: 32 or 64: the keys' integer width
     largest: bool
+    #: Whether the scan and a merge round's offers stay loops however few their trips
+    #: (:func:`heron.emitters.target.one_block_per_core`: a grid of one block a core).
+    rolled: bool = False
 
     @property
     def per_thread(self) -> int:
@@ -120,7 +128,8 @@ def plan_topk(topk: Instruction, target: Target) -> TopkPlan:
         )
     rows = math.prod(shape.dims[:-1])
     largest = bool(topk.attributes.get("largest", True))
-    return TopkPlan(length, rows, k, threads, width, largest)
+    rolled = one_block_per_core(max(1, rows), target)
+    return TopkPlan(length, rows, k, threads, width, largest, rolled)
 
 
 class TopkEmitter(FusionEmitter):
@@ -269,6 +278,8 @@ class TopkEmitter(FusionEmitter):
         loop = scf.ForOp(
             index_constant(0), index_constant(plan.per_thread), index_constant(1), items
         )
+        if plan.rolled:
+            loop.operation.attributes[KEEP_ROLLED] = ir.UnitAttr.get()
         with ir.InsertionPoint(loop.body):
             scf.YieldOp(step(loop.induction_variable, list(loop.inner_iter_args)))
         return list(loop.results)
@@ -312,6 +323,8 @@ class TopkEmitter(FusionEmitter):
 
             def take(current: Values, keys=keys, indices=indices, partner=partner) -> Values:
                 offers = scf.ForOp(index_constant(0), index_constant(k), index_constant(1), current)
+                if plan.rolled:
+                    offers.operation.attributes[KEEP_ROLLED] = ir.UnitAttr.get()
                 with ir.InsertionPoint(offers.body):
                     slot = [arith.addi(partner, offers.induction_variable)]
                     key = tensor.extract(keys, slot)

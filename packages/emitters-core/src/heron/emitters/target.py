@@ -1,4 +1,5 @@
-"""What the emitters compute from the device's facts: how many blocks a core keeps resident.
+"""What the emitters compute from the device's facts: how many blocks a core keeps
+resident, and which grids run for one block's latency.
 
 The device is described once, by :class:`heron.target.Target` (the bottom of
 heron's dependency graph, which emitters-core imports like every layer); this
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from heron.target import Target
 
-__all__ = ["resident_block_limits", "resident_blocks"]
+__all__ = ["one_block_per_core", "resident_block_limits", "resident_blocks"]
 
 
 def resident_block_limits(
@@ -45,3 +46,17 @@ def resident_blocks(target: Target, threads: int, registers: int, shared: int) -
     """Blocks of ``threads`` threads, ``registers`` a thread and ``shared`` bytes one core of
     ``target`` keeps resident: the smallest of :func:`resident_block_limits`."""
     return min(resident_block_limits(target, threads, registers, shared).values())
+
+
+def one_block_per_core(blocks: int, target: Target) -> bool:
+    """Whether a grid of ``blocks`` blocks gives no core of ``target`` a second block: the
+    kernel then takes about one block's latency, however its steps are written.
+
+    The emitters whose steps are a fixed network (a sort's compare-and-swap steps, a
+    top-k's offers) write them out step by step with constant indices for the large
+    grids, where every instruction of a step is paid once per block in every wave; on
+    such a grid they keep them loops instead: a few index instructions more per step,
+    and a kernel whose size, LLVM's and ptxas's time no longer grow with the steps
+    (a sort of 8 rows of 32 took 100 ms to compile, written out, 56 ms rolled).
+    """
+    return blocks <= target.core_count
