@@ -1129,6 +1129,78 @@ def test_the_written_sum_s_bound_scales_with_its_factor_and_refuses_more():
         assert not written.accepts(far, value).any()
 
 
+#: jax.ops.segment_sum of bf16[32] into one segment (a helper's sweep of jraph-style
+#: segment sums): ``--deterministic`` sums it by a segmented scan in a tree order, the
+#: reference in update order.
+SEGMENT_SUM_BF16 = """\
+HloModule segment_sum
+
+add {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
+}
+
+ENTRY main {
+  zero = bf16[1]{0} constant({0})
+  segments = s32[32]{0} parameter(1)
+  indices = s32[32,1]{1,0} reshape(segments)
+  y = bf16[32]{0} parameter(0)
+  ROOT sums = bf16[1]{0} scatter(zero, indices, y), update_window_dims={},
+    inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+    to_apply=add
+}
+"""
+
+
+def _cancelling_bf16_segments() -> tuple[np.ndarray, np.ndarray]:
+    """32 bf16 values whose sum, -0.97, is a twentieth of the sum of their magnitudes."""
+    y = np.random.default_rng(1).standard_normal(32).astype(BF16)
+    return y, np.zeros(32, np.int32)
+
+
+def test_a_deterministic_segment_sum_agrees_within_its_summation_bound(tmp_path, capsys):
+    # The sorted scatter's scan gives -1.0, the reference's update order -0.96875 (the
+    # exact sum -0.9725): 3% apart, past the fixed 16-bit bound; within
+    # (m - 1 + log2 m) u sum|x| = 38 * 2^-8 * 21.3 of the m = 33 terms that meet there.
+    path = _write(tmp_path, "segment_sum.hlo", SEGMENT_SUM_BF16)
+    y, segments = _cancelling_bf16_segments()
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, arg0=y.astype(np.float32), arg1=segments)
+    code, out, err = heron(
+        capsys,
+        "run",
+        path,
+        "--backend",
+        "interpreter",
+        "--deterministic",
+        "--inputs",
+        str(inputs),
+        "--check",
+    )
+    assert (code, err) == (0, ""), out
+
+
+def test_a_summing_scatter_s_bound_counts_the_updates_that_meet_and_refuses_more():
+    from heron.harness.agreement import WrittenSum
+    from heron.hlo.evaluator import evaluate_module
+
+    module = parse_module(SEGMENT_SUM_BF16)
+    y, segments = _cancelling_bf16_segments()
+    source = module.entry.root_instruction
+    bound = summation_bound(source, module.entry, [y, segments])
+    magnitudes = np.abs(y.astype(np.float64)).sum()
+    terms = 33  # the operand's zero and 32 updates
+    steps = terms - 1 + np.ceil(np.log2(terms))
+    assert np.allclose(bound, steps * 2.0**-8 * magnitudes)  # u of bf16: 2^-8
+    reference = np.asarray(evaluate_module(module, [y, segments]))
+    written = WrittenSum(module.entry, source, [y, segments])
+    near = (reference.astype(np.float64) + 0.5 * bound).astype(BF16)
+    far = (reference.astype(np.float64) + 3 * bound).astype(BF16)
+    assert written.accepts(near, reference).all()
+    assert not written.accepts(far, reference).any()
+
+
 DOT_ROW_BY_COLUMN = """\
 HloModule dot_cancel
 

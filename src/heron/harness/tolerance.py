@@ -546,9 +546,23 @@ def _reduce_feeding(source: Instruction) -> tuple[Instruction, list[Instruction]
             current = scaled
         else:
             break
-    if current.opcode not in ("reduce", "dot") and _add_scan(current) is None:
+    if (
+        current.opcode not in ("reduce", "dot")
+        and _add_scan(current) is None
+        and not is_summing_scatter(current)
+    ):
         return None
     return current, carriers
+
+
+def is_summing_scatter(scatter: Instruction) -> bool:
+    """A one-operand scatter whose combiner is ``add(parameter, parameter)``: each element
+    is the operand's value plus the updates that land there, summed in whatever order
+    its kernel meets them (atomics; a sorted scatter's segmented scan)."""
+    if scatter.opcode != "scatter" or len(scatter.operands) != 3:
+        return False
+    root = scatter.called("to_apply").root_instruction
+    return root.opcode == "add" and all(o.opcode == "parameter" for o in root.operands)
 
 
 def _add_scan(inst: Instruction) -> tuple[int, bool] | None:
@@ -576,6 +590,9 @@ def _summed_reduce(
         return None
     if reduce.opcode == "dot":
         if not reduce.shape.element_type.is_floating or reduce.shape.element_type.is_complex:
+            return None
+    elif reduce.opcode == "scatter":
+        if reduce.shape.element_type.is_complex:
             return None
     elif not is_plain_add(reduce):
         return None
@@ -620,6 +637,12 @@ def summation_bound(source: Instruction, computation, args) -> np.ndarray | None
         return None
     if reduce.opcode == "dot":  # the sums of products: sum|a_k b_k| per output element
         values, init = _dot_magnitudes(reduce, values, init), None
+    elif reduce.opcode == "scatter":  # sum|x| and the terms met at each operand element
+        try:
+            updates = np.asarray(value_of(computation, reduce.operands[2], args))
+        except HloError:
+            return None
+        values, init = _scatter_magnitudes(reduce, values, init, updates), None
     factors = {}
     for carrier in carriers:
         if carrier.opcode in _SCALINGS:
@@ -660,6 +683,10 @@ def _magnitudes_and_steps(
         k = int(np.prod([shape[d] for d in contracted], dtype=np.int64)) if contracted else 1
         # each product rounded, then any order of the sum against the reference's
         return values, k + max(k - 1, 0) + (math.ceil(math.log2(k)) if k > 1 else 0)
+    if reduce.opcode == "scatter":  # ``values``: (sum|x|, terms) per operand element
+        magnitudes, terms = values
+        steps = terms - 1 + np.ceil(np.log2(terms))
+        return magnitudes, steps
     with np.errstate(all="ignore"):
         magnitudes = np.abs(values.astype(np.float64))
         scan = _add_scan(reduce)
@@ -681,6 +708,24 @@ def _magnitudes_and_steps(
         # exact sum.
         steps = max(n - 1, 0) + (math.ceil(math.log2(n)) if n > 1 else 0)
         return magnitudes.sum(axis=dims), steps
+
+
+def _scatter_magnitudes(
+    scatter: Instruction, operand: np.ndarray, indices: np.ndarray, updates: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per element of a summing scatter's operand: ``|operand| + sum|update|`` over the
+    updates that land there, and how many terms that sum has (the operand's value
+    included), in float64: where the updates go is the evaluator's
+    (:func:`heron.hlo.evaluator.indexing_ops.scatter_destinations`)."""
+    from heron.hlo.evaluator.indexing_ops import scatter_destinations
+
+    targets, sources = scatter_destinations(scatter, indices, updates.shape, operand.shape)
+    with np.errstate(all="ignore"):
+        magnitudes = np.abs(operand.astype(np.float64)).reshape(-1)
+        np.add.at(magnitudes, targets, np.abs(updates.astype(np.float64)).reshape(-1)[sources])
+    terms = np.ones(magnitudes.size, np.float64)
+    np.add.at(terms, targets, 1.0)
+    return magnitudes.reshape(operand.shape), terms.reshape(operand.shape)
 
 
 def _dot_magnitudes(dot: Instruction, lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:

@@ -133,7 +133,28 @@ def _scatter(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
     if count == 0 or len(ops) != 2 * count + 1:
         raise instruction_error(inst, f"scatter needs 2n+1 operands, got {len(ops)}")
     operands, indices, updates = ops[:count], ops[count], ops[count + 1 :]
-    rank = operands[0].ndim
+    targets, sources = scatter_destinations(inst, indices, updates[0].shape, operands[0].shape)
+    values = [np.asarray(u).reshape(-1)[sources] for u in updates]
+    outs = [np.array(o, copy=True).reshape(-1) for o in operands]
+    scatter_combine(ev, inst.called("to_apply"), outs, targets, values)
+    results = [o.reshape(operands[0].shape) for o in outs]
+    return tuple(results) if inst.shape.is_tuple else results[0]
+
+
+def scatter_destinations(
+    inst: Instruction,
+    indices: np.ndarray,
+    update_shape: tuple[int, ...],
+    operand_shape: tuple[int, ...],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where the updates of ``scatter`` go: ``(targets, sources)``, for each update element
+    that lands inside the operand, in the order the scatter combines them, its flat
+    (row-major) position in the operand and in the update array. Updates whose window
+    would leave the operand are dropped, as XLA drops them.
+
+    The one statement of a scatter's addressing: the evaluator combines by it, and the
+    check's summation bound counts the updates that meet at each element by it."""
+    rank = len(operand_shape)
     window_update_dims = tuple(inst.attributes.get("update_window_dims", ()))
     inserted = set(inst.attributes.get("inserted_window_dims", ()))
     index_map = tuple(inst.attributes.get("scatter_dims_to_operand_dims", ()))
@@ -143,12 +164,14 @@ def _scatter(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
 
     idx = _index_vectors(inst, indices, ivd)
     starts = _starts(inst, idx, index_map, operand_batching, indices_batching, ivd, rank)
-    update_rank = updates[0].ndim
+    update_rank = len(update_shape)
     scatter_update_dims = [d for d in range(update_rank) if d not in window_update_dims]
     order = scatter_update_dims + list(window_update_dims)
-    ordered = [np.transpose(u, order) for u in updates]
-    scatter_shape = ordered[0].shape[: len(scatter_update_dims)]
-    window_shape = ordered[0].shape[len(scatter_update_dims) :]
+    positions = np.transpose(
+        np.arange(int(np.prod(update_shape, dtype=np.int64))).reshape(update_shape), order
+    )
+    scatter_shape = positions.shape[: len(scatter_update_dims)]
+    window_shape = positions.shape[len(scatter_update_dims) :]
     if scatter_shape != starts.shape[:-1]:
         raise instruction_error(
             inst,
@@ -168,13 +191,13 @@ def _scatter(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
     num_scatter = int(np.prod(scatter_shape, dtype=np.int64))
     num_window = int(np.prod(window_shape, dtype=np.int64))
     flat_starts = starts.reshape(num_scatter, rank)
-    dims = np.asarray(operands[0].shape, dtype=np.int64)
+    dims = np.asarray(operand_shape, dtype=np.int64)
     in_bounds = np.all(
         (flat_starts >= 0) & (flat_starts <= dims - np.asarray(extent, dtype=np.int64)), axis=1
     )
     strides = np.ones(rank, dtype=np.int64)
     for d in range(rank - 2, -1, -1):
-        strides[d] = strides[d + 1] * operands[0].shape[d + 1]
+        strides[d] = strides[d + 1] * operand_shape[d + 1]
     window_offsets = np.zeros(num_window, dtype=np.int64)
     if window_dims:
         grids = np.indices(window_shape, dtype=np.int64).reshape(len(window_dims), -1)
@@ -182,11 +205,8 @@ def _scatter(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
             window_offsets += grids[j] * strides[d]
     base = flat_starts[in_bounds] @ strides if rank else np.zeros(int(in_bounds.sum()), np.int64)
     targets = (base[:, None] + window_offsets[None, :]).reshape(-1)
-    values = [u.reshape(num_scatter, num_window)[in_bounds].reshape(-1) for u in ordered]
-    outs = [np.array(o, copy=True).reshape(-1) for o in operands]
-    scatter_combine(ev, inst.called("to_apply"), outs, targets, values)
-    results = [o.reshape(operands[0].shape) for o in outs]
-    return tuple(results) if inst.shape.is_tuple else results[0]
+    sources = positions.reshape(num_scatter, num_window)[in_bounds].reshape(-1)
+    return targets, sources
 
 
 HANDLERS = {
