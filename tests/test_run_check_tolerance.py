@@ -1201,6 +1201,27 @@ def test_a_summing_scatter_s_bound_counts_the_updates_that_meet_and_refuses_more
     assert not written.accepts(far, reference).any()
 
 
+def test_a_kernel_adding_in_arrival_order_is_judged_by_the_same_bound():
+    """``heron check`` of a scatter kernel whose updates meet (atomics, or the
+    interpreter's strided loop): the fixed bounds and, per element, the summation bound."""
+    from heron.hlo.element_types import ElementType
+
+    module = parse_module(SEGMENT_SUM_BF16)
+    y, segments = _cancelling_bf16_segments()
+    scatter = module.entry.root_instruction
+    tolerance = output_tolerance(
+        scatter,
+        ElementType.BF16,
+        None,
+        reordering=True,
+        reduction=(scatter, module.entry, [y, segments]),
+        tf32=False,
+    )
+    assert tolerance.reordered
+    expected = summation_bound(scatter, module.entry, [y, segments])
+    assert np.array_equal(tolerance.bounds.per_element, expected)
+
+
 DOT_ROW_BY_COLUMN = """\
 HloModule dot_cancel
 

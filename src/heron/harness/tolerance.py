@@ -945,9 +945,13 @@ def _output_tolerance(
     if reordering and any(map(_combines_in_arrival_order, reached)):
         # A scatter whose updates meet at an element: its kernel adds (or multiplies)
         # them in the order they arrive (atomics on a GPU; a thread looping over the
-        # updates strided on the interpreter), not in the reference's update order.
+        # updates strided on the interpreter), not in the reference's update order; a sum
+        # that cancels is bounded by the updates that meet at each element.
         wide = reassociation_bounds(element, given)
-        return OutputTolerance(ulps, wide or given, reordered=wide is not None)
+        sound = summation_bound(*reduction) if reduction is not None else None
+        if wide is None or sound is None:
+            return OutputTolerance(ulps, wide or given, reordered=wide is not None)
+        return OutputTolerance(ulps, attrs.evolve(wide, per_element=sound), reordered=True)
     if not reordering or "reduce" not in opcodes:
         return OutputTolerance(ulps, given)
     wide = reassociation_bounds(element, given)
