@@ -14,9 +14,10 @@ suites get it too. It provides:
 - the ``gpu`` / ``cuda`` / ``rocm`` markers: such a test is skipped, with the
   driver's own reason ("no CUDA driver found (cuda.bindings.driver.cuInit
   failed: ...)"), when this machine cannot run it.
-- ``HERON_CACHE_DIR``: heron.jax's compile cache goes to a temporary folder of
-  the test session unless the caller chose one, so that the test command writes
-  nothing under the user's home directory.
+- ``HERON_CACHE_DIR`` and ``HERON_KERNEL_STORE``: heron.jax's compile cache and the
+  library kernels' store go to temporary folders of the test session unless the
+  caller chose them, so that the test command writes nothing under the user's home
+  directory.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ REPO_ROOT = Path(__file__).resolve().parent
 def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get("HERON_CACHE_DIR", "").strip():
         os.environ["HERON_CACHE_DIR"] = tempfile.mkdtemp(prefix="heron-cache-")
+    if not os.environ.get("HERON_KERNEL_STORE", "").strip():
+        os.environ["HERON_KERNEL_STORE"] = tempfile.mkdtemp(prefix="heron-kernels-")
 
 
 DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "corpus" / "xla"

@@ -19,6 +19,12 @@ both), so neither figure holds what its compiler pays once per process. (Until
 the eighteenth session XLA's figure was a fresh worker's first compile, 40-60 ms
 of start-up included: docs/benchmarks.md, "Warm against warm".)
 
+A program whose top-k launches heron's top-k library kernel (docs/emitters.md) is timed
+with that kernel built, as XLA's ``__gpu$TopK`` is built with XLA: the kernel is built
+once per Target and backend, by the first run that needs it unless an earlier process
+left it in the store (``HERON_KERNEL_STORE``), and the line after the table says how
+many this run built.
+
 With ``--full`` heron's figure is the whole compile XLA's is compared with:
 parsing, then :func:`heron.compiler.executable.compile_program` for the h100
 preset and the CUDA backend alone (the pipeline, scheduling, buffer
@@ -324,6 +330,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"median heron (parse + {work.split()[0]}) over {len(totals)} modules: {median:.3f} s")
     if ratios:
         print(f"median heron/XLA: {statistics.median(ratios):.2f}")
+    if args.full:
+        from heron.compiler.library_kernels import default_store
+
+        store = default_store()
+        print(
+            f"library kernels built by this run: {store.built} (kept in"
+            f" {store.folder or 'this process only'}: a module's later runs launch what its"
+            " first built)"
+        )
     if args.stages and profiles:
         print_stages(profiles)
     return 0

@@ -205,3 +205,39 @@ def test_a_backends_spec_and_its_device_read_one_declaration_of_its_image_format
         assert name in _names_used(_function(device_module, "load_kernel")), (
             f"{device_module}'s load_kernel checks formats of its own, not {name}"
         )
+
+
+# -- the threads of a top-k row: heron.emitters.library_kernels.topk_row_threads ---------------
+
+
+def test_the_per_shape_and_the_library_top_k_take_their_threads_from_one_rule():
+    """The library kernel a fusion launches is keyed by the threads of its rows; the
+    per-shape kernel must choose the same, or a program would launch a kernel of other
+    threads than the one compiled for its shape."""
+    places = [
+        ("packages/emitter-plugins/src/heron/plugins/topk.py", "plan_topk"),
+        ("packages/compiler/src/heron/compiler/topk_library.py", "library_topk_of"),
+    ]
+    for relative, name in places:
+        function = _function(relative, name)
+        assert "topk_row_threads" in _names_used(function), f"{relative}:{name}"
+        assert "bit_length" not in _names_used(function), f"{relative}:{name} rounds again"
+
+
+# -- a fingerprint of heron's code: heron.compiler.fingerprint ---------------------------------
+
+
+def test_the_kept_compiles_name_heron_by_one_fingerprint():
+    for relative, name in [
+        ("packages/compiler/src/heron/compiler/library_kernels.py", "code_fingerprint"),
+        ("packages/jax/src/heron/jax/jit.py", "_compile"),
+    ]:
+        assert "heron_fingerprint" in _names_used(_function(relative, name)), relative
+    definers = [
+        path.relative_to(ROOT)
+        for path in _sources()
+        for node in ast.walk(_tree(path))
+        if isinstance(node, ast.FunctionDef)
+        and node.name in {"heron_fingerprint", "source_fingerprint"}
+    ]
+    assert [str(p) for p in definers] == ["packages/compiler/src/heron/compiler/fingerprint.py"] * 2

@@ -7,7 +7,8 @@ compiled for the interpreter and run as an executable
 (``heron.compiler.program_run``, as heron run). The installed emitters plus this tree's sort
 and top-k emitters compile them and are what the fusion passes ask (the
 ``registry`` fixture), so the check does not depend on the environment's
-entry points being current.
+entry points being current. A program's top-k launches the top-k library kernel
+(``topk_rows``: built from the installed emitters, docs/emitters.md).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _registry() -> EmitterRegistry:
 
 @pytest.mark.parametrize(
     ("name", "emitter"),
-    [("sort", "sort"), ("argsort", "sort"), ("sort_int32_axis0", "sort"), ("top_k", "topk")],
+    [("sort", "sort"), ("argsort", "sort"), ("sort_int32_axis0", "sort"), ("top_k", "topk_rows")],
 )
 @pytest.mark.parametrize("warp", [32, 64])
 def test_the_sort_program_equals_xla_cpu(name, emitter, warp, registry):
@@ -121,12 +122,13 @@ def test_a_long_stable_sort_without_an_iota_runs_with_the_expanders_iota(registr
 
 @pytest.mark.parametrize(
     ("shape", "k", "emitter"),
-    [("f32[1000]", 8, "topk"), ("bf16[3,333]", 16, "topk"), ("f32[2,40]", 17, "sort")],
+    [("f32[1000]", 8, "topk_rows"), ("bf16[3,333]", 16, "topk_rows"), ("f32[2,40]", 17, "sort")],
 )
 def test_a_topk_runs_on_the_kernel_or_decomposed_as_the_decomposer_decides(
     shape, k, emitter, registry
 ):
-    """XLA's conditions (k <= 16, f32/bf16, rank <= 2): the top-k kernel; else sort + slices."""
+    """XLA's conditions (k <= 16, f32/bf16, rank <= 2): the top-k library kernel (the top-k
+    emitter's, for any row length); else sort + slices."""
     import ml_dtypes
 
     from heron.hlo.evaluator import evaluate_module

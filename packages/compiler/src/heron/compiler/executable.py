@@ -158,6 +158,7 @@ def prepare_module(
     """
     from heron.compiler.control_flow_fusion import fuse_control_flow_computations
     from heron.compiler.fusion import is_fused, program_pipeline
+    from heron.compiler.topk_library import topk_library
     from heron.hlo.passes import pass_named, run_pipeline
     from heron.hlo.passes.manager import pipeline_of
     from heron.hlo.passes.while_loop_simplifier import trip_count
@@ -180,7 +181,7 @@ def prepare_module(
     fuse_control_flow_computations(optimized, target, already_fused, bodies)
     scheduled = run_pipeline(
         optimized,
-        pipeline_of([pass_named("copy-insertion"), pass_named("scheduler")]),
+        pipeline_of([topk_library(target), pass_named("copy-insertion"), pass_named("scheduler")]),
         verified=True,  # what the pipelines before left, verified at their ends
     )
     if report is not None:
@@ -214,6 +215,7 @@ def compile_program(
     Unsupported input raises ``UnsupportedError`` naming the instruction.
     """
     from heron.compiler.driver import StageBatches, compile_fusion, compile_fusion_for_backends
+    from heron.compiler.library_kernels import library_kernels_for
     from heron.compiler.thunk_emission import emit_thunks, expected_kernels
     from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
     from heron.hlo.buffers import assign_buffers
@@ -256,7 +258,11 @@ def compile_program(
         # Overlapping arguments only when there are some: the common call is unchanged.
         extra = {"shared": shared} if shared else {}
         names = backends if only is None else only
-        if workers is None:
+        # A fusion a library kernel computes launches it: built once, kept (the top-k's).
+        library = None if shared else library_kernels_for(fusion, target, names)
+        if library is not None:
+            compiled = library
+        elif workers is None:
             compiled = {backend: compile_one(fusion, target, backend, **extra) for backend in names}
         else:
             # One emission and one run of heron's passes for every backend.

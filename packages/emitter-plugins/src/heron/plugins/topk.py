@@ -10,7 +10,7 @@ conditions, ``k <= 16``); the emitter itself takes any ``k`` whose lists fit
 the registers and shared memory, of any integer or float type.
 
 The kernel, for a row of ``n`` elements and ``T`` threads (``T`` the power of
-two nearest ``n / k``, at most ``ROW_THREADS``):
+two nearest ``n / k``, at most ``library_kernels.ROW_THREADS``):
 
 - each element becomes an integer *key* whose signed order is the wanted
   order: a float's bits, negative ones with every bit but the sign flipped
@@ -52,6 +52,7 @@ from heron.emitters.emitter_base import EntryFunction, FusionEmitter
 from heron.emitters.fusion_analysis import FusionAnalysis, claims_root, has_no_output_elements
 from heron.emitters.hookspecs import EmitterSpec, hookimpl
 from heron.emitters.ir_utils import index_constant, int_constant
+from heron.emitters.library_kernels import topk_key_width, topk_row_threads
 from heron.emitters.pipeline.unroll import KEEP_ROLLED
 from heron.emitters.target import one_block_per_core
 from heron.hlo.element_types import ElementType
@@ -60,13 +61,10 @@ from heron.hlo.ir import Instruction
 from heron.indexing.thread_maps import LaunchDimensions
 from heron.target import Target
 
-__all__ = ["TopkEmitter", "TopkPlan", "heron_emitter_specs", "plan_topk"]
+__all__ = ["TopkEmitter", "TopkPlan", "check_shared_memory", "heron_emitter_specs", "plan_topk"]
 
 Values = list[ir.Value]
 
-#: The most threads a row gets: enough to read a long row in parallel, few
-#: enough that the merge rounds (log2 of it, k^2 compare-and-swaps each) stay short.
-ROW_THREADS = 128
 #: The most ``k`` whose lists a thread keeps in registers (2k values).
 MAX_K = 64
 #: The index of an unfilled list slot: after every real element's.
@@ -93,6 +91,11 @@ class TopkPlan:
         return math.ceil(self.length / self.threads)
 
     @property
+    def tile_bytes(self) -> int:
+        """The shared memory of the merge rounds: a key and an index per list slot."""
+        return self.threads * self.k * (self.key_width // 8 + 4)
+
+    @property
     def rounds(self) -> int:
         return self.threads.bit_length() - 1
 
@@ -116,20 +119,24 @@ def plan_topk(topk: Instruction, target: Target) -> TopkPlan:
         raise UnsupportedError(
             f"{where}: k={k} exceeds the {MAX_K} a thread keeps in registers", topk.location
         )
-    width = 64 if element.bit_width > 32 else 32
-    wanted = 1 << max(0, math.ceil(length / max(k, 1)) - 1).bit_length()
-    threads = max(1, min(wanted, ROW_THREADS, target.threads_per_block_limit))
-    tile_bytes = threads * k * (width // 8 + 4)
-    if tile_bytes > target.shared_memory_per_block:
-        raise UnsupportedError(
-            f"{where}: k={k} lists of {threads} threads need {tile_bytes} bytes of shared"
-            f" memory (a block has {target.shared_memory_per_block})",
-            topk.location,
-        )
+    width = topk_key_width(element)
+    threads = topk_row_threads(length, k, target)
     rows = math.prod(shape.dims[:-1])
     largest = bool(topk.attributes.get("largest", True))
     rolled = one_block_per_core(max(1, rows), target)
-    return TopkPlan(length, rows, k, threads, width, largest, rolled)
+    plan = TopkPlan(length, rows, k, threads, width, largest, rolled)
+    check_shared_memory(plan, target, where, topk)
+    return plan
+
+
+def check_shared_memory(plan: TopkPlan, target: Target, where: str, inst: Instruction) -> None:
+    """Refuse ``plan`` where its merge tiles exceed a block's shared memory on ``target``."""
+    if plan.tile_bytes > target.shared_memory_per_block:
+        raise UnsupportedError(
+            f"{where}: k={plan.k} lists of {plan.threads} threads need {plan.tile_bytes} bytes"
+            f" of shared memory (a block has {target.shared_memory_per_block})",
+            inst.location,
+        )
 
 
 class TopkEmitter(FusionEmitter):
@@ -253,31 +260,51 @@ class TopkEmitter(FusionEmitter):
                 remaining = arith.divui(remaining, index_constant(dims[position]))
         return index
 
+    # -- what a row is: its length, where its elements and results lie (the library
+    # -- kernel, heron.plugins.topk_rows, reads them at run time) ------------------------
+
+    def _trips(self, entry: EntryFunction) -> int | ir.Value:
+        """How many elements each thread reads (its scan loop's trips)."""
+        return self.plan.per_thread
+
+    def _row_end(self, entry: EntryFunction) -> ir.Value | None:
+        """The row length to guard reads with, None where every read is inside the row."""
+        plan = self.plan
+        return index_constant(plan.length) if plan.length % plan.threads != 0 else None
+
+    def _read(self, entry: EntryFunction, position: ir.Value) -> ir.Value:
+        """Element ``position`` of this block's row."""
+        (value,) = entry.value_of(self.operand, [*self._row, position])
+        return value
+
+    def _output_index(self, j: int) -> Values:
+        """Where this block's ``j``-th result goes in the two outputs."""
+        return [*self._row, index_constant(j)]
+
     def _scan(self, entry: EntryFunction, lane: ir.Value) -> Values:
         """The thread's best ``k`` of elements ``lane, lane + T, ...``."""
         plan = self.plan
-        guarded = plan.length % plan.threads != 0
+        end = self._row_end(entry)
 
         def step(m: ir.Value, items: Values) -> Values:
             position = arith.addi(lane, arith.muli(m, index_constant(plan.threads)))
 
             def read(current: Values) -> Values:
-                (value,) = entry.value_of(self.operand, [*self._row, position])
-                scalar = mlir_types.to_scalar(value, self.element)
+                scalar = mlir_types.to_scalar(self._read(entry, position), self.element)
                 index = arith.index_cast(ir.IntegerType.get_signless(32), position)
                 return self._offer(current, self._to_key(scalar), index)
 
-            if not guarded:
+            if end is None:
                 return read(items)
-            inside = arith.cmpi(arith.CmpIPredicate.ult, position, index_constant(plan.length))
+            inside = arith.cmpi(arith.CmpIPredicate.ult, position, end)
             return _guarded(inside, items, read)
 
         items = self._empty_list()
-        if plan.per_thread == 1:
+        trips = self._trips(entry)
+        if isinstance(trips, int) and trips == 1:
             return step(index_constant(0), items)
-        loop = scf.ForOp(
-            index_constant(0), index_constant(plan.per_thread), index_constant(1), items
-        )
+        upper = index_constant(trips) if isinstance(trips, int) else trips
+        loop = scf.ForOp(index_constant(0), upper, index_constant(1), items)
         if plan.rolled:
             loop.operation.attributes[KEEP_ROLLED] = ir.UnitAttr.get()
         with ir.InsertionPoint(loop.body):
@@ -343,7 +370,7 @@ class TopkEmitter(FusionEmitter):
         k = self.plan.k
         values, positions = outputs
         for j in range(k):
-            index = [*self._row, index_constant(j)]
+            index = self._output_index(j)
             value = mlir_types.to_element(self._from_key(items[j]), self.element)
             values = tensor.insert(value, values, index)
             positions = tensor.insert(items[k + j], positions, index)

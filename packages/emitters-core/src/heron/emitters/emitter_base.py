@@ -49,7 +49,12 @@ from heron.emitters.dialect.irdl_source import MAX_CALL_RESULTS
 from heron.emitters.elemental import ElementalContext, emit_instruction
 from heron.emitters.elemental.data_ops import scalar_constant
 from heron.emitters.fusion_analysis import FusionAnalysis
-from heron.emitters.kernel_arguments import KERNEL_ATTR, mark_in_place, mark_shared
+from heron.emitters.kernel_arguments import (
+    KERNEL_ATTR,
+    SHAPE_GENERIC_ATTR,
+    mark_in_place,
+    mark_shared,
+)
 from heron.hlo.errors import HloError, UnsupportedError
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.shapes import ArrayShape, Shape
@@ -64,6 +69,7 @@ __all__ = [
     "FusionEmitter",
     "KernelArgument",
     "fusion_output_shapes",
+    "kernel_arguments_of",
     "same_buffer",
     "share_buffers",
 ]
@@ -157,6 +163,21 @@ def share_buffers(kernel: EmittedKernel, shared: Collection[int]) -> EmittedKern
 def fusion_output_shapes(fusion: Instruction) -> tuple[ArrayShape, ...]:
     """The fusion's outputs: the array leaves of its shape, in order."""
     return tuple(leaf_shapes(fusion.shape))
+
+
+def kernel_arguments_of(fusion: Instruction) -> tuple[KernelArgument, ...]:
+    """The arguments of ``fusion``'s kernel in heron's kernel ABI order: every leaf of its
+    body's parameters, then every output (a library kernel launched for the fusion takes
+    the same: :mod:`heron.compiler.library_kernels`)."""
+    params = [
+        KernelArgument(f"{param.name}_{k}" if param.shape.is_tuple else param.name, leaf, False)
+        for param in fusion.called("calls").parameters
+        for k, leaf in enumerate(leaf_shapes(param.shape))
+    ]
+    outputs = [
+        KernelArgument(f"out{k}", leaf, True) for k, leaf in enumerate(fusion_output_shapes(fusion))
+    ]
+    return (*params, *outputs)
 
 
 def same_buffer(a: Shape, b: Shape) -> bool:
@@ -687,6 +708,12 @@ class FusionEmitter(abc.ABC):
     #: results, scatter's updates) sets False; ``heron check`` then does not
     #: count a second write of an element as a bug.
     writes_each_element_once: ClassVar[bool] = True
+    #: Whether the kernel is built once for any size of its arguments (a library kernel:
+    #: :mod:`heron.compiler.library_kernels`): its arguments' types are upper bounds, its
+    #: sizes read from an argument, and it is launched on any grid up to
+    #: ``launch_dimensions()``. Its entry then declares no grid size and carries
+    #: ``SHAPE_GENERIC_ATTR``, which a device binds each argument by its buffer's size for.
+    shape_generic: ClassVar[bool] = False
 
     def order_dependence(self) -> str | None:
         """Why this kernel's result depends on the order its threads run, or None.
@@ -782,16 +809,7 @@ class FusionEmitter(abc.ABC):
     # -- the shared part ------------------------------------------------------------
 
     def arguments(self) -> tuple[KernelArgument, ...]:
-        params = [
-            KernelArgument(f"{param.name}_{k}" if param.shape.is_tuple else param.name, leaf, False)
-            for param in self.computation.parameters
-            for k, leaf in enumerate(leaf_shapes(param.shape))
-        ]
-        outputs = [
-            KernelArgument(f"out{k}", leaf, True)
-            for k, leaf in enumerate(fusion_output_shapes(self.fusion))
-        ]
-        return (*params, *outputs)
+        return kernel_arguments_of(self.fusion)
 
     def partitioned(self) -> PartitionedComputation:
         """The fused computation partitioned around :meth:`heroes` (made once: an emitter
@@ -898,9 +916,12 @@ class FusionEmitter(abc.ABC):
             function.attributes["heron.block_size"] = ir.DenseI64ArrayAttr.get(
                 [launch.thread_x, 1, 1]
             )
-            function.attributes["heron.grid_size"] = ir.DenseI64ArrayAttr.get(
-                [launch.block_x, launch.block_y, 1]
-            )
+            if self.shape_generic:
+                function.attributes[SHAPE_GENERIC_ATTR] = ir.UnitAttr.get()
+            else:
+                function.attributes["heron.grid_size"] = ir.DenseI64ArrayAttr.get(
+                    [launch.block_x, launch.block_y, 1]
+                )
             function.add_entry_block()
         return function
 

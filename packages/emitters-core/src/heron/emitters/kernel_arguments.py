@@ -65,6 +65,7 @@ __all__ = [
     "LLVM_DEREFERENCEABLE",
     "LLVM_NOALIAS",
     "LLVM_READONLY",
+    "SHAPE_GENERIC_ATTR",
     "SHARED_ATTR",
     "argument_attributes",
     "check_argument_attributes",
@@ -85,6 +86,11 @@ IN_PLACE_ATTR = "heron.in_place_of"
 #: On an argument of the emitted entry (a unit attribute): the buffer assignment hands the
 #: kernel a slice overlapping another argument's, outside the in-place pairs.
 SHARED_ATTR = "heron.shares_buffer"
+#: On the emitted entry and the ``gpu.func`` it becomes (a unit attribute): a kernel built
+#: once for any size (``FusionEmitter.shape_generic``): its memref types are upper bounds,
+#: so its arguments get no ``llvm.dereferenceable``, it declares no grid size, and a device
+#: binds each argument by its buffer's size. Dropped before the LLVM translation.
+SHAPE_GENERIC_ATTR = "heron.shape_generic"
 LLVM_NOALIAS = "llvm.noalias"
 LLVM_READONLY = "llvm.readonly"
 LLVM_ALIGN = "llvm.align"
@@ -264,11 +270,13 @@ def llvm_argument_attributes(
     outputs: Collection[int],
     pairs: Mapping[int, int],
     shared: Collection[int] = (),
+    shape_generic: bool = False,
 ) -> list[dict[str, ir.Attribute]]:
     """The LLVM argument attributes of a kernel taking ``memref_types``.
 
     ``outputs``, ``pairs`` and ``shared`` as for ``argument_attributes``. A
-    non-memref argument gets none. See the module docstring.
+    non-memref argument gets none. See the module docstring. A ``shape_generic``
+    kernel's memref sizes are upper bounds, not sizes: no ``dereferenceable``.
     """
     result = []
     flags = argument_attributes(len(memref_types), outputs, pairs, shared)
@@ -280,7 +288,7 @@ def llvm_argument_attributes(
             if readonly:
                 attrs[LLVM_READONLY] = ir.UnitAttr.get()
             attrs[LLVM_ALIGN] = _i64(BUFFER_ALIGNMENT)
-            size = _byte_size(memref_type)
+            size = 0 if shape_generic else _byte_size(memref_type)
             if size:
                 attrs[LLVM_DEREFERENCEABLE] = _i64(size)
         result.append(attrs)
@@ -300,7 +308,8 @@ def set_llvm_argument_attributes(
     NVVM and ROCDL drop them).
     """
     inputs = list(_function_type(kernel).inputs)
-    attrs = llvm_argument_attributes(inputs, outputs, pairs, shared)
+    generic = SHAPE_GENERIC_ATTR in kernel.attributes
+    attrs = llvm_argument_attributes(inputs, outputs, pairs, shared, generic)
     for k, param in pairs.items():
         attrs[k][IN_PLACE_ATTR] = _i64(param)
     for k in shared:

@@ -16,13 +16,12 @@ The folder is ``HERON_CACHE_DIR`` when set, else ``~/.cache/heron/jax``
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
-from collections.abc import Iterable
 from pathlib import Path
 
+from heron.compiler.fingerprint import heron_fingerprint, source_fingerprint
 from heron.runtime.core.artefact import Artefact, ArtefactError
 
 __all__ = [
@@ -43,31 +42,6 @@ def default_cache_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME", "").strip() or str(Path.home() / ".cache")
     return Path(base) / "heron" / "jax"
-
-
-@functools.cache
-def heron_fingerprint() -> str:
-    """:func:`source_fingerprint` of the ``heron`` namespace's folders as installed: what
-    the compiled programs depend on besides their inputs. Read once a process (about
-    20 ms for heron's ~350 modules)."""
-    import heron
-
-    return source_fingerprint(Path(folder) for folder in heron.__path__)
-
-
-def source_fingerprint(folders: Iterable[Path]) -> str:
-    """The sha256 (hex) of every ``.py`` file below ``folders``, by path relative to its
-    folder and content, in sorted order."""
-    digest = hashlib.sha256()
-    files = sorted(
-        (path.relative_to(folder).as_posix(), path)
-        for folder in folders
-        for path in folder.rglob("*.py")
-    )
-    for name, path in files:
-        digest.update(name.encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 def cache_key(

@@ -59,6 +59,7 @@ EMITTER_COLOURS = {
     "scatter": "#c77dff",
     "sort": "#8d99ae",
     "topk": "#6c757d",
+    "topk_rows": "#495057",
     "gemm": "#4d9de0",
 }
 #: For emitters of other plugins, in name order.

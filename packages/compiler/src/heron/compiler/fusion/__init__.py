@@ -46,6 +46,7 @@ from heron.compiler.library_gemm_fp8 import operand_layout
 from heron.compiler.library_triangular_solve import triangular_solve_rewriter
 from heron.compiler.reduction_splitter import reduction_splitter
 from heron.compiler.scan_rewriter import scan_rewriter
+from heron.compiler.topk_library import topk_library
 from heron.compiler.tree_reduction import tree_reduction_rewriter
 from heron.hlo.ir import Module
 from heron.hlo.passes import PASSES, HloPass, Pipeline, pass_named, register_pass
@@ -84,6 +85,7 @@ GPU_PASSES: dict[str, Callable[[Target], HloPass]] = {
     "horizontal-fusion": horizontal_fusion,
     "fusion-wrapper": fusion_wrapper,
     "fusion-cse": fusion_cse,
+    "topk-library": topk_library,
 }
 
 

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from heron.emitters.kernel_arguments import SHAPE_GENERIC_ATTR
 from heron.emitters.pipeline.upstream import upstream_pass_manager
 from heron.hlo.errors import UnsupportedError
 
@@ -144,6 +145,8 @@ def lower_gpu_module(
                         if key not in clone.attributes:
                             clone.attributes[key] = ir.StringAttr.get(value)
                     _hand_min_blocks_to_backend(ir, clone)
+                    if SHAPE_GENERIC_ATTR in clone.attributes:  # the devices' mark, not LLVM's
+                        del clone.attributes[SHAPE_GENERIC_ATTR]
                 elif _is_external_definition(clone):
                     clone.attributes["linkage"] = ir.Attribute.parse(INTERNAL_LINKAGE)
         if not kernels:

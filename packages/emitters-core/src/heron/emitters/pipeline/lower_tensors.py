@@ -294,13 +294,16 @@ class _Lowering:
 
     def _declare_kernel(self) -> ir.Operation:
         inputs, _ = self._signature(self.entry)
+        generic = kernel_arguments.SHAPE_GENERIC_ATTR in self.entry.attributes
         kernel = gpu.GPUFuncOp(
             ir.TypeAttr.get(ir.FunctionType.get(inputs, [])),
             sym_name=self.fusion,
             kernel=True,
             known_block_size=self._launch_attr(BLOCK_SIZE_ATTR),
-            known_grid_size=self._launch_attr(GRID_SIZE_ATTR),
+            known_grid_size=None if generic else self._launch_attr(GRID_SIZE_ATTR),
         ).operation
+        if generic:
+            kernel.attributes[kernel_arguments.SHAPE_GENERIC_ATTR] = ir.UnitAttr.get()
         if MIN_BLOCKS_PER_CORE_ATTR in self.entry.attributes:
             blocks = self.entry.attributes[MIN_BLOCKS_PER_CORE_ATTR]
             kernel.attributes[MIN_BLOCKS_PER_CORE_ATTR] = blocks

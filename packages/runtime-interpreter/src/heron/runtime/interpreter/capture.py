@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from heron.emitters.kernel_arguments import SHAPE_GENERIC_ATTR
 from heron.runtime.core.device import KernelImage
 from heron.runtime.interpreter.program import (
     FORMAT,
@@ -128,6 +129,7 @@ def _function(op) -> Function:
         workgroup_count=workgroup,
         known_block_size=_dim3(attributes, "known_block_size"),
         known_grid_size=_dim3(attributes, "known_grid_size"),
+        shape_generic=SHAPE_GENERIC_ATTR in attributes,
     )
 
 

@@ -84,6 +84,7 @@ from heron.runtime.core.device import (
 )
 from heron.runtime.interpreter import commands, engine, memory
 from heron.runtime.interpreter.program import FORMAT, Program
+from heron.runtime.interpreter.types import MemRefType
 
 __all__ = ["AccessCounts", "InterpreterDevice", "POISON"]
 
@@ -323,11 +324,13 @@ class InterpreterDevice(Device):
     def _launch_now(self, command: commands.LaunchCommand) -> None:
         kernel, buffers = command.kernel, command.buffers
         loaded: _Kernel = kernel.handle
-        types = loaded.program.functions[loaded.name].argument_types
+        function = loaded.program.functions[loaded.name]
         arguments = []
-        for buffer, type_text in zip(buffers, types, strict=True):
+        for buffer, type_text in zip(buffers, function.argument_types, strict=True):
             storage = self._storage(buffer)
             memref_type = memory.parse_type(type_text)
+            if function.shape_generic:
+                memref_type = _bound_by_buffer(memref_type, buffer, kernel.name)
             arguments.append(memory.MemRef(storage.memory, memref_type))
         engine.run_kernel(
             loaded.program,
@@ -509,3 +512,20 @@ class InterpreterDevice(Device):
 
     def reset_counts(self, buffer: DeviceBuffer) -> None:
         self._storage(buffer).memory.reset_counts()
+
+
+def _bound_by_buffer(declared: object, buffer: DeviceBuffer, kernel_name: str) -> MemRefType:
+    """A shape-generic kernel's argument type at its buffer's size: the declared 1-D size
+    is an upper bound (``Function.shape_generic``), the buffer the elements there are."""
+    if not isinstance(declared, MemRefType) or len(declared.shape) != 1:
+        raise DeviceError(
+            f"kernel '{kernel_name}' is shape-generic, but its argument {declared} is not a"
+            " 1-D memref"
+        )
+    elements = buffer.nbytes // declared.dtype.itemsize
+    if elements > declared.size:
+        raise DeviceError(
+            f"kernel '{kernel_name}': a buffer of {buffer.nbytes} bytes exceeds its"
+            f" argument's bound {declared}"
+        )
+    return attrs.evolve(declared, shape=(elements,))

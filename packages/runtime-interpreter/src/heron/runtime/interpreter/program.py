@@ -81,6 +81,9 @@ class Function:
     #: ``known_block_size`` / ``known_grid_size`` of a kernel, when it declares them.
     known_block_size: tuple[int, int, int] | None = None
     known_grid_size: tuple[int, int, int] | None = None
+    #: A kernel built once for any size (``heron.shape_generic``): its 1-D memref argument
+    #: types are upper bounds, and the device binds each argument at its buffer's size.
+    shape_generic: bool = False
 
     @property
     def argument_types(self) -> tuple[str, ...]:
@@ -209,6 +212,7 @@ def _function_json(f: Function) -> dict:
         "workgroup": f.workgroup_count,
         "block": list(f.known_block_size) if f.known_block_size else None,
         "grid": list(f.known_grid_size) if f.known_grid_size else None,
+        **({"generic": True} if f.shape_generic else {}),  # absent: older programs read alike
     }
 
 
@@ -221,6 +225,7 @@ def _function_from(raw: dict) -> Function:
         raw["workgroup"],
         tuple(raw["block"]) if raw["block"] else None,
         tuple(raw["grid"]) if raw["grid"] else None,
+        raw.get("generic", False),
     )
 
 
