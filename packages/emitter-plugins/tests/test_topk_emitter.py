@@ -16,10 +16,10 @@ from __future__ import annotations
 import contextlib
 from unittest import mock
 
-import ml_dtypes
 import numpy as np
 import pytest
 from heron_test_support.analysis import analysed, artefact_text, compile_everywhere
+from heron_test_support.topk_values import tie_values
 
 import heron.plugins.loop as loop_plugin
 import heron.plugins.topk as topk_plugin
@@ -37,15 +37,6 @@ from heron.runtime.interpreter.device import InterpreterDevice
 REGISTRY = EmitterRegistry(
     [(spec, None) for plugin in (loop_plugin, topk_plugin) for spec in plugin.heron_emitter_specs()]
 )
-
-NUMPY = {
-    "f32": np.float32,
-    "bf16": ml_dtypes.bfloat16,
-    "f64": np.float64,
-    "s32": np.int32,
-    "u8": np.uint8,
-}
-FLOAT_EDGES = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.5, -2.5]
 
 
 def topk_module(dtype: str, dims: tuple[int, ...], k: int, largest: bool = True) -> str:
@@ -66,13 +57,7 @@ ENTRY e {{
 
 def _values(dtype: str, dims: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     """Values with many ties (and NaN of both signs, signed zeros, infinities)."""
-    count = int(np.prod(dims))
-    if dtype in ("f32", "bf16", "f64"):
-        pool = np.array(FLOAT_EDGES + list(rng.standard_normal(6)), np.float64)
-        return rng.choice(pool, count).astype(NUMPY[dtype]).reshape(dims)
-    if dtype == "s32":
-        return rng.integers(-6, 6, count).astype(np.int32).reshape(dims)
-    return rng.integers(0, 256, count).astype(np.uint8).reshape(dims)
+    return tie_values(dtype, int(np.prod(dims)), rng).reshape(dims)
 
 
 def run_topk(text: str, inputs: list[np.ndarray], warp: int = 32, *, unrolled: bool = False):

@@ -11,10 +11,10 @@ that ptxas accepts.
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 from heron_test_support.analysis import H100, analysed
+from heron_test_support.topk_values import tie_values
 
 import heron.plugins.loop as loop_plugin
 import heron.plugins.topk_rows as topk_rows_plugin
@@ -36,24 +36,6 @@ REGISTRY = EmitterRegistry(
         for spec in plugin.heron_emitter_specs()
     ]
 )
-NUMPY = {
-    "f32": np.float32,
-    "bf16": ml_dtypes.bfloat16,
-    "f64": np.float64,
-    "s32": np.int32,
-    "u8": np.uint8,
-}
-FLOAT_EDGES = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.5, -2.5]
-
-
-def _values(dtype: str, count: int, rng: np.random.Generator) -> np.ndarray:
-    """Values with many ties (and NaN of both signs, signed zeros, infinities)."""
-    if dtype in ("f32", "bf16", "f64"):
-        pool = np.array(FLOAT_EDGES + list(rng.standard_normal(6)), np.float64)
-        return rng.choice(pool, count).astype(NUMPY[dtype])
-    if dtype == "s32":
-        return rng.integers(-6, 6, count).astype(np.int32)
-    return rng.integers(0, 256, count).astype(np.uint8)
 
 
 def _evaluated(dtype: str, rows: np.ndarray, k: int, largest: bool) -> list[np.ndarray]:
@@ -111,7 +93,7 @@ def test_one_kernel_gives_every_row_length_and_count(dtype, k, largest):
     assert compiled.emitter == "topk_rows"
     rng = np.random.default_rng(k)
     for count, length in ((3, k), (5, 37), (1, 128), (4, 1000)):
-        rows = _values(dtype, count * length, rng).reshape(count, length)
+        rows = tie_values(dtype, count * length, rng).reshape(count, length)
         _assert_bitwise(_launch(compiled, dtype, rows, k), _evaluated(dtype, rows, k, largest))
 
 
