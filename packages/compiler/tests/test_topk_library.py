@@ -11,6 +11,8 @@ the kernel cannot be built, the fusion compiles as any other.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from heron_test_support.analysis import H100
@@ -164,3 +166,15 @@ def test_the_compile_launches_the_library_kernel_for_the_targets_backend(store):
     }
     assert {k.grid for k in emitted.compiled.values()} == {(1024, 1, 1)}
     assert store.built == 2
+
+
+def test_a_top_k_in_a_loop_body_launches_the_library_kernel(store):
+    """The pass runs on every computation: a while body's top-k gets its row length as a
+    constant of the body, and the loop (a command buffer's while node) runs it."""
+    text = (Path(__file__).parent / "data" / "topk_in_a_loop.hlo").read_text()
+    x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
+    run = _run(text, [x])
+    assert "topk_rows" in [k.emitter for k in run.kernels]
+    want = np.asarray(evaluate_module(parse_module(text), [x]))  # one array: no tuple
+    (got,) = run.outputs
+    assert np.array_equal(got, want)
