@@ -77,11 +77,13 @@ def compile_with_heron(
 
     ``full=False`` stops after emission (the launch only, no PTX). ``program``: the
     module is a whole unfused program; heron's pipeline fuses it first
-    (:func:`program_fusions`), and a fusion a library computes (a cuBLASLt GEMM) is
-    listed as that library, not compiled.
+    (:func:`program_fusions`), a fusion a library computes (a cuBLASLt GEMM) is
+    listed as that library, not compiled, and one that launches a library kernel (a
+    top-k: :mod:`heron.compiler.library_kernels`) is that kernel.
     """
     from heron.compiler import compile_fusion, selected_fusions
     from heron.compiler.library_gemm import gemm_fusion
+    from heron.compiler.library_kernels import library_kernels_for
     from heron.hlo.errors import HloError
 
     target = heron_target(target_name)
@@ -98,7 +100,9 @@ def compile_with_heron(
             kernels.append(kernel)
             continue
         try:
-            compiled = compile_fusion(
+            # A program's top-k launches the library kernel (built once), not its own.
+            library = library_kernels_for(instruction, target, ("cuda",)) if program else None
+            compiled = (library or {}).get("cuda") or compile_fusion(
                 instruction, target, "cuda", stop_after=None if full else "emitted"
             )
         except HloError as exc:
