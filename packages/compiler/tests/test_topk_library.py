@@ -5,8 +5,8 @@ row length a constant operand, XLA's custom-fusion ``backend_config``) and leave
 other alone; a program's compile then launches the library kernel for it, built once
 per Target and backend for every shape of its kind (one build for two programs of
 different shapes), kept on disk across processes (a second store on the same folder
-builds nothing, a damaged entry is built again), with the evaluator's results; where
-the kernel cannot be built, the fusion compiles as any other.
+builds nothing, a damaged or misplaced entry is built again), with the evaluator's
+results; where the kernel cannot be built, the fusion compiles as any other.
 """
 
 from __future__ import annotations
@@ -129,10 +129,21 @@ def test_the_store_keeps_kernels_across_processes(store, tmp_path):
     assert again.built == 0
     assert loaded.image == built.image
     assert [a.data for a in loaded.device_code()] == [a.data for a in built.device_code()]
-    entry.write_text("{ damaged")
-    third = KernelStore(tmp_path / "kernels")
-    assert third.kernel(kernel, H100, "cuda").image == built.image
-    assert third.built == 1
+    text = entry.read_text()
+    tampered = text.replace('"data": "', '"data": "AAAA', 1)
+    assert tampered != text
+    for damaged in ("{ damaged", tampered):
+        entry.write_text(damaged)
+        again = KernelStore(tmp_path / "kernels")
+        assert again.kernel(kernel, H100, "cuda").image == built.image
+        assert again.built == 1  # not loaded: built again, and written over
+    other = TopkRowsKernel(ElementType("f32"), 8, True, 8)
+    KernelStore(tmp_path / "kernels").kernel(other, H100, "cuda")
+    (renamed,) = [e for e in (tmp_path / "kernels").glob("*.json") if e != entry]
+    renamed.replace(entry)  # another kernel's entry under this kernel's name
+    misplaced = KernelStore(tmp_path / "kernels")
+    assert misplaced.kernel(kernel, H100, "cuda").image == built.image
+    assert misplaced.built == 1
 
 
 def test_a_store_without_a_folder_keeps_kernels_in_the_process(tmp_path):

@@ -14,7 +14,8 @@ XLA's kernels, which ship inside XLA, each compiled kernel is kept on disk:
   distributions): a change to any of them builds the kernel again rather than loading a
   stale one;
 - entries are written whole (a temporary file renamed), so processes compiling side by
-  side at worst build the same kernel twice.
+  side at worst build the same kernel twice, and carry the sha256 of what they hold and
+  the key they were made for: a damaged or misplaced entry is built again, never loaded.
 
 :func:`library_kernels_for` is what a program's compile asks: the kernels of a fusion
 per backend, instantiated for it (its arguments and a block per row), or None where
@@ -136,10 +137,13 @@ class KernelStore:
             return None
         start = time.perf_counter()
         try:
-            raw = json.loads(path.read_text())
-            if raw.get("format") != _FORMAT:
-                return None
-            return _from_json(raw, key, time.perf_counter() - start)
+            entry = json.loads(path.read_text())
+            payload = entry["payload"]
+            if entry.get("format") != _FORMAT or entry.get("sha256") != _digest(payload):
+                return None  # another format, or damaged: built again, and written over
+            if payload.get("key") != key.digest():
+                return None  # a file of another kernel under this name
+            return _from_json(payload, key, time.perf_counter() - start)
         except (OSError, ValueError, KeyError, TypeError):
             return None  # unreadable: built again, and written over
 
@@ -153,7 +157,9 @@ class KernelStore:
         record = StageRecord(LIBRARY_STAGE, time.perf_counter() - start)
         path = self._path(key)
         if path is not None:
-            _write_whole(path, json.dumps(_to_json(compiled)))
+            payload = _to_json(compiled, key)
+            entry = {"format": _FORMAT, "sha256": _digest(payload), "payload": payload}
+            _write_whole(path, json.dumps(entry))
         return attrs.evolve(compiled, stages=(record,), module=None)
 
 
@@ -173,10 +179,15 @@ def _bytes(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _to_json(kernel: CompiledKernel) -> dict:
+def _digest(payload: dict) -> str:
+    """The sha256 an entry carries of its payload: a damaged entry is not loaded."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _to_json(kernel: CompiledKernel, key: _Key) -> dict:
     image = kernel.image
     return {
-        "format": _FORMAT,
+        "key": key.digest(),
         "kernel_name": kernel.kernel_name,
         "emitter": kernel.emitter,
         "threads": kernel.launch.thread_x,
