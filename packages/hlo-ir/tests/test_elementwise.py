@@ -539,7 +539,9 @@ def xla(specs, operands):
 # op: (max ulps in f32, in f64, in f16/bf16/fp8/f4, absolute slack in units of the type's epsilon)
 FLOAT_TOLERANCE = {
     "exponential": (2, 2, 1, 0),
-    "exponential-minus-one": (4, 4, 2, 0),
+    # XLA:CPU's f32 expm1 is 4.6 ulps off at 0.0069321403 (hypothesis found it; the
+    # evaluator is correctly rounded there: test_expm1_where_xla_cpu_is_loosest)
+    "exponential-minus-one": (5, 4, 2, 0),
     "log": (2, 2, 1, 0),
     "log-plus-one": (4, 256, 1, 0),
     "logistic": (4, 4, 1, 1),
@@ -720,6 +722,20 @@ WIDE_SETTINGS = settings(
 @given(data=st.data())
 def test_float_unary_vs_xla(et, data):
     _check_real_ops(et, [data.draw(float_arrays(et, 64))])
+
+
+def test_expm1_where_xla_cpu_is_loosest():
+    """At f32 0.0069321403 XLA:CPU's expm1 is 4.6 ulps from the exact value, the
+    evaluator's correctly rounded: the f32 tolerance is 5 ulps (a hypothesis draw found
+    it, over the 4 allowed before)."""
+    import mpmath
+
+    x = np.array([1004742402], np.uint32).view(np.float32)
+    with mpmath.workprec(200):
+        exact = np.float32(float(mpmath.expm1(mpmath.mpf(float(x[0])))))
+    (ours,) = np.asarray(ev("exponential-minus-one", x))
+    assert ours == exact
+    _check_real_ops(E.F32, [x])
 
 
 @pytest.mark.parametrize("et", [E.F16, E.BF16, *WIDE_FLOATS], ids=str)

@@ -48,7 +48,7 @@ tests/test_conversions.py; narrow types exhaustively, wide ones by hypothesis):
   op                      f32     f64     f16 / bf16 / fp8 / f4
   ======================  ======  ======  ============================
   exponential, log        2       2       1
-  exponential-minus-one   4       4       2
+  exponential-minus-one   5       4       2
   log-plus-one            4       256     1
   logistic                4       4       1
   rsqrt                   2       2       1
@@ -63,7 +63,9 @@ tests/test_conversions.py; narrow types exhaustively, wide ones by hypothesis):
   atanh                   4       256     2
   ======================  ======  ======  ============================
 
-  XLA's f64 log1p (and atanh, built on it) is loose near |x| = sqrt(2) - 1,
+  XLA's f32 expm1 is 4.6 ulps from the exact value at 0.0069321403 (here
+  correctly rounded). XLA's f64 log1p (and atanh, built on it) is loose near
+  |x| = sqrt(2) - 1,
   and it evaluates sinh/cosh as exp(|x| + ln 1/2), whose rounded argument
   costs about |x|/2 ulps.
 
