@@ -62,6 +62,10 @@ nox.options.sessions = [
 nox.options.error_on_external_run = True
 
 ROOT = Path(__file__).resolve().parent
+# The library kernels the sessions' compiles build (heron.compiler.library_kernels, pytest's
+# and the artefact builds') are kept beside nox's environments, not under the user's home;
+# a caller's HERON_KERNEL_STORE is kept.
+os.environ.setdefault("HERON_KERNEL_STORE", str(ROOT / ".nox" / "library-kernels"))
 
 #: Package folders in dependency order (ARCHITECTURE.md).
 PACKAGES = (
