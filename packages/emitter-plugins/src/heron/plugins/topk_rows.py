@@ -79,7 +79,6 @@ class TopkRowsEmitter(TopkEmitter):
         )
         check_shared_memory(self.plan, self.target, f"{TOPK_ROWS_TARGET} {kernel.name}", self.call)
         self.empty = False
-        self.writes_each_element_once = True
 
     def launch_dimensions(self) -> LaunchDimensions:
         """The largest launch: a block per row, up to ``MAX_ROWS`` (launched with fewer)."""
@@ -92,6 +91,7 @@ class TopkRowsEmitter(TopkEmitter):
         return (self.call,)
 
     def emit_entry(self, entry: EntryFunction) -> list[ir.Value]:
+        # The row length, read once at the kernel's start.
         (length,) = entry.value_of(self.length, [index_constant(0)])
         self._length = arith.index_cast(ir.IndexType.get(), length)
         return super().emit_entry(entry)
@@ -99,22 +99,18 @@ class TopkRowsEmitter(TopkEmitter):
     def _row_prefix(self, row: ir.Value) -> list[ir.Value]:
         return [row]
 
-    def _row_length(self, entry: EntryFunction) -> ir.Value:
-        """The row length, read once at the kernel's start (``emit_entry``)."""
-        return self._length
-
     def _trips(self, entry: EntryFunction) -> ir.Value:
         """``ceil(n / T)``: the row length is an argument."""
         threads = index_constant(self.plan.threads)
-        padded = arith.addi(self._row_length(entry), index_constant(self.plan.threads - 1))
+        padded = arith.addi(self._length, index_constant(self.plan.threads - 1))
         return arith.divui(padded, threads)
 
     def _row_end(self, entry: EntryFunction) -> ir.Value:
-        return self._row_length(entry)
+        return self._length
 
     def _read(self, entry: EntryFunction, position: ir.Value) -> ir.Value:
         (row,) = self._row
-        start = arith.muli(row, self._row_length(entry))
+        start = arith.muli(row, self._length)
         (value,) = entry.value_of(self.operand, [arith.addi(start, position)])
         return value
 
