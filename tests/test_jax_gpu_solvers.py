@@ -11,8 +11,7 @@ needed), compiled by heron for the interpreter and run by the thunk executor
 (LAPACK) on batched inputs of every type jax lowers them for.
 
 Tolerances, relative to the largest entry: 2e-4 for f32 and c64, 1e-10 for f64
-and c128. Cholesky and LU are heron.jax.lapack's unblocked algorithms in the
-operand's precision (measured against LAPACK: 4e-7 single, 3e-16 double); QR,
+and c128. Cholesky and LU are LAPACK's in the operand's type (heron.jax.lapack); QR,
 eigh and SVD are numpy's LAPACK in double rounded to the operand's type, while
 jax's CPU calls compute single precision in single (measured: QR 5e-7 and 3e-16,
 eigh 4e-6 and 1e-15, SVD 2.4e-5 and 2e-15, the largest the 40x34 economic SVD).

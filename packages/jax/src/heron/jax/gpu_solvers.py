@@ -41,8 +41,8 @@ The first result of geqrf's, syevd's and the SVDs' is the operand's buffer
 (``output_to_operand_aliasing``): the library leaves its scratch there, jax
 reads it only for geqrf, so the others return the operand unchanged.
 
-Precision: Cholesky and LU are :mod:`heron.jax.lapack`'s unblocked algorithms
-in the operand's precision (equal to cuSOLVER to rounding). QR, eigh and SVD
+Precision: Cholesky and LU are LAPACK's ``?potrf`` and ``?getrf`` in the operand's
+type (:mod:`heron.jax.lapack`; equal to cuSOLVER to rounding). QR, eigh and SVD
 are ``numpy.linalg`` (LAPACK's ``?geqrf``, ``?syevd``/``?heevd``, ``?gesdd``,
 computed in double and rounded to the operand's type): no host code can match
 cuSOLVER's Jacobi SVD or its eigensolver bit for bit, and an eigenvector or

@@ -22,11 +22,13 @@ front) and every flag a character code in ``backend_config``:
   A's ``uplo`` triangle read, its diagonal taken as ones when ``diag`` is 85
   (``'U'``).
 
-Each is the unblocked column algorithm (``?potf2``, ``?getf2``, and
-substitution: :func:`heron.hlo.custom_calls.triangular_solve.solve`, which also
-runs HLO's ``triangular-solve``) in
-the operand's own precision (f32 for the ``s`` targets), so it agrees with LAPACK to
-rounding, not bit for bit (LAPACK blocks large matrices).
+Each matrix is the routine jax's own kernel calls, through scipy (LAPACK's
+``?potrf`` and ``?getrf``, BLAS's ``?trsm``: jaxlib takes its CPU LAPACK and BLAS
+from ``scipy.linalg.cython_lapack`` and ``cython_blas``, :mod:`heron.jax.scipy_lapack`)
+in the operand's own type, so the results equal jax's on the CPU bit for bit: a
+singular matrix's LU has the exact zero pivot LAPACK's FMA leaves (``slogdet`` is
+``-inf``, as on XLA:CPU), where the unblocked numpy loops heron ran before left
+``1e-16`` (``tests/test_jax_lapack.py``).
 
 This module's hook also registers :mod:`heron.jax.cpu_lapack`'s targets (eigh, SVD,
 QR, eig, Schur, Hessenberg, tridiagonal solve: scipy's LAPACK) and
@@ -42,10 +44,9 @@ import numpy as np
 
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
-from heron.hlo.custom_calls.triangular_solve import solve as triangular_solve
 from heron.jax.cpu_lapack import cpu_lapack_specs
 from heron.jax.cpu_sparse import cpu_sparse_specs
-from heron.jax.scipy_lapack import check_matrices
+from heron.jax.scipy_lapack import LETTERS, check_matrices, routine
 
 __all__ = [
     "POTRF_TARGETS",
@@ -79,23 +80,13 @@ def _flag(call: CustomCall, name: str, default: str, allowed: str) -> str:
 
 
 def cholesky_factor(matrix: np.ndarray, lower: bool) -> tuple[np.ndarray, int]:
-    """One matrix's factor (the other strict triangle as given) and LAPACK's ``info``."""
-    a = np.array(matrix, copy=True)
-    work = a if lower else a.conj().T  # the upper factor is the lower one of A^H
-    n = work.shape[0]
-    for j in range(n):
-        row = work[j, :j]
-        diagonal = work[j, j].real - np.real(np.vdot(row, row))
-        if not diagonal > 0:  # not positive, or NaN: LAPACK stops at this minor
-            work[j, j] = diagonal
-            result = work if lower else work.conj().T
-            return result, j + 1
-        root = np.sqrt(diagonal)
-        work[j, j] = root
-        below = work[j + 1 :, j] - work[j + 1 :, :j] @ row.conj()
-        work[j + 1 :, j] = below / root
-    result = work if lower else work.conj().T
-    return result, 0
+    """One matrix's ``?potrf``: the factor (the other strict triangle as given) and
+    LAPACK's ``info`` (0, or the order of the first leading minor that is not
+    positive definite)."""
+    if matrix.size == 0:
+        return np.array(matrix, copy=True), 0
+    factor, info = routine("potrf", matrix.dtype)(matrix, lower=int(lower), clean=0)
+    return factor, _info(info, "potrf")
 
 
 def potrf(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray]:
@@ -112,28 +103,20 @@ def potrf(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray
 
 
 def lu_factor(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """One matrix's ``?getf2``: the packed L\\U, the 1-based pivots and ``info``."""
-    a = np.array(matrix, copy=True)
-    m, n = a.shape
-    steps = min(m, n)
-    pivots = np.zeros(steps, np.int32)
-    info = 0
-    for j in range(steps):
-        column = a[j:, j]
-        magnitude = (
-            np.abs(column.real) + np.abs(column.imag) if a.dtype.kind == "c" else np.abs(column)
-        )
-        p = j + int(np.argmax(magnitude))  # the first largest, as i?amax
-        pivots[j] = p + 1
-        if a[p, j] != 0:
-            if p != j:
-                a[[j, p], :] = a[[p, j], :]
-            a[j + 1 :, j] = a[j + 1 :, j] / a[j, j]
-        elif info == 0:
-            info = j + 1
-        if j + 1 < n:
-            a[j + 1 :, j + 1 :] -= np.outer(a[j + 1 :, j], a[j, j + 1 :])
-    return a, pivots, info
+    """One matrix's ``?getrf``: the packed L\\U, the 1-based pivots and ``info`` (the
+    first zero pivot, 1-based, or 0)."""
+    if matrix.size == 0:
+        return np.array(matrix, copy=True), np.zeros(min(matrix.shape), np.int32), 0
+    lu, pivots, info = routine("getrf", matrix.dtype)(matrix)
+    return lu, pivots.astype(np.int32) + 1, _info(info, "getrf")  # scipy's are 0-based
+
+
+def _info(info: int, name: str) -> int:
+    """LAPACK's ``info`` of a call that must not be malformed (a negative one names
+    the argument LAPACK refused: a bug here, not a user's input)."""
+    if info < 0:
+        raise AssertionError(f"?{name} refused its argument {-info}")
+    return int(info)
 
 
 def getrf(operands: tuple[np.ndarray, ...], call: CustomCall) -> list[np.ndarray]:
@@ -168,6 +151,28 @@ def trsm(operands: tuple[np.ndarray, ...], call: CustomCall) -> np.ndarray:
     for index in np.ndindex(*b.shape[:-2]):
         x[index] = triangular_solve(a[index], b[index], left=left, **flags)
     return x
+
+
+def triangular_solve(
+    a: np.ndarray, b: np.ndarray, *, left: bool, lower: bool, trans: str, unit: bool
+) -> np.ndarray:
+    """One BLAS ``?trsm`` with alpha 1 (jax's kernel's call): X with ``op(A) X = B``
+    (``left``) or ``X op(A) = B``; only A's ``lower`` (or upper) triangle is read."""
+    if b.size == 0:
+        return np.array(b, copy=True)
+    from scipy.linalg import blas  # as scipy_lapack.routine: imported when a call runs
+
+    solve = getattr(blas, LETTERS[b.dtype] + "trsm")
+    with np.errstate(divide="ignore", invalid="ignore"):  # singular: inf and NaN, as trsm
+        return solve(
+            b.dtype.type(1),
+            a,
+            b,
+            side=0 if left else 1,
+            lower=int(lower),
+            trans_a="NTC".index(trans),
+            diag=int(unit),
+        )
 
 
 @hookimpl
