@@ -1,4 +1,5 @@
-"""The model corpus: models and training steps built with flax (linen), equinox, dm-haiku and optax.
+"""The model corpus: models and training steps built with flax (linen), equinox, dm-haiku, optax
+and Hugging Face transformers' Flax models.
 
 programs/ holds JAX written by hand; these are what a user of the libraries
 writes: ``nn.Dense``, ``eqx.nn.GRUCell``, ``hk.BatchNorm``, ``optax.adamw``
@@ -31,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import transformers
 from flax import nnx
 from jax import lax
 from jax.ad_checkpoint import checkpoint_name
@@ -47,6 +49,7 @@ LIBRARY_VERSIONS = {
     "equinox": eqx.__version__,
     "dm-haiku": hk.__version__,
     "optax": optax.__version__,
+    "transformers": transformers.__version__,
 }
 
 #: XLA's debug options for the XLA:GPU compiles of programs/generate.py: the optimized
@@ -3171,4 +3174,143 @@ add(
     "optimizer",
     "adam",
     platform="cuda",
+)
+
+
+# -- transformers (Hugging Face's Flax models) -------------------------------------------------
+#
+# Whole models as Hugging Face writes them (their attention masks, position ids, caches,
+# generation loops), from small configurations and random weights: no download. Each
+# model object is made once, here; its parameters are drawn per program from the
+# program's seed and passed as arguments (``params=``).
+
+_HF_SMALL = dict(
+    vocab_size=VOCAB * 4,
+    hidden_size=HIDDEN,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=2 * HIDDEN,
+    max_position_embeddings=16,
+)
+
+
+def _hf_params(model: Any, rng: np.random.Generator) -> Any:
+    """A Hugging Face Flax model's parameters initialised from the program's generator."""
+    return as_numpy(model.init_weights(init_key(rng), model.input_shape))
+
+
+_HF_GPT2 = transformers.FlaxGPT2LMHeadModel(
+    transformers.GPT2Config(
+        vocab_size=VOCAB * 4, n_embd=HIDDEN, n_layer=1, n_head=2, n_positions=16
+    ),
+    seed=0,
+    _do_init=False,
+)
+
+
+def _hf_gpt2_greedy(params, prompt):
+    """Greedy decoding to 12 tokens by FlaxGenerationMixin.generate (a lax.while_loop over
+    the KV cache, padded prompts' position ids, eos handling)."""
+    return _HF_GPT2.generate(
+        prompt, params=params, max_length=12, do_sample=False, pad_token_id=0, eos_token_id=1
+    ).sequences
+
+
+add(
+    "transformers_gpt2_greedy_generate",
+    "transformers",
+    "Hugging Face's FlaxGPT2LMHeadModel (1 layer, 2 heads of 8) decoding greedily from a"
+    " 4-token prompt to 12 tokens with model.generate: a lax.while_loop over the model with"
+    " its key/value cache (dynamic_update_slice), the causal mask sliced by position, and"
+    " the stop on eos",
+    _hf_gpt2_greedy,
+    lambda r: (_hf_params(_HF_GPT2, r), integers(r, 2, 4, low=3, high=VOCAB * 4)),
+    "attention",
+    "decoding",
+    "while-loop",
+    "kv-cache",
+)
+
+_HF_BERT = transformers.FlaxBertForMaskedLM(
+    transformers.BertConfig(**_HF_SMALL), seed=0, _do_init=False
+)
+_SGD_BERT = optax.sgd(1e-2, momentum=0.9)
+
+
+def _hf_bert_masked_lm_loss(params, token_ids, attention_mask, targets, target_weights):
+    """The masked-LM loss: cross-entropy at the masked positions only."""
+    logits = _HF_BERT(token_ids, attention_mask=attention_mask, params=params).logits
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    return jnp.sum(losses * target_weights) / jnp.sum(target_weights)
+
+
+def _hf_bert_batch(rng: np.random.Generator):
+    token_ids = integers(rng, 2, 8, low=3, high=VOCAB * 4)
+    attention_mask = np.ones((2, 8), np.int32)
+    attention_mask[1, 6:] = 0  # the second sequence is padded
+    weights = (rng.uniform(size=(2, 8)) < 0.4).astype(np.float32)
+    weights[0, 0] = 1.0  # at least one masked position
+    return (_hf_params(_HF_BERT, rng), token_ids, attention_mask, token_ids, weights)
+
+
+add(
+    "transformers_bert_mlm_sgd_step",
+    "transformers",
+    "training step of Hugging Face's FlaxBertForMaskedLM (1 layer, 2 heads of 8) on two"
+    " sequences of 8 tokens, one padded (the attention mask), the masked-LM cross-entropy"
+    " at weighted positions, optax.sgd with momentum",
+    train_step(_hf_bert_masked_lm_loss, _SGD_BERT),
+    with_optimizer_state(_SGD_BERT, _hf_bert_batch),
+    "attention",
+    "layernorm",
+    "training",
+    "optimizer",
+    "sgd",
+)
+
+_HF_BART = transformers.FlaxBartForConditionalGeneration(
+    transformers.BartConfig(
+        vocab_size=VOCAB * 4,
+        d_model=HIDDEN,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=2 * HIDDEN,
+        decoder_ffn_dim=2 * HIDDEN,
+        max_position_embeddings=16,
+        decoder_start_token_id=2,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+    ),
+    seed=0,
+    _do_init=False,
+)
+
+
+def _hf_bart_beam_search(params, source_ids):
+    """Beam search with 2 beams to 7 tokens (FlaxGenerationMixin's beam search: the
+    encoder once, a while loop of decoder steps over a flattened batch x beams cache, the
+    top 2 x beams of the log probabilities, gathers reordering the cache)."""
+    return _HF_BART.generate(
+        source_ids, params=params, max_length=7, num_beams=2, length_penalty=0.6
+    ).sequences
+
+
+add(
+    "transformers_bart_beam_search",
+    "transformers",
+    "Hugging Face's FlaxBartForConditionalGeneration (1 encoder and 1 decoder layer, 2"
+    " heads of 8) translating two 6-token sources by beam search with 2 beams to 7 tokens"
+    " (model.generate: a while loop over the cached decoder, lax.top_k over beams x"
+    " vocabulary, the cache gathered by beam, a length penalty)",
+    _hf_bart_beam_search,
+    lambda r: (_hf_params(_HF_BART, r), integers(r, 2, 6, low=3, high=VOCAB * 4)),
+    "attention",
+    "decoding",
+    "beam-search",
+    "top-k",
+    "while-loop",
+    "kv-cache",
 )
