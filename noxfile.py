@@ -27,8 +27,9 @@ gpu-bundle, dev, xla).
                          corpus file compiled by XLA, deviceless, and by heron (heron[xla])
     nox -s programs      the program corpus (programs/): JAX programs, XLA:CPU outputs and
                          XLA:GPU's kernels (heron[xla]); then docs/programs.md's table
-    nox -s models        the model corpus (models/): flax, equinox, haiku and optax models the
-                         same way (those libraries pinned); then docs/models.md's table
+    nox -s models        the model corpus (models/): flax, equinox, haiku, optax and
+                         transformers models the same way (those libraries pinned); then
+                         docs/models.md's table
     nox -s fuzz          the fuzzer (tests/fuzz): corpus mutants, generated fusions, bad npz
                          (`nox -s fuzz -- --cases 10000 --seed 1` for a long run)
     nox -s fuzz-parser   coverage-guided fuzzing of the parser and printer (atheris)

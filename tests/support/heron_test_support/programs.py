@@ -1,7 +1,7 @@
 """The program corpora as tests see them, and how a program's outputs are compared with XLA:CPU's.
 
 Two corpora share one layout and one set of tests: ``programs/`` (JAX written
-by hand, issue 15) and ``models/`` (flax, equinox, haiku and optax models and
+by hand, issue 15) and ``models/`` (flax, equinox, haiku, optax and transformers models and
 training steps, issue 26). Each folder holds an ``index.json`` and one folder
 per program (``module.hlo``, ``inputs.npz``, ``outputs.npz``,
 ``xla_gpu_optimized.hlo``, ``xla_gpu.json``); :class:`CorpusProgram` reads
