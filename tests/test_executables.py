@@ -17,8 +17,8 @@ analyses say, not against what the emitter wrote:
   every result leaf has an output allocation of its own, constants hold the
   literal's bytes, and peak memory is the assignment's;
 - what no emitter can run is refused with the instruction named;
-- its kernel count is its row of the corpus's table (docs/programs.md,
-  docs/models.md; programs/table.py) and within issue 15's rule unless
+- its kernel count and peak bytes are its row of the corpus's table
+  (docs/programs.md, docs/models.md; programs/table.py) and within issue 15's rule unless
   :data:`OVER_THE_RULE` names it;
 - every artefact, saved and loaded back, runs through the thunk executor
   (:mod:`heron.runtime.core.executor`) on the interpreter and gives XLA:CPU's
@@ -385,11 +385,21 @@ def _check_kernel_table_row(program: CorpusProgram, compiled: CompiledExecutable
     here); the corpus's document (docs/programs.md, docs/models.md) has the row."""
     table = _table()
     documented = (ROOT / "docs" / f"{program.corpus}.md").read_text()
-    assert f"| {program.name} |" in documented, f"docs/{program.corpus}.md has no row for it"
+    row = _documented_row(documented, program.name)
+    assert row is not None, f"docs/{program.corpus}.md has no row for it"
     heron = table.kernels_of(compiled.module, compiled.assignment)
     # The table counts the executable's kernels (loops and conditionals are thunks of
     # their own), so it refuses nothing that compiles.
     assert heron.count is not None, heron
+    # The document says what the code does: eight models' rows went stale for a day when
+    # multi-output fusion took XLA's shape rule and nobody ran the table again.
+    peak = "-" if heron.peak_bytes is None else f"{heron.peak_bytes:,}"
+    assert row == (str(heron.count), peak), (
+        f"docs/{program.corpus}.md says {row[0]} kernels and {row[1]} bytes for it; heron"
+        f" launches {heron.count} in {peak} bytes: run python programs/table.py"
+        f"{' --corpus models' if program.corpus == 'models' else ''}"
+        f" --update docs/{program.corpus}.md"
+    )
     assert (heron.count >= 1 or _moves_bytes_only(compiled.module)) and heron.peak_bytes > 0
     custom_calls = sum(
         1
@@ -402,6 +412,16 @@ def _check_kernel_table_row(program: CorpusProgram, compiled: CompiledExecutable
     xla = table.xla_kernels(facts)
     over = heron.count > xla * (1.5 if facts["triton"] else 1)
     assert over == (program.id in OVER_THE_RULE), (heron.count, xla)
+
+
+def _documented_row(document: str, name: str) -> tuple[str, str] | None:
+    """heron's kernels and bytes as ``name``'s row in a corpus table says them (the second
+    and fourth columns of programs/table.py's markdown), or None without a row."""
+    for line in document.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) > 3 and cells[0] == name:
+            return cells[1], cells[3]
+    return None
 
 
 def _moves_bytes_only(module) -> bool:
