@@ -130,6 +130,9 @@ CONTROL_FLOW = {
             "haiku_dirichlet_vae_adamax_step",
             "equinox_neural_ode_rk4_nadam_step",
             "flax_order_statistics",
+            # Hugging Face's generate: greedy decoding's and beam search's while loops
+            "transformers_gpt2_greedy_generate",
+            "transformers_bart_beam_search",
         )
     },
     # optax.apply_if_finite's lax.cond: its branches are not cheap (the whole update)
