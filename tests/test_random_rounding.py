@@ -233,3 +233,92 @@ def test_heron_run_check_accepts_a_kernel_summing_tied_sums_in_its_own_order(cap
     out, err = capsys.readouterr()
     assert (code, err) == (0, ""), out
     assert "random roundings of the reference, which decide" in out
+
+
+def _accumulate_f64(step: str):
+    module = parse_module(ACCUMULATE.replace("STEP", step).replace("f32", "f64"))
+    arguments = [np.asarray(np.float64(0))]
+    tolerances = output_tolerances(module, {}, arguments, None, tf32=False, written=module)
+    reference = flatten_literal(evaluate_module(module, arguments))
+    return tolerances, reference
+
+
+def test_a_float64_loop_that_rounding_stops_accepts_the_other_trip_count():
+    """Float64 had no random rounding: a float64 program's decisions were all exact."""
+    (trips_tolerance, _), (trips, total) = _accumulate_f64("0.1")
+    assert int(trips) == 11 and float(total) == pytest.approx(1.1)  # 0.1 ten times: 1 - 1e-16
+    one_less = compare(np.asarray(10, np.int32), trips, trips_tolerance)
+    assert one_less.agrees, one_less.summary
+    assert "random roundings" in one_less.summary
+    for wrong in (14, 7):
+        assert not compare(np.asarray(wrong, np.int32), trips, trips_tolerance).agrees
+    (trips_tolerance, _), (trips, _) = _accumulate_f64("0.25")  # every sum exact
+    assert not compare(np.asarray(int(trips) + 1, np.int32), trips, trips_tolerance).agrees
+
+
+@pytest.mark.parametrize("opcode", ["add", "subtract", "multiply", "divide", "sqrt"])
+def test_float64_random_rounding_steps_to_the_exact_results_side(opcode):
+    """No wider float holds a float64 result: the side is an error-free transformation's
+    (checked here with exact rationals)."""
+    from fractions import Fraction
+
+    unary = opcode == "sqrt"
+    operands = "a" if unary else "a, b"
+    module = parse_module(
+        f"""\
+HloModule f64_{opcode}
+
+ENTRY main {{
+  a = f64[400] parameter(0)
+  b = f64[400] parameter(1)
+  ROOT r = f64[400] {opcode}({operands})
+}}
+"""
+    )
+    generator = np.random.default_rng(3)
+    a = generator.standard_normal(400) * 10.0 ** generator.integers(-5, 6, 400)
+    b = generator.standard_normal(400) * 10.0 ** generator.integers(-5, 6, 400)
+    if unary:
+        a = np.abs(a)
+    nearest = evaluate_module(module, [a, b])
+    rounded = evaluate_module(module, [a, b], hook=RandomRounding(11, frozenset()))
+    moved = np.flatnonzero(rounded != nearest)
+    assert 50 < moved.size < 350
+    for k in moved:
+        assert rounded[k] == np.nextafter(nearest[k], rounded[k])  # one step
+        x, y, q = Fraction(float(a[k])), Fraction(float(b[k])), Fraction(float(nearest[k]))
+        if unary:  # sqrt(x) > q exactly when x > q^2
+            above = x > q * q
+        else:
+            exact = {"add": x + y, "subtract": x - y, "multiply": x * y}.get(opcode)
+            exact = x / y if exact is None else exact
+            above = exact > q
+        assert (rounded[k] > nearest[k]) == above
+    integers = np.arange(1.0, 401.0)
+    squares = integers * integers
+    same = evaluate_module(
+        module, [squares, integers], hook=RandomRounding(11, frozenset())
+    )  # every result exact: sqrt of a square, sums, products and quotients of integers
+    if opcode != "divide":
+        np.testing.assert_array_equal(same, evaluate_module(module, [squares, integers]))
+
+
+def test_heron_run_check_accepts_an_optimistix_dogleg_solve_in_float64(capsys):
+    """optimistix 0.1.0's Dogleg least squares in float64 (jax_enable_x64) fitting
+    a exp(-b t) + c (the tenth sweep): heron's kernels stop after 13 steps, XLA:CPU after
+    11, the reference evaluator after 7 (64 random roundings: 7 to 32); no float64 op was
+    rounded at random, so the check called the step count wrong."""
+    code = main(
+        [
+            "run",
+            str(DATA / "optimistix_dogleg_f64.hlo"),
+            "--inputs",
+            str(DATA / "optimistix_dogleg_f64.npz"),
+            "--backend",
+            "interpreter",
+            "--check",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, ""), out
+    assert "out1  1 of 1 elements differ (allowed: within the spread of" in out
