@@ -60,9 +60,11 @@ ENTRY main {
 """
 
 
-def _accumulate(step: str):
-    module = parse_module(ACCUMULATE.replace("STEP", step))
-    arguments = [np.asarray(np.float32(0))]
+def _accumulate(step: str, dtype=np.float32):
+    """The accumulating loop in ``dtype`` (f32 or f64): its outputs' tolerances and values."""
+    text = ACCUMULATE.replace("STEP", step)
+    module = parse_module(text if dtype == np.float32 else text.replace("f32", "f64"))
+    arguments = [np.asarray(dtype(0))]
     tolerances = output_tolerances(module, {}, arguments, None, tf32=False, written=module)
     reference = flatten_literal(evaluate_module(module, arguments))
     return tolerances, reference
@@ -235,24 +237,16 @@ def test_heron_run_check_accepts_a_kernel_summing_tied_sums_in_its_own_order(cap
     assert "random roundings of the reference, which decide" in out
 
 
-def _accumulate_f64(step: str):
-    module = parse_module(ACCUMULATE.replace("STEP", step).replace("f32", "f64"))
-    arguments = [np.asarray(np.float64(0))]
-    tolerances = output_tolerances(module, {}, arguments, None, tf32=False, written=module)
-    reference = flatten_literal(evaluate_module(module, arguments))
-    return tolerances, reference
-
-
 def test_a_float64_loop_that_rounding_stops_accepts_the_other_trip_count():
     """Float64 had no random rounding: a float64 program's decisions were all exact."""
-    (trips_tolerance, _), (trips, total) = _accumulate_f64("0.1")
+    (trips_tolerance, _), (trips, total) = _accumulate("0.1", np.float64)
     assert int(trips) == 11 and float(total) == pytest.approx(1.1)  # 0.1 ten times: 1 - 1e-16
     one_less = compare(np.asarray(10, np.int32), trips, trips_tolerance)
     assert one_less.agrees, one_less.summary
     assert "random roundings" in one_less.summary
     for wrong in (14, 7):
         assert not compare(np.asarray(wrong, np.int32), trips, trips_tolerance).agrees
-    (trips_tolerance, _), (trips, _) = _accumulate_f64("0.25")  # every sum exact
+    (trips_tolerance, _), (trips, _) = _accumulate("0.25", np.float64)  # every sum exact
     assert not compare(np.asarray(int(trips) + 1, np.int32), trips, trips_tolerance).agrees
 
 
