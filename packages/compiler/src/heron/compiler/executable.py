@@ -31,11 +31,9 @@ set, and the executor reads the result from the caller's (donated) bytes.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import attrs
@@ -216,6 +214,7 @@ def compile_program(
     """
     from heron.compiler.driver import StageBatches, compile_fusion, compile_fusion_for_backends
     from heron.compiler.library_kernels import library_kernels_for
+    from heron.compiler.stage_threads import CompileThreads
     from heron.compiler.thunk_emission import emit_thunks, expected_kernels
     from heron.emitters.kernel_arguments import BUFFER_ALIGNMENT
     from heron.hlo.buffers import assign_buffers
@@ -239,9 +238,9 @@ def compile_program(
     _check_entry_parameters(optimized)
     assignment = assign_buffers(optimized, alignment=BUFFER_ALIGNMENT)
     kernel_seconds = 0.0
-    # The backends' concurrent stages (LLVM and ptxas) run on workers while the next
-    # kernels are emitted; a compiler given by the caller runs as it likes.
-    workers = ThreadPoolExecutor(os.cpu_count() or 1) if compiler is None else None
+    # The backends' concurrent stages (LLVM and ptxas) run on the process's stage threads
+    # while the next kernels are emitted; a compiler given by the caller runs as it likes.
+    workers = CompileThreads() if compiler is None else None
     # A batched last stage (CUDA's ptxas) runs for groups of kernels, smaller towards the
     # program's end: the last group is the compile's tail.
     batches = None

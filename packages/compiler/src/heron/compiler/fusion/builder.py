@@ -92,10 +92,14 @@ class OwnBodies:
     def of(self, inst: Instruction) -> Computation:
         if inst.opcode == "fusion":
             return inst.called("calls")
+        return self.candidate(inst).body
+
+    def candidate(self, inst: Instruction) -> Candidate:
+        """The one-member fusion of ``inst`` (not a fusion), owned here: not to be discarded."""
         made = self._built.get(inst)
         if made is None:
             made = self._built[inst] = build_fusion([inst], [inst])
-        return made.body
+        return made
 
     def forget(self, inst: Instruction) -> None:
         """Let go of ``inst``'s body (it left the computation)."""

@@ -353,10 +353,13 @@ class FusionContext:
                 verdict = verdict_of(self.checker.analysis(inst))
                 cost = self._composed.cost(inst, verdict)
             else:
-                made = self.candidate([inst], [inst], consumer=inst)
-                if made is not None:
-                    cost = self.price(*made)
-                    made[0].discard()
+                # The instruction's own body, which its pairs' keys and prices read too:
+                # what :meth:`candidate` would build, built once.
+                own = self._own_bodies.candidate(inst)
+                if within_budget(len(own.fusion.operands), 1, inst):
+                    verdict = self._verdict(own, inst)
+                    if verdict is not None:
+                        cost = self.price(own, verdict)
         self._costs[inst] = cost
         return cost
 
