@@ -65,7 +65,7 @@ chains are a permutation): jax's ``[B, S, H, D]`` tensors cost no copy.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 import numpy as np
@@ -1399,6 +1399,15 @@ def _mask_bias(
     )
 
 
+def matches_at(
+    computation: Computation, opcode: str, match: Callable[[Instruction, Uses], object]
+) -> list[object]:
+    """What ``match`` says of each ``opcode`` instruction of ``computation``, all asked
+    before any is rewritten (a rewrite changes the uses the others are matched on)."""
+    uses = Uses(computation)
+    return [match(inst, uses) for inst in list(computation.instructions) if inst.opcode == opcode]
+
+
 def rewrite_attention(module: Module, target: Target) -> bool:
     """Every attention ``target``'s fused-attention library takes becomes
     ``__heron$attention``."""
@@ -1407,14 +1416,10 @@ def rewrite_attention(module: Module, target: Target) -> bool:
     names = module_names(module)
     changed = False
     for computation in non_fusion_computations(module):
-        uses = Uses(computation)
-        matches = []
-        for inst in list(computation.instructions):
-            if inst.opcode == "dot":
-                found = match_attention(inst, uses, target)
-                if isinstance(found, AttentionMatch):
-                    matches.append(found)
-        for match in matches:
+        found = matches_at(computation, "dot", lambda i, u: match_attention(i, u, target))
+        for match in found:
+            if not isinstance(match, AttentionMatch):
+                continue
             inserter = Inserter(computation, names)
             replaced, replacement = _rewrite(inserter, match)
             inserter.replace(replaced, replacement)

@@ -88,6 +88,7 @@ from heron.compiler.library_attention import (
     _view_labels,
     attention_verdicts,
     batch_labels,
+    matches_at,
     softmax_frame,
 )
 from heron.compiler.library_thunks import described_or_refused, host_backed_call
@@ -988,16 +989,13 @@ def rewrite_attention_backward(module: Module, target: Target) -> bool:
     names = module_names(module)
     changed = False
     for computation in non_fusion_computations(module):
-        uses = Uses(computation)
-        matches = []
-        for inst in list(computation.instructions):
-            if inst.opcode == "divide":
-                found = match_attention_backward(inst, uses, target)
-                if isinstance(found, BackwardMatch):
-                    matches.append(found)
-        for match in matches:
-            _rewrite(Inserter(computation, names), match)
-            changed = True
+        found = matches_at(
+            computation, "divide", lambda i, u: match_attention_backward(i, u, target)
+        )
+        for match in found:
+            if isinstance(match, BackwardMatch):
+                _rewrite(Inserter(computation, names), match)
+                changed = True
     if changed:  # what computed the gradients is dead: the forward's rewriter reads the rest
         eliminate_dead_code(module)
     return changed
