@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from heron.hlo.custom_calls.attention_config import IDENTITY, TARGET, backend_config
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
 from heron.hlo.element_types import ElementType
@@ -78,8 +79,6 @@ __all__ = [
     "stats_shape",
 ]
 
-#: The custom_call_target of a fused attention.
-TARGET = "__heron$attention"
 #: The element types the custom call takes.
 ELEMENT_TYPES = ("f16", "bf16")
 
@@ -88,34 +87,13 @@ ELEMENT_TYPES = ("f16", "bf16")
 ORDERED = ("q", "k", "v", "result")
 #: The element type of the softmax's statistics (cuDNN's: f32 whatever the I/O type).
 STATS_TYPE = "f32"
-_IDENTITY = (0, 1, 2, 3)
+_IDENTITY = IDENTITY
 
 
 def stats_shape(b: int, h: int, sq: int) -> ArrayShape:
     """The statistics of a ``[B, H, Sq, .]`` attention: f32 ``[B, H, Sq]`` (no layout yet:
     layout assignment gives it one)."""
     return ArrayShape(ElementType(STATS_TYPE), (b, h, sq))
-
-
-def backend_config(
-    scale: float,
-    causal: bool,
-    orders: dict[str, Sequence[int]] | None = None,
-    *,
-    stats: bool = False,
-) -> str:
-    """The custom call's ``backend_config`` (JSON); ``orders`` as the module docstring says,
-    identities left out; ``stats``: the forward gives its statistics too, the backward
-    reads them (left out where false, so a call without them reads as it always did)."""
-    config: dict[str, Any] = {"causal": bool(causal), "scale": float(scale)}
-    kept = {
-        name: list(order) for name, order in (orders or {}).items() if tuple(order) != _IDENTITY
-    }
-    if kept:
-        config["orders"] = kept
-    if stats:
-        config["stats"] = True
-    return json.dumps(config, sort_keys=True)
 
 
 class AttentionConfig:

@@ -55,6 +55,7 @@ from heron.hlo.custom_calls.attention import (
     logits_lines,
     probabilities_lines,
 )
+from heron.hlo.custom_calls.attention_config import BACKWARD_TARGET
 from heron.hlo.custom_calls.call import CustomCall
 from heron.hlo.custom_calls.hookspecs import CustomCallSpec, hookimpl
 from heron.hlo.errors import HloError
@@ -73,7 +74,7 @@ __all__ = [
 ]
 
 #: The custom_call_target of a fused attention's backward pass.
-TARGET = "__heron$attention_backward"
+TARGET = BACKWARD_TARGET
 #: The tensors whose stored order ``backend_config`` may give (``o`` only with ``"stats"``).
 ORDERED = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
 #: The operands, in order (a bias may follow).

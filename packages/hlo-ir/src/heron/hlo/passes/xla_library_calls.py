@@ -51,6 +51,7 @@ import numpy as np
 
 from heron.hlo.attributes import (
     ConvDimensionNumbers,
+    InstructionRefs,
     QuotedString,
     RawAttribute,
     SliceRange,
@@ -64,10 +65,17 @@ from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.library_epilogue import Epilogue
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
+    CONTROL,
     Inserter,
     module_names,
     non_fusion_computations,
     rename_control_predecessors,
+)
+from heron.hlo.passes.xla_attention_calls import (
+    BACKWARD_TARGETS,
+    FORWARD_TARGETS,
+    fmha_backward,
+    fmha_forward,
 )
 from heron.hlo.shape_inference import ShapeInferenceError, infer_shape
 from heron.hlo.shapes import ArrayShape, TupleShape
@@ -178,15 +186,41 @@ def _element_readers(
     computation: Computation, inserter: Inserter, call: Instruction
 ) -> list[Instruction] | None:
     """The ``get-tuple-element`` readers of ``call``'s results but its last (the scratch);
-    None when anything else reads it."""
+    None when anything else reads it. A reader of the scratch that nothing reads (jax's
+    lowering leaves one) is dropped here."""
     if not isinstance(call.shape, TupleShape) or computation.root is call:
         return None
     readers = inserter.uses.users(call)
     results = len(call.shape.elements) - 1
+    unread_scratch = [
+        reader
+        for reader in readers
+        if reader.opcode == "get-tuple-element"
+        and reader.attr("index") == results
+        and reader is not computation.root
+        and not inserter.uses.users(reader)
+        and CONTROL not in reader.attributes
+        and not _controls(computation, reader)
+    ]
+    readers = [reader for reader in readers if reader not in unread_scratch]
     for reader in readers:
         if reader.opcode != "get-tuple-element" or not 0 <= reader.attr("index") < results:
             return None
+    if unread_scratch:
+        for reader in unread_scratch:
+            inserter.uses.forget(reader)
+        doomed = {id(reader) for reader in unread_scratch}
+        computation.instructions = [i for i in computation.instructions if id(i) not in doomed]
     return readers
+
+
+def _controls(computation: Computation, inst: Instruction) -> bool:
+    """Whether some instruction of ``computation`` names ``inst`` as a control predecessor."""
+    for other in computation.instructions:
+        refs = other.attributes.get(CONTROL)
+        if isinstance(refs, InstructionRefs) and inst.name in refs.names:
+            return True
+    return False
 
 
 def _refusal(call: Instruction, why: str) -> UnsupportedError:
@@ -600,6 +634,16 @@ def _top_k(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
     ]
 
 
+def _attention(inserter: Inserter, call: Instruction) -> list[Instruction]:
+    """A cuDNN fused attention's forward call (:mod:`.xla_attention_calls`)."""
+    return fmha_forward(inserter, call, _config(call), lambda why: _refusal(call, why))
+
+
+def _attention_backward(inserter: Inserter, call: Instruction) -> list[Instruction]:
+    """A cuDNN fused attention's backward call (:mod:`.xla_attention_calls`)."""
+    return fmha_backward(inserter, call, _config(call), lambda why: _refusal(call, why))
+
+
 #: The XLA library targets this pass knows (it may still leave a call of one alone).
 TARGETS = frozenset(
     {
@@ -610,6 +654,8 @@ TARGETS = frozenset(
         TRIANGULAR_SOLVE,
         TOP_K,
         *GEMMS,
+        *FORWARD_TARGETS,
+        *BACKWARD_TARGETS,
     }
 )
 
@@ -621,4 +667,6 @@ _REWRITES = {
     TRIANGULAR_SOLVE: _triangular_solve,
     TOP_K: _top_k,
     **dict.fromkeys(GEMMS, _gemm),
+    **dict.fromkeys(FORWARD_TARGETS, _attention),
+    **dict.fromkeys(BACKWARD_TARGETS, _attention_backward),
 }

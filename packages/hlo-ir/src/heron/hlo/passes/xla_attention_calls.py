@@ -1,0 +1,445 @@
+"""cuDNN's fused attention as XLA and jax call it, made heron's ``__heron$attention`` calls.
+
+``jax.nn.dot_product_attention(..., implementation="cudnn")`` lowers for CUDA to
+custom calls XLA:GPU hands to cuDNN's flash attention, and XLA's own rewriter
+makes the same calls in the modules it optimizes:
+
+- ``__cudnn$fmhaSoftmax(q, k, v)`` and ``__cudnn$fmhaScaleBiasSoftmax(q, k, v,
+  bias)``: the tuple ``(o[, stats], scratch)``, ``stats`` (f32 ``[B, H, Sq]``, the
+  rows' log-sum-exp) given when a backward pass reads it;
+- ``__cudnn$fmhaSoftmaxBackward(q, k, v, stats, do, o)``: ``(dq, dk, dv, scratch)``;
+  ``__cudnn$fmhaScaleBiasSoftmaxBackward(q, k, v, stats, do, bias, o)`` gives the
+  bias's gradient too, before the scratch.
+
+Their meaning is heron's fused attention's (:mod:`heron.hlo.custom_calls.attention`,
+:mod:`heron.hlo.custom_calls.attention_backward`: the scores in f32 times
+``fmha_scale``, plus the bias, the causal mask top-left aligned, the softmax,
+the probabilities rounded to the element type), so each becomes that call, which
+cuDNN computes on a CUDA device and the host elsewhere. Which stored dimension
+of each tensor is batch, head, sequence and feature is read from the call's dot
+dimension numbers (``bmm1`` for q and k, ``bmm2`` for v; the backward's four
+``*_grad_gemm*`` for q, k, v and the output's gradient, whose order the forward
+output shares), and becomes the heron call's ``orders``: jax's ``[B, S, H, D]``
+tensors are read through strides, as cuDNN reads them. The results keep the
+layouts XLA gave them. heron's backward call gives no bias gradient: where cuDNN's
+does (jax asks for it whenever the attention has a bias, and drops it unless the
+bias is differentiated), it is HLO beside the call (:class:`_BiasGradient`).
+
+Refused by name, at the call: a mask other than none or causal (padding masks
+read sequence lengths heron's call has no place for), dropout, a sliding window,
+paged attention, several segments per batch, the non-flash forms, and a bias
+gradient with fewer key/value heads than query heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from heron.hlo.attributes import QuotedString
+from heron.hlo.custom_calls.attention_config import BACKWARD_TARGET as ATTENTION_BACKWARD
+from heron.hlo.custom_calls.attention_config import TARGET as ATTENTION
+from heron.hlo.custom_calls.attention_config import backend_config
+from heron.hlo.element_types import ElementType
+from heron.hlo.ir import Instruction
+from heron.hlo.passes.rewrite import Inserter
+from heron.hlo.shapes import ArrayShape, TupleShape
+
+__all__ = ["BACKWARD_TARGETS", "FORWARD_TARGETS", "fmha_backward", "fmha_forward"]
+
+#: The forward calls: the target, and whether it takes a bias.
+FORWARD_TARGETS = {"__cudnn$fmhaSoftmax": False, "__cudnn$fmhaScaleBiasSoftmax": True}
+#: The backward calls: the target, and whether it takes a bias (and gives its gradient).
+BACKWARD_TARGETS = {
+    "__cudnn$fmhaSoftmaxBackward": False,
+    "__cudnn$fmhaScaleBiasSoftmaxBackward": True,
+}
+#: cuDNN's mask types heron's call states: whether each is causal.
+MASKS = {"NO_MASK": False, "CAUSAL": True}
+
+Refuse = Callable[[str], Exception]
+
+
+def fmha_forward(
+    inserter: Inserter, call: Instruction, config: dict, refuse: Refuse
+) -> list[Instruction]:
+    """``call`` (a forward fused attention) as ``__heron$attention``: its output, and its
+    statistics where it gives them."""
+    settings = _settings(config, refuse)
+    biased = FORWARD_TARGETS[_target(call)]
+    assert isinstance(call.shape, TupleShape)
+    results = call.shape.elements[:-1]
+    if len(call.operands) != 3 + biased or len(results) not in (1, 2):
+        raise refuse(
+            f"takes q, k, v{', bias' if biased else ''} and gives (o[, stats], scratch);"
+            f" this call has {len(call.operands)} operands and {len(results)} results"
+        )
+    q, k, v = (operand.array_shape for operand in call.operands[:3])
+    bmm1 = _dot_numbers(settings, "bmm1_dot_dimension_numbers", refuse)
+    bmm2 = _dot_numbers(settings, "bmm2_dot_dimension_numbers", refuse)
+    if bmm2[0] != ((0, 1), (3,)):
+        raise refuse("bmm2's left side is not the probabilities [B, H, Sq, Sk] contracted on Sk")
+    orders = {
+        "q": _order(q, *bmm1[0], contracted_is_feature=True, refuse=refuse),
+        "k": _order(k, *bmm1[1], contracted_is_feature=True, refuse=refuse),
+        "v": _order(v, *bmm2[1], contracted_is_feature=False, refuse=refuse),
+    }
+    stats = len(results) == 2
+    shape = TupleShape(tuple(results)) if stats else results[0]
+    attention = inserter.add(
+        "custom-call",
+        shape,
+        call.operands,
+        {
+            "custom_call_target": QuotedString(ATTENTION),
+            "backend_config": QuotedString(
+                backend_config(settings["scale"], settings["causal"], orders, stats=stats)
+            ),
+        },
+        like=call,
+        suffix="heron",
+    )
+    if not stats:
+        return [attention]
+    return [
+        inserter.add(
+            "get-tuple-element", element, [attention], {"index": n}, like=call, suffix=f"heron.{n}"
+        )
+        for n, element in enumerate(results)
+    ]
+
+
+def fmha_backward(
+    inserter: Inserter, call: Instruction, config: dict, refuse: Refuse
+) -> list[Instruction]:
+    """``call`` (a fused attention's backward pass) as ``__heron$attention_backward``
+    reading the forward's output and statistics: ``(dq, dk, dv)``, and the bias's
+    gradient where the call gives one (:class:`_BiasGradient`)."""
+    settings = _settings(config, refuse)
+    biased = BACKWARD_TARGETS[_target(call)]
+    assert isinstance(call.shape, TupleShape)
+    results = call.shape.elements[:-1]
+    if len(call.operands) != 6 + biased or len(results) != 3 + biased:
+        raise refuse(
+            f"takes q, k, v, stats, do{', bias' if biased else ''}, o and gives (dq, dk, dv"
+            f"{', dbias' if biased else ''}, scratch); this call has {len(call.operands)}"
+            f" operands and {len(results)} results"
+        )
+    q, k, v, stats, do = call.operands[:5]
+    bias = call.operands[5] if biased else None
+    o = call.operands[-1]
+    numbers = {
+        name: _dot_numbers(settings, f"{name}_dot_dimension_numbers", refuse)
+        for name in ("bmm1_grad_gemm1", "bmm1_grad_gemm2", "bmm2_grad_gemm1", "bmm2_grad_gemm2")
+    }
+    # dk = ds^T . q, dq = ds . k, dv = p^T . do, dp = do . v^T: each right side is a tensor
+    orders = {
+        "q": _order(
+            q.array_shape,
+            *numbers["bmm1_grad_gemm1"][1],
+            contracted_is_feature=False,
+            refuse=refuse,
+        ),
+        "k": _order(
+            k.array_shape,
+            *numbers["bmm1_grad_gemm2"][1],
+            contracted_is_feature=False,
+            refuse=refuse,
+        ),
+        "do": _order(
+            do.array_shape,
+            *numbers["bmm2_grad_gemm1"][1],
+            contracted_is_feature=False,
+            refuse=refuse,
+        ),
+        "v": _order(
+            v.array_shape, *numbers["bmm2_grad_gemm2"][1], contracted_is_feature=True, refuse=refuse
+        ),
+    }
+    if o.array_shape.dims != do.array_shape.dims:
+        raise refuse(f"the forward output is {o.array_shape}, its gradient {do.array_shape}")
+    orders["o"] = orders["do"]  # cuDNN reads o as it reads do
+    operands = [q, k, v, o, do, stats, *([bias] if bias is not None else [])]
+    gradients = TupleShape(tuple(results[:3]))
+    backward = inserter.add(
+        "custom-call",
+        gradients,
+        operands,
+        {
+            "custom_call_target": QuotedString(ATTENTION_BACKWARD),
+            "backend_config": QuotedString(
+                backend_config(settings["scale"], settings["causal"], orders, stats=True)
+            ),
+        },
+        like=call,
+        suffix="heron",
+    )
+    values = [
+        inserter.add(
+            "get-tuple-element", element, [backward], {"index": n}, like=call, suffix=f"heron.{n}"
+        )
+        for n, element in enumerate(results[:3])
+    ]
+    if biased:
+        gradient = results[3]
+        assert isinstance(gradient, ArrayShape) and bias is not None
+        values.append(
+            _BiasGradient(inserter, call, settings, orders, refuse).of(
+                q, k, v, stats, do, o, bias, gradient
+            )
+        )
+    return values
+
+
+class _BiasGradient:
+    """The bias's gradient as HLO, which heron's backward call does not give: the
+    softmax's derivative ``p * (dp - sum_e do * o)`` with ``p = exp(s - stats)`` (``s``
+    the forward's logits, as the backward call reads them) and ``dp = do . v^T``, all in
+    f32, summed over the dimensions the bias broadcasts along and rounded to its type.
+    Its sums are dots (with a vector of ones where a dimension is summed away), so no
+    reduction computation is made."""
+
+    def __init__(
+        self,
+        inserter: Inserter,
+        call: Instruction,
+        settings: dict,
+        orders: dict[str, tuple[int, ...]],
+        refuse: Refuse,
+    ) -> None:
+        self.inserter, self.call, self.settings = inserter, call, settings
+        self.orders, self.refuse = orders, refuse
+        self._count = 0
+
+    def add(
+        self, opcode: str, shape: ArrayShape, operands=(), attributes=None, **fields
+    ) -> Instruction:
+        self._count += 1
+        return self.inserter.add(
+            opcode,
+            shape,
+            list(operands),
+            dict(attributes or {}),
+            like=self.call,
+            suffix=f"dbias.{self._count}",
+            **fields,
+        )
+
+    def _f32(self, dims: Sequence[int]) -> ArrayShape:
+        return ArrayShape(ElementType.F32, tuple(dims))
+
+    def _ordered(self, value: Instruction, name: str) -> Instruction:
+        """``value`` in ``[B, H, S, D]`` order, widened to f32."""
+        order = self.orders[name]
+        shape = value.array_shape
+        dims = tuple(shape.dims[d] for d in order)
+        moved = value
+        if order != (0, 1, 2, 3):
+            moved = self.add(
+                "transpose", ArrayShape(shape.element_type, dims), [value], {"dimensions": order}
+            )
+        return self.add("convert", self._f32(dims), [moved])
+
+    def _scalar(self, value: float, dims: Sequence[int]) -> Instruction:
+        constant = self.add("constant", self._f32(()), literal=np.array(value, np.float32))
+        return self.add("broadcast", self._f32(dims), [constant], {"dimensions": ()})
+
+    def _dot(
+        self,
+        lhs: Instruction,
+        rhs: Instruction,
+        batch: tuple[int, ...],
+        lhs_sum: int,
+        rhs_sum: int,
+        dims: Sequence[int],
+    ) -> Instruction:
+        return self.add(
+            "dot",
+            self._f32(dims),
+            [lhs, rhs],
+            {
+                "lhs_batch_dims": batch,
+                "rhs_batch_dims": batch,
+                "lhs_contracting_dims": (lhs_sum,),
+                "rhs_contracting_dims": (rhs_sum,),
+            },
+        )
+
+    def of(
+        self,
+        q: Instruction,
+        k: Instruction,
+        v: Instruction,
+        stats: Instruction,
+        do: Instruction,
+        o: Instruction,
+        bias: Instruction,
+        gradient: ArrayShape,
+    ) -> Instruction:
+        qt, kt = self._ordered(q, "q"), self._ordered(k, "k")
+        b, h, sq, _ = qt.array_shape.dims
+        if kt.array_shape.dims[1] != h:
+            raise self.refuse("its bias gradient with fewer key/value heads than query heads")
+        sk = kt.array_shape.dims[2]
+        scores = (b, h, sq, sk)
+        bias_dims = bias.array_shape.dims
+        if (
+            len(bias_dims) != 4
+            or bias_dims[2:] != (sq, sk)
+            or bias_dims[0] not in (1, b)
+            or bias_dims[1] not in (1, h)
+        ):
+            raise self.refuse(
+                f"its bias is {bias.array_shape}, not [{b} or 1, {h} or 1, {sq}, {sk}]"
+            )
+        if tuple(gradient.dims) != tuple(bias_dims):
+            raise self.refuse(f"its bias gradient is {gradient}, its bias {bias.array_shape}")
+        # the forward's logits: scale * q . k + bias, -inf above the diagonal when causal
+        logits = self.add(
+            "multiply",
+            self._f32(scores),
+            [self._dot(qt, kt, (0, 1), 3, 3, scores), self._scalar(self.settings["scale"], scores)],
+        )
+        kept = tuple(d for d in range(4) if bias_dims[d] != 1)
+        squeezed = self.add(
+            "reshape",
+            ArrayShape(bias.array_shape.element_type, tuple(bias_dims[d] for d in kept)),
+            [bias],
+        )
+        wide = self.add("convert", self._f32(squeezed.array_shape.dims), [squeezed])
+        logits = self.add(
+            "add",
+            self._f32(scores),
+            [logits, self.add("broadcast", self._f32(scores), [wide], {"dimensions": kept})],
+        )
+        if self.settings["causal"]:
+            indices = ArrayShape(ElementType.S32, scores)
+            row = self.add("iota", indices, attributes={"iota_dimension": 2})
+            column = self.add("iota", indices, attributes={"iota_dimension": 3})
+            keep = self.add(
+                "compare", ArrayShape(ElementType.PRED, scores), [row, column], {"direction": "GE"}
+            )
+            logits = self.add(
+                "select", self._f32(scores), [keep, logits, self._scalar(-np.inf, scores)]
+            )
+        rows = self.add("broadcast", self._f32(scores), [stats], {"dimensions": (0, 1, 2)})
+        p = self.add(
+            "exponential",
+            self._f32(scores),
+            [self.add("subtract", self._f32(scores), [logits, rows])],
+        )
+        dot_, vt, ot = self._ordered(do, "do"), self._ordered(v, "v"), self._ordered(o, "o")
+        dp = self._dot(dot_, vt, (0, 1), 3, 3, scores)
+        delta = self._dot(dot_, ot, (0, 1, 2), 3, 3, (b, h, sq))
+        deltas = self.add("broadcast", self._f32(scores), [delta], {"dimensions": (0, 1, 2)})
+        ds = self.add(
+            "multiply",
+            self._f32(scores),
+            [p, self.add("subtract", self._f32(scores), [dp, deltas])],
+        )
+        summed = ds
+        for dim in (1, 0):  # the head's sum first, then the batch's: dims after stay in place
+            if bias_dims[dim] == 1:
+                size = summed.array_shape.dims[dim]
+                ones = self._scalar(1.0, (size,))
+                rest = tuple(n for d, n in enumerate(summed.array_shape.dims) if d != dim)
+                summed = self.add(
+                    "dot",
+                    self._f32(rest),
+                    [summed, ones],
+                    {
+                        "lhs_batch_dims": (),
+                        "rhs_batch_dims": (),
+                        "lhs_contracting_dims": (dim,),
+                        "rhs_contracting_dims": (0,),
+                    },
+                )
+                # a dot's result puts the left side's other dimensions first, in order
+        narrow = self.add(
+            "convert", ArrayShape(gradient.element_type, summed.array_shape.dims), [summed]
+        )
+        return self.add("reshape", gradient, [narrow])
+
+
+def _target(call: Instruction) -> str:
+    target = call.attributes.get("custom_call_target")
+    return target.text if isinstance(target, QuotedString) else ""
+
+
+def _settings(config: dict, refuse: Refuse) -> dict:
+    """The scale, whether causal, and the dot dimension numbers of ``config``, refused where
+    it asks for what heron's call does not compute."""
+    fmha = config.get("cudnn_fmha_backend_config")
+    if not isinstance(fmha, dict):
+        raise refuse("backend_config has no cudnn_fmha_backend_config")
+    mask = str(fmha.get("mask_type", "NO_MASK"))
+    if mask not in MASKS:
+        raise refuse(f"mask_type {mask} (heron's fused attention has no mask but causal)")
+    if not fmha.get("is_flash_attention", False):
+        raise refuse("not flash attention (is_flash_attention is false)")
+    checks = (
+        ("dropout_rate", 0.0, "dropout"),
+        ("sliding_window_length", 0, "a sliding window"),
+        ("is_paged_attention", False, "paged attention"),
+        ("max_seg_per_batch", 1, "several segments per batch"),
+    )
+    for key, plain, what in checks:
+        value = fmha.get(key, plain)
+        if value not in (plain, str(plain)):
+            raise refuse(f"{what} ({key} {value}), which heron's fused attention does not compute")
+    scale = fmha.get("fmha_scale", 1.0)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise refuse(f"fmha_scale is not a number: {scale!r}")
+    return {**fmha, "scale": float(scale), "causal": MASKS[mask]}
+
+
+def _dot_numbers(
+    settings: dict, key: str, refuse: Refuse
+) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]]:
+    """``(batch, contracting)`` dimensions of a dot's left and right side, from ``key``."""
+    numbers = settings.get(key)
+    if not isinstance(numbers, dict):
+        raise refuse(f"cudnn_fmha_backend_config has no {key}")
+
+    def dims(name: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(d) for d in numbers.get(name, []))
+        except (TypeError, ValueError):
+            raise refuse(f"{key}'s {name} are not dimension numbers") from None
+
+    sides = []
+    for side in ("lhs", "rhs"):
+        batch, contracting = (
+            dims(f"{side}_batch_dimensions"),
+            dims(f"{side}_contracting_dimensions"),
+        )
+        if len(batch) != 2 or len(contracting) != 1:
+            raise refuse(
+                f"{key} has {len(batch)} batch and {len(contracting)} contracting"
+                f" dimensions on its {side}, not 2 and 1"
+            )
+        sides.append((batch, contracting))
+    return sides[0], sides[1]
+
+
+def _order(
+    shape: ArrayShape,
+    batch: Sequence[int],
+    contracting: Sequence[int],
+    *,
+    contracted_is_feature: bool,
+    refuse: Refuse,
+) -> tuple[int, ...]:
+    """Which stored dimension of a 4-dimensional tensor is ``[B, H, S, D]``'s each, from a
+    dot that reads it: its two batch dimensions (batch, head), its contracted one (the
+    feature where ``contracted_is_feature``, else the sequence) and the one left."""
+    if len(shape.dims) != 4:
+        raise refuse(f"a tensor of {len(shape.dims)} dimensions ({shape}), not [B, H, S, D]")
+    named = [*batch, *contracting]
+    if sorted(named) != sorted(set(named)) or not all(0 <= d < 4 for d in named):
+        raise refuse(f"dot dimension numbers {list(batch)}, {list(contracting)} do not fit {shape}")
+    (left,) = [d for d in range(4) if d not in named]
+    (contracted,) = contracting
+    sequence, feature = (left, contracted) if contracted_is_feature else (contracted, left)
+    return (batch[0], batch[1], sequence, feature)

@@ -1,0 +1,150 @@
+"""jax's cuDNN attention (``implementation="cudnn"``) lowered for CUDA, run by heron.
+
+``jax.nn.dot_product_attention(..., implementation="cudnn")`` lowers to XLA's
+``__cudnn$fmhaSoftmax`` / ``__cudnn$fmhaScaleBiasSoftmax`` calls and their
+``...Backward`` (``tests/data/cudnn_attention/generate.py`` wrote the modules, jax
+told that cuDNN is there). heron's ``xla-library-calls`` pass makes them its own
+fused-attention calls (``heron.hlo.passes.xla_attention_calls``); here each module
+is compiled for the interpreter, run, and compared with the same function under
+``jax.jit`` on the CPU with ``implementation="xla"`` in f32 (the same 16-bit
+inputs, widened): the forward's output and the gradients of q, k, v and the bias,
+within 1e-2 of the largest value (measured at most 5e-3: heron's results are
+rounded to the 16-bit type, and its probabilities before the second product, as
+cuDNN's are). What heron's call does not compute is refused by name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from heron.compiler import Target
+from heron.compiler.executable import compile_executable
+from heron.hlo.errors import HloError
+from heron.hlo.evaluator import evaluate_module, flatten_literal
+from heron.hlo.parser import parse_module
+from heron.jax.devices import load_on_device, open_device
+
+DATA = Path(__file__).parent / "data" / "cudnn_attention"
+dpa = jax.nn.dot_product_attention
+
+
+def _loss(**options):
+    return lambda q, k, v, *bias: (
+        dpa(q, k, v, *bias, implementation="xla", **options).astype(jnp.float32).sum()
+    )
+
+
+def _gradients(count: int, **options):
+    return jax.grad(_loss(**options), argnums=tuple(range(count)))
+
+
+#: Each module's function, as jax.jit computes it on the CPU, and its operands' shapes.
+CASES = {
+    "forward_causal": (
+        lambda q, k, v: dpa(q, k, v, is_causal=True, implementation="xla"),
+        [(2, 16, 2, 8)] * 3,
+    ),
+    "forward_bias_scale": (
+        lambda q, k, v, b: dpa(q, k, v, bias=b, scale=0.3, implementation="xla"),
+        [(2, 16, 2, 8)] * 3 + [(2, 2, 16, 16)],
+    ),
+    "forward_grouped": (
+        lambda q, k, v: dpa(q, k, v, implementation="xla"),
+        [(2, 16, 4, 8), (2, 12, 2, 8), (2, 12, 2, 8)],
+    ),
+    "backward_causal_f16": (_gradients(3, is_causal=True), [(2, 16, 2, 8)] * 3),
+    "backward_grouped": (_gradients(3), [(2, 16, 4, 8), (2, 12, 2, 8), (2, 12, 2, 8)]),
+    "backward_bias": (
+        lambda q, k, v, b: jax.grad(_loss(), argnums=(0, 1, 2))(q, k, v, b),
+        [(2, 16, 2, 8)] * 3 + [(1, 2, 16, 16)],
+    ),
+    "backward_bias_gradient": (
+        lambda q, k, v, b: jax.grad(_loss(), argnums=(0, 1, 2, 3))(q, k, v, b),
+        [(2, 16, 2, 8)] * 3 + [(2, 2, 16, 16)],
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def device():
+    return open_device("interpreter")[1]
+
+
+def _inputs(name: str, shapes) -> list[np.ndarray]:
+    dtype = ml_dtypes.bfloat16 if "f16" not in name else np.float16
+    rng = np.random.default_rng(len(name))
+    return [rng.standard_normal(shape).astype(dtype) for shape in shapes]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cudnn_attention_runs_as_jax_computes_it(name: str, device) -> None:
+    text = (DATA / f"{name}.hlo").read_text()
+    assert "__cudnn$fmha" in text
+    module = parse_module(text, name)
+    function, shapes = CASES[name]
+    inputs = _inputs(name, shapes)
+    artefact = compile_executable(module, Target.preset("h100"), ("interpreter",))
+    targets = {k.key for k in artefact.kernels} | {str(t) for t in artefact.program}
+    assert not any("__cudnn$" in target for target in targets)
+    got = load_on_device(artefact, device, "interpreter").run(inputs)
+    # in f32: jax's CPU dots take no f16 operands with an f32 result
+    wide = [np.asarray(x, np.float32) for x in inputs]
+    expected = jax.tree_util.tree_leaves(jax.jit(function)(*wide))
+    assert len(got) == len(expected)
+    for actual, wanted in zip(got, expected, strict=True):
+        actual = np.asarray(actual, np.float64)
+        wanted = np.asarray(wanted, np.float64)
+        assert actual.shape == wanted.shape
+        scale = max(1.0, float(np.abs(wanted).max()))
+        assert float(np.abs(actual - wanted).max()) <= 1e-2 * scale
+    # the reference evaluator reads the calls through the same rewrite: the same values
+    reference = flatten_literal(evaluate_module(parse_module(text, name), inputs))
+    for actual, wanted in zip(got, reference, strict=True):
+        np.testing.assert_allclose(
+            np.asarray(actual, np.float64), np.asarray(wanted, np.float64), rtol=0, atol=2e-2
+        )
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("forward_padding", "mask_type PADDING"),
+        ("forward_window", "sliding_window_length 5"),
+    ],
+)
+def test_what_heron_s_call_does_not_compute_is_refused_by_name(name: str, message: str) -> None:
+    module = parse_module((DATA / f"{name}.hlo").read_text(), name)
+    with pytest.raises(HloError, match=message) as refused:
+        compile_executable(module, Target.preset("h100"), ("interpreter",))
+    assert "__cudnn$fmhaSoftmax" in str(refused.value)
+
+
+def test_the_calls_read_jax_s_tensors_through_strides() -> None:
+    """No transpose is added for jax's [B, S, H, D] q, k and v: the heron call is told
+    their order (and the output keeps cuDNN's layout, so jax's transpose after it
+    moves no data)."""
+    from heron.hlo.passes.xla_library_calls import rewrite_xla_library_calls
+
+    module = parse_module((DATA / "backward_grouped.hlo").read_text(), "backward_grouped")
+    assert rewrite_xla_library_calls(module)
+    opcodes = [inst.opcode for inst in module.entry.instructions]
+    targets = [
+        inst.attributes["custom_call_target"].text
+        for inst in module.entry.instructions
+        if inst.opcode == "custom-call"
+    ]
+    assert targets == ["__heron$attention", "__heron$attention_backward"]
+    assert opcodes.count("transpose") == 4  # jax's own, after the calls
+    backward = next(
+        i
+        for i in module.entry.instructions
+        if i.opcode == "custom-call" and "backward" in i.attributes["custom_call_target"].text
+    )
+    config = backward.attributes["backend_config"].text
+    assert '"q": [0, 2, 1, 3]' in config and '"stats": true' in config
