@@ -102,3 +102,17 @@ def test_an_infinity_against_a_number_is_a_disagreement() -> None:
     assert "max |difference|" in jax_chains.disagreement(wrong, expected, np.float32)
     flipped = [np.array([1.0, -np.inf, 3.0], np.float32)]
     assert "infinity" in jax_chains.disagreement(flipped, expected, np.float32)
+
+
+def test_an_argsort_of_mathematically_tied_keys_is_told_apart() -> None:
+    """Seed 92010's keys (a softmax's rows through an einsum and a cumsum) are the same
+    sum for every row: which index comes first is rounding's choice, so a difference
+    there is counted apart (``ties``), while an argsort of distinct keys is not."""
+    tied = jax_chains.draw(92010, half=True)
+    assert ("argsort", 0) in tied.steps
+    assert jax_chains._argsorts_near_ties(tied, jax_chains.argument(tied))
+    distinct = jax_chains.Chain(
+        seed=7, dims=(64, 5), dtype=np.float32, steps=(("argsort", 0),), outputs=1
+    )
+    keys = np.arange(320, dtype=np.float32).reshape(64, 5) * 0.25 - 40
+    assert not jax_chains._argsorts_near_ties(distinct, keys)
