@@ -406,6 +406,60 @@ def _fusion_cases(patterns: list[str] | None, data: Path) -> list[dict[str, Any]
     return cases
 
 
+#: jax's cuDNN attention lowered for CUDA (``tests/data/cudnn_attention``, written by its
+#: ``generate.py``): XLA's fMHA calls, which heron makes its own fused-attention calls;
+#: on a CUDA device cuDNN computes them with jax's ``[B, S, H, D]`` strides.
+CUDNN_ATTENTION = ROOT / "tests" / "data" / "cudnn_attention"
+CUDNN_ATTENTION_CASES = (
+    "forward_causal",
+    "forward_bias_scale",
+    "forward_grouped",
+    "backward_causal_f16",
+    "backward_grouped",
+    "backward_bias",
+    "backward_bias_gradient",
+)
+
+
+def _library_cases(names: list[str] | None, data: Path) -> list[dict[str, Any]]:
+    """The cuDNN attention modules (:data:`CUDNN_ATTENTION_CASES`, or those of ``names``;
+    ``none``: none), inputs drawn as the corpus fusions' are; checked against heron's
+    interpreter (its host attention)."""
+    import numpy as np
+
+    from heron.harness.inputs import moderate_array
+    from heron.hlo.npz_io import save_inputs
+    from heron.hlo.parser import parse_module_file
+
+    chosen = CUDNN_ATTENTION_CASES if names is None else [n for n in names if n != "none"]
+    unknown = sorted(set(chosen) - set(CUDNN_ATTENTION_CASES))
+    if unknown:
+        raise SystemExit(f"--cudnn-attention: not cases: {', '.join(unknown)}")
+    cases = []
+    for name in chosen:
+        path = CUDNN_ATTENTION / f"{name}.hlo"
+        module = parse_module_file(path)
+        case_id = f"cudnn-attention-{name}"
+        rng = np.random.default_rng(bundle_workloads.seed_of(case_id))
+        save_inputs(
+            data / f"{case_id}.inputs.npz",
+            [moderate_array(p.shape, rng) for p in module.entry.parameters],
+        )
+        cases.append(
+            {
+                "id": case_id,
+                "name": f"cudnn_attention/{name}",
+                "kind": "correctness",
+                "group": "library",
+                "hlo": path.read_text(),
+                "inputs": f"data/{case_id}.inputs.npz",
+                "xla_cpu": None,
+                "ulps": _narrowed_product_ulps(path.read_text()),
+            }
+        )
+    return cases
+
+
 def _workload_cases(names: list[str] | None, data: Path) -> list[dict[str, Any]]:
     """Each workload lowered by jax at its small size (a correctness case, XLA:CPU's outputs
     computed here) and at its GPU size (a speed case, lowered from shapes alone)."""
@@ -596,6 +650,7 @@ def build(args: argparse.Namespace) -> int:
     cases = _program_cases(args.programs, data)
     cases += _program_speed_cases(_program_speed_names(args.programs, args.program_speed), data)
     cases += _fusion_cases(args.fusions, data)
+    cases += _library_cases(args.cudnn_attention, data)
     cases += _workload_cases(args.workloads, data)
     print(f"{len(cases)} cases; compiling for {', '.join(targets)}", flush=True)
 
@@ -701,6 +756,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--fusions", nargs="*", metavar="GLOB", help="only these corpus files")
     parser.add_argument("--workloads", nargs="*", metavar="NAME", help="only these workloads")
+    parser.add_argument(
+        "--cudnn-attention",
+        nargs="*",
+        metavar="NAME",
+        help="only these of jax's cuDNN attention modules (none: none)",
+    )
     parser.add_argument("--no-wheels", action="store_true", help="no wheels (tests)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--cache", type=Path, default=ROOT / "build" / "gpu-bundle-cache")

@@ -39,6 +39,7 @@ def bundle(tmp_path_factory) -> Path:
     command = [sys.executable, str(BUNDLE_SOURCE / "build.py"), str(out), "--targets", "h100"]
     command += ["--programs", "softmax", "embedding_scatter_add_grad", "cond"]
     command += ["--fusions", "gpu/reduce_row/epilogue.hlo", "--workloads", "gelu_bf16"]
+    command += ["--cudnn-attention", "backward_grouped"]
     command += ["--no-wheels", "--jobs", "2", "--cache", str(out.parent / "cache")]
     subprocess.run(command, check=True, cwd=ROOT)
     return out
@@ -61,6 +62,7 @@ def test_the_bundle_runs_on_the_interpreter_and_every_correctness_case_passes(bu
         "program/cond",
         "speed/program/cond",
         "fusion/gpu/reduce_row/epilogue.hlo",
+        "cudnn_attention/backward_grouped",
         "workload/gelu_bf16",
         "speed/gelu_bf16",
     ]
@@ -73,7 +75,7 @@ def test_the_bundle_runs_on_the_interpreter_and_every_correctness_case_passes(bu
     assert code == 0, report
     cases = {c["name"]: c for c in report["cases"]}
     correctness = [c for c in report["cases"] if c["kind"] == "correctness"]
-    assert len(correctness) == 6 and all(c["status"] == "pass" for c in correctness), correctness
+    assert len(correctness) == 7 and all(c["status"] == "pass" for c in correctness), correctness
     assert report["finished"] is True and report["device"]["backend"] == "interpreter"
     # The scatter's float atomics are named; the deterministic compile has none.
     plain = cases["program/embedding_scatter_add_grad"]["details"]

@@ -148,3 +148,10 @@ def test_the_calls_read_jax_s_tensors_through_strides() -> None:
     )
     config = backward.attributes["backend_config"].text
     assert '"q": [0, 2, 1, 3]' in config and '"stats": true' in config
+    # reports name the forward call whose output and statistics it reads
+    from heron.compiler.library_attention_pairing import paired_forward
+
+    forward = paired_forward(backward)
+    assert forward is not None and forward.attributes["custom_call_target"].text == (
+        "__heron$attention"
+    )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -56,21 +58,34 @@ def test_compiles_share_one_pool_of_named_threads():
     assert name.startswith("heron-stages")
 
 
+#: Run in a fresh interpreter: forking the test process, whose other libraries (jax) run
+#: threads of their own, could leave a lock of theirs held in the child.
+FORK_CHECK = """
+import os
+from heron.compiler.stage_threads import CompileThreads, shared_threads
+
+parent_pool = shared_threads()
+parent_pool.submit(lambda: None).result(10)  # its threads exist in the parent only
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:  # the child: its pool is new, and runs work
+    try:
+        ok = shared_threads() is not parent_pool
+        ok = ok and CompileThreads().submit(lambda: 42).result(10) == 42
+        os.write(write, b"1" if ok else b"0")
+    finally:
+        os._exit(0)
+os.close(write)
+answer = os.read(read, 1)
+os.waitpid(pid, 0)
+print(answer.decode())
+"""
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
 def test_a_forked_child_starts_a_pool_of_its_own():
-    parent_pool = shared_threads()
-    parent_pool.submit(lambda: None).result(10)  # its threads exist in the parent only
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its pool is new, and runs work
-        try:
-            ok = shared_threads() is not parent_pool
-            ok = ok and CompileThreads().submit(lambda: 42).result(10) == 42
-            os.write(write, b"1" if ok else b"0")
-        finally:
-            os._exit(0)
-    os.close(write)
-    answer = os.read(read, 1)
-    os.close(read)
-    os.waitpid(pid, 0)
-    assert answer == b"1"
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_CHECK], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"

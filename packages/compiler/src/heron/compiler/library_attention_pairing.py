@@ -299,10 +299,14 @@ def paired_forward(backward: Instruction) -> Instruction | None:
     computes them itself."""
     if library_call_target(backward) != backward_call.TARGET or not _config(backward).stats:
         return None
-    o = backward.operands[3]
-    if o.opcode != "get-tuple-element":  # pragma: no cover - the pass reads a call's output
+    # the statistics, which only a forward call gives (its output may reach the backward
+    # call through a transpose that layout assignment made a bitcast: jax's cuDNN calls)
+    stats = backward.operands[5]
+    while stats.opcode == "bitcast":
+        stats = stats.operands[0]
+    if stats.opcode != "get-tuple-element":  # pragma: no cover - read from a call's tuple
         return None
-    return o.operands[0]
+    return stats.operands[0]
 
 
 def attention_pairing_verdicts(module: Module) -> list[tuple[str, str]]:
