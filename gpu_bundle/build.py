@@ -407,8 +407,9 @@ def _fusion_cases(patterns: list[str] | None, data: Path) -> list[dict[str, Any]
 
 
 #: jax's cuDNN attention lowered for CUDA (``tests/data/cudnn_attention``, written by its
-#: ``generate.py``): XLA's fMHA calls, which heron makes its own fused-attention calls;
-#: on a CUDA device cuDNN computes them with jax's ``[B, S, H, D]`` strides.
+#: ``generate.py``): XLA's fMHA calls, which heron makes its own fused-attention calls
+#: (on a CUDA device cuDNN computes them with jax's ``[B, S, H, D]`` strides), or, with
+#: padding masks or a window, HLO its own kernels compute.
 CUDNN_ATTENTION = ROOT / "tests" / "data" / "cudnn_attention"
 CUDNN_ATTENTION_CASES = (
     "forward_causal",
@@ -418,6 +419,11 @@ CUDNN_ATTENTION_CASES = (
     "backward_grouped",
     "backward_bias",
     "backward_bias_gradient",
+    "forward_padding",
+    "forward_window",
+    "backward_padding_causal",
+    "backward_padding_bias_gradient",
+    "backward_window_grouped",
 )
 
 

@@ -53,6 +53,7 @@ QKV = S((2, 16, 2, 8), BF16)  # [B, S, H, D], jax's order
 QUERIES_4 = S((2, 16, 4, 8), BF16)
 KV_2 = S((2, 12, 2, 8), BF16)  # grouped-query: two key/value heads, twelve keys
 HALF = S((2, 16, 2, 8), F16)
+LENGTHS = S((2,), jnp.int32)
 
 CASES = {
     "forward_causal": (_attention(is_causal=True), (QKV, QKV, QKV)),
@@ -81,11 +82,53 @@ CASES = {
         ),
         (QKV, QKV, QKV, S((2, 2, 16, 16), BF16)),
     ),
+    "backward_padding_causal": (
+        jax.grad(
+            lambda q, k, v, ql, kl: (
+                dpa(
+                    q,
+                    k,
+                    v,
+                    query_seq_lengths=ql,
+                    key_value_seq_lengths=kl,
+                    is_causal=True,
+                    implementation="cudnn",
+                )
+                .astype(jnp.float32)
+                .sum()
+            ),
+            argnums=(0, 1, 2),
+        ),
+        (QKV, QKV, QKV, LENGTHS, LENGTHS),
+    ),
+    "backward_padding_bias_gradient": (
+        jax.grad(
+            lambda q, k, v, b, ql, kl: (
+                dpa(
+                    q,
+                    k,
+                    v,
+                    bias=b,
+                    query_seq_lengths=ql,
+                    key_value_seq_lengths=kl,
+                    implementation="cudnn",
+                )
+                .astype(jnp.float32)
+                .sum()
+            ),
+            argnums=(0, 1, 2, 3),
+        ),
+        (QKV, QKV, QKV, S((1, 2, 16, 16), BF16), LENGTHS, LENGTHS),
+    ),
+    "backward_window_grouped": (
+        _gradients(3, is_causal=True, local_window_size=(4, 0)),
+        (QUERIES_4, S((2, 16, 2, 8), BF16), S((2, 16, 2, 8), BF16)),
+    ),
     "forward_padding": (
         lambda q, k, v, ql, kl: dpa(
             q, k, v, query_seq_lengths=ql, key_value_seq_lengths=kl, implementation="cudnn"
         ),
-        (QKV, QKV, QKV, S((2,), jnp.int32), S((2,), jnp.int32)),
+        (QKV, QKV, QKV, LENGTHS, LENGTHS),
     ),
     "forward_window": (_attention(is_causal=True, local_window_size=(4, 0)), (QKV, QKV, QKV)),
 }

@@ -25,10 +25,15 @@ layouts XLA gave them. heron's backward call gives no bias gradient: where cuDNN
 does (jax asks for it whenever the attention has a bias, and drops it unless the
 bias is differentiated), it is HLO beside the call (:class:`_BiasGradient`).
 
-Refused by name, at the call: a mask other than none or causal (padding masks
-read sequence lengths heron's call has no place for), dropout, a sliding window,
-paged attention, several segments per batch, the non-flash forms, and a bias
-gradient with fewer key/value heads than query heads.
+With a padding mask (``PADDING``, ``PADDING_CAUSAL``: the sequence lengths are the
+call's last two operands) or a sliding window, which heron's calls do not take, the
+call becomes the attention written out as HLO (:mod:`.xla_attention_hlo`), jax's
+``implementation="xla"`` meaning, called and then inlined: heron's own kernels
+compute it.
+
+Refused by name, at the call: other masks (ALIBI), dropout, paged attention, several
+segments per batch, the non-flash forms, and a bias gradient with fewer key/value
+heads than query heads on the library path.
 """
 
 from __future__ import annotations
@@ -37,13 +42,15 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from heron.hlo.attributes import QuotedString
+from heron.hlo.attributes import ComputationRef, QuotedString
 from heron.hlo.custom_calls.attention_config import BACKWARD_TARGET as ATTENTION_BACKWARD
 from heron.hlo.custom_calls.attention_config import TARGET as ATTENTION
 from heron.hlo.custom_calls.attention_config import backend_config
 from heron.hlo.element_types import ElementType
-from heron.hlo.ir import Instruction
+from heron.hlo.ir import Instruction, Module
+from heron.hlo.parser import parse_module
 from heron.hlo.passes.rewrite import Inserter
+from heron.hlo.passes.xla_attention_hlo import backward_text, forward_text
 from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = ["BACKWARD_TARGETS", "FORWARD_TARGETS", "fmha_backward", "fmha_forward"]
@@ -55,25 +62,33 @@ BACKWARD_TARGETS = {
     "__cudnn$fmhaSoftmaxBackward": False,
     "__cudnn$fmhaScaleBiasSoftmaxBackward": True,
 }
-#: cuDNN's mask types heron's call states: whether each is causal.
-MASKS = {"NO_MASK": False, "CAUSAL": True}
+#: cuDNN's mask types heron states: whether each is causal, and whether it pads.
+MASKS = {
+    "NO_MASK": (False, False),
+    "CAUSAL": (True, False),
+    "PADDING": (False, True),
+    "PADDING_CAUSAL": (True, True),
+}
 
 Refuse = Callable[[str], Exception]
 
 
 def fmha_forward(
-    inserter: Inserter, call: Instruction, config: dict, refuse: Refuse
+    inserter: Inserter, call: Instruction, config: dict, refuse: Refuse, module: Module
 ) -> list[Instruction]:
     """``call`` (a forward fused attention) as ``__heron$attention``: its output, and its
-    statistics where it gives them."""
+    statistics where it gives them (with padding or a window: as HLO, called)."""
     settings = _settings(config, refuse)
     biased = FORWARD_TARGETS[_target(call)]
+    padded = settings["padded"]
     assert isinstance(call.shape, TupleShape)
     results = call.shape.elements[:-1]
-    if len(call.operands) != 3 + biased or len(results) not in (1, 2):
+    expected = 3 + biased + 2 * padded
+    if len(call.operands) != expected or len(results) not in (1, 2):
         raise refuse(
-            f"takes q, k, v{', bias' if biased else ''} and gives (o[, stats], scratch);"
-            f" this call has {len(call.operands)} operands and {len(results)} results"
+            f"takes q, k, v{', bias' if biased else ''}{', q_len, kv_len' if padded else ''}"
+            f" and gives (o[, stats], scratch); this call has {len(call.operands)} operands"
+            f" and {len(results)} results"
         )
     q, k, v = (operand.array_shape for operand in call.operands[:3])
     bmm1 = _dot_numbers(settings, "bmm1_dot_dimension_numbers", refuse)
@@ -86,6 +101,18 @@ def fmha_forward(
         "v": _order(v, *bmm2[1], contracted_is_feature=False, refuse=refuse),
     }
     stats = len(results) == 2
+    if padded or settings["window"]:
+        text = forward_text(
+            [operand.array_shape for operand in call.operands],
+            orders,
+            scale=settings["scale"],
+            causal=settings["causal"],
+            window=settings["window"],
+            biased=biased,
+            padded=padded,
+            stats=stats,
+        )
+        return _called(inserter, call, module, text, len(results))
     shape = TupleShape(tuple(results)) if stats else results[0]
     attention = inserter.add(
         "custom-call",
@@ -111,24 +138,27 @@ def fmha_forward(
 
 
 def fmha_backward(
-    inserter: Inserter, call: Instruction, config: dict, refuse: Refuse
+    inserter: Inserter, call: Instruction, config: dict, refuse: Refuse, module: Module
 ) -> list[Instruction]:
     """``call`` (a fused attention's backward pass) as ``__heron$attention_backward``
     reading the forward's output and statistics: ``(dq, dk, dv)``, and the bias's
-    gradient where the call gives one (:class:`_BiasGradient`)."""
+    gradient where the call gives one (:class:`_BiasGradient`); with padding or a
+    window, as HLO, called."""
     settings = _settings(config, refuse)
     biased = BACKWARD_TARGETS[_target(call)]
+    padded = settings["padded"]
     assert isinstance(call.shape, TupleShape)
     results = call.shape.elements[:-1]
-    if len(call.operands) != 6 + biased or len(results) != 3 + biased:
+    if len(call.operands) != 6 + biased + 2 * padded or len(results) != 3 + biased:
         raise refuse(
-            f"takes q, k, v, stats, do{', bias' if biased else ''}, o and gives (dq, dk, dv"
+            f"takes q, k, v, stats, do{', bias' if biased else ''}, o"
+            f"{', q_len, kv_len' if padded else ''} and gives (dq, dk, dv"
             f"{', dbias' if biased else ''}, scratch); this call has {len(call.operands)}"
             f" operands and {len(results)} results"
         )
     q, k, v, stats, do = call.operands[:5]
     bias = call.operands[5] if biased else None
-    o = call.operands[-1]
+    o = call.operands[5 + biased]
     numbers = {
         name: _dot_numbers(settings, f"{name}_dot_dimension_numbers", refuse)
         for name in ("bmm1_grad_gemm1", "bmm1_grad_gemm2", "bmm2_grad_gemm1", "bmm2_grad_gemm2")
@@ -160,6 +190,20 @@ def fmha_backward(
     if o.array_shape.dims != do.array_shape.dims:
         raise refuse(f"the forward output is {o.array_shape}, its gradient {do.array_shape}")
     orders["o"] = orders["do"]  # cuDNN reads o as it reads do
+    if padded or settings["window"]:
+        gradient = results[3] if biased else None
+        assert gradient is None or isinstance(gradient, ArrayShape)
+        text = backward_text(
+            [operand.array_shape for operand in call.operands],
+            orders,
+            scale=settings["scale"],
+            causal=settings["causal"],
+            window=settings["window"],
+            biased=biased,
+            padded=padded,
+            bias_gradient=gradient,
+        )
+        return _called(inserter, call, module, text, len(results))
     operands = [q, k, v, o, do, stats, *([bias] if bias is not None else [])]
     gradients = TupleShape(tuple(results[:3]))
     backward = inserter.add(
@@ -362,6 +406,41 @@ class _BiasGradient:
         return self.add("reshape", gradient, [narrow])
 
 
+def _called(
+    inserter: Inserter, call: Instruction, module: Module, text: str, results: int
+) -> list[Instruction]:
+    """A ``call`` of the module ``text`` (:mod:`.xla_attention_hlo`) on ``call``'s operands,
+    its computations added to ``module`` under names of their own; its results read.
+    ``call-inliner`` inlines it."""
+    parsed = parse_module(text, f"<{_target(call)}>")
+    entry = parsed.entry
+    computations = parsed.computations
+    for computation in computations:
+        computation.name = inserter.names.unique(f"{call.name}.{computation.name}")
+        computation.is_entry = False
+        for inst in computation.instructions:
+            inst.name = inserter.names.unique(f"{call.name}.{inst.name}")
+            inst.location = call.location
+    at = module.computations.index(inserter.uses.computation)
+    module.computations[at:at] = computations
+    shape = entry.root_instruction.shape
+    assert isinstance(shape, TupleShape)
+    called = inserter.add(
+        "call",
+        shape,
+        call.operands,
+        {"to_apply": ComputationRef(entry.name, entry)},
+        like=call,
+        suffix="hlo",
+    )
+    return [
+        inserter.add(
+            "get-tuple-element", element, [called], {"index": n}, like=call, suffix=f"hlo.{n}"
+        )
+        for n, element in enumerate(shape.elements[:results])
+    ]
+
+
 def _target(call: Instruction) -> str:
     target = call.attributes.get("custom_call_target")
     return target.text if isinstance(target, QuotedString) else ""
@@ -375,12 +454,13 @@ def _settings(config: dict, refuse: Refuse) -> dict:
         raise refuse("backend_config has no cudnn_fmha_backend_config")
     mask = str(fmha.get("mask_type", "NO_MASK"))
     if mask not in MASKS:
-        raise refuse(f"mask_type {mask} (heron's fused attention has no mask but causal)")
+        raise refuse(
+            f"mask_type {mask} (heron's fused attention masks none but causal and padding)"
+        )
     if not fmha.get("is_flash_attention", False):
         raise refuse("not flash attention (is_flash_attention is false)")
     checks = (
         ("dropout_rate", 0.0, "dropout"),
-        ("sliding_window_length", 0, "a sliding window"),
         ("is_paged_attention", False, "paged attention"),
         ("max_seg_per_batch", 1, "several segments per batch"),
     )
@@ -391,7 +471,14 @@ def _settings(config: dict, refuse: Refuse) -> dict:
     scale = fmha.get("fmha_scale", 1.0)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise refuse(f"fmha_scale is not a number: {scale!r}")
-    return {**fmha, "scale": float(scale), "causal": MASKS[mask]}
+    try:
+        window = int(fmha.get("sliding_window_length", 0))
+    except (TypeError, ValueError):
+        raise refuse("sliding_window_length is not a number") from None
+    if window < 0:
+        raise refuse(f"sliding_window_length {window}")
+    causal, padded = MASKS[mask]
+    return {**fmha, "scale": float(scale), "causal": causal, "padded": padded, "window": window}
 
 
 def _dot_numbers(

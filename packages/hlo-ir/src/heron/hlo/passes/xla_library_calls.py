@@ -104,7 +104,7 @@ def rewrite_xla_library_calls(module: Module) -> bool:
     names = module_names(module)
     changed = False
     for computation in non_fusion_computations(module):
-        calls = [inst for inst in computation.instructions if _target(inst) in _REWRITES]
+        calls = [inst for inst in computation.instructions if _target(inst) in _KNOWN]
         if not calls:
             continue
         inserter = Inserter(computation, names)
@@ -112,7 +112,11 @@ def rewrite_xla_library_calls(module: Module) -> bool:
             readers = _element_readers(computation, inserter, call)
             if readers is None:
                 continue
-            values = _REWRITES[_target(call)](inserter, call)
+            target = _target(call)
+            if target in _MODULE_REWRITES:
+                values = _MODULE_REWRITES[target](inserter, call, module)
+            else:
+                values = _REWRITES[target](inserter, call)
             if values is None:
                 continue
             _checked(call, values)
@@ -138,7 +142,7 @@ def equivalent_computation(call: Instruction) -> Computation | None:
     """A computation of ``call``'s operands giving its tuple (the scratch element zeros),
     computed as this pass rewrites it; None where the pass leaves ``call`` alone. How the
     reference evaluator gives XLA's library calls their values."""
-    if _target(call) not in _REWRITES or not isinstance(call.shape, TupleShape):
+    if _target(call) not in _KNOWN or not isinstance(call.shape, TupleShape):
         return None
     computation = Computation(f"{call.name}.equivalent", is_entry=True)
     parameters = [
@@ -634,14 +638,14 @@ def _top_k(inserter: Inserter, call: Instruction) -> list[Instruction] | None:
     ]
 
 
-def _attention(inserter: Inserter, call: Instruction) -> list[Instruction]:
+def _attention(inserter: Inserter, call: Instruction, module: Module) -> list[Instruction]:
     """A cuDNN fused attention's forward call (:mod:`.xla_attention_calls`)."""
-    return fmha_forward(inserter, call, _config(call), lambda why: _refusal(call, why))
+    return fmha_forward(inserter, call, _config(call), lambda why: _refusal(call, why), module)
 
 
-def _attention_backward(inserter: Inserter, call: Instruction) -> list[Instruction]:
+def _attention_backward(inserter: Inserter, call: Instruction, module: Module) -> list[Instruction]:
     """A cuDNN fused attention's backward call (:mod:`.xla_attention_calls`)."""
-    return fmha_backward(inserter, call, _config(call), lambda why: _refusal(call, why))
+    return fmha_backward(inserter, call, _config(call), lambda why: _refusal(call, why), module)
 
 
 #: The XLA library targets this pass knows (it may still leave a call of one alone).
@@ -667,6 +671,12 @@ _REWRITES = {
     TRIANGULAR_SOLVE: _triangular_solve,
     TOP_K: _top_k,
     **dict.fromkeys(GEMMS, _gemm),
+}
+
+#: The rewrites that may add computations to the module (attention with masks as HLO).
+_MODULE_REWRITES = {
     **dict.fromkeys(FORWARD_TARGETS, _attention),
     **dict.fromkeys(BACKWARD_TARGETS, _attention_backward),
 }
+
+_KNOWN = frozenset(_REWRITES) | frozenset(_MODULE_REWRITES)
