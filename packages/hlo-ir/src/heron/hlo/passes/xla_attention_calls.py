@@ -50,7 +50,7 @@ from heron.hlo.element_types import ElementType
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.parser import parse_module
 from heron.hlo.passes.rewrite import Inserter
-from heron.hlo.passes.xla_attention_hlo import backward_text, forward_text
+from heron.hlo.passes.xla_attention_hlo import AttentionForm, backward_text, forward_text
 from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = ["BACKWARD_TARGETS", "FORWARD_TARGETS", "fmha_backward", "fmha_forward"]
@@ -102,16 +102,8 @@ def fmha_forward(
     }
     stats = len(results) == 2
     if padded or settings["window"]:
-        text = forward_text(
-            [operand.array_shape for operand in call.operands],
-            orders,
-            scale=settings["scale"],
-            causal=settings["causal"],
-            window=settings["window"],
-            biased=biased,
-            padded=padded,
-            stats=stats,
-        )
+        shapes = [operand.array_shape for operand in call.operands]
+        text = forward_text(shapes, orders, _form(settings, biased), stats=stats)
         return _called(inserter, call, module, text, len(results))
     shape = TupleShape(tuple(results)) if stats else results[0]
     attention = inserter.add(
@@ -193,16 +185,8 @@ def fmha_backward(
     if padded or settings["window"]:
         gradient = results[3] if biased else None
         assert gradient is None or isinstance(gradient, ArrayShape)
-        text = backward_text(
-            [operand.array_shape for operand in call.operands],
-            orders,
-            scale=settings["scale"],
-            causal=settings["causal"],
-            window=settings["window"],
-            biased=biased,
-            padded=padded,
-            bias_gradient=gradient,
-        )
+        shapes = [operand.array_shape for operand in call.operands]
+        text = backward_text(shapes, orders, _form(settings, biased), bias_gradient=gradient)
         return _called(inserter, call, module, text, len(results))
     operands = [q, k, v, o, do, stats, *([bias] if bias is not None else [])]
     gradients = TupleShape(tuple(results[:3]))
@@ -404,6 +388,12 @@ class _BiasGradient:
             "convert", ArrayShape(gradient.element_type, summed.array_shape.dims), [summed]
         )
         return self.add("reshape", gradient, [narrow])
+
+
+def _form(settings: dict, biased: bool) -> AttentionForm:
+    return AttentionForm(
+        settings["scale"], settings["causal"], settings["window"], biased, settings["padded"]
+    )
 
 
 def _called(

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
 import numpy as np
 
 from heron.hlo.shapes import ArrayShape
 
-__all__ = ["backward_text", "forward_text"]
+__all__ = ["AttentionForm", "backward_text", "forward_text"]
 
 #: jax's stand-in for minus infinity in masked scores (``_get_large_negative`` for f32).
 LARGE_NEGATIVE = float(np.float32(-0.7 * float(np.finfo(np.float32).max)))
@@ -44,6 +45,19 @@ _REDUCERS = (
     "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
     "  ROOT s = f32[] add(a, b)\n}\n\n"
 )
+
+
+@attrs.frozen
+class AttentionForm:
+    """What a cuDNN call computes besides its tensors: the scores' scale, the causal mask,
+    the window's length (0: none), whether a bias is added and whether sequence lengths
+    pad the batch (the call's last two operands)."""
+
+    scale: float
+    causal: bool
+    window: int
+    biased: bool
+    padded: bool
 
 
 def _dims(values: Sequence[int]) -> str:
@@ -93,17 +107,9 @@ class _Attention:
     """The shared part of the forward and the backward: operands in ``[B, H, S, D]``
     order, the keys' and values' heads repeated for grouped queries, the masked scores."""
 
-    def __init__(
-        self,
-        lines: _Lines,
-        element: str,
-        scale: float,
-        causal: bool,
-        window: int,
-        padded: bool,
-    ) -> None:
+    def __init__(self, lines: _Lines, element: str, form: AttentionForm) -> None:
         self.add, self.t = lines, element
-        self.scale, self.causal, self.window, self.padded = scale, causal, window, padded
+        self.scale, self.causal, self.window = form.scale, form.causal, form.window
 
     def ordered(self, name: str, shape: ArrayShape, order: Sequence[int]) -> tuple[str, tuple]:
         """Parameter ``name`` in ``[B, H, S, D]`` order (a transpose where it is stored in
@@ -203,19 +209,16 @@ class _Attention:
 def forward_text(
     operands: Sequence[ArrayShape],
     orders: dict[str, Sequence[int]],
+    form: AttentionForm,
     *,
-    scale: float,
-    causal: bool,
-    window: int,
-    biased: bool,
-    padded: bool,
     stats: bool,
 ) -> str:
     """The forward call's module: ``(o[, stats])`` from ``q, k, v[, bias][, q_len, kv_len]``,
     o ``[B, H, Sq, Dv]`` and stats f32 ``[B, H, Sq]``."""
     lines = _Lines()
     element = str(operands[0].element_type)
-    attention = _Attention(lines, element, scale, causal, window, padded)
+    attention = _Attention(lines, element, form)
+    biased, padded = form.biased, form.padded
     q, (b, h, sq, _) = attention.ordered("q", operands[0], orders["q"])
     k, kdims = attention.ordered("k", operands[1], orders["k"])
     v, vdims = attention.ordered("v", operands[2], orders["v"])
@@ -259,19 +262,16 @@ def forward_text(
 def backward_text(
     operands: Sequence[ArrayShape],
     orders: dict[str, Sequence[int]],
+    form: AttentionForm,
     *,
-    scale: float,
-    causal: bool,
-    window: int,
-    biased: bool,
-    padded: bool,
     bias_gradient: ArrayShape | None,
 ) -> str:
     """The backward call's module: ``(dq, dk, dv[, dbias])`` from ``q, k, v, stats, do[,
     bias], o[, q_len, kv_len]`` (cuDNN's operand order), the gradients ``[B, H, S, D]``."""
     lines = _Lines()
     element = str(operands[0].element_type)
-    attention = _Attention(lines, element, scale, causal, window, padded)
+    attention = _Attention(lines, element, form)
+    biased, padded = form.biased, form.padded
     q, (b, h, sq, d) = attention.ordered("q", operands[0], orders["q"])
     k, kdims = attention.ordered("k", operands[1], orders["k"])
     v, vdims = attention.ordered("v", operands[2], orders["v"])
