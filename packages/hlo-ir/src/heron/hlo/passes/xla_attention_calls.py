@@ -23,7 +23,8 @@ output shares), and becomes the heron call's ``orders``: jax's ``[B, S, H, D]``
 tensors are read through strides, as cuDNN reads them. The results keep the
 layouts XLA gave them. heron's backward call gives no bias gradient: where cuDNN's
 does (jax asks for it whenever the attention has a bias, and drops it unless the
-bias is differentiated), it is HLO beside the call (:class:`_BiasGradient`).
+bias is differentiated), it is the HLO backward's (:mod:`.xla_attention_hlo`) beside the
+call, of which only the bias gradient is kept (the rest is dead code once inlined).
 
 With a padding mask (``PADDING``, ``PADDING_CAUSAL``: the sequence lengths are the
 call's last two operands) or a sliding window, which heron's calls do not take, the
@@ -32,21 +33,17 @@ call becomes the attention written out as HLO (:mod:`.xla_attention_hlo`), jax's
 compute it.
 
 Refused by name, at the call: other masks (ALIBI), dropout, paged attention, several
-segments per batch, the non-flash forms, and a bias gradient with fewer key/value
-heads than query heads on the library path.
+segments per batch and the non-flash forms.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 from heron.hlo.attributes import ComputationRef, QuotedString
 from heron.hlo.custom_calls.attention_config import BACKWARD_TARGET as ATTENTION_BACKWARD
 from heron.hlo.custom_calls.attention_config import TARGET as ATTENTION
 from heron.hlo.custom_calls.attention_config import backend_config
-from heron.hlo.element_types import ElementType
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.parser import parse_module
 from heron.hlo.passes.rewrite import Inserter
@@ -134,7 +131,7 @@ def fmha_backward(
 ) -> list[Instruction]:
     """``call`` (a fused attention's backward pass) as ``__heron$attention_backward``
     reading the forward's output and statistics: ``(dq, dk, dv)``, and the bias's
-    gradient where the call gives one (:class:`_BiasGradient`); with padding or a
+    gradient where the call gives one (as HLO beside it); with padding or a
     window, as HLO, called."""
     settings = _settings(config, refuse)
     biased = BACKWARD_TARGETS[_target(call)]
@@ -209,185 +206,11 @@ def fmha_backward(
         )
         for n, element in enumerate(results[:3])
     ]
-    if biased:
-        gradient = results[3]
-        assert isinstance(gradient, ArrayShape) and bias is not None
-        values.append(
-            _BiasGradient(inserter, call, settings, orders, refuse).of(
-                q, k, v, stats, do, o, bias, gradient
-            )
-        )
+    if biased:  # the bias gradient, which the call does not give: as HLO beside it
+        shapes = [operand.array_shape for operand in call.operands]
+        text = backward_text(shapes, orders, _form(settings, biased), bias_gradient=results[3])
+        values.append(_called(inserter, call, module, text, 4)[3])
     return values
-
-
-class _BiasGradient:
-    """The bias's gradient as HLO, which heron's backward call does not give: the
-    softmax's derivative ``p * (dp - sum_e do * o)`` with ``p = exp(s - stats)`` (``s``
-    the forward's logits, as the backward call reads them) and ``dp = do . v^T``, all in
-    f32, summed over the dimensions the bias broadcasts along and rounded to its type.
-    Its sums are dots (with a vector of ones where a dimension is summed away), so no
-    reduction computation is made."""
-
-    def __init__(
-        self,
-        inserter: Inserter,
-        call: Instruction,
-        settings: dict,
-        orders: dict[str, tuple[int, ...]],
-        refuse: Refuse,
-    ) -> None:
-        self.inserter, self.call, self.settings = inserter, call, settings
-        self.orders, self.refuse = orders, refuse
-        self._count = 0
-
-    def add(
-        self, opcode: str, shape: ArrayShape, operands=(), attributes=None, **fields
-    ) -> Instruction:
-        self._count += 1
-        return self.inserter.add(
-            opcode,
-            shape,
-            list(operands),
-            dict(attributes or {}),
-            like=self.call,
-            suffix=f"dbias.{self._count}",
-            **fields,
-        )
-
-    def _f32(self, dims: Sequence[int]) -> ArrayShape:
-        return ArrayShape(ElementType.F32, tuple(dims))
-
-    def _ordered(self, value: Instruction, name: str) -> Instruction:
-        """``value`` in ``[B, H, S, D]`` order, widened to f32."""
-        order = self.orders[name]
-        shape = value.array_shape
-        dims = tuple(shape.dims[d] for d in order)
-        moved = value
-        if order != (0, 1, 2, 3):
-            moved = self.add(
-                "transpose", ArrayShape(shape.element_type, dims), [value], {"dimensions": order}
-            )
-        return self.add("convert", self._f32(dims), [moved])
-
-    def _scalar(self, value: float, dims: Sequence[int]) -> Instruction:
-        constant = self.add("constant", self._f32(()), literal=np.array(value, np.float32))
-        return self.add("broadcast", self._f32(dims), [constant], {"dimensions": ()})
-
-    def _dot(
-        self,
-        lhs: Instruction,
-        rhs: Instruction,
-        batch: tuple[int, ...],
-        lhs_sum: int,
-        rhs_sum: int,
-        dims: Sequence[int],
-    ) -> Instruction:
-        return self.add(
-            "dot",
-            self._f32(dims),
-            [lhs, rhs],
-            {
-                "lhs_batch_dims": batch,
-                "rhs_batch_dims": batch,
-                "lhs_contracting_dims": (lhs_sum,),
-                "rhs_contracting_dims": (rhs_sum,),
-            },
-        )
-
-    def of(
-        self,
-        q: Instruction,
-        k: Instruction,
-        v: Instruction,
-        stats: Instruction,
-        do: Instruction,
-        o: Instruction,
-        bias: Instruction,
-        gradient: ArrayShape,
-    ) -> Instruction:
-        qt, kt = self._ordered(q, "q"), self._ordered(k, "k")
-        b, h, sq, _ = qt.array_shape.dims
-        if kt.array_shape.dims[1] != h:
-            raise self.refuse("its bias gradient with fewer key/value heads than query heads")
-        sk = kt.array_shape.dims[2]
-        scores = (b, h, sq, sk)
-        bias_dims = bias.array_shape.dims
-        if (
-            len(bias_dims) != 4
-            or bias_dims[2:] != (sq, sk)
-            or bias_dims[0] not in (1, b)
-            or bias_dims[1] not in (1, h)
-        ):
-            raise self.refuse(
-                f"its bias is {bias.array_shape}, not [{b} or 1, {h} or 1, {sq}, {sk}]"
-            )
-        if tuple(gradient.dims) != tuple(bias_dims):
-            raise self.refuse(f"its bias gradient is {gradient}, its bias {bias.array_shape}")
-        # the forward's logits: scale * q . k + bias, -inf above the diagonal when causal
-        logits = self.add(
-            "multiply",
-            self._f32(scores),
-            [self._dot(qt, kt, (0, 1), 3, 3, scores), self._scalar(self.settings["scale"], scores)],
-        )
-        kept = tuple(d for d in range(4) if bias_dims[d] != 1)
-        squeezed = self.add(
-            "reshape",
-            ArrayShape(bias.array_shape.element_type, tuple(bias_dims[d] for d in kept)),
-            [bias],
-        )
-        wide = self.add("convert", self._f32(squeezed.array_shape.dims), [squeezed])
-        logits = self.add(
-            "add",
-            self._f32(scores),
-            [logits, self.add("broadcast", self._f32(scores), [wide], {"dimensions": kept})],
-        )
-        if self.settings["causal"]:
-            indices = ArrayShape(ElementType.S32, scores)
-            row = self.add("iota", indices, attributes={"iota_dimension": 2})
-            column = self.add("iota", indices, attributes={"iota_dimension": 3})
-            keep = self.add(
-                "compare", ArrayShape(ElementType.PRED, scores), [row, column], {"direction": "GE"}
-            )
-            logits = self.add(
-                "select", self._f32(scores), [keep, logits, self._scalar(-np.inf, scores)]
-            )
-        rows = self.add("broadcast", self._f32(scores), [stats], {"dimensions": (0, 1, 2)})
-        p = self.add(
-            "exponential",
-            self._f32(scores),
-            [self.add("subtract", self._f32(scores), [logits, rows])],
-        )
-        dot_, vt, ot = self._ordered(do, "do"), self._ordered(v, "v"), self._ordered(o, "o")
-        dp = self._dot(dot_, vt, (0, 1), 3, 3, scores)
-        delta = self._dot(dot_, ot, (0, 1, 2), 3, 3, (b, h, sq))
-        deltas = self.add("broadcast", self._f32(scores), [delta], {"dimensions": (0, 1, 2)})
-        ds = self.add(
-            "multiply",
-            self._f32(scores),
-            [p, self.add("subtract", self._f32(scores), [dp, deltas])],
-        )
-        summed = ds
-        for dim in (1, 0):  # the head's sum first, then the batch's: dims after stay in place
-            if bias_dims[dim] == 1:
-                size = summed.array_shape.dims[dim]
-                ones = self._scalar(1.0, (size,))
-                rest = tuple(n for d, n in enumerate(summed.array_shape.dims) if d != dim)
-                summed = self.add(
-                    "dot",
-                    self._f32(rest),
-                    [summed, ones],
-                    {
-                        "lhs_batch_dims": (),
-                        "rhs_batch_dims": (),
-                        "lhs_contracting_dims": (dim,),
-                        "rhs_contracting_dims": (0,),
-                    },
-                )
-                # a dot's result puts the left side's other dimensions first, in order
-        narrow = self.add(
-            "convert", ArrayShape(gradient.element_type, summed.array_shape.dims), [summed]
-        )
-        return self.add("reshape", gradient, [narrow])
 
 
 def _form(settings: dict, biased: bool) -> AttentionForm:
