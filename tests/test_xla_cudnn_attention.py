@@ -153,12 +153,24 @@ def test_cudnn_attention_runs_as_jax_computes_it(name: str, device) -> None:
         ('"dropout_rate": 0.0', '"dropout_rate": 0.1', "dropout"),
         ('"mask_type": "CAUSAL"', '"mask_type": "ALIBI"', "mask_type ALIBI"),
         ('"is_flash_attention": true', '"is_flash_attention": false', "not flash attention"),
+        ('"lhs_batch_dimensions": ["0", "2"]', '"lhs_batch_dimensions": ["0"]', "1 batch"),
+        (
+            '"rhs_contracting_dimensions": ["3"]',
+            '"rhs_contracting_dimensions": ["7"]',
+            "do not fit",
+        ),
+        ('"fmha_scale": 0.3535', '"fmha_scale": "x", "_": 0.3535', "fmha_scale is not a number"),
+        (
+            "custom-call(q.1, k.1, v.1)",
+            "custom-call(q.1, k.1, v.1, v.1)",
+            "this call has 4 operands",
+        ),
     ],
 )
 def test_what_heron_does_not_compute_is_refused_by_name(old: str, new: str, named: str) -> None:
     text = (DATA / "forward_causal.hlo").read_text()
     assert old in text
-    module = parse_module(text.replace(old, new), "forward_causal")
+    module = parse_module(text.replace(old, new, 1), "forward_causal")
     with pytest.raises(HloError, match=named) as refused:
         compile_executable(module, Target.preset("h100"), ("interpreter",))
     assert "__cudnn$fmhaSoftmax" in str(refused.value)
