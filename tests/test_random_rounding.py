@@ -237,6 +237,99 @@ def test_heron_run_check_accepts_a_kernel_summing_tied_sums_in_its_own_order(cap
     assert "random roundings of the reference, which decide" in out
 
 
+#: An argsort of 32 sums: rows 0-15 hold the same 500 values in other orders (their
+#: sums tie in exact arithmetic), rows 16-31 those values plus 1, 2, ... 16 each.
+TIED_SORT = """\
+HloModule tied_sort
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+less {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  i = s32[] parameter(2)
+  j = s32[] parameter(3)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+
+ENTRY main {
+  x = f32[32,500] parameter(0)
+  zero = f32[] constant(0)
+  sums = f32[32] reduce(x, zero), dimensions={1}, to_apply=add
+  rows = s32[32] iota(), iota_dimension=0
+  sorted = (f32[32], s32[32]) sort(sums, rows), dimensions={0}, is_stable=true, to_apply=less
+  ROOT order = s32[32] get-tuple-element(sorted), index=1
+}
+"""
+
+
+def _tied_rows() -> np.ndarray:
+    random = np.random.default_rng(7)
+    values = random.standard_normal(500).astype(np.float32)
+    rows = [random.permutation(values) for _ in range(16)]
+    rows += [random.permutation(values + np.float32(k / 500)) for k in range(1, 17)]
+    return np.stack(rows)
+
+
+def test_an_argsort_of_tied_sums_accepts_any_order_of_the_ties_rounding_decides():
+    """The fuzzer's seed 92010: the evaluator sorts by keys without evaluating the
+    comparator's comparison, so only the sort's own order can show the decision."""
+    module = parse_module(TIED_SORT)
+    x = _tied_rows()
+    (tolerance,) = output_tolerances(module, {}, [x], None, tf32=False, written=module)
+    (reference,) = flatten_literal(evaluate_module(module, [x]))
+    spread = RandomRoundings(module, [x]).spread()
+    assert spread is not None and spread.decided_by_rounding
+    assert sorted(reference[:16]) == list(range(16))
+    assert list(reference[16:]) == list(range(16, 32))
+    # kernels summing each row in other orders: a loop from either end, a tree, halves
+    for sums in (
+        np.cumsum(x, axis=1, dtype=np.float32)[:, -1],
+        np.cumsum(x[:, ::-1], axis=1, dtype=np.float32)[:, -1],
+        x.reshape(32, 125, 4).sum(axis=2).sum(axis=1),
+        x[:, :250].sum(axis=1) + x[:, 250:].sum(axis=1),
+    ):
+        other_order = np.argsort(sums, kind="stable").astype(np.int32)
+        assert (other_order != reference).any()
+        result = compare(other_order, reference, tolerance)
+        assert result.agrees, result.summary
+        assert "random roundings" in result.summary
+    # rows whose sums no rounding brings together keep their places
+    wrong = reference.copy()
+    wrong[[20, 21]] = wrong[[21, 20]]
+    assert not compare(wrong, reference, tolerance).agrees
+
+
+def test_an_argsort_of_sums_no_rounding_brings_together_is_not_decided_by_rounding():
+    module = parse_module(TIED_SORT)
+    x = _tied_rows() + np.arange(32, dtype=np.float32)[:, None]
+    spread = RandomRoundings(module, [x]).spread()
+    assert spread is not None and not spread.decided_by_rounding
+
+
+def test_heron_run_check_accepts_an_argsort_of_cumulative_sums_that_tie(capsys):
+    """jax_chains seed 92010: a softmax's rows through an einsum and a cumsum tie in
+    their last column; heron's kernels and the reference sort those 64 keys otherwise."""
+    code = main(
+        [
+            "run",
+            str(DATA / "argsort_of_tied_cumsums.hlo"),
+            "--inputs",
+            str(DATA / "argsort_of_tied_cumsums.npz"),
+            "--backend",
+            "interpreter",
+            "--check",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, ""), out
+    assert "random roundings of the reference, which decide" in out
+
+
 def test_a_float64_loop_that_rounding_stops_accepts_the_other_trip_count():
     """Float64 had no random rounding: a float64 program's decisions were all exact."""
     (trips_tolerance, _), (trips, total) = _accumulate("0.1", np.float64)

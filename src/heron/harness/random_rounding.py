@@ -14,14 +14,15 @@ reference each answered otherwise in 12 of 32 rows (sweep 8).
 
 Random rounding (Monte Carlo arithmetic, the random-rounding mode of Verificarlo and
 CADNA) measures how much of an output rounding decides: the reference is evaluated
-again several times, each floating-point result of an arithmetic op (elementwise
-math, a dot, a sum) rounded at random to one of the two values of its type around
-the exact result (float64's) instead of to the nearer one, and each sum (a reduce
-adding) summed in its type with its terms in a random order. Every op stays within
-one ulp, and every sum within the reordering a compiler may make, as any correct
-compiler's are, while the roundings vary. Where some of
-these evaluations take a loop for another number of trips (or a conditional down
-another branch, or a comparison of floats the other way: :func:`decides`) than the
+again several times, each floating-point result of an arithmetic op (elementwise math,
+a dot, a sum) rounded at random to one of the two values of its type around the exact
+result (float64's) instead of to the nearer one, and each sum (a reduce adding) summed
+in its type with its terms in a random order, pairwise or one after another. Every op
+stays within one ulp, and every sum within the reordering a compiler may make, as any
+correct compiler's are, while the roundings vary. Where some of these evaluations take
+a loop for another number of trips (or a conditional down another branch, a comparison
+of floats the other way (:func:`decides`), or a sort of floats into another order: an
+argsort of keys that tie in exact arithmetic, the fuzzer's seed 92010) than the
 reference does, the program's decisions turn on rounding, and an output they reach is
 accepted anywhere in the range the evaluations spread over, widened by that range's
 width (the samples are few); an element no evaluation moves is still compared as
@@ -53,7 +54,9 @@ import numpy as np
 from heron.harness.tolerance import is_plain_add
 from heron.hlo.errors import HloError
 from heron.hlo.evaluator import evaluate_module, flatten_literal
+from heron.hlo.evaluator.interpreter import Evaluator
 from heron.hlo.evaluator.linalg import dot_matrices, dot_product
+from heron.hlo.evaluator.reductions import sort_permutation
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.shapes import ArrayShape
 
@@ -114,11 +117,13 @@ class RandomRounding:
     def __init__(self, seed: int | None, deciding: frozenset[Instruction]) -> None:
         self._random = None if seed is None else np.random.default_rng(seed)
         self._deciding = deciding
+        self._sorter: Evaluator | None = None
         self.decisions: list[tuple[str, bytes]] = []
 
     def __call__(self, inst: Instruction, operands: list, value):
         if inst in self._deciding:
-            digest = hashlib.blake2b(np.asarray(value).tobytes(), digest_size=16).digest()
+            decided = self._order(inst, operands) if inst.opcode == "sort" else value
+            digest = hashlib.blake2b(np.asarray(decided).tobytes(), digest_size=16).digest()
             self.decisions.append((inst.name, digest))
         if self._random is None or not _rounded(inst, value):
             return value
@@ -137,6 +142,13 @@ class RandomRounding:
         if exact is None:
             return value
         return _round_at_random(value, np.broadcast_to(exact, value.shape), self._random)
+
+    def _order(self, inst: Instruction, operands: list) -> np.ndarray:
+        """The permutation a sort applies: what it decides (its sorted keys move with
+        every rounding of its operands; which element goes where only at a near tie)."""
+        if self._sorter is None:
+            self._sorter = Evaluator()
+        return sort_permutation(self._sorter, inst, operands)
 
 
 def _rounded(inst: Instruction, value) -> bool:
@@ -182,9 +194,16 @@ def _reordered_sum(inst: Instruction, operands: list, value: np.ndarray, random)
 
 
 def _summed_in_random_order(terms: np.ndarray, random) -> np.ndarray:
-    """``terms`` summed along the last axis in their type, each row in an order of its own."""
+    """``terms`` summed along the last axis in their type, each row in an order of its
+    own, added pairwise (numpy's sum: a GPU kernel's tree) or, at random, one term after
+    another (a CPU's loop), whose rounding errors grow with the count rather than its
+    logarithm: pairwise sums alone left the sums of one row's values in other orders two
+    values apart where a loop's are seven, and an argsort of them outside their spread."""
     order = np.argsort(random.random(terms.shape), axis=-1)
-    return np.take_along_axis(terms, order, axis=-1).sum(axis=-1, dtype=terms.dtype)
+    shuffled = np.take_along_axis(terms, order, axis=-1)
+    if random.random() < 0.5:
+        return shuffled.sum(axis=-1, dtype=terms.dtype)
+    return np.cumsum(shuffled, axis=-1, dtype=terms.dtype)[..., -1]
 
 
 #: Products a dot may have for :func:`_reordered_dot` (each one held in float64).
@@ -310,7 +329,9 @@ def decides(inst: Instruction) -> bool:
 
 def _deciding(module: Module) -> frozenset[Instruction]:
     """The instructions whose values decide: each while condition's root, each
-    conditional's selector, and every decision on floats (:func:`decides`)."""
+    conditional's selector, every decision on floats (:func:`decides`), and each sort
+    whose comparator makes one (its order: the evaluator may sort by keys without
+    evaluating the comparator's comparisons one by one, so they would record nothing)."""
     found = set()
     for computation in module.computations:
         for inst in computation.instructions:
@@ -318,7 +339,10 @@ def _deciding(module: Module) -> frozenset[Instruction]:
                 found.add(inst.called("condition").root_instruction)
             elif inst.opcode == "conditional":
                 found.add(inst.operands[0])
-            elif decides(inst):
+            elif decides(inst) or (
+                inst.opcode == "sort"
+                and any(decides(step) for step in inst.called("to_apply").instructions)
+            ):
                 found.add(inst)
     return frozenset(found)
 

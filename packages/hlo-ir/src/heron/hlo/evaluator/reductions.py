@@ -615,15 +615,41 @@ def _sort_rows_one_by_one(ev: Evaluator, comp: Computation, rows: list[np.ndarra
 
 def _sort(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
     (dim,) = tuple(required(inst, "dimensions"))
-    comp = inst.called("to_apply")
-    count = len(ops)
     first = ops[0]
     if first.ndim == 0 or first.shape[dim] <= 1:
         return _result(list(ops), inst)
-    moved = [np.moveaxis(o, dim, -1) for o in ops]
+    rows, lead, length = _sort_rows(ops, dim)
+    perm = _row_permutation(ev, inst.called("to_apply"), rows)
+    out = [
+        np.moveaxis(np.take_along_axis(r, perm, axis=1).reshape(lead + (length,)), -1, dim)
+        for r in rows
+    ]
+    return _result(out, inst)
+
+
+def sort_permutation(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> np.ndarray:
+    """The order ``inst`` (a sort) puts ``ops`` in: for each row along its dimension (the
+    other dimensions flattened, row-major), the positions its results take their elements
+    from. The random roundings of ``heron run --check`` compare it across evaluations,
+    since a sort of floats decides an order that rounding may change."""
+    (dim,) = tuple(required(inst, "dimensions"))
+    rows, _, length = _sort_rows(ops, dim)
+    if length <= 1:
+        return np.zeros((rows[0].shape[0], length), np.int64)
+    return _row_permutation(ev, inst.called("to_apply"), rows)
+
+
+def _sort_rows(ops: list[Literal], dim: int) -> tuple[list[np.ndarray], tuple, int]:
+    """Each operand as rows along ``dim``, with the other dimensions and the row length."""
+    moved = [np.moveaxis(np.asarray(o), dim, -1) for o in ops]
     lead = moved[0].shape[:-1]
     length = moved[0].shape[-1]
-    rows = [m.reshape(-1, length) for m in moved]
+    return [m.reshape(-1, length) for m in moved], lead, length
+
+
+def _row_permutation(ev: Evaluator, comp: Computation, rows: list[np.ndarray]) -> np.ndarray:
+    """The stable order of each row under comparator ``comp``."""
+    count = len(rows)
     perm = None
     keys = _sort_keys(ev, comp, count, rows)
     if keys is not None:
@@ -635,11 +661,7 @@ def _sort(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
         perm = _merge_sort(ev, comp, rows)
     if perm is None:
         perm = _sort_rows_one_by_one(ev, comp, rows)
-    out = [
-        np.moveaxis(np.take_along_axis(r, perm, axis=1).reshape(lead + (length,)), -1, dim)
-        for r in rows
-    ]
-    return _result(out, inst)
+    return perm
 
 
 def _topk(ev: Evaluator, inst: Instruction, ops: list[Literal]) -> Literal:
