@@ -445,7 +445,7 @@ class Worker:
             return {"skipped": f"{name} holds the inputs in other types (no x64?)"}
         executable = Executable(artefact, self.device, self.backend, command_buffers=True)
         try:
-            runner = ResidentRunner(executable)
+            runner = ResidentRunner(executable, immutable=_immutable_arrays(name))
             begun = time.perf_counter()
             last = [runner(arguments)]
             for array in last[0]:
@@ -460,6 +460,7 @@ class Worker:
                     array.block_until_ready()
 
             entry.update(_times(call, synchronize))
+            entry.update(_host_work(call, synchronize))
             entry["ways"] = sorted(set(runner.last_inputs.ways))
             return entry
         except Exception as error:  # noqa: BLE001 - the executor's numbers still count
@@ -587,6 +588,57 @@ def _times(call: Any, synchronize: Any) -> dict[str, Any]:
         synchronize()
         batches.append((time.perf_counter() - begun) / count)
     return {"single_s": single, "batch_runs": count, "throughput_s": statistics.median(batches)}
+
+
+def _immutable_arrays(library: str) -> tuple[type, ...]:
+    """The array types of ``library`` whose arrays never change (jax's), which a
+    ResidentRunner adopts once (heron.jax names them so too)."""
+    if library != "jax":
+        return ()
+    import jax
+
+    return (jax.Array,)
+
+
+#: Calls whose host work :func:`_host_work` profiles.
+PROFILED_CALLS = 50
+
+
+def _host_work(call: Any, synchronize: Any) -> dict[str, Any]:
+    """What one call costs the host: the median time to issue it (the device idle
+    before it, so nothing queued delays it) and where that time goes (the functions of
+    :data:`PROFILED_CALLS` calls with the most time of their own, in us a call). A
+    call whose issue takes longer than its device work leaves the device waiting in
+    back-to-back runs."""
+    import cProfile
+    import pstats
+
+    issues = []
+    for _ in range(SINGLE_RUNS):
+        synchronize()
+        begun = time.perf_counter()
+        call()
+        issues.append(time.perf_counter() - begun)
+    synchronize()
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(PROFILED_CALLS):
+        call()
+    profile.disable()
+    synchronize()
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    ranked = sorted(stats.items(), key=lambda item: item[1][2], reverse=True)[:10]
+    return {
+        "issue_s": statistics.median(issues),
+        "host_profile": [
+            {
+                "function": f"{Path(file).name}:{line}({name})",
+                "own_us": own / PROFILED_CALLS * 1e6,
+                "calls": count / PROFILED_CALLS,
+            }
+            for (file, line, name), (_, count, own, _, _) in ranked
+        ],
+    }
 
 
 def speed_function(case: dict[str, Any]) -> Callable[..., Any]:

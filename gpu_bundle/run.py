@@ -383,8 +383,8 @@ def render_markdown(document: dict[str, Any]) -> str:
             "## Device-resident runs (heron.jax's runner on the library's GPU arrays)",
             "",
             "| workload | resident throughput | executor throughput | jax throughput |"
-            " jax / resident | inputs taken |",
-            "|---|---|---|---|---|---|",
+            " jax / resident | issue (host) | inputs taken |",
+            "|---|---|---|---|---|---|---|",
         ]
         for case in speed:
             d = case.get("details") or {}
@@ -392,15 +392,16 @@ def render_markdown(document: dict[str, Any]) -> str:
             if not resident.get("throughput_s"):
                 why = resident.get("skipped") or resident.get("error")
                 if why:
-                    lines.append(f"| {_speed_row(case)} | {why} | | | | |")
+                    lines.append(f"| {_speed_row(case)} | {why} | | | | | |")
                 continue
             ratio = _ratio(jax, resident, "throughput_s")
             lines.append(
                 f"| {_speed_row(case)} | {_ms(resident['throughput_s'])} |"
                 f" {_ms(heron.get('throughput_s'))} | {_ms(jax.get('throughput_s'))} | {ratio} |"
-                f" {', '.join(resident.get('ways', []))} |"
+                f" {_ms(resident.get('issue_s'))} | {', '.join(resident.get('ways', []))} |"
             )
         lines.append("")
+        lines += _host_profiles(speed)
         lines += ["## Per-kernel device times (heron, event timers, no command buffers)", ""]
         for case in speed:
             kernels = ((case.get("details") or {}).get("heron") or {}).get("kernels") or []
@@ -462,6 +463,20 @@ def _tuned_cell(autotune: Any) -> str:
 
 def _us(seconds: Any) -> str:
     return f"{seconds * 1e6:.1f} us" if isinstance(seconds, (int, float)) else "-"
+
+
+def _host_profiles(speed: list[dict[str, Any]]) -> list[str]:
+    """Where a device-resident call's host time goes, per workload (the worker's
+    ``host_profile``: the functions with the most time of their own, us a call)."""
+    lines = []
+    for case in speed:
+        profile = ((case.get("details") or {}).get("resident") or {}).get("host_profile")
+        if profile:
+            top = ", ".join(f"{p['function']} {p['own_us']:.1f} us" for p in profile[:6])
+            lines.append(f"- {_speed_row(case)}: {top}")
+    if not lines:
+        return []
+    return ["Host time of a resident call, by function (cProfile, own time):", "", *lines, ""]
 
 
 def _autotune_section(speed: list[dict[str, Any]]) -> list[str]:

@@ -561,6 +561,18 @@ def test_a_speed_case_times_the_artefact_as_heron_jax_runs_it_on_device_arrays(b
     timed = worker._resident_times(artefact, inputs)
     assert timed["library"] == "jax" and timed["ways"] == ["dlpack"], timed
     assert timed["throughput_s"] > 0 and timed["batch_runs"] >= 3
+    # what a call costs the host to issue, and where that goes, for the report
+    assert 0 < timed["issue_s"] < 1
+    functions = [entry["function"] for entry in timed["host_profile"]]
+    assert len(functions) == 10 and all(entry["own_us"] >= 0 for entry in timed["host_profile"])
+    run = _module("run")
+    case = {"name": "speed/program/softmax", "kind": "speed", "mode": "speed"}
+    case |= {"program": "softmax", "status": "pass", "details": {"resident": timed}}
+    markdown = run.render_markdown(
+        {"budget_s": 1, "elapsed_s": 1, "finished": True, "summary": {}, "cases": [case]}
+    )
+    assert "Host time of a resident call, by function" in markdown
+    assert functions[0] in markdown
 
 
 # -- the corpus programs' speed cases (issue 30) ------------------------------------------------

@@ -191,3 +191,95 @@ def test_the_executor_refuses_result_buffers_that_do_not_fit():
         executable.execute([None], results={0: device.allocate(8)})
     with pytest.raises(ExecutorError, match="no result 3"):
         executable.execute([None], results={3: device.allocate(24)})
+
+
+NEGATE = """\
+HloModule negate, entry_computation_layout={(f32[2,3]{1,0})->f32[2,3]{1,0}}
+
+ENTRY main {
+  x = f32[2,3]{1,0} parameter(0)
+  ROOT y = f32[2,3]{1,0} negate(x)
+}
+"""
+
+
+class _Shared:
+    """An array of a library that shares its host memory through DLPack, counting the
+    capsules asked of it."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+        self.asked = 0
+        self.deleted = False
+
+    def __dlpack_device__(self):
+        return self.values.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs):
+        self.asked += 1
+        return self.values.__dlpack__(**kwargs)
+
+    def is_deleted(self) -> bool:
+        return self.deleted
+
+
+class _Frozen(_Shared):
+    """The same, of a library whose arrays never change (as jax's)."""
+
+
+def test_an_immutable_array_adopted_once_is_not_asked_again_while_it_lives():
+    artefact = compile_executable(
+        parse_module(NEGATE), Target.preset("h100"), backends=("interpreter",)
+    )
+    runner = ResidentRunner(Executable(artefact, _device()), immutable=(_Frozen,))
+    frozen = _Frozen(np.arange(6, dtype=np.float32).reshape(2, 3))
+    for _ in range(3):
+        (result,) = runner([frozen])
+        assert runner.last_inputs.ways == ("dlpack",)
+        np.testing.assert_array_equal(np.asarray(result), -frozen.values)
+    assert frozen.asked == 1
+    # another array, even of the same values, is asked for its memory
+    other = _Frozen(frozen.values.copy() + 1)
+    (result,) = runner([other])
+    np.testing.assert_array_equal(np.asarray(result), -other.values)
+    assert other.asked == 1
+    # a deleted (or donated) array is not taken from memory kept for it
+    other.deleted = True
+    runner([other])
+    assert other.asked == 2
+
+
+def test_a_mutable_library_s_array_is_asked_every_call():
+    """Its owner may write it in place between calls (a torch tensor's ``add_`` on its
+    own stream), so its library orders that work before each run."""
+    artefact = compile_executable(
+        parse_module(NEGATE), Target.preset("h100"), backends=("interpreter",)
+    )
+    runner = ResidentRunner(Executable(artefact, _device()), immutable=(_Frozen,))
+    shared = _Shared(np.arange(6, dtype=np.float32).reshape(2, 3))
+    for step in range(3):
+        shared.values += 1  # written in place between calls
+        (result,) = runner([shared])
+        np.testing.assert_array_equal(np.asarray(result), -shared.values)
+        assert shared.asked == step + 1
+
+
+def test_heron_jax_asks_a_jax_array_for_its_memory_once(monkeypatch):
+    from jax._src.array import ArrayImpl
+
+    asked = []
+    original = ArrayImpl.__dlpack__
+
+    def counted(self, **kwargs):
+        asked.append(self)
+        return original(self, **kwargs)
+
+    monkeypatch.setattr(ArrayImpl, "__dlpack__", counted)
+    f = _jit(lambda w, x: w * x + 1)
+    w = jnp.full((3, 4), 2.0, jnp.float32)
+    for step in range(4):
+        x = jnp.full((3, 4), float(step), jnp.float32)
+        np.testing.assert_array_equal(np.asarray(f(w, x)), 2.0 * step + 1)
+        assert f.inputs_taken(w, x).ways == ("dlpack", "dlpack")
+    assert sum(a is w for a in asked) == 1  # the weights: once
+    assert len(asked) == 5  # and each new x

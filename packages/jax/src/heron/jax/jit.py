@@ -258,7 +258,9 @@ class HeronJitted:
         executable = load_on_device(
             artefact, self._device, self._backend, command_buffers=self.command_buffers
         )
-        runner = ResidentRunner(executable, result_pool(self._device))
+        import jax
+
+        runner = ResidentRunner(executable, result_pool(self._device), immutable=(jax.Array,))
         donated = lowered.donated_leaves(
             args,
             kwargs,

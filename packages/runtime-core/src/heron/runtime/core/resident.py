@@ -234,13 +234,31 @@ class RunInputs:
 
 
 class ResidentRunner:
-    """An :class:`Executable` run on device-resident arrays (see the module docstring)."""
+    """An :class:`Executable` run on device-resident arrays (see the module docstring).
 
-    def __init__(self, executable: Executable, pool: BufferPool | None = None) -> None:
+    ``immutable``: types whose arrays never change once made (``jax.Array``, which
+    heron.jax names). An argument of one that an earlier run adopted through DLPack
+    is adopted again without asking its library while it lives and is not deleted:
+    its library's work on it was ordered before that first run, and nothing can
+    write it since. Asking costs each argument of each call a capsule and, on a GPU,
+    an event its stream records (a model's weights are the same arrays call after
+    call). An array of a mutable library (torch's, numpy's) is asked every time: its
+    owner may have written it in place since.
+    """
+
+    def __init__(
+        self,
+        executable: Executable,
+        pool: BufferPool | None = None,
+        immutable: tuple[type, ...] = (),
+    ) -> None:
         self.executable = executable
         self.device = executable.device
         self.pool = pool or BufferPool(self.device)
         self.last_inputs = RunInputs(())
+        self._immutable = immutable
+        #: parameter number -> (the immutable array last adopted for it, its buffer)
+        self._adopted: dict[int, tuple[weakref.ref, DeviceBuffer]] = {}
 
     def __call__(
         self, arguments: Sequence[Any], donate: Collection[int] = ()
@@ -324,7 +342,23 @@ class ResidentRunner:
 
     def _import(self, number: int, value: Any) -> DeviceBuffer | None:
         """``value``'s memory adopted through DLPack, where it is on this device and holds the
-        parameter's bytes as they are; None otherwise (then it is copied)."""
+        parameter's bytes as they are; None otherwise (then it is copied). An immutable
+        array adopted for this parameter before is taken as it was (see the class)."""
+        immutable = bool(self._immutable) and isinstance(value, self._immutable)
+        if immutable:
+            kept = self._adopted.get(number)
+            if kept is not None and kept[0]() is value and not _deleted(value):
+                return kept[1]
+        buffer = self._adopt(number, value)
+        if immutable:
+            if buffer is None:
+                self._adopted.pop(number, None)
+            else:
+                self._adopted[number] = (weakref.ref(value), buffer)
+        return buffer
+
+    def _adopt(self, number: int, value: Any) -> DeviceBuffer | None:
+        """``value``'s memory through its library's ``__dlpack__`` (see :meth:`_import`)."""
         where = self.device.dlpack_device
         shape = self.executable.parameter_shapes[number]
         if where is None or not hasattr(value, "__dlpack__") or not is_c_order(shape):
@@ -347,3 +381,9 @@ class ResidentRunner:
 
     def _host_array(self, number: int, value: Any) -> np.ndarray:
         return self.executable.check_input(number, value)
+
+
+def _deleted(value: Any) -> bool:
+    """Whether ``value`` was deleted or donated since (``jax.Array.is_deleted``)."""
+    is_deleted = getattr(value, "is_deleted", None)
+    return bool(is_deleted()) if callable(is_deleted) else False
