@@ -206,3 +206,55 @@ def test_the_calls_read_jax_s_tensors_through_strides() -> None:
     assert forward is not None and forward.attributes["custom_call_target"].text == (
         "__heron$attention"
     )
+
+
+def _library_calls(module) -> list:
+    return [
+        inst
+        for inst in module.entry.instructions
+        if inst.opcode == "custom-call"
+        and inst.attributes["custom_call_target"].text.startswith("__heron$attention")
+    ]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["forward_padding", "forward_window", "backward_padding_causal", "backward_window_grouped"],
+)
+def test_padding_and_windows_are_the_library_call_s_bias(name: str) -> None:
+    """cuDNN's flash attention keeps padded and windowed attention: the masks (and the
+    causal one with them) become the call's bias, jax's large negative where a score is
+    removed, rather than the attention written out as HLO with its scores stored."""
+    from heron.hlo.passes.xla_library_calls import rewrite_xla_library_calls
+
+    module = parse_module((DATA / f"{name}.hlo").read_text(), name)
+    assert rewrite_xla_library_calls(module)
+    calls = _library_calls(module)
+    assert len(calls) == (2 if name.startswith("backward") else 1)
+    for call in calls:
+        bias = call.operands[-1]
+        b, sq = (2, 16)
+        assert bias.array_shape.dims == ((b if "padding" in name else 1), 1, sq, 16)
+        assert '"causal": false' in call.attributes["backend_config"].text
+
+
+def test_padded_f16_attention_is_hlo_whose_range_lacks_jax_s_fill() -> None:
+    """jax's large negative (-0.7 * f32 max) is -inf in f16: a padded query's row, masked
+    whole, would have no softmax as the call's bias, so f16 keeps the HLO form."""
+    from heron.hlo.passes.xla_library_calls import rewrite_xla_library_calls
+
+    text = (DATA / "forward_padding.hlo").read_text().replace("bf16", "f16")
+    module = parse_module(text, "forward_padding_f16")
+    assert rewrite_xla_library_calls(module)
+    assert _library_calls(module) == []
+    inputs = [
+        x.astype(np.float16) if x.ndim == 4 else x
+        for x in _inputs("forward_padding", CASES["forward_padding"][1])
+    ]
+    artefact = compile_executable(module, Target.preset("h100"), ("interpreter",))
+    (got,) = load_on_device(artefact, open_device("interpreter")[1], "interpreter").run(inputs)
+    wide = [np.asarray(x, np.float32) if x.ndim == 4 else x for x in inputs]
+    wanted = np.asarray(jax.jit(CASES["forward_padding"][0])(*wide), np.float64)
+    assert float(np.abs(np.asarray(got, np.float64) - wanted).max()) <= 1e-2 * max(
+        1.0, float(np.abs(wanted).max())
+    )

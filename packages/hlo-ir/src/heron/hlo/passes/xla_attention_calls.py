@@ -27,10 +27,16 @@ bias is differentiated), it is the HLO backward's (:mod:`.xla_attention_hlo`) be
 call, of which only the bias gradient is kept (the rest is dead code once inlined).
 
 With a padding mask (``PADDING``, ``PADDING_CAUSAL``: the sequence lengths are the
-call's last two operands) or a sliding window, which heron's calls do not take, the
-call becomes the attention written out as HLO (:mod:`.xla_attention_hlo`), jax's
-``implementation="xla"`` meaning, called and then inlined: heron's own kernels
-compute it.
+call's last two operands) or a sliding window, which heron's calls do not take as
+such, the masks become the call's bias (:func:`.xla_attention_hlo.mask_bias_text`:
+the call's own bias where a score is kept, jax's large negative where a mask
+removes it, the causal mask with them; ``[B, H or 1, Sq, Sk]``, computed by a small
+kernel beside the call), a padded query's output row is zero, and the backward
+call reads the output's gradient zero on those rows: jax's ``implementation="xla"``
+meaning, on cuDNN's flash attention. Only a type whose range holds that large
+negative can carry it (bf16); in f16 the call becomes the attention written out as
+HLO (:mod:`.xla_attention_hlo`), called and then inlined, which heron's own kernels
+compute with the scores stored.
 
 Refused by name, at the call: other masks (ALIBI), dropout, paged attention, several
 segments per batch and the non-flash forms.
@@ -47,7 +53,14 @@ from heron.hlo.custom_calls.attention_config import backend_config
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.parser import parse_module
 from heron.hlo.passes.rewrite import Inserter
-from heron.hlo.passes.xla_attention_hlo import AttentionForm, backward_text, forward_text
+from heron.hlo.passes.xla_attention_hlo import (
+    AttentionForm,
+    backward_text,
+    forward_text,
+    mask_bias_dims,
+    mask_bias_text,
+    padded_rows_zeroed_text,
+)
 from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = ["BACKWARD_TARGETS", "FORWARD_TARGETS", "fmha_backward", "fmha_forward"]
@@ -98,32 +111,48 @@ def fmha_forward(
         "v": _order(v, *bmm2[1], contracted_is_feature=False, refuse=refuse),
     }
     stats = len(results) == 2
-    if padded or settings["window"]:
-        shapes = [operand.array_shape for operand in call.operands]
-        text = forward_text(shapes, orders, _form(settings, biased), stats=stats)
+    shapes = [operand.array_shape for operand in call.operands]
+    form = _form(settings, biased)
+    masked = padded or settings["window"]
+    if masked and not _holds_the_fill(q):
+        text = forward_text(shapes, orders, form, stats=stats)
         return _called(inserter, call, module, text, len(results))
+    operands, causal = list(call.operands[: 3 + biased]), settings["causal"]
+    if masked:  # the masks as the call's bias (the library's causal mask inside it)
+        dims = (q.dims[orders["q"][0]], q.dims[orders["q"][1]], q.dims[orders["q"][2]])
+        dims += (k.dims[orders["k"][2]],)
+        operands[3:] = [_mask_bias(inserter, call, module, shapes, form, dims, biased)]
+        causal = False
     shape = TupleShape(tuple(results)) if stats else results[0]
     attention = inserter.add(
         "custom-call",
         shape,
-        call.operands,
+        operands,
         {
             "custom_call_target": QuotedString(ATTENTION),
             "backend_config": QuotedString(
-                backend_config(settings["scale"], settings["causal"], orders, stats=stats)
+                backend_config(settings["scale"], causal, orders, stats=stats)
             ),
         },
         like=call,
         suffix="heron",
     )
-    if not stats:
-        return [attention]
-    return [
-        inserter.add(
-            "get-tuple-element", element, [attention], {"index": n}, like=call, suffix=f"heron.{n}"
-        )
-        for n, element in enumerate(results)
-    ]
+    values = [attention]
+    if stats:
+        values = [
+            inserter.add(
+                "get-tuple-element",
+                element,
+                [attention],
+                {"index": n},
+                like=call,
+                suffix=f"heron.{n}",
+            )
+            for n, element in enumerate(results)
+        ]
+    if padded:  # a padded query's output row is zero (o is [B, H, Sq, Dv])
+        values[0] = _padded_rows_zeroed(inserter, call, module, values[0], (0, 2))
+    return values
 
 
 def fmha_backward(
@@ -179,12 +208,23 @@ def fmha_backward(
     if o.array_shape.dims != do.array_shape.dims:
         raise refuse(f"the forward output is {o.array_shape}, its gradient {do.array_shape}")
     orders["o"] = orders["do"]  # cuDNN reads o as it reads do
-    if padded or settings["window"]:
+    shapes = [operand.array_shape for operand in call.operands]
+    form = _form(settings, biased)
+    masked = padded or settings["window"]
+    if masked and not _holds_the_fill(q.array_shape):
         gradient = results[3] if biased else None
         assert gradient is None or isinstance(gradient, ArrayShape)
-        shapes = [operand.array_shape for operand in call.operands]
-        text = backward_text(shapes, orders, _form(settings, biased), bias_gradient=gradient)
+        text = backward_text(shapes, orders, form, bias_gradient=gradient)
         return _called(inserter, call, module, text, len(results))
+    causal = settings["causal"]
+    if masked:  # the forward's masks as its bias; no gradient from a padded query's output
+        dims = tuple(q.array_shape.dims[orders["q"][n]] for n in range(3))
+        dims += (k.array_shape.dims[orders["k"][2]],)
+        bias = _mask_bias(inserter, call, module, shapes, form, dims, biased)
+        causal = False
+        if padded:
+            order = orders["do"]
+            do = _padded_rows_zeroed(inserter, call, module, do, (order[0], order[2]))
     operands = [q, k, v, o, do, stats, *([bias] if bias is not None else [])]
     gradients = TupleShape(tuple(results[:3]))
     backward = inserter.add(
@@ -194,7 +234,7 @@ def fmha_backward(
         {
             "custom_call_target": QuotedString(ATTENTION_BACKWARD),
             "backend_config": QuotedString(
-                backend_config(settings["scale"], settings["causal"], orders, stats=True)
+                backend_config(settings["scale"], causal, orders, stats=True)
             ),
         },
         like=call,
@@ -207,10 +247,60 @@ def fmha_backward(
         for n, element in enumerate(results[:3])
     ]
     if biased:  # the bias gradient, which the call does not give: as HLO beside it
-        shapes = [operand.array_shape for operand in call.operands]
-        text = backward_text(shapes, orders, _form(settings, biased), bias_gradient=results[3])
+        text = backward_text(shapes, orders, form, bias_gradient=results[3])
         values.append(_called(inserter, call, module, text, 4)[3])
     return values
+
+
+#: The element types whose range holds jax's large negative (``-0.7 * f32 max``), which
+#: the masks' bias sets a removed score to: bf16 (f32's exponent); not f16, whose masked
+#: scores would be ``-inf`` and a row masked whole (a padded query's) have no softmax.
+_FILL_TYPES = frozenset({"bf16"})
+
+
+def _holds_the_fill(q: ArrayShape) -> bool:
+    """Whether the call's masks can be its bias (:func:`_mask_bias`); where not, the call
+    is HLO (:mod:`.xla_attention_hlo`)."""
+    return str(q.element_type) in _FILL_TYPES
+
+
+def _mask_bias(
+    inserter: Inserter,
+    call: Instruction,
+    module: Module,
+    shapes: list[ArrayShape],
+    form: AttentionForm,
+    dims: tuple[int, ...],
+    biased: bool,
+) -> Instruction:
+    """The call's padding, window and causal masks and its own bias as one bias of the
+    library call (:func:`.xla_attention_hlo.mask_bias_text`), computed beside it: cuDNN's
+    flash attention keeps them, where the attention as HLO stores the scores."""
+    assert len(dims) == 4
+    backward = _target(call) in BACKWARD_TARGETS
+    bias_at = (5 if backward else 3) if biased else None
+    lengths_at = (6 if backward else 3) + biased if form.padded else None
+    text = mask_bias_text(shapes, form, dims, bias_at=bias_at, lengths_at=lengths_at)
+    (bias,) = _called(inserter, call, module, text, 1, suffix="mask")
+    assert bias.array_shape.dims == mask_bias_dims(
+        dims, shapes[bias_at] if bias_at is not None else None, form.padded
+    )
+    return bias
+
+
+def _padded_rows_zeroed(
+    inserter: Inserter,
+    call: Instruction,
+    module: Module,
+    tensor: Instruction,
+    dims: tuple[int, int],
+) -> Instruction:
+    """``tensor`` with the rows of padded queries zero (``dims``: its batch and sequence
+    dimensions; the query lengths are the call's second-last operand)."""
+    q_len = call.operands[-2]
+    text = padded_rows_zeroed_text(tensor.array_shape, q_len.array_shape, *dims)
+    (zeroed,) = _called(inserter, call, module, text, 1, [tensor, q_len], suffix="rows")
+    return zeroed
 
 
 def _form(settings: dict, biased: bool) -> AttentionForm:
@@ -220,11 +310,17 @@ def _form(settings: dict, biased: bool) -> AttentionForm:
 
 
 def _called(
-    inserter: Inserter, call: Instruction, module: Module, text: str, results: int
+    inserter: Inserter,
+    call: Instruction,
+    module: Module,
+    text: str,
+    results: int,
+    operands: Sequence[Instruction] | None = None,
+    suffix: str = "hlo",
 ) -> list[Instruction]:
-    """A ``call`` of the module ``text`` (:mod:`.xla_attention_hlo`) on ``call``'s operands,
-    its computations added to ``module`` under names of their own; its results read.
-    ``call-inliner`` inlines it."""
+    """A ``call`` of the module ``text`` (:mod:`.xla_attention_hlo`) on ``operands`` (default:
+    ``call``'s), its computations added to ``module`` under names of their own; its
+    results read. ``call-inliner`` inlines it."""
     parsed = parse_module(text, f"<{_target(call)}>")
     entry = parsed.entry
     computations = parsed.computations
@@ -241,14 +337,19 @@ def _called(
     called = inserter.add(
         "call",
         shape,
-        call.operands,
+        list(call.operands if operands is None else operands),
         {"to_apply": ComputationRef(entry.name, entry)},
         like=call,
-        suffix="hlo",
+        suffix=suffix,
     )
     return [
         inserter.add(
-            "get-tuple-element", element, [called], {"index": n}, like=call, suffix=f"hlo.{n}"
+            "get-tuple-element",
+            element,
+            [called],
+            {"index": n},
+            like=call,
+            suffix=f"{suffix}.{n}",
         )
         for n, element in enumerate(shape.elements[:results])
     ]

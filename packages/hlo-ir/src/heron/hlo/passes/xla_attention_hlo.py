@@ -1,10 +1,13 @@
 """cuDNN's fused attention with padding masks or a sliding window, as plain HLO.
 
 heron's fused-attention calls (``__heron$attention`` and its backward) have no
-sequence lengths and no window, so a cuDNN call that masks with them
-(``PADDING``, ``PADDING_CAUSAL``, ``sliding_window_length``) becomes the attention
-written out as HLO, which heron's own kernels compute (two products and a
-softmax: the scores are stored, unlike cuDNN's flash attention). Its meaning is
+sequence lengths and no window. A bf16 cuDNN call that masks with them (``PADDING``,
+``PADDING_CAUSAL``, ``sliding_window_length``) keeps its library call with the masks
+as its bias (:func:`mask_bias_text`, and :func:`padded_rows_zeroed_text` for the
+padded queries' rows); in f16, whose range lacks jax's large negative, the call
+becomes the attention written out as HLO, which heron's own kernels compute (two
+products and a softmax: the scores are stored, unlike cuDNN's flash attention). Its
+meaning, either way, is
 jax's ``implementation="xla"``, which jax documents as cuDNN's: the scores'
 product in f32 times the scale, plus the bias, every masked score set to
 ``-0.7 * f32 max`` (jax's large negative, not ``-inf``: a row of masked scores has
@@ -34,7 +37,14 @@ import numpy as np
 
 from heron.hlo.shapes import ArrayShape
 
-__all__ = ["AttentionForm", "backward_text", "forward_text"]
+__all__ = [
+    "AttentionForm",
+    "backward_text",
+    "forward_text",
+    "mask_bias_dims",
+    "mask_bias_text",
+    "padded_rows_zeroed_text",
+]
 
 #: jax's stand-in for minus infinity in masked scores (``_get_large_negative`` for f32).
 LARGE_NEGATIVE = float(np.float32(-0.7 * float(np.finfo(np.float32).max)))
@@ -160,39 +170,50 @@ class _Attention:
             add(f"biases = {f32} broadcast(bias_f32), dimensions={{{_dims(kept)}}}")
             add(f"biased = {f32} add({last}, biases)")
             last = "biased"
-        masks = []
-        if self.causal or self.window or lengths is not None:
-            add(f"row = s32[{_dims(dims)}] iota(), iota_dimension=2")
-            add(f"column = s32[{_dims(dims)}] iota(), iota_dimension=3")
-        if self.causal:
-            add(f"causal = pred[{_dims(dims)}] compare(row, column), direction=GE")
-            masks.append("causal")
-        if self.window:
-            add(f"distance = s32[{_dims(dims)}] subtract(row, column)")
-            add(f"window = s32[] constant({self.window})")
-            add(f"windows = s32[{_dims(dims)}] broadcast(window), dimensions={{}}")
-            add(f"in_window = pred[{_dims(dims)}] compare(distance, windows), direction=LT")
-            masks.append("in_window")
+        keep = self.keep(dims, lengths)
         if lengths is not None:
-            q_len, kv_len = lengths
-            add(f"q_lens = s32[{_dims(dims)}] broadcast({q_len}), dimensions={{0}}")
-            add(f"kv_lens = s32[{_dims(dims)}] broadcast({kv_len}), dimensions={{0}}")
-            add(f"query_kept = pred[{_dims(dims)}] compare(row, q_lens), direction=LT")
-            add(f"key_kept = pred[{_dims(dims)}] compare(column, kv_lens), direction=LT")
-            masks += ["query_kept", "key_kept"]
+            q_len = lengths[0]
             add(f"rows_iota = s32[{b},{h},{sq}] iota(), iota_dimension=2")
             add(f"row_lens = s32[{b},{h},{sq}] broadcast({q_len}), dimensions={{0}}")
             add(f"kept_rows = pred[{b},{h},{sq}] compare(rows_iota, row_lens), direction=LT")
-        if not masks:
+        if keep is None:
             return last
-        keep = masks[0]
-        for n, mask in enumerate(masks[1:]):
-            add(f"keep_{n} = pred[{_dims(dims)}] and({keep}, {mask})")
-            keep = f"keep_{n}"
         add(f"fill = f32[] constant({LARGE_NEGATIVE!r})")
         add(f"fills = {f32} broadcast(fill), dimensions={{}}")
         add(f"masked = {f32} select({keep}, {last}, fills)")
         return "masked"
+
+    def keep(self, dims: Sequence[int], lengths: tuple[str, str] | None) -> str | None:
+        """The scores the masks keep, pred over ``dims`` (``[B, H, Sq, Sk]``, or 1 for a
+        batch or head dimension no mask depends on), or None where nothing is masked."""
+        add, shape = self.add, _dims(dims)
+        masks = []
+        if self.causal or self.window or lengths is not None:
+            add(f"row = s32[{shape}] iota(), iota_dimension=2")
+            add(f"column = s32[{shape}] iota(), iota_dimension=3")
+        if self.causal:
+            add(f"causal = pred[{shape}] compare(row, column), direction=GE")
+            masks.append("causal")
+        if self.window:
+            add(f"distance = s32[{shape}] subtract(row, column)")
+            add(f"window = s32[] constant({self.window})")
+            add(f"windows = s32[{shape}] broadcast(window), dimensions={{}}")
+            add(f"in_window = pred[{shape}] compare(distance, windows), direction=LT")
+            masks.append("in_window")
+        if lengths is not None:
+            q_len, kv_len = lengths
+            add(f"q_lens = s32[{shape}] broadcast({q_len}), dimensions={{0}}")
+            add(f"kv_lens = s32[{shape}] broadcast({kv_len}), dimensions={{0}}")
+            add(f"query_kept = pred[{shape}] compare(row, q_lens), direction=LT")
+            add(f"key_kept = pred[{shape}] compare(column, kv_lens), direction=LT")
+            masks += ["query_kept", "key_kept"]
+        if not masks:
+            return None
+        keep = masks[0]
+        for n, mask in enumerate(masks[1:]):
+            add(f"keep_{n} = pred[{shape}] and({keep}, {mask})")
+            keep = f"keep_{n}"
+        return keep
 
     def row_mask(self, rows: tuple[int, int, int], tail: Sequence[int], element: str) -> str:
         """``kept_rows`` as ``element`` ones and zeros, broadcast over ``tail`` dimensions."""
@@ -342,3 +363,80 @@ def backward_text(
         results.append("dbias")
         shapes.append(str(bias_gradient.without_layout()))
     return lines.text(f"result = ({', '.join(shapes)}) tuple({', '.join(results)})")
+
+
+def mask_bias_dims(
+    dims: tuple[int, int, int, int], bias: ArrayShape | None, padded: bool
+) -> tuple[int, int, int, int]:
+    """The dimensions of :func:`mask_bias_text`'s bias for scores of ``dims`` ``[B, H, Sq,
+    Sk]``: the batch's where sequence lengths pad it or the call's bias has it, the heads'
+    where the bias has them, 1 elsewhere (the library broadcasts a dimension of 1)."""
+    b, h, sq, sk = dims
+    batch = b if padded or (bias is not None and bias.dims[0] == b) else 1
+    heads = h if bias is not None and bias.dims[1] == h else 1
+    return batch, heads, sq, sk
+
+
+def mask_bias_text(
+    operands: Sequence[ArrayShape],
+    form: AttentionForm,
+    dims: tuple[int, int, int, int],
+    *,
+    bias_at: int | None,
+    lengths_at: int | None,
+) -> str:
+    """A module giving the masks of ``form`` as a bias the fused-attention call adds: the
+    call's bias (operand ``bias_at``, if any) where the scores are kept, and jax's large
+    negative where a mask removes them (as jax's ``implementation="xla"`` sets them), of
+    the element type, :func:`mask_bias_dims`. Its entry takes all the call's operands
+    (``operands``; the sequence lengths at ``lengths_at`` and after) and gives ``(bias,)``.
+
+    The library adds it to the scores in f32: a masked score is the large negative to
+    the last bit wherever the score's magnitude is under 2^103 (its ulp there), so a row
+    masked whole has the uniform softmax jax's has. It must be of a type that holds the
+    large negative (bf16, not f16)."""
+    lines = _Lines()
+    element = str(operands[0].element_type)
+    names = [lines.parameter(f"operand_{n}", shape) for n, shape in enumerate(operands)]
+    attention = _Attention(lines, element, form)
+    bias = operands[bias_at] if bias_at is not None else None
+    shape = mask_bias_dims(dims, bias, lengths_at is not None)
+    out = f"{element}[{_dims(shape)}]"
+    if bias is not None and bias_at is not None:
+        kept = [i for i, size in enumerate(bias.dims) if size == shape[i] and size != 1]
+        kept_dims = _dims(bias.dims[i] for i in kept)
+        lines(f"bias_kept = {element}[{kept_dims}] reshape({names[bias_at]})")
+        lines(f"values = {out} broadcast(bias_kept), dimensions={{{_dims(kept)}}}")
+    else:
+        lines(f"nothing = {element}[] constant(0)")
+        lines(f"values = {out} broadcast(nothing), dimensions={{}}")
+    lengths = None
+    if lengths_at is not None:
+        lengths = (names[lengths_at], names[lengths_at + 1])
+    keep = attention.keep(shape, lengths)
+    if keep is None:
+        return lines.text(f"result = ({out}) tuple(values)")
+    lines(f"fill = {element}[] constant({LARGE_NEGATIVE!r})")
+    lines(f"fills = {out} broadcast(fill), dimensions={{}}")
+    lines(f"masked = {out} select({keep}, values, fills)")
+    return lines.text(f"result = ({out}) tuple(masked)")
+
+
+def padded_rows_zeroed_text(
+    tensor: ArrayShape, lengths: ArrayShape, batch_dim: int, sequence_dim: int
+) -> str:
+    """A module taking a tensor and the query lengths ``[B]`` and giving ``(tensor,)`` with
+    every query row past its batch's length zero (dimension ``sequence_dim`` against
+    ``lengths`` over ``batch_dim``): the output a padded query has, and its gradient."""
+    lines = _Lines()
+    x = lines.parameter("tensor", tensor)
+    q_len = lines.parameter("q_len", lengths)
+    shape = _dims(tensor.dims)
+    out = f"{tensor.element_type}[{shape}]"
+    lines(f"row = s32[{shape}] iota(), iota_dimension={sequence_dim}")
+    lines(f"q_lens = s32[{shape}] broadcast({q_len}), dimensions={{{batch_dim}}}")
+    lines(f"kept = pred[{shape}] compare(row, q_lens), direction=LT")
+    lines(f"nothing = {tensor.element_type}[] constant(0)")
+    lines(f"zeros = {out} broadcast(nothing), dimensions={{}}")
+    lines(f"zeroed = {out} select(kept, {x}, zeros)")
+    return lines.text(f"result = ({out}) tuple(zeroed)")
