@@ -25,6 +25,17 @@ from heron.hlo.parser import parse_module
 
 DATA = Path(__file__).parent / "data" / "rounding"
 
+
+def _checked(name: str, capsys) -> str:
+    """``heron run --check`` on ``DATA/name.hlo`` with its inputs: what it printed, once it
+    agreed (exit 0, nothing on stderr)."""
+    hlo, inputs = DATA / f"{name}.hlo", DATA / f"{name}.npz"
+    code = main(["run", str(hlo), "--inputs", str(inputs), "--backend", "interpreter", "--check"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, ""), out
+    return out
+
+
 #: Add ``STEP`` to a total until it reaches 1, counting the trips. 0.1 is not exact in
 #: f32: ten sums reach 1.0000001 rounded to nearest, 0.99999994 with some roundings.
 ACCUMULATE = """\
@@ -152,19 +163,7 @@ ENTRY main {
 def test_heron_run_check_accepts_a_levenberg_marquardt_fit_one_trip_longer(capsys):
     """jaxopt's LevenbergMarquardt (maxiter 50, tol 1e-6) fitting a p0 exp(-p1 x) + p2:
     the reference stops after 4 trips, heron's kernels (and XLA:CPU) after 5."""
-    code = main(
-        [
-            "run",
-            str(DATA / "levenberg_marquardt.hlo"),
-            "--inputs",
-            str(DATA / "levenberg_marquardt.npz"),
-            "--backend",
-            "interpreter",
-            "--check",
-        ]
-    )
-    out, err = capsys.readouterr()
-    assert (code, err) == (0, ""), out
+    out = _checked("levenberg_marquardt", capsys)
     assert "out1  1 of 1 elements differ (allowed: within the spread of 8 random" in out
 
 
@@ -221,19 +220,7 @@ def test_a_comparison_of_sums_every_order_makes_exactly_is_not_decided_by_roundi
 
 
 def test_heron_run_check_accepts_a_kernel_summing_tied_sums_in_its_own_order(capsys):
-    code = main(
-        [
-            "run",
-            str(DATA / "tied_sums_compared.hlo"),
-            "--inputs",
-            str(DATA / "tied_sums_compared.npz"),
-            "--backend",
-            "interpreter",
-            "--check",
-        ]
-    )
-    out, err = capsys.readouterr()
-    assert (code, err) == (0, ""), out
+    out = _checked("tied_sums_compared", capsys)
     assert "random roundings of the reference, which decide" in out
 
 
@@ -314,19 +301,7 @@ def test_an_argsort_of_sums_no_rounding_brings_together_is_not_decided_by_roundi
 def test_heron_run_check_accepts_an_argsort_of_cumulative_sums_that_tie(capsys):
     """jax_chains seed 92010: a softmax's rows through an einsum and a cumsum tie in
     their last column; heron's kernels and the reference sort those 64 keys otherwise."""
-    code = main(
-        [
-            "run",
-            str(DATA / "argsort_of_tied_cumsums.hlo"),
-            "--inputs",
-            str(DATA / "argsort_of_tied_cumsums.npz"),
-            "--backend",
-            "interpreter",
-            "--check",
-        ]
-    )
-    out, err = capsys.readouterr()
-    assert (code, err) == (0, ""), out
+    out = _checked("argsort_of_tied_cumsums", capsys)
     assert "random roundings of the reference, which decide" in out
 
 
@@ -395,17 +370,5 @@ def test_heron_run_check_accepts_an_optimistix_dogleg_solve_in_float64(capsys):
     a exp(-b t) + c (the tenth sweep): heron's kernels stop after 13 steps, XLA:CPU after
     11, the reference evaluator after 7 (64 random roundings: 7 to 32); no float64 op was
     rounded at random, so the check called the step count wrong."""
-    code = main(
-        [
-            "run",
-            str(DATA / "optimistix_dogleg_f64.hlo"),
-            "--inputs",
-            str(DATA / "optimistix_dogleg_f64.npz"),
-            "--backend",
-            "interpreter",
-            "--check",
-        ]
-    )
-    out, err = capsys.readouterr()
-    assert (code, err) == (0, ""), out
+    out = _checked("optimistix_dogleg_f64", capsys)
     assert "out1  1 of 1 elements differ (allowed: within the spread of" in out
