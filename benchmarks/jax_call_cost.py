@@ -10,8 +10,9 @@ runner cost about 50 us a call over the executor on the H200).
 
 A program of ``--leaves`` parameters (f32[8] jax CPU arrays, as a model's weights
 are the same arrays call after call; one kernel reads the first, so that the
-device work is the same for every count) runs on the interpreter, whose memory is host memory, so jax's CPU arrays are taken in place
-as jax's GPU arrays are on CUDA. Each figure is the median of ``--runs`` batches
+device work is the same for every count) runs on the interpreter, whose memory
+is host memory, so jax's CPU arrays are taken in place as jax's GPU arrays are on
+CUDA. Each figure is the median of ``--runs`` batches
 of ``--calls`` calls, all in this process:
 
 - ``heron.jax call``: ``jitted(*leaves)``, results left as device arrays;

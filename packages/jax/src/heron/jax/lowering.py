@@ -142,8 +142,7 @@ class Lowered:
                 f"heron.jax: arguments of structure {tree} given to '{self.name}',"
                 f" lowered for {self.in_tree}"
             )
-        leaves = [_key_data(leaf) for leaf in leaves]
-        return [leaf if _on_a_device(leaf) else _host_leaf(leaf) for leaf in leaves]
+        return [_entry_argument(leaf, jax.Array) for leaf in leaves]
 
     def donated_leaves(
         self,
@@ -196,9 +195,25 @@ class Lowered:
 
 
 def _is_key(dtype: Any) -> bool:
+    return dtype is not None and _is_key_dtype(dtype)
+
+
+@functools.cache
+def _is_key_dtype(dtype: Any) -> bool:
+    """Whether ``dtype`` is a typed PRNG key's (asked of every leaf of every call: once
+    per dtype)."""
     import jax
 
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+
+
+def _entry_argument(leaf: Any, array_type: type) -> Any:
+    """One leaf as :meth:`Lowered.argument_leaves` hands it on (``array_type``: jax.Array):
+    a jax array as it is (a typed key's data), another array that may live on a device
+    as it is, anything else as a numpy array in jax's dtype."""
+    if isinstance(leaf, array_type):
+        return _key_data(leaf)
+    return leaf if _on_a_device(leaf) else _host_leaf(leaf)
 
 
 def _key_data(leaf: Any) -> Any:
