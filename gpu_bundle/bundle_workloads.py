@@ -306,6 +306,18 @@ def _attention():
     return lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True)
 
 
+def _padded_attention():
+    import jax
+
+    def attention(q, k, v, q_lengths, kv_lengths):
+        """Attention over a batch of sequences of several lengths (padded to one)."""
+        return jax.nn.dot_product_attention(
+            q, k, v, query_seq_lengths=q_lengths, key_value_seq_lengths=kv_lengths
+        )
+
+    return attention
+
+
 def _attention_backward():
     import jax
 
@@ -604,6 +616,13 @@ def _block_flops(args: Sequence[Arg]) -> int:
 def _attention_flops(args: Sequence[Arg]) -> int:
     b, s, n, d = args[0].shape
     return 2 * 2 * b * n * s * s * d // 2  # two products over the causal half
+
+
+def _padded_attention_flops(args: Sequence[Arg]) -> int:
+    """Both products over the kept queries and keys: lengths uniform in [S/2, S), so
+    each is 3/4 of S on average (9/16 of the full scores)."""
+    b, s, n, d = args[0].shape
+    return 2 * 2 * b * n * s * s * d * 9 // 16
 
 
 def _attention_backward_flops(args: Sequence[Arg]) -> int:
@@ -925,6 +944,24 @@ WORKLOADS: tuple[Workload, ...] = (
         _in_out,
         _attention_flops,
         torch=_t_attention,
+    ),
+    Workload(
+        "attention_padded_bf16",
+        "self-attention over sequences of several lengths (jax.nn.dot_product_attention with"
+        " query_seq_lengths and key_value_seq_lengths), bf16, batch 4 x 4096 tokens, 16 heads"
+        " of 128, lengths uniform in [2048, 4096): one cuDNN call with the padding masks as its"
+        " bias [B, 1, S, S] against jax.jit's unfused attention",
+        _padded_attention,
+        (
+            *(Arg((4, 4096, 16, 128), BF16) for _ in range(3)),
+            *(Arg((4,), "int32", "integers", 2048, 4096) for _ in range(2)),
+        ),
+        (
+            *(Arg((2, 32, 2, 16), BF16) for _ in range(3)),
+            *(Arg((2,), "int32", "integers", 1, 33) for _ in range(2)),
+        ),
+        _in_out,
+        _padded_attention_flops,
     ),
     Workload(
         "attention_backward_bf16",
