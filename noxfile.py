@@ -97,7 +97,8 @@ JAX = "jax==0.10.2"
 #: The libraries the model corpus (models/) is written with, as it was generated: only
 #: `nox -s models` installs them (the tests read the committed files).
 MODEL_LIBRARIES = (
-    "flax==0.12.8", "equinox==0.13.8", "dm-haiku==0.0.17", "optax==0.2.8", "transformers==4.57.6"
+    "flax==0.12.8", "equinox==0.13.8", "dm-haiku==0.0.17", "optax==0.2.8", "transformers==4.57.6",
+    "pgx==2.6.0", "gymnax==1.0.1",
 )  # fmt: skip
 # mpmath: high-precision references for the math approximations' error bounds.
 TEST_TOOLS = ("pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5", "mpmath>=1.3")

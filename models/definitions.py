@@ -1,5 +1,5 @@
 """The model corpus: models and training steps built with flax (linen), equinox, dm-haiku, optax
-and Hugging Face transformers' Flax models.
+and Hugging Face transformers' Flax models, and environments of pgx and gymnax played at random.
 
 programs/ holds JAX written by hand; these are what a user of the libraries
 writes: ``nn.Dense``, ``eqx.nn.GRUCell``, ``hk.BatchNorm``, ``optax.adamw``
@@ -21,17 +21,20 @@ interpreter in CI, and the programs are about what the compiler decides.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
 import flax
 import flax.linen as nn
+import gymnax
 import haiku as hk
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pgx
 import transformers
 from flax import nnx
 from jax import lax
@@ -50,6 +53,8 @@ LIBRARY_VERSIONS = {
     "dm-haiku": hk.__version__,
     "optax": optax.__version__,
     "transformers": transformers.__version__,
+    "pgx": importlib.metadata.version("pgx"),
+    "gymnax": importlib.metadata.version("gymnax"),  # no __version__
 }
 
 #: XLA's debug options for the XLA:GPU compiles of programs/generate.py: the optimized
@@ -3313,4 +3318,112 @@ add(
     "top-k",
     "while-loop",
     "kv-cache",
+)
+
+
+# -- environments played at random: pgx's board games, gymnax's control tasks -------------------
+
+#: Games and episodes: a batch of boards, the moves each plays.
+GAMES, MOVES = 2, 20
+_CONNECT_FOUR = pgx.make("connect_four")
+
+
+def _pgx_random_play(keys, key):
+    """``GAMES`` games of connect four from ``env.init``, each move drawn uniformly among the
+    legal ones (``jax.random.categorical`` over the legal-action mask) and played with
+    ``env.step``, vmapped, for ``MOVES`` moves under ``lax.fori_loop`` (a finished game
+    stays as it is); the boards, who won, and each player's summed rewards."""
+    env = _CONNECT_FOUR
+    state = jax.vmap(env.init)(jax.random.wrap_key_data(keys))
+
+    def move(_, carry):
+        state, key, returns = carry
+        key, choose, step = jax.random.split(key, 3)
+        logits = jnp.where(state.legal_action_mask, 0.0, -jnp.inf)
+        action = jax.random.categorical(choose, logits, axis=-1)
+        state = jax.vmap(env.step)(state, action, jax.random.split(step, GAMES))
+        return state, key, returns + state.rewards
+
+    returns = jnp.zeros((GAMES, env.num_players), jnp.float32)
+    key = jax.random.wrap_key_data(key)
+    state, _, returns = lax.fori_loop(0, MOVES, move, (state, key, returns))
+    return state.observation, state.terminated, state.current_player, returns
+
+
+def _raw_keys(rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` raw threefry keys (u32[count, 2]) as one argument."""
+    return np.stack([key(rng) for _ in range(count)])
+
+
+add(
+    "pgx_connect_four_random_play",
+    "pgx",
+    "pgx's connect four: two games from env.init, 20 moves each drawn at random among the"
+    " legal ones (jax.random.categorical over the legal-action mask), env.step vmapped over"
+    " the games under lax.fori_loop; the boards, who has won and the summed rewards (pgx's"
+    " win detection: integer board logic, gathers over the lines of four)",
+    _pgx_random_play,
+    lambda r: (_raw_keys(r, GAMES), key(r)),
+    "game",
+    "integer",
+    "control-flow",
+)
+
+_ACROBOT, _ACROBOT_PARAMS = gymnax.make("Acrobot-v1")
+
+
+def _env_parameters(params: Any) -> Any:
+    """An environment's parameters as host data of jax's default types (Python floats as
+    f32, integers as s32), to be passed as an argument."""
+
+    def host(leaf: Any) -> np.ndarray:
+        if isinstance(leaf, float):
+            return np.float32(leaf)
+        if isinstance(leaf, int):
+            return np.int32(leaf)
+        return np.asarray(leaf)
+
+    return jax.tree.map(host, params)
+
+
+def _gymnax_random_rollout(params, keys):
+    """An episode of gymnax's Acrobot per key: ``env.reset``, then ``MOVES`` steps under
+    ``lax.scan`` with actions drawn from the action space (``env.step`` integrates the
+    double pendulum with RK4 and resets a finished episode), vmapped over the keys; the
+    observations, rewards and both ends of an episode (terminated, truncated) of every step.
+    The environment's parameters (``EnvParams``: the time step, the links' lengths and
+    masses, the velocity limits) are an argument, as gymnax's API passes them."""
+    env = _ACROBOT
+
+    def episode(key):
+        key, start = jax.random.split(key)
+        _, state = env.reset(start, params)
+
+        def step(carry, _):
+            state, key = carry
+            key, choose, advance = jax.random.split(key, 3)
+            action = env.action_space(params).sample(choose)
+            observation, state, reward, terminated, truncated, _ = env.step(
+                advance, state, action, params
+            )
+            return (state, key), (observation, reward, terminated, truncated)
+
+        _, trajectory = lax.scan(step, (state, key), None, length=MOVES)
+        return trajectory
+
+    return jax.vmap(episode)(jax.random.wrap_key_data(keys))
+
+
+add(
+    "gymnax_acrobot_random_rollout",
+    "gymnax",
+    "gymnax's Acrobot-v1: two episodes from env.reset, 20 steps each with actions sampled"
+    " from its action space under lax.scan, vmapped, its EnvParams an argument (the double"
+    " pendulum integrated by RK4"
+    " with its angles wrapped and velocities clipped, an episode reset when done); every"
+    " step's observation, reward and terminated and truncated flags",
+    _gymnax_random_rollout,
+    lambda r: (_env_parameters(_ACROBOT_PARAMS), _raw_keys(r, GAMES)),
+    "control",
+    "scan",
 )

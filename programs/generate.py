@@ -10,7 +10,8 @@ A corpus is a folder of the repository with a ``definitions.py`` whose
 (the default; JAX written by hand) or ``models/`` (flax, equinox, haiku and
 optax models). For every program it writes ``<corpus>/<name>/``:
 
-- ``module.hlo``: ``jax.jit(f, keep_unused=True).lower(*args).compiler_ir("hlo").as_hlo_text()``,
+- ``module.hlo``: ``jax.jit(f, keep_unused=True).lower(*args).compiler_ir("hlo").as_hlo_text()``
+  with large constants printed (a library's lookup table: pgx's lines of four),
   the pre-optimization HLO (checked: heron parses and verifies it, and its entry
   takes one parameter per argument leaf), lowered for the program's ``platform``
   (the CPU, or CUDA for a program whose linear algebra is cuSOLVER's on a GPU);
@@ -97,7 +98,7 @@ def hlo_text(program: Program, arguments: tuple) -> str:
     """The program's module as jax lowers it for its platform (no device of it needed)."""
     traced = jax.jit(program.function, keep_unused=True).trace(*arguments)
     lowered = traced.lower(lowering_platforms=(program.platform,))
-    return lowered.compiler_ir("hlo").as_hlo_text()
+    return lowered.compiler_ir("hlo").as_hlo_text(print_large_constants=True)
 
 
 def leaves(tree) -> list[np.ndarray]:
