@@ -133,6 +133,9 @@ CONTROL_FLOW = {
             # Hugging Face's generate: greedy decoding's and beam search's while loops
             "transformers_gpt2_greedy_generate",
             "transformers_bart_beam_search",
+            # environments played at random: pgx's moves under fori_loop, gymnax's scan
+            "pgx_connect_four_random_play",
+            "gymnax_acrobot_random_rollout",
         )
     },
     # optax.apply_if_finite's lax.cond: its branches are not cheap (the whole update)
