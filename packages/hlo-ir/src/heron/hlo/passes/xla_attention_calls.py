@@ -119,8 +119,7 @@ def fmha_forward(
         return _called(inserter, call, module, text, len(results))
     operands, causal = list(call.operands[: 3 + biased]), settings["causal"]
     if masked:  # the masks as the call's bias (the library's causal mask inside it)
-        dims = (q.dims[orders["q"][0]], q.dims[orders["q"][1]], q.dims[orders["q"][2]])
-        dims += (k.dims[orders["k"][2]],)
+        dims = _score_dims(q, k, orders)
         operands[3:] = [_mask_bias(inserter, call, module, shapes, form, dims, biased)]
         causal = False
     shape = TupleShape(tuple(results)) if stats else results[0]
@@ -218,8 +217,7 @@ def fmha_backward(
         return _called(inserter, call, module, text, len(results))
     causal = settings["causal"]
     if masked:  # the forward's masks as its bias; no gradient from a padded query's output
-        dims = tuple(q.array_shape.dims[orders["q"][n]] for n in range(3))
-        dims += (k.array_shape.dims[orders["k"][2]],)
+        dims = _score_dims(q.array_shape, k.array_shape, orders)
         bias = _mask_bias(inserter, call, module, shapes, form, dims, biased)
         causal = False
         if padded:
@@ -264,19 +262,27 @@ def _holds_the_fill(q: ArrayShape) -> bool:
     return str(q.element_type) in _FILL_TYPES
 
 
+def _score_dims(
+    q: ArrayShape, k: ArrayShape, orders: dict[str, tuple[int, ...]]
+) -> tuple[int, int, int, int]:
+    """The scores' ``[B, H, Sq, Sk]``: q's batch, heads and sequence, k's sequence, each
+    read from the stored dimension its order names."""
+    b, h, sq = (q.dims[orders["q"][n]] for n in range(3))
+    return b, h, sq, k.dims[orders["k"][2]]
+
+
 def _mask_bias(
     inserter: Inserter,
     call: Instruction,
     module: Module,
     shapes: list[ArrayShape],
     form: AttentionForm,
-    dims: tuple[int, ...],
+    dims: tuple[int, int, int, int],
     biased: bool,
 ) -> Instruction:
     """The call's padding, window and causal masks and its own bias as one bias of the
     library call (:func:`.xla_attention_hlo.mask_bias_text`), computed beside it: cuDNN's
     flash attention keeps them, where the attention as HLO stores the scores."""
-    assert len(dims) == 4
     backward = _target(call) in BACKWARD_TARGETS
     bias_at = (5 if backward else 3) if biased else None
     lengths_at = (6 if backward else 3) + biased if form.padded else None
