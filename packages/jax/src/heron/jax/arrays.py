@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from heron.runtime.core import dlpack
 
@@ -39,5 +40,14 @@ def jax_sees(where: tuple[int, int]) -> bool:
 
 
 def as_jax_arrays(outputs: Sequence[Any]) -> list[Any]:
-    """Each of heron's ``outputs`` as a ``jax.Array`` over its memory (DLPack, no copy)."""
-    return [jax.dlpack.from_dlpack(output) for output in outputs]
+    """Each of heron's ``outputs`` as a ``jax.Array`` over its memory (DLPack, no copy), or
+    a copy of its values where DLPack cannot describe its buffer (a result in a
+    transposed layout, a packed type: ``DLPackError``, a ``BufferError``)."""
+    return [_as_jax_array(output) for output in outputs]
+
+
+def _as_jax_array(output: Any) -> Any:
+    try:
+        return jax.dlpack.from_dlpack(output)
+    except BufferError:
+        return jax.numpy.asarray(np.asarray(output))

@@ -31,6 +31,11 @@ then consumed, any other donated value copied first (docs/runtime.md,
 or a name. ``target``: the device to compile for, a :class:`heron.target.Target`
 or what ``heron --target`` takes (a preset such as ``"h100"``, or ``"cuda"``/``"rocm"``
 for that backend's default); by default the chosen device's own.
+Called with jax's tracers (inside ``jax.grad``, ``jax.vmap``, ``jax.jit``, ...), a
+heron-jitted function is staged as the primitive ``heron_call`` rather than run, and
+the transformed programs are compiled and run by heron in turn
+(:mod:`heron.jax.transforms`).
+
 ``deterministic=True`` compiles no kernel whose result depends on the order its
 threads run (XLA's ``--xla_gpu_deterministic_ops``): every call
 gives the same bits. Compiles are counted (:attr:`HeronJitted.compiles`), so a test can
@@ -51,12 +56,14 @@ from heron.jax.cache import DiskCache, cache_key, default_cache_dir, heron_finge
 from heron.jax.lowering import (
     Lowered,
     Signature,
+    TracedCall,
     lower,
     platform_for,
     resolve_argnums_and_argnames,
     signature_of,
     split_static,
 )
+from heron.jax.transforms import DerivedPrograms, traced_call
 from heron.runtime.core import dlpack
 
 __all__ = ["RESULTS", "HeronJitted", "jit"]
@@ -125,7 +132,51 @@ class HeronJitted:
         self.compiles = 0
         #: How many programs came from the disk cache.
         self.disk_hits = 0
+        #: What calls under jax's transformations traced and derived, and the programs
+        #: compiled for them (heron.jax.transforms), counted in ``compiles`` too.
+        self.derived_programs = DerivedPrograms()
+        self._counted_by: HeronJitted | None = None
         functools.update_wrapper(self, function)
+
+    def __repr__(self) -> str:
+        name = getattr(self.function, "__name__", type(self.function).__name__)
+        return f"heron.jax.jit({name}, backend={self.requested_backend!r})"
+
+    def for_jaxpr(self, jaxpr: Any, name: str) -> HeronJitted:
+        """A heron-jitted function of ``jaxpr`` (a transformation of this one's, named
+        ``name``) with this one's options and disk cache, its results jax arrays (jax's
+        transformations take them on), its compiles counted here too."""
+        from jax.extend.core import jaxpr_as_fun
+
+        function = jaxpr_as_fun(jaxpr)
+
+        def program(*args: Any) -> Any:
+            return function(*args)
+
+        # jax names the module after the function: jit_transpose_jvp_f_
+        program.__name__ = program.__qualname__ = "".join(c if c.isalnum() else "_" for c in name)
+        derived = HeronJitted(
+            program,
+            backend=self.requested_backend,
+            target=self._target,
+            cache_dir=False,
+            command_buffers=self.command_buffers,
+            deterministic=self.deterministic,
+            results="jax",
+        )
+        derived._disk = self._disk
+        derived._counted_by = self
+        return derived
+
+    def _count(self, *, from_disk: bool) -> None:
+        """One program compiled (or taken from the disk cache), here and where it counts."""
+        counter: HeronJitted | None = self
+        while counter is not None:
+            if from_disk:
+                counter.disk_hits += 1
+            else:
+                counter.compiles += 1
+            counter = counter._counted_by
 
     # -- the device ----------------------------------------------------------------------
     @property
@@ -166,7 +217,10 @@ class HeronJitted:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        program, dynamic_args, dynamic_kwargs = self._program(args, kwargs)
+        try:
+            program, dynamic_args, dynamic_kwargs = self._program(args, kwargs)
+        except TracedCall:  # inside jax.grad, jax.vmap, jax.jit, ...: staged, not run
+            return traced_call(self, args, kwargs)
         leaves = program.lowered.argument_leaves(dynamic_args, dynamic_kwargs)
         outputs = program.runner(leaves, donate=program.donated)
         return program.lowered.unflatten_results(self._deliver(outputs))
@@ -250,11 +304,11 @@ class HeronJitted:
                 # heron's kernel beside a library call where this device will run it.
                 library_fallbacks=lambda call: self._device.library_for(call) is None,
             )
-            self.compiles += 1
+            self._count(from_disk=False)
             if disk is not None:
                 disk.put(key, artefact)
         else:
-            self.disk_hits += 1
+            self._count(from_disk=True)
         executable = load_on_device(
             artefact, self._device, self._backend, command_buffers=self.command_buffers
         )

@@ -33,11 +33,19 @@ __all__ = [
     "PLATFORMS",
     "Lowered",
     "Signature",
+    "TracedCall",
     "lower",
     "platform_for",
     "resolve_argnums_and_argnames",
     "signature_of",
+    "split_static",
+    "static_positions",
 ]
+
+
+class TracedCall(Exception):
+    """A call's arguments hold jax tracers, or its function closes over some: the call is
+    a transformation's, staged rather than run (:func:`heron.jax.transforms.traced_call`)."""
 
 
 @attrs.frozen
@@ -85,12 +93,22 @@ def _abstract(leaf: Any) -> Any:
 
 
 def signature_of(
-    args: Sequence[Any], kwargs: dict[str, Any], static: tuple[Any, ...] = ()
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    static: tuple[Any, ...] = (),
+    *,
+    traced: bool = False,
 ) -> Signature:
-    """The signature of one call (the cache key of its compiled program)."""
+    """The signature of one call (the cache key of its compiled program). A leaf that is
+    a jax tracer (the call is inside ``jax.grad``, ``jax.vmap``, ``jax.jit``, ...) raises
+    :class:`TracedCall` unless ``traced``: such a call is not run
+    but staged (:func:`heron.jax.transforms.traced_call`)."""
     import jax
+    from jax.core import Tracer
 
     leaves, tree = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
+    if not traced and any(isinstance(leaf, Tracer) for leaf in leaves):
+        raise TracedCall
     return Signature(tree, tuple(_leaf_spec(leaf) for leaf in leaves), static)
 
 
@@ -314,13 +332,17 @@ def lower(
             lowered = traced.lower(lowering_platforms=(platform,))
         except Exception:
             raise error from None
+    dynamic_args, dynamic_kwargs = _dynamic(args, kwargs, static_argnums, static_argnames)
+    in_tree = jax.tree_util.tree_structure((tuple(dynamic_args), dict(dynamic_kwargs)))
+    if len(traced.jaxpr.in_avals) > in_tree.num_leaves:
+        # jax made values the function closes over parameters: another transformation's
+        # tracers (the function is called inside jax.grad, jax.vmap, ...), which no run takes
+        raise TracedCall
     # Every constant in full: by default the text elides an array of more than a few
     # elements as {...} (a function closing over a table of sines could not compile).
     text = lowered.compiler_ir("hlo").as_hlo_text(print_large_constants=True)
     name = _name(function)
     module = parse_module(text, source=f"<jax: {name}>")
-    dynamic_args, dynamic_kwargs = _dynamic(args, kwargs, static_argnums, static_argnames)
-    in_tree = jax.tree_util.tree_structure((tuple(dynamic_args), dict(dynamic_kwargs)))
     # jax's own record of the callbacks' functions (private: absent, a callback is refused
     # when it runs, naming it).
     compile_args = getattr(getattr(lowered, "_lowering", None), "compile_args", None) or {}
@@ -435,6 +457,17 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value)
 
 
+def static_positions(
+    count: int,
+    kwargs: dict[str, Any],
+    static_argnums: int | Sequence[int],
+    static_argnames: str | Sequence[str],
+) -> tuple[set[int], list[str]]:
+    """Which of a call's ``count`` positional arguments, and which of its keywords, are
+    static (jax's rule: :func:`split_static`)."""
+    return _positions(static_argnums, count), sorted(set(_as_tuple(static_argnames)) & set(kwargs))
+
+
 def _dynamic(
     args: Sequence[Any],
     kwargs: dict[str, Any],
@@ -458,9 +491,6 @@ def split_static(
 ) -> tuple[list[Any], dict[str, Any], tuple[Any, ...]]:
     """``(dynamic args, dynamic kwargs, static values)`` of one call."""
     dynamic_args, dynamic_kwargs = _dynamic(args, kwargs, static_argnums, static_argnames)
-    numbers = sorted(_positions(static_argnums, len(args)))
-    names = sorted(set(_as_tuple(static_argnames)) & set(kwargs))
-    static = tuple(args[n] for n in numbers if n < len(args)) + tuple(
-        (name, kwargs[name]) for name in names
-    )
+    numbers, names = static_positions(len(args), kwargs, static_argnums, static_argnames)
+    static = tuple(args[n] for n in sorted(numbers)) + tuple((name, kwargs[name]) for name in names)
     return dynamic_args, dynamic_kwargs, static
