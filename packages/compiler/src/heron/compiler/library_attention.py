@@ -225,6 +225,23 @@ def _squeezed(dims: Sequence[int]) -> tuple[int, ...]:
     return tuple(d for d in dims if d != 1)
 
 
+def check_head_sizes(head: int, value_head: int) -> None:
+    """Refuse (``_NoMatch``) an attention whose head or value head the fused calls do not
+    take, forward and backward alike (the contract's limits)."""
+    for name, size in (("head", head), ("value head", value_head)):
+        if size > MAX_HEAD_DIM or size % HEAD_DIM_MULTIPLE:
+            raise _NoMatch(
+                f"{name} dimension {size} (the fused call takes at most {MAX_HEAD_DIM}, a"
+                f" multiple of {HEAD_DIM_MULTIPLE})"
+            )
+
+
+def role_size(tensor: TensorRoles, role: str) -> int:
+    """The size of ``tensor``'s dimension of ``role`` (1 where no non-unit one has it)."""
+    dims = [d for d in tensor.source.array_shape.dims if d != 1]
+    return next((d for d, r in zip(dims, tensor.roles, strict=True) if r == role), 1)
+
+
 def _full(labels: tuple[str, ...], dims: Sequence[int]) -> Labels:
     """``labels`` of the non-unit dimensions spread over ``dims`` (None for size-1 ones)."""
     it = iter(labels)
@@ -751,12 +768,7 @@ def _match(
         )
     head = q.dims[nb + 1] if q_side == 0 else q.dims[nb]
     value_head = v.dims[nb + 1] if side == 0 else v.dims[nb]
-    for name, size in (("head", head), ("value head", value_head)):
-        if size > MAX_HEAD_DIM or size % HEAD_DIM_MULTIPLE:
-            raise _NoMatch(
-                f"{name} dimension {size} (the fused call takes at most {MAX_HEAD_DIM}, a"
-                f" multiple of {HEAD_DIM_MULTIPLE})"
-            )
+    check_head_sizes(head, value_head)
     for inst in reversed(probability_path):
         roles = _view_labels(inst, roles)
         roles_at[inst] = roles

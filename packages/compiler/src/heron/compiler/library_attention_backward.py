@@ -88,7 +88,9 @@ from heron.compiler.library_attention import (
     _view_labels,
     attention_verdicts,
     batch_labels,
+    check_head_sizes,
     matches_at,
+    role_size,
     softmax_frame,
 )
 from heron.compiler.library_thunks import described_or_refused, host_backed_call
@@ -656,6 +658,8 @@ def _match(frame: SoftmaxFrame, uses: Uses) -> BackwardMatch | None:
     v, dp_do = _dp_operands(reader.dp, reader.dp_roles, element, _row_labels(frame))
     if dp_do != do:
         raise _NoMatch(f"'{reader.dp.name}' and '{dv_dot.name}' read different output gradients")
+    # the forward's rewriter refuses such heads too, so both passes keep the HLO form
+    check_head_sizes(role_size(q, "d"), role_size(v, "e"))
     for name, dot, _ in products:
         _check_rounded(dot, element, name, uses)
     return BackwardMatch(frame, q, k, v, do, tuple(products))
