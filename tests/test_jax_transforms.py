@@ -147,6 +147,11 @@ def test_inside_jax_jit_and_another_heron_jit_it_is_inlined() -> None:
     outer = heron_jax.jit(lambda p: 2 * loss(p, x, y), **INTERPRETER)
     _close(outer(params), 2 * _loss(params, x, y), jax_arrays=False)
     assert loss.compiles == 0 and outer.compiles == 1  # one program, the inner call inlined
+    # the gradient as one program (jax.grad wraps loss with functools.wraps, copying its
+    # attributes: the heron-jitted gradient must still be the gradient)
+    step = heron_jax.jit(jax.grad(loss), **INTERPRETER)
+    _close(step(params, x, y), jax.grad(_loss)(params, x, y), jax_arrays=False)
+    assert loss.compiles == 0 and step.compiles == 1
 
 
 def test_checkpoint_scan_and_vjp_of_pytrees() -> None:

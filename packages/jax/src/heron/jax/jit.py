@@ -136,7 +136,10 @@ class HeronJitted:
         #: compiled for them (heron.jax.transforms), counted in ``compiles`` too.
         self.derived_programs = DerivedPrograms()
         self._counted_by: HeronJitted | None = None
-        functools.update_wrapper(self, function)
+        # The name, docstring and __wrapped__, not the function's __dict__: a function
+        # made by functools.wraps of another heron-jitted one (jax.grad(jitted)) holds that
+        # one's state, which would replace this one's (its function among it).
+        functools.update_wrapper(self, function, updated=())
 
     def __repr__(self) -> str:
         name = getattr(self.function, "__name__", type(self.function).__name__)
