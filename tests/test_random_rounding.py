@@ -372,3 +372,106 @@ def test_heron_run_check_accepts_an_optimistix_dogleg_solve_in_float64(capsys):
     rounded at random, so the check called the step count wrong."""
     out = _checked("optimistix_dogleg_f64", capsys)
     assert "out1  1 of 1 elements differ (allowed: within the spread of" in out
+
+
+#: One Lamb step (keras.optimizers.Lamb's formulas, as the thirteenth sweep's Dense ->
+#: BatchNorm training step takes two) on a bias before a batch mean is subtracted,
+#: ``lamb_bias_before_batch_mean``, from jax.jit(step).lower(...) of
+#:
+#:     def loss(w, b, x, t):
+#:         h = x @ w + b
+#:         h = h - h.mean(0)  # BatchNorm's centring: blind to b
+#:         return jnp.mean((h - t) ** 2)
+#:
+#:     def lamb(p, g, lr=1e-2, b1=0.9, b2=0.999, eps=1e-6):
+#:         m, v = (1 - b1) * g, (1 - b2) * g * g
+#:         u = (m / (1 - b1)) / (jnp.sqrt(v / (1 - b2)) + eps)
+#:         return p - lr * jnp.sqrt(jnp.sum(p * p)) / jnp.sqrt(jnp.sum(u * u)) * u
+#:
+#:     def step(w, b, x, t):
+#:         gw, gb = jax.grad(loss, argnums=(0, 1))(w, b, x, t)
+#:         return lamb(w, gw), lamb(b, gb)
+#:
+#: on w f32[12,8], b f32[8], x f32[6,12], t f32[6,8] (numpy's RandomState(0)). The
+#: bias's gradient is exactly 0 in exact arithmetic, so in f32 it is the rounding noise of
+#: a sum that cancels; Lamb normalises it into a step of full size whose direction only
+#: the noise sets.
+LAMB = "lamb_bias_before_batch_mean"
+
+
+def _lamb_run(monkeypatch, capsys, spoil=None) -> tuple[int, str]:
+    """``heron run --check`` of :data:`LAMB`, its kernels' outputs first given to
+    ``spoil`` (a wrong answer, made on purpose): the exit status and the check's lines."""
+    import heron.cli.run as run_command
+
+    if spoil is not None:
+        original = run_command._run_on_device
+
+        def spoiled(*args, **kwargs):
+            leaves, ran = original(*args, **kwargs)
+            return spoil([leaf.copy() for leaf in leaves]), ran
+
+        monkeypatch.setattr(run_command, "_run_on_device", spoiled)
+    hlo, inputs = DATA / f"{LAMB}.hlo", DATA / f"{LAMB}.npz"
+    code = main(["run", str(hlo), "--inputs", str(inputs), "--backend", "interpreter", "--check"])
+    out, err = capsys.readouterr()
+    assert err == "", err
+    return code, out.split("check against the reference evaluator")[1]
+
+
+def test_heron_run_check_accepts_a_lamb_step_on_noise_a_batch_mean_leaves(monkeypatch, capsys):
+    """The thirteenth sweep: the kernels' bias is 0.0033 from the reference's on steps of
+    0.003 (the random roundings spread over 0.004), where no decision changes and the
+    error propagation moves the square roots and divisions after the sum only."""
+    code, check = _lamb_run(monkeypatch, capsys)
+    assert code == 0, check
+    bias = next(line for line in check.splitlines() if line.startswith("  out1"))
+    assert "random roundings of the reference, which sum in other orders" in bias
+
+
+def _far_bias(leaves: list) -> list:
+    leaves[1][2] += np.float32(0.05)  # a dozen times the bias's spread under rounding
+    return leaves
+
+
+def _weight_off_by_3_percent(leaves: list) -> list:
+    leaves[0][5] *= np.float32(1.03)
+    return leaves
+
+
+@pytest.mark.parametrize(
+    ("spoil", "output"), [(_far_bias, "out1"), (_weight_off_by_3_percent, "out0")]
+)
+def test_a_wrong_answer_to_the_lamb_step_is_still_refused(monkeypatch, capsys, spoil, output):
+    code, check = _lamb_run(monkeypatch, capsys, spoil)
+    assert code == 1, check
+    line = next(line for line in check.splitlines() if line.startswith(f"  {output} "))
+    assert "outside the tolerance" in line, check
+    assert "DISAGREE" in check
+
+
+#: x * 0.1 + x * x with no sum: exact ops, compared bitwise.
+ELEMENTWISE = """\
+HloModule elementwise
+
+ENTRY main {
+  x = f32[8] parameter(0)
+  tenth = f32[] constant(0.1)
+  tenths = f32[8] broadcast(tenth), dimensions={}
+  scaled = f32[8] multiply(x, tenths)
+  squared = f32[8] multiply(x, x)
+  ROOT out = f32[8] add(scaled, squared)
+}
+"""
+
+
+def test_the_spread_of_values_is_only_for_outputs_a_reordered_sum_reaches():
+    """An output no sum in the kernels' order reaches keeps its exact comparison: random
+    rounding moves every inexact op, and heron's kernels round them as the reference."""
+    module = parse_module(ELEMENTWISE)
+    arguments = [np.linspace(-1, 1, 8, dtype=np.float32)]
+    (tolerance,) = output_tolerances(module, {}, arguments, None, tf32=False, written=module)
+    (reference,) = flatten_literal(evaluate_module(module, arguments))
+    assert tolerance.rounding is None
+    one_ulp = np.nextafter(reference, np.float32(np.inf))
+    assert not compare(one_ulp, reference, tolerance).agrees

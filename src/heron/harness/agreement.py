@@ -295,8 +295,9 @@ def _with_loop_propagation(tolerances: list, written, arguments) -> list:
             tolerance = attrs.evolve(
                 tolerance, amplified=LoopErrorPropagation(program, k, own_ulps)
             )
-        if looped or any(decides(inst) for inst in reaching):
-            widened[k] = attrs.evolve(tolerance, rounding=RoundingFreedom(roundings, k))
+        if tolerance.reordered or looped or any(decides(inst) for inst in reaching):
+            freedom = RoundingFreedom(roundings, k, reordered=tolerance.reordered)
+            widened[k] = attrs.evolve(tolerance, rounding=freedom)
     return widened
 
 

@@ -26,15 +26,21 @@ argsort of keys that tie in exact arithmetic, the fuzzer's seed 92010) than the
 reference does, the program's decisions turn on rounding, and an output they reach is
 accepted anywhere in the range the evaluations spread over, widened by that range's
 width (the samples are few); an element no evaluation moves is still compared as
-before. A program whose decisions no rounding changes gains nothing: its outputs keep
-the ulp and propagation bounds. Float64 has no wider type to hold an exact result, so a
-float64 add, subtract, multiply, divide or square root takes the side its exact result
-lies on from an error-free transformation (:func:`_float64_residual`: Knuth's TwoSum,
-Dekker's product), and sums and dots are reordered in float64; its other ops keep their
-nearest rounding, as ops outside :data:`EXACT_OPS` do in every type. (Before, float64
-programs had no random rounding at all: two optimistix least-squares solves in float64
-stopped after 11 steps on heron's kernels and on XLA:CPU and after 7 on the reference,
-and the check called them wrong: the tenth sweep.)
+before. A program whose decisions no rounding changes gains nothing from them: its
+outputs keep the ulp and propagation bounds, except an output a sum in the kernels' own
+order reaches (:attr:`RoundingFreedom.reordered`). The evaluations reorder every sum and
+carry that through the ops after it; where those amplify a sum's rounding noise into the
+value (the gradient of a bias before a batch mean is subtracted, exactly 0 in exact
+arithmetic, which Lamb normalises into a full step: the thirteenth sweep), the spread is
+what rounding can produce, and where they do not it is a few ulps, inside the
+reassociation bounds such an output has already. Float64 has no wider type to hold an
+exact result, so a float64 add, subtract, multiply, divide or square root takes the side
+its exact result lies on from an error-free transformation (:func:`_float64_residual`:
+Knuth's TwoSum, Dekker's product), and sums and dots are reordered in float64; its other
+ops keep their nearest rounding, as ops outside :data:`EXACT_OPS` do in every type.
+(Before, float64 programs had no random rounding at all: two optimistix least-squares
+solves in float64 stopped after 11 steps on heron's kernels and on XLA:CPU and after 7
+on the reference, and the check called them wrong: the tenth sweep.)
 
 :class:`RandomRoundings` evaluates the samples on first use (only where an output
 is outside every other bound) and shares them among a program's outputs;
@@ -367,18 +373,18 @@ class RandomRoundings:
         self._spread: _Spread | None = None
         self._failed = False
 
-    def spread(self, samples: int | None = None) -> _Spread | None:
+    def spread(self, samples: int | None = None, *, values: bool = False) -> _Spread | None:
         """The reference and ``samples`` random roundings (default: this one's count),
         evaluated as far as not yet; None when the reference could not be evaluated
         (over the memory budget, a loop past the evaluator's limit under some rounding)
-        or the program decides nothing."""
+        or the program decides nothing and ``values`` (an output's values asked for, not
+        only its decisions: :attr:`RoundingFreedom.reordered`) is not set."""
         wanted = 1 + (self._samples if samples is None else samples)
         if self._failed or len(self._runs) >= wanted:
             return self._spread
         if self._deciding is None:
             self._deciding = _deciding(self._module)
-        if not self._deciding:
-            self._failed = True
+        if not self._deciding and not values:
             return None
         try:
             for k in range(len(self._runs), wanted):
@@ -403,30 +409,51 @@ class RandomRoundings:
 @attrs.frozen(eq=False)
 class RoundingFreedom:
     """Output ``output`` (flattened) of a program whose decisions rounding changes:
-    any value within the random roundings' spread (see the module docstring)."""
+    any value within the random roundings' spread (see the module docstring).
+
+    ``reordered``: a sum the kernels add in their own order reaches the output (its
+    tolerance is :attr:`heron.harness.tolerance.OutputTolerance.reordered`); then the
+    spread applies whether or not the roundings change a decision. The roundings add
+    every sum and dot in other orders and carry that on through every op after it, as
+    a kernel's own order is carried: a sum that cancels to rounding noise (a bias's
+    gradient before a batch mean is subtracted, exactly 0 in exact arithmetic), which
+    an optimizer normalises (Lamb's ``m / sqrt(v)`` and ``||p|| / ||u||``) into a step
+    of full size in a direction only the noise sets. The reassociation bounds bound the
+    sum alone, and error propagation moves the approximations only, not the sum."""
 
     roundings: RandomRoundings
     output: int
+    reordered: bool = False
 
     def describe(self) -> str:
         """A few words for the report once the roundings were evaluated and change the
-        program's decisions; empty before (the freedom has not been used)."""
+        program's decisions (or, for a :attr:`reordered` output, at all); empty before
+        (the freedom has not been used)."""
         spread = self.roundings.evaluated()
-        if spread is None or not spread.decided_by_rounding:
+        if spread is None:
             return ""
-        return (
-            f"within the spread of {len(spread.outputs) - 1} random roundings of the"
-            " reference, which decide its loops, branches or comparisons another way"
-        )
+        samples = len(spread.outputs) - 1
+        if spread.decided_by_rounding:
+            return (
+                f"within the spread of {samples} random roundings of the"
+                " reference, which decide its loops, branches or comparisons another way"
+            )
+        if self.reordered:
+            return (
+                f"within the spread of {samples} random roundings of the reference,"
+                " which sum in other orders"
+            )
+        return ""
 
     def accepts(self, kernel: np.ndarray, reference: np.ndarray) -> np.ndarray:
         kernel = np.asarray(kernel).reshape(-1)
-        spread = self.roundings.spread()
-        if spread is None or not spread.decided_by_rounding:
+        spread = self.roundings.spread(values=self.reordered)
+        if spread is None or not (spread.decided_by_rounding or self.reordered):
             return np.zeros(kernel.size, np.bool_)
         accepted = self._within_spread(kernel, spread)
-        if not accepted.all():  # a rarer decision: more samples (MORE_SAMPLES)
-            spread = self.roundings.spread(MORE_SAMPLES)
+        if not accepted.all() and spread.decided_by_rounding:
+            # a rarer decision: more samples (MORE_SAMPLES); a value's spread needs none
+            spread = self.roundings.spread(MORE_SAMPLES, values=self.reordered)
             if spread is not None:
                 accepted = self._within_spread(kernel, spread)
         return accepted
