@@ -160,12 +160,16 @@ def _flat_function(
     positions, names = static_positions(
         len(args), kwargs, jitted.static_argnums, jitted.static_argnames
     )
+    # Only the static values are kept (a kept function must not hold this call's tracers).
+    count = len(args)
+    static_args = {n: args[n] for n in positions}
+    static_kwargs = {name: kwargs[name] for name in names}
 
     def flat(*leaves: Any) -> Any:
         dynamic_args, dynamic_kwargs = jax.tree_util.tree_unflatten(in_tree, leaves)
         given = iter(dynamic_args)
-        full = [args[n] if n in positions else next(given) for n in range(len(args))]
-        return function(*full, **dynamic_kwargs, **{name: kwargs[name] for name in names})
+        full = [static_args[n] if n in static_args else next(given) for n in range(count)]
+        return function(*full, **dynamic_kwargs, **static_kwargs)
 
     return flat
 
