@@ -16,8 +16,10 @@ session's fixes, docs/benchmarks.md).
 
 Run: ``python benchmarks/model_compile.py [--layers 12] [--d-model 768] [--heads 12]
 [--seq 1024] [--batch 8] [--vocab 50257] [--bf16] [--runs 3] [--full] [--xla]
-[--stages] [--save FILE.hlo]``; ``--layers 1,4,12`` times several depths in one run
-(the growth with depth tells a quadratic step from a slow linear one).
+[--stages] [--save FILE.hlo] [--flax]``; ``--flax`` builds the step from flax's layers and
+optax's AdamW instead (``flax_gpt2.py``; needs flax and optax); ``--layers 1,4,12``
+times several depths in one run (the growth with depth tells a quadratic step from a
+slow linear one).
 """
 
 from __future__ import annotations
@@ -137,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--xla", action="store_true", help="also time XLA:GPU's compile")
     parser.add_argument("--stages", action="store_true", help="with --full: where time goes")
     parser.add_argument("--save", type=Path, help="write the (last) module's HLO text here")
+    parser.add_argument(
+        "--flax", action="store_true", help="the step from flax's layers and optax's adamw"
+    )
     args = parser.parse_args(argv)
 
     installation = None
@@ -146,16 +151,18 @@ def main(argv: list[str] | None = None) -> int:
         installation = find_xla()
     warm_up_heron(args.full)
     what = "whole compile" if args.full else "HLO passes"
-    print(f"GPT-style training step, d_model {args.d_model}, {args.heads} heads, seq {args.seq},")
+    kind = "flax GPT-2" if args.flax else "GPT-style"
+    print(f"{kind} training step, d_model {args.d_model}, {args.heads} heads, seq {args.seq},")
     precision = "bf16" if args.bf16 else "f32"
     print(f"batch {args.batch}, vocab {args.vocab}, {precision}; heron: {what}")
     header = f"{'layers':>6} {'instructions':>12} {'parse s':>8} {'heron s':>8} {'out':>7}"
     print(header + (f" {'XLA s':>8} {'heron/XLA':>9}" if args.xla else ""))
     profiles = []
     for layers in (int(n) for n in args.layers.split(",")):
-        text = training_step_hlo(
-            layers, args.d_model, args.heads, args.seq, args.batch, args.vocab, args.bf16
-        )
+        make = training_step_hlo
+        if args.flax:
+            from flax_gpt2 import flax_training_step_hlo as make
+        text = make(layers, args.d_model, args.heads, args.seq, args.batch, args.vocab, args.bf16)
         if args.save:
             args.save.write_text(text)
         instructions = sum(1 for line in text.splitlines() if " = " in line)
