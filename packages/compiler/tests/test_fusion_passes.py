@@ -1511,6 +1511,32 @@ def test_scalar_siblings_sharing_a_scalar_still_merge() -> None:
     assert len(_fusions(fused)) == 1
 
 
+SLICED_SIBLINGS = """
+HloModule sliced_siblings
+
+ENTRY main {{
+  p = f32[2,{n}]{{1,0}} parameter(0)
+  first = f32[1,{n}]{{1,0}} slice(p), slice={{[0:1], [0:{n}]}}
+  second = f32[1,{n}]{{1,0}} slice(p), slice={{[{start}:{limit}], [0:{n}]}}
+  a = f32[1,{n}]{{1,0}} exponential(first)
+  b = f32[1,{n}]{{1,0}} tanh(second)
+  ROOT out = (f32[1,{n}]{{1,0}}, f32[1,{n}]{{1,0}}) tuple(a, b)
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("start", "limit", "kernels"), [(1, 2, 2), (0, 1, 1)], ids=["disjoint", "overlapping"]
+)
+def test_siblings_reading_disjoint_slices_stay_apart(start: int, limit: int, kernels: int):
+    # XLA's ParameterSlicesAreNonOverlapping: two kernels reading disjoint slices of an
+    # operand of 1 KiB or more share no read, so their merge saves no memory traffic.
+    # (Rows larger than the device, which horizontal fusion leaves alone.)
+    text = SLICED_SIBLINGS.format(n=1 << 19, start=start, limit=limit)
+    fused = check_each_pass(parse_module(text))
+    assert len(_fusions(fused)) == kernels
+
+
 def test_sibling_loop_kernels_of_other_shapes_are_refused_unbuilt(monkeypatch) -> None:
     # Two loop kernels reading one operand, with outputs of other shapes, cannot be one
     # loop kernel: their own analyses tell it (union_is_loop), as XLA's

@@ -299,6 +299,43 @@ def _scalar_outputs(inst: Instruction) -> bool:
     return all(leaf.num_elements == 1 for leaf in inst.shape.leaves())
 
 
+def _unique_slice(parent: Instruction, user: Instruction) -> Instruction | None:
+    """XLA's ``FindUniqueSlice``: the one ``slice`` through which ``user`` reads ``parent``
+    (``user`` itself, or in a fusion the slice that is the only reader of the only
+    parameter bound to ``parent``); None when there is none or more than one."""
+    if user.opcode == "slice":
+        return user
+    if user.opcode != "fusion":
+        return None
+    positions = [k for k, operand in enumerate(user.operands) if operand is parent]
+    if len(positions) != 1:
+        return None
+    body = user.called("calls")
+    (parameter,) = [p for p in body.parameters if p.parameter_number == positions[0]]
+    readers = [inst for inst in body.instructions if parameter in inst.operands]
+    if len(readers) != 1 or readers[0].operands.count(parameter) != 1:
+        return None
+    return readers[0] if readers[0].opcode == "slice" else None
+
+
+def _disjoint_slices(parent: Instruction, a: Instruction, b: Instruction) -> bool:
+    """XLA's ``ParameterSlicesAreNonOverlapping``, negated: two siblings that read
+    disjoint slices of a shared operand of 1 KiB or more share no read, so merging them
+    saves no memory traffic (a fused projection's q, k and v, read by their own kernels)."""
+    shape = parent.shape
+    if not isinstance(shape, ArrayShape):
+        return False
+    if shape.num_elements * shape.element_type.byte_width < 1024:
+        return False
+    first, second = _unique_slice(parent, a), _unique_slice(parent, b)
+    if first is None or second is None:
+        return False
+    return any(
+        not (x.start < y.limit and y.start < x.limit)
+        for x, y in zip(first.attr("slice"), second.attr("slice"), strict=True)
+    )
+
+
 def _siblings(search: _Search, operand: Instruction) -> bool:
     """Merge two kernels reading ``operand``: the first pair that works, in instruction
     order (pairs among users examined before were refused and are not tried again)."""
@@ -311,7 +348,7 @@ def _siblings(search: _Search, operand: Instruction) -> bool:
         a, b = users[i], users[j]
         if search.is_refused(a, b):
             continue
-        if not search.order.independent(a, b):
+        if not search.order.independent(a, b) or _disjoint_slices(operand, a, b):
             search.refuse(a, b)
             continue
         outs_a, outs_b = outputs_of(a, search.graph), outputs_of(b, search.graph)
