@@ -233,6 +233,18 @@ def test_a_variadic_column_reduction_reads_two_columns_a_thread():
     assert row.vector_size == 1
 
 
+def test_column_tiles_fit_the_block_s_shared_memory():
+    """Three f32 sums of bf16 columns would take 48.4 KiB of tiles four columns a thread
+    (ptxas refused a ResNet-50 step's kernel): the emitter reads two, under the 48 KiB."""
+    fusion = _fusion(DATA / "reduce_column_three_sums_bf16.hlo")
+    emitter = reduction.ColumnReductionEmitter(analysed(fusion))
+    assert emitter.vector_size == 2 and emitter.blocks == 2048 // 64
+    tile_bytes = 32 * (32 * emitter.vector_size + 1) * 4 * 3
+    assert tile_bytes <= H100.shared_memory_per_block < 32 * (32 * 4 + 1) * 4 * 3
+    kernel = compile_fusion(fusion, H100, "cuda")  # ptxas takes it
+    assert kernel.image is not None and kernel.image.format == "cubin"
+
+
 EDGE_VARIANTS = {
     "reduce_scalar_s32.hlo": "reduce_row",
     "reduce_row_odd_max.hlo": "reduce_row",
@@ -243,6 +255,7 @@ EDGE_VARIANTS = {
     "reduce_argmax_column.hlo": "reduce_column",
     "reduce_side_output.hlo": "reduce_row",
     "reduce_init_parameter_bare_bijection.hlo": "reduce_row",
+    "reduce_column_three_sums_bf16.hlo": "reduce_column",
 }
 
 

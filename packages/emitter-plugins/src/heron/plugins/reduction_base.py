@@ -452,6 +452,18 @@ class ReductionEmitterBase(FusionEmitter):
         hero = self.all_heroes[0]
         return self.error(f"it cannot emit reduce '{hero.name}' ({hero.shape}): {why}", hero)
 
+    def tile_element_bytes(self) -> int:
+        """The bytes one element of a shared tile takes summed over every hero value's tile
+        (:meth:`GroupState.tiles`; a reduction that carries a flag has a tile for it too):
+        all groups' tiles are the kernel's shared memory at once."""
+        total = 0
+        for hero in self.all_heroes:
+            arity = len(hero.operands) // 2
+            total += sum(leaf.element_type.byte_width for leaf in leaf_shapes(hero.shape))
+            if not all(_is_constant_like(init) for init in hero.operands[arity:]):
+                total += 1
+        return total
+
     def kept_elements(self) -> int:
         major, _, minor = self.dims.dimensions
         return self.dims.dimensions[1] if self.dims.is_row_reduction else major * minor

@@ -53,6 +53,7 @@ class ColumnReductionEmitter(ReductionEmitterBase):
         self.vector_size = vector_size_for(
             self.computation, self.all_heroes, minor, TILE, variadic=True
         )
+        self._fit_tiles()
         self.threads = TILE * TILE
         if self.threads > self.target.threads_per_block_limit:
             raise self.shape_error(
@@ -62,6 +63,25 @@ class ColumnReductionEmitter(ReductionEmitterBase):
         self.rows_per_thread = -(-reduced // TILE)
         self.blocks_per_row = -(-minor // (TILE * self.vector_size))
         self.blocks = major * self.blocks_per_row
+
+    def _tile_bytes(self) -> int:
+        return TILE * (TILE * self.vector_size + 1) * self.tile_element_bytes()
+
+    def _fit_tiles(self) -> None:
+        """Fewer columns a thread until every hero's tile fits the block's shared memory.
+
+        A tile holds a thread's partials for each of its ``vector_size`` columns: three
+        f32 sums of bf16 columns four at a time took 48.4 KiB, over the 48 KiB a block
+        has (a ResNet-50 step's BatchNorm gradient: ptxas refused the kernel). Two at a
+        time they take 24.4 KiB."""
+        limit = self.target.shared_memory_per_block
+        while self.vector_size > 1 and self._tile_bytes() > limit:
+            self.vector_size //= 2
+        if self._tile_bytes() > limit:
+            raise self.shape_error(
+                f"its shared-memory tiles take {self._tile_bytes()} bytes, over the"
+                f" {limit} a {self.target.arch} block has"
+            )
 
     def _column(self, tile_column) -> object:
         return (BLOCK % self.blocks_per_row) * TILE + tile_column
