@@ -17,7 +17,7 @@ session's fixes, docs/benchmarks.md).
 Run: ``python benchmarks/model_compile.py [--layers 12] [--d-model 768] [--heads 12]
 [--seq 1024] [--batch 8] [--vocab 50257] [--bf16] [--runs 3] [--full] [--xla]
 [--stages] [--save FILE.hlo] [--flax]``; ``--flax`` builds the step from flax's layers and
-optax's AdamW instead (``flax_gpt2.py``; needs flax and optax); ``--layers 1,4,12``
+optax's AdamW instead (``flax_models.py``; needs flax and optax); ``--layers 1,4,12``
 times several depths in one run (the growth with depth tells a quadratic step from a
 slow linear one).
 """
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     for layers in (int(n) for n in args.layers.split(",")):
         make = training_step_hlo
         if args.flax:
-            from flax_gpt2 import flax_training_step_hlo as make
+            from flax_models import gpt2_step_hlo as make
         text = make(layers, args.d_model, args.heads, args.seq, args.batch, args.vocab, args.bf16)
         if args.save:
             args.save.write_text(text)
