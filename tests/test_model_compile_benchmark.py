@@ -35,3 +35,21 @@ def test_a_small_step_is_timed_and_its_module_saved(tmp_path, capsys) -> None:
     assert int(timed[1][1]) > int(timed[0][1]) > 500
     text = saved.read_text()
     assert text.startswith("HloModule") and text.count(" dot(") >= 2 * 12
+
+
+def test_the_flax_benchmark_names_its_models_when_asked_for_another(capsys) -> None:
+    # benchmarks/flax_compile.py: its model builders import flax only when called, so the
+    # script loads (and refuses an unknown name, listing the known ones) without flax.
+    script = SCRIPT.with_name("flax_compile.py")
+    sys.path.insert(0, str(script.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("flax_compile", script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(script.parent))
+    with pytest.raises(SystemExit):
+        module.main(["--only", "gpt2,alexnet"])
+    error = capsys.readouterr().err
+    assert "unknown model(s) alexnet" in error
+    assert "gpt2, resnet50, vit_b16, convnext_t, unet" in error
