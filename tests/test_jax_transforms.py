@@ -76,6 +76,43 @@ def test_a_direct_call_and_the_primal_under_grad_share_one_program() -> None:
     assert loss.compiles == 2
 
 
+class _TableOnFirstUse:
+    """An array computed on first use and kept (netket's operators set their tables up so,
+    inside whatever trace calls them first): the cache then holds that trace's tracer,
+    which jax never reads again since it traces a jitted function once per signature."""
+
+    def __init__(self) -> None:
+        self.table = None
+
+    def get(self):
+        if self.table is None:
+            self.table = jnp.arange(6.0) * 2.0
+        return self.table
+
+
+@pytest.mark.parametrize("first", ["grad", "direct", "jvp", "vmap"])
+def test_a_function_caching_a_value_at_its_first_trace(first: str) -> None:
+    # The thirteenth sweep's netket local energy: jax.grad of the heron-jitted function
+    # traced it again to evaluate its jaxpr, read the cached tracer, and recursed until
+    # RecursionError (or, after a direct call, raised UnexpectedTracerError).
+    def make(jit):
+        table = _TableOnFirstUse()
+        return jit(lambda w: jnp.sum(table.get() * w * w))
+
+    w = jnp.linspace(0.1, 0.6, 6)
+    ours = make(lambda f: heron_jax.jit(f, **INTERPRETER))
+    theirs = make(jax.jit)
+    if first == "direct":
+        _close(ours(w), theirs(w), jax_arrays=False)
+        first = "grad"
+    if first == "grad":
+        _close(jax.grad(ours)(w), jax.grad(theirs)(w))
+    elif first == "jvp":
+        _close(jax.jvp(ours, (w,), (w,)), jax.jvp(theirs, (w,), (w,)))
+    else:
+        _close(jax.vmap(ours)(jnp.stack([w, 2 * w])), jax.vmap(theirs)(jnp.stack([w, 2 * w])))
+
+
 def test_forward_mode_and_second_derivatives() -> None:
     def f(x):
         return jnp.sin(x) * jnp.exp(-x[::-1]) + x**3
@@ -200,7 +237,8 @@ def test_a_derived_program_is_named_after_its_transformation() -> None:
         for program in jitted.derived_programs.programs.values()
         if isinstance(program, heron_jax.HeronJitted)
     )
-    assert names == ["transpose_jvp_square_sum__"]
+    # the function's own jaxpr (no direct call compiled it first), and its gradient's
+    assert names == ["square_sum", "transpose_jvp_square_sum__"]
 
 
 @partial(jax.custom_jvp, nondiff_argnums=())

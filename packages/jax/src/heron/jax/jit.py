@@ -63,7 +63,7 @@ from heron.jax.lowering import (
     signature_of,
     split_static,
 )
-from heron.jax.transforms import DerivedPrograms, traced_call
+from heron.jax.transforms import DerivedPrograms, remember_direct_trace, traced_call
 from heron.runtime.core import dlpack
 
 __all__ = ["RESULTS", "HeronJitted", "jit"]
@@ -257,6 +257,7 @@ class HeronJitted:
         program = self._programs.get(key)
         if program is None:
             program = self._programs[key] = self._compile(args, kwargs)
+            remember_direct_trace(self, key, program)
         return program, dynamic_args, dynamic_kwargs
 
     def artefact(self, *args: Any, **kwargs: Any) -> Any:

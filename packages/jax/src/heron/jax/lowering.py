@@ -129,6 +129,11 @@ class Lowered:
     #: else None: the entry returns the key's data (``u32[..., 2]`` for threefry), and
     #: the caller gets a key back (:meth:`unflatten_results`).
     result_keys: tuple[Any, ...] = attrs.field(default=(), repr=False)
+    #: jax's trace of the function at this signature (a ``ClosedJaxpr`` over the dynamic
+    #: arguments' leaves), or None where the function was traced over its leaves: the
+    #: trace a later transformation of the same call reuses (heron.jax.transforms), as
+    #: jax.jit traces a function once per signature.
+    jaxpr: Any = attrs.field(default=None, repr=False, eq=False)
 
     def flatten_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[np.ndarray]:
         """The entry's arguments: the leaves of ``(args, kwargs)`` as numpy arrays, each of
@@ -318,6 +323,7 @@ def lower(
     try:
         traced = jitted.trace(*abstract_args, **abstract_kwargs)
         lowered = traced.lower(lowering_platforms=(platform,))
+        jaxpr = traced.jaxpr
     except TypeError as error:  # an argument's class jax cannot describe: over its leaves
         flat, leaves, donated = _over_leaves(
             function,
@@ -332,6 +338,7 @@ def lower(
             lowered = traced.lower(lowering_platforms=(platform,))
         except Exception:
             raise error from None
+        jaxpr = None
     dynamic_args, dynamic_kwargs = _dynamic(args, kwargs, static_argnums, static_argnames)
     in_tree = jax.tree_util.tree_structure((tuple(dynamic_args), dict(dynamic_kwargs)))
     if len(traced.jaxpr.in_avals) > in_tree.num_leaves:
@@ -350,7 +357,7 @@ def lower(
     result_keys = tuple(_result_key(aval) for aval in jax.tree_util.tree_leaves(lowered.out_info))
     if not any(impl is not None for impl in result_keys):
         result_keys = ()
-    return Lowered(name, text, module, in_tree, lowered.out_tree, callbacks, result_keys)
+    return Lowered(name, text, module, in_tree, lowered.out_tree, callbacks, result_keys, jaxpr)
 
 
 def _over_leaves(

@@ -48,7 +48,7 @@ import numpy as np
 if TYPE_CHECKING:
     from heron.jax.jit import HeronJitted
 
-__all__ = ["DerivedPrograms", "heron_call", "traced_call"]
+__all__ = ["DerivedPrograms", "heron_call", "remember_direct_trace", "traced_call"]
 
 
 @attrs.define
@@ -134,10 +134,6 @@ def traced_call(jitted: HeronJitted, args: tuple[Any, ...], kwargs: dict[str, An
         traced = _Traced(closed, jax.tree_util.tree_structure(out_shapes))
         if not hoisted:  # a closure over another trace's values is traced at every call
             _bounded_put(derived.traces, key, traced, derived.size)
-            # Evaluated, the jaxpr is the function itself at this signature: its program is
-            # the one a direct call compiles (jax.grad(f) after f(x) compiles f once).
-            direct = _flat_function(jitted, jitted, args, kwargs, in_tree)
-            _bounded_put(derived.programs, closed, _leaves_of(direct), derived.size)
     outputs = heron_call().bind(
         *hoisted, *leaves, jaxpr=traced.jaxpr, jitted=jitted, name=_function_name(jitted)
     )
@@ -174,18 +170,33 @@ def _flat_function(
     return flat
 
 
-def _leaves_of(call: Callable[..., Any]) -> Callable[..., list[Any]]:
-    """``call`` returning its results' leaves as jax arrays (as ``heron_call`` returns
-    them)."""
+def remember_direct_trace(jitted: HeronJitted, key: Any, compiled: Any) -> None:
+    """Keep a direct call's trace and program for the transformations of later calls.
+
+    jax traces a jitted function once per signature, and a function may count on it: one
+    that caches an array it computes on first use (netket's operators do) leaves a
+    tracer of that first trace in the cache, which ``jax.grad(jax.jit(f))`` never reads
+    again. A transformed call at this signature takes this trace (``traced_call``) and
+    evaluates its jaxpr with this program, so neither traces the Python function again:
+    ``jax.grad(f)`` after ``f(x)`` compiles only the gradient's transpose.
+    """
     import jax
 
     from heron.jax.arrays import as_jax_arrays
 
-    def leaves(*args: Any) -> list[Any]:
-        outputs = jax.tree_util.tree_leaves(call(*args))
-        return [o if isinstance(o, jax.Array) else as_jax_arrays([o])[0] for o in outputs]
+    lowered = compiled.lowered
+    if lowered.jaxpr is None:
+        return
+    derived = jitted.derived_programs
+    _bounded_put(derived.traces, key, _Traced(lowered.jaxpr, lowered.out_tree), derived.size)
 
-    return leaves
+    def run(*leaves: Any) -> list[Any]:
+        dynamic_args, dynamic_kwargs = jax.tree_util.tree_unflatten(lowered.in_tree, leaves)
+        arguments = lowered.argument_leaves(dynamic_args, dynamic_kwargs)
+        outputs = as_jax_arrays(compiled.runner(arguments, donate=()))
+        return jax.tree_util.tree_leaves(lowered.unflatten_results(outputs))
+
+    _bounded_put(derived.programs, lowered.jaxpr, run, derived.size)
 
 
 def _hoist_tracers(closed: Any, tracer_type: type) -> tuple[Any, list[Any]]:
@@ -221,7 +232,9 @@ def _abstract_eval(*avals: Any, jaxpr: Any, jitted: Any, name: str) -> tuple[lis
 
 
 def _run(*args: Any, jaxpr: Any, jitted: HeronJitted, name: str) -> list[Any]:
-    """Evaluate: the jaxpr's function compiled by heron with ``jitted``'s options, run."""
+    """Evaluate: the jaxpr's function compiled by heron with ``jitted``'s options, run
+    (the jaxpr itself, never the Python function traced again: a direct call's program
+    where the jaxpr is that call's trace, :func:`remember_direct_trace`)."""
     program = jitted.derived_programs.get(
         jitted.derived_programs.programs, jaxpr, lambda: jitted.for_jaxpr(jaxpr, name)
     )
