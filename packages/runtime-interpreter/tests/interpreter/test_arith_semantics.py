@@ -488,3 +488,23 @@ def test_a_shift_by_the_width_in_an_inactive_lane_gives_what_ptx_gives(elementwi
     b = np.array([1, 32, 3], np.int32)
     (got,) = elementwise(body, [a, b], ["i32", "i32"], ["i32"])
     assert got.tolist() == [10, 0, 56]
+
+
+def test_bit_level_ops_keep_a_uniform_value_uniform():
+    # A value every lane shares is a 0-d array; np.ascontiguousarray made the bit-level
+    # ops' results 1-d, and a kernel indexing memory with a uniform f32 bitcast to i32
+    # (jax-cosmo's halofit interpolation) indexed one element for 4,096 lanes: the race
+    # checker then failed on the shapes (an internal error for a correct program).
+    from heron.runtime.interpreter.semantics import arith
+    from heron.runtime.interpreter.types import parse_type
+
+    f32, i32 = parse_type("f32"), parse_type("i32")
+    uniform = np.asarray(np.float32(-1.5))
+    bits = arith.bitcast_value(uniform, f32, i32)
+    assert bits.shape == () and int(bits) == int(np.float32(-1.5).view(np.int32))
+    assert arith.bitcast_value(bits, i32, f32).shape == ()
+    assert arith.sign_bit(uniform).shape == () and bool(arith.sign_bit(uniform))
+    flipped = arith.with_sign(uniform, np.asarray(False))
+    assert flipped.shape == () and float(flipped) == 1.5
+    nan = np.asarray(np.float32("nan"))
+    assert arith.propagate_nan(np.asarray(np.float32(1.0)) * nan, nan).shape == ()

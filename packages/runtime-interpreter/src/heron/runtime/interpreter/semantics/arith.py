@@ -210,6 +210,14 @@ def int_to_float(value: Value, t, target: np.dtype, is_signed: bool) -> np.ndarr
     return np.where(negative, -result, result).astype(target)
 
 
+def _contiguous(value: Any) -> np.ndarray:
+    """``value`` as a C-contiguous array of its own shape, a 0-d one (a uniform value)
+    included: ``np.ascontiguousarray`` makes a 0-d array 1-d, and a uniform f32 bitcast
+    to i32 then indexed memory as one element for every lane (jax-cosmo's halofit)."""
+    value = np.asarray(value)
+    return np.ascontiguousarray(value).reshape(value.shape)
+
+
 def _quiet(value: np.ndarray) -> np.ndarray:
     """NaNs with their quiet bit set (what an arithmetic op returns for a NaN operand)."""
     dtype = value.dtype
@@ -218,7 +226,7 @@ def _quiet(value: np.ndarray) -> np.ndarray:
     mantissa = {2: 10 if dtype == np.float16 else 7, 4: 23, 8: 52}[dtype.itemsize]
     del width
     quiet_bit = bits.type(1 << (mantissa - 1))
-    raw = np.ascontiguousarray(value).view(bits)
+    raw = _contiguous(value).view(bits)
     return np.where(np.isnan(value), (raw | quiet_bit).view(dtype), value)
 
 
@@ -254,7 +262,7 @@ def float_binary(a: Value, b: Value, dtype: np.dtype, function: Callable) -> np.
 
 def sign_bit(value: np.ndarray) -> np.ndarray:
     """Whether each float's sign bit is set (-0.0 and negative NaNs included)."""
-    value = np.ascontiguousarray(value)
+    value = _contiguous(value)
     bits = _bits_dtype(value.dtype)
     top = bits.type(1 << (value.dtype.itemsize * 8 - 1))
     return (value.view(bits) & top) != 0
@@ -262,13 +270,13 @@ def sign_bit(value: np.ndarray) -> np.ndarray:
 
 def with_sign(value: np.ndarray, negative: np.ndarray) -> np.ndarray:
     """``value`` with its sign bit set where ``negative`` and cleared elsewhere (bitwise)."""
-    value = np.ascontiguousarray(value)
+    value = _contiguous(value)
     dtype = value.dtype
     bits = _bits_dtype(dtype)
     top = bits.type(1 << (dtype.itemsize * 8 - 1))
     raw = value.view(bits) & bits.type(~int(top) & ((1 << (dtype.itemsize * 8)) - 1))
     raw = np.where(negative, raw | top, raw).astype(bits)
-    return np.ascontiguousarray(raw).view(dtype)
+    return _contiguous(raw).view(dtype)
 
 
 # -- constants ------------------------------------------------------------------------
@@ -664,7 +672,7 @@ def maximum(a: np.ndarray, b: np.ndarray, largest: bool) -> np.ndarray:
     nan = np.isnan(a) | np.isnan(b)
     if nan.any():
         first = np.where(np.isnan(a), a, b)
-        result = np.where(nan, _quiet(np.ascontiguousarray(first)), result)
+        result = np.where(nan, _quiet(_contiguous(first)), result)
     return result
 
 
@@ -789,11 +797,11 @@ def bitcast_value(value: Value, source, target) -> np.ndarray:
     if isinstance(source, IntegerType | IndexType):
         raw = unsigned(value, source)
     else:
-        raw = np.ascontiguousarray(value).view(_bits_dtype(value.dtype))
+        raw = _contiguous(value).view(_bits_dtype(value.dtype))
     if isinstance(target, IntegerType | IndexType):
         return wrap(raw, target)
     bits = _bits_dtype(target.dtype)
-    return np.ascontiguousarray(raw.astype(bits)).view(target.dtype)
+    return _contiguous(raw.astype(bits)).view(target.dtype)
 
 
 # -- select -----------------------------------------------------------------------------
