@@ -13,14 +13,15 @@ pytest.importorskip("jax")
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "model_compile.py"
 
 
-def _benchmark():
-    sys.path.insert(0, str(SCRIPT.parent))
+def _benchmark(script: Path = SCRIPT):
+    """A benchmark script loaded as a module (its folder importable, as when it runs)."""
+    sys.path.insert(0, str(script.parent))
     try:
-        spec = importlib.util.spec_from_file_location("model_compile", SCRIPT)
+        spec = importlib.util.spec_from_file_location(script.stem, script)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
-        sys.path.remove(str(SCRIPT.parent))
+        sys.path.remove(str(script.parent))
     return module
 
 
@@ -40,14 +41,7 @@ def test_a_small_step_is_timed_and_its_module_saved(tmp_path, capsys) -> None:
 def test_the_flax_benchmark_names_its_models_when_asked_for_another(capsys) -> None:
     # benchmarks/flax_compile.py: its model builders import flax only when called, so the
     # script loads (and refuses an unknown name, listing the known ones) without flax.
-    script = SCRIPT.with_name("flax_compile.py")
-    sys.path.insert(0, str(script.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("flax_compile", script)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(script.parent))
+    module = _benchmark(SCRIPT.with_name("flax_compile.py"))
     with pytest.raises(SystemExit):
         module.main(["--only", "gpt2,alexnet"])
     error = capsys.readouterr().err
