@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from flax_models import MODELS  # noqa: E402
-from opt_time import heron_pipeline, time_heron, time_xla, warm_up_heron  # noqa: E402
+from opt_time import heron_pipeline, time_heron, warm_up_heron, xla_columns  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,11 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         seconds = parse_s + heron_s
         line = f"{name:<12} {lines:>6} {seconds:>8.2f} {kernels:>7}"
-        if installation is not None:
-            xla_s = time_xla(text, installation, args.runs)
-            if xla_s:
-                line += f" {xla_s:>8.2f} {seconds / xla_s:>9.2f}"
-        print(line, flush=True)
+        print(line + xla_columns(text, installation, args.runs, seconds), flush=True)
     return 0
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from opt_time import heron_pipeline, print_stages, time_heron, time_xla, warm_up_heron  # noqa: E402
+from opt_time import heron_pipeline, print_stages, time_heron, warm_up_heron, xla_columns  # noqa: E402
 
 
 def training_step_hlo(
@@ -173,11 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             profiles.append(profile)
         heron_total = parse_s + heron_s
         line = f"{layers:>6} {instructions:>12} {parse_s:>8.2f} {heron_total:>8.2f} {count:>7}"
-        if installation is not None:
-            xla_s = time_xla(text, installation, args.runs)
-            if xla_s:
-                line += f" {xla_s:>8.2f} {heron_total / xla_s:>9.2f}"
-        print(line, flush=True)
+        print(line + xla_columns(text, installation, args.runs, heron_total), flush=True)
     if args.stages and profiles:
         print_stages(profiles)
     print("(out: instructions after the passes; with --full, kernels)")

@@ -222,6 +222,15 @@ def time_xla(text: str, installation, runs: int) -> float | None:
     return statistics.median(seconds)
 
 
+def xla_columns(text: str, installation, runs: int, heron_seconds: float) -> str:
+    """A table row's XLA columns (its seconds and heron's ratio to them), empty without an
+    installation or where XLA refuses the module."""
+    if installation is None:
+        return ""
+    xla_s = time_xla(text, installation, runs)
+    return f" {xla_s:>8.2f} {heron_seconds / xla_s:>9.2f}" if xla_s else ""
+
+
 def warm_up_heron(full: bool) -> None:
     """Compile the XLA timing's warm-up module once, untimed: the imports and what heron
     sets up once per process are not the first timed module's."""

@@ -97,6 +97,13 @@ MAX_ROW_THREADS = 512
 Expr = AffineExpr
 
 
+def carries_flag(hero: Instruction) -> bool:
+    """Whether the reduction carries a flag beside its values (an init that is not a
+    constant: the flag-aware reducer, and a tile for the flag in shared memory)."""
+    arity = len(hero.operands) // 2
+    return not all(_is_constant_like(init) for init in hero.operands[arity:])
+
+
 def _is_constant_like(inst: Instruction) -> bool:
     if inst.opcode in ("constant", "iota"):
         return True
@@ -416,7 +423,7 @@ class ReductionEmitterBase(FusionEmitter):
                         )
             for hero in group.heroes:
                 arity = len(hero.operands) // 2
-                flagged = not all(_is_constant_like(init) for init in hero.operands[arity:])
+                flagged = carries_flag(hero)
                 carried += lanes * (arity + flagged)
             if carried > MAX_ITER_ARGS:
                 raise self.error_for(
@@ -458,10 +465,8 @@ class ReductionEmitterBase(FusionEmitter):
         all groups' tiles are the kernel's shared memory at once."""
         total = 0
         for hero in self.all_heroes:
-            arity = len(hero.operands) // 2
             total += sum(leaf.element_type.byte_width for leaf in leaf_shapes(hero.shape))
-            if not all(_is_constant_like(init) for init in hero.operands[arity:]):
-                total += 1
+            total += 1 if carries_flag(hero) else 0
         return total
 
     def kept_elements(self) -> int:
@@ -566,7 +571,7 @@ class GroupState:
                 values.extend(entry.value_of(init, []))
             self.inits[id(hero)] = values
             leaves = [leaf.element_type for leaf in leaf_shapes(hero.shape)]
-            flagged = not all(_is_constant_like(init) for init in hero.operands[arity:])
+            flagged = carries_flag(hero)
             self.flagged[id(hero)] = flagged
             if flagged:
                 false = arith.constant(ir.IntegerType.get_signless(1), 0)
