@@ -139,3 +139,78 @@ def test_an_earlier_kernel_s_error_is_amplified_by_the_one_after_it(tmp_path, mo
 
     monkeypatch.setattr(agreement, "_ulps_into", lambda operand: 0)
     assert main([*argv, "--inputs", str(inputs)]) == 1
+
+
+# -- a complex power ------------------------------------------------------------------
+
+#: ``jnp.power(z, 2.5)`` of complex128 values, as jax lowers it under x64.
+COMPLEX_POWER = """\
+HloModule complex_power
+
+ENTRY main {
+  z = c128[300] parameter(0)
+  c = c128[] constant((2.5, 0))
+  b = c128[300] broadcast(c), dimensions={}
+  ROOT w = c128[300] power(z, b)
+}
+"""
+
+
+def _complex_power_case():
+    module = parse_module(COMPLEX_POWER)
+    computation = module.entry
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal(300) * 3 + 1j * rng.standard_normal(300) * 3
+    arguments = (z.astype(np.complex128),)
+    root = computation.root_instruction
+    tolerance = output_tolerance(
+        root, root.shape.element_type, reduction=(root, computation, arguments), tf32=False
+    )
+    return computation, arguments, tolerance
+
+
+def test_run_check_accepts_a_complex_power_whose_angle_amplifies_atan2_s_error(
+    tmp_path, capsys, monkeypatch
+):
+    """``z ** 2.5`` at ``z = -6.75 - 1.15i``: the angle ``2.5 arg z = -7.4`` carries
+    atan2's error 7.4 times; the kernel was 14 ulps of ``|w|`` from the evaluator, where
+    powf's bound allows 3, and a correct kernel was called DISAGREE (a helper's sweep)."""
+    path = tmp_path / "power.hlo"
+    path.write_text(COMPLEX_POWER)
+    _, arguments, _ = _complex_power_case()
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, arg0=arguments[0])
+    argv = ["--quiet", "run", str(path), "--check", "--backend", "interpreter"]
+    assert main([*argv, "--inputs", str(inputs)]) == 0
+    assert "as the ops after an approximation amplify its error" in capsys.readouterr().out
+    # powf's bound alone, not grown by the angle, refuses the same kernel
+    import heron.harness.error_propagation as error_propagation
+
+    monkeypatch.setattr(error_propagation, "_growth", lambda *_: 1.0)
+    assert main([*argv, "--inputs", str(inputs)]) == 1
+
+
+def test_a_complex_power_further_off_than_its_grown_bound_is_refused():
+    _, arguments, tolerance = _complex_power_case()
+    reference = arguments[0].astype(np.complex128) ** 2.5
+    # The largest growth here is 1 + 2 * 2.5 * pi (c arg z at most 2.5 pi), 3 ulps
+    # each, doubled: about 100 ulps. A kernel off by 1e-13 relative (450-900 ulps) is
+    # outside it everywhere (the norm-wise reading, 3 ulps of the largest |w|, still
+    # accepts the smallest values).
+    for off in (1e-13, 1e-13j):
+        kernel = reference * (1 + off)
+        assert not tolerance.amplified.accepts(kernel, reference).any()
+        assert tolerance.mismatches(kernel, reference).count > 250
+    # within the ulp bound: accepted (the growth only ever widens it)
+    kernel = reference + np.abs(reference) * 2.2e-16
+    assert tolerance.mismatches(kernel, reference).count == 0
+
+
+def test_a_complex_output_s_amplified_error_counts_both_parts():
+    """An error in the imaginary part alone is measured: the bound compares the
+    modulus of the difference (float64 would have kept the real parts)."""
+    _, arguments, tolerance = _complex_power_case()
+    reference = arguments[0].astype(np.complex128) ** 2.5
+    kernel = reference + 1j * np.abs(reference) * 1e-12
+    accepted = tolerance.amplified.accepts(kernel, reference)
+    assert not accepted.any()
