@@ -67,13 +67,38 @@ def test_grad_runs_the_function_and_the_transpose_of_its_derivative_on_heron() -
     assert loss.compiles == 2
 
 
-def test_a_direct_call_and_the_primal_under_grad_share_one_program() -> None:
+def test_grad_after_a_direct_call_takes_its_trace_and_compiles_the_split_once() -> None:
     params, x, y = _data()
     loss = heron_jax.jit(_loss, **INTERPRETER)
     loss(params, x, y)
     assert loss.compiles == 1
+    # the primal with the residuals its derivative needs, and the transposed tangents
     jax.grad(loss)(params, x, y)
-    assert loss.compiles == 2
+    assert loss.compiles == 3
+    jax.grad(loss)(params, x, y)
+    assert loss.compiles == 3
+
+
+def test_the_backward_program_does_not_compute_the_forward_again() -> None:
+    """Reverse mode runs the forward once: the tangent program takes the primal
+    program's residuals (``jax.linearize``'s split), so a callback in the forward runs
+    once a gradient, as under ``jax.grad(jax.jit(f))`` (it ran twice while the transposed
+    program recomputed the forward)."""
+    calls = []
+
+    def f(x):
+        jax.debug.callback(lambda: calls.append(1))
+        return jnp.sum(jnp.sin(x) * jnp.exp(x))
+
+    x = jnp.linspace(-1.0, 1.0, 16)
+    ones = jnp.ones_like(x)
+    expected_gradient, expected_jvp = jax.grad(f)(x), jax.jvp(f, (x,), (ones,))
+    calls.clear()
+    jitted = heron_jax.jit(f, **INTERPRETER)
+    _close(jax.grad(jitted)(x), expected_gradient)
+    assert len(calls) == 1
+    _close(jax.jvp(jitted, (x,), (ones,)), expected_jvp)
+    assert len(calls) == 2
 
 
 class _TableOnFirstUse:

@@ -10,11 +10,12 @@ whose options (backend, Target, cache, determinism) every derived program keeps.
 
 - **Evaluated** (the primitive's implementation): heron compiles the jaxpr's function
   and runs it on the device, as a call of the heron-jitted function would.
-- **Differentiated** (its JVP): the primal results are ``heron_call`` of the jaxpr, and
-  the tangents ``heron_call`` of the function's JVP restricted to its tangents (which
-  recomputes what the tangents need of the primal). Reverse mode transposes that
-  tangent call (below), so ``jax.grad(heron.jax.jit(f))(x)`` runs two heron programs:
-  ``f``, and the transpose of its derivative.
+- **Differentiated** (its JVP): the function linearized as :func:`jax.linearize` splits
+  it, two ``heron_call``\ s: the primal results with the residuals their tangents need,
+  and the tangents from those residuals, linear in the tangents. Reverse mode
+  evaluates the first and transposes the second (below), so
+  ``jax.grad(heron.jax.jit(f))(x)`` runs two heron programs, ``f`` with its residuals
+  and the transpose of its derivative, and the forward runs once.
 - **Transposed** (reverse mode): ``heron_call`` of :func:`jax.linear_transpose` of
   the function in the arguments the transpose leaves undefined, the others given.
 - **Batched**: ``heron_call`` of :func:`jax.vmap` of the function, every result
@@ -43,7 +44,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import numpy as np
 
 if TYPE_CHECKING:
     from heron.jax.jit import HeronJitted
@@ -177,8 +177,9 @@ def remember_direct_trace(jitted: HeronJitted, key: Any, compiled: Any) -> None:
     that caches an array it computes on first use (netket's operators do) leaves a
     tracer of that first trace in the cache, which ``jax.grad(jax.jit(f))`` never reads
     again. A transformed call at this signature takes this trace (``traced_call``) and
-    evaluates its jaxpr with this program, so neither traces the Python function again:
-    ``jax.grad(f)`` after ``f(x)`` compiles only the gradient's transpose.
+    evaluates its jaxpr with this program, so neither traces the Python function again
+    (``jax.grad(f)`` after ``f(x)`` linearizes that trace; a call whose tangents are all
+    zero runs this program).
     """
     import jax
 
@@ -251,50 +252,86 @@ def _inline(*args: Any, jaxpr: Any, jitted: Any, name: str) -> list[Any]:
 def _jvp(
     primals: Sequence[Any], tangents: Sequence[Any], *, jaxpr: Any, jitted: Any, name: str
 ) -> tuple[list[Any], list[Any]]:
+    """The results and their tangents as two heron programs, the function linearized:
+    the first computes the results and the residuals the tangents need (the primal work,
+    once), the second the tangents from the residuals, linear in the tangents given. In
+    reverse mode jax evaluates the first and transposes the second, so the backward
+    program does not compute the forward again."""
     from jax.interpreters import ad
 
-    outputs = heron_call().bind(*primals, jaxpr=jaxpr, jitted=jitted, name=name)
     nonzero = tuple(
         not isinstance(t, ad.Zero) and _differentiable(aval)
         for t, aval in zip(tangents, jaxpr.in_avals, strict=True)
     )
-    differentiable = [_differentiable(aval) for aval in jaxpr.out_avals]
+    differentiable = tuple(_differentiable(aval) for aval in jaxpr.out_avals)
     zeros = [ad.Zero(aval.to_tangent_aval()) for aval in jaxpr.out_avals]
     if not any(nonzero) or not any(differentiable):
+        outputs = heron_call().bind(*primals, jaxpr=jaxpr, jitted=jitted, name=name)
         return outputs, zeros
-    tangent_jaxpr = jitted.derived_programs.get(
+    split = jitted.derived_programs.get(
         jitted.derived_programs.derived,
-        (jaxpr, "jvp", nonzero),
-        lambda: _tangent_jaxpr(jaxpr, nonzero, differentiable),
+        (jaxpr, "linearize", nonzero),
+        lambda: _linearized(jaxpr, nonzero, differentiable),
     )
+    known = heron_call().bind(*primals, jaxpr=split.known, jitted=jitted, name=name)
+    count = len(jaxpr.out_avals)
+    outputs, residuals = known[:count], known[count:]
     given = [t for t, nz in zip(tangents, nonzero, strict=True) if nz]
     computed = iter(
-        heron_call().bind(*primals, *given, jaxpr=tangent_jaxpr, jitted=jitted, name=f"jvp({name})")
+        heron_call().bind(
+            *residuals, *given, jaxpr=split.tangents, jitted=jitted, name=f"jvp({name})"
+        )
     )
     return outputs, [next(computed) if d else z for d, z in zip(differentiable, zeros, strict=True)]
 
 
-def _tangent_jaxpr(jaxpr: Any, nonzero: Sequence[bool], differentiable: Sequence[bool]) -> Any:
-    """The jaxpr of ``(primals, nonzero tangents) -> tangents of the differentiable
-    results`` (the others' tangents are zero: an integer result's is float0)."""
+@attrs.frozen
+class _Linearized:
+    """A function split as :func:`jax.linearize` splits it: ``known`` maps the primals to
+    the results followed by the residuals; ``tangents`` maps the residuals and the
+    nonzero tangents to the differentiable results' tangents, linearly in the
+    tangents."""
+
+    known: Any
+    tangents: Any
+
+
+def _linearized(jaxpr: Any, nonzero: Sequence[bool], differentiable: Sequence[bool]) -> _Linearized:
+    """``jaxpr`` linearized in its ``nonzero`` arguments (the others held): traced once
+    with :func:`jax.linearize`, whose linear function closes over the residuals as values
+    of the primal trace; those become the primal jaxpr's extra results and the tangent
+    jaxpr's first arguments."""
     import jax
+    from jax.core import Tracer
     from jax.extend.core import jaxpr_as_fun
 
     function = jaxpr_as_fun(jaxpr)
     avals = jaxpr.in_avals
-    count = len(avals)
+    tangent_specs = [
+        _spec(aval.to_tangent_aval()) for aval, nz in zip(avals, nonzero, strict=True) if nz
+    ]
+    linear: list[Any] = []  # the tangent jaxpr, out of the primal trace
 
-    def tangent_function(*values: Any) -> list[Any]:
-        primals, given = values[:count], iter(values[count:])
-        tangents = [
-            next(given) if nz else _zero_tangent(aval)
-            for nz, aval in zip(nonzero, avals, strict=True)
-        ]
-        _, out = jax.jvp(function, list(primals), tangents)
-        return [t for t, d in zip(out, differentiable, strict=True) if d]
+    def known(*primals: Any) -> list[Any]:
+        held = [p for p, nz in zip(primals, nonzero, strict=True) if not nz]
 
-    specs = [*avals, *(aval for aval, nz in zip(avals, nonzero, strict=True) if nz)]
-    return jax.make_jaxpr(tangent_function)(*[_spec(aval) for aval in specs])
+        def of_varying(*varying: Any) -> list[Any]:
+            return function(*_merge(nonzero, varying, held))
+
+        varying = [p for p, nz in zip(primals, nonzero, strict=True) if nz]
+        outputs, tangents_of = jax.linearize(of_varying, *varying)
+
+        def differentiable_tangents(*tangents: Any) -> list[Any]:
+            out = tangents_of(*tangents)
+            return [t for t, d in zip(out, differentiable, strict=True) if d]
+
+        closed = jax.make_jaxpr(differentiable_tangents)(*tangent_specs)
+        linear.append(closed)
+        return [*outputs, *(c for c in closed.consts if isinstance(c, Tracer))]
+
+    known_jaxpr = jax.make_jaxpr(known)(*[_spec(aval) for aval in avals])
+    tangents, _ = _hoist_tracers(linear[0], Tracer)
+    return _Linearized(known_jaxpr, tangents)
 
 
 def _transpose(cotangents: Sequence[Any], *args: Any, jaxpr: Any, jitted: Any, name: str) -> list:
@@ -405,21 +442,6 @@ def _differentiable(aval: Any) -> bool:
 
     dtype = getattr(aval, "dtype", None)
     return dtype is not None and jax.numpy.issubdtype(dtype, jax.numpy.inexact)
-
-
-def _zero_tangent(aval: Any) -> Any:
-    import jax.numpy as jnp
-
-    tangent = aval.to_tangent_aval()
-    if tangent.dtype == _float0():
-        return np.zeros(tangent.shape, dtype=_float0())
-    return jnp.zeros(tangent.shape, tangent.dtype)
-
-
-def _float0() -> Any:
-    import jax
-
-    return jax.dtypes.float0
 
 
 def _spec(aval: Any) -> Any:
