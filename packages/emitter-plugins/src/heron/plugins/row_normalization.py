@@ -17,6 +17,11 @@ row. This emitter takes the whole chain as one fusion:
   _dimensions``), every root has that row shape, and whatever depends on a
   reduce is a per-row value (elementwise on reduce results, reshapes) that
   reaches the row only through a broadcast along the reduced dimensions.
+  A chain (a reduce whose row reads another reduce) may also have per-row roots
+  (the max and sum a softmax's backward reads; a layer norm's mean and
+  ``rsqrt(var + eps)``), written once a row, though XLA's kind for such a fusion
+  is ``reduce_row``: the reduction emitters would compute the first reduce again
+  per element of the second's row, so this spec outranks them (priority 20).
   Anything else keeps the emitter hero selection picked.
 - **Threads.** ``T`` threads own a row (a multiple of the 32-lane logical warp,
   about ``ELEMENTS_PER_THREAD_TARGET`` elements each, at most 1,024 and the
@@ -115,6 +120,13 @@ MAX_ROW_THREADS = 1024
 
 #: Ops that may lie between a reduce and the row it is broadcast back into.
 _PER_ROW_OPCODES = frozenset({"broadcast", "reshape", "bitcast", "reduce"})
+#: The analyses' kinds of a row reduction this emitter may take: a fusion of one of
+#: them is claimed only where a reduce reads another through the row (a chain no
+#: reduction emitter computes but per element), its roots the chain's per-row values or
+#: rows. Rows shorter than a warp (``reduce_multirow``) stay with their emitter: a
+#: thread or a few hold the row, and recomputing the first reduce per element costs
+#: little there, where this emitter would give each row a whole warp.
+_ROW_REDUCTION_KINDS = frozenset({"reduce_row"})
 
 
 @attrs.frozen(eq=False)
@@ -126,7 +138,8 @@ class RowNormalization:
     collapsed ``[kept, reduced]`` extent; ``per_row`` the ids of the
     instructions that depend on a reduce and hold one value per row (computed
     once per row, at the row's index); ``dependent`` every instruction that
-    depends on a reduce.
+    depends on a reduce. A root may be a per-row value (``per_row`` holds its id):
+    one thread of the row writes it.
     """
 
     reduces: tuple[Instruction, ...]
@@ -178,7 +191,9 @@ def _broadcast_adds_unit_dims(inst: Instruction) -> bool:
 
 
 def _describe(analysis: FusionAnalysis) -> RowNormalization | None:
-    if analysis.kind != "loop" or "reduce" not in analysis.graph.opcodes:
+    if analysis.kind not in ("loop", *_ROW_REDUCTION_KINDS):
+        return None
+    if "reduce" not in analysis.graph.opcodes:
         return None
     computation = analysis.computation
     order = computation.post_order()
@@ -246,10 +261,20 @@ def _describe(analysis: FusionAnalysis) -> RowNormalization | None:
             return None  # a row value reshaped or broadcast: not the row any more
         elif not is_elementwise(inst.opcode) and not _in_place(inst, touched):
             return None  # a bitcast to another layout, a broadcast that transposes
+    # A chain: a reduce whose row depends on another reduce (softmax's sum of exp(x -
+    # max)). Its per-row values may be roots (the max and sum a backward pass reads).
+    chained = any(id(reduce.operands[0]) in dependent for reduce in reduces)
     for root in analysis.roots:
-        if root.shape.is_tuple or root.array_shape.dims != row_shape.dims:
+        if root.shape.is_tuple:
             return None
-    if not any(id(root) in dependent and id(root) not in per_row for root in analysis.roots):
+        if chained and id(root) in per_row:
+            continue
+        if root.array_shape.dims != row_shape.dims:
+            return None
+    if analysis.kind != "loop" and not chained:
+        return None  # one reduction, however many roots: the reduction emitters' own
+    rows_written = any(id(root) in dependent and id(root) not in per_row for root in analysis.roots)
+    if not (rows_written or chained):
         return None
     return RowNormalization(
         tuple(reduces), row_shape, rows, row_length, frozenset(per_row), frozenset(dependent)
@@ -530,6 +555,9 @@ class _RowEmission:
         shapes = self.entry.output_shapes
         analysis = self.e.analysis
         for root, positions in zip(analysis.roots, analysis.output_positions, strict=True):
+            if id(root) in self.norm.per_row:
+                outputs = self.write_per_row(root, positions, outputs)
+                continue
             for index, _, condition in self.slots:
                 self.guard = condition
                 (value,) = self.value(root, index)
@@ -544,13 +572,32 @@ class _RowEmission:
                         ).results[0]
         return outputs
 
+    def write_per_row(
+        self, root: Instruction, positions: Sequence[int], outputs: list[ir.Value]
+    ) -> list[ir.Value]:
+        """A per-row root (a reduce, or a value computed from reduces once a row): every
+        thread of the row holds it; the row's first lane writes it, in a real row."""
+        index = self.row_index(root.array_shape)
+        (value,) = self.value(root, index)
+        condition = arith.cmpi(arith.CmpIPredicate.eq, self.lane, self.constant(0))
+        if self.row_valid is not None:
+            condition = arith.andi(condition, self.row_valid)
+        shapes = self.entry.output_shapes
+        for position in positions:
+            element = mlir_types.to_element(value, shapes[position].element_type)
+            outputs[position] = predicated_insert_op(
+                condition, element, outputs[position], index
+            ).results[0]
+        return outputs
+
 
 @hookimpl
 def heron_emitter_specs() -> list[EmitterSpec]:
     return [
         EmitterSpec(
             name=RowNormalizationEmitter.name,
-            priority=10,
+            # above the reduction emitters, whose kinds a chain of reductions has
+            priority=20,
             claims=claims,
             factory=RowNormalizationEmitter,
             description="softmax/norm rows kept in registers across their reductions (one kernel)",
