@@ -214,3 +214,44 @@ def test_a_complex_output_s_amplified_error_counts_both_parts():
     kernel = reference + 1j * np.abs(reference) * 1e-12
     accepted = tolerance.amplified.accepts(kernel, reference)
     assert not accepted.any()
+
+
+# -- paths that meet again -------------------------------------------------------------------
+
+
+def _reused(steps: int) -> str:
+    """``exp(x)`` then ``steps`` times ``y = y * 0.5 + y * 0.5`` (exact in f32): 2^steps
+    paths from the exp to the output, and exp's error, no more, in the output."""
+    lines = [
+        "  x = f32[8] parameter(0)",
+        "  half = f32[] constant(0.5)",
+        "  h = f32[8] broadcast(half), dimensions={}",
+        "  y0 = f32[8] exponential(x)",
+    ]
+    for k in range(steps):
+        lines += [
+            f"  a{k} = f32[8] multiply(y{k}, h)",
+            f"  b{k} = f32[8] multiply(y{k}, h)",
+            f"  y{k + 1} = f32[8] add(a{k}, b{k})",
+        ]
+    lines[-1] = lines[-1].replace(f"  y{steps} =", f"  ROOT y{steps} =")
+    return "HloModule reused\n\nENTRY main {\n" + "\n".join(lines) + "\n}\n"
+
+
+def test_paths_that_meet_again_count_up_to_a_limit():
+    """A sweep found bounds of 3 * 2^40 ulps, under which 1000 times the reference
+    passed (quadax, interpax, a haliax AdamW step): paths count up to
+    MAX_MERGED_PATHS where they meet, and a wrong answer is refused."""
+    from heron.harness.tolerance import MAX_MERGED_PATHS, mismatches, ulp_bound
+
+    root = parse_module(_reused(40)).entry.root_instruction
+    bound = ulp_bound(root, root.shape.element_type)
+    assert bound == ULP_BOUNDS["exponential"][0] * MAX_MERGED_PATHS
+    reference = np.exp(np.linspace(-1, 1, 8)).astype(np.float32)
+    for wrong in (reference * 1000, reference * 1e-3, reference + 1):
+        assert mismatches(wrong.astype(np.float32), reference, bound).count == 8
+    # a single path keeps its count, and two paths still carry the error twice
+    one = parse_module(_reused(0)).entry.root_instruction
+    assert ulp_bound(one, one.shape.element_type) == ULP_BOUNDS["exponential"][0]
+    two = parse_module(_reused(1)).entry.root_instruction
+    assert ulp_bound(two, two.shape.element_type) == 2 * ULP_BOUNDS["exponential"][0]

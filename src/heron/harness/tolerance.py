@@ -22,6 +22,10 @@
   (``expm1(25 * log1p(x))``: about 20 times log1p's), which the reference
   evaluator measures (:mod:`heron.harness.error_propagation`), within the
   fused computation and from the earlier kernels' bounds on its arguments.
+  An approximation reused along many paths counts once per path, up to
+  :data:`MAX_MERGED_PATHS` where the paths meet: counted without a limit, a value
+  reused at every step of a loop or a chain had bounds of 10^7 to 10^13 ulps, under
+  which any answer of the right sign passed.
 * complex magnitudes (``abs``): within 4 ulps (f64: 2), as kernels compute
   ``max * sqrt(1 + (min / max)^2)`` (:data:`COMPLEX_ULP_BOUNDS`).
 * c64 products: within 4 ulps each (:data:`COMPLEX_ULP_BOUNDS`), norm-wise where
@@ -303,11 +307,25 @@ def ulp_bound(source: Instruction, element: ElementType) -> int:
     return bound
 
 
+#: Most times the paths from one approximated opcode's instructions count where they
+#: meet again (:func:`approximations_reaching`). Each path carries the error at most
+#: unamplified only when no op after it scales it down: a value reused at every step
+#: (``y = y * 0.5 + y * 0.5`` forty times) has 2^40 paths from its ``exp`` and its
+#: error no larger than exp's, and counting them allowed 3 * 2^40 ulps, so that a
+#: result 1000 times the reference passed (a helper's sweep: quadax's ``quadgk``,
+#: interpax's splines, a haliax AdamW step had bounds of 10^7 to 10^13 ulps). Where
+#: the ops after an approximation do amplify its error, the reference evaluator
+#: measures it (:mod:`heron.harness.error_propagation`, :mod:`heron.harness.unrolled`).
+MAX_MERGED_PATHS = 8
+
+
 def approximations_reaching(source: Instruction) -> dict[str, int]:
     """Per approximated opcode (:data:`ULP_BOUNDS`), how many paths lead from its
     instructions to ``source``: an approximation's error reaches the output once
-    per path (``exp(x) * exp(x)`` carries exp's error twice). Called computations
-    count once per calling instruction."""
+    per path (``exp(x) * exp(x)`` carries exp's error twice), up to
+    :data:`MAX_MERGED_PATHS` where paths meet (never fewer than one operand brings
+    alone). Called computations count once per calling instruction, a reduce's reducer
+    once per element combined."""
     memo: dict[int, dict[str, int]] = {}  # one walk's memo (by id), not a cache
     stack: list[tuple[Instruction, bool]] = [(source, False)]
     while stack:  # post-order without recursion: fused computations can be deep
@@ -326,7 +344,9 @@ def approximations_reaching(source: Instruction) -> dict[str, int]:
         for i in inputs:
             times = _applications(inst) if id(i) in called_ids else 1
             for opcode, n in memo[id(i)].items():
-                total[opcode] = total.get(opcode, 0) + n * times
+                alone = n * times
+                merged = min(total.get(opcode, 0) + alone, MAX_MERGED_PATHS)
+                total[opcode] = max(merged, alone, total.get(opcode, 0))
         memo[id(inst)] = total
     return memo[id(source)]
 
