@@ -195,7 +195,12 @@ def _forget(address: int) -> None:
 
 @_DELETER
 def _delete_export(pointer: Any) -> None:
-    _forget(ctypes.cast(pointer, ctypes.c_void_p).value or 0)
+    # A consumer releasing the tensor at interpreter exit (jax's arrays are freed late)
+    # may find this module's names gone: nothing is left to release then.
+    try:
+        _forget(ctypes.cast(pointer, ctypes.c_void_p).value or 0)
+    except (AttributeError, TypeError):
+        pass
 
 
 @_CAPSULE_DESTRUCTOR
