@@ -72,7 +72,7 @@ def verify_module(module: Module, computations: Sequence[Computation] | None = N
     for comp in checked:
         for inst in comp.instructions:
             _verify_references(inst, members)
-    _verify_no_recursion(module)
+    _verify_no_recursion(module, computations)
     for comp in checked:
         for inst in orders[id(comp)]:
             _verify_instruction(inst)
@@ -166,8 +166,12 @@ def _verify_references(inst: Instruction, members: set[int]) -> None:
                 )
 
 
-def _verify_no_recursion(module: Module) -> None:
-    """The call graph must be acyclic (XLA has no recursion)."""
+def _verify_no_recursion(module: Module, scope: Sequence[Computation] | None = None) -> None:
+    """The call graph must be acyclic (XLA has no recursion).
+
+    ``scope``: walk from these only. The others were verified before and are unchanged,
+    so a cycle, if there is one now, passes through one of these and is found from it.
+    """
     state: dict[int, int] = {}  # 1 = on the current path, 2 = done
 
     def visit(comp: Computation, path: list[str]) -> None:
@@ -182,7 +186,7 @@ def _verify_no_recursion(module: Module) -> None:
                     visit(callee, [*path, callee.name])
         state[id(comp)] = 2
 
-    for comp in module.computations:
+    for comp in module.computations if scope is None else scope:
         if id(comp) not in state:
             visit(comp, [comp.name])
 

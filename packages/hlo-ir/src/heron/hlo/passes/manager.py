@@ -31,7 +31,8 @@ from pathlib import Path
 import attrs
 
 from heron.hlo.errors import HloError, HloVerifyError, UnsupportedError
-from heron.hlo.ir import Module
+from heron.hlo.ir import Computation, Module
+from heron.hlo.passes.rewrite import computations_reached
 from heron.hlo.printer import print_module
 from heron.hlo.verifier import verify_module
 
@@ -196,6 +197,7 @@ def run_pipeline(
     dump_passes: str | None = None,
     on_pass: Callable[[PassRecord], None] | None = None,
     verify_each_pass: bool | None = None,
+    reached_only: bool = False,
 ) -> PipelineReport:
     """Run ``pipeline`` on ``module`` in place and report what each pass did.
 
@@ -210,6 +212,12 @@ def run_pipeline(
     only for paths matching the regular expression ``dump_passes`` when given)
     and ``<module>.NNNN.after_optimizations.txt`` at the end. ``on_pass`` hears
     each record as soon as the pass has run.
+    ``reached_only``: verify only what the entry reaches (and the module's own
+    invariants), for a run on a view whose other computations are there for their
+    names and are no business of its passes (:mod:`heron.compiler.control_flow_fusion`:
+    each loop body fused as if it were the entry). Verifying the whole module in each
+    of a program's hundred views was a fifth of its compile; what the views leave is
+    verified whole by the run after them.
     """
     dumper = None
     if dump_dir is not None:
@@ -223,17 +231,18 @@ def run_pipeline(
                 raise UnsupportedError(f"--dump-passes {dump_passes!r}: {exc}") from exc
         dumper = _Dumper(directory, pattern)
     if verify and not verified:
-        verify_module(module)
+        _verify(module, None, reached_only)
     report = PipelineReport()
     if dumper is not None:
         _dump(module, dumper, report, "before_optimizations")
     every = verify_each_pass
     if every is None:
         every = os.environ.get(VERIFY_EACH_PASS_ENV) == "1"
-    _run_step(module, pipeline, "", 0, report, _Checks(verify, every), dumper, on_pass)
+    checks = _Checks(verify, every, reached_only)
+    _run_step(module, pipeline, "", 0, report, checks, dumper, on_pass)
     if verify and report.scoped:
         try:
-            verify_module(module)
+            _verify(module, None, reached_only)
         except HloError as exc:
             raise PassFailure(
                 f"pipeline {pipeline.name!r} left a module that does not verify (after"
@@ -252,6 +261,21 @@ class _Checks:
 
     verify: bool
     every: bool
+    #: Verify only what the entry reaches (``run_pipeline``'s ``reached_only``).
+    reached: bool = False
+
+
+def _verify(module: Module, scope: Sequence[Computation] | None, reached_only: bool) -> None:
+    """Verify ``scope`` (None: the module), within what the entry reaches when
+    ``reached_only``."""
+    if reached_only:
+        reached = computations_reached([module.entry])
+        if scope is not None:
+            within = {id(computation) for computation in reached}
+            scope = [computation for computation in scope if id(computation) in within]
+        else:
+            scope = reached
+    verify_module(module, scope)
 
 
 def _run_step(
@@ -266,7 +290,7 @@ def _run_step(
 ) -> bool:
     path = f"{prefix}/{step.name}" if prefix else step.name
     if isinstance(step, HloPass):
-        return _run_pass(module, step, path, iteration, report, checks.verify, dumper, on_pass)
+        return _run_pass(module, step, path, iteration, report, checks, dumper, on_pass)
     if not isinstance(step, Pipeline | FixedPoint):
         raise UnsupportedError(f"not a pass, pipeline or fixed-point group: {step!r}")
     if not (checks.verify and not step.verify_each_pass and not checks.every):
@@ -277,7 +301,7 @@ def _run_step(
     )
     if changed:
         try:
-            verify_module(module)
+            _verify(module, None, checks.reached)
         except HloError as exc:
             changers = dict.fromkeys(r.path for r in report.records[first:] if r.changed)
             raise PassFailure(
@@ -324,10 +348,11 @@ def _run_pass(
     path: str,
     iteration: int,
     report: PipelineReport,
-    verify: bool,
+    checks: _Checks,
     dumper: _Dumper | None,
     on_pass: Callable[[PassRecord], None] | None,
 ) -> bool:
+    verify = checks.verify
     start = time.perf_counter()
     # Held while the pass runs, so that no computation it adds can take the id of one
     # that was there before.
@@ -349,7 +374,7 @@ def _run_pass(
                 known = {id(computation) for computation in before}
                 scope = [module.entry, *(c for c in module.computations if id(c) not in known)]
                 report.scoped.append(path)
-            verify_module(module, scope)
+            _verify(module, scope, checks.reached)
         except HloError as exc:
             raise PassFailure(f"pass {path!r} left a module that does not verify: {exc}") from exc
     record = PassRecord(path, changed, time.perf_counter() - start, iteration)
