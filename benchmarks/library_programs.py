@@ -1,0 +1,238 @@
+"""Large programs as libraries built on jax write them, lowered for CUDA without a device.
+
+The corpora's programs are small and the flax models are straight-line training steps;
+what the library sweeps of docs/reliability.md compiled slowest were programs with many
+while loops and computations: a physics engine's gradient, a cosmology code's Fisher
+matrix, an ODE solver's adjoint, an MCMC kernel's steps. Each builder here returns one
+such program's HLO text (jax 0.10.2, ``lowering_platforms=("cuda",)``, every constant in
+full). ``library_compile.py`` times heron's whole compile of them beside XLA:GPU's.
+
+Needs the libraries, in an environment with jax 0.10.2 (heron need not be installed
+there)::
+
+    pip install "jax==0.10.2" brax==0.14.2 jax-cosmo==0.1.0 diffrax==0.7.2 \\
+        numpyro==0.22.0 blackjax==1.7.1
+
+Run ``python benchmarks/library_programs.py OUT_DIR [--only NAME,...]`` to write each
+program as ``OUT_DIR/NAME.hlo`` (what ``library_compile.py --hlo-dir`` reads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+
+def _hlo(function, *args) -> str:
+    """``function`` at ``args`` lowered for CUDA: the HLO text jax hands XLA:GPU."""
+    import jax
+
+    lowered = jax.jit(function).trace(*args).lower(lowering_platforms=("cuda",))
+    return lowered.compiler_ir("hlo").as_hlo_text(print_large_constants=True)
+
+
+def brax_ant_grad() -> str:
+    """The gradient of brax's ant (generalized pipeline) reward through three physics
+    steps with respect to the actions."""
+    import jax
+    import jax.numpy as jnp
+    from brax import envs
+
+    env = envs.get_environment("ant", backend="generalized")
+    state = jax.jit(env.reset)(jax.random.PRNGKey(0))
+
+    def loss(actions, state):
+        def step(carry, action):
+            carry = env.step(carry, action)
+            return carry, carry.reward
+
+        _, rewards = jax.lax.scan(step, state, actions)
+        return jnp.sum(rewards)
+
+    actions = jnp.zeros((3, env.action_size), jnp.float32)
+    return _hlo(jax.grad(loss), actions, state)
+
+
+def jax_cosmo_fisher() -> str:
+    """A Fisher matrix of two weak-lensing bins' angular power spectra (halofit, Eisenstein
+    and Hu) with respect to five cosmological parameters, by ``jax.jacfwd``."""
+    import jax
+    import jax.numpy as jnp
+    import jax_cosmo as jc
+
+    nz1 = jc.redshift.smail_nz(1.0, 2.0, 1.0)
+    nz2 = jc.redshift.smail_nz(1.0, 2.0, 0.5)
+    tracers = [jc.probes.WeakLensing([nz1, nz2], sigma_e=0.26)]
+    ell = jnp.logspace(1, 3, 10)
+
+    def mean(params):
+        cosmo = jc.Planck15(
+            Omega_c=params[0], Omega_b=params[1], h=params[2], n_s=params[3], sigma8=params[4]
+        )
+        return jc.angular_cl.angular_cl(cosmo, ell, tracers).flatten()
+
+    def fisher(params):
+        signal = mean(params).reshape(3, -1)
+        noise = jc.angular_cl.noise_cl(ell, tracers)
+        cov = jc.angular_cl.gaussian_cl_covariance(ell, tracers, signal, noise, sparse=False)
+        jacobian = jax.jacfwd(mean)(params)
+        return jacobian.T @ jnp.linalg.solve(cov, jacobian)
+
+    params = jnp.array([0.2545, 0.0485, 0.682, 0.971, 0.801], jnp.float32)
+    return _hlo(fisher, params)
+
+
+def diffrax_neural_ode_grad() -> str:
+    """A neural ODE's loss gradient through diffrax's adaptive Tsit5 solve (a PID step
+    controller, ``RecursiveCheckpointAdjoint``: nested while loops and checkpoints)."""
+    import os
+
+    os.environ.setdefault("EQX_ON_ERROR", "nan")  # no host callbacks
+    import diffrax
+    import jax
+    import jax.numpy as jnp
+
+    key = jax.random.PRNGKey(0)
+    k1, k2, k3 = jax.random.split(key, 3)
+    params = {
+        "w1": jax.random.normal(k1, (8, 64)) * 0.3,
+        "w2": jax.random.normal(k2, (64, 64)) * 0.1,
+        "w3": jax.random.normal(k3, (64, 8)) * 0.1,
+    }
+
+    def vector_field(t, y, p):
+        h = jnp.tanh(y @ p["w1"])
+        h = jnp.tanh(h @ p["w2"])
+        return h @ p["w3"] - 0.1 * y
+
+    def loss(p, y0):
+        solution = diffrax.diffeqsolve(
+            diffrax.ODETerm(vector_field),
+            diffrax.Tsit5(),
+            t0=0.0,
+            t1=2.0,
+            dt0=0.05,
+            y0=y0,
+            args=p,
+            saveat=diffrax.SaveAt(ts=jnp.linspace(0.0, 2.0, 16)),
+            stepsize_controller=diffrax.PIDController(rtol=1e-4, atol=1e-6),
+            max_steps=256,
+            throw=False,  # equinox's runtime check is a host callback, which no GPU compile takes
+        )
+        return jnp.mean(solution.ys**2)
+
+    y0 = jnp.ones((32, 8), jnp.float32)
+    return _hlo(jax.grad(loss), params, y0)
+
+
+def numpyro_nuts_schools() -> str:
+    """Ten NUTS samples of numpyro's eight-schools model (non-centred), warm-up adapting the
+    step size and mass matrix: a while loop of trees built by while loops."""
+    import jax
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import MCMC, NUTS
+
+    sigma = jnp.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+    observed = jnp.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+
+    def model(sigma, y=None):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+        tau = numpyro.sample("tau", dist.HalfCauchy(5.0))
+        with numpyro.plate("J", sigma.shape[0]):
+            theta = numpyro.sample("theta", dist.Normal(0.0, 1.0))
+            numpyro.sample("obs", dist.Normal(mu + tau * theta, sigma), obs=y)
+
+    def run(key):
+        mcmc = MCMC(NUTS(model), num_warmup=10, num_samples=10, progress_bar=False)
+        mcmc.run(key, sigma, y=observed)
+        return mcmc.get_samples()
+
+    # MCMC.run jits its own steps; trace through them by running it under jit here.
+    return _hlo(run, jax.random.PRNGKey(0))
+
+
+def blackjax_nuts_logistic() -> str:
+    """Twenty blackjax NUTS steps of a Bayesian logistic regression (200 points, 16
+    features) under ``lax.scan``."""
+    import blackjax
+    import jax
+    import jax.numpy as jnp
+
+    key = jax.random.PRNGKey(0)
+    kx, ky = jax.random.split(key)
+    x = jax.random.normal(kx, (200, 16))
+    y = (jax.random.uniform(ky, (200,)) < 0.5).astype(jnp.float32)
+
+    def logdensity(w):
+        logits = x @ w
+        prior = -0.5 * jnp.sum(w**2)
+        return prior + jnp.sum(y * logits - jnp.logaddexp(0.0, logits))
+
+    nuts = blackjax.nuts(logdensity, step_size=0.1, inverse_mass_matrix=jnp.ones(16))
+
+    def run(key, w0):
+        state = nuts.init(w0)
+
+        def one(state, key):
+            state, info = nuts.step(key, state)
+            return state, state.position
+
+        _, positions = jax.lax.scan(one, state, jax.random.split(key, 20))
+        return positions
+
+    return _hlo(run, key, jnp.zeros(16, jnp.float32))
+
+
+def expn_grad() -> str:
+    """``jax.scipy.special.expn`` and its gradient over a vector: 54 while loops."""
+    import jax
+    import jax.numpy as jnp
+    from jax.scipy.special import expn
+
+    def f(n, x):
+        return jnp.sum(expn(n, x))
+
+    def both(n, x):
+        return expn(n, x), jax.grad(f, argnums=1)(n, x)
+
+    return _hlo(both, jnp.arange(1, 65, dtype=jnp.int32) % 5, jnp.linspace(0.1, 4.0, 64))
+
+
+PROGRAMS: dict[str, Callable[[], str]] = {
+    "brax_ant_grad": brax_ant_grad,
+    "jax_cosmo_fisher": jax_cosmo_fisher,
+    "diffrax_neural_ode_grad": diffrax_neural_ode_grad,
+    "numpyro_nuts_schools": numpyro_nuts_schools,
+    "blackjax_nuts_logistic": blackjax_nuts_logistic,
+    "expn_grad": expn_grad,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="folder for NAME.hlo")
+    parser.add_argument("--only", help="comma-separated program names")
+    args = parser.parse_args(argv)
+    names = args.only.split(",") if args.only else list(PROGRAMS)
+    unknown = sorted(set(names) - set(PROGRAMS))
+    if unknown:
+        parser.error(f"unknown program(s) {', '.join(unknown)}; known: {', '.join(PROGRAMS)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        text = PROGRAMS[name]()
+        (args.out / f"{name}.hlo").write_text(text)
+        whiles = text.count(" while(")
+        computations = sum(
+            1 for line in text.splitlines() if line.endswith("{") and not line.startswith(" ")
+        )
+        lines = len(text.splitlines())
+        print(f"{name}: {lines} lines, {whiles} while loops, {computations} computations")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
