@@ -219,9 +219,7 @@ def test_inlined_code_computes_the_same(ctx):
 
 
 def _reference_inline(module: ir.Module) -> None:
-    """The rule stated naively: rescan the module for every decision (slow, obviously right).
-
-    The random modules' calls never have equal operands, so no call is merged."""
+    """The rule stated naively: rescan the module for every decision (slow, obviously right)."""
     from heron.emitters.pipeline import inline as impl
 
     def calls_in(op):
@@ -252,24 +250,14 @@ def _reference_inline(module: ir.Module) -> None:
     for name in functions:
         if name not in state:
             visit(name)
-    done = []
     for name in order:
         for call in walk_ops(functions[name], "heron_gpu.pure_call"):
             callee = impl._callee_name(call)
             if reaches(functions, callee, name):
                 continue
             small = len(walk_ops(functions[callee])) - 2 <= SMALL_FUNCTION_OPS
-            # XLA's rule: it calls (at its top level) what the call's block calls
-            block_calls = {
-                impl._callee_name(op) for op in call.block.operations if op.name == impl.PURE_CALL
-            }
-            own = functions[callee].regions[0].blocks[0].operations
-            shared = callee in done and block_calls & {
-                impl._callee_name(op) for op in own if op.name == impl.PURE_CALL
-            }
-            if small or calls_in(table).count(callee) == 1 or shared:
+            if small or calls_in(table).count(callee) == 1:
                 impl.inline_call(call, functions[callee])
-        done.append(name)
     while True:
         used = set(calls_in(table))
         dead = [
@@ -311,53 +299,3 @@ def test_inlining_matches_the_rescanning_reference(ctx, seed):
     module = _random_call_module(seed)
     _run(module)
     assert str(module) == str(expected)
-
-
-def test_equal_calls_are_merged_and_the_callee_inlined_once(ctx):
-    """Two calls of a big function at the same operands are one call (a pure_call is
-    pure), so the function is called once and inlined: its body appears once."""
-    f32 = ir.F32Type.get()
-    module = ir.Module.create()
-    with ir.InsertionPoint(module.body):
-        main = func.FuncOp("main", ir.FunctionType.get([f32, f32], [f32]))
-        f = _private("f", [f32, f32], [f32])
-    with ir.InsertionPoint(f.add_entry_block()):
-        func.ReturnOp([_big_body(list(f.arguments), SMALL_FUNCTION_OPS + 5)])
-    with ir.InsertionPoint(main.add_entry_block()):
-        first = pure_call_op(f, list(main.arguments), [f32]).results[0]
-        second = pure_call_op(f, list(main.arguments), [f32]).results[0]
-        func.ReturnOp([arith.mulf(first, second)])
-    _run(module)
-    assert not walk_ops(module.operation, "heron_gpu.pure_call")
-    assert _function_names(module) == ["main"]
-    assert len(walk_ops(module.operation, "arith.addf")) == SMALL_FUNCTION_OPS + 5
-
-
-def test_a_callee_that_calls_what_its_caller_calls_is_inlined(ctx):
-    """XLA's rule: a big function called more than once is inlined where its caller's
-    block calls a function it calls too (a threefry hash's rounds each read the two
-    before them); the equal calls that brings together are then one."""
-    f32 = ir.F32Type.get()
-    module = ir.Module.create()
-    with ir.InsertionPoint(module.body):
-        main = func.FuncOp("main", ir.FunctionType.get([f32, f32], [f32]))
-        a = _private("a", [f32, f32], [f32])
-        g = _private("g", [f32, f32], [f32])
-    with ir.InsertionPoint(g.add_entry_block()):
-        func.ReturnOp([_big_body(list(g.arguments), SMALL_FUNCTION_OPS + 5)])
-    with ir.InsertionPoint(a.add_entry_block()):
-        x, y = a.arguments
-        shared = pure_call_op(g, [x, y], [f32]).results[0]
-        func.ReturnOp([_big_body([shared, y], SMALL_FUNCTION_OPS + 5)])
-    with ir.InsertionPoint(main.add_entry_block()):
-        x, y = main.arguments
-        direct = pure_call_op(g, [x, y], [f32]).results[0]
-        at_x = pure_call_op(a, [x, y], [f32]).results[0]
-        at_y = pure_call_op(a, [y, y], [f32]).results[0]
-        func.ReturnOp([arith.mulf(direct, arith.mulf(at_x, at_y))])
-    _run(module)
-    assert _function_names(module) == ["main", "g"]
-    calls = walk_ops(module.operation, "heron_gpu.pure_call")
-    # g at (x, y) once (main's own call and a's, merged) and at (y, y) once
-    assert len(calls) == 2
-    assert {tuple(c.operands)[0].get_name() for c in calls} == {"%arg0", "%arg1"}

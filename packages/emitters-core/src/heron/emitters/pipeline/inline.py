@@ -10,15 +10,6 @@ Callees are processed before their callers (post-order over the call graph),
 so a caller sees its callees' final bodies. Private functions that nothing
 refers to any more are erased afterwards.
 
-Inlining brings the callees' own calls into the caller, and two callees that
-call one subgraph at the same indices bring the same call twice: the caller
-then keeps one of them (a ``pure_call`` is pure), and a callee whose calls all
-come down to one this way is inlined after all. XLA's inliner runs CSE on each
-function after inlining into it for the same reason. Without it a threefry hash
-(jax's random bits: twenty rounds, each reading the two before it) stayed 58
-functions called 325 times, which LLVM took four seconds to inline into 3,000
-lines of PTX where XLA's kernel has 500.
-
 One kind of small callee is left to LLVM: a function on plain scalars whose
 copies would add more than :data:`SCALAR_GROWTH` ops (a sort network's
 comparator, called twice per exchange). Nothing of heron's indexing passes
@@ -36,7 +27,6 @@ from mlir import ir
 from heron.emitters.callbacks import walk
 from heron.emitters.ir_utils import block_ops, walk_ops
 from heron.emitters.pipeline.manager import Pass, PipelineOptions
-from heron.emitters.pipeline.upstream import upstream_pass_manager
 from heron.hlo.errors import UnsupportedError
 
 PURE_CALL = "heron_gpu.pure_call"
@@ -119,9 +109,6 @@ class _CallGraph:
         self.counts: Counter[str] = Counter(_callee_name(c) for c in walk_ops(table, PURE_CALL))
         self._sizes: dict[str, int] = {}
         self._components: dict[str, int] | None = None
-        self._sizes_of_components: Counter[int] | None = None
-        #: Private functions no call reaches any more (:meth:`_release`).
-        self.released: set[str] = set()
 
     def post_order(self) -> list[str]:
         """Function names, callees before callers; calls on a cycle are never inlined."""
@@ -157,17 +144,6 @@ class _CallGraph:
             component is not None and component == self._components.get(target)
         )
 
-    def recursive(self, name: str) -> bool:
-        """Whether ``name`` calls itself, directly or not."""
-        if self._components is None:
-            self._components = _components(self.functions, self.edges)
-        if self.edges.get(name, Counter())[name] > 0:
-            return True
-        component = self._components.get(name)
-        if self._sizes_of_components is None:
-            self._sizes_of_components = Counter(self._components.values())
-        return component is not None and self._sizes_of_components[component] > 1
-
     def body_size(self, name: str) -> int:
         size = self._sizes.get(name)
         if size is None:
@@ -181,28 +157,6 @@ class _CallGraph:
         self.edges[caller].update(self.edges[callee])
         self.counts.update(self.edges[callee])
         self._sizes.pop(caller, None)
-        self._release(callee)
-
-    def merged(self, caller: str, callee: str) -> None:
-        """Record that one call of ``callee`` in ``caller`` was replaced by an equal one."""
-        self.edges[caller][callee] -= 1
-        self.counts[callee] -= 1
-        self._sizes.pop(caller, None)
-        self._release(callee)
-
-    def _release(self, name: str) -> None:
-        """A private function nothing calls any more (erased at the end, unless an
-        attribute names it) no longer counts among its callees' callers."""
-        function = self.functions.get(name)
-        if self.counts[name] > 0 or function is None or not _is_private(function):
-            return
-        if name in self.released:
-            return
-        self.released.add(name)
-        for callee, n in self.edges[name].items():
-            if n > 0:
-                self.counts[callee] -= n
-                self._release(callee)
 
 
 def _components(
@@ -306,106 +260,28 @@ def inline_call(call: ir.Operation, callee: ir.Operation) -> None:
 def _inline_table(table: ir.Operation) -> None:
     functions = _functions(table)
     graph = _CallGraph(table, functions)
-    direct: dict[str, frozenset[str]] = {}  # a processed function's own top-level callees
     for name in graph.post_order():
-        # The caller's calls as they are now, again while inlining or merging changes
-        # them: calls cloned in from a callee are inlined by the same rules.
-        calls = graph.calls[name]
-        while True:
-            _inline_calls(functions, graph, name, calls, direct)
-            if not _merge_equal_calls(functions[name], graph, name):
-                break
-            # Not on a cycle: copies of a recursive function's calls would unroll it.
-            calls = [
-                call
-                for call in walk_ops(functions[name], PURE_CALL)
-                if not graph.recursive(_callee_name(call))
-            ]
-        direct[name] = frozenset(_callee_name(c) for c in _top_level_calls(functions[name]))
+        # The caller's calls as they are now: calls cloned in from its callees are kept.
+        for call in graph.calls[name]:
+            callee_name = _callee_name(call)
+            callee = functions.get(callee_name)
+            if callee is None or graph.reaches(callee_name, name):
+                continue
+            if not list(callee.regions[0].blocks):
+                continue  # a declaration: nothing to inline
+            size = graph.body_size(callee_name)
+            calls = graph.counts[callee_name]
+            kept = size <= SMALL_FUNCTION_OPS and _kept_for_llvm(callee, size, calls)
+            if kept:
+                # LLVM inlines it at every call (the func-to-llvm conversion hands
+                # ``passthrough`` on as the function's attributes).
+                callee.attributes[PASSTHROUGH] = ir.ArrayAttr.get(
+                    [ir.StringAttr.get("alwaysinline")]
+                )
+            elif size <= SMALL_FUNCTION_OPS or calls == 1:
+                inline_call(call, callee)
+                graph.inlined(name, callee_name)
     _erase_unreferenced(table)
-
-
-def _top_level_calls(function: ir.Operation) -> list[ir.Operation]:
-    blocks = list(function.regions[0].blocks)
-    if not blocks:
-        return []
-    return [op for op in block_ops(blocks[0]) if op.name == PURE_CALL]
-
-
-def _inline_calls(
-    functions: dict[str, ir.Operation],
-    graph: _CallGraph,
-    name: str,
-    calls: list[ir.Operation],
-    direct: dict[str, frozenset[str]],
-) -> bool:
-    """Inline each of ``calls`` (in function ``name``) whose callee is small, called
-    once, or calls a function its call's block calls too; whether any was."""
-    beside: dict[ir.Block, set[str]] = {}  # the callees called in each block of the caller
-    inlined = False
-    for call in calls:
-        callee_name = _callee_name(call)
-        callee = functions.get(callee_name)
-        if callee is None or graph.reaches(callee_name, name):
-            continue
-        if not list(callee.regions[0].blocks):
-            continue  # a declaration: nothing to inline
-        size = graph.body_size(callee_name)
-        count = graph.counts[callee_name]
-        kept = size <= SMALL_FUNCTION_OPS and _kept_for_llvm(callee, size, count)
-        if kept:
-            # LLVM inlines it at every call (the func-to-llvm conversion hands
-            # ``passthrough`` on as the function's attributes).
-            callee.attributes[PASSTHROUGH] = ir.ArrayAttr.get([ir.StringAttr.get("alwaysinline")])
-            continue
-        block = call.block
-        if size > SMALL_FUNCTION_OPS and count > 1:
-            shared = direct.get(callee_name, frozenset())
-            if not shared:
-                continue
-            called = beside.get(block)
-            if called is None:
-                called = beside[block] = {
-                    _callee_name(op) for op in block_ops(block) if op.name == PURE_CALL
-                }
-            if called.isdisjoint(shared):
-                continue
-        inline_call(call, callee)
-        graph.inlined(name, callee_name)
-        inlined = True
-        if block in beside:
-            beside[block].update(direct.get(callee_name, ()))
-    return inlined
-
-
-def _merge_equal_calls(function: ir.Operation, graph: _CallGraph, name: str) -> bool:
-    """Replace each ``pure_call`` of ``function`` that an earlier one of its block equals
-    (the callee and the operands, a constant operand by its value) by that one, after
-    upstream CSE has shared the rest; whether any was."""
-    upstream_pass_manager("func.func(cse)", function.context).run(function)
-    first: dict[tuple, ir.Operation] = {}
-    merged = False
-    for call in walk_ops(function, PURE_CALL):
-        callee = _callee_name(call)
-        key = (call.block, callee, *(_operand_key(v) for v in call.operands))
-        earlier = first.get(key)
-        if earlier is None:
-            first[key] = call
-            continue
-        for old, new in zip(call.results, earlier.results, strict=True):
-            old.replace_all_uses_with(new)
-        call.erase()
-        graph.merged(name, callee)
-        merged = True
-    return merged
-
-
-def _operand_key(value: ir.Value) -> object:
-    """``value``, or for a constant its type and value (equal constants are one operand)."""
-    owner = value.owner
-    if isinstance(owner, ir.Operation | ir.OpView) and owner.name == "arith.constant":
-        return (str(value.type), str(owner.attributes["value"]))
-    return value
 
 
 def _kept_for_llvm(callee: ir.Operation, size: int, calls: int) -> bool:
