@@ -262,3 +262,43 @@ def _launches(program):
     from heron.runtime.core.thunks import KernelThunk, walk
 
     return [t for t in walk(program) if isinstance(t, KernelThunk)]
+
+
+def test_a_reduction_read_through_a_relabelling_transpose_is_split_by_its_bytes():
+    """ViT-B/16's bias gradient: ``transpose(p)`` of layout ``{1,3,2,0}`` is p's bytes
+    ``[32,12,64,197]`` relabelled, summed over batch and tokens: physically a batched row
+    reduction ``[32, 768, 197]``, which XLA splits (197 first, then 32: 3,072 and 6
+    blocks) after normalising the layout; heron kept it one kernel of 96 blocks."""
+    module = parse_module(
+        """
+HloModule bias_grad
+
+add_r {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = f32[32,12,64,197]{3,2,1,0} parameter(0)
+  t = f32[32,197,12,64]{1,3,2,0} transpose(p), dimensions={0,3,1,2}
+  z = f32[] constant(0)
+  ROOT r = f32[12,64]{1,0} reduce(t, z), dimensions={0,1}, to_apply=add_r
+}
+"""
+    )
+    work = copy.deepcopy(module)
+    assert split_long_reductions(work, H100)
+    verify_module(work)
+    reduces = [i for i in work.entry.instructions if i.opcode == "reduce"]
+    assert [(i.operands[0].array_shape.dims, i.attr("dimensions")) for i in reduces] == [
+        ((32, 768, 197), (2,)),
+        ((32, 768), (0,)),
+    ]
+    x = np.random.default_rng(5).standard_normal((32, 12, 64, 197)).astype(np.float32)
+    np.testing.assert_allclose(
+        np.asarray(evaluate_module(work, [x])),
+        np.asarray(evaluate_module(module, [x])),
+        rtol=1e-4,
+        atol=1e-4,
+    )

@@ -19,6 +19,12 @@ with XLA's rules (so that heron launches what XLA launches):
 - **batched row** (``[B, K, R]``): when ``B`` exceeds :data:`BATCH_BOUND`,
   ``R`` is reduced first, then ``B`` (each new reduce is looked at again).
 
+An input of another layout than row-major is looked at as the row-major array its
+bytes are (a bitcast), its reduced dimensions among those, as XLA normalises a
+reduction's layout before its rewriter runs (ViT's bias gradients read through a
+transpose that only relabels dimensions were one kernel of 96 blocks, XLA's two of
+3,072 and 6).
+
 The split changes the order a float sum is taken in, which the check's
 reassociation bounds allow (any order is within ``(n - 1) u sum|x|``); min,
 max and integer reductions give the same bits. Every shape it makes is
@@ -128,11 +134,14 @@ class _Splitter:
         """The two reduces (and bitcasts) computing ``reduce``, or None to keep it."""
         count = len(reduce.operands) // 2
         inputs, inits = reduce.operands[:count], reduce.operands[count:]
-        if not all(_row_major(i.shape) for i in inputs):
-            return None
         if not all(_row_major(leaf) for leaf in reduce.shape.leaves()):
             return None
         reduced = set(reduce.attributes.get("dimensions", ()))
+        if not all(_row_major(i.shape) for i in inputs):
+            physical = self._physical(reduce, inputs, reduced)
+            if physical is None:
+                return None
+            inputs, reduced = physical
         runs = _runs(inputs[0].array_shape.dims, reduced)
         pattern = tuple(is_reduced for is_reduced, _ in runs)
         sizes = [size for _, size in runs]
@@ -151,6 +160,30 @@ class _Splitter:
             if sizes[2] > row_bound(self.target):
                 return self._split_run(reduce, inputs, inits, sizes, 2, row=True)
         return None
+
+    def _physical(
+        self, reduce: Instruction, inputs: list[Instruction], reduced: set[int]
+    ) -> tuple[list[Instruction], set[int]] | None:
+        """Inputs of another layout as the row-major arrays their bytes are (bitcasts),
+        and the reduced dimensions among those, as XLA normalises a reduction's layout
+        before splitting it: a bias gradient read through a transpose that only
+        relabels dimensions (``bf16[32,197,12,64]{1,3,2,0}``, p's ``[32,12,64,197]``)
+        summed over batch and tokens is a batched row reduction ``[32, 768, 197]``. None
+        where the inputs' layouts differ or the kept dimensions would come out in
+        another order than the (row-major) result has them."""
+        first = inputs[0].array_shape
+        if any(tuple(i.array_shape.minor_to_major) != first.minor_to_major for i in inputs):
+            return None
+        order = list(reversed(first.minor_to_major))  # major to minor
+        kept = [d for d in order if d not in reduced]
+        if kept != sorted(kept):
+            return None
+        dims = [first.dims[d] for d in order]
+        bitcasts = [
+            self.add("bitcast", _array(i.array_shape, dims), [i], like=reduce, suffix="bitcast")
+            for i in inputs
+        ]
+        return bitcasts, {position for position, d in enumerate(order) if d in reduced}
 
     def _reduce(
         self,
