@@ -54,6 +54,31 @@ def test_a_print_in_a_loop_prints_every_iteration_in_order(capsys, tmp_path):
     assert capsys.readouterr().out == "step 0: 0.0\nstep 1: 2.0\nstep 2: 4.0\n"
 
 
+def test_callbacks_run_in_program_order_around_a_loop(tmp_path):
+    """An operand-less callback before a while loop runs before the loop's own callbacks,
+    as under jax.jit: the schedule walked from the root put it after them."""
+    log: list[str] = []
+
+    def f(x):
+        jax.debug.callback(lambda: log.append("start"))
+
+        def body(carry):
+            i, v = carry
+            jax.debug.callback(lambda i: log.append(f"step {int(i)}"), i)
+            return i + 1, v * 0.5
+
+        trips, v = jax.lax.while_loop(lambda c: c[1] > 0.1, body, (0, x))
+        jax.debug.callback(lambda k: log.append(f"end {int(k)}"), trips)
+        return v
+
+    x = np.float32(1.0)
+    jax.jit(f)(x).block_until_ready()
+    jax.effects_barrier()
+    expected, log[:] = list(log), []
+    _jit(f, tmp_path)(x)
+    assert log == expected == ["start", "step 0", "step 1", "step 2", "step 3", "end 4"]
+
+
 def test_pure_callback_results_feed_the_program(tmp_path):
     def host(v):
         return np.sort(np.asarray(v))[::-1].copy(), np.asarray(v).max()

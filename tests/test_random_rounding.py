@@ -475,3 +475,34 @@ def test_the_spread_of_values_is_only_for_outputs_a_reordered_sum_reaches():
     assert tolerance.rounding is None
     one_ulp = np.nextafter(reference, np.float32(np.inf))
     assert not compare(one_ulp, reference, tolerance).agrees
+
+
+def test_a_nan_that_rounding_decides_is_accepted_and_said_so():
+    """sqrt(1.05 - total) after the accumulating loop: a number after the reference's ten
+    trips, NaN after the eleven that some roundings take. A kernel's NaN there is
+    accepted (as XLA:CPU's or any correct compiler's could be), and the report says so
+    rather than leaving "max |difference| inf" beside "agree" (the fifteenth sweep's
+    jax-galsim gradient read as a wrong answer let through)."""
+    text = ACCUMULATE.replace("STEP", "0.1").replace(
+        "  ROOT out = (s32[], f32[]) tuple(trips, total)",
+        """  limit = f32[] constant(1.05)
+  room = f32[] subtract(limit, total)
+  root = f32[] sqrt(room)
+  ROOT out = (s32[], f32[]) tuple(trips, root)""",
+    )
+    module = parse_module(text)
+    arguments = [np.asarray(np.float32(0))]
+    _, tolerance = output_tolerances(module, {}, arguments, None, tf32=False, written=module)
+    _, reference = flatten_literal(evaluate_module(module, arguments))
+    assert np.isfinite(reference)
+    result = compare(np.asarray(np.float32("nan")), reference, tolerance)
+    assert result.agrees, result.summary
+    assert "1 of 1 NaN where the reference has a number, first at ()" in result.summary
+    assert "random roundings of the reference give there" in result.summary
+    # a NaN no rounding gives is refused: the same loop with exact steps
+    exact = parse_module(text.replace("0.1", "0.25"))
+    _, exact_tolerance = output_tolerances(exact, {}, arguments, None, tf32=False, written=exact)
+    _, exact_reference = flatten_literal(evaluate_module(exact, arguments))
+    refused = compare(np.asarray(np.float32("nan")), exact_reference, exact_tolerance)
+    assert not refused.agrees
+    assert "NaN against a number" in refused.summary

@@ -388,7 +388,35 @@ def compare(actual: object, expected: object, tolerance=None) -> Agreement:
             f" {describe_value(expected, first)} ({how})"
         )
         return Agreement(False, summary)
-    return Agreement(True, summary)
+    return Agreement(True, summary + _accepted_nans(actual, expected, tolerance))
+
+
+def _accepted_nans(actual: np.ndarray, expected: np.ndarray, tolerance) -> str:
+    """For an output that agrees with NaNs where the reference has numbers: how many,
+    the first, and why it was accepted (as many random roundings of the reference give
+    NaN there: a decision rounding flips, such as a tie that a ``where`` guards, whose
+    other branch is NaN). "max |difference| inf" alone read as a wrong answer let
+    through: the fifteenth sweep's jax-galsim gradient (an Akima interpolation's
+    gradient is NaN where two slopes tie, and which tie depends on a grid's last ulp)."""
+    from heron.harness.tolerance import describe_value
+
+    if not (expected.dtype.kind == "c" or _is_float(expected.dtype)):
+        return ""
+    wide_actual = actual.astype(np.complex128 if actual.dtype.kind == "c" else np.float64)
+    wide_expected = expected.astype(wide_actual.dtype)
+    where = (np.isnan(wide_actual) & ~np.isnan(wide_expected)).reshape(-1)
+    if not where.any():
+        return ""
+    first = int(np.flatnonzero(where)[0])
+    index = tuple(int(i) for i in np.unravel_index(first, expected.shape))
+    note = (
+        f"; {int(where.sum())} of {expected.size} NaN where the reference has a number,"
+        f" first at {index} (the reference: {describe_value(expected, first)})"
+    )
+    seen = tolerance.rounding.nan_roundings(first) if tolerance.rounding is not None else None
+    if seen is not None and seen[0]:
+        note += f", as {seen[0]} of {seen[1]} random roundings of the reference give there"
+    return note
 
 
 def _is_float(dtype: np.dtype) -> bool:

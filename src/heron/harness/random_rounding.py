@@ -458,6 +458,18 @@ class RoundingFreedom:
                 accepted = self._within_spread(kernel, spread)
         return accepted
 
+    def nan_roundings(self, index: int) -> tuple[int, int] | None:
+        """How many of the evaluated random roundings give NaN at element ``index``
+        (flat) of this output, and how many were evaluated; None before any were (or
+        where they could not be)."""
+        spread = self.roundings.evaluated()
+        if spread is None:
+            return None
+        values = [np.asarray(run[self.output]).reshape(-1) for run in spread.outputs[1:]]
+        if not values or any(index >= v.size or v.dtype.kind not in "fc" for v in values):
+            return None
+        return sum(bool(np.isnan(v[index])) for v in values), len(values)
+
     def _within_spread(self, kernel: np.ndarray, spread: _Spread) -> np.ndarray:
         values = [np.asarray(run[self.output]).reshape(-1) for run in spread.outputs]
         if any(v.size != kernel.size or v.dtype != kernel.dtype for v in values):

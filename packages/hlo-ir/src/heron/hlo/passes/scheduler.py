@@ -31,11 +31,14 @@ from heron.hlo.buffers.liveness import analyze_liveness, control_predecessors, p
 from heron.hlo.errors import HloVerifyError
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.registry import hlo_pass
+from heron.hlo.passes.rewrite import has_side_effect
 
 __all__ = ["ALGORITHMS", "list_order", "post_order", "schedule_module", "scheduled_peak"]
 
 
 def _dependencies(computation: Computation) -> dict[int, list[Instruction]]:
+    """What each instruction must come after: its operands, its control predecessors,
+    and the side-effecting instruction before it in program order (:func:`_effect_chain`)."""
     by_name = {inst.name: inst for inst in computation.instructions}
     deps: dict[int, list[Instruction]] = {}
     for inst in computation.instructions:
@@ -43,7 +46,76 @@ def _dependencies(computation: Computation) -> dict[int, list[Instruction]]:
         for before in (*inst.operands, *control_predecessors(inst, by_name)):
             unique.setdefault(id(before), before)
         deps[id(inst)] = list(unique.values())
+    for earlier, later in _effect_chain(computation, deps):
+        if all(before is not earlier for before in deps[id(later)]):
+            deps[id(later)].append(earlier)
     return deps
+
+
+#: Side-effecting opcodes that only order others, with no effect of their own to keep in
+#: program order.
+_ORDER_ONLY = frozenset({"add-dependency", "domain"})
+
+
+def _effect_chain(
+    computation: Computation, deps: dict[int, list[Instruction]]
+) -> list[tuple[Instruction, Instruction]]:
+    """Consecutive pairs of the side-effecting instructions (a host callback, an outfeed,
+    a loop or call that holds one) in program order: they keep it, as the program ran
+    them where it was traced. A walk from the root alone put an operand-less
+    ``jax.debug.callback`` before a ``while_loop`` after the loop's own callbacks.
+
+    Program order is the instruction list's, made topological over ``deps`` (a rewrite
+    may have appended an instruction that its users precede in the list), so that the
+    chain never contradicts a data or control dependency."""
+    effectful = _EffectfulComputations()
+    effects = [
+        inst
+        for inst in computation.instructions
+        if inst.opcode not in _ORDER_ONLY and effectful.instruction(inst)
+    ]
+    if len(effects) < 2:
+        return []
+    position = {id(inst): n for n, inst in enumerate(computation.post_order())}
+    waiting = {id(inst): len(deps[id(inst)]) for inst in computation.instructions}
+    users: dict[int, list[Instruction]] = {id(inst): [] for inst in computation.instructions}
+    for inst in computation.instructions:
+        for before in deps[id(inst)]:
+            users[id(before)].append(inst)
+    ready = [(position[id(i)], i.name, i) for i in computation.instructions if not waiting[id(i)]]
+    heapq.heapify(ready)
+    wanted = {id(inst) for inst in effects}
+    ordered: list[Instruction] = []
+    while ready:
+        _, _, inst = heapq.heappop(ready)
+        if id(inst) in wanted:
+            ordered.append(inst)
+        for user in users[id(inst)]:
+            waiting[id(user)] -= 1
+            if not waiting[id(user)]:
+                heapq.heappush(ready, (position[id(user)], user.name, user))
+    return list(zip(ordered, ordered[1:], strict=False))
+
+
+class _EffectfulComputations:
+    """Whether an instruction has a side effect (:func:`heron.hlo.passes.rewrite.has_side_effect`),
+    each called computation looked into once."""
+
+    def __init__(self) -> None:
+        self._computations: dict[str, bool] = {}
+
+    def instruction(self, inst: Instruction) -> bool:
+        if inst.opcode in ("call", "while", "conditional"):
+            return any(self._computation(c) for c in inst.called_computations())
+        return has_side_effect(inst)
+
+    def _computation(self, computation: Computation) -> bool:
+        known = self._computations.get(computation.name)
+        if known is None:
+            self._computations[computation.name] = False  # a recursive call: not by itself
+            known = any(self.instruction(inst) for inst in computation.instructions)
+            self._computations[computation.name] = known
+        return known
 
 
 def post_order(computation: Computation, flow: Dataflow) -> list[Instruction]:
