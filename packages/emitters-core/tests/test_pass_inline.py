@@ -219,7 +219,9 @@ def test_inlined_code_computes_the_same(ctx):
 
 
 def _reference_inline(module: ir.Module) -> None:
-    """The rule stated naively: rescan the module for every decision (slow, obviously right)."""
+    """The rule stated naively: rescan the module for every decision (slow, obviously right).
+
+    The random modules' calls never have equal operands, so no call is merged."""
     from heron.emitters.pipeline import inline as impl
 
     def calls_in(op):
@@ -250,14 +252,43 @@ def _reference_inline(module: ir.Module) -> None:
     for name in functions:
         if name not in state:
             visit(name)
+
+    def size(function):
+        return len(walk_ops(function)) - 2
+
+    done = []
     for name in order:
+        before, largest = size(functions[name]), 0  # the shared rule's growth bound
         for call in walk_ops(functions[name], "heron_gpu.pure_call"):
             callee = impl._callee_name(call)
             if reaches(functions, callee, name):
                 continue
-            small = len(walk_ops(functions[callee])) - 2 <= SMALL_FUNCTION_OPS
-            if small or calls_in(table).count(callee) == 1:
+            small = size(functions[callee]) <= SMALL_FUNCTION_OPS
+            # XLA's rule: it calls (at its top level) what the call's block calls
+            block_calls = {
+                impl._callee_name(op) for op in call.block.operations if op.name == impl.PURE_CALL
+            }
+            own = functions[callee].regions[0].blocks[0].operations
+            shared = (
+                callee in done
+                and block_calls & {impl._callee_name(op) for op in own if op.name == impl.PURE_CALL}
+                and impl._brings_an_equal_call(
+                    call,
+                    functions[callee],
+                    impl._top_level_calls(functions[callee]),
+                    impl._CallKeys(call.block),
+                )
+            )
+            once = calls_in(table).count(callee) == 1
+            if shared and not (small or once):
+                callee_size = size(functions[callee])
+                bound = before + max(largest, callee_size) + impl.SHARED_GROWTH_OPS
+                if size(functions[name]) + callee_size > bound:
+                    continue
+                largest = max(largest, callee_size)
+            if small or once or shared:
                 impl.inline_call(call, functions[callee])
+        done.append(name)
     while True:
         used = set(calls_in(table))
         dead = [
@@ -299,3 +330,105 @@ def test_inlining_matches_the_rescanning_reference(ctx, seed):
     module = _random_call_module(seed)
     _run(module)
     assert str(module) == str(expected)
+
+
+def test_equal_calls_are_merged_and_the_callee_inlined_once(ctx):
+    """Two calls of a big function at the same operands are one call (a pure_call is
+    pure), so the function is called once and inlined: its body appears once."""
+    f32 = ir.F32Type.get()
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        main = func.FuncOp("main", ir.FunctionType.get([f32, f32], [f32]))
+        f = _private("f", [f32, f32], [f32])
+    with ir.InsertionPoint(f.add_entry_block()):
+        func.ReturnOp([_big_body(list(f.arguments), SMALL_FUNCTION_OPS + 5)])
+    with ir.InsertionPoint(main.add_entry_block()):
+        first = pure_call_op(f, list(main.arguments), [f32]).results[0]
+        second = pure_call_op(f, list(main.arguments), [f32]).results[0]
+        func.ReturnOp([arith.mulf(first, second)])
+    _run(module)
+    assert not walk_ops(module.operation, "heron_gpu.pure_call")
+    assert _function_names(module) == ["main"]
+    assert len(walk_ops(module.operation, "arith.addf")) == SMALL_FUNCTION_OPS + 5
+
+
+def test_a_callee_that_calls_what_its_caller_calls_is_inlined(ctx):
+    """XLA's rule: a big function called more than once is inlined where its caller's
+    block calls a function it calls too (a threefry hash's rounds each read the two
+    before them); the equal calls that brings together are then one."""
+    f32 = ir.F32Type.get()
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        main = func.FuncOp("main", ir.FunctionType.get([f32, f32], [f32]))
+        a = _private("a", [f32, f32], [f32])
+        g = _private("g", [f32, f32], [f32])
+    with ir.InsertionPoint(g.add_entry_block()):
+        func.ReturnOp([_big_body(list(g.arguments), SMALL_FUNCTION_OPS + 5)])
+    with ir.InsertionPoint(a.add_entry_block()):
+        x, y = a.arguments
+        shared = pure_call_op(g, [x, y], [f32]).results[0]
+        func.ReturnOp([_big_body([shared, y], SMALL_FUNCTION_OPS + 5)])
+    with ir.InsertionPoint(main.add_entry_block()):
+        x, y = main.arguments
+        direct = pure_call_op(g, [x, y], [f32]).results[0]
+        at_x = pure_call_op(a, [x, y], [f32]).results[0]
+        at_y = pure_call_op(a, [y, y], [f32]).results[0]
+        func.ReturnOp([arith.mulf(direct, arith.mulf(at_x, at_y))])
+    _run(module)
+    assert _function_names(module) == ["main", "g"]
+    calls = walk_ops(module.operation, "heron_gpu.pure_call")
+    # g at (x, y) once (main's own call and a's, merged) and at (y, y) once
+    assert len(calls) == 2
+    assert {tuple(c.operands)[0].get_name() for c in calls} == {"%arg0", "%arg1"}
+
+
+def _fibonacci_chain(levels: int, same_operands: bool) -> ir.Module:
+    """f0 a big body; f_k(x, y) calls f_{k-1} and f_{k-2} (a threefry hash's rounds,
+    each reading the two before it), at the caller's own operands or at operands of
+    their own (``same_operands`` False: a blackjax NUTS kernel's functions)."""
+    f32 = ir.F32Type.get()
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        main = func.FuncOp("main", ir.FunctionType.get([f32, f32], [f32]))
+        chain = [_private(f"f{k}", [f32, f32], [f32]) for k in range(levels)]
+    for k, function in enumerate(chain):
+        with ir.InsertionPoint(function.add_entry_block()):
+            x, y = function.arguments
+            if k < 2:
+                func.ReturnOp([_big_body([x, y], SMALL_FUNCTION_OPS + 5)])
+                continue
+            first = x if same_operands else arith.addf(x, y)
+            second = x if same_operands else arith.mulf(x, y)
+            a = pure_call_op(chain[k - 1], [first, y], [f32]).results[0]
+            b = pure_call_op(chain[k - 2], [second, y], [f32]).results[0]
+            func.ReturnOp([_big_body([arith.addf(a, b), y], SMALL_FUNCTION_OPS + 5)])
+    with ir.InsertionPoint(main.add_entry_block()):
+        x, y = main.arguments
+        top = pure_call_op(chain[-1], [x, y], [f32]).results[0]
+        again = pure_call_op(chain[-2], [y, x], [f32]).results[0]
+        func.ReturnOp([arith.mulf(top, again)])
+    return module
+
+
+def test_the_shared_callee_rule_inlines_for_equal_calls_only_and_bounded(ctx, monkeypatch):
+    """A shared callee is inlined where it brings a call equal to one its caller's block
+    makes (the same callee at the same values), which the merge then makes one: calls
+    that differ in their operands never merge, and inlining for them made a blackjax
+    NUTS kernel's functions double level after level (its compile did not end). Where
+    they are equal, each function grows by about its largest shared callee."""
+    from heron.emitters.pipeline import inline as impl
+
+    def sizes(module: ir.Module) -> list[int]:
+        return [len(walk_ops(f)) - 2 for f in module.body.operations]
+
+    own = SMALL_FUNCTION_OPS + 12  # a level's own ops and calls, and a little more
+    differing = _fibonacci_chain(20, same_operands=False)
+    _run(differing)
+    assert max(sizes(differing)) <= 2 * own  # nothing inlined by the shared rule
+    equal = _fibonacci_chain(20, same_operands=True)
+    _run(equal)
+    assert 2 * own < max(sizes(equal)) <= 20 * own  # inlined, linear in the levels
+    monkeypatch.setattr(impl, "SHARED_GROWTH_OPS", 10**9)
+    unbounded = _fibonacci_chain(20, same_operands=True)
+    _run(unbounded)
+    assert max(sizes(unbounded)) > max(sizes(equal))  # the bound holds it back
