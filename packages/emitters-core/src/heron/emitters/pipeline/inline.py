@@ -188,8 +188,16 @@ class _CallGraph:
         self.counts[callee] -= 1
         self.edges[caller].update(self.edges[callee])
         self.counts.update(self.edges[callee])
-        self._sizes.pop(caller, None)
+        size, added = self._sizes.get(caller), self._sizes.get(callee)
+        if size is None or added is None:
+            self._sizes.pop(caller, None)
+        else:  # the call's one op gives way to the callee's body
+            self._sizes[caller] = size - 1 + added
         self._release(callee)
+
+    def changed(self, name: str) -> None:
+        """Record that ``name``'s body changed otherwise (CSE): its size is measured again."""
+        self._sizes.pop(name, None)
 
     def merged(self, caller: str, callee: str) -> None:
         """Record that one call of ``callee`` in ``caller`` was replaced by an equal one."""
@@ -322,14 +330,11 @@ def _inline_table(table: ir.Operation) -> None:
         growth = _Growth(graph.body_size(name))
         while True:
             _inline_calls(functions, graph, name, calls, direct, growth)
-            if not _merge_equal_calls(functions[name], graph, name):
+            remaining = _merge_equal_calls(functions[name], graph, name)
+            if remaining is None:
                 break
             # Not on a cycle: copies of a recursive function's calls would unroll it.
-            calls = [
-                call
-                for call in walk_ops(functions[name], PURE_CALL)
-                if not graph.recursive(_callee_name(call))
-            ]
+            calls = [call for call in remaining if not graph.recursive(_callee_name(call))]
         direct[name] = _TopLevelCalls(_top_level_calls(functions[name]))
     _erase_unreferenced(table)
 
@@ -523,17 +528,21 @@ class _ValueNumbers:
         return self._known[value]
 
 
-def _merge_equal_calls(function: ir.Operation, graph: _CallGraph, name: str) -> bool:
+def _merge_equal_calls(
+    function: ir.Operation, graph: _CallGraph, name: str
+) -> list[ir.Operation] | None:
     """Replace each ``pure_call`` of ``function`` that an earlier one of its block equals
     (the callee and the operands, a constant operand by its value) by that one, after
-    upstream CSE has shared the rest; whether any was. A function that calls no callee
-    twice has nothing to merge and is left as it is (CSE would change the code LLVM
-    sees: a GEMM kernel's K loop unrolled otherwise)."""
+    upstream CSE has shared the rest; the calls left if any was merged, else None. A
+    function that calls no callee twice has nothing to merge and is left as it is (CSE
+    would change the code LLVM sees: a GEMM kernel's K loop unrolled otherwise)."""
     callees = Counter(_callee_name(call) for call in walk_ops(function, PURE_CALL))
     if not callees or max(callees.values()) < 2:
-        return False
+        return None
     upstream_pass_manager("func.func(cse)", function.context).run(function)
+    graph.changed(name)
     first: dict[tuple, ir.Operation] = {}
+    kept: list[ir.Operation] = []
     merged = False
     for call in walk_ops(function, PURE_CALL):
         callee = _callee_name(call)
@@ -541,13 +550,14 @@ def _merge_equal_calls(function: ir.Operation, graph: _CallGraph, name: str) -> 
         earlier = first.get(key)
         if earlier is None:
             first[key] = call
+            kept.append(call)
             continue
         for old, new in zip(call.results, earlier.results, strict=True):
             old.replace_all_uses_with(new)
         call.erase()
         graph.merged(name, callee)
         merged = True
-    return merged
+    return kept if merged else None
 
 
 def _operand_key(value: ir.Value) -> object:
