@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from benchlib.selection import selected  # noqa: E402
 from flax_models import MODELS  # noqa: E402
 from opt_time import heron_pipeline, time_heron, warm_up_heron, xla_columns  # noqa: E402
 
@@ -31,10 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--xla", action="store_true", help="also time XLA:GPU's compile")
     parser.add_argument("--only", help="comma-separated model names")
     args = parser.parse_args(argv)
-    names = args.only.split(",") if args.only else list(MODELS)
-    unknown = sorted(set(names) - set(MODELS))
-    if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    names = selected(parser, args.only, MODELS, "model")
 
     installation = None
     if args.xla:

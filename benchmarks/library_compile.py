@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from benchlib.selection import selected  # noqa: E402
 from library_programs import PROGRAMS  # noqa: E402
 from opt_time import heron_pipeline, time_heron, time_xla, warm_up_heron  # noqa: E402
 
@@ -44,10 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated program names")
     parser.add_argument("--hlo-dir", type=Path, help="read NAME.hlo here (library_programs.py)")
     args = parser.parse_args(argv)
-    names = args.only.split(",") if args.only else list(PROGRAMS)
-    unknown = sorted(set(names) - set(PROGRAMS))
-    if unknown:
-        parser.error(f"unknown program(s) {', '.join(unknown)}; known: {', '.join(PROGRAMS)}")
+    names = selected(parser, args.only, PROGRAMS, "program")
 
     installation = None
     if args.xla:

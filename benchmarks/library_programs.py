@@ -24,6 +24,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from benchlib.selection import selected
+
 
 def _hlo(function, *args) -> str:
     """``function`` at ``args`` lowered for CUDA: the HLO text jax hands XLA:GPU."""
@@ -217,10 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="folder for NAME.hlo")
     parser.add_argument("--only", help="comma-separated program names")
     args = parser.parse_args(argv)
-    names = args.only.split(",") if args.only else list(PROGRAMS)
-    unknown = sorted(set(names) - set(PROGRAMS))
-    if unknown:
-        parser.error(f"unknown program(s) {', '.join(unknown)}; known: {', '.join(PROGRAMS)}")
+    names = selected(parser, args.only, PROGRAMS, "program")
     args.out.mkdir(parents=True, exist_ok=True)
     for name in names:
         text = PROGRAMS[name]()

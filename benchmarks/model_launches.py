@@ -36,6 +36,7 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from benchlib.selection import selected  # noqa: E402
 from flax_models import MODELS  # noqa: E402
 
 #: XLA's library calls in its optimized HLO, by what they compute.
@@ -188,10 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-mib", type=float, default=4.0)
     parser.add_argument("--list-idle", action="store_true", help="name every idle kernel")
     args = parser.parse_args(argv)
-    names = args.only.split(",") if args.only else list(MODELS)
-    unknown = sorted(set(names) - set(MODELS))
-    if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    names = selected(parser, args.only, MODELS, "model")
     target = Target.preset("h100")
     idle_bytes = int(args.idle_mib * 2**20)
     print(
