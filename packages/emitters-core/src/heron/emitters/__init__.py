@@ -17,4 +17,9 @@
   stages share (:mod:`.pipeline.gpu_lowering`).
 """
 
+from heron.emitters.native_libraries import load_mlir_bindings
+
+# Before any module of this package imports mlir: see native_libraries.
+load_mlir_bindings()
+
 __version__ = "0.1.0"
