@@ -1288,3 +1288,15 @@ def test_heron_run_check_agrees_on_complex_arithmetic(name: str):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "agree: every output within the tolerance" in done.stdout
+
+
+def test_the_tolerances_own_evaluations_are_timed_where_noticeable(capsys):
+    """The random roundings evaluate the reference again (58 s of a jax-galsim gradient's
+    check, where the evaluation the report named took 0.38 s): their time is printed
+    once it is a second or more."""
+    from heron.cli.run import _print_tolerance_time
+
+    _print_tolerance_time(0.2)
+    assert capsys.readouterr().out == ""
+    _print_tolerance_time(58.4)
+    assert "the tolerance's own evaluations of the reference: 58.40 s" in capsys.readouterr().out
