@@ -64,8 +64,8 @@ def _big_body(block_args, n_ops: int) -> ir.Value:
     return value
 
 
-def _call_module(callee_ops: int, n_calls: int) -> ir.Module:
-    """@main calls private @f (``callee_ops`` adds) ``n_calls`` times."""
+def _main_and_f(callee_ops: int) -> tuple[ir.Module, func.FuncOp, func.FuncOp]:
+    """A module of an empty @main(f32, f32) and private @f of ``callee_ops`` adds."""
     f32 = ir.F32Type.get()
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
@@ -73,6 +73,13 @@ def _call_module(callee_ops: int, n_calls: int) -> ir.Module:
         f = _private("f", [f32, f32], [f32])
     with ir.InsertionPoint(f.add_entry_block()):
         func.ReturnOp([_big_body(list(f.arguments), callee_ops)])
+    return module, main, f
+
+
+def _call_module(callee_ops: int, n_calls: int) -> ir.Module:
+    """@main calls private @f (``callee_ops`` adds) ``n_calls`` times."""
+    f32 = ir.F32Type.get()
+    module, main, f = _main_and_f(callee_ops)
     with ir.InsertionPoint(main.add_entry_block()):
         value = main.arguments[0]
         for _ in range(n_calls):
@@ -336,12 +343,7 @@ def test_equal_calls_are_merged_and_the_callee_inlined_once(ctx):
     """Two calls of a big function at the same operands are one call (a pure_call is
     pure), so the function is called once and inlined: its body appears once."""
     f32 = ir.F32Type.get()
-    module = ir.Module.create()
-    with ir.InsertionPoint(module.body):
-        main = func.FuncOp("main", ir.FunctionType.get([f32, f32], [f32]))
-        f = _private("f", [f32, f32], [f32])
-    with ir.InsertionPoint(f.add_entry_block()):
-        func.ReturnOp([_big_body(list(f.arguments), SMALL_FUNCTION_OPS + 5)])
+    module, main, f = _main_and_f(SMALL_FUNCTION_OPS + 5)
     with ir.InsertionPoint(main.add_entry_block()):
         first = pure_call_op(f, list(main.arguments), [f32]).results[0]
         second = pure_call_op(f, list(main.arguments), [f32]).results[0]

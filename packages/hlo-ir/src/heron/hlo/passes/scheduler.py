@@ -76,24 +76,25 @@ def _effect_chain(
     ]
     if len(effects) < 2:
         return []
-    position = {id(inst): n for n, inst in enumerate(computation.post_order())}
-    waiting = {id(inst): len(deps[id(inst)]) for inst in computation.instructions}
-    users: dict[int, list[Instruction]] = {id(inst): [] for inst in computation.instructions}
+    # Instructions hash by identity, and these tables live for this call only.
+    position = {inst: n for n, inst in enumerate(computation.post_order())}
+    waiting = {inst: len(deps[id(inst)]) for inst in computation.instructions}
+    users: dict[Instruction, list[Instruction]] = {inst: [] for inst in computation.instructions}
     for inst in computation.instructions:
         for before in deps[id(inst)]:
-            users[id(before)].append(inst)
-    ready = [(position[id(i)], i.name, i) for i in computation.instructions if not waiting[id(i)]]
+            users[before].append(inst)
+    ready = [(position[i], i.name, i) for i in computation.instructions if not waiting[i]]
     heapq.heapify(ready)
-    wanted = {id(inst) for inst in effects}
+    wanted = set(effects)
     ordered: list[Instruction] = []
     while ready:
         _, _, inst = heapq.heappop(ready)
-        if id(inst) in wanted:
+        if inst in wanted:
             ordered.append(inst)
-        for user in users[id(inst)]:
-            waiting[id(user)] -= 1
-            if not waiting[id(user)]:
-                heapq.heappush(ready, (position[id(user)], user.name, user))
+        for user in users[inst]:
+            waiting[user] -= 1
+            if not waiting[user]:
+                heapq.heappush(ready, (position[user], user.name, user))
     return list(zip(ordered, ordered[1:], strict=False))
 
 
