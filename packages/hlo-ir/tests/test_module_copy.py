@@ -63,7 +63,15 @@ ENTRY main {
 _SHARED_OR_EQUAL = {
     Instruction: {"name", "opcode", "shape", "parameter_number", "location"},
     Computation: {"name", "is_entry", "location", "trailing_attributes"},
-    Module: {"name", "header", "sections", "fusion_under_test", "source", "layouts_assigned"},
+    Module: {
+        "name",
+        "header",
+        "sections",
+        "fusion_under_test",
+        "source",
+        "layouts_assigned",
+        "names_elsewhere",
+    },
 }
 _REBUILT = {
     Instruction: {"operands", "attributes", "literal", "parent"},

@@ -21,6 +21,8 @@ jax-cosmo program's compile).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from heron.compiler.fusion import fusion_pipeline
 from heron.compiler.fusion.wrapper import fusion_wrapper
 from heron.hlo.buffers.dataflow import sequential_computations
@@ -80,17 +82,20 @@ def _fuse_as_entry(
     pipeline: Pipeline,
     records: PipelineReport,
 ) -> bool:
+    # The view lists what its entry reaches (what the real entry, the other bodies and
+    # conditions hold is no business of its passes, and walking it in each of a
+    # hundred views' dozen passes was a seventh of a jax-cosmo program's compile);
+    # the rest's names stay taken. A pass that removes dead computations (an s8 dot's
+    # operand layout ends so) would otherwise take the rest from the program.
+    reached = {id(c) for c in computations_reached([computation])}
+    listed = [c for c in module.computations if id(c) in reached]
     view = Module(
         name=f"{module.name}.{computation.name}",
-        computations=list(module.computations),
+        computations=list(listed),
         source=module.source,
         layouts_assigned=module.layouts_assigned,
+        names_elsewhere=frozenset(_names_outside(module.computations, reached)),
     )
-    # What the view's entry does not reach (the real entry, the other bodies and
-    # conditions) is no business of its passes; one that removes dead computations (an
-    # s8 dot's operand layout ends so) would take them from the program.
-    reached = {id(c) for c in computations_reached([computation])}
-    outside = [c for c in module.computations if id(c) not in reached]
     entry.is_entry, computation.is_entry = False, True
     try:
         # Verified as it is: the module the program pipeline (or the last view) left;
@@ -99,7 +104,40 @@ def _fuse_as_entry(
         report = run_pipeline(view, pipeline, verified=True, reached_only=True)
     finally:
         computation.is_entry, entry.is_entry = False, True
-    kept = {id(c) for c in view.computations}
-    module.computations = [*(c for c in outside if id(c) not in kept), *view.computations]
+    module.computations = _merged(module.computations, listed, view.computations)
     records.records.extend(report.records)
     return report.changed
+
+
+def _names_outside(computations: list[Computation], reached: set[int]) -> Iterator[str]:
+    for c in computations:
+        if id(c) not in reached:
+            yield c.name
+            yield from (inst.name for inst in c.instructions)
+
+
+def _merged(
+    everything: list[Computation], listed: list[Computation], after: list[Computation]
+) -> list[Computation]:
+    """The module's computations once a view listing ``listed`` (of ``everything``, in
+    its order) ended with ``after``: in the order the passes would have left had the
+    view listed everything. A pass puts a new computation before one it had (a fusion
+    body before the computation fused) or at the end, and removes only what it lists."""
+    had = {id(c) for c in listed}
+    kept = {id(c) for c in after}
+    before: dict[int, list[Computation]] = {}  # new ones, by the one they come before
+    waiting: list[Computation] = []
+    for c in after:
+        if id(c) in had:
+            if waiting:
+                before[id(c)] = waiting
+                waiting = []
+        else:
+            waiting.append(c)
+    merged: list[Computation] = []
+    for c in everything:
+        merged.extend(before.get(id(c), ()))
+        if id(c) not in had or id(c) in kept:
+            merged.append(c)
+    merged.extend(waiting)
+    return merged

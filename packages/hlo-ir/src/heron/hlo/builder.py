@@ -74,11 +74,13 @@ def _element_type(value: ElementType | str) -> ElementType:
 
 
 class NameUniquer:
-    """Hands out ``base.N`` names, unique within one module."""
+    """Hands out ``base.N`` names, unique within one module (``taken``: names held where
+    nothing reserves them here, :attr:`heron.hlo.ir.Module.names_elsewhere`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, taken: frozenset[str] = frozenset()) -> None:
         self._counters: dict[str, int] = {}
         self._used: set[str] = set()
+        self._taken = taken
 
     def reserve(self, name: str) -> None:
         self._used.add(name)
@@ -88,13 +90,13 @@ class NameUniquer:
             n = self._counters.get(base, 0) + 1
             self._counters[base] = n
             name = f"{base}.{n}"
-            if name not in self._used:
+            if name not in self._used and name not in self._taken:
                 self._used.add(name)
                 return name
 
     def take(self, name: str) -> str:
         """``name`` itself when free, else a fresh ``name.N``."""
-        if name in self._used:
+        if name in self._used or name in self._taken:
             return self.unique(name)
         self._used.add(name)
         return name

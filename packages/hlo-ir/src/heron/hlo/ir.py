@@ -225,7 +225,10 @@ class Module:
     shape has a layout and the verifier checks that shapes naming one buffer
     agree on it (:mod:`heron.hlo.forwarded_layouts`; XLA's layout-sensitive
     verification). It is a state of the compile, not of the text, so it is
-    not printed.
+    not printed. Nor is ``names_elsewhere``: for a module that lists part of a
+    larger one (control-flow fusion's view of one loop body and what it calls),
+    the instruction and computation names the rest holds, which a pass naming
+    something new must not take (HLO names are unique in the whole module).
     """
 
     name: str
@@ -235,6 +238,7 @@ class Module:
     fusion_under_test: str | None = None
     source: str = "<string>"
     layouts_assigned: bool = False
+    names_elsewhere: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return f"<Module {self.name} ({len(self.computations)} computations)>"
@@ -282,6 +286,7 @@ class Module:
             fusion_under_test=self.fusion_under_test,
             source=self.source,
             layouts_assigned=self.layouts_assigned,
+            names_elsewhere=self.names_elsewhere,
         )
 
     def structurally_equal(self, other: Module) -> bool:

@@ -33,6 +33,7 @@ from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = [
     "Candidate",
+    "InternedSize",
     "OwnBodies",
     "build_fusion",
     "fusion_operands",
@@ -40,6 +41,7 @@ __all__ = [
     "fusion_kind_of",
     "is_small_constant",
     "outputs_of",
+    "parameter_values",
 ]
 
 
@@ -88,6 +90,7 @@ class OwnBodies:
     replaced has the shape of the one it replaces."""
 
     _built: dict[Instruction, Candidate] = attrs.field(factory=dict)
+    _sizes: dict[Instruction, InternedSize] = attrs.field(factory=dict)
 
     def of(self, inst: Instruction) -> Computation:
         if inst.opcode == "fusion":
@@ -101,11 +104,47 @@ class OwnBodies:
             made = self._built[inst] = build_fusion([inst], [inst])
         return made
 
+    def size(self, inst: Instruction) -> InternedSize:
+        """``inst``'s own body's :class:`InternedSize`, counted once."""
+        known = self._sizes.get(inst)
+        if known is None:
+            known = self._sizes[inst] = interned_size(self.of(inst))
+        return known
+
+    def fused_ops_at_least(self, producer: Instruction, user: Instruction) -> int:
+        """At least how many ops (parameters aside) ``build_fusion([producer, user],
+        [user])`` would hold, told without building it.
+
+        The builder clones the producer's ops over a parameter per operand, then the
+        user's. The producer's stay apart from each other, and where the user reads the
+        producer all are needed, and so is at least one op of the user's that reads the
+        producer's value: none of the producer's ops can equal it, since none depends on
+        that value. The user's ops stay apart from each other unless the user computes
+        the producer's value itself as well, which CSE before fusion leaves no
+        instruction doing (a producer is duplicated only into users that then read it
+        no more).
+        """
+        count = self.size(user).ops
+        live = self.size(user).live_parameters
+        if any(v is producer and k in live for k, v in enumerate(parameter_values(user))):
+            count = max(count, self.size(producer).ops + 1)
+        return count
+
     def forget(self, inst: Instruction) -> None:
         """Let go of ``inst``'s body (it left the computation)."""
+        self._sizes.pop(inst, None)
         made = self._built.pop(inst, None)
         if made is not None:
             made.discard()
+
+
+def parameter_values(inst: Instruction) -> list[Instruction]:
+    """The outer value each parameter of ``inst``'s own body stands for, by number: a
+    fusion's operands, or the distinct operands of anything else in order (its
+    one-member fusion, :func:`build_fusion`)."""
+    if inst.opcode == "fusion":
+        return list(inst.operands)
+    return list(dict.fromkeys(inst.operands))
 
 
 def is_multi_output(inst: Instruction) -> bool:
@@ -271,29 +310,88 @@ class _Interned:
         self._made: dict[tuple[object, ...], Instruction] = {}
 
     def clone(self, inst: Instruction, operands: list[Instruction]) -> Instruction:
-        key = None
-        if inst.opcode not in _NOT_INTERNED:
-            attributes = inst.attributes
-            try:
-                key = (
-                    inst.opcode,
-                    inst.shape,
-                    tuple(map(id, operands)),
-                    tuple(kv for kv in attributes.items() if kv[0] != "metadata")
-                    if "metadata" in attributes
-                    else tuple(attributes.items()),
-                )
-                hash(key)
-            except TypeError:  # an attribute value without a hash: made again
-                key = None
-            else:
-                known = self._made.get(key)
-                if known is not None:
-                    return known
+        key = _intern_key(inst, tuple(map(id, operands)))
+        if key is not None:
+            known = self._made.get(key)
+            if known is not None:
+                return known
         made = self.body.add(inst.clone(operands, self.names.take(inst.name)))
         if key is not None:
             self._made[key] = made
         return made
+
+
+def _intern_key(inst: Instruction, operands: tuple[int, ...]) -> tuple[object, ...] | None:
+    """What makes ``inst`` over ``operands`` (numbers standing for them) the same op as
+    another (:class:`_Interned`), or None where it is always made again (an op of
+    :data:`_NOT_INTERNED`, an attribute value without a hash)."""
+    if inst.opcode in _NOT_INTERNED:
+        return None
+    attributes = inst.attributes
+    key = (
+        inst.opcode,
+        inst.shape,
+        operands,
+        tuple(kv for kv in attributes.items() if kv[0] != "metadata")
+        if "metadata" in attributes
+        else tuple(attributes.items()),
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+@attrs.frozen
+class InternedSize:
+    """What a body keeps of itself when :func:`build_fusion` clones it into a larger one:
+    its ops, counted as the builder interns them (:class:`_Interned`: equal ops over
+    equal operands once, and only those the root needs), and which of its parameters
+    the root reads at all."""
+
+    ops: int
+    live_parameters: frozenset[int]
+
+
+def interned_size(body: Computation) -> InternedSize:
+    """``body``'s :class:`InternedSize`, by value numbering from its root.
+
+    A body the builder made is interned already (its ops are counted as they are);
+    a fusion parsed from a module may compute an op twice, which a build keeps once.
+    """
+    numbers: dict[int, int] = {}
+    classes: dict[tuple[object, ...], int] = {}
+    ops: set[int] = set()
+    live: set[int] = set()
+    for inst in _reached(body):
+        if inst.opcode == "parameter":
+            live.add(inst.parameter_number)
+            numbers[id(inst)] = -1 - inst.parameter_number
+            continue
+        key = _intern_key(inst, tuple(numbers[id(op)] for op in inst.operands))
+        number = len(numbers) if key is None else classes.setdefault(key, len(numbers))
+        numbers[id(inst)] = number
+        ops.add(number)
+    return InternedSize(len(ops), frozenset(live))
+
+
+def _reached(body: Computation) -> list[Instruction]:
+    """The instructions ``body``'s root needs, each after its operands."""
+    order: list[Instruction] = []
+    seen: set[int] = set()
+    stack: list[tuple[Instruction, bool]] = [(body.root_instruction, False)]
+    while stack:
+        inst, expanded = stack.pop()
+        if expanded:
+            order.append(inst)
+            continue
+        if id(inst) in seen:
+            continue
+        seen.add(id(inst))
+        stack.append((inst, True))
+        stack.extend((op, False) for op in reversed(inst.operands) if id(op) not in seen)
+    return order
 
 
 def _inline(

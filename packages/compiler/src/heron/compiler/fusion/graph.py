@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
+from collections.abc import Iterable
 
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.rewrite import CONTROL
@@ -47,13 +48,20 @@ class TakenNames:
     40 names tried per fusion of a GPT-2 training step.)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, elsewhere: frozenset[str] = frozenset()) -> None:
         self._counts: Counter[str] = Counter()
         self._scanned: dict[str, int] = {}
         self._released: dict[str, list[int]] = {}
+        #: Names held once each outside what is counted (:attr:`Module.names_elsewhere`).
+        self._elsewhere = elsewhere
 
     def count(self, name: str) -> int:
-        return self._counts.get(name, 0)
+        return self._counts.get(name, 0) + (name in self._elsewhere)
+
+    def take_all(self, names: Iterable[str]) -> None:
+        """:meth:`take` each of ``names`` (counted at C speed: a graph is made for every
+        fusion pass over every computation control-flow fusion visits)."""
+        self._counts.update(names)
 
     def take(self, name: str) -> None:
         self._counts[name] += 1
@@ -96,16 +104,14 @@ class FusionGraph:
         self._sequence = itertools.count()
         #: Every instruction and computation name of the module, with multiplicity
         #: (fused bodies repeat their parameters' names).
-        self.module_names = TakenNames()
+        self.module_names = TakenNames(module.names_elsewhere)
         #: The names of ``computation``'s instructions.
         self.names = TakenNames()
-        for c in module.computations:
-            self.module_names.take(c.name)
-            for inst in c.instructions:
-                self.module_names.take(inst.name)
+        self.module_names.take_all(c.name for c in module.computations)
+        self.module_names.take_all(i.name for c in module.computations for i in c.instructions)
+        self.names.take_all(inst.name for inst in computation.instructions)
         for position, inst in enumerate(computation.instructions):
             self._rank[id(inst)] = (position, next(self._sequence))
-            self.names.take(inst.name)
             self._register(inst)
         #: Whether an instruction of the computation must come after another (control
         #: edges, which XLA's optimized modules carry and JAX's seldom do): a fusion

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import attrs
 
-from heron.compiler.fusion.builder import OwnBodies, is_small_constant
+from heron.compiler.fusion.builder import OwnBodies, is_small_constant, parameter_values
 from heron.compiler.fusion.cost_model import (
     BodyReads,
     KernelCost,
@@ -44,16 +44,7 @@ from heron.hlo.ir import Instruction
 from heron.hlo.shapes import ArrayShape, TupleShape
 from heron.target import Target
 
-__all__ = ["PairPrices", "parameter_values"]
-
-
-def parameter_values(inst: Instruction) -> list[Instruction]:
-    """The outer value each parameter of ``inst``'s own body stands for, by number: a
-    fusion's operands, or the distinct operands of anything else in order (its
-    one-member fusion, :func:`build_fusion`)."""
-    if inst.opcode == "fusion":
-        return list(inst.operands)
-    return list(dict.fromkeys(inst.operands))
+__all__ = ["PairPrices"]
 
 
 @attrs.define

@@ -288,9 +288,10 @@ def module_names(module: Module) -> NameUniquer:
     """A name source that knows every instruction and computation name of ``module``.
 
     HLO names are unique across a module; a pass that creates instructions or
-    computations takes its names from here.
+    computations takes its names from here (a view of part of a module knows the
+    rest's names too, :attr:`~heron.hlo.ir.Module.names_elsewhere`).
     """
-    names = NameUniquer()
+    names = NameUniquer(module.names_elsewhere)
     for computation in module.computations:
         names.reserve(computation.name)
         for inst in computation.instructions:

@@ -1,0 +1,135 @@
+"""Pairs priority fusion refuses for their size, told before their bodies are built.
+
+A fusion grown near :data:`MAX_FUSED_INSTRUCTIONS` is priced into each of its users
+after every step; building each such pair only to have the checker refuse it was a
+third of what the Fisher matrix's priority fusion cloned. The answer without a build
+must be the checker's on the built body.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from heron.compiler import Target
+from heron.compiler.fusion import context as context_module
+from heron.compiler.fusion.builder import build_fusion, install_fusion, interned_size
+from heron.compiler.fusion.context import FusionContext
+from heron.compiler.fusion.fusible import MAX_FUSED_INSTRUCTIONS, MAX_FUSION_PARAMETERS
+from heron.compiler.fusion.graph import FusionGraph
+from heron.hlo.ir import Instruction, Module
+from heron.hlo.parser import parse_module
+
+H100 = Target.preset("h100")
+
+
+def _chain(length: int) -> str:
+    """An entry computing ``length`` elementwise ops one after another on one parameter."""
+    lines = ["HloModule chain", "ENTRY e {", "  v0 = f32[64]{0} parameter(0)"]
+    for k in range(1, length + 1):
+        op = "negate" if k % 2 else "exponential"
+        lines.append(f"  v{k} = f32[64]{{0}} {op}(v{k - 1})")
+    lines[-1] = lines[-1].replace(f"  v{length}", f"  ROOT v{length}")
+    return "\n".join([*lines, "}"])
+
+
+def _fused_prefix(module: Module, ops: int) -> tuple[Instruction, Instruction]:
+    """The chain's first ``ops`` ops installed as one fusion, and the op reading it."""
+    entry = module.entry
+    members = [i for i in entry.instructions if i.opcode != "parameter"][:ops]
+    candidate = build_fusion(members, [members[-1]])
+    graph = FusionGraph(module, entry)
+    fusion = install_fusion(module, entry, candidate, "kLoop", graph)
+    graph.finish()
+    (user,) = [i for i in entry.instructions if fusion in i.operands]
+    return fusion, user
+
+
+def _counting_builds(monkeypatch) -> list[object]:
+    builds: list[object] = []
+    monkeypatch.setattr(
+        context_module,
+        "build_fusion",
+        lambda *args, **kwargs: builds.append(args) or build_fusion(*args, **kwargs),
+    )
+    return builds
+
+
+def _checked(context: FusionContext, producer: Instruction, user: Instruction) -> object:
+    """The checker's verdict on the built pair: what a price of None must agree with."""
+    candidate = build_fusion([producer, user], [user])
+    try:
+        return context.checker.check(candidate, consumer=user)
+    finally:
+        candidate.discard()
+
+
+@pytest.mark.parametrize("ops", [MAX_FUSED_INSTRUCTIONS - 1, MAX_FUSED_INSTRUCTIONS + 10])
+def test_a_fusion_at_the_size_limit_is_refused_into_its_user_unbuilt(ops, monkeypatch) -> None:
+    # the pair's body: a parameter, the fusion's ops and the user's one, over the limit
+    module = parse_module(_chain(ops + 2))
+    fusion, user = _fused_prefix(module, ops)
+    context = FusionContext(module, H100)
+    builds = _counting_builds(monkeypatch)
+    assert context.pair_seconds(fusion, user) is None
+    assert builds == []
+    assert _checked(context, fusion, user) is None
+
+
+@pytest.mark.parametrize("ops", [150, MAX_FUSED_INSTRUCTIONS - 2])
+def test_a_fusion_under_the_size_limit_is_built_and_priced(ops, monkeypatch) -> None:
+    module = parse_module(_chain(ops + 2))
+    fusion, user = _fused_prefix(module, ops)
+    context = FusionContext(module, H100)
+    builds = _counting_builds(monkeypatch)
+    seconds = context.pair_seconds(fusion, user)
+    assert seconds is not None and seconds > 0
+    assert len(builds) == 1
+    assert _checked(context, fusion, user) is not None
+
+
+def test_a_producer_over_the_budget_is_refused_into_a_narrower_user_unbuilt(monkeypatch) -> None:
+    count = MAX_FUSION_PARAMETERS + 1
+    lines = ["HloModule wide", "ENTRY e {"]
+    lines += [f"  p{k} = f32[8]{{0}} parameter({k})" for k in range(count)]
+    lines.append("  s0 = f32[8]{0} add(p0, p1)")
+    lines += [f"  s{k - 1} = f32[8]{{0}} add(s{k - 2}, p{k})" for k in range(2, count)]
+    lines += [f"  ROOT n = f32[8]{{0}} negate(s{count - 2})", "}"]
+    module = parse_module("\n".join(lines))
+    adds = [i for i in module.entry.instructions if i.opcode == "add"]
+    fusion, user = _fused_prefix(module, len(adds))
+    assert len(fusion.operands) == count and user.opcode == "negate"
+    context = FusionContext(module, H100)
+    builds = _counting_builds(monkeypatch)
+    assert context.pair_seconds(fusion, user) is None
+    assert builds == []
+    assert _checked(context, fusion, user) is None
+
+
+def test_interned_size_counts_what_a_build_keeps() -> None:
+    module = parse_module(
+        """
+    HloModule sizes
+    fused {
+      p0 = f32[8]{0} parameter(0)
+      p1 = f32[8]{0} parameter(1)
+      a = f32[8]{0} exponential(p0)
+      b = f32[8]{0} exponential(p0)
+      dead = f32[8]{0} negate(p1)
+      ROOT c = f32[8]{0} add(a, b)
+    }
+    ENTRY e {
+      x = f32[8]{0} parameter(0)
+      y = f32[8]{0} parameter(1)
+      ROOT f = f32[8]{0} fusion(x, y), kind=kLoop, calls=fused
+    }
+    """
+    )
+    fusion = module.entry.root_instruction
+    size = interned_size(fusion.called("calls"))
+    assert size.ops == 2  # one exponential, the add; the dead negate dropped
+    assert size.live_parameters == frozenset({0})
+    # what build_fusion makes of it, rebuilt: the same ops
+    rebuilt = build_fusion([fusion], [fusion])
+    ops = [i for i in rebuilt.body.instructions if i.opcode != "parameter"]
+    assert len(ops) == size.ops
+    rebuilt.discard()
