@@ -1,4 +1,5 @@
-"""A compile raises the collector's young threshold while it runs and puts it back."""
+"""A compile raises the collector's young and oldest thresholds while it runs and puts them
+back."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import gc
 import pytest
 
 from heron.compiler import Target
-from heron.compiler.gc_policy import YOUNG_THRESHOLD, fewer_collections
+from heron.compiler.gc_policy import OLDEST_THRESHOLD, YOUNG_THRESHOLD, fewer_collections
 from heron.hlo.parser import parse_module
 
 PROGRAM = """
@@ -21,6 +22,9 @@ ENTRY main {
 """
 
 
+RAISED = (YOUNG_THRESHOLD, 10, OLDEST_THRESHOLD)
+
+
 @pytest.fixture
 def default_thresholds():
     previous = gc.get_threshold()
@@ -31,10 +35,10 @@ def default_thresholds():
 
 def test_the_threshold_is_raised_inside_and_restored_after(default_thresholds):
     with fewer_collections():
-        assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)
+        assert gc.get_threshold() == RAISED
         with fewer_collections():  # nested: the outer setting stands
-            assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)
-        assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)
+            assert gc.get_threshold() == RAISED
+        assert gc.get_threshold() == RAISED
     assert gc.get_threshold() == (700, 10, 10)
 
 
@@ -71,5 +75,5 @@ def test_a_program_s_compile_runs_with_the_raised_threshold(default_thresholds, 
         parse_module(PROGRAM), Target.preset("h100"), backends=("interpreter",)
     )
     assert compiled.program.kernels
-    assert seen == [(YOUNG_THRESHOLD, 10, 10)]
+    assert seen == [RAISED]
     assert gc.get_threshold() == (700, 10, 10)
