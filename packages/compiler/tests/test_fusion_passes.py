@@ -1224,22 +1224,25 @@ def test_the_fusion_installed_is_the_one_built_to_price_it(monkeypatch) -> None:
     """A pair built and checked for its price is handed to the install when neither side
     changed since (``FusionContext.built_pair``): the fusion is not built, signed and
     checked again. The modules are the same as when every install rebuilt its fusion
-    (the corpora's optimized HLO and kernels byte-identical)."""
+    (the corpora's optimized HLO and kernels byte-identical). (Pairs of elementwise
+    bodies are priced unbuilt, and built when installed.)"""
     from heron.compiler.fusion.context import FusionContext
 
     handed: list[bool] = []
     built_pair = FusionContext.built_pair
 
     def recording(self, producer, user):
+        kept = self._built.get((producer, user))
         made = built_pair(self, producer, user)
-        handed.append(made is not None)
+        if kept is not None:
+            handed.append(made is not None)
         return made
 
     monkeypatch.setattr(FusionContext, "built_pair", recording)
-    module = parse_module((ROOT / "programs" / "dropout_threefry" / "module.hlo").read_text())
+    module = parse_module((ROOT / "programs" / "mlp_train_grad" / "module.hlo").read_text())
     expected = evaluate_module(module, random_arguments(module, np.random.default_rng(0)))
     run_pipeline(module, gpu_pipeline(H100))
-    assert sum(handed) > len(handed) / 2, handed
+    assert len(handed) >= 10 and sum(handed) > len(handed) * 3 / 4, handed  # some go stale
     arguments = random_arguments(module, np.random.default_rng(0))
     assert _same(evaluate_module(module, arguments), expected)
 

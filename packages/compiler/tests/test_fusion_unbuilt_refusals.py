@@ -1,23 +1,29 @@
-"""Pairs priority fusion refuses for their size, told before their bodies are built.
+"""Pairs priority fusion prices without building their bodies.
 
 A fusion grown near :data:`MAX_FUSED_INSTRUCTIONS` is priced into each of its users
 after every step; building each such pair only to have the checker refuse it was a
-third of what the Fisher matrix's priority fusion cloned. The answer without a build
-must be the checker's on the built body.
+third of what the Fisher matrix's priority fusion cloned. And a pair of bodies that
+decide nothing (elementwise ops, broadcasts, slices) into a loop user is the user's
+verdict: built, most were thrown away unread. The answers without a build must be
+the checker's and the cost model's on the built body.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from heron.compiler import Target
 from heron.compiler.fusion import context as context_module
+from heron.compiler.fusion import gpu_pipeline
 from heron.compiler.fusion.builder import build_fusion, install_fusion, interned_size
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import MAX_FUSED_INSTRUCTIONS, MAX_FUSION_PARAMETERS
 from heron.compiler.fusion.graph import FusionGraph
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.parser import parse_module
+from heron.hlo.passes import run_pipeline
 
 H100 = Target.preset("h100")
 
@@ -75,15 +81,17 @@ def test_a_fusion_at_the_size_limit_is_refused_into_its_user_unbuilt(ops, monkey
     assert _checked(context, fusion, user) is None
 
 
-@pytest.mark.parametrize("ops", [150, MAX_FUSED_INSTRUCTIONS - 2])
-def test_a_fusion_under_the_size_limit_is_built_and_priced(ops, monkeypatch) -> None:
+@pytest.mark.parametrize(("ops", "built"), [(150, 0), (MAX_FUSED_INSTRUCTIONS - 2, 1)])
+def test_a_fusion_under_the_size_limit_is_priced(ops, built, monkeypatch) -> None:
+    # an elementwise chain decides nothing: priced unbuilt where the pair is surely
+    # within the limit, built where only its exact size tells (one under it here)
     module = parse_module(_chain(ops + 2))
     fusion, user = _fused_prefix(module, ops)
     context = FusionContext(module, H100)
     builds = _counting_builds(monkeypatch)
     seconds = context.pair_seconds(fusion, user)
     assert seconds is not None and seconds > 0
-    assert len(builds) == 1
+    assert len(builds) == built
     assert _checked(context, fusion, user) is not None
 
 
@@ -133,3 +141,36 @@ def test_interned_size_counts_what_a_build_keeps() -> None:
     ops = [i for i in rebuilt.body.instructions if i.opcode != "parameter"]
     assert len(ops) == size.ops
     rebuilt.discard()
+
+
+PROGRAMS = Path(__file__).resolve().parents[3] / "programs"
+
+
+@pytest.mark.parametrize(
+    "program",
+    ["mlp_gelu_exact", "adam_step_bf16_params", "dropout_threefry", "sgd_global_norm_clip"],
+)
+def test_a_plain_pair_priced_unbuilt_is_priced_as_its_built_body(program, monkeypatch) -> None:
+    """Priority fusion prices a producer whose body decides nothing fused into a loop
+    user without building the pair: the user's verdict is the pair's, and the price is
+    composed from the two sides' reads with it, as for a built pair. Every such pair
+    of whole programs is built here too and checked: the checker gives the same
+    verdict."""
+    plain_pair = FusionContext._plain_pair
+    compared: list[bool] = []
+
+    def compared_with_built(self, producer, user):
+        cost = plain_pair(self, producer, user)
+        if cost is not None:
+            candidate = build_fusion([producer, user], [user])
+            verdict = self.checker.check(candidate, consumer=user)
+            if verdict is not None:
+                assert verdict == self.own_verdict(user), (producer.name, user.name)
+            compared.append(verdict is not None)
+            candidate.discard()
+        return cost
+
+    monkeypatch.setattr(FusionContext, "_plain_pair", compared_with_built)
+    module = parse_module((PROGRAMS / program / "module.hlo").read_text())
+    run_pipeline(module, gpu_pipeline(H100))
+    assert compared and all(compared)

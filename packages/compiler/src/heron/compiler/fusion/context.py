@@ -31,6 +31,7 @@ from heron.compiler.fusion.fusible import (
     MAX_FUSED_INSTRUCTIONS,
     FusionChecker,
     Verdict,
+    decides_nothing,
     fits_budget,
     is_wrappable,
     verdict_of,
@@ -39,6 +40,7 @@ from heron.compiler.fusion.fusible import (
 from heron.compiler.fusion.fusion_cse import signature
 from heron.compiler.fusion.pair_key import MembersKey, PairKey, PairKeys
 from heron.compiler.fusion.pair_price import PairPrices
+from heron.hlo.fusion_outputs import fusion_roots
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.outline import HOST_OPCODES
 from heron.target import Target
@@ -58,6 +60,10 @@ class FusionContext:
     target: Target
     checker: FusionChecker = attrs.field(init=False)
     _costs: dict[Instruction, KernelCost] = attrs.field(init=False, factory=dict)
+    #: Each instruction's verdict as a kernel of its own (:meth:`own_verdict`).
+    _own_verdicts: dict[Instruction, Verdict | None] = attrs.field(init=False, factory=dict)
+    #: Whether each instruction's own body decides nothing (:func:`decides_nothing`).
+    _plain_bodies: dict[Instruction, bool] = attrs.field(init=False, factory=dict)
     _prices: dict[tuple[object, ...], KernelCost] = attrs.field(init=False, factory=dict)
     #: A candidate's body signature and form (names aside), made once per candidate
     #: while it lives: the candidates priced and dropped do not stay in memory.
@@ -167,6 +173,8 @@ class FusionContext:
             seconds = self._pair_prices[key]
         elif self._refused_unbuilt(producer, user):
             seconds = self._pair_prices[key] = None
+        elif (cost := self._plain_pair(producer, user)) is not None:
+            seconds = self._pair_prices[key] = cost.seconds
         else:
             candidate = build_fusion([producer, user], [user])
             # Checked, not looked up by its signature: signing the clone cost about
@@ -198,6 +206,53 @@ class FusionContext:
         if most <= MAX_FUSED_INSTRUCTIONS:
             return False
         return operands + bodies.fused_ops_at_least(producer, user) > MAX_FUSED_INSTRUCTIONS
+
+    def _plain_pair(self, producer: Instruction, user: Instruction) -> KernelCost | None:
+        """The price of ``producer`` fused into ``user`` where it is told without building
+        the pair: both bodies decide nothing (:func:`decides_nothing`), the user's own
+        verdict is the loop emitter's (the pair's, then), the pair keeps within the
+        budget and the size limit, and its reads compose (:meth:`PairPrices.pair`).
+        None otherwise: the pair is built and checked. A pair priced so that is fused is
+        built and checked when it is installed (:func:`~.priority_fusion._build`)."""
+        bodies = self._own_bodies
+        if not (self._plain(producer) and self._plain(user)):
+            return None
+        verdict = self.own_verdict(user)
+        if verdict is None or verdict.emitter_kind != "loop":
+            return None
+        operands = len(fusion_operands([producer, user]))
+        user_body = bodies.of(user)
+        if not within_budget(operands, len(fusion_roots(user_body)), user):
+            return None
+        most = operands + len(bodies.of(producer).instructions) + len(user_body.instructions)
+        if most > MAX_FUSED_INSTRUCTIONS:
+            return None
+        return self._composed.pair(producer, user, verdict)
+
+    def _plain(self, inst: Instruction) -> bool:
+        known = self._plain_bodies.get(inst)
+        if known is None:
+            known = self._plain_bodies[inst] = decides_nothing(self._own_bodies.of(inst))
+        return known
+
+    def own_verdict(self, inst: Instruction) -> Verdict | None:
+        """The verdict on ``inst`` as a kernel of its own (None: it is none: a host
+        instruction, or one no emitter takes alone), made once while it lives."""
+        known = self._own_verdicts.get(inst, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known
+        verdict = None
+        if inst.opcode not in HOST_OPCODES and is_wrappable(inst):
+            if inst.opcode == "fusion":
+                verdict = verdict_of(self.checker.analysis(inst))
+            else:
+                # The instruction's own body, which its pairs' keys and prices read too:
+                # what :meth:`candidate` would build, built once.
+                own = self._own_bodies.candidate(inst)
+                if within_budget(len(own.fusion.operands), 1, inst):
+                    verdict = self._verdict(own, inst)
+        self._own_verdicts[inst] = verdict
+        return verdict
 
     def _keep_built(
         self, producer: Instruction, user: Instruction, candidate: Candidate, verdict: Verdict
@@ -293,6 +348,8 @@ class FusionContext:
         """Drop what is known about ``inst``, which left the computation: its own price
         and the pairs it is a side of (the pairs of its operands with it included)."""
         self._costs.pop(inst, None)
+        self._own_verdicts.pop(inst, None)
+        self._plain_bodies.pop(inst, None)
         for pair in [pair for pair in self._built if inst in pair]:
             self._built.pop(pair)[0].discard()
         self._composed.forget(inst)
@@ -367,18 +424,12 @@ class FusionContext:
         if cached is not None:
             return cached
         cost = NO_KERNEL
-        if inst.opcode not in HOST_OPCODES and is_wrappable(inst):
+        verdict = self.own_verdict(inst)
+        if verdict is not None:
             if inst.opcode == "fusion":
-                verdict = verdict_of(self.checker.analysis(inst))
                 cost = self._composed.cost(inst, verdict)
             else:
-                # The instruction's own body, which its pairs' keys and prices read too:
-                # what :meth:`candidate` would build, built once.
-                own = self._own_bodies.candidate(inst)
-                if within_budget(len(own.fusion.operands), 1, inst):
-                    verdict = self._verdict(own, inst)
-                    if verdict is not None:
-                        cost = self.price(own, verdict)
+                cost = self.price(self._own_bodies.candidate(inst), verdict)
         self._costs[inst] = cost
         return cost
 

@@ -32,7 +32,7 @@ from heron.compiler.fusion.builder import Candidate, build_fusion, fusion_kind_o
 from heron.compiler.fusion.cost_model import parallel_threads
 from heron.compiler.library_gemm import GemmMatch, match_gemm, splits_at_library
 from heron.hlo.errors import HloError
-from heron.hlo.ir import Instruction
+from heron.hlo.ir import Computation, Instruction
 from heron.hlo.opcodes import is_elementwise
 from heron.hlo.passes.outline import HERO_OPCODES, HOST_OPCODES, REFUSED_OPCODES
 from heron.hlo.plugin_loading import PluginError
@@ -49,6 +49,7 @@ __all__ = [
     "MAX_FUSION_PARAMETERS",
     "ROOT_ONLY_OPCODES",
     "FusionChecker",
+    "decides_nothing",
     "Verdict",
     "fits_budget",
     "within_budget",
@@ -239,6 +240,52 @@ def _complex_dot_read_once(inst: Instruction, users: dict[Instruction, list[Inst
         and inst.shape.element_type.is_complex
         and _read_once(inst, users)
     )
+
+
+#: Ops besides the elementwise ones that decide nothing of a fusion's analysis: no
+#: hero search stops at them (:func:`heron.emitters.heroes.find_hero` looks for
+#: reduces, transposes and concatenates, and a copy may be a transpose) and no
+#: emitter but the loop emitter claims a fusion for them (a scatter, an in-place
+#: update, a sort or a dot at its root).
+_DECIDING_NOTHING = frozenset(
+    {
+        "parameter",
+        "constant",
+        "broadcast",
+        "reshape",
+        "bitcast",
+        "convert",
+        "bitcast-convert",
+        "iota",
+        "slice",
+        "dynamic-slice",
+        "pad",
+        "reverse",
+        "gather",
+    }
+)
+
+
+def decides_nothing(body: Computation) -> bool:
+    """Whether every op of ``body`` is elementwise or of :data:`_DECIDING_NOTHING`, and
+    lowered by every emitter (the root may be a tuple of several outputs).
+
+    A producer whose body decides nothing, fused into a user whose own verdict is the
+    loop emitter's, makes a loop fusion with the user's roots, heroes and threads:
+    the user's verdict (:meth:`FusionChecker.check` on the built pair says the same
+    wherever it accepts it, and the pair's size and budget are checked apart).
+    Priority fusion prices such pairs without building them (most of the pairs of an
+    elementwise program, and the largest: a grown fusion into each of its users)."""
+    lowerable = _lowerable()
+    for inst in body.instructions:
+        opcode = inst.opcode
+        if opcode == "tuple" and inst is body.root:
+            continue
+        if not (is_elementwise(opcode) or opcode in _DECIDING_NOTHING):
+            return False
+        if opcode not in ("parameter", "constant") and opcode not in lowerable:
+            return False
+    return True
 
 
 @attrs.frozen
