@@ -232,3 +232,33 @@ ENTRY main {
 """
     x = np.ones(2, np.float32)
     assert unrolled(parse_module(text).entry, [x]) is None
+
+
+def test_the_loop_unrolling_of_the_check_takes_dead_code_reading_a_root() -> None:
+    """JAX leaves dead code after a root constant (dynamax's parallel smoother: a call of
+    ``_lu_solve`` on the zero-sized root, listed after it): the check's unrolling read
+    the dead call's operand before it was made, an internal error of ``heron run
+    --check`` (``Computation.post_order`` now puts such readers after the root)."""
+    module = parse_module(
+        """HloModule m
+
+callee {
+  a = f32[0,4]{1,0} parameter(0)
+  ROOT n = f32[0,4]{1,0} negate(a)
+}
+
+solve {
+  x = f32[0,4]{1,0} parameter(0)
+  ROOT c = f32[0,4]{1,0} constant({  })
+  dead = f32[0,4]{1,0} call(c), to_apply=callee
+}
+
+ENTRY main {
+  p = f32[0,4]{1,0} parameter(0)
+  ROOT r = f32[0,4]{1,0} call(p), to_apply=solve
+}
+"""
+    )
+    program = unrolled(module.entry, [np.zeros((0, 4), np.float32)])
+    assert program is not None
+    assert program.outputs[0].opcode == "constant"

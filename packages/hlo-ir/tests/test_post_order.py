@@ -67,3 +67,25 @@ def test_a_cycle_is_named() -> None:
     by_name["a"].operands = [by_name["p"], by_name["d"]]
     with pytest.raises(HloVerifyError, match="cycle in computation 'main'"):
         entry.post_order()
+
+
+def test_an_unused_instruction_reading_the_root_follows_it() -> None:
+    """JAX leaves dead code after a root constant (dynamax's parallel smoother: a call of
+    ``_lu_solve`` on the zero-sized root, listed after it); the root goes last but for
+    what reads it, so every instruction still follows its operands (the check's loop
+    unrolling read the call's operand before it was made: an internal error)."""
+    module = parse_module(
+        """HloModule m
+
+ENTRY main {
+  p = f32[4]{0} parameter(0)
+  ROOT c = f32[4]{0} constant({1, 2, 3, 4})
+  n = f32[4]{0} negate(p)
+  dead = f32[4]{0} add(c, n)
+  deader = f32[4]{0} multiply(dead, dead)
+  other = f32[4]{0} exponential(p)
+}
+"""
+    )
+    order = [inst.name for inst in module.entry.post_order()]
+    assert order == ["p", "n", "other", "c", "dead", "deader"]

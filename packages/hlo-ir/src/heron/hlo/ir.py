@@ -148,7 +148,8 @@ class Computation:
         return result
 
     def post_order(self) -> list[Instruction]:
-        """Every instruction after all its operands (root last when reachable).
+        """Every instruction after all its operands (the root last when reachable, but for
+        unused instructions that read it).
 
         Raises ``HloVerifyError`` naming an instruction on a cycle if there is one.
         The order is a depth-first walk from each instruction in list order, operands
@@ -180,9 +181,9 @@ class Computation:
                 continue
             self._walk(start, placed, order)
         if self.root is not None and order and order[-1] is not self.root:
-            # Keep the root last: unused instructions come before it.
-            order.remove(self.root)
-            order.append(self.root)
+            # Keep the root last: unused instructions come before it, but for those that
+            # read it (dead code JAX leaves after a root constant), which follow it.
+            order = _root_last(order, self.root)
         return order
 
     def _walk(self, start: Instruction, placed: set[Instruction], order: list[Instruction]) -> None:
@@ -209,6 +210,22 @@ class Computation:
                 visiting.discard(inst)
                 placed.add(inst)
                 order.append(inst)
+
+
+def _root_last(order: list[Instruction], root: Instruction) -> list[Instruction]:
+    """``order`` (each instruction after its operands) with ``root`` moved as late as it
+    can go: after everything but the instructions that read it, directly or not."""
+    at = next(k for k, inst in enumerate(order) if inst is root)
+    reading: set[Instruction] = {root}
+    others: list[Instruction] = []
+    readers: list[Instruction] = []
+    for inst in order[at + 1 :]:
+        if reading.intersection(inst.operands):
+            reading.add(inst)
+            readers.append(inst)
+        else:
+            others.append(inst)
+    return [*order[:at], *others, root, *readers]
 
 
 @attrs.define(eq=False, repr=False)
