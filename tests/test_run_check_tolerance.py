@@ -1300,3 +1300,36 @@ def test_the_tolerances_own_evaluations_are_timed_where_noticeable(capsys):
     assert capsys.readouterr().out == ""
     _print_tolerance_time(58.4)
     assert "the tolerance's own evaluations of the reference: 58.40 s" in capsys.readouterr().out
+
+
+def test_outputs_equal_to_the_reference_need_no_tolerance(tmp_path, capsys, monkeypatch):
+    """Deciding a tolerance evaluates the reference again (random roundings, unrolled
+    loops, the module as written): 118 s of a jaxns check whose 82 outputs were all
+    identical. Where every output agrees bitwise none is decided; where one differs,
+    it is."""
+    decided: list[bool] = []
+    output_tolerances = run_command.output_tolerances
+
+    def recording(*args, **kwargs):
+        decided.append(True)
+        return output_tolerances(*args, **kwargs)
+
+    monkeypatch.setattr(run_command, "output_tolerances", recording)
+    exact = tmp_path / "exact.hlo"
+    exact.write_text(
+        """HloModule exact
+
+ENTRY main {
+  x = f32[64]{0} parameter(0)
+  y = f32[64]{0} parameter(1)
+  ROOT s = f32[64]{0} add(x, y)
+}
+"""
+    )
+    assert main(["run", str(exact), "--backend", "interpreter", "--check", "--quiet"]) == 0
+    assert "(allowed: bitwise)" in capsys.readouterr().out
+    assert decided == []
+    inexact = tmp_path / "inexact.hlo"
+    inexact.write_text(CASE_454)
+    main(["run", str(inexact), "--backend", "interpreter", "--check", "--quiet"])
+    assert decided == [True]

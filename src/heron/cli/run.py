@@ -75,7 +75,7 @@ from heron.cli.common import (
     resolve_target,
     write_atomically,
 )
-from heron.harness.agreement import compare, output_tolerances, type_name
+from heron.harness.agreement import agree_bitwise, compare, output_tolerances, type_name
 from heron.runtime.core.registry import DEVICE_BACKENDS, BackendChoice
 
 if TYPE_CHECKING:
@@ -331,9 +331,11 @@ def run(args: argparse.Namespace) -> int:
         expected, elapsed = _evaluate(module, arguments)
         print(f"check against the reference evaluator ({elapsed:.2f} s):")
         started = time.perf_counter()
-        tolerances = output_tolerances(
-            ran.module, ran.reorders, arguments, given, tf32=ran.target.tf32, written=module
-        )
+        tolerances = None
+        if not agree_bitwise(leaves, expected):
+            tolerances = output_tolerances(
+                ran.module, ran.reorders, arguments, given, tf32=ran.target.tf32, written=module
+            )
         agreed = print_agreement(leaves, expected, tolerances)
         _print_tolerance_time(time.perf_counter() - started)
         if not agreed:

@@ -17,6 +17,7 @@ import numpy as np
 __all__ = [
     "Agreement",
     "WrittenSum",
+    "agree_bitwise",
     "compare",
     "output_tolerances",
     "type_name",
@@ -341,6 +342,16 @@ def _with_scan_bounds(tolerances: list, bounds: list) -> list:
             )
         merged.append(tolerance)
     return merged
+
+
+def agree_bitwise(actual: list, expected: list) -> bool:
+    """Whether every output agrees with the reference at the bitwise tolerance: then no
+    tolerance need be decided. Deciding one evaluates the reference again (its random
+    roundings, unrolled loops, the module as written): 118 s of a 175 s check of a
+    jaxns program whose 82 outputs were all identical (the seventeenth sweep)."""
+    return len(actual) == len(expected) and all(
+        compare(a, e).agrees for a, e in zip(actual, expected, strict=True)
+    )
 
 
 def compare(actual: object, expected: object, tolerance=None) -> Agreement:
