@@ -1306,12 +1306,12 @@ def test_outputs_equal_to_the_reference_need_no_tolerance(tmp_path, capsys, monk
     """Deciding a tolerance evaluates the reference again (random roundings, unrolled
     loops, the module as written): 118 s of a jaxns check whose 82 outputs were all
     identical. Where every output agrees bitwise none is decided; where one differs,
-    it is."""
-    decided: list[bool] = []
+    its own is."""
+    decided: list[list[bool]] = []
     output_tolerances = run_command.output_tolerances
 
     def recording(*args, **kwargs):
-        decided.append(True)
+        decided.append(kwargs["needed"])
         return output_tolerances(*args, **kwargs)
 
     monkeypatch.setattr(run_command, "output_tolerances", recording)
@@ -1332,4 +1332,17 @@ ENTRY main {
     inexact = tmp_path / "inexact.hlo"
     inexact.write_text(CASE_454)
     main(["run", str(inexact), "--backend", "interpreter", "--check", "--quiet"])
-    assert decided == [True]
+    assert decided == [[True]]
+
+
+def test_only_the_outputs_that_differ_get_a_tolerance() -> None:
+    from heron.harness.agreement import bitwise_agreements, output_tolerances
+    from heron.harness.tolerance import ErrorBounds
+
+    module = parse_module(CASE_454)
+    x = np.linspace(-3, 3, 512, dtype=np.float32).astype(BF16).reshape(4, 128)
+    needed = [False]
+    (tolerance,) = output_tolerances(module, {}, [x], ErrorBounds(), tf32=False, needed=needed)
+    assert tolerance == OutputTolerance()  # bitwise: nothing evaluated for it
+    same = np.ones(3, np.float32)
+    assert bitwise_agreements([same, same + 1], [same, same]) == [True, False]

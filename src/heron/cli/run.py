@@ -75,7 +75,7 @@ from heron.cli.common import (
     resolve_target,
     write_atomically,
 )
-from heron.harness.agreement import agree_bitwise, compare, output_tolerances, type_name
+from heron.harness.agreement import bitwise_agreements, compare, output_tolerances, type_name
 from heron.runtime.core.registry import DEVICE_BACKENDS, BackendChoice
 
 if TYPE_CHECKING:
@@ -331,10 +331,17 @@ def run(args: argparse.Namespace) -> int:
         expected, elapsed = _evaluate(module, arguments)
         print(f"check against the reference evaluator ({elapsed:.2f} s):")
         started = time.perf_counter()
+        agreeing = bitwise_agreements(leaves, expected)
         tolerances = None
-        if not agree_bitwise(leaves, expected):
+        if not all(agreeing) or len(leaves) != len(expected):
             tolerances = output_tolerances(
-                ran.module, ran.reorders, arguments, given, tf32=ran.target.tf32, written=module
+                ran.module,
+                ran.reorders,
+                arguments,
+                given,
+                tf32=ran.target.tf32,
+                written=module,
+                needed=[not agrees for agrees in agreeing],
             )
         agreed = print_agreement(leaves, expected, tolerances)
         _print_tolerance_time(time.perf_counter() - started)
