@@ -87,8 +87,8 @@ def _fuse_as_entry(
     # hundred views' dozen passes was a seventh of a jax-cosmo program's compile);
     # the rest's names stay taken. A pass that removes dead computations (an s8 dot's
     # operand layout ends so) would otherwise take the rest from the program.
-    reached = {id(c) for c in computations_reached([computation])}
-    listed = [c for c in module.computations if id(c) in reached]
+    reached = set(computations_reached([computation]))
+    listed = [c for c in module.computations if c in reached]
     view = Module(
         name=f"{module.name}.{computation.name}",
         computations=list(listed),
@@ -109,9 +109,9 @@ def _fuse_as_entry(
     return report.changed
 
 
-def _names_outside(computations: list[Computation], reached: set[int]) -> Iterator[str]:
+def _names_outside(computations: list[Computation], reached: set[Computation]) -> Iterator[str]:
     for c in computations:
-        if id(c) not in reached:
+        if c not in reached:
             yield c.name
             yield from (inst.name for inst in c.instructions)
 
@@ -123,21 +123,21 @@ def _merged(
     its order) ended with ``after``: in the order the passes would have left had the
     view listed everything. A pass puts a new computation before one it had (a fusion
     body before the computation fused) or at the end, and removes only what it lists."""
-    had = {id(c) for c in listed}
-    kept = {id(c) for c in after}
-    before: dict[int, list[Computation]] = {}  # new ones, by the one they come before
+    had = set(listed)  # computations hash by identity
+    kept = set(after)
+    before: dict[Computation, list[Computation]] = {}  # new ones, by the one they precede
     waiting: list[Computation] = []
     for c in after:
-        if id(c) in had:
+        if c in had:
             if waiting:
-                before[id(c)] = waiting
+                before[c] = waiting
                 waiting = []
         else:
             waiting.append(c)
     merged: list[Computation] = []
     for c in everything:
-        merged.extend(before.get(id(c), ()))
-        if id(c) not in had or id(c) in kept:
+        merged.extend(before.get(c, ()))
+        if c not in had or c in kept:
             merged.append(c)
     merged.extend(waiting)
     return merged

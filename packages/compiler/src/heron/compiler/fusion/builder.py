@@ -360,18 +360,18 @@ def interned_size(body: Computation) -> InternedSize:
     A body the builder made is interned already (its ops are counted as they are);
     a fusion parsed from a module may compute an op twice, which a build keeps once.
     """
-    numbers: dict[int, int] = {}
+    numbers: dict[Instruction, int] = {}  # instructions hash by identity
     classes: dict[tuple[object, ...], int] = {}
     ops: set[int] = set()
     live: set[int] = set()
     for inst in _reached(body):
         if inst.opcode == "parameter":
             live.add(inst.parameter_number)
-            numbers[id(inst)] = -1 - inst.parameter_number
+            numbers[inst] = -1 - inst.parameter_number
             continue
-        key = _intern_key(inst, tuple(numbers[id(op)] for op in inst.operands))
+        key = _intern_key(inst, tuple(numbers[op] for op in inst.operands))
         number = len(numbers) if key is None else classes.setdefault(key, len(numbers))
-        numbers[id(inst)] = number
+        numbers[inst] = number
         ops.add(number)
     return InternedSize(len(ops), frozenset(live))
 
@@ -379,18 +379,18 @@ def interned_size(body: Computation) -> InternedSize:
 def _reached(body: Computation) -> list[Instruction]:
     """The instructions ``body``'s root needs, each after its operands."""
     order: list[Instruction] = []
-    seen: set[int] = set()
+    seen: set[Instruction] = set()
     stack: list[tuple[Instruction, bool]] = [(body.root_instruction, False)]
     while stack:
         inst, expanded = stack.pop()
         if expanded:
             order.append(inst)
             continue
-        if id(inst) in seen:
+        if inst in seen:
             continue
-        seen.add(id(inst))
+        seen.add(inst)
         stack.append((inst, True))
-        stack.extend((op, False) for op in reversed(inst.operands) if id(op) not in seen)
+        stack.extend((op, False) for op in reversed(inst.operands) if op not in seen)
     return order
 
 
