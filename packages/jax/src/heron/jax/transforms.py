@@ -11,7 +11,7 @@ whose options (backend, Target, cache, determinism) every derived program keeps.
 - **Evaluated** (the primitive's implementation): heron compiles the jaxpr's function
   and runs it on the device, as a call of the heron-jitted function would.
 - **Differentiated** (its JVP): the function linearized as :func:`jax.linearize` splits
-  it, two ``heron_call``\ s: the primal results with the residuals their tangents need,
+  it, two ``heron_call`` calls: the primal results with the residuals their tangents need,
   and the tangents from those residuals, linear in the tangents. Reverse mode
   evaluates the first and transposes the second (below), so
   ``jax.grad(heron.jax.jit(f))(x)`` runs two heron programs, ``f`` with its residuals

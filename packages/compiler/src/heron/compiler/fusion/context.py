@@ -20,6 +20,7 @@ from heron.compiler.fusion.builder import (
     build_fusion,
     fusion_operands,
     is_small_constant,
+    parameter_values,
 )
 from heron.compiler.fusion.cost_model import (
     NO_KERNEL,
@@ -27,6 +28,7 @@ from heron.compiler.fusion.cost_model import (
     ReadPatterns,
     estimate_computation,
 )
+from heron.compiler.fusion.emissions import MAX_EMISSIONS, fused_emissions
 from heron.compiler.fusion.fusible import (
     MAX_FUSED_INSTRUCTIONS,
     FusionChecker,
@@ -211,7 +213,8 @@ class FusionContext:
         """The price of ``producer`` fused into ``user`` where it is told without building
         the pair: both bodies decide nothing (:func:`decides_nothing`), the user's own
         verdict is the loop emitter's (the pair's, then), the pair keeps within the
-        budget and the size limit, and its reads compose (:meth:`PairPrices.pair`).
+        budget, the size limit and the evaluations' (:func:`fused_emissions`, which the
+        built pair counts at most), and its reads compose (:meth:`PairPrices.pair`).
         None otherwise: the pair is built and checked. A pair priced so that is fused is
         built and checked when it is installed (:func:`~.priority_fusion._build`)."""
         bodies = self._own_bodies
@@ -227,6 +230,12 @@ class FusionContext:
         most = operands + len(bodies.of(producer).instructions) + len(user_body.instructions)
         if most > MAX_FUSED_INSTRUCTIONS:
             return None
+        reads = [k for k, value in enumerate(parameter_values(user)) if value is producer]
+        emissions = fused_emissions(
+            self.checker.emissions(bodies.of(producer)), self.checker.emissions(user_body), reads
+        )
+        if emissions > MAX_EMISSIONS:
+            return None  # at most this once built: the checker tells
         return self._composed.pair(producer, user, verdict)
 
     def _plain(self, inst: Instruction) -> bool:

@@ -30,6 +30,7 @@ import attrs
 
 from heron.compiler.fusion.builder import Candidate, build_fusion, fusion_kind_of
 from heron.compiler.fusion.cost_model import parallel_threads
+from heron.compiler.fusion.emissions import MAX_EMISSIONS, Emissions, count_emissions
 from heron.compiler.library_gemm import GemmMatch, match_gemm, splits_at_library
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Computation, Instruction
@@ -347,6 +348,19 @@ class FusionChecker:
     _analyses: weakref.WeakKeyDictionary[Instruction, FusionAnalysis] = attrs.field(
         init=False, factory=weakref.WeakKeyDictionary
     )
+    #: Each body's evaluation count, made once while it lives: a candidate's when it is
+    #: checked, read again as an installed fusion's own (the body installed is the one
+    #: checked) when its pairs are priced unbuilt.
+    _emissions: weakref.WeakKeyDictionary[Computation, Emissions] = attrs.field(
+        init=False, factory=weakref.WeakKeyDictionary
+    )
+
+    def emissions(self, body: Computation) -> Emissions:
+        """``body``'s :func:`~heron.compiler.fusion.emissions.count_emissions`, counted once."""
+        known = self._emissions.get(body)
+        if known is None:
+            known = self._emissions[body] = count_emissions(body)
+        return known
 
     def analysis(self, fusion: Instruction) -> FusionAnalysis:
         """``fusion``'s :func:`~heron.emitters.fusion_analysis.analyse_fusion` for this
@@ -406,6 +420,8 @@ class FusionChecker:
             return None
         if len(body.instructions) > MAX_FUSED_INSTRUCTIONS:
             return None
+        if self.emissions(body).total > MAX_EMISSIONS:
+            return None  # evaluations duplicated past XLA's limit (:mod:`.emissions`)
         fused_heroes: list[Instruction] = []
         for inst in body.instructions:
             if inst.opcode in ("parameter", "tuple", "constant", "get-tuple-element"):
