@@ -10,6 +10,7 @@ program split as XLA splits it runs in three seconds (docs/reliability.md).
 from __future__ import annotations
 
 import pytest
+from heron_test_support.hlo_modules import elementwise_chain
 
 from heron.compiler import Target
 from heron.compiler.fusion import context as context_module
@@ -130,16 +131,6 @@ def test_the_checker_refuses_a_body_over_the_limit_and_takes_one_under_it() -> N
             candidate.discard()
 
 
-def _chain(length: int) -> str:
-    """An entry computing ``length`` elementwise ops one after another on one parameter."""
-    lines = ["HloModule chain", "ENTRY e {", "  v0 = f32[4096]{0} parameter(0)"]
-    for k in range(1, length + 1):
-        op = "negate" if k % 2 else "exponential"
-        lines.append(f"  v{k} = f32[4096]{{0}} {op}(v{k - 1})")
-    lines[-1] = lines[-1].replace(f"  v{length}", f"  ROOT v{length}")
-    return "\n".join([*lines, "}"])
-
-
 @pytest.mark.parametrize("limit", [None, 16])
 def test_priority_fusion_keeps_each_fusion_within_the_limit(limit, monkeypatch) -> None:
     """A chain the cost model fuses whole is split where a lower limit says so: the
@@ -148,7 +139,7 @@ def test_priority_fusion_keeps_each_fusion_within_the_limit(limit, monkeypatch) 
     if limit is not None:
         monkeypatch.setattr(context_module, "MAX_EMISSIONS", limit)
         monkeypatch.setattr(fusible_module, "MAX_EMISSIONS", limit)
-    module = parse_module(_chain(40))
+    module = parse_module(elementwise_chain(40, 4096))
     run_pipeline(module, gpu_pipeline(H100))
     fusions = [inst for inst in module.entry.instructions if inst.opcode == "fusion"]
     counts = [count_emissions(fusion.called("calls")).total for fusion in fusions]

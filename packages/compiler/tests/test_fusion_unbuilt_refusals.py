@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from heron_test_support.hlo_modules import elementwise_chain
 
 from heron.compiler import Target
 from heron.compiler.fusion import context as context_module
@@ -26,16 +27,6 @@ from heron.hlo.parser import parse_module
 from heron.hlo.passes import run_pipeline
 
 H100 = Target.preset("h100")
-
-
-def _chain(length: int) -> str:
-    """An entry computing ``length`` elementwise ops one after another on one parameter."""
-    lines = ["HloModule chain", "ENTRY e {", "  v0 = f32[64]{0} parameter(0)"]
-    for k in range(1, length + 1):
-        op = "negate" if k % 2 else "exponential"
-        lines.append(f"  v{k} = f32[64]{{0}} {op}(v{k - 1})")
-    lines[-1] = lines[-1].replace(f"  v{length}", f"  ROOT v{length}")
-    return "\n".join([*lines, "}"])
 
 
 def _fused_prefix(module: Module, ops: int) -> tuple[Instruction, Instruction]:
@@ -72,7 +63,7 @@ def _checked(context: FusionContext, producer: Instruction, user: Instruction) -
 @pytest.mark.parametrize("ops", [MAX_FUSED_INSTRUCTIONS - 1, MAX_FUSED_INSTRUCTIONS + 10])
 def test_a_fusion_at_the_size_limit_is_refused_into_its_user_unbuilt(ops, monkeypatch) -> None:
     # the pair's body: a parameter, the fusion's ops and the user's one, over the limit
-    module = parse_module(_chain(ops + 2))
+    module = parse_module(elementwise_chain(ops + 2))
     fusion, user = _fused_prefix(module, ops)
     context = FusionContext(module, H100)
     builds = _counting_builds(monkeypatch)
@@ -85,7 +76,7 @@ def test_a_fusion_at_the_size_limit_is_refused_into_its_user_unbuilt(ops, monkey
 def test_a_fusion_under_the_size_limit_is_priced(ops, built, monkeypatch) -> None:
     # an elementwise chain decides nothing: priced unbuilt where the pair is surely
     # within the limit, built where only its exact size tells (one under it here)
-    module = parse_module(_chain(ops + 2))
+    module = parse_module(elementwise_chain(ops + 2))
     fusion, user = _fused_prefix(module, ops)
     context = FusionContext(module, H100)
     builds = _counting_builds(monkeypatch)

@@ -6,7 +6,7 @@ variant writes its own.
 
 from __future__ import annotations
 
-__all__ = ["JAX_ARGMAX_REDUCER", "SCALE"]
+__all__ = ["JAX_ARGMAX_REDUCER", "SCALE", "elementwise_chain"]
 
 #: One loop fusion, f32[64,32] times 3: the smallest module with a real kernel.
 SCALE = """\
@@ -123,3 +123,15 @@ argmax_reducer {
   ROOT pair = (f32[], s32[]) tuple(value, index)
 }
 """
+
+
+def elementwise_chain(length: int, elements: int = 64) -> str:
+    """An entry computing ``length`` elementwise ops one after another on one f32 parameter
+    of ``elements``: the fusion passes' simplest growing fusion."""
+    shape = f"f32[{elements}]{{0}}"
+    lines = ["HloModule chain", "ENTRY e {", f"  v0 = {shape} parameter(0)"]
+    for k in range(1, length + 1):
+        op = "negate" if k % 2 else "exponential"
+        lines.append(f"  v{k} = {shape} {op}(v{k - 1})")
+    lines[-1] = lines[-1].replace(f"  v{length}", f"  ROOT v{length}")
+    return "\n".join([*lines, "}"])
