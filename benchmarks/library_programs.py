@@ -11,7 +11,7 @@ Needs the libraries, in an environment with jax 0.10.2 (heron need not be instal
 there)::
 
     pip install "jax==0.10.2" brax==0.14.2 jax-cosmo==0.1.0 diffrax==0.7.2 \\
-        numpyro==0.22.0 blackjax==1.7.1
+        numpyro==0.22.0 blackjax==1.7.1 sax==0.16.14
 
 Run ``python benchmarks/library_programs.py OUT_DIR [--only NAME,...]`` to write each
 program as ``OUT_DIR/NAME.hlo`` (what ``library_compile.py --hlo-dir`` reads).
@@ -204,6 +204,38 @@ def expn_grad() -> str:
     return _hlo(both, jnp.arange(1, 65, dtype=jnp.int32) % 5, jnp.linspace(0.1, 4.0, 64))
 
 
+def sax_mzi_lattice() -> str:
+    """sax's S-matrix of a four-stage Mach-Zehnder lattice (84 ports once its couplers and
+    waveguides are flattened) over 80 wavelengths, with the pure-jax
+    ``filipsson_gunnar`` backend: the eighteenth sweep's slowest compile (58 s, XLA:CPU's
+    jax.jit 5.7 s), multi-output fusion building siblings of fusions near the size limit."""
+    import jax.numpy as jnp
+    import numpy as np
+    import sax
+
+    instances: dict[str, str] = {}
+    connections: dict[str, str] = {}
+    for i in range(4):
+        instances |= {f"c{i}": "coupler", f"t{i}": "straight", f"b{i}": "straight"}
+        connections |= {f"c{i},out1": f"t{i},in0", f"c{i},out0": f"b{i},in0"}
+        if i > 0:
+            connections |= {f"t{i - 1},out0": f"c{i},in1", f"b{i - 1},out0": f"c{i},in0"}
+    instances["cf"] = "coupler"
+    connections |= {"t3,out0": "cf,in1", "b3,out0": "cf,in0"}
+    ports = {"in0": "c0,in0", "in1": "c0,in1", "out0": "cf,out0", "out1": "cf,out1"}
+    netlist = {"instances": instances, "connections": connections, "ports": ports}
+    models = {"coupler": sax.models.coupler, "straight": sax.models.straight}
+    circuit, _ = sax.circuit(netlist, models, backend="filipsson_gunnar")
+
+    def power(wl, lengths):
+        settings = {f"t{i}": {"length": lengths[i]} for i in range(4)}
+        settings |= {f"b{i}": {"length": 10.0} for i in range(4)}
+        return jnp.abs(circuit(wl=wl, **settings)["in0", "out0"]) ** 2
+
+    wavelengths = np.linspace(1.5, 1.6, 80).astype(np.float32)
+    return _hlo(power, wavelengths, np.array([12.0, 14.0, 16.0, 18.0], np.float32))
+
+
 PROGRAMS: dict[str, Callable[[], str]] = {
     "brax_ant_grad": brax_ant_grad,
     "jax_cosmo_fisher": jax_cosmo_fisher,
@@ -211,6 +243,7 @@ PROGRAMS: dict[str, Callable[[], str]] = {
     "numpyro_nuts_schools": numpyro_nuts_schools,
     "blackjax_nuts_logistic": blackjax_nuts_logistic,
     "expn_grad": expn_grad,
+    "sax_mzi_lattice": sax_mzi_lattice,
 }
 
 
