@@ -88,11 +88,11 @@ def count_emissions(body: Computation) -> Emissions:
             by_parameter[inst.parameter_number] = count
         if _reads_in_place(inst.opcode):
             for operand in inst.operands:
-                sets = reached.get(operand)
-                if sets is None:
+                reaching = reached.get(operand)
+                if reaching is None:
                     reached[operand] = [roots]
                 else:
-                    sets.append(roots)
+                    reaching.append(roots)
         else:
             for operand in inst.operands:
                 root_counts[operand] = root_counts.get(operand, 0) + count
