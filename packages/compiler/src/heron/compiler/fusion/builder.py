@@ -33,13 +33,13 @@ from heron.hlo.shapes import ArrayShape, TupleShape
 
 __all__ = [
     "Candidate",
-    "InternedSize",
     "OwnBodies",
     "build_fusion",
     "fusion_operands",
     "install_fusion",
     "fusion_kind_of",
     "is_small_constant",
+    "op_kind",
     "outputs_of",
     "parameter_values",
 ]
@@ -90,7 +90,6 @@ class OwnBodies:
     replaced has the shape of the one it replaces."""
 
     _built: dict[Instruction, Candidate] = attrs.field(factory=dict)
-    _sizes: dict[Instruction, InternedSize] = attrs.field(factory=dict)
 
     def of(self, inst: Instruction) -> Computation:
         if inst.opcode == "fusion":
@@ -104,35 +103,8 @@ class OwnBodies:
             made = self._built[inst] = build_fusion([inst], [inst])
         return made
 
-    def size(self, inst: Instruction) -> InternedSize:
-        """``inst``'s own body's :class:`InternedSize`, counted once."""
-        known = self._sizes.get(inst)
-        if known is None:
-            known = self._sizes[inst] = interned_size(self.of(inst))
-        return known
-
-    def fused_ops_at_least(self, producer: Instruction, user: Instruction) -> int:
-        """At least how many ops (parameters aside) ``build_fusion([producer, user],
-        [user])`` would hold, told without building it.
-
-        The builder clones the producer's ops over a parameter per operand, then the
-        user's. The producer's stay apart from each other, and where the user reads the
-        producer all are needed, and so is at least one op of the user's that reads the
-        producer's value: none of the producer's ops can equal it, since none depends on
-        that value. The user's ops stay apart from each other unless the user computes
-        the producer's value itself as well, which CSE before fusion leaves no
-        instruction doing (a producer is duplicated only into users that then read it
-        no more).
-        """
-        count = self.size(user).ops
-        live = self.size(user).live_parameters
-        if any(v is producer and k in live for k, v in enumerate(parameter_values(user))):
-            count = max(count, self.size(producer).ops + 1)
-        return count
-
     def forget(self, inst: Instruction) -> None:
         """Let go of ``inst``'s body (it left the computation)."""
-        self._sizes.pop(inst, None)
         made = self._built.pop(inst, None)
         if made is not None:
             made.discard()
@@ -323,75 +295,31 @@ class _Interned:
 
 def _intern_key(inst: Instruction, operands: tuple[int, ...]) -> tuple[object, ...] | None:
     """What makes ``inst`` over ``operands`` (numbers standing for them) the same op as
-    another (:class:`_Interned`), or None where it is always made again (an op of
-    :data:`_NOT_INTERNED`, an attribute value without a hash)."""
+    another (:class:`_Interned`), or None where it is always made again."""
+    kind = op_kind(inst)
+    return None if kind is None else (kind, operands)
+
+
+def op_kind(inst: Instruction) -> tuple[object, ...] | None:
+    """What makes ``inst`` the same op as another over the same operands, for
+    :class:`_Interned`: its opcode, shape and attributes (source metadata aside); None
+    where it is always made again (an op of :data:`_NOT_INTERNED`, an attribute value
+    without a hash)."""
     if inst.opcode in _NOT_INTERNED:
         return None
     attributes = inst.attributes
-    key = (
+    kind = (
         inst.opcode,
         inst.shape,
-        operands,
         tuple(kv for kv in attributes.items() if kv[0] != "metadata")
         if "metadata" in attributes
         else tuple(attributes.items()),
     )
     try:
-        hash(key)
+        hash(kind)
     except TypeError:
         return None
-    return key
-
-
-@attrs.frozen
-class InternedSize:
-    """What a body keeps of itself when :func:`build_fusion` clones it into a larger one:
-    its ops, counted as the builder interns them (:class:`_Interned`: equal ops over
-    equal operands once, and only those the root needs), and which of its parameters
-    the root reads at all."""
-
-    ops: int
-    live_parameters: frozenset[int]
-
-
-def interned_size(body: Computation) -> InternedSize:
-    """``body``'s :class:`InternedSize`, by value numbering from its root.
-
-    A body the builder made is interned already (its ops are counted as they are);
-    a fusion parsed from a module may compute an op twice, which a build keeps once.
-    """
-    numbers: dict[Instruction, int] = {}  # instructions hash by identity
-    classes: dict[tuple[object, ...], int] = {}
-    ops: set[int] = set()
-    live: set[int] = set()
-    for inst in _reached(body):
-        if inst.opcode == "parameter":
-            live.add(inst.parameter_number)
-            numbers[inst] = -1 - inst.parameter_number
-            continue
-        key = _intern_key(inst, tuple(numbers[op] for op in inst.operands))
-        number = len(numbers) if key is None else classes.setdefault(key, len(numbers))
-        numbers[inst] = number
-        ops.add(number)
-    return InternedSize(len(ops), frozenset(live))
-
-
-def _reached(body: Computation) -> list[Instruction]:
-    """The instructions ``body``'s root needs, each after its operands."""
-    order: list[Instruction] = []
-    seen: set[Instruction] = set()
-    stack: list[tuple[Instruction, bool]] = [(body.root_instruction, False)]
-    while stack:
-        inst, expanded = stack.pop()
-        if expanded:
-            order.append(inst)
-            continue
-        if inst in seen:
-            continue
-        seen.add(inst)
-        stack.append((inst, True))
-        stack.extend((op, False) for op in reversed(inst.operands) if op not in seen)
-    return order
+    return kind
 
 
 def _inline(

@@ -42,6 +42,7 @@ from heron.compiler.fusion.fusible import (
 from heron.compiler.fusion.fusion_cse import signature
 from heron.compiler.fusion.pair_key import MembersKey, PairKey, PairKeys
 from heron.compiler.fusion.pair_price import PairPrices
+from heron.compiler.fusion.sizes import FusionSizes
 from heron.hlo.fusion_outputs import fusion_roots
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.outline import HOST_OPCODES
@@ -87,6 +88,8 @@ class FusionContext:
     _pair_prices: dict[PairKey, float | None] = attrs.field(init=False, factory=dict)
     #: Each instruction's own body (:class:`OwnBodies`), for the pairs' keys and prices.
     _own_bodies: OwnBodies = attrs.field(init=False, factory=OwnBodies)
+    #: Sizes of fusions told before they are built (:meth:`_oversized`).
+    _sizes: FusionSizes = attrs.field(init=False, factory=FusionSizes)
     _pair_keys: PairKeys = attrs.field(init=False)
     #: Pair prices composed from each instruction's own reads (:mod:`.pair_price`).
     _composed: PairPrices = attrs.field(init=False)
@@ -122,10 +125,13 @@ class FusionContext:
         """A fusion of ``members`` computing ``outputs``, if an emitter can emit it
         (``consumer``: the member the others are fused into, see :func:`fits_budget`).
 
-        A candidate over the budget is refused before it is built: the budget depends
-        on the operand and output counts only (in a GPT-2 training step, multi-output
-        fusion cloned 300,000 instructions into siblings' merges refused so)."""
+        A candidate over the budget or the size limit is refused before it is built:
+        both are told from the members (in a GPT-2 training step, multi-output fusion
+        cloned 300,000 instructions into siblings' merges refused for the budget; in
+        sax's lattice, 900,000 into merges refused for their size)."""
         if not within_budget(len(fusion_operands(members)), len(outputs), consumer):
+            return None
+        if self._oversized(members, outputs):
             return None
         candidate = build_fusion(members, outputs)
         verdict = self._verdict(candidate, consumer)
@@ -200,21 +206,29 @@ class FusionContext:
         producers after every step, and building those pairs to be refused was a
         third of what the Fisher matrix's priority fusion cloned (530,000 of 1.44
         million instructions)."""
-        operands = len(fusion_operands([producer, user]))
-        if not within_budget(operands, 1, user):
+        if not within_budget(len(fusion_operands([producer, user])), 1, user):
             return True
-        bodies = self._own_bodies
-        most = operands + len(bodies.of(producer).instructions) + len(bodies.of(user).instructions)
-        if most <= MAX_FUSED_INSTRUCTIONS:
-            return False
-        return operands + bodies.fused_ops_at_least(producer, user) > MAX_FUSED_INSTRUCTIONS
+        return self._oversized([producer, user], [user])
+
+    def _oversized(self, members: list[Instruction], outputs: list[Instruction]) -> bool:
+        """Whether the fusion of ``members`` would hold more than
+        :data:`MAX_FUSED_INSTRUCTIONS` (:meth:`FusionSizes.planned`, counted only where the
+        members' own bodies and operands together are over it)."""
+        most = len(outputs) + sum(
+            len(m.called("calls").instructions) if m.opcode == "fusion" else 1 + len(m.operands)
+            for m in members
+        )
+        return most > MAX_FUSED_INSTRUCTIONS and (
+            self._sizes.planned(members, outputs) > MAX_FUSED_INSTRUCTIONS
+        )
 
     def _plain_pair(self, producer: Instruction, user: Instruction) -> KernelCost | None:
         """The price of ``producer`` fused into ``user`` where it is told without building
         the pair: both bodies decide nothing (:func:`decides_nothing`), the user's own
         verdict is the loop emitter's (the pair's, then), the pair keeps within the
-        budget, the size limit and the evaluations' (:func:`fused_emissions`, which the
-        built pair counts at most), and its reads compose (:meth:`PairPrices.pair`).
+        budget and the evaluations' limit (:func:`fused_emissions`, which the built pair
+        counts at most), and its reads compose (:meth:`PairPrices.pair`); within the size
+        limit it is, since :meth:`pair_seconds` asks :meth:`_refused_unbuilt` first.
         None otherwise: the pair is built and checked. A pair priced so that is fused is
         built and checked when it is installed (:func:`~.priority_fusion._build`)."""
         bodies = self._own_bodies
@@ -226,9 +240,6 @@ class FusionContext:
         operands = len(fusion_operands([producer, user]))
         user_body = bodies.of(user)
         if not within_budget(operands, len(fusion_roots(user_body)), user):
-            return None
-        most = operands + len(bodies.of(producer).instructions) + len(user_body.instructions)
-        if most > MAX_FUSED_INSTRUCTIONS:
             return None
         reads = [k for k, value in enumerate(parameter_values(user)) if value is producer]
         emissions = fused_emissions(
@@ -363,6 +374,7 @@ class FusionContext:
             self._built.pop(pair)[0].discard()
         self._composed.forget(inst)
         self._own_bodies.forget(inst)
+        self._sizes.forget(inst)
         for pairs in (self._pairs, self._floors):
             pairs.pop(inst, None)
             for operand in inst.operands:
