@@ -80,10 +80,11 @@ def capture_module(lowered) -> Program:
     module_name = ir.StringAttr(gpu_module.attributes["sym_name"]).value
     functions: dict[str, Function] = {}
     globals_: dict[str, Global] = {}
+    texts = _Texts()
     for op in gpu_module.regions[0].blocks[0].operations:
         op = op.operation
         if op.name in ("gpu.func", "func.func"):
-            function = _function(op)
+            function = _function(op, texts)
             functions[function.name] = function
         elif op.name == "memref.global":
             g = _global(op)
@@ -93,29 +94,63 @@ def capture_module(lowered) -> Program:
     return Program(module_name, functions, globals_)
 
 
-class _Numbering:
-    """Ids for values (per function) and numbers for ops (pre-order)."""
+class _Texts:
+    """The printed form of each distinct type and the JSON value of each distinct scalar
+    attribute of one module, made once: MLIR uniques both in its context, so the
+    objects hash and compare by identity. A kernel of the interpreter backend holds
+    thousands of ops (sax's lattice: 284,000 in 68 kernels), and printing the type of
+    every operand and every attribute again was most of the capture."""
 
     def __init__(self) -> None:
+        self.types: dict[Any, str] = {}
+        self.attributes: dict[Any, Any] = {}
+
+    def type_text(self, mlir_type) -> str:
+        text = self.types.get(mlir_type)
+        if text is None:
+            text = self.types[mlir_type] = str(mlir_type)
+        return text
+
+    def attribute(self, attr) -> Any:
+        known = self.attributes.get(attr, _UNKNOWN)
+        if known is _UNKNOWN:
+            known = attribute_value(attr)
+            if isinstance(known, list | dict):
+                return known  # not shared between ops: a value the caller may change
+            self.attributes[attr] = known
+        return known
+
+
+_UNKNOWN = object()
+
+
+class _Numbering:
+    """Ids for values (per function), each with its type's text, and numbers for ops
+    (pre-order)."""
+
+    def __init__(self, texts: _Texts) -> None:
         self.ids: dict[Any, int] = {}
+        self.types: list[str] = []
+        self.texts = texts
         self.ops = itertools.count()
 
     def define(self, value) -> int:
         number = len(self.ids)
         self.ids[value] = number
+        self.types.append(self.texts.type_text(value.type))
         return number
 
     def use(self, value) -> int:
         return self.ids[value]
 
 
-def _function(op) -> Function:
+def _function(op, texts: _Texts) -> Function:
     from mlir import ir
 
     attributes = op.attributes
     name = ir.StringAttr(attributes["sym_name"]).value
     kernel = op.name == "gpu.func" and "gpu.kernel" in attributes
-    numbering = _Numbering()
+    numbering = _Numbering(texts)
     body = _region(op.regions[0], numbering)
     function_type = ir.FunctionType(ir.TypeAttr(attributes["function_type"]).value)
     workgroup = 0
@@ -144,7 +179,7 @@ def _region(region, numbering: _Numbering) -> Region:
     blocks = []
     for block in region.blocks:
         args = tuple(numbering.define(a) for a in block.arguments)
-        types = tuple(str(a.type) for a in block.arguments)
+        types = tuple(numbering.types[a] for a in args)
         ops = tuple(_op(o.operation, numbering) for o in block.operations)
         blocks.append(Block(args, types, ops))
     return Region(tuple(blocks))
@@ -152,17 +187,18 @@ def _region(region, numbering: _Numbering) -> Region:
 
 def _op(op, numbering: _Numbering) -> Op:
     number = next(numbering.ops)
+    types = numbering.types
     operands = tuple(numbering.use(v) for v in op.operands)
-    operand_types = tuple(str(v.type) for v in op.operands)
-    attributes = {name: attribute_value(attr) for name, attr in op.attributes.items()}
+    attribute = numbering.texts.attribute
+    attributes = {name: attribute(attr) for name, attr in op.attributes.items()}
     regions = tuple(_region(r, numbering) for r in op.regions)
     results = tuple(numbering.define(r) for r in op.results)
     return Op(
         name=op.name,
         operands=operands,
-        operand_types=operand_types,
+        operand_types=tuple(types[v] for v in operands),
         results=results,
-        result_types=tuple(str(r.type) for r in op.results),
+        result_types=tuple(types[r] for r in results),
         attributes=attributes,
         regions=regions,
         number=number,
@@ -192,14 +228,12 @@ def attribute_value(attr) -> Any:
     """A JSON value for an MLIR attribute (see the module docstring)."""
     from mlir import ir
 
-    text = str(attr)
     if isinstance(attr, ir.BoolAttr):
         return bool(attr.value)
     if isinstance(attr, ir.IntegerAttr):
-        value = attr.value
-        return value
+        return attr.value
     if isinstance(attr, ir.FloatAttr):
-        match = _HEX_FLOAT.match(text)
+        match = _HEX_FLOAT.match(str(attr))
         return {"bits": match[1]} if match else attr.value
     if isinstance(attr, ir.StringAttr):
         return attr.value
@@ -215,7 +249,7 @@ def attribute_value(attr) -> Any:
         return str(attr.value)
     if isinstance(attr, ir.UnitAttr):
         return True
-    return text
+    return str(attr)
 
 
 def _dense(attr) -> dict:
