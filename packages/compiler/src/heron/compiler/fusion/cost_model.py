@@ -280,11 +280,8 @@ def operand_reads(
 ) -> dict[int, tuple[int, bool, int]]:
     """Per parameter (by id): elements read, whether every read is coalesced, and the
     distinct elements read (:func:`_demand`)."""
-    demand, coalesced, distinct = _demand(computation, reduces_once)
-    return {
-        id(p): (demand.get(id(p), 0), coalesced.get(id(p), True), distinct.get(id(p), 0))
-        for p in computation.parameters
-    }
+    state = _demand(computation, reduces_once)
+    return {id(p): tuple(state.get(id(p), _NOT_READ)) for p in computation.parameters}
 
 
 def _demand(
@@ -292,9 +289,10 @@ def _demand(
     reduces_once: bool = False,
     patterns: ReadPatterns | None = None,
     seed: tuple[int, bool, int] | None = None,
-) -> tuple[dict[int, int], dict[int, bool], dict[int, int]]:
+) -> dict[int, list]:
     """Per instruction (by id): elements demanded, whether every read is coalesced, and
-    how many distinct elements are read.
+    how many distinct elements are read (one record each, :data:`_NOT_READ` for one
+    nothing reads: priority fusion walks bodies tens of thousands of times).
 
     Demand flows from the roots (each output element once) to the parameters
     through each op's output-to-input indexing maps: an operand is read, per
@@ -320,25 +318,28 @@ def _demand(
     The order is any in which users come before their operands: a value's
     demand is the largest of its users', final once they are all seen.
     """
-    demand: dict[int, int] = {}
-    coalesced: dict[int, bool] = {}
-    distinct: dict[int, int] = {}
+    state: dict[int, list] = {}  # id -> [demand, coalesced, distinct]
     if seed is not None:
-        root = computation.root_instruction
-        demand[id(root)], coalesced[id(root)], distinct[id(root)] = seed
+        state[id(computation.root_instruction)] = list(seed)
     else:
         for r in fusion_roots(computation):
-            demand[id(r)] = demand.get(id(r), 0) + _elements(r.shape)
-            coalesced[id(r)] = True
-            distinct[id(r)] = min(_elements(r.shape), distinct.get(id(r), 0) + _elements(r.shape))
+            elements = _elements(r.shape)
+            known = state.get(id(r))
+            if known is None:
+                state[id(r)] = [elements, True, elements]
+            else:
+                known[0] += elements
+                known[1] = True
+                known[2] = min(elements, known[2] + elements)
     for inst in reversed(computation.post_order()):
-        count = demand.get(id(inst), 0)
-        if count == 0 or inst.opcode in ("parameter", "tuple") or not inst.operands:
+        known = state.get(id(inst))
+        if known is None or inst.opcode in ("parameter", "tuple") or not inst.operands:
+            continue
+        count, ok, needed = known
+        if count == 0:
             continue
         if reduces_once and inst.opcode == "reduce":
             count = min(count, _elements(inst.shape))
-        ok = coalesced.get(id(inst), True)
-        needed = distinct.get(id(inst), 0)
         reads = patterns.of(inst) if patterns is not None else _read_patterns(inst)
         for k, operand in enumerate(inst.operands):
             if reads is None or k >= len(reads):
@@ -348,12 +349,20 @@ def _demand(
             # Demand is in elements of ``inst``; broadcasts and slices change the count.
             # Two users reading an element at the same index share it (the
             # kernel computes it once): the demand is the larger one, not the sum.
-            demand[id(operand)] = max(demand.get(id(operand), 0), int(count * per))
-            coalesced[id(operand)] = coalesced.get(id(operand), True) and ok and straight
-            distinct[id(operand)] = min(
-                _elements(operand.shape), distinct.get(id(operand), 0) + int(needed * per)
-            )
-    return demand, coalesced, distinct
+            wanted, distinct = int(count * per), int(needed * per)
+            size = _elements(operand.shape)
+            entry = state.get(id(operand))
+            if entry is None:
+                state[id(operand)] = [max(0, wanted), ok and straight, min(size, distinct)]
+            else:
+                entry[0] = max(entry[0], wanted)
+                entry[1] = entry[1] and ok and straight
+                entry[2] = min(size, entry[2] + distinct)
+    return state
+
+
+#: What :func:`_demand` says of an instruction nothing reads.
+_NOT_READ = (0, True, 0)
 
 
 def dot_multiply_adds(dot: Instruction) -> int:
@@ -379,10 +388,10 @@ def _dot_prologue(computation: Computation) -> set[int]:
     return prologue
 
 
-def lane_operations(computation: Computation, demand: dict[int, int] | None = None) -> float:
+def lane_operations(computation: Computation, demand: dict[int, list] | None = None) -> float:
     """Arithmetic lane operations of one run of ``computation`` (an FMA is one): its
     elements times ``FLOPS_PER_ELEMENT``, a reduce its input times its reducer, a dot
-    its multiply-adds. With ``demand`` (elements demanded per instruction, by id), a
+    its multiply-adds. With ``demand`` (:func:`_demand`'s records, by id), a
     dot's operand producers (computed as the GEMM stages its tiles, so once per read,
     not once per element) count at their demand instead: an upper bound, since a
     staged tile element serves a whole tile of the other side."""
@@ -398,7 +407,7 @@ def lane_operations(computation: Computation, demand: dict[int, int] | None = No
         elif isinstance(inst.shape, ArrayShape):
             elements = inst.shape.num_elements
             if id(inst) in prologue:
-                elements = max(elements, (demand or {}).get(id(inst), 0))
+                elements = max(elements, (demand or {}).get(id(inst), _NOT_READ)[0])
             total += elements * FLOPS_PER_ELEMENT.get(inst.opcode, 1)
     return total
 
@@ -426,15 +435,15 @@ def estimate_computation(
     as it is. ``reduces_once``: see :func:`operand_reads`. ``patterns``: the
     pass run's memo of how ops read their operands (:class:`ReadPatterns`).
     """
-    demand, coalesced, distinct = _demand(computation, reduces_once, patterns)
+    state = _demand(computation, reduces_once, patterns)
     constants = {k for k, operand in enumerate(operands) if is_small_constant(operand)}
     reads = [
-        (p.shape, demand.get(id(p), 0), coalesced.get(id(p), True), distinct.get(id(p), 0))
+        (p.shape, *state.get(id(p), _NOT_READ))
         for p in computation.parameters
         if p.parameter_number not in constants
     ]
     write = float(_bytes(computation.root_instruction.shape))
-    flops = lane_operations(computation, demand)
+    flops = lane_operations(computation, state)
     if threads is None:
         threads = max(_elements(computation.root_instruction.shape), 1)
     return kernel_cost(reads, write, flops, target, tiled=tiled, threads=threads)
@@ -506,18 +515,14 @@ def body_reads(
     seed: tuple[int, bool, int] | None = None,
 ) -> BodyReads:
     """``computation``'s :class:`BodyReads` (``seed``: see :func:`_demand`)."""
-    demand, coalesced, distinct = _demand(computation, reduces_once, patterns, seed)
+    state = _demand(computation, reduces_once, patterns, seed)
     params = computation.parameters
-    read = [(0, True, 0)] * len(params)
+    read = [_NOT_READ] * len(params)
     used = set()
     for param in params:
         number = param.parameter_number
         assert number is not None and 0 <= number < len(params), "parameters 0..n-1"
-        read[number] = (
-            demand.get(id(param), 0),
-            coalesced.get(id(param), True),
-            distinct.get(id(param), 0),
-        )
+        read[number] = tuple(state.get(id(param), _NOT_READ))
     for inst in computation.instructions:
         for operand in inst.operands:
             if operand.opcode == "parameter" and operand.parameter_number is not None:
@@ -525,7 +530,7 @@ def body_reads(
     return BodyReads(
         tuple(read),
         frozenset(used),
-        lane_operations(computation, demand),
+        lane_operations(computation, state),
         float(_bytes(computation.root_instruction.shape)),
         any(inst.opcode == "dot" for inst in computation.instructions),
         any(inst.opcode == "reduce" for inst in computation.instructions),
