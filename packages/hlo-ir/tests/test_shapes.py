@@ -20,3 +20,22 @@ def test_a_memory_space_or_element_size_is_no_tiling(suffix):
 
 def test_a_physical_shapes_tile_is_not_the_layouts():
     assert not Layout((0,), "P(f32[8]{0:T(8)})").is_tiled
+
+
+def test_an_arrays_element_count_is_kept_and_not_part_of_its_identity():
+    import copy
+    import pickle
+
+    import attrs
+
+    from heron.hlo.shape_syntax import parse_shape
+
+    shape = parse_shape("f32[8,4]{1,0}")
+    assert shape.num_elements == 32
+    assert parse_shape("pred[]").num_elements == 1
+    assert parse_shape("s32[0,5]").num_elements == 0
+    grown = attrs.evolve(shape, dims=(16, 4))
+    assert grown.num_elements == 64  # counted again for the new dims
+    for twin in (copy.deepcopy(shape), pickle.loads(pickle.dumps(shape))):
+        assert twin == shape and hash(twin) == hash(shape) and twin.num_elements == 32
+    assert "num_elements" not in repr(shape)
