@@ -7,7 +7,11 @@ import pytest
 
 from heron.compiler import Target
 from heron.compiler.fusion.builder import build_fusion
-from heron.compiler.fusion.cost_model import UNCOALESCED_PENALTY, estimate_computation
+from heron.compiler.fusion.cost_model import (
+    UNCOALESCED_PENALTY,
+    estimate_computation,
+    lane_costs,
+)
 from heron.hlo.ir import Module
 from heron.hlo.parser import parse_module
 
@@ -260,3 +264,31 @@ def test_two_slices_of_one_operand_need_both_parts_from_dram():
     cost = _kernel(TWO_SLICES_SCANNED)
     assert cost.dram_bytes == 2 * 65536 * 4
     assert cost.cached_bytes == 16 * 65536 * 4 - 2 * 65536 * 4
+
+
+def _divide(element_type: str) -> str:
+    return f"""
+HloModule m
+ENTRY e {{
+  a = {element_type}[4096]{{0}} parameter(0)
+  b = {element_type}[4096]{{0}} parameter(1)
+  ROOT d = {element_type}[4096]{{0}} divide(a, b)
+}}
+"""
+
+
+def test_an_op_costs_its_types_measured_ratio_to_f32():
+    """On a Target with a measured op profile (h100: XLA's sm_90 cycles), a division
+    costs the f32 figure times the type's cycles over f32's: a c128 division 2,280 / 19
+    f32 divisions; f32 costs the same with or without a profile, and without one every
+    type costs what f32 does."""
+    unmeasured = attrs.evolve(H100, op_cycles=())
+    f32 = _kernel(_divide("f32"))
+    assert f32.flops == _kernel(_divide("f32"), unmeasured).flops
+    c128 = _kernel(_divide("c128"))
+    assert c128.flops == pytest.approx(f32.flops * 2280 / 19)
+    assert _kernel(_divide("c128"), unmeasured).flops == f32.flops
+    assert _kernel(_divide("f64")).flops == pytest.approx(f32.flops * 526 / 19)
+    # An op f32 has no measured figure for (a compare) keeps heron's figure.
+    costs = lane_costs(H100)
+    assert ("compare", "f64") not in costs.ratios and costs.ratios[("add", "c64")] == 1.0

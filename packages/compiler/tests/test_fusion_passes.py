@@ -13,6 +13,7 @@ import copy
 import importlib
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 
@@ -313,6 +314,51 @@ def test_a_cheap_producer_is_duplicated_into_its_consumers() -> None:
     negates = sum(1 for b in bodies for i in b.instructions if i.opcode == "negate")
     assert negates == 1 and len(bodies) == 1
     assert [f.attr("kind") for f in _fusions(fused)] == ["kInput"]
+
+
+#: Four divisions chained through adds, their last read by two users (names kept clear of
+#: HLO's type names, which XLA's parser would take for types: ``s1``, ``u2``).
+DIVISION_CHAIN = """
+HloModule division_chain
+
+ENTRY e {
+  a = T[80]{0} parameter(0)
+  b = T[80]{0} parameter(1)
+  d1 = T[80]{0} divide(a, b)
+  q1 = T[80]{0} add(d1, a)
+  d2 = T[80]{0} divide(b, q1)
+  q2 = T[80]{0} add(d2, b)
+  d3 = T[80]{0} divide(a, q2)
+  q3 = T[80]{0} add(d3, a)
+  d4 = T[80]{0} divide(b, q3)
+  use_a = T[80]{0} multiply(d4, a)
+  use_b = T[80]{0} subtract(d4, b)
+  ROOT t = (T[80]{0}, T[80]{0}) tuple(use_a, use_b)
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("element_type", "measured", "divides"),
+    [("f32", True, [4, 4]), ("c128", True, [3, 1, 1]), ("c128", False, [4, 4])],
+)
+def test_a_costly_type_is_not_duplicated_into_its_users(element_type, measured, divides):
+    """XLA:GPU's priority fusion duplicates the f32 chain into both users and keeps the
+    c128 one a kernel of its own (``heron xla``-style dump of this module, jax-cuda13-pjrt
+    0.12: ``after_priority-fusion``), because its model charges a c128 division 120 f32
+    ones (its measured sm_90 profile). heron's does too on a Target with the profile
+    (h100); without one, c128 costs what f32 does and the chain is duplicated."""
+    from heron.compiler.fusion.priority_fusion import fuse_by_priority
+
+    target = H100 if measured else attrs.evolve(H100, op_cycles=())
+    module = parse_module(DIVISION_CHAIN.replace("T[", f"{element_type}["))
+    run_pipeline(module, simplification_pipeline())
+    fuse_by_priority(module, target)
+    counts = [
+        sum(1 for i in f.called("calls").instructions if i.opcode == "divide")
+        for f in _fusions(module)
+    ]
+    assert counts == divides
 
 
 WITH_DOT = """
@@ -1390,7 +1436,9 @@ def test_a_fusion_s_reads_composed_at_install_are_its_body_s(name: str, monkeypa
             seen["walked"] += 1
             return
         seen["composed"] += 1
-        walked = pair_price.body_reads(fusion.called("calls"), once, self.patterns, None)
+        walked = pair_price.body_reads(
+            fusion.called("calls"), self._costs, once, self.patterns, None
+        )
         assert composed == walked, fusion.name
 
     monkeypatch.setattr(pair_price.PairPrices, "installed", checked)

@@ -1,5 +1,7 @@
 """heron.target: presets, arch lookup, command-line resolution, device queries."""
 
+import json
+
 import attrs
 import pytest
 
@@ -52,6 +54,39 @@ def test_a100_and_h200():
     h200 = Target.preset("H200")  # case-insensitive
     assert h200.arch == "sm_90"
     assert h200.memory_bandwidth > Target.preset("h100").memory_bandwidth
+
+
+def test_op_cycles_are_the_sm_90_profile_where_one_was_measured():
+    """h100 and h200 carry XLA's measured sm_90 op profile (a c128 division 2,280 cycles,
+    an f32 one 19); the other presets none (every type costs what f32 does there)."""
+    for name in ("h100", "h200"):
+        cycles = dict(Target.preset(name).op_cycles)
+        assert (cycles["divide.c128"], cycles["divide.f32"], cycles["multiply.f64"]) == (
+            2280,
+            19,
+            15,
+        )
+        assert list(cycles) == sorted(cycles)
+    for name in ("a100", "mi250x", "mi300x"):
+        assert Target.preset(name).op_cycles == ()
+    h100 = Target.preset("h100")
+    assert Target.from_json(json.loads(json.dumps(h100.to_json()))) == h100
+    assert attrs.evolve(h100, op_cycles={"add.f64": 15}).op_cycles == (("add.f64", 15),)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"divide": 19}, "key 'divide' is not 'opcode.type'"),
+        ({"divide.f32.x": 19}, "key 'divide.f32.x' is not"),
+        ({"divide.f32": 0}, "divide.f32 must be a positive integer, got 0"),
+        ({"divide.f32": True}, "must be a positive integer, got True"),
+        (7, "must be a table of 'opcode.type' = cycles"),
+    ],
+)
+def test_op_cycles_are_checked(value, message):
+    with pytest.raises(TargetError, match=message):
+        attrs.evolve(Target.preset("h100"), op_cycles=value)
 
 
 def test_unknown_preset_lists_the_known_ones():

@@ -216,6 +216,43 @@ def _isa_version(target: Target, attribute: attrs.Attribute, value: object) -> N
         )
 
 
+def _to_op_cycles(value: object) -> object:
+    """A preset's ``[op_cycles]`` table (or :meth:`Target.to_json`'s pairs) as sorted pairs;
+    anything else is left for :func:`_op_cycles` to name."""
+    items = value.items() if isinstance(value, Mapping) else value
+    try:
+        pairs = [tuple(pair) for pair in items]  # type: ignore[union-attr]
+    except TypeError:
+        return value
+    if not all(len(pair) == 2 and isinstance(pair[0], str) for pair in pairs):
+        return value
+    return tuple(sorted(pairs))  # type: ignore[arg-type]
+
+
+def _op_cycles(target: Target, attribute: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, tuple):
+        raise TargetError(
+            f"target field {attribute.name} must be a table of 'opcode.type' = cycles, "
+            f"got {value!r}"
+        )
+    for key, cycles in value:
+        opcode, _, element_type = key.partition(".")
+        if not opcode or not element_type or "." in element_type:
+            raise TargetError(
+                f"target field {attribute.name}: key {key!r} is not 'opcode.type' "
+                "(e.g. 'divide.c128')"
+            )
+        if isinstance(cycles, bool) or not isinstance(cycles, int) or cycles <= 0:
+            raise TargetError(
+                f"target field {attribute.name}: {key} must be a positive integer, got {cycles!r}"
+            )
+
+
+def _json(value: object) -> object:
+    """``value`` with its tuples as lists, nested ones too (``op_cycles``' pairs)."""
+    return [_json(item) for item in value] if isinstance(value, tuple) else value
+
+
 def _int_field() -> Any:
     return attrs.field(validator=_positive_int)
 
@@ -304,6 +341,16 @@ class Target:
     ``mma.sync`` peak): 1024 on Ampere SMs, 2048 on Hopper SMs (each preset says where
     its number comes from); 0 where heron emits no matrix instructions (ROCm: no MFMA).
     ``heron profile`` bounds a kernel that runs ``mma`` instructions by this peak."""
+    op_cycles: tuple[tuple[str, int], ...] = attrs.field(
+        default=(), converter=_to_op_cycles, validator=_op_cycles
+    )
+    """Clock cycles of one element of an op on one element type, as measured on the
+    device (``"divide.c128"``: 2280 on an H100): XLA's ``HloOpProfiles`` for the arch.
+    The cost model charges an op on another type than f32 its f32 lane operations times
+    the measured ratio of the two (:class:`heron.compiler.fusion.cost_model.LaneCosts`):
+    a complex division costs a hundred f32 divisions, which decides whether priority
+    fusion duplicates it into each of its users. Empty where nothing was measured (every
+    type then costs what f32 does)."""
     # --- end of the fusion cost model's fields -------------------------------------------
 
     def __attrs_post_init__(self) -> None:
@@ -446,10 +493,7 @@ class Target:
 
     def to_json(self) -> dict[str, Any]:
         """Every field, as JSON values (what an executable artefact records)."""
-        return {
-            name: list(value) if isinstance(value, tuple) else value
-            for name, value in attrs.asdict(self, recurse=False).items()
-        }
+        return {name: _json(value) for name, value in attrs.asdict(self, recurse=False).items()}
 
     @classmethod
     def from_json(cls, fields: Mapping[str, Any]) -> Target:

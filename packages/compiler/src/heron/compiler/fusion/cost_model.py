@@ -33,8 +33,13 @@ overhead plus the larger of its memory time and its compute time.
 - *Flops*: per fused instruction, its elements times the opcode's cost
   (a dot: one multiply-add per output element and contracted element,
   :func:`dot_multiply_adds`)
-  (``FLOPS_PER_ELEMENT``); a reduce costs its input's elements times its
-  reducer.
+  (``FLOPS_PER_ELEMENT``, an f32 figure); a reduce costs its input's elements
+  times its reducer. An op on another element type costs that figure times what
+  the Target's measured op profile says the op costs on the type against f32
+  (:class:`LaneCosts`, ``Target.op_cycles``: XLA's ``HloOpProfiles``, whose
+  cycles XLA's own model charges): a c128 division is 120 f32 divisions on an
+  H100, an f64 one 28, and priority fusion does not duplicate a chain of them
+  into each of its users to save a launch.
 - *Parallelism*: a kernel working on fewer elements than the device has
   thread slots gets that fraction of its bandwidth and lanes (a loop kernel
   summing a whole array in one thread is slow, however few bytes it moves).
@@ -51,7 +56,8 @@ from __future__ import annotations
 import functools
 import math
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 
 import attrs
 
@@ -74,11 +80,13 @@ __all__ = [
     "UNCOALESCED_PENALTY",
     "BodyReads",
     "KernelCost",
+    "LaneCosts",
     "body_reads",
     "dot_multiply_adds",
     "estimate_computation",
     "estimate_instruction",
     "kernel_cost",
+    "lane_costs",
     "lane_operations",
     "largest_value",
     "parallel_threads",
@@ -160,6 +168,46 @@ class KernelCost:
 
 
 NO_KERNEL = KernelCost(0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+@attrs.frozen
+class LaneCosts:
+    """Lane operations per element of each op on one Target (:func:`lane_costs`).
+
+    ``FLOPS_PER_ELEMENT`` prices an op on f32; on another element type the op costs
+    that times ``ratios[(opcode, type)]``: the type's measured cycles over f32's for
+    the same op (``Target.op_cycles``), where both were measured. XLA's model
+    charges the measured cycles themselves (``GpuHloCostAnalysis``); the ratio keeps
+    heron's f32 figures, which its decisions on f32 programs were matched to
+    XLA's with, and moves only what the profile says costs more (or less) than f32.
+    """
+
+    ratios: Mapping[tuple[str, str], float]
+
+    def per_element(self, inst: Instruction) -> float:
+        """What one element of ``inst`` costs, in lane operations."""
+        flops = FLOPS_PER_ELEMENT.get(inst.opcode, 1)
+        if flops and self.ratios:
+            shape = inst.shape
+            if isinstance(shape, ArrayShape):
+                return flops * self.ratios.get((inst.opcode, str(shape.element_type)), 1.0)
+        return flops
+
+
+@functools.cache
+def _lane_costs(op_cycles: tuple[tuple[str, int], ...]) -> LaneCosts:
+    cycles = {tuple(key.split(".", 1)): value for key, value in op_cycles}
+    ratios = {
+        (opcode, element_type): value / cycles[(opcode, "f32")]
+        for (opcode, element_type), value in cycles.items()
+        if element_type != "f32" and (opcode, "f32") in cycles
+    }
+    return LaneCosts(MappingProxyType(ratios))
+
+
+def lane_costs(target: Target) -> LaneCosts:
+    """The :class:`LaneCosts` of ``target``'s measured op profile (made once per profile)."""
+    return _lane_costs(target.op_cycles)
 
 
 def _bytes(shape: Shape) -> int:
@@ -388,9 +436,11 @@ def _dot_prologue(computation: Computation) -> set[int]:
     return prologue
 
 
-def lane_operations(computation: Computation, demand: dict[int, list] | None = None) -> float:
+def lane_operations(
+    computation: Computation, costs: LaneCosts, demand: dict[int, list] | None = None
+) -> float:
     """Arithmetic lane operations of one run of ``computation`` (an FMA is one): its
-    elements times ``FLOPS_PER_ELEMENT``, a reduce its input times its reducer, a dot
+    elements times what ``costs`` charges each, a reduce its input times its reducer, a dot
     its multiply-adds. With ``demand`` (:func:`_demand`'s records, by id), a
     dot's operand producers (computed as the GEMM stages its tiles, so once per read,
     not once per element) count at their demand instead: an upper bound, since a
@@ -402,13 +452,13 @@ def lane_operations(computation: Computation, demand: dict[int, list] | None = N
             total += dot_multiply_adds(inst)
         elif inst.opcode == "reduce":
             reducer = inst.called("to_apply")
-            per = max(1, sum(FLOPS_PER_ELEMENT.get(i.opcode, 1) for i in reducer.instructions))
+            per = max(1, sum(costs.per_element(i) for i in reducer.instructions))
             total += inst.operands[0].array_shape.num_elements * per
         elif isinstance(inst.shape, ArrayShape):
             elements = inst.shape.num_elements
             if id(inst) in prologue:
                 elements = max(elements, (demand or {}).get(id(inst), _NOT_READ)[0])
-            total += elements * FLOPS_PER_ELEMENT.get(inst.opcode, 1)
+            total += elements * costs.per_element(inst)
     return total
 
 
@@ -443,7 +493,7 @@ def estimate_computation(
         if p.parameter_number not in constants
     ]
     write = float(_bytes(computation.root_instruction.shape))
-    flops = lane_operations(computation, state)
+    flops = lane_operations(computation, lane_costs(target), state)
     if threads is None:
         threads = max(_elements(computation.root_instruction.shape), 1)
     return kernel_cost(reads, write, flops, target, tiled=tiled, threads=threads)
@@ -510,11 +560,13 @@ class BodyReads:
 
 def body_reads(
     computation: Computation,
+    costs: LaneCosts,
     reduces_once: bool = False,
     patterns: ReadPatterns | None = None,
     seed: tuple[int, bool, int] | None = None,
 ) -> BodyReads:
-    """``computation``'s :class:`BodyReads` (``seed``: see :func:`_demand`)."""
+    """``computation``'s :class:`BodyReads`, its lane operations as ``costs`` charges them
+    (``seed``: see :func:`_demand`)."""
     state = _demand(computation, reduces_once, patterns, seed)
     params = computation.parameters
     read = [_NOT_READ] * len(params)
@@ -530,7 +582,7 @@ def body_reads(
     return BodyReads(
         tuple(read),
         frozenset(used),
-        lane_operations(computation, state),
+        lane_operations(computation, costs, state),
         float(_bytes(computation.root_instruction.shape)),
         any(inst.opcode == "dot" for inst in computation.instructions),
         any(inst.opcode == "reduce" for inst in computation.instructions),

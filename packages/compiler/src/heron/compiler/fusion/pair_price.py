@@ -34,9 +34,11 @@ from heron.compiler.fusion.builder import OwnBodies, is_small_constant, paramete
 from heron.compiler.fusion.cost_model import (
     BodyReads,
     KernelCost,
+    LaneCosts,
     ReadPatterns,
     body_reads,
     kernel_cost,
+    lane_costs,
     largest_value,
 )
 from heron.compiler.fusion.fusible import Verdict
@@ -59,6 +61,11 @@ class PairPrices:
     _own: dict[Instruction, dict[tuple[bool, tuple[int, bool, int] | None], BodyReads]] = (
         attrs.field(init=False, factory=dict)
     )
+    #: What each op costs on the Target (its measured op profile), made once.
+    _costs: LaneCosts = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._costs = lane_costs(self.target)
 
     def _reads(
         self, inst: Instruction, reduces_once: bool, seed: tuple[int, bool, int] | None = None
@@ -69,7 +76,7 @@ class PairPrices:
         reads = known.get((reduces_once, seed))
         if reads is not None:
             return reads
-        reads = body_reads(self.bodies.of(inst), reduces_once, self.patterns, seed)
+        reads = body_reads(self.bodies.of(inst), self._costs, reduces_once, self.patterns, seed)
         known[(reduces_once, seed)] = reads
         return reads
 
