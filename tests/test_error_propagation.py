@@ -255,3 +255,29 @@ def test_paths_that_meet_again_count_up_to_a_limit():
     assert ulp_bound(one, one.shape.element_type) == ULP_BOUNDS["exponential"][0]
     two = parse_module(_reused(1)).entry.root_instruction
     assert ulp_bound(two, two.shape.element_type) == 2 * ULP_BOUNDS["exponential"][0]
+
+
+def test_several_values_come_from_one_evaluation(monkeypatch):
+    """The check's tolerances read the values of a kernel's operands: all of them from one
+    evaluation of the program (sax's last kernel reads sixty, each evaluated alone took
+    30 s of a check whose one evaluation took 0.6 s), each equal to its own evaluation."""
+    import heron.hlo.evaluator as evaluator
+    from heron.harness.reference_values import values_of
+
+    module = parse_module(BOXCOX)
+    computation = module.entry
+    x = np.linspace(0.1, 2.0, 256, dtype=np.float32)
+    lam = np.full(256, 3.0, np.float32)
+    wanted = [computation.instruction(name) for name in ("l", "y", "x", "e", "l")]
+    alone = [np.asarray(value_of(computation, inst, [x, lam])) for inst in wanted]
+    calls = []
+    evaluate = evaluator.evaluate_computation
+    monkeypatch.setattr(
+        evaluator, "evaluate_computation", lambda *a, **k: calls.append(1) or evaluate(*a, **k)
+    )
+    together = values_of(computation, wanted, [x, lam])
+    assert len(calls) == 1
+    for one, other in zip(alone, together, strict=True):
+        np.testing.assert_array_equal(one, np.asarray(other))
+    assert computation.root_instruction.name == "e"  # the computation is left as it was
+    assert len(computation.instructions) == 5

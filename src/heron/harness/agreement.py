@@ -98,6 +98,31 @@ def _cached(cache: dict, entry, instruction, arguments):
     return cache[instruction]
 
 
+def _operand_values(entry, sources, needed, arguments) -> dict:
+    """The reference values of the operands of every fusion that computes a needed output,
+    by instruction, from one evaluation of ``entry`` (:func:`values_of`); empty where
+    that evaluation fails (over the memory budget, say): each is then evaluated alone
+    when asked (:func:`_cached`), and an output whose operands fail gets no
+    per-element summation bound, as before."""
+    from heron.harness.reference_values import values_of
+    from heron.harness.tolerance import leaf_of
+    from heron.hlo.errors import HloError
+
+    operands: dict[object, None] = {}
+    for k, source in enumerate(sources):
+        if needed is not None and k < len(needed) and not needed[k]:
+            continue
+        produced = _producer(source, leaf_of(sources, k))
+        if produced is not None:
+            operands.update(dict.fromkeys(produced[0].operands))
+    if not operands:
+        return {}
+    try:
+        return dict(zip(operands, values_of(entry, list(operands), arguments), strict=True))
+    except HloError:
+        return {}
+
+
 def output_tolerances(
     module,
     reorders: dict[str, bool],
@@ -138,7 +163,7 @@ def output_tolerances(
     shapes = list(root.shape.leaves()) if isinstance(root.shape, TupleShape) else [root.shape]
     sources = output_sources(root)
     tolerances = []
-    cache: dict[object, object] = {}  # the values of the fusions' operands
+    cache = _operand_values(entry, sources, needed, arguments)  # the fusions' operands
     for k, (source, shape) in enumerate(zip(sources, shapes, strict=False)):
         if needed is not None and k < len(needed) and not needed[k]:
             tolerances.append(OutputTolerance())  # bitwise: it is equal already
