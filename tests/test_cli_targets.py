@@ -64,6 +64,18 @@ def test_targets_shows_one_target_in_full(capsys):
     assert code == 0 and "name" in out and "mi300x" in out.splitlines()[0]
 
 
+def test_targets_shows_the_measured_op_cycles_one_op_a_line(capsys):
+    code, out, _ = heron(capsys, "targets", "h100")
+    lines = out.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("op_cycles"))
+    assert code == 0 and lines[start].split()[:2] == ["op_cycles", "add:"]
+    divide = next(line for line in lines[start:] if line.split()[0] == "divide:")
+    assert "c128 2280" in divide and "f32 19" in divide
+    assert len(lines) - start == 16  # one line per opcode XLA measured
+    code, out, _ = heron(capsys, "targets", "mi300x")
+    assert code == 0 and out.splitlines()[-1].split(None, 1) == ["op_cycles", "(none measured)"]
+
+
 def test_plugins_lists_each_backends_stages(capsys):
     code, out, err = heron(capsys, "plugins")
     assert (code, err) == (0, "")
