@@ -138,6 +138,40 @@ def test_row_reduction_shuffles_and_uses_shared_memory_between_warps(force_emitt
     )  # two neighbours a read (XLA: f32 rows read 2-wide)
 
 
+def _sibling_row_reductions(count: int) -> str:
+    """A fusion of ``count`` row reductions of one f32[8,2048] input (four warps a row:
+    each reduction's tile goes through shared memory)."""
+    lines = [
+        "HloModule siblings",
+        "add { a = f32[] parameter(0) b = f32[] parameter(1) ROOT s = f32[] add(a, b) }",
+        "ENTRY main {",
+        "  x = f32[8,2048]{1,0} parameter(0)",
+        "  zero = f32[] constant(0)",
+    ]
+    for k in range(count):
+        lines += [
+            f"  c{k} = f32[] constant({k + 1}.5)",
+            f"  b{k} = f32[8,2048]{{1,0}} broadcast(c{k}), dimensions={{}}",
+            f"  m{k} = f32[8,2048]{{1,0}} multiply(x, b{k})",
+            f"  r{k} = f32[8]{{0}} reduce(m{k}, zero), dimensions={{1}}, to_apply=add",
+        ]
+    shapes = ", ".join(["f32[8]{0}"] * count)
+    roots = ", ".join(f"r{k}" for k in range(count))
+    return "\n".join([*lines, f"  ROOT t = ({shapes}) tuple({roots})", "}"]) + "\n"
+
+
+def test_more_row_reductions_than_one_barrier_takes_sync_in_several(tmp_path, force_emitter):
+    """Seventeen sibling row reductions (a jaxtronomy lens gradient's fusion) sync their
+    seventeen tiles in two barriers, the dialect's sync_threads taking sixteen tensors;
+    the fusion passes had made the fusion and its emission refused it."""
+    path = tmp_path / "siblings.hlo"
+    path.write_text(_sibling_row_reductions(17))
+    text, _ = _emitted(path, "reduce_row", force_emitter)
+    assert text.count("heron_gpu.sync_threads") == 2
+    report = check_file(path)
+    assert report.ok, report.text()
+
+
 def test_single_warp_row_reduction_needs_no_shared_memory(force_emitter):
     text, kernel = _emitted(CORPUS / "reduce_row" / "small_s32.hlo", "reduce_row", force_emitter)
     assert kernel.launch.thread_x == 256  # 32 lanes a row of 128, 8 rows a block

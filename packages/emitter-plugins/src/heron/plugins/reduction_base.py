@@ -52,7 +52,7 @@ from heron.emitters.dialect import (
     predicated_insert_op,
     pure_call_op,
     shuffle_reduce_op,
-    sync_threads_op,
+    sync_threads,
 )
 from heron.emitters.dialect.irdl_source import MAX_ITER_ARGS
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter, fusion_output_shapes
@@ -748,7 +748,7 @@ class GroupState:
 
     def sync(self, tiles) -> dict:
         flat = [t for hero in self.heroes for t in tiles[id(hero)]]
-        synced = list(sync_threads_op(flat).results)
+        synced = sync_threads(flat)
         out = {}
         position = 0
         for hero in self.heroes:

@@ -61,7 +61,7 @@ from mlir import ir
 from mlir.dialects import arith, scf, tensor
 
 from heron.emitters import mlir_types
-from heron.emitters.dialect import allocate_shared_op, sync_threads_op
+from heron.emitters.dialect import allocate_shared_op, sync_threads
 from heron.emitters.dialect.irdl_source import MAX_ITER_ARGS
 from heron.emitters.emitter_base import EntryFunction, FusionEmitter
 from heron.emitters.fusion_analysis import FusionAnalysis, claims_root, has_no_output_elements
@@ -300,7 +300,7 @@ class SortEmitter(FusionEmitter):
         halves = [pair, arith.addi(pair, index_constant(plan.pairs))]
         for position in halves:
             tiles = self._load(entry, tiles, position, row_ok)
-        tiles = list(sync_threads_op(tiles).results)
+        tiles = sync_threads(tiles)
         # Written out, each step's distances constants: in shared memory a step is a few
         # accesses and a barrier, and its index arithmetic counts (these are the kernels
         # the GPU measured). A grid of one block a core keeps the loops (SortPlan.rolled).
@@ -308,14 +308,12 @@ class SortEmitter(FusionEmitter):
             tiles = self._network(
                 plan.steps,
                 tiles,
-                lambda d, m, current: list(
-                    sync_threads_op(self._step(entry, current, pair, d, m, row_ok)).results
-                ),
+                lambda d, m, current: sync_threads(self._step(entry, current, pair, d, m, row_ok)),
             )
         else:
             for distance, mirrored in plan.steps:
                 tiles = self._step(entry, tiles, pair, distance, mirrored, row_ok)
-                tiles = list(sync_threads_op(tiles).results)
+                tiles = sync_threads(tiles)
         outputs = list(entry.outputs)
         for position in halves:
             outputs = self._store(tiles, outputs, position, row_ok)
@@ -342,7 +340,7 @@ class SortEmitter(FusionEmitter):
         outputs = self._rounds(
             copies, outputs, lambda r, current: self._copy(entry, current, nth(r))
         )
-        outputs = list(sync_threads_op(outputs).results)
+        outputs = sync_threads(outputs)
         return self._network(
             plan.steps, outputs, lambda d, m, current: self._global_step(entry, nth, d, m, current)
         )
@@ -357,7 +355,7 @@ class SortEmitter(FusionEmitter):
             outputs,
             lambda r, carried: self._step(entry, carried, nth(r), distance, mirrored, None),
         )
-        return list(sync_threads_op(outputs).results)
+        return sync_threads(outputs)
 
     def _sort_in_chunks(self, entry: EntryFunction, lane: ir.Value, outputs: Values, nth) -> Values:
         """The row through ``chunk``-element shared tiles (``SortPlan.phases``).
@@ -392,12 +390,12 @@ class SortEmitter(FusionEmitter):
                         current_tiles,
                         lambda t, p=position: self._load_chunk(entry, t, current, base, p, first),
                     )
-                current_tiles = list(sync_threads_op(current_tiles).results)
+                current_tiles = sync_threads(current_tiles)
                 current_tiles = self._network(
                     steps,
                     current_tiles,
-                    lambda d, m, t: list(
-                        sync_threads_op(self._step(entry, t, lane, d, m, active, base=base)).results
+                    lambda d, m, t: sync_threads(
+                        self._step(entry, t, lane, d, m, active, base=base)
                     ),
                 )
                 for position in (lane, arith.addi(lane, index_constant(half))):
@@ -406,7 +404,7 @@ class SortEmitter(FusionEmitter):
                         current,
                         lambda o, p=position: self._store_chunk(current_tiles, o, base, p),
                     )
-                return list(sync_threads_op([*current_tiles, *current]).results)
+                return sync_threads([*current_tiles, *current])
 
             return self._rounds(chunks, carried, one_tile, keep_rolled=True)
 

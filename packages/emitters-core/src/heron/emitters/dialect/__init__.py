@@ -18,6 +18,7 @@ from heron.emitters.dialect.builders import (
     predicated_insert_op,
     pure_call_op,
     shuffle_reduce_op,
+    sync_threads,
     sync_threads_op,
     yield_op,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "predicated_insert_op",
     "pure_call_op",
     "shuffle_reduce_op",
+    "sync_threads",
     "sync_threads_op",
     "verify_xla_ops",
     "yield_op",

@@ -187,6 +187,19 @@ def sync_threads_op(tensors: Values) -> ir.Operation:
     )
 
 
+def sync_threads(tensors: Values) -> list[ir.Value]:
+    """The tensors as every thread of the block sees them after a barrier, any number of
+    them: one ``sync_threads`` op per :data:`MAX_SYNC_TENSORS` (the dialect's slots).
+    Every write before the first barrier is seen after the last, so the barriers after the
+    first cost a few cycles and change nothing else (a fusion of seventeen row
+    reductions, jaxtronomy's lens gradients, syncs seventeen tiles)."""
+    tensors = list(tensors)
+    synced: list[ir.Value] = []
+    for start in range(0, len(tensors), MAX_SYNC_TENSORS):
+        synced.extend(sync_threads_op(tensors[start : start + MAX_SYNC_TENSORS]).results)
+    return synced
+
+
 def predicated_insert_op(
     condition: ir.Value, value: ir.Value, dest: ir.Value, indices: Values
 ) -> ir.Operation:
