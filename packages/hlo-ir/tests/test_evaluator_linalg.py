@@ -66,6 +66,42 @@ def test_dot_with_batch_dims_orders_result_batch_lhs_rhs():
     np.testing.assert_allclose(out, np.einsum("abcd,dafc->acbf", a, b), rtol=1e-5, atol=1e-6)
 
 
+#: A batched dot contracting nothing (jnp.einsum("i,i->i", x, 6)).
+_NO_CONTRACTION = (
+    "HloModule m\nENTRY main {\n  x = f32[4]{0} parameter(0)\n  c = f32[] constant(6)\n"
+    "  b = f32[4]{0} broadcast(c), dimensions={}\n"
+    "  ROOT d = f32[4]{0} dot(x, b), lhs_batch_dims={0}, lhs_contracting_dims={},"
+    " rhs_batch_dims={0}, rhs_contracting_dims={}\n}\n"
+)
+
+
+def test_a_dot_contracting_nothing_keeps_a_negative_zero_as_xla_cpu_does():
+    """Nothing contracted, each element is one product: XLA makes the dot a multiply (and
+    so does heron's dot-strength-reduction), which keeps -0.0 where a sum from +0.0 gives
+    +0.0 (the nineteenth sweep: dinosaur's vertical filters; heron's kernel and jax.jit
+    gave -0.0, the reference +0.0, and the check refused the kernel)."""
+    x = np.asarray([-0.0, 1.5, -2.0, 0.0], np.float32)
+    got = run(_NO_CONTRACTION, x)
+    six = np.full(4, 6.0, np.float32)
+    want = np.asarray(jax.jit(lambda v: lax.dot_general(v, six, (([], []), ([0], [0]))))(x))
+    np.testing.assert_array_equal(got, want)
+    assert list(np.signbit(got)) == list(np.signbit(want)) == [True, False, True, False]
+    outer = run(  # an outer product, no batch either
+        """
+HloModule m
+ENTRY main {
+  x = f32[2]{0} parameter(0)
+  y = f32[3]{0} parameter(1)
+  ROOT d = f32[2,3]{1,0} dot(x, y), lhs_contracting_dims={}, rhs_contracting_dims={}
+}
+""",
+        np.asarray([-0.0, 2.0], np.float32),
+        np.asarray([1.0, -1.0, 0.5], np.float32),
+    )
+    np.testing.assert_array_equal(outer, [[-0.0, 0.0, -0.0], [2.0, -2.0, 1.0]])
+    assert list(np.signbit(outer[0])) == [True, False, True]
+
+
 def test_dot_integer_is_exact_and_wraps():
     a = np.full((1, 300), 100, np.int8)
     b = np.full((300, 1), 100, np.int8)

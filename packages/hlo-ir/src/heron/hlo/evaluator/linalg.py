@@ -60,6 +60,11 @@ def dot_product(inst: Instruction, lhs: np.ndarray, rhs: np.ndarray, accumulate)
     dtype ``accumulate``, not rounded to the result type: the check's random rounding
     takes a float64 product as the exact one (:mod:`heron.harness.random_rounding`)."""
     left, right, shape = dot_matrices(inst, lhs, rhs, accumulate)
+    if not inst.attributes.get("lhs_contracting_dims"):
+        # Nothing contracted: each element is one product, as XLA makes such a dot (a
+        # multiply, its dot strength reduction), which keeps the -0.0 of a product a sum
+        # from +0.0 turns into +0.0 (XLA:CPU gives -0.0; so does heron's kernel).
+        return (left * right).reshape(shape)
     return np.matmul(left, right).reshape(shape)
 
 
