@@ -346,13 +346,20 @@ def _finish(value: ir.Value, acc: ElementType, out: ElementType, inst, ctx) -> i
     return arith.TruncFOp(scalar_type(out), value).result
 
 
-def _multiply_add(acc_value: ir.Value, a: ir.Value, b: ir.Value, acc: ElementType) -> ir.Value:
+def _multiply(a: ir.Value, b: ir.Value, acc: ElementType) -> ir.Value:
     if acc.is_complex:
-        product = complex_dialect.MulOp(a, b).result
-        return complex_dialect.AddOp(acc_value, product).result
+        return complex_dialect.MulOp(a, b).result
     if acc.is_integral:
-        return arith.AddIOp(acc_value, arith.MulIOp(a, b).result).result
-    return arith.AddFOp(acc_value, arith.MulFOp(a, b).result).result
+        return arith.MulIOp(a, b).result
+    return arith.MulFOp(a, b).result
+
+
+def _add(acc_value: ir.Value, value: ir.Value, acc: ElementType) -> ir.Value:
+    if acc.is_complex:
+        return complex_dialect.AddOp(acc_value, value).result
+    if acc.is_integral:
+        return arith.AddIOp(acc_value, value).result
+    return arith.AddFOp(acc_value, value).result
 
 
 def _zero(acc: ElementType) -> ir.Value:
@@ -377,12 +384,20 @@ def _dot(inst: Instruction, indices: Sequence[ir.Value], ctx: ElementalContext) 
     out_type = inst.array_shape.element_type
     acc = _accumulation_type([lhs_type, rhs_type, out_type])
 
-    def body(ivs: list[ir.Value], accumulators: list[ir.Value]) -> list[ir.Value]:
+    def product(ivs: list[ir.Value]) -> ir.Value:
         a = ctx.operand(inst, 0, apply_map(lhs_map, indices, ivs))
         b = ctx.operand(inst, 1, apply_map(rhs_map, indices, ivs))
         a = _widen(a, lhs_type, acc, inst, ctx)
         b = _widen(b, rhs_type, acc, inst, ctx)
-        return [_multiply_add(accumulators[0], a, b, acc)]
+        return _multiply(a, b, acc)
 
-    (total,) = _loop_nest(sizes, [_zero(acc)], body)
+    if not sizes:
+        # Nothing contracted: each element is one product, as XLA makes such a dot (a
+        # multiply); a sum from +0.0 would turn the product's -0.0 into +0.0.
+        return [_finish(product([]), acc, out_type, inst, ctx)]
+    (total,) = _loop_nest(
+        sizes,
+        [_zero(acc)],
+        lambda ivs, accumulators: [_add(accumulators[0], product(ivs), acc)],
+    )
     return [_finish(total, acc, out_type, inst, ctx)]
