@@ -15,16 +15,8 @@ __all__ = ["value_of", "value_with", "values_of"]
 def value_of(computation: Computation, instruction: Instruction, arguments):
     """The reference value of one ``instruction`` of ``computation`` given its arguments:
     a parameter's argument, else the computation evaluated up to that instruction."""
-    from heron.hlo.evaluator import evaluate_computation
-
-    if instruction.opcode == "parameter":
-        return arguments[instruction.parameter_number]
-    view = Computation(
-        f"{computation.name}.value_of_{instruction.name}",
-        list(computation.instructions),
-        instruction,
-    )
-    return evaluate_computation(view, list(arguments))
+    (value,) = values_of(computation, [instruction], arguments)
+    return value
 
 
 def values_of(computation: Computation, instructions: list[Instruction], arguments) -> list:
