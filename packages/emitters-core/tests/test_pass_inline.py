@@ -283,7 +283,9 @@ def _reference_inline(module: ir.Module) -> None:
                     call,
                     functions[callee],
                     impl._top_level_calls(functions[callee]),
-                    impl._CallKeys(call.block),
+                    impl._CallKeys(
+                        op.operation for op in call.block.operations if op.name == impl.PURE_CALL
+                    ),
                 )
             )
             once = calls_in(table).count(callee) == 1
@@ -296,14 +298,18 @@ def _reference_inline(module: ir.Module) -> None:
             if small or once or shared:
                 impl.inline_call(call, functions[callee])
         done.append(name)
-    while True:
-        used = set(calls_in(table))
-        dead = [
-            op for n, op in impl._functions(table).items() if impl._is_private(op) and n not in used
-        ]
-        if not dead:
-            return
-        for op in dead:
+    # what the public functions reach stays (a cycle of private ones nothing else calls
+    # goes too: MLIR's symbol-dce)
+    functions = impl._functions(table)
+    live = [n for n, op in functions.items() if not impl._is_private(op)]
+    reached = set(live)
+    while live:
+        for callee in calls_in(functions[live.pop()]):
+            if callee not in reached:
+                reached.add(callee)
+                live.append(callee)
+    for n, op in functions.items():
+        if n not in reached:
             op.erase()
 
 

@@ -42,14 +42,15 @@ def _key(op: ir.Operation) -> tuple:
     return (op.name, attributes, tuple(op.operands), tuple(r.type for r in op.results))
 
 
-def _defined_above(op: ir.Operation, arm: set[ir.Operation], block: ir.Block) -> bool:
-    """Whether every operand of ``op`` (an op of ``block``) is defined before the ``scf.if``."""
+def _defined_above(op: ir.Operation, block: ir.Block) -> bool:
+    """Whether every operand of ``op`` (an op of ``block``, an arm) is defined before the
+    ``scf.if``: not in the arm (what ``op`` reads cannot be nested deeper in it).
+    Compared by block, not looked up in a set of the arm's ops: an op's hash follows
+    its operands, which a hoist replaces."""
     for value in op.operands:
         owner = value.owner
-        if isinstance(owner, ir.Block):
-            if owner == block:
-                return False
-        elif owner.operation in arm:
+        defined_in = owner if isinstance(owner, ir.Block) else owner.operation.block
+        if defined_in == block:
             return False
     return True
 
@@ -73,24 +74,20 @@ def _hoist_from(if_op: ir.Operation) -> list[ir.Operation]:
     then_block, else_block = arms
     moved: list[ir.Operation] = []
     while True:
-        then_ops = block_ops(then_block)
-        else_ops = block_ops(else_block)
-        in_then, in_else = set(then_ops), set(else_ops)
         twins: dict[tuple, ir.Operation] = {}
-        for op in else_ops:
-            if _movable(op) and _defined_above(op, in_else, else_block):
+        for op in block_ops(else_block):
+            if _movable(op) and _defined_above(op, else_block):
                 twins.setdefault(_key(op), op)
         if not twins:
             return moved
         before = len(moved)
-        for op in then_ops:
-            if not _movable(op) or not _defined_above(op, in_then, then_block):
+        for op in block_ops(then_block):
+            if not _movable(op) or not _defined_above(op, then_block):
                 continue
             twin = twins.pop(_key(op), None)
             if twin is None:
                 continue
             op.move_before(if_op)
-            in_then.discard(op)
             for old, new in zip(twin.results, op.results, strict=True):
                 old.replace_all_uses_with(new)
             twin.erase()
@@ -127,7 +124,9 @@ def hoist_common_ops(calls: list[ir.Operation]) -> list[ir.Operation]:
     guard one access or pick one operand, and searching each was a tenth of inlining's
     time. Inner ones first, so that what they give up can move on outwards.
     """
-    arms: dict[ir.Operation, set[int]] = {}
+    # The arms of each scf.if holding calls, in a list found by equality: an op's hash
+    # follows its operands, which a hoist may replace (an inner scf.if's condition).
+    arms: list[tuple[ir.Operation, set[int]]] = []
     queue: list[tuple[int, int, ir.Operation]] = []
     order = itertools.count()
 
@@ -136,7 +135,9 @@ def hoist_common_ops(calls: list[ir.Operation]) -> list[ir.Operation]:
         if found is None:
             return
         if_op, arm = found
-        seen = arms.setdefault(if_op, set())
+        seen = next((known for op, known in arms if op == if_op), None)
+        if seen is None:
+            arms.append((if_op, seen := set()))
         if len(seen) == 1 and arm not in seen:
             heapq.heappush(queue, (-_depth(if_op), next(order), if_op))
         seen.add(arm)
