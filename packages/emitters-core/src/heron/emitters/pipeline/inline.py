@@ -185,9 +185,9 @@ class _CallGraph:
             self._sizes[caller] = size - 1 + added
         self._release(callee)
 
-    def changed(self, name: str) -> None:
-        """Record that ``name``'s body changed otherwise (CSE): its size is measured again."""
-        self._sizes.pop(name, None)
+    def measured(self, name: str, size: int) -> None:
+        """Record that ``name``'s body changed otherwise (CSE) and is now ``size`` ops."""
+        self._sizes[name] = size
 
     def merged(self, caller: str, callee: str) -> None:
         """Record that one call of ``callee`` in ``caller`` was replaced by an equal one."""
@@ -535,12 +535,15 @@ def _merge_equal_calls(
     if max(graph.edges[name].values(), default=0) < 2:  # the calls it makes, kept counted
         return None
     upstream_pass_manager("func.func(cse)", function.context).run(function)
-    graph.changed(name)
-    calls = walk_ops(function, PURE_CALL)
+    # One walk for the calls and the size CSE left (the func.func and its return aside).
+    ops = walk_ops(function)
+    size = len(ops) - 2
+    calls = [op for op in ops if op.name == PURE_CALL]
     names = [_callee_name(call) for call in calls]
     repeated = {callee for callee, n in Counter(names).items() if n > 1}
     hoisted = hoist_common_ops([c for c, n in zip(calls, names, strict=True) if n in repeated])
     if hoisted:
+        size -= len(hoisted)  # each one's twin is erased
         for op in hoisted:
             if op.name == PURE_CALL:  # its twin, a call of the same callee, is erased
                 graph.merged(name, _callee_name(op))
@@ -560,7 +563,9 @@ def _merge_equal_calls(
             old.replace_all_uses_with(new)
         call.erase()
         graph.merged(name, callee)
+        size -= 1
         merged = True
+    graph.measured(name, size)
     return kept if merged or hoisted else None
 
 
