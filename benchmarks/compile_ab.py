@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
+
+from benchlib.sides import Side
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,40 +54,6 @@ for line in sys.stdin:
 """
 
 
-class _Side:
-    """One tree's compiling process."""
-
-    def __init__(self, tree: Path) -> None:
-        sources = sorted(str(p) for p in (tree / "packages").glob("*/src"))
-        if not sources:
-            raise SystemExit(f"compile_ab: {tree} holds no packages/*/src: not a heron checkout")
-        environment = dict(os.environ, PYTHONPATH=os.pathsep.join(sources))
-        code = _SIDE.format(benchmarks=str(ROOT / "benchmarks"))
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=environment,
-        )
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self._stdin, self._stdout = self.process.stdin, self.process.stdout
-        if self._stdout.readline().strip() != "ready":
-            raise SystemExit(f"compile_ab: the process for {tree} did not start")
-
-    def compile(self, path: Path) -> float:
-        self._stdin.write(f"{path}\n")
-        self._stdin.flush()
-        answer = self._stdout.readline()
-        if not answer:
-            raise SystemExit(f"compile_ab: the compile of {path} ended its process")
-        return float(answer)
-
-    def close(self) -> None:
-        self._stdin.close()
-        self.process.wait()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("baseline", type=Path, help="the baseline tree (a heron checkout)")
@@ -98,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--each", action="store_true", help="every module's medians")
     args = parser.parse_args(argv)
     corpus = ROOT / ("models" if args.models else "programs")
+    trees = {"baseline": args.baseline, "candidate": args.candidate}
     paths = sorted(corpus.glob("*/module.hlo"))
-    sides = {"baseline": _Side(args.baseline), "candidate": _Side(args.candidate)}
+    code = _SIDE.format(benchmarks=str(ROOT / "benchmarks"))
+    sides = {name: Side(tree, code, "compile_ab") for name, tree in trees.items()}
     seconds: dict[Path, dict[str, list[float]]] = {
         p: {"baseline": [], "candidate": []} for p in paths
     }
@@ -110,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                     ("baseline", "candidate") if (run + k) % 2 == 0 else ("candidate", "baseline")
                 )
                 for name in order:
-                    seconds[path][name].append(sides[name].compile(path))
+                    seconds[path][name].append(float(sides[name].ask(str(path))))
     finally:
         for side in sides.values():
             side.close()
