@@ -1749,3 +1749,23 @@ def test_multi_output_fusion_keeps_a_tiled_transpose_apart_from_a_reduction() ->
 
 def _roots(root):
     return root.operands if root.opcode == "tuple" else [root]
+
+
+def test_a_floor_an_ulp_above_its_price_stays_a_bound() -> None:
+    """A tfp f64 gradient (the twentieth library sweep) as it enters priority fusion: a
+    pair's floor, composed with the verdict's parameters relaxed, came out one ulp above
+    the pair's price, so a producer's bound was below its priority and the pass stopped
+    on its assertion ('a bound below it'). Floors now leave ``FLOOR_SLACK`` out."""
+    from heron.compiler.fusion.context import FLOOR_SLACK
+    from heron.compiler.fusion.priority_fusion import fuse_by_priority
+
+    assert 0 < FLOOR_SLACK < 1e-6
+    module = parse_module((Path(__file__).parent / "data" / "floor_above_price.hlo").read_text())
+    before = copy.deepcopy(module)
+    assert fuse_by_priority(module, H100)
+    verify_module(module)
+    arguments = random_arguments(before, seed=0)
+    expected = evaluate_module(before, arguments)
+    got = evaluate_module(module, arguments)
+    for want, have in zip(expected, got, strict=True):
+        np.testing.assert_array_equal(have, want)
