@@ -71,13 +71,17 @@ def save_pass_inputs(paths: list[Path], name: str, into: Path) -> list[Path]:
     from heron.compiler.driver import compile_fusion
     from heron.compiler.executable import PipelineReport, prepare_module
     from heron.hlo import parse_module
-    from heron.hlo.errors import UnsupportedError
+    from heron.hlo.errors import HloError, UnsupportedError
 
     stage = _previous_stage(name)
     target = Target.preset("h100")
     saved: list[Path] = []
     for path in paths:
-        module, _ = prepare_module(parse_module(path.read_text()), target, report=PipelineReport())
+        try:
+            module = parse_module(path.read_text())
+            module, _ = prepare_module(module, target, report=PipelineReport())
+        except (OSError, HloError) as exc:  # the file, named, not a traceback
+            raise SystemExit(f"pass_ab: {path}: {exc}") from None
         # every kernel, in the entry and in the loops' and branches' computations
         for fusion in [inst for inst in module.instructions() if inst.opcode == "fusion"]:
             texts: dict[str, str] = {}
@@ -107,10 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
     paths = args.files or sorted((ROOT / "programs").glob("*/module.hlo"))
+    trees = {"baseline": args.baseline, "candidate": args.candidate}
+    for tree in trees.values():  # before minutes of compiling, not after
+        if not any((tree / "packages").glob("*/src")):
+            raise SystemExit(f"pass_ab: {tree} holds no packages/*/src: not a heron checkout")
     with tempfile.TemporaryDirectory(prefix="heron-pass-ab-") as folder:
         inputs = save_pass_inputs(paths, args.name, Path(folder))
         code = _SIDE.format(name=args.name)
-        trees = {"baseline": args.baseline, "candidate": args.candidate}
         sides = {side: Side(tree, code, "pass_ab") for side, tree in trees.items()}
         seconds = {side: [[] for _ in inputs] for side in sides}
         digests: dict[str, list[str]] = {side: [""] * len(inputs) for side in sides}

@@ -2,33 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from heron_test_support.benchmarks import load_benchmark
 
 pytest.importorskip("jax")
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "model_compile.py"
 
 
-def _benchmark(script: Path = SCRIPT):
-    """A benchmark script loaded as a module (its folder importable, as when it runs)."""
-    sys.path.insert(0, str(script.parent))
-    try:
-        spec = importlib.util.spec_from_file_location(script.stem, script)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(script.parent))
-    return module
-
-
 def test_a_small_step_is_timed_and_its_module_saved(tmp_path, capsys) -> None:
     saved = tmp_path / "step.hlo"
     small = ["--d-model", "32", "--heads", "4", "--seq", "8", "--batch", "2", "--vocab", "31"]
-    assert _benchmark().main(["--layers", "1,2", "--runs", "1", "--save", str(saved), *small]) == 0
+    benchmark = load_benchmark(SCRIPT)
+    assert benchmark.main(["--layers", "1,2", "--runs", "1", "--save", str(saved), *small]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
     timed = [row for row in rows if row and row[0] in ("1", "2")]
     assert [row[0] for row in timed] == ["1", "2"]
@@ -41,7 +29,7 @@ def test_a_small_step_is_timed_and_its_module_saved(tmp_path, capsys) -> None:
 def test_the_flax_benchmark_names_its_models_when_asked_for_another(capsys) -> None:
     # benchmarks/flax_compile.py: its model builders import flax only when called, so the
     # script loads (and refuses an unknown name, listing the known ones) without flax.
-    module = _benchmark(SCRIPT.with_name("flax_compile.py"))
+    module = load_benchmark(SCRIPT.with_name("flax_compile.py"))
     with pytest.raises(SystemExit):
         module.main(["--only", "gpt2,alexnet"])
     error = capsys.readouterr().err

@@ -2,34 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
+from heron_test_support.benchmarks import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "pass_ab.py"
-
-
-def _benchmark():
-    """The script loaded as a module (its folder importable, as when it runs)."""
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        spec = importlib.util.spec_from_file_location(SCRIPT.stem, SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    return module
 
 
 def test_the_same_tree_makes_the_same_modules(capsys) -> None:
     """This tree against itself: every kernel's module after the pass is the same on
     both sides, and the figures are printed."""
     program = ROOT / "programs" / "concatenate" / "module.hlo"
-    assert _benchmark().main([str(ROOT), str(program), "--pass", "inline", "--runs", "1"]) == 0
+    benchmark = load_benchmark(SCRIPT)
+    assert benchmark.main([str(ROOT), str(program), "--pass", "inline", "--runs", "1"]) == 0
     out = capsys.readouterr().out
     found = re.search(r"on (\d+) kernels of 1 files .* the same for (\d+) of (\d+)", out)
     assert found, out
@@ -40,4 +28,15 @@ def test_the_same_tree_makes_the_same_modules(capsys) -> None:
 
 def test_an_unknown_pass_is_named_with_the_known_ones(tmp_path) -> None:
     with pytest.raises(SystemExit, match="no pass 'inlining'.*inline"):
-        _benchmark().save_pass_inputs([], "inlining", tmp_path)
+        load_benchmark(SCRIPT).save_pass_inputs([], "inlining", tmp_path)
+
+
+def test_a_module_that_does_not_verify_is_named_not_a_traceback(tmp_path) -> None:
+    bad = tmp_path / "bad.hlo"
+    bad.write_text(
+        "HloModule bad\nENTRY e {\n  x = f32[2] parameter(0)\n  ROOT y = f32[3] negate(x)\n}\n"
+    )
+    with pytest.raises(SystemExit, match=r"pass_ab: .*bad\.hlo: .*declared shape f32\[3\]"):
+        load_benchmark(SCRIPT).save_pass_inputs([bad], "inline", tmp_path)
+    with pytest.raises(SystemExit, match="not a heron checkout"):
+        load_benchmark(SCRIPT).main([str(tmp_path), str(bad)])

@@ -346,20 +346,18 @@ def _finish(value: ir.Value, acc: ElementType, out: ElementType, inst, ctx) -> i
     return arith.TruncFOp(scalar_type(out), value).result
 
 
-def _multiply(a: ir.Value, b: ir.Value, acc: ElementType) -> ir.Value:
-    if acc.is_complex:
-        return complex_dialect.MulOp(a, b).result
-    if acc.is_integral:
-        return arith.MulIOp(a, b).result
-    return arith.MulFOp(a, b).result
+#: The dot's two operations on its accumulation type: (complex, integer, float) ops.
+_DOT_OPS = {
+    "multiply": (complex_dialect.MulOp, arith.MulIOp, arith.MulFOp),
+    "add": (complex_dialect.AddOp, arith.AddIOp, arith.AddFOp),
+}
 
 
-def _add(acc_value: ir.Value, value: ir.Value, acc: ElementType) -> ir.Value:
-    if acc.is_complex:
-        return complex_dialect.AddOp(acc_value, value).result
-    if acc.is_integral:
-        return arith.AddIOp(acc_value, value).result
-    return arith.AddFOp(acc_value, value).result
+def _dot_op(name: str, a: ir.Value, b: ir.Value, acc: ElementType) -> ir.Value:
+    """``a`` times or plus ``b`` in the accumulation type ``acc``."""
+    complex_op, integer_op, float_op = _DOT_OPS[name]
+    op = complex_op if acc.is_complex else integer_op if acc.is_integral else float_op
+    return op(a, b).result
 
 
 def _zero(acc: ElementType) -> ir.Value:
@@ -389,7 +387,7 @@ def _dot(inst: Instruction, indices: Sequence[ir.Value], ctx: ElementalContext) 
         b = ctx.operand(inst, 1, apply_map(rhs_map, indices, ivs))
         a = _widen(a, lhs_type, acc, inst, ctx)
         b = _widen(b, rhs_type, acc, inst, ctx)
-        return _multiply(a, b, acc)
+        return _dot_op("multiply", a, b, acc)
 
     if not sizes:
         # Nothing contracted: each element is one product, as XLA makes such a dot (a
@@ -398,6 +396,6 @@ def _dot(inst: Instruction, indices: Sequence[ir.Value], ctx: ElementalContext) 
     (total,) = _loop_nest(
         sizes,
         [_zero(acc)],
-        lambda ivs, accumulators: [_add(accumulators[0], product(ivs), acc)],
+        lambda ivs, accumulators: [_dot_op("add", accumulators[0], product(ivs), acc)],
     )
     return [_finish(total, acc, out_type, inst, ctx)]
