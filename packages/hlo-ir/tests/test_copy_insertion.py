@@ -290,3 +290,249 @@ def test_only_elementwise_reads_may_share_an_operands_bytes() -> None:
     assert reads_in_place(fused, 1)  # y element by element
     assert reads_in_place(entry.instruction("e"), 0)
     assert not reads_in_place(entry.instruction("t"), 0)  # another shape
+
+
+MIXING = """
+mix {
+  a = u32[2]{0} parameter(0)
+  b = u32[2]{0} parameter(1)
+  r = u32[4]{0} parameter(2)
+  s = u32[1]{0} slice(r), slice={[0:1]}
+  c = u32[] bitcast(s)
+  cc = u32[2]{0} broadcast(c), dimensions={}
+  x = u32[2]{0} add(A_READ, b)
+  y = u32[2]{0} xor(b, cc)
+  z = u32[2]{0} add(x, y)
+  ROOT t = (u32[2]{0}, u32[2]{0}) tuple(x, z)
+}
+
+body {
+  s = (s32[], u32[2]{0}, u32[2]{0}, u32[4]{0}) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  a = u32[2]{0} get-tuple-element(s), index=1
+  b = u32[2]{0} get-tuple-element(s), index=2
+  r = u32[4]{0} get-tuple-element(s), index=3
+  one = s32[] constant(1)
+  k2 = s32[] add(k, one)
+  f = (u32[2]{0}, u32[2]{0}) fusion(a, b, r), kind=kLoop, calls=mix
+  f0 = u32[2]{0} get-tuple-element(f), index=0
+  f1 = u32[2]{0} get-tuple-element(f), index=1
+  ROOT n = (s32[], u32[2]{0}, u32[2]{0}, u32[4]{0}) tuple(k2, f0, f1, r)
+}
+
+cond {
+  s = (s32[], u32[2]{0}, u32[2]{0}, u32[4]{0}) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  three = s32[] constant(3)
+  ROOT lt = pred[] compare(k, three), direction=LT
+}
+
+"""
+
+MIXING_LOOP = (
+    "  p = u32[2]{0} parameter(0)\n  q = u32[2]{0} parameter(1)\n"
+    "  r = u32[4]{0} constant({13, 15, 26, 6})\n  zero = s32[] constant(0)\n"
+    "  g = (u32[2]{0}, u32[2]{0}) fusion(p, q, r), kind=kLoop, calls=mix\n"
+    "  g0 = u32[2]{0} get-tuple-element(g), index=0\n"
+    "  g1 = u32[2]{0} get-tuple-element(g), index=1\n"
+    "  init = (s32[], u32[2]{0}, u32[2]{0}, u32[4]{0}) tuple(zero, g0, g1, r)\n"
+    "  l = (s32[], u32[2]{0}, u32[2]{0}, u32[4]{0}) while(init), condition=cond, body=body\n"
+    "  l1 = u32[2]{0} get-tuple-element(l), index=1\n"
+    "  l2 = u32[2]{0} get-tuple-element(l), index=2\n"
+    "  ROOT o = (u32[2]{0}, u32[2]{0}) tuple(l1, l2)"
+)
+
+
+@pytest.mark.parametrize(("a_read", "copied"), [("a", []), ("ra", [1, 2])])
+def test_a_multi_output_fusions_leaves_go_into_the_loop_state_without_copies(
+    check_buffers, a_read: str, copied: list[int]
+) -> None:
+    # Threefry's round: one loop fusion computes both new key words from both old ones.
+    # Each thread computes both roots of an element before storing either, reading the
+    # old words element by element: the leaves are written over the old words in place
+    # (rule 2), as they start the loop from the entry's fusion (rule 1). A root that
+    # reads its old word at another element (a reverse) gets a copy; so does the other
+    # root, which reads the first's old word: heron promises roots written together
+    # only for fusions of elementwise ops, slices, bitcasts and broadcasts.
+    mixing = MIXING.replace("A_READ", a_read)
+    if a_read == "ra":
+        mixing = mixing.replace(
+            "  x = u32[2]", "  ra = u32[2]{0} reverse(a), dimensions={0}\n  x = u32[2]"
+        )
+    module = parse_module(_entry(MIXING_LOOP, mixing))
+    insert_copies(module)
+    init = module.entry.instruction("l").operands[0]
+    assert [o.opcode for o in init.operands] == [
+        "copy",
+        "get-tuple-element",
+        "get-tuple-element",
+        "copy",
+    ]
+    root = module.computation("body").root_instruction
+    assert [k for k, o in enumerate(root.operands) if o.opcode == "copy"] == copied
+    check_buffers(module)
+
+
+def test_a_leaf_read_twice_goes_into_a_loop_as_a_copy(check_buffers) -> None:
+    # A second get-tuple-element of the same leaf reads the bytes the loop would write.
+    text = MIXING_LOOP.replace(
+        "  ROOT o = (u32[2]{0}, u32[2]{0}) tuple(l1, l2)",
+        "  h0 = u32[2]{0} get-tuple-element(g), index=0\n"
+        "  ROOT o = (u32[2]{0}, u32[2]{0}, u32[2]{0}) tuple(l1, l2, h0)",
+    )
+    module = parse_module(_entry(text, MIXING.replace("A_READ", "a")))
+    insert_copies(module)
+    init = module.entry.instruction("l").operands[0]
+    assert [o.opcode for o in init.operands] == ["copy", "copy", "get-tuple-element", "copy"]
+    check_buffers(module)
+
+
+INNER_LOOP_ON_AN_ELEMENT = """
+update {
+  a = f32[4,8]{1,0} parameter(0)
+  u = f32[1,8]{1,0} parameter(1)
+  i = s32[] parameter(2)
+  z = s32[] constant(0)
+  n = f32[1,8]{1,0} negate(u)
+  ROOT d = f32[4,8]{1,0} dynamic-update-slice(a, n, i, z)
+}
+
+inner_body {
+  s = (s32[], f32[4,8]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  one = s32[] constant(1)
+  next = s32[] add(i, one)
+  x = f32[4,8]{1,0} get-tuple-element(s), index=1
+  ROOT r = (s32[], f32[4,8]{1,0}) tuple(next, x)
+}
+
+inner_cond {
+  s = (s32[], f32[4,8]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(2)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  s = (s32[], f32[4,8]{1,0}, f32[4,8]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[4,8]{1,0} get-tuple-element(s), index=1
+  y = f32[4,8]{1,0} get-tuple-element(s), index=2
+  v = f32[1,8]{1,0} slice(x), slice={[0:1], [0:8]}
+  f = f32[4,8]{1,0} fusion(x, v, i), kind=kLoop, calls=update
+  zero = s32[] constant(0)
+  init = (s32[], f32[4,8]{1,0}) tuple(zero, f)
+  l = (s32[], f32[4,8]{1,0}) while(init), condition=inner_cond, body=inner_body
+  out = f32[4,8]{1,0} get-tuple-element(l), index=1
+  one = s32[] constant(1)
+  next = s32[] add(i, one)
+  ROOT r = (s32[], f32[4,8]{1,0}, f32[4,8]{1,0}) tuple(next, y, out)
+}
+
+cond {
+  s = (s32[], f32[4,8]{1,0}, f32[4,8]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(2)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+"""
+
+
+def test_a_loop_running_in_an_elements_bytes_is_read_before_the_element_is_written(
+    check_buffers,
+) -> None:
+    # The inner loop runs in element 1's bytes (its init is an in-place update of them);
+    # its result goes to element 2 while element 2's old value goes to element 1. Reading
+    # the inner loop's result reads element 1's bytes: that read comes before element 1
+    # is written (a random module found the two copies the other way round).
+    module = parse_module(
+        _entry(
+            "  p = f32[4,8]{1,0} parameter(0)\n  zero = s32[] constant(0)\n"
+            "  init = (s32[], f32[4,8]{1,0}, f32[4,8]{1,0}) tuple(zero, p, p)\n"
+            "  l = (s32[], f32[4,8]{1,0}, f32[4,8]{1,0}) while(init), condition=cond, body=body\n"
+            "  ROOT o = f32[4,8]{1,0} get-tuple-element(l), index=2",
+            INNER_LOOP_ON_AN_ELEMENT,
+        )
+    )
+    check_buffers(module)
+
+
+def test_a_finished_loops_state_starts_the_next_loop_without_copies(check_buffers) -> None:
+    # The first loop's result elements are bytes nothing else holds: the second loop
+    # runs in them (XLA shares them too), where a parameter or a constant is copied.
+    second = LOOP.replace("body {", "body2 {").replace("cond {", "cond2 {")
+    module = parse_module(
+        _entry(
+            "  p = f32[8]{0} parameter(0)\n  zero = s32[] constant(0)\n"
+            "  q = f32[8]{0} negate(p)\n  e = f32[8]{0} exponential(p)\n"
+            "  init = (s32[], f32[8]{0}, f32[8]{0}) tuple(zero, q, e)\n"
+            "  w = (s32[], f32[8]{0}, f32[8]{0}) while(init), condition=cond, body=body\n"
+            "  w0 = s32[] get-tuple-element(w), index=0\n"
+            "  w1 = f32[8]{0} get-tuple-element(w), index=1\n"
+            "  w2 = f32[8]{0} get-tuple-element(w), index=2\n"
+            "  again = (s32[], f32[8]{0}, f32[8]{0}) tuple(w0, w2, w1)\n"
+            "  v = (s32[], f32[8]{0}, f32[8]{0}) while(again), condition=cond2, body=body2\n"
+            "  ROOT a = f32[8]{0} get-tuple-element(v), index=1",
+            LOOP + second,
+        )
+    )
+    insert_copies(module)
+    init = module.entry.instruction("v").operands[0]
+    assert [o.opcode for o in init.operands] == ["get-tuple-element"] * 3
+    check_buffers(module)
+
+
+SCAN = """
+body {
+  s = (s32[], f32[8]{0}, f32[8]{0}) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  h = f32[8]{0} get-tuple-element(s), index=1
+  w = f32[8]{0} get-tuple-element(s), index=2
+  one = s32[] constant(1)
+  k2 = s32[] add(k, one)
+  m = f32[8]{0} multiply(h, w)
+  h2 = f32[8]{0} tanh(m)
+  ROOT r = (s32[], f32[8]{0}, f32[8]{0}) tuple(k2, h2, W_NEXT)
+}
+
+cond {
+  s = (s32[], f32[8]{0}, f32[8]{0}) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  three = s32[] constant(3)
+  ROOT lt = pred[] compare(k, three), direction=LT
+}
+
+"""
+
+
+@pytest.mark.parametrize(
+    ("w_next", "result", "copied"),
+    [
+        ("w", "h", False),  # the weights only read: the loop reads the caller's bytes
+        ("w", "w", True),  # the loop's weights read after it: they would be the argument
+        ("m", "h", True),  # the body writes the element
+    ],
+)
+def test_a_parameter_the_loop_only_reads_is_not_copied_into_it(
+    check_buffers, w_next: str, result: str, copied: bool
+) -> None:
+    index = {"h": 1, "w": 2}[result]
+    module = parse_module(
+        _entry(
+            "  h0 = f32[8]{0} parameter(0)\n  w = f32[8]{0} parameter(1)\n"
+            "  zero = s32[] constant(0)\n"
+            "  init = (s32[], f32[8]{0}, f32[8]{0}) tuple(zero, h0, w)\n"
+            "  l = (s32[], f32[8]{0}, f32[8]{0}) while(init), condition=cond, body=body\n"
+            f"  ROOT o = f32[8]{{0}} get-tuple-element(l), index={index}",
+            SCAN.replace("W_NEXT", w_next),
+        )
+    )
+    insert_copies(module)
+    init = module.entry.instruction("l").operands[0]
+    assert (init.operands[2].opcode == "copy") is copied
+    assert init.operands[1].opcode == "copy"  # h0: the body writes it
+    assignment = check_buffers(module)
+    if not copied:
+        weights = module.entry.instruction("w")
+        assert assignment.leaf_slices(weights) == assignment.leaf_slices(init.operands[2])

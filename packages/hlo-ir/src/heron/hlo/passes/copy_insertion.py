@@ -11,8 +11,12 @@ control predecessors (``control-predecessors``) where sharing is safe only if
 every reader of the old value runs before the writer; the scheduler honours
 them. The rules, per sequential computation (callers first):
 
-1. A while's init: each element must be a value of its own, used only by the
-   init tuple, which only the while uses; otherwise the element is copied.
+1. A while's init: each element must be a value of its own (a multi-output
+   fusion's leaf, a finished loop's element), in the init tuple once, which
+   only the while uses; other instructions may read it if they can run before
+   the loop (they are ordered so). A parameter (or a parameter's element) the
+   body passes through unchanged and nobody reads from the loop's result stays
+   uncopied: the loop only reads it. Otherwise the element is copied.
 2. A while body: root element ``i`` goes back into state buffer ``i``. It may
    be the parameter's element ``i`` itself, an in-place chain on it, or a
    value of its own (then it runs after every reader of the old element
@@ -53,6 +57,9 @@ scheduler.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 from heron.hlo.attributes import InstructionRefs
 from heron.hlo.buffers.dataflow import (
     VIEW_OPCODES,
@@ -66,6 +73,7 @@ from heron.hlo.fusion_outputs import OUTPUTS_WRITTEN_TOGETHER, fusion_roots
 from heron.hlo.input_output_alias import AliasEntry, input_output_aliases
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.opcodes import is_elementwise
+from heron.hlo.passes.loop_state import state_element
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import module_names
 from heron.hlo.shapes import ArrayShape, TupleShape
@@ -74,6 +82,10 @@ __all__ = ["insert_copies", "reads_in_place"]
 
 #: Results that are not a value of their own: views, the caller's bytes, loaded data, loop state.
 _NOT_OWN = VIEW_OPCODES | {"parameter", "constant", "while"}
+
+#: Results in their operands' bytes: views, and a loop (its state is its init's elements, and
+#: so is its result: a reader of the result reads them).
+_SAME_BYTES = VIEW_OPCODES | {"while"}
 
 
 @hlo_pass(
@@ -229,8 +241,49 @@ class _Inserter:
             alone = users[element] == [init] and init.operands.count(element) == 1
             if alone and id(element) in keep:
                 continue
-            if not (_own(element) and alone and computation.root is not element):
-                init.operands[k] = self.copy(computation, element, init)
+            own = _own(element) or _sole_leaf(element, users)
+            first = init.operands.index(element) == k  # a repeat gets a copy
+            if own and first and computation.root is not element:
+                if self.read_before_loop(computation, loop, element):
+                    continue
+            if first and self.only_read_by_loop(computation, loop, element, k):
+                continue
+            init.operands[k] = self.copy(computation, element, init)
+
+    def only_read_by_loop(
+        self, computation: Computation, loop: Instruction, element: Instruction, k: int
+    ) -> bool:
+        """Rule 1 for a parameter's bytes the loop only reads (a scan's inputs and
+        weights): the body passes element ``k`` through unchanged, so no iteration writes
+        it (an in-place update of it would reach the root, which rule 3 refuses), and
+        nothing reads the loop's element ``k``, so the bytes never leave through its
+        result. Then the loop runs on the caller's bytes: no copy (XLA's copy removal
+        finds the same: the live ranges never interfere)."""
+        reads_parameter = element.opcode == "parameter" or (
+            element.opcode == "get-tuple-element" and element.operands[0].opcode == "parameter"
+        )
+        if not reads_parameter:
+            return False
+        body = loop.called("body")
+        root = body.root_instruction
+        (state,) = body.parameters
+        if root.opcode != "tuple" or state_element(root.operands[k], state) != k:
+            return False
+        return not any(state_element(user, loop) == k for user in self.users(computation)[loop])
+
+    def read_before_loop(
+        self, computation: Computation, loop: Instruction, element: Instruction
+    ) -> bool:
+        """Rule 1 for an element other instructions read too: the loop may run in its
+        bytes when each of them reads it directly (not through a view, not into a tuple
+        or another loop), writes nothing into it, and can run before the loop (ordered
+        so here). Copies of it for repeats in the init read it before the loop anyway."""
+        init = loop.operands[0]
+        readers = [u for u in self.users(computation)[element] if u is not init]
+        for reader in readers:
+            if reader.opcode in _SAME_BYTES or any(o is element for _, o in _updates(reader)):
+                return False
+        return self.order_after(computation, loop, readers)
 
     def body_groups(self, body: Computation) -> dict[int, list[Instruction]]:
         """State element -> the instructions that read it from the body's parameter."""
@@ -274,37 +327,24 @@ class _Inserter:
 
     def body_root_copies(self, body: Computation, groups: dict[int, list[Instruction]]) -> None:
         """Rule 2, before in-place updates are decided: copy what cannot go back in place."""
-        seen: set[int] = set()
+        seen: set[tuple[int, int | None]] = set()
         for k, element in enumerate(self._root_elements(body)):
             origin = _chain_origin(element)
-            fits = element in groups.get(k, []) or origin in groups.get(k, []) or _own(origin)
-            if fits and id(origin) not in seen:
-                seen.add(id(origin))
+            leaf = _fusion_leaf(element)
+            key = (id(origin), None) if leaf is None else (id(element.operands[0]), leaf)
+            carried = element in groups.get(k, []) or origin in groups.get(k, [])
+            if (carried or _own(origin) or leaf is not None) and key not in seen:
+                seen.add(key)
                 continue
             self._set_root_element(body, k, self.copy(body, element, body.root_instruction))
 
     def body_root_order(self, body: Computation, groups: dict[int, list[Instruction]]) -> None:
         """Rule 2, after in-place updates: the writer of element k runs after its old readers."""
-        root = body.root_instruction
         for k, element in enumerate(self._root_elements(body)):
             chain = _chain_from(groups.get(k, []), self.users(body))
             if element in chain:
                 continue
-            writer = _chain_origin(element)
-            users = self.users(body)
-            readers = _readers(
-                chain, users, skip={root}
-            )  # in-place links too: they write the bytes
-            old = _with_views(chain, users)
-            over_itself = any(
-                operand in old and not reads_in_place(writer, k)
-                for k, operand in enumerate(writer.operands)
-            )
-            if over_itself or not self.order_after(body, writer, readers):
-                copy = self.copy(body, element, root)
-                self._set_root_element(body, k, copy)
-                if not self.order_after(body, copy, readers):
-                    raise AssertionError(f"copy '{copy.name}' cannot follow its readers")
+            self.write_after_readers(body, element, chain, partial(self._set_root_element, body, k))
 
     def can_update(
         self,
@@ -450,15 +490,31 @@ class _Inserter:
         """Rule 5, after in-place updates: the output's writer runs after every reader of
         the parameter's old bytes; where it cannot, or reads them at other elements, the
         output is copied into them last."""
-        root = entry.root_instruction
-        users = self.users(entry)
-        chain = _chain_from(donation.group, users)
+        chain = _chain_from(donation.group, self.users(entry))
         element = self._leaf_at(entry, donation.path)
         if element in chain:
             return
+        self.write_after_readers(
+            entry, element, chain, partial(self._set_leaf, entry, donation.path)
+        )
+
+    def write_after_readers(
+        self,
+        computation: Computation,
+        element: Instruction,
+        chain: set[Instruction],
+        replace: Callable[[Instruction], None],
+    ) -> None:
+        """Rules 2 and 5: ``element`` (a value of its own, or a multi-output fusion's leaf)
+        is written into the bytes of ``chain`` (a state element or a donated parameter, and
+        the in-place updates of it): its writer runs after every reader of the old bytes.
+        Where it cannot, or where it reads them at elements other than those it writes,
+        ``replace`` puts a copy of it in its place, which runs last."""
+        root = computation.root_instruction
+        users = self.users(computation)
         leaf = _fusion_leaf(element)
         writer = _chain_origin(element) if leaf is None else element.operands[0]
-        readers = _readers(chain, users, skip={root})
+        readers = _readers(chain, users, skip={root})  # in-place links too: they write the bytes
         old = _with_views(chain, users)
         if leaf is None:
             over_itself = not _own(writer) or any(
@@ -470,10 +526,10 @@ class _Inserter:
                 operand in old and not _root_reads_in_place(writer, k, leaf)
                 for k, operand in enumerate(writer.operands)
             )
-        if over_itself or not self.order_after(entry, writer, readers):
-            copy = self.copy(entry, element, root)
-            self._set_leaf(entry, donation.path, copy)
-            if not self.order_after(entry, copy, readers):
+        if over_itself or not self.order_after(computation, writer, readers):
+            copy = self.copy(computation, element, root)
+            replace(copy)
+            if not self.order_after(computation, copy, readers):
                 raise AssertionError(f"copy '{copy.name}' cannot follow its readers")
 
     def _drop_dead_views(self, computation: Computation, value: Instruction) -> None:
@@ -583,8 +639,11 @@ def _root_reads_in_place(fusion: Instruction, operand: int, leaf: int) -> bool:
 
 #: What a loop fusion written by the loop emitter alone may hold: elementwise ops and
 #: these, none of them a hero another emitter claims (a transpose, a reduce, a concatenate,
-#: a dynamic-update-slice, a scatter, a dot).
-_LOOP_ONLY = frozenset({"parameter", "constant", "broadcast", "iota", "tuple"})
+#: a dynamic-update-slice, a scatter, a dot). A slice claims a fusion (``input_slices``)
+#: only when every root is one, and the root written over its operand here is elementwise.
+_LOOP_ONLY = frozenset(
+    {"parameter", "constant", "broadcast", "iota", "tuple", "slice", "bitcast", "reshape"}
+)
 
 
 def _written_together(fusion: Instruction) -> bool:
@@ -668,6 +727,23 @@ class _Graph:
         return self._closure(inst, self.succs)
 
 
+def _sole_leaf(element: Instruction, users: dict[Instruction, list[Instruction]]) -> bool:
+    """Whether ``element`` is the only reader of its bytes' name: a leaf of a multi-output
+    fusion or of a finished loop's state (bytes nothing else holds), taken by this
+    get-tuple-element alone (no other one of the same leaf, no use of the whole tuple)."""
+    if _fusion_leaf(element) is None and not (
+        element.opcode == "get-tuple-element"
+        and element.operands[0].opcode == "while"
+        and isinstance(element.shape, ArrayShape)
+    ):
+        return False
+    holder, index = element.operands[0], int(element.attr("index"))
+    return all(
+        user.opcode == "get-tuple-element" and (user is element or int(user.attr("index")) != index)
+        for user in users.get(holder, [])
+    )
+
+
 def _own(inst: Instruction) -> bool:
     """Whether ``inst``'s result is bytes of its own (an in-place update's are its chain's)."""
     return inst.opcode not in _NOT_OWN and isinstance(inst.shape, ArrayShape)
@@ -708,7 +784,8 @@ def _readers(
     users: dict[Instruction, list[Instruction]],
     skip: set[Instruction],
 ) -> list[Instruction]:
-    """Everything that reads the bytes of ``values``, looking through views."""
+    """Everything that reads the bytes of ``values``, looking through views and loops (a
+    loop's result is its init's bytes: a reader of the result reads ``values``)."""
     readers: list[Instruction] = []
     seen: set[int] = set()
     stack = list(values)
@@ -718,7 +795,7 @@ def _readers(
             if id(user) in seen:
                 continue
             seen.add(id(user))
-            if user.opcode in VIEW_OPCODES:
+            if user.opcode in _SAME_BYTES:
                 stack.append(user)
             if user not in skip:
                 readers.append(user)
@@ -728,12 +805,13 @@ def _readers(
 def _with_views(
     values: set[Instruction], users: dict[Instruction, list[Instruction]]
 ) -> set[Instruction]:
-    """``values`` and every view of their bytes (bitcasts, get-tuple-elements, ...)."""
+    """``values`` and every view of their bytes (bitcasts, get-tuple-elements, a loop
+    running in them, ...)."""
     found = set(values)
     stack = list(values)
     while stack:
         for user in users.get(stack.pop(), []):
-            if user.opcode in VIEW_OPCODES and user not in found:
+            if user.opcode in _SAME_BYTES and user not in found:
                 found.add(user)
                 stack.append(user)
     return found

@@ -29,7 +29,7 @@ from heron.hlo.passes.rewrite import (
     remove_instructions,
 )
 
-__all__ = ["eliminate_common_subexpressions"]
+__all__ = ["eliminate_common_subexpressions", "instruction_signature"]
 
 #: Attributes that describe where an instruction came from, not what it computes.
 _IGNORED_ATTRIBUTES = frozenset({"metadata"})
@@ -68,18 +68,18 @@ def _mergeable(inst: Instruction) -> bool:
 
 
 def _key(inst: Instruction) -> tuple[Any, ...]:
+    return (instruction_signature(inst), tuple(id(operand) for operand in inst.operands))
+
+
+def instruction_signature(inst: Instruction) -> tuple[Any, ...]:
+    """What ``inst`` computes from its operands: two instructions with equal signatures
+    over equal operands compute the same value (unless one has a side effect)."""
     attributes = tuple(
         format_attribute(name, value)
         for name, value in inst.attributes.items()
         if name not in _IGNORED_ATTRIBUTES
     )
-    return (
-        inst.opcode,
-        str(inst.shape),
-        tuple(id(operand) for operand in inst.operands),
-        attributes,
-        _literal_key(inst.literal),
-    )
+    return (inst.opcode, str(inst.shape), attributes, _literal_key(inst.literal))
 
 
 def _literal_key(literal: Literal | None) -> Any:

@@ -36,6 +36,7 @@ from heron.hlo.passes import (
     stable_sort_expander,
     topk_decomposer,
     tuple_simplifier,
+    while_loop_constant_sinking,
     while_loop_simplifier,
     xla_library_calls,
 )
@@ -68,6 +69,7 @@ _REGISTERING = (
     stable_sort_expander,
     topk_decomposer,
     tuple_simplifier,
+    while_loop_constant_sinking,
     while_loop_simplifier,
     xla_library_calls,
 )
@@ -116,6 +118,7 @@ def simplification_pipeline(
                 (
                     pass_named("algebraic-simplifier"),
                     pass_named("conditional-simplifier"),
+                    pass_named("while-loop-constant-sinking"),
                     pass_named("while-loop-simplifier"),
                     pass_named("call-inliner"),
                     pass_named("flatten-call-graph"),

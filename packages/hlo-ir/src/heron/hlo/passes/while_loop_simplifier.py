@@ -1,6 +1,6 @@
-"""While loops: known trip counts of 0 and 1, and carried values nobody reads.
+"""While loops: known trip counts of 0 and 1, repeated and dead carried values.
 
-Three rewrites, from XLA's ``WhileLoopSimplifier``:
+Four rewrites, from XLA's ``WhileLoopSimplifier``:
 
 - a loop that provably runs **zero** times is its initial value;
 - a loop that provably runs **once** is a call of its body on the initial
@@ -8,7 +8,10 @@ Three rewrites, from XLA's ``WhileLoopSimplifier``:
 - a **dead carried value** (a tuple element that neither the loop's users,
   the condition, nor any live element's update reads) is dropped from the
   loop state: JAX's ``fori_loop`` and ``scan`` carry bookkeeping that the
-  caller often ignores.
+  caller often ignores;
+- two carried values that always hold the same value (the same init, the same
+  update) are read as one (:mod:`~heron.hlo.passes.while_repeated_elements`),
+  and the other is dead.
 
 The trip count is known when the loop has XLA's counted form: an integer
 element ``i`` starts at a constant, the body adds a positive constant to it,
@@ -24,6 +27,12 @@ import numpy as np
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.builder import NameUniquer
 from heron.hlo.ir import Computation, Instruction, Module
+from heron.hlo.passes.loop_state import (
+    call_counts,
+    is_exclusive,
+    state_element,
+    state_elements_read,
+)
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import (
     has_side_effect,
@@ -32,15 +41,16 @@ from heron.hlo.passes.rewrite import (
     remove_instructions,
     replace_all_uses,
 )
+from heron.hlo.passes.while_repeated_elements import merge_repeated_elements
 from heron.hlo.shapes import TupleShape
 
 __all__ = ["simplify_while_loops", "trip_count"]
 
 
-@hlo_pass("while-loop-simplifier", "loops of 0 or 1 known trips, and dead carried values")
+@hlo_pass("while-loop-simplifier", "loops of 0 or 1 known trips, repeated and dead carried values")
 def simplify_while_loops(module: Module) -> bool:
     names = module_names(module)
-    references = _reference_counts(module)
+    calls = call_counts(module)
     changed = False
     for computation in non_fusion_computations(module):
         for loop in [i for i in computation.instructions if i.opcode == "while"]:
@@ -62,7 +72,8 @@ def simplify_while_loops(module: Module) -> bool:
                     )
                 )
                 changed |= _replace(computation, loop, call)
-            elif all(references[id(c)] == 1 for c in loop.called_computations()):
+            elif is_exclusive(loop, calls):
+                changed |= merge_repeated_elements(computation, loop)
                 changed |= _drop_dead_elements(computation, loop, names)
     return changed
 
@@ -71,15 +82,6 @@ def _replace(computation: Computation, old: Instruction, new: Instruction) -> bo
     replace_all_uses(computation, old, new)
     remove_instructions(computation, [old])
     return True
-
-
-def _reference_counts(module: Module) -> dict[int, int]:
-    counts: dict[int, int] = {id(c): 0 for c in module.computations}
-    for computation in module.computations:
-        for inst in computation.instructions:
-            for called in inst.called_computations():
-                counts[id(called)] = counts.get(id(called), 0) + 1
-    return counts
 
 
 # -- trip counts -------------------------------------------------------------------------
@@ -101,12 +103,6 @@ def _element(value: Instruction, index: int) -> Instruction | None:
     return None
 
 
-def _parameter_element(inst: Instruction, parameter: Instruction) -> int | None:
-    if inst.opcode == "get-tuple-element" and inst.operands[0] is parameter:
-        return int(inst.attr("index"))
-    return None
-
-
 def trip_count(loop: Instruction) -> int | None:
     """How many times ``loop``'s body runs, when it has the counted form; else None."""
     condition, body = loop.called("condition"), loop.called("body")
@@ -116,10 +112,10 @@ def trip_count(loop: Instruction) -> int | None:
     direction = str(compare.attr("direction"))
     lhs, rhs = compare.operands
     (cond_param,) = condition.parameters
-    if _parameter_element(rhs, cond_param) is not None:  # N > i  is  i < N
+    if state_element(rhs, cond_param) is not None:  # N > i  is  i < N
         lhs, rhs = rhs, lhs
         direction = {"GT": "LT", "GE": "LE"}.get(direction, "")
-    index = _parameter_element(lhs, cond_param)
+    index = state_element(lhs, cond_param)
     limit = _scalar_constant(rhs)
     if index is None or limit is None or direction not in ("LT", "LE"):
         return None
@@ -131,7 +127,7 @@ def trip_count(loop: Instruction) -> int | None:
         return None
     step = None
     for counter, constant in (update.operands, reversed(update.operands)):
-        if _parameter_element(counter, body_param) == index:
+        if state_element(counter, body_param) == index:
             step = _scalar_constant(constant)
     if step is None or step <= 0:
         return None
@@ -146,21 +142,6 @@ def trip_count(loop: Instruction) -> int | None:
 # -- dead carried values -----------------------------------------------------------------
 
 
-def _element_reads(computation: Computation, parameter: Instruction) -> set[int] | None:
-    """Which elements of ``parameter`` the computation reads; None when it uses it whole."""
-    reads: set[int] = set()
-    for inst in computation.instructions:
-        for operand in inst.operands:
-            if operand is parameter:
-                index = _parameter_element(inst, parameter)
-                if index is None:
-                    return None
-                reads.add(index)
-    if computation.root is parameter:
-        return None
-    return reads
-
-
 def _depends_on(value: Instruction, parameter: Instruction) -> set[int]:
     """Elements of ``parameter`` that ``value`` is computed from."""
     found: set[int] = set()
@@ -171,7 +152,7 @@ def _depends_on(value: Instruction, parameter: Instruction) -> set[int]:
         if id(inst) in seen:
             continue
         seen.add(id(inst))
-        index = _parameter_element(inst, parameter)
+        index = state_element(inst, parameter)
         if index is not None:
             found.add(index)
             continue
@@ -190,14 +171,14 @@ def _drop_dead_elements(computation: Computation, loop: Instruction, names: Name
     users = [i for i in computation.instructions if loop in i.operands]
     used: set[int] = set()
     for user in users:
-        index = _parameter_element(user, loop)
+        index = state_element(user, loop)
         if index is None or computation.root is loop:
             return False
         used.add(index)
     if computation.root is loop:
         return False
-    condition_reads = _element_reads(condition, cond_param)
-    if condition_reads is None or _element_reads(body, body_param) is None:
+    condition_reads = state_elements_read(condition, cond_param)
+    if condition_reads is None or state_elements_read(body, body_param) is None:
         return False
     live = used | condition_reads
     updates = body.root_instruction.operands
@@ -214,7 +195,7 @@ def _drop_dead_elements(computation: Computation, loop: Instruction, names: Name
     for parameter, owner in ((cond_param, condition), (body_param, body)):
         parameter.shape = new_shape
         for inst in owner.instructions:
-            index = _parameter_element(inst, parameter)
+            index = state_element(inst, parameter)
             if index is not None and index in new_index:
                 inst.attributes["index"] = new_index[index]
     old_root = body.root_instruction
