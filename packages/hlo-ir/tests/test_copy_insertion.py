@@ -536,3 +536,76 @@ def test_a_parameter_the_loop_only_reads_is_not_copied_into_it(
     if not copied:
         weights = module.entry.instruction("w")
         assert assignment.leaf_slices(weights) == assignment.leaf_slices(init.operands[2])
+
+
+STACKING = """
+stack {
+  ys = f32[4,8]{1,0} parameter(0)
+  zs = f32[4,8]{1,0} parameter(1)
+  h = f32[1,8]{1,0} parameter(2)
+  i = s32[] parameter(3)
+  z = s32[] constant(0)
+  n = f32[1,8]{1,0} negate(h)
+  y = f32[4,8]{1,0} dynamic-update-slice(ys, h, i, z)
+  w = f32[4,8]{1,0} dynamic-update-slice(zs, n, i, z)
+  ROOT t = (f32[4,8]{1,0}, f32[4,8]{1,0}) tuple(y, w)
+}
+
+step {
+  a = f32[8]{0} parameter(0)
+  ROOT e = f32[8]{0} exponential(a)
+}
+
+body {
+  s = (s32[], f32[8]{0}, f32[4,8]{1,0}, f32[4,8]{1,0}) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  h = f32[8]{0} get-tuple-element(s), index=1
+  ys = f32[4,8]{1,0} get-tuple-element(s), index=2
+  zs = f32[4,8]{1,0} get-tuple-element(s), index=3
+  one = s32[] constant(1)
+  k2 = s32[] add(k, one)
+  h2 = f32[8]{0} fusion(h), kind=kLoop, calls=step
+  row = f32[1,8]{1,0} bitcast(h2)
+  f = (f32[4,8]{1,0}, f32[4,8]{1,0}) fusion(ys, zs, row, k), kind=kLoop, calls=stack
+  f0 = f32[4,8]{1,0} get-tuple-element(f), index=0
+  f1 = f32[4,8]{1,0} get-tuple-element(f), index=1
+  ROOT r = (s32[], f32[8]{0}, f32[4,8]{1,0}, f32[4,8]{1,0}) tuple(k2, h2, f0, f1)
+}
+
+cond {
+  s = (s32[], f32[8]{0}, f32[4,8]{1,0}, f32[4,8]{1,0}) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  four = s32[] constant(4)
+  ROOT lt = pred[] compare(k, four), direction=LT
+}
+
+"""
+
+
+def test_a_scans_stacked_outputs_are_updated_in_place_without_copies(check_buffers) -> None:
+    # One multi-output fusion writes both stacked outputs of a scan step in place (a
+    # dynamic-update-slice root per leaf): each leaf is its state element's bytes, so
+    # the new state is already where it goes (copying it would copy bytes onto
+    # themselves).
+    module = parse_module(
+        _entry(
+            "  h0 = f32[8]{0} parameter(0)\n  zero = s32[] constant(0)\n"
+            "  fz = f32[] constant(0)\n  ys = f32[4,8]{1,0} broadcast(fz), dimensions={}\n"
+            "  zs = f32[4,8]{1,0} broadcast(fz), dimensions={}\n"
+            "  init = (s32[], f32[8]{0}, f32[4,8]{1,0}, f32[4,8]{1,0}) tuple(zero, h0, ys, zs)\n"
+            "  l = (s32[], f32[8]{0}, f32[4,8]{1,0}, f32[4,8]{1,0}) while(init),"
+            " condition=cond, body=body\n"
+            "  a = f32[4,8]{1,0} get-tuple-element(l), index=2\n"
+            "  b = f32[4,8]{1,0} get-tuple-element(l), index=3\n"
+            "  ROOT o = (f32[4,8]{1,0}, f32[4,8]{1,0}) tuple(a, b)",
+            STACKING,
+        )
+    )
+    insert_copies(module)
+    body = module.computation("body")
+    assert "copy" not in [i.opcode for i in body.instructions]
+    assignment = check_buffers(module)
+    state = body.parameters[0]
+    for leaf, element in ((0, 2), (1, 3)):
+        fused = body.instruction(f"f{leaf}")
+        assert assignment.leaf_slices(fused) == [assignment.leaf_slices(state)[element]]

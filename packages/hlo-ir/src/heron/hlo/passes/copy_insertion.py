@@ -330,8 +330,8 @@ class _Inserter:
         seen: set[tuple[int, int | None]] = set()
         for k, element in enumerate(self._root_elements(body)):
             origin = _chain_origin(element)
-            leaf = _fusion_leaf(element)
-            key = (id(origin), None) if leaf is None else (id(element.operands[0]), leaf)
+            leaf = _leaf_of(element)
+            key = (id(origin), None) if leaf is None else (id(leaf[0]), leaf[1])
             carried = element in groups.get(k, []) or origin in groups.get(k, [])
             if (carried or _own(origin) or leaf is not None) and key not in seen:
                 seen.add(key)
@@ -443,7 +443,7 @@ class _Inserter:
         for n, donation in enumerate(donations):
             element = self._leaf_at(entry, donation.path)
             origin = _chain_origin(element)
-            leaf = _fusion_leaf(element)
+            leaf = _leaf_of(element)
             key = (id(origin), None)
             if element in donation.group:
                 donation.state = "unchanged"
@@ -452,8 +452,8 @@ class _Inserter:
             elif origin in donation.group:
                 donation.state = "chain"
                 groups[n] = donation.group
-            elif leaf is not None and (id(element.operands[0]), leaf) not in seen:
-                key = (id(element.operands[0]), leaf)
+            elif leaf is not None and (id(leaf[0]), leaf[1]) not in seen:
+                key = (id(leaf[0]), leaf[1])
             elif not (_own(origin) and key not in seen):
                 copy = self.copy(entry, element, entry.root_instruction)
                 self._set_leaf(entry, donation.path, copy)
@@ -512,8 +512,8 @@ class _Inserter:
         ``replace`` puts a copy of it in its place, which runs last."""
         root = computation.root_instruction
         users = self.users(computation)
-        leaf = _fusion_leaf(element)
-        writer = _chain_origin(element) if leaf is None else element.operands[0]
+        leaf = _leaf_of(element)
+        writer = _chain_origin(element) if leaf is None else leaf[0]
         readers = _readers(chain, users, skip={root})  # in-place links too: they write the bytes
         old = _with_views(chain, users)
         if leaf is None:
@@ -523,7 +523,7 @@ class _Inserter:
             )
         else:
             over_itself = any(
-                operand in old and not _root_reads_in_place(writer, k, leaf)
+                operand in old and not _root_reads_in_place(writer, k, leaf[1])
                 for k, operand in enumerate(writer.operands)
             )
         if over_itself or not self.order_after(computation, writer, readers):
@@ -593,6 +593,15 @@ def _element_at(root: Instruction, path: tuple[int, ...]) -> tuple[Instruction, 
     if value.opcode == "get-tuple-element":
         return (value.operands[0], int(value.attr("index")))
     return None
+
+
+def _leaf_of(element: Instruction) -> tuple[Instruction, int] | None:
+    """The multi-output fusion and its leaf whose bytes ``element`` is, seen through
+    bitcasts (a slice fusion's outputs bitcast to the loop state's shapes), or None."""
+    while element.opcode == "bitcast":
+        element = element.operands[0]
+    leaf = _fusion_leaf(element)
+    return None if leaf is None else (element.operands[0], leaf)
 
 
 def _fusion_leaf(element: Instruction) -> int | None:
@@ -754,8 +763,14 @@ def _updates(inst: Instruction) -> list[tuple[int, Instruction]]:
 
 
 def _chain_origin(value: Instruction) -> Instruction:
-    """Follow array in-place updates back to the value whose bytes they update."""
+    """Follow in-place updates back to the value whose bytes they update: an array
+    updater's, or a leaf of a multi-output fusion that updates one operand per leaf
+    (a scan's stacked outputs, each a dynamic-update-slice root)."""
     while isinstance(value.shape, ArrayShape):
+        updated = _updated_by_leaf(value)
+        if updated is not None:
+            value = updated
+            continue
         updates = _updates(value)
         if len(updates) != 1:
             break
@@ -763,19 +778,40 @@ def _chain_origin(value: Instruction) -> Instruction:
     return value
 
 
+def _updated_by_leaf(value: Instruction) -> Instruction | None:
+    """The operand a multi-output fusion updates in place as the leaf ``value`` reads
+    (a get-tuple-element of it), or None."""
+    if value.opcode != "get-tuple-element" or not isinstance(value.operands[0].shape, TupleShape):
+        return None
+    index = int(value.attr("index"))
+    return next((o for leaf, o in _updates(value.operands[0]) if leaf == index), None)
+
+
 def _chain_from(
     start: list[Instruction], users: dict[Instruction, list[Instruction]]
 ) -> set[Instruction]:
-    """``start`` and the array in-place updates that write on into the same bytes."""
+    """``start`` and the in-place updates that write on into the same bytes (array
+    updaters, and the leaves of multi-output fusions updating them)."""
     chain = set(start)
     stack = list(start)
     while stack:
         value = stack.pop()
         for user in users.get(value, []):
-            if isinstance(user.shape, ArrayShape) and any(o is value for _, o in _updates(user)):
-                if user not in chain:
-                    chain.add(user)
-                    stack.append(user)
+            leaves = {leaf for leaf, o in _updates(user) if o is value}
+            if not leaves:
+                continue
+            if isinstance(user.shape, ArrayShape):
+                links = [user]
+            else:  # a multi-output fusion: its leaf's get-tuple-elements hold the bytes
+                links = [
+                    u
+                    for u in users.get(user, [])
+                    if u.opcode == "get-tuple-element" and int(u.attr("index")) in leaves
+                ]
+            for link in links:
+                if link not in chain:
+                    chain.add(link)
+                    stack.append(link)
     return chain
 
 
