@@ -5,6 +5,8 @@ elements are passed through, swapped, duplicated or updated in place with
 dynamic-update-slice; in-place updates (unfused, and as a fusion's root) of
 parameters, constants, loop results and values still read later; tuples,
 get-tuple-element and bitcasts (views of other values' bytes); conditionals;
+multi-output fusions (two elementwise roots reading both operands, and two
+dynamic-update-slice roots each updating its own operand in place);
 outputs that are parameters, constants or the same value twice. Both checkers
 of :mod:`heron.hlo.buffers.check` must pass, and the simulated run must equal
 ``evaluate_module`` bit for bit.
@@ -73,6 +75,8 @@ class _Writer:
                     "while",
                     "conditional",
                     "fusion",
+                    "outputs",
+                    "stacking",
                 ]
             )
         )
@@ -111,6 +115,10 @@ class _Writer:
             self.emit("U", f"add({pick('U')}, {pick('U')})")
         elif choice == "fusion":
             self.fusion()
+        elif choice == "outputs":
+            self.multi_output_fusion()
+        elif choice == "stacking":
+            self.stacking_fusion()
         elif choice == "while" and self.depth < 2:
             self.loop()
         elif choice == "conditional" and self.depth < 2:
@@ -168,6 +176,45 @@ class _Writer:
         )
         operands = f"{self.pick('A')}, {self.pick('U')}, {self.pick('S')}"
         self.emit("A", f"fusion({operands}), kind=kLoop, calls={name}", "fusion")
+
+    def multi_output_fusion(self) -> None:
+        """A loop fusion of two elementwise roots that both read both operands (threefry's
+        round: each leaf may be written over an operand it reads)."""
+        name = self.fresh("fused")
+        a, b, s, d, t = (self.fresh(base) for base in ("a", "b", "s", "d", "t"))
+        self.computations.append(
+            f"{name} {{\n  {a} = {A} parameter(0)\n  {b} = {A} parameter(1)\n"
+            f"  {s} = {A} add({a}, {b})\n  {d} = {A} subtract({b}, {a})\n"
+            f"  ROOT {t} = ({A}, {A}) tuple({s}, {d})\n}}\n"
+        )
+        fused = self.fresh("mof")
+        self.lines.append(
+            f"  {fused} = ({A}, {A}) fusion({self.pick('A')}, {self.pick('A')}), kind=kLoop,"
+            f" calls={name}"
+        )
+        for k in range(2):
+            self.emit("A", f"get-tuple-element({fused}), index={k}", "leaf")
+
+    def stacking_fusion(self) -> None:
+        """A fusion updating two operands in place, a dynamic-update-slice root each (a
+        scan's stacked outputs)."""
+        name = self.fresh("fused")
+        a, b, u, i, z, n, d, e, t = (
+            self.fresh(base) for base in ("a", "b", "u", "i", "z", "n", "d", "e", "t")
+        )
+        self.computations.append(
+            f"{name} {{\n  {a} = {A} parameter(0)\n  {b} = {A} parameter(1)\n"
+            f"  {u} = {U} parameter(2)\n  {i} = {S} parameter(3)\n  {z} = {S} constant(0)\n"
+            f"  {n} = {U} negate({u})\n"
+            f"  {d} = {A} dynamic-update-slice({a}, {u}, {i}, {z})\n"
+            f"  {e} = {A} dynamic-update-slice({b}, {n}, {i}, {z})\n"
+            f"  ROOT {t} = ({A}, {A}) tuple({d}, {e})\n}}\n"
+        )
+        fused = self.fresh("stack")
+        operands = f"{self.pick('A')}, {self.pick('A')}, {self.pick('U')}, {self.pick('S')}"
+        self.lines.append(f"  {fused} = ({A}, {A}) fusion({operands}), kind=kLoop, calls={name}")
+        for k in range(2):
+            self.emit("A", f"get-tuple-element({fused}), index={k}", "stacked")
 
     def conditional(self) -> None:
         operand = self.pick("A")

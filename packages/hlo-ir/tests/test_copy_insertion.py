@@ -582,11 +582,19 @@ cond {
 """
 
 
-def test_a_scans_stacked_outputs_are_updated_in_place_without_copies(check_buffers) -> None:
+@pytest.mark.parametrize("swapped", [False, True])
+def test_a_scans_stacked_outputs_are_updated_in_place_without_copies(
+    check_buffers, swapped: bool
+) -> None:
     # One multi-output fusion writes both stacked outputs of a scan step in place (a
     # dynamic-update-slice root per leaf): each leaf is its state element's bytes, so
     # the new state is already where it goes (copying it would copy bytes onto
-    # themselves).
+    # themselves). Swapped into each other's elements, each leaf is the other
+    # element's bytes, not its own: both are copied (a random module found the
+    # leaves taken for bytes of their own).
+    stacking = (
+        STACKING.replace("tuple(k2, h2, f0, f1)", "tuple(k2, h2, f1, f0)") if swapped else STACKING
+    )
     module = parse_module(
         _entry(
             "  h0 = f32[8]{0} parameter(0)\n  zero = s32[] constant(0)\n"
@@ -598,12 +606,13 @@ def test_a_scans_stacked_outputs_are_updated_in_place_without_copies(check_buffe
             "  a = f32[4,8]{1,0} get-tuple-element(l), index=2\n"
             "  b = f32[4,8]{1,0} get-tuple-element(l), index=3\n"
             "  ROOT o = (f32[4,8]{1,0}, f32[4,8]{1,0}) tuple(a, b)",
-            STACKING,
+            stacking,
         )
     )
     insert_copies(module)
     body = module.computation("body")
-    assert "copy" not in [i.opcode for i in body.instructions]
+    root = body.root_instruction
+    assert [o.opcode == "copy" for o in root.operands[2:]] == [swapped, swapped]
     assignment = check_buffers(module)
     state = body.parameters[0]
     for leaf, element in ((0, 2), (1, 3)):

@@ -27,10 +27,11 @@ them. The rules, per sequential computation (callers first):
    reads the old element at another index (a reverse, a transpose, a
    reduction) would read bytes it has already overwritten, so its result gets
    a copy, which runs after it.
-3. An in-place update of ``x``: allowed when ``x`` is a value of its own (or
-   a while body's parameter element) that no output, loop, other in-place
-   update or view escaping to the root holds; every other reader of ``x``
-   runs first. Parameters, constants and loop results are copied first.
+3. An in-place update of ``x``: allowed when ``x`` is a value of its own (a
+   multi-output fusion's leaf included, or a while body's parameter element)
+   that no output, loop, other in-place update or view escaping to the root
+   holds; every other reader of ``x`` runs first. Parameters, constants and
+   loop results are copied first.
 4. The roots of the entry, of branches and of calls: every leaf a distinct
    value of its own; parameters, constants, views of them and repeats are
    copied (an output must not be the caller's argument or a constant, except
@@ -357,8 +358,9 @@ class _Inserter:
         target = inst.operands[operand]
         if inst.operands.count(target) > 1:
             return False
-        if _own(target):
-            origin = [target]
+        users = self.users(computation)
+        if _own(target) or (_fusion_leaf(target) is not None and _sole_leaf(target, users)):
+            origin = [target]  # a multi-output fusion's leaf: its own bytes too
         elif target.opcode == "get-tuple-element" or target.opcode == "parameter":
             origin = next((g for g in groups.values() if target in g), [])
             if not origin:
@@ -605,8 +607,12 @@ def _leaf_of(element: Instruction) -> tuple[Instruction, int] | None:
 
 
 def _fusion_leaf(element: Instruction) -> int | None:
-    """The leaf of a multi-output fusion that ``element`` is (its own bytes), or None."""
+    """The leaf of a multi-output fusion that ``element`` is (its own bytes), or None;
+    None too for a leaf the fusion updates an operand in place for (its bytes are the
+    operand's: :func:`_chain_origin` follows it there)."""
     if element.opcode != "get-tuple-element" or not isinstance(element.shape, ArrayShape):
+        return None
+    if _updated_by_leaf(element) is not None:
         return None
     holder = element.operands[0]
     if holder.opcode != "fusion" or not isinstance(holder.shape, TupleShape):
