@@ -1,4 +1,5 @@
-"""Fixtures of hlo-ir tests: the buffer-assignment checks (both checkers, bit for bit)."""
+"""Fixtures of hlo-ir tests: the buffer-assignment checks (both checkers, bit for bit), and
+the simplification pipeline checked against the evaluator (bit for bit)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from heron.hlo.buffers.check import overlapping_buffers, simulate
 from heron.hlo.evaluator import evaluate_module, flatten_literal, random_arguments
 from heron.hlo.ir import Literal, Module, structural_difference
 from heron.hlo.parser import parse_module
-from heron.hlo.passes import copy_insertion, pass_named, run_pipeline, scheduler
+from heron.hlo.passes import (
+    copy_insertion,
+    pass_named,
+    run_pipeline,
+    scheduler,
+    simplification_pipeline,
+)
 from heron.hlo.passes.manager import pipeline_of
 from heron.hlo.printer import print_module
 
@@ -67,3 +74,20 @@ def check_buffers():
 def prepare_buffers():
     """``prepare_buffers(module)``: copy insertion and the scheduler."""
     return prepare
+
+
+def simplify_checked(module: Module, seed: int = 0) -> Module:
+    """``module`` after the simplification pipeline; its results on random arguments are
+    the original's bit for bit."""
+    original = parse_module(print_module(module))
+    arguments = random_arguments(original, np.random.default_rng(seed))
+    run_pipeline(module, simplification_pipeline())
+    before, after = evaluate_module(original, arguments), evaluate_module(module, arguments)
+    assert leaf_bytes(before) == leaf_bytes(after), print_module(module)
+    return module
+
+
+@pytest.fixture
+def simplified():
+    """``simplified(module, seed=0)``: the simplification pipeline, checked bit for bit."""
+    return simplify_checked

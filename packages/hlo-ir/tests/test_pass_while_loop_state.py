@@ -6,32 +6,11 @@ simplification pipeline (bit for bit), and the loop's state is counted.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from heron.hlo.evaluator import evaluate_module, random_arguments
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.parser import parse_module
-from heron.hlo.passes import run_pipeline, simplification_pipeline
 from heron.hlo.passes.while_loop_constant_sinking import sink_while_loop_constants
-from heron.hlo.printer import print_module
-
-
-def _flat_bytes(value: object) -> list[bytes]:
-    if isinstance(value, tuple):
-        return [b for element in value for b in _flat_bytes(element)]
-    return [np.asarray(value).tobytes()]
-
-
-def _optimized(text: str) -> Module:
-    """The module after the pipeline; its results equal the original's bit for bit."""
-    original = parse_module(text)
-    module = parse_module(text)
-    arguments = random_arguments(original, np.random.default_rng(0))
-    run_pipeline(module, simplification_pipeline())
-    before, after = evaluate_module(original, arguments), evaluate_module(module, arguments)
-    assert _flat_bytes(before) == _flat_bytes(after), print_module(module)
-    return module
 
 
 def _loop(module: Module) -> Instruction:
@@ -92,9 +71,9 @@ def _counters(step: int = 1, j_start: int = 0, i_from: str = "i", j_from: str = 
     ],
 )
 def test_two_elements_that_always_hold_the_same_value_become_one(
-    kwargs: dict, elements: int
+    simplified, kwargs: dict, elements: int
 ) -> None:
-    module = _optimized(_counters(**kwargs))
+    module = simplified(parse_module(_counters(**kwargs)))
     assert len(_loop(module).shape.elements) == elements
 
 
@@ -129,8 +108,10 @@ ENTRY main {
 """
 
 
-def test_a_constant_carried_unchanged_is_read_as_a_constant_and_leaves_the_state() -> None:
-    module = _optimized(SUNK.replace("C_NEXT", "c"))
+def test_a_constant_carried_unchanged_is_read_as_a_constant_and_leaves_the_state(
+    simplified,
+) -> None:
+    module = simplified(parse_module(SUNK.replace("C_NEXT", "c")))
     loop = _loop(module)
     assert len(loop.shape.elements) == 2
     assert all(o.opcode != "constant" or o.shape.rank == 0 for o in loop.operands[0].operands)
@@ -140,8 +121,8 @@ def test_a_constant_carried_unchanged_is_read_as_a_constant_and_leaves_the_state
     assert module.entry.root_instruction.operands[1].opcode == "constant"
 
 
-def test_a_constant_the_body_changes_stays_in_the_state() -> None:
-    module = _optimized(SUNK.replace("C_NEXT", "a"))
+def test_a_constant_the_body_changes_stays_in_the_state(simplified) -> None:
+    module = simplified(parse_module(SUNK.replace("C_NEXT", "a")))
     assert len(_loop(module).shape.elements) == 3
 
 

@@ -11,9 +11,44 @@ from __future__ import annotations
 
 from collections import Counter
 
+import attrs
+
 from heron.hlo.ir import Computation, Instruction, Module
 
-__all__ = ["call_counts", "is_exclusive", "state_element", "state_elements_read"]
+__all__ = [
+    "TupleLoop",
+    "call_counts",
+    "is_exclusive",
+    "state_element",
+    "state_elements_read",
+    "tuple_loop",
+]
+
+
+@attrs.frozen
+class TupleLoop:
+    """A loop whose init is a tuple instruction and whose body's root is one: its state
+    elements are operands to read and rewrite one by one."""
+
+    loop: Instruction
+    init: Instruction
+    condition: Computation
+    body: Computation
+    #: the body's root tuple: element ``k``'s update is ``root.operands[k]``
+    root: Instruction
+    body_state: Instruction
+    condition_state: Instruction
+
+
+def tuple_loop(loop: Instruction) -> TupleLoop | None:
+    """``loop``'s parts, when its init and its body's root are tuple instructions."""
+    init = loop.operands[0]
+    condition, body = loop.called("condition"), loop.called("body")
+    root = body.root_instruction
+    if init.opcode != "tuple" or root.opcode != "tuple":
+        return None
+    (body_state,), (condition_state,) = body.parameters, condition.parameters
+    return TupleLoop(loop, init, condition, body, root, body_state, condition_state)
 
 
 def state_element(inst: Instruction, state: Instruction) -> int | None:

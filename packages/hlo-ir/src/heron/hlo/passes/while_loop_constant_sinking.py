@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from heron.hlo.builder import NameUniquer
 from heron.hlo.ir import Computation, Instruction, Module
-from heron.hlo.passes.loop_state import call_counts, is_exclusive, state_element
+from heron.hlo.passes.loop_state import call_counts, is_exclusive, state_element, tuple_loop
 from heron.hlo.passes.registry import hlo_pass
 from heron.hlo.passes.rewrite import module_names, non_fusion_computations, replace_all_uses
 
@@ -41,18 +41,16 @@ def sink_while_loop_constants(module: Module) -> bool:
 
 
 def _sink_loop(computation: Computation, loop: Instruction, names: NameUniquer) -> bool:
-    init = loop.operands[0]
-    condition, body = loop.called("condition"), loop.called("body")
-    root = body.root_instruction
-    if init.opcode != "tuple" or root.opcode != "tuple":
+    parts = tuple_loop(loop)
+    if parts is None:
         return False
-    (body_state,), (condition_state,) = body.parameters, condition.parameters
     changed = False
-    for k, value in enumerate(init.operands):
-        if value.opcode != "constant" or state_element(root.operands[k], body_state) != k:
+    for k, value in enumerate(parts.init.operands):
+        passed_through = state_element(parts.root.operands[k], parts.body_state) == k
+        if value.opcode != "constant" or not passed_through:
             continue
-        changed |= _read_as_constant(body, body_state, k, value, names)
-        changed |= _read_as_constant(condition, condition_state, k, value, names)
+        changed |= _read_as_constant(parts.body, parts.body_state, k, value, names)
+        changed |= _read_as_constant(parts.condition, parts.condition_state, k, value, names)
         for user in [i for i in computation.instructions if state_element(i, loop) == k]:
             changed |= replace_all_uses(computation, user, value)
     return changed

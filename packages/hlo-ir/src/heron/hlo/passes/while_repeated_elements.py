@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.passes.cse import instruction_signature
-from heron.hlo.passes.loop_state import state_element
+from heron.hlo.passes.loop_state import state_element, tuple_loop
 from heron.hlo.passes.rewrite import has_side_effect
 
 __all__ = ["merge_repeated_elements"]
@@ -25,18 +25,20 @@ __all__ = ["merge_repeated_elements"]
 def merge_repeated_elements(computation: Computation, loop: Instruction) -> bool:
     """Merge the repeated elements of ``loop`` (in ``computation``; its condition and body
     called by nothing else); True when one was merged."""
-    init = loop.operands[0]
-    condition, body = loop.called("condition"), loop.called("body")
-    root = body.root_instruction
-    if init.opcode != "tuple" or root.opcode != "tuple":
+    parts = tuple_loop(loop)
+    if parts is None:
         return False
-    (body_state,), (condition_state,) = body.parameters, condition.parameters
+    updates, body_state = parts.root.operands, parts.body_state
     merged = False
-    for j, value in enumerate(init.operands):
-        i = next(k for k, v in enumerate(init.operands) if v is value)
-        if i == j or not _same_update(root.operands[i], root.operands[j], body_state, i, j):
+    for j, value in enumerate(parts.init.operands):
+        i = next(k for k, v in enumerate(parts.init.operands) if v is value)
+        if i == j or not _same_update(updates[i], updates[j], body_state, i, j):
             continue
-        for state, owner in ((body_state, body), (condition_state, condition), (loop, computation)):
+        for state, owner in (
+            (body_state, parts.body),
+            (parts.condition_state, parts.condition),
+            (loop, computation),
+        ):
             for inst in owner.instructions:
                 if state_element(inst, state) == j:
                     inst.attributes["index"] = i
