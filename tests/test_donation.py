@@ -288,3 +288,19 @@ def test_a_loop_carry_donated_and_read_after_the_loop() -> None:
     ]
     donated, _ = _check(f, args, (1,), inexact=(1,))
     assert _donated_allocations(donated) == {0: 1}
+
+
+def test_a_conjugate_gradient_update_donated_is_not_written_over_what_a_reduction_reads() -> None:
+    # x + (1 / p.w) p, x donated: the dot becomes a reduction fusion with the update as
+    # its epilogue output. Every thread of the reduction's row computes the epilogue and
+    # one stores it, so writing it over x would race with the others' reads of x (the
+    # interpreter's sanitizer refuses the launch; a library sweep's 2- and 4-unknown
+    # conjugate gradients met it). It is written elsewhere and copied into x.
+    def f(x, p, w):
+        d = jnp.dot(p, w)
+        return x + (1.0 / d) * p, d
+
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(n).astype(np.float32) for n in (2, 2, 2)]
+    donated, _ = _check(f, args, (0,), inexact=(0, 1))
+    assert _donated_allocations(donated) == {0: 0}

@@ -618,3 +618,70 @@ def test_a_scans_stacked_outputs_are_updated_in_place_without_copies(
     for leaf, element in ((0, 2), (1, 3)):
         fused = body.instruction(f"f{leaf}")
         assert assignment.leaf_slices(fused) == [assignment.leaf_slices(state)[element]]
+
+
+CG_STEP = """
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+step {
+  p = f32[2]{0} parameter(0)
+  w = f32[2]{0} parameter(1)
+  x = f32[2]{0} parameter(2)
+  zero = f32[] constant(0)
+  pw = f32[2]{0} multiply(p, w)
+  d = f32[] reduce(pw, zero), dimensions={0}, to_apply=sum
+  db = f32[2]{0} broadcast(d), dimensions={}
+  dp = f32[2]{0} multiply(db, p)
+  x2 = f32[2]{0} add(x, dp)
+  ROOT t = (f32[], f32[2]{0}) tuple(d, x2)
+}
+
+body {
+  s = (s32[], f32[2]{0}, f32[2]{0}) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  p = f32[2]{0} get-tuple-element(s), index=1
+  x = f32[2]{0} get-tuple-element(s), index=2
+  one = s32[] constant(1)
+  k2 = s32[] add(k, one)
+  f = (f32[], f32[2]{0}) fusion(p, p, x), kind=KIND, calls=step
+  x2 = f32[2]{0} get-tuple-element(f), index=1
+  ROOT r = (s32[], f32[2]{0}, f32[2]{0}) tuple(k2, p, x2)
+}
+
+cond {
+  s = (s32[], f32[2]{0}, f32[2]{0}) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  three = s32[] constant(3)
+  ROOT lt = pred[] compare(k, three), direction=LT
+}
+
+"""
+
+
+@pytest.mark.parametrize(("kind", "copied"), [("kInput", True), ("kLoop", False)])
+def test_a_reductions_epilogue_is_not_written_over_what_it_reads(
+    check_buffers, kind: str, copied: bool
+) -> None:
+    # A conjugate-gradient step: x + (p.w) p. As a reduction fusion (kInput), every
+    # thread of the row computes the epilogue and one stores it: written over x, the
+    # other threads would read elements the storing thread overwrites (a library sweep
+    # met the race on 2- and 4-unknown systems). Only a loop fusion's threads each
+    # write what they read.
+    module = parse_module(
+        _entry(
+            "  p0 = f32[2]{0} parameter(0)\n  x0 = f32[2]{0} parameter(1)\n"
+            "  zero = s32[] constant(0)\n"
+            "  init = (s32[], f32[2]{0}, f32[2]{0}) tuple(zero, p0, x0)\n"
+            "  l = (s32[], f32[2]{0}, f32[2]{0}) while(init), condition=cond, body=body\n"
+            "  ROOT o = f32[2]{0} get-tuple-element(l), index=2",
+            CG_STEP.replace("KIND", kind),
+        )
+    )
+    insert_copies(module)
+    root = module.computation("body").root_instruction
+    assert (root.operands[2].opcode == "copy") is copied
+    check_buffers(module)

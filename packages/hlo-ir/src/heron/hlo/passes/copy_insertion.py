@@ -634,6 +634,8 @@ def _root_reads_in_place(fusion: Instruction, operand: int, leaf: int) -> bool:
     emitter computes every root of an element before storing any
     (:data:`~heron.hlo.fusion_outputs.OUTPUTS_WRITTEN_TOGETHER`: an optimizer step's
     moment, which the parameter's update reads too)."""
+    if fusion.attr("kind") != "kLoop":
+        return False  # another emitter's threads: see reads_in_place
     body = fusion.called("calls")
     roots = fusion_roots(body)
     mine = roots[leaf]
@@ -869,7 +871,11 @@ def reads_in_place(user: Instruction, operand: int) -> bool:
     ops of those dimensions (inside a fusion: its parameter), so each element is read
     by the thread that writes the same element, before it writes it. Anything else
     (a reverse, a transpose, a broadcast, a reduction) may read an element another
-    thread has already overwritten.
+    thread has already overwritten. So may a fusion another emitter writes
+    (``kInput``): a reduction's epilogue is computed by every thread of a row and
+    stored by one, so the others read an element the storing thread overwrites (a
+    race heron's interpreter refuses; a library sweep's conjugate gradients of 2 and
+    4 unknowns met it). Only a loop fusion's threads each write what they read.
     """
     value = user.operands[operand]
     result = user.shape
@@ -879,6 +885,8 @@ def reads_in_place(user: Instruction, operand: int) -> bool:
         return False
     if user.opcode != "fusion":
         return is_elementwise(user.opcode)
+    if user.attr("kind") != "kLoop":
+        return False
     return _elementwise_readers(user.called("calls"), operand, result.dims) is not None
 
 
