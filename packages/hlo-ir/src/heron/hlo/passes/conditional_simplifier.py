@@ -13,10 +13,11 @@ Three rewrites, XLA's ``ConditionalSimplifier::TryRemoveConditional`` rules:
   round trip for the selector and a kernel per branch, and blocks fusion across
   it. A branch is cheap when every instruction in it is elementwise or one of
   broadcast, concatenate, dynamic-slice, get-tuple-element, reduce, reshape,
-  pad, parameter, slice and tuple (XLA's list: a constant, iota, dot or
-  anything else is expensive). A branch that only forwards its parameter (all
-  parameter, tuple and get-tuple-element with an array in its result) is left
-  alone, since running nothing beats a select.
+  pad, parameter, slice and tuple (XLA's list: an iota, a dot or anything
+  else is expensive; so is a constant here, which XLA counts as elementwise
+  and so cheap: a known difference, docs/hlo-passes.md). A branch that only
+  forwards its parameter (all parameter, tuple and get-tuple-element with an
+  array in its result) is left alone, since running nothing beats a select.
 * Before that, a two-branch conditional whose ``s32`` selector is
   ``convert(pred)`` (how ``jax.lax.cond`` lowers: ``cond(p, f, g)`` becomes
   ``conditional(convert(p), g, f)``) becomes a ``pred`` conditional with its
