@@ -332,7 +332,7 @@ class _Inserter:
         for k, element in enumerate(self._root_elements(body)):
             origin = _chain_origin(element)
             leaf = _leaf_of(element)
-            key = (id(origin), None) if leaf is None else (id(leaf[0]), leaf[1])
+            key = _bytes_key(element)
             carried = element in groups.get(k, []) or origin in groups.get(k, [])
             if (carried or _own(origin) or leaf is not None) and key not in seen:
                 seen.add(key)
@@ -446,7 +446,7 @@ class _Inserter:
             element = self._leaf_at(entry, donation.path)
             origin = _chain_origin(element)
             leaf = _leaf_of(element)
-            key = (id(origin), None)
+            key = _bytes_key(element)
             if element in donation.group:
                 donation.state = "unchanged"
             elif _carried(element, donation.group):
@@ -454,8 +454,8 @@ class _Inserter:
             elif origin in donation.group:
                 donation.state = "chain"
                 groups[n] = donation.group
-            elif leaf is not None and (id(leaf[0]), leaf[1]) not in seen:
-                key = (id(leaf[0]), leaf[1])
+            elif leaf is not None and key not in seen:
+                pass  # a leaf of a multi-output fusion, written where it goes
             elif not (_own(origin) and key not in seen):
                 copy = self.copy(entry, element, entry.root_instruction)
                 self._set_leaf(entry, donation.path, copy)
@@ -595,6 +595,15 @@ def _element_at(root: Instruction, path: tuple[int, ...]) -> tuple[Instruction, 
     if value.opcode == "get-tuple-element":
         return (value.operands[0], int(value.attr("index")))
     return None
+
+
+def _bytes_key(element: Instruction) -> tuple[int, int | None]:
+    """Which bytes ``element`` names, for telling two outputs or state elements apart: a
+    multi-output fusion's leaf (the fusion and the leaf), else its in-place chain's origin."""
+    leaf = _leaf_of(element)
+    if leaf is not None:
+        return id(leaf[0]), leaf[1]
+    return id(_chain_origin(element)), None
 
 
 def _leaf_of(element: Instruction) -> tuple[Instruction, int] | None:
