@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from heron.compiler.executable import prepare_module
+    from heron.hlo.errors import HloError
     from heron.hlo.parser import parse_module_file
     from heron.target import presets
 
@@ -107,9 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     totals = {"heron": Counter(), "xla": Counter()}
     print(f"{'program':58s} in loop bodies at depth d: heron/XLA")
     for name, (module_path, xla_path) in programs.items():
-        prepared, _ = prepare_module(parse_module_file(module_path), target)
+        try:
+            prepared, _ = prepare_module(parse_module_file(module_path), target)
+            xla = work_by_depth(parse_module_file(xla_path))
+        except (OSError, HloError) as exc:  # the file, named, not a traceback
+            raise SystemExit(f"loop_work: {name}: {exc}") from None
         heron = work_by_depth(prepared)
-        xla = work_by_depth(parse_module_file(xla_path))
         print(_row(name, heron, xla), flush=True)
         for side, work in (("heron", heron), ("xla", xla)):
             for depth, counts in work.items():

@@ -32,3 +32,11 @@ def test_a_file_without_xlas_module_beside_it_is_named(tmp_path) -> None:
     lone.write_text("HloModule lone\nENTRY e {\n  ROOT x = f32[2] parameter(0)\n}\n")
     with pytest.raises(SystemExit):
         load_benchmark(SCRIPT).main([str(lone)])
+
+
+def test_a_module_that_does_not_verify_is_named_not_a_traceback(tmp_path) -> None:
+    bad = "HloModule bad\nENTRY e {\n  x = f32[2] parameter(0)\n  ROOT y = f32[3] negate(x)\n}\n"
+    (tmp_path / "bad.hlo").write_text(bad)
+    (tmp_path / "bad.xla.hlo").write_text(bad)
+    with pytest.raises(SystemExit, match=r"loop_work: .*bad\.hlo: .*declared shape f32\[3\]"):
+        load_benchmark(SCRIPT).main([str(tmp_path / "bad.hlo")])
