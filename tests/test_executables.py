@@ -138,8 +138,9 @@ CONTROL_FLOW = {
             "gymnax_acrobot_random_rollout",
         )
     },
-    # optax.apply_if_finite's lax.cond: its branches are not cheap (the whole update)
-    "models/optax_inject_hyperparams_apply_if_finite_step": "conditional",
+    # optax.apply_if_finite's lax.cond: its branches (the update, and constants) are cheap
+    # as XLA counts them (a constant is elementwise to it): selects, as in XLA's module
+    "models/optax_inject_hyperparams_apply_if_finite_step": "select",
     # jax's GPU lowering of the Cholesky factor's gradient: conds on constant predicates,
     # which the conditional simplifier inlines (no conditional, no select left)
     "models/optax_gaussian_process_adam_step": "select",

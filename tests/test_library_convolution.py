@@ -814,7 +814,9 @@ def test_xla_s_depthwise_backward_input_runs_and_agrees(tmp_path, capsys):
     gradient as XLA calls cuDNN for it: heron's kernel (the dot it becomes reduced into
     one loop fusion) agrees with the reference evaluator within the reassociation bounds
     (the evaluator's is checked against the sums it means in
-    packages/hlo-ir/tests/test_pass_xla_library_calls.py)."""
+    packages/hlo-ir/tests/test_pass_xla_library_calls.py). Since the dot's product keeps
+    its operands' order (contracting dimensions first), the kernel sums in the
+    evaluator's order and agrees bit for bit, which the check reports as such."""
     from heron.cli.main import main
 
     path = tmp_path / "backward_input.hlo"
@@ -823,4 +825,4 @@ def test_xla_s_depthwise_backward_input_runs_and_agrees(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "agree: every output within the tolerance" in out
-    assert "reassociation bounds" in out
+    assert "reassociation bounds" in out or "out0  max 0 ulp" in out

@@ -18,6 +18,8 @@ import copy
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from heron.compiler import Target
 from heron.compiler.dot_strength_reduction import reduces, strength_reduce_dots
@@ -310,3 +312,168 @@ def test_the_sum_a_dot_becomes_is_checked_within_the_reassociation_bounds():
     strength_reduce_dots(integers, H100)
     (exact,) = [inst for inst in integers.entry.instructions if inst.opcode == "reduce"]
     assert not sums_in_its_own_order(exact)  # integer sums are exact in any order
+
+
+#: (operands, result, dimension numbers) -> the sides the expansion transposes
+ORDERS = {
+    # optax's L-BFGS: a [16,1] column against a [16,8] matrix, both contracting dim 0
+    "column_against_matrix": (
+        "f32[16,1] a, f32[16,8] b",
+        "f32[1,8]",
+        "lhs_contracting_dims={0}, rhs_contracting_dims={0}",
+        set(),
+    ),
+    "matrix_vector": (
+        "f32[16,8] a, f32[8,1] b",
+        "f32[16,1]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        set(),
+    ),
+    # the sides' orders contradict each other: the left one's is kept
+    "batch_last": (
+        "f32[8,4] a, f32[4,8] b",
+        "f32[4]",
+        "lhs_batch_dims={1}, lhs_contracting_dims={0}, rhs_batch_dims={0},"
+        " rhs_contracting_dims={1}",
+        {"rhs"},
+    ),
+    # [contracting, batch] on both sides: one order, no transpose
+    "both_batch_last": (
+        "f32[8,4] a, f32[8,4] b",
+        "f32[4]",
+        "lhs_batch_dims={1}, lhs_contracting_dims={0}, rhs_batch_dims={1},"
+        " rhs_contracting_dims={0}",
+        set(),
+    ),
+    # both sides hold their batch dimensions in the order the output reverses
+    "batches_swapped": (
+        "f32[2,3,8] a, f32[2,3,8] b",
+        "f32[3,2]",
+        "lhs_batch_dims={1,0}, lhs_contracting_dims={2}, rhs_batch_dims={1,0},"
+        " rhs_contracting_dims={2}",
+        {"lhs", "rhs"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ORDERS))
+def test_the_product_keeps_each_side_s_order_where_the_output_allows(name, monkeypatch):
+    """A side whose own order fits the product's is broadcast as it is: XLA's transposes
+    to [batch, free, contracting] become bitcasts under its layouts, heron's would stay
+    transposes (kernels' data movement, and ops the conditional simplifier calls
+    expensive). The expansion still computes the dot."""
+    operands, result, attributes, transposed = ORDERS[name]
+    monkeypatch.setitem(DOTS, name, (operands, result, attributes, True))
+    module = _module(name)
+    rewritten = copy.deepcopy(module)
+    assert strength_reduce_dots(rewritten, H100)
+    verify_module(rewritten)
+    side_of = {"a": "lhs", "b": "rhs"}
+    sides = {
+        side_of[inst.operands[0].name]
+        for inst in rewritten.entry.instructions
+        if inst.opcode == "transpose"
+    }
+    assert sides == transposed
+    arguments = _inputs(module)
+    want = np.asarray(flatten_literal(evaluate_module(module, arguments))[0])
+    got = np.asarray(flatten_literal(evaluate_module(rewritten, arguments))[0])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _dot_text(lhs_dims, rhs_dims, result_dims, numbers) -> str:
+    def shape(dims):
+        return f"f32[{','.join(map(str, dims))}]"
+
+    def ints(values):
+        return "{" + ",".join(map(str, values)) + "}"
+
+    lb, lc, rb, rc = numbers
+    dimension_numbers = (
+        f"lhs_batch_dims={ints(lb)}, lhs_contracting_dims={ints(lc)},"
+        f" rhs_batch_dims={ints(rb)}, rhs_contracting_dims={ints(rc)}"
+    )
+    return f"""
+HloModule random_dot
+
+ENTRY main {{
+  a = {shape(lhs_dims)} parameter(0)
+  b = {shape(rhs_dims)} parameter(1)
+  ROOT d = {shape(result_dims)} dot(a, b), {dimension_numbers}
+}}
+"""
+
+
+@st.composite
+def _vector_side_dots(draw):
+    """A dot with a vector side (no free dimension on the right), its operands' dimensions
+    in any order: (HLO text, lhs dims, rhs dims)."""
+    size = st.integers(1, 4)
+    batch = draw(st.lists(size, max_size=2))
+    contracting = draw(st.lists(size, min_size=1, max_size=2))
+    free = draw(st.lists(size, max_size=2))
+    lhs_roles = [("b", i) for i in range(len(batch))] + [("k", i) for i in range(len(contracting))]
+    lhs_roles += [("m", i) for i in range(len(free))]
+    rhs_roles = [("b", i) for i in range(len(batch))] + [("k", i) for i in range(len(contracting))]
+    lhs_roles = draw(st.permutations(lhs_roles))
+    rhs_roles = draw(st.permutations(rhs_roles))
+    if draw(st.booleans()):  # either side may be the vector one
+        lhs_roles, rhs_roles = rhs_roles, [("n" if r == "m" else r, i) for r, i in lhs_roles]
+    sizes = {("b", i): s for i, s in enumerate(batch)}
+    sizes |= {("k", i): s for i, s in enumerate(contracting)}
+    sizes |= {(r, i): s for i, s in enumerate(free) for r in ("m", "n")}
+
+    def numbers(roles, kind):
+        return [roles.index((kind, i)) for i in range(sum(r == kind for r, _ in roles))]
+
+    lb, lc, rb, rc = (
+        numbers(lhs_roles, "b"),
+        numbers(lhs_roles, "k"),
+        numbers(rhs_roles, "b"),
+        numbers(rhs_roles, "k"),
+    )
+    lhs = [sizes[r] for r in lhs_roles]
+    rhs = [sizes[r] for r in rhs_roles]
+    result = batch + [sizes[r] for r in lhs_roles if r[0] == "m"]
+    result += [sizes[r] for r in rhs_roles if r[0] == "n"]
+    return _dot_text(lhs, rhs, result, (lb, lc, rb, rc))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_vector_side_dots(), st.integers(0, 2**16))
+def test_a_dot_in_any_dimension_order_reduces_to_what_it_computed(text, seed):
+    """Batch, free and contracting dimensions in any order on either side: the product's
+    order (each side's own where the output allows it) still computes the dot."""
+    module = parse_module(text)
+    rewritten = copy.deepcopy(module)
+    if not strength_reduce_dots(rewritten, H100):
+        return  # an outer product of size-1 contractions with an algorithm: a dot still
+    verify_module(rewritten)
+    arguments = _inputs(module, seed=seed)
+    want = np.asarray(flatten_literal(evaluate_module(module, arguments))[0])
+    got = np.asarray(flatten_literal(evaluate_module(rewritten, arguments))[0])
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "name", ["column_against_matrix", "matrix_vector", "batch_last", "batches_swapped"]
+)
+def test_a_reordered_product_runs_on_the_interpreter(name):
+    """The reductions the reordered products make (over a leading or a middle dimension)
+    compile and run as the dot computes."""
+    from heron.compiler.program_run import run_program
+    from heron.runtime.core.registry import load_backends
+
+    operands, result, attributes, _ = ORDERS[name]
+    (lhs_type, lhs), (rhs_type, rhs) = (part.split() for part in operands.split(", "))
+    module = parse_module(
+        f"HloModule {name}\n\nENTRY main {{\n  {lhs} = {lhs_type} parameter(0)\n"
+        f"  {rhs} = {rhs_type} parameter(1)\n"
+        f"  ROOT d = {result} dot({lhs}, {rhs}), {attributes}\n}}\n"
+    )
+    device = load_backends().create_device("interpreter")
+    arguments = _inputs(module, seed=5)
+    run = run_program(module, arguments, device, "interpreter", target=H100)
+    want = np.asarray(evaluate_module(module, arguments))
+    np.testing.assert_allclose(run.outputs[0], want, rtol=1e-5, atol=1e-5)

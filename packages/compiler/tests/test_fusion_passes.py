@@ -281,6 +281,22 @@ def test_a_large_loop_is_not_fused_horizontally() -> None:
     assert len(_fusions(fused)) == 2
 
 
+def test_an_in_place_update_is_not_fused_horizontally() -> None:
+    """A dynamic-update-slice fusion writes its window in its operand's bytes; merged
+    into a concatenation it would write the whole operand to bytes of its own, and in a
+    loop body (a scan's stacked outputs) copy them back every iteration."""
+    text = HORIZONTAL.replace(
+        "  t = f32[8]{0} tanh(c)",
+        "  i = s32[] constant(2)\n  u = f32[1]{0} slice(b), slice={[0:1]}\n"
+        "  t = f32[8]{0} dynamic-update-slice(c, u, i)",
+    )
+    fused = check_each_pass(parse_module(text))
+    kinds = sorted(f.attr("kind") for f in _fusions(fused))
+    assert kinds == ["kInput", "kLoop"], kinds
+    (update,) = [f for f in _fusions(fused) if f.attr("kind") == "kLoop"]
+    assert update.called("calls").root_instruction.opcode == "dynamic-update-slice"
+
+
 DUPLICATION = """
 HloModule duplication
 

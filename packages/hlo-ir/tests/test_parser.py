@@ -684,3 +684,22 @@ ENTRY main {
             "HloModule m\nENTRY main {\n  p = f32[2] parameter(0)\n"
             "  ROOT n = f32[2] negate(%p#1)\n}\n"
         )
+
+
+def test_a_scalar_broadcast_may_leave_its_dimensions_out(both_paths):
+    """XLA's parser makes ``dimensions`` optional for a scalar operand (XLA's scatter corpus
+    file ``scatter_s4_unique_indices.hlo`` leaves it out): heron fills in ``{}`` so that
+    the passes, which read it, meet it (the algebraic simplifier failed on it)."""
+    from heron.hlo.errors import HloError
+    from heron.hlo.passes.algebraic_simplifier import simplify_algebra
+    from heron.hlo.verifier import verify_module
+
+    text = "HloModule m\nENTRY e {\n  k = f32[] constant(2)\n  ROOT n = f32[8] broadcast(k)\n}\n"
+    module = parse_module(text)
+    assert module.entry.root_instruction.attr("dimensions") == ()
+    verify_module(module)
+    simplify_algebra(module)
+    verify_module(module)
+    vector = text.replace("f32[] constant(2)", "f32[8] parameter(0)")
+    with pytest.raises(HloError, match="dimensions"):
+        verify_module(parse_module(vector))

@@ -249,6 +249,18 @@ def test_cheap_branches_of_a_pred_conditional_become_a_select() -> None:
     assert [o.opcode for o in root.operands] == ["broadcast", "exponential", "negate"]
 
 
+def test_a_constant_in_a_branch_is_cheap() -> None:
+    """XLA's ``TryRemoveConditional`` asks ``IsElementwise()`` of what its list of cheap
+    ops lacks, and a constant says yes: a branch of constants is run unconditionally
+    (optax's L-BFGS line search selects so in XLA's optimized module)."""
+    text = CHEAP.replace(
+        "ROOT n = f32[8] negate(b)", "k = f32[] constant(2)\n  ROOT n = f32[8] broadcast(k)"
+    )
+    module = _both_ways(text, [X])
+    assert "conditional" not in _opcodes(module)
+    assert module.entry.root_instruction.opcode == "select"
+
+
 def test_jax_cond_converts_its_pred_and_swaps_the_branches() -> None:
     # jax.lax.cond(p, f, g, x) lowers to conditional(convert(p), g, f): index 1 is f.
     text = """
@@ -314,8 +326,8 @@ ENTRY main {
     [
         (("ROOT e = f32[8] exponential(a)", "ROOT e = f32[8] iota(), iota_dimension=0"), "iota"),
         (
-            ("ROOT n = f32[8] negate(b)", "k = f32[] constant(2)\n  ROOT n = f32[8] broadcast(k)"),
-            "a constant is expensive",
+            ("ROOT n = f32[8] negate(b)", "ROOT n = f32[8] transpose(b), dimensions={0}"),
+            "transpose",
         ),
         (("ROOT n = f32[8] negate(b)", "ROOT n = f32[8] parameter(0)"), "an empty branch"),
         (("p = pred[] parameter(0)", "p = s32[] parameter(0)"), "an s32 index"),

@@ -396,6 +396,8 @@ class RandomModules:
                 continue
             inst = Instruction(inst_name, opcode, shape)
             inst.attributes = self.attributes(comp_names, [n for n in names if n != inst_name])
+            if opcode == "broadcast":  # always there in heron's IR: the parser implies `{}`
+                inst.attributes.setdefault("dimensions", ())
             comp.add(inst)
         by_name = {i.name: i for i in comp.instructions}
         for inst in comp.instructions:

@@ -27,9 +27,18 @@ does this pass, with XLA's rules, which :func:`reduces` states:
 - an ``s32`` dot whose right side contracts its dimension 1, always (XLA:
   its loop emitter is slow on it).
 
-The expansion is XLA's but for one type: each side converted to the type
-the products are taken in, transposed to [batch, free, contracting] and
-broadcast to [batch, lhs free, rhs free, contracting]; their product (each
+The expansion is XLA's but for two things: the order of its dimensions and one
+type. Each side is converted to the type the products are taken in and broadcast
+to the product's shape, whose dimensions are the batch, lhs free, rhs free and
+contracting ones in an order where each side's dimensions keep the order they have
+in the operand (:func:`_product_order`: ``[k, 1] x [k, n]`` is multiplied as
+``[k, 1, n]`` and summed over its dimension 0), so that no side is transposed
+unless its own order contradicts the dot's output order (a side is then
+transposed into the product's order). XLA transposes each side to [batch, free,
+contracting] and its algebraic simplifier, under the layouts it assigns, makes those
+transposes bitcasts; heron's would stay transposes (data movement a kernel pays for,
+and an expensive op to the conditional simplifier, which kept optax's L-BFGS line
+search a conditional with a copy per state element). Their product (each
 side first rounded to the precision the dot's ``algorithm`` multiplies in,
 where it names TF32 or bf16: :data:`heron.hlo.dot_precision.ALGORITHMS`; the
 TF32 a GEMM library takes for an f32 dot without one is the library's choice,
@@ -60,6 +69,7 @@ whose output is fp8 stays a dot (its sum would be taken in fp8).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -206,12 +216,11 @@ class _Reducer:
         n = [rhs.array_shape.dims[d] for d in rhs_free]
         k = [lhs.array_shape.dims[d] for d in lc]
         multiplied = _product_type(dot) if math.prod(k) != 1 else out
-        full = ArrayShape(multiplied, tuple(batch + m + n + k))
 
         def add(opcode: str, shape: ArrayShape, operands, attributes=None, suffix=None):
             return inserter.add(opcode, shape, operands, attributes, like=dot, suffix=suffix)
 
-        def side(operand: Instruction, order: list[int], name: str, placed: list[int]):
+        def side(operand: Instruction, order: list[int], placed: list[int], name: str):
             value = operand
             if value.array_shape.element_type != multiplied:
                 shape = ArrayShape(multiplied, value.array_shape.dims)
@@ -245,15 +254,27 @@ class _Reducer:
                 suffix=f"{name}_broadcast",
             )
 
-        b, nm, nn, nk = len(batch), len(m), len(n), len(k)
-        lhs_placed = [*range(b), *range(b, b + nm), *range(b + nm + nn, b + nm + nn + nk)]
-        rhs_placed = [*range(b), *range(b + nm, b + nm + nn), *range(b + nm + nn, len(full.dims))]
+        lhs_roles = _roles(len(lhs.array_shape.dims), lb, lc, lhs_free, "m")
+        rhs_roles = _roles(len(rhs.array_shape.dims), rb, rc, rhs_free, "n")
+        order = _product_order(len(batch), len(m), len(n), len(k), lhs_roles, rhs_roles)
+        position = {role: i for i, role in enumerate(order)}
+        sizes = {
+            **{role: lhs.array_shape.dims[d] for d, role in enumerate(lhs_roles)},
+            **{role: rhs.array_shape.dims[d] for d, role in enumerate(rhs_roles)},
+        }
+        full = ArrayShape(multiplied, tuple(sizes[role] for role in order))
+
+        def arranged(roles: list[tuple[str, int]]) -> tuple[list[int], list[int]]:
+            """The operand's dimensions in the product's order, and where each lands."""
+            dims = sorted(range(len(roles)), key=lambda d: position[roles[d]])
+            return dims, [position[roles[d]] for d in dims]
+
         product = add(
             "multiply",
             full,
             [
-                side(lhs, lb + lhs_free + lc, "lhs", lhs_placed),
-                side(rhs, rb + rhs_free + rc, "rhs", rhs_placed),
+                side(lhs, *arranged(lhs_roles), "lhs"),
+                side(rhs, *arranged(rhs_roles), "rhs"),
             ],
             suffix="product",
         )
@@ -279,7 +300,7 @@ class _Reducer:
             ArrayShape(accumulator, tuple(batch + m + n)),
             [product, zero],
             {
-                "dimensions": tuple(range(b + nm + nn, len(full.dims))),
+                "dimensions": tuple(i for i, role in enumerate(order) if role[0] == "k"),
                 "to_apply": ComputationRef(adder.name, adder),
             },
             suffix="sum",
@@ -312,6 +333,53 @@ class _Reducer:
         self.module.computations.insert(0, adder)
         self.adders[element_type] = adder
         return adder
+
+
+def _roles(
+    rank: int, batch: list[int], contracting: list[int], free: list[int], free_role: str
+) -> list[tuple[str, int]]:
+    """Each operand dimension's role in the product: ``("b", i)`` for its i-th batch
+    dimension, ``("k", i)`` for its i-th contracting one, ``(free_role, i)`` for its i-th
+    free one (``"m"`` on the left, ``"n"`` on the right)."""
+    roles = {d: ("b", i) for i, d in enumerate(batch)}
+    roles |= {d: ("k", i) for i, d in enumerate(contracting)}
+    roles |= {d: (free_role, i) for i, d in enumerate(free)}
+    return [roles[d] for d in range(rank)]
+
+
+def _product_order(
+    batch: int, m: int, n: int, k: int, *sides: list[tuple[str, int]]
+) -> list[tuple[str, int]]:
+    """The product's dimensions in an order that keeps the dot's output order (batch,
+    lhs free, rhs free: the sum removes the contracting ones) and, where it can, each
+    side's own order, so that the side is broadcast without a transpose: a topological
+    order of those constraints, ties broken in [batch, m, n, k] order. Where both sides'
+    orders cannot hold together, the left one's is kept (the right one transposed), then
+    the right one's, then neither ([batch, m, n, k], both transposed)."""
+    canonical = [
+        *(("b", i) for i in range(batch)),
+        *(("m", i) for i in range(m)),
+        *(("n", i) for i in range(n)),
+        *(("k", i) for i in range(k)),
+    ]
+    output = canonical[: batch + m + n]
+    for kept in (sides, sides[:1], sides[1:], ()):
+        chains = [output, *kept]
+        after = {role: set() for role in canonical}
+        for chain in chains:
+            for first, second in itertools.pairwise(chain):
+                after[second].add(first)
+        order: list[tuple[str, int]] = []
+        placed: set[tuple[str, int]] = set()
+        while len(order) < len(canonical):
+            ready = [r for r in canonical if r not in placed and after[r] <= placed]
+            if not ready:
+                break  # a cycle: these sides' orders contradict the output's or each other's
+            order.append(ready[0])
+            placed.add(ready[0])
+        if len(order) == len(canonical):
+            return order
+    raise AssertionError("unreachable: the output order alone is acyclic")
 
 
 def strength_reduce_dots(module: Module, target: Target) -> bool:

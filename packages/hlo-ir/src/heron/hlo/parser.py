@@ -539,6 +539,7 @@ class _ModuleParser:
             attributes[key] = syntax.parse(cur)
             if positions is not None:
                 positions["attribute:" + key] = value_pos
+        _imply_attributes(opcode, attributes)
         inst = Instruction(name, opcode, shape, [], attributes, literal, parameter_number, location)
         self._note_references(inst, attributes)
         if shape is None and positions is None:
@@ -653,6 +654,7 @@ class _ModuleParser:
         if name[0] == "%":
             name = name[1:]
         location = SourceLocation(self.source, i + 1, m.start(2) + 1, self.lines[i])
+        _imply_attributes(opcode, attributes)
         inst = Instruction(name, opcode, shape, [], attributes, literal, parameter_number, location)
         if references:
             for key, _ in references:
@@ -898,6 +900,16 @@ class _ModuleParser:
         if pos is not None:
             raise self.cur.error(message, pos)
         raise HloParseError(message, inst.location)
+
+
+def _imply_attributes(opcode: str, attributes: dict[str, Any]) -> None:
+    """Fill in what the text may leave out, so that no pass meets an instruction without
+    it: a broadcast's ``dimensions`` (XLA's parser makes it optional for a scalar
+    operand, and XLA's own test corpus leaves it out; the algebraic simplifier failed on
+    such a broadcast). A non-scalar operand without it is refused by shape inference,
+    which names the operand's rank."""
+    if opcode == "broadcast" and "dimensions" not in attributes:
+        attributes["dimensions"] = ()
 
 
 def _infer_missing_shape(inst: Instruction) -> None:

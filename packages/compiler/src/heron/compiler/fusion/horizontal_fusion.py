@@ -23,6 +23,7 @@ from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import MAX_FUSION_PARAMETERS
 from heron.compiler.fusion.reachability import Reachability
 from heron.hlo.attributes import SliceRange
+from heron.hlo.buffers.dataflow import in_place_operands
 from heron.hlo.builder import NameUniquer
 from heron.hlo.ir import Instruction, Module
 from heron.hlo.passes.manager import HloPass
@@ -44,6 +45,9 @@ def _small_loop_fusion(inst: Instruction, limit: int) -> bool:
         and 0 < inst.shape.num_elements <= limit
         # Flattening is a bitcast only for row-major outputs.
         and list(inst.shape.major_to_minor) == sorted(inst.shape.major_to_minor)
+        # An in-place update writes its window only; merged, it would write all of
+        # its operand to a buffer of its own (in a loop body, then copied back).
+        and not in_place_operands(inst)
     )
 
 

@@ -14,8 +14,8 @@ Three rewrites, XLA's ``ConditionalSimplifier::TryRemoveConditional`` rules:
   it. A branch is cheap when every instruction in it is elementwise or one of
   broadcast, concatenate, dynamic-slice, get-tuple-element, reduce, reshape,
   pad, parameter, slice and tuple (XLA's list: an iota, a dot or anything
-  else is expensive; so is a constant here, which XLA counts as elementwise
-  and so cheap: a known difference, docs/hlo-passes.md). A branch that only
+  else is expensive), or a constant (XLA asks ``IsElementwise()`` of the rest,
+  and a constant answers yes). A branch that only
   forwards its parameter (all parameter, tuple and get-tuple-element with an
   array in its result) is left alone, since running nothing beats a select.
 * Before that, a two-branch conditional whose ``s32`` selector is
@@ -49,11 +49,13 @@ from heron.hlo.shapes import ArrayShape, Shape, TupleShape
 
 __all__ = ["CHEAP_NON_ELEMENTWISE", "branch_is_cheap", "simplify_conditionals"]
 
-#: The non-elementwise opcodes a branch may hold and still be run unconditionally.
+#: The non-elementwise opcodes a branch may hold and still be run unconditionally
+#: (``constant``: XLA's ``HloConstantInstruction`` calls itself elementwise).
 CHEAP_NON_ELEMENTWISE = frozenset(
     {
         "broadcast",
         "concatenate",
+        "constant",
         "dynamic-slice",
         "get-tuple-element",
         "reduce",
