@@ -703,3 +703,98 @@ def test_a_scalar_broadcast_may_leave_its_dimensions_out(both_paths):
     vector = text.replace("f32[] constant(2)", "f32[8] parameter(0)")
     with pytest.raises(HloError, match="dimensions"):
         verify_module(parse_module(vector))
+
+
+_REDUCER = (
+    "add {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
+)
+_SELECT = (
+    "ge {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n"
+    "  ROOT c = pred[] compare(x, y), direction=GE\n}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "  a = f32[] parameter(0)\n  z = f32[] constant(0)\n"
+        "  ROOT r = f32[] reduce-window(a, z), to_apply=add\n",
+        "  a = f32[] parameter(0)\n  s = f32[] parameter(1)\n  z = f32[] constant(0)\n"
+        "  ROOT r = f32[] select-and-scatter(a, s, z), select=ge, scatter=add\n",
+        "  a = f32[2,3] parameter(0)\n  b = f32[3,4] parameter(1)\n"
+        "  ROOT r = f32[2,4] convolution(a, b), dim_labels=bf_io->bf\n",
+    ],
+    ids=["reduce-window", "select-and-scatter", "convolution"],
+)
+def test_a_windowed_op_may_leave_its_window_out(both_paths, body):
+    """XLA's parser makes ``window`` optional for convolution, reduce-window and
+    select-and-scatter and takes an empty window: heron fills in ``{}`` (its evaluator
+    refused a scalar reduce-window without one, its emitter failed on it), and the
+    module computes what it computes with ``window={}`` written out."""
+    from heron.hlo.evaluator import evaluate_module, random_arguments
+    from heron.hlo.verifier import verify_module
+
+    text = f"HloModule m\n\n{_REDUCER}\n{_SELECT}\nENTRY e {{\n{body}}}\n"
+    module = parse_module(text)
+    assert module.entry.root_instruction.attr("window") == Window(())
+    verify_module(module)
+    explicit = parse_module(text.replace(body, body.rstrip("\n") + ", window={}\n"))
+    arguments = random_arguments(module)
+    assert np.array_equal(evaluate_module(module, arguments), evaluate_module(explicit, arguments))
+
+
+def test_an_empty_implied_window_is_refused_for_a_windowed_operand(both_paths):
+    from heron.hlo.errors import HloError
+    from heron.hlo.verifier import verify_module
+
+    text = (
+        f"HloModule m\n\n{_REDUCER}\nENTRY e {{\n  a = f32[4] parameter(0)\n"
+        "  z = f32[] constant(0)\n  ROOT r = f32[4] reduce-window(a, z), to_apply=add\n}\n"
+    )
+    with pytest.raises(HloError, match="window has 0 dimensions but the input has rank 1"):
+        verify_module(parse_module(text))
+
+
+@pytest.mark.parametrize(
+    ("body", "attribute"),
+    [
+        ("  a = f32[8] parameter(0)\n  ROOT r = f32[8] all-gather(a)\n", "dimensions"),
+        (
+            "  a = f32[8] parameter(0)\n  ROOT r = f32[8] reduce-scatter(a), to_apply=add\n",
+            "dimensions",
+        ),
+        ("  a = f32[8] parameter(0)\n  ROOT r = f32[8] all-reduce(a)\n", "to_apply"),
+        (
+            "  a = f32[8] parameter(0)\n  ROOT r = f32[8] collective-permute(a)\n",
+            "source_target_pairs",
+        ),
+        ("  a = f32[8] parameter(0)\n  ROOT c = pred[8] compare(a, a)\n", "direction"),
+        (
+            "  a = f32[3,3] parameter(0)\n"
+            "  ROOT c = f32[3,3] triangular-solve(a, a), left_side=true, lower=true\n",
+            "transpose_a",
+        ),
+        (
+            "  s = u64[2] parameter(0)\n  ROOT r = (u64[2], u32[8]) rng-bit-generator(s)\n",
+            "algorithm",
+        ),
+        ("  ROOT r = u64[2] rng-get-and-update-state()\n", "delta"),
+        (
+            "  a = f32[2,4] parameter(0)\n  v = f32[4] parameter(1)\n"
+            "  ROOT r = f32[2,4] batch-norm-inference(a, v, v, v, v), feature_index=1\n",
+            "epsilon",
+        ),
+        ("  a = f32[] parameter(0)\n  ROOT r = f32[] fusion(a, a), calls=add\n", "kind"),
+    ],
+    ids=lambda v: v if "\n" not in v else v.split("ROOT")[1].split("(")[0].split()[-1],
+)
+def test_attributes_xla_requires_are_refused_by_name(both_paths, body, attribute):
+    """XLA's parser requires these (a triangular-solve without transpose_a gets
+    TRANSPOSE_INVALID, which its shape inference refuses): heron ran such modules with a
+    guessed default, or failed late; its verifier now names the attribute."""
+    from heron.hlo.errors import HloError
+    from heron.hlo.verifier import verify_module
+
+    module = parse_module(f"HloModule m\n\n{_REDUCER}\nENTRY e {{\n{body}}}\n")
+    with pytest.raises(HloError, match=f"needs attribute {attribute}="):
+        verify_module(module)

@@ -398,6 +398,8 @@ class RandomModules:
             inst.attributes = self.attributes(comp_names, [n for n in names if n != inst_name])
             if opcode == "broadcast":  # always there in heron's IR: the parser implies `{}`
                 inst.attributes.setdefault("dimensions", ())
+            if opcode in ("convolution", "reduce-window", "select-and-scatter"):
+                inst.attributes.setdefault("window", Window(()))  # implied likewise
             comp.add(inst)
         by_name = {i.name: i for i in comp.instructions}
         for inst in comp.instructions:

@@ -15,6 +15,7 @@ import pytest
 from heron.hlo.attributes import (
     ComputationRef,
     ConvDimensionNumbers,
+    RawAttribute,
     Window,
     WindowDim,
 )
@@ -494,7 +495,7 @@ CASES: list[tuple[str, Callable[[ComputationBuilder], object], str]] = [
         lambda b: b.op(
             "triangular-solve",
             [P(b, "f32[4,4]"), P(b, "f32[4,7]")],
-            {"left_side": True, "lower": True},
+            {"left_side": True, "lower": True, "transpose_a": "NO_TRANSPOSE"},
         ),
         "f32[4,7]",
     ),
@@ -645,10 +646,12 @@ def test_every_opcode_has_a_rule():
 
 
 @pytest.mark.parametrize(
-    "opcode", ["custom-call", "all-reduce", "async-start", "infeed", "send", "collective-permute"]
+    "opcode", ["custom-call", "all-to-all", "async-start", "infeed", "send", "collective-permute"]
 )
 def test_cannot_infer_returns_none(opcode):
-    inst = Instruction("x", opcode, shp("f32[2]"), [])
+    # collective-permute: with the one attribute XLA's parser requires of it.
+    attributes = {"source_target_pairs": RawAttribute("{{0,0}}")}
+    inst = Instruction("x", opcode, shp("f32[2]"), [], attributes)
     assert infer_shape(inst) is None
 
 

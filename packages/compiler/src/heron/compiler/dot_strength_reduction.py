@@ -80,7 +80,7 @@ from heron.hlo.determinism import mark_regrouped
 from heron.hlo.dot_precision import ALGORITHMS, default_precision
 from heron.hlo.element_types import ElementType
 from heron.hlo.ir import Computation, Instruction, Module
-from heron.hlo.passes.dot_decomposer import dimension_lists, free_dimensions
+from heron.hlo.passes.dot_decomposer import dimension_lists, free_dimensions, rewrite_size
 from heron.hlo.passes.manager import HloPass
 from heron.hlo.passes.rewrite import Inserter, rewrite_each
 from heron.hlo.shapes import ArrayShape
@@ -166,8 +166,7 @@ def reduces(dot: Instruction, target: Target) -> bool:
         return True
     if lhs_free and rhs_free:
         return _types(dot) == ("s32", "s32", "s32") and rc == [1]
-    free = math.prod(lhs.dims[d] for d in lhs_free) + math.prod(rhs.dims[d] for d in rhs_free)
-    if free * math.prod(lhs.dims[d] for d in lc) < SIZE_THRESHOLD:
+    if rewrite_size(dot) < SIZE_THRESHOLD:
         return True
     return not gemm_fusion_takes(dot, target)
 

@@ -59,7 +59,7 @@ from heron.hlo.attribute_syntax import (
     RAW,
     AttributeSyntax,
 )
-from heron.hlo.attributes import ComputationRef, InstructionRefs, RawAttribute
+from heron.hlo.attributes import ComputationRef, InstructionRefs, RawAttribute, Window
 from heron.hlo.errors import HloParseError, SourceLocation
 from heron.hlo.input_output_alias import check_input_output_alias
 from heron.hlo.ir import Computation, Instruction, Module
@@ -902,14 +902,32 @@ class _ModuleParser:
         raise HloParseError(message, inst.location)
 
 
+#: Ops whose ``window`` XLA's parser makes optional, taking an empty window (no
+#: dimensions) when the text leaves it out.
+_WINDOWED = frozenset({"convolution", "reduce-window", "select-and-scatter"})
+
+
 def _imply_attributes(opcode: str, attributes: dict[str, Any]) -> None:
     """Fill in what the text may leave out, so that no pass meets an instruction without
     it: a broadcast's ``dimensions`` (XLA's parser makes it optional for a scalar
     operand, and XLA's own test corpus leaves it out; the algebraic simplifier failed on
-    such a broadcast). A non-scalar operand without it is refused by shape inference,
-    which names the operand's rank."""
+    such a broadcast), and the ``window`` of a convolution, reduce-window or
+    select-and-scatter (XLA's parser takes an empty window; heron's evaluator refused a
+    scalar reduce-window without one, and its emitter failed on it). An operand whose
+    rank needs what is filled in (a non-scalar broadcast operand, a windowed operand of
+    rank > 0, a convolution with spatial dimensions) is refused by shape inference,
+    which names the rank.
+
+    Other attributes XLA's parser makes optional are left out of the IR, and every
+    consumer reads them with XLA's default (``attributes.get(name, default)``): a dot's
+    batch and contracting dimensions ({}), feature_group_count and batch_group_count
+    (1), is_stable, indices_are_sorted, unique_indices, constrain_layout and
+    use_global_device_ids (false), topk's largest (true), replica_groups ({}), a
+    compare's type (from the element type)."""
     if opcode == "broadcast" and "dimensions" not in attributes:
         attributes["dimensions"] = ()
+    elif opcode in _WINDOWED and "window" not in attributes:
+        attributes["window"] = Window(())
 
 
 def _infer_missing_shape(inst: Instruction) -> None:

@@ -167,6 +167,10 @@ class _Ctx:
             raise _Failure(f"needs attribute {name}=")
         return default
 
+    def require(self, name: str) -> Any:
+        """Attribute ``name`` whatever its syntax, refused by name when absent."""
+        return self._get(name, _REQUIRED)
+
     def ints(self, name: str, default: Any = _REQUIRED) -> tuple[int, ...]:
         value = self._get(name, default)
         if isinstance(value, (tuple, list)) and all(_is_int(v) for v in value):
@@ -560,6 +564,7 @@ def _binary(ctx: _Ctx) -> Shape:
     if op in _LOGICAL and not (et.is_pred or et.is_integral):
         raise _type_error(ctx, lhs, "pred or an integer type")
     if op == "compare":
+        ctx.word("direction")  # required in XLA's syntax; `type` is not (element type's)
         return ArrayShape(ElementType.PRED, lhs.dims)
     if op == "complex":
         if et is ElementType.F32:
@@ -1262,6 +1267,11 @@ def _triangular_solve(ctx: _Ctx) -> Shape:
         raise _Failure(f"a {_fmt(a)} must be a (batch of) square matrices")
     if b.rank != a.rank or b.dims[:-2] != a.dims[:-2]:
         raise _Failure(f"a {_fmt(a)} and b {_fmt(b)} need equal rank and batch dimensions")
+    # XLA's parser leaves transpose_a at TRANSPOSE_INVALID when the text does not give
+    # it, and its shape inference refuses that: no default to assume.
+    transpose = ctx.word("transpose_a")
+    if transpose not in ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"):
+        raise _Failure(f"transpose_a={transpose} is not NO_TRANSPOSE, TRANSPOSE or ADJOINT")
     shared = b.dims[-2] if ctx.flag("left_side") else b.dims[-1]
     if shared != a.dims[-1]:
         raise _Failure(f"a {_fmt(a)} and b {_fmt(b)} do not share the solved dimension")
@@ -1305,6 +1315,7 @@ def _batch_norm_operand(ctx: _Ctx) -> tuple[ArrayShape, int]:
         raise _type_error(ctx, x, "a floating-point type")
     feature = ctx.int_("feature_index")
     _check_dims("feature_index", (feature,), x.rank)
+    ctx.typed("epsilon", float)
     count = x.dims[feature]
     for i in range(1, ctx.n):
         if i == 4 and ctx.opcode == "batch-norm-grad":
@@ -1364,6 +1375,7 @@ def _call(ctx: _Ctx) -> Shape:
 
 @_rule("fusion")
 def _fusion(ctx: _Ctx) -> Shape:
+    ctx.word("kind")
     operands = [ctx.operand(i) for i in range(ctx.n)]
     # XLA lets a fusion pass more operands than its computation uses.
     return _check_arguments(ctx, ctx.called("calls"), "calls", operands, exact=False)
@@ -1500,6 +1512,7 @@ def _device_id(ctx: _Ctx) -> Shape:
 
 @_rule("rng-get-and-update-state")
 def _rng_state(ctx: _Ctx) -> Shape:
+    ctx.int_("delta")
     return ArrayShape(ElementType.U64, (2,))
 
 
@@ -1527,6 +1540,7 @@ def _rng(ctx: _Ctx) -> Shape:
 @_rule("rng-bit-generator")
 def _rng_bit_generator(ctx: _Ctx) -> Shape:
     ctx.need_operands(ctx.n == 1, "1 operand (the generator state)")
+    ctx.word("algorithm")
     state = ctx.array(0, "state")
     out = ctx.inst.shape
     if not isinstance(out, TupleShape) or len(out.elements) != 2:
@@ -1536,6 +1550,29 @@ def _rng_bit_generator(ctx: _Ctx) -> Shape:
             f"new state {_fmt(out.elements[0])} must have the state's shape {_fmt(state)}"
         )
     return out
+
+
+@_rule(
+    "all-gather",
+    "all-gather-start",
+    "all-reduce",
+    "all-reduce-start",
+    "reduce-scatter",
+    "collective-permute",
+    "collective-permute-start",
+)
+def _collective(ctx: _Ctx) -> None:
+    """The attributes XLA's parser requires of a collective (its ``replica_groups``,
+    ``channel_id``, ``constrain_layout`` and ``use_global_device_ids`` are optional: {},
+    none, false, false); the declared shape is all there is (heron does not model the
+    devices it depends on)."""
+    if ctx.opcode in ("all-gather", "all-gather-start", "reduce-scatter"):
+        ctx.single_dim()
+    if ctx.opcode in ("all-reduce", "all-reduce-start", "reduce-scatter"):
+        ctx.called("to_apply")
+    if ctx.opcode.startswith("collective-permute"):
+        ctx.require("source_target_pairs")
+    return None
 
 
 def _cannot_infer(ctx: _Ctx) -> None:

@@ -121,9 +121,9 @@ def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
     triangular solves and the FFTs made library calls, simplification (the dots with a
     vector side made multiplies and reduces before dots are canonicalised; before layouts, the
     attention its fused-attention library takes made one call, a training step's forward
-    and backward calls paired, and the convolutions' bias and ReLU made part of their
-    calls), scans in log depth, the reductions too long for one
-    block split in two, then fusion (``deterministic``: see
+    and backward calls paired, the convolutions' bias and ReLU made part of their
+    calls, and dots that share an operand merged), scans in log depth, the reductions
+    too long for one block split in two, then fusion (``deterministic``: see
     :func:`heron.hlo.passes.simplification_pipeline`)."""
     return Pipeline(
         "gpu",
@@ -140,6 +140,10 @@ def gpu_pipeline(target: Target, *, deterministic: bool = False) -> Pipeline:
                     library_attention_rewriter(target),
                     library_attention_pairing(target),
                     library_convolution_fusion(target),
+                    # XLA's DotMerger (after its simplification, before its attention
+                    # rewriter): here after the library rewriters, which match the dots
+                    # as the program wrote them
+                    pass_named("dot-merger"),
                 ),
             ),
             scan_rewriter(target),

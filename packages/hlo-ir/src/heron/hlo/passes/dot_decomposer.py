@@ -28,7 +28,13 @@ from heron.hlo.passes.rewrite import (
 )
 from heron.hlo.shapes import ArrayShape
 
-__all__ = ["canonicalise_dots", "dimension_lists", "free_dimensions", "is_canonical_dot"]
+__all__ = [
+    "canonicalise_dots",
+    "dimension_lists",
+    "free_dimensions",
+    "is_canonical_dot",
+    "rewrite_size",
+]
 
 _DIMENSION_ATTRIBUTES = (
     "lhs_batch_dims",
@@ -47,6 +53,21 @@ def dimension_lists(dot: Instruction) -> tuple[list[int], list[int], list[int], 
 def free_dimensions(rank: int, batch: list[int], contracting: list[int]) -> list[int]:
     """A dot operand's free (non-contracting, non-batch) dimensions, in order."""
     return [d for d in range(rank) if d not in batch and d not in contracting]
+
+
+def rewrite_size(dot: Instruction) -> int:
+    """XLA's measure of whether a dot is worth a GEMM (its
+    ``IsMatrixMultiplicationTooSmallForRewriting``): the contraction length times the
+    sum of both sides' free sizes (a side without a free dimension counts 1). XLA's dot
+    strength reduction rewrites a vector side's dot under 10,000,000 (and so does
+    heron's); its GEMM rewriter leaves a dot under ``gemm_rewrite_size_threshold`` (100)
+    to a loop kernel of its own, where heron makes it a library call (one kernel
+    either way: XLA fuses neither into what reads it)."""
+    lb, rb, lc, rc = dimension_lists(dot)
+    lhs, rhs = (operand.array_shape.dims for operand in dot.operands)
+    lhs_free = math.prod(lhs[d] for d in free_dimensions(len(lhs), lb, lc))
+    rhs_free = math.prod(rhs[d] for d in free_dimensions(len(rhs), rb, rc))
+    return math.prod(lhs[d] for d in lc) * (lhs_free + rhs_free)
 
 
 def is_canonical_dot(dot: Instruction) -> bool:

@@ -24,6 +24,7 @@ from heron.hlo.passes import (
     cse,
     dce,
     dot_decomposer,
+    dot_merger,
     flatten_call_graph,
     layouts,
     one_device_collectives,
@@ -57,6 +58,7 @@ _REGISTERING = (
     cse,
     dce,
     dot_decomposer,
+    dot_merger,
     flatten_call_graph,
     layouts,
     one_device_collectives,
@@ -90,8 +92,9 @@ def simplification_pipeline(
     ``before_dots`` (a target's rewrites of dots as the program has them: the GPU
     pipeline's dot strength reduction), canonicalise dots; then simplify to a
     fixed point, run ``before_layout`` (a target's rewrites that read the simplified graph
-    before it has layouts: the GPU pipeline's fused attention), and assign layouts
-    (unless ``layouts`` is False: what a report of those rewrites' verdicts reads).
+    before it has layouts: the GPU pipeline's fused attention and its dot merger), and
+    assign layouts (unless ``layouts`` is False: what a report of those rewrites' verdicts
+    reads).
     ``deterministic`` (``--deterministic``, XLA's ``--xla_gpu_deterministic_ops``)
     also rewrites the scatters whose result depends on the order of their updates
     (``scatter-determinism-expander``)."""
