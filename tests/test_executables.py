@@ -459,10 +459,6 @@ OVER_THE_RULE = {
     "models/equinox_mlp": "docs/models.md",
     "models/equinox_batchnorm_train": "docs/models.md",
     "programs/scan_rnn": _LIBRARY_SPLIT,
-    "programs/cumsum": (
-        "the scan rewriter's block scan is read twice (the block totals and the"
-        " combination), so it is a kernel of its own; XLA's loop fusion computes it again"
-    ),
 }
 
 

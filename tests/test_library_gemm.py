@@ -304,9 +304,14 @@ COMPLEX_GEMMS = {
         "c128",
         "gemm c128[2x3x5] x c128[2x5x4] -> c128, alpha (0.2+0.4j), beta 1, residual",
     ),
-    # a broadcast constant is no C matrix: the add stays a kernel of its own
+    # the add joins the GEMM as its residual (beta 1), the broadcast constant a kernel
+    # of its own that writes C: two launches, as the GEMM and an add kernel after it
+    # were until the cost model priced small kernels as XLA's (fifty-third session)
     "c64_plus_one": (
-        lambda a, b: a @ b + 1, ((5, 7), (7, 3)), "c64", "gemm c64[5x7] x c64[7x3] -> c64"
+        lambda a, b: a @ b + 1,
+        ((5, 7), (7, 3)),
+        "c64",
+        "gemm c64[5x7] x c64[7x3] -> c64, beta 1, residual",
     ),
 }  # fmt: skip
 

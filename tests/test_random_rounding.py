@@ -422,11 +422,17 @@ def _lamb_run(monkeypatch, capsys, spoil=None) -> tuple[int, str]:
 def test_heron_run_check_accepts_a_lamb_step_on_noise_a_batch_mean_leaves(monkeypatch, capsys):
     """The thirteenth sweep: the kernels' bias is 0.0033 from the reference's on steps of
     0.003 (the random roundings spread over 0.004), where no decision changes and the
-    error propagation moves the square roots and divisions after the sum only."""
+    error propagation moves the square roots and divisions after the sum only. Which
+    rule accepts it depends on the kernels: since the cost model follows XLA's for
+    small kernels (session 53) the batch's sums run in kernels whose own order the
+    reassociation bounds cover; before, only the reference's random roundings did."""
     code, check = _lamb_run(monkeypatch, capsys)
     assert code == 0, check
     bias = next(line for line in check.splitlines() if line.startswith("  out1"))
-    assert "random roundings of the reference, which sum in other orders" in bias
+    assert (
+        "random roundings of the reference, which sum in other orders" in bias
+        or "reassociation bounds" in bias
+    ), bias
 
 
 def _far_bias(leaves: list) -> list:

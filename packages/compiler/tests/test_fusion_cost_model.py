@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
+import math
+
 import attrs
 import pytest
 
 from heron.compiler import Target
 from heron.compiler.fusion.builder import build_fusion
 from heron.compiler.fusion.cost_model import (
+    DEFAULT_OP_CYCLES,
+    FLOPS_PER_ELEMENT,
     UNCOALESCED_PENALTY,
     estimate_computation,
     lane_costs,
+    lane_operations,
+    parallel_rates,
+    throughput_costs,
 )
 from heron.hlo.ir import Module
 from heron.hlo.parser import parse_module
 
 H100 = Target.preset("h100")
+#: The H100 without its measured op profile: every op costs heron's throughput figure
+#: (``FLOPS_PER_ELEMENT``), which the tests counting lane operations spell out.
+UNPROFILED = attrs.evolve(H100, op_cycles=())
 
 
-def _kernel(text: str, target: Target = H100):
+def _kernel(text: str, target: Target = UNPROFILED):
     """The cost of one kernel computing the entry's root from its parameters."""
     module: Module = parse_module(text)
     entry = module.entry
@@ -98,7 +108,7 @@ def test_time_follows_the_target() -> None:
     )
     # Compute-bound: transcendental work beyond what the lanes do in that time.
     tanh = ELEMENTWISE.replace("negate", "tanh")
-    few_lanes = attrs.evolve(H100, fpus_per_core=1)
+    few_lanes = attrs.evolve(UNPROFILED, fpus_per_core=1)
     expected = 16 * 1024 * 1024 / (H100.core_count * 1 * H100.clock_rate_ghz * 1e9)
     assert _kernel(tanh, few_lanes).seconds == pytest.approx(launch + expected)
 
@@ -122,13 +132,33 @@ def test_a_kernel_with_few_threads_gets_a_share_of_the_device() -> None:
     members = [i for i in entry.post_order() if i.opcode != "parameter"]
     candidate = build_fusion(members, [entry.root_instruction])
     body, operands = candidate.body, list(candidate.fusion.operands)
-    # As a loop kernel (one output element, one thread) the sum is priced as
-    # slow as it is; as a reduction its input's elements are worked on in parallel.
+    # As a loop kernel (one output element, one thread) the sum runs on one lane:
+    # priced as slow as it is; as a reduction its input's elements are worked on
+    # by every lane of the device.
     one_thread = estimate_computation(body, operands, H100, threads=1)
     parallel = estimate_computation(body, operands, H100, threads=1024 * 1024)
-    slots = H100.core_count * H100.threads_per_core_limit
     launch = H100.launch_overhead_seconds
-    assert (one_thread.seconds - launch) == pytest.approx((parallel.seconds - launch) * slots)
+    clock = H100.clock_rate_ghz * 1e9
+    assert one_thread.seconds == pytest.approx(launch + one_thread.flops / clock)
+    moved = parallel.dram_bytes / H100.memory_bandwidth
+    assert parallel.seconds == pytest.approx(launch + moved, rel=1e-3)
+    assert one_thread.seconds > 100 * parallel.seconds
+
+
+def test_bandwidth_grows_with_blocks_as_in_xlas_model() -> None:
+    # XLA's AdjustBandwidth: one block reads memory_bytes_per_block_per_clock a clock;
+    # the device's bandwidth is reached at 53 blocks of 128 threads on an H100.
+    block = H100.clock_rate_ghz * 1e9 * H100.memory_bytes_per_block_per_clock
+    assert parallel_rates(16, H100)[0] == pytest.approx(block)
+    assert parallel_rates(128, H100)[0] == pytest.approx(block)
+    assert parallel_rates(129, H100)[0] == pytest.approx(2 * block)
+    full = math.ceil(H100.memory_bandwidth / block) * 128
+    assert parallel_rates(full, H100)[0] == H100.memory_bandwidth
+    assert parallel_rates(full - 128, H100)[0] < H100.memory_bandwidth
+    # Lanes: a block's threads, at most fpus_per_core, on at most core_count cores.
+    assert parallel_rates(16, H100)[1] == 16
+    assert parallel_rates(1000, H100)[1] == 8 * 128
+    assert parallel_rates(1 << 24, H100)[1] == H100.core_count * H100.fpus_per_core
 
 
 DOT_WITH_PROLOGUE = """
@@ -277,18 +307,29 @@ ENTRY e {{
 """
 
 
-def test_an_op_costs_its_types_measured_ratio_to_f32():
+def test_an_op_costs_its_measured_cycles():
     """On a Target with a measured op profile (h100: XLA's sm_90 cycles), a division
-    costs the f32 figure times the type's cycles over f32's: a c128 division 2,280 / 19
-    f32 divisions; f32 costs the same with or without a profile, and without one every
-    type costs what f32 does."""
+    costs what XLA's model charges it: half its cycles on its type, per element (a
+    c128 division 2,280 cycles, an f32 one 19); an op the profile does not list (a
+    compare) XLA's default of 3 cycles. Without a profile every op costs heron's
+    throughput figure, and ``heron profile``'s roofline always does (times the type's
+    measured ratio to f32)."""
     unmeasured = attrs.evolve(H100, op_cycles=())
-    f32 = _kernel(_divide("f32"))
-    assert f32.flops == _kernel(_divide("f32"), unmeasured).flops
-    c128 = _kernel(_divide("c128"))
-    assert c128.flops == pytest.approx(f32.flops * 2280 / 19)
+    assert _kernel(_divide("f32"), H100).flops == 4096 * 19 / 2
+    assert _kernel(_divide("c128"), H100).flops == 4096 * 2280 / 2
+    assert _kernel(_divide("f64"), H100).flops == 4096 * 526 / 2
+    f32 = _kernel(_divide("f32"), unmeasured)
+    assert f32.flops == 4096 * FLOPS_PER_ELEMENT["divide"]
     assert _kernel(_divide("c128"), unmeasured).flops == f32.flops
-    assert _kernel(_divide("f64")).flops == pytest.approx(f32.flops * 526 / 19)
-    # An op f32 has no measured figure for (a compare) keeps heron's figure.
-    costs = lane_costs(H100)
-    assert ("compare", "f64") not in costs.ratios and costs.ratios[("add", "c64")] == 1.0
+    module = parse_module(
+        _divide("c128")
+        .replace("divide", "compare")
+        .replace("c128[4096]{0} compare", "pred[4096]{0} compare")
+        .replace("b)", "b), direction=LT")
+    )
+    assert lane_operations(module.entry, lane_costs(H100)) == 4096 * DEFAULT_OP_CYCLES / 2
+    throughput = throughput_costs(H100)
+    division = parse_module(_divide("c128"))
+    assert lane_operations(division.entry, throughput) == pytest.approx(
+        4096 * FLOPS_PER_ELEMENT["divide"] * 2280 / 19
+    )

@@ -243,13 +243,17 @@ def roofline(
     go at ``mma_multiply_adds_per_core_per_cycle`` (where the Target has one) and the
     rest of its arithmetic at the FP32 lanes (``fpus_per_core``).
     """
-    from heron.compiler.fusion.cost_model import dot_multiply_adds, lane_costs, lane_operations
+    from heron.compiler.fusion.cost_model import (
+        dot_multiply_adds,
+        lane_operations,
+        throughput_costs,
+    )
 
     clock = target.core_count * target.clock_rate_ghz * 1e9
     issue_rate = target.warp_instructions_per_cycle * clock
     multiply_adds = operations = 0.0
     if body is not None:
-        operations = lane_operations(body, lane_costs(target))
+        operations = lane_operations(body, throughput_costs(target))
         multiply_adds = sum(dot_multiply_adds(i) for i in body.instructions if i.opcode == "dot")
     lanes = target.fpus_per_core * clock
     mma_rate = target.mma_multiply_adds_per_core_per_cycle * clock

@@ -336,6 +336,12 @@ class Target:
     preset says where its number comes from); the cost model's peak flop rate is
     ``core_count * fpus_per_core * clock``. The launch overhead it charges per
     kernel is ``launch_overhead_seconds``, shared with ``heron profile``."""
+    memory_bytes_per_block_per_clock: int = _int_field()
+    """Bytes one block moves to or from device memory per clock at most (XLA's
+    ``memory_transactions_per_clock``: one 32-byte transaction on NVIDIA GPUs, 16 bytes
+    on an MI300): a kernel of few blocks cannot use the device's whole bandwidth (an
+    H100 needs 53 busy blocks). The cost model caps a kernel's bandwidth at its blocks
+    times this times the clock."""
     mma_multiply_adds_per_core_per_cycle: int = attrs.field(default=0, validator=_non_negative_int)
     """Dense f16/bf16 multiply-adds the tensor cores of one core retire per clock (the
     ``mma.sync`` peak): 1024 on Ampere SMs, 2048 on Hopper SMs (each preset says where

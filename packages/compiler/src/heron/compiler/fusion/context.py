@@ -36,6 +36,7 @@ from heron.compiler.fusion.fusible import (
     decides_nothing,
     fits_budget,
     is_wrappable,
+    sums_serially,
     verdict_of,
     within_budget,
 )
@@ -194,6 +195,8 @@ class FusionContext:
             # what checking it does, and a pair key seen before has been answered.
             verdict = self.checker.check(candidate, consumer=user)
             seconds = None
+            if verdict is not None and self._reduction_made_loop(producer, candidate, verdict):
+                verdict = None
             if verdict is not None:
                 cost = self._composed.pair(producer, user, verdict)
                 seconds = (cost if cost is not None else self.price(candidate, verdict)).seconds
@@ -203,6 +206,24 @@ class FusionContext:
             self._pair_prices[key] = seconds
         by_user[user] = seconds
         return seconds
+
+    def _reduction_made_loop(
+        self, producer: Instruction, candidate: Candidate, verdict: Verdict
+    ) -> bool:
+        """XLA's priority fusion refuses a reduction kernel fused into a user when the
+        result is a loop kernel ("fusion into output of a reduce fusion would create a
+        loop fusion"): the loop emitter sums each output's inputs in one thread, a
+        serial loop whose memory latency no bandwidth figure prices (a batch norm's
+        mean over 256 elements in each of 8 threads). heron refuses it where a reduce
+        has more inputs per output than XLA repeats elementwise
+        (:func:`sums_serially`): a loss's mean over 4 elements is a loop kernel's
+        work, one launch saved. A row-resident normalisation kernel computes each
+        reduce once per row (``reduces_once``; XLA's Triton softmax fusion): it is
+        no such loop."""
+        if verdict.emitter_kind != "loop" or verdict.reduces_once:
+            return False
+        own = self.own_verdict(producer)
+        return own is not None and own.reduction and sums_serially(candidate.body)
 
     def _refused_unbuilt(self, producer: Instruction, user: Instruction) -> bool:
         """Whether the checker would refuse ``producer`` fused into ``user`` for its size

@@ -32,20 +32,22 @@ overhead plus the larger of its memory time and its compute time.
 - *Bytes written*: every output, once.
 - *Flops*: per fused instruction, its elements times the opcode's cost
   (a dot: one multiply-add per output element and contracted element,
-  :func:`dot_multiply_adds`)
-  (``FLOPS_PER_ELEMENT``, an f32 figure); a reduce costs its input's elements
-  times its reducer. An op on another element type costs that figure times what
-  the Target's measured op profile says the op costs on the type against f32
-  (:class:`LaneCosts`, ``Target.op_cycles``: XLA's ``HloOpProfiles``, whose
-  cycles XLA's own model charges): a c128 division is 120 f32 divisions on an
-  H100, an f64 one 28, and priority fusion does not duplicate a chain of them
-  into each of its users to save a launch.
-- *Parallelism*: a kernel working on fewer elements than the device has
-  thread slots gets that fraction of its bandwidth and lanes (a loop kernel
-  summing a whole array in one thread is slow, however few bytes it moves).
+  :func:`dot_multiply_adds`); a reduce costs its input's elements times its
+  reducer. On a Target with a measured op profile (``Target.op_cycles``: XLA's
+  ``HloOpProfiles``) an op costs what XLA's model charges it, half its measured
+  cycles on its element type (:class:`LaneCosts`): a c128 division is 120 f32
+  divisions on an H100, an f64 one 28, and priority fusion does not duplicate a
+  chain of them into each of its users to save a launch. Without one,
+  ``FLOPS_PER_ELEMENT`` (throughput figures relative to an add).
+- *Parallelism* (:func:`parallel_rates`): as in XLA's ``GpuPerformanceModelBase``,
+  a kernel's threads form blocks of 128; each block reads at most
+  ``memory_bytes_per_block_per_clock`` a clock (a 16-thread kernel reads at one
+  block's bandwidth) and uses at most one core's lanes (a loop kernel summing a
+  whole array in one thread runs on one lane: slow, however few bytes it moves).
 - Bandwidth, clock, cores and lanes and the launch overhead come from the
   Target (``memory_bandwidth``, ``clock_rate_ghz``, ``core_count``,
-  ``fpus_per_core``, ``launch_overhead_seconds``).
+  ``fpus_per_core``, ``memory_bytes_per_block_per_clock``,
+  ``launch_overhead_seconds``).
 
 Host instructions (parameters, constants, tuples, get-tuple-element,
 bitcasts) launch nothing and cost nothing.
@@ -70,11 +72,13 @@ from heron.hlo.shapes import ArrayShape, Shape, TupleShape
 from heron.indexing import IndexingError, IndexingMap, output_to_input_maps
 from heron.indexing.affine import AffineExpr, used_dims, used_symbols
 from heron.indexing.hlo_indexing import indexing_form
+from heron.indexing.thread_maps import DEFAULT_THREADS_PER_BLOCK
 from heron.partitioner.regions import fusion_roots
 from heron.target import Target
 
 __all__ = [
     "CACHE_SPEEDUP",
+    "DEFAULT_OP_CYCLES",
     "ReadPatterns",
     "FLOPS_PER_ELEMENT",
     "UNCOALESCED_PENALTY",
@@ -88,7 +92,9 @@ __all__ = [
     "kernel_cost",
     "lane_costs",
     "lane_operations",
+    "throughput_costs",
     "largest_value",
+    "parallel_rates",
     "parallel_threads",
 ]
 
@@ -170,44 +176,66 @@ class KernelCost:
 NO_KERNEL = KernelCost(0.0, 0.0, 0.0, 0.0, 0.0)
 
 
+#: XLA's cycles for an op its profile does not list (``kDefaultFlopsPerElement``:
+#: "elementwise instructions typically take at least a few clock cycles").
+DEFAULT_OP_CYCLES = 3
+
+
 @attrs.frozen
 class LaneCosts:
     """Lane operations per element of each op on one Target (:func:`lane_costs`).
 
-    ``FLOPS_PER_ELEMENT`` prices an op on f32; on another element type the op costs
-    that times ``ratios[(opcode, type)]``: the type's measured cycles over f32's for
-    the same op (``Target.op_cycles``), where both were measured. XLA's model
-    charges the measured cycles themselves (``GpuHloCostAnalysis``); the ratio keeps
-    heron's f32 figures, which its decisions on f32 programs were matched to
-    XLA's with, and moves only what the profile says costs more (or less) than f32.
+    On a Target with a measured op profile (``Target.op_cycles``: XLA's
+    ``HloOpProfiles``, an H100's sm_90 table) an op costs half its measured cycles
+    on its element type (``cycles``), :data:`DEFAULT_OP_CYCLES` where the profile
+    does not list it: what XLA's ``GpuHloCostAnalysis`` charges, whose compute time
+    divides by two flops per lane and clock (an FMA). The cycles are latencies (an
+    f32 tanh 467, an add 7): priced per thread (:func:`parallel_rates` grants a
+    kernel one lane per thread), a small kernel's chain of transcendental or complex
+    ops costs what it waits. Without a profile (``cycles`` empty) an op costs
+    :data:`FLOPS_PER_ELEMENT`, throughput figures relative to an add; ``heron
+    profile``'s roofline always uses those, times the profile's ratio of the type's
+    cycles to f32's for the op (``ratios``, :func:`throughput_costs`).
     """
 
     ratios: Mapping[tuple[str, str], float]
+    cycles: Mapping[tuple[str, str], int]
 
     def per_element(self, inst: Instruction) -> float:
         """What one element of ``inst`` costs, in lane operations."""
         flops = FLOPS_PER_ELEMENT.get(inst.opcode, 1)
-        if flops and self.ratios:
-            shape = inst.shape
-            if isinstance(shape, ArrayShape):
-                return flops * self.ratios.get((inst.opcode, str(shape.element_type)), 1.0)
-        return flops
+        if not flops:
+            return flops
+        shape = inst.shape
+        if not isinstance(shape, ArrayShape):
+            return flops
+        key = (inst.opcode, str(shape.element_type))
+        if self.cycles:
+            return self.cycles.get(key, DEFAULT_OP_CYCLES) / 2
+        return flops * self.ratios.get(key, 1.0)
 
 
 @functools.cache
-def _lane_costs(op_cycles: tuple[tuple[str, int], ...]) -> LaneCosts:
+def _lane_costs(op_cycles: tuple[tuple[str, int], ...], latency: bool) -> LaneCosts:
     cycles = {tuple(key.split(".", 1)): value for key, value in op_cycles}
     ratios = {
         (opcode, element_type): value / cycles[(opcode, "f32")]
         for (opcode, element_type), value in cycles.items()
         if element_type != "f32" and (opcode, "f32") in cycles
     }
-    return LaneCosts(MappingProxyType(ratios))
+    return LaneCosts(MappingProxyType(ratios), MappingProxyType(cycles if latency else {}))
 
 
 def lane_costs(target: Target) -> LaneCosts:
     """The :class:`LaneCosts` of ``target``'s measured op profile (made once per profile)."""
-    return _lane_costs(target.op_cycles)
+    return _lane_costs(target.op_cycles, True)
+
+
+def throughput_costs(target: Target) -> LaneCosts:
+    """:data:`FLOPS_PER_ELEMENT`, times the profile's ratio of a type's cycles to f32's
+    for the same op where both are measured (``ratios``): the arithmetic a kernel
+    issues, for a roofline (``heron profile``), not the latency a small kernel waits."""
+    return _lane_costs(target.op_cycles, False)
 
 
 def _bytes(shape: Shape) -> int:
@@ -479,10 +507,9 @@ def estimate_computation(
     ``tiled`` says the emitter reads through shared memory (a transpose hero),
     so its reads count as coalesced whatever their maps. ``threads`` is how
     many elements the emitter works on in parallel (default: the largest
-    output): a kernel with fewer than the device's thread slots
-    (``core_count * threads_per_core_limit``) gets that fraction of its
-    bandwidth and lanes, so one thread summing a whole array is priced as slow
-    as it is. ``reduces_once``: see :func:`operand_reads`. ``patterns``: the
+    output): they decide the bandwidth and lanes the kernel gets
+    (:func:`parallel_rates`), so one thread summing a whole array is priced as
+    slow as it is. ``reduces_once``: see :func:`operand_reads`. ``patterns``: the
     pass run's memo of how ops read their operands (:class:`ReadPatterns`).
     """
     state = _demand(computation, reduces_once, patterns)
@@ -526,16 +553,32 @@ def kernel_cost(
         penalty = 1.0 if tiled or straight else UNCOALESCED_PENALTY
         dram += unique * penalty
         cached += max(0, read - unique)
-    slots = target.core_count * target.threads_per_core_limit
-    utilisation = min(1.0, threads / slots)
-    memory_seconds = (dram + write + cached / CACHE_SPEEDUP) / (
-        target.memory_bandwidth * utilisation
-    )
-    compute_seconds = flops / (
-        target.core_count * target.fpus_per_core * target.clock_rate_ghz * 1e9 * utilisation
-    )
+    bandwidth, lanes = parallel_rates(threads, target)
+    memory_seconds = (dram + cached / CACHE_SPEEDUP) / bandwidth + write / target.memory_bandwidth
+    compute_seconds = flops / (lanes * target.clock_rate_ghz * 1e9)
     seconds = target.launch_overhead_seconds + max(memory_seconds, compute_seconds)
     return KernelCost(dram, cached, write, flops, seconds)
+
+
+def parallel_rates(threads: int, target: Target) -> tuple[float, float]:
+    """The read bandwidth (bytes/s) and the FP32 lanes a kernel of ``threads`` threads
+    gets, as XLA's GpuPerformanceModelBase grants them: the threads form blocks of the
+    loop emitter's 128 (``DEFAULT_THREADS_PER_BLOCK``); each block reads at most
+    ``memory_bytes_per_block_per_clock`` a clock (``AdjustBandwidth``: an H100 needs
+    53 busy blocks to reach its bandwidth) and uses at most ``fpus_per_core`` lanes
+    of one core, on at most ``core_count`` cores (``CalculateEffectiveFlopsPerNs``).
+
+    Until session 53 heron granted both as the threads' share of the device's thread
+    slots: a 16-thread kernel read at 200 MB/s on an H100 where XLA's model says
+    63 GB/s, and small kernels (a spectral norm's power iteration, a batch's
+    statistics, L-BFGS's line search) were not fused where XLA fuses them."""
+    threads = max(threads, 1)
+    blocks = math.ceil(threads / DEFAULT_THREADS_PER_BLOCK)
+    block_bandwidth = target.clock_rate_ghz * 1e9 * target.memory_bytes_per_block_per_clock
+    bandwidth = min(float(target.memory_bandwidth), blocks * block_bandwidth)
+    per_block = min(threads, DEFAULT_THREADS_PER_BLOCK)
+    lanes = min(per_block, target.fpus_per_core) * min(blocks, target.core_count)
+    return bandwidth, lanes
 
 
 @attrs.frozen

@@ -210,6 +210,14 @@ def _cheap_to_repeat(reduce: Instruction) -> bool:
     return inputs // outputs <= MAX_INPUTS_PER_REPEATED_OUTPUT
 
 
+def sums_serially(body: Computation) -> bool:
+    """Whether the loop emitter would compute some reduce of ``body`` in one thread per
+    output element over more than ``MAX_INPUTS_PER_REPEATED_OUTPUT`` inputs each: a
+    serial loop, as slow as its inputs are many (XLA never makes such a loop fusion
+    of a reduction kernel, :meth:`FusionContext.pair_seconds`)."""
+    return any(inst.opcode == "reduce" and not _cheap_to_repeat(inst) for inst in body.instructions)
+
+
 def _read_once(inst: Instruction, users: dict[Instruction, list[Instruction]]) -> bool:
     """Whether each element of ``inst`` is computed once: every path to a root goes
     through ops of its own size that move each element once (elementwise ops,
@@ -308,6 +316,11 @@ class Verdict:
         """The emitter reads through shared-memory tiles (coalesced whatever the maps)."""
         return self.emitter_kind == "transpose"
 
+    @property
+    def reduction(self) -> bool:
+        """A reduction emitter's kernel (a real reduction hero, XLA's ``kReduction``)."""
+        return self.emitter_kind.startswith("reduce_")
+
 
 def verdict_of(analysis: FusionAnalysis, spec: EmitterSpec | None = None) -> Verdict:
     """The verdict for an analysed fusion the emitters take (``spec``: its selected
@@ -324,8 +337,7 @@ def verdict_of(analysis: FusionAnalysis, spec: EmitterSpec | None = None) -> Ver
         # The first root whose hero is a reduce, not the first root's hero: a root may be
         # a side output (an iota, a broadcast of a scalar) that reads nothing or one
         # element. A reduce computed per element (a short row behind the real hero)
-        # counts as the hero: the cost model's share of the device grows with the
-        # threads, and XLA's (whose bandwidth grows with the blocks) fuses such kernels.
+        # counts as the hero: its input's elements are the kernel's parallelism.
         hero = next(h for h in analysis.heroes if h.opcode == "reduce")
     threads = parallel_threads(analysis.computation, hero)
     once = bool(getattr(getattr(spec, "factory", None), "computes_each_reduce_once", False))

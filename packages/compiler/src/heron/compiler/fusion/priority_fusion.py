@@ -15,7 +15,9 @@ negative.
 Reductions take their elementwise producers as their input fusion (``kInput``),
 and an elementwise consumer of a reduction takes the reduction as its epilogue
 when the result is still a reduction hero the emitters accept; a reduction is
-never fused where it would be recomputed per element. Only the entry
+never fused where it would be recomputed per element, nor into a loop kernel
+that would sum its inputs serially (XLA's "would create a loop fusion" rule,
+:meth:`FusionContext.pair_seconds`). Only the entry
 computation is fused (reducers and other called computations stay as they are).
 
 Small constants are not queued: as in XLA, each is fused into every user that
