@@ -32,6 +32,7 @@ from heron.compiler.fusion.builder import Candidate, build_fusion, fusion_kind_o
 from heron.compiler.fusion.cost_model import parallel_threads
 from heron.compiler.fusion.emissions import MAX_EMISSIONS, Emissions, count_emissions
 from heron.compiler.library_gemm import GemmMatch, match_gemm, splits_at_library
+from heron.emitters.reductions import REDUCTION_KINDS
 from heron.hlo.errors import HloError
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.opcodes import is_elementwise
@@ -319,7 +320,7 @@ class Verdict:
     @property
     def reduction(self) -> bool:
         """A reduction emitter's kernel (a real reduction hero, XLA's ``kReduction``)."""
-        return self.emitter_kind.startswith("reduce_")
+        return self.emitter_kind in REDUCTION_KINDS
 
 
 def verdict_of(analysis: FusionAnalysis, spec: EmitterSpec | None = None) -> Verdict:
