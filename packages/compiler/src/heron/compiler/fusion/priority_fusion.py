@@ -34,6 +34,8 @@ import heapq
 import itertools
 from collections.abc import Iterable
 
+import attrs
+
 from heron.compiler.fusion.builder import Candidate, install_fusion, is_small_constant
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import Verdict, is_fusible_consumer, is_fusible_producer
@@ -42,7 +44,7 @@ from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.manager import HloPass
 from heron.target import Target
 
-__all__ = ["fuse_by_priority", "priority_fusion"]
+__all__ = ["Priority", "first_priorities", "fuse_by_priority", "priority_fusion"]
 
 
 #: Ops a producer must not be duplicated for: a reduction is an epilogue's hero
@@ -182,6 +184,40 @@ class _Queue:
             if self._current.get(producer) == (-negative, exact):
                 return producer, -negative, exact
         return None
+
+
+@attrs.frozen
+class Priority:
+    """One producer's price before anything is fused: the seconds of it fused into each
+    of ``users`` and of them apart (XLA's ``update_priority`` record, its ``us_fused``
+    and ``us_unfused``)."""
+
+    producer: str
+    users: tuple[str, ...]
+    fused_seconds: float
+    apart_seconds: float
+
+
+def first_priorities(module: Module, target: Target) -> list[Priority]:
+    """Every producer's :class:`Priority` in ``module``'s entry as priority fusion first
+    prices it, before any fusion (what the first round of XLA's
+    ``priority_fusion_dump.txt`` lists, for comparing the two cost models on one
+    module: ``benchmarks/cost_model_vs_xla.py``). Leaves ``module`` unchanged."""
+    context = FusionContext(module, target)
+    computation = module.entry
+    graph = FusionGraph(module, computation)
+    found = []
+    for producer in computation.post_order():
+        users = _fusible_users(computation, graph, producer)
+        if users is None:
+            continue
+        fused = context.fused_seconds(producer, users)
+        if fused is None:
+            continue
+        apart = context.apart_seconds(producer, users)
+        found.append(Priority(producer.name, tuple(u.name for u in users), fused, apart))
+    graph.finish()
+    return found
 
 
 def fuse_by_priority(module: Module, target: Target) -> bool:
