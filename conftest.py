@@ -17,13 +17,14 @@ suites get it too. It provides:
 - ``HERON_CACHE_DIR`` and ``HERON_KERNEL_STORE``: heron.jax's compile cache and the
   library kernels' store go to temporary folders of the test session unless the
   caller chose them, so that the test command writes nothing under the user's home
-  directory.
+  directory; the folders go when the session ends.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -32,11 +33,25 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent
 
 
+#: The temporary folders this process made for the session, removed when it ends
+#: (xdist's workers inherit the variables, so only the controller makes and removes them).
+_SESSION_FOLDERS: list[str] = []
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    if not os.environ.get("HERON_CACHE_DIR", "").strip():
-        os.environ["HERON_CACHE_DIR"] = tempfile.mkdtemp(prefix="heron-cache-")
-    if not os.environ.get("HERON_KERNEL_STORE", "").strip():
-        os.environ["HERON_KERNEL_STORE"] = tempfile.mkdtemp(prefix="heron-kernels-")
+    for variable, prefix in (
+        ("HERON_CACHE_DIR", "heron-cache-"),
+        ("HERON_KERNEL_STORE", "heron-kernels-"),
+    ):
+        if not os.environ.get(variable, "").strip():
+            folder = tempfile.mkdtemp(prefix=prefix)
+            _SESSION_FOLDERS.append(folder)
+            os.environ[variable] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _SESSION_FOLDERS:
+        shutil.rmtree(_SESSION_FOLDERS.pop(), ignore_errors=True)
 
 
 DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "corpus" / "xla"
