@@ -165,8 +165,29 @@ class FusionContext:
         key = (self._signature(candidate), self.checker.library_members(candidate))
         if key in self._verdicts:
             return self._verdicts[key]
-        verdict = self._verdicts[key] = self.checker.check(candidate, consumer)
+        bound = self._emissions_at_most(candidate.members, consumer)
+        verdict = self._verdicts[key] = self.checker.check(candidate, consumer, bound)
         return verdict
+
+    def _emissions_at_most(
+        self, members: Sequence[Instruction], consumer: Instruction | None
+    ) -> int | None:
+        """A bound on the evaluations of a producer fused into ``consumer`` (``members``: the
+        two), from each one's own count (:func:`fused_emissions`, made once per body), so
+        that the checker counts the fused body only where the bound is over the limit:
+        the count walks the body, which a priority fusion step builds around a fusion
+        grown to hundreds of instructions (a twelfth of the Fisher matrix's pass). None
+        for other candidates."""
+        if consumer is None or len(members) != 2 or members[1] is not consumer:
+            return None
+        producer = members[0]
+        reads = [k for k, value in enumerate(parameter_values(consumer)) if value is producer]
+        if not reads:
+            return None
+        bodies, checker = self._own_bodies, self.checker
+        return fused_emissions(
+            checker.emissions(bodies.of(producer)), checker.emissions(bodies.of(consumer)), reads
+        )
 
     def pair_seconds(self, producer: Instruction, user: Instruction) -> float | None:
         """The price of ``producer`` fused into ``user`` (None when no emitter takes it).
@@ -193,7 +214,8 @@ class FusionContext:
             candidate = build_fusion([producer, user], [user])
             # Checked, not looked up by its signature: signing the clone cost about
             # what checking it does, and a pair key seen before has been answered.
-            verdict = self.checker.check(candidate, consumer=user)
+            bound = self._emissions_at_most(candidate.members, user)
+            verdict = self.checker.check(candidate, consumer=user, emissions_at_most=bound)
             seconds = None
             if verdict is not None and self._reduction_made_loop(producer, candidate, verdict):
                 verdict = None

@@ -90,6 +90,8 @@ __all__ = [
     "estimate_computation",
     "estimate_instruction",
     "kernel_cost",
+    "read_traffic",
+    "traffic_cost",
     "lane_costs",
     "lane_operations",
     "throughput_costs",
@@ -544,15 +546,35 @@ def kernel_cost(
     (:mod:`heron.compiler.fusion.pair_price`) is the price of the built body."""
     dram = cached = 0.0
     for shape, elements, straight, touched in reads:
-        if not isinstance(shape, ArrayShape):
-            dram += _bytes(shape)
-            continue
-        size, width = _array_bytes(shape)
-        read = elements * width
-        unique = min(size, read, touched * width)
-        penalty = 1.0 if tiled or straight else UNCOALESCED_PENALTY
-        dram += unique * penalty
-        cached += max(0, read - unique)
+        from_dram, from_cache = read_traffic(shape, elements, straight, touched, tiled)
+        dram += from_dram
+        cached += from_cache
+    return traffic_cost(dram, cached, write, flops, target, threads)
+
+
+def read_traffic(
+    shape: Shape, elements: int, straight: bool, touched: int, tiled: bool
+) -> tuple[float, float]:
+    """The bytes one operand's reads take from DRAM (its distinct bytes, an uncoalesced
+    read's at :data:`UNCOALESCED_PENALTY` times) and from the caches (the re-reads):
+    whole numbers, whose sums are exact in any order and after any subtraction
+    (:class:`~heron.compiler.fusion.pair_price.PairPrices` composes a pair's sums from
+    its user's less the producer's parameter)."""
+    if not isinstance(shape, ArrayShape):
+        return float(_bytes(shape)), 0.0
+    size, width = _array_bytes(shape)
+    read = elements * width
+    unique = min(size, read, touched * width)
+    penalty = 1.0 if tiled or straight else UNCOALESCED_PENALTY
+    return unique * penalty, float(max(0, read - unique))
+
+
+def traffic_cost(
+    dram: float, cached: float, write: float, flops: float, target: Target, threads: int
+) -> KernelCost:
+    """The cost of a kernel that reads ``dram`` bytes from DRAM and ``cached`` from the
+    caches (:func:`read_traffic`, summed), writes ``write`` and computes ``flops`` lane
+    operations on ``threads`` elements in parallel (:func:`parallel_rates`)."""
     bandwidth, lanes = parallel_rates(threads, target)
     memory_seconds = (dram + cached / CACHE_SPEEDUP) / bandwidth + write / target.memory_bandwidth
     compute_seconds = flops / (lanes * target.clock_rate_ghz * 1e9)

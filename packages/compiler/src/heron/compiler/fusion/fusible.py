@@ -419,11 +419,19 @@ class FusionChecker:
         self._library[member] = found
         return found
 
-    def check(self, candidate: Candidate, consumer: Instruction | None = None) -> Verdict | None:
+    def check(
+        self,
+        candidate: Candidate,
+        consumer: Instruction | None = None,
+        emissions_at_most: int | None = None,
+    ) -> Verdict | None:
         """The verdict for ``candidate``, or None when no emitter can emit it.
 
         ``consumer``: the instruction the candidate fuses producers into, whose
         operand count may stand for the budget (:func:`fits_budget`).
+        ``emissions_at_most``: a bound on the body's evaluations known from its members
+        (:func:`~heron.compiler.fusion.emissions.fused_emissions`); within
+        :data:`MAX_EMISSIONS`, the body's own count is not made.
         """
         from heron.emitters.selection import default_registry, emitter_heroes, select_emitter
 
@@ -433,7 +441,9 @@ class FusionChecker:
             return None
         if len(body.instructions) > MAX_FUSED_INSTRUCTIONS:
             return None
-        if self.emissions(body).total > MAX_EMISSIONS:
+        if (emissions_at_most is None or emissions_at_most > MAX_EMISSIONS) and self.emissions(
+            body
+        ).total > MAX_EMISSIONS:
             return None  # evaluations duplicated past XLA's limit (:mod:`.emissions`)
         fused_heroes: list[Instruction] = []
         for inst in body.instructions:

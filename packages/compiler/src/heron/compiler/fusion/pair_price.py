@@ -40,6 +40,8 @@ from heron.compiler.fusion.cost_model import (
     kernel_cost,
     lane_costs,
     largest_value,
+    read_traffic,
+    traffic_cost,
 )
 from heron.compiler.fusion.fusible import Verdict
 from heron.hlo.ir import Instruction
@@ -47,6 +49,37 @@ from heron.hlo.shapes import ArrayShape, TupleShape
 from heron.target import Target
 
 __all__ = ["PairPrices"]
+
+
+@attrs.frozen
+class _UserTraffic:
+    """A user's reads as a pair's price needs them: per outer value its demand (merged
+    where two parameters read one value) and the DRAM and cache bytes that demand takes
+    (nothing for a small constant), and those bytes summed over every value."""
+
+    #: The outer values the user's parameters stand for when it was made: a fusion
+    #: installed elsewhere replaces the user's operands in place (its body, and so its
+    #: reads, stay).
+    values: tuple[Instruction, ...]
+    by_value: dict[Instruction, tuple[tuple[int, bool, int], float, float]]
+    dram: float
+    cached: float
+
+    @classmethod
+    def of(cls, values: tuple[Instruction, ...], reads: BodyReads, tiled: bool) -> _UserTraffic:
+        demand: dict[Instruction, tuple[int, bool, int]] = {}
+        for k, value in enumerate(values):
+            demand[value] = _both(value, demand.get(value), reads.reads[k])
+        by_value = {}
+        dram = cached = 0.0
+        for value, read in demand.items():
+            from_dram = from_cache = 0.0
+            if not is_small_constant(value):
+                from_dram, from_cache = read_traffic(value.shape, *read, tiled)
+            by_value[value] = (read, from_dram, from_cache)
+            dram += from_dram
+            cached += from_cache
+        return cls(values, by_value, dram, cached)
 
 
 @attrs.define
@@ -60,6 +93,11 @@ class PairPrices:
     #: while it lives (a constant every reduce reads is read with one seed by all).
     _own: dict[Instruction, dict[tuple[bool, tuple[int, bool, int] | None], BodyReads]] = (
         attrs.field(init=False, factory=dict)
+    )
+    #: Each user's reads summed (:class:`_UserTraffic`), by user then (reduces_once,
+    #: tiled), while it lives.
+    _traffic: dict[Instruction, dict[tuple[bool, bool], _UserTraffic]] = attrs.field(
+        init=False, factory=dict
     )
     #: What each op costs on the Target (its measured op profile), made once.
     _costs: LaneCosts = attrs.field(init=False)
@@ -76,8 +114,18 @@ class PairPrices:
         reads = known.get((reduces_once, seed))
         if reads is not None:
             return reads
+        if known and not next(iter(known.values())).has_reduce:
+            # Without a reduce, reducing once changes nothing (:func:`body_reads`): a
+            # pair's floor asks with it whenever the other side reduces, and walked a
+            # tenth of the Fisher matrix's bodies again for the same answer.
+            reads = known.get((not reduces_once, seed))
+            if reads is not None:
+                known[(reduces_once, seed)] = reads
+                return reads
         reads = body_reads(self.bodies.of(inst), self._costs, reduces_once, self.patterns, seed)
         known[(reduces_once, seed)] = reads
+        if not reads.has_reduce:
+            known[(not reduces_once, seed)] = reads
         return reads
 
     def cost(self, inst: Instruction, verdict: Verdict) -> KernelCost:
@@ -120,23 +168,62 @@ class PairPrices:
     def _compose(
         self, producer: Instruction, user: Instruction, once: bool, tiled: bool, threads: int
     ) -> KernelCost | None:
-        composed = self._composed_reads(producer, user, once)
-        if composed is None:
+        """The fused kernel's cost, its reads summed from the user's (:class:`_UserTraffic`,
+        made once per user) less the producer's parameter, plus the producer's operands':
+        a fusion with many operands is priced with each of them after every step of
+        priority fusion, and summing all its operands for each pair made those steps
+        quadratic in them (a third of the Fisher matrix's pass). The sums are whole
+        numbers (:func:`read_traffic`), so the cost is the one summed over the demand
+        :meth:`_composed_reads` gives, to the last bit."""
+        parts = self._parts(producer, user, once)
+        if parts is None:
             return None
-        demand, flops, consumer, _ = composed
-        # A small constant is read for nothing (the cost model's rule).
-        reads = [
-            (value.shape, *read) for value, read in demand.items() if not is_small_constant(value)
-        ]
-        return kernel_cost(reads, consumer.write, flops, self.target, tiled=tiled, threads=threads)
+        values, _, consumer, own = parts
+        traffic = self._user_traffic(user, values, once, tiled, consumer)
+        dram, cached = traffic.dram, traffic.cached
+        _, left_dram, left_cached = traffic.by_value[producer]
+        dram -= left_dram
+        cached -= left_cached
+        demand: dict[Instruction, tuple[int, bool, int]] = {}
+        for k, value in enumerate(parameter_values(producer)):
+            demand[value] = _both(value, demand.get(value), own.reads[k])
+        by_value = traffic.by_value
+        for value, read in demand.items():
+            shared = by_value.get(value)
+            if shared is not None:
+                read = _both(value, read, shared[0])
+                dram -= shared[1]
+                cached -= shared[2]
+            if not is_small_constant(value):
+                from_dram, from_cache = read_traffic(value.shape, *read, tiled)
+                dram += from_dram
+                cached += from_cache
+        flops = own.flops + consumer.flops
+        return traffic_cost(dram, cached, consumer.write, flops, self.target, threads)
 
-    def _composed_reads(
+    def _user_traffic(
+        self,
+        user: Instruction,
+        values: tuple[Instruction, ...],
+        once: bool,
+        tiled: bool,
+        consumer: BodyReads,
+    ) -> _UserTraffic:
+        known = self._traffic.get(user)
+        if known is None:
+            known = self._traffic[user] = {}
+        traffic = known.get((once, tiled))
+        if traffic is None or traffic.values != values:
+            traffic = known[(once, tiled)] = _UserTraffic.of(values, consumer, tiled)
+        return traffic
+
+    def _parts(
         self, producer: Instruction, user: Instruction, once: bool
-    ) -> tuple[dict[Instruction, tuple[int, bool, int]], float, BodyReads, BodyReads] | None:
-        """The fused body's demand per outer value (the producer's operands, then the
-        user's others), its lane operations, and the user's and (seeded) producer's
-        reads; None where not composed (see :meth:`pair`)."""
-        user_values = parameter_values(user)
+    ) -> tuple[tuple[Instruction, ...], int, BodyReads, BodyReads] | None:
+        """The values the user's parameters stand for, its parameter for the producer, its
+        reads and the producer's (seeded with the user's demand on it); None where not
+        composed (see :meth:`pair`)."""
+        user_values = tuple(parameter_values(user))
         at = [k for k, v in enumerate(user_values) if v is producer]
         if len(at) != 1 or isinstance(producer.shape, TupleShape):
             return None
@@ -149,11 +236,23 @@ class PairPrices:
             return None
         if seed != own_root_seed(producer):
             own = self._reads(producer, once, seed)
+        return user_values, at[0], consumer, own
+
+    def _composed_reads(
+        self, producer: Instruction, user: Instruction, once: bool
+    ) -> tuple[dict[Instruction, tuple[int, bool, int]], float, BodyReads, BodyReads] | None:
+        """The fused body's demand per outer value (the producer's operands, then the
+        user's others), its lane operations, and the user's and (seeded) producer's
+        reads; None where not composed (see :meth:`pair`)."""
+        parts = self._parts(producer, user, once)
+        if parts is None:
+            return None
+        user_values, at, consumer, own = parts
         demand: dict[Instruction, tuple[int, bool, int]] = {}
         for k, value in enumerate(parameter_values(producer)):
             demand[value] = _both(value, demand.get(value), own.reads[k])
         for k, value in enumerate(user_values):
-            if k != at[0]:
+            if k != at:
                 demand[value] = _both(value, demand.get(value), consumer.reads[k])
         return demand, own.flops + consumer.flops, consumer, own
 
@@ -194,6 +293,7 @@ class PairPrices:
     def forget(self, inst: Instruction) -> None:
         """Drop ``inst``'s own reads (it left the computation)."""
         self._own.pop(inst, None)
+        self._traffic.pop(inst, None)
 
 
 def _ops(body) -> int:
