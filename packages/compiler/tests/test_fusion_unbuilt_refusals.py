@@ -135,3 +135,32 @@ def test_a_plain_pair_priced_unbuilt_is_priced_as_its_built_body(program, monkey
     module = parse_module((PROGRAMS / program / "module.hlo").read_text())
     run_pipeline(module, gpu_pipeline(H100))
     assert compared and all(compared)
+
+
+@pytest.mark.parametrize(
+    "program", ["layernorm", "softmax_axis0", "variance_two_pass", "layernorm_bf16"]
+)
+def test_a_plain_producer_priced_unbuilt_into_a_reading_hero_has_the_heros_verdict(
+    program, monkeypatch
+) -> None:
+    """A producer whose body decides nothing, fused into a reduction's (or a transpose's,
+    a concatenate's) input, is priced with the user's own verdict without building the
+    pair (:data:`~heron.compiler.fusion.context._READING_HEROES`): built here too, every
+    such pair gets that verdict from the checker."""
+    plain_pair = FusionContext._plain_pair
+    heroes: list[str] = []
+
+    def compared_with_built(self, producer, user):
+        cost = plain_pair(self, producer, user)
+        own = self.own_verdict(user)
+        if cost is not None and own.emitter_kind in context_module._READING_HEROES:
+            candidate = build_fusion([producer, user], [user])
+            assert self.checker.check(candidate, consumer=user) == own, (producer.name, user.name)
+            candidate.discard()
+            heroes.append(own.emitter_kind)
+        return cost
+
+    monkeypatch.setattr(FusionContext, "_plain_pair", compared_with_built)
+    module = parse_module((PROGRAMS / program / "module.hlo").read_text())
+    run_pipeline(module, gpu_pipeline(H100))
+    assert heroes
