@@ -86,3 +86,28 @@ def test_a_pairs_evaluations_are_never_more_than_its_sides_bound(program, monkey
     monkeypatch.setattr(FusionChecker, "check", checked)
     _run(program)
     assert bounded
+
+
+@pytest.mark.parametrize("program", GROWING)
+def test_an_installed_fusion_keeps_the_signature_its_candidate_was_signed_with(
+    program, monkeypatch
+) -> None:
+    """Priority fusion hands each installed fusion the signature its candidate was signed
+    with for its verdict (:meth:`PairKeys.adopt`) instead of signing the body again: it
+    is the signature the body signed afresh has."""
+    from heron.compiler.fusion.fusion_cse import signature
+    from heron.compiler.fusion.pair_key import PairKeys
+
+    adopt = PairKeys.adopt
+    adopted: list[str] = []
+
+    def checked(self, inst, signed):
+        values: list[object] = []
+        form = signature(inst.called("calls"), self.called, values, self.formatted)
+        assert signed == (form, tuple(values)), inst.name
+        adopted.append(inst.name)
+        adopt(self, inst, signed)
+
+    monkeypatch.setattr(PairKeys, "adopt", checked)
+    _run(program)
+    assert adopted

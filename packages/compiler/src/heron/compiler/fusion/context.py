@@ -428,12 +428,21 @@ class FusionContext:
         )
 
     def installed(
-        self, fusion: Instruction, producer: Instruction, user: Instruction, verdict: Verdict
+        self,
+        fusion: Instruction,
+        producer: Instruction,
+        user: Instruction,
+        verdict: Verdict,
+        candidate: Candidate,
     ) -> None:
-        """``producer`` was fused into ``user`` as ``fusion`` (installed, the two not yet
-        forgotten): its own reads are composed from theirs
-        (:meth:`~heron.compiler.fusion.pair_price.PairPrices.installed`)."""
+        """``producer`` was fused into ``user`` as ``fusion``, ``candidate``'s body
+        (installed, the two not yet forgotten): its own reads are composed from theirs
+        (:meth:`~heron.compiler.fusion.pair_price.PairPrices.installed`), and its body's
+        signature, where the candidate was signed, is its own (:meth:`PairKeys.adopt`)."""
         self._composed.installed(fusion, producer, user, verdict.reduces_once)
+        signed = self._signatures.get(candidate)
+        if signed is not None:
+            self._pair_keys.adopt(fusion, signed[0])
 
     def forget(self, inst: Instruction) -> None:
         """Drop what is known about ``inst``, which left the computation: its own price

@@ -73,8 +73,21 @@ class PairKeys:
         known = self._own.get(inst)
         if known is not None:
             return known
-        form = signature(self.bodies.of(inst), self.called, None, self.formatted)
-        number = self._interned.setdefault(form, len(self._interned))
+        values: list[object] = []
+        form = signature(self.bodies.of(inst), self.called, values, self.formatted)
+        return self._intern(inst, (form, tuple(values)))
+
+    def adopt(self, inst: Instruction, signed: object) -> None:
+        """Know ``inst``'s own body by ``signed``, its form and scalar values as a fusion
+        pass signed them (:func:`signature` with ``scalar_values``), instead of signing
+        it again: priority fusion signs each candidate it installs to look its verdict
+        up, and the fusion installed is that body (a tenth of the Fisher matrix's pass
+        signed each twice)."""
+        if inst not in self._own:
+            self._intern(inst, signed)
+
+    def _intern(self, inst: Instruction, signed: object) -> tuple[bool, int]:
+        number = self._interned.setdefault(signed, len(self._interned))
         known = self._own[inst] = (inst.opcode == "fusion", number)
         return known
 

@@ -276,7 +276,7 @@ def fuse_by_priority(module: Module, target: Target) -> bool:
                 candidate.discard()
                 candidate, verdict = rebuilt
             fusion = install_fusion(module, computation, candidate, verdict.fusion_kind, graph)
-            context.installed(fusion, producer, candidate.outputs[0], verdict)
+            context.installed(fusion, producer, candidate.outputs[0], verdict, candidate)
             for member in candidate.members:
                 if not graph.alive(member):
                     context.forget(member)  # its prices and pairs, as XLA invalidates
