@@ -159,6 +159,23 @@ def test_a_call_from_inner_arms_moves_out_through_both_ifs(ctx):
     _assert_computes_the_same(module, "nested")
 
 
+def test_what_a_hoist_erases_is_told_by_callee_not_by_op(ctx):
+    """The product and the call an inner ``if`` hoists are erased in turn, as the twins of
+    the outer ``if``'s equals: the hoist answers what it erased (the callee of each call,
+    None for other ops), never the ops it moved, which may be gone by then (brax's
+    generalized pipeline aborted the process reading a freed op's name)."""
+    from heron.emitters.pipeline.hoist_common import hoist_common_ops
+
+    module = _module("nested")
+    verify_xla_ops(module)
+    erased = hoist_common_ops(_calls(module))
+    module.operation.verify()
+    # inner if: its else arm's product, call and - 1; outer if: the product and the call
+    # the inner one hoisted (the outer then-arm adds 1)
+    assert sorted(erased, key=str) == [None, None, None, "g", "g"]
+    assert len(_calls(module)) == 1 and _outside_every_if(_calls(module)[0])
+
+
 def test_what_one_arm_computes_stays_in_it(ctx):
     """The condition guards a call made in one arm only (it may read out of bounds on
     the other path): it is not moved."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable
 
 from mlir import ir
 
@@ -64,8 +65,9 @@ def _arms(if_op: ir.Operation) -> tuple[ir.Block, ir.Block] | None:
     return then_blocks[0], else_blocks[0]
 
 
-def _hoist_from(if_op: ir.Operation) -> list[ir.Operation]:
-    """Move each op both arms of ``if_op`` compute equally before it; the ops moved.
+def _hoist_from(if_op: ir.Operation, erasing: Callable[[ir.Operation], None]) -> list[ir.Operation]:
+    """Move each op both arms of ``if_op`` compute equally before it; the ops moved
+    (``erasing`` hears of each twin before it is erased).
 
     Rounds until none moves: an op becomes movable once the ops it reads were."""
     arms = _arms(if_op)
@@ -90,6 +92,7 @@ def _hoist_from(if_op: ir.Operation) -> list[ir.Operation]:
             op.move_before(if_op)
             for old, new in zip(twin.results, op.results, strict=True):
                 old.replace_all_uses_with(new)
+            erasing(twin)
             twin.erase()
             moved.append(op)
         if len(moved) == before:
@@ -114,10 +117,15 @@ def _depth(op: ir.Operation) -> int:
     return depth
 
 
-def hoist_common_ops(calls: list[ir.Operation]) -> list[ir.Operation]:
+def hoist_common_ops(calls: list[ir.Operation]) -> list[str | None]:
     """Hoist the ops both arms of an ``scf.if`` compute equally, for each ``scf.if`` in
-    whose arms two of ``calls`` (a function's ``pure_call`` ops) lie; the ops moved (the
-    twin of each, equal to it, is erased).
+    whose arms two of ``calls`` (a function's ``pure_call`` ops) lie; per op erased (the
+    twin of one moved, equal to it), the callee it called (None: not a call).
+
+    An op hoisted out of an inner ``scf.if`` may be erased in turn, as the twin of its
+    equal in the other arm of an outer one: what was moved is no answer, and holding
+    on to it read an erased op (brax's generalized pipeline aborted the process in
+    nanobind, reading a freed op's name).
 
     Only an ``scf.if`` that calls a subgraph in both arms is searched (the calls are the
     work worth sharing; the ops they read come along): most ``scf.if`` ops of a kernel
@@ -144,12 +152,17 @@ def hoist_common_ops(calls: list[ir.Operation]) -> list[ir.Operation]:
 
     for call in calls:
         note(call)
-    moved: list[ir.Operation] = []
+    erased: list[str | None] = []
+
+    def erasing(twin: ir.Operation) -> None:
+        if twin.name == _CALL:
+            erased.append(ir.FlatSymbolRefAttr(twin.attributes["callee"]).value)
+        else:
+            erased.append(None)
+
     while queue:
         _, _, if_op = heapq.heappop(queue)
-        hoisted = _hoist_from(if_op)
-        moved.extend(hoisted)
-        for op in hoisted:
+        for op in _hoist_from(if_op, erasing):
             if op.name == _CALL:
                 note(op)
-    return moved
+    return erased

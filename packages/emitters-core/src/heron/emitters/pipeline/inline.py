@@ -543,10 +543,10 @@ def _merge_equal_calls(
     repeated = {callee for callee, n in Counter(names).items() if n > 1}
     hoisted = hoist_common_ops([c for c, n in zip(calls, names, strict=True) if n in repeated])
     if hoisted:
-        size -= len(hoisted)  # each one's twin is erased
-        for op in hoisted:
-            if op.name == PURE_CALL:  # its twin, a call of the same callee, is erased
-                graph.merged(name, _callee_name(op))
+        size -= len(hoisted)  # the twins erased
+        for callee in hoisted:
+            if callee is not None:  # a call erased: its equal, hoisted, calls the callee
+                graph.merged(name, callee)
         calls = walk_ops(function, PURE_CALL)
     first: dict[tuple, ir.Operation] = {}
     kept: list[ir.Operation] = []
