@@ -53,12 +53,16 @@ def simplify_while_loops(module: Module) -> bool:
     calls = call_counts(module)
     changed = False
     for computation in non_fusion_computations(module):
+        # Who reads each loop, found once and again only after a rewrite: a scan of the
+        # computation per loop was quadratic in a program of many loops (jax-cosmo's).
+        users: dict[Instruction, list[Instruction]] | None = None
         for loop in [i for i in computation.instructions if i.opcode == "while"]:
             if has_side_effect(loop):
                 continue
             count = trip_count(loop)
             if count == 0:
                 changed |= _replace(computation, loop, loop.operands[0])
+                users = None
             elif count == 1:
                 body = loop.called("body")
                 call = computation.add(
@@ -72,9 +76,14 @@ def simplify_while_loops(module: Module) -> bool:
                     )
                 )
                 changed |= _replace(computation, loop, call)
+                users = None
             elif is_exclusive(loop, calls):
-                changed |= merge_repeated_elements(computation, loop)
-                changed |= _drop_dead_elements(computation, loop, names)
+                if merge_repeated_elements(computation, loop):
+                    changed, users = True, None
+                if users is None:
+                    users = computation.users()
+                if _drop_dead_elements(computation, loop, users.get(loop, []), names):
+                    changed, users = True, None
     return changed
 
 
@@ -160,7 +169,11 @@ def _depends_on(value: Instruction, parameter: Instruction) -> set[int]:
     return found
 
 
-def _drop_dead_elements(computation: Computation, loop: Instruction, names: NameUniquer) -> bool:
+def _drop_dead_elements(
+    computation: Computation, loop: Instruction, users: list[Instruction], names: NameUniquer
+) -> bool:
+    """Drop the state elements of ``loop`` (read by ``users``) that nothing after the loop,
+    its condition or the elements those need reads."""
     shape = loop.shape
     condition, body = loop.called("condition"), loop.called("body")
     if not isinstance(shape, TupleShape) or body.root_instruction.opcode != "tuple":
@@ -168,7 +181,6 @@ def _drop_dead_elements(computation: Computation, loop: Instruction, names: Name
     if any(has_side_effect(i) for c in (condition, body) for i in c.instructions):
         return False
     (cond_param,), (body_param,) = condition.parameters, body.parameters
-    users = [i for i in computation.instructions if loop in i.operands]
     used: set[int] = set()
     for user in users:
         index = state_element(user, loop)
