@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from heron_test_support.benchmarks import load_benchmark
+from heron_test_support.hlo_modules import division_chain
 
 from heron.compiler.fusion.priority_fusion import first_priorities
 from heron.hlo.parser import parse_module
@@ -15,9 +16,10 @@ from heron.target import Target
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "cost_model_vs_xla.py"
 
-#: The first steps of XLA:GPU's priority_fusion_dump.txt for CHAIN (jax-cuda13-pjrt 0.12,
-#: ``../shared/tools/xla_gpu``, ``--flag xla_dump_hlo_pass_re=priority-fusion``), cut
-#: after its first fusion and the price that follows it.
+#: The first steps of XLA:GPU's priority_fusion_dump.txt for ``division_chain("c128")``
+#: (jax-cuda13-pjrt 0.12, ``../shared/tools/xla_gpu``,
+#: ``--flag xla_dump_hlo_pass_re=priority-fusion``), cut after its first fusion and the
+#: price that follows it.
 XLA_DUMP = """fusion_steps {
   update_priority {
     producer_name: "d1.1"
@@ -58,27 +60,6 @@ fusion_steps {
 }
 """
 
-#: Four c128 divisions chained through adds, the last read by two users.
-CHAIN = """
-HloModule division_chain
-
-ENTRY e {
-  a = c128[80]{0} parameter(0)
-  b = c128[80]{0} parameter(1)
-  d1 = c128[80]{0} divide(a, b)
-  q1 = c128[80]{0} add(d1, a)
-  d2 = c128[80]{0} divide(b, q1)
-  q2 = c128[80]{0} add(d2, b)
-  d3 = c128[80]{0} divide(a, q2)
-  q3 = c128[80]{0} add(d3, a)
-  d4 = c128[80]{0} divide(b, q3)
-  use_a = c128[80]{0} multiply(d4, a)
-  use_b = c128[80]{0} subtract(d4, b)
-  ROOT t = (c128[80]{0}, c128[80]{0}) tuple(use_a, use_b)
-}
-"""
-
-
 def test_xlas_first_round_is_read_up_to_its_first_fusion() -> None:
     benchmark = load_benchmark(SCRIPT)
     assert benchmark.xla_first_round(XLA_DUMP) == {
@@ -90,7 +71,7 @@ def test_xlas_first_round_is_read_up_to_its_first_fusion() -> None:
 def test_herons_first_prices_are_xlas_on_a_chain_of_complex_divisions() -> None:
     """Since the fifty-third session heron's model is XLA's where it has XLA's numbers
     (the h100's measured op profile): the same module priced by both within 1%."""
-    module = parse_module(CHAIN)
+    module = parse_module(division_chain("c128"))
     before = print_module(module)
     prices = {p.producer: p for p in first_priorities(module, Target.preset("h100"))}
     assert print_module(module) == before  # pricing fuses nothing

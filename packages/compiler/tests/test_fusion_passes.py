@@ -16,6 +16,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 import pytest
+from heron_test_support.hlo_modules import division_chain
 
 from heron.compiler import Target
 from heron.compiler.fusion import count_kernels, fusion_pipeline, gpu_pipeline
@@ -332,28 +333,6 @@ def test_a_cheap_producer_is_duplicated_into_its_consumers() -> None:
     assert [f.attr("kind") for f in _fusions(fused)] == ["kInput"]
 
 
-#: Four divisions chained through adds, their last read by two users (names kept clear of
-#: HLO's type names, which XLA's parser would take for types: ``s1``, ``u2``).
-DIVISION_CHAIN = """
-HloModule division_chain
-
-ENTRY e {
-  a = T[80]{0} parameter(0)
-  b = T[80]{0} parameter(1)
-  d1 = T[80]{0} divide(a, b)
-  q1 = T[80]{0} add(d1, a)
-  d2 = T[80]{0} divide(b, q1)
-  q2 = T[80]{0} add(d2, b)
-  d3 = T[80]{0} divide(a, q2)
-  q3 = T[80]{0} add(d3, a)
-  d4 = T[80]{0} divide(b, q3)
-  use_a = T[80]{0} multiply(d4, a)
-  use_b = T[80]{0} subtract(d4, b)
-  ROOT t = (T[80]{0}, T[80]{0}) tuple(use_a, use_b)
-}
-"""
-
-
 @pytest.mark.parametrize(
     ("element_type", "measured", "divides"),
     [("f32", True, [4, 4]), ("c128", True, [4]), ("c128", False, [4, 4])],
@@ -371,7 +350,7 @@ def test_a_costly_type_is_not_duplicated_into_its_users(element_type, measured, 
     from heron.compiler.fusion.priority_fusion import fuse_by_priority
 
     target = H100 if measured else attrs.evolve(H100, op_cycles=())
-    module = parse_module(DIVISION_CHAIN.replace("T[", f"{element_type}["))
+    module = parse_module(division_chain(element_type))
     run_pipeline(module, simplification_pipeline())
     fuse_by_priority(module, target)
     counts = [

@@ -6,7 +6,7 @@ variant writes its own.
 
 from __future__ import annotations
 
-__all__ = ["JAX_ARGMAX_REDUCER", "SCALE", "elementwise_chain"]
+__all__ = ["JAX_ARGMAX_REDUCER", "SCALE", "division_chain", "elementwise_chain"]
 
 #: One loop fusion, f32[64,32] times 3: the smallest module with a real kernel.
 SCALE = """\
@@ -135,3 +135,28 @@ def elementwise_chain(length: int, elements: int = 64) -> str:
         lines.append(f"  v{k} = {shape} {op}(v{k - 1})")
     lines[-1] = lines[-1].replace(f"  v{length}", f"  ROOT v{length}")
     return "\n".join([*lines, "}"])
+
+
+def division_chain(element_type: str) -> str:
+    """Four divisions of ``element_type[80]`` chained through adds, the last read by two
+    users: XLA's priority fusion duplicates the f32 chain into both users and keeps a
+    c128 one a kernel of its own (its measured op profile; the fusion tests and the
+    comparison with XLA's own dump of it)."""
+    shape = f"{element_type}[80]{{0}}"
+    return f"""HloModule division_chain
+
+ENTRY e {{
+  a = {shape} parameter(0)
+  b = {shape} parameter(1)
+  d1 = {shape} divide(a, b)
+  q1 = {shape} add(d1, a)
+  d2 = {shape} divide(b, q1)
+  q2 = {shape} add(d2, b)
+  d3 = {shape} divide(a, q2)
+  q3 = {shape} add(d3, a)
+  d4 = {shape} divide(b, q3)
+  use_a = {shape} multiply(d4, a)
+  use_b = {shape} subtract(d4, b)
+  ROOT t = ({shape}, {shape}) tuple(use_a, use_b)
+}}
+"""

@@ -306,11 +306,8 @@ class FusionContext:
         user_body = bodies.of(user)
         if not within_budget(operands, len(fusion_roots(user_body)), user):
             return None
-        reads = [k for k, value in enumerate(parameter_values(user)) if value is producer]
-        emissions = fused_emissions(
-            self.checker.emissions(bodies.of(producer)), self.checker.emissions(user_body), reads
-        )
-        if emissions > MAX_EMISSIONS:
+        emissions = self._emissions_at_most([producer, user], user)
+        if emissions is None or emissions > MAX_EMISSIONS:
             return None  # at most this once built: the checker tells
         return self._composed.pair(producer, user, verdict)
 
