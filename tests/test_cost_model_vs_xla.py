@@ -60,6 +60,7 @@ fusion_steps {
 }
 """
 
+
 def test_xlas_first_round_is_read_up_to_its_first_fusion() -> None:
     benchmark = load_benchmark(SCRIPT)
     assert benchmark.xla_first_round(XLA_DUMP) == {
