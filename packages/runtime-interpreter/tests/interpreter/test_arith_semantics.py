@@ -325,22 +325,36 @@ def test_fptosi_and_fptoui_saturate_and_map_nan_to_zero(elementwise):
     assert signed4.tolist() == [1, -1, 7, -8, 0, 7, -8, 0, 7, 7]
 
 
+@pytest.mark.parametrize(
+    ("source", "bound"),
+    [("i64", None), ("i64", 2**53), ("i64", 2**62), ("i32", None), ("i16", None)],
+)
 @pytest.mark.parametrize("target", ["f32", "bf16", "f16"])
-def test_sitofp_and_uitofp_of_64_bit_integers_round_once(target, elementwise):
+def test_sitofp_and_uitofp_round_once(source, bound, target, elementwise):
+    """64-bit integers are not all exact in f64 (TwoSum and rounding to odd); narrower ones,
+    and a launch's 64-bit values all within 2**53, are (converted there, rounded once)."""
+    width = int(source[1:])
     big = [2**63 - 1, -(2**63), 2**53 + 1, (1 << 40) + (1 << 16) + 1, (1 << 62) + (1 << 38)]
-    big += [(1 << 24) + 1, 65519, 65520, -65521, 3, 0]
+    big += [2**53, -(2**53), 2**53 - 1, (1 << 52) + (1 << 28) + 1]
+    big += [(1 << 61) + (1 << 37) + 1]  # f64 rounds it to an f32 midpoint
+    big += [(1 << 24) + 1, (1 << 24) + 3, 2**31 - 1, -(2**31), 65519, 65520, -65521, 3, 0]
     big += [int(v) for v in RNG.integers(-(2**63), 2**63 - 1, 100)]
-    values = np.array(big, np.int64)
+    big += [int(v) for v in RNG.integers(-(2**31), 2**31 - 1, 100)]
+    big = [v for v in big if -(2 ** (width - 1)) <= v < 2 ** (width - 1)]
+    if bound is not None:  # a launch of small values only (none negative: uitofp too)
+        big = [v for v in big if 0 <= v <= bound]
+    values = np.array(big, f"i{width // 8}")
     body = f"""
-    %r0 = arith.sitofp %a0 : i64 to {target}
-    %r1 = arith.uitofp %a0 : i64 to {target}
+    %r0 = arith.sitofp %a0 : {source} to {target}
+    %r1 = arith.uitofp %a0 : {source} to {target}
     """
-    signed_result, unsigned_result = elementwise(body, [values], ["i64"], [target, target])
+    signed_result, unsigned_result = elementwise(body, [values], [source], [target, target])
     dtype, bits, min_exponent = FORMATS[target]
     itemsize = np.dtype(dtype).itemsize
-    for source, got in ((big, signed_result), ([v % 2**64 for v in big], unsigned_result)):
+    unsigned_values = [v % 2**width for v in big]
+    for source_values, got in ((big, signed_result), (unsigned_values, unsigned_result)):
         want = []
-        for v in source:
+        for v in source_values:
             rounded = _round_fraction(Fraction(v), bits, min_exponent)
             want.append(float(rounded) if abs(rounded) < 2**1000 else math.inf)
         with np.errstate(over="ignore"):

@@ -10,8 +10,11 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import ml_dtypes
 import numpy as np
 import pytest
+
+from heron.runtime.interpreter.semantics.math import fused_multiply_add
 
 RNG = np.random.default_rng(99)
 
@@ -39,7 +42,12 @@ def _round(value: Fraction, bits: int, min_exponent: int, max_exponent: int) -> 
     return sign * float(result)
 
 
-FORMAT = {"f32": (24, -126, 127, np.float32), "f64": (53, -1022, 1023, np.float64)}
+FORMAT = {
+    "f32": (24, -126, 127, np.float32),
+    "f64": (53, -1022, 1023, np.float64),
+    "f16": (11, -14, 15, np.float16),
+    "bf16": (8, -126, 127, ml_dtypes.bfloat16),
+}
 
 
 def _fma_reference(a, b, c, t: str) -> float:
@@ -104,6 +112,32 @@ def test_fma_rounds_once(elementwise, t, spelling):
     bits = f"u{np.dtype(FORMAT[t][3]).itemsize}"
     mismatch = np.flatnonzero(got[~nan].view(bits) != want[~nan].view(bits))
     assert mismatch.size == 0, [(a[~nan][i], b[~nan][i], c[~nan][i]) for i in mismatch[:3]]
+
+
+@pytest.mark.parametrize("t", ["f32", "f16", "bf16"])
+def test_fma_rounds_once_lane_by_lane(t):
+    """Each lane alone, so that each takes its own path: the f64 sum as it is where it is
+    no midpoint of the narrow format, TwoSum and rounding to odd where it is one (a
+    product of two half-width significands is one; a tiny addend then decides)."""
+    bits, _, _, dtype = FORMAT[t]
+    half = bits // 2 + 1  # products of up to bits + 2 bits: some are midpoints
+    n = 400
+    a = RNG.integers(2 ** (half - 1), 2**half, n) * np.exp2(RNG.integers(-6, 6, n) - half)
+    b = RNG.integers(2 ** (half - 1), 2**half, n) * np.exp2(RNG.integers(-6, 6, n) - half)
+    # Addends below the f64 sum's precision (f32), or below f32's (f16, bf16: the naive
+    # path rounds through f32), so that rounding the sum first lands on the midpoint.
+    low, high = {"f32": (-80, -55), "f16": (-24, -13), "bf16": (-60, -26)}[t]
+    tiny = RNG.choice([-1.0, 1.0, 0.0], n) * np.exp2(RNG.integers(low, high, n).astype(float))
+    c = np.where(RNG.random(n) < 0.2, RNG.normal(size=n), tiny)
+    a, b, c = (x.astype(dtype) for x in (a, b, c))
+    got = [fused_multiply_add(a[i : i + 1], b[i : i + 1], c[i : i + 1], dtype)[0] for i in range(n)]
+    want = [dtype(_fma_reference(x, y, z, t)) for x, y, z in zip(a, b, c)]
+    width = f"u{np.dtype(dtype).itemsize}"
+    wrong = [i for i in range(n) if np.array(got[i]).view(width) != np.array(want[i]).view(width)]
+    assert not wrong, [(a[i], b[i], c[i], got[i], want[i]) for i in wrong[:3]]
+    products = a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)
+    naive = products.astype(np.float32).astype(dtype)  # the cases test something:
+    assert any(np.array(naive[i]).view(width) != np.array(want[i]).view(width) for i in range(n))
 
 
 def test_the_f32_adversarial_case_defeats_naive_double_rounding():

@@ -189,9 +189,21 @@ def float_to_float(value: Value, target: np.dtype) -> np.ndarray:
     return _quiet(out) if np.isnan(out).any() else out
 
 
+#: The largest integer magnitude up to which every integer is a float64.
+_EXACT_IN_F64 = 2**53
+
+
 def int_to_float(value: Value, t, target: np.dtype, is_signed: bool) -> np.ndarray:
     """``value`` (integers of type ``t``) converted to ``target`` with one rounding."""
     target = np.dtype(target)
+    whole = signed(value, t) if is_signed else unsigned(value, t)
+    # Integers of at most 53 bits are exact in f64, so rounding from there is the one
+    # rounding: every narrower type, and the 64-bit values of a launch (indices) when all
+    # of them are that small.
+    if t.width <= 53 or (
+        whole.size and -_EXACT_IN_F64 <= whole.min() <= whole.max() <= _EXACT_IN_F64
+    ):
+        return np.asarray(float_to_float(whole.astype(np.float64), target), target)
     if is_signed:
         wide = signed(value, t).astype(np.int64)
         negative = wide < 0

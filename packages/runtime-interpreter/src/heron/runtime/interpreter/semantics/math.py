@@ -19,10 +19,12 @@ kernels).
 
 from __future__ import annotations
 
+import functools
 import math as pymath
 from collections.abc import Callable
 from fractions import Fraction
 
+import ml_dtypes
 import numpy as np
 
 from heron.runtime.interpreter.engine import Frame, semantics
@@ -112,10 +114,34 @@ def _fma_f64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     return result
 
 
+@functools.cache
+def _narrow_midpoint_bits(dtype: np.dtype) -> tuple[np.uint64, np.uint64, float]:
+    """For f32/f16/bf16: the float64 significand bits below the format's last bit (a mask),
+    their pattern at a midpoint between two of its values, and its smallest normal."""
+    info = ml_dtypes.finfo(dtype)
+    below = 52 - int(info.nmant)  # f64 significand bits the format does not hold
+    mask = np.uint64((1 << below) - 1)
+    return mask, np.uint64(1 << (below - 1)), float(info.smallest_normal)
+
+
 def _fma_narrow(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """f32/f16/bf16 fma: the product is exact in f64; the sum is rounded to odd, then once."""
+    """f32/f16/bf16 fma: the product is exact in f64; the sum is rounded to odd, then once.
+
+    The sum rounded to nearest in f64 is already right where it is not a midpoint of the
+    narrow format: the midpoints are float64 values, so rounding to f64 cannot carry the
+    exact sum across one, and the narrow rounding of both agrees. So lanes whose f64 sum is
+    a normal number of the format and no midpoint (all of them, nearly always) take the
+    sum as it is, and only a launch with another lane pays for TwoSum and rounding to odd
+    (an FMA-heavy kernel spent two fifths of its run in them)."""
     a, b, c = (np.asarray(x).astype(np.float64) for x in (a, b, c))
     product = a * b
+    total = product + c
+    mask, midpoint, smallest_normal = _narrow_midpoint_bits(dtype)
+    magnitude = np.abs(total)
+    plain = (magnitude >= smallest_normal) & (magnitude < np.inf)
+    plain &= (total.view(np.uint64) & mask) != midpoint
+    if plain.all():
+        return float_to_float(total, dtype)
     total, error = two_sum(product, c)
     odd = round_to_odd(total, error)
     if np.isfinite(total).all() and (c != 0).all():  # every operand finite, no zero addend
