@@ -1,5 +1,5 @@
 """heron's sessions: `nox` runs the test suite (lint, tests, runtime, isolation, oracle,
-gpu-bundle, dev, xla).
+library, gpu-bundle, dev, xla).
 
     nox                  the default sessions below: what CI runs (.ci/run)
     nox -s dev           .venv/heron: every package editable, with the extras this machine
@@ -12,6 +12,9 @@ gpu-bundle, dev, xla).
                          build/model-artefacts)
     nox -s runtime       those artefacts run by heron-run in a runtime-only environment
     nox -s oracle        heron's evaluator against XLA:CPU through jax
+    nox -s library       large programs of brax, jax-cosmo, diffrax, numpyro, blackjax and sax
+                         (benchmarks/library_programs.py), each run by `heron run --check`
+                         on the interpreter and compared with XLA:CPU (tests/library)
     nox -s isolation     each package installed alone in a fresh environment
     nox -s lint          ruff check, ruff format --check, lint-imports (pyproject's contracts),
                          and no import cycle among heron's modules (tests/import_cycles.py)
@@ -56,6 +59,7 @@ nox.options.sessions = [
     "runtime",
     "isolation",
     "oracle",
+    "library",
     "gpu-bundle",
     "dev",
     "xla",
@@ -99,6 +103,12 @@ JAX = "jax==0.10.2"
 MODEL_LIBRARIES = (
     "flax==0.12.8", "equinox==0.13.8", "dm-haiku==0.0.17", "optax==0.2.8", "transformers==4.57.6",
     "pgx==2.6.0", "gymnax==1.0.1",
+)  # fmt: skip
+#: The libraries benchmarks/library_programs.py's programs are written with (jax-cosmo
+#: still imports pkg_resources, which setuptools 81 dropped): `nox -s library` installs them.
+LIBRARY_PROGRAM_LIBRARIES = (
+    "brax==0.14.2", "jax-cosmo==0.1.0", "diffrax==0.7.2", "numpyro==0.22.0", "blackjax==1.7.1",
+    "sax==0.16.14", "setuptools<81",
 )  # fmt: skip
 # mpmath: high-precision references for the math approximations' error bounds.
 TEST_TOOLS = ("pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5", "mpmath>=1.3")
@@ -190,6 +200,7 @@ def tests(session: nox.Session) -> None:
         "-m",
         f"not ({GPU_MARKERS})",
         "--ignore=tests/oracle",
+        "--ignore=tests/library",
         # Arguments after `--` replace the paths; options alone keep the testpaths.
         *(session.posargs or ["packages", "tests"]),
         # What tests keep for a reader (heron report's screenshots in headless chromium).
@@ -234,6 +245,29 @@ def runtime(session: nox.Session) -> None:
             "--corpus",
             corpus,
         )
+
+
+#: Where `nox -s library` writes the library programs (HERON_LIBRARY_PROGRAMS).
+LIBRARY_PROGRAMS = ROOT / "build" / "library-programs"
+
+
+@nox.session
+def library(session: nox.Session) -> None:
+    """Large programs of libraries built on jax (brax, jax-cosmo, diffrax, numpyro, blackjax,
+    sax; benchmarks/library_programs.py), too large to commit: written here with their
+    arguments and XLA:CPU's results, then each compiled and run by `heron run --check` on
+    the interpreter and compared with XLA:CPU (tests/library)."""
+    install_test_environment(session)
+    session.install(*LIBRARY_PROGRAM_LIBRARIES)
+    session.run("python", "benchmarks/library_programs.py", str(LIBRARY_PROGRAMS), "--io")
+    session.run(
+        "pytest",
+        "-n",
+        "auto",
+        "tests/library",
+        *session.posargs,
+        env={"HERON_LIBRARY_PROGRAMS": str(LIBRARY_PROGRAMS)},
+    )
 
 
 @nox.session

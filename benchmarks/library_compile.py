@@ -34,7 +34,7 @@ from opt_time import heron_pipeline, time_heron, time_xla, warm_up_heron  # noqa
 
 def _text(name: str, hlo_dir: Path | None) -> str:
     if hlo_dir is None:
-        return PROGRAMS[name]()
+        return PROGRAMS[name]().hlo()
     return (hlo_dir / f"{name}.hlo").read_text()
 
 

@@ -14,7 +14,9 @@ there)::
         numpyro==0.22.0 blackjax==1.7.1 sax==0.16.14
 
 Run ``python benchmarks/library_programs.py OUT_DIR [--only NAME,...]`` to write each
-program as ``OUT_DIR/NAME.hlo`` (what ``library_compile.py --hlo-dir`` reads).
+program as ``OUT_DIR/NAME.hlo`` (what ``library_compile.py --hlo-dir`` reads); with
+``--io`` also its arguments and XLA:CPU's results (``NAME.inputs.npz``,
+``NAME.outputs.npz``), which ``nox -s library`` (tests/library) checks heron's against.
 """
 
 from __future__ import annotations
@@ -22,20 +24,56 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchlib.selection import selected
 
 
-def _hlo(function, *args) -> str:
-    """``function`` at ``args`` lowered for CUDA: the HLO text jax hands XLA:GPU."""
-    import jax
+@dataclass(frozen=True)
+class LibraryProgram:
+    """A library's function and the arguments it is called with, as a user jits it."""
 
-    lowered = jax.jit(function).trace(*args).lower(lowering_platforms=("cuda",))
-    return lowered.compiler_ir("hlo").as_hlo_text(print_large_constants=True)
+    function: Callable
+    arguments: tuple
+
+    def hlo(self) -> str:
+        """The function lowered for CUDA at its arguments: the HLO text jax hands XLA:GPU."""
+        return self._lowered().compiler_ir("hlo").as_hlo_text(print_large_constants=True)
+
+    def inputs(self) -> list:
+        """The argument leaves the entry takes, in parameter order: ``jax.tree.leaves``
+        less those jit drops as unused. (``keep_unused`` would keep them, but it also keeps
+        the dead code of the outermost function: a tenth of brax's module, half of sax's.)"""
+        import jax
+        import numpy as np
+
+        leaves = jax.tree.leaves(self.arguments)
+        kept = sorted(self._lowered()._lowering.compile_args["kept_var_idx"])
+        return [np.asarray(leaves[i]) for i in kept]
+
+    def _lowered(self):
+        import jax
+
+        traced = jax.jit(self.function).trace(*self.arguments)
+        return traced.lower(lowering_platforms=("cuda",))
+
+    def outputs(self) -> list:
+        """What XLA:CPU computes (jax on this machine's CPU), the result's leaves in the
+        order of the entry's flattened result."""
+        import jax
+        import numpy as np
+
+        with jax.default_device(jax.devices("cpu")[0]):
+            result = jax.jit(self.function)(*self.arguments)
+        return [np.asarray(leaf) for leaf in jax.tree.leaves(result)]
 
 
-def brax_ant_grad() -> str:
+def _program(function, *arguments) -> LibraryProgram:
+    return LibraryProgram(function, arguments)
+
+
+def brax_ant_grad() -> LibraryProgram:
     """The gradient of brax's ant (generalized pipeline) reward through three physics
     steps with respect to the actions."""
     import jax
@@ -54,10 +92,10 @@ def brax_ant_grad() -> str:
         return jnp.sum(rewards)
 
     actions = jnp.zeros((3, env.action_size), jnp.float32)
-    return _hlo(jax.grad(loss), actions, state)
+    return _program(jax.grad(loss), actions, state)
 
 
-def jax_cosmo_fisher() -> str:
+def jax_cosmo_fisher() -> LibraryProgram:
     """A Fisher matrix of two weak-lensing bins' angular power spectra (halofit, Eisenstein
     and Hu) with respect to five cosmological parameters, by ``jax.jacfwd``."""
     import jax
@@ -83,10 +121,10 @@ def jax_cosmo_fisher() -> str:
         return jacobian.T @ jnp.linalg.solve(cov, jacobian)
 
     params = jnp.array([0.2545, 0.0485, 0.682, 0.971, 0.801], jnp.float32)
-    return _hlo(fisher, params)
+    return _program(fisher, params)
 
 
-def diffrax_neural_ode_grad() -> str:
+def diffrax_neural_ode_grad() -> LibraryProgram:
     """A neural ODE's loss gradient through diffrax's adaptive Tsit5 solve (a PID step
     controller, ``RecursiveCheckpointAdjoint``: nested while loops and checkpoints)."""
     import os
@@ -126,10 +164,10 @@ def diffrax_neural_ode_grad() -> str:
         return jnp.mean(solution.ys**2)
 
     y0 = jnp.ones((32, 8), jnp.float32)
-    return _hlo(jax.grad(loss), params, y0)
+    return _program(jax.grad(loss), params, y0)
 
 
-def numpyro_nuts_schools() -> str:
+def numpyro_nuts_schools() -> LibraryProgram:
     """Ten NUTS samples of numpyro's eight-schools model (non-centred), warm-up adapting the
     step size and mass matrix: a while loop of trees built by while loops."""
     import jax
@@ -154,10 +192,10 @@ def numpyro_nuts_schools() -> str:
         return mcmc.get_samples()
 
     # MCMC.run jits its own steps; trace through them by running it under jit here.
-    return _hlo(run, jax.random.PRNGKey(0))
+    return _program(run, jax.random.PRNGKey(0))
 
 
-def blackjax_nuts_logistic() -> str:
+def blackjax_nuts_logistic() -> LibraryProgram:
     """Twenty blackjax NUTS steps of a Bayesian logistic regression (200 points, 16
     features) under ``lax.scan``."""
     import blackjax
@@ -186,10 +224,10 @@ def blackjax_nuts_logistic() -> str:
         _, positions = jax.lax.scan(one, state, jax.random.split(key, 20))
         return positions
 
-    return _hlo(run, key, jnp.zeros(16, jnp.float32))
+    return _program(run, key, jnp.zeros(16, jnp.float32))
 
 
-def expn_grad() -> str:
+def expn_grad() -> LibraryProgram:
     """``jax.scipy.special.expn`` and its gradient over a vector: 54 while loops."""
     import jax
     import jax.numpy as jnp
@@ -201,10 +239,10 @@ def expn_grad() -> str:
     def both(n, x):
         return expn(n, x), jax.grad(f, argnums=1)(n, x)
 
-    return _hlo(both, jnp.arange(1, 65, dtype=jnp.int32) % 5, jnp.linspace(0.1, 4.0, 64))
+    return _program(both, jnp.arange(1, 65, dtype=jnp.int32) % 5, jnp.linspace(0.1, 4.0, 64))
 
 
-def sax_mzi_lattice() -> str:
+def sax_mzi_lattice() -> LibraryProgram:
     """sax's S-matrix of a four-stage Mach-Zehnder lattice (84 ports once its couplers and
     waveguides are flattened) over 80 wavelengths, with the pure-jax
     ``filipsson_gunnar`` backend: the eighteenth sweep's slowest compile (58 s, XLA:CPU's
@@ -233,10 +271,10 @@ def sax_mzi_lattice() -> str:
         return jnp.abs(circuit(wl=wl, **settings)["in0", "out0"]) ** 2
 
     wavelengths = np.linspace(1.5, 1.6, 80).astype(np.float32)
-    return _hlo(power, wavelengths, np.array([12.0, 14.0, 16.0, 18.0], np.float32))
+    return _program(power, wavelengths, np.array([12.0, 14.0, 16.0, 18.0], np.float32))
 
 
-PROGRAMS: dict[str, Callable[[], str]] = {
+PROGRAMS: dict[str, Callable[[], LibraryProgram]] = {
     "brax_ant_grad": brax_ant_grad,
     "jax_cosmo_fisher": jax_cosmo_fisher,
     "diffrax_neural_ode_grad": diffrax_neural_ode_grad,
@@ -251,12 +289,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="folder for NAME.hlo")
     parser.add_argument("--only", help="comma-separated program names")
+    parser.add_argument(
+        "--io",
+        action="store_true",
+        help="also NAME.inputs.npz (the arguments) and NAME.outputs.npz (XLA:CPU's results),"
+        " in heron's npz convention (needs heron's HLO package)",
+    )
     args = parser.parse_args(argv)
     names = selected(parser, args.only, PROGRAMS, "program")
     args.out.mkdir(parents=True, exist_ok=True)
     for name in names:
-        text = PROGRAMS[name]()
+        program = PROGRAMS[name]()
+        text = program.hlo()
         (args.out / f"{name}.hlo").write_text(text)
+        if args.io:
+            from heron.hlo.npz_io import save_inputs, save_outputs
+
+            save_inputs(args.out / f"{name}.inputs.npz", program.inputs())
+            save_outputs(args.out / f"{name}.outputs.npz", program.outputs())
         whiles = text.count(" while(")
         computations = sum(
             1 for line in text.splitlines() if line.endswith("{") and not line.startswith(" ")
