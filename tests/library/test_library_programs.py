@@ -11,11 +11,11 @@ this file with ``HERON_LIBRARY_PROGRAMS=DIR``; without that folder every case sk
 saying so.
 
 Each program runs through the ``heron`` command a user types: ``heron run NAME.hlo
---backend interpreter --inputs ... --check`` (compiled for the h100 preset, run on the
-interpreter, checked against the reference evaluator under ``heron check``'s
-tolerance), in its own process, so that an abort is a failure of that case and not of
-the session; its results must then equal XLA:CPU's within the program corpus's bounds
-(``heron_test_support.programs.assert_close``).
+--target T --backend interpreter --inputs ... --check`` (compiled for the h100 preset, and
+for the mi300x one where its run is short, run on the interpreter, checked against the
+reference evaluator under ``heron check``'s tolerance), in its own process, so that an
+abort is a failure of that case and not of the session; its results must then equal
+XLA:CPU's within the program corpus's bounds (``heron_test_support.programs.assert_close``).
 """
 
 from __future__ import annotations
@@ -52,6 +52,17 @@ FOLDER = os.environ.get("HERON_LIBRARY_PROGRAMS")
 #: evaluator 13 eps from XLA:CPU and heron, whose reductions sum in another order, 28 eps
 #: from the evaluator and 34 from XLA:CPU.
 CONDITIONING = {"sax_mzi_lattice": 16, "numpyro_nuts_schools": 8, "jax_cosmo_fisher": 4}
+#: The programs also compiled for AMD's MI300X (wavefronts of 64, its launch shapes): all
+#: but the two whose interpreter runs take minutes (jax-cosmo's, brax's), which the h100
+#: cases cover.
+ON_MI300X = (
+    "diffrax_neural_ode_grad",
+    "numpyro_nuts_schools",
+    "blackjax_nuts_logistic",
+    "expn_grad",
+    "sax_mzi_lattice",
+)
+CASES = [(name, "h100") for name in NAMES] + [(name, "mi300x") for name in ON_MI300X]
 
 
 def _program_folder() -> Path:
@@ -60,8 +71,8 @@ def _program_folder() -> Path:
     return Path(FOLDER)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_library_program_gives_xla_cpu_results(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "target"), CASES)
+def test_library_program_gives_xla_cpu_results(name: str, target: str, tmp_path: Path) -> None:
     folder = _program_folder()
     module = folder / f"{name}.hlo"
     assert module.is_file(), f"{module}: missing (library_programs.py {folder} --io writes it)"
@@ -69,12 +80,13 @@ def test_library_program_gives_xla_cpu_results(name: str, tmp_path: Path) -> Non
     # This environment's `heron` (beside its python), in a process of its own.
     heron = shutil.which("heron", path=str(Path(sys.executable).parent))
     assert heron is not None, f"the heron command is not installed beside {sys.executable}"
-    command = [heron, "run", str(module)]
+    command = [heron, "run", str(module), "--target", target]
     command += ["--backend", "interpreter", "--inputs", str(folder / f"{name}.inputs.npz")]
     command += ["--output", str(got_path), "--check", "--quiet"]
     run = subprocess.run(command, capture_output=True, text=True)
     assert run.returncode == 0, (
-        f"heron run {name} exited {run.returncode}:\n{run.stdout[-4000:]}\n{run.stderr[-4000:]}"
+        f"heron run {name} --target {target} exited {run.returncode}:\n"
+        f"{run.stdout[-4000:]}\n{run.stderr[-4000:]}"
     )
     got, expected = load_outputs(got_path), load_outputs(folder / f"{name}.outputs.npz")
     assert len(got) == len(expected), f"{name}: {len(got)} results, XLA:CPU's {len(expected)}"
