@@ -22,6 +22,7 @@ program as ``OUT_DIR/NAME.hlo`` (what ``library_compile.py --hlo-dir`` reads); w
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ class LibraryProgram:
 
     def hlo(self) -> str:
         """The function lowered for CUDA at its arguments: the HLO text jax hands XLA:GPU."""
-        return self._lowered().compiler_ir("hlo").as_hlo_text(print_large_constants=True)
+        return self._lowered.compiler_ir("hlo").as_hlo_text(print_large_constants=True)
 
     def inputs(self) -> list:
         """The argument leaves the entry takes, in parameter order: ``jax.tree.leaves``
@@ -49,10 +50,13 @@ class LibraryProgram:
         import numpy as np
 
         leaves = jax.tree.leaves(self.arguments)
-        kept = sorted(self._lowered()._lowering.compile_args["kept_var_idx"])
+        kept = sorted(self._lowered._lowering.compile_args["kept_var_idx"])
         return [np.asarray(leaves[i]) for i in kept]
 
+    @functools.cached_property
     def _lowered(self):
+        """Traced and lowered once: the HLO and the kept arguments both read it (brax's
+        gradient takes seconds to trace)."""
         import jax
 
         traced = jax.jit(self.function).trace(*self.arguments)

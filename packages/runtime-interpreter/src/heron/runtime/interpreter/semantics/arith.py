@@ -205,11 +205,11 @@ def int_to_float(value: Value, t, target: np.dtype, is_signed: bool) -> np.ndarr
     ):
         return np.asarray(float_to_float(whole.astype(np.float64), target), target)
     if is_signed:
-        wide = signed(value, t).astype(np.int64)
+        wide = whole.astype(np.int64)
         negative = wide < 0
         magnitude = np.where(negative, -wide, wide).astype(np.uint64)  # INT64_MIN -> 2**63
     else:
-        magnitude = unsigned(value, t).astype(np.uint64)
+        magnitude = whole.astype(np.uint64)
         negative = np.zeros(magnitude.shape, np.bool_)
     high = (magnitude >> np.uint64(32)).astype(np.float64) * 4294967296.0
     low = (magnitude & np.uint64(0xFFFFFFFF)).astype(np.float64)
