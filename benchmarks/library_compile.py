@@ -13,6 +13,7 @@ once where they are installed and read them here::
 
     python benchmarks/library_programs.py /tmp/library-hlo    # brax, jax-cosmo, ... there
     python benchmarks/library_compile.py --hlo-dir /tmp/library-hlo --xla [--runs 3]
+    python benchmarks/library_compile.py --hlo-dir /tmp/library-hlo --passes 3  # HLO passes
 
 Without ``--hlo-dir`` the programs are built in this process (the libraries installed
 beside heron). A program heron refuses prints the refusal in its row.
@@ -44,7 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--xla", action="store_true", help="also time XLA:GPU's compile")
     parser.add_argument("--only", help="comma-separated program names")
     parser.add_argument("--hlo-dir", type=Path, help="read NAME.hlo here (library_programs.py)")
+    parser.add_argument(
+        "--passes",
+        type=int,
+        metavar="N",
+        help="time heron's HLO passes only (no kernels, no XLA), and print the N slowest",
+    )
     args = parser.parse_args(argv)
+    if args.passes is not None:
+        return _time_passes(args, parser)
     names = selected(parser, args.only, PROGRAMS, "program")
 
     installation = None
@@ -79,6 +88,25 @@ def main(argv: list[str] | None = None) -> int:
             xla = statistics.median(xla_s)
             line += f" {xla:>8.2f} {seconds / xla:>9.2f}"
         print(line, flush=True)
+    return 0
+
+
+def _time_passes(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """The HLO pipeline alone per program: the median of ``--runs`` and the slowest passes
+    of the last run (each pass name's runs summed)."""
+    names = selected(parser, args.only, PROGRAMS, "program")
+    warm_up_heron(False)
+    print(f"library programs; heron's HLO passes for h100, median of {args.runs}")
+    for name in names:
+        text = _text(name, args.hlo_dir)
+        _, seconds, _, passes, _ = time_heron(text, args.runs, lambda: heron_pipeline()[1])
+        print(f"{name:<26} {seconds:>8.2f} s", flush=True)
+        by_name: dict[str, float] = {}
+        for path, pass_seconds in passes:
+            pass_name = path.rsplit("/", 1)[-1]
+            by_name[pass_name] = by_name.get(pass_name, 0.0) + pass_seconds
+        for pass_name, pass_seconds in sorted(by_name.items(), key=lambda e: -e[1])[: args.passes]:
+            print(f"  {pass_name:<34} {pass_seconds:>8.2f} s", flush=True)
     return 0
 
 

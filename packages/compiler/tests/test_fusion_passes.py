@@ -1428,8 +1428,8 @@ def test_a_fusion_s_reads_composed_at_install_are_its_body_s(name: str, monkeypa
     seen = {"composed": 0, "walked": 0}
     installed = pair_price.PairPrices.installed
 
-    def checked(self, fusion, producer, user, once):
-        installed(self, fusion, producer, user, once)
+    def checked(self, fusion, producer, user, once, candidate):
+        installed(self, fusion, producer, user, once, candidate)
         composed = self._own.get(fusion, {}).get((once, None))
         if composed is None:
             seen["walked"] += 1

@@ -20,6 +20,7 @@ the module.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -30,6 +31,9 @@ from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.rewrite import CONTROL, rename_control_predecessors
 from heron.hlo.shapes import ArrayShape, TupleShape
+
+if TYPE_CHECKING:
+    from heron.compiler.fusion.growth import Growth
 
 __all__ = [
     "Candidate",
@@ -68,13 +72,22 @@ class Candidate:
     body: Computation
     members: tuple[Instruction, ...]
     outputs: tuple[Instruction, ...]
+    #: How the body was grown from a member's own in place (:mod:`.growth`), until the
+    #: candidate is installed or discarded; None for a body built anew.
+    growth: Growth | None = None
 
     def discard(self) -> None:
         """Let go of a candidate that will not be installed: its body's instructions
         point back at the body (``parent``), a cycle only Python's cyclic collector
         would free, and the fusion passes price and drop a candidate per pair of
         instructions; the collector's passes over a growing heap made them
-        superlinear in the module."""
+        superlinear in the module. A body grown in place is given back to its member
+        as it was."""
+        if self.growth is not None:
+            if not self.growth.installed:
+                self.growth.undo(self.body)
+                self.growth = None
+            return
         for inst in self.body.instructions:
             inst.parent = None
         self.body.instructions = []
@@ -215,11 +228,11 @@ def build_fusion(
             operands.append(outer)
         return params[id(outer)]
 
-    interned = _Interned(body, body_names)
+    interned = Interned(body, body_names)
     for member in members:
         inner_operands = [value_of(op) for op in member.operands]
         if member.opcode == "fusion":
-            mapped[id(member)] = _inline(member, inner_operands, body, body_names, interned)
+            mapped[id(member)] = inline_body(member, inner_operands, body, body_names, interned)
         elif (
             member.opcode == "get-tuple-element"
             and inner_operands[0].opcode == "tuple"
@@ -241,7 +254,7 @@ def build_fusion(
             )
         )
     _drop_unused(body)
-    hint = root_name_hint or _hero_opcode(body.root)
+    hint = root_name_hint or hero_opcode(body.root)
     body.name = f"fused_{hint}"  # made unique in the module when installed
     fusion = Instruction(
         name=f"loop_{hint}_fusion",
@@ -254,7 +267,7 @@ def build_fusion(
     return Candidate(fusion, body, tuple(members), tuple(outputs))
 
 
-def _hero_opcode(root: Instruction) -> str:
+def hero_opcode(root: Instruction) -> str:
     if root.opcode == "tuple":
         root = root.operands[0]
     return root.opcode.replace("-", "_")
@@ -265,7 +278,7 @@ def _hero_opcode(root: Instruction) -> str:
 _NOT_INTERNED = frozenset({"parameter", "constant", "rng", "rng-bit-generator", "custom-call"})
 
 
-class _Interned:
+class Interned:
     """The instructions of a body being built, each computation once.
 
     A producer fused into several users is cloned into each; when those users
@@ -281,8 +294,16 @@ class _Interned:
         self.names = names
         self._made: dict[tuple[object, ...], Instruction] = {}
 
+    def get(self, key: tuple[object, ...]) -> Instruction | None:
+        """The op of ``key`` (:func:`intern_key`) made so far, if any."""
+        return self._made.get(key)
+
+    def remember(self, key: tuple[object, ...], inst: Instruction) -> None:
+        """Take ``inst``, already in the body, as the op of ``key``."""
+        self._made[key] = inst
+
     def clone(self, inst: Instruction, operands: list[Instruction]) -> Instruction:
-        key = _intern_key(inst, tuple(map(id, operands)))
+        key = intern_key(inst, tuple(map(id, operands)))
         if key is not None:
             known = self._made.get(key)
             if known is not None:
@@ -293,16 +314,16 @@ class _Interned:
         return made
 
 
-def _intern_key(inst: Instruction, operands: tuple[int, ...]) -> tuple[object, ...] | None:
+def intern_key(inst: Instruction, operands: tuple[int, ...]) -> tuple[object, ...] | None:
     """What makes ``inst`` over ``operands`` (numbers standing for them) the same op as
-    another (:class:`_Interned`), or None where it is always made again."""
+    another (:class:`Interned`), or None where it is always made again."""
     kind = op_kind(inst)
     return None if kind is None else (kind, operands)
 
 
 def op_kind(inst: Instruction) -> tuple[object, ...] | None:
     """What makes ``inst`` the same op as another over the same operands, for
-    :class:`_Interned`: its opcode, shape and attributes (source metadata aside); None
+    :class:`Interned`: its opcode, shape and attributes (source metadata aside); None
     where it is always made again (an op of :data:`_NOT_INTERNED`, an attribute value
     without a hash)."""
     if inst.opcode in _NOT_INTERNED:
@@ -322,12 +343,12 @@ def op_kind(inst: Instruction) -> tuple[object, ...] | None:
     return kind
 
 
-def _inline(
+def inline_body(
     fusion: Instruction,
     operands: list[Instruction],
     body: Computation,
     names: NameUniquer,
-    interned: _Interned,
+    interned: Interned,
 ) -> Instruction:
     """Clone ``fusion``'s body into ``body`` reading ``operands``; the clone of its root."""
     inner = fusion.called("calls")
@@ -381,7 +402,12 @@ def install_fusion(
     fusion.attributes["kind"] = kind
     if kind == "kInput" and fusion.name.startswith("loop_"):
         fusion.name = "input_" + fusion.name.removeprefix("loop_")
-    graph.add_computation(candidate.body)
+    growth = candidate.growth
+    if growth is None:
+        graph.add_computation(candidate.body)
+    else:  # the member's body, grown in place: it moves and is named as a new one
+        graph.regrow_computation(candidate.body, growth.name, growth.released, growth.taken)
+        growth.installed = True  # nothing to undo any more
     last = max(candidate.members, key=graph.rank)
     graph.insert_after(last, fusion)
     graph.add(fusion, after=last)
@@ -415,7 +441,7 @@ def install_fusion(
             graph.replace(output, value)
             renamed.append((gte, cast))
     ordered_after = _control_predecessors(candidate.members)
-    _remove_dead_members(graph, candidate.members)
+    _remove_dead_members(graph, candidate.members, candidate.body)
     # Named once the members are gone, so a fusion replacing one can take its name.
     graph.rename(fusion, graph.module_names.first_free(fusion.name, itself=1))
     graph.rename_computation(
@@ -449,8 +475,11 @@ def _control_predecessors(members: Sequence[Instruction]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _remove_dead_members(graph: FusionGraph, members: Sequence[Instruction]) -> None:
-    """Drop members nothing uses any more (users first, so chains go in one sweep)."""
+def _remove_dead_members(
+    graph: FusionGraph, members: Sequence[Instruction], body: Computation
+) -> None:
+    """Drop members nothing uses any more (users first, so chains go in one sweep), and
+    the bodies they called but ``body``, the fusion's (grown from a member's)."""
     pending = list(members)
     changed = True
     while changed:
@@ -458,7 +487,7 @@ def _remove_dead_members(graph: FusionGraph, members: Sequence[Instruction]) -> 
         for member in list(pending):
             if graph.used(member) or graph.computation.root is member:
                 continue
-            if member.opcode == "fusion":
+            if member.opcode == "fusion" and member.called("calls") is not body:
                 graph.remove_computation(member.called("calls"))
             graph.remove(member)
             pending.remove(member)

@@ -41,6 +41,7 @@ from heron.compiler.fusion.fusible import (
     within_budget,
 )
 from heron.compiler.fusion.fusion_cse import signature
+from heron.compiler.fusion.growth import grow_fusion
 from heron.compiler.fusion.pair_key import MembersKey, PairKey, PairKeys
 from heron.compiler.fusion.pair_price import PairPrices
 from heron.compiler.fusion.sizes import FusionSizes
@@ -126,6 +127,9 @@ class FusionContext:
         tuple[Instruction, Instruction],
         tuple[Candidate, Verdict, tuple[Instruction, ...], tuple[Instruction, ...]],
     ] = attrs.field(init=False, factory=dict)
+    #: The bodies of the fusions this run installed, which a later step may grow in place
+    #: (:meth:`grown`): built here, so interned and without dead code.
+    _made_bodies: weakref.WeakSet[Computation] = attrs.field(init=False, factory=weakref.WeakSet)
 
     def __attrs_post_init__(self) -> None:
         self.checker = FusionChecker(self.target)
@@ -156,12 +160,44 @@ class FusionContext:
             return None
         return candidate, verdict
 
+    def grown(self, producer: Instruction, user: Instruction) -> tuple[Candidate, Verdict] | None:
+        """What :meth:`candidate` gives for ``producer`` fused into ``user``, made by growing
+        the user's body in place (:func:`grow_fusion`) where this run made that body and
+        growing makes the same one: no step of priority fusion then clones the kernel it
+        grows. Whatever is known of the user from its body is known before it grows (the
+        user leaves the computation when the fusion is installed)."""
+        if user.opcode != "fusion" or user.called("calls") not in self._made_bodies:
+            return self.candidate([producer, user], [user], consumer=user)
+        members = [producer, user]
+        if not within_budget(len(fusion_operands(members)), 1, user):
+            return None
+        if self._oversized(members, [user]):
+            return None
+        self.checker.is_library(user)  # asked of the candidate's members, as they stand
+        bound = self._emissions_at_most(members, user)
+        candidate = grow_fusion(producer, user)
+        if candidate is None:
+            return self.candidate(members, [user], consumer=user)
+        assert candidate.growth is not None
+        self.checker.forget_body(candidate.body)  # its counts are the user's body's
+        candidate.growth.on_undo = self.checker.forget_body  # and then the grown body's
+        verdict = self._verdict(candidate, user, bound)
+        if verdict is None:
+            candidate.discard()
+            return None
+        return candidate, verdict
+
     def members_key(self, members: list[Instruction], outputs: list[Instruction]) -> MembersKey:
         """What :meth:`candidate` would build of ``members`` and ``outputs``, told without
         building it (:meth:`PairKeys.of_members`): a pass remembers its answers by it."""
         return self._pair_keys.of_members(members, outputs)
 
-    def _verdict(self, candidate: Candidate, consumer: Instruction | None = None) -> Verdict | None:
+    def _verdict(
+        self,
+        candidate: Candidate,
+        consumer: Instruction | None = None,
+        emissions_at_most: object = _UNKNOWN,
+    ) -> Verdict | None:
         """The checker's verdict on ``candidate``, asked once per body signature.
 
         The budget is checked first, for every candidate: it depends on
@@ -175,7 +211,10 @@ class FusionContext:
         key = (self._signature(candidate), self.checker.library_members(candidate))
         if key in self._verdicts:
             return self._verdicts[key]
-        bound = self._emissions_at_most(candidate.members, consumer)
+        bound = emissions_at_most
+        if bound is _UNKNOWN:
+            bound = self._emissions_at_most(candidate.members, consumer)
+        assert bound is None or isinstance(bound, int)
         verdict = self._verdicts[key] = self.checker.check(candidate, consumer, bound)
         return verdict
 
@@ -436,7 +475,8 @@ class FusionContext:
         (installed, the two not yet forgotten): its own reads are composed from theirs
         (:meth:`~heron.compiler.fusion.pair_price.PairPrices.installed`), and its body's
         signature, where the candidate was signed, is its own (:meth:`PairKeys.adopt`)."""
-        self._composed.installed(fusion, producer, user, verdict.reduces_once)
+        self._made_bodies.add(candidate.body)
+        self._composed.installed(fusion, producer, user, verdict.reduces_once, candidate)
         signed = self._signatures.get(candidate)
         if signed is not None:
             self._pair_keys.adopt(fusion, signed[0])

@@ -375,6 +375,10 @@ class FusionChecker:
             known = self._emissions[body] = count_emissions(body)
         return known
 
+    def forget_body(self, body: Computation) -> None:
+        """Forget ``body``'s count: it was grown in place (:mod:`.growth`), or given back."""
+        self._emissions.pop(body, None)
+
     def analysis(self, fusion: Instruction) -> FusionAnalysis:
         """``fusion``'s :func:`~heron.emitters.fusion_analysis.analyse_fusion` for this
         Target, made once (a refusal is raised every time, not kept)."""
@@ -399,9 +403,10 @@ class FusionChecker:
         fusions only, so whether a member is one is a function of its body, which
         the callers' memos (by body signature, by pair) key on.
         """
-        return tuple(n for n, member in enumerate(candidate.members) if self._is_library(member))
+        return tuple(n for n, member in enumerate(candidate.members) if self.is_library(member))
 
-    def _is_library(self, member: Instruction) -> bool:
+    def is_library(self, member: Instruction) -> bool:
+        """Whether ``member`` is a library GEMM as it stands (:meth:`library_members`)."""
         known = self._library.get(member)
         if known is not None:
             return known

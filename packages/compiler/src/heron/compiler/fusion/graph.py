@@ -286,6 +286,28 @@ class FusionGraph:
         for inst in body.instructions:
             self.module_names.release(inst.name)
 
+    def regrow_computation(
+        self, body: Computation, name: str, released: list[str], taken: list[str]
+    ) -> None:
+        """``body``, a computation of the module grown in place for a fusion that replaces
+        the one calling it, as :meth:`add_computation` puts a new one in and
+        :meth:`remove_computation` takes the old out: moved before the one fused (at
+        the next sync), under ``name``; its instructions no longer hold ``released``
+        and now hold ``taken``."""
+        if body in self._bodies_added:
+            del self._bodies_added[body]
+        else:
+            self._bodies_taken_out[body] = None
+        self._bodies_added[body] = None
+        names = self.module_names
+        names.take(name)
+        for taken_name in taken:
+            names.take(taken_name)
+        names.release(body.name)
+        for released_name in released:
+            names.release(released_name)
+        body.name = name
+
     def rename_computation(self, body: Computation, name: str) -> None:
         self.module_names.release(body.name)
         self.module_names.take(name)

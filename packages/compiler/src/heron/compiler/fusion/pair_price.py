@@ -30,7 +30,12 @@ from __future__ import annotations
 
 import attrs
 
-from heron.compiler.fusion.builder import OwnBodies, is_small_constant, parameter_values
+from heron.compiler.fusion.builder import (
+    Candidate,
+    OwnBodies,
+    is_small_constant,
+    parameter_values,
+)
 from heron.compiler.fusion.cost_model import (
     BodyReads,
     KernelCost,
@@ -127,6 +132,15 @@ class PairPrices:
         if not reads.has_reduce:
             known[(not reduces_once, seed)] = reads
         return reads
+
+    def _knows(self, inst: Instruction, reduces_once: bool) -> bool:
+        """Whether ``inst``'s own reads (:meth:`_reads`, unseeded) are known, unwalked."""
+        known = self._own.get(inst)
+        if not known:
+            return False
+        if (reduces_once, None) in known:
+            return True
+        return not next(iter(known.values())).has_reduce and (not reduces_once, None) in known
 
     def cost(self, inst: Instruction, verdict: Verdict) -> KernelCost:
         """What ``inst`` costs as the kernel ``verdict`` says (its own body)."""
@@ -257,7 +271,12 @@ class PairPrices:
         return demand, own.flops + consumer.flops, consumer, own
 
     def installed(
-        self, fusion: Instruction, producer: Instruction, user: Instruction, once: bool
+        self,
+        fusion: Instruction,
+        producer: Instruction,
+        user: Instruction,
+        once: bool,
+        candidate: Candidate,
     ) -> None:
         """Know ``fusion``'s own reads (``reduces_once`` = ``once``) from ``producer``'s and
         ``user``'s, as :meth:`pair` composed them, instead of walking its body when it is
@@ -266,15 +285,21 @@ class PairPrices:
         the model corpus). Only where the body is the two bodies side by side: no op of
         one merged with an equal op of the other (:func:`build_fusion` interns them) or
         dropped, so the composed demand, lane operations and largest value are the
-        walk's; otherwise the body is walked when asked."""
+        walk's; otherwise the body is walked when asked. A body grown from the user's
+        (:mod:`.growth`) is the user's no more: the user's reads are composed only where
+        they are known, and the growth tells whether the two are side by side."""
+        growth = candidate.growth
+        if growth is not None:
+            if not growth.side_by_side or not self._knows(user, once):
+                return
+        else:
+            members = self.bodies.of(producer), self.bodies.of(user)
+            if _ops(fusion.called("calls")) != _ops(members[0]) + _ops(members[1]):
+                return
         composed = self._composed_reads(producer, user, once)
         if composed is None:
             return
         demand, flops, consumer, own = composed
-        body = fusion.called("calls")
-        members = self.bodies.of(producer), self.bodies.of(user)
-        if _ops(body) != _ops(members[0]) + _ops(members[1]):
-            return
         if len(demand) != len(fusion.operands) or any(v not in demand for v in fusion.operands):
             return  # parameters other than the two sides' operands: not side by side
         reads = [demand[value] for value in fusion.operands]

@@ -132,7 +132,7 @@ def _build(
     for user in users:
         made = context.built_pair(producer, user)  # built when the pair was priced
         if made is None:
-            made = context.candidate([producer, user], [user], consumer=user)
+            made = context.grown(producer, user)
         if made is None:
             _discard(fusions)
             return None
@@ -271,9 +271,9 @@ def fuse_by_priority(module: Module, target: Target) -> bool:
             # another user, which the fusion installed before replaced: build again.
             if not all(graph.alive(operand) for operand in candidate.fusion.operands):
                 (user,) = candidate.outputs
+                candidate.discard()  # first: a body grown in place is the user's again
                 rebuilt = context.candidate(list(candidate.members), [user], consumer=user)
                 assert rebuilt is not None, "the same body, another operand"
-                candidate.discard()
                 candidate, verdict = rebuilt
             fusion = install_fusion(module, computation, candidate, verdict.fusion_kind, graph)
             context.installed(fusion, producer, candidate.outputs[0], verdict, candidate)
