@@ -359,7 +359,7 @@ def operand_reads(
     """Per parameter (by id): elements read, whether every read is coalesced, and the
     distinct elements read (:func:`_demand`)."""
     state = _demand(computation, reduces_once)
-    return {id(p): tuple(state.get(id(p), _NOT_READ)) for p in computation.parameters}
+    return {id(p): tuple(state.get(p, _NOT_READ)) for p in computation.parameters}
 
 
 def _demand(
@@ -367,8 +367,8 @@ def _demand(
     reduces_once: bool = False,
     patterns: ReadPatterns | None = None,
     seed: tuple[int, bool, int] | None = None,
-) -> dict[int, list]:
-    """Per instruction (by id): elements demanded, whether every read is coalesced, and
+) -> dict[Instruction, list]:
+    """Per instruction: elements demanded, whether every read is coalesced, and
     how many distinct elements are read (one record each, :data:`_NOT_READ` for one
     nothing reads: priority fusion walks bodies tens of thousands of times).
 
@@ -396,30 +396,35 @@ def _demand(
     The order is any in which users come before their operands: a value's
     demand is the largest of its users', final once they are all seen.
     """
-    state: dict[int, list] = {}  # id -> [demand, coalesced, distinct]
+    # By instruction (identity: a C-level hash each, not an id() call), the records lists.
+    state: dict[Instruction, list] = {}
     if seed is not None:
-        state[id(computation.root_instruction)] = list(seed)
+        state[computation.root_instruction] = list(seed)
     else:
         for r in fusion_roots(computation):
             elements = _elements(r.shape)
-            known = state.get(id(r))
+            known = state.get(r)
             if known is None:
-                state[id(r)] = [elements, True, elements]
+                state[r] = [elements, True, elements]
             else:
                 known[0] += elements
                 known[1] = True
                 known[2] = min(elements, known[2] + elements)
+    of = patterns.of if patterns is not None else _read_patterns
     for inst in reversed(computation.post_order()):
-        known = state.get(id(inst))
-        if known is None or inst.opcode in ("parameter", "tuple") or not inst.operands:
+        known = state.get(inst)
+        if known is None:
+            continue
+        operands = inst.operands
+        if not operands or inst.opcode in _NO_DEMAND_PASSED:
             continue
         count, ok, needed = known
         if count == 0:
             continue
         if reduces_once and inst.opcode == "reduce":
             count = min(count, _elements(inst.shape))
-        reads = patterns.of(inst) if patterns is not None else _read_patterns(inst)
-        for k, operand in enumerate(inst.operands):
+        reads = of(inst)
+        for k, operand in enumerate(operands):
             if reads is None or k >= len(reads):
                 per, straight = 1.0, True
             else:
@@ -428,15 +433,22 @@ def _demand(
             # Two users reading an element at the same index share it (the
             # kernel computes it once): the demand is the larger one, not the sum.
             wanted, distinct = int(count * per), int(needed * per)
-            size = _elements(operand.shape)
-            entry = state.get(id(operand))
+            shape = operand.shape
+            size = shape.num_elements if isinstance(shape, ArrayShape) else _elements(shape)
+            entry = state.get(operand)
             if entry is None:
-                state[id(operand)] = [max(0, wanted), ok and straight, min(size, distinct)]
+                state[operand] = [max(0, wanted), ok and straight, min(size, distinct)]
             else:
-                entry[0] = max(entry[0], wanted)
+                if wanted > entry[0]:
+                    entry[0] = wanted
                 entry[1] = entry[1] and ok and straight
                 entry[2] = min(size, entry[2] + distinct)
     return state
+
+
+#: Ops whose demand stops at them: a parameter reads nothing in the body, a tuple's
+#: elements are roots demanded as such.
+_NO_DEMAND_PASSED = frozenset({"parameter", "tuple"})
 
 
 #: What :func:`_demand` says of an instruction nothing reads.
@@ -467,11 +479,11 @@ def _dot_prologue(computation: Computation) -> set[int]:
 
 
 def lane_operations(
-    computation: Computation, costs: LaneCosts, demand: dict[int, list] | None = None
+    computation: Computation, costs: LaneCosts, demand: dict[Instruction, list] | None = None
 ) -> float:
     """Arithmetic lane operations of one run of ``computation`` (an FMA is one): its
     elements times what ``costs`` charges each, a reduce its input times its reducer, a dot
-    its multiply-adds. With ``demand`` (:func:`_demand`'s records, by id), a
+    its multiply-adds. With ``demand`` (:func:`_demand`'s records), a
     dot's operand producers (computed as the GEMM stages its tiles, so once per read,
     not once per element) count at their demand instead: an upper bound, since a
     staged tile element serves a whole tile of the other side."""
@@ -487,7 +499,7 @@ def lane_operations(
         elif isinstance(inst.shape, ArrayShape):
             elements = inst.shape.num_elements
             if id(inst) in prologue:
-                elements = max(elements, (demand or {}).get(id(inst), _NOT_READ)[0])
+                elements = max(elements, (demand or {}).get(inst, _NOT_READ)[0])
             total += elements * costs.per_element(inst)
     return total
 
@@ -517,7 +529,7 @@ def estimate_computation(
     state = _demand(computation, reduces_once, patterns)
     constants = {k for k, operand in enumerate(operands) if is_small_constant(operand)}
     reads = [
-        (p.shape, *state.get(id(p), _NOT_READ))
+        (p.shape, *state.get(p, _NOT_READ))
         for p in computation.parameters
         if p.parameter_number not in constants
     ]
@@ -629,17 +641,23 @@ def body_reads(
     reduces_once: bool = False,
     patterns: ReadPatterns | None = None,
     seed: tuple[int, bool, int] | None = None,
+    like: BodyReads | None = None,
 ) -> BodyReads:
     """``computation``'s :class:`BodyReads`, its lane operations as ``costs`` charges them
-    (``seed``: see :func:`_demand`)."""
+    (``seed``: see :func:`_demand`). ``like``: the same body's reads under another seed or
+    ``reduces_once``; without a dot nothing but the demand depends on either, so only the
+    demand is walked (priority fusion prices a producer under each of its users' seeds:
+    half the bodies it walks)."""
     state = _demand(computation, reduces_once, patterns, seed)
     params = computation.parameters
     read = [_NOT_READ] * len(params)
-    used = set()
     for param in params:
         number = param.parameter_number
         assert number is not None and 0 <= number < len(params), "parameters 0..n-1"
-        read[number] = tuple(state.get(id(param), _NOT_READ))
+        read[number] = tuple(state.get(param, _NOT_READ))
+    if like is not None and not like.has_dot:
+        return attrs.evolve(like, reads=tuple(read))
+    used = set()
     for inst in computation.instructions:
         for operand in inst.operands:
             if operand.opcode == "parameter" and operand.parameter_number is not None:

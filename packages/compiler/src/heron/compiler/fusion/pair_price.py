@@ -127,7 +127,10 @@ class PairPrices:
             if reads is not None:
                 known[(reduces_once, seed)] = reads
                 return reads
-        reads = body_reads(self.bodies.of(inst), self._costs, reduces_once, self.patterns, seed)
+        like = next(iter(known.values()), None)  # the same body's, under another seed
+        reads = body_reads(
+            self.bodies.of(inst), self._costs, reduces_once, self.patterns, seed, like
+        )
         known[(reduces_once, seed)] = reads
         if not reads.has_reduce:
             known[(not reduces_once, seed)] = reads
