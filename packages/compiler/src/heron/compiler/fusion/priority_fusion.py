@@ -36,7 +36,12 @@ from collections.abc import Iterable
 
 import attrs
 
-from heron.compiler.fusion.builder import Candidate, install_fusion, is_small_constant
+from heron.compiler.fusion.builder import (
+    Candidate,
+    fusion_operands,
+    install_fusion,
+    is_small_constant,
+)
 from heron.compiler.fusion.context import FusionContext
 from heron.compiler.fusion.fusible import Verdict, is_fusible_consumer, is_fusible_producer
 from heron.compiler.fusion.graph import FusionGraph
@@ -268,13 +273,13 @@ def fuse_by_priority(module: Module, target: Target) -> bool:
         touched = list(producer.operands)
         for candidate, verdict in fusions:
             # The producer stays until its last user has taken it. A user may read
-            # another user, which the fusion installed before replaced: build again.
+            # another user, which the fusion installed before replaced: the body is
+            # the one a build would make now, reading that fusion where it read the
+            # user (of its shape, and new: no operand merges with it).
             if not all(graph.alive(operand) for operand in candidate.fusion.operands):
-                (user,) = candidate.outputs
-                candidate.discard()  # first: a body grown in place is the user's again
-                rebuilt = context.candidate(list(candidate.members), [user], consumer=user)
-                assert rebuilt is not None, "the same body, another operand"
-                candidate, verdict = rebuilt
+                operands = fusion_operands(candidate.members)
+                assert len(operands) == len(candidate.fusion.operands), "one for one"
+                candidate.fusion.operands = operands
             fusion = install_fusion(module, computation, candidate, verdict.fusion_kind, graph)
             context.installed(fusion, producer, candidate.outputs[0], verdict, candidate)
             for member in candidate.members:
