@@ -37,12 +37,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Candidate",
+    "Interned",
     "OwnBodies",
     "build_fusion",
     "fusion_operands",
-    "install_fusion",
     "fusion_kind_of",
+    "hero_opcode",
+    "inline_body",
+    "install_fusion",
+    "intern_key",
     "is_small_constant",
+    "needed_by",
     "op_kind",
     "outputs_of",
     "parameter_values",
@@ -367,15 +372,25 @@ def _drop_unused(body: Computation) -> None:
 
     Parameters stay, with their numbers: the fusion's operand list matches them.
     """
-    live: set[int] = set()
-    stack = [body.root_instruction]
+    body.instructions = needed_by(body.instructions, body.root_instruction, True)
+
+
+def needed_by(
+    instructions: list[Instruction], root: Instruction, keep_parameters: bool = False
+) -> list[Instruction]:
+    """Those of ``instructions`` ``root`` needs (and the parameters, if asked), in their
+    order: what a built body keeps (:func:`build_fusion` sweeps the others)."""
+    needed: set[Instruction] = set()  # by identity (eq=False)
+    stack = [root]
     while stack:
         inst = stack.pop()
-        if id(inst) not in live:
-            live.add(id(inst))
+        if inst not in needed:
+            needed.add(inst)
             stack.extend(inst.operands)
-    body.instructions = [
-        inst for inst in body.instructions if id(inst) in live or inst.opcode == "parameter"
+    return [
+        inst
+        for inst in instructions
+        if inst in needed or (keep_parameters and inst.opcode == "parameter")
     ]
 
 

@@ -35,6 +35,7 @@ from heron.compiler.fusion.builder import (
     hero_opcode,
     inline_body,
     intern_key,
+    needed_by,
 )
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.builder import NameUniquer
@@ -167,21 +168,16 @@ def grow_fusion(producer: Instruction, user: Instruction) -> Candidate | None:
         inst_operands = inst.operands
         if not replaced.keys().isdisjoint(inst_operands):
             new_operands = [replaced.get(op, op) for op in inst_operands]
-            key = intern_key(inst, tuple(map(id, new_operands)))
-            if key is not None:
-                known = interned.get(key)
-                if known is not None:
-                    replaced[inst] = known
-                    continue
-                interned.remember(key, inst)
+            known = _made_before(interned, inst, new_operands, remember=True)
+            if known is not None:
+                replaced[inst] = known
+                continue
             rewired.append((inst, new_operands))
         elif user_params.issuperset(inst_operands):
-            key = intern_key(inst, tuple(map(id, inst_operands)))
-            if key is not None:
-                known = interned.get(key)
-                if known is not None:
-                    replaced[inst] = known
-                    continue
+            known = _made_before(interned, inst, inst_operands, remember=False)
+            if known is not None:
+                replaced[inst] = known
+                continue
         name = names.take(inst.name)
         if name != inst.name:
             renamed.append((inst, name))
@@ -190,7 +186,7 @@ def grow_fusion(producer: Instruction, user: Instruction) -> Candidate | None:
     merged = len(replaced) > 1
     clones = section.instructions
     if not merged:  # every op of the user's is kept and reads what it read, or the root
-        clones = _needed(clones, producer_root)
+        clones = needed_by(clones, producer_root)
 
     # Apply it (the ops read what they read in the grown body before it is swept).
     before = [(inst, inst.operands) for inst, _ in rewired]
@@ -198,7 +194,7 @@ def grow_fusion(producer: Instruction, user: Instruction) -> Candidate | None:
         inst.operands = new_operands
     instructions = [*params[:leading], *clones, *params[leading:], *kept]
     if merged or not rewired:
-        instructions = _needed(instructions, root, keep_parameters=True)
+        instructions = needed_by(instructions, root, keep_parameters=True)
     in_body = set(instructions)
     dropped = [inst for inst in replaced if inst is not producer_param]
     dropped += [inst for inst in kept if inst not in in_body]
@@ -242,20 +238,15 @@ def grow_fusion(producer: Instruction, user: Instruction) -> Candidate | None:
     return Candidate(fusion, body, (producer, user), (user,), growth)
 
 
-def _needed(
-    instructions: list[Instruction], root: Instruction, keep_parameters: bool = False
-) -> list[Instruction]:
-    """Those of ``instructions`` ``root`` needs (and the parameters, if asked), in their
-    order: what build_fusion's sweep of unused instructions keeps."""
-    needed: set[Instruction] = set()
-    stack = [root]
-    while stack:
-        inst = stack.pop()
-        if inst not in needed:
-            needed.add(inst)
-            stack.extend(inst.operands)
-    return [
-        inst
-        for inst in instructions
-        if inst in needed or (keep_parameters and inst.opcode == "parameter")
-    ]
+def _made_before(
+    interned: Interned, inst: Instruction, operands: list[Instruction], remember: bool
+) -> Instruction | None:
+    """The op equal to ``inst`` over ``operands`` made before (the build would keep that
+    one), if any; else, with ``remember``, ``inst`` stands for its kind from now on."""
+    key = intern_key(inst, tuple(map(id, operands)))
+    if key is None:
+        return None
+    known = interned.get(key)
+    if known is None and remember:
+        interned.remember(key, inst)
+    return known
