@@ -174,14 +174,15 @@ class FusionContext:
         if self._oversized(members, [user]):
             return None
         self.checker.is_library(user)  # asked of the candidate's members, as they stand
-        bound = self._emissions_at_most(members, user)
         candidate = grow_fusion(producer, user)
         if candidate is None:
             return self.candidate(members, [user], consumer=user)
         assert candidate.growth is not None
         self.checker.forget_body(candidate.body)  # its counts are the user's body's
         candidate.growth.on_undo = self.checker.forget_body  # and then the grown body's
-        verdict = self._verdict(candidate, user, bound)
+        # Checked without a bound from the two sides' counts (the user's body is grown):
+        # a body not seen before is counted itself, and the count stays its fusion's.
+        verdict = self._verdict(candidate, user, None)
         if verdict is None:
             candidate.discard()
             return None
