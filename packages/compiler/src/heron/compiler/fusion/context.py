@@ -149,10 +149,29 @@ class FusionContext:
         both are told from the members (in a GPT-2 training step, multi-output fusion
         cloned 300,000 instructions into siblings' merges refused for the budget; in
         sax's lattice, 900,000 into merges refused for their size)."""
+        if self._refused_unmade(members, outputs, consumer):
+            return None
+        return self._build_checked(members, outputs, consumer)
+
+    def _refused_unmade(
+        self,
+        members: list[Instruction],
+        outputs: list[Instruction],
+        consumer: Instruction | None,
+    ) -> bool:
+        """Whether a fusion of ``members`` is over the budget or the size limit, told from
+        the members before anything is built or grown."""
         if not within_budget(len(fusion_operands(members)), len(outputs), consumer):
-            return None
-        if self._oversized(members, outputs):
-            return None
+            return True
+        return self._oversized(members, outputs)
+
+    def _build_checked(
+        self,
+        members: list[Instruction],
+        outputs: list[Instruction],
+        consumer: Instruction | None,
+    ) -> tuple[Candidate, Verdict] | None:
+        """:meth:`candidate` past its refusals told unbuilt: built, then checked."""
         candidate = build_fusion(members, outputs)
         verdict = self._verdict(candidate, consumer)
         if verdict is None:
@@ -169,14 +188,12 @@ class FusionContext:
         if user.opcode != "fusion" or user.called("calls") not in self._made_bodies:
             return self.candidate([producer, user], [user], consumer=user)
         members = [producer, user]
-        if not within_budget(len(fusion_operands(members)), 1, user):
-            return None
-        if self._oversized(members, [user]):
+        if self._refused_unmade(members, [user], user):
             return None
         self.checker.is_library(user)  # asked of the candidate's members, as they stand
         candidate = grow_fusion(producer, user)
         if candidate is None:
-            return self.candidate(members, [user], consumer=user)
+            return self._build_checked(members, [user], user)
         assert candidate.growth is not None
         self.checker.forget_body(candidate.body)  # its counts are the user's body's
         candidate.growth.on_undo = self.checker.forget_body  # and then the grown body's
