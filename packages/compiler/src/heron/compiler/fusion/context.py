@@ -10,7 +10,7 @@ invalidates its caches around a fusion it performed.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -41,7 +41,7 @@ from heron.compiler.fusion.fusible import (
     within_budget,
 )
 from heron.compiler.fusion.fusion_cse import signature
-from heron.compiler.fusion.growth import grow_fusion
+from heron.compiler.fusion.growth import grow_fusion, grow_producer
 from heron.compiler.fusion.pair_key import MembersKey, PairKey, PairKeys
 from heron.compiler.fusion.pair_price import PairPrices
 from heron.compiler.fusion.sizes import FusionSizes
@@ -179,31 +179,52 @@ class FusionContext:
             return None
         return candidate, verdict
 
-    def grown(self, producer: Instruction, user: Instruction) -> tuple[Candidate, Verdict] | None:
+    def grown(
+        self, producer: Instruction, user: Instruction, sole_user: bool = False
+    ) -> tuple[Candidate, Verdict] | None:
         """What :meth:`candidate` gives for ``producer`` fused into ``user``, made by growing
-        the user's body in place (:func:`grow_fusion`) where this run made that body and
-        growing makes the same one: no step of priority fusion then clones the kernel it
-        grows. Whatever is known of the user from its body is known before it grows (the
-        user leaves the computation when the fusion is installed)."""
-        if user.opcode != "fusion" or user.called("calls") not in self._made_bodies:
+        one of the two bodies in place where this run made it and growing makes the same
+        body (:mod:`.growth`): the user's (:func:`grow_fusion`), or the producer's
+        (:func:`grow_producer`) where it is the larger and ``user`` is its only user
+        (``sole_user``: it dies with the install). No step of priority fusion then clones
+        the kernel it grows. Whatever is known of the two from their bodies is known
+        before one grows (both leave the computation when the fusion is installed)."""
+        grow = self._growth_for(producer, user, sole_user)
+        if grow is None:
             return self.candidate([producer, user], [user], consumer=user)
         members = [producer, user]
         if self._refused_unmade(members, [user], user):
             return None
-        self.checker.is_library(user)  # asked of the candidate's members, as they stand
-        candidate = grow_fusion(producer, user)
+        for member in members:  # asked of the candidate's members, as they stand
+            self.checker.is_library(member)
+        candidate = grow(producer, user)
         if candidate is None:
             return self._build_checked(members, [user], user)
         assert candidate.growth is not None
-        self.checker.forget_body(candidate.body)  # its counts are the user's body's
+        self.checker.forget_body(candidate.body)  # its counts are the member's body's
         candidate.growth.on_undo = self.checker.forget_body  # and then the grown body's
-        # Checked without a bound from the two sides' counts (the user's body is grown):
-        # a body not seen before is counted itself, and the count stays its fusion's.
+        # Checked without a bound from the two sides' counts (one body is grown): a
+        # body not seen before is counted itself, and the count stays its fusion's.
         verdict = self._verdict(candidate, user, None)
         if verdict is None:
             candidate.discard()
             return None
         return candidate, verdict
+
+    def _growth_for(
+        self, producer: Instruction, user: Instruction, sole_user: bool
+    ) -> Callable[[Instruction, Instruction], Candidate | None] | None:
+        """Which body :meth:`grown` grows: the larger of the two this run made, the
+        producer's only where it dies with the install; None: neither (built)."""
+        made = self._made_bodies
+        user_body = user.called("calls") if user.opcode == "fusion" else None
+        user_made = user_body is not None and user_body in made
+        if sole_user and producer.opcode == "fusion" and (user_body is None or user_made):
+            producer_body = producer.called("calls")
+            user_size = 1 if user_body is None else len(user_body.instructions)
+            if producer_body in made and len(producer_body.instructions) > user_size:
+                return grow_producer
+        return grow_fusion if user_made else None
 
     def members_key(self, members: list[Instruction], outputs: list[Instruction]) -> MembersKey:
         """What :meth:`candidate` would build of ``members`` and ``outputs``, told without

@@ -17,6 +17,11 @@ order, and the kernel compiled must not depend on how the pass got there
 Growing declines a tuple-shaped producer, a user that reads it twice and a body
 whose parameters are not one per distinct operand (the caller builds those).
 
+Where the producer's body is the larger, the pass made it and the user is its only
+reader, :func:`grow_producer` grows the producer's body instead: the build's layout
+starts with the producer's, so only the user's ops are cloned (a chain of
+elementwise ops grows one kernel as the producer of each next op).
+
 The user's body is only grown where the pass made it (built bodies are interned and
 hold no dead code, which growing keeps); a grown candidate that is discarded gives
 the body back as it was (:meth:`Growth.undo`), and one installed takes the user's
@@ -42,7 +47,7 @@ from heron.hlo.builder import NameUniquer
 from heron.hlo.ir import Computation, Instruction
 from heron.hlo.shapes import TupleShape
 
-__all__ = ["Growth", "grow_fusion"]
+__all__ = ["Growth", "grow_fusion", "grow_producer"]
 
 
 @attrs.define(eq=False)
@@ -71,6 +76,8 @@ class Growth:
     name: str
     #: Nothing merged or swept: the body is the two bodies side by side.
     side_by_side: bool
+    #: The member whose body grew (the user, or the producer that dies with the install).
+    grew: Instruction
     #: Installed: the body is the fusion's, nothing to undo.
     installed: bool = False
     #: Told when the body is given back (a memo of what the grown body held).
@@ -214,6 +221,7 @@ def grow_fusion(producer: Instruction, user: Instruction) -> Candidate | None:
         + [name for _, name in renamed],
         name=f"fused_{hero_opcode(root)}",
         side_by_side=not dropped and len(clones) == producer_ops,
+        grew=user,
     )
     for number, (param, name) in enumerate(zip(params, planned_names)):
         param.name = name
@@ -236,6 +244,146 @@ def grow_fusion(producer: Instruction, user: Instruction) -> Candidate | None:
         location=user.location,
     )
     return Candidate(fusion, body, (producer, user), (user,), growth)
+
+
+def grow_producer(producer: Instruction, user: Instruction) -> Candidate | None:
+    """``producer``, a fusion whose body this pass made, fused into ``user``, its only
+    user (plain, or a fusion this pass made), by growing the *producer's* body in
+    place: the candidate ``build_fusion([producer, user], [user])`` makes, or None
+    where growing would not make that one (the caller grows the user's or builds).
+
+    A chain of elementwise ops grows one kernel from its first op to its last, and
+    each step fuses that kernel as the producer into the next op: growing the user
+    cloned the whole kernel into it every step (quadratic in the chain). The build
+    lays out the producer's parameters (one per operand, in order), then its ops, then
+    the user's new parameters and its ops, so the producer's body is already the
+    build's first part: only the user's ops are cloned, after it. The producer dies
+    with the install (the user was its only reader), so nothing else sees its body
+    grow."""
+    body = producer.called("calls")
+    params = body.parameters
+    count = len(producer.operands)
+    if (
+        isinstance(producer.shape, TupleShape)
+        or body.root is None
+        or body.root.opcode == "parameter"
+        or len(params) != count
+        or len(set(producer.operands)) != count
+        or any(param.parameter_number != n for n, param in enumerate(params))
+    ):
+        return None
+    user_body = user.called("calls") if user.opcode == "fusion" else None
+    if user_body is not None and not _reads_producer(user, user_body, producer):
+        return None  # the build would sweep the producer's ops: not its body grown
+    ops = [inst for inst in body.instructions if inst.opcode != "parameter"]
+    op_names = {inst.name for inst in ops}
+    planned = [f"param_{n}" for n in range(count)]
+    if len(op_names) != len(ops) or not op_names.isdisjoint(planned):
+        return None  # the build would rename one of the producer's ops
+
+    # The build's names after the producer's part: its parameters', then its ops'.
+    names = NameUniquer(taken=frozenset(op_names.union(planned)))
+    value: dict[Instruction, Instruction] = dict(zip(producer.operands, params))
+    value[producer] = body.root
+    operands = list(producer.operands)
+    new_params: list[Instruction] = []
+    for outer in user.operands:
+        if outer not in value:
+            param = Instruction(
+                name=names.take(f"param_{len(operands)}"),
+                opcode="parameter",
+                shape=outer.shape,
+                parameter_number=len(operands),
+            )
+            new_params.append(param)
+            operands.append(outer)
+            value[outer] = param
+
+    # The user's ops after the producer's, interned as the build interns them: one over
+    # the producer's values alone may be equal to one of the producer's ops (none reads
+    # the producer's root: nothing in a body the pass made reads its root).
+    section = Computation("grown")
+    interned = Interned(section, names)
+    producer_ops: dict[tuple[object, ...], Instruction] | None = None
+    merged = False
+    producer_root = body.root
+
+    def place(inst: Instruction, inst_operands: list[Instruction]) -> Instruction:
+        nonlocal producer_ops, merged
+        if all(
+            operand.parent is body and operand is not producer_root for operand in inst_operands
+        ):
+            key = intern_key(inst, tuple(map(id, inst_operands)))
+            if key is not None:
+                if producer_ops is None:
+                    producer_ops = _interned_ops(ops)
+                known = producer_ops.get(key)
+                if known is not None:
+                    merged = True
+                    return known
+        return interned.clone(inst, inst_operands)
+
+    if user_body is None:
+        root = place(user, [value[operand] for operand in user.operands])
+    else:
+        inner: dict[Instruction, Instruction] = {}
+        for inst in user_body.post_order():
+            if inst.opcode == "parameter":
+                inner[inst] = value[user.operands[inst.parameter_number]]
+            else:
+                inner[inst] = place(inst, [inner[operand] for operand in inst.operands])
+        root = inner[user_body.root_instruction]
+    clones = section.instructions
+
+    growth = Growth(
+        instructions=body.instructions,
+        root=body.root,
+        operands=[],
+        names=[],
+        parameters=[(param, param.name, param.parameter_number) for param in params],
+        added=[*new_params, *clones],
+        released=[param.name for param in params],
+        taken=[*planned, *(param.name for param in new_params), *(c.name for c in clones)],
+        name=f"fused_{hero_opcode(root)}",
+        side_by_side=not merged,
+        grew=producer,
+    )
+    for param, name in zip(params, planned):
+        param.name = name
+    for inst in growth.added:
+        inst.parent = body
+    body.instructions = [*params, *ops, *new_params, *clones]
+    body.root = root
+    fusion = Instruction(
+        name=f"loop_{hero_opcode(root)}_fusion",
+        opcode="fusion",
+        shape=root.shape,
+        operands=operands,
+        attributes={"kind": "kLoop", "calls": ComputationRef(body.name, body)},
+        location=user.location,
+    )
+    return Candidate(fusion, body, (producer, user), (user,), growth)
+
+
+def _reads_producer(user: Instruction, user_body: Computation, producer: Instruction) -> bool:
+    """Whether an op of ``user``'s body (one this pass made: interned, no dead code, a
+    parameter per operand) reads the parameter for ``producer``, once an operand."""
+    at = [k for k, operand in enumerate(user.operands) if operand is producer]
+    params = user_body.parameters
+    if len(at) != 1 or len(params) != len(user.operands):
+        return False
+    param = params[at[0]]
+    return any(param in inst.operands for inst in user_body.instructions)
+
+
+def _interned_ops(ops: list[Instruction]) -> dict[tuple[object, ...], Instruction]:
+    """The first of ``ops`` of each :func:`intern_key`, as the build's interning keeps."""
+    found: dict[tuple[object, ...], Instruction] = {}
+    for inst in ops:
+        key = intern_key(inst, tuple(map(id, inst.operands)))
+        if key is not None:
+            found.setdefault(key, inst)
+    return found
 
 
 def _made_before(

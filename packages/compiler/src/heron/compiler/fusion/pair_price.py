@@ -136,14 +136,18 @@ class PairPrices:
             known[(not reduces_once, seed)] = reads
         return reads
 
-    def _knows(self, inst: Instruction, reduces_once: bool) -> bool:
-        """Whether ``inst``'s own reads (:meth:`_reads`, unseeded) are known, unwalked."""
+    def _known_reads(
+        self, inst: Instruction, reduces_once: bool, seed: tuple[int, bool, int] | None = None
+    ) -> BodyReads | None:
+        """``inst``'s reads (:meth:`_reads`) where they are known, without walking its body
+        (one grown in place: :mod:`.growth`)."""
         known = self._own.get(inst)
         if not known:
-            return False
-        if (reduces_once, None) in known:
-            return True
-        return not next(iter(known.values())).has_reduce and (not reduces_once, None) in known
+            return None
+        reads = known.get((reduces_once, seed))
+        if reads is None and not next(iter(known.values())).has_reduce:
+            reads = known.get((not reduces_once, seed))
+        return reads
 
     def cost(self, inst: Instruction, verdict: Verdict) -> KernelCost:
         """What ``inst`` costs as the kernel ``verdict`` says (its own body)."""
@@ -235,33 +239,43 @@ class PairPrices:
         return traffic
 
     def _parts(
-        self, producer: Instruction, user: Instruction, once: bool
+        self, producer: Instruction, user: Instruction, once: bool, grown: Instruction | None = None
     ) -> tuple[tuple[Instruction, ...], int, BodyReads, BodyReads] | None:
         """The values the user's parameters stand for, its parameter for the producer, its
         reads and the producer's (seeded with the user's demand on it); None where not
-        composed (see :meth:`pair`)."""
+        composed (see :meth:`pair`), or where the reads of ``grown`` (a member whose
+        body grew in place) are not known without walking it."""
+
+        def reads(inst: Instruction, seed: tuple[int, bool, int] | None = None) -> BodyReads | None:
+            if inst is grown:
+                return self._known_reads(inst, once, seed)
+            return self._reads(inst, once, seed)
+
         user_values = tuple(parameter_values(user))
         at = [k for k, v in enumerate(user_values) if v is producer]
         if len(at) != 1 or isinstance(producer.shape, TupleShape):
             return None
-        consumer = self._reads(user, once)
-        if consumer.has_dot or at[0] not in consumer.used:
+        consumer = reads(user)
+        if consumer is None or consumer.has_dot or at[0] not in consumer.used:
             return None
         seed = consumer.reads[at[0]]
-        own = self._reads(producer, once)
-        if own.has_dot:
+        own = reads(producer)
+        if own is None or own.has_dot:
             return None
         if seed != own_root_seed(producer):
-            own = self._reads(producer, once, seed)
+            own = reads(producer, seed)
+            if own is None:
+                return None
         return user_values, at[0], consumer, own
 
     def _composed_reads(
-        self, producer: Instruction, user: Instruction, once: bool
+        self, producer: Instruction, user: Instruction, once: bool, grown: Instruction | None = None
     ) -> tuple[dict[Instruction, tuple[int, bool, int]], float, BodyReads, BodyReads] | None:
         """The fused body's demand per outer value (the producer's operands, then the
         user's others), its lane operations, and the user's and (seeded) producer's
-        reads; None where not composed (see :meth:`pair`)."""
-        parts = self._parts(producer, user, once)
+        reads; None where not composed (see :meth:`pair`) or ``grown``'s reads are
+        not known (:meth:`_parts`)."""
+        parts = self._parts(producer, user, once, grown)
         if parts is None:
             return None
         user_values, at, consumer, own = parts
@@ -288,18 +302,19 @@ class PairPrices:
         the model corpus). Only where the body is the two bodies side by side: no op of
         one merged with an equal op of the other (:func:`build_fusion` interns them) or
         dropped, so the composed demand, lane operations and largest value are the
-        walk's; otherwise the body is walked when asked. A body grown from the user's
-        (:mod:`.growth`) is the user's no more: the user's reads are composed only where
+        walk's; otherwise the body is walked when asked. A body grown from one member's
+        (:mod:`.growth`) is that member's no more: its reads are composed only where
         they are known, and the growth tells whether the two are side by side."""
         growth = candidate.growth
         if growth is not None:
-            if not growth.side_by_side or not self._knows(user, once):
+            if not growth.side_by_side:
                 return
         else:
             members = self.bodies.of(producer), self.bodies.of(user)
             if _ops(fusion.called("calls")) != _ops(members[0]) + _ops(members[1]):
                 return
-        composed = self._composed_reads(producer, user, once)
+        grown = growth.grew if growth is not None else None
+        composed = self._composed_reads(producer, user, once, grown)
         if composed is None:
             return
         demand, flops, consumer, own = composed

@@ -137,7 +137,7 @@ def _build(
     for user in users:
         made = context.built_pair(producer, user)  # built when the pair was priced
         if made is None:
-            made = context.grown(producer, user)
+            made = context.grown(producer, user, sole_user=len(users) == 1)
         if made is None:
             _discard(fusions)
             return None
