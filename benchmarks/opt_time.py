@@ -32,7 +32,7 @@ assignment, thunks, every kernel emitted, lowered and compiled to PTX, and to
 a cubin where ptxas is installed, as XLA's compile ends in one).
 
 Run: ``python benchmarks/opt_time.py [--runs N] [--xla] [--full [--library-fallbacks]]
-[--only NAME] [--slowest N] [--models] [--stages]`` (``--models``: the model corpus,
+[--only NAME,...] [--slowest N] [--models] [--stages]`` (``--models``: the model corpus,
 flax/equinox/haiku programs, instead of the program corpus; ``--stages`` with ``--full``:
 the HLO passes and kernel stages summed over the modules, where the time goes);
 single top-k and sort fusions of GPU size (``--heavy``: issue 32 asks each under 1 s):
@@ -55,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 from benchlib.progress import tracked
+from benchlib.selection import selected
 
 from heron.hlo.builder import ModuleBuilder
 from heron.hlo.ir import Module
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--xla", action="store_true", help="also time XLA:GPU's compile")
-    parser.add_argument("--only", help="one program (or 'generated')")
+    parser.add_argument("--only", help="comma-separated programs (or 'generated')")
     parser.add_argument("--instructions", type=int, default=10_000)
     parser.add_argument("--no-generated", action="store_true", help="the corpus programs only")
     parser.add_argument(
@@ -306,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.no_generated:
         cases.append(("generated", print_module(generated_module(args.instructions))))
     if args.only:
-        cases = [c for c in cases if c[0] == args.only]
+        by_name = dict(cases)
+        cases = [(name, by_name[name]) for name in selected(parser, args.only, by_name, "module")]
     if args.full:
         label = "the whole compile for h100 (CUDA kernels)"
     print(f"heron: {label}; median of {args.runs} runs; 2-core machine, no GPU")
