@@ -37,7 +37,6 @@ from heron.compiler.fusion.fusible import (
     fits_budget,
     is_wrappable,
     sums_serially,
-    verdict_of,
     within_budget,
 )
 from heron.compiler.fusion.fusion_cse import signature
@@ -404,7 +403,7 @@ class FusionContext:
         verdict = None
         if inst.opcode not in HOST_OPCODES and is_wrappable(inst):
             if inst.opcode == "fusion":
-                verdict = verdict_of(self.checker.analysis(inst))
+                verdict = self.checker.verdict(inst)
             else:
                 # The instruction's own body, which its pairs' keys and prices read too:
                 # what :meth:`candidate` would build, built once.

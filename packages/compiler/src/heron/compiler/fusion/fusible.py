@@ -367,6 +367,10 @@ class FusionChecker:
     _emissions: weakref.WeakKeyDictionary[Computation, Emissions] = attrs.field(
         init=False, factory=weakref.WeakKeyDictionary
     )
+    #: The emitter selected for each analysis (:meth:`selected`), while it lives.
+    _specs: weakref.WeakKeyDictionary[FusionAnalysis, EmitterSpec] = attrs.field(
+        init=False, factory=weakref.WeakKeyDictionary
+    )
 
     def emissions(self, body: Computation) -> Emissions:
         """``body``'s :func:`~heron.compiler.fusion.emissions.count_emissions`, counted once."""
@@ -374,6 +378,28 @@ class FusionChecker:
         if known is None:
             known = self._emissions[body] = count_emissions(body)
         return known
+
+    def selected(self, analysis: FusionAnalysis) -> EmitterSpec:
+        """The emitter :func:`~heron.emitters.selection.select_emitter` selects for
+        ``analysis``, asked of the emitters once: a candidate is checked, its verdict
+        made and its emission confirmed from one analysis, and every emitter's
+        ``claims`` looks at it each time (``PluginError`` when none claims it)."""
+        known = self._specs.get(analysis)
+        if known is None:
+            from heron.emitters.selection import default_registry, select_emitter
+
+            known = self._specs[analysis] = select_emitter(analysis, default_registry())
+        return known
+
+    def verdict(self, fusion: Instruction) -> Verdict:
+        """:func:`verdict_of` ``fusion``'s analysis and selected emitter (none selected:
+        the analysis's alone)."""
+        analysis = self.analysis(fusion)
+        try:
+            spec = self.selected(analysis)
+        except PluginError:
+            spec = None
+        return verdict_of(analysis, spec)
 
     def forget_body(self, body: Computation) -> None:
         """Forget ``body``'s count: it was grown in place (:mod:`.growth`), or given back."""
@@ -438,9 +464,9 @@ class FusionChecker:
         (:func:`~heron.compiler.fusion.emissions.fused_emissions`); within
         :data:`MAX_EMISSIONS`, the body's own count is not made.
         """
-        from heron.emitters.selection import default_registry, emitter_heroes, select_emitter
+        from heron.emitters.selection import default_registry, emitter_heroes
 
-        registry = default_registry()  # a plugin that fails to load is an error, not a "no"
+        default_registry()  # a plugin that fails to load is an error, not a "no"
         body = candidate.body
         if not fits_budget(candidate, consumer):
             return None
@@ -469,7 +495,7 @@ class FusionChecker:
                 return None
         try:
             analysis = self.analysis(candidate.fusion)
-            spec = select_emitter(analysis, registry)
+            spec = self.selected(analysis)
             if fused_heroes:
                 # A dot or a sort with other ops must be the selected emitter's own
                 # hero (the GEMM emitter's dot under its epilogue and over its
@@ -518,11 +544,11 @@ class FusionChecker:
         fusion it is about to make, not for every candidate it prices. An emitter
         whose spec says it ``refuses_when_built`` is only built, not emitted.
         """
-        from heron.emitters.selection import emit_fusion, select_emitter
+        from heron.emitters.selection import emit_fusion
 
         try:
             analysis = self.analysis(candidate.fusion)
-            spec = select_emitter(analysis)
+            spec = self.selected(analysis)
             if spec.refuses_when_built:
                 spec.factory(analysis)
             else:
