@@ -235,15 +235,7 @@ def grow_fusion(producer: Instruction, user: Instruction) -> Candidate | None:
     for inst in section.instructions:
         if inst not in in_body:
             inst.parent = None
-    fusion = Instruction(
-        name=f"loop_{hero_opcode(root)}_fusion",
-        opcode="fusion",
-        shape=root.shape,
-        operands=operands,
-        attributes={"kind": "kLoop", "calls": ComputationRef(body.name, body)},
-        location=user.location,
-    )
-    return Candidate(fusion, body, (producer, user), (user,), growth)
+    return _grown_candidate(body, operands, producer, user, growth)
 
 
 def grow_producer(producer: Instruction, user: Instruction) -> Candidate | None:
@@ -354,6 +346,20 @@ def grow_producer(producer: Instruction, user: Instruction) -> Candidate | None:
         inst.parent = body
     body.instructions = [*params, *ops, *new_params, *clones]
     body.root = root
+    return _grown_candidate(body, operands, producer, user, growth)
+
+
+def _grown_candidate(
+    body: Computation,
+    operands: list[Instruction],
+    producer: Instruction,
+    user: Instruction,
+    growth: Growth,
+) -> Candidate:
+    """The candidate of ``producer`` fused into ``user`` as ``body`` (grown), named and
+    placed as :func:`build_fusion` names and places it."""
+    root = body.root
+    assert root is not None
     fusion = Instruction(
         name=f"loop_{hero_opcode(root)}_fusion",
         opcode="fusion",
