@@ -30,7 +30,7 @@ from heron.hlo.builder import NameUniquer
 from heron.hlo.errors import UnsupportedError
 from heron.hlo.ir import Computation, Instruction, Module
 from heron.hlo.passes.rewrite import CONTROL, rename_control_predecessors
-from heron.hlo.shapes import ArrayShape, TupleShape
+from heron.hlo.shapes import ArrayShape, Shape, TupleShape
 
 if TYPE_CHECKING:
     from heron.compiler.fusion.growth import Growth
@@ -48,8 +48,10 @@ __all__ = [
     "intern_key",
     "is_small_constant",
     "needed_by",
+    "new_parameter",
     "op_kind",
     "outputs_of",
+    "parameter_name",
     "parameter_values",
 ]
 
@@ -222,12 +224,7 @@ def build_fusion(
         if id(outer) in member_ids:
             raise UnsupportedError(f"fusion member '{outer.name}' used before it is built")
         if id(outer) not in params:
-            param = Instruction(
-                name=body_names.take(f"param_{len(operands)}"),
-                opcode="parameter",
-                shape=outer.shape,
-                parameter_number=len(operands),
-            )
+            param = new_parameter(body_names, outer.shape, len(operands))
             body.add(param)
             params[id(outer)] = param
             operands.append(outer)
@@ -270,6 +267,23 @@ def build_fusion(
         location=outputs[-1].location,
     )
     return Candidate(fusion, body, tuple(members), tuple(outputs))
+
+
+def parameter_name(names: NameUniquer, number: int) -> str:
+    """The name a fused body's parameter ``number`` takes in ``names`` (the body's):
+    ``param_<number>``, made unique there. Growing a body in place (:mod:`.growth`)
+    names its parameters by the same rule, so a grown body is the built one."""
+    return names.take(f"param_{number}")
+
+
+def new_parameter(names: NameUniquer, shape: Shape, number: int) -> Instruction:
+    """A fused body's parameter ``number`` of ``shape``, named by :func:`parameter_name`."""
+    return Instruction(
+        name=parameter_name(names, number),
+        opcode="parameter",
+        shape=shape,
+        parameter_number=number,
+    )
 
 
 def hero_opcode(root: Instruction) -> str:

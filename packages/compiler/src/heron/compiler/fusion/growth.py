@@ -41,6 +41,8 @@ from heron.compiler.fusion.builder import (
     inline_body,
     intern_key,
     needed_by,
+    new_parameter,
+    parameter_name,
 )
 from heron.hlo.attributes import ComputationRef
 from heron.hlo.builder import NameUniquer
@@ -131,13 +133,13 @@ def grow_fusion(producer: Instruction, user: Instruction) -> Candidate | None:
         param = placed.get(outer)
         if param is not None:
             return param
-        name = names.take(f"param_{len(operands)}")
         param = by_value.get(outer)
         if param is None:
-            param = Instruction(
-                name=name, opcode="parameter", shape=outer.shape, parameter_number=len(operands)
-            )
+            param = new_parameter(names, outer.shape, len(operands))
+            name = param.name
             added.append(param)
+        else:
+            name = parameter_name(names, len(operands))
         params.append(param)
         planned_names.append(name)
         operands.append(outer)
@@ -269,7 +271,8 @@ def grow_producer(producer: Instruction, user: Instruction) -> Candidate | None:
         return None  # the build would sweep the producer's ops: not its body grown
     ops = [inst for inst in body.instructions if inst.opcode != "parameter"]
     op_names = {inst.name for inst in ops}
-    planned = [f"param_{n}" for n in range(count)]
+    leading = NameUniquer()  # the build names the producer's parameters first
+    planned = [parameter_name(leading, n) for n in range(count)]
     if len(op_names) != len(ops) or not op_names.isdisjoint(planned):
         return None  # the build would rename one of the producer's ops
 
@@ -281,12 +284,7 @@ def grow_producer(producer: Instruction, user: Instruction) -> Candidate | None:
     new_params: list[Instruction] = []
     for outer in user.operands:
         if outer not in value:
-            param = Instruction(
-                name=names.take(f"param_{len(operands)}"),
-                opcode="parameter",
-                shape=outer.shape,
-                parameter_number=len(operands),
-            )
+            param = new_parameter(names, outer.shape, len(operands))
             new_params.append(param)
             operands.append(outer)
             value[outer] = param
